@@ -1,0 +1,94 @@
+//! What happens to a packet. One enum, one set of names, used by every count,
+//! log, event file and metric.
+
+use std::fmt;
+
+/// The fate of one packet. The names ([`Fate::name`]) are stable: scripts read them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Fate {
+    /// Sent on at its release time.
+    Delivered,
+    /// Dropped at arrival: the queue held its limit in packets or bytes.
+    QueueFull,
+    /// Dropped by the random loss model (`loss`, `plr`, `gemodel`, `state`, `ber`).
+    Loss,
+    /// Dropped by the token-bucket policer: not enough tokens.
+    Policed,
+    /// Live only: the emulator's buffer toward the output had no room.
+    Backpressure,
+    /// Live only: the packet could not be sent within `max-lag` of its release time.
+    Late,
+}
+
+impl Fate {
+    pub const ALL: [Fate; 6] = [
+        Fate::Delivered,
+        Fate::QueueFull,
+        Fate::Loss,
+        Fate::Policed,
+        Fate::Backpressure,
+        Fate::Late,
+    ];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Fate::Delivered => "delivered",
+            Fate::QueueFull => "queue-full",
+            Fate::Loss => "loss",
+            Fate::Policed => "policed",
+            Fate::Backpressure => "backpressure",
+            Fate::Late => "late",
+        }
+    }
+
+    pub fn is_drop(self) -> bool {
+        self != Fate::Delivered
+    }
+}
+
+impl fmt::Display for Fate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Packets counted by fate, plus the copies and corruptions that ride on
+/// delivered packets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FateCounts {
+    by_fate: [u64; 6],
+    /// Extra copies sent by `duplicate` (not included in `arrived`).
+    pub duplicated: u64,
+    /// Delivered packets with a bit flipped by `corrupt`.
+    pub corrupted: u64,
+}
+
+impl FateCounts {
+    #[inline]
+    pub fn add(&mut self, fate: Fate) {
+        self.by_fate[fate as usize] += 1;
+    }
+
+    pub fn get(&self, fate: Fate) -> u64 {
+        self.by_fate[fate as usize]
+    }
+
+    /// Every packet that reached the model.
+    pub fn arrived(&self) -> u64 {
+        self.by_fate.iter().sum()
+    }
+
+    pub fn dropped(&self) -> u64 {
+        self.arrived() - self.get(Fate::Delivered)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (Fate, u64)> + '_ {
+        Fate::ALL.iter().map(move |&f| (f, self.get(f)))
+    }
+
+    /// Moves one packet from `from` to `to` (a delivered packet later dropped as late).
+    pub fn reclassify(&mut self, from: Fate, to: Fate) {
+        self.by_fate[from as usize] -= 1;
+        self.by_fate[to as usize] += 1;
+    }
+}

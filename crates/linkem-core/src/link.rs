@@ -1,0 +1,350 @@
+//! One direction of an emulated link.
+//!
+//! # Model (normative; a checker outside this repository compares replay output
+//! with it packet by packet)
+//! For packet i arriving at t_A (ns) with frame length `len` bytes:
+//! 1. **Arrival.** Arrival times never go backwards: an earlier stamp is taken as
+//!    the previous arrival.
+//! 2. **Queue occupancy** is the set of accepted earlier packets j whose link exit
+//!    t_L(j) > t_A (one that exits exactly at t_A has left). Recorded in the verdict.
+//! 3. **Policer** (`policer R burst B`): tokens in bytes accrue at R up to B, the
+//!    bucket starts full; if `len` exceeds the tokens the packet is `policed`,
+//!    otherwise `len` tokens are taken.
+//! 4. **Loss** is drawn (see [`crate::loss`]). With `loss-at arrival` (default) a
+//!    lost packet ends here as `loss`.
+//! 5. **Queue limit:** `queue-full` if occupancy ≥ the packet limit, or occupancy
+//!    bytes + `len` > the byte limit.
+//! 6. **Link:** with `rate R`, t_L = max(t_L(last accepted), t_A) + (len +
+//!    overhead)·8 / R, kept exact as a fraction so that back-to-back packets never
+//!    drift; reported floored to the ns. Without a rate, t_L = t_A. A packet lost
+//!    with `loss-at link` ends here as `loss` after taking its link time.
+//! 7. **Delay:** release = ⌊t_L⌋ + d_i, d_i drawn per packet ([`crate::dist`]). By
+//!    default releases never go backwards: release = max(release, previous
+//!    release) (TLEM's rule), so jitter does not reorder. `reorder allow` drops that
+//!    rule. With netem's `reorder P gap N`, after N-1 delayed packets the next one
+//!    is, with probability P, released at ⌊t_L⌋ without delay, overtaking.
+//! 8. **Duplicate** and **corrupt** are drawn for delivered packets: a duplicate
+//!    is a second copy released right after the original; corruption flips one
+//!    uniformly chosen bit of the original frame.
+//!
+//! Each step with randomness uses its own stream ([`crate::rng`]).
+
+use crate::config::{LinkConfig, LossAt};
+use crate::dist::Distribution;
+use crate::fate::{Fate, FateCounts};
+use crate::loss::{CorrelatedChance, LossState};
+use crate::rng::{Stream, StreamId};
+use std::collections::VecDeque;
+
+/// What the model needs to know about a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PacketMeta {
+    /// Frame length in bytes as on the wire without overhead (pcap's `orig_len`).
+    pub len_bytes: u32,
+}
+
+/// The model's decision for one packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub struct Verdict {
+    pub fate: Fate,
+    /// For `delivered`: when the packet leaves the emulator. For a drop: when the
+    /// drop happened (the arrival, or the link exit for `loss-at link`).
+    pub release_ns: u64,
+    /// A second copy leaves right after this one.
+    pub duplicate: bool,
+    /// Flip this bit (bit 0 = most significant bit of byte 0) of the frame.
+    pub corrupt_bit: Option<u32>,
+    /// Packets in the queue when this one arrived.
+    pub queue_packets: u32,
+    /// Frame bytes in the queue when this one arrived.
+    pub queue_bytes: u64,
+}
+
+/// Token bucket kept in exact integer units of bit·ns/s ("nanobits"): a byte is
+/// 8e9 units and a rate of R bit/s adds R units per ns, so no rounding ever
+/// accumulates.
+#[derive(Debug, Clone)]
+struct TokenBucket {
+    rate_bps: u64,
+    capacity: u64,
+    tokens: u64,
+    last_ns: u64,
+}
+
+impl TokenBucket {
+    fn new(rate_bps: u64, burst_bytes: u64, now_ns: u64) -> Self {
+        let capacity = burst_bytes * 8_000_000_000;
+        TokenBucket { rate_bps, capacity, tokens: capacity, last_ns: now_ns }
+    }
+
+    fn admit(&mut self, now_ns: u64, len_bytes: u32) -> bool {
+        let elapsed = now_ns - self.last_ns;
+        self.last_ns = now_ns;
+        self.tokens = self.tokens.saturating_add(elapsed.saturating_mul(self.rate_bps)).min(self.capacity);
+        let cost = len_bytes as u64 * 8_000_000_000;
+        if cost <= self.tokens {
+            self.tokens -= cost;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// One direction's link state. Feed packets in arrival order to
+/// [`Link::on_arrival`]; change parameters with [`Link::reconfigure`].
+#[derive(Debug, Clone)]
+pub struct Link {
+    cfg: LinkConfig,
+    limit_packets: u32,
+    limit_bytes: u64,
+    /// Link clock: the exit time of the last accepted packet is
+    /// `clock_ns + clock_rem / rate_bps` ns, with `clock_rem < rate_bps`.
+    clock_ns: u64,
+    clock_rem: u64,
+    /// Accepted packets still in the queue: (first ns at which it has left, frame bytes).
+    queue: VecDeque<(u64, u32)>,
+    queue_bytes: u64,
+    last_arrival_ns: u64,
+    last_release_ns: u64,
+    reorder_counter: u32,
+    policer: Option<TokenBucket>,
+    loss: LossState,
+    delay_last_u: f64,
+    random_delay: bool,
+    reorder: CorrelatedChance,
+    duplicate: CorrelatedChance,
+    corrupt: CorrelatedChance,
+    loss_stream: Stream,
+    delay_stream: Stream,
+    reorder_stream: Stream,
+    duplicate_stream: Stream,
+    corrupt_stream: Stream,
+    counts: FateCounts,
+}
+
+impl Link {
+    /// A link starting idle at time 0. `direction` separates the random streams of
+    /// the two directions of one bridge (0 and 1).
+    pub fn new(cfg: LinkConfig, seed: u64, direction: u64) -> Self {
+        let mut delay_stream = Stream::new(seed, direction, StreamId::Delay);
+        // netem starts its correlated uniform from a random value, not from 0.
+        let delay_last_u = delay_stream.unit();
+        let mut link = Link {
+            limit_packets: 0,
+            limit_bytes: 0,
+            clock_ns: 0,
+            clock_rem: 0,
+            queue: VecDeque::new(),
+            queue_bytes: 0,
+            last_arrival_ns: 0,
+            last_release_ns: 0,
+            reorder_counter: 0,
+            policer: None,
+            loss: LossState::new(&cfg.loss),
+            delay_last_u,
+            random_delay: false,
+            reorder: CorrelatedChance::new(0.0, 0.0),
+            duplicate: CorrelatedChance::new(0.0, 0.0),
+            corrupt: CorrelatedChance::new(0.0, 0.0),
+            loss_stream: Stream::new(seed, direction, StreamId::Loss),
+            delay_stream,
+            reorder_stream: Stream::new(seed, direction, StreamId::Reorder),
+            duplicate_stream: Stream::new(seed, direction, StreamId::Duplicate),
+            corrupt_stream: Stream::new(seed, direction, StreamId::Corrupt),
+            counts: FateCounts::default(),
+            cfg: LinkConfig::default(),
+        };
+        link.apply(cfg, 0, true);
+        link
+    }
+
+    pub fn config(&self) -> &LinkConfig {
+        &self.cfg
+    }
+
+    /// Counts of every verdict given so far.
+    pub fn counts(&self) -> &FateCounts {
+        &self.counts
+    }
+
+    /// Packets accepted and not yet exited from the link at the last arrival.
+    pub fn queued_packets(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Changes the link's parameters from `now_ns` on. Packets already decided keep
+    /// their release times (nothing queued is lost); the link clock, the queue, the
+    /// loss model's state (when the model is the same) and the random streams
+    /// carry over, so a run with changes replays exactly.
+    pub fn reconfigure(&mut self, now_ns: u64, cfg: LinkConfig) {
+        self.apply(cfg, now_ns, false);
+    }
+
+    fn apply(&mut self, cfg: LinkConfig, now_ns: u64, fresh: bool) {
+        if !fresh && cfg.rate_bps != self.cfg.rate_bps && self.clock_rem != 0 {
+            // The fraction is in units of the old rate; round the clock up to the ns
+            // so that no packet leaves before its predecessor finished.
+            self.clock_ns += 1;
+            self.clock_rem = 0;
+        }
+        self.limit_packets = cfg.queue_packets.unwrap_or(u32::MAX);
+        self.limit_bytes = cfg.queue_bytes.unwrap_or(u64::MAX);
+        self.policer = cfg.policer.map(|p| match &self.policer {
+            Some(old) if !fresh => {
+                let mut b = TokenBucket::new(p.rate_bps, p.burst_bytes, old.last_ns);
+                b.tokens = old.tokens.min(b.capacity);
+                b
+            }
+            _ => TokenBucket::new(p.rate_bps, p.burst_bytes, now_ns),
+        });
+        if fresh {
+            self.loss = LossState::new(&cfg.loss);
+        } else {
+            self.loss.reconfigure(&cfg.loss);
+        }
+        self.random_delay = cfg.jitter_ns > 0 || !cfg.distribution.uses_jitter();
+        let keep = |old: &CorrelatedChance, p: f64, c: f64| {
+            let mut n = CorrelatedChance::new(p, c);
+            if !fresh {
+                n.carry_state_from(old);
+            }
+            n
+        };
+        self.reorder = keep(&self.reorder, cfg.reorder_probability, cfg.reorder_correlation);
+        self.duplicate = keep(&self.duplicate, cfg.duplicate, cfg.duplicate_correlation);
+        self.corrupt = keep(&self.corrupt, cfg.corrupt, cfg.corrupt_correlation);
+        self.cfg = cfg;
+    }
+
+    /// Decides the fate and release time of a packet arriving at `now_ns`.
+    #[inline]
+    pub fn on_arrival(&mut self, now_ns: u64, meta: PacketMeta) -> Verdict {
+        let t_a = now_ns.max(self.last_arrival_ns);
+        self.last_arrival_ns = t_a;
+        while let Some(&(left_ns, len)) = self.queue.front() {
+            if left_ns > t_a {
+                break;
+            }
+            self.queue.pop_front();
+            self.queue_bytes -= len as u64;
+        }
+        let mut v = Verdict {
+            fate: Fate::Delivered,
+            release_ns: t_a,
+            duplicate: false,
+            corrupt_bit: None,
+            queue_packets: self.queue.len() as u32,
+            queue_bytes: self.queue_bytes,
+        };
+        let len = meta.len_bytes;
+
+        if let Some(bucket) = &mut self.policer {
+            if !bucket.admit(t_a, len) {
+                return self.finish(v, Fate::Policed);
+            }
+        }
+
+        let wire_bits = (len as u64 + self.cfg.overhead_bytes as u64) * 8;
+        let lost = self.loss.draw(wire_bits, &mut self.loss_stream);
+        if lost && self.cfg.loss_at == LossAt::Arrival {
+            return self.finish(v, Fate::Loss);
+        }
+
+        if v.queue_packets >= self.limit_packets || v.queue_bytes.saturating_add(len as u64) > self.limit_bytes {
+            return self.finish(v, Fate::QueueFull);
+        }
+
+        let t_link = match self.cfg.rate_bps {
+            Some(rate) => {
+                if t_a > self.clock_ns {
+                    self.clock_ns = t_a;
+                    self.clock_rem = 0;
+                }
+                // rem < rate and bits·1e9 ≤ 2^19·1e9: no overflow below 1e19.
+                let total = self.clock_rem + wire_bits * 1_000_000_000;
+                self.clock_ns = self.clock_ns.saturating_add(total / rate);
+                self.clock_rem = total % rate;
+                let left_ns = self.clock_ns + (self.clock_rem != 0) as u64;
+                self.queue.push_back((left_ns, len));
+                self.queue_bytes += len as u64;
+                self.clock_ns
+            }
+            None => t_a,
+        };
+        if lost {
+            v.release_ns = t_link;
+            return self.finish(v, Fate::Loss);
+        }
+
+        let reordered = self.cfg.reorder_gap > 0 && {
+            if self.reorder_counter + 1 >= self.cfg.reorder_gap && self.reorder.draw(&mut self.reorder_stream) {
+                self.reorder_counter = 0;
+                true
+            } else {
+                self.reorder_counter += 1;
+                false
+            }
+        };
+        v.release_ns = if reordered {
+            t_link
+        } else {
+            let release = t_link.saturating_add(self.draw_delay_ns());
+            if self.cfg.reorder_allow {
+                release
+            } else {
+                let r = release.max(self.last_release_ns);
+                self.last_release_ns = r;
+                r
+            }
+        };
+
+        if !self.duplicate.is_never() && self.duplicate.draw(&mut self.duplicate_stream) {
+            v.duplicate = true;
+            self.counts.duplicated += 1;
+        }
+        if !self.corrupt.is_never() && self.corrupt.draw(&mut self.corrupt_stream) && len > 0 {
+            v.corrupt_bit = Some(self.corrupt_stream.below(len as u64 * 8) as u32);
+            self.counts.corrupted += 1;
+        }
+        self.counts.add(Fate::Delivered);
+        v
+    }
+
+    #[inline]
+    fn finish(&mut self, mut v: Verdict, fate: Fate) -> Verdict {
+        v.fate = fate;
+        self.counts.add(fate);
+        v
+    }
+
+    #[inline]
+    fn draw_delay_ns(&mut self) -> u64 {
+        let cfg = &self.cfg;
+        if !self.random_delay {
+            return cfg.delay_ns;
+        }
+        let fresh = self.delay_stream.unit();
+        let u = if cfg.delay_correlation > 0.0 {
+            let rho = cfg.delay_correlation;
+            let u = (1.0 - rho) * fresh + rho * self.delay_last_u;
+            self.delay_last_u = u;
+            u
+        } else {
+            fresh
+        };
+        let z = cfg.distribution.standard(u, &mut self.delay_stream);
+        let d = match *cfg.distribution {
+            Distribution::Cdf { .. } => cfg.delay_ns as f64 + z,
+            _ => cfg.delay_ns as f64 + cfg.jitter_ns as f64 * z,
+        };
+        if d <= 0.0 {
+            0
+        } else if d >= u64::MAX as f64 {
+            u64::MAX
+        } else {
+            d.round() as u64
+        }
+    }
+}
