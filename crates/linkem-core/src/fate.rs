@@ -86,9 +86,9 @@ impl FateCounts {
         Fate::ALL.iter().map(move |&f| (f, self.get(f)))
     }
 
-    /// Moves one packet from `from` to `to` (a delivered packet later dropped as late).
-    pub fn reclassify(&mut self, from: Fate, to: Fate) {
-        self.by_fate[from as usize] -= 1;
-        self.by_fate[to as usize] += 1;
+    /// Overrides one count: the live pipeline learns later than the model which
+    /// accepted packets were sent, dropped for lack of room, or too late.
+    pub fn set(&mut self, fate: Fate, n: u64) {
+        self.by_fate[fate as usize] = n;
     }
 }

@@ -92,6 +92,19 @@ impl TokenBucket {
     }
 }
 
+const SERIALISATION_CACHE: usize = 64;
+
+/// How delays are drawn, decided once per configuration so that the common
+/// cases skip the general floating-point path.
+#[derive(Debug, Clone, Copy)]
+enum DelayMode {
+    Constant,
+    /// Uncorrelated uniform jitter: an integer draw in [lo, lo + span], clamped at 0.
+    Uniform { lo_ns: i64, span_ns: u64 },
+    /// Any distribution or correlation: inverse CDF in floating point.
+    General,
+}
+
 /// One direction's link state. Feed packets in arrival order to
 /// [`Link::on_arrival`]; change parameters with [`Link::reconfigure`].
 #[derive(Debug, Clone)]
@@ -103,6 +116,10 @@ pub struct Link {
     /// `clock_ns + clock_rem / rate_bps` ns, with `clock_rem < rate_bps`.
     clock_ns: u64,
     clock_rem: u64,
+    /// Serialisation times by wire size, split as (whole ns, remainder in units of
+    /// 1/rate ns): a 64-bit division costs more than the rest of a packet's
+    /// model, and traffic repeats a handful of sizes.
+    serialisation_cache: Box<[(u64, u64, u64); SERIALISATION_CACHE]>,
     /// Accepted packets still in the queue: (first ns at which it has left, frame bytes).
     queue: VecDeque<(u64, u32)>,
     queue_bytes: u64,
@@ -112,7 +129,7 @@ pub struct Link {
     policer: Option<TokenBucket>,
     loss: LossState,
     delay_last_u: f64,
-    random_delay: bool,
+    delay_mode: DelayMode,
     reorder: CorrelatedChance,
     duplicate: CorrelatedChance,
     corrupt: CorrelatedChance,
@@ -136,6 +153,7 @@ impl Link {
             limit_bytes: 0,
             clock_ns: 0,
             clock_rem: 0,
+            serialisation_cache: Box::new([(u64::MAX, 0, 0); SERIALISATION_CACHE]),
             queue: VecDeque::new(),
             queue_bytes: 0,
             last_arrival_ns: 0,
@@ -144,7 +162,7 @@ impl Link {
             policer: None,
             loss: LossState::new(&cfg.loss),
             delay_last_u,
-            random_delay: false,
+            delay_mode: DelayMode::Constant,
             reorder: CorrelatedChance::new(0.0, 0.0),
             duplicate: CorrelatedChance::new(0.0, 0.0),
             corrupt: CorrelatedChance::new(0.0, 0.0),
@@ -189,6 +207,7 @@ impl Link {
             self.clock_ns += 1;
             self.clock_rem = 0;
         }
+        self.serialisation_cache.fill((u64::MAX, 0, 0));
         self.limit_packets = cfg.queue_packets.unwrap_or(u32::MAX);
         self.limit_bytes = cfg.queue_bytes.unwrap_or(u64::MAX);
         self.policer = cfg.policer.map(|p| match &self.policer {
@@ -204,7 +223,16 @@ impl Link {
         } else {
             self.loss.reconfigure(&cfg.loss);
         }
-        self.random_delay = cfg.jitter_ns > 0 || !cfg.distribution.uses_jitter();
+        self.delay_mode = if cfg.jitter_ns == 0 && cfg.distribution.uses_jitter() {
+            DelayMode::Constant
+        } else if *cfg.distribution == Distribution::Uniform && cfg.delay_correlation == 0.0 {
+            DelayMode::Uniform {
+                lo_ns: cfg.delay_ns as i64 - cfg.jitter_ns as i64,
+                span_ns: 2 * cfg.jitter_ns,
+            }
+        } else {
+            DelayMode::General
+        };
         let keep = |old: &CorrelatedChance, p: f64, c: f64| {
             let mut n = CorrelatedChance::new(p, c);
             if !fresh {
@@ -262,10 +290,22 @@ impl Link {
                     self.clock_ns = t_a;
                     self.clock_rem = 0;
                 }
-                // rem < rate and bits·1e9 ≤ 2^19·1e9: no overflow below 1e19.
-                let total = self.clock_rem + wire_bits * 1_000_000_000;
-                self.clock_ns = self.clock_ns.saturating_add(total / rate);
-                self.clock_rem = total % rate;
+                let slot = &mut self.serialisation_cache[(wire_bits as usize / 8) % SERIALISATION_CACHE];
+                if slot.0 != wire_bits {
+                    // bits·1e9 ≤ 2^19·1e9 < 2^64.
+                    let scaled = wire_bits * 1_000_000_000;
+                    *slot = (wire_bits, scaled / rate, scaled % rate);
+                }
+                let (_, whole_ns, part) = *slot;
+                // clock_rem and part are both below rate: their sum carries at most 1 ns.
+                let mut rem = self.clock_rem + part;
+                let mut ns = whole_ns;
+                if rem >= rate {
+                    rem -= rate;
+                    ns += 1;
+                }
+                self.clock_ns = self.clock_ns.saturating_add(ns);
+                self.clock_rem = rem;
                 let left_ns = self.clock_ns + (self.clock_rem != 0) as u64;
                 self.queue.push_back((left_ns, len));
                 self.queue_bytes += len as u64;
@@ -322,8 +362,13 @@ impl Link {
     #[inline]
     fn draw_delay_ns(&mut self) -> u64 {
         let cfg = &self.cfg;
-        if !self.random_delay {
-            return cfg.delay_ns;
+        match self.delay_mode {
+            DelayMode::Constant => return cfg.delay_ns,
+            DelayMode::Uniform { lo_ns, span_ns } => {
+                let d = lo_ns + self.delay_stream.below(span_ns + 1) as i64;
+                return d.max(0) as u64;
+            }
+            DelayMode::General => {}
         }
         let fresh = self.delay_stream.unit();
         let u = if cfg.delay_correlation > 0.0 {
@@ -344,7 +389,8 @@ impl Link {
         } else if d >= u64::MAX as f64 {
             u64::MAX
         } else {
-            d.round() as u64
+            // Half-up rounding by truncation: `f64::round` is a libm call without SSE4.1.
+            (d + 0.5) as u64
         }
     }
 }
