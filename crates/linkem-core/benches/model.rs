@@ -36,7 +36,10 @@ fn bench(c: &mut Criterion) {
     for (name, words) in [
         ("delay", "delay 10ms"),
         ("rate+queue+delay", "rate 1gbit queue 1000 delay 10ms"),
-        ("rate+queue+delay+jitter+gemodel", "rate 1gbit queue 1000 delay 10ms 1ms loss gemodel 1% 10% 70% 0.1%"),
+        (
+            "rate+queue+delay+jitter+gemodel",
+            "rate 1gbit queue 1000 delay 10ms 1ms loss gemodel 1% 10% 70% 0.1%",
+        ),
     ] {
         let cfg = LinkSpec::parse(words).expect("bench words are valid").link;
         group.bench_with_input(BenchmarkId::new("link", name), &cfg, |b, cfg| {

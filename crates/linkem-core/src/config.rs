@@ -164,7 +164,10 @@ impl<'w> Words<'w> {
                 self.next += 1;
                 Ok((self.next - 1, w))
             }
-            None => Err(self.error(self.next.saturating_sub(1), format!("'{keyword}' needs {what}"))),
+            None => Err(self.error(
+                self.next.saturating_sub(1),
+                format!("'{keyword}' needs {what}"),
+            )),
         }
     }
 
@@ -190,13 +193,18 @@ impl<'w> Words<'w> {
 }
 
 fn starts_with_digit(w: &str) -> bool {
-    w.as_bytes().first().is_some_and(|b| b.is_ascii_digit() || *b == b'.')
+    w.as_bytes()
+        .first()
+        .is_some_and(|b| b.is_ascii_digit() || *b == b'.')
 }
 
 impl LinkSpec {
     /// Parses link words. `files` reads a distribution file named by
     /// `distribution FILE`.
-    pub fn parse_words(words: &[&str], files: &mut FileLoader<'_>) -> Result<LinkSpec, ConfigError> {
+    pub fn parse_words(
+        words: &[&str],
+        files: &mut FileLoader<'_>,
+    ) -> Result<LinkSpec, ConfigError> {
         let mut spec = LinkSpec::default();
         let mut queue_packets: Option<Option<u32>> = None;
         let mut queue_bytes: Option<Option<u64>> = None;
@@ -241,14 +249,18 @@ impl LinkSpec {
                     } else if v.bytes().all(|b| b.is_ascii_digit()) {
                         let n = w.unit(a, units::parse_count(v))?;
                         if n == 0 {
-                            return Err(w.error(a, format!("{word} 0: a queue holds at least one packet")));
+                            return Err(
+                                w.error(a, format!("{word} 0: a queue holds at least one packet"))
+                            );
                         }
                         if n > u32::MAX as u64 {
                             return Err(w.error(a, format!("{word} {v}: too many packets")));
                         }
                         queue_packets = Some(Some(n as u32));
                     } else if word == "limit" {
-                        return Err(w.error(a, "limit takes a packet count (use 'queue SIZE' for bytes)"));
+                        return Err(
+                            w.error(a, "limit takes a packet count (use 'queue SIZE' for bytes)")
+                        );
                     } else {
                         let n = w.unit(a, units::parse_size_bytes(v))?;
                         if n == 0 {
@@ -263,7 +275,10 @@ impl LinkSpec {
                 "delay" => {
                     let (a, v) = w.arg(word, "a time such as 10ms")?;
                     link.delay_ns = w.unit(a, units::parse_time_ns(v))?;
-                    if let Some(j) = w.peek().filter(|j| starts_with_digit(j) && !j.ends_with('%')) {
+                    if let Some(j) = w
+                        .peek()
+                        .filter(|j| starts_with_digit(j) && !j.ends_with('%'))
+                    {
                         w.next += 1;
                         link.jitter_ns = w.unit(w.next - 1, units::parse_time_ns(j))?;
                         if let Some(c) = w.optional_percent()? {
@@ -276,7 +291,10 @@ impl LinkSpec {
                     link.jitter_ns = w.unit(a, units::parse_time_ns(v))?;
                 }
                 "distribution" => {
-                    let (a, v) = w.arg(word, "a name (uniform, normal, pareto, paretonormal, exponential) or a file")?;
+                    let (a, v) = w.arg(
+                        word,
+                        "a name (uniform, normal, pareto, paretonormal, exponential) or a file",
+                    )?;
                     let d = match Distribution::builtin(v) {
                         Some(d) => d,
                         None => {
@@ -310,7 +328,10 @@ impl LinkSpec {
                 "plr" => {
                     let (a, v) = w.arg(word, "a probability such as 0.01")?;
                     let p = w.unit(a, units::parse_probability(v))?;
-                    link.loss = LossConfig::Random { p, correlation: 0.0 };
+                    link.loss = LossConfig::Random {
+                        p,
+                        correlation: 0.0,
+                    };
                 }
                 "loss-at" => {
                     let (a, v) = w.arg(word, "'arrival' or 'link'")?;
@@ -340,14 +361,20 @@ impl LinkSpec {
                     if burst_bytes == 0 || burst_bytes > MAX_POLICER_BURST_BYTES {
                         return Err(w.error(c, "a policer burst is between 1B and 1GiB"));
                     }
-                    link.policer = Some(PolicerConfig { rate_bps, burst_bytes });
+                    link.policer = Some(PolicerConfig {
+                        rate_bps,
+                        burst_bytes,
+                    });
                 }
                 "seed" => {
                     let (a, v) = w.arg(word, "a whole number")?;
                     spec.seed = Some(w.unit(a, units::parse_count(v))?);
                 }
                 _ => {
-                    return Err(w.error(at, "unknown word (see 'linkem help-link' for the words linkem reads)"));
+                    return Err(w.error(
+                        at,
+                        "unknown word (see 'linkem replay --help' for the words linkem reads)",
+                    ));
                 }
             }
         }
@@ -360,7 +387,10 @@ impl LinkSpec {
         }
         if let Some((a, d)) = distribution {
             if d.uses_jitter() && link.jitter_ns == 0 && d != Distribution::Uniform {
-                return Err(w.error(a, "a distribution needs a jitter: 'delay D J distribution NAME'"));
+                return Err(w.error(
+                    a,
+                    "a distribution needs a jitter: 'delay D J distribution NAME'",
+                ));
             }
             if !d.uses_jitter() && link.jitter_ns != 0 {
                 return Err(w.error(a, "a CDF profile gives the delays itself; drop the jitter"));
@@ -370,7 +400,10 @@ impl LinkSpec {
         if link.reorder_probability > 0.0 {
             if link.delay_ns == 0 {
                 let at = words.iter().position(|x| *x == "reorder").unwrap_or(0);
-                return Err(w.error(at, "reordering needs a delay to reorder against (netem refuses it too)"));
+                return Err(w.error(
+                    at,
+                    "reordering needs a delay to reorder against (netem refuses it too)",
+                ));
             }
             if link.reorder_gap == 0 {
                 link.reorder_gap = 1;
@@ -397,7 +430,12 @@ fn parse_loss(w: &mut Words<'_>, word: &str) -> Result<LossConfig, ConfigError> 
             let r = w.optional_percent()?.unwrap_or(1.0 - p);
             let loss_bad = w.optional_percent()?.unwrap_or(1.0);
             let loss_good = w.optional_percent()?.unwrap_or(0.0);
-            Ok(LossConfig::GilbertElliott { p, r, loss_bad, loss_good })
+            Ok(LossConfig::GilbertElliott {
+                p,
+                r,
+                loss_bad,
+                loss_good,
+            })
         }
         Some("state") => {
             w.next += 1;
@@ -413,7 +451,13 @@ fn parse_loss(w: &mut Words<'_>, word: &str) -> Result<LossConfig, ConfigError> 
             if p31 + p32 > 1.0 + 1e-12 {
                 return Err(w.error(at, "p31 + p32 exceed 100%: they leave state 3 together"));
             }
-            Ok(LossConfig::FourState { p13, p31, p32, p23, p14 })
+            Ok(LossConfig::FourState {
+                p13,
+                p31,
+                p32,
+                p23,
+                p14,
+            })
         }
         Some("ber") => {
             w.next += 1;
@@ -436,7 +480,9 @@ fn parse_loss(w: &mut Words<'_>, word: &str) -> Result<LossConfig, ConfigError> 
 }
 
 fn parse_ber(v: &str) -> Result<f64, String> {
-    let x: f64 = v.parse().map_err(|_| format!("'{v}' is not a bit error rate (e.g. 1e-6)"))?;
+    let x: f64 = v
+        .parse()
+        .map_err(|_| format!("'{v}' is not a bit error rate (e.g. 1e-6)"))?;
     if !(0.0..1.0).contains(&x) {
         return Err(format!("a bit error rate is in [0, 1), not {v}"));
     }
@@ -504,14 +550,25 @@ impl fmt::Display for LinkConfig {
                 parts.push(l);
             }
             LossConfig::Ber { ber } => parts.push(format!("loss ber {ber:e}")),
-            LossConfig::GilbertElliott { p, r, loss_bad, loss_good } => parts.push(format!(
+            LossConfig::GilbertElliott {
+                p,
+                r,
+                loss_bad,
+                loss_good,
+            } => parts.push(format!(
                 "loss gemodel {} {} {} {}",
                 pct(p),
                 pct(r),
                 pct(loss_bad),
                 pct(loss_good)
             )),
-            LossConfig::FourState { p13, p31, p32, p23, p14 } => parts.push(format!(
+            LossConfig::FourState {
+                p13,
+                p31,
+                p32,
+                p23,
+                p14,
+            } => parts.push(format!(
                 "loss state {} {} {} {} {}",
                 pct(p13),
                 pct(p31),
@@ -538,7 +595,11 @@ impl fmt::Display for LinkConfig {
             parts.push(s);
         }
         if let Some(p) = self.policer {
-            parts.push(format!("policer {} burst {}B", format_rate_bps(p.rate_bps), p.burst_bytes));
+            parts.push(format!(
+                "policer {} burst {}B",
+                format_rate_bps(p.rate_bps),
+                p.burst_bytes
+            ));
         }
         f.write_str(&parts.join(" "))
     }
@@ -565,7 +626,9 @@ pub struct TomlWords {
 
 impl TomlWords {
     pub fn parse(text: &str) -> Result<TomlWords, String> {
-        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| e.to_string().trim_end().to_string())?;
+        let table: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| e.to_string().trim_end().to_string())?;
         let mut out = TomlWords::default();
         for (key, value) in &table {
             match (key.as_str(), value) {
@@ -587,7 +650,12 @@ impl TomlWords {
     }
 }
 
-fn push_words(words: &mut Vec<String>, path: &str, key: &str, value: &toml::Value) -> Result<(), String> {
+fn push_words(
+    words: &mut Vec<String>,
+    path: &str,
+    key: &str,
+    value: &toml::Value,
+) -> Result<(), String> {
     words.push(key.to_string());
     match value {
         toml::Value::String(s) => {
@@ -601,9 +669,15 @@ fn push_words(words: &mut Vec<String>, path: &str, key: &str, value: &toml::Valu
         toml::Value::Array(items) => {
             for item in items {
                 match item {
-                    toml::Value::String(s) => words.extend(s.split_whitespace().map(str::to_string)),
+                    toml::Value::String(s) => {
+                        words.extend(s.split_whitespace().map(str::to_string))
+                    }
                     toml::Value::Integer(i) if *i >= 0 => words.push(i.to_string()),
-                    _ => return Err(format!("key '{path}': array items are strings or whole numbers")),
+                    _ => {
+                        return Err(format!(
+                            "key '{path}': array items are strings or whole numbers"
+                        ))
+                    }
                 }
             }
         }
@@ -634,13 +708,20 @@ mod tests {
 
     #[test]
     fn netem_words() {
-        let c = parse("delay 10ms 1ms 25% rate 10mbit limit 50 loss 1% duplicate 2% corrupt 0.1%").unwrap();
+        let c = parse("delay 10ms 1ms 25% rate 10mbit limit 50 loss 1% duplicate 2% corrupt 0.1%")
+            .unwrap();
         assert_eq!(c.delay_ns, 10_000_000);
         assert_eq!(c.jitter_ns, 1_000_000);
         assert_eq!(c.delay_correlation, 0.25);
         assert_eq!(c.rate_bps, Some(10_000_000));
         assert_eq!(c.queue_packets, Some(50));
-        assert_eq!(c.loss, LossConfig::Random { p: 0.01, correlation: 0.0 });
+        assert_eq!(
+            c.loss,
+            LossConfig::Random {
+                p: 0.01,
+                correlation: 0.0
+            }
+        );
         assert_eq!(c.duplicate, 0.02);
         assert!((c.corrupt - 0.001).abs() < 1e-15);
         let pasted = LinkSpec::parse("netem delay 10ms").unwrap();
@@ -653,7 +734,13 @@ mod tests {
         assert_eq!(c.rate_bps, Some(3_000_000));
         assert_eq!(c.delay_ns, 32_000_000);
         assert_eq!(c.queue_packets, Some(50));
-        assert_eq!(c.loss, LossConfig::Random { p: 0.01, correlation: 0.0 });
+        assert_eq!(
+            c.loss,
+            LossConfig::Random {
+                p: 0.01,
+                correlation: 0.0
+            }
+        );
     }
 
     #[test]
@@ -672,18 +759,43 @@ mod tests {
     fn loss_models_with_netem_defaults() {
         assert_eq!(
             parse("loss gemodel 1%").unwrap().loss,
-            LossConfig::GilbertElliott { p: 0.01, r: 0.99, loss_bad: 1.0, loss_good: 0.0 }
+            LossConfig::GilbertElliott {
+                p: 0.01,
+                r: 0.99,
+                loss_bad: 1.0,
+                loss_good: 0.0
+            }
         );
         assert_eq!(
             parse("loss gemodel 1% 10% 70% 0.1%").unwrap().loss,
-            LossConfig::GilbertElliott { p: 0.01, r: 0.1, loss_bad: 0.7, loss_good: 0.001 }
+            LossConfig::GilbertElliott {
+                p: 0.01,
+                r: 0.1,
+                loss_bad: 0.7,
+                loss_good: 0.001
+            }
         );
         assert_eq!(
             parse("loss state 1%").unwrap().loss,
-            LossConfig::FourState { p13: 0.01, p31: 0.99, p32: 0.0, p23: 1.0, p14: 0.0 }
+            LossConfig::FourState {
+                p13: 0.01,
+                p31: 0.99,
+                p32: 0.0,
+                p23: 1.0,
+                p14: 0.0
+            }
         );
-        assert_eq!(parse("loss ber 1e-6").unwrap().loss, LossConfig::Ber { ber: 1e-6 });
-        assert_eq!(parse("loss random 2% 50%").unwrap().loss, LossConfig::Random { p: 0.02, correlation: 0.5 });
+        assert_eq!(
+            parse("loss ber 1e-6").unwrap().loss,
+            LossConfig::Ber { ber: 1e-6 }
+        );
+        assert_eq!(
+            parse("loss random 2% 50%").unwrap().loss,
+            LossConfig::Random {
+                p: 0.02,
+                correlation: 0.5
+            }
+        );
     }
 
     #[test]
@@ -700,11 +812,23 @@ mod tests {
         let e = parse("rate").unwrap_err();
         assert!(e.message.contains("needs a rate"), "{e}");
         assert!(parse("reorder 10%").unwrap_err().message.contains("delay"));
-        assert!(parse("delay 10ms gap 5").unwrap_err().message.contains("reorder"));
-        assert!(parse("delay 10ms distribution normal").unwrap_err().message.contains("jitter"));
-        assert!(parse("delay 10ms 1ms distribution nosuch").unwrap_err().message.contains("nosuch"));
+        assert!(parse("delay 10ms gap 5")
+            .unwrap_err()
+            .message
+            .contains("reorder"));
+        assert!(parse("delay 10ms distribution normal")
+            .unwrap_err()
+            .message
+            .contains("jitter"));
+        assert!(parse("delay 10ms 1ms distribution nosuch")
+            .unwrap_err()
+            .message
+            .contains("nosuch"));
         assert!(parse("loss 1").unwrap_err().message.contains("%"));
-        assert!(parse("policer 1mbit 10kB").unwrap_err().message.contains("burst"));
+        assert!(parse("policer 1mbit 10kB")
+            .unwrap_err()
+            .message
+            .contains("burst"));
         assert!(parse("loss state 60% 10% 0% 100% 50%").is_err());
     }
 
@@ -746,7 +870,9 @@ mod tests {
         assert_eq!(spec.link.queue_packets, Some(100));
         assert_eq!(spec.seed, Some(7));
         assert_eq!(t.b_to_a, vec!["rate", "1mbit"]);
-        assert!(TomlWords::parse("rate = true").unwrap_err().contains("rate"));
+        assert!(TomlWords::parse("rate = true")
+            .unwrap_err()
+            .contains("rate"));
         assert!(TomlWords::parse("rate = ").is_err());
     }
 }

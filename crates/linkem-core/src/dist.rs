@@ -19,8 +19,8 @@
 //! A negative result becomes 0: a packet never leaves before it exits the link.
 //! Correlation narrows the spread, exactly as in netem; the mean stays D.
 
-use crate::units::parse_time_ns;
 use crate::rng::Stream;
+use crate::units::parse_time_ns;
 use std::fmt;
 
 /// netem's table scale: table values are in units of 1/8192 of the jitter.
@@ -42,10 +42,16 @@ pub enum Distribution {
     ParetoNormal,
     Exponential,
     /// A netem `.dist` table: values in units of jitter / 8192, any order.
-    Table { name: String, values: Vec<f64> },
+    Table {
+        name: String,
+        values: Vec<f64>,
+    },
     /// A cumulative profile: (probability, delay in ns) points, both non-decreasing,
     /// the last probability 1.
-    Cdf { name: String, points: Vec<(f64, f64)> },
+    Cdf {
+        name: String,
+        points: Vec<(f64, f64)>,
+    },
 }
 
 impl fmt::Debug for Distribution {
@@ -161,7 +167,10 @@ pub fn inverse_normal_cdf(u: f64) -> f64 {
     ];
     const LOW: f64 = 0.02425;
     // u = 0 would be -infinity; the smallest u the stream can produce is 2^-53.
-    let p = u.clamp(1.0 / 9_007_199_254_740_992.0, 1.0 - 1.0 / 9_007_199_254_740_992.0);
+    let p = u.clamp(
+        1.0 / 9_007_199_254_740_992.0,
+        1.0 - 1.0 / 9_007_199_254_740_992.0,
+    );
     let tail = |q: f64| {
         (((((C[0] * q + C[1]) * q + C[2]) * q + C[3]) * q + C[4]) * q + C[5])
             / ((((D[0] * q + D[1]) * q + D[2]) * q + D[3]) * q + 1.0)
@@ -208,7 +217,10 @@ fn parse_netem_table(name: &str, text: &str) -> Result<Distribution, String> {
                 )
             })?;
             if !(-32768..=32767).contains(&v) {
-                return Err(format!("{name}:{}: {v} is outside a netem table's range -32768..32767", lineno + 1));
+                return Err(format!(
+                    "{name}:{}: {v} is outside a netem table's range -32768..32767",
+                    lineno + 1
+                ));
             }
             values.push(v as f64 / NETEM_DIST_SCALE);
         }
@@ -216,7 +228,10 @@ fn parse_netem_table(name: &str, text: &str) -> Result<Distribution, String> {
     if values.is_empty() {
         return Err(format!("{name}: the distribution table is empty"));
     }
-    Ok(Distribution::Table { name: name.to_string(), values })
+    Ok(Distribution::Table {
+        name: name.to_string(),
+        values,
+    })
 }
 
 fn parse_profile(name: &str, text: &str) -> Result<Distribution, String> {
@@ -239,7 +254,9 @@ fn parse_profile(name: &str, text: &str) -> Result<Distribution, String> {
             }
             ["name", ..] | ["samples", _] => {}
             ["loss-level", level] => {
-                let l: f64 = level.parse().map_err(|_| format!("{}: bad loss-level '{level}'", at()))?;
+                let l: f64 = level
+                    .parse()
+                    .map_err(|_| format!("{}: bad loss-level '{level}'", at()))?;
                 if l != 1.0 {
                     return Err(format!(
                         "{}: loss-level {level}: profile-driven loss is not supported; use 'loss P%' \
@@ -256,7 +273,9 @@ fn parse_profile(name: &str, text: &str) -> Result<Distribution, String> {
             }
             [a, b] if in_samples => {
                 let (p, d) = if delay_first { (b, a) } else { (a, b) };
-                let prob: f64 = p.parse().map_err(|_| format!("{}: '{p}' is not a probability", at()))?;
+                let prob: f64 = p
+                    .parse()
+                    .map_err(|_| format!("{}: '{p}' is not a probability", at()))?;
                 if !(0.0..=1.0).contains(&prob) {
                     return Err(format!("{}: probability {p} is outside [0, 1]", at()));
                 }
@@ -268,7 +287,10 @@ fn parse_profile(name: &str, text: &str) -> Result<Distribution, String> {
                 };
                 if let Some(&(lp, ld)) = points.last() {
                     if prob < lp {
-                        return Err(format!("{}: probability {p} is below the previous {lp}; a CDF never decreases", at()));
+                        return Err(format!(
+                            "{}: probability {p} is below the previous {lp}; a CDF never decreases",
+                            at()
+                        ));
                     }
                     if delay_ns < ld {
                         return Err(format!("{}: delay {d} is below the previous one; list delays in increasing order", at()));
@@ -276,7 +298,12 @@ fn parse_profile(name: &str, text: &str) -> Result<Distribution, String> {
                 }
                 points.push((prob, delay_ns));
             }
-            _ => return Err(format!("{}: cannot read '{line}' (expected 'prob delay' pairs)", at())),
+            _ => {
+                return Err(format!(
+                    "{}: cannot read '{line}' (expected 'prob delay' pairs)",
+                    at()
+                ))
+            }
         }
     }
     match points.last() {
@@ -284,7 +311,10 @@ fn parse_profile(name: &str, text: &str) -> Result<Distribution, String> {
         Some(&(p, _)) if p != 1.0 => Err(format!(
             "{name}: the last probability is {p}; a CDF profile must end at probability 1"
         )),
-        Some(_) => Ok(Distribution::Cdf { name: name.to_string(), points }),
+        Some(_) => Ok(Distribution::Cdf {
+            name: name.to_string(),
+            points,
+        }),
     }
 }
 
@@ -295,7 +325,13 @@ mod tests {
 
     #[test]
     fn inverse_normal_matches_known_quantiles() {
-        for (u, z) in [(0.5, 0.0), (0.975, 1.959_963_985), (0.841_344_746, 1.0), (0.001, -3.090_232_306), (0.999_999, 4.753_424_309)] {
+        for (u, z) in [
+            (0.5, 0.0),
+            (0.975, 1.959_963_985),
+            (0.841_344_746, 1.0),
+            (0.001, -3.090_232_306),
+            (0.999_999, 4.753_424_309),
+        ] {
             assert!((inverse_normal_cdf(u) - z).abs() < 1e-6, "u={u}");
             assert!((inverse_normal_cdf(1.0 - u) + z).abs() < 1e-6, "u={u}");
         }
@@ -320,7 +356,9 @@ mod tests {
         let e = Distribution::parse_file("bad.dist", "1 2\n3 x\n").unwrap_err();
         assert!(e.contains("bad.dist:2") && e.contains("'x'"), "{e}");
         assert!(Distribution::parse_file("e.dist", "# nothing\n").is_err());
-        assert!(Distribution::parse_file("r.dist", "40000\n").unwrap_err().contains("range"));
+        assert!(Distribution::parse_file("r.dist", "40000\n")
+            .unwrap_err()
+            .contains("range"));
     }
 
     #[test]

@@ -75,13 +75,21 @@ struct TokenBucket {
 impl TokenBucket {
     fn new(rate_bps: u64, burst_bytes: u64, now_ns: u64) -> Self {
         let capacity = burst_bytes * 8_000_000_000;
-        TokenBucket { rate_bps, capacity, tokens: capacity, last_ns: now_ns }
+        TokenBucket {
+            rate_bps,
+            capacity,
+            tokens: capacity,
+            last_ns: now_ns,
+        }
     }
 
     fn admit(&mut self, now_ns: u64, len_bytes: u32) -> bool {
         let elapsed = now_ns - self.last_ns;
         self.last_ns = now_ns;
-        self.tokens = self.tokens.saturating_add(elapsed.saturating_mul(self.rate_bps)).min(self.capacity);
+        self.tokens = self
+            .tokens
+            .saturating_add(elapsed.saturating_mul(self.rate_bps))
+            .min(self.capacity);
         let cost = len_bytes as u64 * 8_000_000_000;
         if cost <= self.tokens {
             self.tokens -= cost;
@@ -100,7 +108,10 @@ const SERIALISATION_CACHE: usize = 64;
 enum DelayMode {
     Constant,
     /// Uncorrelated uniform jitter: an integer draw in [lo, lo + span], clamped at 0.
-    Uniform { lo_ns: i64, span_ns: u64 },
+    Uniform {
+        lo_ns: i64,
+        span_ns: u64,
+    },
     /// Any distribution or correlation: inverse CDF in floating point.
     General,
 }
@@ -240,7 +251,11 @@ impl Link {
             }
             n
         };
-        self.reorder = keep(&self.reorder, cfg.reorder_probability, cfg.reorder_correlation);
+        self.reorder = keep(
+            &self.reorder,
+            cfg.reorder_probability,
+            cfg.reorder_correlation,
+        );
         self.duplicate = keep(&self.duplicate, cfg.duplicate, cfg.duplicate_correlation);
         self.corrupt = keep(&self.corrupt, cfg.corrupt, cfg.corrupt_correlation);
         self.cfg = cfg;
@@ -280,7 +295,9 @@ impl Link {
             return self.finish(v, Fate::Loss);
         }
 
-        if v.queue_packets >= self.limit_packets || v.queue_bytes.saturating_add(len as u64) > self.limit_bytes {
+        if v.queue_packets >= self.limit_packets
+            || v.queue_bytes.saturating_add(len as u64) > self.limit_bytes
+        {
             return self.finish(v, Fate::QueueFull);
         }
 
@@ -290,7 +307,8 @@ impl Link {
                     self.clock_ns = t_a;
                     self.clock_rem = 0;
                 }
-                let slot = &mut self.serialisation_cache[(wire_bits as usize / 8) % SERIALISATION_CACHE];
+                let slot =
+                    &mut self.serialisation_cache[(wire_bits as usize / 8) % SERIALISATION_CACHE];
                 if slot.0 != wire_bits {
                     // bits·1e9 ≤ 2^19·1e9 < 2^64.
                     let scaled = wire_bits * 1_000_000_000;
@@ -319,7 +337,9 @@ impl Link {
         }
 
         let reordered = self.cfg.reorder_gap > 0 && {
-            if self.reorder_counter + 1 >= self.cfg.reorder_gap && self.reorder.draw(&mut self.reorder_stream) {
+            if self.reorder_counter + 1 >= self.cfg.reorder_gap
+                && self.reorder.draw(&mut self.reorder_stream)
+            {
                 self.reorder_counter = 0;
                 true
             } else {

@@ -26,10 +26,26 @@ use crate::rng::{Chance, Stream};
 #[derive(Debug, Clone, PartialEq)]
 pub enum LossConfig {
     None,
-    Random { p: f64, correlation: f64 },
-    Ber { ber: f64 },
-    GilbertElliott { p: f64, r: f64, loss_bad: f64, loss_good: f64 },
-    FourState { p13: f64, p31: f64, p32: f64, p23: f64, p14: f64 },
+    Random {
+        p: f64,
+        correlation: f64,
+    },
+    Ber {
+        ber: f64,
+    },
+    GilbertElliott {
+        p: f64,
+        r: f64,
+        loss_bad: f64,
+        loss_good: f64,
+    },
+    FourState {
+        p13: f64,
+        p31: f64,
+        p32: f64,
+        p23: f64,
+        p14: f64,
+    },
 }
 
 impl LossConfig {
@@ -40,14 +56,25 @@ impl LossConfig {
             LossConfig::None => 0.0,
             LossConfig::Random { p, .. } => p,
             LossConfig::Ber { ber } => 1.0 - (1.0 - ber).powf(wire_bits as f64),
-            LossConfig::GilbertElliott { p, r, loss_bad, loss_good } => {
+            LossConfig::GilbertElliott {
+                p,
+                r,
+                loss_bad,
+                loss_good,
+            } => {
                 if p + r == 0.0 {
                     loss_good
                 } else {
                     (r * loss_good + p * loss_bad) / (p + r)
                 }
             }
-            LossConfig::FourState { p13, p31, p32, p23, p14 } => {
+            LossConfig::FourState {
+                p13,
+                p31,
+                p32,
+                p23,
+                p14,
+            } => {
                 let [_, _, s3, s4] = four_state_stationary(p13, p31, p32, p23, p14);
                 s3 + s4
             }
@@ -59,13 +86,29 @@ impl LossConfig {
 pub fn four_state_stationary(p13: f64, p31: f64, p32: f64, p23: f64, p14: f64) -> [f64; 4] {
     // Balance: π1·p13 = π3·p31, π2·p23 = π3·p32, π4 = π1·p14.
     let pi1 = 1.0;
-    let pi3 = if p31 > 0.0 { p13 / p31 } else if p13 > 0.0 { f64::INFINITY } else { 0.0 };
-    let pi2 = if p23 > 0.0 { pi3 * p32 / p23 } else if pi3 * p32 > 0.0 { f64::INFINITY } else { 0.0 };
+    let pi3 = if p31 > 0.0 {
+        p13 / p31
+    } else if p13 > 0.0 {
+        f64::INFINITY
+    } else {
+        0.0
+    };
+    let pi2 = if p23 > 0.0 {
+        pi3 * p32 / p23
+    } else if pi3 * p32 > 0.0 {
+        f64::INFINITY
+    } else {
+        0.0
+    };
     let pi4 = p14;
     let total = pi1 + pi2 + pi3 + pi4;
     if !total.is_finite() {
         // Absorbing states: the chain ends in 3 (or 2); report the limit.
-        return if pi2.is_infinite() { [0.0, 1.0, 0.0, 0.0] } else { [0.0, 0.0, 1.0, 0.0] };
+        return if pi2.is_infinite() {
+            [0.0, 1.0, 0.0, 0.0]
+        } else {
+            [0.0, 0.0, 1.0, 0.0]
+        };
     }
     [pi1 / total, pi2 / total, pi3 / total, pi4 / total]
 }
@@ -145,20 +188,33 @@ impl LossState {
     pub(crate) fn new(cfg: &LossConfig) -> Self {
         match *cfg {
             LossConfig::None => LossState::None,
-            LossConfig::Random { p, correlation } => LossState::Random(CorrelatedChance::new(p, correlation)),
+            LossConfig::Random { p, correlation } => {
+                LossState::Random(CorrelatedChance::new(p, correlation))
+            }
             LossConfig::Ber { ber } => LossState::Ber {
                 ln_keep: (-ber).ln_1p(),
                 cached_bits: u64::MAX,
                 cached: Chance::Never,
             },
-            LossConfig::GilbertElliott { p, r, loss_bad, loss_good } => LossState::GilbertElliott {
+            LossConfig::GilbertElliott {
+                p,
+                r,
+                loss_bad,
+                loss_good,
+            } => LossState::GilbertElliott {
                 to_bad: Chance::new(p),
                 to_good: Chance::new(r),
                 loss_bad: Chance::new(loss_bad),
                 loss_good: Chance::new(loss_good),
                 bad: false,
             },
-            LossConfig::FourState { p13, p31, p32, p23, p14 } => LossState::FourState {
+            LossConfig::FourState {
+                p13,
+                p31,
+                p32,
+                p23,
+                p14,
+            } => LossState::FourState {
                 p13,
                 p13_14: p13 + p14,
                 p31,
@@ -174,8 +230,12 @@ impl LossState {
     pub(crate) fn reconfigure(&mut self, cfg: &LossConfig) {
         let mut next = LossState::new(cfg);
         match (&*self, &mut next) {
-            (LossState::GilbertElliott { bad, .. }, LossState::GilbertElliott { bad: b, .. }) => *b = *bad,
-            (LossState::FourState { state, .. }, LossState::FourState { state: s, .. }) => *s = *state,
+            (LossState::GilbertElliott { bad, .. }, LossState::GilbertElliott { bad: b, .. }) => {
+                *b = *bad
+            }
+            (LossState::FourState { state, .. }, LossState::FourState { state: s, .. }) => {
+                *s = *state
+            }
             (LossState::Random(old), LossState::Random(new)) => new.last = old.last,
             _ => {}
         }
@@ -187,7 +247,11 @@ impl LossState {
         match self {
             LossState::None => false,
             LossState::Random(c) => c.draw(stream),
-            LossState::Ber { ln_keep, cached_bits, cached } => {
+            LossState::Ber {
+                ln_keep,
+                cached_bits,
+                cached,
+            } => {
                 // Most traffic repeats a few frame sizes: keep the last size's chance.
                 if *cached_bits != wire_bits {
                     *cached_bits = wire_bits;
@@ -195,7 +259,13 @@ impl LossState {
                 }
                 cached.draw(stream)
             }
-            LossState::GilbertElliott { to_bad, to_good, loss_bad, loss_good, bad } => {
+            LossState::GilbertElliott {
+                to_bad,
+                to_good,
+                loss_bad,
+                loss_good,
+                bad,
+            } => {
                 // netem's order: the loss is decided in the current state, then the
                 // state moves.
                 if *bad {
@@ -212,7 +282,14 @@ impl LossState {
                     lost
                 }
             }
-            LossState::FourState { p13, p13_14, p31, p31_32, p23, state } => {
+            LossState::FourState {
+                p13,
+                p13_14,
+                p31,
+                p31_32,
+                p23,
+                state,
+            } => {
                 let u = stream.unit();
                 *state = match *state {
                     1 if u < *p13 => 3,

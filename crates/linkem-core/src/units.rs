@@ -68,7 +68,11 @@ pub fn parse_time_ns(text: &str) -> Result<u64, UnitError> {
                  microseconds and ipfw as milliseconds"
             ))
         }
-        _ => return err(format!("'{text}': unknown time unit '{unit}' (use ns, us, ms or s)")),
+        _ => {
+            return err(format!(
+                "'{text}': unknown time unit '{unit}' (use ns, us, ms or s)"
+            ))
+        }
     };
     to_u64(value * scale, "time", text)
 }
@@ -162,19 +166,21 @@ pub fn parse_size_bytes(text: &str) -> Result<u64, UnitError> {
         "GiB" => 1024.0 * 1024.0 * 1024.0,
         "KBytes" | "Kbytes" | "KByte" | "Kbyte" => 1024.0,
         "MBytes" | "Mbytes" | "MByte" | "Mbyte" => 1024.0 * 1024.0,
-        "" => {
-            return err(format!(
-                "'{text}': a size needs a unit (B, kB, KiB, MB, MiB); a bare number is a packet count \
+        "" => return err(format!(
+            "'{text}': a size needs a unit (B, kB, KiB, MB, MiB); a bare number is a packet count \
                  only where a packet count is meant"
-            ))
-        }
+        )),
         "k" | "K" | "kb" | "Kb" | "KB" | "m" | "M" | "mb" | "Mb" | "g" | "G" | "gb" | "Gb" => {
             return err(format!(
                 "'{text}' is ambiguous: tc reads '{unit}' as powers of 1024 bytes, SI as powers of \
                  1000 (and 'b' can mean bits); write KiB/MiB (1024) or kB/MB (1000)"
             ))
         }
-        _ => return err(format!("'{text}': unknown size unit '{unit}' (use B, kB, KiB, MB, MiB, GB, GiB)")),
+        _ => {
+            return err(format!(
+                "'{text}': unknown size unit '{unit}' (use B, kB, KiB, MB, MiB, GB, GiB)"
+            ))
+        }
     };
     to_u64(value * scale, "size", text)
 }
@@ -210,7 +216,9 @@ pub fn parse_probability(text: &str) -> Result<f64, UnitError> {
         return err(format!("'{text}': not a probability"));
     }
     if value > 1.0 {
-        return err(format!("'{text}': a probability is at most 1 (write {text}% for percent)"));
+        return err(format!(
+            "'{text}': a probability is at most 1 (write {text}% for percent)"
+        ));
     }
     Ok(value)
 }
@@ -237,7 +245,12 @@ pub fn format_time_ns(ns: u64) -> String {
 
 /// Formats a rate in tc's unambiguous spelling: `100mbit`, `1.5gbit`, `64kbit`.
 pub fn format_rate_bps(bps: u64) -> String {
-    for (scale, unit) in [(1_000_000_000_000, "tbit"), (1_000_000_000, "gbit"), (1_000_000, "mbit"), (1_000, "kbit")] {
+    for (scale, unit) in [
+        (1_000_000_000_000, "tbit"),
+        (1_000_000_000, "gbit"),
+        (1_000_000, "mbit"),
+        (1_000, "kbit"),
+    ] {
         if bps >= scale {
             return if bps % scale == 0 {
                 format!("{}{unit}", bps / scale)
@@ -261,7 +274,10 @@ mod tests {
         assert_eq!(parse_time_ns("7ns"), Ok(7));
         assert_eq!(parse_time_ns("32msec"), Ok(32_000_000));
         let e = parse_time_ns("10").unwrap_err().0;
-        assert!(e.contains("microseconds") && e.contains("milliseconds"), "{e}");
+        assert!(
+            e.contains("microseconds") && e.contains("milliseconds"),
+            "{e}"
+        );
         assert!(parse_time_ns("10m").is_err());
         assert!(parse_time_ns("ms").is_err());
         assert!(parse_time_ns("-1ms").is_err());
@@ -282,7 +298,10 @@ mod tests {
     fn rate_units_read_differently_by_tc_and_ipfw_are_refused_naming_both() {
         let e = parse_rate_bps("10mbps").unwrap_err().0;
         assert!(e.contains("tc reads") && e.contains("ipfw"), "{e}");
-        assert!(e.contains("bytes per second") && e.contains("bits per second"), "{e}");
+        assert!(
+            e.contains("bytes per second") && e.contains("bits per second"),
+            "{e}"
+        );
         let e = parse_rate_bps("10M").unwrap_err().0;
         assert!(e.contains("ipfw") && e.contains("tc"), "{e}");
         assert!(parse_rate_bps("10").unwrap_err().0.contains("needs a unit"));

@@ -1,1 +1,5 @@
-
+pub mod afpacket;
+pub mod afxdp;
+pub mod bpf;
+pub mod capture;
+pub mod netns;

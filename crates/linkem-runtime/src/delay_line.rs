@@ -51,14 +51,36 @@ impl Region {
             // Without MAP_NORESERVE the kernel refuses the mapping when too few huge
             // pages are reserved, rather than raising SIGBUS on first touch.
             // Safety: anonymous mapping with no address hint; the result is checked.
-            let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags | libc::MAP_HUGETLB, -1, 0) };
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    prot,
+                    flags | libc::MAP_HUGETLB,
+                    -1,
+                    0,
+                )
+            };
             if p != libc::MAP_FAILED {
-                return Ok(Region { ptr: p as *mut u8, len, huge: true });
+                return Ok(Region {
+                    ptr: p as *mut u8,
+                    len,
+                    huge: true,
+                });
             }
         }
         // NORESERVE: a large line costs memory only as far as traffic fills it.
         // Safety: as above, without huge pages.
-        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags | libc::MAP_NORESERVE, -1, 0) };
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                prot,
+                flags | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
         if p == libc::MAP_FAILED {
             return Err(format!(
                 "cannot map a {} MiB delay line: {}",
@@ -69,7 +91,11 @@ impl Region {
         // Transparent huge pages where hugetlbfs had none reserved; advice only.
         // Safety: p..p+len is the mapping just created.
         unsafe { libc::madvise(p, len, libc::MADV_HUGEPAGE) };
-        Ok(Region { ptr: p as *mut u8, len, huge: false })
+        Ok(Region {
+            ptr: p as *mut u8,
+            len,
+            huge: false,
+        })
     }
 }
 
@@ -99,8 +125,18 @@ pub fn delay_line(capacity_bytes: usize) -> Result<(Producer, Consumer), String>
         closed: AtomicBool::new(false),
     });
     Ok((
-        Producer { shared: shared.clone(), cap: cap as u64, tail: 0, head_cache: 0 },
-        Consumer { shared, cap: cap as u64, head: 0, tail_cache: 0 },
+        Producer {
+            shared: shared.clone(),
+            cap: cap as u64,
+            tail: 0,
+            head_cache: 0,
+        },
+        Consumer {
+            shared,
+            cap: cap as u64,
+            head: 0,
+            tail_cache: 0,
+        },
     ))
 }
 
@@ -134,7 +170,11 @@ impl Producer {
     pub fn push(&mut self, release_ns: u64, frame: &[u8], copy: bool) -> bool {
         let need = record_bytes(frame.len()) as u64;
         let offset = self.tail % self.cap;
-        let skip = if offset + need > self.cap { self.cap - offset } else { 0 };
+        let skip = if offset + need > self.cap {
+            self.cap - offset
+        } else {
+            0
+        };
         if need + skip > self.cap {
             return false;
         }
@@ -155,7 +195,12 @@ impl Producer {
         // Safety: [at, at + need) lies inside the region (no record crosses the
         // end) and is free (tail + need - head ≤ cap).
         unsafe {
-            write_header(base.add(at), release_ns, frame.len() as u32, if copy { FLAG_COPY } else { 0 });
+            write_header(
+                base.add(at),
+                release_ns,
+                frame.len() as u32,
+                if copy { FLAG_COPY } else { 0 },
+            );
             std::ptr::copy_nonoverlapping(frame.as_ptr(), base.add(at + HEADER), frame.len());
         }
         self.tail += need;
@@ -215,7 +260,11 @@ impl Consumer {
             // (Release store of tail after writing it, Acquire load above) starts at `at`.
             let (release_ns, len, flags) = unsafe {
                 let p = base.add(at);
-                ((p as *const u64).read(), (p.add(8) as *const u32).read(), (p.add(12) as *const u32).read())
+                (
+                    (p as *const u64).read(),
+                    (p.add(8) as *const u32).read(),
+                    (p.add(12) as *const u32).read(),
+                )
             };
             if flags & FLAG_SKIP != 0 {
                 self.head += self.cap - at as u64;
@@ -223,7 +272,11 @@ impl Consumer {
             }
             // Safety: the record's frame bytes follow its header inside the region.
             let frame = unsafe { std::slice::from_raw_parts(base.add(at + HEADER), len as usize) };
-            return Some(Head { release_ns, frame, copy: flags & FLAG_COPY != 0 });
+            return Some(Head {
+                release_ns,
+                frame,
+                copy: flags & FLAG_COPY != 0,
+            });
         }
     }
 
@@ -256,9 +309,10 @@ mod tests {
     fn frames_come_out_in_order_and_unchanged_across_wraps() {
         let (mut p, mut c) = delay_line(1).unwrap();
         let cap = p.capacity_bytes() as usize;
-        let mut expected: std::collections::VecDeque<(u64, Vec<u8>)> = std::collections::VecDeque::new();
-        let mut next = 0u64;
+        let mut expected: std::collections::VecDeque<(u64, Vec<u8>)> =
+            std::collections::VecDeque::new();
         for round in 0..20_000u64 {
+            let next = round;
             let len = (round * 37 % 1600) as usize;
             let frame: Vec<u8> = (0..len).map(|i| (i as u64 + round) as u8).collect();
             while !p.push(next, &frame, false) {
@@ -268,7 +322,6 @@ mod tests {
                 c.pop();
             }
             expected.push_back((next, frame));
-            next += 1;
             assert!(c.occupied_bytes() as usize <= cap);
         }
         while let Some(h) = c.peek() {

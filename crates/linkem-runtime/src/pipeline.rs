@@ -80,7 +80,10 @@ pub const UNSHAPED_SIZING_RATE_BPS: u64 = 10_000_000_000;
 /// link queue plus rate × (delay + 4 jitters), doubled because a minimum-size
 /// frame takes 128 bytes in the line but 84 on the wire.
 pub fn buffer_bytes_for(link: &LinkConfig, line_rate_bps: Option<u64>) -> usize {
-    let rate = link.rate_bps.or(line_rate_bps).unwrap_or(UNSHAPED_SIZING_RATE_BPS) as u128;
+    let rate = link
+        .rate_bps
+        .or(line_rate_bps)
+        .unwrap_or(UNSHAPED_SIZING_RATE_BPS) as u128;
     let hold_ns = link.delay_ns as u128 + 4 * link.jitter_ns as u128 + 1_000_000;
     let in_flight = rate * hold_ns / 8_000_000_000 * 2;
     let queue = match (link.queue_packets, link.queue_bytes) {
@@ -159,7 +162,11 @@ fn lateness_histogram() -> Histogram<u64> {
 
 impl Direction {
     /// Starts the two threads of one direction.
-    pub fn start(opts: DirectionOptions, rx: Box<dyn RxPort>, tx: Box<dyn TxPort>) -> Result<Direction, String> {
+    pub fn start(
+        opts: DirectionOptions,
+        rx: Box<dyn RxPort>,
+        tx: Box<dyn TxPort>,
+    ) -> Result<Direction, String> {
         let (producer, consumer) = delay_line(opts.buffer_bytes)?;
         let control = Arc::new(Control {
             stop: AtomicBool::new(false),
@@ -196,29 +203,55 @@ impl Direction {
                 .spawn(move || input_stage(control, opts, producer, rx, out_thread))
                 .map_err(|e| format!("cannot start the input thread: {e}"))?
         };
-        Ok(Direction { name: String::new(), control, threads: vec![input, out] }.named())
+        Ok(Direction {
+            name: String::new(),
+            control,
+            threads: vec![input, out],
+        }
+        .named())
     }
 
     fn named(mut self) -> Self {
-        self.name = self.threads[0].thread().name().unwrap_or("").trim_start_matches("linkem-in-").to_string();
+        self.name = self.threads[0]
+            .thread()
+            .name()
+            .unwrap_or("")
+            .trim_start_matches("linkem-in-")
+            .to_string();
         self
     }
 
     /// Applies new link parameters at the next batch, stamped with the time of
     /// the request; packets already in the delay line keep their release times.
     pub fn reconfigure(&self, link: LinkConfig) {
-        *self.control.pending.lock().expect("the lock holders never panic") = Some((clock::now_ns(), link));
+        *self
+            .control
+            .pending
+            .lock()
+            .expect("the lock holders never panic") = Some((clock::now_ns(), link));
         self.control.has_pending.store(true, Ordering::Release);
     }
 
     /// An I/O error that stopped a stage, if any.
     pub fn error(&self) -> Option<String> {
-        self.control.error.lock().expect("the lock holders never panic").clone()
+        self.control
+            .error
+            .lock()
+            .expect("the lock holders never panic")
+            .clone()
     }
 
     pub fn stats(&self) -> DirectionStats {
-        let input = self.control.input.lock().expect("the lock holders never panic");
-        let output = self.control.output.lock().expect("the lock holders never panic");
+        let input = self
+            .control
+            .input
+            .lock()
+            .expect("the lock holders never panic");
+        let output = self
+            .control
+            .output
+            .lock()
+            .expect("the lock holders never panic");
         // The model counted accepted packets as delivered; the output stage knows
         // which of them were sent and which were late; the rest are in flight.
         let mut fates = input.counts;
@@ -286,14 +319,28 @@ fn input_stage(
     };
     while !control.stop.load(Ordering::Acquire) {
         if control.has_pending.swap(false, Ordering::AcqRel) {
-            if let Some((at_ns, cfg)) = control.pending.lock().expect("the lock holders never panic").take() {
+            if let Some((at_ns, cfg)) = control
+                .pending
+                .lock()
+                .expect("the lock holders never panic")
+                .take()
+            {
                 link.reconfigure(at_ns, cfg);
             }
         }
         let mut pushed = false;
         let result = rx.rx_batch(opts.batch, &mut |frame| {
-            let ts = if frame.ts_ns != 0 { frame.ts_ns } else { clock::now_ns() };
-            let v = link.on_arrival(ts, PacketMeta { len_bytes: frame.orig_len });
+            let ts = if frame.ts_ns != 0 {
+                frame.ts_ns
+            } else {
+                clock::now_ns()
+            };
+            let v = link.on_arrival(
+                ts,
+                PacketMeta {
+                    len_bytes: frame.orig_len,
+                },
+            );
             if v.fate != Fate::Delivered {
                 return;
             }
@@ -320,7 +367,8 @@ fn input_stage(
             Ok(0) => {
                 publish(&link, accepted, backpressure, wakeups);
                 if let Err(e) = rx.wait_rx(IDLE_WAIT_NS) {
-                    *control.error.lock().expect("the lock holders never panic") = Some(format!("receive: {e}"));
+                    *control.error.lock().expect("the lock holders never panic") =
+                        Some(format!("receive: {e}"));
                     break;
                 }
                 wakeups += 1;
@@ -332,7 +380,8 @@ fn input_stage(
                 publish(&link, accepted, backpressure, wakeups);
             }
             Err(e) => {
-                *control.error.lock().expect("the lock holders never panic") = Some(format!("receive: {e}"));
+                *control.error.lock().expect("the lock holders never panic") =
+                    Some(format!("receive: {e}"));
                 break;
             }
         }
@@ -444,7 +493,11 @@ fn output_stage(
     let mut heap: BinaryHeap<Reverse<Held>> = BinaryHeap::new();
     let mut seq = 0u64;
     let mut last_publish = clock::now_ns();
-    let max_sleep = if reorders { MAX_SLEEP_REORDER_NS } else { MAX_SLEEP_NS };
+    let max_sleep = if reorders {
+        MAX_SLEEP_REORDER_NS
+    } else {
+        MAX_SLEEP_NS
+    };
     let publish = |st: &mut OutputState| {
         let mut shared = control.output.lock().expect("the lock holders never panic");
         shared.sent = st.local_sent;
@@ -464,7 +517,12 @@ fn output_stage(
         // The next release: the head of the line, or (when reordering) of the heap.
         let next = if reorders {
             while let Some(h) = consumer.peek() {
-                heap.push(Reverse(Held { release_ns: h.release_ns, seq, frame: h.frame.to_vec(), copy: h.copy }));
+                heap.push(Reverse(Held {
+                    release_ns: h.release_ns,
+                    seq,
+                    frame: h.frame.to_vec(),
+                    copy: h.copy,
+                }));
                 seq += 1;
                 consumer.pop();
             }

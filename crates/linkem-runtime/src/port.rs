@@ -45,7 +45,10 @@ pub mod memory {
 
     impl MemoryRx {
         pub fn new(input: Receiver<(u64, Vec<u8>)>) -> Self {
-            MemoryRx { input, pending: None }
+            MemoryRx {
+                input,
+                pending: None,
+            }
         }
     }
 
@@ -53,10 +56,15 @@ pub mod memory {
         fn rx_batch(&mut self, max: usize, f: &mut dyn FnMut(RxFrame<'_>)) -> io::Result<usize> {
             let mut n = 0;
             while n < max {
-                let Some((ts, data)) = self.pending.take().or_else(|| self.input.try_recv().ok()) else {
+                let Some((ts, data)) = self.pending.take().or_else(|| self.input.try_recv().ok())
+                else {
                     break;
                 };
-                f(RxFrame { data: &data, orig_len: data.len() as u32, ts_ns: ts });
+                f(RxFrame {
+                    data: &data,
+                    orig_len: data.len() as u32,
+                    ts_ns: ts,
+                });
                 n += 1;
             }
             Ok(n)
@@ -68,7 +76,9 @@ pub mod memory {
                     Ok(item) => self.pending = Some(item),
                     Err(RecvTimeoutError::Timeout) => {}
                     // The sender is gone: behave like an idle interface.
-                    Err(RecvTimeoutError::Disconnected) => std::thread::sleep(Duration::from_nanos(timeout_ns)),
+                    Err(RecvTimeoutError::Disconnected) => {
+                        std::thread::sleep(Duration::from_nanos(timeout_ns))
+                    }
                 }
             }
             Ok(())
@@ -86,7 +96,13 @@ pub mod memory {
     impl MemoryTx {
         pub fn new() -> (Self, Sent) {
             let sent: Sent = Arc::default();
-            (MemoryTx { sent: sent.clone(), queued: Vec::new() }, sent)
+            (
+                MemoryTx {
+                    sent: sent.clone(),
+                    queued: Vec::new(),
+                },
+                sent,
+            )
         }
     }
 
@@ -98,7 +114,10 @@ pub mod memory {
 
         fn tx_flush(&mut self) -> io::Result<()> {
             let now = crate::clock::now_ns();
-            let mut sent = self.sent.lock().expect("no test thread panics while holding it");
+            let mut sent = self
+                .sent
+                .lock()
+                .expect("no test thread panics while holding it");
             sent.extend(self.queued.drain(..).map(|f| (now, f)));
             Ok(())
         }

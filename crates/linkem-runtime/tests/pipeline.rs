@@ -8,7 +8,10 @@ use linkem_runtime::port::TxPort;
 use std::sync::mpsc::{channel, Sender};
 use std::time::Duration;
 
-fn start(words: &str, tweak: impl FnOnce(&mut DirectionOptions)) -> (Direction, Sender<(u64, Vec<u8>)>, Sent) {
+fn start(
+    words: &str,
+    tweak: impl FnOnce(&mut DirectionOptions),
+) -> (Direction, Sender<(u64, Vec<u8>)>, Sent) {
     let spec = LinkSpec::parse(words).unwrap();
     let mut opts = DirectionOptions::new("a->b", spec.link, 1, 0);
     tweak(&mut opts);
@@ -53,7 +56,11 @@ fn packets_leave_at_their_release_time_and_counts_add_up() {
         let i = id(f) as usize;
         assert_eq!(i, k, "FIFO order");
         let release = arrivals[i] + 5_000_000;
-        assert!(*t_sent >= release, "packet {i} left {} ns early", release - t_sent);
+        assert!(
+            *t_sent >= release,
+            "packet {i} left {} ns early",
+            release - t_sent
+        );
     }
     assert_eq!(stats.received, 200);
     assert_eq!(stats.fates.get(Fate::Delivered), 200);
@@ -61,7 +68,11 @@ fn packets_leave_at_their_release_time_and_counts_add_up() {
     assert!(stats.adds_up());
     assert_eq!(stats.lateness.len(), 200);
     // Generous bound: a shared CI VM may deschedule the output thread.
-    assert!(stats.lateness.value_at_quantile(0.5) < 2_000_000, "median lateness {}", stats.lateness.value_at_quantile(0.5));
+    assert!(
+        stats.lateness.value_at_quantile(0.5) < 2_000_000,
+        "median lateness {}",
+        stats.lateness.value_at_quantile(0.5)
+    );
 }
 
 #[test]
@@ -78,14 +89,20 @@ fn a_changed_delay_takes_effect_without_losing_queued_packets() {
     std::thread::sleep(Duration::from_millis(5));
     let t1 = now_ns();
     for i in 100..200u32 {
-        input.send((t1 + (i - 100) as u64 * 10_000, frame(i))).unwrap();
+        input
+            .send((t1 + (i - 100) as u64 * 10_000, frame(i)))
+            .unwrap();
     }
     wait_for(&sent, 200, Duration::from_secs(5));
     let stats = d.stop();
     let sent = sent.lock().unwrap();
     assert_eq!(sent.len(), 200, "nothing queued was lost");
     let ids: Vec<u32> = sent.iter().map(|(_, f)| id(f)).collect();
-    assert_eq!(ids, (0..200).collect::<Vec<_>>(), "no reordering across the change");
+    assert_eq!(
+        ids,
+        (0..200).collect::<Vec<_>>(),
+        "no reordering across the change"
+    );
     // The first batch kept 50 ms; the second waited behind it (releases never go
     // backwards), and left no later than 50 ms after the first batch.
     assert!(sent[0].0 >= t0 + 50_000_000);
@@ -145,7 +162,10 @@ fn packets_later_than_max_lag_are_dropped_as_late() {
     let stats = d.stop();
     let late = stats.fates.get(Fate::Late);
     assert!(late > 10, "late {late}");
-    assert_eq!(sent.lock().unwrap().len() as u64, stats.fates.get(Fate::Delivered));
+    assert_eq!(
+        sent.lock().unwrap().len() as u64,
+        stats.fates.get(Fate::Delivered)
+    );
     assert_eq!(stats.fates.get(Fate::Delivered) + late, 50);
     assert!(stats.adds_up());
 }
@@ -162,6 +182,9 @@ fn reordering_links_send_in_release_order() {
     let sent = sent.lock().unwrap();
     assert_eq!(sent.len(), 100);
     let ids: Vec<u32> = sent.iter().map(|(_, f)| id(f)).collect();
-    assert!(ids.windows(2).any(|w| w[1] < w[0]), "15 ms jitter on 0.1 ms spacing reorders");
+    assert!(
+        ids.windows(2).any(|w| w[1] < w[0]),
+        "15 ms jitter on 0.1 ms spacing reorders"
+    );
     assert!(stats.adds_up());
 }

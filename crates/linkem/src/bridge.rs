@@ -1,0 +1,316 @@
+//! `linkem bridge IF_A IF_B [LINK WORDS...]`: live emulation between two
+//! interfaces, one pipeline per direction (see `linkem_runtime::pipeline`).
+//!
+//! linkem is a transparent layer-2 bridge: every frame (ARP, IPv4, IPv6,
+//! anything) goes through the link model unchanged; the hosts on either side
+//! need no configuration.
+
+use crate::backend::{open_interface, BackendKind};
+use crate::replay::{fresh_seed, load_distribution};
+use crate::StatsFormat;
+use anyhow::{bail, Context, Result};
+use linkem_core::units::{parse_size_bytes, parse_time_ns};
+use linkem_core::{Fate, LinkSpec, TomlWords};
+use linkem_runtime::pipeline::{
+    buffer_bytes_for, Direction, DirectionOptions, DirectionStats, DEFAULT_SPIN_NS,
+};
+use serde_json::json;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub struct BridgeArgs {
+    pub if_a: String,
+    pub if_b: String,
+    pub words: Vec<String>,
+    pub a_to_b: Vec<String>,
+    pub b_to_a: Vec<String>,
+    pub config: Option<PathBuf>,
+    pub backend: BackendKind,
+    pub stats: StatsFormat,
+    pub stats_interval: Option<f64>,
+    pub spin_threshold: Option<String>,
+    pub max_lag: Option<String>,
+    pub buffer: Option<String>,
+    pub batch: usize,
+    /// Stop by itself after this many seconds (tests, scripted runs).
+    pub duration: Option<f64>,
+}
+
+fn split(words: &[String]) -> Vec<String> {
+    words
+        .iter()
+        .flat_map(|w| w.split_whitespace().map(str::to_string))
+        .collect()
+}
+
+fn parse_direction(common: &[String], own: &[String], what: &str) -> Result<LinkSpec> {
+    let all: Vec<String> = common.iter().chain(own).cloned().collect();
+    let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+    LinkSpec::parse_words(&refs, &mut load_distribution)
+        .map_err(|e| anyhow::anyhow!("link words for {what}: {e}"))
+}
+
+fn check_root() -> Result<()> {
+    // Safety: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("linkem bridge needs root (or CAP_NET_RAW and CAP_NET_ADMIN) to open raw sockets");
+    }
+    Ok(())
+}
+
+fn check_interface(name: &str) -> Result<u32> {
+    let dir = PathBuf::from("/sys/class/net").join(name);
+    if !dir.exists() {
+        bail!("interface '{name}' does not exist (see 'ip link')");
+    }
+    let flags = std::fs::read_to_string(dir.join("flags")).unwrap_or_default();
+    let up = u32::from_str_radix(flags.trim().trim_start_matches("0x"), 16)
+        .map(|f| f & 1 != 0)
+        .unwrap_or(true);
+    if !up {
+        bail!("interface '{name}' is down (ip link set dev {name} up)");
+    }
+    let mtu = std::fs::read_to_string(dir.join("mtu"))
+        .ok()
+        .and_then(|m| m.trim().parse().ok())
+        .unwrap_or(1500);
+    Ok(mtu)
+}
+
+pub fn run(args: &BridgeArgs) -> Result<()> {
+    let mut common: Vec<String> = Vec::new();
+    let mut a_to_b: Vec<String> = Vec::new();
+    let mut b_to_a: Vec<String> = Vec::new();
+    if let Some(path) = &args.config {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let t = TomlWords::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        common.extend(t.both);
+        a_to_b.extend(t.a_to_b);
+        b_to_a.extend(t.b_to_a);
+    }
+    common.extend(split(&args.words));
+    a_to_b.extend(split(&args.a_to_b));
+    b_to_a.extend(split(&args.b_to_a));
+    let spec_ab = parse_direction(&common, &a_to_b, "a-to-b")?;
+    let spec_ba = parse_direction(&common, &b_to_a, "b-to-a")?;
+    let seed = spec_ab.seed.or(spec_ba.seed).unwrap_or_else(fresh_seed);
+    let spin_ns = match &args.spin_threshold {
+        Some(t) => parse_time_ns(t).map_err(|e| anyhow::anyhow!("--spin-threshold {e}"))?,
+        None => DEFAULT_SPIN_NS,
+    };
+    let max_lag_ns = match &args.max_lag {
+        Some(t) => Some(parse_time_ns(t).map_err(|e| anyhow::anyhow!("--max-lag {e}"))?),
+        None => None,
+    };
+    let buffer = match &args.buffer {
+        Some(s) => Some(parse_size_bytes(s).map_err(|e| anyhow::anyhow!("--buffer {e}"))? as usize),
+        None => None,
+    };
+    if args.if_a == args.if_b {
+        bail!(
+            "IF_A and IF_B are both '{}': a bridge needs two interfaces",
+            args.if_a
+        );
+    }
+
+    check_root()?;
+    let mtu_a = check_interface(&args.if_a)?;
+    let mtu_b = check_interface(&args.if_b)?;
+
+    // Each interface gives a receive half (to one direction) and a send half (to the other).
+    let (rx_a, tx_a, used_a) = open_interface(args.backend, &args.if_a, mtu_a)?;
+    let (rx_b, tx_b, used_b) = open_interface(args.backend, &args.if_b, mtu_b)?;
+    let mut directions = Vec::new();
+    for (index, (name, spec, from, to, rx, tx, used)) in [
+        (
+            "a->b", &spec_ab, &args.if_a, &args.if_b, rx_a, tx_b, &used_a,
+        ),
+        (
+            "b->a", &spec_ba, &args.if_b, &args.if_a, rx_b, tx_a, &used_b,
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let buffer_bytes = match buffer {
+            Some(b) => {
+                // The delay line must hold at least what the link has in flight.
+                let rate = spec.link.rate_bps.unwrap_or(0) as u128;
+                let in_flight = rate * (spec.link.delay_ns as u128 + spec.link.jitter_ns as u128)
+                    / 8_000_000_000;
+                if (b as u128) < in_flight {
+                    bail!(
+                        "--buffer {b} bytes is too small for {name}: rate × delay is {in_flight} bytes in flight \
+                         (leave --buffer out to size it automatically)"
+                    );
+                }
+                b
+            }
+            None => buffer_bytes_for(&spec.link, None),
+        };
+        let mut opts = DirectionOptions::new(name, spec.link.clone(), seed, index as u64);
+        opts.buffer_bytes = buffer_bytes;
+        opts.spin_ns = spin_ns;
+        opts.max_lag_ns = max_lag_ns;
+        opts.batch = args.batch.max(1);
+        eprintln!("linkem: {name} ({from} -> {to}, {used}): {}", spec.link);
+        directions
+            .push(Direction::start(opts, rx, tx).map_err(|e| anyhow::anyhow!("{name}: {e}"))?);
+    }
+    if spec_ab.seed.is_none() && spec_ba.seed.is_none() {
+        eprintln!("linkem: seed {seed} (add 'seed {seed}' to repeat the random draws)");
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())
+            .context("cannot install the signal handler")?;
+    }
+    let started = Instant::now();
+    let mut next_print = args
+        .stats_interval
+        .map(|s| started + Duration::from_secs_f64(s.max(0.1)));
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(20));
+        if let Some(d) = args.duration {
+            if started.elapsed().as_secs_f64() >= d {
+                break;
+            }
+        }
+        for d in &directions {
+            if let Some(e) = d.error() {
+                bail!("{e}");
+            }
+        }
+        if let (Some(at), Some(every)) = (next_print, args.stats_interval) {
+            if Instant::now() >= at {
+                let stats: Vec<DirectionStats> = directions.iter().map(Direction::stats).collect();
+                print_stats(
+                    args.stats,
+                    &stats,
+                    started.elapsed().as_secs_f64(),
+                    seed,
+                    false,
+                );
+                next_print = Some(at + Duration::from_secs_f64(every.max(0.1)));
+            }
+        }
+    }
+    let stats: Vec<DirectionStats> = directions.into_iter().map(Direction::stop).collect();
+    print_stats(
+        args.stats,
+        &stats,
+        started.elapsed().as_secs_f64(),
+        seed,
+        true,
+    );
+    Ok(())
+}
+
+const BRIDGE_FATES: [Fate; 6] = [
+    Fate::Delivered,
+    Fate::QueueFull,
+    Fate::Loss,
+    Fate::Policed,
+    Fate::Backpressure,
+    Fate::Late,
+];
+
+fn percentile_ns(s: &DirectionStats, q: f64) -> u64 {
+    if s.lateness.is_empty() {
+        0
+    } else {
+        s.lateness.value_at_quantile(q)
+    }
+}
+
+fn print_stats(format: StatsFormat, stats: &[DirectionStats], secs: f64, seed: u64, last: bool) {
+    match format {
+        StatsFormat::None => {}
+        StatsFormat::Json => {
+            let dirs: Vec<serde_json::Value> = stats
+                .iter()
+                .map(|s| {
+                    let fates: serde_json::Map<String, serde_json::Value> = BRIDGE_FATES
+                        .iter()
+                        .map(|f| (f.name().to_string(), json!(s.fates.get(*f))))
+                        .collect();
+                    json!({
+                        "direction": s.name,
+                        "received": s.received,
+                        "fates": fates,
+                        "in_flight": s.in_flight,
+                        "duplicated": s.fates.duplicated,
+                        "copies_sent": s.copies_sent,
+                        "corrupted": s.fates.corrupted,
+                        "lateness_ns": {
+                            "count": s.lateness.len(),
+                            "p50": percentile_ns(s, 0.5),
+                            "p99": percentile_ns(s, 0.99),
+                            "p99.9": percentile_ns(s, 0.999),
+                            "max": s.lateness.max(),
+                        },
+                        "buffer_bytes": s.buffer_bytes,
+                        "huge_pages": s.huge_pages,
+                        "rx_wakeups": s.rx_wakeups,
+                        "tx_wakeups": s.tx_wakeups,
+                    })
+                })
+                .collect();
+            let out = json!({ "elapsed_s": secs, "final": last, "seed": seed, "directions": dirs });
+            println!(
+                "{}",
+                serde_json::to_string(&out).expect("a JSON value always serialises")
+            );
+        }
+        StatsFormat::Text => {
+            println!(
+                "linkem bridge after {secs:.1} s{}",
+                if last { " (final)" } else { "" }
+            );
+            println!(
+                "{:<6}{:>10}{:>10}{:>11}{:>8}{:>8}{:>13}{:>6}{:>10}  lateness p50/p99/p99.9/max",
+                "dir",
+                "received",
+                "delivered",
+                "queue-full",
+                "loss",
+                "policed",
+                "backpressure",
+                "late",
+                "in-flight"
+            );
+            for s in stats {
+                println!(
+                    "{:<6}{:>10}{:>10}{:>11}{:>8}{:>8}{:>13}{:>6}{:>10}  {}/{}/{}/{}",
+                    s.name,
+                    s.received,
+                    s.fates.get(Fate::Delivered),
+                    s.fates.get(Fate::QueueFull),
+                    s.fates.get(Fate::Loss),
+                    s.fates.get(Fate::Policed),
+                    s.fates.get(Fate::Backpressure),
+                    s.fates.get(Fate::Late),
+                    s.in_flight,
+                    fmt_ns(percentile_ns(s, 0.5)),
+                    fmt_ns(percentile_ns(s, 0.99)),
+                    fmt_ns(percentile_ns(s, 0.999)),
+                    fmt_ns(s.lateness.max()),
+                );
+            }
+        }
+    }
+}
+
+fn fmt_ns(ns: u64) -> String {
+    if ns >= 1_000_000 {
+        format!("{:.2}ms", ns as f64 / 1e6)
+    } else if ns >= 1_000 {
+        format!("{:.1}us", ns as f64 / 1e3)
+    } else {
+        format!("{ns}ns")
+    }
+}

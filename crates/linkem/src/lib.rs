@@ -1,0 +1,16 @@
+//! The pieces of the `linkem` command, as a library so that benchmarks and
+//! tests drive them in-process.
+
+pub mod backend;
+pub mod bridge;
+pub mod replay;
+pub mod synth;
+
+/// How counts are printed.
+#[derive(Clone, Copy, clap::ValueEnum, PartialEq, Eq, Debug)]
+pub enum StatsFormat {
+    Text,
+    Json,
+    /// Print nothing (benchmarks).
+    None,
+}
