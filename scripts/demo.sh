@@ -38,6 +38,7 @@ missing=()
 command -v ip >/dev/null || missing+=(iproute2)
 command -v ping >/dev/null || missing+=(iputils-ping)
 command -v iperf3 >/dev/null || missing+=(iperf3)
+command -v ethtool >/dev/null || missing+=(ethtool)
 if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null 2>&1 \
     || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null; }
@@ -52,8 +53,11 @@ for s in a b; do
   sysctl -qw "net.ipv6.conf.${P}e$s.disable_ipv6=1"
   ip -n "${P}$s" link set lo up
   ip -n "${P}$s" link set "${P}h$s" up
-  # AF_XDP transmit into a veth needs GRO (or XDP) on the receiving peer.
-  ip netns exec "${P}$s" ethtool -K "${P}h$s" gro on >/dev/null 2>&1 || true
+  # Hosts on a veth hand over frames with unfinished checksums and 64 KB
+  # segments (offloads a real NIC would finish); make them send wire frames.
+  # GRO on lets AF_XDP transmit into the veth (see README).
+  ip netns exec "${P}$s" ethtool -K "${P}h$s" tx off tso off gso off gro on >/dev/null
+  ethtool -K "${P}e$s" gro off >/dev/null
 done
 ip -n "${P}a" addr add 10.99.0.1/24 dev "${P}ha"
 ip -n "${P}b" addr add 10.99.0.2/24 dev "${P}hb"

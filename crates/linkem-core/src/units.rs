@@ -166,10 +166,12 @@ pub fn parse_size_bytes(text: &str) -> Result<u64, UnitError> {
         "GiB" => 1024.0 * 1024.0 * 1024.0,
         "KBytes" | "Kbytes" | "KByte" | "Kbyte" => 1024.0,
         "MBytes" | "Mbytes" | "MByte" | "Mbyte" => 1024.0 * 1024.0,
-        "" => return err(format!(
+        "" => {
+            return err(format!(
             "'{text}': a size needs a unit (B, kB, KiB, MB, MiB); a bare number is a packet count \
                  only where a packet count is meant"
-        )),
+        ))
+        }
         "k" | "K" | "kb" | "Kb" | "KB" | "m" | "M" | "mb" | "Mb" | "g" | "G" | "gb" | "Gb" => {
             return err(format!(
                 "'{text}' is ambiguous: tc reads '{unit}' as powers of 1024 bytes, SI as powers of \

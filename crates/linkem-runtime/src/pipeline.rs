@@ -12,7 +12,8 @@
 //! The model runs on the input thread only; the output thread only waits and
 //! sends. Neither blocks the other: the only shared state is the delay line's two
 //! counters, a flag for waking an idle output thread, and the statistics, which
-//! each side publishes under a lock once per batch or per millisecond.
+//! the input side publishes under a lock once per batch, the output side
+//! every 50 ms when it has time to spare.
 
 use crate::clock;
 use crate::delay_line::{delay_line, Consumer, Producer};
@@ -25,12 +26,34 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-/// Default for [`DirectionOptions::spin_ns`]: below this distance to a release
-/// time the output thread spins instead of sleeping. A timed sleep on this
-/// class of VM wakes 5-60 µs late; 20 µs of spinning catches most of that while
-/// a 10 kpps stream costs at most 20 % of a core. Raise it (and pin threads) on
-/// a machine with cores to spare for sub-microsecond precision.
-pub const DEFAULT_SPIN_NS: u64 = 20_000;
+/// Default for [`DirectionOptions::spin_ns`], the most the output thread spins
+/// before a release time. It spins only as long as a timed sleep has recently
+/// been seen to overshoot (learnt per thread, see [`WakeEstimate`]): on a quiet
+/// machine a few µs, on a loaded VM 20-100 µs. Lower it to save CPU at the
+/// cost of precision; on a machine with cores to spare, raise it and pin threads.
+pub const DEFAULT_SPIN_NS: u64 = 200_000;
+/// The least the output thread spins, so that a fast wake-up still has room.
+const MIN_SPIN_NS: u64 = 3_000;
+
+/// How late a timed sleep of this thread wakes: a maximum over recent sleeps
+/// that decays by 1/64 per sleep, so one long preemption is forgotten after a
+/// few hundred sleeps while a steady overshoot keeps the spin long enough.
+#[derive(Debug, Clone, Copy)]
+struct WakeEstimate {
+    overshoot_ns: u64,
+}
+
+impl WakeEstimate {
+    fn spin_ns(&self, max_ns: u64) -> u64 {
+        (self.overshoot_ns + self.overshoot_ns / 4 + MIN_SPIN_NS).min(max_ns)
+    }
+
+    fn observe(&mut self, overshoot_ns: u64) {
+        // A wake-up later than a millisecond is a preemption, not timer latency.
+        let o = overshoot_ns.min(1_000_000);
+        self.overshoot_ns = o.max(self.overshoot_ns - self.overshoot_ns / 64);
+    }
+}
 /// Frames taken per receive call: amortises the per-call cost while keeping one
 /// batch's worth of arrivals (at 0.5 Mpps, 64 µs) short.
 pub const DEFAULT_BATCH: usize = 32;
@@ -40,6 +63,10 @@ const IDLE_WAIT_NS: u64 = 10_000_000;
 /// reordering) a newly arrived packet due earlier than the one it waits for.
 const MAX_SLEEP_NS: u64 = 10_000_000;
 const MAX_SLEEP_REORDER_NS: u64 = 200_000;
+/// How often the output stage publishes its counts and lateness when it has
+/// time to spare, and at the latest.
+const PUBLISH_NS: u64 = 50_000_000;
+const PUBLISH_MAX_NS: u64 = 500_000_000;
 
 #[derive(Debug, Clone)]
 pub struct DirectionOptions {
@@ -54,6 +81,13 @@ pub struct DirectionOptions {
     /// Drop a packet that cannot be sent within this many ns of its release time.
     pub max_lag_ns: Option<u64>,
     pub batch: usize,
+    /// Run the output stage (and, with `realtime_input`, the input stage) under
+    /// SCHED_FIFO at this priority. A woken real-time thread preempts ordinary
+    /// ones at once; without it, on a busy machine (traffic generators on the
+    /// same cores) a timed wake-up waits for the next scheduler tick, a
+    /// millisecond or more, which is what every packet's lateness then shows.
+    pub realtime_priority: Option<i32>,
+    pub realtime_input: bool,
 }
 
 impl DirectionOptions {
@@ -68,6 +102,8 @@ impl DirectionOptions {
             spin_ns: DEFAULT_SPIN_NS,
             max_lag_ns: None,
             batch: DEFAULT_BATCH,
+            realtime_priority: None,
+            realtime_input: false,
         }
     }
 }
@@ -155,9 +191,27 @@ pub struct Direction {
     threads: Vec<JoinHandle<()>>,
 }
 
+/// Puts the calling thread under SCHED_FIFO at `priority` (1..=99).
+pub fn set_realtime(priority: i32) -> Result<(), String> {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // Safety: changes the calling thread's policy; param is a valid sched_param.
+    let rc = unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
+    if rc != 0 {
+        return Err(format!(
+            "cannot run under SCHED_FIFO priority {priority}: {} (needs root or CAP_SYS_NICE; \
+             pass --realtime off to run without)",
+            std::io::Error::from_raw_os_error(rc)
+        ));
+    }
+    Ok(())
+}
+
 fn lateness_histogram() -> Histogram<u64> {
-    // 1 ns to 100 s at 3 significant digits.
-    Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("constant bounds are valid")
+    // 1 ns to 100 s at 2 significant digits (values within 1 %): 4k counters,
+    // small enough to merge in a few microseconds.
+    Histogram::new_with_bounds(1, 100_000_000_000, 2).expect("constant bounds are valid")
 }
 
 impl Direction {
@@ -190,9 +244,18 @@ impl Direction {
             let control = control.clone();
             let name = format!("linkem-out-{}", opts.name);
             let (spin_ns, max_lag_ns) = (opts.spin_ns, opts.max_lag_ns);
+            let prio = opts.realtime_priority;
             std::thread::Builder::new()
                 .name(name)
-                .spawn(move || output_stage(control, consumer, tx, spin_ns, max_lag_ns, reorders))
+                .spawn(move || {
+                    if let Some(p) = prio {
+                        if let Err(e) = set_realtime(p) {
+                            *control.error.lock().expect("the lock holders never panic") =
+                                Some(format!("output stage: {e}"));
+                        }
+                    }
+                    output_stage(control, consumer, tx, spin_ns, max_lag_ns, reorders)
+                })
                 .map_err(|e| format!("cannot start the output thread: {e}"))?
         };
         let input = {
@@ -200,7 +263,15 @@ impl Direction {
             let out_thread = out.thread().clone();
             std::thread::Builder::new()
                 .name(format!("linkem-in-{}", opts.name))
-                .spawn(move || input_stage(control, opts, producer, rx, out_thread))
+                .spawn(move || {
+                    if let (Some(p), true) = (opts.realtime_priority, opts.realtime_input) {
+                        if let Err(e) = set_realtime(p) {
+                            *control.error.lock().expect("the lock holders never panic") =
+                                Some(format!("input stage: {e}"));
+                        }
+                    }
+                    input_stage(control, opts, producer, rx, out_thread)
+                })
                 .map_err(|e| format!("cannot start the input thread: {e}"))?
         };
         Ok(Direction {
@@ -491,6 +562,9 @@ fn output_stage(
         max_lag_ns,
     };
     let mut heap: BinaryHeap<Reverse<Held>> = BinaryHeap::new();
+    let mut wake = WakeEstimate {
+        overshoot_ns: 50_000,
+    };
     let mut seq = 0u64;
     let mut last_publish = clock::now_ns();
     let max_sleep = if reorders {
@@ -531,7 +605,12 @@ fn output_stage(
             consumer.peek().map(|h| h.release_ns)
         };
         let now = clock::now_ns();
-        if now.wrapping_sub(last_publish) > 1_000_000 {
+        // Merging the histogram costs microseconds: do it when the next packet
+        // is not due soon, or at the latest every PUBLISH_MAX_NS under
+        // continuous traffic, so that it never delays a send.
+        let since = now.wrapping_sub(last_publish);
+        let slack = next.is_none_or(|r| r > now + spin_ns + 200_000);
+        if (since > PUBLISH_NS && slack) || since > PUBLISH_MAX_NS {
             last_publish = now;
             publish(&mut st);
         }
@@ -559,8 +638,11 @@ fn output_stage(
                 break;
             }
             let wait = release_ns - now;
-            if wait > spin_ns {
-                clock::sleep_until_ns(now + (wait - spin_ns).min(max_sleep));
+            let spin = wake.spin_ns(spin_ns);
+            if wait > spin {
+                let target = now + (wait - spin).min(max_sleep);
+                clock::sleep_until_ns(target);
+                wake.observe(clock::now_ns().saturating_sub(target));
                 st.wakeups += 1;
             } else {
                 while clock::now_ns() < release_ns {

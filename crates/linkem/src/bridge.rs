@@ -20,6 +20,22 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Which stages run under SCHED_FIFO (see `DirectionOptions::realtime_priority`).
+#[derive(Clone, Copy, clap::ValueEnum, PartialEq, Eq, Debug)]
+pub enum Realtime {
+    /// Neither: ordinary scheduling (lateness then depends on the machine's load).
+    Off,
+    /// The output stages, which must wake at release times (default).
+    Out,
+    /// Output and input stages (a dedicated machine: the input stages then
+    /// take their cores whenever traffic arrives).
+    All,
+}
+
+/// SCHED_FIFO priority of the stages: above ordinary tasks, below the kernel's
+/// interrupt threads (50), which deliver the packets.
+pub const REALTIME_PRIORITY: i32 = 10;
+
 pub struct BridgeArgs {
     pub if_a: String,
     pub if_b: String,
@@ -34,6 +50,7 @@ pub struct BridgeArgs {
     pub max_lag: Option<String>,
     pub buffer: Option<String>,
     pub batch: usize,
+    pub realtime: Realtime,
     /// Stop by itself after this many seconds (tests, scripted runs).
     pub duration: Option<f64>,
 }
@@ -79,7 +96,8 @@ fn check_interface(name: &str) -> Result<u32> {
     Ok(mtu)
 }
 
-pub fn run(args: &BridgeArgs) -> Result<()> {
+/// The link of each direction, from --config (read afresh each call) and the words.
+fn load_specs(args: &BridgeArgs) -> Result<(LinkSpec, LinkSpec)> {
     let mut common: Vec<String> = Vec::new();
     let mut a_to_b: Vec<String> = Vec::new();
     let mut b_to_a: Vec<String> = Vec::new();
@@ -94,8 +112,14 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
     common.extend(split(&args.words));
     a_to_b.extend(split(&args.a_to_b));
     b_to_a.extend(split(&args.b_to_a));
-    let spec_ab = parse_direction(&common, &a_to_b, "a-to-b")?;
-    let spec_ba = parse_direction(&common, &b_to_a, "b-to-a")?;
+    Ok((
+        parse_direction(&common, &a_to_b, "a-to-b")?,
+        parse_direction(&common, &b_to_a, "b-to-a")?,
+    ))
+}
+
+pub fn run(args: &BridgeArgs) -> Result<()> {
+    let (spec_ab, spec_ba) = load_specs(args)?;
     let seed = spec_ab.seed.or(spec_ba.seed).unwrap_or_else(fresh_seed);
     let spin_ns = match &args.spin_threshold {
         Some(t) => parse_time_ns(t).map_err(|e| anyhow::anyhow!("--spin-threshold {e}"))?,
@@ -156,6 +180,8 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
         opts.spin_ns = spin_ns;
         opts.max_lag_ns = max_lag_ns;
         opts.batch = args.batch.max(1);
+        opts.realtime_priority = (args.realtime != Realtime::Off).then_some(REALTIME_PRIORITY);
+        opts.realtime_input = args.realtime == Realtime::All;
         eprintln!("linkem: {name} ({from} -> {to}, {used}): {}", spec.link);
         directions
             .push(Direction::start(opts, rx, tx).map_err(|e| anyhow::anyhow!("{name}: {e}"))?);
@@ -169,6 +195,11 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
         signal_hook::flag::register(sig, stop.clone())
             .context("cannot install the signal handler")?;
     }
+    // SIGHUP: read --config and the words again and apply them to the running
+    // link (queued packets keep their release times; nothing is lost).
+    let reload = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, reload.clone())
+        .context("cannot install the signal handler")?;
     let started = Instant::now();
     let mut next_print = args
         .stats_interval
@@ -183,6 +214,17 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
         for d in &directions {
             if let Some(e) = d.error() {
                 bail!("{e}");
+            }
+        }
+        if reload.swap(false, Ordering::Relaxed) {
+            match load_specs(args) {
+                Ok((ab, ba)) => {
+                    eprintln!("linkem: SIGHUP: a->b now {}; b->a now {}", ab.link, ba.link);
+                    directions[0].reconfigure(ab.link);
+                    directions[1].reconfigure(ba.link);
+                }
+                // A broken file must not stop a running emulation: keep the old link.
+                Err(e) => eprintln!("linkem: SIGHUP: keeping the current link: {e:#}"),
             }
         }
         if let (Some(at), Some(every)) = (next_print, args.stats_interval) {

@@ -100,8 +100,9 @@ enum Command {
         /// Also print the counts every SECONDS.
         #[arg(long, value_name = "SECONDS")]
         stats_interval: Option<f64>,
-        /// Spin instead of sleeping when a release is closer than this (default 20us).
-        /// On a machine with spare cores, raise it (e.g. 200us) for sub-microsecond precision.
+        /// The most the output stage spins before a release time (default 200us). It sleeps
+        /// until then and spins only as long as its timed sleeps were recently seen to
+        /// overshoot (learnt while running). Lower it to save CPU at the cost of precision.
         #[arg(long, value_name = "TIME")]
         spin_threshold: Option<String>,
         /// Drop (as 'late') a packet that cannot leave within TIME of its release time.
@@ -113,6 +114,10 @@ enum Command {
         /// Frames received per batch.
         #[arg(long, default_value_t = 32)]
         batch: usize,
+        /// Which stages run under SCHED_FIFO: 'out' (default) lets the output stages
+        /// wake at release times even when traffic generators load the same cores.
+        #[arg(long, value_enum, default_value = "out")]
+        realtime: bridge::Realtime,
         /// Stop after SECONDS (default: run until SIGINT or SIGTERM).
         #[arg(long, value_name = "SECONDS")]
         duration: Option<f64>,
@@ -176,6 +181,7 @@ fn main() {
             max_lag,
             buffer,
             batch,
+            realtime,
             duration,
         } => bridge::run(&bridge::BridgeArgs {
             if_a,
@@ -191,6 +197,7 @@ fn main() {
             max_lag,
             buffer,
             batch,
+            realtime,
             duration,
         }),
         Command::Synth {

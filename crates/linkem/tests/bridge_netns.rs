@@ -1,0 +1,604 @@
+//! `linkem bridge` with real traffic: `nsA <-veth-> linkem <-veth-> nsB`, names
+//! unique to each test, torn down even when a test fails (the topology's Drop).
+//! Needs root and prints "skipped" otherwise; as root, a missing tool (ip, ethtool,
+//! iperf3, ping) fails the test, so that a machine without them cannot pass silently.
+//!
+//! Traffic comes from ping, iperf3 (Debian package) and UDP sockets opened by
+//! this test inside the namespaces (a thread enters a namespace with setns),
+//! which carry a sequence number and a send time so that loss, bursts and
+//! one-way delay are measured exactly.
+
+use linkem_io::netns::{self, Topology};
+use serde_json::Value;
+use std::io::Read;
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Live tests share two cores: run them one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn skip() -> bool {
+    match netns::check_prerequisites() {
+        Err(e @ netns::NetnsError::NotRoot) => {
+            eprintln!("skipped: {e}");
+            true
+        }
+        Err(e) => panic!("{e}"),
+        Ok(()) => {
+            for (program, package) in [("iperf3", "iperf3"), ("ping", "iputils-ping")] {
+                if Command::new(program).arg("-V").output().is_err() {
+                    panic!("`{program}` not found: install {package} (e.g. `apt-get install {package}`)");
+                }
+            }
+            false
+        }
+    }
+}
+
+fn topology(tag: &str) -> Topology {
+    let topo = Topology::two_hosts(&netns::unique_prefix(tag)).expect("namespaces come up");
+    // Static neighbours: a lost ARP request must not look like a lost packet.
+    let mac = |ns: &str, dev: &str| {
+        let o = netns::exec_in(ns, &["cat", &format!("/sys/class/net/{dev}/address")]).unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    let (mac_a, mac_b) = (mac(&topo.ns_a, &topo.host_a), mac(&topo.ns_b, &topo.host_b));
+    for (ns, dev, addr, lladdr) in [
+        (&topo.ns_a, &topo.host_a, topo.addr_b, &mac_b),
+        (&topo.ns_b, &topo.host_b, topo.addr_a, &mac_a),
+    ] {
+        let a = addr.to_string();
+        let o = netns::exec_in(
+            ns,
+            &[
+                "ip",
+                "neigh",
+                "replace",
+                &a,
+                "lladdr",
+                lladdr,
+                "dev",
+                dev,
+                "nud",
+                "permanent",
+            ],
+        )
+        .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    topo
+}
+
+struct Bridge {
+    child: Child,
+}
+
+impl Bridge {
+    fn start(topo: &Topology, backend: &str, args: &[&str]) -> Bridge {
+        let child = Command::new(env!("CARGO_BIN_EXE_linkem"))
+            .args([
+                "bridge",
+                &topo.emu_a,
+                &topo.emu_b,
+                "--backend",
+                backend,
+                "--stats",
+                "json",
+            ])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("linkem starts");
+        // Opening sockets and attaching programs takes a few ms; give it room.
+        std::thread::sleep(Duration::from_millis(400));
+        let mut b = Bridge { child };
+        if let Some(status) = b.child.try_wait().unwrap() {
+            let mut err = String::new();
+            b.child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            panic!("linkem bridge exited at start ({status}): {err}");
+        }
+        b
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        // Safety: kill with a pid we own.
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+
+    /// SIGINT, then the final counts. Fails if linkem does not exit 0 within 10 s.
+    fn stop(mut self) -> Value {
+        self.signal(libc::SIGINT);
+        let t = Instant::now();
+        while self.child.try_wait().unwrap().is_none() {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "linkem did not stop on SIGINT"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let status = self.child.wait().unwrap();
+        let (mut stdout, mut stderr) = (String::new(), String::new());
+        self.child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut stdout)
+            .unwrap();
+        self.child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        assert!(status.success(), "linkem failed: {stderr}");
+        let last = stdout
+            .lines()
+            .last()
+            .unwrap_or_else(|| panic!("no counts printed; stderr: {stderr}"));
+        let v: Value = serde_json::from_str(last).unwrap();
+        assert_eq!(v["final"], true);
+        for d in v["directions"].as_array().unwrap() {
+            let fates: u64 = d["fates"]
+                .as_object()
+                .unwrap()
+                .values()
+                .map(|x| x.as_u64().unwrap())
+                .sum();
+            assert_eq!(
+                d["received"].as_u64().unwrap(),
+                fates + d["in_flight"].as_u64().unwrap(),
+                "received = delivered + drops by reason + in flight: {d}"
+            );
+        }
+        v
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn fate(v: &Value, dir: usize, name: &str) -> u64 {
+    v["directions"][dir]["fates"][name].as_u64().unwrap()
+}
+
+/// Runs `f` on a thread inside network namespace `ns`.
+fn in_ns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let file = std::fs::File::open(format!("/run/netns/{ns}")).expect("namespace exists");
+            // Safety: setns on this thread only, with a namespace file we hold open.
+            let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+            assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
+            f()
+        })
+        .join()
+        .expect("namespace thread")
+    })
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+/// Sends `n` datagrams of `len` bytes (UDP payload) from A to B, `gap` apart (zero: as fast
+/// as possible); returns, per sequence number, the one-way delay in ns if it arrived.
+fn udp_flow(topo: &Topology, from_a: bool, n: u32, len: usize, gap: Duration) -> Vec<Option<u64>> {
+    let (src_ns, dst_ns, dst) = if from_a {
+        (&topo.ns_a, &topo.ns_b, topo.addr_b)
+    } else {
+        (&topo.ns_b, &topo.ns_a, topo.addr_a)
+    };
+    let port = 40000 + (std::process::id() % 20000) as u16;
+    std::thread::scope(|s| {
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let receiver = s.spawn(move || {
+            in_ns(dst_ns, || {
+                let sock = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port)).unwrap();
+                let size: libc::c_int = 8 << 20;
+                // Safety: setsockopt with a valid int.
+                unsafe {
+                    libc::setsockopt(
+                        sock.as_raw_fd(),
+                        libc::SOL_SOCKET,
+                        libc::SO_RCVBUFFORCE,
+                        (&size as *const libc::c_int).cast(),
+                        4,
+                    )
+                };
+                sock.set_read_timeout(Some(Duration::from_millis(1500)))
+                    .unwrap();
+                ready_tx.send(()).unwrap();
+                let mut got = vec![None; n as usize];
+                let mut buf = vec![0u8; 65536];
+                while let Ok(k) = sock.recv(&mut buf) {
+                    let t = now_ns();
+                    if k >= 12 {
+                        let seq = u32::from_be_bytes(buf[0..4].try_into().unwrap());
+                        let sent = u64::from_be_bytes(buf[4..12].try_into().unwrap());
+                        if let Some(slot) = got.get_mut(seq as usize) {
+                            *slot = Some(t.saturating_sub(sent));
+                        }
+                    }
+                }
+                got
+            })
+        });
+        ready_rx.recv().unwrap();
+        in_ns(src_ns, || {
+            let sock = UdpSocket::bind("0.0.0.0:0").unwrap();
+            let mut buf = vec![0u8; len.max(12)];
+            let start = Instant::now();
+            for seq in 0..n {
+                let due = gap * seq;
+                // Sleep, never spin: on two cores a spinning sender would take the CPU
+                // linkem needs. Each datagram carries its real send time, so a late send
+                // does not distort the measured delay.
+                let now = start.elapsed();
+                if due > now {
+                    std::thread::sleep(due - now);
+                }
+                buf[0..4].copy_from_slice(&seq.to_be_bytes());
+                buf[4..12].copy_from_slice(&now_ns().to_be_bytes());
+                // ENOBUFS under overload is the point of some tests: ignore it.
+                let _ = sock.send_to(&buf, SocketAddrV4::new(dst, port));
+            }
+        });
+        receiver.join().unwrap()
+    })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Median ping RTT from A to B in ms.
+fn ping_median_ms(topo: &Topology, count: u32) -> f64 {
+    let o = topo
+        .exec_in_a(&[
+            "ping",
+            "-c",
+            &count.to_string(),
+            "-i",
+            "0.02",
+            &topo.addr_b.to_string(),
+        ])
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    let rtts: Vec<f64> = text
+        .lines()
+        .filter_map(|l| {
+            l.split("time=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    assert!(rtts.len() as u32 >= count * 9 / 10, "ping answers: {text}");
+    median(rtts)
+}
+
+fn ping_delay(backend: &str) {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let topo = topology("lkbpd");
+    let b = Bridge::start(&topo, backend, &[]);
+    ping_median_ms(&topo, 10); // warm-up
+    let base = ping_median_ms(&topo, 40);
+    b.stop();
+    let b = Bridge::start(&topo, backend, &["delay", "10ms"]);
+    let rtt = ping_median_ms(&topo, 40);
+    let v = b.stop();
+    eprintln!("{backend}: baseline {base:.3} ms, delay 10ms each way: {rtt:.3} ms; {v}");
+    assert!(
+        (rtt - (20.0 + base)).abs() <= 1.0,
+        "RTT {rtt} ms, expected 20 ms + {base} ms"
+    );
+}
+
+#[test]
+fn ping_rtt_with_delay_10ms_each_way_packet() {
+    ping_delay("packet");
+}
+
+#[test]
+fn ping_rtt_with_delay_10ms_each_way_xdp() {
+    ping_delay("xdp");
+}
+
+fn iperf3(topo: &Topology, args: &[&str]) -> Value {
+    let mut server = topo
+        .spawn_in_b(&["iperf3", "-s", "-1", "-p", "5301"])
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let b = topo.addr_b.to_string();
+    let mut all = vec!["iperf3", "-c", &b, "-p", "5301", "-J"];
+    all.extend_from_slice(args);
+    let o = topo.exec_in_a(&all).unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "iperf3 output ({e}): {}",
+            String::from_utf8_lossy(&o.stdout)
+        )
+    })
+}
+
+fn rate_50mbit(backend: &str) {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let topo = topology("lkbrt");
+    let b = Bridge::start(&topo, backend, &["rate", "50mbit", "queue", "200"]);
+    // UDP at 70 Mbit/s of 1472-byte payloads: 1514-byte frames on the link.
+    let u = iperf3(&topo, &["-u", "-b", "70M", "-l", "1472", "-t", "4"]);
+    let payload_bps = u["end"]["sum"]["bits_per_second"].as_f64().unwrap();
+    let lost = u["end"]["sum"]["lost_percent"].as_f64().unwrap();
+    // The receiver counts what arrived over the sender's time, in UDP payload bits.
+    let frame_bps = payload_bps * (1.0 - lost / 100.0) * 1514.0 / 1472.0;
+    let t = iperf3(&topo, &["-t", "4"]);
+    let tcp_bps = t["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap();
+    let v = b.stop();
+    eprintln!(
+        "{backend}: UDP {:.2} Mbit/s of frames, TCP {:.2} Mbit/s goodput; {v}",
+        frame_bps / 1e6,
+        tcp_bps / 1e6
+    );
+    assert!(
+        (frame_bps / 50e6 - 1.0).abs() <= 0.03,
+        "UDP through rate 50mbit: {frame_bps} bit/s of frames"
+    );
+    assert!(
+        fate(&v, 0, "queue-full") > 0,
+        "70 Mbit/s into 50 Mbit/s overflows the queue"
+    );
+    // TCP goodput: payload of 1448 in 1514-byte frames is 95.6 % of the link.
+    assert!(
+        tcp_bps >= 0.9 * 50e6 * 1448.0 / 1514.0,
+        "TCP through rate 50mbit: {tcp_bps} bit/s"
+    );
+}
+
+#[test]
+fn udp_and_tcp_through_rate_50mbit_packet() {
+    rate_50mbit("packet");
+}
+
+#[test]
+fn udp_and_tcp_through_rate_50mbit_xdp() {
+    rate_50mbit("xdp");
+}
+
+fn random_loss(backend: &str) {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let topo = topology("lkbls");
+    let b = Bridge::start(&topo, backend, &["loss", "10%"]);
+    let n = 20_000;
+    let got = udp_flow(&topo, true, n, 100, Duration::from_micros(50));
+    let v = b.stop();
+    let lost = got.iter().filter(|g| g.is_none()).count() as f64;
+    let (p, n) = (0.1, n as f64);
+    // 99.9 % two-sided binomial bound.
+    let bound = 3.29 * (p * (1.0 - p) / n).sqrt();
+    eprintln!(
+        "{backend}: loss rate {:.4} (bound ±{bound:.4}); {v}",
+        lost / n
+    );
+    assert!(
+        (lost / n - p).abs() <= bound,
+        "loss rate {} outside 0.1 ± {bound}",
+        lost / n
+    );
+    assert!(
+        fate(&v, 0, "loss") as f64 >= lost * 0.99,
+        "lost packets are counted as 'loss'"
+    );
+}
+
+#[test]
+fn loss_10_percent_inside_its_binomial_bound_packet() {
+    random_loss("packet");
+}
+
+#[test]
+fn loss_10_percent_inside_its_binomial_bound_xdp() {
+    random_loss("xdp");
+}
+
+#[test]
+fn gilbert_elliott_loss_rate_and_burst_length() {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let topo = topology("lkbge");
+    let (p, r) = (0.02, 0.2);
+    let b = Bridge::start(&topo, "packet", &["loss", "gemodel", "2%", "20%"]);
+    let n = 30_000u32;
+    let got = udp_flow(&topo, true, n, 100, Duration::from_micros(40));
+    b.stop();
+    let lost: Vec<bool> = got.iter().map(Option::is_none).collect();
+    let rate = lost.iter().filter(|&&l| l).count() as f64 / n as f64;
+    let mut bursts = Vec::new();
+    let mut run = 0u32;
+    for &l in &lost {
+        if l {
+            run += 1;
+        } else if run > 0 {
+            bursts.push(run as f64);
+            run = 0;
+        }
+    }
+    let mean_burst = bursts.iter().sum::<f64>() / bursts.len() as f64;
+    // Loss indicator = the chain's state; its autocorrelation decays as λ^k, λ = 1 - p - r,
+    // which inflates the binomial variance by (1 + λ)/(1 - λ).
+    let want_rate = p / (p + r);
+    let lambda = 1.0 - p - r;
+    let rate_bound =
+        3.29 * (want_rate * (1.0 - want_rate) / n as f64 * (1.0 + lambda) / (1.0 - lambda)).sqrt();
+    // Bursts are geometric with mean 1/r and variance (1-r)/r².
+    let burst_bound = 3.29 * ((1.0 - r) / (r * r) / bursts.len() as f64).sqrt();
+    eprintln!(
+        "gemodel: rate {rate:.4} (theory {want_rate:.4} ± {rate_bound:.4}), mean burst {mean_burst:.3} (theory {} ± {burst_bound:.3})",
+        1.0 / r
+    );
+    assert!((rate - want_rate).abs() <= rate_bound);
+    assert!((mean_burst - 1.0 / r).abs() <= burst_bound);
+}
+
+#[test]
+fn overload_of_a_small_queue_drops_queue_full_and_recovers() {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let topo = topology("lkbov");
+    let b = Bridge::start(
+        &topo,
+        "packet",
+        &["rate", "2mbit", "queue", "8", "delay", "5ms"],
+    );
+    // As fast as the sender goes: far beyond 2 Mbit/s.
+    let got = udp_flow(&topo, true, 20_000, 1000, Duration::ZERO);
+    let arrived = got.iter().filter(|g| g.is_some()).count() as u64;
+    // Still forwarding afterwards: no stall.
+    let rtt = ping_median_ms(&topo, 10);
+    let v = b.stop();
+    eprintln!("overload: {arrived} of 20000 arrived, ping {rtt:.2} ms after; {v}");
+    assert!(fate(&v, 0, "queue-full") > 1000, "a small queue overflows");
+    assert!(arrived > 0 && arrived <= fate(&v, 0, "delivered"));
+    assert!(rtt < 50.0);
+}
+
+#[test]
+fn both_directions_at_once_with_clean_shutdown() {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let topo = topology("lkbbd");
+    let b = Bridge::start(
+        &topo,
+        "packet",
+        &["delay", "5ms", "loss", "1%", "seed", "9"],
+    );
+    let (ab, ba) = std::thread::scope(|s| {
+        let ab = s.spawn(|| udp_flow(&topo, true, 5000, 200, Duration::from_micros(200)));
+        let ba = s.spawn(|| udp_flow(&topo, false, 5000, 200, Duration::from_micros(200)));
+        (ab.join().unwrap(), ba.join().unwrap())
+    });
+    // Stop while a stream is in the delay line: the in-flight packets are counted.
+    let mut flood = topo
+        .spawn_in_a(&["ping", "-f", "-c", "2000", &topo.addr_b.to_string()])
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let v = b.stop();
+    let _ = flood.kill();
+    let _ = flood.wait();
+    for (dir, got) in [(0, &ab), (1, &ba)] {
+        let arrived = got.iter().filter(|g| g.is_some()).count() as u64;
+        let delays: Vec<f64> = got.iter().flatten().map(|&d| d as f64 / 1e6).collect();
+        let med = median(delays);
+        eprintln!("direction {dir}: {arrived} of 5000 arrived, median one-way {med:.3} ms");
+        assert!(arrived >= 4850, "about 1 % lost: {arrived} arrived");
+        assert!(
+            (5.0..6.0).contains(&med),
+            "one-way delay {med} ms for delay 5ms"
+        );
+        assert!(fate(&v, dir, "delivered") >= arrived);
+    }
+}
+
+#[test]
+fn sighup_changes_the_delay_without_losing_queued_packets() {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let topo = topology("lkbhu");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("link.toml");
+    std::fs::write(&cfg, "delay = \"100ms\"\n").unwrap();
+    let b = Bridge::start(&topo, "packet", &["--config", cfg.to_str().unwrap()]);
+    let got = std::thread::scope(|s| {
+        let flow = s.spawn(|| udp_flow(&topo, true, 600, 100, Duration::from_millis(1)));
+        std::thread::sleep(Duration::from_millis(300));
+        // Packets sent in the last 100 ms are in the delay line now.
+        std::fs::write(&cfg, "delay = \"10ms\"\n").unwrap();
+        b.signal(libc::SIGHUP);
+        flow.join().unwrap()
+    });
+    let v = b.stop();
+    let arrived = got.iter().filter(|g| g.is_some()).count();
+    let ms = |i: usize| got[i].map(|d| d as f64 / 1e6).unwrap_or(f64::NAN);
+    eprintln!(
+        "SIGHUP: {arrived} of 600 arrived; first {:.2} ms, last {:.2} ms; {v}",
+        ms(0),
+        ms(599)
+    );
+    assert_eq!(arrived, 600, "no packet lost across the change");
+    assert!(
+        got[..150].iter().flatten().all(|&d| d >= 100_000_000),
+        "before: 100 ms"
+    );
+    assert!(
+        got[500..]
+            .iter()
+            .flatten()
+            .all(|&d| (10_000_000..20_000_000).contains(&d)),
+        "after: 10 ms"
+    );
+}
+
+#[test]
+fn plain_errors_for_bad_interfaces_and_words() {
+    let run = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_linkem"))
+            .arg("bridge")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!o.status.success());
+        String::from_utf8_lossy(&o.stderr).to_string()
+    };
+    let e = run(&["nosuchif0", "nosuchif1", "delay", "10ms"]);
+    assert!(
+        e.contains("nosuchif0") && (e.contains("does not exist") || e.contains("root")),
+        "{e}"
+    );
+    let e = run(&["lo", "lo"]);
+    assert!(e.contains("two interfaces"), "{e}");
+    let e = run(&["a", "b", "delay", "10"]);
+    assert!(e.contains("'10'"), "{e}");
+}
