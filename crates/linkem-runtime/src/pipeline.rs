@@ -208,6 +208,61 @@ pub fn set_realtime(priority: i32) -> Result<(), String> {
     Ok(())
 }
 
+/// Sets the calling thread back to ordinary scheduling.
+fn set_ordinary() -> Result<(), String> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // Safety: as in set_realtime.
+    let rc =
+        unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_OTHER, &param) };
+    if rc != 0 {
+        return Err(format!(
+            "cannot leave SCHED_FIFO: {}",
+            std::io::Error::from_raw_os_error(rc)
+        ));
+    }
+    Ok(())
+}
+
+/// A packet this late means the output stage is behind, not waiting: see [`Realtime`].
+const BEHIND_NS: u64 = 200_000;
+
+/// SCHED_FIFO for the output stage only while it waits for release times.
+///
+/// Real-time priority is what makes a timed wake-up punctual on a loaded
+/// machine, but a real-time thread that is behind (a backlog of due packets)
+/// never blocks, and starves the softirq and ksoftirqd work that delivers
+/// and receives the very packets it sends: on two cores the whole path then
+/// slows to a fraction of its rate. So the stage drops to ordinary scheduling
+/// when it finds itself behind and goes back to SCHED_FIFO when it next has
+/// to wait, at the cost of one system call per change.
+struct Realtime {
+    priority: i32,
+    on: bool,
+}
+
+impl Realtime {
+    fn new(priority: i32) -> Self {
+        Realtime {
+            priority,
+            on: false,
+        }
+    }
+
+    fn wait_mode(&mut self) -> Result<(), String> {
+        if !self.on {
+            set_realtime(self.priority)?;
+            self.on = true;
+        }
+        Ok(())
+    }
+
+    fn behind(&mut self) {
+        if self.on && set_ordinary().is_ok() {
+            self.on = false;
+        }
+    }
+}
+
 fn lateness_histogram() -> Histogram<u64> {
     // 1 ns to 100 s at 2 significant digits (values within 1 %): 4k counters,
     // small enough to merge in a few microseconds.
@@ -248,13 +303,14 @@ impl Direction {
             std::thread::Builder::new()
                 .name(name)
                 .spawn(move || {
-                    if let Some(p) = prio {
-                        if let Err(e) = set_realtime(p) {
-                            *control.error.lock().expect("the lock holders never panic") =
-                                Some(format!("output stage: {e}"));
-                        }
+                    let mut realtime = prio.map(Realtime::new);
+                    if let Some(Err(e)) = realtime.as_mut().map(Realtime::wait_mode) {
+                        *control.error.lock().expect("the lock holders never panic") =
+                            Some(format!("output stage: {e}"));
                     }
-                    output_stage(control, consumer, tx, spin_ns, max_lag_ns, reorders)
+                    output_stage(
+                        control, consumer, tx, spin_ns, max_lag_ns, reorders, realtime,
+                    )
                 })
                 .map_err(|e| format!("cannot start the output thread: {e}"))?
         };
@@ -278,6 +334,100 @@ impl Direction {
             name: String::new(),
             control,
             threads: vec![input, out],
+        }
+        .named())
+    }
+
+    /// Starts a plain forwarder in place of the pipeline: one thread that sends
+    /// each received batch straight back out, with no model, no delay line and
+    /// no timestamps. It is the baseline that benchmarks compare the emulator
+    /// with (the same sockets, the same batches, nothing else); frames the
+    /// backend cannot take count as `backpressure`.
+    pub fn start_forwarder(
+        opts: DirectionOptions,
+        mut rx: Box<dyn RxPort>,
+        mut tx: Box<dyn TxPort>,
+    ) -> Result<Direction, String> {
+        let control = Arc::new(Control {
+            stop: AtomicBool::new(false),
+            pending: Mutex::new(None),
+            has_pending: AtomicBool::new(false),
+            output_parked: AtomicBool::new(false),
+            input: Mutex::new(InputShared::default()),
+            output: Mutex::new(OutputShared {
+                sent: 0,
+                copies_sent: 0,
+                late: 0,
+                lateness: lateness_histogram(),
+                tx_wakeups: 0,
+            }),
+            huge_pages: false,
+            buffer_bytes: 0,
+            error: Mutex::new(None),
+        });
+        let thread = {
+            let control = control.clone();
+            std::thread::Builder::new()
+                .name(format!("linkem-in-{}", opts.name))
+                .spawn(move || {
+                    let (mut sent, mut refused, mut wakeups) = (0u64, 0u64, 0u64);
+                    let publish = |sent: u64, refused: u64, wakeups: u64| {
+                        let mut counts = FateCounts::default();
+                        counts.set(Fate::Delivered, sent);
+                        counts.set(Fate::Backpressure, refused);
+                        let mut input = control.input.lock().expect("the lock holders never panic");
+                        input.counts = counts;
+                        input.accepted = sent;
+                        input.rx_wakeups = wakeups;
+                        drop(input);
+                        control
+                            .output
+                            .lock()
+                            .expect("the lock holders never panic")
+                            .sent = sent;
+                    };
+                    let fail = |e: String| {
+                        *control.error.lock().expect("the lock holders never panic") = Some(e);
+                    };
+                    while !control.stop.load(Ordering::Acquire) {
+                        let result = rx.rx_batch(opts.batch, &mut |frame| {
+                            if tx.tx_push(frame.data) {
+                                sent += 1;
+                            } else {
+                                refused += 1;
+                            }
+                        });
+                        match result {
+                            Ok(0) => {
+                                publish(sent, refused, wakeups);
+                                if let Err(e) = rx.wait_rx(IDLE_WAIT_NS) {
+                                    fail(format!("receive: {e}"));
+                                    break;
+                                }
+                                wakeups += 1;
+                            }
+                            Ok(_) => {
+                                if let Err(e) = tx.tx_flush() {
+                                    fail(format!("send: {e}"));
+                                    break;
+                                }
+                                publish(sent, refused, wakeups);
+                            }
+                            Err(e) => {
+                                fail(format!("receive: {e}"));
+                                break;
+                            }
+                        }
+                    }
+                    let _ = tx.tx_flush();
+                    publish(sent, refused, wakeups);
+                })
+                .map_err(|e| format!("cannot start the forwarding thread: {e}"))?
+        };
+        Ok(Direction {
+            name: String::new(),
+            control,
+            threads: vec![thread],
         }
         .named())
     }
@@ -549,6 +699,7 @@ fn output_stage(
     spin_ns: u64,
     max_lag_ns: Option<u64>,
     reorders: bool,
+    mut realtime: Option<Realtime>,
 ) {
     clock::set_timer_slack_ns(1);
     let mut st = OutputState {
@@ -622,6 +773,9 @@ fn output_stage(
             if consumer.is_finished() {
                 break;
             }
+            if let Some(rt) = realtime.as_mut() {
+                let _ = rt.wait_mode();
+            }
             control.output_parked.store(true, Ordering::Release);
             // Re-check after announcing the park, so a push in between is not missed.
             if consumer.peek().is_none() {
@@ -637,6 +791,10 @@ fn output_stage(
                 fail(e);
                 break;
             }
+            if let Some(rt) = realtime.as_mut() {
+                // Failing to return to SCHED_FIFO costs precision, not packets.
+                let _ = rt.wait_mode();
+            }
             let wait = release_ns - now;
             let spin = wake.spin_ns(spin_ns);
             if wait > spin {
@@ -650,6 +808,11 @@ fn output_stage(
                 }
             }
             continue;
+        }
+        if now - release_ns > BEHIND_NS {
+            if let Some(rt) = realtime.as_mut() {
+                rt.behind();
+            }
         }
         let result = if reorders {
             let Reverse(h) = heap.pop().expect("peeked above");

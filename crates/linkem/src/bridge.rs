@@ -53,6 +53,8 @@ pub struct BridgeArgs {
     pub realtime: Realtime,
     /// Stop by itself after this many seconds (tests, scripted runs).
     pub duration: Option<f64>,
+    /// The plain-forwarder baseline: no model, no delay line.
+    pub forward_only: bool,
 }
 
 fn split(words: &[String]) -> Vec<String> {
@@ -140,6 +142,15 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
         );
     }
 
+    if args.forward_only
+        && (!args.words.is_empty()
+            || !args.a_to_b.is_empty()
+            || !args.b_to_a.is_empty()
+            || args.config.is_some())
+    {
+        bail!("--forward-only bypasses the model: it takes no link words or --config");
+    }
+
     check_root()?;
     let mtu_a = check_interface(&args.if_a)?;
     let mtu_b = check_interface(&args.if_b)?;
@@ -182,9 +193,14 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
         opts.batch = args.batch.max(1);
         opts.realtime_priority = (args.realtime != Realtime::Off).then_some(REALTIME_PRIORITY);
         opts.realtime_input = args.realtime == Realtime::All;
-        eprintln!("linkem: {name} ({from} -> {to}, {used}): {}", spec.link);
-        directions
-            .push(Direction::start(opts, rx, tx).map_err(|e| anyhow::anyhow!("{name}: {e}"))?);
+        let direction = if args.forward_only {
+            eprintln!("linkem: {name} ({from} -> {to}, {used}): forward only, no model");
+            Direction::start_forwarder(opts, rx, tx)
+        } else {
+            eprintln!("linkem: {name} ({from} -> {to}, {used}): {}", spec.link);
+            Direction::start(opts, rx, tx)
+        };
+        directions.push(direction.map_err(|e| anyhow::anyhow!("{name}: {e}"))?);
     }
     if spec_ab.seed.is_none() && spec_ba.seed.is_none() {
         eprintln!("linkem: seed {seed} (add 'seed {seed}' to repeat the random draws)");
@@ -217,6 +233,10 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
             }
         }
         if reload.swap(false, Ordering::Relaxed) {
+            if args.forward_only {
+                eprintln!("linkem: SIGHUP ignored: --forward-only has no link to change");
+                continue;
+            }
             match load_specs(args) {
                 Ok((ab, ba)) => {
                     eprintln!("linkem: SIGHUP: a->b now {}; b->a now {}", ab.link, ba.link);

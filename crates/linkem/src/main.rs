@@ -121,6 +121,11 @@ enum Command {
         /// Stop after SECONDS (default: run until SIGINT or SIGTERM).
         #[arg(long, value_name = "SECONDS")]
         duration: Option<f64>,
+        /// Bypass the model: forward every frame at once, one thread per direction,
+        /// on the same sockets. The baseline benchmarks compare the emulator with;
+        /// takes no link words.
+        #[arg(long)]
+        forward_only: bool,
     },
     /// Write a synthetic capture of UDP frames (for demos, tests and benchmarks).
     Synth {
@@ -183,6 +188,7 @@ fn main() {
             batch,
             realtime,
             duration,
+            forward_only,
         } => bridge::run(&bridge::BridgeArgs {
             if_a,
             if_b,
@@ -199,6 +205,7 @@ fn main() {
             batch,
             realtime,
             duration,
+            forward_only,
         }),
         Command::Synth {
             output,

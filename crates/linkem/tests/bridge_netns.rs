@@ -601,4 +601,32 @@ fn plain_errors_for_bad_interfaces_and_words() {
     assert!(e.contains("two interfaces"), "{e}");
     let e = run(&["a", "b", "delay", "10"]);
     assert!(e.contains("'10'"), "{e}");
+    let e = run(&["a", "b", "--forward-only", "delay", "10ms"]);
+    assert!(
+        e.contains("--forward-only") && e.contains("no link words"),
+        "{e}"
+    );
+}
+
+#[test]
+fn forward_only_baseline_carries_every_frame_at_once() {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let topo = topology("lkbfo");
+    for backend in ["packet", "xdp"] {
+        let b = Bridge::start(&topo, backend, &["--forward-only"]);
+        let got = udp_flow(&topo, true, 2000, 100, Duration::from_micros(100));
+        let v = b.stop();
+        let arrived = got.iter().filter(|g| g.is_some()).count() as u64;
+        let med = median(got.iter().flatten().map(|&d| d as f64 / 1e6).collect());
+        eprintln!("{backend} forward-only: {arrived} of 2000, median one-way {med:.3} ms; {v}");
+        assert_eq!(
+            arrived, 2000,
+            "a plain forwarder on an idle link loses nothing"
+        );
+        assert!(med < 1.0, "no delay is added: {med} ms");
+        assert!(fate(&v, 0, "delivered") >= arrived);
+    }
 }

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Forwarding rate and lateness of `linkem bridge` on veth, beside two baselines
+# measured in the same run on the same topology: the Linux bridge and linkem's
+# plain forwarder (--forward-only: same sockets, no model, no delay line).
+#
+#   nsA (trafgen, 64-byte UDP) <-veth-> linkem <-veth-> nsB (counts rx_packets)
+#
+# Each row: offered = frames trafgen put on the veth per second, processed =
+# frames linkem took from its socket per second, delivered = frames nsB
+# received per second, all in a steady window after a warm-up. Usage (root):
+#
+#   scripts/bench-bridge.sh [SECONDS]      # default 6 s per row
+#
+# Needs iproute2, ethtool and netsniff-ng (trafgen); installs them if missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECS=${1:-6}
+[ "$(id -u)" = 0 ] || { echo "bench-bridge: needs root"; exit 1; }
+missing=()
+command -v ip >/dev/null || missing+=(iproute2)
+command -v ethtool >/dev/null || missing+=(ethtool)
+command -v trafgen >/dev/null || missing+=(netsniff-ng)
+command -v python3 >/dev/null || missing+=(python3)
+if [ ${#missing[@]} -gt 0 ]; then
+  apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
+fi
+cargo build --release -q -p linkem
+LINKEM=$PWD/target/release/linkem
+P=lkbb$$
+out=$(mktemp -d)
+cleanup() {
+  [ -n "${LPID:-}" ] && kill "$LPID" 2>/dev/null || true
+  ip netns del "${P}a" 2>/dev/null || true
+  ip netns del "${P}b" 2>/dev/null || true
+  ip link del "${P}ea" 2>/dev/null || true
+  ip link del "${P}eb" 2>/dev/null || true
+  ip link del "${P}br" 2>/dev/null || true
+  rm -rf "$out"
+}
+trap cleanup EXIT
+
+ip netns add "${P}a"; ip netns add "${P}b"
+ip link add "${P}ea" type veth peer name "${P}ha" netns "${P}a"
+ip link add "${P}eb" type veth peer name "${P}hb" netns "${P}b"
+for s in a b; do
+  ip link set "${P}e$s" up
+  sysctl -qw "net.ipv6.conf.${P}e$s.disable_ipv6=1"
+  ip -n "${P}$s" link set lo up
+  ip -n "${P}$s" link set "${P}h$s" up
+  ip netns exec "${P}$s" sysctl -qw "net.ipv6.conf.${P}h$s.disable_ipv6=1"
+  # GRO on the hosts' ends lets AF_XDP transmit into them (see README).
+  ip netns exec "${P}$s" ethtool -K "${P}h$s" tx off tso off gso off gro on >/dev/null
+  ethtool -K "${P}e$s" gro off >/dev/null
+done
+ip -n "${P}a" addr add 10.98.0.1/24 dev "${P}ha"
+ip -n "${P}b" addr add 10.98.0.2/24 dev "${P}hb"
+MAC_B=$(ip netns exec "${P}b" cat "/sys/class/net/${P}hb/address")
+MAC_A=$(ip netns exec "${P}a" cat "/sys/class/net/${P}ha/address")
+# 60 bytes on the veth = a 64-byte Ethernet frame with its FCS.
+cat > "$out/udp64.cfg" <<EOF
+{ eth(da=${MAC_B}, sa=${MAC_A}), ipv4(saddr=10.98.0.1, daddr=10.98.0.2, ttl=64), udp(sp=4000, dp=9), fill(0x00, 18) }
+EOF
+
+stat_of() { ip netns exec "$1" cat "/sys/class/net/$2/statistics/$3"; }
+
+# run LABEL TRAFGEN_RATE(or "max") -- COMMAND...: starts COMMAND (the device
+# under test), offers traffic, prints one row of results.
+run() {
+  local label=$1 tgrate=$2; shift 3
+  LPID=
+  if [ "$1" != none ]; then
+    "$@" > "$out/stats.json" 2> "$out/err.txt" &
+    LPID=$!
+    sleep 1
+    kill -0 "$LPID" 2>/dev/null || { cat "$out/err.txt"; exit 1; }
+  fi
+  local rate_arg=()
+  [ "$tgrate" != max ] && rate_arg=(-b "$tgrate")
+  ip netns exec "${P}a" timeout -s INT "$((SECS + 1))" trafgen -C -P 1 -Q \
+    --dev "${P}ha" --conf "$out/udp64.cfg" "${rate_arg[@]}" >/dev/null 2>&1 &
+  local TG=$!
+  sleep 1.5
+  local w=$((SECS - 2))
+  local tx0 rx0 tx1 rx1
+  tx0=$(stat_of "${P}a" "${P}ha" tx_packets); rx0=$(stat_of "${P}b" "${P}hb" rx_packets)
+  local t0; t0=$(date +%s.%N)
+  sleep "$w"
+  tx1=$(stat_of "${P}a" "${P}ha" tx_packets); rx1=$(stat_of "${P}b" "${P}hb" rx_packets)
+  local t1; t1=$(date +%s.%N)
+  wait "$TG" || true
+  sleep 0.2
+  if [ -n "$LPID" ]; then
+    kill -INT "$LPID"; wait "$LPID" || true; LPID=
+  else
+    echo '{}' > "$out/stats.json"
+  fi
+  python3 - "$label" "$tx0" "$tx1" "$rx0" "$rx1" "$t0" "$t1" "$out/stats.json" <<'EOF'
+import json, sys
+label, tx0, tx1, rx0, rx1, t0, t1, path = sys.argv[1:]
+dt = float(t1) - float(t0)
+off = (int(tx1) - int(tx0)) / dt
+dlv = (int(rx1) - int(rx0)) / dt
+lines = [l for l in open(path) if l.startswith("{")]
+d = json.loads(lines[-1]) if lines else {}
+proc = late = ""
+extra = ""
+if d.get("directions"):
+    ab = d["directions"][0]
+    proc = "%.0f" % (ab["received"] / d["elapsed_s"])
+    f = ab["fates"]
+    l = ab["lateness_ns"]
+    extra = "loss %d queue-full %d backpressure %d | lateness p50 %.1f us p99 %.1f us p99.9 %.1f us max %.1f us" % (
+        f["loss"], f["queue-full"], f["backpressure"], l["p50"] / 1e3, l["p99"] / 1e3, l["p99.9"] / 1e3, l["max"] / 1e3)
+print("| %-44s | %9.0f | %9s | %9.0f | %s |" % (label, off, proc, dlv, extra))
+open(path + ".delivered", "w").write("%.0f" % dlv)
+EOF
+}
+
+echo "| configuration | offered pps | linkem received pps (avg) | delivered pps | linkem counts a->b |"
+echo "|---|---|---|---|---|"
+# Baseline 1: the Linux bridge.
+ip link add "${P}br" type bridge
+ip link set "${P}ea" master "${P}br"; ip link set "${P}eb" master "${P}br"
+ip link set "${P}br" up
+run "Linux bridge" max -- none
+ip link del "${P}br"
+for be in packet xdp; do
+  run "$be: plain forwarder (--forward-only)" max -- \
+    "$LINKEM" bridge "${P}ea" "${P}eb" --backend "$be" --forward-only --stats json ${LINKEM_ARGS:-}
+  cp "$out/stats.json.delivered" "$out/forwarder.delivered"
+  run "$be: linkem, no impairment" max -- \
+    "$LINKEM" bridge "${P}ea" "${P}eb" --backend "$be" --stats json ${LINKEM_ARGS:-}
+  run "$be: linkem, delay 10ms" max -- \
+    "$LINKEM" bridge "${P}ea" "${P}eb" --backend "$be" --stats json ${LINKEM_ARGS:-} delay 10ms
+  # The rate is 90 % of what this backend's forwarder delivered (84 wire bytes
+  # per 64-byte frame with 'overhead ethernet').
+  rate_kbit=$(( $(cat "$out/forwarder.delivered") * 84 * 8 * 9 / 10 / 1000 ))
+  run "$be: linkem, delay 10ms loss 1% rate ${rate_kbit}kbit" max -- \
+    "$LINKEM" bridge "${P}ea" "${P}eb" --backend "$be" --stats json ${LINKEM_ARGS:-} \
+    delay 10ms loss 1% rate "${rate_kbit}kbit" overhead ethernet
+  run "$be: linkem, delay 10ms, low rate (10 kpps)" 10000pps -- \
+    "$LINKEM" bridge "${P}ea" "${P}eb" --backend "$be" --stats json ${LINKEM_ARGS:-} delay 10ms
+  near=$(( $(cat "$out/forwarder.delivered") * 8 / 10 ))
+  run "$be: linkem, delay 10ms, near max ($near pps)" "${near}pps" -- \
+    "$LINKEM" bridge "${P}ea" "${P}eb" --backend "$be" --stats json ${LINKEM_ARGS:-} delay 10ms
+done
