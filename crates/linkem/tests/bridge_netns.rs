@@ -437,14 +437,23 @@ fn loss_10_percent_inside_its_binomial_bound_xdp() {
 }
 
 #[test]
-fn gilbert_elliott_loss_rate_and_burst_length() {
+fn gilbert_elliott_loss_rate_and_burst_length_packet() {
+    gilbert_elliott_loss_rate_and_burst_length("packet");
+}
+
+#[test]
+fn gilbert_elliott_loss_rate_and_burst_length_xdp() {
+    gilbert_elliott_loss_rate_and_burst_length("xdp");
+}
+
+fn gilbert_elliott_loss_rate_and_burst_length(backend: &str) {
     let _g = serial();
     if skip() {
         return;
     }
     let topo = topology("lkbge");
     let (p, r) = (0.02, 0.2);
-    let b = Bridge::start(&topo, "packet", &["loss", "gemodel", "2%", "20%"]);
+    let b = Bridge::start(&topo, backend, &["loss", "gemodel", "2%", "20%"]);
     let n = 30_000u32;
     let got = udp_flow(&topo, true, n, 100, Duration::from_micros(40));
     b.stop();
@@ -478,7 +487,16 @@ fn gilbert_elliott_loss_rate_and_burst_length() {
 }
 
 #[test]
-fn overload_of_a_small_queue_drops_queue_full_and_recovers() {
+fn overload_of_a_small_queue_drops_queue_full_and_recovers_packet() {
+    overload_of_a_small_queue_drops_queue_full_and_recovers("packet");
+}
+
+#[test]
+fn overload_of_a_small_queue_drops_queue_full_and_recovers_xdp() {
+    overload_of_a_small_queue_drops_queue_full_and_recovers("xdp");
+}
+
+fn overload_of_a_small_queue_drops_queue_full_and_recovers(backend: &str) {
     let _g = serial();
     if skip() {
         return;
@@ -486,7 +504,7 @@ fn overload_of_a_small_queue_drops_queue_full_and_recovers() {
     let topo = topology("lkbov");
     let b = Bridge::start(
         &topo,
-        "packet",
+        backend,
         &["rate", "2mbit", "queue", "8", "delay", "5ms"],
     );
     // As fast as the sender goes: far beyond 2 Mbit/s.
@@ -495,24 +513,29 @@ fn overload_of_a_small_queue_drops_queue_full_and_recovers() {
     // Still forwarding afterwards: no stall.
     let rtt = ping_median_ms(&topo, 10);
     let v = b.stop();
-    eprintln!("overload: {arrived} of 20000 arrived, ping {rtt:.2} ms after; {v}");
+    eprintln!("{backend} overload: {arrived} of 20000 arrived, ping {rtt:.2} ms after; {v}");
     assert!(fate(&v, 0, "queue-full") > 1000, "a small queue overflows");
     assert!(arrived > 0 && arrived <= fate(&v, 0, "delivered"));
     assert!(rtt < 50.0);
 }
 
 #[test]
-fn both_directions_at_once_with_clean_shutdown() {
+fn both_directions_at_once_with_clean_shutdown_packet() {
+    both_directions_at_once_with_clean_shutdown("packet");
+}
+
+#[test]
+fn both_directions_at_once_with_clean_shutdown_xdp() {
+    both_directions_at_once_with_clean_shutdown("xdp");
+}
+
+fn both_directions_at_once_with_clean_shutdown(backend: &str) {
     let _g = serial();
     if skip() {
         return;
     }
     let topo = topology("lkbbd");
-    let b = Bridge::start(
-        &topo,
-        "packet",
-        &["delay", "5ms", "loss", "1%", "seed", "9"],
-    );
+    let b = Bridge::start(&topo, backend, &["delay", "5ms", "loss", "1%", "seed", "9"]);
     let (ab, ba) = std::thread::scope(|s| {
         let ab = s.spawn(|| udp_flow(&topo, true, 5000, 200, Duration::from_micros(200)));
         let ba = s.spawn(|| udp_flow(&topo, false, 5000, 200, Duration::from_micros(200)));
@@ -530,7 +553,9 @@ fn both_directions_at_once_with_clean_shutdown() {
         let arrived = got.iter().filter(|g| g.is_some()).count() as u64;
         let delays: Vec<f64> = got.iter().flatten().map(|&d| d as f64 / 1e6).collect();
         let med = median(delays);
-        eprintln!("direction {dir}: {arrived} of 5000 arrived, median one-way {med:.3} ms");
+        eprintln!(
+            "{backend} direction {dir}: {arrived} of 5000 arrived, median one-way {med:.3} ms"
+        );
         assert!(arrived >= 4850, "about 1 % lost: {arrived} arrived");
         assert!(
             (5.0..6.0).contains(&med),
@@ -541,7 +566,16 @@ fn both_directions_at_once_with_clean_shutdown() {
 }
 
 #[test]
-fn sighup_changes_the_delay_without_losing_queued_packets() {
+fn sighup_changes_the_delay_without_losing_queued_packets_packet() {
+    sighup_changes_the_delay_without_losing_queued_packets("packet");
+}
+
+#[test]
+fn sighup_changes_the_delay_without_losing_queued_packets_xdp() {
+    sighup_changes_the_delay_without_losing_queued_packets("xdp");
+}
+
+fn sighup_changes_the_delay_without_losing_queued_packets(backend: &str) {
     let _g = serial();
     if skip() {
         return;
@@ -550,7 +584,7 @@ fn sighup_changes_the_delay_without_losing_queued_packets() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("link.toml");
     std::fs::write(&cfg, "delay = \"100ms\"\n").unwrap();
-    let b = Bridge::start(&topo, "packet", &["--config", cfg.to_str().unwrap()]);
+    let b = Bridge::start(&topo, backend, &["--config", cfg.to_str().unwrap()]);
     let got = std::thread::scope(|s| {
         let flow = s.spawn(|| udp_flow(&topo, true, 600, 100, Duration::from_millis(1)));
         std::thread::sleep(Duration::from_millis(300));
