@@ -54,6 +54,39 @@ impl WakeEstimate {
         self.overshoot_ns = o.max(self.overshoot_ns - self.overshoot_ns / 64);
     }
 }
+/// Keeps the output stage from spinning away the machine: when releases come
+/// so close together that every wait is a spin (tens of kpps, with a long
+/// learnt spin), a real-time thread would hold its core without pause and
+/// starve the input stage and the kernel's packet processing on a small
+/// machine. Over each window, if more than half the time went to spinning,
+/// the next window spins only [`MIN_SPIN_NS`] and sleeps for the rest.
+struct SpinBudget {
+    window_start_ns: u64,
+    spun_ns: u64,
+    frugal: bool,
+}
+
+const SPIN_WINDOW_NS: u64 = 10_000_000;
+
+impl SpinBudget {
+    fn new(now: u64) -> Self {
+        SpinBudget {
+            window_start_ns: now,
+            spun_ns: 0,
+            frugal: false,
+        }
+    }
+
+    fn tick(&mut self, now: u64) {
+        let elapsed = now.saturating_sub(self.window_start_ns);
+        if elapsed >= SPIN_WINDOW_NS {
+            self.frugal = self.spun_ns * 2 > elapsed;
+            self.window_start_ns = now;
+            self.spun_ns = 0;
+        }
+    }
+}
+
 /// Frames taken per receive call: amortises the per-call cost while keeping one
 /// batch's worth of arrivals (at 0.5 Mpps, 64 µs) short.
 pub const DEFAULT_BATCH: usize = 32;
@@ -718,6 +751,7 @@ fn output_stage(
     };
     let mut seq = 0u64;
     let mut last_publish = clock::now_ns();
+    let mut budget = SpinBudget::new(last_publish);
     let max_sleep = if reorders {
         MAX_SLEEP_REORDER_NS
     } else {
@@ -796,7 +830,11 @@ fn output_stage(
                 let _ = rt.wait_mode();
             }
             let wait = release_ns - now;
-            let spin = wake.spin_ns(spin_ns);
+            let spin = if budget.frugal {
+                MIN_SPIN_NS
+            } else {
+                wake.spin_ns(spin_ns)
+            };
             if wait > spin {
                 let target = now + (wait - spin).min(max_sleep);
                 clock::sleep_until_ns(target);
@@ -806,7 +844,9 @@ fn output_stage(
                 while clock::now_ns() < release_ns {
                     std::hint::spin_loop();
                 }
+                budget.spun_ns += release_ns - now;
             }
+            budget.tick(clock::now_ns());
             continue;
         }
         if now - release_ns > BEHIND_NS {

@@ -2,7 +2,10 @@
 //! tests drive them in-process.
 
 pub mod backend;
+pub mod bench;
 pub mod bridge;
+pub mod plot;
+pub mod probe;
 pub mod replay;
 pub mod synth;
 

@@ -1,0 +1,699 @@
+//! `linkem bench`: sets up `nsA <-veth-> DUT <-veth-> nsB`, runs the device
+//! under test (linkem with some link words, or the Linux bridge as the
+//! no-emulation baseline) and `linkem probe` through it, and reports how close
+//! the path came to what was configured (seed 001 §6: MoonEm's measurements).
+//!
+//! Scenarios:
+//! - `delay`: accuracy of `delay 10ms` at a low and a high constant rate, 64
+//!   and 1500 bytes, and bursts of 64: median, p99 and worst deviation from
+//!   10 ms after subtracting the zero-delay baseline of the same run (the
+//!   median one-way delay of the path without an emulator: the Linux bridge at
+//!   the same rate and size; linkem's own zero-delay row is shown beside); plus
+//!   inter-packet-gap preservation (bursts added or split) of each run.
+//! - `lossfree`: the highest rate at which each link loses no more than its
+//!   configuration says (`delay 10ms`: nothing; `loss 1%`: 1 %; `rate` at 90 %
+//!   of the offered load: 10 %; all three), 64 and 1500 bytes, found on a
+//!   doubling ladder of rates.
+//!
+//! Each scenario also measures the Linux bridge in the same run.
+
+use crate::probe::{self, stats::Analysis, stats::Percentiles, Pattern, ProbeConfig};
+use anyhow::{bail, Context, Result};
+use linkem_io::netns::{self, Topology};
+use serde::Serialize;
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct BenchArgs {
+    pub scenarios: Vec<String>,
+    pub quick: bool,
+    pub json: Option<PathBuf>,
+    pub plot: Option<PathBuf>,
+    pub backend: String,
+    /// The "high" constant rate of the delay scenario (default: 80 % of the
+    /// highest loss-free rate found for `delay 10ms`, or 20 kpps without it).
+    pub high_rate_pps: Option<f64>,
+}
+
+const DELAY_NS: u64 = 10_000_000;
+const PORT: u16 = 5998;
+
+/// The device under test.
+#[derive(Debug, Clone)]
+enum Dut {
+    Linkem(Vec<String>),
+    LinuxBridge,
+}
+
+impl Dut {
+    fn name(&self) -> String {
+        match self {
+            Dut::Linkem(w) if w.is_empty() => "linkem (no impairment)".into(),
+            Dut::Linkem(w) => format!("linkem {}", w.join(" ")),
+            Dut::LinuxBridge => "Linux bridge".into(),
+        }
+    }
+}
+
+/// A running device under test.
+struct Running {
+    child: Option<Child>,
+    bridge: Option<String>,
+}
+
+impl Running {
+    fn start(topo: &Topology, dut: &Dut, backend: &str) -> Result<Running> {
+        match dut {
+            Dut::Linkem(words) => {
+                let exe = std::env::current_exe().context("the linkem executable")?;
+                let mut child = Command::new(exe)
+                    .args(["bridge", &topo.emu_a, &topo.emu_b, "--stats", "json"])
+                    .args(["--backend", backend])
+                    .args(words)
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .context("cannot start linkem bridge")?;
+                std::thread::sleep(Duration::from_millis(500));
+                if let Some(status) = child.try_wait()? {
+                    let mut err = String::new();
+                    if let Some(mut e) = child.stderr.take() {
+                        let _ = e.read_to_string(&mut err);
+                    }
+                    bail!("linkem bridge {} exited ({status}): {err}", words.join(" "));
+                }
+                Ok(Running {
+                    child: Some(child),
+                    bridge: None,
+                })
+            }
+            Dut::LinuxBridge => {
+                let br = format!("{}br", topo.prefix);
+                let ip = |args: &[&str]| -> Result<()> {
+                    let o = Command::new("ip").args(args).output().context("ip")?;
+                    if !o.status.success() {
+                        bail!(
+                            "ip {}: {}",
+                            args.join(" "),
+                            String::from_utf8_lossy(&o.stderr).trim()
+                        );
+                    }
+                    Ok(())
+                };
+                ip(&["link", "add", &br, "type", "bridge"])?;
+                let r = Running {
+                    child: None,
+                    bridge: Some(br.clone()),
+                };
+                ip(&["link", "set", &topo.emu_a, "master", &br])?;
+                ip(&["link", "set", &topo.emu_b, "master", &br])?;
+                ip(&["link", "set", &br, "up"])?;
+                std::thread::sleep(Duration::from_millis(200));
+                Ok(r)
+            }
+        }
+    }
+
+    /// Stops the device; for linkem, returns its final counts (JSON).
+    fn stop(mut self) -> Result<Option<serde_json::Value>> {
+        self.halt()
+    }
+
+    fn halt(&mut self) -> Result<Option<serde_json::Value>> {
+        if let Some(br) = self.bridge.take() {
+            let _ = Command::new("ip").args(["link", "del", &br]).output();
+        }
+        let Some(mut child) = self.child.take() else {
+            return Ok(None);
+        };
+        // Safety: kill with the pid of our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        let t = Instant::now();
+        while child.try_wait()?.is_none() {
+            if t.elapsed() > Duration::from_secs(10) {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("linkem bridge did not stop on SIGINT");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut out = String::new();
+        if let Some(mut o) = child.stdout.take() {
+            let _ = o.read_to_string(&mut out);
+        }
+        Ok(out.lines().rev().find_map(|l| serde_json::from_str(l).ok()))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.halt();
+    }
+}
+
+/// One measured row.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub scenario: String,
+    pub device: String,
+    pub configured: String,
+    pub offered: String,
+    pub size_bytes: u32,
+    pub pattern: String,
+    pub rate_pps: f64,
+    pub sent: u64,
+    pub delivered: u64,
+    pub lost: u64,
+    /// Delay figures minus the configured delay and the zero-delay baseline's median.
+    pub deviation_ns: Option<Percentiles>,
+    pub baseline_p50_ns: Option<i64>,
+    pub analysis: Analysis,
+    /// For `lossfree`: the highest rate that passed, pps (None: not even the lowest).
+    pub lossfree_pps: Option<f64>,
+    pub expected_loss: Option<f64>,
+    pub note: String,
+    pub repeat: String,
+    pub linkem_counts: Option<serde_json::Value>,
+}
+
+struct Bench<'a> {
+    topo: &'a Topology,
+    args: &'a BenchArgs,
+}
+
+impl Bench<'_> {
+    fn probe_cfg(
+        &self,
+        size: u32,
+        pattern: Pattern,
+        rate_pps: f64,
+        packets: u64,
+        expect: u64,
+    ) -> ProbeConfig {
+        ProbeConfig {
+            dst: std::net::SocketAddrV4::new(self.topo.addr_b, PORT),
+            src_ns: Some(self.topo.ns_a.clone()),
+            dst_ns: Some(self.topo.ns_b.clone()),
+            pattern,
+            rate_pps,
+            size_bytes: size,
+            packets,
+            expected_delay_ns: expect,
+            seed: 1,
+            drain_ns: 2 * expect + 300_000_000,
+        }
+    }
+
+    fn repeat(&self, dut: &Dut, cfg: &ProbeConfig) -> String {
+        let probe = format!(
+            "linkem probe {} --port {} --src-ns {} --dst-ns {} --rate {:.0}pps --size {} --pattern {} --packets {} --expect-delay {}",
+            cfg.dst.ip(),
+            cfg.dst.port(),
+            self.topo.ns_a,
+            self.topo.ns_b,
+            cfg.rate_pps,
+            cfg.size_bytes,
+            cfg.pattern,
+            cfg.packets,
+            linkem_core::units::format_time_ns(cfg.expected_delay_ns),
+        );
+        match dut {
+            Dut::Linkem(w) => format!(
+                "linkem bridge {} {} --backend {} {} & {probe}",
+                self.topo.emu_a,
+                self.topo.emu_b,
+                self.args.backend,
+                w.join(" ")
+            ),
+            Dut::LinuxBridge => format!(
+                "ip link add BR type bridge; ip link set {} master BR; ip link set {} master BR; ip link set BR up; {probe}",
+                self.topo.emu_a, self.topo.emu_b
+            ),
+        }
+    }
+
+    fn measure(
+        &self,
+        dut: &Dut,
+        cfg: &ProbeConfig,
+    ) -> Result<(probe::ProbeRun, Option<serde_json::Value>)> {
+        let running = Running::start(self.topo, dut, &self.args.backend)?;
+        let run = probe::run(cfg);
+        let counts = running.stop()?;
+        Ok((run?, counts))
+    }
+}
+
+fn pps_text(pps: f64) -> String {
+    if pps >= 1000.0 {
+        format!("{:.1} kpps", pps / 1000.0)
+    } else {
+        format!("{pps:.0} pps")
+    }
+}
+
+fn us(ns: i64) -> String {
+    format!("{:.1}", ns as f64 / 1e3)
+}
+
+/// Rate words for `rate` at `share` of `pps` frames of `size` bytes (with FCS)
+/// each, counting Ethernet's preamble and gap (`overhead ethernet`).
+fn rate_words(pps: f64, size: u32, share: f64) -> Vec<String> {
+    let wire_bytes = (size - 4 + 24) as f64;
+    let kbit = (share * pps * wire_bytes * 8.0 / 1000.0).round().max(1.0);
+    vec![
+        "rate".into(),
+        format!("{kbit:.0}kbit"),
+        "overhead".into(),
+        "ethernet".into(),
+    ]
+}
+
+fn delay_scenario(b: &Bench<'_>, high_pps: f64, rows: &mut Vec<Row>) -> Result<()> {
+    let quick = b.args.quick;
+    let low = 1000.0;
+    let cases: Vec<(u32, Pattern, f64, &str)> = vec![
+        (64, Pattern::Constant, low, "low rate"),
+        (1500, Pattern::Constant, low, "low rate"),
+        (64, Pattern::Constant, high_pps, "high rate"),
+        (1500, Pattern::Constant, high_pps.min(60_000.0), "high rate"),
+        (64, Pattern::Burst(64), low, "bursts of 64"),
+    ];
+    let secs = if quick { 1.0 } else { 8.0 };
+    for (size, pattern, pps, label) in cases {
+        let packets = ((pps * secs) as u64).max(200);
+        let delay = Dut::Linkem(vec!["delay".into(), "10ms".into()]);
+        let zero = Dut::Linkem(vec![]);
+        let (base, base_counts) = b.measure(&zero, &b.probe_cfg(size, pattern, pps, packets, 0))?;
+        let cfg = b.probe_cfg(size, pattern, pps, packets, DELAY_NS);
+        let (run, counts) = b.measure(&delay, &cfg)?;
+        let (bridge, _) = b.measure(
+            &Dut::LinuxBridge,
+            &b.probe_cfg(size, pattern, pps, packets, 0),
+        )?;
+        // The path's own delay: the same veths and namespaces without an emulator.
+        let base_p50 = bridge.analysis.delay_ns.p50;
+        let shift = |p: &Percentiles, by: i64| Percentiles {
+            min: p.min - by,
+            p50: p.p50 - by,
+            p99: p.p99 - by,
+            p99_9: p.p99_9 - by,
+            p99_99: p.p99_99 - by,
+            max: p.max - by,
+            mean: p.mean - by as f64,
+            count: p.count,
+        };
+        let offered = format!("{size} B, {pattern}, {}", pps_text(pps));
+        if let Some(dir) = &b.args.plot {
+            let stem = dir.join(format!(
+                "delay-{size}B-{}-{:.0}pps",
+                pattern.to_string().replace(':', ""),
+                pps
+            ));
+            crate::plot::latency(
+                &stem,
+                &format!("delay 10ms, {offered}: deviation"),
+                &[
+                    crate::plot::LatencySeries {
+                        label: "linkem delay 10ms (minus 10 ms and the bridge's p50)".into(),
+                        delay_ns: &run.series.delay_ns,
+                        expected_ns: DELAY_NS as i64 + base_p50,
+                    },
+                    crate::plot::LatencySeries {
+                        label: "linkem, no delay (minus the bridge's p50)".into(),
+                        delay_ns: &base.series.delay_ns,
+                        expected_ns: base_p50,
+                    },
+                    crate::plot::LatencySeries {
+                        label: "Linux bridge (minus its p50)".into(),
+                        delay_ns: &bridge.series.delay_ns,
+                        expected_ns: base_p50,
+                    },
+                ],
+            )?;
+            let gstem = dir.join(format!(
+                "gaps-{size}B-{}-{:.0}pps",
+                pattern.to_string().replace(':', ""),
+                pps
+            ));
+            crate::plot::gaps(
+                &gstem,
+                &format!("delay 10ms, {offered}: gaps"),
+                &run.series.send_gap_ns,
+                &run.series.recv_gap_ns,
+            )?;
+        }
+        let zero_cfg = b.probe_cfg(size, pattern, pps, packets, 0);
+        for (dut, r, dev, c, cfg, note) in [
+            (
+                zero,
+                &base,
+                None,
+                base_counts,
+                &zero_cfg,
+                "linkem without delay",
+            ),
+            (
+                delay,
+                &run,
+                Some(shift(&run.analysis.deviation_ns, base_p50)),
+                counts,
+                &cfg,
+                label,
+            ),
+            (
+                Dut::LinuxBridge,
+                &bridge,
+                None,
+                None,
+                &zero_cfg,
+                "no emulation: the zero-delay baseline",
+            ),
+        ] {
+            rows.push(Row {
+                scenario: "delay".into(),
+                device: dut.name(),
+                configured: match &dut {
+                    Dut::Linkem(w) if !w.is_empty() => w.join(" "),
+                    _ => "-".into(),
+                },
+                offered: offered.clone(),
+                size_bytes: size,
+                pattern: pattern.to_string(),
+                rate_pps: pps,
+                sent: r.analysis.sent,
+                delivered: r.analysis.received,
+                lost: r.analysis.lost,
+                deviation_ns: dev,
+                baseline_p50_ns: Some(base_p50),
+                analysis: r.analysis.clone(),
+                lossfree_pps: None,
+                expected_loss: None,
+                note: note.to_string(),
+                repeat: b.repeat(&dut, cfg),
+                linkem_counts: c,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A label, the link words and the share of the offered rate for `rate` (None:
+/// the Linux bridge), and the loss the link is configured for.
+type LossfreeCase = (&'static str, Option<(Vec<String>, f64)>, f64);
+
+/// The highest rung passed so far.
+type Passed = (
+    f64,
+    probe::ProbeRun,
+    Option<serde_json::Value>,
+    ProbeConfig,
+    Dut,
+);
+
+fn lossfree_scenario(b: &Bench<'_>, rows: &mut Vec<Row>) -> Result<Option<f64>> {
+    let ladder: Vec<f64> = if b.args.quick {
+        vec![5_000.0, 20_000.0, 80_000.0]
+    } else {
+        vec![
+            5_000.0, 10_000.0, 20_000.0, 40_000.0, 80_000.0, 160_000.0, 320_000.0,
+        ]
+    };
+    let secs = if b.args.quick { 0.5 } else { 2.0 };
+    let mut delay_64 = None;
+    for size in [64u32, 1500] {
+        let configs: Vec<LossfreeCase> = vec![
+            ("no emulation", None, 0.0),
+            (
+                "delay 10ms",
+                Some((vec!["delay".into(), "10ms".into()], 0.0)),
+                0.0,
+            ),
+            (
+                "loss 1%",
+                Some((
+                    vec!["loss".into(), "1%".into(), "seed".into(), "1".into()],
+                    0.0,
+                )),
+                0.01,
+            ),
+            ("rate 90% of offered", Some((vec![], 0.9)), 0.10),
+            (
+                "delay 10ms loss 1% rate 90%",
+                Some((
+                    vec![
+                        "delay".into(),
+                        "10ms".into(),
+                        "loss".into(),
+                        "1%".into(),
+                        "seed".into(),
+                        "1".into(),
+                    ],
+                    0.9,
+                )),
+                1.0 - 0.9 * 0.99,
+            ),
+        ];
+        for (label, words, expected) in configs {
+            let mut best: Option<Passed> = None;
+            let mut note = String::new();
+            for &pps in &ladder {
+                let pps = if size == 1500 {
+                    pps.min(100_000.0)
+                } else {
+                    pps
+                };
+                if best.as_ref().is_some_and(|b| b.0 >= pps) {
+                    break;
+                }
+                let dut = match &words {
+                    None => Dut::LinuxBridge,
+                    Some((w, share)) => {
+                        let mut w = w.clone();
+                        if *share > 0.0 {
+                            w.extend(rate_words(pps, size, *share));
+                        }
+                        Dut::Linkem(w)
+                    }
+                };
+                let expect = if label.contains("delay") { DELAY_NS } else { 0 };
+                let packets = ((pps * secs) as u64).max(500);
+                let cfg = b.probe_cfg(size, Pattern::Constant, pps, packets, expect);
+                let (run, counts) = b.measure(&dut, &cfg)?;
+                let a = &run.analysis;
+                let first = a.send_gap_ns.count;
+                let achieved = if first > 0 && a.send_gap_ns.mean > 0.0 {
+                    1e9 / a.send_gap_ns.mean
+                } else {
+                    pps
+                };
+                if achieved < 0.95 * pps {
+                    note = format!(
+                        "sender reached only {} at {}",
+                        pps_text(achieved),
+                        pps_text(pps)
+                    );
+                    break;
+                }
+                // The rate shaper's queue (1000 packets) absorbs the start.
+                if a.loss_ratio > probe::stats::loss_bound(a.sent, expected) {
+                    note = format!(
+                        "{:.2} % lost at {} (bound {:.2} %)",
+                        a.loss_ratio * 100.0,
+                        pps_text(pps),
+                        probe::stats::loss_bound(a.sent, expected) * 100.0
+                    );
+                    break;
+                }
+                best = Some((pps, run, counts, cfg, dut));
+            }
+            if label == "delay 10ms" && size == 64 {
+                delay_64 = best.as_ref().map(|b| b.0);
+            }
+            let offered = format!(
+                "{size} B constant, ladder {}..{}",
+                pps_text(ladder[0]),
+                pps_text(*ladder.last().unwrap())
+            );
+            match best {
+                Some((pps, run, counts, cfg, dut)) => rows.push(Row {
+                    scenario: "lossfree".into(),
+                    device: if matches!(dut, Dut::LinuxBridge) {
+                        dut.name()
+                    } else {
+                        "linkem".into()
+                    },
+                    configured: label.into(),
+                    offered,
+                    size_bytes: size,
+                    pattern: "constant".into(),
+                    rate_pps: pps,
+                    sent: run.analysis.sent,
+                    delivered: run.analysis.received,
+                    lost: run.analysis.lost,
+                    deviation_ns: None,
+                    baseline_p50_ns: None,
+                    analysis: run.analysis.clone(),
+                    lossfree_pps: Some(pps),
+                    expected_loss: Some(expected),
+                    note: if note.is_empty() {
+                        "every rung passed".into()
+                    } else {
+                        format!("next rung: {note}")
+                    },
+                    repeat: b.repeat(&dut, &cfg),
+                    linkem_counts: counts,
+                }),
+                None => rows.push(Row {
+                    scenario: "lossfree".into(),
+                    device: if words.is_none() {
+                        "Linux bridge".into()
+                    } else {
+                        "linkem".into()
+                    },
+                    configured: label.into(),
+                    offered,
+                    size_bytes: size,
+                    pattern: "constant".into(),
+                    rate_pps: ladder[0],
+                    sent: 0,
+                    delivered: 0,
+                    lost: 0,
+                    deviation_ns: None,
+                    baseline_p50_ns: None,
+                    analysis: probe::stats::analyse(&[], &[], &[], 0).0,
+                    lossfree_pps: None,
+                    expected_loss: Some(expected),
+                    note: format!("lowest rung failed: {note}"),
+                    repeat: String::new(),
+                    linkem_counts: None,
+                }),
+            }
+        }
+    }
+    Ok(delay_64)
+}
+
+/// The markdown tables.
+pub fn markdown(rows: &[Row]) -> String {
+    let mut s = String::new();
+    if rows.iter().any(|r| r.scenario == "delay") {
+        s += "### Delay accuracy (`delay 10ms`; deviation = one-way delay − 10 ms − the Linux bridge's p50 at the same rate and size)\n\n";
+        s += "| device | configured | offered | sent | delivered | lost | one-way p50 µs | deviation p50 µs | p99 µs | max µs | note |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
+        for r in rows.iter().filter(|r| r.scenario == "delay") {
+            let (d50, d99, dmax) = match &r.deviation_ns {
+                Some(d) => (us(d.p50), us(d.p99), us(d.max)),
+                None => ("-".into(), "-".into(), "-".into()),
+            };
+            s += &format!(
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                r.device,
+                r.configured,
+                r.offered,
+                r.sent,
+                r.delivered,
+                r.lost,
+                us(r.analysis.delay_ns.p50),
+                d50,
+                d99,
+                dmax,
+                r.note
+            );
+        }
+        s += "\n### Inter-packet gaps (pairs of consecutive packets; a gap under 20 µs is back to back)\n\n";
+        s += "| device | configured | offered | sender gap p50 µs | receiver gap p50 µs | \\|change\\| p50 µs | p99 µs | bursts added | bursts split | pairs |\n|---|---|---|---|---|---|---|---|---|---|\n";
+        for r in rows.iter().filter(|r| r.scenario == "delay") {
+            let a = &r.analysis;
+            s += &format!(
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                r.device,
+                r.configured,
+                r.offered,
+                us(a.send_gap_ns.p50),
+                us(a.recv_gap_ns.p50),
+                us(a.gap_change_ns.p50),
+                us(a.gap_change_ns.p99),
+                a.bursts_added,
+                a.bursts_split,
+                a.gap_pairs
+            );
+        }
+        s += "\n";
+    }
+    if rows.iter().any(|r| r.scenario == "lossfree") {
+        s += "### Highest loss-free rate (loss within the 99.9 % bound of what the link is configured to lose)\n\n";
+        s += "| device | configured | size | offered | highest passing rate | sent | delivered | lost | expected loss | note |\n|---|---|---|---|---|---|---|---|---|---|\n";
+        for r in rows.iter().filter(|r| r.scenario == "lossfree") {
+            s += &format!(
+                "| {} | {} | {} B | {} | {} | {} | {} | {} | {:.2} % | {} |\n",
+                r.device,
+                r.configured,
+                r.size_bytes,
+                r.offered,
+                r.lossfree_pps.map(pps_text).unwrap_or_else(|| "-".into()),
+                r.sent,
+                r.delivered,
+                r.lost,
+                r.expected_loss.unwrap_or(0.0) * 100.0,
+                r.note
+            );
+        }
+        s += "\n";
+    }
+    s
+}
+
+pub fn run(args: &BenchArgs) -> Result<()> {
+    let mut scenarios = args.scenarios.clone();
+    if scenarios.is_empty() {
+        scenarios = vec!["lossfree".into(), "delay".into()];
+    }
+    for s in &scenarios {
+        if !["delay", "gaps", "lossfree"].contains(&s.as_str()) {
+            bail!("unknown scenario '{s}': the scenarios are delay (with gaps) and lossfree");
+        }
+    }
+    netns::check_prerequisites().map_err(|e| anyhow::anyhow!("linkem bench: {e}"))?;
+    if let Some(dir) = &args.plot {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let started = Instant::now();
+    let topo = Topology::two_hosts(&netns::unique_prefix("lkbench"))
+        .map_err(|e| anyhow::anyhow!("cannot build the namespaces: {e}"))?;
+    let b = Bench { topo: &topo, args };
+    let mut rows = Vec::new();
+    let mut high = args.high_rate_pps;
+    if scenarios.iter().any(|s| s == "lossfree") {
+        let found = lossfree_scenario(&b, &mut rows)?;
+        if high.is_none() {
+            high = found.map(|f| f * 0.8);
+        }
+    }
+    if scenarios.iter().any(|s| s == "delay" || s == "gaps") {
+        delay_scenario(&b, high.unwrap_or(20_000.0), &mut rows)?;
+    }
+    drop(topo);
+    let table = markdown(&rows);
+    println!("{table}");
+    println!(
+        "linkem bench {}{} --backend {}: {:.0} s. Each row's command line is in the JSON ('repeat').",
+        scenarios.join(" "),
+        if args.quick { " --quick" } else { "" },
+        args.backend,
+        started.elapsed().as_secs_f64()
+    );
+    if let Some(path) = &args.json {
+        let out = serde_json::json!({
+            "clock": "CLOCK_TAI",
+            "quick": args.quick,
+            "backend": args.backend,
+            "elapsed_s": started.elapsed().as_secs_f64(),
+            "rows": rows,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&out)? + "\n")
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,279 @@
+//! Plots of probe results as PNG and SVG, drawn without a display or system
+//! fonts (the font is built in): a latency-deviation percentile plot (an HDR
+//! plot, as MoonEm's figure 7) and inter-packet-gap histograms before and
+//! after the path (its figures 9 and 10).
+
+use crate::probe::stats::quantile;
+use anyhow::{anyhow, Result};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use std::path::Path;
+use std::sync::Once;
+
+static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
+static REGISTER: Once = Once::new();
+
+fn register_font() {
+    REGISTER.call_once(|| {
+        // The bundled font is a valid TrueType file; failing here is a build defect.
+        let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, FONT);
+    });
+}
+
+const COLORS: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(255, 127, 14),
+    RGBColor(148, 103, 189),
+    RGBColor(90, 90, 90),
+];
+
+/// One line of a latency plot: a label and the sorted one-way delays, shown
+/// minus `expected_ns`.
+pub struct LatencySeries<'a> {
+    pub label: String,
+    pub delay_ns: &'a [i64],
+    pub expected_ns: i64,
+}
+
+/// Percentile levels of the x axis, as 1/(1-q) so that 99.99 % sits as far
+/// from 99.9 % as 99.9 % from 99 %.
+fn hdr_points(sorted: &[i64], expected_ns: i64) -> Vec<(f64, f64)> {
+    let mut pts = Vec::new();
+    if sorted.is_empty() {
+        return pts;
+    }
+    let mut x = 1.0f64;
+    while x <= 1e5 {
+        let q = 1.0 - 1.0 / x;
+        pts.push((x, (quantile(sorted, q) - expected_ns) as f64 / 1e3));
+        x *= 1.1;
+    }
+    pts.push((1e5, (sorted[sorted.len() - 1] - expected_ns) as f64 / 1e3));
+    pts
+}
+
+fn draw_latency<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    title: &str,
+    series: &[LatencySeries<'_>],
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    let lines: Vec<Vec<(f64, f64)>> = series
+        .iter()
+        .map(|s| hdr_points(s.delay_ns, s.expected_ns))
+        .collect();
+    let (mut lo, mut hi) = (f64::MAX, f64::MIN);
+    for p in lines.iter().flatten() {
+        lo = lo.min(p.1);
+        hi = hi.max(p.1);
+    }
+    if lo > hi {
+        (lo, hi) = (0.0, 1.0);
+    }
+    let pad = ((hi - lo) * 0.05).max(1.0);
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d((1f64..1e5f64).log_scale(), (lo - pad)..(hi + pad))
+        .map_err(|e| anyhow!("{e}"))?;
+    chart
+        .configure_mesh()
+        .x_desc("percentile")
+        .y_desc("deviation from expected delay (µs)")
+        .x_label_formatter(&|x| {
+            let q = 100.0 * (1.0 - 1.0 / x);
+            if q < 1.0 {
+                "0%".into()
+            } else {
+                format!("{q:.4}%")
+                    .trim_end_matches('0')
+                    .trim_end_matches('.')
+                    .to_string()
+            }
+        })
+        .draw()
+        .map_err(|e| anyhow!("{e}"))?;
+    for (i, (s, pts)) in series.iter().zip(&lines).enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        chart
+            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
+            .map_err(|e| anyhow!("{e}"))?
+            .label(s.label.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(|e| anyhow!("{e}"))?;
+    root.present().map_err(|e| anyhow!("{e}"))?;
+    Ok(())
+}
+
+/// Writes `STEM.png` and `STEM.svg`.
+pub fn latency(stem: &Path, title: &str, series: &[LatencySeries<'_>]) -> Result<()> {
+    register_font();
+    let png = stem.with_extension("png");
+    let svg = stem.with_extension("svg");
+    draw_latency(
+        BitMapBackend::new(&png, (900, 560)).into_drawing_area(),
+        title,
+        series,
+    )?;
+    draw_latency(
+        SVGBackend::new(&svg, (900, 560)).into_drawing_area(),
+        title,
+        series,
+    )?;
+    Ok(())
+}
+
+/// Counts of `values` in `bins` equal bins over [0, top_ns).
+fn bins(values: &[i64], top_ns: u64, bins: usize) -> Vec<(f64, f64)> {
+    let width = (top_ns / bins as u64).max(1);
+    let mut counts = vec![0u64; bins];
+    for &x in values {
+        let i = (x.max(0) as u64 / width) as usize;
+        if i < bins {
+            counts[i] += 1;
+        }
+    }
+    counts
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| ((i as u64 * width + width / 2) as f64 / 1e3, c as f64))
+        .collect()
+}
+
+fn draw_gaps<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    title: &str,
+    before: &[i64],
+    after: &[i64],
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    // Sorted series: the 99.9th percentile bounds the axis.
+    let q = |v: &[i64]| quantile(v, 0.999).max(0);
+    let top = (q(before).max(q(after)) as f64 * 1.2).max(1000.0) as u64;
+    let b = bins(before, top, 120);
+    let a = bins(after, top, 120);
+    let ymax = b.iter().chain(&a).map(|p| p.1).fold(1.0, f64::max);
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0f64..top as f64 / 1e3, (0.5f64..ymax * 2.0).log_scale())
+        .map_err(|e| anyhow!("{e}"))?;
+    chart
+        .configure_mesh()
+        .x_desc("gap between consecutive packets (µs)")
+        .y_desc("pairs")
+        .draw()
+        .map_err(|e| anyhow!("{e}"))?;
+    for (i, (label, pts)) in [("sent (before the path)", b), ("received (after)", a)]
+        .into_iter()
+        .enumerate()
+    {
+        let color = COLORS[i];
+        let pts: Vec<(f64, f64)> = pts.into_iter().filter(|p| p.1 > 0.0).collect();
+        chart
+            .draw_series(
+                pts.iter()
+                    .map(|&(x, y)| Circle::new((x, y), 3, color.filled())),
+            )
+            .map_err(|e| anyhow!("{e}"))?
+            .label(label)
+            .legend(move |(x, y)| Circle::new((x + 10, y), 3, color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| anyhow!("{e}"))?;
+    root.present().map_err(|e| anyhow!("{e}"))?;
+    Ok(())
+}
+
+/// Writes `STEM.png` and `STEM.svg`: gap histograms before and after.
+/// `before` and `after` are sorted gap series in ns.
+pub fn gaps(stem: &Path, title: &str, before: &[i64], after: &[i64]) -> Result<()> {
+    register_font();
+    let png = stem.with_extension("png");
+    let svg = stem.with_extension("svg");
+    draw_gaps(
+        BitMapBackend::new(&png, (900, 560)).into_drawing_area(),
+        title,
+        before,
+        after,
+    )?;
+    draw_gaps(
+        SVGBackend::new(&svg, (900, 560)).into_drawing_area(),
+        title,
+        before,
+        after,
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plots_are_written_as_png_and_svg() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut d, g1, mut g2) = (Vec::new(), vec![100_000i64; 10_000], Vec::new());
+        for i in 0..10_000i64 {
+            d.push(10_000_000 + (i * 7919) % 20_000);
+            g2.push(95_000 + (i * 31) % 10_000);
+        }
+        d.sort_unstable();
+        g2.sort_unstable();
+        let stem = dir.path().join("latency");
+        latency(
+            &stem,
+            "delay 10ms",
+            &[LatencySeries {
+                label: "linkem".into(),
+                delay_ns: &d,
+                expected_ns: 10_000_000,
+            }],
+        )
+        .unwrap();
+        gaps(&dir.path().join("gaps"), "gaps", &g1, &g2).unwrap();
+        for f in ["latency.png", "latency.svg", "gaps.png", "gaps.svg"] {
+            let bytes = std::fs::read(dir.path().join(f)).unwrap();
+            assert!(bytes.len() > 1000, "{f} has content");
+        }
+        assert_eq!(
+            &std::fs::read(dir.path().join("latency.png")).unwrap()[1..4],
+            b"PNG"
+        );
+        let svg = std::fs::read_to_string(dir.path().join("latency.svg")).unwrap();
+        assert!(svg.contains("<svg") && svg.contains("linkem"));
+    }
+
+    #[test]
+    fn bins_put_each_gap_in_its_bin() {
+        let b = bins(&[150, 950], 1000, 10);
+        assert_eq!(b[1].1, 1.0);
+        assert_eq!(b[9].1, 1.0);
+        assert_eq!(b.iter().map(|p| p.1).sum::<f64>(), 2.0);
+    }
+}

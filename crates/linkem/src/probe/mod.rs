@@ -1,0 +1,557 @@
+//! `linkem probe`: precisely paced UDP from a sender to a receiver (each in its
+//! own network namespace if asked), and what the path did to it: one-way delay
+//! and its deviation from what was configured, loss, duplicates, reordering,
+//! and the gaps between packets before and after (MoonEm's measurements,
+//! seed 001 §6).
+//!
+//! Clock: both ends run in this process and read CLOCK_TAI. The sender stamps
+//! each payload just before `sendto`; the receiver takes the kernel's receive
+//! timestamp (SO_TIMESTAMPNS, CLOCK_REALTIME) and converts it to TAI with the
+//! offset between the two clocks read at start.
+//!
+//! Payload (big endian, 16 bytes, so that a 64-byte frame carries it):
+//! magic `0x4c4b` ("LK"), run id (u16), sequence number (u32), send time (u64 ns).
+
+pub mod stats;
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use stats::{Analysis, Series};
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+const MAGIC: u16 = 0x4c4b;
+const PAYLOAD_BYTES: usize = 16;
+/// Ethernet + IPv4 + UDP headers and the FCS: a frame of `size` bytes carries
+/// `size - 46` bytes of UDP payload.
+const FRAME_OVERHEAD_BYTES: u32 = 14 + 20 + 8 + 4;
+/// The sender sleeps until this long before a send time, then spins: long
+/// enough to absorb a timer wake-up on a loaded VM, short enough not to hold a
+/// core that the path under test needs.
+const SPIN_NS: u64 = 100_000;
+/// Below this mean gap the sender spins most of the time, so it stays at
+/// ordinary priority and leaves the cores to the path under test.
+const REALTIME_MIN_GAP_NS: u64 = 250_000;
+
+/// How packets are spaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pattern {
+    /// Evenly, one every 1/rate.
+    Constant,
+    /// Bursts of N back to back, at the same average rate.
+    Burst(u32),
+    /// Exponential gaps (a Poisson process), seeded.
+    Poisson,
+}
+
+impl std::str::FromStr for Pattern {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "constant" | "cbr" => Ok(Pattern::Constant),
+            "poisson" => Ok(Pattern::Poisson),
+            _ => match s.strip_prefix("burst") {
+                Some(n) => n
+                    .trim_start_matches([':', '='])
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|&n| n >= 1)
+                    .map(Pattern::Burst)
+                    .ok_or_else(|| format!("'{s}': a burst needs its size, e.g. burst:64")),
+                None => Err(format!(
+                    "'{s}': the pattern is constant, poisson or burst:N"
+                )),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for Pattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Pattern::Constant => write!(f, "constant"),
+            Pattern::Burst(n) => write!(f, "burst:{n}"),
+            Pattern::Poisson => write!(f, "poisson"),
+        }
+    }
+}
+
+/// Parses a packet rate (`10kpps`, `500pps`, `1Mpps`) or a bit rate over the
+/// frame bytes (`10mbit`), into packets per second.
+pub fn parse_packet_rate(text: &str, size_bytes: u32) -> Result<f64> {
+    let lower = text.to_ascii_lowercase();
+    for (suffix, scale) in [("mpps", 1e6), ("kpps", 1e3), ("pps", 1.0)] {
+        if let Some(num) = lower.strip_suffix(suffix) {
+            let v: f64 = num
+                .parse()
+                .map_err(|_| anyhow::anyhow!("'{text}': not a packet rate (e.g. 10kpps)"))?;
+            if !(v > 0.0 && v.is_finite()) {
+                bail!("'{text}': a packet rate must be above zero");
+            }
+            return Ok(v * scale);
+        }
+    }
+    let bps = linkem_core::units::parse_rate_bps(text)
+        .map_err(|e| anyhow::anyhow!("{e} (or give packets per second, e.g. 10kpps)"))?;
+    Ok(bps as f64 / (size_bytes as f64 * 8.0))
+}
+
+#[derive(Debug, Clone)]
+pub struct ProbeConfig {
+    pub dst: SocketAddrV4,
+    /// Namespaces of the sender and the receiver (None: this one).
+    pub src_ns: Option<String>,
+    pub dst_ns: Option<String>,
+    pub pattern: Pattern,
+    pub rate_pps: f64,
+    /// Ethernet frame size including the FCS (64..=1518).
+    pub size_bytes: u32,
+    pub packets: u64,
+    pub expected_delay_ns: u64,
+    pub seed: u64,
+    /// How long the receiver waits after the last send for late packets.
+    pub drain_ns: u64,
+}
+
+/// One probe run: the figures, their histograms, and the raw series.
+pub struct ProbeRun {
+    pub analysis: Analysis,
+    pub series: Series,
+    pub clock: &'static str,
+}
+
+pub fn tai_now_ns() -> u64 {
+    clock_ns(libc::CLOCK_TAI)
+}
+
+fn clock_ns(id: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // Safety: clock_gettime writes one timespec; the clock ids used exist on Linux.
+    unsafe { libc::clock_gettime(id, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn sleep_until_tai(t_ns: u64) {
+    let ts = libc::timespec {
+        tv_sec: (t_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (t_ns % 1_000_000_000) as libc::c_long,
+    };
+    // Safety: an absolute sleep on a valid clock with a valid timespec; EINTR just
+    // returns early, and the caller spins the rest.
+    unsafe {
+        libc::clock_nanosleep(
+            libc::CLOCK_TAI,
+            libc::TIMER_ABSTIME,
+            &ts,
+            std::ptr::null_mut(),
+        )
+    };
+}
+
+/// Runs `f` on a new thread inside network namespace `ns` (or this one).
+fn in_ns<'scope, 'env, T: Send + 'scope>(
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    ns: Option<String>,
+    name: &str,
+    f: impl FnOnce() -> Result<T> + Send + 'scope,
+) -> std::thread::ScopedJoinHandle<'scope, Result<T>> {
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn_scoped(scope, move || {
+            if let Some(ns) = ns {
+                let path = format!("/run/netns/{ns}");
+                let file = std::fs::File::open(&path)
+                    .with_context(|| format!("network namespace '{ns}' ({path})"))?;
+                // Safety: setns on this thread only, with a namespace file held open.
+                if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                    bail!(
+                        "cannot enter namespace '{ns}': {} (needs root)",
+                        std::io::Error::last_os_error()
+                    );
+                }
+            }
+            f()
+        })
+        .expect("a thread starts")
+}
+
+/// The send times the pattern asks for, relative to the start.
+pub fn schedule(pattern: Pattern, rate_pps: f64, packets: u64, seed: u64) -> Vec<u64> {
+    let gap = 1e9 / rate_pps;
+    let mut rng = seed ^ 0x9E37_79B9_7F4A_7C15;
+    let mut t = 0.0f64;
+    (0..packets)
+        .map(|k| match pattern {
+            Pattern::Constant => (k as f64 * gap) as u64,
+            Pattern::Burst(n) => ((k / n as u64) as f64 * n as f64 * gap) as u64,
+            Pattern::Poisson => {
+                let at = t as u64;
+                // SplitMix64: a generator's schedule needs no more than this.
+                rng = rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                let mut z = rng;
+                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                z ^= z >> 31;
+                let u = ((z >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+                t += -u.ln() * gap;
+                at
+            }
+        })
+        .collect()
+}
+
+fn set_fifo(priority: i32) {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // Safety: changes this thread's policy only; failure leaves it as it was.
+    unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
+}
+
+fn receiver_socket(port: u16) -> Result<UdpSocket> {
+    let sock = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port))
+        .with_context(|| format!("cannot bind UDP port {port} for the receiver"))?;
+    let fd = sock.as_raw_fd();
+    let on: libc::c_int = 1;
+    let size: libc::c_int = 64 << 20;
+    // Safety: setsockopt with valid ints on our socket.
+    unsafe {
+        if libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            (&on as *const libc::c_int).cast(),
+            4,
+        ) != 0
+        {
+            bail!("SO_TIMESTAMPNS: {}", std::io::Error::last_os_error());
+        }
+        // Best effort: FORCE needs CAP_NET_ADMIN; the plain option is capped.
+        if libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            (&size as *const libc::c_int).cast(),
+            4,
+        ) != 0
+        {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                (&size as *const libc::c_int).cast(),
+                4,
+            );
+        }
+    }
+    sock.set_read_timeout(Some(Duration::from_millis(20)))?;
+    Ok(sock)
+}
+
+/// Receives one datagram with its kernel timestamp (CLOCK_REALTIME ns); None on timeout.
+fn recv_stamped(sock: &UdpSocket, buf: &mut [u8]) -> Result<Option<(usize, u64)>> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut control = [0u64; 16];
+    // Safety: msghdr is plain data; the pointers set below outlive the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control);
+    // Safety: a valid socket, msghdr and buffers.
+    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, 0) };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        return match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Ok(None),
+            std::io::ErrorKind::Interrupted => Ok(None),
+            _ => Err(e).context("receive"),
+        };
+    }
+    let mut ts = 0u64;
+    // Safety: walking the control messages the kernel wrote into `control`.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                let t = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
+                ts = t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64;
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok(Some((n as usize, ts)))
+}
+
+/// Runs one probe: sends, receives, analyses.
+pub fn run(cfg: &ProbeConfig) -> Result<ProbeRun> {
+    if !(64..=1518).contains(&cfg.size_bytes) {
+        bail!(
+            "--size {}: a frame is 64 to 1518 bytes (with its FCS)",
+            cfg.size_bytes
+        );
+    }
+    if cfg.packets == 0 {
+        bail!("--packets 0: nothing to send");
+    }
+    if cfg.packets > u32::MAX as u64 {
+        bail!("--packets {}: at most {} per run", cfg.packets, u32::MAX);
+    }
+    let payload = (cfg.size_bytes - FRAME_OVERHEAD_BYTES) as usize;
+    let run_id = (cfg.seed as u16) ^ (std::process::id() as u16);
+    let offsets = schedule(cfg.pattern, cfg.rate_pps, cfg.packets, cfg.seed);
+    let done = AtomicBool::new(false);
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+    let mean_gap_ns = (1e9 / cfg.rate_pps) as u64;
+
+    type Series = (Vec<u64>, Vec<u64>, Vec<(u64, u64)>);
+    let (sent, scheduled, received) = std::thread::scope(|s| -> Result<Series> {
+        let done = &done;
+        let receiver = in_ns(s, cfg.dst_ns.clone(), "linkem-probe-rx", move || {
+            let sock = receiver_socket(cfg.dst.port())?;
+            let tai_offset =
+                clock_ns(libc::CLOCK_TAI) as i64 - clock_ns(libc::CLOCK_REALTIME) as i64;
+            let _ = ready_tx.send(());
+            let mut got: Vec<(u64, u64)> = Vec::with_capacity(cfg.packets as usize);
+            let mut buf = vec![0u8; 2048];
+            let mut deadline: Option<u64> = None;
+            loop {
+                if let Some((n, ts)) = recv_stamped(&sock, &mut buf)? {
+                    if n >= PAYLOAD_BYTES
+                        && u16::from_be_bytes([buf[0], buf[1]]) == MAGIC
+                        && u16::from_be_bytes([buf[2], buf[3]]) == run_id
+                    {
+                        let seq = u32::from_be_bytes(buf[4..8].try_into().expect("4 bytes"));
+                        let rx = if ts != 0 {
+                            (ts as i64 + tai_offset) as u64
+                        } else {
+                            tai_now_ns()
+                        };
+                        got.push((seq as u64, rx));
+                    }
+                }
+                if done.load(Ordering::Acquire) {
+                    let d = *deadline.get_or_insert_with(|| tai_now_ns() + cfg.drain_ns);
+                    if tai_now_ns() >= d {
+                        break;
+                    }
+                }
+            }
+            Ok(got)
+        });
+        // The receiver must be listening before the first packet leaves.
+        if ready_rx.recv_timeout(Duration::from_secs(5)).is_err() {
+            done.store(true, Ordering::Release);
+            return match receiver.join().expect("receiver thread") {
+                Err(e) => Err(e),
+                Ok(_) => bail!("the receiver did not start"),
+            };
+        }
+        let sender = in_ns(s, cfg.src_ns.clone(), "linkem-probe-tx", || {
+            let result = (|| {
+                let sock = UdpSocket::bind("0.0.0.0:0").context("sender socket")?;
+                sock.connect(cfg.dst)
+                    .with_context(|| format!("no route to {}", cfg.dst))?;
+                linkem_runtime::clock::set_timer_slack_ns(1);
+                if mean_gap_ns >= REALTIME_MIN_GAP_NS {
+                    set_fifo(5);
+                }
+                let mut buf = vec![0u8; payload];
+                buf[0..2].copy_from_slice(&MAGIC.to_be_bytes());
+                buf[2..4].copy_from_slice(&run_id.to_be_bytes());
+                // A first datagram outside the run resolves the neighbour (ARP
+                // through the path takes two one-way delays); measured packets sent
+                // meanwhile would wait in the neighbour queue and leave together.
+                buf[4..8].copy_from_slice(&u32::MAX.to_be_bytes());
+                let _ = sock.send(&buf);
+                let start = tai_now_ns() + 2 * cfg.expected_delay_ns + 50_000_000;
+                let mut sent = Vec::with_capacity(offsets.len());
+                let mut scheduled = Vec::with_capacity(offsets.len());
+                for (seq, off) in offsets.iter().enumerate() {
+                    let due = start + off;
+                    let now = tai_now_ns();
+                    if due > now + SPIN_NS {
+                        sleep_until_tai(due - SPIN_NS);
+                    }
+                    while tai_now_ns() < due {
+                        std::hint::spin_loop();
+                    }
+                    let t = tai_now_ns();
+                    buf[4..8].copy_from_slice(&(seq as u32).to_be_bytes());
+                    buf[8..16].copy_from_slice(&t.to_be_bytes());
+                    // A full socket buffer (ENOBUFS) is a loss before the path: it
+                    // counts as sent and lost, as the wire would show it.
+                    let _ = sock.send(&buf);
+                    sent.push(t);
+                    scheduled.push(due);
+                }
+                Ok::<_, anyhow::Error>((sent, scheduled))
+            })();
+            done.store(true, Ordering::Release);
+            result
+        });
+        let (sent, scheduled) = sender.join().expect("sender thread")?;
+        let received = receiver.join().expect("receiver thread")?;
+        Ok((sent, scheduled, received))
+    })?;
+    let (analysis, series) = stats::analyse(&scheduled, &sent, &received, cfg.expected_delay_ns);
+    Ok(ProbeRun {
+        analysis,
+        series,
+        clock: "CLOCK_TAI",
+    })
+}
+
+/// What `linkem probe` was asked to do, as typed.
+pub struct ProbeArgs {
+    pub dst: Ipv4Addr,
+    pub port: u16,
+    pub src_ns: Option<String>,
+    pub dst_ns: Option<String>,
+    pub rate: String,
+    pub size: u32,
+    pub pattern: Pattern,
+    pub packets: Option<u64>,
+    pub duration: Option<String>,
+    pub expect_delay: String,
+    pub seed: u64,
+    pub json: Option<std::path::PathBuf>,
+    pub plot: Option<std::path::PathBuf>,
+}
+
+impl ProbeArgs {
+    pub fn config(&self) -> Result<ProbeConfig> {
+        let rate_pps = parse_packet_rate(&self.rate, self.size)
+            .with_context(|| format!("--rate {}", self.rate))?;
+        let expected_delay_ns = linkem_core::units::parse_time_ns(&self.expect_delay)
+            .map_err(|e| anyhow::anyhow!("--expect-delay {e}"))?;
+        let packets = match (&self.packets, &self.duration) {
+            (Some(n), _) => *n,
+            (None, Some(d)) => {
+                let ns = linkem_core::units::parse_time_ns(d)
+                    .map_err(|e| anyhow::anyhow!("--duration {e}"))?;
+                ((ns as f64 / 1e9) * rate_pps).ceil().max(1.0) as u64
+            }
+            (None, None) => ((2.0 * rate_pps).ceil() as u64).max(1),
+        };
+        Ok(ProbeConfig {
+            dst: SocketAddrV4::new(self.dst, self.port),
+            src_ns: self.src_ns.clone(),
+            dst_ns: self.dst_ns.clone(),
+            pattern: self.pattern,
+            rate_pps,
+            size_bytes: self.size,
+            packets,
+            expected_delay_ns,
+            seed: self.seed,
+            drain_ns: expected_delay_ns * 2 + 500_000_000,
+        })
+    }
+}
+
+fn us(ns: i64) -> String {
+    format!("{:.1}", ns as f64 / 1e3)
+}
+
+/// The text summary of one run.
+pub fn summary(cfg: &ProbeConfig, run: &ProbeRun) -> String {
+    let a = &run.analysis;
+    let row = |name: &str, p: &stats::Percentiles| {
+        format!(
+            "{name:<26}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}\n",
+            us(p.min),
+            us(p.p50),
+            us(p.p99),
+            us(p.p99_9),
+            us(p.p99_99),
+            us(p.max)
+        )
+    };
+    let mut s = format!(
+        "linkem probe: {} packets of {} bytes, {} at {:.0} pps to {} (clock {})\n",
+        a.sent, cfg.size_bytes, cfg.pattern, cfg.rate_pps, cfg.dst, run.clock
+    );
+    s += &format!(
+        "received {} (lost {}, {:.4} %), duplicates {}, reordered {}\n",
+        a.received,
+        a.lost,
+        a.loss_ratio * 100.0,
+        a.duplicates,
+        a.reordered
+    );
+    s += &format!(
+        "{:<26}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}\n",
+        "µs", "min", "p50", "p99", "p99.9", "p99.99", "max"
+    );
+    s += &row("one-way delay", &a.delay_ns);
+    s += &row(
+        &format!(
+            "deviation from {}",
+            linkem_core::units::format_time_ns(a.expected_delay_ns)
+        ),
+        &a.deviation_ns,
+    );
+    s += &row("sender lateness", &a.send_error_ns);
+    s += &row("gap at sender", &a.send_gap_ns);
+    s += &row("gap at receiver", &a.recv_gap_ns);
+    s += &row("|gap change|", &a.gap_change_ns);
+    s += &format!(
+        "bursts (gaps < {} µs): {} added, {} split, of {} pairs\n",
+        stats::BURST_GAP_NS / 1000,
+        a.bursts_added,
+        a.bursts_split,
+        a.gap_pairs
+    );
+    s
+}
+
+/// `linkem probe`.
+pub fn run_cli(args: &ProbeArgs) -> Result<()> {
+    let cfg = args.config()?;
+    let run = run(&cfg)?;
+    print!("{}", summary(&cfg, &run));
+    if let Some(path) = &args.json {
+        let out = serde_json::json!({
+            "clock": run.clock,
+            "destination": cfg.dst.to_string(),
+            "pattern": cfg.pattern.to_string(),
+            "rate_pps": cfg.rate_pps,
+            "size_bytes": cfg.size_bytes,
+            "analysis": run.analysis,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&out)? + "\n")
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if let Some(dir) = &args.plot {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        crate::plot::latency(
+            &dir.join("latency"),
+            &format!("one-way delay, {} at {:.0} pps", cfg.pattern, cfg.rate_pps),
+            &[crate::plot::LatencySeries {
+                label: format!("{} bytes", cfg.size_bytes),
+                delay_ns: &run.series.delay_ns,
+                expected_ns: cfg.expected_delay_ns as i64,
+            }],
+        )?;
+        crate::plot::gaps(
+            &dir.join("gaps"),
+            "inter-packet gaps before and after the path",
+            &run.series.send_gap_ns,
+            &run.series.recv_gap_ns,
+        )?;
+        println!(
+            "plots: {0}/latency.png, {0}/latency.svg, {0}/gaps.png, {0}/gaps.svg",
+            dir.display()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,107 @@
+//! `linkem bench` end to end: a short delay scenario in its own namespaces,
+//! checked for a complete, internally consistent table. Needs root (prints
+//! "skipped" otherwise); as root, a missing tool fails the test.
+
+use serde_json::Value;
+use std::process::Command;
+
+fn linkem() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_linkem"))
+}
+
+#[test]
+fn a_quick_delay_bench_prints_a_complete_consistent_table() {
+    if let Err(e) = linkem_io::netns::check_prerequisites() {
+        if matches!(e, linkem_io::netns::NetnsError::NotRoot) {
+            eprintln!("skipped: {e}");
+            return;
+        }
+        panic!("{e}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("bench.json");
+    let plots = dir.path().join("plots");
+    let o = linkem()
+        .args([
+            "bench",
+            "delay",
+            "--quick",
+            "--backend",
+            "packet",
+            "--high-rate",
+            "5000",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .arg("--plot")
+        .arg(&plots)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "bench failed: {}\n{stdout}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    eprintln!("{stdout}");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    // 5 cases × (linkem without delay, linkem delay 10ms, Linux bridge).
+    assert_eq!(rows.len(), 15);
+    for r in rows {
+        let (sent, delivered, lost) = (
+            r["sent"].as_u64().unwrap(),
+            r["delivered"].as_u64().unwrap(),
+            r["lost"].as_u64().unwrap(),
+        );
+        assert!(sent > 0, "{r}");
+        assert_eq!(delivered + lost, sent, "delivered + lost = sent: {r}");
+        assert_eq!(r["analysis"]["received"], r["delivered"]);
+        assert!(
+            r["repeat"].as_str().unwrap().contains("linkem probe"),
+            "{r}"
+        );
+        let p50 = r["analysis"]["delay_ns"]["p50"].as_i64().unwrap();
+        if r["configured"] == "delay 10ms" {
+            assert!(r["deviation_ns"]["p50"].is_i64(), "{r}");
+            // Within a millisecond of 10 ms at the median: a loose sanity bound,
+            // the precise figures are the bench's output, not a test's.
+            assert!((10_000_000..11_000_000).contains(&p50), "{r}");
+        } else {
+            assert!(r["deviation_ns"].is_null());
+            assert!(p50 < 1_000_000, "no delay configured: {r}");
+        }
+    }
+    // Every row appears in both tables.
+    let data_rows = stdout
+        .lines()
+        .filter(|l| l.starts_with("| linkem") || l.starts_with("| Linux bridge"))
+        .count();
+    assert_eq!(data_rows, 30, "{stdout}");
+    for f in [
+        "delay-64B-constant-1000pps.png",
+        "delay-64B-constant-1000pps.svg",
+        "gaps-64B-burst64-1000pps.png",
+    ] {
+        assert!(plots.join(f).exists(), "{f} written");
+    }
+}
+
+#[test]
+fn probe_and_bench_refuse_bad_arguments_plainly() {
+    let run = |args: &[&str]| {
+        let o = linkem().args(args).output().unwrap();
+        assert!(!o.status.success(), "{args:?} should fail");
+        String::from_utf8_lossy(&o.stderr).to_string()
+    };
+    let e = run(&["probe", "10.0.0.2", "--rate", "fast"]);
+    assert!(e.contains("fast"), "{e}");
+    let e = run(&["probe", "10.0.0.2", "--pattern", "burst"]);
+    assert!(e.contains("burst:64"), "{e}");
+    let e = run(&["probe", "10.0.0.2", "--size", "20"]);
+    assert!(e.contains("64 to 1518"), "{e}");
+    let e = run(&["probe", "10.0.0.2", "--packets", "0"]);
+    assert!(e.contains("nothing to send"), "{e}");
+    let e = run(&["bench", "speed"]);
+    assert!(e.contains("unknown scenario 'speed'"), "{e}");
+}
