@@ -422,6 +422,7 @@ fn lossfree_scenario(b: &Bench<'_>, rows: &mut Vec<Row>) -> Result<Option<f64>> 
         ]
     };
     let secs = if b.args.quick { 0.5 } else { 2.0 };
+    let refine = if b.args.quick { 0 } else { 2 };
     let mut delay_64 = None;
     for size in [64u32, 1500] {
         let configs: Vec<LossfreeCase> = vec![
@@ -457,17 +458,8 @@ fn lossfree_scenario(b: &Bench<'_>, rows: &mut Vec<Row>) -> Result<Option<f64>> 
             ),
         ];
         for (label, words, expected) in configs {
-            let mut best: Option<Passed> = None;
-            let mut note = String::new();
-            for &pps in &ladder {
-                let pps = if size == 1500 {
-                    pps.min(100_000.0)
-                } else {
-                    pps
-                };
-                if best.as_ref().is_some_and(|b| b.0 >= pps) {
-                    break;
-                }
+            // One rung: Ok(passed) or Err(why it failed).
+            let try_rate = |pps: f64| -> Result<std::result::Result<Passed, String>> {
                 let dut = match &words {
                     None => Dut::LinuxBridge,
                     Some((w, share)) => {
@@ -483,31 +475,70 @@ fn lossfree_scenario(b: &Bench<'_>, rows: &mut Vec<Row>) -> Result<Option<f64>> 
                 let cfg = b.probe_cfg(size, Pattern::Constant, pps, packets, expect);
                 let (run, counts) = b.measure(&dut, &cfg)?;
                 let a = &run.analysis;
-                let first = a.send_gap_ns.count;
-                let achieved = if first > 0 && a.send_gap_ns.mean > 0.0 {
+                let achieved = if a.send_gap_ns.count > 0 && a.send_gap_ns.mean > 0.0 {
                     1e9 / a.send_gap_ns.mean
                 } else {
                     pps
                 };
                 if achieved < 0.95 * pps {
-                    note = format!(
+                    return Ok(Err(format!(
                         "sender reached only {} at {}",
                         pps_text(achieved),
                         pps_text(pps)
-                    );
-                    break;
+                    )));
                 }
-                // The rate shaper's queue (1000 packets) absorbs the start.
-                if a.loss_ratio > probe::stats::loss_bound(a.sent, expected) {
-                    note = format!(
+                // The rate shaper's queue (1000 packets) absorbs the start, so a
+                // shaped link loses a little less than its share at first.
+                let bound = probe::stats::loss_bound(a.sent, expected);
+                if a.loss_ratio > bound {
+                    return Ok(Err(format!(
                         "{:.2} % lost at {} (bound {:.2} %)",
                         a.loss_ratio * 100.0,
                         pps_text(pps),
-                        probe::stats::loss_bound(a.sent, expected) * 100.0
-                    );
+                        bound * 100.0
+                    )));
+                }
+                Ok(Ok((pps, run, counts, cfg, dut)))
+            };
+            let mut best: Option<Passed> = None;
+            let mut note = String::new();
+            let mut failed_at = None;
+            for &pps in &ladder {
+                let pps = if size == 1500 {
+                    pps.min(100_000.0)
+                } else {
+                    pps
+                };
+                if best.as_ref().is_some_and(|b| b.0 >= pps) {
                     break;
                 }
-                best = Some((pps, run, counts, cfg, dut));
+                match try_rate(pps)? {
+                    Ok(p) => best = Some(p),
+                    Err(why) => {
+                        note = why;
+                        failed_at = Some(pps);
+                        break;
+                    }
+                }
+            }
+            // Narrow the step between the last rung passed and the first failed.
+            if let (Some(mut hi), Some(mut lo)) = (failed_at, best.as_ref().map(|b| b.0)) {
+                for _ in 0..refine {
+                    let mid = ((lo + hi) / 2.0 / 1000.0).round() * 1000.0;
+                    if mid <= lo || mid >= hi {
+                        break;
+                    }
+                    match try_rate(mid)? {
+                        Ok(p) => {
+                            lo = mid;
+                            best = Some(p);
+                        }
+                        Err(why) => {
+                            hi = mid;
+                            note = why;
+                        }
+                    }
+                }
             }
             if label == "delay 10ms" && size == 64 {
                 delay_64 = best.as_ref().map(|b| b.0);
