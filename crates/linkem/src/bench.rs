@@ -612,14 +612,14 @@ pub fn markdown(rows: &[Row]) -> String {
     let mut s = String::new();
     if rows.iter().any(|r| r.scenario == "delay") {
         s += "### Delay accuracy (`delay 10ms`; deviation = one-way delay − 10 ms − the Linux bridge's p50 at the same rate and size)\n\n";
-        s += "| device | configured | offered | sent | delivered | lost | one-way p50 µs | deviation p50 µs | p99 µs | max µs | note |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
+        s += "| device | configured | offered | sent | delivered | lost | one-way p50 µs | deviation p50 µs | p99 µs | max µs | sender late max µs | note |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
         for r in rows.iter().filter(|r| r.scenario == "delay") {
             let (d50, d99, dmax) = match &r.deviation_ns {
                 Some(d) => (us(d.p50), us(d.p99), us(d.max)),
                 None => ("-".into(), "-".into(), "-".into()),
             };
             s += &format!(
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 r.device,
                 r.configured,
                 r.offered,
@@ -630,9 +630,11 @@ pub fn markdown(rows: &[Row]) -> String {
                 d50,
                 d99,
                 dmax,
+                us(r.analysis.send_error_ns.max),
                 r.note
             );
         }
+        s += "\nA sender that was late by as much as the worst deviation points at a stall of the whole machine (both ran late), not at the emulator.\n";
         s += "\n### Inter-packet gaps (pairs of consecutive packets; a gap under 20 µs is back to back)\n\n";
         s += "| device | configured | offered | sender gap p50 µs | receiver gap p50 µs | \\|change\\| p50 µs | p99 µs | bursts added | bursts split | pairs |\n|---|---|---|---|---|---|---|---|---|---|\n";
         for r in rows.iter().filter(|r| r.scenario == "delay") {
@@ -673,6 +675,16 @@ pub fn markdown(rows: &[Row]) -> String {
         }
         s += "\n";
     }
+    if rows.iter().any(|r| !r.repeat.is_empty()) {
+        s += "### To repeat a row (names are this run's; `linkem bench` builds them afresh)\n\n";
+        for r in rows.iter().filter(|r| !r.repeat.is_empty()) {
+            s += &format!(
+                "- {}, {}, {}, {}: `{}`\n",
+                r.scenario, r.device, r.configured, r.offered, r.repeat
+            );
+        }
+        s += "\n";
+    }
     s
 }
 
@@ -709,7 +721,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let table = markdown(&rows);
     println!("{table}");
     println!(
-        "linkem bench {}{} --backend {}: {:.0} s. Each row's command line is in the JSON ('repeat').",
+        "linkem bench {}{} --backend {}: {:.0} s.",
         scenarios.join(" "),
         if args.quick { " --quick" } else { "" },
         args.backend,

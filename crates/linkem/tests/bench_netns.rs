@@ -78,6 +78,11 @@ fn a_quick_delay_bench_prints_a_complete_consistent_table() {
         .filter(|l| l.starts_with("| linkem") || l.starts_with("| Linux bridge"))
         .count();
     assert_eq!(data_rows, 30, "{stdout}");
+    let repeat_lines = stdout
+        .lines()
+        .filter(|l| l.starts_with("- delay,") && l.contains("linkem probe"))
+        .count();
+    assert_eq!(repeat_lines, 15, "every row has its command line: {stdout}");
     for f in [
         "delay-64B-constant-1000pps.png",
         "delay-64B-constant-1000pps.svg",
