@@ -92,10 +92,8 @@ where
             if q < 1.0 {
                 "0%".into()
             } else {
-                format!("{q:.4}%")
-                    .trim_end_matches('0')
-                    .trim_end_matches('.')
-                    .to_string()
+                let digits = format!("{q:.4}");
+                format!("{}%", digits.trim_end_matches('0').trim_end_matches('.'))
             }
         })
         .draw()
@@ -139,12 +137,16 @@ pub fn latency(stem: &Path, title: &str, series: &[LatencySeries<'_>]) -> Result
     Ok(())
 }
 
-/// Counts of `values` in `bins` equal bins over [0, top_ns).
-fn bins(values: &[i64], top_ns: u64, bins: usize) -> Vec<(f64, f64)> {
-    let width = (top_ns / bins as u64).max(1);
+/// Counts of `values` in `bins` bins spaced evenly on a log scale over
+/// [`lo_ns`, `hi_ns`) (values below `lo_ns` count in the first): gaps of a
+/// bursty stream span microseconds to tens of milliseconds. Returns each
+/// bin's geometric centre in µs and its count.
+fn log_bins(values: &[i64], lo_ns: f64, hi_ns: f64, bins: usize) -> Vec<(f64, f64)> {
+    let ratio = (hi_ns / lo_ns).ln() / bins as f64;
     let mut counts = vec![0u64; bins];
     for &x in values {
-        let i = (x.max(0) as u64 / width) as usize;
+        let x = (x as f64).max(lo_ns);
+        let i = ((x / lo_ns).ln() / ratio) as usize;
         if i < bins {
             counts[i] += 1;
         }
@@ -152,7 +154,7 @@ fn bins(values: &[i64], top_ns: u64, bins: usize) -> Vec<(f64, f64)> {
     counts
         .iter()
         .enumerate()
-        .map(|(i, &c)| ((i as u64 * width + width / 2) as f64 / 1e3, c as f64))
+        .map(|(i, &c)| (lo_ns * ((i as f64 + 0.5) * ratio).exp() / 1e3, c as f64))
         .collect()
 }
 
@@ -166,18 +168,27 @@ where
     DB::ErrorType: 'static,
 {
     root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
-    // Sorted series: the 99.9th percentile bounds the axis.
-    let q = |v: &[i64]| quantile(v, 0.999).max(0);
-    let top = (q(before).max(q(after)) as f64 * 1.2).max(1000.0) as u64;
-    let b = bins(before, top, 120);
-    let a = bins(after, top, 120);
+    // Sorted series: the largest gap bounds the axis.
+    let top = before
+        .last()
+        .copied()
+        .max(after.last().copied())
+        .unwrap_or(1000)
+        .max(1000) as f64
+        * 1.5;
+    let lo = 100.0;
+    let b = log_bins(before, lo, top, 120);
+    let a = log_bins(after, lo, top, 120);
     let ymax = b.iter().chain(&a).map(|p| p.1).fold(1.0, f64::max);
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 22))
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(70)
-        .build_cartesian_2d(0f64..top as f64 / 1e3, (0.5f64..ymax * 2.0).log_scale())
+        .build_cartesian_2d(
+            (lo / 1e3..top / 1e3).log_scale(),
+            (0.5f64..ymax * 2.0).log_scale(),
+        )
         .map_err(|e| anyhow!("{e}"))?;
     chart
         .configure_mesh()
@@ -270,10 +281,12 @@ mod tests {
     }
 
     #[test]
-    fn bins_put_each_gap_in_its_bin() {
-        let b = bins(&[150, 950], 1000, 10);
+    fn log_bins_put_each_gap_in_its_bin() {
+        // Ten bins of a factor 10 each over 100 ns .. 1e12 ns.
+        let b = log_bins(&[0, 150, 5_000, 999_999], 100.0, 1e12, 10);
+        assert_eq!(b[0].1, 2.0, "0 and 150 ns in the first bin");
         assert_eq!(b[1].1, 1.0);
-        assert_eq!(b[9].1, 1.0);
-        assert_eq!(b.iter().map(|p| p.1).sum::<f64>(), 2.0);
+        assert_eq!(b[3].1, 1.0);
+        assert_eq!(b.iter().map(|p| p.1).sum::<f64>(), 4.0);
     }
 }
