@@ -146,8 +146,14 @@ impl DirectionOptions {
 pub const UNSHAPED_SIZING_RATE_BPS: u64 = 10_000_000_000;
 
 /// Bytes the delay line needs to hold everything in flight: the packets in the
-/// link queue plus rate × (delay + 4 jitters), doubled because a minimum-size
-/// frame takes 128 bytes in the line but 84 on the wire.
+/// link queue plus rate × (delay + 4 jitters + 1 ms), doubled because a
+/// minimum-size frame takes 128 bytes in the line but 84 on the wire.
+///
+/// Without `rate` there is no queue, and whatever the line holds beyond the
+/// delay is backlog of an output stage that cannot keep up: that is kept small
+/// (1 ms at 10 Gbit/s plus [`SLACK_BYTES`]), so that overload shows as counted
+/// `backpressure` drops within tens of milliseconds rather than as seconds of
+/// lateness on every packet.
 pub fn buffer_bytes_for(link: &LinkConfig, line_rate_bps: Option<u64>) -> usize {
     let rate = link
         .rate_bps
@@ -155,13 +161,18 @@ pub fn buffer_bytes_for(link: &LinkConfig, line_rate_bps: Option<u64>) -> usize 
         .unwrap_or(UNSHAPED_SIZING_RATE_BPS) as u128;
     let hold_ns = link.delay_ns as u128 + 4 * link.jitter_ns as u128 + 1_000_000;
     let in_flight = rate * hold_ns / 8_000_000_000 * 2;
-    let queue = match (link.queue_packets, link.queue_bytes) {
-        (_, Some(b)) => b as u128 * 2,
-        (Some(p), None) => p as u128 * 9216,
-        (None, None) => 64 << 20,
+    let queue = match (link.rate_bps, link.queue_packets, link.queue_bytes) {
+        (None, _, _) => 0,
+        (Some(_), _, Some(b)) => b as u128 * 2,
+        (Some(_), Some(p), None) => p as u128 * 9216,
+        (Some(_), None, None) => 64 << 20,
     };
-    (in_flight + queue + (16 << 20)).min(usize::MAX as u128 / 2) as usize
+    (in_flight + queue + SLACK_BYTES).min(usize::MAX as u128 / 2) as usize
 }
+
+/// Room beyond what the link holds: bursts a little ahead of the model, and
+/// a few jumbo frames.
+const SLACK_BYTES: u128 = 4 << 20;
 
 /// Counts of one direction, consistent at one instant.
 #[derive(Debug, Clone)]
