@@ -181,6 +181,8 @@ pub struct Row {
 struct Bench<'a> {
     topo: &'a Topology,
     args: &'a BenchArgs,
+    /// SIGINT or SIGTERM: stop after the current run and clean up.
+    interrupted: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Bench<'_> {
@@ -239,9 +241,16 @@ impl Bench<'_> {
         dut: &Dut,
         cfg: &ProbeConfig,
     ) -> Result<(probe::ProbeRun, Option<serde_json::Value>)> {
+        if self.interrupted.load(std::sync::atomic::Ordering::Relaxed) {
+            bail!("interrupted");
+        }
         let running = Running::start(self.topo, dut, &self.args.backend)?;
         let run = probe::run(cfg);
         let counts = running.stop()?;
+        if self.interrupted.load(std::sync::atomic::Ordering::Relaxed) {
+            // Returning unwinds to `run`, whose Topology removes the namespaces.
+            bail!("interrupted");
+        }
         Ok((run?, counts))
     }
 }
@@ -709,9 +718,20 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
     let started = Instant::now();
+    // Namespaces left by a bench that was killed outright.
+    let _ = netns::cleanup_dead("lkbench");
+    let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, interrupted.clone())
+            .context("cannot install the signal handler")?;
+    }
     let topo = Topology::two_hosts(&netns::unique_prefix("lkbench"))
         .map_err(|e| anyhow::anyhow!("cannot build the namespaces: {e}"))?;
-    let b = Bench { topo: &topo, args };
+    let b = Bench {
+        topo: &topo,
+        args,
+        interrupted,
+    };
     let mut rows = Vec::new();
     let mut high = args.high_rate_pps;
     if scenarios.iter().any(|s| s == "lossfree") {
