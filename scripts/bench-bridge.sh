@@ -18,44 +18,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-6}
 [ "$(id -u)" = 0 ] || { echo "bench-bridge: needs root"; exit 1; }
-missing=()
-command -v ip >/dev/null || missing+=(iproute2)
-command -v ethtool >/dev/null || missing+=(ethtool)
-command -v trafgen >/dev/null || missing+=(netsniff-ng)
-command -v python3 >/dev/null || missing+=(python3)
-if [ ${#missing[@]} -gt 0 ]; then
-  apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
-fi
+. scripts/topology.sh
+need_packages ip:iproute2 ethtool:ethtool trafgen:netsniff-ng python3:python3
 cargo build --release -q -p linkem
 LINKEM=$PWD/target/release/linkem
 P=lkbb$$
 out=$(mktemp -d)
 cleanup() {
   [ -n "${LPID:-}" ] && kill "$LPID" 2>/dev/null || true
-  ip netns del "${P}a" 2>/dev/null || true
-  ip netns del "${P}b" 2>/dev/null || true
-  ip link del "${P}ea" 2>/dev/null || true
-  ip link del "${P}eb" 2>/dev/null || true
-  ip link del "${P}br" 2>/dev/null || true
+  topo_down "$P"
   rm -rf "$out"
 }
 trap cleanup EXIT
 
-ip netns add "${P}a"; ip netns add "${P}b"
-ip link add "${P}ea" type veth peer name "${P}ha" netns "${P}a"
-ip link add "${P}eb" type veth peer name "${P}hb" netns "${P}b"
-for s in a b; do
-  ip link set "${P}e$s" up
-  sysctl -qw "net.ipv6.conf.${P}e$s.disable_ipv6=1"
-  ip -n "${P}$s" link set lo up
-  ip -n "${P}$s" link set "${P}h$s" up
-  ip netns exec "${P}$s" sysctl -qw "net.ipv6.conf.${P}h$s.disable_ipv6=1"
-  # GRO on the hosts' ends lets AF_XDP transmit into them (see README).
-  ip netns exec "${P}$s" ethtool -K "${P}h$s" tx off tso off gso off gro on >/dev/null
-  ethtool -K "${P}e$s" gro off >/dev/null
-done
-ip -n "${P}a" addr add 10.98.0.1/24 dev "${P}ha"
-ip -n "${P}b" addr add 10.98.0.2/24 dev "${P}hb"
+topo_up "$P" 10.98.0
 MAC_B=$(ip netns exec "${P}b" cat "/sys/class/net/${P}hb/address")
 MAC_A=$(ip netns exec "${P}a" cat "/sys/class/net/${P}ha/address")
 # 60 bytes on the veth = a 64-byte Ethernet frame with its FCS.

@@ -14,12 +14,10 @@ cargo build --release -q -p linkem
 LINKEM=$PWD/target/release/linkem
 out=$(mktemp -d)
 P=lkdemo$$
+. scripts/topology.sh
 cleanup() {
   [ -n "${LPID:-}" ] && kill "$LPID" 2>/dev/null || true
-  ip netns del "${P}a" 2>/dev/null || true
-  ip netns del "${P}b" 2>/dev/null || true
-  ip link del "${P}ea" 2>/dev/null || true
-  ip link del "${P}eb" 2>/dev/null || true
+  topo_down "$P"
   rm -rf "$out"
 }
 trap cleanup EXIT
@@ -34,33 +32,10 @@ grep -m3 queue-full "$out/events.tsv" | column -t || true
 if [ "$(id -u)" != 0 ]; then
   echo; echo "== 2. live demo skipped: it needs root (namespaces and raw sockets)"; exit 0
 fi
-missing=()
-command -v ip >/dev/null || missing+=(iproute2)
-command -v ping >/dev/null || missing+=(iputils-ping)
-command -v iperf3 >/dev/null || missing+=(iperf3)
-command -v ethtool >/dev/null || missing+=(ethtool)
-if [ ${#missing[@]} -gt 0 ]; then
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null 2>&1 \
-    || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null; }
-fi
+need_packages ip:iproute2 ping:iputils-ping iperf3:iperf3 ethtool:ethtool
 
 echo; echo "== 2. live: ${P}a (10.99.0.1) <-> linkem <-> ${P}b (10.99.0.2)"
-ip netns add "${P}a"; ip netns add "${P}b"
-ip link add "${P}ea" type veth peer name "${P}ha" netns "${P}a"
-ip link add "${P}eb" type veth peer name "${P}hb" netns "${P}b"
-for s in a b; do
-  ip link set "${P}e$s" up
-  sysctl -qw "net.ipv6.conf.${P}e$s.disable_ipv6=1"
-  ip -n "${P}$s" link set lo up
-  ip -n "${P}$s" link set "${P}h$s" up
-  # Hosts on a veth hand over frames with unfinished checksums and 64 KB
-  # segments (offloads a real NIC would finish); make them send wire frames.
-  # GRO on lets AF_XDP transmit into the veth (see README).
-  ip netns exec "${P}$s" ethtool -K "${P}h$s" tx off tso off gso off gro on >/dev/null
-  ethtool -K "${P}e$s" gro off >/dev/null
-done
-ip -n "${P}a" addr add 10.99.0.1/24 dev "${P}ha"
-ip -n "${P}b" addr add 10.99.0.2/24 dev "${P}hb"
+topo_up "$P" 10.99.0
 
 measure() {
   local label=$1; shift

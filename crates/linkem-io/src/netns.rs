@@ -129,8 +129,26 @@ fn run(program: &'static str, args: &[&str]) -> Result<Output, NetnsError> {
     }
 }
 
-fn ip(args: &[&str]) -> Result<Output, NetnsError> {
+/// Runs `ip ARGS...`; a non-zero exit is an error carrying its stderr.
+pub fn ip(args: &[&str]) -> Result<Output, NetnsError> {
     run("ip", args)
+}
+
+/// Moves the calling thread (only) into network namespace `ns` (`ip netns` name).
+pub fn enter(ns: &str) -> Result<(), NetnsError> {
+    let path = format!("/run/netns/{ns}");
+    let file = std::fs::File::open(&path).map_err(|source| NetnsError::Io {
+        what: format!("network namespace '{ns}' ({path})"),
+        source,
+    })?;
+    // Safety: setns on this thread with a namespace file we hold open for the call.
+    if unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&file), libc::CLONE_NEWNET) } != 0 {
+        return Err(NetnsError::Io {
+            what: format!("cannot enter network namespace '{ns}' (needs root)"),
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    Ok(())
 }
 
 /// True when the process runs as root (effective uid 0).

@@ -6,30 +6,34 @@
 /// Now, in ns since the epoch.
 #[inline]
 pub fn now_ns() -> u64 {
+    now_ns_on(libc::CLOCK_REALTIME)
+}
+
+/// Now on `clock` (CLOCK_REALTIME, CLOCK_TAI, ...), in ns.
+#[inline]
+pub fn now_ns_on(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // Safety: ts is a valid, writable timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    // Safety: ts is a valid, writable timespec; an unknown clock leaves it zero.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Sleeps until the absolute time `t_ns` (or a signal).
 pub fn sleep_until_ns(t_ns: u64) {
+    sleep_until_ns_on(libc::CLOCK_REALTIME, t_ns)
+}
+
+/// Sleeps until the absolute time `t_ns` on `clock` (or a signal).
+pub fn sleep_until_ns_on(clock: libc::clockid_t, t_ns: u64) {
     let ts = libc::timespec {
         tv_sec: (t_ns / 1_000_000_000) as libc::time_t,
         tv_nsec: (t_ns % 1_000_000_000) as libc::c_long,
     };
     // Safety: ts is a valid timespec; the remaining-time pointer may be null with TIMER_ABSTIME.
-    unsafe {
-        libc::clock_nanosleep(
-            libc::CLOCK_REALTIME,
-            libc::TIMER_ABSTIME,
-            &ts,
-            std::ptr::null_mut(),
-        )
-    };
+    unsafe { libc::clock_nanosleep(clock, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut()) };
 }
 
 /// Asks the kernel to wake this thread's sleeps within `slack_ns` of their

@@ -228,6 +228,33 @@ struct Control {
     error: Mutex<Option<String>>,
 }
 
+impl Control {
+    /// Records the error that stopped a stage (the bridge reports it and exits).
+    fn fail(&self, e: String) {
+        *self.error.lock().expect("the lock holders never panic") = Some(e);
+    }
+
+    fn new(huge_pages: bool, buffer_bytes: u64) -> Self {
+        Control {
+            stop: AtomicBool::new(false),
+            pending: Mutex::new(None),
+            has_pending: AtomicBool::new(false),
+            output_parked: AtomicBool::new(false),
+            input: Mutex::new(InputShared::default()),
+            output: Mutex::new(OutputShared {
+                sent: 0,
+                copies_sent: 0,
+                late: 0,
+                lateness: lateness_histogram(),
+                tx_wakeups: 0,
+            }),
+            huge_pages,
+            buffer_bytes,
+            error: Mutex::new(None),
+        }
+    }
+}
+
 /// A running direction. Dropping it without [`Direction::stop`] stops it too.
 pub struct Direction {
     name: String,
@@ -237,32 +264,27 @@ pub struct Direction {
 
 /// Puts the calling thread under SCHED_FIFO at `priority` (1..=99).
 pub fn set_realtime(priority: i32) -> Result<(), String> {
-    let param = libc::sched_param {
-        sched_priority: priority,
-    };
-    // Safety: changes the calling thread's policy; param is a valid sched_param.
-    let rc = unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
-    if rc != 0 {
-        return Err(format!(
-            "cannot run under SCHED_FIFO priority {priority}: {} (needs root or CAP_SYS_NICE; \
-             pass --realtime off to run without)",
-            std::io::Error::from_raw_os_error(rc)
-        ));
-    }
-    Ok(())
+    set_policy(libc::SCHED_FIFO, priority).map_err(|e| {
+        format!(
+            "cannot run under SCHED_FIFO priority {priority}: {e} (needs root or CAP_SYS_NICE; \
+             pass --realtime off to run without)"
+        )
+    })
 }
 
 /// Sets the calling thread back to ordinary scheduling.
 fn set_ordinary() -> Result<(), String> {
-    let param = libc::sched_param { sched_priority: 0 };
-    // Safety: as in set_realtime.
-    let rc =
-        unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_OTHER, &param) };
+    set_policy(libc::SCHED_OTHER, 0).map_err(|e| format!("cannot leave SCHED_FIFO: {e}"))
+}
+
+fn set_policy(policy: libc::c_int, priority: i32) -> Result<(), std::io::Error> {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // Safety: changes the calling thread's policy; param is a valid sched_param.
+    let rc = unsafe { libc::pthread_setschedparam(libc::pthread_self(), policy, &param) };
     if rc != 0 {
-        return Err(format!(
-            "cannot leave SCHED_FIFO: {}",
-            std::io::Error::from_raw_os_error(rc)
-        ));
+        return Err(std::io::Error::from_raw_os_error(rc));
     }
     Ok(())
 }
@@ -321,23 +343,10 @@ impl Direction {
         tx: Box<dyn TxPort>,
     ) -> Result<Direction, String> {
         let (producer, consumer) = delay_line(opts.buffer_bytes)?;
-        let control = Arc::new(Control {
-            stop: AtomicBool::new(false),
-            pending: Mutex::new(None),
-            has_pending: AtomicBool::new(false),
-            output_parked: AtomicBool::new(false),
-            input: Mutex::new(InputShared::default()),
-            output: Mutex::new(OutputShared {
-                sent: 0,
-                copies_sent: 0,
-                late: 0,
-                lateness: lateness_histogram(),
-                tx_wakeups: 0,
-            }),
-            huge_pages: producer.uses_huge_pages(),
-            buffer_bytes: producer.capacity_bytes(),
-            error: Mutex::new(None),
-        });
+        let control = Arc::new(Control::new(
+            producer.uses_huge_pages(),
+            producer.capacity_bytes(),
+        ));
         let reorders = opts.link.reorder_allow || opts.link.reorder_probability > 0.0;
         let out = {
             let control = control.clone();
@@ -349,8 +358,7 @@ impl Direction {
                 .spawn(move || {
                     let mut realtime = prio.map(Realtime::new);
                     if let Some(Err(e)) = realtime.as_mut().map(Realtime::wait_mode) {
-                        *control.error.lock().expect("the lock holders never panic") =
-                            Some(format!("output stage: {e}"));
+                        control.fail(format!("output stage: {e}"));
                     }
                     output_stage(
                         control, consumer, tx, spin_ns, max_lag_ns, reorders, realtime,
@@ -366,8 +374,7 @@ impl Direction {
                 .spawn(move || {
                     if let (Some(p), true) = (opts.realtime_priority, opts.realtime_input) {
                         if let Err(e) = set_realtime(p) {
-                            *control.error.lock().expect("the lock holders never panic") =
-                                Some(format!("input stage: {e}"));
+                            control.fail(format!("input stage: {e}"));
                         }
                     }
                     input_stage(control, opts, producer, rx, out_thread)
@@ -392,23 +399,7 @@ impl Direction {
         mut rx: Box<dyn RxPort>,
         mut tx: Box<dyn TxPort>,
     ) -> Result<Direction, String> {
-        let control = Arc::new(Control {
-            stop: AtomicBool::new(false),
-            pending: Mutex::new(None),
-            has_pending: AtomicBool::new(false),
-            output_parked: AtomicBool::new(false),
-            input: Mutex::new(InputShared::default()),
-            output: Mutex::new(OutputShared {
-                sent: 0,
-                copies_sent: 0,
-                late: 0,
-                lateness: lateness_histogram(),
-                tx_wakeups: 0,
-            }),
-            huge_pages: false,
-            buffer_bytes: 0,
-            error: Mutex::new(None),
-        });
+        let control = Arc::new(Control::new(false, 0));
         let thread = {
             let control = control.clone();
             std::thread::Builder::new()
@@ -430,9 +421,7 @@ impl Direction {
                             .expect("the lock holders never panic")
                             .sent = sent;
                     };
-                    let fail = |e: String| {
-                        *control.error.lock().expect("the lock holders never panic") = Some(e);
-                    };
+                    let fail = |e: String| control.fail(e);
                     while !control.stop.load(Ordering::Acquire) {
                         let result = rx.rx_batch(opts.batch, &mut |frame| {
                             if tx.tx_push(frame.data) {
@@ -632,8 +621,7 @@ fn input_stage(
             Ok(0) => {
                 publish(&link, accepted, backpressure, wakeups);
                 if let Err(e) = rx.wait_rx(IDLE_WAIT_NS) {
-                    *control.error.lock().expect("the lock holders never panic") =
-                        Some(format!("receive: {e}"));
+                    control.fail(format!("receive: {e}"));
                     break;
                 }
                 wakeups += 1;
@@ -645,8 +633,7 @@ fn input_stage(
                 publish(&link, accepted, backpressure, wakeups);
             }
             Err(e) => {
-                *control.error.lock().expect("the lock holders never panic") =
-                    Some(format!("receive: {e}"));
+                control.fail(format!("receive: {e}"));
                 break;
             }
         }
@@ -777,9 +764,7 @@ fn output_stage(
         shared.lateness.add(&st.lateness).expect("same bounds");
         st.lateness.reset();
     };
-    let fail = |e: String| {
-        *control.error.lock().expect("the lock holders never panic") = Some(e);
-    };
+    let fail = |e: String| control.fail(e);
     loop {
         if control.stop.load(Ordering::Acquire) {
             break;
@@ -857,7 +842,7 @@ fn output_stage(
                 }
                 budget.spun_ns += release_ns - now;
             }
-            budget.tick(clock::now_ns());
+            budget.tick(now);
             continue;
         }
         if now - release_ns > BEHIND_NS {

@@ -132,46 +132,7 @@ enum Command {
     /// duplicates, reordering, and the gaps between packets before and after.
     ///
     /// Times are CLOCK_TAI in ns; the receiver uses kernel receive timestamps.
-    Probe {
-        /// Receiver's IPv4 address.
-        dst: std::net::Ipv4Addr,
-        /// UDP port of the receiver.
-        #[arg(long, default_value_t = 5999)]
-        port: u16,
-        /// Network namespace of the sender (default: this one).
-        #[arg(long, value_name = "NS")]
-        src_ns: Option<String>,
-        /// Network namespace of the receiver (default: this one).
-        #[arg(long, value_name = "NS")]
-        dst_ns: Option<String>,
-        /// Packet rate (1kpps, 500pps) or bit rate over the frames (10mbit).
-        #[arg(long, default_value = "1kpps")]
-        rate: String,
-        /// Ethernet frame size with FCS, 64..=1518.
-        #[arg(long, default_value_t = 64)]
-        size: u32,
-        /// constant, burst:N (N back to back at the same average rate) or poisson.
-        #[arg(long, default_value = "constant")]
-        pattern: linkem::probe::Pattern,
-        /// Packets to send (default: 2 s worth).
-        #[arg(long)]
-        packets: Option<u64>,
-        /// Send for this long instead of --packets, e.g. 5s.
-        #[arg(long, value_name = "TIME")]
-        duration: Option<String>,
-        /// The one-way delay the path is configured for; deviations are from it.
-        #[arg(long, default_value = "0ms", value_name = "TIME")]
-        expect_delay: String,
-        /// Seed of the Poisson schedule.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// Write the results as JSON.
-        #[arg(long, value_name = "FILE")]
-        json: Option<PathBuf>,
-        /// Write latency and gap plots (PNG and SVG) into DIR.
-        #[arg(long, value_name = "DIR")]
-        plot: Option<PathBuf>,
-    },
+    Probe(linkem::probe::ProbeArgs),
     /// Measure linkem's fidelity on this machine: builds its own namespaces, runs
     /// linkem (and the Linux bridge as the no-emulation baseline) with `linkem
     /// probe` through it, prints markdown tables.
@@ -179,26 +140,7 @@ enum Command {
     /// Scenarios: `delay` (accuracy of delay 10ms at low and high rates, 64 and
     /// 1500 bytes, bursts of 64, and gap preservation) and `lossfree` (highest
     /// loss-free rate for delay, loss 1 %, rate at 90 % and all three). Default: both.
-    Bench {
-        /// Scenarios to run: delay, lossfree (default: all).
-        scenarios: Vec<String>,
-        /// Every scenario at reduced length (a smoke test, under 3 minutes).
-        #[arg(long)]
-        quick: bool,
-        /// Write every row, with its command line, as JSON.
-        #[arg(long, value_name = "FILE")]
-        json: Option<PathBuf>,
-        /// Write latency and gap plots (PNG and SVG) into DIR.
-        #[arg(long, value_name = "DIR")]
-        plot: Option<PathBuf>,
-        /// Backend of the linkem under test.
-        #[arg(long, default_value = "auto", value_parser = ["auto", "xdp", "packet"])]
-        backend: String,
-        /// The high constant rate of the delay scenario, in pps (default: 80 % of the
-        /// highest loss-free rate of delay 10ms, or 20000).
-        #[arg(long, value_name = "PPS")]
-        high_rate: Option<f64>,
-    },
+    Bench(linkem::bench::BenchArgs),
     /// Write a synthetic capture of UDP frames (for demos, tests and benchmarks).
     Synth {
         /// Output capture (nanosecond pcap).
@@ -279,50 +221,8 @@ fn main() {
             duration,
             forward_only,
         }),
-        Command::Probe {
-            dst,
-            port,
-            src_ns,
-            dst_ns,
-            rate,
-            size,
-            pattern,
-            packets,
-            duration,
-            expect_delay,
-            seed,
-            json,
-            plot,
-        } => linkem::probe::run_cli(&linkem::probe::ProbeArgs {
-            dst,
-            port,
-            src_ns,
-            dst_ns,
-            rate,
-            size,
-            pattern,
-            packets,
-            duration,
-            expect_delay,
-            seed,
-            json,
-            plot,
-        }),
-        Command::Bench {
-            scenarios,
-            quick,
-            json,
-            plot,
-            backend,
-            high_rate,
-        } => linkem::bench::run(&linkem::bench::BenchArgs {
-            scenarios,
-            quick,
-            json,
-            plot,
-            backend,
-            high_rate_pps: high_rate,
-        }),
+        Command::Probe(args) => linkem::probe::run_cli(&args),
+        Command::Bench(args) => linkem::bench::run(&args),
         Command::Synth {
             output,
             packets,

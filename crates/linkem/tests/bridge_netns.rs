@@ -182,10 +182,7 @@ fn fate(v: &Value, dir: usize, name: &str) -> u64 {
 fn in_ns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
     std::thread::scope(|s| {
         s.spawn(|| {
-            let file = std::fs::File::open(format!("/run/netns/{ns}")).expect("namespace exists");
-            // Safety: setns on this thread only, with a namespace file we hold open.
-            let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-            assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
+            netns::enter(ns).expect("the namespace exists and we are root");
             f()
         })
         .join()
@@ -300,7 +297,34 @@ fn ping_median_ms(topo: &Topology, count: u32) -> f64 {
     median(rtts)
 }
 
-fn ping_delay(backend: &str) {
+/// One test per backend for each scenario: `SCENARIO::packet` and `SCENARIO::xdp`.
+macro_rules! on_both_backends {
+    ($($scenario:ident),* $(,)?) => {$(
+        mod $scenario {
+            #[test]
+            fn packet() {
+                super::$scenario("packet");
+            }
+
+            #[test]
+            fn xdp() {
+                super::$scenario("xdp");
+            }
+        }
+    )*};
+}
+
+on_both_backends!(
+    ping_rtt_with_delay_10ms_each_way,
+    udp_and_tcp_through_rate_50mbit,
+    loss_10_percent_inside_its_binomial_bound,
+    gilbert_elliott_loss_rate_and_burst_length,
+    overload_of_a_small_queue_drops_queue_full_and_recovers,
+    both_directions_at_once_with_clean_shutdown,
+    sighup_changes_the_delay_without_losing_queued_packets,
+);
+
+fn ping_rtt_with_delay_10ms_each_way(backend: &str) {
     let _g = serial();
     if skip() {
         return;
@@ -318,16 +342,6 @@ fn ping_delay(backend: &str) {
         (rtt - (20.0 + base)).abs() <= 1.0,
         "RTT {rtt} ms, expected 20 ms + {base} ms"
     );
-}
-
-#[test]
-fn ping_rtt_with_delay_10ms_each_way_packet() {
-    ping_delay("packet");
-}
-
-#[test]
-fn ping_rtt_with_delay_10ms_each_way_xdp() {
-    ping_delay("xdp");
 }
 
 fn iperf3(topo: &Topology, args: &[&str]) -> Value {
@@ -349,7 +363,7 @@ fn iperf3(topo: &Topology, args: &[&str]) -> Value {
     })
 }
 
-fn rate_50mbit(backend: &str) {
+fn udp_and_tcp_through_rate_50mbit(backend: &str) {
     let _g = serial();
     if skip() {
         return;
@@ -387,17 +401,7 @@ fn rate_50mbit(backend: &str) {
     );
 }
 
-#[test]
-fn udp_and_tcp_through_rate_50mbit_packet() {
-    rate_50mbit("packet");
-}
-
-#[test]
-fn udp_and_tcp_through_rate_50mbit_xdp() {
-    rate_50mbit("xdp");
-}
-
-fn random_loss(backend: &str) {
+fn loss_10_percent_inside_its_binomial_bound(backend: &str) {
     let _g = serial();
     if skip() {
         return;
@@ -424,26 +428,6 @@ fn random_loss(backend: &str) {
         fate(&v, 0, "loss") as f64 >= lost * 0.99,
         "lost packets are counted as 'loss'"
     );
-}
-
-#[test]
-fn loss_10_percent_inside_its_binomial_bound_packet() {
-    random_loss("packet");
-}
-
-#[test]
-fn loss_10_percent_inside_its_binomial_bound_xdp() {
-    random_loss("xdp");
-}
-
-#[test]
-fn gilbert_elliott_loss_rate_and_burst_length_packet() {
-    gilbert_elliott_loss_rate_and_burst_length("packet");
-}
-
-#[test]
-fn gilbert_elliott_loss_rate_and_burst_length_xdp() {
-    gilbert_elliott_loss_rate_and_burst_length("xdp");
 }
 
 fn gilbert_elliott_loss_rate_and_burst_length(backend: &str) {
@@ -486,16 +470,6 @@ fn gilbert_elliott_loss_rate_and_burst_length(backend: &str) {
     assert!((mean_burst - 1.0 / r).abs() <= burst_bound);
 }
 
-#[test]
-fn overload_of_a_small_queue_drops_queue_full_and_recovers_packet() {
-    overload_of_a_small_queue_drops_queue_full_and_recovers("packet");
-}
-
-#[test]
-fn overload_of_a_small_queue_drops_queue_full_and_recovers_xdp() {
-    overload_of_a_small_queue_drops_queue_full_and_recovers("xdp");
-}
-
 fn overload_of_a_small_queue_drops_queue_full_and_recovers(backend: &str) {
     let _g = serial();
     if skip() {
@@ -517,16 +491,6 @@ fn overload_of_a_small_queue_drops_queue_full_and_recovers(backend: &str) {
     assert!(fate(&v, 0, "queue-full") > 1000, "a small queue overflows");
     assert!(arrived > 0 && arrived <= fate(&v, 0, "delivered"));
     assert!(rtt < 50.0);
-}
-
-#[test]
-fn both_directions_at_once_with_clean_shutdown_packet() {
-    both_directions_at_once_with_clean_shutdown("packet");
-}
-
-#[test]
-fn both_directions_at_once_with_clean_shutdown_xdp() {
-    both_directions_at_once_with_clean_shutdown("xdp");
 }
 
 fn both_directions_at_once_with_clean_shutdown(backend: &str) {
@@ -563,16 +527,6 @@ fn both_directions_at_once_with_clean_shutdown(backend: &str) {
         );
         assert!(fate(&v, dir, "delivered") >= arrived);
     }
-}
-
-#[test]
-fn sighup_changes_the_delay_without_losing_queued_packets_packet() {
-    sighup_changes_the_delay_without_losing_queued_packets("packet");
-}
-
-#[test]
-fn sighup_changes_the_delay_without_losing_queued_packets_xdp() {
-    sighup_changes_the_delay_without_losing_queued_packets("xdp");
 }
 
 fn sighup_changes_the_delay_without_losing_queued_packets(backend: &str) {

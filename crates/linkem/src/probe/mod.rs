@@ -15,6 +15,8 @@
 pub mod stats;
 
 use anyhow::{bail, Context, Result};
+use linkem_io::netns;
+use linkem_runtime::clock;
 use serde::Serialize;
 use stats::{Analysis, Series};
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
@@ -34,6 +36,9 @@ const SPIN_NS: u64 = 100_000;
 /// Below this mean gap the sender spins most of the time, so it stays at
 /// ordinary priority and leaves the cores to the path under test.
 const REALTIME_MIN_GAP_NS: u64 = 250_000;
+/// Below linkem's own stages (priority 10), so a sender on the same machine
+/// never delays the emulator it measures.
+const SENDER_PRIORITY: i32 = 5;
 
 /// How packets are spaced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -124,34 +129,7 @@ pub struct ProbeRun {
 }
 
 pub fn tai_now_ns() -> u64 {
-    clock_ns(libc::CLOCK_TAI)
-}
-
-fn clock_ns(id: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // Safety: clock_gettime writes one timespec; the clock ids used exist on Linux.
-    unsafe { libc::clock_gettime(id, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-fn sleep_until_tai(t_ns: u64) {
-    let ts = libc::timespec {
-        tv_sec: (t_ns / 1_000_000_000) as libc::time_t,
-        tv_nsec: (t_ns % 1_000_000_000) as libc::c_long,
-    };
-    // Safety: an absolute sleep on a valid clock with a valid timespec; EINTR just
-    // returns early, and the caller spins the rest.
-    unsafe {
-        libc::clock_nanosleep(
-            libc::CLOCK_TAI,
-            libc::TIMER_ABSTIME,
-            &ts,
-            std::ptr::null_mut(),
-        )
-    };
+    clock::now_ns_on(libc::CLOCK_TAI)
 }
 
 /// Runs `f` on a new thread inside network namespace `ns` (or this one).
@@ -165,16 +143,7 @@ fn in_ns<'scope, 'env, T: Send + 'scope>(
         .name(name.to_string())
         .spawn_scoped(scope, move || {
             if let Some(ns) = ns {
-                let path = format!("/run/netns/{ns}");
-                let file = std::fs::File::open(&path)
-                    .with_context(|| format!("network namespace '{ns}' ({path})"))?;
-                // Safety: setns on this thread only, with a namespace file held open.
-                if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                    bail!(
-                        "cannot enter namespace '{ns}': {} (needs root)",
-                        std::io::Error::last_os_error()
-                    );
-                }
+                netns::enter(&ns)?;
             }
             f()
         })
@@ -204,14 +173,6 @@ pub fn schedule(pattern: Pattern, rate_pps: f64, packets: u64, seed: u64) -> Vec
             }
         })
         .collect()
-}
-
-fn set_fifo(priority: i32) {
-    let param = libc::sched_param {
-        sched_priority: priority,
-    };
-    // Safety: changes this thread's policy only; failure leaves it as it was.
-    unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
 }
 
 fn receiver_socket(port: u16) -> Result<UdpSocket> {
@@ -318,8 +279,7 @@ pub fn run(cfg: &ProbeConfig) -> Result<ProbeRun> {
         let done = &done;
         let receiver = in_ns(s, cfg.dst_ns.clone(), "linkem-probe-rx", move || {
             let sock = receiver_socket(cfg.dst.port())?;
-            let tai_offset =
-                clock_ns(libc::CLOCK_TAI) as i64 - clock_ns(libc::CLOCK_REALTIME) as i64;
+            let tai_offset = tai_now_ns() as i64 - clock::now_ns() as i64;
             let _ = ready_tx.send(());
             let mut got: Vec<(u64, u64)> = Vec::with_capacity(cfg.packets as usize);
             let mut buf = vec![0u8; 2048];
@@ -361,9 +321,11 @@ pub fn run(cfg: &ProbeConfig) -> Result<ProbeRun> {
                 let sock = UdpSocket::bind("0.0.0.0:0").context("sender socket")?;
                 sock.connect(cfg.dst)
                     .with_context(|| format!("no route to {}", cfg.dst))?;
-                linkem_runtime::clock::set_timer_slack_ns(1);
+                clock::set_timer_slack_ns(1);
                 if mean_gap_ns >= REALTIME_MIN_GAP_NS {
-                    set_fifo(5);
+                    // Best effort: without it the sender is only less punctual, and
+                    // its lateness is measured and reported either way.
+                    let _ = linkem_runtime::pipeline::set_realtime(SENDER_PRIORITY);
                 }
                 let mut buf = vec![0u8; payload];
                 buf[0..2].copy_from_slice(&MAGIC.to_be_bytes());
@@ -380,7 +342,7 @@ pub fn run(cfg: &ProbeConfig) -> Result<ProbeRun> {
                     let due = start + off;
                     let now = tai_now_ns();
                     if due > now + SPIN_NS {
-                        sleep_until_tai(due - SPIN_NS);
+                        clock::sleep_until_ns_on(libc::CLOCK_TAI, due - SPIN_NS);
                     }
                     while tai_now_ns() < due {
                         std::hint::spin_loop();
@@ -412,19 +374,45 @@ pub fn run(cfg: &ProbeConfig) -> Result<ProbeRun> {
 }
 
 /// What `linkem probe` was asked to do, as typed.
+#[derive(Debug, clap::Args)]
 pub struct ProbeArgs {
+    /// Receiver's IPv4 address.
     pub dst: Ipv4Addr,
+    /// UDP port of the receiver.
+    #[arg(long, default_value_t = 5999)]
     pub port: u16,
+    /// Network namespace of the sender (default: this one).
+    #[arg(long, value_name = "NS")]
     pub src_ns: Option<String>,
+    /// Network namespace of the receiver (default: this one).
+    #[arg(long, value_name = "NS")]
     pub dst_ns: Option<String>,
+    /// Packet rate (1kpps, 500pps) or bit rate over the frames (10mbit).
+    #[arg(long, default_value = "1kpps")]
     pub rate: String,
+    /// Ethernet frame size with FCS, 64..=1518.
+    #[arg(long, default_value_t = 64)]
     pub size: u32,
+    /// constant, burst:N (N back to back at the same average rate) or poisson.
+    #[arg(long, default_value = "constant")]
     pub pattern: Pattern,
+    /// Packets to send (default: 2 s worth).
+    #[arg(long)]
     pub packets: Option<u64>,
+    /// Send for this long instead of --packets, e.g. 5s.
+    #[arg(long, value_name = "TIME")]
     pub duration: Option<String>,
+    /// The one-way delay the path is configured for; deviations are from it.
+    #[arg(long, default_value = "0ms", value_name = "TIME")]
     pub expect_delay: String,
+    /// Seed of the Poisson schedule.
+    #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Write the results as JSON.
+    #[arg(long, value_name = "FILE")]
     pub json: Option<std::path::PathBuf>,
+    /// Write latency and gap plots (PNG and SVG) into DIR.
+    #[arg(long, value_name = "DIR")]
     pub plot: Option<std::path::PathBuf>,
 }
 
@@ -458,7 +446,8 @@ impl ProbeArgs {
     }
 }
 
-fn us(ns: i64) -> String {
+/// ns as µs with one decimal, for tables.
+pub fn us(ns: i64) -> String {
     format!("{:.1}", ns as f64 / 1e3)
 }
 

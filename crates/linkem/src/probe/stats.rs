@@ -29,25 +29,38 @@ pub struct Percentiles {
     pub mean: f64,
 }
 
-/// Exact percentiles of `v` (sorted here), each shifted by `-offset_ns`.
-pub fn percentiles(v: &mut [i64], offset_ns: i64) -> Percentiles {
+impl Percentiles {
+    /// The same distribution minus `by_ns` (a deviation from an expected value).
+    pub fn shifted(&self, by_ns: i64) -> Percentiles {
+        Percentiles {
+            count: self.count,
+            min: self.min - by_ns,
+            p50: self.p50 - by_ns,
+            p99: self.p99 - by_ns,
+            p99_9: self.p99_9 - by_ns,
+            p99_99: self.p99_99 - by_ns,
+            max: self.max - by_ns,
+            mean: self.mean - by_ns as f64,
+        }
+    }
+}
+
+/// Exact percentiles of `v` (sorted here).
+pub fn percentiles(v: &mut [i64]) -> Percentiles {
     if v.is_empty() {
         return Percentiles::default();
     }
     v.sort_unstable();
-    let n = v.len();
-    // Nearest rank: the smallest value with at least q of the series at or below it.
-    let at = |q: f64| v[((q * n as f64).ceil() as usize).clamp(1, n) - 1] - offset_ns;
     let sum: i128 = v.iter().map(|&x| x as i128).sum();
     Percentiles {
-        count: n as u64,
-        min: v[0] - offset_ns,
-        p50: at(0.5),
-        p99: at(0.99),
-        p99_9: at(0.999),
-        p99_99: at(0.9999),
-        max: v[n - 1] - offset_ns,
-        mean: sum as f64 / n as f64 - offset_ns as f64,
+        count: v.len() as u64,
+        min: v[0],
+        p50: quantile(v, 0.5),
+        p99: quantile(v, 0.99),
+        p99_9: quantile(v, 0.999),
+        p99_99: quantile(v, 0.9999),
+        max: v[v.len() - 1],
+        mean: sum as f64 / v.len() as f64,
     }
 }
 
@@ -165,6 +178,7 @@ pub fn analyse(
             split += 1;
         }
     }
+    let delay_ns = percentiles(&mut delay);
     let analysis = Analysis {
         sent: n as u64,
         received: got,
@@ -176,13 +190,13 @@ pub fn analyse(
         },
         duplicates,
         reordered,
-        delay_ns: percentiles(&mut delay, 0),
-        deviation_ns: percentiles(&mut delay, expected_delay_ns as i64),
+        delay_ns,
+        deviation_ns: delay_ns.shifted(expected_delay_ns as i64),
         expected_delay_ns,
-        send_gap_ns: percentiles(&mut send_gap, 0),
-        recv_gap_ns: percentiles(&mut recv_gap, 0),
-        gap_change_ns: percentiles(&mut change, 0),
-        send_error_ns: percentiles(&mut send_error, 0),
+        send_gap_ns: percentiles(&mut send_gap),
+        recv_gap_ns: percentiles(&mut recv_gap),
+        gap_change_ns: percentiles(&mut change),
+        send_error_ns: percentiles(&mut send_error),
         bursts_added: added,
         bursts_split: split,
         gap_pairs: pairs,

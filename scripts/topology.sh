@@ -1,0 +1,47 @@
+# Shell helpers shared by scripts/demo.sh and scripts/bench-bridge.sh (source it).
+#
+#   need_packages CMD:PACKAGE ...   apt-get install the packages whose command is missing
+#   topo_up P NET                   ${P}a (NET.1) <-veth-> ${P}ea | ${P}eb <-veth-> ${P}b (NET.2)
+#   topo_down P                     removes it again (safe to call twice, or after a failure)
+#
+# The names and settings match linkem-io's namespace harness (crates/linkem-io/src/netns.rs).
+
+need_packages() {
+  local missing=() pair
+  for pair in "$@"; do
+    command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null 2>&1 \
+    || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null; }
+}
+
+topo_up() {
+  local P=$1 net=$2 s
+  ip netns add "${P}a"; ip netns add "${P}b"
+  ip link add "${P}ea" type veth peer name "${P}ha" netns "${P}a"
+  ip link add "${P}eb" type veth peer name "${P}hb" netns "${P}b"
+  for s in a b; do
+    ip link set "${P}e$s" up
+    sysctl -qw "net.ipv6.conf.${P}e$s.disable_ipv6=1"
+    ip -n "${P}$s" link set lo up
+    ip -n "${P}$s" link set "${P}h$s" up
+    ip netns exec "${P}$s" sysctl -qw "net.ipv6.conf.${P}h$s.disable_ipv6=1"
+    # Hosts on a veth hand over frames with unfinished checksums and 64 KB
+    # segments (offloads a real NIC would finish); make them send wire frames.
+    # GRO on lets AF_XDP transmit into the veth (see README).
+    ip netns exec "${P}$s" ethtool -K "${P}h$s" tx off tso off gso off gro on >/dev/null
+    ethtool -K "${P}e$s" gro off >/dev/null
+  done
+  ip -n "${P}a" addr add "$net.1/24" dev "${P}ha"
+  ip -n "${P}b" addr add "$net.2/24" dev "${P}hb"
+}
+
+topo_down() {
+  local P=$1
+  ip netns del "${P}a" 2>/dev/null || true
+  ip netns del "${P}b" 2>/dev/null || true
+  ip link del "${P}ea" 2>/dev/null || true
+  ip link del "${P}eb" 2>/dev/null || true
+  ip link del "${P}br" 2>/dev/null || true
+}
