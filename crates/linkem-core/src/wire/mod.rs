@@ -148,3 +148,6 @@ pub enum WireError {
     #[error("segment of {bytes} bytes exceeds what the {layer} length field can hold")]
     LengthOverflow { layer: &'static str, bytes: usize },
 }
+
+#[cfg(test)]
+mod tests;
