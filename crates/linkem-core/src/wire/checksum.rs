@@ -121,7 +121,9 @@ pub(crate) fn write16(frame: &mut [u8], at: usize, v: u16) {
 /// Finishes a checksum left for offload (CHECKSUM_PARTIAL, virtio-net
 /// semantics): stores `!sum(frame[start..])` at `start + offset`, the field
 /// holding the folded pseudo-header sum on entry. A result of 0 is stored as
-/// 0xffff, as Linux's `skb_checksum_help` does. Errors (never panics) when
+/// 0xffff, as Linux's `skb_checksum_help` does. The sum runs to the end of
+/// the frame, as the kernel's does to the end of the skb (frames read from a
+/// packet socket carry no Ethernet padding). Errors (never panics) when
 /// `start` or the 2-byte field lies outside the frame.
 pub fn complete_checksum(frame: &mut [u8], csum: CsumPartial) -> Result<(), WireError> {
     let start = usize::from(csum.start);
