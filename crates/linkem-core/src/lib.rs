@@ -36,7 +36,7 @@ pub mod loss;
 pub mod rng;
 pub mod units;
 
-pub use config::{ConfigError, LinkConfig, LinkSpec, LossAt, TomlWords};
+pub use config::{ConfigError, Dialect, LinkConfig, LinkSpec, LossAt, TomlWords};
 pub use dist::Distribution;
 pub use fate::{Fate, FateCounts};
 pub use link::{Link, PacketMeta, Verdict};

@@ -8,7 +8,7 @@
 
 use crate::StatsFormat;
 use anyhow::{bail, Context, Result};
-use linkem_core::{Fate, FateCounts, Link, LinkSpec, PacketMeta, TomlWords};
+use linkem_core::{Dialect, Fate, FateCounts, Link, LinkSpec, PacketMeta, TomlWords};
 use linkem_io::capture::{CaptureReader, CaptureWriter};
 use serde_json::json;
 use std::cmp::Reverse;
@@ -73,25 +73,26 @@ pub fn load_distribution(name: &str) -> Result<String, String> {
     ))
 }
 
-/// Link words from an optional TOML file (`both` and `a-to-b` sections) followed
-/// by the command line's, parsed into a spec.
+/// Link words from an optional TOML file (`both`, then `a-to-b`) and then the
+/// command line's, each a layer that overrides the one before, parsed into a spec.
 pub fn link_spec(config: Option<&Path>, words: &[String]) -> Result<LinkSpec> {
-    let mut all: Vec<String> = Vec::new();
+    let mut layers: Vec<Vec<String>> = Vec::new();
     if let Some(path) = config {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read {}", path.display()))?;
         let toml =
             TomlWords::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        all.extend(toml.both);
-        all.extend(toml.a_to_b);
+        layers.push(toml.both);
+        layers.push(toml.a_to_b);
     }
-    all.extend(
+    layers.push(
         words
             .iter()
-            .flat_map(|w| w.split_whitespace().map(str::to_string)),
+            .flat_map(|w| w.split_whitespace().map(str::to_string))
+            .collect(),
     );
-    let refs: Vec<&str> = all.iter().map(String::as_str).collect();
-    LinkSpec::parse_words(&refs, &mut load_distribution)
+    let layers: Vec<&[String]> = layers.iter().map(Vec::as_slice).collect();
+    LinkSpec::parse_layers(&layers, Dialect::Linkem, &mut load_distribution)
         .map_err(|e| anyhow::anyhow!("link words: {e}"))
 }
 
