@@ -33,6 +33,7 @@ pub mod dist;
 pub mod fate;
 pub mod link;
 pub mod loss;
+pub mod order;
 pub mod rng;
 pub mod units;
 
