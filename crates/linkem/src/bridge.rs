@@ -36,24 +36,58 @@ pub enum Realtime {
 /// interrupt threads (50), which deliver the packets.
 pub const REALTIME_PRIORITY: i32 = 10;
 
+/// `linkem bridge`'s arguments.
+#[derive(clap::Args, Debug, Clone)]
 pub struct BridgeArgs {
+    /// First interface (traffic received here goes a->b).
     pub if_a: String,
+    /// Second interface (traffic received here goes b->a).
     pub if_b: String,
+    /// Link words for both directions, e.g. `delay 10ms rate 50mbit`.
     pub words: Vec<String>,
+    /// Link words for IF_A -> IF_B only.
+    #[arg(long = "a-to-b", num_args = 1.., value_name = "WORDS")]
     pub a_to_b: Vec<String>,
+    /// Link words for IF_B -> IF_A only.
+    #[arg(long = "b-to-a", num_args = 1.., value_name = "WORDS")]
     pub b_to_a: Vec<String>,
+    /// TOML file of link words (tables [a-to-b] and [b-to-a] for one direction).
+    #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Packet I/O: AF_XDP, AF_PACKET with mmap rings, or AF_XDP falling back to AF_PACKET.
+    #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendKind,
+    /// Print counts as text (default) or JSON lines.
+    #[arg(long, value_enum, default_value = "text")]
     pub stats: StatsFormat,
+    /// Also print the counts every SECONDS.
+    #[arg(long, value_name = "SECONDS")]
     pub stats_interval: Option<f64>,
+    /// The most the output stage spins before a release time (default 200us). It sleeps
+    /// until then and spins only as long as its timed sleeps were recently seen to
+    /// overshoot (learnt while running). Lower it to save CPU at the cost of precision.
+    #[arg(long, value_name = "TIME")]
     pub spin_threshold: Option<String>,
+    /// Drop (as 'late') a packet that cannot leave within TIME of its release time.
+    #[arg(long, value_name = "TIME")]
     pub max_lag: Option<String>,
+    /// Delay-line size per direction (default: from rate × delay), e.g. 2GiB.
+    #[arg(long, value_name = "SIZE")]
     pub buffer: Option<String>,
+    /// Frames received per batch.
+    #[arg(long, default_value_t = 32)]
     pub batch: usize,
+    /// Which stages run under SCHED_FIFO: 'out' (default) lets the output stages
+    /// wake at release times even when traffic generators load the same cores.
+    #[arg(long, value_enum, default_value = "out")]
     pub realtime: Realtime,
-    /// Stop by itself after this many seconds (tests, scripted runs).
+    /// Stop after SECONDS (default: run until SIGINT or SIGTERM).
+    #[arg(long, value_name = "SECONDS")]
     pub duration: Option<f64>,
-    /// The plain-forwarder baseline: no model, no delay line.
+    /// Bypass the model: forward every frame at once, one thread per direction,
+    /// on the same sockets. The baseline benchmarks compare the emulator with;
+    /// takes no link words.
+    #[arg(long)]
     pub forward_only: bool,
 }
 
@@ -271,15 +305,6 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
     Ok(())
 }
 
-const BRIDGE_FATES: [Fate; 6] = [
-    Fate::Delivered,
-    Fate::QueueFull,
-    Fate::Loss,
-    Fate::Policed,
-    Fate::Backpressure,
-    Fate::Late,
-];
-
 fn percentile_ns(s: &DirectionStats, q: f64) -> u64 {
     if s.lateness.is_empty() {
         0
@@ -295,7 +320,7 @@ fn print_stats(format: StatsFormat, stats: &[DirectionStats], secs: f64, seed: u
             let dirs: Vec<serde_json::Value> = stats
                 .iter()
                 .map(|s| {
-                    let fates: serde_json::Map<String, serde_json::Value> = BRIDGE_FATES
+                    let fates: serde_json::Map<String, serde_json::Value> = Fate::ALL
                         .iter()
                         .map(|f| (f.name().to_string(), json!(s.fates.get(*f))))
                         .collect();

@@ -17,13 +17,26 @@ use std::io::{BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+/// `linkem replay`'s arguments.
+#[derive(clap::Args, Debug, Clone)]
 pub struct ReplayArgs {
+    /// Input capture (pcap or pcapng).
     pub input: PathBuf,
+    /// Output capture (nanosecond pcap); written only if the whole replay succeeds.
     pub output: PathBuf,
+    /// Link words, e.g. `rate 10mbit delay 20ms loss 1%`.
     pub words: Vec<String>,
+    /// Read link words from a TOML file (keys are words); words on the command line override it.
+    #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Print the counts per fate as text (default) or JSON.
+    #[arg(long, value_enum, default_value = "text")]
     pub stats: StatsFormat,
+    /// Write one line per input packet: index, arrival, length, fate, release, queue occupancy.
+    #[arg(long, value_name = "FILE")]
     pub events: Option<PathBuf>,
+    /// Never show a progress bar.
+    #[arg(long)]
     pub quiet: bool,
 }
 

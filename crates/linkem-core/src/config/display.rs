@@ -20,6 +20,34 @@ impl fmt::Display for LinkConfig {
     /// (distribution files are shown by name).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut parts: Vec<String> = Vec::new();
+        self.shaping_words(&mut parts);
+        self.delay_words(&mut parts);
+        if let Some(l) = loss_words(&self.loss) {
+            parts.push(l);
+        }
+        if self.loss_at == LossAt::Link {
+            parts.push("loss-at link".into());
+        }
+        if let Some(s) = chance_words("duplicate", self.duplicate, self.duplicate_correlation) {
+            parts.push(s);
+        }
+        if let Some(s) = chance_words("corrupt", self.corrupt, self.corrupt_correlation) {
+            parts.push(s);
+        }
+        if let Some(p) = self.policer {
+            parts.push(format!(
+                "policer {} burst {}B",
+                format_rate_bps(p.rate_bps),
+                p.burst_bytes
+            ));
+        }
+        f.write_str(&parts.join(" "))
+    }
+}
+
+impl LinkConfig {
+    /// Rate, overhead and queue.
+    fn shaping_words(&self, parts: &mut Vec<String>) {
         if let Some(r) = self.rate_bps {
             parts.push(format!("rate {}", format_rate_bps(r)));
         }
@@ -32,6 +60,10 @@ impl fmt::Display for LinkConfig {
             (None, Some(b)) => parts.push(format!("queue {b}B")),
             (Some(p), Some(b)) => parts.push(format!("limit {p} queue {b}B")),
         }
+    }
+
+    /// Delay, jitter, distribution and reordering.
+    fn delay_words(&self, parts: &mut Vec<String>) {
         if self.delay_ns != 0 || self.jitter_ns != 0 {
             let mut d = format!("delay {}", format_time_ns(self.delay_ns));
             if self.jitter_ns != 0 {
@@ -58,67 +90,57 @@ impl fmt::Display for LinkConfig {
             }
             parts.push(r);
         }
-        match self.loss {
-            LossConfig::None => {}
-            LossConfig::Random { p, correlation } => {
-                let mut l = format!("loss {}", pct(p));
-                if correlation != 0.0 {
-                    l += &format!(" {}", pct(correlation));
-                }
-                parts.push(l);
-            }
-            LossConfig::Ber { ber } => parts.push(format!("loss ber {ber:e}")),
-            LossConfig::GilbertElliott {
-                p,
-                r,
-                loss_bad,
-                loss_good,
-            } => parts.push(format!(
-                "loss gemodel {} {} {} {}",
-                pct(p),
-                pct(r),
-                pct(loss_bad),
-                pct(loss_good)
-            )),
-            LossConfig::FourState {
-                p13,
-                p31,
-                p32,
-                p23,
-                p14,
-            } => parts.push(format!(
-                "loss state {} {} {} {} {}",
-                pct(p13),
-                pct(p31),
-                pct(p32),
-                pct(p23),
-                pct(p14)
-            )),
-        }
-        if self.loss_at == LossAt::Link {
-            parts.push("loss-at link".into());
-        }
-        if self.duplicate > 0.0 {
-            let mut s = format!("duplicate {}", pct(self.duplicate));
-            if self.duplicate_correlation != 0.0 {
-                s += &format!(" {}", pct(self.duplicate_correlation));
-            }
-            parts.push(s);
-        }
-        if self.corrupt > 0.0 {
-            let mut s = format!("corrupt {}", pct(self.corrupt));
-            if self.corrupt_correlation != 0.0 {
-                s += &format!(" {}", pct(self.corrupt_correlation));
-            }
-            parts.push(s);
-        }
-        if let Some(p) = self.policer {
-            parts.push(format!(
-                "policer {} burst {}B",
-                format_rate_bps(p.rate_bps),
-                p.burst_bytes
-            ));
-        }
-        f.write_str(&parts.join(" "))
     }
+}
+
+/// `WORD P% [C%]`, or nothing for a zero probability.
+fn chance_words(word: &str, p: f64, correlation: f64) -> Option<String> {
+    if p <= 0.0 {
+        return None;
+    }
+    let mut s = format!("{word} {}", pct(p));
+    if correlation != 0.0 {
+        s += &format!(" {}", pct(correlation));
+    }
+    Some(s)
+}
+
+fn loss_words(loss: &LossConfig) -> Option<String> {
+    Some(match *loss {
+        LossConfig::None => return None,
+        LossConfig::Random { p, correlation } => {
+            let mut l = format!("loss {}", pct(p));
+            if correlation != 0.0 {
+                l += &format!(" {}", pct(correlation));
+            }
+            l
+        }
+        LossConfig::Ber { ber } => format!("loss ber {ber:e}"),
+        LossConfig::GilbertElliott {
+            p,
+            r,
+            loss_bad,
+            loss_good,
+        } => format!(
+            "loss gemodel {} {} {} {}",
+            pct(p),
+            pct(r),
+            pct(loss_bad),
+            pct(loss_good)
+        ),
+        LossConfig::FourState {
+            p13,
+            p31,
+            p32,
+            p23,
+            p14,
+        } => format!(
+            "loss state {} {} {} {} {}",
+            pct(p13),
+            pct(p31),
+            pct(p32),
+            pct(p23),
+            pct(p14)
+        ),
+    })
 }

@@ -38,7 +38,7 @@ pub mod toml;
 pub mod words;
 
 pub use self::toml::TomlWords;
-pub use words::{words_help, WordDoc, UNSUPPORTED, WORDS};
+pub use words::{link_words_help, words_help, WordDoc, UNSUPPORTED, WORDS};
 
 use crate::dist::Distribution;
 use crate::loss::LossConfig;

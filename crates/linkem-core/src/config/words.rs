@@ -193,7 +193,7 @@ pub const WORDS: &[WordDoc] = &[
     WordDoc {
         words: &["droptail"],
         usage: "droptail",
-        meaning: "Dummynet: tail drop, which is what linkem's queue does",
+        meaning: "tail drop, which is what linkem's queue does (for pasted lines)",
         example: "pipe 1 config bw 1M droptail",
         dialects: DUMMYNET,
         parse: nothing,
@@ -201,7 +201,7 @@ pub const WORDS: &[WordDoc] = &[
     WordDoc {
         words: &["noerror"],
         usage: "noerror",
-        meaning: "Dummynet: do not report drops to the sending socket; linkem never does",
+        meaning: "do not report drops to the sending socket, which linkem never does",
         example: "pipe 1 config bw 1M noerror",
         dialects: DUMMYNET,
         parse: nothing,
@@ -285,6 +285,19 @@ pub(super) fn refusal(word: &str, dialect: Dialect) -> String {
         return "a Dummynet word: give it in a line starting 'pipe N config'".into();
     }
     "unknown word (see 'linkem --help' for the words linkem reads)".into()
+}
+
+/// The whole block `linkem --help` prints and README.md shows: a heading, the
+/// word list ([`words_help`]) at 96 columns, and the rules every word follows.
+pub fn link_words_help() -> String {
+    format!(
+        "LINK WORDS (order does not matter; netem and Dummynet spellings are accepted):\n{}\
+         Times need a unit (ns, us, ms, s); percentages need their % sign. A word given twice,\n\
+         or two words that set the same thing, is an error. A line starting 'pipe N config' is\n\
+         read as ipfw/dnctl read it: delay 20 is 20 ms, bw 3M is 3 Mbit/s, queue 50 slots by\n\
+         default, queue 64KBytes in bytes.",
+        words_help(96)
+    )
 }
 
 /// The word list as `linkem --help` prints it: usage, then meaning, wrapped to
