@@ -8,7 +8,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use linkem_core::config::no_files;
-use linkem_core::{Link, LinkSpec, PacketMeta};
+use linkem_core::{Dialect, Link, LinkSpec, PacketMeta};
 
 /// Enough packets to fill small queues and cross several loss-model states.
 const MAX_PACKETS: usize = 256;
@@ -20,7 +20,10 @@ fuzz_target!(|data: &[u8]| {
     };
     let text = String::from_utf8_lossy(text);
     let words: Vec<&str> = text.split_whitespace().collect();
-    let Ok(spec) = LinkSpec::parse_words(&words, &mut no_files) else {
+    // The Dummynet dialect reads the same text: it must never panic either, and
+    // a link it accepts must print linkem words that parse again.
+    let dummynet = LinkSpec::parse_dialect(&words, Dialect::Dummynet);
+    let Ok(spec) = LinkSpec::parse_words(&words, &mut no_files).or(dummynet) else {
         return;
     };
 

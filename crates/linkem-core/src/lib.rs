@@ -33,11 +33,12 @@ pub mod dist;
 pub mod fate;
 pub mod link;
 pub mod loss;
+pub mod order;
 pub mod rng;
 pub mod units;
 pub mod wire;
 
-pub use config::{ConfigError, LinkConfig, LinkSpec, LossAt, TomlWords};
+pub use config::{ConfigError, Dialect, LinkConfig, LinkSpec, LossAt, TomlWords};
 pub use dist::Distribution;
 pub use fate::{Fate, FateCounts};
 pub use link::{Link, PacketMeta, Verdict};

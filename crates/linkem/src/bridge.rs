@@ -10,7 +10,7 @@ use crate::replay::{fresh_seed, load_distribution};
 use crate::StatsFormat;
 use anyhow::{bail, Context, Result};
 use linkem_core::units::{parse_size_bytes, parse_time_ns};
-use linkem_core::{Fate, LinkSpec, TomlWords};
+use linkem_core::{Dialect, Fate, LinkSpec, TomlWords};
 use linkem_runtime::pipeline::{
     buffer_bytes_for, Direction, DirectionOptions, DirectionStats, DEFAULT_SPIN_NS,
 };
@@ -36,24 +36,58 @@ pub enum Realtime {
 /// interrupt threads (50), which deliver the packets.
 pub const REALTIME_PRIORITY: i32 = 10;
 
+/// `linkem bridge`'s arguments.
+#[derive(clap::Args, Debug, Clone)]
 pub struct BridgeArgs {
+    /// First interface (traffic received here goes a->b).
     pub if_a: String,
+    /// Second interface (traffic received here goes b->a).
     pub if_b: String,
+    /// Link words for both directions, e.g. `delay 10ms rate 50mbit`.
     pub words: Vec<String>,
+    /// Link words for IF_A -> IF_B only.
+    #[arg(long = "a-to-b", num_args = 1.., value_name = "WORDS")]
     pub a_to_b: Vec<String>,
+    /// Link words for IF_B -> IF_A only.
+    #[arg(long = "b-to-a", num_args = 1.., value_name = "WORDS")]
     pub b_to_a: Vec<String>,
+    /// TOML file of link words (tables [a-to-b] and [b-to-a] for one direction).
+    #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Packet I/O: AF_XDP, AF_PACKET with mmap rings, or AF_XDP falling back to AF_PACKET.
+    #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendKind,
+    /// Print counts as text (default) or JSON lines.
+    #[arg(long, value_enum, default_value = "text")]
     pub stats: StatsFormat,
+    /// Also print the counts every SECONDS.
+    #[arg(long, value_name = "SECONDS")]
     pub stats_interval: Option<f64>,
+    /// The most the output stage spins before a release time (default 200us). It sleeps
+    /// until then and spins only as long as its timed sleeps were recently seen to
+    /// overshoot (learnt while running). Lower it to save CPU at the cost of precision.
+    #[arg(long, value_name = "TIME")]
     pub spin_threshold: Option<String>,
+    /// Drop (as 'late') a packet that cannot leave within TIME of its release time.
+    #[arg(long, value_name = "TIME")]
     pub max_lag: Option<String>,
+    /// Delay-line size per direction (default: from rate × delay), e.g. 2GiB.
+    #[arg(long, value_name = "SIZE")]
     pub buffer: Option<String>,
+    /// Frames received per batch.
+    #[arg(long, default_value_t = 32)]
     pub batch: usize,
+    /// Which stages run under SCHED_FIFO: 'out' (default) lets the output stages
+    /// wake at release times even when traffic generators load the same cores.
+    #[arg(long, value_enum, default_value = "out")]
     pub realtime: Realtime,
-    /// Stop by itself after this many seconds (tests, scripted runs).
+    /// Stop after SECONDS (default: run until SIGINT or SIGTERM).
+    #[arg(long, value_name = "SECONDS")]
     pub duration: Option<f64>,
-    /// The plain-forwarder baseline: no model, no delay line.
+    /// Bypass the model: forward every frame at once, one thread per direction,
+    /// on the same sockets. The baseline benchmarks compare the emulator with;
+    /// takes no link words.
+    #[arg(long)]
     pub forward_only: bool,
 }
 
@@ -64,10 +98,10 @@ fn split(words: &[String]) -> Vec<String> {
         .collect()
 }
 
-fn parse_direction(common: &[String], own: &[String], what: &str) -> Result<LinkSpec> {
-    let all: Vec<String> = common.iter().chain(own).cloned().collect();
-    let refs: Vec<&str> = all.iter().map(String::as_str).collect();
-    LinkSpec::parse_words(&refs, &mut load_distribution)
+/// One direction's link: the words of both directions, then its own, each layer
+/// overriding the one before.
+fn parse_direction(layers: &[&[String]], what: &str) -> Result<LinkSpec> {
+    LinkSpec::parse_layers(layers, Dialect::Linkem, &mut load_distribution)
         .map_err(|e| anyhow::anyhow!("link words for {what}: {e}"))
 }
 
@@ -100,23 +134,22 @@ fn check_interface(name: &str) -> Result<u32> {
 
 /// The link of each direction, from --config (read afresh each call) and the words.
 fn load_specs(args: &BridgeArgs) -> Result<(LinkSpec, LinkSpec)> {
-    let mut common: Vec<String> = Vec::new();
-    let mut a_to_b: Vec<String> = Vec::new();
-    let mut b_to_a: Vec<String> = Vec::new();
+    let mut toml = TomlWords::default();
     if let Some(path) = &args.config {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read {}", path.display()))?;
-        let t = TomlWords::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        common.extend(t.both);
-        a_to_b.extend(t.a_to_b);
-        b_to_a.extend(t.b_to_a);
+        toml = TomlWords::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     }
-    common.extend(split(&args.words));
-    a_to_b.extend(split(&args.a_to_b));
-    b_to_a.extend(split(&args.b_to_a));
+    let common = split(&args.words);
     Ok((
-        parse_direction(&common, &a_to_b, "a-to-b")?,
-        parse_direction(&common, &b_to_a, "b-to-a")?,
+        parse_direction(
+            &[&toml.both, &common, &toml.a_to_b, &split(&args.a_to_b)],
+            "a-to-b",
+        )?,
+        parse_direction(
+            &[&toml.both, &common, &toml.b_to_a, &split(&args.b_to_a)],
+            "b-to-a",
+        )?,
     ))
 }
 
@@ -272,15 +305,6 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
     Ok(())
 }
 
-const BRIDGE_FATES: [Fate; 6] = [
-    Fate::Delivered,
-    Fate::QueueFull,
-    Fate::Loss,
-    Fate::Policed,
-    Fate::Backpressure,
-    Fate::Late,
-];
-
 fn percentile_ns(s: &DirectionStats, q: f64) -> u64 {
     if s.lateness.is_empty() {
         0
@@ -296,7 +320,7 @@ fn print_stats(format: StatsFormat, stats: &[DirectionStats], secs: f64, seed: u
             let dirs: Vec<serde_json::Value> = stats
                 .iter()
                 .map(|s| {
-                    let fates: serde_json::Map<String, serde_json::Value> = BRIDGE_FATES
+                    let fates: serde_json::Map<String, serde_json::Value> = Fate::ALL
                         .iter()
                         .map(|f| (f.name().to_string(), json!(s.fates.get(*f))))
                         .collect();

@@ -11,13 +11,28 @@ use linkem_core::units::parse_rate_bps;
 use linkem_io::capture::CaptureWriter;
 use std::path::PathBuf;
 
+/// `linkem synth`'s arguments.
+#[derive(clap::Args, Debug, Clone)]
 pub struct SynthArgs {
+    /// Output capture (nanosecond pcap).
     pub output: PathBuf,
+    /// Number of packets.
+    #[arg(long, default_value_t = 1000)]
     pub packets: u64,
+    /// Frame size in bytes (60..=9000).
+    #[arg(long, default_value_t = 1000)]
     pub size: u32,
+    /// Offered rate, e.g. 20mbit (times follow from size and rate).
+    #[arg(long, default_value = "10mbit")]
     pub rate: String,
+    /// Space packets as a Poisson process (seeded) instead of evenly.
+    #[arg(long)]
     pub poisson: bool,
+    /// Send bursts of N back-to-back frames at the same average rate.
+    #[arg(long, default_value_t = 1)]
     pub burst: u32,
+    /// Seed for --poisson.
+    #[arg(long, default_value_t = 1)]
     pub seed: u64,
 }
 
