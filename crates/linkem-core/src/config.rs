@@ -628,7 +628,7 @@ impl TomlWords {
     pub fn parse(text: &str) -> Result<TomlWords, String> {
         let table: toml::Table = text
             .parse()
-            .map_err(|e: toml::de::Error| e.to_string().trim_end().to_string())?;
+            .map_err(|e: toml::de::Error| toml_error(text, &e))?;
         let mut out = TomlWords::default();
         for (key, value) in &table {
             match (key.as_str(), value) {
@@ -647,6 +647,21 @@ impl TomlWords {
             }
         }
         Ok(out)
+    }
+}
+
+/// A TOML syntax error as line, column and reason, never the offending line itself:
+/// the file may not be a config at all (`--config /etc/shadow`).
+fn toml_error(text: &str, e: &toml::de::Error) -> String {
+    let reason = e.message().trim_end();
+    match e.span() {
+        Some(span) => {
+            let before = &text.as_bytes()[..span.start.min(text.len())];
+            let line = 1 + before.iter().filter(|&&b| b == b'\n').count();
+            let column = 1 + before.iter().rev().take_while(|&&b| b != b'\n').count();
+            format!("line {line}, column {column}: {reason}")
+        }
+        None => reason.to_string(),
     }
 }
 
@@ -874,5 +889,11 @@ mod tests {
             .unwrap_err()
             .contains("rate"));
         assert!(TomlWords::parse("rate = ").is_err());
+        // A file that is not TOML is never echoed back.
+        let e = TomlWords::parse("ok = 1\nroot:$6$s3cr3t:19000:0:99999:7:::\n").unwrap_err();
+        assert!(
+            e.starts_with("line 2, column 5") && !e.contains("s3cr3t"),
+            "{e}"
+        );
     }
 }

@@ -14,6 +14,7 @@
 //! Inputs are hostile until proven otherwise: every length read from the file is checked
 //! before it sizes an allocation, and the reader stops for good after its first error.
 
+use crate::outfile::{OutputError, OutputFile};
 use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
 use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionOption;
 use pcap_file::pcapng::blocks::section_header::SectionHeaderBlock;
@@ -21,8 +22,8 @@ use pcap_file::pcapng::{Block, PcapNgParser};
 use pcap_file::{DataLink, PcapError};
 use std::fmt;
 use std::fs::File;
-use std::io::{self, BufReader, BufWriter, Read, Write};
-use std::path::{Path, PathBuf};
+use std::io::{self, BufReader, Read, Write};
+use std::path::Path;
 
 /// Largest captured length accepted, read or written (libpcap's and Wireshark's limit).
 /// Anything longer is a corrupt length field, not a packet.
@@ -197,6 +198,8 @@ pub enum CaptureError {
     },
     #[error("{file}: the pcapng file describes no interface, so its link type is unknown")]
     NoInterface { file: String },
+    #[error(transparent)]
+    Output(#[from] OutputError),
     #[error("{file}: cannot write packet {packet}: {reason}")]
     Unwritable {
         file: String,
@@ -941,19 +944,17 @@ pub fn read_capture_bytes(
     Ok((reader.link_type(), packets))
 }
 
-/// Writes a nanosecond pcap that appears at its path only once complete.
+/// Writes a nanosecond pcap under linkem's rule for output files
+/// ([`crate::outfile`]): a regular file appears at its path only once complete.
 ///
 /// Packets go to a temporary file next to the target (same file system, so the final
 /// rename is atomic); [`finish`](Self::finish) renames it into place. Dropping the writer
 /// without finishing, as an error path does, deletes the temporary file, so a failed run
-/// never leaves a truncated capture that looks like a result.
+/// never leaves a truncated capture that looks like a result. A device or FIFO
+/// (`/dev/null`, a pipe) is written in place.
 pub struct CaptureWriter {
     name: String,
-    // Declared before `temp`: fields drop in order, so the buffer is flushed (harmlessly)
-    // before the temporary file is deleted.
-    out: BufWriter<File>,
-    temp: tempfile::TempPath,
-    target: PathBuf,
+    out: OutputFile,
     packets: u64,
 }
 
@@ -966,41 +967,7 @@ impl CaptureWriter {
         snaplen: u32,
     ) -> Result<Self, CaptureError> {
         let name = path.display().to_string();
-        let io_err = |action, source| CaptureError::Io {
-            file: name.clone(),
-            action,
-            source,
-        };
-        if path.is_dir() {
-            return Err(io_err(
-                "cannot write a capture",
-                io::Error::other("it is a directory"),
-            ));
-        }
-        let dir = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        let prefix = format!(
-            ".{}.",
-            path.file_name()
-                .map(|n| n.to_string_lossy())
-                .unwrap_or_default()
-        );
-        let mut builder = tempfile::Builder::new();
-        builder.prefix(&prefix).suffix(".tmp");
-        #[cfg(unix)]
-        {
-            // tempfile's default 0600 would survive the rename; ask for what a plain
-            // create gives (the umask still applies).
-            use std::os::unix::fs::PermissionsExt;
-            builder.permissions(std::fs::Permissions::from_mode(0o666));
-        }
-        let temp = builder
-            .tempfile_in(dir)
-            .map_err(|e| io_err("cannot create a temporary file next to it", e))?;
-        let (file, temp) = temp.into_parts();
-        let mut out = BufWriter::with_capacity(IO_BUFFER_BYTES, file);
+        let mut out = OutputFile::create(path, IO_BUFFER_BYTES)?;
         let snaplen = if snaplen == 0 { MAX_CAPLEN } else { snaplen };
         let mut header = [0u8; PCAP_HEADER_LEN];
         header[0..4].copy_from_slice(&PCAP_MAGIC_NANOS.to_le_bytes());
@@ -1009,13 +976,14 @@ impl CaptureWriter {
         // thiszone and sigfigs stay 0, as every modern writer leaves them.
         header[16..20].copy_from_slice(&snaplen.to_le_bytes());
         header[20..24].copy_from_slice(&link_type.into().0.to_le_bytes());
-        out.write_all(&header)
-            .map_err(|e| io_err("cannot write", e))?;
+        out.write_all(&header).map_err(|source| CaptureError::Io {
+            file: name.clone(),
+            action: "cannot write",
+            source,
+        })?;
         Ok(CaptureWriter {
             name,
             out,
-            temp,
-            target: path.to_path_buf(),
             packets: 0,
         })
     }
@@ -1072,27 +1040,9 @@ impl CaptureWriter {
         self.packets
     }
 
-    /// Flushes the capture and renames it into place, replacing any file there.
+    /// Flushes the capture and, for a regular file, renames it into place.
     pub fn finish(self) -> Result<(), CaptureError> {
-        let CaptureWriter {
-            name,
-            out,
-            temp,
-            target,
-            ..
-        } = self;
-        let io_err = |action, source| CaptureError::Io {
-            file: name.clone(),
-            action,
-            source,
-        };
-        let file = out
-            .into_inner()
-            .map_err(|e| io_err("cannot write", e.into_error()))?;
-        drop(file);
-        temp.persist(&target)
-            .map_err(|e| io_err("cannot move the finished capture into place", e.error))?;
-        Ok(())
+        Ok(self.out.commit()?)
     }
 }
 

@@ -6,11 +6,11 @@
 //! need no configuration.
 
 use crate::backend::{open_interface, BackendKind};
-use crate::replay::{fresh_seed, load_distribution};
+use crate::replay::{config_words, fresh_seed, load_distribution};
 use crate::StatsFormat;
 use anyhow::{bail, Context, Result};
 use linkem_core::units::{parse_size_bytes, parse_time_ns};
-use linkem_core::{Fate, LinkSpec, TomlWords};
+use linkem_core::{Fate, LinkSpec};
 use linkem_runtime::pipeline::{
     buffer_bytes_for, Direction, DirectionOptions, DirectionStats, DEFAULT_SPIN_NS,
 };
@@ -104,9 +104,7 @@ fn load_specs(args: &BridgeArgs) -> Result<(LinkSpec, LinkSpec)> {
     let mut a_to_b: Vec<String> = Vec::new();
     let mut b_to_a: Vec<String> = Vec::new();
     if let Some(path) = &args.config {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
-        let t = TomlWords::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let t = config_words(path)?;
         common.extend(t.both);
         a_to_b.extend(t.a_to_b);
         b_to_a.extend(t.b_to_a);
