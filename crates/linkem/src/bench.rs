@@ -44,8 +44,21 @@ pub struct BenchArgs {
     pub backend: String,
     /// The high constant rate of the delay scenario, in pps (default: 80 % of the
     /// highest loss-free rate of delay 10ms, or 20000).
-    #[arg(long = "high-rate", value_name = "PPS")]
+    #[arg(long = "high-rate", value_name = "PPS", value_parser = parse_pps)]
     pub high_rate_pps: Option<f64>,
+}
+
+/// `--high-rate`: a plain number of packets per second in the probe's range.
+fn parse_pps(text: &str) -> Result<f64, String> {
+    let plain = !text.is_empty() && text.chars().all(|c| c.is_ascii_digit() || c == '.');
+    match text.parse::<f64>() {
+        Ok(v) if plain && (probe::MIN_RATE_PPS..=probe::MAX_RATE_PPS).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "'{text}': give packets per second, {} to {}",
+            probe::MIN_RATE_PPS,
+            probe::MAX_RATE_PPS
+        )),
+    }
 }
 
 const DELAY_NS: u64 = 10_000_000;

@@ -98,7 +98,7 @@ enum Command {
         #[arg(long, value_enum, default_value = "text")]
         stats: StatsFormat,
         /// Also print the counts every SECONDS.
-        #[arg(long, value_name = "SECONDS")]
+        #[arg(long, value_name = "SECONDS", value_parser = linkem_core::units::parse_seconds)]
         stats_interval: Option<f64>,
         /// The most the output stage spins before a release time (default 200us). It sleeps
         /// until then and spins only as long as its timed sleeps were recently seen to
@@ -119,7 +119,7 @@ enum Command {
         #[arg(long, value_enum, default_value = "out")]
         realtime: bridge::Realtime,
         /// Stop after SECONDS (default: run until SIGINT or SIGTERM).
-        #[arg(long, value_name = "SECONDS")]
+        #[arg(long, value_name = "SECONDS", value_parser = linkem_core::units::parse_seconds)]
         duration: Option<f64>,
         /// Bypass the model: forward every frame at once, one thread per direction,
         /// on the same sockets. The baseline benchmarks compare the emulator with;

@@ -84,24 +84,49 @@ impl std::fmt::Display for Pattern {
     }
 }
 
+/// The fastest a probe sends: 100 Mpps, above what one sender thread can reach and
+/// above 100 GbE's 64-byte line rate, so anything higher is a typo.
+pub const MAX_RATE_PPS: f64 = 100e6;
+/// The slowest: one packet per 100 s (a schedule must end within a day).
+pub const MIN_RATE_PPS: f64 = 0.01;
+/// Most packets per run: every send and receive time is kept in memory for the
+/// percentiles (about 40 bytes a packet).
+pub const MAX_PACKETS: u64 = 50_000_000;
+
 /// Parses a packet rate (`10kpps`, `500pps`, `1Mpps`) or a bit rate over the
-/// frame bytes (`10mbit`), into packets per second.
+/// frame bytes (`10mbit`), into packets per second, within
+/// [`MIN_RATE_PPS`]..=[`MAX_RATE_PPS`].
 pub fn parse_packet_rate(text: &str, size_bytes: u32) -> Result<f64> {
     let lower = text.to_ascii_lowercase();
-    for (suffix, scale) in [("mpps", 1e6), ("kpps", 1e3), ("pps", 1.0)] {
-        if let Some(num) = lower.strip_suffix(suffix) {
+    let pps = match [("mpps", 1e6), ("kpps", 1e3), ("pps", 1.0)]
+        .into_iter()
+        .find_map(|(suffix, scale)| lower.strip_suffix(suffix).map(|num| (num, scale)))
+    {
+        Some((num, scale)) => {
+            // Digits and one point only: no exponents, signs, `inf` or `nan`.
+            let plain = !num.is_empty()
+                && num.chars().all(|c| c.is_ascii_digit() || c == '.')
+                && num.matches('.').count() <= 1;
             let v: f64 = num
                 .parse()
-                .map_err(|_| anyhow::anyhow!("'{text}': not a packet rate (e.g. 10kpps)"))?;
-            if !(v > 0.0 && v.is_finite()) {
-                bail!("'{text}': a packet rate must be above zero");
-            }
-            return Ok(v * scale);
+                .ok()
+                .filter(|_| plain)
+                .ok_or_else(|| anyhow::anyhow!("'{text}': not a packet rate (e.g. 10kpps)"))?;
+            v * scale
         }
+        None => {
+            let bps = linkem_core::units::parse_rate_bps(text)
+                .map_err(|e| anyhow::anyhow!("{e} (or give packets per second, e.g. 10kpps)"))?;
+            bps as f64 / (size_bytes.max(1) as f64 * 8.0)
+        }
+    };
+    if !(pps.is_finite() && (MIN_RATE_PPS..=MAX_RATE_PPS).contains(&pps)) {
+        bail!(
+            "'{text}': a probe sends between {MIN_RATE_PPS} pps and {} Mpps",
+            MAX_RATE_PPS / 1e6
+        );
     }
-    let bps = linkem_core::units::parse_rate_bps(text)
-        .map_err(|e| anyhow::anyhow!("{e} (or give packets per second, e.g. 10kpps)"))?;
-    Ok(bps as f64 / (size_bytes as f64 * 8.0))
+    Ok(pps)
 }
 
 #[derive(Debug, Clone)]
@@ -119,6 +144,35 @@ pub struct ProbeConfig {
     pub seed: u64,
     /// How long the receiver waits after the last send for late packets.
     pub drain_ns: u64,
+}
+
+impl ProbeConfig {
+    /// Refuses what cannot be sent: frame sizes outside Ethernet's, no packets or more
+    /// than [`MAX_PACKETS`], rates outside the probe's range.
+    pub fn check(&self) -> Result<()> {
+        if !(64..=1518).contains(&self.size_bytes) {
+            bail!(
+                "--size {}: a frame is 64 to 1518 bytes (with its FCS)",
+                self.size_bytes
+            );
+        }
+        if self.packets == 0 {
+            bail!("--packets 0: nothing to send");
+        }
+        if self.packets > MAX_PACKETS {
+            bail!(
+                "{} packets: at most {MAX_PACKETS} per run (shorten --duration or lower --packets)",
+                self.packets
+            );
+        }
+        if !(self.rate_pps.is_finite() && (MIN_RATE_PPS..=MAX_RATE_PPS).contains(&self.rate_pps)) {
+            bail!(
+                "rate {} pps: outside {MIN_RATE_PPS}..={MAX_RATE_PPS}",
+                self.rate_pps
+            );
+        }
+        Ok(())
+    }
 }
 
 /// One probe run: the figures, their histograms, and the raw series.
@@ -255,18 +309,7 @@ fn recv_stamped(sock: &UdpSocket, buf: &mut [u8]) -> Result<Option<(usize, u64)>
 
 /// Runs one probe: sends, receives, analyses.
 pub fn run(cfg: &ProbeConfig) -> Result<ProbeRun> {
-    if !(64..=1518).contains(&cfg.size_bytes) {
-        bail!(
-            "--size {}: a frame is 64 to 1518 bytes (with its FCS)",
-            cfg.size_bytes
-        );
-    }
-    if cfg.packets == 0 {
-        bail!("--packets 0: nothing to send");
-    }
-    if cfg.packets > u32::MAX as u64 {
-        bail!("--packets {}: at most {} per run", cfg.packets, u32::MAX);
-    }
+    cfg.check()?;
     let payload = (cfg.size_bytes - FRAME_OVERHEAD_BYTES) as usize;
     let run_id = (cfg.seed as u16) ^ (std::process::id() as u16);
     let offsets = schedule(cfg.pattern, cfg.rate_pps, cfg.packets, cfg.seed);
@@ -427,11 +470,18 @@ impl ProbeArgs {
             (None, Some(d)) => {
                 let ns = linkem_core::units::parse_time_ns(d)
                     .map_err(|e| anyhow::anyhow!("--duration {e}"))?;
-                ((ns as f64 / 1e9) * rate_pps).ceil().max(1.0) as u64
+                // Both factors are bounded, so the product is finite; the cast saturates.
+                let n = ((ns as f64 / 1e9) * rate_pps).ceil().max(1.0) as u64;
+                if n > MAX_PACKETS {
+                    bail!(
+                        "--duration {d} at {rate_pps:.0} pps is {n} packets: at most {MAX_PACKETS} per run"
+                    );
+                }
+                n
             }
             (None, None) => ((2.0 * rate_pps).ceil() as u64).max(1),
         };
-        Ok(ProbeConfig {
+        let cfg = ProbeConfig {
             dst: SocketAddrV4::new(self.dst, self.port),
             src_ns: self.src_ns.clone(),
             dst_ns: self.dst_ns.clone(),
@@ -442,7 +492,9 @@ impl ProbeArgs {
             expected_delay_ns,
             seed: self.seed,
             drain_ns: expected_delay_ns * 2 + 500_000_000,
-        })
+        };
+        cfg.check()?;
+        Ok(cfg)
     }
 }
 
@@ -543,4 +595,68 @@ pub fn run_cli(args: &ProbeArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        probe: ProbeArgs,
+    }
+
+    fn config(args: &[&str]) -> Result<ProbeConfig> {
+        let mut all = vec!["probe", "10.0.0.2"];
+        all.extend(args);
+        Cli::try_parse_from(all)?.probe.config()
+    }
+
+    #[test]
+    fn packet_rates_in_both_spellings() {
+        assert_eq!(parse_packet_rate("10kpps", 64).unwrap(), 10_000.0);
+        assert_eq!(parse_packet_rate("1Mpps", 64).unwrap(), 1e6);
+        assert_eq!(parse_packet_rate("512kbit", 64).unwrap(), 1000.0);
+    }
+
+    #[test]
+    fn non_finite_and_absurd_rates_are_refused() {
+        let huge = format!("{}pps", "9".repeat(400));
+        for r in [
+            "1e305Mpps",
+            "infpps",
+            "inf Mpps",
+            "nanpps",
+            "-5pps",
+            "0pps",
+            "0.001pps",
+            "101Mpps",
+            "1e3kpps",
+            huge.as_str(),
+            "10tbit",
+            "pps",
+            "1.2.3pps",
+        ] {
+            assert!(parse_packet_rate(r, 64).is_err(), "{r} accepted");
+        }
+    }
+
+    #[test]
+    fn sizes_packets_and_durations_are_bounded() {
+        assert!(config(&["--size", "63"]).is_err());
+        assert!(config(&["--size", "1519"]).is_err());
+        assert!(config(&["--packets", "0"]).is_err());
+        let e = config(&["--packets", "50000001"]).unwrap_err().to_string();
+        assert!(e.contains("at most"), "{e}");
+        let e = config(&["--rate", "1Mpps", "--duration", "1000s"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--duration"), "{e}");
+        assert!(config(&["--duration", "2d"]).is_err());
+        assert!(config(&["--expect-delay", "86401s"]).is_err());
+        let c = config(&["--rate", "1kpps", "--duration", "3s"]).unwrap();
+        assert_eq!(c.packets, 3000);
+    }
 }
