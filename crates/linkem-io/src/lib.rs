@@ -5,3 +5,4 @@ pub mod capture;
 pub mod infile;
 pub mod netns;
 pub mod outfile;
+pub mod sys;

@@ -24,6 +24,7 @@ use serde::Serialize;
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, clap::Args)]
@@ -130,6 +131,39 @@ impl Running {
         }
     }
 
+    /// Watches the device while a probe runs: if linkem exits, or the bench is
+    /// interrupted, sets `stop` (ending the probe at once) and returns why. Returns None
+    /// once `finished` is set.
+    fn watch(
+        &mut self,
+        finished: &AtomicBool,
+        stop: &AtomicBool,
+        interrupted: &AtomicBool,
+    ) -> Option<String> {
+        while !finished.load(Ordering::Acquire) {
+            if interrupted.load(Ordering::Relaxed) {
+                stop.store(true, Ordering::Release);
+                return Some("interrupted".into());
+            }
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    stop.store(true, Ordering::Release);
+                    let mut err = String::new();
+                    if let Some(mut e) = child.stderr.take() {
+                        let _ = e.read_to_string(&mut err);
+                    }
+                    self.child = None;
+                    return Some(format!(
+                        "linkem bridge exited during the probe ({status}): {}",
+                        err.trim_end()
+                    ));
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
     /// Stops the device; for linkem, returns its final counts (JSON).
     fn stop(mut self) -> Result<Option<serde_json::Value>> {
         self.halt()
@@ -142,8 +176,7 @@ impl Running {
         let Some(mut child) = self.child.take() else {
             return Ok(None);
         };
-        // Safety: kill with the pid of our own child.
-        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        let _ = linkem_io::sys::signal_child(&child, libc::SIGINT);
         let t = Instant::now();
         while child.try_wait()?.is_none() {
             if t.elapsed() > Duration::from_secs(10) {
@@ -255,13 +288,25 @@ impl Bench<'_> {
         dut: &Dut,
         cfg: &ProbeConfig,
     ) -> Result<(probe::ProbeRun, Option<serde_json::Value>)> {
-        if self.interrupted.load(std::sync::atomic::Ordering::Relaxed) {
+        if self.interrupted.load(Ordering::Relaxed) {
             bail!("interrupted");
         }
-        let running = Running::start(self.topo, dut, &self.args.backend)?;
-        let run = probe::run(cfg);
+        let mut running = Running::start(self.topo, dut, &self.args.backend)?;
+        // A failure on either side ends the other: the probe stops if linkem exits,
+        // and linkem is stopped (below) whatever became of the probe.
+        let stop = AtomicBool::new(false);
+        let finished = AtomicBool::new(false);
+        let (run, died) = std::thread::scope(|s| {
+            let watcher = s.spawn(|| running.watch(&finished, &stop, &self.interrupted));
+            let run = probe::run_until(cfg, &stop);
+            finished.store(true, Ordering::Release);
+            (run, watcher.join().expect("watcher thread"))
+        });
+        if let Some(reason) = died {
+            bail!("{reason}");
+        }
         let counts = running.stop()?;
-        if self.interrupted.load(std::sync::atomic::Ordering::Relaxed) {
+        if self.interrupted.load(Ordering::Relaxed) {
             // Returning unwinds to `run`, whose Topology removes the namespaces.
             bail!("interrupted");
         }
@@ -746,8 +791,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             "elapsed_s": started.elapsed().as_secs_f64(),
             "rows": rows,
         });
-        std::fs::write(path, serde_json::to_string_pretty(&out)? + "\n")
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        linkem_io::outfile::write_all(
+            path,
+            (serde_json::to_string_pretty(&out)? + "\n").as_bytes(),
+        )?;
     }
     Ok(())
 }

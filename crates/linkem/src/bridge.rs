@@ -124,7 +124,10 @@ impl SpecSource {
     fn reload(&self) -> Reload {
         let (tx, rx) = std::sync::mpsc::channel();
         let src = self.clone();
-        std::thread::spawn(move || tx.send(load_specs(&src)));
+        std::thread::spawn(move || {
+            // The loop may have ended meanwhile; then nobody needs the answer.
+            let _ = tx.send(load_specs(&src));
+        });
         rx
     }
 }

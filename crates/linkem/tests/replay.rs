@@ -532,7 +532,7 @@ fn a_signal_removes_the_temporary_file_and_exits_128_plus_its_number() {
     synth(&input, 1_000_000, 200, "1gbit");
     for (sig, code) in [(libc::SIGINT, 130), (libc::SIGTERM, 143)] {
         let events = dir.path().join("events.txt");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_linkem"))
+        let child = Command::new(env!("CARGO_BIN_EXE_linkem"))
             .args(["replay", s(&input), s(&output), "delay", "1ms", "seed", "1"])
             .args(["--events", s(&events), "--stats", "none"])
             .stderr(std::process::Stdio::piped())
