@@ -5,6 +5,13 @@
 //! is accepted; one that they read differently is refused with a message naming
 //! both readings, because silently picking one would make a link eight times (or
 //! 2.4 % ) off from what the user believes they configured.
+//!
+//! Every quantity must be finite and within a stated bound, so that no later
+//! product (rate × delay, a buffer size, a schedule) can overflow or run for
+//! ever: times at most [`MAX_TIME_NS`] (one day: longer than any link delay,
+//! interval or measurement linkem is meant for), rates at most [`MAX_RATE_BPS`]
+//! (10 Tbit/s, above any single interface), sizes at most [`MAX_SIZE_BYTES`]
+//! (1 TiB, above any buffer this machine class can hold).
 
 use std::fmt;
 
@@ -17,6 +24,15 @@ impl fmt::Display for UnitError {
         f.write_str(&self.0)
     }
 }
+
+/// The longest time any word or option takes: one day.
+pub const MAX_TIME_NS: u64 = 86_400 * 1_000_000_000;
+/// The fastest rate any word or option takes: 10 Tbit/s.
+pub const MAX_RATE_BPS: u64 = 10_000_000_000_000;
+/// The largest size any word or option takes: 1 TiB.
+pub const MAX_SIZE_BYTES: u64 = 1 << 40;
+
+impl std::error::Error for UnitError {}
 
 fn err<T>(msg: impl Into<String>) -> Result<T, UnitError> {
     Err(UnitError(msg.into()))
@@ -42,11 +58,13 @@ fn split_number(text: &str) -> Result<(f64, &str), UnitError> {
     Ok((value, unit))
 }
 
-/// Rounds a non-negative float to u64, refusing overflow.
-fn to_u64(value: f64, what: &str, text: &str) -> Result<u64, UnitError> {
+/// Rounds a non-negative float to u64, refusing anything above `max` (shown as `max_text`).
+fn to_u64(value: f64, max: u64, max_text: &str, text: &str) -> Result<u64, UnitError> {
     let rounded = value.round();
-    if rounded >= u64::MAX as f64 {
-        return err(format!("'{text}': {what} too large"));
+    if !rounded.is_finite() || rounded > max as f64 {
+        return err(format!(
+            "'{text}': more than the largest accepted, {max_text}"
+        ));
     }
     Ok(rounded as u64)
 }
@@ -74,7 +92,7 @@ pub fn parse_time_ns(text: &str) -> Result<u64, UnitError> {
             ))
         }
     };
-    to_u64(value * scale, "time", text)
+    to_u64(value * scale, MAX_TIME_NS, "1 day (86400s)", text)
 }
 
 /// A bit rate with a unit, in bits per second.
@@ -134,7 +152,7 @@ pub fn parse_rate_bps(text: &str) -> Result<u64, UnitError> {
             }
         }
     };
-    let bps = to_u64(value * scale, "rate", text)?;
+    let bps = to_u64(value * scale, MAX_RATE_BPS, "10tbit", text)?;
     if bps == 0 {
         return err(format!("'{text}': a rate must be above zero"));
     }
@@ -184,7 +202,7 @@ pub fn parse_size_bytes(text: &str) -> Result<u64, UnitError> {
             ))
         }
     };
-    to_u64(value * scale, "size", text)
+    to_u64(value * scale, MAX_SIZE_BYTES, "1TiB", text)
 }
 
 /// A percentage written with its sign (`1%`, `0.5%`), as a probability in [0, 1].
@@ -220,6 +238,21 @@ pub fn parse_probability(text: &str) -> Result<f64, UnitError> {
     if value > 1.0 {
         return err(format!(
             "'{text}': a probability is at most 1 (write {text}% for percent)"
+        ));
+    }
+    Ok(value)
+}
+
+/// A plain number of seconds (`0.5`, `30`) for options named in seconds, above zero
+/// and at most a day, like every time.
+pub fn parse_seconds(text: &str) -> Result<f64, UnitError> {
+    let (value, rest) = split_number(text)?;
+    if !rest.is_empty() {
+        return err(format!("'{text}': expected a number of seconds"));
+    }
+    if value <= 0.0 || value > (MAX_TIME_NS / 1_000_000_000) as f64 {
+        return err(format!(
+            "'{text}': give more than 0 and at most 86400 seconds"
         ));
     }
     Ok(value)
@@ -330,6 +363,50 @@ mod tests {
         assert_eq!(parse_probability("0.01"), Ok(0.01));
         assert_eq!(parse_probability("5%"), Ok(0.05));
         assert!(parse_probability("2").is_err());
+    }
+
+    #[test]
+    fn non_finite_and_absurd_values_are_refused_naming_the_bound() {
+        let huge = "9".repeat(400);
+        for t in [
+            format!("{huge}ms"),
+            "86401s".into(),
+            "100000000000000000000ns".into(),
+        ] {
+            let e = parse_time_ns(&t).unwrap_err().0;
+            assert!(e.contains("1 day") || e.contains("not finite"), "{t}: {e}");
+        }
+        assert_eq!(parse_time_ns("86400s"), Ok(MAX_TIME_NS));
+        for r in [
+            format!("{huge}bit"),
+            "10.1tbit".into(),
+            "2000GByte/s".into(),
+        ] {
+            assert!(parse_rate_bps(&r).is_err(), "{r}");
+        }
+        assert!(parse_rate_bps("1.25GByte/s").is_ok());
+        assert_eq!(parse_rate_bps("10tbit"), Ok(MAX_RATE_BPS));
+        for z in [format!("{huge}B"), "1025GiB".into(), "2000GB".into()] {
+            let e = parse_size_bytes(&z).unwrap_err().0;
+            assert!(e.contains("1TiB") || e.contains("not finite"), "{z}: {e}");
+        }
+        assert_eq!(parse_size_bytes("1024GiB"), Ok(MAX_SIZE_BYTES));
+        for p in [
+            format!("{huge}%"),
+            "inf%".into(),
+            "NaN%".into(),
+            "1e3%".into(),
+        ] {
+            assert!(parse_percent(&p).is_err(), "{p}");
+        }
+        assert_eq!(parse_seconds("0.5"), Ok(0.5));
+        for x in ["0", "inf", "NaN", "86401", "1e9", "5s", ""] {
+            assert!(parse_seconds(x).is_err(), "{x}");
+        }
+        for x in ["inf", "nan", "1e400", "-0.5", "1e-3"] {
+            assert!(parse_probability(x).is_err(), "{x}");
+            assert!(parse_time_ns(&format!("{x}ms")).is_err(), "{x}ms");
+        }
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! need no configuration.
 
 use crate::backend::{open_interface, BackendKind};
-use crate::replay::{fresh_seed, load_distribution};
+use crate::replay::{config_words, fresh_seed, load_distribution};
 use crate::StatsFormat;
 use anyhow::{bail, Context, Result};
 use linkem_core::units::{parse_size_bytes, parse_time_ns};
@@ -61,7 +61,7 @@ pub struct BridgeArgs {
     #[arg(long, value_enum, default_value = "text")]
     pub stats: StatsFormat,
     /// Also print the counts every SECONDS.
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", value_parser = linkem_core::units::parse_seconds)]
     pub stats_interval: Option<f64>,
     /// The most the output stage spins before a release time (default 200us). It sleeps
     /// until then and spins only as long as its timed sleeps were recently seen to
@@ -82,7 +82,7 @@ pub struct BridgeArgs {
     #[arg(long, value_enum, default_value = "out")]
     pub realtime: Realtime,
     /// Stop after SECONDS (default: run until SIGINT or SIGTERM).
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", value_parser = linkem_core::units::parse_seconds)]
     pub duration: Option<f64>,
     /// Bypass the model: forward every frame at once, one thread per direction,
     /// on the same sockets. The baseline benchmarks compare the emulator with;
@@ -132,13 +132,45 @@ fn check_interface(name: &str) -> Result<u32> {
     Ok(mtu)
 }
 
+/// What the links are read from, owned so that a SIGHUP re-read runs on a thread of
+/// its own: a slow or failing read never holds up the loop that answers SIGINT/SIGTERM.
+#[derive(Clone)]
+struct SpecSource {
+    config: Option<PathBuf>,
+    words: Vec<String>,
+    a_to_b: Vec<String>,
+    b_to_a: Vec<String>,
+}
+
+type Reload = std::sync::mpsc::Receiver<Result<(LinkSpec, LinkSpec)>>;
+
+impl SpecSource {
+    fn of(args: &BridgeArgs) -> SpecSource {
+        SpecSource {
+            config: args.config.clone(),
+            words: args.words.clone(),
+            a_to_b: args.a_to_b.clone(),
+            b_to_a: args.b_to_a.clone(),
+        }
+    }
+
+    /// Reads the links on a new thread; the answer arrives on the returned channel.
+    fn reload(&self) -> Reload {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let src = self.clone();
+        std::thread::spawn(move || {
+            // The loop may have ended meanwhile; then nobody needs the answer.
+            let _ = tx.send(load_specs(&src));
+        });
+        rx
+    }
+}
+
 /// The link of each direction, from --config (read afresh each call) and the words.
-fn load_specs(args: &BridgeArgs) -> Result<(LinkSpec, LinkSpec)> {
+fn load_specs(args: &SpecSource) -> Result<(LinkSpec, LinkSpec)> {
     let mut toml = TomlWords::default();
     if let Some(path) = &args.config {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
-        toml = TomlWords::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        toml = config_words(path)?;
     }
     let common = split(&args.words);
     Ok((
@@ -154,7 +186,8 @@ fn load_specs(args: &BridgeArgs) -> Result<(LinkSpec, LinkSpec)> {
 }
 
 pub fn run(args: &BridgeArgs) -> Result<()> {
-    let (spec_ab, spec_ba) = load_specs(args)?;
+    let source = SpecSource::of(args);
+    let (spec_ab, spec_ba) = load_specs(&source)?;
     let seed = spec_ab.seed.or(spec_ba.seed).unwrap_or_else(fresh_seed);
     let spin_ns = match &args.spin_threshold {
         Some(t) => parse_time_ns(t).map_err(|e| anyhow::anyhow!("--spin-threshold {e}"))?,
@@ -249,6 +282,7 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
     let reload = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGHUP, reload.clone())
         .context("cannot install the signal handler")?;
+    let mut reloading: Option<Reload> = None;
     let started = Instant::now();
     let mut next_print = args
         .stats_interval
@@ -265,19 +299,27 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
                 bail!("{e}");
             }
         }
-        if reload.swap(false, Ordering::Relaxed) {
+        // A SIGHUP during a re-read stays pending and starts the next one after it.
+        if reloading.is_none() && reload.swap(false, Ordering::Relaxed) {
             if args.forward_only {
                 eprintln!("linkem: SIGHUP ignored: --forward-only has no link to change");
                 continue;
             }
-            match load_specs(args) {
-                Ok((ab, ba)) => {
+            reloading = Some(source.reload());
+        }
+        if let Some(answer) = reloading.as_ref().map(Reload::try_recv) {
+            if !matches!(answer, Err(std::sync::mpsc::TryRecvError::Empty)) {
+                reloading = None;
+            }
+            match answer {
+                Ok(Ok((ab, ba))) => {
                     eprintln!("linkem: SIGHUP: a->b now {}; b->a now {}", ab.link, ba.link);
                     directions[0].reconfigure(ab.link);
                     directions[1].reconfigure(ba.link);
                 }
                 // A broken file must not stop a running emulation: keep the old link.
-                Err(e) => eprintln!("linkem: SIGHUP: keeping the current link: {e:#}"),
+                Ok(Err(e)) => eprintln!("linkem: SIGHUP: keeping the current link: {e:#}"),
+                Err(_) => {}
             }
         }
         if let (Some(at), Some(every)) = (next_print, args.stats_interval) {

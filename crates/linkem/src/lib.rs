@@ -17,3 +17,29 @@ pub enum StatsFormat {
     /// Print nothing (benchmarks).
     None,
 }
+
+/// A run ended by SIGINT or SIGTERM after cleaning up; the command exits with
+/// 128 + the signal number, as a shell reports a process killed by it.
+#[derive(Debug)]
+pub struct Interrupted {
+    pub signal: i32,
+}
+
+impl Interrupted {
+    pub fn exit_code(&self) -> i32 {
+        128 + self.signal
+    }
+}
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = match self.signal {
+            libc::SIGINT => "SIGINT",
+            libc::SIGTERM => "SIGTERM",
+            _ => "a signal",
+        };
+        write!(f, "interrupted by {name}; no output written")
+    }
+}
+
+impl std::error::Error for Interrupted {}

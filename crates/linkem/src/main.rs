@@ -62,6 +62,9 @@ fn main() {
     };
     if let Err(e) = result {
         eprintln!("linkem: {e:#}");
-        std::process::exit(1);
+        let code = e
+            .downcast_ref::<linkem::Interrupted>()
+            .map_or(1, linkem::Interrupted::exit_code);
+        std::process::exit(code);
     }
 }

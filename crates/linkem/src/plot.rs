@@ -5,6 +5,7 @@
 
 use crate::probe::stats::quantile;
 use anyhow::{anyhow, Result};
+use linkem_io::outfile;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::Path;
@@ -119,22 +120,50 @@ where
     Ok(())
 }
 
+/// Plot size in pixels.
+const SIZE: (u32, u32) = (900, 560);
+
+/// Draws with `draw` into an RGB buffer and encodes it as PNG.
+fn render_png(
+    draw: impl FnOnce(DrawingArea<BitMapBackend<'_>, Shift>) -> Result<()>,
+) -> Result<Vec<u8>> {
+    let mut rgb = vec![0u8; SIZE.0 as usize * SIZE.1 as usize * 3];
+    draw(BitMapBackend::with_buffer(&mut rgb, SIZE).into_drawing_area())?;
+    let mut png = Vec::new();
+    image::ImageEncoder::write_image(
+        image::codecs::png::PngEncoder::new(&mut png),
+        &rgb,
+        SIZE.0,
+        SIZE.1,
+        image::ColorType::Rgb8,
+    )
+    .map_err(|e| anyhow!("cannot encode the PNG: {e}"))?;
+    Ok(png)
+}
+
+/// Draws with `draw` into an SVG document.
+fn render_svg(
+    draw: impl FnOnce(DrawingArea<SVGBackend<'_>, Shift>) -> Result<()>,
+) -> Result<String> {
+    let mut svg = String::new();
+    draw(SVGBackend::with_string(&mut svg, SIZE).into_drawing_area())?;
+    Ok(svg)
+}
+
+/// Writes `STEM.png` and `STEM.svg` under linkem's rule for output files
+/// (`linkem_io::outfile`): drawn in memory, then each replaced in one step.
+fn write_both(stem: &Path, png: &[u8], svg: &str) -> Result<()> {
+    outfile::write_all(&stem.with_extension("png"), png)?;
+    outfile::write_all(&stem.with_extension("svg"), svg.as_bytes())?;
+    Ok(())
+}
+
 /// Writes `STEM.png` and `STEM.svg`.
 pub fn latency(stem: &Path, title: &str, series: &[LatencySeries<'_>]) -> Result<()> {
     register_font();
-    let png = stem.with_extension("png");
-    let svg = stem.with_extension("svg");
-    draw_latency(
-        BitMapBackend::new(&png, (900, 560)).into_drawing_area(),
-        title,
-        series,
-    )?;
-    draw_latency(
-        SVGBackend::new(&svg, (900, 560)).into_drawing_area(),
-        title,
-        series,
-    )?;
-    Ok(())
+    let png = render_png(|area| draw_latency(area, title, series))?;
+    let svg = render_svg(|area| draw_latency(area, title, series))?;
+    write_both(stem, &png, &svg)
 }
 
 /// Counts of `values` in `bins` bins spaced evenly on a log scale over
@@ -225,21 +254,9 @@ where
 /// `before` and `after` are sorted gap series in ns.
 pub fn gaps(stem: &Path, title: &str, before: &[i64], after: &[i64]) -> Result<()> {
     register_font();
-    let png = stem.with_extension("png");
-    let svg = stem.with_extension("svg");
-    draw_gaps(
-        BitMapBackend::new(&png, (900, 560)).into_drawing_area(),
-        title,
-        before,
-        after,
-    )?;
-    draw_gaps(
-        SVGBackend::new(&svg, (900, 560)).into_drawing_area(),
-        title,
-        before,
-        after,
-    )?;
-    Ok(())
+    let png = render_png(|area| draw_gaps(area, title, before, after))?;
+    let svg = render_svg(|area| draw_gaps(area, title, before, after))?;
+    write_both(stem, &png, &svg)
 }
 
 #[cfg(test)]

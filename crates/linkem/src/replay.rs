@@ -10,11 +10,14 @@ use crate::StatsFormat;
 use anyhow::{bail, Context, Result};
 use linkem_core::order::ReleaseQueue;
 use linkem_core::{Dialect, Fate, FateCounts, Link, LinkSpec, PacketMeta, TomlWords};
-use linkem_io::capture::{CaptureReader, CaptureWriter};
+use linkem_io::capture::{CaptureReader, CaptureWriter, CapturedPacket};
+use linkem_io::infile;
+use linkem_io::outfile::{self, OutputFile};
 use serde_json::json;
-use std::fs::File;
-use std::io::{BufWriter, IsTerminal, Write};
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// `linkem replay`'s arguments.
@@ -48,23 +51,35 @@ struct Pending {
 }
 
 /// Reads a distribution file named in the link words: a path, or a netem table
-/// name installed by iproute2 (`/usr/lib/tc/NAME.dist`).
+/// name installed by iproute2 (`/usr/lib/tc/NAME.dist`). Read as every small
+/// input is (`linkem_io::infile`): a regular file of at most 16 MiB.
 pub fn load_distribution(name: &str) -> Result<String, String> {
-    let direct = std::fs::read_to_string(name);
-    if let Ok(text) = direct {
-        return Ok(text);
+    let read = |p: &Path| infile::read_text(p, infile::MAX_TEXT_BYTES);
+    match read(Path::new(name)) {
+        Ok(text) => return Ok(text),
+        Err(e) if !e.is_not_found() || name.contains('/') => {
+            return Err(format!("distribution {e}"))
+        }
+        Err(_) => {}
     }
-    if !name.contains('/') {
-        for dir in ["/usr/lib/tc", "/usr/lib64/tc", "/usr/local/lib/tc"] {
-            if let Ok(text) = std::fs::read_to_string(format!("{dir}/{name}.dist")) {
-                return Ok(text);
-            }
+    for dir in ["/usr/lib/tc", "/usr/lib64/tc", "/usr/local/lib/tc"] {
+        match read(&Path::new(dir).join(format!("{name}.dist"))) {
+            Ok(text) => return Ok(text),
+            Err(e) if e.is_not_found() => continue,
+            Err(e) => return Err(format!("distribution {e}")),
         }
     }
     Err(format!(
-        "cannot read distribution file '{name}': {}",
-        direct.err().map(|e| e.to_string()).unwrap_or_default()
+        "distribution '{name}': no such file, nor /usr/lib/tc/{name}.dist (is iproute2 installed?)"
     ))
+}
+
+/// The link words of a TOML config file (`--config`), read as every small input is.
+/// Errors name the file and the line and column, never the file's content.
+pub fn config_words(path: &Path) -> Result<TomlWords> {
+    let text = infile::read_text(path, infile::MAX_TEXT_BYTES)
+        .map_err(|e| anyhow::anyhow!("--config {e}"))?;
+    TomlWords::parse(&text).map_err(|e| anyhow::anyhow!("--config {}: {e}", path.display()))
 }
 
 /// Link words from an optional TOML file (`both`, then `a-to-b`) and then the
@@ -72,10 +87,7 @@ pub fn load_distribution(name: &str) -> Result<String, String> {
 pub fn link_spec(config: Option<&Path>, words: &[String]) -> Result<LinkSpec> {
     let mut layers: Vec<Vec<String>> = Vec::new();
     if let Some(path) = config {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
-        let toml =
-            TomlWords::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let toml = config_words(path)?;
         layers.push(toml.both);
         layers.push(toml.a_to_b);
     }
@@ -111,6 +123,63 @@ struct Summary {
     sojourn_sum_ns: u128,
 }
 
+/// SIGINT and SIGTERM during a replay: the first sets a flag the packet loop checks, so
+/// the run ends through the ordinary error path, which deletes the temporary output
+/// (`linkem_io::outfile`); a second one terminates at once (for a replay stuck reading
+/// a pipe). Handlers are removed when the guard drops, so in-process callers (benches,
+/// tests) get their own disposition back.
+struct SignalGuard {
+    flags: [(i32, Arc<AtomicBool>); 2],
+    ids: Vec<signal_hook::SigId>,
+}
+
+impl SignalGuard {
+    fn install() -> Result<SignalGuard> {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        let flags = [
+            (SIGINT, Arc::new(AtomicBool::new(false))),
+            (SIGTERM, Arc::new(AtomicBool::new(false))),
+        ];
+        let mut ids = Vec::new();
+        for (sig, flag) in &flags {
+            // Order matters: the conditional default must see the flag before it is set.
+            ids.push(signal_hook::flag::register_conditional_default(
+                *sig,
+                flag.clone(),
+            )?);
+            ids.push(signal_hook::flag::register(*sig, flag.clone())?);
+        }
+        Ok(SignalGuard { flags, ids })
+    }
+
+    fn check(&self) -> Result<()> {
+        for (sig, flag) in &self.flags {
+            if flag.load(Ordering::Relaxed) {
+                return Err(crate::Interrupted { signal: *sig }.into());
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for SignalGuard {
+    fn drop(&mut self) {
+        for id in self.ids.drain(..) {
+            signal_hook::low_level::unregister(id);
+        }
+    }
+}
+
+/// The replay's state between packets: delivered copies wait in `heap` until no later
+/// arrival can be released before them.
+struct Replayer {
+    link: Link,
+    heap: ReleaseQueue<Pending>,
+    index: u64,
+    horizon_ns: u64,
+    summary: Summary,
+}
+
 pub fn run(args: &ReplayArgs) -> Result<()> {
     let spec = link_spec(args.config.as_deref(), &args.words)?;
     let seed = spec.seed.unwrap_or_else(fresh_seed);
@@ -118,128 +187,71 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         eprintln!("linkem: seed {seed} (add 'seed {seed}' to repeat this run exactly)");
     }
     let link_text = spec.link.to_string();
-    let mut link = Link::new(spec.link, seed, 0);
 
+    // Before anything is opened for writing: an output must not be an input.
+    let mut inputs: Vec<&Path> = vec![&args.input];
+    inputs.extend(args.config.as_deref());
+    let mut outputs: Vec<&Path> = vec![&args.output];
+    outputs.extend(args.events.as_deref());
+    outfile::check_distinct(&inputs, &outputs)?;
+
+    let signals = SignalGuard::install().context("cannot install the signal handler")?;
     let mut reader = CaptureReader::open(&args.input).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut writer = CaptureWriter::create(&args.output, reader.link_type(), reader.snaplen())
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut events = match &args.events {
         Some(path) => {
-            let file =
-                File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-            let mut w = BufWriter::with_capacity(1 << 20, file);
+            let mut w = OutputFile::create(path, 1 << 20)?;
             writeln!(
                 w,
                 "# index\tarrival_ns\tlen_bytes\tfate\trelease_ns\tqueue_packets\tqueue_bytes\tcopies\tcorrupt_bit"
-            )?;
+            )
+            .with_context(|| format!("cannot write {}", path.display()))?;
             Some(w)
         }
         None => None,
     };
 
-    let size = std::fs::metadata(&args.input).map(|m| m.len()).unwrap_or(0);
-    let progress = (!args.quiet && std::io::stderr().is_terminal() && size > 32 << 20).then(|| {
-        let pb = indicatif::ProgressBar::new_spinner();
-        pb.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} {human_pos} packets {per_sec} {elapsed}",
-            )
-            .expect("the template is a constant"),
-        );
-        pb
-    });
-
     let started = Instant::now();
-    let mut heap: ReleaseQueue<Pending> = ReleaseQueue::new();
-    let mut index: u64 = 0;
-    let mut summary = Summary {
-        sojourn_min_ns: u64::MAX,
-        ..Default::default()
+    let mut r = Replayer {
+        link: Link::new(spec.link, seed, 0),
+        heap: ReleaseQueue::new(),
+        index: 0,
+        horizon_ns: 0,
+        summary: Summary {
+            sojourn_min_ns: u64::MAX,
+            ..Default::default()
+        },
     };
-    let mut horizon_ns: u64 = 0;
-
+    let progress = progress_bar(args);
     while let Some(packet) = reader.next_packet() {
+        signals.check()?;
         let packet = packet.map_err(|e| anyhow::anyhow!("{e}"))?;
-        horizon_ns = horizon_ns.max(packet.ts_ns);
-        summary.first_arrival_ns.get_or_insert(packet.ts_ns);
-        let v = link.on_arrival(
-            packet.ts_ns,
-            PacketMeta {
-                len_bytes: packet.orig_len,
-            },
-        );
-        if let Some(ev) = events.as_mut() {
-            let release = if v.fate == Fate::Delivered {
-                v.release_ns.to_string()
-            } else {
-                "-".into()
-            };
-            let copies = if v.fate == Fate::Delivered {
-                1 + v.duplicate as u32
-            } else {
-                0
-            };
-            let bit = v
-                .corrupt_bit
-                .map(|b| b.to_string())
-                .unwrap_or_else(|| "-".into());
-            writeln!(
-                ev,
-                "{index}\t{}\t{}\t{}\t{release}\t{}\t{}\t{copies}\t{bit}",
-                packet.ts_ns, packet.orig_len, v.fate, v.queue_packets, v.queue_bytes
-            )?;
-        }
-        index += 1;
-        if v.fate == Fate::Delivered {
-            let sojourn = v.release_ns - horizon_ns.min(v.release_ns);
-            summary.sojourn_min_ns = summary.sojourn_min_ns.min(sojourn);
-            summary.sojourn_max_ns = summary.sojourn_max_ns.max(sojourn);
-            summary.sojourn_sum_ns += sojourn as u128;
-            let mut data = packet.data;
-            // The copy leaves the link as it arrived: corruption hits the original only.
-            let copy = v.duplicate.then(|| data.clone());
-            if let Some(bit) = v.corrupt_bit {
-                // Bits beyond the captured bytes were not captured; there is nothing to flip.
-                if let Some(byte) = data.get_mut((bit / 8) as usize) {
-                    *byte ^= 0x80 >> (bit % 8);
-                }
-            }
-            // The original first, then its copy: equal release times leave in push order.
-            for data in std::iter::once(data).chain(copy) {
-                let pending = Pending {
-                    release_ns: v.release_ns,
-                    orig_len: packet.orig_len,
-                    data,
-                };
-                heap.push(v.release_ns, pending);
-            }
-        }
-        while let Some((_, p)) = heap.pop_due(horizon_ns) {
-            write_pending(&mut writer, &p, &mut summary)?;
-        }
+        r.on_packet(packet, events.as_mut())?;
+        r.write_due(&mut writer, Some(r.horizon_ns), &signals)?;
         if let Some(pb) = &progress {
-            if index % 65_536 == 0 {
-                pb.set_position(index);
+            if r.index % 65_536 == 0 {
+                pb.set_position(r.index);
             }
         }
     }
-    while let Some((_, p)) = heap.pop() {
-        write_pending(&mut writer, &p, &mut summary)?;
-    }
+    r.write_due(&mut writer, None, &signals)?;
     if let Some(pb) = progress {
         pb.finish_and_clear();
     }
-    if let Some(mut ev) = events {
-        ev.flush().context("cannot write the events file")?;
+    signals.check()?;
+    if let Some(ev) = events {
+        ev.commit()?;
     }
     writer.finish().map_err(|e| anyhow::anyhow!("{e}"))?;
+    drop(signals);
     let elapsed = started.elapsed();
 
-    let counts = *link.counts();
-    if counts.arrived() != index {
+    let counts = *r.link.counts();
+    if counts.arrived() != r.index {
         bail!(
             "internal error: {} packets read but {} decided",
-            index,
+            r.index,
             counts.arrived()
         );
     }
@@ -248,19 +260,109 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         &link_text,
         seed,
         &counts,
-        &summary,
+        &r.summary,
         elapsed.as_secs_f64(),
     );
     Ok(())
 }
 
-fn write_pending(writer: &mut CaptureWriter, p: &Pending, summary: &mut Summary) -> Result<()> {
-    writer
-        .write(p.release_ns, p.orig_len, &p.data)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    summary.written += 1;
-    summary.last_release_ns = p.release_ns;
-    Ok(())
+/// A spinner for long replays on a terminal.
+fn progress_bar(args: &ReplayArgs) -> Option<indicatif::ProgressBar> {
+    let size = std::fs::metadata(&args.input).map(|m| m.len()).unwrap_or(0);
+    (!args.quiet && std::io::stderr().is_terminal() && size > 32 << 20).then(|| {
+        let pb = indicatif::ProgressBar::new_spinner();
+        pb.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} {human_pos} packets {per_sec} {elapsed}",
+            )
+            .expect("the template is a constant"),
+        );
+        pb
+    })
+}
+
+impl Replayer {
+    /// Decides one packet's fate, logs it, and queues its delivered copies.
+    fn on_packet(&mut self, packet: CapturedPacket, events: Option<&mut OutputFile>) -> Result<()> {
+        self.horizon_ns = self.horizon_ns.max(packet.ts_ns);
+        self.summary.first_arrival_ns.get_or_insert(packet.ts_ns);
+        let v = self.link.on_arrival(
+            packet.ts_ns,
+            PacketMeta {
+                len_bytes: packet.orig_len,
+            },
+        );
+        if let Some(ev) = events {
+            let delivered = v.fate == Fate::Delivered;
+            let release = if delivered {
+                v.release_ns.to_string()
+            } else {
+                "-".into()
+            };
+            let copies = if delivered { 1 + v.duplicate as u32 } else { 0 };
+            let bit = v
+                .corrupt_bit
+                .map(|b| b.to_string())
+                .unwrap_or_else(|| "-".into());
+            writeln!(
+                ev,
+                "{}\t{}\t{}\t{}\t{release}\t{}\t{}\t{copies}\t{bit}",
+                self.index, packet.ts_ns, packet.orig_len, v.fate, v.queue_packets, v.queue_bytes
+            )
+            .with_context(|| format!("cannot write {}", ev.name()))?;
+        }
+        self.index += 1;
+        if v.fate != Fate::Delivered {
+            return Ok(());
+        }
+        let s = &mut self.summary;
+        let sojourn = v.release_ns - self.horizon_ns.min(v.release_ns);
+        s.sojourn_min_ns = s.sojourn_min_ns.min(sojourn);
+        s.sojourn_max_ns = s.sojourn_max_ns.max(sojourn);
+        s.sojourn_sum_ns += sojourn as u128;
+        let mut data = packet.data;
+        // The copy leaves the link as it arrived: corruption hits the original only.
+        let copy = v.duplicate.then(|| data.clone());
+        if let Some(bit) = v.corrupt_bit {
+            // Bits beyond the captured bytes were not captured; there is nothing to flip.
+            if let Some(byte) = data.get_mut((bit / 8) as usize) {
+                *byte ^= 0x80 >> (bit % 8);
+            }
+        }
+        // The original first, then its copy: equal release times leave in push order.
+        for data in std::iter::once(data).chain(copy) {
+            let pending = Pending {
+                release_ns: v.release_ns,
+                orig_len: packet.orig_len,
+                data,
+            };
+            self.heap.push(v.release_ns, pending);
+        }
+        Ok(())
+    }
+
+    /// Writes the queued copies released at or before `until_ns` (all with None).
+    fn write_due(
+        &mut self,
+        writer: &mut CaptureWriter,
+        until_ns: Option<u64>,
+        signals: &SignalGuard,
+    ) -> Result<()> {
+        while let Some((_, p)) = match until_ns {
+            Some(u) => self.heap.pop_due(u),
+            None => self.heap.pop(),
+        } {
+            writer
+                .write(p.release_ns, p.orig_len, &p.data)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            self.summary.written += 1;
+            self.summary.last_release_ns = p.release_ns;
+            if until_ns.is_none() && self.summary.written % 4096 == 0 {
+                signals.check()?;
+            }
+        }
+        Ok(())
+    }
 }
 
 fn print_stats(

@@ -618,3 +618,44 @@ fn forward_only_baseline_carries_every_frame_at_once() {
         assert!(fate(&v, 0, "delivered") >= arrived);
     }
 }
+
+/// A SIGHUP with a config (or a distribution table in it) that is a FIFO or a device:
+/// the re-read fails at once, the running link keeps going, and SIGINT still stops it
+/// with its final counts.
+#[test]
+fn sighup_with_a_fifo_or_device_keeps_the_link_and_sigint_still_works() {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let topo = topology("lkFhup");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("link.toml");
+    let fifo = dir.path().join("table.fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // Safety: mkfifo reads a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    std::fs::write(&cfg, "delay = \"1ms\"\n").unwrap();
+    let b = Bridge::start(&topo, "packet", &["--config", cfg.to_str().unwrap()]);
+    let bad_configs = [
+        format!(
+            "delay = \"2ms 1ms\"\ndistribution = \"{}\"\n",
+            fifo.display()
+        ),
+        "delay = \"2ms 1ms\"\ndistribution = \"/dev/zero\"\n".to_string(),
+    ];
+    for text in &bad_configs {
+        std::fs::write(&cfg, text).unwrap();
+        b.signal(libc::SIGHUP);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    std::fs::remove_file(&cfg).unwrap();
+    std::os::unix::fs::symlink(&fifo, &cfg).unwrap();
+    b.signal(libc::SIGHUP);
+    std::thread::sleep(Duration::from_millis(300));
+    let got = udp_flow(&topo, true, 20, 100, Duration::from_millis(2));
+    assert!(got.iter().all(Option::is_some), "the link kept forwarding");
+    // stop() fails unless SIGINT ends linkem within 10 s with its final counts.
+    let v = b.stop();
+    assert!(fate(&v, 0, "delivered") >= 20, "{v}");
+}

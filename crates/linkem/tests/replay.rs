@@ -408,3 +408,220 @@ fn unseeded_runs_print_their_seed_and_repeat_with_it() {
     assert!(o.status.success());
     assert_eq!(std::fs::read(&output).unwrap(), first);
 }
+
+fn ok(o: &Output) {
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+fn mkfifo(path: &Path) {
+    let c = std::ffi::CString::new(s(path)).unwrap();
+    // Safety: mkfifo reads a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+}
+
+fn temp_files(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect()
+}
+
+#[test]
+fn dev_null_as_output_and_events_stays_a_device() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (input, _) = paths(&dir);
+    synth(&input, 50, 100, "1mbit");
+    ok(&linkem(&[
+        "replay",
+        s(&input),
+        "/dev/null",
+        "delay",
+        "1ms",
+        "--events",
+        "/dev/null",
+        "--stats",
+        "json",
+    ]));
+    let m = std::fs::metadata("/dev/null").unwrap();
+    assert!(
+        m.file_type().is_char_device(),
+        "/dev/null is still a device"
+    );
+}
+
+#[test]
+fn fifo_output_is_written_through_not_replaced() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (input, _) = paths(&dir);
+    synth(&input, 20, 100, "1mbit");
+    let fifo = dir.path().join("out.fifo");
+    mkfifo(&fifo);
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read(fifo).unwrap())
+    };
+    ok(&linkem(&["replay", s(&input), s(&fifo), "delay", "1ms"]));
+    let bytes = reader.join().unwrap();
+    let (_, packets) = read_capture_bytes("fifo", &bytes).unwrap();
+    assert_eq!(packets.len(), 20);
+    assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+    assert!(temp_files(dir.path()).is_empty());
+}
+
+#[test]
+fn symlinked_output_replaces_the_target_and_keeps_the_link_and_the_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (input, _) = paths(&dir);
+    synth(&input, 20, 100, "1mbit");
+    let real = dir.path().join("real.pcap");
+    std::fs::write(&real, b"old").unwrap();
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let link = dir.path().join("link.pcap");
+    std::os::unix::fs::symlink("real.pcap", &link).unwrap();
+    ok(&linkem(&["replay", s(&input), s(&link), "delay", "1ms"]));
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(read(&real).len(), 20);
+    let mode = std::fs::metadata(&real).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o640);
+}
+
+#[test]
+fn an_output_that_is_an_input_is_refused_and_the_input_survives() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = paths(&dir);
+    synth(&input, 20, 100, "1mbit");
+    let original = std::fs::read(&input).unwrap();
+    let hard = dir.path().join("hard.pcap");
+    std::fs::hard_link(&input, &hard).unwrap();
+    let soft = dir.path().join("soft.pcap");
+    std::os::unix::fs::symlink(&input, &soft).unwrap();
+    std::fs::write(&output, b"previous output").unwrap();
+    let cases: Vec<Vec<&str>> = vec![
+        vec![s(&input), s(&input)],
+        vec![s(&input), s(&hard)],
+        vec![s(&input), s(&soft)],
+        vec![s(&input), s(&output), "--events", s(&input)],
+        vec![s(&input), s(&output), "--events", s(&output)],
+    ];
+    for case in cases {
+        let mut args = vec!["replay"];
+        args.extend(&case);
+        args.extend(["delay", "1ms"]);
+        let o = linkem(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{case:?} was accepted");
+        assert!(err.contains("same file"), "{case:?}: {err}");
+        assert_eq!(std::fs::read(&input).unwrap(), original, "{case:?}");
+        assert_eq!(std::fs::read(&output).unwrap(), b"previous output");
+    }
+    assert!(temp_files(dir.path()).is_empty());
+}
+
+#[test]
+fn a_signal_removes_the_temporary_file_and_exits_128_plus_its_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = paths(&dir);
+    // Large enough that the replay is still running when the signal comes.
+    synth(&input, 1_000_000, 200, "1gbit");
+    for (sig, code) in [(libc::SIGINT, 130), (libc::SIGTERM, 143)] {
+        let events = dir.path().join("events.txt");
+        let child = Command::new(env!("CARGO_BIN_EXE_linkem"))
+            .args(["replay", s(&input), s(&output), "delay", "1ms", "seed", "1"])
+            .args(["--events", s(&events), "--stats", "none"])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Signal once the temporary outputs exist (the replay is under way).
+        let t = std::time::Instant::now();
+        while temp_files(dir.path()).len() < 2 {
+            assert!(t.elapsed().as_secs() < 20, "no temporary file appeared");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        // Safety: kill with the pid of our own child.
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let o = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(code), "{err}");
+        assert!(err.contains("interrupted"), "{err}");
+        assert!(
+            temp_files(dir.path()).is_empty(),
+            "{:?}",
+            temp_files(dir.path())
+        );
+        assert!(!output.exists() && !events.exists());
+    }
+}
+
+#[test]
+fn config_that_is_not_toml_is_never_echoed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = paths(&dir);
+    synth(&input, 5, 100, "1mbit");
+    let shadow = dir.path().join("shadow");
+    std::fs::write(
+        &shadow,
+        "root:$6$Zx9s3cr3tHASH$abcdefgh:19000:0:99999:7:::\ndaemon:*:19000:0:99999:7:::\n",
+    )
+    .unwrap();
+    let o = linkem(&["replay", s(&input), s(&output), "--config", s(&shadow)]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("line 1"), "{err}");
+    assert!(
+        !err.contains("s3cr3t") && !err.contains("root:"),
+        "echoes the file: {err}"
+    );
+}
+
+#[test]
+fn configs_and_tables_must_be_small_regular_files_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = paths(&dir);
+    synth(&input, 5, 100, "1mbit");
+    let fifo = dir.path().join("table.fifo");
+    mkfifo(&fifo);
+    let big = dir.path().join("big.dist");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(17 << 20)
+        .unwrap();
+    let started = std::time::Instant::now();
+    for (args, expect) in [
+        (vec!["--config", "/dev/zero"], "not a regular file"),
+        (vec!["--config", s(&fifo)], "not a regular file"),
+        (vec!["--config", s(dir.path())], "not a regular file"),
+        (
+            vec!["delay", "1ms", "1ms", "distribution", "/dev/zero"],
+            "not a regular file",
+        ),
+        (
+            vec!["delay", "1ms", "1ms", "distribution", s(&fifo)],
+            "not a regular file",
+        ),
+        (
+            vec!["delay", "1ms", "1ms", "distribution", s(&big)],
+            "limit",
+        ),
+    ] {
+        let mut all = vec!["replay", s(&input), s(&output)];
+        all.extend(&args);
+        let o = linkem(&all);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && err.contains(expect),
+            "{args:?}: {err}"
+        );
+    }
+    assert!(
+        started.elapsed().as_secs() < 30,
+        "no read blocked or ran away"
+    );
+    assert!(!output.exists());
+}

@@ -182,6 +182,12 @@ fn toml_keys_are_words() {
         .unwrap_err()
         .contains("rate"));
     assert!(TomlWords::parse("rate = ").is_err());
+    // A file that is not TOML is never echoed back.
+    let e = TomlWords::parse("ok = 1\nroot:$6$s3cr3t:19000:0:99999:7:::\n").unwrap_err();
+    assert!(
+        e.starts_with("line 2, column 5") && !e.contains("s3cr3t"),
+        "{e}"
+    );
 }
 
 fn dummynet(s: &str) -> Result<LinkSpec, ConfigError> {

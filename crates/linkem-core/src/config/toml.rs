@@ -23,7 +23,7 @@ impl TomlWords {
     pub fn parse(text: &str) -> Result<TomlWords, String> {
         let table: toml::Table = text
             .parse()
-            .map_err(|e: toml::de::Error| e.to_string().trim_end().to_string())?;
+            .map_err(|e: toml::de::Error| toml_error(text, &e))?;
         let mut out = TomlWords::default();
         for (key, value) in &table {
             match (key.as_str(), value) {
@@ -84,4 +84,19 @@ fn push_words(
         }
     }
     Ok(())
+}
+
+/// A TOML syntax error as line, column and reason, never the offending line itself:
+/// the file may not be a config at all (`--config /etc/shadow`).
+fn toml_error(text: &str, e: &toml::de::Error) -> String {
+    let reason = e.message().trim_end();
+    match e.span() {
+        Some(span) => {
+            let before = &text.as_bytes()[..span.start.min(text.len())];
+            let line = 1 + before.iter().filter(|&&b| b == b'\n').count();
+            let column = 1 + before.iter().rev().take_while(|&&b| b != b'\n').count();
+            format!("line {line}, column {column}: {reason}")
+        }
+        None => reason.to_string(),
+    }
 }

@@ -15,12 +15,11 @@
 pub mod stats;
 
 use anyhow::{bail, Context, Result};
-use linkem_io::netns;
+use linkem_io::{netns, sys};
 use linkem_runtime::clock;
 use serde::Serialize;
 use stats::{Analysis, Series};
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -84,24 +83,49 @@ impl std::fmt::Display for Pattern {
     }
 }
 
+/// The fastest a probe sends: 100 Mpps, above what one sender thread can reach and
+/// above 100 GbE's 64-byte line rate, so anything higher is a typo.
+pub const MAX_RATE_PPS: f64 = 100e6;
+/// The slowest: one packet per 100 s (a schedule must end within a day).
+pub const MIN_RATE_PPS: f64 = 0.01;
+/// Most packets per run: every send and receive time is kept in memory for the
+/// percentiles (about 40 bytes a packet).
+pub const MAX_PACKETS: u64 = 50_000_000;
+
 /// Parses a packet rate (`10kpps`, `500pps`, `1Mpps`) or a bit rate over the
-/// frame bytes (`10mbit`), into packets per second.
+/// frame bytes (`10mbit`), into packets per second, within
+/// [`MIN_RATE_PPS`]..=[`MAX_RATE_PPS`].
 pub fn parse_packet_rate(text: &str, size_bytes: u32) -> Result<f64> {
     let lower = text.to_ascii_lowercase();
-    for (suffix, scale) in [("mpps", 1e6), ("kpps", 1e3), ("pps", 1.0)] {
-        if let Some(num) = lower.strip_suffix(suffix) {
+    let pps = match [("mpps", 1e6), ("kpps", 1e3), ("pps", 1.0)]
+        .into_iter()
+        .find_map(|(suffix, scale)| lower.strip_suffix(suffix).map(|num| (num, scale)))
+    {
+        Some((num, scale)) => {
+            // Digits and one point only: no exponents, signs, `inf` or `nan`.
+            let plain = !num.is_empty()
+                && num.chars().all(|c| c.is_ascii_digit() || c == '.')
+                && num.matches('.').count() <= 1;
             let v: f64 = num
                 .parse()
-                .map_err(|_| anyhow::anyhow!("'{text}': not a packet rate (e.g. 10kpps)"))?;
-            if !(v > 0.0 && v.is_finite()) {
-                bail!("'{text}': a packet rate must be above zero");
-            }
-            return Ok(v * scale);
+                .ok()
+                .filter(|_| plain)
+                .ok_or_else(|| anyhow::anyhow!("'{text}': not a packet rate (e.g. 10kpps)"))?;
+            v * scale
         }
+        None => {
+            let bps = linkem_core::units::parse_rate_bps(text)
+                .map_err(|e| anyhow::anyhow!("{e} (or give packets per second, e.g. 10kpps)"))?;
+            bps as f64 / (size_bytes.max(1) as f64 * 8.0)
+        }
+    };
+    if !(pps.is_finite() && (MIN_RATE_PPS..=MAX_RATE_PPS).contains(&pps)) {
+        bail!(
+            "'{text}': a probe sends between {MIN_RATE_PPS} pps and {} Mpps",
+            MAX_RATE_PPS / 1e6
+        );
     }
-    let bps = linkem_core::units::parse_rate_bps(text)
-        .map_err(|e| anyhow::anyhow!("{e} (or give packets per second, e.g. 10kpps)"))?;
-    Ok(bps as f64 / (size_bytes as f64 * 8.0))
+    Ok(pps)
 }
 
 #[derive(Debug, Clone)]
@@ -121,6 +145,35 @@ pub struct ProbeConfig {
     pub drain_ns: u64,
 }
 
+impl ProbeConfig {
+    /// Refuses what cannot be sent: frame sizes outside Ethernet's, no packets or more
+    /// than [`MAX_PACKETS`], rates outside the probe's range.
+    pub fn check(&self) -> Result<()> {
+        if !(64..=1518).contains(&self.size_bytes) {
+            bail!(
+                "--size {}: a frame is 64 to 1518 bytes (with its FCS)",
+                self.size_bytes
+            );
+        }
+        if self.packets == 0 {
+            bail!("--packets 0: nothing to send");
+        }
+        if self.packets > MAX_PACKETS {
+            bail!(
+                "{} packets: at most {MAX_PACKETS} per run (shorten --duration or lower --packets)",
+                self.packets
+            );
+        }
+        if !(self.rate_pps.is_finite() && (MIN_RATE_PPS..=MAX_RATE_PPS).contains(&self.rate_pps)) {
+            bail!(
+                "rate {} pps: outside {MIN_RATE_PPS}..={MAX_RATE_PPS}",
+                self.rate_pps
+            );
+        }
+        Ok(())
+    }
+}
+
 /// One probe run: the figures, their histograms, and the raw series.
 pub struct ProbeRun {
     pub analysis: Analysis,
@@ -132,20 +185,41 @@ pub fn tai_now_ns() -> u64 {
     clock::now_ns_on(libc::CLOCK_TAI)
 }
 
-/// Runs `f` on a new thread inside network namespace `ns` (or this one).
+/// Sets its flag when dropped: a side's thread says it has ended however it ends
+/// (returning, failing, or panicking).
+struct SetOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+/// Runs `f` on a new thread inside network namespace `ns` (or this one). `ended` is set
+/// when the thread ends, however; `stop` is set as well when it fails (including when
+/// the namespace cannot be entered), so that the other side ends too.
 fn in_ns<'scope, 'env, T: Send + 'scope>(
     scope: &'scope std::thread::Scope<'scope, 'env>,
     ns: Option<String>,
-    name: &str,
+    name: &'static str,
+    ended: &'scope AtomicBool,
+    stop: &'scope AtomicBool,
     f: impl FnOnce() -> Result<T> + Send + 'scope,
 ) -> std::thread::ScopedJoinHandle<'scope, Result<T>> {
     std::thread::Builder::new()
-        .name(name.to_string())
+        .name(format!("linkem-probe-{name}"))
         .spawn_scoped(scope, move || {
-            if let Some(ns) = ns {
-                netns::enter(&ns)?;
+            let _ended = SetOnDrop(ended);
+            let result = (|| {
+                if let Some(ns) = ns {
+                    netns::enter(&ns).with_context(|| format!("the {name}"))?;
+                }
+                f()
+            })();
+            if result.is_err() {
+                stop.store(true, Ordering::Release);
             }
-            f()
+            result
         })
         .expect("a thread starts")
 }
@@ -178,191 +252,218 @@ pub fn schedule(pattern: Pattern, rate_pps: f64, packets: u64, seed: u64) -> Vec
 fn receiver_socket(port: u16) -> Result<UdpSocket> {
     let sock = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port))
         .with_context(|| format!("cannot bind UDP port {port} for the receiver"))?;
-    let fd = sock.as_raw_fd();
-    let on: libc::c_int = 1;
-    let size: libc::c_int = 64 << 20;
-    // Safety: setsockopt with valid ints on our socket.
-    unsafe {
-        if libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_TIMESTAMPNS,
-            (&on as *const libc::c_int).cast(),
-            4,
-        ) != 0
-        {
-            bail!("SO_TIMESTAMPNS: {}", std::io::Error::last_os_error());
-        }
-        // Best effort: FORCE needs CAP_NET_ADMIN; the plain option is capped.
-        if libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUFFORCE,
-            (&size as *const libc::c_int).cast(),
-            4,
-        ) != 0
-        {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_RCVBUF,
-                (&size as *const libc::c_int).cast(),
-                4,
-            );
-        }
-    }
+    sys::enable_rx_timestamps(&sock).context("SO_TIMESTAMPNS")?;
+    // Best effort: a smaller buffer only loses more under bursts, which is measured.
+    let _ = sys::set_receive_buffer(&sock, 64 << 20);
     sock.set_read_timeout(Some(Duration::from_millis(20)))?;
     Ok(sock)
 }
 
-/// Receives one datagram with its kernel timestamp (CLOCK_REALTIME ns); None on timeout.
-fn recv_stamped(sock: &UdpSocket, buf: &mut [u8]) -> Result<Option<(usize, u64)>> {
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    let mut control = [0u64; 16];
-    // Safety: msghdr is plain data; the pointers set below outlive the call.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&control);
-    // Safety: a valid socket, msghdr and buffers.
-    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, 0) };
-    if n < 0 {
-        let e = std::io::Error::last_os_error();
-        return match e.kind() {
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Ok(None),
-            std::io::ErrorKind::Interrupted => Ok(None),
-            _ => Err(e).context("receive"),
-        };
-    }
-    let mut ts = 0u64;
-    // Safety: walking the control messages the kernel wrote into `control`.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
-                let t = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
-                ts = t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64;
+/// How long a run may take beyond its schedule before the side still waiting gives
+/// up: a sender that falls this far behind, or a receiver whose sender never says it
+/// is done, ends the run with the reason instead of waiting for ever.
+fn slack_ns(span_ns: u64) -> u64 {
+    5_000_000_000 + span_ns
+}
+
+/// What the receiver thread needs.
+struct RxSide<'a> {
+    cfg: &'a ProbeConfig,
+    run_id: u16,
+    /// The sender has ended.
+    sender_ended: &'a AtomicBool,
+    /// Either side failed, or the caller asked to stop.
+    stop: &'a AtomicBool,
+    /// The receiver gives up at this TAI time even if the sender never ends.
+    deadline_ns: u64,
+}
+
+impl RxSide<'_> {
+    fn receive(&self, ready: std::sync::mpsc::Sender<()>) -> Result<Vec<(u64, u64)>> {
+        let cfg = self.cfg;
+        let sock = receiver_socket(cfg.dst.port())?;
+        let tai_offset = tai_now_ns() as i64 - clock::now_ns() as i64;
+        let _ = ready.send(());
+        let mut got: Vec<(u64, u64)> = Vec::with_capacity(cfg.packets as usize);
+        let mut buf = vec![0u8; 2048];
+        let mut drain_until: Option<u64> = None;
+        loop {
+            let stamped = sys::recv_stamped(&sock, &mut buf).context("receive")?;
+            if let Some((n, ts)) = stamped {
+                if n >= PAYLOAD_BYTES
+                    && u16::from_be_bytes([buf[0], buf[1]]) == MAGIC
+                    && u16::from_be_bytes([buf[2], buf[3]]) == self.run_id
+                {
+                    let seq = u32::from_be_bytes(buf[4..8].try_into().expect("4 bytes"));
+                    let rx = if ts != 0 {
+                        (ts as i64 + tai_offset) as u64
+                    } else {
+                        tai_now_ns()
+                    };
+                    got.push((seq as u64, rx));
+                }
             }
-            c = libc::CMSG_NXTHDR(&msg, c);
+            if self.stop.load(Ordering::Acquire) {
+                return Ok(got);
+            }
+            let now = tai_now_ns();
+            if self.sender_ended.load(Ordering::Acquire) {
+                if now >= *drain_until.get_or_insert(now + cfg.drain_ns) {
+                    return Ok(got);
+                }
+            } else if now >= self.deadline_ns {
+                bail!("the sender did not finish in time; the receiver gave up");
+            }
         }
     }
-    Ok(Some((n as usize, ts)))
+}
+
+/// What the sender thread needs.
+struct TxSide<'a> {
+    cfg: &'a ProbeConfig,
+    run_id: u16,
+    offsets: &'a [u64],
+    stop: &'a AtomicBool,
+}
+
+/// Send times: when each packet was due and when it went.
+type Sends = (Vec<u64>, Vec<u64>);
+
+impl TxSide<'_> {
+    fn send(&self) -> Result<Sends> {
+        let cfg = self.cfg;
+        let sock = UdpSocket::bind("0.0.0.0:0").context("sender socket")?;
+        sock.connect(cfg.dst)
+            .with_context(|| format!("no route to {}", cfg.dst))?;
+        // Never block in a send: a neighbour that does not answer ARP holds the socket's
+        // buffer for seconds at a time; a send that cannot go now is a loss before the path.
+        sock.set_nonblocking(true).context("sender socket")?;
+        clock::set_timer_slack_ns(1);
+        let mean_gap_ns = (1e9 / cfg.rate_pps) as u64;
+        if mean_gap_ns >= REALTIME_MIN_GAP_NS {
+            // Best effort: without it the sender is only less punctual, and
+            // its lateness is measured and reported either way.
+            let _ = linkem_runtime::pipeline::set_realtime(SENDER_PRIORITY);
+        }
+        let payload = (cfg.size_bytes - FRAME_OVERHEAD_BYTES) as usize;
+        let mut buf = vec![0u8; payload];
+        buf[0..2].copy_from_slice(&MAGIC.to_be_bytes());
+        buf[2..4].copy_from_slice(&self.run_id.to_be_bytes());
+        // A first datagram outside the run resolves the neighbour (ARP
+        // through the path takes two one-way delays); measured packets sent
+        // meanwhile would wait in the neighbour queue and leave together.
+        buf[4..8].copy_from_slice(&u32::MAX.to_be_bytes());
+        let _ = sock.send(&buf);
+        let start = tai_now_ns() + 2 * cfg.expected_delay_ns + 50_000_000;
+        let span_ns = self.offsets.last().copied().unwrap_or(0);
+        let deadline = start + span_ns + slack_ns(span_ns);
+        let mut sent = Vec::with_capacity(self.offsets.len());
+        let mut scheduled = Vec::with_capacity(self.offsets.len());
+        let (mut failed, mut last_error) = (0u64, None);
+        for (seq, off) in self.offsets.iter().enumerate() {
+            if self.stop.load(Ordering::Acquire) {
+                bail!("the sender stopped after {seq} packets");
+            }
+            let due = start + off;
+            let now = tai_now_ns();
+            if now > deadline {
+                bail!(
+                    "the sender fell {:.1} s behind its schedule (machine too loaded or rate too high)",
+                    (now - due) as f64 / 1e9
+                );
+            }
+            if due > now + SPIN_NS {
+                clock::sleep_until_ns_on(libc::CLOCK_TAI, due - SPIN_NS);
+            }
+            while tai_now_ns() < due {
+                std::hint::spin_loop();
+            }
+            let t = tai_now_ns();
+            buf[4..8].copy_from_slice(&(seq as u32).to_be_bytes());
+            buf[8..16].copy_from_slice(&t.to_be_bytes());
+            // A send that fails (a full buffer, an unreachable neighbour) is a loss
+            // before the path: it counts as sent and lost, as the wire would show it.
+            if let Err(e) = sock.send(&buf) {
+                failed += 1;
+                last_error = Some(e);
+            }
+            sent.push(t);
+            scheduled.push(due);
+        }
+        if let Some(e) = last_error {
+            if failed == self.offsets.len() as u64 {
+                bail!("every send to {} failed: {e}", cfg.dst);
+            }
+            eprintln!(
+                "linkem probe: {failed} of {} sends failed (counted as lost; last: {e})",
+                self.offsets.len()
+            );
+        }
+        Ok((sent, scheduled))
+    }
 }
 
 /// Runs one probe: sends, receives, analyses.
 pub fn run(cfg: &ProbeConfig) -> Result<ProbeRun> {
-    if !(64..=1518).contains(&cfg.size_bytes) {
-        bail!(
-            "--size {}: a frame is 64 to 1518 bytes (with its FCS)",
-            cfg.size_bytes
-        );
-    }
-    if cfg.packets == 0 {
-        bail!("--packets 0: nothing to send");
-    }
-    if cfg.packets > u32::MAX as u64 {
-        bail!("--packets {}: at most {} per run", cfg.packets, u32::MAX);
-    }
-    let payload = (cfg.size_bytes - FRAME_OVERHEAD_BYTES) as usize;
+    run_until(cfg, &AtomicBool::new(false))
+}
+
+/// [`run`], ending early (with an error) once `stop` is set. Either side sets it when it
+/// fails, so a failure on one side ends the other at once with its reason; no wait is
+/// without a deadline.
+pub fn run_until(cfg: &ProbeConfig, stop: &AtomicBool) -> Result<ProbeRun> {
+    cfg.check()?;
     let run_id = (cfg.seed as u16) ^ (std::process::id() as u16);
     let offsets = schedule(cfg.pattern, cfg.rate_pps, cfg.packets, cfg.seed);
-    let done = AtomicBool::new(false);
+    let span_ns = offsets.last().copied().unwrap_or(0);
+    let (sender_ended, receiver_ended) = (AtomicBool::new(false), AtomicBool::new(false));
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
-    let mean_gap_ns = (1e9 / cfg.rate_pps) as u64;
-
+    let rx = RxSide {
+        cfg,
+        run_id,
+        sender_ended: &sender_ended,
+        stop,
+        deadline_ns: tai_now_ns()
+            + 2 * cfg.expected_delay_ns
+            + span_ns
+            + slack_ns(span_ns)
+            + cfg.drain_ns
+            + 5_000_000_000,
+    };
+    let tx = TxSide {
+        cfg,
+        run_id,
+        offsets: &offsets,
+        stop,
+    };
     type Series = (Vec<u64>, Vec<u64>, Vec<(u64, u64)>);
     let (sent, scheduled, received) = std::thread::scope(|s| -> Result<Series> {
-        let done = &done;
-        let receiver = in_ns(s, cfg.dst_ns.clone(), "linkem-probe-rx", move || {
-            let sock = receiver_socket(cfg.dst.port())?;
-            let tai_offset = tai_now_ns() as i64 - clock::now_ns() as i64;
-            let _ = ready_tx.send(());
-            let mut got: Vec<(u64, u64)> = Vec::with_capacity(cfg.packets as usize);
-            let mut buf = vec![0u8; 2048];
-            let mut deadline: Option<u64> = None;
-            loop {
-                if let Some((n, ts)) = recv_stamped(&sock, &mut buf)? {
-                    if n >= PAYLOAD_BYTES
-                        && u16::from_be_bytes([buf[0], buf[1]]) == MAGIC
-                        && u16::from_be_bytes([buf[2], buf[3]]) == run_id
-                    {
-                        let seq = u32::from_be_bytes(buf[4..8].try_into().expect("4 bytes"));
-                        let rx = if ts != 0 {
-                            (ts as i64 + tai_offset) as u64
-                        } else {
-                            tai_now_ns()
-                        };
-                        got.push((seq as u64, rx));
-                    }
-                }
-                if done.load(Ordering::Acquire) {
-                    let d = *deadline.get_or_insert_with(|| tai_now_ns() + cfg.drain_ns);
-                    if tai_now_ns() >= d {
-                        break;
-                    }
-                }
-            }
-            Ok(got)
-        });
-        // The receiver must be listening before the first packet leaves.
+        let (rx, tx) = (&rx, &tx);
+        let receiver = in_ns(
+            s,
+            cfg.dst_ns.clone(),
+            "receiver",
+            &receiver_ended,
+            stop,
+            || rx.receive(ready_tx),
+        );
+        // The receiver must be listening before the first packet leaves; it drops
+        // `ready_tx` (ending this wait at once) if it fails first.
         if ready_rx.recv_timeout(Duration::from_secs(5)).is_err() {
-            done.store(true, Ordering::Release);
+            stop.store(true, Ordering::Release);
             return match receiver.join().expect("receiver thread") {
                 Err(e) => Err(e),
-                Ok(_) => bail!("the receiver did not start"),
+                Ok(_) => bail!("the receiver did not start within 5 s"),
             };
         }
-        let sender = in_ns(s, cfg.src_ns.clone(), "linkem-probe-tx", || {
-            let result = (|| {
-                let sock = UdpSocket::bind("0.0.0.0:0").context("sender socket")?;
-                sock.connect(cfg.dst)
-                    .with_context(|| format!("no route to {}", cfg.dst))?;
-                clock::set_timer_slack_ns(1);
-                if mean_gap_ns >= REALTIME_MIN_GAP_NS {
-                    // Best effort: without it the sender is only less punctual, and
-                    // its lateness is measured and reported either way.
-                    let _ = linkem_runtime::pipeline::set_realtime(SENDER_PRIORITY);
-                }
-                let mut buf = vec![0u8; payload];
-                buf[0..2].copy_from_slice(&MAGIC.to_be_bytes());
-                buf[2..4].copy_from_slice(&run_id.to_be_bytes());
-                // A first datagram outside the run resolves the neighbour (ARP
-                // through the path takes two one-way delays); measured packets sent
-                // meanwhile would wait in the neighbour queue and leave together.
-                buf[4..8].copy_from_slice(&u32::MAX.to_be_bytes());
-                let _ = sock.send(&buf);
-                let start = tai_now_ns() + 2 * cfg.expected_delay_ns + 50_000_000;
-                let mut sent = Vec::with_capacity(offsets.len());
-                let mut scheduled = Vec::with_capacity(offsets.len());
-                for (seq, off) in offsets.iter().enumerate() {
-                    let due = start + off;
-                    let now = tai_now_ns();
-                    if due > now + SPIN_NS {
-                        clock::sleep_until_ns_on(libc::CLOCK_TAI, due - SPIN_NS);
-                    }
-                    while tai_now_ns() < due {
-                        std::hint::spin_loop();
-                    }
-                    let t = tai_now_ns();
-                    buf[4..8].copy_from_slice(&(seq as u32).to_be_bytes());
-                    buf[8..16].copy_from_slice(&t.to_be_bytes());
-                    // A full socket buffer (ENOBUFS) is a loss before the path: it
-                    // counts as sent and lost, as the wire would show it.
-                    let _ = sock.send(&buf);
-                    sent.push(t);
-                    scheduled.push(due);
-                }
-                Ok::<_, anyhow::Error>((sent, scheduled))
-            })();
-            done.store(true, Ordering::Release);
-            result
+        let sender = in_ns(s, cfg.src_ns.clone(), "sender", &sender_ended, stop, || {
+            tx.send()
         });
-        let (sent, scheduled) = sender.join().expect("sender thread")?;
-        let received = receiver.join().expect("receiver thread")?;
+        let sent = sender.join().expect("sender thread");
+        let received = receiver.join().expect("receiver thread");
+        // The side that failed first gave the reason; the other only stopped.
+        let received = received?;
+        let (sent, scheduled) = sent?;
         Ok((sent, scheduled, received))
     })?;
     let (analysis, series) = stats::analyse(&scheduled, &sent, &received, cfg.expected_delay_ns);
@@ -427,11 +528,18 @@ impl ProbeArgs {
             (None, Some(d)) => {
                 let ns = linkem_core::units::parse_time_ns(d)
                     .map_err(|e| anyhow::anyhow!("--duration {e}"))?;
-                ((ns as f64 / 1e9) * rate_pps).ceil().max(1.0) as u64
+                // Both factors are bounded, so the product is finite; the cast saturates.
+                let n = ((ns as f64 / 1e9) * rate_pps).ceil().max(1.0) as u64;
+                if n > MAX_PACKETS {
+                    bail!(
+                        "--duration {d} at {rate_pps:.0} pps is {n} packets: at most {MAX_PACKETS} per run"
+                    );
+                }
+                n
             }
             (None, None) => ((2.0 * rate_pps).ceil() as u64).max(1),
         };
-        Ok(ProbeConfig {
+        let cfg = ProbeConfig {
             dst: SocketAddrV4::new(self.dst, self.port),
             src_ns: self.src_ns.clone(),
             dst_ns: self.dst_ns.clone(),
@@ -442,7 +550,9 @@ impl ProbeArgs {
             expected_delay_ns,
             seed: self.seed,
             drain_ns: expected_delay_ns * 2 + 500_000_000,
-        })
+        };
+        cfg.check()?;
+        Ok(cfg)
     }
 }
 
@@ -517,8 +627,10 @@ pub fn run_cli(args: &ProbeArgs) -> Result<()> {
             "size_bytes": cfg.size_bytes,
             "analysis": run.analysis,
         });
-        std::fs::write(path, serde_json::to_string_pretty(&out)? + "\n")
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        linkem_io::outfile::write_all(
+            path,
+            (serde_json::to_string_pretty(&out)? + "\n").as_bytes(),
+        )?;
     }
     if let Some(dir) = &args.plot {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -543,4 +655,68 @@ pub fn run_cli(args: &ProbeArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        probe: ProbeArgs,
+    }
+
+    fn config(args: &[&str]) -> Result<ProbeConfig> {
+        let mut all = vec!["probe", "10.0.0.2"];
+        all.extend(args);
+        Cli::try_parse_from(all)?.probe.config()
+    }
+
+    #[test]
+    fn packet_rates_in_both_spellings() {
+        assert_eq!(parse_packet_rate("10kpps", 64).unwrap(), 10_000.0);
+        assert_eq!(parse_packet_rate("1Mpps", 64).unwrap(), 1e6);
+        assert_eq!(parse_packet_rate("512kbit", 64).unwrap(), 1000.0);
+    }
+
+    #[test]
+    fn non_finite_and_absurd_rates_are_refused() {
+        let huge = format!("{}pps", "9".repeat(400));
+        for r in [
+            "1e305Mpps",
+            "infpps",
+            "inf Mpps",
+            "nanpps",
+            "-5pps",
+            "0pps",
+            "0.001pps",
+            "101Mpps",
+            "1e3kpps",
+            huge.as_str(),
+            "10tbit",
+            "pps",
+            "1.2.3pps",
+        ] {
+            assert!(parse_packet_rate(r, 64).is_err(), "{r} accepted");
+        }
+    }
+
+    #[test]
+    fn sizes_packets_and_durations_are_bounded() {
+        assert!(config(&["--size", "63"]).is_err());
+        assert!(config(&["--size", "1519"]).is_err());
+        assert!(config(&["--packets", "0"]).is_err());
+        let e = config(&["--packets", "50000001"]).unwrap_err().to_string();
+        assert!(e.contains("at most"), "{e}");
+        let e = config(&["--rate", "1Mpps", "--duration", "1000s"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--duration"), "{e}");
+        assert!(config(&["--duration", "2d"]).is_err());
+        assert!(config(&["--expect-delay", "86401s"]).is_err());
+        let c = config(&["--rate", "1kpps", "--duration", "3s"]).unwrap();
+        assert_eq!(c.packets, 3000);
+    }
 }

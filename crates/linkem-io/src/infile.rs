@@ -1,0 +1,183 @@
+//! Every small file linkem reads (TOML configs, distribution tables, and rule files,
+//! profiles and traces as they come) is read through [`read_text`], so that a bad path
+//! is a clear error at once and never a hang or a memory blow-up:
+//!
+//! - it must be a regular file: checked with `stat` before opening (a FIFO would block
+//!   in `open`), and again with `fstat` on the opened descriptor, which is opened with
+//!   `O_NONBLOCK` so that a file swapped for a FIFO between the two cannot block;
+//! - it must be at most [`MAX_TEXT_BYTES`] (16 MiB) long: checked from the metadata, and
+//!   the read itself stops one byte past the limit, so a file that grows meanwhile (or a
+//!   `/proc` file that claims size 0) cannot be read without bound;
+//! - it must be UTF-8; the error names the line, never its content.
+//!
+//! 16 MiB is far above any real config or table (netem's tables are about 20 KiB, a
+//! Dummynet profile a few KiB) and small enough to read in well under a second.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::Path;
+
+/// The most a config, table, profile or trace may hold.
+pub const MAX_TEXT_BYTES: u64 = 16 << 20;
+
+/// Why a file could not be read. The message names the file and the reason, never the
+/// file's content.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("{file}: {source}")]
+    Io {
+        file: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{file}: is {kind}, not a regular file")]
+    NotRegular { file: String, kind: &'static str },
+    #[error("{file}: {size} bytes is more than the {limit}-byte limit for this kind of file")]
+    TooLarge { file: String, size: u64, limit: u64 },
+    #[error("{file}: line {line} is not UTF-8 text")]
+    NotText { file: String, line: usize },
+}
+
+impl ReadError {
+    /// Whether the file does not exist (callers that search several places go on).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, ReadError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
+    }
+}
+
+fn kind(t: std::fs::FileType) -> Option<&'static str> {
+    if t.is_file() {
+        None
+    } else if t.is_dir() {
+        Some("a directory")
+    } else if t.is_fifo() {
+        Some("a FIFO")
+    } else if t.is_char_device() {
+        Some("a character device")
+    } else if t.is_block_device() {
+        Some("a block device")
+    } else if t.is_socket() {
+        Some("a socket")
+    } else {
+        Some("not a file")
+    }
+}
+
+/// Opens `path` for reading after checking it is a regular file of at most `max_bytes`.
+pub fn open_regular(path: &Path, max_bytes: u64) -> Result<File, ReadError> {
+    let file_name = || path.display().to_string();
+    let io_err = |source| ReadError::Io {
+        file: file_name(),
+        source,
+    };
+    let check = |m: &std::fs::Metadata| {
+        if let Some(kind) = kind(m.file_type()) {
+            return Err(ReadError::NotRegular {
+                file: file_name(),
+                kind,
+            });
+        }
+        if m.len() > max_bytes {
+            return Err(ReadError::TooLarge {
+                file: file_name(),
+                size: m.len(),
+                limit: max_bytes,
+            });
+        }
+        Ok(())
+    };
+    check(&std::fs::metadata(path).map_err(io_err)?)?;
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(path)
+        .map_err(io_err)?;
+    check(&file.metadata().map_err(io_err)?)?;
+    Ok(file)
+}
+
+/// Reads `path` as UTF-8 text under the rules in the module doc.
+pub fn read_text(path: &Path, max_bytes: u64) -> Result<String, ReadError> {
+    let file = open_regular(path, max_bytes)?;
+    let mut bytes = Vec::new();
+    file.take(max_bytes + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|source| ReadError::Io {
+            file: path.display().to_string(),
+            source,
+        })?;
+    if bytes.len() as u64 > max_bytes {
+        return Err(ReadError::TooLarge {
+            file: path.display().to_string(),
+            size: bytes.len() as u64,
+            limit: max_bytes,
+        });
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        let good = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+        ReadError::NotText {
+            file: path.display().to_string(),
+            line: 1 + good.iter().filter(|&&b| b == b'\n').count(),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn reads_a_regular_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t");
+        std::fs::write(&p, "rate = \"1mbit\"\n").unwrap();
+        assert_eq!(read_text(&p, 100).unwrap(), "rate = \"1mbit\"\n");
+    }
+
+    #[test]
+    fn devices_directories_and_fifos_are_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // Safety: mkfifo reads a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let t = Instant::now();
+        for (p, what) in [
+            (Path::new("/dev/zero"), "character device"),
+            (dir.path(), "directory"),
+            (fifo.as_path(), "FIFO"),
+        ] {
+            let e = read_text(p, MAX_TEXT_BYTES).unwrap_err().to_string();
+            assert!(e.contains(what) && e.contains("not a regular file"), "{e}");
+        }
+        assert!(t.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn too_large_is_refused_from_the_metadata() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("big");
+        let f = File::create(&p).unwrap();
+        // Sparse: no disk used.
+        f.set_len(MAX_TEXT_BYTES + 1).unwrap();
+        let e = read_text(&p, MAX_TEXT_BYTES).unwrap_err().to_string();
+        assert!(e.contains("limit"), "{e}");
+    }
+
+    #[test]
+    fn not_utf8_names_the_line_not_the_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("bin");
+        std::fs::write(&p, b"secret-one\nsecret-two \xff\n").unwrap();
+        let e = read_text(&p, 100).unwrap_err().to_string();
+        assert!(e.contains("line 2") && !e.contains("secret"), "{e}");
+    }
+
+    #[test]
+    fn missing_is_reported_as_not_found() {
+        let e = read_text(Path::new("/nonexistent/linkem"), 10).unwrap_err();
+        assert!(e.is_not_found());
+    }
+}

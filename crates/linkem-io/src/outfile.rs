@@ -1,0 +1,382 @@
+//! Every file linkem writes goes through here, so every writer follows one rule.
+//!
+//! - A regular file (or a path that does not exist yet) is written to a temporary file in
+//!   the same directory and renamed over the target only by [`OutputFile::commit`], i.e.
+//!   when the run succeeded. An existing file keeps its mode and, where the process may
+//!   set it, its owner and group. Dropping an uncommitted output deletes the temporary
+//!   file, so a failed or interrupted run leaves the old file as it was and no debris.
+//! - A character or block device, a FIFO or a socket is opened and written directly: it
+//!   is not a file that can be replaced, and replacing `/dev/null` with a regular file is
+//!   harm. `/dev/null`, `/dev/stdout` and a pipe stay what they are.
+//! - A symbolic link is followed (also a dangling one, which then names the file to create):
+//!   the target is replaced, the link stays a link.
+//! - An output that is the same file (device and inode) as an input or as another output
+//!   is refused by [`check_distinct`] before anything is opened for writing; only
+//!   character devices (`/dev/null`, a terminal) may be shared, as writing one does not
+//!   destroy what another reads.
+//!
+//! A regular file's hard links are cut by the rename: that is the price of never leaving
+//! a half-written result under the name the user asked for.
+
+use std::fs::{File, Metadata, OpenOptions};
+use std::io::{self, BufWriter, Write};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// Symbolic links followed before giving up (the kernel's own limit, ELOOP).
+const MAX_LINK_DEPTH: usize = 40;
+
+/// Why an output cannot be written. The message names the file and the reason.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    #[error("{file}: {action}: {source}")]
+    Io {
+        file: String,
+        action: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "{output} is the same file as {other}: refusing to overwrite it (choose another output)"
+    )]
+    SameFile { output: String, other: String },
+    #[error("{file}: is a directory; give a file name")]
+    Directory { file: String },
+}
+
+/// Follows `path` through symbolic links (up to [`MAX_LINK_DEPTH`]) to the name that will
+/// really be written, which need not exist yet.
+pub fn resolve(path: &Path) -> io::Result<PathBuf> {
+    let mut p = path.to_path_buf();
+    for _ in 0..MAX_LINK_DEPTH {
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let target = std::fs::read_link(&p)?;
+                p = match p.parent() {
+                    Some(dir) if target.is_relative() => dir.join(target),
+                    _ => target,
+                };
+            }
+            Ok(_) => return Ok(p),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(p),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(io::Error::other(format!(
+        "more than {MAX_LINK_DEPTH} symbolic links"
+    )))
+}
+
+fn is_special(m: &Metadata) -> bool {
+    let t = m.file_type();
+    t.is_char_device() || t.is_block_device() || t.is_fifo() || t.is_socket()
+}
+
+/// Refuses outputs that are the same file as an input or as each other (compared by
+/// device and inode, after following links), before anything is opened for writing.
+/// Paths that do not exist yet cannot collide with anything and pass.
+pub fn check_distinct(inputs: &[&Path], outputs: &[&Path]) -> Result<(), OutputError> {
+    let id = |p: &Path| {
+        std::fs::metadata(p)
+            .ok()
+            .map(|m| (m.dev(), m.ino(), m.file_type().is_char_device()))
+    };
+    for (k, out) in outputs.iter().enumerate() {
+        let Some((dev, ino, chr)) = id(out) else {
+            continue;
+        };
+        if chr {
+            continue;
+        }
+        let others = inputs.iter().chain(&outputs[..k]);
+        for other in others {
+            if id(other).is_some_and(|(d, i, _)| (d, i) == (dev, ino)) {
+                return Err(OutputError::SameFile {
+                    output: out.display().to_string(),
+                    other: other.display().to_string(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+enum Target {
+    /// Written in place: a device, FIFO or socket.
+    Direct,
+    /// Written beside the target and renamed over it on commit.
+    Replace {
+        temp: tempfile::TempPath,
+        target: PathBuf,
+    },
+}
+
+/// A file being written under the rule in the module doc. Implements [`Write`] (buffered).
+pub struct OutputFile {
+    name: String,
+    // Declared before `target`: fields drop in order, so the buffer is flushed (harmlessly)
+    // before the temporary file is deleted.
+    out: BufWriter<File>,
+    target: Target,
+}
+
+impl OutputFile {
+    /// Opens `path` for writing with a buffer of `buffer_bytes`.
+    pub fn create(path: &Path, buffer_bytes: usize) -> Result<OutputFile, OutputError> {
+        let name = path.display().to_string();
+        let io_err = |action, source| OutputError::Io {
+            file: name.clone(),
+            action,
+            source,
+        };
+        let real = resolve(path).map_err(|e| io_err("cannot follow the link", e))?;
+        let existing = match std::fs::metadata(&real) {
+            Ok(m) => Some(m),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(io_err("cannot inspect", e)),
+        };
+        if existing.as_ref().is_some_and(Metadata::is_dir) {
+            return Err(OutputError::Directory { file: name });
+        }
+        if existing.as_ref().is_some_and(is_special) {
+            // O_NONBLOCK is not used: a FIFO without a reader should wait for one, as
+            // `cmd > fifo` does; the user asked for exactly that file.
+            let file = OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_CLOEXEC | libc::O_NOCTTY)
+                .open(&real)
+                .map_err(|e| io_err("cannot open for writing", e))?;
+            return Ok(OutputFile {
+                name,
+                out: BufWriter::with_capacity(buffer_bytes, file),
+                target: Target::Direct,
+            });
+        }
+        let dir = match real.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let prefix = format!(
+            ".{}.",
+            real.file_name()
+                .map(|n| n.to_string_lossy())
+                .unwrap_or_default()
+        );
+        // A new file gets what a plain create gives (0666 less the umask); tempfile's
+        // default 0600 would survive the rename.
+        let mode = existing.as_ref().map_or(0o666, |m| m.mode() & 0o7777);
+        let temp = tempfile::Builder::new()
+            .prefix(&prefix)
+            .suffix(".tmp")
+            .permissions(std::fs::Permissions::from_mode(mode))
+            .tempfile_in(&dir)
+            .map_err(|e| io_err("cannot create a temporary file next to it", e))?;
+        let (file, temp) = temp.into_parts();
+        if let Some(m) = &existing {
+            // Keeping the owner needs CAP_CHOWN unless it is ours already; without it the
+            // file belongs to whoever wrote it, as with any editor that saves by rename.
+            let _ = std::os::unix::fs::fchown(&file, Some(m.uid()), Some(m.gid()));
+            // After chown (which clears set-id bits), and past the umask that applied at
+            // creation: the existing mode exactly.
+            file.set_permissions(std::fs::Permissions::from_mode(mode))
+                .map_err(|e| io_err("cannot set the mode of the temporary file", e))?;
+        }
+        Ok(OutputFile {
+            name,
+            out: BufWriter::with_capacity(buffer_bytes, file),
+            target: Target::Replace { temp, target: real },
+        })
+    }
+
+    /// The name the user gave, for messages.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether the output is written in place (a device, FIFO or socket).
+    pub fn is_direct(&self) -> bool {
+        matches!(self.target, Target::Direct)
+    }
+
+    /// Flushes and, for a regular file, renames it into place. Call only when the run
+    /// succeeded; dropping the output instead leaves the old file untouched.
+    pub fn commit(self) -> Result<(), OutputError> {
+        let OutputFile { name, out, target } = self;
+        let io_err = |action, source| OutputError::Io {
+            file: name.clone(),
+            action,
+            source,
+        };
+        let file = out
+            .into_inner()
+            .map_err(|e| io_err("cannot write", e.into_error()))?;
+        match target {
+            Target::Direct => Ok(()),
+            Target::Replace { temp, target } => {
+                drop(file);
+                temp.persist(&target)
+                    .map_err(|e| io_err("cannot move the finished file into place", e.error))?;
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Write for OutputFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.out.write(buf)
+    }
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.out.write_all(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+}
+
+/// Writes `bytes` to `path` under the rule in the module doc, in one go.
+pub fn write_all(path: &Path, bytes: &[u8]) -> Result<(), OutputError> {
+    let mut out = OutputFile::create(path, 64 << 10)?;
+    out.write_all(bytes).map_err(|source| OutputError::Io {
+        file: path.display().to_string(),
+        action: "cannot write",
+        source,
+    })?;
+    out.commit()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn leftovers(dir: &Path) -> Vec<String> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".tmp"))
+            .collect()
+    }
+
+    #[test]
+    fn regular_file_is_replaced_on_commit_only_and_keeps_its_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("out");
+        std::fs::write(&p, b"old").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let mut o = OutputFile::create(&p, 16).unwrap();
+        assert!(!o.is_direct());
+        o.write_all(b"new").unwrap();
+        drop(o);
+        assert_eq!(std::fs::read(&p).unwrap(), b"old");
+        assert!(leftovers(dir.path()).is_empty());
+        let mut o = OutputFile::create(&p, 16).unwrap();
+        o.write_all(b"new").unwrap();
+        o.commit().unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"new");
+        let m = std::fs::metadata(&p).unwrap();
+        assert_eq!(m.mode() & 0o7777, 0o640);
+        assert!(leftovers(dir.path()).is_empty());
+    }
+
+    #[test]
+    fn a_new_file_gets_the_usual_mode_not_0600() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("new");
+        write_all(&p, b"x").unwrap();
+        // 0666 less any umask: at least the owner reads and writes, and it is not 0600
+        // unless the umask says so.
+        let mode = std::fs::metadata(&p).unwrap().mode() & 0o777;
+        let umask = {
+            // What a plain create with 0666 gives under this process's umask.
+            let q = dir.path().join("probe");
+            File::create(&q).unwrap();
+            std::fs::metadata(&q).unwrap().mode() & 0o777
+        };
+        assert_eq!(mode, umask);
+    }
+
+    #[test]
+    fn symlink_is_followed_and_stays_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        let link = dir.path().join("link");
+        std::fs::write(&real, b"old").unwrap();
+        symlink("real", &link).unwrap();
+        write_all(&link, b"new").unwrap();
+        assert!(std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(std::fs::read(&real).unwrap(), b"new");
+        // A dangling link names the file to create.
+        let dangling = dir.path().join("dangling");
+        symlink("created", &dangling).unwrap();
+        write_all(&dangling, b"made").unwrap();
+        assert!(std::fs::symlink_metadata(&dangling)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(std::fs::read(dir.path().join("created")).unwrap(), b"made");
+    }
+
+    #[test]
+    fn dev_null_is_written_in_place_and_stays_a_device() {
+        let mut o = OutputFile::create(Path::new("/dev/null"), 16).unwrap();
+        assert!(o.is_direct());
+        o.write_all(b"discarded").unwrap();
+        o.commit().unwrap();
+        assert!(std::fs::metadata("/dev/null")
+            .unwrap()
+            .file_type()
+            .is_char_device());
+    }
+
+    #[test]
+    fn fifo_is_written_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // Safety: mkfifo reads a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || std::fs::read(fifo).unwrap())
+        };
+        write_all(&fifo, b"through the pipe").unwrap();
+        assert_eq!(reader.join().unwrap(), b"through the pipe");
+        assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+        assert!(leftovers(dir.path()).is_empty());
+    }
+
+    #[test]
+    fn a_directory_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = OutputFile::create(dir.path(), 16).err().unwrap();
+        assert!(e.to_string().contains("directory"), "{e}");
+    }
+
+    #[test]
+    fn same_file_as_an_input_is_refused_through_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("in");
+        std::fs::write(&input, b"data").unwrap();
+        let hard = dir.path().join("hard");
+        std::fs::hard_link(&input, &hard).unwrap();
+        let soft = dir.path().join("soft");
+        symlink(&input, &soft).unwrap();
+        let other = dir.path().join("other");
+        for out in [&input, &hard, &soft] {
+            let e = check_distinct(&[&input], &[out]).unwrap_err();
+            assert!(e.to_string().contains("same file"), "{e}");
+        }
+        // Two outputs naming one file.
+        std::fs::write(&other, b"").unwrap();
+        assert!(check_distinct(&[&input], &[&other, &other]).is_err());
+        // New files and character devices pass.
+        let new = dir.path().join("new");
+        check_distinct(&[&input], &[&new]).unwrap();
+        let null = Path::new("/dev/null");
+        check_distinct(&[null], &[null, null]).unwrap();
+    }
+}

@@ -1,0 +1,146 @@
+//! Small safe wrappers over the system calls the `linkem` command needs beyond `std`
+//! (socket options, kernel receive timestamps, signals to its own children), so that
+//! the binary crate has no `unsafe` of its own. Each wrapper checks what the call
+//! needs and turns failures into `io::Error`.
+
+use std::io;
+use std::net::UdpSocket;
+use std::os::fd::AsRawFd;
+
+fn check(rc: libc::c_int) -> io::Result<()> {
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Sets an integer socket option.
+pub fn set_int_option(
+    sock: &impl AsRawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    // Safety: the option value is a live c_int and its exact size is passed; the kernel
+    // only reads it, and checks `level`/`name` itself (EINVAL/ENOPROTOOPT otherwise).
+    check(unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })
+}
+
+/// Asks for kernel receive timestamps (SO_TIMESTAMPNS, CLOCK_REALTIME) on `sock`.
+pub fn enable_rx_timestamps(sock: &UdpSocket) -> io::Result<()> {
+    set_int_option(sock, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)
+}
+
+/// Sets the receive buffer to `bytes`: beyond the system limit if the process may
+/// (SO_RCVBUFFORCE needs CAP_NET_ADMIN), else as far as the limit allows.
+pub fn set_receive_buffer(sock: &UdpSocket, bytes: libc::c_int) -> io::Result<()> {
+    set_int_option(sock, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, bytes)
+        .or_else(|_| set_int_option(sock, libc::SOL_SOCKET, libc::SO_RCVBUF, bytes))
+}
+
+/// Receives one datagram into `buf` with its kernel receive timestamp (CLOCK_REALTIME
+/// ns, 0 if the kernel gave none). `Ok(None)` when the socket's read timeout passed, it
+/// would block, or a signal interrupted the wait.
+pub fn recv_stamped(sock: &UdpSocket, buf: &mut [u8]) -> io::Result<Option<(usize, u64)>> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // u64 elements: cmsghdr needs 8-byte alignment.
+    let mut control = [0u64; 16];
+    // Safety: msghdr is plain data for which all zeroes is a valid (empty) value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control);
+    // Safety: `msg` points at `iov` (which covers exactly `buf`) and at `control`, all
+    // alive and exclusively borrowed for the call; the kernel writes within the lengths.
+    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, 0) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted => {
+                Ok(None)
+            }
+            _ => Err(e),
+        };
+    }
+    let mut ts_ns = 0u64;
+    // Safety: the CMSG macros walk the control buffer the kernel filled, bounded by
+    // msg_controllen as it set it; the timestamp is read unaligned because cmsg data
+    // carries no alignment promise for timespec.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                let t = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
+                ts_ns = t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64;
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok(Some((n as usize, ts_ns)))
+}
+
+/// Sends signal `sig` to the child process `child` (one this process spawned and has
+/// not yet reaped, so its pid cannot have been reused).
+pub fn signal_child(child: &std::process::Child, sig: libc::c_int) -> io::Result<()> {
+    let pid = libc::pid_t::try_from(child.id())
+        .map_err(|_| io::Error::other("process id out of range"))?;
+    // Safety: kill has no memory effects; the pid is our own unreaped child.
+    check(unsafe { libc::kill(pid, sig) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_datagram_arrives_with_a_kernel_timestamp() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        enable_rx_timestamps(&rx).unwrap();
+        set_receive_buffer(&rx, 1 << 20).unwrap();
+        rx.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.send_to(b"hello", rx.local_addr().unwrap()).unwrap();
+        let mut buf = [0u8; 64];
+        let (n, ts) = recv_stamped(&rx, &mut buf).unwrap().unwrap();
+        assert_eq!(&buf[..n], b"hello");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
+        assert!(
+            ts > 0 && ts <= now && now - ts < 5_000_000_000,
+            "{ts} vs {now}"
+        );
+        // Nothing more: the timeout gives None, not an error.
+        rx.set_read_timeout(Some(Duration::from_millis(10)))
+            .unwrap();
+        assert!(recv_stamped(&rx, &mut buf).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_child_can_be_signalled() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        signal_child(&child, libc::SIGTERM).unwrap();
+        let status = child.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGTERM));
+    }
+}

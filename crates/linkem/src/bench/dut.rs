@@ -1,0 +1,143 @@
+//! The device under test: linkem as a child process, or the Linux bridge.
+
+use anyhow::{bail, Context, Result};
+use linkem_io::netns::{self, Topology};
+use std::io::Read;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// The device under test.
+#[derive(Debug, Clone)]
+pub(super) enum Dut {
+    Linkem(Vec<String>),
+    LinuxBridge,
+}
+
+impl Dut {
+    pub(super) fn name(&self) -> String {
+        match self {
+            Dut::Linkem(w) if w.is_empty() => "linkem (no impairment)".into(),
+            Dut::Linkem(w) => format!("linkem {}", w.join(" ")),
+            Dut::LinuxBridge => "Linux bridge".into(),
+        }
+    }
+}
+
+/// A running device under test.
+pub(super) struct Running {
+    child: Option<Child>,
+    bridge: Option<String>,
+}
+
+impl Running {
+    pub(super) fn start(topo: &Topology, dut: &Dut, backend: &str) -> Result<Running> {
+        match dut {
+            Dut::Linkem(words) => {
+                let exe = std::env::current_exe().context("the linkem executable")?;
+                let mut child = Command::new(exe)
+                    .args(["bridge", &topo.emu_a, &topo.emu_b, "--stats", "json"])
+                    .args(["--backend", backend])
+                    .args(words)
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .context("cannot start linkem bridge")?;
+                std::thread::sleep(Duration::from_millis(500));
+                if let Some(status) = child.try_wait()? {
+                    let mut err = String::new();
+                    if let Some(mut e) = child.stderr.take() {
+                        let _ = e.read_to_string(&mut err);
+                    }
+                    bail!("linkem bridge {} exited ({status}): {err}", words.join(" "));
+                }
+                Ok(Running {
+                    child: Some(child),
+                    bridge: None,
+                })
+            }
+            Dut::LinuxBridge => {
+                let br = format!("{}br", topo.prefix);
+                let ip = |args: &[&str]| netns::ip(args).map(drop);
+                ip(&["link", "add", &br, "type", "bridge"])?;
+                let r = Running {
+                    child: None,
+                    bridge: Some(br.clone()),
+                };
+                ip(&["link", "set", &topo.emu_a, "master", &br])?;
+                ip(&["link", "set", &topo.emu_b, "master", &br])?;
+                ip(&["link", "set", &br, "up"])?;
+                std::thread::sleep(Duration::from_millis(200));
+                Ok(r)
+            }
+        }
+    }
+
+    /// Watches the device while a probe runs: if linkem exits, or the bench is
+    /// interrupted, sets `stop` (ending the probe at once) and returns why. Returns None
+    /// once `finished` is set.
+    pub(super) fn watch(
+        &mut self,
+        finished: &AtomicBool,
+        stop: &AtomicBool,
+        interrupted: &AtomicBool,
+    ) -> Option<String> {
+        while !finished.load(Ordering::Acquire) {
+            if interrupted.load(Ordering::Relaxed) {
+                stop.store(true, Ordering::Release);
+                return Some("interrupted".into());
+            }
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    stop.store(true, Ordering::Release);
+                    let mut err = String::new();
+                    if let Some(mut e) = child.stderr.take() {
+                        let _ = e.read_to_string(&mut err);
+                    }
+                    self.child = None;
+                    return Some(format!(
+                        "linkem bridge exited during the probe ({status}): {}",
+                        err.trim_end()
+                    ));
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
+    /// Stops the device; for linkem, returns its final counts (JSON).
+    pub(super) fn stop(mut self) -> Result<Option<serde_json::Value>> {
+        self.halt()
+    }
+
+    fn halt(&mut self) -> Result<Option<serde_json::Value>> {
+        if let Some(br) = self.bridge.take() {
+            let _ = netns::ip(&["link", "del", &br]);
+        }
+        let Some(mut child) = self.child.take() else {
+            return Ok(None);
+        };
+        let _ = linkem_io::sys::signal_child(&child, libc::SIGINT);
+        let t = Instant::now();
+        while child.try_wait()?.is_none() {
+            if t.elapsed() > Duration::from_secs(10) {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("linkem bridge did not stop on SIGINT");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut out = String::new();
+        if let Some(mut o) = child.stdout.take() {
+            let _ = o.read_to_string(&mut out);
+        }
+        Ok(out.lines().rev().find_map(|l| serde_json::from_str(l).ok()))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.halt();
+    }
+}

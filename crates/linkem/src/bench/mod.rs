@@ -1,0 +1,342 @@
+//! `linkem bench`: sets up `nsA <-veth-> DUT <-veth-> nsB`, runs the device
+//! under test (linkem with some link words, or the Linux bridge as the
+//! no-emulation baseline) and `linkem probe` through it, and reports how close
+//! the path came to what was configured (seed 001 §6: MoonEm's measurements).
+//!
+//! Scenarios:
+//! - `delay`: accuracy of `delay 10ms` at a low and a high constant rate, 64
+//!   and 1500 bytes, and bursts of 64: median, p99 and worst deviation from
+//!   10 ms after subtracting the zero-delay baseline of the same run (the
+//!   median one-way delay of the path without an emulator: the Linux bridge at
+//!   the same rate and size; linkem's own zero-delay row is shown beside); plus
+//!   inter-packet-gap preservation (bursts added or split) of each run.
+//! - `lossfree`: the highest rate at which each link loses no more than its
+//!   configuration says (`delay 10ms`: nothing; `loss 1%`: 1 %; `rate` at 90 %
+//!   of the offered load: 10 %; all three), 64 and 1500 bytes, found on a
+//!   doubling ladder of rates.
+//!
+//! Each scenario also measures the Linux bridge in the same run.
+//!
+//! The module is split where the work is: `dut` starts and stops the device under
+//! test, `scenarios` decides what to measure and how to judge it, this file runs a
+//! measurement (one device, one probe) and prints the tables.
+
+use crate::probe::{self, stats::Analysis, stats::Percentiles, us, Pattern, ProbeConfig};
+use anyhow::{bail, Context, Result};
+use linkem_io::netns::{self, Topology};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// Scenarios to run: delay, lossfree (default: all).
+    pub scenarios: Vec<String>,
+    /// Every scenario at reduced length (a smoke test, under 3 minutes).
+    #[arg(long)]
+    pub quick: bool,
+    /// Write every row, with its command line, as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write latency and gap plots (PNG and SVG) into DIR.
+    #[arg(long, value_name = "DIR")]
+    pub plot: Option<PathBuf>,
+    /// Backend of the linkem under test.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "xdp", "packet"])]
+    pub backend: String,
+    /// The high constant rate of the delay scenario, in pps (default: 80 % of the
+    /// highest loss-free rate of delay 10ms, or 20000).
+    #[arg(long = "high-rate", value_name = "PPS", value_parser = parse_pps)]
+    pub high_rate_pps: Option<f64>,
+}
+
+/// `--high-rate`: a plain number of packets per second in the probe's range.
+fn parse_pps(text: &str) -> Result<f64, String> {
+    let plain = !text.is_empty() && text.chars().all(|c| c.is_ascii_digit() || c == '.');
+    match text.parse::<f64>() {
+        Ok(v) if plain && (probe::MIN_RATE_PPS..=probe::MAX_RATE_PPS).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "'{text}': give packets per second, {} to {}",
+            probe::MIN_RATE_PPS,
+            probe::MAX_RATE_PPS
+        )),
+    }
+}
+
+const DELAY_NS: u64 = 10_000_000;
+const PORT: u16 = 5998;
+
+mod dut;
+mod scenarios;
+
+use dut::{Dut, Running};
+
+/// One measured row.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub scenario: String,
+    pub device: String,
+    pub configured: String,
+    pub offered: String,
+    pub size_bytes: u32,
+    pub pattern: String,
+    pub rate_pps: f64,
+    pub sent: u64,
+    pub delivered: u64,
+    pub lost: u64,
+    /// Delay figures minus the configured delay and the zero-delay baseline's median.
+    pub deviation_ns: Option<Percentiles>,
+    pub baseline_p50_ns: Option<i64>,
+    pub analysis: Analysis,
+    /// For `lossfree`: the highest rate that passed, pps (None: not even the lowest).
+    pub lossfree_pps: Option<f64>,
+    pub expected_loss: Option<f64>,
+    pub note: String,
+    pub repeat: String,
+    pub linkem_counts: Option<serde_json::Value>,
+}
+
+struct Bench<'a> {
+    topo: &'a Topology,
+    args: &'a BenchArgs,
+    /// SIGINT or SIGTERM: stop after the current run and clean up.
+    interrupted: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Bench<'_> {
+    fn probe_cfg(
+        &self,
+        size: u32,
+        pattern: Pattern,
+        rate_pps: f64,
+        packets: u64,
+        expect: u64,
+    ) -> ProbeConfig {
+        ProbeConfig {
+            dst: std::net::SocketAddrV4::new(self.topo.addr_b, PORT),
+            src_ns: Some(self.topo.ns_a.clone()),
+            dst_ns: Some(self.topo.ns_b.clone()),
+            pattern,
+            rate_pps,
+            size_bytes: size,
+            packets,
+            expected_delay_ns: expect,
+            seed: 1,
+            drain_ns: 2 * expect + 300_000_000,
+        }
+    }
+
+    fn repeat(&self, dut: &Dut, cfg: &ProbeConfig) -> String {
+        let probe = format!(
+            "linkem probe {} --port {} --src-ns {} --dst-ns {} --rate {:.0}pps --size {} --pattern {} --packets {} --expect-delay {}",
+            cfg.dst.ip(),
+            cfg.dst.port(),
+            self.topo.ns_a,
+            self.topo.ns_b,
+            cfg.rate_pps,
+            cfg.size_bytes,
+            cfg.pattern,
+            cfg.packets,
+            linkem_core::units::format_time_ns(cfg.expected_delay_ns),
+        );
+        match dut {
+            Dut::Linkem(w) => format!(
+                "linkem bridge {} {} --backend {} {} & {probe}",
+                self.topo.emu_a,
+                self.topo.emu_b,
+                self.args.backend,
+                w.join(" ")
+            ),
+            Dut::LinuxBridge => format!(
+                "ip link add BR type bridge; ip link set {} master BR; ip link set {} master BR; ip link set BR up; {probe}",
+                self.topo.emu_a, self.topo.emu_b
+            ),
+        }
+    }
+
+    fn measure(
+        &self,
+        dut: &Dut,
+        cfg: &ProbeConfig,
+    ) -> Result<(probe::ProbeRun, Option<serde_json::Value>)> {
+        if self.interrupted.load(Ordering::Relaxed) {
+            bail!("interrupted");
+        }
+        let mut running = Running::start(self.topo, dut, &self.args.backend)?;
+        // A failure on either side ends the other: the probe stops if linkem exits,
+        // and linkem is stopped (below) whatever became of the probe.
+        let stop = AtomicBool::new(false);
+        let finished = AtomicBool::new(false);
+        let (run, died) = std::thread::scope(|s| {
+            let watcher = s.spawn(|| running.watch(&finished, &stop, &self.interrupted));
+            let run = probe::run_until(cfg, &stop);
+            finished.store(true, Ordering::Release);
+            (run, watcher.join().expect("watcher thread"))
+        });
+        if let Some(reason) = died {
+            bail!("{reason}");
+        }
+        let counts = running.stop()?;
+        if self.interrupted.load(Ordering::Relaxed) {
+            // Returning unwinds to `run`, whose Topology removes the namespaces.
+            bail!("interrupted");
+        }
+        Ok((run?, counts))
+    }
+}
+
+fn pps_text(pps: f64) -> String {
+    if pps >= 1000.0 {
+        format!("{:.1} kpps", pps / 1000.0)
+    } else {
+        format!("{pps:.0} pps")
+    }
+}
+
+/// The markdown tables.
+pub fn markdown(rows: &[Row]) -> String {
+    let mut s = String::new();
+    if rows.iter().any(|r| r.scenario == "delay") {
+        s += "### Delay accuracy (`delay 10ms`; deviation = one-way delay − 10 ms − the Linux bridge's p50 at the same rate and size)\n\n";
+        s += "| device | configured | offered | sent | delivered | lost | one-way p50 µs | deviation p50 µs | p99 µs | max µs | sender late max µs | note |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+        for r in rows.iter().filter(|r| r.scenario == "delay") {
+            let (d50, d99, dmax) = match &r.deviation_ns {
+                Some(d) => (us(d.p50), us(d.p99), us(d.max)),
+                None => ("-".into(), "-".into(), "-".into()),
+            };
+            s += &format!(
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                r.device,
+                r.configured,
+                r.offered,
+                r.sent,
+                r.delivered,
+                r.lost,
+                us(r.analysis.delay_ns.p50),
+                d50,
+                d99,
+                dmax,
+                us(r.analysis.send_error_ns.max),
+                r.note
+            );
+        }
+        s += "\nA sender that was late by as much as the worst deviation points at a stall of the whole machine (both ran late), not at the emulator.\n";
+        s += "\n### Inter-packet gaps (pairs of consecutive packets; a gap under 20 µs is back to back)\n\n";
+        s += "| device | configured | offered | sender gap p50 µs | receiver gap p50 µs | \\|change\\| p50 µs | p99 µs | bursts added | bursts split | pairs |\n|---|---|---|---|---|---|---|---|---|---|\n";
+        for r in rows.iter().filter(|r| r.scenario == "delay") {
+            let a = &r.analysis;
+            s += &format!(
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                r.device,
+                r.configured,
+                r.offered,
+                us(a.send_gap_ns.p50),
+                us(a.recv_gap_ns.p50),
+                us(a.gap_change_ns.p50),
+                us(a.gap_change_ns.p99),
+                a.bursts_added,
+                a.bursts_split,
+                a.gap_pairs
+            );
+        }
+        s += "\n";
+    }
+    if rows.iter().any(|r| r.scenario == "lossfree") {
+        s += "### Highest loss-free rate (loss within the 99.9 % bound of what the link is configured to lose)\n\n";
+        s += "| device | configured | size | offered | highest passing rate | sent | delivered | lost | expected loss | note |\n|---|---|---|---|---|---|---|---|---|---|\n";
+        for r in rows.iter().filter(|r| r.scenario == "lossfree") {
+            s += &format!(
+                "| {} | {} | {} B | {} | {} | {} | {} | {} | {:.2} % | {} |\n",
+                r.device,
+                r.configured,
+                r.size_bytes,
+                r.offered,
+                r.lossfree_pps.map(pps_text).unwrap_or_else(|| "-".into()),
+                r.sent,
+                r.delivered,
+                r.lost,
+                r.expected_loss.unwrap_or(0.0) * 100.0,
+                r.note
+            );
+        }
+        s += "\n";
+    }
+    if rows.iter().any(|r| !r.repeat.is_empty()) {
+        s += "### To repeat a row (names are this run's; `linkem bench` builds them afresh)\n\n";
+        for r in rows.iter().filter(|r| !r.repeat.is_empty()) {
+            s += &format!(
+                "- {}, {}, {}, {}: `{}`\n",
+                r.scenario, r.device, r.configured, r.offered, r.repeat
+            );
+        }
+        s += "\n";
+    }
+    s
+}
+
+pub fn run(args: &BenchArgs) -> Result<()> {
+    let mut scenarios = args.scenarios.clone();
+    if scenarios.is_empty() {
+        scenarios = vec!["lossfree".into(), "delay".into()];
+    }
+    for s in &scenarios {
+        if !["delay", "gaps", "lossfree"].contains(&s.as_str()) {
+            bail!("unknown scenario '{s}': the scenarios are delay (with gaps) and lossfree");
+        }
+    }
+    netns::check_prerequisites().map_err(|e| anyhow::anyhow!("linkem bench: {e}"))?;
+    if let Some(dir) = &args.plot {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let started = Instant::now();
+    // Namespaces left by a bench that was killed outright.
+    let _ = netns::cleanup_dead("lkbench");
+    let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, interrupted.clone())
+            .context("cannot install the signal handler")?;
+    }
+    let topo = Topology::two_hosts(&netns::unique_prefix("lkbench"))
+        .map_err(|e| anyhow::anyhow!("cannot build the namespaces: {e}"))?;
+    let b = Bench {
+        topo: &topo,
+        args,
+        interrupted,
+    };
+    let mut rows = Vec::new();
+    let mut high = args.high_rate_pps;
+    if scenarios.iter().any(|s| s == "lossfree") {
+        let found = scenarios::lossfree(&b, &mut rows)?;
+        if high.is_none() {
+            high = found.map(|f| f * 0.8);
+        }
+    }
+    if scenarios.iter().any(|s| s == "delay" || s == "gaps") {
+        scenarios::delay(&b, high.unwrap_or(20_000.0), &mut rows)?;
+    }
+    drop(topo);
+    let table = markdown(&rows);
+    println!("{table}");
+    println!(
+        "linkem bench {}{} --backend {}: {:.0} s.",
+        scenarios.join(" "),
+        if args.quick { " --quick" } else { "" },
+        args.backend,
+        started.elapsed().as_secs_f64()
+    );
+    if let Some(path) = &args.json {
+        let out = serde_json::json!({
+            "clock": "CLOCK_TAI",
+            "quick": args.quick,
+            "backend": args.backend,
+            "elapsed_s": started.elapsed().as_secs_f64(),
+            "rows": rows,
+        });
+        linkem_io::outfile::write_all(
+            path,
+            (serde_json::to_string_pretty(&out)? + "\n").as_bytes(),
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,362 @@
+//! What each scenario measures and how it is judged (see the module doc of `bench`).
+
+use super::{pps_text, Bench, Dut, Row, DELAY_NS};
+use crate::probe::{self, Pattern, ProbeConfig};
+use anyhow::Result;
+
+/// Rate words for `rate` at `share` of `pps` frames of `size` bytes (with FCS)
+/// each, counting Ethernet's preamble and gap (`overhead ethernet`).
+fn rate_words(pps: f64, size: u32, share: f64) -> Vec<String> {
+    let wire_bytes = (size - 4 + 24) as f64;
+    let kbit = (share * pps * wire_bytes * 8.0 / 1000.0).round().max(1.0);
+    vec![
+        "rate".into(),
+        format!("{kbit:.0}kbit"),
+        "overhead".into(),
+        "ethernet".into(),
+    ]
+}
+
+/// The plots of one delay case: deviation of linkem with delay, without, and of the
+/// Linux bridge, each against the bridge's median; gaps before and after linkem.
+fn plot_delay_case(
+    dir: &std::path::Path,
+    tag: &str,
+    offered: &str,
+    base_p50: i64,
+    [run, base, bridge]: [&probe::ProbeRun; 3],
+) -> Result<()> {
+    let stem = dir.join(format!("delay-{tag}"));
+    crate::plot::latency(
+        &stem,
+        &format!("delay 10ms, {offered}: deviation"),
+        &[
+            crate::plot::LatencySeries {
+                label: "linkem delay 10ms (minus 10 ms and the bridge's p50)".into(),
+                delay_ns: &run.series.delay_ns,
+                expected_ns: DELAY_NS as i64 + base_p50,
+            },
+            crate::plot::LatencySeries {
+                label: "linkem, no delay (minus the bridge's p50)".into(),
+                delay_ns: &base.series.delay_ns,
+                expected_ns: base_p50,
+            },
+            crate::plot::LatencySeries {
+                label: "Linux bridge (minus its p50)".into(),
+                delay_ns: &bridge.series.delay_ns,
+                expected_ns: base_p50,
+            },
+        ],
+    )?;
+    crate::plot::gaps(
+        &dir.join(format!("gaps-{tag}")),
+        &format!("delay 10ms, {offered}: gaps"),
+        &run.series.send_gap_ns,
+        &run.series.recv_gap_ns,
+    )?;
+    Ok(())
+}
+
+pub(super) fn delay(b: &Bench<'_>, high_pps: f64, rows: &mut Vec<Row>) -> Result<()> {
+    let quick = b.args.quick;
+    let low = 1000.0;
+    let cases: Vec<(u32, Pattern, f64, &str)> = vec![
+        (64, Pattern::Constant, low, "low rate"),
+        (1500, Pattern::Constant, low, "low rate"),
+        (64, Pattern::Constant, high_pps, "high rate"),
+        (1500, Pattern::Constant, high_pps.min(60_000.0), "high rate"),
+        (64, Pattern::Burst(64), low, "bursts of 64"),
+    ];
+    let secs = if quick { 1.0 } else { 8.0 };
+    for (size, pattern, pps, label) in cases {
+        let packets = ((pps * secs) as u64).max(200);
+        let delay = Dut::Linkem(vec!["delay".into(), "10ms".into()]);
+        let zero = Dut::Linkem(vec![]);
+        let zero_cfg = b.probe_cfg(size, pattern, pps, packets, 0);
+        let cfg = b.probe_cfg(size, pattern, pps, packets, DELAY_NS);
+        let (base, base_counts) = b.measure(&zero, &zero_cfg)?;
+        let (run, counts) = b.measure(&delay, &cfg)?;
+        let (bridge, _) = b.measure(&Dut::LinuxBridge, &zero_cfg)?;
+        // The path's own delay: the same veths and namespaces without an emulator.
+        let base_p50 = bridge.analysis.delay_ns.p50;
+        let offered = format!("{size} B, {pattern}, {}", pps_text(pps));
+        if let Some(dir) = &b.args.plot {
+            let tag = format!(
+                "{size}B-{}-{pps:.0}pps",
+                pattern.to_string().replace(':', "")
+            );
+            plot_delay_case(dir, &tag, &offered, base_p50, [&run, &base, &bridge])?;
+        }
+        for (dut, r, dev, c, cfg, note) in [
+            (
+                zero,
+                &base,
+                None,
+                base_counts,
+                &zero_cfg,
+                "linkem without delay",
+            ),
+            (
+                delay,
+                &run,
+                Some(run.analysis.deviation_ns.shifted(base_p50)),
+                counts,
+                &cfg,
+                label,
+            ),
+            (
+                Dut::LinuxBridge,
+                &bridge,
+                None,
+                None,
+                &zero_cfg,
+                "no emulation: the zero-delay baseline",
+            ),
+        ] {
+            rows.push(Row {
+                scenario: "delay".into(),
+                device: dut.name(),
+                configured: match &dut {
+                    Dut::Linkem(w) if !w.is_empty() => w.join(" "),
+                    _ => "-".into(),
+                },
+                offered: offered.clone(),
+                size_bytes: size,
+                pattern: pattern.to_string(),
+                rate_pps: pps,
+                sent: r.analysis.sent,
+                delivered: r.analysis.received,
+                lost: r.analysis.lost,
+                deviation_ns: dev,
+                baseline_p50_ns: Some(base_p50),
+                analysis: r.analysis.clone(),
+                lossfree_pps: None,
+                expected_loss: None,
+                note: note.to_string(),
+                repeat: b.repeat(&dut, cfg),
+                linkem_counts: c,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A label, the link words and the share of the offered rate for `rate` (None:
+/// the Linux bridge), and the loss the link is configured for.
+type LossfreeCase = (&'static str, Option<(Vec<String>, f64)>, f64);
+
+/// The highest rung passed so far.
+type Passed = (
+    f64,
+    probe::ProbeRun,
+    Option<serde_json::Value>,
+    ProbeConfig,
+    Dut,
+);
+
+/// The links the lossfree scenario climbs the ladder with.
+fn lossfree_cases() -> Vec<LossfreeCase> {
+    let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    vec![
+        ("no emulation", None, 0.0),
+        ("delay 10ms", Some((words(&["delay", "10ms"]), 0.0)), 0.0),
+        (
+            "loss 1%",
+            Some((words(&["loss", "1%", "seed", "1"]), 0.0)),
+            0.01,
+        ),
+        ("rate 90% of offered", Some((vec![], 0.9)), 0.10),
+        (
+            "delay 10ms loss 1% rate 90%",
+            Some((words(&["delay", "10ms", "loss", "1%", "seed", "1"]), 0.9)),
+            1.0 - 0.9 * 0.99,
+        ),
+    ]
+}
+
+/// One rung: Ok(passed) or Err(why it failed).
+fn try_rung(
+    b: &Bench<'_>,
+    size: u32,
+    case: &LossfreeCase,
+    pps: f64,
+    secs: f64,
+) -> Result<std::result::Result<Passed, String>> {
+    let (label, words, expected) = case;
+    let dut = match words {
+        None => Dut::LinuxBridge,
+        Some((w, share)) => {
+            let mut w = w.clone();
+            if *share > 0.0 {
+                w.extend(rate_words(pps, size, *share));
+            }
+            Dut::Linkem(w)
+        }
+    };
+    let expect = if label.contains("delay") { DELAY_NS } else { 0 };
+    let packets = ((pps * secs) as u64).max(500);
+    let cfg = b.probe_cfg(size, Pattern::Constant, pps, packets, expect);
+    let (run, counts) = b.measure(&dut, &cfg)?;
+    let a = &run.analysis;
+    let achieved = if a.send_gap_ns.count > 0 && a.send_gap_ns.mean > 0.0 {
+        1e9 / a.send_gap_ns.mean
+    } else {
+        pps
+    };
+    if achieved < 0.95 * pps {
+        return Ok(Err(format!(
+            "sender reached only {} at {}",
+            pps_text(achieved),
+            pps_text(pps)
+        )));
+    }
+    // The rate shaper's queue (1000 packets) absorbs the start, so a
+    // shaped link loses a little less than its share at first.
+    let bound = probe::stats::loss_bound(a.sent, *expected);
+    if a.loss_ratio > bound {
+        return Ok(Err(format!(
+            "{:.2} % lost at {} (bound {:.2} %)",
+            a.loss_ratio * 100.0,
+            pps_text(pps),
+            bound * 100.0
+        )));
+    }
+    Ok(Ok((pps, run, counts, cfg, dut)))
+}
+
+/// Climbs `rungs` until one fails, then narrows the step between the last rung passed
+/// and the first failed `refine` times. Returns the best rung passed and why the next
+/// one failed.
+fn climb(
+    rungs: &[f64],
+    refine: usize,
+    mut try_rate: impl FnMut(f64) -> Result<std::result::Result<Passed, String>>,
+) -> Result<(Option<Passed>, String)> {
+    let mut best: Option<Passed> = None;
+    let mut note = String::new();
+    let mut failed_at = None;
+    for &pps in rungs {
+        match try_rate(pps)? {
+            Ok(p) => best = Some(p),
+            Err(why) => {
+                note = why;
+                failed_at = Some(pps);
+                break;
+            }
+        }
+    }
+    if let (Some(mut hi), Some(mut lo)) = (failed_at, best.as_ref().map(|b| b.0)) {
+        for _ in 0..refine {
+            let mid = ((lo + hi) / 2.0 / 1000.0).round() * 1000.0;
+            if mid <= lo || mid >= hi {
+                break;
+            }
+            match try_rate(mid)? {
+                Ok(p) => {
+                    lo = mid;
+                    best = Some(p);
+                }
+                Err(why) => {
+                    hi = mid;
+                    note = why;
+                }
+            }
+        }
+    }
+    Ok((best, note))
+}
+
+/// The row of one lossfree case: its best rung, or the lowest that failed.
+fn lossfree_row(
+    b: &Bench<'_>,
+    case: &LossfreeCase,
+    size: u32,
+    rungs: &[f64],
+    best: Option<Passed>,
+    note: String,
+) -> Row {
+    let (label, words, expected) = case;
+    let offered = format!(
+        "{size} B constant, ladder {}..{}",
+        pps_text(rungs[0]),
+        pps_text(rungs[rungs.len() - 1])
+    );
+    let device = if words.is_none() {
+        Dut::LinuxBridge.name()
+    } else {
+        "linkem".into()
+    };
+    let (rate_pps, analysis, lossfree_pps, repeat, linkem_counts, note) = match best {
+        Some((pps, run, counts, cfg, dut)) => (
+            pps,
+            run.analysis,
+            Some(pps),
+            b.repeat(&dut, &cfg),
+            counts,
+            if note.is_empty() {
+                "every rung passed".into()
+            } else {
+                format!("next rung: {note}")
+            },
+        ),
+        None => (
+            rungs[0],
+            probe::stats::analyse(&[], &[], &[], 0).0,
+            None,
+            String::new(),
+            None,
+            format!("lowest rung failed: {note}"),
+        ),
+    };
+    Row {
+        scenario: "lossfree".into(),
+        device,
+        configured: label.to_string(),
+        offered,
+        size_bytes: size,
+        pattern: "constant".into(),
+        rate_pps,
+        sent: analysis.sent,
+        delivered: analysis.received,
+        lost: analysis.lost,
+        deviation_ns: None,
+        baseline_p50_ns: None,
+        analysis,
+        lossfree_pps,
+        expected_loss: Some(*expected),
+        note,
+        repeat,
+        linkem_counts,
+    }
+}
+
+/// The `lossfree` scenario; returns the highest loss-free rate of `delay 10ms` at 64 bytes.
+pub(super) fn lossfree(b: &Bench<'_>, rows: &mut Vec<Row>) -> Result<Option<f64>> {
+    let ladder: Vec<f64> = if b.args.quick {
+        vec![5_000.0, 20_000.0, 80_000.0]
+    } else {
+        vec![
+            5_000.0, 10_000.0, 20_000.0, 40_000.0, 80_000.0, 160_000.0, 320_000.0,
+        ]
+    };
+    let secs = if b.args.quick { 0.5 } else { 2.0 };
+    let refine = if b.args.quick { 0 } else { 2 };
+    let mut delay_64 = None;
+    for size in [64u32, 1500] {
+        // 1500-byte frames stop at 100 kpps (1.2 Gbit/s): beyond it the probe
+        // measures its own sender on this kind of machine.
+        let mut rungs: Vec<f64> = ladder
+            .iter()
+            .map(|&p| if size == 1500 { p.min(100_000.0) } else { p })
+            .collect();
+        rungs.dedup();
+        for case in lossfree_cases() {
+            let (best, note) = climb(&rungs, refine, |pps| try_rung(b, size, &case, pps, secs))?;
+            if case.0 == "delay 10ms" && size == 64 {
+                delay_64 = best.as_ref().map(|b| b.0);
+            }
+            rows.push(lossfree_row(b, &case, size, &rungs, best, note));
+        }
+    }
+    Ok(delay_64)
+}
