@@ -160,8 +160,8 @@ pub(super) fn input_stage(
         // line to be dropped late, and copying them costs the machine the time
         // it lacks. Counted as backpressure: the emulator, not the link, had no
         // room for them.
-        let behind_ns =
-            clock::now_ns().saturating_sub(control.output_at_ns.load(Ordering::Relaxed));
+        let now = clock::now_ns();
+        let behind_ns = now.saturating_sub(control.output_at_ns.load(Ordering::Relaxed));
         let shed = opts.max_lag_ns.is_some_and(|m| behind_ns > m);
         let mut pushed = false;
         let result = rx.rx_batch(opts.batch, &mut |frame| {
