@@ -16,6 +16,7 @@
 //! never truncated and never reaches the model, as a real link would never have
 //! carried it.
 
+use super::wait::Realtime;
 use super::{Control, DirectionOptions};
 use crate::clock;
 use crate::delay_line::Producer;
@@ -114,14 +115,28 @@ struct InputCounts {
     kernel_drops: u64,
 }
 
+/// What the input stage reads from and writes to.
+pub(super) struct Ports {
+    pub rx: Box<dyn RxPort>,
+    pub producer: Producer,
+    /// The egress port's largest frame.
+    pub max_frame_bytes: usize,
+    /// The output thread, to wake when it is parked.
+    pub output: std::thread::Thread,
+}
+
 pub(super) fn input_stage(
     control: Arc<Control>,
     opts: DirectionOptions,
-    max_frame_bytes: usize,
-    mut producer: Producer,
-    mut rx: Box<dyn RxPort>,
-    output: std::thread::Thread,
+    ports: Ports,
+    mut realtime: Option<Realtime>,
 ) {
+    let Ports {
+        mut rx,
+        mut producer,
+        max_frame_bytes,
+        output,
+    } = ports;
     let mut link = Link::new(opts.link, opts.seed, opts.direction);
     let mut c = InputCounts::default();
     let mut warned_too_big = false;
@@ -226,13 +241,23 @@ pub(super) fn input_stage(
         match result {
             Ok(0) => {
                 publish(&link, &c);
+                if let Some(rt) = realtime.as_mut() {
+                    // Failing to return to SCHED_FIFO costs precision, not packets.
+                    let _ = rt.wait_mode();
+                }
                 if let Err(e) = rx.wait_rx(IDLE_WAIT_NS) {
                     control.fail(format!("receive: {e}"));
                     break;
                 }
                 c.wakeups += 1;
             }
-            Ok(_) => {
+            Ok(n) => {
+                if n == opts.batch {
+                    // A full batch: frames are waiting; busy for long, it leaves SCHED_FIFO.
+                    if let Some(rt) = realtime.as_mut() {
+                        rt.busy(now);
+                    }
+                }
                 if pushed && control.output_parked.load(Ordering::Acquire) {
                     output.unpark();
                 }
