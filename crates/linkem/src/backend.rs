@@ -5,7 +5,7 @@
 use anyhow::{anyhow, Result};
 use linkem_io::afpacket::{self, AfPacket, AfPacketConfig};
 use linkem_io::afxdp::{self, AfXdp, AfXdpConfig, XdpRx, XdpTx};
-use linkem_runtime::port::{RxFrame, RxPort, TxPort};
+use linkem_runtime::port::{RxFrame, RxPort, TxOutcome, TxPort};
 use std::io;
 use std::time::Duration;
 
@@ -32,6 +32,7 @@ impl RxPort for PacketRx {
                 data: fr.data,
                 orig_len: fr.orig_len,
                 ts_ns: fr.ts_ns,
+                offload: fr.offload,
             })
         }))
     }
@@ -42,20 +43,37 @@ impl RxPort for PacketRx {
             .map(|_| ())
             .map_err(io::Error::other)
     }
+
+    fn rx_kernel_drops(&mut self) -> u64 {
+        self.0.kernel_drops()
+    }
 }
 
 impl TxPort for PacketTx {
-    fn tx_push(&mut self, frame: &[u8]) -> bool {
-        self.0.tx_push(frame)
+    fn tx_push(&mut self, frame: &[u8]) -> TxOutcome {
+        match self.0.tx_push(frame) {
+            afpacket::TxPush::Queued => TxOutcome::Queued,
+            afpacket::TxPush::NoRoom => TxOutcome::NoRoom,
+            afpacket::TxPush::TooBig => TxOutcome::TooBig,
+        }
     }
 
     fn tx_flush(&mut self) -> io::Result<()> {
         self.0.tx_flush().map_err(io::Error::other)
     }
+
+    fn tx_errors(&mut self) -> u64 {
+        self.0.stats().tx_wrong_format
+    }
+
+    fn max_frame_bytes(&self) -> usize {
+        self.0.max_frame_bytes()
+    }
 }
 
 struct XskRx(XdpRx);
-struct XskTx(XdpTx);
+/// The send half and the largest frame it may send (MTU + Ethernet header + one tag).
+struct XskTx(XdpTx, usize);
 
 impl RxPort for XskRx {
     fn rx_batch(&mut self, max: usize, f: &mut dyn FnMut(RxFrame<'_>)) -> io::Result<usize> {
@@ -64,6 +82,7 @@ impl RxPort for XskRx {
                 data,
                 orig_len: len,
                 ts_ns,
+                offload: Default::default(),
             })
         })
     }
@@ -74,12 +93,23 @@ impl RxPort for XskRx {
 }
 
 impl TxPort for XskTx {
-    fn tx_push(&mut self, frame: &[u8]) -> bool {
-        self.0.tx_push(frame)
+    fn tx_push(&mut self, frame: &[u8]) -> TxOutcome {
+        if frame.len() > self.1 {
+            return TxOutcome::TooBig;
+        }
+        if self.0.tx_push(frame) {
+            TxOutcome::Queued
+        } else {
+            TxOutcome::NoRoom
+        }
     }
 
     fn tx_flush(&mut self) -> io::Result<()> {
         self.0.tx_flush()
+    }
+
+    fn max_frame_bytes(&self) -> usize {
+        self.1
     }
 }
 
@@ -134,7 +164,8 @@ fn open_xdp(ifname: &str, mtu: u32) -> Result<Halves> {
         },
     )?;
     let info = rx.info().to_string();
-    Ok((Box::new(XskRx(rx)), Box::new(XskTx(tx)), info))
+    let max_frame = (mtu as usize + 18).min(frame_size as usize);
+    Ok((Box::new(XskRx(rx)), Box::new(XskTx(tx, max_frame)), info))
 }
 
 /// The kernel driver behind an interface (ETHTOOL_GDRVINFO), if it says.

@@ -12,7 +12,8 @@ use anyhow::{bail, Context, Result};
 use linkem_core::units::{parse_size_bytes, parse_time_ns};
 use linkem_core::{Dialect, Fate, LinkSpec, TomlWords};
 use linkem_runtime::pipeline::{
-    buffer_bytes_for, Direction, DirectionOptions, DirectionStats, DEFAULT_SPIN_NS,
+    buffer_bytes_for, Direction, DirectionOptions, DirectionStats, DEFAULT_MAX_LAG_NS,
+    DEFAULT_SPIN_NS,
 };
 use serde_json::json;
 use std::path::PathBuf;
@@ -68,7 +69,8 @@ pub struct BridgeArgs {
     /// overshoot (learnt while running). Lower it to save CPU at the cost of precision.
     #[arg(long, value_name = "TIME")]
     pub spin_threshold: Option<String>,
-    /// Drop (as 'late') a packet that cannot leave within TIME of its release time.
+    /// Drop (as 'late') a packet that cannot leave within TIME of its release time
+    /// (default 5ms; 'off' never drops, letting a backlog grow under overload).
     #[arg(long, value_name = "TIME")]
     pub max_lag: Option<String>,
     /// Delay-line size per direction (default: from rate × delay), e.g. 2GiB.
@@ -78,7 +80,10 @@ pub struct BridgeArgs {
     #[arg(long, default_value_t = 32)]
     pub batch: usize,
     /// Which stages run under SCHED_FIFO: 'out' (default) lets the output stages
-    /// wake at release times even when traffic generators load the same cores.
+    /// wake at release times, and the input stages take frames in, at once even when
+    /// traffic generators load the same cores (a stage busy for 1 ms without a pause
+    /// returns to ordinary scheduling until it next waits); 'all' keeps the input
+    /// stages real-time even when busy.
     #[arg(long, value_enum, default_value = "out")]
     pub realtime: Realtime,
     /// Stop after SECONDS (default: run until SIGINT or SIGTERM).
@@ -193,9 +198,10 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
         Some(t) => parse_time_ns(t).map_err(|e| anyhow::anyhow!("--spin-threshold {e}"))?,
         None => DEFAULT_SPIN_NS,
     };
-    let max_lag_ns = match &args.max_lag {
+    let max_lag_ns = match args.max_lag.as_deref() {
+        Some("off") => None,
         Some(t) => Some(parse_time_ns(t).map_err(|e| anyhow::anyhow!("--max-lag {e}"))?),
-        None => None,
+        None => Some(DEFAULT_MAX_LAG_NS),
     };
     let buffer = match &args.buffer {
         Some(s) => Some(parse_size_bytes(s).map_err(|e| anyhow::anyhow!("--buffer {e}"))? as usize),
@@ -369,6 +375,8 @@ fn print_stats(format: StatsFormat, stats: &[DirectionStats], secs: f64, seed: u
                     json!({
                         "direction": s.name,
                         "received": s.received,
+                        "rx_kernel_drops": s.rx_kernel_drops,
+                        "segmented": s.segmented,
                         "fates": fates,
                         "in_flight": s.in_flight,
                         "duplicated": s.fates.duplicated,
@@ -400,28 +408,36 @@ fn print_stats(format: StatsFormat, stats: &[DirectionStats], secs: f64, seed: u
                 if last { " (final)" } else { "" }
             );
             println!(
-                "{:<6}{:>10}{:>10}{:>11}{:>8}{:>8}{:>13}{:>6}{:>10}  lateness p50/p99/p99.9/max",
+                "{:<6}{:>10}{:>9}{:>10}{:>10}{:>11}{:>8}{:>8}{:>13}{:>6}{:>8}{:>9}{:>10}  lateness p50/p99/p99.9/max",
                 "dir",
                 "received",
+                "k-drops",
+                "segmented",
                 "delivered",
                 "queue-full",
                 "loss",
                 "policed",
                 "backpressure",
                 "late",
+                "too-big",
+                "tx-error",
                 "in-flight"
             );
             for s in stats {
                 println!(
-                    "{:<6}{:>10}{:>10}{:>11}{:>8}{:>8}{:>13}{:>6}{:>10}  {}/{}/{}/{}",
+                    "{:<6}{:>10}{:>9}{:>10}{:>10}{:>11}{:>8}{:>8}{:>13}{:>6}{:>8}{:>9}{:>10}  {}/{}/{}/{}",
                     s.name,
                     s.received,
+                    s.rx_kernel_drops,
+                    s.segmented,
                     s.fates.get(Fate::Delivered),
                     s.fates.get(Fate::QueueFull),
                     s.fates.get(Fate::Loss),
                     s.fates.get(Fate::Policed),
                     s.fates.get(Fate::Backpressure),
                     s.fates.get(Fate::Late),
+                    s.fates.get(Fate::TooBig),
+                    s.fates.get(Fate::TxError),
                     s.in_flight,
                     fmt_ns(percentile_ns(s, 0.5)),
                     fmt_ns(percentile_ns(s, 0.99)),

@@ -151,7 +151,7 @@ pub enum GsoKind {
 }
 
 /// Why a frame could not be handled. Each variant names what is wrong.
-#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[derive(Debug, thiserror::Error, Clone, Copy, PartialEq, Eq)]
 pub enum WireError {
     #[error("checksum offload start {start} + offset {offset} lies outside the {frame_bytes}-byte frame")]
     ChecksumOutOfFrame {
