@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use linkem_io::afxdp::{AfXdp, AfXdpConfig, XdpInfo, XdpRx, XdpTx};
+use linkem_io::afxdp::{AfXdp, AfXdpConfig, Pushed, XdpInfo, XdpRx, XdpTx};
 use linkem_io::netns::{self, Topology};
 
 /// The tests share two cores with each other and with builds: run them one at a time.
@@ -55,7 +55,7 @@ fn forward(
                     if ts != 0 {
                         rep.max_stamp_skew_ns = rep.max_stamp_skew_ns.max(now.abs_diff(ts));
                     }
-                    if !tx.tx_push(frame) {
+                    if tx.tx_push(frame) != Pushed::Queued {
                         rep.tx_refused += 1;
                     }
                 })
@@ -234,6 +234,7 @@ fn ping_crosses_the_bridge_with_generic_xdp_and_4k_frames() {
         frame_size: 4096,
         frame_count: 256,
         xdp_mode: Some(linkem_io::bpf::XdpMode::Generic),
+        ..Default::default()
     };
     ping_through_bridge(cfg, "xg");
 }
