@@ -35,6 +35,7 @@ pub mod link;
 pub mod loss;
 pub mod rng;
 pub mod units;
+pub mod wire;
 
 pub use config::{ConfigError, LinkConfig, LinkSpec, LossAt, TomlWords};
 pub use dist::Distribution;

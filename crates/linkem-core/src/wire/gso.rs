@@ -1,0 +1,237 @@
+//! Software segmentation of TSO/GSO/USO (and GRO-merged) super-frames.
+//!
+//! Formulas and invariants are in the [module doc of `wire`](super). Each
+//! segment is built in one reusable buffer owned by a [`Segmenter`]: headers
+//! copied from the super-frame, its slice of the payload appended, then the
+//! length, ID, sequence, flag and checksum fields rewritten. After the first
+//! frames of a run the buffer has reached its largest size and no call
+//! allocates. Cost: one copy and one checksum pass over each segment, i.e.
+//! about twice a plain copy of the super-frame (criterion bench `wire`).
+
+use std::cell::RefCell;
+
+use super::checksum::{add, finish, fold, read16, sum, write16};
+use super::headers::{locate, Headers, IpVersion, L4Proto};
+use super::{complete_checksum, GsoKind, Offload, WireError};
+
+const TCP_FIN: u8 = 0x01;
+const TCP_PSH: u8 = 0x08;
+const TCP_CWR: u8 = 0x80;
+
+/// Cuts super-frames into wire frames in a buffer it keeps between calls.
+#[derive(Debug, Default, Clone)]
+pub struct Segmenter {
+    buf: Vec<u8>,
+}
+
+impl Segmenter {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A segmenter whose buffer already holds frames of `frame_bytes`.
+    pub fn with_capacity(frame_bytes: usize) -> Self {
+        Segmenter {
+            buf: Vec::with_capacity(frame_bytes),
+        }
+    }
+
+    /// See [`segment`].
+    pub fn segment(
+        &mut self,
+        frame: &[u8],
+        offload: Offload,
+        max_frame_bytes: usize,
+        emit: &mut dyn FnMut(&[u8]),
+    ) -> Result<usize, WireError> {
+        let Some(gso) = offload.gso else {
+            if frame.len() > max_frame_bytes {
+                return Err(WireError::FrameTooBig {
+                    frame_bytes: frame.len(),
+                    max_frame_bytes,
+                });
+            }
+            match offload.csum {
+                None => emit(frame),
+                Some(csum) => {
+                    self.buf.clear();
+                    self.buf.extend_from_slice(frame);
+                    complete_checksum(&mut self.buf, csum)?;
+                    emit(&self.buf);
+                }
+            }
+            return Ok(1);
+        };
+        if gso.size == 0 {
+            return Err(WireError::ZeroGsoSize);
+        }
+        let h = locate(frame)?;
+        let fits = match gso.kind {
+            GsoKind::TcpV4 => (h.ip, h.l4) == (IpVersion::V4, L4Proto::Tcp),
+            GsoKind::TcpV6 => (h.ip, h.l4) == (IpVersion::V6, L4Proto::Tcp),
+            GsoKind::Udp => h.l4 == L4Proto::Udp,
+        };
+        if !fits {
+            return Err(WireError::GsoKindMismatch {
+                kind: gso.kind,
+                found: h.describe(),
+            });
+        }
+        let header_bytes = h.payload_offset;
+        if max_frame_bytes <= header_bytes {
+            return Err(WireError::HeadersTooBig {
+                header_bytes,
+                max_frame_bytes,
+            });
+        }
+        let per_segment = usize::from(gso.size).min(max_frame_bytes - header_bytes);
+        let payload = &frame[header_bytes..h.ip_end];
+        check_lengths(&h, header_bytes + per_segment.min(payload.len()))?;
+        let n = payload.len().div_ceil(per_segment).max(1);
+        let plan = Plan::new(frame, &h, offload);
+        for i in 0..n {
+            let from = i * per_segment;
+            let to = (from + per_segment).min(payload.len());
+            self.buf.clear();
+            self.buf.extend_from_slice(&frame[..header_bytes]);
+            self.buf.extend_from_slice(&payload[from..to]);
+            plan.fix(&mut self.buf, &h, i, n, from);
+            emit(&self.buf);
+        }
+        Ok(n)
+    }
+}
+
+/// The length fields of the biggest segment must hold its length.
+fn check_lengths(h: &Headers, biggest_bytes: usize) -> Result<(), WireError> {
+    let (layer, bytes) = match h.ip {
+        IpVersion::V4 => ("IPv4 total", biggest_bytes - h.l3_offset),
+        IpVersion::V6 => ("IPv6 payload", biggest_bytes - h.l3_offset - 40),
+    };
+    if bytes > usize::from(u16::MAX) {
+        return Err(WireError::LengthOverflow { layer, bytes });
+    }
+    let udp_bytes = biggest_bytes - h.l4_offset;
+    if h.l4 == L4Proto::Udp && udp_bytes > usize::from(u16::MAX) {
+        return Err(WireError::LengthOverflow {
+            layer: "UDP",
+            bytes: udp_bytes,
+        });
+    }
+    Ok(())
+}
+
+/// What every segment takes from the super-frame.
+struct Plan {
+    ipv4_id: u16,
+    tcp_seq: u32,
+    tcp_flags: u8,
+    /// UDP over IPv4 sent without checksum (field 0, no offload metadata).
+    no_checksum: bool,
+}
+
+impl Plan {
+    fn new(frame: &[u8], h: &Headers, offload: Offload) -> Plan {
+        // `locate` vouched for the whole IP and L4 headers.
+        let ipv4_id = match h.ip {
+            IpVersion::V4 => read16(frame, h.l3_offset + 4).unwrap_or(0),
+            IpVersion::V6 => 0,
+        };
+        let (tcp_seq, tcp_flags) = match h.l4 {
+            L4Proto::Tcp => {
+                let s = h.l4_offset + 4;
+                let seq = u32::from_be_bytes([frame[s], frame[s + 1], frame[s + 2], frame[s + 3]]);
+                (seq, frame[h.l4_offset + 13])
+            }
+            L4Proto::Udp => (0, 0),
+        };
+        let no_checksum = h.l4 == L4Proto::Udp
+            && h.ip == IpVersion::V4
+            && offload.csum.is_none()
+            && read16(frame, h.l4_offset + 6) == Some(0);
+        Plan {
+            ipv4_id,
+            tcp_seq,
+            tcp_flags,
+            no_checksum,
+        }
+    }
+
+    /// Rewrites the fields of segment `i` of `n`, whose payload starts at byte
+    /// `offset` of the super-frame's payload.
+    fn fix(&self, seg: &mut [u8], h: &Headers, i: usize, n: usize, offset: usize) {
+        let (l3, l4) = (h.l3_offset, h.l4_offset);
+        match h.ip {
+            IpVersion::V4 => {
+                // Lengths were checked against u16 by `check_lengths`.
+                write16(seg, l3 + 2, (seg.len() - l3) as u16);
+                write16(seg, l3 + 4, self.ipv4_id.wrapping_add(i as u16));
+                write16(seg, l3 + 10, 0);
+                let c = !sum(&seg[l3..l4]);
+                write16(seg, l3 + 10, c);
+            }
+            IpVersion::V6 => write16(seg, l3 + 4, (seg.len() - l3 - 40) as u16),
+        }
+        let l4_bytes = seg.len() - l4;
+        match h.l4 {
+            L4Proto::Tcp => {
+                let seq = self.tcp_seq.wrapping_add(offset as u32);
+                seg[l4 + 4..l4 + 8].copy_from_slice(&seq.to_be_bytes());
+                let mut flags = self.tcp_flags;
+                if i + 1 < n {
+                    flags &= !(TCP_FIN | TCP_PSH);
+                }
+                if i > 0 {
+                    flags &= !TCP_CWR;
+                }
+                seg[l4 + 13] = flags;
+            }
+            L4Proto::Udp => write16(seg, l4 + 4, l4_bytes as u16),
+        }
+        if self.no_checksum {
+            return;
+        }
+        let field = l4 + h.l4.checksum_offset();
+        write16(seg, field, 0);
+        let s = add(fold(h.pseudo_sum(l4_bytes)), sum(&seg[l4..]));
+        let c = match h.l4 {
+            // RFC 9293 has no special case; 0 and 0xffff both verify.
+            L4Proto::Tcp => !s,
+            L4Proto::Udp => finish(s),
+        };
+        write16(seg, field, c);
+    }
+}
+
+thread_local! {
+    static SEGMENTER: RefCell<Segmenter> = RefCell::new(Segmenter::new());
+}
+
+/// Cuts a super-frame into the frames that would have crossed the wire: each segment
+/// carries at most `gso.size` L4 payload bytes and is at most `max_frame_bytes` long
+/// (L2 header included, no FCS); exact TCP sequence numbers, IPv4 IDs (incrementing),
+/// lengths, flags (FIN/PSH only on the last, CWR only on the first), IPv4 header checksum
+/// and complete L4 checksums in every segment. Calls `emit` once per segment with the
+/// segment's bytes; returns the number of segments. A frame that cannot be segmented
+/// (malformed, unsupported) is an error, never a panic.
+///
+/// A frame without `gso` is emitted as it is, as one segment (its checksum
+/// finished first if `csum` is set), or refused with [`WireError::FrameTooBig`]
+/// if longer than `max_frame_bytes`. With `gso`, `csum` is not needed: every
+/// checksum is computed afresh. Uses a per-thread [`Segmenter`], so it does not
+/// allocate once warm; a call from inside `emit` uses a fresh one.
+pub fn segment(
+    frame: &[u8],
+    offload: Offload,
+    max_frame_bytes: usize,
+    emit: &mut dyn FnMut(&[u8]),
+) -> Result<usize, WireError> {
+    let shared = SEGMENTER.try_with(|s| match s.try_borrow_mut() {
+        Ok(mut seg) => Some(seg.segment(frame, offload, max_frame_bytes, emit)),
+        Err(_) => None,
+    });
+    match shared {
+        Ok(Some(result)) => result,
+        _ => Segmenter::new().segment(frame, offload, max_frame_bytes, emit),
+    }
+}

@@ -1,0 +1,153 @@
+//! # Wire frames: offloaded checksums and segmentation
+//!
+//! Hosts with default settings hand their NIC (here: a veth) frames that are not
+//! yet wire frames: a TCP/UDP checksum left for the hardware to finish
+//! (CHECKSUM_PARTIAL) and super-frames of up to 64 KB to be cut into MSS-sized
+//! segments (TSO/GSO/USO), or frames the kernel merged on receive (GRO). A link
+//! emulator must see and deliver what a cable would carry, so this module turns
+//! such frames into wire frames:
+//!
+//! - [`complete_checksum`]: finish a checksum whose location the kernel told us
+//!   ([`CsumPartial`], virtio-net header semantics);
+//! - [`complete_partial_checksum`]: the same without metadata (AF_XDP), only for
+//!   frames whose checksum field holds exactly the pseudo-header sum and that
+//!   do not verify, so a frame that arrived with a wrong checksum stays wrong;
+//! - [`segment`] / [`Segmenter`]: cut a super-frame into wire frames.
+//!
+//! ## Formulas (RFC 1071 one's-complement arithmetic, see [`checksum`])
+//!
+//! For segment `i` of `n` of a super-frame with headers `H` (Ethernet and tags,
+//! IP, L4), L4 payload `P`, and per-segment payload `m = min(gso.size,
+//! max_frame_bytes - |H|)`:
+//!
+//! - payload: `P[i*m .. min((i+1)*m, |P|)]`; `n = max(1, ceil(|P| / m))`;
+//! - TCP (RFC 9293 §3.1): `seq = seq0 + i*m (mod 2^32)`; FIN and PSH kept only
+//!   when `i = n-1`, CWR only when `i = 0` (as Linux's `tcp_gso_segment`); the
+//!   ACK number, window, options and other flags copied;
+//! - UDP (RFC 768): each segment its own datagram, `length = 8 + |payload|`;
+//! - IPv4 (RFC 791): `total length = |IP header| + |L4|`, `id = id0 + i
+//!   (mod 2^16)` (Linux TSO/GSO without FIXEDID), header checksum recomputed;
+//!   IPv6 (RFC 8200): `payload length = |extension headers| + |L4|`;
+//! - L4 checksum complete in every segment: `!fold(pseudo + sum(L4))`, the
+//!   pseudo-header from the segment's own L4 length and, for IPv6 with a routing
+//!   header, the final destination (RFC 8200 §8.1). UDP stores a computed 0 as
+//!   0xffff. A UDP/IPv4 super-frame whose checksum field is 0 with no
+//!   checksum-offload metadata was sent without checksum (RFC 768): its
+//!   segments keep 0. Everything else gets a full checksum.
+//!
+//! Invariants: the segments' payloads concatenated equal `P`; every segment is
+//! at most `max_frame_bytes` long and carries at most `gso.size` payload bytes;
+//! the headers of segment `i` differ from `H` only in the fields above. Bytes
+//! after the IP datagram (Ethernet padding) are not copied into segments.
+//!
+//! ## Why hand-written
+//!
+//! The header walk is small ([`headers`], ~200 lines) and sits on the per-frame
+//! hot path, where we need byte offsets to patch fields in place, no
+//! allocation, tolerance of what super-frames legitimately carry (GSO lengths,
+//! partial checksums) and exact control over what is refused. A general parser
+//! such as `etherparse` decodes every field into structs and rebuilds frames on
+//! write, which costs more than the checksum itself on small frames; it is used
+//! instead in the tests, as the independent reference that builds each expected
+//! segment from scratch, which it could not be if the code under test used it.
+
+pub mod checksum;
+pub mod gso;
+pub mod headers;
+
+pub use checksum::{complete_checksum, complete_partial_checksum};
+pub use gso::{segment, Segmenter};
+pub use headers::{locate, Headers, IpVersion, L4Proto};
+
+/// Offload metadata that came with a received frame (virtio_net_hdr semantics).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Offload {
+    /// The L4 checksum was left for the hardware to finish (CHECKSUM_PARTIAL):
+    /// the field at `start + offset` holds the folded pseudo-header sum; the one's
+    /// complement of the sum of bytes `start..` must be stored there.
+    pub csum: Option<CsumPartial>,
+    /// A super-frame (TSO/GSO/USO, or merged by GRO) to be cut into wire frames.
+    pub gso: Option<Gso>,
+}
+
+/// Where a partial checksum starts and where its field is (virtio-net
+/// `csum_start`, `csum_offset`): bytes from the frame start, and from `start`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CsumPartial {
+    pub start: u16,
+    pub offset: u16,
+}
+
+/// Segmentation request of a super-frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gso {
+    pub kind: GsoKind,
+    /// L4 payload bytes per segment (MSS for TCP)
+    pub size: u16,
+}
+
+/// What a super-frame is (virtio-net `gso_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GsoKind {
+    TcpV4,
+    TcpV6,
+    /// USO (UDP_L4): each segment its own UDP datagram
+    Udp,
+}
+
+/// Why a frame could not be handled. Each variant names what is wrong.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum WireError {
+    #[error("checksum offload start {start} + offset {offset} lies outside the {frame_bytes}-byte frame")]
+    ChecksumOutOfFrame {
+        start: u16,
+        offset: u16,
+        frame_bytes: usize,
+    },
+    #[error("{layer} truncated: needs {need_bytes} bytes, has {have_bytes}")]
+    Truncated {
+        layer: &'static str,
+        need_bytes: usize,
+        have_bytes: usize,
+    },
+    #[error("more than {max} VLAN tags")]
+    TooManyVlanTags { max: usize },
+    #[error("not IP: ethertype {ethertype:#06x}")]
+    NotIp { ethertype: u16 },
+    #[error("ethertype {ethertype:#06x} with IP version {version}")]
+    BadIpVersion { ethertype: u16, version: u8 },
+    #[error("{layer} header length {bytes} bytes is below the minimum")]
+    BadHeaderLength { layer: &'static str, bytes: usize },
+    #[error("IPv4 total length {declared_bytes} is shorter than its {header_bytes}-byte header")]
+    BadIpLength {
+        declared_bytes: usize,
+        header_bytes: usize,
+    },
+    #[error("IPv6 jumbogram (payload length 0 with hop-by-hop options) is not supported")]
+    Jumbogram,
+    #[error("IP fragment: its transport header and checksum span several frames")]
+    Fragment,
+    #[error("IP protocol / next header {protocol} is neither TCP nor UDP")]
+    UnsupportedProtocol { protocol: u8 },
+    #[error("IPv6 routing header type {routing_type} with segments left is not supported")]
+    UnsupportedRoutingType { routing_type: u8 },
+    #[error("segmentation offload says {kind:?} but the frame is {found}")]
+    GsoKindMismatch { kind: GsoKind, found: &'static str },
+    #[error("segmentation offload with segment size 0")]
+    ZeroGsoSize,
+    #[error("{frame_bytes}-byte frame exceeds the {max_frame_bytes}-byte limit and is not a super-frame")]
+    FrameTooBig {
+        frame_bytes: usize,
+        max_frame_bytes: usize,
+    },
+    #[error("{header_bytes} bytes of headers leave no room for payload in {max_frame_bytes}-byte frames")]
+    HeadersTooBig {
+        header_bytes: usize,
+        max_frame_bytes: usize,
+    },
+    #[error("segment of {bytes} bytes exceeds what the {layer} length field can hold")]
+    LengthOverflow { layer: &'static str, bytes: usize },
+}
+
+#[cfg(test)]
+mod tests;
