@@ -411,11 +411,18 @@ fn frames_too_big_for_the_egress_are_named_once() {
     let bridge = Bridge::start(&h, "xdp", &[]);
     h.hosts_up();
     let o = ping(&h, &["-c", "3", "-i", "0.2", "-s", "4000"]);
-    let (_stats, err) = bridge.stop();
+    let (stats, err) = bridge.stop();
     assert!(
         !o.status.success(),
         "4 KB frames cannot cross a 1500-byte interface"
     );
+    let too_big = stats["directions"][0]["fates"]["too-big"].as_u64().unwrap();
+    let (received, delivered) = dir(&stats, 0);
+    assert!(
+        too_big >= 3,
+        "every echo request counted as too-big: {stats}"
+    );
+    assert!(delivered + too_big <= received, "{stats}");
     assert_eq!(err.matches("larger than").count(), 1, "{err}");
     assert!(err.contains("too-big"), "{err}");
 }
