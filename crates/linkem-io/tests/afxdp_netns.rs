@@ -451,7 +451,8 @@ fn kernel_receive_drops_are_counted() {
     let drops = rx.kernel_drops();
     let k = rx.kernel_stats().unwrap();
     eprintln!("kernel drops {drops}: {k:?}");
-    assert!(drops >= 200 - 32, "{k:?}");
+    // Each lost frame once (copy mode counts it in two of the kernel's counters).
+    assert!((200 - 32..=200).contains(&drops), "{drops}: {k:?}");
     drop((rx, tx));
     check_clean(topo);
 }
