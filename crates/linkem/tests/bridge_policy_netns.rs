@@ -577,3 +577,62 @@ fn runs_as_nobody_with_file_capabilities_and_drops_them() {
         assert!(o.status.success(), "{backend} as nobody: {err}");
     }
 }
+
+/// AF_XDP with both hosts at their defaults (checksum offload on, TSO/GSO
+/// on, GRO off): TCP and UDP work because linkem finishes the checksums the
+/// hosts left for offload, and no super-frame arrives because the kernel
+/// turns segmentation offload off on a veth whose peer has an XDP program.
+#[test]
+fn tcp_and_udp_cross_xdp_with_hosts_at_their_defaults() {
+    let Some(_s) = serial() else { return };
+    if Command::new("iperf3").arg("--version").output().is_err() {
+        panic!("`iperf3` not found: install iperf3");
+    }
+    let h = Hosts::new("lkXo", 1, 1500);
+    let tso = |s: &str| {
+        let o = h.in_ns(s, &["ethtool", "-k", &h.host(s)]);
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .find(|l| l.starts_with("tcp-segmentation-offload:"))
+            .map(|l| l.contains(": on"))
+            .unwrap_or(false)
+    };
+    assert!(tso("a"), "a host end starts with TSO on");
+    let bridge = Bridge::start(&h, "xdp", &["rate 50mbit delay 5ms"]);
+    h.hosts_up();
+    assert!(
+        !tso("a"),
+        "TSO off on the host end while linkem's end has XDP"
+    );
+    let iperf = |args: &[&str]| -> Value {
+        let server = netns::spawn_in(&h.ns("b"), &["iperf3", "-s", "-1"]).expect("server");
+        std::thread::sleep(Duration::from_millis(400));
+        let dst = h.addr("b");
+        let mut v = vec!["iperf3", "-c", &dst, "-J", "-t", "3"];
+        v.extend_from_slice(args);
+        let o = h.in_ns("a", &v);
+        let _ = server.wait_with_output();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+        serde_json::from_slice(&o.stdout).expect("iperf3 JSON")
+    };
+    let tcp = iperf(&[]);
+    let tcp_bps = tcp["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap();
+    let udp = iperf(&["-u", "-b", "20M"]);
+    let udp_lost = udp["end"]["sum"]["lost_percent"].as_f64().unwrap();
+    let (stats, err) = bridge.stop();
+    eprintln!(
+        "TCP {:.1} Mbit/s, UDP lost {udp_lost} %\n{stats}\n{err}",
+        tcp_bps / 1e6
+    );
+    assert!(tcp_bps > 0.8 * 50e6, "TCP through rate 50mbit: {tcp_bps}");
+    assert!(
+        udp_lost < 1.0,
+        "UDP datagrams arrive with right checksums: {udp_lost} % lost"
+    );
+    assert!(
+        tso("a"),
+        "TSO back on the host end once linkem's program is gone"
+    );
+}
