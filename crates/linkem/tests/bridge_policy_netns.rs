@@ -627,6 +627,10 @@ fn tcp_and_udp_cross_xdp_with_hosts_at_their_defaults() {
         tcp_bps / 1e6
     );
     assert!(tcp_bps > 0.8 * 50e6, "TCP through rate 50mbit: {tcp_bps}");
+    for i in 0..2 {
+        let f = &stats["directions"][i]["fates"];
+        assert_eq!(f["too-big"], 0, "only wire-sized frames arrive: {stats}");
+    }
     assert!(
         udp_lost < 1.0,
         "UDP datagrams arrive with right checksums: {udp_lost} % lost"
