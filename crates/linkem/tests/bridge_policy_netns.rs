@@ -446,6 +446,22 @@ fn refused(args: &[String]) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// With what it needs, auto takes AF_XDP on a veth and says what it found.
+#[test]
+fn auto_says_what_it_chose() {
+    let Some(_s) = serial() else { return };
+    let h = Hosts::new("lkXa", 1, 1500);
+    h.hosts_up();
+    let b = Bridge::start(&h, "auto", &[]);
+    let o = ping(&h, &["-c", "2", "-i", "0.2"]);
+    let (_stats, err) = b.stop();
+    assert!(o.status.success(), "{err}");
+    for s in ["a", "b"] {
+        let line = format!("{}: --backend auto chose AF_XDP (driver veth", h.emu(s));
+        assert!(err.contains(&line), "{err}");
+    }
+}
+
 #[test]
 fn loopback_and_one_interface_twice_are_refused() {
     let Some(_s) = serial() else { return };
@@ -545,6 +561,20 @@ fn runs_as_nobody_with_file_capabilities_and_drops_them() {
     assert!(
         text.contains("CAP_NET_RAW") && text.contains("setcap cap_net_raw,cap_net_admin,cap_bpf"),
         "{text}"
+    );
+    // Only what AF_PACKET needs: auto says why it does not take AF_XDP.
+    run(&["setcap", "cap_net_raw+ep", bin.to_str().unwrap()]);
+    let b = Bridge::spawn(&mut as_nobody(&bridge_args(
+        &h,
+        "auto",
+        &["--realtime", "off"],
+    )));
+    let o = ping(&h, &["-c", "2", "-i", "0.2"]);
+    let (_stats, err) = b.stop();
+    assert!(o.status.success(), "auto as nobody with cap_net_raw: {err}");
+    assert!(
+        err.contains("--backend auto chose AF_PACKET: AF_XDP needs CAP_NET_ADMIN, CAP_BPF"),
+        "{err}"
     );
     run(&[
         "setcap",

@@ -90,8 +90,14 @@ impl<T: Copy> Producer<T> {
     /// Free entries, reading the consumer index only when the cached
     /// value shows none.
     pub fn free(&mut self) -> u32 {
+        self.free_at_least(1)
+    }
+
+    /// Free entries, reading the consumer index only when the cached value
+    /// shows fewer than `want` (a frame of several parts needs them all).
+    pub fn free_at_least(&mut self, want: u32) -> u32 {
         let free = self.cached_cons.wrapping_sub(self.cached_prod);
-        if free > 0 {
+        if free >= want {
             return free;
         }
         // Acquire: the consumer is done with the entries it released.
@@ -279,6 +285,22 @@ mod tests {
             mem.consumer.load(Ordering::Relaxed),
             mem.producer.load(Ordering::Relaxed)
         );
+    }
+
+    #[test]
+    fn room_for_several_entries_is_seen_once_the_consumer_frees_it() {
+        let mut mem = TestRing::<u64>::new(4, 0);
+        let (mut p, mut c) = mem.sides();
+        for i in 0..4 {
+            assert!(p.push(i));
+        }
+        p.publish();
+        assert_eq!(c.available(4), 4);
+        c.release(1);
+        assert_eq!(p.free(), 1, "the one freed entry is seen");
+        c.release(2);
+        // The cached count (1) is too small for 3: the index is read again.
+        assert_eq!(p.free_at_least(3), 3);
     }
 
     #[test]

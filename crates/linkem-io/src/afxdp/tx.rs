@@ -89,7 +89,7 @@ impl XdpTx {
         if self.free.len() < parts {
             self.reclaim();
         }
-        if self.free.len() < parts || (self.tx.free() as usize) < parts {
+        if self.free.len() < parts || (self.tx.free_at_least(parts as u32) as usize) < parts {
             return Pushed::NoRoom;
         }
         for (k, part) in frame.chunks(chunk).enumerate() {
