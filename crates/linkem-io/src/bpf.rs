@@ -474,6 +474,20 @@ const VERIFIER_LOG_BYTES: usize = 64 * 1024;
 /// the load is repeated with the verifier log on, and the log is part of
 /// the error.
 pub fn load_xdp_program(name: &str, insns: &[BpfInsn]) -> Result<OwnedFd, BpfError> {
+    load_xdp_program_flags(name, insns, 0)
+}
+
+/// `prog_flags` bit: the program handles frames in several buffers
+/// (multi-buffer XDP, Linux 5.18+), which lets it run on a veth or a driver
+/// whose MTU exceeds a page.
+pub const BPF_F_XDP_HAS_FRAGS: u32 = 1 << 5;
+
+/// [`load_xdp_program`] with `prog_flags` (e.g. [`BPF_F_XDP_HAS_FRAGS`]).
+pub fn load_xdp_program_flags(
+    name: &str,
+    insns: &[BpfInsn],
+    prog_flags: u32,
+) -> Result<OwnedFd, BpfError> {
     const LICENSE: &[u8] = b"Dual MIT/GPL\0";
     let load = |log: Option<&mut Vec<u8>>| {
         let mut attr = ProgLoadAttr {
@@ -483,6 +497,7 @@ pub fn load_xdp_program(name: &str, insns: &[BpfInsn]) -> Result<OwnedFd, BpfErr
             license: LICENSE.as_ptr() as u64,
             prog_name: object_name(name),
             expected_attach_type: BPF_XDP,
+            prog_flags,
             ..Default::default()
         };
         if let Some(buf) = log {

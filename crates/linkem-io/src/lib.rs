@@ -1,7 +1,9 @@
 pub mod afpacket;
 pub mod afxdp;
 pub mod bpf;
+pub mod caps;
 pub mod capture;
+pub mod ifaces;
 pub mod infile;
 pub mod netns;
 pub mod outfile;

@@ -1,10 +1,31 @@
 //! Opening an interface for the bridge: a receive half for the direction that
 //! starts there and a send half for the direction that ends there, each
 //! owned by one pipeline thread.
+//!
+//! AF_XDP frames come without offload metadata, so each received frame whose
+//! TCP/UDP checksum a host left for offload is finished here, in place in the
+//! UMEM, with `complete_partial_checksum` (see `linkem_io::afxdp` for why).
+//!
+//! `--backend auto` takes AF_XDP where it opens and AF_PACKET otherwise, and
+//! says what it found. What it checks and why: AF_XDP gives the tightest
+//! timing (the XDP hook stamps each frame; no TPACKET block or softirq
+//! queue in between), carries every receive queue, and on a veth end the
+//! kernel then turns segmentation offload off on the host's end, so only
+//! wire-sized frames arrive. Copy-mode AF_XDP transmit into a veth works
+//! whatever the host's end has set (measured on Linux 6.18 with the host
+//! end's GRO off, its default); the "needs GRO on the peer" advice linkem
+//! used to print was about the peer of linkem's end, which is the host's
+//! end, a namespace linkem cannot and must not change. AF_XDP is not taken
+//! when it cannot open: no capability to load BPF (CAP_BPF), an MTU too large
+//! even for multi-buffer frames, a kernel without AF_XDP, or another XDP
+//! program on the interface.
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, bail, Result};
+use linkem_core::wire::complete_partial_checksum;
 use linkem_io::afpacket::{self, AfPacket, AfPacketConfig};
-use linkem_io::afxdp::{self, AfXdp, AfXdpConfig, XdpRx, XdpTx};
+use linkem_io::afxdp::{self, AfXdp, AfXdpConfig, Pushed, XdpRx, XdpTx};
+use linkem_io::caps::{self, Cap, CapSet};
+use linkem_io::ifaces;
 use linkem_runtime::port::{RxFrame, RxPort, TxOutcome, TxPort};
 use std::io;
 use std::time::Duration;
@@ -12,13 +33,12 @@ use std::time::Duration;
 /// Which packet I/O the bridge uses.
 #[derive(Clone, Copy, clap::ValueEnum, PartialEq, Eq, Debug)]
 pub enum BackendKind {
-    /// AF_XDP: an XDP program redirects every frame to a socket (copy or
-    /// zero-copy, whichever the driver offers).
+    /// AF_XDP: an XDP program redirects every frame of every receive queue
+    /// to a socket (copy or zero-copy, whichever the driver offers).
     Xdp,
     /// AF_PACKET with TPACKET_V2 mmap rings.
     Packet,
-    /// AF_XDP where it works without changes to the peer, else AF_PACKET
-    /// (the reason is printed).
+    /// AF_XDP where it opens, else AF_PACKET (the reason is printed).
     Auto,
 }
 
@@ -71,13 +91,22 @@ impl TxPort for PacketTx {
     }
 }
 
-struct XskRx(XdpRx);
-/// The send half and the largest frame it may send (MTU + Ethernet header + one tag).
-struct XskTx(XdpTx, usize);
+struct XskRx {
+    rx: XdpRx,
+    /// Promiscuous mode while the receiving half lives.
+    _promisc: ifaces::Promiscuous,
+}
+
+struct XskTx {
+    tx: XdpTx,
+    warned_too_big: bool,
+}
 
 impl RxPort for XskRx {
     fn rx_batch(&mut self, max: usize, f: &mut dyn FnMut(RxFrame<'_>)) -> io::Result<usize> {
-        self.0.rx_batch(max, |data, len, ts_ns| {
+        self.rx.rx_batch(max, |data, len, ts_ns| {
+            // Finishes a checksum left for offload; anything else untouched.
+            complete_partial_checksum(data);
             f(RxFrame {
                 data,
                 orig_len: len,
@@ -88,28 +117,56 @@ impl RxPort for XskRx {
     }
 
     fn wait_rx(&mut self, timeout_ns: u64) -> io::Result<()> {
-        self.0.wait_rx(timeout_ns)
+        self.rx.wait_rx(timeout_ns)
+    }
+
+    fn rx_kernel_drops(&mut self) -> u64 {
+        self.rx.kernel_drops()
+    }
+}
+
+impl XskTx {
+    /// Says once what frames too big for this interface mean and how to
+    /// avoid them.
+    fn warn_too_big(&mut self, len: usize) {
+        if self.warned_too_big {
+            return;
+        }
+        self.warned_too_big = true;
+        let info = self.tx.info();
+        eprintln!(
+            "linkem: warning: a {len}-byte frame is larger than '{}' carries ({} bytes: MTU {} + \
+             Ethernet header and tag); such frames are dropped and counted as too-big \
+             (give both interfaces and hosts the same MTU)",
+            info.ifname,
+            self.tx.max_frame_bytes(),
+            info.mtu
+        );
     }
 }
 
 impl TxPort for XskTx {
     fn tx_push(&mut self, frame: &[u8]) -> TxOutcome {
-        if frame.len() > self.1 {
-            return TxOutcome::TooBig;
-        }
-        if self.0.tx_push(frame) {
-            TxOutcome::Queued
-        } else {
-            TxOutcome::NoRoom
+        match self.tx.tx_push(frame) {
+            Pushed::Queued => TxOutcome::Queued,
+            Pushed::NoRoom => TxOutcome::NoRoom,
+            Pushed::TooBig => {
+                self.warn_too_big(frame.len());
+                TxOutcome::TooBig
+            }
         }
     }
 
     fn tx_flush(&mut self) -> io::Result<()> {
-        self.0.tx_flush()
+        self.tx.tx_flush()
+    }
+
+    fn tx_errors(&mut self) -> u64 {
+        self.tx.tx_errors()
     }
 
     fn max_frame_bytes(&self) -> usize {
-        self.1
+        self.tx.max_frame_bytes()
     }
 }
 
@@ -140,21 +197,16 @@ fn open_packet(ifname: &str, mtu: u32) -> Result<Halves> {
     Ok((
         Box::new(PacketRx(rx)),
         Box::new(PacketTx(tx)),
-        "AF_PACKET TPACKET_V2 rings".to_string(),
+        "AF_PACKET TPACKET_V2 rings, promiscuous while open".to_string(),
     ))
 }
 
 fn open_xdp(ifname: &str, mtu: u32) -> Result<Halves> {
-    let needed = afxdp::frame_size_for_mtu(mtu);
-    let frame_size = if needed <= 2048 {
+    // 4096-byte UMEM frames above MTU 1500: fewer parts per jumbo frame.
+    let frame_size = if afxdp::frame_size_for_mtu(mtu) <= 2048 {
         2048
-    } else if needed <= 4096 {
-        4096
     } else {
-        return Err(anyhow!(
-            "MTU {mtu} of '{ifname}' does not fit an AF_XDP frame (at most 4096 bytes with headroom); \
-             lower the MTU or use --backend packet"
-        ));
+        4096
     };
     let (rx, tx) = AfXdp::open(
         ifname,
@@ -163,84 +215,198 @@ fn open_xdp(ifname: &str, mtu: u32) -> Result<Halves> {
             ..AfXdpConfig::default()
         },
     )?;
-    let info = rx.info().to_string();
-    let max_frame = (mtu as usize + 18).min(frame_size as usize);
-    Ok((Box::new(XskRx(rx)), Box::new(XskTx(tx, max_frame)), info))
-}
-
-/// The kernel driver behind an interface (ETHTOOL_GDRVINFO), if it says.
-fn driver_name(ifname: &str) -> Option<String> {
-    #[repr(C)]
-    struct DrvInfo {
-        cmd: u32,
-        driver: [u8; 32],
-        rest: [u8; 32 * 4 + 12 + 20],
-    }
-    let mut info = DrvInfo {
-        cmd: 0x3, /* ETHTOOL_GDRVINFO */
-        driver: [0; 32],
-        rest: [0; 32 * 4 + 12 + 20],
-    };
-    // Safety: ifreq is plain old data; zero is valid.
-    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
-    if ifname.len() >= ifr.ifr_name.len() {
-        return None;
-    }
-    for (d, s) in ifr.ifr_name.iter_mut().zip(ifname.bytes()) {
-        *d = s as libc::c_char;
-    }
-    ifr.ifr_ifru.ifru_data = (&mut info as *mut DrvInfo).cast();
-    // Safety: a datagram socket only to carry the ioctl; closed below.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return None;
-    }
-    // Safety: SIOCETHTOOL reads the name and writes `info`, which outlives the call.
-    let rc = unsafe { libc::ioctl(fd, libc::SIOCETHTOOL, &mut ifr) };
-    // Safety: fd is ours.
-    unsafe { libc::close(fd) };
-    if rc < 0 {
-        return None;
-    }
-    let end = info.driver.iter().position(|&b| b == 0).unwrap_or(32);
-    Some(String::from_utf8_lossy(&info.driver[..end]).into_owned())
+    // A NIC filters by MAC address unless promiscuous; the membership goes
+    // with its socket, so nothing is left set after linkem ends.
+    let promisc = ifaces::lookup(ifname).and_then(|i| ifaces::Promiscuous::on(&i))?;
+    let info = format!(
+        "{}, XDP program {} (detached when linkem exits, even if killed), promiscuous while open",
+        rx.info(),
+        afxdp::PROGRAM_NAME
+    );
+    Ok((
+        Box::new(XskRx {
+            rx,
+            _promisc: promisc,
+        }),
+        Box::new(XskTx {
+            tx,
+            warned_too_big: false,
+        }),
+        info,
+    ))
 }
 
 /// Opens `ifname` with the chosen backend. Returns the receive half, the send
-/// half and a description of what was opened.
+/// half and a description of what was opened and set.
 pub fn open_interface(kind: BackendKind, ifname: &str, mtu: u32) -> Result<Halves> {
     match kind {
         BackendKind::Packet => open_packet(ifname, mtu),
         BackendKind::Xdp => open_xdp(ifname, mtu),
-        BackendKind::Auto => {
-            // AF_XDP transmit into a veth fails unless its peer has XDP or GRO
-            // on, which linkem cannot see from here (the peer usually lives in
-            // another namespace); AF_PACKET always works there.
-            if driver_name(ifname).as_deref() == Some("veth") {
+        BackendKind::Auto => match open_xdp(ifname, mtu) {
+            Ok(h) => {
+                let driver = ifaces::driver_name(ifname).unwrap_or_else(|| "unknown".into());
                 eprintln!(
-                    "linkem: {ifname}: veth, using AF_PACKET (AF_XDP needs GRO or XDP on the veth peer: \
-                     run `ethtool -K PEER gro on` on it and pass --backend xdp)"
+                    "linkem: {ifname}: --backend auto chose AF_XDP (driver {driver}: it opened; \
+                     every receive queue bound; no change needed on the hosts)"
                 );
-                return open_packet(ifname, mtu);
+                Ok(h)
             }
-            match open_xdp(ifname, mtu) {
-                Ok(h) => Ok(h),
-                Err(e) => {
-                    eprintln!("linkem: {ifname}: AF_XDP unavailable ({e:#}); using AF_PACKET");
-                    open_packet(ifname, mtu)
-                }
+            Err(e) => {
+                eprintln!(
+                    "linkem: {ifname}: --backend auto chose AF_PACKET: AF_XDP did not open ({e:#})"
+                );
+                open_packet(ifname, mtu)
             }
+        },
+    }
+}
+
+/// The two interfaces, checked and held for this process (see
+/// [`claim_interfaces`]).
+pub struct Claimed {
+    pub a: ifaces::Iface,
+    pub b: ifaces::Iface,
+    _locks: [ifaces::InterfaceLock; 2],
+}
+
+/// Checks that IF_A and IF_B can be bridged and holds them: both exist and
+/// are up, neither is a loopback interface (its traffic is the machine's
+/// own, never a wire's), they are two different interfaces (also under two
+/// names), and no other linkem holds either (both backends take the same
+/// lock, see `linkem_io::ifaces::InterfaceLock`).
+pub fn claim_interfaces(if_a: &str, if_b: &str) -> Result<Claimed> {
+    let check = |name: &str| -> Result<ifaces::Iface> {
+        let i = ifaces::lookup(name).map_err(|e| match e {
+            afpacket::IoError::NoSuchInterface { .. } => {
+                anyhow!("interface '{name}' does not exist (see 'ip link')")
+            }
+            e => anyhow!(e),
+        })?;
+        if i.is_loopback() {
+            bail!(
+                "interface '{name}' is a loopback interface: its traffic is this machine's own; \
+                 bridge two interfaces that face the hosts"
+            );
+        }
+        if !i.is_up() {
+            bail!("interface '{name}' is down (ip link set dev {name} up)");
+        }
+        Ok(i)
+    };
+    let (a, b) = (check(if_a)?, check(if_b)?);
+    if a.index == b.index {
+        bail!(
+            "IF_A '{if_a}' and IF_B '{if_b}' are the same interface (index {}): a bridge needs two",
+            a.index
+        );
+    }
+    let locks = [
+        ifaces::InterfaceLock::take(&a)?,
+        ifaces::InterfaceLock::take(&b)?,
+    ];
+    Ok(Claimed {
+        a,
+        b,
+        _locks: locks,
+    })
+}
+
+/// What a backend needs, as setcap names it. AF_PACKET: raw sockets. AF_XDP:
+/// also loading and attaching the XDP program (CAP_BPF, CAP_NET_ADMIN) and
+/// pinning the UMEM (CAP_IPC_LOCK, or a large enough `ulimit -l`).
+fn needed_caps(kind: BackendKind) -> Vec<Cap> {
+    match kind {
+        BackendKind::Packet => vec![Cap::NET_RAW],
+        BackendKind::Xdp | BackendKind::Auto => {
+            let mut v = vec![Cap::NET_RAW, Cap::NET_ADMIN, Cap::BPF];
+            if !memlock_unlimited() {
+                v.push(Cap::IPC_LOCK);
+            }
+            v
         }
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+fn memlock_unlimited() -> bool {
+    std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|l| {
+            l.lines()
+                .find(|x| x.starts_with("Max locked memory"))
+                .map(|x| x.split_whitespace().nth(3) == Some("unlimited"))
+        })
+        .unwrap_or(false)
+}
 
-    #[test]
-    fn loopback_driver_is_not_veth() {
-        assert_ne!(driver_name("lo").as_deref(), Some("veth"));
-        assert_eq!(driver_name("no-such-if-x"), None);
+/// Every capability the bridge may use, for the `setcap` line.
+pub const SETCAP_CAPS: &str = "cap_net_raw,cap_net_admin,cap_bpf,cap_ipc_lock,cap_sys_nice";
+
+fn setcap_hint() -> String {
+    let exe = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "/path/to/linkem".into());
+    format!("run as root, or once: sudo setcap {SETCAP_CAPS}+ep {exe}")
+}
+
+/// Checks the capabilities the backend (and SCHED_FIFO, if `realtime`)
+/// needs, instead of requiring uid 0. `auto` without what AF_XDP needs
+/// becomes AF_PACKET, and says why. Returns the backend to use.
+pub fn check_capabilities(kind: BackendKind, realtime: bool) -> Result<BackendKind> {
+    let have = caps::current()
+        .map_err(|e| anyhow!("cannot read this process's capabilities: {e}"))?
+        .effective;
+    let missing = |caps: &[Cap]| -> Vec<String> {
+        caps.iter()
+            .filter(|c| !have.has(**c))
+            .map(|c| c.to_string())
+            .collect()
+    };
+    let mut kind = kind;
+    if kind == BackendKind::Auto {
+        let lacking = missing(&needed_caps(BackendKind::Xdp));
+        if !lacking.is_empty() {
+            eprintln!(
+                "linkem: --backend auto chose AF_PACKET: AF_XDP needs {} ({})",
+                lacking.join(", "),
+                setcap_hint()
+            );
+            kind = BackendKind::Packet;
+        }
     }
+    let mut need = needed_caps(kind);
+    if realtime {
+        need.push(Cap::SYS_NICE);
+    }
+    let lacking = missing(&need);
+    if !lacking.is_empty() {
+        bail!(
+            "linkem bridge needs {} here{} ({})",
+            lacking.join(", "),
+            if lacking.iter().any(|c| c == "CAP_SYS_NICE") {
+                " (CAP_SYS_NICE for --realtime; --realtime off runs without it)"
+            } else {
+                ""
+            },
+            setcap_hint()
+        );
+    }
+    Ok(kind)
+}
+
+/// Gives up every capability once the sockets are open and the program is
+/// attached, except CAP_SYS_NICE with `realtime` (the output stages move in
+/// and out of SCHED_FIFO all along). Nothing later needs more: SIGHUP
+/// re-reads files as the user; what linkem set on its interfaces (XDP
+/// program through a BPF link, promiscuous mode through socket membership)
+/// is undone by the kernel when the sockets close. Call before starting
+/// the pipeline threads: capabilities are per thread and inherited.
+pub fn drop_capabilities(realtime: bool) -> Result<()> {
+    let keep = if realtime {
+        CapSet::of(&[Cap::SYS_NICE])
+    } else {
+        CapSet::default()
+    };
+    caps::limit(keep, keep)
+        .map(|_| ())
+        .map_err(|e| anyhow!("cannot drop capabilities: {e}"))
 }

@@ -5,7 +5,9 @@
 //! anything) goes through the link model unchanged; the hosts on either side
 //! need no configuration.
 
-use crate::backend::{open_interface, BackendKind};
+use crate::backend::{
+    check_capabilities, claim_interfaces, drop_capabilities, open_interface, BackendKind,
+};
 use crate::replay::{config_words, fresh_seed, load_distribution};
 use crate::StatsFormat;
 use anyhow::{bail, Context, Result};
@@ -110,33 +112,6 @@ fn parse_direction(layers: &[&[String]], what: &str) -> Result<LinkSpec> {
         .map_err(|e| anyhow::anyhow!("link words for {what}: {e}"))
 }
 
-fn check_root() -> Result<()> {
-    // Safety: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        bail!("linkem bridge needs root (or CAP_NET_RAW and CAP_NET_ADMIN) to open raw sockets");
-    }
-    Ok(())
-}
-
-fn check_interface(name: &str) -> Result<u32> {
-    let dir = PathBuf::from("/sys/class/net").join(name);
-    if !dir.exists() {
-        bail!("interface '{name}' does not exist (see 'ip link')");
-    }
-    let flags = std::fs::read_to_string(dir.join("flags")).unwrap_or_default();
-    let up = u32::from_str_radix(flags.trim().trim_start_matches("0x"), 16)
-        .map(|f| f & 1 != 0)
-        .unwrap_or(true);
-    if !up {
-        bail!("interface '{name}' is down (ip link set dev {name} up)");
-    }
-    let mtu = std::fs::read_to_string(dir.join("mtu"))
-        .ok()
-        .and_then(|m| m.trim().parse().ok())
-        .unwrap_or(1500);
-    Ok(mtu)
-}
-
 /// What the links are read from, owned so that a SIGHUP re-read runs on a thread of
 /// its own: a slow or failing read never holds up the loop that answers SIGINT/SIGTERM.
 #[derive(Clone)]
@@ -223,13 +198,15 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
         bail!("--forward-only bypasses the model: it takes no link words or --config");
     }
 
-    check_root()?;
-    let mtu_a = check_interface(&args.if_a)?;
-    let mtu_b = check_interface(&args.if_b)?;
+    let realtime = args.realtime != Realtime::Off;
+    let backend = check_capabilities(args.backend, realtime)?;
+    // Held until the bridge ends: no second linkem on these interfaces.
+    let claimed = claim_interfaces(&args.if_a, &args.if_b)?;
 
     // Each interface gives a receive half (to one direction) and a send half (to the other).
-    let (rx_a, tx_a, used_a) = open_interface(args.backend, &args.if_a, mtu_a)?;
-    let (rx_b, tx_b, used_b) = open_interface(args.backend, &args.if_b, mtu_b)?;
+    let (rx_a, tx_a, used_a) = open_interface(backend, &args.if_a, claimed.a.mtu)?;
+    let (rx_b, tx_b, used_b) = open_interface(backend, &args.if_b, claimed.b.mtu)?;
+    drop_capabilities(realtime)?;
     let mut directions = Vec::new();
     for (index, (name, spec, from, to, rx, tx, used)) in [
         (

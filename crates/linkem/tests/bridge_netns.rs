@@ -676,7 +676,9 @@ fn tcp_through_rate_50mbit_delay_10ms_with_hosts_at_defaults(backend: &str) {
             if stock { "on (defaults)" } else { "off" },
             bps / 1e6
         );
-        if stock {
+        // AF_PACKET only: with an XDP program on linkem's veth end the kernel
+        // turns TSO off on the host's end, so no super-frame reaches AF_XDP.
+        if stock && backend == "packet" {
             assert!(
                 v["directions"][0]["segmented"].as_u64().unwrap() > 0,
                 "a host with TSO on hands over super-frames: {v}"
@@ -766,8 +768,9 @@ fn ipv6_ping_and_tcp_with_hosts_at_defaults(backend: &str) {
         .as_f64()
         .unwrap();
     eprintln!("{backend}: IPv6 TCP {:.2} Mbit/s; {v}", bps / 1e6);
+    // AF_PACKET only (see tcp_through_rate_50mbit_delay_10ms_with_hosts_at_defaults).
     assert!(
-        v["directions"][0]["segmented"].as_u64().unwrap() > 0,
+        backend != "packet" || v["directions"][0]["segmented"].as_u64().unwrap() > 0,
         "TSO over IPv6 is cut: {v}"
     );
     // Goodput of 1428-byte payloads in 1514-byte frames, 90 % of the link.
