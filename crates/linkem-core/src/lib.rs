@@ -33,11 +33,14 @@ pub mod dist;
 pub mod fate;
 pub mod link;
 pub mod loss;
+pub mod node;
+pub mod pipe;
 pub mod rng;
+pub mod rules;
 pub mod units;
 
 pub use config::{ConfigError, LinkConfig, LinkSpec, LossAt, TomlWords};
 pub use dist::Distribution;
 pub use fate::{Fate, FateCounts};
-pub use link::{Link, PacketMeta, Verdict};
+pub use link::{Link, LinkExtra, PacketMeta, Verdict};
 pub use loss::LossConfig;
