@@ -57,6 +57,7 @@ fn bench(c: &mut Criterion) {
                     stats: StatsFormat::None,
                     events: None,
                     quiet: true,
+                    rules: Default::default(),
                 })
                 .expect("replay")
             })

@@ -67,6 +67,20 @@ enum Command {
         /// Never show a progress bar.
         #[arg(long)]
         quiet: bool,
+        /// Send packets through ipfw/dnctl rules and Dummynet pipes read from FILE
+        /// (lines as typed after `ipfw` or `dnctl`: `pipe 1 config bw 1Mbit/s delay 20`,
+        /// `add 100 pipe 1 dst-ip 10.0.0.0/8`, `set one-pass off`). `pipe N config` sets
+        /// the whole pipe, as Dummynet does. Only `seed N` may follow the file names.
+        #[arg(long, value_name = "FILE")]
+        rules: Option<PathBuf>,
+        /// With --rules: most dynamic pipe instances (masks) alive at once; a packet
+        /// needing one more is dropped and counted as flow-limit.
+        #[arg(long, value_name = "N", default_value_t = linkem_core::pipe::DEFAULT_MAX_FLOWS)]
+        max_flows: usize,
+        /// With --rules: the interface the capture's packets are taken as received on
+        /// (a: `in`, `recv a`, `a-to-b`; b: `out`, `recv b`, `b-to-a`).
+        #[arg(long, value_enum, default_value = "a")]
+        rules_side: RulesSide,
     },
     /// Emulate the link live between two interfaces, in both directions, until
     /// SIGINT or SIGTERM; then print the counts per direction and fate.
@@ -166,6 +180,12 @@ enum Command {
     },
 }
 
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum RulesSide {
+    A,
+    B,
+}
+
 fn main() {
     let cli = Cli::parse();
     let result: Result<()> = match cli.command {
@@ -177,6 +197,9 @@ fn main() {
             stats,
             events,
             quiet,
+            rules,
+            max_flows,
+            rules_side,
         } => replay::run(&replay::ReplayArgs {
             input,
             output,
@@ -185,6 +208,14 @@ fn main() {
             stats,
             events,
             quiet,
+            rules: linkem::replay_rules::RulesArgs {
+                file: rules,
+                max_flows,
+                side: match rules_side {
+                    RulesSide::A => linkem_core::rules::Side::A,
+                    RulesSide::B => linkem_core::rules::Side::B,
+                },
+            },
         }),
         Command::Bridge {
             if_a,

@@ -26,6 +26,8 @@ pub struct ReplayArgs {
     pub stats: StatsFormat,
     pub events: Option<PathBuf>,
     pub quiet: bool,
+    /// `--rules FILE` and its options (see [`crate::replay_rules`]).
+    pub rules: crate::replay_rules::RulesArgs,
 }
 
 /// A delivered copy waiting for its turn in the output.
@@ -117,6 +119,9 @@ struct Summary {
 }
 
 pub fn run(args: &ReplayArgs) -> Result<()> {
+    if crate::replay_rules::wanted(args, &args.rules)? {
+        return crate::replay_rules::run(args, &args.rules);
+    }
     let spec = link_spec(args.config.as_deref(), &args.words)?;
     let seed = spec.seed.unwrap_or_else(fresh_seed);
     if spec.seed.is_none() {
