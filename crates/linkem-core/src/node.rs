@@ -190,7 +190,10 @@ impl Node {
                 break;
             }
             self.reinject.pop();
-            let f = self.in_flight.remove(&seq).expect("one entry per reinjection");
+            let f = self
+                .in_flight
+                .remove(&seq)
+                .expect("one entry per reinjection");
             self.run(at, f.pkt, f.next_rule, f.d, out);
         }
     }
@@ -218,8 +221,17 @@ impl Node {
     }
 
     #[inline]
-    fn run(&mut self, t: u64, pkt: PacketIn, start: usize, mut d: Decision, out: &mut Vec<Decision>) {
-        let hit = self.classifier.classify(&pkt.key, pkt.side, pkt.len_bytes, start);
+    fn run(
+        &mut self,
+        t: u64,
+        pkt: PacketIn,
+        start: usize,
+        mut d: Decision,
+        out: &mut Vec<Decision>,
+    ) {
+        let hit = self
+            .classifier
+            .classify(&pkt.key, pkt.side, pkt.len_bytes, start);
         let rule_no = |c: &Classifier, i: usize| Some(c.rules()[i].number);
         match hit {
             Hit::NoMatch => {
@@ -247,7 +259,10 @@ impl Node {
                         d.fate = NodeFate::FlowLimit;
                         d.release_ns = t;
                     }
-                    PipeVerdict::Link { verdict: v, flow_id } => {
+                    PipeVerdict::Link {
+                        verdict: v,
+                        flow_id,
+                    } => {
                         d.flow_id = flow_id;
                         d.release_ns = v.release_ns;
                         d.duplicate |= v.duplicate;
@@ -260,7 +275,14 @@ impl Node {
                             let seq = self.seq;
                             self.seq += 1;
                             self.reinject.push(Reverse((v.release_ns, seq)));
-                            self.in_flight.insert(seq, InFlight { pkt, next_rule: rule + 1, d });
+                            self.in_flight.insert(
+                                seq,
+                                InFlight {
+                                    pkt,
+                                    next_rule: rule + 1,
+                                    d,
+                                },
+                            );
                             return;
                         }
                     }
