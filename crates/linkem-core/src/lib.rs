@@ -33,13 +33,16 @@ pub mod dist;
 pub mod fate;
 pub mod link;
 pub mod loss;
+pub mod node;
 pub mod order;
+pub mod pipe;
 pub mod rng;
+pub mod rules;
 pub mod units;
 pub mod wire;
 
 pub use config::{ConfigError, Dialect, LinkConfig, LinkSpec, LossAt, TomlWords};
 pub use dist::Distribution;
 pub use fate::{Fate, FateCounts};
-pub use link::{Link, PacketMeta, Verdict};
+pub use link::{Link, LinkExtra, PacketMeta, Verdict};
 pub use loss::LossConfig;

@@ -61,6 +61,16 @@ pub struct Verdict {
     pub queue_bytes: u64,
 }
 
+/// Per-packet additions to the link time that the rules layer makes for
+/// Dummynet's `profile` (extra airtime, and a loss that strikes after the link).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LinkExtra {
+    /// Added to the packet's time on the link (it keeps the link busy).
+    pub extra_busy_ns: u64,
+    /// The packet uses the link, then is lost (as `loss-at link`).
+    pub lose_after_link: bool,
+}
+
 /// Token bucket kept in exact integer units of bit·ns/s ("nanobits"): a byte is
 /// 8e9 units and a rate of R bit/s adds R units per ns, so no rounding ever
 /// accumulates.
@@ -150,6 +160,8 @@ pub struct Link {
     duplicate_stream: Stream,
     corrupt_stream: Stream,
     counts: FateCounts,
+    /// Dummynet's `burst`: (limit, credit) in bits; see [`Link::set_burst`].
+    burst: Option<(u64, u64)>,
 }
 
 impl Link {
@@ -183,6 +195,7 @@ impl Link {
             duplicate_stream: Stream::new(seed, direction, StreamId::Duplicate),
             corrupt_stream: Stream::new(seed, direction, StreamId::Corrupt),
             counts: FateCounts::default(),
+            burst: None,
             cfg: LinkConfig::default(),
         };
         link.apply(cfg, 0, true);
@@ -261,9 +274,31 @@ impl Link {
         self.cfg = cfg;
     }
 
+    /// Dummynet's `burst SIZE` (only with a rate): when a packet finds the link
+    /// idle, the credit becomes min(SIZE·8, rate · idle time) bits, idle time
+    /// counted from the exit of the last packet; while credit lasts, bits cross the
+    /// link at line speed (no serialisation time), and a packet larger than the
+    /// credit takes (bits − credit)/rate. Credit left when the link goes idle again
+    /// is not kept (Dummynet recomputes it from the idle time).
+    pub fn set_burst(&mut self, burst_bytes: u64) {
+        self.burst = (burst_bytes > 0).then_some((burst_bytes.saturating_mul(8), 0));
+    }
+
     /// Decides the fate and release time of a packet arriving at `now_ns`.
     #[inline]
     pub fn on_arrival(&mut self, now_ns: u64, meta: PacketMeta) -> Verdict {
+        self.arrive(now_ns, meta, LinkExtra::default())
+    }
+
+    /// As [`Link::on_arrival`], with extra link time and a loss after the link
+    /// decided by the caller (Dummynet's `profile`).
+    #[inline]
+    pub fn on_arrival_extra(&mut self, now_ns: u64, meta: PacketMeta, extra: LinkExtra) -> Verdict {
+        self.arrive(now_ns, meta, extra)
+    }
+
+    #[inline(always)]
+    fn arrive(&mut self, now_ns: u64, meta: PacketMeta, extra: LinkExtra) -> Verdict {
         let t_a = now_ns.max(self.last_arrival_ns);
         self.last_arrival_ns = t_a;
         while let Some(&(left_ns, len)) = self.queue.front() {
@@ -303,16 +338,28 @@ impl Link {
 
         let t_link = match self.cfg.rate_bps {
             Some(rate) => {
-                if t_a > self.clock_ns {
+                let idle = t_a > self.clock_ns;
+                if idle {
+                    if let Some((limit, credit)) = &mut self.burst {
+                        let idle_ns = t_a - self.clock_ns;
+                        let earned = (idle_ns as u128 * rate as u128 / 1_000_000_000) as u64;
+                        *credit = earned.min(*limit);
+                    }
                     self.clock_ns = t_a;
                     self.clock_rem = 0;
                 }
-                let slot =
-                    &mut self.serialisation_cache[(wire_bits as usize / 8) % SERIALISATION_CACHE];
-                if slot.0 != wire_bits {
+                let mut bits_on_link = wire_bits;
+                if let Some((_, credit)) = &mut self.burst {
+                    let used = (*credit).min(wire_bits);
+                    *credit -= used;
+                    bits_on_link -= used;
+                }
+                let slot = &mut self.serialisation_cache
+                    [(bits_on_link as usize / 8) % SERIALISATION_CACHE];
+                if slot.0 != bits_on_link {
                     // bits·1e9 ≤ 2^19·1e9 < 2^64.
-                    let scaled = wire_bits * 1_000_000_000;
-                    *slot = (wire_bits, scaled / rate, scaled % rate);
+                    let scaled = bits_on_link * 1_000_000_000;
+                    *slot = (bits_on_link, scaled / rate, scaled % rate);
                 }
                 let (_, whole_ns, part) = *slot;
                 // clock_rem and part are both below rate: their sum carries at most 1 ns.
@@ -322,7 +369,10 @@ impl Link {
                     rem -= rate;
                     ns += 1;
                 }
-                self.clock_ns = self.clock_ns.saturating_add(ns);
+                self.clock_ns = self
+                    .clock_ns
+                    .saturating_add(ns)
+                    .saturating_add(extra.extra_busy_ns);
                 self.clock_rem = rem;
                 let left_ns = self.clock_ns + (self.clock_rem != 0) as u64;
                 self.queue.push_back((left_ns, len));
@@ -331,7 +381,7 @@ impl Link {
             }
             None => t_a,
         };
-        if lost {
+        if lost || extra.lose_after_link {
             v.release_ns = t_link;
             return self.finish(v, Fate::Loss);
         }

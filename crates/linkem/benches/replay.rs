@@ -22,6 +22,9 @@ fn bench(c: &mut Criterion) {
         poisson: true,
         burst: 1,
         seed: 1,
+        src: None,
+        dst: None,
+        flows: 1,
     })
     .expect("synthetic capture");
 
@@ -57,6 +60,7 @@ fn bench(c: &mut Criterion) {
                     stats: StatsFormat::None,
                     events: None,
                     quiet: true,
+                    rules: Default::default(),
                 })
                 .expect("replay")
             })

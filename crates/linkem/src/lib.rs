@@ -7,6 +7,7 @@ pub mod bridge;
 pub mod plot;
 pub mod probe;
 pub mod replay;
+pub mod replay_rules;
 pub mod synth;
 
 /// How counts are printed.

@@ -41,6 +41,9 @@ pub struct ReplayArgs {
     /// Never show a progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// `--rules FILE` and its options (see [`crate::replay_rules`]).
+    #[command(flatten)]
+    pub rules: crate::replay_rules::RulesArgs,
 }
 
 /// A delivered copy waiting for its turn in the output.
@@ -181,6 +184,9 @@ struct Replayer {
 }
 
 pub fn run(args: &ReplayArgs) -> Result<()> {
+    if crate::replay_rules::wanted(args, &args.rules)? {
+        return crate::replay_rules::run(args, &args.rules);
+    }
     let spec = link_spec(args.config.as_deref(), &args.words)?;
     let seed = spec.seed.unwrap_or_else(fresh_seed);
     if spec.seed.is_none() {

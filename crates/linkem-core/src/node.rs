@@ -1,0 +1,294 @@
+//! The node: rules in front of many pipes (Dummynet's model, seed 003 §3).
+//!
+//! # Per packet
+//! 1. The rules run from the first ([`crate::rules::classify`]).
+//! 2. `deny` drops (`denied`), `allow` or no matching rule passes unimpaired
+//!    (released at the arrival), `pipe N` sends the packet through pipe N's
+//!    instance for its flow ([`crate::pipe`]): the instance's [`crate::Link`]
+//!    gives the fate and the release time, closed-form, at arrival.
+//! 3. With one-pass on (the default) that is the packet's fate. With one-pass
+//!    off, a delivered packet re-enters the rules at its release time r, at the
+//!    rule after the one that sent it, and may take further pipes: the next
+//!    hop's arrival is exactly r.
+//!
+//! # Time order
+//! A hop's arrival at r must be fed to the next pipe in time order with every
+//! other arrival there, or a pipe would see its arrivals out of order. The node
+//! keeps reinjections in a min-heap by (r, sequence) and runs those due before
+//! each new arrival ([`Node::on_arrival`] at t runs every reinjection with
+//! r ≤ t first) and on [`Node::poll`]; [`Node::next_event_ns`] says when the
+//! next is due. Without one-pass off the heap stays empty and every decision is
+//! returned at arrival.
+//!
+//! # Release order across pipes
+//! Decisions carry their release time; the driver merges them into one output
+//! order by (release, sequence). Replay keeps one binary heap over the packets
+//! in flight: O(log P) per packet for P packets in flight, independent of the
+//! number of pipes (100 000 active pipes cost what one busy pipe with the same
+//! packets in flight costs), and exact whatever the pipes do. A heap of
+//! per-pipe FIFOs (O(log active pipes)) needs each pipe's releases to be
+//! monotone, which `reorder allow`, netem's `reorder` and duplicates break. No
+//! pipe's state is touched by another pipe's packets, so nothing about one pipe
+//! delays another; only the output interface serialises them (seed 003 §4.1.1).
+//!
+//! # Duplicates and corruption on multi-hop paths
+//! A copy made by `duplicate` on a hop travels with the original (released
+//! right after it at the end of the path); corrupted bits from every hop are
+//! listed.
+
+use crate::fate::Fate;
+use crate::pipe::{FlowBudget, Pipe, PipeVerdict};
+use crate::rules::classify::{Classifier, Hit};
+use crate::rules::flow::FlowKey;
+use crate::rules::parse::RuleSet;
+use crate::rules::Side;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+/// A packet offered to the node.
+#[derive(Debug, Clone, Copy)]
+pub struct PacketIn {
+    pub len_bytes: u32,
+    pub key: FlowKey,
+    pub side: Side,
+    /// The caller's handle for the packet, returned in the decision.
+    pub tag: u64,
+}
+
+/// What became of a packet in the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeFate {
+    Delivered,
+    /// Dropped by a pipe's link (queue-full, loss, policed).
+    Dropped(Fate),
+    /// Dropped by a `deny` rule.
+    Denied,
+    /// Dropped because the node held `--max-flows` dynamic instances.
+    FlowLimit,
+}
+
+impl NodeFate {
+    pub fn name(self) -> &'static str {
+        match self {
+            NodeFate::Delivered => "delivered",
+            NodeFate::Dropped(f) => f.name(),
+            NodeFate::Denied => "denied",
+            NodeFate::FlowLimit => "flow-limit",
+        }
+    }
+}
+
+/// The node's decision for one packet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub tag: u64,
+    pub fate: NodeFate,
+    /// Delivered: when it leaves; dropped: when the drop happened.
+    pub release_ns: u64,
+    pub duplicate: bool,
+    pub corrupt_bits: Vec<u32>,
+    /// Number of the last rule that acted on the packet (None: no rule matched).
+    pub rule: Option<u32>,
+    /// Last pipe the packet went through, and its flow id there.
+    pub pipe: Option<u32>,
+    pub flow_id: u64,
+    /// Pipes traversed.
+    pub hops: u32,
+}
+
+/// The node's settings beyond the rule file.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeConfig {
+    pub seed: u64,
+    pub max_flows: usize,
+    pub idle_hold_ns: u64,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            seed: 0,
+            max_flows: crate::pipe::DEFAULT_MAX_FLOWS,
+            idle_hold_ns: crate::pipe::DEFAULT_IDLE_HOLD_NS,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct InFlight {
+    pkt: PacketIn,
+    next_rule: usize,
+    d: Decision,
+}
+
+/// Rules and pipes: packets and time in, decisions out.
+#[derive(Debug)]
+pub struct Node {
+    classifier: Classifier,
+    pipes: Vec<Pipe>,
+    pipe_at: HashMap<u32, usize>,
+    one_pass: bool,
+    budget: FlowBudget,
+    reinject: BinaryHeap<Reverse<(u64, u64)>>,
+    in_flight: HashMap<u64, InFlight>,
+    seq: u64,
+    /// Packets passed unimpaired because no rule took them.
+    pub unmatched: u64,
+}
+
+impl Node {
+    pub fn new(set: RuleSet, cfg: NodeConfig) -> Node {
+        let mut pipes = Vec::new();
+        let mut pipe_at = HashMap::new();
+        for (n, def) in set.pipes {
+            pipe_at.insert(n, pipes.len());
+            pipes.push(Pipe::new(def, cfg.seed));
+        }
+        Node {
+            classifier: Classifier::new(set.rules, cfg.seed),
+            pipes,
+            pipe_at,
+            one_pass: set.one_pass,
+            budget: FlowBudget {
+                live: 0,
+                max: cfg.max_flows,
+                idle_hold_ns: cfg.idle_hold_ns,
+            },
+            reinject: BinaryHeap::new(),
+            in_flight: HashMap::new(),
+            seq: 0,
+            unmatched: 0,
+        }
+    }
+
+    pub fn classifier(&self) -> &Classifier {
+        &self.classifier
+    }
+
+    pub fn pipes(&self) -> &[Pipe] {
+        &self.pipes
+    }
+
+    pub fn one_pass(&self) -> bool {
+        self.one_pass
+    }
+
+    /// Live dynamic instances over all pipes.
+    pub fn live_flows(&self) -> usize {
+        self.budget.live
+    }
+
+    /// When the next reinjection is due, if any.
+    pub fn next_event_ns(&self) -> Option<u64> {
+        self.reinject.peek().map(|r| r.0 .0)
+    }
+
+    /// Runs the reinjections due at or before `now_ns`.
+    pub fn poll(&mut self, now_ns: u64, out: &mut Vec<Decision>) {
+        while let Some(&Reverse((at, seq))) = self.reinject.peek() {
+            if at > now_ns {
+                break;
+            }
+            self.reinject.pop();
+            let f = self
+                .in_flight
+                .remove(&seq)
+                .expect("one entry per reinjection");
+            self.run(at, f.pkt, f.next_rule, f.d, out);
+        }
+    }
+
+    /// A packet arriving at `now_ns` (non-decreasing between calls). Decisions
+    /// made now (this packet's, unless it continues to another hop later, and
+    /// those of reinjections due by now) are appended to `out`.
+    #[inline]
+    pub fn on_arrival(&mut self, now_ns: u64, pkt: PacketIn, out: &mut Vec<Decision>) {
+        if !self.reinject.is_empty() {
+            self.poll(now_ns, out);
+        }
+        let d = Decision {
+            tag: pkt.tag,
+            fate: NodeFate::Delivered,
+            release_ns: now_ns,
+            duplicate: false,
+            corrupt_bits: Vec::new(),
+            rule: None,
+            pipe: None,
+            flow_id: 0,
+            hops: 0,
+        };
+        self.run(now_ns, pkt, 0, d, out);
+    }
+
+    #[inline]
+    fn run(
+        &mut self,
+        t: u64,
+        pkt: PacketIn,
+        start: usize,
+        mut d: Decision,
+        out: &mut Vec<Decision>,
+    ) {
+        let hit = self
+            .classifier
+            .classify(&pkt.key, pkt.side, pkt.len_bytes, start);
+        let rule_no = |c: &Classifier, i: usize| Some(c.rules()[i].number);
+        match hit {
+            Hit::NoMatch => {
+                if d.hops == 0 {
+                    self.unmatched += 1;
+                }
+                d.release_ns = t;
+            }
+            Hit::Allow { rule } => {
+                d.rule = rule_no(&self.classifier, rule);
+                d.release_ns = t;
+            }
+            Hit::Deny { rule } => {
+                d.rule = rule_no(&self.classifier, rule);
+                d.fate = NodeFate::Denied;
+                d.release_ns = t;
+            }
+            Hit::Pipe { rule, pipe } => {
+                d.rule = rule_no(&self.classifier, rule);
+                d.pipe = Some(pipe);
+                d.hops += 1;
+                let p = &mut self.pipes[self.pipe_at[&pipe]];
+                match p.arrive(t, pkt.len_bytes, &pkt.key, &mut self.budget) {
+                    PipeVerdict::FlowLimit => {
+                        d.fate = NodeFate::FlowLimit;
+                        d.release_ns = t;
+                    }
+                    PipeVerdict::Link {
+                        verdict: v,
+                        flow_id,
+                    } => {
+                        d.flow_id = flow_id;
+                        d.release_ns = v.release_ns;
+                        d.duplicate |= v.duplicate;
+                        if let Some(b) = v.corrupt_bit {
+                            d.corrupt_bits.push(b);
+                        }
+                        if v.fate.is_drop() {
+                            d.fate = NodeFate::Dropped(v.fate);
+                        } else if !self.one_pass {
+                            let seq = self.seq;
+                            self.seq += 1;
+                            self.reinject.push(Reverse((v.release_ns, seq)));
+                            self.in_flight.insert(
+                                seq,
+                                InFlight {
+                                    pkt,
+                                    next_rule: rule + 1,
+                                    d,
+                                },
+                            );
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+        out.push(d);
+    }
+}

@@ -1,0 +1,776 @@
+//! Dummynet pipes: a link (queue, rate, delay line, impairments: [`crate::Link`])
+//! with Dummynet's `burst`, `profile` and `mask`.
+//!
+//! # Configuration
+//! `pipe N config WORDS` takes Dummynet's words (a bare `delay 20` is 20 ms, a
+//! bare `bw 640000` is bit/s, `queue 20` is slots and `queue 64KBytes` bytes, the
+//! default queue is 50 slots, `plr 0.01` a probability) and every linkem link
+//! word; plus `burst SIZE`, `profile FILE`, `mask ...`, `buckets N`. `pipe N
+//! config` sets the whole pipe, as Dummynet does: a second `config` of the same
+//! pipe replaces it, words not given take their defaults.
+//!
+//! # Instances
+//! Without a mask a pipe is one instance. With a mask, every distinct masked
+//! flow id (ip version, protocol, addresses, ports, IPv6 flow label, each ANDed
+//! with the mask) gets its own instance: own queue, rate, delay line and random
+//! streams, seeded by [`instance_seed`] from (seed, pipe, flow id, creation
+//! time), so a run repeats exactly. An instance whose queue has emptied and
+//! whose last packet has been released at `idle_at` is removed at the first
+//! arrival to its pipe after `idle_at + hold` ([`FlowBudget::idle_hold_ns`]) and
+//! its memory freed; a later packet of the same flow makes a fresh instance
+//! (new streams: the creation time differs). Expiry is
+//! driven by a min-heap with one entry per live instance (a stale entry is
+//! pushed back with the instance's newer idle time), so it costs O(log n) per
+//! arrival amortised, whatever the number of instances.
+
+pub mod profile;
+
+use crate::config::{LinkConfig, LinkSpec, DEFAULT_QUEUE_PACKETS};
+use crate::link::{Link, LinkExtra, PacketMeta, Verdict};
+use crate::rng::{Stream, StreamId};
+use crate::rules::flow::FlowKey;
+use crate::rules::parse::{parse_number, rerr, RulesError};
+pub use profile::Profile;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
+
+/// Reads a file named in a rule file (`profile FILE`, `distribution FILE`).
+pub type FileReader<'a> = crate::config::FileLoader<'a>;
+
+/// Dummynet's default queue, in slots.
+pub const DUMMYNET_QUEUE_SLOTS: u32 = 50;
+
+/// Which bits of a packet's flow id select its instance.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlowMask {
+    pub proto: u8,
+    pub src_ip4: u32,
+    pub dst_ip4: u32,
+    pub src_ip6: u128,
+    pub dst_ip6: u128,
+    pub src_port: u16,
+    pub dst_port: u16,
+    pub flow_label: u32,
+}
+
+/// A packet's flow id after the mask: the key of its instance.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct MaskedKey {
+    pub ip_version: u8,
+    pub proto: u8,
+    pub src_port: u16,
+    pub dst_port: u16,
+    pub flow_label: u32,
+    pub src_ip: u128,
+    pub dst_ip: u128,
+}
+
+impl FlowMask {
+    #[inline]
+    pub fn apply(&self, k: &FlowKey) -> MaskedKey {
+        let (s, d) = match k.ip_version {
+            4 => (
+                (k.src_ip as u32 & self.src_ip4) as u128,
+                (k.dst_ip as u32 & self.dst_ip4) as u128,
+            ),
+            6 => (k.src_ip & self.src_ip6, k.dst_ip & self.dst_ip6),
+            _ => (0, 0),
+        };
+        MaskedKey {
+            ip_version: k.ip_version,
+            proto: k.proto & self.proto,
+            src_port: k.src_port & self.src_port,
+            dst_port: k.dst_port & self.dst_port,
+            flow_label: k.flow_label & self.flow_label,
+            src_ip: s,
+            dst_ip: d,
+        }
+    }
+}
+
+impl MaskedKey {
+    /// A stable 64-bit id of the flow (no per-process hashing).
+    pub fn flow_id(&self) -> u64 {
+        let mut h = mix(self.ip_version as u64
+            | (self.proto as u64) << 8
+            | (self.src_port as u64) << 16
+            | (self.dst_port as u64) << 32);
+        for v in [
+            self.src_ip as u64,
+            (self.src_ip >> 64) as u64,
+            self.dst_ip as u64,
+            (self.dst_ip >> 64) as u64,
+            self.flow_label as u64,
+        ] {
+            h = mix(h ^ v);
+        }
+        h
+    }
+}
+
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The seed of an instance's link: (seed, pipe, flow id, creation time). A pipe
+/// without a mask is flow 0 created at 0. Part of the determinism contract.
+pub fn instance_seed(seed: u64, pipe: u32, flow_id: u64, created_ns: u64) -> u64 {
+    mix(mix(mix(seed ^ 0x7069_7065) ^ pipe as u64) ^ flow_id) ^ created_ns
+}
+
+/// One `pipe N config` line, parsed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PipeDef {
+    pub number: u32,
+    pub link: LinkConfig,
+    pub burst_bytes: u64,
+    pub profile: Option<Arc<Profile>>,
+    pub mask: Option<FlowMask>,
+    pub buckets: u32,
+    pub line: usize,
+    /// The words as written, for `--stats`.
+    pub words: String,
+}
+
+/// Dummynet words linkem does not model.
+const UNSUPPORTED_PIPE: &[&str] = &[
+    "red",
+    "gred",
+    "weight",
+    "lmax",
+    "maxlen",
+    "pri",
+    "priority",
+    "type",
+    "sched",
+    "link",
+    "pipe",
+    "flowset",
+    "sched_mask",
+    "flow_mask",
+    "codel",
+    "pie",
+    "fq_codel",
+    "fq_pie",
+    "ecn",
+    "quantum",
+    "limit-bytes",
+];
+
+/// The link keywords that may appear once; value = canonical name.
+fn canonical(word: &str) -> Option<&'static str> {
+    Some(match word {
+        "rate" | "bw" | "bandwidth" => "bw",
+        "delay" => "delay",
+        "jitter" => "jitter",
+        "queue" | "limit" => "queue",
+        "loss" | "drop" | "plr" => "loss",
+        "overhead" => "overhead",
+        "distribution" => "distribution",
+        "duplicate" => "duplicate",
+        "corrupt" => "corrupt",
+        "policer" | "police" => "policer",
+        "seed" => "seed",
+        "loss-at" => "loss-at",
+        "gap" => "gap",
+        "burst" => "burst",
+        "profile" => "profile",
+        "mask" => "mask",
+        "buckets" => "buckets",
+        _ => return None,
+    })
+}
+
+impl PipeDef {
+    /// Parses the words after `pipe N config`.
+    pub fn parse(
+        number: u32,
+        words: &[&str],
+        line: usize,
+        files: &mut FileReader<'_>,
+    ) -> Result<PipeDef, RulesError> {
+        let mut link_words: Vec<String> = Vec::new();
+        let mut burst_bytes = 0u64;
+        let mut profile = None;
+        let mut mask = None;
+        let mut buckets = 64;
+        let mut seen: Vec<(&'static str, &str)> = Vec::new();
+        let mut queue_given = false;
+        let mut i = 0;
+        let prev_is = |i: usize, back: usize, w: &str| i >= back && words[i - back] == w;
+        while i < words.len() {
+            let w = words[i];
+            i += 1;
+            // `burst` after `policer R` and `link` after `loss-at` are arguments.
+            let is_arg = (w == "burst"
+                && (prev_is(i - 1, 2, "policer") || prev_is(i - 1, 2, "police")))
+                || prev_is(i - 1, 1, "loss-at")
+                || prev_is(i - 1, 1, "distribution");
+            if !is_arg {
+                if let Some(canon) = canonical(w) {
+                    if let Some((_, first)) = seen.iter().find(|(c, _)| *c == canon) {
+                        return Err(rerr(
+                            line,
+                            w,
+                            format!("sets the same thing as '{first}' given earlier in this pipe"),
+                        ));
+                    }
+                    seen.push((canon, w));
+                }
+            }
+            let next = words.get(i).copied();
+            let need =
+                |what: &str| next.ok_or_else(|| rerr(line, w, format!("'{w}' needs {what}")));
+            match w {
+                _ if is_arg => link_words.push(w.to_string()),
+                "bw" | "bandwidth" => {
+                    let v = need("a rate such as 2Mbit/s")?;
+                    i += 1;
+                    link_words.push("rate".into());
+                    link_words.push(dummynet_rate(v).map_err(|m| rerr(line, v, m))?);
+                }
+                "delay" => {
+                    let v = need("a time (bare numbers are milliseconds)")?;
+                    i += 1;
+                    link_words.push("delay".into());
+                    if v.bytes().all(|b| b.is_ascii_digit()) {
+                        link_words.push(format!("{v}ms"));
+                    } else {
+                        link_words.push(v.to_string());
+                    }
+                }
+                "queue" => {
+                    let v = need("slots or a size such as 64KBytes")?;
+                    i += 1;
+                    queue_given = true;
+                    link_words.push("queue".into());
+                    link_words.push(dummynet_queue(v));
+                }
+                "burst" => {
+                    let v = need("a size in bytes such as 64k or 100000")?;
+                    i += 1;
+                    burst_bytes = dummynet_size(v).map_err(|m| rerr(line, v, m))?;
+                }
+                "profile" => {
+                    let v = need("a file name")?;
+                    i += 1;
+                    let text = files(v).map_err(|e| rerr(line, v, e))?;
+                    let p = Profile::parse(&text)
+                        .map_err(|e| rerr(line, v, format!("in the profile, {e}")))?;
+                    profile = Some(Arc::new(p));
+                }
+                "buckets" => {
+                    let v = need("a number")?;
+                    i += 1;
+                    buckets = parse_number(v)
+                        .filter(|&n| n > 0 && n <= 1 << 20)
+                        .ok_or_else(|| rerr(line, v, "buckets is 1..1048576"))?
+                        as u32;
+                }
+                "mask" => {
+                    let (m, used) = parse_mask(&words[i..], line, w)?;
+                    i += used;
+                    mask = Some(m);
+                }
+                "noerror" | "droptail" => {} // Nothing to model: linkem returns no errors; droptail is the only queue.
+                w if UNSUPPORTED_PIPE.contains(&w) => return Err(rerr(line, w, "not supported")),
+                _ => link_words.push(w.to_string()),
+            }
+        }
+        let refs: Vec<&str> = link_words.iter().map(String::as_str).collect();
+        let spec = LinkSpec::parse_words(&refs, files).map_err(|e| {
+            // Point at the word as the user typed it where the translation kept its place.
+            let word = e.word.clone();
+            rerr(line, &word, e.message)
+        })?;
+        if spec.seed.is_some() {
+            return Err(rerr(
+                line,
+                "seed",
+                "a pipe takes no seed: give the node's seed (--seed or 'seed N' in the link words)",
+            ));
+        }
+        let mut link = spec.link;
+        if !queue_given && link.queue_packets == Some(DEFAULT_QUEUE_PACKETS) {
+            link.queue_packets = Some(DUMMYNET_QUEUE_SLOTS);
+        }
+        if let Some(p) = &profile {
+            match (p.rate_bps, link.rate_bps) {
+                (Some(_), Some(_)) => {
+                    let at = seen
+                        .iter()
+                        .find(|(c, _)| *c == "bw")
+                        .map(|x| x.1)
+                        .unwrap_or("bw");
+                    return Err(rerr(
+                        line,
+                        at,
+                        "the profile sets the bandwidth too; give it once",
+                    ));
+                }
+                (Some(r), None) => link.rate_bps = Some(r),
+                _ => {}
+            }
+            if link.rate_bps.is_none() {
+                return Err(rerr(
+                    line,
+                    "profile",
+                    "a profile's airtime needs a bandwidth (bw on the pipe or in the file)",
+                ));
+            }
+        }
+        if burst_bytes > 0 && link.rate_bps.is_none() {
+            return Err(rerr(line, "burst", "burst needs a bandwidth (bw)"));
+        }
+        Ok(PipeDef {
+            number,
+            link,
+            burst_bytes,
+            profile,
+            mask,
+            buckets,
+            line,
+            words: words.join(" "),
+        })
+    }
+}
+
+/// ipfw's bandwidth: a number with optional K/M and bit/s, Byte/s, bytes/s.
+fn dummynet_rate(v: &str) -> Result<String, String> {
+    if v.bytes().all(|b| b.is_ascii_digit()) {
+        return Ok(format!("{v}bit"));
+    }
+    let digits = v
+        .bytes()
+        .take_while(|b| b.is_ascii_digit() || *b == b'.')
+        .count();
+    let (num, unit) = v.split_at(digits);
+    let out = match unit {
+        "K" | "k" => format!("{num}kbit"),
+        "M" | "m" => format!("{num}mbit"),
+        "G" | "g" => format!("{num}gbit"),
+        _ => v.to_string(),
+    };
+    crate::units::parse_rate_bps(&out).map_err(|e| e.0)?;
+    Ok(out)
+}
+
+/// ipfw's queue: slots, or bytes with K/KB/KBytes (1024) or B/bytes.
+fn dummynet_queue(v: &str) -> String {
+    let digits = v.bytes().take_while(|b| b.is_ascii_digit()).count();
+    let (num, unit) = v.split_at(digits);
+    match unit {
+        "K" | "k" | "KB" | "kb" | "Kb" => format!("{num}KiB"),
+        _ => v.to_string(),
+    }
+}
+
+/// ipfw's `burst` (expand_number: k, m, g are powers of 1024, optional B).
+fn dummynet_size(v: &str) -> Result<u64, String> {
+    let digits = v.bytes().take_while(|b| b.is_ascii_digit()).count();
+    let (num, unit) = v.split_at(digits);
+    let n: u64 = num.parse().map_err(|_| format!("'{v}' is not a size"))?;
+    let unit = unit.trim_end_matches(['B', 'b']);
+    let scale: u64 = match unit {
+        "" => 1,
+        "k" | "K" => 1 << 10,
+        "m" | "M" => 1 << 20,
+        "g" | "G" => 1 << 30,
+        _ => return crate::units::parse_size_bytes(v).map_err(|e| e.0),
+    };
+    n.checked_mul(scale)
+        .filter(|&b| b < 1 << 48)
+        .ok_or_else(|| "burst is below 2^48 bytes".to_string())
+}
+
+/// `mask` and its fields, as ipfw reads them; returns the mask and the words used.
+fn parse_mask(words: &[&str], line: usize, kw: &str) -> Result<(FlowMask, usize), RulesError> {
+    let mut m = FlowMask::default();
+    let mut i = 0;
+    while let Some(&field) = words.get(i) {
+        let kind = match field {
+            "all" => {
+                m = FlowMask {
+                    proto: 0xff,
+                    src_ip4: !0,
+                    dst_ip4: !0,
+                    src_ip6: !0,
+                    dst_ip6: !0,
+                    src_port: 0xffff,
+                    dst_port: 0xffff,
+                    flow_label: 0xf_ffff,
+                };
+                i += 1;
+                continue;
+            }
+            "src-ip" | "dst-ip" | "src-ip6" | "src-ipv6" | "dst-ip6" | "dst-ipv6" | "src-port"
+            | "dst-port" | "proto" | "flow-id" => field,
+            "queue" => return Err(rerr(line, field, "not supported (mask queue)")),
+            _ => break,
+        };
+        let Some(&v) = words.get(i + 1) else {
+            return Err(rerr(line, field, "mask: value missing"));
+        };
+        i += 2;
+        let v6 = kind.contains("ip6") || kind.contains("ipv6");
+        let bad = |msg: &str| rerr(line, v, msg.to_string());
+        // `/N`: N low bits for IPv4, ports, proto and flow-id; an N-bit prefix for
+        // IPv6 (ipfw's reading, kept so a pasted line means the same).
+        let n: u128 = if let Some(len) = v.strip_prefix('/') {
+            let len: u32 = len.parse().map_err(|_| bad("a mask length is /0../128"))?;
+            if v6 {
+                if len > 128 {
+                    return Err(bad("an IPv6 mask length is /0../128"));
+                }
+                if len == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - len)
+                }
+            } else {
+                if len > 32 {
+                    return Err(bad("a mask length is /0../32"));
+                }
+                if len == 32 {
+                    u32::MAX as u128
+                } else {
+                    (1u128 << len) - 1
+                }
+            }
+        } else if v6 {
+            let len: u32 = v
+                .parse()
+                .map_err(|_| bad("an IPv6 mask is a prefix length (64 or /64)"))?;
+            if len > 128 {
+                return Err(bad("an IPv6 mask length is 0..128"));
+            }
+            if len == 0 {
+                0
+            } else {
+                u128::MAX << (128 - len)
+            }
+        } else {
+            parse_number(v).ok_or_else(|| bad("a mask is a number such as 0xffffff00"))? as u128
+        };
+        match kind {
+            "src-ip" | "dst-ip" => {
+                let x = u32::try_from(n).map_err(|_| bad("an IPv4 mask is 32 bits"))?;
+                if kind == "src-ip" {
+                    m.src_ip4 = x
+                } else {
+                    m.dst_ip4 = x
+                }
+            }
+            "src-port" | "dst-port" => {
+                let x = u16::try_from(n).map_err(|_| bad("port mask must be 16 bit"))?;
+                if kind == "src-port" {
+                    m.src_port = x
+                } else {
+                    m.dst_port = x
+                }
+            }
+            "proto" => m.proto = u8::try_from(n).map_err(|_| bad("proto mask must be 8 bit"))?,
+            "flow-id" => {
+                if n > 0xf_ffff {
+                    return Err(bad("flow_id mask must be 20 bit"));
+                }
+                m.flow_label = n as u32;
+            }
+            _ if kind.starts_with("src") => m.src_ip6 = n,
+            _ => m.dst_ip6 = n,
+        }
+    }
+    if i == 0 {
+        return Err(rerr(line, words.first().copied().unwrap_or(kw), "mask needs fields (src-ip, dst-ip, src-port, dst-port, proto, src-ip6, dst-ip6, flow-id, all)"));
+    }
+    Ok((m, i))
+}
+
+/// One instance of a pipe.
+#[derive(Debug, Clone)]
+pub struct Instance {
+    pub link: Link,
+    profile_stream: Option<Stream>,
+    pub key: MaskedKey,
+    pub flow_id: u64,
+    pub tot_pkts: u64,
+    pub tot_bytes: u64,
+    pub drops: u64,
+    /// No packet of this instance is queued or unreleased from here on.
+    pub idle_at_ns: u64,
+}
+
+impl Instance {
+    fn new(def: &PipeDef, seed: u64, key: MaskedKey, flow_id: u64, created_ns: u64) -> Self {
+        let s = instance_seed(seed, def.number, flow_id, created_ns);
+        let mut link = Link::new(def.link.clone(), s, 0);
+        link.set_burst(def.burst_bytes);
+        Instance {
+            link,
+            profile_stream: def
+                .profile
+                .as_ref()
+                .map(|_| Stream::new(s, 0x7072_6f66, StreamId::Loss)),
+            key,
+            flow_id,
+            tot_pkts: 0,
+            tot_bytes: 0,
+            drops: 0,
+            idle_at_ns: 0,
+        }
+    }
+
+    #[inline]
+    fn arrive(&mut self, now_ns: u64, len_bytes: u32, profile: Option<&Profile>) -> Verdict {
+        let meta = PacketMeta { len_bytes };
+        let v = match (profile, self.profile_stream.as_mut()) {
+            (Some(p), Some(stream)) => {
+                let extra = match p.draw(stream.next_u64()) {
+                    Some(ns) => LinkExtra {
+                        extra_busy_ns: ns,
+                        lose_after_link: false,
+                    },
+                    None => LinkExtra {
+                        extra_busy_ns: 0,
+                        lose_after_link: true,
+                    },
+                };
+                self.link.on_arrival_extra(now_ns, meta, extra)
+            }
+            _ => self.link.on_arrival(now_ns, meta),
+        };
+        self.tot_pkts += 1;
+        self.tot_bytes += len_bytes as u64;
+        if v.fate.is_drop() {
+            self.drops += 1;
+        }
+        self.idle_at_ns = self.idle_at_ns.max(v.release_ns);
+        v
+    }
+
+    /// Packets still queued at the last arrival.
+    pub fn queued_packets(&self) -> usize {
+        self.link.queued_packets()
+    }
+}
+
+/// A cheap hasher for masked keys: the key is mixed once by [`MaskedKey::flow_id`]
+/// semantics; SipHash's DoS resistance buys nothing against one's own traffic
+/// file and costs more than the rest of the lookup.
+#[derive(Default)]
+pub struct KeyHasher(u64);
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        mix(self.0)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut b = [0u8; 8];
+            b[..chunk.len()].copy_from_slice(chunk);
+            self.0 = (self.0 ^ u64::from_le_bytes(b))
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                .rotate_left(29);
+        }
+    }
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(i as u64)
+    }
+    fn write_u16(&mut self, i: u16) {
+        self.write_u64(i as u64)
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(i as u64)
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0 ^ i)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .rotate_left(29);
+    }
+    fn write_u128(&mut self, i: u128) {
+        self.write_u64(i as u64);
+        self.write_u64((i >> 64) as u64);
+    }
+}
+
+/// The node-wide limits on dynamic instances.
+#[derive(Debug, Clone, Copy)]
+pub struct FlowBudget {
+    /// Live instances over all pipes.
+    pub live: usize,
+    /// Most live instances (`--max-flows`); a packet that would need one more is dropped.
+    pub max: usize,
+    /// An instance is removed once it has been idle (queue empty, every packet
+    /// released) for longer than this. Dummynet sweeps idle instances about once
+    /// a second; keeping a flow's instance over short pauses keeps its loss
+    /// model's state (Gilbert-Elliott bursts) and its random streams going.
+    pub idle_hold_ns: u64,
+}
+
+/// Default `--max-flows`.
+pub const DEFAULT_MAX_FLOWS: usize = 1 << 20;
+/// Default idle time before an instance is removed: 1 s.
+pub const DEFAULT_IDLE_HOLD_NS: u64 = 1_000_000_000;
+
+impl Default for FlowBudget {
+    fn default() -> Self {
+        FlowBudget {
+            live: 0,
+            max: DEFAULT_MAX_FLOWS,
+            idle_hold_ns: DEFAULT_IDLE_HOLD_NS,
+        }
+    }
+}
+
+/// What a pipe decided for one packet.
+#[derive(Debug, Clone, Copy)]
+pub enum PipeVerdict {
+    Link {
+        verdict: Verdict,
+        flow_id: u64,
+    },
+    /// The pipe already holds `max_flows` instances: the packet is dropped.
+    FlowLimit,
+}
+
+/// A pipe with its instances.
+#[derive(Debug)]
+pub struct Pipe {
+    pub def: Arc<PipeDef>,
+    seed: u64,
+    single: Option<Instance>,
+    index: HashMap<MaskedKey, u32, BuildHasherDefault<KeyHasher>>,
+    slots: Vec<Option<Instance>>,
+    free: Vec<u32>,
+    expiry: BinaryHeap<Reverse<(u64, u32)>>,
+    /// Packets refused because the instance cap was reached.
+    pub flow_limit_drops: u64,
+    /// Instances removed when idle.
+    pub expired: u64,
+}
+
+impl Pipe {
+    pub fn new(def: PipeDef, seed: u64) -> Pipe {
+        let single = def
+            .mask
+            .is_none()
+            .then(|| Instance::new(&def, seed, MaskedKey::default(), 0, 0));
+        Pipe {
+            def: Arc::new(def),
+            seed,
+            single,
+            index: HashMap::default(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            expiry: BinaryHeap::new(),
+            flow_limit_drops: 0,
+            expired: 0,
+        }
+    }
+
+    /// Live instances of a pipe with a mask (0 without one).
+    pub fn active_instances(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Every live instance (the one instance of a pipe without mask).
+    pub fn instances(&self) -> impl Iterator<Item = &Instance> {
+        self.single.iter().chain(self.slots.iter().flatten())
+    }
+
+    /// Sends a packet through the pipe.
+    #[inline]
+    pub fn arrive(
+        &mut self,
+        now_ns: u64,
+        len_bytes: u32,
+        key: &FlowKey,
+        flows: &mut FlowBudget,
+    ) -> PipeVerdict {
+        if let Some(inst) = &mut self.single {
+            let verdict = inst.arrive(now_ns, len_bytes, self.def.profile.as_deref());
+            return PipeVerdict::Link {
+                verdict,
+                flow_id: 0,
+            };
+        }
+        let mask = self
+            .def
+            .mask
+            .expect("a pipe without an instance has a mask");
+        self.expire(now_ns, flows.idle_hold_ns, &mut flows.live);
+        let mk = mask.apply(key);
+        let slot = match self.index.get(&mk) {
+            Some(&s) => s,
+            None => {
+                if flows.live >= flows.max {
+                    self.flow_limit_drops += 1;
+                    return PipeVerdict::FlowLimit;
+                }
+                let inst = Instance::new(&self.def, self.seed, mk, mk.flow_id(), now_ns);
+                let s = match self.free.pop() {
+                    Some(s) => {
+                        self.slots[s as usize] = Some(inst);
+                        s
+                    }
+                    None => {
+                        self.slots.push(Some(inst));
+                        (self.slots.len() - 1) as u32
+                    }
+                };
+                self.index.insert(mk, s);
+                self.expiry.push(Reverse((now_ns, s)));
+                flows.live += 1;
+                s
+            }
+        };
+        let inst = self.slots[slot as usize]
+            .as_mut()
+            .expect("indexed slots are live");
+        let verdict = inst.arrive(now_ns, len_bytes, self.def.profile.as_deref());
+        PipeVerdict::Link {
+            verdict,
+            flow_id: inst.flow_id,
+        }
+    }
+
+    /// Removes instances idle for longer than `hold_ns` at `now_ns`.
+    fn expire(&mut self, now_ns: u64, hold_ns: u64, live_flows: &mut usize) {
+        while let Some(&Reverse((at, slot))) = self.expiry.peek() {
+            if at.saturating_add(hold_ns) >= now_ns {
+                break;
+            }
+            self.expiry.pop();
+            let inst = self.slots[slot as usize]
+                .as_ref()
+                .expect("one heap entry per live slot");
+            if inst.idle_at_ns.saturating_add(hold_ns) >= now_ns {
+                self.expiry.push(Reverse((inst.idle_at_ns, slot)));
+                continue;
+            }
+            let inst = self.slots[slot as usize].take().expect("checked above");
+            self.index.remove(&inst.key);
+            self.free.push(slot);
+            *live_flows -= 1;
+            self.expired += 1;
+        }
+    }
+}
+
+/// Bytes one live dynamic instance holds, computed from type sizes: the
+/// instance itself, its link's serialisation cache (64 entries of 24 bytes),
+/// its link queue's ring at its smallest allocation (4 entries of 16 bytes),
+/// the flow index entry (key, slot, control byte) and its expiry heap entry.
+/// An expired instance holds nothing: its slot is reused.
+pub fn instance_memory_bytes() -> usize {
+    std::mem::size_of::<Option<Instance>>()
+        + 64 * 24
+        + 4 * 16
+        + std::mem::size_of::<(MaskedKey, u32)>()
+        + 1
+        + std::mem::size_of::<Reverse<(u64, u32)>>()
+}

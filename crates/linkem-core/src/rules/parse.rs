@@ -1,0 +1,836 @@
+//! Parsing of rule files: `pipe N config ...`, `add ...`, `set one-pass off`.
+//!
+//! Every word is either understood or refused with its line and the word:
+//! words of real ipfw/dnctl that linkem does not model say "not supported",
+//! anything else says "unknown". Hostnames are refused (the core does no name
+//! lookups): rules take addresses.
+
+use super::flow::v4_mapped;
+use crate::pipe::{FileReader, PipeDef};
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+/// A rule file problem: the line, the word, what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: '{word}': {message}")]
+pub struct RulesError {
+    pub line: usize,
+    pub word: String,
+    pub message: String,
+}
+
+pub(crate) fn rerr(line: usize, word: &str, message: impl Into<String>) -> RulesError {
+    RulesError {
+        line,
+        word: word.to_string(),
+        message: message.into(),
+    }
+}
+
+/// What a matching rule does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Pipe(u32),
+    Allow,
+    Deny,
+    Count,
+    Skipto(u32),
+}
+
+/// An address range: an IPv4 network (as mapped addresses) or an IPv6 one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Net {
+    pub lo: u128,
+    pub hi: u128,
+    pub v6: bool,
+}
+
+impl Net {
+    #[inline]
+    pub fn contains(&self, version: u8, addr: u128) -> bool {
+        (version == 6) == self.v6 && self.lo <= addr && addr <= self.hi
+    }
+}
+
+/// One option of a rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CondKind {
+    /// IP versions allowed (bit 4, bit 6).
+    Version(u8),
+    Proto(Vec<u8>),
+    SrcIp(Vec<Net>),
+    DstIp(Vec<Net>),
+    SrcPort(Vec<(u16, u16)>),
+    DstPort(Vec<(u16, u16)>),
+    IpLen(Vec<(u16, u16)>),
+    IpTtl(Vec<(u16, u16)>),
+    /// Bit i set: DSCP i matches.
+    Dscp(u64),
+    /// Flags that must be set, flags that must be clear.
+    TcpFlags {
+        set: u8,
+        clear: u8,
+    },
+    MacType(Vec<(u16, u16)>),
+    Frag,
+    /// Received on this side.
+    Recv(super::Side),
+    /// Sent on this side (the other one).
+    Xmit(super::Side),
+    Via(super::Side),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cond {
+    pub not: bool,
+    pub kind: CondKind,
+}
+
+/// One `add` line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    pub number: u32,
+    pub prob: Option<f64>,
+    pub action: Action,
+    pub log: bool,
+    pub conds: Vec<Cond>,
+    /// Line in the file (1-based) and its text, for errors and `--stats`.
+    pub line: usize,
+    pub text: String,
+}
+
+/// A parsed file: pipes by number, rules in evaluation order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuleSet {
+    pub pipes: BTreeMap<u32, PipeDef>,
+    pub rules: Vec<Rule>,
+    /// `false` after `set one-pass off` / `net.inet.ip.fw.one_pass=0`.
+    pub one_pass: bool,
+}
+
+/// Real ipfw rule words (actions and options) linkem does not model.
+const UNSUPPORTED: &[&str] = &[
+    "me",
+    "me6",
+    "table",
+    "lookup",
+    "keep-state",
+    "record-state",
+    "limit",
+    "set-limit",
+    "check-state",
+    "established",
+    "setup",
+    "uid",
+    "gid",
+    "jail",
+    "icmptypes",
+    "icmp6types",
+    "tcpoptions",
+    "tcpseq",
+    "tcpack",
+    "tcpwin",
+    "tcpdatalen",
+    "tcpmss",
+    "ipoptions",
+    "ipid",
+    "ipprecedence",
+    "iptos",
+    "ipversion",
+    "layer2",
+    "mac",
+    "antispoof",
+    "verrevpath",
+    "versrcreach",
+    "diverted",
+    "diverted-loopback",
+    "diverted-output",
+    "tagged",
+    "tag",
+    "untag",
+    "fib",
+    "setfib",
+    "sockarg",
+    "bridged",
+    "ext6hdr",
+    "flow",
+    "flow-id",
+    "src-addr",
+    "dst-addr",
+    "queue",
+    "reject",
+    "unreach",
+    "unreach6",
+    "reset",
+    "reset6",
+    "divert",
+    "tee",
+    "fwd",
+    "forward",
+    "nat",
+    "nat64lsn",
+    "nat64stl",
+    "nat64clat",
+    "nptv6",
+    "netgraph",
+    "ngtee",
+    "call",
+    "return",
+    "altq",
+    "setdscp",
+    "reass",
+    "abort",
+    "abort6",
+    "eaction",
+    "or",
+    "{",
+    "}",
+    "logamount",
+    "set",
+    "src-mac",
+    "dst-mac",
+    "defer-action",
+    "skip-action",
+    "ipsec",
+];
+
+/// Parses a rule file. `files` reads the files named by `profile FILE` and
+/// `distribution FILE` (the core does no I/O). `sides` are the names of the
+/// interfaces (IF_A, IF_B); `a`/`b` always name them too.
+pub fn parse_rules(
+    text: &str,
+    sides: [&str; 2],
+    files: &mut FileReader<'_>,
+) -> Result<RuleSet, RulesError> {
+    let mut set = RuleSet {
+        pipes: BTreeMap::new(),
+        rules: Vec::new(),
+        one_pass: true,
+    };
+    let mut pipe_refs: Vec<(u32, usize, String)> = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = i + 1;
+        let body = raw.split('#').next().unwrap_or("");
+        let body = body.split("//").next().unwrap_or("");
+        let mut words: Vec<&str> = body.split_whitespace().collect();
+        if matches!(
+            words.first(),
+            Some(&"ipfw") | Some(&"dnctl") | Some(&"sysctl")
+        ) {
+            words.remove(0);
+        }
+        while matches!(words.first(), Some(&"-q") | Some(&"-f")) {
+            words.remove(0);
+        }
+        let Some(&first) = words.first() else {
+            continue;
+        };
+        match first {
+            "add" => {
+                let rule = parse_add(&words[1..], line, body.trim(), &set.rules, sides)?;
+                if let Action::Pipe(n) = rule.action {
+                    let at = words.iter().position(|w| *w == "pipe").unwrap_or(0);
+                    pipe_refs.push((n, line, words.get(at + 1).unwrap_or(&"").to_string()));
+                }
+                // Same numbers keep file order: insert after every rule numbered ≤ it.
+                let at = set.rules.partition_point(|r| r.number <= rule.number);
+                set.rules.insert(at, rule);
+            }
+            "pipe" => {
+                let n = words
+                    .get(1)
+                    .and_then(|w| parse_number(w))
+                    .filter(|&n| (1..=65535).contains(&n))
+                    .ok_or_else(|| {
+                        rerr(
+                            line,
+                            words.get(1).unwrap_or(&""),
+                            "a pipe number is 1..65535",
+                        )
+                    })? as u32;
+                match words.get(2) {
+                    Some(&"config") => {}
+                    Some(&w @ ("show" | "list" | "delete" | "flush")) => {
+                        return Err(rerr(line, w, "not supported in a rule file"))
+                    }
+                    w => return Err(rerr(line, w.unwrap_or(&""), "expected 'config'")),
+                }
+                let def = PipeDef::parse(n, &words[3..], line, files)?;
+                // `pipe N config` sets the whole pipe, as in Dummynet: a second one replaces it.
+                set.pipes.insert(n, def);
+            }
+            "set" if words.get(1) == Some(&"one-pass") => {
+                set.one_pass = match words.get(2) {
+                    Some(&"off") => false,
+                    Some(&"on") => true,
+                    w => return Err(rerr(line, w.unwrap_or(&""), "one-pass is 'on' or 'off'")),
+                };
+                if let Some(w) = words.get(3) {
+                    return Err(rerr(line, w, "unexpected word"));
+                }
+            }
+            "enable" | "disable" if words.get(1) == Some(&"one_pass") => {
+                set.one_pass = first == "enable";
+            }
+            w if w.starts_with("net.inet.ip.fw.one_pass=") => {
+                set.one_pass = match &w["net.inet.ip.fw.one_pass=".len()..] {
+                    "0" => false,
+                    "1" => true,
+                    _ => return Err(rerr(line, w, "one_pass is 0 or 1")),
+                };
+            }
+            "flush" => set.rules.clear(),
+            "queue" | "sched" | "delete" | "zero" | "resetlog" | "table" | "nat" | "set"
+            | "enable" | "disable" | "show" | "list" | "sysctl" => {
+                return Err(rerr(line, first, "not supported"))
+            }
+            _ => {
+                return Err(rerr(
+                    line,
+                    first,
+                    "unknown command (expected add, pipe N config, set one-pass off)",
+                ))
+            }
+        }
+    }
+    for (n, line, word) in pipe_refs {
+        if !set.pipes.contains_key(&n) {
+            return Err(rerr(
+                line,
+                &word,
+                format!("pipe {n} is not configured (add 'pipe {n} config ...')"),
+            ));
+        }
+    }
+    Ok(set)
+}
+
+/// ipfw's number syntax (strtoul base 0): decimal, 0x hex, leading-0 octal.
+pub(crate) fn parse_number(w: &str) -> Option<u64> {
+    if let Some(h) = w.strip_prefix("0x").or_else(|| w.strip_prefix("0X")) {
+        u64::from_str_radix(h, 16).ok()
+    } else if w.len() > 1 && w.starts_with('0') {
+        u64::from_str_radix(&w[1..], 8).ok()
+    } else {
+        w.parse().ok()
+    }
+}
+
+struct Cursor<'a> {
+    words: &'a [&'a str],
+    at: usize,
+    line: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn peek(&self) -> Option<&'a str> {
+        self.words.get(self.at).copied()
+    }
+    fn next(&mut self) -> Option<&'a str> {
+        let w = self.peek();
+        self.at += 1;
+        w
+    }
+    fn arg(&mut self, keyword: &str, what: &str) -> Result<&'a str, RulesError> {
+        self.next()
+            .ok_or_else(|| rerr(self.line, keyword, format!("'{keyword}' needs {what}")))
+    }
+    fn err(&self, word: &str, message: impl Into<String>) -> RulesError {
+        rerr(self.line, word, message)
+    }
+}
+
+fn parse_add(
+    words: &[&str],
+    line: usize,
+    text: &str,
+    earlier: &[Rule],
+    sides: [&str; 2],
+) -> Result<Rule, RulesError> {
+    let mut c = Cursor { words, at: 0, line };
+    let number = match c.peek().and_then(|w| w.parse::<u32>().ok()) {
+        Some(n) => {
+            c.next();
+            if !(1..=65535).contains(&n) {
+                return Err(c.err(words[0], "a rule number is 1..65535"));
+            }
+            n
+        }
+        // ipfw numbers an unnumbered rule 100 after the highest so far.
+        None => earlier.iter().map(|r| r.number).max().unwrap_or(0) + 100,
+    };
+    if number > 65535 {
+        return Err(c.err("add", "automatic rule number beyond 65535"));
+    }
+    let mut prob = None;
+    if c.peek() == Some("prob") {
+        c.next();
+        let w = c.arg("prob", "a probability such as 0.2")?;
+        let p = crate::units::parse_probability(w).map_err(|e| c.err(w, e.0))?;
+        prob = Some(p);
+    }
+    let aw = c.arg("add", "an action (pipe N, allow, deny, count, skipto N)")?;
+    let action = match aw {
+        "pipe" => {
+            let w = c.arg("pipe", "a pipe number")?;
+            let n = parse_number(w)
+                .filter(|n| (1..=65535).contains(n))
+                .ok_or_else(|| c.err(w, "a pipe number is 1..65535"))?;
+            Action::Pipe(n as u32)
+        }
+        "allow" | "accept" | "pass" | "permit" => Action::Allow,
+        "deny" | "drop" => Action::Deny,
+        "count" => Action::Count,
+        "skipto" => {
+            let w = c.arg("skipto", "a rule number")?;
+            let n = w
+                .parse::<u32>()
+                .ok()
+                .filter(|n| (1..=65535).contains(n))
+                .ok_or_else(|| c.err(w, "a rule number is 1..65535"))?;
+            if n <= number {
+                return Err(c.err(
+                    w,
+                    format!("skipto must jump forward (rule {number} to {n})"),
+                ));
+            }
+            Action::Skipto(n)
+        }
+        w if UNSUPPORTED.contains(&w) => return Err(c.err(w, "not supported")),
+        w => return Err(c.err(w, "unknown action (pipe N, allow, deny, count, skipto N)")),
+    };
+    let mut log = false;
+    if c.peek() == Some("log") {
+        c.next();
+        log = true;
+    }
+    let mut conds = Vec::new();
+    let mut not = false;
+    while let Some(w) = c.next() {
+        let kind = match w {
+            "not" => {
+                if not {
+                    return Err(c.err(w, "'not not'"));
+                }
+                not = true;
+                continue;
+            }
+            "ip" | "all" => {
+                expect_no_not(&c, not, w)?;
+                continue;
+            }
+            "ip4" | "ipv4" => CondKind::Version(1 << 4),
+            "ip6" | "ipv6" => CondKind::Version(1 << 6),
+            "tcp" | "udp" | "icmp" | "icmp6" | "ipv6-icmp" | "sctp" => {
+                CondKind::Proto(vec![proto_number(w).expect("listed")])
+            }
+            "proto" => {
+                let a = c.arg(w, "a protocol")?;
+                match a {
+                    "ip" | "all" => continue,
+                    "ip4" | "ipv4" => CondKind::Version(1 << 4),
+                    "ip6" | "ipv6" => CondKind::Version(1 << 6),
+                    _ => CondKind::Proto(vec![
+                        proto_number(a).ok_or_else(|| c.err(a, "unknown protocol"))?
+                    ]),
+                }
+            }
+            w if w.bytes().all(|b| b.is_ascii_digit()) => {
+                let n: u8 = w
+                    .parse()
+                    .map_err(|_| c.err(w, "a protocol number is 0..255"))?;
+                CondKind::Proto(vec![n])
+            }
+            "from" | "to" => {
+                let mut neg = not;
+                let mut a = c.arg(w, "an address (any, 10.0.0.0/8, 2001:db8::/32, {a,b})")?;
+                if a == "not" {
+                    neg = !neg;
+                    a = c.arg(w, "an address")?;
+                }
+                let nets = parse_addrs(&c, a)?;
+                if let Some(nets) = nets {
+                    conds.push(Cond {
+                        not: neg,
+                        kind: if w == "from" {
+                            CondKind::SrcIp(nets)
+                        } else {
+                            CondKind::DstIp(nets)
+                        },
+                    });
+                } else if neg {
+                    return Err(c.err(a, "'not any' matches nothing"));
+                }
+                not = false;
+                if let Some(p) = c.peek().filter(|p| looks_like_ports(p)) {
+                    c.next();
+                    let ranges = parse_ranges(&c, p, 65535, service_port)?;
+                    conds.push(Cond {
+                        not: false,
+                        kind: if w == "from" {
+                            CondKind::SrcPort(ranges)
+                        } else {
+                            CondKind::DstPort(ranges)
+                        },
+                    });
+                }
+                continue;
+            }
+            "src-ip" | "dst-ip" | "src-ip6" | "dst-ip6" => {
+                let a = c.arg(w, "an address list")?;
+                let nets = parse_addrs(&c, a)?.unwrap_or_else(|| {
+                    vec![
+                        Net {
+                            lo: v4_mapped(0),
+                            hi: v4_mapped(u32::MAX),
+                            v6: false,
+                        },
+                        Net {
+                            lo: 0,
+                            hi: u128::MAX,
+                            v6: true,
+                        },
+                    ]
+                });
+                if w.ends_with('6') && nets.iter().any(|n| !n.v6) {
+                    return Err(c.err(a, format!("{w} takes IPv6 addresses")));
+                }
+                if w.starts_with("src") {
+                    CondKind::SrcIp(nets)
+                } else {
+                    CondKind::DstIp(nets)
+                }
+            }
+            "src-port" | "dst-port" => {
+                let a = c.arg(w, "ports such as 80,443 or 1000-2000")?;
+                let r = parse_ranges(&c, a, 65535, service_port)?;
+                if w == "src-port" {
+                    CondKind::SrcPort(r)
+                } else {
+                    CondKind::DstPort(r)
+                }
+            }
+            "iplen" => {
+                let a = c.arg(w, "lengths")?;
+                CondKind::IpLen(parse_ranges(&c, a, 65535, |_| None)?)
+            }
+            "ipttl" => {
+                let a = c.arg(w, "TTLs")?;
+                CondKind::IpTtl(parse_ranges(&c, a, 255, |_| None)?)
+            }
+            "dscp" => {
+                let a = c.arg(w, "DSCP code points (46, ef, af11, cs1, ...)")?;
+                let mut bits = 0u64;
+                for part in a.split(',') {
+                    let v = dscp_value(part).ok_or_else(|| {
+                        c.err(
+                            part,
+                            "not a DSCP value (0..63 or ef, af11..af43, cs0..cs7, be)",
+                        )
+                    })?;
+                    bits |= 1 << v;
+                }
+                CondKind::Dscp(bits)
+            }
+            "tcpflags" | "tcpflag" => {
+                let a = c.arg(w, "flags such as syn,!ack")?;
+                let (mut set, mut clear) = (0u8, 0u8);
+                for part in a.split(',') {
+                    let (neg, name) = match part.strip_prefix('!') {
+                        Some(n) => (true, n),
+                        None => (false, part),
+                    };
+                    let bit = match name {
+                        "fin" => 0x01,
+                        "syn" => 0x02,
+                        "rst" => 0x04,
+                        "push" | "psh" => 0x08,
+                        "ack" => 0x10,
+                        "urg" => 0x20,
+                        "ece" => 0x40,
+                        "cwr" => 0x80,
+                        _ => {
+                            return Err(c.err(
+                                part,
+                                "not a TCP flag (fin, syn, rst, push, ack, urg, ece, cwr)",
+                            ))
+                        }
+                    };
+                    if neg {
+                        clear |= bit;
+                    } else {
+                        set |= bit;
+                    }
+                }
+                CondKind::TcpFlags { set, clear }
+            }
+            "mac-type" => {
+                let a = c.arg(w, "EtherTypes such as ip,ipv6,arp or 0x0800")?;
+                CondKind::MacType(parse_ranges(&c, a, 65535, ether_type)?)
+            }
+            "frag" => {
+                if let Some(p) = c.peek().filter(|p| {
+                    p.split(',')
+                        .all(|x| matches!(x.trim_start_matches('!'), "mf" | "df" | "rf" | "offset"))
+                }) {
+                    return Err(c.err(p, "not supported (frag takes no flags in linkem)"));
+                }
+                CondKind::Frag
+            }
+            "in" | "a-to-b" => CondKind::Recv(super::Side::A),
+            "out" | "b-to-a" => CondKind::Recv(super::Side::B),
+            "recv" | "xmit" | "via" => {
+                let a = c.arg(w, "an interface name")?;
+                let side = if a == "a" || a == sides[0] {
+                    super::Side::A
+                } else if a == "b" || a == sides[1] {
+                    super::Side::B
+                } else if a == "any" {
+                    continue;
+                } else {
+                    return Err(c.err(
+                        a,
+                        format!(
+                            "no interface '{a}' here (this node has '{}' (a) and '{}' (b))",
+                            sides[0], sides[1]
+                        ),
+                    ));
+                };
+                match w {
+                    "recv" => CondKind::Recv(side),
+                    "xmit" => CondKind::Xmit(side),
+                    _ => CondKind::Via(side),
+                }
+            }
+            "log" => return Err(c.err(w, "'log' goes right after the action")),
+            "prob" => return Err(c.err(w, "'prob P' goes before the action")),
+            w if UNSUPPORTED.contains(&w) => return Err(c.err(w, "not supported")),
+            w if w.parse::<Ipv4Addr>().is_ok() || w.contains('/') || w == "any" => {
+                return Err(c.err(
+                    w,
+                    "an address goes after 'from', 'to', 'src-ip' or 'dst-ip'",
+                ))
+            }
+            w => return Err(c.err(w, "unknown word")),
+        };
+        conds.push(Cond { not, kind });
+        not = false;
+    }
+    if not {
+        return Err(c.err("not", "'not' at the end of the rule"));
+    }
+    Ok(Rule {
+        number,
+        prob,
+        action,
+        log,
+        conds,
+        line,
+        text: text.trim_start_matches("ipfw ").trim().to_string(),
+    })
+}
+
+fn expect_no_not(c: &Cursor<'_>, not: bool, w: &str) -> Result<(), RulesError> {
+    if not {
+        Err(c.err(w, format!("'not {w}' matches nothing")))
+    } else {
+        Ok(())
+    }
+}
+
+fn proto_number(w: &str) -> Option<u8> {
+    Some(match w {
+        "icmp" => 1,
+        "igmp" => 2,
+        "tcp" => 6,
+        "udp" => 17,
+        "gre" => 47,
+        "esp" => 50,
+        "ah" => 51,
+        "icmp6" | "ipv6-icmp" => 58,
+        "sctp" => 132,
+        "udplite" => 136,
+        _ => return w.parse().ok(),
+    })
+}
+
+fn service_port(w: &str) -> Option<u16> {
+    Some(match w {
+        "ftp" => 21,
+        "ssh" => 22,
+        "telnet" => 23,
+        "smtp" => 25,
+        "domain" => 53,
+        "http" => 80,
+        "ntp" => 123,
+        "https" => 443,
+        _ => return None,
+    })
+}
+
+fn ether_type(w: &str) -> Option<u16> {
+    Some(match w {
+        "ip" | "ipv4" => 0x0800,
+        "arp" => 0x0806,
+        "rarp" => 0x8035,
+        "vlan" => 0x8100,
+        "ipv6" => 0x86dd,
+        _ => return None,
+    })
+}
+
+fn dscp_value(w: &str) -> Option<u8> {
+    if let Ok(n) = w.parse::<u8>() {
+        return (n < 64).then_some(n);
+    }
+    Some(match w {
+        "be" => 0,
+        "ef" => 46,
+        "va" => 44,
+        _ => {
+            if let Some(n) = w.strip_prefix("cs") {
+                let n: u8 = n.parse().ok().filter(|n| *n < 8)?;
+                n << 3
+            } else if let Some(n) = w.strip_prefix("af") {
+                let b = n.as_bytes();
+                if b.len() != 2 || !(b'1'..=b'4').contains(&b[0]) || !(b'1'..=b'3').contains(&b[1])
+                {
+                    return None;
+                }
+                ((b[0] - b'0') << 3) | ((b[1] - b'0') << 1)
+            } else {
+                return None;
+            }
+        }
+    })
+}
+
+fn looks_like_ports(w: &str) -> bool {
+    w.bytes().next().is_some_and(|b| b.is_ascii_digit()) && !w.contains('.') && !w.contains(':')
+        || service_port(w.split(',').next().unwrap_or("")).is_some()
+}
+
+/// `a,b,c-d` lists of numbers (any base, or names through `name`).
+fn parse_ranges(
+    c: &Cursor<'_>,
+    text: &str,
+    max: u64,
+    name: impl Fn(&str) -> Option<u16>,
+) -> Result<Vec<(u16, u16)>, RulesError> {
+    let one = |w: &str| -> Result<u16, RulesError> {
+        if let Some(v) = name(w) {
+            return Ok(v);
+        }
+        parse_number(w)
+            .filter(|&n| n <= max)
+            .map(|n| n as u16)
+            .ok_or_else(|| c.err(w, format!("expected a number 0..{max}")))
+    };
+    let mut out = Vec::new();
+    for part in text.split(',') {
+        if part.is_empty() {
+            return Err(c.err(text, "empty item in a list"));
+        }
+        let (lo, hi) = match part.split_once('-') {
+            Some((a, b)) => (one(a)?, one(b)?),
+            None => {
+                let v = one(part)?;
+                (v, v)
+            }
+        };
+        if lo > hi {
+            return Err(c.err(part, "a range goes from low to high"));
+        }
+        out.push((lo, hi));
+    }
+    Ok(out)
+}
+
+/// An address list; `None` for `any`.
+fn parse_addrs(c: &Cursor<'_>, text: &str) -> Result<Option<Vec<Net>>, RulesError> {
+    if text == "any" {
+        return Ok(None);
+    }
+    if UNSUPPORTED.contains(&text) || text.starts_with("table(") {
+        return Err(c.err(text, "not supported"));
+    }
+    let inner = match text.strip_prefix('{') {
+        Some(rest) => rest
+            .strip_suffix('}')
+            .ok_or_else(|| c.err(text, "a list is written {a,b,c} without spaces"))?,
+        None => text,
+    };
+    let mut out = Vec::new();
+    for part in inner.split(',') {
+        out.push(parse_net(c, part)?);
+    }
+    Ok(Some(out))
+}
+
+fn parse_net(c: &Cursor<'_>, text: &str) -> Result<Net, RulesError> {
+    let (addr, len) = match text.split_once('/') {
+        Some((a, l)) => (a, Some(l)),
+        None => (text, None),
+    };
+    if let Ok(v4) = addr.parse::<Ipv4Addr>() {
+        let bits = match len {
+            None => 32,
+            Some(l) => l
+                .parse::<u32>()
+                .ok()
+                .filter(|&n| n <= 32)
+                .ok_or_else(|| c.err(text, "an IPv4 prefix length is 0..32"))?,
+        };
+        let a = u32::from(v4);
+        let mask = if bits == 0 {
+            0
+        } else {
+            u32::MAX << (32 - bits)
+        };
+        return Ok(Net {
+            lo: v4_mapped(a & mask),
+            hi: v4_mapped(a | !mask),
+            v6: false,
+        });
+    }
+    if let Ok(v6) = addr.parse::<Ipv6Addr>() {
+        let bits = match len {
+            None => 128,
+            Some(l) => l
+                .parse::<u32>()
+                .ok()
+                .filter(|&n| n <= 128)
+                .ok_or_else(|| c.err(text, "an IPv6 prefix length is 0..128"))?,
+        };
+        let a = u128::from(v6);
+        let mask = if bits == 0 {
+            0
+        } else {
+            u128::MAX << (128 - bits)
+        };
+        return Ok(Net {
+            lo: a & mask,
+            hi: a | !mask,
+            v6: true,
+        });
+    }
+    if addr.contains(':')
+        && addr.split(':').count() == 2
+        && addr
+            .split(':')
+            .next()
+            .is_some_and(|a| a.parse::<Ipv4Addr>().is_ok())
+    {
+        return Err(c.err(text, "not supported (addr:mask; write addr/len)"));
+    }
+    if addr.bytes().any(|b| b.is_ascii_alphabetic()) && !addr.contains(':') {
+        return Err(c.err(
+            text,
+            "not supported: host names (write an address; linkem does no name lookups)",
+        ));
+    }
+    Err(c.err(
+        text,
+        "not an address (10.0.0.1, 10.0.0.0/8, 2001:db8::/32, any)",
+    ))
+}

@@ -1,0 +1,588 @@
+//! Rules and pipes against independent references: each pipe's share through
+//! today's single `Link`, chains as hops replayed one after another, one `Link`
+//! per flow for masks, binomial bounds for `prob`, the profile's table for
+//! `profile`, a linear scan for the compiled classifier.
+
+use linkem_core::config::no_files;
+use linkem_core::node::{Decision, Node, NodeConfig, NodeFate, PacketIn};
+use linkem_core::pipe::{instance_seed, FlowMask};
+use linkem_core::rules::classify::{rule_matches, Classifier, Hit};
+use linkem_core::rules::flow::v4_mapped;
+use linkem_core::rules::{parse_rules, Action, FlowKey, RuleSet, Side};
+use linkem_core::{Fate, Link, PacketMeta};
+use proptest::prelude::*;
+
+fn parse(text: &str) -> RuleSet {
+    parse_rules(text, ["a", "b"], &mut no_files).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+fn udp(src: u32, dst: u32, sport: u16, dport: u16) -> FlowKey {
+    FlowKey {
+        ip_version: 4,
+        proto: 17,
+        src_ip: v4_mapped(src),
+        dst_ip: v4_mapped(dst),
+        has_ports: true,
+        src_port: sport,
+        dst_port: dport,
+        ether_type: 0x0800,
+        ip_len: 100,
+        ttl: 64,
+        ..Default::default()
+    }
+}
+
+/// Runs packets (time, len, key) through a node, all received on side a.
+fn run_node(set: RuleSet, cfg: NodeConfig, pkts: &[(u64, u32, FlowKey)]) -> Vec<Decision> {
+    let mut node = Node::new(set, cfg);
+    let mut out = Vec::new();
+    for (i, &(t, len, key)) in pkts.iter().enumerate() {
+        node.on_arrival(
+            t,
+            PacketIn {
+                len_bytes: len,
+                key,
+                side: Side::A,
+                tag: i as u64,
+            },
+            &mut out,
+        );
+    }
+    node.poll(u64::MAX, &mut out);
+    out.sort_by_key(|d| d.tag);
+    assert_eq!(out.len(), pkts.len());
+    out
+}
+
+fn arrivals(gaps: &[(u32, u32)]) -> Vec<(u64, u32)> {
+    let mut t = 0u64;
+    gaps.iter()
+        .map(|&(g, len)| {
+            t += g as u64;
+            (t, len)
+        })
+        .collect()
+}
+
+const PIPE_WORDS: &[&str] = &[
+    "bw 10Mbit/s delay 5",
+    "bw 2Mbit/s queue 5",
+    "bw 1Mbit/s delay 1ms 500us queue 20KBytes",
+    "delay 3ms plr 0.1",
+    "bw 5mbit loss gemodel 5% 30% delay 2ms",
+    "bw 3Mbit/s queue 10 duplicate 5% corrupt 5%",
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Several pipes: every decision equals the pipe's own share replayed
+    /// through one `Link` seeded as `instance_seed(seed, pipe, 0, 0)`.
+    #[test]
+    fn several_pipes_equal_each_share_through_one_link(
+        gaps in prop::collection::vec((0u32..3_000_000, 60u32..1500), 1..300),
+        ports in prop::collection::vec(0u16..5, 300),
+        cfg in prop::collection::vec(0usize..PIPE_WORDS.len(), 3),
+        seed in 0u64..1000,
+    ) {
+        let text = format!(
+            "pipe 1 config {}\npipe 2 config {}\npipe 3 config {}\n\
+             add 100 pipe 1 udp dst-port 0\nadd 200 pipe 2 udp dst-port 1,2\n\
+             add 300 deny dst-port 3\nadd 400 pipe 3 not dst-port 0-3 in\n",
+            PIPE_WORDS[cfg[0]], PIPE_WORDS[cfg[1]], PIPE_WORDS[cfg[2]]);
+        let set = parse(&text);
+        let defs = set.pipes.clone();
+        let pkts: Vec<_> = arrivals(&gaps).into_iter().enumerate()
+            .map(|(i, (t, len))| (t, len, udp(1, 2, 9, ports[i]))).collect();
+        let got = run_node(set, NodeConfig { seed, ..Default::default() }, &pkts);
+        for (n, def) in &defs {
+            let mut link = Link::new(def.link.clone(), instance_seed(seed, *n, 0, 0), 0);
+            for (i, &(t, len, k)) in pkts.iter().enumerate() {
+                let pipe = match k.dst_port { 0 => 1, 1 | 2 => 2, 3 => continue, _ => 3 };
+                if pipe != *n { continue; }
+                let v = link.on_arrival(t, PacketMeta { len_bytes: len });
+                let d = &got[i];
+                prop_assert_eq!(d.pipe, Some(*n));
+                let want = if v.fate == Fate::Delivered { NodeFate::Delivered } else { NodeFate::Dropped(v.fate) };
+                prop_assert_eq!(d.fate, want);
+                prop_assert_eq!(d.release_ns, v.release_ns);
+                prop_assert_eq!(d.duplicate, v.duplicate);
+                prop_assert_eq!(d.corrupt_bits.first().copied(), v.corrupt_bit);
+            }
+        }
+        for (i, &(t, _, k)) in pkts.iter().enumerate() {
+            if k.dst_port == 3 {
+                prop_assert_eq!(got[i].fate, NodeFate::Denied);
+                prop_assert_eq!(got[i].release_ns, t);
+            }
+        }
+    }
+
+    /// One-pass off: a chain of pipes equals its hops replayed one after
+    /// another, each hop's releases being the next hop's arrivals.
+    #[test]
+    fn chain_equals_hops_replayed_in_turn(
+        gaps in prop::collection::vec((0u32..2_000_000, 60u32..1500), 1..300),
+        cfg in prop::collection::vec(0usize..5, 3),
+        seed in 0u64..1000,
+    ) {
+        let text = format!(
+            "pipe 1 config {}\npipe 2 config {}\npipe 3 config {}\nset one-pass off\n\
+             add 100 pipe 1 ip from any to any\nadd 200 count udp\nadd 300 pipe 2 udp\nadd 400 pipe 3 in\n",
+            PIPE_WORDS[cfg[0]], PIPE_WORDS[cfg[1]], PIPE_WORDS[cfg[2]]);
+        let set = parse(&text);
+        let defs: Vec<_> = set.pipes.values().cloned().collect();
+        let pkts: Vec<_> = arrivals(&gaps).into_iter().map(|(t, len)| (t, len, udp(1, 2, 3, 4))).collect();
+        let got = run_node(set, NodeConfig { seed, ..Default::default() }, &pkts);
+        // Reference: hop by hop; survivors in (release, order) order.
+        let mut cur: Vec<(u64, usize)> = pkts.iter().enumerate().map(|(i, p)| (p.0, i)).collect();
+        let mut fate = vec![(NodeFate::Delivered, 0u64, 0u32); pkts.len()];
+        for (h, def) in defs.iter().enumerate() {
+            let mut link = Link::new(def.link.clone(), instance_seed(seed, h as u32 + 1, 0, 0), 0);
+            let mut next = Vec::new();
+            for &(t, i) in &cur {
+                let v = link.on_arrival(t, PacketMeta { len_bytes: pkts[i].1 });
+                if v.fate == Fate::Delivered {
+                    fate[i] = (NodeFate::Delivered, v.release_ns, h as u32 + 1);
+                    next.push((v.release_ns, i));
+                } else {
+                    fate[i] = (NodeFate::Dropped(v.fate), v.release_ns, h as u32 + 1);
+                }
+            }
+            next.sort_by_key(|x| x.0); // stable: ties keep hop order
+            cur = next;
+        }
+        for (i, d) in got.iter().enumerate() {
+            prop_assert_eq!((d.fate, d.release_ns, d.hops), fate[i], "packet {}", i);
+        }
+    }
+
+    /// A mask gives every flow its own link: equal to one `Link` per flow,
+    /// seeded from (seed, pipe, flow id, first arrival).
+    #[test]
+    fn dynamic_pipe_equals_one_link_per_flow(
+        gaps in prop::collection::vec((0u32..1_000_000, 60u32..1500), 1..300),
+        flows in prop::collection::vec(0u16..6, 300),
+        seed in 0u64..1000,
+    ) {
+        let text = "pipe 7 config mask src-port 0xffff bw 4Mbit/s delay 2 queue 8 plr 0.05\nadd pipe 7 udp\n";
+        let set = parse(text);
+        let def = set.pipes[&7].clone();
+        let mask: FlowMask = def.mask.unwrap();
+        let pkts: Vec<_> = arrivals(&gaps).into_iter().enumerate()
+            .map(|(i, (t, len))| (t, len, udp(1, 2, 1000 + flows[i], 80))).collect();
+        let cfg = NodeConfig { seed, idle_hold_ns: u64::MAX / 2, ..Default::default() };
+        let got = run_node(set, cfg, &pkts);
+        let mut links: std::collections::HashMap<u16, Link> = Default::default();
+        for (i, &(t, len, k)) in pkts.iter().enumerate() {
+            let mk = mask.apply(&k);
+            let link = links.entry(k.src_port).or_insert_with(|| {
+                Link::new(def.link.clone(), instance_seed(seed, 7, mk.flow_id(), t), 0)
+            });
+            let v = link.on_arrival(t, PacketMeta { len_bytes: len });
+            prop_assert_eq!(got[i].flow_id, mk.flow_id());
+            prop_assert_eq!(got[i].release_ns, v.release_ns);
+            prop_assert_eq!(got[i].fate == NodeFate::Delivered, v.fate == Fate::Delivered);
+        }
+    }
+
+    /// The compiled classifier returns what a plain linear scan returns.
+    #[test]
+    fn compiled_classifier_equals_linear_scan(
+        rules in prop::collection::vec((0usize..12, 0u16..8, 0u8..4, 0usize..4), 1..60),
+        keys in prop::collection::vec((0u16..8, 0u16..8, 0u8..4, any::<bool>()), 1..60),
+    ) {
+        let opts = ["", "udp", "tcp", "ip6", "not udp", "from 10.0.0.0/8", "to not 10.0.0.2",
+                    "src-port", "dst-port", "out", "iplen 100-200", "from {10.0.0.1,10.0.0.3} 1-3"];
+        let mut text = String::new();
+        for (i, &(o, port, proto, act)) in rules.iter().enumerate() {
+            let opt = match opts[o] { "src-port" | "dst-port" => format!("{} {}", opts[o], port), s => s.to_string() };
+            let action = ["allow", "deny", "count", "skipto"][act];
+            let action = if action == "skipto" { format!("skipto {}", (i + 2) * 10 + 5) } else { action.to_string() };
+            let extra = ["", "udp", "tcp", "in"][proto as usize];
+            text.push_str(&format!("add {} {action} {opt} {extra}\n", (i + 1) * 10));
+        }
+        let set = parse(&text);
+        let mut c = Classifier::new(set.rules.clone(), 1);
+        for &(sp, dp, addr, tcp) in &keys {
+            let mut k = udp(0x0a00_0000 + addr as u32, 0x0a00_0002, sp, dp);
+            if tcp { k.proto = 6; }
+            let side = if dp % 2 == 0 { Side::A } else { Side::B };
+            // Linear reference.
+            let mut i = 0;
+            let want = loop {
+                let Some(r) = set.rules.get(i) else { break Hit::NoMatch };
+                if !rule_matches(r, &k, side) { i += 1; continue; }
+                match r.action {
+                    Action::Count => i += 1,
+                    Action::Skipto(n) => i = set.rules.iter().position(|x| x.number >= n).unwrap_or(set.rules.len()),
+                    Action::Allow => break Hit::Allow { rule: i },
+                    Action::Deny => break Hit::Deny { rule: i },
+                    Action::Pipe(p) => break Hit::Pipe { rule: i, pipe: p },
+                }
+            };
+            prop_assert_eq!(c.classify(&k, side, 100, 0), want);
+        }
+    }
+}
+
+/// Binomial bound: |count − n·p| ≤ 5·sqrt(n·p·(1−p)) (false alarm < 1e-6).
+fn within(count: u64, n: u64, p: f64) -> bool {
+    let sd = (n as f64 * p * (1.0 - p)).sqrt();
+    (count as f64 - n as f64 * p).abs() <= 5.0 * sd + 1.0
+}
+
+#[test]
+fn prob_rules_split_as_the_seed_paper_says() {
+    // Seed 003 §3.3: 20 %, then 0.7 of the remaining 80 % (56 %), the rest (24 %).
+    let set = parse(
+        "add 1000 prob 0.2 pipe 10 src-port 80 in\nadd 1010 prob 0.7 pipe 20 src-port 80 in\n\
+         add 1020 pipe 30 src-port 80 in\npipe 10 config\npipe 20 config\npipe 30 config\n",
+    );
+    let n = 200_000u64;
+    let pkts: Vec<_> = (0..n)
+        .map(|i| (i * 1000, 100, udp(1, 2, 80, 5000)))
+        .collect();
+    for seed in [1, 2, 3] {
+        let got = run_node(
+            set.clone(),
+            NodeConfig {
+                seed,
+                ..Default::default()
+            },
+            &pkts,
+        );
+        let count = |p| got.iter().filter(|d| d.pipe == Some(p)).count() as u64;
+        assert!(within(count(10), n, 0.2), "pipe 10: {}", count(10));
+        assert!(within(count(20), n, 0.56), "pipe 20: {}", count(20));
+        assert!(within(count(30), n, 0.24), "pipe 30: {}", count(30));
+    }
+}
+
+#[test]
+fn profile_airtime_and_loss_follow_the_file() {
+    let profile = "name foo\nbandwidth 2Mbit/s\nloss-level 0.9\nsamples 100\nprob delay\n\
+                   0.2 0.100\n0.4 0.130\n0.5 0.130\n0.8 1.500\n0.98 2.000\n";
+    let mut files = |_: &str| Ok(profile.to_string());
+    let set = parse_rules(
+        "pipe 3 config profile p.txt\nadd pipe 3 ip\n",
+        ["a", "b"],
+        &mut files,
+    )
+    .unwrap();
+    let pf = set.pipes[&3].profile.clone().unwrap();
+    let n = 50_000u64;
+    // 1000-byte packets 10 ms apart: the link (4 ms + at most 2 ms) is idle at each arrival.
+    let pkts: Vec<_> = (0..n)
+        .map(|i| (i * 10_000_000, 1000, udp(1, 2, 3, 4)))
+        .collect();
+    let got = run_node(
+        set,
+        NodeConfig {
+            seed: 9,
+            ..Default::default()
+        },
+        &pkts,
+    );
+    let lost = got
+        .iter()
+        .filter(|d| d.fate == NodeFate::Dropped(Fate::Loss))
+        .count() as u64;
+    let p_loss = 1.0 - pf.loss_index as f64 / 100.0;
+    assert!(
+        within(lost, n, p_loss),
+        "lost {lost} of {n}, expected {p_loss}"
+    );
+    let extras: Vec<u64> = got
+        .iter()
+        .zip(&pkts)
+        .filter(|(d, _)| d.fate == NodeFate::Delivered)
+        .map(|(d, p)| d.release_ns - p.0 - 4_000_000)
+        .collect();
+    let m = extras.len() as f64;
+    // Empirical CDF against the table's, at every distinct table value (DKW, 1e-6).
+    let eps = ((2.0f64 / 1e-6).ln() / (2.0 * m)).sqrt();
+    let kept = &pf.table_ns[..pf.loss_index];
+    for &x in kept {
+        let want = kept.iter().filter(|&&v| v <= x).count() as f64 / kept.len() as f64;
+        let have = extras.iter().filter(|&&v| v <= x).count() as f64 / m;
+        assert!((want - have).abs() <= eps, "at {x} ns: {have} vs {want}");
+    }
+    assert!(
+        extras.iter().all(|e| kept.contains(e)),
+        "every extra airtime is a table entry"
+    );
+}
+
+#[test]
+fn burst_passes_at_line_speed_after_idle() {
+    let set = parse("pipe 1 config bw 1Mbit/s burst 3000 queue 100\nadd pipe 1 ip\n");
+    let t0 = 1_000_000_000;
+    let pkts: Vec<_> = (0..5).map(|_| (t0, 1000, udp(1, 2, 3, 4))).collect();
+    let got = run_node(set, NodeConfig::default(), &pkts);
+    let rel: Vec<u64> = got.iter().map(|d| d.release_ns).collect();
+    // Credit = min(3000 B, 1 Mbit/s · 1 s): three frames at once, then 8 ms each.
+    assert_eq!(rel, vec![t0, t0, t0, t0 + 8_000_000, t0 + 16_000_000]);
+}
+
+#[test]
+fn idle_instances_expire_and_the_cap_drops() {
+    let set = parse("pipe 1 config mask src-port 0xffff bw 10Mbit/s\nadd pipe 1 udp\n");
+    let mut node = Node::new(
+        set,
+        NodeConfig {
+            seed: 1,
+            max_flows: 3,
+            idle_hold_ns: 1_000_000,
+        },
+    );
+    let mut out = Vec::new();
+    for p in 0..5u16 {
+        node.on_arrival(
+            0,
+            PacketIn {
+                len_bytes: 100,
+                key: udp(1, 2, p, 9),
+                side: Side::A,
+                tag: p as u64,
+            },
+            &mut out,
+        );
+    }
+    let limited = out.iter().filter(|d| d.fate == NodeFate::FlowLimit).count();
+    assert_eq!((limited, node.live_flows()), (2, 3));
+    node.on_arrival(
+        10_000_000,
+        PacketIn {
+            len_bytes: 100,
+            key: udp(1, 2, 99, 9),
+            side: Side::A,
+            tag: 9,
+        },
+        &mut out,
+    );
+    assert_eq!(
+        node.live_flows(),
+        1,
+        "the three idle instances expired, one new"
+    );
+    assert_eq!(node.pipes()[0].expired, 3);
+}
+
+/// One rule per match field, with a packet that matches and one that does not.
+#[test]
+fn every_match_field_positive_and_negative() {
+    let base = udp(0x0a00_0001, 0xc0a8_0405, 5000, 80);
+    let with = |f: &dyn Fn(&mut FlowKey)| {
+        let mut k = base;
+        f(&mut k);
+        k
+    };
+    let v6 = with(&|k| {
+        k.ip_version = 6;
+        k.src_ip = 0x2001_0db8 << 96 | 1;
+        k.dst_ip = 0x2001_0db8 << 96 | 2;
+    });
+    let tcp = with(&|k| {
+        k.proto = 6;
+        k.tcp_flags = 0x02;
+    });
+    let cases: Vec<(&str, FlowKey, FlowKey, Side)> = vec![
+        ("udp", base, tcp, Side::A),
+        ("tcp", tcp, base, Side::A),
+        ("proto udp", base, tcp, Side::A),
+        ("17", base, tcp, Side::A),
+        ("ip4", base, v6, Side::A),
+        ("ip6", v6, base, Side::A),
+        ("icmp", with(&|k| k.proto = 1), base, Side::A),
+        (
+            "icmp6",
+            with(&|k| {
+                k.ip_version = 6;
+                k.proto = 58
+            }),
+            base,
+            Side::A,
+        ),
+        (
+            "from 10.0.0.0/8 to any",
+            base,
+            with(&|k| k.src_ip = v4_mapped(0x0b00_0001)),
+            Side::A,
+        ),
+        (
+            "from any to 192.168.4.0/24",
+            base,
+            with(&|k| k.dst_ip = v4_mapped(0xc0a8_0505)),
+            Side::A,
+        ),
+        (
+            "from {10.0.0.7,10.0.0.1} to any",
+            base,
+            with(&|k| k.src_ip = v4_mapped(0x0a00_0002)),
+            Side::A,
+        ),
+        (
+            "from not 10.0.0.2 to any",
+            base,
+            with(&|k| k.src_ip = v4_mapped(0x0a00_0002)),
+            Side::A,
+        ),
+        ("from 2001:db8::/32 to any", v6, base, Side::A),
+        (
+            "from any 4000-6000 to any 80,443",
+            base,
+            with(&|k| k.dst_port = 81),
+            Side::A,
+        ),
+        (
+            "src-ip 10.0.0.1",
+            base,
+            with(&|k| k.src_ip = v4_mapped(9)),
+            Side::A,
+        ),
+        (
+            "dst-ip 192.168.4.5",
+            base,
+            with(&|k| k.dst_ip = v4_mapped(9)),
+            Side::A,
+        ),
+        ("src-ip6 2001:db8::1", v6, base, Side::A),
+        ("dst-ip6 2001:db8::/64", v6, base, Side::A),
+        ("src-port 5000", base, with(&|k| k.src_port = 5001), Side::A),
+        ("dst-port http", base, with(&|k| k.dst_port = 8080), Side::A),
+        ("iplen 50-150", base, with(&|k| k.ip_len = 1500), Side::A),
+        ("ipttl 64", base, with(&|k| k.ttl = 63), Side::A),
+        ("dscp ef", with(&|k| k.dscp = 46), base, Side::A),
+        (
+            "tcpflags syn,!ack",
+            tcp,
+            with(&|k| {
+                k.proto = 6;
+                k.tcp_flags = 0x12
+            }),
+            Side::A,
+        ),
+        (
+            "mac-type ip",
+            base,
+            with(&|k| k.ether_type = 0x86dd),
+            Side::A,
+        ),
+        (
+            "frag",
+            with(&|k| {
+                k.later_fragment = true;
+                k.has_ports = false
+            }),
+            base,
+            Side::A,
+        ),
+        (
+            "not frag",
+            base,
+            with(&|k| k.later_fragment = true),
+            Side::A,
+        ),
+        ("in", base, base, Side::B),
+        ("out", base, base, Side::A),
+        ("a-to-b", base, base, Side::B),
+        ("b-to-a", base, base, Side::A),
+        ("recv a", base, base, Side::B),
+        ("xmit b", base, base, Side::B),
+    ];
+    for (opt, yes, no, no_side) in cases {
+        let set = parse(&format!("add 100 deny {opt}\n"));
+        let mut c = Classifier::new(set.rules, 1);
+        let yes_side = if matches!(opt, "out" | "b-to-a") {
+            Side::B
+        } else {
+            Side::A
+        };
+        assert_eq!(
+            c.classify(&yes, yes_side, 1, 0),
+            Hit::Deny { rule: 0 },
+            "'{opt}' must match"
+        );
+        assert_eq!(
+            c.classify(&no, no_side, 1, 0),
+            Hit::NoMatch,
+            "'{opt}' must not match"
+        );
+        assert_eq!(c.counters[0], (1, 1), "'{opt}' counts what it took");
+    }
+}
+
+#[test]
+fn bad_files_name_line_and_word() {
+    let err = |t: &str| parse_rules(t, ["a", "b"], &mut no_files).unwrap_err();
+    let e = err("pipe 1 config bw 1Mbit/s\nadd 100 pipe 1 frobnicate\n");
+    assert_eq!((e.line, e.word.as_str()), (2, "frobnicate"));
+    assert!(e.message.contains("unknown"), "{e}");
+    let e = err("add 100 pipe 1 keep-state\n");
+    assert_eq!(
+        (e.line, e.word.as_str(), e.message.as_str()),
+        (1, "keep-state", "not supported")
+    );
+    let e = err("\n\nadd 100 pipe 4 ip\n");
+    assert_eq!((e.line, e.word.as_str()), (3, "4"));
+    assert!(e.message.contains("not configured"), "{e}");
+    let e = err("pipe 1 config mask src-port 0x1ffff\n");
+    assert_eq!((e.line, e.word.as_str()), (1, "0x1ffff"));
+    let e = err("pipe 1 config mask\n");
+    assert_eq!(e.line, 1);
+    let e = err("pipe 1 config red 0.002/30/80/0.1\n");
+    assert_eq!(
+        (e.word.as_str(), e.message.as_str()),
+        ("red", "not supported")
+    );
+    let e = err("pipe 1 config bw 1Mbit/s bw 2Mbit/s\n");
+    assert!(e.message.contains("'bw'"), "{e}");
+    let e = err("pipe 1 config plr 0.1 loss 1%\n");
+    assert_eq!(e.word, "loss");
+    let e = err("pipe 1 config profile missing.txt\n");
+    assert_eq!((e.line, e.word.as_str()), (1, "missing.txt"));
+    let mut bad_profile = |_: &str| Ok("name x\nprob delay\n0.5 zz\n1 3\n".to_string());
+    let e = parse_rules(
+        "\npipe 2 config bw 1Mbit/s profile p\n",
+        ["a", "b"],
+        &mut bad_profile,
+    )
+    .unwrap_err();
+    assert_eq!((e.line, e.word.as_str()), (2, "p"));
+    assert!(
+        e.message.contains("line 3") && e.message.contains("zz"),
+        "{e}"
+    );
+    let e = err("add 100 pipe 1 from xy.it to any\n");
+    assert!(e.message.contains("not supported"), "{e}");
+    let e = err("add 100 skipto 50 ip\n");
+    assert_eq!(e.word, "50");
+    let e = err("add 100 allow recv eth7\n");
+    assert_eq!(e.word, "eth7");
+}
+
+#[test]
+fn one_pass_spellings_and_defaults() {
+    assert!(parse("add allow ip\n").one_pass);
+    assert!(!parse("set one-pass off\n").one_pass);
+    assert!(!parse("sysctl net.inet.ip.fw.one_pass=0\n").one_pass);
+    assert!(!parse("net.inet.ip.fw.one_pass=0\n").one_pass);
+    assert!(!parse("ipfw disable one_pass\n").one_pass);
+    let set = parse(
+        "ipfw pipe 3 config bw 640Kbit/s delay 30 queue 20\ndnctl pipe 4 config bw 1Mbit/s\n",
+    );
+    let (p3, p4) = (&set.pipes[&3].link, &set.pipes[&4].link);
+    assert_eq!(
+        (p3.rate_bps, p3.delay_ns, p3.queue_packets),
+        (Some(640_000), 30_000_000, Some(20))
+    );
+    assert_eq!(
+        p4.queue_packets,
+        Some(50),
+        "Dummynet's default queue is 50 slots"
+    );
+    let set = parse("add 10 allow ip\nadd deny ip\nadd 5 count ip\n");
+    let nums: Vec<u32> = set.rules.iter().map(|r| r.number).collect();
+    assert_eq!(nums, vec![5, 10, 110]);
+}

@@ -1,0 +1,631 @@
+//! `linkem replay IN OUT --rules FILE`: the capture through a node of ipfw
+//! rules and Dummynet pipes ([`linkem_core::node`]) instead of one link.
+//!
+//! Every packet is taken as received on interface `a` (`in`, `a-to-b`)
+//! unless `--rules-side b`. The rule file may also come from the TOML config
+//! as `rules = """..."""`; the only link word allowed beside rules is `seed`.
+//! Output order is by (release time, decision order) over all pipes, kept in
+//! one heap of the packets in flight (see the node's module doc for why).
+
+use crate::replay::{fresh_seed, load_distribution, ReplayArgs};
+use crate::StatsFormat;
+use anyhow::{bail, Context, Result};
+use linkem_core::node::{Decision, Node, NodeConfig, NodeFate, PacketIn};
+use linkem_core::pipe::{FlowMask, Instance, Pipe};
+use linkem_core::rules::{parse_rules, FlowKey, L2Kind, RuleSet, Side};
+use linkem_core::units::{format_rate_bps, format_time_ns};
+use linkem_io::capture::{CaptureReader, CaptureWriter};
+use serde_json::json;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::path::Path;
+use std::time::Instant;
+
+/// The rule options of `linkem replay`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RulesArgs {
+    /// Send packets through ipfw/dnctl rules and Dummynet pipes read from FILE
+    /// (lines as typed after `ipfw` or `dnctl`: `pipe 1 config bw 1Mbit/s delay 20`,
+    /// `add 100 pipe 1 dst-ip 10.0.0.0/8`, `set one-pass off`). `pipe N config` sets
+    /// the whole pipe, as Dummynet does. Only `seed N` may follow the file names.
+    #[arg(long = "rules", value_name = "FILE")]
+    pub file: Option<std::path::PathBuf>,
+    /// With --rules: most dynamic pipe instances (masks) alive at once; a packet
+    /// needing one more is dropped and counted as flow-limit.
+    #[arg(long, value_name = "N", default_value_t = linkem_core::pipe::DEFAULT_MAX_FLOWS)]
+    pub max_flows: usize,
+    /// With --rules: the interface the capture's packets are taken as received on
+    /// (a: `in`, `recv a`, `a-to-b`; b: `out`, `recv b`, `b-to-a`).
+    #[arg(long = "rules-side", value_enum, default_value = "a", value_name = "SIDE")]
+    pub side: RulesSide,
+}
+
+/// The side a replayed capture is taken as received on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum RulesSide {
+    A,
+    B,
+}
+
+impl From<RulesSide> for Side {
+    fn from(s: RulesSide) -> Side {
+        match s {
+            RulesSide::A => Side::A,
+            RulesSide::B => Side::B,
+        }
+    }
+}
+
+impl Default for RulesArgs {
+    fn default() -> Self {
+        RulesArgs {
+            file: None,
+            max_flows: linkem_core::pipe::DEFAULT_MAX_FLOWS,
+            side: RulesSide::A,
+        }
+    }
+}
+
+/// The rule text from `--rules FILE` or the config's `rules` key, and the seed
+/// from the config's or the command line's `seed`.
+fn rules_text(args: &ReplayArgs, rules: &RulesArgs) -> Result<Option<(String, Option<u64>)>> {
+    let mut text = None;
+    let mut seed = None;
+    if let Some(path) = &args.config {
+        let raw = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let table: toml::Table = raw
+            .parse()
+            .map_err(|e: toml::de::Error| anyhow::anyhow!("{}: {e}", path.display()))?;
+        if let Some(v) = table.get("rules") {
+            let Some(s) = v.as_str() else {
+                bail!(
+                    "{}: 'rules' is a string of rule lines (rules = \"\"\"...\"\"\")",
+                    path.display()
+                );
+            };
+            text = Some(s.to_string());
+            for (k, v) in &table {
+                match k.as_str() {
+                    "rules" => {}
+                    "seed" => {
+                        seed = Some(v.as_integer().filter(|i| *i >= 0).ok_or_else(|| {
+                            anyhow::anyhow!("{}: seed is a whole number", path.display())
+                        })? as u64)
+                    }
+                    _ => bail!(
+                        "{}: '{k}': with rules, link words go in 'pipe N config' lines",
+                        path.display()
+                    ),
+                }
+            }
+        }
+    }
+    if let Some(path) = &rules.file {
+        if text.is_some() {
+            bail!("rules given twice: --rules and the config's 'rules' key");
+        }
+        text = Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?,
+        );
+    }
+    let Some(text) = text else { return Ok(None) };
+    let words: Vec<&str> = args
+        .words
+        .iter()
+        .flat_map(|w| w.split_whitespace())
+        .collect();
+    match words.as_slice() {
+        [] => {}
+        ["seed", n] => {
+            if seed.is_some() {
+                bail!("seed given twice (config and command line)");
+            }
+            seed = Some(n.parse().with_context(|| format!("seed '{n}' is not a whole number"))?)
+        }
+        [w, ..] => bail!("'{w}': with --rules, link words go in 'pipe N config' lines (only 'seed N' is allowed here)"),
+    }
+    Ok(Some((text, seed)))
+}
+
+/// Whether this replay runs rules (`--rules` or a config with `rules`).
+pub fn wanted(args: &ReplayArgs, rules: &RulesArgs) -> Result<bool> {
+    if rules.file.is_some() {
+        return Ok(true);
+    }
+    Ok(match &args.config {
+        Some(p) => std::fs::read_to_string(p)
+            .ok()
+            .and_then(|t| t.parse::<toml::Table>().ok())
+            .is_some_and(|t| t.contains_key("rules")),
+        None => false,
+    })
+}
+
+/// Parses a rule file, reading `profile` and `distribution` files relative to
+/// `base` (the rule file's directory) or as given.
+pub fn load_rules(text: &str, base: Option<&Path>) -> Result<RuleSet> {
+    let mut files = |name: &str| -> Result<String, String> {
+        if let Some(b) = base {
+            let p = b.join(name);
+            if let Ok(t) = std::fs::read_to_string(&p) {
+                return Ok(t);
+            }
+        }
+        load_distribution(name).or_else(|_| {
+            std::fs::read_to_string(name).map_err(|e| format!("cannot read '{name}': {e}"))
+        })
+    };
+    parse_rules(text, ["a", "b"], &mut files).map_err(|e| anyhow::anyhow!("rules: {e}"))
+}
+
+struct Pending {
+    release_ns: u64,
+    seq: u64,
+    orig_len: u32,
+    data: Vec<u8>,
+}
+impl PartialEq for Pending {
+    fn eq(&self, o: &Self) -> bool {
+        (self.release_ns, self.seq) == (o.release_ns, o.seq)
+    }
+}
+impl Eq for Pending {}
+impl PartialOrd for Pending {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Pending {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (self.release_ns, self.seq).cmp(&(o.release_ns, o.seq))
+    }
+}
+
+/// Runs the replay through rules. Returns false if no rules were asked for.
+pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
+    let (text, seed) = rules_text(args, rargs)?.expect("called when rules are wanted");
+    let base = rargs.file.as_deref().and_then(Path::parent);
+    let set = load_rules(&text, base)?;
+    let seed = seed.unwrap_or_else(|| {
+        let s = fresh_seed();
+        eprintln!("linkem: seed {s} (add 'seed {s}' to repeat this run exactly)");
+        s
+    });
+    let mut node = Node::new(
+        set,
+        NodeConfig {
+            seed,
+            max_flows: rargs.max_flows,
+            ..Default::default()
+        },
+    );
+
+    let mut reader = CaptureReader::open(&args.input).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let l2 = L2Kind::from_dlt(reader.link_type().dlt())
+        .with_context(|| format!("link type {} cannot be classified", reader.link_type()))?;
+    let mut writer = CaptureWriter::create(&args.output, reader.link_type(), reader.snaplen())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut events = match &args.events {
+        Some(path) => {
+            let file =
+                File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+            let mut w = BufWriter::with_capacity(1 << 20, file);
+            writeln!(w, "# index\tarrival_ns\tlen_bytes\tfate\trelease_ns\trule\tpipe\tflow\thops\tcopies\tcorrupt_bits")?;
+            Some(w)
+        }
+        None => None,
+    };
+    let started = Instant::now();
+    let mut heap: BinaryHeap<Reverse<Pending>> = BinaryHeap::new();
+    let mut held: HashMap<u64, (u64, u32, Vec<u8>)> = HashMap::new();
+    let mut out: Vec<Decision> = Vec::new();
+    let mut fates: BTreeMap<&'static str, u64> = BTreeMap::new();
+    let (mut seq, mut index, mut written, mut dup, mut corrupted) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut horizon = 0u64;
+    let mut current: Option<(u64, u32, Vec<u8>)> = None;
+
+    let mut settle = |out: &mut Vec<Decision>,
+                      current: &mut Option<(u64, u32, Vec<u8>)>,
+                      cur_tag: u64,
+                      held: &mut HashMap<u64, (u64, u32, Vec<u8>)>,
+                      heap: &mut BinaryHeap<Reverse<Pending>>,
+                      events: &mut Option<BufWriter<File>>|
+     -> Result<()> {
+        for d in out.drain(..) {
+            let (ts, orig_len, mut data) = if d.tag == cur_tag && current.is_some() {
+                current.take().expect("checked")
+            } else {
+                held.remove(&d.tag).expect("every undecided packet is held")
+            };
+            *fates.entry(d.fate.name()).or_default() += 1;
+            if let Some(ev) = events.as_mut() {
+                let delivered = d.fate == NodeFate::Delivered;
+                let opt = |o: Option<u32>| o.map_or("-".to_string(), |v| v.to_string());
+                writeln!(
+                    ev,
+                    "{}\t{ts}\t{orig_len}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                    d.tag,
+                    d.fate.name(),
+                    if delivered {
+                        d.release_ns.to_string()
+                    } else {
+                        "-".into()
+                    },
+                    opt(d.rule),
+                    opt(d.pipe),
+                    if d.pipe.is_some() {
+                        format!("{:016x}", d.flow_id)
+                    } else {
+                        "-".into()
+                    },
+                    d.hops,
+                    if delivered { 1 + d.duplicate as u32 } else { 0 },
+                    if d.corrupt_bits.is_empty() {
+                        "-".to_string()
+                    } else {
+                        d.corrupt_bits
+                            .iter()
+                            .map(|b| b.to_string())
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    }
+                )?;
+            }
+            if d.fate != NodeFate::Delivered {
+                continue;
+            }
+            if d.duplicate {
+                dup += 1;
+                heap.push(Reverse(Pending {
+                    release_ns: d.release_ns,
+                    seq: seq + 1,
+                    orig_len,
+                    data: data.clone(),
+                }));
+            }
+            if !d.corrupt_bits.is_empty() {
+                corrupted += 1;
+            }
+            for bit in &d.corrupt_bits {
+                if let Some(byte) = data.get_mut((bit / 8) as usize) {
+                    *byte ^= 0x80 >> (bit % 8);
+                }
+            }
+            heap.push(Reverse(Pending {
+                release_ns: d.release_ns,
+                seq,
+                orig_len,
+                data,
+            }));
+            seq += 2;
+        }
+        Ok(())
+    };
+
+    while let Some(packet) = reader.next_packet() {
+        let packet = packet.map_err(|e| anyhow::anyhow!("{e}"))?;
+        horizon = horizon.max(packet.ts_ns);
+        let key = FlowKey::parse(&packet.data, l2);
+        let pkt = PacketIn {
+            len_bytes: packet.orig_len,
+            key,
+            side: rargs.side.into(),
+            tag: index,
+        };
+        current = Some((packet.ts_ns, packet.orig_len, packet.data));
+        node.on_arrival(packet.ts_ns, pkt, &mut out);
+        settle(
+            &mut out,
+            &mut current,
+            index,
+            &mut held,
+            &mut heap,
+            &mut events,
+        )?;
+        if let Some(c) = current.take() {
+            held.insert(index, c);
+        }
+        index += 1;
+        let limit = node.next_event_ns().map_or(horizon, |e| e.min(horizon));
+        while heap.peek().is_some_and(|p| p.0.release_ns <= limit) {
+            let Reverse(p) = heap.pop().expect("peeked");
+            writer
+                .write(p.release_ns, p.orig_len, &p.data)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            written += 1;
+        }
+    }
+    node.poll(u64::MAX, &mut out);
+    settle(
+        &mut out,
+        &mut current,
+        u64::MAX,
+        &mut held,
+        &mut heap,
+        &mut events,
+    )?;
+    while let Some(Reverse(p)) = heap.pop() {
+        writer
+            .write(p.release_ns, p.orig_len, &p.data)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        written += 1;
+    }
+    if !held.is_empty() {
+        bail!("internal error: {} packets left undecided", held.len());
+    }
+    if let Some(mut ev) = events {
+        ev.flush().context("cannot write the events file")?;
+    }
+    writer.finish().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let secs = started.elapsed().as_secs_f64();
+    let decided: u64 = fates.values().sum();
+    if decided != index {
+        bail!("internal error: {index} packets read but {decided} decided");
+    }
+    match args.stats {
+        StatsFormat::None => {}
+        StatsFormat::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&stats_json(
+                args, &node, seed, index, written, dup, corrupted, &fates, secs
+            ))
+            .expect("a JSON value always serialises")
+        ),
+        StatsFormat::Text => print!(
+            "{}",
+            stats_text(args, &node, seed, index, written, dup, corrupted, &fates)
+        ),
+    }
+    Ok(())
+}
+
+fn proto_name(p: u8) -> String {
+    match p {
+        0 => "ip".into(),
+        1 => "icmp".into(),
+        6 => "tcp".into(),
+        17 => "udp".into(),
+        58 => "ipv6-icmp".into(),
+        132 => "sctp".into(),
+        _ => p.to_string(),
+    }
+}
+
+fn addr(version: u8, a: u128) -> String {
+    match version {
+        6 => Ipv6Addr::from(a).to_string(),
+        _ => Ipv4Addr::from(a as u32).to_string(),
+    }
+}
+
+fn bw_text(p: &Pipe) -> String {
+    match p.def.link.rate_bps {
+        None => "unlimited     ".into(),
+        Some(b) if b >= 1_000_000 => format!("{:7.3} Mbit/s", b as f64 / 1e6),
+        Some(b) if b >= 1_000 => format!("{:7.3} Kbit/s", b as f64 / 1e3),
+        Some(b) => format!("{:7.3} bit/s ", b as f64),
+    }
+}
+
+fn queue_text(p: &Pipe) -> String {
+    match (p.def.link.queue_packets, p.def.link.queue_bytes) {
+        (_, Some(b)) if b >= 8192 => format!("{} KB", b / 1024),
+        (_, Some(b)) => format!("{b} B"),
+        (Some(n), None) => format!("{n:3} sl."),
+        (None, None) => "unlimited".into(),
+    }
+}
+
+fn mask_text(m: &FlowMask) -> String {
+    if m.src_ip6 != 0 || m.dst_ip6 != 0 || m.flow_label != 0 {
+        format!(
+            "mask: proto: 0x{:02x}, flow_id: 0x{:08x}, {}/0x{:04x} -> {}/0x{:04x}",
+            m.proto,
+            m.flow_label,
+            Ipv6Addr::from(m.src_ip6),
+            m.src_port,
+            Ipv6Addr::from(m.dst_ip6),
+            m.dst_port
+        )
+    } else {
+        format!(
+            "mask: 0x{:02x} 0x{:08x}/0x{:04x} -> 0x{:08x}/0x{:04x}",
+            m.proto, m.src_ip4, m.src_port, m.dst_ip4, m.dst_port
+        )
+    }
+}
+
+fn flow_line(i: &Instance) -> String {
+    let k = &i.key;
+    let v6 = k.ip_version == 6;
+    let w = if v6 { 39 } else { 15 };
+    format!(
+        "{:3} {:<4} {:>w$}/{:<5} {:>w$}/{:<5} {:4} {:8} {:3} {:4}",
+        i.flow_id & 0xff,
+        proto_name(k.proto),
+        addr(k.ip_version, k.src_ip),
+        k.src_port,
+        addr(k.ip_version, k.dst_ip),
+        k.dst_port,
+        i.tot_pkts,
+        i.tot_bytes,
+        i.queued_packets(),
+        i.drops,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn stats_text(
+    args: &ReplayArgs,
+    node: &Node,
+    seed: u64,
+    arrived: u64,
+    written: u64,
+    dup: u64,
+    corrupted: u64,
+    fates: &BTreeMap<&'static str, u64>,
+) -> String {
+    let mut s = String::new();
+    use std::fmt::Write as _;
+    let _ = writeln!(
+        s,
+        "linkem replay {} -> {} (rules)",
+        args.input.display(),
+        args.output.display()
+    );
+    let _ = writeln!(s, "seed      {seed}");
+    let _ = writeln!(
+        s,
+        "one-pass  {}",
+        if node.one_pass() { "on" } else { "off" }
+    );
+    let _ = writeln!(s, "arrived   {arrived:>10}");
+    for (f, n) in fates {
+        let _ = writeln!(s, "{f:<10}{n:>10}");
+    }
+    let _ = writeln!(
+        s,
+        "duplicated{dup:>10}\ncorrupted {corrupted:>10}\nwritten   {written:>10}  packets in {}",
+        args.output.display()
+    );
+    let _ = writeln!(s, "\n# ipfw pipe show");
+    for p in node.pipes() {
+        let d = &p.def;
+        let _ = writeln!(
+            s,
+            "{:05}: {} {:>4} burst {}",
+            d.number,
+            bw_text(p),
+            format_time_ns(d.link.delay_ns),
+            d.burst_bytes
+        );
+        let plr = match d.link.loss {
+            linkem_core::LossConfig::Random { p, .. } if p > 0.0 => format!(" plr {p:.6}"),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            s,
+            "q{:05} {}{} {} flows ({} buckets) droptail  [{}]",
+            d.number,
+            queue_text(p),
+            plr,
+            p.instances().count(),
+            d.buckets,
+            d.words
+        );
+        if let Some(pf) = &d.profile {
+            let _ = writeln!(
+                s,
+                "\t profile: name \"{}\" loss {:.6} samples {}",
+                pf.name,
+                pf.loss_level,
+                pf.table_ns.len()
+            );
+        }
+        if let Some(m) = &d.mask {
+            let _ = writeln!(s, "    {}", mask_text(m));
+            let _ = writeln!(
+                s,
+                "    expired {} flow-limit drops {}",
+                p.expired, p.flow_limit_drops
+            );
+        }
+        let _ = writeln!(
+            s,
+            "BKT Prot ___Source IP/port____ ____Dest. IP/port____ Tot_pkt/bytes Pkt Drp"
+        );
+        for i in p.instances() {
+            let _ = writeln!(s, "{}", flow_line(i));
+        }
+    }
+    let _ = writeln!(s, "\n# ipfw -a list");
+    let c = node.classifier();
+    for (r, (pk, by)) in c.rules().iter().zip(&c.counters) {
+        let text = r.text.strip_prefix("add").unwrap_or(&r.text).trim_start();
+        let text = text
+            .strip_prefix(&r.number.to_string())
+            .unwrap_or(text)
+            .trim_start();
+        let _ = writeln!(s, "{:05} {pk:>10} {by:>12} {text}", r.number);
+    }
+    let _ = writeln!(s, "unmatched {:>10} (passed unimpaired)", node.unmatched);
+    s
+}
+
+#[allow(clippy::too_many_arguments)]
+fn stats_json(
+    args: &ReplayArgs,
+    node: &Node,
+    seed: u64,
+    arrived: u64,
+    written: u64,
+    dup: u64,
+    corrupted: u64,
+    fates: &BTreeMap<&'static str, u64>,
+    secs: f64,
+) -> serde_json::Value {
+    let pipes: Vec<_> = node
+        .pipes()
+        .iter()
+        .map(|p| {
+            let d = &p.def;
+            let flows: Vec<_> = p
+                .instances()
+                .map(|i| {
+                    json!({
+                        "flow_id": format!("{:016x}", i.flow_id),
+                        "proto": i.key.proto,
+                        "src": format!("{}/{}", addr(i.key.ip_version, i.key.src_ip), i.key.src_port),
+                        "dst": format!("{}/{}", addr(i.key.ip_version, i.key.dst_ip), i.key.dst_port),
+                        "packets": i.tot_pkts,
+                        "bytes": i.tot_bytes,
+                        "queued": i.queued_packets(),
+                        "drops": i.drops,
+                    })
+                })
+                .collect();
+            json!({
+                "pipe": d.number,
+                "config": d.words,
+                "rate_bps": d.link.rate_bps,
+                "rate": d.link.rate_bps.map(format_rate_bps),
+                "delay_ns": d.link.delay_ns,
+                "queue_packets": d.link.queue_packets,
+                "queue_bytes": d.link.queue_bytes,
+                "burst_bytes": d.burst_bytes,
+                "profile": d.profile.as_ref().map(|pf| json!({"name": pf.name, "loss_level": pf.loss_level, "samples": pf.table_ns.len()})),
+                "mask": d.mask.as_ref().map(mask_text),
+                "expired": p.expired,
+                "flow_limit_drops": p.flow_limit_drops,
+                "flows": flows,
+            })
+        })
+        .collect();
+    let c = node.classifier();
+    let rules: Vec<_> = c
+        .rules()
+        .iter()
+        .zip(&c.counters)
+        .map(|(r, (pk, by))| json!({"number": r.number, "line": r.line, "rule": r.text, "packets": pk, "bytes": by}))
+        .collect();
+    json!({
+        "input": args.input.display().to_string(),
+        "output": args.output.display().to_string(),
+        "seed": seed,
+        "one_pass": node.one_pass(),
+        "arrived": arrived,
+        "written": written,
+        "fates": fates,
+        "duplicated": dup,
+        "corrupted": corrupted,
+        "unmatched": node.unmatched,
+        "pipes": pipes,
+        "rules": rules,
+        "elapsed_s": secs,
+    })
+}
