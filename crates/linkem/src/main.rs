@@ -51,7 +51,8 @@ enum Command {
     Replay {
         /// Input capture (pcap or pcapng).
         input: PathBuf,
-        /// Output capture (nanosecond pcap); written only if the whole replay succeeds.
+        /// Output capture (nanosecond pcap). A file is replaced only if the whole replay
+        /// succeeds (keeping its mode); a device or FIFO (/dev/null) is written directly.
         output: PathBuf,
         /// Link words, e.g. `rate 10mbit delay 20ms loss 1%`.
         words: Vec<String>,
