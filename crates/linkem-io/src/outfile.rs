@@ -72,25 +72,54 @@ fn is_special(m: &Metadata) -> bool {
     t.is_char_device() || t.is_block_device() || t.is_fifo() || t.is_socket()
 }
 
-/// Refuses outputs that are the same file as an input or as each other (compared by
-/// device and inode, after following links), before anything is opened for writing.
-/// Paths that do not exist yet cannot collide with anything and pass.
-pub fn check_distinct(inputs: &[&Path], outputs: &[&Path]) -> Result<(), OutputError> {
-    let id = |p: &Path| {
-        std::fs::metadata(p)
-            .ok()
-            .map(|m| (m.dev(), m.ino(), m.file_type().is_char_device()))
+/// What makes two paths the same file: device and inode if it exists, else the
+/// directory it would be created in (resolved) and its name.
+#[derive(PartialEq, Eq)]
+enum FileId {
+    Inode {
+        dev: u64,
+        ino: u64,
+        chr: bool,
+    },
+    New {
+        dir: PathBuf,
+        name: std::ffi::OsString,
+    },
+}
+
+fn file_id(path: &Path) -> Option<FileId> {
+    if let Ok(m) = std::fs::metadata(path) {
+        return Some(FileId::Inode {
+            dev: m.dev(),
+            ino: m.ino(),
+            chr: m.file_type().is_char_device(),
+        });
+    }
+    let real = resolve(path).ok()?;
+    let dir = match real.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
     };
+    Some(FileId::New {
+        dir: std::fs::canonicalize(dir).ok()?,
+        name: real.file_name()?.to_os_string(),
+    })
+}
+
+/// Refuses outputs that are the same file as an input or as each other (compared by
+/// device and inode after following links; a file not yet created by where it would
+/// be), before anything is opened for writing. Character devices may repeat.
+pub fn check_distinct(inputs: &[&Path], outputs: &[&Path]) -> Result<(), OutputError> {
     for (k, out) in outputs.iter().enumerate() {
-        let Some((dev, ino, chr)) = id(out) else {
+        let Some(id) = file_id(out) else {
             continue;
         };
-        if chr {
+        if matches!(id, FileId::Inode { chr: true, .. }) {
             continue;
         }
         let others = inputs.iter().chain(&outputs[..k]);
         for other in others {
-            if id(other).is_some_and(|(d, i, _)| (d, i) == (dev, ino)) {
+            if file_id(other).is_some_and(|o| o == id) {
                 return Err(OutputError::SameFile {
                     output: out.display().to_string(),
                     other: other.display().to_string(),
@@ -373,9 +402,12 @@ mod tests {
         // Two outputs naming one file.
         std::fs::write(&other, b"").unwrap();
         assert!(check_distinct(&[&input], &[&other, &other]).is_err());
-        // New files and character devices pass.
+        // New files and character devices pass, unless one new name is given twice.
         let new = dir.path().join("new");
         check_distinct(&[&input], &[&new]).unwrap();
+        let again = dir.path().join(".").join("new");
+        assert!(check_distinct(&[&input], &[&new, &again]).is_err());
+        check_distinct(&[&input], &[&new, &other]).unwrap();
         let null = Path::new("/dev/null");
         check_distinct(&[null], &[null, null]).unwrap();
     }

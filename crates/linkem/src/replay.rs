@@ -25,7 +25,8 @@ use std::time::Instant;
 pub struct ReplayArgs {
     /// Input capture (pcap or pcapng).
     pub input: PathBuf,
-    /// Output capture (nanosecond pcap); written only if the whole replay succeeds.
+    /// Output capture (nanosecond pcap). A file is replaced only if the whole replay
+    /// succeeds (keeping its mode); a device or FIFO (/dev/null) is written directly.
     pub output: PathBuf,
     /// Link words, e.g. `rate 10mbit delay 20ms loss 1%`.
     pub words: Vec<String>,
@@ -129,47 +130,46 @@ struct Summary {
 /// SIGINT and SIGTERM during a replay: the first sets a flag the packet loop checks, so
 /// the run ends through the ordinary error path, which deletes the temporary output
 /// (`linkem_io::outfile`); a second one terminates at once (for a replay stuck reading
-/// a pipe). Handlers are removed when the guard drops, so in-process callers (benches,
-/// tests) get their own disposition back.
+/// a pipe). The handlers are installed once per process and stay: signal-hook cannot
+/// give back the default action once removed, and a removed SIGINT handler would leave
+/// in-process callers (benches) unable to be interrupted at all.
 struct SignalGuard {
-    flags: [(i32, Arc<AtomicBool>); 2],
-    ids: Vec<signal_hook::SigId>,
+    flags: &'static [(i32, Arc<AtomicBool>); 2],
 }
+
+type SignalFlags = [(i32, Arc<AtomicBool>); 2];
+
+static SIGNALS: std::sync::OnceLock<Result<SignalFlags, String>> = std::sync::OnceLock::new();
 
 impl SignalGuard {
     fn install() -> Result<SignalGuard> {
-        use signal_hook::consts::{SIGINT, SIGTERM};
-        let flags = [
-            (SIGINT, Arc::new(AtomicBool::new(false))),
-            (SIGTERM, Arc::new(AtomicBool::new(false))),
-        ];
-        let mut ids = Vec::new();
-        for (sig, flag) in &flags {
-            // Order matters: the conditional default must see the flag before it is set.
-            ids.push(signal_hook::flag::register_conditional_default(
-                *sig,
-                flag.clone(),
-            )?);
-            ids.push(signal_hook::flag::register(*sig, flag.clone())?);
+        let installed = SIGNALS.get_or_init(|| {
+            use signal_hook::consts::{SIGINT, SIGTERM};
+            let flags = [
+                (SIGINT, Arc::new(AtomicBool::new(false))),
+                (SIGTERM, Arc::new(AtomicBool::new(false))),
+            ];
+            for (sig, flag) in &flags {
+                // Order matters: the conditional default must see the flag before it is set.
+                signal_hook::flag::register_conditional_default(*sig, flag.clone())
+                    .and_then(|_| signal_hook::flag::register(*sig, flag.clone()))
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok(flags)
+        });
+        match installed {
+            Ok(flags) => Ok(SignalGuard { flags }),
+            Err(e) => bail!("cannot install the signal handler: {e}"),
         }
-        Ok(SignalGuard { flags, ids })
     }
 
     fn check(&self) -> Result<()> {
-        for (sig, flag) in &self.flags {
+        for (sig, flag) in self.flags {
             if flag.load(Ordering::Relaxed) {
                 return Err(crate::Interrupted { signal: *sig }.into());
             }
         }
         Ok(())
-    }
-}
-
-impl Drop for SignalGuard {
-    fn drop(&mut self) {
-        for id in self.ids.drain(..) {
-            signal_hook::low_level::unregister(id);
-        }
     }
 }
 
@@ -201,7 +201,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     outputs.extend(args.events.as_deref());
     outfile::check_distinct(&inputs, &outputs)?;
 
-    let signals = SignalGuard::install().context("cannot install the signal handler")?;
+    let signals = SignalGuard::install()?;
     let mut reader = CaptureReader::open(&args.input).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut writer = CaptureWriter::create(&args.output, reader.link_type(), reader.snaplen())
         .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -250,7 +250,6 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         ev.commit()?;
     }
     writer.finish().map_err(|e| anyhow::anyhow!("{e}"))?;
-    drop(signals);
     let elapsed = started.elapsed();
 
     let counts = *r.link.counts();

@@ -521,6 +521,20 @@ fn an_output_that_is_an_input_is_refused_and_the_input_survives() {
         assert_eq!(std::fs::read(&input).unwrap(), original, "{case:?}");
         assert_eq!(std::fs::read(&output).unwrap(), b"previous output");
     }
+    // The same new name for the capture and the events.
+    let fresh = dir.path().join("fresh.out");
+    let o = linkem(&[
+        "replay",
+        s(&input),
+        s(&fresh),
+        "--events",
+        s(&fresh),
+        "delay",
+        "1ms",
+    ]);
+    assert!(!o.status.success(), "the events would replace the capture");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("same file"));
+    assert!(!fresh.exists());
     assert!(temp_files(dir.path()).is_empty());
 }
 

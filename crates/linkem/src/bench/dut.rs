@@ -141,3 +141,37 @@ impl Drop for Running {
         let _ = self.halt();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_device_that_exits_stops_the_probe_with_its_reason() {
+        let child = Command::new("sh")
+            .args(["-c", "echo 'bridge failed: no such interface' >&2; exit 3"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut running = Running {
+            child: Some(child),
+            bridge: None,
+        };
+        let (finished, stop, interrupted) = (
+            AtomicBool::new(false),
+            AtomicBool::new(false),
+            AtomicBool::new(false),
+        );
+        let t = Instant::now();
+        let why = running.watch(&finished, &stop, &interrupted).unwrap();
+        assert!(t.elapsed() < Duration::from_secs(5));
+        assert!(stop.load(Ordering::Acquire), "the probe is told to stop");
+        assert!(
+            why.contains("exit status: 3") && why.contains("no such interface"),
+            "{why}"
+        );
+        // A probe that finished first: the watcher returns nothing.
+        finished.store(true, Ordering::Release);
+        assert!(running.watch(&finished, &stop, &interrupted).is_none());
+    }
+}
