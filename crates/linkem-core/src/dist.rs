@@ -214,6 +214,20 @@ fn cdf_inverse(points: &[(f64, f64)], u: f64) -> f64 {
     d0 + (d1 - d0) * (u - p0) / (p1 - p0)
 }
 
+/// A word from a file, as an error message may show it: a short word of the
+/// characters numbers and units are written with is quoted, anything else only
+/// described, so that a file that is not a table at all (`distribution
+/// /etc/shadow`, whose lines are single words full of `:` and `$`) is never echoed.
+fn shown(word: &str) -> String {
+    const MAX_SHOWN_BYTES: usize = 16;
+    let plain = |b: u8| b.is_ascii_alphanumeric() || b".+-%_,".contains(&b);
+    if word.len() <= MAX_SHOWN_BYTES && word.bytes().all(plain) {
+        format!("'{word}'")
+    } else {
+        format!("a {}-byte word", word.len())
+    }
+}
+
 fn parse_netem_table(name: &str, text: &str) -> Result<Distribution, String> {
     let mut values = Vec::new();
     for (lineno, line) in text.lines().enumerate() {
@@ -221,9 +235,10 @@ fn parse_netem_table(name: &str, text: &str) -> Result<Distribution, String> {
         for token in line.split_whitespace() {
             let v: i32 = token.parse().map_err(|_| {
                 format!(
-                    "{name}:{}: '{token}' is not an integer (a netem .dist table holds integers; \
+                    "{name}:{}: {} is not an integer (a netem .dist table holds integers; \
                      a CDF profile needs a 'prob delay' header line)",
-                    lineno + 1
+                    lineno + 1,
+                    shown(token)
                 )
             })?;
             if !(-32768..=32767).contains(&v) {
@@ -266,7 +281,7 @@ fn parse_profile(name: &str, text: &str) -> Result<Distribution, String> {
             ["loss-level", level] => {
                 let l: f64 = level
                     .parse()
-                    .map_err(|_| format!("{}: bad loss-level '{level}'", at()))?;
+                    .map_err(|_| format!("{}: bad loss-level {}", at(), shown(level)))?;
                 if l != 1.0 {
                     return Err(format!(
                         "{}: loss-level {level}: profile-driven loss is not supported; use 'loss P%' \
@@ -285,7 +300,7 @@ fn parse_profile(name: &str, text: &str) -> Result<Distribution, String> {
                 let (p, d) = if delay_first { (b, a) } else { (a, b) };
                 let prob: f64 = p
                     .parse()
-                    .map_err(|_| format!("{}: '{p}' is not a probability", at()))?;
+                    .map_err(|_| format!("{}: {} is not a probability", at(), shown(p)))?;
                 if !(0.0..=1.0).contains(&prob) {
                     return Err(format!("{}: probability {p} is outside [0, 1]", at()));
                 }
@@ -309,10 +324,12 @@ fn parse_profile(name: &str, text: &str) -> Result<Distribution, String> {
                 points.push((prob, delay_ns));
             }
             _ => {
+                let first = w.first().copied().unwrap_or("");
                 return Err(format!(
-                    "{}: cannot read '{line}' (expected 'prob delay' pairs)",
-                    at()
-                ))
+                    "{}: cannot read the line starting with {} (expected 'prob delay' pairs)",
+                    at(),
+                    shown(first)
+                ));
             }
         }
     }
@@ -331,6 +348,21 @@ fn parse_profile(name: &str, text: &str) -> Result<Distribution, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_that_is_not_a_table_is_never_echoed() {
+        for text in [
+            "root:$6$s3cr3tHash:19000:0:99999:7:::\n",
+            "prob delay\nroot:$6$s3cr3tHash:19000 x\n",
+            "prob delay\nroot:s3cr3t 5\n",
+        ] {
+            let e = Distribution::parse_file("t", text).unwrap_err();
+            assert!(!e.contains("s3cr3t"), "{e}");
+            assert!(e.starts_with("t:"), "names the file and line: {e}");
+        }
+        let e = Distribution::parse_file("t", "1 2 x3\n").unwrap_err();
+        assert!(e.contains("'x3'"), "a short word is quoted: {e}");
+    }
 
     #[test]
     fn constants_are_the_correctly_rounded_values() {
