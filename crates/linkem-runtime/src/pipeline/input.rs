@@ -16,11 +16,12 @@
 //! never truncated and never reaches the model, as a real link would never have
 //! carried it.
 
+use super::wait::Realtime;
 use super::{Control, DirectionOptions};
 use crate::clock;
 use crate::delay_line::Producer;
 use crate::port::{RxFrame, RxPort};
-use linkem_core::wire::{complete_checksum, segment, CsumPartial};
+use linkem_core::wire::{complete_checksum, segment, CsumPartial, WireError};
 use linkem_core::{Fate, Link, PacketMeta};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -31,13 +32,16 @@ const IDLE_WAIT_NS: u64 = 10_000_000;
 pub(super) const KERNEL_DROPS_EVERY_NS: u64 = 100_000_000;
 
 /// What one received frame became.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Cut {
     /// Wire frames handed to `emit`.
     pub wire_frames: u64,
     /// The frame (or what remained of it after `wire_frames` segments) could
     /// not be sent whole: one `too-big`.
     pub too_big: bool,
+    /// Why a super-frame could not be cut, if it could not (it was then sent as
+    /// it came when it fit, else counted too big).
+    pub uncut: Option<WireError>,
 }
 
 impl Cut {
@@ -61,6 +65,7 @@ pub(super) fn cut(
         return Cut {
             wire_frames: 0,
             too_big: true,
+            uncut: None,
         };
     }
     if frame.offload.gso.is_some() {
@@ -69,36 +74,42 @@ pub(super) fn cut(
             emitted += 1;
             emit(seg, None)
         });
-        return match result {
-            Ok(_) if emitted > 0 => Cut {
+        let uncut = result.err();
+        if uncut.is_none() && emitted > 0 {
+            return Cut {
                 wire_frames: emitted,
                 too_big: false,
-            },
-            // Metadata that does not fit the frame: a frame that fits is sent as
-            // it came (a cable would carry it too); one that does not is too big.
-            _ if emitted == 0 && data.len() <= max_frame_bytes => {
-                emit(data, frame.offload.csum);
-                Cut {
-                    wire_frames: 1,
-                    too_big: false,
-                }
-            }
-            _ => Cut {
-                wire_frames: emitted,
-                too_big: true,
-            },
+                uncut,
+            };
+        }
+        // Metadata that does not fit the frame: a frame that fits is sent as it
+        // came (a cable would carry it too); one that does not is too big.
+        if emitted == 0 && data.len() <= max_frame_bytes {
+            emit(data, frame.offload.csum);
+            return Cut {
+                wire_frames: 1,
+                too_big: false,
+                uncut,
+            };
+        }
+        return Cut {
+            wire_frames: emitted,
+            too_big: true,
+            uncut,
         };
     }
     if data.len() > max_frame_bytes {
         return Cut {
             wire_frames: 0,
             too_big: true,
+            uncut: None,
         };
     }
     emit(data, frame.offload.csum);
     Cut {
         wire_frames: 1,
         too_big: false,
+        uncut: None,
     }
 }
 
@@ -114,20 +125,110 @@ struct InputCounts {
     kernel_drops: u64,
 }
 
-pub(super) fn input_stage(
-    control: Arc<Control>,
-    opts: DirectionOptions,
+/// What the input stage reads from and writes to.
+pub(super) struct Ports {
+    pub rx: Box<dyn RxPort>,
+    pub producer: Producer,
+    /// The egress port's largest frame.
+    pub max_frame_bytes: usize,
+    /// The output thread, to wake when it is parked.
+    pub output: std::thread::Thread,
+}
+
+/// The input stage's state between batches: the model, the line, the counts.
+struct Stage {
+    name: String,
+    link: Link,
+    producer: Producer,
     max_frame_bytes: usize,
-    mut producer: Producer,
-    mut rx: Box<dyn RxPort>,
-    output: std::thread::Thread,
-) {
-    let mut link = Link::new(opts.link, opts.seed, opts.direction);
-    let mut c = InputCounts::default();
-    let mut warned_too_big = false;
-    let publish = |link: &Link, c: &InputCounts| {
-        let mut shared = control.input.lock().expect("the lock holders never panic");
-        let mut counts = *link.counts();
+    c: InputCounts,
+    warned_too_big: bool,
+    warned_uncut: bool,
+    /// Something was stored in this batch (the output stage may need waking).
+    pushed: bool,
+}
+
+impl Stage {
+    /// One received frame: cut it into wire frames, admit each, count it.
+    fn take(&mut self, frame: RxFrame<'_>, shed: bool) {
+        self.c.received += 1;
+        let ts = if frame.ts_ns != 0 {
+            frame.ts_ns
+        } else {
+            clock::now_ns()
+        };
+        let max = self.max_frame_bytes;
+        let r = cut(&frame, max, &mut |bytes, csum| {
+            self.admit(ts, bytes, csum, shed)
+        });
+        self.c.segmented += r.segmented();
+        if let (Some(e), false) = (&r.uncut, self.warned_uncut) {
+            self.warned_uncut = true;
+            let what = if r.too_big {
+                "counted too-big"
+            } else {
+                "sent as it came"
+            };
+            eprintln!(
+                "linkem: {}: a super-frame the sender left to segment could not be cut ({e}); \
+                 it is {what} (warned once; turn segmentation offload off on the sending host \
+                 for such traffic: ethtool -K DEV tso off gso off)",
+                self.name
+            );
+        }
+        if r.too_big {
+            self.c.too_big += 1;
+            if !self.warned_too_big {
+                self.warned_too_big = true;
+                eprintln!(
+                    "linkem: {}: a frame of {} bytes is larger than the egress interface sends \
+                     ({max} bytes with its Ethernet header); such frames are dropped and counted \
+                     as too-big (raise the egress MTU to carry them)",
+                    self.name,
+                    frame.orig_len.max(frame.data.len() as u32)
+                );
+            }
+        }
+    }
+
+    /// One wire frame: its fate from the model, and if accepted, into the line.
+    fn admit(&mut self, ts: u64, bytes: &[u8], csum: Option<CsumPartial>, shed: bool) {
+        let len_bytes = bytes.len() as u32;
+        let v = self.link.on_arrival(ts, PacketMeta { len_bytes });
+        if v.fate != Fate::Delivered {
+            return;
+        }
+        if shed {
+            self.c.backpressure += 1;
+            return;
+        }
+        let stored = self
+            .producer
+            .push_with(v.release_ns, bytes.len(), false, |slot| {
+                finish(slot, bytes, csum);
+                if let Some(bit) = v.corrupt_bit.filter(|b| (b / 8) < slot.len() as u32) {
+                    slot[(bit / 8) as usize] ^= 0x80 >> (bit % 8);
+                }
+            });
+        if !stored {
+            self.c.backpressure += 1;
+            return;
+        }
+        self.c.accepted += 1;
+        self.pushed = true;
+        if v.duplicate {
+            // A copy that finds no room is not a lost packet: the original is on its way.
+            let _ = self
+                .producer
+                .push_with(v.release_ns, bytes.len(), true, |slot| {
+                    finish(slot, bytes, csum)
+                });
+        }
+    }
+
+    fn publish(&self, control: &Control) {
+        let c = &self.c;
+        let mut counts = *self.link.counts();
         // The model counted these as delivered; the delay line had no room or
         // the output stage was too far behind.
         counts.set(
@@ -136,25 +237,55 @@ pub(super) fn input_stage(
         );
         counts.set(Fate::Backpressure, c.backpressure);
         counts.set(Fate::TooBig, c.too_big);
+        let mut shared = control.input.lock().expect("the lock holders never panic");
         shared.counts = counts;
         shared.received = c.received;
         shared.segmented = c.segmented;
         shared.accepted = c.accepted;
         shared.rx_wakeups = c.wakeups;
         shared.kernel_drops = c.kernel_drops;
+    }
+}
+
+/// Applies a link change requested since the last batch.
+fn apply_pending(control: &Control, link: &mut Link) {
+    if control.has_pending.swap(false, Ordering::AcqRel) {
+        let pending = control
+            .pending
+            .lock()
+            .expect("the lock holders never panic")
+            .take();
+        if let Some((at_ns, cfg)) = pending {
+            link.reconfigure(at_ns, cfg);
+        }
+    }
+}
+
+pub(super) fn input_stage(
+    control: Arc<Control>,
+    opts: DirectionOptions,
+    ports: Ports,
+    mut realtime: Option<Realtime>,
+) {
+    let Ports {
+        mut rx,
+        producer,
+        max_frame_bytes,
+        output,
+    } = ports;
+    let mut st = Stage {
+        name: opts.name.clone(),
+        link: Link::new(opts.link.clone(), opts.seed, opts.direction),
+        producer,
+        max_frame_bytes,
+        c: InputCounts::default(),
+        warned_too_big: false,
+        warned_uncut: false,
+        pushed: false,
     };
     let mut drops_read_ns = 0u64;
     while !control.stop.load(Ordering::Acquire) {
-        if control.has_pending.swap(false, Ordering::AcqRel) {
-            if let Some((at_ns, cfg)) = control
-                .pending
-                .lock()
-                .expect("the lock holders never panic")
-                .take()
-            {
-                link.reconfigure(at_ns, cfg);
-            }
-        }
+        apply_pending(&control, &mut st.link);
         // Once per batch: while the output stage is more than max-lag behind
         // (stuck on frames due that long ago), new frames would only fill the
         // line to be dropped late, and copying them costs the machine the time
@@ -163,80 +294,36 @@ pub(super) fn input_stage(
         let now = clock::now_ns();
         let behind_ns = now.saturating_sub(control.output_at_ns.load(Ordering::Relaxed));
         let shed = opts.max_lag_ns.is_some_and(|m| behind_ns > m);
-        let mut pushed = false;
-        let result = rx.rx_batch(opts.batch, &mut |frame| {
-            c.received += 1;
-            let ts = if frame.ts_ns != 0 {
-                frame.ts_ns
-            } else {
-                clock::now_ns()
-            };
-            let cut = cut(&frame, max_frame_bytes, &mut |bytes, csum| {
-                let v = link.on_arrival(
-                    ts,
-                    PacketMeta {
-                        len_bytes: bytes.len() as u32,
-                    },
-                );
-                if v.fate != Fate::Delivered {
-                    return;
-                }
-                if shed {
-                    c.backpressure += 1;
-                    return;
-                }
-                let stored = producer.push_with(v.release_ns, bytes.len(), false, |slot| {
-                    finish(slot, bytes, csum);
-                    if let Some(bit) = v.corrupt_bit.filter(|b| (b / 8) < slot.len() as u32) {
-                        slot[(bit / 8) as usize] ^= 0x80 >> (bit % 8);
-                    }
-                });
-                if !stored {
-                    c.backpressure += 1;
-                    return;
-                }
-                c.accepted += 1;
-                pushed = true;
-                if v.duplicate {
-                    // A copy that finds no room is not a lost packet: the original is on its way.
-                    let _ = producer.push_with(v.release_ns, bytes.len(), true, |slot| {
-                        finish(slot, bytes, csum)
-                    });
-                }
-            });
-            c.segmented += cut.segmented();
-            if cut.too_big {
-                c.too_big += 1;
-                if !warned_too_big {
-                    warned_too_big = true;
-                    eprintln!(
-                        "linkem: {}: a frame of {} bytes is larger than the egress interface \
-                         sends ({max_frame_bytes} bytes with its Ethernet header); such frames are \
-                         dropped and counted as too-big (raise the egress MTU to carry them)",
-                        opts.name,
-                        frame.orig_len.max(frame.data.len() as u32)
-                    );
-                }
-            }
-        });
+        st.pushed = false;
+        let result = rx.rx_batch(opts.batch, &mut |frame| st.take(frame, shed));
         if now.wrapping_sub(drops_read_ns) > KERNEL_DROPS_EVERY_NS {
             drops_read_ns = now;
-            c.kernel_drops = rx.rx_kernel_drops();
+            st.c.kernel_drops = rx.rx_kernel_drops();
         }
         match result {
             Ok(0) => {
-                publish(&link, &c);
+                st.publish(&control);
+                if let Some(rt) = realtime.as_mut() {
+                    // Failing to return to SCHED_FIFO costs precision, not packets.
+                    let _ = rt.wait_mode();
+                }
                 if let Err(e) = rx.wait_rx(IDLE_WAIT_NS) {
                     control.fail(format!("receive: {e}"));
                     break;
                 }
-                c.wakeups += 1;
+                st.c.wakeups += 1;
             }
-            Ok(_) => {
-                if pushed && control.output_parked.load(Ordering::Acquire) {
+            Ok(n) => {
+                if n == opts.batch {
+                    // A full batch: frames are waiting; busy for long, it leaves SCHED_FIFO.
+                    if let Some(rt) = realtime.as_mut() {
+                        rt.busy(now);
+                    }
+                }
+                if st.pushed && control.output_parked.load(Ordering::Acquire) {
                     output.unpark();
                 }
-                publish(&link, &c);
+                st.publish(&control);
             }
             Err(e) => {
                 control.fail(format!("receive: {e}"));
@@ -244,9 +331,9 @@ pub(super) fn input_stage(
             }
         }
     }
-    c.kernel_drops = rx.rx_kernel_drops();
-    publish(&link, &c);
-    producer.close();
+    st.c.kernel_drops = rx.rx_kernel_drops();
+    st.publish(&control);
+    st.producer.close();
 }
 
 /// Copies a wire frame into its delay-line record and finishes the checksum

@@ -239,24 +239,14 @@ pub(super) fn output_stage(
             st.publish(&control);
         }
         let Some(release_ns) = next else {
-            if let Err(e) = st.flush() {
-                control.fail(e);
-                break;
+            match idle(&control, &mut st, &mut src, realtime.as_mut(), max_sleep) {
+                Ok(true) => continue,
+                Ok(false) => break,
+                Err(e) => {
+                    control.fail(e);
+                    break;
+                }
             }
-            if src.consumer.is_finished() {
-                break;
-            }
-            if let Some(rt) = realtime.as_mut() {
-                let _ = rt.wait_mode();
-            }
-            control.output_parked.store(true, Ordering::Release);
-            // Re-check after announcing the park, so a push in between is not missed.
-            if src.consumer.peek().is_none() {
-                std::thread::park_timeout(std::time::Duration::from_nanos(max_sleep));
-                st.wakeups += 1;
-            }
-            control.output_parked.store(false, Ordering::Release);
-            continue;
         };
         if release_ns > now {
             // Hand over what is queued before waiting, so it is not held back.
@@ -280,7 +270,7 @@ pub(super) fn output_stage(
         }
         if now - release_ns > BEHIND_NS {
             if let Some(rt) = realtime.as_mut() {
-                rt.behind();
+                rt.busy(now);
             }
         }
         if let Err(e) = src.take(|r, frame, copy| st.send(now, r, frame, copy)) {
@@ -291,6 +281,33 @@ pub(super) fn output_stage(
     let _ = st.flush();
     control.output_at_ns.store(u64::MAX, Ordering::Relaxed);
     st.publish(&control);
+}
+
+/// Nothing to send: hands over what is queued, then parks until the input
+/// stage pushes (it unparks a parked stage) or `max_sleep` passes. Returns
+/// false once the line is closed and empty.
+fn idle(
+    control: &Control,
+    st: &mut OutputState,
+    src: &mut Source,
+    realtime: Option<&mut Realtime>,
+    max_sleep: u64,
+) -> Result<bool, String> {
+    st.flush()?;
+    if src.consumer.is_finished() {
+        return Ok(false);
+    }
+    if let Some(rt) = realtime {
+        let _ = rt.wait_mode();
+    }
+    control.output_parked.store(true, Ordering::Release);
+    // Re-check after announcing the park, so a push in between is not missed.
+    if src.consumer.peek().is_none() {
+        std::thread::park_timeout(std::time::Duration::from_nanos(max_sleep));
+        st.wakeups += 1;
+    }
+    control.output_parked.store(false, Ordering::Release);
+    Ok(true)
 }
 
 /// Sleeps until `spin` before `release_ns` (at most `max_sleep`), or spins to
