@@ -17,11 +17,13 @@
 //!
 //! # Speed
 //!
-//! [`sum`] reads 16 bytes per step as two little-endian `u64`s and adds their
-//! four 32-bit halves into four `u64` accumulators (no carries to track: each
-//! add is below 2^32, so an accumulator cannot overflow before 2^32 steps, i.e.
-//! 64 GiB). The sum is byte-order independent (RFC 1071 §2(B)): summing in
-//! little-endian and swapping the folded result gives the big-endian sum.
+//! [`sum`] reads 16 bytes per step as two little-endian `u64`s and adds them
+//! on two independent add-with-carry chains, counting the carries (RFC 1071
+//! §2(C): "parallel summation" on wider words, §2(D) deferred carries). The
+//! sum is byte-order independent (RFC 1071 §2(B)): summing in little-endian
+//! and swapping the folded result gives the big-endian sum. Safe code only;
+//! in the same criterion run this was about twice as fast as adding 32-bit
+//! halves into four accumulators.
 //! Measured with `cargo bench -p linkem-core --bench wire`: about 0.03 ns per
 //! byte plus ~5 ns per call on this machine, i.e. ~50 ns for 1500 B and ~270 ns
 //! for 9000 B, a fraction of the cost of copying the same frame once more.
@@ -52,22 +54,25 @@ fn le64(b: &[u8]) -> u64 {
 /// The 16-bit one's-complement sum of `data` as big-endian words (RFC 1071),
 /// not complemented. `sum(&[]) == 0`.
 pub fn sum(data: &[u8]) -> u16 {
-    let mut acc = [0u64; 4];
+    // Two independent add-with-carry chains; a carry out of bit 63 is worth
+    // 2^64, which is 1 modulo 0xffff, so counting carries is enough.
+    let (mut a, mut b, mut carries) = (0u64, 0u64, 0u64);
     let mut chunks = data.chunks_exact(16);
     for c in &mut chunks {
         let (x, y) = c.split_at(8);
-        let (x, y) = (le64(x), le64(y));
-        acc[0] += x & 0xffff_ffff;
-        acc[1] += x >> 32;
-        acc[2] += y & 0xffff_ffff;
-        acc[3] += y >> 32;
+        let (s, o) = a.overflowing_add(le64(x));
+        a = s;
+        carries += u64::from(o);
+        let (s, o) = b.overflowing_add(le64(y));
+        b = s;
+        carries += u64::from(o);
     }
     let mut rest = chunks.remainder();
     if rest.len() >= 8 {
         let (x, tail) = rest.split_at(8);
-        let x = le64(x);
-        acc[0] += x & 0xffff_ffff;
-        acc[1] += x >> 32;
+        let (s, o) = a.overflowing_add(le64(x));
+        a = s;
+        carries += u64::from(o);
         rest = tail;
     }
     let mut small: u64 = 0;
@@ -79,9 +84,9 @@ pub fn sum(data: &[u8]) -> u16 {
         // Little-endian view of a big-endian word whose low byte is the zero pad.
         small += u64::from(*last);
     }
-    // Each accumulator is below 2^62 for any slice shorter than 2^60 bytes.
-    let total = (acc[0] + acc[1]) + (acc[2] + acc[3]) + small;
-    fold(total).swap_bytes()
+    // Split into 32-bit halves so that nothing overflows while adding up.
+    let halves = |v: u64| (v & 0xffff_ffff) + (v >> 32);
+    fold(halves(a) + halves(b) + carries + small).swap_bytes()
 }
 
 /// One's-complement addition of two 16-bit sums.
@@ -116,7 +121,9 @@ pub(crate) fn write16(frame: &mut [u8], at: usize, v: u16) {
 /// Finishes a checksum left for offload (CHECKSUM_PARTIAL, virtio-net
 /// semantics): stores `!sum(frame[start..])` at `start + offset`, the field
 /// holding the folded pseudo-header sum on entry. A result of 0 is stored as
-/// 0xffff, as Linux's `skb_checksum_help` does. Errors (never panics) when
+/// 0xffff, as Linux's `skb_checksum_help` does. The sum runs to the end of
+/// the frame, as the kernel's does to the end of the skb (frames read from a
+/// packet socket carry no Ethernet padding). Errors (never panics) when
 /// `start` or the 2-byte field lies outside the frame.
 pub fn complete_checksum(frame: &mut [u8], csum: CsumPartial) -> Result<(), WireError> {
     let start = usize::from(csum.start);
