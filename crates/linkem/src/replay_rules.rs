@@ -39,7 +39,12 @@ pub struct RulesArgs {
     pub max_flows: usize,
     /// With --rules: the interface the capture's packets are taken as received on
     /// (a: `in`, `recv a`, `a-to-b`; b: `out`, `recv b`, `b-to-a`).
-    #[arg(long = "rules-side", value_enum, default_value = "a", value_name = "SIDE")]
+    #[arg(
+        long = "rules-side",
+        value_enum,
+        default_value = "a",
+        value_name = "SIDE"
+    )]
     pub side: RulesSide,
 }
 

@@ -1020,7 +1020,6 @@ fn a_frame_larger_than_the_egress_mtu_is_counted_too_big(backend: &str) {
     );
 }
 
-
 /// A SIGHUP with a config (or a distribution table in it) that is a FIFO or a device:
 /// the re-read fails at once, the running link keeps going, and SIGINT still stops it
 /// with its final counts.
