@@ -24,6 +24,7 @@
 //! and swapping the folded result gives the big-endian sum. Safe code only;
 //! in the same criterion run this was about twice as fast as adding 32-bit
 //! halves into four accumulators.
+//!
 //! Measured with `cargo bench -p linkem-core --bench wire -- --warm-up-time 1
 //! --measurement-time 3` on the shared 2-core Xeon while other builds ran
 //! (so upper figures), [`complete_checksum`] on a TCP/IPv4 frame of 64, 1500
