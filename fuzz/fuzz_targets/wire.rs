@@ -31,7 +31,10 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let be = |i: usize| u16::from_be_bytes([meta[i], meta[i + 1]]);
-    let csum = CsumPartial { start: be(1), offset: be(3) };
+    let csum = CsumPartial {
+        start: be(1),
+        offset: be(3),
+    };
     let kind = [GsoKind::TcpV4, GsoKind::TcpV6, GsoKind::Udp][usize::from(meta[5] % 3)];
     let offload = Offload {
         csum: (meta[0] & 1 != 0).then_some(csum),
@@ -62,7 +65,10 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(h.ip_end, s.len());
             joined.extend_from_slice(&s[h.payload_offset..]);
             let no_checksum = h.l4 == L4Proto::Udp && s[h.l4_offset + 6..h.l4_offset + 8] == [0, 0];
-            assert!(no_checksum || verifies(s), "segment checksum does not verify");
+            assert!(
+                no_checksum || verifies(s),
+                "segment checksum does not verify"
+            );
         }
     });
     match result {
@@ -70,7 +76,11 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(n, emitted);
             if offload.gso.is_some() {
                 let h = locate(frame).expect("segmented frames were located");
-                assert_eq!(joined, &frame[h.payload_offset..h.ip_end], "payload lost or reordered");
+                assert_eq!(
+                    joined,
+                    &frame[h.payload_offset..h.ip_end],
+                    "payload lost or reordered"
+                );
             }
         }
         Err(e) => {

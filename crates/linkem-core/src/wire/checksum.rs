@@ -24,9 +24,13 @@
 //! and swapping the folded result gives the big-endian sum. Safe code only;
 //! in the same criterion run this was about twice as fast as adding 32-bit
 //! halves into four accumulators.
-//! Measured with `cargo bench -p linkem-core --bench wire`: about 0.03 ns per
-//! byte plus ~5 ns per call on this machine, i.e. ~50 ns for 1500 B and ~270 ns
-//! for 9000 B, a fraction of the cost of copying the same frame once more.
+//!
+//! Measured with `cargo bench -p linkem-core --bench wire -- --warm-up-time 1
+//! --measurement-time 3` on the shared 2-core Xeon while other builds ran
+//! (so upper figures), [`complete_checksum`] on a TCP/IPv4 frame of 64, 1500
+//! and 9000 bytes: 36, 155 and 670 ns, beside 5, 41 and 198 ns to memcpy the
+//! same frame; [`complete_partial_checksum`] (header walk, IPv4 header check,
+//! one pass): 53, 188 and 703 ns. About 0.07 ns per byte plus ~30 ns per call.
 
 use super::headers::{locate, IpVersion};
 use super::{CsumPartial, WireError};

@@ -5,8 +5,10 @@
 //! copied from the super-frame, its slice of the payload appended, then the
 //! length, ID, sequence, flag and checksum fields rewritten. After the first
 //! frames of a run the buffer has reached its largest size and no call
-//! allocates. Cost: one copy and one checksum pass over each segment, i.e.
-//! about twice a plain copy of the super-frame (criterion bench `wire`).
+//! allocates. Cost: one copy and one checksum pass over each segment: a 64 KB
+//! TCP super-frame cut at MSS 1448 into 45 segments took 13.2 µs beside 4.6 µs
+//! to memcpy it once, in the same criterion run (bench `wire`, shared machine),
+//! i.e. ~290 ns per wire frame.
 
 use std::cell::RefCell;
 
