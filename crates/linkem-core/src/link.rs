@@ -47,6 +47,7 @@ pub struct PacketMeta {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]
 pub struct Verdict {
+    /// Delivered, or why it was dropped.
     pub fate: Fate,
     /// For `delivered`: when the packet leaves the emulator. For a drop: when the
     /// drop happened (the arrival, or the link exit for `loss-at link`).
@@ -189,6 +190,7 @@ impl Link {
         link
     }
 
+    /// The link's current configuration.
     pub fn config(&self) -> &LinkConfig {
         &self.cfg
     }

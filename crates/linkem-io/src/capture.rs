@@ -662,7 +662,7 @@ impl<R: Read> CaptureReader<R> {
         } else {
             12
         };
-        if len % 4 != 0 || len < min_len || len > MAX_BLOCK_LEN {
+        if !len.is_multiple_of(4) || len < min_len || len > MAX_BLOCK_LEN {
             return Err(self.corrupt(record, offset, packet, format!("block length {len}")));
         }
         let mut block = std::mem::take(&mut self.ng().block);
@@ -1177,7 +1177,7 @@ mod tests {
 
         fn block(&mut self, type_: u32, body: &[u8]) -> &mut Self {
             let mut body = body.to_vec();
-            while body.len() % 4 != 0 {
+            while !body.len().is_multiple_of(4) {
                 body.push(0);
             }
             let len = (body.len() + 12) as u32;

@@ -218,7 +218,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
             write_pending(&mut writer, &p, &mut summary)?;
         }
         if let Some(pb) = &progress {
-            if index % 65_536 == 0 {
+            if index.is_multiple_of(65_536) {
                 pb.set_position(index);
             }
         }
