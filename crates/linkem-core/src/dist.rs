@@ -1,4 +1,4 @@
-//! Delay distributions, sampled by inverse CDF (TLEM, seed 000 §IV-D).
+//! Delay distributions, sampled by inverse CDF (TLEM §IV-D; papers in docs/model.md).
 //!
 //! # Model
 //! `delay D J distribution X` draws a uniform `u` in [0, 1) per packet (made

@@ -20,7 +20,7 @@
 //! receive half and a transmit half that share nothing mutable: each owns two
 //! of the four rings and half of the frames, so they run on two threads
 //! without locks. The BPF link, program, map and socket are closed when both
-//! halves are gone; closing the link detaches the program (PLATFORM.md
+//! halves are gone; closing the link detaches the program (docs/platform.md
 //! pitfall 2: never attach through netlink, which outlives a killed process).
 //!
 //! Why not a crate: `xdpilone` works but is EUPL-1.2 (copyleft); `xsk-rs`
@@ -42,7 +42,7 @@
 //! the TAI conversion is exact; MONOTONIC uses a measured offset, refreshed
 //! every second.
 //!
-//! Transmit pitfalls handled here (shared/PLATFORM.md): copy mode sends at
+//! Transmit pitfalls handled here (docs/platform.md): copy mode sends at
 //! most 32 frames per `sendto`, so [`XdpTx::tx_flush`] kicks a few times;
 //! each transmit descriptor is written afresh with its length, so a frame
 //! recycled from the completion ring never goes out with a stale (or zeroed)
@@ -68,7 +68,7 @@ const ETH_HLEN: u32 = 14;
 const VLAN_HLEN: u32 = 4;
 /// Most `sendto` kicks per [`XdpTx::tx_flush`]. Copy mode transmits at most
 /// 32 frames per kick, so 4 kicks move 128 frames; more would let one flush
-/// hold the sending thread for long (PLATFORM.md pitfall 4).
+/// hold the sending thread for long (docs/platform.md pitfall 4).
 const MAX_KICKS_PER_FLUSH: usize = 4;
 /// Entries of the XSKMAP: one per receive queue the program may see. Only
 /// queue 0 gets a socket; frames of other queues go to the kernel stack.
@@ -1102,7 +1102,7 @@ impl XdpTx {
                 frame.len(),
             );
         }
-        // A fresh descriptor, length included, every time (PLATFORM.md pitfall 5).
+        // A fresh descriptor, length included, every time (docs/platform.md pitfall 5).
         let desc = libc::xdp_desc {
             addr,
             len: frame.len() as u32,

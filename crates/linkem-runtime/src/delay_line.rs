@@ -1,5 +1,5 @@
 //! The delay line: one contiguous circular buffer per direction holding every
-//! packet between its arrival and its release (TLEM, seed 000 §IV-F).
+//! packet between its arrival and its release (TLEM §IV-F, docs/model.md).
 //!
 //! ```text
 //!  input stage (producer)                        output stage (consumer)
