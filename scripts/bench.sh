@@ -15,8 +15,9 @@ WARMUP=${WARMUP:-1}
 MEASURE=${MEASURE:-3}
 stamp=$(mktemp)
 trap 'rm -f "$stamp"' EXIT
-# --benches: only the criterion targets (libtest would refuse criterion's options).
-cargo bench --workspace --benches -- --warm-up-time "$WARMUP" --measurement-time "$MEASURE" "$@"
+# --bench '*': only the bench targets (libtest in lib and bin targets would
+# refuse criterion's options).
+cargo bench --workspace --bench '*' -- --warm-up-time "$WARMUP" --measurement-time "$MEASURE" "$@"
 echo
 python3 - "$stamp" <<'PY'
 import json, os, sys, glob
