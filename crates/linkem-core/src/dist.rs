@@ -1,4 +1,4 @@
-//! Delay distributions, sampled by inverse CDF (TLEM, seed 000 §IV-D).
+//! Delay distributions, sampled by inverse CDF (TLEM §IV-D; papers in docs/model.md).
 //!
 //! # Model
 //! `delay D J distribution X` draws a uniform `u` in [0, 1) per packet (made
@@ -44,22 +44,32 @@ const PARETO_STD: f64 = 0.866_025_403_784_438_6;
 /// sqrt(0.25² + 0.75²): the spread of paretonormal's mix, correctly rounded.
 const SQRT_0_625: f64 = 0.790_569_415_042_094_9;
 
+/// The shape of the delay around its mean (see the module docs for each).
 #[derive(Clone, PartialEq)]
 pub enum Distribution {
+    /// Between D - J and D + J.
     Uniform,
+    /// Standard deviation J.
     Normal,
+    /// Pareto of shape 3, standard deviation J.
     Pareto,
+    /// netem's mix of normal and Pareto, standard deviation J.
     ParetoNormal,
+    /// Shifted exponential, standard deviation J.
     Exponential,
     /// A netem `.dist` table: values in units of jitter / 8192, any order.
     Table {
+        /// The file's name, as given.
         name: String,
+        /// The table's values.
         values: Vec<f64>,
     },
     /// A cumulative profile: (probability, delay in ns) points, both non-decreasing,
     /// the last probability 1.
     Cdf {
+        /// The file's name, as given.
         name: String,
+        /// (probability, delay in ns) points.
         points: Vec<(f64, f64)>,
     },
 }
@@ -71,6 +81,7 @@ impl fmt::Debug for Distribution {
 }
 
 impl Distribution {
+    /// A distribution known by name (`normal`, ...), not a file.
     pub fn builtin(name: &str) -> Option<Self> {
         Some(match name {
             "uniform" => Distribution::Uniform,
@@ -82,6 +93,7 @@ impl Distribution {
         })
     }
 
+    /// Its name: the built-in name or the file's.
     pub fn name(&self) -> String {
         match self {
             Distribution::Uniform => "uniform".into(),

@@ -28,8 +28,13 @@
 //! assert_eq!((v.fate, v.release_ns), (Fate::Delivered, 6_600_000));
 //! ```
 
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
 pub mod config;
 pub mod dist;
+// Pending: the fates' docs (Fate::ALL, name, is_drop, FateCounts' methods).
+#[allow(missing_docs)]
 pub mod fate;
 pub mod link;
 pub mod loss;

@@ -47,6 +47,7 @@ pub struct PacketMeta {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]
 pub struct Verdict {
+    /// Delivered, or why it was dropped.
     pub fate: Fate,
     /// For `delivered`: when the packet leaves the emulator. For a drop: when the
     /// drop happened (the arrival, or the link exit for `loss-at link`).
@@ -202,6 +203,7 @@ impl Link {
         link
     }
 
+    /// The link's current configuration.
     pub fn config(&self) -> &LinkConfig {
         &self.cfg
     }
@@ -285,6 +287,9 @@ impl Link {
     }
 
     /// Decides the fate and release time of a packet arriving at `now_ns`.
+    // One function on purpose (over 80 lines): it is the per-packet path, its
+    // steps follow the numbered model in the module doc one to one, and the early
+    // returns of each drop read best in one place.
     #[inline]
     pub fn on_arrival(&mut self, now_ns: u64, meta: PacketMeta) -> Verdict {
         self.arrive(now_ns, meta, LinkExtra::default())

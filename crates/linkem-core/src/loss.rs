@@ -23,27 +23,45 @@
 
 use crate::rng::{Chance, Stream};
 
+/// A loss model and its parameters (probabilities in [0, 1]; see the module docs).
 #[derive(Debug, Clone, PartialEq)]
 pub enum LossConfig {
+    /// No loss.
     None,
+    /// `loss P% [C%]`, `plr X`.
     Random {
+        /// Loss probability.
         p: f64,
+        /// Lag-1 correlation of successive outcomes.
         correlation: f64,
     },
+    /// `loss ber X`.
     Ber {
+        /// Probability that one wire bit is flipped.
         ber: f64,
     },
+    /// `loss gemodel p r 1-h 1-k`.
     GilbertElliott {
+        /// Good to bad.
         p: f64,
+        /// Bad to good.
         r: f64,
+        /// Loss probability in the bad state (1-h).
         loss_bad: f64,
+        /// Loss probability in the good state (1-k).
         loss_good: f64,
     },
+    /// `loss state p13 p31 p32 p23 p14`.
     FourState {
+        /// Gap (1) to burst loss (3).
         p13: f64,
+        /// Burst loss (3) to gap (1).
         p31: f64,
+        /// Burst loss (3) to burst reception (2).
         p32: f64,
+        /// Burst reception (2) to burst loss (3).
         p23: f64,
+        /// Gap (1) to isolated loss (4).
         p14: f64,
     },
 }
@@ -125,6 +143,7 @@ pub struct CorrelatedChance {
 }
 
 impl CorrelatedChance {
+    /// Probability `p`, lag-1 correlation `correlation`.
     pub fn new(p: f64, correlation: f64) -> Self {
         CorrelatedChance {
             first: Chance::new(p),
@@ -139,10 +158,12 @@ impl CorrelatedChance {
         self.last = old.last;
     }
 
+    /// Whether it can never come true.
     pub fn is_never(&self) -> bool {
         self.first == Chance::Never && self.after_yes == Chance::Never
     }
 
+    /// One outcome.
     #[inline]
     pub fn draw(&mut self, stream: &mut Stream) -> bool {
         let chance = match self.last {

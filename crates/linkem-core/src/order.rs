@@ -12,9 +12,10 @@
 //! one entry per level; `peek_release_ns` is O(1). Measured with `cargo bench -p
 //! linkem-core --bench order` (a hold model: pop the earliest, push one released
 //! a little later, so n stays constant), beside std's `BinaryHeap` on the same
-//! keys in the same run: on the 2-core reference machine about 100 ns per
-//! pop+push at n = 1 000 and 500-650 ns at n = 100 000 (cache misses dominate),
-//! within noise of the bare `BinaryHeap`; docs/numbers.md has the figures.
+//! keys in the same run: on the 2-core reference machine, shared and loaded,
+//! about 120 ns per pop+push at n = 1 000 and 620 ns at n = 100 000 (cache misses
+//! dominate), equal to the bare `BinaryHeap` within 1 %; docs/numbers.md has the
+//! figures.
 //!
 //! # The many-pipe merge
 //! Packets of one pipe leave that pipe in release order (its delay line is a
@@ -37,8 +38,10 @@ struct Entry<T> {
 }
 
 impl<T> Entry<T> {
-    fn key(&self) -> (u64, u64) {
-        (self.release_ns, self.seq)
+    /// (release_ns, seq) as one integer: one comparison instead of two.
+    #[inline]
+    fn key(&self) -> u128 {
+        (u128::from(self.release_ns) << 64) | u128::from(self.seq)
     }
 }
 
@@ -50,14 +53,33 @@ impl<T> PartialEq for Entry<T> {
 
 impl<T> Eq for Entry<T> {}
 
+// Reversed throughout, so that std's max-heap yields the earliest key. The
+// comparison operators are written out because the heap's sifting uses them
+// directly.
 impl<T> PartialOrd for Entry<T> {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
+    #[inline]
+    fn lt(&self, other: &Self) -> bool {
+        other.key() < self.key()
+    }
+    #[inline]
+    fn le(&self, other: &Self) -> bool {
+        other.key() <= self.key()
+    }
+    #[inline]
+    fn gt(&self, other: &Self) -> bool {
+        other.key() > self.key()
+    }
+    #[inline]
+    fn ge(&self, other: &Self) -> bool {
+        other.key() >= self.key()
+    }
 }
 
 impl<T> Ord for Entry<T> {
-    /// Reversed, so that std's max-heap yields the earliest key.
+    #[inline]
     fn cmp(&self, other: &Self) -> Ordering {
         other.key().cmp(&self.key())
     }

@@ -13,10 +13,15 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u64)]
 pub enum StreamId {
+    /// Loss draws.
     Loss = 1,
+    /// Delay draws.
     Delay = 2,
+    /// netem reordering draws.
     Reorder = 3,
+    /// Duplication draws.
     Duplicate = 4,
+    /// Corruption draws (whether, and which bit).
     Corrupt = 5,
 }
 
@@ -41,6 +46,7 @@ impl Stream {
         Stream(Xoshiro256PlusPlus::seed_from_u64(key))
     }
 
+    /// 64 uniform bits.
     #[inline]
     pub fn next_u64(&mut self) -> u64 {
         self.0.next_u64()
@@ -63,13 +69,16 @@ impl Stream {
 /// A probability compiled for the per-packet path: one integer comparison.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Chance {
+    /// Probability 0.
     Never,
+    /// Probability 1.
     Always,
     /// True when a uniform u64 is below the threshold (p · 2^64).
     Below(u64),
 }
 
 impl Chance {
+    /// The chance of probability `p` (NaN and p <= 0 never, p >= 1 always).
     pub fn new(p: f64) -> Self {
         if p <= 0.0 || p.is_nan() {
             Chance::Never
@@ -80,6 +89,7 @@ impl Chance {
         }
     }
 
+    /// One outcome: one u64 drawn unless the chance is certain.
     #[inline]
     pub fn draw(self, stream: &mut Stream) -> bool {
         match self {
@@ -89,6 +99,7 @@ impl Chance {
         }
     }
 
+    /// The probability it stands for (rounded down to a multiple of 2^-64).
     pub fn probability(self) -> f64 {
         match self {
             Chance::Never => 0.0,

@@ -268,7 +268,7 @@ pub fn parse_count(text: &str) -> Result<u64, UnitError> {
 pub fn format_time_ns(ns: u64) -> String {
     for (scale, unit) in [(1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "us")] {
         if ns >= scale {
-            return if ns % scale == 0 {
+            return if ns.is_multiple_of(scale) {
                 format!("{}{unit}", ns / scale)
             } else {
                 format!("{}{unit}", ns as f64 / scale as f64)
@@ -287,7 +287,7 @@ pub fn format_rate_bps(bps: u64) -> String {
         (1_000, "kbit"),
     ] {
         if bps >= scale {
-            return if bps % scale == 0 {
+            return if bps.is_multiple_of(scale) {
                 format!("{}{unit}", bps / scale)
             } else {
                 format!("{}{unit}", bps as f64 / scale as f64)

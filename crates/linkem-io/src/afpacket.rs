@@ -221,7 +221,7 @@ impl RingGeometry {
         page_size: usize,
     ) -> Result<RingGeometry, IoError> {
         let fs = frame_size as usize;
-        if fs < TPACKET2_HDRLEN + ETH_HLEN || fs % TPACKET_ALIGNMENT != 0 {
+        if fs < TPACKET2_HDRLEN + ETH_HLEN || !fs.is_multiple_of(TPACKET_ALIGNMENT) {
             return Err(IoError::InvalidConfig(format!(
                 "frame size {frame_size} must be a multiple of {TPACKET_ALIGNMENT} and at least {}",
                 tpacket_align(TPACKET2_HDRLEN + ETH_HLEN)

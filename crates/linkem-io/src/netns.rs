@@ -14,7 +14,7 @@
 //! offloads are off (so frames on the wire are real, finished frames: with offload a veth
 //! passes unfinished checksums and 64 KiB super-frames, which a raw socket would forward
 //! broken) and GRO is on (a veth needs GRO or XDP on the receiving end for AF_XDP transmit
-//! into it, see shared/PLATFORM.md). GRO is left off on the emulator's ends so a raw socket
+//! into it, docs/platform.md pitfall 3). GRO is left off on the emulator's ends so a raw socket
 //! there sees frames as they were sent.
 //!
 //! Everything is done with iproute2's `ip` (and `ethtool` for offloads) through

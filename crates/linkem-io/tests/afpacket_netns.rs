@@ -114,7 +114,7 @@ impl Bridge {
                 let moved = forward(&mut a, &mut b, &mut st.a_to_b)?
                     + forward(&mut b, &mut a, &mut st.b_to_a)?;
                 if moved == 0 {
-                    // Sleep when idle instead of spinning (receive livelock, PLATFORM.md).
+                    // Sleep when idle instead of spinning (docs/platform.md pitfall 6).
                     poll_rx_any(&[&a, &b], Some(Duration::from_millis(20)))?;
                 }
             }

@@ -1,5 +1,5 @@
 //! The delay line: one contiguous circular buffer per direction holding every
-//! packet between its arrival and its release (TLEM, seed 000 §IV-F).
+//! packet between its arrival and its release (TLEM §IV-F, docs/model.md).
 //!
 //! ```text
 //!  input stage (producer)                        output stage (consumer)
@@ -47,7 +47,7 @@ impl Region {
         const HUGE_2M: usize = 2 << 20;
         let prot = libc::PROT_READ | libc::PROT_WRITE;
         let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
-        if len >= HUGE_2M && len % HUGE_2M == 0 {
+        if len >= HUGE_2M && len.is_multiple_of(HUGE_2M) {
             // Without MAP_NORESERVE the kernel refuses the mapping when too few huge
             // pages are reserved, rather than raising SIGBUS on first touch.
             // Safety: anonymous mapping with no address hint; the result is checked.

@@ -236,7 +236,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         r.on_packet(packet, events.as_mut())?;
         r.write_due(&mut writer, Some(r.horizon_ns), &signals)?;
         if let Some(pb) = &progress {
-            if r.index % 65_536 == 0 {
+            if r.index.is_multiple_of(65_536) {
                 pb.set_position(r.index);
             }
         }

@@ -69,33 +69,52 @@ pub enum LossAt {
 /// `burst_bytes`; a packet whose frame bytes exceed the tokens is dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PolicerConfig {
+    /// Rate at which tokens accrue.
     pub rate_bps: u64,
+    /// Bucket size (and the tokens at start).
     pub burst_bytes: u64,
 }
 
 /// One direction's link, parsed once and then immutable.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LinkConfig {
+    /// Link rate; `None`: no serialisation time.
     pub rate_bps: Option<u64>,
+    /// Bytes added to each frame on the wire (preamble, gap, FCS...).
     pub overhead_bytes: u32,
     /// `None`: no limit in packets.
     pub queue_packets: Option<u32>,
     /// `None`: no limit in bytes.
     pub queue_bytes: Option<u64>,
+    /// Mean (or base) delay after the link.
     pub delay_ns: u64,
+    /// Spread of the delay, in the distribution's meaning.
     pub jitter_ns: u64,
+    /// Correlation of successive delay draws, in [0, 1].
     pub delay_correlation: f64,
+    /// Shape of the delay around `delay_ns`.
     pub distribution: Arc<Distribution>,
+    /// Jitter may reorder packets (otherwise releases never go backwards).
     pub reorder_allow: bool,
+    /// netem's reordering: probability that a packet skips the delay.
     pub reorder_probability: f64,
+    /// Correlation of successive reordering draws.
     pub reorder_correlation: f64,
+    /// Only every `reorder_gap`-th packet may skip the delay.
     pub reorder_gap: u32,
+    /// The loss model.
     pub loss: LossConfig,
+    /// Where a random loss strikes.
     pub loss_at: LossAt,
+    /// Probability of sending a second copy.
     pub duplicate: f64,
+    /// Correlation of successive duplication draws.
     pub duplicate_correlation: f64,
+    /// Probability of flipping one bit.
     pub corrupt: f64,
+    /// Correlation of successive corruption draws.
     pub corrupt_correlation: f64,
+    /// A token-bucket policer before the queue.
     pub policer: Option<PolicerConfig>,
 }
 
@@ -128,7 +147,9 @@ impl Default for LinkConfig {
 /// A link plus the seed, as parsed from words or a file.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct LinkSpec {
+    /// The link.
     pub link: LinkConfig,
+    /// `seed N`, if given.
     pub seed: Option<u64>,
 }
 
@@ -138,7 +159,9 @@ pub struct LinkSpec {
 pub struct ConfigError {
     /// 1-based position of the offending word.
     pub position: usize,
+    /// The offending word.
     pub word: String,
+    /// What is wrong with it.
     pub message: String,
 }
 

@@ -14,12 +14,16 @@
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TomlWords {
+    /// Words of the top level: both directions.
     pub both: Vec<String>,
+    /// Words of the `[a-to-b]` table.
     pub a_to_b: Vec<String>,
+    /// Words of the `[b-to-a]` table.
     pub b_to_a: Vec<String>,
 }
 
 impl TomlWords {
+    /// Reads a TOML file's text into words; an error names the key.
     pub fn parse(text: &str) -> Result<TomlWords, String> {
         let table: toml::Table = text
             .parse()

@@ -2,7 +2,7 @@
 //! own network namespace if asked), and what the path did to it: one-way delay
 //! and its deviation from what was configured, loss, duplicates, reordering,
 //! and the gaps between packets before and after (MoonEm's measurements,
-//! seed 001 §6).
+//! MoonEm §6; docs/model.md).
 //!
 //! Clock: both ends run in this process and read CLOCK_TAI. The sender stamps
 //! each payload just before `sendto`; the receiver takes the kernel's receive
