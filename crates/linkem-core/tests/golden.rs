@@ -46,7 +46,10 @@ const CASES: &[(&str, &str)] = &[
     ("duplicate", "delay 1ms duplicate 5% 30%"),
     ("corrupt", "corrupt 5% 30%"),
     ("reorder", "delay 10ms 1ms reorder 10% 30% gap 3"),
-    ("rate-queue-policer", "rate 10mbit queue 20 delay 5ms policer 8mbit burst 30kB"),
+    (
+        "rate-queue-policer",
+        "rate 10mbit queue 20 delay 5ms policer 8mbit burst 30kB",
+    ),
 ];
 
 /// A fixed trace: mixed sizes, pseudo-random gaps of 0-400 µs (xorshift, so the
@@ -138,7 +141,11 @@ fn seeded_runs_match_the_golden_outputs() {
             None => changed.push(format!("{name}: no such case any more")),
         }
     }
-    assert_eq!(want.lines().count(), got.len(), "cases added or removed: bless");
+    assert_eq!(
+        want.lines().count(),
+        got.len(),
+        "cases added or removed: bless"
+    );
     assert!(
         changed.is_empty(),
         "the model's seeded output changed (a deliberate change must be noted in \

@@ -532,12 +532,10 @@ fn bad_files_name_line_and_word() {
     let e = err("pipe 1 config mask\n");
     assert_eq!(e.line, 1);
     let e = err("pipe 1 config red 0.002/30/80/0.1\n");
-    assert_eq!(
-        (e.word.as_str(), e.message.as_str()),
-        ("red", "not supported")
-    );
+    assert_eq!(e.word, "red");
+    assert!(e.message.starts_with("not supported"), "{e}");
     let e = err("pipe 1 config bw 1Mbit/s bw 2Mbit/s\n");
-    assert!(e.message.contains("'bw'"), "{e}");
+    assert!(e.word == "bw" && e.message.contains("twice"), "{e}");
     let e = err("pipe 1 config plr 0.1 loss 1%\n");
     assert_eq!(e.word, "loss");
     let e = err("pipe 1 config profile missing.txt\n");
