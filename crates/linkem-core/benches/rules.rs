@@ -100,6 +100,40 @@ fn node(c: &mut Criterion) {
             black_box(s)
         })
     });
+    {
+        let text = format!("pipe 1 config {WORDS}\nadd 100 pipe 1 udp\n");
+        let set = parse_rules(&text, ["a", "b"], &mut no_files).expect("bench rules parse");
+        let mut node = Node::new(
+            set,
+            NodeConfig {
+                seed: 1,
+                ..Default::default()
+            },
+        );
+        let mut out = Vec::with_capacity(16);
+        let mut t = 0u64;
+        let k = key(0x0a00_0001, 80);
+        group.bench_function("static-pipe", |b| {
+            b.iter(|| {
+                let mut s = 0u64;
+                for _ in 0..PACKETS {
+                    t += 1000;
+                    node.on_arrival(
+                        t,
+                        PacketIn {
+                            len_bytes: 100,
+                            key: k,
+                            side: Side::A,
+                            tag: 0,
+                        },
+                        &mut out,
+                    );
+                    s = s.wrapping_add(out.pop().map_or(0, |d| d.release_ns));
+                }
+                black_box(s)
+            })
+        });
+    }
     for flows in [1u32, 1000, 100_000] {
         let text = format!("pipe 1 config mask src-ip 0xffffffff {WORDS}\nadd 100 pipe 1 udp\n");
         let set = parse_rules(&text, ["a", "b"], &mut no_files).expect("bench rules parse");

@@ -14,7 +14,7 @@
 //! # Time order
 //! A hop's arrival at r must be fed to the next pipe in time order with every
 //! other arrival there, or a pipe would see its arrivals out of order. The node
-//! keeps reinjections in a min-heap by (r, sequence) and runs those due before
+//! keeps reinjections in a [`ReleaseQueue`] by (r, push order) and runs those due before
 //! each new arrival ([`Node::on_arrival`] at t runs every reinjection with
 //! r ≤ t first) and on [`Node::poll`]; [`Node::next_event_ns`] says when the
 //! next is due. Without one-pass off the heap stays empty and every decision is
@@ -22,8 +22,8 @@
 //!
 //! # Release order across pipes
 //! Decisions carry their release time; the driver merges them into one output
-//! order by (release, sequence). Replay keeps one binary heap over the packets
-//! in flight: O(log P) per packet for P packets in flight, independent of the
+//! order by (release, decision order). Replay keeps one [`ReleaseQueue`] over
+//! the packets in flight: O(log P) per packet for P packets in flight, independent of the
 //! number of pipes (100 000 active pipes cost what one busy pipe with the same
 //! packets in flight costs), and exact whatever the pipes do. A heap of
 //! per-pipe FIFOs (O(log active pipes)) needs each pipe's releases to be
@@ -37,13 +37,12 @@
 //! listed.
 
 use crate::fate::Fate;
+use crate::order::ReleaseQueue;
 use crate::pipe::{FlowBudget, Pipe, PipeVerdict};
 use crate::rules::classify::{Classifier, Hit};
 use crate::rules::flow::FlowKey;
 use crate::rules::parse::RuleSet;
 use crate::rules::Side;
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
 
 /// A packet offered to the node.
 #[derive(Debug, Clone, Copy)]
@@ -126,12 +125,11 @@ struct InFlight {
 pub struct Node {
     classifier: Classifier,
     pipes: Vec<Pipe>,
-    pipe_at: HashMap<u32, usize>,
+    /// Index into `pipes` by pipe number (pipe numbers are at most 65535).
+    pipe_at: Vec<u32>,
     one_pass: bool,
     budget: FlowBudget,
-    reinject: BinaryHeap<Reverse<(u64, u64)>>,
-    in_flight: HashMap<u64, InFlight>,
-    seq: u64,
+    reinject: ReleaseQueue<InFlight>,
     /// Packets passed unimpaired because no rule took them.
     pub unmatched: u64,
 }
@@ -139,9 +137,10 @@ pub struct Node {
 impl Node {
     pub fn new(set: RuleSet, cfg: NodeConfig) -> Node {
         let mut pipes = Vec::new();
-        let mut pipe_at = HashMap::new();
+        let top = set.pipes.keys().next_back().map_or(0, |&n| n as usize);
+        let mut pipe_at = vec![u32::MAX; top + 1];
         for (n, def) in set.pipes {
-            pipe_at.insert(n, pipes.len());
+            pipe_at[n as usize] = pipes.len() as u32;
             pipes.push(Pipe::new(def, cfg.seed));
         }
         Node {
@@ -154,9 +153,7 @@ impl Node {
                 max: cfg.max_flows,
                 idle_hold_ns: cfg.idle_hold_ns,
             },
-            reinject: BinaryHeap::new(),
-            in_flight: HashMap::new(),
-            seq: 0,
+            reinject: ReleaseQueue::new(),
             unmatched: 0,
         }
     }
@@ -180,20 +177,12 @@ impl Node {
 
     /// When the next reinjection is due, if any.
     pub fn next_event_ns(&self) -> Option<u64> {
-        self.reinject.peek().map(|r| r.0 .0)
+        self.reinject.peek_release_ns()
     }
 
     /// Runs the reinjections due at or before `now_ns`.
     pub fn poll(&mut self, now_ns: u64, out: &mut Vec<Decision>) {
-        while let Some(&Reverse((at, seq))) = self.reinject.peek() {
-            if at > now_ns {
-                break;
-            }
-            self.reinject.pop();
-            let f = self
-                .in_flight
-                .remove(&seq)
-                .expect("one entry per reinjection");
+        while let Some((at, f)) = self.reinject.pop_due(now_ns) {
             self.run(at, f.pkt, f.next_rule, f.d, out);
         }
     }
@@ -253,7 +242,7 @@ impl Node {
                 d.rule = rule_no(&self.classifier, rule);
                 d.pipe = Some(pipe);
                 d.hops += 1;
-                let p = &mut self.pipes[self.pipe_at[&pipe]];
+                let p = &mut self.pipes[self.pipe_at[pipe as usize] as usize];
                 match p.arrive(t, pkt.len_bytes, &pkt.key, &mut self.budget) {
                     PipeVerdict::FlowLimit => {
                         d.fate = NodeFate::FlowLimit;
@@ -272,17 +261,12 @@ impl Node {
                         if v.fate.is_drop() {
                             d.fate = NodeFate::Dropped(v.fate);
                         } else if !self.one_pass {
-                            let seq = self.seq;
-                            self.seq += 1;
-                            self.reinject.push(Reverse((v.release_ns, seq)));
-                            self.in_flight.insert(
-                                seq,
-                                InFlight {
-                                    pkt,
-                                    next_rule: rule + 1,
-                                    d,
-                                },
-                            );
+                            let next = InFlight {
+                                pkt,
+                                next_rule: rule + 1,
+                                d,
+                            };
+                            self.reinject.push(v.release_ns, next);
                             return;
                         }
                     }

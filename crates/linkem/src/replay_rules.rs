@@ -5,19 +5,19 @@
 //! unless `--rules-side b`. The rule file may also come from the TOML config
 //! as `rules = """..."""`; the only link word allowed beside rules is `seed`.
 //! Output order is by (release time, decision order) over all pipes, kept in
-//! one heap of the packets in flight (see the node's module doc for why).
+//! one [`ReleaseQueue`] of the packets in flight (see the node's module doc for why).
 
 use crate::replay::{fresh_seed, load_distribution, ReplayArgs};
 use crate::StatsFormat;
 use anyhow::{bail, Context, Result};
 use linkem_core::node::{Decision, Node, NodeConfig, NodeFate, PacketIn};
+use linkem_core::order::ReleaseQueue;
 use linkem_core::pipe::{FlowMask, Instance, Pipe};
 use linkem_core::rules::{parse_rules, FlowKey, L2Kind, RuleSet, Side};
 use linkem_core::units::{format_rate_bps, format_time_ns};
 use linkem_io::capture::{CaptureReader, CaptureWriter};
 use serde_json::json;
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -168,29 +168,6 @@ pub fn load_rules(text: &str, base: Option<&Path>) -> Result<RuleSet> {
     parse_rules(text, ["a", "b"], &mut files).map_err(|e| anyhow::anyhow!("rules: {e}"))
 }
 
-struct Pending {
-    release_ns: u64,
-    seq: u64,
-    orig_len: u32,
-    data: Vec<u8>,
-}
-impl PartialEq for Pending {
-    fn eq(&self, o: &Self) -> bool {
-        (self.release_ns, self.seq) == (o.release_ns, o.seq)
-    }
-}
-impl Eq for Pending {}
-impl PartialOrd for Pending {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Pending {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        (self.release_ns, self.seq).cmp(&(o.release_ns, o.seq))
-    }
-}
-
 /// Runs the replay through rules. Returns false if no rules were asked for.
 pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
     let (text, seed) = rules_text(args, rargs)?.expect("called when rules are wanted");
@@ -226,11 +203,11 @@ pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
         None => None,
     };
     let started = Instant::now();
-    let mut heap: BinaryHeap<Reverse<Pending>> = BinaryHeap::new();
+    let mut heap: ReleaseQueue<(u32, Vec<u8>)> = ReleaseQueue::new();
     let mut held: HashMap<u64, (u64, u32, Vec<u8>)> = HashMap::new();
     let mut out: Vec<Decision> = Vec::new();
     let mut fates: BTreeMap<&'static str, u64> = BTreeMap::new();
-    let (mut seq, mut index, mut written, mut dup, mut corrupted) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let (mut index, mut written, mut dup, mut corrupted) = (0u64, 0u64, 0u64, 0u64);
     let mut horizon = 0u64;
     let mut current: Option<(u64, u32, Vec<u8>)> = None;
 
@@ -238,7 +215,7 @@ pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
                       current: &mut Option<(u64, u32, Vec<u8>)>,
                       cur_tag: u64,
                       held: &mut HashMap<u64, (u64, u32, Vec<u8>)>,
-                      heap: &mut BinaryHeap<Reverse<Pending>>,
+                      heap: &mut ReleaseQueue<(u32, Vec<u8>)>,
                       events: &mut Option<BufWriter<File>>|
      -> Result<()> {
         for d in out.drain(..) {
@@ -284,15 +261,7 @@ pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
             if d.fate != NodeFate::Delivered {
                 continue;
             }
-            if d.duplicate {
-                dup += 1;
-                heap.push(Reverse(Pending {
-                    release_ns: d.release_ns,
-                    seq: seq + 1,
-                    orig_len,
-                    data: data.clone(),
-                }));
-            }
+            let copy = d.duplicate.then(|| data.clone());
             if !d.corrupt_bits.is_empty() {
                 corrupted += 1;
             }
@@ -301,13 +270,12 @@ pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
                     *byte ^= 0x80 >> (bit % 8);
                 }
             }
-            heap.push(Reverse(Pending {
-                release_ns: d.release_ns,
-                seq,
-                orig_len,
-                data,
-            }));
-            seq += 2;
+            heap.push(d.release_ns, (orig_len, data));
+            // The copy leaves as it arrived (uncorrupted), right after the original.
+            if let Some(copy) = copy {
+                dup += 1;
+                heap.push(d.release_ns, (orig_len, copy));
+            }
         }
         Ok(())
     };
@@ -337,10 +305,9 @@ pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
         }
         index += 1;
         let limit = node.next_event_ns().map_or(horizon, |e| e.min(horizon));
-        while heap.peek().is_some_and(|p| p.0.release_ns <= limit) {
-            let Reverse(p) = heap.pop().expect("peeked");
+        while let Some((release_ns, (orig_len, data))) = heap.pop_due(limit) {
             writer
-                .write(p.release_ns, p.orig_len, &p.data)
+                .write(release_ns, orig_len, &data)
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             written += 1;
         }
@@ -354,9 +321,9 @@ pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
         &mut heap,
         &mut events,
     )?;
-    while let Some(Reverse(p)) = heap.pop() {
+    while let Some((release_ns, (orig_len, data))) = heap.pop() {
         writer
-            .write(p.release_ns, p.orig_len, &p.data)
+            .write(release_ns, orig_len, &data)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         written += 1;
     }

@@ -25,7 +25,7 @@
 
 pub mod profile;
 
-use crate::config::{LinkConfig, LinkSpec, DEFAULT_QUEUE_PACKETS};
+use crate::config::{Dialect, LinkConfig, LinkSpec};
 use crate::link::{Link, LinkExtra, PacketMeta, Verdict};
 use crate::rng::{Stream, StreamId};
 use crate::rules::flow::FlowKey;
@@ -38,9 +38,6 @@ use std::sync::Arc;
 
 /// Reads a file named in a rule file (`profile FILE`, `distribution FILE`).
 pub type FileReader<'a> = crate::config::FileLoader<'a>;
-
-/// Dummynet's default queue, in slots.
-pub const DUMMYNET_QUEUE_SLOTS: u32 = 50;
 
 /// Which bits of a packet's flow id select its instance.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -137,120 +134,54 @@ pub struct PipeDef {
     pub words: String,
 }
 
-/// Dummynet words linkem does not model.
+/// Pipe words of Dummynet that the rules layer would handle and does not yet.
 const UNSUPPORTED_PIPE: &[&str] = &[
-    "red",
-    "gred",
-    "weight",
-    "lmax",
-    "maxlen",
-    "pri",
-    "priority",
     "type",
     "sched",
     "link",
-    "pipe",
     "flowset",
     "sched_mask",
     "flow_mask",
-    "codel",
-    "pie",
-    "fq_codel",
-    "fq_pie",
-    "ecn",
-    "quantum",
-    "limit-bytes",
 ];
 
-/// The link keywords that may appear once; value = canonical name.
-fn canonical(word: &str) -> Option<&'static str> {
-    Some(match word {
-        "rate" | "bw" | "bandwidth" => "bw",
-        "delay" => "delay",
-        "jitter" => "jitter",
-        "queue" | "limit" => "queue",
-        "loss" | "drop" | "plr" => "loss",
-        "overhead" => "overhead",
-        "distribution" => "distribution",
-        "duplicate" => "duplicate",
-        "corrupt" => "corrupt",
-        "policer" | "police" => "policer",
-        "seed" => "seed",
-        "loss-at" => "loss-at",
-        "gap" => "gap",
-        "burst" => "burst",
-        "profile" => "profile",
-        "mask" => "mask",
-        "buckets" => "buckets",
-        _ => return None,
-    })
-}
-
 impl PipeDef {
-    /// Parses the words after `pipe N config`.
+    /// Parses the words after `pipe N config`: `burst`, `profile`, `mask` and
+    /// `buckets` here, every other word by [`LinkSpec::parse_layers`] in the
+    /// Dummynet dialect (bare delays in ms, bare `bw` in bit/s, 50-slot default
+    /// queue, a thing set twice is an error naming both).
     pub fn parse(
         number: u32,
         words: &[&str],
         line: usize,
         files: &mut FileReader<'_>,
     ) -> Result<PipeDef, RulesError> {
-        let mut link_words: Vec<String> = Vec::new();
+        let mut link_words: Vec<&str> = Vec::new();
         let mut burst_bytes = 0u64;
         let mut profile = None;
         let mut mask = None;
         let mut buckets = 64;
-        let mut seen: Vec<(&'static str, &str)> = Vec::new();
-        let mut queue_given = false;
+        let mut seen: Vec<&str> = Vec::new();
         let mut i = 0;
-        let prev_is = |i: usize, back: usize, w: &str| i >= back && words[i - back] == w;
         while i < words.len() {
             let w = words[i];
             i += 1;
-            // `burst` after `policer R` and `link` after `loss-at` are arguments.
-            let is_arg = (w == "burst"
-                && (prev_is(i - 1, 2, "policer") || prev_is(i - 1, 2, "police")))
-                || prev_is(i - 1, 1, "loss-at")
-                || prev_is(i - 1, 1, "distribution");
-            if !is_arg {
-                if let Some(canon) = canonical(w) {
-                    if let Some((_, first)) = seen.iter().find(|(c, _)| *c == canon) {
-                        return Err(rerr(
-                            line,
-                            w,
-                            format!("sets the same thing as '{first}' given earlier in this pipe"),
-                        ));
-                    }
-                    seen.push((canon, w));
+            // `policer R burst SIZE`: there `burst` belongs to the policer.
+            let policer_burst =
+                w == "burst" && i >= 3 && matches!(words[i - 3], "policer" | "police");
+            if policer_burst {
+                link_words.push(w);
+                continue;
+            }
+            if matches!(w, "burst" | "profile" | "mask" | "buckets") {
+                if seen.contains(&w) {
+                    return Err(rerr(line, w, format!("'{w}' given twice in this pipe")));
                 }
+                seen.push(w);
             }
             let next = words.get(i).copied();
             let need =
                 |what: &str| next.ok_or_else(|| rerr(line, w, format!("'{w}' needs {what}")));
             match w {
-                _ if is_arg => link_words.push(w.to_string()),
-                "bw" | "bandwidth" => {
-                    let v = need("a rate such as 2Mbit/s")?;
-                    i += 1;
-                    link_words.push("rate".into());
-                    link_words.push(dummynet_rate(v).map_err(|m| rerr(line, v, m))?);
-                }
-                "delay" => {
-                    let v = need("a time (bare numbers are milliseconds)")?;
-                    i += 1;
-                    link_words.push("delay".into());
-                    if v.bytes().all(|b| b.is_ascii_digit()) {
-                        link_words.push(format!("{v}ms"));
-                    } else {
-                        link_words.push(v.to_string());
-                    }
-                }
-                "queue" => {
-                    let v = need("slots or a size such as 64KBytes")?;
-                    i += 1;
-                    queue_given = true;
-                    link_words.push("queue".into());
-                    link_words.push(dummynet_queue(v));
-                }
                 "burst" => {
                     let v = need("a size in bytes such as 64k or 100000")?;
                     i += 1;
@@ -277,35 +208,27 @@ impl PipeDef {
                     i += used;
                     mask = Some(m);
                 }
-                "noerror" | "droptail" => {} // Nothing to model: linkem returns no errors; droptail is the only queue.
                 w if UNSUPPORTED_PIPE.contains(&w) => return Err(rerr(line, w, "not supported")),
-                _ => link_words.push(w.to_string()),
+                _ => link_words.push(w),
             }
         }
-        let refs: Vec<&str> = link_words.iter().map(String::as_str).collect();
-        let spec = LinkSpec::parse_words(&refs, files).map_err(|e| {
-            // Point at the word as the user typed it where the translation kept its place.
-            let word = e.word.clone();
-            rerr(line, &word, e.message)
-        })?;
+        let spec = LinkSpec::parse_layers(&[&link_words], Dialect::Dummynet, files)
+            .map_err(|e| rerr(line, &e.word, e.message))?;
         if spec.seed.is_some() {
             return Err(rerr(
                 line,
                 "seed",
-                "a pipe takes no seed: give the node's seed (--seed or 'seed N' in the link words)",
+                "a pipe takes no seed: the node's seed (replay's 'seed N') seeds every pipe",
             ));
         }
         let mut link = spec.link;
-        if !queue_given && link.queue_packets == Some(DEFAULT_QUEUE_PACKETS) {
-            link.queue_packets = Some(DUMMYNET_QUEUE_SLOTS);
-        }
         if let Some(p) = &profile {
             match (p.rate_bps, link.rate_bps) {
                 (Some(_), Some(_)) => {
-                    let at = seen
+                    let at = link_words
                         .iter()
-                        .find(|(c, _)| *c == "bw")
-                        .map(|x| x.1)
+                        .find(|w| matches!(**w, "bw" | "bandwidth" | "rate"))
+                        .copied()
                         .unwrap_or("bw");
                     return Err(rerr(
                         line,
@@ -337,36 +260,6 @@ impl PipeDef {
             line,
             words: words.join(" "),
         })
-    }
-}
-
-/// ipfw's bandwidth: a number with optional K/M and bit/s, Byte/s, bytes/s.
-fn dummynet_rate(v: &str) -> Result<String, String> {
-    if v.bytes().all(|b| b.is_ascii_digit()) {
-        return Ok(format!("{v}bit"));
-    }
-    let digits = v
-        .bytes()
-        .take_while(|b| b.is_ascii_digit() || *b == b'.')
-        .count();
-    let (num, unit) = v.split_at(digits);
-    let out = match unit {
-        "K" | "k" => format!("{num}kbit"),
-        "M" | "m" => format!("{num}mbit"),
-        "G" | "g" => format!("{num}gbit"),
-        _ => v.to_string(),
-    };
-    crate::units::parse_rate_bps(&out).map_err(|e| e.0)?;
-    Ok(out)
-}
-
-/// ipfw's queue: slots, or bytes with K/KB/KBytes (1024) or B/bytes.
-fn dummynet_queue(v: &str) -> String {
-    let digits = v.bytes().take_while(|b| b.is_ascii_digit()).count();
-    let (num, unit) = v.split_at(digits);
-    match unit {
-        "K" | "k" | "KB" | "kb" | "Kb" => format!("{num}KiB"),
-        _ => v.to_string(),
     }
 }
 
