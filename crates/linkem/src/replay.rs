@@ -133,7 +133,7 @@ struct Summary {
 /// a pipe). The handlers are installed once per process and stay: signal-hook cannot
 /// give back the default action once removed, and a removed SIGINT handler would leave
 /// in-process callers (benches) unable to be interrupted at all.
-struct SignalGuard {
+pub(crate) struct SignalGuard {
     flags: &'static [(i32, Arc<AtomicBool>); 2],
 }
 
@@ -142,7 +142,7 @@ type SignalFlags = [(i32, Arc<AtomicBool>); 2];
 static SIGNALS: std::sync::OnceLock<Result<SignalFlags, String>> = std::sync::OnceLock::new();
 
 impl SignalGuard {
-    fn install() -> Result<SignalGuard> {
+    pub(crate) fn install() -> Result<SignalGuard> {
         let installed = SIGNALS.get_or_init(|| {
             use signal_hook::consts::{SIGINT, SIGTERM};
             let flags = [
@@ -163,7 +163,7 @@ impl SignalGuard {
         }
     }
 
-    fn check(&self) -> Result<()> {
+    pub(crate) fn check(&self) -> Result<()> {
         for (sig, flag) in self.flags {
             if flag.load(Ordering::Relaxed) {
                 return Err(crate::Interrupted { signal: *sig }.into());

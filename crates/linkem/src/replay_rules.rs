@@ -7,7 +7,7 @@
 //! Output order is by (release time, decision order) over all pipes, kept in
 //! one [`ReleaseQueue`] of the packets in flight (see the node's module doc for why).
 
-use crate::replay::{fresh_seed, load_distribution, ReplayArgs};
+use crate::replay::{fresh_seed, load_distribution, ReplayArgs, SignalGuard};
 use crate::StatsFormat;
 use anyhow::{bail, Context, Result};
 use linkem_core::node::{Decision, Node, NodeConfig, NodeFate, PacketIn};
@@ -15,11 +15,13 @@ use linkem_core::order::ReleaseQueue;
 use linkem_core::pipe::{FlowMask, Instance, Pipe};
 use linkem_core::rules::{parse_rules, FlowKey, L2Kind, RuleSet, Side};
 use linkem_core::units::{format_rate_bps, format_time_ns};
+use linkem_core::config::toml::toml_error;
 use linkem_io::capture::{CaptureReader, CaptureWriter};
+use linkem_io::infile;
+use linkem_io::outfile::{self, OutputFile};
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
-use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 use std::time::Instant;
@@ -80,11 +82,10 @@ fn rules_text(args: &ReplayArgs, rules: &RulesArgs) -> Result<Option<(String, Op
     let mut text = None;
     let mut seed = None;
     if let Some(path) = &args.config {
-        let raw = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
-        let table: toml::Table = raw
-            .parse()
-            .map_err(|e: toml::de::Error| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let raw = read_small("--config", path)?;
+        let table: toml::Table = raw.parse().map_err(|e: toml::de::Error| {
+            anyhow::anyhow!("--config {}: {}", path.display(), toml_error(&raw, &e))
+        })?;
         if let Some(v) = table.get("rules") {
             let Some(s) = v.as_str() else {
                 bail!(
@@ -113,10 +114,7 @@ fn rules_text(args: &ReplayArgs, rules: &RulesArgs) -> Result<Option<(String, Op
         if text.is_some() {
             bail!("rules given twice: --rules and the config's 'rules' key");
         }
-        text = Some(
-            std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read {}", path.display()))?,
-        );
+        text = Some(read_small("--rules", path)?);
     }
     let Some(text) = text else { return Ok(None) };
     let words: Vec<&str> = args
@@ -142,8 +140,10 @@ pub fn wanted(args: &ReplayArgs, rules: &RulesArgs) -> Result<bool> {
     if rules.file.is_some() {
         return Ok(true);
     }
+    // A config that cannot be read or parsed is reported by the path that reads it
+    // for link words; here it only means "no rules".
     Ok(match &args.config {
-        Some(p) => std::fs::read_to_string(p)
+        Some(p) => infile::read_text(p, infile::MAX_TEXT_BYTES)
             .ok()
             .and_then(|t| t.parse::<toml::Table>().ok())
             .is_some_and(|t| t.contains_key("rules")),
@@ -151,19 +151,25 @@ pub fn wanted(args: &ReplayArgs, rules: &RulesArgs) -> Result<bool> {
     })
 }
 
+/// A rule file or config, read as every small input is (`linkem_io::infile`): a
+/// regular file of bounded size, so `/dev/zero` or a FIFO is an error at once.
+fn read_small(what: &str, path: &Path) -> Result<String> {
+    infile::read_text(path, infile::MAX_TEXT_BYTES).map_err(|e| anyhow::anyhow!("{what} {e}"))
+}
+
 /// Parses a rule file, reading `profile` and `distribution` files relative to
 /// `base` (the rule file's directory) or as given.
 pub fn load_rules(text: &str, base: Option<&Path>) -> Result<RuleSet> {
     let mut files = |name: &str| -> Result<String, String> {
+        let read = |p: &Path| infile::read_text(p, infile::MAX_TEXT_BYTES);
         if let Some(b) = base {
-            let p = b.join(name);
-            if let Ok(t) = std::fs::read_to_string(&p) {
-                return Ok(t);
+            match read(&b.join(name)) {
+                Ok(t) => return Ok(t),
+                Err(e) if !e.is_not_found() => return Err(e.to_string()),
+                Err(_) => {}
             }
         }
-        load_distribution(name).or_else(|_| {
-            std::fs::read_to_string(name).map_err(|e| format!("cannot read '{name}': {e}"))
-        })
+        load_distribution(name)
     };
     parse_rules(text, ["a", "b"], &mut files).map_err(|e| anyhow::anyhow!("rules: {e}"))
 }
@@ -187,6 +193,15 @@ pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
         },
     );
 
+    // Before anything is opened for writing: an output must not be an input.
+    let mut inputs: Vec<&Path> = vec![&args.input];
+    inputs.extend(args.config.as_deref());
+    inputs.extend(rargs.file.as_deref());
+    let mut outputs: Vec<&Path> = vec![&args.output];
+    outputs.extend(args.events.as_deref());
+    outfile::check_distinct(&inputs, &outputs)?;
+    let signals = SignalGuard::install().context("cannot install the signal handler")?;
+
     let mut reader = CaptureReader::open(&args.input).map_err(|e| anyhow::anyhow!("{e}"))?;
     let l2 = L2Kind::from_dlt(reader.link_type().dlt())
         .with_context(|| format!("link type {} cannot be classified", reader.link_type()))?;
@@ -194,9 +209,7 @@ pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut events = match &args.events {
         Some(path) => {
-            let file =
-                File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-            let mut w = BufWriter::with_capacity(1 << 20, file);
+            let mut w = OutputFile::create(path, 1 << 20)?;
             writeln!(w, "# index\tarrival_ns\tlen_bytes\tfate\trelease_ns\trule\tpipe\tflow\thops\tcopies\tcorrupt_bits")?;
             Some(w)
         }
@@ -216,7 +229,7 @@ pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
                       cur_tag: u64,
                       held: &mut HashMap<u64, (u64, u32, Vec<u8>)>,
                       heap: &mut ReleaseQueue<(u32, Vec<u8>)>,
-                      events: &mut Option<BufWriter<File>>|
+                      events: &mut Option<OutputFile>|
      -> Result<()> {
         for d in out.drain(..) {
             let (ts, orig_len, mut data) = if d.tag == cur_tag && current.is_some() {
@@ -281,6 +294,7 @@ pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
     };
 
     while let Some(packet) = reader.next_packet() {
+        signals.check()?;
         let packet = packet.map_err(|e| anyhow::anyhow!("{e}"))?;
         horizon = horizon.max(packet.ts_ns);
         let key = FlowKey::parse(&packet.data, l2);
@@ -330,10 +344,12 @@ pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
     if !held.is_empty() {
         bail!("internal error: {} packets left undecided", held.len());
     }
-    if let Some(mut ev) = events {
-        ev.flush().context("cannot write the events file")?;
+    signals.check()?;
+    if let Some(ev) = events {
+        ev.commit()?;
     }
     writer.finish().map_err(|e| anyhow::anyhow!("{e}"))?;
+    drop(signals);
     let secs = started.elapsed().as_secs_f64();
     let decided: u64 = fates.values().sum();
     if decided != index {

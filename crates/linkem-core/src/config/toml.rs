@@ -92,7 +92,7 @@ fn push_words(
 
 /// A TOML syntax error as line, column and reason, never the offending line itself:
 /// the file may not be a config at all (`--config /etc/shadow`).
-fn toml_error(text: &str, e: &toml::de::Error) -> String {
+pub fn toml_error(text: &str, e: &toml::de::Error) -> String {
     let reason = e.message().trim_end();
     match e.span() {
         Some(span) => {
