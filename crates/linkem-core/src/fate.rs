@@ -18,16 +18,24 @@ pub enum Fate {
     Backpressure,
     /// Live only: the packet could not be sent within `max-lag` of its release time.
     Late,
+    /// Live only: the frame (after segmentation) was larger than the egress port can
+    /// send (its MTU plus the Ethernet header); never truncated.
+    TooBig,
+    /// Live only: handed to the kernel for sending, which then refused it (e.g. a
+    /// malformed frame on the AF_PACKET transmit ring).
+    TxError,
 }
 
 impl Fate {
-    pub const ALL: [Fate; 6] = [
+    pub const ALL: [Fate; 8] = [
         Fate::Delivered,
         Fate::QueueFull,
         Fate::Loss,
         Fate::Policed,
         Fate::Backpressure,
         Fate::Late,
+        Fate::TooBig,
+        Fate::TxError,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -38,6 +46,8 @@ impl Fate {
             Fate::Policed => "policed",
             Fate::Backpressure => "backpressure",
             Fate::Late => "late",
+            Fate::TooBig => "too-big",
+            Fate::TxError => "tx-error",
         }
     }
 
@@ -56,7 +66,7 @@ impl fmt::Display for Fate {
 /// delivered packets.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FateCounts {
-    by_fate: [u64; 6],
+    by_fate: [u64; Fate::ALL.len()],
     /// Extra copies sent by `duplicate` (not included in `arrived`).
     pub duplicated: u64,
     /// Delivered packets with a bit flipped by `corrupt`.

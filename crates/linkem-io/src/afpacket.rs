@@ -35,6 +35,7 @@
 //! [`crate::netns`] harness turns these offloads off on the hosts' ends; on real setups do
 //! the same with `ethtool -K IF tx off tso off gso off gro off`.
 
+use linkem_core::wire::{CsumPartial, Gso, GsoKind, Offload};
 use std::ffi::CString;
 use std::io;
 use std::mem::{size_of, zeroed};
@@ -51,9 +52,16 @@ const TPACKET2_HDRLEN: usize = libc::TPACKET2_HDRLEN;
 const TPACKET_ALIGNMENT: usize = libc::TPACKET_ALIGNMENT;
 const ETH_HLEN: usize = 14;
 const VLAN_HLEN: usize = 4;
+/// `sizeof(struct virtio_net_hdr)`: what `PACKET_VNET_HDR` puts before each frame.
+const VNET_HDR_LEN: usize = 10;
 /// Where the kernel puts the Ethernet header of a received frame, relative to the frame
-/// start: `TPACKET_ALIGN(tp_hdrlen + max(maclen, 16)) - maclen` (net/packet/af_packet.c).
-const RX_MAC_OFFSET: usize = tpacket_align(TPACKET2_HDRLEN + 16) - ETH_HLEN;
+/// start: `TPACKET_ALIGN(tp_hdrlen + max(maclen, 16)) + vnet_hdr_sz - maclen`
+/// (net/packet/af_packet.c, `tpacket_rcv`); the virtio-net header sits just before it.
+/// Frame sizes are computed for the larger (vnet header) case.
+const RX_MAC_OFFSET: usize = tpacket_align(TPACKET2_HDRLEN + 16) + VNET_HDR_LEN - ETH_HLEN;
+/// The longest frame the kernel hands over (a 64 KiB super-frame, headers and a tag), and
+/// room for the virtio-net header before it and the tag reinserted into it.
+const BIG_FRAME_BUF: usize = 65536 + 256;
 /// Where the kernel reads a transmitted frame, relative to the frame start, when
 /// `PACKET_TX_HAS_OFF` is not set: `tp_hdrlen - sizeof(struct sockaddr_ll)`.
 const TX_DATA_OFFSET: usize = TPACKET2_HDRLEN - size_of::<libc::sockaddr_ll>();
@@ -160,6 +168,11 @@ pub struct AfPacketConfig {
     /// never copies received frames into its ring: a bridge opens one socket per direction
     /// and interface, and a second receiving socket would double the receive work.
     pub receive: bool,
+    /// Learn each received frame's offload state (`PACKET_VNET_HDR`: checksum left to
+    /// finish, super-frame to cut; [`RxFrame::offload`]) and take frames longer than a ring
+    /// slot whole (`PACKET_COPY_THRESH`: the kernel queues them on the socket, and
+    /// [`AfPacket::rx_batch`] reads them there). Receive sockets only.
+    pub offload: bool,
 }
 
 impl Default for AfPacketConfig {
@@ -172,6 +185,7 @@ impl Default for AfPacketConfig {
             qdisc_bypass: true,
             reinsert_vlan: true,
             receive: true,
+            offload: true,
         }
     }
 }
@@ -365,8 +379,11 @@ pub struct RxFrame<'a> {
     pub vlan: Option<(u16, u16)>,
     /// The sender left the TCP/UDP checksum for offload (`TP_STATUS_CSUMNOTREADY`): the
     /// frame as received has an unfinished checksum and would be dropped by a receiver if
-    /// forwarded as is. Turn checksum offload off on the sending host.
+    /// forwarded as is, unless it is finished first ([`RxFrame::offload`] says where).
     pub csum_not_ready: bool,
+    /// What is left to do to make the frame a wire frame (from the virtio-net header,
+    /// offsets relative to `data`); empty without [`AfPacketConfig::offload`].
+    pub offload: Offload,
 }
 
 impl RxFrame<'_> {
@@ -374,6 +391,17 @@ impl RxFrame<'_> {
     pub fn truncated(&self) -> bool {
         (self.data.len() as u32) < self.orig_len
     }
+}
+
+/// What [`AfPacket::tx_push`] did with a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxPush {
+    /// In the TX ring; sent at the next flush.
+    Queued,
+    /// The ring is full: flush and offer it again.
+    NoRoom,
+    /// Longer than the interface sends: not queued.
+    TooBig,
 }
 
 /// Counters kept by an [`AfPacket`] in user space.
@@ -385,14 +413,23 @@ pub struct AfPacketStats {
     pub rx_truncated: u64,
     /// Received frames with an unfinished (offloaded) checksum.
     pub rx_csum_not_ready: u64,
+    /// Frames longer than a ring slot read whole from the socket queue.
+    pub rx_copied: u64,
+    /// Frames longer than a ring slot that the kernel could not queue whole (socket
+    /// buffer full): skipped, counted as kernel drops.
+    pub rx_lost_big: u64,
+    /// Super-frames received (GSO/TSO from the sender, or merged by GRO).
+    pub rx_gso: u64,
     /// Frames put on the TX ring.
     pub tx_queued: u64,
     /// TX slots the kernel has handed back.
     pub tx_completed: u64,
     /// `tx_push` calls refused because the ring was full.
     pub tx_ring_full: u64,
-    /// Frames dropped by `tx_push` because they were longer than a TX slot.
+    /// Frames refused by `tx_push` as longer than the interface sends.
     pub tx_oversize: u64,
+    /// Frames the kernel handed back unsent (`TP_STATUS_WRONG_FORMAT`).
+    pub tx_wrong_format: u64,
     /// `send` calls that failed transiently (ENOBUFS, EAGAIN): frames stay queued.
     pub tx_send_errors: u64,
     /// Flushes that made a `send` call.
@@ -424,7 +461,12 @@ pub struct AfPacket {
     tx_tail: u32,
     tx_unflushed: u32,
     reinsert_vlan: bool,
+    offload: bool,
     stats: AfPacketStats,
+    /// Cumulative `tp_drops` (PACKET_STATISTICS resets on each read).
+    kernel_drops: u64,
+    /// Where frames longer than a ring slot are read to.
+    big: Vec<u8>,
 }
 
 // Safety: the socket and its mapping are owned exclusively by this value; nothing in it is
@@ -551,6 +593,21 @@ impl AfPacket {
         setsockopt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, &one)
             .map_err(|e| IoError::sys("setsockopt(SO_TIMESTAMPNS)", ifname, e))?;
 
+        let offload = cfg.offload && cfg.receive;
+        if offload {
+            // Before the ring: the kernel refuses to change the header size afterwards.
+            setsockopt(fd, libc::SOL_PACKET, libc::PACKET_VNET_HDR, &one)
+                .map_err(|e| IoError::sys("setsockopt(PACKET_VNET_HDR)", ifname, e))?;
+            setsockopt(fd, libc::SOL_PACKET, libc::PACKET_COPY_THRESH, &one)
+                .map_err(|e| IoError::sys("setsockopt(PACKET_COPY_THRESH)", ifname, e))?;
+            // Room for a burst of super-frames on the socket queue (the kernel queues a
+            // frame whole only while the queue is under this). FORCE needs CAP_NET_ADMIN;
+            // without it the plain option, capped by net.core.rmem_max, is the best we get.
+            let bytes: libc::c_int = 8 << 20;
+            if setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &bytes).is_err() {
+                let _ = setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &bytes);
+            }
+        }
         setsockopt(fd, libc::SOL_PACKET, libc::PACKET_RX_RING, &rx.as_req())
             .map_err(|e| IoError::sys("setsockopt(PACKET_RX_RING)", ifname, e))?;
         setsockopt(fd, libc::SOL_PACKET, libc::PACKET_TX_RING, &tx.as_req())
@@ -589,7 +646,10 @@ impl AfPacket {
             tx_tail: 0,
             tx_unflushed: 0,
             reinsert_vlan: cfg.reinsert_vlan,
+            offload,
             stats: AfPacketStats::default(),
+            kernel_drops: 0,
+            big: Vec::new(),
         };
         std::mem::forget(guard);
 
@@ -724,9 +784,6 @@ impl AfPacket {
             let hdr = unsafe { ptr::read(frame as *const libc::tpacket2_hdr) };
             let slot = self.rx.frame_size as usize;
             let mac = hdr.tp_mac as usize;
-            let mut snap = (hdr.tp_snaplen as usize).min(slot.saturating_sub(mac));
-            let mut start = mac;
-            let mut orig_len = hdr.tp_len;
             let vlan = if st & libc::TP_STATUS_VLAN_VALID != 0 {
                 let tpid = if st & libc::TP_STATUS_VLAN_TPID_VALID != 0 && hdr.tp_vlan_tpid != 0 {
                     hdr.tp_vlan_tpid
@@ -737,37 +794,47 @@ impl AfPacket {
             } else {
                 None
             };
-            if let Some((tpid, tci)) = vlan {
-                if self.reinsert_vlan && mac >= TPACKET2_HDR_SIZE + VLAN_HLEN && snap >= 12 {
-                    // Safety: the slot is ours (see above); both ranges lie inside this frame
-                    // slot, after the tpacket2_hdr; `ptr::copy` allows the overlap.
-                    unsafe {
-                        ptr::copy(frame.add(mac), frame.add(mac - VLAN_HLEN), 12);
-                        let tag = frame.add(mac - VLAN_HLEN + 12);
-                        ptr::copy_nonoverlapping(tpid.to_be_bytes().as_ptr(), tag, 2);
-                        ptr::copy_nonoverlapping(tci.to_be_bytes().as_ptr(), tag.add(2), 2);
-                    }
-                    start = mac - VLAN_HLEN;
-                    snap += VLAN_HLEN;
-                    orig_len += VLAN_HLEN as u32;
-                }
-            }
-            // Safety: [start, start + snap) lies inside this frame slot (snap was clamped to
-            // the slot), which stays ours until the status write below.
-            let data = unsafe { std::slice::from_raw_parts(frame.add(start), snap) };
             let ts_ns = hdr.tp_sec as u64 * 1_000_000_000 + hdr.tp_nsec as u64;
+            let csum_not_ready = st & libc::TP_STATUS_CSUMNOTREADY != 0;
+            let taken = if st & libc::TP_STATUS_COPY != 0 && self.offload {
+                // Longer than the slot: the whole frame waits on the socket queue, in order.
+                self.take_big(vlan)
+            } else if (hdr.tp_snaplen as usize) < hdr.tp_len as usize && self.offload {
+                // Longer than the slot and not queued (socket buffer full): lost.
+                self.stats.rx_lost_big += 1;
+                None
+            } else {
+                // Safety: the slot is ours until the status write below (see above).
+                Some(unsafe { self.take_in_slot(frame, slot, mac, &hdr, vlan) })
+            };
+            let Some((start, len, orig_len, offload, in_big)) = taken else {
+                status.store(libc::TP_STATUS_KERNEL, Ordering::Release);
+                self.rx_head = (self.rx_head + 1) % self.rx.frame_nr;
+                continue;
+            };
+            let data = if in_big {
+                &self.big[start..start + len]
+            } else {
+                // Safety: [start, start + len) lies inside this frame slot (clamped to the
+                // slot in take_in_slot), which stays ours until the status write below.
+                unsafe { std::slice::from_raw_parts(frame.add(start), len) }
+            };
             let rx = RxFrame {
                 data,
                 orig_len,
                 ts_ns,
                 vlan,
-                csum_not_ready: st & libc::TP_STATUS_CSUMNOTREADY != 0,
+                csum_not_ready,
+                offload,
             };
             if rx.truncated() {
                 self.stats.rx_truncated += 1;
             }
             if rx.csum_not_ready {
                 self.stats.rx_csum_not_ready += 1;
+            }
+            if offload.gso.is_some() {
+                self.stats.rx_gso += 1;
             }
             f(rx);
             status.store(libc::TP_STATUS_KERNEL, Ordering::Release);
@@ -776,6 +843,111 @@ impl AfPacket {
         }
         self.stats.rx_frames += n as u64;
         n
+    }
+
+    /// The frame in a ring slot, its VLAN tag written back if configured: (start in the
+    /// slot, length, length on the wire, offload, false).
+    ///
+    /// # Safety
+    /// `frame` must be a ring slot of `slot` bytes handed to user space (TP_STATUS_USER)
+    /// and not yet returned; `hdr` its header.
+    unsafe fn take_in_slot(
+        &self,
+        frame: *mut u8,
+        slot: usize,
+        mac: usize,
+        hdr: &libc::tpacket2_hdr,
+        vlan: Option<(u16, u16)>,
+    ) -> (usize, usize, u32, Offload, bool) {
+        let mut snap = (hdr.tp_snaplen as usize).min(slot.saturating_sub(mac));
+        let mut start = mac;
+        let mut orig_len = hdr.tp_len;
+        let mut offload = Offload::default();
+        if self.offload && mac >= TPACKET2_HDR_SIZE + VNET_HDR_LEN {
+            let mut vh = [0u8; VNET_HDR_LEN];
+            // Safety: the header lies in this slot just before the frame, after the
+            // tpacket2_hdr (checked above); read before the tag below overwrites it.
+            unsafe {
+                ptr::copy_nonoverlapping(
+                    frame.add(mac - VNET_HDR_LEN),
+                    vh.as_mut_ptr(),
+                    VNET_HDR_LEN,
+                )
+            };
+            offload = parse_vnet_hdr(&vh);
+        }
+        if let Some((tpid, tci)) = vlan {
+            if self.reinsert_vlan && mac >= TPACKET2_HDR_SIZE + VLAN_HLEN && snap >= 12 {
+                // Safety: the slot is ours (see above); both ranges lie inside this frame
+                // slot, after the tpacket2_hdr; `ptr::copy` allows the overlap.
+                unsafe {
+                    ptr::copy(frame.add(mac), frame.add(mac - VLAN_HLEN), 12);
+                    let tag = frame.add(mac - VLAN_HLEN + 12);
+                    ptr::copy_nonoverlapping(tpid.to_be_bytes().as_ptr(), tag, 2);
+                    ptr::copy_nonoverlapping(tci.to_be_bytes().as_ptr(), tag.add(2), 2);
+                }
+                start = mac - VLAN_HLEN;
+                snap += VLAN_HLEN;
+                orig_len += VLAN_HLEN as u32;
+                offload = shift_offload(offload, VLAN_HLEN as u16);
+            }
+        }
+        (start, snap, orig_len, offload, false)
+    }
+
+    /// Reads the frame the kernel queued whole on the socket (slot marked TP_STATUS_COPY)
+    /// into `self.big`: (start in `big`, length, length, offload, true); `None` when the
+    /// queue holds nothing (the frame is then lost, and counted so).
+    fn take_big(&mut self, vlan: Option<(u16, u16)>) -> Option<(usize, usize, u32, Offload, bool)> {
+        if self.big.is_empty() {
+            self.big = vec![0u8; BIG_FRAME_BUF];
+        }
+        // Leave room before the virtio-net header to write a VLAN tag back.
+        let at = VLAN_HLEN;
+        // Safety: recv writes at most `BIG_FRAME_BUF - at` bytes into `big` past `at`.
+        let n = unsafe {
+            libc::recv(
+                self.fd,
+                self.big.as_mut_ptr().add(at).cast(),
+                BIG_FRAME_BUF - at,
+                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+            )
+        };
+        if n < (VNET_HDR_LEN + ETH_HLEN) as isize {
+            self.stats.rx_lost_big += 1;
+            return None;
+        }
+        let n = n as usize;
+        if n > BIG_FRAME_BUF - at {
+            // Longer than any frame the kernel builds: cut, so not forwardable.
+            self.stats.rx_lost_big += 1;
+            return None;
+        }
+        self.stats.rx_copied += 1;
+        let mut vh = [0u8; VNET_HDR_LEN];
+        vh.copy_from_slice(&self.big[at..at + VNET_HDR_LEN]);
+        let mut offload = parse_vnet_hdr(&vh);
+        let mut start = at + VNET_HDR_LEN;
+        let mut len = n - VNET_HDR_LEN;
+        if let (Some((tpid, tci)), true) = (vlan, self.reinsert_vlan) {
+            self.big.copy_within(start..start + 12, start - VLAN_HLEN);
+            start -= VLAN_HLEN;
+            self.big[start + 12..start + 14].copy_from_slice(&tpid.to_be_bytes());
+            self.big[start + 14..start + 16].copy_from_slice(&tci.to_be_bytes());
+            len += VLAN_HLEN;
+            offload = shift_offload(offload, VLAN_HLEN as u16);
+        }
+        Some((start, len, len as u32, offload, true))
+    }
+
+    /// Frames the kernel dropped before this socket could take them, cumulative: the ring
+    /// was full (`tp_drops` from PACKET_STATISTICS, which resets on each read, so it is
+    /// summed here), or a frame longer than a slot could not be queued whole.
+    pub fn kernel_drops(&mut self) -> u64 {
+        if let Ok(k) = self.kernel_stats() {
+            self.kernel_drops += k.drops as u64;
+        }
+        self.kernel_drops + self.stats.rx_lost_big
     }
 
     /// Sleeps in poll(2) until a frame is waiting or `timeout` passes (`None`: no limit).
@@ -802,6 +974,9 @@ impl AfPacket {
             if st != libc::TP_STATUS_AVAILABLE && st != libc::TP_STATUS_WRONG_FORMAT {
                 break;
             }
+            if st == libc::TP_STATUS_WRONG_FORMAT {
+                self.stats.tx_wrong_format += 1;
+            }
             self.tx_tail = (self.tx_tail + 1) % self.tx.frame_nr;
             self.stats.tx_completed += 1;
         }
@@ -812,18 +987,27 @@ impl AfPacket {
         (self.stats.tx_queued - self.stats.tx_completed) as u32
     }
 
-    /// Copies `data` (a whole Ethernet frame) into the next TX slot. Returns false when the
-    /// ring is full (count it as backpressure; [`AfPacket::tx_flush`] frees slots). A frame
-    /// longer than a slot is dropped, counted in `tx_oversize`, and reported as taken (true).
-    /// Nothing is sent until `tx_flush`.
-    pub fn tx_push(&mut self, data: &[u8]) -> bool {
-        if data.len() > self.tx.tx_capacity() {
+    /// Largest frame the interface sends: MTU + Ethernet header, 4 bytes more for a frame
+    /// tagged 802.1Q (the kernel allows exactly that, `packet_extra_vlan_len_allowed`), and
+    /// never more than a TX slot.
+    pub fn max_frame_bytes(&self) -> usize {
+        (self.mtu as usize + ETH_HLEN + VLAN_HLEN).min(self.tx.tx_capacity())
+    }
+
+    /// Copies `data` (a whole Ethernet frame) into the next TX slot. [`TxPush::NoRoom`] when
+    /// the ring is full ([`AfPacket::tx_flush`] frees slots); [`TxPush::TooBig`] for a frame
+    /// the interface would refuse (longer than MTU + Ethernet header, + 4 if tagged 802.1Q):
+    /// nothing is queued, nothing truncated. Nothing is sent until `tx_flush`.
+    pub fn tx_push(&mut self, data: &[u8]) -> TxPush {
+        let tagged = data.len() >= ETH_HLEN && data[12..14] == [0x81, 0x00];
+        let limit = self.mtu as usize + ETH_HLEN + if tagged { VLAN_HLEN } else { 0 };
+        if data.len() > limit.min(self.tx.tx_capacity()) {
             self.stats.tx_oversize += 1;
-            return true;
+            return TxPush::TooBig;
         }
         if self.tx_in_flight() == self.tx.frame_nr && self.tx_reclaim() == self.tx.frame_nr {
             self.stats.tx_ring_full += 1;
-            return false;
+            return TxPush::NoRoom;
         }
         let frame = self.tx_frame_ptr(self.tx_head);
         // Safety: the slot's status is AVAILABLE (or WRONG_FORMAT, which the kernel also
@@ -841,7 +1025,7 @@ impl AfPacket {
         self.tx_head = (self.tx_head + 1) % self.tx.frame_nr;
         self.tx_unflushed += 1;
         self.stats.tx_queued += 1;
-        true
+        TxPush::Queued
     }
 
     /// Asks the kernel to send every queued frame with one `send(fd, NULL, 0, MSG_DONTWAIT)`
@@ -927,6 +1111,40 @@ impl Drop for AfPacket {
         // Safety: the socket owns `fd` and closes it exactly once.
         unsafe { libc::close(self.fd) };
     }
+}
+
+/// The offload state a virtio-net header describes (little-endian fields, as packet
+/// sockets write them on little-endian machines: `vio_le()`). GSO types linkem cannot cut
+/// (legacy UFO, unknown) give no `gso`, so such a frame is judged by its length alone.
+pub fn parse_vnet_hdr(h: &[u8; VNET_HDR_LEN]) -> Offload {
+    const NEEDS_CSUM: u8 = 1;
+    let u16_at = |i: usize| u16::from_le_bytes([h[i], h[i + 1]]);
+    let (flags, gso_type, gso_size) = (h[0], h[1], u16_at(4));
+    let csum = (flags & NEEDS_CSUM != 0).then(|| CsumPartial {
+        start: u16_at(6),
+        offset: u16_at(8),
+    });
+    // VIRTIO_NET_HDR_GSO_*: TCPV4 1, UDP (fragmentation) 3, TCPV6 4, UDP_L4 5; ECN 0x80.
+    let kind = match gso_type & !0x80 {
+        1 => Some(GsoKind::TcpV4),
+        4 => Some(GsoKind::TcpV6),
+        5 => Some(GsoKind::Udp),
+        _ => None,
+    };
+    let gso = kind.filter(|_| gso_size > 0).map(|kind| Gso {
+        kind,
+        size: gso_size,
+    });
+    Offload { csum, gso }
+}
+
+/// The same offload state for a frame that grew `by` bytes at its front (a VLAN tag
+/// written back after the MAC addresses).
+fn shift_offload(mut o: Offload, by: u16) -> Offload {
+    if let Some(c) = o.csum.as_mut() {
+        c.start = c.start.saturating_add(by);
+    }
+    o
 }
 
 /// Sleeps in one poll(2) until one of `socks` has a received frame waiting or `timeout`

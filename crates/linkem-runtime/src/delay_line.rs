@@ -163,12 +163,28 @@ impl Producer {
 
     /// Stores a frame to be released at `release_ns`. Returns false, storing
     /// nothing, when the line has no room: the caller counts a backpressure drop.
-    /// Never blocks.
+    /// Never blocks. `copy` marks the extra copy made by `duplicate`, so that
+    /// counts can tell packets from copies.
     #[inline]
-    /// `copy` marks the extra copy made by `duplicate`, so that counts can tell
-    /// packets from copies.
     pub fn push(&mut self, release_ns: u64, frame: &[u8], copy: bool) -> bool {
-        let need = record_bytes(frame.len()) as u64;
+        self.push_with(release_ns, frame.len(), copy, |slot| {
+            slot.copy_from_slice(frame)
+        })
+    }
+
+    /// Stores a record of `len` bytes written by `fill` straight into the line
+    /// (which may then change it in place: finish a checksum, flip a bit), so
+    /// a frame is copied once. Same contract as [`Producer::push`]; `fill` is
+    /// not called when there is no room.
+    #[inline]
+    pub fn push_with(
+        &mut self,
+        release_ns: u64,
+        len: usize,
+        copy: bool,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> bool {
+        let need = record_bytes(len) as u64;
         let offset = self.tail % self.cap;
         let skip = if offset + need > self.cap {
             self.cap - offset
@@ -193,16 +209,18 @@ impl Producer {
         }
         let at = (self.tail % self.cap) as usize;
         // Safety: [at, at + need) lies inside the region (no record crosses the
-        // end) and is free (tail + need - head ≤ cap).
-        unsafe {
+        // end) and is free (tail + need - head ≤ cap); the consumer reads none of
+        // it until the tail store below, so the slice is ours alone meanwhile.
+        let slot = unsafe {
             write_header(
                 base.add(at),
                 release_ns,
-                frame.len() as u32,
+                len as u32,
                 if copy { FLAG_COPY } else { 0 },
             );
-            std::ptr::copy_nonoverlapping(frame.as_ptr(), base.add(at + HEADER), frame.len());
-        }
+            std::slice::from_raw_parts_mut(base.add(at + HEADER), len)
+        };
+        fill(slot);
         self.tail += need;
         self.shared.tail.store(self.tail, Ordering::Release);
         true

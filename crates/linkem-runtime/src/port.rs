@@ -1,18 +1,25 @@
-//! What the pipeline needs from a backend: receive batches with timestamps,
-//! queue frames for sending, flush. AF_PACKET, AF_XDP and the in-memory test
-//! port implement it.
+//! What the pipeline needs from a backend: receive batches with timestamps and
+//! offload metadata, queue frames for sending, flush, and the counts only the
+//! kernel knows (frames it dropped before linkem could take them, frames it
+//! refused after linkem handed them over). AF_PACKET, AF_XDP and the in-memory
+//! test ports implement it.
 
+use linkem_core::wire::Offload;
 use std::io;
 
 /// A received frame, valid during the callback only.
 #[derive(Debug, Clone, Copy)]
 pub struct RxFrame<'a> {
     pub data: &'a [u8],
-    /// Length on the wire (may exceed `data.len()` if the backend truncates).
+    /// Length on the wire (may exceed `data.len()` if the backend truncated it:
+    /// such a frame cannot be forwarded whole and counts as `too-big`).
     pub orig_len: u32,
     /// Receive time in CLOCK_REALTIME ns; 0 if the backend has none (the
     /// pipeline then stamps the frame itself).
     pub ts_ns: u64,
+    /// Offload metadata from the kernel (AF_PACKET with PACKET_VNET_HDR);
+    /// default (nothing left to do) if none.
+    pub offload: Offload,
 }
 
 pub trait RxPort: Send {
@@ -21,49 +28,101 @@ pub trait RxPort: Send {
     fn rx_batch(&mut self, max: usize, f: &mut dyn FnMut(RxFrame<'_>)) -> io::Result<usize>;
     /// Blocks until a frame may be ready or `timeout_ns` has passed.
     fn wait_rx(&mut self, timeout_ns: u64) -> io::Result<()>;
+    /// Frames the kernel dropped before linkem could take them (cumulative):
+    /// AF_PACKET tp_drops, AF_XDP rx_dropped + rx_ring_full + rx_fill_ring_empty_descs.
+    /// Called off the per-frame path (at most every few ms); may make a system call.
+    fn rx_kernel_drops(&mut self) -> u64 {
+        0
+    }
+}
+
+/// What became of a frame offered for sending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxOutcome {
+    /// Queued; handed to the kernel at the next flush at the latest.
+    Queued,
+    /// No room now: flush and offer it again.
+    NoRoom,
+    /// Larger than [`TxPort::max_frame_bytes`]: never sent, never truncated.
+    TooBig,
 }
 
 pub trait TxPort: Send {
-    /// Queues a frame; false if the backend has no room now.
-    fn tx_push(&mut self, frame: &[u8]) -> bool;
+    /// Queues a frame for sending.
+    fn tx_push(&mut self, frame: &[u8]) -> TxOutcome;
     /// Hands the queued frames to the kernel.
     fn tx_flush(&mut self) -> io::Result<()>;
+    /// Frames queued earlier that the kernel then refused (cumulative); the
+    /// pipeline moves them from `delivered` to `tx-error`.
+    fn tx_errors(&mut self) -> u64 {
+        0
+    }
+    /// Largest frame this port can send (egress MTU + Ethernet header (+ tags)).
+    fn max_frame_bytes(&self) -> usize;
 }
 
 /// In-memory ports for tests: frames go in through a channel with their
-/// timestamps, and come out into a shared vector with the time they were sent.
+/// timestamps (and offload metadata), and come out into a shared vector with
+/// the time they were sent.
 pub mod memory {
     use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::mpsc::{Receiver, RecvTimeoutError};
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
-    pub struct MemoryRx {
-        pub input: Receiver<(u64, Vec<u8>)>,
-        pending: Option<(u64, Vec<u8>)>,
+    /// One frame offered to a [`MemoryRx`].
+    #[derive(Debug, Clone, Default)]
+    pub struct MemFrame {
+        pub ts_ns: u64,
+        pub data: Vec<u8>,
+        pub offload: Offload,
     }
 
-    impl MemoryRx {
-        pub fn new(input: Receiver<(u64, Vec<u8>)>) -> Self {
-            MemoryRx {
-                input,
-                pending: None,
+    impl From<(u64, Vec<u8>)> for MemFrame {
+        fn from((ts_ns, data): (u64, Vec<u8>)) -> Self {
+            MemFrame {
+                ts_ns,
+                data,
+                offload: Offload::default(),
             }
         }
     }
 
-    impl RxPort for MemoryRx {
+    pub struct MemoryRx<T = (u64, Vec<u8>)> {
+        pub input: Receiver<T>,
+        pending: Option<MemFrame>,
+        /// What [`RxPort::rx_kernel_drops`] reports: tests set it to stand for
+        /// frames a kernel dropped.
+        pub kernel_drops: Arc<AtomicU64>,
+    }
+
+    impl<T: Into<MemFrame> + Send> MemoryRx<T> {
+        pub fn new(input: Receiver<T>) -> Self {
+            MemoryRx {
+                input,
+                pending: None,
+                kernel_drops: Arc::default(),
+            }
+        }
+    }
+
+    impl<T: Into<MemFrame> + Send> RxPort for MemoryRx<T> {
         fn rx_batch(&mut self, max: usize, f: &mut dyn FnMut(RxFrame<'_>)) -> io::Result<usize> {
             let mut n = 0;
             while n < max {
-                let Some((ts, data)) = self.pending.take().or_else(|| self.input.try_recv().ok())
+                let Some(m) = self
+                    .pending
+                    .take()
+                    .or_else(|| self.input.try_recv().ok().map(Into::into))
                 else {
                     break;
                 };
                 f(RxFrame {
-                    data: &data,
-                    orig_len: data.len() as u32,
-                    ts_ns: ts,
+                    data: &m.data,
+                    orig_len: m.data.len() as u32,
+                    ts_ns: m.ts_ns,
+                    offload: m.offload,
                 });
                 n += 1;
             }
@@ -73,7 +132,7 @@ pub mod memory {
         fn wait_rx(&mut self, timeout_ns: u64) -> io::Result<()> {
             if self.pending.is_none() {
                 match self.input.recv_timeout(Duration::from_nanos(timeout_ns)) {
-                    Ok(item) => self.pending = Some(item),
+                    Ok(item) => self.pending = Some(item.into()),
                     Err(RecvTimeoutError::Timeout) => {}
                     // The sender is gone: behave like an idle interface.
                     Err(RecvTimeoutError::Disconnected) => {
@@ -83,6 +142,10 @@ pub mod memory {
             }
             Ok(())
         }
+
+        fn rx_kernel_drops(&mut self) -> u64 {
+            self.kernel_drops.load(Ordering::Relaxed)
+        }
     }
 
     /// Sent frames with the CLOCK_REALTIME ns at which they were handed over.
@@ -91,15 +154,26 @@ pub mod memory {
     pub struct MemoryTx {
         pub sent: Sent,
         queued: Vec<Vec<u8>>,
+        /// Largest frame accepted; longer ones are refused as [`TxOutcome::TooBig`].
+        pub max_frame_bytes: usize,
+        /// Frames for which this returns true are queued but then refused at
+        /// the flush, as a kernel refuses a malformed frame: counted in
+        /// [`TxPort::tx_errors`] and not sent.
+        pub refuse: fn(&[u8]) -> bool,
+        errors: u64,
     }
 
     impl MemoryTx {
+        /// A port that sends everything up to 1514 bytes (MTU 1500).
         pub fn new() -> (Self, Sent) {
             let sent: Sent = Arc::default();
             (
                 MemoryTx {
                     sent: sent.clone(),
                     queued: Vec::new(),
+                    max_frame_bytes: 1514,
+                    refuse: |_| false,
+                    errors: 0,
                 },
                 sent,
             )
@@ -107,9 +181,12 @@ pub mod memory {
     }
 
     impl TxPort for MemoryTx {
-        fn tx_push(&mut self, frame: &[u8]) -> bool {
+        fn tx_push(&mut self, frame: &[u8]) -> TxOutcome {
+            if frame.len() > self.max_frame_bytes {
+                return TxOutcome::TooBig;
+            }
             self.queued.push(frame.to_vec());
-            true
+            TxOutcome::Queued
         }
 
         fn tx_flush(&mut self) -> io::Result<()> {
@@ -118,8 +195,22 @@ pub mod memory {
                 .sent
                 .lock()
                 .expect("no test thread panics while holding it");
-            sent.extend(self.queued.drain(..).map(|f| (now, f)));
+            for f in self.queued.drain(..) {
+                if (self.refuse)(&f) {
+                    self.errors += 1;
+                } else {
+                    sent.push((now, f));
+                }
+            }
             Ok(())
+        }
+
+        fn tx_errors(&mut self) -> u64 {
+            self.errors
+        }
+
+        fn max_frame_bytes(&self) -> usize {
+            self.max_frame_bytes
         }
     }
 }

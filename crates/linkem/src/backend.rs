@@ -26,7 +26,7 @@ use linkem_io::afpacket::{self, AfPacket, AfPacketConfig};
 use linkem_io::afxdp::{self, AfXdp, AfXdpConfig, Pushed, XdpRx, XdpTx};
 use linkem_io::caps::{self, Cap, CapSet};
 use linkem_io::ifaces;
-use linkem_runtime::port::{RxFrame, RxPort, TxPort};
+use linkem_runtime::port::{RxFrame, RxPort, TxOutcome, TxPort};
 use std::io;
 use std::time::Duration;
 
@@ -52,6 +52,7 @@ impl RxPort for PacketRx {
                 data: fr.data,
                 orig_len: fr.orig_len,
                 ts_ns: fr.ts_ns,
+                offload: fr.offload,
             })
         }))
     }
@@ -62,15 +63,31 @@ impl RxPort for PacketRx {
             .map(|_| ())
             .map_err(io::Error::other)
     }
+
+    fn rx_kernel_drops(&mut self) -> u64 {
+        self.0.kernel_drops()
+    }
 }
 
 impl TxPort for PacketTx {
-    fn tx_push(&mut self, frame: &[u8]) -> bool {
-        self.0.tx_push(frame)
+    fn tx_push(&mut self, frame: &[u8]) -> TxOutcome {
+        match self.0.tx_push(frame) {
+            afpacket::TxPush::Queued => TxOutcome::Queued,
+            afpacket::TxPush::NoRoom => TxOutcome::NoRoom,
+            afpacket::TxPush::TooBig => TxOutcome::TooBig,
+        }
     }
 
     fn tx_flush(&mut self) -> io::Result<()> {
         self.0.tx_flush().map_err(io::Error::other)
+    }
+
+    fn tx_errors(&mut self) -> u64 {
+        self.0.stats().tx_wrong_format
+    }
+
+    fn max_frame_bytes(&self) -> usize {
+        self.0.max_frame_bytes()
     }
 }
 
@@ -94,12 +111,17 @@ impl RxPort for XskRx {
                 data,
                 orig_len: len,
                 ts_ns,
+                offload: Default::default(),
             })
         })
     }
 
     fn wait_rx(&mut self, timeout_ns: u64) -> io::Result<()> {
         self.rx.wait_rx(timeout_ns)
+    }
+
+    fn rx_kernel_drops(&mut self) -> u64 {
+        self.rx.kernel_drops()
     }
 }
 
@@ -124,19 +146,27 @@ impl XskTx {
 }
 
 impl TxPort for XskTx {
-    fn tx_push(&mut self, frame: &[u8]) -> bool {
+    fn tx_push(&mut self, frame: &[u8]) -> TxOutcome {
         match self.tx.tx_push(frame) {
-            Pushed::Queued => true,
-            Pushed::NoRoom => false,
+            Pushed::Queued => TxOutcome::Queued,
+            Pushed::NoRoom => TxOutcome::NoRoom,
             Pushed::TooBig => {
                 self.warn_too_big(frame.len());
-                true
+                TxOutcome::TooBig
             }
         }
     }
 
     fn tx_flush(&mut self) -> io::Result<()> {
         self.tx.tx_flush()
+    }
+
+    fn tx_errors(&mut self) -> u64 {
+        self.tx.tx_errors()
+    }
+
+    fn max_frame_bytes(&self) -> usize {
+        self.tx.max_frame_bytes()
     }
 }
 

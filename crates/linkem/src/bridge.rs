@@ -14,7 +14,8 @@ use anyhow::{bail, Context, Result};
 use linkem_core::units::{parse_size_bytes, parse_time_ns};
 use linkem_core::{Fate, LinkSpec, TomlWords};
 use linkem_runtime::pipeline::{
-    buffer_bytes_for, Direction, DirectionOptions, DirectionStats, DEFAULT_SPIN_NS,
+    buffer_bytes_for, Direction, DirectionOptions, DirectionStats, DEFAULT_MAX_LAG_NS,
+    DEFAULT_SPIN_NS,
 };
 use serde_json::json;
 use std::path::PathBuf;
@@ -102,9 +103,10 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
         Some(t) => parse_time_ns(t).map_err(|e| anyhow::anyhow!("--spin-threshold {e}"))?,
         None => DEFAULT_SPIN_NS,
     };
-    let max_lag_ns = match &args.max_lag {
+    let max_lag_ns = match args.max_lag.as_deref() {
+        Some("off") => None,
         Some(t) => Some(parse_time_ns(t).map_err(|e| anyhow::anyhow!("--max-lag {e}"))?),
-        None => None,
+        None => Some(DEFAULT_MAX_LAG_NS),
     };
     let buffer = match &args.buffer {
         Some(s) => Some(parse_size_bytes(s).map_err(|e| anyhow::anyhow!("--buffer {e}"))? as usize),
@@ -249,14 +251,7 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
     Ok(())
 }
 
-const BRIDGE_FATES: [Fate; 6] = [
-    Fate::Delivered,
-    Fate::QueueFull,
-    Fate::Loss,
-    Fate::Policed,
-    Fate::Backpressure,
-    Fate::Late,
-];
+const BRIDGE_FATES: [Fate; 8] = Fate::ALL;
 
 fn percentile_ns(s: &DirectionStats, q: f64) -> u64 {
     if s.lateness.is_empty() {
@@ -280,6 +275,8 @@ fn print_stats(format: StatsFormat, stats: &[DirectionStats], secs: f64, seed: u
                     json!({
                         "direction": s.name,
                         "received": s.received,
+                        "rx_kernel_drops": s.rx_kernel_drops,
+                        "segmented": s.segmented,
                         "fates": fates,
                         "in_flight": s.in_flight,
                         "duplicated": s.fates.duplicated,
@@ -311,28 +308,36 @@ fn print_stats(format: StatsFormat, stats: &[DirectionStats], secs: f64, seed: u
                 if last { " (final)" } else { "" }
             );
             println!(
-                "{:<6}{:>10}{:>10}{:>11}{:>8}{:>8}{:>13}{:>6}{:>10}  lateness p50/p99/p99.9/max",
+                "{:<6}{:>10}{:>9}{:>10}{:>10}{:>11}{:>8}{:>8}{:>13}{:>6}{:>8}{:>9}{:>10}  lateness p50/p99/p99.9/max",
                 "dir",
                 "received",
+                "k-drops",
+                "segmented",
                 "delivered",
                 "queue-full",
                 "loss",
                 "policed",
                 "backpressure",
                 "late",
+                "too-big",
+                "tx-error",
                 "in-flight"
             );
             for s in stats {
                 println!(
-                    "{:<6}{:>10}{:>10}{:>11}{:>8}{:>8}{:>13}{:>6}{:>10}  {}/{}/{}/{}",
+                    "{:<6}{:>10}{:>9}{:>10}{:>10}{:>11}{:>8}{:>8}{:>13}{:>6}{:>8}{:>9}{:>10}  {}/{}/{}/{}",
                     s.name,
                     s.received,
+                    s.rx_kernel_drops,
+                    s.segmented,
                     s.fates.get(Fate::Delivered),
                     s.fates.get(Fate::QueueFull),
                     s.fates.get(Fate::Loss),
                     s.fates.get(Fate::Policed),
                     s.fates.get(Fate::Backpressure),
                     s.fates.get(Fate::Late),
+                    s.fates.get(Fate::TooBig),
+                    s.fates.get(Fate::TxError),
                     s.in_flight,
                     fmt_ns(percentile_ns(s, 0.5)),
                     fmt_ns(percentile_ns(s, 0.99)),

@@ -105,7 +105,8 @@ enum Command {
         /// overshoot (learnt while running). Lower it to save CPU at the cost of precision.
         #[arg(long, value_name = "TIME")]
         spin_threshold: Option<String>,
-        /// Drop (as 'late') a packet that cannot leave within TIME of its release time.
+        /// Drop (as 'late') a packet that cannot leave within TIME of its release time
+        /// (default 5ms; 'off' never drops, letting a backlog grow under overload).
         #[arg(long, value_name = "TIME")]
         max_lag: Option<String>,
         /// Delay-line size per direction (default: from rate × delay), e.g. 2GiB.

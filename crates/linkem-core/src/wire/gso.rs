@@ -235,3 +235,231 @@ pub fn segment(
         _ => Segmenter::new().segment(frame, offload, max_frame_bytes, emit),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::checksum::{add, fold, sum};
+    use super::super::headers::MAX_VLAN_TAGS;
+    use super::super::{complete_partial_checksum, CsumPartial, Gso};
+    use super::*;
+
+    /// 802.1Q VLAN 100, IPv4 10.0.0.1 -> 10.0.0.2 (ID 0x1234, DF), UDP 5000 -> 6000,
+    /// "linkem!"; checksums computed by hand: IPv4 0x1494, UDP 0x5f93 (pseudo 0x1423).
+    const UDP4_VLAN: [u8; 53] = [
+        0x02, 0x00, 0x00, 0x00, 0x00, 0x02, 0x02, 0x00, 0x00, 0x00, 0x00, 0x01, 0x81, 0x00, 0x00,
+        0x64, 0x08, 0x00, 0x45, 0x00, 0x00, 0x23, 0x12, 0x34, 0x40, 0x00, 0x40, 0x11, 0x14, 0x94,
+        0x0a, 0x00, 0x00, 0x01, 0x0a, 0x00, 0x00, 0x02, 0x13, 0x88, 0x17, 0x70, 0x00, 0x0f, 0x5f,
+        0x93, 0x6c, 0x69, 0x6e, 0x6b, 0x65, 0x6d, 0x21,
+    ];
+
+    /// IPv6 fd00::1 -> fd00::2, TCP 40000 -> 80, seq 1000, ack 2000, PSH|ACK, "abc";
+    /// TCP checksum 0x471a (pseudo 0xfa21).
+    const TCP6: [u8; 77] = [
+        0x02, 0x00, 0x00, 0x00, 0x00, 0x02, 0x02, 0x00, 0x00, 0x00, 0x00, 0x01, 0x86, 0xdd, 0x60,
+        0x00, 0x00, 0x00, 0x00, 0x17, 0x06, 0x40, 0xfd, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0xfd, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02, 0x9c, 0x40, 0x00, 0x50, 0x00, 0x00,
+        0x03, 0xe8, 0x00, 0x00, 0x07, 0xd0, 0x50, 0x18, 0x02, 0x00, 0x47, 0x1a, 0x00, 0x00, 0x61,
+        0x62, 0x63,
+    ];
+
+    fn with_field(frame: &[u8], at: usize, v: u16) -> Vec<u8> {
+        let mut f = frame.to_vec();
+        f[at..at + 2].copy_from_slice(&v.to_be_bytes());
+        f
+    }
+
+    #[test]
+    fn vlan_udp_headers_are_located() {
+        let h = locate(&UDP4_VLAN).unwrap();
+        assert_eq!(
+            (h.l3_offset, h.l4_offset, h.payload_offset, h.ip_end),
+            (18, 38, 46, 53)
+        );
+        assert_eq!((h.ip, h.l4), (IpVersion::V4, L4Proto::Udp));
+        assert_eq!(fold(h.pseudo_sum(15)), 0x1423);
+        let h = locate(&TCP6).unwrap();
+        assert_eq!(
+            (h.l3_offset, h.l4_offset, h.payload_offset, h.ip_end),
+            (14, 54, 74, 77)
+        );
+        assert_eq!(fold(h.pseudo_sum(23)), 0xfa21);
+    }
+
+    #[test]
+    fn partial_checksums_are_finished_to_the_hand_computed_values() {
+        let mut f = with_field(&UDP4_VLAN, 44, 0x1423);
+        complete_checksum(
+            &mut f,
+            CsumPartial {
+                start: 38,
+                offset: 6,
+            },
+        )
+        .unwrap();
+        assert_eq!(f, UDP4_VLAN);
+        let mut f = with_field(&UDP4_VLAN, 44, 0x1423);
+        assert!(complete_partial_checksum(&mut f));
+        assert_eq!(f, UDP4_VLAN);
+        assert!(!complete_partial_checksum(&mut f));
+        let mut f = with_field(&TCP6, 70, 0xfa21);
+        assert!(complete_partial_checksum(&mut f));
+        assert_eq!(f, TCP6);
+    }
+
+    #[test]
+    fn wrong_checksums_are_not_repaired() {
+        // A flipped payload bit: the field no longer matches, and is not the pseudo sum.
+        let mut f = UDP4_VLAN;
+        f[50] ^= 1;
+        assert!(!complete_partial_checksum(&mut f));
+        assert_eq!(f[44..46], [0x5f, 0x93]);
+        // A pseudo-header sum for another length is not what offload leaves.
+        let mut f = with_field(&TCP6, 70, 0xfa20);
+        assert!(!complete_partial_checksum(&mut f));
+        // A bad IPv4 header checksum: the frame is broken, leave it so.
+        let mut f = with_field(&UDP4_VLAN, 44, 0x1423);
+        f[28] ^= 1;
+        assert!(!complete_partial_checksum(&mut f));
+        // UDP over IPv4 without checksum stays without.
+        let mut f = with_field(&UDP4_VLAN, 44, 0);
+        assert!(!complete_partial_checksum(&mut f));
+    }
+
+    #[test]
+    fn tcp6_cut_into_one_byte_segments() {
+        let gso = Some(Gso {
+            kind: GsoKind::TcpV6,
+            size: 1,
+        });
+        let mut segs = Vec::new();
+        let n = segment(&TCP6, Offload { csum: None, gso }, 1500, &mut |s| {
+            segs.push(s.to_vec())
+        })
+        .unwrap();
+        assert_eq!(n, 3);
+        for (i, s) in segs.iter().enumerate() {
+            assert_eq!(s.len(), 75);
+            assert_eq!(s[18..20], [0, 21], "IPv6 payload length");
+            assert_eq!(s[58..62], (1000 + i as u32).to_be_bytes(), "sequence");
+            assert_eq!(
+                s[67],
+                if i == 2 { 0x18 } else { 0x10 },
+                "PSH on the last only"
+            );
+            assert_eq!(s[74], b"abc"[i]);
+            let h = locate(s).unwrap();
+            assert_eq!(add(fold(h.pseudo_sum(21)), sum(&s[54..])), 0xffff);
+        }
+        // The limit applies too: 1 payload byte per frame when only that fits.
+        let gso = Some(Gso {
+            kind: GsoKind::TcpV6,
+            size: 1448,
+        });
+        let n = segment(&TCP6, Offload { csum: None, gso }, 75, &mut |s| {
+            assert_eq!(s.len(), 75)
+        });
+        assert_eq!(n, Ok(3));
+    }
+
+    #[test]
+    fn unsupported_frames_are_named() {
+        let tcp4 = Some(Gso {
+            kind: GsoKind::TcpV4,
+            size: 100,
+        });
+        let off = Offload {
+            csum: None,
+            gso: tcp4,
+        };
+        let mut arp = UDP4_VLAN;
+        arp[16..18].copy_from_slice(&[0x08, 0x06]);
+        assert_eq!(
+            segment(&arp, off, 1500, &mut |_| ()),
+            Err(WireError::NotIp { ethertype: 0x0806 })
+        );
+        let mut frag = UDP4_VLAN;
+        frag[24] = 0x20; // MF
+        assert_eq!(locate(&frag), Err(WireError::Fragment));
+        assert_eq!(
+            segment(&UDP4_VLAN, off, 1500, &mut |_| ()),
+            Err(WireError::GsoKindMismatch {
+                kind: GsoKind::TcpV4,
+                found: "IPv4/UDP"
+            })
+        );
+        let zero = Offload {
+            csum: None,
+            gso: Some(Gso {
+                kind: GsoKind::Udp,
+                size: 0,
+            }),
+        };
+        assert_eq!(
+            segment(&UDP4_VLAN, zero, 1500, &mut |_| ()),
+            Err(WireError::ZeroGsoSize)
+        );
+        let udp = Offload {
+            csum: None,
+            gso: Some(Gso {
+                kind: GsoKind::Udp,
+                size: 10,
+            }),
+        };
+        assert_eq!(
+            segment(&UDP4_VLAN, udp, 46, &mut |_| ()),
+            Err(WireError::HeadersTooBig {
+                header_bytes: 46,
+                max_frame_bytes: 46
+            })
+        );
+        let mut tags = UDP4_VLAN.to_vec();
+        for _ in 0..5 {
+            tags.splice(12..12, [0x81, 0x00, 0x00, 0x01]);
+        }
+        assert_eq!(
+            locate(&tags),
+            Err(WireError::TooManyVlanTags { max: MAX_VLAN_TAGS })
+        );
+    }
+
+    #[test]
+    fn udp_segments_are_datagrams_of_their_own() {
+        // "linkem!" in datagrams of 3, 3 and 1 bytes, IDs 0x1234.., no checksum kept as none.
+        let no_sum = with_field(&UDP4_VLAN, 44, 0);
+        let udp = Offload {
+            csum: None,
+            gso: Some(Gso {
+                kind: GsoKind::Udp,
+                size: 3,
+            }),
+        };
+        let mut segs = Vec::new();
+        segment(&no_sum, udp, 1500, &mut |s| segs.push(s.to_vec())).unwrap();
+        assert_eq!(segs.len(), 3);
+        for (i, s) in segs.iter().enumerate() {
+            let payload = &s[46..];
+            assert_eq!(payload, &b"linkem!"[i * 3..(i * 3 + 3).min(7)]);
+            assert_eq!(
+                s[42..44],
+                (8 + payload.len() as u16).to_be_bytes(),
+                "UDP length"
+            );
+            assert_eq!(
+                s[20..22],
+                (28 + payload.len() as u16).to_be_bytes(),
+                "IPv4 length"
+            );
+            assert_eq!(s[22..24], (0x1234 + i as u16).to_be_bytes(), "IPv4 ID");
+            assert_eq!(sum(&s[18..38]), 0xffff, "IPv4 header checksum");
+            assert_eq!(s[44..46], [0, 0]);
+        }
+        // With a checksum: each datagram verifies on its own.
+        segs.clear();
+        segment(&UDP4_VLAN, udp, 1500, &mut |s| segs.push(s.to_vec())).unwrap();
+        for s in &segs {
+            let h = locate(s).unwrap();
+            assert_eq!(add(fold(h.pseudo_sum(s.len() - 38)), sum(&s[38..])), 0xffff);
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! What a direction is started with, and the counts it reports.
+
+use super::wait::DEFAULT_SPIN_NS;
+use hdrhistogram::Histogram;
+use linkem_core::{Fate, FateCounts, LinkConfig};
+
+/// Frames taken per receive call: amortises the per-call cost while keeping one
+/// batch's worth of arrivals (at 0.5 Mpps, 64 µs) short.
+pub const DEFAULT_BATCH: usize = 32;
+
+/// Default for [`DirectionOptions::max_lag_ns`]: 5 ms.
+///
+/// A real link never delivers a packet long after its time, so the emulator
+/// must not either: what the machine cannot send within this bound of its
+/// release time is dropped and counted (`late`), and the input stage stops
+/// admitting packets while the output stage is that far behind (counted
+/// `backpressure`), so no hidden queue builds up under overload. The bound is
+/// above the scheduling delays an ordinary (non-real-time) input thread sees on
+/// a loaded machine (time slices of 1.5-3 ms; the default `--realtime out`
+/// leaves the input stage ordinary), so that a busy but not overloaded machine
+/// does not turn jitter into loss, and far below the hundreds of milliseconds
+/// of backlog an unbounded line showed under overload. TLEM drops at 100 µs on
+/// dedicated cores; on such a machine pass a smaller `--max-lag`.
+pub const DEFAULT_MAX_LAG_NS: u64 = 5_000_000;
+
+#[derive(Debug, Clone)]
+pub struct DirectionOptions {
+    /// For messages: "a->b".
+    pub name: String,
+    pub link: LinkConfig,
+    pub seed: u64,
+    /// 0 or 1: separates the random streams of the two directions.
+    pub direction: u64,
+    pub buffer_bytes: usize,
+    pub spin_ns: u64,
+    /// Drop a packet that cannot be sent within this many ns of its release
+    /// time (`None`: never; default [`DEFAULT_MAX_LAG_NS`]).
+    pub max_lag_ns: Option<u64>,
+    pub batch: usize,
+    /// Run the output stage (and, with `realtime_input`, the input stage) under
+    /// SCHED_FIFO at this priority. A woken real-time thread preempts ordinary
+    /// ones at once; without it, on a busy machine (traffic generators on the
+    /// same cores) a timed wake-up waits for the next scheduler tick, a
+    /// millisecond or more, which is what every packet's lateness then shows.
+    pub realtime_priority: Option<i32>,
+    pub realtime_input: bool,
+}
+
+impl DirectionOptions {
+    pub fn new(name: &str, link: LinkConfig, seed: u64, direction: u64) -> Self {
+        let buffer_bytes = buffer_bytes_for(&link, None);
+        DirectionOptions {
+            name: name.to_string(),
+            link,
+            seed,
+            direction,
+            buffer_bytes,
+            spin_ns: DEFAULT_SPIN_NS,
+            max_lag_ns: Some(DEFAULT_MAX_LAG_NS),
+            batch: DEFAULT_BATCH,
+            realtime_priority: None,
+            realtime_input: false,
+        }
+    }
+}
+
+/// Rate assumed for sizing the delay line when the link has no `rate`: the
+/// fastest this emulator is expected to carry on one direction.
+pub const UNSHAPED_SIZING_RATE_BPS: u64 = 10_000_000_000;
+
+/// Bytes the delay line needs to hold everything in flight: the packets in the
+/// link queue plus rate × (delay + 4 jitters + 1 ms), doubled because a
+/// minimum-size frame takes 128 bytes in the line but 84 on the wire.
+///
+/// Without `rate` there is no queue, and whatever the line holds beyond the
+/// delay is backlog of an output stage that cannot keep up: that is kept small
+/// (1 ms at 10 Gbit/s plus [`SLACK_BYTES`]), so that overload shows as counted
+/// drops within milliseconds rather than as seconds of lateness on every packet.
+pub fn buffer_bytes_for(link: &LinkConfig, line_rate_bps: Option<u64>) -> usize {
+    let rate = link
+        .rate_bps
+        .or(line_rate_bps)
+        .unwrap_or(UNSHAPED_SIZING_RATE_BPS) as u128;
+    let hold_ns = link.delay_ns as u128 + 4 * link.jitter_ns as u128 + 1_000_000;
+    let in_flight = rate * hold_ns / 8_000_000_000 * 2;
+    let queue = match (link.rate_bps, link.queue_packets, link.queue_bytes) {
+        (None, _, _) => 0,
+        (Some(_), _, Some(b)) => b as u128 * 2,
+        (Some(_), Some(p), None) => p as u128 * 9216,
+        (Some(_), None, None) => 64 << 20,
+    };
+    (in_flight + queue + SLACK_BYTES).min(usize::MAX as u128 / 2) as usize
+}
+
+/// Room beyond what the link holds: bursts a little ahead of the model, and
+/// a few jumbo frames.
+const SLACK_BYTES: u128 = 4 << 20;
+
+/// Counts of one direction, consistent at one instant.
+///
+/// Every frame taken from the receive port ends in exactly one fate: a
+/// super-frame cut into N wire frames adds N − 1 to `segmented`, and each wire
+/// frame gets its own fate, so
+/// `received + segmented = delivered + every drop + in flight` (see
+/// [`DirectionStats::adds_up`]). Frames the kernel dropped before linkem could
+/// take them are never `received`; they are counted in `rx_kernel_drops`.
+#[derive(Debug, Clone)]
+pub struct DirectionStats {
+    pub name: String,
+    /// Fates by the model, with `delivered` meaning handed to the kernel for
+    /// sending (and not refused by it), and `backpressure`, `late`, `too-big`
+    /// and `tx-error` filled in by the pipeline.
+    pub fates: FateCounts,
+    /// Frames taken from the receive port.
+    pub received: u64,
+    /// Extra wire frames made by cutting super-frames (TSO/GSO/GRO).
+    pub segmented: u64,
+    /// Frames the kernel dropped on receive before linkem could take them.
+    pub rx_kernel_drops: u64,
+    /// Packets accepted and not yet sent or dropped as late.
+    pub in_flight: u64,
+    /// Extra copies sent by `duplicate`.
+    pub copies_sent: u64,
+    /// Lateness of sent packets (send time − release time), ns.
+    pub lateness: Histogram<u64>,
+    pub rx_wakeups: u64,
+    pub tx_wakeups: u64,
+    pub huge_pages: bool,
+    pub buffer_bytes: u64,
+}
+
+impl DirectionStats {
+    /// received + segmented = delivered + every drop + in flight.
+    pub fn adds_up(&self) -> bool {
+        self.received + self.segmented == self.fates.arrived() + self.in_flight
+    }
+
+    /// Frames handed to the kernel for sending and not refused.
+    pub fn delivered(&self) -> u64 {
+        self.fates.get(Fate::Delivered)
+    }
+}
+
+pub(super) fn lateness_histogram() -> Histogram<u64> {
+    // 1 ns to 100 s at 2 significant digits (values within 1 %): 4k counters,
+    // small enough to merge in a few microseconds.
+    Histogram::new_with_bounds(1, 100_000_000_000, 2).expect("constant bounds are valid")
+}

@@ -1,0 +1,338 @@
+//! The output stage: waits for each frame's release time and hands it to the
+//! send port, or drops it as `late` when it is more than max-lag behind; tells
+//! the input stage when it is that far behind, so that no backlog builds up in
+//! the delay line.
+
+use super::options::lateness_histogram;
+use super::wait::{Realtime, SpinBudget, WakeEstimate, BEHIND_NS, MIN_SPIN_NS};
+use super::Control;
+use crate::clock;
+use crate::delay_line::Consumer;
+use crate::port::{TxOutcome, TxPort};
+use hdrhistogram::Histogram;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Longest single sleep of the output stage, so it notices stop and (when
+/// reordering) a newly arrived packet due earlier than the one it waits for.
+const MAX_SLEEP_NS: u64 = 10_000_000;
+const MAX_SLEEP_REORDER_NS: u64 = 200_000;
+/// How often the output stage publishes its counts and lateness when it has
+/// time to spare, and at the latest.
+const PUBLISH_NS: u64 = 50_000_000;
+const PUBLISH_MAX_NS: u64 = 500_000_000;
+
+/// A packet moved out of the delay line when the link may reorder.
+struct Held {
+    release_ns: u64,
+    seq: u64,
+    frame: Vec<u8>,
+    copy: bool,
+}
+
+impl PartialEq for Held {
+    fn eq(&self, o: &Self) -> bool {
+        (self.release_ns, self.seq) == (o.release_ns, o.seq)
+    }
+}
+impl Eq for Held {}
+impl PartialOrd for Held {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Held {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (self.release_ns, self.seq).cmp(&(o.release_ns, o.seq))
+    }
+}
+
+pub(super) struct OutputState {
+    tx: Box<dyn TxPort>,
+    local_sent: u64,
+    local_copies: u64,
+    local_late: u64,
+    local_too_big: u64,
+    lateness: Histogram<u64>,
+    wakeups: u64,
+    queued: bool,
+    max_lag_ns: Option<u64>,
+    /// Whether the last frame handled was more than max-lag late (mirrors
+    /// `Control::output_behind`, written only when it changes).
+    behind: bool,
+}
+
+impl OutputState {
+    fn new(tx: Box<dyn TxPort>, max_lag_ns: Option<u64>) -> Self {
+        OutputState {
+            tx,
+            local_sent: 0,
+            local_copies: 0,
+            local_late: 0,
+            local_too_big: 0,
+            lateness: lateness_histogram(),
+            wakeups: 0,
+            queued: false,
+            max_lag_ns,
+            behind: false,
+        }
+    }
+
+    fn set_behind(&mut self, control: &Control, behind: bool) {
+        if behind != self.behind {
+            self.behind = behind;
+            control.output_behind.store(behind, Ordering::Relaxed);
+        }
+    }
+
+    /// Sends (or drops as late) one frame due now; an error stops the stage.
+    fn send(
+        &mut self,
+        control: &Control,
+        now: u64,
+        release_ns: u64,
+        frame: &[u8],
+        copy: bool,
+    ) -> Result<(), String> {
+        let lateness = now.saturating_sub(release_ns);
+        let too_late = self.max_lag_ns.is_some_and(|m| lateness > m);
+        self.set_behind(control, too_late);
+        if too_late {
+            if !copy {
+                self.local_late += 1;
+            }
+            return Ok(());
+        }
+        match self.push(frame)? {
+            TxOutcome::Queued => {}
+            TxOutcome::TooBig => {
+                // The input stage checks sizes first; a port that shrank since is
+                // still counted, never silently.
+                if !copy {
+                    self.local_too_big += 1;
+                }
+                return Ok(());
+            }
+            TxOutcome::NoRoom => unreachable!("push retries until there is room"),
+        }
+        self.queued = true;
+        let _ = self.lateness.record(lateness.max(1));
+        if copy {
+            self.local_copies += 1;
+        } else {
+            self.local_sent += 1;
+        }
+        Ok(())
+    }
+
+    /// Offers a frame until the port takes or refuses it for good.
+    fn push(&mut self, frame: &[u8]) -> Result<TxOutcome, String> {
+        let mut tries = 0;
+        loop {
+            match self.tx.tx_push(frame) {
+                TxOutcome::NoRoom => {}
+                done => return Ok(done),
+            }
+            // The kernel has no room: wait for it rather than drop, since this
+            // packet was promised; lateness records the cost (and max-lag bounds it).
+            if tries > 0 {
+                std::thread::yield_now();
+            }
+            self.tx.tx_flush().map_err(|e| format!("send: {e}"))?;
+            tries += 1;
+            if tries > 100_000 {
+                return Err("send: the interface accepts no frames".into());
+            }
+        }
+    }
+
+    fn flush(&mut self) -> Result<(), String> {
+        if self.queued {
+            self.queued = false;
+            self.tx.tx_flush().map_err(|e| format!("send: {e}"))?;
+        }
+        Ok(())
+    }
+
+    fn publish(&mut self, control: &Control) {
+        let tx_errors = self.tx.tx_errors();
+        let mut shared = control.output.lock().expect("the lock holders never panic");
+        shared.sent = self.local_sent;
+        shared.copies_sent = self.local_copies;
+        shared.late = self.local_late;
+        shared.too_big = self.local_too_big;
+        shared.tx_errors = tx_errors;
+        shared.tx_wakeups = self.wakeups;
+        shared.lateness.add(&self.lateness).expect("same bounds");
+        self.lateness.reset();
+    }
+}
+
+/// Where the output stage takes its next frame from: the delay line itself, or
+/// (when the link may reorder) a heap ordered by release time fed from it.
+struct Source {
+    consumer: Consumer,
+    heap: Option<BinaryHeap<Reverse<Held>>>,
+    seq: u64,
+}
+
+impl Source {
+    /// The next release time, if any frame is waiting.
+    fn next_release(&mut self) -> Option<u64> {
+        let Some(heap) = self.heap.as_mut() else {
+            return self.consumer.peek().map(|h| h.release_ns);
+        };
+        while let Some(h) = self.consumer.peek() {
+            heap.push(Reverse(Held {
+                release_ns: h.release_ns,
+                seq: self.seq,
+                frame: h.frame.to_vec(),
+                copy: h.copy,
+            }));
+            self.seq += 1;
+            self.consumer.pop();
+        }
+        heap.peek().map(|h| h.0.release_ns)
+    }
+
+    /// Hands the next frame to `f` and removes it.
+    fn take<R>(&mut self, f: impl FnOnce(u64, &[u8], bool) -> R) -> R {
+        if let Some(heap) = self.heap.as_mut() {
+            let Reverse(h) = heap.pop().expect("next_release found one");
+            return f(h.release_ns, &h.frame, h.copy);
+        }
+        let h = self.consumer.peek().expect("next_release found one");
+        // The frame is copied into the backend before the record is released.
+        let r = f(h.release_ns, h.frame, h.copy);
+        self.consumer.pop();
+        r
+    }
+}
+
+pub(super) struct OutputConfig {
+    pub spin_ns: u64,
+    pub max_lag_ns: Option<u64>,
+    pub reorders: bool,
+}
+
+pub(super) fn output_stage(
+    control: Arc<Control>,
+    consumer: Consumer,
+    tx: Box<dyn TxPort>,
+    cfg: OutputConfig,
+    mut realtime: Option<Realtime>,
+) {
+    clock::set_timer_slack_ns(1);
+    let mut st = OutputState::new(tx, cfg.max_lag_ns);
+    let mut src = Source {
+        consumer,
+        heap: cfg.reorders.then(BinaryHeap::new),
+        seq: 0,
+    };
+    let mut wake = WakeEstimate {
+        overshoot_ns: 50_000,
+    };
+    let mut last_publish = clock::now_ns();
+    let mut budget = SpinBudget::new(last_publish);
+    let max_sleep = if cfg.reorders {
+        MAX_SLEEP_REORDER_NS
+    } else {
+        MAX_SLEEP_NS
+    };
+    let spin_ns = cfg.spin_ns;
+    while !control.stop.load(Ordering::Acquire) {
+        let next = src.next_release();
+        let now = clock::now_ns();
+        // Merging the histogram costs microseconds: do it when the next packet
+        // is not due soon, or at the latest every PUBLISH_MAX_NS under
+        // continuous traffic, so that it never delays a send.
+        let since = now.wrapping_sub(last_publish);
+        let slack = next.is_none_or(|r| r > now + spin_ns + 200_000);
+        if (since > PUBLISH_NS && slack) || since > PUBLISH_MAX_NS {
+            last_publish = now;
+            st.publish(&control);
+        }
+        let Some(release_ns) = next else {
+            st.set_behind(&control, false);
+            if let Err(e) = st.flush() {
+                control.fail(e);
+                break;
+            }
+            if src.consumer.is_finished() {
+                break;
+            }
+            if let Some(rt) = realtime.as_mut() {
+                let _ = rt.wait_mode();
+            }
+            control.output_parked.store(true, Ordering::Release);
+            // Re-check after announcing the park, so a push in between is not missed.
+            if src.consumer.peek().is_none() {
+                std::thread::park_timeout(std::time::Duration::from_nanos(max_sleep));
+                st.wakeups += 1;
+            }
+            control.output_parked.store(false, Ordering::Release);
+            continue;
+        };
+        if release_ns > now {
+            st.set_behind(&control, false);
+            // Hand over what is queued before waiting, so it is not held back.
+            if let Err(e) = st.flush() {
+                control.fail(e);
+                break;
+            }
+            if let Some(rt) = realtime.as_mut() {
+                // Failing to return to SCHED_FIFO costs precision, not packets.
+                let _ = rt.wait_mode();
+            }
+            let spin = if budget.frugal {
+                MIN_SPIN_NS
+            } else {
+                wake.spin_ns(spin_ns)
+            };
+            if wait_until(release_ns, now, spin, max_sleep, &mut wake, &mut budget) {
+                st.wakeups += 1;
+            }
+            continue;
+        }
+        if now - release_ns > BEHIND_NS {
+            if let Some(rt) = realtime.as_mut() {
+                rt.behind();
+            }
+        }
+        if let Err(e) = src.take(|r, frame, copy| st.send(&control, now, r, frame, copy)) {
+            control.fail(e);
+            break;
+        }
+    }
+    let _ = st.flush();
+    st.set_behind(&control, false);
+    st.publish(&control);
+}
+
+/// Sleeps until `spin` before `release_ns` (at most `max_sleep`), or spins to
+/// it when it is that close. Returns true when it slept.
+fn wait_until(
+    release_ns: u64,
+    now: u64,
+    spin: u64,
+    max_sleep: u64,
+    wake: &mut WakeEstimate,
+    budget: &mut SpinBudget,
+) -> bool {
+    let wait = release_ns - now;
+    let slept = wait > spin;
+    if slept {
+        let target = now + (wait - spin).min(max_sleep);
+        clock::sleep_until_ns(target);
+        wake.observe(clock::now_ns().saturating_sub(target));
+    } else {
+        while clock::now_ns() < release_ns {
+            std::hint::spin_loop();
+        }
+        budget.spun_ns += release_ns - now;
+    }
+    budget.tick(now);
+    slept
+}
