@@ -468,11 +468,8 @@ fn parse_request(c: &mut Cursor<'_>, files: &mut FileLoader<'_>) -> Result<Reque
             let body = c.next;
             // Optional `set N` and `prob X` come before the action.
             let mut at = body;
-            loop {
-                match c.words.get(at).copied() {
-                    Some("set") | Some("prob") => at += 2,
-                    _ => break,
-                }
+            while let Some("set" | "prob") = c.words.get(at).copied() {
+                at += 2;
             }
             match c.words.get(at) {
                 None => return Err(c.here("'add' needs a rule: add [NUM] ACTION ...")),
