@@ -25,7 +25,8 @@
 //! `position` is the 1-based index of the offending word in the line (the
 //! `@ID` and `ipfw` words count), `word` the word itself; both are absent
 //! when the error is not about one word. `at_ns` on a change is the instant
-//! (CLOCK_TAI, ns; the clock of packet stamps) from which the change applies.
+//! (CLOCK_REALTIME ns since the epoch, the clock of packet stamps) from which
+//! the change applies.
 //!
 //! | request | effect |
 //! |---|---|

@@ -58,6 +58,8 @@ pub struct BridgeArgs {
     pub duration: Option<f64>,
     /// The plain-forwarder baseline: no model, no delay line.
     pub forward_only: bool,
+    /// Control socket, audit log, metrics (see `crate::control`).
+    pub control: crate::control::ControlArgs,
 }
 
 fn split(words: &[String]) -> Vec<String> {
@@ -132,6 +134,8 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
     let backend = check_capabilities(args.backend, realtime)?;
     // Held until the bridge ends: no second linkem on these interfaces.
     let claimed = claim_interfaces(&args.if_a, &args.if_b)?;
+    // control: opened while linkem may still create /run/linkem and chown the socket.
+    let control = crate::control::server::prepare(&args.control, &args.if_a, &args.if_b)?;
 
     // Each interface gives a receive half (to one direction) and a send half (to the other).
     let (rx_a, tx_a, used_a) = open_interface(backend, &args.if_a, claimed.a.mtu)?;
@@ -185,6 +189,28 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
         eprintln!("linkem: seed {seed} (add 'seed {seed}' to repeat the random draws)");
     }
 
+    // control: the directions are shared with the control threads from here on.
+    if let Some(p) = control.socket_path() {
+        eprintln!(
+            "linkem: control socket {} (linkem ctl --name {})",
+            p.display(),
+            control.name
+        );
+    }
+    let link_words = [spec_ab.link.to_string(), spec_ba.link.to_string()];
+    let model = Arc::new(crate::control::Model::new(
+        control.name.clone(),
+        directions,
+        [
+            (spec_ab.link.clone(), link_words[0].clone()),
+            (spec_ba.link.clone(), link_words[1].clone()),
+        ],
+        args.forward_only,
+        seed,
+        Instant::now(),
+    ));
+    let server = control.start(model.clone());
+
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())
@@ -206,7 +232,7 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
                 break;
             }
         }
-        for d in &directions {
+        for d in model.directions() {
             if let Some(e) = d.error() {
                 bail!("{e}");
             }
@@ -219,8 +245,8 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
             match load_specs(args) {
                 Ok((ab, ba)) => {
                     eprintln!("linkem: SIGHUP: a->b now {}; b->a now {}", ab.link, ba.link);
-                    directions[0].reconfigure(ab.link);
-                    directions[1].reconfigure(ba.link);
+                    let words = [ab.link.to_string(), ba.link.to_string()];
+                    model.reload(ab.link, ba.link, words); // control: one instant, recorded
                 }
                 // A broken file must not stop a running emulation: keep the old link.
                 Err(e) => eprintln!("linkem: SIGHUP: keeping the current link: {e:#}"),
@@ -228,7 +254,7 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
         }
         if let (Some(at), Some(every)) = (next_print, args.stats_interval) {
             if Instant::now() >= at {
-                let stats: Vec<DirectionStats> = directions.iter().map(Direction::stats).collect();
+                let stats: Vec<DirectionStats> = model.raw_stats();
                 print_stats(
                     args.stats,
                     &stats,
@@ -240,6 +266,11 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
             }
         }
     }
+    // control: stop the control threads (removes the socket), then the directions.
+    drop(server);
+    let directions = Arc::try_unwrap(model)
+        .map_err(|_| anyhow::anyhow!("a control thread outlived its server"))?
+        .into_directions();
     let stats: Vec<DirectionStats> = directions.into_iter().map(Direction::stop).collect();
     print_stats(
         args.stats,
@@ -261,41 +292,42 @@ fn percentile_ns(s: &DirectionStats, q: f64) -> u64 {
     }
 }
 
+/// One direction's counts as `--stats json` prints them (the control socket's
+/// `stats` and the metrics endpoint report the same values).
+pub(crate) fn direction_json(s: &DirectionStats) -> serde_json::Value {
+    let fates: serde_json::Map<String, serde_json::Value> = BRIDGE_FATES
+        .iter()
+        .map(|f| (f.name().to_string(), json!(s.fates.get(*f))))
+        .collect();
+    json!({
+        "direction": s.name,
+        "received": s.received,
+        "rx_kernel_drops": s.rx_kernel_drops,
+        "segmented": s.segmented,
+        "fates": fates,
+        "in_flight": s.in_flight,
+        "duplicated": s.fates.duplicated,
+        "copies_sent": s.copies_sent,
+        "corrupted": s.fates.corrupted,
+        "lateness_ns": {
+            "count": s.lateness.len(),
+            "p50": percentile_ns(s, 0.5),
+            "p99": percentile_ns(s, 0.99),
+            "p99.9": percentile_ns(s, 0.999),
+            "max": s.lateness.max(),
+        },
+        "buffer_bytes": s.buffer_bytes,
+        "huge_pages": s.huge_pages,
+        "rx_wakeups": s.rx_wakeups,
+        "tx_wakeups": s.tx_wakeups,
+    })
+}
+
 fn print_stats(format: StatsFormat, stats: &[DirectionStats], secs: f64, seed: u64, last: bool) {
     match format {
         StatsFormat::None => {}
         StatsFormat::Json => {
-            let dirs: Vec<serde_json::Value> = stats
-                .iter()
-                .map(|s| {
-                    let fates: serde_json::Map<String, serde_json::Value> = BRIDGE_FATES
-                        .iter()
-                        .map(|f| (f.name().to_string(), json!(s.fates.get(*f))))
-                        .collect();
-                    json!({
-                        "direction": s.name,
-                        "received": s.received,
-                        "rx_kernel_drops": s.rx_kernel_drops,
-                        "segmented": s.segmented,
-                        "fates": fates,
-                        "in_flight": s.in_flight,
-                        "duplicated": s.fates.duplicated,
-                        "copies_sent": s.copies_sent,
-                        "corrupted": s.fates.corrupted,
-                        "lateness_ns": {
-                            "count": s.lateness.len(),
-                            "p50": percentile_ns(s, 0.5),
-                            "p99": percentile_ns(s, 0.99),
-                            "p99.9": percentile_ns(s, 0.999),
-                            "max": s.lateness.max(),
-                        },
-                        "buffer_bytes": s.buffer_bytes,
-                        "huge_pages": s.huge_pages,
-                        "rx_wakeups": s.rx_wakeups,
-                        "tx_wakeups": s.tx_wakeups,
-                    })
-                })
-                .collect();
+            let dirs: Vec<serde_json::Value> = stats.iter().map(direction_json).collect();
             let out = json!({ "elapsed_s": secs, "final": last, "seed": seed, "directions": dirs });
             println!(
                 "{}",

@@ -127,7 +127,15 @@ enum Command {
         /// takes no link words.
         #[arg(long)]
         forward_only: bool,
+        #[command(flatten)]
+        control: linkem::control::ControlArgs,
     },
+    /// Change or watch a running emulator through its control socket: its
+    /// links (`link a-to-b delay 20ms loss 1%`), counters (`show`, `stats`,
+    /// `watch 1s`, `zero`), batches (`-f FILE`: all or nothing), and the
+    /// ipfw/dnctl words (`pipe N config ...`, `add ...`), which need an
+    /// emulator that runs rules. `linkem ctl list-emulators` lists the running ones.
+    Ctl(linkem::control::client::CtlArgs),
     /// Measure a path: precisely paced UDP from a sender to a receiver (each in a
     /// network namespace if given), with one-way delay and its deviation, loss,
     /// duplicates, reordering, and the gaps between packets before and after.
@@ -204,6 +212,7 @@ fn main() {
             realtime,
             duration,
             forward_only,
+            control,
         } => bridge::run(&bridge::BridgeArgs {
             if_a,
             if_b,
@@ -221,7 +230,9 @@ fn main() {
             realtime,
             duration,
             forward_only,
+            control,
         }),
+        Command::Ctl(args) => linkem::control::client::run(&args),
         Command::Probe(args) => linkem::probe::run_cli(&args),
         Command::Bench(args) => linkem::bench::run(&args),
         Command::Synth {
