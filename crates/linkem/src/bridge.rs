@@ -189,7 +189,18 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
         eprintln!("linkem: seed {seed} (add 'seed {seed}' to repeat the random draws)");
     }
 
-    // control: the directions are shared with the control threads from here on.
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())
+            .context("cannot install the signal handler")?;
+    }
+    // SIGHUP: read --config and the words again and apply them to the running
+    // link (queued packets keep their release times; nothing is lost).
+    let reload = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, reload.clone())
+        .context("cannot install the signal handler")?;
+    // control: the directions are shared with the control threads from here on
+    // (after the signal handlers: a client may stop linkem as soon as it answers).
     if let Some(p) = control.socket_path() {
         eprintln!(
             "linkem: control socket {} (linkem ctl --name {})",
@@ -211,16 +222,6 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
     ));
     let server = control.start(model.clone());
 
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, stop.clone())
-            .context("cannot install the signal handler")?;
-    }
-    // SIGHUP: read --config and the words again and apply them to the running
-    // link (queued packets keep their release times; nothing is lost).
-    let reload = Arc::new(AtomicBool::new(false));
-    signal_hook::flag::register(signal_hook::consts::SIGHUP, reload.clone())
-        .context("cannot install the signal handler")?;
     let started = Instant::now();
     let mut next_print = args
         .stats_interval

@@ -47,7 +47,16 @@ fn topology() -> Topology {
         let o = netns::exec_in(
             ns,
             &[
-                "ip", "neigh", "replace", &a, "lladdr", lladdr, "dev", dev, "nud", "permanent",
+                "ip",
+                "neigh",
+                "replace",
+                &a,
+                "lladdr",
+                lladdr,
+                "dev",
+                dev,
+                "nud",
+                "permanent",
             ],
         )
         .unwrap();
@@ -76,10 +85,19 @@ impl Bridge {
             .expect("linkem starts");
         let mut b = Bridge { child, socket };
         let t0 = Instant::now();
-        while !b.socket.exists() {
+        // Up once it answers (a stale socket may be there before it).
+        while Client::connect(&b.socket, Duration::from_secs(1))
+            .and_then(|mut c| c.request("ping"))
+            .is_err()
+        {
             if let Some(status) = b.child.try_wait().unwrap() {
                 let mut err = String::new();
-                b.child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+                b.child
+                    .stderr
+                    .take()
+                    .unwrap()
+                    .read_to_string(&mut err)
+                    .unwrap();
                 panic!("linkem bridge exited at start ({status}): {err}");
             }
             assert!(t0.elapsed() < Duration::from_secs(10), "no control socket");
@@ -99,7 +117,10 @@ impl Bridge {
         let out = self.child.wait_with_output().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-        let last = stdout.lines().last().unwrap_or_else(|| panic!("no stats; stderr: {stderr}"));
+        let last = stdout
+            .lines()
+            .last()
+            .unwrap_or_else(|| panic!("no stats; stderr: {stderr}"));
         (serde_json::from_str(last).unwrap(), stderr)
     }
 }
@@ -165,7 +186,10 @@ fn ctl_delay_change_follows_within_one_rtt() {
     let topo = topology();
     let bridge = Bridge::start(&topo, &["delay", "10ms"]);
     let before = ping_rtts(&topo, 5);
-    assert!(before.iter().all(|r| (19.5..30.0).contains(r)), "before: {before:?}");
+    assert!(
+        before.iter().all(|r| (19.5..30.0).contains(r)),
+        "before: {before:?}"
+    );
 
     let t = Instant::now();
     let o = ctl(&bridge.socket, &["link", "both", "delay", "30ms"]);
@@ -175,7 +199,10 @@ fn ctl_delay_change_follows_within_one_rtt() {
     eprintln!("linkem ctl answered in {took:?}");
     // The first ping sent after the reply already sees the new delay both ways.
     let after = ping_rtts(&topo, 5);
-    assert!(after.iter().all(|r| (59.5..75.0).contains(r)), "after: {after:?}");
+    assert!(
+        after.iter().all(|r| (59.5..75.0).contains(r)),
+        "after: {after:?}"
+    );
 
     // Bad words change nothing and name the word.
     let o = ctl(&bridge.socket, &["link", "both", "delay", "3xs"]);
@@ -183,12 +210,19 @@ fn ctl_delay_change_follows_within_one_rtt() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("word 4 '3xs'"), "{err}");
     let again = ping_rtts(&topo, 3);
-    assert!(again.iter().all(|r| (59.5..75.0).contains(r)), "after a bad change: {again:?}");
+    assert!(
+        again.iter().all(|r| (59.5..75.0).contains(r)),
+        "after a bad change: {again:?}"
+    );
 
     // A batch applies all or nothing.
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.ctl");
-    std::fs::write(&bad, "# one good line, one bad\nlink a-to-b delay 1ms\nlink b-to-a delay 1ms loss 200%\n").unwrap();
+    std::fs::write(
+        &bad,
+        "# one good line, one bad\nlink a-to-b delay 1ms\nlink b-to-a delay 1ms loss 200%\n",
+    )
+    .unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_linkem"))
         .args(["ctl", "--socket"])
         .arg(&bridge.socket)
@@ -198,7 +232,10 @@ fn ctl_delay_change_follows_within_one_rtt() {
         .unwrap();
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("bad.ctl:3") && err.contains("nothing applied"), "{err}");
+    assert!(
+        err.contains("bad.ctl:3") && err.contains("nothing applied"),
+        "{err}"
+    );
     let mut c = bridge.client();
     let list = c.request_json("list").unwrap();
     assert_eq!(list["links"][0]["changes"], 1, "{list}");
@@ -214,14 +251,24 @@ fn ctl_delay_change_follows_within_one_rtt() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let list = c.request_json("list").unwrap();
     // Both directions changed at one instant.
-    assert_eq!(list["links"][0]["changed_at_ns"], list["links"][1]["changed_at_ns"]);
+    assert_eq!(
+        list["links"][0]["changed_at_ns"],
+        list["links"][1]["changed_at_ns"]
+    );
     let rtt = ping_rtts(&topo, 3);
-    assert!(rtt.iter().all(|r| (4.5..15.0).contains(r)), "after the batch: {rtt:?}");
+    assert!(
+        rtt.iter().all(|r| (4.5..15.0).contains(r)),
+        "after the batch: {rtt:?}"
+    );
 
     let (stats, _) = bridge.finish();
     for d in stats["directions"].as_array().unwrap() {
         let (delivered, drops, in_flight) = totals(d);
-        assert_eq!(d["received"].as_u64().unwrap(), delivered + drops + in_flight, "{d}");
+        assert_eq!(
+            d["received"].as_u64().unwrap(),
+            delivered + drops + in_flight,
+            "{d}"
+        );
     }
 }
 
@@ -240,7 +287,9 @@ fn ctl_change_storm_loses_nothing() {
         .unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let mut source = topo
-        .spawn_in_a(&["iperf3", "-u", "-c", &b, "-p", "5301", "-b", "20M", "-l", "1000", "-t", "4"])
+        .spawn_in_a(&[
+            "iperf3", "-u", "-c", &b, "-p", "5301", "-b", "20M", "-l", "1000", "-t", "4",
+        ])
         .unwrap();
     std::thread::sleep(Duration::from_millis(500));
 
@@ -253,7 +302,10 @@ fn ctl_change_storm_loses_nothing() {
         assert_eq!(v["ok"], true, "{line}: {v}");
     }
     let secs = t.elapsed().as_secs_f64();
-    eprintln!("{n} changes over one connection in {secs:.3} s: {:.0} per second", n as f64 / secs);
+    eprintln!(
+        "{n} changes over one connection in {secs:.3} s: {:.0} per second",
+        n as f64 / secs
+    );
     let _ = source.wait();
     let _ = sink.kill();
     let _ = sink.wait();
@@ -264,7 +316,11 @@ fn ctl_change_storm_loses_nothing() {
     let d = &stats["directions"][0];
     let (delivered, drops, in_flight) = totals(d);
     assert!(delivered > 5_000, "little traffic: {d}");
-    assert_eq!(d["received"].as_u64().unwrap(), delivered + drops + in_flight, "{d}");
+    assert_eq!(
+        d["received"].as_u64().unwrap(),
+        delivered + drops + in_flight,
+        "{d}"
+    );
     // Every drop fate stays zero: a change never drops a packet.
     assert_eq!(drops, 0, "{d}");
 }
@@ -292,7 +348,14 @@ fn ctl_permissions_ownership_and_audit() {
     // With --control-group users: members connect; outsiders still cannot.
     let bridge = Bridge::start(
         &topo,
-        &["delay", "1ms", "--audit", audit_s, "--control-group", "users"],
+        &[
+            "delay",
+            "1ms",
+            "--audit",
+            audit_s,
+            "--control-group",
+            "users",
+        ],
     );
     let meta = std::fs::metadata(&bridge.socket).unwrap();
     use std::os::unix::fs::MetadataExt;
@@ -302,28 +365,48 @@ fn ctl_permissions_ownership_and_audit() {
     let o = ctl_as_nobody(&bridge.socket, Some("100"), &["show"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     // A member may look but not change what root owns.
-    let o = ctl_as_nobody(&bridge.socket, Some("100"), &["link", "both", "delay", "9ms"]);
+    let o = ctl_as_nobody(
+        &bridge.socket,
+        Some("100"),
+        &["link", "both", "delay", "9ms"],
+    );
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("belong to uid 0"));
     let o = ctl_as_nobody(&bridge.socket, Some("100"), &["zero"]);
     assert!(!o.status.success());
-    let o = ctl_as_nobody(&bridge.socket, Some("100"), &["pipe", "1", "config", "bw", "1Mbit/s"]);
+    let o = ctl_as_nobody(
+        &bridge.socket,
+        Some("100"),
+        &["pipe", "1", "config", "bw", "1Mbit/s"],
+    );
     assert!(String::from_utf8_lossy(&o.stderr).contains("no rule set"));
     let o = ctl(&bridge.socket, &["link", "both", "delay", "2ms"]);
     assert!(o.status.success());
     let mut c = bridge.client();
-    assert_eq!(c.request_json("list").unwrap()["links"][0]["words"], "delay 2ms");
+    assert_eq!(
+        c.request_json("list").unwrap()["links"][0]["words"],
+        "delay 2ms"
+    );
     drop(c);
     bridge.finish();
 
     let text = std::fs::read_to_string(&audit).unwrap();
-    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     let refused: Vec<&Value> = lines.iter().filter(|l| l["uid"] == 65534).collect();
     assert_eq!(refused.len(), 3, "{text}");
-    assert!(refused[0]["result"].as_str().unwrap().starts_with("refused:"));
+    assert!(refused[0]["result"]
+        .as_str()
+        .unwrap()
+        .starts_with("refused:"));
     assert_eq!(refused[0]["command"], "link both delay 9ms");
     assert!(refused[0]["pid"].as_i64().unwrap() > 0);
-    assert!(refused[2]["result"].as_str().unwrap().contains("no rule set"));
+    assert!(refused[2]["result"]
+        .as_str()
+        .unwrap()
+        .contains("no rule set"));
     let ok: Vec<&Value> = lines.iter().filter(|l| l["uid"] == 0).collect();
     assert_eq!(ok.len(), 1, "{text}");
     assert_eq!(ok[0]["result"], "ok");
@@ -335,7 +418,8 @@ fn ctl_permissions_ownership_and_audit() {
 /// GET /metrics with a bare HTTP/1.1 request.
 fn scrape(port: u16) -> String {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .unwrap();
     let mut r = String::new();
     s.read_to_string(&mut r).unwrap();
     assert!(r.starts_with("HTTP/1.1 200 OK"), "{r}");
@@ -349,22 +433,50 @@ fn ctl_metrics_parse_and_match_stats_json() {
     }
     let _g = serial();
     let python = "/usr/bin/python3";
-    let check = Command::new(python).args(["-c", "import prometheus_client"]).output();
+    let check = Command::new(python)
+        .args(["-c", "import prometheus_client"])
+        .output();
     assert!(
         check.map(|o| o.status.success()).unwrap_or(false),
         "the Prometheus parser is missing: apt-get install python3-prometheus-client"
     );
     let topo = topology();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let p = port.to_string();
-    let bridge = Bridge::start(&topo, &["delay", "2ms", "loss", "10%", "seed", "7", "--metrics", &p]);
+    let bridge = Bridge::start(
+        &topo,
+        &["delay", "2ms", "loss", "10%", "seed", "7", "--metrics", &p],
+    );
     let b = topo.addr_b.to_string();
-    topo.exec_in_a(&["ping", "-n", "-q", "-c", "100", "-i", "0.005", "-W", "1", &b]).unwrap();
+    topo.exec_in_a(&[
+        "ping", "-n", "-q", "-c", "100", "-i", "0.005", "-W", "1", &b,
+    ])
+    .unwrap();
     let o = ctl(&bridge.socket, &["link", "a-to-b", "delay", "3ms"]);
     assert!(o.status.success());
     let _ = ctl(&bridge.socket, &["link", "a-to-b", "delay", "3xs"]);
-    std::thread::sleep(Duration::from_millis(300));
-    let body = scrape(port);
+    // Stray frames (IPv6 neighbour discovery) may pass at any time: take a
+    // scrape whose counters did not move across the `stats` request beside it.
+    let mut c = bridge.client();
+    let (body, ctl_stats) = loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let before = scrape(port);
+        let st = c.request_json("stats").unwrap();
+        let after = scrape(port);
+        let counters = |b: &str| {
+            b.lines()
+                .filter(|l| l.starts_with("linkem_received") || l.starts_with("linkem_packets"))
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        if counters(&before) == counters(&after) {
+            break (after, st);
+        }
+    };
     // The client library's own parser: every family, sample and histogram.
     let script = r#"
 import sys, json
@@ -383,31 +495,86 @@ print(json.dumps(out))
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "parser: {}\n{body}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "parser: {}\n{body}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let samples: Value = serde_json::from_slice(&out.stdout).unwrap();
     let get = |name: &str, labels: &str| -> f64 {
         samples[format!("{name}{labels}")]
             .as_f64()
             .unwrap_or_else(|| panic!("no {name}{labels} in\n{body}"))
     };
-    let (stats, _) = bridge.finish();
-    for d in stats["directions"].as_array().unwrap() {
+    drop(c);
+    let (final_stats, _) = bridge.finish();
+    // `stats` over the socket is `--stats json`'s own rendering of the same counts.
+    assert_eq!(
+        final_stats["directions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_object().unwrap().keys().cloned().collect::<Vec<_>>())
+            .collect::<Vec<_>>(),
+        ctl_stats["directions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_object().unwrap().keys().cloned().collect::<Vec<_>>())
+            .collect::<Vec<_>>()
+    );
+    for d in ctl_stats["directions"].as_array().unwrap() {
         let dir = d["direction"].as_str().unwrap();
         let l = format!("{{\"direction\": \"{dir}\"}}");
-        assert_eq!(get("linkem_received_packets_total", &l), d["received"].as_f64().unwrap(), "{dir}");
+        assert_eq!(
+            get("linkem_received_packets_total", &l),
+            d["received"].as_f64().unwrap(),
+            "{dir}"
+        );
         for (fate, v) in d["fates"].as_object().unwrap() {
             let lf = format!("{{\"direction\": \"{dir}\", \"fate\": \"{fate}\"}}");
-            assert_eq!(get("linkem_packets_total", &lf), v.as_f64().unwrap(), "{dir} {fate}");
+            assert_eq!(
+                get("linkem_packets_total", &lf),
+                v.as_f64().unwrap(),
+                "{dir} {fate}"
+            );
         }
-        assert_eq!(get("linkem_in_flight_packets", &l), d["in_flight"].as_f64().unwrap());
-        assert_eq!(get("linkem_lateness_seconds_count", &l), d["lateness_ns"]["count"].as_f64().unwrap());
-        assert!(d["fates"]["loss"].as_u64().unwrap() > 0, "loss 10% lost nothing: {d}");
+        assert_eq!(
+            get("linkem_in_flight_packets", &l),
+            d["in_flight"].as_f64().unwrap()
+        );
+        assert_eq!(
+            get("linkem_lateness_seconds_count", &l),
+            d["lateness_ns"]["count"].as_f64().unwrap()
+        );
+        assert!(
+            d["fates"]["loss"].as_u64().unwrap() > 0,
+            "loss 10% lost nothing: {d}"
+        );
+        let fin = final_stats["directions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["direction"] == dir)
+            .unwrap();
+        assert!(fin["received"].as_u64() >= d["received"].as_u64());
     }
-    assert_eq!(get("linkem_link_delay_seconds", "{\"direction\": \"a->b\"}"), 0.003);
-    assert_eq!(get("linkem_control_requests_total", "{\"result\": \"ok\"}"), 1.0);
-    assert_eq!(get("linkem_control_requests_total", "{\"result\": \"error\"}"), 1.0);
+    assert_eq!(
+        get("linkem_link_delay_seconds", "{\"direction\": \"a->b\"}"),
+        0.003
+    );
+    assert!(get("linkem_control_requests_total", "{\"result\": \"ok\"}") >= 2.0);
+    assert_eq!(
+        get("linkem_control_requests_total", "{\"result\": \"error\"}"),
+        1.0
+    );
 }
 
 #[test]
@@ -452,7 +619,8 @@ fn ctl_bad_clients_harm_nothing() {
     assert!(r.contains("longer than"), "{r}");
     assert!(read_line(&mut s).contains("pong"));
     // Disconnect mid-batch and mid-line: nothing applied.
-    s.write_all(b"begin\nlink both delay 50ms\nlink both del").unwrap();
+    s.write_all(b"begin\nlink both delay 50ms\nlink both del")
+        .unwrap();
     drop(s);
     // A stalled partial line is cut off; meanwhile others are served.
     let mut stalled = connect();
@@ -467,7 +635,13 @@ fn ctl_bad_clients_harm_nothing() {
     many.clear();
     let list = c.request_json("list").unwrap();
     assert_eq!(list["links"][0]["changes"], 0, "{list}");
-    assert_eq!(list["links"][0]["words"], "delay 1ms");
+    assert!(
+        list["links"][0]["words"]
+            .as_str()
+            .unwrap()
+            .contains("delay 1ms"),
+        "{list}"
+    );
     // Watch streams lines and ends at any line.
     let w = c.request_json("watch 20ms").unwrap();
     assert_eq!(w["watch"], 0);
