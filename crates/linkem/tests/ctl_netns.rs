@@ -78,6 +78,8 @@ impl Bridge {
         let child = Command::new(env!("CARGO_BIN_EXE_linkem"))
             .args(["bridge", &topo.emu_a, &topo.emu_b, "--backend", "packet"])
             .args(["--stats", "json", "--realtime", "off", "--name", &name])
+            // Never outlives a failed test.
+            .args(["--duration", "120"])
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -269,22 +269,24 @@ fn print_stats(out: &mut impl Write, v: &serde_json::Value) {
         "late",
         "in-flight"
     );
+    // serde_json's Display ignores widths: format the numbers as strings first.
+    let n = |v: &serde_json::Value| v.to_string();
     for d in v["directions"].as_array().into_iter().flatten() {
         let f = &d["fates"];
         let _ = writeln!(
             out,
             "{:<6}{:>10}{:>10}{:>8}{:>11}{:>8}{:>13}{:>6}{:>10}  {} / {} ns",
             d["direction"].as_str().unwrap_or("?"),
-            d["received"],
-            f["delivered"],
-            d["rx_kernel_drops"],
-            f["queue-full"],
-            f["loss"],
-            f["backpressure"],
-            f["late"],
-            d["in_flight"],
-            d["lateness_ns"]["p99"],
-            d["lateness_ns"]["max"]
+            n(&d["received"]),
+            n(&f["delivered"]),
+            n(&d["rx_kernel_drops"]),
+            n(&f["queue-full"]),
+            n(&f["loss"]),
+            n(&f["backpressure"]),
+            n(&f["late"]),
+            n(&d["in_flight"]),
+            n(&d["lateness_ns"]["p99"]),
+            n(&d["lateness_ns"]["max"])
         );
     }
 }
