@@ -987,11 +987,16 @@ impl AfPacket {
         (self.stats.tx_queued - self.stats.tx_completed) as u32
     }
 
+    /// Bytes of a TX slot left for the frame (after the virtio-net header, if any).
+    fn tx_room(&self) -> usize {
+        self.tx.tx_capacity() - if self.offload { VNET_HDR_LEN } else { 0 }
+    }
+
     /// Largest frame the interface sends: MTU + Ethernet header, 4 bytes more for a frame
     /// tagged 802.1Q (the kernel allows exactly that, `packet_extra_vlan_len_allowed`), and
     /// never more than a TX slot.
     pub fn max_frame_bytes(&self) -> usize {
-        (self.mtu as usize + ETH_HLEN + VLAN_HLEN).min(self.tx.tx_capacity())
+        (self.mtu as usize + ETH_HLEN + VLAN_HLEN).min(self.tx_room())
     }
 
     /// Copies `data` (a whole Ethernet frame) into the next TX slot. [`TxPush::NoRoom`] when
@@ -1001,7 +1006,7 @@ impl AfPacket {
     pub fn tx_push(&mut self, data: &[u8]) -> TxPush {
         let tagged = data.len() >= ETH_HLEN && data[12..14] == [0x81, 0x00];
         let limit = self.mtu as usize + ETH_HLEN + if tagged { VLAN_HLEN } else { 0 };
-        if data.len() > limit.min(self.tx.tx_capacity()) {
+        if data.len() > limit.min(self.tx_room()) {
             self.stats.tx_oversize += 1;
             return TxPush::TooBig;
         }
@@ -1013,11 +1018,15 @@ impl AfPacket {
         // Safety: the slot's status is AVAILABLE (or WRONG_FORMAT, which the kernel also
         // leaves alone), so the kernel does not read it until we set SEND_REQUEST; the data
         // fits in the slot after the header (checked against tx_capacity above).
+        // With PACKET_VNET_HDR the kernel reads a virtio-net header before every transmitted
+        // frame too: an all-zero one says "a finished frame, nothing to offload".
+        let vnet = if self.offload { VNET_HDR_LEN } else { 0 };
         unsafe {
-            ptr::copy_nonoverlapping(data.as_ptr(), frame.add(TX_DATA_OFFSET), data.len());
+            ptr::write_bytes(frame.add(TX_DATA_OFFSET), 0, vnet);
+            ptr::copy_nonoverlapping(data.as_ptr(), frame.add(TX_DATA_OFFSET + vnet), data.len());
             let hdr = frame as *mut libc::tpacket2_hdr;
-            ptr::addr_of_mut!((*hdr).tp_len).write(data.len() as u32);
-            ptr::addr_of_mut!((*hdr).tp_snaplen).write(data.len() as u32);
+            ptr::addr_of_mut!((*hdr).tp_len).write((vnet + data.len()) as u32);
+            ptr::addr_of_mut!((*hdr).tp_snaplen).write((vnet + data.len()) as u32);
         }
         // Safety: the frame pointer comes from this socket's live mapping.
         let status = unsafe { Self::status(frame) };
@@ -1208,7 +1217,8 @@ mod tests {
     fn header_offsets_match_the_kernel() {
         assert_eq!(TPACKET2_HDR_SIZE, 32);
         assert_eq!(TPACKET2_HDRLEN, 52);
-        assert_eq!(RX_MAC_OFFSET, 66);
+        // TPACKET_ALIGN(52 + 16) = 80, + 10 for the virtio-net header, − 14 for Ethernet.
+        assert_eq!(RX_MAC_OFFSET, 76);
         assert_eq!(TX_DATA_OFFSET, 32);
     }
 
@@ -1224,7 +1234,7 @@ mod tests {
         assert_eq!(g.frame_offset(0), 0);
         assert_eq!(g.frame_offset(1), 2048);
         assert_eq!(g.frame_offset(g.frame_nr - 1), g.total_bytes() - 2048);
-        assert_eq!(g.rx_capacity(), 2048 - 66);
+        assert_eq!(g.rx_capacity(), 2048 - 76);
         assert_eq!(g.tx_capacity(), 2048 - 32);
     }
 
@@ -1323,6 +1333,53 @@ mod tests {
             Err(IoError::MtuTooLarge { mtu, .. }) => assert!(mtu > 1964),
             Err(e) => panic!("unexpected error: {e}"),
         }
+    }
+
+    #[test]
+    fn virtio_net_headers_as_the_kernel_writes_them() {
+        // NEEDS_CSUM, TCPV4 with ECN, hdr_len 66, gso_size 1448, csum_start 34, offset 16.
+        let h = [1, 0x81, 66, 0, 0xa8, 0x05, 34, 0, 16, 0];
+        assert_eq!(
+            parse_vnet_hdr(&h),
+            Offload {
+                csum: Some(CsumPartial {
+                    start: 34,
+                    offset: 16
+                }),
+                gso: Some(Gso {
+                    kind: GsoKind::TcpV4,
+                    size: 1448
+                }),
+            }
+        );
+        let h = [0, 4, 0, 0, 0x8c, 0x05, 0, 0, 0, 0];
+        assert_eq!(parse_vnet_hdr(&h).gso.unwrap().kind, GsoKind::TcpV6);
+        let h = [1, 5, 0, 0, 0xb4, 0x05, 34, 0, 6, 0];
+        let o = parse_vnet_hdr(&h);
+        assert_eq!(
+            (o.gso.unwrap().kind, o.csum.unwrap().offset),
+            (GsoKind::Udp, 6)
+        );
+        // DATA_VALID only, no GSO: nothing to do.
+        assert_eq!(
+            parse_vnet_hdr(&[2, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
+            Offload::default()
+        );
+        // Legacy UFO (3) and a zero segment size cannot be cut: judged by length alone.
+        assert_eq!(
+            parse_vnet_hdr(&[0, 3, 0, 0, 0xdc, 0x05, 0, 0, 0, 0]).gso,
+            None
+        );
+        assert_eq!(parse_vnet_hdr(&[0, 1, 0, 0, 0, 0, 0, 0, 0, 0]).gso, None);
+        // A VLAN tag written back moves the checksum start, not its offset.
+        let moved = shift_offload(parse_vnet_hdr(&[1, 0, 0, 0, 0, 0, 34, 0, 16, 0]), 4);
+        assert_eq!(
+            moved.csum,
+            Some(CsumPartial {
+                start: 38,
+                offset: 16
+            })
+        );
     }
 
     #[test]

@@ -419,6 +419,17 @@ impl Topology {
     /// [`MAX_PREFIX`] characters; use [`unique_prefix`]). On failure, whatever was created is
     /// removed again.
     pub fn two_hosts(prefix: &str) -> Result<Topology, NetnsError> {
+        Self::two_hosts_with(prefix, true)
+    }
+
+    /// Like [`Topology::two_hosts`], but the hosts' interfaces keep the kernel's defaults
+    /// (checksum offload, TSO/GSO on), as containers get them: the emulator then receives
+    /// unfinished checksums and super-frames, and must make wire frames of them.
+    pub fn two_hosts_stock(prefix: &str) -> Result<Topology, NetnsError> {
+        Self::two_hosts_with(prefix, false)
+    }
+
+    fn two_hosts_with(prefix: &str, offloads_off: bool) -> Result<Topology, NetnsError> {
         check_prefix(prefix)?;
         if !is_root() {
             return Err(NetnsError::NotRoot);
@@ -439,11 +450,11 @@ impl Topology {
             prefix_len: 24,
         };
         // From here on a failure drops `topo`, which deletes whatever exists.
-        topo.build()?;
+        topo.build(offloads_off)?;
         Ok(topo)
     }
 
-    fn build(&self) -> Result<(), NetnsError> {
+    fn build(&self, offloads_off: bool) -> Result<(), NetnsError> {
         for (ns, host, emu, addr) in [
             (&self.ns_a, &self.host_a, &self.emu_a, self.addr_a),
             (&self.ns_b, &self.host_b, &self.emu_b, self.addr_b),
@@ -459,12 +470,19 @@ impl Topology {
             let cidr = format!("{addr}/{}", self.prefix_len);
             ip(&["-n", ns, "addr", "add", &cidr, "dev", host])?;
             // The host's end: finished checksums and wire-sized frames; GRO on.
-            let out = exec_in(
-                ns,
-                &[
-                    "ethtool", "-K", host, "tx", "off", "tso", "off", "gso", "off", "gro", "on",
-                ],
-            )?;
+            let out = if !offloads_off {
+                ip(&["-n", ns, "link", "set", "lo", "up"])?;
+                ip(&["-n", ns, "link", "set", host, "up"])?;
+                ip(&["link", "set", emu, "up"])?;
+                continue;
+            } else {
+                exec_in(
+                    ns,
+                    &[
+                        "ethtool", "-K", host, "tx", "off", "tso", "off", "gso", "off", "gro", "on",
+                    ],
+                )?
+            };
             if !out.status.success() {
                 return Err(NetnsError::Command {
                     command: format!(

@@ -194,3 +194,240 @@ fn reordering_links_send_in_release_order() {
     );
     assert!(stats.adds_up());
 }
+
+// ---- Counting: every frame taken in ends in exactly one fate ----
+
+use linkem_core::wire::{CsumPartial, Gso, GsoKind, Offload};
+use linkem_runtime::port::memory::MemFrame;
+use std::sync::atomic::Ordering;
+
+/// Starts a direction over memory ports taking [`MemFrame`]s; `tx` set up by `tweak_tx`.
+fn start_mem(
+    words: &str,
+    tweak: impl FnOnce(&mut DirectionOptions),
+    tweak_tx: impl FnOnce(&mut MemoryTx),
+) -> (
+    Direction,
+    Sender<MemFrame>,
+    Sent,
+    std::sync::Arc<std::sync::atomic::AtomicU64>,
+) {
+    let spec = LinkSpec::parse(words).unwrap();
+    let mut opts = DirectionOptions::new("a->b", spec.link, 1, 0);
+    opts.max_lag_ns = None;
+    tweak(&mut opts);
+    let (tx_in, rx_in) = channel::<MemFrame>();
+    let (mut tx, sent) = MemoryTx::new();
+    tweak_tx(&mut tx);
+    let rx = MemoryRx::new(rx_in);
+    let drops = rx.kernel_drops.clone();
+    let d = Direction::start(opts, Box::new(rx), Box::new(tx)).unwrap();
+    (d, tx_in, sent, drops)
+}
+
+fn settle(d: &Direction, received: u64) -> linkem_runtime::pipeline::DirectionStats {
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let s = d.stats();
+        if (s.received >= received && s.in_flight == 0) || std::time::Instant::now() > until {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// RFC 1071 sum of 16-bit big-endian words, written from the RFC (not from linkem's code).
+fn ones_sum(data: &[u8], mut sum: u32) -> u32 {
+    for c in data.chunks(2) {
+        sum += (c[0] as u32) << 8 | *c.get(1).unwrap_or(&0) as u32;
+    }
+    sum
+}
+
+fn fold(mut sum: u32) -> u16 {
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum as u16
+}
+
+/// Ethernet + IPv4 + TCP with `payload` bytes and the TCP checksum field holding the
+/// folded pseudo-header sum, as a host with checksum offload hands it over.
+fn tcp4_partial(payload: usize, seq: u32) -> Vec<u8> {
+    let mut f = vec![0u8; 14 + 20 + 20 + payload];
+    f[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
+    f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+    f[12..14].copy_from_slice(&[0x08, 0x00]);
+    let ip = &mut f[14..34];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&((20 + 20 + payload) as u16).to_be_bytes());
+    ip[4..6].copy_from_slice(&7u16.to_be_bytes());
+    ip[8] = 64;
+    ip[9] = 6;
+    ip[12..16].copy_from_slice(&[10, 0, 0, 1]);
+    ip[16..20].copy_from_slice(&[10, 0, 0, 2]);
+    let c = !fold(ones_sum(ip, 0));
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    let tcp = &mut f[34..54];
+    tcp[0..2].copy_from_slice(&1234u16.to_be_bytes());
+    tcp[2..4].copy_from_slice(&80u16.to_be_bytes());
+    tcp[4..8].copy_from_slice(&seq.to_be_bytes());
+    tcp[12] = 5 << 4;
+    tcp[13] = 0x18; // PSH ACK
+    tcp[14..16].copy_from_slice(&1000u16.to_be_bytes());
+    for (i, b) in f[54..].iter_mut().enumerate() {
+        *b = (i * 7 + 3) as u8;
+    }
+    let pseudo = fold(ones_sum(
+        &[10, 0, 0, 1, 10, 0, 0, 2, 0, 6],
+        (20 + payload) as u32,
+    ));
+    f[50..52].copy_from_slice(&pseudo.to_be_bytes());
+    f
+}
+
+/// True when the TCP/IPv4 checksum of an Ethernet frame verifies.
+fn tcp4_verifies(f: &[u8]) -> bool {
+    let tcp_len = u16::from_be_bytes([f[16], f[17]]) as usize - 20;
+    let mut pseudo = Vec::from(&f[26..34]);
+    pseudo.extend_from_slice(&[0, 6]);
+    pseudo.extend_from_slice(&(tcp_len as u16).to_be_bytes());
+    fold(ones_sum(&f[34..34 + tcp_len], ones_sum(&pseudo, 0))) == 0xffff
+}
+
+#[test]
+fn too_big_frames_are_counted_never_sent_and_counts_add_up() {
+    let (d, input, sent, _) = start_mem("delay 1ms", |_| {}, |_| {});
+    let t = now_ns();
+    for i in 0..30u32 {
+        let mut f = frame(i);
+        f.resize(if i % 3 == 0 { 1515 } else { 1514 }, 0);
+        input.send((t, f).into()).unwrap();
+    }
+    let stats = settle(&d, 30);
+    let stats_final = d.stop();
+    assert_eq!(stats.fates.get(Fate::TooBig), 10, "{:?}", stats.fates);
+    assert_eq!(stats_final.fates.get(Fate::Delivered), 20);
+    assert!(sent.lock().unwrap().iter().all(|(_, f)| f.len() == 1514));
+    assert!(stats_final.adds_up(), "{stats_final:?}");
+}
+
+#[test]
+fn frames_the_kernel_refuses_move_from_delivered_to_tx_error() {
+    let (d, input, sent, drops) =
+        start_mem("delay 1ms", |_| {}, |tx| tx.refuse = |f| f[3] % 4 == 0);
+    drops.store(17, Ordering::Relaxed);
+    let t = now_ns();
+    for i in 0..40u32 {
+        input.send((t, frame(i)).into()).unwrap();
+    }
+    let _ = settle(&d, 40);
+    // The output stage publishes its counts when it has time to spare.
+    std::thread::sleep(Duration::from_millis(150));
+    let stats = d.stop();
+    assert_eq!(stats.received, 40);
+    assert_eq!(stats.fates.get(Fate::TxError), 10, "{:?}", stats.fates);
+    assert_eq!(stats.fates.get(Fate::Delivered), 30);
+    assert_eq!(sent.lock().unwrap().len(), 30);
+    assert_eq!(stats.rx_kernel_drops, 17);
+    assert!(stats.adds_up(), "{stats:?}");
+}
+
+#[test]
+fn a_super_frame_is_cut_before_the_model_and_each_wire_frame_counted() {
+    // 10 × 1000 payload bytes at MSS 1000, one frame of 1514 bytes too big without
+    // segmentation metadata, and one frame with only its checksum left to finish.
+    let (d, input, sent, _) = start_mem("rate 10mbit", |_| {}, |_| {});
+    let t = now_ns();
+    let csum = Some(CsumPartial {
+        start: 34,
+        offset: 16,
+    });
+    input
+        .send(MemFrame {
+            ts_ns: t,
+            data: tcp4_partial(10_000, 1_000_000),
+            offload: Offload {
+                csum,
+                gso: Some(Gso {
+                    kind: GsoKind::TcpV4,
+                    size: 1000,
+                }),
+            },
+        })
+        .unwrap();
+    input.send((t, tcp4_partial(3000, 5)).into()).unwrap();
+    input
+        .send(MemFrame {
+            ts_ns: t,
+            data: tcp4_partial(200, 9),
+            offload: Offload { csum, gso: None },
+        })
+        .unwrap();
+    wait_for(&sent, 11, Duration::from_secs(5));
+    let stats = settle(&d, 3);
+    let stats = if stats.in_flight == 0 {
+        std::thread::sleep(Duration::from_millis(150));
+        d.stop()
+    } else {
+        stats
+    };
+    let sent = sent.lock().unwrap();
+    assert_eq!(stats.received, 3);
+    assert_eq!(stats.segmented, 9);
+    assert_eq!(stats.fates.get(Fate::TooBig), 1);
+    assert_eq!(stats.fates.get(Fate::Delivered), 11, "{:?}", stats.fates);
+    assert!(stats.adds_up(), "{stats:?}");
+    assert_eq!(sent.len(), 11);
+    let mut payload = Vec::new();
+    for (k, (_, f)) in sent[..10].iter().enumerate() {
+        assert_eq!(f.len(), 14 + 40 + 1000, "segment {k}");
+        assert!(tcp4_verifies(f), "segment {k} checksum");
+        let seq = u32::from_be_bytes([f[38], f[39], f[40], f[41]]);
+        assert_eq!(seq, 1_000_000 + 1000 * k as u32);
+        payload.extend_from_slice(&f[54..]);
+    }
+    assert_eq!(payload, tcp4_partial(10_000, 0)[54..]);
+    // The rate applies per wire frame: 10 frames of 1054 bytes (+ overhead) at
+    // 10 Mbit/s leave about 0.85 ms apart, not all at once.
+    let spread = sent[9].0 - sent[0].0;
+    assert!(spread >= 9 * 800_000, "segments spread over {spread} ns");
+    assert!(tcp4_verifies(&sent[10].1), "checksum finished in place");
+}
+
+#[test]
+fn an_output_stage_behind_by_max_lag_sheds_load_at_the_input() {
+    let spec = LinkSpec::parse("delay 1ms").unwrap();
+    let mut opts = DirectionOptions::new("a->b", spec.link, 1, 0);
+    opts.max_lag_ns = Some(500_000);
+    let (tx_in, rx_in) = channel();
+    let (tx, sent) = MemoryTx::new();
+    let d = Direction::start(opts, Box::new(MemoryRx::new(rx_in)), Box::new(SlowTx(tx))).unwrap();
+    let t0 = now_ns();
+    let n = 3000u32;
+    for i in 0..n {
+        // 20 kpps for 150 ms, far beyond what a 3 ms flush lets out.
+        let t = t0 + i as u64 * 50_000;
+        while now_ns() < t {
+            std::thread::sleep(Duration::from_micros(20));
+        }
+        tx_in.send((t, frame(i))).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let stats = d.stop();
+    let (late, shed) = (
+        stats.fates.get(Fate::Late),
+        stats.fates.get(Fate::Backpressure),
+    );
+    assert!(shed > 0, "the input stage shed nothing: {:?}", stats.fates);
+    assert_eq!(
+        sent.lock().unwrap().len() as u64,
+        stats.fates.get(Fate::Delivered)
+    );
+    assert!(stats.adds_up(), "{stats:?}");
+    assert!(
+        stats.lateness.max() <= 500_000 + 10_000,
+        "sent later than max-lag: {} (late {late})",
+        stats.lateness.max()
+    );
+}

@@ -70,6 +70,53 @@ pub struct Offload {
     pub gso: Option<Gso>,
 }
 
+/// `struct virtio_net_hdr` (virtio 1.x §5.1.6, Linux `include/uapi/linux/virtio_net.h`),
+/// as AF_PACKET with `PACKET_VNET_HDR` puts it before each frame: 10 bytes, the
+/// 16-bit fields in host byte order (virtio legacy, which is what the kernel
+/// uses for packet sockets).
+pub const VIRTIO_NET_HDR_BYTES: usize = 10;
+
+const VIRTIO_NET_HDR_F_NEEDS_CSUM: u8 = 1;
+const VIRTIO_NET_HDR_GSO_NONE: u8 = 0;
+const VIRTIO_NET_HDR_GSO_TCPV4: u8 = 1;
+const VIRTIO_NET_HDR_GSO_TCPV6: u8 = 4;
+const VIRTIO_NET_HDR_GSO_UDP_L4: u8 = 5;
+/// Set with TCP GSO when the super-frame carries CWR; segmentation keeps CWR
+/// on the first segment only either way.
+const VIRTIO_NET_HDR_GSO_ECN: u8 = 0x80;
+
+impl Offload {
+    /// Reads the offload metadata of a `virtio_net_hdr` (see
+    /// [`VIRTIO_NET_HDR_BYTES`]): `flags` bit NEEDS_CSUM gives [`CsumPartial`]
+    /// from `csum_start`/`csum_offset`; `gso_type` TCPV4, TCPV6 and UDP_L4 give
+    /// [`Gso`] with `gso_size`. DATA_VALID and `hdr_len` need nothing. UFO
+    /// (`gso_type` 3, IP fragmentation of UDP) and unknown types are errors.
+    pub fn from_virtio_net_hdr(hdr: [u8; VIRTIO_NET_HDR_BYTES]) -> Result<Offload, WireError> {
+        let field = |i: usize| u16::from_ne_bytes([hdr[i], hdr[i + 1]]);
+        let (flags, gso_type) = (hdr[0], hdr[1]);
+        let (gso_size, csum_start, csum_offset) = (field(4), field(6), field(8));
+        let csum = (flags & VIRTIO_NET_HDR_F_NEEDS_CSUM != 0).then_some(CsumPartial {
+            start: csum_start,
+            offset: csum_offset,
+        });
+        let kind = match gso_type & !VIRTIO_NET_HDR_GSO_ECN {
+            VIRTIO_NET_HDR_GSO_NONE => None,
+            VIRTIO_NET_HDR_GSO_TCPV4 => Some(GsoKind::TcpV4),
+            VIRTIO_NET_HDR_GSO_TCPV6 => Some(GsoKind::TcpV6),
+            VIRTIO_NET_HDR_GSO_UDP_L4 => Some(GsoKind::Udp),
+            // Includes VIRTIO_NET_HDR_GSO_UDP (UFO), which Linux no longer produces.
+            _ => return Err(WireError::UnsupportedGsoType { gso_type }),
+        };
+        Ok(Offload {
+            csum,
+            gso: kind.map(|kind| Gso {
+                kind,
+                size: gso_size,
+            }),
+        })
+    }
+}
+
 /// Where a partial checksum starts and where its field is (virtio-net
 /// `csum_start`, `csum_offset`): bytes from the frame start, and from `start`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,6 +180,8 @@ pub enum WireError {
     UnsupportedRoutingType { routing_type: u8 },
     #[error("segmentation offload says {kind:?} but the frame is {found}")]
     GsoKindMismatch { kind: GsoKind, found: &'static str },
+    #[error("virtio-net gso_type {gso_type:#04x} is not supported (only TCPv4, TCPv6 and UDP_L4)")]
+    UnsupportedGsoType { gso_type: u8 },
     #[error("segmentation offload with segment size 0")]
     ZeroGsoSize,
     #[error("{frame_bytes}-byte frame exceeds the {max_frame_bytes}-byte limit and is not a super-frame")]
@@ -151,3 +200,68 @@ pub enum WireError {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod virtio_tests {
+    use super::*;
+
+    fn hdr(flags: u8, gso_type: u8, gso_size: u16, start: u16, offset: u16) -> [u8; 10] {
+        let mut h = [0u8; 10];
+        h[0] = flags;
+        h[1] = gso_type;
+        h[2..4].copy_from_slice(&66u16.to_ne_bytes());
+        h[4..6].copy_from_slice(&gso_size.to_ne_bytes());
+        h[6..8].copy_from_slice(&start.to_ne_bytes());
+        h[8..10].copy_from_slice(&offset.to_ne_bytes());
+        h
+    }
+
+    #[test]
+    fn virtio_net_hdr_fields_are_read() {
+        assert_eq!(
+            Offload::from_virtio_net_hdr([0; 10]),
+            Ok(Offload::default())
+        );
+        // DATA_VALID only: nothing to do.
+        assert_eq!(
+            Offload::from_virtio_net_hdr(hdr(2, 0, 0, 34, 16)),
+            Ok(Offload::default())
+        );
+        let tso = Offload::from_virtio_net_hdr(hdr(1, 1 | 0x80, 1448, 34, 16)).unwrap();
+        assert_eq!(
+            tso.csum,
+            Some(CsumPartial {
+                start: 34,
+                offset: 16
+            })
+        );
+        assert_eq!(
+            tso.gso,
+            Some(Gso {
+                kind: GsoKind::TcpV4,
+                size: 1448
+            })
+        );
+        let tso6 = Offload::from_virtio_net_hdr(hdr(1, 4, 1428, 54, 16)).unwrap();
+        assert_eq!(
+            tso6.gso,
+            Some(Gso {
+                kind: GsoKind::TcpV6,
+                size: 1428
+            })
+        );
+        let uso = Offload::from_virtio_net_hdr(hdr(1, 5, 1200, 34, 6)).unwrap();
+        assert_eq!(
+            uso.gso,
+            Some(Gso {
+                kind: GsoKind::Udp,
+                size: 1200
+            })
+        );
+        assert_eq!(
+            Offload::from_virtio_net_hdr(hdr(1, 3, 1200, 34, 6)),
+            Err(WireError::UnsupportedGsoType { gso_type: 3 })
+        );
+        assert!(Offload::from_virtio_net_hdr(hdr(0, 9, 0, 0, 0)).is_err());
+    }
+}

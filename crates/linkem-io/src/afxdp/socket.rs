@@ -203,40 +203,7 @@ fn map_rings(
     spec: &SocketSpec,
 ) -> Result<(libc::xdp_mmap_offsets, Vec<Mmap>), IoError> {
     let sys = |call: &'static str, e: io::Error| sys_error(call, ifname, e, None);
-    let mut sizes = vec![
-        (
-            libc::XDP_UMEM_FILL_RING,
-            spec.fill_entries(),
-            "setsockopt(XDP_UMEM_FILL_RING)",
-        ),
-        (
-            libc::XDP_UMEM_COMPLETION_RING,
-            spec.comp_entries(),
-            "setsockopt(XDP_UMEM_COMPLETION_RING)",
-        ),
-        (libc::XDP_RX_RING, spec.rx_frames, "setsockopt(XDP_RX_RING)"),
-    ];
-    if spec.tx_frames > 0 {
-        sizes.push((
-            libc::XDP_TX_RING,
-            spec.tx_entries(),
-            "setsockopt(XDP_TX_RING)",
-        ));
-    }
-    for (opt, size, name) in sizes {
-        setsockopt(fd, opt, &(size as libc::c_int)).map_err(|e| sys(name, e))?;
-    }
-    // Safety: xdp_mmap_offsets is plain data; the kernel overwrites it.
-    let mut off: libc::xdp_mmap_offsets = unsafe { zeroed() };
-    let got = getsockopt(fd.as_raw_fd(), libc::XDP_MMAP_OFFSETS, &mut off)
-        .map_err(|e| sys("getsockopt(XDP_MMAP_OFFSETS)", e))?;
-    if got != size_of::<libc::xdp_mmap_offsets>() {
-        let e = io::Error::new(
-            io::ErrorKind::Unsupported,
-            "kernel before 5.4 (no ring flags)",
-        );
-        return Err(sys("getsockopt(XDP_MMAP_OFFSETS)", e));
-    }
+    let off = size_rings(ifname, fd, spec)?;
     let desc = size_of::<libc::xdp_desc>();
     let mut rings = vec![
         (
@@ -289,6 +256,50 @@ fn map_rings(
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok((off, maps))
+}
+
+/// Sets the ring sizes and reads where the kernel put each ring.
+fn size_rings(
+    ifname: &str,
+    fd: &OwnedFd,
+    spec: &SocketSpec,
+) -> Result<libc::xdp_mmap_offsets, IoError> {
+    let sys = |call: &'static str, e: io::Error| sys_error(call, ifname, e, None);
+    let mut sizes = vec![
+        (
+            libc::XDP_UMEM_FILL_RING,
+            spec.fill_entries(),
+            "setsockopt(XDP_UMEM_FILL_RING)",
+        ),
+        (
+            libc::XDP_UMEM_COMPLETION_RING,
+            spec.comp_entries(),
+            "setsockopt(XDP_UMEM_COMPLETION_RING)",
+        ),
+        (libc::XDP_RX_RING, spec.rx_frames, "setsockopt(XDP_RX_RING)"),
+    ];
+    if spec.tx_frames > 0 {
+        sizes.push((
+            libc::XDP_TX_RING,
+            spec.tx_entries(),
+            "setsockopt(XDP_TX_RING)",
+        ));
+    }
+    for (opt, size, name) in sizes {
+        setsockopt(fd, opt, &(size as libc::c_int)).map_err(|e| sys(name, e))?;
+    }
+    // Safety: xdp_mmap_offsets is plain data; the kernel overwrites it.
+    let mut off: libc::xdp_mmap_offsets = unsafe { zeroed() };
+    let got = getsockopt(fd.as_raw_fd(), libc::XDP_MMAP_OFFSETS, &mut off)
+        .map_err(|e| sys("getsockopt(XDP_MMAP_OFFSETS)", e))?;
+    if got != size_of::<libc::xdp_mmap_offsets>() {
+        let e = io::Error::new(
+            io::ErrorKind::Unsupported,
+            "kernel before 5.4 (no ring flags)",
+        );
+        return Err(sys("getsockopt(XDP_MMAP_OFFSETS)", e));
+    }
+    Ok(off)
 }
 
 fn bind(ifname: &str, fd: &OwnedFd, spec: &SocketSpec) -> Result<(), CreateError> {

@@ -155,9 +155,14 @@ pub(super) fn input_stage(
                 link.reconfigure(at_ns, cfg);
             }
         }
-        // Read once per batch: a frame arriving while the output stage is more
-        // than max-lag behind would only wait in the line to be dropped late.
-        let shed = control.output_behind.load(Ordering::Relaxed);
+        // Once per batch: while the output stage is more than max-lag behind
+        // (stuck on frames due that long ago), new frames would only fill the
+        // line to be dropped late, and copying them costs the machine the time
+        // it lacks. Counted as backpressure: the emulator, not the link, had no
+        // room for them.
+        let now = clock::now_ns();
+        let behind_ns = now.saturating_sub(control.output_at_ns.load(Ordering::Relaxed));
+        let shed = opts.max_lag_ns.is_some_and(|m| behind_ns > m);
         let mut pushed = false;
         let result = rx.rx_batch(opts.batch, &mut |frame| {
             c.received += 1;
@@ -214,7 +219,6 @@ pub(super) fn input_stage(
                 }
             }
         });
-        let now = clock::now_ns();
         if now.wrapping_sub(drops_read_ns) > KERNEL_DROPS_EVERY_NS {
             drops_read_ns = now;
             c.kernel_drops = rx.rx_kernel_drops();

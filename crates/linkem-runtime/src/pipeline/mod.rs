@@ -12,8 +12,9 @@
 //!
 //! The model runs on the input thread only; the output thread only waits and
 //! sends. Neither blocks the other: the only shared state is the delay line's two
-//! counters, two flags (an idle output thread to wake; an output stage more
-//! than max-lag behind, so the input stage sheds load), and the statistics,
+//! counters, a flag for waking an idle output thread, the release time the
+//! output stage has caught up to (so the input stage sheds load when it is more
+//! than max-lag behind), and the statistics,
 //! which the input side publishes under a lock once per batch, the output side
 //! every 50 ms when it has time to spare.
 //!
@@ -50,7 +51,7 @@ use crate::delay_line::delay_line;
 use crate::port::{RxPort, TxPort};
 use hdrhistogram::Histogram;
 use linkem_core::{Fate, FateCounts, LinkConfig};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -79,9 +80,11 @@ struct Control {
     pending: Mutex<Option<(u64, LinkConfig)>>,
     has_pending: AtomicBool,
     output_parked: AtomicBool,
-    /// The output stage is handling frames more than max-lag after their
-    /// release: the input stage stores nothing until it has caught up.
-    output_behind: AtomicBool,
+    /// The release time up to which the output stage has caught up: of the
+    /// frame it handles or waits for, or `u64::MAX` when the line is empty.
+    /// `now − this` is how far behind it is; beyond max-lag the input stage
+    /// stores nothing (see [`input`]).
+    output_at_ns: AtomicU64,
     input: Mutex<InputShared>,
     output: Mutex<OutputShared>,
     huge_pages: bool,
@@ -101,7 +104,7 @@ impl Control {
             pending: Mutex::new(None),
             has_pending: AtomicBool::new(false),
             output_parked: AtomicBool::new(false),
-            output_behind: AtomicBool::new(false),
+            output_at_ns: AtomicU64::new(u64::MAX),
             input: Mutex::new(InputShared::default()),
             output: Mutex::new(OutputShared {
                 sent: 0,

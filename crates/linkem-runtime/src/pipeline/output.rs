@@ -1,7 +1,7 @@
 //! The output stage: waits for each frame's release time and hands it to the
 //! send port, or drops it as `late` when it is more than max-lag behind; tells
-//! the input stage when it is that far behind, so that no backlog builds up in
-//! the delay line.
+//! the input stage how far it has got (the release time it handles or waits
+//! for), so that no backlog builds up in the delay line.
 
 use super::options::lateness_histogram;
 use super::wait::{Realtime, SpinBudget, WakeEstimate, BEHIND_NS, MIN_SPIN_NS};
@@ -59,9 +59,6 @@ pub(super) struct OutputState {
     wakeups: u64,
     queued: bool,
     max_lag_ns: Option<u64>,
-    /// Whether the last frame handled was more than max-lag late (mirrors
-    /// `Control::output_behind`, written only when it changes).
-    behind: bool,
 }
 
 impl OutputState {
@@ -76,30 +73,13 @@ impl OutputState {
             wakeups: 0,
             queued: false,
             max_lag_ns,
-            behind: false,
-        }
-    }
-
-    fn set_behind(&mut self, control: &Control, behind: bool) {
-        if behind != self.behind {
-            self.behind = behind;
-            control.output_behind.store(behind, Ordering::Relaxed);
         }
     }
 
     /// Sends (or drops as late) one frame due now; an error stops the stage.
-    fn send(
-        &mut self,
-        control: &Control,
-        now: u64,
-        release_ns: u64,
-        frame: &[u8],
-        copy: bool,
-    ) -> Result<(), String> {
+    fn send(&mut self, now: u64, release_ns: u64, frame: &[u8], copy: bool) -> Result<(), String> {
         let lateness = now.saturating_sub(release_ns);
-        let too_late = self.max_lag_ns.is_some_and(|m| lateness > m);
-        self.set_behind(control, too_late);
-        if too_late {
+        if self.max_lag_ns.is_some_and(|m| lateness > m) {
             if !copy {
                 self.local_late += 1;
             }
@@ -244,6 +224,10 @@ pub(super) fn output_stage(
     let spin_ns = cfg.spin_ns;
     while !control.stop.load(Ordering::Acquire) {
         let next = src.next_release();
+        // One relaxed store per frame; the input stage reads it once per batch.
+        control
+            .output_at_ns
+            .store(next.unwrap_or(u64::MAX), Ordering::Relaxed);
         let now = clock::now_ns();
         // Merging the histogram costs microseconds: do it when the next packet
         // is not due soon, or at the latest every PUBLISH_MAX_NS under
@@ -255,7 +239,6 @@ pub(super) fn output_stage(
             st.publish(&control);
         }
         let Some(release_ns) = next else {
-            st.set_behind(&control, false);
             if let Err(e) = st.flush() {
                 control.fail(e);
                 break;
@@ -276,7 +259,6 @@ pub(super) fn output_stage(
             continue;
         };
         if release_ns > now {
-            st.set_behind(&control, false);
             // Hand over what is queued before waiting, so it is not held back.
             if let Err(e) = st.flush() {
                 control.fail(e);
@@ -301,13 +283,13 @@ pub(super) fn output_stage(
                 rt.behind();
             }
         }
-        if let Err(e) = src.take(|r, frame, copy| st.send(&control, now, r, frame, copy)) {
+        if let Err(e) = src.take(|r, frame, copy| st.send(now, r, frame, copy)) {
             control.fail(e);
             break;
         }
     }
     let _ = st.flush();
-    st.set_behind(&control, false);
+    control.output_at_ns.store(u64::MAX, Ordering::Relaxed);
     st.publish(&control);
 }
 
