@@ -20,8 +20,13 @@ SECS=${1:-6}
 [ "$(id -u)" = 0 ] || { echo "bench-bridge: needs root"; exit 1; }
 . scripts/topology.sh
 need_packages ip:iproute2 ethtool:ethtool trafgen:netsniff-ng python3:python3
-cargo build --release -q -p linkem
-LINKEM=$PWD/target/release/linkem
+# LINKEM=path runs that binary instead of building one (e.g. to compare two
+# builds in one session); BACKENDS limits the backends measured.
+if [ -z "${LINKEM:-}" ]; then
+  cargo build --release -q -p linkem
+  LINKEM=$PWD/target/release/linkem
+fi
+BACKENDS=${BACKENDS:-packet xdp}
 P=lkbb$$
 out=$(mktemp -d)
 cleanup() {
@@ -94,8 +99,8 @@ if d.get("directions"):
     proc = "%.0f" % (ab["received"] / d["elapsed_s"])
     f = ab["fates"]
     l = ab["lateness_ns"]
-    extra = "loss %d queue-full %d backpressure %d | lateness p50 %.1f us p99 %.1f us p99.9 %.1f us max %.1f us" % (
-        f["loss"], f["queue-full"], f["backpressure"], l["p50"] / 1e3, l["p99"] / 1e3, l["p99.9"] / 1e3, l["max"] / 1e3)
+    extra = "loss %d queue-full %d backpressure %d late %d | lateness p50 %.1f us p99 %.1f us p99.9 %.1f us max %.1f us" % (
+        f["loss"], f["queue-full"], f["backpressure"], f.get("late", 0), l["p50"] / 1e3, l["p99"] / 1e3, l["p99.9"] / 1e3, l["max"] / 1e3)
 print("| %-44s | %9.0f | %9s | %9.0f | %s |" % (label, off, proc, dlv, extra))
 open(path + ".delivered", "w").write("%.0f" % dlv)
 EOF
@@ -109,7 +114,7 @@ ip link set "${P}ea" master "${P}br"; ip link set "${P}eb" master "${P}br"
 ip link set "${P}br" up
 run "Linux bridge" max -- none
 ip link del "${P}br"
-for be in packet xdp; do
+for be in $BACKENDS; do
   run "$be: plain forwarder (--forward-only)" max -- \
     "$LINKEM" bridge "${P}ea" "${P}eb" --backend "$be" --forward-only --stats json ${LINKEM_ARGS:-}
   cp "$out/stats.json.delivered" "$out/forwarder.delivered"

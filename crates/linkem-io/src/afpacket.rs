@@ -31,9 +31,14 @@
 //!
 //! Checksums and offloads: a frame received from a veth whose sender has checksum offload
 //! on may carry an unfinished (partial) TCP/UDP checksum, and with segmentation offload on
-//! it may be a 64 KiB super-frame (truncated here, see [`RxFrame::orig_len`]). The
-//! [`crate::netns`] harness turns these offloads off on the hosts' ends; on real setups do
-//! the same with `ethtool -K IF tx off tso off gso off gro off`.
+//! (or GRO on this interface) it may be a 64 KiB super-frame. With
+//! [`AfPacketConfig::offload`] (the default) the socket asks for the virtio-net header
+//! (`PACKET_VNET_HDR`), which the kernel writes just before the frame in the ring slot (at
+//! `tp_mac - 10` with TPACKET_V2, checked on Linux 6.18), and [`RxFrame::offload`] says
+//! what is left to do; a frame longer than a slot is marked `TP_STATUS_COPY` in the ring
+//! and queued whole on the socket (`PACKET_COPY_THRESH`), where [`AfPacket::rx_batch`]
+//! reads it, so the ring stays sized for the MTU. The same socket then sends with a
+//! (zeroed) virtio-net header before every frame, as the kernel expects.
 
 use linkem_core::wire::{CsumPartial, Gso, GsoKind, Offload};
 use std::ffi::CString;

@@ -389,9 +389,11 @@ fn a_super_frame_is_cut_before_the_model_and_each_wire_frame_counted() {
     }
     assert_eq!(payload, tcp4_partial(10_000, 0)[54..]);
     // The rate applies per wire frame: 10 frames of 1054 bytes (+ overhead) at
-    // 10 Mbit/s leave about 0.85 ms apart, not all at once.
+    // 10 Mbit/s are released about 0.85 ms apart (7.6 ms in all), not at once; a
+    // descheduled output thread on a loaded machine may send two together, so
+    // only half of that is required.
     let spread = sent[9].0 - sent[0].0;
-    assert!(spread >= 9 * 800_000, "segments spread over {spread} ns");
+    assert!(spread >= 9 * 400_000, "segments spread over {spread} ns");
     assert!(tcp4_verifies(&sent[10].1), "checksum finished in place");
 }
 

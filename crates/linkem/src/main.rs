@@ -116,7 +116,10 @@ enum Command {
         #[arg(long, default_value_t = 32)]
         batch: usize,
         /// Which stages run under SCHED_FIFO: 'out' (default) lets the output stages
-        /// wake at release times even when traffic generators load the same cores.
+        /// wake at release times, and the input stages take frames in, at once even when
+        /// traffic generators load the same cores (a stage busy for 1 ms without a pause
+        /// returns to ordinary scheduling until it next waits); 'all' keeps the input
+        /// stages real-time even when busy.
         #[arg(long, value_enum, default_value = "out")]
         realtime: bridge::Realtime,
         /// Stop after SECONDS (default: run until SIGINT or SIGTERM).

@@ -16,11 +16,12 @@
 //! never truncated and never reaches the model, as a real link would never have
 //! carried it.
 
+use super::wait::Realtime;
 use super::{Control, DirectionOptions};
 use crate::clock;
 use crate::delay_line::Producer;
 use crate::port::{RxFrame, RxPort};
-use linkem_core::wire::{complete_checksum, segment, CsumPartial};
+use linkem_core::wire::{complete_checksum, segment, CsumPartial, WireError};
 use linkem_core::{Fate, Link, PacketMeta};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -38,6 +39,9 @@ pub(super) struct Cut {
     /// The frame (or what remained of it after `wire_frames` segments) could
     /// not be sent whole: one `too-big`.
     pub too_big: bool,
+    /// Why a super-frame could not be cut, if it could not (it was then sent as
+    /// it came when it fit, else counted too big).
+    pub uncut: Option<WireError>,
 }
 
 impl Cut {
@@ -61,6 +65,7 @@ pub(super) fn cut(
         return Cut {
             wire_frames: 0,
             too_big: true,
+            uncut: None,
         };
     }
     if frame.offload.gso.is_some() {
@@ -69,36 +74,42 @@ pub(super) fn cut(
             emitted += 1;
             emit(seg, None)
         });
-        return match result {
-            Ok(_) if emitted > 0 => Cut {
+        let uncut = result.err();
+        if uncut.is_none() && emitted > 0 {
+            return Cut {
                 wire_frames: emitted,
                 too_big: false,
-            },
-            // Metadata that does not fit the frame: a frame that fits is sent as
-            // it came (a cable would carry it too); one that does not is too big.
-            _ if emitted == 0 && data.len() <= max_frame_bytes => {
-                emit(data, frame.offload.csum);
-                Cut {
-                    wire_frames: 1,
-                    too_big: false,
-                }
-            }
-            _ => Cut {
-                wire_frames: emitted,
-                too_big: true,
-            },
+                uncut,
+            };
+        }
+        // Metadata that does not fit the frame: a frame that fits is sent as it
+        // came (a cable would carry it too); one that does not is too big.
+        if emitted == 0 && data.len() <= max_frame_bytes {
+            emit(data, frame.offload.csum);
+            return Cut {
+                wire_frames: 1,
+                too_big: false,
+                uncut,
+            };
+        }
+        return Cut {
+            wire_frames: emitted,
+            too_big: true,
+            uncut,
         };
     }
     if data.len() > max_frame_bytes {
         return Cut {
             wire_frames: 0,
             too_big: true,
+            uncut: None,
         };
     }
     emit(data, frame.offload.csum);
     Cut {
         wire_frames: 1,
         too_big: false,
+        uncut: None,
     }
 }
 
@@ -114,17 +125,32 @@ struct InputCounts {
     kernel_drops: u64,
 }
 
+/// What the input stage reads from and writes to.
+pub(super) struct Ports {
+    pub rx: Box<dyn RxPort>,
+    pub producer: Producer,
+    /// The egress port's largest frame.
+    pub max_frame_bytes: usize,
+    /// The output thread, to wake when it is parked.
+    pub output: std::thread::Thread,
+}
+
 pub(super) fn input_stage(
     control: Arc<Control>,
     opts: DirectionOptions,
-    max_frame_bytes: usize,
-    mut producer: Producer,
-    mut rx: Box<dyn RxPort>,
-    output: std::thread::Thread,
+    ports: Ports,
+    mut realtime: Option<Realtime>,
 ) {
+    let Ports {
+        mut rx,
+        mut producer,
+        max_frame_bytes,
+        output,
+    } = ports;
     let mut link = Link::new(opts.link, opts.seed, opts.direction);
     let mut c = InputCounts::default();
     let mut warned_too_big = false;
+    let mut warned_uncut = false;
     let publish = |link: &Link, c: &InputCounts| {
         let mut shared = control.input.lock().expect("the lock holders never panic");
         let mut counts = *link.counts();
@@ -205,6 +231,20 @@ pub(super) fn input_stage(
                 }
             });
             c.segmented += cut.segmented();
+            if let (Some(e), false) = (&cut.uncut, warned_uncut) {
+                warned_uncut = true;
+                eprintln!(
+                    "linkem: {}: a super-frame the sender left to segment could not be cut \
+                     ({e}); it is {} (warned once; turn segmentation offload off on the \
+                     sending host for such traffic: ethtool -K DEV tso off gso off)",
+                    opts.name,
+                    if cut.too_big {
+                        "counted too-big"
+                    } else {
+                        "sent as it came"
+                    }
+                );
+            }
             if cut.too_big {
                 c.too_big += 1;
                 if !warned_too_big {
@@ -226,13 +266,23 @@ pub(super) fn input_stage(
         match result {
             Ok(0) => {
                 publish(&link, &c);
+                if let Some(rt) = realtime.as_mut() {
+                    // Failing to return to SCHED_FIFO costs precision, not packets.
+                    let _ = rt.wait_mode();
+                }
                 if let Err(e) = rx.wait_rx(IDLE_WAIT_NS) {
                     control.fail(format!("receive: {e}"));
                     break;
                 }
                 c.wakeups += 1;
             }
-            Ok(_) => {
+            Ok(n) => {
+                if n == opts.batch {
+                    // A full batch: frames are waiting; busy for long, it leaves SCHED_FIFO.
+                    if let Some(rt) = realtime.as_mut() {
+                        rt.busy(now);
+                    }
+                }
                 if pushed && control.output_parked.load(Ordering::Acquire) {
                     output.unpark();
                 }

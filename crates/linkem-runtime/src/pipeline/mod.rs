@@ -167,12 +167,25 @@ impl Direction {
             std::thread::Builder::new()
                 .name(format!("linkem-in-{}", opts.name))
                 .spawn(move || {
-                    if let (Some(p), true) = (opts.realtime_priority, opts.realtime_input) {
-                        if let Err(e) = set_realtime(p) {
-                            control.fail(format!("input stage: {e}"));
+                    // `realtime_input`: SCHED_FIFO throughout; otherwise (with a
+                    // priority) only while waiting for frames, see wait::Realtime.
+                    let mut realtime = None;
+                    match (opts.realtime_priority, opts.realtime_input) {
+                        (Some(p), true) => {
+                            if let Err(e) = set_realtime(p) {
+                                control.fail(format!("input stage: {e}"));
+                            }
                         }
+                        (Some(p), false) => realtime = Some(wait::Realtime::new(p)),
+                        (None, _) => {}
                     }
-                    input::input_stage(control, opts, max_frame_bytes, producer, rx, out_thread)
+                    let ports = input::Ports {
+                        rx,
+                        producer,
+                        max_frame_bytes,
+                        output: out_thread,
+                    };
+                    input::input_stage(control, opts, ports, realtime)
                 })
                 .map_err(|e| format!("cannot start the input thread: {e}"))?
         };

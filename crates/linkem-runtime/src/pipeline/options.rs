@@ -37,12 +37,17 @@ pub struct DirectionOptions {
     /// time (`None`: never; default [`DEFAULT_MAX_LAG_NS`]).
     pub max_lag_ns: Option<u64>,
     pub batch: usize,
-    /// Run the output stage (and, with `realtime_input`, the input stage) under
-    /// SCHED_FIFO at this priority. A woken real-time thread preempts ordinary
-    /// ones at once; without it, on a busy machine (traffic generators on the
-    /// same cores) a timed wake-up waits for the next scheduler tick, a
-    /// millisecond or more, which is what every packet's lateness then shows.
+    /// Run the stages under SCHED_FIFO at this priority while they wait (the
+    /// output stage for release times, the input stage for frames) and through
+    /// short bursts; a stage continuously busy for a millisecond returns to
+    /// ordinary scheduling until it next waits (see `wait::Realtime`). A woken
+    /// real-time thread preempts ordinary ones at once; without it, on a busy
+    /// machine (traffic generators on the same cores) a wake-up waits for its
+    /// turn, a millisecond or more, which is what every packet's lateness then
+    /// shows (the output stage's directly; the input stage's whenever the delay
+    /// is shorter than that wait).
     pub realtime_priority: Option<i32>,
+    /// The input stage stays under SCHED_FIFO even when busy (a dedicated machine).
     pub realtime_input: bool,
 }
 

@@ -280,7 +280,7 @@ pub(super) fn output_stage(
         }
         if now - release_ns > BEHIND_NS {
             if let Some(rt) = realtime.as_mut() {
-                rt.behind();
+                rt.busy(now);
             }
         }
         if let Err(e) = src.take(|r, frame, copy| st.send(now, r, frame, copy)) {

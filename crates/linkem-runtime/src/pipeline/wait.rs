@@ -95,18 +95,28 @@ fn set_policy(policy: libc::c_int, priority: i32) -> Result<(), std::io::Error> 
 /// A packet this late means the output stage is behind, not waiting: see [`Realtime`].
 pub(super) const BEHIND_NS: u64 = 200_000;
 
-/// SCHED_FIFO for a stage only while it waits.
+/// How long a stage must stay busy (behind, or with a full batch every time)
+/// before it leaves SCHED_FIFO: see [`Realtime`].
+pub(super) const SUSTAINED_BUSY_NS: u64 = 1_000_000;
+
+/// SCHED_FIFO for a stage only while it waits (and through short bursts).
 ///
-/// Real-time priority is what makes a timed wake-up punctual on a loaded
-/// machine, but a real-time thread that is behind (a backlog of due packets)
-/// never blocks, and starves the softirq and ksoftirqd work that delivers
-/// and receives the very packets it sends: on two cores the whole path then
-/// slows to a fraction of its rate. So the stage drops to ordinary scheduling
-/// when it finds itself behind and goes back to SCHED_FIFO when it next has
-/// to wait, at the cost of one system call per change.
+/// Real-time priority is what makes a wake-up punctual on a loaded machine
+/// (a woken SCHED_FIFO thread preempts ordinary ones at once, instead of
+/// waiting for its turn among them, which with a few busy tasks per core is
+/// milliseconds), but a real-time thread that is continuously busy (a backlog
+/// of due packets, or receive batches that are always full) never blocks, and
+/// starves the softirq and ksoftirqd work that delivers and receives the very
+/// packets it handles: on two cores the whole path then slows to a fraction of
+/// its rate. So a stage that has been busy without a pause for
+/// [`SUSTAINED_BUSY_NS`] drops to ordinary scheduling, and goes back to
+/// SCHED_FIFO when it next has to wait, at the cost of one system call per
+/// change. A short hiccup (a preemption, a burst) is caught up at real-time
+/// priority instead, which is what keeps the lateness tail short.
 pub(super) struct Realtime {
     priority: i32,
     on: bool,
+    busy_since_ns: Option<u64>,
 }
 
 impl Realtime {
@@ -114,10 +124,12 @@ impl Realtime {
         Realtime {
             priority,
             on: false,
+            busy_since_ns: None,
         }
     }
 
     pub fn wait_mode(&mut self) -> Result<(), String> {
+        self.busy_since_ns = None;
         if !self.on {
             set_realtime(self.priority)?;
             self.on = true;
@@ -125,8 +137,10 @@ impl Realtime {
         Ok(())
     }
 
-    pub fn behind(&mut self) {
-        if self.on && set_ordinary().is_ok() {
+    /// The stage found work waiting for it at `now_ns` (a late packet, a full batch).
+    pub fn busy(&mut self, now_ns: u64) {
+        let since = *self.busy_since_ns.get_or_insert(now_ns);
+        if self.on && now_ns.saturating_sub(since) >= SUSTAINED_BUSY_NS && set_ordinary().is_ok() {
             self.on = false;
         }
     }
