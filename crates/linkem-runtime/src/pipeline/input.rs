@@ -32,7 +32,7 @@ const IDLE_WAIT_NS: u64 = 10_000_000;
 pub(super) const KERNEL_DROPS_EVERY_NS: u64 = 100_000_000;
 
 /// What one received frame became.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Cut {
     /// Wire frames handed to `emit`.
     pub wire_frames: u64,
