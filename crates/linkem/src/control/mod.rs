@@ -226,10 +226,10 @@ impl Model {
                     zero = true;
                 }
                 Request::Rule(_) => return Err(Failure::Error(NO_RULE_SET.into())),
-                other => {
-                    return Err(Failure::Error(format!(
-                        "{other:?} is not a change (not allowed in a batch)"
-                    )))
+                _ => {
+                    return Err(Failure::Error(
+                        "only changes may be applied (not allowed in a batch)".into(),
+                    ))
                 }
             }
         }
@@ -351,11 +351,6 @@ pub fn looks_like_change(line: &str) -> bool {
                 | "commit"
         )
     )
-}
-
-/// Whether a parsed request is one the rules layer would serve.
-pub fn is_rule_request(r: &Request) -> bool {
-    matches!(r, Request::Rule(_))
 }
 
 /// Read-only rule requests (`pipe show`) are not audited.

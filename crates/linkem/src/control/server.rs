@@ -446,7 +446,7 @@ impl Session<'_> {
                 if let Some(b) = &mut self.batch {
                     b.failed.get_or_insert_with(|| format!("'{text}': {e}"));
                 }
-                return reply(stream, &e.reply(None).tap_id(id_of(text)));
+                return reply(stream, &with_id(e.reply(None), id_of(text)));
             }
         };
         let id = parsed.id.as_deref();
@@ -535,8 +535,8 @@ impl Session<'_> {
                 self.count(&Ok(0));
                 return self.watch(stream, *interval_ns, id, buf, stop);
             }
-            Request::Rule(r) if !is_audited(&request) => {
-                let _ = r;
+            // `pipe show` and the like: nothing to read without a rule set.
+            Request::Rule(_) if !is_audited(&request) => {
                 let f: Result<u64, Failure> = Err(Failure::Error(linkem_ctl::NO_RULE_SET.into()));
                 self.count(&f);
                 return reply(
@@ -658,16 +658,6 @@ fn id_of(text: &str) -> Option<&str> {
             linkem_ctl::parse_line(&format!("@{id} ping"), &mut linkem_core::config::no_files)
                 .is_ok()
         })
-}
-
-trait TapId {
-    fn tap_id(self, id: Option<&str>) -> serde_json::Value;
-}
-
-impl TapId for serde_json::Value {
-    fn tap_id(self, id: Option<&str>) -> serde_json::Value {
-        with_id(self, id)
-    }
 }
 
 fn with_id(mut v: serde_json::Value, id: Option<&str>) -> serde_json::Value {
