@@ -77,7 +77,7 @@ impl Bridge {
         let socket = linkem_ctl::default_socket_path(&name);
         let child = Command::new(env!("CARGO_BIN_EXE_linkem"))
             .args(["bridge", &topo.emu_a, &topo.emu_b, "--backend", "packet"])
-            .args(["--stats", "json", "--realtime", "off", "--name", &name])
+            .args(["--stats", "json", "--name", &name])
             // Never outlives a failed test.
             .args(["--duration", "120"])
             .args(args)
@@ -161,11 +161,19 @@ fn ping_rtts(topo: &Topology, count: u32) -> Vec<f64> {
     let o = topo
         .exec_in_a(&["ping", "-n", "-c", &n, "-i", "0.02", "-W", "1", &b])
         .unwrap();
-    String::from_utf8_lossy(&o.stdout)
+    let rtts: Vec<f64> = String::from_utf8_lossy(&o.stdout)
         .lines()
         .filter_map(|l| l.split("time=").nth(1))
         .filter_map(|t| t.split_whitespace().next()?.parse().ok())
-        .collect()
+        .collect();
+    // Nothing drops on this link: a missing reply is a failure, not a skip.
+    assert_eq!(
+        rtts.len(),
+        count as usize,
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    rtts
 }
 
 fn totals(dir: &Value) -> (u64, u64, u64) {
@@ -186,10 +194,11 @@ fn ctl_delay_change_follows_within_one_rtt() {
     }
     let _g = serial();
     let topo = topology();
-    let bridge = Bridge::start(&topo, &["delay", "10ms"]);
+    // No late drops on a loaded machine: every ping must come back.
+    let bridge = Bridge::start(&topo, &["delay", "10ms", "--max-lag", "off"]);
     let before = ping_rtts(&topo, 5);
     assert!(
-        before.iter().all(|r| (19.5..30.0).contains(r)),
+        before.iter().all(|r| (19.5..45.0).contains(r)),
         "before: {before:?}"
     );
 
@@ -202,7 +211,7 @@ fn ctl_delay_change_follows_within_one_rtt() {
     // The first ping sent after the reply already sees the new delay both ways.
     let after = ping_rtts(&topo, 5);
     assert!(
-        after.iter().all(|r| (59.5..75.0).contains(r)),
+        after.iter().all(|r| (59.5..100.0).contains(r)),
         "after: {after:?}"
     );
 
@@ -213,7 +222,7 @@ fn ctl_delay_change_follows_within_one_rtt() {
     assert!(err.contains("word 4 '3xs'"), "{err}");
     let again = ping_rtts(&topo, 3);
     assert!(
-        again.iter().all(|r| (59.5..75.0).contains(r)),
+        again.iter().all(|r| (59.5..100.0).contains(r)),
         "after a bad change: {again:?}"
     );
 
@@ -259,10 +268,21 @@ fn ctl_delay_change_follows_within_one_rtt() {
     );
     let rtt = ping_rtts(&topo, 3);
     assert!(
-        rtt.iter().all(|r| (4.5..15.0).contains(r)),
+        rtt.iter().all(|r| (4.5..30.0).contains(r)),
         "after the batch: {rtt:?}"
     );
 
+    // zero: the socket's counts start again; --stats json keeps the totals.
+    let before = c.request_json("stats").unwrap();
+    assert!(before["directions"][0]["received"].as_u64().unwrap() >= 16);
+    assert_eq!(c.request_json("zero").unwrap()["ok"], true);
+    let after = c.request_json("stats").unwrap();
+    assert_eq!(after["zeroed"], true);
+    assert!(
+        after["directions"][0]["received"].as_u64().unwrap() < 4,
+        "{after}"
+    );
+    drop(c);
     let (stats, _) = bridge.finish();
     for d in stats["directions"].as_array().unwrap() {
         let (delivered, drops, in_flight) = totals(d);
@@ -271,6 +291,7 @@ fn ctl_delay_change_follows_within_one_rtt() {
             delivered + drops + in_flight,
             "{d}"
         );
+        assert!(d["received"].as_u64().unwrap() >= 16, "{d}");
     }
 }
 
