@@ -114,11 +114,13 @@ pub fn run(args: &CtlArgs) -> Result<()> {
         bail!("give a request (e.g. 'show', 'link both delay 20ms'; 'linkem ctl --help' lists them) or -f FILE");
     }
     let line = args.command.join(" ");
+    // `show --json` (ipfw's spelling) asks for JSON output too.
+    let json = args.json || args.command.iter().any(|w| w == "--json");
     let mut client = connect(&socket_path(args)?)?;
     let reply = client.request(&line).context("no reply")?;
     let v: serde_json::Value =
         serde_json::from_str(&reply).map_err(|e| anyhow!("bad reply '{reply}': {e}"))?;
-    print_reply(args.json, &line, &reply, &v);
+    print_reply(json, &line, &reply, &v);
     let watching = v["ok"] == true && v.get("watch").is_some();
     if watching {
         // Lines stream until the emulator ends or we are interrupted.
@@ -134,7 +136,7 @@ pub fn run(args: &CtlArgs) -> Result<()> {
                 Err(_) => return Ok(()),
             };
             let v: serde_json::Value = serde_json::from_str(&reply).unwrap_or_default();
-            print_reply(args.json, &line, &reply, &v);
+            print_reply(json, &line, &reply, &v);
         }
     }
     if v["ok"] != true {
