@@ -133,7 +133,7 @@ secs = float(sys.argv[2])
 print(f"| {sys.argv[1]} | {d['"'"'received'"'"']} | {f['"'"'delivered'"'"'] / secs:.0f} | {drops} | {d['"'"'in_flight'"'"']} "
       f"| {l['"'"'p50'"'"']/1e3:.1f} | {l['"'"'p99'"'"']/1e3:.1f} | {l['"'"'p99.9'"'"']/1e3:.1f} | {l['"'"'max'"'"']/1e3:.1f} |")
 ' "$what" "$SECS"
-  [ -n "$storm" ] && echo "  storm: $(cat "$OUT/storm")" >&2
+  [ -n "$storm" ] && echo "  $(cat "$OUT/storm")" >&2
   return 0
 }
 echo "## Forwarding a->b, UDP 1000 B at $RATE for $SECS s, delay 5ms"

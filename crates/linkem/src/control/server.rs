@@ -80,20 +80,16 @@ pub fn prepare(args: &ControlArgs, if_a: &str, if_b: &str) -> Result<Prepared> {
             None
         }
         Some(p) => Some(bind(Path::new(p), gid)?),
-        None => {
-            let dir = Path::new(linkem_ctl::SOCKET_DIR);
-            if !dir.exists() {
-                std::fs::create_dir_all(dir)
-                    .and_then(|_| std::fs::set_permissions(dir, PermissionsExt::from_mode(0o755)))
-                    .with_context(|| {
-                        format!(
-                            "cannot create {} for the control socket (give --control PATH, or --control none)",
-                            dir.display()
-                        )
-                    })?;
+        // The default place may be out of reach of a user running linkem with
+        // capabilities instead of root: the emulation still runs, without a socket.
+        None => match default_socket(&name, gid) {
+            Ok(l) => Some(l),
+            Err(e) if gid.is_none() && !sys::is_root() => {
+                eprintln!("linkem: warning: no control socket: {e:#}");
+                None
             }
-            Some(bind(&linkem_ctl::default_socket_path(&name), gid)?)
-        }
+            Err(e) => return Err(e),
+        },
     };
     let audit = match &args.audit {
         Some(p) => Some(Audit::open(p).map_err(|e| anyhow!(e))?),
@@ -109,6 +105,21 @@ pub fn prepare(args: &ControlArgs, if_a: &str, if_b: &str) -> Result<Prepared> {
         metrics,
         name,
     })
+}
+
+fn default_socket(name: &str, gid: Option<u32>) -> Result<(UnixListener, PathBuf, (u64, u64))> {
+    let dir = Path::new(linkem_ctl::SOCKET_DIR);
+    if !dir.exists() {
+        std::fs::create_dir_all(dir)
+            .and_then(|_| std::fs::set_permissions(dir, PermissionsExt::from_mode(0o755)))
+            .with_context(|| {
+                format!(
+                    "cannot create {} (give --control PATH, or --control none)",
+                    dir.display()
+                )
+            })?;
+    }
+    bind(&linkem_ctl::default_socket_path(name), gid)
 }
 
 /// Binds the socket under a temporary name, gives it its mode and group, and

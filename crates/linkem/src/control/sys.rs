@@ -88,3 +88,8 @@ pub fn starter_uid() -> u32 {
     }
     uid
 }
+
+pub fn is_root() -> bool {
+    // Safety: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
