@@ -96,6 +96,9 @@ pub struct BridgeArgs {
     /// takes no link words.
     #[arg(long)]
     pub forward_only: bool,
+    /// Control socket, audit log, metrics (see `crate::control`).
+    #[command(flatten)]
+    pub control: crate::control::ControlArgs,
 }
 
 fn split(words: &[String]) -> Vec<String> {
@@ -202,6 +205,8 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
     let backend = check_capabilities(args.backend, realtime)?;
     // Held until the bridge ends: no second linkem on these interfaces.
     let claimed = claim_interfaces(&args.if_a, &args.if_b)?;
+    // control: opened while linkem may still create /run/linkem and chown the socket.
+    let control = crate::control::server::prepare(&args.control, &args.if_a, &args.if_b)?;
 
     // Each interface gives a receive half (to one direction) and a send half (to the other).
     let (rx_a, tx_a, used_a) = open_interface(backend, &args.if_a, claimed.a.mtu)?;
@@ -266,6 +271,29 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
     signal_hook::flag::register(signal_hook::consts::SIGHUP, reload.clone())
         .context("cannot install the signal handler")?;
     let mut reloading: Option<Reload> = None;
+    // control: the directions are shared with the control threads from here on
+    // (after the signal handlers: a client may stop linkem as soon as it answers).
+    if let Some(p) = control.socket_path() {
+        eprintln!(
+            "linkem: control socket {} (linkem ctl --name {})",
+            p.display(),
+            control.name
+        );
+    }
+    let link_words = [spec_ab.link.to_string(), spec_ba.link.to_string()];
+    let model = Arc::new(crate::control::Model::new(
+        control.name.clone(),
+        directions,
+        [
+            (spec_ab.link.clone(), link_words[0].clone()),
+            (spec_ba.link.clone(), link_words[1].clone()),
+        ],
+        args.forward_only,
+        seed,
+        Instant::now(),
+    ));
+    let server = control.start(model.clone());
+
     let started = Instant::now();
     let mut next_print = args
         .stats_interval
@@ -277,7 +305,7 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
                 break;
             }
         }
-        for d in &directions {
+        for d in model.directions() {
             if let Some(e) = d.error() {
                 bail!("{e}");
             }
@@ -297,8 +325,8 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
             match answer {
                 Ok(Ok((ab, ba))) => {
                     eprintln!("linkem: SIGHUP: a->b now {}; b->a now {}", ab.link, ba.link);
-                    directions[0].reconfigure(ab.link);
-                    directions[1].reconfigure(ba.link);
+                    let words = [ab.link.to_string(), ba.link.to_string()];
+                    model.reload(ab.link, ba.link, words); // control: one instant, recorded
                 }
                 // A broken file must not stop a running emulation: keep the old link.
                 Ok(Err(e)) => eprintln!("linkem: SIGHUP: keeping the current link: {e:#}"),
@@ -307,7 +335,7 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
         }
         if let (Some(at), Some(every)) = (next_print, args.stats_interval) {
             if Instant::now() >= at {
-                let stats: Vec<DirectionStats> = directions.iter().map(Direction::stats).collect();
+                let stats: Vec<DirectionStats> = model.raw_stats();
                 print_stats(
                     args.stats,
                     &stats,
@@ -319,6 +347,11 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
             }
         }
     }
+    // control: stop the control threads (removes the socket), then the directions.
+    drop(server);
+    let directions = Arc::try_unwrap(model)
+        .map_err(|_| anyhow::anyhow!("a control thread outlived its server"))?
+        .into_directions();
     let stats: Vec<DirectionStats> = directions.into_iter().map(Direction::stop).collect();
     print_stats(
         args.stats,
@@ -338,41 +371,42 @@ fn percentile_ns(s: &DirectionStats, q: f64) -> u64 {
     }
 }
 
+/// One direction's counts as `--stats json` prints them (the control socket's
+/// `stats` and the metrics endpoint report the same values).
+pub(crate) fn direction_json(s: &DirectionStats) -> serde_json::Value {
+    let fates: serde_json::Map<String, serde_json::Value> = Fate::ALL
+        .iter()
+        .map(|f| (f.name().to_string(), json!(s.fates.get(*f))))
+        .collect();
+    json!({
+        "direction": s.name,
+        "received": s.received,
+        "rx_kernel_drops": s.rx_kernel_drops,
+        "segmented": s.segmented,
+        "fates": fates,
+        "in_flight": s.in_flight,
+        "duplicated": s.fates.duplicated,
+        "copies_sent": s.copies_sent,
+        "corrupted": s.fates.corrupted,
+        "lateness_ns": {
+            "count": s.lateness.len(),
+            "p50": percentile_ns(s, 0.5),
+            "p99": percentile_ns(s, 0.99),
+            "p99.9": percentile_ns(s, 0.999),
+            "max": s.lateness.max(),
+        },
+        "buffer_bytes": s.buffer_bytes,
+        "huge_pages": s.huge_pages,
+        "rx_wakeups": s.rx_wakeups,
+        "tx_wakeups": s.tx_wakeups,
+    })
+}
+
 fn print_stats(format: StatsFormat, stats: &[DirectionStats], secs: f64, seed: u64, last: bool) {
     match format {
         StatsFormat::None => {}
         StatsFormat::Json => {
-            let dirs: Vec<serde_json::Value> = stats
-                .iter()
-                .map(|s| {
-                    let fates: serde_json::Map<String, serde_json::Value> = Fate::ALL
-                        .iter()
-                        .map(|f| (f.name().to_string(), json!(s.fates.get(*f))))
-                        .collect();
-                    json!({
-                        "direction": s.name,
-                        "received": s.received,
-                        "rx_kernel_drops": s.rx_kernel_drops,
-                        "segmented": s.segmented,
-                        "fates": fates,
-                        "in_flight": s.in_flight,
-                        "duplicated": s.fates.duplicated,
-                        "copies_sent": s.copies_sent,
-                        "corrupted": s.fates.corrupted,
-                        "lateness_ns": {
-                            "count": s.lateness.len(),
-                            "p50": percentile_ns(s, 0.5),
-                            "p99": percentile_ns(s, 0.99),
-                            "p99.9": percentile_ns(s, 0.999),
-                            "max": s.lateness.max(),
-                        },
-                        "buffer_bytes": s.buffer_bytes,
-                        "huge_pages": s.huge_pages,
-                        "rx_wakeups": s.rx_wakeups,
-                        "tx_wakeups": s.tx_wakeups,
-                    })
-                })
-                .collect();
+            let dirs: Vec<serde_json::Value> = stats.iter().map(direction_json).collect();
             let out = json!({ "elapsed_s": secs, "final": last, "seed": seed, "directions": dirs });
             println!(
                 "{}",

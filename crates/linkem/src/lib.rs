@@ -4,6 +4,7 @@
 pub mod backend;
 pub mod bench;
 pub mod bridge;
+pub mod control;
 pub mod plot;
 pub mod probe;
 pub mod replay;

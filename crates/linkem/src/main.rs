@@ -33,6 +33,12 @@ enum Command {
     /// direction with --a-to-b / --b-to-a (which add to and override them).
     #[command(after_help = link_words_help())]
     Bridge(bridge::BridgeArgs),
+    /// Change or watch a running emulator through its control socket: its
+    /// links (`link a-to-b delay 20ms loss 1%`), counters (`show`, `stats`,
+    /// `watch 1s`, `zero`), batches (`-f FILE`: all or nothing), and the
+    /// ipfw/dnctl words (`pipe N config ...`, `add ...`), which need an
+    /// emulator that runs rules. `linkem ctl list-emulators` lists the running ones.
+    Ctl(linkem::control::client::CtlArgs),
     /// Measure a path: precisely paced UDP from a sender to a receiver (each in a
     /// network namespace if given), with one-way delay and its deviation, loss,
     /// duplicates, reordering, and the gaps between packets before and after.
@@ -56,6 +62,7 @@ fn main() {
     let result: Result<()> = match cli.command {
         Command::Replay(args) => replay::run(&args),
         Command::Bridge(args) => bridge::run(&args),
+        Command::Ctl(args) => linkem::control::client::run(&args),
         Command::Probe(args) => linkem::probe::run_cli(&args),
         Command::Bench(args) => linkem::bench::run(&args),
         Command::Synth(args) => synth::run(&args),

@@ -232,11 +232,18 @@ impl Direction {
     /// Applies new link parameters at the next batch, stamped with the time of
     /// the request; packets already in the delay line keep their release times.
     pub fn reconfigure(&self, link: LinkConfig) {
+        self.reconfigure_at(clock::now_ns(), link);
+    }
+
+    /// As [`Direction::reconfigure`], stamped `at_ns` (the control socket gives
+    /// both directions of one change the same instant). A change not yet taken
+    /// when the next arrives is replaced by it: no packet was processed between them.
+    pub fn reconfigure_at(&self, at_ns: u64, link: LinkConfig) {
         *self
             .control
             .pending
             .lock()
-            .expect("the lock holders never panic") = Some((clock::now_ns(), link));
+            .expect("the lock holders never panic") = Some((at_ns, link));
         self.control.has_pending.store(true, Ordering::Release);
     }
 

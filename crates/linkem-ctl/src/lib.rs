@@ -1,0 +1,593 @@
+//! The control protocol of a running linkem emulator, shared by the emulator
+//! (which serves it on a Unix socket) and `linkem ctl` (which speaks it), so
+//! both compile against one definition of the requests and their words.
+//!
+//! # Protocol (version 1)
+//!
+//! A stream Unix socket, by default `/run/linkem/NAME.sock`. On connect the
+//! emulator sends one banner line:
+//!
+//! ```text
+//! {"linkem":"ctl","protocol":1,"version":"0.1.0","name":"veth-a-veth-b"}
+//! ```
+//!
+//! Then each request is one line of UTF-8 words separated by blanks (at most
+//! [`MAX_LINE_BYTES`] bytes with the newline), answered by exactly one JSON
+//! line, in order. A request may start with `@ID` (1 to 32 of `A-Z a-z 0-9 _ -`);
+//! the reply then carries `"id":"ID"`. A leading `ipfw` or `dnctl` word is
+//! ignored, so lines can be pasted from Dummynet scripts.
+//!
+//! ```text
+//! {"ok":true,"at_ns":1234567890123,...}                     success
+//! {"ok":false,"error":"...","position":4,"word":"20xs"}     failure: nothing changed
+//! ```
+//!
+//! `position` is the 1-based index of the offending word in the line (the
+//! `@ID` and `ipfw` words count), `word` the word itself; both are absent
+//! when the error is not about one word. `at_ns` on a change is the instant
+//! (CLOCK_REALTIME ns since the epoch, the clock of packet stamps) from which
+//! the change applies.
+//!
+//! | request | effect |
+//! |---|---|
+//! | `ping`, `version`, `help` | liveness, versions, the list of requests |
+//! | `link a-to-b\|b-to-a\|both WORDS...` | the link of one or both directions becomes exactly WORDS (linkem's link words, as on the command line; unset words take their defaults) |
+//! | `show [--json]`, `stats` | links and counters (`stats`: counters only), the shape of `--stats json` |
+//! | `list` | the links, their owners and last change |
+//! | `zero` | counters seen by `show`/`stats`/`watch` start again from zero (the metrics endpoint's counters never go back) |
+//! | `watch [INTERVAL]` | one `stats` line every INTERVAL (default 1s, 10ms..1h) until the client sends a line or closes |
+//! | `begin` ... `commit` / `abort` | a batch: each line is checked and answered `{"ok":true,"batched":N}`; `commit` applies all at one instant, or none if any line failed |
+//! | `pipe\|queue\|sched N config WORDS` | Dummynet objects |
+//! | `pipe\|queue\|sched [N] show`, `pipe\|queue\|sched N delete` | |
+//! | `add [NUM] ACTION ...`, `delete NUM...`, `flush`, `set one-pass on\|off` | ipfw rules |
+//!
+//! The Dummynet and ipfw requests are parsed and checked here; they take
+//! effect once the emulator runs a rule set. An emulator without one (today's
+//! `linkem bridge`) answers them with the error [`NO_RULE_SET`] and changes
+//! nothing.
+//!
+//! # Invariants
+//! - Parsing is pure: no I/O except through the distribution loader the caller
+//!   passes, no panics on any input (fuzzed by `fuzz/fuzz_targets/ctl.rs`).
+//! - A request that parses is complete: the emulator needs no further checks
+//!   of its words, only of who asks (ownership) and of what exists.
+
+use linkem_core::config::FileLoader;
+use linkem_core::units::parse_time_ns;
+use linkem_core::{LinkConfig, LinkSpec};
+use std::fmt;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+mod client;
+pub use client::Client;
+
+/// Protocol version in the banner; bumped when a reply changes incompatibly.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// Longest request line, newline included: longer lines are refused whole.
+pub const MAX_LINE_BYTES: usize = 4096;
+/// Where emulators put their sockets by default.
+pub const SOCKET_DIR: &str = "/run/linkem";
+/// The error of every pipe, queue, scheduler and rule request in an emulator
+/// that does not run a rule set.
+pub const NO_RULE_SET: &str = "no rule set in this emulator: pipe, queue, sched, add, delete, \
+     flush and set take effect only in an emulator that runs ipfw rules; \
+     change its links with 'link a-to-b|b-to-a|both WORDS'";
+/// Shortest and longest `watch` interval.
+pub const WATCH_MIN_NS: u64 = 10_000_000;
+pub const WATCH_MAX_NS: u64 = 3_600_000_000_000;
+
+/// The default socket of the emulator named `name`.
+pub fn default_socket_path(name: &str) -> PathBuf {
+    Path::new(SOCKET_DIR).join(format!("{name}.sock"))
+}
+
+/// Which default link a `link` request changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dir {
+    AToB,
+    BToA,
+    Both,
+}
+
+impl Dir {
+    /// Indices of the directions (0 = a->b, 1 = b->a).
+    pub fn indices(self) -> &'static [usize] {
+        match self {
+            Dir::AToB => &[0],
+            Dir::BToA => &[1],
+            Dir::Both => &[0, 1],
+        }
+    }
+}
+
+/// Dummynet object kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Pipe,
+    Queue,
+    Sched,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Pipe => "pipe",
+            Kind::Queue => "queue",
+            Kind::Sched => "sched",
+        }
+    }
+}
+
+/// A pipe, queue, scheduler or rule request (see [`NO_RULE_SET`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum RuleRequest {
+    /// `pipe N config WORDS`: the words as typed, for the rules layer.
+    Config {
+        kind: Kind,
+        number: u32,
+        words: Vec<String>,
+    },
+    Show {
+        kind: Kind,
+        number: Option<u32>,
+    },
+    Delete {
+        kind: Kind,
+        number: u32,
+    },
+    /// `add [NUM] ...`: the rule body as typed.
+    Add {
+        number: Option<u32>,
+        words: Vec<String>,
+    },
+    DeleteRules {
+        numbers: Vec<u32>,
+    },
+    Flush,
+    OnePass(bool),
+}
+
+/// One parsed request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Request {
+    Ping,
+    Version,
+    Help,
+    Link {
+        dir: Dir,
+        link: Box<LinkConfig>,
+        /// The words as given, for `list` and the audit log.
+        words: Vec<String>,
+    },
+    Show,
+    Stats,
+    List,
+    Zero,
+    Watch {
+        interval_ns: u64,
+    },
+    Begin,
+    Commit,
+    Abort,
+    Rule(RuleRequest),
+}
+
+impl Request {
+    /// Whether the request asks to change state (audited; allowed in a batch).
+    pub fn is_change(&self) -> bool {
+        match self {
+            Request::Link { .. } | Request::Zero => true,
+            Request::Rule(RuleRequest::Show { .. }) => false,
+            Request::Rule(_) => true,
+            Request::Begin | Request::Commit | Request::Abort => true,
+            _ => false,
+        }
+    }
+}
+
+/// A request with its optional id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Line {
+    pub id: Option<String>,
+    pub request: Request,
+}
+
+/// Why a line was refused: the 1-based word position, the word, the reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ParseError {
+    pub position: Option<usize>,
+    pub word: Option<String>,
+    pub message: String,
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.position, &self.word) {
+            (Some(p), Some(w)) => write!(f, "word {p} '{w}': {}", self.message),
+            _ => f.write_str(&self.message),
+        }
+    }
+}
+
+impl ParseError {
+    fn general(message: impl Into<String>) -> Self {
+        ParseError {
+            position: None,
+            word: None,
+            message: message.into(),
+        }
+    }
+
+    /// Adds the id (if any) to a failure reply.
+    pub fn reply(&self, id: Option<&str>) -> serde_json::Value {
+        let mut v = serde_json::json!({ "ok": false, "error": self.message });
+        if let (Some(p), Some(w)) = (self.position, &self.word) {
+            v["position"] = p.into();
+            v["word"] = w.as_str().into();
+        }
+        if let Some(id) = id {
+            v["id"] = id.into();
+        }
+        v
+    }
+}
+
+/// Words of a line with their 1-based positions in it.
+struct Cursor<'a> {
+    words: &'a [&'a str],
+    next: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn peek(&self) -> Option<&'a str> {
+        self.words.get(self.next).copied()
+    }
+
+    fn take(&mut self) -> Option<&'a str> {
+        let w = self.peek()?;
+        self.next += 1;
+        Some(w)
+    }
+
+    fn at(&self, index: usize, message: impl Into<String>) -> ParseError {
+        let index = index.min(self.words.len().saturating_sub(1));
+        ParseError {
+            position: Some(index + 1),
+            word: self.words.get(index).map(|w| w.to_string()),
+            message: message.into(),
+        }
+    }
+
+    /// An error at the word just taken (or the last word, if the line ended).
+    fn here(&self, message: impl Into<String>) -> ParseError {
+        self.at(self.next.saturating_sub(1), message)
+    }
+
+    fn rest(&mut self) -> Vec<String> {
+        let r = self.words[self.next..]
+            .iter()
+            .map(|w| w.to_string())
+            .collect();
+        self.next = self.words.len();
+        r
+    }
+
+    fn end(&self, what: &str) -> Result<(), ParseError> {
+        match self.peek() {
+            None => Ok(()),
+            Some(_) => Err(self.at(self.next, format!("unexpected word after {what}"))),
+        }
+    }
+}
+
+/// Object and rule numbers, as ipfw/dnctl take them.
+const MAX_NUMBER: u32 = 65535;
+
+fn number(c: &mut Cursor<'_>, what: &str) -> Result<u32, ParseError> {
+    let w = c
+        .take()
+        .ok_or_else(|| c.here(format!("{what} number missing")))?;
+    match w.parse::<u32>() {
+        Ok(n) if (1..=MAX_NUMBER).contains(&n) => Ok(n),
+        _ => Err(c.here(format!("{what} number must be 1..{MAX_NUMBER}"))),
+    }
+}
+
+fn is_number(w: &str) -> bool {
+    !w.is_empty() && w.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// ipfw rule actions a rule body may start with.
+const ACTIONS: &[&str] = &[
+    "allow",
+    "accept",
+    "pass",
+    "permit",
+    "deny",
+    "drop",
+    "reject",
+    "unreach",
+    "unreach6",
+    "reset",
+    "count",
+    "skipto",
+    "pipe",
+    "queue",
+    "check-state",
+];
+
+fn valid_id(id: &str) -> bool {
+    (1..=32).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// The system's netem tables by bare name (`/usr/lib/tc/NAME.dist`): the
+/// only files a control request may make the emulator read, so a client
+/// cannot probe the file system of a process that may run as root.
+pub fn system_tables(name: &str) -> Result<String, String> {
+    let plain = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if !plain {
+        return Err(format!(
+            "distribution '{name}': over the control socket only built-in names and the \
+             system's tables by bare name (/usr/lib/tc/NAME.dist) are read"
+        ));
+    }
+    for dir in ["/usr/lib/tc", "/usr/lib64/tc", "/usr/local/lib/tc"] {
+        if let Ok(text) = std::fs::read_to_string(format!("{dir}/{name}.dist")) {
+            return Ok(text);
+        }
+    }
+    Err(format!("no such distribution '{name}'"))
+}
+
+/// Parses one request line (without its newline). `files` reads netem
+/// tables named by `distribution` (pass [`system_tables`] or
+/// `linkem_core::config::no_files`).
+pub fn parse_line(line: &str, files: &mut FileLoader<'_>) -> Result<Line, ParseError> {
+    if line.len() >= MAX_LINE_BYTES {
+        return Err(ParseError::general(format!(
+            "line longer than {} bytes",
+            MAX_LINE_BYTES - 1
+        )));
+    }
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let mut c = Cursor {
+        words: &words,
+        next: 0,
+    };
+    let mut id = None;
+    if let Some(w) = c.peek() {
+        if let Some(rest) = w.strip_prefix('@') {
+            c.next += 1;
+            if !valid_id(rest) {
+                return Err(c.here("an id is 1 to 32 of A-Z a-z 0-9 _ -"));
+            }
+            id = Some(rest.to_string());
+        }
+    }
+    if matches!(c.peek(), Some("ipfw" | "dnctl")) {
+        c.next += 1;
+    }
+    let request = parse_request(&mut c, files)?;
+    Ok(Line { id, request })
+}
+
+fn parse_request(c: &mut Cursor<'_>, files: &mut FileLoader<'_>) -> Result<Request, ParseError> {
+    let Some(verb) = c.take() else {
+        return Err(ParseError::general("empty request (try 'help')"));
+    };
+    let simple = |c: &Cursor<'_>, r: Request| c.end(verb).map(|_| r);
+    match verb {
+        "ping" => simple(c, Request::Ping),
+        "version" => simple(c, Request::Version),
+        "help" => simple(c, Request::Help),
+        "stats" => simple(c, Request::Stats),
+        "zero" => simple(c, Request::Zero),
+        "begin" => simple(c, Request::Begin),
+        "commit" => simple(c, Request::Commit),
+        "abort" => simple(c, Request::Abort),
+        "flush" => simple(c, Request::Rule(RuleRequest::Flush)),
+        "show" | "list" => {
+            if c.peek() == Some("--json") {
+                c.next += 1;
+            }
+            c.end(verb)?;
+            Ok(if verb == "show" {
+                Request::Show
+            } else {
+                Request::List
+            })
+        }
+        "watch" => {
+            let interval_ns = match c.take() {
+                None => 1_000_000_000,
+                Some(w) => {
+                    let ns = if w.parse::<f64>().is_ok() {
+                        let s: f64 = w.parse().unwrap_or(0.0);
+                        if s.is_finite() && s > 0.0 && s <= 3600.0 {
+                            (s * 1e9) as u64
+                        } else {
+                            0
+                        }
+                    } else {
+                        parse_time_ns(w).map_err(|e| c.here(e.0))?
+                    };
+                    if !(WATCH_MIN_NS..=WATCH_MAX_NS).contains(&ns) {
+                        return Err(c.here("watch interval must be 10ms..1h"));
+                    }
+                    ns
+                }
+            };
+            c.end("the interval")?;
+            Ok(Request::Watch { interval_ns })
+        }
+        "link" => {
+            let dir = match c.take() {
+                Some("a-to-b" | "a->b") => Dir::AToB,
+                Some("b-to-a" | "b->a") => Dir::BToA,
+                Some("both") => Dir::Both,
+                Some(_) => return Err(c.here("direction must be a-to-b, b-to-a or both")),
+                None => return Err(c.here("'link' needs a direction: a-to-b, b-to-a or both")),
+            };
+            let first = c.next;
+            let words = &c.words[first..];
+            let spec = LinkSpec::parse_words(words, files)
+                .map_err(|e| c.at(first + e.position - 1, e.message))?;
+            if spec.seed.is_some() {
+                let at = words.iter().position(|w| *w == "seed").unwrap_or(0);
+                return Err(c.at(
+                    first + at,
+                    "the seed is fixed when the emulator starts (a change keeps the random streams)",
+                ));
+            }
+            let words = c.rest();
+            Ok(Request::Link {
+                dir,
+                link: Box::new(spec.link),
+                words,
+            })
+        }
+        "pipe" | "queue" | "sched" => {
+            let kind = match verb {
+                "pipe" => Kind::Pipe,
+                "queue" => Kind::Queue,
+                _ => Kind::Sched,
+            };
+            parse_object(c, kind).map(Request::Rule)
+        }
+        "add" => {
+            let number = match c.peek() {
+                Some(w) if is_number(w) => Some(number(c, "rule")?),
+                _ => None,
+            };
+            let body = c.next;
+            // Optional `set N` and `prob X` come before the action.
+            let mut at = body;
+            while let Some("set" | "prob") = c.words.get(at).copied() {
+                at += 2;
+            }
+            match c.words.get(at) {
+                None => return Err(c.here("'add' needs a rule: add [NUM] ACTION ...")),
+                Some(a) if !ACTIONS.contains(a) => {
+                    return Err(c.at(
+                        at,
+                        format!("unknown action (one of {})", ACTIONS.join(", ")),
+                    ))
+                }
+                Some(_) => {}
+            }
+            Ok(Request::Rule(RuleRequest::Add {
+                number,
+                words: c.rest(),
+            }))
+        }
+        "delete" => {
+            let mut numbers = Vec::new();
+            while c.peek().is_some() {
+                numbers.push(number(c, "rule")?);
+            }
+            if numbers.is_empty() {
+                return Err(c.here("'delete' needs rule numbers (or 'flush' for all)"));
+            }
+            Ok(Request::Rule(RuleRequest::DeleteRules { numbers }))
+        }
+        "set" => {
+            match c.take() {
+                Some("one-pass") => {}
+                Some(_) => return Err(c.here("only 'set one-pass on|off' is known")),
+                None => return Err(c.here("'set' needs 'one-pass on|off'")),
+            }
+            let on = match c.take() {
+                Some("on") => true,
+                Some("off") => false,
+                _ => return Err(c.here("'set one-pass' takes on or off")),
+            };
+            c.end("on|off")?;
+            Ok(Request::Rule(RuleRequest::OnePass(on)))
+        }
+        _ => Err(c.here("unknown request (try 'help')")),
+    }
+}
+
+/// `pipe N config ...`, `pipe [N] show|list`, `pipe N delete`, `pipe delete N`.
+fn parse_object(c: &mut Cursor<'_>, kind: Kind) -> Result<RuleRequest, ParseError> {
+    let what = kind.name();
+    match c.peek() {
+        Some("show" | "list") => {
+            c.next += 1;
+            let number = match c.peek() {
+                Some(_) => Some(number(c, what)?),
+                None => None,
+            };
+            c.end("show")?;
+            Ok(RuleRequest::Show { kind, number })
+        }
+        Some("delete") => {
+            c.next += 1;
+            let number = number(c, what)?;
+            c.end("the number")?;
+            Ok(RuleRequest::Delete { kind, number })
+        }
+        Some(_) => {
+            let number = number(c, what)?;
+            match c.take() {
+                Some("config") => Ok(RuleRequest::Config {
+                    kind,
+                    number,
+                    words: c.rest(),
+                }),
+                Some("show" | "list") => {
+                    c.end("show")?;
+                    Ok(RuleRequest::Show {
+                        kind,
+                        number: Some(number),
+                    })
+                }
+                Some("delete") => {
+                    c.end("delete")?;
+                    Ok(RuleRequest::Delete { kind, number })
+                }
+                Some(_) => Err(c.here(format!("{what} N takes config, show or delete"))),
+                None => Err(c.here(format!("{what} N needs config, show or delete"))),
+            }
+        }
+        None => Err(c.here(format!("'{what}' needs N config|show|delete, or show"))),
+    }
+}
+
+/// The text of `help`.
+pub const HELP: &str = "\
+ping | version | help
+link a-to-b|b-to-a|both WORDS...   the link becomes exactly WORDS (linkem link words)
+show [--json] | stats | list       links and counters | counters | links and owners
+zero                               counters of show/stats/watch restart from zero
+watch [INTERVAL]                   a stats line every INTERVAL (default 1s) until a line is sent
+begin ... commit | abort           a batch, applied all at one instant or not at all
+pipe|queue|sched N config WORDS, pipe|queue|sched [N] show, pipe|queue|sched N delete,
+add [NUM] ACTION ..., delete NUM..., flush, set one-pass on|off
+                                   Dummynet/ipfw words: answered 'no rule set in this
+                                   emulator' until the emulator runs rules
+A line may start with @ID (echoed as \"id\" in the reply).";
+
+/// Reads one line of at most [`MAX_LINE_BYTES`] from `r` (without its
+/// newline). `Ok(None)` at the end of the stream.
+pub fn read_reply_line<R: BufRead>(r: &mut R) -> std::io::Result<Option<String>> {
+    let mut buf = String::new();
+    let n = r.read_line(&mut buf)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    while buf.ends_with('\n') || buf.ends_with('\r') {
+        buf.pop();
+    }
+    Ok(Some(buf))
+}
+
+#[cfg(test)]
+mod tests;

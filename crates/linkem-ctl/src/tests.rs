@@ -1,0 +1,221 @@
+use super::*;
+use linkem_core::config::no_files;
+use proptest::prelude::*;
+
+fn parse(line: &str) -> Result<Line, ParseError> {
+    parse_line(line, &mut no_files)
+}
+
+#[test]
+fn link_words_become_a_config() {
+    let l = parse("link a-to-b delay 20ms loss 1%").unwrap();
+    match l.request {
+        Request::Link { dir, link, words } => {
+            assert_eq!(dir, Dir::AToB);
+            assert_eq!(link.delay_ns, 20_000_000);
+            assert_eq!(words, vec!["delay", "20ms", "loss", "1%"]);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        parse("link both").unwrap().request,
+        Request::Link { dir: Dir::Both, .. }
+    ));
+}
+
+#[test]
+fn errors_name_the_word_and_its_position() {
+    let e = parse("link both delay 20xs").unwrap_err();
+    assert_eq!(e.position, Some(4));
+    assert_eq!(e.word.as_deref(), Some("20xs"));
+    // The id and the ipfw prefix count as words.
+    let e = parse("@7 ipfw link a-to-b rate 10mbit bogus").unwrap_err();
+    assert_eq!((e.position, e.word.as_deref()), (Some(7), Some("bogus")));
+    let e = parse("link sideways delay 1ms").unwrap_err();
+    assert_eq!(e.position, Some(2));
+    let e = parse("frobnicate").unwrap_err();
+    assert_eq!(
+        (e.position, e.word.as_deref()),
+        (Some(1), Some("frobnicate"))
+    );
+    let e = parse("link both seed 4").unwrap_err();
+    assert_eq!(e.position, Some(3));
+    let e = parse("ping pong").unwrap_err();
+    assert_eq!(e.position, Some(2));
+    let v = e.reply(Some("x"));
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["position"], 2);
+    assert_eq!(v["id"], "x");
+}
+
+#[test]
+fn ids_are_echoed_and_checked() {
+    let l = parse("@req-1 ping").unwrap();
+    assert_eq!(l.id.as_deref(), Some("req-1"));
+    assert!(parse("@ ping").is_err());
+    assert!(parse("@a/b ping").is_err());
+    assert!(parse(&format!("@{} ping", "x".repeat(33))).is_err());
+}
+
+#[test]
+fn dummynet_and_ipfw_words() {
+    assert_eq!(
+        parse("pipe 1 config bw 10Mbit/s delay 20").unwrap().request,
+        Request::Rule(RuleRequest::Config {
+            kind: Kind::Pipe,
+            number: 1,
+            words: vec!["bw".into(), "10Mbit/s".into(), "delay".into(), "20".into()]
+        })
+    );
+    assert_eq!(
+        parse("dnctl queue show").unwrap().request,
+        Request::Rule(RuleRequest::Show {
+            kind: Kind::Queue,
+            number: None
+        })
+    );
+    assert_eq!(
+        parse("sched 3 show").unwrap().request,
+        Request::Rule(RuleRequest::Show {
+            kind: Kind::Sched,
+            number: Some(3)
+        })
+    );
+    for l in ["pipe 2 delete", "pipe delete 2"] {
+        assert_eq!(
+            parse(l).unwrap().request,
+            Request::Rule(RuleRequest::Delete {
+                kind: Kind::Pipe,
+                number: 2
+            })
+        );
+    }
+    assert_eq!(
+        parse("add 100 pipe 1 ip from 10.0.0.1 to any")
+            .unwrap()
+            .request,
+        Request::Rule(RuleRequest::Add {
+            number: Some(100),
+            words: "pipe 1 ip from 10.0.0.1 to any"
+                .split(' ')
+                .map(String::from)
+                .collect()
+        })
+    );
+    assert!(parse("add prob 0.5 deny ip from any to any").is_ok());
+    let e = parse("add 100 frob ip from any to any").unwrap_err();
+    assert_eq!(e.position, Some(3));
+    assert_eq!(
+        parse("delete 100 200").unwrap().request,
+        Request::Rule(RuleRequest::DeleteRules {
+            numbers: vec![100, 200]
+        })
+    );
+    assert!(parse("delete").is_err());
+    assert_eq!(parse("delete 100 0").unwrap_err().position, Some(3));
+    assert_eq!(parse("pipe 65536 config").unwrap_err().position, Some(2));
+    assert_eq!(
+        parse("set one-pass off").unwrap().request,
+        Request::Rule(RuleRequest::OnePass(false))
+    );
+    assert!(parse("set one-pass maybe").is_err());
+    assert!(parse("pipe 1 frob").is_err());
+    assert!(parse("pipe").is_err());
+}
+
+#[test]
+fn watch_intervals() {
+    assert_eq!(
+        parse("watch").unwrap().request,
+        Request::Watch {
+            interval_ns: 1_000_000_000
+        }
+    );
+    assert_eq!(
+        parse("watch 250ms").unwrap().request,
+        Request::Watch {
+            interval_ns: 250_000_000
+        }
+    );
+    assert_eq!(
+        parse("watch 0.5").unwrap().request,
+        Request::Watch {
+            interval_ns: 500_000_000
+        }
+    );
+    for bad in [
+        "watch 1us",
+        "watch 0",
+        "watch -1",
+        "watch NaN",
+        "watch 2h",
+        "watch 1 2",
+    ] {
+        assert!(parse(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn which_requests_change_state() {
+    for l in [
+        "link both delay 1ms",
+        "zero",
+        "pipe 1 config",
+        "flush",
+        "delete 3",
+        "commit",
+    ] {
+        assert!(parse(l).unwrap().request.is_change(), "{l}");
+    }
+    for l in [
+        "ping",
+        "show --json",
+        "stats",
+        "list",
+        "watch",
+        "pipe show",
+        "help",
+    ] {
+        assert!(!parse(l).unwrap().request.is_change(), "{l}");
+    }
+}
+
+#[test]
+fn over_long_and_empty_lines_are_refused() {
+    assert!(parse(&"x".repeat(MAX_LINE_BYTES)).is_err());
+    assert!(parse("").is_err());
+    assert!(parse("   ").is_err());
+}
+
+#[test]
+fn distribution_files_are_limited_to_system_tables() {
+    assert!(system_tables("../../etc/passwd").is_err());
+    assert!(system_tables("/etc/passwd").is_err());
+    let e = parse_line(
+        "link both delay 10ms 2ms distribution /etc/shadow",
+        &mut system_tables,
+    )
+    .unwrap_err();
+    assert_eq!(e.position, Some(7));
+}
+
+proptest! {
+    // Any text: an answer (request or error naming a word inside the line), never a panic.
+    #[test]
+    fn never_panics_and_positions_are_inside(line in "[ -~]{0,200}") {
+        if let Err(e) = parse(&line) {
+            if let Some(p) = e.position {
+                let n = line.split_whitespace().count();
+                prop_assert!(p >= 1 && p <= n.max(1), "position {} of {} words", p, n);
+            }
+        }
+    }
+
+    #[test]
+    fn numbers_in_range_parse(n in 1u32..=65535) {
+        let pipe_config = format!("pipe {n} config");
+        prop_assert!(parse(&pipe_config).is_ok());
+        let delete = format!("delete {n}");
+        prop_assert!(parse(&delete).is_ok());
+    }
+}

@@ -1,0 +1,360 @@
+//! `--metrics ADDR:PORT`: the Prometheus text exposition format (0.0.4) on
+//! `GET /metrics`, over a minimal HTTP/1.1 responder on std's TcpListener
+//! (one short-lived thread per scrape, at most [`MAX_SCRAPES`] at once; a
+//! request must arrive within [`READ_TIMEOUT`] and fit in 8 KiB).
+//!
+//! The counters are those of `--stats json` (same source, `Direction::stats`,
+//! never reset by `zero`): `linkem_received_packets_total`,
+//! `linkem_packets_total{fate}`, `linkem_rx_kernel_drops_total`, ... per
+//! direction. Lateness is a Prometheus histogram in seconds built from the
+//! pipeline's HDR histogram (2 significant digits: a bucket boundary is
+//! exact to within 1 %; `_sum` is the sum of the recorded values at that
+//! precision). "Queue occupancy" is `linkem_in_flight_packets`: accepted
+//! packets not yet sent (the model's queue and the delay line together,
+//! since the model decides a release time on arrival).
+
+use super::Model;
+use anyhow::{anyhow, Context, Result};
+use linkem_core::Fate;
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+const MAX_SCRAPES: usize = 8;
+const READ_TIMEOUT: Duration = Duration::from_secs(2);
+const MAX_REQUEST_BYTES: usize = 8192;
+
+/// Lateness bucket bounds, seconds.
+const LATENESS_BUCKETS_S: [f64; 14] = [
+    1e-6, 2e-6, 5e-6, 10e-6, 20e-6, 50e-6, 100e-6, 200e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 100e-3,
+];
+
+/// `PORT` or `ADDR:PORT` (IPv6 as `[::1]:PORT`).
+pub fn parse_addr(text: &str) -> Result<SocketAddr> {
+    if let Ok(port) = text.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    text.parse::<SocketAddr>().map_err(|_| {
+        anyhow!("--metrics '{text}': give PORT (on 127.0.0.1) or ADDR:PORT, e.g. 127.0.0.1:9105")
+    })
+}
+
+pub fn bind(text: &str) -> Result<TcpListener> {
+    let addr = parse_addr(text)?;
+    TcpListener::bind(addr).with_context(|| format!("--metrics: cannot listen on {addr}"))
+}
+
+pub struct Endpoint {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+}
+
+impl Endpoint {
+    pub fn start(listener: TcpListener, model: Arc<Model>, stop: Arc<AtomicBool>) -> Endpoint {
+        let addr = listener
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)));
+        let s = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("linkem-metrics".into())
+            .spawn(move || serve(listener, model, s))
+            .expect("a thread can be started");
+        Endpoint { addr, stop, thread }
+    }
+
+    /// Stops accepting (the stop flag is already set by the server).
+    pub fn stop(self) {
+        self.stop.store(true, Ordering::Release);
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
+        let _ = self.thread.join();
+    }
+}
+
+fn serve(listener: TcpListener, model: Arc<Model>, stop: Arc<AtomicBool>) {
+    let active = Arc::new(AtomicUsize::new(0));
+    for conn in listener.incoming() {
+        if stop.load(Ordering::Acquire) {
+            break;
+        }
+        let Ok(stream) = conn else { continue };
+        if active.load(Ordering::Acquire) >= MAX_SCRAPES {
+            continue;
+        }
+        active.fetch_add(1, Ordering::AcqRel);
+        let (m, a) = (model.clone(), active.clone());
+        if std::thread::Builder::new()
+            .name("linkem-scrape".into())
+            .spawn(move || {
+                let _ = answer(stream, &m);
+                a.fetch_sub(1, Ordering::AcqRel);
+            })
+            .is_err()
+        {
+            active.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+fn answer(mut stream: TcpStream, model: &Model) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(READ_TIMEOUT))?;
+    stream.set_write_timeout(Some(READ_TIMEOUT))?;
+    let mut req = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while !req.windows(4).any(|w| w == b"\r\n\r\n") && !req.windows(2).any(|w| w == b"\n\n") {
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return Ok(());
+        }
+        req.extend_from_slice(&chunk[..n]);
+        if req.len() > MAX_REQUEST_BYTES {
+            return respond(
+                &mut stream,
+                "431 Request Header Fields Too Large",
+                "text/plain",
+                "too large\n",
+            );
+        }
+    }
+    let first = req.split(|&b| b == b'\n').next().unwrap_or(b"");
+    let first = String::from_utf8_lossy(first);
+    let mut parts = first.split_whitespace();
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    match (method, path) {
+        ("GET", "/metrics") => respond(
+            &mut stream,
+            "200 OK",
+            "text/plain; version=0.0.4; charset=utf-8",
+            &render(model),
+        ),
+        ("GET", _) => respond(&mut stream, "404 Not Found", "text/plain", "try /metrics\n"),
+        _ => respond(
+            &mut stream,
+            "405 Method Not Allowed",
+            "text/plain",
+            "GET only\n",
+        ),
+    }
+}
+
+fn respond(stream: &mut TcpStream, status: &str, ctype: &str, body: &str) -> std::io::Result<()> {
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes())?;
+    stream.write_all(body.as_bytes())?;
+    stream.flush()
+}
+
+/// Label values: backslash, double quote and newline escaped.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// The whole exposition, one consistent snapshot per direction.
+pub fn render(model: &Model) -> String {
+    let stats = model.raw_stats();
+    let links = model.link_configs();
+    let mut o = String::with_capacity(8192);
+    family(&mut o, "linkem_info", "gauge", "The emulator (always 1).");
+    let _ = writeln!(
+        o,
+        "linkem_info{{name=\"{}\",version=\"{}\",seed=\"{}\"}} 1",
+        label(&model.name),
+        env!("CARGO_PKG_VERSION"),
+        model.seed()
+    );
+    let per_dir =
+        |o: &mut String, name: &str, kind: &str, help: &str, value: &dyn Fn(usize) -> String| {
+            family(o, name, kind, help);
+            for (i, s) in stats.iter().enumerate() {
+                let _ = writeln!(o, "{name}{{direction=\"{}\"}} {}", label(&s.name), value(i));
+            }
+        };
+    per_dir(
+        &mut o,
+        "linkem_received_packets_total",
+        "counter",
+        "Frames taken from the receiving interface.",
+        &|i| stats[i].received.to_string(),
+    );
+    per_dir(
+        &mut o,
+        "linkem_segmented_packets_total",
+        "counter",
+        "Extra wire frames made by cutting super-frames.",
+        &|i| stats[i].segmented.to_string(),
+    );
+    per_dir(
+        &mut o,
+        "linkem_rx_kernel_drops_total",
+        "counter",
+        "Frames the kernel dropped before linkem could take them.",
+        &|i| stats[i].rx_kernel_drops.to_string(),
+    );
+    family(
+        &mut o,
+        "linkem_packets_total",
+        "counter",
+        "Packets by fate (delivered = handed to the kernel for sending).",
+    );
+    for s in &stats {
+        for f in Fate::ALL {
+            let _ = writeln!(
+                o,
+                "linkem_packets_total{{direction=\"{}\",fate=\"{}\"}} {}",
+                label(&s.name),
+                f.name(),
+                s.fates.get(f)
+            );
+        }
+    }
+    per_dir(
+        &mut o,
+        "linkem_in_flight_packets",
+        "gauge",
+        "Accepted packets not yet sent: queue and delay line.",
+        &|i| stats[i].in_flight.to_string(),
+    );
+    per_dir(
+        &mut o,
+        "linkem_duplicated_packets_total",
+        "counter",
+        "Extra copies made by duplicate.",
+        &|i| stats[i].fates.duplicated.to_string(),
+    );
+    per_dir(
+        &mut o,
+        "linkem_copies_sent_total",
+        "counter",
+        "Extra copies sent.",
+        &|i| stats[i].copies_sent.to_string(),
+    );
+    per_dir(
+        &mut o,
+        "linkem_corrupted_packets_total",
+        "counter",
+        "Delivered packets with a bit flipped by corrupt.",
+        &|i| stats[i].fates.corrupted.to_string(),
+    );
+    per_dir(
+        &mut o,
+        "linkem_delay_line_bytes",
+        "gauge",
+        "Size of the delay line.",
+        &|i| stats[i].buffer_bytes.to_string(),
+    );
+    per_dir(
+        &mut o,
+        "linkem_link_delay_seconds",
+        "gauge",
+        "The link's configured delay.",
+        &|i| format!("{}", links[i].delay_ns as f64 / 1e9),
+    );
+    per_dir(
+        &mut o,
+        "linkem_link_rate_bits_per_second",
+        "gauge",
+        "The link's configured rate (0: unlimited).",
+        &|i| links[i].rate_bps.unwrap_or(0).to_string(),
+    );
+    family(
+        &mut o,
+        "linkem_lateness_seconds",
+        "histogram",
+        "Send time minus release time of sent packets.",
+    );
+    for s in &stats {
+        let d = label(&s.name);
+        let h = &s.lateness;
+        for b in LATENESS_BUCKETS_S {
+            let ns = (b * 1e9).round() as u64;
+            let c = if h.is_empty() {
+                0
+            } else {
+                h.count_between(0, ns)
+            };
+            let _ = writeln!(
+                o,
+                "linkem_lateness_seconds_bucket{{direction=\"{d}\",le=\"{b:e}\"}} {c}"
+            );
+        }
+        let sum_ns: f64 = h
+            .iter_recorded()
+            .map(|v| v.value_iterated_to() as f64 * v.count_at_value() as f64)
+            .sum();
+        let _ = writeln!(
+            o,
+            "linkem_lateness_seconds_bucket{{direction=\"{d}\",le=\"+Inf\"}} {}",
+            h.len()
+        );
+        let _ = writeln!(
+            o,
+            "linkem_lateness_seconds_sum{{direction=\"{d}\"}} {}",
+            sum_ns / 1e9
+        );
+        let _ = writeln!(
+            o,
+            "linkem_lateness_seconds_count{{direction=\"{d}\"}} {}",
+            h.len()
+        );
+    }
+    family(
+        &mut o,
+        "linkem_control_requests_total",
+        "counter",
+        "Control socket requests by result.",
+    );
+    let c = &model.counters;
+    for (result, v) in [("ok", &c.ok), ("error", &c.error), ("refused", &c.refused)] {
+        let _ = writeln!(
+            o,
+            "linkem_control_requests_total{{result=\"{result}\"}} {}",
+            v.load(Ordering::Relaxed)
+        );
+    }
+    family(
+        &mut o,
+        "linkem_control_changes_total",
+        "counter",
+        "Changes applied (a batch or a SIGHUP counts once).",
+    );
+    let _ = writeln!(
+        o,
+        "linkem_control_changes_total {}",
+        c.changes.load(Ordering::Relaxed)
+    );
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses() {
+        assert_eq!(parse_addr("9105").unwrap().to_string(), "127.0.0.1:9105");
+        assert_eq!(parse_addr("0.0.0.0:80").unwrap().to_string(), "0.0.0.0:80");
+        assert_eq!(parse_addr("[::1]:9").unwrap().to_string(), "[::1]:9");
+        assert!(parse_addr("localhost").is_err());
+        assert!(parse_addr("70000").is_err());
+    }
+
+    #[test]
+    fn label_escapes() {
+        assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}

@@ -1,0 +1,359 @@
+//! The control plane of a running `linkem bridge`: the Unix control socket
+//! (protocol in the `linkem-ctl` crate), the audit log, the Prometheus
+//! endpoint, and `linkem ctl`, the client.
+//!
+//! Threads: one accepts on the socket and starts a thread per client (at most
+//! [`server::MAX_CLIENTS`]); one accepts on the metrics port, a thread per
+//! scrape. None of them touches packets. A client thread parses and checks a
+//! request completely, then, under the one lock of [`Model`], takes the
+//! instant `at_ns` (CLOCK_REALTIME, the clock of packet stamps) and hands
+//! each changed direction its new link with that stamp
+//! (`Direction::reconfigure_at`): the input stage that owns the model applies
+//! it before its next batch. So a change is atomic at one instant for both
+//! directions; packets already queued keep their release times; a refused
+//! change touches nothing. A batch (`begin`..`commit`) is checked whole and
+//! then applied in one such step.
+//!
+//! Who may do what: the kernel decides who may connect (socket mode 0600, or
+//! 0660 with `--control-group`); the peer's uid/gid/pid come from
+//! SO_PEERCRED. Reading (show, stats, list, watch) is open to every client;
+//! the two default links belong to the uid that started linkem (under sudo,
+//! SUDO_UID), and only it or root may change them or zero the counters.
+//!
+//! Why hand-written: the protocol is a few lines over std's Unix sockets and
+//! the metrics endpoint answers one GET; a web framework or async runtime
+//! would be most of the binary for that.
+
+pub mod audit;
+pub mod client;
+pub mod metrics;
+pub mod server;
+mod sys;
+
+use crate::bridge::direction_json;
+use linkem_core::{Fate, LinkConfig};
+use linkem_ctl::{Request, RuleRequest, NO_RULE_SET};
+use linkem_runtime::clock;
+use linkem_runtime::pipeline::{Direction, DirectionStats};
+use serde_json::json;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+pub use sys::PeerCred;
+
+/// The bridge's control options.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ControlArgs {
+    /// Name of this emulator (default IF_A-IF_B): names the control socket.
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// Control socket (default /run/linkem/NAME.sock; 'none' for no socket).
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<String>,
+    /// Let members of GROUP use the control socket (mode 0660; default 0600, root only).
+    #[arg(long, value_name = "GROUP")]
+    pub control_group: Option<String>,
+    /// Append one JSON line per change request, refused ones too, to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub audit: Option<PathBuf>,
+    /// Serve Prometheus metrics on GET /metrics at ADDR:PORT (a bare PORT is 127.0.0.1:PORT).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<String>,
+}
+
+/// Control requests by result, for the metrics endpoint.
+#[derive(Default)]
+pub struct Counters {
+    pub ok: AtomicU64,
+    pub error: AtomicU64,
+    pub refused: AtomicU64,
+    /// Changes applied (a batch counts once).
+    pub changes: AtomicU64,
+}
+
+struct LinkEntry {
+    config: LinkConfig,
+    words: String,
+    changed_by: Option<u32>,
+    changed_at_ns: Option<u64>,
+    changes: u64,
+}
+
+/// Why a request changed nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// The request cannot be carried out (bad input, nothing to change).
+    Error(String),
+    /// The peer may not do it.
+    Refused(String),
+}
+
+impl Failure {
+    pub fn message(&self) -> &str {
+        match self {
+            Failure::Error(m) | Failure::Refused(m) => m,
+        }
+    }
+
+    pub fn audit_result(&self) -> String {
+        match self {
+            Failure::Error(m) => format!("error: {m}"),
+            Failure::Refused(m) => format!("refused: {m}"),
+        }
+    }
+}
+
+/// The handles to the model state of a running bridge, shared by the main
+/// thread (SIGHUP, stats) and the control threads.
+pub struct Model {
+    pub name: String,
+    directions: Vec<Direction>,
+    forward_only: bool,
+    owner_uid: u32,
+    seed: u64,
+    started: Instant,
+    links: Mutex<[LinkEntry; 2]>,
+    baseline: Mutex<Option<Vec<DirectionStats>>>,
+    pub counters: Counters,
+}
+
+const DIRECTION_NAMES: [&str; 2] = ["a->b", "b->a"];
+
+impl Model {
+    /// `links`: each direction's link and the words it came from.
+    pub fn new(
+        name: String,
+        directions: Vec<Direction>,
+        links: [(LinkConfig, String); 2],
+        forward_only: bool,
+        seed: u64,
+        started: Instant,
+    ) -> Model {
+        let [ab, ba] = links;
+        let entry = |(config, words): (LinkConfig, String)| LinkEntry {
+            config,
+            words,
+            changed_by: None,
+            changed_at_ns: None,
+            changes: 0,
+        };
+        Model {
+            name,
+            directions,
+            forward_only,
+            owner_uid: sys::starter_uid(),
+            seed,
+            started,
+            links: Mutex::new([entry(ab), entry(ba)]),
+            baseline: Mutex::new(None),
+            counters: Counters::default(),
+        }
+    }
+
+    pub fn directions(&self) -> &[Direction] {
+        &self.directions
+    }
+
+    pub fn into_directions(self) -> Vec<Direction> {
+        self.directions
+    }
+
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    pub fn elapsed_s(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    /// Current link configs (for metrics).
+    pub fn link_configs(&self) -> [LinkConfig; 2] {
+        let l = self.links.lock().unwrap_or_else(|p| p.into_inner());
+        [l[0].config.clone(), l[1].config.clone()]
+    }
+
+    /// SIGHUP: new links for both directions from the files and words, by the starter.
+    pub fn reload(&self, ab: LinkConfig, ba: LinkConfig, words: [String; 2]) -> u64 {
+        let mut links = self.links.lock().unwrap_or_else(|p| p.into_inner());
+        let at_ns = clock::now_ns();
+        for (i, (cfg, w)) in [(ab, &words[0]), (ba, &words[1])].into_iter().enumerate() {
+            self.directions[i].reconfigure_at(at_ns, cfg.clone());
+            let e = &mut links[i];
+            e.config = cfg;
+            e.words = w.clone();
+            e.changed_by = Some(self.owner_uid);
+            e.changed_at_ns = Some(at_ns);
+            e.changes += 1;
+        }
+        self.counters.changes.fetch_add(1, Ordering::Relaxed);
+        at_ns
+    }
+
+    fn may_change_links(&self, uid: u32) -> Result<(), Failure> {
+        if uid == 0 || uid == self.owner_uid {
+            Ok(())
+        } else {
+            Err(Failure::Refused(format!(
+                "the links belong to uid {} (who started linkem): only it or root may change them",
+                self.owner_uid
+            )))
+        }
+    }
+
+    /// Checks every request of a batch (or a single one), then applies all of
+    /// them at one instant, or none. Returns that instant.
+    pub fn apply(&self, cred: &PeerCred, requests: &[&Request]) -> Result<u64, Failure> {
+        let mut links = self.links.lock().unwrap_or_else(|p| p.into_inner());
+        let mut staged: [Option<(LinkConfig, String)>; 2] = [None, None];
+        let mut zero = false;
+        for r in requests {
+            match r {
+                Request::Link { dir, link, words } => {
+                    if self.forward_only {
+                        return Err(Failure::Error(
+                            "this bridge runs --forward-only: it has no link to change".into(),
+                        ));
+                    }
+                    self.may_change_links(cred.uid)?;
+                    for &i in dir.indices() {
+                        staged[i] = Some(((**link).clone(), words.join(" ")));
+                    }
+                }
+                Request::Zero => {
+                    self.may_change_links(cred.uid)?;
+                    zero = true;
+                }
+                Request::Rule(_) => return Err(Failure::Error(NO_RULE_SET.into())),
+                _ => {
+                    return Err(Failure::Error(
+                        "only changes may be applied (not allowed in a batch)".into(),
+                    ))
+                }
+            }
+        }
+        let at_ns = clock::now_ns();
+        for (i, s) in staged.into_iter().enumerate() {
+            if let Some((cfg, words)) = s {
+                self.directions[i].reconfigure_at(at_ns, cfg.clone());
+                let e = &mut links[i];
+                e.config = cfg;
+                e.words = words;
+                e.changed_by = Some(cred.uid);
+                e.changed_at_ns = Some(at_ns);
+                e.changes += 1;
+            }
+        }
+        if zero {
+            *self.baseline.lock().unwrap_or_else(|p| p.into_inner()) = Some(self.raw_stats());
+        }
+        self.counters.changes.fetch_add(1, Ordering::Relaxed);
+        Ok(at_ns)
+    }
+
+    /// Counts since start (what `--stats json` and the metrics report).
+    pub fn raw_stats(&self) -> Vec<DirectionStats> {
+        self.directions.iter().map(Direction::stats).collect()
+    }
+
+    /// Counts since the last `zero`.
+    pub fn stats_since_zero(&self) -> Vec<DirectionStats> {
+        let now = self.raw_stats();
+        let base = self.baseline.lock().unwrap_or_else(|p| p.into_inner());
+        match &*base {
+            None => now,
+            Some(b) => now.iter().zip(b).map(|(n, b)| minus(n, b)).collect(),
+        }
+    }
+
+    /// The body of a `stats` reply: `--stats json`'s fields, since the last zero.
+    pub fn stats_json(&self) -> serde_json::Value {
+        let dirs: Vec<serde_json::Value> =
+            self.stats_since_zero().iter().map(direction_json).collect();
+        let zeroed = self
+            .baseline
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some();
+        json!({
+            "elapsed_s": self.elapsed_s(),
+            "seed": self.seed,
+            "zeroed": zeroed,
+            "now_ns": clock::now_ns(),
+            "directions": dirs,
+        })
+    }
+
+    pub fn links_json(&self) -> serde_json::Value {
+        let links = self.links.lock().unwrap_or_else(|p| p.into_inner());
+        let v: Vec<serde_json::Value> = links
+            .iter()
+            .zip(DIRECTION_NAMES)
+            .map(|(e, name)| {
+                json!({
+                    "direction": name,
+                    "link": if self.forward_only { "forward only".to_string() } else { e.config.to_string() },
+                    "words": e.words,
+                    "owner_uid": self.owner_uid,
+                    "changed_by": e.changed_by,
+                    "changed_at_ns": e.changed_at_ns,
+                    "changes": e.changes,
+                })
+            })
+            .collect();
+        serde_json::Value::Array(v)
+    }
+}
+
+/// `now - base` for the cumulative counts (in flight is a level, kept).
+fn minus(now: &DirectionStats, base: &DirectionStats) -> DirectionStats {
+    let mut d = now.clone();
+    for f in Fate::ALL {
+        d.fates
+            .set(f, now.fates.get(f).saturating_sub(base.fates.get(f)));
+    }
+    d.fates.duplicated = now.fates.duplicated.saturating_sub(base.fates.duplicated);
+    d.fates.corrupted = now.fates.corrupted.saturating_sub(base.fates.corrupted);
+    d.received = now.received.saturating_sub(base.received);
+    d.segmented = now.segmented.saturating_sub(base.segmented);
+    d.rx_kernel_drops = now.rx_kernel_drops.saturating_sub(base.rx_kernel_drops);
+    d.copies_sent = now.copies_sent.saturating_sub(base.copies_sent);
+    d.rx_wakeups = now.rx_wakeups.saturating_sub(base.rx_wakeups);
+    d.tx_wakeups = now.tx_wakeups.saturating_sub(base.tx_wakeups);
+    // Counts only grow, so the base is contained in now.
+    if d.lateness.subtract(&base.lateness).is_err() {
+        d.lateness.reset();
+    }
+    d
+}
+
+/// Whether a request line asks for a change even when it does not parse
+/// (so that refused garbage aimed at changes is audited too).
+pub fn looks_like_change(line: &str) -> bool {
+    let mut words = line.split_whitespace().skip_while(|w| w.starts_with('@'));
+    let mut first = words.next();
+    if matches!(first, Some("ipfw" | "dnctl")) {
+        first = words.next();
+    }
+    matches!(
+        first,
+        Some(
+            "link"
+                | "zero"
+                | "pipe"
+                | "queue"
+                | "sched"
+                | "add"
+                | "delete"
+                | "flush"
+                | "set"
+                | "commit"
+        )
+    )
+}
+
+/// Read-only rule requests (`pipe show`) are not audited.
+pub fn is_audited(r: &Request) -> bool {
+    r.is_change() && !matches!(r, Request::Rule(RuleRequest::Show { .. }))
+}

@@ -1,0 +1,693 @@
+//! The control socket: creation (mode, group, stale sockets), the accept
+//! thread, one thread per client, and the request loop.
+//!
+//! A client that misbehaves harms only its own connection: a line longer than
+//! [`MAX_LINE_BYTES`] is refused whole (and the rest of it skipped); a partial
+//! line left unfinished for [`PARTIAL_LINE_TIMEOUT`] is refused and the
+//! connection closed; a client that does not read its replies is cut off
+//! after [`WRITE_TIMEOUT`]; a disconnect mid-line or mid-batch applies
+//! nothing. Nothing a client sends reaches the model before it has parsed
+//! and been checked completely.
+
+use super::audit::Audit;
+use super::metrics::Endpoint;
+use super::sys::{self, PeerCred};
+use super::{is_audited, looks_like_change, ControlArgs, Failure, Model};
+use anyhow::{anyhow, bail, Context, Result};
+use linkem_ctl::{parse_line, system_tables, Request, HELP, MAX_LINE_BYTES, PROTOCOL_VERSION};
+use serde_json::json;
+use std::io::{ErrorKind, Read, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Clients served at once; more are told so and closed.
+pub const MAX_CLIENTS: usize = 64;
+/// How long a started line may stay unfinished.
+pub const PARTIAL_LINE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a connection may stay silent between requests.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(900);
+/// How long a reply may wait for a client that does not read.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often a waiting client thread looks at the stop flag.
+const TICK: Duration = Duration::from_millis(100);
+/// Lines one batch may hold.
+const MAX_BATCH: usize = 100_000;
+
+/// What is opened while linkem still holds its privileges (before the
+/// bridge drops its capabilities): the socket, the audit file, the metrics port.
+pub struct Prepared {
+    listener: Option<(UnixListener, PathBuf, (u64, u64))>,
+    audit: Option<Audit>,
+    metrics: Option<std::net::TcpListener>,
+    pub name: String,
+}
+
+/// A valid emulator name: it becomes a file name.
+fn check_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if !ok {
+        bail!("--name '{name}': use 1 to 64 of A-Z a-z 0-9 - _ . (not starting with '.')");
+    }
+    Ok(())
+}
+
+/// Opens the control socket, the audit log and the metrics port.
+pub fn prepare(args: &ControlArgs, if_a: &str, if_b: &str) -> Result<Prepared> {
+    let name = args
+        .name
+        .clone()
+        .unwrap_or_else(|| format!("{if_a}-{if_b}"));
+    check_name(&name)?;
+    let gid = match &args.control_group {
+        Some(g) => Some(sys::group_id(g).map_err(|e| anyhow!("--control-group {e}"))?),
+        None => None,
+    };
+    let listener = match args.control.as_deref() {
+        Some("none") => {
+            if gid.is_some() {
+                bail!("--control-group needs a control socket (not --control none)");
+            }
+            None
+        }
+        Some(p) => Some(bind(Path::new(p), gid)?),
+        // The default place may be out of reach of a user running linkem with
+        // capabilities instead of root: the emulation still runs, without a socket.
+        None => match default_socket(&name, gid) {
+            Ok(l) => Some(l),
+            Err(e) if gid.is_none() && !sys::is_root() => {
+                eprintln!("linkem: warning: no control socket: {e:#}");
+                None
+            }
+            Err(e) => return Err(e),
+        },
+    };
+    let audit = match &args.audit {
+        Some(p) => Some(Audit::open(p).map_err(|e| anyhow!(e))?),
+        None => None,
+    };
+    let metrics = match &args.metrics {
+        Some(a) => Some(super::metrics::bind(a)?),
+        None => None,
+    };
+    Ok(Prepared {
+        listener,
+        audit,
+        metrics,
+        name,
+    })
+}
+
+fn default_socket(name: &str, gid: Option<u32>) -> Result<(UnixListener, PathBuf, (u64, u64))> {
+    let dir = Path::new(linkem_ctl::SOCKET_DIR);
+    if !dir.exists() {
+        std::fs::create_dir_all(dir)
+            .and_then(|_| std::fs::set_permissions(dir, PermissionsExt::from_mode(0o755)))
+            .with_context(|| {
+                format!(
+                    "cannot create {} (give --control PATH, or --control none)",
+                    dir.display()
+                )
+            })?;
+    }
+    bind(&linkem_ctl::default_socket_path(name), gid)
+}
+
+/// Binds the socket under a temporary name, gives it its mode and group, and
+/// only then renames it into place, so it is never reachable with a wider
+/// mode; a stale socket of a killed run is replaced, a live one refused.
+fn bind(path: &Path, gid: Option<u32>) -> Result<(UnixListener, PathBuf, (u64, u64))> {
+    if path.as_os_str().len() >= 100 {
+        bail!(
+            "--control {}: a socket path must be shorter than 100 bytes",
+            path.display()
+        );
+    }
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        use std::os::unix::fs::FileTypeExt;
+        if !meta.file_type().is_socket() {
+            bail!(
+                "{} exists and is not a socket: not touching it",
+                path.display()
+            );
+        }
+        match UnixStream::connect(path) {
+            Ok(_) => bail!(
+                "another emulator listens on {} (choose another --name or --control)",
+                path.display()
+            ),
+            Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
+                eprintln!(
+                    "linkem: replacing the stale control socket {}",
+                    path.display()
+                );
+            }
+            Err(e) => bail!("{}: {e}", path.display()),
+        }
+    }
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let file = path
+        .file_name()
+        .ok_or_else(|| anyhow!("--control {}: not a file path", path.display()))?;
+    let tmp = dir.join(format!(
+        ".{}.{}.tmp",
+        file.to_string_lossy(),
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&tmp);
+    let listener = UnixListener::bind(&tmp)
+        .with_context(|| format!("cannot create the control socket {}", path.display()))?;
+    let placed = (|| -> std::io::Result<(u64, u64)> {
+        if let Some(g) = gid {
+            std::os::unix::fs::chown(&tmp, None, Some(g))?;
+        }
+        let mode = if gid.is_some() { 0o660 } else { 0o600 };
+        std::fs::set_permissions(&tmp, PermissionsExt::from_mode(mode))?;
+        std::fs::rename(&tmp, path)?;
+        let m = std::fs::symlink_metadata(path)?;
+        Ok((m.dev(), m.ino()))
+    })();
+    match placed {
+        Ok(id) => Ok((listener, path.to_path_buf(), id)),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(anyhow!(
+                "cannot set up the control socket {}: {e}",
+                path.display()
+            ))
+        }
+    }
+}
+
+/// The running control threads. Dropping it stops them (within [`TICK`]
+/// plus any reply still being written) and removes the socket.
+pub struct Server {
+    stop: Arc<AtomicBool>,
+    socket: Option<(PathBuf, (u64, u64))>,
+    accept: Option<JoinHandle<()>>,
+    clients: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    metrics: Option<Endpoint>,
+}
+
+impl Prepared {
+    pub fn socket_path(&self) -> Option<&Path> {
+        self.listener.as_ref().map(|l| l.1.as_path())
+    }
+
+    pub fn start(self, model: Arc<Model>) -> Server {
+        let stop = Arc::new(AtomicBool::new(false));
+        let clients: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let audit = self.audit.map(Arc::new);
+        let metrics = self
+            .metrics
+            .map(|l| Endpoint::start(l, model.clone(), stop.clone()));
+        let mut socket = None;
+        let accept = self.listener.map(|(listener, path, id)| {
+            socket = Some((path, id));
+            let stop = stop.clone();
+            let clients = clients.clone();
+            std::thread::Builder::new()
+                .name("linkem-ctl".into())
+                .spawn(move || accept_loop(listener, model, audit, stop, clients))
+                .expect("a thread can be started")
+        });
+        Server {
+            stop,
+            socket,
+            accept,
+            clients,
+            metrics,
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some((path, id)) = &self.socket {
+            // Wakes the accept thread from accept().
+            let _ = UnixStream::connect(path);
+            if let Some(t) = self.accept.take() {
+                let _ = t.join();
+            }
+            // Only our own socket: a later run may have replaced it.
+            if let Ok(m) = std::fs::symlink_metadata(path) {
+                if (m.dev(), m.ino()) == *id {
+                    let _ = std::fs::remove_file(path);
+                }
+            }
+        }
+        let clients: Vec<JoinHandle<()>> = self
+            .clients
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+            .collect();
+        for c in clients {
+            let _ = c.join();
+        }
+        if let Some(m) = self.metrics.take() {
+            m.stop();
+        }
+    }
+}
+
+fn accept_loop(
+    listener: UnixListener,
+    model: Arc<Model>,
+    audit: Option<Arc<Audit>>,
+    stop: Arc<AtomicBool>,
+    clients: Arc<Mutex<Vec<JoinHandle<()>>>>,
+) {
+    let active = Arc::new(AtomicUsize::new(0));
+    for conn in listener.incoming() {
+        if stop.load(Ordering::Acquire) {
+            break;
+        }
+        let Ok(mut stream) = conn else { continue };
+        let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+        if active.load(Ordering::Acquire) >= MAX_CLIENTS {
+            let _ = stream.write_all(
+                format!(
+                    "{}\n",
+                    json!({"ok": false, "error": format!("too many clients ({MAX_CLIENTS})")})
+                )
+                .as_bytes(),
+            );
+            continue;
+        }
+        let cred = match sys::peer_cred(&stream) {
+            Ok(c) => c,
+            Err(_) => continue,
+        };
+        active.fetch_add(1, Ordering::AcqRel);
+        let (model, audit, stop, active2) =
+            (model.clone(), audit.clone(), stop.clone(), active.clone());
+        let spawned = std::thread::Builder::new()
+            .name("linkem-ctl-client".into())
+            .spawn(move || {
+                let mut session = Session {
+                    model: &model,
+                    audit: audit.as_deref(),
+                    cred,
+                    batch: None,
+                };
+                session.serve(stream, &stop);
+                active2.fetch_sub(1, Ordering::AcqRel);
+            });
+        match spawned {
+            Ok(h) => {
+                let mut list = clients.lock().unwrap_or_else(|p| p.into_inner());
+                list.retain(|h| !h.is_finished());
+                list.push(h);
+            }
+            Err(_) => {
+                active.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+}
+
+/// A batch being collected: the lines as typed and their requests.
+struct Batch {
+    lines: Vec<(String, Request)>,
+    /// The first line that failed, with why: the commit then fails.
+    failed: Option<String>,
+}
+
+struct Session<'a> {
+    model: &'a Model,
+    audit: Option<&'a Audit>,
+    cred: PeerCred,
+    batch: Option<Batch>,
+}
+
+/// What to do with the connection after a line.
+enum Next {
+    Continue,
+    Close,
+}
+
+impl Session<'_> {
+    fn serve(&mut self, mut stream: UnixStream, stop: &AtomicBool) {
+        let banner = json!({
+            "linkem": "ctl",
+            "protocol": PROTOCOL_VERSION,
+            "version": env!("CARGO_PKG_VERSION"),
+            "name": self.model.name,
+        });
+        if write_line(&mut stream, &banner.to_string()).is_err() {
+            return;
+        }
+        let _ = stream.set_read_timeout(Some(TICK));
+        let mut buf: Vec<u8> = Vec::with_capacity(1024);
+        let mut chunk = [0u8; 4096];
+        let mut discarding = false;
+        let mut last_byte = Instant::now();
+        loop {
+            // Every complete line in the buffer.
+            while let Some(nl) = buf.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = buf.drain(..=nl).collect();
+                if std::mem::take(&mut discarding) {
+                    continue;
+                }
+                let line = &line[..line.len() - 1];
+                let line = line.strip_suffix(b"\r").unwrap_or(line);
+                match self.line(&mut stream, line, &mut buf, stop) {
+                    Next::Continue => {}
+                    Next::Close => return,
+                }
+            }
+            if discarding {
+                buf.clear();
+            } else if buf.len() >= MAX_LINE_BYTES {
+                buf.clear();
+                discarding = true;
+                self.count(&Err(Failure::Error(String::new())));
+                let r = json!({"ok": false, "error": format!("line longer than {} bytes: refused whole", MAX_LINE_BYTES - 1)});
+                if write_line(&mut stream, &r.to_string()).is_err() {
+                    return;
+                }
+            }
+            if stop.load(Ordering::Acquire) {
+                return;
+            }
+            match stream.read(&mut chunk) {
+                Ok(0) => return,
+                Ok(n) => {
+                    buf.extend_from_slice(&chunk[..n]);
+                    last_byte = Instant::now();
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                    ) =>
+                {
+                    let quiet = last_byte.elapsed();
+                    if (!buf.is_empty() || discarding) && quiet >= PARTIAL_LINE_TIMEOUT {
+                        let r = json!({"ok": false, "error": format!("an unfinished line for {} s: closing (nothing applied)", PARTIAL_LINE_TIMEOUT.as_secs())});
+                        let _ = write_line(&mut stream, &r.to_string());
+                        return;
+                    }
+                    if quiet >= IDLE_TIMEOUT {
+                        return;
+                    }
+                }
+                Err(_) => return,
+            }
+        }
+    }
+
+    fn count(&self, r: &Result<u64, Failure>) {
+        let c = &self.model.counters;
+        match r {
+            Ok(_) => c.ok.fetch_add(1, Ordering::Relaxed),
+            Err(Failure::Error(_)) => c.error.fetch_add(1, Ordering::Relaxed),
+            Err(Failure::Refused(_)) => c.refused.fetch_add(1, Ordering::Relaxed),
+        };
+    }
+
+    fn audit(&self, command: &str, result: &Result<u64, Failure>) {
+        if let Some(a) = self.audit {
+            match result {
+                Ok(at) => a.record(&self.cred, command, "ok", Some(*at)),
+                Err(f) => a.record(&self.cred, command, &f.audit_result(), None),
+            }
+        }
+    }
+
+    /// Handles one line; writes its reply (or, for `watch`, its stream).
+    fn line(
+        &mut self,
+        stream: &mut UnixStream,
+        raw: &[u8],
+        buf: &mut Vec<u8>,
+        stop: &AtomicBool,
+    ) -> Next {
+        let text = match std::str::from_utf8(raw) {
+            Ok(t) => t,
+            Err(e) => {
+                self.count(&Err(Failure::Error(String::new())));
+                let r =
+                    json!({"ok": false, "error": format!("not UTF-8 (byte {})", e.valid_up_to())});
+                return reply(stream, &r);
+            }
+        };
+        let parsed = match parse_line(text, &mut system_tables) {
+            Ok(p) => p,
+            Err(e) => {
+                let f = Err(Failure::Error(e.to_string()));
+                self.count(&f);
+                if looks_like_change(text) {
+                    self.audit(text, &f);
+                }
+                if let Some(b) = &mut self.batch {
+                    b.failed.get_or_insert_with(|| format!("'{text}': {e}"));
+                }
+                return reply(stream, &with_id(e.reply(None), id_of(text)));
+            }
+        };
+        let id = parsed.id.as_deref();
+        let request = parsed.request;
+        // Inside a batch: changes are collected, commit/abort end it.
+        if self.batch.is_some() {
+            match request {
+                Request::Commit => return self.commit(stream, text, id),
+                Request::Abort => {
+                    self.batch = None;
+                    self.count(&Ok(0));
+                    return reply(stream, &with_id(json!({"ok": true, "aborted": true}), id));
+                }
+                Request::Ping => {}
+                r if r.is_change() && !matches!(r, Request::Begin) => {
+                    let b = self.batch.as_mut().expect("checked above");
+                    if b.lines.len() >= MAX_BATCH {
+                        b.failed
+                            .get_or_insert_with(|| format!("more than {MAX_BATCH} lines"));
+                        self.count(&Err(Failure::Error(String::new())));
+                        return reply(
+                            stream,
+                            &with_id(
+                                json!({"ok": false, "error": format!("a batch holds at most {MAX_BATCH} lines")}),
+                                id,
+                            ),
+                        );
+                    }
+                    b.lines.push((text.to_string(), r));
+                    let n = b.lines.len();
+                    self.count(&Ok(0));
+                    return reply(stream, &with_id(json!({"ok": true, "batched": n}), id));
+                }
+                _ => {
+                    let b = self.batch.as_mut().expect("checked above");
+                    b.failed
+                        .get_or_insert_with(|| format!("'{text}' is not allowed in a batch"));
+                    self.count(&Err(Failure::Error(String::new())));
+                    return reply(
+                        stream,
+                        &with_id(
+                            json!({"ok": false, "error": "only changes (link, zero, pipe..., add, delete, flush, set) and ping are allowed in a batch; send commit or abort"}),
+                            id,
+                        ),
+                    );
+                }
+            }
+        }
+        let body = match &request {
+            Request::Ping => json!({"ok": true, "pong": true}),
+            Request::Version => {
+                json!({"ok": true, "version": env!("CARGO_PKG_VERSION"), "protocol": PROTOCOL_VERSION, "name": self.model.name})
+            }
+            Request::Help => json!({"ok": true, "help": HELP}),
+            Request::Show => {
+                json!({"ok": true, "links": self.model.links_json(), "stats": self.model.stats_json(), "rule_set": false})
+            }
+            Request::Stats => {
+                let mut v = self.model.stats_json();
+                v["ok"] = true.into();
+                v
+            }
+            Request::List => {
+                json!({"ok": true, "links": self.model.links_json(), "rule_set": false})
+            }
+            Request::Begin => {
+                self.batch = Some(Batch {
+                    lines: Vec::new(),
+                    failed: None,
+                });
+                json!({"ok": true, "batch": "begun"})
+            }
+            Request::Commit | Request::Abort => {
+                let f: Result<u64, Failure> =
+                    Err(Failure::Error("no batch (send begin first)".into()));
+                self.count(&f);
+                return reply(
+                    stream,
+                    &with_id(
+                        json!({"ok": false, "error": "no batch: send begin first"}),
+                        id,
+                    ),
+                );
+            }
+            Request::Watch { interval_ns } => {
+                self.count(&Ok(0));
+                return self.watch(stream, *interval_ns, id, buf, stop);
+            }
+            // `pipe show` and the like: nothing to read without a rule set.
+            Request::Rule(_) if !is_audited(&request) => {
+                let f: Result<u64, Failure> = Err(Failure::Error(linkem_ctl::NO_RULE_SET.into()));
+                self.count(&f);
+                return reply(
+                    stream,
+                    &with_id(json!({"ok": false, "error": linkem_ctl::NO_RULE_SET}), id),
+                );
+            }
+            Request::Link { .. } | Request::Zero | Request::Rule(_) => {
+                let result = self.model.apply(&self.cred, &[&request]);
+                self.count(&result);
+                self.audit(text, &result);
+                return reply(stream, &with_id(result_json(&result), id));
+            }
+        };
+        self.count(&Ok(0));
+        reply(stream, &with_id(body, id))
+    }
+
+    fn commit(&mut self, stream: &mut UnixStream, text: &str, id: Option<&str>) -> Next {
+        let batch = self.batch.take().expect("called inside a batch");
+        let command = format!(
+            "{text}: {}",
+            batch
+                .lines
+                .iter()
+                .map(|(l, _)| l.as_str())
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+        let result = match batch.failed {
+            Some(why) => Err(Failure::Error(format!("batch not applied: {why}"))),
+            None => {
+                let reqs: Vec<&Request> = batch.lines.iter().map(|(_, r)| r).collect();
+                self.model.apply(&self.cred, &reqs)
+            }
+        };
+        self.count(&result);
+        self.audit(&command, &result);
+        let mut v = result_json(&result);
+        if result.is_ok() {
+            v["applied"] = batch.lines.len().into();
+        }
+        reply(stream, &with_id(v, id))
+    }
+
+    fn watch(
+        &mut self,
+        stream: &mut UnixStream,
+        interval_ns: u64,
+        id: Option<&str>,
+        buf: &mut Vec<u8>,
+        stop: &AtomicBool,
+    ) -> Next {
+        let interval = Duration::from_nanos(interval_ns);
+        let mut next = Instant::now();
+        let mut seq: u64 = 0;
+        let mut chunk = [0u8; 1024];
+        loop {
+            let mut v = self.model.stats_json();
+            v["ok"] = true.into();
+            v["watch"] = seq.into();
+            if write_line(stream, &with_id(v, id).to_string()).is_err() {
+                return Next::Close;
+            }
+            seq += 1;
+            next += interval;
+            // Wait for the next tick, ending at any line from the client.
+            loop {
+                if stop.load(Ordering::Acquire) {
+                    return Next::Close;
+                }
+                let now = Instant::now();
+                if now >= next {
+                    break;
+                }
+                let _ = stream.set_read_timeout(Some((next - now).min(TICK)));
+                match stream.read(&mut chunk) {
+                    Ok(0) => return Next::Close,
+                    Ok(n) => {
+                        // The line that ended the watch is consumed, not run.
+                        let _ = stream.set_read_timeout(Some(TICK));
+                        buf.extend_from_slice(&chunk[..n]);
+                        match buf.iter().position(|&b| b == b'\n') {
+                            Some(nl) => {
+                                buf.drain(..=nl);
+                            }
+                            None => buf.clear(),
+                        }
+                        return reply(
+                            stream,
+                            &with_id(json!({"ok": true, "watch": "ended", "lines": seq}), id),
+                        );
+                    }
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                        ) => {}
+                    Err(_) => return Next::Close,
+                }
+            }
+        }
+    }
+}
+
+fn result_json(r: &Result<u64, Failure>) -> serde_json::Value {
+    match r {
+        Ok(at) => json!({"ok": true, "at_ns": at}),
+        Err(Failure::Error(m)) => json!({"ok": false, "error": m}),
+        Err(Failure::Refused(m)) => json!({"ok": false, "refused": true, "error": m}),
+    }
+}
+
+fn id_of(text: &str) -> Option<&str> {
+    text.split_whitespace()
+        .next()
+        .and_then(|w| w.strip_prefix('@'))
+        .filter(|id| {
+            linkem_ctl::parse_line(&format!("@{id} ping"), &mut linkem_core::config::no_files)
+                .is_ok()
+        })
+}
+
+fn with_id(mut v: serde_json::Value, id: Option<&str>) -> serde_json::Value {
+    if let Some(id) = id {
+        v["id"] = id.into();
+    }
+    v
+}
+
+fn reply(stream: &mut UnixStream, v: &serde_json::Value) -> Next {
+    match write_line(stream, &v.to_string()) {
+        Ok(()) => Next::Continue,
+        Err(_) => Next::Close,
+    }
+}
+
+fn write_line(stream: &mut UnixStream, line: &str) -> std::io::Result<()> {
+    let mut b = Vec::with_capacity(line.len() + 1);
+    b.extend_from_slice(line.as_bytes());
+    b.push(b'\n');
+    stream.write_all(&b)
+}

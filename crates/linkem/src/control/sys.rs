@@ -1,0 +1,95 @@
+//! The few system calls the control socket needs that std does not offer:
+//! the peer's credentials (SO_PEERCRED) and group lookup.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+
+/// Who is at the other end of a Unix stream, as the kernel recorded it at
+/// connect time (never from anything the peer sends).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerCred {
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: i32,
+}
+
+pub fn peer_cred(stream: &UnixStream) -> io::Result<PeerCred> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // Safety: the fd is open for the call; `cred` and `len` are valid for writes
+    // of the size passed.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(PeerCred {
+        uid: cred.uid,
+        gid: cred.gid,
+        pid: cred.pid,
+    })
+}
+
+/// The gid of a group given by name or number.
+pub fn group_id(group: &str) -> Result<u32, String> {
+    if let Ok(gid) = group.parse::<u32>() {
+        return Ok(gid);
+    }
+    let name = CString::new(group).map_err(|_| format!("group '{group}': NUL in the name"))?;
+    let mut grp: libc::group = unsafe {
+        // Safety: a plain C struct; all-zero is a valid (empty) value.
+        std::mem::zeroed()
+    };
+    let mut buf = vec![0 as libc::c_char; 16 * 1024];
+    let mut result: *mut libc::group = std::ptr::null_mut();
+    // Safety: every pointer is valid for the call; buf's length is passed.
+    let rc = unsafe {
+        libc::getgrnam_r(
+            name.as_ptr(),
+            &mut grp,
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut result,
+        )
+    };
+    if rc != 0 {
+        return Err(format!(
+            "group '{group}': {}",
+            io::Error::from_raw_os_error(rc)
+        ));
+    }
+    if result.is_null() {
+        return Err(format!("no group '{group}' (see getent group)"));
+    }
+    Ok(grp.gr_gid)
+}
+
+/// The uid that started linkem: the real uid, or under sudo the caller's.
+pub fn starter_uid() -> u32 {
+    // Safety: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    if uid == 0 {
+        if let Some(sudo) = std::env::var("SUDO_UID").ok().and_then(|s| s.parse().ok()) {
+            return sudo;
+        }
+    }
+    uid
+}
+
+pub fn is_root() -> bool {
+    // Safety: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}

@@ -1,0 +1,691 @@
+//! The control plane of a live `linkem bridge`: `linkem ctl` changes with
+//! traffic flowing, a change storm, who may do what, the audit log, the
+//! Prometheus endpoint, and clients that misbehave. `nsA <-veth-> linkem
+//! <-veth-> nsB`, names unique to each test, torn down by the topology's Drop.
+//! Needs root and prints "skipped" otherwise.
+
+use linkem_ctl::Client;
+use linkem_io::netns::{self, Topology};
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn skip() -> bool {
+    match netns::check_prerequisites() {
+        Err(e @ netns::NetnsError::NotRoot) => {
+            eprintln!("skipped: {e}");
+            true
+        }
+        Err(e) => panic!("{e}"),
+        Ok(()) => false,
+    }
+}
+
+fn topology() -> Topology {
+    let topo = Topology::two_hosts(&netns::unique_prefix("lkC")).expect("namespaces come up");
+    // Static neighbours: a lost ARP request must not look like a lost packet.
+    let mac = |ns: &str, dev: &str| {
+        let o = netns::exec_in(ns, &["cat", &format!("/sys/class/net/{dev}/address")]).unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    let (mac_a, mac_b) = (mac(&topo.ns_a, &topo.host_a), mac(&topo.ns_b, &topo.host_b));
+    for (ns, dev, addr, lladdr) in [
+        (&topo.ns_a, &topo.host_a, topo.addr_b, &mac_b),
+        (&topo.ns_b, &topo.host_b, topo.addr_a, &mac_a),
+    ] {
+        let a = addr.to_string();
+        let o = netns::exec_in(
+            ns,
+            &[
+                "ip",
+                "neigh",
+                "replace",
+                &a,
+                "lladdr",
+                lladdr,
+                "dev",
+                dev,
+                "nud",
+                "permanent",
+            ],
+        )
+        .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    topo
+}
+
+struct Bridge {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Bridge {
+    /// Starts linkem with its control socket at a unique path under /run/linkem.
+    fn start(topo: &Topology, args: &[&str]) -> Bridge {
+        let name = format!("{}-{}", topo.emu_a, std::process::id());
+        let socket = linkem_ctl::default_socket_path(&name);
+        let child = Command::new(env!("CARGO_BIN_EXE_linkem"))
+            .args(["bridge", &topo.emu_a, &topo.emu_b, "--backend", "packet"])
+            .args(["--stats", "json", "--name", &name])
+            // Never outlives a failed test.
+            .args(["--duration", "120"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("linkem starts");
+        let mut b = Bridge { child, socket };
+        let t0 = Instant::now();
+        // Up once it answers (a stale socket may be there before it).
+        while Client::connect(&b.socket, Duration::from_secs(1))
+            .and_then(|mut c| c.request("ping"))
+            .is_err()
+        {
+            if let Some(status) = b.child.try_wait().unwrap() {
+                let mut err = String::new();
+                b.child
+                    .stderr
+                    .take()
+                    .unwrap()
+                    .read_to_string(&mut err)
+                    .unwrap();
+                panic!("linkem bridge exited at start ({status}): {err}");
+            }
+            assert!(t0.elapsed() < Duration::from_secs(10), "no control socket");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        b
+    }
+
+    fn client(&self) -> Client {
+        Client::connect(&self.socket, Duration::from_secs(10)).expect("connects")
+    }
+
+    /// SIGTERM, then the final `--stats json` line and stderr.
+    fn finish(self) -> (Value, String) {
+        // Safety: kill with a pid we own.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let out = self.child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        let last = stdout
+            .lines()
+            .last()
+            .unwrap_or_else(|| panic!("no stats; stderr: {stderr}"));
+        (serde_json::from_str(last).unwrap(), stderr)
+    }
+}
+
+fn ctl(socket: &Path, words: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_linkem"))
+        .arg("ctl")
+        .arg("--socket")
+        .arg(socket)
+        .args(words)
+        .output()
+        .unwrap()
+}
+
+/// `linkem ctl` as another user: uid/gid 65534 with the given supplementary groups.
+fn ctl_as_nobody(socket: &Path, groups: Option<&str>, words: &[&str]) -> Output {
+    let mut c = Command::new("setpriv");
+    c.args(["--reuid=65534", "--regid=65534"]);
+    match groups {
+        Some(g) => c.arg(format!("--groups={g}")),
+        None => c.arg("--clear-groups"),
+    };
+    c.arg(env!("CARGO_BIN_EXE_linkem"))
+        .arg("ctl")
+        .arg("--socket")
+        .arg(socket)
+        .args(words)
+        .output()
+        .unwrap()
+}
+
+/// RTTs (ms) of `count` pings from A to B.
+fn ping_rtts(topo: &Topology, count: u32) -> Vec<f64> {
+    let b = topo.addr_b.to_string();
+    let n = count.to_string();
+    let o = topo
+        .exec_in_a(&["ping", "-n", "-c", &n, "-i", "0.02", "-W", "1", &b])
+        .unwrap();
+    let rtts: Vec<f64> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| l.split("time=").nth(1))
+        .filter_map(|t| t.split_whitespace().next()?.parse().ok())
+        .collect();
+    // Nothing drops on this link: a missing reply is a failure, not a skip.
+    assert_eq!(
+        rtts.len(),
+        count as usize,
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    rtts
+}
+
+fn totals(dir: &Value) -> (u64, u64, u64) {
+    let fates = dir["fates"].as_object().unwrap();
+    let delivered = fates["delivered"].as_u64().unwrap();
+    let drops: u64 = fates
+        .iter()
+        .filter(|(k, _)| *k != "delivered")
+        .map(|(_, v)| v.as_u64().unwrap())
+        .sum();
+    (delivered, drops, dir["in_flight"].as_u64().unwrap())
+}
+
+#[test]
+fn ctl_delay_change_follows_within_one_rtt() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let topo = topology();
+    // No late drops on a loaded machine: every ping must come back.
+    let bridge = Bridge::start(&topo, &["delay", "10ms", "--max-lag", "off"]);
+    let before = ping_rtts(&topo, 5);
+    assert!(
+        before.iter().all(|r| (19.5..45.0).contains(r)),
+        "before: {before:?}"
+    );
+
+    let t = Instant::now();
+    let o = ctl(&bridge.socket, &["link", "both", "delay", "30ms"]);
+    let took = t.elapsed();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("in effect from"));
+    eprintln!("linkem ctl answered in {took:?}");
+    // The first ping sent after the reply already sees the new delay both ways.
+    let after = ping_rtts(&topo, 5);
+    assert!(
+        after.iter().all(|r| (59.5..100.0).contains(r)),
+        "after: {after:?}"
+    );
+
+    // Bad words change nothing and name the word.
+    let o = ctl(&bridge.socket, &["link", "both", "delay", "3xs"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("word 4 '3xs'"), "{err}");
+    let again = ping_rtts(&topo, 3);
+    assert!(
+        again.iter().all(|r| (59.5..100.0).contains(r)),
+        "after a bad change: {again:?}"
+    );
+
+    // A batch applies all or nothing.
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.ctl");
+    std::fs::write(
+        &bad,
+        "# one good line, one bad\nlink a-to-b delay 1ms\nlink b-to-a delay 1ms loss 200%\n",
+    )
+    .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_linkem"))
+        .args(["ctl", "--socket"])
+        .arg(&bridge.socket)
+        .arg("-f")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("bad.ctl:3") && err.contains("nothing applied"),
+        "{err}"
+    );
+    let mut c = bridge.client();
+    let list = c.request_json("list").unwrap();
+    assert_eq!(list["links"][0]["changes"], 1, "{list}");
+    let good = dir.path().join("good.ctl");
+    std::fs::write(&good, "link a-to-b delay 2ms\nlink b-to-a delay 3ms\n").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_linkem"))
+        .args(["ctl", "--socket"])
+        .arg(&bridge.socket)
+        .arg("-f")
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let list = c.request_json("list").unwrap();
+    // Both directions changed at one instant.
+    assert_eq!(
+        list["links"][0]["changed_at_ns"],
+        list["links"][1]["changed_at_ns"]
+    );
+    let rtt = ping_rtts(&topo, 3);
+    assert!(
+        rtt.iter().all(|r| (4.5..30.0).contains(r)),
+        "after the batch: {rtt:?}"
+    );
+
+    // zero: the socket's counts start again; --stats json keeps the totals.
+    let before = c.request_json("stats").unwrap();
+    assert!(before["directions"][0]["received"].as_u64().unwrap() >= 16);
+    assert_eq!(c.request_json("zero").unwrap()["ok"], true);
+    let after = c.request_json("stats").unwrap();
+    assert_eq!(after["zeroed"], true);
+    assert!(
+        after["directions"][0]["received"].as_u64().unwrap() < 4,
+        "{after}"
+    );
+    drop(c);
+    let (stats, _) = bridge.finish();
+    for d in stats["directions"].as_array().unwrap() {
+        let (delivered, drops, in_flight) = totals(d);
+        assert_eq!(
+            d["received"].as_u64().unwrap(),
+            delivered + drops + in_flight,
+            "{d}"
+        );
+        assert!(d["received"].as_u64().unwrap() >= 16, "{d}");
+    }
+}
+
+#[test]
+fn ctl_change_storm_loses_nothing() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let topo = topology();
+    let bridge = Bridge::start(&topo, &["delay", "5ms", "--max-lag", "off"]);
+    let b = topo.addr_b.to_string();
+    // Steady UDP traffic A -> B for the whole storm.
+    let mut sink = topo
+        .spawn_in_b(&["iperf3", "-s", "-1", "-p", "5301"])
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut source = topo
+        .spawn_in_a(&[
+            "iperf3", "-u", "-c", &b, "-p", "5301", "-b", "20M", "-l", "1000", "-t", "4",
+        ])
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+
+    let mut c = bridge.client();
+    let n = 10_000;
+    let t = Instant::now();
+    for i in 0..n {
+        let line = format!("link both delay {}us", 5000 + (i % 7) * 100);
+        let v = c.request_json(&line).unwrap();
+        assert_eq!(v["ok"], true, "{line}: {v}");
+    }
+    let secs = t.elapsed().as_secs_f64();
+    eprintln!(
+        "{n} changes over one connection in {secs:.3} s: {:.0} per second",
+        n as f64 / secs
+    );
+    let _ = source.wait();
+    let _ = sink.kill();
+    let _ = sink.wait();
+    std::thread::sleep(Duration::from_millis(200));
+    let list = c.request_json("list").unwrap();
+    assert_eq!(list["links"][0]["changes"], n, "{list}");
+    let (stats, _) = bridge.finish();
+    let d = &stats["directions"][0];
+    let (delivered, drops, in_flight) = totals(d);
+    assert!(delivered > 5_000, "little traffic: {d}");
+    assert_eq!(
+        d["received"].as_u64().unwrap(),
+        delivered + drops + in_flight,
+        "{d}"
+    );
+    // Every drop fate stays zero: a change never drops a packet.
+    assert_eq!(drops, 0, "{d}");
+}
+
+#[test]
+fn ctl_permissions_ownership_and_audit() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let topo = topology();
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    let audit_s = audit.to_str().unwrap();
+    // Root-only by default: uid 65534 cannot even connect.
+    let bridge = Bridge::start(&topo, &["delay", "1ms", "--audit", audit_s]);
+    let mode = std::fs::metadata(&bridge.socket).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(mode.permissions().mode() & 0o777, 0o600);
+    let o = ctl_as_nobody(&bridge.socket, None, &["show"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("permission denied"));
+    bridge.finish();
+
+    // With --control-group users: members connect; outsiders still cannot.
+    let bridge = Bridge::start(
+        &topo,
+        &[
+            "delay",
+            "1ms",
+            "--audit",
+            audit_s,
+            "--control-group",
+            "users",
+        ],
+    );
+    let meta = std::fs::metadata(&bridge.socket).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!((meta.mode() & 0o777, meta.gid()), (0o660, 100));
+    let o = ctl_as_nobody(&bridge.socket, None, &["show"]);
+    assert!(!o.status.success(), "an outsider connected");
+    let o = ctl_as_nobody(&bridge.socket, Some("100"), &["show"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // A member may look but not change what root owns.
+    let o = ctl_as_nobody(
+        &bridge.socket,
+        Some("100"),
+        &["link", "both", "delay", "9ms"],
+    );
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("belong to uid 0"));
+    let o = ctl_as_nobody(&bridge.socket, Some("100"), &["zero"]);
+    assert!(!o.status.success());
+    let o = ctl_as_nobody(
+        &bridge.socket,
+        Some("100"),
+        &["pipe", "1", "config", "bw", "1Mbit/s"],
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no rule set"));
+    let o = ctl(&bridge.socket, &["link", "both", "delay", "2ms"]);
+    assert!(o.status.success());
+    let mut c = bridge.client();
+    assert_eq!(
+        c.request_json("list").unwrap()["links"][0]["words"],
+        "delay 2ms"
+    );
+    drop(c);
+    bridge.finish();
+
+    let text = std::fs::read_to_string(&audit).unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let refused: Vec<&Value> = lines.iter().filter(|l| l["uid"] == 65534).collect();
+    assert_eq!(refused.len(), 3, "{text}");
+    assert!(refused[0]["result"]
+        .as_str()
+        .unwrap()
+        .starts_with("refused:"));
+    assert_eq!(refused[0]["command"], "link both delay 9ms");
+    assert!(refused[0]["pid"].as_i64().unwrap() > 0);
+    assert!(refused[2]["result"]
+        .as_str()
+        .unwrap()
+        .contains("no rule set"));
+    let ok: Vec<&Value> = lines.iter().filter(|l| l["uid"] == 0).collect();
+    assert_eq!(ok.len(), 1, "{text}");
+    assert_eq!(ok[0]["result"], "ok");
+    assert!(ok[0]["at_ns"].as_u64().is_some() && ok[0]["time"].as_str().unwrap().ends_with('Z'));
+    // Reading is not audited.
+    assert!(!text.contains("\"show\""));
+}
+
+/// GET /metrics with a bare HTTP/1.1 request.
+fn scrape(port: u16) -> String {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .unwrap();
+    let mut r = String::new();
+    s.read_to_string(&mut r).unwrap();
+    assert!(r.starts_with("HTTP/1.1 200 OK"), "{r}");
+    r.split("\r\n\r\n").nth(1).unwrap().to_string()
+}
+
+#[test]
+fn ctl_metrics_parse_and_match_stats_json() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let python = "/usr/bin/python3";
+    let check = Command::new(python)
+        .args(["-c", "import prometheus_client"])
+        .output();
+    assert!(
+        check.map(|o| o.status.success()).unwrap_or(false),
+        "the Prometheus parser is missing: apt-get install python3-prometheus-client"
+    );
+    let topo = topology();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let p = port.to_string();
+    let bridge = Bridge::start(
+        &topo,
+        &["delay", "2ms", "loss", "10%", "seed", "7", "--metrics", &p],
+    );
+    let b = topo.addr_b.to_string();
+    topo.exec_in_a(&[
+        "ping", "-n", "-q", "-c", "100", "-i", "0.005", "-W", "1", &b,
+    ])
+    .unwrap();
+    let o = ctl(&bridge.socket, &["link", "a-to-b", "delay", "3ms"]);
+    assert!(o.status.success());
+    let _ = ctl(&bridge.socket, &["link", "a-to-b", "delay", "3xs"]);
+    // Stray frames (IPv6 neighbour discovery) may pass at any time: take a
+    // scrape whose counters did not move across the `stats` request beside it.
+    let mut c = bridge.client();
+    let (body, ctl_stats) = loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let before = scrape(port);
+        let st = c.request_json("stats").unwrap();
+        let after = scrape(port);
+        let counters = |b: &str| {
+            b.lines()
+                .filter(|l| l.starts_with("linkem_received") || l.starts_with("linkem_packets"))
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        if counters(&before) == counters(&after) {
+            break (after, st);
+        }
+    };
+    // The client library's own parser: every family, sample and histogram.
+    let script = r#"
+import sys, json
+from prometheus_client.parser import text_string_to_metric_families
+out = {}
+for fam in text_string_to_metric_families(sys.stdin.read()):
+    for s in fam.samples:
+        key = s.name + json.dumps(dict(sorted(s.labels.items())), sort_keys=True)
+        out[key] = s.value
+print(json.dumps(out))
+"#;
+    let mut child = Command::new(python)
+        .args(["-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "parser: {}\n{body}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let samples: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let get = |name: &str, labels: &str| -> f64 {
+        samples[format!("{name}{labels}")]
+            .as_f64()
+            .unwrap_or_else(|| panic!("no {name}{labels} in\n{body}"))
+    };
+    drop(c);
+    let (final_stats, _) = bridge.finish();
+    // `stats` over the socket is `--stats json`'s own rendering of the same counts.
+    assert_eq!(
+        final_stats["directions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_object().unwrap().keys().cloned().collect::<Vec<_>>())
+            .collect::<Vec<_>>(),
+        ctl_stats["directions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_object().unwrap().keys().cloned().collect::<Vec<_>>())
+            .collect::<Vec<_>>()
+    );
+    for d in ctl_stats["directions"].as_array().unwrap() {
+        let dir = d["direction"].as_str().unwrap();
+        let l = format!("{{\"direction\": \"{dir}\"}}");
+        assert_eq!(
+            get("linkem_received_packets_total", &l),
+            d["received"].as_f64().unwrap(),
+            "{dir}"
+        );
+        for (fate, v) in d["fates"].as_object().unwrap() {
+            let lf = format!("{{\"direction\": \"{dir}\", \"fate\": \"{fate}\"}}");
+            assert_eq!(
+                get("linkem_packets_total", &lf),
+                v.as_f64().unwrap(),
+                "{dir} {fate}"
+            );
+        }
+        assert_eq!(
+            get("linkem_in_flight_packets", &l),
+            d["in_flight"].as_f64().unwrap()
+        );
+        assert_eq!(
+            get("linkem_lateness_seconds_count", &l),
+            d["lateness_ns"]["count"].as_f64().unwrap()
+        );
+        assert!(
+            d["fates"]["loss"].as_u64().unwrap() > 0,
+            "loss 10% lost nothing: {d}"
+        );
+        let fin = final_stats["directions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["direction"] == dir)
+            .unwrap();
+        assert!(fin["received"].as_u64() >= d["received"].as_u64());
+    }
+    assert_eq!(
+        get("linkem_link_delay_seconds", "{\"direction\": \"a->b\"}"),
+        0.003
+    );
+    assert!(get("linkem_control_requests_total", "{\"result\": \"ok\"}") >= 2.0);
+    assert_eq!(
+        get("linkem_control_requests_total", "{\"result\": \"error\"}"),
+        1.0
+    );
+}
+
+#[test]
+fn ctl_bad_clients_harm_nothing() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let topo = topology();
+    // A stale socket of a killed run is replaced.
+    let name = format!("{}-{}", topo.emu_a, std::process::id());
+    let stale = linkem_ctl::default_socket_path(&name);
+    std::fs::create_dir_all(stale.parent().unwrap()).unwrap();
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    assert!(stale.exists());
+    let bridge = Bridge::start(&topo, &["delay", "1ms"]);
+    let path = bridge.socket.clone();
+    assert_eq!(path, stale);
+
+    let read_line = |s: &mut UnixStream| -> String {
+        let mut out = Vec::new();
+        let mut b = [0u8; 1];
+        while s.read(&mut b).unwrap_or(0) == 1 && b[0] != b'\n' {
+            out.push(b[0]);
+        }
+        String::from_utf8_lossy(&out).to_string()
+    };
+    let connect = || {
+        let mut s = UnixStream::connect(&path).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let banner = read_line(&mut s);
+        assert!(banner.contains("\"linkem\":\"ctl\""), "{banner}");
+        s
+    };
+    // Garbage, not UTF-8, an over-long line: each refused, the connection goes on.
+    let mut s = connect();
+    s.write_all(b"\x00\x01garbage \xff\xfe\n").unwrap();
+    assert!(read_line(&mut s).contains("\"ok\":false"));
+    s.write_all(&vec![b'x'; 100_000]).unwrap();
+    s.write_all(b"\nping\n").unwrap();
+    let r = read_line(&mut s);
+    assert!(r.contains("longer than"), "{r}");
+    assert!(read_line(&mut s).contains("pong"));
+    // Disconnect mid-batch and mid-line: nothing applied.
+    s.write_all(b"begin\nlink both delay 50ms\nlink both del")
+        .unwrap();
+    drop(s);
+    // A stalled partial line is cut off; meanwhile others are served.
+    let mut stalled = connect();
+    stalled.write_all(b"link both delay 40").unwrap();
+    let mut many: Vec<UnixStream> = (0..20).map(|_| connect()).collect();
+    let mut c = Client::connect(&path, Duration::from_secs(5)).unwrap();
+    let t = Instant::now();
+    assert_eq!(c.request_json("ping").unwrap()["ok"], true);
+    eprintln!("ping beside 21 idle clients: {:?}", t.elapsed());
+    let r = read_line(&mut stalled);
+    assert!(r.contains("unfinished line"), "{r}");
+    many.clear();
+    let list = c.request_json("list").unwrap();
+    assert_eq!(list["links"][0]["changes"], 0, "{list}");
+    assert!(
+        list["links"][0]["words"]
+            .as_str()
+            .unwrap()
+            .contains("delay 1ms"),
+        "{list}"
+    );
+    // Watch streams lines and ends at any line.
+    let w = c.request_json("watch 20ms").unwrap();
+    assert_eq!(w["watch"], 0);
+    let w1: Value = serde_json::from_str(&c.recv().unwrap()).unwrap();
+    assert_eq!(w1["watch"], 1);
+    c.send("stop").unwrap();
+    loop {
+        let v: Value = serde_json::from_str(&c.recv().unwrap()).unwrap();
+        if v["watch"] == "ended" {
+            break;
+        }
+    }
+    assert_eq!(c.request_json("ping").unwrap()["pong"], true);
+    // list-emulators finds it.
+    let o = Command::new(env!("CARGO_BIN_EXE_linkem"))
+        .args(["ctl", "list-emulators"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&o.stdout).contains(&name));
+    drop(c);
+    let (stats, _) = bridge.finish();
+    assert!(stats["final"].as_bool().unwrap());
+    assert!(!path.exists(), "the socket outlived linkem");
+}

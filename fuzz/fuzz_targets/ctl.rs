@@ -1,0 +1,28 @@
+//! Control protocol lines as clients send them: parsing must refuse bad lines
+//! with an error naming a word inside the line, never panic; a line that
+//! parses must parse the same when its words are re-joined with single spaces.
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use linkem_core::config::no_files;
+use linkem_ctl::parse_line;
+
+fuzz_target!(|data: &[u8]| {
+    let text = String::from_utf8_lossy(data);
+    for line in text.split('\n') {
+        match parse_line(line, &mut no_files) {
+            Ok(parsed) => {
+                let joined = line.split_whitespace().collect::<Vec<_>>().join(" ");
+                let again = parse_line(&joined, &mut no_files).expect("re-joined words parse");
+                assert_eq!(parsed, again);
+            }
+            Err(e) => {
+                if let Some(p) = e.position {
+                    assert!(p >= 1 && p <= line.split_whitespace().count().max(1));
+                }
+                let _ = e.reply(Some("x")).to_string();
+            }
+        }
+    }
+});

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# The control plane's speed, and forwarding beside a change storm, in one run:
+#
+#   nsA (iperf3 -u) <-veth-> linkem bridge (delay 5ms) <-veth-> nsB (iperf3 -s)
+#
+# 1. `linkem ctl link both delay ...` as separate processes: time per change.
+# 2. One connection (a small Python client): changes per second in lockstep
+#    (send, wait for the reply) and pipelined (send all, then read the replies).
+# 3. UDP at RATE for SECS seconds twice: without changes, then with a lockstep
+#    change storm on one connection (STORM_RATE changes per second); counts and lateness of each phase (the
+#    counters are zeroed between phases with `linkem ctl zero`).
+#
+#   sudo scripts/bench-ctl.sh            (RATE=100M SECS=5 N=20000 STORM_RATE=10000 by default)
+#
+# Needs root, iproute2, ethtool, iperf3, python3 (installs them if missing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/topology.sh
+need_packages ip:iproute2 ethtool:ethtool iperf3:iperf3 python3:python3
+
+P=${P:-lkCb}
+NET=${NET:-10.213.7}
+RATE=${RATE:-100M}
+SECS=${SECS:-5}
+N=${N:-20000}
+STORM_RATE=${STORM_RATE:-10000}
+LINKEM=${LINKEM:-target/debug/linkem}
+[ -x "$LINKEM" ] || cargo build -p linkem
+SOCK=/run/linkem/$P.sock
+OUT=$(mktemp -d)
+LPID=
+
+cleanup() {
+  [ -n "$LPID" ] && kill "$LPID" 2>/dev/null && wait "$LPID" 2>/dev/null || true
+  ip netns pids "${P}b" 2>/dev/null | xargs -r kill 2>/dev/null || true
+  topo_down "$P"
+  rm -rf "$OUT"
+}
+trap cleanup EXIT
+topo_down "$P"
+topo_up "$P" "$NET"
+
+"$LINKEM" bridge "${P}ea" "${P}eb" delay 5ms --name "$P" --stats json >"$OUT/stats" 2>"$OUT/err" &
+LPID=$!
+for _ in $(seq 100); do
+  "$LINKEM" ctl --socket "$SOCK" ping >/dev/null 2>&1 && break
+  sleep 0.1
+done
+
+# A client on one connection: lockstep or pipelined, N changes or for SECS seconds.
+client() {
+  python3 - "$SOCK" "$@" <<'EOF'
+import socket, sys, time
+path, mode, arg = sys.argv[1], sys.argv[2], float(sys.argv[3])
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(path)
+f = s.makefile("rwb", buffering=0)
+r = s.makefile("rb")
+r.readline()  # banner
+def line(i):
+    return b"link both delay %dus\n" % (5000 + (i % 7) * 100)
+bad = 0
+t0 = time.perf_counter()
+if mode == "pipelined":
+    n = int(arg)
+    # A writer thread: the replies must be read while the requests go out.
+    import threading
+    w = threading.Thread(target=lambda: s.sendall(b"".join(line(i) for i in range(n))))
+    w.start()
+    for _ in range(n):
+        bad += b'"ok":true' not in r.readline()
+    w.join()
+elif mode == "lockstep":
+    n = int(arg)
+    for i in range(n):
+        s.sendall(line(i))
+        bad += b'"ok":true' not in r.readline()
+else:  # storm for arg seconds at STORM_RATE changes per second
+    rate = float(sys.argv[4])
+    n = 0
+    while True:
+        now = time.perf_counter() - t0
+        if now >= arg:
+            break
+        ahead = n / rate - now
+        if ahead > 0.0005:
+            time.sleep(ahead)
+        s.sendall(line(n))
+        bad += b'"ok":true' not in r.readline()
+        n += 1
+dt = time.perf_counter() - t0
+print(f"{mode}: {n} changes in {dt:.3f} s = {n/dt:.0f} per second, {bad} refused")
+EOF
+}
+
+echo "## Control plane (linkem $("$LINKEM" --version | cut -d' ' -f2), $(nproc) cores)"
+echo
+PN=200
+t0=$(date +%s%N)
+for i in $(seq "$PN"); do
+  "$LINKEM" ctl --socket "$SOCK" link both delay "$((5000 + i % 7 * 100))us" >/dev/null
+done
+t1=$(date +%s%N)
+t2=$(date +%s%N)
+for i in $(seq "$PN"); do "$LINKEM" --version >/dev/null; done
+t3=$(date +%s%N)
+echo "- \`linkem ctl\` processes: $PN changes, $(( (t1 - t0) / PN / 1000 )) us per process (start, connect, change, reply, exit) = $(( PN * 1000000000 / (t1 - t0) )) per second; beside \`linkem --version\` (start and exit only): $(( (t3 - t2) / PN / 1000 )) us"
+echo "- one connection, $(client lockstep "$N")"
+echo "- one connection, $(client pipelined "$N")"
+echo
+
+ip netns exec "${P}b" iperf3 -s -D -p 5311 >/dev/null
+sleep 0.3
+phase() {
+  local what=$1
+  "$LINKEM" ctl --socket "$SOCK" zero >/dev/null
+  local storm=
+  if [ "$what" = storm ]; then
+    client storm "$SECS" "$STORM_RATE" >"$OUT/storm" &
+    storm=$!
+  fi
+  ip netns exec "${P}a" iperf3 -u -c "$NET.2" -p 5311 -b "$RATE" -l 1000 -t "$SECS" >/dev/null
+  [ -n "$storm" ] && wait "$storm"
+  sleep 0.2
+  "$LINKEM" ctl --socket "$SOCK" --json stats | python3 -c '
+import json, sys
+v = json.load(sys.stdin)
+d = v["directions"][0]
+f = d["fates"]
+drops = ", ".join(f"{k} {n}" for k, n in f.items() if k != "delivered" and n) or "0"
+l = d["lateness_ns"]
+secs = float(sys.argv[2])
+print(f"| {sys.argv[1]} | {d['"'"'received'"'"']} | {f['"'"'delivered'"'"'] / secs:.0f} | {drops} | {d['"'"'in_flight'"'"']} "
+      f"| {l['"'"'p50'"'"']/1e3:.1f} | {l['"'"'p99'"'"']/1e3:.1f} | {l['"'"'p99.9'"'"']/1e3:.1f} | {l['"'"'max'"'"']/1e3:.1f} |")
+' "$what" "$SECS"
+  [ -n "$storm" ] && echo "  $(cat "$OUT/storm")" >&2
+  return 0
+}
+echo "## Forwarding a->b, UDP 1000 B at $RATE for $SECS s, delay 5ms"
+echo
+echo "| phase | received | delivered/s | drops | in flight | lateness p50 us | p99 us | p99.9 us | max us |"
+echo "|---|---|---|---|---|---|---|---|---|"
+phase quiet
+phase storm
