@@ -10,12 +10,12 @@
 use crate::replay::{fresh_seed, load_distribution, ReplayArgs, SignalGuard};
 use crate::StatsFormat;
 use anyhow::{bail, Context, Result};
+use linkem_core::config::toml::toml_error;
 use linkem_core::node::{Decision, Node, NodeConfig, NodeFate, PacketIn};
 use linkem_core::order::ReleaseQueue;
 use linkem_core::pipe::{FlowMask, Instance, Pipe};
 use linkem_core::rules::{parse_rules, FlowKey, L2Kind, RuleSet, Side};
 use linkem_core::units::{format_rate_bps, format_time_ns};
-use linkem_core::config::toml::toml_error;
 use linkem_io::capture::{CaptureReader, CaptureWriter};
 use linkem_io::infile;
 use linkem_io::outfile::{self, OutputFile};
