@@ -27,6 +27,7 @@ pub struct Segmenter {
 }
 
 impl Segmenter {
+    /// A segmenter with an empty buffer; it grows to the largest segment on use.
     pub fn new() -> Self {
         Self::default()
     }

@@ -36,14 +36,18 @@ const IPPROTO_DSTOPTS: u8 = 60;
 /// IP version of a located frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IpVersion {
+    /// IPv4 (ethertype 0x0800).
     V4,
+    /// IPv6 (ethertype 0x86dd).
     V6,
 }
 
 /// Transport protocol of a located frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum L4Proto {
+    /// TCP (IP protocol 6).
     Tcp,
+    /// UDP (IP protocol 17).
     Udp,
 }
 
@@ -70,9 +74,11 @@ impl L4Proto {
 pub struct Headers {
     /// First byte of the IP header (after Ethernet and tags).
     pub l3_offset: usize,
+    /// IP version of the header at `l3_offset`.
     pub ip: IpVersion,
     /// First byte of the TCP/UDP header (after IPv4 options / IPv6 extensions).
     pub l4_offset: usize,
+    /// Transport protocol of the header at `l4_offset`.
     pub l4: L4Proto,
     /// First byte of the L4 payload.
     pub payload_offset: usize,

@@ -129,13 +129,17 @@ impl Offload {
 /// `csum_start`, `csum_offset`): bytes from the frame start, and from `start`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CsumPartial {
+    /// Byte offset from the frame start where the checksummed bytes begin
+    /// (the L4 header).
     pub start: u16,
+    /// Byte offset of the 2-byte checksum field from `start`.
     pub offset: u16,
 }
 
 /// Segmentation request of a super-frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Gso {
+    /// Which protocol the super-frame carries, to be checked against its headers.
     pub kind: GsoKind,
     /// L4 payload bytes per segment (MSS for TCP)
     pub size: u16,
@@ -144,7 +148,9 @@ pub struct Gso {
 /// What a super-frame is (virtio-net `gso_type`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GsoKind {
+    /// TSO/GSO of TCP over IPv4 (`VIRTIO_NET_HDR_GSO_TCPV4`).
     TcpV4,
+    /// TSO/GSO of TCP over IPv6 (`VIRTIO_NET_HDR_GSO_TCPV6`).
     TcpV6,
     /// USO (UDP_L4): each segment its own UDP datagram
     Udp,
@@ -153,57 +159,124 @@ pub enum GsoKind {
 /// Why a frame could not be handled. Each variant names what is wrong.
 #[derive(Debug, thiserror::Error, Clone, Copy, PartialEq, Eq)]
 pub enum WireError {
+    /// The checksum-offload metadata points outside the frame.
     #[error("checksum offload start {start} + offset {offset} lies outside the {frame_bytes}-byte frame")]
     ChecksumOutOfFrame {
+        /// `csum_start`: byte offset from the frame start.
         start: u16,
+        /// `csum_offset`: byte offset of the checksum field from `start`.
         offset: u16,
+        /// Length of the frame.
         frame_bytes: usize,
     },
+    /// A header or datagram runs past the end of the frame or of its enclosing
+    /// datagram.
     #[error("{layer} truncated: needs {need_bytes} bytes, has {have_bytes}")]
     Truncated {
+        /// What was being read, e.g. "IPv4 header" or "TCP header".
         layer: &'static str,
+        /// End offset (from the frame start) the layer needs.
         need_bytes: usize,
+        /// End offset available: the frame length or the enclosing datagram's end.
         have_bytes: usize,
     },
+    /// More VLAN tags than [`headers::MAX_VLAN_TAGS`].
     #[error("more than {max} VLAN tags")]
-    TooManyVlanTags { max: usize },
+    TooManyVlanTags {
+        /// The limit, [`headers::MAX_VLAN_TAGS`].
+        max: usize,
+    },
+    /// The ethertype after any VLAN tags is neither IPv4 nor IPv6.
     #[error("not IP: ethertype {ethertype:#06x}")]
-    NotIp { ethertype: u16 },
+    NotIp {
+        /// The ethertype found.
+        ethertype: u16,
+    },
+    /// The IP header's version field does not match the ethertype.
     #[error("ethertype {ethertype:#06x} with IP version {version}")]
-    BadIpVersion { ethertype: u16, version: u8 },
+    BadIpVersion {
+        /// The ethertype (0x0800 or 0x86dd).
+        ethertype: u16,
+        /// The version nibble of the IP header.
+        version: u8,
+    },
+    /// An IPv4 IHL or TCP data offset below the 20-byte minimum.
     #[error("{layer} header length {bytes} bytes is below the minimum")]
-    BadHeaderLength { layer: &'static str, bytes: usize },
+    BadHeaderLength {
+        /// "IPv4" or "TCP".
+        layer: &'static str,
+        /// The header length the field declares.
+        bytes: usize,
+    },
+    /// The IPv4 total length is shorter than the IPv4 header.
     #[error("IPv4 total length {declared_bytes} is shorter than its {header_bytes}-byte header")]
     BadIpLength {
+        /// The total length field.
         declared_bytes: usize,
+        /// The header length from IHL.
         header_bytes: usize,
     },
+    /// An IPv6 jumbogram (RFC 2675), whose length is in a hop-by-hop option.
     #[error("IPv6 jumbogram (payload length 0 with hop-by-hop options) is not supported")]
     Jumbogram,
+    /// An IPv4 or IPv6 fragment.
     #[error("IP fragment: its transport header and checksum span several frames")]
     Fragment,
+    /// The transport protocol (after any IPv6 extension headers) is not TCP or UDP.
     #[error("IP protocol / next header {protocol} is neither TCP nor UDP")]
-    UnsupportedProtocol { protocol: u8 },
+    UnsupportedProtocol {
+        /// The IPv4 protocol or IPv6 next-header number found.
+        protocol: u8,
+    },
+    /// An IPv6 routing header with segments left of a type other than 0, 2 or 4,
+    /// or too short to hold the final destination the pseudo-header needs.
     #[error("IPv6 routing header type {routing_type} with segments left is not supported")]
-    UnsupportedRoutingType { routing_type: u8 },
+    UnsupportedRoutingType {
+        /// The routing type found.
+        routing_type: u8,
+    },
+    /// The segmentation metadata names a protocol the frame does not carry.
     #[error("segmentation offload says {kind:?} but the frame is {found}")]
-    GsoKindMismatch { kind: GsoKind, found: &'static str },
+    GsoKindMismatch {
+        /// The kind the metadata asked for.
+        kind: GsoKind,
+        /// What the frame is, from [`Headers::describe`].
+        found: &'static str,
+    },
+    /// A virtio-net `gso_type` we do not segment (UFO or unknown).
     #[error("virtio-net gso_type {gso_type:#04x} is not supported (only TCPv4, TCPv6 and UDP_L4)")]
-    UnsupportedGsoType { gso_type: u8 },
+    UnsupportedGsoType {
+        /// The `gso_type` byte, ECN bit included.
+        gso_type: u8,
+    },
+    /// Segmentation was asked for with [`Gso::size`] 0.
     #[error("segmentation offload with segment size 0")]
     ZeroGsoSize,
+    /// A frame without segmentation metadata is longer than the limit.
     #[error("{frame_bytes}-byte frame exceeds the {max_frame_bytes}-byte limit and is not a super-frame")]
     FrameTooBig {
+        /// Length of the frame.
         frame_bytes: usize,
+        /// The limit on wire frame length.
         max_frame_bytes: usize,
     },
+    /// The headers alone fill the frame limit, leaving no room for payload.
     #[error("{header_bytes} bytes of headers leave no room for payload in {max_frame_bytes}-byte frames")]
     HeadersTooBig {
+        /// Ethernet, tags, IP and L4 header bytes of the super-frame.
         header_bytes: usize,
+        /// The limit on wire frame length.
         max_frame_bytes: usize,
     },
+    /// The largest segment would not fit its 16-bit IPv4 total, IPv6 payload
+    /// or UDP length field.
     #[error("segment of {bytes} bytes exceeds what the {layer} length field can hold")]
-    LengthOverflow { layer: &'static str, bytes: usize },
+    LengthOverflow {
+        /// "IPv4 total", "IPv6 payload" or "UDP".
+        layer: &'static str,
+        /// The length the field would have to hold.
+        bytes: usize,
+    },
 }
 
 #[cfg(test)]
