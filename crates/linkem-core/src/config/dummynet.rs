@@ -11,6 +11,9 @@
 //!   `queue NB` / `Nbytes` bytes.
 //!
 //! Spellings ipfw would not read (`10kibit`, `64MiB`) fall back to linkem's.
+//! The bounds are linkem's own ([`units::MAX_TIME_NS`], [`units::MAX_RATE_BPS`],
+//! [`units::MAX_SIZE_BYTES`]) whatever the spelling, so that what a pipe prints
+//! (in linkem's words) always reads back.
 
 use crate::units::{self, UnitError};
 
@@ -35,8 +38,10 @@ pub(super) fn time_ns(text: &str) -> Result<u64, UnitError> {
     match split_number(text) {
         Some((ms, "")) => {
             let ns = (ms * 1e6).round();
-            if ns >= u64::MAX as f64 {
-                return Err(UnitError(format!("'{text}': time too large")));
+            if ns > units::MAX_TIME_NS as f64 {
+                return Err(UnitError(format!(
+                    "'{text}': more than the largest accepted, 1 day"
+                )));
             }
             Ok(ns as u64)
         }
@@ -66,8 +71,10 @@ pub(super) fn bw_bps(text: &str) -> Result<Option<u64>, UnitError> {
         _ => return units::parse_rate_bps(text).map(Some),
     };
     let bps = (value * scale * per_byte).round();
-    if bps >= u64::MAX as f64 {
-        return Err(UnitError(format!("'{text}': rate too large")));
+    if bps > units::MAX_RATE_BPS as f64 {
+        return Err(UnitError(format!(
+            "'{text}': more than the largest accepted, 10tbit"
+        )));
     }
     Ok((bps >= 1.0).then_some(bps as u64))
 }
@@ -80,14 +87,18 @@ pub(super) fn queue(text: &str) -> Result<QueueLimit, UnitError> {
     let Ok(n) = text[..end].parse::<u64>() else {
         return units::parse_size_bytes(text).map(QueueLimit::Bytes);
     };
-    let too_large = || UnitError(format!("'{text}': queue too large"));
+    let too_large = || UnitError(format!("'{text}': more than the largest accepted, 1TiB"));
+    let bytes = |b: Option<u64>| {
+        b.filter(|&b| b <= units::MAX_SIZE_BYTES)
+            .map(QueueLimit::Bytes)
+            .ok_or_else(too_large)
+    };
     match &text[end..] {
         "" => Ok(QueueLimit::Slots(n)),
-        "K" | "k" | "KB" | "kB" | "KBytes" | "Kbytes" | "KByte" | "Kbyte" => n
-            .checked_mul(1024)
-            .map(QueueLimit::Bytes)
-            .ok_or_else(too_large),
-        "B" | "b" | "bytes" | "Bytes" | "byte" | "Byte" => Ok(QueueLimit::Bytes(n)),
+        "K" | "k" | "KB" | "kB" | "KBytes" | "Kbytes" | "KByte" | "Kbyte" => {
+            bytes(n.checked_mul(1024))
+        }
+        "B" | "b" | "bytes" | "Bytes" | "byte" | "Byte" => bytes(Some(n)),
         _ => units::parse_size_bytes(text).map(QueueLimit::Bytes),
     }
 }
@@ -102,6 +113,19 @@ mod tests {
         assert_eq!(time_ns("0.5"), Ok(500_000));
         assert_eq!(time_ns("250us"), Ok(250_000));
         assert!(time_ns("20x").is_err());
+    }
+
+    #[test]
+    fn bounds_are_linkems_whatever_the_spelling() {
+        // Found by the `words` fuzz target: a bare bit/s above 10 Tbit/s was taken,
+        // and the pipe's own description then did not read back.
+        assert!(bw_bps("10011111111111").is_err());
+        assert_eq!(bw_bps("10000000000000"), Ok(Some(units::MAX_RATE_BPS)));
+        assert!(bw_bps("2TByte/s").is_err());
+        assert!(time_ns("86400001").is_err());
+        assert_eq!(time_ns("86400000"), Ok(units::MAX_TIME_NS));
+        assert!(queue("1073741825K").is_err());
+        assert_eq!(queue("1073741824K"), Ok(QueueLimit::Bytes(units::MAX_SIZE_BYTES)));
     }
 
     #[test]
