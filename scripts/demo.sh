@@ -4,7 +4,8 @@
 #     Poisson UDP traffic) through the bundled link (testdata/dsl.toml, an 8 Mbit/s
 #     DSL line with a 50-packet queue) and prints what the link did to it.
 #  2. Live (as root): builds two network namespaces joined through linkem
-#     (nsA <-veth-> linkem <-veth-> nsB), measures ping RTT and iperf3 throughput
+#     (nsA <-veth-> linkem <-veth-> nsB; the hosts keep their offloads, as
+#     containers do), measures ping RTT and iperf3 throughput
 #     without and with 'delay 20ms rate 20mbit', and prints linkem's counts.
 # Installs what it needs (iproute2, iputils-ping, iperf3) when run as root.
 set -euo pipefail

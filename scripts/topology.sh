@@ -1,7 +1,9 @@
 # Shell helpers shared by scripts/demo.sh and scripts/bench-bridge.sh (source it).
 #
 #   need_packages CMD:PACKAGE ...   apt-get install the packages whose command is missing
-#   topo_up P NET                   ${P}a (NET.1) <-veth-> ${P}ea | ${P}eb <-veth-> ${P}b (NET.2)
+#   topo_up P NET [offloads-off]    ${P}a (NET.1) <-veth-> ${P}ea | ${P}eb <-veth-> ${P}b (NET.2)
+#                                   hosts keep the kernel's defaults (checksum offload,
+#                                   TSO/GSO on), as containers get them, unless offloads-off
 #   topo_down P                     removes it again (safe to call twice, or after a failure)
 #
 # The names and settings match linkem-io's namespace harness (crates/linkem-io/src/netns.rs).
@@ -17,7 +19,7 @@ need_packages() {
 }
 
 topo_up() {
-  local P=$1 net=$2 s
+  local P=$1 net=$2 tune=${3:-} s
   ip netns add "${P}a"; ip netns add "${P}b"
   ip link add "${P}ea" type veth peer name "${P}ha" netns "${P}a"
   ip link add "${P}eb" type veth peer name "${P}hb" netns "${P}b"
@@ -27,10 +29,11 @@ topo_up() {
     ip -n "${P}$s" link set lo up
     ip -n "${P}$s" link set "${P}h$s" up
     ip netns exec "${P}$s" sysctl -qw "net.ipv6.conf.${P}h$s.disable_ipv6=1"
-    # Hosts on a veth hand over frames with unfinished checksums and 64 KB
-    # segments (offloads a real NIC would finish); make them send wire frames.
-    # GRO on lets AF_XDP transmit into the veth (see README).
-    ip netns exec "${P}$s" ethtool -K "${P}h$s" tx off tso off gso off gro on >/dev/null
+    # linkem carries the hosts' offloaded checksums and super-frames as they are;
+    # offloads-off is for measuring the other setting beside it.
+    if [ "$tune" = offloads-off ]; then
+      ip netns exec "${P}$s" ethtool -K "${P}h$s" tx off tso off gso off gro on >/dev/null
+    fi
     ethtool -K "${P}e$s" gro off >/dev/null
   done
   ip -n "${P}a" addr add "$net.1/24" dev "${P}ha"

@@ -297,7 +297,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         signal_hook::flag::register(sig, interrupted.clone())
             .context("cannot install the signal handler")?;
     }
-    let topo = Topology::two_hosts(&netns::unique_prefix("lkbench"))
+    // The hosts keep their offloads, as users' hosts do: the probe's UDP leaves
+    // them with checksums for linkem to finish.
+    let topo = Topology::two_hosts_stock(&netns::unique_prefix("lkbench"))
         .map_err(|e| anyhow::anyhow!("cannot build the namespaces: {e}"))?;
     let b = Bench {
         topo: &topo,
