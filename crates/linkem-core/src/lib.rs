@@ -28,6 +28,7 @@
 //! assert_eq!((v.fate, v.release_ns), (Fate::Delivered, 6_600_000));
 //! ```
 
+pub mod aqm;
 pub mod config;
 pub mod dist;
 pub mod fate;
@@ -37,6 +38,7 @@ pub mod node;
 pub mod pipe;
 pub mod rng;
 pub mod rules;
+pub mod sched;
 pub mod units;
 
 pub use config::{ConfigError, LinkConfig, LinkSpec, LossAt, TomlWords};

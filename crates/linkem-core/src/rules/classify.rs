@@ -24,6 +24,8 @@ use crate::rng::{Stream, StreamId};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hit {
     Pipe { rule: usize, pipe: u32 },
+    /// `queue N` (a queue under a scheduler).
+    Queue { rule: usize, queue: u32 },
     Allow { rule: usize },
     Deny { rule: usize },
     /// No rule took the packet: it passes unimpaired.
@@ -302,6 +304,7 @@ impl Classifier {
                 Action::Count => pos = i + 1,
                 Action::Skipto(_) => pos = self.skip_to[i],
                 Action::Pipe(pipe) => return Hit::Pipe { rule: i, pipe },
+                Action::Queue(queue) => return Hit::Queue { rule: i, queue },
                 Action::Allow => return Hit::Allow { rule: i },
                 Action::Deny => return Hit::Deny { rule: i },
             }

@@ -31,6 +31,8 @@ pub(crate) fn rerr(line: usize, word: &str, message: impl Into<String>) -> Rules
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
     Pipe(u32),
+    /// `queue N`: a queue under a scheduler ([`crate::sched`]).
+    Queue(u32),
     Allow,
     Deny,
     Count,
@@ -103,6 +105,8 @@ pub struct RuleSet {
     pub rules: Vec<Rule>,
     /// `false` after `set one-pass off` / `net.inet.ip.fw.one_pass=0`.
     pub one_pass: bool,
+    /// `sched N config`, `queue N config` and pipes' scheduler words.
+    pub sched: crate::sched::words::SchedSet,
 }
 
 /// Real ipfw rule words (actions and options) linkem does not model.
@@ -113,7 +117,7 @@ const UNSUPPORTED: &[&str] = &[
     "ipprecedence", "iptos", "ipversion", "layer2", "mac", "antispoof", "verrevpath",
     "versrcreach", "diverted", "diverted-loopback", "diverted-output", "tagged", "tag", "untag",
     "fib", "setfib", "sockarg", "bridged", "ext6hdr", "flow", "flow-id", "src-addr", "dst-addr",
-    "queue", "reject", "unreach", "unreach6", "reset", "reset6", "divert", "tee", "fwd",
+    "reject", "unreach", "unreach6", "reset", "reset6", "divert", "tee", "fwd",
     "forward", "nat", "nat64lsn", "nat64stl", "nat64clat", "nptv6", "netgraph", "ngtee", "call",
     "return", "altq", "setdscp", "reass", "abort", "abort6", "eaction", "or", "{", "}",
     "logamount", "set", "src-mac", "dst-mac", "defer-action", "skip-action", "ipsec",
@@ -131,8 +135,10 @@ pub fn parse_rules(
         pipes: BTreeMap::new(),
         rules: Vec::new(),
         one_pass: true,
+        sched: Default::default(),
     };
     let mut pipe_refs: Vec<(u32, usize, String)> = Vec::new();
+    let mut queue_refs: Vec<(u32, usize, String)> = Vec::new();
     for (i, raw) in text.lines().enumerate() {
         let line = i + 1;
         let body = raw.split('#').next().unwrap_or("");
@@ -154,6 +160,10 @@ pub fn parse_rules(
                     let at = words.iter().position(|w| *w == "pipe").unwrap_or(0);
                     pipe_refs.push((n, line, words.get(at + 1).unwrap_or(&"").to_string()));
                 }
+                if let Action::Queue(n) = rule.action {
+                    let at = words.iter().position(|w| *w == "queue").unwrap_or(0);
+                    queue_refs.push((n, line, words.get(at + 1).unwrap_or(&"").to_string()));
+                }
                 // Same numbers keep file order: insert after every rule numbered ≤ it.
                 let at = set.rules.partition_point(|r| r.number <= rule.number);
                 set.rules.insert(at, rule);
@@ -173,7 +183,9 @@ pub fn parse_rules(
                     }
                     w => return Err(rerr(line, w.unwrap_or(&""), "expected 'config'")),
                 }
-                let def = PipeDef::parse(n, &words[3..], line, files)?;
+                let (pipe_words, ps) = crate::sched::words::split_pipe_words(&words[3..], line)?;
+                let def = PipeDef::parse(n, &pipe_words, line, files)?;
+                set.sched.pipes.insert(n, ps);
                 // `pipe N config` sets the whole pipe, as in Dummynet: a second one replaces it.
                 set.pipes.insert(n, def);
             }
@@ -198,6 +210,9 @@ pub fn parse_rules(
                 };
             }
             "flush" => set.rules.clear(),
+            "queue" | "sched" if words.get(2) == Some(&"config") => {
+                crate::sched::words::parse_line(&mut set.sched, &words, line)?;
+            }
             "queue" | "sched" | "delete" | "zero" | "resetlog" | "table" | "nat" | "set"
             | "enable" | "disable" | "show" | "list" | "sysctl" => {
                 return Err(rerr(line, first, "not supported"))
@@ -205,6 +220,7 @@ pub fn parse_rules(
             _ => return Err(rerr(line, first, "unknown command (expected add, pipe N config, set one-pass off)")),
         }
     }
+    crate::sched::words::check(&set, &queue_refs)?;
     for (n, line, word) in pipe_refs {
         if !set.pipes.contains_key(&n) {
             return Err(rerr(line, &word, format!("pipe {n} is not configured (add 'pipe {n} config ...')")));
@@ -286,6 +302,13 @@ fn parse_add(
                 .ok_or_else(|| c.err(w, "a pipe number is 1..65535"))?;
             Action::Pipe(n as u32)
         }
+        "queue" => {
+            let w = c.arg("queue", "a queue number")?;
+            let n = parse_number(w)
+                .filter(|n| (1..=65535).contains(n))
+                .ok_or_else(|| c.err(w, "a queue number is 1..65535"))?;
+            Action::Queue(n as u32)
+        }
         "allow" | "accept" | "pass" | "permit" => Action::Allow,
         "deny" | "drop" => Action::Deny,
         "count" => Action::Count,
@@ -302,7 +325,7 @@ fn parse_add(
             Action::Skipto(n)
         }
         w if UNSUPPORTED.contains(&w) => return Err(c.err(w, "not supported")),
-        w => return Err(c.err(w, "unknown action (pipe N, allow, deny, count, skipto N)")),
+        w => return Err(c.err(w, "unknown action (pipe N, queue N, allow, deny, count, skipto N)")),
     };
     let mut log = false;
     if c.peek() == Some("log") {
