@@ -87,6 +87,7 @@ impl Pie {
                 && self.drop_prob == 0.0
                 && self.qdelay_old_ns == 0
                 && self.burst_allowance_ns == cfg.max_burst_ns
+                && cfg.target_ns / 2 > 0
             {
                 // Nothing changes until the queue fills again.
                 let periods = (now_ns - t) / cfg.tupdate_ns + 1;

@@ -76,7 +76,9 @@ impl Red {
         if q > 0 {
             self.avg = (1.0 - cfg.w_q) * self.avg + cfg.w_q * q as f64;
             self.q_time_ns = None;
-        } else if let Some(t) = self.q_time_ns.take() {
+        } else if let Some(t) = self.q_time_ns {
+            // q_time stays until the queue fills again: Floyd & Jacobson
+            // measure each empty-queue arrival from the start of the idle time.
             if s_ns > 0 {
                 let m = (now_ns.saturating_sub(t) / s_ns) as f64;
                 self.avg *= (1.0 - cfg.w_q).powf(m);

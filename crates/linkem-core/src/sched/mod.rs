@@ -48,6 +48,8 @@ pub struct Pkt {
     pub enq_ns: u64,
     /// ECN-capable transport (ECT(0), ECT(1) or CE).
     pub ect: bool,
+    /// Marked CE at enqueue (RED, PIE).
+    pub ce: bool,
 }
 
 /// A FIFO of packets with its byte count.
@@ -281,6 +283,7 @@ impl Queues {
         match res {
             Ok(mark) => {
                 pkt.enq_ns = now;
+                pkt.ce = mark;
                 cl.fifo.push(pkt);
                 cl.stats.enqueued += 1;
                 cl.stats.enqueued_bytes += pkt.len_bytes as u64;
@@ -330,7 +333,7 @@ impl Queues {
             }
             cl.stats.sojourn.record(now.saturating_sub(p.enq_ns));
         }
-        out
+        out.map(|(p, mark)| (p, mark || p.ce))
     }
 
     /// Drops the head of class `c` (FQ's overflow).

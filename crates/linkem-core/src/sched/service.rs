@@ -215,7 +215,7 @@ impl SchedLink {
                 (self.store.len() - 1) as u32
             }
         };
-        let pkt = Pkt { handle, len_bytes, enq_ns: now, ect: key.ecn != 0 };
+        let pkt = Pkt { handle, len_bytes, enq_ns: now, ect: key.ecn != 0, ce: false };
         let extra = match self.on_wire {
             Some((wc, len, left)) if wc == c && now < left => (1, len as u64),
             _ => (0, 0),
