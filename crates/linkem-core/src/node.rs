@@ -227,6 +227,7 @@ impl Node {
     }
 
     /// A packet handed to a scheduled pipe (`queue`: None for the pipe's own queue).
+    #[allow(clippy::too_many_arguments)]
     fn sched_arrive(&mut self, t: u64, idx: usize, queue: Option<u32>, pkt: PacketIn, next_rule: usize, d: Decision, out: &mut Vec<Decision>) {
         let seq = self.seq;
         self.seq += 1;

@@ -20,13 +20,25 @@ enum Ev {
 }
 
 trait Model {
-    fn enq(&mut self, now: u64, class: usize, id: u32, len: u32, ect: bool, ev: &mut Vec<(u64, Ev)>);
+    fn enq(
+        &mut self,
+        now: u64,
+        class: usize,
+        id: u32,
+        len: u32,
+        ect: bool,
+        ev: &mut Vec<(u64, Ev)>,
+    );
     fn deq(&mut self, now: u64, ev: &mut Vec<(u64, Ev)>) -> Option<u32>;
 }
 
 /// Arrivals (time, class, len, ect) through a link of `rate_bps`: arrivals at
 /// t come before the service instant t.
-fn simulate(m: &mut dyn Model, arrivals: &[(u64, usize, u32, bool)], rate_bps: u64) -> Vec<(u64, Ev)> {
+fn simulate(
+    m: &mut dyn Model,
+    arrivals: &[(u64, usize, u32, bool)],
+    rate_bps: u64,
+) -> Vec<(u64, Ev)> {
     let mut ev = Vec::new();
     let lens: Vec<u32> = arrivals.iter().map(|a| a.2).collect();
     let mut free_at: Option<u64> = None; // busy until
@@ -46,7 +58,9 @@ fn simulate(m: &mut dyn Model, arrivals: &[(u64, usize, u32, bool)], rate_bps: u
                 free_at = Some(ta);
             }
             (_, Some(tf)) => match m.deq(tf, &mut ev) {
-                Some(id) => free_at = Some(tf + lens[id as usize] as u64 * 8_000_000_000 / rate_bps),
+                Some(id) => {
+                    free_at = Some(tf + lens[id as usize] as u64 * 8_000_000_000 / rate_bps)
+                }
                 None => free_at = None,
             },
             (None, None) => break,
@@ -67,16 +81,40 @@ impl Impl {
         for (i, q) in classes.iter().enumerate() {
             s.add_class(Arc::new(q.clone()), i as u32, 0);
         }
-        Impl { s, rng: Stream::new(9, 0, StreamId::Loss) }
+        Impl {
+            s,
+            rng: Stream::new(9, 0, StreamId::Loss),
+        }
     }
 }
 
 impl Model for Impl {
-    fn enq(&mut self, now: u64, class: usize, id: u32, len: u32, ect: bool, ev: &mut Vec<(u64, Ev)>) {
+    fn enq(
+        &mut self,
+        now: u64,
+        class: usize,
+        id: u32,
+        len: u32,
+        ect: bool,
+        ev: &mut Vec<(u64, Ev)>,
+    ) {
         let mut drops: Vec<Dropped> = Vec::new();
         let rng = &mut self.rng;
-        let pkt = Pkt { handle: id, len_bytes: len, enq_ns: now, ect, ce: false };
-        match self.s.enqueue(now, class as u32, pkt, (0, 0), &mut || rng.unit(), &mut drops) {
+        let pkt = Pkt {
+            handle: id,
+            len_bytes: len,
+            enq_ns: now,
+            ect,
+            ce: false,
+        };
+        match self.s.enqueue(
+            now,
+            class as u32,
+            pkt,
+            (0, 0),
+            &mut || rng.unit(),
+            &mut drops,
+        ) {
             Ok(true) => ev.push((now, Ev::Mark { id })),
             Ok(false) => {}
             Err(_) => ev.push((now, Ev::Drop { id })),
@@ -133,16 +171,28 @@ impl Model for RefWf2q {
             self.s[c] = self.f[c].max(self.v);
             self.f[c] = self.s[c] + ((len as u128) << 32) / self.w[c];
         }
-        self.q[c].push_back(RP { id, len, t: now, ect, ce: false });
+        self.q[c].push_back(RP {
+            id,
+            len,
+            t: now,
+            ect,
+            ce: false,
+        });
     }
     fn deq(&mut self, now: u64, ev: &mut Vec<(u64, Ev)>) -> Option<u32> {
-        let back: Vec<usize> = (0..self.q.len()).filter(|&c| !self.q[c].is_empty()).collect();
+        let back: Vec<usize> = (0..self.q.len())
+            .filter(|&c| !self.q[c].is_empty())
+            .collect();
         if back.is_empty() {
             return None;
         }
         let min_s = back.iter().map(|&c| self.s[c]).min().unwrap();
         self.v = self.v.max(min_s);
-        let c = *back.iter().filter(|&&c| self.s[c] <= self.v).min_by_key(|&&c| (self.f[c], c)).unwrap();
+        let c = *back
+            .iter()
+            .filter(|&&c| self.s[c] <= self.v)
+            .min_by_key(|&&c| (self.f[c], c))
+            .unwrap();
         let wsum: u128 = back.iter().map(|&c| self.w[c]).sum();
         let p = self.q[c].pop_front().unwrap();
         self.v += ((p.len as u128) << 32) / wsum;
@@ -150,7 +200,13 @@ impl Model for RefWf2q {
             self.s[c] = self.f[c];
             self.f[c] = self.s[c] + ((h.len as u128) << 32) / self.w[c];
         }
-        ev.push((now, Ev::Send { id: p.id, ce: false }));
+        ev.push((
+            now,
+            Ev::Send {
+                id: p.id,
+                ce: false,
+            },
+        ));
         Some(p.id)
     }
 }
@@ -176,7 +232,13 @@ impl Model for RefDrr {
         if self.q[c].is_empty() && !self.active.contains(&c) {
             self.active.push_back(c);
         }
-        self.q[c].push_back(RP { id, len, t: now, ect, ce: false });
+        self.q[c].push_back(RP {
+            id,
+            len,
+            t: now,
+            ect,
+            ce: false,
+        });
     }
     fn deq(&mut self, now: u64, ev: &mut Vec<(u64, Ev)>) -> Option<u32> {
         loop {
@@ -194,7 +256,13 @@ impl Model for RefDrr {
                     self.active.pop_front();
                     self.turn_started = false;
                 }
-                ev.push((now, Ev::Send { id: p.id, ce: false }));
+                ev.push((
+                    now,
+                    Ev::Send {
+                        id: p.id,
+                        ce: false,
+                    },
+                ));
                 return Some(p.id);
             }
             let c = self.active.pop_front().unwrap();
@@ -222,16 +290,30 @@ impl Model for RefPrio {
         if self.q[c].is_empty() {
             self.turn[self.level[c] as usize].push_back(c);
         }
-        self.q[c].push_back(RP { id, len, t: now, ect, ce: false });
+        self.q[c].push_back(RP {
+            id,
+            len,
+            t: now,
+            ect,
+            ce: false,
+        });
     }
     fn deq(&mut self, now: u64, ev: &mut Vec<(u64, Ev)>) -> Option<u32> {
-        let l = (0..self.turn.len()).rev().find(|&l| !self.turn[l].is_empty())?;
+        let l = (0..self.turn.len())
+            .rev()
+            .find(|&l| !self.turn[l].is_empty())?;
         let c = self.turn[l].pop_front().unwrap();
         let p = self.q[c].pop_front().unwrap();
         if !self.q[c].is_empty() {
             self.turn[l].push_back(c);
         }
-        ev.push((now, Ev::Send { id: p.id, ce: false }));
+        ev.push((
+            now,
+            Ev::Send {
+                id: p.id,
+                ce: false,
+            },
+        ));
         Some(p.id)
     }
 }
@@ -274,7 +356,13 @@ impl RefCodelState {
         }
         (Some(p), ok)
     }
-    fn dequeue(&mut self, cfg: &CoDelConfig, now: u64, q: &mut CQ, ev: &mut Vec<(u64, Ev)>) -> Option<(RP, bool)> {
+    fn dequeue(
+        &mut self,
+        cfg: &CoDelConfig,
+        now: u64,
+        q: &mut CQ,
+        ev: &mut Vec<(u64, Ev)>,
+    ) -> Option<(RP, bool)> {
         let (mut p, ok) = self.dodequeue(cfg, now, q);
         if p.is_none() {
             self.dropping = false;
@@ -334,7 +422,13 @@ impl Model for RefCodel {
             return;
         }
         self.st.maxpacket = self.st.maxpacket.max(len);
-        self.q.q.push_back(RP { id, len, t: now, ect, ce: false });
+        self.q.q.push_back(RP {
+            id,
+            len,
+            t: now,
+            ect,
+            ce: false,
+        });
         self.q.bytes += len as u64;
     }
     fn deq(&mut self, now: u64, ev: &mut Vec<(u64, Ev)>) -> Option<u32> {
@@ -361,7 +455,13 @@ impl Model for RefFqCodel {
     fn enq(&mut self, now: u64, c: usize, id: u32, len: u32, ect: bool, ev: &mut Vec<(u64, Ev)>) {
         let f = &mut self.flows[c];
         f.0.maxpacket = f.0.maxpacket.max(len);
-        f.1.q.push_back(RP { id, len, t: now, ect, ce: false });
+        f.1.q.push_back(RP {
+            id,
+            len,
+            t: now,
+            ect,
+            ce: false,
+        });
         f.1.bytes += len as u64;
         self.total += 1;
         if !self.new_flows.contains(&c) && !self.old_flows.contains(&c) {
@@ -369,7 +469,10 @@ impl Model for RefFqCodel {
             self.deficit[c] = self.quantum;
         }
         if self.total > self.limit {
-            let fat = (0..self.flows.len()).rev().max_by_key(|&i| self.flows[i].1.bytes).unwrap();
+            let fat = (0..self.flows.len())
+                .rev()
+                .max_by_key(|&i| self.flows[i].1.bytes)
+                .unwrap();
             let p = self.flows[fat].1.q.pop_front().unwrap();
             self.flows[fat].1.bytes -= p.len as u64;
             self.total -= 1;
@@ -379,10 +482,18 @@ impl Model for RefFqCodel {
     fn deq(&mut self, now: u64, ev: &mut Vec<(u64, Ev)>) -> Option<u32> {
         loop {
             let from_new = !self.new_flows.is_empty();
-            let c = if from_new { *self.new_flows.front()? } else { *self.old_flows.front()? };
+            let c = if from_new {
+                *self.new_flows.front()?
+            } else {
+                *self.old_flows.front()?
+            };
             if self.deficit[c] <= 0 {
                 self.deficit[c] += self.quantum;
-                if from_new { self.new_flows.pop_front(); } else { self.old_flows.pop_front(); }
+                if from_new {
+                    self.new_flows.pop_front();
+                } else {
+                    self.old_flows.pop_front();
+                }
                 self.old_flows.push_back(c);
                 continue;
             }
@@ -436,7 +547,11 @@ impl Model for RefRed {
             let m = ((now - self.q_time.unwrap_or(now)) / self.s_ns) as f64;
             self.avg *= (1.0 - wq).powf(m);
         }
-        let (minth, maxth, maxp) = (self.cfg.min_th as f64, self.cfg.max_th as f64, self.cfg.max_p);
+        let (minth, maxth, maxp) = (
+            self.cfg.min_th as f64,
+            self.cfg.max_th as f64,
+            self.cfg.max_p,
+        );
         let mut outcome = 0; // 0 accept, 1 mark-or-drop, 2 forced drop
         if self.avg >= minth && (self.avg < maxth || (self.cfg.gentle && self.avg < 2.0 * maxth)) {
             self.count += 1;
@@ -445,7 +560,11 @@ impl Model for RefRed {
             } else {
                 maxp + (1.0 - maxp) * (self.avg - maxth) / maxth
             };
-            let pa = if self.count as f64 * pb >= 1.0 { 1.0 } else { (pb / (1.0 - self.count as f64 * pb)).min(1.0) };
+            let pa = if self.count as f64 * pb >= 1.0 {
+                1.0
+            } else {
+                (pb / (1.0 - self.count as f64 * pb)).min(1.0)
+            };
             if self.rng.unit() < pa {
                 self.count = 0;
                 outcome = 1;
@@ -463,7 +582,13 @@ impl Model for RefRed {
         if outcome == 1 {
             ev.push((now, Ev::Mark { id }));
         }
-        self.q.push_back(RP { id, len, t: now, ect, ce: outcome == 1 });
+        self.q.push_back(RP {
+            id,
+            len,
+            t: now,
+            ect,
+            ce: outcome == 1,
+        });
     }
     fn deq(&mut self, now: u64, ev: &mut Vec<(u64, Ev)>) -> Option<u32> {
         let p = self.q.pop_front()?;
@@ -495,9 +620,24 @@ impl RefPie {
             let t = self.next_update;
             let qdelay = self.q.front().map_or(0.0, |h| (t - h.t) as f64 * 1e-9);
             let refd = self.cfg.target_ns as f64 * 1e-9;
-            let mut p = self.cfg.alpha * (qdelay - refd) + self.cfg.beta * (qdelay - self.qdelay_old);
+            let mut p =
+                self.cfg.alpha * (qdelay - refd) + self.cfg.beta * (qdelay - self.qdelay_old);
             let dp = self.drop_prob;
-            p /= if dp < 1e-6 { 2048.0 } else if dp < 1e-5 { 512.0 } else if dp < 1e-4 { 128.0 } else if dp < 1e-3 { 32.0 } else if dp < 1e-2 { 8.0 } else if dp < 0.1 { 2.0 } else { 1.0 };
+            p /= if dp < 1e-6 {
+                2048.0
+            } else if dp < 1e-5 {
+                512.0
+            } else if dp < 1e-4 {
+                128.0
+            } else if dp < 1e-3 {
+                32.0
+            } else if dp < 1e-2 {
+                8.0
+            } else if dp < 0.1 {
+                2.0
+            } else {
+                1.0
+            };
             if dp >= 0.1 && p > 0.02 {
                 p = 0.02;
             }
@@ -541,7 +681,13 @@ impl Model for RefPie {
                 return;
             }
         }
-        self.q.push_back(RP { id, len, t: now, ect, ce });
+        self.q.push_back(RP {
+            id,
+            len,
+            t: now,
+            ect,
+            ce,
+        });
         self.bytes += len as u64;
     }
     fn deq(&mut self, now: u64, ev: &mut Vec<(u64, Ev)>) -> Option<u32> {
@@ -556,8 +702,21 @@ impl Model for RefPie {
 // ---------------------------------------------------------------- arrivals
 
 /// Random arrivals: bursts and gaps over `classes` classes, sizes 40..1500.
-fn arrivals_strategy(classes: usize, max: usize) -> impl Strategy<Value = Vec<(u64, usize, u32, bool)>> {
-    prop::collection::vec((0u64..400_000, 0..classes, 40u32..1500, any::<bool>(), 0u8..10), 1..max).prop_map(|v| {
+fn arrivals_strategy(
+    classes: usize,
+    max: usize,
+) -> impl Strategy<Value = Vec<(u64, usize, u32, bool)>> {
+    prop::collection::vec(
+        (
+            0u64..400_000,
+            0..classes,
+            40u32..1500,
+            any::<bool>(),
+            0u8..10,
+        ),
+        1..max,
+    )
+    .prop_map(|v| {
         let mut t = 0;
         v.into_iter()
             .map(|(g, c, l, ect, burst)| {
@@ -570,7 +729,13 @@ fn arrivals_strategy(classes: usize, max: usize) -> impl Strategy<Value = Vec<(u
 }
 
 fn qp(weight: u32, limit: u32, aqm: AqmConfig) -> QueueParams {
-    QueueParams { weight, pri: weight, limit_packets: Some(limit), aqm, ..Default::default() }
+    QueueParams {
+        weight,
+        pri: weight,
+        limit_packets: Some(limit),
+        aqm,
+        ..Default::default()
+    }
 }
 
 const RATE: u64 = 10_000_000;
@@ -657,22 +822,74 @@ proptest! {
 /// would pass vacuously: check that overload makes each of them act.
 #[test]
 fn references_are_exercised() {
-    let arr: Vec<_> = (0..3000u64).map(|i| (i * 300_000, (i % 8) as usize, 1000 + (i % 5) as u32 * 100, i % 2 == 0)).collect();
+    let arr: Vec<_> = (0..3000u64)
+        .map(|i| {
+            (
+                i * 300_000,
+                (i % 8) as usize,
+                1000 + (i % 5) as u32 * 100,
+                i % 2 == 0,
+            )
+        })
+        .collect();
     let count = |ev: &[(u64, Ev)]| {
         let d = ev.iter().filter(|e| matches!(e.1, Ev::Drop { .. })).count();
-        let m = ev.iter().filter(|e| matches!(e.1, Ev::Mark { .. } | Ev::Send { ce: true, .. })).count();
+        let m = ev
+            .iter()
+            .filter(|e| matches!(e.1, Ev::Mark { .. } | Ev::Send { ce: true, .. }))
+            .count();
         (d, m)
     };
-    let cfg = CoDelConfig { ecn: true, ..Default::default() };
-    let mut r = RefCodel { cfg, st: RefCodelState::default(), q: CQ { q: VecDeque::new(), bytes: 0 }, limit: 1000 };
+    let cfg = CoDelConfig {
+        ecn: true,
+        ..Default::default()
+    };
+    let mut r = RefCodel {
+        cfg,
+        st: RefCodelState::default(),
+        q: CQ {
+            q: VecDeque::new(),
+            bytes: 0,
+        },
+        limit: 1000,
+    };
     let (d, m) = count(&simulate(&mut r, &arr, RATE / 4));
     assert!(d > 10 && m > 10, "codel drops {d} marks {m}");
-    let pcfg = PieConfig { ecn: true, ..Default::default() };
-    let mut r = RefPie { cfg: pcfg, drop_prob: 0.0, qdelay_old: 0.0, burst_allowance_ns: 150_000_000, next_update: pcfg.tupdate_ns, q: VecDeque::new(), bytes: 0, limit: 500, rng: Stream::new(9, 0, StreamId::Loss) };
+    let pcfg = PieConfig {
+        ecn: true,
+        ..Default::default()
+    };
+    let mut r = RefPie {
+        cfg: pcfg,
+        drop_prob: 0.0,
+        qdelay_old: 0.0,
+        burst_allowance_ns: 150_000_000,
+        next_update: pcfg.tupdate_ns,
+        q: VecDeque::new(),
+        bytes: 0,
+        limit: 500,
+        rng: Stream::new(9, 0, StreamId::Loss),
+    };
     let (d, m) = count(&simulate(&mut r, &arr, RATE / 4));
     assert!(d + m > 10, "pie drops {d} marks {m}");
-    let rcfg = RedConfig { w_q: 0.02, min_th: 5, max_th: 15, max_p: 0.1, gentle: true, ecn: true };
-    let mut r = RefRed { cfg: rcfg, avg: 0.0, count: -1, q_time: Some(0), s_ns: 4_800_000, q: VecDeque::new(), limit: 60, rng: Stream::new(9, 0, StreamId::Loss) };
+    let rcfg = RedConfig {
+        w_q: 0.02,
+        min_th: 5,
+        max_th: 15,
+        max_p: 0.1,
+        gentle: true,
+        ecn: true,
+    };
+    let mut r = RefRed {
+        cfg: rcfg,
+        avg: 0.0,
+        count: -1,
+        q_time: Some(0),
+        s_ns: 4_800_000,
+        q: VecDeque::new(),
+        limit: 60,
+        rng: Stream::new(9, 0, StreamId::Loss),
+    };
     let (d, m) = count(&simulate(&mut r, &arr, RATE / 4));
     assert!(d > 10 && m > 10, "red drops {d} marks {m}");
 }

@@ -35,7 +35,11 @@ pub struct CoDelConfig {
 
 impl Default for CoDelConfig {
     fn default() -> Self {
-        CoDelConfig { target_ns: 5_000_000, interval_ns: 100_000_000, ecn: false }
+        CoDelConfig {
+            target_ns: 5_000_000,
+            interval_ns: 100_000_000,
+            ecn: false,
+        }
     }
 }
 

@@ -45,7 +45,11 @@ fn ip_offset_ether(frame: &[u8]) -> Option<usize> {
 /// The ECN codepoint of a frame (0 when not IP). `raw_ip`: the frame starts
 /// with the IP header (no link header).
 pub fn codepoint(frame: &[u8], raw_ip: bool) -> u8 {
-    let Some(at) = (if raw_ip { Some(0) } else { ip_offset_ether(frame) }) else {
+    let Some(at) = (if raw_ip {
+        Some(0)
+    } else {
+        ip_offset_ether(frame)
+    }) else {
         return NOT_ECT;
     };
     match frame.get(at).map(|b| b >> 4) {
@@ -57,7 +61,11 @@ pub fn codepoint(frame: &[u8], raw_ip: bool) -> u8 {
 
 /// Sets CE on an ECT packet in place.
 pub fn mark_ce(frame: &mut [u8], raw_ip: bool) -> MarkResult {
-    let Some(at) = (if raw_ip { Some(0) } else { ip_offset_ether(frame) }) else {
+    let Some(at) = (if raw_ip {
+        Some(0)
+    } else {
+        ip_offset_ether(frame)
+    }) else {
         return MarkResult::NotIp;
     };
     match frame.get(at).map(|b| b >> 4) {
@@ -114,7 +122,9 @@ mod tests {
         let mut f = vec![0u8; 14 + 20];
         f[12] = 0x08;
         let h = &mut f[14..];
-        h.copy_from_slice(&[0x45, tos, 0, 20, 0x12, 0x34, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
+        h.copy_from_slice(&[
+            0x45, tos, 0, 20, 0x12, 0x34, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ]);
         let c = full_checksum(h);
         h[10..12].copy_from_slice(&c.to_be_bytes());
         f

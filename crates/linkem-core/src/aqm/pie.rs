@@ -126,7 +126,10 @@ impl Pie {
         }
         self.drop_prob = self.drop_prob.clamp(0.0, 1.0);
         self.burst_allowance_ns = self.burst_allowance_ns.saturating_sub(cfg.tupdate_ns);
-        if self.drop_prob == 0.0 && qdelay_ns < cfg.target_ns / 2 && self.qdelay_old_ns < cfg.target_ns / 2 {
+        if self.drop_prob == 0.0
+            && qdelay_ns < cfg.target_ns / 2
+            && self.qdelay_old_ns < cfg.target_ns / 2
+        {
             self.burst_allowance_ns = cfg.max_burst_ns;
         }
         self.qdelay_old_ns = qdelay_ns;

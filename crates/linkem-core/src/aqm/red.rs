@@ -53,7 +53,11 @@ impl Default for Red {
 
 impl Red {
     pub fn new() -> Self {
-        Red { avg: 0.0, count: -1, q_time_ns: Some(0) }
+        Red {
+            avg: 0.0,
+            count: -1,
+            q_time_ns: Some(0),
+        }
     }
 
     /// The queue has just become empty.
@@ -79,12 +83,11 @@ impl Red {
         } else if let Some(t) = self.q_time_ns {
             // q_time stays until the queue fills again: Floyd & Jacobson
             // measure each empty-queue arrival from the start of the idle time.
-            if s_ns > 0 {
-                let m = (now_ns.saturating_sub(t) / s_ns) as f64;
-                self.avg *= (1.0 - cfg.w_q).powf(m);
+            if let Some(m) = now_ns.saturating_sub(t).checked_div(s_ns) {
+                self.avg *= (1.0 - cfg.w_q).powf(m as f64);
             }
         } else {
-            self.avg = (1.0 - cfg.w_q) * self.avg;
+            self.avg *= 1.0 - cfg.w_q;
         }
         let (min, max) = (cfg.min_th as f64, cfg.max_th as f64);
         let p_b = if self.avg < min {
@@ -100,7 +103,11 @@ impl Red {
         };
         self.count += 1;
         let denom = 1.0 - self.count as f64 * p_b;
-        let p_a = if denom <= 0.0 { 1.0 } else { (p_b / denom).min(1.0) };
+        let p_a = if denom <= 0.0 {
+            1.0
+        } else {
+            (p_b / denom).min(1.0)
+        };
         if draw() < p_a {
             self.count = 0;
             drop_or_mark(cfg.ecn, ect, DropCause::Early)

@@ -48,7 +48,8 @@ impl Drr {
 
 impl Scheduler for Drr {
     fn add_class(&mut self, _class: u32, p: &QueueParams) {
-        self.quantum.push(p.weight.max(1) as i64 * self.quantum_bytes as i64);
+        self.quantum
+            .push(p.weight.max(1) as i64 * self.quantum_bytes as i64);
         self.deficit.push(0);
         self.listed.push(false);
     }
@@ -59,7 +60,12 @@ impl Scheduler for Drr {
             self.active.push_back(c);
         }
     }
-    fn dequeue(&mut self, now: u64, qs: &mut Queues, drops: &mut Vec<Dropped>) -> Option<(u32, Pkt, bool)> {
+    fn dequeue(
+        &mut self,
+        now: u64,
+        qs: &mut Queues,
+        drops: &mut Vec<Dropped>,
+    ) -> Option<(u32, Pkt, bool)> {
         loop {
             let &c = self.active.front()?;
             let ci = c as usize;

@@ -24,7 +24,12 @@ impl Scheduler for FifoSched {
     fn enqueued(&mut self, class: u32, _: &Queues) {
         self.order.push_back(class);
     }
-    fn dequeue(&mut self, now: u64, qs: &mut Queues, drops: &mut Vec<Dropped>) -> Option<(u32, Pkt, bool)> {
+    fn dequeue(
+        &mut self,
+        now: u64,
+        qs: &mut Queues,
+        drops: &mut Vec<Dropped>,
+    ) -> Option<(u32, Pkt, bool)> {
         while let Some(c) = self.order.pop_front() {
             let s = &mut self.skip[c as usize];
             if *s > 0 {

@@ -58,7 +58,12 @@ impl Scheduler for Fq {
             self.new_flows.push_back(c);
         }
     }
-    fn dequeue(&mut self, now: u64, qs: &mut Queues, drops: &mut Vec<Dropped>) -> Option<(u32, Pkt, bool)> {
+    fn dequeue(
+        &mut self,
+        now: u64,
+        qs: &mut Queues,
+        drops: &mut Vec<Dropped>,
+    ) -> Option<(u32, Pkt, bool)> {
         loop {
             let (c, from_new) = match self.new_flows.front() {
                 Some(&c) => (c, true),

@@ -33,8 +33,8 @@ pub mod fifo;
 pub mod fq;
 pub mod prio;
 pub mod service;
-pub mod words;
 pub mod wf2q;
+pub mod words;
 
 use crate::aqm::{Admit, AqmConfig, AqmState, DropCause};
 use std::collections::VecDeque;
@@ -308,7 +308,11 @@ impl Queues {
                 let stats = &mut cl.stats;
                 s.dequeue(cfg, now, &mut cl.fifo, &mut |pkt| {
                     stats.drops_aqm += 1;
-                    drops.push(Dropped { class: c, pkt, cause: DropCause::Aqm });
+                    drops.push(Dropped {
+                        class: c,
+                        pkt,
+                        cause: DropCause::Aqm,
+                    });
                 })
             }
             (AqmConfig::Pie(cfg), AqmState::Pie(s)) => {
@@ -354,7 +358,12 @@ pub trait Scheduler: std::fmt::Debug + Send {
     fn enqueued(&mut self, class: u32, qs: &Queues);
     /// The next packet to send at `now`, with its class and CE mark; AQM drops
     /// on the way go to `drops`.
-    fn dequeue(&mut self, now: u64, qs: &mut Queues, drops: &mut Vec<Dropped>) -> Option<(u32, Pkt, bool)>;
+    fn dequeue(
+        &mut self,
+        now: u64,
+        qs: &mut Queues,
+        drops: &mut Vec<Dropped>,
+    ) -> Option<(u32, Pkt, bool)>;
     fn is_empty(&self) -> bool;
 }
 
@@ -413,10 +422,22 @@ pub struct SchedParams {
 impl SchedParams {
     pub fn new(kind: SchedKind) -> Self {
         let flow_aqm = match kind {
-            SchedKind::FqPie => AqmConfig::Pie(crate::aqm::PieConfig { ecn: true, ..Default::default() }),
-            _ => AqmConfig::CoDel(crate::aqm::CoDelConfig { ecn: true, ..Default::default() }),
+            SchedKind::FqPie => AqmConfig::Pie(crate::aqm::PieConfig {
+                ecn: true,
+                ..Default::default()
+            }),
+            _ => AqmConfig::CoDel(crate::aqm::CoDelConfig {
+                ecn: true,
+                ..Default::default()
+            }),
         };
-        SchedParams { kind, quantum_bytes: 1514, limit_packets: 10240, flows: 1024, flow_aqm }
+        SchedParams {
+            kind,
+            quantum_bytes: 1514,
+            limit_packets: 10240,
+            flows: 1024,
+            flow_aqm,
+        }
     }
 }
 
@@ -442,11 +463,20 @@ pub struct Sched {
 impl Sched {
     pub fn new(params: SchedParams) -> Sched {
         let s = make(&params);
-        Sched { params, qs: Queues::default(), s }
+        Sched {
+            params,
+            qs: Queues::default(),
+            s,
+        }
     }
 
     /// Adds a class; returns its number.
-    pub fn add_class(&mut self, params: std::sync::Arc<QueueParams>, queue: u32, flow_id: u64) -> u32 {
+    pub fn add_class(
+        &mut self,
+        params: std::sync::Arc<QueueParams>,
+        queue: u32,
+        flow_id: u64,
+    ) -> u32 {
         let c = self.qs.classes.len() as u32;
         self.s.add_class(c, &params);
         self.qs.classes.push(Class {
@@ -481,7 +511,11 @@ impl Sched {
                 .max_by_key(|&i| (self.qs.classes[i].fifo.bytes, std::cmp::Reverse(i)))
                 .expect("a packet is queued") as u32;
             if let Some(p) = self.qs.drop_head(fat, DropCause::Tail) {
-                drops.push(Dropped { class: fat, pkt: p, cause: DropCause::Tail });
+                drops.push(Dropped {
+                    class: fat,
+                    pkt: p,
+                    cause: DropCause::Tail,
+                });
             }
         }
         Ok(mark)

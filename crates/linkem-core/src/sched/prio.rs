@@ -23,7 +23,12 @@ pub struct Prio {
 
 impl Default for Prio {
     fn default() -> Self {
-        Prio { level: Vec::new(), listed: Vec::new(), levels: vec![VecDeque::new(); 128], map: 0 }
+        Prio {
+            level: Vec::new(),
+            listed: Vec::new(),
+            levels: vec![VecDeque::new(); 128],
+            map: 0,
+        }
     }
 }
 
@@ -41,7 +46,12 @@ impl Scheduler for Prio {
             self.map |= 1 << l;
         }
     }
-    fn dequeue(&mut self, now: u64, qs: &mut Queues, drops: &mut Vec<Dropped>) -> Option<(u32, Pkt, bool)> {
+    fn dequeue(
+        &mut self,
+        now: u64,
+        qs: &mut Queues,
+        drops: &mut Vec<Dropped>,
+    ) -> Option<(u32, Pkt, bool)> {
         while self.map != 0 {
             let l = 127 - self.map.leading_zeros() as usize;
             let list = &mut self.levels[l];

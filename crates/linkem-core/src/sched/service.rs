@@ -38,7 +38,12 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     /// Left the link: the link's fate (delivered, loss, ...) and release time.
-    Link { fate: Fate, release_ns: u64, duplicate: bool, corrupt_bit: Option<u32> },
+    Link {
+        fate: Fate,
+        release_ns: u64,
+        duplicate: bool,
+        corrupt_bit: Option<u32>,
+    },
     /// Dropped by its queue.
     Dropped(DropCause),
 }
@@ -69,7 +74,13 @@ pub struct QueueBinding {
 
 impl QueueBinding {
     pub fn new(number: u32, params: QueueParams, mask: Option<FlowMask>) -> Self {
-        QueueBinding { number, params: Arc::new(params), mask, single: None, index: HashMap::default() }
+        QueueBinding {
+            number,
+            params: Arc::new(params),
+            mask,
+            single: None,
+            index: HashMap::default(),
+        }
     }
 }
 
@@ -113,12 +124,23 @@ impl SchedLink {
     /// `link` is the pipe's link without a queue limit (the queues hold
     /// packets); `link_seed` seeds it as the pipe's single instance would be.
     /// `queues[0]` is the pipe's own queue (traffic sent to `pipe N`).
-    pub fn new(pipe: u32, params: SchedParams, mut link: LinkConfig, link_seed: u64, burst_bytes: u64, queues: Vec<QueueBinding>) -> Self {
+    pub fn new(
+        pipe: u32,
+        params: SchedParams,
+        mut link: LinkConfig,
+        link_seed: u64,
+        burst_bytes: u64,
+        queues: Vec<QueueBinding>,
+    ) -> Self {
         link.queue_packets = None;
         link.queue_bytes = None;
         let mut l = Link::new(link, link_seed, 0);
         l.set_burst(burst_bytes);
-        let queue_at = queues.iter().enumerate().map(|(i, q)| (q.number, i)).collect();
+        let queue_at = queues
+            .iter()
+            .enumerate()
+            .map(|(i, q)| (q.number, i))
+            .collect();
         let mut s = SchedLink {
             pipe,
             sched: Sched::new(params.clone()),
@@ -168,7 +190,9 @@ impl SchedLink {
             }
             return c;
         }
-        let qi = queue.and_then(|n| self.queue_at.get(&n).copied()).unwrap_or(0);
+        let qi = queue
+            .and_then(|n| self.queue_at.get(&n).copied())
+            .unwrap_or(0);
         let qb = &mut self.queues[qi];
         match qb.mask {
             None => {
@@ -185,7 +209,9 @@ impl SchedLink {
                 if let Some(&c) = qb.index.get(&k) {
                     return c;
                 }
-                let c = self.sched.add_class(qb.params.clone(), qb.number, k.flow_id());
+                let c = self
+                    .sched
+                    .add_class(qb.params.clone(), qb.number, k.flow_id());
                 qb.index.insert(k, c);
                 self.class_keys.push(k);
                 c
@@ -215,13 +241,21 @@ impl SchedLink {
                 (self.store.len() - 1) as u32
             }
         };
-        let pkt = Pkt { handle, len_bytes, enq_ns: now, ect: key.ecn != 0, ce: false };
+        let pkt = Pkt {
+            handle,
+            len_bytes,
+            enq_ns: now,
+            ect: key.ecn != 0,
+            ce: false,
+        };
         let extra = match self.on_wire {
             Some((wc, len, left)) if wc == c && now < left => (1, len as u64),
             _ => (0, 0),
         };
         let rng = &mut self.rng;
-        let res = self.sched.enqueue(now, c, pkt, extra, &mut || rng.unit(), &mut self.drops);
+        let res = self
+            .sched
+            .enqueue(now, c, pkt, extra, &mut || rng.unit(), &mut self.drops);
         if let Err(cause) = res {
             self.free.push(handle);
             out.push(self.label(c, tag, Outcome::Dropped(cause), now, false));
@@ -242,7 +276,14 @@ impl SchedLink {
 
     fn label(&self, c: u32, tag: u64, outcome: Outcome, at_ns: u64, ce: bool) -> Departure {
         let cl = &self.sched.qs.classes[c as usize];
-        Departure { tag, outcome, at_ns, ce, queue: cl.queue, flow_id: cl.flow_id }
+        Departure {
+            tag,
+            outcome,
+            at_ns,
+            ce,
+            queue: cl.queue,
+            flow_id: cl.flow_id,
+        }
     }
 
     fn flush_drops(&mut self, now: u64, out: &mut Vec<Departure>) {
@@ -264,12 +305,22 @@ impl SchedLink {
             };
             let tag = self.store[p.handle as usize].tag;
             self.free.push(p.handle);
-            let v = self.link.on_arrival(t, PacketMeta { len_bytes: p.len_bytes });
+            let v = self.link.on_arrival(
+                t,
+                PacketMeta {
+                    len_bytes: p.len_bytes,
+                },
+            );
             let (clock, frac) = self.link.clock_ns();
             out.push(self.label(
                 c,
                 tag,
-                Outcome::Link { fate: v.fate, release_ns: v.release_ns, duplicate: v.duplicate, corrupt_bit: v.corrupt_bit },
+                Outcome::Link {
+                    fate: v.fate,
+                    release_ns: v.release_ns,
+                    duplicate: v.duplicate,
+                    corrupt_bit: v.corrupt_bit,
+                },
                 t,
                 ce && v.fate == Fate::Delivered,
             ));
@@ -304,7 +355,11 @@ pub struct NodeSched {
 impl NodeSched {
     /// Builds the scheduled pipes. `pipes` are the node's pipe definitions in
     /// its index order.
-    pub fn new(set: &super::words::SchedSet, pipes: &[&crate::pipe::PipeDef], seed: u64) -> NodeSched {
+    pub fn new(
+        set: &super::words::SchedSet,
+        pipes: &[&crate::pipe::PipeDef],
+        seed: u64,
+    ) -> NodeSched {
         let mut ns = NodeSched::default();
         for (idx, def) in pipes.iter().enumerate() {
             let n = def.number;
@@ -315,7 +370,11 @@ impl NodeSched {
             let own = QueueParams {
                 limit_packets: def.link.queue_packets,
                 limit_bytes: def.link.queue_bytes,
-                aqm: set.pipes.get(&n).and_then(|p| p.aqm).unwrap_or(crate::aqm::AqmConfig::DropTail),
+                aqm: set
+                    .pipes
+                    .get(&n)
+                    .and_then(|p| p.aqm)
+                    .unwrap_or(crate::aqm::AqmConfig::DropTail),
                 ..Default::default()
             };
             let mut queues = vec![QueueBinding::new(0, own, def.mask)];
@@ -325,7 +384,14 @@ impl NodeSched {
                 ns.queue_pipe.insert(q.number, idx);
             }
             let link_seed = crate::pipe::instance_seed(seed, n, 0, 0);
-            ns.links.push(Some(SchedLink::new(n, set.params(n), def.link.clone(), link_seed, def.burst_bytes, queues)));
+            ns.links.push(Some(SchedLink::new(
+                n,
+                set.params(n),
+                def.link.clone(),
+                link_seed,
+                def.burst_bytes,
+                queues,
+            )));
         }
         ns
     }
@@ -354,7 +420,15 @@ impl NodeSched {
 
     /// An arrival at pipe `idx` (its own queue, or queue `queue`); decisions in `self.deps`.
     #[allow(clippy::too_many_arguments)]
-    pub fn arrive(&mut self, idx: usize, queue: Option<u32>, now: u64, tag: u64, len_bytes: u32, key: &FlowKey) {
+    pub fn arrive(
+        &mut self,
+        idx: usize,
+        queue: Option<u32>,
+        now: u64,
+        tag: u64,
+        len_bytes: u32,
+        key: &FlowKey,
+    ) {
         let l = self.links[idx].as_mut().expect("a scheduled pipe");
         let before = l.next_event_ns();
         l.arrive(now, tag, len_bytes, key, queue, &mut self.deps);

@@ -83,7 +83,12 @@ impl Scheduler for Wf2q {
         self.place(c);
     }
 
-    fn dequeue(&mut self, now: u64, qs: &mut Queues, drops: &mut Vec<Dropped>) -> Option<(u32, Pkt, bool)> {
+    fn dequeue(
+        &mut self,
+        now: u64,
+        qs: &mut Queues,
+        drops: &mut Vec<Dropped>,
+    ) -> Option<(u32, Pkt, bool)> {
         loop {
             if self.eligible.is_empty() {
                 let Reverse((s, _)) = *self.waiting.peek()?;

@@ -92,7 +92,10 @@ impl SchedSet {
     /// Whether pipe `n` is served by a scheduler (else the closed-form link).
     pub fn scheduled(&self, n: u32) -> bool {
         self.scheds.contains_key(&n)
-            || self.pipes.get(&n).is_some_and(|p| p.kind.is_some() || p.aqm.is_some())
+            || self
+                .pipes
+                .get(&n)
+                .is_some_and(|p| p.kind.is_some() || p.aqm.is_some())
             || self.queues.values().any(|q| q.parent.pipe() == n)
     }
 
@@ -103,7 +106,11 @@ impl SchedSet {
         }
         let kind = self.pipes.get(&n).and_then(|p| p.kind).unwrap_or(
             // A pipe made scheduled by an AQM word alone keeps FIFO order.
-            if self.queues.values().any(|q| q.parent.pipe() == n) { SchedKind::Wf2q } else { SchedKind::Fifo },
+            if self.queues.values().any(|q| q.parent.pipe() == n) {
+                SchedKind::Wf2q
+            } else {
+                SchedKind::Fifo
+            },
         );
         SchedParams::new(kind)
     }
@@ -150,7 +157,8 @@ impl<'a> Words<'a> {
         self.w.get(self.at).copied()
     }
     fn arg(&mut self, kw: &str, what: &str) -> Result<&'a str, RulesError> {
-        self.next().ok_or_else(|| rerr(self.line, kw, format!("'{kw}' needs {what}")))
+        self.next()
+            .ok_or_else(|| rerr(self.line, kw, format!("'{kw}' needs {what}")))
     }
     /// A word given twice is an error naming it.
     fn once(&mut self, canon: &'a str, w: &str) -> Result<(), RulesError> {
@@ -173,7 +181,11 @@ fn codel_opts(c: &mut Words<'_>, cfg: &mut CoDelConfig) -> Result<(), RulesError
                 if v == 0 {
                     return Err(rerr(c.line, w, format!("{w} must be above 0")));
                 }
-                if w == "target" { cfg.target_ns = v } else { cfg.interval_ns = v }
+                if w == "target" {
+                    cfg.target_ns = v
+                } else {
+                    cfg.interval_ns = v
+                }
             }
             "ecn" | "noecn" => {
                 c.next();
@@ -184,7 +196,11 @@ fn codel_opts(c: &mut Words<'_>, cfg: &mut CoDelConfig) -> Result<(), RulesError
         }
     }
     if cfg.target_ns >= cfg.interval_ns {
-        return Err(rerr(c.line, "target", "CoDel's target must be below its interval"));
+        return Err(rerr(
+            c.line,
+            "target",
+            "CoDel's target must be below its interval",
+        ));
     }
     Ok(())
 }
@@ -212,12 +228,17 @@ fn pie_opts(c: &mut Words<'_>, cfg: &mut PieConfig) -> Result<(), RulesError> {
                 c.next();
                 c.once(w, w)?;
                 let v = float_in(c.line, c.arg(w, "a number such as 0.125")?, 0.0, 7.0, w)?;
-                if w == "alpha" { cfg.alpha = v } else { cfg.beta = v }
+                if w == "alpha" {
+                    cfg.alpha = v
+                } else {
+                    cfg.beta = v
+                }
             }
             "max_ecnth" => {
                 c.next();
                 c.once(w, w)?;
-                cfg.max_ecnth = float_in(c.line, c.arg(w, "a probability such as 0.1")?, 0.0, 1.0, w)?;
+                cfg.max_ecnth =
+                    float_in(c.line, c.arg(w, "a probability such as 0.1")?, 0.0, 1.0, w)?;
             }
             "ecn" | "noecn" => {
                 c.next();
@@ -225,7 +246,11 @@ fn pie_opts(c: &mut Words<'_>, cfg: &mut PieConfig) -> Result<(), RulesError> {
                 cfg.ecn = w == "ecn";
             }
             "capdrop" | "nocapdrop" | "drand" | "nodrand" | "onoff" | "dre" | "ts" => {
-                return Err(rerr(c.line, w, "not supported (linkem's PIE is RFC 8033's basic PIE with timestamps)"))
+                return Err(rerr(
+                    c.line,
+                    w,
+                    "not supported (linkem's PIE is RFC 8033's basic PIE with timestamps)",
+                ))
             }
             _ => break,
         }
@@ -247,7 +272,14 @@ fn red_opts(c: &mut Words<'_>, kw: &str) -> Result<RedConfig, RulesError> {
     if min_th >= max_th {
         return Err(rerr(c.line, v, "min_th must be below max_th"));
     }
-    Ok(RedConfig { w_q, min_th, max_th, max_p, gentle: kw == "gred", ecn: false })
+    Ok(RedConfig {
+        w_q,
+        min_th,
+        max_th,
+        max_p,
+        gentle: kw == "gred",
+        ecn: false,
+    })
 }
 
 /// Tries an AQM word at the cursor (the word already taken is `w`).
@@ -271,7 +303,13 @@ fn aqm_word(c: &mut Words<'_>, w: &str) -> Result<Option<AqmConfig>, RulesError>
 
 fn set_ecn(aqm: &mut AqmConfig, line: usize) -> Result<(), RulesError> {
     match aqm {
-        AqmConfig::DropTail => return Err(rerr(line, "ecn", "ecn needs an AQM (red, gred, codel, pie): droptail only drops")),
+        AqmConfig::DropTail => {
+            return Err(rerr(
+                line,
+                "ecn",
+                "ecn needs an AQM (red, gred, codel, pie): droptail only drops",
+            ))
+        }
         AqmConfig::Red(r) => r.ecn = true,
         AqmConfig::CoDel(x) => x.ecn = true,
         AqmConfig::Pie(x) => x.ecn = true,
@@ -281,21 +319,51 @@ fn set_ecn(aqm: &mut AqmConfig, line: usize) -> Result<(), RulesError> {
 
 /// Parses the words after `sched N config`.
 pub fn parse_sched(number: u32, words: &[&str], line: usize) -> Result<SchedDef, RulesError> {
-    let mut c = Words { w: words, at: 0, line, seen: Vec::new() };
+    let mut c = Words {
+        w: words,
+        at: 0,
+        line,
+        seen: Vec::new(),
+    };
     let mut kind = SchedKind::Wf2q;
     // Type first: its defaults are what the other words change.
     if let Some(i) = words.iter().position(|w| *w == "type") {
-        let t = words.get(i + 1).ok_or_else(|| rerr(line, "type", "'type' needs fifo, wf2q+, rr, prio, fq_codel or fq_pie"))?;
-        kind = match SchedKind::parse(t) {
-            Some(k) => k,
-            None if t.eq_ignore_ascii_case("qfq") => return Err(rerr(line, t, "not supported yet (qfq); use wf2q+ (same service order guarantees, O(log N))")),
-            None => return Err(rerr(line, t, "unknown scheduler type (fifo, wf2q+, rr, prio, fq_codel, fq_pie)")),
-        };
+        let t = words.get(i + 1).ok_or_else(|| {
+            rerr(
+                line,
+                "type",
+                "'type' needs fifo, wf2q+, rr, prio, fq_codel or fq_pie",
+            )
+        })?;
+        kind =
+            match SchedKind::parse(t) {
+                Some(k) => k,
+                None if t.eq_ignore_ascii_case("qfq") => return Err(rerr(
+                    line,
+                    t,
+                    "not supported yet (qfq); use wf2q+ (same service order guarantees, O(log N))",
+                )),
+                None => {
+                    return Err(rerr(
+                        line,
+                        t,
+                        "unknown scheduler type (fifo, wf2q+, rr, prio, fq_codel, fq_pie)",
+                    ))
+                }
+            };
     }
     let mut p = SchedParams::new(kind);
     let fq = kind.is_fq();
     let only_fq = |w: &str| -> Result<(), RulesError> {
-        if fq { Ok(()) } else { Err(rerr(line, w, format!("'{w}' is a parameter of fq_codel and fq_pie"))) }
+        if fq {
+            Ok(())
+        } else {
+            Err(rerr(
+                line,
+                w,
+                format!("'{w}' is a parameter of fq_codel and fq_pie"),
+            ))
+        }
     };
     while let Some(w) = c.next() {
         match w {
@@ -338,7 +406,12 @@ pub fn parse_sched(number: u32, words: &[&str], line: usize) -> Result<SchedDef,
             _ => return Err(rerr(line, w, "unknown word for sched (type, quantum, limit, flows, target, interval, tupdate, alpha, beta, max_burst, max_ecnth, ecn, noecn)")),
         }
     }
-    Ok(SchedDef { number, params: p, line, words: words.join(" ") })
+    Ok(SchedDef {
+        number,
+        params: p,
+        line,
+        words: words.join(" "),
+    })
 }
 
 /// A queue limit: slots, or bytes with a unit (K, KB, KBytes = 1024 B, B, bytes).
@@ -351,20 +424,36 @@ fn queue_limit(line: usize, v: &str) -> Result<(Option<u32>, Option<u64>), Rules
     }
     let digits = v.bytes().take_while(|b| b.is_ascii_digit()).count();
     let (num, unit) = v.split_at(digits);
-    let n: u64 = num.parse().map_err(|_| rerr(line, v, "a queue is slots (50) or bytes (64KBytes)"))?;
+    let n: u64 = num
+        .parse()
+        .map_err(|_| rerr(line, v, "a queue is slots (50) or bytes (64KBytes)"))?;
     let scale = match unit {
         "K" | "k" | "KB" | "kb" | "KBytes" | "Kbytes" | "kbytes" => 1024,
         "M" | "MB" | "MBytes" | "Mbytes" => 1 << 20,
         "B" | "b" | "bytes" | "Bytes" => 1,
-        _ => return Err(rerr(line, v, "a queue is slots (50) or bytes (64KBytes, 1500B)")),
+        _ => {
+            return Err(rerr(
+                line,
+                v,
+                "a queue is slots (50) or bytes (64KBytes, 1500B)",
+            ))
+        }
     };
-    let b = n.checked_mul(scale).filter(|&b| (1..=1 << 32).contains(&b)).ok_or_else(|| rerr(line, v, "a queue is 1 B..4 GiB"))?;
+    let b = n
+        .checked_mul(scale)
+        .filter(|&b| (1..=1 << 32).contains(&b))
+        .ok_or_else(|| rerr(line, v, "a queue is 1 B..4 GiB"))?;
     Ok((None, Some(b)))
 }
 
 /// Parses the words after `queue N config`.
 pub fn parse_queue(number: u32, words: &[&str], line: usize) -> Result<QueueDef, RulesError> {
-    let mut c = Words { w: words, at: 0, line, seen: Vec::new() };
+    let mut c = Words {
+        w: words,
+        at: 0,
+        line,
+        seen: Vec::new(),
+    };
     let mut parent = None;
     let mut params = QueueParams::default();
     let mut mask = None;
@@ -430,16 +519,32 @@ pub fn parse_queue(number: u32, words: &[&str], line: usize) -> Result<QueueDef,
     if !pri_given {
         params.pri = params.weight.min(super::prio::MAX_LEVEL);
     }
-    let parent = parent.ok_or_else(|| rerr(line, "queue", "a queue needs 'pipe M' or 'sched M'"))?;
-    Ok(QueueDef { number, parent, params, mask, line, words: words.join(" ") })
+    let parent =
+        parent.ok_or_else(|| rerr(line, "queue", "a queue needs 'pipe M' or 'sched M'"))?;
+    Ok(QueueDef {
+        number,
+        parent,
+        params,
+        mask,
+        line,
+        words: words.join(" "),
+    })
 }
 
 /// Takes the scheduler and AQM words out of a `pipe N config` line: returns
 /// the remaining words (for [`crate::pipe::PipeDef::parse`]) and what was taken.
-pub fn split_pipe_words<'a>(words: &'a [&'a str], line: usize) -> Result<(Vec<&'a str>, PipeSched), RulesError> {
+pub fn split_pipe_words<'a>(
+    words: &'a [&'a str],
+    line: usize,
+) -> Result<(Vec<&'a str>, PipeSched), RulesError> {
     let mut rest = Vec::with_capacity(words.len());
     let mut ps = PipeSched::default();
-    let mut c = Words { w: words, at: 0, line, seen: Vec::new() };
+    let mut c = Words {
+        w: words,
+        at: 0,
+        line,
+        seen: Vec::new(),
+    };
     let mut ecn = false;
     while let Some(w) = c.next() {
         match w {
@@ -450,7 +555,11 @@ pub fn split_pipe_words<'a>(words: &'a [&'a str], line: usize) -> Result<(Vec<&'
                     if t.eq_ignore_ascii_case("qfq") {
                         rerr(line, t, "not supported yet (qfq); use wf2q+")
                     } else {
-                        rerr(line, t, "unknown scheduler type (fifo, wf2q+, rr, prio, fq_codel, fq_pie)")
+                        rerr(
+                            line,
+                            t,
+                            "unknown scheduler type (fifo, wf2q+, rr, prio, fq_codel, fq_pie)",
+                        )
                     }
                 })?);
             }
@@ -495,11 +604,18 @@ pub fn parse_line(set: &mut SchedSet, words: &[&str], line: usize) -> Result<(),
 /// Cross-checks after the whole file: every `queue N` action names a
 /// configured queue, every queue's pipe or sched exists, every sched has its
 /// pipe.
-pub fn check(set: &crate::rules::RuleSet, queue_refs: &[(u32, usize, String)]) -> Result<(), RulesError> {
+pub fn check(
+    set: &crate::rules::RuleSet,
+    queue_refs: &[(u32, usize, String)],
+) -> Result<(), RulesError> {
     let s = &set.sched;
     for (n, line, word) in queue_refs {
         if !s.queues.contains_key(n) {
-            return Err(rerr(*line, word, format!("queue {n} is not configured (add 'queue {n} config sched M ...')")));
+            return Err(rerr(
+                *line,
+                word,
+                format!("queue {n} is not configured (add 'queue {n} config sched M ...')"),
+            ));
         }
     }
     for q in s.queues.values() {
