@@ -18,6 +18,14 @@
 //!
 //! A negative result becomes 0: a packet never leaves before it exits the link.
 //! Correlation narrows the spread, exactly as in netem; the mean stays D.
+//!
+//! # Determinism
+//! `ln`, `pow` and friends come from the `libm` crate (a port of musl's libm,
+//! the same bits on every machine and toolchain), never from the platform's C
+//! library, whose last bits differ between builds; `+ - * /` and `sqrt` are
+//! exactly rounded by IEEE 754 and Rust never fuses them. The same holds in
+//! [`crate::loss`]. `tests/golden.rs` pins the seeded output of every
+//! distribution and loss model.
 
 use crate::rng::Stream;
 use crate::units::parse_time_ns;
@@ -33,6 +41,8 @@ const PARETO_SHAPE: f64 = 3.0;
 const PARETO_MEAN: f64 = PARETO_SHAPE / (PARETO_SHAPE - 1.0);
 /// sqrt(α / ((α-1)²(α-2))) for α = 3.
 const PARETO_STD: f64 = 0.866_025_403_784_438_6;
+/// sqrt(0.25² + 0.75²): the spread of paretonormal's mix, correctly rounded.
+const SQRT_0_625: f64 = 0.790_569_415_042_094_9;
 
 #[derive(Clone, PartialEq)]
 pub enum Distribution {
@@ -114,9 +124,9 @@ impl Distribution {
             Distribution::Pareto => pareto_standard(u),
             Distribution::ParetoNormal => {
                 let p = pareto_standard(stream.unit());
-                (0.25 * inverse_normal_cdf(u) + 0.75 * p) / 0.625f64.sqrt()
+                (0.25 * inverse_normal_cdf(u) + 0.75 * p) / SQRT_0_625
             }
-            Distribution::Exponential => -(1.0 - u).ln() - 1.0,
+            Distribution::Exponential => -libm::log(1.0 - u) - 1.0,
             Distribution::Table { values, .. } => {
                 let i = ((u * values.len() as f64) as usize).min(values.len() - 1);
                 values[i]
@@ -128,7 +138,7 @@ impl Distribution {
 
 #[inline]
 fn pareto_standard(u: f64) -> f64 {
-    let x = (1.0 - u).powf(-1.0 / PARETO_SHAPE);
+    let x = libm::pow(1.0 - u, -1.0 / PARETO_SHAPE);
     (x - PARETO_MEAN) / PARETO_STD
 }
 
@@ -176,9 +186,9 @@ pub fn inverse_normal_cdf(u: f64) -> f64 {
             / ((((D[0] * q + D[1]) * q + D[2]) * q + D[3]) * q + 1.0)
     };
     if p < LOW {
-        tail((-2.0 * p.ln()).sqrt())
+        tail(libm::sqrt(-2.0 * libm::log(p)))
     } else if p > 1.0 - LOW {
-        -tail((-2.0 * (1.0 - p).ln()).sqrt())
+        -tail(libm::sqrt(-2.0 * libm::log(1.0 - p)))
     } else {
         let q = p - 0.5;
         let r = q * q;
@@ -321,6 +331,13 @@ fn parse_profile(name: &str, text: &str) -> Result<Distribution, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn constants_are_the_correctly_rounded_values() {
+        // sqrt is exact-rounded in IEEE 754, so std's value is the reference.
+        assert_eq!(SQRT_0_625, 0.625f64.sqrt());
+        assert_eq!(PARETO_STD, 0.75f64.sqrt());
+    }
     use crate::rng::StreamId;
 
     #[test]

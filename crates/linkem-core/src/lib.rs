@@ -35,13 +35,14 @@ pub mod fate;
 pub mod link;
 pub mod loss;
 pub mod node;
+pub mod order;
 pub mod pipe;
 pub mod rng;
 pub mod rules;
 pub mod sched;
 pub mod units;
 
-pub use config::{ConfigError, LinkConfig, LinkSpec, LossAt, TomlWords};
+pub use config::{ConfigError, Dialect, LinkConfig, LinkSpec, LossAt, TomlWords};
 pub use dist::Distribution;
 pub use fate::{Fate, FateCounts};
 pub use link::{Link, LinkExtra, PacketMeta, Verdict};

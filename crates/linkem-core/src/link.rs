@@ -377,7 +377,10 @@ impl Link {
                     rem -= rate;
                     ns += 1;
                 }
-                self.clock_ns = self.clock_ns.saturating_add(ns).saturating_add(extra.extra_busy_ns);
+                self.clock_ns = self
+                    .clock_ns
+                    .saturating_add(ns)
+                    .saturating_add(extra.extra_busy_ns);
                 self.clock_rem = rem;
                 let left_ns = self.clock_ns + (self.clock_rem != 0) as u64;
                 self.queue.push_back((left_ns, len));

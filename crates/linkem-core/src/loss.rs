@@ -55,7 +55,7 @@ impl LossConfig {
         match *self {
             LossConfig::None => 0.0,
             LossConfig::Random { p, .. } => p,
-            LossConfig::Ber { ber } => 1.0 - (1.0 - ber).powf(wire_bits as f64),
+            LossConfig::Ber { ber } => 1.0 - libm::pow(1.0 - ber, wire_bits as f64),
             LossConfig::GilbertElliott {
                 p,
                 r,
@@ -192,7 +192,7 @@ impl LossState {
                 LossState::Random(CorrelatedChance::new(p, correlation))
             }
             LossConfig::Ber { ber } => LossState::Ber {
-                ln_keep: (-ber).ln_1p(),
+                ln_keep: libm::log1p(-ber),
                 cached_bits: u64::MAX,
                 cached: Chance::Never,
             },
@@ -255,7 +255,7 @@ impl LossState {
                 // Most traffic repeats a few frame sizes: keep the last size's chance.
                 if *cached_bits != wire_bits {
                     *cached_bits = wire_bits;
-                    *cached = Chance::new(-(wire_bits as f64 * *ln_keep).exp_m1());
+                    *cached = Chance::new(-libm::expm1(wire_bits as f64 * *ln_keep));
                 }
                 cached.draw(stream)
             }

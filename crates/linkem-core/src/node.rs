@@ -214,7 +214,10 @@ impl Node {
             match (r, s) {
                 (Some(at), _) if at <= now_ns && s.is_none_or(|s| at <= s) => {
                     let Reverse((at, seq)) = self.reinject.pop().expect("peeked");
-                    let f = self.in_flight.remove(&seq).expect("one entry per reinjection");
+                    let f = self
+                        .in_flight
+                        .remove(&seq)
+                        .expect("one entry per reinjection");
                     self.run(at, f.pkt, f.next_rule, f.d, out);
                 }
                 (_, Some(t)) if t < now_ns || (services_at_now && t == now_ns) => {
@@ -228,10 +231,20 @@ impl Node {
 
     /// A packet handed to a scheduled pipe (`queue`: None for the pipe's own queue).
     #[allow(clippy::too_many_arguments)]
-    fn sched_arrive(&mut self, t: u64, idx: usize, queue: Option<u32>, pkt: PacketIn, next_rule: usize, d: Decision, out: &mut Vec<Decision>) {
+    fn sched_arrive(
+        &mut self,
+        t: u64,
+        idx: usize,
+        queue: Option<u32>,
+        pkt: PacketIn,
+        next_rule: usize,
+        d: Decision,
+        out: &mut Vec<Decision>,
+    ) {
         let seq = self.seq;
         self.seq += 1;
-        self.sched.arrive(idx, queue, t, seq, pkt.len_bytes, &pkt.key);
+        self.sched
+            .arrive(idx, queue, t, seq, pkt.len_bytes, &pkt.key);
         self.in_flight.insert(seq, InFlight { pkt, next_rule, d });
         self.finish_departures(out);
     }
@@ -241,7 +254,10 @@ impl Node {
         use crate::sched::service::Outcome;
         let deps = std::mem::take(&mut self.sched.deps);
         for dep in &deps {
-            let f = self.in_flight.remove(&dep.tag).expect("one entry per scheduled packet");
+            let f = self
+                .in_flight
+                .remove(&dep.tag)
+                .expect("one entry per scheduled packet");
             let mut d = f.d;
             d.flow_id = dep.flow_id;
             d.queue = Some(dep.queue);
@@ -255,7 +271,12 @@ impl Node {
                         c => NodeFate::Aqm(c),
                     };
                 }
-                Outcome::Link { fate, release_ns, duplicate, corrupt_bit } => {
+                Outcome::Link {
+                    fate,
+                    release_ns,
+                    duplicate,
+                    corrupt_bit,
+                } => {
                     d.release_ns = release_ns;
                     d.duplicate |= duplicate;
                     if let Some(b) = corrupt_bit {
@@ -267,7 +288,14 @@ impl Node {
                         let seq = self.seq;
                         self.seq += 1;
                         self.reinject.push(Reverse((release_ns, seq)));
-                        self.in_flight.insert(seq, InFlight { pkt: f.pkt, next_rule: f.next_rule, d });
+                        self.in_flight.insert(
+                            seq,
+                            InFlight {
+                                pkt: f.pkt,
+                                next_rule: f.next_rule,
+                                d,
+                            },
+                        );
                         continue;
                     }
                 }
@@ -304,8 +332,17 @@ impl Node {
     }
 
     #[inline]
-    fn run(&mut self, t: u64, pkt: PacketIn, start: usize, mut d: Decision, out: &mut Vec<Decision>) {
-        let hit = self.classifier.classify(&pkt.key, pkt.side, pkt.len_bytes, start);
+    fn run(
+        &mut self,
+        t: u64,
+        pkt: PacketIn,
+        start: usize,
+        mut d: Decision,
+        out: &mut Vec<Decision>,
+    ) {
+        let hit = self
+            .classifier
+            .classify(&pkt.key, pkt.side, pkt.len_bytes, start);
         let rule_no = |c: &Classifier, i: usize| Some(c.rules()[i].number);
         match hit {
             Hit::NoMatch => {
@@ -325,7 +362,10 @@ impl Node {
             }
             Hit::Queue { rule, queue } => {
                 d.rule = rule_no(&self.classifier, rule);
-                let idx = self.sched.queue_pipe(queue).expect("the parser checked every queue's pipe");
+                let idx = self
+                    .sched
+                    .queue_pipe(queue)
+                    .expect("the parser checked every queue's pipe");
                 d.pipe = Some(self.pipes[idx].def.number);
                 d.hops += 1;
                 return self.sched_arrive(t, idx, Some(queue), pkt, rule + 1, d, out);
@@ -346,7 +386,10 @@ impl Node {
                         d.fate = NodeFate::FlowLimit;
                         d.release_ns = t;
                     }
-                    PipeVerdict::Link { verdict: v, flow_id } => {
+                    PipeVerdict::Link {
+                        verdict: v,
+                        flow_id,
+                    } => {
                         d.flow_id = flow_id;
                         d.release_ns = v.release_ns;
                         d.duplicate |= v.duplicate;
@@ -359,7 +402,14 @@ impl Node {
                             let seq = self.seq;
                             self.seq += 1;
                             self.reinject.push(Reverse((v.release_ns, seq)));
-                            self.in_flight.insert(seq, InFlight { pkt, next_rule: rule + 1, d });
+                            self.in_flight.insert(
+                                seq,
+                                InFlight {
+                                    pkt,
+                                    next_rule: rule + 1,
+                                    d,
+                                },
+                            );
                             return;
                         }
                     }

@@ -37,7 +37,16 @@ fn run_node(set: RuleSet, cfg: NodeConfig, pkts: &[(u64, u32, FlowKey)]) -> Vec<
     let mut node = Node::new(set, cfg);
     let mut out = Vec::new();
     for (i, &(t, len, key)) in pkts.iter().enumerate() {
-        node.on_arrival(t, PacketIn { len_bytes: len, key, side: Side::A, tag: i as u64 }, &mut out);
+        node.on_arrival(
+            t,
+            PacketIn {
+                len_bytes: len,
+                key,
+                side: Side::A,
+                tag: i as u64,
+            },
+            &mut out,
+        );
     }
     node.poll(u64::MAX, &mut out);
     out.sort_by_key(|d| d.tag);
@@ -232,9 +241,18 @@ fn prob_rules_split_as_the_seed_paper_says() {
          add 1020 pipe 30 src-port 80 in\npipe 10 config\npipe 20 config\npipe 30 config\n",
     );
     let n = 200_000u64;
-    let pkts: Vec<_> = (0..n).map(|i| (i * 1000, 100, udp(1, 2, 80, 5000))).collect();
+    let pkts: Vec<_> = (0..n)
+        .map(|i| (i * 1000, 100, udp(1, 2, 80, 5000)))
+        .collect();
     for seed in [1, 2, 3] {
-        let got = run_node(set.clone(), NodeConfig { seed, ..Default::default() }, &pkts);
+        let got = run_node(
+            set.clone(),
+            NodeConfig {
+                seed,
+                ..Default::default()
+            },
+            &pkts,
+        );
         let count = |p| got.iter().filter(|d| d.pipe == Some(p)).count() as u64;
         assert!(within(count(10), n, 0.2), "pipe 10: {}", count(10));
         assert!(within(count(20), n, 0.56), "pipe 20: {}", count(20));
@@ -247,16 +265,38 @@ fn profile_airtime_and_loss_follow_the_file() {
     let profile = "name foo\nbandwidth 2Mbit/s\nloss-level 0.9\nsamples 100\nprob delay\n\
                    0.2 0.100\n0.4 0.130\n0.5 0.130\n0.8 1.500\n0.98 2.000\n";
     let mut files = |_: &str| Ok(profile.to_string());
-    let set = parse_rules("pipe 3 config profile p.txt\nadd pipe 3 ip\n", ["a", "b"], &mut files).unwrap();
+    let set = parse_rules(
+        "pipe 3 config profile p.txt\nadd pipe 3 ip\n",
+        ["a", "b"],
+        &mut files,
+    )
+    .unwrap();
     let pf = set.pipes[&3].profile.clone().unwrap();
     let n = 50_000u64;
     // 1000-byte packets 10 ms apart: the link (4 ms + at most 2 ms) is idle at each arrival.
-    let pkts: Vec<_> = (0..n).map(|i| (i * 10_000_000, 1000, udp(1, 2, 3, 4))).collect();
-    let got = run_node(set, NodeConfig { seed: 9, ..Default::default() }, &pkts);
-    let lost = got.iter().filter(|d| d.fate == NodeFate::Dropped(Fate::Loss)).count() as u64;
+    let pkts: Vec<_> = (0..n)
+        .map(|i| (i * 10_000_000, 1000, udp(1, 2, 3, 4)))
+        .collect();
+    let got = run_node(
+        set,
+        NodeConfig {
+            seed: 9,
+            ..Default::default()
+        },
+        &pkts,
+    );
+    let lost = got
+        .iter()
+        .filter(|d| d.fate == NodeFate::Dropped(Fate::Loss))
+        .count() as u64;
     let p_loss = 1.0 - pf.loss_index as f64 / 100.0;
-    assert!(within(lost, n, p_loss), "lost {lost} of {n}, expected {p_loss}");
-    let extras: Vec<u64> = got.iter().zip(&pkts)
+    assert!(
+        within(lost, n, p_loss),
+        "lost {lost} of {n}, expected {p_loss}"
+    );
+    let extras: Vec<u64> = got
+        .iter()
+        .zip(&pkts)
         .filter(|(d, _)| d.fate == NodeFate::Delivered)
         .map(|(d, p)| d.release_ns - p.0 - 4_000_000)
         .collect();
@@ -269,7 +309,10 @@ fn profile_airtime_and_loss_follow_the_file() {
         let have = extras.iter().filter(|&&v| v <= x).count() as f64 / m;
         assert!((want - have).abs() <= eps, "at {x} ns: {have} vs {want}");
     }
-    assert!(extras.iter().all(|e| kept.contains(e)), "every extra airtime is a table entry");
+    assert!(
+        extras.iter().all(|e| kept.contains(e)),
+        "every extra airtime is a table entry"
+    );
 }
 
 #[test]
@@ -286,15 +329,44 @@ fn burst_passes_at_line_speed_after_idle() {
 #[test]
 fn idle_instances_expire_and_the_cap_drops() {
     let set = parse("pipe 1 config mask src-port 0xffff bw 10Mbit/s\nadd pipe 1 udp\n");
-    let mut node = Node::new(set, NodeConfig { seed: 1, max_flows: 3, idle_hold_ns: 1_000_000 });
+    let mut node = Node::new(
+        set,
+        NodeConfig {
+            seed: 1,
+            max_flows: 3,
+            idle_hold_ns: 1_000_000,
+        },
+    );
     let mut out = Vec::new();
     for p in 0..5u16 {
-        node.on_arrival(0, PacketIn { len_bytes: 100, key: udp(1, 2, p, 9), side: Side::A, tag: p as u64 }, &mut out);
+        node.on_arrival(
+            0,
+            PacketIn {
+                len_bytes: 100,
+                key: udp(1, 2, p, 9),
+                side: Side::A,
+                tag: p as u64,
+            },
+            &mut out,
+        );
     }
     let limited = out.iter().filter(|d| d.fate == NodeFate::FlowLimit).count();
     assert_eq!((limited, node.live_flows()), (2, 3));
-    node.on_arrival(10_000_000, PacketIn { len_bytes: 100, key: udp(1, 2, 99, 9), side: Side::A, tag: 9 }, &mut out);
-    assert_eq!(node.live_flows(), 1, "the three idle instances expired, one new");
+    node.on_arrival(
+        10_000_000,
+        PacketIn {
+            len_bytes: 100,
+            key: udp(1, 2, 99, 9),
+            side: Side::A,
+            tag: 9,
+        },
+        &mut out,
+    );
+    assert_eq!(
+        node.live_flows(),
+        1,
+        "the three idle instances expired, one new"
+    );
     assert_eq!(node.pipes()[0].expired, 3);
 }
 
@@ -302,9 +374,20 @@ fn idle_instances_expire_and_the_cap_drops() {
 #[test]
 fn every_match_field_positive_and_negative() {
     let base = udp(0x0a00_0001, 0xc0a8_0405, 5000, 80);
-    let with = |f: &dyn Fn(&mut FlowKey)| { let mut k = base; f(&mut k); k };
-    let v6 = with(&|k| { k.ip_version = 6; k.src_ip = 0x2001_0db8 << 96 | 1; k.dst_ip = 0x2001_0db8 << 96 | 2; });
-    let tcp = with(&|k| { k.proto = 6; k.tcp_flags = 0x02; });
+    let with = |f: &dyn Fn(&mut FlowKey)| {
+        let mut k = base;
+        f(&mut k);
+        k
+    };
+    let v6 = with(&|k| {
+        k.ip_version = 6;
+        k.src_ip = 0x2001_0db8 << 96 | 1;
+        k.dst_ip = 0x2001_0db8 << 96 | 2;
+    });
+    let tcp = with(&|k| {
+        k.proto = 6;
+        k.tcp_flags = 0x02;
+    });
     let cases: Vec<(&str, FlowKey, FlowKey, Side)> = vec![
         ("udp", base, tcp, Side::A),
         ("tcp", tcp, base, Side::A),
@@ -313,15 +396,58 @@ fn every_match_field_positive_and_negative() {
         ("ip4", base, v6, Side::A),
         ("ip6", v6, base, Side::A),
         ("icmp", with(&|k| k.proto = 1), base, Side::A),
-        ("icmp6", with(&|k| { k.ip_version = 6; k.proto = 58 }), base, Side::A),
-        ("from 10.0.0.0/8 to any", base, with(&|k| k.src_ip = v4_mapped(0x0b00_0001)), Side::A),
-        ("from any to 192.168.4.0/24", base, with(&|k| k.dst_ip = v4_mapped(0xc0a8_0505)), Side::A),
-        ("from {10.0.0.7,10.0.0.1} to any", base, with(&|k| k.src_ip = v4_mapped(0x0a00_0002)), Side::A),
-        ("from not 10.0.0.2 to any", base, with(&|k| k.src_ip = v4_mapped(0x0a00_0002)), Side::A),
+        (
+            "icmp6",
+            with(&|k| {
+                k.ip_version = 6;
+                k.proto = 58
+            }),
+            base,
+            Side::A,
+        ),
+        (
+            "from 10.0.0.0/8 to any",
+            base,
+            with(&|k| k.src_ip = v4_mapped(0x0b00_0001)),
+            Side::A,
+        ),
+        (
+            "from any to 192.168.4.0/24",
+            base,
+            with(&|k| k.dst_ip = v4_mapped(0xc0a8_0505)),
+            Side::A,
+        ),
+        (
+            "from {10.0.0.7,10.0.0.1} to any",
+            base,
+            with(&|k| k.src_ip = v4_mapped(0x0a00_0002)),
+            Side::A,
+        ),
+        (
+            "from not 10.0.0.2 to any",
+            base,
+            with(&|k| k.src_ip = v4_mapped(0x0a00_0002)),
+            Side::A,
+        ),
         ("from 2001:db8::/32 to any", v6, base, Side::A),
-        ("from any 4000-6000 to any 80,443", base, with(&|k| k.dst_port = 81), Side::A),
-        ("src-ip 10.0.0.1", base, with(&|k| k.src_ip = v4_mapped(9)), Side::A),
-        ("dst-ip 192.168.4.5", base, with(&|k| k.dst_ip = v4_mapped(9)), Side::A),
+        (
+            "from any 4000-6000 to any 80,443",
+            base,
+            with(&|k| k.dst_port = 81),
+            Side::A,
+        ),
+        (
+            "src-ip 10.0.0.1",
+            base,
+            with(&|k| k.src_ip = v4_mapped(9)),
+            Side::A,
+        ),
+        (
+            "dst-ip 192.168.4.5",
+            base,
+            with(&|k| k.dst_ip = v4_mapped(9)),
+            Side::A,
+        ),
         ("src-ip6 2001:db8::1", v6, base, Side::A),
         ("dst-ip6 2001:db8::/64", v6, base, Side::A),
         ("src-port 5000", base, with(&|k| k.src_port = 5001), Side::A),
@@ -329,10 +455,36 @@ fn every_match_field_positive_and_negative() {
         ("iplen 50-150", base, with(&|k| k.ip_len = 1500), Side::A),
         ("ipttl 64", base, with(&|k| k.ttl = 63), Side::A),
         ("dscp ef", with(&|k| k.dscp = 46), base, Side::A),
-        ("tcpflags syn,!ack", tcp, with(&|k| { k.proto = 6; k.tcp_flags = 0x12 }), Side::A),
-        ("mac-type ip", base, with(&|k| k.ether_type = 0x86dd), Side::A),
-        ("frag", with(&|k| { k.later_fragment = true; k.has_ports = false }), base, Side::A),
-        ("not frag", base, with(&|k| k.later_fragment = true), Side::A),
+        (
+            "tcpflags syn,!ack",
+            tcp,
+            with(&|k| {
+                k.proto = 6;
+                k.tcp_flags = 0x12
+            }),
+            Side::A,
+        ),
+        (
+            "mac-type ip",
+            base,
+            with(&|k| k.ether_type = 0x86dd),
+            Side::A,
+        ),
+        (
+            "frag",
+            with(&|k| {
+                k.later_fragment = true;
+                k.has_ports = false
+            }),
+            base,
+            Side::A,
+        ),
+        (
+            "not frag",
+            base,
+            with(&|k| k.later_fragment = true),
+            Side::A,
+        ),
         ("in", base, base, Side::B),
         ("out", base, base, Side::A),
         ("a-to-b", base, base, Side::B),
@@ -343,9 +495,21 @@ fn every_match_field_positive_and_negative() {
     for (opt, yes, no, no_side) in cases {
         let set = parse(&format!("add 100 deny {opt}\n"));
         let mut c = Classifier::new(set.rules, 1);
-        let yes_side = if matches!(opt, "out" | "b-to-a") { Side::B } else { Side::A };
-        assert_eq!(c.classify(&yes, yes_side, 1, 0), Hit::Deny { rule: 0 }, "'{opt}' must match");
-        assert_eq!(c.classify(&no, no_side, 1, 0), Hit::NoMatch, "'{opt}' must not match");
+        let yes_side = if matches!(opt, "out" | "b-to-a") {
+            Side::B
+        } else {
+            Side::A
+        };
+        assert_eq!(
+            c.classify(&yes, yes_side, 1, 0),
+            Hit::Deny { rule: 0 },
+            "'{opt}' must match"
+        );
+        assert_eq!(
+            c.classify(&no, no_side, 1, 0),
+            Hit::NoMatch,
+            "'{opt}' must not match"
+        );
         assert_eq!(c.counters[0], (1, 1), "'{opt}' counts what it took");
     }
 }
@@ -357,7 +521,10 @@ fn bad_files_name_line_and_word() {
     assert_eq!((e.line, e.word.as_str()), (2, "frobnicate"));
     assert!(e.message.contains("unknown"), "{e}");
     let e = err("add 100 pipe 1 keep-state\n");
-    assert_eq!((e.line, e.word.as_str(), e.message.as_str()), (1, "keep-state", "not supported"));
+    assert_eq!(
+        (e.line, e.word.as_str(), e.message.as_str()),
+        (1, "keep-state", "not supported")
+    );
     let e = err("\n\nadd 100 pipe 4 ip\n");
     assert_eq!((e.line, e.word.as_str()), (3, "4"));
     assert!(e.message.contains("not configured"), "{e}");
@@ -366,7 +533,10 @@ fn bad_files_name_line_and_word() {
     let e = err("pipe 1 config mask\n");
     assert_eq!(e.line, 1);
     let e = err("pipe 1 config weight 5\n");
-    assert_eq!((e.word.as_str(), e.message.as_str()), ("weight", "not supported"));
+    assert_eq!(
+        (e.word.as_str(), e.message.as_str()),
+        ("weight", "not supported")
+    );
     let e = err("pipe 1 config bw 1Mbit/s bw 2Mbit/s\n");
     assert!(e.message.contains("'bw'"), "{e}");
     let e = err("pipe 1 config plr 0.1 loss 1%\n");
@@ -374,9 +544,17 @@ fn bad_files_name_line_and_word() {
     let e = err("pipe 1 config profile missing.txt\n");
     assert_eq!((e.line, e.word.as_str()), (1, "missing.txt"));
     let mut bad_profile = |_: &str| Ok("name x\nprob delay\n0.5 zz\n1 3\n".to_string());
-    let e = parse_rules("\npipe 2 config bw 1Mbit/s profile p\n", ["a", "b"], &mut bad_profile).unwrap_err();
+    let e = parse_rules(
+        "\npipe 2 config bw 1Mbit/s profile p\n",
+        ["a", "b"],
+        &mut bad_profile,
+    )
+    .unwrap_err();
     assert_eq!((e.line, e.word.as_str()), (2, "p"));
-    assert!(e.message.contains("line 3") && e.message.contains("zz"), "{e}");
+    assert!(
+        e.message.contains("line 3") && e.message.contains("zz"),
+        "{e}"
+    );
     let e = err("add 100 pipe 1 from xy.it to any\n");
     assert!(e.message.contains("not supported"), "{e}");
     let e = err("add 100 skipto 50 ip\n");
@@ -392,10 +570,19 @@ fn one_pass_spellings_and_defaults() {
     assert!(!parse("sysctl net.inet.ip.fw.one_pass=0\n").one_pass);
     assert!(!parse("net.inet.ip.fw.one_pass=0\n").one_pass);
     assert!(!parse("ipfw disable one_pass\n").one_pass);
-    let set = parse("ipfw pipe 3 config bw 640Kbit/s delay 30 queue 20\ndnctl pipe 4 config bw 1Mbit/s\n");
+    let set = parse(
+        "ipfw pipe 3 config bw 640Kbit/s delay 30 queue 20\ndnctl pipe 4 config bw 1Mbit/s\n",
+    );
     let (p3, p4) = (&set.pipes[&3].link, &set.pipes[&4].link);
-    assert_eq!((p3.rate_bps, p3.delay_ns, p3.queue_packets), (Some(640_000), 30_000_000, Some(20)));
-    assert_eq!(p4.queue_packets, Some(50), "Dummynet's default queue is 50 slots");
+    assert_eq!(
+        (p3.rate_bps, p3.delay_ns, p3.queue_packets),
+        (Some(640_000), 30_000_000, Some(20))
+    );
+    assert_eq!(
+        p4.queue_packets,
+        Some(50),
+        "Dummynet's default queue is 50 slots"
+    );
     let set = parse("add 10 allow ip\nadd deny ip\nadd 5 count ip\n");
     let nums: Vec<u32> = set.rules.iter().map(|r| r.number).collect();
     assert_eq!(nums, vec![5, 10, 110]);

@@ -19,9 +19,8 @@ use crate::clock;
 use crate::delay_line::{delay_line, Consumer, Producer};
 use crate::port::{RxPort, TxPort};
 use hdrhistogram::Histogram;
+use linkem_core::order::ReleaseQueue;
 use linkem_core::{Fate, FateCounts, Link, LinkConfig, PacketMeta};
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -644,27 +643,8 @@ fn input_stage(
 
 /// A packet moved out of the delay line when the link may reorder.
 struct Held {
-    release_ns: u64,
-    seq: u64,
     frame: Vec<u8>,
     copy: bool,
-}
-
-impl PartialEq for Held {
-    fn eq(&self, o: &Self) -> bool {
-        (self.release_ns, self.seq) == (o.release_ns, o.seq)
-    }
-}
-impl Eq for Held {}
-impl PartialOrd for Held {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Held {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        (self.release_ns, self.seq).cmp(&(o.release_ns, o.seq))
-    }
 }
 
 struct OutputState {
@@ -743,11 +723,10 @@ fn output_stage(
         queued: false,
         max_lag_ns,
     };
-    let mut heap: BinaryHeap<Reverse<Held>> = BinaryHeap::new();
+    let mut heap: ReleaseQueue<Held> = ReleaseQueue::new();
     let mut wake = WakeEstimate {
         overshoot_ns: 50_000,
     };
-    let mut seq = 0u64;
     let mut last_publish = clock::now_ns();
     let mut budget = SpinBudget::new(last_publish);
     let max_sleep = if reorders {
@@ -772,16 +751,14 @@ fn output_stage(
         // The next release: the head of the line, or (when reordering) of the heap.
         let next = if reorders {
             while let Some(h) = consumer.peek() {
-                heap.push(Reverse(Held {
-                    release_ns: h.release_ns,
-                    seq,
+                let held = Held {
                     frame: h.frame.to_vec(),
                     copy: h.copy,
-                }));
-                seq += 1;
+                };
+                heap.push(h.release_ns, held);
                 consumer.pop();
             }
-            heap.peek().map(|h| h.0.release_ns)
+            heap.peek_release_ns()
         } else {
             consumer.peek().map(|h| h.release_ns)
         };
@@ -851,8 +828,8 @@ fn output_stage(
             }
         }
         let result = if reorders {
-            let Reverse(h) = heap.pop().expect("peeked above");
-            st.send(now, h.release_ns, &h.frame, h.copy)
+            let (release_ns, h) = heap.pop().expect("peeked above");
+            st.send(now, release_ns, &h.frame, h.copy)
         } else {
             let h = consumer.peek().expect("peeked above");
             let (r, c) = (h.release_ns, h.copy);

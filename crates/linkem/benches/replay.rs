@@ -22,6 +22,9 @@ fn bench(c: &mut Criterion) {
         poisson: true,
         burst: 1,
         seed: 1,
+        src: None,
+        dst: None,
+        flows: 1,
     })
     .expect("synthetic capture");
 

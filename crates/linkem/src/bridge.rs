@@ -10,7 +10,7 @@ use crate::replay::{fresh_seed, load_distribution};
 use crate::StatsFormat;
 use anyhow::{bail, Context, Result};
 use linkem_core::units::{parse_size_bytes, parse_time_ns};
-use linkem_core::{Fate, LinkSpec, TomlWords};
+use linkem_core::{Dialect, Fate, LinkSpec, TomlWords};
 use linkem_runtime::pipeline::{
     buffer_bytes_for, Direction, DirectionOptions, DirectionStats, DEFAULT_SPIN_NS,
 };
@@ -64,10 +64,10 @@ fn split(words: &[String]) -> Vec<String> {
         .collect()
 }
 
-fn parse_direction(common: &[String], own: &[String], what: &str) -> Result<LinkSpec> {
-    let all: Vec<String> = common.iter().chain(own).cloned().collect();
-    let refs: Vec<&str> = all.iter().map(String::as_str).collect();
-    LinkSpec::parse_words(&refs, &mut load_distribution)
+/// One direction's link: the words of both directions, then its own, each layer
+/// overriding the one before.
+fn parse_direction(layers: &[&[String]], what: &str) -> Result<LinkSpec> {
+    LinkSpec::parse_layers(layers, Dialect::Linkem, &mut load_distribution)
         .map_err(|e| anyhow::anyhow!("link words for {what}: {e}"))
 }
 
@@ -100,23 +100,22 @@ fn check_interface(name: &str) -> Result<u32> {
 
 /// The link of each direction, from --config (read afresh each call) and the words.
 fn load_specs(args: &BridgeArgs) -> Result<(LinkSpec, LinkSpec)> {
-    let mut common: Vec<String> = Vec::new();
-    let mut a_to_b: Vec<String> = Vec::new();
-    let mut b_to_a: Vec<String> = Vec::new();
+    let mut toml = TomlWords::default();
     if let Some(path) = &args.config {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read {}", path.display()))?;
-        let t = TomlWords::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        common.extend(t.both);
-        a_to_b.extend(t.a_to_b);
-        b_to_a.extend(t.b_to_a);
+        toml = TomlWords::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     }
-    common.extend(split(&args.words));
-    a_to_b.extend(split(&args.a_to_b));
-    b_to_a.extend(split(&args.b_to_a));
+    let common = split(&args.words);
     Ok((
-        parse_direction(&common, &a_to_b, "a-to-b")?,
-        parse_direction(&common, &b_to_a, "b-to-a")?,
+        parse_direction(
+            &[&toml.both, &common, &toml.a_to_b, &split(&args.a_to_b)],
+            "a-to-b",
+        )?,
+        parse_direction(
+            &[&toml.both, &common, &toml.b_to_a, &split(&args.b_to_a)],
+            "b-to-a",
+        )?,
     ))
 }
 

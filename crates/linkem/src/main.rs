@@ -177,6 +177,15 @@ enum Command {
         /// Seed for --poisson.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Source IPv4:PORT (default 10.0.0.1:5000).
+        #[arg(long, value_name = "IP:PORT")]
+        src: Option<String>,
+        /// Destination IPv4:PORT (default 10.0.0.2:5001).
+        #[arg(long, value_name = "IP:PORT")]
+        dst: Option<String>,
+        /// Spread the frames over N flows (source ports PORT, PORT+1, ...).
+        #[arg(long, default_value_t = 1)]
+        flows: u32,
     },
 }
 
@@ -262,6 +271,9 @@ fn main() {
             poisson,
             burst,
             seed,
+            src,
+            dst,
+            flows,
         } => synth::run(&synth::SynthArgs {
             output,
             packets,
@@ -270,6 +282,9 @@ fn main() {
             poisson,
             burst,
             seed,
+            src,
+            dst,
+            flows,
         }),
     };
     if let Err(e) = result {

@@ -2,17 +2,16 @@
 //! deliver it comes out.
 //!
 //! Packets stream through the model in arrival order; delivered ones wait in a
-//! heap ordered by (release time, sequence) and are written once no later
+//! `ReleaseQueue` (release time, then arrival order) and are written once no later
 //! arrival can be released before them (every release is at or after its
 //! arrival), so memory holds only the packets in flight, not the whole file.
 
 use crate::StatsFormat;
 use anyhow::{bail, Context, Result};
-use linkem_core::{Fate, FateCounts, Link, LinkSpec, PacketMeta, TomlWords};
+use linkem_core::order::ReleaseQueue;
+use linkem_core::{Dialect, Fate, FateCounts, Link, LinkSpec, PacketMeta, TomlWords};
 use linkem_io::capture::{CaptureReader, CaptureWriter};
 use serde_json::json;
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -33,26 +32,8 @@ pub struct ReplayArgs {
 /// A delivered copy waiting for its turn in the output.
 struct Pending {
     release_ns: u64,
-    seq: u64,
     orig_len: u32,
     data: Vec<u8>,
-}
-
-impl PartialEq for Pending {
-    fn eq(&self, other: &Self) -> bool {
-        (self.release_ns, self.seq) == (other.release_ns, other.seq)
-    }
-}
-impl Eq for Pending {}
-impl PartialOrd for Pending {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Pending {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (self.release_ns, self.seq).cmp(&(other.release_ns, other.seq))
-    }
 }
 
 /// Reads a distribution file named in the link words: a path, or a netem table
@@ -75,25 +56,26 @@ pub fn load_distribution(name: &str) -> Result<String, String> {
     ))
 }
 
-/// Link words from an optional TOML file (`both` and `a-to-b` sections) followed
-/// by the command line's, parsed into a spec.
+/// Link words from an optional TOML file (`both`, then `a-to-b`) and then the
+/// command line's, each a layer that overrides the one before, parsed into a spec.
 pub fn link_spec(config: Option<&Path>, words: &[String]) -> Result<LinkSpec> {
-    let mut all: Vec<String> = Vec::new();
+    let mut layers: Vec<Vec<String>> = Vec::new();
     if let Some(path) = config {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read {}", path.display()))?;
         let toml =
             TomlWords::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        all.extend(toml.both);
-        all.extend(toml.a_to_b);
+        layers.push(toml.both);
+        layers.push(toml.a_to_b);
     }
-    all.extend(
+    layers.push(
         words
             .iter()
-            .flat_map(|w| w.split_whitespace().map(str::to_string)),
+            .flat_map(|w| w.split_whitespace().map(str::to_string))
+            .collect(),
     );
-    let refs: Vec<&str> = all.iter().map(String::as_str).collect();
-    LinkSpec::parse_words(&refs, &mut load_distribution)
+    let layers: Vec<&[String]> = layers.iter().map(Vec::as_slice).collect();
+    LinkSpec::parse_layers(&layers, Dialect::Linkem, &mut load_distribution)
         .map_err(|e| anyhow::anyhow!("link words: {e}"))
 }
 
@@ -160,8 +142,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     });
 
     let started = Instant::now();
-    let mut heap: BinaryHeap<Reverse<Pending>> = BinaryHeap::new();
-    let mut seq: u64 = 0;
+    let mut heap: ReleaseQueue<Pending> = ReleaseQueue::new();
     let mut index: u64 = 0;
     let mut summary = Summary {
         sojourn_min_ns: u64::MAX,
@@ -207,31 +188,25 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
             summary.sojourn_max_ns = summary.sojourn_max_ns.max(sojourn);
             summary.sojourn_sum_ns += sojourn as u128;
             let mut data = packet.data;
-            if v.duplicate {
-                // The copy leaves the link as it arrived: corruption hits the original only.
-                heap.push(Reverse(Pending {
-                    release_ns: v.release_ns,
-                    seq: seq + 1,
-                    orig_len: packet.orig_len,
-                    data: data.clone(),
-                }));
-            }
+            // The copy leaves the link as it arrived: corruption hits the original only.
+            let copy = v.duplicate.then(|| data.clone());
             if let Some(bit) = v.corrupt_bit {
                 // Bits beyond the captured bytes were not captured; there is nothing to flip.
                 if let Some(byte) = data.get_mut((bit / 8) as usize) {
                     *byte ^= 0x80 >> (bit % 8);
                 }
             }
-            heap.push(Reverse(Pending {
-                release_ns: v.release_ns,
-                seq,
-                orig_len: packet.orig_len,
-                data,
-            }));
-            seq += 2;
+            // The original first, then its copy: equal release times leave in push order.
+            for data in std::iter::once(data).chain(copy) {
+                let pending = Pending {
+                    release_ns: v.release_ns,
+                    orig_len: packet.orig_len,
+                    data,
+                };
+                heap.push(v.release_ns, pending);
+            }
         }
-        while heap.peek().is_some_and(|p| p.0.release_ns <= horizon_ns) {
-            let Reverse(p) = heap.pop().expect("peeked just above");
+        while let Some((_, p)) = heap.pop_due(horizon_ns) {
             write_pending(&mut writer, &p, &mut summary)?;
         }
         if let Some(pb) = &progress {
@@ -240,7 +215,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
             }
         }
     }
-    while let Some(Reverse(p)) = heap.pop() {
+    while let Some((_, p)) = heap.pop() {
         write_pending(&mut writer, &p, &mut summary)?;
     }
     if let Some(pb) = progress {

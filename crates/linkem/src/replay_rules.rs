@@ -55,7 +55,10 @@ fn rules_text(args: &ReplayArgs, rules: &RulesArgs) -> Result<Option<(String, Op
             .map_err(|e: toml::de::Error| anyhow::anyhow!("{}: {e}", path.display()))?;
         if let Some(v) = table.get("rules") {
             let Some(s) = v.as_str() else {
-                bail!("{}: 'rules' is a string of rule lines (rules = \"\"\"...\"\"\")", path.display());
+                bail!(
+                    "{}: 'rules' is a string of rule lines (rules = \"\"\"...\"\"\")",
+                    path.display()
+                );
             };
             text = Some(s.to_string());
             for (k, v) in &table {
@@ -84,7 +87,11 @@ fn rules_text(args: &ReplayArgs, rules: &RulesArgs) -> Result<Option<(String, Op
         );
     }
     let Some(text) = text else { return Ok(None) };
-    let words: Vec<&str> = args.words.iter().flat_map(|w| w.split_whitespace()).collect();
+    let words: Vec<&str> = args
+        .words
+        .iter()
+        .flat_map(|w| w.split_whitespace())
+        .collect();
     match words.as_slice() {
         [] => {}
         ["seed", n] => {
@@ -122,8 +129,9 @@ pub fn load_rules(text: &str, base: Option<&Path>) -> Result<RuleSet> {
                 return Ok(t);
             }
         }
-        load_distribution(name)
-            .or_else(|_| std::fs::read_to_string(name).map_err(|e| format!("cannot read '{name}': {e}")))
+        load_distribution(name).or_else(|_| {
+            std::fs::read_to_string(name).map_err(|e| format!("cannot read '{name}': {e}"))
+        })
     };
     parse_rules(text, ["a", "b"], &mut files).map_err(|e| anyhow::anyhow!("rules: {e}"))
 }
@@ -177,7 +185,8 @@ pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut events = match &args.events {
         Some(path) => {
-            let file = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+            let file =
+                File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
             let mut w = BufWriter::with_capacity(1 << 20, file);
             writeln!(w, "# index\tarrival_ns\tlen_bytes\tfate\trelease_ns\trule\tpipe\tflow\thops\tcopies\tcorrupt_bits")?;
             Some(w)
@@ -215,16 +224,28 @@ pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
                     "{}\t{ts}\t{orig_len}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
                     d.tag,
                     d.fate.name(),
-                    if delivered { d.release_ns.to_string() } else { "-".into() },
+                    if delivered {
+                        d.release_ns.to_string()
+                    } else {
+                        "-".into()
+                    },
                     opt(d.rule),
                     opt(d.pipe),
-                    if d.pipe.is_some() { format!("{:016x}", d.flow_id) } else { "-".into() },
+                    if d.pipe.is_some() {
+                        format!("{:016x}", d.flow_id)
+                    } else {
+                        "-".into()
+                    },
                     d.hops,
                     if delivered { 1 + d.duplicate as u32 } else { 0 },
                     if d.corrupt_bits.is_empty() {
                         "-".to_string()
                     } else {
-                        d.corrupt_bits.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(",")
+                        d.corrupt_bits
+                            .iter()
+                            .map(|b| b.to_string())
+                            .collect::<Vec<_>>()
+                            .join(",")
                     }
                 )?;
             }
@@ -233,7 +254,12 @@ pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
             }
             if d.duplicate {
                 dup += 1;
-                heap.push(Reverse(Pending { release_ns: d.release_ns, seq: seq + 1, orig_len, data: data.clone() }));
+                heap.push(Reverse(Pending {
+                    release_ns: d.release_ns,
+                    seq: seq + 1,
+                    orig_len,
+                    data: data.clone(),
+                }));
             }
             if !d.corrupt_bits.is_empty() {
                 corrupted += 1;
@@ -243,7 +269,12 @@ pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
                     *byte ^= 0x80 >> (bit % 8);
                 }
             }
-            heap.push(Reverse(Pending { release_ns: d.release_ns, seq, orig_len, data }));
+            heap.push(Reverse(Pending {
+                release_ns: d.release_ns,
+                seq,
+                orig_len,
+                data,
+            }));
             seq += 2;
         }
         Ok(())
@@ -253,10 +284,22 @@ pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
         let packet = packet.map_err(|e| anyhow::anyhow!("{e}"))?;
         horizon = horizon.max(packet.ts_ns);
         let key = FlowKey::parse(&packet.data, l2);
-        let pkt = PacketIn { len_bytes: packet.orig_len, key, side: rargs.side, tag: index };
+        let pkt = PacketIn {
+            len_bytes: packet.orig_len,
+            key,
+            side: rargs.side,
+            tag: index,
+        };
         current = Some((packet.ts_ns, packet.orig_len, packet.data));
         node.on_arrival(packet.ts_ns, pkt, &mut out);
-        settle(&mut out, &mut current, index, &mut held, &mut heap, &mut events)?;
+        settle(
+            &mut out,
+            &mut current,
+            index,
+            &mut held,
+            &mut heap,
+            &mut events,
+        )?;
         if let Some(c) = current.take() {
             held.insert(index, c);
         }
@@ -264,14 +307,25 @@ pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
         let limit = node.next_event_ns().map_or(horizon, |e| e.min(horizon));
         while heap.peek().is_some_and(|p| p.0.release_ns <= limit) {
             let Reverse(p) = heap.pop().expect("peeked");
-            writer.write(p.release_ns, p.orig_len, &p.data).map_err(|e| anyhow::anyhow!("{e}"))?;
+            writer
+                .write(p.release_ns, p.orig_len, &p.data)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
             written += 1;
         }
     }
     node.poll(u64::MAX, &mut out);
-    settle(&mut out, &mut current, u64::MAX, &mut held, &mut heap, &mut events)?;
+    settle(
+        &mut out,
+        &mut current,
+        u64::MAX,
+        &mut held,
+        &mut heap,
+        &mut events,
+    )?;
     while let Some(Reverse(p)) = heap.pop() {
-        writer.write(p.release_ns, p.orig_len, &p.data).map_err(|e| anyhow::anyhow!("{e}"))?;
+        writer
+            .write(p.release_ns, p.orig_len, &p.data)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         written += 1;
     }
     if !held.is_empty() {
@@ -290,10 +344,15 @@ pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
         StatsFormat::None => {}
         StatsFormat::Json => println!(
             "{}",
-            serde_json::to_string_pretty(&stats_json(args, &node, seed, index, written, dup, corrupted, &fates, secs))
-                .expect("a JSON value always serialises")
+            serde_json::to_string_pretty(&stats_json(
+                args, &node, seed, index, written, dup, corrupted, &fates, secs
+            ))
+            .expect("a JSON value always serialises")
         ),
-        StatsFormat::Text => print!("{}", stats_text(args, &node, seed, index, written, dup, corrupted, &fates)),
+        StatsFormat::Text => print!(
+            "{}",
+            stats_text(args, &node, seed, index, written, dup, corrupted, &fates)
+        ),
     }
     Ok(())
 }
@@ -339,7 +398,12 @@ fn mask_text(m: &FlowMask) -> String {
     if m.src_ip6 != 0 || m.dst_ip6 != 0 || m.flow_label != 0 {
         format!(
             "mask: proto: 0x{:02x}, flow_id: 0x{:08x}, {}/0x{:04x} -> {}/0x{:04x}",
-            m.proto, m.flow_label, Ipv6Addr::from(m.src_ip6), m.src_port, Ipv6Addr::from(m.dst_ip6), m.dst_port
+            m.proto,
+            m.flow_label,
+            Ipv6Addr::from(m.src_ip6),
+            m.src_port,
+            Ipv6Addr::from(m.dst_ip6),
+            m.dst_port
         )
     } else {
         format!(
@@ -381,14 +445,27 @@ fn stats_text(
 ) -> String {
     let mut s = String::new();
     use std::fmt::Write as _;
-    let _ = writeln!(s, "linkem replay {} -> {} (rules)", args.input.display(), args.output.display());
+    let _ = writeln!(
+        s,
+        "linkem replay {} -> {} (rules)",
+        args.input.display(),
+        args.output.display()
+    );
     let _ = writeln!(s, "seed      {seed}");
-    let _ = writeln!(s, "one-pass  {}", if node.one_pass() { "on" } else { "off" });
+    let _ = writeln!(
+        s,
+        "one-pass  {}",
+        if node.one_pass() { "on" } else { "off" }
+    );
     let _ = writeln!(s, "arrived   {arrived:>10}");
     for (f, n) in fates {
         let _ = writeln!(s, "{f:<10}{n:>10}");
     }
-    let _ = writeln!(s, "duplicated{dup:>10}\ncorrupted {corrupted:>10}\nwritten   {written:>10}  packets in {}", args.output.display());
+    let _ = writeln!(
+        s,
+        "duplicated{dup:>10}\ncorrupted {corrupted:>10}\nwritten   {written:>10}  packets in {}",
+        args.output.display()
+    );
     let _ = writeln!(s, "\n# ipfw pipe show");
     for p in node.pipes() {
         let d = &p.def;
@@ -418,14 +495,23 @@ fn stats_text(
             let _ = writeln!(
                 s,
                 "\t profile: name \"{}\" loss {:.6} samples {}",
-                pf.name, pf.loss_level, pf.table_ns.len()
+                pf.name,
+                pf.loss_level,
+                pf.table_ns.len()
             );
         }
         if let Some(m) = &d.mask {
             let _ = writeln!(s, "    {}", mask_text(m));
-            let _ = writeln!(s, "    expired {} flow-limit drops {}", p.expired, p.flow_limit_drops);
+            let _ = writeln!(
+                s,
+                "    expired {} flow-limit drops {}",
+                p.expired, p.flow_limit_drops
+            );
         }
-        let _ = writeln!(s, "BKT Prot ___Source IP/port____ ____Dest. IP/port____ Tot_pkt/bytes Pkt Drp");
+        let _ = writeln!(
+            s,
+            "BKT Prot ___Source IP/port____ ____Dest. IP/port____ Tot_pkt/bytes Pkt Drp"
+        );
         for i in p.instances() {
             let _ = writeln!(s, "{}", flow_line(i));
         }
@@ -434,7 +520,10 @@ fn stats_text(
     let c = node.classifier();
     for (r, (pk, by)) in c.rules().iter().zip(&c.counters) {
         let text = r.text.strip_prefix("add").unwrap_or(&r.text).trim_start();
-        let text = text.strip_prefix(&r.number.to_string()).unwrap_or(text).trim_start();
+        let text = text
+            .strip_prefix(&r.number.to_string())
+            .unwrap_or(text)
+            .trim_start();
         let _ = writeln!(s, "{:05} {pk:>10} {by:>12} {text}", r.number);
     }
     let _ = writeln!(s, "unmatched {:>10} (passed unimpaired)", node.unmatched);

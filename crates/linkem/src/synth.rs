@@ -19,6 +19,19 @@ pub struct SynthArgs {
     pub poisson: bool,
     pub burst: u32,
     pub seed: u64,
+    /// Source and destination address and port (default 10.0.0.1:5000 -> 10.0.0.2:5001).
+    pub src: Option<String>,
+    pub dst: Option<String>,
+    /// Spread the frames over N flows: frame i comes from source port + i mod N.
+    pub flows: u32,
+}
+
+/// `IP:PORT`.
+fn endpoint(text: &str, what: &str) -> Result<([u8; 4], u16)> {
+    let addr: std::net::SocketAddrV4 = text
+        .parse()
+        .map_err(|_| anyhow::anyhow!("--{what} {text}: expected IPv4:PORT such as 10.0.0.1:80"))?;
+    Ok((addr.ip().octets(), addr.port()))
 }
 
 /// LINKTYPE_ETHERNET.
@@ -73,7 +86,21 @@ pub fn run(args: &SynthArgs) -> Result<()> {
         CaptureWriter::create(&args.output, ETHERNET, 65535).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut stream = Stream::new(args.seed, 0, StreamId::Delay);
     let mut t_ns: u64 = 0;
-    let template = udp_frame(args.size as usize, 0);
+    if args.flows == 0 {
+        bail!("--flows 0: at least one flow");
+    }
+    let mut template = udp_frame(args.size as usize, 0);
+    let (src, sport) = match &args.src {
+        Some(t) => endpoint(t, "src")?,
+        None => ([10, 0, 0, 1], 5000),
+    };
+    let (dst, dport) = match &args.dst {
+        Some(t) => endpoint(t, "dst")?,
+        None => ([10, 0, 0, 2], 5001),
+    };
+    template[26..30].copy_from_slice(&src);
+    template[30..34].copy_from_slice(&dst);
+    template[36..38].copy_from_slice(&dport.to_be_bytes());
     let mut frame = template.clone();
     for i in 0..args.packets {
         let burst_index = i / args.burst as u64;
@@ -93,6 +120,8 @@ pub fn run(args: &SynthArgs) -> Result<()> {
         let n = (args.size as usize - HEADERS).min(8);
         frame[HEADERS..HEADERS + n].copy_from_slice(&seq_bytes[..n]);
         frame[18..20].copy_from_slice(&(i as u16).to_be_bytes());
+        let port = sport.wrapping_add((i % args.flows as u64) as u16);
+        frame[34..36].copy_from_slice(&port.to_be_bytes());
         // Patch the IPv4 checksum for the changed identification field.
         frame[24..26].copy_from_slice(&[0, 0]);
         let mut sum: u32 = frame[14..34]

@@ -93,10 +93,17 @@ impl FlowMask {
 impl MaskedKey {
     /// A stable 64-bit id of the flow (no per-process hashing).
     pub fn flow_id(&self) -> u64 {
-        let mut h = mix(self.ip_version as u64 | (self.proto as u64) << 8
-            | (self.src_port as u64) << 16 | (self.dst_port as u64) << 32);
-        for v in [self.src_ip as u64, (self.src_ip >> 64) as u64, self.dst_ip as u64,
-                  (self.dst_ip >> 64) as u64, self.flow_label as u64] {
+        let mut h = mix(self.ip_version as u64
+            | (self.proto as u64) << 8
+            | (self.src_port as u64) << 16
+            | (self.dst_port as u64) << 32);
+        for v in [
+            self.src_ip as u64,
+            (self.src_ip >> 64) as u64,
+            self.dst_ip as u64,
+            (self.dst_ip >> 64) as u64,
+            self.flow_label as u64,
+        ] {
             h = mix(h ^ v);
         }
         h
@@ -132,9 +139,27 @@ pub struct PipeDef {
 
 /// Dummynet words linkem does not model.
 const UNSUPPORTED_PIPE: &[&str] = &[
-    "red", "gred", "weight", "lmax", "maxlen", "pri", "priority", "type", "sched", "link",
-    "pipe", "flowset", "sched_mask", "flow_mask", "codel", "pie", "fq_codel", "fq_pie",
-    "ecn", "quantum", "limit-bytes",
+    "red",
+    "gred",
+    "weight",
+    "lmax",
+    "maxlen",
+    "pri",
+    "priority",
+    "type",
+    "sched",
+    "link",
+    "pipe",
+    "flowset",
+    "sched_mask",
+    "flow_mask",
+    "codel",
+    "pie",
+    "fq_codel",
+    "fq_pie",
+    "ecn",
+    "quantum",
+    "limit-bytes",
 ];
 
 /// The link keywords that may appear once; value = canonical name.
@@ -182,22 +207,25 @@ impl PipeDef {
             let w = words[i];
             i += 1;
             // `burst` after `policer R` and `link` after `loss-at` are arguments.
-            let is_arg = (w == "burst" && prev_is(i - 1, 2, "policer"))
-                || (w == "burst" && prev_is(i - 1, 2, "police"))
+            let is_arg = (w == "burst"
+                && (prev_is(i - 1, 2, "policer") || prev_is(i - 1, 2, "police")))
                 || prev_is(i - 1, 1, "loss-at")
                 || prev_is(i - 1, 1, "distribution");
             if !is_arg {
                 if let Some(canon) = canonical(w) {
                     if let Some((_, first)) = seen.iter().find(|(c, _)| *c == canon) {
-                        return Err(rerr(line, w, format!(
-                            "sets the same thing as '{first}' given earlier in this pipe"
-                        )));
+                        return Err(rerr(
+                            line,
+                            w,
+                            format!("sets the same thing as '{first}' given earlier in this pipe"),
+                        ));
                     }
                     seen.push((canon, w));
                 }
             }
             let next = words.get(i).copied();
-            let need = |what: &str| next.ok_or_else(|| rerr(line, w, format!("'{w}' needs {what}")));
+            let need =
+                |what: &str| next.ok_or_else(|| rerr(line, w, format!("'{w}' needs {what}")));
             match w {
                 _ if is_arg => link_words.push(w.to_string()),
                 "bw" | "bandwidth" => {
@@ -232,9 +260,8 @@ impl PipeDef {
                     let v = need("a file name")?;
                     i += 1;
                     let text = files(v).map_err(|e| rerr(line, v, e))?;
-                    let p = Profile::parse(&text).map_err(|e| {
-                        rerr(line, v, format!("in the profile, {e}"))
-                    })?;
+                    let p = Profile::parse(&text)
+                        .map_err(|e| rerr(line, v, format!("in the profile, {e}")))?;
                     profile = Some(Arc::new(p));
                 }
                 "buckets" => {
@@ -242,7 +269,8 @@ impl PipeDef {
                     i += 1;
                     buckets = parse_number(v)
                         .filter(|&n| n > 0 && n <= 1 << 20)
-                        .ok_or_else(|| rerr(line, v, "buckets is 1..1048576"))? as u32;
+                        .ok_or_else(|| rerr(line, v, "buckets is 1..1048576"))?
+                        as u32;
                 }
                 "mask" => {
                     let (m, used) = parse_mask(&words[i..], line, w)?;
@@ -250,9 +278,7 @@ impl PipeDef {
                     mask = Some(m);
                 }
                 "noerror" | "droptail" => {} // Nothing to model: linkem returns no errors; droptail is the only queue.
-                w if UNSUPPORTED_PIPE.contains(&w) => {
-                    return Err(rerr(line, w, "not supported"))
-                }
+                w if UNSUPPORTED_PIPE.contains(&w) => return Err(rerr(line, w, "not supported")),
                 _ => link_words.push(w.to_string()),
             }
         }
@@ -263,7 +289,11 @@ impl PipeDef {
             rerr(line, &word, e.message)
         })?;
         if spec.seed.is_some() {
-            return Err(rerr(line, "seed", "a pipe takes no seed: give the node's seed (--seed or 'seed N' in the link words)"));
+            return Err(rerr(
+                line,
+                "seed",
+                "a pipe takes no seed: give the node's seed (--seed or 'seed N' in the link words)",
+            ));
         }
         let mut link = spec.link;
         if !queue_given && link.queue_packets == Some(DEFAULT_QUEUE_PACKETS) {
@@ -272,14 +302,26 @@ impl PipeDef {
         if let Some(p) = &profile {
             match (p.rate_bps, link.rate_bps) {
                 (Some(_), Some(_)) => {
-                    let at = seen.iter().find(|(c, _)| *c == "bw").map(|x| x.1).unwrap_or("bw");
-                    return Err(rerr(line, at, "the profile sets the bandwidth too; give it once"));
+                    let at = seen
+                        .iter()
+                        .find(|(c, _)| *c == "bw")
+                        .map(|x| x.1)
+                        .unwrap_or("bw");
+                    return Err(rerr(
+                        line,
+                        at,
+                        "the profile sets the bandwidth too; give it once",
+                    ));
                 }
                 (Some(r), None) => link.rate_bps = Some(r),
                 _ => {}
             }
             if link.rate_bps.is_none() {
-                return Err(rerr(line, "profile", "a profile's airtime needs a bandwidth (bw on the pipe or in the file)"));
+                return Err(rerr(
+                    line,
+                    "profile",
+                    "a profile's airtime needs a bandwidth (bw on the pipe or in the file)",
+                ));
             }
         }
         if burst_bytes > 0 && link.rate_bps.is_none() {
@@ -303,7 +345,10 @@ fn dummynet_rate(v: &str) -> Result<String, String> {
     if v.bytes().all(|b| b.is_ascii_digit()) {
         return Ok(format!("{v}bit"));
     }
-    let digits = v.bytes().take_while(|b| b.is_ascii_digit() || *b == b'.').count();
+    let digits = v
+        .bytes()
+        .take_while(|b| b.is_ascii_digit() || *b == b'.')
+        .count();
     let (num, unit) = v.split_at(digits);
     let out = match unit {
         "K" | "k" => format!("{num}kbit"),
@@ -382,30 +427,52 @@ pub(crate) fn parse_mask(words: &[&str], line: usize, kw: &str) -> Result<(FlowM
                 if len > 128 {
                     return Err(bad("an IPv6 mask length is /0../128"));
                 }
-                if len == 0 { 0 } else { u128::MAX << (128 - len) }
+                if len == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - len)
+                }
             } else {
                 if len > 32 {
                     return Err(bad("a mask length is /0../32"));
                 }
-                if len == 32 { u32::MAX as u128 } else { (1u128 << len) - 1 }
+                if len == 32 {
+                    u32::MAX as u128
+                } else {
+                    (1u128 << len) - 1
+                }
             }
         } else if v6 {
-            let len: u32 = v.parse().map_err(|_| bad("an IPv6 mask is a prefix length (64 or /64)"))?;
+            let len: u32 = v
+                .parse()
+                .map_err(|_| bad("an IPv6 mask is a prefix length (64 or /64)"))?;
             if len > 128 {
                 return Err(bad("an IPv6 mask length is 0..128"));
             }
-            if len == 0 { 0 } else { u128::MAX << (128 - len) }
+            if len == 0 {
+                0
+            } else {
+                u128::MAX << (128 - len)
+            }
         } else {
             parse_number(v).ok_or_else(|| bad("a mask is a number such as 0xffffff00"))? as u128
         };
         match kind {
             "src-ip" | "dst-ip" => {
                 let x = u32::try_from(n).map_err(|_| bad("an IPv4 mask is 32 bits"))?;
-                if kind == "src-ip" { m.src_ip4 = x } else { m.dst_ip4 = x }
+                if kind == "src-ip" {
+                    m.src_ip4 = x
+                } else {
+                    m.dst_ip4 = x
+                }
             }
             "src-port" | "dst-port" => {
                 let x = u16::try_from(n).map_err(|_| bad("port mask must be 16 bit"))?;
-                if kind == "src-port" { m.src_port = x } else { m.dst_port = x }
+                if kind == "src-port" {
+                    m.src_port = x
+                } else {
+                    m.dst_port = x
+                }
             }
             "proto" => m.proto = u8::try_from(n).map_err(|_| bad("proto mask must be 8 bit"))?,
             "flow-id" => {
@@ -464,8 +531,14 @@ impl Instance {
         let v = match (profile, self.profile_stream.as_mut()) {
             (Some(p), Some(stream)) => {
                 let extra = match p.draw(stream.next_u64()) {
-                    Some(ns) => LinkExtra { extra_busy_ns: ns, lose_after_link: false },
-                    None => LinkExtra { extra_busy_ns: 0, lose_after_link: true },
+                    Some(ns) => LinkExtra {
+                        extra_busy_ns: ns,
+                        lose_after_link: false,
+                    },
+                    None => LinkExtra {
+                        extra_busy_ns: 0,
+                        lose_after_link: true,
+                    },
                 };
                 self.link.on_arrival_extra(now_ns, meta, extra)
             }
@@ -499,14 +572,24 @@ impl Hasher for KeyHasher {
         for chunk in bytes.chunks(8) {
             let mut b = [0u8; 8];
             b[..chunk.len()].copy_from_slice(chunk);
-            self.0 = (self.0 ^ u64::from_le_bytes(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
+            self.0 = (self.0 ^ u64::from_le_bytes(b))
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                .rotate_left(29);
         }
     }
-    fn write_u8(&mut self, i: u8) { self.write_u64(i as u64) }
-    fn write_u16(&mut self, i: u16) { self.write_u64(i as u64) }
-    fn write_u32(&mut self, i: u32) { self.write_u64(i as u64) }
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(i as u64)
+    }
+    fn write_u16(&mut self, i: u16) {
+        self.write_u64(i as u64)
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(i as u64)
+    }
     fn write_u64(&mut self, i: u64) {
-        self.0 = (self.0 ^ i).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
+        self.0 = (self.0 ^ i)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .rotate_left(29);
     }
     fn write_u128(&mut self, i: u128) {
         self.write_u64(i as u64);
@@ -535,14 +618,21 @@ pub const DEFAULT_IDLE_HOLD_NS: u64 = 1_000_000_000;
 
 impl Default for FlowBudget {
     fn default() -> Self {
-        FlowBudget { live: 0, max: DEFAULT_MAX_FLOWS, idle_hold_ns: DEFAULT_IDLE_HOLD_NS }
+        FlowBudget {
+            live: 0,
+            max: DEFAULT_MAX_FLOWS,
+            idle_hold_ns: DEFAULT_IDLE_HOLD_NS,
+        }
     }
 }
 
 /// What a pipe decided for one packet.
 #[derive(Debug, Clone, Copy)]
 pub enum PipeVerdict {
-    Link { verdict: Verdict, flow_id: u64 },
+    Link {
+        verdict: Verdict,
+        flow_id: u64,
+    },
     /// The pipe already holds `max_flows` instances: the packet is dropped.
     FlowLimit,
 }
@@ -603,9 +693,15 @@ impl Pipe {
     ) -> PipeVerdict {
         if let Some(inst) = &mut self.single {
             let verdict = inst.arrive(now_ns, len_bytes, self.def.profile.as_deref());
-            return PipeVerdict::Link { verdict, flow_id: 0 };
+            return PipeVerdict::Link {
+                verdict,
+                flow_id: 0,
+            };
         }
-        let mask = self.def.mask.expect("a pipe without an instance has a mask");
+        let mask = self
+            .def
+            .mask
+            .expect("a pipe without an instance has a mask");
         self.expire(now_ns, flows.idle_hold_ns, &mut flows.live);
         let mk = mask.apply(key);
         let slot = match self.index.get(&mk) {
@@ -632,9 +728,14 @@ impl Pipe {
                 s
             }
         };
-        let inst = self.slots[slot as usize].as_mut().expect("indexed slots are live");
+        let inst = self.slots[slot as usize]
+            .as_mut()
+            .expect("indexed slots are live");
         let verdict = inst.arrive(now_ns, len_bytes, self.def.profile.as_deref());
-        PipeVerdict::Link { verdict, flow_id: inst.flow_id }
+        PipeVerdict::Link {
+            verdict,
+            flow_id: inst.flow_id,
+        }
     }
 
     /// Removes instances idle for longer than `hold_ns` at `now_ns`.
@@ -644,7 +745,9 @@ impl Pipe {
                 break;
             }
             self.expiry.pop();
-            let inst = self.slots[slot as usize].as_ref().expect("one heap entry per live slot");
+            let inst = self.slots[slot as usize]
+                .as_ref()
+                .expect("one heap entry per live slot");
             if inst.idle_at_ns.saturating_add(hold_ns) >= now_ns {
                 self.expiry.push(Reverse((inst.idle_at_ns, slot)));
                 continue;
@@ -656,4 +759,18 @@ impl Pipe {
             self.expired += 1;
         }
     }
+}
+
+/// Bytes one live dynamic instance holds, computed from type sizes: the
+/// instance itself, its link's serialisation cache (64 entries of 24 bytes),
+/// its link queue's ring at its smallest allocation (4 entries of 16 bytes),
+/// the flow index entry (key, slot, control byte) and its expiry heap entry.
+/// An expired instance holds nothing: its slot is reused.
+pub fn instance_memory_bytes() -> usize {
+    std::mem::size_of::<Option<Instance>>()
+        + 64 * 24
+        + 4 * 16
+        + std::mem::size_of::<(MaskedKey, u32)>()
+        + 1
+        + std::mem::size_of::<Reverse<(u64, u32)>>()
 }

@@ -149,13 +149,11 @@ impl Profile {
                     }
                     samples = Some(n);
                 }
-                (None, _) => {
-                    return Err(perr(
-                        line,
-                        first,
-                        "unknown profile keyword (name, bw, loss-level, samples, then 'prob delay')",
-                    ))
-                }
+                (None, _) => return Err(perr(
+                    line,
+                    first,
+                    "unknown profile keyword (name, bw, loss-level, samples, then 'prob delay')",
+                )),
                 (Some(df), _) => {
                     let (p, d) = if df { (arg, first) } else { (first, arg) };
                     let prob = parse_prob(p).map_err(|m| perr(line, p, m))?;
@@ -168,7 +166,11 @@ impl Profile {
             }
         }
         if delay_first.is_none() {
-            return Err(perr(last_line, "", "no 'prob delay' (or 'delay prob') line"));
+            return Err(perr(
+                last_line,
+                "",
+                "no 'prob delay' (or 'delay prob') line",
+            ));
         }
         if points.len() < 2 {
             return Err(perr(last_line, "", "a profile needs at least two points"));
@@ -185,12 +187,17 @@ impl Profile {
                 *slot = if x1 == x2 || y2 == y1 {
                     x1 as u64
                 } else {
-                    (x1 + (i as f64 - y1) * (x2 - x1) / (y2 - y1)).max(0.0).round() as u64
+                    (x1 + (i as f64 - y1) * (x2 - x1) / (y2 - y1))
+                        .max(0.0)
+                        .round() as u64
                 };
             }
         }
         let (p_last, d_last) = *points.last().expect("two points at least");
-        for slot in table_ns.iter_mut().skip((p_last * n as f64).ceil() as usize) {
+        for slot in table_ns
+            .iter_mut()
+            .skip((p_last * n as f64).ceil() as usize)
+        {
             *slot = d_last;
         }
         Ok(Profile {
@@ -234,7 +241,10 @@ mod tests {
         assert_eq!(p.table_ns[0], 0);
         assert_eq!(p.table_ns[1], 100 * ms);
         assert_eq!(p.table_ns[2], 130 * ms);
-        assert_eq!(p.table_ns[3], (130.0e6 + 0.5 / 1.5 * 1370.0e6_f64).round() as u64);
+        assert_eq!(
+            p.table_ns[3],
+            (130.0e6 + 0.5 / 1.5 * 1370.0e6_f64).round() as u64
+        );
         assert_eq!(p.table_ns[4], 1500 * ms);
         assert_eq!(p.draw(u64::MAX), None);
         assert_eq!(p.draw(0), Some(0));

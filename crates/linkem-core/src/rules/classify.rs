@@ -23,11 +23,21 @@ use crate::rng::{Stream, StreamId};
 /// What the rules decided, and which rule (index in evaluation order) did it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hit {
-    Pipe { rule: usize, pipe: u32 },
+    Pipe {
+        rule: usize,
+        pipe: u32,
+    },
     /// `queue N` (a queue under a scheduler).
-    Queue { rule: usize, queue: u32 },
-    Allow { rule: usize },
-    Deny { rule: usize },
+    Queue {
+        rule: usize,
+        queue: u32,
+    },
+    Allow {
+        rule: usize,
+    },
+    Deny {
+        rule: usize,
+    },
     /// No rule took the packet: it passes unimpaired.
     NoMatch,
 }
@@ -105,11 +115,15 @@ fn intervals(c: &Cond) -> Option<(Field, Vec<(u128, u128)>)> {
         CondKind::DstIp(nets) => (Field::Dst, nets.iter().map(|n| (n.lo, n.hi)).collect()),
         CondKind::SrcPort(r) => (
             Field::SrcPort,
-            r.iter().map(|&(a, b)| (a as u128 + 1, b as u128 + 1)).collect(),
+            r.iter()
+                .map(|&(a, b)| (a as u128 + 1, b as u128 + 1))
+                .collect(),
         ),
         CondKind::DstPort(r) => (
             Field::DstPort,
-            r.iter().map(|&(a, b)| (a as u128 + 1, b as u128 + 1)).collect(),
+            r.iter()
+                .map(|&(a, b)| (a as u128 + 1, b as u128 + 1))
+                .collect(),
         ),
         CondKind::Recv(s) => (Field::Side, vec![(s.index() as u128, s.index() as u128)]),
         CondKind::Xmit(s) => {
@@ -161,6 +175,9 @@ pub fn rule_matches(rule: &Rule, k: &FlowKey, side: Side) -> bool {
         .all(|c| cond_holds(&c.kind, k, side) != c.not)
 }
 
+/// Inclusive value ranges a rule allows on one field.
+type Intervals = Vec<(u128, u128)>;
+
 #[derive(Debug, Clone)]
 struct Dim {
     field: Field,
@@ -191,7 +208,7 @@ impl Classifier {
         for i in 0..n {
             all[i / 64] |= 1 << (i % 64);
         }
-        let constraints: Vec<Vec<Option<Vec<(u128, u128)>>>> = rules
+        let constraints: Vec<Vec<Option<Intervals>>> = rules
             .iter()
             .map(|r| {
                 let mut per = vec![None; FIELDS.len()];

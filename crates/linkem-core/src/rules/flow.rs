@@ -311,12 +311,18 @@ mod tests {
 
     #[test]
     fn ethernet_udp() {
-        let k = FlowKey::parse(&udp4([10, 0, 0, 1], [10, 0, 0, 2], 5000, 80), L2Kind::Ethernet);
+        let k = FlowKey::parse(
+            &udp4([10, 0, 0, 1], [10, 0, 0, 2], 5000, 80),
+            L2Kind::Ethernet,
+        );
         assert_eq!(k.ip_version, 4);
         assert_eq!(k.proto, 17);
         assert_eq!(k.src_ip, v4_mapped(0x0a00_0001));
         assert_eq!((k.src_port, k.dst_port), (5000, 80));
-        assert_eq!((k.dscp, k.ttl, k.ip_len, k.ether_type), (46, 64, 38, 0x0800));
+        assert_eq!(
+            (k.dscp, k.ttl, k.ip_len, k.ether_type),
+            (46, 64, 38, 0x0800)
+        );
         assert!(!k.later_fragment);
     }
 

@@ -69,7 +69,10 @@ pub enum CondKind {
     /// Bit i set: DSCP i matches.
     Dscp(u64),
     /// Flags that must be set, flags that must be clear.
-    TcpFlags { set: u8, clear: u8 },
+    TcpFlags {
+        set: u8,
+        clear: u8,
+    },
     MacType(Vec<(u16, u16)>),
     Frag,
     /// Received on this side.
@@ -111,16 +114,87 @@ pub struct RuleSet {
 
 /// Real ipfw rule words (actions and options) linkem does not model.
 const UNSUPPORTED: &[&str] = &[
-    "me", "me6", "table", "lookup", "keep-state", "record-state", "limit", "set-limit",
-    "check-state", "established", "setup", "uid", "gid", "jail", "icmptypes", "icmp6types",
-    "tcpoptions", "tcpseq", "tcpack", "tcpwin", "tcpdatalen", "tcpmss", "ipoptions", "ipid",
-    "ipprecedence", "iptos", "ipversion", "layer2", "mac", "antispoof", "verrevpath",
-    "versrcreach", "diverted", "diverted-loopback", "diverted-output", "tagged", "tag", "untag",
-    "fib", "setfib", "sockarg", "bridged", "ext6hdr", "flow", "flow-id", "src-addr", "dst-addr",
-    "reject", "unreach", "unreach6", "reset", "reset6", "divert", "tee", "fwd",
-    "forward", "nat", "nat64lsn", "nat64stl", "nat64clat", "nptv6", "netgraph", "ngtee", "call",
-    "return", "altq", "setdscp", "reass", "abort", "abort6", "eaction", "or", "{", "}",
-    "logamount", "set", "src-mac", "dst-mac", "defer-action", "skip-action", "ipsec",
+    "me",
+    "me6",
+    "table",
+    "lookup",
+    "keep-state",
+    "record-state",
+    "limit",
+    "set-limit",
+    "check-state",
+    "established",
+    "setup",
+    "uid",
+    "gid",
+    "jail",
+    "icmptypes",
+    "icmp6types",
+    "tcpoptions",
+    "tcpseq",
+    "tcpack",
+    "tcpwin",
+    "tcpdatalen",
+    "tcpmss",
+    "ipoptions",
+    "ipid",
+    "ipprecedence",
+    "iptos",
+    "ipversion",
+    "layer2",
+    "mac",
+    "antispoof",
+    "verrevpath",
+    "versrcreach",
+    "diverted",
+    "diverted-loopback",
+    "diverted-output",
+    "tagged",
+    "tag",
+    "untag",
+    "fib",
+    "setfib",
+    "sockarg",
+    "bridged",
+    "ext6hdr",
+    "flow",
+    "flow-id",
+    "src-addr",
+    "dst-addr",
+    "reject",
+    "unreach",
+    "unreach6",
+    "reset",
+    "reset6",
+    "divert",
+    "tee",
+    "fwd",
+    "forward",
+    "nat",
+    "nat64lsn",
+    "nat64stl",
+    "nat64clat",
+    "nptv6",
+    "netgraph",
+    "ngtee",
+    "call",
+    "return",
+    "altq",
+    "setdscp",
+    "reass",
+    "abort",
+    "abort6",
+    "eaction",
+    "or",
+    "{",
+    "}",
+    "logamount",
+    "set",
+    "src-mac",
+    "dst-mac",
+    "defer-action",
+    "skip-action",
+    "ipsec",
 ];
 
 /// Parses a rule file. `files` reads the files named by `profile FILE` and
@@ -144,7 +218,10 @@ pub fn parse_rules(
         let body = raw.split('#').next().unwrap_or("");
         let body = body.split("//").next().unwrap_or("");
         let mut words: Vec<&str> = body.split_whitespace().collect();
-        if matches!(words.first(), Some(&"ipfw") | Some(&"dnctl") | Some(&"sysctl")) {
+        if matches!(
+            words.first(),
+            Some(&"ipfw") | Some(&"dnctl") | Some(&"sysctl")
+        ) {
             words.remove(0);
         }
         while matches!(words.first(), Some(&"-q") | Some(&"-f")) {
@@ -174,7 +251,11 @@ pub fn parse_rules(
                     .and_then(|w| parse_number(w))
                     .filter(|&n| (1..=65535).contains(&n))
                     .ok_or_else(|| {
-                        rerr(line, words.get(1).unwrap_or(&""), "a pipe number is 1..65535")
+                        rerr(
+                            line,
+                            words.get(1).unwrap_or(&""),
+                            "a pipe number is 1..65535",
+                        )
                     })? as u32;
                 match words.get(2) {
                     Some(&"config") => {}
@@ -217,13 +298,23 @@ pub fn parse_rules(
             | "enable" | "disable" | "show" | "list" | "sysctl" => {
                 return Err(rerr(line, first, "not supported"))
             }
-            _ => return Err(rerr(line, first, "unknown command (expected add, pipe N config, set one-pass off)")),
+            _ => {
+                return Err(rerr(
+                    line,
+                    first,
+                    "unknown command (expected add, pipe N config, set one-pass off)",
+                ))
+            }
         }
     }
     crate::sched::words::check(&set, &queue_refs)?;
     for (n, line, word) in pipe_refs {
         if !set.pipes.contains_key(&n) {
-            return Err(rerr(line, &word, format!("pipe {n} is not configured (add 'pipe {n} config ...')")));
+            return Err(rerr(
+                line,
+                &word,
+                format!("pipe {n} is not configured (add 'pipe {n} config ...')"),
+            ));
         }
     }
     Ok(set)
@@ -320,12 +411,20 @@ fn parse_add(
                 .filter(|n| (1..=65535).contains(n))
                 .ok_or_else(|| c.err(w, "a rule number is 1..65535"))?;
             if n <= number {
-                return Err(c.err(w, format!("skipto must jump forward (rule {number} to {n})")));
+                return Err(c.err(
+                    w,
+                    format!("skipto must jump forward (rule {number} to {n})"),
+                ));
             }
             Action::Skipto(n)
         }
         w if UNSUPPORTED.contains(&w) => return Err(c.err(w, "not supported")),
-        w => return Err(c.err(w, "unknown action (pipe N, queue N, allow, deny, count, skipto N)")),
+        w => {
+            return Err(c.err(
+                w,
+                "unknown action (pipe N, queue N, allow, deny, count, skipto N)",
+            ))
+        }
     };
     let mut log = false;
     if c.peek() == Some("log") {
@@ -358,12 +457,15 @@ fn parse_add(
                     "ip" | "all" => continue,
                     "ip4" | "ipv4" => CondKind::Version(1 << 4),
                     "ip6" | "ipv6" => CondKind::Version(1 << 6),
-                    _ => CondKind::Proto(vec![proto_number(a)
-                        .ok_or_else(|| c.err(a, "unknown protocol"))?]),
+                    _ => CondKind::Proto(vec![
+                        proto_number(a).ok_or_else(|| c.err(a, "unknown protocol"))?
+                    ]),
                 }
             }
             w if w.bytes().all(|b| b.is_ascii_digit()) => {
-                let n: u8 = w.parse().map_err(|_| c.err(w, "a protocol number is 0..255"))?;
+                let n: u8 = w
+                    .parse()
+                    .map_err(|_| c.err(w, "a protocol number is 0..255"))?;
                 CondKind::Proto(vec![n])
             }
             "from" | "to" => {
@@ -405,8 +507,16 @@ fn parse_add(
                 let a = c.arg(w, "an address list")?;
                 let nets = parse_addrs(&c, a)?.unwrap_or_else(|| {
                     vec![
-                        Net { lo: v4_mapped(0), hi: v4_mapped(u32::MAX), v6: false },
-                        Net { lo: 0, hi: u128::MAX, v6: true },
+                        Net {
+                            lo: v4_mapped(0),
+                            hi: v4_mapped(u32::MAX),
+                            v6: false,
+                        },
+                        Net {
+                            lo: 0,
+                            hi: u128::MAX,
+                            v6: true,
+                        },
                     ]
                 });
                 if w.ends_with('6') && nets.iter().any(|n| !n.v6) {
@@ -439,7 +549,12 @@ fn parse_add(
                 let a = c.arg(w, "DSCP code points (46, ef, af11, cs1, ...)")?;
                 let mut bits = 0u64;
                 for part in a.split(',') {
-                    let v = dscp_value(part).ok_or_else(|| c.err(part, "not a DSCP value (0..63 or ef, af11..af43, cs0..cs7, be)"))?;
+                    let v = dscp_value(part).ok_or_else(|| {
+                        c.err(
+                            part,
+                            "not a DSCP value (0..63 or ef, af11..af43, cs0..cs7, be)",
+                        )
+                    })?;
                     bits |= 1 << v;
                 }
                 CondKind::Dscp(bits)
@@ -461,7 +576,12 @@ fn parse_add(
                         "urg" => 0x20,
                         "ece" => 0x40,
                         "cwr" => 0x80,
-                        _ => return Err(c.err(part, "not a TCP flag (fin, syn, rst, push, ack, urg, ece, cwr)")),
+                        _ => {
+                            return Err(c.err(
+                                part,
+                                "not a TCP flag (fin, syn, rst, push, ack, urg, ece, cwr)",
+                            ))
+                        }
                     };
                     if neg {
                         clear |= bit;
@@ -477,7 +597,8 @@ fn parse_add(
             }
             "frag" => {
                 if let Some(p) = c.peek().filter(|p| {
-                    p.split(',').all(|x| matches!(x.trim_start_matches('!'), "mf" | "df" | "rf" | "offset"))
+                    p.split(',')
+                        .all(|x| matches!(x.trim_start_matches('!'), "mf" | "df" | "rf" | "offset"))
                 }) {
                     return Err(c.err(p, "not supported (frag takes no flags in linkem)"));
                 }
@@ -494,7 +615,13 @@ fn parse_add(
                 } else if a == "any" {
                     continue;
                 } else {
-                    return Err(c.err(a, format!("no interface '{a}' here (this node has '{}' (a) and '{}' (b))", sides[0], sides[1])));
+                    return Err(c.err(
+                        a,
+                        format!(
+                            "no interface '{a}' here (this node has '{}' (a) and '{}' (b))",
+                            sides[0], sides[1]
+                        ),
+                    ));
                 };
                 match w {
                     "recv" => CondKind::Recv(side),
@@ -506,7 +633,10 @@ fn parse_add(
             "prob" => return Err(c.err(w, "'prob P' goes before the action")),
             w if UNSUPPORTED.contains(&w) => return Err(c.err(w, "not supported")),
             w if w.parse::<Ipv4Addr>().is_ok() || w.contains('/') || w == "any" => {
-                return Err(c.err(w, "an address goes after 'from', 'to', 'src-ip' or 'dst-ip'"))
+                return Err(c.err(
+                    w,
+                    "an address goes after 'from', 'to', 'src-ip' or 'dst-ip'",
+                ))
             }
             w => return Err(c.err(w, "unknown word")),
         };
@@ -590,7 +720,8 @@ fn dscp_value(w: &str) -> Option<u8> {
                 n << 3
             } else if let Some(n) = w.strip_prefix("af") {
                 let b = n.as_bytes();
-                if b.len() != 2 || !(b'1'..=b'4').contains(&b[0]) || !(b'1'..=b'3').contains(&b[1]) {
+                if b.len() != 2 || !(b'1'..=b'4').contains(&b[0]) || !(b'1'..=b'3').contains(&b[1])
+                {
                     return None;
                 }
                 ((b[0] - b'0') << 3) | ((b[1] - b'0') << 1)
@@ -678,7 +809,11 @@ fn parse_net(c: &Cursor<'_>, text: &str) -> Result<Net, RulesError> {
                 .ok_or_else(|| c.err(text, "an IPv4 prefix length is 0..32"))?,
         };
         let a = u32::from(v4);
-        let mask = if bits == 0 { 0 } else { u32::MAX << (32 - bits) };
+        let mask = if bits == 0 {
+            0
+        } else {
+            u32::MAX << (32 - bits)
+        };
         return Ok(Net {
             lo: v4_mapped(a & mask),
             hi: v4_mapped(a | !mask),
@@ -695,18 +830,34 @@ fn parse_net(c: &Cursor<'_>, text: &str) -> Result<Net, RulesError> {
                 .ok_or_else(|| c.err(text, "an IPv6 prefix length is 0..128"))?,
         };
         let a = u128::from(v6);
-        let mask = if bits == 0 { 0 } else { u128::MAX << (128 - bits) };
+        let mask = if bits == 0 {
+            0
+        } else {
+            u128::MAX << (128 - bits)
+        };
         return Ok(Net {
             lo: a & mask,
             hi: a | !mask,
             v6: true,
         });
     }
-    if addr.contains(':') && addr.split(':').count() == 2 && addr.split(':').next().is_some_and(|a| a.parse::<Ipv4Addr>().is_ok()) {
+    if addr.contains(':')
+        && addr.split(':').count() == 2
+        && addr
+            .split(':')
+            .next()
+            .is_some_and(|a| a.parse::<Ipv4Addr>().is_ok())
+    {
         return Err(c.err(text, "not supported (addr:mask; write addr/len)"));
     }
     if addr.bytes().any(|b| b.is_ascii_alphabetic()) && !addr.contains(':') {
-        return Err(c.err(text, "not supported: host names (write an address; linkem does no name lookups)"));
+        return Err(c.err(
+            text,
+            "not supported: host names (write an address; linkem does no name lookups)",
+        ));
     }
-    Err(c.err(text, "not an address (10.0.0.1, 10.0.0.0/8, 2001:db8::/32, any)"))
+    Err(c.err(
+        text,
+        "not an address (10.0.0.1, 10.0.0.0/8, 2001:db8::/32, any)",
+    ))
 }

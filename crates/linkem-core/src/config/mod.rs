@@ -1,0 +1,210 @@
+//! Link configuration: the words users type (netem's and Dummynet's), and the
+//! same options from a TOML file.
+//!
+//! # Words
+//! Every word is listed once, in [`WORDS`] (word, arguments, meaning, example,
+//! dialects); the parser dispatches from that table, `linkem --help` prints it
+//! ([`words_help`]) and a test holds README.md's list to it. Order does not
+//! matter. A word given twice, or two words that set the same thing (`loss 1%
+//! plr 0.5`, `rate` and `bw`, `delay 10ms 1ms` and `jitter 2ms`), is an error
+//! naming both: never a silent override. Words of netem or Dummynet that linkem
+//! does not support yet ([`UNSUPPORTED`]) are refused as "not supported", not as
+//! unknown.
+//!
+//! # Layers
+//! Words may come in layers ([`LinkSpec::parse_layers`]): a TOML file, then the
+//! command line, then one direction's words. Inside a layer the rule above holds;
+//! a later layer replaces what an earlier one set, which is how the command line
+//! overrides a file and `--a-to-b` the words of both directions.
+//!
+//! # Dialects
+//! [`Dialect::Linkem`] reads units as linkem does (see [`crate::units`]): a time
+//! or a percentage without its unit is refused, because tc and ipfw read it
+//! differently. [`Dialect::Dummynet`] reads a line as typed after `pipe N config`
+//! in ipfw/dnctl means there: `delay 20` is 20 ms, `bw 3M`/`bw 3000000` bit/s,
+//! `bw 1MByte/s` bytes, `bw 0` no limit, `queue 50` slots (the default, 50) and
+//! `queue 64KBytes`/`queue 10K` kibibytes; `plr` a probability. A leading `pipe N
+//! config` switches a line to the Dummynet dialect; a leading `netem` is skipped.
+//!
+//! # Modules
+//! [`words`] holds the table and the reading of each word, `parser` the cursor
+//! over the words and the draft that tracks who set what, `dummynet` Dummynet's
+//! units, [`toml`](self::toml) the TOML file, `display` the canonical words.
+
+mod display;
+mod dummynet;
+mod parser;
+pub mod toml;
+pub mod words;
+
+pub use self::toml::TomlWords;
+pub use words::{words_help, WordDoc, UNSUPPORTED, WORDS};
+
+use crate::dist::Distribution;
+use crate::loss::LossConfig;
+use std::sync::Arc;
+
+/// The default queue limit, in packets (netem's and Linux's txqueuelen default).
+pub const DEFAULT_QUEUE_PACKETS: u32 = 1000;
+/// Dummynet's default queue, in slots (packets): "the typical queue size for
+/// Ethernet devices" (ipfw(8)).
+pub const DUMMYNET_DEFAULT_QUEUE_PACKETS: u32 = 50;
+/// Framing overhead of Ethernet on the wire: preamble and start delimiter (8),
+/// inter-frame gap (12) and FCS (4), for captures that exclude the FCS.
+pub const ETHERNET_OVERHEAD_BYTES: u32 = 24;
+/// Largest policer bucket: keeps the bucket's exact integer arithmetic in u64.
+pub const MAX_POLICER_BURST_BYTES: u64 = 1 << 30;
+
+/// Where a random loss takes effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LossAt {
+    /// Before the queue: a lost packet never occupies the queue or the link.
+    Arrival,
+    /// After the link: a lost packet is queued and transmitted, then lost (a
+    /// noisy wire rather than a full router).
+    Link,
+}
+
+/// A token-bucket policer (MoonEm §5.5): tokens accrue at `rate_bps` up to
+/// `burst_bytes`; a packet whose frame bytes exceed the tokens is dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PolicerConfig {
+    pub rate_bps: u64,
+    pub burst_bytes: u64,
+}
+
+/// One direction's link, parsed once and then immutable.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinkConfig {
+    pub rate_bps: Option<u64>,
+    pub overhead_bytes: u32,
+    /// `None`: no limit in packets.
+    pub queue_packets: Option<u32>,
+    /// `None`: no limit in bytes.
+    pub queue_bytes: Option<u64>,
+    pub delay_ns: u64,
+    pub jitter_ns: u64,
+    pub delay_correlation: f64,
+    pub distribution: Arc<Distribution>,
+    pub reorder_allow: bool,
+    pub reorder_probability: f64,
+    pub reorder_correlation: f64,
+    pub reorder_gap: u32,
+    pub loss: LossConfig,
+    pub loss_at: LossAt,
+    pub duplicate: f64,
+    pub duplicate_correlation: f64,
+    pub corrupt: f64,
+    pub corrupt_correlation: f64,
+    pub policer: Option<PolicerConfig>,
+}
+
+impl Default for LinkConfig {
+    fn default() -> Self {
+        LinkConfig {
+            rate_bps: None,
+            overhead_bytes: 0,
+            queue_packets: Some(DEFAULT_QUEUE_PACKETS),
+            queue_bytes: None,
+            delay_ns: 0,
+            jitter_ns: 0,
+            delay_correlation: 0.0,
+            distribution: Arc::new(Distribution::Uniform),
+            reorder_allow: false,
+            reorder_probability: 0.0,
+            reorder_correlation: 0.0,
+            reorder_gap: 0,
+            loss: LossConfig::None,
+            loss_at: LossAt::Arrival,
+            duplicate: 0.0,
+            duplicate_correlation: 0.0,
+            corrupt: 0.0,
+            corrupt_correlation: 0.0,
+            policer: None,
+        }
+    }
+}
+
+/// A link plus the seed, as parsed from words or a file.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct LinkSpec {
+    pub link: LinkConfig,
+    pub seed: Option<u64>,
+}
+
+/// A word that could not be used, with the reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{word}' (word {position}): {message}")]
+pub struct ConfigError {
+    /// 1-based position of the offending word.
+    pub position: usize,
+    pub word: String,
+    pub message: String,
+}
+
+/// Reads a distribution file by name; the core does no I/O, so the caller
+/// supplies this (the binary reads the file system, tests supply text).
+pub type FileLoader<'a> = dyn FnMut(&str) -> Result<String, String> + 'a;
+
+/// A loader for callers that have no files: every name is unknown.
+pub fn no_files(name: &str) -> Result<String, String> {
+    Err(format!("no such distribution '{name}'"))
+}
+
+/// Which tool's reading of the words applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// linkem's own: units required, default queue 1000 packets.
+    Linkem,
+    /// As typed after `pipe N config` in ipfw/dnctl: a bare time is milliseconds,
+    /// a bare `bw` bit/s, the default queue 50 slots, `plr` a probability.
+    Dummynet,
+}
+
+impl LinkSpec {
+    /// Parses linkem words separated by white space, with no distribution files.
+    pub fn parse(text: &str) -> Result<LinkSpec, ConfigError> {
+        let words: Vec<&str> = text.split_whitespace().collect();
+        Self::parse_words(&words, &mut no_files)
+    }
+
+    /// Parses linkem words. `files` reads a distribution file named by
+    /// `distribution FILE`.
+    pub fn parse_words(
+        words: &[&str],
+        files: &mut FileLoader<'_>,
+    ) -> Result<LinkSpec, ConfigError> {
+        Self::parse_layers(&[words], Dialect::Linkem, files)
+    }
+
+    /// Words as typed after `pipe N config` in ipfw/dnctl (with
+    /// [`Dialect::Dummynet`]) or linkem's own; no distribution files.
+    pub fn parse_dialect(words: &[&str], dialect: Dialect) -> Result<LinkSpec, ConfigError> {
+        Self::parse_layers(&[words], dialect, &mut no_files)
+    }
+
+    /// Parses layers of words in `dialect`: inside a layer a thing may be set
+    /// once; a later layer replaces what an earlier one set. Error positions count
+    /// words across all layers, as if they were one line.
+    pub fn parse_layers<S: AsRef<str>>(
+        layers: &[&[S]],
+        dialect: Dialect,
+        files: &mut FileLoader<'_>,
+    ) -> Result<LinkSpec, ConfigError> {
+        let layers: Vec<Vec<&str>> = layers
+            .iter()
+            .map(|l| l.iter().map(AsRef::as_ref).collect())
+            .collect();
+        let mut draft = parser::Draft::default();
+        let mut offset = 0;
+        for (layer, words) in layers.iter().enumerate() {
+            let mut cursor = parser::Cursor::new(words, offset, layer, dialect, files);
+            cursor.read_all(&mut draft)?;
+            offset += words.len();
+        }
+        draft.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests;
