@@ -188,7 +188,7 @@ pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
             let file =
                 File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
             let mut w = BufWriter::with_capacity(1 << 20, file);
-            writeln!(w, "# index\tarrival_ns\tlen_bytes\tfate\trelease_ns\trule\tpipe\tflow\thops\tcopies\tcorrupt_bits")?;
+            writeln!(w, "# index\tarrival_ns\tlen_bytes\tfate\trelease_ns\trule\tpipe\tflow\thops\tcopies\tcorrupt_bits\tqueue\tce")?;
             Some(w)
         }
         None => None,
@@ -221,7 +221,7 @@ pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
                 let opt = |o: Option<u32>| o.map_or("-".to_string(), |v| v.to_string());
                 writeln!(
                     ev,
-                    "{}\t{ts}\t{orig_len}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                    "{}\t{ts}\t{orig_len}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
                     d.tag,
                     d.fate.name(),
                     if delivered {
@@ -246,7 +246,9 @@ pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
                             .map(|b| b.to_string())
                             .collect::<Vec<_>>()
                             .join(",")
-                    }
+                    },
+                    opt(d.queue),
+                    d.ce as u8
                 )?;
             }
             if d.fate != NodeFate::Delivered {
@@ -263,6 +265,9 @@ pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
             }
             if !d.corrupt_bits.is_empty() {
                 corrupted += 1;
+            }
+            if d.ce {
+                crate::replay_sched::mark(&mut data, l2);
             }
             for bit in &d.corrupt_bits {
                 if let Some(byte) = data.get_mut((bit / 8) as usize) {
@@ -527,6 +532,7 @@ fn stats_text(
         let _ = writeln!(s, "{:05} {pk:>10} {by:>12} {text}", r.number);
     }
     let _ = writeln!(s, "unmatched {:>10} (passed unimpaired)", node.unmatched);
+    s.push_str(&crate::replay_sched::stats_text(node));
     s
 }
 
@@ -599,6 +605,7 @@ fn stats_json(
         "unmatched": node.unmatched,
         "pipes": pipes,
         "rules": rules,
+        "schedulers": crate::replay_sched::stats_json(node),
         "elapsed_s": secs,
     })
 }

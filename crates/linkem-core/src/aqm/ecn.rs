@@ -68,6 +68,12 @@ pub fn mark_ce(frame: &mut [u8], raw_ip: bool) -> MarkResult {
     }) else {
         return MarkResult::NotIp;
     };
+    mark_ce_at(frame, at)
+}
+
+/// Sets CE on an ECT packet whose IP header starts at byte `at` (for link
+/// headers other than Ethernet: Linux cooked capture, BSD loopback, raw IP).
+pub fn mark_ce_at(frame: &mut [u8], at: usize) -> MarkResult {
     match frame.get(at).map(|b| b >> 4) {
         Some(4) if frame.len() >= at + 20 => {
             let ecn = frame[at + 1] & 3;
