@@ -70,7 +70,11 @@ enum Command {
         /// Send packets through ipfw/dnctl rules and Dummynet pipes read from FILE
         /// (lines as typed after `ipfw` or `dnctl`: `pipe 1 config bw 1Mbit/s delay 20`,
         /// `add 100 pipe 1 dst-ip 10.0.0.0/8`, `set one-pass off`). `pipe N config` sets
-        /// the whole pipe, as Dummynet does. Only `seed N` may follow the file names.
+        /// the whole pipe, as Dummynet does. Schedulers and AQM: `sched N config type
+        /// wf2q+|rr|prio|fifo|fq_codel|fq_pie`, `queue M config sched N weight W [codel|pie|red
+        /// ...] [ecn] [mask ...]`, `add ... queue M`; `sched N` serves pipe N's link, which
+        /// traffic sent to `pipe N` shares (unlike Dummynet; see README). Only `seed N`
+        /// may follow the file names.
         #[arg(long, value_name = "FILE")]
         rules: Option<PathBuf>,
         /// With --rules: most dynamic pipe instances (masks) alive at once; a packet
