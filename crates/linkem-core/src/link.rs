@@ -213,6 +213,14 @@ impl Link {
         &self.counts
     }
 
+    /// The link clock: the last accepted packet's exit floored to the ns, and
+    /// whether the exact exit lies after it (a fraction of a ns later). A
+    /// scheduler serves its next packet at the floor (`on_arrival` there keeps
+    /// the fraction, so back-to-back service stays exact).
+    pub fn clock_ns(&self) -> (u64, bool) {
+        (self.clock_ns, self.clock_rem != 0)
+    }
+
     /// Packets accepted and not yet exited from the link at the last arrival.
     pub fn queued_packets(&self) -> usize {
         self.queue.len()

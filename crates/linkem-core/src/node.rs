@@ -43,6 +43,7 @@ use crate::rules::classify::{Classifier, Hit};
 use crate::rules::flow::FlowKey;
 use crate::rules::parse::RuleSet;
 use crate::rules::Side;
+use std::collections::HashMap;
 
 /// A packet offered to the node.
 #[derive(Debug, Clone, Copy)]
@@ -64,6 +65,8 @@ pub enum NodeFate {
     Denied,
     /// Dropped because the node held `--max-flows` dynamic instances.
     FlowLimit,
+    /// Dropped by a queue's AQM (RED early drop, CoDel, PIE).
+    Aqm(crate::aqm::DropCause),
 }
 
 impl NodeFate {
@@ -73,6 +76,7 @@ impl NodeFate {
             NodeFate::Dropped(f) => f.name(),
             NodeFate::Denied => "denied",
             NodeFate::FlowLimit => "flow-limit",
+            NodeFate::Aqm(c) => c.name(),
         }
     }
 }
@@ -93,6 +97,10 @@ pub struct Decision {
     pub flow_id: u64,
     /// Pipes traversed.
     pub hops: u32,
+    /// Queue (under a scheduler) the packet last went through.
+    pub queue: Option<u32>,
+    /// An AQM marked the packet CE (set it on the frame: [`crate::aqm::ecn::mark_ce`]).
+    pub ce: bool,
 }
 
 /// The node's settings beyond the rule file.
@@ -130,8 +138,14 @@ pub struct Node {
     one_pass: bool,
     budget: FlowBudget,
     reinject: ReleaseQueue<InFlight>,
+    /// Packets waiting in a scheduled pipe, by the tag handed to the scheduler.
+    in_flight: HashMap<u64, InFlight>,
+    /// Next tag for a scheduled packet (arrival order).
+    seq: u64,
     /// Packets passed unimpaired because no rule took them.
     pub unmatched: u64,
+    /// Pipes served by a scheduler ([`crate::sched::service`]).
+    pub sched: crate::sched::service::NodeSched,
 }
 
 impl Node {
@@ -139,6 +153,8 @@ impl Node {
         let mut pipes = Vec::new();
         let top = set.pipes.keys().next_back().map_or(0, |&n| n as usize);
         let mut pipe_at = vec![u32::MAX; top + 1];
+        let defs: Vec<&crate::pipe::PipeDef> = set.pipes.values().collect();
+        let sched = crate::sched::service::NodeSched::new(&set.sched, &defs, cfg.seed);
         for (n, def) in set.pipes {
             pipe_at[n as usize] = pipes.len() as u32;
             pipes.push(Pipe::new(def, cfg.seed));
@@ -154,7 +170,10 @@ impl Node {
                 idle_hold_ns: cfg.idle_hold_ns,
             },
             reinject: ReleaseQueue::new(),
+            in_flight: HashMap::new(),
+            seq: 0,
             unmatched: 0,
+            sched,
         }
     }
 
@@ -175,16 +194,112 @@ impl Node {
         self.budget.live
     }
 
-    /// When the next reinjection is due, if any.
-    pub fn next_event_ns(&self) -> Option<u64> {
-        self.reinject.peek_release_ns()
+    /// When the next reinjection or scheduler service is due, if any.
+    pub fn next_event_ns(&mut self) -> Option<u64> {
+        let r = self.reinject.peek_release_ns();
+        match (r, self.sched.next_event_ns()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
-    /// Runs the reinjections due at or before `now_ns`.
+    /// Runs the reinjections and scheduler services due at or before `now_ns`.
     pub fn poll(&mut self, now_ns: u64, out: &mut Vec<Decision>) {
-        while let Some((at, f)) = self.reinject.pop_due(now_ns) {
-            self.run(at, f.pkt, f.next_rule, f.d, out);
+        self.advance(now_ns, true, out);
+    }
+
+    /// Runs due events in time order: reinjections (arrivals) at t before
+    /// services at t; services at `now_ns` itself only when `services_at_now`
+    /// (an arrival at now comes first).
+    fn advance(&mut self, now_ns: u64, services_at_now: bool, out: &mut Vec<Decision>) {
+        loop {
+            let r = self.reinject.peek_release_ns();
+            let s = self.sched.next_event_ns();
+            match (r, s) {
+                (Some(at), _) if at <= now_ns && s.is_none_or(|s| at <= s) => {
+                    let (at, f) = self.reinject.pop().expect("peeked");
+                    self.run(at, f.pkt, f.next_rule, f.d, out);
+                }
+                (_, Some(t)) if t < now_ns || (services_at_now && t == now_ns) => {
+                    self.sched.poll_one(t);
+                    self.finish_departures(out);
+                }
+                _ => break,
+            }
         }
+    }
+
+    /// A packet handed to a scheduled pipe (`queue`: None for the pipe's own queue).
+    #[allow(clippy::too_many_arguments)]
+    fn sched_arrive(
+        &mut self,
+        t: u64,
+        idx: usize,
+        queue: Option<u32>,
+        pkt: PacketIn,
+        next_rule: usize,
+        d: Decision,
+        out: &mut Vec<Decision>,
+    ) {
+        let seq = self.seq;
+        self.seq += 1;
+        self.sched
+            .arrive(idx, queue, t, seq, pkt.len_bytes, &pkt.key);
+        self.in_flight.insert(seq, InFlight { pkt, next_rule, d });
+        self.finish_departures(out);
+    }
+
+    /// Turns the scheduled pipes' decisions into the node's.
+    fn finish_departures(&mut self, out: &mut Vec<Decision>) {
+        use crate::sched::service::Outcome;
+        let deps = std::mem::take(&mut self.sched.deps);
+        for dep in &deps {
+            let f = self
+                .in_flight
+                .remove(&dep.tag)
+                .expect("one entry per scheduled packet");
+            let mut d = f.d;
+            d.flow_id = dep.flow_id;
+            d.queue = Some(dep.queue);
+            d.ce |= dep.ce;
+            match dep.outcome {
+                Outcome::Dropped(c) => {
+                    d.release_ns = dep.at_ns;
+                    d.fate = match c {
+                        crate::aqm::DropCause::Tail => NodeFate::Dropped(Fate::QueueFull),
+                        crate::aqm::DropCause::Loss => NodeFate::Dropped(Fate::Loss),
+                        c => NodeFate::Aqm(c),
+                    };
+                }
+                Outcome::Link {
+                    fate,
+                    release_ns,
+                    duplicate,
+                    corrupt_bit,
+                } => {
+                    d.release_ns = release_ns;
+                    d.duplicate |= duplicate;
+                    if let Some(b) = corrupt_bit {
+                        d.corrupt_bits.push(b);
+                    }
+                    if fate.is_drop() {
+                        d.fate = NodeFate::Dropped(fate);
+                    } else if !self.one_pass {
+                        let next = InFlight {
+                            pkt: f.pkt,
+                            next_rule: f.next_rule,
+                            d,
+                        };
+                        self.reinject.push(release_ns, next);
+                        continue;
+                    }
+                }
+            }
+            out.push(d);
+        }
+        let mut deps = deps;
+        deps.clear();
+        self.sched.deps = deps;
     }
 
     /// A packet arriving at `now_ns` (non-decreasing between calls). Decisions
@@ -192,8 +307,8 @@ impl Node {
     /// those of reinjections due by now) are appended to `out`.
     #[inline]
     pub fn on_arrival(&mut self, now_ns: u64, pkt: PacketIn, out: &mut Vec<Decision>) {
-        if !self.reinject.is_empty() {
-            self.poll(now_ns, out);
+        if !self.reinject.is_empty() || self.sched.next_event_ns().is_some() {
+            self.advance(now_ns, false, out);
         }
         let d = Decision {
             tag: pkt.tag,
@@ -205,6 +320,8 @@ impl Node {
             pipe: None,
             flow_id: 0,
             hops: 0,
+            queue: None,
+            ce: false,
         };
         self.run(now_ns, pkt, 0, d, out);
     }
@@ -237,6 +354,34 @@ impl Node {
                 d.rule = rule_no(&self.classifier, rule);
                 d.fate = NodeFate::Denied;
                 d.release_ns = t;
+            }
+            Hit::Queue { rule, queue } => {
+                d.rule = rule_no(&self.classifier, rule);
+                let idx = self
+                    .sched
+                    .queue_pipe(queue)
+                    .expect("the parser checked every queue's pipe");
+                d.pipe = Some(self.pipes[idx].def.number);
+                d.hops += 1;
+                return self.sched_arrive(t, idx, Some(queue), pkt, rule + 1, d, out);
+            }
+            Hit::Pipe { rule, pipe }
+                if self
+                    .sched
+                    .is_scheduled(self.pipe_at[pipe as usize] as usize) =>
+            {
+                d.rule = rule_no(&self.classifier, rule);
+                d.pipe = Some(pipe);
+                d.hops += 1;
+                return self.sched_arrive(
+                    t,
+                    self.pipe_at[pipe as usize] as usize,
+                    None,
+                    pkt,
+                    rule + 1,
+                    d,
+                    out,
+                );
             }
             Hit::Pipe { rule, pipe } => {
                 d.rule = rule_no(&self.classifier, rule);

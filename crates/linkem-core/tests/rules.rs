@@ -219,6 +219,7 @@ proptest! {
                     Action::Allow => break Hit::Allow { rule: i },
                     Action::Deny => break Hit::Deny { rule: i },
                     Action::Pipe(p) => break Hit::Pipe { rule: i, pipe: p },
+                    Action::Queue(q) => break Hit::Queue { rule: i, queue: q },
                 }
             };
             prop_assert_eq!(c.classify(&k, side, 100, 0), want);
@@ -531,8 +532,8 @@ fn bad_files_name_line_and_word() {
     assert_eq!((e.line, e.word.as_str()), (1, "0x1ffff"));
     let e = err("pipe 1 config mask\n");
     assert_eq!(e.line, 1);
-    let e = err("pipe 1 config red 0.002/30/80/0.1\n");
-    assert_eq!(e.word, "red");
+    let e = err("pipe 1 config weight 5\n");
+    assert_eq!(e.word, "weight");
     assert!(e.message.starts_with("not supported"), "{e}");
     let e = err("pipe 1 config bw 1Mbit/s bw 2Mbit/s\n");
     assert!(e.word == "bw" && e.message.contains("twice"), "{e}");

@@ -1020,12 +1020,12 @@ impl AfPacket {
             return TxPush::NoRoom;
         }
         let frame = self.tx_frame_ptr(self.tx_head);
+        let vnet = if self.offload { VNET_HDR_LEN } else { 0 };
         // Safety: the slot's status is AVAILABLE (or WRONG_FORMAT, which the kernel also
         // leaves alone), so the kernel does not read it until we set SEND_REQUEST; the data
         // fits in the slot after the header (checked against tx_capacity above).
         // With PACKET_VNET_HDR the kernel reads a virtio-net header before every transmitted
         // frame too: an all-zero one says "a finished frame, nothing to offload".
-        let vnet = if self.offload { VNET_HDR_LEN } else { 0 };
         unsafe {
             ptr::write_bytes(frame.add(TX_DATA_OFFSET), 0, vnet);
             ptr::copy_nonoverlapping(data.as_ptr(), frame.add(TX_DATA_OFFSET + vnet), data.len());

@@ -9,6 +9,7 @@ pub mod plot;
 pub mod probe;
 pub mod replay;
 pub mod replay_rules;
+pub mod replay_sched;
 pub mod synth;
 
 /// How counts are printed.

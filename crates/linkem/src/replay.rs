@@ -362,7 +362,7 @@ impl Replayer {
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             self.summary.written += 1;
             self.summary.last_release_ns = p.release_ns;
-            if until_ns.is_none() && self.summary.written % 4096 == 0 {
+            if until_ns.is_none() && self.summary.written.is_multiple_of(4096) {
                 signals.check()?;
             }
         }

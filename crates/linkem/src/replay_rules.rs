@@ -32,7 +32,11 @@ pub struct RulesArgs {
     /// Send packets through ipfw/dnctl rules and Dummynet pipes read from FILE
     /// (lines as typed after `ipfw` or `dnctl`: `pipe 1 config bw 1Mbit/s delay 20`,
     /// `add 100 pipe 1 dst-ip 10.0.0.0/8`, `set one-pass off`). `pipe N config` sets
-    /// the whole pipe, as Dummynet does. Only `seed N` may follow the file names.
+    /// the whole pipe, as Dummynet does. Schedulers and AQM: `sched N config type
+    /// wf2q+|rr|prio|fifo|fq_codel|fq_pie`, `queue M config sched N weight W [codel|pie|red
+    /// ...] [ecn] [mask ...]`, `add ... queue M`; `sched N` serves pipe N's link, which
+    /// traffic sent to `pipe N` shares (unlike Dummynet; see README). Only `seed N`
+    /// may follow the file names.
     #[arg(long = "rules", value_name = "FILE")]
     pub file: Option<std::path::PathBuf>,
     /// With --rules: most dynamic pipe instances (masks) alive at once; a packet
@@ -210,7 +214,7 @@ pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
     let mut events = match &args.events {
         Some(path) => {
             let mut w = OutputFile::create(path, 1 << 20)?;
-            writeln!(w, "# index\tarrival_ns\tlen_bytes\tfate\trelease_ns\trule\tpipe\tflow\thops\tcopies\tcorrupt_bits")?;
+            writeln!(w, "# index\tarrival_ns\tlen_bytes\tfate\trelease_ns\trule\tpipe\tflow\thops\tcopies\tcorrupt_bits\tqueue\tce")?;
             Some(w)
         }
         None => None,
@@ -243,7 +247,7 @@ pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
                 let opt = |o: Option<u32>| o.map_or("-".to_string(), |v| v.to_string());
                 writeln!(
                     ev,
-                    "{}\t{ts}\t{orig_len}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                    "{}\t{ts}\t{orig_len}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
                     d.tag,
                     d.fate.name(),
                     if delivered {
@@ -268,7 +272,9 @@ pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
                             .map(|b| b.to_string())
                             .collect::<Vec<_>>()
                             .join(",")
-                    }
+                    },
+                    opt(d.queue),
+                    d.ce as u8
                 )?;
             }
             if d.fate != NodeFate::Delivered {
@@ -277,6 +283,9 @@ pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
             let copy = d.duplicate.then(|| data.clone());
             if !d.corrupt_bits.is_empty() {
                 corrupted += 1;
+            }
+            if d.ce {
+                crate::replay_sched::mark(&mut data, l2);
             }
             for bit in &d.corrupt_bits {
                 if let Some(byte) = data.get_mut((bit / 8) as usize) {
@@ -349,7 +358,6 @@ pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
         ev.commit()?;
     }
     writer.finish().map_err(|e| anyhow::anyhow!("{e}"))?;
-    drop(signals);
     let secs = started.elapsed().as_secs_f64();
     let decided: u64 = fates.values().sum();
     if decided != index {
@@ -542,6 +550,7 @@ fn stats_text(
         let _ = writeln!(s, "{:05} {pk:>10} {by:>12} {text}", r.number);
     }
     let _ = writeln!(s, "unmatched {:>10} (passed unimpaired)", node.unmatched);
+    s.push_str(&crate::replay_sched::stats_text(node));
     s
 }
 
@@ -614,6 +623,7 @@ fn stats_json(
         "unmatched": node.unmatched,
         "pipes": pipes,
         "rules": rules,
+        "schedulers": crate::replay_sched::stats_json(node),
         "elapsed_s": secs,
     })
 }

@@ -282,7 +282,11 @@ fn dummynet_size(v: &str) -> Result<u64, String> {
 }
 
 /// `mask` and its fields, as ipfw reads them; returns the mask and the words used.
-fn parse_mask(words: &[&str], line: usize, kw: &str) -> Result<(FlowMask, usize), RulesError> {
+pub(crate) fn parse_mask(
+    words: &[&str],
+    line: usize,
+    kw: &str,
+) -> Result<(FlowMask, usize), RulesError> {
     let mut m = FlowMask::default();
     let mut i = 0;
     while let Some(&field) = words.get(i) {

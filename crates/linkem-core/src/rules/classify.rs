@@ -27,6 +27,11 @@ pub enum Hit {
         rule: usize,
         pipe: u32,
     },
+    /// `queue N` (a queue under a scheduler).
+    Queue {
+        rule: usize,
+        queue: u32,
+    },
     Allow {
         rule: usize,
     },
@@ -316,6 +321,7 @@ impl Classifier {
                 Action::Count => pos = i + 1,
                 Action::Skipto(_) => pos = self.skip_to[i],
                 Action::Pipe(pipe) => return Hit::Pipe { rule: i, pipe },
+                Action::Queue(queue) => return Hit::Queue { rule: i, queue },
                 Action::Allow => return Hit::Allow { rule: i },
                 Action::Deny => return Hit::Deny { rule: i },
             }

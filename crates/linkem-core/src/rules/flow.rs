@@ -76,6 +76,8 @@ pub struct FlowKey {
     pub ip_len: u16,
     pub ttl: u8,
     pub dscp: u8,
+    /// ECN field (0 not-ECT, 1 ECT(1), 2 ECT(0), 3 CE).
+    pub ecn: u8,
     /// TCP flags byte (FIN 0x01 ... CWR 0x80); valid when `proto` is 6 and `has_ports`.
     pub tcp_flags: u8,
     /// A fragment other than the first (ipfw's `frag`).
@@ -191,6 +193,7 @@ impl FlowKey {
         }
         self.ip_version = 4;
         self.dscp = tos >> 2;
+        self.ecn = tos & 3;
         self.ip_len = len;
         self.ttl = ttl;
         self.proto = proto;
@@ -221,6 +224,7 @@ impl FlowKey {
         }
         self.ip_version = 6;
         self.dscp = ((head >> 22) & 0x3f) as u8;
+        self.ecn = ((head >> 20) & 3) as u8;
         self.flow_label = head & 0xf_ffff;
         self.ip_len = plen.saturating_add(40);
         self.ttl = hlim;

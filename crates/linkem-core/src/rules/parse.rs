@@ -31,6 +31,8 @@ pub(crate) fn rerr(line: usize, word: &str, message: impl Into<String>) -> Rules
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
     Pipe(u32),
+    /// `queue N`: a queue under a scheduler ([`crate::sched`]).
+    Queue(u32),
     Allow,
     Deny,
     Count,
@@ -106,6 +108,8 @@ pub struct RuleSet {
     pub rules: Vec<Rule>,
     /// `false` after `set one-pass off` / `net.inet.ip.fw.one_pass=0`.
     pub one_pass: bool,
+    /// `sched N config`, `queue N config` and pipes' scheduler words.
+    pub sched: crate::sched::words::SchedSet,
 }
 
 /// Real ipfw rule words (actions and options) linkem does not model.
@@ -157,7 +161,6 @@ const UNSUPPORTED: &[&str] = &[
     "flow-id",
     "src-addr",
     "dst-addr",
-    "queue",
     "reject",
     "unreach",
     "unreach6",
@@ -206,8 +209,10 @@ pub fn parse_rules(
         pipes: BTreeMap::new(),
         rules: Vec::new(),
         one_pass: true,
+        sched: Default::default(),
     };
     let mut pipe_refs: Vec<(u32, usize, String)> = Vec::new();
+    let mut queue_refs: Vec<(u32, usize, String)> = Vec::new();
     for (i, raw) in text.lines().enumerate() {
         let line = i + 1;
         let body = raw.split('#').next().unwrap_or("");
@@ -232,6 +237,10 @@ pub fn parse_rules(
                     let at = words.iter().position(|w| *w == "pipe").unwrap_or(0);
                     pipe_refs.push((n, line, words.get(at + 1).unwrap_or(&"").to_string()));
                 }
+                if let Action::Queue(n) = rule.action {
+                    let at = words.iter().position(|w| *w == "queue").unwrap_or(0);
+                    queue_refs.push((n, line, words.get(at + 1).unwrap_or(&"").to_string()));
+                }
                 // Same numbers keep file order: insert after every rule numbered ≤ it.
                 let at = set.rules.partition_point(|r| r.number <= rule.number);
                 set.rules.insert(at, rule);
@@ -255,7 +264,9 @@ pub fn parse_rules(
                     }
                     w => return Err(rerr(line, w.unwrap_or(&""), "expected 'config'")),
                 }
-                let def = PipeDef::parse(n, &words[3..], line, files)?;
+                let (pipe_words, ps) = crate::sched::words::split_pipe_words(&words[3..], line)?;
+                let def = PipeDef::parse(n, &pipe_words, line, files)?;
+                set.sched.pipes.insert(n, ps);
                 // `pipe N config` sets the whole pipe, as in Dummynet: a second one replaces it.
                 set.pipes.insert(n, def);
             }
@@ -280,6 +291,9 @@ pub fn parse_rules(
                 };
             }
             "flush" => set.rules.clear(),
+            "queue" | "sched" if words.get(2) == Some(&"config") => {
+                crate::sched::words::parse_line(&mut set.sched, &words, line)?;
+            }
             "queue" | "sched" | "delete" | "zero" | "resetlog" | "table" | "nat" | "set"
             | "enable" | "disable" | "show" | "list" | "sysctl" => {
                 return Err(rerr(line, first, "not supported"))
@@ -293,6 +307,7 @@ pub fn parse_rules(
             }
         }
     }
+    crate::sched::words::check(&set, &queue_refs)?;
     for (n, line, word) in pipe_refs {
         if !set.pipes.contains_key(&n) {
             return Err(rerr(
@@ -378,6 +393,13 @@ fn parse_add(
                 .ok_or_else(|| c.err(w, "a pipe number is 1..65535"))?;
             Action::Pipe(n as u32)
         }
+        "queue" => {
+            let w = c.arg("queue", "a queue number")?;
+            let n = parse_number(w)
+                .filter(|n| (1..=65535).contains(n))
+                .ok_or_else(|| c.err(w, "a queue number is 1..65535"))?;
+            Action::Queue(n as u32)
+        }
         "allow" | "accept" | "pass" | "permit" => Action::Allow,
         "deny" | "drop" => Action::Deny,
         "count" => Action::Count,
@@ -397,7 +419,12 @@ fn parse_add(
             Action::Skipto(n)
         }
         w if UNSUPPORTED.contains(&w) => return Err(c.err(w, "not supported")),
-        w => return Err(c.err(w, "unknown action (pipe N, allow, deny, count, skipto N)")),
+        w => {
+            return Err(c.err(
+                w,
+                "unknown action (pipe N, queue N, allow, deny, count, skipto N)",
+            ))
+        }
     };
     let mut log = false;
     if c.peek() == Some("log") {

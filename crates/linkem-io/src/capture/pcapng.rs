@@ -159,7 +159,7 @@ impl<R: Read> CaptureReader<R> {
         } else {
             12
         };
-        if len % 4 != 0 || len < min_len || len > MAX_BLOCK_LEN {
+        if !len.is_multiple_of(4) || len < min_len || len > MAX_BLOCK_LEN {
             return Err(self.corrupt(record, offset, packet, format!("block length {len}")));
         }
         let mut block = std::mem::take(&mut self.ng().block);

@@ -79,7 +79,7 @@ impl Ng {
 
     fn block(&mut self, type_: u32, body: &[u8]) -> &mut Self {
         let mut body = body.to_vec();
-        while body.len() % 4 != 0 {
+        while !body.len().is_multiple_of(4) {
             body.push(0);
         }
         let len = (body.len() + 12) as u32;

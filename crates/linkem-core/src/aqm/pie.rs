@@ -1,0 +1,166 @@
+//! PIE, Proportional Integral controller Enhanced.
+//!
+//! # Reference
+//! RFC 8033 (R. Pan et al.), §4-5 and Appendix A (basic PIE, no
+//! derandomisation).
+//!
+//! Synopsis (Dummynet): `pie [target T] [tupdate T] [alpha A] [beta B]
+//! [max_burst T] [max_ecnth P] [ecn|noecn]`; defaults target (QDELAY_REF)
+//! 15 ms, tupdate 15 ms, alpha 0.125, beta 1.25, max_burst 150 ms,
+//! max_ecnth 0.1, noecn (fq_pie: ecn).
+//!
+//! Every `tupdate` (at t = k·tupdate from the queue's creation):
+//! `p = α·(qdelay − ref) + β·(qdelay − qdelay_old)` (seconds, α and β in 1/s),
+//! scaled down while drop_prob is small (÷2048 below 10⁻⁶, ÷512 below 10⁻⁵,
+//! ÷128 below 10⁻⁴, ÷32 below 10⁻³, ÷8 below 10⁻², ÷2 below 10⁻¹), capped
+//! at 0.02 once drop_prob ≥ 0.1; `drop_prob += p`; decays ×0.98 when qdelay
+//! and qdelay_old are both 0; clamped to [0, 1]; `qdelay_old ← qdelay`;
+//! `burst_allowance ← max(0, burst_allowance − tupdate)`, and back to
+//! max_burst when drop_prob = 0 and both delays are below ref/2.
+//!
+//! At enqueue (after the tail-drop check): accept while burst_allowance > 0,
+//! while `qdelay_old < ref/2 ∧ drop_prob < 0.2`, or while at most two
+//! 1500-byte packets are queued; otherwise drop with probability drop_prob
+//! (ECT packets are marked instead when ECN is on and drop_prob ≤ max_ecnth).
+//!
+//! qdelay is the sojourn time of the packet at the head of the queue at the
+//! update instant (0 when empty): the timestamp method of RFC 8033 §5.3.
+//! The periodic updates are run lazily, before each enqueue and dequeue, for
+//! every period boundary ≤ now (queue state only changes at those events, so
+//! this is exact); an idle queue with drop_prob 0 skips the empty periods.
+
+use super::{drop_or_mark, Admit, DropCause};
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PieConfig {
+    pub target_ns: u64,
+    pub tupdate_ns: u64,
+    pub alpha: f64,
+    pub beta: f64,
+    pub max_burst_ns: u64,
+    pub max_ecnth: f64,
+    pub ecn: bool,
+}
+
+impl Default for PieConfig {
+    fn default() -> Self {
+        PieConfig {
+            target_ns: 15_000_000,
+            tupdate_ns: 15_000_000,
+            alpha: 0.125,
+            beta: 1.25,
+            max_burst_ns: 150_000_000,
+            max_ecnth: 0.1,
+            ecn: false,
+        }
+    }
+}
+
+/// RFC 8033's MEAN_PKTSIZE.
+pub const MEAN_PKTSIZE: u64 = 1500;
+
+#[derive(Debug, Clone)]
+pub struct Pie {
+    pub drop_prob: f64,
+    qdelay_old_ns: u64,
+    burst_allowance_ns: u64,
+    next_update_ns: u64,
+}
+
+impl Pie {
+    pub fn new(cfg: &PieConfig) -> Self {
+        Pie {
+            drop_prob: 0.0,
+            qdelay_old_ns: 0,
+            burst_allowance_ns: cfg.max_burst_ns,
+            next_update_ns: cfg.tupdate_ns,
+        }
+    }
+
+    /// Runs the periodic updates due by `now_ns`; `head_enq_ns` is the
+    /// enqueue time of the head packet (None: empty queue).
+    pub fn catch_up(&mut self, cfg: &PieConfig, now_ns: u64, head_enq_ns: Option<u64>) {
+        while self.next_update_ns <= now_ns {
+            let t = self.next_update_ns;
+            let qdelay = head_enq_ns.map_or(0, |e| t.saturating_sub(e));
+            if head_enq_ns.is_none()
+                && self.drop_prob == 0.0
+                && self.qdelay_old_ns == 0
+                && self.burst_allowance_ns == cfg.max_burst_ns
+                && cfg.target_ns / 2 > 0
+            {
+                // Nothing changes until the queue fills again.
+                let periods = (now_ns - t) / cfg.tupdate_ns + 1;
+                self.next_update_ns = t + periods * cfg.tupdate_ns;
+                break;
+            }
+            self.update(cfg, qdelay);
+            self.next_update_ns = t + cfg.tupdate_ns;
+        }
+    }
+
+    fn update(&mut self, cfg: &PieConfig, qdelay_ns: u64) {
+        let sec = |ns: u64| ns as f64 * 1e-9;
+        let (q, old, r) = (sec(qdelay_ns), sec(self.qdelay_old_ns), sec(cfg.target_ns));
+        let mut p = cfg.alpha * (q - r) + cfg.beta * (q - old);
+        let dp = self.drop_prob;
+        if dp < 0.000001 {
+            p /= 2048.0;
+        } else if dp < 0.00001 {
+            p /= 512.0;
+        } else if dp < 0.0001 {
+            p /= 128.0;
+        } else if dp < 0.001 {
+            p /= 32.0;
+        } else if dp < 0.01 {
+            p /= 8.0;
+        } else if dp < 0.1 {
+            p /= 2.0;
+        }
+        if dp >= 0.1 && p > 0.02 {
+            p = 0.02;
+        }
+        self.drop_prob += p;
+        if qdelay_ns == 0 && self.qdelay_old_ns == 0 {
+            self.drop_prob *= 0.98;
+        }
+        self.drop_prob = self.drop_prob.clamp(0.0, 1.0);
+        self.burst_allowance_ns = self.burst_allowance_ns.saturating_sub(cfg.tupdate_ns);
+        if self.drop_prob == 0.0
+            && qdelay_ns < cfg.target_ns / 2
+            && self.qdelay_old_ns < cfg.target_ns / 2
+        {
+            self.burst_allowance_ns = cfg.max_burst_ns;
+        }
+        self.qdelay_old_ns = qdelay_ns;
+    }
+
+    /// The early decision for an arrival that found `queued_bytes` queued
+    /// (call [`Pie::catch_up`] first).
+    pub fn arrive(
+        &mut self,
+        cfg: &PieConfig,
+        queued_bytes: u64,
+        ect: bool,
+        draw: &mut dyn FnMut() -> f64,
+    ) -> Admit {
+        if self.burst_allowance_ns > 0 {
+            return Admit::Accept;
+        }
+        if self.qdelay_old_ns < cfg.target_ns / 2 && self.drop_prob < 0.2 {
+            return Admit::Accept;
+        }
+        if queued_bytes <= 2 * MEAN_PKTSIZE {
+            return Admit::Accept;
+        }
+        if draw() < self.drop_prob {
+            if self.drop_prob <= cfg.max_ecnth {
+                drop_or_mark(cfg.ecn, ect, DropCause::Aqm)
+            } else {
+                Admit::Drop(DropCause::Aqm)
+            }
+        } else {
+            Admit::Accept
+        }
+    }
+}

@@ -1,0 +1,454 @@
+//! Exact, event-driven service of a pipe with a scheduler.
+//!
+//! # Model
+//! The pipe's link (rate, overhead, delay, jitter, loss, ... as
+//! [`crate::Link`]) takes the packet the scheduler picks whenever it is free:
+//! - an arrival at t is classified into its class (queue instance), passes the
+//!   class's `plr`, limit and enqueue AQM, and is queued with timestamp t;
+//! - if the link is idle the scheduler picks at once (service at t);
+//!   otherwise at the link's next free instant t_free, the exit of the packet
+//!   on the wire floored to the ns: `t_L = max(t_L(previous), t) +
+//!   (len + overhead)·8/rate`, kept exact as a fraction as [`crate::link`]
+//!   does, so back-to-back service never drifts;
+//! - the dequeue AQM (CoDel) sees the exact sojourn `t_free − t_enqueue`;
+//! - the departure then takes the pipe's delay: release = ⌊t_L⌋ + delay.
+//!
+//! Arrivals at t are handled before the service instant t, so a packet that
+//! arrives exactly when the link frees competes for it; the packet on the wire
+//! counts against its queue's limit until it has left (as the single link of
+//! [`crate::link`] counts it), so a pipe with one FIFO droptail queue gives
+//! exactly the releases and drops of the closed-form link. Without a rate,
+//! packets are served as they arrive.
+//!
+//! Packets are held as handles ([`Pkt::handle`]) into a slab: no copies.
+
+use super::{Dropped, Pkt, QueueParams, Sched, SchedKind, SchedParams};
+use crate::aqm::DropCause;
+use crate::config::LinkConfig;
+use crate::fate::Fate;
+use crate::link::{Link, PacketMeta};
+use crate::pipe::{FlowMask, KeyHasher, MaskedKey};
+use crate::rng::{Stream, StreamId};
+use crate::rules::flow::FlowKey;
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+use std::sync::Arc;
+
+/// What became of a packet a scheduled pipe took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Left the link: the link's fate (delivered, loss, ...) and release time.
+    Link {
+        fate: Fate,
+        release_ns: u64,
+        duplicate: bool,
+        corrupt_bit: Option<u32>,
+    },
+    /// Dropped by its queue.
+    Dropped(DropCause),
+}
+
+/// One decided packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Departure {
+    /// The caller's tag given at arrival.
+    pub tag: u64,
+    pub outcome: Outcome,
+    /// When the decision was made (the drop, or the dequeue).
+    pub at_ns: u64,
+    /// Set CE on the frame.
+    pub ce: bool,
+    pub queue: u32,
+    pub flow_id: u64,
+}
+
+/// A queue attached to this pipe's scheduler.
+#[derive(Debug, Clone)]
+pub struct QueueBinding {
+    pub number: u32,
+    pub params: Arc<QueueParams>,
+    pub mask: Option<FlowMask>,
+    single: Option<u32>,
+    index: HashMap<MaskedKey, u32, BuildHasherDefault<KeyHasher>>,
+}
+
+impl QueueBinding {
+    pub fn new(number: u32, params: QueueParams, mask: Option<FlowMask>) -> Self {
+        QueueBinding {
+            number,
+            params: Arc::new(params),
+            mask,
+            single: None,
+            index: HashMap::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    tag: u64,
+}
+
+/// A pipe's link under a scheduler.
+#[derive(Debug)]
+pub struct SchedLink {
+    pub pipe: u32,
+    pub sched: Sched,
+    pub link: Link,
+    pub queues: Vec<QueueBinding>,
+    queue_at: HashMap<u32, usize>,
+    /// Key of each class (for listings).
+    pub class_keys: Vec<MaskedKey>,
+    store: Vec<Held>,
+    free: Vec<u32>,
+    /// Class, frames bytes and exit (ns, exit after the floor) of the packet on the wire.
+    on_wire: Option<(u32, u32, u64)>,
+    next_service_ns: Option<u64>,
+    rng: Stream,
+    drops: Vec<Dropped>,
+    fq_mask: FlowMask,
+}
+
+const FULL_MASK: FlowMask = FlowMask {
+    proto: 0xff,
+    src_ip4: !0,
+    dst_ip4: !0,
+    src_ip6: !0,
+    dst_ip6: !0,
+    src_port: 0xffff,
+    dst_port: 0xffff,
+    flow_label: 0,
+};
+
+impl SchedLink {
+    /// `link` is the pipe's link without a queue limit (the queues hold
+    /// packets); `link_seed` seeds it as the pipe's single instance would be.
+    /// `queues[0]` is the pipe's own queue (traffic sent to `pipe N`).
+    pub fn new(
+        pipe: u32,
+        params: SchedParams,
+        mut link: LinkConfig,
+        link_seed: u64,
+        burst_bytes: u64,
+        queues: Vec<QueueBinding>,
+    ) -> Self {
+        link.queue_packets = None;
+        link.queue_bytes = None;
+        let mut l = Link::new(link, link_seed, 0);
+        l.set_burst(burst_bytes);
+        let queue_at = queues
+            .iter()
+            .enumerate()
+            .map(|(i, q)| (q.number, i))
+            .collect();
+        let mut s = SchedLink {
+            pipe,
+            sched: Sched::new(params.clone()),
+            link: l,
+            queues,
+            queue_at,
+            class_keys: Vec::new(),
+            store: Vec::new(),
+            free: Vec::new(),
+            on_wire: None,
+            next_service_ns: None,
+            rng: Stream::new(link_seed ^ 0x5c4e_d000, 7, StreamId::Loss),
+            drops: Vec::new(),
+            fq_mask: FULL_MASK,
+        };
+        if params.kind.is_fq() {
+            let qp = Arc::new(QueueParams {
+                limit_packets: None,
+                aqm: params.flow_aqm,
+                ..Default::default()
+            });
+            for i in 0..params.flows {
+                s.sched.add_class(qp.clone(), pipe, i as u64);
+                s.class_keys.push(MaskedKey::default());
+            }
+        }
+        s
+    }
+
+    /// When this link next frees with packets waiting.
+    #[inline]
+    pub fn next_event_ns(&self) -> Option<u64> {
+        self.next_service_ns
+    }
+
+    /// Packets waiting (not counting the one on the wire).
+    pub fn queued(&self) -> u64 {
+        self.sched.qs.total_packets
+    }
+
+    fn class_of(&mut self, queue: Option<u32>, key: &FlowKey) -> u32 {
+        if self.sched.params.kind.is_fq() {
+            let k = self.fq_mask.apply(key);
+            let c = (k.flow_id() % self.sched.params.flows as u64) as u32;
+            if self.class_keys[c as usize] == MaskedKey::default() {
+                self.class_keys[c as usize] = k;
+            }
+            return c;
+        }
+        let qi = queue
+            .and_then(|n| self.queue_at.get(&n).copied())
+            .unwrap_or(0);
+        let qb = &mut self.queues[qi];
+        match qb.mask {
+            None => {
+                if let Some(c) = qb.single {
+                    return c;
+                }
+                let c = self.sched.add_class(qb.params.clone(), qb.number, 0);
+                self.class_keys.push(MaskedKey::default());
+                qb.single = Some(c);
+                c
+            }
+            Some(m) => {
+                let k = m.apply(key);
+                if let Some(&c) = qb.index.get(&k) {
+                    return c;
+                }
+                let c = self
+                    .sched
+                    .add_class(qb.params.clone(), qb.number, k.flow_id());
+                qb.index.insert(k, c);
+                self.class_keys.push(k);
+                c
+            }
+        }
+    }
+
+    /// A packet arriving at `now` for `queue` (None: the pipe's own queue).
+    /// Decisions made now go to `out`.
+    pub fn arrive(
+        &mut self,
+        now: u64,
+        tag: u64,
+        len_bytes: u32,
+        key: &FlowKey,
+        queue: Option<u32>,
+        out: &mut Vec<Departure>,
+    ) {
+        let c = self.class_of(queue, key);
+        let handle = match self.free.pop() {
+            Some(h) => {
+                self.store[h as usize] = Held { tag };
+                h
+            }
+            None => {
+                self.store.push(Held { tag });
+                (self.store.len() - 1) as u32
+            }
+        };
+        let pkt = Pkt {
+            handle,
+            len_bytes,
+            enq_ns: now,
+            ect: key.ecn != 0,
+            ce: false,
+        };
+        let extra = match self.on_wire {
+            Some((wc, len, left)) if wc == c && now < left => (1, len as u64),
+            _ => (0, 0),
+        };
+        let rng = &mut self.rng;
+        let res = self
+            .sched
+            .enqueue(now, c, pkt, extra, &mut || rng.unit(), &mut self.drops);
+        if let Err(cause) = res {
+            self.free.push(handle);
+            out.push(self.label(c, tag, Outcome::Dropped(cause), now, false));
+        }
+        self.flush_drops(now, out);
+        if self.next_service_ns.is_none() {
+            self.serve(now, out);
+        }
+    }
+
+    /// Runs the service due at `now` (call when `next_event_ns() == Some(now)`).
+    pub fn poll(&mut self, now: u64, out: &mut Vec<Departure>) {
+        if self.next_service_ns.is_some_and(|t| t <= now) {
+            let t = self.next_service_ns.take().expect("checked");
+            self.serve(t, out);
+        }
+    }
+
+    fn label(&self, c: u32, tag: u64, outcome: Outcome, at_ns: u64, ce: bool) -> Departure {
+        let cl = &self.sched.qs.classes[c as usize];
+        Departure {
+            tag,
+            outcome,
+            at_ns,
+            ce,
+            queue: cl.queue,
+            flow_id: cl.flow_id,
+        }
+    }
+
+    fn flush_drops(&mut self, now: u64, out: &mut Vec<Departure>) {
+        for d in std::mem::take(&mut self.drops) {
+            let tag = self.store[d.pkt.handle as usize].tag;
+            self.free.push(d.pkt.handle);
+            out.push(self.label(d.class, tag, Outcome::Dropped(d.cause), now, false));
+        }
+    }
+
+    /// The link is free at `t`: send what the scheduler picks.
+    fn serve(&mut self, t: u64, out: &mut Vec<Departure>) {
+        self.next_service_ns = None;
+        loop {
+            let got = self.sched.dequeue(t, &mut self.drops);
+            self.flush_drops(t, out);
+            let Some((c, p, ce)) = got else {
+                return;
+            };
+            let tag = self.store[p.handle as usize].tag;
+            self.free.push(p.handle);
+            let v = self.link.on_arrival(
+                t,
+                PacketMeta {
+                    len_bytes: p.len_bytes,
+                },
+            );
+            let (clock, frac) = self.link.clock_ns();
+            out.push(self.label(
+                c,
+                tag,
+                Outcome::Link {
+                    fate: v.fate,
+                    release_ns: v.release_ns,
+                    duplicate: v.duplicate,
+                    corrupt_bit: v.corrupt_bit,
+                },
+                t,
+                ce && v.fate == Fate::Delivered,
+            ));
+            if self.link.config().rate_bps.is_some() && (clock > t || (clock == t && frac)) {
+                self.on_wire = Some((c, p.len_bytes, clock + frac as u64));
+                // Even with nothing waiting: an arrival before then waits for this packet.
+                self.next_service_ns = Some(clock);
+                return;
+            }
+        }
+    }
+
+    /// The kind of scheduler.
+    pub fn kind(&self) -> SchedKind {
+        self.sched.params.kind
+    }
+}
+
+/// The scheduled pipes of a node and their service instants.
+#[derive(Debug, Default)]
+pub struct NodeSched {
+    /// By the node's pipe index; None: the pipe keeps the closed-form link.
+    pub links: Vec<Option<SchedLink>>,
+    /// Queue number → pipe index.
+    queue_pipe: HashMap<u32, usize>,
+    /// (service instant, pipe index); an entry is stale when the link's
+    /// `next_event_ns` no longer equals it.
+    events: std::collections::BinaryHeap<std::cmp::Reverse<(u64, usize)>>,
+    pub deps: Vec<Departure>,
+}
+
+impl NodeSched {
+    /// Builds the scheduled pipes. `pipes` are the node's pipe definitions in
+    /// its index order.
+    pub fn new(
+        set: &super::words::SchedSet,
+        pipes: &[&crate::pipe::PipeDef],
+        seed: u64,
+    ) -> NodeSched {
+        let mut ns = NodeSched::default();
+        for (idx, def) in pipes.iter().enumerate() {
+            let n = def.number;
+            if !set.scheduled(n) {
+                ns.links.push(None);
+                continue;
+            }
+            let own = QueueParams {
+                limit_packets: def.link.queue_packets,
+                limit_bytes: def.link.queue_bytes,
+                aqm: set
+                    .pipes
+                    .get(&n)
+                    .and_then(|p| p.aqm)
+                    .unwrap_or(crate::aqm::AqmConfig::DropTail),
+                ..Default::default()
+            };
+            let mut queues = vec![QueueBinding::new(0, own, def.mask)];
+            queues[0].number = n;
+            for q in set.queues.values().filter(|q| q.parent.pipe() == n) {
+                queues.push(QueueBinding::new(q.number, q.params.clone(), q.mask));
+                ns.queue_pipe.insert(q.number, idx);
+            }
+            let link_seed = crate::pipe::instance_seed(seed, n, 0, 0);
+            ns.links.push(Some(SchedLink::new(
+                n,
+                set.params(n),
+                def.link.clone(),
+                link_seed,
+                def.burst_bytes,
+                queues,
+            )));
+        }
+        ns
+    }
+
+    #[inline]
+    pub fn is_scheduled(&self, pipe_idx: usize) -> bool {
+        self.links.get(pipe_idx).is_some_and(|l| l.is_some())
+    }
+
+    /// The pipe index serving queue `n`.
+    pub fn queue_pipe(&self, n: u32) -> Option<usize> {
+        self.queue_pipe.get(&n).copied()
+    }
+
+    /// Earliest service instant over all scheduled pipes.
+    #[inline]
+    pub fn next_event_ns(&mut self) -> Option<u64> {
+        while let Some(&std::cmp::Reverse((t, i))) = self.events.peek() {
+            if self.links[i].as_ref().and_then(|l| l.next_event_ns()) == Some(t) {
+                return Some(t);
+            }
+            self.events.pop();
+        }
+        None
+    }
+
+    /// An arrival at pipe `idx` (its own queue, or queue `queue`); decisions in `self.deps`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn arrive(
+        &mut self,
+        idx: usize,
+        queue: Option<u32>,
+        now: u64,
+        tag: u64,
+        len_bytes: u32,
+        key: &FlowKey,
+    ) {
+        let l = self.links[idx].as_mut().expect("a scheduled pipe");
+        let before = l.next_event_ns();
+        l.arrive(now, tag, len_bytes, key, queue, &mut self.deps);
+        if let Some(t) = l.next_event_ns() {
+            if before != Some(t) {
+                self.events.push(std::cmp::Reverse((t, idx)));
+            }
+        }
+    }
+
+    /// Runs the earliest service instant (which must be `t`); decisions in `self.deps`.
+    pub fn poll_one(&mut self, t: u64) {
+        let Some(std::cmp::Reverse((at, idx))) = self.events.pop() else {
+            return;
+        };
+        debug_assert_eq!(at, t);
+        let l = self.links[idx].as_mut().expect("a scheduled pipe");
+        l.poll(at, &mut self.deps);
+        if let Some(n) = l.next_event_ns() {
+            self.events.push(std::cmp::Reverse((n, idx)));
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! What `linkem replay --rules` shows and does for pipes under a scheduler:
+//! CE marks set on the frames, and the queues' and flows' counters in
+//! `--stats` (text and JSON).
+
+use linkem_core::aqm::ecn::{mark_ce, mark_ce_at};
+use linkem_core::node::Node;
+use linkem_core::rules::L2Kind;
+use linkem_core::sched::service::SchedLink;
+use linkem_core::sched::Class;
+use serde_json::json;
+use std::fmt::Write as _;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+/// Sets CE on a frame an AQM marked (the IPv4 checksum is updated).
+pub fn mark(frame: &mut [u8], l2: L2Kind) {
+    let _ = match l2 {
+        L2Kind::Ethernet => mark_ce(frame, false),
+        L2Kind::RawIp | L2Kind::Ipv4 | L2Kind::Ipv6 => mark_ce_at(frame, 0),
+        L2Kind::Null => mark_ce_at(frame, 4),
+        L2Kind::LinuxSll => mark_ce_at(frame, 16),
+        L2Kind::LinuxSll2 => mark_ce_at(frame, 20),
+    };
+}
+
+fn ms(ns: Option<u64>) -> String {
+    ns.map_or("-".into(), |v| format!("{:.3}", v as f64 / 1e6))
+}
+
+fn flow_text(l: &SchedLink, i: usize) -> String {
+    let k = &l.class_keys[i];
+    if k.ip_version == 0 {
+        return "-".into();
+    }
+    let a = |v: u128| match k.ip_version {
+        6 => Ipv6Addr::from(v).to_string(),
+        _ => Ipv4Addr::from(v as u32).to_string(),
+    };
+    format!(
+        "{} {}/{} -> {}/{}",
+        k.proto,
+        a(k.src_ip),
+        k.src_port,
+        a(k.dst_ip),
+        k.dst_port
+    )
+}
+
+fn active(c: &Class) -> bool {
+    c.stats.enqueued + c.stats.drops() > 0
+}
+
+/// `ipfw sched show`-like listing of every scheduled pipe, its queues and flows.
+pub fn stats_text(node: &Node) -> String {
+    let mut s = String::new();
+    let links: Vec<&SchedLink> = node.sched.links.iter().flatten().collect();
+    if links.is_empty() {
+        return s;
+    }
+    let _ = writeln!(s, "\n# ipfw sched show");
+    for l in links {
+        let p = &l.sched.params;
+        let _ = writeln!(
+            s,
+            "{:05}: type {} quantum {} limit {} flows {} aqm {}  (queued {})",
+            l.pipe,
+            p.kind.name(),
+            p.quantum_bytes,
+            p.limit_packets,
+            p.flows,
+            if p.kind.is_fq() {
+                p.flow_aqm.name()
+            } else {
+                "per queue"
+            },
+            l.queued()
+        );
+        let _ = writeln!(
+            s,
+            "  queue   weight pri  aqm       enq_pkts  enq_bytes  deq_pkts  tail  early   aqm  marked  len  soj_p50_ms soj_p99_ms  soj_max_ms  flow"
+        );
+        for (i, c) in l
+            .sched
+            .qs
+            .classes
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| active(c))
+        {
+            let st = &c.stats;
+            let _ = writeln!(
+                s,
+                "  {:<7} {:>6} {:>3}  {:<8} {:>9} {:>10} {:>9} {:>5} {:>6} {:>5} {:>7} {:>4} {:>11} {:>10} {:>11}  {}",
+                c.queue,
+                c.params.weight,
+                c.params.pri,
+                c.params.aqm.name(),
+                st.enqueued,
+                st.enqueued_bytes,
+                st.dequeued,
+                st.drops_tail,
+                st.drops_early,
+                st.drops_aqm,
+                st.marked,
+                c.fifo.len(),
+                ms(st.sojourn.quantile(0.5)),
+                ms(st.sojourn.quantile(0.99)),
+                ms((st.sojourn.count > 0).then_some(st.sojourn.max_ns)),
+                flow_text(l, i),
+            );
+        }
+    }
+    s
+}
+
+/// The same as JSON.
+pub fn stats_json(node: &Node) -> serde_json::Value {
+    let v: Vec<_> = node
+        .sched
+        .links
+        .iter()
+        .flatten()
+        .map(|l| {
+            let p = &l.sched.params;
+            let classes: Vec<_> = l
+                .sched
+                .qs
+                .classes
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| active(c))
+                .map(|(i, c)| {
+                    let st = &c.stats;
+                    json!({
+                        "queue": c.queue,
+                        "flow_id": format!("{:016x}", c.flow_id),
+                        "flow": flow_text(l, i),
+                        "weight": c.params.weight,
+                        "pri": c.params.pri,
+                        "aqm": c.params.aqm.name(),
+                        "enqueued": st.enqueued,
+                        "enqueued_bytes": st.enqueued_bytes,
+                        "dequeued": st.dequeued,
+                        "dequeued_bytes": st.dequeued_bytes,
+                        "drops": {"tail": st.drops_tail, "red_early": st.drops_early, "aqm": st.drops_aqm, "loss": st.drops_loss},
+                        "marked": st.marked,
+                        "length": c.fifo.len(),
+                        "sojourn_ns": {
+                            "p50": st.sojourn.quantile(0.5),
+                            "p90": st.sojourn.quantile(0.9),
+                            "p99": st.sojourn.quantile(0.99),
+                            "max": (st.sojourn.count > 0).then_some(st.sojourn.max_ns),
+                            "mean": (st.sojourn.count > 0).then(|| (st.sojourn.sum_ns / st.sojourn.count as u128) as u64),
+                        },
+                    })
+                })
+                .collect();
+            json!({
+                "pipe": l.pipe,
+                "type": p.kind.name(),
+                "quantum_bytes": p.quantum_bytes,
+                "limit_packets": p.limit_packets,
+                "flows": p.flows,
+                "queued": l.queued(),
+                "queues": classes,
+            })
+        })
+        .collect();
+    serde_json::Value::Array(v)
+}
