@@ -1,5 +1,5 @@
 //! Enqueue + dequeue cost per packet of each scheduler with 1, 100 and
-//! 10 000 backlogged queues (seed 003 §3.6.1): every iteration takes the
+//! 10 000 backlogged queues (Dummynet Revisited §3.6.1): every iteration takes the
 //! next packet and puts a new one in the queue it came from, so the number of
 //! backlogged queues stays N. FIFO is the baseline in the same run.
 

@@ -1,4 +1,4 @@
-//! The node: rules in front of many pipes (Dummynet's model, seed 003 §3).
+//! The node: rules in front of many pipes (Dummynet's model, Dummynet Revisited §3).
 //!
 //! # Per packet
 //! 1. The rules run from the first ([`crate::rules::classify`]).
@@ -29,7 +29,7 @@
 //! per-pipe FIFOs (O(log active pipes)) needs each pipe's releases to be
 //! monotone, which `reorder allow`, netem's `reorder` and duplicates break. No
 //! pipe's state is touched by another pipe's packets, so nothing about one pipe
-//! delays another; only the output interface serialises them (seed 003 §4.1.1).
+//! delays another; only the output interface serialises them (Dummynet Revisited §4.1.1).
 //!
 //! # Duplicates and corruption on multi-hop paths
 //! A copy made by `duplicate` on a hop travels with the original (released

@@ -1,5 +1,5 @@
 //! Schedulers and AQM inside the node: the event-driven service equals the
-//! closed-form link for one FIFO droptail queue, and the behaviours seed 003
+//! closed-form link for one FIFO droptail queue, and the behaviours Dummynet Revisited
 //! and the RFCs promise (weighted shares, strict priority, CoDel's standing
 //! delay, FQ-CoDel's sparse flows, ECN marks).
 

@@ -1,6 +1,6 @@
 //! `linkem replay --rules` with schedulers: a FIFO droptail pipe under the
 //! event-driven scheduler writes exactly the capture the closed-form pipe
-//! writes; seed 003 §3.6's example runs as written; stats show the queues.
+//! writes; Dummynet Revisited §3.6's example runs as written; stats show the queues.
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -125,7 +125,10 @@ mod tests {
         assert!(time_ns("86400001").is_err());
         assert_eq!(time_ns("86400000"), Ok(units::MAX_TIME_NS));
         assert!(queue("1073741825K").is_err());
-        assert_eq!(queue("1073741824K"), Ok(QueueLimit::Bytes(units::MAX_SIZE_BYTES)));
+        assert_eq!(
+            queue("1073741824K"),
+            Ok(QueueLimit::Bytes(units::MAX_SIZE_BYTES))
+        );
     }
 
     #[test]

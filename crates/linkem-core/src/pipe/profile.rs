@@ -1,5 +1,5 @@
 //! Dummynet's `profile FILE`: the extra airtime of a MAC layer as an empirical
-//! CDF (seed 003 §3.7, ipfw(8) "extra delay").
+//! CDF (Dummynet Revisited §3.7, ipfw(8) "extra delay").
 //!
 //! # File
 //! Lines of `keyword value`, `#` starts a comment, keywords in any case:

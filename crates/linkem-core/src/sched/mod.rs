@@ -1,5 +1,5 @@
 //! Packet schedulers: which queue of a pipe sends next when its link is free
-//! (seed 003 §3.6, Dummynet's `sched N config type T`).
+//! (Dummynet Revisited §3.6, Dummynet's `sched N config type T`).
 //!
 //! # Model
 //! A pipe with a scheduler holds **classes**: queue instances (a `queue N`

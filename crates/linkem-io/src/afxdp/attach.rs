@@ -4,7 +4,7 @@
 //!
 //! Attaching through a BPF link rather than netlink means the kernel
 //! detaches the program when the link's last fd closes, also when linkem is
-//! killed (PLATFORM.md pitfall 2): a restart never finds a stale program.
+//! killed (docs/platform.md pitfall 2): a restart never finds a stale program.
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 

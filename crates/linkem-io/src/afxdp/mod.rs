@@ -33,7 +33,7 @@
 //! is sequential. On a machine with more cores the kernel's receive work
 //! for the queues still spreads over the cores their interrupts land on;
 //! the single receiving thread copies ~0.3-0.5 Mpps per core here
-//! (PLATFORM.md), which bounds one direction of one link. More links (more
+//! (docs/platform.md), which bounds one direction of one link. More links (more
 //! interface pairs) scale with cores, one thread pair per direction.
 //!
 //! Checksums: AF_XDP gives no offload metadata with a frame (no
@@ -111,7 +111,7 @@ const ETH_HLEN: u32 = 14;
 const VLAN_HLEN: u32 = 4;
 /// Most `sendto` kicks per [`XdpTx::tx_flush`]. Copy mode transmits at most
 /// 32 frames per kick, so 4 kicks move 128 frames; more would let one flush
-/// hold the sending thread for long (PLATFORM.md pitfall 4).
+/// hold the sending thread for long (docs/platform.md pitfall 4).
 const MAX_KICKS_PER_FLUSH: usize = 4;
 /// Smallest XSKMAP: keys are receive queues; a queue the interface gains
 /// later (`ethtool -L`) has no socket and its frames go to the kernel stack.

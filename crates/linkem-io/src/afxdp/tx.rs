@@ -1,7 +1,7 @@
 //! The transmit half: the first queue's tx and completion rings and the
 //! transmit frames of its UMEM.
 //!
-//! Copy mode sends at most 32 frames per `sendto` kick (PLATFORM.md pitfall
+//! Copy mode sends at most 32 frames per `sendto` kick (docs/platform.md pitfall
 //! 4), so [`XdpTx::tx_flush`] kicks a few times; each descriptor is written
 //! afresh with its length, so a frame recycled from the completion ring
 //! never goes out with a stale or zeroed length (pitfall 5). A frame larger

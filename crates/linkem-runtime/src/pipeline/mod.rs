@@ -1,6 +1,6 @@
 //! One direction of the live emulator: an input stage and an output stage on
-//! two threads, joined by the delay line (TLEM's pipeline, seed 000 §III; DEMU's
-//! rx/worker/tx split, seed 002 §2.2).
+//! two threads, joined by the delay line (TLEM's pipeline, TLEM §III; DEMU's
+//! rx/worker/tx split, DEMU §2.2).
 //!
 //! ```text
 //!            input thread                                   delay line              output thread

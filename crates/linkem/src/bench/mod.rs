@@ -1,7 +1,7 @@
 //! `linkem bench`: sets up `nsA <-veth-> DUT <-veth-> nsB`, runs the device
 //! under test (linkem with some link words, or the Linux bridge as the
 //! no-emulation baseline) and `linkem probe` through it, and reports how close
-//! the path came to what was configured (seed 001 §6: MoonEm's measurements).
+//! the path came to what was configured (MoonEm §6's measurements; docs/model.md).
 //!
 //! Scenarios:
 //! - `delay`: accuracy of `delay 10ms` at a low and a high constant rate, 64
