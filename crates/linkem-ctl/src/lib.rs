@@ -52,6 +52,8 @@
 //! - A request that parses is complete: the emulator needs no further checks
 //!   of its words, only of who asks (ownership) and of what exists.
 
+#![forbid(unsafe_code)]
+
 use linkem_core::config::FileLoader;
 use linkem_core::units::parse_time_ns;
 use linkem_core::{LinkConfig, LinkSpec};

@@ -3,6 +3,7 @@ pub mod afxdp;
 pub mod bpf;
 pub mod caps;
 pub mod capture;
+pub mod creds;
 pub mod ifaces;
 pub mod infile;
 pub mod netns;

@@ -1,5 +1,8 @@
 //! The pieces of the `linkem` command, as a library so that benchmarks and
-//! tests drive them in-process.
+//! tests drive them in-process. System calls std lacks go through `linkem-io`
+//! (`sys`, `ifaces`, `caps`, `creds`), so this crate has no `unsafe`.
+
+#![forbid(unsafe_code)]
 
 pub mod backend;
 pub mod bench;

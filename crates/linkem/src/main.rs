@@ -4,6 +4,8 @@
 //! The model lives in `linkem-core` (pure, deterministic); capture files in
 //! `linkem-io`. This binary wires them to the command line.
 
+#![forbid(unsafe_code)]
+
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 use linkem::{bridge, replay, synth};

@@ -28,7 +28,7 @@ pub mod audit;
 pub mod client;
 pub mod metrics;
 pub mod server;
-mod sys;
+use linkem_io::creds as sys;
 
 use crate::bridge::direction_json;
 use linkem_core::{Fate, LinkConfig};

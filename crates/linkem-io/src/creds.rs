@@ -1,5 +1,5 @@
-//! The few system calls the control socket needs that std does not offer:
-//! the peer's credentials (SO_PEERCRED) and group lookup.
+//! The few system calls a control socket needs that std does not offer: the
+//! peer's credentials (SO_PEERCRED), group lookup and who started the process.
 
 use std::ffi::CString;
 use std::io;
@@ -10,11 +10,15 @@ use std::os::unix::net::UnixStream;
 /// connect time (never from anything the peer sends).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerCred {
+    /// The peer's effective user id.
     pub uid: u32,
+    /// The peer's effective group id.
     pub gid: u32,
+    /// The peer's process id.
     pub pid: i32,
 }
 
+/// The credentials the kernel recorded for the peer of `stream`.
 pub fn peer_cred(stream: &UnixStream) -> io::Result<PeerCred> {
     let mut cred = libc::ucred {
         pid: 0,
@@ -89,6 +93,7 @@ pub fn starter_uid() -> u32 {
     uid
 }
 
+/// Whether the process runs with euid 0.
 pub fn is_root() -> bool {
     // Safety: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
