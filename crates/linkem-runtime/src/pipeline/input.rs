@@ -146,6 +146,13 @@ struct Stage {
     warned_uncut: bool,
     /// Something was stored in this batch (the output stage may need waking).
     pushed: bool,
+    /// When this stage began taking frames. The sockets open before the stages
+    /// start (both interfaces, then the threads: tens of ms), and frames that
+    /// arrived meanwhile wait in the ring with their kernel stamps; taken as they
+    /// are, their release times lie that far in the past and the output stage
+    /// drops them as late. The link comes up when the stage starts: an earlier
+    /// stamp counts as arriving then.
+    started_ns: u64,
 }
 
 impl Stage {
@@ -153,7 +160,7 @@ impl Stage {
     fn take(&mut self, frame: RxFrame<'_>, shed: bool) {
         self.c.received += 1;
         let ts = if frame.ts_ns != 0 {
-            frame.ts_ns
+            frame.ts_ns.max(self.started_ns)
         } else {
             clock::now_ns()
         };
@@ -282,6 +289,7 @@ pub(super) fn input_stage(
         warned_too_big: false,
         warned_uncut: false,
         pushed: false,
+        started_ns: clock::now_ns(),
     };
     let mut drops_read_ns = 0u64;
     while !control.stop.load(Ordering::Acquire) {
@@ -320,8 +328,13 @@ pub(super) fn input_stage(
                         rt.busy(now);
                     }
                 }
-                if st.pushed && control.output_parked.load(Ordering::Acquire) {
-                    output.unpark();
+                if st.pushed {
+                    // Pairs with the output stage's fence between announcing a
+                    // park and looking at the line (see `output::idle`).
+                    std::sync::atomic::fence(Ordering::SeqCst);
+                    if control.output_parked.load(Ordering::Acquire) {
+                        output.unpark();
+                    }
                 }
                 st.publish(&control);
             }

@@ -278,6 +278,12 @@ fn idle(
     }
     control.output_parked.store(true, Ordering::Release);
     // Re-check after announcing the park, so a push in between is not missed.
+    // The store above and the load in `peek` need a full fence between them
+    // (x86 lets a load pass an earlier store), matching the one the input stage
+    // puts between its push and its look at `output_parked`; without both, each
+    // side can miss the other and the stage sleeps `max_sleep` (10 ms) with a
+    // frame due: late drops right after start.
+    std::sync::atomic::fence(Ordering::SeqCst);
     if src.consumer.peek().is_none() {
         std::thread::park_timeout(std::time::Duration::from_nanos(max_sleep));
         st.wakeups += 1;
