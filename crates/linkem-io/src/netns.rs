@@ -505,6 +505,46 @@ impl Topology {
         format!("{}.{}.{}.0/{}", o[0], o[1], o[2], self.prefix_len)
     }
 
+    /// Makes each host's neighbour entry for the other permanent, so that a lost ARP
+    /// request (a test that drops frames drops ARP too) never looks like a lost packet.
+    pub fn pin_neighbours(&self) -> Result<(), NetnsError> {
+        let mac = |ns: &str, dev: &str| -> Result<String, NetnsError> {
+            let o = exec_in(ns, &["cat", &format!("/sys/class/net/{dev}/address")])?;
+            Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
+        };
+        let (mac_a, mac_b) = (
+            mac(&self.ns_a, &self.host_a)?,
+            mac(&self.ns_b, &self.host_b)?,
+        );
+        for (ns, dev, addr, lladdr) in [
+            (&self.ns_a, &self.host_a, self.addr_b, &mac_b),
+            (&self.ns_b, &self.host_b, self.addr_a, &mac_a),
+        ] {
+            let a = addr.to_string();
+            let args = [
+                "ip",
+                "neigh",
+                "replace",
+                &a,
+                "lladdr",
+                lladdr,
+                "dev",
+                dev,
+                "nud",
+                "permanent",
+            ];
+            let o = exec_in(ns, &args)?;
+            if !o.status.success() {
+                return Err(NetnsError::Command {
+                    command: format!("ip netns exec {ns} {}", args.join(" ")),
+                    status: o.status.to_string(),
+                    stderr: String::from_utf8_lossy(&o.stderr).trim().to_string(),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Runs `args` in host A's namespace.
     pub fn exec_in_a(&self, args: &[&str]) -> Result<Output, NetnsError> {
         exec_in(&self.ns_a, args)

@@ -34,34 +34,7 @@ fn skip() -> bool {
 fn topology() -> Topology {
     let topo = Topology::two_hosts(&netns::unique_prefix("lkC")).expect("namespaces come up");
     // Static neighbours: a lost ARP request must not look like a lost packet.
-    let mac = |ns: &str, dev: &str| {
-        let o = netns::exec_in(ns, &["cat", &format!("/sys/class/net/{dev}/address")]).unwrap();
-        String::from_utf8_lossy(&o.stdout).trim().to_string()
-    };
-    let (mac_a, mac_b) = (mac(&topo.ns_a, &topo.host_a), mac(&topo.ns_b, &topo.host_b));
-    for (ns, dev, addr, lladdr) in [
-        (&topo.ns_a, &topo.host_a, topo.addr_b, &mac_b),
-        (&topo.ns_b, &topo.host_b, topo.addr_a, &mac_a),
-    ] {
-        let a = addr.to_string();
-        let o = netns::exec_in(
-            ns,
-            &[
-                "ip",
-                "neigh",
-                "replace",
-                &a,
-                "lladdr",
-                lladdr,
-                "dev",
-                dev,
-                "nud",
-                "permanent",
-            ],
-        )
-        .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    }
+    topo.pin_neighbours().expect("neighbour entries");
     topo
 }
 
