@@ -27,6 +27,9 @@ pub enum Fate {
 }
 
 impl Fate {
+    /// Every fate, in the order of the enum. `Fate::ALL[f as usize] == f`: the
+    /// index of a fate is its slot in [`FateCounts`], and this order is the
+    /// order in which counts are listed.
     pub const ALL: [Fate; 8] = [
         Fate::Delivered,
         Fate::QueueFull,
@@ -38,6 +41,9 @@ impl Fate {
         Fate::TxError,
     ];
 
+    /// The stable lower-case name used in stats, event files and metrics
+    /// (`delivered`, `queue-full`, `loss`, `policed`, `backpressure`, `late`,
+    /// `too-big`, `tx-error`); also what [`Display`](fmt::Display) prints.
     pub const fn name(self) -> &'static str {
         match self {
             Fate::Delivered => "delivered",
@@ -51,6 +57,7 @@ impl Fate {
         }
     }
 
+    /// Whether the packet was not sent on: every fate but [`Fate::Delivered`].
     pub fn is_drop(self) -> bool {
         self != Fate::Delivered
     }
@@ -74,11 +81,13 @@ pub struct FateCounts {
 }
 
 impl FateCounts {
+    /// Counts one packet with fate `fate`.
     #[inline]
     pub fn add(&mut self, fate: Fate) {
         self.by_fate[fate as usize] += 1;
     }
 
+    /// Packets counted with fate `fate`.
     pub fn get(&self, fate: Fate) -> u64 {
         self.by_fate[fate as usize]
     }
@@ -88,10 +97,13 @@ impl FateCounts {
         self.by_fate.iter().sum()
     }
 
+    /// Packets not delivered: [`FateCounts::arrived`] minus the delivered ones,
+    /// i.e. the sum over every fate for which [`Fate::is_drop`] holds.
     pub fn dropped(&self) -> u64 {
         self.arrived() - self.get(Fate::Delivered)
     }
 
+    /// Each fate with its count, in [`Fate::ALL`] order (zero counts included).
     pub fn iter(&self) -> impl Iterator<Item = (Fate, u64)> + '_ {
         Fate::ALL.iter().map(move |&f| (f, self.get(f)))
     }

@@ -31,26 +31,16 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-// Pending: the AQMs' public items (parameters, state, counters).
-#[allow(missing_docs)]
 pub mod aqm;
 pub mod config;
 pub mod dist;
-// Pending: the fates' docs (Fate::ALL, name, is_drop, FateCounts' methods).
-#[allow(missing_docs)]
 pub mod fate;
 pub mod link;
 pub mod loss;
-// public items still to be documented
-#[allow(missing_docs)]
 pub mod node;
 pub mod order;
-// public items still to be documented
-#[allow(missing_docs)]
 pub mod pipe;
 pub mod rng;
-// public items still to be documented
-#[allow(missing_docs)]
 pub mod rules;
 // Pending: the schedulers' public items (configs, queues, counters).
 #[allow(missing_docs)]

@@ -48,8 +48,14 @@ use std::collections::HashMap;
 /// A packet offered to the node.
 #[derive(Debug, Clone, Copy)]
 pub struct PacketIn {
+    /// Frame length in bytes as on the wire without overhead (pcap's
+    /// `orig_len`): what the pipes' rates, byte limits and byte counters
+    /// charge.
     pub len_bytes: u32,
+    /// The header fields the rules and the pipes' masks read
+    /// ([`FlowKey::parse`] of the frame).
     pub key: FlowKey,
+    /// The interface the packet was received on (`in`/`out`, `recv`, `xmit`).
     pub side: Side,
     /// The caller's handle for the packet, returned in the decision.
     pub tag: u64,
@@ -58,6 +64,8 @@ pub struct PacketIn {
 /// What became of a packet in the node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NodeFate {
+    /// Sent on at the decision's `release_ns`: through every pipe on its
+    /// path, or unimpaired (`allow`, or no rule took it).
     Delivered,
     /// Dropped by a pipe's link (queue-full, loss, policed).
     Dropped(Fate),
@@ -70,6 +78,9 @@ pub enum NodeFate {
 }
 
 impl NodeFate {
+    /// The stable name used in stats and event files: `delivered`, `denied`,
+    /// `flow-limit`, the [`Fate::name`] of a link drop, the
+    /// [`DropCause::name`](crate::aqm::DropCause::name) of an AQM drop.
     pub fn name(self) -> &'static str {
         match self {
             NodeFate::Delivered => "delivered",
@@ -84,16 +95,24 @@ impl NodeFate {
 /// The node's decision for one packet.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
+    /// The [`PacketIn::tag`] of the packet this decision is for.
     pub tag: u64,
+    /// Delivered, or where and why it was dropped.
     pub fate: NodeFate,
     /// Delivered: when it leaves; dropped: when the drop happened.
     pub release_ns: u64,
+    /// Some hop's `duplicate` made a copy: a second copy leaves right after
+    /// this one at `release_ns`.
     pub duplicate: bool,
+    /// Bits to flip in the frame, one per hop that corrupted it, numbered as
+    /// [`crate::Verdict::corrupt_bit`] (bit 0 = most significant bit of byte 0).
     pub corrupt_bits: Vec<u32>,
     /// Number of the last rule that acted on the packet (None: no rule matched).
     pub rule: Option<u32>,
     /// Last pipe the packet went through, and its flow id there.
     pub pipe: Option<u32>,
+    /// The flow id of the packet's instance in that pipe
+    /// ([`crate::pipe::MaskedKey::flow_id`]; 0 in a pipe without a mask).
     pub flow_id: u64,
     /// Pipes traversed.
     pub hops: u32,
@@ -106,8 +125,16 @@ pub struct Decision {
 /// The node's settings beyond the rule file.
 #[derive(Debug, Clone, Copy)]
 pub struct NodeConfig {
+    /// The user seed: every pipe instance ([`crate::pipe::instance_seed`]),
+    /// the rules' `prob` draws and the schedulers derive their random streams
+    /// from it, so a run repeats exactly.
     pub seed: u64,
+    /// `--max-flows`: most live dynamic instances over all pipes; a packet
+    /// that would need one more is dropped as [`NodeFate::FlowLimit`]
+    /// (default [`crate::pipe::DEFAULT_MAX_FLOWS`]).
     pub max_flows: usize,
+    /// How long, in ns, an instance stays after it went idle before it is
+    /// removed ([`crate::pipe::FlowBudget::idle_hold_ns`]; default 1 s).
     pub idle_hold_ns: u64,
 }
 
@@ -149,6 +176,9 @@ pub struct Node {
 }
 
 impl Node {
+    /// Builds the node for a parsed rule file: the compiled rules, one
+    /// [`Pipe`] per configured pipe and the schedulers, all seeded from
+    /// `cfg.seed`; one-pass as the file set it.
     pub fn new(set: RuleSet, cfg: NodeConfig) -> Node {
         let mut pipes = Vec::new();
         let top = set.pipes.keys().next_back().map_or(0, |&n| n as usize);
@@ -177,14 +207,19 @@ impl Node {
         }
     }
 
+    /// The compiled rules, with each rule's packet and byte counters.
     pub fn classifier(&self) -> &Classifier {
         &self.classifier
     }
 
+    /// The pipes in increasing pipe number, with their instances and counters.
     pub fn pipes(&self) -> &[Pipe] {
         &self.pipes
     }
 
+    /// Whether the first pipe's verdict is the packet's fate (the default);
+    /// false after `set one-pass off`, when a delivered packet re-enters the
+    /// rules at its release time.
     pub fn one_pass(&self) -> bool {
         self.one_pass
     }

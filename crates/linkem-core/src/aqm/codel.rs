@@ -26,10 +26,20 @@
 
 use crate::sched::{Fifo, Pkt};
 
+/// CoDel's parameters for one queue (`codel [target T] [interval T]
+/// [ecn|noecn]`). Invariant (checked by the parser): `target_ns` <
+/// `interval_ns`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CoDelConfig {
+    /// The acceptable standing queue delay, ns (RFC 8289 TARGET; default
+    /// 5 ms): a sojourn below it never leads to a drop.
     pub target_ns: u64,
+    /// The window, ns (RFC 8289 INTERVAL; default 100 ms): the sojourn must
+    /// stay ≥ target this long before the first drop, and drops in the
+    /// dropping state come `interval/√count` apart.
     pub interval_ns: u64,
+    /// An ECT packet due for a drop is marked CE and sent instead (default
+    /// off; on for fq_codel's flows).
     pub ecn: bool,
 }
 
@@ -43,6 +53,8 @@ impl Default for CoDelConfig {
     }
 }
 
+/// CoDel's state for one queue (RFC 8289's `first_above_time`,
+/// `drop_next`, `count`, `lastcount`, `dropping`; all times in ns).
 #[derive(Debug, Clone, Default)]
 pub struct CoDel {
     first_above_time: u64,
@@ -52,16 +64,23 @@ pub struct CoDel {
     dropping: bool,
 }
 
-/// `t + interval/√count`.
+/// RFC 8289's control law: the next drop time `t + interval/√count`, in ns
+/// (the quotient floored to the ns; `count` 0 is taken as 1). Successive
+/// drops thus come closer as `count` grows, so the drop rate rises as √count
+/// until the sojourn falls below target.
 pub fn control_law(t: u64, interval_ns: u64, count: u32) -> u64 {
     t + (interval_ns as f64 / (count.max(1) as f64).sqrt()) as u64
 }
 
 impl CoDel {
+    /// The state of a new queue: not dropping, `count` 0, no sojourn above
+    /// target seen.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Whether CoDel is in its dropping state (the sojourn has stayed ≥ target
+    /// for an interval and has not yet fallen below it).
     pub fn dropping(&self) -> bool {
         self.dropping
     }

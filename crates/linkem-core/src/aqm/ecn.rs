@@ -25,8 +25,9 @@ pub enum MarkResult {
     NotIp,
 }
 
-/// ECN codepoint values.
+/// ECN codepoint `00`: the transport is not ECN-capable (an AQM drops it).
 pub const NOT_ECT: u8 = 0;
+/// ECN codepoint `11`: Congestion Experienced, set by [`mark_ce`].
 pub const CE: u8 = 3;
 
 /// Byte offset of the IP header in an Ethernet frame (None: not IP).

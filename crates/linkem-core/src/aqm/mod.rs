@@ -41,6 +41,8 @@ pub enum DropCause {
 }
 
 impl DropCause {
+    /// The stable name counted in stats and event files: `queue-full` (the
+    /// same name as [`crate::Fate::QueueFull`]), `red-drop`, `aqm-drop`, `loss`.
     pub const fn name(self) -> &'static str {
         match self {
             DropCause::Tail => "queue-full",
@@ -54,13 +56,22 @@ impl DropCause {
 /// A queue's management, as configured.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum AqmConfig {
+    /// `droptail` (the default): no early decision; a packet is dropped only
+    /// when the queue is at its limit in packets or bytes.
     DropTail,
+    /// `red` or `gred` (`gentle` set): early drop at enqueue from the averaged
+    /// queue length.
     Red(RedConfig),
+    /// `codel`: drops at dequeue from the head packet's sojourn time.
     CoDel(CoDelConfig),
+    /// `pie`: early drop at enqueue with a drop probability updated every
+    /// `tupdate` from the queueing delay.
     Pie(PieConfig),
 }
 
 impl AqmConfig {
+    /// The AQM's word as users type it: `droptail`, `red`, `gred`, `codel`,
+    /// `pie`.
     pub fn name(&self) -> &'static str {
         match self {
             AqmConfig::DropTail => "droptail",
@@ -71,6 +82,8 @@ impl AqmConfig {
         }
     }
 
+    /// Whether ECN marking is on: an ECT packet the AQM would drop early is
+    /// marked CE instead. Always false for droptail (tail drops are drops).
     pub fn ecn(&self) -> bool {
         match self {
             AqmConfig::DropTail => false,
@@ -84,13 +97,19 @@ impl AqmConfig {
 /// A queue's management state.
 #[derive(Debug, Clone)]
 pub enum AqmState {
+    /// Droptail keeps no state.
     DropTail,
+    /// RED's average queue length and count since the last drop.
     Red(Red),
+    /// CoDel's dropping state and control-law schedule.
     CoDel(CoDel),
+    /// PIE's drop probability, burst allowance and update clock.
     Pie(Pie),
 }
 
 impl AqmState {
+    /// The state of a fresh, empty queue managed as `cfg` says (PIE's burst
+    /// allowance starts full, its first update is due at `tupdate`).
     pub fn new(cfg: &AqmConfig) -> Self {
         match cfg {
             AqmConfig::DropTail => AqmState::DropTail,
@@ -104,9 +123,11 @@ impl AqmState {
 /// An enqueue decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admit {
+    /// Queue the packet unchanged.
     Accept,
     /// Accept with CE set.
     Mark,
+    /// Do not queue the packet; the cause says which mechanism refused it.
     Drop(DropCause),
 }
 

@@ -31,14 +31,35 @@
 
 use super::{drop_or_mark, Admit, DropCause};
 
+/// PIE's parameters for one queue (`pie [target T] [tupdate T] [alpha A]
+/// [beta B] [max_burst T] [max_ecnth P] [ecn|noecn]`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PieConfig {
+    /// The queueing delay PIE steers towards, ns (RFC 8033 QDELAY_REF;
+    /// default 15 ms).
     pub target_ns: u64,
+    /// Period of the drop probability update, ns (RFC 8033 T_UPDATE; default
+    /// 15 ms; above 0).
     pub tupdate_ns: u64,
+    /// Gain on the distance from target, 1/s (default 0.125): each update adds
+    /// `alpha·(qdelay − target)` (qdelay in s) before the small-probability
+    /// scaling.
     pub alpha: f64,
+    /// Gain on the delay's trend, 1/s (default 1.25): each update adds
+    /// `beta·(qdelay − qdelay_old)`.
     pub beta: f64,
+    /// Burst allowance, ns (RFC 8033 MAX_BURST; default 150 ms): no packet is
+    /// dropped early while the allowance left is above 0; each update takes
+    /// `tupdate` off it, and it is refilled to this value whenever the queue
+    /// is calm (drop probability 0, current and previous delay below
+    /// target/2).
     pub max_burst_ns: u64,
+    /// With `ecn`, ECT packets are marked instead of dropped only while the
+    /// drop probability is at most this (default 0.1); above it they are
+    /// dropped like the rest.
     pub max_ecnth: f64,
+    /// Mark ECT packets CE instead of dropping them (up to `max_ecnth`);
+    /// default off, on for fq_pie's flows.
     pub ecn: bool,
 }
 
@@ -56,11 +77,16 @@ impl Default for PieConfig {
     }
 }
 
-/// RFC 8033's MEAN_PKTSIZE.
+/// RFC 8033's MEAN_PKTSIZE, bytes: with at most two such packets queued
+/// (`2·MEAN_PKTSIZE` bytes) no packet is dropped early.
 pub const MEAN_PKTSIZE: u64 = 1500;
 
+/// PIE's state for one queue: the drop probability, the delay seen at the
+/// last update, the burst allowance left and when the next update is due.
 #[derive(Debug, Clone)]
 pub struct Pie {
+    /// The current drop probability, in [0, 1], as of the last update run by
+    /// [`Pie::catch_up`].
     pub drop_prob: f64,
     qdelay_old_ns: u64,
     burst_allowance_ns: u64,
@@ -68,6 +94,8 @@ pub struct Pie {
 }
 
 impl Pie {
+    /// The state of a new queue: drop probability 0, the full `max_burst`
+    /// allowance, first update at `tupdate` after creation (time 0).
     pub fn new(cfg: &PieConfig) -> Self {
         Pie {
             drop_prob: 0.0,

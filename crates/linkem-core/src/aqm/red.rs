@@ -27,18 +27,40 @@
 
 use super::{drop_or_mark, Admit, DropCause};
 
+/// RED's parameters for one queue (`red|gred w_q/min_th/max_th/max_p`).
+///
+/// `min_th` and `max_th` are in the unit the queue is measured in: packets,
+/// or bytes when the queue's limit is given in bytes. Invariants (checked by
+/// the parser): 0 < `w_q` ≤ 1, 0 < `max_p` ≤ 1, `min_th` < `max_th`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RedConfig {
+    /// Weight of the newest sample in the average queue length (the EWMA
+    /// `avg ← (1 − w_q)·avg + w_q·q`); the average follows the queue over
+    /// about 1/w_q arrivals (Floyd & Jacobson suggest 0.002).
     pub w_q: f64,
+    /// Below this average queue length no packet is dropped early (packets,
+    /// or bytes for a byte-sized queue).
     pub min_th: u64,
+    /// At this average the early drop probability p_b reaches `max_p`; at or
+    /// above it every arrival is dropped (with `gentle`, only from 2·max_th).
     pub max_th: u64,
+    /// The largest early drop probability p_b of the linear part, reached at
+    /// `avg = max_th`.
     pub max_p: f64,
+    /// Gentle RED (`gred`): between max_th and 2·max_th, p_b rises linearly
+    /// from `max_p` to 1 instead of jumping to 1.
     pub gentle: bool,
+    /// An ECT packet selected for an early drop is marked CE and queued
+    /// instead; the forced drops above max_th (2·max_th gentle) stay drops.
     pub ecn: bool,
 }
 
+/// RED's state for one queue: the average queue length, the arrivals since
+/// the last early drop, and when the queue last went empty.
 #[derive(Debug, Clone)]
 pub struct Red {
+    /// The average queue length `avg`, in the queue's unit (packets or bytes),
+    /// as of the last arrival; 0 for a new queue.
     pub avg: f64,
     count: i64,
     /// When the queue last became empty.
@@ -52,6 +74,8 @@ impl Default for Red {
 }
 
 impl Red {
+    /// The state of a new queue: `avg` 0, `count` −1, and empty since time 0
+    /// (so the first arrival's idle decay runs from 0).
     pub fn new() -> Self {
         Red {
             avg: 0.0,

@@ -39,32 +39,62 @@ use std::sync::Arc;
 /// Reads a file named in a rule file (`profile FILE`, `distribution FILE`).
 pub type FileReader<'a> = crate::config::FileLoader<'a>;
 
-/// Which bits of a packet's flow id select its instance.
+/// Which bits of a packet's flow id select its instance (`mask FIELDS`).
+///
+/// Each field is ANDed with the packet's field ([`FlowMask::apply`]): a set
+/// bit keeps the packet's bit, so packets that agree on every kept bit share
+/// an instance; a field left 0 (the default) does not tell flows apart. `all`
+/// sets every bit. As in ipfw, `/N` on an IPv4, port, `proto` or `flow-id`
+/// mask means the N low bits, on an IPv6 mask an N-bit prefix.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FlowMask {
+    /// Mask on the IP protocol number (`mask proto`, 8 bits).
     pub proto: u8,
+    /// Mask on an IPv4 source address, as a host-order number (`mask src-ip
+    /// 0xffffff00` keeps the /24).
     pub src_ip4: u32,
+    /// Mask on an IPv4 destination address (`mask dst-ip`), as `src_ip4`.
     pub dst_ip4: u32,
+    /// Mask on an IPv6 source address (`mask src-ip6 64` keeps the first 64
+    /// bits).
     pub src_ip6: u128,
+    /// Mask on an IPv6 destination address (`mask dst-ip6`), as `src_ip6`.
     pub dst_ip6: u128,
+    /// Mask on the source port (`mask src-port`, 16 bits); for ICMP the type,
+    /// which [`FlowKey`] keeps in the port.
     pub src_port: u16,
+    /// Mask on the destination port (`mask dst-port`); for ICMP the code.
     pub dst_port: u16,
+    /// Mask on the IPv6 flow label (`mask flow-id`, 20 bits).
     pub flow_label: u32,
 }
 
 /// A packet's flow id after the mask: the key of its instance.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct MaskedKey {
+    /// The packet's IP version (0 not IP, 4, 6), never masked: IPv4 and IPv6
+    /// packets never share an instance.
     pub ip_version: u8,
+    /// IP protocol AND [`FlowMask::proto`].
     pub proto: u8,
+    /// Source port (ICMP type) AND [`FlowMask::src_port`].
     pub src_port: u16,
+    /// Destination port (ICMP code) AND [`FlowMask::dst_port`].
     pub dst_port: u16,
+    /// IPv6 flow label AND [`FlowMask::flow_label`] (0 for IPv4).
     pub flow_label: u32,
+    /// Masked source address: for IPv4 the 32-bit address AND `src_ip4` (in the
+    /// low 32 bits, not in mapped form), for IPv6 the address AND `src_ip6`,
+    /// 0 when not IP.
     pub src_ip: u128,
+    /// Masked destination address, as `src_ip` with `dst_ip4`/`dst_ip6`.
     pub dst_ip: u128,
 }
 
 impl FlowMask {
+    /// The key of the instance a packet belongs to: each field of `k` ANDed
+    /// with its mask, IPv4 addresses with the `*_ip4` masks and IPv6
+    /// addresses with the `*_ip6` ones.
     #[inline]
     pub fn apply(&self, k: &FlowKey) -> MaskedKey {
         let (s, d) = match k.ip_version {
@@ -123,12 +153,27 @@ pub fn instance_seed(seed: u64, pipe: u32, flow_id: u64, created_ns: u64) -> u64
 /// One `pipe N config` line, parsed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PipeDef {
+    /// The pipe number N (1..65535) that `pipe N` rules name.
     pub number: u32,
+    /// The link every instance of the pipe runs: queue, rate, delay and
+    /// impairments (the rate taken from the profile's `bw` when the pipe
+    /// gives none).
     pub link: LinkConfig,
+    /// Dummynet's `burst`, bytes (0: none): after the link has been idle, up
+    /// to this many bytes cross at line speed; credit = min(burst·8, rate ·
+    /// idle time) bits ([`Link::set_burst`]). Needs a rate.
     pub burst_bytes: u64,
+    /// The MAC airtime profile (`profile FILE`), shared by the instances; each
+    /// instance draws from it with its own random stream.
     pub profile: Option<Arc<Profile>>,
+    /// `mask ...`: one instance per masked flow; `None`: the pipe is one
+    /// instance that every packet shares.
     pub mask: Option<FlowMask>,
+    /// Dummynet's `buckets N` (1..1048576, default 64), the size of its flow
+    /// hash table: kept for `--stats`; the instance index here grows as needed,
+    /// so it limits nothing.
     pub buckets: u32,
+    /// Line of the `pipe N config` in the rule file (1-based).
     pub line: usize,
     /// The words as written, for `--stats`.
     pub words: String,
@@ -391,12 +436,21 @@ pub(crate) fn parse_mask(
 /// One instance of a pipe.
 #[derive(Debug, Clone)]
 pub struct Instance {
+    /// This instance's link: its own queue, serialiser, delay line and random
+    /// streams, seeded by [`instance_seed`].
     pub link: Link,
     profile_stream: Option<Stream>,
+    /// The masked flow this instance serves (all zero for a pipe without a
+    /// mask).
     pub key: MaskedKey,
+    /// [`MaskedKey::flow_id`] of `key` (0 for a pipe without a mask).
     pub flow_id: u64,
+    /// Packets that arrived at this instance (ipfw's `Tot_pkt`).
     pub tot_pkts: u64,
+    /// Bytes of those packets (ipfw's `bytes`).
     pub tot_bytes: u64,
+    /// Of those packets, the ones the link dropped (queue full, loss,
+    /// policer; ipfw's `Drp`).
     pub drops: u64,
     /// No packet of this instance is queued or unreleased from here on.
     pub idle_at_ns: u64,
@@ -526,17 +580,22 @@ impl Default for FlowBudget {
 /// What a pipe decided for one packet.
 #[derive(Debug, Clone, Copy)]
 pub enum PipeVerdict {
+    /// The packet went through an instance's link.
     Link {
+        /// The link's decision: fate, release time, duplicate, corruption.
         verdict: Verdict,
+        /// The instance's [`MaskedKey::flow_id`] (0 for a pipe without a mask).
         flow_id: u64,
     },
-    /// The pipe already holds `max_flows` instances: the packet is dropped.
+    /// The packet's flow has no instance and the node already holds
+    /// [`FlowBudget::max`] live instances: the packet is dropped.
     FlowLimit,
 }
 
 /// A pipe with its instances.
 #[derive(Debug)]
 pub struct Pipe {
+    /// The pipe's configuration, as parsed.
     pub def: Arc<PipeDef>,
     seed: u64,
     single: Option<Instance>,
@@ -551,6 +610,9 @@ pub struct Pipe {
 }
 
 impl Pipe {
+    /// A pipe as `def` configures it, its instances seeded from the node's
+    /// `seed`. A pipe without a mask has its one instance from the start
+    /// (flow 0, created at 0); a masked pipe makes instances as flows arrive.
     pub fn new(def: PipeDef, seed: u64) -> Pipe {
         let single = def
             .mask

@@ -29,12 +29,19 @@ pub const MAX_SAMPLES: usize = 1024;
 /// A parsed profile, ready to draw from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Profile {
+    /// The file's `name` (empty without one), shown by `--stats`.
     pub name: String,
+    /// The file's `bw`, bits per second: the pipe's rate (a pipe that sets
+    /// `bw` as well is refused).
     pub rate_bps: Option<u64>,
+    /// `loss-level` L, in [0, 1] (default 1: no loss): the share of packets
+    /// not lost, rounded down to a multiple of 1/N; a packet is lost after its
+    /// link time with probability 1 − ⌊L·N⌋/N for N samples.
     pub loss_level: f64,
-    /// Extra airtime per table entry, ns.
+    /// The N-entry table (N = `samples`): entry i is the extra airtime, ns,
+    /// at the inverse CDF at i/N (see the module doc).
     pub table_ns: Vec<u64>,
-    /// Draws at or above this index are lost.
+    /// ⌊L·N⌋: draws at or above this index are lost.
     pub loss_index: usize,
 }
 
@@ -42,8 +49,12 @@ pub struct Profile {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("line {line}: '{word}': {message}")]
 pub struct ProfileError {
+    /// Line in the profile file, 1-based (the last line when something is
+    /// missing from the whole file).
     pub line: usize,
+    /// The word at fault, as written (empty when something is missing).
     pub word: String,
+    /// What is wrong with it.
     pub message: String,
 }
 

@@ -20,22 +20,32 @@ use super::parse::{Action, Cond, CondKind, Rule};
 use super::Side;
 use crate::rng::{Stream, StreamId};
 
-/// What the rules decided, and which rule (index in evaluation order) did it.
+/// What the rules decided, and which rule did it. `rule` is the rule's
+/// index in evaluation order ([`Classifier::rules`]), not its number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hit {
+    /// `pipe N`: the packet goes through pipe N.
     Pipe {
+        /// Index of the matching rule in [`Classifier::rules`].
         rule: usize,
+        /// The pipe number N.
         pipe: u32,
     },
     /// `queue N` (a queue under a scheduler).
     Queue {
+        /// Index of the matching rule in [`Classifier::rules`].
         rule: usize,
+        /// The queue number N.
         queue: u32,
     },
+    /// `allow`: the packet passes unimpaired, released at its arrival.
     Allow {
+        /// Index of the matching rule in [`Classifier::rules`].
         rule: usize,
     },
+    /// `deny`: the packet is dropped.
     Deny {
+        /// Index of the matching rule in [`Classifier::rules`].
         rule: usize,
     },
     /// No rule took the packet: it passes unimpaired.
@@ -278,6 +288,8 @@ impl Classifier {
         }
     }
 
+    /// The rules in evaluation order: by number, equal numbers in file order.
+    /// [`Hit`]'s `rule` and [`Classifier::counters`] index this.
     pub fn rules(&self) -> &[Rule] {
         &self.rules
     }

@@ -24,10 +24,14 @@
 /// The link layer a frame starts with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum L2Kind {
+    /// Ethernet II (pcap link type 1); up to eight 802.1Q/802.1ad tags are
+    /// skipped to reach the EtherType.
     Ethernet,
     /// IPv4 or IPv6, told apart by the version nibble.
     RawIp,
+    /// Raw IPv4, no link header (pcap link type 228).
     Ipv4,
+    /// Raw IPv6, no link header (pcap link type 229).
     Ipv6,
     /// BSD loopback: a 4-byte address family in host order.
     Null,
@@ -63,18 +67,31 @@ pub const NOT_IP: u8 = 0;
 pub struct FlowKey {
     /// 0 (not IP), 4 or 6.
     pub ip_version: u8,
+    /// IP protocol; for IPv6 the next header after the hop-by-hop, routing,
+    /// destination-options and fragment headers (at most eight are walked).
+    /// 0 when not IP.
     pub proto: u8,
+    /// Source address as a 128-bit number (IPv4 in mapped form, see
+    /// [`v4_mapped`]); 0 when not IP.
     pub src_ip: u128,
+    /// Destination address, as `src_ip`.
     pub dst_ip: u128,
     /// Ports exist (TCP, UDP, SCTP, ICMP type/code) and were read.
     pub has_ports: bool,
+    /// TCP, UDP, SCTP or UDP-Lite source port; ICMP/ICMPv6 type. 0 unless
+    /// `has_ports`.
     pub src_port: u16,
+    /// TCP, UDP, SCTP or UDP-Lite destination port; ICMP/ICMPv6 code. 0
+    /// unless `has_ports`.
     pub dst_port: u16,
     /// EtherType after VLAN tags (0 when the link type has none).
     pub ether_type: u16,
     /// IP total length (IPv6: payload length + 40).
     pub ip_len: u16,
+    /// IPv4 TTL or IPv6 hop limit (`ipttl`).
     pub ttl: u8,
+    /// DSCP, the upper six bits of the IPv4 TOS byte or IPv6 traffic class
+    /// (`dscp`).
     pub dscp: u8,
     /// ECN field (0 not-ECT, 1 ECT(1), 2 ECT(0), 3 CE).
     pub ecn: u8,

@@ -36,6 +36,7 @@ pub enum Side {
 }
 
 impl Side {
+    /// 0 for [`Side::A`], 1 for [`Side::B`]: the index of per-side arrays.
     pub fn index(self) -> usize {
         self as usize
     }

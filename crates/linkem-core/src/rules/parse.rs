@@ -14,8 +14,12 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("line {line}: '{word}': {message}")]
 pub struct RulesError {
+    /// Line in the rule file, 1-based.
     pub line: usize,
+    /// The word at fault, as written (empty when something is missing at the
+    /// end of the line).
     pub word: String,
+    /// What is wrong with it.
     pub message: String,
 }
 
@@ -30,24 +34,39 @@ pub(crate) fn rerr(line: usize, word: &str, message: impl Into<String>) -> Rules
 /// What a matching rule does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
+    /// `pipe N`: send the packet through pipe N (which the file must
+    /// configure with `pipe N config`).
     Pipe(u32),
     /// `queue N`: a queue under a scheduler ([`crate::sched`]).
     Queue(u32),
+    /// `allow` (`accept`, `pass`, `permit`): pass unimpaired; the rules stop.
     Allow,
+    /// `deny` (`drop`): drop the packet (`denied`); the rules stop.
     Deny,
+    /// `count`: count the packet in this rule's counters and go on with the
+    /// next rule.
     Count,
+    /// `skipto N`: go on at the first rule numbered ≥ N (N is above the
+    /// rule's own number: jumps only go forward).
     Skipto(u32),
 }
 
 /// An address range: an IPv4 network (as mapped addresses) or an IPv6 one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Net {
+    /// Lowest address in the range (inclusive), as a 128-bit number; IPv4 in
+    /// mapped form ([`v4_mapped`]).
     pub lo: u128,
+    /// Highest address in the range (inclusive), as `lo`.
     pub hi: u128,
+    /// An IPv6 network; false: an IPv4 one.
     pub v6: bool,
 }
 
 impl Net {
+    /// Whether `addr` (of IP version `version`, 4 or 6; in the form of
+    /// [`crate::rules::FlowKey::src_ip`]) lies in the range; an IPv4 network
+    /// never holds an IPv6 address, nor the reverse.
     #[inline]
     pub fn contains(&self, version: u8, addr: u128) -> bool {
         (version == 6) == self.v6 && self.lo <= addr && addr <= self.hi
@@ -59,52 +78,92 @@ impl Net {
 pub enum CondKind {
     /// IP versions allowed (bit 4, bit 6).
     Version(u8),
+    /// `tcp`, `udp`, `icmp`, ..., `proto P` or a number: the IP protocol (for
+    /// IPv6 the last next header) is one of these.
     Proto(Vec<u8>),
+    /// `from ADDR`, `src-ip`, `src-ip6`: the source address lies in one of
+    /// these networks.
     SrcIp(Vec<Net>),
+    /// `to ADDR`, `dst-ip`, `dst-ip6`: the destination address lies in one of
+    /// these networks.
     DstIp(Vec<Net>),
+    /// `src-port` or ports after `from`: inclusive ranges; only TCP, UDP, SCTP
+    /// and UDP-Lite packets whose ports were read can match.
     SrcPort(Vec<(u16, u16)>),
+    /// `dst-port` or ports after `to`: as `SrcPort`.
     DstPort(Vec<(u16, u16)>),
+    /// `iplen`: the IP total length (IPv6: payload length + 40), bytes, lies
+    /// in one of these inclusive ranges.
     IpLen(Vec<(u16, u16)>),
+    /// `ipttl`: the TTL (IPv6: hop limit) lies in one of these inclusive
+    /// ranges.
     IpTtl(Vec<(u16, u16)>),
     /// Bit i set: DSCP i matches.
     Dscp(u64),
     /// Flags that must be set, flags that must be clear.
     TcpFlags {
+        /// Flag bits that must be set (FIN 0x01, SYN 0x02, RST 0x04, PSH
+        /// 0x08, ACK 0x10, URG 0x20, ECE 0x40, CWR 0x80); only TCP packets
+        /// whose header was read can match.
         set: u8,
+        /// Flag bits that must be clear (written `!flag`).
         clear: u8,
     },
+    /// `mac-type`: the EtherType after VLAN tags lies in one of these inclusive
+    /// ranges; frames whose link type has no EtherType never match.
     MacType(Vec<(u16, u16)>),
+    /// `frag`: a fragment other than the first.
     Frag,
     /// Received on this side.
     Recv(super::Side),
     /// Sent on this side (the other one).
     Xmit(super::Side),
+    /// `via IF`: received or sent on this side; with two interfaces every
+    /// packet is, so it always holds.
     Via(super::Side),
 }
 
+/// One option of a rule as written, possibly negated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cond {
+    /// `not OPTION` (or `from not ADDR`): the option matches when `kind`
+    /// does not hold.
     pub not: bool,
+    /// The test.
     pub kind: CondKind,
 }
 
 /// One `add` line.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rule {
+    /// The rule number, 1..65535; a rule added without one is numbered 100
+    /// above the highest number before it, as ipfw does.
     pub number: u32,
+    /// `prob P`: once its options hold, the rule takes the packet with
+    /// probability P (a draw from the rules' own random stream); otherwise
+    /// the packet goes on with the next rule.
     pub prob: Option<f64>,
+    /// What the rule does with a packet it takes.
     pub action: Action,
+    /// `log` was written after the action: accepted and kept, with no effect
+    /// in the model (`--events` records every packet's rule anyway).
     pub log: bool,
+    /// The options; the rule matches when every one holds.
     pub conds: Vec<Cond>,
     /// Line in the file (1-based) and its text, for errors and `--stats`.
     pub line: usize,
+    /// The rule as written (comment and leading `ipfw` removed).
     pub text: String,
 }
 
 /// A parsed file: pipes by number, rules in evaluation order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RuleSet {
+    /// Each configured pipe by its number (a later `pipe N config` replaces
+    /// an earlier one).
     pub pipes: BTreeMap<u32, PipeDef>,
+    /// The rules in evaluation order: by number, equal numbers in file order
+    /// (`flush` empties the list).
     pub rules: Vec<Rule>,
     /// `false` after `set one-pass off` / `net.inet.ip.fw.one_pass=0`.
     pub one_pass: bool,
