@@ -52,8 +52,10 @@ enum Command {
     /// probe` through it, prints markdown tables.
     ///
     /// Scenarios: `delay` (accuracy of delay 10ms at low and high rates, 64 and
-    /// 1500 bytes, bursts of 64, and gap preservation) and `lossfree` (highest
-    /// loss-free rate for delay, loss 1 %, rate at 90 % and all three). Default: both.
+    /// 1500 bytes, bursts of 64, and gap preservation), `lossfree` (highest
+    /// loss-free rate for delay, loss 1 %, rate at 90 % and all three) and `tail`
+    /// (p99, p99.9 and worst delay beyond the Linux bridge for linkem's defaults
+    /// and each backend under each real-time policy). Default: all three.
     Bench(linkem::bench::BenchArgs),
     /// Write a synthetic capture of UDP frames (for demos, tests and benchmarks).
     Synth(synth::SynthArgs),

@@ -93,6 +93,81 @@ fn a_quick_delay_bench_prints_a_complete_consistent_table() {
 }
 
 #[test]
+fn a_quick_tail_bench_compares_every_backend_and_policy_with_the_default() {
+    if let Err(e) = linkem_io::netns::check_prerequisites() {
+        if matches!(e, linkem_io::netns::NetnsError::NotRoot) {
+            eprintln!("skipped: {e}");
+            return;
+        }
+        panic!("{e}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("tail.json");
+    let o = linkem()
+        .args(["bench", "tail", "--quick", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "bench failed: {}\n{stdout}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    eprintln!("{stdout}");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    // One round: the Linux bridge, linkem's defaults, 2 backends × 3 policies.
+    let devices: Vec<&str> = rows.iter().map(|r| r["device"].as_str().unwrap()).collect();
+    assert_eq!(
+        devices,
+        [
+            "Linux bridge",
+            "linkem (defaults)",
+            "linkem --backend xdp --realtime off",
+            "linkem --backend xdp --realtime out",
+            "linkem --backend xdp --realtime all",
+            "linkem --backend packet --realtime off",
+            "linkem --backend packet --realtime out",
+            "linkem --backend packet --realtime all",
+        ]
+    );
+    let bridge = &rows[0]["analysis"]["delay_ns"];
+    for r in rows {
+        let sent = r["sent"].as_u64().unwrap();
+        assert_eq!(sent, 1000, "{r}");
+        assert_eq!(
+            r["delivered"].as_u64().unwrap() + r["lost"].as_u64().unwrap(),
+            sent
+        );
+        let d = &r["deviation_ns"];
+        if r["device"] == "Linux bridge" {
+            assert!(d.is_null(), "{r}");
+            continue;
+        }
+        assert_eq!(r["configured"], "delay 10ms");
+        // Each percentile is judged beyond the bridge's same percentile.
+        for p in ["p50", "p99", "p99_9", "max"] {
+            let own = r["analysis"]["delay_ns"][p].as_i64().unwrap();
+            let beyond = own - 10_000_000 - bridge[p].as_i64().unwrap();
+            assert_eq!(d[p].as_i64().unwrap(), beyond, "{p}: {r}");
+        }
+        // A sanity bound only: the figures are the bench's output, not a test's.
+        assert!(d["p50"].as_i64().unwrap().abs() < 1_000_000, "{r}");
+        assert!(
+            r["repeat"].as_str().unwrap().contains("linkem bridge"),
+            "{r}"
+        );
+        // Every linkem row carries the bridge's own counts.
+        assert!(r["linkem_counts"]["directions"].is_array(), "{r}");
+    }
+    assert!(
+        stdout.contains("linkem as started by default:") && stdout.contains("the best setting"),
+        "the verdict line: {stdout}"
+    );
+}
+
+#[test]
 fn probe_and_bench_refuse_bad_arguments_plainly() {
     let run = |args: &[&str]| {
         let o = linkem().args(args).output().unwrap();

@@ -10,7 +10,14 @@ use std::time::{Duration, Instant};
 /// The device under test.
 #[derive(Debug, Clone)]
 pub(super) enum Dut {
+    /// linkem with these link words, on the bench's `--backend`.
     Linkem(Vec<String>),
+    /// linkem with bridge options of its own (a backend, a real-time policy)
+    /// before the link words; `options` empty is linkem as users start it.
+    LinkemWith {
+        options: Vec<String>,
+        words: Vec<String>,
+    },
     LinuxBridge,
 }
 
@@ -19,7 +26,33 @@ impl Dut {
         match self {
             Dut::Linkem(w) if w.is_empty() => "linkem (no impairment)".into(),
             Dut::Linkem(w) => format!("linkem {}", w.join(" ")),
+            Dut::LinkemWith { options, .. } if options.is_empty() => "linkem (defaults)".into(),
+            Dut::LinkemWith { options, .. } => format!("linkem {}", options.join(" ")),
             Dut::LinuxBridge => "Linux bridge".into(),
+        }
+    }
+
+    /// The link words linkem runs with (empty for the Linux bridge).
+    pub(super) fn words(&self) -> &[String] {
+        match self {
+            Dut::Linkem(w) | Dut::LinkemWith { words: w, .. } => w,
+            Dut::LinuxBridge => &[],
+        }
+    }
+
+    /// `linkem bridge` options and words after the interfaces, given the
+    /// bench's backend.
+    pub(super) fn bridge_args(&self, backend: &str) -> Vec<String> {
+        match self {
+            Dut::Linkem(w) => ["--backend", backend]
+                .iter()
+                .map(|s| s.to_string())
+                .chain(w.iter().cloned())
+                .collect(),
+            Dut::LinkemWith { options, words } => {
+                options.iter().chain(words.iter()).cloned().collect()
+            }
+            Dut::LinuxBridge => Vec::new(),
         }
     }
 }
@@ -33,12 +66,12 @@ pub(super) struct Running {
 impl Running {
     pub(super) fn start(topo: &Topology, dut: &Dut, backend: &str) -> Result<Running> {
         match dut {
-            Dut::Linkem(words) => {
+            Dut::Linkem(_) | Dut::LinkemWith { .. } => {
+                let args = dut.bridge_args(backend);
                 let exe = std::env::current_exe().context("the linkem executable")?;
                 let mut child = Command::new(exe)
                     .args(["bridge", &topo.emu_a, &topo.emu_b, "--stats", "json"])
-                    .args(["--backend", backend])
-                    .args(words)
+                    .args(&args)
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped())
                     .spawn()
@@ -49,7 +82,7 @@ impl Running {
                     if let Some(mut e) = child.stderr.take() {
                         let _ = e.read_to_string(&mut err);
                     }
-                    bail!("linkem bridge {} exited ({status}): {err}", words.join(" "));
+                    bail!("linkem bridge {} exited ({status}): {err}", args.join(" "));
                 }
                 Ok(Running {
                     child: Some(child),

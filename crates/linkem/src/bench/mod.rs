@@ -14,6 +14,11 @@
 //!   configuration says (`delay 10ms`: nothing; `loss 1%`: 1 %; `rate` at 90 %
 //!   of the offered load: 10 %; all three), 64 and 1500 bytes, found on a
 //!   doubling ladder of rates.
+//! - `tail`: the tail of the delay distribution (p99, p99.9, max) through
+//!   `delay 10ms` at 1 kpps for linkem as started by default and for each
+//!   backend under each real-time policy, each percentile beyond the Linux
+//!   bridge's same percentile, in rounds that alternate the settings; it ends
+//!   with whether the default is as good as the best setting.
 //!
 //! Each scenario also measures the Linux bridge in the same run.
 //!
@@ -31,7 +36,7 @@ use std::time::Instant;
 
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
-    /// Scenarios to run: delay, lossfree (default: all).
+    /// Scenarios to run: delay, lossfree, tail (default: all).
     pub scenarios: Vec<String>,
     /// Every scenario at reduced length (a smoke test, under 3 minutes).
     #[arg(long)]
@@ -141,12 +146,11 @@ impl Bench<'_> {
             linkem_core::units::format_time_ns(cfg.expected_delay_ns),
         );
         match dut {
-            Dut::Linkem(w) => format!(
-                "linkem bridge {} {} --backend {} {} & {probe}",
+            Dut::Linkem(_) | Dut::LinkemWith { .. } => format!(
+                "linkem bridge {} {} {} & {probe}",
                 self.topo.emu_a,
                 self.topo.emu_b,
-                self.args.backend,
-                w.join(" ")
+                dut.bridge_args(&self.args.backend).join(" ")
             ),
             Dut::LinuxBridge => format!(
                 "ip link add BR type bridge; ip link set {} master BR; ip link set {} master BR; ip link set BR up; {probe}",
@@ -242,6 +246,9 @@ pub fn markdown(rows: &[Row]) -> String {
         }
         s += "\n";
     }
+    if rows.iter().any(|r| r.scenario == "tail") {
+        s += &tail_markdown(rows);
+    }
     if rows.iter().any(|r| r.scenario == "lossfree") {
         s += "### Highest loss-free rate (loss within the 99.9 % bound of what the link is configured to lose)\n\n";
         s += "| device | configured | size | offered | highest passing rate | sent | delivered | lost | expected loss | note |\n|---|---|---|---|---|---|---|---|---|---|\n";
@@ -275,14 +282,89 @@ pub fn markdown(rows: &[Row]) -> String {
     s
 }
 
+/// The `tail` table and its verdict: is linkem as users start it as good as
+/// the best setting?
+fn tail_markdown(rows: &[Row]) -> String {
+    let mut s = String::from(
+        "### Tail by backend and real-time policy (`delay 10ms`, 64 B at 1 kpps; beyond = one-way delay − 10 ms − the Linux bridge's same percentile in the same round)\n\n",
+    );
+    s += "| device | round | sent | delivered | lost | one-way p50 µs | beyond p50 µs | p99 µs | p99.9 µs | max µs | late drops | sender late max µs |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    let tail: Vec<&Row> = rows.iter().filter(|r| r.scenario == "tail").collect();
+    for r in &tail {
+        let d = r.deviation_ns.as_ref();
+        let f = |v: Option<i64>| v.map(us).unwrap_or_else(|| "-".into());
+        let late = r
+            .linkem_counts
+            .as_ref()
+            .and_then(|c| c["directions"].as_array())
+            .map(|dirs| {
+                dirs.iter()
+                    .filter_map(|d| d["fates"]["late"].as_u64())
+                    .sum::<u64>()
+                    .to_string()
+            })
+            .unwrap_or_else(|| "-".into());
+        s += &format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            r.device,
+            r.note,
+            r.sent,
+            r.delivered,
+            r.lost,
+            us(r.analysis.delay_ns.p50),
+            f(d.map(|d| d.p50)),
+            f(d.map(|d| d.p99)),
+            f(d.map(|d| d.p99_9)),
+            f(d.map(|d| d.max)),
+            late,
+            us(r.analysis.send_error_ns.max),
+        );
+    }
+    // Per setting, the median over rounds of p99.9 beyond the bridge.
+    let mut by_setting: Vec<(String, Vec<i64>)> = Vec::new();
+    for r in tail.iter().filter(|r| r.deviation_ns.is_some()) {
+        let v = r.deviation_ns.as_ref().map_or(0, |d| d.p99_9);
+        match by_setting.iter_mut().find(|(n, _)| *n == r.device) {
+            Some((_, vs)) => vs.push(v),
+            None => by_setting.push((r.device.clone(), vec![v])),
+        }
+    }
+    let median = |vs: &[i64]| {
+        let mut v = vs.to_vec();
+        v.sort_unstable();
+        v[v.len() / 2]
+    };
+    let summary: Vec<(String, i64)> = by_setting
+        .iter()
+        .map(|(n, vs)| (n.clone(), median(vs)))
+        .collect();
+    if let (Some(default), Some(best)) = (
+        summary.iter().find(|(n, _)| n == "linkem (defaults)"),
+        summary.iter().min_by_key(|(_, v)| *v),
+    ) {
+        s += &format!(
+            "\np99.9 beyond the bridge, median over rounds: {}.\nlinkem as started by default: {} µs; the best setting, {}: {} µs.\n",
+            summary
+                .iter()
+                .map(|(n, v)| format!("{n} {} µs", us(*v)))
+                .collect::<Vec<_>>()
+                .join(", "),
+            us(default.1),
+            best.0,
+            us(best.1)
+        );
+    }
+    s + "\n"
+}
+
 pub fn run(args: &BenchArgs) -> Result<()> {
     let mut scenarios = args.scenarios.clone();
     if scenarios.is_empty() {
-        scenarios = vec!["lossfree".into(), "delay".into()];
+        scenarios = vec!["lossfree".into(), "delay".into(), "tail".into()];
     }
     for s in &scenarios {
-        if !["delay", "gaps", "lossfree"].contains(&s.as_str()) {
-            bail!("unknown scenario '{s}': the scenarios are delay (with gaps) and lossfree");
+        if !["delay", "gaps", "lossfree", "tail"].contains(&s.as_str()) {
+            bail!("unknown scenario '{s}': the scenarios are delay (with gaps), lossfree and tail");
         }
     }
     netns::check_prerequisites().map_err(|e| anyhow::anyhow!("linkem bench: {e}"))?;
@@ -316,6 +398,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     if scenarios.iter().any(|s| s == "delay" || s == "gaps") {
         scenarios::delay(&b, high.unwrap_or(20_000.0), &mut rows)?;
+    }
+    if scenarios.iter().any(|s| s == "tail") {
+        scenarios::tail(&b, &mut rows)?;
     }
     drop(topo);
     let table = markdown(&rows);
