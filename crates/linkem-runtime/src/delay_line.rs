@@ -426,7 +426,11 @@ mod tests {
     fn wait_populated(p: &Producer, at_least: u64) {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while p.populated_bytes() < at_least {
-            assert!(std::time::Instant::now() < deadline, "pager stuck at {}", p.populated_bytes());
+            assert!(
+                std::time::Instant::now() < deadline,
+                "pager stuck at {}",
+                p.populated_bytes()
+            );
             std::thread::sleep(Duration::from_millis(1));
         }
     }
@@ -436,7 +440,10 @@ mod tests {
         let (mut p, mut c) = delay_line(64 << 20).unwrap();
         // The first stretch is resident before the line is handed out.
         assert!(p.populated_bytes() >= POPULATE_AHEAD_BYTES);
-        assert_eq!(resident_bytes(&p, 0, POPULATE_AHEAD_BYTES), POPULATE_AHEAD_BYTES);
+        assert_eq!(
+            resident_bytes(&p, 0, POPULATE_AHEAD_BYTES),
+            POPULATE_AHEAD_BYTES
+        );
         // Far beyond what traffic reached, nothing is.
         let cap = p.capacity_bytes();
         assert!(resident_bytes(&p, cap - (8 << 20), cap) < 8 << 20);

@@ -36,13 +36,15 @@
 
 mod forward;
 mod input;
+mod node;
 mod options;
 mod output;
 mod wait;
 
+pub use node::{NodeBridge, NodeOptions};
 pub use options::{
-    buffer_bytes_for, DirectionOptions, DirectionStats, DEFAULT_BATCH, DEFAULT_MAX_LAG_NS,
-    UNSHAPED_SIZING_RATE_BPS,
+    buffer_bytes_for, DirectionOptions, DirectionStats, NodeDrops, DEFAULT_BATCH,
+    DEFAULT_MAX_LAG_NS, UNSHAPED_SIZING_RATE_BPS,
 };
 pub use wait::{set_realtime, DEFAULT_SPIN_NS};
 
@@ -63,6 +65,7 @@ struct InputShared {
     accepted: u64,
     rx_wakeups: u64,
     kernel_drops: u64,
+    node_drops: NodeDrops,
 }
 
 struct OutputShared {
@@ -296,6 +299,7 @@ impl Direction {
             tx_wakeups: output.tx_wakeups,
             huge_pages: self.control.huge_pages,
             buffer_bytes: self.control.buffer_bytes,
+            node_drops: input.node_drops,
         }
     }
 
