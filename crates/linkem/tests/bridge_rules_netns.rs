@@ -69,6 +69,7 @@ on_both_backends!(
     two_hosts_behind_different_pipes_see_their_own_rtt,
     a_src_port_mask_gives_each_tcp_connection_its_own_rate,
     wf2q_weights_1_and_3_share_the_link_25_75,
+    sighup_rereads_the_rules_and_a_broken_file_keeps_them,
 );
 
 fn two_pipes_by_direction_add_up_to_the_rtt(backend: &str) {
@@ -265,6 +266,43 @@ fn wf2q_weights_1_and_3_share_the_link_25_75(backend: &str) {
             .len()
             >= 2,
         "{v}"
+    );
+}
+
+fn sighup_rereads_the_rules_and_a_broken_file_keeps_them(backend: &str) {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let topo = topology_with("lkr5", true);
+    let rules = rules_file("pipe 1 config delay 10ms\nadd 100 pipe 1 ip from any to any\n");
+    let b = start(&topo, backend, &rules, &[]);
+    ping_median_ms(&topo, 5);
+    let before = ping_median_ms(&topo, 20);
+    std::fs::write(
+        &rules.path,
+        "pipe 1 config delay 30ms\nadd 100 pipe 1 ip from any to any\n",
+    )
+    .unwrap();
+    b.signal(libc::SIGHUP);
+    std::thread::sleep(Duration::from_millis(300));
+    let after = ping_median_ms(&topo, 20);
+    std::fs::write(&rules.path, "pipe 1 config delay 5ms frobnicate\n").unwrap();
+    b.signal(libc::SIGHUP);
+    std::thread::sleep(Duration::from_millis(300));
+    let kept = ping_median_ms(&topo, 20);
+    let (_, err) = b.stop_with_stderr();
+    eprintln!("{backend}: RTT {before:.3} ms, after SIGHUP {after:.3} ms, after a broken file {kept:.3} ms");
+    assert!((20.0..22.0).contains(&before), "before: {before} ms");
+    assert!((60.0..62.0).contains(&after), "after SIGHUP: {after} ms");
+    assert!(
+        (60.0..62.0).contains(&kept),
+        "a broken file keeps the rules: {kept} ms"
+    );
+    assert!(err.contains("rules re-read"), "{err}");
+    assert!(
+        err.contains("keeping the current rules") && err.contains("frobnicate"),
+        "{err}"
     );
 }
 
