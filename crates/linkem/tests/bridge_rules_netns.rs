@@ -8,7 +8,7 @@ mod common;
 use common::*;
 use linkem_io::netns::Topology;
 use serde_json::Value;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
@@ -70,6 +70,8 @@ on_both_backends!(
     a_src_port_mask_gives_each_tcp_connection_its_own_rate,
     wf2q_weights_1_and_3_share_the_link_25_75,
     sighup_rereads_the_rules_and_a_broken_file_keeps_them,
+    seed_003_two_links_run_as_written,
+    seed_003_multipath_shares_within_binomial_bounds,
 );
 
 fn two_pipes_by_direction_add_up_to_the_rtt(backend: &str) {
@@ -304,6 +306,103 @@ fn sighup_rereads_the_rules_and_a_broken_file_keeps_them(backend: &str) {
         err.contains("keeping the current rules") && err.contains("frobnicate"),
         "{err}"
     );
+}
+
+/// testdata/rules/NAME.
+fn testdata_rules(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/rules")
+        .join(name)
+}
+
+/// Packets counted by rule `number` (each took the rule's action).
+fn rule_packets(v: &Value, number: u64) -> u64 {
+    v["node"]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["number"] == number)
+        .unwrap_or_else(|| panic!("rule {number} listed: {v}"))["packets"]
+        .as_u64()
+        .unwrap()
+}
+
+/// Dummynet Revisited §3.2 as written (testdata/rules/two-links.rules): host
+/// 10.0.0.2 behind IF_A gets 256 kbit/s + 12 ms up and 2 Mbit/s + 3 ms down.
+fn seed_003_two_links_run_as_written(backend: &str) {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let topo = topology_with("lkr6", true);
+    let host = Ipv4Addr::new(10, 0, 0, 2);
+    let net = Ipv4Addr::new(10, 0, 0, 1);
+    add_address(&topo, &topo.ns_a, &topo.host_a, host);
+    add_address(&topo, &topo.ns_b, &topo.host_b, net);
+    let path = testdata_rules("two-links.rules");
+    let b = Bridge::start(
+        &topo,
+        backend,
+        &["--rules", path.to_str().unwrap(), "seed", "1"],
+    );
+    ping_median_ms_to(&topo, net, 5); // ARP
+    let rtt = ping_median_ms_to(&topo, net, 30);
+    let v = b.stop();
+    // A 98-byte echo frame: 3.06 ms at 256 kbit/s + 12 ms up, 0.39 ms at 2 Mbit/s + 3 ms down.
+    let expected = 98.0 * 8.0 / 256.0 + 12.0 + 98.0 * 8.0 / 2000.0 + 3.0;
+    eprintln!("{backend}: §3.2 two links: RTT {rtt:.3} ms, expected {expected:.3} ms");
+    assert!(
+        rtt >= expected && rtt < expected + 1.5,
+        "RTT {rtt} ms, expected {expected} ms"
+    );
+    assert!(
+        rule_packets(&v, 100) >= 30 && rule_packets(&v, 200) >= 30,
+        "{v}"
+    );
+}
+
+/// Dummynet Revisited §3.3 as written (testdata/rules/multipath.rules): UDP from
+/// port 80 on IF_A's side is split 0.2 / 0.8 × 0.7 / the rest over three pipes.
+fn seed_003_multipath_shares_within_binomial_bounds(backend: &str) {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let topo = topology_with("lkr7", true);
+    let path = testdata_rules("multipath.rules");
+    let b = Bridge::start(
+        &topo,
+        backend,
+        &["--rules", path.to_str().unwrap(), "seed", "7"],
+    );
+    let n = 3000u32;
+    let dst = SocketAddrV4::new(topo.addr_b, 40080);
+    in_ns(&topo.ns_a, || {
+        let sock = UdpSocket::bind("0.0.0.0:80").unwrap();
+        for seq in 0..n {
+            let _ = sock.send_to(&seq.to_be_bytes(), dst);
+            // 5 kpps: below every pipe's rate, so no queue overflows.
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let v = b.stop();
+    let got = [1000, 1010, 1020].map(|r| rule_packets(&v, r));
+    let total: u64 = got.iter().sum();
+    eprintln!("{backend}: §3.3 multipath: {got:?} of {total}");
+    assert!(
+        total >= u64::from(n) * 99 / 100,
+        "the datagrams arrived: {v}"
+    );
+    for (k, p) in got.iter().zip([0.2, 0.8 * 0.7, 0.8 * 0.3]) {
+        let sd = (p * (1.0 - p) / total as f64).sqrt();
+        let share = *k as f64 / total as f64;
+        assert!(
+            (share - p).abs() <= 4.5 * sd,
+            "share {share}, expected {p} ± {:.4} (4.5 sd): {got:?}",
+            4.5 * sd
+        );
+    }
 }
 
 /// A bad rule file, or link words beside --rules: a clear error naming the
