@@ -72,6 +72,7 @@ on_both_backends!(
     sighup_rereads_the_rules_and_a_broken_file_keeps_them,
     seed_003_two_links_run_as_written,
     seed_003_multipath_shares_within_binomial_bounds,
+    seed_003_multi_hop_path_adds_every_hop,
 );
 
 fn two_pipes_by_direction_add_up_to_the_rtt(backend: &str) {
@@ -403,6 +404,38 @@ fn seed_003_multipath_shares_within_binomial_bounds(backend: &str) {
             4.5 * sd
         );
     }
+}
+
+/// Dummynet Revisited §3.3's multi-hop path as written
+/// (testdata/rules/multihop.rules, one-pass off): every packet crosses the
+/// three pipes in a row, each hop's release the next one's arrival, so the
+/// node's reinjections are served by its poll, with no traffic arriving.
+fn seed_003_multi_hop_path_adds_every_hop(backend: &str) {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let topo = topology_with("lkr8", true);
+    let path = testdata_rules("multihop.rules");
+    let b = Bridge::start(
+        &topo,
+        backend,
+        &["--rules", path.to_str().unwrap(), "seed", "1"],
+    );
+    ping_median_ms(&topo, 5);
+    let rtt = ping_median_ms(&topo, 30);
+    let v = b.stop();
+    // Each way: 2 + 20 + 2 ms, and a 98-byte frame at 100, 10 and 100 Mbit/s.
+    let expected = 2.0 * (24.0 + 98.0 * 8.0 * (1.0 / 100e3 + 1.0 / 10e3 + 1.0 / 100e3));
+    eprintln!("{backend}: §3.3 multi-hop: RTT {rtt:.3} ms, expected {expected:.3} ms");
+    assert!(
+        rtt >= expected && rtt < expected + 1.5,
+        "RTT {rtt} ms, expected {expected} ms"
+    );
+    for rule in [100, 200, 300] {
+        assert!(rule_packets(&v, rule) >= 70, "rule {rule}: {v}");
+    }
+    assert_eq!(v["node"]["one_pass"], false);
 }
 
 /// A bad rule file, or link words beside --rules: a clear error naming the
