@@ -25,6 +25,13 @@
 //!   for (side A to IF_B). Packets of different pipes are not released in
 //!   arrival order, so the output stages run with their reorder heap.
 //!
+//! - **Events on time.** The stage sleeps until the node's next event less
+//!   the wake-up overshoot it has learnt (as the output stage does), then
+//!   goes round its loop until the event is due, within the same spin budget.
+//!   A packet whose last decision falls on its release time (the final
+//!   re-entry of a multi-hop path with `set one-pass off`) still leaves that
+//!   late by the output stage's wake-up (tens of µs, shown in the lateness).
+//!
 //! Counting: each direction keeps the invariant of [`super::DirectionStats`];
 //! packets the node holds count as in flight, and the node's own drops
 //! (denied, flow-limit, RED and AQM drops) are in [`NodeDrops`].
@@ -32,7 +39,7 @@
 use super::input::{cut, finish, KERNEL_DROPS_EVERY_NS};
 use super::options::NodeDrops;
 use super::output::{output_stage, OutputConfig};
-use super::wait::{self, set_realtime, Realtime};
+use super::wait::{self, set_realtime, Realtime, SpinBudget, WakeEstimate, MIN_SPIN_NS};
 use super::{Control, Direction, DirectionStats};
 use crate::clock;
 use crate::delay_line::{delay_line, Producer};
@@ -54,6 +61,9 @@ use std::thread::{JoinHandle, Thread};
 const IDLE_WAIT_NS: u64 = 10_000_000;
 /// Ports without sockets (in-memory tests) are waited on in turn, this long each.
 const TURN_NS: u64 = 200_000;
+/// What one turn of the loop while spinning to an event is counted as, for
+/// the spin budget (a turn takes both ports' non-blocking receive calls).
+const LOOP_NS: u64 = 1_000;
 
 /// What the node stage starts with; per direction `[a->b, b->a]`.
 #[derive(Debug, Clone)]
@@ -496,6 +506,10 @@ fn node_stage(
     let batch = opts.batch.max(1);
     let mut fds: Vec<RawFd> = Vec::new();
     let mut drops_read_ns = 0u64;
+    let mut wake = WakeEstimate {
+        overshoot_ns: 50_000,
+    };
+    let mut budget = SpinBudget::new(started_ns);
     'run: while !shared.stop.load(Ordering::Acquire) {
         if shared.has_pending.swap(false, Ordering::AcqRel) {
             if let Some(new) = lock(&shared.pending).take() {
@@ -561,19 +575,41 @@ fn node_stage(
         if taken > 0 {
             continue;
         }
-        let wait_ns = next.map_or(IDLE_WAIT_NS, |t| {
-            t.saturating_sub(clock::now_ns()).min(IDLE_WAIT_NS)
-        });
-        if wait_ns == 0 {
-            continue;
-        }
+        // Sleep until the node's next event less the learnt wake-up overshoot,
+        // then go round the loop (taking frames) until it is due: a multi-hop
+        // packet's last hop, and a scheduled packet with little delay after
+        // its service, are decided at their release time, so a late wake-up
+        // would be lateness on the wire.
+        let now = clock::now_ns();
+        budget.tick(now);
+        let spin = if budget.frugal {
+            MIN_SPIN_NS
+        } else {
+            wake.spin_ns(opts.spin_ns)
+        };
+        let sleep_ns = match next {
+            Some(t) if t.saturating_sub(now) <= spin => {
+                budget.spun_ns += LOOP_NS;
+                std::hint::spin_loop();
+                continue;
+            }
+            Some(t) => (t - now - spin).min(IDLE_WAIT_NS),
+            None => IDLE_WAIT_NS,
+        };
         if let Some(rt) = realtime.as_mut() {
             // Failing to return to SCHED_FIFO costs precision, not packets.
             let _ = rt.wait_mode();
         }
-        if let Err(e) = wait_both(&mut rx, &mut fds, wait_ns) {
-            fail(format!("receive: {e}"));
-            break;
+        match wait_both(&mut rx, &mut fds, sleep_ns) {
+            Ok(timed_out) => {
+                if timed_out && next.is_some() {
+                    wake.observe(clock::now_ns().saturating_sub(now + sleep_ns));
+                }
+            }
+            Err(e) => {
+                fail(format!("receive: {e}"));
+                break;
+            }
         }
         st.wakeups += 1;
     }
@@ -589,16 +625,17 @@ fn node_stage(
 }
 
 /// Sleeps until a frame may be waiting on either port or `timeout_ns` passed.
+/// Returns true when the time passed with nothing ready.
 fn wait_both(
     rx: &mut [Box<dyn RxPort>; 2],
     fds: &mut Vec<RawFd>,
     timeout_ns: u64,
-) -> io::Result<()> {
+) -> io::Result<bool> {
     fds.clear();
     let mut unsupported = false;
     for port in rx.iter_mut() {
         match port.wait_fds(fds)? {
-            WaitFds::Ready => return Ok(()),
+            WaitFds::Ready => return Ok(false),
             WaitFds::Added => {}
             WaitFds::Unsupported => unsupported = true,
         }
@@ -608,7 +645,7 @@ fn wait_both(
         for port in rx.iter_mut() {
             port.wait_rx(turn)?;
         }
-        return Ok(());
+        return Ok(false);
     }
     let mut pfds: Vec<libc::pollfd> = fds
         .iter()
@@ -636,6 +673,7 @@ fn wait_both(
         if e.kind() != io::ErrorKind::Interrupted {
             return Err(e);
         }
+        return Ok(false);
     }
-    Ok(())
+    Ok(r == 0)
 }
