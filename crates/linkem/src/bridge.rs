@@ -96,8 +96,9 @@ pub struct BridgeArgs {
     /// `dnctl`: `pipe 1 config bw 10Mbit/s delay 20`, `add 100 pipe 1 ip from
     /// any to 10.0.0.2 in`; `in`/`a-to-b`/`recv IF_A`: received on IF_A). One
     /// node thread takes frames from both interfaces: a pipe fed from both
-    /// directions is one shared medium. Takes no link words but `seed N`;
-    /// SIGHUP re-reads FILE. See `linkem replay --help` for the words.
+    /// directions is one shared medium. `pipe N config` sets the whole pipe, as
+    /// Dummynet does. Takes no link words but `seed N`, and no control socket;
+    /// SIGHUP re-reads FILE. See `linkem replay --help` and README for the words.
     #[arg(long = "rules", value_name = "FILE")]
     pub rules: Option<PathBuf>,
     /// With --rules: most dynamic pipe instances (masks) alive at once; a packet

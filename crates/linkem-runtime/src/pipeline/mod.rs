@@ -88,6 +88,9 @@ struct Control {
     /// `now − this` is how far behind it is; beyond max-lag the input stage
     /// stores nothing (see [`input`]).
     output_at_ns: AtomicU64,
+    /// Records the node stage stored with a release earlier than one stored
+    /// before (see `output::Source`); unused by the input stage.
+    out_of_order: AtomicU64,
     input: Mutex<InputShared>,
     output: Mutex<OutputShared>,
     huge_pages: bool,
@@ -108,6 +111,7 @@ impl Control {
             has_pending: AtomicBool::new(false),
             output_parked: AtomicBool::new(false),
             output_at_ns: AtomicU64::new(u64::MAX),
+            out_of_order: AtomicU64::new(0),
             input: Mutex::new(InputShared::default()),
             output: Mutex::new(OutputShared {
                 sent: 0,
@@ -151,6 +155,7 @@ impl Direction {
                 spin_ns: opts.spin_ns,
                 max_lag_ns: opts.max_lag_ns,
                 reorders: opts.link.reorder_allow || opts.link.reorder_probability > 0.0,
+                sorted_runs: false,
             };
             let prio = opts.realtime_priority;
             std::thread::Builder::new()

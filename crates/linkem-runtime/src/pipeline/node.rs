@@ -119,8 +119,10 @@ impl NodeBridge {
             let cfg = OutputConfig {
                 spin_ns: opts.spin_ns,
                 max_lag_ns: opts.max_lag_ns,
-                // Packets of different pipes leave out of arrival order.
+                // Packets of different pipes leave out of arrival order;
+                // the stage counts the records it stores out of order.
                 reorders: true,
+                sorted_runs: true,
             };
             let prio = opts.realtime_priority;
             let out = {
@@ -281,6 +283,9 @@ struct Held {
 
 struct Stage {
     names: [String; 2],
+    controls: [Arc<Control>; 2],
+    /// Latest release stored in each delay line (see `output::Source`).
+    max_stored_ns: [u64; 2],
     producers: [Producer; 2],
     max_frame: [usize; 2],
     c: [Counts; 2],
@@ -436,6 +441,14 @@ impl Stage {
         }
         c.accepted += 1;
         self.pushed[side] = true;
+        if d.release_ns >= self.max_stored_ns[side] {
+            self.max_stored_ns[side] = d.release_ns;
+        } else {
+            // Release: the record is in the line before the output stage sees the count.
+            self.controls[side]
+                .out_of_order
+                .fetch_add(1, Ordering::Release);
+        }
         if d.duplicate {
             // The copy leaves as it came, right after the original; one that
             // finds no room is not a lost packet.
@@ -484,6 +497,8 @@ fn node_stage(
     let started_ns = clock::now_ns();
     let mut st = Stage {
         names: opts.names.clone(),
+        controls: controls.clone(),
+        max_stored_ns: [0; 2],
         producers,
         max_frame,
         c: Default::default(),
