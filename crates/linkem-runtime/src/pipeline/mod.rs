@@ -32,7 +32,9 @@
 //!
 //! Modules: [`options`] (what a direction starts with, what it reports),
 //! [`input`] and [`output`] (the two stages), [`wait`] (sleeping, spinning
-//! and real-time policy), [`forward`] (the plain-forwarder baseline).
+//! and real-time policy), [`forward`] (the plain-forwarder baseline), [`node`]
+//! (`--rules`: one node stage for both directions in place of the two input
+//! stages, feeding the same output stages).
 
 mod forward;
 mod input;
