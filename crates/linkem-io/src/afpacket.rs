@@ -763,6 +763,11 @@ impl AfPacket {
         unsafe { AtomicU32::from_ptr(frame.cast::<u32>()) }
     }
 
+    /// The socket, for a poll(2) over several sockets at once.
+    pub fn fd(&self) -> RawFd {
+        self.fd
+    }
+
     /// True when a received frame is waiting (no system call).
     pub fn rx_ready(&self) -> bool {
         // Safety: the frame pointer comes from this socket's live mapping.

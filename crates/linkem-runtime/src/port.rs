@@ -6,6 +6,7 @@
 
 use linkem_core::wire::Offload;
 use std::io;
+use std::os::fd::RawFd;
 
 /// A received frame, valid during the callback only.
 #[derive(Debug, Clone, Copy)]
@@ -34,6 +35,27 @@ pub trait RxPort: Send {
     fn rx_kernel_drops(&mut self) -> u64 {
         0
     }
+    /// Readies one wait over several ports (the node stage takes frames from
+    /// both interfaces in one thread, so it sleeps in one poll(2) on both):
+    /// [`WaitFds::Ready`] when a frame is already waiting, else the sockets to
+    /// poll for POLLIN are appended to `fds` (after any wake-up the backend's
+    /// own `wait_rx` would do first). Default: [`WaitFds::Unsupported`], and
+    /// the caller waits on each port in turn with `wait_rx`.
+    fn wait_fds(&mut self, fds: &mut Vec<RawFd>) -> io::Result<WaitFds> {
+        let _ = fds;
+        Ok(WaitFds::Unsupported)
+    }
+}
+
+/// What [`RxPort::wait_fds`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitFds {
+    /// A frame is waiting: do not sleep.
+    Ready,
+    /// The port's sockets were appended: poll them.
+    Added,
+    /// The port has no sockets to poll (in-memory ports).
+    Unsupported,
 }
 
 /// What became of a frame offered for sending.

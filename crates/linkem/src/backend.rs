@@ -26,8 +26,9 @@ use linkem_io::afpacket::{self, AfPacket, AfPacketConfig};
 use linkem_io::afxdp::{self, AfXdp, AfXdpConfig, Pushed, XdpRx, XdpTx};
 use linkem_io::caps::{self, Cap, CapSet};
 use linkem_io::ifaces;
-use linkem_runtime::port::{RxFrame, RxPort, TxOutcome, TxPort};
+use linkem_runtime::port::{RxFrame, RxPort, TxOutcome, TxPort, WaitFds};
 use std::io;
+use std::os::fd::RawFd;
 use std::time::Duration;
 
 /// Which packet I/O the bridge uses.
@@ -66,6 +67,14 @@ impl RxPort for PacketRx {
 
     fn rx_kernel_drops(&mut self) -> u64 {
         self.0.kernel_drops()
+    }
+
+    fn wait_fds(&mut self, fds: &mut Vec<RawFd>) -> io::Result<WaitFds> {
+        if self.0.rx_ready() {
+            return Ok(WaitFds::Ready);
+        }
+        fds.push(self.0.fd());
+        Ok(WaitFds::Added)
     }
 }
 
@@ -122,6 +131,14 @@ impl RxPort for XskRx {
 
     fn rx_kernel_drops(&mut self) -> u64 {
         self.rx.kernel_drops()
+    }
+
+    fn wait_fds(&mut self, fds: &mut Vec<RawFd>) -> io::Result<WaitFds> {
+        Ok(if self.rx.prepare_wait(fds) {
+            WaitFds::Ready
+        } else {
+            WaitFds::Added
+        })
     }
 }
 

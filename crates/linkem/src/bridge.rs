@@ -91,6 +91,20 @@ pub struct BridgeArgs {
     /// Stop after SECONDS (default: run until SIGINT or SIGTERM).
     #[arg(long, value_name = "SECONDS", value_parser = linkem_core::units::parse_seconds)]
     pub duration: Option<f64>,
+    /// Send frames through ipfw/dnctl rules and Dummynet pipes read from FILE
+    /// instead of one link per direction (lines as typed after `ipfw` or
+    /// `dnctl`: `pipe 1 config bw 10Mbit/s delay 20`, `add 100 pipe 1 ip from
+    /// any to 10.0.0.2 in`; `in`/`a-to-b`/`recv IF_A`: received on IF_A). One
+    /// node thread takes frames from both interfaces: a pipe fed from both
+    /// directions is one shared medium. `pipe N config` sets the whole pipe, as
+    /// Dummynet does. Takes no link words but `seed N`, and no control socket;
+    /// SIGHUP re-reads FILE. See `linkem replay --help` and README for the words.
+    #[arg(long = "rules", value_name = "FILE")]
+    pub rules: Option<PathBuf>,
+    /// With --rules: most dynamic pipe instances (masks) alive at once; a packet
+    /// needing one more is dropped and counted as flow-limit.
+    #[arg(long, value_name = "N", default_value_t = linkem_core::pipe::DEFAULT_MAX_FLOWS)]
+    pub max_flows: usize,
     /// Bypass the model: forward every frame at once, one thread per direction,
     /// on the same sockets. The baseline benchmarks compare the emulator with;
     /// takes no link words.
@@ -168,10 +182,14 @@ fn load_specs(args: &SpecSource) -> Result<(LinkSpec, LinkSpec)> {
     ))
 }
 
-pub fn run(args: &BridgeArgs) -> Result<()> {
-    let source = SpecSource::of(args);
-    let (spec_ab, spec_ba) = load_specs(&source)?;
-    let seed = spec_ab.seed.or(spec_ba.seed).unwrap_or_else(fresh_seed);
+/// The options the emulating paths (links or rules) share.
+pub(crate) struct Timing {
+    pub spin_ns: u64,
+    pub max_lag_ns: Option<u64>,
+    pub buffer: Option<usize>,
+}
+
+pub(crate) fn timing(args: &BridgeArgs) -> Result<Timing> {
     let spin_ns = match &args.spin_threshold {
         Some(t) => parse_time_ns(t).map_err(|e| anyhow::anyhow!("--spin-threshold {e}"))?,
         None => DEFAULT_SPIN_NS,
@@ -185,6 +203,30 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
         Some(s) => Some(parse_size_bytes(s).map_err(|e| anyhow::anyhow!("--buffer {e}"))? as usize),
         None => None,
     };
+    Ok(Timing {
+        spin_ns,
+        max_lag_ns,
+        buffer,
+    })
+}
+
+pub fn run(args: &BridgeArgs) -> Result<()> {
+    if args.rules.is_some()
+        || args
+            .config
+            .as_deref()
+            .is_some_and(crate::replay_rules::config_has_rules)
+    {
+        return crate::bridge_rules::run(args);
+    }
+    let source = SpecSource::of(args);
+    let (spec_ab, spec_ba) = load_specs(&source)?;
+    let seed = spec_ab.seed.or(spec_ba.seed).unwrap_or_else(fresh_seed);
+    let Timing {
+        spin_ns,
+        max_lag_ns,
+        buffer,
+    } = timing(args)?;
     if args.if_a == args.if_b {
         bail!(
             "IF_A and IF_B are both '{}': a bridge needs two interfaces",
@@ -363,7 +405,7 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
     Ok(())
 }
 
-fn percentile_ns(s: &DirectionStats, q: f64) -> u64 {
+pub(crate) fn percentile_ns(s: &DirectionStats, q: f64) -> u64 {
     if s.lateness.is_empty() {
         0
     } else {
@@ -402,7 +444,13 @@ pub(crate) fn direction_json(s: &DirectionStats) -> serde_json::Value {
     })
 }
 
-fn print_stats(format: StatsFormat, stats: &[DirectionStats], secs: f64, seed: u64, last: bool) {
+pub(crate) fn print_stats(
+    format: StatsFormat,
+    stats: &[DirectionStats],
+    secs: f64,
+    seed: u64,
+    last: bool,
+) {
     match format {
         StatsFormat::None => {}
         StatsFormat::Json => {

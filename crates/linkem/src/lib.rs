@@ -7,6 +7,7 @@
 pub mod backend;
 pub mod bench;
 pub mod bridge;
+mod bridge_rules;
 pub mod control;
 pub mod plot;
 pub mod probe;

@@ -83,9 +83,20 @@ impl Default for RulesArgs {
 /// The rule text from `--rules FILE` or the config's `rules` key, and the seed
 /// from the config's or the command line's `seed`.
 fn rules_text(args: &ReplayArgs, rules: &RulesArgs) -> Result<Option<(String, Option<u64>)>> {
+    rules_source(args.config.as_deref(), rules.file.as_deref(), &args.words)
+}
+
+/// The rule text from a rule file or a config's `rules` key (not both), and the
+/// seed from the config's `seed` or the words `seed N`, the only link words
+/// allowed beside rules (replay and bridge alike). `None` when neither holds rules.
+pub fn rules_source(
+    config: Option<&Path>,
+    file: Option<&Path>,
+    words: &[String],
+) -> Result<Option<(String, Option<u64>)>> {
     let mut text = None;
     let mut seed = None;
-    if let Some(path) = &args.config {
+    if let Some(path) = config {
         let raw = read_small("--config", path)?;
         let table: toml::Table = raw.parse().map_err(|e: toml::de::Error| {
             anyhow::anyhow!("--config {}: {}", path.display(), toml_error(&raw, &e))
@@ -114,18 +125,14 @@ fn rules_text(args: &ReplayArgs, rules: &RulesArgs) -> Result<Option<(String, Op
             }
         }
     }
-    if let Some(path) = &rules.file {
+    if let Some(path) = file {
         if text.is_some() {
             bail!("rules given twice: --rules and the config's 'rules' key");
         }
         text = Some(read_small("--rules", path)?);
     }
     let Some(text) = text else { return Ok(None) };
-    let words: Vec<&str> = args
-        .words
-        .iter()
-        .flat_map(|w| w.split_whitespace())
-        .collect();
+    let words: Vec<&str> = words.iter().flat_map(|w| w.split_whitespace()).collect();
     match words.as_slice() {
         [] => {}
         ["seed", n] => {
@@ -144,15 +151,17 @@ pub fn wanted(args: &ReplayArgs, rules: &RulesArgs) -> Result<bool> {
     if rules.file.is_some() {
         return Ok(true);
     }
-    // A config that cannot be read or parsed is reported by the path that reads it
-    // for link words; here it only means "no rules".
-    Ok(match &args.config {
-        Some(p) => infile::read_text(p, infile::MAX_TEXT_BYTES)
-            .ok()
-            .and_then(|t| t.parse::<toml::Table>().ok())
-            .is_some_and(|t| t.contains_key("rules")),
-        None => false,
-    })
+    Ok(args.config.as_deref().is_some_and(config_has_rules))
+}
+
+/// Whether a TOML config holds a `rules` key. A config that cannot be read or
+/// parsed is reported by the path that reads it for link words; here it only
+/// means "no rules".
+pub fn config_has_rules(path: &Path) -> bool {
+    infile::read_text(path, infile::MAX_TEXT_BYTES)
+        .ok()
+        .and_then(|t| t.parse::<toml::Table>().ok())
+        .is_some_and(|t| t.contains_key("rules"))
 }
 
 /// A rule file or config, read as every small input is (`linkem_io::infile`): a
@@ -163,7 +172,8 @@ fn read_small(what: &str, path: &Path) -> Result<String> {
 
 /// Parses a rule file, reading `profile` and `distribution` files relative to
 /// `base` (the rule file's directory) or as given.
-pub fn load_rules(text: &str, base: Option<&Path>) -> Result<RuleSet> {
+/// `sides`: the names `recv`/`xmit`/`via` accept for IF_A and IF_B besides `a` and `b`.
+pub fn load_rules(text: &str, base: Option<&Path>, sides: [&str; 2]) -> Result<RuleSet> {
     let mut files = |name: &str| -> Result<String, String> {
         let read = |p: &Path| infile::read_text(p, infile::MAX_TEXT_BYTES);
         if let Some(b) = base {
@@ -175,14 +185,14 @@ pub fn load_rules(text: &str, base: Option<&Path>) -> Result<RuleSet> {
         }
         load_distribution(name)
     };
-    parse_rules(text, ["a", "b"], &mut files).map_err(|e| anyhow::anyhow!("rules: {e}"))
+    parse_rules(text, sides, &mut files).map_err(|e| anyhow::anyhow!("rules: {e}"))
 }
 
 /// Runs the replay through rules. Returns false if no rules were asked for.
 pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
     let (text, seed) = rules_text(args, rargs)?.expect("called when rules are wanted");
     let base = rargs.file.as_deref().and_then(Path::parent);
-    let set = load_rules(&text, base)?;
+    let set = load_rules(&text, base, ["a", "b"])?;
     let seed = seed.unwrap_or_else(|| {
         let s = fresh_seed();
         eprintln!("linkem: seed {s} (add 'seed {s}' to repeat this run exactly)");
@@ -489,6 +499,16 @@ fn stats_text(
         "duplicated{dup:>10}\ncorrupted {corrupted:>10}\nwritten   {written:>10}  packets in {}",
         args.output.display()
     );
+    s.push_str(&node_text(node));
+    s
+}
+
+/// The node's pipes with their flows (`ipfw pipe show`), rules with their
+/// counters (`ipfw -a list`) and schedulers (`ipfw sched show`), as
+/// `--stats` prints them after a replay or a bridge run.
+pub fn node_text(node: &Node) -> String {
+    let mut s = String::new();
+    use std::fmt::Write as _;
     let _ = writeln!(s, "\n# ipfw pipe show");
     for p in node.pipes() {
         let d = &p.def;
@@ -566,6 +586,25 @@ fn stats_json(
     fates: &BTreeMap<&'static str, u64>,
     secs: f64,
 ) -> serde_json::Value {
+    let mut v = json!({
+        "input": args.input.display().to_string(),
+        "output": args.output.display().to_string(),
+        "seed": seed,
+        "arrived": arrived,
+        "written": written,
+        "fates": fates,
+        "duplicated": dup,
+        "corrupted": corrupted,
+        "elapsed_s": secs,
+    });
+    if let (Some(o), serde_json::Value::Object(n)) = (v.as_object_mut(), node_json(node)) {
+        o.extend(n);
+    }
+    v
+}
+
+/// [`node_text`] as JSON: `one_pass`, `unmatched`, `pipes`, `rules`, `schedulers`.
+pub fn node_json(node: &Node) -> serde_json::Value {
     let pipes: Vec<_> = node
         .pipes()
         .iter()
@@ -611,19 +650,10 @@ fn stats_json(
         .map(|(r, (pk, by))| json!({"number": r.number, "line": r.line, "rule": r.text, "packets": pk, "bytes": by}))
         .collect();
     json!({
-        "input": args.input.display().to_string(),
-        "output": args.output.display().to_string(),
-        "seed": seed,
         "one_pass": node.one_pass(),
-        "arrived": arrived,
-        "written": written,
-        "fates": fates,
-        "duplicated": dup,
-        "corrupted": corrupted,
         "unmatched": node.unmatched,
         "pipes": pipes,
         "rules": rules,
         "schedulers": crate::replay_sched::stats_json(node),
-        "elapsed_s": secs,
     })
 }

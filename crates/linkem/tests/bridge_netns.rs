@@ -8,184 +8,15 @@
 //! which carry a sequence number and a send time so that loss, bursts and
 //! one-way delay are measured exactly.
 
+mod common;
+
+use common::*;
 use linkem_io::netns::{self, Topology};
 use serde_json::Value;
-use std::io::Read;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::os::fd::AsRawFd;
-use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
+use std::process::Command;
 use std::time::{Duration, Instant};
-
-/// Live tests share two cores: run them one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn skip() -> bool {
-    match netns::check_prerequisites() {
-        Err(e @ netns::NetnsError::NotRoot) => {
-            eprintln!("skipped: {e}");
-            true
-        }
-        Err(e) => panic!("{e}"),
-        Ok(()) => {
-            for (program, package) in [("iperf3", "iperf3"), ("ping", "iputils-ping")] {
-                if Command::new(program).arg("-V").output().is_err() {
-                    panic!("`{program}` not found: install {package} (e.g. `apt-get install {package}`)");
-                }
-            }
-            false
-        }
-    }
-}
-
-fn topology(tag: &str) -> Topology {
-    topology_with(tag, false)
-}
-
-/// `stock`: the hosts' interfaces keep the kernel's defaults (checksum offload,
-/// TSO/GSO on), as containers get them; otherwise offloads are off on the hosts.
-fn topology_with(tag: &str, stock: bool) -> Topology {
-    let prefix = netns::unique_prefix(tag);
-    let topo = if stock {
-        Topology::two_hosts_stock(&prefix)
-    } else {
-        Topology::two_hosts(&prefix)
-    }
-    .expect("namespaces come up");
-    // Static neighbours: a lost ARP request must not look like a lost packet.
-    topo.pin_neighbours().expect("neighbour entries");
-    topo
-}
-
-struct Bridge {
-    child: Child,
-}
-
-impl Bridge {
-    fn start(topo: &Topology, backend: &str, args: &[&str]) -> Bridge {
-        let child = Command::new(env!("CARGO_BIN_EXE_linkem"))
-            .args([
-                "bridge",
-                &topo.emu_a,
-                &topo.emu_b,
-                "--backend",
-                backend,
-                "--stats",
-                "json",
-            ])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("linkem starts");
-        // Opening sockets and attaching programs takes a few ms; give it room.
-        std::thread::sleep(Duration::from_millis(400));
-        let mut b = Bridge { child };
-        if let Some(status) = b.child.try_wait().unwrap() {
-            let mut err = String::new();
-            b.child
-                .stderr
-                .take()
-                .unwrap()
-                .read_to_string(&mut err)
-                .unwrap();
-            panic!("linkem bridge exited at start ({status}): {err}");
-        }
-        b
-    }
-
-    fn signal(&self, sig: libc::c_int) {
-        // Safety: kill with a pid we own.
-        unsafe { libc::kill(self.child.id() as i32, sig) };
-    }
-
-    /// SIGINT, then the final counts. Fails if linkem does not exit 0 within 10 s.
-    fn stop(self) -> Value {
-        self.stop_with_stderr().0
-    }
-
-    /// [`Bridge::stop`], and what linkem wrote on stderr.
-    fn stop_with_stderr(mut self) -> (Value, String) {
-        self.signal(libc::SIGINT);
-        let t = Instant::now();
-        while self.child.try_wait().unwrap().is_none() {
-            assert!(
-                t.elapsed() < Duration::from_secs(10),
-                "linkem did not stop on SIGINT"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let status = self.child.wait().unwrap();
-        let (mut stdout, mut stderr) = (String::new(), String::new());
-        self.child
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_string(&mut stdout)
-            .unwrap();
-        self.child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut stderr)
-            .unwrap();
-        assert!(status.success(), "linkem failed: {stderr}");
-        let last = stdout
-            .lines()
-            .last()
-            .unwrap_or_else(|| panic!("no counts printed; stderr: {stderr}"));
-        let v: Value = serde_json::from_str(last).unwrap();
-        assert_eq!(v["final"], true);
-        for d in v["directions"].as_array().unwrap() {
-            let fates: u64 = d["fates"]
-                .as_object()
-                .unwrap()
-                .values()
-                .map(|x| x.as_u64().unwrap())
-                .sum();
-            assert_eq!(
-                d["received"].as_u64().unwrap() + d["segmented"].as_u64().unwrap(),
-                fates + d["in_flight"].as_u64().unwrap(),
-                "received + segmented = delivered + drops by reason + in flight: {d}"
-            );
-        }
-        (v, stderr)
-    }
-}
-
-impl Drop for Bridge {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn fate(v: &Value, dir: usize, name: &str) -> u64 {
-    v["directions"][dir]["fates"][name].as_u64().unwrap()
-}
-
-/// Runs `f` on a thread inside network namespace `ns`.
-fn in_ns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            netns::enter(ns).expect("the namespace exists and we are root");
-            f()
-        })
-        .join()
-        .expect("namespace thread")
-    })
-}
-
-fn now_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-}
 
 /// Sends `n` datagrams of `len` bytes (UDP payload) from A to B, `gap` apart (zero: as fast
 /// as possible); returns, per sequence number, the one-way delay in ns if it arrived.
@@ -254,39 +85,6 @@ fn udp_flow(topo: &Topology, from_a: bool, n: u32, len: usize, gap: Duration) ->
     })
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-/// Median ping RTT from A to B in ms.
-fn ping_median_ms(topo: &Topology, count: u32) -> f64 {
-    let o = topo
-        .exec_in_a(&[
-            "ping",
-            "-c",
-            &count.to_string(),
-            "-i",
-            "0.02",
-            &topo.addr_b.to_string(),
-        ])
-        .unwrap();
-    let text = String::from_utf8_lossy(&o.stdout);
-    let rtts: Vec<f64> = text
-        .lines()
-        .filter_map(|l| {
-            l.split("time=")
-                .nth(1)?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .collect();
-    assert!(rtts.len() as u32 >= count * 9 / 10, "ping answers: {text}");
-    median(rtts)
-}
-
 /// One test per backend for each scenario: `SCENARIO::packet` and `SCENARIO::xdp`.
 macro_rules! on_both_backends {
     ($($scenario:ident),* $(,)?) => {$(
@@ -332,25 +130,6 @@ fn ping_rtt_with_delay_10ms_each_way(backend: &str) {
         (rtt - (20.0 + base)).abs() <= 1.0,
         "RTT {rtt} ms, expected 20 ms + {base} ms"
     );
-}
-
-fn iperf3(topo: &Topology, args: &[&str]) -> Value {
-    let mut server = topo
-        .spawn_in_b(&["iperf3", "-s", "-1", "-p", "5301"])
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    let b = topo.addr_b.to_string();
-    let mut all = vec!["iperf3", "-c", &b, "-p", "5301", "-J"];
-    all.extend_from_slice(args);
-    let o = topo.exec_in_a(&all).unwrap();
-    let _ = server.kill();
-    let _ = server.wait();
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-        panic!(
-            "iperf3 output ({e}): {}",
-            String::from_utf8_lossy(&o.stdout)
-        )
-    })
 }
 
 fn udp_and_tcp_through_rate_50mbit(backend: &str) {
@@ -628,17 +407,6 @@ on_both_backends!(
     jumbo_frames_at_mtu_9000,
     a_frame_larger_than_the_egress_mtu_is_counted_too_big,
 );
-
-/// TCP goodput (receiver side) in bit/s from A to B over `secs` s, the first second left out.
-fn tcp_goodput_bps(topo: &Topology, extra: &[&str], secs: u32) -> f64 {
-    let t = secs.to_string();
-    let mut args = vec!["-t", &t, "-O", "1"];
-    args.extend_from_slice(extra);
-    let v = iperf3(topo, &args);
-    v["end"]["sum_received"]["bits_per_second"]
-        .as_f64()
-        .unwrap_or_else(|| panic!("iperf3 TCP result: {v}"))
-}
 
 fn tcp_through_rate_50mbit_delay_10ms_with_hosts_at_defaults(backend: &str) {
     let _g = serial();

@@ -299,15 +299,15 @@ impl XdpRx {
             .min_by_key(|&q| self.queues[q].stamp_at(self.taken[q]))
     }
 
-    /// Waits until a frame may be ready on any queue or `timeout_ns`
-    /// passed: ppoll(2) on the sockets for POLLIN. Wakes the driver first
-    /// where it asked for it (need_wakeup on the fill ring). An interrupted
-    /// wait returns Ok.
-    pub fn wait_rx(&mut self, timeout_ns: u64) -> io::Result<()> {
-        let mut pfds = Vec::with_capacity(self.queues.len());
+    /// Readies a wait on the sockets: true when a frame is already waiting;
+    /// otherwise refills and wakes the driver where it asked for it
+    /// (need_wakeup on the fill ring) and appends every queue's socket to
+    /// `fds`, to be polled for POLLIN (by [`XdpRx::wait_rx`], or with other
+    /// sockets by the caller).
+    pub fn prepare_wait(&mut self, fds: &mut Vec<RawFd>) -> bool {
         for queue in &mut self.queues {
             if queue.rx.available(1) > 0 {
-                return Ok(());
+                return true;
             }
             if !queue.unfilled.is_empty() {
                 queue.refill();
@@ -326,8 +326,24 @@ impl XdpRx {
                     )
                 };
             }
+            fds.push(queue.fd);
+        }
+        false
+    }
+
+    /// Waits until a frame may be ready on any queue or `timeout_ns`
+    /// passed: ppoll(2) on the sockets for POLLIN. Wakes the driver first
+    /// where it asked for it (need_wakeup on the fill ring). An interrupted
+    /// wait returns Ok.
+    pub fn wait_rx(&mut self, timeout_ns: u64) -> io::Result<()> {
+        let mut fds = Vec::with_capacity(self.queues.len());
+        if self.prepare_wait(&mut fds) {
+            return Ok(());
+        }
+        let mut pfds = Vec::with_capacity(fds.len());
+        for fd in fds {
             pfds.push(libc::pollfd {
-                fd: queue.fd,
+                fd,
                 events: libc::POLLIN,
                 revents: 0,
             });

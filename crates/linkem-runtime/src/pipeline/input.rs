@@ -352,7 +352,7 @@ pub(super) fn input_stage(
 /// Copies a wire frame into its delay-line record and finishes the checksum
 /// the sender left to the hardware. Offsets that do not fit the frame leave it
 /// as it came: a cable would carry it unchanged too.
-fn finish(slot: &mut [u8], bytes: &[u8], csum: Option<CsumPartial>) {
+pub(super) fn finish(slot: &mut [u8], bytes: &[u8], csum: Option<CsumPartial>) {
     slot.copy_from_slice(bytes);
     if let Some(c) = csum {
         let _ = complete_checksum(slot, c);

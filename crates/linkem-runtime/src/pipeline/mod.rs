@@ -32,17 +32,21 @@
 //!
 //! Modules: [`options`] (what a direction starts with, what it reports),
 //! [`input`] and [`output`] (the two stages), [`wait`] (sleeping, spinning
-//! and real-time policy), [`forward`] (the plain-forwarder baseline).
+//! and real-time policy), [`forward`] (the plain-forwarder baseline), [`node`]
+//! (`--rules`: one node stage for both directions in place of the two input
+//! stages, feeding the same output stages).
 
 mod forward;
 mod input;
+mod node;
 mod options;
 mod output;
 mod wait;
 
+pub use node::{NodeBridge, NodeOptions};
 pub use options::{
-    buffer_bytes_for, DirectionOptions, DirectionStats, DEFAULT_BATCH, DEFAULT_MAX_LAG_NS,
-    UNSHAPED_SIZING_RATE_BPS,
+    buffer_bytes_for, DirectionOptions, DirectionStats, NodeDrops, DEFAULT_BATCH,
+    DEFAULT_MAX_LAG_NS, UNSHAPED_SIZING_RATE_BPS,
 };
 pub use wait::{set_realtime, DEFAULT_SPIN_NS};
 
@@ -63,6 +67,7 @@ struct InputShared {
     accepted: u64,
     rx_wakeups: u64,
     kernel_drops: u64,
+    node_drops: NodeDrops,
 }
 
 struct OutputShared {
@@ -85,6 +90,9 @@ struct Control {
     /// `now − this` is how far behind it is; beyond max-lag the input stage
     /// stores nothing (see [`input`]).
     output_at_ns: AtomicU64,
+    /// Records the node stage stored with a release earlier than one stored
+    /// before (see `output::Source`); unused by the input stage.
+    out_of_order: AtomicU64,
     input: Mutex<InputShared>,
     output: Mutex<OutputShared>,
     huge_pages: bool,
@@ -105,6 +113,7 @@ impl Control {
             has_pending: AtomicBool::new(false),
             output_parked: AtomicBool::new(false),
             output_at_ns: AtomicU64::new(u64::MAX),
+            out_of_order: AtomicU64::new(0),
             input: Mutex::new(InputShared::default()),
             output: Mutex::new(OutputShared {
                 sent: 0,
@@ -148,6 +157,7 @@ impl Direction {
                 spin_ns: opts.spin_ns,
                 max_lag_ns: opts.max_lag_ns,
                 reorders: opts.link.reorder_allow || opts.link.reorder_probability > 0.0,
+                sorted_runs: false,
             };
             let prio = opts.realtime_priority;
             std::thread::Builder::new()
@@ -296,6 +306,7 @@ impl Direction {
             tx_wakeups: output.tx_wakeups,
             huge_pages: self.control.huge_pages,
             buffer_bytes: self.control.buffer_bytes,
+            node_drops: input.node_drops,
         }
     }
 

@@ -132,9 +132,20 @@ impl OutputState {
 
 /// Where the output stage takes its next frame from: the delay line itself, or
 /// (when the link may reorder) a heap ordered by release time fed from it.
+///
+/// With `sorted_runs` (the node stage), the producer counts in
+/// [`Control::out_of_order`] every record whose release is earlier than one it
+/// stored before. While that count has not moved, every record in the line is
+/// at least as late as every record stored before it, so the line is sorted
+/// and no earlier than anything in the heap: frames leave from the line
+/// directly, uncopied. When the count moves, the whole line goes into the heap
+/// (as without `sorted_runs`), and the frames of the heap leave first.
 struct Source {
     consumer: Consumer,
     heap: Option<ReleaseQueue<Held>>,
+    sorted_runs: Option<Arc<Control>>,
+    /// The out-of-order count already moved into the heap.
+    handled: u64,
 }
 
 impl Source {
@@ -143,6 +154,18 @@ impl Source {
         let Some(heap) = self.heap.as_mut() else {
             return self.consumer.peek().map(|h| h.release_ns);
         };
+        if let Some(control) = &self.sorted_runs {
+            // Acquire: the records counted are in the line when it is read.
+            let count = control.out_of_order.load(Ordering::Acquire);
+            if count == self.handled {
+                let line = self.consumer.peek().map(|h| h.release_ns);
+                return match (heap.peek_release_ns(), line) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+            }
+            self.handled = count;
+        }
         while let Some(h) = self.consumer.peek() {
             let held = Held {
                 frame: h.frame.to_vec(),
@@ -157,8 +180,20 @@ impl Source {
     /// Hands the next frame to `f` and removes it.
     fn take<R>(&mut self, f: impl FnOnce(u64, &[u8], bool) -> R) -> R {
         if let Some(heap) = self.heap.as_mut() {
-            let (release_ns, h) = heap.pop().expect("next_release found one");
-            return f(release_ns, &h.frame, h.copy);
+            // Without sorted runs, `next_release` moved the whole line into
+            // the heap: the heap's first frame is the one it found.
+            let line = self
+                .sorted_runs
+                .as_ref()
+                .and_then(|_| self.consumer.peek().map(|h| h.release_ns));
+            let from_heap = match (heap.peek_release_ns(), line) {
+                (Some(a), Some(b)) => a <= b,
+                (a, _) => a.is_some(),
+            };
+            if from_heap {
+                let (release_ns, h) = heap.pop().expect("next_release found one");
+                return f(release_ns, &h.frame, h.copy);
+            }
         }
         let h = self.consumer.peek().expect("next_release found one");
         // The frame is copied into the backend before the record is released.
@@ -172,6 +207,8 @@ pub(super) struct OutputConfig {
     pub spin_ns: u64,
     pub max_lag_ns: Option<u64>,
     pub reorders: bool,
+    /// With `reorders`: the producer counts its out-of-order records (see [`Source`]).
+    pub sorted_runs: bool,
 }
 
 pub(super) fn output_stage(
@@ -186,6 +223,8 @@ pub(super) fn output_stage(
     let mut src = Source {
         consumer,
         heap: cfg.reorders.then(ReleaseQueue::new),
+        sorted_runs: (cfg.reorders && cfg.sorted_runs).then(|| control.clone()),
+        handled: 0,
     };
     let mut wake = WakeEstimate {
         overshoot_ns: 50_000,

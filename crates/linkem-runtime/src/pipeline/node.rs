@@ -1,0 +1,694 @@
+//! The node stage (`linkem bridge --rules`): one thread in place of the two
+//! input stages, owning one [`Node`] of ipfw rules and Dummynet pipes for both
+//! directions, because a pipe fed from both directions is one shared medium
+//! (Dummynet Revisited §3.1) and so cannot be split over two threads.
+//!
+//! ```text
+//!  IF_A ─rx─┐                                                ┌─▶ delay line a->b ─▶ output stage ─tx─▶ IF_B
+//!           ├─▶ stamp ─▶ cut ─▶ FlowKey ─▶ Node ─▶ decisions ─┤
+//!  IF_B ─rx─┘  (side A / B)                (held until decided) └─▶ delay line b->a ─▶ output stage ─tx─▶ IF_A
+//! ```
+//!
+//! - **Waiting.** One poll(2) over the sockets of both receive ports
+//!   ([`RxPort::wait_fds`]), with a timeout up to the node's next event
+//!   ([`Node::next_event_ns`]: a scheduler service or a multi-hop reinjection),
+//!   so scheduled pipes are served on time with no traffic arriving.
+//! - **Arrivals** are stamped as the input stage stamps them (the kernel's
+//!   stamp, never before the stage started), and additionally never before the
+//!   previous arrival or poll: the node needs non-decreasing time, and frames
+//!   of the two ports are taken one port's batch after the other's. Super-frames
+//!   are cut and checksums finished as in the input stage ([`super::input::cut`]).
+//! - **Decisions** may come at the arrival or later (scheduled pipes, one-pass
+//!   off). The bytes of a packet not yet decided are kept, by tag, until its
+//!   decision; a delivered packet goes, with its duplicate copy, corrupt bits
+//!   and CE mark applied, into the delay line of the direction it was received
+//!   for (side A to IF_B). Packets of different pipes are not released in
+//!   arrival order, so the output stages run with their reorder heap.
+//!
+//! - **Events on time.** The stage sleeps until the node's next event less
+//!   the wake-up overshoot it has learnt (as the output stage does), then
+//!   goes round its loop until the event is due, within the same spin budget.
+//!   A packet whose last decision falls on its release time (the final
+//!   re-entry of a multi-hop path with `set one-pass off`) still leaves that
+//!   late by the output stage's wake-up (tens of µs, shown in the lateness).
+//!
+//! Counting: each direction keeps the invariant of [`super::DirectionStats`];
+//! packets the node holds count as in flight, and the node's own drops
+//! (denied, flow-limit, RED and AQM drops) are in [`NodeDrops`].
+
+use super::input::{cut, finish, KERNEL_DROPS_EVERY_NS};
+use super::options::NodeDrops;
+use super::output::{output_stage, OutputConfig};
+use super::wait::{self, set_realtime, Realtime, SpinBudget, WakeEstimate, MIN_SPIN_NS};
+use super::{Control, Direction, DirectionStats};
+use crate::clock;
+use crate::delay_line::{delay_line, Producer};
+use crate::port::{RxFrame, RxPort, TxPort, WaitFds};
+use linkem_core::aqm::ecn::mark_ce;
+use linkem_core::aqm::DropCause;
+use linkem_core::node::{Decision, Node, NodeFate, PacketIn};
+use linkem_core::rules::{FlowKey, L2Kind, Side};
+use linkem_core::wire::CsumPartial;
+use linkem_core::{Fate, FateCounts};
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::{JoinHandle, Thread};
+
+/// Longest wait in poll with nothing due, so the stage notices stop and reloads.
+const IDLE_WAIT_NS: u64 = 10_000_000;
+/// Ports without sockets (in-memory tests) are waited on in turn, this long each.
+const TURN_NS: u64 = 200_000;
+/// What one turn of the loop while spinning to an event is counted as, for
+/// the spin budget (a turn takes both ports' non-blocking receive calls).
+const LOOP_NS: u64 = 1_000;
+
+/// What the node stage starts with; per direction `[a->b, b->a]`.
+#[derive(Debug, Clone)]
+pub struct NodeOptions {
+    pub names: [String; 2],
+    pub buffer_bytes: [usize; 2],
+    pub spin_ns: u64,
+    pub max_lag_ns: Option<u64>,
+    pub batch: usize,
+    /// As [`super::DirectionOptions::realtime_priority`], for the node stage
+    /// (while it waits) and the output stages.
+    pub realtime_priority: Option<i32>,
+    /// The node stage stays under SCHED_FIFO even when busy.
+    pub realtime_input: bool,
+}
+
+struct NodeShared {
+    stop: AtomicBool,
+    node: Mutex<Node>,
+    /// Someone waits for the node's lock: the stage yields after its batch,
+    /// so that a busy stage does not keep taking the lock back at once.
+    wanted: AtomicBool,
+    pending: Mutex<Option<Node>>,
+    has_pending: AtomicBool,
+}
+
+/// A running bridge of two directions through one node.
+pub struct NodeBridge {
+    directions: Vec<Direction>,
+    shared: Arc<NodeShared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl NodeBridge {
+    /// Starts the node stage and the two output stages. `rx[0]`/`tx[0]`:
+    /// IF_A's receive half and IF_B's send half (direction a->b, side A).
+    pub fn start(
+        opts: NodeOptions,
+        node: Node,
+        rx: [Box<dyn RxPort>; 2],
+        tx: [Box<dyn TxPort>; 2],
+    ) -> Result<NodeBridge, String> {
+        let mut directions = Vec::new();
+        let mut producers = Vec::new();
+        let mut max_frame = [0usize; 2];
+        for (i, tx) in tx.into_iter().enumerate() {
+            let (producer, consumer) = delay_line(opts.buffer_bytes[i])?;
+            let control = Arc::new(Control::new(
+                producer.uses_huge_pages(),
+                producer.capacity_bytes(),
+            ));
+            max_frame[i] = tx.max_frame_bytes();
+            let cfg = OutputConfig {
+                spin_ns: opts.spin_ns,
+                max_lag_ns: opts.max_lag_ns,
+                // Packets of different pipes leave out of arrival order;
+                // the stage counts the records it stores out of order.
+                reorders: true,
+                sorted_runs: true,
+            };
+            let prio = opts.realtime_priority;
+            let out = {
+                let control = control.clone();
+                std::thread::Builder::new()
+                    .name(format!("linkem-out-{}", opts.names[i]))
+                    .spawn(move || {
+                        let mut realtime = prio.map(wait::Realtime::new);
+                        if let Some(Err(e)) = realtime.as_mut().map(wait::Realtime::wait_mode) {
+                            control.fail(format!("output stage: {e}"));
+                        }
+                        output_stage(control, consumer, tx, cfg, realtime)
+                    })
+                    .map_err(|e| format!("cannot start the output thread: {e}"))?
+            };
+            producers.push(producer);
+            directions.push(Direction {
+                name: opts.names[i].clone(),
+                control,
+                threads: vec![out],
+            });
+        }
+        let shared = Arc::new(NodeShared {
+            stop: AtomicBool::new(false),
+            node: Mutex::new(node),
+            wanted: AtomicBool::new(false),
+            pending: Mutex::new(None),
+            has_pending: AtomicBool::new(false),
+        });
+        let controls = [directions[0].control.clone(), directions[1].control.clone()];
+        let outputs = [
+            directions[0].threads[0].thread().clone(),
+            directions[1].threads[0].thread().clone(),
+        ];
+        let [p_ab, p_ba]: [Producer; 2] = producers
+            .try_into()
+            .map_err(|_| "two delay lines".to_string())?;
+        let thread = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("linkem-node".into())
+                .spawn(move || {
+                    let mut realtime = None;
+                    match (opts.realtime_priority, opts.realtime_input) {
+                        (Some(p), true) => {
+                            if let Err(e) = set_realtime(p) {
+                                for c in &controls {
+                                    c.fail(format!("node stage: {e}"));
+                                }
+                            }
+                        }
+                        (Some(p), false) => realtime = Some(Realtime::new(p)),
+                        (None, _) => {}
+                    }
+                    let ports = Ports {
+                        rx,
+                        producers: [p_ab, p_ba],
+                        max_frame,
+                        outputs,
+                    };
+                    node_stage(shared, controls, opts, ports, realtime)
+                })
+                .map_err(|e| format!("cannot start the node thread: {e}"))?
+        };
+        Ok(NodeBridge {
+            directions,
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// The two directions (a->b, b->a), for their counts and errors.
+    pub fn directions(&self) -> &[Direction] {
+        &self.directions
+    }
+
+    pub fn stats(&self) -> Vec<DirectionStats> {
+        self.directions.iter().map(Direction::stats).collect()
+    }
+
+    /// An I/O error that stopped a stage, if any.
+    pub fn error(&self) -> Option<String> {
+        self.directions.iter().find_map(Direction::error)
+    }
+
+    /// Looks at the node (its pipes, rules and counters) under its lock: the
+    /// node stage waits meanwhile, so keep `f` short while traffic flows.
+    pub fn with_node<R>(&self, f: impl FnOnce(&Node) -> R) -> R {
+        self.shared.wanted.store(true, Ordering::Relaxed);
+        let guard = lock(&self.shared.node);
+        self.shared.wanted.store(false, Ordering::Relaxed);
+        f(&guard)
+    }
+
+    /// Replaces the node at the stage's next batch. Packets the old node
+    /// holds are decided first, as if no further packet arrived there (their
+    /// release times stand); then every new packet goes through `node`.
+    pub fn reload(&self, node: Node) {
+        *lock(&self.shared.pending) = Some(node);
+        self.shared.has_pending.store(true, Ordering::Release);
+    }
+
+    /// Stops the node stage, then the output stages (packets still in the
+    /// delay lines are not sent); returns the final counts. The node stays
+    /// readable with [`NodeBridge::with_node`].
+    pub fn stop(&mut self) -> Vec<DirectionStats> {
+        self.halt();
+        self.directions.drain(..).map(Direction::stop).collect()
+    }
+
+    fn halt(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for NodeBridge {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+struct Ports {
+    rx: [Box<dyn RxPort>; 2],
+    producers: [Producer; 2],
+    max_frame: [usize; 2],
+    outputs: [Thread; 2],
+}
+
+/// Counts of one direction, published under its control's lock.
+#[derive(Default)]
+struct Counts {
+    received: u64,
+    segmented: u64,
+    too_big: u64,
+    backpressure: u64,
+    /// Stored in the delay line.
+    accepted: u64,
+    /// Held by the node, not yet decided.
+    held: u64,
+    /// The node's link fates (delivered before backpressure).
+    fates: FateCounts,
+    node_drops: NodeDrops,
+    kernel_drops: u64,
+}
+
+struct Held {
+    side: usize,
+    frame: Vec<u8>,
+}
+
+struct Stage {
+    names: [String; 2],
+    controls: [Arc<Control>; 2],
+    /// Latest release stored in each delay line (see `output::Source`).
+    max_stored_ns: [u64; 2],
+    producers: [Producer; 2],
+    max_frame: [usize; 2],
+    c: [Counts; 2],
+    wakeups: u64,
+    held: HashMap<u64, Held>,
+    out: Vec<Decision>,
+    next_tag: u64,
+    /// The node's time: the latest arrival or poll.
+    last_ns: u64,
+    started_ns: u64,
+    shed: [bool; 2],
+    pushed: [bool; 2],
+    warned_too_big: bool,
+    warned_uncut: bool,
+}
+
+impl Stage {
+    /// One frame received on port `side`: cut it, offer each wire frame.
+    fn take(&mut self, node: &mut Node, side: usize, frame: RxFrame<'_>) {
+        self.c[side].received += 1;
+        let stamp = if frame.ts_ns != 0 {
+            frame.ts_ns.max(self.started_ns)
+        } else {
+            clock::now_ns()
+        };
+        let ts = stamp.max(self.last_ns);
+        self.last_ns = ts;
+        let max = self.max_frame[side];
+        let r = cut(&frame, max, &mut |bytes, csum| {
+            self.admit(node, side, ts, bytes, csum)
+        });
+        self.c[side].segmented += r.segmented();
+        if let (Some(e), false) = (&r.uncut, self.warned_uncut) {
+            self.warned_uncut = true;
+            eprintln!(
+                "linkem: {}: a super-frame the sender left to segment could not be cut ({e}) \
+                 (warned once; turn segmentation offload off on the sending host for such \
+                 traffic: ethtool -K DEV tso off gso off)",
+                self.names[side]
+            );
+        }
+        if r.too_big {
+            self.c[side].too_big += 1;
+            if !self.warned_too_big {
+                self.warned_too_big = true;
+                eprintln!(
+                    "linkem: {}: a frame of {} bytes is larger than the egress interface sends \
+                     ({max} bytes with its Ethernet header); such frames are dropped and counted \
+                     as too-big (raise the egress MTU to carry them)",
+                    self.names[side],
+                    frame.orig_len.max(frame.data.len() as u32)
+                );
+            }
+        }
+    }
+
+    /// One wire frame into the node; its decision (now or when it comes).
+    fn admit(
+        &mut self,
+        node: &mut Node,
+        side: usize,
+        ts: u64,
+        bytes: &[u8],
+        csum: Option<CsumPartial>,
+    ) {
+        let tag = self.next_tag;
+        self.next_tag += 1;
+        let pkt = PacketIn {
+            len_bytes: bytes.len() as u32,
+            key: FlowKey::parse(bytes, L2Kind::Ethernet),
+            side: if side == 0 { Side::A } else { Side::B },
+            tag,
+        };
+        node.on_arrival(ts, pkt, &mut self.out);
+        let mut out = std::mem::take(&mut self.out);
+        let mut decided = false;
+        for d in out.drain(..) {
+            if d.tag == tag {
+                decided = true;
+                self.settle(&d, side, bytes, csum);
+            } else {
+                self.settle_held(&d);
+            }
+        }
+        self.out = out;
+        if !decided {
+            let mut frame = vec![0u8; bytes.len()];
+            finish(&mut frame, bytes, csum);
+            self.held.insert(tag, Held { side, frame });
+            self.c[side].held += 1;
+        }
+    }
+
+    /// Runs the node's events due by `now_ns` and settles their decisions.
+    fn poll(&mut self, node: &mut Node, now_ns: u64) {
+        node.poll(now_ns, &mut self.out);
+        let mut out = std::mem::take(&mut self.out);
+        for d in out.drain(..) {
+            self.settle_held(&d);
+        }
+        self.out = out;
+    }
+
+    fn settle_held(&mut self, d: &Decision) {
+        let Some(h) = self.held.remove(&d.tag) else {
+            // Every packet is held until decided; a decision without one is
+            // the node's error, which must not stop the bridge.
+            debug_assert!(false, "a decision for packet {} never held", d.tag);
+            return;
+        };
+        self.c[h.side].held -= 1;
+        self.settle(d, h.side, &h.frame, None);
+    }
+
+    /// Applies a decision to a frame received on `side`.
+    fn settle(&mut self, d: &Decision, side: usize, bytes: &[u8], csum: Option<CsumPartial>) {
+        let c = &mut self.c[side];
+        match d.fate {
+            NodeFate::Delivered => {}
+            NodeFate::Dropped(f) => return c.fates.add(f),
+            NodeFate::Denied => return c.node_drops.denied += 1,
+            NodeFate::FlowLimit => return c.node_drops.flow_limit += 1,
+            NodeFate::Aqm(cause) => {
+                return match cause {
+                    DropCause::Tail => c.fates.add(Fate::QueueFull),
+                    DropCause::Loss => c.fates.add(Fate::Loss),
+                    DropCause::Early => c.node_drops.red_drop += 1,
+                    DropCause::Aqm => c.node_drops.aqm_drop += 1,
+                }
+            }
+        }
+        c.fates.add(Fate::Delivered);
+        c.fates.duplicated += d.duplicate as u64;
+        c.fates.corrupted += !d.corrupt_bits.is_empty() as u64;
+        if self.shed[side] {
+            c.backpressure += 1;
+            return;
+        }
+        let stored = self.producers[side].push_with(d.release_ns, bytes.len(), false, |slot| {
+            finish(slot, bytes, csum);
+            if d.ce {
+                let _ = mark_ce(slot, false);
+            }
+            for bit in &d.corrupt_bits {
+                if let Some(b) = slot.get_mut((bit / 8) as usize) {
+                    *b ^= 0x80 >> (bit % 8);
+                }
+            }
+        });
+        if !stored {
+            c.backpressure += 1;
+            return;
+        }
+        c.accepted += 1;
+        self.pushed[side] = true;
+        if d.release_ns >= self.max_stored_ns[side] {
+            self.max_stored_ns[side] = d.release_ns;
+        } else {
+            // Release: the record is in the line before the output stage sees the count.
+            self.controls[side]
+                .out_of_order
+                .fetch_add(1, Ordering::Release);
+        }
+        if d.duplicate {
+            // The copy leaves as it came, right after the original; one that
+            // finds no room is not a lost packet.
+            let _ = self.producers[side].push_with(d.release_ns, bytes.len(), true, |slot| {
+                finish(slot, bytes, csum)
+            });
+        }
+    }
+
+    fn publish(&self, side: usize, control: &Control) {
+        let c = &self.c[side];
+        let mut counts = c.fates;
+        counts.set(
+            Fate::Delivered,
+            counts.get(Fate::Delivered).saturating_sub(c.backpressure),
+        );
+        counts.set(Fate::Backpressure, c.backpressure);
+        counts.set(Fate::TooBig, c.too_big);
+        let mut shared = control.input.lock().expect("the lock holders never panic");
+        shared.counts = counts;
+        shared.received = c.received;
+        shared.segmented = c.segmented;
+        // Packets the node holds are in flight as much as those in the line.
+        shared.accepted = c.accepted + c.held;
+        shared.rx_wakeups = self.wakeups;
+        shared.kernel_drops = c.kernel_drops;
+        shared.node_drops = c.node_drops;
+    }
+}
+
+fn node_stage(
+    shared: Arc<NodeShared>,
+    controls: [Arc<Control>; 2],
+    opts: NodeOptions,
+    ports: Ports,
+    mut realtime: Option<Realtime>,
+) {
+    // Poll timeouts are the node's event times: no slack on top of them.
+    clock::set_timer_slack_ns(1);
+    let Ports {
+        mut rx,
+        producers,
+        max_frame,
+        outputs,
+    } = ports;
+    let started_ns = clock::now_ns();
+    let mut st = Stage {
+        names: opts.names.clone(),
+        controls: controls.clone(),
+        max_stored_ns: [0; 2],
+        producers,
+        max_frame,
+        c: Default::default(),
+        wakeups: 0,
+        held: HashMap::new(),
+        out: Vec::new(),
+        next_tag: 0,
+        last_ns: started_ns,
+        started_ns,
+        shed: [false; 2],
+        pushed: [false; 2],
+        warned_too_big: false,
+        warned_uncut: false,
+    };
+    let fail = |e: String| {
+        for c in &controls {
+            c.fail(e.clone());
+        }
+    };
+    let batch = opts.batch.max(1);
+    let mut fds: Vec<RawFd> = Vec::new();
+    let mut drops_read_ns = 0u64;
+    let mut wake = WakeEstimate {
+        overshoot_ns: 50_000,
+    };
+    let mut budget = SpinBudget::new(started_ns);
+    'run: while !shared.stop.load(Ordering::Acquire) {
+        if shared.has_pending.swap(false, Ordering::AcqRel) {
+            if let Some(new) = lock(&shared.pending).take() {
+                let mut node = lock(&shared.node);
+                st.poll(&mut node, u64::MAX);
+                *node = new;
+            }
+        }
+        let now = clock::now_ns();
+        // As the input stage: while an output stage is more than max-lag
+        // behind, its direction stores nothing (counted backpressure).
+        for (i, c) in controls.iter().enumerate() {
+            let behind_ns = now.saturating_sub(c.output_at_ns.load(Ordering::Relaxed));
+            st.shed[i] = opts.max_lag_ns.is_some_and(|m| behind_ns > m);
+        }
+        st.pushed = [false; 2];
+        let mut node = lock(&shared.node);
+        let mut taken = 0;
+        let mut full = false;
+        for (side, port) in rx.iter_mut().enumerate() {
+            match port.rx_batch(batch, &mut |frame| st.take(&mut node, side, frame)) {
+                Ok(n) => {
+                    taken += n;
+                    full |= n == batch;
+                }
+                Err(e) => {
+                    fail(format!("receive: {e}"));
+                    break 'run;
+                }
+            }
+        }
+        let now = clock::now_ns().max(st.last_ns);
+        st.last_ns = now;
+        st.poll(&mut node, now);
+        let next = node.next_event_ns();
+        drop(node);
+        if shared.wanted.load(Ordering::Relaxed) {
+            std::thread::yield_now();
+        }
+        for i in 0..2 {
+            if st.pushed[i] {
+                // Pairs with the output stage's fence (see `output::idle`).
+                std::sync::atomic::fence(Ordering::SeqCst);
+                if controls[i].output_parked.load(Ordering::Acquire) {
+                    outputs[i].unpark();
+                }
+            }
+        }
+        if now.wrapping_sub(drops_read_ns) > KERNEL_DROPS_EVERY_NS {
+            drops_read_ns = now;
+            for (i, port) in rx.iter_mut().enumerate() {
+                st.c[i].kernel_drops = port.rx_kernel_drops();
+            }
+        }
+        for (i, c) in controls.iter().enumerate() {
+            st.publish(i, c);
+        }
+        if full {
+            if let Some(rt) = realtime.as_mut() {
+                rt.busy(now);
+            }
+        }
+        if taken > 0 {
+            continue;
+        }
+        // Sleep until the node's next event less the learnt wake-up overshoot,
+        // then go round the loop (taking frames) until it is due: a multi-hop
+        // packet's last hop, and a scheduled packet with little delay after
+        // its service, are decided at their release time, so a late wake-up
+        // would be lateness on the wire.
+        let now = clock::now_ns();
+        budget.tick(now);
+        let spin = if budget.frugal {
+            MIN_SPIN_NS
+        } else {
+            wake.spin_ns(opts.spin_ns)
+        };
+        let sleep_ns = match next {
+            Some(t) if t.saturating_sub(now) <= spin => {
+                budget.spun_ns += LOOP_NS;
+                std::hint::spin_loop();
+                continue;
+            }
+            Some(t) => (t - now - spin).min(IDLE_WAIT_NS),
+            None => IDLE_WAIT_NS,
+        };
+        if let Some(rt) = realtime.as_mut() {
+            // Failing to return to SCHED_FIFO costs precision, not packets.
+            let _ = rt.wait_mode();
+        }
+        match wait_both(&mut rx, &mut fds, sleep_ns) {
+            Ok(timed_out) => {
+                if timed_out && next.is_some() {
+                    wake.observe(clock::now_ns().saturating_sub(now + sleep_ns));
+                }
+            }
+            Err(e) => {
+                fail(format!("receive: {e}"));
+                break;
+            }
+        }
+        st.wakeups += 1;
+    }
+    for (i, port) in rx.iter_mut().enumerate() {
+        st.c[i].kernel_drops = port.rx_kernel_drops();
+    }
+    for (i, c) in controls.iter().enumerate() {
+        st.publish(i, c);
+    }
+    for p in &st.producers {
+        p.close();
+    }
+}
+
+/// Sleeps until a frame may be waiting on either port or `timeout_ns` passed.
+/// Returns true when the time passed with nothing ready.
+fn wait_both(
+    rx: &mut [Box<dyn RxPort>; 2],
+    fds: &mut Vec<RawFd>,
+    timeout_ns: u64,
+) -> io::Result<bool> {
+    fds.clear();
+    let mut unsupported = false;
+    for port in rx.iter_mut() {
+        match port.wait_fds(fds)? {
+            WaitFds::Ready => return Ok(false),
+            WaitFds::Added => {}
+            WaitFds::Unsupported => unsupported = true,
+        }
+    }
+    if unsupported {
+        let turn = (timeout_ns / 2).clamp(1, TURN_NS);
+        for port in rx.iter_mut() {
+            port.wait_rx(turn)?;
+        }
+        return Ok(false);
+    }
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ts = libc::timespec {
+        tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
+    };
+    // Safety: pfds and ts are valid for the call; no signal mask is given.
+    let r = unsafe {
+        libc::ppoll(
+            pfds.as_mut_ptr(),
+            pfds.len() as libc::nfds_t,
+            &ts,
+            std::ptr::null(),
+        )
+    };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+        return Ok(false);
+    }
+    Ok(r == 0)
+}

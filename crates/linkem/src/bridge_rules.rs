@@ -1,0 +1,270 @@
+//! `linkem bridge IF_A IF_B --rules FILE`: the live bridge through a node of
+//! ipfw rules and Dummynet pipes ([`linkem_core::node`]), driven by the node
+//! stage of `linkem_runtime::pipeline::NodeBridge` (one thread for both
+//! directions, since a pipe fed from both is one shared medium).
+//!
+//! As for `linkem replay --rules`, the rules come from FILE or the config's
+//! `rules` key, and the only link word allowed beside them is `seed N` (a
+//! link word would have no link to apply to: pipes carry their own). The rule
+//! file is parsed before any interface is touched, so a bad file changes
+//! nothing. SIGHUP re-reads it and swaps the node: packets the old node holds
+//! keep their release times; a file that no longer parses keeps the running
+//! rules. The control socket (`linkem ctl`) changes links, which a rule set
+//! does not have: it is not opened with rules.
+
+use crate::backend::{check_capabilities, claim_interfaces, drop_capabilities, open_interface};
+use crate::bridge::{direction_json, print_stats, timing, BridgeArgs, Realtime, REALTIME_PRIORITY};
+use crate::replay::fresh_seed;
+use crate::replay_rules::{load_rules, node_json, node_text, rules_source};
+use crate::StatsFormat;
+use anyhow::{bail, Context, Result};
+use linkem_core::node::{Node, NodeConfig};
+use linkem_core::rules::RuleSet;
+use linkem_runtime::pipeline::{buffer_bytes_for, DirectionStats, NodeBridge, NodeOptions};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Where the rules come from, owned so that a SIGHUP re-read runs on a thread
+/// of its own (a slow read never holds up the loop that answers SIGINT).
+#[derive(Clone)]
+struct RulesSource {
+    config: Option<PathBuf>,
+    file: Option<PathBuf>,
+    words: Vec<String>,
+    sides: [String; 2],
+}
+
+impl RulesSource {
+    /// The rule set and the seed given with it.
+    fn load(&self) -> Result<(RuleSet, Option<u64>)> {
+        let (text, seed) = rules_source(self.config.as_deref(), self.file.as_deref(), &self.words)?
+            .context("no rules: the config has no 'rules' key")?;
+        let base = self.file.as_deref().and_then(Path::parent);
+        let set = load_rules(&text, base, [&self.sides[0], &self.sides[1]])?;
+        Ok((set, seed))
+    }
+}
+
+/// Delay-line bytes per direction: what every pipe may hold in flight at
+/// once (each sized as a plain link, see `buffer_bytes_for`), at least what an
+/// unshaped link gets, at most 2 GiB; dynamic instances share their pipe's share.
+fn buffer_for(set: &RuleSet) -> usize {
+    let floor = buffer_bytes_for(&linkem_core::LinkConfig::default(), None);
+    let sum: usize = set
+        .pipes
+        .values()
+        .map(|p| buffer_bytes_for(&p.link, None))
+        .fold(0usize, usize::saturating_add);
+    sum.clamp(floor, 2 << 30)
+}
+
+fn summary(set: &RuleSet) -> String {
+    format!(
+        "{} pipe{}, {} rule{}{}",
+        set.pipes.len(),
+        if set.pipes.len() == 1 { "" } else { "s" },
+        set.rules.len(),
+        if set.rules.len() == 1 { "" } else { "s" },
+        if set.one_pass { "" } else { ", one-pass off" }
+    )
+}
+
+pub fn run(args: &BridgeArgs) -> Result<()> {
+    if args.forward_only {
+        bail!("--forward-only bypasses the model: it takes no --rules");
+    }
+    if !args.a_to_b.is_empty() || !args.b_to_a.is_empty() {
+        bail!(
+            "--a-to-b/--b-to-a: with --rules, link words go in 'pipe N config' lines \
+             (select a direction in the rule: 'in'/'a-to-b' or 'out'/'b-to-a')"
+        );
+    }
+    let c = &args.control;
+    if c.control.as_deref().is_some_and(|p| p != "none")
+        || c.control_group.is_some()
+        || c.audit.is_some()
+        || c.metrics.is_some()
+    {
+        bail!(
+            "--control, --control-group, --audit and --metrics are not supported with --rules \
+             (the control socket changes links; change rules by editing the file and sending SIGHUP)"
+        );
+    }
+    let source = RulesSource {
+        config: args.config.clone(),
+        file: args.rules.clone(),
+        words: args.words.clone(),
+        sides: [args.if_a.clone(), args.if_b.clone()],
+    };
+    // Parsed before any interface is opened: a bad file changes nothing.
+    let (set, seed) = source.load()?;
+    let timing = timing(args)?;
+    if args.if_a == args.if_b {
+        bail!(
+            "IF_A and IF_B are both '{}': a bridge needs two interfaces",
+            args.if_a
+        );
+    }
+    let seed_given = seed.is_some();
+    let seed = seed.unwrap_or_else(fresh_seed);
+    let buffer_bytes = timing.buffer.unwrap_or_else(|| buffer_for(&set));
+    let what = summary(&set);
+    let node_cfg = NodeConfig {
+        seed,
+        max_flows: args.max_flows,
+        ..Default::default()
+    };
+    let node = Node::new(set, node_cfg);
+
+    let realtime = args.realtime != Realtime::Off;
+    let backend = check_capabilities(args.backend, realtime)?;
+    let claimed = claim_interfaces(&args.if_a, &args.if_b)?;
+    let (rx_a, tx_a, used_a) = open_interface(backend, &args.if_a, claimed.a.mtu)?;
+    let (rx_b, tx_b, used_b) = open_interface(backend, &args.if_b, claimed.b.mtu)?;
+    drop_capabilities(realtime)?;
+    let opts = NodeOptions {
+        names: ["a->b".into(), "b->a".into()],
+        buffer_bytes: [buffer_bytes; 2],
+        spin_ns: timing.spin_ns,
+        max_lag_ns: timing.max_lag_ns,
+        batch: args.batch.max(1),
+        realtime_priority: realtime.then_some(REALTIME_PRIORITY),
+        realtime_input: args.realtime == Realtime::All,
+    };
+    let mut bridge = NodeBridge::start(opts, node, [rx_a, rx_b], [tx_b, tx_a])
+        .map_err(|e| anyhow::anyhow!(e))?;
+    let file = match (&args.rules, &args.config) {
+        (Some(f), _) | (None, Some(f)) => f.display().to_string(),
+        (None, None) => String::new(),
+    };
+    eprintln!(
+        "linkem: rules {file}: {what}; a->b {} -> {} ({used_a}), b->a {} -> {} ({used_b})",
+        args.if_a, args.if_b, args.if_b, args.if_a
+    );
+    if !seed_given {
+        eprintln!("linkem: seed {seed} (add 'seed {seed}' to repeat the random draws)");
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())
+            .context("cannot install the signal handler")?;
+    }
+    let reload = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, reload.clone())
+        .context("cannot install the signal handler")?;
+    type Reload = std::sync::mpsc::Receiver<Result<(RuleSet, Option<u64>)>>;
+    let mut reloading: Option<Reload> = None;
+
+    let started = Instant::now();
+    let mut next_print = args
+        .stats_interval
+        .map(|s| started + Duration::from_secs_f64(s.max(0.1)));
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(20));
+        if let Some(d) = args.duration {
+            if started.elapsed().as_secs_f64() >= d {
+                break;
+            }
+        }
+        if let Some(e) = bridge.error() {
+            bail!("{e}");
+        }
+        if reloading.is_none() && reload.swap(false, Ordering::Relaxed) {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let src = source.clone();
+            std::thread::spawn(move || {
+                let _ = tx.send(src.load());
+            });
+            reloading = Some(rx);
+        }
+        if let Some(answer) = reloading.as_ref().map(Reload::try_recv) {
+            if !matches!(answer, Err(std::sync::mpsc::TryRecvError::Empty)) {
+                reloading = None;
+            }
+            match answer {
+                Ok(Ok((set, new_seed))) => {
+                    eprintln!("linkem: SIGHUP: rules re-read: {}", summary(&set));
+                    let cfg = NodeConfig {
+                        seed: new_seed.unwrap_or(seed),
+                        ..node_cfg
+                    };
+                    bridge.reload(Node::new(set, cfg));
+                }
+                // A broken file must not stop a running emulation.
+                Ok(Err(e)) => eprintln!("linkem: SIGHUP: keeping the current rules: {e:#}"),
+                Err(_) => {}
+            }
+        }
+        if let (Some(at), Some(every)) = (next_print, args.stats_interval) {
+            if Instant::now() >= at {
+                let stats = bridge.stats();
+                print_rules_stats(args.stats, &bridge, &stats, started, seed, false);
+                next_print = Some(at + Duration::from_secs_f64(every.max(0.1)));
+            }
+        }
+    }
+    let stats = bridge.stop();
+    print_rules_stats(args.stats, &bridge, &stats, started, seed, true);
+    Ok(())
+}
+
+/// The bridge's counts (with the node's own drops beside each direction's
+/// fates), then the node's pipes, rules and schedulers as replay prints them.
+fn print_rules_stats(
+    format: StatsFormat,
+    bridge: &NodeBridge,
+    stats: &[DirectionStats],
+    started: Instant,
+    seed: u64,
+    last: bool,
+) {
+    let secs = started.elapsed().as_secs_f64();
+    match format {
+        StatsFormat::None => {}
+        StatsFormat::Json => {
+            let dirs: Vec<serde_json::Value> = stats
+                .iter()
+                .map(|s| {
+                    let mut d = direction_json(s);
+                    if let Some(f) = d["fates"].as_object_mut() {
+                        for (name, n) in s.node_drops.named() {
+                            f.insert(name.into(), json!(n));
+                        }
+                    }
+                    d
+                })
+                .collect();
+            let node = bridge.with_node(node_json);
+            let out = json!({
+                "elapsed_s": secs,
+                "final": last,
+                "seed": seed,
+                "directions": dirs,
+                "node": node,
+            });
+            println!(
+                "{}",
+                serde_json::to_string(&out).expect("a JSON value always serialises")
+            );
+        }
+        StatsFormat::Text => {
+            print_stats(format, stats, secs, seed, last);
+            println!(
+                "{:<6}{:>10}{:>12}{:>10}{:>10}",
+                "dir", "denied", "flow-limit", "red-drop", "aqm-drop"
+            );
+            for s in stats {
+                let d = &s.node_drops;
+                println!(
+                    "{:<6}{:>10}{:>12}{:>10}{:>10}",
+                    s.name, d.denied, d.flow_limit, d.red_drop, d.aqm_drop
+                );
+            }
+            print!("{}", bridge.with_node(node_text));
+        }
+    }
+}

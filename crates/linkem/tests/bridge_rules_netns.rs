@@ -1,0 +1,488 @@
+//! `linkem bridge --rules` with real traffic: `nsA <-veth-> linkem <-veth-> nsB`
+//! with the hosts at the kernel's defaults (checksum offload, TSO/GSO on), so
+//! the node stage cuts super-frames as the plain bridge does. Needs root and
+//! prints "skipped" otherwise; namespaces are torn down by the topology's Drop.
+
+mod common;
+
+use common::*;
+use linkem_io::netns::Topology;
+use serde_json::Value;
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+/// A rule file in a directory removed when the value is dropped.
+struct RulesFile {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+}
+
+fn rules_file(text: &str) -> RulesFile {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bridge.rules");
+    std::fs::write(&path, text).unwrap();
+    RulesFile { _dir: dir, path }
+}
+
+fn start(topo: &Topology, backend: &str, rules: &RulesFile, extra: &[&str]) -> Bridge {
+    let mut args = vec!["--rules", rules.path.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    Bridge::start(topo, backend, &args)
+}
+
+/// A node fate of direction `dir` (`a->b` is 0).
+fn pipe_packets(v: &Value, pipe: u64) -> u64 {
+    v["node"]["pipes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pipe"] == pipe)
+        .unwrap_or_else(|| panic!("pipe {pipe} listed: {v}"))["flows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["packets"].as_u64().unwrap())
+        .sum()
+}
+
+/// One test per backend for each scenario: `SCENARIO::packet` and `SCENARIO::xdp`.
+macro_rules! on_both_backends {
+    ($($scenario:ident),* $(,)?) => {$(
+        mod $scenario {
+            #[test]
+            fn packet() {
+                super::$scenario("packet");
+            }
+
+            #[test]
+            fn xdp() {
+                super::$scenario("xdp");
+            }
+        }
+    )*};
+}
+
+on_both_backends!(
+    two_pipes_by_direction_add_up_to_the_rtt,
+    two_hosts_behind_different_pipes_see_their_own_rtt,
+    a_src_port_mask_gives_each_tcp_connection_its_own_rate,
+    wf2q_weights_1_and_3_share_the_link_25_75,
+    sighup_rereads_the_rules_and_a_broken_file_keeps_them,
+    seed_003_two_links_run_as_written,
+    seed_003_multipath_shares_within_binomial_bounds,
+    seed_003_multi_hop_path_adds_every_hop,
+);
+
+fn two_pipes_by_direction_add_up_to_the_rtt(backend: &str) {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let topo = topology_with("lkr1", true);
+    let rules = rules_file(
+        "pipe 1 config delay 10ms\n\
+         pipe 2 config delay 30ms\n\
+         add 100 pipe 1 ip from any to any in\n\
+         add 200 pipe 2 ip from any to any out\n",
+    );
+    let b = start(&topo, backend, &rules, &[]);
+    ping_median_ms(&topo, 10); // warm-up
+    let rtt = ping_median_ms(&topo, 40);
+    let v = b.stop();
+    eprintln!("{backend}: pipes 10 ms a->b, 30 ms b->a: RTT {rtt:.3} ms");
+    assert!(
+        (40.0..42.0).contains(&rtt),
+        "RTT {rtt} ms, expected 40 ms and the hosts' own time"
+    );
+    assert!(
+        pipe_packets(&v, 1) >= 50,
+        "pipe 1 carried the requests: {v}"
+    );
+    assert!(pipe_packets(&v, 2) >= 50, "pipe 2 carried the replies: {v}");
+}
+
+/// A second address on each host's interface (and its neighbour entry).
+fn add_address(topo: &Topology, ns: &str, dev: &str, addr: Ipv4Addr) {
+    let a = format!("{addr}/{}", topo.prefix_len);
+    let o = Command::new("ip")
+        .args(["-n", ns, "addr", "add", &a, "dev", dev])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+fn two_hosts_behind_different_pipes_see_their_own_rtt(backend: &str) {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let topo = topology_with("lkr2", true);
+    let o = topo.addr_b.octets();
+    let near = topo.addr_b;
+    let far = Ipv4Addr::new(o[0], o[1], o[2], 12);
+    add_address(&topo, &topo.ns_b, &topo.host_b, far);
+    let rules = rules_file(&format!(
+        "# two hosts behind one bridge: {near} 5 ms each way, {far} 25 ms\n\
+         pipe 1 config delay 5ms\n\
+         pipe 2 config delay 25ms\n\
+         add 100 pipe 1 ip from any to {near}\n\
+         add 110 pipe 1 ip from {near} to any\n\
+         add 200 pipe 2 ip from any to {far}\n\
+         add 210 pipe 2 ip from {far} to any\n"
+    ));
+    let b = start(&topo, backend, &rules, &[]);
+    ping_median_ms_to(&topo, far, 10); // warm-up, and ARP for the new address
+    let rtt_near = ping_median_ms_to(&topo, near, 30);
+    let rtt_far = ping_median_ms_to(&topo, far, 30);
+    let v = b.stop();
+    eprintln!("{backend}: {near}: {rtt_near:.3} ms, {far}: {rtt_far:.3} ms");
+    assert!(
+        (10.0..12.0).contains(&rtt_near),
+        "RTT to {near}: {rtt_near} ms"
+    );
+    assert!(
+        (50.0..52.0).contains(&rtt_far),
+        "RTT to {far}: {rtt_far} ms"
+    );
+    // ARP is not IP: no rule takes it, it passes unimpaired.
+    assert!(v["node"]["unmatched"].as_u64().unwrap() > 0, "{v}");
+}
+
+fn a_src_port_mask_gives_each_tcp_connection_its_own_rate(backend: &str) {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let topo = topology_with("lkr3", true);
+    let rules = rules_file(
+        "pipe 1 config bw 20Mbit/s queue 100 mask src-port 0xffff\n\
+         add 100 pipe 1 tcp from any to any dst-port 5301 in\n",
+    );
+    let b = start(&topo, backend, &rules, &[]);
+    let r = iperf3(&topo, &["-P", "4", "-t", "5", "-O", "1"]);
+    let v = b.stop();
+    let streams: Vec<f64> = r["end"]["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["receiver"]["bits_per_second"].as_f64().unwrap())
+        .collect();
+    let total: f64 = streams.iter().sum();
+    eprintln!(
+        "{backend}: 4 connections through a 20 Mbit/s pipe per source port: {:?} Mbit/s, total {:.1}",
+        streams.iter().map(|b| (b / 1e5).round() / 10.0).collect::<Vec<_>>(),
+        total / 1e6
+    );
+    assert_eq!(streams.len(), 4, "{r}");
+    // Goodput of 1448 bytes in 1514-byte frames: 19.1 Mbit/s per connection.
+    assert!(
+        total > 50e6,
+        "the 4 connections share no rate: {total} bit/s"
+    );
+    for s in &streams {
+        assert!(
+            (14e6..20.5e6).contains(s),
+            "one connection: {s} bit/s, expected about 19 Mbit/s"
+        );
+    }
+    // One instance per connection (and one for iperf3's control connection).
+    let flows = v["node"]["pipes"][0]["flows"].as_array().unwrap().len();
+    assert!(flows >= 4, "dynamic instances: {flows}: {v}");
+}
+
+/// Two iperf3 TCP flows at once, to ports 5301 and 5302, for `secs` s with the
+/// first second left out; returns the receivers' bit/s.
+fn two_tcp_flows(topo: &Topology, secs: u32) -> [f64; 2] {
+    let servers: Vec<_> = ["5301", "5302"]
+        .iter()
+        .map(|p| topo.spawn_in_b(&["iperf3", "-s", "-1", "-p", p]).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let b = topo.addr_b.to_string();
+    let t = secs.to_string();
+    let clients: Vec<_> = ["5301", "5302"]
+        .iter()
+        .map(|p| {
+            topo.spawn_in_a(&["iperf3", "-c", &b, "-p", p, "-J", "-t", &t, "-O", "1"])
+                .unwrap()
+        })
+        .collect();
+    let mut out = [0.0; 2];
+    for (i, c) in clients.into_iter().enumerate() {
+        let o = c.wait_with_output().unwrap();
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+            panic!(
+                "iperf3 output ({e}): {}",
+                String::from_utf8_lossy(&o.stdout)
+            )
+        });
+        out[i] = v["end"]["sum_received"]["bits_per_second"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("iperf3 TCP result: {v}"));
+    }
+    for mut s in servers {
+        let _ = s.kill();
+        let _ = s.wait();
+    }
+    out
+}
+
+fn wf2q_weights_1_and_3_share_the_link_25_75(backend: &str) {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let topo = topology_with("lkr4", true);
+    let rules = rules_file(
+        "pipe 1 config bw 20Mbit/s\n\
+         sched 1 config type wf2q+\n\
+         queue 1 config sched 1 weight 1 queue 100\n\
+         queue 2 config sched 1 weight 3 queue 100\n\
+         add 100 queue 1 tcp from any to any dst-port 5301 in\n\
+         add 200 queue 2 tcp from any to any dst-port 5302 in\n",
+    );
+    let b = start(&topo, backend, &rules, &[]);
+    let [low, high] = two_tcp_flows(&topo, 8);
+    let v = b.stop();
+    let share = low / (low + high);
+    eprintln!(
+        "{backend}: wf2q+ weights 1:3: {:.2} and {:.2} Mbit/s, share of weight 1: {:.3}",
+        low / 1e6,
+        high / 1e6,
+        share
+    );
+    assert!(
+        (0.20..=0.30).contains(&share),
+        "weight 1 of 1+3 took {share} of the link (expected 0.25 ± 0.05)"
+    );
+    assert!(
+        low + high > 0.85 * 20e6 * 1448.0 / 1514.0,
+        "the link is used: {} bit/s",
+        low + high
+    );
+    assert!(
+        v["node"]["schedulers"][0]["queues"]
+            .as_array()
+            .unwrap()
+            .len()
+            >= 2,
+        "{v}"
+    );
+}
+
+fn sighup_rereads_the_rules_and_a_broken_file_keeps_them(backend: &str) {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let topo = topology_with("lkr5", true);
+    let rules = rules_file("pipe 1 config delay 10ms\nadd 100 pipe 1 ip from any to any\n");
+    let b = start(&topo, backend, &rules, &[]);
+    ping_median_ms(&topo, 5);
+    let before = ping_median_ms(&topo, 20);
+    std::fs::write(
+        &rules.path,
+        "pipe 1 config delay 30ms\nadd 100 pipe 1 ip from any to any\n",
+    )
+    .unwrap();
+    b.signal(libc::SIGHUP);
+    std::thread::sleep(Duration::from_millis(300));
+    let after = ping_median_ms(&topo, 20);
+    std::fs::write(&rules.path, "pipe 1 config delay 5ms frobnicate\n").unwrap();
+    b.signal(libc::SIGHUP);
+    std::thread::sleep(Duration::from_millis(300));
+    let kept = ping_median_ms(&topo, 20);
+    let (_, err) = b.stop_with_stderr();
+    eprintln!("{backend}: RTT {before:.3} ms, after SIGHUP {after:.3} ms, after a broken file {kept:.3} ms");
+    assert!((20.0..22.0).contains(&before), "before: {before} ms");
+    assert!((60.0..62.0).contains(&after), "after SIGHUP: {after} ms");
+    assert!(
+        (60.0..62.0).contains(&kept),
+        "a broken file keeps the rules: {kept} ms"
+    );
+    assert!(err.contains("rules re-read"), "{err}");
+    assert!(
+        err.contains("keeping the current rules") && err.contains("frobnicate"),
+        "{err}"
+    );
+}
+
+/// testdata/rules/NAME.
+fn testdata_rules(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/rules")
+        .join(name)
+}
+
+/// Packets counted by rule `number` (each took the rule's action).
+fn rule_packets(v: &Value, number: u64) -> u64 {
+    v["node"]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["number"] == number)
+        .unwrap_or_else(|| panic!("rule {number} listed: {v}"))["packets"]
+        .as_u64()
+        .unwrap()
+}
+
+/// Dummynet Revisited §3.2 as written (testdata/rules/two-links.rules): host
+/// 10.0.0.2 behind IF_A gets 256 kbit/s + 12 ms up and 2 Mbit/s + 3 ms down.
+fn seed_003_two_links_run_as_written(backend: &str) {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let topo = topology_with("lkr6", true);
+    let host = Ipv4Addr::new(10, 0, 0, 2);
+    let net = Ipv4Addr::new(10, 0, 0, 1);
+    add_address(&topo, &topo.ns_a, &topo.host_a, host);
+    add_address(&topo, &topo.ns_b, &topo.host_b, net);
+    let path = testdata_rules("two-links.rules");
+    let b = Bridge::start(
+        &topo,
+        backend,
+        &["--rules", path.to_str().unwrap(), "seed", "1"],
+    );
+    ping_median_ms_to(&topo, net, 5); // ARP
+    let rtt = ping_median_ms_to(&topo, net, 30);
+    let v = b.stop();
+    // A 98-byte echo frame: 3.06 ms at 256 kbit/s + 12 ms up, 0.39 ms at 2 Mbit/s + 3 ms down.
+    let expected = 98.0 * 8.0 / 256.0 + 12.0 + 98.0 * 8.0 / 2000.0 + 3.0;
+    eprintln!("{backend}: §3.2 two links: RTT {rtt:.3} ms, expected {expected:.3} ms");
+    assert!(
+        rtt >= expected && rtt < expected + 1.5,
+        "RTT {rtt} ms, expected {expected} ms"
+    );
+    assert!(
+        rule_packets(&v, 100) >= 30 && rule_packets(&v, 200) >= 30,
+        "{v}"
+    );
+}
+
+/// Dummynet Revisited §3.3 as written (testdata/rules/multipath.rules): UDP from
+/// port 80 on IF_A's side is split 0.2 / 0.8 × 0.7 / the rest over three pipes.
+fn seed_003_multipath_shares_within_binomial_bounds(backend: &str) {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let topo = topology_with("lkr7", true);
+    let path = testdata_rules("multipath.rules");
+    let b = Bridge::start(
+        &topo,
+        backend,
+        &["--rules", path.to_str().unwrap(), "seed", "7"],
+    );
+    let n = 3000u32;
+    let dst = SocketAddrV4::new(topo.addr_b, 40080);
+    in_ns(&topo.ns_a, || {
+        let sock = UdpSocket::bind("0.0.0.0:80").unwrap();
+        for seq in 0..n {
+            let _ = sock.send_to(&seq.to_be_bytes(), dst);
+            // 5 kpps: below every pipe's rate, so no queue overflows.
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let v = b.stop();
+    let got = [1000, 1010, 1020].map(|r| rule_packets(&v, r));
+    let total: u64 = got.iter().sum();
+    eprintln!("{backend}: §3.3 multipath: {got:?} of {total}");
+    assert!(
+        total >= u64::from(n) * 99 / 100,
+        "the datagrams arrived: {v}"
+    );
+    for (k, p) in got.iter().zip([0.2, 0.8 * 0.7, 0.8 * 0.3]) {
+        let sd = (p * (1.0 - p) / total as f64).sqrt();
+        let share = *k as f64 / total as f64;
+        assert!(
+            (share - p).abs() <= 4.5 * sd,
+            "share {share}, expected {p} ± {:.4} (4.5 sd): {got:?}",
+            4.5 * sd
+        );
+    }
+}
+
+/// Dummynet Revisited §3.3's multi-hop path as written
+/// (testdata/rules/multihop.rules, one-pass off): every packet crosses the
+/// three pipes in a row, each hop's release the next one's arrival, so the
+/// node's reinjections are served by its poll, with no traffic arriving.
+fn seed_003_multi_hop_path_adds_every_hop(backend: &str) {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let topo = topology_with("lkr8", true);
+    let path = testdata_rules("multihop.rules");
+    let b = Bridge::start(
+        &topo,
+        backend,
+        &["--rules", path.to_str().unwrap(), "seed", "1"],
+    );
+    ping_median_ms(&topo, 5);
+    let rtt = ping_median_ms(&topo, 30);
+    let v = b.stop();
+    // Each way: 2 + 20 + 2 ms, and a 98-byte frame at 100, 10 and 100 Mbit/s.
+    let expected = 2.0 * (24.0 + 98.0 * 8.0 * (1.0 / 100e3 + 1.0 / 10e3 + 1.0 / 100e3));
+    eprintln!("{backend}: §3.3 multi-hop: RTT {rtt:.3} ms, expected {expected:.3} ms");
+    assert!(
+        rtt >= expected && rtt < expected + 1.5,
+        "RTT {rtt} ms, expected {expected} ms"
+    );
+    for rule in [100, 200, 300] {
+        assert!(rule_packets(&v, rule) >= 70, "rule {rule}: {v}");
+    }
+    assert_eq!(v["node"]["one_pass"], false);
+}
+
+/// A bad rule file, or link words beside --rules: a clear error naming the
+/// problem, before any interface is looked at (these interfaces do not exist).
+#[test]
+fn a_bad_rule_file_is_refused_before_any_interface_is_touched() {
+    let bad =
+        rules_file("pipe 1 config delay 10ms\nadd 100 pipe 1 ip from any to any frobnicate\n");
+    let run = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_linkem"))
+            .args(["bridge", "lkrnone0", "lkrnone1"])
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).to_string(),
+        )
+    };
+    let (code, err) = run(&["--rules", bad.path.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("line 2") && err.contains("frobnicate"),
+        "names the line and the word: {err}"
+    );
+    assert!(!err.contains("lkrnone"), "no interface looked at: {err}");
+
+    let missing = rules_file("add 100 pipe 7 ip from any to any\n");
+    let (code, err) = run(&["--rules", missing.path.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains('7'), "names the missing pipe: {err}");
+
+    let good = rules_file("pipe 1 config delay 10ms\nadd pipe 1 ip\n");
+    let path = good.path.to_str().unwrap();
+    let (code, err) = run(&["--rules", path, "delay", "10ms"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("'delay'") && err.contains("pipe N config"),
+        "{err}"
+    );
+    let (code, err) = run(&["--rules", path, "--a-to-b", "delay 5ms"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("--a-to-b"), "{err}");
+    let (code, err) = run(&["--rules", path, "--forward-only"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("--forward-only"), "{err}");
+    let (code, err) = run(&["--rules", "/nonexistent/bridge.rules"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("/nonexistent/bridge.rules"), "{err}");
+}

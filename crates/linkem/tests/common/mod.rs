@@ -1,0 +1,251 @@
+//! Helpers the live bridge tests share: one test at a time, namespaces torn
+//! down by the topology's Drop, `linkem bridge` started and stopped with its
+//! counts checked, ping and iperf3 from inside the namespaces.
+
+#![allow(dead_code)]
+
+use linkem_io::netns::{self, Topology};
+use serde_json::Value;
+use std::io::Read;
+use std::net::Ipv4Addr;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Live tests share two cores: run them one at a time.
+pub static SERIAL: Mutex<()> = Mutex::new(());
+
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn skip() -> bool {
+    match netns::check_prerequisites() {
+        Err(e @ netns::NetnsError::NotRoot) => {
+            eprintln!("skipped: {e}");
+            true
+        }
+        Err(e) => panic!("{e}"),
+        Ok(()) => {
+            for (program, package) in [("iperf3", "iperf3"), ("ping", "iputils-ping")] {
+                if Command::new(program).arg("-V").output().is_err() {
+                    panic!("`{program}` not found: install {package} (e.g. `apt-get install {package}`)");
+                }
+            }
+            false
+        }
+    }
+}
+
+pub fn topology(tag: &str) -> Topology {
+    topology_with(tag, false)
+}
+
+/// `stock`: the hosts' interfaces keep the kernel's defaults (checksum offload,
+/// TSO/GSO on), as containers get them; otherwise offloads are off on the hosts.
+pub fn topology_with(tag: &str, stock: bool) -> Topology {
+    let prefix = netns::unique_prefix(tag);
+    let topo = if stock {
+        Topology::two_hosts_stock(&prefix)
+    } else {
+        Topology::two_hosts(&prefix)
+    }
+    .expect("namespaces come up");
+    // Static neighbours: a lost ARP request must not look like a lost packet.
+    topo.pin_neighbours().expect("neighbour entries");
+    topo
+}
+
+pub struct Bridge {
+    pub child: Child,
+}
+
+impl Bridge {
+    pub fn start(topo: &Topology, backend: &str, args: &[&str]) -> Bridge {
+        let child = Command::new(env!("CARGO_BIN_EXE_linkem"))
+            .args([
+                "bridge",
+                &topo.emu_a,
+                &topo.emu_b,
+                "--backend",
+                backend,
+                "--stats",
+                "json",
+            ])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("linkem starts");
+        // Opening sockets and attaching programs takes a few ms; give it room.
+        std::thread::sleep(Duration::from_millis(400));
+        let mut b = Bridge { child };
+        if let Some(status) = b.child.try_wait().unwrap() {
+            let mut err = String::new();
+            b.child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            panic!("linkem bridge exited at start ({status}): {err}");
+        }
+        b
+    }
+
+    pub fn signal(&self, sig: libc::c_int) {
+        // Safety: kill with a pid we own.
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+
+    /// SIGINT, then the final counts. Fails if linkem does not exit 0 within 10 s.
+    pub fn stop(self) -> Value {
+        self.stop_with_stderr().0
+    }
+
+    /// [`Bridge::stop`], and what linkem wrote on stderr.
+    pub fn stop_with_stderr(mut self) -> (Value, String) {
+        self.signal(libc::SIGINT);
+        let t = Instant::now();
+        while self.child.try_wait().unwrap().is_none() {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "linkem did not stop on SIGINT"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let status = self.child.wait().unwrap();
+        let (mut stdout, mut stderr) = (String::new(), String::new());
+        self.child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut stdout)
+            .unwrap();
+        self.child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        assert!(status.success(), "linkem failed: {stderr}");
+        let last = stdout
+            .lines()
+            .last()
+            .unwrap_or_else(|| panic!("no counts printed; stderr: {stderr}"));
+        let v: Value = serde_json::from_str(last).unwrap();
+        assert_eq!(v["final"], true);
+        for d in v["directions"].as_array().unwrap() {
+            let fates: u64 = d["fates"]
+                .as_object()
+                .unwrap()
+                .values()
+                .map(|x| x.as_u64().unwrap())
+                .sum();
+            assert_eq!(
+                d["received"].as_u64().unwrap() + d["segmented"].as_u64().unwrap(),
+                fates + d["in_flight"].as_u64().unwrap(),
+                "received + segmented = delivered + drops by reason + in flight: {d}"
+            );
+        }
+        (v, stderr)
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn fate(v: &Value, dir: usize, name: &str) -> u64 {
+    v["directions"][dir]["fates"][name].as_u64().unwrap()
+}
+
+/// Runs `f` on a thread inside network namespace `ns`.
+pub fn in_ns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            netns::enter(ns).expect("the namespace exists and we are root");
+            f()
+        })
+        .join()
+        .expect("namespace thread")
+    })
+}
+
+pub fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Median ping RTT from A to B in ms.
+pub fn ping_median_ms(topo: &Topology, count: u32) -> f64 {
+    ping_median_ms_to(topo, topo.addr_b, count)
+}
+
+/// Median ping RTT from A's namespace to `dst` in ms.
+pub fn ping_median_ms_to(topo: &Topology, dst: Ipv4Addr, count: u32) -> f64 {
+    let o = topo
+        .exec_in_a(&[
+            "ping",
+            "-c",
+            &count.to_string(),
+            "-i",
+            "0.02",
+            &dst.to_string(),
+        ])
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    let rtts: Vec<f64> = text
+        .lines()
+        .filter_map(|l| {
+            l.split("time=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    assert!(rtts.len() as u32 >= count * 9 / 10, "ping answers: {text}");
+    median(rtts)
+}
+
+pub fn iperf3(topo: &Topology, args: &[&str]) -> Value {
+    let mut server = topo
+        .spawn_in_b(&["iperf3", "-s", "-1", "-p", "5301"])
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let b = topo.addr_b.to_string();
+    let mut all = vec!["iperf3", "-c", &b, "-p", "5301", "-J"];
+    all.extend_from_slice(args);
+    let o = topo.exec_in_a(&all).unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "iperf3 output ({e}): {}",
+            String::from_utf8_lossy(&o.stdout)
+        )
+    })
+}
+
+/// TCP goodput (receiver side) in bit/s from A to B over `secs` s, the first second left out.
+pub fn tcp_goodput_bps(topo: &Topology, extra: &[&str], secs: u32) -> f64 {
+    let t = secs.to_string();
+    let mut args = vec!["-t", &t, "-O", "1"];
+    args.extend_from_slice(extra);
+    let v = iperf3(topo, &args);
+    v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("iperf3 TCP result: {v}"))
+}
