@@ -413,7 +413,10 @@ impl Qfq {
         for (gi, g) in self.groups.iter().enumerate() {
             let bit = 1u64 << gi;
             if (g.full_slots != 0) != (all & bit != 0) {
-                return Err(format!("group {gi}: slots {:#x} sets {all:#x}", g.full_slots));
+                return Err(format!(
+                    "group {gi}: slots {:#x} sets {all:#x}",
+                    g.full_slots
+                ));
             }
             if g.full_slots == 0 {
                 continue;
@@ -643,7 +646,10 @@ mod tests {
                 let i = group_index(inv_weight(w), l);
                 let slot = l as u64 * inv_weight(w);
                 assert!(1u64 << (MIN_SLOT_SHIFT + i) >= slot, "w {w} l {l}");
-                assert!(i == 0 || 1u64 << (MIN_SLOT_SHIFT + i - 1) < slot, "w {w} l {l}");
+                assert!(
+                    i == 0 || 1u64 << (MIN_SLOT_SHIFT + i - 1) < slot,
+                    "w {w} l {l}"
+                );
             }
         }
     }
