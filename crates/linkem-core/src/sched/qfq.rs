@@ -130,8 +130,10 @@ struct Group {
     front: u32,
     /// Bit j: slot (front + j) % SLOTS holds classes.
     full_slots: u32,
+    /// First class of each slot's list (pushed at the head, as Dummynet:
+    /// the paper lets any class of the front slot go first, and this touches
+    /// no other class).
     head: [u32; SLOTS as usize],
-    tail: [u32; SLOTS as usize],
 }
 
 impl Group {
@@ -143,7 +145,6 @@ impl Group {
             front: 0,
             full_slots: 0,
             head: [NONE; SLOTS as usize],
-            tail: [NONE; SLOTS as usize],
         }
     }
 }
@@ -157,6 +158,9 @@ pub struct Qfq {
     v: u64,
     /// Sum of the (approximated) weights of all classes.
     wsum: u64,
+    /// 2^(FRAC_BITS+32) / wsum: V grows by (L·iwsum) >> 32 per L bytes, a
+    /// multiplication instead of a division per packet.
+    iwsum: u64,
 }
 
 impl Default for Qfq {
@@ -167,6 +171,7 @@ impl Default for Qfq {
             sets: [0; 4],
             v: 0,
             wsum: 0,
+            iwsum: 0,
         }
     }
 }
@@ -302,13 +307,8 @@ impl Qfq {
             (rounded_s.wrapping_sub(grp.s) >> grp.shift).min(SLOTS as u64 - 1) as u32
         };
         let i = ((grp.front + off) % SLOTS) as usize;
-        self.cls[c as usize].next = NONE;
-        if grp.tail[i] == NONE {
-            grp.head[i] = c;
-        } else {
-            self.cls[grp.tail[i] as usize].next = c;
-        }
-        grp.tail[i] = c;
+        self.cls[c as usize].next = grp.head[i];
+        grp.head[i] = c;
         grp.full_slots |= 1 << off;
     }
 
@@ -320,7 +320,6 @@ impl Qfq {
         let next = self.cls[c as usize].next;
         grp.head[i] = next;
         if next == NONE {
-            grp.tail[i] = NONE;
             grp.full_slots &= !1;
         }
     }
@@ -464,6 +463,7 @@ impl Scheduler for Qfq {
     fn add_class(&mut self, _class: u32, p: &QueueParams) {
         let inv_w = inv_weight(p.weight);
         self.wsum += (1u64 << FRAC_BITS) / inv_w;
+        self.iwsum = (1u64 << (FRAC_BITS + 32)) / self.wsum;
         self.cls.push(Cls {
             s: self.v,
             f: self.v,
@@ -529,9 +529,8 @@ impl Scheduler for Qfq {
             let got = qs.pop(now, c, drops);
             let old_v = self.v;
             if let Some((p, _)) = got {
-                self.v = self
-                    .v
-                    .wrapping_add(((p.len_bytes as u64) << FRAC_BITS) / self.wsum.max(1));
+                let dv = (p.len_bytes as u128 * self.iwsum as u128) >> 32;
+                self.v = self.v.wrapping_add(dv as u64);
             }
             if self.update_class(g, c, qs.head_len(c)) {
                 let old_f = self.groups[g].f;
