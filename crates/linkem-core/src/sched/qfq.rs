@@ -580,7 +580,15 @@ mod tests {
     use std::sync::Arc;
 
     fn mk(classes: &[(u32, Option<u32>)]) -> (Qfq, Queues) {
-        let mut q = Qfq::default();
+        mk_at(0, classes)
+    }
+
+    /// A scheduler whose virtual time starts at `v0`.
+    fn mk_at(v0: u64, classes: &[(u32, Option<u32>)]) -> (Qfq, Queues) {
+        let mut q = Qfq {
+            v: v0,
+            ..Default::default()
+        };
         let mut qs = Queues::default();
         for (i, &(weight, lmax_bytes)) in classes.iter().enumerate() {
             let p = Arc::new(QueueParams {
@@ -746,6 +754,71 @@ mod tests {
         }
         // 1:3 within a few packets (QFQ's lag is a few lmax).
         assert!((n[0] as i64 - 10_000).abs() <= 8, "{n:?}");
+    }
+
+    #[test]
+    fn random_lengths_past_lmax_never_stall() {
+        let ws: Vec<(u32, Option<u32>)> = (0..12)
+            .map(|i| ([1, 65536, 3, 200][i % 4], Some([1, 64, 1514][i % 3])))
+            .collect();
+        let (mut q, mut qs) = mk(&ws);
+        let mut x = 5u64;
+        let (mut sent, mut queued) = (0u32, 0u32);
+        for h in 0..30_000u32 {
+            if lcg(&mut x) % 100 < 55 {
+                let c = (lcg(&mut x) % 12) as u32;
+                qs.push(
+                    0,
+                    c,
+                    Pkt {
+                        handle: h,
+                        len_bytes: 1 + (lcg(&mut x) % 9000) as u32,
+                        enq_ns: 0,
+                        ect: false,
+                        ce: false,
+                    },
+                    (0, 0),
+                    &mut || 0.5,
+                )
+                .unwrap();
+                q.enqueued(c, &qs);
+                queued += 1;
+            } else if q.dequeue(0, &mut qs, &mut Vec::new()).is_some() {
+                sent += 1;
+            } else {
+                assert_eq!(qs.total_packets, 0, "idle with packets waiting");
+            }
+        }
+        while q.dequeue(0, &mut qs, &mut Vec::new()).is_some() {
+            sent += 1;
+        }
+        assert_eq!(sent, queued);
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn virtual_time_wraps_around() {
+        // V starts 2^36 units (64 bytes at weight 1) before u64 wraps.
+        let (mut q, mut qs) = mk_at(u64::MAX - (1 << 36), &[(1, None), (3, None), (2, Some(64))]);
+        let mut h = 0;
+        for c in 0..3 {
+            for _ in 0..20 {
+                enq(&mut q, &mut qs, c, if c == 2 { 64 } else { 1000 }, h);
+                h += 1;
+            }
+        }
+        let mut bytes = [0u64; 3];
+        for _ in 0..30_000 {
+            let (c, p) = deq(&mut q, &mut qs).expect("backlogged");
+            bytes[c as usize] += p.len_bytes as u64;
+            enq(&mut q, &mut qs, c, p.len_bytes, h);
+            h += 1;
+        }
+        assert!(q.v < 1 << 62, "V wrapped");
+        let tot = bytes.iter().sum::<u64>() as f64;
+        for (c, w) in [1.0, 3.0, 2.0].iter().enumerate() {
+            assert!((bytes[c] as f64 / tot - w / 6.0).abs() < 0.005, "{bytes:?}");
+        }
     }
 
     #[test]
