@@ -482,6 +482,8 @@ fn words_errors_name_the_problem() {
         (65536, Some(9000))
     );
     assert_eq!(s.queues[&3].params.lmax_bytes, None, "default: 1514");
+    let s = parse("pipe 1 config bw 1Mbit/s type qfq\nqueue 2 config pipe 1 maxlen 9000\n").sched;
+    assert_eq!(s.queues[&2].params.lmax_bytes, Some(9000), "maxlen is lmax");
     let s = parse("pipe 4 config bw 1Mbit/s type qfq\nqueue 2 config pipe 4 lmax 64\n").sched;
     assert_eq!(s.params(4).kind, linkem_core::sched::SchedKind::Qfq);
     let s = parse(

@@ -5,7 +5,7 @@
 //! sched N config [type fifo|wf2q+|qfq|rr|prio|fq_codel|fq_pie] [quantum B] [limit P]
 //!                [flows F] [target T] [interval T] [tupdate T] [alpha A] [beta B]
 //!                [max_burst T] [max_ecnth P] [ecn|noecn]
-//! queue N config pipe|sched M [weight W] [lmax B] [pri P] [queue LIMIT] [plr P]
+//! queue N config pipe|sched M [weight W] [lmax|maxlen B] [pri P] [queue LIMIT] [plr P]
 //!                [droptail | red|gred w_q/min_th/max_th/max_p
 //!                 | codel [target T] [interval T] [ecn|noecn]
 //!                 | pie [target T] [tupdate T] [alpha A] [beta B] [max_burst T]
@@ -395,7 +395,7 @@ pub fn parse_sched(number: u32, words: &[&str], line: usize) -> Result<SchedDef,
                 }
             }
             "mask" => return Err(rerr(line, w, "not supported on sched (one scheduler per pipe in linkem; put the mask on the queue)")),
-            "lmax" | "weight" => return Err(rerr(line, w, format!("'{w}' is a word of 'queue N config' (each queue has its own)"))),
+            "lmax" | "maxlen" | "weight" => return Err(rerr(line, w, format!("'{w}' is a word of 'queue N config' (each queue has its own)"))),
             "bw" | "bandwidth" | "delay" => return Err(rerr(line, w, "the link's words go on 'pipe N config' (sched N serves pipe N's link)")),
             _ => return Err(rerr(line, w, "unknown word for sched (type, quantum, limit, flows, target, interval, tupdate, alpha, beta, max_burst, max_ecnth, ecn, noecn)")),
         }
@@ -503,7 +503,7 @@ pub fn parse_queue(number: u32, words: &[&str], line: usize) -> Result<QueueDef,
                 c.once("buckets", w)?;
                 int_in(line, c.arg(w, "a number")?, 1, 1 << 20, "buckets")?;
             }
-            "lmax" => {
+            "lmax" | "maxlen" => {
                 c.once("lmax", w)?;
                 let v = c.arg(w, "a packet size in bytes such as 1514")?;
                 params.lmax_bytes = Some(
