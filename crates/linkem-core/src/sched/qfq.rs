@@ -187,7 +187,7 @@ impl Qfq {
         self.sets
     }
 
-    /// Virtual time in bytes per unit of weight sum.
+    /// Virtual time, in bytes per unit of weight.
     pub fn virtual_time(&self) -> f64 {
         self.v as f64 / (1u64 << FRAC_BITS) as f64
     }
@@ -519,6 +519,10 @@ impl Scheduler for Qfq {
     ) -> Option<(u32, Pkt, bool)> {
         loop {
             if self.sets[ER] == 0 {
+                // Only an ER group can block: with none, nothing is blocked
+                // (a safety net; the paper's invariants leave nothing here).
+                self.move_groups(u64::MAX, EB, ER);
+                self.move_groups(u64::MAX, IB, IR);
                 self.update_eligible(self.v);
                 if self.sets[ER] == 0 {
                     return None;
