@@ -898,15 +898,18 @@ fn references_are_exercised() {
 //
 // QFQ approximates WF²Q+ (rounded timestamps, classes grouped by slot size),
 // so its order is not WF²Q+'s packet for packet and copying its algorithm
-// here would check nothing. The reference checks what Checconi, Rizzo and
-// Valente (ToN 2013) prove QFQ guarantees instead, computed from the sends
-// alone. With φ_k = w_k / Σw the share of class k, R the link rate:
+// here would check nothing. The reference checks the kind of guarantee
+// Checconi, Rizzo and Valente (ToN 2013) prove for QFQ instead, computed
+// from the sends alone: a bit-wise worst-case fair index (B-WFI) of a few
+// φ_k·σ_k plus a few L_max. With φ_k = w_k / Σw the share of class k, R the
+// link rate:
 //
 // - B-WFI: over any interval [t1, t2] in which k is continuously backlogged,
 //   W_k(t1, t2) ≥ φ_k·W(t1, t2) − B_k, W the bytes the link sent (counted
-//   as they go on the wire), B_k = 3·φ_k·σ_k + 2·L_max, σ_k the slot size of
-//   k's group (the power of two at or above lmax_k/φ_k, so φ_k·σ_k < 2·lmax_k;
-//   the bound uses 2·lmax_k).
+//   as they go on the wire), here B_k = 3·φ_k·σ_k + 2·L_max, σ_k the slot
+//   size of k's group (the power of two at or above lmax_k/φ_k, so
+//   φ_k·σ_k < 2·lmax_k; the check uses 2·lmax_k). The largest lag seen in
+//   these runs is about a third of B_k; a wrong weight exceeds it.
 // - Per packet (the same guarantee read as a rate-latency server): packet p
 //   of class k leaves the link by its virtual finish time at rate φ_k·R,
 //   F_p = max(a_p, F_{p−1}) + L_p/(φ_k·R), plus B_k/(φ_k·R).

@@ -13,7 +13,7 @@
 //! L/W per L bytes sent and jumps to the smallest group start when nothing is
 //! eligible (so the link never idles with packets waiting).
 //!
-//! # Groups and slots (the paper's §III)
+//! # Groups and slots
 //! Class k belongs to group i, the smallest i with σ_i = 2^(MIN_SLOT_SHIFT+i)
 //! ≥ lmax_k/w_k (in fixed point): classes of one group have slot sizes within
 //! a factor 2. A group keeps its backlogged classes in a bucket list of
