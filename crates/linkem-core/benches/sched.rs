@@ -50,6 +50,7 @@ fn bench(c: &mut Criterion) {
     for kind in [
         SchedKind::Fifo,
         SchedKind::Wf2q,
+        SchedKind::Qfq,
         SchedKind::Rr,
         SchedKind::Prio,
         SchedKind::FqCodel,

@@ -120,7 +120,7 @@ fn overload(n_src: u32, secs: u64, rate_bps: u64) -> Vec<(u64, u32, FlowKey)> {
 
 #[test]
 fn weights_one_to_three_share_25_75() {
-    for ty in ["wf2q+", "rr"] {
+    for ty in ["wf2q+", "rr", "qfq"] {
         let text = format!(
             "pipe 1 config bw 4Mbit/s\nsched 1 config type {ty}\nqueue 1 config sched 1 weight 1\nqueue 2 config sched 1 weight 3\n\
              add queue 1 src-ip 0.0.0.1\nadd queue 2 src-ip 0.0.0.2\n"
@@ -139,39 +139,44 @@ fn weights_one_to_three_share_25_75() {
 #[test]
 fn seed_003_figure_4_per_source_queues() {
     // One queue of weight 20 (UDP), per-source queues of weight 10 (TCP from 10.8.5.0/24).
-    let text =
-        "pipe 5 config bw 4Mbit/s\nsched 5 config type wf2q+\nqueue 10 config weight 20 sched 5\n\
+    for ty in ["wf2q+", "qfq"] {
+        let text = format!(
+        "pipe 5 config bw 4Mbit/s\nsched 5 config type {ty}\nqueue 10 config weight 20 sched 5\n\
                 queue 8 config weight 10 sched 5 mask src-ip 0xffffffff\n\
-                add 1000 queue 10 proto udp\nadd 1010 queue 8 proto tcp src-ip 10.8.5.0/24\n";
-    let gap = 1500 * 8 * 1000 / 4; // each source alone fills the link
-    let mut pkts = Vec::new();
-    for i in 0..4000u64 {
-        pkts.push((i * gap, 1500, udp(0x0a08_0909, 1, 0)));
-        for h in 1..=2u32 {
-            let mut k = udp(0x0a08_0500 + h, 2, 0);
-            k.proto = 6;
-            pkts.push((i * gap + h as u64, 1500, k));
+                add 1000 queue 10 proto udp\nadd 1010 queue 8 proto tcp src-ip 10.8.5.0/24\n");
+        let gap = 1500 * 8 * 1000 / 4; // each source alone fills the link
+        let mut pkts = Vec::new();
+        for i in 0..4000u64 {
+            pkts.push((i * gap, 1500, udp(0x0a08_0909, 1, 0)));
+            for h in 1..=2u32 {
+                let mut k = udp(0x0a08_0500 + h, 2, 0);
+                k.proto = 6;
+                pkts.push((i * gap + h as u64, 1500, k));
+            }
         }
+        let (d, node) = run(parse(&text), &pkts);
+        let m = bytes_by_src(&d, &pkts, 10_000_000_000);
+        let udp_b = m[&v4_mapped(0x0a08_0909)] as f64;
+        let t1 = m[&v4_mapped(0x0a08_0501)] as f64;
+        let t2 = m[&v4_mapped(0x0a08_0502)] as f64;
+        let tot = udp_b + t1 + t2;
+        // Weights 20 : 10 : 10 -> 50 % : 25 % : 25 %.
+        assert!((udp_b / tot - 0.5).abs() < 0.01, "{ty}: {}", udp_b / tot);
+        assert!(
+            (t1 / tot - 0.25).abs() < 0.01 && (t2 / tot - 0.25).abs() < 0.01,
+            "{ty}"
+        );
+        let link = node.sched.links.iter().flatten().next().unwrap();
+        // Two dynamic instances of queue 8 plus queue 10.
+        let q8 = link
+            .sched
+            .qs
+            .classes
+            .iter()
+            .filter(|c| c.queue == 8)
+            .count();
+        assert_eq!(q8, 2);
     }
-    let (d, node) = run(parse(text), &pkts);
-    let m = bytes_by_src(&d, &pkts, 10_000_000_000);
-    let udp_b = m[&v4_mapped(0x0a08_0909)] as f64;
-    let t1 = m[&v4_mapped(0x0a08_0501)] as f64;
-    let t2 = m[&v4_mapped(0x0a08_0502)] as f64;
-    let tot = udp_b + t1 + t2;
-    // Weights 20 : 10 : 10 -> 50 % : 25 % : 25 %.
-    assert!((udp_b / tot - 0.5).abs() < 0.01, "{}", udp_b / tot);
-    assert!((t1 / tot - 0.25).abs() < 0.01 && (t2 / tot - 0.25).abs() < 0.01);
-    let link = node.sched.links.iter().flatten().next().unwrap();
-    // Two dynamic instances of queue 8 plus queue 10.
-    let q8 = link
-        .sched
-        .qs
-        .classes
-        .iter()
-        .filter(|c| c.queue == 8)
-        .count();
-    assert_eq!(q8, 2);
 }
 
 #[test]
@@ -386,7 +391,22 @@ fn ecn_marks_instead_of_dropping() {
 #[test]
 fn words_errors_name_the_problem() {
     let cases = [
-        ("pipe 1 config bw 1Mbit/s\nsched 1 config type qfq", "qfq"),
+        (
+            "pipe 1 config bw 1Mbit/s\nqueue 3 config sched 1 weight 200",
+            "weight is 1..100 under wf2q+ (1..65536 under qfq)",
+        ),
+        (
+            "pipe 1 config bw 1Mbit/s\nsched 1 config type qfq\nqueue 3 config sched 1 weight 65537",
+            "weight is 1..100 (1..65536 under qfq)",
+        ),
+        (
+            "pipe 1 config bw 1Mbit/s\nsched 1 config type qfq\nqueue 3 config sched 1 lmax 0",
+            "lmax (bytes) is 1..65535",
+        ),
+        (
+            "pipe 1 config bw 1Mbit/s\nsched 1 config type qfq lmax 1500",
+            "'lmax' is a word of 'queue N config'",
+        ),
         (
             "pipe 1 config bw 1Mbit/s\nsched 1 config type foo",
             "unknown scheduler type",
@@ -425,8 +445,8 @@ fn words_errors_name_the_problem() {
             "below its interval",
         ),
         (
-            "pipe 1 config bw 1Mbit/s\nqueue 3 config sched 1 lmax 1500",
-            "not supported",
+            "pipe 1 config bw 1Mbit/s\nsched 1 config type rr\nqueue 3 config sched 1 lmax 1500",
+            "'lmax' is a parameter of qfq queues (pipe 1's scheduler is rr)",
         ),
         (
             "pipe 1 config bw 1Mbit/s\nsched 1 config type fq_codel flows 0",
@@ -452,6 +472,20 @@ fn words_errors_name_the_problem() {
     );
     let q = &s.queues[&2].params;
     assert_eq!((q.weight, q.limit_packets), (1, Some(50)));
+    let s = parse(
+        "pipe 1 config bw 1Mbit/s\nsched 1 config type qfq\nqueue 2 config sched 1 weight 65536 lmax 9000\nqueue 3 config sched 1\n",
+    )
+    .sched;
+    assert_eq!(s.scheds[&1].params.kind, linkem_core::sched::SchedKind::Qfq);
+    assert_eq!(
+        (s.queues[&2].params.weight, s.queues[&2].params.lmax_bytes),
+        (65536, Some(9000))
+    );
+    assert_eq!(s.queues[&3].params.lmax_bytes, None, "default: 1514");
+    let s = parse("pipe 1 config bw 1Mbit/s type qfq\nqueue 2 config pipe 1 maxlen 9000\n").sched;
+    assert_eq!(s.queues[&2].params.lmax_bytes, Some(9000), "maxlen is lmax");
+    let s = parse("pipe 4 config bw 1Mbit/s type qfq\nqueue 2 config pipe 4 lmax 64\n").sched;
+    assert_eq!(s.params(4).kind, linkem_core::sched::SchedKind::Qfq);
     let s = parse(
         "pipe 1 config bw 1Mbit/s\nqueue 2 config pipe 1 codel\nqueue 3 config pipe 1 pie ecn\n",
     )

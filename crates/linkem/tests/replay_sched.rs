@@ -225,3 +225,68 @@ fn ecn_marks_reach_the_output_capture() {
     }
     assert_eq!(ce, marked_events, "every marked decision is a CE frame");
 }
+
+#[test]
+fn qfq_weights_share_the_link_in_replay() {
+    // Two flows of 8 Mbit/s each into 4 Mbit/s, queues of weight 1 and 3.
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.pcap");
+    linkem(&[
+        "synth",
+        input.to_str().unwrap(),
+        "--packets",
+        "20000",
+        "--size",
+        "1000",
+        "--rate",
+        "16mbit",
+        "--flows",
+        "2",
+    ]);
+    let rules = dir.path().join("q.rules");
+    std::fs::write(
+        &rules,
+        "pipe 1 config bw 4Mbit/s\nsched 1 config type qfq\n\
+         queue 1 config sched 1 weight 1 lmax 1000\nqueue 2 config sched 1 weight 3 lmax 1000\n\
+         add 100 queue 1 ip src-port 5000\nadd 110 queue 2 ip src-port 5001\n",
+    )
+    .unwrap();
+    let out = dir.path().join("out.pcap");
+    let o = linkem(&[
+        "replay",
+        input.to_str().unwrap(),
+        out.to_str().unwrap(),
+        "seed",
+        "1",
+        "--rules",
+        rules.to_str().unwrap(),
+        "--stats",
+        "text",
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("type QFQ"), "{text}");
+    // Bytes per source port over the first 9 s of output, while both queues
+    // are backlogged (the input lasts 10 s).
+    let o = std::fs::read(&out).unwrap();
+    let (mut at, mut first) = (24, None);
+    let mut bytes = [0u64; 2];
+    while at + 16 <= o.len() {
+        let ts = u32::from_le_bytes(o[at..at + 4].try_into().unwrap()) as u64 * 1_000_000_000
+            + u32::from_le_bytes(o[at + 4..at + 8].try_into().unwrap()) as u64;
+        let incl = u32::from_le_bytes(o[at + 8..at + 12].try_into().unwrap()) as usize;
+        let f = at + 16;
+        let t0 = *first.get_or_insert(ts);
+        if ts < t0 + 9_000_000_000 {
+            let port = u16::from_be_bytes([o[f + 34], o[f + 35]]);
+            bytes[(port - 5000) as usize] += incl as u64;
+        }
+        at = f + incl;
+    }
+    let share = bytes[0] as f64 / (bytes[0] + bytes[1]) as f64;
+    assert!((share - 0.25).abs() < 0.01, "share {share} ({bytes:?})");
+    // The link stays busy: about 9 s at 4 Mbit/s.
+    assert!(
+        (bytes[0] + bytes[1]) as f64 * 8.0 > 0.98 * 36e6,
+        "{bytes:?}"
+    );
+}

@@ -14,6 +14,7 @@
 //! |---|---|---|---|
 //! | `fifo` | one FIFO over all classes in arrival order | O(1) | [`fifo`] |
 //! | `wf2q+` | WF²Q+ (Bennett & Zhang 1997), virtual times | O(log N) | [`wf2q`] |
+//! | `qfq` | QFQ (Checconi, Rizzo, Valente 2013), grouped slots | O(1) | [`qfq`] |
 //! | `rr` | Deficit Round Robin (Shreedhar & Varghese 1995) | O(1) | [`drr`] |
 //! | `prio` | strict priority, round robin within a level | O(1) | [`prio`] |
 //! | `fq_codel` | RFC 8290 with CoDel per flow | O(1) (overflow: O(flows)) | [`fq`] |
@@ -32,6 +33,7 @@ pub mod drr;
 pub mod fifo;
 pub mod fq;
 pub mod prio;
+pub mod qfq;
 pub mod service;
 pub mod wf2q;
 pub mod words;
@@ -176,6 +178,8 @@ impl ClassStats {
 #[derive(Debug, Clone, PartialEq)]
 pub struct QueueParams {
     pub weight: u32,
+    /// QFQ: the largest packet of the queue (`lmax`); None: the default.
+    pub lmax_bytes: Option<u32>,
     /// PRIO level (higher is served first).
     pub pri: u32,
     pub limit_packets: Option<u32>,
@@ -189,6 +193,7 @@ impl Default for QueueParams {
     fn default() -> Self {
         QueueParams {
             weight: 1,
+            lmax_bytes: None,
             pri: 0,
             limit_packets: Some(50),
             limit_bytes: None,
@@ -372,6 +377,7 @@ pub trait Scheduler: std::fmt::Debug + Send {
 pub enum SchedKind {
     Fifo,
     Wf2q,
+    Qfq,
     Rr,
     Prio,
     FqCodel,
@@ -383,6 +389,7 @@ impl SchedKind {
         Some(match w.to_ascii_lowercase().as_str() {
             "fifo" => SchedKind::Fifo,
             "wf2q+" | "wf2q" | "wf2qp" => SchedKind::Wf2q,
+            "qfq" => SchedKind::Qfq,
             "rr" | "drr" => SchedKind::Rr,
             "prio" => SchedKind::Prio,
             "fq_codel" | "fq-codel" => SchedKind::FqCodel,
@@ -394,6 +401,7 @@ impl SchedKind {
         match self {
             SchedKind::Fifo => "FIFO",
             SchedKind::Wf2q => "WF2Q+",
+            SchedKind::Qfq => "QFQ",
             SchedKind::Rr => "RR",
             SchedKind::Prio => "PRIO",
             SchedKind::FqCodel => "FQ_CODEL",
@@ -446,6 +454,7 @@ pub fn make(p: &SchedParams) -> Box<dyn Scheduler> {
     match p.kind {
         SchedKind::Fifo => Box::new(fifo::FifoSched::default()),
         SchedKind::Wf2q => Box::new(wf2q::Wf2q::default()),
+        SchedKind::Qfq => Box::new(qfq::Qfq::default()),
         SchedKind::Rr => Box::new(drr::Drr::new(p.quantum_bytes)),
         SchedKind::Prio => Box::new(prio::Prio::default()),
         SchedKind::FqCodel | SchedKind::FqPie => Box::new(fq::Fq::new(p.quantum_bytes)),

@@ -2,10 +2,10 @@
 //! AQM words of `pipe N config`, as ipfw(8)/dnctl(8) take them.
 //!
 //! ```text
-//! sched N config [type fifo|wf2q+|rr|prio|fq_codel|fq_pie] [quantum B] [limit P]
+//! sched N config [type fifo|wf2q+|qfq|rr|prio|fq_codel|fq_pie] [quantum B] [limit P]
 //!                [flows F] [target T] [interval T] [tupdate T] [alpha A] [beta B]
 //!                [max_burst T] [max_ecnth P] [ecn|noecn]
-//! queue N config pipe|sched M [weight W] [pri P] [queue LIMIT] [plr P]
+//! queue N config pipe|sched M [weight W] [lmax|maxlen B] [pri P] [queue LIMIT] [plr P]
 //!                [droptail | red|gred w_q/min_th/max_th/max_p
 //!                 | codel [target T] [interval T] [ecn|noecn]
 //!                 | pie [target T] [tupdate T] [alpha A] [beta B] [max_burst T]
@@ -13,7 +13,9 @@
 //! pipe N config ... [type T] [droptail|red ...|gred ...|codel ...|pie ...] [ecn]
 //! ```
 //!
-//! Defaults as Dummynet's: type wf2q+, weight 1 (1..100), queue 50 slots,
+//! Defaults as Dummynet's: type wf2q+, weight 1 (1..100; 1..65536 under
+//! `qfq`), `lmax` (qfq only) 1514 bytes (Dummynet's 1500 IP bytes as a frame;
+//! 1..65535, Dummynet caps it at 2000), queue 50 slots,
 //! quantum 1514 B, fq limit 10240 packets, 1024 flows, CoDel target 5 ms /
 //! interval 100 ms, PIE target 15 ms / tupdate 15 ms / alpha 0.125 / beta
 //! 1.25 / max_burst 150 ms / max_ecnth 0.1; ECN off for codel/pie queues, on
@@ -28,8 +30,9 @@
 //! - A pipe with no `sched`, queue or AQM word keeps the closed-form link
 //!   (exact, and faster); `type fifo` with one droptail queue gives the same
 //!   result through the scheduler.
-//! - `qfq` and `lmax`, a `mask` on `sched` (one scheduler instance per masked
-//!   flow) and PIE's `capdrop`/`drand`/`dre` are not supported yet.
+//! - A `mask` on `sched` (one scheduler instance per masked flow) and PIE's
+//!   `capdrop`/`drand`/`dre` are not supported yet.
+//! - `qfq` normalises by the sum of its queues' weights (see [`super::qfq`]).
 
 use super::{QueueParams, SchedKind, SchedParams};
 use crate::aqm::{AqmConfig, CoDelConfig, PieConfig, RedConfig};
@@ -332,25 +335,16 @@ pub fn parse_sched(number: u32, words: &[&str], line: usize) -> Result<SchedDef,
             rerr(
                 line,
                 "type",
-                "'type' needs fifo, wf2q+, rr, prio, fq_codel or fq_pie",
+                "'type' needs fifo, wf2q+, qfq, rr, prio, fq_codel or fq_pie",
             )
         })?;
-        kind =
-            match SchedKind::parse(t) {
-                Some(k) => k,
-                None if t.eq_ignore_ascii_case("qfq") => return Err(rerr(
-                    line,
-                    t,
-                    "not supported yet (qfq); use wf2q+ (same service order guarantees, O(log N))",
-                )),
-                None => {
-                    return Err(rerr(
-                        line,
-                        t,
-                        "unknown scheduler type (fifo, wf2q+, rr, prio, fq_codel, fq_pie)",
-                    ))
-                }
-            };
+        kind = SchedKind::parse(t).ok_or_else(|| {
+            rerr(
+                line,
+                t,
+                "unknown scheduler type (fifo, wf2q+, qfq, rr, prio, fq_codel, fq_pie)",
+            )
+        })?;
     }
     let mut p = SchedParams::new(kind);
     let fq = kind.is_fq();
@@ -401,7 +395,7 @@ pub fn parse_sched(number: u32, words: &[&str], line: usize) -> Result<SchedDef,
                 }
             }
             "mask" => return Err(rerr(line, w, "not supported on sched (one scheduler per pipe in linkem; put the mask on the queue)")),
-            "lmax" => return Err(rerr(line, w, "not supported (lmax is QFQ's; qfq is not supported yet)")),
+            "lmax" | "maxlen" | "weight" => return Err(rerr(line, w, format!("'{w}' is a word of 'queue N config' (each queue has its own)"))),
             "bw" | "bandwidth" | "delay" => return Err(rerr(line, w, "the link's words go on 'pipe N config' (sched N serves pipe N's link)")),
             _ => return Err(rerr(line, w, "unknown word for sched (type, quantum, limit, flows, target, interval, tupdate, alpha, beta, max_burst, max_ecnth, ecn, noecn)")),
         }
@@ -469,7 +463,11 @@ pub fn parse_queue(number: u32, words: &[&str], line: usize) -> Result<QueueDef,
             }
             "weight" => {
                 c.once("weight", w)?;
-                params.weight = int_in(line, c.arg(w, "a weight 1..100")?, 1, 100, "weight")? as u32;
+                let v = c.arg(w, "a weight 1..100 (1..65536 under qfq)")?;
+                params.weight = parse_number(v)
+                    .filter(|v| (1..=super::qfq::MAX_WEIGHT as u64).contains(v))
+                    .ok_or_else(|| rerr(line, v, "weight is 1..100 (1..65536 under qfq)"))?
+                    as u32;
             }
             "pri" | "priority" => {
                 c.once("pri", w)?;
@@ -505,12 +503,18 @@ pub fn parse_queue(number: u32, words: &[&str], line: usize) -> Result<QueueDef,
                 c.once("buckets", w)?;
                 int_in(line, c.arg(w, "a number")?, 1, 1 << 20, "buckets")?;
             }
-            "lmax" => return Err(rerr(line, w, "not supported (lmax is QFQ's; qfq is not supported yet)")),
+            "lmax" | "maxlen" => {
+                c.once("lmax", w)?;
+                let v = c.arg(w, "a packet size in bytes such as 1514")?;
+                params.lmax_bytes = Some(
+                    int_in(line, v, 1, super::qfq::MAX_LMAX_BYTES as u64, "lmax (bytes)")? as u32,
+                );
+            }
             "noerror" => {}
             "bw" | "bandwidth" | "delay" | "burst" | "profile" => {
                 return Err(rerr(line, w, "a link word: put it on 'pipe N config' (queues share their pipe's link)"))
             }
-            _ => return Err(rerr(line, w, "unknown word for queue (pipe, sched, weight, pri, queue, plr, droptail, red, gred, codel, pie, ecn, mask, buckets)")),
+            _ => return Err(rerr(line, w, "unknown word for queue (pipe, sched, weight, lmax, pri, queue, plr, droptail, red, gred, codel, pie, ecn, mask, buckets)")),
         }
     }
     if ecn {
@@ -552,15 +556,11 @@ pub fn split_pipe_words<'a>(
                 c.once("type", w)?;
                 let t = c.arg(w, "a scheduler type")?;
                 ps.kind = Some(SchedKind::parse(t).ok_or_else(|| {
-                    if t.eq_ignore_ascii_case("qfq") {
-                        rerr(line, t, "not supported yet (qfq); use wf2q+")
-                    } else {
-                        rerr(
-                            line,
-                            t,
-                            "unknown scheduler type (fifo, wf2q+, rr, prio, fq_codel, fq_pie)",
-                        )
-                    }
+                    rerr(
+                        line,
+                        t,
+                        "unknown scheduler type (fifo, wf2q+, qfq, rr, prio, fq_codel, fq_pie)",
+                    )
                 })?);
             }
             "red" | "gred" | "codel" | "pie" => {
@@ -626,6 +626,24 @@ pub fn check(
         };
         if !named || !set.pipes.contains_key(&p) {
             return Err(rerr(q.line, &p.to_string(), format!("queue {}: pipe {p} is not configured (sched {p} sends to pipe {p}'s link: add 'pipe {p} config bw ...')", q.number)));
+        }
+        // Weights above 100 and lmax are QFQ's alone (Dummynet's bounds).
+        let kind = s.params(p).kind;
+        if kind != SchedKind::Qfq {
+            let name = kind.name().to_lowercase();
+            if q.params.weight > 100 {
+                return Err(rerr(
+                    q.line,
+                    &q.params.weight.to_string(),
+                    format!(
+                        "queue {}: weight is 1..100 under {name} (1..65536 under qfq)",
+                        q.number
+                    ),
+                ));
+            }
+            if q.params.lmax_bytes.is_some() {
+                return Err(rerr(q.line, "lmax", format!("queue {}: 'lmax' is a parameter of qfq queues (pipe {p}'s scheduler is {name})", q.number)));
+            }
         }
     }
     for d in s.scheds.values() {
