@@ -5,10 +5,10 @@
 #
 #   nsA (trafgen, 64-byte UDP at full speed) <-veth-> linkem <-veth-> nsB
 #
-# Rows per backend: the plain forwarder (--forward-only), `delay 10ms` as link
-# words, and the same delay as one pipe behind 1 rule and behind 100 rules
-# (99 that never match this traffic, then the one that does: every packet is
-# tried against all of them). Each configuration is offered traffic at full
+# Rows per backend: `delay 10ms` as link words, and the same delay as one pipe
+# behind 1 rule and behind 100 rules (99 that never match this traffic, then the
+# one that does: every packet is tried against all of them); then a pipe with
+# `bw 1Gbit/s delay 10ms` beside the same pipe under an fq_codel scheduler. Each configuration is offered traffic at full
 # speed ("max") and at a paced rate (RATE, default 100000pps), and the rounds
 # repeat (ROUNDS, default 2) so that rows of one configuration can be compared
 # with each other for noise. Columns: offered and delivered frames per second
@@ -56,6 +56,11 @@ printf 'pipe 1 config delay 10ms\nadd 100 pipe 1 ip from any to any\n' > "$out/1
   done
   echo "add 5000 pipe 1 ip from any to any"
 } > "$out/100.rules"
+# A pipe with a rate (1 Gbit/s: above what this path forwards, so the link never
+# limits and the row shows the cost of the pipe's machinery), alone and under
+# fq_codel (sched 1 serves pipe 1's link; the queue of each flow is one of 1024).
+printf 'pipe 1 config bw 1Gbit/s delay 10ms\nadd 100 pipe 1 ip from any to any\n' > "$out/rate.rules"
+printf 'pipe 1 config bw 1Gbit/s delay 10ms\nsched 1 config type fq_codel\nadd 100 pipe 1 ip from any to any\n' > "$out/fq_codel.rules"
 
 stat_of() { ip netns exec "$1" cat "/sys/class/net/$2/statistics/$3"; }
 
@@ -109,6 +114,8 @@ for round in $(seq 1 "$ROUNDS"); do
       run "$be: delay 10ms (link words, no rules)" "$rate" -- "$LINKEM" "${common[@]}" delay 10ms
       run "$be: --rules, 1 rule, pipe delay 10ms" "$rate" -- "$LINKEM" "${common[@]}" --rules "$out/1.rules"
       run "$be: --rules, 100 rules, pipe delay 10ms" "$rate" -- "$LINKEM" "${common[@]}" --rules "$out/100.rules"
+      run "$be: --rules, pipe bw 1Gbit/s delay 10ms" "$rate" -- "$LINKEM" "${common[@]}" --rules "$out/rate.rules"
+      run "$be: --rules, same pipe under fq_codel" "$rate" -- "$LINKEM" "${common[@]}" --rules "$out/fq_codel.rules"
     done
   done
 done
