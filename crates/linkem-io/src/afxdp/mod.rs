@@ -174,8 +174,12 @@ impl fmt::Display for BindMode {
 /// What [`AfXdp::open`] ended up with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct XdpInfo {
+    /// The interface's name.
     pub ifname: String,
+    /// The interface's index, in the namespace [`AfXdp::open`] ran in.
     pub ifindex: u32,
+    /// The interface's MTU in bytes (L3) when it was opened; it decides whether
+    /// frames need several UMEM frames ([`XdpInfo::multi_buffer`]).
     pub mtu: u32,
     /// Receive queues bound, 0 .. queues.
     pub queues: u32,
@@ -187,7 +191,11 @@ pub struct XdpInfo {
     pub multi_buffer: bool,
     /// Which clock stamps received frames.
     pub rx_clock: RxClock,
+    /// Bytes per UMEM frame, as configured ([`AfXdpConfig::frame_size`]).
     pub frame_size: u32,
+    /// Frames in queue 0's UMEM, as configured ([`AfXdpConfig::frame_count`]):
+    /// half for receiving, half for transmitting; every other queue has half
+    /// as many, all for receiving.
     pub frame_count: u32,
 }
 
@@ -225,12 +233,19 @@ pub struct XdpKernelStats {
     /// Dropped for reasons other than a full ring or an empty fill ring
     /// (e.g. a frame larger than a UMEM frame on a socket without `XDP_USE_SG`).
     pub rx_dropped: u64,
+    /// Invalid descriptors the kernel met on the receive side (an address
+    /// outside the UMEM); should stay 0.
     pub rx_invalid_descs: u64,
+    /// Transmit descriptors the kernel refused as invalid (address or length
+    /// outside the UMEM, a broken multi-buffer chain): those frames are not
+    /// sent. Part of [`XdpTx::tx_errors`]; should stay 0.
     pub tx_invalid_descs: u64,
     /// Dropped because the rx ring was full: the receiving thread is too slow.
     pub rx_ring_full: u64,
     /// Dropped because the fill ring was empty.
     pub rx_fill_ring_empty_descs: u64,
+    /// Times the kernel looked on the tx ring (at a `sendto` kick) and found
+    /// it empty; harmless, nothing is lost.
     pub tx_ring_empty_descs: u64,
 }
 
