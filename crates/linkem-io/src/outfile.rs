@@ -61,8 +61,11 @@ pub enum OutputError {
     },
 }
 
-/// Follows `path` through symbolic links (up to [`MAX_LINK_DEPTH`]) to the name that will
+/// Follows `path` through symbolic links (up to 40, the kernel's limit) to the name that will
 /// really be written, which need not exist yet.
+///
+/// # Errors
+/// An I/O error reading a link or its metadata, or more than 40 links in a row (a loop).
 pub fn resolve(path: &Path) -> io::Result<PathBuf> {
     let mut p = path.to_path_buf();
     for _ in 0..MAX_LINK_DEPTH {

@@ -22,11 +22,11 @@
 //! queue without a socket would bypass the emulator (the program passes it
 //! to the kernel stack). Each socket has its own UMEM, so the queues share
 //! nothing the kernel writes. One receive half polls them all and hands
-//! frames on in stamp order ([`rx`]); the first queue's socket also
-//! transmits ([`tx`]). The receive and transmit halves share nothing
+//! frames on in stamp order ([`XdpRx`]); the first queue's socket also
+//! transmits ([`XdpTx`]). The receive and transmit halves share nothing
 //! mutable, so they run on two threads without locks. The BPF link,
 //! program, map and sockets are closed when both halves are gone; closing
-//! the link detaches the program ([`attach`]).
+//! the link detaches the program (module `attach`).
 //!
 //! Scaling: one thread receives from all queues, because the emulated link
 //! is one link (one queue, one rate, one release order), and a link model
