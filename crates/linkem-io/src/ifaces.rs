@@ -219,8 +219,8 @@ pub struct InterfaceLock {
 /// Why [`InterfaceLock::take`] failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
-    /// Another process in this network namespace holds the lock (`bind` said
-    /// `EADDRINUSE`).
+    /// The lock is already held in this network namespace, by another linkem or
+    /// by this process itself (`bind` said `EADDRINUSE`).
     #[error(
         "interface '{ifname}' is already in use by another linkem (it holds the lock {name}; \
          `ss -xlp | grep linkem` shows which process)"

@@ -233,8 +233,8 @@ pub struct XdpKernelStats {
     /// Dropped for reasons other than a full ring or an empty fill ring
     /// (e.g. a frame larger than a UMEM frame on a socket without `XDP_USE_SG`).
     pub rx_dropped: u64,
-    /// Invalid descriptors the kernel met on the receive side (an address
-    /// outside the UMEM); should stay 0.
+    /// Descriptors on the receive side the kernel found invalid; should stay
+    /// 0, as linkem only hands it addresses of its own receive frames.
     pub rx_invalid_descs: u64,
     /// Transmit descriptors the kernel refused as invalid (address or length
     /// outside the UMEM, a broken multi-buffer chain): those frames are not
