@@ -5,9 +5,9 @@
 //! would put clang, libbpf and libelf on every machine that builds linkem,
 //! and loading it through a crate would pull in either a copyleft licence or
 //! a rustc newer than this project's (see the [`crate::afxdp`] module doc).
-//! Four commands of the bpf(2) syscall, `BPF_MAP_CREATE`,
-//! `BPF_MAP_UPDATE_ELEM`, `BPF_PROG_LOAD` and `BPF_LINK_CREATE`, are all it
-//! takes.
+//! Five commands of the bpf(2) syscall, `BPF_MAP_CREATE`,
+//! `BPF_MAP_UPDATE_ELEM`, `BPF_MAP_DELETE_ELEM`, `BPF_PROG_LOAD` and
+//! `BPF_LINK_CREATE`, are all it takes.
 //!
 //! The program ([`xdp_redirect_program`]) stamps each frame with the time
 //! the XDP hook saw it, in the 8 bytes of XDP metadata just in front of the
@@ -25,30 +25,52 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 // Instruction encoding (include/uapi/linux/bpf.h, bpf_common.h)
 // ---------------------------------------------------------------------------
 
-/// Opcode fields: class, size, mode, operation and source.
+/// Opcode fields: class, size, mode, operation and source. An opcode is
+/// the bitwise OR of one constant of each field its class uses: the class in
+/// the low 3 bits; for loads and stores the size (bits 3-4) and mode (bits
+/// 5-7); for ALU and jumps the source (bit 3) and operation (bits 4-7).
 pub mod op {
     // Instruction classes.
+    /// Class `BPF_LD`: loads not from a register; here only the 64-bit
+    /// immediate load (two slots).
     pub const LD: u8 = 0x00;
+    /// Class `BPF_LDX`: load into `dst` from memory at `src + off`.
     pub const LDX: u8 = 0x01;
+    /// Class `BPF_STX`: store `src` to memory at `dst + off`.
     pub const STX: u8 = 0x03;
+    /// Class `BPF_JMP`: 64-bit compares and jumps, helper calls, exit.
     pub const JMP: u8 = 0x05;
+    /// Class `BPF_ALU64`: 64-bit arithmetic on `dst`.
     pub const ALU64: u8 = 0x07;
     // Load and store sizes.
+    /// Size `BPF_W`: 4 bytes.
     pub const W: u8 = 0x00;
+    /// Size `BPF_DW`: 8 bytes.
     pub const DW: u8 = 0x18;
     // Load and store modes.
+    /// Mode `BPF_IMM`: the value is the immediate (with [`LD`] and [`DW`], a
+    /// 64-bit immediate spread over two instructions).
     pub const IMM: u8 = 0x00;
+    /// Mode `BPF_MEM`: the value is in memory at register + `off`.
     pub const MEM: u8 = 0x60;
     // ALU operations.
+    /// `BPF_ADD`: `dst += operand`.
     pub const ADD: u8 = 0x00;
+    /// `BPF_MOV`: `dst = operand`.
     pub const MOV: u8 = 0xb0;
     // Jump operations.
+    /// `BPF_JGT`: jump by `off` if `dst > operand`, unsigned.
     pub const JGT: u8 = 0x20;
+    /// `BPF_JNE`: jump by `off` if `dst != operand`.
     pub const JNE: u8 = 0x50;
+    /// `BPF_CALL`: call the helper whose id is the immediate ([`super::helper`]).
     pub const CALL: u8 = 0x80;
+    /// `BPF_EXIT`: return `r0`.
     pub const EXIT: u8 = 0x90;
     // Operand source: the immediate (K) or the source register (X).
+    /// `BPF_K`: the operand is the 32-bit immediate.
     pub const K: u8 = 0x00;
+    /// `BPF_X`: the operand is the source register.
     pub const X: u8 = 0x08;
 }
 
@@ -67,14 +89,23 @@ pub mod helper {
     pub const KTIME_GET_TAI_NS: i32 = 208;
 }
 
-/// Offsets of the fields of `struct xdp_md`, the XDP program's context.
+/// Byte offsets of the fields of `struct xdp_md`, the XDP program's context.
+/// Each is a 32-bit field the program reads with [`BpfInsn::ldx_w`]; the
+/// verifier rewrites the loads of `data` and `data_meta` into real pointers.
 pub mod xdp_md {
+    /// `data`: the first byte of the frame (its Ethernet header).
     pub const DATA: i16 = 0;
+    /// `data_meta`: the start of the metadata area in front of the frame;
+    /// equal to `data` until `bpf_xdp_adjust_meta` grows it. linkem's program
+    /// puts its 8-byte receive stamp there.
     pub const DATA_META: i16 = 8;
+    /// `rx_queue_index`: the receive queue the frame arrived on, the key into
+    /// the XSKMAP.
     pub const RX_QUEUE_INDEX: i16 = 16;
 }
 
-/// XDP verdicts.
+/// The XDP verdict (`enum xdp_action`) that hands the frame on to the kernel
+/// stack as if no program had run.
 pub const XDP_PASS: i32 = 2;
 
 /// One eBPF instruction, `struct bpf_insn`: opcode, the two 4-bit register
@@ -83,17 +114,27 @@ pub const XDP_PASS: i32 = 2;
 #[repr(C)]
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct BpfInsn {
+    /// The opcode: an OR of [`op`] constants.
     pub code: u8,
     /// `dst_reg:4, src_reg:4` as a C bitfield: on a little-endian machine
     /// the first-declared field (dst) takes the low nibble.
     pub regs: u8,
+    /// Memory offset in bytes for loads and stores; jump distance in
+    /// instructions, counted from the next one, for jumps.
     pub off: i16,
+    /// Immediate operand; for [`op::CALL`] the helper id, for the first half of
+    /// a map load the map's fd.
     pub imm: i32,
 }
 
 const _: () = assert!(std::mem::size_of::<BpfInsn>() == 8);
 
 impl BpfInsn {
+    /// An instruction from its fields, packing the register numbers `dst` and
+    /// `src` (0-10: r0-r10) as the kernel's bitfield does on this machine.
+    ///
+    /// # Panics
+    /// If a register number does not fit 4 bits (at compile time in a const).
     pub const fn new(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Self {
         assert!(dst < 16 && src < 16, "eBPF has 11 registers");
         #[cfg(target_endian = "little")]
@@ -108,6 +149,7 @@ impl BpfInsn {
         }
     }
 
+    /// The destination register number.
     pub const fn dst(&self) -> u8 {
         #[cfg(target_endian = "little")]
         return self.regs & 0x0f;
@@ -115,6 +157,7 @@ impl BpfInsn {
         return self.regs >> 4;
     }
 
+    /// The source register number.
     pub const fn src(&self) -> u8 {
         #[cfg(target_endian = "little")]
         return self.regs >> 4;
@@ -227,8 +270,10 @@ pub enum RxClock {
 /// }
 /// ```
 ///
-/// A frame for which the metadata cannot be grown is still redirected,
-/// without a stamp. `XDP_PASS` in the flags of `bpf_redirect_map` is the
+/// The stamp is the 8 bytes just before `ctx->data` (the XDP metadata),
+/// a u64 in host byte order: nanoseconds on the `clock` given, as read when
+/// the hook ran. A frame for which the metadata cannot be grown is still
+/// redirected, without a stamp. `XDP_PASS` in the flags of `bpf_redirect_map` is the
 /// verdict when the queue has no socket in the map.
 pub fn xdp_redirect_program(map_fd: RawFd, clock: RxClock) -> Vec<BpfInsn> {
     let now = match clock {
@@ -288,16 +333,26 @@ pub fn xdp_pass_program() -> Vec<BpfInsn> {
 // The syscall
 // ---------------------------------------------------------------------------
 
-/// bpf(2) commands (`enum bpf_cmd`).
+/// bpf(2) commands (`enum bpf_cmd`), the first argument of [`sys_bpf`].
 pub mod cmd {
+    /// `BPF_MAP_CREATE`: create a map, returns its fd ([`super::create_xskmap`]).
     pub const MAP_CREATE: u32 = 0;
+    /// `BPF_MAP_UPDATE_ELEM`: set one entry ([`super::map_update_u32`]).
     pub const MAP_UPDATE_ELEM: u32 = 2;
+    /// `BPF_MAP_DELETE_ELEM`: remove one entry ([`super::map_delete_u32`]).
     pub const MAP_DELETE_ELEM: u32 = 3;
+    /// `BPF_PROG_LOAD`: verify and load a program, returns its fd
+    /// ([`super::load_xdp_program`]).
     pub const PROG_LOAD: u32 = 5;
+    /// `BPF_LINK_CREATE`: attach a program through a link, returns the link's
+    /// fd ([`super::link_xdp`]).
     pub const LINK_CREATE: u32 = 28;
 }
 
+/// `enum bpf_map_type`: a map from u32 keys to AF_XDP sockets, the target of
+/// `bpf_redirect_map` in an XDP program.
 pub const BPF_MAP_TYPE_XSKMAP: u32 = 17;
+/// `enum bpf_prog_type`: a program run at a network device's XDP hook.
 pub const BPF_PROG_TYPE_XDP: u32 = 6;
 /// `enum bpf_attach_type`: attach to a network device's XDP hook.
 pub const BPF_XDP: u32 = 37;
@@ -410,7 +465,14 @@ fn owned(fd: RawFd) -> OwnedFd {
 }
 
 /// Creates a `BPF_MAP_TYPE_XSKMAP` with u32 keys (receive queue) and u32
-/// values (AF_XDP socket fd).
+/// values (AF_XDP socket fd). Key `k` is meant to hold the socket bound to
+/// receive queue `k`; the program of [`xdp_redirect_program`] passes frames of
+/// a queue whose key is empty to the kernel stack. `max_entries` bounds the
+/// keys (the AF_XDP backend uses the queue count, at least 64); `name` is
+/// what `bpftool map` shows (at most 15 bytes, other characters become `_`).
+///
+/// # Errors
+/// The errno of `BPF_MAP_CREATE`, e.g. `EPERM` without CAP_BPF.
 pub fn create_xskmap(name: &str, max_entries: u32) -> Result<OwnedFd, BpfError> {
     let mut attr = MapCreateAttr {
         map_type: BPF_MAP_TYPE_XSKMAP,
@@ -542,6 +604,8 @@ pub enum XdpMode {
 }
 
 impl XdpMode {
+    /// The `XDP_FLAGS_*` bit that requests this mode from `BPF_LINK_CREATE`:
+    /// [`XDP_FLAGS_DRV_MODE`] or [`XDP_FLAGS_SKB_MODE`].
     pub fn flags(self) -> u32 {
         match self {
             XdpMode::Native => XDP_FLAGS_DRV_MODE,
@@ -635,7 +699,12 @@ pub struct BpfError {
     pub call: &'static str,
     /// What it was applied to, e.g. the interface name.
     pub target: String,
+    /// The errno the kernel returned, as [`io::Error`]; also the error's
+    /// [`source`](std::error::Error::source).
     pub source: io::Error,
+    /// What to do about it, when the errno has a usual cause (missing
+    /// capability, a program already attached, an MTU too large for XDP), or
+    /// what an earlier attempt (native mode, the CLOCK_TAI program) failed with.
     pub hint: Option<String>,
     /// The verifier's explanation, for `BPF_PROG_LOAD`.
     pub verifier_log: Option<String>,
@@ -652,6 +721,7 @@ impl BpfError {
         }
     }
 
+    /// The raw errno (e.g. `libc::EPERM`), or 0 if the error carries none.
     pub fn errno(&self) -> i32 {
         self.source.raw_os_error().unwrap_or(0)
     }

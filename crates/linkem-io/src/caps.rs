@@ -18,10 +18,17 @@ use std::io;
 pub struct Cap(pub u32);
 
 impl Cap {
+    /// `CAP_NET_ADMIN` (12): attach an XDP program to an interface; the AF_XDP
+    /// backend needs it.
     pub const NET_ADMIN: Cap = Cap(12);
+    /// `CAP_NET_RAW` (13): open AF_PACKET and AF_XDP sockets; both backends need it.
     pub const NET_RAW: Cap = Cap(13);
+    /// `CAP_IPC_LOCK` (14): lock the AF_XDP UMEM in memory beyond `ulimit -l`
+    /// (not needed when that limit is unlimited).
     pub const IPC_LOCK: Cap = Cap(14);
+    /// `CAP_SYS_NICE` (23): switch threads to `SCHED_FIFO` (`--realtime`).
     pub const SYS_NICE: Cap = Cap(23);
+    /// `CAP_BPF` (39, Linux 5.8+): create BPF maps and load the XDP program.
     pub const BPF: Cap = Cap(39);
 
     /// The name `setcap` and `capsh` use, e.g. `cap_net_raw`.
@@ -48,15 +55,17 @@ impl fmt::Display for Cap {
     }
 }
 
-/// A set of capabilities as a bit mask.
+/// A set of capabilities as a bit mask: bit `n` set means [`Cap`]`(n)` is in the set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CapSet(pub u64);
 
 impl CapSet {
+    /// The set holding exactly `caps` (repeats are harmless).
     pub fn of(caps: &[Cap]) -> CapSet {
         CapSet(caps.iter().fold(0, |m, c| m | c.bit()))
     }
 
+    /// Whether `cap` is in the set.
     pub fn has(self, cap: Cap) -> bool {
         self.0 & cap.bit() != 0
     }
@@ -65,7 +74,11 @@ impl CapSet {
 /// The calling thread's capability sets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Caps {
+    /// What the kernel checks now: a privileged call succeeds only if its
+    /// capability is here.
     pub effective: CapSet,
+    /// What the thread may still make effective ([`raise`]); once dropped from
+    /// this set a capability cannot come back.
     pub permitted: CapSet,
 }
 

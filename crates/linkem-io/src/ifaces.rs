@@ -30,18 +30,25 @@ use crate::afpacket::IoError;
 /// What [`lookup`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Iface {
+    /// The interface name as looked up (shorter than `IFNAMSIZ`, 16 bytes with NUL).
     pub name: String,
+    /// The interface index (`if_nametoindex`), never 0; unique only within the
+    /// caller's network namespace, and reused after the interface is deleted.
     pub index: u32,
+    /// The MTU in bytes (`SIOCGIFMTU`): the largest L3 packet, without the 14-byte
+    /// Ethernet header.
     pub mtu: u32,
-    /// `IFF_*` flags.
+    /// `IFF_*` flags (`SIOCGIFFLAGS`) as read at lookup time; they are not refreshed.
     pub flags: u32,
 }
 
 impl Iface {
+    /// Whether `IFF_UP` was set (administratively up; the carrier may still be down).
     pub fn is_up(&self) -> bool {
         self.flags & libc::IFF_UP as u32 != 0
     }
 
+    /// Whether it is a loopback interface (`IFF_LOOPBACK`).
     pub fn is_loopback(&self) -> bool {
         self.flags & libc::IFF_LOOPBACK as u32 != 0
     }
@@ -204,20 +211,32 @@ pub fn rx_queue_count(ifname: &str) -> u32 {
 #[derive(Debug)]
 pub struct InterfaceLock {
     _sock: OwnedFd,
+    /// The lock's abstract socket name as [`InterfaceLock::name_for`] gives it
+    /// (`@linkem/if/INDEX`).
     pub name: String,
 }
 
 /// Why [`InterfaceLock::take`] failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
+    /// The lock is already held in this network namespace, by another linkem or
+    /// by this process itself (`bind` said `EADDRINUSE`).
     #[error(
         "interface '{ifname}' is already in use by another linkem (it holds the lock {name}; \
          `ss -xlp | grep linkem` shows which process)"
     )]
-    Held { ifname: String, name: String },
+    Held {
+        /// The interface's name.
+        ifname: String,
+        /// The lock's socket name, for `ss -xlp`.
+        name: String,
+    },
+    /// Creating or binding the lock's socket failed for another reason.
     #[error("cannot take the lock for interface '{ifname}': {source}")]
     Sys {
+        /// The interface's name.
         ifname: String,
+        /// The system's error from `socket` or `bind`.
         #[source]
         source: io::Error,
     },

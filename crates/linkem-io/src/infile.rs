@@ -18,25 +18,53 @@ use std::io::{self, Read};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
-/// The most a config, table, profile or trace may hold.
+/// The most a config, table, profile or trace may hold, in bytes (16 MiB); the usual
+/// `max_bytes` for [`read_text`].
 pub const MAX_TEXT_BYTES: u64 = 16 << 20;
 
 /// Why a file could not be read. The message names the file and the reason, never the
 /// file's content.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
+    /// `stat`, `open`, `fstat` or `read` failed (missing file, no permission, I/O
+    /// error); [`ReadError::is_not_found`] tells a missing file apart.
     #[error("{file}: {source}")]
     Io {
+        /// The path as the caller gave it.
         file: String,
+        /// The system's error.
         #[source]
         source: io::Error,
     },
+    /// The path names a directory, FIFO, device or socket, found either before
+    /// opening or on the opened descriptor; nothing was read.
     #[error("{file}: is {kind}, not a regular file")]
-    NotRegular { file: String, kind: &'static str },
+    NotRegular {
+        /// The path as the caller gave it.
+        file: String,
+        /// What it is instead, as a phrase for the message ("a FIFO", "a directory").
+        kind: &'static str,
+    },
+    /// The file is longer than the caller's limit, by its metadata or by what the
+    /// read actually returned.
     #[error("{file}: {size} bytes is more than the {limit}-byte limit for this kind of file")]
-    TooLarge { file: String, size: u64, limit: u64 },
+    TooLarge {
+        /// The path as the caller gave it.
+        file: String,
+        /// Size in bytes: from the metadata, or `limit + 1` when the read ran past
+        /// the limit (the file grew, or claimed a smaller size).
+        size: u64,
+        /// The caller's limit in bytes (`max_bytes`).
+        limit: u64,
+    },
+    /// The content is not valid UTF-8.
     #[error("{file}: line {line} is not UTF-8 text")]
-    NotText { file: String, line: usize },
+    NotText {
+        /// The path as the caller gave it.
+        file: String,
+        /// The 1-based line holding the first invalid byte.
+        line: usize,
+    },
 }
 
 impl ReadError {
@@ -64,7 +92,13 @@ fn kind(t: std::fs::FileType) -> Option<&'static str> {
     }
 }
 
-/// Opens `path` for reading after checking it is a regular file of at most `max_bytes`.
+/// Opens `path` for reading after checking it is a regular file of at most `max_bytes`,
+/// both before opening (`stat`) and on the opened descriptor (`fstat`). The descriptor
+/// is non-blocking and close-on-exec. Callers that read it themselves must still bound
+/// the read, as the file may grow after the check.
+///
+/// # Errors
+/// [`ReadError::Io`], [`ReadError::NotRegular`] or [`ReadError::TooLarge`].
 pub fn open_regular(path: &Path, max_bytes: u64) -> Result<File, ReadError> {
     let file_name = || path.display().to_string();
     let io_err = |source| ReadError::Io {
@@ -97,7 +131,12 @@ pub fn open_regular(path: &Path, max_bytes: u64) -> Result<File, ReadError> {
     Ok(file)
 }
 
-/// Reads `path` as UTF-8 text under the rules in the module doc.
+/// Reads `path` as UTF-8 text under the rules in the module doc: a regular file of at
+/// most `max_bytes` bytes (usually [`MAX_TEXT_BYTES`]), read at most `max_bytes + 1`
+/// bytes far.
+///
+/// # Errors
+/// Any [`ReadError`]; none of them carries the file's content.
 pub fn read_text(path: &Path, max_bytes: u64) -> Result<String, ReadError> {
     let file = open_regular(path, max_bytes)?;
     let mut bytes = Vec::new();

@@ -1,3 +1,24 @@
+//! Everything linkem does with the outside world, kept out of the pure model
+//! (linkem-core) and behind safe APIs, so that the `linkem` crate can forbid
+//! `unsafe` code:
+//!
+//! - packet sockets: [`afpacket`] (AF_PACKET with memory-mapped TPACKET_V2
+//!   rings) and [`afxdp`] (AF_XDP, one socket per receive queue), with
+//!   [`bpf`] (the hand-assembled XDP program that stamps and redirects frames,
+//!   its XSKMAP and BPF link);
+//! - [`capture`]: pcap and pcapng in, nanosecond pcap out;
+//! - the files linkem reads and writes: [`infile`] (regular files only, bounded
+//!   reads) and [`outfile`] (atomic replacement of regular files; devices and
+//!   FIFOs written in place; an output that is an input refused);
+//! - [`ifaces`] (interface facts, one linkem per interface, promiscuous mode),
+//!   [`caps`] (capabilities, checked and dropped), [`creds`] (a control
+//!   socket's peer credentials, group lookup, who started the process) and
+//!   [`sys`] (socket options, receive timestamps, signals);
+//! - [`netns`]: the network namespaces and veth pairs that the live tests,
+//!   `linkem probe` and `linkem bench` build their topologies with.
+
+#![warn(missing_docs)]
+
 pub mod afpacket;
 pub mod afxdp;
 pub mod bpf;

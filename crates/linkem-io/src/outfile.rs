@@ -29,23 +29,43 @@ const MAX_LINK_DEPTH: usize = 40;
 /// Why an output cannot be written. The message names the file and the reason.
 #[derive(Debug, thiserror::Error)]
 pub enum OutputError {
+    /// A system call on the output or its temporary file failed. If it happened before
+    /// [`OutputFile::commit`] renamed the temporary file, the old file is untouched.
     #[error("{file}: {action}: {source}")]
     Io {
+        /// The output's path as the user gave it.
         file: String,
+        /// What was being done, as a phrase for the message ("cannot write",
+        /// "cannot move the finished file into place").
         action: &'static str,
+        /// The system's error.
         #[source]
         source: io::Error,
     },
+    /// [`check_distinct`] found the output to be the same file as an input or an
+    /// earlier output; nothing was opened for writing.
     #[error(
         "{output} is the same file as {other}: refusing to overwrite it (choose another output)"
     )]
-    SameFile { output: String, other: String },
+    SameFile {
+        /// The refused output, as given.
+        output: String,
+        /// The input or earlier output it coincides with, as given.
+        other: String,
+    },
+    /// The output path (after following links) is a directory.
     #[error("{file}: is a directory; give a file name")]
-    Directory { file: String },
+    Directory {
+        /// The output's path as the user gave it.
+        file: String,
+    },
 }
 
-/// Follows `path` through symbolic links (up to [`MAX_LINK_DEPTH`]) to the name that will
+/// Follows `path` through symbolic links (up to 40, the kernel's limit) to the name that will
 /// really be written, which need not exist yet.
+///
+/// # Errors
+/// An I/O error reading a link or its metadata, or more than 40 links in a row (a loop).
 pub fn resolve(path: &Path) -> io::Result<PathBuf> {
     let mut p = path.to_path_buf();
     for _ in 0..MAX_LINK_DEPTH {
@@ -150,7 +170,15 @@ pub struct OutputFile {
 }
 
 impl OutputFile {
-    /// Opens `path` for writing with a buffer of `buffer_bytes`.
+    /// Opens `path` for writing with a buffer of `buffer_bytes` bytes. A device, FIFO or
+    /// socket is opened directly (a FIFO without a reader blocks here, as `cmd > fifo`
+    /// does); anything else gets a temporary file in the target's directory, with the
+    /// existing file's mode (and owner where permitted), that only
+    /// [`OutputFile::commit`] puts in place. Call [`check_distinct`] first.
+    ///
+    /// # Errors
+    /// [`OutputError::Directory`] for a directory, [`OutputError::Io`] if the link
+    /// cannot be followed or the file or temporary file cannot be created.
     pub fn create(path: &Path, buffer_bytes: usize) -> Result<OutputFile, OutputError> {
         let name = path.display().to_string();
         let io_err = |action, source| OutputError::Io {
@@ -263,7 +291,8 @@ impl Write for OutputFile {
     }
 }
 
-/// Writes `bytes` to `path` under the rule in the module doc, in one go.
+/// Writes `bytes` to `path` under the rule in the module doc, in one go: create, write,
+/// commit. On error the old file is untouched.
 pub fn write_all(path: &Path, bytes: &[u8]) -> Result<(), OutputError> {
     let mut out = OutputFile::create(path, 64 << 10)?;
     out.write_all(bytes).map_err(|source| OutputError::Io {

@@ -22,11 +22,11 @@
 //! queue without a socket would bypass the emulator (the program passes it
 //! to the kernel stack). Each socket has its own UMEM, so the queues share
 //! nothing the kernel writes. One receive half polls them all and hands
-//! frames on in stamp order ([`rx`]); the first queue's socket also
-//! transmits ([`tx`]). The receive and transmit halves share nothing
+//! frames on in stamp order ([`XdpRx`]); the first queue's socket also
+//! transmits ([`XdpTx`]). The receive and transmit halves share nothing
 //! mutable, so they run on two threads without locks. The BPF link,
 //! program, map and sockets are closed when both halves are gone; closing
-//! the link detaches the program ([`attach`]).
+//! the link detaches the program (module `attach`).
 //!
 //! Scaling: one thread receives from all queues, because the emulated link
 //! is one link (one queue, one rate, one release order), and a link model
@@ -174,8 +174,12 @@ impl fmt::Display for BindMode {
 /// What [`AfXdp::open`] ended up with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct XdpInfo {
+    /// The interface's name.
     pub ifname: String,
+    /// The interface's index, in the namespace [`AfXdp::open`] ran in.
     pub ifindex: u32,
+    /// The interface's MTU in bytes (L3) when it was opened; it decides whether
+    /// frames need several UMEM frames ([`XdpInfo::multi_buffer`]).
     pub mtu: u32,
     /// Receive queues bound, 0 .. queues.
     pub queues: u32,
@@ -187,7 +191,11 @@ pub struct XdpInfo {
     pub multi_buffer: bool,
     /// Which clock stamps received frames.
     pub rx_clock: RxClock,
+    /// Bytes per UMEM frame, as configured ([`AfXdpConfig::frame_size`]).
     pub frame_size: u32,
+    /// Frames in queue 0's UMEM, as configured ([`AfXdpConfig::frame_count`]):
+    /// half for receiving, half for transmitting; every other queue has half
+    /// as many, all for receiving.
     pub frame_count: u32,
 }
 
@@ -225,12 +233,19 @@ pub struct XdpKernelStats {
     /// Dropped for reasons other than a full ring or an empty fill ring
     /// (e.g. a frame larger than a UMEM frame on a socket without `XDP_USE_SG`).
     pub rx_dropped: u64,
+    /// Descriptors on the receive side the kernel found invalid; should stay
+    /// 0, as linkem only hands it addresses of its own receive frames.
     pub rx_invalid_descs: u64,
+    /// Transmit descriptors the kernel refused as invalid (address or length
+    /// outside the UMEM, a broken multi-buffer chain): those frames are not
+    /// sent. Part of [`XdpTx::tx_errors`]; should stay 0.
     pub tx_invalid_descs: u64,
     /// Dropped because the rx ring was full: the receiving thread is too slow.
     pub rx_ring_full: u64,
     /// Dropped because the fill ring was empty.
     pub rx_fill_ring_empty_descs: u64,
+    /// Times the kernel looked on the tx ring (at a `sendto` kick) and found
+    /// it empty; harmless, nothing is lost.
     pub tx_ring_empty_descs: u64,
 }
 

@@ -32,7 +32,10 @@ use crate::bpf::RxClock;
 /// Counters of the receive half (all queues).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct XdpRxStats {
+    /// Frames handed to the [`XdpRx::rx_batch`] callback.
     pub packets: u64,
+    /// Their lengths summed, in bytes (whole Ethernet frames, without the
+    /// XDP metadata).
     pub bytes: u64,
     /// Frames that carried no stamp (ts_ns 0).
     pub unstamped: u64,
@@ -370,10 +373,12 @@ impl XdpRx {
         Ok(())
     }
 
+    /// What [`AfXdp::open`](super::AfXdp::open) set up: interface, queues, modes, clock.
     pub fn info(&self) -> &XdpInfo {
         &self.shared.info
     }
 
+    /// This half's counters since [`AfXdp::open`](super::AfXdp::open) (a copy).
     pub fn stats(&self) -> XdpRxStats {
         self.stats
     }

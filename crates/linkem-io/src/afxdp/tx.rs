@@ -40,6 +40,7 @@ pub enum Pushed {
 pub struct XdpTxStats {
     /// Frames put on the transmit ring.
     pub packets: u64,
+    /// Their lengths summed, in bytes (whole Ethernet frames).
     pub bytes: u64,
     /// Frames refused by [`XdpTx::tx_push`] as larger than the interface carries.
     pub too_big: u64,
@@ -210,10 +211,12 @@ impl XdpTx {
         self.stats.dropped_by_device + self.kernel_stats().map(|s| s.tx_invalid_descs).unwrap_or(0)
     }
 
+    /// What [`AfXdp::open`](super::AfXdp::open) set up: interface, queues, modes, clock.
     pub fn info(&self) -> &XdpInfo {
         &self.shared.info
     }
 
+    /// This half's counters since [`AfXdp::open`](super::AfXdp::open) (a copy).
     pub fn stats(&self) -> XdpTxStats {
         self.stats
     }

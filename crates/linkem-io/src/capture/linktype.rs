@@ -15,13 +15,19 @@ pub type LinkTypeInfo = LinkType;
 impl LinkType {
     /// BSD loopback: a 4-byte address family in the capturing host's byte order.
     pub const NULL: LinkType = LinkType(0);
+    /// Ethernet (`DLT_EN10MB`): frames start with the 14-byte Ethernet header, as
+    /// the frames the packet backends carry do.
     pub const ETHERNET: LinkType = LinkType(1);
     /// Raw IP, version in the first nibble.
     pub const RAW: LinkType = LinkType(101);
     /// Linux cooked capture (`tcpdump -i any`).
     pub const LINUX_SLL: LinkType = LinkType(113);
+    /// Raw IPv4: every packet starts with an IPv4 header.
     pub const IPV4: LinkType = LinkType(228);
+    /// Raw IPv6: every packet starts with an IPv6 header.
     pub const IPV6: LinkType = LinkType(229);
+    /// Linux cooked capture v2 (`tcpdump -i any` with a recent libpcap): a 20-byte
+    /// pseudo-header with the interface index, then the packet from L3.
     pub const LINUX_SLL2: LinkType = LinkType(276);
 
     /// The raw LINKTYPE number.

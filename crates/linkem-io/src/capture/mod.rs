@@ -88,10 +88,16 @@ pub struct CapturedPacket {
 /// The container a capture came in; reported so users can tell what was detected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CaptureFormat {
-    /// Classic pcap; `nanos` for the nanosecond variant.
+    /// Classic pcap, in either byte order: one link type and one timestamp
+    /// resolution for the whole file.
     Pcap {
+        /// `true` for the nanosecond variant (magic `0xa1b23c4d`), `false` for
+        /// tcpdump's microsecond pcap (magic `0xa1b2c3d4`).
         nanos: bool,
     },
+    /// pcapng: each interface has its own resolution (`if_tsresol`, default
+    /// microseconds) and offset (`if_tsoffset`, seconds), both applied when the
+    /// timestamp is read; all interfaces must share one link type.
     PcapNg,
 }
 
@@ -99,59 +105,101 @@ pub enum CaptureFormat {
 /// about one record say where it starts, so the user can look at it with `xxd -s`.
 #[derive(Debug, thiserror::Error)]
 pub enum CaptureError {
+    /// Opening, reading or writing the file failed at the system level.
     #[error("{file}: {action}: {source}")]
     Io {
+        /// The capture's name as given (path, or the name passed to
+        /// [`CaptureReader::from_reader`]).
         file: String,
         /// What was being done, e.g. "cannot open".
         action: &'static str,
+        /// The system's error.
         source: io::Error,
     },
+    /// The first four bytes are neither a pcap magic (either byte order, micro- or
+    /// nanoseconds) nor a pcapng section header block, or the file is shorter than that.
     #[error("{file}: not a pcap or pcapng file ({})", describe_start(.start))]
     NotACapture {
+        /// The capture's name as given.
         file: String,
         /// The first bytes of the file (at most 4).
         start: Vec<u8>,
     },
+    /// The file ends inside a header, record or block.
     #[error("{file}: truncated {record} at byte offset {offset}{}", packet_suffix(*.packet))]
     Truncated {
+        /// The capture's name as given.
         file: String,
         /// What was cut, e.g. "packet record".
         record: &'static str,
+        /// Byte offset from the start of the file at which the cut record begins.
         offset: u64,
-        /// 1-based number of the packet the record would have been.
+        /// 1-based number of the packet the record would have been; `None` for
+        /// headers and blocks that carry no packet.
         packet: Option<u64>,
     },
+    /// A header, record or block is complete but wrong: a version other than pcap 2.x
+    /// or pcapng 1.x, a bad byte-order magic, a block length that is bad or differs
+    /// from its trailer, a captured length beyond [`MAX_CAPLEN`] or the original
+    /// length, a packet for an interface never described (or before any), a timestamp
+    /// beyond `u64` nanoseconds, or a block body `pcap-file` cannot parse.
     #[error("{file}: corrupt {record} at byte offset {offset}{}: {reason}", packet_suffix(*.packet))]
     Corrupt {
+        /// The capture's name as given.
         file: String,
+        /// What kind of record, e.g. "packet record" or "interface description block".
         record: &'static str,
+        /// Byte offset from the start of the file at which the record begins.
         offset: u64,
+        /// 1-based number of the packet the record holds; `None` when it holds none.
         packet: Option<u64>,
+        /// What is wrong, with the offending value.
         reason: String,
     },
+    /// The capture's link type is not one [`LinkType::is_supported`] accepts.
     #[error(
         "{file}: unknown link type {link_type}; linkem reads Ethernet (1), raw IP (101, 228, 229), \
          Linux cooked capture (113, 276) and BSD loopback (0)"
     )]
-    UnsupportedLinkType { file: String, link_type: LinkType },
+    UnsupportedLinkType {
+        /// The capture's name as given.
+        file: String,
+        /// The link type found in the pcap header or the interface description.
+        link_type: LinkType,
+    },
+    /// A pcapng interface description has a link type other than the first one's.
     #[error(
         "{file}: the interface described at byte offset {offset} has link type {other} but an \
          earlier one has {first}; one capture must have one link type"
     )]
     MixedLinkTypes {
+        /// The capture's name as given.
         file: String,
+        /// Byte offset of the interface description block with the different type.
         offset: u64,
+        /// The link type of the first interface, which the capture is read as.
         first: LinkType,
+        /// The differing link type.
         other: LinkType,
     },
+    /// A pcapng file ended before its first interface description block.
     #[error("{file}: the pcapng file describes no interface, so its link type is unknown")]
-    NoInterface { file: String },
+    NoInterface {
+        /// The capture's name as given.
+        file: String,
+    },
+    /// The output file could not be created or committed ([`crate::outfile`]).
     #[error(transparent)]
     Output(#[from] OutputError),
+    /// [`CaptureWriter::write`] refused a packet that no reader would accept back.
     #[error("{file}: cannot write packet {packet}: {reason}")]
     Unwritable {
+        /// The output's name as given.
         file: String,
+        /// 1-based number of the refused packet in the output.
         packet: u64,
+        /// Why: captured bytes beyond [`MAX_CAPLEN`] or the original length, or a
+        /// timestamp past 2106 (beyond pcap's 32-bit seconds).
         reason: String,
     },
 }
@@ -274,6 +322,8 @@ impl<R: Read> CaptureReader<R> {
         self.snaplen
     }
 
+    /// Which container was detected, and for pcap whether it is the nanosecond variant.
+    /// Packets come out in nanoseconds ([`CapturedPacket::ts_ns`]) either way.
     pub fn format(&self) -> CaptureFormat {
         self.format
     }
