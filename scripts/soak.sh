@@ -22,8 +22,9 @@
 # - no XDP program is left on the emulator's interfaces (checked before teardown), no
 #   interface anywhere has an XDP program it did not have before the run, and (if
 #   bpftool is installed) no more linkem BPF programs are loaded than before;
-# - no namespace or interface of the run remains after teardown, and no temporary file
-#   named after linkem appeared in /tmp, /dev/shm or /run.
+# - no namespace or interface of the run remains after teardown, no temporary file
+#   named after linkem appeared in /tmp, /dev/shm or /run, and the run's control socket
+#   is gone from /run/linkem (the directory itself stays, shared by every linkem).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -eq 1 ] || { echo "usage: scripts/soak.sh DURATION (e.g. 180, 3m, 30m)"; exit 2; }
@@ -57,7 +58,12 @@ check() { # check OK|FAIL MESSAGE
 }
 xdp_links() { ip -o link show | grep -E ' xdp(generic|drv|offload)? | prog/xdp' | awk -F': ' '{print $2}' | sort || true; }
 linkem_progs() { command -v bpftool >/dev/null && bpftool prog show 2>/dev/null | grep -c 'name linkem' || echo 0; }
-leftovers() { find /tmp /dev/shm /run -maxdepth 1 -newer "$work/start" -iname '*linkem*' 2>/dev/null | sort; }
+# /run/linkem is the control sockets' directory, shared by every running linkem (made
+# once, kept like /run/docker); what must not stay in it is this run's own socket.
+leftovers() {
+  { find /tmp /dev/shm /run -maxdepth 1 -newer "$work/start" -iname '*linkem*' ! -path /run/linkem
+    find /run/linkem -maxdepth 1 -name "*${P}*" 2>/dev/null; } | sort
+}
 
 touch "$work/start"
 xdp_before=$(xdp_links)
