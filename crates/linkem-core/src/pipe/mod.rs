@@ -631,6 +631,30 @@ impl Pipe {
         }
     }
 
+    /// `pipe N config` on a running pipe: `def` becomes its configuration and
+    /// every live instance's link is reconfigured at `now_ns`
+    /// ([`Link::reconfigure`]): the packets it has queued keep their release
+    /// times and the next arrival queues behind them. Only for a `def` with
+    /// the same mask and profile presence ([`Pipe::can_reconfigure`]).
+    pub fn reconfigure(&mut self, def: PipeDef, now_ns: u64) {
+        debug_assert!(self.can_reconfigure(&def));
+        for inst in self
+            .single
+            .iter_mut()
+            .chain(self.slots.iter_mut().flatten())
+        {
+            inst.link.reconfigure(now_ns, def.link.clone());
+            inst.link.set_burst(def.burst_bytes);
+        }
+        self.def = Arc::new(def);
+    }
+
+    /// Whether `def` can take over this pipe's instances: the same mask (so
+    /// the same flows) and a profile where there was one (its random stream).
+    pub fn can_reconfigure(&self, def: &PipeDef) -> bool {
+        def.mask == self.def.mask && def.profile.is_some() == self.def.profile.is_some()
+    }
+
     /// Live instances of a pipe with a mask (0 without one).
     pub fn active_instances(&self) -> usize {
         self.index.len()
