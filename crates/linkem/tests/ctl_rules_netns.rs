@@ -1,0 +1,495 @@
+//! The control plane of a live `linkem bridge --rules`: pipes and rules
+//! changed through `linkem ctl` while traffic flows, a storm of pipe
+//! reconfigurations, owners, and the audit log. `nsA <-veth-> linkem
+//! <-veth-> nsB`, names unique to each test, torn down by the topology's Drop.
+//! Needs root and prints "skipped" otherwise.
+
+use linkem_ctl::Client;
+use linkem_io::netns::{self, Topology};
+use serde_json::Value;
+use std::io::Read;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn skip() -> bool {
+    match netns::check_prerequisites() {
+        Err(e @ netns::NetnsError::NotRoot) => {
+            eprintln!("skipped: {e}");
+            true
+        }
+        Err(e) => panic!("{e}"),
+        Ok(()) => false,
+    }
+}
+
+fn topology(tag: &str) -> Topology {
+    let topo = Topology::two_hosts(&netns::unique_prefix(tag)).expect("namespaces come up");
+    // Static neighbours: a lost ARP request must not look like a lost packet.
+    topo.pin_neighbours().expect("neighbour entries");
+    topo
+}
+
+/// A second address on a host's interface.
+fn add_address(topo: &Topology, ns: &str, dev: &str, addr: Ipv4Addr) {
+    let a = format!("{addr}/{}", topo.prefix_len);
+    let o = Command::new("ip")
+        .args(["-n", ns, "addr", "add", &a, "dev", dev])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+struct Bridge {
+    child: Child,
+    socket: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Bridge {
+    /// Starts linkem with `rules` and its control socket at a unique path.
+    fn start(topo: &Topology, rules: &str, args: &[&str]) -> Bridge {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("node.rules");
+        std::fs::write(&file, rules).unwrap();
+        let name = format!("{}-{}", topo.emu_a, std::process::id());
+        let socket = linkem_ctl::default_socket_path(&name);
+        let child = Command::new(env!("CARGO_BIN_EXE_linkem"))
+            .args(["bridge", &topo.emu_a, &topo.emu_b, "--backend", "packet"])
+            .args(["--stats", "json", "--name", &name, "--max-lag", "off"])
+            .arg("--rules")
+            .arg(&file)
+            // Never outlives a failed test.
+            .args(["--duration", "120"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("linkem starts");
+        let mut b = Bridge {
+            child,
+            socket,
+            _dir: dir,
+        };
+        let t0 = Instant::now();
+        while Client::connect(&b.socket, Duration::from_secs(1))
+            .and_then(|mut c| c.request("ping"))
+            .is_err()
+        {
+            if let Some(status) = b.child.try_wait().unwrap() {
+                let mut err = String::new();
+                b.child
+                    .stderr
+                    .take()
+                    .unwrap()
+                    .read_to_string(&mut err)
+                    .unwrap();
+                panic!("linkem bridge exited at start ({status}): {err}");
+            }
+            assert!(t0.elapsed() < Duration::from_secs(10), "no control socket");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        b
+    }
+
+    fn client(&self) -> Client {
+        Client::connect(&self.socket, Duration::from_secs(10)).expect("connects")
+    }
+
+    /// SIGTERM, then the final `--stats json` line, with the invariant
+    /// received + segmented = every fate + in flight checked per direction.
+    fn finish(self) -> Value {
+        // Safety: kill with a pid we own.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let out = self.child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "linkem failed: {stderr}");
+        let last = stdout
+            .lines()
+            .last()
+            .unwrap_or_else(|| panic!("no stats; stderr: {stderr}"));
+        let v: Value = serde_json::from_str(last).unwrap();
+        for d in v["directions"].as_array().unwrap() {
+            let fates: u64 = d["fates"]
+                .as_object()
+                .unwrap()
+                .values()
+                .map(|x| x.as_u64().unwrap())
+                .sum();
+            assert_eq!(
+                d["received"].as_u64().unwrap() + d["segmented"].as_u64().unwrap(),
+                fates + d["in_flight"].as_u64().unwrap(),
+                "received + segmented = delivered + drops by reason + in flight: {d}"
+            );
+        }
+        v
+    }
+}
+
+fn ctl(socket: &Path, words: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_linkem"))
+        .arg("ctl")
+        .arg("--socket")
+        .arg(socket)
+        .args(words)
+        .output()
+        .unwrap()
+}
+
+/// `linkem ctl` as uid `uid` (gid 65534) in supplementary group 100.
+fn ctl_as(uid: u32, socket: &Path, words: &[&str]) -> Output {
+    Command::new("setpriv")
+        .arg(format!("--reuid={uid}"))
+        .args(["--regid=65534", "--groups=100"])
+        .arg(env!("CARGO_BIN_EXE_linkem"))
+        .arg("ctl")
+        .arg("--socket")
+        .arg(socket)
+        .args(words)
+        .output()
+        .unwrap()
+}
+
+fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "ctl failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
+
+/// Median RTT (ms) of `count` pings from A to `dst`; every one must come back.
+fn rtt_ms(topo: &Topology, dst: Ipv4Addr, count: u32) -> f64 {
+    let o = topo
+        .exec_in_a(&[
+            "ping",
+            "-n",
+            "-c",
+            &count.to_string(),
+            "-i",
+            "0.02",
+            "-W",
+            "1",
+            &dst.to_string(),
+        ])
+        .unwrap();
+    let mut rtts: Vec<f64> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| l.split("time=").nth(1))
+        .filter_map(|t| t.split_whitespace().next()?.parse().ok())
+        .collect();
+    assert_eq!(
+        rtts.len(),
+        count as usize,
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    rtts.sort_by(f64::total_cmp);
+    rtts[rtts.len() / 2]
+}
+
+fn rule_packets(list: &Value, number: u32) -> u64 {
+    list["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["number"] == number)
+        .unwrap_or_else(|| panic!("rule {number} listed: {list}"))["packets"]
+        .as_u64()
+        .unwrap()
+}
+
+#[test]
+fn ctl_rules_pipe_delay_new_rule_and_batches() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let topo = topology("lkQ1");
+    let near = topo.addr_b;
+    let o = near.octets();
+    let far = Ipv4Addr::new(o[0], o[1], o[2], 12);
+    add_address(&topo, &topo.ns_b, &topo.host_b, far);
+    let bridge = Bridge::start(
+        &topo,
+        "pipe 1 config delay 5ms\nadd 100 pipe 1 ip from any to any\n",
+        &[],
+    );
+    rtt_ms(&topo, far, 3); // ARP for the new address
+    let before = rtt_ms(&topo, near, 9);
+    assert!((10.0..14.0).contains(&before), "before: {before} ms");
+
+    // The pipe's delay changes: the next ping sees it both ways.
+    let t = Instant::now();
+    let out = ok(&ctl(
+        &bridge.socket,
+        &["pipe", "1", "config", "delay", "15"],
+    ));
+    eprintln!("linkem ctl pipe config answered in {:?}", t.elapsed());
+    assert!(out.contains("in effect from"), "{out}");
+    let after = rtt_ms(&topo, near, 9);
+    assert!((30.0..34.0).contains(&after), "after: {after} ms");
+
+    // One host's traffic to a new pipe, in one batch: only that host changes.
+    let dir = tempfile::tempdir().unwrap();
+    let batch = dir.path().join("far.ctl");
+    std::fs::write(
+        &batch,
+        format!(
+            "pipe 2 config delay 40ms\nadd 50 pipe 2 ip from any to {far}\n\
+             add 60 pipe 2 ip from {far} to any\n"
+        ),
+    )
+    .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_linkem"))
+        .args(["ctl", "--socket"])
+        .arg(&bridge.socket)
+        .arg("-f")
+        .arg(&batch)
+        .output()
+        .unwrap();
+    ok(&o);
+    let rtt_far = rtt_ms(&topo, far, 9);
+    let rtt_near = rtt_ms(&topo, near, 9);
+    eprintln!("after the batch: {far}: {rtt_far:.3} ms, {near}: {rtt_near:.3} ms");
+    assert!((80.0..84.0).contains(&rtt_far), "{far}: {rtt_far} ms");
+    assert!((30.0..34.0).contains(&rtt_near), "{near}: {rtt_near} ms");
+
+    // A bad word changes nothing and names the word.
+    let o = ctl(&bridge.socket, &["pipe", "1", "config", "delay", "3xs"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("(word 5 '3xs')"), "{err}");
+    // A batch whose second line names a pipe that does not exist: nothing applied.
+    std::fs::write(
+        &batch,
+        "pipe 1 config delay 1ms\nadd 70 pipe 9 ip from any to any\n",
+    )
+    .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_linkem"))
+        .args(["ctl", "--socket"])
+        .arg(&bridge.socket)
+        .arg("-f")
+        .arg(&batch)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("pipe 9 is not configured") && err.contains("nothing applied"),
+        "{err}"
+    );
+    let still = rtt_ms(&topo, near, 5);
+    assert!(
+        (30.0..34.0).contains(&still),
+        "after refused changes: {still} ms"
+    );
+
+    // Rules with their counters; pipes in ipfw's layout.
+    let mut c = bridge.client();
+    let list = c.request_json("list").unwrap();
+    assert_eq!(list["rule_set"], true);
+    assert!(rule_packets(&list, 50) >= 9, "{list}");
+    assert!(rule_packets(&list, 60) >= 9, "{list}");
+    let show = ok(&ctl(&bridge.socket, &["pipe", "2", "show"]));
+    assert!(
+        show.starts_with("00002:") && show.contains("40ms"),
+        "{show}"
+    );
+    let show = c.request_json("pipe show --json").unwrap();
+    assert_eq!(show["pipes"].as_array().unwrap().len(), 2, "{show}");
+    let text = ok(&ctl(&bridge.socket, &["show"]));
+    assert!(text.contains("pipe 2 ip from any to"), "{text}");
+
+    // A pipe still named by rules cannot go; once they are deleted it can.
+    let o = ctl(&bridge.socket, &["pipe", "2", "delete"]);
+    assert!(!o.status.success());
+    ok(&ctl(&bridge.socket, &["delete", "50", "60"]));
+    ok(&ctl(&bridge.socket, &["pipe", "2", "delete"]));
+    let back = rtt_ms(&topo, far, 9);
+    assert!(
+        (30.0..34.0).contains(&back),
+        "{far} back on pipe 1: {back} ms"
+    );
+
+    // zero: the rules' counters start again.
+    assert_eq!(c.request_json("zero").unwrap()["ok"], true);
+    let list = c.request_json("list").unwrap();
+    assert!(rule_packets(&list, 100) < 4, "{list}");
+    drop(c);
+    let v = bridge.finish();
+    assert!(
+        v["directions"][0]["received"].as_u64().unwrap() >= 50,
+        "{v}"
+    );
+}
+
+#[test]
+fn ctl_rules_pipe_storm_loses_nothing() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let topo = topology("lkQ2");
+    let bridge = Bridge::start(
+        &topo,
+        "pipe 1 config bw 100Mbit/s delay 5ms queue 1000\nadd 100 pipe 1 ip from any to any\n",
+        &[],
+    );
+    let b = topo.addr_b.to_string();
+    let mut sink = topo
+        .spawn_in_b(&["iperf3", "-s", "-1", "-p", "5302"])
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut source = topo
+        .spawn_in_a(&[
+            "iperf3", "-u", "-c", &b, "-p", "5302", "-b", "20M", "-l", "1000", "-t", "4",
+        ])
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+
+    let mut c = bridge.client();
+    let n = 10_000;
+    let t = Instant::now();
+    for i in 0..n {
+        let line = format!(
+            "pipe 1 config bw 100Mbit/s delay {}us queue 1000",
+            5000 + (i % 7) * 100
+        );
+        let v = c.request_json(&line).unwrap();
+        assert_eq!(v["ok"], true, "{line}: {v}");
+    }
+    let secs = t.elapsed().as_secs_f64();
+    eprintln!(
+        "{n} pipe reconfigurations over one connection in {secs:.3} s: {:.0} per second",
+        n as f64 / secs
+    );
+    let _ = source.wait();
+    let _ = sink.kill();
+    let _ = sink.wait();
+    std::thread::sleep(Duration::from_millis(200));
+    let list = c.request_json("list").unwrap();
+    let carried = rule_packets(&list, 100);
+    drop(c);
+    let v = bridge.finish();
+    let d = &v["directions"][0];
+    let fates = d["fates"].as_object().unwrap();
+    let delivered = fates["delivered"].as_u64().unwrap();
+    let drops: u64 = fates
+        .iter()
+        .filter(|(k, _)| *k != "delivered")
+        .map(|(_, v)| v.as_u64().unwrap())
+        .sum();
+    eprintln!("storm: delivered {delivered}, drops {drops}, rule 100 carried {carried}");
+    assert!(delivered > 5_000, "little traffic: {d}");
+    // Every drop fate stays zero: a reconfiguration never drops a packet.
+    assert_eq!(drops, 0, "{d}");
+    // The rule kept its counter through every change.
+    assert!(carried >= delivered, "rule 100: {carried} < {delivered}");
+}
+
+#[test]
+fn ctl_rules_owners_and_audit() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let topo = topology("lkQ3");
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    let bridge = Bridge::start(
+        &topo,
+        "pipe 1 config delay 1ms\nadd 100 pipe 1 ip from any to any\n",
+        &[
+            "--control-group",
+            "users",
+            "--audit",
+            audit.to_str().unwrap(),
+        ],
+    );
+    let s = &bridge.socket;
+    // The rule file's pipe and rule are the starter's (root's).
+    let o = ctl_as(65534, s, &["pipe", "1", "config", "delay", "9ms"]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("belongs to uid 0"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = ctl_as(65534, s, &["delete", "100"]);
+    assert!(!o.status.success());
+    // A member makes its own pipe and rule ...
+    ok(&ctl_as(65534, s, &["pipe", "7", "config", "delay", "2ms"]));
+    ok(&ctl_as(
+        65534,
+        s,
+        &[
+            "add",
+            "700",
+            "pipe",
+            "7",
+            "ip",
+            "from",
+            "192.0.2.1",
+            "to",
+            "any",
+        ],
+    ));
+    ok(&ctl_as(65534, s, &["pipe", "7", "config", "delay", "3ms"]));
+    // ... which another member may neither change nor delete, nor flush away.
+    let o = ctl_as(65533, s, &["pipe", "7", "config", "delay", "1ms"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("belongs to uid 65534"));
+    let o = ctl_as(65533, s, &["delete", "700"]);
+    assert!(!o.status.success());
+    let o = ctl_as(65533, s, &["flush"]);
+    assert!(!o.status.success());
+    // Root may.
+    let mut c = bridge.client();
+    let list = c.request_json("list").unwrap();
+    let rule = list["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["number"] == 700)
+        .unwrap()
+        .clone();
+    assert_eq!(rule["owner_uid"], 65534, "{list}");
+    ok(&ctl(s, &["delete", "700"]));
+    ok(&ctl(s, &["pipe", "7", "delete"]));
+    drop(c);
+    bridge.finish();
+
+    let text = std::fs::read_to_string(&audit).unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let by = |uid: u32| -> Vec<&Value> { lines.iter().filter(|l| l["uid"] == uid).collect() };
+    let nobody = by(65534);
+    assert_eq!(nobody.len(), 5, "{text}");
+    assert!(nobody[0]["result"]
+        .as_str()
+        .unwrap()
+        .starts_with("refused:"));
+    assert_eq!(nobody[0]["command"], "pipe 1 config delay 9ms");
+    assert_eq!(nobody[2]["result"], "ok");
+    let other = by(65533);
+    assert_eq!(other.len(), 3, "{text}");
+    assert!(other
+        .iter()
+        .all(|l| l["result"].as_str().unwrap().starts_with("refused:")));
+    let root = by(0);
+    assert_eq!(root.len(), 2, "{text}");
+    assert!(root.iter().all(|l| l["result"] == "ok"));
+}
