@@ -194,6 +194,7 @@ fn rtt_ms(topo: &Topology, dst: Ipv4Addr, count: u32) -> f64 {
         "{}",
         String::from_utf8_lossy(&o.stdout)
     );
+    eprintln!("rtts to {dst}: {rtts:?}");
     rtts.sort_by(f64::total_cmp);
     rtts[rtts.len() / 2]
 }
