@@ -250,7 +250,7 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
         if let (Some(at), Some(every)) = (next_print, args.stats_interval) {
             if Instant::now() >= at {
                 let stats = bridge.stats();
-                print_rules_stats(args.stats, &bridge, &stats, started, seed, false);
+                print_rules_stats(args.stats, bridge, &stats, started, seed, false);
                 next_print = Some(at + Duration::from_secs_f64(every.max(0.1)));
             }
         }

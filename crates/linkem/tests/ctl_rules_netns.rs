@@ -290,11 +290,9 @@ fn ctl_rules_pipe_delay_new_rule_and_batches() {
         err.contains("pipe 9 is not configured") && err.contains("nothing applied"),
         "{err}"
     );
-    let still = rtt_ms(&topo, near, 5);
-    assert!(
-        (30.0..34.0).contains(&still),
-        "after refused changes: {still} ms"
-    );
+    // Applied, the batch would have made it 2 ms.
+    let still = rtt_ms(&topo, near, 9);
+    assert!(still >= 30.0, "after refused changes: {still} ms");
 
     // Rules with their counters; pipes in ipfw's layout.
     let mut c = bridge.client();

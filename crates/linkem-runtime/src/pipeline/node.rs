@@ -95,7 +95,7 @@ struct NodeShared {
 /// A change for the node stage to apply between two packets.
 enum Pending {
     /// SIGHUP: a new node; the old one's held packets are decided first.
-    Replace(Node),
+    Replace(Box<Node>),
     /// `linkem ctl`: the rule set changed ([`Node::update`]); the instant it
     /// applied from goes back to the sender.
     Update(Box<RuleSet>, std::sync::mpsc::Sender<u64>),
@@ -233,7 +233,7 @@ impl NodeBridge {
     /// holds are decided first, as if no further packet arrived there (their
     /// release times stand); then every new packet goes through `node`.
     pub fn reload(&self, node: Node) {
-        self.push(Pending::Replace(node));
+        self.push(Pending::Replace(Box::new(node)));
     }
 
     /// Applies a changed rule set at the stage's next turn of its loop,
@@ -570,7 +570,7 @@ fn node_stage(
                 match change {
                     Pending::Replace(new) => {
                         st.poll(&mut node, u64::MAX);
-                        *node = new;
+                        *node = *new;
                     }
                     Pending::Update(set, ack) => {
                         let now = clock::now_ns().max(st.last_ns);
