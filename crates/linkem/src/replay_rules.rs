@@ -417,7 +417,7 @@ fn proto_name(p: u8) -> String {
     }
 }
 
-fn addr(version: u8, a: u128) -> String {
+pub(crate) fn addr(version: u8, a: u128) -> String {
     match version {
         6 => Ipv6Addr::from(a).to_string(),
         _ => Ipv4Addr::from(a as u32).to_string(),
@@ -660,9 +660,13 @@ pub fn node_json(node: &Node) -> serde_json::Value {
                     })
                 })
                 .collect();
+            let (packets, bytes, drops) = p.totals();
             json!({
                 "pipe": d.number,
                 "config": d.words,
+                "packets": packets,
+                "bytes": bytes,
+                "drops": drops,
                 "rate_bps": d.link.rate_bps,
                 "rate": d.link.rate_bps.map(format_rate_bps),
                 "delay_ns": d.link.delay_ns,

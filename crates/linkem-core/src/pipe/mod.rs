@@ -607,6 +607,9 @@ pub struct Pipe {
     pub flow_limit_drops: u64,
     /// Instances removed when idle.
     pub expired: u64,
+    /// Packets, bytes and drops of the instances removed, so that the
+    /// pipe's totals ([`Pipe::totals`]) never go back.
+    gone: (u64, u64, u64),
 }
 
 impl Pipe {
@@ -628,6 +631,7 @@ impl Pipe {
             expiry: BinaryHeap::new(),
             flow_limit_drops: 0,
             expired: 0,
+            gone: (0, 0, 0),
         }
     }
 
@@ -653,6 +657,14 @@ impl Pipe {
     /// the same flows) and a profile where there was one (its random stream).
     pub fn can_reconfigure(&self, def: &PipeDef) -> bool {
         def.mask == self.def.mask && def.profile.is_some() == self.def.profile.is_some()
+    }
+
+    /// Packets, bytes and link drops over every instance the pipe had, live
+    /// or expired (ipfw's `Tot_pkt`, `bytes`, `Drp` summed).
+    pub fn totals(&self) -> (u64, u64, u64) {
+        self.instances().fold(self.gone, |(p, b, d), i| {
+            (p + i.tot_pkts, b + i.tot_bytes, d + i.drops)
+        })
     }
 
     /// Live instances of a pipe with a mask (0 without one).
@@ -736,6 +748,9 @@ impl Pipe {
                 continue;
             }
             let inst = self.slots[slot as usize].take().expect("checked above");
+            self.gone.0 += inst.tot_pkts;
+            self.gone.1 += inst.tot_bytes;
+            self.gone.2 += inst.drops;
             self.index.remove(&inst.key);
             self.free.push(slot);
             *live_flows -= 1;
