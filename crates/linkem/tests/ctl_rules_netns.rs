@@ -492,3 +492,186 @@ fn ctl_rules_owners_and_audit() {
     assert_eq!(root.len(), 2, "{text}");
     assert!(root.iter().all(|l| l["result"] == "ok"));
 }
+
+/// GET /metrics with a bare HTTP/1.1 request; the body.
+fn scrape(port: u16) -> String {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .unwrap();
+    let mut r = String::new();
+    s.read_to_string(&mut r).unwrap();
+    r.split("\r\n\r\n").nth(1).unwrap_or("").to_string()
+}
+
+/// Samples by `name{labels as sorted JSON}`, read by the Prometheus client
+/// library's own parser.
+fn parse_exposition(body: &str) -> Value {
+    use std::io::Write;
+    let script = r#"
+import sys, json
+from prometheus_client.parser import text_string_to_metric_families
+out = {}
+for fam in text_string_to_metric_families(sys.stdin.read()):
+    for s in fam.samples:
+        key = s.name + json.dumps(dict(sorted(s.labels.items())), sort_keys=True)
+        out[key] = s.value
+print(json.dumps(out))
+"#;
+    let mut child = Command::new("/usr/bin/python3")
+        .args(["-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 with prometheus_client (apt-get install python3-prometheus-client)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "parser: {}\n{body}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn ctl_rules_metrics_match_stats_json() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let topo = topology("lkQ4");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let p = port.to_string();
+    let bridge = Bridge::start(
+        &topo,
+        "pipe 1 config delay 2ms\npipe 2 config mask src-port 0xffff delay 1ms bw 50Mbit/s\n\
+         add 100 pipe 2 udp from any to any\nadd 200 pipe 1 icmp from any to any\n",
+        &["--metrics", &p],
+    );
+    rtt_ms(&topo, topo.addr_b, 20);
+    let dst = std::net::SocketAddrV4::new(topo.addr_b, 40000);
+    // UDP from 12 source ports, more from the low ones: the top 10 by bytes.
+    let ns = topo.ns_a.clone();
+    std::thread::spawn(move || {
+        netns::enter(&ns).unwrap();
+        for k in 0..12u16 {
+            let sock = std::net::UdpSocket::bind(("0.0.0.0", 30001 + k)).unwrap();
+            for _ in 0..(40 - k) {
+                let _ = sock.send_to(&[0u8; 100], dst);
+                std::thread::sleep(Duration::from_micros(300));
+            }
+        }
+    })
+    .join()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // A rule change counts in the control counters; the pipes keep theirs.
+    ok(&ctl(
+        &bridge.socket,
+        &["pipe", "1", "config", "delay", "3ms"],
+    ));
+    // Stray frames may pass at any time: take a `stats` between two scrapes
+    // whose direction counters agree.
+    let mut c = bridge.client();
+    let (samples, stats) = loop {
+        let before = parse_exposition(&scrape(port));
+        let st = c.request_json("stats").unwrap();
+        let after = parse_exposition(&scrape(port));
+        let dirs = |s: &Value| -> Vec<f64> {
+            let mut v: Vec<(String, f64)> = s
+                .as_object()
+                .unwrap()
+                .iter()
+                .filter(|(k, _)| k.starts_with("linkem_packets_total"))
+                .map(|(k, v)| (k.clone(), v.as_f64().unwrap()))
+                .collect();
+            v.sort_by(|a, b| a.0.cmp(&b.0));
+            v.into_iter().map(|x| x.1).collect()
+        };
+        if dirs(&before) == dirs(&after) {
+            break (after, st);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    drop(c);
+    let v = bridge.finish();
+    let get = |name: &str, labels: &str| -> f64 {
+        samples[format!("{name}{labels}")]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{name}{labels} in {samples}"))
+    };
+    let node = &v["node"];
+    for pipe in node["pipes"].as_array().unwrap() {
+        let n = pipe["pipe"].as_u64().unwrap();
+        let l = format!("{{\"pipe\": \"{n}\"}}");
+        assert_eq!(
+            get("linkem_pipe_packets_total", &l),
+            pipe["packets"].as_f64().unwrap()
+        );
+        assert_eq!(
+            get("linkem_pipe_bytes_total", &l),
+            pipe["bytes"].as_f64().unwrap()
+        );
+        assert_eq!(
+            get("linkem_pipe_drops_total", &l),
+            pipe["drops"].as_f64().unwrap()
+        );
+    }
+    for rule in node["rules"].as_array().unwrap() {
+        let l = format!("{{\"rule\": \"{}\"}}", rule["number"]);
+        assert_eq!(
+            get("linkem_rule_packets_total", &l),
+            rule["packets"].as_f64().unwrap()
+        );
+        assert_eq!(
+            get("linkem_rule_bytes_total", &l),
+            rule["bytes"].as_f64().unwrap()
+        );
+    }
+    let pipe2 = &node["pipes"][1];
+    assert!(pipe2["packets"].as_u64().unwrap() >= 300, "{pipe2}");
+    // The ten busiest of twelve flows, each as --stats json counts it.
+    let flows: Vec<(&str, f64)> = samples
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| k.starts_with("linkem_flow_bytes_total{"))
+        .map(|(k, v)| (k.as_str(), v.as_f64().unwrap()))
+        .collect();
+    assert_eq!(flows.len(), 10, "{samples}");
+    for f in pipe2["flows"].as_array().unwrap() {
+        let src = f["src"].as_str().unwrap();
+        let port: u32 = src.rsplit('/').next().unwrap().parse().unwrap();
+        let key = format!(
+            "linkem_flow_bytes_total{{\"dst\": \"{}\", \"pipe\": \"2\", \"proto\": \"{}\", \"src\": \"{src}\"}}",
+            f["dst"].as_str().unwrap(),
+            f["proto"]
+        );
+        match samples.get(&key) {
+            Some(b) => assert_eq!(b.as_f64().unwrap(), f["bytes"].as_f64().unwrap()),
+            // Only the two quietest flows are left out.
+            None => assert!(port >= 30011, "flow from {src} missing: {samples}"),
+        }
+    }
+    let d0 = &stats["directions"][0];
+    for fate in ["delivered", "denied", "queue-full"] {
+        let l = format!("{{\"direction\": \"a->b\", \"fate\": \"{fate}\"}}");
+        assert_eq!(
+            get("linkem_packets_total", &l),
+            d0["fates"][fate].as_f64().unwrap(),
+            "{fate}"
+        );
+    }
+    assert_eq!(get("linkem_control_changes_total", "{}"), 1.0);
+}
