@@ -309,14 +309,14 @@ fn print_rules_stats(
         StatsFormat::Text => {
             print_stats(format, stats, secs, seed, last);
             println!(
-                "{:<6}{:>10}{:>12}{:>10}{:>10}",
-                "dir", "denied", "flow-limit", "red-drop", "aqm-drop"
+                "{:<6}{:>10}{:>12}{:>10}{:>10}{:>10}",
+                "dir", "denied", "flow-limit", "red-drop", "aqm-drop", "flushed"
             );
             for s in stats {
                 let d = &s.node_drops;
                 println!(
-                    "{:<6}{:>10}{:>12}{:>10}{:>10}",
-                    s.name, d.denied, d.flow_limit, d.red_drop, d.aqm_drop
+                    "{:<6}{:>10}{:>12}{:>10}{:>10}{:>10}",
+                    s.name, d.denied, d.flow_limit, d.red_drop, d.aqm_drop, d.flushed
                 );
             }
             print!("{}", bridge.with_node(node_text));

@@ -677,10 +677,10 @@ fn ctl_rules_metrics_match_stats_json() {
 }
 
 /// A pipe deleted (with its rule, in one batch) while packets wait in its
-/// queue: the packets it took leave at the release times it gave them, none
-/// is lost, and the counts add up.
+/// queue: those not yet sent are counted as `flushed`, never lost silently,
+/// and the counts add up (received = delivered + flushed + in flight).
 #[test]
-fn ctl_rules_pipe_deleted_with_packets_queued_loses_nothing() {
+fn ctl_rules_pipe_deleted_with_packets_queued_counts_them_flushed() {
     if skip() {
         return;
     }
@@ -726,8 +726,14 @@ fn ctl_rules_pipe_deleted_with_packets_queued_loses_nothing() {
         .filter(|(k, _)| *k != "delivered")
         .map(|(_, v)| v.as_u64().unwrap())
         .sum();
-    eprintln!("{queued} queued when pipe 2 was deleted: {d}");
-    assert_eq!(drops, 0, "{d}");
-    assert!(fates["delivered"].as_u64().unwrap() >= n, "{d}");
+    let flushed = fates["flushed"].as_u64().unwrap();
+    let delivered = fates["delivered"].as_u64().unwrap();
+    eprintln!(
+        "{queued} in flight when pipe 2 was deleted: {flushed} flushed, {delivered} delivered"
+    );
+    // Nearly all of those in flight at the `stats` before the delete.
+    assert!(flushed + 20 >= queued && flushed <= queued, "{queued}: {d}");
+    assert_eq!(drops, flushed, "only flushed: {d}");
+    assert!(delivered + flushed >= n, "{d}");
     assert_eq!(d["in_flight"], 0, "{d}");
 }

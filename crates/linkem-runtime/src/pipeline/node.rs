@@ -32,6 +32,12 @@
 //!   re-entry of a multi-hop path with `set one-pass off`) still leaves that
 //!   late by the output stage's wake-up (tens of µs, shown in the lateness).
 //!
+//! - **Changes** (`linkem ctl`, [`NodeBridge::update`]) are taken at the top
+//!   of the loop, between two batches, at one instant; an eventfd in the poll
+//!   set wakes a waiting stage. Each packet stored carries its pipe's group in
+//!   the delay line; a pipe deleted by a change has its group flushed, so its
+//!   packets not yet sent are counted as `flushed` by the output stage.
+//!
 //! Counting: each direction keeps the invariant of [`super::DirectionStats`];
 //! packets the node holds count as in flight, and the node's own drops
 //! (denied, flow-limit, RED and AQM drops) are in [`NodeDrops`].
@@ -332,9 +338,30 @@ struct Stage {
     pushed: [bool; 2],
     warned_too_big: bool,
     warned_uncut: bool,
+    /// The delay-line group of each pipe's packets (see [`super::FlushSet`]):
+    /// a pipe deleted by an update has its group flushed; one made again
+    /// later gets a new group.
+    groups: HashMap<u32, u32>,
+    next_group: u32,
 }
 
 impl Stage {
+    fn group_of(&mut self, pipe: Option<u32>) -> u32 {
+        let Some(p) = pipe else { return 0 };
+        if let Some(&g) = self.groups.get(&p) {
+            return g;
+        }
+        // Past the largest group, packets are never flushed (counted as
+        // delivered at their release time instead).
+        if self.next_group > crate::delay_line::MAX_GROUP {
+            return 0;
+        }
+        let g = self.next_group;
+        self.next_group += 1;
+        self.groups.insert(p, g);
+        g
+    }
+
     /// One frame received on port `side`: cut it, offer each wire frame.
     fn take(&mut self, node: &mut Node, side: usize, frame: RxFrame<'_>) {
         self.c[side].received += 1;
@@ -434,6 +461,11 @@ impl Stage {
 
     /// Applies a decision to a frame received on `side`.
     fn settle(&mut self, d: &Decision, side: usize, bytes: &[u8], csum: Option<CsumPartial>) {
+        let group = if d.fate == NodeFate::Delivered {
+            self.group_of(d.pipe)
+        } else {
+            0
+        };
         let c = &mut self.c[side];
         match d.fate {
             NodeFate::Delivered => {}
@@ -456,17 +488,18 @@ impl Stage {
             c.backpressure += 1;
             return;
         }
-        let stored = self.producers[side].push_with(d.release_ns, bytes.len(), false, |slot| {
-            finish(slot, bytes, csum);
-            if d.ce {
-                let _ = mark_ce(slot, false);
-            }
-            for bit in &d.corrupt_bits {
-                if let Some(b) = slot.get_mut((bit / 8) as usize) {
-                    *b ^= 0x80 >> (bit % 8);
+        let stored =
+            self.producers[side].push_with_group(d.release_ns, bytes.len(), false, group, |slot| {
+                finish(slot, bytes, csum);
+                if d.ce {
+                    let _ = mark_ce(slot, false);
                 }
-            }
-        });
+                for bit in &d.corrupt_bits {
+                    if let Some(b) = slot.get_mut((bit / 8) as usize) {
+                        *b ^= 0x80 >> (bit % 8);
+                    }
+                }
+            });
         if !stored {
             c.backpressure += 1;
             return;
@@ -484,9 +517,13 @@ impl Stage {
         if d.duplicate {
             // The copy leaves as it came, right after the original; one that
             // finds no room is not a lost packet.
-            let _ = self.producers[side].push_with(d.release_ns, bytes.len(), true, |slot| {
-                finish(slot, bytes, csum)
-            });
+            let _ = self.producers[side].push_with_group(
+                d.release_ns,
+                bytes.len(),
+                true,
+                group,
+                |slot| finish(slot, bytes, csum),
+            );
         }
     }
 
@@ -544,6 +581,8 @@ fn node_stage(
         pushed: [false; 2],
         warned_too_big: false,
         warned_uncut: false,
+        groups: HashMap::new(),
+        next_group: 1,
     };
     let fail = |e: String| {
         for c in &controls {
@@ -579,6 +618,18 @@ fn node_stage(
                             // Their next hop or service may be gone: decided
                             // first, as on a reload, then the pipes start anew.
                             st.poll(&mut node, u64::MAX);
+                        }
+                        // The packets a deleted pipe gave a release time
+                        // and that have not left yet are flushed.
+                        for p in node.pipes() {
+                            let n = p.def.number;
+                            if !set.pipes.contains_key(&n) {
+                                if let Some(g) = st.groups.remove(&n) {
+                                    for c in &controls {
+                                        c.flush.add(g);
+                                    }
+                                }
+                            }
                         }
                         node.update(*set, now);
                         let _ = ack.send(now);

@@ -12,7 +12,8 @@
 //! (a rule naming a pipe that is deleted in the same batch fails). Only a
 //! copy that parses is handed to the node stage ([`NodeBridge::update`]),
 //! which applies it between two packets at one instant: pipes keep their
-//! queued packets and release times ([`linkem_core::node::Node::update`]).
+//! queued packets and release times ([`linkem_core::node::Node::update`]);
+//! the packets of a deleted pipe not yet sent are counted as `flushed`.
 //! A failure changes nothing and names the request and word.
 //!
 //! Cost of a change: a parse of the whole rule set (microseconds for tens of
