@@ -268,18 +268,19 @@ impl Rules {
                 return Err(f);
             }
         };
-        let at_ns = self
-            .bridge
-            .update(set)
-            .ok_or_else(|| Failure::Error("the node stage has stopped".into()))?;
+        let at_ns = self.bridge.update(set);
         for o in staged.objects.iter_mut().flat_map(|m| m.values_mut()) {
             o.by = None;
         }
         for r in &mut staged.rules {
             r.by = None;
         }
+        // Handed over, the change applies in turn even if the stage is slow
+        // to say when: the source follows it either way.
         *source = staged;
-        Ok(at_ns)
+        at_ns.ok_or_else(|| {
+            Failure::Error("the node stage did not confirm the change within 5 s".into())
+        })
     }
 
     fn stage(&self, s: &mut Source, uid: u32, r: &RuleRequest, i: usize) -> Result<(), Failure> {
