@@ -173,6 +173,7 @@ pub struct Node {
     pub unmatched: u64,
     /// Pipes served by a scheduler ([`crate::sched::service`]).
     pub sched: crate::sched::service::NodeSched,
+    cfg: NodeConfig,
 }
 
 impl Node {
@@ -204,7 +205,89 @@ impl Node {
             seq: 0,
             unmatched: 0,
             sched,
+            cfg,
         }
+    }
+
+    /// Whether a packet waits in the node for a later decision (a multi-hop
+    /// reinjection or a scheduled pipe): then [`Node::update`] cannot keep
+    /// the pipes in place.
+    pub fn holds_packets(&self) -> bool {
+        !self.reinject.is_empty() || !self.in_flight.is_empty()
+    }
+
+    /// A changed rule set (`linkem ctl`) applied at `now_ns` to this node.
+    ///
+    /// - A pipe whose number stays, with the same mask and profile presence,
+    ///   neither it nor its successor served by a scheduler, and no packet
+    ///   held by the node ([`Node::holds_packets`]), keeps its instances:
+    ///   their links are reconfigured ([`Pipe::reconfigure`]), so packets
+    ///   already queued keep their release times and new ones queue behind
+    ///   them. Any other pipe starts empty, as in a new node.
+    /// - A rule that stays (same number and text) keeps its packet and byte
+    ///   counters; `unmatched` is kept.
+    ///
+    /// The caller decides the packets the node holds first when
+    /// [`Node::holds_packets`] (as on a reload), since their next hop or
+    /// service may not exist in `set`.
+    pub fn update(&mut self, set: RuleSet, now_ns: u64) {
+        let new_sched: Vec<u32> = set
+            .pipes
+            .keys()
+            .copied()
+            .filter(|&n| set.sched.scheduled(n))
+            .collect();
+        let mut next = Node::new(set, self.cfg);
+        let keep = !self.holds_packets();
+        let mut old: Vec<Option<Pipe>> = std::mem::take(&mut self.pipes)
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| (!self.sched.is_scheduled(i)).then_some(p))
+            .collect();
+        let mut live = 0;
+        for p in next.pipes.iter_mut() {
+            let n = p.def.number;
+            let at = self.pipe_at.get(n as usize).copied().unwrap_or(u32::MAX);
+            let taken = match old.get_mut(at as usize) {
+                Some(slot) if keep && !new_sched.contains(&n) => slot.take(),
+                _ => None,
+            };
+            match taken {
+                Some(mut kept) if kept.can_reconfigure(&p.def) => {
+                    kept.reconfigure((*p.def).clone(), now_ns);
+                    *p = kept;
+                }
+                _ => {}
+            }
+            live += p.active_instances();
+        }
+        next.budget.live = live;
+        // Counters follow the rule they belong to (number and text), in order.
+        let mut old_counts: Vec<(u32, &str, (u64, u64))> = self
+            .classifier
+            .rules()
+            .iter()
+            .zip(&self.classifier.counters)
+            .map(|(r, c)| (r.number, r.text.as_str(), *c))
+            .collect();
+        let found: Vec<Option<(u64, u64)>> = next
+            .classifier
+            .rules()
+            .iter()
+            .map(|r| {
+                let i = old_counts
+                    .iter()
+                    .position(|(n, t, _)| *n == r.number && *t == r.text)?;
+                Some(old_counts.remove(i).2)
+            })
+            .collect();
+        for (c, f) in next.classifier.counters.iter_mut().zip(found) {
+            if let Some(f) = f {
+                *c = f;
+            }
+        }
+        next.unmatched = self.unmatched;
+        *self = next;
     }
 
     /// The compiled rules, with each rule's packet and byte counters.

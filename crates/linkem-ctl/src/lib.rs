@@ -41,8 +41,15 @@
 //! | `pipe\|queue\|sched [N] show`, `pipe\|queue\|sched N delete` | |
 //! | `add [NUM] ACTION ...`, `delete NUM...`, `flush`, `set one-pass on\|off` | ipfw rules |
 //!
-//! The Dummynet and ipfw requests are parsed and checked here; they take
-//! effect once the emulator runs a rule set. An emulator without one (today's
+//! The Dummynet and ipfw requests are parsed here and checked by the
+//! emulator against a copy of its whole rule set (a batch as a whole): a
+//! `linkem bridge --rules FILE` applies them to its running node between two
+//! packets (pipes keep their queued packets and release times). There `show`
+//! and `list` give the rules with owners and packet/byte counters (`text`: the
+//! `ipfw -a list` layout), `pipe [N] show` the pipes and flows (`text`: the
+//! `ipfw pipe show` layout), and `link` requests are refused. Every pipe,
+//! queue, scheduler and rule belongs to the uid that created it; only it or
+//! root may change or delete it. An emulator without a rule set (a plain
 //! `linkem bridge`) answers them with the error [`NO_RULE_SET`] and changes
 //! nothing.
 //!
@@ -524,9 +531,12 @@ fn parse_object(c: &mut Cursor<'_>, kind: Kind) -> Result<RuleRequest, ParseErro
         Some("show" | "list") => {
             c.next += 1;
             let number = match c.peek() {
+                Some("--json") | None => None,
                 Some(_) => Some(number(c, what)?),
-                None => None,
             };
+            if c.peek() == Some("--json") {
+                c.next += 1;
+            }
             c.end("show")?;
             Ok(RuleRequest::Show { kind, number })
         }
@@ -545,6 +555,9 @@ fn parse_object(c: &mut Cursor<'_>, kind: Kind) -> Result<RuleRequest, ParseErro
                     words: c.rest(),
                 }),
                 Some("show" | "list") => {
+                    if c.peek() == Some("--json") {
+                        c.next += 1;
+                    }
                     c.end("show")?;
                     Ok(RuleRequest::Show {
                         kind,
@@ -573,8 +586,9 @@ watch [INTERVAL]                   a stats line every INTERVAL (default 1s) unti
 begin ... commit | abort           a batch, applied all at one instant or not at all
 pipe|queue|sched N config WORDS, pipe|queue|sched [N] show, pipe|queue|sched N delete,
 add [NUM] ACTION ..., delete NUM..., flush, set one-pass on|off
-                                   Dummynet/ipfw words: answered 'no rule set in this
-                                   emulator' until the emulator runs rules
+                                   Dummynet/ipfw words for a bridge running --rules
+                                   (elsewhere: 'no rule set in this emulator');
+                                   'pipe N config' sets the whole pipe
 A line may start with @ID (echoed as \"id\" in the reply).";
 
 /// Reads one line of at most [`MAX_LINE_BYTES`] from `r` (without its

@@ -219,3 +219,21 @@ proptest! {
         prop_assert!(parse(&delete).is_ok());
     }
 }
+
+#[test]
+fn object_shows_take_json() {
+    use crate::{Kind, Request, RuleRequest};
+    for (l, kind, number) in [
+        ("pipe show --json", Kind::Pipe, None),
+        ("pipe 2 show --json", Kind::Pipe, Some(2)),
+        ("queue show 3 --json", Kind::Queue, Some(3)),
+        ("sched 4 list", Kind::Sched, Some(4)),
+    ] {
+        assert_eq!(
+            parse(l).unwrap().request,
+            Request::Rule(RuleRequest::Show { kind, number }),
+            "{l}"
+        );
+    }
+    assert_eq!(parse("pipe show --json x").unwrap_err().position, Some(4));
+}

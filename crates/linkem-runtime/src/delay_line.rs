@@ -48,6 +48,10 @@ pub const RECORD_ALIGN: usize = 64;
 const HEADER: usize = 16;
 const FLAG_SKIP: u32 = 1;
 const FLAG_COPY: u32 = 2;
+/// Bits 8..32 of the flags: the record's group ([`Producer::push_with_group`]).
+const GROUP_SHIFT: u32 = 8;
+/// Largest group a record can carry.
+pub const MAX_GROUP: u32 = u32::MAX >> GROUP_SHIFT;
 
 /// Memory for the buffer: anonymous, preferably on huge pages (fewer TLB misses
 /// for a buffer of gigabytes), released on drop.
@@ -266,6 +270,21 @@ impl Producer {
         copy: bool,
         fill: impl FnOnce(&mut [u8]),
     ) -> bool {
+        self.push_with_group(release_ns, len, copy, 0, fill)
+    }
+
+    /// [`Producer::push_with`] for a record of `group` (0..=[`MAX_GROUP`],
+    /// given back in [`Head::group`]): the node stage's pipe of the packet,
+    /// so that the packets of a deleted pipe can be told apart.
+    #[inline]
+    pub fn push_with_group(
+        &mut self,
+        release_ns: u64,
+        len: usize,
+        copy: bool,
+        group: u32,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> bool {
         let need = record_bytes(len) as u64;
         let offset = self.tail % self.cap;
         let skip = if offset + need > self.cap {
@@ -298,7 +317,7 @@ impl Producer {
                 base.add(at),
                 release_ns,
                 len as u32,
-                if copy { FLAG_COPY } else { 0 },
+                (if copy { FLAG_COPY } else { 0 }) | (group.min(MAX_GROUP) << GROUP_SHIFT),
             );
             std::slice::from_raw_parts_mut(base.add(at + HEADER), len)
         };
@@ -334,6 +353,8 @@ pub struct Head<'a> {
     pub release_ns: u64,
     pub frame: &'a [u8],
     pub copy: bool,
+    /// The record's group (0 unless stored with [`Producer::push_with_group`]).
+    pub group: u32,
 }
 
 pub struct Consumer {
@@ -376,6 +397,7 @@ impl Consumer {
                 release_ns,
                 frame,
                 copy: flags & FLAG_COPY != 0,
+                group: flags >> GROUP_SHIFT,
             });
         }
     }
@@ -540,5 +562,31 @@ mod tests {
         assert_eq!(record_bytes(48), 64);
         assert_eq!(record_bytes(49), 128);
         assert_eq!(record_bytes(1514), 1536);
+    }
+}
+
+#[cfg(test)]
+mod group_tests {
+    use super::*;
+
+    #[test]
+    fn records_carry_their_group_and_copy_flag() {
+        let (mut p, mut c) = delay_line(1 << 16).unwrap();
+        assert!(p.push(5, b"plain", false));
+        assert!(p.push_with_group(6, 3, true, MAX_GROUP, |s| s.copy_from_slice(b"abc")));
+        assert!(p.push_with_group(7, 1, false, 42, |s| s[0] = 9));
+        let mut got = Vec::new();
+        while let Some(h) = c.peek() {
+            got.push((h.release_ns, h.frame.to_vec(), h.copy, h.group));
+            c.pop();
+        }
+        assert_eq!(
+            got,
+            vec![
+                (5, b"plain".to_vec(), false, 0),
+                (6, b"abc".to_vec(), true, MAX_GROUP),
+                (7, vec![9], false, 42),
+            ]
+        );
     }
 }

@@ -97,8 +97,10 @@ pub struct BridgeArgs {
     /// any to 10.0.0.2 in`; `in`/`a-to-b`/`recv IF_A`: received on IF_A). One
     /// node thread takes frames from both interfaces: a pipe fed from both
     /// directions is one shared medium. `pipe N config` sets the whole pipe, as
-    /// Dummynet does. Takes no link words but `seed N`, and no control socket;
-    /// SIGHUP re-reads FILE. See `linkem replay --help` and README for the words.
+    /// Dummynet does. Takes no link words but `seed N`. `linkem ctl` changes
+    /// the running pipes and rules (pipe N config|delete, add, delete, flush,
+    /// set one-pass; queued packets keep their release times); SIGHUP re-reads
+    /// FILE, replacing such changes. See `linkem replay --help` and README.
     #[arg(long = "rules", value_name = "FILE")]
     pub rules: Option<PathBuf>,
     /// With --rules: most dynamic pipe instances (masks) alive at once; a packet

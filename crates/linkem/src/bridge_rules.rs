@@ -9,19 +9,25 @@
 //! file is parsed before any interface is touched, so a bad file changes
 //! nothing. SIGHUP re-reads it and swaps the node: packets the old node holds
 //! keep their release times; a file that no longer parses keeps the running
-//! rules. The control socket (`linkem ctl`) changes links, which a rule set
-//! does not have: it is not opened with rules.
+//! rules. The control socket (`linkem ctl`, see `crate::control::rules`)
+//! changes pipes and rules while traffic flows; a SIGHUP afterwards re-reads
+//! the file, replacing what `linkem ctl` changed, and gives its objects to
+//! the uid that started linkem.
 
 use crate::backend::{check_capabilities, claim_interfaces, drop_capabilities, open_interface};
 use crate::bridge::{direction_json, print_stats, timing, BridgeArgs, Realtime, REALTIME_PRIORITY};
+use crate::control::rules::{Rules, Source};
+use crate::control::Model;
 use crate::replay::fresh_seed;
-use crate::replay_rules::{load_rules, node_json, node_text, rules_source};
+use crate::replay_rules::{load_rules_recording, node_json, node_text, rules_source};
 use crate::StatsFormat;
 use anyhow::{bail, Context, Result};
 use linkem_core::node::{Node, NodeConfig};
 use linkem_core::rules::RuleSet;
+use linkem_io::creds::starter_uid;
 use linkem_runtime::pipeline::{buffer_bytes_for, DirectionStats, NodeBridge, NodeOptions};
 use serde_json::json;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -38,14 +44,34 @@ struct RulesSource {
 }
 
 impl RulesSource {
-    /// The rule set and the seed given with it.
-    fn load(&self) -> Result<(RuleSet, Option<u64>)> {
+    /// The rule set, the seed, the source lines and the files they read.
+    fn load_source(&self) -> Result<Loaded> {
         let (text, seed) = rules_source(self.config.as_deref(), self.file.as_deref(), &self.words)?
             .context("no rules: the config has no 'rules' key")?;
         let base = self.file.as_deref().and_then(Path::parent);
-        let set = load_rules(&text, base, [&self.sides[0], &self.sides[1]])?;
-        Ok((set, seed))
+        let sides = [self.sides[0].as_str(), self.sides[1].as_str()];
+        let mut files = HashMap::new();
+        load_rules_recording(&text, base, sides, &mut files)?;
+        // The node runs the file as the control plane renders it, so that a
+        // rule keeps its counters across changes (they follow the rule's text).
+        let source = Source::from_text(&text, starter_uid());
+        let (rendered, _) = source.render();
+        let set = load_rules_recording(&rendered, base, sides, &mut files)
+            .context("the rule file, as the control socket keeps it")?;
+        Ok(Loaded {
+            set,
+            seed,
+            source,
+            files,
+        })
     }
+}
+
+struct Loaded {
+    set: RuleSet,
+    seed: Option<u64>,
+    source: Source,
+    files: HashMap<String, String>,
 }
 
 /// Delay-line bytes per direction: what every pipe may hold in flight at
@@ -82,17 +108,6 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
              (select a direction in the rule: 'in'/'a-to-b' or 'out'/'b-to-a')"
         );
     }
-    let c = &args.control;
-    if c.control.as_deref().is_some_and(|p| p != "none")
-        || c.control_group.is_some()
-        || c.audit.is_some()
-        || c.metrics.is_some()
-    {
-        bail!(
-            "--control, --control-group, --audit and --metrics are not supported with --rules \
-             (the control socket changes links; change rules by editing the file and sending SIGHUP)"
-        );
-    }
     let source = RulesSource {
         config: args.config.clone(),
         file: args.rules.clone(),
@@ -100,7 +115,12 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
         sides: [args.if_a.clone(), args.if_b.clone()],
     };
     // Parsed before any interface is opened: a bad file changes nothing.
-    let (set, seed) = source.load()?;
+    let Loaded {
+        set,
+        seed,
+        source: lines,
+        files,
+    } = source.load_source()?;
     let timing = timing(args)?;
     if args.if_a == args.if_b {
         bail!(
@@ -119,6 +139,8 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
     };
     let node = Node::new(set, node_cfg);
 
+    // control: opened while linkem may still create /run/linkem and chown the socket.
+    let control = crate::control::server::prepare(&args.control, &args.if_a, &args.if_b)?;
     let realtime = args.realtime != Realtime::Off;
     let backend = check_capabilities(args.backend, realtime)?;
     let claimed = claim_interfaces(&args.if_a, &args.if_b)?;
@@ -134,7 +156,7 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
         realtime_priority: realtime.then_some(REALTIME_PRIORITY),
         realtime_input: args.realtime == Realtime::All,
     };
-    let mut bridge = NodeBridge::start(opts, node, [rx_a, rx_b], [tx_b, tx_a])
+    let bridge = NodeBridge::start(opts, node, [rx_a, rx_b], [tx_b, tx_a])
         .map_err(|e| anyhow::anyhow!(e))?;
     let file = match (&args.rules, &args.config) {
         (Some(f), _) | (None, Some(f)) => f.display().to_string(),
@@ -156,8 +178,31 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
     let reload = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGHUP, reload.clone())
         .context("cannot install the signal handler")?;
-    type Reload = std::sync::mpsc::Receiver<Result<(RuleSet, Option<u64>)>>;
+    type Reload = std::sync::mpsc::Receiver<Result<Loaded>>;
     let mut reloading: Option<Reload> = None;
+
+    if let Some(p) = control.socket_path() {
+        eprintln!(
+            "linkem: control socket {} (linkem ctl --name {})",
+            p.display(),
+            control.name
+        );
+    }
+    let rules = Rules::new(
+        bridge,
+        lines,
+        [args.if_a.clone(), args.if_b.clone()],
+        files,
+        starter_uid(),
+    );
+    let model = Arc::new(Model::with_rules(
+        control.name.clone(),
+        rules,
+        seed,
+        Instant::now(),
+    ));
+    let server = control.start(model.clone());
+    let bridge = &model.rules().expect("a rules model").bridge;
 
     let started = Instant::now();
     let mut next_print = args
@@ -177,7 +222,7 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
             let (tx, rx) = std::sync::mpsc::channel();
             let src = source.clone();
             std::thread::spawn(move || {
-                let _ = tx.send(src.load());
+                let _ = tx.send(src.load_source());
             });
             reloading = Some(rx);
         }
@@ -186,13 +231,16 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
                 reloading = None;
             }
             match answer {
-                Ok(Ok((set, new_seed))) => {
-                    eprintln!("linkem: SIGHUP: rules re-read: {}", summary(&set));
+                Ok(Ok(loaded)) => {
+                    eprintln!("linkem: SIGHUP: rules re-read: {}", summary(&loaded.set));
                     let cfg = NodeConfig {
-                        seed: new_seed.unwrap_or(seed),
+                        seed: loaded.seed.unwrap_or(seed),
                         ..node_cfg
                     };
-                    bridge.reload(Node::new(set, cfg));
+                    let rules = model.rules().expect("a rules model");
+                    rules.reload(loaded.source, loaded.files, || {
+                        bridge.reload(Node::new(loaded.set, cfg))
+                    });
                 }
                 // A broken file must not stop a running emulation.
                 Ok(Err(e)) => eprintln!("linkem: SIGHUP: keeping the current rules: {e:#}"),
@@ -202,11 +250,18 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
         if let (Some(at), Some(every)) = (next_print, args.stats_interval) {
             if Instant::now() >= at {
                 let stats = bridge.stats();
-                print_rules_stats(args.stats, &bridge, &stats, started, seed, false);
+                print_rules_stats(args.stats, bridge, &stats, started, seed, false);
                 next_print = Some(at + Duration::from_secs_f64(every.max(0.1)));
             }
         }
     }
+    // control: stop the control threads (removes the socket), then the bridge.
+    drop(server);
+    let mut bridge = Arc::try_unwrap(model)
+        .map_err(|_| anyhow::anyhow!("a control thread outlived its server"))?
+        .into_rules()
+        .expect("a rules model")
+        .bridge;
     let stats = bridge.stop();
     print_rules_stats(args.stats, &bridge, &stats, started, seed, true);
     Ok(())
@@ -254,14 +309,14 @@ fn print_rules_stats(
         StatsFormat::Text => {
             print_stats(format, stats, secs, seed, last);
             println!(
-                "{:<6}{:>10}{:>12}{:>10}{:>10}",
-                "dir", "denied", "flow-limit", "red-drop", "aqm-drop"
+                "{:<6}{:>10}{:>12}{:>10}{:>10}{:>10}",
+                "dir", "denied", "flow-limit", "red-drop", "aqm-drop", "flushed"
             );
             for s in stats {
                 let d = &s.node_drops;
                 println!(
-                    "{:<6}{:>10}{:>12}{:>10}{:>10}",
-                    s.name, d.denied, d.flow_limit, d.red_drop, d.aqm_drop
+                    "{:<6}{:>10}{:>12}{:>10}{:>10}{:>10}",
+                    s.name, d.denied, d.flow_limit, d.red_drop, d.aqm_drop, d.flushed
                 );
             }
             print!("{}", bridge.with_node(node_text));

@@ -38,8 +38,9 @@ enum Command {
     /// Change or watch a running emulator through its control socket: its
     /// links (`link a-to-b delay 20ms loss 1%`), counters (`show`, `stats`,
     /// `watch 1s`, `zero`), batches (`-f FILE`: all or nothing), and the
-    /// ipfw/dnctl words (`pipe N config ...`, `add ...`), which need an
-    /// emulator that runs rules. `linkem ctl list-emulators` lists the running ones.
+    /// ipfw/dnctl words of a `linkem bridge --rules` (`pipe N config ...`,
+    /// `pipe 1 show`, `add ...`, `delete N`, `list`; each object belongs to
+    /// the uid that made it). `linkem ctl list-emulators` lists the running ones.
     Ctl(linkem::control::client::CtlArgs),
     /// Measure a path: precisely paced UDP from a sender to a receiver (each in a
     /// network namespace if given), with one-way delay and its deviation, loss,

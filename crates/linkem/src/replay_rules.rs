@@ -175,16 +175,31 @@ fn read_small(what: &str, path: &Path) -> Result<String> {
 /// `base` (the rule file's directory) or as given.
 /// `sides`: the names `recv`/`xmit`/`via` accept for IF_A and IF_B besides `a` and `b`.
 pub fn load_rules(text: &str, base: Option<&Path>, sides: [&str; 2]) -> Result<RuleSet> {
+    load_rules_recording(text, base, sides, &mut Default::default())
+}
+
+/// [`load_rules`], keeping each file read by the name the rules gave it.
+pub fn load_rules_recording(
+    text: &str,
+    base: Option<&Path>,
+    sides: [&str; 2],
+    read_files: &mut std::collections::HashMap<String, String>,
+) -> Result<RuleSet> {
     let mut files = |name: &str| -> Result<String, String> {
         let read = |p: &Path| infile::read_text(p, infile::MAX_TEXT_BYTES);
         if let Some(b) = base {
             match read(&b.join(name)) {
-                Ok(t) => return Ok(t),
+                Ok(t) => {
+                    read_files.insert(name.to_string(), t.clone());
+                    return Ok(t);
+                }
                 Err(e) if !e.is_not_found() => return Err(e.to_string()),
                 Err(_) => {}
             }
         }
-        load_distribution(name)
+        let t = load_distribution(name)?;
+        read_files.insert(name.to_string(), t.clone());
+        Ok(t)
     };
     parse_rules(text, sides, &mut files).map_err(|e| anyhow::anyhow!("rules: {e}"))
 }
@@ -403,7 +418,7 @@ fn proto_name(p: u8) -> String {
     }
 }
 
-fn addr(version: u8, a: u128) -> String {
+pub(crate) fn addr(version: u8, a: u128) -> String {
     match version {
         6 => Ipv6Addr::from(a).to_string(),
         _ => Ipv4Addr::from(a as u32).to_string(),
@@ -511,7 +526,39 @@ pub fn node_text(node: &Node) -> String {
     let mut s = String::new();
     use std::fmt::Write as _;
     let _ = writeln!(s, "\n# ipfw pipe show");
-    for p in node.pipes() {
+    s.push_str(&pipes_text(node, None));
+    let _ = writeln!(s, "\n# ipfw -a list");
+    s.push_str(&rule_counters_text(node));
+    s.push_str(&crate::replay_sched::stats_text(node));
+    s
+}
+
+/// The rules with their counters, as `ipfw -a list` prints them.
+pub fn rule_counters_text(node: &Node) -> String {
+    let mut s = String::new();
+    use std::fmt::Write as _;
+    let c = node.classifier();
+    for (r, (pk, by)) in c.rules().iter().zip(&c.counters) {
+        let text = r.text.strip_prefix("add").unwrap_or(&r.text).trim_start();
+        let text = text
+            .strip_prefix(&r.number.to_string())
+            .unwrap_or(text)
+            .trim_start();
+        let _ = writeln!(s, "{:05} {pk:>10} {by:>12} {text}", r.number);
+    }
+    let _ = writeln!(s, "unmatched {:>10} (passed unimpaired)", node.unmatched);
+    s
+}
+
+/// The pipes (or pipe `only`) with their flows, as `ipfw pipe show` prints them.
+pub fn pipes_text(node: &Node, only: Option<u32>) -> String {
+    let mut s = String::new();
+    use std::fmt::Write as _;
+    for p in node
+        .pipes()
+        .iter()
+        .filter(|p| only.is_none_or(|n| n == p.def.number))
+    {
         let d = &p.def;
         let _ = writeln!(
             s,
@@ -560,18 +607,6 @@ pub fn node_text(node: &Node) -> String {
             let _ = writeln!(s, "{}", flow_line(i));
         }
     }
-    let _ = writeln!(s, "\n# ipfw -a list");
-    let c = node.classifier();
-    for (r, (pk, by)) in c.rules().iter().zip(&c.counters) {
-        let text = r.text.strip_prefix("add").unwrap_or(&r.text).trim_start();
-        let text = text
-            .strip_prefix(&r.number.to_string())
-            .unwrap_or(text)
-            .trim_start();
-        let _ = writeln!(s, "{:05} {pk:>10} {by:>12} {text}", r.number);
-    }
-    let _ = writeln!(s, "unmatched {:>10} (passed unimpaired)", node.unmatched);
-    s.push_str(&crate::replay_sched::stats_text(node));
     s
 }
 
@@ -626,9 +661,13 @@ pub fn node_json(node: &Node) -> serde_json::Value {
                     })
                 })
                 .collect();
+            let (packets, bytes, drops) = p.totals();
             json!({
                 "pipe": d.number,
                 "config": d.words,
+                "packets": packets,
+                "bytes": bytes,
+                "drops": drops,
                 "rate_bps": d.link.rate_bps,
                 "rate": d.link.rate_bps.map(format_rate_bps),
                 "delay_ns": d.link.delay_ns,

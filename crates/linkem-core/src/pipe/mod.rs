@@ -607,6 +607,9 @@ pub struct Pipe {
     pub flow_limit_drops: u64,
     /// Instances removed when idle.
     pub expired: u64,
+    /// Packets, bytes and drops of the instances removed, so that the
+    /// pipe's totals ([`Pipe::totals`]) never go back.
+    gone: (u64, u64, u64),
 }
 
 impl Pipe {
@@ -628,7 +631,40 @@ impl Pipe {
             expiry: BinaryHeap::new(),
             flow_limit_drops: 0,
             expired: 0,
+            gone: (0, 0, 0),
         }
+    }
+
+    /// `pipe N config` on a running pipe: `def` becomes its configuration and
+    /// every live instance's link is reconfigured at `now_ns`
+    /// ([`Link::reconfigure`]): the packets it has queued keep their release
+    /// times and the next arrival queues behind them. Only for a `def` with
+    /// the same mask and profile presence ([`Pipe::can_reconfigure`]).
+    pub fn reconfigure(&mut self, def: PipeDef, now_ns: u64) {
+        debug_assert!(self.can_reconfigure(&def));
+        for inst in self
+            .single
+            .iter_mut()
+            .chain(self.slots.iter_mut().flatten())
+        {
+            inst.link.reconfigure(now_ns, def.link.clone());
+            inst.link.set_burst(def.burst_bytes);
+        }
+        self.def = Arc::new(def);
+    }
+
+    /// Whether `def` can take over this pipe's instances: the same mask (so
+    /// the same flows) and a profile where there was one (its random stream).
+    pub fn can_reconfigure(&self, def: &PipeDef) -> bool {
+        def.mask == self.def.mask && def.profile.is_some() == self.def.profile.is_some()
+    }
+
+    /// Packets, bytes and link drops over every instance the pipe had, live
+    /// or expired (ipfw's `Tot_pkt`, `bytes`, `Drp` summed).
+    pub fn totals(&self) -> (u64, u64, u64) {
+        self.instances().fold(self.gone, |(p, b, d), i| {
+            (p + i.tot_pkts, b + i.tot_bytes, d + i.drops)
+        })
     }
 
     /// Live instances of a pipe with a mask (0 without one).
@@ -712,6 +748,9 @@ impl Pipe {
                 continue;
             }
             let inst = self.slots[slot as usize].take().expect("checked above");
+            self.gone.0 += inst.tot_pkts;
+            self.gone.1 += inst.tot_bytes;
+            self.gone.2 += inst.drops;
             self.index.remove(&inst.key);
             self.free.push(slot);
             *live_flows -= 1;

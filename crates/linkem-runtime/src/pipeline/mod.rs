@@ -78,6 +78,39 @@ struct OutputShared {
     tx_errors: u64,
     lateness: Histogram<u64>,
     tx_wakeups: u64,
+    /// Frames of a flushed group not sent ([`FlushSet`]).
+    flushed: u64,
+}
+
+/// Groups (the node stage's pipes) whose packets still in the delay line
+/// are not sent but counted as `flushed`: the packets of a deleted pipe.
+#[derive(Default)]
+pub(crate) struct FlushSet {
+    any: AtomicBool,
+    groups: Mutex<std::collections::HashSet<u32>>,
+}
+
+impl FlushSet {
+    pub(crate) fn add(&self, group: u32) {
+        self.groups
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(group);
+        self.any.store(true, Ordering::Release);
+    }
+
+    /// Whether a record of `group` is to be flushed; group 0 never is, and
+    /// nothing is looked up before the first flush.
+    #[inline]
+    pub(crate) fn contains(&self, group: u32) -> bool {
+        group != 0
+            && self.any.load(Ordering::Acquire)
+            && self
+                .groups
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&group)
+    }
 }
 
 struct Control {
@@ -93,6 +126,8 @@ struct Control {
     /// Records the node stage stored with a release earlier than one stored
     /// before (see `output::Source`); unused by the input stage.
     out_of_order: AtomicU64,
+    /// The node stage's deleted pipes (see [`FlushSet`]).
+    flush: FlushSet,
     input: Mutex<InputShared>,
     output: Mutex<OutputShared>,
     huge_pages: bool,
@@ -114,6 +149,7 @@ impl Control {
             output_parked: AtomicBool::new(false),
             output_at_ns: AtomicU64::new(u64::MAX),
             out_of_order: AtomicU64::new(0),
+            flush: FlushSet::default(),
             input: Mutex::new(InputShared::default()),
             output: Mutex::new(OutputShared {
                 sent: 0,
@@ -123,6 +159,7 @@ impl Control {
                 tx_errors: 0,
                 lateness: options::lateness_histogram(),
                 tx_wakeups: 0,
+                flushed: 0,
             }),
             huge_pages,
             buffer_bytes,
@@ -299,14 +336,17 @@ impl Direction {
             // Saturating: the two sides publish at different moments while running.
             in_flight: input
                 .accepted
-                .saturating_sub(output.sent + output.late + output.too_big),
+                .saturating_sub(output.sent + output.late + output.too_big + output.flushed),
             copies_sent: output.copies_sent,
             lateness: output.lateness.clone(),
             rx_wakeups: input.rx_wakeups,
             tx_wakeups: output.tx_wakeups,
             huge_pages: self.control.huge_pages,
             buffer_bytes: self.control.buffer_bytes,
-            node_drops: input.node_drops,
+            node_drops: NodeDrops {
+                flushed: output.flushed,
+                ..input.node_drops
+            },
         }
     }
 

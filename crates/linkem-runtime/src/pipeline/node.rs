@@ -32,6 +32,12 @@
 //!   re-entry of a multi-hop path with `set one-pass off`) still leaves that
 //!   late by the output stage's wake-up (tens of µs, shown in the lateness).
 //!
+//! - **Changes** (`linkem ctl`, [`NodeBridge::update`]) are taken at the top
+//!   of the loop, between two batches, at one instant; an eventfd in the poll
+//!   set wakes a waiting stage. Each packet stored carries its pipe's group in
+//!   the delay line; a pipe deleted by a change has its group flushed, so its
+//!   packets not yet sent are counted as `flushed` by the output stage.
+//!
 //! Counting: each direction keeps the invariant of [`super::DirectionStats`];
 //! packets the node holds count as in flight, and the node's own drops
 //! (denied, flow-limit, RED and AQM drops) are in [`NodeDrops`].
@@ -47,12 +53,12 @@ use crate::port::{RxFrame, RxPort, TxPort, WaitFds};
 use linkem_core::aqm::ecn::mark_ce;
 use linkem_core::aqm::DropCause;
 use linkem_core::node::{Decision, Node, NodeFate, PacketIn};
-use linkem_core::rules::{FlowKey, L2Kind, Side};
+use linkem_core::rules::{FlowKey, L2Kind, RuleSet, Side};
 use linkem_core::wire::CsumPartial;
 use linkem_core::{Fate, FateCounts};
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::{JoinHandle, Thread};
@@ -86,8 +92,19 @@ struct NodeShared {
     /// Someone waits for the node's lock: the stage yields after its batch,
     /// so that a busy stage does not keep taking the lock back at once.
     wanted: AtomicBool,
-    pending: Mutex<Option<Node>>,
+    pending: Mutex<Vec<Pending>>,
     has_pending: AtomicBool,
+    /// An eventfd in the stage's poll set: a change wakes a waiting stage at once.
+    wake_fd: Option<std::os::fd::OwnedFd>,
+}
+
+/// A change for the node stage to apply between two packets.
+enum Pending {
+    /// SIGHUP: a new node; the old one's held packets are decided first.
+    Replace(Box<Node>),
+    /// `linkem ctl`: the rule set changed ([`Node::update`]); the instant it
+    /// applied from goes back to the sender.
+    Update(Box<RuleSet>, std::sync::mpsc::Sender<u64>),
 }
 
 /// A running bridge of two directions through one node.
@@ -149,8 +166,9 @@ impl NodeBridge {
             stop: AtomicBool::new(false),
             node: Mutex::new(node),
             wanted: AtomicBool::new(false),
-            pending: Mutex::new(None),
+            pending: Mutex::new(Vec::new()),
             has_pending: AtomicBool::new(false),
+            wake_fd: eventfd(),
         });
         let controls = [directions[0].control.clone(), directions[1].control.clone()];
         let outputs = [
@@ -221,8 +239,28 @@ impl NodeBridge {
     /// holds are decided first, as if no further packet arrived there (their
     /// release times stand); then every new packet goes through `node`.
     pub fn reload(&self, node: Node) {
-        *lock(&self.shared.pending) = Some(node);
+        self.push(Pending::Replace(Box::new(node)));
+    }
+
+    /// Applies a changed rule set at the stage's next turn of its loop,
+    /// between two packets ([`Node::update`]: reconfigured pipes keep their
+    /// queued packets and release times), and returns the instant (the
+    /// stage's clock, CLOCK_REALTIME ns) from which it applies. Changes apply
+    /// in the order given. None if the stage has stopped.
+    pub fn update(&self, set: RuleSet) -> Option<u64> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.push(Pending::Update(Box::new(set), tx));
+        rx.recv_timeout(std::time::Duration::from_secs(5)).ok()
+    }
+
+    fn push(&self, p: Pending) {
+        lock(&self.shared.pending).push(p);
         self.shared.has_pending.store(true, Ordering::Release);
+        if let Some(fd) = &self.shared.wake_fd {
+            let one = 1u64.to_ne_bytes();
+            // Safety: writes 8 bytes from a valid buffer to an eventfd we own.
+            let _ = unsafe { libc::write(fd.as_raw_fd(), one.as_ptr().cast(), 8) };
+        }
     }
 
     /// Stops the node stage, then the output stages (packets still in the
@@ -300,9 +338,30 @@ struct Stage {
     pushed: [bool; 2],
     warned_too_big: bool,
     warned_uncut: bool,
+    /// The delay-line group of each pipe's packets (see [`super::FlushSet`]):
+    /// a pipe deleted by an update has its group flushed; one made again
+    /// later gets a new group.
+    groups: HashMap<u32, u32>,
+    next_group: u32,
 }
 
 impl Stage {
+    fn group_of(&mut self, pipe: Option<u32>) -> u32 {
+        let Some(p) = pipe else { return 0 };
+        if let Some(&g) = self.groups.get(&p) {
+            return g;
+        }
+        // Past the largest group, packets are never flushed (counted as
+        // delivered at their release time instead).
+        if self.next_group > crate::delay_line::MAX_GROUP {
+            return 0;
+        }
+        let g = self.next_group;
+        self.next_group += 1;
+        self.groups.insert(p, g);
+        g
+    }
+
     /// One frame received on port `side`: cut it, offer each wire frame.
     fn take(&mut self, node: &mut Node, side: usize, frame: RxFrame<'_>) {
         self.c[side].received += 1;
@@ -402,6 +461,11 @@ impl Stage {
 
     /// Applies a decision to a frame received on `side`.
     fn settle(&mut self, d: &Decision, side: usize, bytes: &[u8], csum: Option<CsumPartial>) {
+        let group = if d.fate == NodeFate::Delivered {
+            self.group_of(d.pipe)
+        } else {
+            0
+        };
         let c = &mut self.c[side];
         match d.fate {
             NodeFate::Delivered => {}
@@ -424,17 +488,18 @@ impl Stage {
             c.backpressure += 1;
             return;
         }
-        let stored = self.producers[side].push_with(d.release_ns, bytes.len(), false, |slot| {
-            finish(slot, bytes, csum);
-            if d.ce {
-                let _ = mark_ce(slot, false);
-            }
-            for bit in &d.corrupt_bits {
-                if let Some(b) = slot.get_mut((bit / 8) as usize) {
-                    *b ^= 0x80 >> (bit % 8);
+        let stored =
+            self.producers[side].push_with_group(d.release_ns, bytes.len(), false, group, |slot| {
+                finish(slot, bytes, csum);
+                if d.ce {
+                    let _ = mark_ce(slot, false);
                 }
-            }
-        });
+                for bit in &d.corrupt_bits {
+                    if let Some(b) = slot.get_mut((bit / 8) as usize) {
+                        *b ^= 0x80 >> (bit % 8);
+                    }
+                }
+            });
         if !stored {
             c.backpressure += 1;
             return;
@@ -452,9 +517,13 @@ impl Stage {
         if d.duplicate {
             // The copy leaves as it came, right after the original; one that
             // finds no room is not a lost packet.
-            let _ = self.producers[side].push_with(d.release_ns, bytes.len(), true, |slot| {
-                finish(slot, bytes, csum)
-            });
+            let _ = self.producers[side].push_with_group(
+                d.release_ns,
+                bytes.len(),
+                true,
+                group,
+                |slot| finish(slot, bytes, csum),
+            );
         }
     }
 
@@ -512,6 +581,8 @@ fn node_stage(
         pushed: [false; 2],
         warned_too_big: false,
         warned_uncut: false,
+        groups: HashMap::new(),
+        next_group: 1,
     };
     let fail = |e: String| {
         for c in &controls {
@@ -527,10 +598,43 @@ fn node_stage(
     let mut budget = SpinBudget::new(started_ns);
     'run: while !shared.stop.load(Ordering::Acquire) {
         if shared.has_pending.swap(false, Ordering::AcqRel) {
-            if let Some(new) = lock(&shared.pending).take() {
-                let mut node = lock(&shared.node);
-                st.poll(&mut node, u64::MAX);
-                *node = new;
+            if let Some(fd) = &shared.wake_fd {
+                let mut b = [0u8; 8];
+                // Safety: reads 8 bytes into a valid buffer from a non-blocking eventfd we own.
+                let _ = unsafe { libc::read(fd.as_raw_fd(), b.as_mut_ptr().cast(), 8) };
+            }
+            let changes = std::mem::take(&mut *lock(&shared.pending));
+            let mut node = lock(&shared.node);
+            for change in changes {
+                match change {
+                    Pending::Replace(new) => {
+                        st.poll(&mut node, u64::MAX);
+                        *node = *new;
+                    }
+                    Pending::Update(set, ack) => {
+                        let now = clock::now_ns().max(st.last_ns);
+                        st.last_ns = now;
+                        if node.holds_packets() {
+                            // Their next hop or service may be gone: decided
+                            // first, as on a reload, then the pipes start anew.
+                            st.poll(&mut node, u64::MAX);
+                        }
+                        // The packets a deleted pipe gave a release time
+                        // and that have not left yet are flushed.
+                        for p in node.pipes() {
+                            let n = p.def.number;
+                            if !set.pipes.contains_key(&n) {
+                                if let Some(g) = st.groups.remove(&n) {
+                                    for c in &controls {
+                                        c.flush.add(g);
+                                    }
+                                }
+                            }
+                        }
+                        node.update(*set, now);
+                        let _ = ack.send(now);
+                    }
+                }
             }
         }
         let now = clock::now_ns();
@@ -615,7 +719,7 @@ fn node_stage(
             // Failing to return to SCHED_FIFO costs precision, not packets.
             let _ = rt.wait_mode();
         }
-        match wait_both(&mut rx, &mut fds, sleep_ns) {
+        match wait_both(&mut rx, &mut fds, sleep_ns, shared.wake_fd.as_ref()) {
             Ok(timed_out) => {
                 if timed_out && next.is_some() {
                     wake.observe(clock::now_ns().saturating_sub(now + sleep_ns));
@@ -639,14 +743,25 @@ fn node_stage(
     }
 }
 
+/// A non-blocking eventfd, or None if the kernel refuses one (changes then
+/// wait for the stage's next turn, at most its idle wait).
+fn eventfd() -> Option<std::os::fd::OwnedFd> {
+    // Safety: eventfd returns a new descriptor or -1.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    // Safety: a fresh descriptor owned by nothing else.
+    (fd >= 0).then(|| unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
+}
+
 /// Sleeps until a frame may be waiting on either port or `timeout_ns` passed.
 /// Returns true when the time passed with nothing ready.
 fn wait_both(
     rx: &mut [Box<dyn RxPort>; 2],
     fds: &mut Vec<RawFd>,
     timeout_ns: u64,
+    wake: Option<&std::os::fd::OwnedFd>,
 ) -> io::Result<bool> {
     fds.clear();
+    fds.extend(wake.map(|w| w.as_raw_fd()));
     let mut unsupported = false;
     for port in rx.iter_mut() {
         match port.wait_fds(fds)? {

@@ -150,21 +150,25 @@ pub struct NodeDrops {
     pub red_drop: u64,
     /// CoDel or PIE drops.
     pub aqm_drop: u64,
+    /// Packets a pipe had taken when it was deleted (`linkem ctl pipe N
+    /// delete`, `flush`): not sent.
+    pub flushed: u64,
 }
 
 impl NodeDrops {
     /// Names (as `NodeFate::name` gives them) and counts.
-    pub fn named(&self) -> [(&'static str, u64); 4] {
+    pub fn named(&self) -> [(&'static str, u64); 5] {
         [
             ("denied", self.denied),
             ("flow-limit", self.flow_limit),
             ("red-drop", self.red_drop),
             ("aqm-drop", self.aqm_drop),
+            ("flushed", self.flushed),
         ]
     }
 
     pub fn total(&self) -> u64 {
-        self.denied + self.flow_limit + self.red_drop + self.aqm_drop
+        self.denied + self.flow_limit + self.red_drop + self.aqm_drop + self.flushed
     }
 }
 

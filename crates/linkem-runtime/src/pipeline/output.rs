@@ -27,6 +27,7 @@ const PUBLISH_MAX_NS: u64 = 500_000_000;
 struct Held {
     frame: Vec<u8>,
     copy: bool,
+    group: u32,
 }
 
 pub(super) struct OutputState {
@@ -34,6 +35,7 @@ pub(super) struct OutputState {
     local_sent: u64,
     local_copies: u64,
     local_late: u64,
+    local_flushed: u64,
     local_too_big: u64,
     lateness: Histogram<u64>,
     wakeups: u64,
@@ -48,6 +50,7 @@ impl OutputState {
             local_sent: 0,
             local_copies: 0,
             local_late: 0,
+            local_flushed: 0,
             local_too_big: 0,
             lateness: lateness_histogram(),
             wakeups: 0,
@@ -122,6 +125,7 @@ impl OutputState {
         shared.sent = self.local_sent;
         shared.copies_sent = self.local_copies;
         shared.late = self.local_late;
+        shared.flushed = self.local_flushed;
         shared.too_big = self.local_too_big;
         shared.tx_errors = tx_errors;
         shared.tx_wakeups = self.wakeups;
@@ -170,6 +174,7 @@ impl Source {
             let held = Held {
                 frame: h.frame.to_vec(),
                 copy: h.copy,
+                group: h.group,
             };
             heap.push(h.release_ns, held);
             self.consumer.pop();
@@ -178,7 +183,7 @@ impl Source {
     }
 
     /// Hands the next frame to `f` and removes it.
-    fn take<R>(&mut self, f: impl FnOnce(u64, &[u8], bool) -> R) -> R {
+    fn take<R>(&mut self, f: impl FnOnce(u64, &[u8], bool, u32) -> R) -> R {
         if let Some(heap) = self.heap.as_mut() {
             // Without sorted runs, `next_release` moved the whole line into
             // the heap: the heap's first frame is the one it found.
@@ -192,12 +197,12 @@ impl Source {
             };
             if from_heap {
                 let (release_ns, h) = heap.pop().expect("next_release found one");
-                return f(release_ns, &h.frame, h.copy);
+                return f(release_ns, &h.frame, h.copy, h.group);
             }
         }
         let h = self.consumer.peek().expect("next_release found one");
         // The frame is copied into the backend before the record is released.
-        let r = f(h.release_ns, h.frame, h.copy);
+        let r = f(h.release_ns, h.frame, h.copy, h.group);
         self.consumer.pop();
         r
     }
@@ -288,7 +293,14 @@ pub(super) fn output_stage(
                 rt.busy(now);
             }
         }
-        if let Err(e) = src.take(|r, frame, copy| st.send(now, r, frame, copy)) {
+        let flush = &control.flush;
+        if let Err(e) = src.take(|r, frame, copy, group| {
+            if flush.contains(group) {
+                st.local_flushed += !copy as u64;
+                return Ok(());
+            }
+            st.send(now, r, frame, copy)
+        }) {
             control.fail(e);
             break;
         }

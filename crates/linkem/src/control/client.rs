@@ -230,6 +230,12 @@ fn print_reply(json: bool, line: &str, raw: &str, v: &serde_json::Value) {
     }
     if let Some(h) = v["help"].as_str() {
         let _ = writeln!(out, "{h}");
+    } else if let Some(t) = v["text"].as_str() {
+        // A rule set's list or pipe show, in ipfw's layout.
+        let _ = write!(out, "{t}");
+        if v.get("stats").is_some() {
+            print_stats(&mut out, &v["stats"]);
+        }
     } else if v.get("directions").is_some() {
         print_stats(&mut out, v);
     } else if v.get("stats").is_some() {

@@ -14,8 +14,10 @@
 //! since the model decides a release time on arrival).
 
 use super::Model;
+use crate::replay_rules::addr;
 use anyhow::{anyhow, Context, Result};
-use linkem_core::Fate;
+use linkem_core::{Fate, LinkConfig};
+use linkem_runtime::pipeline::DirectionStats;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -167,7 +169,6 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
 /// The whole exposition, one consistent snapshot per direction.
 pub fn render(model: &Model) -> String {
     let stats = model.raw_stats();
-    let links = model.link_configs();
     let mut o = String::with_capacity(8192);
     family(&mut o, "linkem_info", "gauge", "The emulator (always 1).");
     let _ = writeln!(
@@ -221,6 +222,16 @@ pub fn render(model: &Model) -> String {
                 s.fates.get(f)
             );
         }
+        if model.rules().is_some() {
+            // The node's own drops, as `--stats json` lists them beside the fates.
+            for (name, n) in s.node_drops.named() {
+                let _ = writeln!(
+                    o,
+                    "linkem_packets_total{{direction=\"{}\",fate=\"{name}\"}} {n}",
+                    label(&s.name)
+                );
+            }
+        }
     }
     per_dir(
         &mut o,
@@ -257,27 +268,237 @@ pub fn render(model: &Model) -> String {
         "Size of the delay line.",
         &|i| stats[i].buffer_bytes.to_string(),
     );
+    if let Some(r) = model.rules() {
+        node_metrics(&mut o, r);
+    } else {
+        link_metrics(&mut o, &stats, &model.link_configs());
+    }
+    lateness_and_control(&mut o, &stats, model);
+    o
+}
+
+/// The configured link of each direction (a bridge without rules).
+fn link_metrics(o: &mut String, stats: &[DirectionStats], links: &[LinkConfig; 2]) {
+    let per_dir =
+        |o: &mut String, name: &str, kind: &str, help: &str, value: &dyn Fn(usize) -> String| {
+            family(o, name, kind, help);
+            for (i, s) in stats.iter().enumerate() {
+                let _ = writeln!(o, "{name}{{direction=\"{}\"}} {}", label(&s.name), value(i));
+            }
+        };
     per_dir(
-        &mut o,
+        o,
         "linkem_link_delay_seconds",
         "gauge",
         "The link's configured delay.",
         &|i| format!("{}", links[i].delay_ns as f64 / 1e9),
     );
     per_dir(
-        &mut o,
+        o,
         "linkem_link_rate_bits_per_second",
         "gauge",
         "The link's configured rate (0: unlimited).",
         &|i| links[i].rate_bps.unwrap_or(0).to_string(),
     );
+}
+
+/// Flows of a dynamic pipe shown, by bytes: the exposition stays bounded
+/// whatever the number of flows.
+pub const TOP_FLOWS: usize = 10;
+
+struct PipeSnap {
+    number: u32,
+    delay_ns: u64,
+    rate_bps: u64,
+    totals: (u64, u64, u64),
+    queued: u64,
+    flows: usize,
+    /// (src, dst, proto, packets, bytes, drops, queued) of the busiest flows.
+    top: Vec<(String, String, u8, u64, u64, u64, usize)>,
+}
+
+/// Per pipe, per busiest flow and per rule (a bridge running rules). Rules
+/// that share a number are one series, as ipfw numbers them.
+fn node_metrics(o: &mut String, r: &super::rules::Rules) {
+    let (pipes, rules, unmatched) = r.bridge.with_node(|n| {
+        let pipes: Vec<PipeSnap> = n
+            .pipes()
+            .iter()
+            .map(|p| {
+                let mut inst: Vec<&linkem_core::pipe::Instance> = p.instances().collect();
+                let queued = inst.iter().map(|i| i.queued_packets() as u64).sum();
+                let flows = inst.len();
+                let top = if p.def.mask.is_some() {
+                    if inst.len() > TOP_FLOWS {
+                        inst.select_nth_unstable_by_key(TOP_FLOWS, |i| {
+                            std::cmp::Reverse(i.tot_bytes)
+                        });
+                        inst.truncate(TOP_FLOWS);
+                    }
+                    inst.iter()
+                        .map(|i| {
+                            let k = &i.key;
+                            (
+                                format!("{}/{}", addr(k.ip_version, k.src_ip), k.src_port),
+                                format!("{}/{}", addr(k.ip_version, k.dst_ip), k.dst_port),
+                                k.proto,
+                                i.tot_pkts,
+                                i.tot_bytes,
+                                i.drops,
+                                i.queued_packets(),
+                            )
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                PipeSnap {
+                    number: p.def.number,
+                    delay_ns: p.def.link.delay_ns,
+                    rate_bps: p.def.link.rate_bps.unwrap_or(0),
+                    totals: p.totals(),
+                    queued,
+                    flows,
+                    top,
+                }
+            })
+            .collect();
+        let c = n.classifier();
+        let mut rules: Vec<(u32, u64, u64)> = Vec::new();
+        for (rule, &(pk, by)) in c.rules().iter().zip(&c.counters) {
+            match rules.last_mut() {
+                Some(last) if last.0 == rule.number => {
+                    last.1 += pk;
+                    last.2 += by;
+                }
+                _ => rules.push((rule.number, pk, by)),
+            }
+        }
+        (pipes, rules, n.unmatched)
+    });
+    type Field = fn(&PipeSnap) -> String;
+    let per_pipe: [(&str, &str, &str, Field); 7] = [
+        (
+            "linkem_pipe_packets_total",
+            "counter",
+            "Packets that entered the pipe (ipfw Tot_pkt).",
+            |p| p.totals.0.to_string(),
+        ),
+        (
+            "linkem_pipe_bytes_total",
+            "counter",
+            "Bytes of those packets.",
+            |p| p.totals.1.to_string(),
+        ),
+        (
+            "linkem_pipe_drops_total",
+            "counter",
+            "Of those packets, the ones its link dropped (ipfw Drp).",
+            |p| p.totals.2.to_string(),
+        ),
+        (
+            "linkem_pipe_queued_packets",
+            "gauge",
+            "Packets queued in the pipe at its last arrival.",
+            |p| p.queued.to_string(),
+        ),
+        (
+            "linkem_pipe_flows",
+            "gauge",
+            "Live instances of the pipe (1 without a mask).",
+            |p| p.flows.to_string(),
+        ),
+        (
+            "linkem_pipe_delay_seconds",
+            "gauge",
+            "The pipe's configured delay.",
+            |p| format!("{}", p.delay_ns as f64 / 1e9),
+        ),
+        (
+            "linkem_pipe_rate_bits_per_second",
+            "gauge",
+            "The pipe's configured rate (0: unlimited).",
+            |p| p.rate_bps.to_string(),
+        ),
+    ];
+    for (name, kind, help, f) in per_pipe {
+        family(o, name, kind, help);
+        for p in &pipes {
+            let _ = writeln!(o, "{name}{{pipe=\"{}\"}} {}", p.number, f(p));
+        }
+    }
+    let flow_fields: [(&str, &str, &str); 4] = [
+        (
+            "linkem_flow_packets_total",
+            "counter",
+            "Packets of a flow of a dynamic pipe (the busiest by bytes).",
+        ),
+        (
+            "linkem_flow_bytes_total",
+            "counter",
+            "Bytes of a flow of a dynamic pipe (the busiest by bytes).",
+        ),
+        (
+            "linkem_flow_drops_total",
+            "counter",
+            "Drops of a flow of a dynamic pipe (the busiest by bytes).",
+        ),
+        (
+            "linkem_flow_queued_packets",
+            "gauge",
+            "Packets queued in a flow of a dynamic pipe (the busiest by bytes).",
+        ),
+    ];
+    for (k, (name, kind, help)) in flow_fields.iter().enumerate() {
+        family(o, name, kind, help);
+        for p in &pipes {
+            for (src, dst, proto, pk, by, dr, q) in &p.top {
+                let v = [*pk, *by, *dr, *q as u64][k];
+                let _ = writeln!(
+                    o,
+                    "{name}{{pipe=\"{}\",proto=\"{proto}\",src=\"{}\",dst=\"{}\"}} {v}",
+                    p.number,
+                    label(src),
+                    label(dst)
+                );
+            }
+        }
+    }
     family(
-        &mut o,
+        o,
+        "linkem_rule_packets_total",
+        "counter",
+        "Packets that matched the rule.",
+    );
+    for (n, pk, _) in &rules {
+        let _ = writeln!(o, "linkem_rule_packets_total{{rule=\"{n}\"}} {pk}");
+    }
+    family(
+        o,
+        "linkem_rule_bytes_total",
+        "counter",
+        "Bytes of the packets that matched the rule.",
+    );
+    for (n, _, by) in &rules {
+        let _ = writeln!(o, "linkem_rule_bytes_total{{rule=\"{n}\"}} {by}");
+    }
+    family(
+        o,
+        "linkem_unmatched_packets_total",
+        "counter",
+        "Packets no rule took (passed unimpaired).",
+    );
+    let _ = writeln!(o, "linkem_unmatched_packets_total {unmatched}");
+}
+
+fn lateness_and_control(o: &mut String, stats: &[DirectionStats], model: &Model) {
+    family(
+        o,
         "linkem_lateness_seconds",
         "histogram",
         "Send time minus release time of sent packets.",
     );
-    for s in &stats {
+    for s in stats {
         let d = label(&s.name);
         let h = &s.lateness;
         for b in LATENESS_BUCKETS_S {
@@ -313,7 +534,7 @@ pub fn render(model: &Model) -> String {
         );
     }
     family(
-        &mut o,
+        o,
         "linkem_control_requests_total",
         "counter",
         "Control socket requests by result.",
@@ -327,7 +548,7 @@ pub fn render(model: &Model) -> String {
         );
     }
     family(
-        &mut o,
+        o,
         "linkem_control_changes_total",
         "counter",
         "Changes applied (a batch or a SIGHUP counts once).",
@@ -337,7 +558,6 @@ pub fn render(model: &Model) -> String {
         "linkem_control_changes_total {}",
         c.changes.load(Ordering::Relaxed)
     );
-    o
 }
 
 #[cfg(test)]

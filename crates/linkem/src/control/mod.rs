@@ -27,6 +27,7 @@
 pub mod audit;
 pub mod client;
 pub mod metrics;
+pub mod rules;
 pub mod server;
 use linkem_io::creds as sys;
 
@@ -88,12 +89,19 @@ pub enum Failure {
     Error(String),
     /// The peer may not do it.
     Refused(String),
+    /// A word of the request is wrong: its 1-based position in the line.
+    Word {
+        message: String,
+        position: usize,
+        word: String,
+    },
 }
 
 impl Failure {
     pub fn message(&self) -> &str {
         match self {
             Failure::Error(m) | Failure::Refused(m) => m,
+            Failure::Word { message, .. } => message,
         }
     }
 
@@ -101,6 +109,11 @@ impl Failure {
         match self {
             Failure::Error(m) => format!("error: {m}"),
             Failure::Refused(m) => format!("refused: {m}"),
+            Failure::Word {
+                message,
+                position,
+                word,
+            } => format!("error: word {position} '{word}': {message}"),
         }
     }
 }
@@ -117,6 +130,9 @@ pub struct Model {
     links: Mutex<[LinkEntry; 2]>,
     baseline: Mutex<Option<Vec<DirectionStats>>>,
     pub counters: Counters,
+    /// The rule set and node of a bridge running `--rules` (then
+    /// `directions` is empty: the node bridge holds them).
+    rules: Option<rules::Rules>,
 }
 
 const DIRECTION_NAMES: [&str; 2] = ["a->b", "b->a"];
@@ -149,7 +165,24 @@ impl Model {
             links: Mutex::new([entry(ab), entry(ba)]),
             baseline: Mutex::new(None),
             counters: Counters::default(),
+            rules: None,
         }
+    }
+
+    /// The model of a bridge running a rule set.
+    pub fn with_rules(name: String, rules: rules::Rules, seed: u64, started: Instant) -> Model {
+        let mut m = Model::new(name, Vec::new(), Default::default(), false, seed, started);
+        m.owner_uid = rules.starter();
+        m.rules = Some(rules);
+        m
+    }
+
+    pub fn rules(&self) -> Option<&rules::Rules> {
+        self.rules.as_ref()
+    }
+
+    pub fn into_rules(self) -> Option<rules::Rules> {
+        self.rules
     }
 
     pub fn directions(&self) -> &[Direction] {
@@ -204,7 +237,41 @@ impl Model {
 
     /// Checks every request of a batch (or a single one), then applies all of
     /// them at one instant, or none. Returns that instant.
-    pub fn apply(&self, cred: &PeerCred, requests: &[&Request]) -> Result<u64, Failure> {
+    pub fn apply(
+        &self,
+        cred: &PeerCred,
+        requests: &[&Request],
+        lines: &[&str],
+    ) -> Result<u64, Failure> {
+        if let Some(rules) = &self.rules {
+            let zero = requests.iter().any(|r| matches!(r, Request::Zero));
+            if zero {
+                self.may_change_links(cred.uid)?;
+                let rest: Vec<&Request> = requests
+                    .iter()
+                    .copied()
+                    .filter(|r| !matches!(r, Request::Zero))
+                    .collect();
+                let rest_lines: Vec<&str> = requests
+                    .iter()
+                    .zip(lines)
+                    .filter(|(r, _)| !matches!(r, Request::Zero))
+                    .map(|(_, l)| *l)
+                    .collect();
+                let at_ns = if rest.is_empty() {
+                    clock::now_ns()
+                } else {
+                    rules.apply(cred, &rest, &rest_lines)?
+                };
+                rules.zero();
+                *self.baseline.lock().unwrap_or_else(|p| p.into_inner()) = Some(self.raw_stats());
+                self.counters.changes.fetch_add(1, Ordering::Relaxed);
+                return Ok(at_ns);
+            }
+            let at_ns = rules.apply(cred, requests, lines)?;
+            self.counters.changes.fetch_add(1, Ordering::Relaxed);
+            return Ok(at_ns);
+        }
         let mut links = self.links.lock().unwrap_or_else(|p| p.into_inner());
         let mut staged: [Option<(LinkConfig, String)>; 2] = [None, None];
         let mut zero = false;
@@ -254,6 +321,9 @@ impl Model {
 
     /// Counts since start (what `--stats json` and the metrics report).
     pub fn raw_stats(&self) -> Vec<DirectionStats> {
+        if let Some(r) = &self.rules {
+            return r.bridge.stats();
+        }
         self.directions.iter().map(Direction::stats).collect()
     }
 
@@ -269,8 +339,22 @@ impl Model {
 
     /// The body of a `stats` reply: `--stats json`'s fields, since the last zero.
     pub fn stats_json(&self) -> serde_json::Value {
-        let dirs: Vec<serde_json::Value> =
-            self.stats_since_zero().iter().map(direction_json).collect();
+        let dirs: Vec<serde_json::Value> = self
+            .stats_since_zero()
+            .iter()
+            .map(|s| {
+                let mut d = direction_json(s);
+                if self.rules.is_some() {
+                    // The node's own drops beside the link fates, as `--stats json`.
+                    if let Some(f) = d["fates"].as_object_mut() {
+                        for (name, n) in s.node_drops.named() {
+                            f.insert(name.into(), json!(n));
+                        }
+                    }
+                }
+                d
+            })
+            .collect();
         let zeroed = self
             .baseline
             .lock()
@@ -321,6 +405,11 @@ fn minus(now: &DirectionStats, base: &DirectionStats) -> DirectionStats {
     d.copies_sent = now.copies_sent.saturating_sub(base.copies_sent);
     d.rx_wakeups = now.rx_wakeups.saturating_sub(base.rx_wakeups);
     d.tx_wakeups = now.tx_wakeups.saturating_sub(base.tx_wakeups);
+    let (n, b) = (&now.node_drops, &base.node_drops);
+    d.node_drops.denied = n.denied.saturating_sub(b.denied);
+    d.node_drops.flow_limit = n.flow_limit.saturating_sub(b.flow_limit);
+    d.node_drops.red_drop = n.red_drop.saturating_sub(b.red_drop);
+    d.node_drops.aqm_drop = n.aqm_drop.saturating_sub(b.aqm_drop);
     // Counts only grow, so the base is contained in now.
     if d.lateness.subtract(&base.lateness).is_err() {
         d.lateness.reset();

@@ -415,7 +415,9 @@ impl Session<'_> {
         let c = &self.model.counters;
         match r {
             Ok(_) => c.ok.fetch_add(1, Ordering::Relaxed),
-            Err(Failure::Error(_)) => c.error.fetch_add(1, Ordering::Relaxed),
+            Err(Failure::Error(_) | Failure::Word { .. }) => {
+                c.error.fetch_add(1, Ordering::Relaxed)
+            }
             Err(Failure::Refused(_)) => c.refused.fetch_add(1, Ordering::Relaxed),
         };
     }
@@ -512,17 +514,32 @@ impl Session<'_> {
                 json!({"ok": true, "version": env!("CARGO_PKG_VERSION"), "protocol": PROTOCOL_VERSION, "name": self.model.name})
             }
             Request::Help => json!({"ok": true, "help": HELP}),
-            Request::Show => {
-                json!({"ok": true, "links": self.model.links_json(), "stats": self.model.stats_json(), "rule_set": false})
-            }
+            Request::Show => match self.model.rules() {
+                Some(r) => {
+                    let mut v = r.list_json();
+                    v["ok"] = true.into();
+                    v["rule_set"] = true.into();
+                    v["stats"] = self.model.stats_json();
+                    v
+                }
+                None => {
+                    json!({"ok": true, "links": self.model.links_json(), "stats": self.model.stats_json(), "rule_set": false})
+                }
+            },
             Request::Stats => {
                 let mut v = self.model.stats_json();
                 v["ok"] = true.into();
                 v
             }
-            Request::List => {
-                json!({"ok": true, "links": self.model.links_json(), "rule_set": false})
-            }
+            Request::List => match self.model.rules() {
+                Some(r) => {
+                    let mut v = r.list_json();
+                    v["ok"] = true.into();
+                    v["rule_set"] = true.into();
+                    v
+                }
+                None => json!({"ok": true, "links": self.model.links_json(), "rule_set": false}),
+            },
             Request::Begin => {
                 self.batch = Some(Batch {
                     lines: Vec::new(),
@@ -546,6 +563,22 @@ impl Session<'_> {
                 self.count(&Ok(0));
                 return self.watch(stream, *interval_ns, id, buf, stop);
             }
+            Request::Rule(linkem_ctl::RuleRequest::Show { kind, number })
+                if self.model.rules().is_some() =>
+            {
+                let r = self.model.rules().expect("checked");
+                match r.show_json(*kind, *number) {
+                    Ok(mut v) => {
+                        v["ok"] = true.into();
+                        v
+                    }
+                    Err(f) => {
+                        let f = Err(f);
+                        self.count(&f);
+                        return reply(stream, &with_id(result_json(&f), id));
+                    }
+                }
+            }
             // `pipe show` and the like: nothing to read without a rule set.
             Request::Rule(_) if !is_audited(&request) => {
                 let f: Result<u64, Failure> = Err(Failure::Error(linkem_ctl::NO_RULE_SET.into()));
@@ -556,7 +589,7 @@ impl Session<'_> {
                 );
             }
             Request::Link { .. } | Request::Zero | Request::Rule(_) => {
-                let result = self.model.apply(&self.cred, &[&request]);
+                let result = self.model.apply(&self.cred, &[&request], &[text]);
                 self.count(&result);
                 self.audit(text, &result);
                 return reply(stream, &with_id(result_json(&result), id));
@@ -581,7 +614,8 @@ impl Session<'_> {
             Some(why) => Err(Failure::Error(format!("batch not applied: {why}"))),
             None => {
                 let reqs: Vec<&Request> = batch.lines.iter().map(|(_, r)| r).collect();
-                self.model.apply(&self.cred, &reqs)
+                let lines: Vec<&str> = batch.lines.iter().map(|(l, _)| l.as_str()).collect();
+                self.model.apply(&self.cred, &reqs, &lines)
             }
         };
         self.count(&result);
@@ -658,6 +692,11 @@ fn result_json(r: &Result<u64, Failure>) -> serde_json::Value {
         Ok(at) => json!({"ok": true, "at_ns": at}),
         Err(Failure::Error(m)) => json!({"ok": false, "error": m}),
         Err(Failure::Refused(m)) => json!({"ok": false, "refused": true, "error": m}),
+        Err(Failure::Word {
+            message,
+            position,
+            word,
+        }) => json!({"ok": false, "error": message, "position": position, "word": word}),
     }
 }
 

@@ -1,0 +1,554 @@
+//! The control plane of a bridge running a rule set (`linkem bridge --rules`):
+//! `pipe|queue|sched N config|delete`, `add`, `delete`, `flush`, `set
+//! one-pass`, and the shows, applied to the node of the running bridge.
+//!
+//! The running rule set is kept as its source: one line per pipe, queue and
+//! scheduler (`pipe N config WORDS`), one per rule (`add NUM BODY`, in
+//! evaluation order) and the one-pass flag, each with the uid that created it.
+//! A change (or a batch) is applied to a copy of that source, the copy is
+//! rendered as a rule file and parsed whole by the rule file's own parser
+//! ([`linkem_core::rules::parse_rules`]), so a request is checked exactly as
+//! the same line in a file would be, together with everything it depends on
+//! (a rule naming a pipe that is deleted in the same batch fails). Only a
+//! copy that parses is handed to the node stage ([`NodeBridge::update`]),
+//! which applies it between two packets at one instant: pipes keep their
+//! queued packets and release times ([`linkem_core::node::Node::update`]);
+//! the packets of a deleted pipe not yet sent are counted as `flushed`.
+//! A failure changes nothing and names the request and word.
+//!
+//! Cost of a change: a parse of the whole rule set (microseconds for tens of
+//! rules) plus one round trip to the node stage.
+//!
+//! Who may do what: every pipe, queue, scheduler and rule belongs to the uid
+//! that created it (the rule file's to the uid that started linkem); only it
+//! or root may reconfigure or delete it. `flush` needs every object to be the
+//! caller's; `set one-pass` and `zero` belong to the starter and root.
+
+use super::{Failure, PeerCred};
+use crate::replay_rules::{node_json, pipes_text};
+use linkem_core::rules::{parse_rules, RuleSet};
+use linkem_ctl::{Kind, Request, RuleRequest};
+use linkem_runtime::pipeline::NodeBridge;
+use serde_json::json;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+/// One pipe, queue or scheduler: the words after `config`, and its owner.
+#[derive(Debug, Clone)]
+struct Object {
+    words: String,
+    owner: u32,
+    /// Index of the request of the batch being checked that set it.
+    by: Option<usize>,
+}
+
+#[derive(Debug, Clone)]
+struct RuleLine {
+    number: u32,
+    body: String,
+    owner: u32,
+    by: Option<usize>,
+}
+
+/// The rule set as lines, with owners.
+#[derive(Debug, Clone)]
+pub struct Source {
+    objects: [BTreeMap<u32, Object>; 3],
+    rules: Vec<RuleLine>,
+    one_pass: bool,
+}
+
+fn kind_index(k: Kind) -> usize {
+    match k {
+        Kind::Sched => 0,
+        Kind::Queue => 1,
+        Kind::Pipe => 2,
+    }
+}
+
+const KIND_WORDS: [&str; 3] = ["sched", "queue", "pipe"];
+
+impl Source {
+    /// The lines of a rule file, interpreted as the rule parser does (later
+    /// `pipe N config` replaces, `flush` empties the rules, unnumbered rules
+    /// are 100 after the highest), all owned by `owner`. Call it on a file
+    /// that [`parse_rules`] accepted.
+    pub fn from_text(text: &str, owner: u32) -> Source {
+        let mut s = Source {
+            objects: Default::default(),
+            rules: Vec::new(),
+            one_pass: true,
+        };
+        for raw in text.lines() {
+            let body = raw.split('#').next().unwrap_or("");
+            let body = body.split("//").next().unwrap_or("");
+            let mut words: Vec<&str> = body.split_whitespace().collect();
+            if matches!(words.first(), Some(&"ipfw" | &"dnctl" | &"sysctl")) {
+                words.remove(0);
+            }
+            while matches!(words.first(), Some(&"-q" | &"-f")) {
+                words.remove(0);
+            }
+            match words.as_slice() {
+                ["add", rest @ ..] => {
+                    let (number, body) = match rest.first().and_then(|w| w.parse::<u32>().ok()) {
+                        Some(n) => (n, &rest[1..]),
+                        None => (s.next_number(), rest),
+                    };
+                    s.insert_rule(RuleLine {
+                        number,
+                        body: body.join(" "),
+                        owner,
+                        by: None,
+                    });
+                }
+                [kind @ ("pipe" | "queue" | "sched"), n, "config", rest @ ..] => {
+                    let i = KIND_WORDS.iter().position(|k| k == kind).unwrap_or(2);
+                    if let Some(n) = parse_number(n) {
+                        s.objects[i].insert(
+                            n,
+                            Object {
+                                words: rest.join(" "),
+                                owner,
+                                by: None,
+                            },
+                        );
+                    }
+                }
+                ["set", "one-pass", v] => s.one_pass = *v != "off",
+                ["enable", "one_pass"] => s.one_pass = true,
+                ["disable", "one_pass"] => s.one_pass = false,
+                [w] if w.starts_with("net.inet.ip.fw.one_pass=") => {
+                    s.one_pass = !w.ends_with('0');
+                }
+                ["flush"] => s.rules.clear(),
+                _ => {}
+            }
+        }
+        s
+    }
+
+    fn next_number(&self) -> u32 {
+        self.rules.iter().map(|r| r.number).max().unwrap_or(0) + 100
+    }
+
+    /// Same numbers keep their order: after every rule numbered ≤ it.
+    fn insert_rule(&mut self, r: RuleLine) {
+        let at = self.rules.partition_point(|x| x.number <= r.number);
+        self.rules.insert(at, r);
+    }
+
+    /// The source as a rule file, with the batch request behind each line.
+    pub fn render(&self) -> (String, Vec<Option<usize>>) {
+        let mut text = String::new();
+        let mut by = Vec::new();
+        for (i, objects) in self.objects.iter().enumerate() {
+            for (n, o) in objects {
+                text.push_str(&format!("{} {n} config {}\n", KIND_WORDS[i], o.words));
+                by.push(o.by);
+            }
+        }
+        for r in &self.rules {
+            text.push_str(&format!("add {} {}\n", r.number, r.body));
+            by.push(r.by);
+        }
+        if !self.one_pass {
+            text.push_str("set one-pass off\n");
+            by.push(None);
+        }
+        (text, by)
+    }
+}
+
+fn parse_number(w: &str) -> Option<u32> {
+    w.parse::<u32>().ok().filter(|n| (1..=65535).contains(n))
+}
+
+fn may(uid: u32, owner: u32, what: &str) -> Result<(), Failure> {
+    if uid == 0 || uid == owner {
+        Ok(())
+    } else {
+        Err(Failure::Refused(format!(
+            "{what} belongs to uid {owner}: only it or root may change or delete it"
+        )))
+    }
+}
+
+/// The rule set of a running bridge and the bridge itself.
+pub struct Rules {
+    pub bridge: NodeBridge,
+    source: Mutex<Source>,
+    sides: [String; 2],
+    /// Files the rule file named (profiles, distribution tables), as read at
+    /// start: a change may name them again; otherwise only the system's
+    /// netem tables by bare name are read (a client must not make linkem
+    /// read files of its choosing).
+    files: Mutex<HashMap<String, String>>,
+    starter: u32,
+    /// Rule counters at the last `zero`, by (number, body).
+    zero_base: Mutex<Vec<(u32, String, u64, u64)>>,
+}
+
+impl Rules {
+    pub fn new(
+        bridge: NodeBridge,
+        source: Source,
+        sides: [String; 2],
+        files: HashMap<String, String>,
+        starter: u32,
+    ) -> Rules {
+        Rules {
+            bridge,
+            source: Mutex::new(source),
+            sides,
+            files: Mutex::new(files),
+            starter,
+            zero_base: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn starter(&self) -> u32 {
+        self.starter
+    }
+
+    /// Parses a rendered source with the files of the start.
+    fn parse(&self, text: &str) -> Result<RuleSet, linkem_core::rules::RulesError> {
+        let known = self.files.lock().unwrap_or_else(|p| p.into_inner());
+        let mut files = |name: &str| -> Result<String, String> {
+            match known.get(name) {
+                Some(t) => Ok(t.clone()),
+                None => linkem_ctl::system_tables(name),
+            }
+        };
+        parse_rules(text, [&self.sides[0], &self.sides[1]], &mut files)
+    }
+
+    /// Checks every request against a copy of the rule set, then applies
+    /// all of them at one instant, or none. `lines` are the requests as
+    /// typed (for the position of a word in an error).
+    pub fn apply(
+        &self,
+        cred: &PeerCred,
+        requests: &[&Request],
+        lines: &[&str],
+    ) -> Result<u64, Failure> {
+        let mut source = self.source.lock().unwrap_or_else(|p| p.into_inner());
+        let mut staged = source.clone();
+        for (i, r) in requests.iter().enumerate() {
+            let Request::Rule(rr) = r else {
+                return Err(Failure::Error(
+                    "this bridge runs a rule set: it has no default link to change \
+                     (change its pipes with 'pipe N config ...')"
+                        .into(),
+                ));
+            };
+            self.stage(&mut staged, cred.uid, rr, i)
+                .map_err(|f| in_batch(f, i, requests.len(), lines))?;
+        }
+        let (text, by) = staged.render();
+        let set = match self.parse(&text) {
+            Ok(set) => set,
+            Err(e) => {
+                let req = by.get(e.line.saturating_sub(1)).copied().flatten();
+                let f = match req.and_then(|i| lines.get(i).map(|l| (i, l))) {
+                    Some((i, line)) => {
+                        let position = line.split_whitespace().position(|w| w == e.word);
+                        let f = match position {
+                            Some(p) => Failure::Word {
+                                message: e.message.clone(),
+                                position: p + 1,
+                                word: e.word.clone(),
+                            },
+                            None => Failure::Error(format!("'{}': {}", e.word, e.message)),
+                        };
+                        in_batch(f, i, requests.len(), lines)
+                    }
+                    None => Failure::Error(format!("the rule set would not parse: {e}")),
+                };
+                return Err(f);
+            }
+        };
+        let at_ns = self.bridge.update(set);
+        for o in staged.objects.iter_mut().flat_map(|m| m.values_mut()) {
+            o.by = None;
+        }
+        for r in &mut staged.rules {
+            r.by = None;
+        }
+        // Handed over, the change applies in turn even if the stage is slow
+        // to say when: the source follows it either way.
+        *source = staged;
+        at_ns.ok_or_else(|| {
+            Failure::Error("the node stage did not confirm the change within 5 s".into())
+        })
+    }
+
+    fn stage(&self, s: &mut Source, uid: u32, r: &RuleRequest, i: usize) -> Result<(), Failure> {
+        match r {
+            RuleRequest::Config {
+                kind,
+                number,
+                words,
+            } => {
+                let objects = &mut s.objects[kind_index(*kind)];
+                let owner = match objects.get(number) {
+                    Some(o) => {
+                        may(uid, o.owner, &format!("{} {number}", kind.name()))?;
+                        o.owner
+                    }
+                    None => uid,
+                };
+                objects.insert(
+                    *number,
+                    Object {
+                        words: words.join(" "),
+                        owner,
+                        by: Some(i),
+                    },
+                );
+            }
+            RuleRequest::Delete { kind, number } => {
+                let what = format!("{} {number}", kind.name());
+                let objects = &mut s.objects[kind_index(*kind)];
+                let o = objects
+                    .get(number)
+                    .ok_or_else(|| Failure::Error(format!("{what} does not exist")))?;
+                may(uid, o.owner, &what)?;
+                objects.remove(number);
+                // A rule or queue left naming it fails the parse, naming it.
+                for r in &mut s.rules {
+                    r.by.get_or_insert(i);
+                }
+            }
+            RuleRequest::Add { number, words } => {
+                let number = match number {
+                    Some(n) => *n,
+                    None => s.next_number(),
+                };
+                if number > 65535 {
+                    return Err(Failure::Error(
+                        "automatic rule number beyond 65535: give one".into(),
+                    ));
+                }
+                s.insert_rule(RuleLine {
+                    number,
+                    body: words.join(" "),
+                    owner: uid,
+                    by: Some(i),
+                });
+            }
+            RuleRequest::DeleteRules { numbers } => {
+                for n in numbers {
+                    let mut found = false;
+                    for r in s.rules.iter().filter(|r| r.number == *n) {
+                        may(uid, r.owner, &format!("rule {n}"))?;
+                        found = true;
+                    }
+                    if !found {
+                        return Err(Failure::Error(format!("rule {n} does not exist")));
+                    }
+                    s.rules.retain(|r| r.number != *n);
+                }
+            }
+            RuleRequest::Flush => {
+                if uid != 0 {
+                    let theirs = s
+                        .objects
+                        .iter()
+                        .flat_map(|m| m.values().map(|o| o.owner))
+                        .chain(s.rules.iter().map(|r| r.owner))
+                        .find(|&o| o != uid);
+                    if let Some(o) = theirs {
+                        return Err(Failure::Refused(format!(
+                            "flush: some pipes or rules belong to uid {o}: only root may delete them all"
+                        )));
+                    }
+                }
+                s.rules.clear();
+                for m in &mut s.objects {
+                    m.clear();
+                }
+            }
+            RuleRequest::OnePass(on) => {
+                may(uid, self.starter, "one-pass (a setting of the whole node)")?;
+                s.one_pass = *on;
+            }
+            RuleRequest::Show { .. } => {
+                return Err(Failure::Error("a show changes nothing".into()));
+            }
+        }
+        Ok(())
+    }
+
+    /// SIGHUP: the file's rule set replaces the running one (`replace` hands
+    /// the new node to the stage), its objects the starter's again.
+    pub fn reload(&self, source: Source, files: HashMap<String, String>, replace: impl FnOnce()) {
+        let mut s = self.source.lock().unwrap_or_else(|p| p.into_inner());
+        *self.files.lock().unwrap_or_else(|p| p.into_inner()) = files;
+        replace();
+        *s = source;
+    }
+
+    /// `zero`: rule counters seen by `list`/`show` restart from zero.
+    pub fn zero(&self) {
+        let now = self.rule_counts();
+        *self.zero_base.lock().unwrap_or_else(|p| p.into_inner()) = now;
+    }
+
+    fn rule_counts(&self) -> Vec<(u32, String, u64, u64)> {
+        self.bridge.with_node(|n| {
+            let c = n.classifier();
+            c.rules()
+                .iter()
+                .zip(&c.counters)
+                .map(|(r, &(p, b))| (r.number, r.text.clone(), p, b))
+                .collect()
+        })
+    }
+
+    /// `list`/`show`: each rule with its owner and its counters since `zero`,
+    /// as JSON and in `ipfw -a list` layout.
+    pub fn list_json(&self) -> serde_json::Value {
+        // Under the source's lock, so that no change comes between the node's
+        // rules and their source lines.
+        let source = self.source.lock().unwrap_or_else(|p| p.into_inner());
+        let counts = self.rule_counts();
+        let mut base = self
+            .zero_base
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let mut text = String::new();
+        let mut rules = Vec::new();
+        // Node rules and source rules are in the same order (both by number, then as added).
+        for ((number, rule_text, p, b), line) in counts.into_iter().zip(&source.rules) {
+            let (bp, bb) = match base
+                .iter()
+                .position(|(n, t, _, _)| *n == number && *t == rule_text)
+            {
+                Some(i) => {
+                    let (_, _, p, b) = base.remove(i);
+                    (p, b)
+                }
+                None => (0, 0),
+            };
+            let (p, b) = (p.saturating_sub(bp), b.saturating_sub(bb));
+            text.push_str(&format!("{number:05} {p:>10} {b:>12} {}\n", line.body));
+            rules.push(json!({
+                "number": number,
+                "rule": line.body,
+                "packets": p,
+                "bytes": b,
+                "owner_uid": line.owner,
+            }));
+        }
+        let objects: Vec<serde_json::Value> = source
+            .objects
+            .iter()
+            .enumerate()
+            .flat_map(|(i, m)| {
+                m.iter().map(move |(n, o)| {
+                    json!({"kind": KIND_WORDS[i], "number": n, "config": o.words, "owner_uid": o.owner})
+                })
+            })
+            .collect();
+        json!({
+            "rules": rules,
+            "objects": objects,
+            "one_pass": source.one_pass,
+            "text": text,
+        })
+    }
+
+    /// `pipe|queue|sched [N] show`.
+    pub fn show_json(&self, kind: Kind, number: Option<u32>) -> Result<serde_json::Value, Failure> {
+        let source = self
+            .source
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some(n) = number {
+            if !source.objects[kind_index(kind)].contains_key(&n) {
+                return Err(Failure::Error(format!(
+                    "{} {n} does not exist",
+                    kind.name()
+                )));
+            }
+        }
+        let owners: BTreeMap<u32, u32> = source.objects[kind_index(kind)]
+            .iter()
+            .map(|(n, o)| (*n, o.owner))
+            .collect();
+        Ok(self.bridge.with_node(|node| match kind {
+            Kind::Pipe => {
+                let mut pipes: Vec<serde_json::Value> = node_json(node)["pipes"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|p| number.is_none_or(|n| p["pipe"] == n))
+                    .collect();
+                for p in &mut pipes {
+                    let n = p["pipe"].as_u64().unwrap_or(0) as u32;
+                    p["owner_uid"] = owners.get(&n).copied().into();
+                }
+                json!({"pipes": pipes, "text": pipes_text(node, number)})
+            }
+            _ => json!({
+                "schedulers": crate::replay_sched::stats_json(node),
+                "text": crate::replay_sched::stats_text(node),
+                "owners": owners,
+            }),
+        }))
+    }
+}
+
+/// Names the request of a batch that failed.
+fn in_batch(f: Failure, i: usize, n: usize, lines: &[&str]) -> Failure {
+    if n <= 1 {
+        return f;
+    }
+    let line = lines.get(i).copied().unwrap_or("");
+    let prefix = format!("request {} of the batch ('{line}'): ", i + 1);
+    match f {
+        Failure::Error(m) => Failure::Error(format!("{prefix}{m}")),
+        Failure::Refused(m) => Failure::Refused(format!("{prefix}{m}")),
+        Failure::Word {
+            message,
+            position,
+            word,
+        } => Failure::Word {
+            message: format!("{prefix}{message}"),
+            position,
+            word,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_round_trips_a_rule_file() {
+        let text = "ipfw pipe 1 config bw 1Mbit/s # slow\npipe 2 config delay 5\n\
+                    add pipe 1 ip\nipfw add 50 deny udp\nadd pipe 2 tcp\nset one-pass off\n";
+        let s = Source::from_text(text, 7);
+        let (r, by) = s.render();
+        assert_eq!(
+            r,
+            "pipe 1 config bw 1Mbit/s\npipe 2 config delay 5\nadd 50 deny udp\nadd 100 pipe 1 ip\n\
+             add 200 pipe 2 tcp\nset one-pass off\n"
+        );
+        assert_eq!(by.len(), 6);
+        let a = parse_rules(text, ["a", "b"], &mut linkem_core::config::no_files).unwrap();
+        let b = parse_rules(&r, ["a", "b"], &mut linkem_core::config::no_files).unwrap();
+        let nums = |s: &RuleSet| s.rules.iter().map(|r| r.number).collect::<Vec<_>>();
+        assert_eq!(nums(&a), nums(&b));
+        assert_eq!(
+            a.pipes.keys().collect::<Vec<_>>(),
+            b.pipes.keys().collect::<Vec<_>>()
+        );
+        assert_eq!(a.one_pass, b.one_pass);
+    }
+}
