@@ -42,8 +42,6 @@ pub mod order;
 pub mod pipe;
 pub mod rng;
 pub mod rules;
-// Pending: the schedulers' public items (configs, queues, counters).
-#[allow(missing_docs)]
 pub mod sched;
 pub mod units;
 pub mod wire;

@@ -15,6 +15,10 @@
 use super::{Dropped, Pkt, QueueParams, Queues, Scheduler};
 use std::collections::VecDeque;
 
+/// The `rr` scheduler: the round-robin list of backlogged classes, each
+/// with its quantum Q_i = weight × `quantum` bytes and its deficit counter
+/// in bytes (0 when the class is off the list; always below Q_i + the
+/// largest packet).
 #[derive(Debug)]
 pub struct Drr {
     quantum_bytes: u32,
@@ -27,6 +31,8 @@ pub struct Drr {
 }
 
 impl Drr {
+    /// A DRR with `quantum_bytes` per unit of weight per round (`sched N
+    /// config type rr quantum B`, default 1514).
     pub fn new(quantum_bytes: u32) -> Self {
         Drr {
             quantum_bytes,

@@ -9,6 +9,9 @@
 use super::{Dropped, Pkt, QueueParams, Queues, Scheduler};
 use std::collections::VecDeque;
 
+/// The `fifo` scheduler: a queue of class numbers, one entry per queued
+/// packet, so packets leave in arrival order whatever their class; plus, per
+/// class, the number of stale entries left by packets CoDel dropped.
 #[derive(Debug, Default)]
 pub struct FifoSched {
     order: VecDeque<u32>,

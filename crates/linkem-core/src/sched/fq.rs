@@ -24,6 +24,10 @@ const NONE: u8 = 0;
 const NEW: u8 = 1;
 const OLD: u8 = 2;
 
+/// The `fq_codel`/`fq_pie` scheduler (RFC 8290 §4): per flow a deficit in
+/// bytes and which list it is on (new, old, none); the new-flows list is
+/// always served before the old-flows list. Flows are the scheduler's
+/// classes; the AQM runs in [`Queues::pop`].
 #[derive(Debug)]
 pub struct Fq {
     quantum: i64,
@@ -34,6 +38,8 @@ pub struct Fq {
 }
 
 impl Fq {
+    /// An FQ scheduler whose flows gain `quantum_bytes` per round (RFC 8290's
+    /// quantum, default 1514: one MTU-sized frame).
     pub fn new(quantum_bytes: u32) -> Self {
         Fq {
             quantum: quantum_bytes as i64,

@@ -45,8 +45,14 @@ use std::collections::VecDeque;
 /// scheduler and the AQM read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pkt {
+    /// Index of the packet in the owner's store (a slot in
+    /// [`service::SchedLink`]'s slab); the scheduler never sees the bytes.
     pub handle: u32,
+    /// Frame length in bytes (without the pipe's `overhead`): what DRR and
+    /// FQ charge to a deficit and what WF²Q+/QFQ divide by the weight.
     pub len_bytes: u32,
+    /// When the packet was queued, in ns (set by [`Queues::push`]); its
+    /// sojourn at dequeue is `now − enq_ns`.
     pub enq_ns: u64,
     /// ECN-capable transport (ECT(0), ECT(1) or CE).
     pub ect: bool,
@@ -58,32 +64,41 @@ pub struct Pkt {
 #[derive(Debug, Clone, Default)]
 pub struct Fifo {
     q: VecDeque<Pkt>,
+    /// Sum of [`Pkt::len_bytes`] of the packets queued now (the packet on the
+    /// wire is not in the FIFO).
     pub bytes: u64,
     /// Largest packet this queue has held (CoDel's maxpacket).
     pub max_len: u32,
 }
 
 impl Fifo {
+    /// Appends `p` at the tail and adds its length to [`Fifo::bytes`]
+    /// (no limit check: [`Queues::push`] does those).
     #[inline]
     pub fn push(&mut self, p: Pkt) {
         self.bytes += p.len_bytes as u64;
         self.max_len = self.max_len.max(p.len_bytes);
         self.q.push_back(p);
     }
+    /// Removes the head packet (None when empty) and takes its length off
+    /// [`Fifo::bytes`].
     #[inline]
     pub fn pop(&mut self) -> Option<Pkt> {
         let p = self.q.pop_front()?;
         self.bytes -= p.len_bytes as u64;
         Some(p)
     }
+    /// The packet that leaves next, without removing it.
     #[inline]
     pub fn head(&self) -> Option<&Pkt> {
         self.q.front()
     }
+    /// Packets queued now.
     #[inline]
     pub fn len(&self) -> usize {
         self.q.len()
     }
+    /// No packet is queued.
     #[inline]
     pub fn is_empty(&self) -> bool {
         self.q.is_empty()
@@ -95,8 +110,11 @@ impl Fifo {
 #[derive(Debug, Clone, Default)]
 pub struct SojournHist {
     bins: Vec<u32>,
+    /// Sojourns recorded (one per dequeued packet).
     pub count: u64,
+    /// Exact sum of the recorded sojourns in ns (mean = `sum_ns / count`).
     pub sum_ns: u128,
+    /// Exact largest recorded sojourn in ns (0 when empty).
     pub max_ns: u64,
 }
 
@@ -117,6 +135,7 @@ impl SojournHist {
             (8 + (b % 8) as u64) << (e - 3)
         }
     }
+    /// Records one sojourn of `v` ns.
     pub fn record(&mut self, v: u64) {
         let b = Self::bin(v);
         if self.bins.len() <= b {
@@ -127,7 +146,11 @@ impl SojournHist {
         self.sum_ns += v as u128;
         self.max_ns = self.max_ns.max(v);
     }
-    /// The q-quantile (0..=1): the midpoint of its bin (None when empty).
+    /// The q-quantile (0..=1) in ns: the smallest recorded value with at least
+    /// ⌈q·count⌉ values at or below it, given as the midpoint of its bin
+    /// (exact below 16 ns, within 12.5 % above) and never above
+    /// [`SojournHist::max_ns`]. `quantile(0.5)` is the median, `quantile(0.99)`
+    /// the 99th percentile. None when nothing was recorded.
     pub fn quantile(&self, q: f64) -> Option<u64> {
         if self.count == 0 {
             return None;
@@ -145,22 +168,42 @@ impl SojournHist {
     }
 }
 
-/// Counters of one class.
+/// Counters of one class since it was created. A packet offered to the
+/// class is counted once in `enqueued` or in one `drops_*` at arrival; an
+/// enqueued packet later either leaves (`dequeued`), is dropped at dequeue by
+/// CoDel (`drops_aqm`) or from the head by FQ's overflow (`drops_tail`), or is
+/// still queued.
 #[derive(Debug, Clone, Default)]
 pub struct ClassStats {
+    /// Packets accepted into the FIFO.
     pub enqueued: u64,
+    /// Frame bytes of the accepted packets.
     pub enqueued_bytes: u64,
+    /// Packets the scheduler sent to the link.
     pub dequeued: u64,
+    /// Frame bytes of the sent packets.
     pub dequeued_bytes: u64,
+    /// Drops because the queue was at its `queue` limit (slots or bytes,
+    /// counting the packet on the wire), plus FQ head drops when the
+    /// scheduler exceeded its total `limit` ([`DropCause::Tail`]).
     pub drops_tail: u64,
+    /// RED/GRED early drops at arrival ([`DropCause::Early`]).
     pub drops_early: u64,
+    /// CoDel drops at dequeue and PIE drops at arrival ([`DropCause::Aqm`]).
     pub drops_aqm: u64,
+    /// Random drops by the queue's own `plr` at arrival ([`DropCause::Loss`]).
     pub drops_loss: u64,
+    /// Packets marked CE instead of dropped (ECN): by RED/PIE at arrival, or
+    /// by CoDel at dequeue. A packet is counted at most once per marking AQM
+    /// decision.
     pub marked: u64,
+    /// Sojourn of each dequeued packet: dequeue instant − enqueue instant, in
+    /// ns (the wait in the queue, not the transmission or the pipe's delay).
     pub sojourn: SojournHist,
 }
 
 impl ClassStats {
+    /// All drops of the class: tail + early + AQM + `plr` loss.
     pub fn drops(&self) -> u64 {
         self.drops_tail + self.drops_early + self.drops_aqm + self.drops_loss
     }
@@ -177,15 +220,29 @@ impl ClassStats {
 /// What a queue (a `queue N config` object) sets for each of its instances.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QueueParams {
+    /// `weight W`: the share of the link for WF²Q+ (φ = W / ΣW of the
+    /// backlogged classes), QFQ (φ = W / ΣW of all its classes) and DRR
+    /// (quantum × W bytes per round); ignored by fifo and fq_*. Default 1;
+    /// 1..100, 1..65536 under qfq.
     pub weight: u32,
     /// QFQ: the largest packet of the queue (`lmax`); None: the default.
     pub lmax_bytes: Option<u32>,
-    /// PRIO level (higher is served first).
+    /// PRIO level 0..=127 (`pri P`, else the weight capped at 127); a higher
+    /// level is served first.
     pub pri: u32,
+    /// `queue N` in slots: an arrival is dropped (tail) when the queue
+    /// already holds N packets, the one on the wire included. Default 50;
+    /// None: no packet limit.
     pub limit_packets: Option<u32>,
+    /// `queue 64KBytes`: an arrival is dropped (tail) when the queued bytes
+    /// plus its own would exceed this; None: no byte limit. At most one of
+    /// the two limits is set by the parser.
     pub limit_bytes: Option<u64>,
+    /// The queue's AQM: droptail (default), RED/GRED and PIE decide at
+    /// arrival, CoDel at dequeue.
     pub aqm: AqmConfig,
-    /// Loss probability at enqueue (`plr`).
+    /// Probability 0..=1 that an arrival is dropped before any other check
+    /// (`plr`), counted in [`ClassStats::drops_loss`].
     pub plr: f64,
 }
 
@@ -206,38 +263,56 @@ impl Default for QueueParams {
 /// One queue instance.
 #[derive(Debug, Clone)]
 pub struct Class {
+    /// The packets waiting in this instance.
     pub fifo: Fifo,
+    /// The running state of its AQM (RED average, CoDel or PIE controller).
     pub aqm: AqmState,
+    /// Its queue's parameters, shared by every instance of that queue.
     pub params: std::sync::Arc<QueueParams>,
+    /// Its counters.
     pub stats: ClassStats,
-    /// Caller's labels: queue number and masked flow id.
+    /// Caller's label: the queue number (`queue N`, or the pipe number for
+    /// the pipe's own queue and for fq_* flows).
     pub queue: u32,
+    /// Caller's label: the masked flow id of this instance (0 without a
+    /// mask; the flow index 0..flows for fq_*).
     pub flow_id: u64,
 }
 
 /// A dropped packet and why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Dropped {
+    /// Class the packet was queued in.
     pub class: u32,
+    /// The dropped packet (its handle is the owner's to free).
     pub pkt: Pkt,
+    /// Why: [`DropCause::Aqm`] for CoDel, [`DropCause::Tail`] for FQ's
+    /// overflow.
     pub cause: DropCause,
 }
 
 /// The classes of one scheduler.
 #[derive(Debug, Clone, Default)]
 pub struct Queues {
+    /// Every class, indexed by class number.
     pub classes: Vec<Class>,
-    /// Transmission time of a 1500-byte packet (RED's idle decay unit).
+    /// Transmission time of a typical packet in ns: RED's average decays by
+    /// (1 − w_q)^((now − idle start)/red_s_ns) over an idle period. 0 (the
+    /// default) disables that decay.
     pub red_s_ns: u64,
+    /// Packets queued over all classes (not the one on the wire); fq_*
+    /// compares it with its total `limit`.
     pub total_packets: u64,
 }
 
 impl Queues {
+    /// Length in bytes of class `c`'s head packet, None when it is empty.
     #[inline]
     pub fn head_len(&self, c: u32) -> Option<u32> {
         self.classes[c as usize].fifo.head().map(|p| p.len_bytes)
     }
 
+    /// Class `c` holds no packet.
     #[inline]
     pub fn is_empty(&self, c: u32) -> bool {
         self.classes[c as usize].fifo.is_empty()
@@ -245,7 +320,14 @@ impl Queues {
 
     /// Runs a class's enqueue checks (plr, limit, RED/PIE) and queues the packet.
     /// `extra` is the occupancy of this class outside its FIFO (the packet on
-    /// the wire, which counts until it has left, as in [`crate::link`]).
+    /// the wire, which counts until it has left, as in [`crate::link`]) as
+    /// (packets, bytes). The checks run in that order: `plr` (`draw() < plr`),
+    /// then the limit (packets: `len + extra ≥ limit`; bytes: `bytes + extra +
+    /// len > limit`), then RED (on bytes when the limit is in bytes, else on
+    /// packets) or PIE. `draw` gives uniforms in [0, 1).
+    ///
+    /// Ok(true): queued and marked CE; Ok(false): queued; Err: dropped, with
+    /// the cause counted in the class's stats.
     pub fn push(
         &mut self,
         now: u64,
@@ -369,22 +451,34 @@ pub trait Scheduler: std::fmt::Debug + Send {
         qs: &mut Queues,
         drops: &mut Vec<Dropped>,
     ) -> Option<(u32, Pkt, bool)>;
+    /// No class is listed as backlogged (a scheduler may keep a class listed
+    /// after CoDel emptied it, until it next passes it).
     fn is_empty(&self) -> bool;
 }
 
 /// Scheduler types (`sched N config type T`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SchedKind {
+    /// `fifo`: arrival order over all classes ([`fifo`]).
     Fifo,
+    /// `wf2q+` (also `wf2q`, `wf2qp`): WF²Q+, Dummynet's default ([`wf2q`]).
     Wf2q,
+    /// `qfq`: Quick Fair Queueing ([`qfq`]).
     Qfq,
+    /// `rr` (also `drr`): Deficit Round Robin ([`drr`]).
     Rr,
+    /// `prio`: strict priority, highest level first ([`prio`]).
     Prio,
+    /// `fq_codel` (also `fq-codel`): RFC 8290 with CoDel per flow ([`fq`]).
     FqCodel,
+    /// `fq_pie` (also `fq-pie`): RFC 8290's flow queueing with PIE per flow
+    /// ([`fq`]).
     FqPie,
 }
 
 impl SchedKind {
+    /// The kind named by a `type` word (case-insensitive, with the aliases
+    /// above); None for an unknown name.
     pub fn parse(w: &str) -> Option<SchedKind> {
         Some(match w.to_ascii_lowercase().as_str() {
             "fifo" => SchedKind::Fifo,
@@ -397,6 +491,7 @@ impl SchedKind {
             _ => return None,
         })
     }
+    /// Upper-case display name (`WF2Q+`, `FQ_CODEL`, ...).
     pub fn name(self) -> &'static str {
         match self {
             SchedKind::Fifo => "FIFO",
@@ -408,6 +503,8 @@ impl SchedKind {
             SchedKind::FqPie => "FQ_PIE",
         }
     }
+    /// fq_codel or fq_pie: classes are the `flows` hash buckets of the
+    /// 5-tuple, made when the pipe is built, and `limit` applies.
     pub fn is_fq(self) -> bool {
         matches!(self, SchedKind::FqCodel | SchedKind::FqPie)
     }
@@ -416,18 +513,27 @@ impl SchedKind {
 /// Parameters of a scheduler (`sched N config ...`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SchedParams {
+    /// The algorithm (`type`, default wf2q+).
     pub kind: SchedKind,
-    /// rr: bytes per weight unit per round; fq_*: bytes per round (1514).
+    /// rr: bytes a class may send per round per unit of weight
+    /// (Q_i = weight × quantum); fq_*: bytes a flow may send per round, its
+    /// deficit refill (RFC 8290 §4). Default 1514 (one Ethernet frame),
+    /// 1..1048576.
     pub quantum_bytes: u32,
-    /// fq_*: packets over all flows (10240).
+    /// fq_*: packets queued over all flows before the head of the flow with
+    /// the most bytes is dropped (RFC 8290 §4.1). Default 10240, 1..20480.
     pub limit_packets: u32,
-    /// fq_*: number of flow queues (1024).
+    /// fq_*: number of flow queues; a packet goes to flow (hash of its
+    /// 5-tuple) mod `flows`. Default 1024, 1..65536.
     pub flows: u32,
-    /// fq_*: the AQM of each flow.
+    /// fq_*: the AQM of each flow: CoDel (target 5 ms, interval 100 ms) for
+    /// fq_codel, PIE (target 15 ms, tupdate 15 ms) for fq_pie, ECN on.
     pub flow_aqm: AqmConfig,
 }
 
 impl SchedParams {
+    /// The defaults of `kind`: quantum 1514 B, limit 10240 packets, 1024
+    /// flows, and the per-flow AQM of [`SchedParams::flow_aqm`] with ECN on.
     pub fn new(kind: SchedKind) -> Self {
         let flow_aqm = match kind {
             SchedKind::FqPie => AqmConfig::Pie(crate::aqm::PieConfig {
@@ -449,7 +555,8 @@ impl SchedParams {
     }
 }
 
-/// Makes the scheduler of a kind.
+/// Makes the scheduler of `p.kind` (rr and fq_* take `p.quantum_bytes`; the
+/// others read their classes' [`QueueParams`] in [`Scheduler::add_class`]).
 pub fn make(p: &SchedParams) -> Box<dyn Scheduler> {
     match p.kind {
         SchedKind::Fifo => Box::new(fifo::FifoSched::default()),
@@ -464,12 +571,15 @@ pub fn make(p: &SchedParams) -> Box<dyn Scheduler> {
 /// A scheduler with its classes: the object a pipe owns.
 #[derive(Debug)]
 pub struct Sched {
+    /// What it was built with.
     pub params: SchedParams,
+    /// Its classes and their counters.
     pub qs: Queues,
     s: Box<dyn Scheduler>,
 }
 
 impl Sched {
+    /// A scheduler of `params.kind` with no class yet.
     pub fn new(params: SchedParams) -> Sched {
         let s = make(&params);
         Sched {
@@ -479,7 +589,9 @@ impl Sched {
         }
     }
 
-    /// Adds a class; returns its number.
+    /// Adds a class (a queue instance) with the queue's parameters and the
+    /// caller's labels [`Class::queue`] and [`Class::flow_id`]; returns its
+    /// number (classes are numbered 0, 1, ... in the order added).
     pub fn add_class(
         &mut self,
         params: std::sync::Arc<QueueParams>,
@@ -530,6 +642,10 @@ impl Sched {
         Ok(mark)
     }
 
+    /// The packet to send when the link is free at `now` (ns): (class,
+    /// packet, mark CE), None when nothing waits. Call it only when the link
+    /// is free: the sojourn and CoDel's decision are taken at `now`. Packets
+    /// CoDel drops on the way go to `drops`.
     #[inline]
     pub fn dequeue(&mut self, now: u64, drops: &mut Vec<Dropped>) -> Option<(u32, Pkt, bool)> {
         self.s.dequeue(now, &mut self.qs, drops)

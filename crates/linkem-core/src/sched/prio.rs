@@ -11,8 +11,13 @@
 use super::{Dropped, Pkt, QueueParams, Queues, Scheduler};
 use std::collections::VecDeque;
 
+/// Highest PRIO level (`pri 127`, served first); levels are 0..=MAX_LEVEL,
+/// and a weight above it is read as this level.
 pub const MAX_LEVEL: u32 = 127;
 
+/// The `prio` scheduler: per level 0..=127 a round-robin list of its
+/// backlogged classes, and a 128-bit map of the non-empty levels; dequeue
+/// serves the highest set bit's list, one packet per turn.
 #[derive(Debug)]
 pub struct Prio {
     level: Vec<u8>,

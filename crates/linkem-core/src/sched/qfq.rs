@@ -149,6 +149,10 @@ impl Group {
     }
 }
 
+/// The `qfq` scheduler: per class its timestamps S_k, F_k and group; per
+/// group i (slot size σ_i = 2^(MIN_SLOT_SHIFT+i)) its bucket list of
+/// [`SLOTS`] slots and rounded timestamps S_i, F_i = S_i + 2σ_i; the ER, IR,
+/// EB, IB bitmaps of groups; V; and W, the sum of all classes' weights.
 #[derive(Debug, Clone)]
 pub struct Qfq {
     cls: Vec<Cls>,

@@ -39,12 +39,24 @@ use std::sync::Arc;
 pub enum Outcome {
     /// Left the link: the link's fate (delivered, loss, ...) and release time.
     Link {
+        /// What the link decided: [`Fate::Delivered`], or a drop by its loss
+        /// model or policer (the queue limit is the scheduler's, not the
+        /// link's, so no [`Fate::QueueFull`] here).
         fate: Fate,
+        /// For a delivery: when the packet leaves the emulator, in ns:
+        /// ⌊t_L⌋ + d, t_L its exit from the wire and d the pipe's delay drawn
+        /// for it (not before the previous release unless `reorder allow`).
+        /// For a link drop: when it was dropped (the dequeue instant, or t_L
+        /// with `loss-at link`).
         release_ns: u64,
+        /// A second copy leaves right after this one (`duplicate P%`).
         duplicate: bool,
+        /// Flip this bit of the frame (bit 0 = most significant bit of byte
+        /// 0), from the link's corruption model.
         corrupt_bit: Option<u32>,
     },
-    /// Dropped by its queue.
+    /// Dropped by its queue (its `plr`, limit or AQM) or by fq_*'s overflow;
+    /// the packet never reached the link.
     Dropped(DropCause),
 }
 
@@ -53,26 +65,36 @@ pub enum Outcome {
 pub struct Departure {
     /// The caller's tag given at arrival.
     pub tag: u64,
+    /// Dropped by the queue, or what the link did with it.
     pub outcome: Outcome,
     /// When the decision was made (the drop, or the dequeue).
     pub at_ns: u64,
-    /// Set CE on the frame.
+    /// Set CE on the frame: an AQM marked it (ECN) and the link delivered it.
     pub ce: bool,
+    /// The queue number of its class (the pipe number for the pipe's own
+    /// queue and for fq_* flows).
     pub queue: u32,
+    /// The masked flow id of its class (0 without a mask; the flow index for
+    /// fq_*).
     pub flow_id: u64,
 }
 
 /// A queue attached to this pipe's scheduler.
 #[derive(Debug, Clone)]
 pub struct QueueBinding {
+    /// The queue number (`queue N`; the pipe's number for its own queue).
     pub number: u32,
+    /// Parameters shared by every instance (class) of this queue.
     pub params: Arc<QueueParams>,
+    /// `mask`: one class per distinct masked flow key, made at its first
+    /// packet; None: one class for all the queue's traffic.
     pub mask: Option<FlowMask>,
     single: Option<u32>,
     index: HashMap<MaskedKey, u32, BuildHasherDefault<KeyHasher>>,
 }
 
 impl QueueBinding {
+    /// A queue with no class yet (classes are made as traffic arrives).
     pub fn new(number: u32, params: QueueParams, mask: Option<FlowMask>) -> Self {
         QueueBinding {
             number,
@@ -89,12 +111,21 @@ struct Held {
     tag: u64,
 }
 
-/// A pipe's link under a scheduler.
+/// A pipe's link under a scheduler: arrivals are queued in their class,
+/// and whenever the link is free at t the scheduler's pick is sent:
+/// `t_L = max(t_L(previous), t) + (len + overhead)·8/rate_bps` (exact
+/// fraction), its sojourn `t − t_enqueue` is recorded at that dequeue, and
+/// it is released at `⌊t_L⌋ + delay` (see the module doc).
 #[derive(Debug)]
 pub struct SchedLink {
+    /// The pipe number.
     pub pipe: u32,
+    /// The scheduler and its classes (counters in `sched.qs`).
     pub sched: Sched,
+    /// The pipe's link without a queue limit: it serialises at `rate_bps`,
+    /// then applies delay, jitter, loss, duplication, corruption.
     pub link: Link,
+    /// The queues this link serves; `queues[0]` is the pipe's own queue.
     pub queues: Vec<QueueBinding>,
     queue_at: HashMap<u32, usize>,
     /// Key of each class (for listings).
@@ -170,7 +201,9 @@ impl SchedLink {
         s
     }
 
-    /// When this link next frees with packets waiting.
+    /// When this link next frees (ns, the floored exit of the packet on the
+    /// wire), while a packet is on the wire; the caller runs
+    /// [`SchedLink::poll`] then. None: idle, an arrival is served at once.
     #[inline]
     pub fn next_event_ns(&self) -> Option<u64> {
         self.next_service_ns
@@ -349,6 +382,8 @@ pub struct NodeSched {
     /// (service instant, pipe index); an entry is stale when the link's
     /// `next_event_ns` no longer equals it.
     events: std::collections::BinaryHeap<std::cmp::Reverse<(u64, usize)>>,
+    /// Decisions of the last calls to [`NodeSched::arrive`] and
+    /// [`NodeSched::poll_one`], in decision order; the caller drains it.
     pub deps: Vec<Departure>,
 }
 
@@ -396,6 +431,8 @@ impl NodeSched {
         ns
     }
 
+    /// Pipe `pipe_idx` (node index) is served by a scheduler, not the
+    /// closed-form link.
     #[inline]
     pub fn is_scheduled(&self, pipe_idx: usize) -> bool {
         self.links.get(pipe_idx).is_some_and(|l| l.is_some())

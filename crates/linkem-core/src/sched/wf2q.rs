@@ -29,6 +29,10 @@ use std::collections::BinaryHeap;
 /// Fixed-point shift of virtual times.
 pub const SHIFT: u32 = 32;
 
+/// The `wf2q+` scheduler: per class its weight w_i and virtual start and
+/// finish S_i, F_i (fixed point, 2^[`SHIFT`] per byte of weight 1), the
+/// system virtual time V, W = Σ w_i over backlogged classes, and two heaps:
+/// eligible classes (S_i ≤ V) by F_i, the others by S_i.
 #[derive(Debug, Default)]
 pub struct Wf2q {
     w: Vec<u64>,
@@ -56,7 +60,8 @@ impl Wf2q {
         }
     }
 
-    /// Virtual time (for tests and statistics), in bytes per weight.
+    /// The system virtual time V in bytes per unit of weight (for tests and
+    /// statistics): it grows by L/W per L bytes sent.
     pub fn virtual_time(&self) -> f64 {
         self.v as f64 / (1u64 << SHIFT) as f64
     }

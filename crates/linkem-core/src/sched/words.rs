@@ -22,6 +22,17 @@
 //! for fq_codel/fq_pie. A bare time is milliseconds. `pri P` (0..127, higher
 //! first) sets the PRIO level; without it `prio` reads the weight.
 //!
+//! Ranges the parser enforces (anything else is an error naming the word):
+//! `sched`/`queue` numbers 1..65535; `quantum` 1..1048576 bytes (rr and
+//! fq_* only); `limit` 1..20480 packets and `flows` 1..65536 (fq_* only);
+//! `queue` 1..100000 slots, or 1 B..4 GiB with a unit (B, K/KB/KBytes =
+//! 1024 B, M/MB/MBytes = 2²⁰ B); `plr` a probability 0..1; times 0..3600000
+//! ms, CoDel's target below its interval and both above 0, PIE's tupdate
+//! above 0; `alpha`/`beta` 0..7; `max_ecnth` 0..1; RED `w_q` and `max_p` in
+//! (0, 1] (at least 10⁻⁹), `min_th` < `max_th` (slots, or bytes under a byte
+//! limit); `buckets` 1..1048576 (accepted and ignored: classes are kept in a
+//! hash map). A word given twice is an error.
+//!
 //! Where linkem differs from Dummynet on purpose:
 //! - `sched N` is the scheduler of pipe N's link (`pipe N config` must exist);
 //!   queues attached to `sched N` (or `pipe N`) and traffic sent to `pipe N`
@@ -43,16 +54,22 @@ use std::collections::BTreeMap;
 /// A `sched N config` line.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SchedDef {
+    /// N of `sched N`, 1..65535: the scheduler of pipe N's link.
     pub number: u32,
+    /// Type and parameters, defaults filled in ([`SchedParams::new`]).
     pub params: SchedParams,
+    /// Line of the rule file (for error messages).
     pub line: usize,
+    /// The words after `config`, joined by spaces (for listings).
     pub words: String,
 }
 
 /// What a `queue N config` attaches to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Parent {
+    /// `pipe M`: served by pipe M's scheduler.
     Pipe(u32),
+    /// `sched M`: served by scheduler M, which is pipe M's.
     Sched(u32),
 }
 
@@ -68,26 +85,40 @@ impl Parent {
 /// A `queue N config` line.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QueueDef {
+    /// N of `queue N`, 1..65535 (what `queue N` rule actions name).
     pub number: u32,
+    /// The pipe or scheduler it attaches to.
     pub parent: Parent,
+    /// Weight, lmax, level, limit, plr and AQM, defaults filled in.
     pub params: QueueParams,
+    /// `mask ...`: one instance per masked flow; None: one instance.
     pub mask: Option<FlowMask>,
+    /// Line of the rule file (for error messages).
     pub line: usize,
+    /// The words after `config`, joined by spaces (for listings).
     pub words: String,
 }
 
 /// The scheduler and AQM words of a `pipe N config` line.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PipeSched {
+    /// `type T` on the pipe: its scheduler type when no `sched N` line
+    /// gives one.
     pub kind: Option<SchedKind>,
+    /// The AQM of the pipe's own queue: `red`, `gred`, `codel` or `pie`
+    /// (`ecn` turns on marking; `ecn` without one of them is an error).
+    /// None: droptail.
     pub aqm: Option<AqmConfig>,
 }
 
 /// Every scheduler-related line of a rule file.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SchedSet {
+    /// `sched N config` lines by N (a later line for the same N replaces it).
     pub scheds: BTreeMap<u32, SchedDef>,
+    /// `queue N config` lines by N (a later line for the same N replaces it).
     pub queues: BTreeMap<u32, QueueDef>,
+    /// Scheduler and AQM words of `pipe N config` lines, by pipe number.
     pub pipes: BTreeMap<u32, PipeSched>,
 }
 
