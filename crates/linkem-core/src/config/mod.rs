@@ -29,7 +29,7 @@
 //! # Modules
 //! [`words`] holds the table and the reading of each word, `parser` the cursor
 //! over the words and the draft that tracks who set what, `dummynet` Dummynet's
-//! units, [`toml`](self::toml) the TOML file, `display` the canonical words.
+//! units, [`toml`] the TOML file, `display` the canonical words.
 
 mod display;
 mod dummynet;
