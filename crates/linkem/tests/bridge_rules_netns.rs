@@ -32,7 +32,7 @@ fn start(topo: &Topology, backend: &str, rules: &RulesFile, extra: &[&str]) -> B
     Bridge::start(topo, backend, &args)
 }
 
-/// A node fate of direction `dir` (`a->b` is 0).
+/// Packets the flows of pipe `pipe` carried, from the node's stats.
 fn pipe_packets(v: &Value, pipe: u64) -> u64 {
     v["node"]["pipes"]
         .as_array()
@@ -101,16 +101,6 @@ fn two_pipes_by_direction_add_up_to_the_rtt(backend: &str) {
         "pipe 1 carried the requests: {v}"
     );
     assert!(pipe_packets(&v, 2) >= 50, "pipe 2 carried the replies: {v}");
-}
-
-/// A second address on each host's interface (and its neighbour entry).
-fn add_address(topo: &Topology, ns: &str, dev: &str, addr: Ipv4Addr) {
-    let a = format!("{addr}/{}", topo.prefix_len);
-    let o = Command::new("ip")
-        .args(["-n", ns, "addr", "add", &a, "dev", dev])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
 fn two_hosts_behind_different_pipes_see_their_own_rtt(backend: &str) {

@@ -5,148 +5,31 @@
 //! Needs root and prints "skipped" otherwise.
 
 use linkem_ctl::Client;
-use linkem_io::netns::{self, Topology};
+use linkem_io::netns::Topology;
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::Mutex;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-static SERIAL: Mutex<()> = Mutex::new(());
+mod common;
 
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn skip() -> bool {
-    match netns::check_prerequisites() {
-        Err(e @ netns::NetnsError::NotRoot) => {
-            eprintln!("skipped: {e}");
-            true
-        }
-        Err(e) => panic!("{e}"),
-        Ok(()) => false,
-    }
-}
+use common::ctl::{ctl, ctl_as, ping_rtts_to, CtlBridge};
+use common::{serial, skip};
 
 fn topology() -> Topology {
-    let topo = Topology::two_hosts(&netns::unique_prefix("lkC")).expect("namespaces come up");
-    // Static neighbours: a lost ARP request must not look like a lost packet.
-    topo.pin_neighbours().expect("neighbour entries");
-    topo
-}
-
-struct Bridge {
-    child: Child,
-    socket: PathBuf,
-}
-
-impl Bridge {
-    /// Starts linkem with its control socket at a unique path under /run/linkem.
-    fn start(topo: &Topology, args: &[&str]) -> Bridge {
-        let name = format!("{}-{}", topo.emu_a, std::process::id());
-        let socket = linkem_ctl::default_socket_path(&name);
-        let child = Command::new(env!("CARGO_BIN_EXE_linkem"))
-            .args(["bridge", &topo.emu_a, &topo.emu_b, "--backend", "packet"])
-            .args(["--stats", "json", "--name", &name])
-            // Never outlives a failed test.
-            .args(["--duration", "120"])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("linkem starts");
-        let mut b = Bridge { child, socket };
-        let t0 = Instant::now();
-        // Up once it answers (a stale socket may be there before it).
-        while Client::connect(&b.socket, Duration::from_secs(1))
-            .and_then(|mut c| c.request("ping"))
-            .is_err()
-        {
-            if let Some(status) = b.child.try_wait().unwrap() {
-                let mut err = String::new();
-                b.child
-                    .stderr
-                    .take()
-                    .unwrap()
-                    .read_to_string(&mut err)
-                    .unwrap();
-                panic!("linkem bridge exited at start ({status}): {err}");
-            }
-            assert!(t0.elapsed() < Duration::from_secs(10), "no control socket");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        b
-    }
-
-    fn client(&self) -> Client {
-        Client::connect(&self.socket, Duration::from_secs(10)).expect("connects")
-    }
-
-    /// SIGTERM, then the final `--stats json` line and stderr.
-    fn finish(self) -> (Value, String) {
-        // Safety: kill with a pid we own.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let out = self.child.wait_with_output().unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-        let last = stdout
-            .lines()
-            .last()
-            .unwrap_or_else(|| panic!("no stats; stderr: {stderr}"));
-        (serde_json::from_str(last).unwrap(), stderr)
-    }
-}
-
-fn ctl(socket: &Path, words: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_linkem"))
-        .arg("ctl")
-        .arg("--socket")
-        .arg(socket)
-        .args(words)
-        .output()
-        .unwrap()
-}
-
-/// `linkem ctl` as another user: uid/gid 65534 with the given supplementary groups.
-fn ctl_as_nobody(socket: &Path, groups: Option<&str>, words: &[&str]) -> Output {
-    let mut c = Command::new("setpriv");
-    c.args(["--reuid=65534", "--regid=65534"]);
-    match groups {
-        Some(g) => c.arg(format!("--groups={g}")),
-        None => c.arg("--clear-groups"),
-    };
-    c.arg(env!("CARGO_BIN_EXE_linkem"))
-        .arg("ctl")
-        .arg("--socket")
-        .arg(socket)
-        .args(words)
-        .output()
-        .unwrap()
+    common::topology("lkC")
 }
 
 /// RTTs (ms) of `count` pings from A to B.
 fn ping_rtts(topo: &Topology, count: u32) -> Vec<f64> {
-    let b = topo.addr_b.to_string();
-    let n = count.to_string();
-    let o = topo
-        .exec_in_a(&["ping", "-n", "-c", &n, "-i", "0.02", "-W", "1", &b])
-        .unwrap();
-    let rtts: Vec<f64> = String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .filter_map(|l| l.split("time=").nth(1))
-        .filter_map(|t| t.split_whitespace().next()?.parse().ok())
-        .collect();
-    // Nothing drops on this link: a missing reply is a failure, not a skip.
-    assert_eq!(
-        rtts.len(),
-        count as usize,
-        "{}",
-        String::from_utf8_lossy(&o.stdout)
-    );
-    rtts
+    ping_rtts_to(topo, topo.addr_b, count)
+}
+
+/// `linkem ctl` as uid/gid 65534 with the given supplementary groups.
+fn ctl_as_nobody(socket: &Path, groups: Option<&str>, words: &[&str]) -> Output {
+    ctl_as(65534, groups, socket, words)
 }
 
 fn totals(dir: &Value) -> (u64, u64, u64) {
@@ -168,7 +51,7 @@ fn ctl_delay_change_follows_within_one_rtt() {
     let _g = serial();
     let topo = topology();
     // No late drops on a loaded machine: every ping must come back.
-    let bridge = Bridge::start(&topo, &["delay", "10ms", "--max-lag", "off"]);
+    let bridge = CtlBridge::start(&topo, &["delay", "10ms", "--max-lag", "off"]);
     let before = ping_rtts(&topo, 5);
     assert!(
         before.iter().all(|r| (19.5..45.0).contains(r)),
@@ -256,7 +139,7 @@ fn ctl_delay_change_follows_within_one_rtt() {
         "{after}"
     );
     drop(c);
-    let (stats, _) = bridge.finish();
+    let (stats, _, _) = bridge.finish();
     for d in stats["directions"].as_array().unwrap() {
         let (delivered, drops, in_flight) = totals(d);
         assert_eq!(
@@ -275,7 +158,7 @@ fn ctl_change_storm_loses_nothing() {
     }
     let _g = serial();
     let topo = topology();
-    let bridge = Bridge::start(&topo, &["delay", "5ms", "--max-lag", "off"]);
+    let bridge = CtlBridge::start(&topo, &["delay", "5ms", "--max-lag", "off"]);
     let b = topo.addr_b.to_string();
     // Steady UDP traffic A -> B for the whole storm.
     let mut sink = topo
@@ -308,7 +191,7 @@ fn ctl_change_storm_loses_nothing() {
     std::thread::sleep(Duration::from_millis(200));
     let list = c.request_json("list").unwrap();
     assert_eq!(list["links"][0]["changes"], n, "{list}");
-    let (stats, _) = bridge.finish();
+    let (stats, _, _) = bridge.finish();
     let d = &stats["directions"][0];
     let (delivered, drops, in_flight) = totals(d);
     assert!(delivered > 5_000, "little traffic: {d}");
@@ -332,7 +215,7 @@ fn ctl_permissions_ownership_and_audit() {
     let audit = dir.path().join("audit.jsonl");
     let audit_s = audit.to_str().unwrap();
     // Root-only by default: uid 65534 cannot even connect.
-    let bridge = Bridge::start(&topo, &["delay", "1ms", "--audit", audit_s]);
+    let bridge = CtlBridge::start(&topo, &["delay", "1ms", "--audit", audit_s]);
     let mode = std::fs::metadata(&bridge.socket).unwrap();
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(mode.permissions().mode() & 0o777, 0o600);
@@ -342,7 +225,7 @@ fn ctl_permissions_ownership_and_audit() {
     bridge.finish();
 
     // With --control-group users: members connect; outsiders still cannot.
-    let bridge = Bridge::start(
+    let bridge = CtlBridge::start(
         &topo,
         &[
             "delay",
@@ -443,7 +326,7 @@ fn ctl_metrics_parse_and_match_stats_json() {
         .unwrap()
         .port();
     let p = port.to_string();
-    let bridge = Bridge::start(
+    let bridge = CtlBridge::start(
         &topo,
         &["delay", "2ms", "loss", "10%", "seed", "7", "--metrics", &p],
     );
@@ -510,7 +393,7 @@ print(json.dumps(out))
             .unwrap_or_else(|| panic!("no {name}{labels} in\n{body}"))
     };
     drop(c);
-    let (final_stats, _) = bridge.finish();
+    let (final_stats, _, _) = bridge.finish();
     // `stats` over the socket is `--stats json`'s own rendering of the same counts.
     assert_eq!(
         final_stats["directions"]
@@ -586,7 +469,7 @@ fn ctl_bad_clients_harm_nothing() {
     std::fs::create_dir_all(stale.parent().unwrap()).unwrap();
     drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
     assert!(stale.exists());
-    let bridge = Bridge::start(&topo, &["delay", "1ms"]);
+    let bridge = CtlBridge::start(&topo, &["delay", "1ms"]);
     let path = bridge.socket.clone();
     assert_eq!(path, stale);
 
@@ -658,7 +541,7 @@ fn ctl_bad_clients_harm_nothing() {
         .unwrap();
     assert!(String::from_utf8_lossy(&o.stdout).contains(&name));
     drop(c);
-    let (stats, _) = bridge.finish();
+    let (stats, _, _) = bridge.finish();
     assert!(stats["final"].as_bool().unwrap());
     assert!(!path.exists(), "the socket outlived linkem");
 }

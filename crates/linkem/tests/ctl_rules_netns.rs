@@ -10,114 +10,45 @@ use serde_json::Value;
 use std::io::Read;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::Mutex;
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-static SERIAL: Mutex<()> = Mutex::new(());
+mod common;
 
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+use common::ctl::{ctl, ctl_as, rtt_ms, CtlBridge};
+use common::{add_address, serial, skip, topology};
 
-fn skip() -> bool {
-    match netns::check_prerequisites() {
-        Err(e @ netns::NetnsError::NotRoot) => {
-            eprintln!("skipped: {e}");
-            true
-        }
-        Err(e) => panic!("{e}"),
-        Ok(()) => false,
-    }
-}
-
-fn topology(tag: &str) -> Topology {
-    let topo = Topology::two_hosts(&netns::unique_prefix(tag)).expect("namespaces come up");
-    // Static neighbours: a lost ARP request must not look like a lost packet.
-    topo.pin_neighbours().expect("neighbour entries");
-    topo
-}
-
-/// A second address on a host's interface.
-fn add_address(topo: &Topology, ns: &str, dev: &str, addr: Ipv4Addr) {
-    let a = format!("{addr}/{}", topo.prefix_len);
-    let o = Command::new("ip")
-        .args(["-n", ns, "addr", "add", &a, "dev", dev])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-}
-
+/// A bridge running `rules` (from a file of its own), late frames let through.
 struct Bridge {
-    child: Child,
+    ctl: CtlBridge,
     socket: PathBuf,
     _dir: tempfile::TempDir,
 }
 
 impl Bridge {
-    /// Starts linkem with `rules` and its control socket at a unique path.
     fn start(topo: &Topology, rules: &str, args: &[&str]) -> Bridge {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("node.rules");
         std::fs::write(&file, rules).unwrap();
-        let name = format!("{}-{}", topo.emu_a, std::process::id());
-        let socket = linkem_ctl::default_socket_path(&name);
-        let child = Command::new(env!("CARGO_BIN_EXE_linkem"))
-            .args(["bridge", &topo.emu_a, &topo.emu_b, "--backend", "packet"])
-            .args(["--stats", "json", "--name", &name, "--max-lag", "off"])
-            .arg("--rules")
-            .arg(&file)
-            // Never outlives a failed test.
-            .args(["--duration", "120"])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("linkem starts");
-        let mut b = Bridge {
-            child,
-            socket,
+        let mut all = vec!["--max-lag", "off", "--rules", file.to_str().unwrap()];
+        all.extend_from_slice(args);
+        let ctl = CtlBridge::start(topo, &all);
+        Bridge {
+            socket: ctl.socket.clone(),
+            ctl,
             _dir: dir,
-        };
-        let t0 = Instant::now();
-        while Client::connect(&b.socket, Duration::from_secs(1))
-            .and_then(|mut c| c.request("ping"))
-            .is_err()
-        {
-            if let Some(status) = b.child.try_wait().unwrap() {
-                let mut err = String::new();
-                b.child
-                    .stderr
-                    .take()
-                    .unwrap()
-                    .read_to_string(&mut err)
-                    .unwrap();
-                panic!("linkem bridge exited at start ({status}): {err}");
-            }
-            assert!(t0.elapsed() < Duration::from_secs(10), "no control socket");
-            std::thread::sleep(Duration::from_millis(20));
         }
-        b
     }
 
     fn client(&self) -> Client {
-        Client::connect(&self.socket, Duration::from_secs(10)).expect("connects")
+        self.ctl.client()
     }
 
     /// SIGTERM, then the final `--stats json` line, with the invariant
     /// received + segmented = every fate + in flight checked per direction.
     fn finish(self) -> Value {
-        // Safety: kill with a pid we own.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let out = self.child.wait_with_output().unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-        assert!(out.status.success(), "linkem failed: {stderr}");
-        let last = stdout
-            .lines()
-            .last()
-            .unwrap_or_else(|| panic!("no stats; stderr: {stderr}"));
-        let v: Value = serde_json::from_str(last).unwrap();
+        let (v, stderr, status) = self.ctl.finish();
+        assert!(status.success(), "linkem failed: {stderr}");
         for d in v["directions"].as_array().unwrap() {
             let fates: u64 = d["fates"]
                 .as_object()
@@ -135,28 +66,9 @@ impl Bridge {
     }
 }
 
-fn ctl(socket: &Path, words: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_linkem"))
-        .arg("ctl")
-        .arg("--socket")
-        .arg(socket)
-        .args(words)
-        .output()
-        .unwrap()
-}
-
 /// `linkem ctl` as uid `uid` (gid 65534) in supplementary group 100.
-fn ctl_as(uid: u32, socket: &Path, words: &[&str]) -> Output {
-    Command::new("setpriv")
-        .arg(format!("--reuid={uid}"))
-        .args(["--regid=65534", "--groups=100"])
-        .arg(env!("CARGO_BIN_EXE_linkem"))
-        .arg("ctl")
-        .arg("--socket")
-        .arg(socket)
-        .args(words)
-        .output()
-        .unwrap()
+fn ctl_in_group(uid: u32, socket: &Path, words: &[&str]) -> Output {
+    ctl_as(uid, Some("100"), socket, words)
 }
 
 fn ok(o: &Output) -> String {
@@ -166,37 +78,6 @@ fn ok(o: &Output) -> String {
         String::from_utf8_lossy(&o.stderr)
     );
     String::from_utf8_lossy(&o.stdout).to_string()
-}
-
-/// Median RTT (ms) of `count` pings from A to `dst`; every one must come back.
-fn rtt_ms(topo: &Topology, dst: Ipv4Addr, count: u32) -> f64 {
-    let o = topo
-        .exec_in_a(&[
-            "ping",
-            "-n",
-            "-c",
-            &count.to_string(),
-            "-i",
-            "0.02",
-            "-W",
-            "1",
-            &dst.to_string(),
-        ])
-        .unwrap();
-    let mut rtts: Vec<f64> = String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .filter_map(|l| l.split("time=").nth(1))
-        .filter_map(|t| t.split_whitespace().next()?.parse().ok())
-        .collect();
-    assert_eq!(
-        rtts.len(),
-        count as usize,
-        "{}",
-        String::from_utf8_lossy(&o.stdout)
-    );
-    eprintln!("rtts to {dst}: {rtts:?}");
-    rtts.sort_by(f64::total_cmp);
-    rtts[rtts.len() / 2]
 }
 
 fn rule_packets(list: &Value, number: u32) -> u64 {
@@ -418,18 +299,22 @@ fn ctl_rules_owners_and_audit() {
     );
     let s = &bridge.socket;
     // The rule file's pipe and rule are the starter's (root's).
-    let o = ctl_as(65534, s, &["pipe", "1", "config", "delay", "9ms"]);
+    let o = ctl_in_group(65534, s, &["pipe", "1", "config", "delay", "9ms"]);
     assert!(!o.status.success());
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("belongs to uid 0"),
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    let o = ctl_as(65534, s, &["delete", "100"]);
+    let o = ctl_in_group(65534, s, &["delete", "100"]);
     assert!(!o.status.success());
     // A member makes its own pipe and rule ...
-    ok(&ctl_as(65534, s, &["pipe", "7", "config", "delay", "2ms"]));
-    ok(&ctl_as(
+    ok(&ctl_in_group(
+        65534,
+        s,
+        &["pipe", "7", "config", "delay", "2ms"],
+    ));
+    ok(&ctl_in_group(
         65534,
         s,
         &[
@@ -444,14 +329,18 @@ fn ctl_rules_owners_and_audit() {
             "any",
         ],
     ));
-    ok(&ctl_as(65534, s, &["pipe", "7", "config", "delay", "3ms"]));
+    ok(&ctl_in_group(
+        65534,
+        s,
+        &["pipe", "7", "config", "delay", "3ms"],
+    ));
     // ... which another member may neither change nor delete, nor flush away.
-    let o = ctl_as(65533, s, &["pipe", "7", "config", "delay", "1ms"]);
+    let o = ctl_in_group(65533, s, &["pipe", "7", "config", "delay", "1ms"]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("belongs to uid 65534"));
-    let o = ctl_as(65533, s, &["delete", "700"]);
+    let o = ctl_in_group(65533, s, &["delete", "700"]);
     assert!(!o.status.success());
-    let o = ctl_as(65533, s, &["flush"]);
+    let o = ctl_in_group(65533, s, &["flush"]);
     assert!(!o.status.success());
     // Root may.
     let mut c = bridge.client();

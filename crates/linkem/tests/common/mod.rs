@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod ctl;
+
 use linkem_io::netns::{self, Topology};
 use serde_json::Value;
 use std::io::Read;
@@ -54,6 +56,16 @@ pub fn topology_with(tag: &str, stock: bool) -> Topology {
     // Static neighbours: a lost ARP request must not look like a lost packet.
     topo.pin_neighbours().expect("neighbour entries");
     topo
+}
+
+/// A second address on a host's interface `dev` in namespace `ns`.
+pub fn add_address(topo: &Topology, ns: &str, dev: &str, addr: Ipv4Addr) {
+    let a = format!("{addr}/{}", topo.prefix_len);
+    let o = Command::new("ip")
+        .args(["-n", ns, "addr", "add", &a, "dev", dev])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
 pub struct Bridge {
