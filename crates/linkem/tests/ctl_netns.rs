@@ -10,12 +10,12 @@ use serde_json::Value;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 mod common;
 
-use common::ctl::{ctl, ctl_as, ping_rtts_to, CtlBridge};
+use common::ctl::{ctl, ctl_as, parse_exposition, ping_rtts_to, scrape, CtlBridge};
 use common::{serial, skip};
 
 fn topology() -> Topology {
@@ -294,17 +294,6 @@ fn ctl_permissions_ownership_and_audit() {
     assert!(!text.contains("\"show\""));
 }
 
-/// GET /metrics with a bare HTTP/1.1 request.
-fn scrape(port: u16) -> String {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
-        .unwrap();
-    let mut r = String::new();
-    s.read_to_string(&mut r).unwrap();
-    assert!(r.starts_with("HTTP/1.1 200 OK"), "{r}");
-    r.split("\r\n\r\n").nth(1).unwrap().to_string()
-}
-
 #[test]
 fn ctl_metrics_parse_and_match_stats_json() {
     if skip() {
@@ -357,36 +346,7 @@ fn ctl_metrics_parse_and_match_stats_json() {
         }
     };
     // The client library's own parser: every family, sample and histogram.
-    let script = r#"
-import sys, json
-from prometheus_client.parser import text_string_to_metric_families
-out = {}
-for fam in text_string_to_metric_families(sys.stdin.read()):
-    for s in fam.samples:
-        key = s.name + json.dumps(dict(sorted(s.labels.items())), sort_keys=True)
-        out[key] = s.value
-print(json.dumps(out))
-"#;
-    let mut child = Command::new(python)
-        .args(["-c", script])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(body.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "parser: {}\n{body}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let samples: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let samples = parse_exposition(&body);
     let get = |name: &str, labels: &str| -> f64 {
         samples[format!("{name}{labels}")]
             .as_f64()

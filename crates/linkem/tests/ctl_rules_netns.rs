@@ -7,15 +7,14 @@
 use linkem_ctl::Client;
 use linkem_io::netns::{self, Topology};
 use serde_json::Value;
-use std::io::Read;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 mod common;
 
-use common::ctl::{ctl, ctl_as, rtt_ms, CtlBridge};
+use common::ctl::{ctl, ctl_as, parse_exposition, rtt_ms, scrape, CtlBridge};
 use common::{add_address, serial, skip, topology};
 
 /// A bridge running `rules` (from a file of its own), late frames let through.
@@ -380,53 +379,6 @@ fn ctl_rules_owners_and_audit() {
     let root = by(0);
     assert_eq!(root.len(), 2, "{text}");
     assert!(root.iter().all(|l| l["result"] == "ok"));
-}
-
-/// GET /metrics with a bare HTTP/1.1 request; the body.
-fn scrape(port: u16) -> String {
-    use std::io::Write;
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
-        .unwrap();
-    let mut r = String::new();
-    s.read_to_string(&mut r).unwrap();
-    r.split("\r\n\r\n").nth(1).unwrap_or("").to_string()
-}
-
-/// Samples by `name{labels as sorted JSON}`, read by the Prometheus client
-/// library's own parser.
-fn parse_exposition(body: &str) -> Value {
-    use std::io::Write;
-    let script = r#"
-import sys, json
-from prometheus_client.parser import text_string_to_metric_families
-out = {}
-for fam in text_string_to_metric_families(sys.stdin.read()):
-    for s in fam.samples:
-        key = s.name + json.dumps(dict(sorted(s.labels.items())), sort_keys=True)
-        out[key] = s.value
-print(json.dumps(out))
-"#;
-    let mut child = Command::new("/usr/bin/python3")
-        .args(["-c", script])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python3 with prometheus_client (apt-get install python3-prometheus-client)");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(body.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "parser: {}\n{body}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 #[test]

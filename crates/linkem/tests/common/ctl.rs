@@ -138,3 +138,51 @@ pub fn ping_rtts_to(topo: &Topology, dst: Ipv4Addr, count: u32) -> Vec<f64> {
 pub fn rtt_ms(topo: &Topology, dst: Ipv4Addr, count: u32) -> f64 {
     median(ping_rtts_to(topo, dst, count))
 }
+
+/// GET /metrics with a bare HTTP/1.1 request; the body.
+pub fn scrape(port: u16) -> String {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .unwrap();
+    let mut r = String::new();
+    s.read_to_string(&mut r).unwrap();
+    assert!(r.starts_with("HTTP/1.1 200 OK"), "{r}");
+    r.split("\r\n\r\n").nth(1).unwrap_or("").to_string()
+}
+
+/// Samples by `name{labels as sorted JSON}`, read by the Prometheus client
+/// library's own parser.
+pub fn parse_exposition(body: &str) -> Value {
+    use std::io::Write;
+    let script = r#"
+import sys, json
+from prometheus_client.parser import text_string_to_metric_families
+out = {}
+for fam in text_string_to_metric_families(sys.stdin.read()):
+    for s in fam.samples:
+        key = s.name + json.dumps(dict(sorted(s.labels.items())), sort_keys=True)
+        out[key] = s.value
+print(json.dumps(out))
+"#;
+    let mut child = Command::new("/usr/bin/python3")
+        .args(["-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 with prometheus_client (apt-get install python3-prometheus-client)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "parser: {}\n{body}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
