@@ -27,7 +27,10 @@
 //! update instant (0 when empty): the timestamp method of RFC 8033 §5.3.
 //! The periodic updates are run lazily, before each enqueue and dequeue, for
 //! every period boundary ≤ now (queue state only changes at those events, so
-//! this is exact); an idle queue with drop_prob 0 skips the empty periods.
+//! this is exact); an idle queue with drop_prob 0 skips the empty periods, and
+//! a queue whose drop_prob is pegged at 1 behind a head that keeps waiting
+//! skips to the last period (only qdelay_old would change: see
+//! `Pie::saturated`).
 
 use super::{drop_or_mark, Admit, DropCause};
 
@@ -124,7 +127,33 @@ impl Pie {
             }
             self.update(cfg, qdelay);
             self.next_update_ns = t + cfg.tupdate_ns;
+            if let Some(e) = head_enq_ns {
+                if self.saturated(cfg, qdelay) && self.next_update_ns <= now_ns {
+                    // Every further update before the next event leaves drop_prob
+                    // at 1 and the burst allowance at 0, and only stores its qdelay.
+                    let k = (now_ns - self.next_update_ns) / cfg.tupdate_ns;
+                    let last = self.next_update_ns + k * cfg.tupdate_ns;
+                    self.qdelay_old_ns = last.saturating_sub(e);
+                    self.next_update_ns = last + cfg.tupdate_ns;
+                    break;
+                }
+            }
         }
+    }
+
+    /// True when, with the same head packet (its qdelay only growing), no
+    /// later update can change drop_prob or the burst allowance: drop_prob is
+    /// pegged at 1 (p ≥ 0 once qdelay ≥ ref, since α, β ≥ 0 and qdelay ≥
+    /// qdelay_old), and the allowance is spent and cannot be reset (that needs
+    /// drop_prob = 0). A link slow enough to hold one packet for hours (1 bit/s
+    /// with a tupdate of microseconds) would otherwise cost one update per
+    /// period: billions.
+    fn saturated(&self, cfg: &PieConfig, qdelay_ns: u64) -> bool {
+        self.drop_prob >= 1.0
+            && self.burst_allowance_ns == 0
+            && qdelay_ns >= cfg.target_ns
+            && cfg.alpha >= 0.0
+            && cfg.beta >= 0.0
     }
 
     fn update(&mut self, cfg: &PieConfig, qdelay_ns: u64) {
@@ -190,5 +219,64 @@ impl Pie {
         } else {
             Admit::Accept
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(tupdate_ns: u64) -> PieConfig {
+        PieConfig {
+            target_ns: 15_000_000,
+            tupdate_ns,
+            alpha: 0.125,
+            beta: 1.25,
+            max_burst_ns: 150_000_000,
+            ..PieConfig::default()
+        }
+    }
+
+    /// The updates one at a time, as RFC 8033 runs them.
+    fn naive(pie: &mut Pie, cfg: &PieConfig, now_ns: u64, head_enq_ns: u64) {
+        while pie.next_update_ns <= now_ns {
+            let t = pie.next_update_ns;
+            pie.update(cfg, t - head_enq_ns);
+            pie.next_update_ns = t + cfg.tupdate_ns;
+        }
+    }
+
+    #[test]
+    fn a_head_waiting_for_hours_costs_no_more_than_saturation() {
+        // 1 µs updates, a head packet waiting from t = 0: drop_prob reaches 1
+        // after some ten thousand updates; the state at any later time equals
+        // the update-by-update result.
+        let c = cfg(1_000);
+        for now in [1_000_000u64, 50_000_000, 200_000_000, 200_000_999] {
+            let (mut fast, mut slow) = (Pie::new(&c), Pie::new(&c));
+            fast.catch_up(&c, now, Some(0));
+            naive(&mut slow, &c, now, 0);
+            assert_eq!(
+                (
+                    fast.drop_prob,
+                    fast.burst_allowance_ns,
+                    fast.qdelay_old_ns,
+                    fast.next_update_ns
+                ),
+                (
+                    slow.drop_prob,
+                    slow.burst_allowance_ns,
+                    slow.qdelay_old_ns,
+                    slow.next_update_ns
+                ),
+                "at {now} ns"
+            );
+        }
+        // Ten hours of 1 µs periods: 3.6e10 updates one by one, here a jump.
+        let mut p = Pie::new(&c);
+        p.catch_up(&c, 36_000_000_000_000, Some(0));
+        assert_eq!(p.drop_prob, 1.0);
+        assert_eq!(p.qdelay_old_ns, 36_000_000_000_000);
+        assert_eq!(p.next_update_ns, 36_000_000_001_000);
     }
 }
