@@ -30,9 +30,17 @@
 //! this is exact); an idle queue with drop_prob 0 skips the empty periods, and
 //! a queue whose drop_prob is pegged at 1 behind a head that keeps waiting
 //! skips to the last period (only qdelay_old would change: see
-//! `Pie::saturated`).
+//! `Pie::saturated`); past `MAX_UPDATES_PER_CALL` (2²⁰) periods of one wait the
+//! same skip is taken as an approximation, so no input costs unbounded time.
 
 use super::{drop_or_mark, Admit, DropCause};
+
+/// Periods one call of [`Pie::catch_up`] runs one by one while a packet waits.
+/// Beyond it (a state still changing after 2²⁰ periods with one head packet:
+/// only a tupdate far below its default on a link that holds a packet for
+/// seconds gets there), the rest of that wait keeps drop_prob and the burst
+/// allowance as they are: an approximation, chosen over an unbounded loop.
+const MAX_UPDATES_PER_CALL: u32 = 1 << 20;
 
 /// PIE's parameters for one queue (`pie [target T] [tupdate T] [alpha A]
 /// [beta B] [max_burst T] [max_ecnth P] [ecn|noecn]`).
@@ -111,6 +119,7 @@ impl Pie {
     /// Runs the periodic updates due by `now_ns`; `head_enq_ns` is the
     /// enqueue time of the head packet (None: empty queue).
     pub fn catch_up(&mut self, cfg: &PieConfig, now_ns: u64, head_enq_ns: Option<u64>) {
+        let mut done = 0u32;
         while self.next_update_ns <= now_ns {
             let t = self.next_update_ns;
             let qdelay = head_enq_ns.map_or(0, |e| t.saturating_sub(e));
@@ -127,10 +136,13 @@ impl Pie {
             }
             self.update(cfg, qdelay);
             self.next_update_ns = t + cfg.tupdate_ns;
+            done += 1;
             if let Some(e) = head_enq_ns {
-                if self.saturated(cfg, qdelay) && self.next_update_ns <= now_ns {
+                let fixed = self.saturated(cfg, qdelay) || done >= MAX_UPDATES_PER_CALL;
+                if fixed && self.next_update_ns <= now_ns {
                     // Every further update before the next event leaves drop_prob
-                    // at 1 and the burst allowance at 0, and only stores its qdelay.
+                    // at 1 and the burst allowance at 0, and only stores its qdelay
+                    // (past MAX_UPDATES_PER_CALL: taken as so).
                     let k = (now_ns - self.next_update_ns) / cfg.tupdate_ns;
                     let last = self.next_update_ns + k * cfg.tupdate_ns;
                     self.qdelay_old_ns = last.saturating_sub(e);
@@ -278,5 +290,25 @@ mod tests {
         assert_eq!(p.drop_prob, 1.0);
         assert_eq!(p.qdelay_old_ns, 36_000_000_000_000);
         assert_eq!(p.next_update_ns, 36_000_000_001_000);
+    }
+
+    #[test]
+    fn a_state_that_never_settles_is_bounded_not_looped() {
+        // α = β = 0: drop_prob never moves, and while qdelay < ref/2 the burst
+        // allowance is reset every period: 1.8e12 periods of 1 ns before qdelay
+        // reaches ref/2 = 1800 s. The call ends after MAX_UPDATES_PER_CALL.
+        let c = PieConfig {
+            target_ns: 3_600_000_000_000,
+            tupdate_ns: 1,
+            alpha: 0.0,
+            beta: 0.0,
+            max_burst_ns: 150_000_000,
+            ..PieConfig::default()
+        };
+        let mut p = Pie::new(&c);
+        p.catch_up(&c, 3_600_000_000_000, Some(0));
+        assert_eq!(p.drop_prob, 0.0);
+        assert_eq!(p.qdelay_old_ns, 3_600_000_000_000);
+        assert_eq!(p.next_update_ns, 3_600_000_000_001);
     }
 }
