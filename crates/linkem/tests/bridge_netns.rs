@@ -203,11 +203,14 @@ fn loss_10_percent_inside_its_binomial_bound(backend: &str) {
         (model - p).abs() <= bound,
         "loss rate {model} outside 0.1 ± {bound}"
     );
-    // What the receiver missed is the link's loss, plus at most a few frames.
+    // What the receiver missed is the link's loss, plus at most a few frames the
+    // machine lost; stray frames of the hosts (received beyond the flow) may be
+    // among the losses too.
     let counted = fate(&v, 0, "loss") as f64;
+    let strays = (received - n).max(0.0);
     assert!(
-        counted <= lost && lost <= counted + n / 200.0,
-        "{lost} missing at the receiver, {counted} counted as 'loss'"
+        counted <= lost + strays && lost <= counted + n / 200.0,
+        "{lost} missing at the receiver, {counted} counted as 'loss', {strays} stray frames"
     );
 }
 
