@@ -304,16 +304,9 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
         eprintln!("linkem: seed {seed} (add 'seed {seed}' to repeat the random draws)");
     }
 
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, stop.clone())
-            .context("cannot install the signal handler")?;
-    }
     // SIGHUP: read --config and the words again and apply them to the running
     // link (queued packets keep their release times; nothing is lost).
-    let reload = Arc::new(AtomicBool::new(false));
-    signal_hook::flag::register(signal_hook::consts::SIGHUP, reload.clone())
-        .context("cannot install the signal handler")?;
+    let (stop, reload) = signal_flags()?;
     let mut reloading: Option<Reload> = None;
     // control: the directions are shared with the control threads from here on
     // (after the signal handlers: a client may stop linkem as soon as it answers).
@@ -508,6 +501,20 @@ pub(crate) fn print_stats(
             }
         }
     }
+}
+
+/// Flags set by SIGINT/SIGTERM (stop, with final counts) and by SIGHUP (read
+/// the configuration again), for the bridge's main loop to poll.
+pub(crate) fn signal_flags() -> Result<(Arc<AtomicBool>, Arc<AtomicBool>)> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())
+            .context("cannot install the signal handler")?;
+    }
+    let reload = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, reload.clone())
+        .context("cannot install the signal handler")?;
+    Ok((stop, reload))
 }
 
 fn fmt_ns(ns: u64) -> String {

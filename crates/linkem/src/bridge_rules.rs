@@ -29,7 +29,7 @@ use linkem_runtime::pipeline::{buffer_bytes_for, DirectionStats, NodeBridge, Nod
 use serde_json::json;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -170,14 +170,7 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
         eprintln!("linkem: seed {seed} (add 'seed {seed}' to repeat the random draws)");
     }
 
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, stop.clone())
-            .context("cannot install the signal handler")?;
-    }
-    let reload = Arc::new(AtomicBool::new(false));
-    signal_hook::flag::register(signal_hook::consts::SIGHUP, reload.clone())
-        .context("cannot install the signal handler")?;
+    let (stop, reload) = crate::bridge::signal_flags()?;
     type Reload = std::sync::mpsc::Receiver<Result<Loaded>>;
     let mut reloading: Option<Reload> = None;
 
