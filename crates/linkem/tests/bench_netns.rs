@@ -9,14 +9,22 @@ fn linkem() -> Command {
     Command::new(env!("CARGO_BIN_EXE_linkem"))
 }
 
+/// Not root: skipped (says so); root without a tool the bench needs: fails.
+fn skip() -> bool {
+    match linkem_io::netns::check_prerequisites() {
+        Err(e @ linkem_io::netns::NetnsError::NotRoot) => {
+            eprintln!("skipped: {e}");
+            true
+        }
+        Err(e) => panic!("{e}"),
+        Ok(()) => false,
+    }
+}
+
 #[test]
 fn a_quick_delay_bench_prints_a_complete_consistent_table() {
-    if let Err(e) = linkem_io::netns::check_prerequisites() {
-        if matches!(e, linkem_io::netns::NetnsError::NotRoot) {
-            eprintln!("skipped: {e}");
-            return;
-        }
-        panic!("{e}");
+    if skip() {
+        return;
     }
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("bench.json");
@@ -94,12 +102,8 @@ fn a_quick_delay_bench_prints_a_complete_consistent_table() {
 
 #[test]
 fn a_quick_tail_bench_compares_every_backend_and_policy_with_the_default() {
-    if let Err(e) = linkem_io::netns::check_prerequisites() {
-        if matches!(e, linkem_io::netns::NetnsError::NotRoot) {
-            eprintln!("skipped: {e}");
-            return;
-        }
-        panic!("{e}");
+    if skip() {
+        return;
     }
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("tail.json");

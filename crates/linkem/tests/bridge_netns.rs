@@ -8,6 +8,7 @@
 //! which carry a sequence number and a send time so that loss, bursts and
 //! one-way delay are measured exactly.
 
+#[macro_use]
 mod common;
 
 use common::*;
@@ -83,23 +84,6 @@ fn udp_flow(topo: &Topology, from_a: bool, n: u32, len: usize, gap: Duration) ->
         });
         receiver.join().unwrap()
     })
-}
-
-/// One test per backend for each scenario: `SCENARIO::packet` and `SCENARIO::xdp`.
-macro_rules! on_both_backends {
-    ($($scenario:ident),* $(,)?) => {$(
-        mod $scenario {
-            #[test]
-            fn packet() {
-                super::$scenario("packet");
-            }
-
-            #[test]
-            fn xdp() {
-                super::$scenario("xdp");
-            }
-        }
-    )*};
 }
 
 on_both_backends!(

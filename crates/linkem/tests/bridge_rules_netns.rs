@@ -3,6 +3,7 @@
 //! the node stage cuts super-frames as the plain bridge does. Needs root and
 //! prints "skipped" otherwise; namespaces are torn down by the topology's Drop.
 
+#[macro_use]
 mod common;
 
 use common::*;
@@ -45,23 +46,6 @@ fn pipe_packets(v: &Value, pipe: u64) -> u64 {
         .iter()
         .map(|f| f["packets"].as_u64().unwrap())
         .sum()
-}
-
-/// One test per backend for each scenario: `SCENARIO::packet` and `SCENARIO::xdp`.
-macro_rules! on_both_backends {
-    ($($scenario:ident),* $(,)?) => {$(
-        mod $scenario {
-            #[test]
-            fn packet() {
-                super::$scenario("packet");
-            }
-
-            #[test]
-            fn xdp() {
-                super::$scenario("xdp");
-            }
-        }
-    )*};
 }
 
 on_both_backends!(

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::ctl::{ctl, ctl_as, parse_exposition, ping_rtts_to, scrape, CtlBridge};
+use common::ctl::{ctl, ctl_as, ctl_file, parse_exposition, ping_rtts_to, scrape, CtlBridge};
 use common::{serial, skip};
 
 fn topology() -> Topology {
@@ -90,13 +90,7 @@ fn ctl_delay_change_follows_within_one_rtt() {
         "# one good line, one bad\nlink a-to-b delay 1ms\nlink b-to-a delay 1ms loss 200%\n",
     )
     .unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_linkem"))
-        .args(["ctl", "--socket"])
-        .arg(&bridge.socket)
-        .arg("-f")
-        .arg(&bad)
-        .output()
-        .unwrap();
+    let o = ctl_file(&bridge.socket, &bad);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -108,13 +102,7 @@ fn ctl_delay_change_follows_within_one_rtt() {
     assert_eq!(list["links"][0]["changes"], 1, "{list}");
     let good = dir.path().join("good.ctl");
     std::fs::write(&good, "link a-to-b delay 2ms\nlink b-to-a delay 3ms\n").unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_linkem"))
-        .args(["ctl", "--socket"])
-        .arg(&bridge.socket)
-        .arg("-f")
-        .arg(&good)
-        .output()
-        .unwrap();
+    let o = ctl_file(&bridge.socket, &good);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let list = c.request_json("list").unwrap();
     // Both directions changed at one instant.

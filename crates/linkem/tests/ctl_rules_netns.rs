@@ -9,12 +9,12 @@ use linkem_io::netns::{self, Topology};
 use serde_json::Value;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 mod common;
 
-use common::ctl::{ctl, ctl_as, parse_exposition, rtt_ms, scrape, CtlBridge};
+use common::ctl::{ctl, ctl_as, ctl_file, parse_exposition, rtt_ms, scrape, CtlBridge};
 use common::{add_address, serial, skip, topology};
 
 /// A bridge running `rules` (from a file of its own), late frames let through.
@@ -132,13 +132,7 @@ fn ctl_rules_pipe_delay_new_rule_and_batches() {
         ),
     )
     .unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_linkem"))
-        .args(["ctl", "--socket"])
-        .arg(&bridge.socket)
-        .arg("-f")
-        .arg(&batch)
-        .output()
-        .unwrap();
+    let o = ctl_file(&bridge.socket, &batch);
     ok(&o);
     let rtt_far = rtt_ms(&topo, far, 9);
     let rtt_near = rtt_ms(&topo, near, 9);
@@ -157,13 +151,7 @@ fn ctl_rules_pipe_delay_new_rule_and_batches() {
         "pipe 1 config delay 1ms\nadd 70 pipe 9 ip from any to any\n",
     )
     .unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_linkem"))
-        .args(["ctl", "--socket"])
-        .arg(&bridge.socket)
-        .arg("-f")
-        .arg(&batch)
-        .output()
-        .unwrap();
+    let o = ctl_file(&bridge.socket, &batch);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(

@@ -86,6 +86,18 @@ pub fn ctl(socket: &Path, words: &[&str]) -> Output {
         .unwrap()
 }
 
+/// `linkem ctl --socket SOCKET -f FILE` (a batch) as root.
+pub fn ctl_file(socket: &Path, file: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_linkem"))
+        .arg("ctl")
+        .arg("--socket")
+        .arg(socket)
+        .arg("-f")
+        .arg(file)
+        .output()
+        .unwrap()
+}
+
 /// `linkem ctl` as uid `uid`, gid 65534, with the supplementary groups
 /// `groups` (a setpriv list) or none.
 pub fn ctl_as(uid: u32, groups: Option<&str>, socket: &Path, words: &[&str]) -> Output {

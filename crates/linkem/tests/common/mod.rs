@@ -6,6 +6,25 @@
 
 pub mod ctl;
 
+/// One test per backend for each scenario: `SCENARIO::packet` and `SCENARIO::xdp`
+/// (unused by the control tests, which run on one backend).
+#[allow(unused_macros)]
+macro_rules! on_both_backends {
+    ($($scenario:ident),* $(,)?) => {$(
+        mod $scenario {
+            #[test]
+            fn packet() {
+                super::$scenario("packet");
+            }
+
+            #[test]
+            fn xdp() {
+                super::$scenario("xdp");
+            }
+        }
+    )*};
+}
+
 use linkem_io::netns::{self, Topology};
 use serde_json::Value;
 use std::io::Read;
