@@ -29,6 +29,7 @@ impl CtlBridge {
             .args(["--stats", "json", "--name", &name])
             .args(["--duration", "120"])
             .args(args)
+            .args(super::max_lag_off_unless_given(args))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

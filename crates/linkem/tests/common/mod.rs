@@ -92,6 +92,12 @@ pub struct Bridge {
 }
 
 impl Bridge {
+    /// Starts `linkem bridge` between the topology's emulator ends. Unless
+    /// `args` set `--max-lag`, it runs with `--max-lag off`: on this shared
+    /// VM a stall of the whole machine for more than the default 5 ms would
+    /// turn the frames in it into `late` drops, which tests of RTTs, rates
+    /// and counts would take for the model's losses. Max-lag has tests of
+    /// its own, and those give it.
     pub fn start(topo: &Topology, backend: &str, args: &[&str]) -> Bridge {
         let child = Command::new(env!("CARGO_BIN_EXE_linkem"))
             .args([
@@ -104,6 +110,7 @@ impl Bridge {
                 "json",
             ])
             .args(args)
+            .args(max_lag_off_unless_given(args))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -183,10 +190,42 @@ impl Bridge {
     }
 }
 
+/// `--max-lag off` unless `args` choose a max-lag (see [`Bridge::start`]).
+pub fn max_lag_off_unless_given(args: &[&str]) -> &'static [&'static str] {
+    if args.contains(&"--max-lag") {
+        &[]
+    } else {
+        &["--max-lag", "off"]
+    }
+}
+
 impl Drop for Bridge {
     fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            return;
+        }
+        // A test failed with the bridge running: its counts (by fate, per
+        // direction and per pipe) and its stderr tell where the frames went.
+        self.signal(libc::SIGINT);
+        let t = Instant::now();
+        while matches!(self.child.try_wait(), Ok(None)) && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let (mut stdout, mut stderr) = (String::new(), String::new());
+        if let Some(mut o) = self.child.stdout.take() {
+            let _ = o.read_to_string(&mut stdout);
+        }
+        if let Some(mut e) = self.child.stderr.take() {
+            let _ = e.read_to_string(&mut stderr);
+        }
+        eprintln!(
+            "linkem bridge at the failure: last counts {}\nstderr: {stderr}",
+            stdout.lines().last().unwrap_or("(none)")
+        );
     }
 }
 
