@@ -128,6 +128,7 @@ pub struct NodeBridge {
 impl NodeBridge {
     /// Starts the node stage and the two output stages. `rx[0]`/`tx[0]`:
     /// IF_A's receive half and IF_B's send half (direction a->b, side A).
+    // Kept whole: the start sequence; the node thread takes what setting up the output stages left.
     pub fn start(
         opts: NodeOptions,
         node: Node,
@@ -561,6 +562,7 @@ impl Stage {
     }
 }
 
+// Kept whole: the stage's hot loop, whose steps share the node's lock guard and the batch's `now`.
 fn node_stage(
     shared: Arc<NodeShared>,
     controls: [Arc<Control>; 2],
