@@ -226,6 +226,11 @@ pub const fn record_bytes(len: usize) -> usize {
     (HEADER + len).div_ceil(RECORD_ALIGN) * RECORD_ALIGN
 }
 
+/// The writing end of a delay line, owned by the input (or node) stage.
+///
+/// Never blocks: a record that does not fit is refused at once, so the stage
+/// can count the drop and go on. Dropping it closes the line
+/// ([`Producer::close`]).
 pub struct Producer {
     shared: Arc<Shared>,
     cap: u64,
@@ -234,10 +239,16 @@ pub struct Producer {
 }
 
 impl Producer {
+    /// Size of the line in bytes: the requested capacity rounded up to a
+    /// multiple of 2 MiB (one huge page). Records take [`record_bytes`] each,
+    /// so the frames it holds at once sum to less than this.
     pub fn capacity_bytes(&self) -> u64 {
         self.cap
     }
 
+    /// Whether the line sits on reserved (hugetlbfs) 2 MiB pages; false
+    /// means ordinary pages with transparent huge pages advised. Reported in
+    /// the stats, since a line of gigabytes on 4 KiB pages costs TLB misses.
     pub fn uses_huge_pages(&self) -> bool {
         self.shared.region.huge
     }
@@ -350,13 +361,21 @@ unsafe fn write_header(p: *mut u8, release_ns: u64, len: u32, flags: u32) {
 /// A frame at the head of the line.
 #[derive(Debug)]
 pub struct Head<'a> {
+    /// When the frame is to be sent, in CLOCK_REALTIME ns, as the producer
+    /// stored it. Records come out in the order they were stored, which is
+    /// release order only when the producer stored them so.
     pub release_ns: u64,
+    /// The frame's bytes inside the line: valid until [`Consumer::pop`].
     pub frame: &'a [u8],
+    /// The extra copy made by `duplicate` (counted apart from packets).
     pub copy: bool,
     /// The record's group (0 unless stored with [`Producer::push_with_group`]).
     pub group: u32,
 }
 
+/// The reading end of a delay line, owned by the output stage: looks at the
+/// oldest record ([`Consumer::peek`]) and frees it once sent or dropped
+/// ([`Consumer::pop`]). Never blocks; waiting for data is the caller's job.
 pub struct Consumer {
     shared: Arc<Shared>,
     cap: u64,

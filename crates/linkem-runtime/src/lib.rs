@@ -5,6 +5,8 @@
 //! direction: an input thread that timestamps, decides and stores, and an
 //! output thread that waits and sends. See [`pipeline`] for the diagram.
 
+#![warn(missing_docs)]
+
 pub mod clock;
 // Pending: `write_header`'s body needs its own `unsafe` block and `unsafe impl
 // Sync for Region` its own Safety comment; then this allow goes.

@@ -11,6 +11,8 @@ use std::os::fd::RawFd;
 /// A received frame, valid during the callback only.
 #[derive(Debug, Clone, Copy)]
 pub struct RxFrame<'a> {
+    /// The bytes captured, from the Ethernet header on; borrowed from the
+    /// backend's ring, so the pipeline copies what it keeps before returning.
     pub data: &'a [u8],
     /// Length on the wire (may exceed `data.len()` if the backend truncated it:
     /// such a frame cannot be forwarded whole and counts as `too-big`).
@@ -23,6 +25,11 @@ pub struct RxFrame<'a> {
     pub offload: Offload,
 }
 
+/// The receive half of an interface, owned by one input (or node) stage.
+///
+/// `Send` because a port is opened on the main thread and then moved to the
+/// stage's thread, which alone uses it. No call blocks except
+/// [`RxPort::wait_rx`], so a stage can keep its own deadlines.
 pub trait RxPort: Send {
     /// Receives up to `max` frames, calling `f` on each; returns how many.
     /// Never blocks.
@@ -69,6 +76,12 @@ pub enum TxOutcome {
     TooBig,
 }
 
+/// The send half of an interface, owned by one output stage.
+///
+/// Frames are queued with [`TxPort::tx_push`] and reach the kernel at
+/// [`TxPort::tx_flush`], so that a batch of releases due together costs one
+/// system call. A frame counts as `delivered` once flushed, less what
+/// [`TxPort::tx_errors`] later reports refused.
 pub trait TxPort: Send {
     /// Queues a frame for sending.
     fn tx_push(&mut self, frame: &[u8]) -> TxOutcome;
@@ -96,8 +109,14 @@ pub mod memory {
     /// One frame offered to a [`MemoryRx`].
     #[derive(Debug, Clone, Default)]
     pub struct MemFrame {
+        /// Receive time in CLOCK_REALTIME ns, given as [`RxFrame::ts_ns`]; 0
+        /// lets the pipeline stamp the frame when it takes it, as for a
+        /// backend without kernel timestamps.
         pub ts_ns: u64,
+        /// The whole frame (so `orig_len` is its length: never truncated).
         pub data: Vec<u8>,
+        /// Offload metadata as a backend with PACKET_VNET_HDR would report it,
+        /// for tests of segmentation and checksum completion.
         pub offload: Offload,
     }
 
@@ -111,7 +130,12 @@ pub mod memory {
         }
     }
 
+    /// A receive port fed through a channel by the test: anything that turns
+    /// into a [`MemFrame`] (a bare `(ts_ns, frame)` pair by default). A
+    /// channel whose sender is gone behaves as an idle interface, so a test
+    /// can end its input without stopping the pipeline.
     pub struct MemoryRx<T = (u64, Vec<u8>)> {
+        /// Where the frames come from, in the order they are received.
         pub input: Receiver<T>,
         pending: Option<MemFrame>,
         /// What [`RxPort::rx_kernel_drops`] reports: tests set it to stand for
@@ -120,6 +144,7 @@ pub mod memory {
     }
 
     impl<T: Into<MemFrame> + Send> MemoryRx<T> {
+        /// A port that receives what is sent on `input`, with no kernel drops.
         pub fn new(input: Receiver<T>) -> Self {
             MemoryRx {
                 input,
@@ -173,7 +198,12 @@ pub mod memory {
     /// Sent frames with the CLOCK_REALTIME ns at which they were handed over.
     pub type Sent = Arc<Mutex<Vec<(u64, Vec<u8>)>>>;
 
+    /// A send port that appends what it flushes to a shared vector, stamped
+    /// with the flush time, so tests can check what left and when.
     pub struct MemoryTx {
+        /// The frames handed over so far; the same vector
+        /// [`MemoryTx::new`] returns, for a test to read after moving the
+        /// port into the pipeline.
         pub sent: Sent,
         queued: Vec<Vec<u8>>,
         /// Largest frame accepted; longer ones are refused as [`TxOutcome::TooBig`].

@@ -205,18 +205,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     let mut reader = CaptureReader::open(&args.input).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut writer = CaptureWriter::create(&args.output, reader.link_type(), reader.snaplen())
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut events = match &args.events {
-        Some(path) => {
-            let mut w = OutputFile::create(path, 1 << 20)?;
-            writeln!(
-                w,
-                "# index\tarrival_ns\tlen_bytes\tfate\trelease_ns\tqueue_packets\tqueue_bytes\tcopies\tcorrupt_bit"
-            )
-            .with_context(|| format!("cannot write {}", path.display()))?;
-            Some(w)
-        }
-        None => None,
-    };
+    let mut events = args.events.as_deref().map(open_events).transpose()?;
 
     let started = Instant::now();
     let mut r = Replayer {
@@ -269,6 +258,17 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         elapsed.as_secs_f64(),
     );
     Ok(())
+}
+
+/// The `--events` file, with its header line.
+fn open_events(path: &Path) -> Result<OutputFile> {
+    let mut w = OutputFile::create(path, 1 << 20)?;
+    writeln!(
+        w,
+        "# index\tarrival_ns\tlen_bytes\tfate\trelease_ns\tqueue_packets\tqueue_bytes\tcopies\tcorrupt_bit"
+    )
+    .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(w)
 }
 
 /// A spinner for long replays on a terminal.

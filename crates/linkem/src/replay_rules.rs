@@ -204,25 +204,47 @@ pub fn load_rules_recording(
     parse_rules(text, sides, &mut files).map_err(|e| anyhow::anyhow!("rules: {e}"))
 }
 
-/// Runs the replay through rules. Returns false if no rules were asked for.
-pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
-    let (text, seed) = rules_text(args, rargs)?.expect("called when rules are wanted");
-    let base = rargs.file.as_deref().and_then(Path::parent);
-    let set = load_rules(&text, base, ["a", "b"])?;
-    let seed = seed.unwrap_or_else(|| {
-        let s = fresh_seed();
-        eprintln!("linkem: seed {s} (add 'seed {s}' to repeat this run exactly)");
-        s
-    });
-    let mut node = Node::new(
-        set,
-        NodeConfig {
-            seed,
-            max_flows: rargs.max_flows,
-            ..Default::default()
-        },
-    );
+/// A packet the node has not decided yet: its capture time (ns), its length on
+/// the wire and the bytes captured, kept to be written once it is delivered.
+type Undecided = (u64, u32, Vec<u8>);
 
+/// What a rules replay counts, for the final report.
+#[derive(Default)]
+struct Tally {
+    /// Decisions by fate name ([`NodeFate::name`]); sums to `arrived` at the end.
+    fates: BTreeMap<&'static str, u64>,
+    /// Packets read from the capture (also the next packet's tag).
+    arrived: u64,
+    /// Packets written to the output, copies included.
+    written: u64,
+    /// Copies made by `duplicate`.
+    dup: u64,
+    /// Delivered packets with at least one bit flipped.
+    corrupted: u64,
+}
+
+/// The state of one rules replay between two packets: the packets the node
+/// holds undecided, the delivered ones waiting in release order, and the
+/// output files.
+struct RulesReplay {
+    l2: L2Kind,
+    /// Delivered packets (and copies) by (release time, decision order).
+    heap: ReleaseQueue<(u32, Vec<u8>)>,
+    /// Packets the node holds, by tag, until their decision.
+    held: HashMap<u64, Undecided>,
+    /// The packet being offered: most are decided at once, so it is moved
+    /// into `held` only when the node keeps it.
+    current: Option<Undecided>,
+    /// The node's decisions not yet acted upon.
+    out: Vec<Decision>,
+    events: Option<OutputFile>,
+    writer: CaptureWriter,
+    tally: Tally,
+}
+
+/// Runs the replay through rules; called when [`wanted`] says rules were asked for.
+pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
+    let (mut node, seed) = build_node(args, rargs)?;
     // Before anything is opened for writing: an output must not be an input.
     let mut inputs: Vec<&Path> = vec![&args.input];
     inputs.extend(args.config.as_deref());
@@ -235,175 +257,235 @@ pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
     let mut reader = CaptureReader::open(&args.input).map_err(|e| anyhow::anyhow!("{e}"))?;
     let l2 = L2Kind::from_dlt(reader.link_type().dlt())
         .with_context(|| format!("link type {} cannot be classified", reader.link_type()))?;
-    let mut writer = CaptureWriter::create(&args.output, reader.link_type(), reader.snaplen())
+    let writer = CaptureWriter::create(&args.output, reader.link_type(), reader.snaplen())
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut events = match &args.events {
-        Some(path) => {
-            let mut w = OutputFile::create(path, 1 << 20)?;
-            writeln!(w, "# index\tarrival_ns\tlen_bytes\tfate\trelease_ns\trule\tpipe\tflow\thops\tcopies\tcorrupt_bits\tqueue\tce")?;
-            Some(w)
-        }
-        None => None,
-    };
+    let events = args.events.as_deref().map(open_events).transpose()?;
     let started = Instant::now();
-    let mut heap: ReleaseQueue<(u32, Vec<u8>)> = ReleaseQueue::new();
-    let mut held: HashMap<u64, (u64, u32, Vec<u8>)> = HashMap::new();
-    let mut out: Vec<Decision> = Vec::new();
-    let mut fates: BTreeMap<&'static str, u64> = BTreeMap::new();
-    let (mut index, mut written, mut dup, mut corrupted) = (0u64, 0u64, 0u64, 0u64);
-    let mut horizon = 0u64;
-    let mut current: Option<(u64, u32, Vec<u8>)> = None;
-
-    let mut settle = |out: &mut Vec<Decision>,
-                      current: &mut Option<(u64, u32, Vec<u8>)>,
-                      cur_tag: u64,
-                      held: &mut HashMap<u64, (u64, u32, Vec<u8>)>,
-                      heap: &mut ReleaseQueue<(u32, Vec<u8>)>,
-                      events: &mut Option<OutputFile>|
-     -> Result<()> {
-        for d in out.drain(..) {
-            let (ts, orig_len, mut data) = if d.tag == cur_tag && current.is_some() {
-                current.take().expect("checked")
-            } else {
-                held.remove(&d.tag).expect("every undecided packet is held")
-            };
-            *fates.entry(d.fate.name()).or_default() += 1;
-            if let Some(ev) = events.as_mut() {
-                let delivered = d.fate == NodeFate::Delivered;
-                let opt = |o: Option<u32>| o.map_or("-".to_string(), |v| v.to_string());
-                writeln!(
-                    ev,
-                    "{}\t{ts}\t{orig_len}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
-                    d.tag,
-                    d.fate.name(),
-                    if delivered {
-                        d.release_ns.to_string()
-                    } else {
-                        "-".into()
-                    },
-                    opt(d.rule),
-                    opt(d.pipe),
-                    if d.pipe.is_some() {
-                        format!("{:016x}", d.flow_id)
-                    } else {
-                        "-".into()
-                    },
-                    d.hops,
-                    if delivered { 1 + d.duplicate as u32 } else { 0 },
-                    if d.corrupt_bits.is_empty() {
-                        "-".to_string()
-                    } else {
-                        d.corrupt_bits
-                            .iter()
-                            .map(|b| b.to_string())
-                            .collect::<Vec<_>>()
-                            .join(",")
-                    },
-                    opt(d.queue),
-                    d.ce as u8
-                )?;
-            }
-            if d.fate != NodeFate::Delivered {
-                continue;
-            }
-            let copy = d.duplicate.then(|| data.clone());
-            if !d.corrupt_bits.is_empty() {
-                corrupted += 1;
-            }
-            if d.ce {
-                crate::replay_sched::mark(&mut data, l2);
-            }
-            for bit in &d.corrupt_bits {
-                if let Some(byte) = data.get_mut((bit / 8) as usize) {
-                    *byte ^= 0x80 >> (bit % 8);
-                }
-            }
-            heap.push(d.release_ns, (orig_len, data));
-            // The copy leaves as it arrived (uncorrupted), right after the original.
-            if let Some(copy) = copy {
-                dup += 1;
-                heap.push(d.release_ns, (orig_len, copy));
-            }
-        }
-        Ok(())
+    let mut replay = RulesReplay {
+        l2,
+        heap: ReleaseQueue::new(),
+        held: HashMap::new(),
+        current: None,
+        out: Vec::new(),
+        events,
+        writer,
+        tally: Tally::default(),
     };
-
+    let mut horizon = 0u64;
     while let Some(packet) = reader.next_packet() {
         signals.check()?;
         let packet = packet.map_err(|e| anyhow::anyhow!("{e}"))?;
         horizon = horizon.max(packet.ts_ns);
-        let key = FlowKey::parse(&packet.data, l2);
-        let pkt = PacketIn {
-            len_bytes: packet.orig_len,
-            key,
-            side: rargs.side.into(),
-            tag: index,
-        };
-        current = Some((packet.ts_ns, packet.orig_len, packet.data));
-        node.on_arrival(packet.ts_ns, pkt, &mut out);
-        settle(
-            &mut out,
-            &mut current,
-            index,
-            &mut held,
-            &mut heap,
-            &mut events,
-        )?;
-        if let Some(c) = current.take() {
-            held.insert(index, c);
-        }
-        index += 1;
+        replay.offer(&mut node, rargs.side.into(), packet)?;
+        // Decisions still to come (at the node's next event or a later arrival)
+        // release no earlier than this: what is due by then can be written.
         let limit = node.next_event_ns().map_or(horizon, |e| e.min(horizon));
-        while let Some((release_ns, (orig_len, data))) = heap.pop_due(limit) {
-            writer
-                .write(release_ns, orig_len, &data)
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-            written += 1;
-        }
+        replay.write_due(limit)?;
     }
-    node.poll(u64::MAX, &mut out);
-    settle(
-        &mut out,
-        &mut current,
-        u64::MAX,
-        &mut held,
-        &mut heap,
-        &mut events,
-    )?;
-    while let Some((release_ns, (orig_len, data))) = heap.pop() {
-        writer
-            .write(release_ns, orig_len, &data)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        written += 1;
-    }
-    if !held.is_empty() {
-        bail!("internal error: {} packets left undecided", held.len());
+    node.poll(u64::MAX, &mut replay.out);
+    replay.settle(u64::MAX)?;
+    replay.write_rest()?;
+    if !replay.held.is_empty() {
+        bail!(
+            "internal error: {} packets left undecided",
+            replay.held.len()
+        );
     }
     signals.check()?;
-    if let Some(ev) = events {
+    if let Some(ev) = replay.events {
         ev.commit()?;
     }
-    writer.finish().map_err(|e| anyhow::anyhow!("{e}"))?;
+    replay.writer.finish().map_err(|e| anyhow::anyhow!("{e}"))?;
     let secs = started.elapsed().as_secs_f64();
-    let decided: u64 = fates.values().sum();
-    if decided != index {
-        bail!("internal error: {index} packets read but {decided} decided");
+    let tally = replay.tally;
+    let decided: u64 = tally.fates.values().sum();
+    if decided != tally.arrived {
+        bail!(
+            "internal error: {} packets read but {decided} decided",
+            tally.arrived
+        );
     }
+    report(args, &node, seed, &tally, secs);
+    Ok(())
+}
+
+/// The node of the rules (from `--rules` or the config) and the seed it draws
+/// from: the one given, or a fresh one, printed so the run can be repeated.
+fn build_node(args: &ReplayArgs, rargs: &RulesArgs) -> Result<(Node, u64)> {
+    let (text, seed) = rules_text(args, rargs)?.expect("called when rules are wanted");
+    let base = rargs.file.as_deref().and_then(Path::parent);
+    let set = load_rules(&text, base, ["a", "b"])?;
+    let seed = seed.unwrap_or_else(|| {
+        let s = fresh_seed();
+        eprintln!("linkem: seed {s} (add 'seed {s}' to repeat this run exactly)");
+        s
+    });
+    let node = Node::new(
+        set,
+        NodeConfig {
+            seed,
+            max_flows: rargs.max_flows,
+            ..Default::default()
+        },
+    );
+    Ok((node, seed))
+}
+
+/// The `--events` file, with its header line.
+fn open_events(path: &Path) -> Result<OutputFile> {
+    let mut w = OutputFile::create(path, 1 << 20)?;
+    writeln!(w, "# index\tarrival_ns\tlen_bytes\tfate\trelease_ns\trule\tpipe\tflow\thops\tcopies\tcorrupt_bits\tqueue\tce")?;
+    Ok(w)
+}
+
+impl RulesReplay {
+    /// Offers one captured packet to the node, as received on `side`, and
+    /// acts on the decisions it gives at once; keeps the packet if its own
+    /// decision is yet to come.
+    fn offer(
+        &mut self,
+        node: &mut Node,
+        side: Side,
+        packet: linkem_io::capture::CapturedPacket,
+    ) -> Result<()> {
+        let index = self.tally.arrived;
+        let pkt = PacketIn {
+            len_bytes: packet.orig_len,
+            key: FlowKey::parse(&packet.data, self.l2),
+            side,
+            tag: index,
+        };
+        self.current = Some((packet.ts_ns, packet.orig_len, packet.data));
+        node.on_arrival(packet.ts_ns, pkt, &mut self.out);
+        self.settle(index)?;
+        if let Some(c) = self.current.take() {
+            self.held.insert(index, c);
+        }
+        self.tally.arrived += 1;
+        Ok(())
+    }
+
+    /// Acts on the node's decisions: counts each, logs it to `--events`, and
+    /// queues what is delivered (with its copy, flipped bits and CE mark) for
+    /// writing at its release time. `cur_tag`: the tag of `current`.
+    fn settle(&mut self, cur_tag: u64) -> Result<()> {
+        // Taken out and put back, so its allocation is reused for every packet.
+        let mut out = std::mem::take(&mut self.out);
+        for d in out.drain(..) {
+            let (ts, orig_len, data) = if d.tag == cur_tag && self.current.is_some() {
+                self.current.take().expect("checked")
+            } else {
+                self.held
+                    .remove(&d.tag)
+                    .expect("every undecided packet is held")
+            };
+            *self.tally.fates.entry(d.fate.name()).or_default() += 1;
+            if let Some(ev) = self.events.as_mut() {
+                write_event(ev, &d, ts, orig_len)?;
+            }
+            if d.fate == NodeFate::Delivered {
+                self.queue_delivered(&d, orig_len, data);
+            }
+        }
+        self.out = out;
+        Ok(())
+    }
+
+    /// Applies a delivery's changes to the frame and queues it, and its copy,
+    /// at its release time.
+    fn queue_delivered(&mut self, d: &Decision, orig_len: u32, mut data: Vec<u8>) {
+        let copy = d.duplicate.then(|| data.clone());
+        if !d.corrupt_bits.is_empty() {
+            self.tally.corrupted += 1;
+        }
+        if d.ce {
+            crate::replay_sched::mark(&mut data, self.l2);
+        }
+        for bit in &d.corrupt_bits {
+            if let Some(byte) = data.get_mut((bit / 8) as usize) {
+                *byte ^= 0x80 >> (bit % 8);
+            }
+        }
+        self.heap.push(d.release_ns, (orig_len, data));
+        // The copy leaves as it arrived (uncorrupted), right after the original.
+        if let Some(copy) = copy {
+            self.tally.dup += 1;
+            self.heap.push(d.release_ns, (orig_len, copy));
+        }
+    }
+
+    /// Writes every queued packet released at or before `limit_ns`.
+    fn write_due(&mut self, limit_ns: u64) -> Result<()> {
+        while let Some((release_ns, (orig_len, data))) = self.heap.pop_due(limit_ns) {
+            self.writer
+                .write(release_ns, orig_len, &data)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            self.tally.written += 1;
+        }
+        Ok(())
+    }
+
+    /// Writes every packet still queued, once the node has decided them all.
+    fn write_rest(&mut self) -> Result<()> {
+        while let Some((release_ns, (orig_len, data))) = self.heap.pop() {
+            self.writer
+                .write(release_ns, orig_len, &data)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            self.tally.written += 1;
+        }
+        Ok(())
+    }
+}
+
+/// One decision as a line of the `--events` file (columns as its header).
+fn write_event(ev: &mut OutputFile, d: &Decision, ts: u64, orig_len: u32) -> Result<()> {
+    let delivered = d.fate == NodeFate::Delivered;
+    let opt = |o: Option<u32>| o.map_or("-".to_string(), |v| v.to_string());
+    writeln!(
+        ev,
+        "{}\t{ts}\t{orig_len}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+        d.tag,
+        d.fate.name(),
+        if delivered {
+            d.release_ns.to_string()
+        } else {
+            "-".into()
+        },
+        opt(d.rule),
+        opt(d.pipe),
+        if d.pipe.is_some() {
+            format!("{:016x}", d.flow_id)
+        } else {
+            "-".into()
+        },
+        d.hops,
+        if delivered { 1 + d.duplicate as u32 } else { 0 },
+        if d.corrupt_bits.is_empty() {
+            "-".to_string()
+        } else {
+            d.corrupt_bits
+                .iter()
+                .map(|b| b.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        },
+        opt(d.queue),
+        d.ce as u8
+    )?;
+    Ok(())
+}
+
+/// Prints the final counts and the node's state as `--stats` asks.
+fn report(args: &ReplayArgs, node: &Node, seed: u64, tally: &Tally, secs: f64) {
     match args.stats {
         StatsFormat::None => {}
         StatsFormat::Json => println!(
             "{}",
-            serde_json::to_string_pretty(&stats_json(
-                args, &node, seed, index, written, dup, corrupted, &fates, secs
-            ))
-            .expect("a JSON value always serialises")
+            serde_json::to_string_pretty(&stats_json(args, node, seed, tally, secs))
+                .expect("a JSON value always serialises")
         ),
-        StatsFormat::Text => print!(
-            "{}",
-            stats_text(args, &node, seed, index, written, dup, corrupted, &fates)
-        ),
+        StatsFormat::Text => print!("{}", stats_text(args, node, seed, tally)),
     }
-    Ok(())
 }
 
 fn proto_name(p: u8) -> String {
@@ -481,17 +563,14 @@ fn flow_line(i: &Instance) -> String {
     )
 }
 
-#[allow(clippy::too_many_arguments)]
-fn stats_text(
-    args: &ReplayArgs,
-    node: &Node,
-    seed: u64,
-    arrived: u64,
-    written: u64,
-    dup: u64,
-    corrupted: u64,
-    fates: &BTreeMap<&'static str, u64>,
-) -> String {
+fn stats_text(args: &ReplayArgs, node: &Node, seed: u64, tally: &Tally) -> String {
+    let Tally {
+        fates,
+        arrived,
+        written,
+        dup,
+        corrupted,
+    } = tally;
     let mut s = String::new();
     use std::fmt::Write as _;
     let _ = writeln!(
@@ -610,18 +689,20 @@ pub fn pipes_text(node: &Node, only: Option<u32>) -> String {
     s
 }
 
-#[allow(clippy::too_many_arguments)]
 fn stats_json(
     args: &ReplayArgs,
     node: &Node,
     seed: u64,
-    arrived: u64,
-    written: u64,
-    dup: u64,
-    corrupted: u64,
-    fates: &BTreeMap<&'static str, u64>,
+    tally: &Tally,
     secs: f64,
 ) -> serde_json::Value {
+    let Tally {
+        fates,
+        arrived,
+        written,
+        dup,
+        corrupted,
+    } = tally;
     let mut v = json!({
         "input": args.input.display().to_string(),
         "output": args.output.display().to_string(),

@@ -30,9 +30,9 @@
 //! `delivered` means handed to the kernel for sending: frames the kernel later
 //! refuses ([`TxPort::tx_errors`]) move to `tx-error`.
 //!
-//! Modules: [`options`] (what a direction starts with, what it reports),
-//! [`input`] and [`output`] (the two stages), [`wait`] (sleeping, spinning
-//! and real-time policy), [`forward`] (the plain-forwarder baseline), [`node`]
+//! Modules: `options` (what a direction starts with, what it reports),
+//! `input` and `output` (the two stages), `wait` (sleeping, spinning
+//! and real-time policy), `forward` (the plain-forwarder baseline), `node`
 //! (`--rules`: one node stage for both directions in place of the two input
 //! stages, feeding the same output stages).
 
@@ -244,7 +244,9 @@ impl Direction {
         .named())
     }
 
-    /// Starts a plain forwarder in place of the pipeline: see [`forward`].
+    /// Starts a plain forwarder in place of the pipeline: one thread that
+    /// sends each received batch straight back out, with no model and no delay
+    /// line (`forward.rs`), the baseline benchmarks compare the emulator with.
     pub fn start_forwarder(
         opts: DirectionOptions,
         rx: Box<dyn RxPort>,
@@ -303,6 +305,12 @@ impl Direction {
             .clone()
     }
 
+    /// The direction's counts now, merged from what the two stages last
+    /// published (the input stage once per batch, the output stage every
+    /// 50 ms when it has time to spare and every 500 ms at the latest), so a
+    /// running direction's figures may be that old; `in_flight` absorbs the
+    /// difference. Takes both stages' locks briefly: call it at human rates,
+    /// not per packet.
     pub fn stats(&self) -> DirectionStats {
         let input = self
             .control

@@ -74,10 +74,21 @@ const LOOP_NS: u64 = 1_000;
 /// What the node stage starts with; per direction `[a->b, b->a]`.
 #[derive(Debug, Clone)]
 pub struct NodeOptions {
+    /// For messages and stats: the names of the two directions ("a->b", "b->a").
     pub names: [String; 2],
+    /// Size of each direction's delay line, as
+    /// [`super::DirectionOptions::buffer_bytes`].
     pub buffer_bytes: [usize; 2],
+    /// The most the output stages (and the node stage, waiting for the
+    /// node's next event) spin before a deadline, as
+    /// [`super::DirectionOptions::spin_ns`].
     pub spin_ns: u64,
+    /// As [`super::DirectionOptions::max_lag_ns`], for both output stages;
+    /// the node stage sheds arrivals of a direction whose output stage is
+    /// that far behind.
     pub max_lag_ns: Option<u64>,
+    /// Frames taken per receive call from each port, as
+    /// [`super::DirectionOptions::batch`].
     pub batch: usize,
     /// As [`super::DirectionOptions::realtime_priority`], for the node stage
     /// (while it waits) and the output stages.
@@ -117,6 +128,7 @@ pub struct NodeBridge {
 impl NodeBridge {
     /// Starts the node stage and the two output stages. `rx[0]`/`tx[0]`:
     /// IF_A's receive half and IF_B's send half (direction a->b, side A).
+    // Kept whole: the start sequence; the node thread takes what setting up the output stages left.
     pub fn start(
         opts: NodeOptions,
         node: Node,
@@ -217,6 +229,8 @@ impl NodeBridge {
         &self.directions
     }
 
+    /// Counts of the two directions (a->b, b->a), as [`Direction::stats`]
+    /// gives them; the node's own drops are in each one's `node_drops`.
     pub fn stats(&self) -> Vec<DirectionStats> {
         self.directions.iter().map(Direction::stats).collect()
     }
@@ -548,6 +562,7 @@ impl Stage {
     }
 }
 
+// Kept whole: the stage's hot loop, whose steps share the node's lock guard and the batch's `now`.
 fn node_stage(
     shared: Arc<NodeShared>,
     controls: [Arc<Control>; 2],

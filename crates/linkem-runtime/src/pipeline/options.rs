@@ -23,19 +23,33 @@ pub const DEFAULT_BATCH: usize = 32;
 /// dedicated cores; on such a machine pass a smaller `--max-lag`.
 pub const DEFAULT_MAX_LAG_NS: u64 = 5_000_000;
 
+/// What one direction is started with ([`super::Direction::start`]): the
+/// link to emulate and how its two stages run. [`DirectionOptions::new`] fills
+/// in the defaults; the `linkem bridge` options override them.
 #[derive(Debug, Clone)]
 pub struct DirectionOptions {
     /// For messages: "a->b".
     pub name: String,
+    /// The link the input stage's model emulates; replaced while running by
+    /// [`super::Direction::reconfigure`].
     pub link: LinkConfig,
+    /// The user's seed: with `direction`, it fixes every random draw of the
+    /// model, so a run can be compared with a replay of the same seed.
     pub seed: u64,
     /// 0 or 1: separates the random streams of the two directions.
     pub direction: u64,
+    /// Requested size of the delay line (rounded up to 2 MiB): it must hold
+    /// everything in flight, or arrivals are dropped as `backpressure`. The
+    /// default is [`buffer_bytes_for`] the link.
     pub buffer_bytes: usize,
+    /// The most the output stage spins before a release time, ns (default
+    /// [`super::DEFAULT_SPIN_NS`]); it spins only as long as its sleeps have
+    /// lately overshot, so this bounds CPU spent for precision.
     pub spin_ns: u64,
     /// Drop a packet that cannot be sent within this many ns of its release
     /// time (`None`: never; default [`DEFAULT_MAX_LAG_NS`]).
     pub max_lag_ns: Option<u64>,
+    /// Frames taken per receive call (default [`DEFAULT_BATCH`]); at least 1.
     pub batch: usize,
     /// Run the stages under SCHED_FIFO at this priority while they wait (the
     /// output stage for release times, the input stage for frames) and through
@@ -52,6 +66,9 @@ pub struct DirectionOptions {
 }
 
 impl DirectionOptions {
+    /// Options with the defaults: a line sized for `link` at 10 Gbit/s when
+    /// it has no rate, [`DEFAULT_SPIN_NS`], [`DEFAULT_MAX_LAG_NS`],
+    /// [`DEFAULT_BATCH`], ordinary scheduling.
     pub fn new(name: &str, link: LinkConfig, seed: u64, direction: u64) -> Self {
         let buffer_bytes = buffer_bytes_for(&link, None);
         DirectionOptions {
@@ -79,7 +96,7 @@ pub const UNSHAPED_SIZING_RATE_BPS: u64 = 10_000_000_000;
 ///
 /// Without `rate` there is no queue, and whatever the line holds beyond the
 /// delay is backlog of an output stage that cannot keep up: that is kept small
-/// (1 ms at 10 Gbit/s plus [`SLACK_BYTES`]), so that overload shows as counted
+/// (1 ms at 10 Gbit/s plus 4 MiB of slack), so that overload shows as counted
 /// drops within milliseconds rather than as seconds of lateness on every packet.
 pub fn buffer_bytes_for(link: &LinkConfig, line_rate_bps: Option<u64>) -> usize {
     let rate = link
@@ -111,6 +128,7 @@ const SLACK_BYTES: u128 = 4 << 20;
 /// take them are never `received`; they are counted in `rx_kernel_drops`.
 #[derive(Debug, Clone)]
 pub struct DirectionStats {
+    /// The direction's name, as in [`DirectionOptions::name`].
     pub name: String,
     /// Fates by the model, with `delivered` meaning handed to the kernel for
     /// sending (and not refused by it), and `backpressure`, `late`, `too-big`
@@ -128,9 +146,17 @@ pub struct DirectionStats {
     pub copies_sent: u64,
     /// Lateness of sent packets (send time − release time), ns.
     pub lateness: Histogram<u64>,
+    /// Times the input (or node) stage woke from waiting for frames: with
+    /// `received`, shows whether it slept between frames or found batches.
     pub rx_wakeups: u64,
+    /// Times the output stage woke from a sleep before a release time or
+    /// from parking on an empty line; wake-ups per packet near 1 mean every
+    /// packet cost a sleep.
     pub tx_wakeups: u64,
+    /// Whether the delay line sits on reserved huge pages
+    /// ([`crate::delay_line::Producer::uses_huge_pages`]).
     pub huge_pages: bool,
+    /// Actual size of the delay line, bytes (the request rounded up).
     pub buffer_bytes: u64,
     /// Drops by a node of rules and pipes (`--rules`) that no link fate names;
     /// all zero without rules.
@@ -167,6 +193,8 @@ impl NodeDrops {
         ]
     }
 
+    /// Every drop the node made: the part of the counting invariant
+    /// ([`DirectionStats::adds_up`]) that no link fate covers.
     pub fn total(&self) -> u64 {
         self.denied + self.flow_limit + self.red_drop + self.aqm_drop + self.flushed
     }

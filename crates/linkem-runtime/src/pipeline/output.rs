@@ -216,6 +216,7 @@ pub(super) struct OutputConfig {
     pub sorted_runs: bool,
 }
 
+// Kept whole: the stage's per-frame hot loop; `idle` and `wait_until` are its cold branches.
 pub(super) fn output_stage(
     control: Arc<Control>,
     consumer: Consumer,

@@ -4,7 +4,7 @@
 
 /// Default for [`super::DirectionOptions::spin_ns`], the most the output thread
 /// spins before a release time. It spins only as long as a timed sleep has
-/// recently been seen to overshoot (learnt per thread, see [`WakeEstimate`]):
+/// recently been seen to overshoot (learnt per thread, see `WakeEstimate`):
 /// on a quiet machine a few µs, on a loaded VM 20-100 µs. Lower it to save CPU
 /// at the cost of precision; on a machine with cores to spare, raise it and pin
 /// threads.

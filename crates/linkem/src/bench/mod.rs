@@ -199,6 +199,7 @@ fn pps_text(pps: f64) -> String {
 }
 
 /// The markdown tables.
+// Kept whole: the report's tables, one after another, in the order they print.
 pub fn markdown(rows: &[Row]) -> String {
     let mut s = String::new();
     if rows.iter().any(|r| r.scenario == "delay") {

@@ -167,6 +167,7 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
 }
 
 /// The whole exposition, one consistent snapshot per direction.
+// Kept whole: the metric families one after another, in the order they are exposed.
 pub fn render(model: &Model) -> String {
     let stats = model.raw_stats();
     let mut o = String::with_capacity(8192);
@@ -319,6 +320,7 @@ struct PipeSnap {
 
 /// Per pipe, per busiest flow and per rule (a bridge running rules). Rules
 /// that share a number are one series, as ipfw numbers them.
+// Kept whole: one snapshot under the node's lock, then its families in exposition order.
 fn node_metrics(o: &mut String, r: &super::rules::Rules) {
     let (pipes, rules, unmatched) = r.bridge.with_node(|n| {
         let pipes: Vec<PipeSnap> = n

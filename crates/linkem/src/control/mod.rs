@@ -244,33 +244,7 @@ impl Model {
         lines: &[&str],
     ) -> Result<u64, Failure> {
         if let Some(rules) = &self.rules {
-            let zero = requests.iter().any(|r| matches!(r, Request::Zero));
-            if zero {
-                self.may_change_links(cred.uid)?;
-                let rest: Vec<&Request> = requests
-                    .iter()
-                    .copied()
-                    .filter(|r| !matches!(r, Request::Zero))
-                    .collect();
-                let rest_lines: Vec<&str> = requests
-                    .iter()
-                    .zip(lines)
-                    .filter(|(r, _)| !matches!(r, Request::Zero))
-                    .map(|(_, l)| *l)
-                    .collect();
-                let at_ns = if rest.is_empty() {
-                    clock::now_ns()
-                } else {
-                    rules.apply(cred, &rest, &rest_lines)?
-                };
-                rules.zero();
-                *self.baseline.lock().unwrap_or_else(|p| p.into_inner()) = Some(self.raw_stats());
-                self.counters.changes.fetch_add(1, Ordering::Relaxed);
-                return Ok(at_ns);
-            }
-            let at_ns = rules.apply(cred, requests, lines)?;
-            self.counters.changes.fetch_add(1, Ordering::Relaxed);
-            return Ok(at_ns);
+            return self.apply_to_rules(rules, cred, requests, lines);
         }
         let mut links = self.links.lock().unwrap_or_else(|p| p.into_inner());
         let mut staged: [Option<(LinkConfig, String)>; 2] = [None, None];
@@ -315,6 +289,44 @@ impl Model {
         if zero {
             *self.baseline.lock().unwrap_or_else(|p| p.into_inner()) = Some(self.raw_stats());
         }
+        self.counters.changes.fetch_add(1, Ordering::Relaxed);
+        Ok(at_ns)
+    }
+
+    /// [`Model::apply`] on a bridge running rules: the rule requests go to
+    /// the rule set; `zero` also restarts the counts, after the other changes.
+    fn apply_to_rules(
+        &self,
+        rules: &rules::Rules,
+        cred: &PeerCred,
+        requests: &[&Request],
+        lines: &[&str],
+    ) -> Result<u64, Failure> {
+        let zero = requests.iter().any(|r| matches!(r, Request::Zero));
+        if zero {
+            self.may_change_links(cred.uid)?;
+            let rest: Vec<&Request> = requests
+                .iter()
+                .copied()
+                .filter(|r| !matches!(r, Request::Zero))
+                .collect();
+            let rest_lines: Vec<&str> = requests
+                .iter()
+                .zip(lines)
+                .filter(|(r, _)| !matches!(r, Request::Zero))
+                .map(|(_, l)| *l)
+                .collect();
+            let at_ns = if rest.is_empty() {
+                clock::now_ns()
+            } else {
+                rules.apply(cred, &rest, &rest_lines)?
+            };
+            rules.zero();
+            *self.baseline.lock().unwrap_or_else(|p| p.into_inner()) = Some(self.raw_stats());
+            self.counters.changes.fetch_add(1, Ordering::Relaxed);
+            return Ok(at_ns);
+        }
+        let at_ns = rules.apply(cred, requests, lines)?;
         self.counters.changes.fetch_add(1, Ordering::Relaxed);
         Ok(at_ns)
     }

@@ -283,6 +283,7 @@ impl Rules {
         })
     }
 
+    // Kept whole: one arm per rule request, each its owner checks and then the change.
     fn stage(&self, s: &mut Source, uid: u32, r: &RuleRequest, i: usize) -> Result<(), Failure> {
         match r {
             RuleRequest::Config {

@@ -432,6 +432,7 @@ impl Session<'_> {
     }
 
     /// Handles one line; writes its reply (or, for `watch`, its stream).
+    // Kept whole: the protocol's dispatcher, one short arm per request, read as its reference.
     fn line(
         &mut self,
         stream: &mut UnixStream,

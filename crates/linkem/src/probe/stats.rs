@@ -122,30 +122,13 @@ pub fn analyse(
     expected_delay_ns: u64,
 ) -> (Analysis, Series) {
     let n = sent_ns.len();
-    let mut seen = vec![false; n];
-    let mut delay: Vec<i64> = Vec::with_capacity(received.len());
-    let mut duplicates = 0;
-    let mut reordered = 0;
-    let mut highest: Option<u64> = None;
-    let mut rx_of = vec![None; n];
-    for &(seq, rx) in received {
-        let Some(slot) = seen.get_mut(seq as usize) else {
-            // A sequence number never sent: not ours.
-            continue;
-        };
-        if *slot {
-            duplicates += 1;
-            continue;
-        }
-        *slot = true;
-        rx_of[seq as usize] = Some(rx);
-        if highest.is_some_and(|h| seq < h) {
-            reordered += 1;
-        }
-        highest = Some(highest.map_or(seq, |h| h.max(seq)));
-        delay.push(rx as i64 - sent_ns[seq as usize] as i64);
-    }
-    let got = seen.iter().filter(|&&s| s).count() as u64;
+    let Arrivals {
+        rx_of,
+        mut delay,
+        got,
+        duplicates,
+        reordered,
+    } = match_received(sent_ns, received);
 
     let mut send_gap: Vec<i64> = sent_ns
         .windows(2)
@@ -156,28 +139,13 @@ pub fn analyse(
         .zip(scheduled_ns)
         .map(|(s, t)| *s as i64 - *t as i64)
         .collect();
-    let (mut recv_gap, mut change): (Vec<i64>, Vec<i64>) = (Vec::new(), Vec::new());
-    let (mut added, mut split, mut pairs) = (0, 0, 0);
-    // Pairs of consecutive sequence numbers that both arrived, in order.
-    for i in 0..n.saturating_sub(1) {
-        let (Some(a), Some(b)) = (rx_of[i], rx_of[i + 1]) else {
-            continue;
-        };
-        if b < a {
-            continue;
-        }
-        let g_in = sent_ns[i + 1].saturating_sub(sent_ns[i]);
-        let g_out = b - a;
-        pairs += 1;
-        recv_gap.push(g_out as i64);
-        change.push(g_in.abs_diff(g_out) as i64);
-        if g_in >= BURST_GAP_NS && g_out < BURST_GAP_NS {
-            added += 1;
-        }
-        if g_in < BURST_GAP_NS && g_out >= BURST_GAP_NS {
-            split += 1;
-        }
-    }
+    let Gaps {
+        mut recv_gap,
+        mut change,
+        added,
+        split,
+        pairs,
+    } = gap_changes(sent_ns, &rx_of);
     let delay_ns = percentiles(&mut delay);
     let analysis = Analysis {
         sent: n as u64,
@@ -209,6 +177,103 @@ pub fn analyse(
             recv_gap_ns: recv_gap,
         },
     )
+}
+
+/// What became of each sequence number sent, from the receptions in arrival order.
+struct Arrivals {
+    /// Receive time of each sequence number's first reception, ns.
+    rx_of: Vec<Option<u64>>,
+    /// One-way delay of each first reception, in arrival order, ns.
+    delay: Vec<i64>,
+    /// Distinct sequence numbers received.
+    got: u64,
+    duplicates: u64,
+    reordered: u64,
+}
+
+/// Matches receptions to sends: the first reception of a sequence number
+/// counts, later ones are duplicates; numbers never sent are ignored.
+fn match_received(sent_ns: &[u64], received: &[(u64, u64)]) -> Arrivals {
+    let n = sent_ns.len();
+    let mut seen = vec![false; n];
+    let mut delay: Vec<i64> = Vec::with_capacity(received.len());
+    let mut duplicates = 0;
+    let mut reordered = 0;
+    let mut highest: Option<u64> = None;
+    let mut rx_of = vec![None; n];
+    for &(seq, rx) in received {
+        let Some(slot) = seen.get_mut(seq as usize) else {
+            // A sequence number never sent: not ours.
+            continue;
+        };
+        if *slot {
+            duplicates += 1;
+            continue;
+        }
+        *slot = true;
+        rx_of[seq as usize] = Some(rx);
+        if highest.is_some_and(|h| seq < h) {
+            reordered += 1;
+        }
+        highest = Some(highest.map_or(seq, |h| h.max(seq)));
+        delay.push(rx as i64 - sent_ns[seq as usize] as i64);
+    }
+    let got = seen.iter().filter(|&&s| s).count() as u64;
+    Arrivals {
+        rx_of,
+        delay,
+        got,
+        duplicates,
+        reordered,
+    }
+}
+
+/// How the link changed the spacing of consecutive packets.
+struct Gaps {
+    /// Receive gap of each pair compared, ns.
+    recv_gap: Vec<i64>,
+    /// |receive gap − send gap| of each pair, ns.
+    change: Vec<i64>,
+    /// Pairs sent apart that arrived back to back.
+    added: u64,
+    /// Pairs sent back to back that arrived apart.
+    split: u64,
+    /// Pairs compared.
+    pairs: u64,
+}
+
+/// Compares send and receive gaps over the pairs of consecutive sequence
+/// numbers that both arrived, in order.
+fn gap_changes(sent_ns: &[u64], rx_of: &[Option<u64>]) -> Gaps {
+    let n = sent_ns.len();
+    let (mut recv_gap, mut change): (Vec<i64>, Vec<i64>) = (Vec::new(), Vec::new());
+    let (mut added, mut split, mut pairs) = (0, 0, 0);
+    for i in 0..n.saturating_sub(1) {
+        let (Some(a), Some(b)) = (rx_of[i], rx_of[i + 1]) else {
+            continue;
+        };
+        if b < a {
+            continue;
+        }
+        let g_in = sent_ns[i + 1].saturating_sub(sent_ns[i]);
+        let g_out = b - a;
+        pairs += 1;
+        recv_gap.push(g_out as i64);
+        change.push(g_in.abs_diff(g_out) as i64);
+        if g_in >= BURST_GAP_NS && g_out < BURST_GAP_NS {
+            added += 1;
+        }
+        if g_in < BURST_GAP_NS && g_out >= BURST_GAP_NS {
+            split += 1;
+        }
+    }
+    Gaps {
+        recv_gap,
+        change,
+        added,
+        split,
+        pairs,
+    }
 }
 
 /// The upper bound of a binomial loss count at about 99.9 % confidence
