@@ -437,6 +437,8 @@ struct Template {
 /// ([`crate::pipe::FlowBudget::idle_hold_ns`]); instances count against the
 /// node's `--max-flows` ([`crate::pipe::FlowBudget`]). Expiry runs off a
 /// min-heap with one entry per live instance, O(log n) amortised per arrival.
+/// An fq_* instance holds its `flows` classes from the start (as Dummynet's
+/// `fq_codel_new_sched` allocates them): about 320 bytes per flow.
 #[derive(Debug)]
 pub struct SchedPipe {
     /// The pipe number.
