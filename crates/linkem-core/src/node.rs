@@ -361,8 +361,15 @@ impl Node {
     ) {
         let seq = self.seq;
         self.seq += 1;
-        self.sched
-            .arrive(idx, queue, t, seq, pkt.len_bytes, &pkt.key);
+        self.sched.arrive(
+            idx,
+            queue,
+            t,
+            seq,
+            pkt.len_bytes,
+            &pkt.key,
+            &mut self.budget,
+        );
         self.in_flight.insert(seq, InFlight { pkt, next_rule, d });
         self.finish_departures(out);
     }
@@ -381,6 +388,10 @@ impl Node {
             d.queue = Some(dep.queue);
             d.ce |= dep.ce;
             match dep.outcome {
+                Outcome::FlowLimit => {
+                    d.release_ns = dep.at_ns;
+                    d.fate = NodeFate::FlowLimit;
+                }
                 Outcome::Dropped(c) => {
                     d.release_ns = dep.at_ns;
                     d.fate = match c {

@@ -166,7 +166,7 @@ fn seed_003_figure_4_per_source_queues() {
             (t1 / tot - 0.25).abs() < 0.01 && (t2 / tot - 0.25).abs() < 0.01,
             "{ty}"
         );
-        let link = node.sched.links.iter().flatten().next().unwrap();
+        let link = node.sched.instances().next().unwrap();
         // Two dynamic instances of queue 8 plus queue 10.
         let q8 = link
             .sched
@@ -215,7 +215,7 @@ fn prio_starves_low_while_high_is_backlogged() {
 }
 
 fn median_sojourn_ms(node: &Node) -> f64 {
-    let l = node.sched.links.iter().flatten().next().unwrap();
+    let l = node.sched.instances().next().unwrap();
     let c = l
         .sched
         .qs
@@ -298,7 +298,7 @@ fn codel_keeps_median_sojourn_near_target_droptail_fills() {
     assert!(tail_ms > 100.0, "droptail median {tail_ms} ms");
     assert!(codel_ms < 10.0, "codel median {codel_ms} ms (target 5 ms)");
     assert!(d.iter().any(|x| x.fate.name() == "aqm-drop"));
-    let l = codel.sched.links.iter().flatten().next().unwrap();
+    let l = codel.sched.instances().next().unwrap();
     let c = &l.sched.qs.classes[0];
     assert!(
         c.stats.drops_aqm > 0 && c.stats.drops_tail == 0,

@@ -103,8 +103,8 @@ pub struct BridgeArgs {
     /// FILE, replacing such changes. See `linkem replay --help` and README.
     #[arg(long = "rules", value_name = "FILE")]
     pub rules: Option<PathBuf>,
-    /// With --rules: most dynamic pipe instances (masks) alive at once; a packet
-    /// needing one more is dropped and counted as flow-limit.
+    /// With --rules: most dynamic pipe and scheduler instances (masks) alive at
+    /// once; a packet needing one more is dropped and counted as flow-limit.
     #[arg(long, value_name = "N", default_value_t = linkem_core::pipe::DEFAULT_MAX_FLOWS)]
     pub max_flows: usize,
     /// Bypass the model: forward every frame at once, one thread per direction,

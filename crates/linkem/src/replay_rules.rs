@@ -33,14 +33,15 @@ pub struct RulesArgs {
     /// (lines as typed after `ipfw` or `dnctl`: `pipe 1 config bw 1Mbit/s delay 20`,
     /// `add 100 pipe 1 dst-ip 10.0.0.0/8`, `set one-pass off`). `pipe N config` sets
     /// the whole pipe, as Dummynet does. Schedulers and AQM: `sched N config type
-    /// wf2q+|qfq|rr|prio|fifo|fq_codel|fq_pie`, `queue M config sched N weight W
+    /// wf2q+|qfq|rr|prio|fifo|fq_codel|fq_pie [mask ...]` (a mask: one scheduler
+    /// instance with its own copy of the link per masked flow), `queue M config sched N weight W
     /// [lmax B] [codel|pie|red ...] [ecn] [mask ...]`, `add ... queue M`; `sched N`
     /// serves pipe N's link, which
     /// traffic sent to `pipe N` shares (unlike Dummynet; see README). Only `seed N`
     /// may follow the file names.
     #[arg(long = "rules", value_name = "FILE")]
     pub file: Option<std::path::PathBuf>,
-    /// With --rules: most dynamic pipe instances (masks) alive at once; a packet
+    /// With --rules: most dynamic pipe and scheduler instances (masks) alive at once; a packet
     /// needing one more is dropped and counted as flow-limit.
     #[arg(long, value_name = "N", default_value_t = linkem_core::pipe::DEFAULT_MAX_FLOWS)]
     pub max_flows: usize,

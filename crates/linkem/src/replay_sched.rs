@@ -4,6 +4,7 @@
 
 use linkem_core::aqm::ecn::{mark_ce, mark_ce_at};
 use linkem_core::node::Node;
+use linkem_core::pipe::MaskedKey;
 use linkem_core::rules::L2Kind;
 use linkem_core::sched::service::SchedLink;
 use linkem_core::sched::Class;
@@ -27,7 +28,10 @@ fn ms(ns: Option<u64>) -> String {
 }
 
 fn flow_text(l: &SchedLink, i: usize) -> String {
-    let k = &l.class_keys[i];
+    key_text(&l.class_keys[i])
+}
+
+fn key_text(k: &MaskedKey) -> String {
     if k.ip_version == 0 {
         return "-".into();
     }
@@ -52,7 +56,7 @@ fn active(c: &Class) -> bool {
 /// `ipfw sched show`-like listing of every scheduled pipe, its queues and flows.
 pub fn stats_text(node: &Node) -> String {
     let mut s = String::new();
-    let links: Vec<&SchedLink> = node.sched.links.iter().flatten().collect();
+    let links: Vec<&SchedLink> = node.sched.instances().collect();
     if links.is_empty() {
         return s;
     }
@@ -61,7 +65,7 @@ pub fn stats_text(node: &Node) -> String {
         let p = &l.sched.params;
         let _ = writeln!(
             s,
-            "{:05}: type {} quantum {} limit {} flows {} aqm {}  (queued {})",
+            "{:05}: type {} quantum {} limit {} flows {} aqm {}  (queued {}){}",
             l.pipe,
             p.kind.name(),
             p.quantum_bytes,
@@ -72,7 +76,12 @@ pub fn stats_text(node: &Node) -> String {
             } else {
                 "per queue"
             },
-            l.queued()
+            l.queued(),
+            if l.flow_id != 0 {
+                format!("  instance {}", key_text(&l.key))
+            } else {
+                String::new()
+            }
         );
         let _ = writeln!(
             s,
@@ -116,9 +125,7 @@ pub fn stats_text(node: &Node) -> String {
 pub fn stats_json(node: &Node) -> serde_json::Value {
     let v: Vec<_> = node
         .sched
-        .links
-        .iter()
-        .flatten()
+        .instances()
         .map(|l| {
             let p = &l.sched.params;
             let classes: Vec<_> = l
@@ -156,6 +163,8 @@ pub fn stats_json(node: &Node) -> serde_json::Value {
                 .collect();
             json!({
                 "pipe": l.pipe,
+                "instance": format!("{:016x}", l.flow_id),
+                "instance_key": key_text(&l.key),
                 "type": p.kind.name(),
                 "quantum_bytes": p.quantum_bytes,
                 "limit_packets": p.limit_packets,

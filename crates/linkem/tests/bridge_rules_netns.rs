@@ -57,6 +57,7 @@ on_both_backends!(
     seed_003_two_links_run_as_written,
     seed_003_multipath_shares_within_binomial_bounds,
     seed_003_multi_hop_path_adds_every_hop,
+    seed_003_scheduler_example_shares_by_weight,
 );
 
 fn two_pipes_by_direction_add_up_to_the_rtt(backend: &str) {
@@ -459,4 +460,98 @@ fn a_bad_rule_file_is_refused_before_any_interface_is_touched() {
     let (code, err) = run(&["--rules", "/nonexistent/bridge.rules"]);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("/nonexistent/bridge.rules"), "{err}");
+}
+
+/// Dummynet Revisited §3.6 as written (testdata/rules/sched.rules): under a
+/// 4 Mbit/s wf2q+ pipe, UDP in one queue of weight 20 and each TCP source of
+/// 10.8.5.0/24 in its own queue of weight 10. UDP offered at 8 Mbit/s and two
+/// TCP sources, all from IF_B's side (`out`), all backlogged: the link splits
+/// 20:10:10, so 50 %, 25 %, 25 % of the frame bytes sent (from the
+/// scheduler's own counters), each within 5 points.
+fn seed_003_scheduler_example_shares_by_weight(backend: &str) {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let topo = topology_with("lkS1", true);
+    let srcs = [Ipv4Addr::new(10, 8, 5, 1), Ipv4Addr::new(10, 8, 5, 2)];
+    for s in srcs {
+        add_address(&topo, &topo.ns_b, &topo.host_b, s);
+    }
+    let o = Command::new("ip")
+        .args([
+            "-n",
+            &topo.ns_a,
+            "route",
+            "add",
+            "10.8.5.0/24",
+            "dev",
+            &topo.host_a,
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let path = testdata_rules("sched.rules");
+    let b = Bridge::start(&topo, backend, &["--rules", path.to_str().unwrap()]);
+    let a = topo.addr_a.to_string();
+    let servers: Vec<_> = ["5301", "5302", "5303"]
+        .iter()
+        .map(|p| topo.spawn_in_a(&["iperf3", "-s", "-1", "-p", p]).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let (s1, s2) = (srcs[0].to_string(), srcs[1].to_string());
+    let clients: Vec<_> = [
+        vec!["-p", "5301", "-u", "-b", "8M", "-l", "1472"],
+        vec!["-p", "5302", "-B", &s1],
+        vec!["-p", "5303", "-B", &s2],
+    ]
+    .into_iter()
+    .map(|extra| {
+        let mut args = vec!["iperf3", "-c", &a, "-J", "-t", "8"];
+        args.extend(extra);
+        topo.spawn_in_b(&args).unwrap()
+    })
+    .collect();
+    for c in clients {
+        let o = c.wait_with_output().unwrap();
+        assert!(
+            o.status.success(),
+            "iperf3: {}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+    }
+    for mut s in servers {
+        let _ = s.kill();
+        let _ = s.wait();
+    }
+    let v = b.stop();
+    let queues = v["node"]["schedulers"][0]["queues"]
+        .as_array()
+        .unwrap_or_else(|| panic!("schedulers listed: {v}"));
+    let sent = |q: u64| -> Vec<f64> {
+        queues
+            .iter()
+            .filter(|c| c["queue"] == q)
+            .map(|c| c["dequeued_bytes"].as_f64().unwrap())
+            .collect()
+    };
+    let (udp, tcp) = (sent(10), sent(8));
+    let total: f64 = udp.iter().chain(&tcp).sum();
+    eprintln!(
+        "{backend}: §3.6 shares: udp {:?} tcp {:?} of {total} bytes",
+        udp.iter().map(|b| b / total).collect::<Vec<_>>(),
+        tcp.iter().map(|b| b / total).collect::<Vec<_>>()
+    );
+    assert_eq!(udp.len(), 1, "{v}");
+    assert_eq!(tcp.len(), 2, "one queue per TCP source: {v}");
+    // 8 s at 4 Mbit/s: the link was kept busy.
+    assert!(total * 8.0 > 0.9 * 8.0 * 4e6, "{total} bytes");
+    assert!(
+        (udp[0] / total - 0.5).abs() < 0.05,
+        "udp {}",
+        udp[0] / total
+    );
+    for t in &tcp {
+        assert!((t / total - 0.25).abs() < 0.05, "tcp {}", t / total);
+    }
 }

@@ -241,3 +241,80 @@ fn rules_from_toml_and_errors_name_line_and_word() {
     );
     assert!(!output.exists(), "no output on a bad rule file");
 }
+
+/// Delivered bytes per UDP source port in a pcap written by replay, over the
+/// first `window_ns` of output.
+fn bytes_by_src_port(path: &Path, window_ns: u64) -> std::collections::BTreeMap<u16, u64> {
+    let bytes = std::fs::read(path).unwrap();
+    let (_, pkts) = read_capture_bytes("out", &bytes).unwrap();
+    let t0 = pkts.first().map_or(0, |p| p.ts_ns);
+    let mut m = std::collections::BTreeMap::new();
+    for p in pkts.iter().filter(|p| p.ts_ns < t0 + window_ns) {
+        let port = u16::from_be_bytes([p.data[34], p.data[35]]);
+        *m.entry(port).or_default() += p.data.len() as u64;
+    }
+    m
+}
+
+#[test]
+fn sched_mask_gives_each_flow_its_own_link() {
+    // Two UDP flows of 8 Mbit/s each into a 4 Mbit/s pipe under wf2q+: with
+    // `mask src-port 0xffff` on the scheduler each flow has its own instance
+    // of the pipe's link (4 Mbit/s each); without it they share one.
+    let (d, input, _) = tmp();
+    synth(
+        &input,
+        &[
+            "--packets",
+            "20000",
+            "--size",
+            "1000",
+            "--rate",
+            "16mbit",
+            "--flows",
+            "2",
+        ],
+    );
+    let window_ns = 8_000_000_000;
+    for mask in [" mask src-port 0xffff", ""] {
+        let rules = d.path().join("m.rules");
+        std::fs::write(
+            &rules,
+            format!(
+                "pipe 1 config bw 4Mbit/s delay 5\nsched 1 config type wf2q+{mask}\n\
+                 queue 2 config sched 1 weight 1\nadd 100 queue 2 ip\n"
+            ),
+        )
+        .unwrap();
+        let output = d.path().join("out.pcap");
+        let out = ok(linkem(&[
+            "replay",
+            input.to_str().unwrap(),
+            output.to_str().unwrap(),
+            "--rules",
+            rules.to_str().unwrap(),
+            "--stats",
+            "json",
+        ]));
+        let v = json(&out);
+        let insts = v["schedulers"].as_array().unwrap();
+        assert_eq!(insts.len(), if mask.is_empty() { 1 } else { 2 }, "{v}");
+        let m = bytes_by_src_port(&output, window_ns);
+        let bps = |b: u64| b as f64 * 8.0 / (window_ns as f64 / 1e9);
+        if mask.is_empty() {
+            // One link: 4 Mbit/s between them (one FIFO queue, so not
+            // necessarily evenly).
+            let total = bps(m.values().sum());
+            assert!((total / 4e6 - 1.0).abs() < 0.02, "shared: {total} bit/s");
+        } else {
+            assert_eq!(m.len(), 2, "{m:?}");
+            for (port, b) in &m {
+                let r = bps(*b);
+                assert!(
+                    (r / 4e6 - 1.0).abs() < 0.02,
+                    "masked: port {port} got {r} bit/s"
+                );
+            }
+        }
+    }
+}

@@ -454,6 +454,18 @@ pub trait Scheduler: std::fmt::Debug + Send {
     /// No class is listed as backlogged (a scheduler may keep a class listed
     /// after CoDel emptied it, until it next passes it).
     fn is_empty(&self) -> bool;
+    /// The head of class `c` was dropped outside [`Scheduler::dequeue`]
+    /// (FQ's overflow): its byte count changed.
+    fn head_dropped(&mut self, _c: u32, _qs: &Queues) {}
+    /// The class holding the most bytes, the lowest-numbered one among equals
+    /// (RFC 8290 §4.1's overflow victim); None when no class holds a packet.
+    /// The default scans every class; a scheduler that knows its backlogged
+    /// classes may scan only those.
+    fn fattest(&mut self, qs: &Queues) -> Option<u32> {
+        (0..qs.classes.len())
+            .max_by_key(|&i| (qs.classes[i].fifo.bytes, std::cmp::Reverse(i)))
+            .map(|i| i as u32)
+    }
 }
 
 /// Scheduler types (`sched N config type T`).
@@ -628,10 +640,10 @@ impl Sched {
         self.s.enqueued(c, &self.qs);
         if self.params.kind.is_fq() && self.qs.total_packets > self.params.limit_packets as u64 {
             // RFC 8290 §4.1: drop from the head of the flow with the most bytes.
-            let fat = (0..self.qs.classes.len())
-                .max_by_key(|&i| (self.qs.classes[i].fifo.bytes, std::cmp::Reverse(i)))
-                .expect("a packet is queued") as u32;
-            if let Some(p) = self.qs.drop_head(fat, DropCause::Tail) {
+            let fat = self.s.fattest(&self.qs).expect("a packet is queued");
+            let dropped = self.qs.drop_head(fat, DropCause::Tail);
+            self.s.head_dropped(fat, &self.qs);
+            if let Some(p) = dropped {
                 drops.push(Dropped {
                     class: fat,
                     pkt: p,

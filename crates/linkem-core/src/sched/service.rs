@@ -58,6 +58,9 @@ pub enum Outcome {
     /// Dropped by its queue (its `plr`, limit or AQM) or by fq_*'s overflow;
     /// the packet never reached the link.
     Dropped(DropCause),
+    /// Its scheduler instance did not exist and the node already held
+    /// `--max-flows` dynamic instances: dropped at arrival.
+    FlowLimit,
 }
 
 /// One decided packet.
@@ -130,6 +133,14 @@ pub struct SchedLink {
     queue_at: HashMap<u32, usize>,
     /// Key of each class (for listings).
     pub class_keys: Vec<MaskedKey>,
+    /// The scheduler-masked key of this instance (all zero for a pipe whose
+    /// scheduler has no mask).
+    pub key: MaskedKey,
+    /// [`MaskedKey::flow_id`] of `key` (0 without a scheduler mask).
+    pub flow_id: u64,
+    /// No packet of this instance is queued, on the wire or unreleased from
+    /// here on (while [`SchedLink::queued`] is 0 and no service is due).
+    pub idle_at_ns: u64,
     store: Vec<Held>,
     free: Vec<u32>,
     /// Class, frames bytes and exit (ns, exit after the floor) of the packet on the wire.
@@ -179,6 +190,9 @@ impl SchedLink {
             queues,
             queue_at,
             class_keys: Vec::new(),
+            key: MaskedKey::default(),
+            flow_id: 0,
+            idle_at_ns: 0,
             store: Vec::new(),
             free: Vec::new(),
             on_wire: None,
@@ -289,6 +303,7 @@ impl SchedLink {
         let res = self
             .sched
             .enqueue(now, c, pkt, extra, &mut || rng.unit(), &mut self.drops);
+        self.idle_at_ns = self.idle_at_ns.max(now);
         if let Err(cause) = res {
             self.free.push(handle);
             out.push(self.label(c, tag, Outcome::Dropped(cause), now, false));
@@ -345,6 +360,7 @@ impl SchedLink {
                 },
             );
             let (clock, frac) = self.link.clock_ns();
+            self.idle_at_ns = self.idle_at_ns.max(v.release_ns).max(clock + frac as u64);
             out.push(self.label(
                 c,
                 tag,
@@ -370,18 +386,238 @@ impl SchedLink {
     pub fn kind(&self) -> SchedKind {
         self.sched.params.kind
     }
+
+    /// Nothing queued, nothing on the wire and every packet released by
+    /// `now`, for longer than `hold_ns`: the instance may be removed.
+    fn expirable(&self, now: u64, hold_ns: u64) -> bool {
+        self.queued() == 0
+            && self.next_service_ns.is_none()
+            && self.idle_at_ns.saturating_add(hold_ns) < now
+    }
+}
+
+/// Bitwise OR of two masks (Dummynet's `flow_id_or`): a queue's instances
+/// under a masked scheduler are per (queue mask | scheduler mask).
+fn mask_or(a: FlowMask, b: FlowMask) -> FlowMask {
+    FlowMask {
+        proto: a.proto | b.proto,
+        src_ip4: a.src_ip4 | b.src_ip4,
+        dst_ip4: a.dst_ip4 | b.dst_ip4,
+        src_ip6: a.src_ip6 | b.src_ip6,
+        dst_ip6: a.dst_ip6 | b.dst_ip6,
+        src_port: a.src_port | b.src_port,
+        dst_port: a.dst_port | b.dst_port,
+        flow_label: a.flow_label | b.flow_label,
+    }
+}
+
+/// What a new scheduler instance of a pipe is made from.
+#[derive(Debug, Clone)]
+struct Template {
+    params: SchedParams,
+    link: LinkConfig,
+    burst_bytes: u64,
+    /// The queues with their masks ORed with the scheduler mask, no class yet.
+    queues: Vec<QueueBinding>,
+    seed: u64,
+}
+
+/// A scheduled pipe: one [`SchedLink`] (scheduler instance with its own
+/// copy of the pipe's link) per scheduler-masked flow id, or one for all
+/// traffic without a scheduler mask.
+///
+/// As Dummynet's `sched N config ... mask` (`sch->sched_mask`,
+/// `find_sch_inst`): a packet's flow id ANDed with the scheduler mask picks
+/// its instance, made at its first packet and seeded by
+/// [`crate::pipe::instance_seed`] (seed, pipe, flow id, creation time) as a
+/// dynamic pipe instance is; inside it the queue's own mask ORed with the
+/// scheduler mask picks the class. An instance with nothing queued, nothing
+/// on the wire and every packet released at `idle_at` is removed at the
+/// first arrival to its pipe after `idle_at + hold`
+/// ([`crate::pipe::FlowBudget::idle_hold_ns`]); instances count against the
+/// node's `--max-flows` ([`crate::pipe::FlowBudget`]). Expiry runs off a
+/// min-heap with one entry per live instance, O(log n) amortised per arrival.
+/// An fq_* instance holds its `flows` classes from the start (as Dummynet's
+/// `fq_codel_new_sched` allocates them): about 320 bytes per flow.
+#[derive(Debug)]
+pub struct SchedPipe {
+    /// The pipe number.
+    pub pipe: u32,
+    /// The scheduler mask; None: one instance, made with the pipe.
+    pub mask: Option<FlowMask>,
+    tpl: Template,
+    slots: Vec<Option<SchedLink>>,
+    index: HashMap<MaskedKey, u32, BuildHasherDefault<KeyHasher>>,
+    free: Vec<u32>,
+    expiry: std::collections::BinaryHeap<std::cmp::Reverse<(u64, u32)>>,
+    /// Instances removed when idle.
+    pub expired: u64,
+    /// Packets refused because the node held `--max-flows` instances.
+    pub flow_limit_drops: u64,
+}
+
+impl SchedPipe {
+    /// A scheduled pipe. Without `mask` its one instance exists from the
+    /// start, seeded as the pipe's single instance (flow 0, created at 0).
+    pub fn new(
+        pipe: u32,
+        params: SchedParams,
+        link: LinkConfig,
+        seed: u64,
+        burst_bytes: u64,
+        mut queues: Vec<QueueBinding>,
+        mask: Option<FlowMask>,
+    ) -> Self {
+        if let Some(sm) = mask {
+            for q in &mut queues {
+                q.mask = Some(q.mask.map_or(sm, |m| mask_or(m, sm)));
+            }
+        }
+        let tpl = Template {
+            params,
+            link,
+            burst_bytes,
+            queues,
+            seed,
+        };
+        let mut sp = SchedPipe {
+            pipe,
+            mask,
+            tpl,
+            slots: Vec::new(),
+            index: HashMap::default(),
+            free: Vec::new(),
+            expiry: std::collections::BinaryHeap::new(),
+            expired: 0,
+            flow_limit_drops: 0,
+        };
+        if mask.is_none() {
+            let l = sp.make(MaskedKey::default(), 0);
+            sp.slots.push(Some(l));
+        }
+        sp
+    }
+
+    fn make(&self, key: MaskedKey, now: u64) -> SchedLink {
+        let t = &self.tpl;
+        let flow_id = if self.mask.is_some() {
+            key.flow_id()
+        } else {
+            0
+        };
+        let seed = crate::pipe::instance_seed(t.seed, self.pipe, flow_id, now);
+        let mut l = SchedLink::new(
+            self.pipe,
+            t.params.clone(),
+            t.link.clone(),
+            seed,
+            t.burst_bytes,
+            t.queues.clone(),
+        );
+        l.key = key;
+        l.flow_id = flow_id;
+        l.idle_at_ns = now;
+        l
+    }
+
+    /// The live instances (slot, instance), in slot order.
+    pub fn instances(&self) -> impl Iterator<Item = (u32, &SchedLink)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| l.as_ref().map(|l| (i as u32, l)))
+    }
+
+    /// Live instances of a pipe with a scheduler mask (0 without one).
+    pub fn active_instances(&self) -> usize {
+        self.index.len()
+    }
+
+    /// The instance in `slot`.
+    #[inline]
+    pub fn slot(&self, slot: u32) -> Option<&SchedLink> {
+        self.slots.get(slot as usize).and_then(|l| l.as_ref())
+    }
+
+    /// The slot of the instance for `key` at `now`, made if new; None when
+    /// the node already holds `budget.max` instances.
+    fn instance_for(
+        &mut self,
+        now: u64,
+        key: &FlowKey,
+        budget: &mut crate::pipe::FlowBudget,
+    ) -> Option<u32> {
+        let Some(mask) = self.mask else {
+            return Some(0);
+        };
+        self.expire(now, budget);
+        let mk = mask.apply(key);
+        if let Some(&s) = self.index.get(&mk) {
+            return Some(s);
+        }
+        if budget.live >= budget.max {
+            self.flow_limit_drops += 1;
+            return None;
+        }
+        let l = self.make(mk, now);
+        let s = match self.free.pop() {
+            Some(s) => {
+                self.slots[s as usize] = Some(l);
+                s
+            }
+            None => {
+                self.slots.push(Some(l));
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.index.insert(mk, s);
+        self.expiry.push(std::cmp::Reverse((now, s)));
+        budget.live += 1;
+        Some(s)
+    }
+
+    /// Removes the instances idle for longer than the hold at `now`.
+    fn expire(&mut self, now: u64, budget: &mut crate::pipe::FlowBudget) {
+        let hold = budget.idle_hold_ns;
+        while let Some(&std::cmp::Reverse((at, slot))) = self.expiry.peek() {
+            if at.saturating_add(hold) >= now {
+                break;
+            }
+            self.expiry.pop();
+            let l = self.slots[slot as usize]
+                .as_ref()
+                .expect("one heap entry per live slot");
+            if !l.expirable(now, hold) {
+                // Busy or idle since recently: look again one hold after
+                // its idle time (or after now, while it is busy).
+                let again = if l.queued() == 0 && l.next_service_ns.is_none() {
+                    l.idle_at_ns
+                } else {
+                    now
+                };
+                self.expiry.push(std::cmp::Reverse((again, slot)));
+                continue;
+            }
+            let l = self.slots[slot as usize].take().expect("checked above");
+            self.index.remove(&l.key);
+            self.free.push(slot);
+            budget.live -= 1;
+            self.expired += 1;
+        }
+    }
 }
 
 /// The scheduled pipes of a node and their service instants.
 #[derive(Debug, Default)]
 pub struct NodeSched {
     /// By the node's pipe index; None: the pipe keeps the closed-form link.
-    pub links: Vec<Option<SchedLink>>,
+    pub links: Vec<Option<SchedPipe>>,
     /// Queue number → pipe index.
     queue_pipe: HashMap<u32, usize>,
-    /// (service instant, pipe index); an entry is stale when the link's
-    /// `next_event_ns` no longer equals it.
-    events: std::collections::BinaryHeap<std::cmp::Reverse<(u64, usize)>>,
+    /// (service instant, pipe index, instance slot); an entry is stale when
+    /// the instance's `next_event_ns` no longer equals it (or it expired:
+    /// a slot reused later has only later events).
+    events: std::collections::BinaryHeap<std::cmp::Reverse<(u64, usize, u32)>>,
     /// Decisions of the last calls to [`NodeSched::arrive`] and
     /// [`NodeSched::poll_one`], in decision order; the caller drains it.
     pub deps: Vec<Departure>,
@@ -412,20 +648,23 @@ impl NodeSched {
                     .unwrap_or(crate::aqm::AqmConfig::DropTail),
                 ..Default::default()
             };
-            let mut queues = vec![QueueBinding::new(0, own, def.mask)];
+            let sched_mask = set.sched_mask(n, def.mask);
+            // The pipe's mask is the scheduler's (Dummynet's `pipe N config
+            // mask` sets sched N's mask): the pipe's own queue has none.
+            let mut queues = vec![QueueBinding::new(0, own, None)];
             queues[0].number = n;
             for q in set.queues.values().filter(|q| q.parent.pipe() == n) {
                 queues.push(QueueBinding::new(q.number, q.params.clone(), q.mask));
                 ns.queue_pipe.insert(q.number, idx);
             }
-            let link_seed = crate::pipe::instance_seed(seed, n, 0, 0);
-            ns.links.push(Some(SchedLink::new(
+            ns.links.push(Some(SchedPipe::new(
                 n,
                 set.params(n),
                 def.link.clone(),
-                link_seed,
+                seed,
                 def.burst_bytes,
                 queues,
+                sched_mask,
             )));
         }
         ns
@@ -443,11 +682,33 @@ impl NodeSched {
         self.queue_pipe.get(&n).copied()
     }
 
+    /// Every live scheduler instance of every scheduled pipe, by pipe index
+    /// then slot.
+    pub fn instances(&self) -> impl Iterator<Item = &SchedLink> {
+        self.links
+            .iter()
+            .flatten()
+            .flat_map(|p| p.instances().map(|(_, l)| l))
+    }
+
+    /// Live scheduler instances of masked schedulers over all pipes.
+    pub fn active_instances(&self) -> usize {
+        self.links
+            .iter()
+            .flatten()
+            .map(|p| p.active_instances())
+            .sum()
+    }
+
     /// Earliest service instant over all scheduled pipes.
     #[inline]
     pub fn next_event_ns(&mut self) -> Option<u64> {
-        while let Some(&std::cmp::Reverse((t, i))) = self.events.peek() {
-            if self.links[i].as_ref().and_then(|l| l.next_event_ns()) == Some(t) {
+        while let Some(&std::cmp::Reverse((t, i, slot))) = self.events.peek() {
+            let due = self.links[i]
+                .as_ref()
+                .and_then(|p| p.slot(slot))
+                .and_then(|l| l.next_event_ns());
+            if due == Some(t) {
                 return Some(t);
             }
             self.events.pop();
@@ -455,7 +716,9 @@ impl NodeSched {
         None
     }
 
-    /// An arrival at pipe `idx` (its own queue, or queue `queue`); decisions in `self.deps`.
+    /// An arrival at pipe `idx` (its own queue, or queue `queue`); decisions
+    /// in `self.deps`. A packet whose scheduler instance would be one more
+    /// than `budget.max` is decided [`Outcome::FlowLimit`].
     #[allow(clippy::too_many_arguments)]
     pub fn arrive(
         &mut self,
@@ -465,27 +728,46 @@ impl NodeSched {
         tag: u64,
         len_bytes: u32,
         key: &FlowKey,
+        budget: &mut crate::pipe::FlowBudget,
     ) {
-        let l = self.links[idx].as_mut().expect("a scheduled pipe");
+        let p = self.links[idx].as_mut().expect("a scheduled pipe");
+        let Some(slot) = p.instance_for(now, key, budget) else {
+            self.deps.push(Departure {
+                tag,
+                outcome: Outcome::FlowLimit,
+                at_ns: now,
+                ce: false,
+                queue: queue.unwrap_or(p.pipe),
+                flow_id: 0,
+            });
+            return;
+        };
+        let l = p.slots[slot as usize].as_mut().expect("a live slot");
         let before = l.next_event_ns();
         l.arrive(now, tag, len_bytes, key, queue, &mut self.deps);
         if let Some(t) = l.next_event_ns() {
             if before != Some(t) {
-                self.events.push(std::cmp::Reverse((t, idx)));
+                self.events.push(std::cmp::Reverse((t, idx, slot)));
             }
         }
     }
 
     /// Runs the earliest service instant (which must be `t`); decisions in `self.deps`.
     pub fn poll_one(&mut self, t: u64) {
-        let Some(std::cmp::Reverse((at, idx))) = self.events.pop() else {
+        let Some(std::cmp::Reverse((at, idx, slot))) = self.events.pop() else {
             return;
         };
         debug_assert_eq!(at, t);
-        let l = self.links[idx].as_mut().expect("a scheduled pipe");
+        let Some(l) = self.links[idx]
+            .as_mut()
+            .and_then(|p| p.slots.get_mut(slot as usize))
+            .and_then(|l| l.as_mut())
+        else {
+            return;
+        };
         l.poll(at, &mut self.deps);
         if let Some(n) = l.next_event_ns() {
-            self.events.push(std::cmp::Reverse((n, idx)));
+            self.events.push(std::cmp::Reverse((n, idx, slot)));
         }
     }
 }

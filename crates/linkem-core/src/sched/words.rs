@@ -4,7 +4,7 @@
 //! ```text
 //! sched N config [type fifo|wf2q+|qfq|rr|prio|fq_codel|fq_pie] [quantum B] [limit P]
 //!                [flows F] [target T] [interval T] [tupdate T] [alpha A] [beta B]
-//!                [max_burst T] [max_ecnth P] [ecn|noecn]
+//!                [max_burst T] [max_ecnth P] [ecn|noecn] [mask ...] [buckets N]
 //! queue N config pipe|sched M [weight W] [lmax|maxlen B] [pri P] [queue LIMIT] [plr P]
 //!                [droptail | red|gred w_q/min_th/max_th/max_p
 //!                 | codel [target T] [interval T] [ecn|noecn]
@@ -37,12 +37,19 @@
 //! - `sched N` is the scheduler of pipe N's link (`pipe N config` must exist);
 //!   queues attached to `sched N` (or `pipe N`) and traffic sent to `pipe N`
 //!   share that one link; traffic sent to `pipe N` uses pipe N's own queue
-//!   (its `queue`, `mask` and AQM, weight 1).
+//!   (its `queue` and AQM, weight 1).
+//! - `mask` on `sched N` (or, as in Dummynet, on `pipe N config` when the pipe
+//!   is scheduled) gives every masked flow its own **scheduler instance**: its
+//!   own copy of pipe N's link (full rate, delay, impairments) and its own
+//!   classes; a queue's instances are then per (queue mask | sched mask), so a
+//!   queue instance belongs to one scheduler instance (Dummynet's `fsk_mask`).
+//!   A mask on `sched N` takes precedence over one on `pipe N`. Idle
+//!   instances expire and count against `--max-flows` as dynamic pipe
+//!   instances do ([`super::service`]).
 //! - A pipe with no `sched`, queue or AQM word keeps the closed-form link
 //!   (exact, and faster); `type fifo` with one droptail queue gives the same
 //!   result through the scheduler.
-//! - A `mask` on `sched` (one scheduler instance per masked flow) and PIE's
-//!   `capdrop`/`drand`/`dre` are not supported yet.
+//! - PIE's `capdrop`/`drand`/`dre` are not supported yet.
 //! - `qfq` normalises by the sum of its queues' weights (see [`super::qfq`]).
 
 use super::{QueueParams, SchedKind, SchedParams};
@@ -58,6 +65,9 @@ pub struct SchedDef {
     pub number: u32,
     /// Type and parameters, defaults filled in ([`SchedParams::new`]).
     pub params: SchedParams,
+    /// `mask ...`: one scheduler instance (with its own copy of the pipe's
+    /// link) per masked flow id; None: one instance.
+    pub mask: Option<FlowMask>,
     /// Line of the rule file (for error messages).
     pub line: usize,
     /// The words after `config`, joined by spaces (for listings).
@@ -131,6 +141,13 @@ impl SchedSet {
                 .get(&n)
                 .is_some_and(|p| p.kind.is_some() || p.aqm.is_some())
             || self.queues.values().any(|q| q.parent.pipe() == n)
+    }
+
+    /// The scheduler mask of pipe `n`: `sched n config ... mask`, else the
+    /// mask of `pipe n config` (`pipe_mask`), as Dummynet's `pipe N config
+    /// mask` sets the mask of scheduler N. None: one scheduler instance.
+    pub fn sched_mask(&self, n: u32, pipe_mask: Option<FlowMask>) -> Option<FlowMask> {
+        self.scheds.get(&n).and_then(|s| s.mask).or(pipe_mask)
     }
 
     /// The scheduler parameters of pipe `n`.
@@ -378,6 +395,7 @@ pub fn parse_sched(number: u32, words: &[&str], line: usize) -> Result<SchedDef,
         })?;
     }
     let mut p = SchedParams::new(kind);
+    let mut mask = None;
     let fq = kind.is_fq();
     let only_fq = |w: &str| -> Result<(), RulesError> {
         if fq {
@@ -425,15 +443,25 @@ pub fn parse_sched(number: u32, words: &[&str], line: usize) -> Result<SchedDef,
                     return Err(rerr(line, w, format!("'{w}' is not a parameter of {}", kind.name().to_lowercase())));
                 }
             }
-            "mask" => return Err(rerr(line, w, "not supported on sched (one scheduler per pipe in linkem; put the mask on the queue)")),
+            "mask" => {
+                c.once("mask", w)?;
+                let (m, used) = parse_mask(&words[c.at..], line, w)?;
+                c.at += used;
+                mask = Some(m);
+            }
+            "buckets" => {
+                c.once("buckets", w)?;
+                int_in(line, c.arg(w, "a number")?, 1, 1 << 20, "buckets")?;
+            }
             "lmax" | "maxlen" | "weight" => return Err(rerr(line, w, format!("'{w}' is a word of 'queue N config' (each queue has its own)"))),
             "bw" | "bandwidth" | "delay" => return Err(rerr(line, w, "the link's words go on 'pipe N config' (sched N serves pipe N's link)")),
-            _ => return Err(rerr(line, w, "unknown word for sched (type, quantum, limit, flows, target, interval, tupdate, alpha, beta, max_burst, max_ecnth, ecn, noecn)")),
+            _ => return Err(rerr(line, w, "unknown word for sched (type, quantum, limit, flows, target, interval, tupdate, alpha, beta, max_burst, max_ecnth, ecn, noecn, mask, buckets)")),
         }
     }
     Ok(SchedDef {
         number,
         params: p,
+        mask,
         line,
         words: words.join(" "),
     })
