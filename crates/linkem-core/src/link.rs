@@ -228,14 +228,26 @@ impl Random {
     }
 }
 
+/// What a plain link keeps and the instances of a pipe do without.
+#[derive(Debug, Clone)]
+struct Plain {
+    /// Counts by fate (an instance counts in [`crate::pipe::Instance`]).
+    counts: FateCounts,
+    /// The serialisation memo for 64 sizes, for a link that carries mixed
+    /// traffic (an instance has `Link::serialisation_last` only, 1.5 KB less).
+    serialisation_cache: [(u64, u64, u64); SERIALISATION_CACHE],
+}
+
 /// One direction's link state. Feed packets in arrival order to
 /// [`Link::on_arrival`]; change parameters with [`Link::reconfigure`].
 ///
 /// Laid out for many instances (one per flow of a dynamic pipe): the fields
-/// every packet touches come first and together (`repr(C)` keeps the order);
-/// the configuration is shared ([`LinkParams`]); the random streams and
-/// chains, the policer and the 64-entry serialisation table live behind
-/// pointers that are empty when not in use.
+/// every packet touches come first and together (`repr(C)` keeps the order:
+/// 48 bytes of clocks, then 96 bytes of pointers, queue and serialisation
+/// memo, 160 bytes in all); the configuration is shared ([`LinkParams`]); the
+/// random streams and chains, the policer, the burst credit, the counts and
+/// the 64-entry serialisation table live behind pointers that are empty when
+/// not in use.
 #[derive(Debug, Clone)]
 #[repr(C)]
 pub struct Link {
@@ -251,21 +263,19 @@ pub struct Link {
     clock_rem: u64,
     last_release_ns: u64,
     params: Arc<LinkParams>,
+    random: Option<Box<Random>>,
+    policer: Option<Box<TokenBucket>>,
+    /// Counts and the 64-entry serialisation table of a plain link (see
+    /// [`Plain`]); `None` for the instances of a pipe.
+    plain: Option<Box<Plain>>,
     /// Accepted packets still in the queue: (first ns at which it has left, frame bytes).
     queue: VecDeque<(u64, u32)>,
     /// The serialisation time of the last wire size, as (bits, whole ns,
     /// remainder in units of 1/rate ns): a 64-bit division costs more than the
     /// rest of a packet's model, and a flow repeats its sizes.
     serialisation_last: (u64, u64, u64),
-    random: Option<Box<Random>>,
-    /// The same for 64 sizes, for a link that carries mixed traffic (a plain
-    /// link has one; the instances of a pipe use `serialisation_last` only,
-    /// 1.5 KB less each).
-    serialisation_cache: Option<Box<[(u64, u64, u64); SERIALISATION_CACHE]>>,
-    /// Dummynet's `burst`: (limit, credit) in bits; see [`Link::set_burst`].
-    burst: Option<(u64, u64)>,
-    policer: Option<Box<TokenBucket>>,
-    counts: FateCounts,
+    /// Dummynet's `burst` in bits: (limit, credit); see [`Link::set_burst`].
+    burst: Option<Box<(u64, u64)>>,
     seed: u64,
     direction: u64,
 }
@@ -275,13 +285,16 @@ impl Link {
     /// the two directions of one bridge (0 and 1).
     pub fn new(cfg: LinkConfig, seed: u64, direction: u64) -> Self {
         let mut link = Link::with_params(LinkParams::new(cfg), seed, direction);
-        link.serialisation_cache = Some(Box::new([(u64::MAX, 0, 0); SERIALISATION_CACHE]));
+        link.plain = Some(Box::new(Plain {
+            counts: FateCounts::default(),
+            serialisation_cache: [(u64::MAX, 0, 0); SERIALISATION_CACHE],
+        }));
         link
     }
 
     /// A link running shared parameters, without the 64-entry serialisation
-    /// table (one instance of a dynamic pipe). Decides exactly as
-    /// [`Link::new`] with the same configuration.
+    /// table and without counts (one instance of a dynamic pipe). Decides
+    /// exactly as [`Link::new`] with the same configuration.
     pub(crate) fn with_params(params: Arc<LinkParams>, seed: u64, direction: u64) -> Self {
         let mut link = Link {
             last_arrival_ns: 0,
@@ -291,13 +304,12 @@ impl Link {
             clock_rem: 0,
             last_release_ns: 0,
             params: params.clone(),
+            random: None,
+            policer: None,
+            plain: None,
             queue: VecDeque::new(),
             serialisation_last: (u64::MAX, 0, 0),
-            random: None,
-            serialisation_cache: None,
             burst: None,
-            policer: None,
-            counts: FateCounts::default(),
             seed,
             direction,
         };
@@ -310,9 +322,10 @@ impl Link {
         &self.params.cfg
     }
 
-    /// Counts of every verdict given so far.
+    /// Counts of every verdict given so far (all zero for an instance of a
+    /// dynamic pipe, which counts in [`crate::pipe::Instance`]).
     pub fn counts(&self) -> &FateCounts {
-        &self.counts
+        self.plain.as_ref().map_or(&FateCounts::ZERO, |p| &p.counts)
     }
 
     /// The link clock: the last accepted packet's exit floored to the ns, and
@@ -349,8 +362,8 @@ impl Link {
             self.clock_ns += 1;
             self.clock_rem = 0;
         }
-        if let Some(cache) = &mut self.serialisation_cache {
-            cache.fill((u64::MAX, 0, 0));
+        if let Some(plain) = &mut self.plain {
+            plain.serialisation_cache.fill((u64::MAX, 0, 0));
         }
         self.serialisation_last = (u64::MAX, 0, 0);
         self.policer = cfg.policer.map(|p| {
@@ -380,7 +393,7 @@ impl Link {
     /// credit takes (bits − credit)/rate. Credit left when the link goes idle again
     /// is not kept (Dummynet recomputes it from the idle time).
     pub fn set_burst(&mut self, burst_bytes: u64) {
-        self.burst = (burst_bytes > 0).then_some((burst_bytes.saturating_mul(8), 0));
+        self.burst = (burst_bytes > 0).then(|| Box::new((burst_bytes.saturating_mul(8), 0)));
     }
 
     /// Decides the fate and release time of a packet arriving at `now_ns`.
@@ -429,7 +442,7 @@ impl Link {
 
         if let Some(bucket) = &mut self.policer {
             if !bucket.admit(t_a, len) {
-                return finish(&mut self.counts, v, Fate::Policed);
+                return finish(&mut self.plain, v, Fate::Policed);
             }
         }
 
@@ -439,20 +452,21 @@ impl Link {
             None => false,
         };
         if lost && p.cfg.loss_at == LossAt::Arrival {
-            return finish(&mut self.counts, v, Fate::Loss);
+            return finish(&mut self.plain, v, Fate::Loss);
         }
 
         if v.queue_packets >= p.limit_packets
             || v.queue_bytes.saturating_add(len as u64) > p.limit_bytes
         {
-            return finish(&mut self.counts, v, Fate::QueueFull);
+            return finish(&mut self.plain, v, Fate::QueueFull);
         }
 
         let t_link = match p.cfg.rate_bps {
             Some(rate) => {
                 let idle = t_a > self.clock_ns;
                 if idle {
-                    if let Some((limit, credit)) = &mut self.burst {
+                    if let Some(b) = &mut self.burst {
+                        let (limit, credit) = &mut **b;
                         let idle_ns = t_a - self.clock_ns;
                         let earned = (idle_ns as u128 * rate as u128 / 1_000_000_000) as u64;
                         *credit = earned.min(*limit);
@@ -461,13 +475,17 @@ impl Link {
                     self.clock_rem = 0;
                 }
                 let mut bits_on_link = wire_bits;
-                if let Some((_, credit)) = &mut self.burst {
+                if let Some(b) = &mut self.burst {
+                    let credit = &mut b.1;
                     let used = (*credit).min(wire_bits);
                     *credit -= used;
                     bits_on_link -= used;
                 }
-                let slot = match &mut self.serialisation_cache {
-                    Some(cache) => &mut cache[(bits_on_link as usize / 8) % SERIALISATION_CACHE],
+                let slot = match &mut self.plain {
+                    Some(plain) => {
+                        &mut plain.serialisation_cache
+                            [(bits_on_link as usize / 8) % SERIALISATION_CACHE]
+                    }
                     None => &mut self.serialisation_last,
                 };
                 if slot.0 != bits_on_link {
@@ -498,7 +516,7 @@ impl Link {
         };
         if lost || extra.lose_after_link {
             v.release_ns = t_link;
-            return finish(&mut self.counts, v, Fate::Loss);
+            return finish(&mut self.plain, v, Fate::Loss);
         }
 
         let Some(r) = &mut self.random else {
@@ -511,7 +529,9 @@ impl Link {
                 self.last_release_ns = r;
                 r
             };
-            self.counts.add(Fate::Delivered);
+            if let Some(plain) = &mut self.plain {
+                plain.counts.add(Fate::Delivered);
+            }
             return v;
         };
         let reordered = p.cfg.reorder_gap > 0 && {
@@ -538,21 +558,29 @@ impl Link {
 
         if !r.duplicate.is_never() && r.duplicate.draw(&mut r.duplicate_stream) {
             v.duplicate = true;
-            self.counts.duplicated += 1;
+            if let Some(plain) = &mut self.plain {
+                plain.counts.duplicated += 1;
+            }
         }
         if !r.corrupt.is_never() && r.corrupt.draw(&mut r.corrupt_stream) && len > 0 {
             v.corrupt_bit = Some(r.corrupt_stream.below(len as u64 * 8) as u32);
-            self.counts.corrupted += 1;
+            if let Some(plain) = &mut self.plain {
+                plain.counts.corrupted += 1;
+            }
         }
-        self.counts.add(Fate::Delivered);
+        if let Some(plain) = &mut self.plain {
+            plain.counts.add(Fate::Delivered);
+        }
         v
     }
 }
 
 #[inline]
-fn finish(counts: &mut FateCounts, mut v: Verdict, fate: Fate) -> Verdict {
+fn finish(plain: &mut Option<Box<Plain>>, mut v: Verdict, fate: Fate) -> Verdict {
     v.fate = fate;
-    counts.add(fate);
+    if let Some(plain) = plain {
+        plain.counts.add(fate);
+    }
     v
 }
 

@@ -459,16 +459,17 @@ pub(crate) fn parse_mask(
 /// One instance of a pipe.
 ///
 /// Laid out so that a packet touches few cache lines (`repr(C)` keeps the
-/// order): the key the flow index checks, the counters and then the link's
-/// running state, whose configuration is shared by the pipe's instances.
+/// order, 128-byte alignment keeps pairs of lines together for the adjacent
+/// line prefetcher): the key the flow index checks, the counters and the
+/// link's clocks fill the first 128 bytes, the link's pointers, queue and
+/// serialisation memo most of the next; the link's configuration is shared
+/// by the pipe's instances.
 #[derive(Debug, Clone)]
-#[repr(C)]
+#[repr(C, align(128))]
 pub struct Instance {
     /// The masked flow this instance serves (all zero for a pipe without a
     /// mask).
     pub key: MaskedKey,
-    /// [`MaskedKey::flow_id`] of `key` (0 for a pipe without a mask).
-    pub flow_id: u64,
     /// No packet of this instance is queued or unreleased from here on.
     pub idle_at_ns: u64,
     /// Packets that arrived at this instance (ipfw's `Tot_pkt`).
@@ -481,6 +482,8 @@ pub struct Instance {
     /// This instance's link: its own queue, serialiser, delay line and random
     /// streams, seeded by [`instance_seed`].
     pub link: Link,
+    /// [`MaskedKey::flow_id`] of `key` (0 for a pipe without a mask).
+    pub flow_id: u64,
     profile_stream: Option<Box<Stream>>,
 }
 
@@ -498,12 +501,12 @@ impl Instance {
         link.set_burst(def.burst_bytes);
         Instance {
             key,
-            flow_id,
             idle_at_ns: 0,
             tot_pkts: 0,
             tot_bytes: 0,
             drops: 0,
             link,
+            flow_id,
             profile_stream: def
                 .profile
                 .as_ref()
@@ -921,7 +924,8 @@ impl Pipe {
 
 /// Bytes one live dynamic instance holds, computed from type sizes, for a
 /// pipe that draws no random numbers (no loss, jitter, reorder, duplicate or
-/// corrupt; add [`instance_random_bytes`] for one that does): the instance
+/// corrupt; add [`instance_random_bytes`] for one that does) and has no
+/// policer, `burst` or `profile` (each a small allocation of its own): the instance
 /// itself, its link queue's ring at its smallest allocation (4 entries of 16
 /// bytes), its flow index entry at the index's emptiest (8 bytes at 3/8 full:
 /// 22 bytes) and its expiry heap entry. The configuration is shared by the
@@ -937,4 +941,49 @@ pub fn instance_memory_bytes() -> usize {
 /// [`instance_memory_bytes`]: its random streams and chains.
 pub fn instance_random_bytes() -> usize {
     crate::link::random_state_bytes()
+}
+
+#[cfg(test)]
+mod layout_tests {
+    use super::*;
+
+    #[test]
+    fn hot_fields_of_an_instance_fill_its_first_128_bytes() {
+        assert_eq!(std::mem::offset_of!(Instance, link), 80);
+        assert!(std::mem::size_of::<Option<Instance>>() <= 256);
+    }
+
+    /// The flow index against a map, under churn with colliding home buckets
+    /// (hashes that differ only above the table's mask) and equal tags.
+    #[test]
+    fn flow_index_finds_what_a_map_finds_under_churn() {
+        let mut idx = FlowIndex::default();
+        let mut reference = std::collections::HashMap::new();
+        let mut x = 0x1234_5678_9abc_def0u64;
+        for round in 0..20_000u32 {
+            x = mix(x);
+            // 300 keys; hashes share their low home bits often, and keys 2k
+            // and 2k+1 share the whole tag, so the slot check must tell them apart.
+            let key = (x % 300) as u32;
+            let hash = ((key / 2) as u64 % 37) << 32 | ((key as u64 / 2) << 40) | 0xdead;
+            let found = idx.find(hash, |s| reference.get(&key) == Some(&s));
+            assert_eq!(
+                found,
+                reference.get(&key).copied(),
+                "round {round} key {key}"
+            );
+            match found {
+                Some(s) if x & 1 == 0 => {
+                    idx.remove(hash, s);
+                    reference.remove(&key);
+                }
+                None => {
+                    idx.insert(hash, key + 7);
+                    reference.insert(key, key + 7);
+                }
+                _ => {}
+            }
+            assert_eq!(idx.len(), reference.len());
+        }
+    }
 }
