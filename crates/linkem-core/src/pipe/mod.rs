@@ -22,6 +22,12 @@
 //! driven by a min-heap with one entry per live instance (a stale entry is
 //! pushed back with the instance's newer idle time), so it costs O(log n) per
 //! arrival amortised, whatever the number of instances.
+//!
+//! An instance holds only running state (256 bytes plus its queue ring): the
+//! pipe's link configuration is compiled once and shared, and the random
+//! streams, policer, burst credit and profile stream are allocated only when
+//! the configuration uses them. A packet reads one line of the flow index
+//! ([`FlowIndex`]) and the first two lines of its instance.
 
 pub mod profile;
 
