@@ -244,7 +244,7 @@ struct Plain {
 /// Laid out for many instances (one per flow of a dynamic pipe): the fields
 /// every packet touches come first and together (`repr(C)` keeps the order:
 /// 48 bytes of clocks, then 96 bytes of pointers, queue and serialisation
-/// memo, 160 bytes in all); the configuration is shared ([`LinkParams`]); the
+/// memo, 160 bytes in all); the configuration is shared (`LinkParams`); the
 /// random streams and chains, the policer, the burst credit, the counts and
 /// the 64-entry serialisation table live behind pointers that are empty when
 /// not in use.

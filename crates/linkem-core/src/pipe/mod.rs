@@ -27,7 +27,7 @@
 //! pipe's link configuration is compiled once and shared, and the random
 //! streams, policer, burst credit and profile stream are allocated only when
 //! the configuration uses them. A packet reads one line of the flow index
-//! ([`FlowIndex`]) and the first two lines of its instance.
+//! (`FlowIndex`) and the first two lines of its instance.
 
 pub mod profile;
 
