@@ -81,6 +81,13 @@ pub struct FateCounts {
 }
 
 impl FateCounts {
+    /// No packet counted.
+    pub const ZERO: FateCounts = FateCounts {
+        by_fate: [0; Fate::ALL.len()],
+        duplicated: 0,
+        corrupted: 0,
+    };
+
     /// Counts one packet with fate `fate`.
     #[inline]
     pub fn add(&mut self, fate: Fate) {

@@ -32,9 +32,10 @@
 use crate::config::{LinkConfig, LossAt};
 use crate::dist::Distribution;
 use crate::fate::{Fate, FateCounts};
-use crate::loss::{CorrelatedChance, LossState};
+use crate::loss::{CorrelatedChance, LossConfig, LossState};
 use crate::rng::{Stream, StreamId};
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 /// What the model needs to know about a packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,90 +128,204 @@ enum DelayMode {
     General,
 }
 
-/// One direction's link state. Feed packets in arrival order to
-/// [`Link::on_arrival`]; change parameters with [`Link::reconfigure`].
-#[derive(Debug, Clone)]
-pub struct Link {
+/// What a configuration fixes for every packet, computed once. Shared (by
+/// `Arc`) between the instances of a dynamic pipe, which run the same
+/// configuration: an instance then holds only its own running state, and the
+/// constants every packet reads stay in cache however many instances there are.
+#[derive(Debug)]
+pub(crate) struct LinkParams {
     cfg: LinkConfig,
     limit_packets: u32,
     limit_bytes: u64,
+    delay_mode: DelayMode,
+    /// Some step draws random numbers or runs a chain (loss, jitter, reorder,
+    /// duplicate, corrupt): the link needs its [`Random`] state.
+    random: bool,
+}
+
+impl LinkParams {
+    pub(crate) fn new(cfg: LinkConfig) -> Arc<Self> {
+        let delay_mode = if cfg.jitter_ns == 0 && cfg.distribution.uses_jitter() {
+            DelayMode::Constant
+        } else if *cfg.distribution == Distribution::Uniform && cfg.delay_correlation == 0.0 {
+            DelayMode::Uniform {
+                lo_ns: cfg.delay_ns as i64 - cfg.jitter_ns as i64,
+                span_ns: 2 * cfg.jitter_ns,
+            }
+        } else {
+            DelayMode::General
+        };
+        let random = cfg.loss != LossConfig::None
+            || !matches!(delay_mode, DelayMode::Constant)
+            || cfg.reorder_gap > 0
+            || !CorrelatedChance::new(cfg.duplicate, cfg.duplicate_correlation).is_never()
+            || !CorrelatedChance::new(cfg.corrupt, cfg.corrupt_correlation).is_never();
+        Arc::new(LinkParams {
+            limit_packets: cfg.queue_packets.unwrap_or(u32::MAX),
+            limit_bytes: cfg.queue_bytes.unwrap_or(u64::MAX),
+            delay_mode,
+            random,
+            cfg,
+        })
+    }
+}
+
+/// The random streams and the state of every chain driven by them. Made the
+/// first time the configuration needs it (usually at creation) and kept from
+/// then on. Made late it equals the state an eagerly made one would have: a
+/// stream is a pure function of (seed, direction, impairment) until its first
+/// draw, and no chain moves without a draw.
+#[derive(Debug, Clone)]
+struct Random {
+    loss: LossState,
+    loss_stream: Stream,
+    delay_last_u: f64,
+    delay_stream: Stream,
+    reorder_counter: u32,
+    reorder: CorrelatedChance,
+    reorder_stream: Stream,
+    duplicate: CorrelatedChance,
+    duplicate_stream: Stream,
+    corrupt: CorrelatedChance,
+    corrupt_stream: Stream,
+}
+
+impl Random {
+    fn new(seed: u64, direction: u64, cfg: &LinkConfig) -> Self {
+        let mut delay_stream = Stream::new(seed, direction, StreamId::Delay);
+        // netem starts its correlated uniform from a random value, not from 0.
+        let delay_last_u = delay_stream.unit();
+        Random {
+            loss: LossState::new(&cfg.loss),
+            loss_stream: Stream::new(seed, direction, StreamId::Loss),
+            delay_last_u,
+            delay_stream,
+            reorder_counter: 0,
+            reorder: CorrelatedChance::new(cfg.reorder_probability, cfg.reorder_correlation),
+            reorder_stream: Stream::new(seed, direction, StreamId::Reorder),
+            duplicate: CorrelatedChance::new(cfg.duplicate, cfg.duplicate_correlation),
+            duplicate_stream: Stream::new(seed, direction, StreamId::Duplicate),
+            corrupt: CorrelatedChance::new(cfg.corrupt, cfg.corrupt_correlation),
+            corrupt_stream: Stream::new(seed, direction, StreamId::Corrupt),
+        }
+    }
+
+    /// New parameters; the chains keep their state (see [`Link::reconfigure`]).
+    fn reconfigure(&mut self, cfg: &LinkConfig) {
+        self.loss.reconfigure(&cfg.loss);
+        let keep = |old: &CorrelatedChance, p: f64, c: f64| {
+            let mut n = CorrelatedChance::new(p, c);
+            n.carry_state_from(old);
+            n
+        };
+        self.reorder = keep(
+            &self.reorder,
+            cfg.reorder_probability,
+            cfg.reorder_correlation,
+        );
+        self.duplicate = keep(&self.duplicate, cfg.duplicate, cfg.duplicate_correlation);
+        self.corrupt = keep(&self.corrupt, cfg.corrupt, cfg.corrupt_correlation);
+    }
+}
+
+/// What a plain link keeps and the instances of a pipe do without.
+#[derive(Debug, Clone)]
+struct Plain {
+    /// Counts by fate (an instance counts in [`crate::pipe::Instance`]).
+    counts: FateCounts,
+    /// The serialisation memo for 64 sizes, for a link that carries mixed
+    /// traffic (an instance has `Link::serialisation_last` only, 1.5 KB less).
+    serialisation_cache: [(u64, u64, u64); SERIALISATION_CACHE],
+}
+
+/// One direction's link state. Feed packets in arrival order to
+/// [`Link::on_arrival`]; change parameters with [`Link::reconfigure`].
+///
+/// Laid out for many instances (one per flow of a dynamic pipe): the fields
+/// every packet touches come first and together (`repr(C)` keeps the order:
+/// 48 bytes of clocks, then 96 bytes of pointers, queue and serialisation
+/// memo, 160 bytes in all); the configuration is shared (`LinkParams`); the
+/// random streams and chains, the policer, the burst credit, the counts and
+/// the 64-entry serialisation table live behind pointers that are empty when
+/// not in use.
+#[derive(Debug, Clone)]
+#[repr(C)]
+pub struct Link {
+    last_arrival_ns: u64,
+    /// Exit time of the last packet put in `queue` (the largest there: exits
+    /// never go backwards), so that a queue that has fully left is emptied
+    /// without reading it.
+    last_left_ns: u64,
+    queue_bytes: u64,
     /// Link clock: the exit time of the last accepted packet is
     /// `clock_ns + clock_rem / rate_bps` ns, with `clock_rem < rate_bps`.
     clock_ns: u64,
     clock_rem: u64,
-    /// Serialisation times by wire size, split as (whole ns, remainder in units of
-    /// 1/rate ns): a 64-bit division costs more than the rest of a packet's
-    /// model, and traffic repeats a handful of sizes.
-    serialisation_cache: Box<[(u64, u64, u64); SERIALISATION_CACHE]>,
+    last_release_ns: u64,
+    params: Arc<LinkParams>,
+    random: Option<Box<Random>>,
+    policer: Option<Box<TokenBucket>>,
+    /// Counts and the 64-entry serialisation table of a plain link (see
+    /// [`Plain`]); `None` for the instances of a pipe.
+    plain: Option<Box<Plain>>,
     /// Accepted packets still in the queue: (first ns at which it has left, frame bytes).
     queue: VecDeque<(u64, u32)>,
-    queue_bytes: u64,
-    last_arrival_ns: u64,
-    last_release_ns: u64,
-    reorder_counter: u32,
-    policer: Option<TokenBucket>,
-    loss: LossState,
-    delay_last_u: f64,
-    delay_mode: DelayMode,
-    reorder: CorrelatedChance,
-    duplicate: CorrelatedChance,
-    corrupt: CorrelatedChance,
-    loss_stream: Stream,
-    delay_stream: Stream,
-    reorder_stream: Stream,
-    duplicate_stream: Stream,
-    corrupt_stream: Stream,
-    counts: FateCounts,
-    /// Dummynet's `burst`: (limit, credit) in bits; see [`Link::set_burst`].
-    burst: Option<(u64, u64)>,
+    /// The serialisation time of the last wire size, as (bits, whole ns,
+    /// remainder in units of 1/rate ns): a 64-bit division costs more than the
+    /// rest of a packet's model, and a flow repeats its sizes.
+    serialisation_last: (u64, u64, u64),
+    /// Dummynet's `burst` in bits: (limit, credit); see [`Link::set_burst`].
+    burst: Option<Box<(u64, u64)>>,
+    seed: u64,
+    direction: u64,
 }
 
 impl Link {
     /// A link starting idle at time 0. `direction` separates the random streams of
     /// the two directions of one bridge (0 and 1).
     pub fn new(cfg: LinkConfig, seed: u64, direction: u64) -> Self {
-        let mut delay_stream = Stream::new(seed, direction, StreamId::Delay);
-        // netem starts its correlated uniform from a random value, not from 0.
-        let delay_last_u = delay_stream.unit();
+        let mut link = Link::with_params(LinkParams::new(cfg), seed, direction);
+        link.plain = Some(Box::new(Plain {
+            counts: FateCounts::default(),
+            serialisation_cache: [(u64::MAX, 0, 0); SERIALISATION_CACHE],
+        }));
+        link
+    }
+
+    /// A link running shared parameters, without the 64-entry serialisation
+    /// table and without counts (one instance of a dynamic pipe). Decides
+    /// exactly as [`Link::new`] with the same configuration.
+    pub(crate) fn with_params(params: Arc<LinkParams>, seed: u64, direction: u64) -> Self {
         let mut link = Link {
-            limit_packets: 0,
-            limit_bytes: 0,
+            last_arrival_ns: 0,
+            last_left_ns: 0,
+            queue_bytes: 0,
             clock_ns: 0,
             clock_rem: 0,
-            serialisation_cache: Box::new([(u64::MAX, 0, 0); SERIALISATION_CACHE]),
-            queue: VecDeque::new(),
-            queue_bytes: 0,
-            last_arrival_ns: 0,
             last_release_ns: 0,
-            reorder_counter: 0,
+            params: params.clone(),
+            random: None,
             policer: None,
-            loss: LossState::new(&cfg.loss),
-            delay_last_u,
-            delay_mode: DelayMode::Constant,
-            reorder: CorrelatedChance::new(0.0, 0.0),
-            duplicate: CorrelatedChance::new(0.0, 0.0),
-            corrupt: CorrelatedChance::new(0.0, 0.0),
-            loss_stream: Stream::new(seed, direction, StreamId::Loss),
-            delay_stream,
-            reorder_stream: Stream::new(seed, direction, StreamId::Reorder),
-            duplicate_stream: Stream::new(seed, direction, StreamId::Duplicate),
-            corrupt_stream: Stream::new(seed, direction, StreamId::Corrupt),
-            counts: FateCounts::default(),
+            plain: None,
+            queue: VecDeque::new(),
+            serialisation_last: (u64::MAX, 0, 0),
             burst: None,
-            cfg: LinkConfig::default(),
+            seed,
+            direction,
         };
-        link.apply(cfg, 0, true);
+        link.apply(params, 0, true);
         link
     }
 
     /// The link's current configuration.
     pub fn config(&self) -> &LinkConfig {
-        &self.cfg
+        &self.params.cfg
     }
 
-    /// Counts of every verdict given so far.
+    /// Counts of every verdict given so far (all zero for an instance of a
+    /// dynamic pipe, which counts in [`crate::pipe::Instance`]).
     pub fn counts(&self) -> &FateCounts {
-        &self.counts
+        self.plain.as_ref().map_or(&FateCounts::ZERO, |p| &p.counts)
     }
 
     /// The link clock: the last accepted packet's exit floored to the ns, and
@@ -231,57 +346,44 @@ impl Link {
     /// loss model's state (when the model is the same) and the random streams
     /// carry over, so a run with changes replays exactly.
     pub fn reconfigure(&mut self, now_ns: u64, cfg: LinkConfig) {
-        self.apply(cfg, now_ns, false);
+        self.apply(LinkParams::new(cfg), now_ns, false);
     }
 
-    fn apply(&mut self, cfg: LinkConfig, now_ns: u64, fresh: bool) {
-        if !fresh && cfg.rate_bps != self.cfg.rate_bps && self.clock_rem != 0 {
+    /// [`Link::reconfigure`] with parameters shared by a pipe's instances.
+    pub(crate) fn reconfigure_params(&mut self, now_ns: u64, params: Arc<LinkParams>) {
+        self.apply(params, now_ns, false);
+    }
+
+    fn apply(&mut self, params: Arc<LinkParams>, now_ns: u64, fresh: bool) {
+        let cfg = &params.cfg;
+        if !fresh && cfg.rate_bps != self.params.cfg.rate_bps && self.clock_rem != 0 {
             // The fraction is in units of the old rate; round the clock up to the ns
             // so that no packet leaves before its predecessor finished.
             self.clock_ns += 1;
             self.clock_rem = 0;
         }
-        self.serialisation_cache.fill((u64::MAX, 0, 0));
-        self.limit_packets = cfg.queue_packets.unwrap_or(u32::MAX);
-        self.limit_bytes = cfg.queue_bytes.unwrap_or(u64::MAX);
-        self.policer = cfg.policer.map(|p| match &self.policer {
-            Some(old) if !fresh => {
-                let mut b = TokenBucket::new(p.rate_bps, p.burst_bytes, old.last_ns);
-                b.tokens = old.tokens.min(b.capacity);
-                b
-            }
-            _ => TokenBucket::new(p.rate_bps, p.burst_bytes, now_ns),
-        });
-        if fresh {
-            self.loss = LossState::new(&cfg.loss);
-        } else {
-            self.loss.reconfigure(&cfg.loss);
+        if let Some(plain) = &mut self.plain {
+            plain.serialisation_cache.fill((u64::MAX, 0, 0));
         }
-        self.delay_mode = if cfg.jitter_ns == 0 && cfg.distribution.uses_jitter() {
-            DelayMode::Constant
-        } else if *cfg.distribution == Distribution::Uniform && cfg.delay_correlation == 0.0 {
-            DelayMode::Uniform {
-                lo_ns: cfg.delay_ns as i64 - cfg.jitter_ns as i64,
-                span_ns: 2 * cfg.jitter_ns,
+        self.serialisation_last = (u64::MAX, 0, 0);
+        self.policer = cfg.policer.map(|p| {
+            Box::new(match &self.policer {
+                Some(old) if !fresh => {
+                    let mut b = TokenBucket::new(p.rate_bps, p.burst_bytes, old.last_ns);
+                    b.tokens = old.tokens.min(b.capacity);
+                    b
+                }
+                _ => TokenBucket::new(p.rate_bps, p.burst_bytes, now_ns),
+            })
+        });
+        match &mut self.random {
+            Some(r) => r.reconfigure(cfg),
+            None if params.random => {
+                self.random = Some(Box::new(Random::new(self.seed, self.direction, cfg)))
             }
-        } else {
-            DelayMode::General
-        };
-        let keep = |old: &CorrelatedChance, p: f64, c: f64| {
-            let mut n = CorrelatedChance::new(p, c);
-            if !fresh {
-                n.carry_state_from(old);
-            }
-            n
-        };
-        self.reorder = keep(
-            &self.reorder,
-            cfg.reorder_probability,
-            cfg.reorder_correlation,
-        );
-        self.duplicate = keep(&self.duplicate, cfg.duplicate, cfg.duplicate_correlation);
-        self.corrupt = keep(&self.corrupt, cfg.corrupt, cfg.corrupt_correlation);
-        self.cfg = cfg;
+            None => {}
+        }
+        self.params = params;
     }
 
     /// Dummynet's `burst SIZE` (only with a rate): when a packet finds the link
@@ -291,13 +393,10 @@ impl Link {
     /// credit takes (bits − credit)/rate. Credit left when the link goes idle again
     /// is not kept (Dummynet recomputes it from the idle time).
     pub fn set_burst(&mut self, burst_bytes: u64) {
-        self.burst = (burst_bytes > 0).then_some((burst_bytes.saturating_mul(8), 0));
+        self.burst = (burst_bytes > 0).then(|| Box::new((burst_bytes.saturating_mul(8), 0)));
     }
 
     /// Decides the fate and release time of a packet arriving at `now_ns`.
-    // One function on purpose (over 80 lines): it is the per-packet path, its
-    // steps follow the numbered model in the module doc one to one, and the early
-    // returns of each drop read best in one place.
     #[inline]
     pub fn on_arrival(&mut self, now_ns: u64, meta: PacketMeta) -> Verdict {
         self.arrive(now_ns, meta, LinkExtra::default())
@@ -310,16 +409,26 @@ impl Link {
         self.arrive(now_ns, meta, extra)
     }
 
+    // One function on purpose (over 80 lines): it is the per-packet path, its
+    // steps follow the numbered model in the module doc one to one, and the early
+    // returns of each drop read best in one place.
     #[inline(always)]
     fn arrive(&mut self, now_ns: u64, meta: PacketMeta, extra: LinkExtra) -> Verdict {
+        let p: &LinkParams = &self.params;
         let t_a = now_ns.max(self.last_arrival_ns);
         self.last_arrival_ns = t_a;
-        while let Some(&(left_ns, len)) = self.queue.front() {
-            if left_ns > t_a {
-                break;
+        if t_a >= self.last_left_ns {
+            // Everything queued has left: no need to read the entries.
+            self.queue.clear();
+            self.queue_bytes = 0;
+        } else {
+            while let Some(&(left_ns, len)) = self.queue.front() {
+                if left_ns > t_a {
+                    break;
+                }
+                self.queue.pop_front();
+                self.queue_bytes -= len as u64;
             }
-            self.queue.pop_front();
-            self.queue_bytes -= len as u64;
         }
         let mut v = Verdict {
             fate: Fate::Delivered,
@@ -333,27 +442,31 @@ impl Link {
 
         if let Some(bucket) = &mut self.policer {
             if !bucket.admit(t_a, len) {
-                return self.finish(v, Fate::Policed);
+                return finish(&mut self.plain, v, Fate::Policed);
             }
         }
 
-        let wire_bits = (len as u64 + self.cfg.overhead_bytes as u64) * 8;
-        let lost = self.loss.draw(wire_bits, &mut self.loss_stream);
-        if lost && self.cfg.loss_at == LossAt::Arrival {
-            return self.finish(v, Fate::Loss);
+        let wire_bits = (len as u64 + p.cfg.overhead_bytes as u64) * 8;
+        let lost = match &mut self.random {
+            Some(r) => r.loss.draw(wire_bits, &mut r.loss_stream),
+            None => false,
+        };
+        if lost && p.cfg.loss_at == LossAt::Arrival {
+            return finish(&mut self.plain, v, Fate::Loss);
         }
 
-        if v.queue_packets >= self.limit_packets
-            || v.queue_bytes.saturating_add(len as u64) > self.limit_bytes
+        if v.queue_packets >= p.limit_packets
+            || v.queue_bytes.saturating_add(len as u64) > p.limit_bytes
         {
-            return self.finish(v, Fate::QueueFull);
+            return finish(&mut self.plain, v, Fate::QueueFull);
         }
 
-        let t_link = match self.cfg.rate_bps {
+        let t_link = match p.cfg.rate_bps {
             Some(rate) => {
                 let idle = t_a > self.clock_ns;
                 if idle {
-                    if let Some((limit, credit)) = &mut self.burst {
+                    if let Some(b) = &mut self.burst {
+                        let (limit, credit) = &mut **b;
                         let idle_ns = t_a - self.clock_ns;
                         let earned = (idle_ns as u128 * rate as u128 / 1_000_000_000) as u64;
                         *credit = earned.min(*limit);
@@ -362,13 +475,19 @@ impl Link {
                     self.clock_rem = 0;
                 }
                 let mut bits_on_link = wire_bits;
-                if let Some((_, credit)) = &mut self.burst {
+                if let Some(b) = &mut self.burst {
+                    let credit = &mut b.1;
                     let used = (*credit).min(wire_bits);
                     *credit -= used;
                     bits_on_link -= used;
                 }
-                let slot = &mut self.serialisation_cache
-                    [(bits_on_link as usize / 8) % SERIALISATION_CACHE];
+                let slot = match &mut self.plain {
+                    Some(plain) => {
+                        &mut plain.serialisation_cache
+                            [(bits_on_link as usize / 8) % SERIALISATION_CACHE]
+                    }
+                    None => &mut self.serialisation_last,
+                };
                 if slot.0 != bits_on_link {
                     // bits·1e9 ≤ 2^19·1e9 < 2^64.
                     let scaled = bits_on_link * 1_000_000_000;
@@ -389,6 +508,7 @@ impl Link {
                 self.clock_rem = rem;
                 let left_ns = self.clock_ns + (self.clock_rem != 0) as u64;
                 self.queue.push_back((left_ns, len));
+                self.last_left_ns = left_ns;
                 self.queue_bytes += len as u64;
                 self.clock_ns
             }
@@ -396,25 +516,38 @@ impl Link {
         };
         if lost || extra.lose_after_link {
             v.release_ns = t_link;
-            return self.finish(v, Fate::Loss);
+            return finish(&mut self.plain, v, Fate::Loss);
         }
 
-        let reordered = self.cfg.reorder_gap > 0 && {
-            if self.reorder_counter + 1 >= self.cfg.reorder_gap
-                && self.reorder.draw(&mut self.reorder_stream)
-            {
-                self.reorder_counter = 0;
+        let Some(r) = &mut self.random else {
+            // No draws: the delay is constant and nothing else happens.
+            let release = t_link.saturating_add(p.cfg.delay_ns);
+            v.release_ns = if p.cfg.reorder_allow {
+                release
+            } else {
+                let r = release.max(self.last_release_ns);
+                self.last_release_ns = r;
+                r
+            };
+            if let Some(plain) = &mut self.plain {
+                plain.counts.add(Fate::Delivered);
+            }
+            return v;
+        };
+        let reordered = p.cfg.reorder_gap > 0 && {
+            if r.reorder_counter + 1 >= p.cfg.reorder_gap && r.reorder.draw(&mut r.reorder_stream) {
+                r.reorder_counter = 0;
                 true
             } else {
-                self.reorder_counter += 1;
+                r.reorder_counter += 1;
                 false
             }
         };
         v.release_ns = if reordered {
             t_link
         } else {
-            let release = t_link.saturating_add(self.draw_delay_ns());
-            if self.cfg.reorder_allow {
+            let release = t_link.saturating_add(draw_delay_ns(p, r));
+            if p.cfg.reorder_allow {
                 release
             } else {
                 let r = release.max(self.last_release_ns);
@@ -423,57 +556,71 @@ impl Link {
             }
         };
 
-        if !self.duplicate.is_never() && self.duplicate.draw(&mut self.duplicate_stream) {
+        if !r.duplicate.is_never() && r.duplicate.draw(&mut r.duplicate_stream) {
             v.duplicate = true;
-            self.counts.duplicated += 1;
-        }
-        if !self.corrupt.is_never() && self.corrupt.draw(&mut self.corrupt_stream) && len > 0 {
-            v.corrupt_bit = Some(self.corrupt_stream.below(len as u64 * 8) as u32);
-            self.counts.corrupted += 1;
-        }
-        self.counts.add(Fate::Delivered);
-        v
-    }
-
-    #[inline]
-    fn finish(&mut self, mut v: Verdict, fate: Fate) -> Verdict {
-        v.fate = fate;
-        self.counts.add(fate);
-        v
-    }
-
-    #[inline]
-    fn draw_delay_ns(&mut self) -> u64 {
-        let cfg = &self.cfg;
-        match self.delay_mode {
-            DelayMode::Constant => return cfg.delay_ns,
-            DelayMode::Uniform { lo_ns, span_ns } => {
-                let d = lo_ns + self.delay_stream.below(span_ns + 1) as i64;
-                return d.max(0) as u64;
+            if let Some(plain) = &mut self.plain {
+                plain.counts.duplicated += 1;
             }
-            DelayMode::General => {}
         }
-        let fresh = self.delay_stream.unit();
-        let u = if cfg.delay_correlation > 0.0 {
-            let rho = cfg.delay_correlation;
-            let u = (1.0 - rho) * fresh + rho * self.delay_last_u;
-            self.delay_last_u = u;
-            u
-        } else {
-            fresh
-        };
-        let z = cfg.distribution.standard(u, &mut self.delay_stream);
-        let d = match *cfg.distribution {
-            Distribution::Cdf { .. } => cfg.delay_ns as f64 + z,
-            _ => cfg.delay_ns as f64 + cfg.jitter_ns as f64 * z,
-        };
-        if d <= 0.0 {
-            0
-        } else if d >= u64::MAX as f64 {
-            u64::MAX
-        } else {
-            // Half-up rounding by truncation: `f64::round` is a libm call without SSE4.1.
-            (d + 0.5) as u64
+        if !r.corrupt.is_never() && r.corrupt.draw(&mut r.corrupt_stream) && len > 0 {
+            v.corrupt_bit = Some(r.corrupt_stream.below(len as u64 * 8) as u32);
+            if let Some(plain) = &mut self.plain {
+                plain.counts.corrupted += 1;
+            }
         }
+        if let Some(plain) = &mut self.plain {
+            plain.counts.add(Fate::Delivered);
+        }
+        v
     }
+}
+
+#[inline]
+fn finish(plain: &mut Option<Box<Plain>>, mut v: Verdict, fate: Fate) -> Verdict {
+    v.fate = fate;
+    if let Some(plain) = plain {
+        plain.counts.add(fate);
+    }
+    v
+}
+
+#[inline]
+fn draw_delay_ns(p: &LinkParams, r: &mut Random) -> u64 {
+    let cfg = &p.cfg;
+    match p.delay_mode {
+        DelayMode::Constant => return cfg.delay_ns,
+        DelayMode::Uniform { lo_ns, span_ns } => {
+            let d = lo_ns + r.delay_stream.below(span_ns + 1) as i64;
+            return d.max(0) as u64;
+        }
+        DelayMode::General => {}
+    }
+    let fresh = r.delay_stream.unit();
+    let u = if cfg.delay_correlation > 0.0 {
+        let rho = cfg.delay_correlation;
+        let u = (1.0 - rho) * fresh + rho * r.delay_last_u;
+        r.delay_last_u = u;
+        u
+    } else {
+        fresh
+    };
+    let z = cfg.distribution.standard(u, &mut r.delay_stream);
+    let d = match *cfg.distribution {
+        Distribution::Cdf { .. } => cfg.delay_ns as f64 + z,
+        _ => cfg.delay_ns as f64 + cfg.jitter_ns as f64 * z,
+    };
+    if d <= 0.0 {
+        0
+    } else if d >= u64::MAX as f64 {
+        u64::MAX
+    } else {
+        // Half-up rounding by truncation: `f64::round` is a libm call without SSE4.1.
+        (d + 0.5) as u64
+    }
+}
+
+/// Bytes of a link's random streams and chains, held only by a link whose
+/// configuration draws random numbers.
+pub(crate) fn random_state_bytes() -> usize {
+    std::mem::size_of::<Random>()
 }

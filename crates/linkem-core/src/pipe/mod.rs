@@ -22,18 +22,24 @@
 //! driven by a min-heap with one entry per live instance (a stale entry is
 //! pushed back with the instance's newer idle time), so it costs O(log n) per
 //! arrival amortised, whatever the number of instances.
+//!
+//! An instance holds only running state (256 bytes plus its queue ring): the
+//! pipe's link configuration is compiled once and shared, and the random
+//! streams, policer, burst credit and profile stream are allocated only when
+//! the configuration uses them. A packet reads one line of the flow index
+//! (`FlowIndex`) and the first two lines of its instance.
 
 pub mod profile;
 
 use crate::config::{Dialect, LinkConfig, LinkSpec};
-use crate::link::{Link, LinkExtra, PacketMeta, Verdict};
+use crate::link::{Link, LinkExtra, LinkParams, PacketMeta, Verdict};
 use crate::rng::{Stream, StreamId};
 use crate::rules::flow::FlowKey;
 use crate::rules::parse::{parse_number, rerr, RulesError};
 pub use profile::Profile;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::BinaryHeap;
+use std::hash::Hasher;
 use std::sync::Arc;
 
 /// Reads a file named in a rule file (`profile FILE`, `distribution FILE`).
@@ -134,6 +140,29 @@ impl MaskedKey {
             h = mix(h ^ v);
         }
         h
+    }
+}
+
+impl MaskedKey {
+    /// The hash the flow index files the key under: cheaper than
+    /// [`MaskedKey::flow_id`] (one multiply per word, one final mix), and
+    /// never seen outside the index, so free to change.
+    #[inline]
+    fn index_hash(&self) -> u64 {
+        let mut h = self.ip_version as u64
+            | (self.proto as u64) << 8
+            | (self.src_port as u64) << 16
+            | (self.dst_port as u64) << 32;
+        for v in [
+            self.src_ip as u64,
+            (self.src_ip >> 64) as u64,
+            self.dst_ip as u64,
+            (self.dst_ip >> 64) as u64,
+            self.flow_label as u64,
+        ] {
+            h = (h ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
+        }
+        mix(h)
     }
 }
 
@@ -434,17 +463,21 @@ pub(crate) fn parse_mask(
 }
 
 /// One instance of a pipe.
+///
+/// Laid out so that a packet touches few cache lines (`repr(C)` keeps the
+/// order, 128-byte alignment keeps pairs of lines together for the adjacent
+/// line prefetcher): the key the flow index checks, the counters and the
+/// link's clocks fill the first 128 bytes, the link's pointers, queue and
+/// serialisation memo most of the next; the link's configuration is shared
+/// by the pipe's instances.
 #[derive(Debug, Clone)]
+#[repr(C, align(128))]
 pub struct Instance {
-    /// This instance's link: its own queue, serialiser, delay line and random
-    /// streams, seeded by [`instance_seed`].
-    pub link: Link,
-    profile_stream: Option<Stream>,
     /// The masked flow this instance serves (all zero for a pipe without a
     /// mask).
     pub key: MaskedKey,
-    /// [`MaskedKey::flow_id`] of `key` (0 for a pipe without a mask).
-    pub flow_id: u64,
+    /// No packet of this instance is queued or unreleased from here on.
+    pub idle_at_ns: u64,
     /// Packets that arrived at this instance (ipfw's `Tot_pkt`).
     pub tot_pkts: u64,
     /// Bytes of those packets (ipfw's `bytes`).
@@ -452,34 +485,45 @@ pub struct Instance {
     /// Of those packets, the ones the link dropped (queue full, loss,
     /// policer; ipfw's `Drp`).
     pub drops: u64,
-    /// No packet of this instance is queued or unreleased from here on.
-    pub idle_at_ns: u64,
+    /// This instance's link: its own queue, serialiser, delay line and random
+    /// streams, seeded by [`instance_seed`].
+    pub link: Link,
+    /// [`MaskedKey::flow_id`] of `key` (0 for a pipe without a mask).
+    pub flow_id: u64,
+    profile_stream: Option<Box<Stream>>,
 }
 
 impl Instance {
-    fn new(def: &PipeDef, seed: u64, key: MaskedKey, flow_id: u64, created_ns: u64) -> Self {
+    fn new(
+        def: &PipeDef,
+        params: &Arc<LinkParams>,
+        seed: u64,
+        key: MaskedKey,
+        flow_id: u64,
+        created_ns: u64,
+    ) -> Self {
         let s = instance_seed(seed, def.number, flow_id, created_ns);
-        let mut link = Link::new(def.link.clone(), s, 0);
+        let mut link = Link::with_params(params.clone(), s, 0);
         link.set_burst(def.burst_bytes);
         Instance {
-            link,
-            profile_stream: def
-                .profile
-                .as_ref()
-                .map(|_| Stream::new(s, 0x7072_6f66, StreamId::Loss)),
             key,
-            flow_id,
+            idle_at_ns: 0,
             tot_pkts: 0,
             tot_bytes: 0,
             drops: 0,
-            idle_at_ns: 0,
+            link,
+            flow_id,
+            profile_stream: def
+                .profile
+                .as_ref()
+                .map(|_| Box::new(Stream::new(s, 0x7072_6f66, StreamId::Loss))),
         }
     }
 
     #[inline]
     fn arrive(&mut self, now_ns: u64, len_bytes: u32, profile: Option<&Profile>) -> Verdict {
         let meta = PacketMeta { len_bytes };
-        let v = match (profile, self.profile_stream.as_mut()) {
+        let v = match (profile, self.profile_stream.as_deref_mut()) {
             (Some(p), Some(stream)) => {
                 let extra = match p.draw(stream.next_u64()) {
                     Some(ns) => LinkExtra {
@@ -548,6 +592,118 @@ impl Hasher for KeyHasher {
     }
 }
 
+/// The index from a masked key to its instance's slot: open addressing with
+/// linear probing over 8-byte entries `tag << 32 | (slot + 1)` (0: empty),
+/// where `tag` is the top 32 bits of [`MaskedKey::index_hash`] and also picks
+/// the home bucket (`tag & mask`), so the table grows without the keys.
+///
+/// Hand-written because it is on every packet's path: a lookup reads one
+/// cache line of the table (8 entries) and then the instance, whose key
+/// confirms the match; a general map reads a control group and a separate
+/// bucket holding the 48-byte key. At most 3/4 full; deletion shifts the
+/// following entries back (no tombstones), so lookups stay short under churn.
+#[derive(Debug, Default)]
+struct FlowIndex {
+    table: Vec<u64>,
+    len: usize,
+}
+
+impl FlowIndex {
+    #[inline]
+    fn home(&self, tag: u64) -> usize {
+        tag as usize & (self.table.len() - 1)
+    }
+
+    /// The slot filed under `hash` for which `is_key(slot)` holds.
+    #[inline]
+    fn find(&self, hash: u64, mut is_key: impl FnMut(u32) -> bool) -> Option<u32> {
+        if self.table.is_empty() {
+            return None;
+        }
+        let tag = hash >> 32;
+        let mask = self.table.len() - 1;
+        let mut i = self.home(tag);
+        loop {
+            let e = self.table[i];
+            if e == 0 {
+                return None;
+            }
+            if e >> 32 == tag {
+                let slot = (e as u32).wrapping_sub(1);
+                if is_key(slot) {
+                    return Some(slot);
+                }
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Files `slot` under `hash` (the key must not be filed yet).
+    fn insert(&mut self, hash: u64, slot: u32) {
+        debug_assert!(slot < u32::MAX);
+        if (self.len + 1) * 4 > self.table.len() * 3 {
+            self.grow();
+        }
+        self.place((hash >> 32) << 32 | (slot as u64 + 1));
+        self.len += 1;
+    }
+
+    fn place(&mut self, entry: u64) {
+        let mask = self.table.len() - 1;
+        let mut i = self.home(entry >> 32);
+        while self.table[i] != 0 {
+            i = (i + 1) & mask;
+        }
+        self.table[i] = entry;
+    }
+
+    fn grow(&mut self) {
+        let size = (self.table.len() * 2).max(16);
+        let old = std::mem::replace(&mut self.table, vec![0; size]);
+        for e in old.into_iter().filter(|&e| e != 0) {
+            self.place(e);
+        }
+    }
+
+    /// Removes the entry of `slot` filed under `hash`.
+    fn remove(&mut self, hash: u64, slot: u32) {
+        let want = (hash >> 32) << 32 | (slot as u64 + 1);
+        let mask = self.table.len() - 1;
+        let mut i = self.home(hash >> 32);
+        while self.table[i] != want {
+            debug_assert!(self.table[i] != 0, "removing an entry that is not filed");
+            i = (i + 1) & mask;
+        }
+        // Backward shift: move up every following entry whose home is not in
+        // (i, j], so that no probe sequence crosses an empty bucket it did not
+        // cross before.
+        let mut j = i;
+        loop {
+            j = (j + 1) & mask;
+            let e = self.table[j];
+            if e == 0 {
+                break;
+            }
+            let k = self.home(e >> 32);
+            let stays = if i <= j {
+                i < k && k <= j
+            } else {
+                i < k || k <= j
+            };
+            if !stays {
+                self.table[i] = e;
+                i = j;
+            }
+        }
+        self.table[i] = 0;
+        self.len -= 1;
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
 /// The node-wide limits on dynamic instances.
 #[derive(Debug, Clone, Copy)]
 pub struct FlowBudget {
@@ -597,9 +753,11 @@ pub enum PipeVerdict {
 pub struct Pipe {
     /// The pipe's configuration, as parsed.
     pub def: Arc<PipeDef>,
+    /// `def.link` compiled once, shared by every instance.
+    params: Arc<LinkParams>,
     seed: u64,
     single: Option<Instance>,
-    index: HashMap<MaskedKey, u32, BuildHasherDefault<KeyHasher>>,
+    index: FlowIndex,
     slots: Vec<Option<Instance>>,
     free: Vec<u32>,
     expiry: BinaryHeap<Reverse<(u64, u32)>>,
@@ -617,15 +775,17 @@ impl Pipe {
     /// `seed`. A pipe without a mask has its one instance from the start
     /// (flow 0, created at 0); a masked pipe makes instances as flows arrive.
     pub fn new(def: PipeDef, seed: u64) -> Pipe {
+        let params = LinkParams::new(def.link.clone());
         let single = def
             .mask
             .is_none()
-            .then(|| Instance::new(&def, seed, MaskedKey::default(), 0, 0));
+            .then(|| Instance::new(&def, &params, seed, MaskedKey::default(), 0, 0));
         Pipe {
             def: Arc::new(def),
+            params,
             seed,
             single,
-            index: HashMap::default(),
+            index: FlowIndex::default(),
             slots: Vec::new(),
             free: Vec::new(),
             expiry: BinaryHeap::new(),
@@ -642,12 +802,13 @@ impl Pipe {
     /// the same mask and profile presence ([`Pipe::can_reconfigure`]).
     pub fn reconfigure(&mut self, def: PipeDef, now_ns: u64) {
         debug_assert!(self.can_reconfigure(&def));
+        self.params = LinkParams::new(def.link.clone());
         for inst in self
             .single
             .iter_mut()
             .chain(self.slots.iter_mut().flatten())
         {
-            inst.link.reconfigure(now_ns, def.link.clone());
+            inst.link.reconfigure_params(now_ns, self.params.clone());
             inst.link.set_burst(def.burst_bytes);
         }
         self.def = Arc::new(def);
@@ -699,14 +860,22 @@ impl Pipe {
             .expect("a pipe without an instance has a mask");
         self.expire(now_ns, flows.idle_hold_ns, &mut flows.live);
         let mk = mask.apply(key);
-        let slot = match self.index.get(&mk) {
-            Some(&s) => s,
+        let hash = mk.index_hash();
+        let slots = &self.slots;
+        let found = self.index.find(hash, |s| {
+            slots[s as usize]
+                .as_ref()
+                .is_some_and(|inst| inst.key == mk)
+        });
+        let slot = match found {
+            Some(s) => s,
             None => {
                 if flows.live >= flows.max {
                     self.flow_limit_drops += 1;
                     return PipeVerdict::FlowLimit;
                 }
-                let inst = Instance::new(&self.def, self.seed, mk, mk.flow_id(), now_ns);
+                let inst =
+                    Instance::new(&self.def, &self.params, self.seed, mk, mk.flow_id(), now_ns);
                 let s = match self.free.pop() {
                     Some(s) => {
                         self.slots[s as usize] = Some(inst);
@@ -717,7 +886,7 @@ impl Pipe {
                         (self.slots.len() - 1) as u32
                     }
                 };
-                self.index.insert(mk, s);
+                self.index.insert(hash, s);
                 self.expiry.push(Reverse((now_ns, s)));
                 flows.live += 1;
                 s
@@ -751,7 +920,7 @@ impl Pipe {
             self.gone.0 += inst.tot_pkts;
             self.gone.1 += inst.tot_bytes;
             self.gone.2 += inst.drops;
-            self.index.remove(&inst.key);
+            self.index.remove(inst.key.index_hash(), slot);
             self.free.push(slot);
             *live_flows -= 1;
             self.expired += 1;
@@ -759,16 +928,68 @@ impl Pipe {
     }
 }
 
-/// Bytes one live dynamic instance holds, computed from type sizes: the
-/// instance itself, its link's serialisation cache (64 entries of 24 bytes),
-/// its link queue's ring at its smallest allocation (4 entries of 16 bytes),
-/// the flow index entry (key, slot, control byte) and its expiry heap entry.
-/// An expired instance holds nothing: its slot is reused.
+/// Bytes one live dynamic instance holds, computed from type sizes, for a
+/// pipe that draws no random numbers (no loss, jitter, reorder, duplicate or
+/// corrupt; add [`instance_random_bytes`] for one that does) and has no
+/// policer, `burst` or `profile` (each a small allocation of its own): the instance
+/// itself, its link queue's ring at its smallest allocation (4 entries of 16
+/// bytes), its flow index entry at the index's emptiest (8 bytes at 3/8 full:
+/// 22 bytes) and its expiry heap entry. The configuration is shared by the
+/// pipe's instances. An expired instance holds nothing: its slot is reused.
 pub fn instance_memory_bytes() -> usize {
     std::mem::size_of::<Option<Instance>>()
-        + 64 * 24
         + 4 * 16
-        + std::mem::size_of::<(MaskedKey, u32)>()
-        + 1
+        + 8 * 8 / 3
         + std::mem::size_of::<Reverse<(u64, u32)>>()
+}
+
+/// Bytes an instance of a pipe that draws random numbers holds on top of
+/// [`instance_memory_bytes`]: its random streams and chains.
+pub fn instance_random_bytes() -> usize {
+    crate::link::random_state_bytes()
+}
+
+#[cfg(test)]
+mod layout_tests {
+    use super::*;
+
+    #[test]
+    fn hot_fields_of_an_instance_fill_its_first_128_bytes() {
+        assert_eq!(std::mem::offset_of!(Instance, link), 80);
+        assert!(std::mem::size_of::<Option<Instance>>() <= 256);
+    }
+
+    /// The flow index against a map, under churn with colliding home buckets
+    /// (hashes that differ only above the table's mask) and equal tags.
+    #[test]
+    fn flow_index_finds_what_a_map_finds_under_churn() {
+        let mut idx = FlowIndex::default();
+        let mut reference = std::collections::HashMap::new();
+        let mut x = 0x1234_5678_9abc_def0u64;
+        for round in 0..20_000u32 {
+            x = mix(x);
+            // 300 keys; hashes share their low home bits often, and keys 2k
+            // and 2k+1 share the whole tag, so the slot check must tell them apart.
+            let key = (x % 300) as u32;
+            let hash = ((key / 2) as u64 % 37) << 32 | ((key as u64 / 2) << 40) | 0xdead;
+            let found = idx.find(hash, |s| reference.get(&key) == Some(&s));
+            assert_eq!(
+                found,
+                reference.get(&key).copied(),
+                "round {round} key {key}"
+            );
+            match found {
+                Some(s) if x & 1 == 0 => {
+                    idx.remove(hash, s);
+                    reference.remove(&key);
+                }
+                None => {
+                    idx.insert(hash, key + 7);
+                    reference.insert(key, key + 7);
+                }
+                _ => {}
+            }
+            assert_eq!(idx.len(), reference.len());
+        }
+    }
 }
