@@ -520,7 +520,8 @@ fn objects_metrics(o: &mut String, s: &linkem_runtime::pipeline::ObjectsSnapshot
                 let _ = writeln!(o, "{name}{{{kind}=\"{n}\",fate=\"{fate}\"}} {v}");
             }
         }
-        let gauges: [(&str, &str, fn(&ObjectStats) -> u64); 2] = [
+        type Gauge = fn(&ObjectStats) -> u64;
+        let gauges: [(&str, &str, Gauge); 2] = [
             (
                 "occupancy_packets",
                 "Delivered packets in it whose release time has not come.",
