@@ -13,8 +13,8 @@
 //!   one counter per bucket, found by binary search over 16 bounds, no
 //!   allocation per packet.
 //! - **In the pipe now**: packets it delivered whose release time has not
-//!   come, kept as a min-heap of (release, length) per object; entries past
-//!   `now` are dropped when read. The heap grows to the largest occupancy
+//!   come, kept as a min-heap of (release, length) per object; entries
+//!   released are dropped at each arrival and when read. The heap grows to the largest occupancy
 //!   seen and is then reused (allocation only when that grows). Packets a
 //!   scheduler holds before service are not yet decided, so not counted
 //!   here (`sched N show` lists each queue's length).
@@ -112,6 +112,9 @@ impl Tracked {
                 s.fates.add(Fate::Delivered);
                 s.delivered_bytes += len_bytes as u64;
                 s.delay.record(d.release_ns.saturating_sub(arrival_ns));
+                // Released by the packet's arrival: gone, whether or not
+                // anyone reads the counts (the heap stays the occupancy's size).
+                self.prune(arrival_ns);
                 self.pending.push(Reverse((d.release_ns, len_bytes)));
             }
             NodeFate::Delivered => s.fates.add(Fate::Backpressure),
@@ -125,13 +128,17 @@ impl Tracked {
         }
     }
 
-    fn snapshot(&mut self, now_ns: u64) -> ObjectStats {
+    fn prune(&mut self, now_ns: u64) {
         while let Some(Reverse((t, _))) = self.pending.peek() {
             if *t > now_ns {
                 break;
             }
             self.pending.pop();
         }
+    }
+
+    fn snapshot(&mut self, now_ns: u64) -> ObjectStats {
+        self.prune(now_ns);
         let mut s = self.stats;
         s.queued_packets = self.pending.len() as u64;
         s.queued_bytes = self.pending.iter().map(|Reverse((_, l))| *l as u64).sum();
@@ -273,6 +280,13 @@ mod tests {
         assert_eq!(s.queues[0].0, 7);
         assert_eq!((q7.node_drops.red_drop, q7.node_drops.aqm_drop), (1, 1));
         assert_eq!(s.pipes[1].1.node_drops.red_drop, 1);
+        // Entries released before an arrival go at that arrival.
+        let mut t = Tracked::default();
+        for i in 0..1000u64 {
+            let d = decision(1, None, NodeFate::Delivered, i * 10 + 5);
+            t.record(&d, i * 10, 100, true);
+        }
+        assert_eq!(t.pending.len(), 1);
         o.retain(|p| p == 2, |_| false);
         let s = o.snapshot(0);
         assert_eq!(s.pipes.len(), 1);
