@@ -12,6 +12,14 @@
 #
 #   sudo scripts/bench-ctl.sh            (RATE=100M SECS=5 N=20000 STORM_RATE=10000 by default)
 #
+# RULES=1 runs the bridge with a rule set instead (`--rules`: 2 pipes, 10
+# rules, the traffic taken by the last one, through pipe 1 with delay 5ms)
+# and the changes are `pipe 1 config delay ...` (alternating values; the
+# pipe keeps its queued packets at each); drops then include the node's own
+# (red-drop, aqm-drop, flow-limit, flushed).
+#
+#   sudo RULES=1 SECS=3 scripts/bench-ctl.sh
+#
 # Needs root, iproute2, ethtool, iperf3, python3 (installs them if missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +32,7 @@ RATE=${RATE:-100M}
 SECS=${SECS:-5}
 N=${N:-20000}
 STORM_RATE=${STORM_RATE:-10000}
+RULES=${RULES:-}
 LINKEM=${LINKEM:-target/debug/linkem}
 [ -x "$LINKEM" ] || cargo build -p linkem
 SOCK=/run/linkem/$P.sock
@@ -40,7 +49,25 @@ trap cleanup EXIT
 topo_down "$P"
 topo_up "$P" "$NET"
 
-"$LINKEM" bridge "${P}ea" "${P}eb" delay 5ms --name "$P" --stats json >"$OUT/stats" 2>"$OUT/err" &
+if [ -n "$RULES" ]; then
+  {
+    echo "pipe 1 config delay 5ms"
+    echo "pipe 2 config delay 50ms"
+    # Nine rules this traffic never matches (every packet is tried against them), then its own.
+    for i in $(seq 1 9); do
+      echo "add $((i * 10)) pipe 2 udp from 10.$((i + 100)).0.0/16 to any dst-port $((1000 + i))"
+    done
+    echo "add 1000 pipe 1 ip from any to any"
+  } >"$OUT/rules"
+  export CHANGE="pipe 1 config delay %dus"
+  LINK=(--rules "$OUT/rules")
+  WHAT="a rule set (2 pipes, 10 rules; pipe 1 delay 5ms)"
+else
+  export CHANGE="link both delay %dus"
+  LINK=(delay 5ms)
+  WHAT="delay 5ms"
+fi
+"$LINKEM" bridge "${P}ea" "${P}eb" "${LINK[@]}" --name "$P" --stats json >"$OUT/stats" 2>"$OUT/err" &
 LPID=$!
 for _ in $(seq 100); do
   "$LINKEM" ctl --socket "$SOCK" ping >/dev/null 2>&1 && break
@@ -50,15 +77,16 @@ done
 # A client on one connection: lockstep or pipelined, N changes or for SECS seconds.
 client() {
   python3 - "$SOCK" "$@" <<'EOF'
-import socket, sys, time
+import os, socket, sys, time
 path, mode, arg = sys.argv[1], sys.argv[2], float(sys.argv[3])
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.connect(path)
 f = s.makefile("rwb", buffering=0)
 r = s.makefile("rb")
 r.readline()  # banner
+change = os.environ["CHANGE"].encode() + b"\n"
 def line(i):
-    return b"link both delay %dus\n" % (5000 + (i % 7) * 100)
+    return change % (5000 + (i % 7) * 100)
 bad = 0
 t0 = time.perf_counter()
 if mode == "pipelined":
@@ -98,7 +126,8 @@ echo
 PN=200
 t0=$(date +%s%N)
 for i in $(seq "$PN"); do
-  "$LINKEM" ctl --socket "$SOCK" link both delay "$((5000 + i % 7 * 100))us" >/dev/null
+  # shellcheck disable=SC2046 # CHANGE is words
+  "$LINKEM" ctl --socket "$SOCK" $(printf "$CHANGE" "$((5000 + i % 7 * 100))") >/dev/null
 done
 t1=$(date +%s%N)
 t2=$(date +%s%N)
@@ -136,7 +165,7 @@ print(f"| {sys.argv[1]} | {d['"'"'received'"'"']} | {f['"'"'delivered'"'"'] / se
   [ -n "$storm" ] && echo "  $(cat "$OUT/storm")" >&2
   return 0
 }
-echo "## Forwarding a->b, UDP 1000 B at $RATE for $SECS s, delay 5ms"
+echo "## Forwarding a->b, UDP 1000 B at $RATE for $SECS s, $WHAT"
 echo
 echo "| phase | received | delivered/s | drops | in flight | lateness p50 us | p99 us | p99.9 us | max us |"
 echo "|---|---|---|---|---|---|---|---|---|"

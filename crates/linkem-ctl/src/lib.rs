@@ -47,7 +47,10 @@
 //! packets (pipes keep their queued packets and release times). There `show`
 //! and `list` give the rules with owners and packet/byte counters (`text`: the
 //! `ipfw -a list` layout), `pipe [N] show` the pipes and flows (`text`: the
-//! `ipfw pipe show` layout), and `link` requests are refused. Every pipe,
+//! `ipfw pipe show` layout), `queue|sched [N] show` the objects' config lines
+//! and the queues and flows under them (`queues`/`scheds`, `schedulers`);
+//! with N only object N, an unknown N an error naming it; and `link`
+//! requests are refused. Every pipe,
 //! queue, scheduler and rule belongs to the uid that created it; only it or
 //! root may change or delete it. An emulator without a rule set (a plain
 //! `linkem bridge`) answers them with the error [`NO_RULE_SET`] and changes

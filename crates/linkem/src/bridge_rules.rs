@@ -25,7 +25,10 @@ use anyhow::{bail, Context, Result};
 use linkem_core::node::{Node, NodeConfig};
 use linkem_core::rules::RuleSet;
 use linkem_io::creds::starter_uid;
-use linkem_runtime::pipeline::{buffer_bytes_for, DirectionStats, NodeBridge, NodeOptions};
+use linkem_runtime::pipeline::{
+    buffer_bytes_for, DirectionStats, NodeBridge, NodeOptions, ObjectStats, ObjectsSnapshot,
+    DELAY_BUCKETS_NS,
+};
 use serde_json::json;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -287,12 +290,14 @@ fn print_rules_stats(
                 })
                 .collect();
             let node = bridge.with_node(node_json);
+            let objects = objects_json(&bridge.object_stats());
             let out = json!({
                 "elapsed_s": secs,
                 "final": last,
                 "seed": seed,
                 "directions": dirs,
                 "node": node,
+                "objects": objects,
             });
             println!(
                 "{}",
@@ -315,4 +320,51 @@ fn print_rules_stats(
             print!("{}", bridge.with_node(node_text));
         }
     }
+}
+
+/// The fates a pipe or queue counts, by name (as the directions name them).
+pub fn object_fates(s: &ObjectStats) -> [(&'static str, u64); 8] {
+    use linkem_core::Fate;
+    let f = &s.fates;
+    let d = &s.node_drops;
+    [
+        ("delivered", f.get(Fate::Delivered)),
+        ("loss", f.get(Fate::Loss)),
+        ("queue-full", f.get(Fate::QueueFull)),
+        ("policed", f.get(Fate::Policed)),
+        ("backpressure", f.get(Fate::Backpressure)),
+        ("red-drop", d.red_drop),
+        ("aqm-drop", d.aqm_drop),
+        ("flow-limit", d.flow_limit),
+    ]
+}
+
+/// `--stats json`'s `objects`: per pipe and per queue, the packets by fate,
+/// the packets and bytes in it now, and the histogram of time spent in it
+/// (`le_s`: bucket bounds in seconds; `counts`: cumulative, as Prometheus
+/// gives them, the last one all).
+pub fn objects_json(s: &ObjectsSnapshot) -> serde_json::Value {
+    let one = |key: &str, n: u32, o: &ObjectStats| {
+        let fates: serde_json::Map<String, serde_json::Value> = object_fates(o)
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), json!(v)))
+            .collect();
+        json!({
+            key: n,
+            "fates": fates,
+            "delivered_bytes": o.delivered_bytes,
+            "queued_packets": o.queued_packets,
+            "queued_bytes": o.queued_bytes,
+            "time_in_pipe": {
+                "le_s": DELAY_BUCKETS_NS.iter().map(|b| *b as f64 / 1e9).collect::<Vec<_>>(),
+                "counts": o.delay.cumulative().to_vec(),
+                "sum_s": o.delay.sum_ns as f64 / 1e9,
+                "count": o.delay.count,
+            },
+        })
+    };
+    json!({
+        "pipes": s.pipes.iter().map(|(n, o)| one("pipe", *n, o)).collect::<Vec<_>>(),
+        "queues": s.queues.iter().map(|(n, o)| one("queue", *n, o)).collect::<Vec<_>>(),
+    })
 }

@@ -53,10 +53,40 @@ fn active(c: &Class) -> bool {
     c.stats.enqueued + c.stats.drops() > 0
 }
 
+/// Which schedulers and queues a listing shows (`sched N show`, `queue N
+/// show`); the default shows all.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Only {
+    pub sched: Option<u32>,
+    pub queue: Option<u32>,
+}
+
+impl Only {
+    fn links(self, node: &Node) -> Vec<&SchedLink> {
+        node.sched
+            .instances()
+            .filter(|l| self.sched.is_none_or(|n| n == l.pipe))
+            .filter(|l| {
+                self.queue
+                    .is_none_or(|q| l.sched.qs.classes.iter().any(|c| active(c) && c.queue == q))
+            })
+            .collect()
+    }
+
+    fn class(self, c: &Class) -> bool {
+        active(c) && self.queue.is_none_or(|q| q == c.queue)
+    }
+}
+
 /// `ipfw sched show`-like listing of every scheduled pipe, its queues and flows.
 pub fn stats_text(node: &Node) -> String {
+    stats_text_only(node, Only::default())
+}
+
+/// [`stats_text`] of the schedulers and queues `only` names.
+pub fn stats_text_only(node: &Node, only: Only) -> String {
     let mut s = String::new();
-    let links: Vec<&SchedLink> = node.sched.instances().collect();
+    let links = only.links(node);
     if links.is_empty() {
         return s;
     }
@@ -93,7 +123,7 @@ pub fn stats_text(node: &Node) -> String {
             .classes
             .iter()
             .enumerate()
-            .filter(|(_, c)| active(c))
+            .filter(|(_, c)| only.class(c))
         {
             let st = &c.stats;
             let _ = writeln!(
@@ -123,9 +153,14 @@ pub fn stats_text(node: &Node) -> String {
 
 /// The same as JSON.
 pub fn stats_json(node: &Node) -> serde_json::Value {
-    let v: Vec<_> = node
-        .sched
-        .instances()
+    stats_json_only(node, Only::default())
+}
+
+/// [`stats_json`] of the schedulers and queues `only` names.
+pub fn stats_json_only(node: &Node, only: Only) -> serde_json::Value {
+    let v: Vec<_> = only
+        .links(node)
+        .into_iter()
         .map(|l| {
             let p = &l.sched.params;
             let classes: Vec<_> = l
@@ -134,7 +169,7 @@ pub fn stats_json(node: &Node) -> serde_json::Value {
                 .classes
                 .iter()
                 .enumerate()
-                .filter(|(_, c)| active(c))
+                .filter(|(_, c)| only.class(c))
                 .map(|(i, c)| {
                     let st = &c.stats;
                     json!({
@@ -175,4 +210,79 @@ pub fn stats_json(node: &Node) -> serde_json::Value {
         })
         .collect();
     serde_json::Value::Array(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use linkem_core::node::{NodeConfig, PacketIn};
+    use linkem_core::rules::{parse_rules, FlowKey, Side};
+
+    /// Two schedulers, three queues, a packet through each queue.
+    fn node() -> Node {
+        let text = "pipe 1 config bw 10Mbit/s\npipe 2 config bw 10Mbit/s\n\
+                    sched 1 config type wf2q+\nsched 2 config type wf2q+\n\
+                    queue 1 config sched 1 weight 1\nqueue 2 config sched 1 weight 3\n\
+                    queue 3 config sched 2 weight 1\n\
+                    add 100 queue 1 udp from any to any dst-port 1\n\
+                    add 200 queue 2 udp from any to any dst-port 2\n\
+                    add 300 queue 3 udp from any to any dst-port 3\n";
+        let set = parse_rules(text, ["a", "b"], &mut linkem_core::config::no_files).unwrap();
+        let mut node = Node::new(set, NodeConfig::default());
+        let mut out = Vec::new();
+        for port in 1..=3u16 {
+            let key = FlowKey {
+                ip_version: 4,
+                proto: 17,
+                has_ports: true,
+                dst_port: port,
+                src_ip: linkem_core::rules::flow::v4_mapped(0x0a00_0001),
+                dst_ip: linkem_core::rules::flow::v4_mapped(0x0a00_0002),
+                ..FlowKey::default()
+            };
+            let pkt = PacketIn {
+                len_bytes: 100,
+                key,
+                side: Side::A,
+                tag: port as u64,
+            };
+            node.on_arrival(1_000 * port as u64, pkt, &mut out);
+        }
+        node
+    }
+
+    fn queues(v: &serde_json::Value) -> Vec<(u64, u64)> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|l| {
+                let p = l["pipe"].as_u64().unwrap();
+                l["queues"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(move |q| (p, q["queue"].as_u64().unwrap()))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn only_shows_the_named_scheduler_or_queue() {
+        let n = node();
+        assert_eq!(queues(&stats_json(&n)), [(1, 1), (1, 2), (2, 3)]);
+        let one = |sched, queue| stats_json_only(&n, Only { sched, queue });
+        assert_eq!(queues(&one(Some(2), None)), [(2, 3)]);
+        assert_eq!(queues(&one(Some(1), None)), [(1, 1), (1, 2)]);
+        assert_eq!(queues(&one(None, Some(2))), [(1, 2)]);
+        assert_eq!(queues(&one(Some(9), None)), []);
+        let text = stats_text_only(
+            &n,
+            Only {
+                sched: None,
+                queue: Some(3),
+            },
+        );
+        assert!(text.contains("00002: type WF2Q+"), "{text}");
+        assert!(!text.contains("00001: type"), "{text}");
+    }
 }

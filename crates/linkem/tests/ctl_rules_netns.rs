@@ -384,11 +384,27 @@ fn ctl_rules_metrics_match_stats_json() {
     let p = port.to_string();
     let bridge = Bridge::start(
         &topo,
-        "pipe 1 config delay 2ms\npipe 2 config mask src-port 0xffff delay 1ms bw 50Mbit/s\n\
+        "pipe 1 config delay 20ms\npipe 2 config mask src-port 0xffff delay 1ms bw 50Mbit/s\n\
+         pipe 3 config bw 50Mbit/s\nsched 3 config type wf2q+\n\
+         queue 5 config sched 3 weight 1\nqueue 6 config sched 3 weight 2\n\
+         add 90 queue 5 udp from any to any dst-port 40005\n\
          add 100 pipe 2 udp from any to any\nadd 200 pipe 1 icmp from any to any\n",
         &["--metrics", &p],
     );
     rtt_ms(&topo, topo.addr_b, 20);
+    // 50 datagrams through queue 5 of scheduler 3.
+    let ns = topo.ns_a.clone();
+    let q5 = std::net::SocketAddrV4::new(topo.addr_b, 40005);
+    std::thread::spawn(move || {
+        netns::enter(&ns).unwrap();
+        let sock = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+        for _ in 0..50 {
+            let _ = sock.send_to(&[0u8; 200], q5);
+            std::thread::sleep(Duration::from_micros(300));
+        }
+    })
+    .join()
+    .unwrap();
     let dst = std::net::SocketAddrV4::new(topo.addr_b, 40000);
     // UDP from 12 source ports, more from the low ones: the top 10 by bytes.
     let ns = topo.ns_a.clone();
@@ -405,6 +421,40 @@ fn ctl_rules_metrics_match_stats_json() {
     .join()
     .unwrap();
     std::thread::sleep(Duration::from_millis(300));
+    // `KIND N show` shows object N only; `KIND show` all; an unknown N is named.
+    let mut c = bridge.client();
+    let show = c.request_json("pipe 1 show --json").unwrap();
+    assert_eq!(show["pipes"].as_array().unwrap().len(), 1, "{show}");
+    assert_eq!(show["pipes"][0]["pipe"], 1, "{show}");
+    let show = c.request_json("pipe show --json").unwrap();
+    assert_eq!(show["pipes"].as_array().unwrap().len(), 3, "{show}");
+    let show = c.request_json("queue 5 show --json").unwrap();
+    assert_eq!(show["queues"].as_array().unwrap().len(), 1, "{show}");
+    assert_eq!(show["queues"][0]["number"], 5, "{show}");
+    let scheds = show["schedulers"].as_array().unwrap();
+    assert_eq!(scheds.len(), 1, "{show}");
+    let queues = scheds[0]["queues"].as_array().unwrap();
+    assert!(
+        !queues.is_empty() && queues.iter().all(|q| q["queue"] == 5),
+        "{show}"
+    );
+    let show = c.request_json("queue show --json").unwrap();
+    assert_eq!(show["queues"].as_array().unwrap().len(), 2, "{show}");
+    let text = ok(&ctl(&bridge.socket, &["queue", "6", "show"]));
+    assert!(
+        text.contains("queue 6 config sched 3 weight 2") && !text.contains("queue 5"),
+        "{text}"
+    );
+    let show = c.request_json("sched 3 show --json").unwrap();
+    assert_eq!(show["scheds"].as_array().unwrap().len(), 1, "{show}");
+    assert_eq!(show["schedulers"][0]["pipe"], 3, "{show}");
+    for (kind, n) in [("queue", 9), ("sched", 9), ("pipe", 9)] {
+        let o = ctl(&bridge.socket, &[kind, &n.to_string(), "show"]);
+        assert!(!o.status.success());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(&format!("{kind} {n} does not exist")), "{err}");
+    }
+    drop(c);
     // A rule change counts in the control counters; the pipes keep theirs.
     ok(&ctl(
         &bridge.socket,
@@ -468,6 +518,72 @@ fn ctl_rules_metrics_match_stats_json() {
             rule["bytes"].as_f64().unwrap()
         );
     }
+    // Per pipe and queue: fates, occupancy and time in the pipe, as
+    // `--stats json`'s `objects` counts them.
+    let objects = &v["objects"];
+    for (kind, list) in [("pipe", &objects["pipes"]), ("queue", &objects["queues"])] {
+        for o in list.as_array().unwrap() {
+            let n = o[kind].as_u64().unwrap();
+            for (fate, count) in o["fates"].as_object().unwrap() {
+                let l = format!("{{\"fate\": \"{fate}\", \"{kind}\": \"{n}\"}}");
+                assert_eq!(
+                    get(&format!("linkem_{kind}_fate_packets_total"), &l),
+                    count.as_f64().unwrap(),
+                    "{kind} {n} {fate}"
+                );
+            }
+            let l = format!("{{\"{kind}\": \"{n}\"}}");
+            assert_eq!(get(&format!("linkem_{kind}_occupancy_packets"), &l), 0.0);
+            assert_eq!(get(&format!("linkem_{kind}_occupancy_bytes"), &l), 0.0);
+            let h = &o["time_in_pipe"];
+            let name = format!("linkem_{kind}_time_in_pipe_seconds");
+            assert_eq!(
+                get(&format!("{name}_count"), &l),
+                h["count"].as_f64().unwrap()
+            );
+            let le = h["le_s"].as_array().unwrap();
+            let counts = h["counts"].as_array().unwrap();
+            for (b, c) in le.iter().zip(counts) {
+                let l = format!(
+                    "{{\"le\": \"{}\", \"{kind}\": \"{n}\"}}",
+                    b.as_f64().unwrap()
+                );
+                assert_eq!(get(&format!("{name}_bucket"), &l), c.as_f64().unwrap());
+            }
+            let inf = format!("{{\"le\": \"+Inf\", \"{kind}\": \"{n}\"}}");
+            assert_eq!(
+                get(&format!("{name}_bucket"), &inf),
+                h["count"].as_f64().unwrap()
+            );
+        }
+    }
+    // Pipe 1 (delay 20 ms, no rate) held every ping exactly 20 ms: all its
+    // mass is in the bucket holding 0.02 s, none below.
+    let pipe1 = &objects["pipes"][0];
+    assert_eq!(pipe1["pipe"], 1);
+    let le: Vec<f64> = pipe1["time_in_pipe"]["le_s"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b.as_f64().unwrap())
+        .collect();
+    let at = le.iter().position(|&b| b >= 0.02).unwrap();
+    let bucket = |i: usize| {
+        get(
+            "linkem_pipe_time_in_pipe_seconds_bucket",
+            &format!("{{\"le\": \"{}\", \"pipe\": \"1\"}}", le[i]),
+        )
+    };
+    let total = get(
+        "linkem_pipe_time_in_pipe_seconds_count",
+        "{\"pipe\": \"1\"}",
+    );
+    assert!(total >= 38.0, "pings through pipe 1: {total}");
+    assert_eq!(bucket(at - 1), 0.0, "none under {} s", le[at - 1]);
+    assert_eq!(bucket(at), total, "all at or under {} s", le[at]);
+    let q5 = &objects["queues"][0];
+    assert_eq!(q5["queue"], 5);
+    assert!(q5["fates"]["delivered"].as_u64().unwrap() >= 45, "{q5}");
     let pipe2 = &node["pipes"][1];
     assert!(pipe2["packets"].as_u64().unwrap() >= 300, "{pipe2}");
     // The ten busiest of twelve flows, each as --stats json counts it.

@@ -39,11 +39,13 @@
 mod forward;
 mod input;
 mod node;
+mod objects;
 mod options;
 mod output;
 mod wait;
 
 pub use node::{NodeBridge, NodeOptions};
+pub use objects::{DelayHistogram, ObjectStats, ObjectsSnapshot, DELAY_BUCKETS_NS};
 pub use options::{
     buffer_bytes_for, DirectionOptions, DirectionStats, NodeDrops, DEFAULT_BATCH,
     DEFAULT_MAX_LAG_NS, UNSHAPED_SIZING_RATE_BPS,

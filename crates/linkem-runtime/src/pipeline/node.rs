@@ -43,6 +43,7 @@
 //! (denied, flow-limit, RED and AQM drops) are in [`NodeDrops`].
 
 use super::input::{cut, finish, KERNEL_DROPS_EVERY_NS};
+use super::objects::{Objects, ObjectsSnapshot};
 use super::options::NodeDrops;
 use super::output::{output_stage, OutputConfig};
 use super::wait::{self, set_realtime, Realtime, SpinBudget, WakeEstimate, MIN_SPIN_NS};
@@ -100,6 +101,8 @@ pub struct NodeOptions {
 struct NodeShared {
     stop: AtomicBool,
     node: Mutex<Node>,
+    /// Per pipe and queue counts ([`super::objects`]); locked after `node`.
+    objects: Mutex<Objects>,
     /// Someone waits for the node's lock: the stage yields after its batch,
     /// so that a busy stage does not keep taking the lock back at once.
     wanted: AtomicBool,
@@ -177,6 +180,7 @@ impl NodeBridge {
         let shared = Arc::new(NodeShared {
             stop: AtomicBool::new(false),
             node: Mutex::new(node),
+            objects: Mutex::new(Objects::default()),
             wanted: AtomicBool::new(false),
             pending: Mutex::new(Vec::new()),
             has_pending: AtomicBool::new(false),
@@ -247,6 +251,12 @@ impl NodeBridge {
         let guard = lock(&self.shared.node);
         self.shared.wanted.store(false, Ordering::Relaxed);
         f(&guard)
+    }
+
+    /// Each pipe's and queue's counts by fate, packets in it now and time
+    /// spent in it ([`super::objects`]), by number.
+    pub fn object_stats(&self) -> ObjectsSnapshot {
+        lock(&self.shared.objects).snapshot(clock::now_ns())
     }
 
     /// Replaces the node at the stage's next batch. Packets the old node
@@ -330,6 +340,7 @@ struct Counts {
 
 struct Held {
     side: usize,
+    arrival_ns: u64,
     frame: Vec<u8>,
 }
 
@@ -377,7 +388,7 @@ impl Stage {
     }
 
     /// One frame received on port `side`: cut it, offer each wire frame.
-    fn take(&mut self, node: &mut Node, side: usize, frame: RxFrame<'_>) {
+    fn take(&mut self, node: &mut Node, objs: &mut Objects, side: usize, frame: RxFrame<'_>) {
         self.c[side].received += 1;
         let stamp = if frame.ts_ns != 0 {
             frame.ts_ns.max(self.started_ns)
@@ -388,7 +399,7 @@ impl Stage {
         self.last_ns = ts;
         let max = self.max_frame[side];
         let r = cut(&frame, max, &mut |bytes, csum| {
-            self.admit(node, side, ts, bytes, csum)
+            self.admit(node, objs, side, ts, bytes, csum)
         });
         self.c[side].segmented += r.segmented();
         if let (Some(e), false) = (&r.uncut, self.warned_uncut) {
@@ -419,6 +430,7 @@ impl Stage {
     fn admit(
         &mut self,
         node: &mut Node,
+        objs: &mut Objects,
         side: usize,
         ts: u64,
         bytes: &[u8],
@@ -438,31 +450,38 @@ impl Stage {
         for d in out.drain(..) {
             if d.tag == tag {
                 decided = true;
-                self.settle(&d, side, bytes, csum);
+                self.settle(objs, &d, side, ts, bytes, csum);
             } else {
-                self.settle_held(&d);
+                self.settle_held(objs, &d);
             }
         }
         self.out = out;
         if !decided {
             let mut frame = vec![0u8; bytes.len()];
             finish(&mut frame, bytes, csum);
-            self.held.insert(tag, Held { side, frame });
+            self.held.insert(
+                tag,
+                Held {
+                    side,
+                    arrival_ns: ts,
+                    frame,
+                },
+            );
             self.c[side].held += 1;
         }
     }
 
     /// Runs the node's events due by `now_ns` and settles their decisions.
-    fn poll(&mut self, node: &mut Node, now_ns: u64) {
+    fn poll(&mut self, node: &mut Node, objs: &mut Objects, now_ns: u64) {
         node.poll(now_ns, &mut self.out);
         let mut out = std::mem::take(&mut self.out);
         for d in out.drain(..) {
-            self.settle_held(&d);
+            self.settle_held(objs, &d);
         }
         self.out = out;
     }
 
-    fn settle_held(&mut self, d: &Decision) {
+    fn settle_held(&mut self, objs: &mut Objects, d: &Decision) {
         let Some(h) = self.held.remove(&d.tag) else {
             // Every packet is held until decided; a decision without one is
             // the node's error, which must not stop the bridge.
@@ -470,11 +489,32 @@ impl Stage {
             return;
         };
         self.c[h.side].held -= 1;
-        self.settle(d, h.side, &h.frame, None);
+        self.settle(objs, d, h.side, h.arrival_ns, &h.frame, None);
     }
 
     /// Applies a decision to a frame received on `side`.
-    fn settle(&mut self, d: &Decision, side: usize, bytes: &[u8], csum: Option<CsumPartial>) {
+    fn settle(
+        &mut self,
+        objs: &mut Objects,
+        d: &Decision,
+        side: usize,
+        arrival_ns: u64,
+        bytes: &[u8],
+        csum: Option<CsumPartial>,
+    ) {
+        let stored = self.store(d, side, bytes, csum);
+        objs.record(d, arrival_ns, bytes.len() as u32, stored);
+    }
+
+    /// Counts the decision for its direction; a delivered packet goes into
+    /// the delay line. Returns whether it did.
+    fn store(
+        &mut self,
+        d: &Decision,
+        side: usize,
+        bytes: &[u8],
+        csum: Option<CsumPartial>,
+    ) -> bool {
         let group = if d.fate == NodeFate::Delivered {
             self.group_of(d.pipe)
         } else {
@@ -483,24 +523,25 @@ impl Stage {
         let c = &mut self.c[side];
         match d.fate {
             NodeFate::Delivered => {}
-            NodeFate::Dropped(f) => return c.fates.add(f),
-            NodeFate::Denied => return c.node_drops.denied += 1,
-            NodeFate::FlowLimit => return c.node_drops.flow_limit += 1,
-            NodeFate::Aqm(cause) => {
-                return match cause {
-                    DropCause::Tail => c.fates.add(Fate::QueueFull),
-                    DropCause::Loss => c.fates.add(Fate::Loss),
-                    DropCause::Early => c.node_drops.red_drop += 1,
-                    DropCause::Aqm => c.node_drops.aqm_drop += 1,
-                }
-            }
+            NodeFate::Dropped(f) => c.fates.add(f),
+            NodeFate::Denied => c.node_drops.denied += 1,
+            NodeFate::FlowLimit => c.node_drops.flow_limit += 1,
+            NodeFate::Aqm(cause) => match cause {
+                DropCause::Tail => c.fates.add(Fate::QueueFull),
+                DropCause::Loss => c.fates.add(Fate::Loss),
+                DropCause::Early => c.node_drops.red_drop += 1,
+                DropCause::Aqm => c.node_drops.aqm_drop += 1,
+            },
+        }
+        if d.fate != NodeFate::Delivered {
+            return false;
         }
         c.fates.add(Fate::Delivered);
         c.fates.duplicated += d.duplicate as u64;
         c.fates.corrupted += !d.corrupt_bits.is_empty() as u64;
         if self.shed[side] {
             c.backpressure += 1;
-            return;
+            return false;
         }
         let stored =
             self.producers[side].push_with_group(d.release_ns, bytes.len(), false, group, |slot| {
@@ -516,7 +557,7 @@ impl Stage {
             });
         if !stored {
             c.backpressure += 1;
-            return;
+            return false;
         }
         c.accepted += 1;
         self.pushed[side] = true;
@@ -539,6 +580,7 @@ impl Stage {
                 |slot| finish(slot, bytes, csum),
             );
         }
+        true
     }
 
     fn publish(&self, side: usize, control: &Control) {
@@ -620,10 +662,13 @@ fn node_stage(
             }
             let changes = std::mem::take(&mut *lock(&shared.pending));
             let mut node = lock(&shared.node);
+            let mut objs = lock(&shared.objects);
             for change in changes {
                 match change {
                     Pending::Replace(new) => {
-                        st.poll(&mut node, u64::MAX);
+                        st.poll(&mut node, &mut objs, u64::MAX);
+                        let pipes: Vec<u32> = new.pipes().iter().map(|p| p.def.number).collect();
+                        objs.retain(|p| pipes.contains(&p), |_| true);
                         *node = *new;
                     }
                     Pending::Update(set, ack) => {
@@ -632,7 +677,7 @@ fn node_stage(
                         if node.holds_packets() {
                             // Their next hop or service may be gone: decided
                             // first, as on a reload, then the pipes start anew.
-                            st.poll(&mut node, u64::MAX);
+                            st.poll(&mut node, &mut objs, u64::MAX);
                         }
                         // The packets a deleted pipe gave a release time
                         // and that have not left yet are flushed.
@@ -646,6 +691,10 @@ fn node_stage(
                                 }
                             }
                         }
+                        objs.retain(
+                            |p| set.pipes.contains_key(&p),
+                            |q| set.sched.queues.contains_key(&q),
+                        );
                         node.update(*set, now);
                         let _ = ack.send(now);
                     }
@@ -661,10 +710,13 @@ fn node_stage(
         }
         st.pushed = [false; 2];
         let mut node = lock(&shared.node);
+        let mut objs = lock(&shared.objects);
         let mut taken = 0;
         let mut full = false;
         for (side, port) in rx.iter_mut().enumerate() {
-            match port.rx_batch(batch, &mut |frame| st.take(&mut node, side, frame)) {
+            match port.rx_batch(batch, &mut |frame| {
+                st.take(&mut node, &mut objs, side, frame)
+            }) {
                 Ok(n) => {
                     taken += n;
                     full |= n == batch;
@@ -677,8 +729,9 @@ fn node_stage(
         }
         let now = clock::now_ns().max(st.last_ns);
         st.last_ns = now;
-        st.poll(&mut node, now);
+        st.poll(&mut node, &mut objs, now);
         let next = node.next_event_ns();
+        drop(objs);
         drop(node);
         if shared.wanted.load(Ordering::Relaxed) {
             std::thread::yield_now();

@@ -12,6 +12,15 @@
 //! precision). "Queue occupancy" is `linkem_in_flight_packets`: accepted
 //! packets not yet sent (the model's queue and the delay line together,
 //! since the model decides a release time on arrival).
+//!
+//! A bridge running rules adds, per pipe and per scheduler queue object
+//! (`linkem_pipe_*`, `linkem_queue_*`, labelled by number, so bounded by the
+//! rule set), the node stage's counts (`linkem_runtime::pipeline::ObjectStats`,
+//! the `objects` of `--stats json`): packets by fate (`fate_packets_total`,
+//! with RED and AQM drops), packets and bytes in it now (`occupancy_*`), and
+//! `time_in_pipe_seconds`, a histogram of release minus arrival time of its
+//! delivered packets on fixed buckets (100 µs to 10 s). Flows of dynamic
+//! pipes are the [`TOP_FLOWS`] busiest.
 
 use super::Model;
 use crate::replay_rules::addr;
@@ -466,6 +475,7 @@ fn node_metrics(o: &mut String, r: &super::rules::Rules) {
             }
         }
     }
+    objects_metrics(o, &r.bridge.object_stats());
     family(
         o,
         "linkem_rule_packets_total",
@@ -491,6 +501,71 @@ fn node_metrics(o: &mut String, r: &super::rules::Rules) {
         "Packets no rule took (passed unimpaired).",
     );
     let _ = writeln!(o, "linkem_unmatched_packets_total {unmatched}");
+}
+
+/// Per pipe and per scheduler queue, from the node stage's counts (the
+/// same snapshot type `--stats json` prints as `objects`): packets by fate,
+/// packets and bytes in it now, and the time spent in it as a histogram.
+fn objects_metrics(o: &mut String, s: &linkem_runtime::pipeline::ObjectsSnapshot) {
+    use crate::bridge_rules::object_fates;
+    use linkem_runtime::pipeline::{ObjectStats, DELAY_BUCKETS_NS};
+    for (kind, list) in [("pipe", &s.pipes), ("queue", &s.queues)] {
+        let name = format!("linkem_{kind}_fate_packets_total");
+        family(
+            o,
+            &name,
+            "counter",
+            &format!("Packets the {kind} decided, by fate (delivered = stored for sending)."),
+        );
+        for (n, st) in list.iter() {
+            for (fate, v) in object_fates(st) {
+                let _ = writeln!(o, "{name}{{{kind}=\"{n}\",fate=\"{fate}\"}} {v}");
+            }
+        }
+        type Gauge = fn(&ObjectStats) -> u64;
+        let gauges: [(&str, &str, Gauge); 2] = [
+            (
+                "occupancy_packets",
+                "Delivered packets in it whose release time has not come.",
+                |s| s.queued_packets,
+            ),
+            ("occupancy_bytes", "Bytes of those packets.", |s| {
+                s.queued_bytes
+            }),
+        ];
+        for (what, help, f) in gauges {
+            let name = format!("linkem_{kind}_{what}");
+            family(o, &name, "gauge", help);
+            for (n, st) in list.iter() {
+                let _ = writeln!(o, "{name}{{{kind}=\"{n}\"}} {}", f(st));
+            }
+        }
+        let name = format!("linkem_{kind}_time_in_pipe_seconds");
+        family(
+            o,
+            &name,
+            "histogram",
+            "Release time minus arrival time of its delivered packets (queueing and delay).",
+        );
+        for (n, st) in list.iter() {
+            let c = st.delay.cumulative();
+            for (b, v) in DELAY_BUCKETS_NS.iter().zip(c) {
+                let le = *b as f64 / 1e9;
+                let _ = writeln!(o, "{name}_bucket{{{kind}=\"{n}\",le=\"{le}\"}} {v}");
+            }
+            let _ = writeln!(
+                o,
+                "{name}_bucket{{{kind}=\"{n}\",le=\"+Inf\"}} {}",
+                st.delay.count
+            );
+            let _ = writeln!(
+                o,
+                "{name}_sum{{{kind}=\"{n}\"}} {}",
+                st.delay.sum_ns as f64 / 1e9
+            );
+            let _ = writeln!(o, "{name}_count{{{kind}=\"{n}\"}} {}", st.delay.count);
+        }
+    }
 }
 
 fn lateness_and_control(o: &mut String, stats: &[DirectionStats], model: &Model) {

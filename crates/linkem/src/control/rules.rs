@@ -26,6 +26,7 @@
 
 use super::{Failure, PeerCred};
 use crate::replay_rules::{node_json, pipes_text};
+use crate::replay_sched::Only;
 use linkem_core::rules::{parse_rules, RuleSet};
 use linkem_ctl::{Kind, Request, RuleRequest};
 use linkem_runtime::pipeline::NodeBridge;
@@ -478,6 +479,7 @@ impl Rules {
         }
         let owners: BTreeMap<u32, u32> = source.objects[kind_index(kind)]
             .iter()
+            .filter(|(n, _)| number.is_none_or(|m| m == **n))
             .map(|(n, o)| (*n, o.owner))
             .collect();
         Ok(self.bridge.with_node(|node| match kind {
@@ -495,12 +497,50 @@ impl Rules {
                 }
                 json!({"pipes": pipes, "text": pipes_text(node, number)})
             }
-            _ => json!({
-                "schedulers": crate::replay_sched::stats_json(node),
-                "text": crate::replay_sched::stats_text(node),
-                "owners": owners,
-            }),
+            Kind::Sched | Kind::Queue => {
+                let only = match kind {
+                    Kind::Sched => Only {
+                        sched: number,
+                        queue: None,
+                    },
+                    _ => Only {
+                        sched: None,
+                        queue: number,
+                    },
+                };
+                // The objects' own lines first: a queue or scheduler with no
+                // traffic yet has no counters to list.
+                let mut text = String::new();
+                let mut objects = Vec::new();
+                for (n, o) in &source.objects[kind_index(kind)] {
+                    if number.is_some_and(|m| m != *n) {
+                        continue;
+                    }
+                    text.push_str(&format!(
+                        "{} {n} config {}  (owner uid {})\n",
+                        kind.name(),
+                        o.words,
+                        o.owner
+                    ));
+                    objects.push(json!({"number": n, "config": o.words, "owner_uid": o.owner}));
+                }
+                text.push_str(&crate::replay_sched::stats_text_only(node, only));
+                json!({
+                    kind_plural(kind): objects,
+                    "schedulers": crate::replay_sched::stats_json_only(node, only),
+                    "text": text,
+                    "owners": owners,
+                })
+            }
         }))
+    }
+}
+
+fn kind_plural(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Pipe => "pipes",
+        Kind::Queue => "queues",
+        Kind::Sched => "scheds",
     }
 }
 
