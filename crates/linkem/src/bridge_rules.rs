@@ -15,7 +15,9 @@
 //! the uid that started linkem.
 
 use crate::backend::{check_capabilities, claim_interfaces, drop_capabilities, open_interface};
-use crate::bridge::{direction_json, print_stats, timing, BridgeArgs, Realtime, REALTIME_PRIORITY};
+use crate::bridge::{
+    direction_json, print_stats, timing, BridgeArgs, Realtime, Timing, REALTIME_PRIORITY,
+};
 use crate::control::rules::{Rules, Source};
 use crate::control::Model;
 use crate::replay::fresh_seed;
@@ -32,7 +34,7 @@ use linkem_runtime::pipeline::{
 use serde_json::json;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -101,16 +103,10 @@ fn summary(set: &RuleSet) -> String {
     )
 }
 
+/// `linkem bridge --rules`: parse the rules, open the interfaces, start the
+/// node stage and the control socket, then serve until stopped.
 pub fn run(args: &BridgeArgs) -> Result<()> {
-    if args.forward_only {
-        bail!("--forward-only bypasses the model: it takes no --rules");
-    }
-    if !args.a_to_b.is_empty() || !args.b_to_a.is_empty() {
-        bail!(
-            "--a-to-b/--b-to-a: with --rules, link words go in 'pipe N config' lines \
-             (select a direction in the rule: 'in'/'a-to-b' or 'out'/'b-to-a')"
-        );
-    }
+    check_args(args)?;
     let source = RulesSource {
         config: args.config.clone(),
         file: args.rules.clone(),
@@ -144,6 +140,73 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
 
     // control: opened while linkem may still create /run/linkem and chown the socket.
     let control = crate::control::server::prepare(&args.control, &args.if_a, &args.if_b)?;
+    let bridge = start_node(args, &timing, buffer_bytes, node, &what)?;
+    if !seed_given {
+        eprintln!("linkem: seed {seed} (add 'seed {seed}' to repeat the random draws)");
+    }
+    let (stop, reload) = crate::bridge::signal_flags()?;
+    if let Some(p) = control.socket_path() {
+        eprintln!(
+            "linkem: control socket {} (linkem ctl --name {})",
+            p.display(),
+            control.name
+        );
+    }
+    let rules = Rules::new(
+        bridge,
+        lines,
+        [args.if_a.clone(), args.if_b.clone()],
+        files,
+        starter_uid(),
+    );
+    let model = Arc::new(Model::with_rules(
+        control.name.clone(),
+        rules,
+        seed,
+        Instant::now(),
+    ));
+    let server = control.start(model.clone());
+    let started = Instant::now();
+    let flags = Flags {
+        stop: &stop,
+        reload: &reload,
+    };
+    serve(args, &model, &source, flags, node_cfg, started)?;
+    // control: stop the control threads (removes the socket), then the bridge.
+    drop(server);
+    let mut bridge = Arc::try_unwrap(model)
+        .map_err(|_| anyhow::anyhow!("a control thread outlived its server"))?
+        .into_rules()
+        .expect("a rules model")
+        .bridge;
+    let stats = bridge.stop();
+    print_rules_stats(args.stats, &bridge, &stats, started, seed, true);
+    Ok(())
+}
+
+/// The options a rules bridge refuses, before anything is read.
+fn check_args(args: &BridgeArgs) -> Result<()> {
+    if args.forward_only {
+        bail!("--forward-only bypasses the model: it takes no --rules");
+    }
+    if !args.a_to_b.is_empty() || !args.b_to_a.is_empty() {
+        bail!(
+            "--a-to-b/--b-to-a: with --rules, link words go in 'pipe N config' lines \
+             (select a direction in the rule: 'in'/'a-to-b' or 'out'/'b-to-a')"
+        );
+    }
+    Ok(())
+}
+
+/// Opens both interfaces, gives up the capabilities no longer needed and
+/// starts the node stage with its two output stages.
+fn start_node(
+    args: &BridgeArgs,
+    timing: &Timing,
+    buffer_bytes: usize,
+    node: Node,
+    what: &str,
+) -> Result<NodeBridge> {
     let realtime = args.realtime != Realtime::Off;
     let backend = check_capabilities(args.backend, realtime)?;
     let claimed = claim_interfaces(&args.if_a, &args.if_b)?;
@@ -169,42 +232,37 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
         "linkem: rules {file}: {what}; a->b {} -> {} ({used_a}), b->a {} -> {} ({used_b})",
         args.if_a, args.if_b, args.if_b, args.if_a
     );
-    if !seed_given {
-        eprintln!("linkem: seed {seed} (add 'seed {seed}' to repeat the random draws)");
-    }
+    Ok(bridge)
+}
 
-    let (stop, reload) = crate::bridge::signal_flags()?;
-    type Reload = std::sync::mpsc::Receiver<Result<Loaded>>;
-    let mut reloading: Option<Reload> = None;
+/// The signal flags the serving loop watches.
+#[derive(Clone, Copy)]
+struct Flags<'a> {
+    /// SIGINT or SIGTERM came.
+    stop: &'a AtomicBool,
+    /// SIGHUP came: re-read the rules.
+    reload: &'a AtomicBool,
+}
 
-    if let Some(p) = control.socket_path() {
-        eprintln!(
-            "linkem: control socket {} (linkem ctl --name {})",
-            p.display(),
-            control.name
-        );
-    }
-    let rules = Rules::new(
-        bridge,
-        lines,
-        [args.if_a.clone(), args.if_b.clone()],
-        files,
-        starter_uid(),
-    );
-    let model = Arc::new(Model::with_rules(
-        control.name.clone(),
-        rules,
-        seed,
-        Instant::now(),
-    ));
-    let server = control.start(model.clone());
+type Reload = std::sync::mpsc::Receiver<Result<Loaded>>;
+
+/// Every 20 ms until a signal or `--duration` stops it: a stage's error ends
+/// the run, SIGHUP re-reads the rules on a thread of its own, counts are
+/// printed every `--stats-interval`.
+fn serve(
+    args: &BridgeArgs,
+    model: &Model,
+    source: &RulesSource,
+    flags: Flags<'_>,
+    node_cfg: NodeConfig,
+    started: Instant,
+) -> Result<()> {
     let bridge = &model.rules().expect("a rules model").bridge;
-
-    let started = Instant::now();
+    let mut reloading: Option<Reload> = None;
     let mut next_print = args
         .stats_interval
         .map(|s| started + Duration::from_secs_f64(s.max(0.1)));
-    while !stop.load(Ordering::Relaxed) {
+    while !flags.stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(20));
         if let Some(d) = args.duration {
             if started.elapsed().as_secs_f64() >= d {
@@ -214,7 +272,7 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
         if let Some(e) = bridge.error() {
             bail!("{e}");
         }
-        if reloading.is_none() && reload.swap(false, Ordering::Relaxed) {
+        if reloading.is_none() && flags.reload.swap(false, Ordering::Relaxed) {
             let (tx, rx) = std::sync::mpsc::channel();
             let src = source.clone();
             std::thread::spawn(move || {
@@ -227,17 +285,7 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
                 reloading = None;
             }
             match answer {
-                Ok(Ok(loaded)) => {
-                    eprintln!("linkem: SIGHUP: rules re-read: {}", summary(&loaded.set));
-                    let cfg = NodeConfig {
-                        seed: loaded.seed.unwrap_or(seed),
-                        ..node_cfg
-                    };
-                    let rules = model.rules().expect("a rules model");
-                    rules.reload(loaded.source, loaded.files, || {
-                        bridge.reload(Node::new(loaded.set, cfg))
-                    });
-                }
+                Ok(Ok(loaded)) => apply_reload(model, loaded, node_cfg),
                 // A broken file must not stop a running emulation.
                 Ok(Err(e)) => eprintln!("linkem: SIGHUP: keeping the current rules: {e:#}"),
                 Err(_) => {}
@@ -246,21 +294,25 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
         if let (Some(at), Some(every)) = (next_print, args.stats_interval) {
             if Instant::now() >= at {
                 let stats = bridge.stats();
-                print_rules_stats(args.stats, bridge, &stats, started, seed, false);
+                print_rules_stats(args.stats, bridge, &stats, started, node_cfg.seed, false);
                 next_print = Some(at + Duration::from_secs_f64(every.max(0.1)));
             }
         }
     }
-    // control: stop the control threads (removes the socket), then the bridge.
-    drop(server);
-    let mut bridge = Arc::try_unwrap(model)
-        .map_err(|_| anyhow::anyhow!("a control thread outlived its server"))?
-        .into_rules()
-        .expect("a rules model")
-        .bridge;
-    let stats = bridge.stop();
-    print_rules_stats(args.stats, &bridge, &stats, started, seed, true);
     Ok(())
+}
+
+/// Swaps in the node of a re-read rule file (its own seed if it gives one).
+fn apply_reload(model: &Model, loaded: Loaded, node_cfg: NodeConfig) {
+    eprintln!("linkem: SIGHUP: rules re-read: {}", summary(&loaded.set));
+    let cfg = NodeConfig {
+        seed: loaded.seed.unwrap_or(node_cfg.seed),
+        ..node_cfg
+    };
+    let rules = model.rules().expect("a rules model");
+    rules.reload(loaded.source, loaded.files, || {
+        rules.bridge.reload(Node::new(loaded.set, cfg))
+    });
 }
 
 /// The bridge's counts (with the node's own drops beside each direction's
