@@ -3,6 +3,8 @@
 //! per flow for masks, binomial bounds for `prob`, the profile's table for
 //! `profile`, a linear scan for the compiled classifier.
 
+mod common;
+
 use linkem_core::config::no_files;
 use linkem_core::node::{Decision, Node, NodeConfig, NodeFate, PacketIn};
 use linkem_core::pipe::{instance_seed, FlowMask};
@@ -34,24 +36,7 @@ fn udp(src: u32, dst: u32, sport: u16, dport: u16) -> FlowKey {
 
 /// Runs packets (time, len, key) through a node, all received on side a.
 fn run_node(set: RuleSet, cfg: NodeConfig, pkts: &[(u64, u32, FlowKey)]) -> Vec<Decision> {
-    let mut node = Node::new(set, cfg);
-    let mut out = Vec::new();
-    for (i, &(t, len, key)) in pkts.iter().enumerate() {
-        node.on_arrival(
-            t,
-            PacketIn {
-                len_bytes: len,
-                key,
-                side: Side::A,
-                tag: i as u64,
-            },
-            &mut out,
-        );
-    }
-    node.poll(u64::MAX, &mut out);
-    out.sort_by_key(|d| d.tag);
-    assert_eq!(out.len(), pkts.len());
-    out
+    common::feed(&mut Node::new(set, cfg), pkts)
 }
 
 fn arrivals(gaps: &[(u32, u32)]) -> Vec<(u64, u32)> {

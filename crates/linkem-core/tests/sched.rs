@@ -3,6 +3,8 @@
 //! and the RFCs promise (weighted shares, strict priority, CoDel's standing
 //! delay, FQ-CoDel's sparse flows, ECN marks).
 
+mod common;
+
 use linkem_core::config::no_files;
 use linkem_core::node::{Decision, Node, NodeConfig, NodeFate, PacketIn};
 use linkem_core::rules::flow::v4_mapped;
@@ -43,22 +45,7 @@ fn run(set: RuleSet, pkts: &[(u64, u32, FlowKey)]) -> (Vec<Decision>, Node) {
             ..Default::default()
         },
     );
-    let mut out = Vec::new();
-    for (i, &(t, len, key)) in pkts.iter().enumerate() {
-        node.on_arrival(
-            t,
-            PacketIn {
-                len_bytes: len,
-                key,
-                side: Side::A,
-                tag: i as u64,
-            },
-            &mut out,
-        );
-    }
-    node.poll(u64::MAX, &mut out);
-    out.sort_by_key(|d| d.tag);
-    assert_eq!(out.len(), pkts.len(), "every packet decided once");
+    let out = common::feed(&mut node, pkts);
     (out, node)
 }
 

@@ -4,10 +4,12 @@
 //! against the closed-form dynamic pipe with the same mask, and each instance
 //! of a masked WF²Q+ against an unmasked one fed only that instance's packets.
 
+mod common;
+
 use linkem_core::config::no_files;
-use linkem_core::node::{Decision, Node, NodeConfig, NodeFate, PacketIn};
+use linkem_core::node::{Decision, Node, NodeConfig, NodeFate};
 use linkem_core::rules::flow::v4_mapped;
-use linkem_core::rules::{parse_rules, FlowKey, RuleSet, Side};
+use linkem_core::rules::{parse_rules, FlowKey, RuleSet};
 use proptest::prelude::*;
 
 fn parse(text: &str) -> RuleSet {
@@ -46,29 +48,9 @@ fn node(set: RuleSet, max_flows: Option<usize>) -> Node {
     Node::new(set, cfg)
 }
 
-fn feed(node: &mut Node, pkts: &[(u64, u32, FlowKey)]) -> Vec<Decision> {
-    let mut out = Vec::new();
-    for (i, &(t, len, key)) in pkts.iter().enumerate() {
-        node.on_arrival(
-            t,
-            PacketIn {
-                len_bytes: len,
-                key,
-                side: Side::A,
-                tag: i as u64,
-            },
-            &mut out,
-        );
-    }
-    node.poll(u64::MAX, &mut out);
-    out.sort_by_key(|d| d.tag);
-    assert_eq!(out.len(), pkts.len(), "every packet decided once");
-    out
-}
-
 fn run(text: &str, pkts: &[(u64, u32, FlowKey)]) -> (Vec<Decision>, Node) {
     let mut n = node(parse(text), None);
-    let d = feed(&mut n, pkts);
+    let d = common::feed(&mut n, pkts);
     (d, n)
 }
 
@@ -188,7 +170,7 @@ fn idle_instances_expire_and_count_against_max_flows() {
         .collect();
     pkts.push((3_000_000_000, 100, udp(1, 0x0a02_0000, 1)));
     let mut n = node(parse(&text), None);
-    let d = feed(&mut n, &pkts);
+    let d = common::feed(&mut n, &pkts);
     assert!(d.iter().all(|x| x.fate == NodeFate::Delivered));
     assert_eq!(n.sched.active_instances(), 1);
     assert_eq!(n.live_flows(), 1);
@@ -197,14 +179,14 @@ fn idle_instances_expire_and_count_against_max_flows() {
 
     // --max-flows 10: the 11th host at once is refused, and counted.
     let mut n = node(parse(&text), Some(10));
-    let d = feed(&mut n, &pkts[..20]);
+    let d = common::feed(&mut n, &pkts[..20]);
     let refused = d.iter().filter(|x| x.fate == NodeFate::FlowLimit).count();
     assert_eq!(refused, 10);
     assert!(d[..10].iter().all(|x| x.fate == NodeFate::Delivered));
     assert_eq!(n.live_flows(), 10);
     // Once they have expired, new hosts get instances again.
     let mut n = node(parse(&text), Some(10));
-    let d = feed(&mut n, &pkts);
+    let d = common::feed(&mut n, &pkts);
     assert_eq!(d.last().unwrap().fate, NodeFate::Delivered);
 }
 
