@@ -65,6 +65,9 @@ struct Region {
 // counters (each byte is written by the producer before the counter that
 // publishes it, and read by the consumer only after it observes that counter).
 unsafe impl Send for Region {}
+// Safety: shared by one producer and one consumer, which touch disjoint bytes
+// at any time (the free part and the published part, split by the counters);
+// the pager only asks the kernel to fault pages in, never changing bytes.
 unsafe impl Sync for Region {}
 
 impl Region {
@@ -353,9 +356,13 @@ impl Drop for Producer {
 /// # Safety
 /// `p` must point to at least HEADER writable bytes, 8-aligned.
 unsafe fn write_header(p: *mut u8, release_ns: u64, len: u32, flags: u32) {
-    (p as *mut u64).write(release_ns);
-    (p.add(8) as *mut u32).write(len);
-    (p.add(12) as *mut u32).write(flags);
+    // Safety: the caller gives HEADER (16) writable 8-aligned bytes at p: the
+    // u64 at 0 and the u32s at 8 and 12 lie inside them, aligned.
+    unsafe {
+        (p as *mut u64).write(release_ns);
+        (p.add(8) as *mut u32).write(len);
+        (p.add(12) as *mut u32).write(flags);
+    }
 }
 
 /// A frame at the head of the line.

@@ -8,9 +8,6 @@
 #![warn(missing_docs)]
 
 pub mod clock;
-// Pending: `write_header`'s body needs its own `unsafe` block and `unsafe impl
-// Sync for Region` its own Safety comment; then this allow goes.
-#[allow(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 pub mod delay_line;
 pub mod pipeline;
 pub mod port;

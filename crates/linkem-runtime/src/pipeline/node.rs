@@ -254,7 +254,7 @@ impl NodeBridge {
     }
 
     /// Each pipe's and queue's counts by fate, packets in it now and time
-    /// spent in it ([`super::objects`]), by number.
+    /// spent in it (see `ObjectStats`), by number.
     pub fn object_stats(&self) -> ObjectsSnapshot {
         lock(&self.shared.objects).snapshot(clock::now_ns())
     }
