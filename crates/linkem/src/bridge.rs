@@ -213,7 +213,7 @@ pub(crate) fn timing(args: &BridgeArgs) -> Result<Timing> {
 }
 
 /// Runs `linkem bridge` until SIGINT or SIGTERM (or `--duration`), then prints
-/// the final counts; with rules, [`crate::bridge_rules::run`] does instead.
+/// the final counts; with rules, `bridge_rules::run` does instead.
 pub fn run(args: &BridgeArgs) -> Result<()> {
     if args.rules.is_some()
         || args

@@ -1,7 +1,7 @@
 //! `--metrics ADDR:PORT`: the Prometheus text exposition format (0.0.4) on
 //! `GET /metrics`, over a minimal HTTP/1.1 responder on std's TcpListener
-//! (one short-lived thread per scrape, at most [`MAX_SCRAPES`] at once; a
-//! request must arrive within [`READ_TIMEOUT`] and fit in 8 KiB).
+//! (one short-lived thread per scrape, at most `MAX_SCRAPES` at once; a
+//! request must arrive within `READ_TIMEOUT` and fit in 8 KiB).
 //!
 //! The counters are those of `--stats json` (same source, `Direction::stats`,
 //! never reset by `zero`): `linkem_received_packets_total`,

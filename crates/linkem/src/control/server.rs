@@ -191,7 +191,7 @@ fn bind(path: &Path, gid: Option<u32>) -> Result<(UnixListener, PathBuf, (u64, u
     }
 }
 
-/// The running control threads. Dropping it stops them (within [`TICK`]
+/// The running control threads. Dropping it stops them (within `TICK`
 /// plus any reply still being written) and removes the socket.
 pub struct Server {
     stop: Arc<AtomicBool>,
