@@ -201,20 +201,24 @@ pub fn max_lag_off_unless_given(args: &[&str]) -> &'static [&'static str] {
 
 impl Drop for Bridge {
     fn drop(&mut self) {
+        // SIGINT first, so linkem removes its control socket and detaches;
+        // only one that does not exit in time is killed. A child already
+        // waited for (by `stop`) is never signalled again.
+        if matches!(self.child.try_wait(), Ok(None)) {
+            self.signal(libc::SIGINT);
+            let t = Instant::now();
+            while matches!(self.child.try_wait(), Ok(None)) && t.elapsed() < Duration::from_secs(5)
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
         if !std::thread::panicking() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
             return;
         }
         // A test failed with the bridge running: its counts (by fate, per
         // direction and per pipe) and its stderr tell where the frames went.
-        self.signal(libc::SIGINT);
-        let t = Instant::now();
-        while matches!(self.child.try_wait(), Ok(None)) && t.elapsed() < Duration::from_secs(5) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
         let (mut stdout, mut stderr) = (String::new(), String::new());
         if let Some(mut o) = self.child.stdout.take() {
             let _ = o.read_to_string(&mut stdout);
