@@ -5,6 +5,7 @@
 
 mod common;
 
+use common::parse;
 use linkem_core::config::no_files;
 use linkem_core::node::{Decision, Node, NodeConfig, NodeFate, PacketIn};
 use linkem_core::pipe::{instance_seed, FlowMask};
@@ -13,10 +14,6 @@ use linkem_core::rules::flow::v4_mapped;
 use linkem_core::rules::{parse_rules, Action, FlowKey, RuleSet, Side};
 use linkem_core::{Fate, Link, PacketMeta};
 use proptest::prelude::*;
-
-fn parse(text: &str) -> RuleSet {
-    parse_rules(text, ["a", "b"], &mut no_files).unwrap_or_else(|e| panic!("{e}\n{text}"))
-}
 
 fn udp(src: u32, dst: u32, sport: u16, dport: u16) -> FlowKey {
     FlowKey {

@@ -5,36 +5,14 @@
 
 mod common;
 
-use linkem_core::config::no_files;
+use common::{parse, parse_err, udp4};
 use linkem_core::node::{Decision, Node, NodeConfig, NodeFate, PacketIn};
 use linkem_core::rules::flow::v4_mapped;
-use linkem_core::rules::{parse_rules, FlowKey, RuleSet, Side};
+use linkem_core::rules::{FlowKey, RuleSet, Side};
 use proptest::prelude::*;
 
-fn parse(text: &str) -> RuleSet {
-    parse_rules(text, ["a", "b"], &mut no_files).unwrap_or_else(|e| panic!("{e}\n{text}"))
-}
-
-fn parse_err(text: &str) -> String {
-    parse_rules(text, ["a", "b"], &mut no_files)
-        .expect_err(text)
-        .to_string()
-}
-
 fn udp(src: u32, sport: u16, ecn: u8) -> FlowKey {
-    FlowKey {
-        ip_version: 4,
-        proto: 17,
-        src_ip: v4_mapped(src),
-        dst_ip: v4_mapped(0x0a00_0002),
-        has_ports: true,
-        src_port: sport,
-        dst_port: 9,
-        ether_type: 0x0800,
-        ttl: 64,
-        ecn,
-        ..Default::default()
-    }
+    udp4(src, 0x0a00_0002, sport, 9, ecn)
 }
 
 fn run(set: RuleSet, pkts: &[(u64, u32, FlowKey)]) -> (Vec<Decision>, Node) {

@@ -6,35 +6,14 @@
 
 mod common;
 
-use linkem_core::config::no_files;
+use common::{parse, parse_err, udp4};
 use linkem_core::node::{Decision, Node, NodeConfig, NodeFate};
 use linkem_core::rules::flow::v4_mapped;
-use linkem_core::rules::{parse_rules, FlowKey, RuleSet};
+use linkem_core::rules::{FlowKey, RuleSet};
 use proptest::prelude::*;
 
-fn parse(text: &str) -> RuleSet {
-    parse_rules(text, ["a", "b"], &mut no_files).unwrap_or_else(|e| panic!("{e}\n{text}"))
-}
-
-fn parse_err(text: &str) -> String {
-    parse_rules(text, ["a", "b"], &mut no_files)
-        .expect_err(text)
-        .to_string()
-}
-
 fn udp(src: u32, dst: u32, sport: u16) -> FlowKey {
-    FlowKey {
-        ip_version: 4,
-        proto: 17,
-        src_ip: v4_mapped(src),
-        dst_ip: v4_mapped(dst),
-        has_ports: true,
-        src_port: sport,
-        dst_port: 9,
-        ether_type: 0x0800,
-        ttl: 64,
-        ..Default::default()
-    }
+    udp4(src, dst, sport, 9, 0)
 }
 
 fn node(set: RuleSet, max_flows: Option<usize>) -> Node {
