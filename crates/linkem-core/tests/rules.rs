@@ -17,17 +17,8 @@ use proptest::prelude::*;
 
 fn udp(src: u32, dst: u32, sport: u16, dport: u16) -> FlowKey {
     FlowKey {
-        ip_version: 4,
-        proto: 17,
-        src_ip: v4_mapped(src),
-        dst_ip: v4_mapped(dst),
-        has_ports: true,
-        src_port: sport,
-        dst_port: dport,
-        ether_type: 0x0800,
         ip_len: 100,
-        ttl: 64,
-        ..Default::default()
+        ..common::udp4(src, dst, sport, dport, 0)
     }
 }
 
