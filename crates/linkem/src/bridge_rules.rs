@@ -311,7 +311,8 @@ fn apply_reload(model: &Model, loaded: Loaded, node_cfg: NodeConfig) {
     };
     let rules = model.rules().expect("a rules model");
     rules.reload(loaded.source, loaded.files, || {
-        rules.bridge.reload(Node::new(loaded.set, cfg))
+        // None only once the bridge stops, when the new rules no longer matter.
+        let _ = rules.bridge.reload(Node::new(loaded.set, cfg));
     });
 }
 

@@ -10,14 +10,15 @@
 //! ([`linkem_core::rules::parse_rules`]), so a request is checked exactly as
 //! the same line in a file would be, together with everything it depends on
 //! (a rule naming a pipe that is deleted in the same batch fails). Only a
-//! copy that parses is handed to the node stage ([`NodeBridge::update`]),
-//! which applies it between two packets at one instant: pipes keep their
+//! copy that parses is applied to the node ([`NodeBridge::update`]), between
+//! two of the node stage's batches, at one instant: pipes keep their
 //! queued packets and release times ([`linkem_core::node::Node::update`]);
 //! the packets of a deleted pipe not yet sent are counted as `flushed`.
 //! A failure changes nothing and names the request and word.
 //!
 //! Cost of a change: a parse of the whole rule set (microseconds for tens of
-//! rules) plus one round trip to the node stage.
+//! rules) plus the node's update under its lock, taken between two batches;
+//! the node stage is neither woken nor waited for.
 //!
 //! Who may do what: every pipe, queue, scheduler and rule belongs to the uid
 //! that created it (the rule file's to the uid that started linkem); only it
@@ -276,12 +277,9 @@ impl Rules {
         for r in &mut staged.rules {
             r.by = None;
         }
-        // Handed over, the change applies in turn even if the stage is slow
-        // to say when: the source follows it either way.
+        // None only when the bridge is stopping: the source follows either way.
         *source = staged;
-        at_ns.ok_or_else(|| {
-            Failure::Error("the node stage did not confirm the change within 5 s".into())
-        })
+        at_ns.ok_or_else(|| Failure::Error("the bridge is stopping: change not applied".into()))
     }
 
     // Kept whole: one arm per rule request, each its owner checks and then the change.
