@@ -237,7 +237,17 @@ impl Node {
             .copied()
             .filter(|&n| set.sched.scheduled(n))
             .collect();
+        let mut set = set;
+        let rules = std::mem::take(&mut set.rules);
         let mut next = Node::new(set, self.cfg);
+        if self.classifier.same_rules(&rules) {
+            // Rule counters stay with the compiled rules.
+            let old = std::mem::replace(&mut self.classifier, next.classifier);
+            next.classifier = old.renew(rules, self.cfg.seed);
+        } else {
+            next.classifier = Classifier::new(rules, self.cfg.seed);
+            next.classifier.carry_counters(&self.classifier);
+        }
         let keep = !self.holds_packets();
         let mut old: Vec<Option<Pipe>> = std::mem::take(&mut self.pipes)
             .into_iter()
@@ -262,30 +272,6 @@ impl Node {
             live += p.active_instances();
         }
         next.budget.live = live;
-        // Counters follow the rule they belong to (number and text), in order.
-        let mut old_counts: Vec<(u32, &str, (u64, u64))> = self
-            .classifier
-            .rules()
-            .iter()
-            .zip(&self.classifier.counters)
-            .map(|(r, c)| (r.number, r.text.as_str(), *c))
-            .collect();
-        let found: Vec<Option<(u64, u64)>> = next
-            .classifier
-            .rules()
-            .iter()
-            .map(|r| {
-                let i = old_counts
-                    .iter()
-                    .position(|(n, t, _)| *n == r.number && *t == r.text)?;
-                Some(old_counts.remove(i).2)
-            })
-            .collect();
-        for (c, f) in next.classifier.counters.iter_mut().zip(found) {
-            if let Some(f) = f {
-                *c = f;
-            }
-        }
         next.unmatched = self.unmatched;
         *self = next;
     }

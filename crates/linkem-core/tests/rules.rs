@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::parse;
+use common::{parse, udp4};
 use linkem_core::config::no_files;
 use linkem_core::node::{Decision, Node, NodeConfig, NodeFate, PacketIn};
 use linkem_core::pipe::{instance_seed, FlowMask};
@@ -707,4 +707,84 @@ fn update_reconfigures_pipes_in_place() {
         node.pipes()[1].instances().next().map(|i| i.tot_pkts),
         Some(0)
     );
+}
+
+/// Lines a control plane's successive rule sets are made of: numbered and
+/// unnumbered rules, the same words twice, spacing and prefixes that change
+/// the text but not the words, and lines that fail.
+const CACHE_LINES: &[&str] = &[
+    "pipe 1 config delay 5ms",
+    "pipe 2 config bw 1Mbit/s delay 20",
+    "add 100 pipe 1 udp from 10.1.0.0/16 to any dst-port 53",
+    "add 100 pipe 2 tcp from any to 10.2.0.1 80,443",
+    "ipfw add 200 pipe 2 ip from any to any",
+    "add   200 pipe 2 ip from any to any",
+    "add 300 prob 0.5 pipe 1 ip from any to any in",
+    "add pipe 2 ip from any to any",
+    "add deny icmp from any to any",
+    "add 400 skipto 500 ip from any to any",
+    "add 500 pipe 3 ip from any to any",
+    "add 600 pipe 1 udp from any to any dst-port 1..x",
+    "add 700 allow ip from any to any recv a",
+    "flush",
+];
+
+proptest! {
+    /// A cache kept across parses gives what a fresh parse gives, errors
+    /// (their line and word) included, whatever the previous texts were.
+    #[test]
+    fn cached_parse_equals_fresh_parse(
+        texts in proptest::collection::vec(
+            proptest::collection::vec(0..CACHE_LINES.len(), 0..10), 1..8)
+    ) {
+        let mut cache = linkem_core::rules::RuleCache::default();
+        for picks in texts {
+            let text: String = picks.iter().map(|&i| format!("{}\n", CACHE_LINES[i])).collect();
+            let fresh = parse_rules(&text, ["a", "b"], &mut no_files);
+            let cached = linkem_core::rules::parse_rules_cached(
+                &text, ["a", "b"], &mut no_files, &mut cache);
+            prop_assert_eq!(fresh, cached, "text:\n{}", text);
+        }
+    }
+}
+
+/// A classifier kept across an update with the same rules (lines moved)
+/// decides as one compiled anew: `prob` draws restart from the seed, counters
+/// stay; different rules are compiled anew, counters following number and text.
+#[test]
+fn renewed_classifier_decides_as_a_new_one() {
+    let text = "pipe 1 config delay 1ms\npipe 2 config delay 2ms\n\
+                add 100 prob 0.3 pipe 1 udp from any to any\n\
+                add 200 prob 0.5 pipe 2 ip from 10.0.0.0/8 to any\n\
+                add 300 deny ip from any to any\n";
+    let moved = format!("pipe 3 config delay 3ms\n{text}");
+    let seed = 11;
+    let keys: Vec<FlowKey> = (0..2000u32)
+        .map(|i| udp4(0x0a00_0000 + i, 0x0b00_0001, 1000 + (i % 7) as u16, 53, 0))
+        .collect();
+    let run = |c: &mut Classifier| -> Vec<Hit> {
+        keys.iter()
+            .map(|k| c.classify(k, Side::A, 100, 0))
+            .collect()
+    };
+    let mut old = Classifier::new(parse(text).rules, seed);
+    let first = run(&mut old);
+    let counts = old.counters.clone();
+    let new_rules = parse(&moved).rules;
+    assert!(old.same_rules(&new_rules));
+    assert_ne!(old.rules()[0].line, new_rules[0].line, "the lines moved");
+    let mut renewed = old.renew(new_rules.clone(), seed);
+    assert_eq!(renewed.counters, counts, "counters stay");
+    assert_eq!(renewed.rules(), &new_rules[..], "the new lines are taken");
+    let mut fresh = Classifier::new(new_rules, seed);
+    assert_eq!(run(&mut renewed), run(&mut fresh));
+    assert_eq!(run(&mut Classifier::new(parse(text).rules, seed)), first);
+
+    let changed = parse(&text.replace("prob 0.5", "prob 0.6")).rules;
+    assert!(!renewed.same_rules(&changed));
+    let mut carried = Classifier::new(changed, seed);
+    carried.carry_counters(&renewed);
+    assert_eq!(carried.counters[0], renewed.counters[0], "rule 100 stays");
+    assert_eq!(carried.counters[1], (0, 0), "rule 200 changed");
+    assert_eq!(carried.counters[2], renewed.counters[2], "rule 300 stays");
 }

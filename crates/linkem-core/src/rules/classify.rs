@@ -283,7 +283,7 @@ impl Classifier {
             scratch: all.clone(),
             all,
             skip_to,
-            prob_stream: Stream::new(seed, 0x7275_6c65, StreamId::Loss),
+            prob_stream: Classifier::prob_stream(seed),
             rules,
         }
     }
@@ -292,6 +292,54 @@ impl Classifier {
     /// [`Hit`]'s `rule` and [`Classifier::counters`] index this.
     pub fn rules(&self) -> &[Rule] {
         &self.rules
+    }
+
+    /// Whether `rules` are the rules it holds: each rule's number, text and
+    /// meaning alike (only the line in its file may differ).
+    pub fn same_rules(&self, rules: &[Rule]) -> bool {
+        self.rules.len() == rules.len()
+            && self.rules.iter().zip(rules).all(|(a, b)| {
+                (a.number, &a.text, a.prob, &a.action, a.log, &a.conds)
+                    == (b.number, &b.text, b.prob, &b.action, b.log, &b.conds)
+            })
+    }
+
+    /// For `rules` that are [`Classifier::same_rules`]: keeps the compiled
+    /// form and the counters, takes their lines, and decides from then on
+    /// exactly as `Classifier::new(rules, seed)` would (the `prob` stream
+    /// starts anew from `seed`). A control plane changing a pipe hands the
+    /// node an unchanged rule set, whose compilation would cost more than the
+    /// change.
+    pub fn renew(self, rules: Vec<Rule>, seed: u64) -> Classifier {
+        debug_assert!(self.same_rules(&rules));
+        Classifier {
+            rules,
+            prob_stream: Classifier::prob_stream(seed),
+            ..self
+        }
+    }
+
+    /// Takes the counters of `old`'s rules for its rules of the same number
+    /// and text, in order (a rule that stays keeps its counts).
+    pub fn carry_counters(&mut self, old: &Classifier) {
+        let mut old_counts: Vec<(u32, &str, (u64, u64))> = old
+            .rules
+            .iter()
+            .zip(&old.counters)
+            .map(|(r, c)| (r.number, r.text.as_str(), *c))
+            .collect();
+        for (r, c) in self.rules.iter().zip(self.counters.iter_mut()) {
+            if let Some(i) = old_counts
+                .iter()
+                .position(|(n, t, _)| *n == r.number && *t == r.text)
+            {
+                *c = old_counts.remove(i).2;
+            }
+        }
+    }
+
+    fn prob_stream(seed: u64) -> Stream {
+        Stream::new(seed, 0x7275_6c65, StreamId::Loss)
     }
 
     /// Runs the rules from position `start` (0 for a new packet; the rule after

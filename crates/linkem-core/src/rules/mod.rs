@@ -24,7 +24,10 @@ pub mod parse;
 
 pub use classify::{Classifier, Hit};
 pub use flow::{FlowKey, L2Kind};
-pub use parse::{parse_rules, Action, Cond, CondKind, Net, Rule, RuleSet, RulesError};
+pub use parse::{
+    parse_rules, parse_rules_cached, Action, Cond, CondKind, Net, Rule, RuleCache, RuleSet,
+    RulesError,
+};
 
 /// Which interface a packet came in on. Replay feeds everything as `A`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

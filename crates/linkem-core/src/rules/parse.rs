@@ -7,7 +7,7 @@
 
 use super::flow::v4_mapped;
 use crate::pipe::{FileReader, PipeDef};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// A rule file problem: the line, the word, what is wrong.
@@ -264,6 +264,34 @@ pub fn parse_rules(
     sides: [&str; 2],
     files: &mut FileReader<'_>,
 ) -> Result<RuleSet, RulesError> {
+    parse_rules_cached(text, sides, files, &mut RuleCache::default())
+}
+
+/// The rules of the last parse, by their words, for [`parse_rules_cached`].
+///
+/// A control plane re-parses its whole rule set at every change, so that a
+/// request is checked exactly as the same line in a file would be; with
+/// hundreds of rules that parse would cost more than the change. A numbered
+/// `add` line means the same rule wherever it stands (only an unnumbered one
+/// depends on the rules before it), so its parse is taken from here when the
+/// same words were parsed the last time. Only the entries the last parse used
+/// are kept: the cache is never larger than the rule set. One cache serves one
+/// pair of side names.
+#[derive(Debug, Default, Clone)]
+pub struct RuleCache {
+    rules: HashMap<String, Rule>,
+}
+
+/// [`parse_rules`], taking numbered rules parsed the last time from `cache`
+/// (and leaving this parse's in it). The result is the same as
+/// [`parse_rules`]'s for the same text, errors included.
+pub fn parse_rules_cached(
+    text: &str,
+    sides: [&str; 2],
+    files: &mut FileReader<'_>,
+    cache: &mut RuleCache,
+) -> Result<RuleSet, RulesError> {
+    let mut last = std::mem::take(&mut cache.rules);
     let mut set = RuleSet {
         pipes: BTreeMap::new(),
         rules: Vec::new(),
@@ -291,7 +319,21 @@ pub fn parse_rules(
         };
         match first {
             "add" => {
-                let rule = parse_add(&words[1..], line, body.trim(), &set.rules, sides)?;
+                let numbered = words.get(1).is_some_and(|w| w.parse::<u32>().is_ok());
+                let key = words[1..].join(" ");
+                let rule = match last
+                    .remove(&key)
+                    .filter(|r| numbered && r.text == body.trim())
+                {
+                    Some(mut r) => {
+                        r.line = line;
+                        r
+                    }
+                    None => parse_add(&words[1..], line, body.trim(), &set.rules, sides)?,
+                };
+                if numbered {
+                    cache.rules.insert(key, rule.clone());
+                }
                 if let Action::Pipe(n) = rule.action {
                     let at = words.iter().position(|w| *w == "pipe").unwrap_or(0);
                     pipe_refs.push((n, line, words.get(at + 1).unwrap_or(&"").to_string()));

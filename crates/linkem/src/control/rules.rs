@@ -28,7 +28,7 @@
 use super::{Failure, PeerCred};
 use crate::replay_rules::{node_json, pipes_text};
 use crate::replay_sched::Only;
-use linkem_core::rules::{parse_rules, RuleSet};
+use linkem_core::rules::{parse_rules_cached, RuleCache, RuleSet};
 use linkem_ctl::{Kind, Request, RuleRequest};
 use linkem_runtime::pipeline::NodeBridge;
 use serde_json::json;
@@ -74,7 +74,7 @@ impl Source {
     /// The lines of a rule file, interpreted as the rule parser does (later
     /// `pipe N config` replaces, `flush` empties the rules, unnumbered rules
     /// are 100 after the highest), all owned by `owner`. Call it on a file
-    /// that [`parse_rules`] accepted.
+    /// that [`linkem_core::rules::parse_rules`] accepted.
     pub fn from_text(text: &str, owner: u32) -> Source {
         let mut s = Source {
             objects: Default::default(),
@@ -189,6 +189,9 @@ pub struct Rules {
     starter: u32,
     /// Rule counters at the last `zero`, by (number, body).
     zero_base: Mutex<Vec<(u32, String, u64, u64)>>,
+    /// The rules of the last parse: a change re-parses only the lines it
+    /// changed (a parse of hundreds of rules would cost more than the change).
+    cache: Mutex<RuleCache>,
 }
 
 impl Rules {
@@ -206,6 +209,7 @@ impl Rules {
             files: Mutex::new(files),
             starter,
             zero_base: Mutex::new(Vec::new()),
+            cache: Mutex::new(RuleCache::default()),
         }
     }
 
@@ -222,7 +226,13 @@ impl Rules {
                 None => linkem_ctl::system_tables(name),
             }
         };
-        parse_rules(text, [&self.sides[0], &self.sides[1]], &mut files)
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        parse_rules_cached(
+            text,
+            [&self.sides[0], &self.sides[1]],
+            &mut files,
+            &mut cache,
+        )
     }
 
     /// Checks every request against a copy of the rule set, then applies
@@ -567,6 +577,7 @@ fn in_batch(f: Failure, i: usize, n: usize, lines: &[&str]) -> Failure {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use linkem_core::rules::parse_rules;
 
     #[test]
     fn source_round_trips_a_rule_file() {
