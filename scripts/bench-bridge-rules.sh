@@ -26,7 +26,7 @@ SECS=${1:-6}
 need_packages ip:iproute2 ethtool:ethtool trafgen:netsniff-ng python3:python3
 if [ -z "${LINKEM:-}" ]; then
   cargo build --release -q -p linkem
-  LINKEM=$PWD/target/release/linkem
+  LINKEM=${CARGO_TARGET_DIR:-$PWD/target}/release/linkem
 fi
 BACKENDS=${BACKENDS:-packet xdp}
 RATE=${RATE:-100000pps}

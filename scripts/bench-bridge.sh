@@ -24,7 +24,7 @@ need_packages ip:iproute2 ethtool:ethtool trafgen:netsniff-ng python3:python3
 # builds in one session); BACKENDS limits the backends measured.
 if [ -z "${LINKEM:-}" ]; then
   cargo build --release -q -p linkem
-  LINKEM=$PWD/target/release/linkem
+  LINKEM=${CARGO_TARGET_DIR:-$PWD/target}/release/linkem
 fi
 BACKENDS=${BACKENDS:-packet xdp}
 P=lkbb$$

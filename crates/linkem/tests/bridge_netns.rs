@@ -14,77 +14,8 @@ mod common;
 use common::*;
 use linkem_io::netns::{self, Topology};
 use serde_json::Value;
-use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-/// Sends `n` datagrams of `len` bytes (UDP payload) from A to B, `gap` apart (zero: as fast
-/// as possible); returns, per sequence number, the one-way delay in ns if it arrived.
-fn udp_flow(topo: &Topology, from_a: bool, n: u32, len: usize, gap: Duration) -> Vec<Option<u64>> {
-    let (src_ns, dst_ns, dst) = if from_a {
-        (&topo.ns_a, &topo.ns_b, topo.addr_b)
-    } else {
-        (&topo.ns_b, &topo.ns_a, topo.addr_a)
-    };
-    let port = 40000 + (std::process::id() % 20000) as u16;
-    std::thread::scope(|s| {
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let receiver = s.spawn(move || {
-            in_ns(dst_ns, || {
-                let sock = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port)).unwrap();
-                let size: libc::c_int = 8 << 20;
-                // Safety: setsockopt with a valid int.
-                unsafe {
-                    libc::setsockopt(
-                        sock.as_raw_fd(),
-                        libc::SOL_SOCKET,
-                        libc::SO_RCVBUFFORCE,
-                        (&size as *const libc::c_int).cast(),
-                        4,
-                    )
-                };
-                sock.set_read_timeout(Some(Duration::from_millis(1500)))
-                    .unwrap();
-                ready_tx.send(()).unwrap();
-                let mut got = vec![None; n as usize];
-                let mut buf = vec![0u8; 65536];
-                while let Ok(k) = sock.recv(&mut buf) {
-                    let t = now_ns();
-                    if k >= 12 {
-                        let seq = u32::from_be_bytes(buf[0..4].try_into().unwrap());
-                        let sent = u64::from_be_bytes(buf[4..12].try_into().unwrap());
-                        if let Some(slot) = got.get_mut(seq as usize) {
-                            *slot = Some(t.saturating_sub(sent));
-                        }
-                    }
-                }
-                got
-            })
-        });
-        ready_rx.recv().unwrap();
-        in_ns(src_ns, || {
-            let sock = UdpSocket::bind("0.0.0.0:0").unwrap();
-            let mut buf = vec![0u8; len.max(12)];
-            let start = Instant::now();
-            for seq in 0..n {
-                let due = gap * seq;
-                // Sleep, never spin: on two cores a spinning sender would take the CPU
-                // linkem needs. Each datagram carries its real send time, so a late send
-                // does not distort the measured delay.
-                let now = start.elapsed();
-                if due > now {
-                    std::thread::sleep(due - now);
-                }
-                buf[0..4].copy_from_slice(&seq.to_be_bytes());
-                buf[4..12].copy_from_slice(&now_ns().to_be_bytes());
-                // ENOBUFS under overload is the point of some tests: ignore it.
-                let _ = sock.send_to(&buf, SocketAddrV4::new(dst, port));
-            }
-        });
-        receiver.join().unwrap()
-    })
-}
 
 on_both_backends!(
     ping_rtt_with_delay_10ms_each_way,

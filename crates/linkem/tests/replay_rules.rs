@@ -199,6 +199,86 @@ fn multihop_releases_add_up_and_profile_runs() {
     assert!(out.contains("profile: name \"profile_foo\""), "{out}");
 }
 
+/// Seed 003 §3.7's profile exactly as the paper prints it (bare delays under a
+/// `# delay in us` comment) parses, and its bare numbers are milliseconds, as
+/// ipfw reads them: 75-byte frames 3 s apart (longer than any airtime, so
+/// nothing queues) spend 0.3 ms at 2 Mbit/s plus 0, 100, 130 or 586.7 ms, a
+/// quarter each, and `loss-level 0.99` of `samples 5` keeps ⌊4.95⌋ = 4 table
+/// entries: a fifth of the packets are lost.
+#[test]
+fn seed_003_profile_as_printed_reads_bare_delays_as_ms() {
+    let (d, input, output) = tmp();
+    std::fs::write(
+        d.path().join("profile_foo"),
+        "name profile_foo\nbandwidth 2Mbit/s\nloss-level 0.99\nsamples 5\n\
+         prob delay # delay in us\n0.2 100\n0.4 130\n0.5 130\n0.8 1500\n0.98 2000\n",
+    )
+    .unwrap();
+    let rules = d.path().join("radio.rules");
+    std::fs::write(
+        &rules,
+        "ipfw pipe 3 config profile profile_foo\nipfw add 100 pipe 3 ip from any to any\n",
+    )
+    .unwrap();
+    let events = d.path().join("events.tsv");
+    let n = 2000;
+    synth(
+        &input,
+        &["--packets", "2000", "--size", "75", "--rate", "200bit"],
+    );
+    let out = ok(linkem(&[
+        "replay",
+        input.to_str().unwrap(),
+        output.to_str().unwrap(),
+        "--rules",
+        rules.to_str().unwrap(),
+        "--events",
+        events.to_str().unwrap(),
+        "--stats",
+        "json",
+        "seed",
+        "1",
+    ]));
+    let v = json(&out);
+    assert_eq!(v["pipes"][0]["profile"]["name"], "profile_foo");
+    let text = std::fs::read_to_string(&events).unwrap();
+    let mut by_delay = std::collections::BTreeMap::<u64, u32>::new();
+    let mut lost = 0u32;
+    for l in text.lines().filter(|l| !l.starts_with('#')) {
+        let f: Vec<&str> = l.split('\t').collect();
+        assert_eq!(f[2], "75");
+        match f[3] {
+            "delivered" => {
+                let d = f[4].parse::<u64>().unwrap() - f[1].parse::<u64>().unwrap();
+                *by_delay.entry(d).or_default() += 1;
+            }
+            "loss" => lost += 1,
+            other => panic!("fate {other}: {l}"),
+        }
+    }
+    // 130 + (0.6 - 0.5) / (0.8 - 0.5) · (1500 - 130) ms, rounded to the ns.
+    let airtime_ms = [0.0, 100.0, 130.0, 130.0 + 1370.0 / 3.0];
+    let want: Vec<u64> = airtime_ms
+        .iter()
+        .map(|ms| 300_000 + (ms * 1e6_f64).round() as u64)
+        .collect();
+    assert_eq!(by_delay.keys().copied().collect::<Vec<_>>(), want);
+    let delivered = n - lost;
+    for (delay, k) in &by_delay {
+        let share = f64::from(*k) / f64::from(delivered);
+        let sd = (0.25 * 0.75 / f64::from(delivered)).sqrt();
+        assert!(
+            (share - 0.25).abs() <= 4.5 * sd,
+            "{delay} ns: {k} of {delivered}"
+        );
+    }
+    let (rate, sd) = (
+        f64::from(lost) / f64::from(n),
+        (0.2_f64 * 0.8 / f64::from(n)).sqrt(),
+    );
+    assert!((rate - 0.2).abs() <= 4.5 * sd, "loss rate {rate}");
+}
+
 #[test]
 fn rules_from_toml_and_errors_name_line_and_word() {
     let (d, input, output) = tmp();
