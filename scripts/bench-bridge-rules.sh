@@ -59,7 +59,10 @@ printf 'pipe 1 config delay 10ms\nadd 100 pipe 1 ip from any to any\n' > "$out/1
 # A pipe with a rate (1 Gbit/s: above what this path forwards, so the link never
 # limits and the row shows the cost of the pipe's machinery), alone and under
 # fq_codel (sched 1 serves pipe 1's link; the queue of each flow is one of 1024).
-printf 'pipe 1 config bw 1Gbit/s delay 10ms\nadd 100 pipe 1 ip from any to any\n' > "$out/rate.rules"
+# Both hold 10240 packets (fq_codel's default limit): with the default 50 slots
+# (25 us at 1 Gbit/s) the plain pipe drops the receive batches' bursts as
+# queue-full, and the row would show its queue instead of its cost.
+printf 'pipe 1 config bw 1Gbit/s delay 10ms queue 10240\nadd 100 pipe 1 ip from any to any\n' > "$out/rate.rules"
 printf 'pipe 1 config bw 1Gbit/s delay 10ms\nsched 1 config type fq_codel\nadd 100 pipe 1 ip from any to any\n' > "$out/fq_codel.rules"
 
 stat_of() { ip netns exec "$1" cat "/sys/class/net/$2/statistics/$3"; }

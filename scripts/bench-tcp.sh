@@ -14,7 +14,7 @@ secs=${1:-5}
 . scripts/topology.sh
 need_packages ip:iproute2 ethtool:ethtool iperf3:iperf3 python3:python3
 cargo build --release -q -p linkem
-LINKEM=${LINKEM:-$PWD/target/release/linkem}
+LINKEM=${LINKEM:-${CARGO_TARGET_DIR:-$PWD/target}/release/linkem}
 P=lktcp$$
 LPID=
 cleanup() {

@@ -39,7 +39,7 @@ esac
 . scripts/topology.sh
 need_packages ip:iproute2 ethtool:ethtool trafgen:netsniff-ng python3:python3
 cargo build --release -q -p linkem
-LINKEM=$PWD/target/release/linkem
+LINKEM=${CARGO_TARGET_DIR:-$PWD/target}/release/linkem
 P=lksk$$
 work=$(mktemp -d /tmp/soak.XXXXXX)
 PIDS=()
