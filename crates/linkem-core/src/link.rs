@@ -228,6 +228,21 @@ impl Random {
     }
 }
 
+/// The policer's bucket and Dummynet's `burst` in bits, (limit, credit) (see
+/// [`Link::set_burst`]): one pointer for both keeps a pipe instance's link
+/// at 160 bytes.
+#[derive(Debug, Clone, Default)]
+struct Shaping {
+    policer: Option<TokenBucket>,
+    burst: Option<(u64, u64)>,
+}
+
+impl Shaping {
+    fn boxed(policer: Option<TokenBucket>, burst: Option<(u64, u64)>) -> Option<Box<Shaping>> {
+        (policer.is_some() || burst.is_some()).then(|| Box::new(Shaping { policer, burst }))
+    }
+}
+
 /// What a plain link keeps and the instances of a pipe do without.
 #[derive(Debug, Clone)]
 struct Plain {
@@ -252,9 +267,9 @@ struct Plain {
 #[repr(C)]
 pub struct Link {
     last_arrival_ns: u64,
-    /// Exit time of the last packet put in `queue` (the largest there: exits
-    /// never go backwards), so that a queue that has fully left is emptied
-    /// without reading it.
+    /// Exit time of the newest queued packet (the largest: exits never go
+    /// backwards), so that a queue that has fully left is emptied without
+    /// reading it.
     last_left_ns: u64,
     queue_bytes: u64,
     /// Link clock: the exit time of the last accepted packet is
@@ -264,18 +279,26 @@ pub struct Link {
     last_release_ns: u64,
     params: Arc<LinkParams>,
     random: Option<Box<Random>>,
-    policer: Option<Box<TokenBucket>>,
+    /// The policer and the burst credit, both rare, behind one pointer.
+    shaping: Option<Box<Shaping>>,
     /// Counts and the 64-entry serialisation table of a plain link (see
     /// [`Plain`]); `None` for the instances of a pipe.
     plain: Option<Box<Plain>>,
-    /// Accepted packets still in the queue: (first ns at which it has left, frame bytes).
-    queue: VecDeque<(u64, u32)>,
+    /// Accepted packets still in the queue except the newest: (first ns at
+    /// which it has left, frame bytes). The newest is (`last_left_ns`,
+    /// `newest_len_bytes`), kept inline so that a queue of at most one packet,
+    /// the usual state of a light flow's instance, never reads or writes the
+    /// ring (one cache miss per packet saved when many instances are active).
+    older: VecDeque<(u64, u32)>,
+    /// Packets in the queue, the newest included.
+    queue_packets: u32,
+    /// Frame bytes of the newest queued packet (meaningful when
+    /// `queue_packets > 0`).
+    newest_len_bytes: u32,
     /// The serialisation time of the last wire size, as (bits, whole ns,
     /// remainder in units of 1/rate ns): a 64-bit division costs more than the
     /// rest of a packet's model, and a flow repeats its sizes.
     serialisation_last: (u64, u64, u64),
-    /// Dummynet's `burst` in bits: (limit, credit); see [`Link::set_burst`].
-    burst: Option<Box<(u64, u64)>>,
     seed: u64,
     direction: u64,
 }
@@ -305,11 +328,12 @@ impl Link {
             last_release_ns: 0,
             params: params.clone(),
             random: None,
-            policer: None,
+            shaping: None,
             plain: None,
-            queue: VecDeque::new(),
+            older: VecDeque::new(),
+            queue_packets: 0,
+            newest_len_bytes: 0,
             serialisation_last: (u64::MAX, 0, 0),
-            burst: None,
             seed,
             direction,
         };
@@ -338,7 +362,7 @@ impl Link {
 
     /// Packets accepted and not yet exited from the link at the last arrival.
     pub fn queued_packets(&self) -> usize {
-        self.queue.len()
+        self.queue_packets as usize
     }
 
     /// Changes the link's parameters from `now_ns` on. Packets already decided keep
@@ -366,16 +390,16 @@ impl Link {
             plain.serialisation_cache.fill((u64::MAX, 0, 0));
         }
         self.serialisation_last = (u64::MAX, 0, 0);
-        self.policer = cfg.policer.map(|p| {
-            Box::new(match &self.policer {
-                Some(old) if !fresh => {
-                    let mut b = TokenBucket::new(p.rate_bps, p.burst_bytes, old.last_ns);
-                    b.tokens = old.tokens.min(b.capacity);
-                    b
-                }
-                _ => TokenBucket::new(p.rate_bps, p.burst_bytes, now_ns),
-            })
+        let old = self.shaping.take().map(|s| *s).unwrap_or_default();
+        let policer = cfg.policer.map(|p| match &old.policer {
+            Some(old) if !fresh => {
+                let mut b = TokenBucket::new(p.rate_bps, p.burst_bytes, old.last_ns);
+                b.tokens = old.tokens.min(b.capacity);
+                b
+            }
+            _ => TokenBucket::new(p.rate_bps, p.burst_bytes, now_ns),
         });
+        self.shaping = Shaping::boxed(policer, old.burst);
         match &mut self.random {
             Some(r) => r.reconfigure(cfg),
             None if params.random => {
@@ -393,7 +417,9 @@ impl Link {
     /// credit takes (bits − credit)/rate. Credit left when the link goes idle again
     /// is not kept (Dummynet recomputes it from the idle time).
     pub fn set_burst(&mut self, burst_bytes: u64) {
-        self.burst = (burst_bytes > 0).then(|| Box::new((burst_bytes.saturating_mul(8), 0)));
+        let policer = self.shaping.take().and_then(|s| s.policer);
+        let burst = (burst_bytes > 0).then(|| (burst_bytes.saturating_mul(8), 0));
+        self.shaping = Shaping::boxed(policer, burst);
     }
 
     /// Decides the fate and release time of a packet arriving at `now_ns`.
@@ -419,14 +445,17 @@ impl Link {
         self.last_arrival_ns = t_a;
         if t_a >= self.last_left_ns {
             // Everything queued has left: no need to read the entries.
-            self.queue.clear();
+            self.older.clear();
+            self.queue_packets = 0;
             self.queue_bytes = 0;
         } else {
-            while let Some(&(left_ns, len)) = self.queue.front() {
+            // The newest (exit `last_left_ns` > t_a) stays; only older ones can leave.
+            while let Some(&(left_ns, len)) = self.older.front() {
                 if left_ns > t_a {
                     break;
                 }
-                self.queue.pop_front();
+                self.older.pop_front();
+                self.queue_packets -= 1;
                 self.queue_bytes -= len as u64;
             }
         }
@@ -435,12 +464,12 @@ impl Link {
             release_ns: t_a,
             duplicate: false,
             corrupt_bit: None,
-            queue_packets: self.queue.len() as u32,
+            queue_packets: self.queue_packets,
             queue_bytes: self.queue_bytes,
         };
         let len = meta.len_bytes;
 
-        if let Some(bucket) = &mut self.policer {
+        if let Some(bucket) = self.shaping.as_mut().and_then(|s| s.policer.as_mut()) {
             if !bucket.admit(t_a, len) {
                 return finish(&mut self.plain, v, Fate::Policed);
             }
@@ -465,8 +494,8 @@ impl Link {
             Some(rate) => {
                 let idle = t_a > self.clock_ns;
                 if idle {
-                    if let Some(b) = &mut self.burst {
-                        let (limit, credit) = &mut **b;
+                    if let Some(b) = self.shaping.as_mut().and_then(|s| s.burst.as_mut()) {
+                        let (limit, credit) = b;
                         let idle_ns = t_a - self.clock_ns;
                         let earned = (idle_ns as u128 * rate as u128 / 1_000_000_000) as u64;
                         *credit = earned.min(*limit);
@@ -475,7 +504,7 @@ impl Link {
                     self.clock_rem = 0;
                 }
                 let mut bits_on_link = wire_bits;
-                if let Some(b) = &mut self.burst {
+                if let Some(b) = self.shaping.as_mut().and_then(|s| s.burst.as_mut()) {
                     let credit = &mut b.1;
                     let used = (*credit).min(wire_bits);
                     *credit -= used;
@@ -507,7 +536,12 @@ impl Link {
                     .saturating_add(extra.extra_busy_ns);
                 self.clock_rem = rem;
                 let left_ns = self.clock_ns + (self.clock_rem != 0) as u64;
-                self.queue.push_back((left_ns, len));
+                if self.queue_packets > 0 {
+                    self.older
+                        .push_back((self.last_left_ns, self.newest_len_bytes));
+                }
+                self.queue_packets += 1;
+                self.newest_len_bytes = len;
                 self.last_left_ns = left_ns;
                 self.queue_bytes += len as u64;
                 self.clock_ns
