@@ -274,8 +274,9 @@ impl Node {
     ///   no longer scheduled, or deleted) is drained: every packet waiting in
     ///   it is decided now, as if nothing more arrived there (the fate and
     ///   release time its old queues, AQM and link give it, possibly later
-    ///   than `now_ns`). Such a pipe, and any other pipe, starts anew as in a
-    ///   new node.
+    ///   than `now_ns`; with one-pass off a delivered one then waits to
+    ///   re-enter the rules, below). Such a pipe, as every pipe not kept
+    ///   above, starts anew as in a new node.
     /// - A packet between two hops (`set one-pass off`) stays, to re-enter
     ///   the new rules at its release time, unless the new set has one-pass
     ///   on or the pipe it last left was deleted: then it is decided now,
@@ -359,7 +360,7 @@ impl Node {
     fn settle_reinjections(&mut self, out: &mut Vec<Decision>) {
         let gone = |n: u32| self.pipe_at.get(n as usize).is_none_or(|&i| i == u32::MAX);
         let stuck = |f: &InFlight| self.one_pass || f.d.pipe.is_some_and(gone);
-        let mut held = std::mem::replace(&mut self.reinject, ReleaseQueue::new());
+        let mut held = std::mem::take(&mut self.reinject);
         let mut kept = ReleaseQueue::new();
         while let Some((r, f)) = held.pop() {
             if stuck(&f) {

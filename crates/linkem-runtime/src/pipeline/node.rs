@@ -278,7 +278,9 @@ impl NodeBridge {
     }
 
     /// Applies a changed rule set between two batches ([`Node::update`]:
-    /// reconfigured pipes keep their queued packets and release times), and
+    /// reconfigured pipes keep their queued packets and release times,
+    /// unchanged schedulers their held packets; the packets the change
+    /// decides are settled at once, a deleted pipe's flushed), and
     /// returns the instant (the stage's clock, CLOCK_REALTIME ns) from which
     /// it applies; it has applied when this returns. Changes apply in the
     /// order they are made. None if the stage has stopped.
