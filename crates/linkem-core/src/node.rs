@@ -155,6 +155,41 @@ struct InFlight {
     d: Decision,
 }
 
+/// Where a held packet re-enters a changed list of rules: see [`Node::update`].
+#[derive(Debug)]
+struct RulePositions {
+    /// Numbers of the old rules, in evaluation order.
+    old: Vec<u32>,
+    /// Numbers of the new rules, in evaluation order.
+    new: Vec<u32>,
+}
+
+impl RulePositions {
+    fn new(old: &[crate::rules::parse::Rule], new: &[crate::rules::parse::Rule]) -> Self {
+        RulePositions {
+            old: old.iter().map(|r| r.number).collect(),
+            new: new.iter().map(|r| r.number).collect(),
+        }
+    }
+
+    /// The new position of `next_rule`, the old position after the rule
+    /// that sent the packet: after the new rule with that rule's number and
+    /// rank among equal numbers, or before the first rule numbered higher
+    /// when the new list has fewer rules of that number.
+    fn next_rule(&self, next_rule: usize) -> usize {
+        let Some(sent) = next_rule.checked_sub(1) else {
+            return 0;
+        };
+        let Some(&n) = self.old.get(sent) else {
+            return self.new.len();
+        };
+        let rank = sent - self.old.partition_point(|&m| m < n);
+        let first = self.new.partition_point(|&m| m < n);
+        let equal = self.new[first..].partition_point(|&m| m == n);
+        first + (rank + 1).min(equal)
+    }
+}
+
 /// Rules and pipes: packets and time in, decisions out.
 #[derive(Debug)]
 pub struct Node {
@@ -209,28 +244,50 @@ impl Node {
         }
     }
 
-    /// Whether a packet waits in the node for a later decision (a multi-hop
-    /// reinjection or a scheduled pipe): then [`Node::update`] cannot keep
-    /// the pipes in place.
+    /// Whether a packet waits in the node for a later decision: a multi-hop
+    /// reinjection, or a packet in a scheduled pipe.
     pub fn holds_packets(&self) -> bool {
         !self.reinject.is_empty() || !self.in_flight.is_empty()
     }
 
     /// A changed rule set (`linkem ctl`) applied at `now_ns` to this node.
+    /// Decisions made by the change (below) are appended to `out`; every
+    /// other packet the node holds ([`Node::holds_packets`]) stays held and
+    /// is decided later, as without the change. No event is added before
+    /// those pending: [`Node::next_event_ns`] is no earlier than before.
     ///
-    /// - A pipe whose number stays, with the same mask and profile presence,
-    ///   neither it nor its successor served by a scheduler, and no packet
-    ///   held by the node ([`Node::holds_packets`]), keeps its instances:
-    ///   their links are reconfigured ([`Pipe::reconfigure`]), so packets
-    ///   already queued keep their release times and new ones queue behind
-    ///   them. Any other pipe starts empty, as in a new node.
+    /// - A closed-form pipe whose number stays, with the same mask and
+    ///   profile presence, and served by no scheduler before or after, keeps
+    ///   its instances: their links are reconfigured ([`Pipe::reconfigure`]),
+    ///   so packets already queued keep their release times and new ones
+    ///   queue behind them.
+    /// - A scheduled pipe whose number stays with the same scheduler (type,
+    ///   parameters, mask; the same queues with the same numbers, parameters
+    ///   and masks, the pipe's own `queue` limit and AQM included) is kept
+    ///   whole: instances, queued packets, counters, the link's busy-until
+    ///   time t_L and its next service. If its link words changed (rate,
+    ///   delay, impairments, `burst`), its instances' links are reconfigured
+    ///   as a closed-form pipe's are: the packet on the wire and those
+    ///   already served keep their times, the queued ones are served at the
+    ///   new parameters from `now_ns` on, after the link frees.
+    /// - Any other scheduled pipe of this node (its scheduler changed, it is
+    ///   no longer scheduled, or deleted) is drained: every packet waiting in
+    ///   it is decided now, as if nothing more arrived there (the fate and
+    ///   release time its old queues, AQM and link give it, possibly later
+    ///   than `now_ns`; with one-pass off a delivered one then waits to
+    ///   re-enter the rules, below). Such a pipe, as every pipe not kept
+    ///   above, starts anew as in a new node.
+    /// - A packet between two hops (`set one-pass off`) stays, to re-enter
+    ///   the new rules at its release time, unless the new set has one-pass
+    ///   on or the pipe it last left was deleted: then it is decided now,
+    ///   delivered at its release time from that pipe (`Decision::pipe`;
+    ///   the caller flushes a deleted pipe's packets). A held packet re-enters
+    ///   at the rule after the one that sent it, found by number: after the
+    ///   rule with its number and position among equal numbers, or, if there
+    ///   is none, before the first rule numbered higher.
     /// - A rule that stays (same number and text) keeps its packet and byte
     ///   counters; `unmatched` is kept.
-    ///
-    /// The caller decides the packets the node holds first when
-    /// [`Node::holds_packets`] (as on a reload), since their next hop or
-    /// service may not exist in `set`.
-    pub fn update(&mut self, set: RuleSet, now_ns: u64) {
+    pub fn update(&mut self, set: RuleSet, now_ns: u64, out: &mut Vec<Decision>) {
         let new_sched: Vec<u32> = set
             .pipes
             .keys()
@@ -240,7 +297,12 @@ impl Node {
         let mut set = set;
         let rules = std::mem::take(&mut set.rules);
         let mut next = Node::new(set, self.cfg);
-        if self.classifier.same_rules(&rules) {
+        let renumber = if self.classifier.same_rules(&rules) {
+            None
+        } else {
+            Some(RulePositions::new(self.classifier.rules(), &rules))
+        };
+        if renumber.is_none() {
             // Rule counters stay with the compiled rules.
             let old = std::mem::replace(&mut self.classifier, next.classifier);
             next.classifier = old.renew(rules, self.cfg.seed);
@@ -248,7 +310,6 @@ impl Node {
             next.classifier = Classifier::new(rules, self.cfg.seed);
             next.classifier.carry_counters(&self.classifier);
         }
-        let keep = !self.holds_packets();
         let mut old: Vec<Option<Pipe>> = std::mem::take(&mut self.pipes)
             .into_iter()
             .enumerate()
@@ -259,7 +320,7 @@ impl Node {
             let n = p.def.number;
             let at = self.pipe_at.get(n as usize).copied().unwrap_or(u32::MAX);
             let taken = match old.get_mut(at as usize) {
-                Some(slot) if keep && !new_sched.contains(&n) => slot.take(),
+                Some(slot) if !new_sched.contains(&n) => slot.take(),
                 _ => None,
             };
             match taken {
@@ -271,9 +332,45 @@ impl Node {
             }
             live += p.active_instances();
         }
-        next.budget.live = live;
+        // Held packets move over (scheduled ones by the tag their scheduler
+        // knows them by), their next rule found again in the new rules.
+        let renumber = |i: usize| renumber.as_ref().map_or(i, |r| r.next_rule(i));
+        next.seq = self.seq;
+        next.in_flight = std::mem::take(&mut self.in_flight);
+        for f in next.in_flight.values_mut() {
+            f.next_rule = renumber(f.next_rule);
+        }
+        // Popped in (release, push) order and pushed again: the order stays.
+        while let Some((r, mut f)) = self.reinject.pop() {
+            f.next_rule = renumber(f.next_rule);
+            next.reinject.push(r, f);
+        }
+        next.sched
+            .carry_over(std::mem::take(&mut self.sched), now_ns);
+        next.finish_departures(out);
+        next.settle_reinjections(out);
+        next.budget.live = live + next.sched.active_instances();
         next.unmatched = self.unmatched;
         *self = next;
+    }
+
+    /// After a change: decides the reinjections that cannot re-enter the
+    /// rules (one-pass on, or the pipe they last left deleted) as delivered
+    /// at their release time.
+    fn settle_reinjections(&mut self, out: &mut Vec<Decision>) {
+        let gone = |n: u32| self.pipe_at.get(n as usize).is_none_or(|&i| i == u32::MAX);
+        let stuck = |f: &InFlight| self.one_pass || f.d.pipe.is_some_and(gone);
+        let mut held = std::mem::take(&mut self.reinject);
+        let mut kept = ReleaseQueue::new();
+        while let Some((r, f)) = held.pop() {
+            if stuck(&f) {
+                debug_assert_eq!(f.d.release_ns, r);
+                out.push(f.d);
+            } else {
+                kept.push(r, f);
+            }
+        }
+        self.reinject = kept;
     }
 
     /// The compiled rules, with each rule's packet and byte counters.

@@ -676,7 +676,7 @@ fn update_reconfigures_pipes_in_place() {
     for i in 0..10u64 {
         let t = t0 + i * 1_000_000;
         if i == 5 {
-            node.update(parse(text2), t);
+            node.update(parse(text2), t, &mut out);
             reference.reconfigure(t, parse(text2).pipes[&1].link.clone());
         }
         let pkt = PacketIn {

@@ -576,6 +576,68 @@ impl SchedPipe {
         Some(s)
     }
 
+    /// Whether `new`, this pipe as a changed rule set makes it, has the same
+    /// scheduler: type and parameters, scheduler mask, and the same queues
+    /// (numbers, parameters with the pipe's own queue's limit and AQM, masks),
+    /// so that every class, counter and queued packet means the same under
+    /// it. The link words (rate, delay, impairments, burst) may differ
+    /// ([`SchedPipe::take_link`]).
+    pub fn same_scheduler(&self, new: &SchedPipe) -> bool {
+        let (a, b) = (&self.tpl, &new.tpl);
+        self.pipe == new.pipe
+            && self.mask == new.mask
+            && a.seed == b.seed
+            && a.params == b.params
+            && a.queues.len() == b.queues.len()
+            && a.queues
+                .iter()
+                .zip(&b.queues)
+                .all(|(x, y)| x.number == y.number && x.mask == y.mask && *x.params == *y.params)
+    }
+
+    /// Takes `new`'s link words from `now_ns` on, as
+    /// [`crate::pipe::Pipe::reconfigure`] does for a closed-form pipe: each
+    /// instance's link is reconfigured ([`Link::reconfigure`]), so its
+    /// busy-until time t_L, the packet on the wire and the queued packets
+    /// stay, and packets served from now on take the new parameters;
+    /// instances made later are made with them. Nothing changes when the
+    /// words are the same.
+    pub fn take_link(&mut self, new: &SchedPipe, now_ns: u64) {
+        if self.tpl.link == new.tpl.link && self.tpl.burst_bytes == new.tpl.burst_bytes {
+            return;
+        }
+        self.tpl.link = new.tpl.link.clone();
+        self.tpl.burst_bytes = new.tpl.burst_bytes;
+        // As `SchedLink::new`: the queues, not the link, hold the packets.
+        let mut cfg = new.tpl.link.clone();
+        cfg.queue_packets = None;
+        cfg.queue_bytes = None;
+        for l in self.slots.iter_mut().flatten() {
+            l.link.reconfigure(now_ns, cfg.clone());
+            l.link.set_burst(new.tpl.burst_bytes);
+        }
+    }
+
+    /// Decides every packet this pipe holds as if nothing more arrived: each
+    /// instance is served at its service instants, in time order, until
+    /// nothing is queued or on the wire. Decisions go to `out` (dequeue
+    /// instants and release times may lie after the present).
+    pub fn drain(&mut self, out: &mut Vec<Departure>) {
+        use std::cmp::Reverse;
+        let mut due: std::collections::BinaryHeap<Reverse<(u64, u32)>> = self
+            .instances()
+            .filter_map(|(s, l)| l.next_event_ns().map(|t| Reverse((t, s))))
+            .collect();
+        while let Some(Reverse((t, s))) = due.pop() {
+            let l = self.slots[s as usize].as_mut().expect("a live slot");
+            l.poll(t, out);
+            if let Some(n) = l.next_event_ns() {
+                due.push(Reverse((n, s)));
+            }
+        }
+        debug_assert!(self.instances().all(|(_, l)| l.queued() == 0));
+    }
+
     /// Removes the instances idle for longer than the hold at `now`.
     fn expire(&mut self, now: u64, budget: &mut crate::pipe::FlowBudget) {
         let hold = budget.idle_hold_ns;
@@ -668,6 +730,45 @@ impl NodeSched {
             )));
         }
         ns
+    }
+
+    /// Carries the scheduled pipes of `old`, the node's before a change at
+    /// `now_ns`, into `self`, built for the changed rule set: a pipe whose
+    /// number stays scheduled with the same scheduler
+    /// ([`SchedPipe::same_scheduler`]) is kept whole (instances, queued
+    /// packets, counters, t_L, service instants) at its new index, its link
+    /// words taken from the new set ([`SchedPipe::take_link`]); every other
+    /// pipe of `old` (changed, no longer scheduled, or deleted) is drained
+    /// ([`SchedPipe::drain`]), in pipe order, its decisions in `self.deps`.
+    /// The event heap is rebuilt for the new indexes, so no entry names a
+    /// pipe by an index that moved.
+    pub fn carry_over(&mut self, old: NodeSched, now_ns: u64) {
+        let mut by_number: std::collections::BTreeMap<u32, SchedPipe> = old
+            .links
+            .into_iter()
+            .flatten()
+            .map(|p| (p.pipe, p))
+            .collect();
+        for (idx, slot) in self.links.iter_mut().enumerate() {
+            let Some(new) = slot.as_ref() else { continue };
+            let Some(mut kept) = by_number.remove(&new.pipe) else {
+                continue;
+            };
+            if !kept.same_scheduler(new) {
+                by_number.insert(kept.pipe, kept);
+                continue;
+            }
+            kept.take_link(new, now_ns);
+            for (s, l) in kept.instances() {
+                if let Some(t) = l.next_event_ns() {
+                    self.events.push(std::cmp::Reverse((t, idx, s)));
+                }
+            }
+            *slot = Some(kept);
+        }
+        for p in by_number.values_mut() {
+            p.drain(&mut self.deps);
+        }
     }
 
     /// Pipe `pipe_idx` (node index) is served by a scheduler, not the

@@ -39,7 +39,8 @@
 //!   handed to the stage instead costs two cross-core wake-ups per request
 //!   (to the stage, and back with the instant), about 100 µs on this VM,
 //!   which bounded a control connection to under 10 000 changes per second.
-//!   After a change the node holds no packet (held ones are decided first),
+//!   A change adds no node event before those pending (kept schedulers and
+//!   reinjections keep their instants, the rest is decided at the change),
 //!   so no event of the stage's current wait is missed. Each packet stored
 //!   carries its pipe's group in the delay line; a pipe deleted by a change
 //!   has its group flushed, so its packets not yet sent are counted as
@@ -277,7 +278,9 @@ impl NodeBridge {
     }
 
     /// Applies a changed rule set between two batches ([`Node::update`]:
-    /// reconfigured pipes keep their queued packets and release times), and
+    /// reconfigured pipes keep their queued packets and release times,
+    /// unchanged schedulers their held packets; the packets the change
+    /// decides are settled at once, a deleted pipe's flushed), and
     /// returns the instant (the stage's clock, CLOCK_REALTIME ns) from which
     /// it applies; it has applied when this returns. Changes apply in the
     /// order they are made. None if the stage has stopped.
@@ -439,28 +442,36 @@ impl Stage {
 
     /// Applies a changed rule set at `now_ns` (see [`NodeBridge::update`]).
     fn update(&mut self, node: &mut Node, objs: &mut Objects, set: RuleSet, now_ns: u64) {
-        if node.holds_packets() {
-            // Their next hop or service may be gone: decided first, as on a
-            // reload, then the pipes start anew.
-            self.poll(node, objs, u64::MAX);
+        let gone: Vec<u32> = node
+            .pipes()
+            .iter()
+            .map(|p| p.def.number)
+            .filter(|n| !set.pipes.contains_key(n))
+            .collect();
+        let pipes: Vec<u32> = set.pipes.keys().copied().collect();
+        let queues: Vec<u32> = set.sched.queues.keys().copied().collect();
+        // Packets of kept schedulers and between hops stay held; those the
+        // change decides (a changed or deleted scheduler's, a reinjection
+        // that cannot go on) are settled now, into their pipe's group.
+        node.update(set, now_ns, &mut self.out);
+        let mut out = std::mem::take(&mut self.out);
+        for d in out.drain(..) {
+            self.settle_held(objs, &d);
         }
+        self.out = out;
         // The packets a deleted pipe gave a release time and that have not
-        // left yet are flushed.
-        for p in node.pipes() {
-            let n = p.def.number;
-            if !set.pipes.contains_key(&n) {
-                if let Some(g) = self.groups.remove(&n) {
-                    for c in &self.controls {
-                        c.flush.add(g);
-                    }
+        // left yet are flushed, those just settled too.
+        for n in gone {
+            if let Some(g) = self.groups.remove(&n) {
+                for c in &self.controls {
+                    c.flush.add(g);
                 }
             }
         }
         objs.retain(
-            |p| set.pipes.contains_key(&p),
-            |q| set.sched.queues.contains_key(&q),
+            |p| pipes.binary_search(&p).is_ok(),
+            |q| queues.binary_search(&q).is_ok(),
         );
-        node.update(set, now_ns);
     }
 
     fn group_of(&mut self, pipe: Option<u32>) -> u32 {
