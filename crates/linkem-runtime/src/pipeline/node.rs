@@ -305,7 +305,16 @@ impl NodeBridge {
                 objs.retain(|p| pipes.contains(&p), |_| true);
                 *node = *new;
             }
-            Change::Update(set) => stage.update(node, &mut objs, *set, now),
+            Change::Update(set) => {
+                let before = node.next_event_ns();
+                stage.update(node, &mut objs, *set, now);
+                // The stage may be asleep until `before`: nothing may fall due sooner.
+                debug_assert!(
+                    node.next_event_ns()
+                        .is_none_or(|t| before.is_some_and(|b| t >= b)),
+                    "a change made a node event earlier than the stage's wait"
+                );
+            }
         }
         for (i, c) in stage.controls.iter().enumerate() {
             stage.publish(i, c);
