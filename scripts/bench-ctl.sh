@@ -6,9 +6,12 @@
 # 1. `linkem ctl link both delay ...` as separate processes: time per change.
 # 2. One connection (a small Python client): changes per second in lockstep
 #    (send, wait for the reply) and pipelined (send all, then read the replies).
-# 3. UDP at RATE for SECS seconds twice: without changes, then with a lockstep
-#    change storm on one connection (STORM_RATE changes per second); counts and lateness of each phase (the
-#    counters are zeroed between phases with `linkem ctl zero`).
+# 3. UDP at RATE for SECS seconds three times: without changes, with a lockstep
+#    change storm on one connection (at most STORM_RATE changes per second, each
+#    sent after the previous reply), and with a paced storm on one connection
+#    (STORM_RATE changes per second sent on time, the replies read as they come);
+#    counts and lateness of each phase (the counters are zeroed between phases
+#    with `linkem ctl zero`).
 #
 #   sudo scripts/bench-ctl.sh            (RATE=100M SECS=5 N=20000 STORM_RATE=10000 by default)
 #
@@ -103,6 +106,35 @@ elif mode == "lockstep":
     for i in range(n):
         s.sendall(line(i))
         bad += b'"ok":true' not in r.readline()
+elif mode == "paced":  # arg seconds at STORM_RATE per second, replies read by a thread
+    rate = float(sys.argv[4])
+    import threading
+    sent = [0]
+    done = threading.Event()
+    def reader():
+        global bad
+        got = 0
+        while not (done.is_set() and got == sent[0]):
+            l = r.readline()
+            if not l:
+                break
+            got += 1
+            bad += b'"ok":true' not in l
+    t = threading.Thread(target=reader)
+    t.start()
+    n = 0
+    while True:
+        now = time.perf_counter() - t0
+        if now >= arg:
+            break
+        ahead = n / rate - now
+        if ahead > 0.0005:
+            time.sleep(ahead)
+        s.sendall(line(n))
+        n += 1
+        sent[0] = n
+    done.set()
+    t.join()
 else:  # storm for arg seconds at STORM_RATE changes per second
     rate = float(sys.argv[4])
     n = 0
@@ -144,10 +176,10 @@ phase() {
   local what=$1
   "$LINKEM" ctl --socket "$SOCK" zero >/dev/null
   local storm=
-  if [ "$what" = storm ]; then
-    client storm "$SECS" "$STORM_RATE" >"$OUT/storm" &
-    storm=$!
-  fi
+  case $what in
+    storm) client storm "$SECS" "$STORM_RATE" >"$OUT/storm" & storm=$! ;;
+    paced-storm) client paced "$SECS" "$STORM_RATE" >"$OUT/storm" & storm=$! ;;
+  esac
   ip netns exec "${P}a" iperf3 -u -c "$NET.2" -p 5311 -b "$RATE" -l 1000 -t "$SECS" >/dev/null
   [ -n "$storm" ] && wait "$storm"
   sleep 0.2
@@ -171,3 +203,4 @@ echo "| phase | received | delivered/s | drops | in flight | lateness p50 us | p
 echo "|---|---|---|---|---|---|---|---|---|"
 phase quiet
 phase storm
+phase paced-storm
