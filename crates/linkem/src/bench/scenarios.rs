@@ -109,6 +109,30 @@ pub(super) fn tail(b: &Bench<'_>, rows: &mut Vec<Row>) -> Result<()> {
             &offered,
             &note,
         ));
+        let mut floor = tail_row(
+            b,
+            Dut::LinuxBridge,
+            &bridge,
+            None,
+            None,
+            &zero_cfg,
+            &offered,
+            &note,
+        );
+        let late = timer_floor(secs);
+        floor.device = TIMER_FLOOR.into();
+        floor.configured = "-".into();
+        floor.sent = late.count;
+        floor.delivered = late.count;
+        floor.lost = 0;
+        floor.analysis.delay_ns = late.clone();
+        floor.analysis.deviation_ns = late.clone();
+        floor.analysis.send_error_ns = Default::default();
+        floor.deviation_ns = Some(late);
+        floor.repeat = "a SCHED_FIFO thread sleeping to deadlines 1 ms apart \
+                        (`chrt -f 50 cyclictest -i 1000` measures the same)"
+            .into();
+        rows.push(floor);
         for options in tail_settings() {
             let dut = Dut::LinkemWith {
                 options,
@@ -130,6 +154,52 @@ pub(super) fn tail(b: &Bench<'_>, rows: &mut Vec<Row>) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The device name of the timer floor rows of `tail`.
+pub(super) const TIMER_FLOOR: &str = "timer wake-up (platform floor)";
+
+/// How late a SCHED_FIFO thread wakes from sleeps to deadlines 1 ms apart,
+/// for `secs`: what any emulator that releases packets at their time pays
+/// on this machine, whatever its design. A packet held for `delay 10ms` is
+/// exposed to every stall of the machine during those 10 ms, while the Linux
+/// bridge holds a packet for microseconds: so the tail beyond the bridge can
+/// be no better than this floor.
+fn timer_floor(secs: f64) -> probe::stats::Percentiles {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name("linkem-bench-timer".into())
+        .spawn(move || {
+            // Without CAP_SYS_NICE the thread measures at normal priority.
+            let _ = linkem_runtime::pipeline::set_realtime(50);
+            let period = std::time::Duration::from_millis(1);
+            let start = std::time::Instant::now();
+            let mut next = start + period;
+            let mut late = Vec::with_capacity((secs * 1000.0) as usize + 1);
+            while start.elapsed().as_secs_f64() < secs {
+                let now = std::time::Instant::now();
+                if next > now {
+                    std::thread::sleep(next - now);
+                }
+                let woke = std::time::Instant::now();
+                late.push(woke.saturating_duration_since(next).as_nanos() as i64);
+                // Deadlines missed by a long stall are skipped, not caught up.
+                next += period;
+                while next + period < woke {
+                    next += period;
+                }
+            }
+            let _ = tx.send(late);
+        });
+    let mut late = match spawned {
+        Ok(t) => {
+            let v = rx.recv().unwrap_or_default();
+            let _ = t.join();
+            v
+        }
+        Err(_) => Vec::new(),
+    };
+    probe::stats::percentiles(&mut late)
 }
 
 /// Each percentile of `delay` minus `expected_ns` and the same percentile of
