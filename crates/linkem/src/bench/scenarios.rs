@@ -125,8 +125,8 @@ pub(super) fn tail(b: &Bench<'_>, rows: &mut Vec<Row>) -> Result<()> {
         floor.sent = late.count;
         floor.delivered = late.count;
         floor.lost = 0;
-        floor.analysis.delay_ns = late.clone();
-        floor.analysis.deviation_ns = late.clone();
+        floor.analysis.delay_ns = late;
+        floor.analysis.deviation_ns = late;
         floor.analysis.send_error_ns = Default::default();
         floor.deviation_ns = Some(late);
         floor.repeat = "a SCHED_FIFO thread sleeping to deadlines 1 ms apart \
