@@ -121,12 +121,14 @@ fn a_quick_tail_bench_compares_every_backend_and_policy_with_the_default() {
     eprintln!("{stdout}");
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let rows = v["rows"].as_array().unwrap();
-    // One round: the Linux bridge, linkem's defaults, 2 backends × 3 policies.
+    // One round: the Linux bridge, the machine's timer floor, linkem's
+    // defaults, 2 backends × 3 policies.
     let devices: Vec<&str> = rows.iter().map(|r| r["device"].as_str().unwrap()).collect();
     assert_eq!(
         devices,
         [
             "Linux bridge",
+            "timer wake-up (platform floor)",
             "linkem (defaults)",
             "linkem --backend xdp --realtime off",
             "linkem --backend xdp --realtime out",
@@ -138,13 +140,24 @@ fn a_quick_tail_bench_compares_every_backend_and_policy_with_the_default() {
     );
     let bridge = &rows[0]["analysis"]["delay_ns"];
     for r in rows {
+        let d = &r["deviation_ns"];
+        if r["device"] == "timer wake-up (platform floor)" {
+            // One wake-up a ms for the round's second; its lateness is the row.
+            let woke = r["sent"].as_u64().unwrap();
+            assert!((900..=1000).contains(&woke), "{r}");
+            assert_eq!(r["delivered"].as_u64().unwrap(), woke, "{r}");
+            assert_eq!(d["count"].as_u64().unwrap(), woke, "{r}");
+            let (p50, p99_9) = (d["p50"].as_i64().unwrap(), d["p99_9"].as_i64().unwrap());
+            assert!(0 <= p50 && p50 <= p99_9, "{r}");
+            assert_eq!(r["analysis"]["delay_ns"]["p99_9"].as_i64().unwrap(), p99_9);
+            continue;
+        }
         let sent = r["sent"].as_u64().unwrap();
         assert_eq!(sent, 1000, "{r}");
         assert_eq!(
             r["delivered"].as_u64().unwrap() + r["lost"].as_u64().unwrap(),
             sent
         );
-        let d = &r["deviation_ns"];
         if r["device"] == "Linux bridge" {
             assert!(d.is_null(), "{r}");
             continue;
@@ -165,6 +178,10 @@ fn a_quick_tail_bench_compares_every_backend_and_policy_with_the_default() {
         // Every linkem row carries the bridge's own counts.
         assert!(r["linkem_counts"]["directions"].is_array(), "{r}");
     }
+    assert!(
+        stdout.contains("The machine's own timer tail"),
+        "the floor line: {stdout}"
+    );
     assert!(
         stdout.contains("linkem as started by default:")
             && stdout.contains("the best setting")
