@@ -106,22 +106,20 @@ elif mode == "lockstep":
     for i in range(n):
         s.sendall(line(i))
         bad += b'"ok":true' not in r.readline()
-elif mode == "paced":  # arg seconds at STORM_RATE per second, replies read by a thread
+else:  # arg seconds at STORM_RATE changes per second: "storm" waits for each
+    # reply before the next change, "paced" sends each on time and a thread
+    # reads the replies as they come
     rate = float(sys.argv[4])
+    paced = mode == "paced"
     import threading
-    sent = [0]
-    done = threading.Event()
     def reader():
+        # Until the server, having answered every change, closes on our EOF.
         global bad
-        got = 0
-        while not (done.is_set() and got == sent[0]):
-            l = r.readline()
-            if not l:
-                break
-            got += 1
+        for l in r:
             bad += b'"ok":true' not in l
     t = threading.Thread(target=reader)
-    t.start()
+    if paced:
+        t.start()
     n = 0
     while True:
         now = time.perf_counter() - t0
@@ -131,23 +129,12 @@ elif mode == "paced":  # arg seconds at STORM_RATE per second, replies read by a
         if ahead > 0.0005:
             time.sleep(ahead)
         s.sendall(line(n))
+        if not paced:
+            bad += b'"ok":true' not in r.readline()
         n += 1
-        sent[0] = n
-    done.set()
-    t.join()
-else:  # storm for arg seconds at STORM_RATE changes per second
-    rate = float(sys.argv[4])
-    n = 0
-    while True:
-        now = time.perf_counter() - t0
-        if now >= arg:
-            break
-        ahead = n / rate - now
-        if ahead > 0.0005:
-            time.sleep(ahead)
-        s.sendall(line(n))
-        bad += b'"ok":true' not in r.readline()
-        n += 1
+    if paced:
+        s.shutdown(socket.SHUT_WR)
+        t.join()
 dt = time.perf_counter() - t0
 print(f"{mode}: {n} changes in {dt:.3f} s = {n/dt:.0f} per second, {bad} refused")
 EOF

@@ -99,17 +99,7 @@ pub(super) fn tail(b: &Bench<'_>, rows: &mut Vec<Row>) -> Result<()> {
         let (bridge, _) = b.measure(&Dut::LinuxBridge, &zero_cfg)?;
         let base = bridge.analysis.delay_ns;
         let note = format!("round {round} of {rounds}");
-        rows.push(tail_row(
-            b,
-            Dut::LinuxBridge,
-            &bridge,
-            None,
-            None,
-            &zero_cfg,
-            &offered,
-            &note,
-        ));
-        let mut floor = tail_row(
+        let bridge_row = tail_row(
             b,
             Dut::LinuxBridge,
             &bridge,
@@ -119,6 +109,8 @@ pub(super) fn tail(b: &Bench<'_>, rows: &mut Vec<Row>) -> Result<()> {
             &offered,
             &note,
         );
+        let mut floor = bridge_row.clone();
+        rows.push(bridge_row);
         let late = timer_floor(secs);
         floor.device = TIMER_FLOOR.into();
         floor.configured = "-".into();
