@@ -7,10 +7,10 @@
 
 mod common;
 
-use common::parse;
-use linkem_core::node::{Decision, Node, NodeConfig, NodeFate, PacketIn};
+use common::{packet, parse};
+use linkem_core::node::{Decision, Node, NodeConfig, NodeFate};
 use linkem_core::pipe::{instance_seed, FlowMask, MaskedKey};
-use linkem_core::rules::{FlowKey, Side};
+use linkem_core::rules::FlowKey;
 use linkem_core::{Fate, Link, LinkConfig, PacketMeta};
 use proptest::prelude::*;
 use std::collections::{BTreeMap, HashMap};
@@ -126,15 +126,6 @@ impl Reference {
             NodeFate::Dropped(v.fate)
         };
         (fate, v.release_ns, v.duplicate, flow_id)
-    }
-}
-
-fn packet(i: usize, k: FlowKey, len: u32) -> PacketIn {
-    PacketIn {
-        len_bytes: len,
-        key: k,
-        side: Side::A,
-        tag: i as u64,
     }
 }
 

@@ -6,9 +6,9 @@
 
 mod common;
 
-use common::{parse, udp4};
-use linkem_core::node::{Decision, Node, NodeConfig, NodeFate, PacketIn};
-use linkem_core::rules::{FlowKey, RuleSet, Side};
+use common::{packet, parse, udp4};
+use linkem_core::node::{Decision, Node, NodeConfig, NodeFate};
+use linkem_core::rules::{FlowKey, RuleSet};
 use std::collections::{BTreeMap, BTreeSet};
 
 const SEED: u64 = 7;
@@ -55,16 +55,7 @@ fn run(set: RuleSet, pkts: &[Pkt], change: Option<(usize, RuleSet)>) -> Run {
             node.update(new, t, &mut at_update);
             all.extend(at_update.iter().cloned());
         }
-        node.on_arrival(
-            t,
-            PacketIn {
-                len_bytes: len,
-                key,
-                side: Side::A,
-                tag: i as u64,
-            },
-            &mut all,
-        );
+        node.on_arrival(t, packet(i, key, len), &mut all);
     }
     node.poll(u64::MAX, &mut all);
     assert!(!node.holds_packets());

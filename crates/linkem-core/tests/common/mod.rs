@@ -42,19 +42,20 @@ pub fn udp4(src: u32, dst: u32, sport: u16, dport: u16, ecn: u8) -> FlowKey {
 pub fn feed(node: &mut Node, pkts: &[(u64, u32, FlowKey)]) -> Vec<Decision> {
     let mut out = Vec::new();
     for (i, &(t, len, key)) in pkts.iter().enumerate() {
-        node.on_arrival(
-            t,
-            PacketIn {
-                len_bytes: len,
-                key,
-                side: Side::A,
-                tag: i as u64,
-            },
-            &mut out,
-        );
+        node.on_arrival(t, packet(i, key, len), &mut out);
     }
     node.poll(u64::MAX, &mut out);
     out.sort_by_key(|d| d.tag);
     assert_eq!(out.len(), pkts.len(), "every packet decided once");
     out
+}
+
+/// Packet `i` of a test stream (its tag), received on side A.
+pub fn packet(i: usize, key: FlowKey, len_bytes: u32) -> PacketIn {
+    PacketIn {
+        len_bytes,
+        key,
+        side: Side::A,
+        tag: i as u64,
+    }
 }
