@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
 # Every test linkem has: formatting, lints, unit, property, statistical and
 # integration tests, then a short run of each fuzz target.
+#
+# As root it first installs the Debian packages the tests use (scripts/packages.sh);
+# without root it names the missing ones and carries on: the unit tests run, and a
+# live test that needs a missing tool fails naming its package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/packages.sh
+command -v cargo >/dev/null || { echo "test: cargo is missing (install Rust with rustup)" >&2; exit 1; }
+need_test_packages || [ "$(id -u)" != 0 ]
 cargo fmt --all -- --check
 ./scripts/check-msrv.sh
 cargo clippy --workspace --all-targets -q -- -D warnings

@@ -1,6 +1,7 @@
 # Shell helpers shared by scripts/demo.sh and scripts/bench-bridge.sh (source it).
 #
 #   need_packages CMD:PACKAGE ...   apt-get install the packages whose command is missing
+#                                   (from scripts/packages.sh)
 #   topo_up P NET [offloads-off]    ${P}a (NET.1) <-veth-> ${P}ea | ${P}eb <-veth-> ${P}b (NET.2)
 #                                   hosts keep the kernel's defaults (checksum offload,
 #                                   TSO/GSO on), as containers get them, unless offloads-off
@@ -8,15 +9,7 @@
 #
 # The names and settings match linkem-io's namespace harness (crates/linkem-io/src/netns.rs).
 
-need_packages() {
-  local missing=() pair
-  for pair in "$@"; do
-    command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}")
-  done
-  [ ${#missing[@]} -eq 0 ] && return 0
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null 2>&1 \
-    || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null; }
-}
+. "$(dirname "${BASH_SOURCE[0]}")/packages.sh"
 
 topo_up() {
   local P=$1 net=$2 tune=${3:-} s
