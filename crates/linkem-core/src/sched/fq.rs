@@ -26,6 +26,16 @@
 //! number) at its root: O(log flows) per byte-count change, O(1) per
 //! overflow; it is built in O(flows) at that first overflow. The victim is
 //! exactly the one the scan picks.
+//!
+//! # Memory
+//! A flow's class exists from its first packet on (the owner makes it,
+//! [`crate::sched::service`]), not from the start: class numbers are then in
+//! order of first packet, and the flow number (the hash bucket 0..flows) is
+//! the class's [`Class::flow_id`](super::Class::flow_id). Ties between flows
+//! with equal bytes go to the lower flow number, as a scan of the buckets in
+//! order gives, whatever order their classes were made in. This scheduler
+//! holds 16 bytes per class ([`FlowState`]), plus 16 bytes per leaf of the
+//! tree (a power of two ≥ classes, ×2) only from an overflow until empty.
 
 use super::{Dropped, Pkt, QueueParams, Queues, Scheduler};
 use std::collections::VecDeque;
@@ -55,19 +65,30 @@ pub struct Fq {
     fat: FatTree,
 }
 
-/// A tournament tree over the flows: leaf `size + c` holds flow c's bytes,
-/// every inner node the better of its two children, where more bytes win
-/// and equal bytes go to the lower flow number (padding leaves never win a
-/// tie). Empty (`size == 0`) while inactive.
+/// A tree node: (bytes, flow number, class). Padding leaves hold flow
+/// number and class `u32::MAX`.
+type Entry = (u64, u32, u32);
+const PAD: Entry = (0, u32::MAX, u32::MAX);
+
+/// A tournament tree over the classes: leaf `size + c` holds class c's
+/// bytes and flow number, every inner node the better of its two children,
+/// where more bytes win and equal bytes go to the lower flow number (padding
+/// leaves never win a tie). Empty (`size == 0`) while inactive.
 #[derive(Debug, Default)]
 struct FatTree {
     size: usize,
-    node: Vec<(u64, u32)>,
+    node: Vec<Entry>,
+}
+
+/// The flow number a tie is decided by: the class's hash bucket.
+#[inline]
+fn flow_no(qs: &Queues, c: u32) -> u32 {
+    qs.classes[c as usize].flow_id.min(u32::MAX as u64 - 1) as u32
 }
 
 impl FatTree {
     #[inline]
-    fn better(a: (u64, u32), b: (u64, u32)) -> (u64, u32) {
+    fn better(a: Entry, b: Entry) -> Entry {
         if a.0 > b.0 || (a.0 == b.0 && a.1 < b.1) {
             a
         } else {
@@ -78,9 +99,9 @@ impl FatTree {
         let n = qs.classes.len().max(1);
         self.size = n.next_power_of_two();
         self.node.clear();
-        self.node.resize(2 * self.size, (0, u32::MAX));
+        self.node.resize(2 * self.size, PAD);
         for (c, cl) in qs.classes.iter().enumerate() {
-            self.node[self.size + c] = (cl.fifo.bytes, c as u32);
+            self.node[self.size + c] = (cl.fifo.bytes, flow_no(qs, c as u32), c as u32);
         }
         for i in (1..self.size).rev() {
             self.node[i] = Self::better(self.node[2 * i], self.node[2 * i + 1]);
@@ -95,9 +116,9 @@ impl FatTree {
         self.node.clear();
     }
     #[inline]
-    fn set(&mut self, c: u32, bytes: u64) {
+    fn set(&mut self, c: u32, bytes: u64, flow: u32) {
         let mut i = self.size + c as usize;
-        self.node[i] = (bytes, c);
+        self.node[i] = (bytes, flow, c);
         while i > 1 {
             i /= 2;
             let b = Self::better(self.node[2 * i], self.node[2 * i + 1]);
@@ -113,7 +134,8 @@ impl Fq {
     #[inline]
     fn track(&mut self, c: u32, qs: &Queues) {
         if self.fat.active() {
-            self.fat.set(c, qs.classes[c as usize].fifo.bytes);
+            self.fat
+                .set(c, qs.classes[c as usize].fifo.bytes, flow_no(qs, c));
         }
     }
 }
@@ -134,11 +156,22 @@ impl Fq {
 
 impl Scheduler for Fq {
     fn add_class(&mut self, _class: u32, _: &QueueParams) {
-        self.fat.clear();
         self.flows.push(FlowState {
             deficit: 0,
             list: NONE,
         });
+    }
+    /// A flow made during an overflow period takes its leaf if the tree has
+    /// room (O(log flows)); otherwise the tree is rebuilt, twice as large, at
+    /// the next overflow: O(1) amortised per class.
+    fn class_added(&mut self, c: u32, qs: &Queues) {
+        if self.fat.active() {
+            if (c as usize) < self.fat.size {
+                self.track(c, qs);
+            } else {
+                self.fat.clear();
+            }
+        }
     }
     #[inline]
     fn enqueued(&mut self, c: u32, qs: &Queues) {
@@ -211,7 +244,7 @@ impl Scheduler for Fq {
         if !self.fat.active() {
             self.fat.build(qs);
         }
-        let (_, c) = self.fat.node[1];
+        let (_, _, c) = self.fat.node[1];
         (c != u32::MAX).then_some(c)
     }
 }
@@ -222,9 +255,11 @@ mod tests {
     use std::sync::Arc;
 
     /// The overflow victim is the flow a scan of every flow picks (most
-    /// bytes, lowest number among equals), through random enqueues,
+    /// bytes, lowest flow number among equals), through random enqueues,
     /// dequeues, CoDel drops, zero-length frames and the tree's stop when
-    /// the scheduler empties.
+    /// the scheduler empties; with the classes made at each flow's first
+    /// packet, in an order unrelated to their flow numbers, some of them
+    /// during an overflow period (the tree takes them in place or grows).
     #[test]
     fn overflow_victim_equals_a_scan_of_all_flows() {
         let mut x = 0x2545_f491_4f6c_dd1du64;
@@ -234,18 +269,12 @@ mod tests {
             x ^= x << 17;
             x % n
         };
-        for (flows, limit) in [(1u32, 1u32), (37, 25), (300, 120), (5, 3)] {
+        for (flows, limit) in [(1u32, 1u32), (37, 25), (300, 120), (5, 3), (3000, 40)] {
             let mut p = SchedParams::new(SchedKind::FqCodel);
             p.limit_packets = limit;
             let mut s = Sched::new(p);
-            for i in 0..flows {
-                let q = QueueParams {
-                    limit_packets: None,
-                    aqm: s.params.flow_aqm,
-                    ..Default::default()
-                };
-                s.add_class(Arc::new(q), i, i as u64);
-            }
+            // Flow number (bucket) → class, made at the first packet.
+            let mut class_of: Vec<Option<u32>> = vec![None; flows as usize];
             let (mut now, mut drops, mut overflows) = (0u64, Vec::new(), 0);
             for h in 0..20_000u32 {
                 now += rnd(3_000_000);
@@ -254,18 +283,27 @@ mod tests {
                     drops.clear();
                     continue;
                 }
-                let c = rnd(flows as u64) as u32;
+                let flow = rnd(flows as u64) as usize;
+                let c = *class_of[flow].get_or_insert_with(|| {
+                    let q = QueueParams {
+                        limit_packets: None,
+                        aqm: s.params.flow_aqm,
+                        ..Default::default()
+                    };
+                    s.add_class(Arc::new(q), 0, flow as u64)
+                });
                 let len = if rnd(10) == 0 { 0 } else { rnd(1500) as u32 };
-                // The scan's victim; with only zero-length frames queued it
-                // may be an empty flow, and then nothing is dropped.
+                // The scan's victim over the flows that have a class (the
+                // others hold nothing); with only zero-length frames queued
+                // it may be an empty flow, and then nothing is dropped.
                 let expect = (s.qs.total_packets + 1 > limit as u64)
                     .then(|| {
-                        (0..flows)
+                        (0..s.qs.classes.len() as u32)
                             .max_by_key(|&i| {
-                                let b = s.qs.classes[i as usize].fifo.bytes;
+                                let cl = &s.qs.classes[i as usize];
                                 (
-                                    b + if i == c { len as u64 } else { 0 },
-                                    std::cmp::Reverse(i),
+                                    cl.fifo.bytes + if i == c { len as u64 } else { 0 },
+                                    std::cmp::Reverse(cl.flow_id),
                                 )
                             })
                             .unwrap()

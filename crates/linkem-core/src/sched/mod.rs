@@ -441,6 +441,10 @@ impl Queues {
 pub trait Scheduler: std::fmt::Debug + Send {
     /// Class `class` exists (classes are numbered densely from 0).
     fn add_class(&mut self, class: u32, params: &QueueParams);
+    /// Class `class` is now in `qs` too (called right after
+    /// [`Scheduler::add_class`]; classes may be made while others are
+    /// backlogged, as fq_* makes a flow at its first packet).
+    fn class_added(&mut self, _class: u32, _qs: &Queues) {}
     /// A packet has been added to `class`'s FIFO (already in `qs`).
     fn enqueued(&mut self, class: u32, qs: &Queues);
     /// The next packet to send at `now`, with its class and CE mark; AQM drops
@@ -620,6 +624,7 @@ impl Sched {
             queue,
             flow_id,
         });
+        self.s.class_added(c, &self.qs);
         c
     }
 

@@ -149,6 +149,12 @@ pub struct SchedLink {
     rng: Stream,
     drops: Vec<Dropped>,
     fq_mask: FlowMask,
+    /// fq_*: the class of each flow number (hash bucket) that has had a
+    /// packet; a flow's class is made at its first packet, so an instance
+    /// holds memory for the flows it has seen, not for `flows`.
+    fq_class: HashMap<u32, u32, BuildHasherDefault<KeyHasher>>,
+    /// fq_*: the parameters every flow's class shares.
+    fq_params: Option<Arc<QueueParams>>,
 }
 
 const FULL_MASK: FlowMask = FlowMask {
@@ -200,17 +206,15 @@ impl SchedLink {
             rng: Stream::new(link_seed ^ 0x5c4e_d000, 7, StreamId::Loss),
             drops: Vec::new(),
             fq_mask: FULL_MASK,
+            fq_class: HashMap::default(),
+            fq_params: None,
         };
         if params.kind.is_fq() {
-            let qp = Arc::new(QueueParams {
+            s.fq_params = Some(Arc::new(QueueParams {
                 limit_packets: None,
                 aqm: params.flow_aqm,
                 ..Default::default()
-            });
-            for i in 0..params.flows {
-                s.sched.add_class(qp.clone(), pipe, i as u64);
-                s.class_keys.push(MaskedKey::default());
-            }
+            }));
         }
         s
     }
@@ -229,12 +233,15 @@ impl SchedLink {
     }
 
     fn class_of(&mut self, queue: Option<u32>, key: &FlowKey) -> u32 {
-        if self.sched.params.kind.is_fq() {
+        if let Some(qp) = &self.fq_params {
             let k = self.fq_mask.apply(key);
-            let c = (k.flow_id() % self.sched.params.flows as u64) as u32;
-            if self.class_keys[c as usize] == MaskedKey::default() {
-                self.class_keys[c as usize] = k;
+            let flow = (k.flow_id() % self.sched.params.flows as u64) as u32;
+            if let Some(&c) = self.fq_class.get(&flow) {
+                return c;
             }
+            let c = self.sched.add_class(qp.clone(), self.pipe, flow as u64);
+            self.fq_class.insert(flow, c);
+            self.class_keys.push(k);
             return c;
         }
         let qi = queue
