@@ -71,7 +71,9 @@ pub enum NodeFate {
     Dropped(Fate),
     /// Dropped by a `deny` rule.
     Denied,
-    /// Dropped because the node held `--max-flows` dynamic instances.
+    /// Dropped because its pipe or scheduler instance, or its scheduler class,
+    /// would have been one beyond `--max-flows` instances or
+    /// `--max-flow-memory` bytes ([`crate::pipe::FlowBudget`]).
     FlowLimit,
     /// Dropped by a queue's AQM (RED early drop, CoDel, PIE).
     Aqm(crate::aqm::DropCause),
@@ -133,6 +135,11 @@ pub struct NodeConfig {
     /// that would need one more is dropped as [`NodeFate::FlowLimit`]
     /// (default [`crate::pipe::DEFAULT_MAX_FLOWS`]).
     pub max_flows: usize,
+    /// `--max-flow-memory`: most bytes charged for dynamic instances and
+    /// scheduler classes ([`crate::pipe::FlowBudget::max_bytes`]); a packet
+    /// that would need more is dropped as [`NodeFate::FlowLimit`] (default
+    /// [`crate::pipe::DEFAULT_MAX_FLOW_BYTES`]).
+    pub max_flow_bytes: usize,
     /// How long, in ns, an instance stays after it went idle before it is
     /// removed ([`crate::pipe::FlowBudget::idle_hold_ns`]; default 1 s).
     pub idle_hold_ns: u64,
@@ -143,6 +150,7 @@ impl Default for NodeConfig {
         NodeConfig {
             seed: 0,
             max_flows: crate::pipe::DEFAULT_MAX_FLOWS,
+            max_flow_bytes: crate::pipe::DEFAULT_MAX_FLOW_BYTES,
             idle_hold_ns: crate::pipe::DEFAULT_IDLE_HOLD_NS,
         }
     }
@@ -233,6 +241,8 @@ impl Node {
             budget: FlowBudget {
                 live: 0,
                 max: cfg.max_flows,
+                bytes: 0,
+                max_bytes: cfg.max_flow_bytes,
                 idle_hold_ns: cfg.idle_hold_ns,
             },
             reinject: ReleaseQueue::new(),
@@ -316,6 +326,7 @@ impl Node {
             .map(|(i, p)| (!self.sched.is_scheduled(i)).then_some(p))
             .collect();
         let mut live = 0;
+        let mut charged = 0;
         for p in next.pipes.iter_mut() {
             let n = p.def.number;
             let at = self.pipe_at.get(n as usize).copied().unwrap_or(u32::MAX);
@@ -331,6 +342,7 @@ impl Node {
                 _ => {}
             }
             live += p.active_instances();
+            charged += p.charged_bytes();
         }
         // Held packets move over (scheduled ones by the tag their scheduler
         // knows them by), their next rule found again in the new rules.
@@ -350,6 +362,7 @@ impl Node {
         next.finish_departures(out);
         next.settle_reinjections(out);
         next.budget.live = live + next.sched.active_instances();
+        next.budget.bytes = charged + next.sched.charged_bytes();
         next.unmatched = self.unmatched;
         *self = next;
     }
@@ -393,6 +406,25 @@ impl Node {
     /// Live dynamic instances over all pipes.
     pub fn live_flows(&self) -> usize {
         self.budget.live
+    }
+
+    /// Bytes charged for the live dynamic instances and scheduler classes
+    /// (bounded by `--max-flow-memory`, [`crate::pipe::FlowBudget`]).
+    pub fn flow_memory_bytes(&self) -> usize {
+        self.budget.bytes
+    }
+
+    /// Removes every instance idle for longer than the hold at `now_ns`, in
+    /// every pipe, without waiting for the next packet to its pipe (which
+    /// also removes them): the live stage calls it periodically, so the
+    /// instances of flows that stopped go, and their memory with them, while
+    /// no traffic comes. O(pipes) plus O(log n) per instance removed;
+    /// decides no packet.
+    pub fn expire_idle(&mut self, now_ns: u64) {
+        for p in self.pipes.iter_mut().filter(|p| p.def.mask.is_some()) {
+            p.expire(now_ns, &mut self.budget);
+        }
+        self.sched.expire_idle(now_ns, &mut self.budget);
     }
 
     /// When the next reinjection or scheduler service is due, if any.

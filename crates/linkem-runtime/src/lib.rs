@@ -9,5 +9,6 @@
 
 pub mod clock;
 pub mod delay_line;
+pub mod mem;
 pub mod pipeline;
 pub mod port;

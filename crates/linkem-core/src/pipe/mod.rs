@@ -728,13 +728,28 @@ impl FlowIndex {
     }
 }
 
-/// The node-wide limits on dynamic instances.
+/// The node-wide limits on dynamic instances: a count and a memory bound.
+///
+/// Every dynamic instance (a masked pipe's, a masked scheduler's) and every
+/// class a scheduler makes for traffic (an fq_* flow, a masked queue's
+/// instance) is charged, when it is made, a fixed number of bytes computed
+/// from type sizes ([`instance_memory_bytes`],
+/// [`crate::sched::service::sched_instance_bytes`],
+/// [`crate::sched::service::sched_class_bytes`]); a packet that would need
+/// one beyond [`FlowBudget::max`] instances or [`FlowBudget::max_bytes`] bytes
+/// is dropped (`flow-limit`) instead. The charge goes back when the instance
+/// expires. Invariant: `bytes` is the sum of the charges of what is live.
 #[derive(Debug, Clone, Copy)]
 pub struct FlowBudget {
     /// Live instances over all pipes.
     pub live: usize,
     /// Most live instances (`--max-flows`); a packet that would need one more is dropped.
     pub max: usize,
+    /// Bytes charged for the live instances and scheduler classes.
+    pub bytes: usize,
+    /// Most bytes charged (`--max-flow-memory`); a packet whose instance or
+    /// class would take `bytes` beyond it is dropped.
+    pub max_bytes: usize,
     /// An instance is removed once it has been idle (queue empty, every packet
     /// released) for longer than this. Dummynet sweeps idle instances about once
     /// a second; keeping a flow's instance over short pauses keeps its loss
@@ -744,6 +759,22 @@ pub struct FlowBudget {
 
 /// Default `--max-flows`.
 pub const DEFAULT_MAX_FLOWS: usize = 1 << 20;
+/// Default `--max-flow-memory`: 512 MiB charged for dynamic instances and
+/// scheduler classes.
+pub const DEFAULT_MAX_FLOW_BYTES: usize = 512 << 20;
+
+impl FlowBudget {
+    /// One more instance charged `bytes` fits both bounds.
+    #[inline]
+    pub fn admits_instance(&self, bytes: usize) -> bool {
+        self.live < self.max && self.bytes.saturating_add(bytes) <= self.max_bytes
+    }
+    /// `bytes` more (a class inside an instance) fit the memory bound.
+    #[inline]
+    pub fn admits_bytes(&self, bytes: usize) -> bool {
+        self.bytes.saturating_add(bytes) <= self.max_bytes
+    }
+}
 /// Default idle time before an instance is removed: 1 s.
 pub const DEFAULT_IDLE_HOLD_NS: u64 = 1_000_000_000;
 
@@ -752,6 +783,8 @@ impl Default for FlowBudget {
         FlowBudget {
             live: 0,
             max: DEFAULT_MAX_FLOWS,
+            bytes: 0,
+            max_bytes: DEFAULT_MAX_FLOW_BYTES,
             idle_hold_ns: DEFAULT_IDLE_HOLD_NS,
         }
     }
@@ -767,8 +800,8 @@ pub enum PipeVerdict {
         /// The instance's [`MaskedKey::flow_id`] (0 for a pipe without a mask).
         flow_id: u64,
     },
-    /// The packet's flow has no instance and the node already holds
-    /// [`FlowBudget::max`] live instances: the packet is dropped.
+    /// The packet's flow has no instance and one more would exceed the
+    /// node's [`FlowBudget`] (count or bytes): the packet is dropped.
     FlowLimit,
 }
 
@@ -882,7 +915,7 @@ impl Pipe {
             .def
             .mask
             .expect("a pipe without an instance has a mask");
-        self.expire(now_ns, flows.idle_hold_ns, &mut flows.live);
+        self.expire(now_ns, flows);
         let mk = mask.apply(key);
         let hash = mk.index_hash();
         let slots = &self.slots;
@@ -894,7 +927,7 @@ impl Pipe {
         let slot = match found {
             Some(s) => s,
             None => {
-                if flows.live >= flows.max {
+                if !flows.admits_instance(instance_memory_bytes()) {
                     self.flow_limit_drops += 1;
                     return PipeVerdict::FlowLimit;
                 }
@@ -913,6 +946,7 @@ impl Pipe {
                 self.index.insert(hash, s);
                 self.expiry.push(Reverse((now_ns, s)));
                 flows.live += 1;
+                flows.bytes += instance_memory_bytes();
                 s
             }
         };
@@ -926,8 +960,19 @@ impl Pipe {
         }
     }
 
-    /// Removes instances idle for longer than `hold_ns` at `now_ns`.
-    fn expire(&mut self, now_ns: u64, hold_ns: u64, live_flows: &mut usize) {
+    /// Bytes charged to the node's [`FlowBudget`] for this pipe's instances.
+    pub fn charged_bytes(&self) -> usize {
+        self.active_instances() * instance_memory_bytes()
+    }
+
+    /// Removes the instances idle for longer than the budget's hold at
+    /// `now_ns` (an instance is also removed at the first arrival to its pipe
+    /// after that time): their count and charge go back to `flows`, and when
+    /// at most a quarter of the slots stay live the slots, index and expiry
+    /// heap are compacted so that their memory goes back too.
+    pub fn expire(&mut self, now_ns: u64, flows: &mut FlowBudget) {
+        let hold_ns = flows.idle_hold_ns;
+        let before = self.expired;
         while let Some(mut top) = self.expiry.peek_mut() {
             let Reverse((at, slot)) = *top;
             if at.saturating_add(hold_ns) >= now_ns {
@@ -950,9 +995,42 @@ impl Pipe {
             self.gone.2 += inst.drops;
             self.index.remove(inst.key.index_hash(), slot);
             self.free.push(slot);
-            *live_flows -= 1;
+            flows.live -= 1;
+            flows.bytes -= instance_memory_bytes();
             self.expired += 1;
         }
+        if self.expired != before && self.slots.len() >= 64 && self.index.len() * 4 <= self.slots.len()
+        {
+            self.compact();
+        }
+    }
+
+    /// Moves the live instances to the first slots, in slot order, and
+    /// rebuilds the index and the expiry heap for them at their size: O(live),
+    /// paid for by the three quarters of the slots that expired since the
+    /// last compaction (or growth), so O(1) amortised per expiry. Slots are
+    /// internal: no decision depends on them.
+    fn compact(&mut self) {
+        let mut new_slot = vec![u32::MAX; self.slots.len()];
+        let mut slots = Vec::with_capacity(self.index.len());
+        for (old, inst) in std::mem::take(&mut self.slots).into_iter().enumerate() {
+            if let Some(inst) = inst {
+                new_slot[old] = slots.len() as u32;
+                slots.push(Some(inst));
+            }
+        }
+        self.index = FlowIndex::default();
+        for (s, inst) in slots.iter().enumerate() {
+            let inst = inst.as_ref().expect("only live slots were kept");
+            self.index.insert(inst.key.index_hash(), s as u32);
+        }
+        let heap: Vec<_> = std::mem::take(&mut self.expiry)
+            .into_iter()
+            .map(|Reverse((at, s))| Reverse((at, new_slot[s as usize])))
+            .collect();
+        self.expiry = BinaryHeap::from(heap);
+        self.slots = slots;
+        self.free = Vec::new();
     }
 }
 

@@ -27,7 +27,7 @@ use crate::aqm::DropCause;
 use crate::config::LinkConfig;
 use crate::fate::Fate;
 use crate::link::{Link, PacketMeta};
-use crate::pipe::{FlowMask, KeyHasher, MaskedKey};
+use crate::pipe::{FlowBudget, FlowMask, KeyHasher, MaskedKey};
 use crate::rng::{Stream, StreamId};
 use crate::rules::flow::FlowKey;
 use std::collections::HashMap;
@@ -155,6 +155,35 @@ pub struct SchedLink {
     fq_class: HashMap<u32, u32, BuildHasherDefault<KeyHasher>>,
     /// fq_*: the parameters every flow's class shares.
     fq_params: Option<Arc<QueueParams>>,
+    /// Bytes charged to the node's [`FlowBudget`] for the classes made for
+    /// traffic ([`sched_class_bytes`] each; the instance's own charge is its
+    /// pipe's).
+    pub charged_bytes: usize,
+}
+
+/// Bytes charged for one scheduler instance (a masked scheduler's, made at
+/// its flow's first packet), from type sizes: the instance in its slot, its
+/// index and expiry entries, plus 512 bytes for what it allocates apart (its
+/// scheduler object, its link's compiled parameters, its queue bindings). Its
+/// classes are charged apart ([`sched_class_bytes`]).
+pub fn sched_instance_bytes() -> usize {
+    std::mem::size_of::<Option<SchedLink>>()
+        + (std::mem::size_of::<(MaskedKey, u32)>() + 1) * 8 / 7
+        + std::mem::size_of::<std::cmp::Reverse<(u64, u32)>>()
+        + 512
+}
+
+/// Bytes charged for one class a scheduler makes for traffic (an fq_* flow,
+/// a masked queue's instance), from type sizes: the class, its key for
+/// listings, its index entry, 16 bytes of per-class scheduler state, and a
+/// sojourn histogram at its largest (one 4-byte bin per 1/8 octave up to
+/// 2^64 ns). Its queued packets are bounded by its limits, not charged.
+pub fn sched_class_bytes() -> usize {
+    std::mem::size_of::<super::Class>()
+        + std::mem::size_of::<MaskedKey>()
+        + (std::mem::size_of::<(MaskedKey, u32)>() + 1) * 8 / 7
+        + 16
+        + 4 * 496
 }
 
 const FULL_MASK: FlowMask = FlowMask {
@@ -208,6 +237,7 @@ impl SchedLink {
             fq_mask: FULL_MASK,
             fq_class: HashMap::default(),
             fq_params: None,
+            charged_bytes: 0,
         };
         if params.kind.is_fq() {
             s.fq_params = Some(Arc::new(QueueParams {
@@ -232,17 +262,23 @@ impl SchedLink {
         self.sched.qs.total_packets
     }
 
-    fn class_of(&mut self, queue: Option<u32>, key: &FlowKey) -> u32 {
+    /// The class of a packet, made if new and `budget` admits one more
+    /// class; None when it does not.
+    fn class_of(&mut self, queue: Option<u32>, key: &FlowKey, budget: &mut FlowBudget) -> Option<u32> {
         if let Some(qp) = &self.fq_params {
             let k = self.fq_mask.apply(key);
             let flow = (k.flow_id() % self.sched.params.flows as u64) as u32;
             if let Some(&c) = self.fq_class.get(&flow) {
-                return c;
+                return Some(c);
+            }
+            if !budget.admits_bytes(sched_class_bytes()) {
+                return None;
             }
             let c = self.sched.add_class(qp.clone(), self.pipe, flow as u64);
             self.fq_class.insert(flow, c);
             self.class_keys.push(k);
-            return c;
+            self.charge(budget);
+            return Some(c);
         }
         let qi = queue
             .and_then(|n| self.queue_at.get(&n).copied())
@@ -251,30 +287,42 @@ impl SchedLink {
         match qb.mask {
             None => {
                 if let Some(c) = qb.single {
-                    return c;
+                    return Some(c);
                 }
                 let c = self.sched.add_class(qb.params.clone(), qb.number, 0);
                 self.class_keys.push(MaskedKey::default());
                 qb.single = Some(c);
-                c
+                Some(c)
             }
             Some(m) => {
                 let k = m.apply(key);
                 if let Some(&c) = qb.index.get(&k) {
-                    return c;
+                    return Some(c);
+                }
+                if !budget.admits_bytes(sched_class_bytes()) {
+                    return None;
                 }
                 let c = self
                     .sched
                     .add_class(qb.params.clone(), qb.number, k.flow_id());
                 qb.index.insert(k, c);
                 self.class_keys.push(k);
-                c
+                self.charge(budget);
+                Some(c)
             }
         }
     }
 
+    fn charge(&mut self, budget: &mut FlowBudget) {
+        budget.bytes += sched_class_bytes();
+        self.charged_bytes += sched_class_bytes();
+    }
+
     /// A packet arriving at `now` for `queue` (None: the pipe's own queue).
-    /// Decisions made now go to `out`.
+    /// Decisions made now go to `out`. A packet whose class is new and
+    /// would take `budget` beyond its bytes is decided
+    /// [`Outcome::FlowLimit`].
+    #[allow(clippy::too_many_arguments)]
     pub fn arrive(
         &mut self,
         now: u64,
@@ -282,9 +330,20 @@ impl SchedLink {
         len_bytes: u32,
         key: &FlowKey,
         queue: Option<u32>,
+        budget: &mut FlowBudget,
         out: &mut Vec<Departure>,
     ) {
-        let c = self.class_of(queue, key);
+        let Some(c) = self.class_of(queue, key, budget) else {
+            out.push(Departure {
+                tag,
+                outcome: Outcome::FlowLimit,
+                at_ns: now,
+                ce: false,
+                queue: queue.unwrap_or(self.pipe),
+                flow_id: 0,
+            });
+            return;
+        };
         let handle = match self.free.pop() {
             Some(h) => {
                 self.store[h as usize] = Held { tag };
@@ -442,10 +501,15 @@ struct Template {
 /// on the wire and every packet released at `idle_at` is removed at the
 /// first arrival to its pipe after `idle_at + hold`
 /// ([`crate::pipe::FlowBudget::idle_hold_ns`]); instances count against the
-/// node's `--max-flows` ([`crate::pipe::FlowBudget`]). Expiry runs off a
-/// min-heap with one entry per live instance, O(log n) amortised per arrival.
-/// An fq_* instance holds its `flows` classes from the start (as Dummynet's
-/// `fq_codel_new_sched` allocates them): about 320 bytes per flow.
+/// node's `--max-flows` and `--max-flow-memory` ([`crate::pipe::FlowBudget`]).
+/// Expiry runs off a min-heap with one entry per live instance, O(log n)
+/// amortised per arrival, and also by time ([`NodeSched::expire_idle`]);
+/// when at most a quarter of the slots stay live they are compacted, so the
+/// memory of expired instances goes back.
+/// An fq_* instance makes a flow's class at the flow's first packet (not
+/// all `flows` at the start, as Dummynet's `fq_codel_new_sched` does): an
+/// instance costs [`sched_instance_bytes`] plus [`sched_class_bytes`] per
+/// flow that has had a packet, whatever `flows` says.
 #[derive(Debug)]
 pub struct SchedPipe {
     /// The pipe number.
@@ -459,8 +523,11 @@ pub struct SchedPipe {
     expiry: std::collections::BinaryHeap<std::cmp::Reverse<(u64, u32)>>,
     /// Instances removed when idle.
     pub expired: u64,
-    /// Packets refused because the node held `--max-flows` instances.
+    /// Packets refused because the node's [`FlowBudget`] was full.
     pub flow_limit_drops: u64,
+    /// Bytes charged to the node's [`FlowBudget`] for this pipe: its
+    /// instances and the classes made in them.
+    pub charged_bytes: usize,
 }
 
 impl SchedPipe {
@@ -497,6 +564,7 @@ impl SchedPipe {
             expiry: std::collections::BinaryHeap::new(),
             expired: 0,
             flow_limit_drops: 0,
+            charged_bytes: 0,
         };
         if mask.is_none() {
             let l = sp.make(MaskedKey::default(), 0);
@@ -557,12 +625,11 @@ impl SchedPipe {
         let Some(mask) = self.mask else {
             return Some(0);
         };
-        self.expire(now, budget);
         let mk = mask.apply(key);
         if let Some(&s) = self.index.get(&mk) {
             return Some(s);
         }
-        if budget.live >= budget.max {
+        if !budget.admits_instance(sched_instance_bytes()) {
             self.flow_limit_drops += 1;
             return None;
         }
@@ -580,6 +647,8 @@ impl SchedPipe {
         self.index.insert(mk, s);
         self.expiry.push(std::cmp::Reverse((now, s)));
         budget.live += 1;
+        budget.bytes += sched_instance_bytes();
+        self.charged_bytes += sched_instance_bytes();
         Some(s)
     }
 
@@ -645,9 +714,13 @@ impl SchedPipe {
         debug_assert!(self.instances().all(|(_, l)| l.queued() == 0));
     }
 
-    /// Removes the instances idle for longer than the hold at `now`.
-    fn expire(&mut self, now: u64, budget: &mut crate::pipe::FlowBudget) {
+    /// Removes the instances idle for longer than the hold at `now`, giving
+    /// their count and bytes back to `budget`; compacts the slots when at
+    /// most a quarter stay live (see [`crate::pipe::Pipe::expire`]). Returns
+    /// whether slots moved: the caller's service events name slots.
+    fn expire(&mut self, now: u64, budget: &mut FlowBudget) -> bool {
         let hold = budget.idle_hold_ns;
+        let before = self.expired;
         while let Some(&std::cmp::Reverse((at, slot))) = self.expiry.peek() {
             if at.saturating_add(hold) >= now {
                 break;
@@ -671,8 +744,43 @@ impl SchedPipe {
             self.index.remove(&l.key);
             self.free.push(slot);
             budget.live -= 1;
+            let freed = sched_instance_bytes() + l.charged_bytes;
+            budget.bytes -= freed;
+            self.charged_bytes -= freed;
             self.expired += 1;
         }
+        if self.expired != before && self.slots.len() >= 64 && self.index.len() * 4 <= self.slots.len()
+        {
+            self.compact();
+            return true;
+        }
+        false
+    }
+
+    /// Moves the live instances to the first slots, in slot order, and
+    /// rebuilds the index and the expiry heap at their size: O(live), paid
+    /// for by the expiries that emptied three quarters of the slots.
+    fn compact(&mut self) {
+        let mut new_slot = vec![u32::MAX; self.slots.len()];
+        let mut slots = Vec::with_capacity(self.index.len());
+        for (old, l) in std::mem::take(&mut self.slots).into_iter().enumerate() {
+            if let Some(l) = l {
+                new_slot[old] = slots.len() as u32;
+                slots.push(Some(l));
+            }
+        }
+        self.index = slots
+            .iter()
+            .enumerate()
+            .map(|(s, l)| (l.as_ref().expect("live").key, s as u32))
+            .collect();
+        let heap: Vec<_> = std::mem::take(&mut self.expiry)
+            .into_iter()
+            .map(|std::cmp::Reverse((at, s))| std::cmp::Reverse((at, new_slot[s as usize])))
+            .collect();
+        self.expiry = std::collections::BinaryHeap::from(heap);
+        self.slots = slots;
+        self.free = Vec::new();
     }
 }
 
@@ -808,6 +916,37 @@ impl NodeSched {
             .sum()
     }
 
+    /// Bytes charged to the node's [`FlowBudget`] by every scheduled pipe.
+    pub fn charged_bytes(&self) -> usize {
+        self.links.iter().flatten().map(|p| p.charged_bytes).sum()
+    }
+
+    /// Removes, in every masked scheduled pipe, the instances idle for longer
+    /// than the hold at `now` (without waiting for an arrival at the pipe).
+    pub fn expire_idle(&mut self, now: u64, budget: &mut FlowBudget) {
+        for idx in 0..self.links.len() {
+            self.expire_pipe(idx, now, budget);
+        }
+    }
+
+    fn expire_pipe(&mut self, idx: usize, now: u64, budget: &mut FlowBudget) {
+        let Some(p) = self.links[idx].as_mut().filter(|p| p.mask.is_some()) else {
+            return;
+        };
+        if !p.expire(now, budget) {
+            return;
+        }
+        // Slots moved: file the pipe's service instants under its new slots.
+        let mut events = std::mem::take(&mut self.events).into_vec();
+        events.retain(|std::cmp::Reverse((_, i, _))| *i != idx);
+        for (s, l) in p.instances() {
+            if let Some(t) = l.next_event_ns() {
+                events.push(std::cmp::Reverse((t, idx, s)));
+            }
+        }
+        self.events = std::collections::BinaryHeap::from(events);
+    }
+
     /// Earliest service instant over all scheduled pipes.
     #[inline]
     pub fn next_event_ns(&mut self) -> Option<u64> {
@@ -838,6 +977,7 @@ impl NodeSched {
         key: &FlowKey,
         budget: &mut crate::pipe::FlowBudget,
     ) {
+        self.expire_pipe(idx, now, budget);
         let p = self.links[idx].as_mut().expect("a scheduled pipe");
         let Some(slot) = p.instance_for(now, key, budget) else {
             self.deps.push(Departure {
@@ -852,7 +992,9 @@ impl NodeSched {
         };
         let l = p.slots[slot as usize].as_mut().expect("a live slot");
         let before = l.next_event_ns();
-        l.arrive(now, tag, len_bytes, key, queue, &mut self.deps);
+        let charged = l.charged_bytes;
+        l.arrive(now, tag, len_bytes, key, queue, budget, &mut self.deps);
+        p.charged_bytes += l.charged_bytes - charged;
         if let Some(t) = l.next_event_ns() {
             if before != Some(t) {
                 self.events.push(std::cmp::Reverse((t, idx, slot)));

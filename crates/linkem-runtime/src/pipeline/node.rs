@@ -46,6 +46,12 @@
 //!   has its group flushed, so its packets not yet sent are counted as
 //!   `flushed` by the output stage.
 //!
+//! - **Idle flows** are removed by time, every [`SWEEP_EVERY_NS`] with or
+//!   without traffic ([`Node::expire_idle`]); once the memory charged for
+//!   flow instances has fallen [`TRIM_AFTER_BYTES`] below its peak since
+//!   the last trim, the heap's free pages go back to the system, so the
+//!   resident size falls after a flood of flows expires.
+//!
 //! Counting: each direction keeps the invariant of [`super::DirectionStats`];
 //! packets the node holds count as in flight, and the node's own drops
 //! (denied, flow-limit, RED and AQM drops) are in [`NodeDrops`].
@@ -74,6 +80,13 @@ use std::thread::{JoinHandle, Thread};
 
 /// Longest wait in poll with nothing due, so the stage notices stop and reloads.
 const IDLE_WAIT_NS: u64 = 10_000_000;
+/// How often the stage removes idle flow instances without waiting for a
+/// packet to their pipe ([`Node::expire_idle`]): an instance goes at most
+/// this long after its hold ends.
+const SWEEP_EVERY_NS: u64 = 100_000_000;
+/// Charged flow memory released since the last trim after which freed heap
+/// pages are given back to the system ([`crate::mem::release_free_memory`]).
+const TRIM_AFTER_BYTES: usize = 16 << 20;
 /// Ports without sockets (in-memory tests) are waited on in turn, this long each.
 const TURN_NS: u64 = 200_000;
 /// What one turn of the loop while spinning to an event is counted as, for
@@ -417,6 +430,10 @@ struct Stage {
     /// later gets a new group.
     groups: HashMap<u32, u32>,
     next_group: u32,
+    /// When idle instances were last removed by time.
+    swept_ns: u64,
+    /// Most flow memory charged since the heap was last trimmed.
+    flow_peak_bytes: usize,
 }
 
 impl Stage {
@@ -446,6 +463,24 @@ impl Stage {
             warned_uncut: false,
             groups: HashMap::new(),
             next_group: 1,
+            swept_ns: started_ns,
+            flow_peak_bytes: 0,
+        }
+    }
+
+    /// Every [`SWEEP_EVERY_NS`]: removes the node's idle instances, and gives
+    /// freed heap back once [`TRIM_AFTER_BYTES`] of flow memory went.
+    fn sweep(&mut self, node: &mut Node, now_ns: u64) {
+        self.flow_peak_bytes = self.flow_peak_bytes.max(node.flow_memory_bytes());
+        if now_ns.saturating_sub(self.swept_ns) < SWEEP_EVERY_NS {
+            return;
+        }
+        self.swept_ns = now_ns;
+        node.expire_idle(now_ns);
+        let now_bytes = node.flow_memory_bytes();
+        if self.flow_peak_bytes.saturating_sub(now_bytes) >= TRIM_AFTER_BYTES {
+            crate::mem::release_free_memory();
+            self.flow_peak_bytes = now_bytes;
         }
     }
 
@@ -770,6 +805,7 @@ fn node_stage(
         let now = clock::now_ns().max(stage.last_ns);
         stage.last_ns = now;
         stage.poll(node, &mut objs, now);
+        stage.sweep(node, now);
         let next = node.next_event_ns();
         if now.wrapping_sub(drops_read_ns) > KERNEL_DROPS_EVERY_NS {
             drops_read_ns = now;
