@@ -80,10 +80,7 @@ const MASKED_PIPE: &str = "pipe 2 config mask src-ip 0xffffffff delay 1ms\nadd p
 
 #[test]
 fn idle_instances_expire_by_time_without_packets() {
-    let mut n = node(
-        &format!("{MASKED_PIPE}{MASKED_FQ}"),
-        NodeConfig::default(),
-    );
+    let mut n = node(&format!("{MASKED_PIPE}{MASKED_FQ}"), NodeConfig::default());
     let mut out = Vec::new();
     for i in 0..100u32 {
         n.on_arrival(MS, packet(i as usize, udp4(i, 9, 1, 2, 0), 100), &mut out);
@@ -100,7 +97,13 @@ fn idle_instances_expire_by_time_without_packets() {
     assert_eq!(n.live_flows(), 0, "idle for over the hold, no packet came");
     assert_eq!(n.flow_memory_bytes(), 0, "the charge went back");
     assert_eq!(n.sched.instances().count(), 0);
-    assert_eq!(n.pipes().iter().map(|p| p.instances().count()).sum::<usize>(), 0);
+    assert_eq!(
+        n.pipes()
+            .iter()
+            .map(|p| p.instances().count())
+            .sum::<usize>(),
+        0
+    );
 }
 
 /// 20 000 new flows at a masked fq_codel pipe with room for 2 000: the rest

@@ -107,6 +107,13 @@ pub struct BridgeArgs {
     /// once; a packet needing one more is dropped and counted as flow-limit.
     #[arg(long, value_name = "N", default_value_t = linkem_core::pipe::DEFAULT_MAX_FLOWS)]
     pub max_flows: usize,
+    /// With --rules: most memory charged for dynamic instances and scheduler
+    /// classes (fq_* flows, masked queues), each charged a fixed size when
+    /// made (see README, "Limits"); a packet needing more is dropped and
+    /// counted as flow-limit. Default 512MiB.
+    #[arg(long, value_name = "SIZE", default_value = "512MiB",
+          value_parser = crate::replay_rules::parse_flow_memory)]
+    pub max_flow_memory: usize,
     /// Bypass the model: forward every frame at once, one thread per direction,
     /// on the same sockets. The baseline benchmarks compare the emulator with;
     /// takes no link words.

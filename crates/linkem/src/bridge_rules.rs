@@ -134,6 +134,7 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
     let node_cfg = NodeConfig {
         seed,
         max_flows: args.max_flows,
+        max_flow_bytes: args.max_flow_memory,
         ..Default::default()
     };
     let node = Node::new(set, node_cfg);

@@ -45,6 +45,12 @@ pub struct RulesArgs {
     /// needing one more is dropped and counted as flow-limit.
     #[arg(long, value_name = "N", default_value_t = linkem_core::pipe::DEFAULT_MAX_FLOWS)]
     pub max_flows: usize,
+    /// With --rules: most memory charged for dynamic instances and scheduler
+    /// classes (fq_* flows, masked queues), each charged a fixed size when
+    /// made (see README, "Limits"); a packet needing more is dropped and
+    /// counted as flow-limit. Default 512MiB.
+    #[arg(long, value_name = "SIZE", default_value = "512MiB", value_parser = parse_flow_memory)]
+    pub max_flow_memory: usize,
     /// With --rules: the interface the capture's packets are taken as received on
     /// (a: `in`, `recv a`, `a-to-b`; b: `out`, `recv b`, `b-to-a`).
     #[arg(
@@ -77,9 +83,17 @@ impl Default for RulesArgs {
         RulesArgs {
             file: None,
             max_flows: linkem_core::pipe::DEFAULT_MAX_FLOWS,
+            max_flow_memory: linkem_core::pipe::DEFAULT_MAX_FLOW_BYTES,
             side: RulesSide::A,
         }
     }
+}
+
+/// `--max-flow-memory`: a size with a unit (`512MiB`, `1GB`), at most the
+/// address space.
+pub fn parse_flow_memory(text: &str) -> Result<usize, String> {
+    let b = linkem_core::units::parse_size_bytes(text).map_err(|e| e.0)?;
+    usize::try_from(b).map_err(|_| format!("'{text}' is more memory than this machine addresses"))
 }
 
 /// The rule text from `--rules FILE` or the config's `rules` key, and the seed
@@ -326,6 +340,7 @@ fn build_node(args: &ReplayArgs, rargs: &RulesArgs) -> Result<(Node, u64)> {
         NodeConfig {
             seed,
             max_flows: rargs.max_flows,
+            max_flow_bytes: rargs.max_flow_memory,
             ..Default::default()
         },
     );

@@ -999,7 +999,9 @@ impl Pipe {
             flows.bytes -= instance_memory_bytes();
             self.expired += 1;
         }
-        if self.expired != before && self.slots.len() >= 64 && self.index.len() * 4 <= self.slots.len()
+        if self.expired != before
+            && self.slots.len() >= 64
+            && self.index.len() * 4 <= self.slots.len()
         {
             self.compact();
         }

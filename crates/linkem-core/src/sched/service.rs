@@ -264,7 +264,12 @@ impl SchedLink {
 
     /// The class of a packet, made if new and `budget` admits one more
     /// class; None when it does not.
-    fn class_of(&mut self, queue: Option<u32>, key: &FlowKey, budget: &mut FlowBudget) -> Option<u32> {
+    fn class_of(
+        &mut self,
+        queue: Option<u32>,
+        key: &FlowKey,
+        budget: &mut FlowBudget,
+    ) -> Option<u32> {
         if let Some(qp) = &self.fq_params {
             let k = self.fq_mask.apply(key);
             let flow = (k.flow_id() % self.sched.params.flows as u64) as u32;
@@ -749,7 +754,9 @@ impl SchedPipe {
             self.charged_bytes -= freed;
             self.expired += 1;
         }
-        if self.expired != before && self.slots.len() >= 64 && self.index.len() * 4 <= self.slots.len()
+        if self.expired != before
+            && self.slots.len() >= 64
+            && self.index.len() * 4 <= self.slots.len()
         {
             self.compact();
             return true;
