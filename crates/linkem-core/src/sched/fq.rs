@@ -72,8 +72,8 @@ const PAD: Entry = (0, u32::MAX, u32::MAX);
 
 /// A tournament tree over the classes: leaf `size + c` holds class c's
 /// bytes and flow number, every inner node the better of its two children,
-/// where more bytes win and equal bytes go to the lower flow number (padding
-/// leaves never win a tie). Empty (`size == 0`) while inactive.
+/// where more bytes win and equal bytes go to the lower flow number, then
+/// the lower class (padding leaves never win a tie). Empty (`size == 0`) while inactive.
 #[derive(Debug, Default)]
 struct FatTree {
     size: usize,
@@ -89,7 +89,7 @@ fn flow_no(qs: &Queues, c: u32) -> u32 {
 impl FatTree {
     #[inline]
     fn better(a: Entry, b: Entry) -> Entry {
-        if a.0 > b.0 || (a.0 == b.0 && a.1 < b.1) {
+        if a.0 > b.0 || (a.0 == b.0 && (a.1, a.2) < (b.1, b.2)) {
             a
         } else {
             b
