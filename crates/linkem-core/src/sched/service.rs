@@ -634,7 +634,9 @@ impl SchedPipe {
         if let Some(&s) = self.index.get(&mk) {
             return Some(s);
         }
-        if !budget.admits_instance(sched_instance_bytes()) {
+        // With room for its first packet's class too: an instance admitted
+        // whose first class is refused would hold memory for no packet.
+        if !budget.admits_instance(sched_instance_bytes() + sched_class_bytes()) {
             self.flow_limit_drops += 1;
             return None;
         }
