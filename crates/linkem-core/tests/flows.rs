@@ -146,7 +146,7 @@ proptest! {
                 (t, len, key(src, dport))
             })
             .collect();
-        let cfg = NodeConfig { seed, max_flows: MAX_FLOWS, idle_hold_ns: HOLD_NS };
+        let cfg = NodeConfig { seed, max_flows: MAX_FLOWS, idle_hold_ns: HOLD_NS, ..Default::default() };
         let mut reference = Reference::new(&rules(false), seed);
         let mut node = Node::new(parse(&rules(false)), cfg);
         let mut got = Vec::new();

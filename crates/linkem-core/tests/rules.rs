@@ -308,6 +308,7 @@ fn idle_instances_expire_and_the_cap_drops() {
             seed: 1,
             max_flows: 3,
             idle_hold_ns: 1_000_000,
+            ..Default::default()
         },
     );
     let mut out = Vec::new();
@@ -648,7 +649,7 @@ proptest! {
                     .map(|(i, f)| (i as u64 * 1000, f.len() as u32 + 14,
                                    FlowKey::parse(f, linkem_core::rules::L2Kind::RawIp)))
                     .collect();
-                run_node(set, NodeConfig { seed: 1, max_flows: 4, idle_hold_ns: 10 }, &pkts);
+                run_node(set, NodeConfig { seed: 1, max_flows: 4, idle_hold_ns: 10, ..Default::default() }, &pkts);
             }
         }
     }

@@ -34,7 +34,7 @@ enum Command {
     /// model unchanged. Link words apply to both directions unless given per
     /// direction with --a-to-b / --b-to-a (which add to and override them).
     #[command(after_help = link_words_help())]
-    Bridge(bridge::BridgeArgs),
+    Bridge(Box<bridge::BridgeArgs>),
     /// Change or watch a running emulator through its control socket: its
     /// links (`link a-to-b delay 20ms loss 1%`), counters (`show`, `stats`,
     /// `watch 1s`, `zero`), batches (`-f FILE`: all or nothing), and the
