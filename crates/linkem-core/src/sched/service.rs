@@ -277,7 +277,9 @@ impl SchedLink {
         queue: Option<u32>,
         out: &mut Vec<Departure>,
     ) {
+        // Under prio the packet may join another queue's FIFO: its limit, counters and label.
         let c = self.class_of(queue, key);
+        let c = self.sched.class_for(c);
         let handle = match self.free.pop() {
             Some(h) => {
                 self.store[h as usize] = Held { tag };
