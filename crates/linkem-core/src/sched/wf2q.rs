@@ -71,8 +71,8 @@ impl Wf2q {
     fn set_wsum(&mut self, wsum: u64) {
         self.wsum = wsum;
         // Dummynet keeps the old inverse when W drops to 0: no class sends then.
-        if wsum > 0 {
-            self.inv_wsum = ONE_FP / wsum;
+        if let Some(inv) = ONE_FP.checked_div(wsum) {
+            self.inv_wsum = inv;
         }
     }
 
@@ -196,5 +196,69 @@ impl Scheduler for Wf2q {
 
     fn is_empty(&self) -> bool {
         self.eligible.is_empty() && self.waiting.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sched::{Class, ClassStats, Fifo};
+    use std::sync::Arc;
+
+    fn mk(weights: &[u32]) -> (Wf2q, Queues) {
+        let mut s = Wf2q::default();
+        let mut qs = Queues::default();
+        for (i, &weight) in weights.iter().enumerate() {
+            let p = Arc::new(QueueParams {
+                weight,
+                limit_packets: None,
+                ..Default::default()
+            });
+            s.add_class(i as u32, &p);
+            qs.classes.push(Class {
+                fifo: Fifo::default(),
+                aqm: crate::aqm::AqmState::new(&p.aqm),
+                params: p,
+                stats: ClassStats::default(),
+                queue: i as u32,
+                flow_id: 0,
+            });
+        }
+        (s, qs)
+    }
+
+    fn enq(s: &mut Wf2q, qs: &mut Queues, c: u32, len_bytes: u32) {
+        let pkt = Pkt {
+            handle: 0,
+            len_bytes,
+            enq_ns: 0,
+            ect: false,
+            ce: false,
+        };
+        qs.push(0, c, pkt, (0, 0), &mut || 0.5).expect("no limit");
+        s.enqueued(c, qs);
+    }
+
+    #[test]
+    fn an_idle_class_leaves_the_weight_sum_once_v_passes_its_finish() {
+        let (mut s, mut qs) = mk(&[1, 3]);
+        let mut drops = Vec::new();
+        enq(&mut s, &mut qs, 0, 400);
+        enq(&mut s, &mut qs, 1, 3000);
+        enq(&mut s, &mut qs, 1, 3000);
+        // Class 0: F = 400; class 1: F = 1000. Class 0 sends, V = 100, idle.
+        assert_eq!(s.dequeue(0, &mut qs, &mut drops).map(|x| x.0), Some(0));
+        assert_eq!((s.weight_sum(), s.virtual_time()), (4, 100.0));
+        // F = 400 ≥ V = 100: still counted; class 1 sends, V = 100 + 3000/4,
+        // then catches up with class 1's next start, 3000·⌊2²⁸/3⌋ ≈ 1000.
+        assert_eq!(s.dequeue(0, &mut qs, &mut drops).map(|x| x.0), Some(1));
+        assert_eq!(s.weight_sum(), 4);
+        assert!((999.0..1000.0).contains(&s.virtual_time()));
+        // Now F = 400 < V: class 0 leaves the sum before the next send.
+        assert_eq!(s.dequeue(0, &mut qs, &mut drops).map(|x| x.0), Some(1));
+        assert_eq!(s.weight_sum(), 3);
+        // Nothing busy: V and W restart at 0.
+        assert!(s.dequeue(0, &mut qs, &mut drops).is_none());
+        assert_eq!((s.weight_sum(), s.virtual_time()), (0, 0.0));
     }
 }
