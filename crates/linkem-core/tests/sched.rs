@@ -146,7 +146,7 @@ fn seed_003_figure_4_per_source_queues() {
 
 #[test]
 fn prio_starves_low_while_high_is_backlogged() {
-    let text = "pipe 1 config bw 2Mbit/s\nsched 1 config type prio\nqueue 1 config sched 1 pri 1\nqueue 2 config sched 1 pri 5\n\
+    let text = "pipe 1 config bw 2Mbit/s\nsched 1 config type prio\nqueue 1 config sched 1 weight 1\nqueue 2 config sched 1 weight 0\n\
                 add queue 1 src-ip 0.0.0.1\nadd queue 2 src-ip 0.0.0.2\n";
     // High class backlogged for the first second only.
     let mut pkts = overload(2, 2, 2_000_000);
@@ -358,11 +358,11 @@ fn words_errors_name_the_problem() {
     let cases = [
         (
             "pipe 1 config bw 1Mbit/s\nqueue 3 config sched 1 weight 200",
-            "weight is 1..100 under wf2q+ (1..65536 under qfq)",
+            "queue 3: weight is 1..100 under wf2q+",
         ),
         (
             "pipe 1 config bw 1Mbit/s\nsched 1 config type qfq\nqueue 3 config sched 1 weight 65537",
-            "weight is 1..100 (1..65536 under qfq)",
+            "1..65536 under rr and qfq",
         ),
         (
             "pipe 1 config bw 1Mbit/s\nsched 1 config type qfq\nqueue 3 config sched 1 lmax 0",
@@ -410,8 +410,8 @@ fn words_errors_name_the_problem() {
             "below its interval",
         ),
         (
-            "pipe 1 config bw 1Mbit/s\nsched 1 config type rr\nqueue 3 config sched 1 lmax 1500",
-            "'lmax' is a parameter of qfq queues (pipe 1's scheduler is rr)",
+            "pipe 1 config bw 1Mbit/s\nsched 1 config type wf2q+\nqueue 3 config sched 1 lmax 1500",
+            "'lmax' is a parameter of qfq and rr queues (pipe 1's scheduler is wf2q+)",
         ),
         (
             "pipe 1 config bw 1Mbit/s\nsched 1 config type fq_codel flows 0",

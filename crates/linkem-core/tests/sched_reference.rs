@@ -149,27 +149,56 @@ fn droptail(limit: usize, q: &VecDeque<RP>) -> bool {
 }
 
 // ---------------------------------------------------------------- WF2Q+
-/// Bennett & Zhang's WF²Q+, with a linear scan: S_i = max(F_i, V) on
-/// becoming backlogged, S_i = F_i after a send, F_i = S_i + L/w_i; send the
-/// smallest F among S_i ≤ V (V jumps to min S when none); V += L/ΣW_backlogged.
-/// Virtual times in units of 2^-32 (the unit changes no order).
+/// Bennett & Zhang's WF²Q+ as Dummynet's `dn_sched_wf2q.c` runs it, by
+/// linear scans. A flow is fresh (not in the weight sum W), busy, or idle
+/// (emptied, still in W). Becoming busy with head L: fresh → S = V, W += w;
+/// idle → S = max(F, V); F = S + L·inv_w; if no other flow is busy, V =
+/// max(V, S). Dequeue: nothing busy → idle flows fresh, V = 0, W = 0; else
+/// the idle flow of least (F, flow) turns fresh if F < V (one per dequeue);
+/// then V = max(V, min S) if no busy flow has S ≤ V; the busy flow of least
+/// (F, flow) among S ≤ V sends: V += L·⌊2^28/W⌋, S = F, F += L'·inv_w if it
+/// still holds a packet, else idle; then the same V catch-up again.
+/// inv_w = ⌊2^28/w⌋, Dummynet's fixed point.
 struct RefWf2q {
-    w: Vec<u128>,
+    w: Vec<u64>,
     s: Vec<u128>,
     f: Vec<u128>,
+    /// 0 fresh, 1 busy, 2 idle.
+    state: Vec<u8>,
     q: Vec<VecDeque<RP>>,
     v: u128,
+    wsum: u64,
     limit: usize,
+}
+impl RefWf2q {
+    fn new(w: &[u32], limit: usize) -> Self {
+        let n = w.len();
+        RefWf2q {
+            w: w.iter().map(|&x| x as u64).collect(),
+            s: vec![0; n],
+            f: vec![0; n],
+            state: vec![0; n],
+            q: vec![VecDeque::new(); n],
+            v: 0,
+            wsum: 0,
+            limit,
+        }
+    }
+    fn inv(x: u64) -> u128 {
+        ((1u64 << 28) / x) as u128
+    }
+    fn catch_up(&mut self) {
+        let busy: Vec<usize> = (0..self.q.len()).filter(|&c| self.state[c] == 1).collect();
+        if !busy.is_empty() && busy.iter().all(|&c| self.s[c] > self.v) {
+            self.v = self.v.max(busy.iter().map(|&c| self.s[c]).min().unwrap());
+        }
+    }
 }
 impl Model for RefWf2q {
     fn enq(&mut self, now: u64, c: usize, id: u32, len: u32, ect: bool, ev: &mut Vec<(u64, Ev)>) {
         if droptail(self.limit, &self.q[c]) {
             ev.push((now, Ev::Drop { id }));
             return;
-        }
-        if self.q[c].is_empty() {
-            self.s[c] = self.f[c].max(self.v);
-            self.f[c] = self.s[c] + ((len as u128) << 32) / self.w[c];
         }
         self.q[c].push_back(RP {
             id,
@@ -178,28 +207,53 @@ impl Model for RefWf2q {
             ect,
             ce: false,
         });
+        if self.state[c] == 1 {
+            return;
+        }
+        if self.state[c] == 0 {
+            self.s[c] = self.v;
+            self.wsum += self.w[c];
+        } else {
+            self.s[c] = self.f[c].max(self.v);
+        }
+        self.f[c] = self.s[c] + len as u128 * Self::inv(self.w[c]);
+        if (0..self.q.len()).all(|o| self.state[o] != 1) {
+            self.v = self.v.max(self.s[c]);
+        }
+        self.state[c] = 1;
     }
     fn deq(&mut self, now: u64, ev: &mut Vec<(u64, Ev)>) -> Option<u32> {
-        let back: Vec<usize> = (0..self.q.len())
-            .filter(|&c| !self.q[c].is_empty())
-            .collect();
-        if back.is_empty() {
+        let n = self.q.len();
+        if (0..n).all(|c| self.state[c] != 1) {
+            for c in 0..n {
+                self.state[c] = 0;
+            }
+            self.v = 0;
+            self.wsum = 0;
             return None;
         }
-        let min_s = back.iter().map(|&c| self.s[c]).min().unwrap();
-        self.v = self.v.max(min_s);
-        let c = *back
-            .iter()
-            .filter(|&&c| self.s[c] <= self.v)
-            .min_by_key(|&&c| (self.f[c], c))
-            .unwrap();
-        let wsum: u128 = back.iter().map(|&c| self.w[c]).sum();
-        let p = self.q[c].pop_front().unwrap();
-        self.v += ((p.len as u128) << 32) / wsum;
-        if let Some(h) = self.q[c].front() {
-            self.s[c] = self.f[c];
-            self.f[c] = self.s[c] + ((h.len as u128) << 32) / self.w[c];
+        if let Some(c) = (0..n)
+            .filter(|&c| self.state[c] == 2)
+            .min_by_key(|&c| (self.f[c], c))
+        {
+            if self.f[c] < self.v {
+                self.state[c] = 0;
+                self.wsum -= self.w[c];
+            }
         }
+        self.catch_up();
+        let c = (0..n)
+            .filter(|&c| self.state[c] == 1 && self.s[c] <= self.v)
+            .min_by_key(|&c| (self.f[c], c))
+            .unwrap();
+        let p = self.q[c].pop_front().unwrap();
+        self.v += p.len as u128 * Self::inv(self.wsum);
+        self.s[c] = self.f[c];
+        match self.q[c].front() {
+            Some(h) => self.f[c] += h.len as u128 * Self::inv(self.w[c]),
+            None => self.state[c] = 2,
+        }
+        self.catch_up();
         ev.push((
             now,
             Ev::Send {
@@ -212,15 +266,17 @@ impl Model for RefWf2q {
 }
 
 // ---------------------------------------------------------------- DRR
-/// Shreedhar & Varghese, Fig. 3: on its turn a flow adds its quantum and
-/// sends heads while they fit; an emptied flow leaves with deficit 0; new
-/// flows join the tail of the ActiveList.
+/// Deficit Round Robin as Dummynet's `dn_sched_rr.c` runs it: each queue's
+/// quantum is weight × lmax; a queue joins the tail of the ring with credit
+/// = quantum; the head queue, if empty, leaves the ring (only then); if its
+/// head packet exceeds the credit, credit += quantum and the ring turns;
+/// else credit −= len and the packet is sent, the queue staying at the head.
 struct RefDrr {
-    quantum: Vec<i64>,
-    dc: Vec<i64>,
+    quantum: Vec<u64>,
+    credit: Vec<u64>,
+    in_ring: Vec<bool>,
+    ring: VecDeque<usize>,
     q: Vec<VecDeque<RP>>,
-    active: VecDeque<usize>,
-    turn_started: bool,
     limit: usize,
 }
 impl Model for RefDrr {
@@ -229,8 +285,10 @@ impl Model for RefDrr {
             ev.push((now, Ev::Drop { id }));
             return;
         }
-        if self.q[c].is_empty() && !self.active.contains(&c) {
-            self.active.push_back(c);
+        if !self.in_ring[c] {
+            self.in_ring[c] = true;
+            self.credit[c] = self.quantum[c];
+            self.ring.push_back(c);
         }
         self.q[c].push_back(RP {
             id,
@@ -242,55 +300,54 @@ impl Model for RefDrr {
     }
     fn deq(&mut self, now: u64, ev: &mut Vec<(u64, Ev)>) -> Option<u32> {
         loop {
-            let &c = self.active.front()?;
-            if !self.turn_started {
-                self.dc[c] += self.quantum[c];
-                self.turn_started = true;
+            let c = *self.ring.front()?;
+            let Some(head) = self.q[c].front() else {
+                self.ring.pop_front();
+                self.in_ring[c] = false;
+                continue;
+            };
+            if head.len as u64 > self.credit[c] {
+                self.credit[c] += self.quantum[c];
+                let c = self.ring.pop_front().unwrap();
+                self.ring.push_back(c);
+                continue;
             }
-            let head = self.q[c].front().unwrap().len as i64;
-            if head <= self.dc[c] {
-                let p = self.q[c].pop_front().unwrap();
-                self.dc[c] -= p.len as i64;
-                if self.q[c].is_empty() {
-                    self.dc[c] = 0;
-                    self.active.pop_front();
-                    self.turn_started = false;
-                }
-                ev.push((
-                    now,
-                    Ev::Send {
-                        id: p.id,
-                        ce: false,
-                    },
-                ));
-                return Some(p.id);
-            }
-            let c = self.active.pop_front().unwrap();
-            self.active.push_back(c);
-            self.turn_started = false;
+            let p = self.q[c].pop_front().unwrap();
+            self.credit[c] -= p.len as u64;
+            ev.push((
+                now,
+                Ev::Send {
+                    id: p.id,
+                    ce: false,
+                },
+            ));
+            return Some(p.id);
         }
     }
 }
 
 // ---------------------------------------------------------------- PRIO
-/// Strict priority: the highest non-empty level sends; flows of one level
-/// take turns (round robin by packet).
+/// Strict priority as Dummynet's `dn_sched_prio.c` runs it: one FIFO per
+/// level, owned by the queue that was first backlogged at that level (its
+/// limit applies to every packet of the level); the lowest non-empty level
+/// sends; an emptied level has no owner until its next packet.
 struct RefPrio {
     level: Vec<u32>,
-    q: Vec<VecDeque<RP>>,
-    turn: Vec<VecDeque<usize>>,
-    limit: usize,
+    limit: Vec<usize>,
+    fifo: Vec<VecDeque<RP>>,
+    owner: Vec<usize>,
 }
 impl Model for RefPrio {
     fn enq(&mut self, now: u64, c: usize, id: u32, len: u32, ect: bool, ev: &mut Vec<(u64, Ev)>) {
-        if droptail(self.limit, &self.q[c]) {
+        let l = self.level[c] as usize;
+        if self.fifo[l].is_empty() {
+            self.owner[l] = c;
+        }
+        if droptail(self.limit[self.owner[l]], &self.fifo[l]) {
             ev.push((now, Ev::Drop { id }));
             return;
         }
-        if self.q[c].is_empty() {
-            self.turn[self.level[c] as usize].push_back(c);
-        }
-        self.q[c].push_back(RP {
+        self.fifo[l].push_back(RP {
             id,
             len,
             t: now,
@@ -299,14 +356,8 @@ impl Model for RefPrio {
         });
     }
     fn deq(&mut self, now: u64, ev: &mut Vec<(u64, Ev)>) -> Option<u32> {
-        let l = (0..self.turn.len())
-            .rev()
-            .find(|&l| !self.turn[l].is_empty())?;
-        let c = self.turn[l].pop_front().unwrap();
-        let p = self.q[c].pop_front().unwrap();
-        if !self.q[c].is_empty() {
-            self.turn[l].push_back(c);
-        }
+        let l = (0..self.fifo.len()).find(|&l| !self.fifo[l].is_empty())?;
+        let p = self.fifo[l].pop_front().unwrap();
         ev.push((
             now,
             Ev::Send {
@@ -744,28 +795,30 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
     #[test]
-    fn wf2q_equals_reference(arr in arrivals_strategy(5, 400), w in prop::collection::vec(1u32..100, 5), limit in 2u32..60) {
+    fn wf2q_equals_dummynet(arr in arrivals_strategy(5, 400), w in prop::collection::vec(1u32..=100, 5), limit in 2u32..60) {
         let classes: Vec<_> = w.iter().map(|&w| qp(w, limit, AqmConfig::DropTail)).collect();
         let a = simulate(&mut Impl::new(SchedParams::new(SchedKind::Wf2q), &classes), &arr, RATE);
-        let mut r = RefWf2q { w: w.iter().map(|&x| x as u128).collect(), s: vec![0; 5], f: vec![0; 5], q: vec![VecDeque::new(); 5], v: 0, limit: limit as usize };
-        prop_assert_eq!(a, simulate(&mut r, &arr, RATE));
+        prop_assert_eq!(a, simulate(&mut RefWf2q::new(&w, limit as usize), &arr, RATE));
     }
 
     #[test]
-    fn drr_equals_reference(arr in arrivals_strategy(6, 400), w in prop::collection::vec(1u32..4, 6), quantum in 500u32..3000, limit in 2u32..60) {
-        let classes: Vec<_> = w.iter().map(|&w| qp(w, limit, AqmConfig::DropTail)).collect();
+    fn drr_equals_dummynet(arr in arrivals_strategy(6, 400), w in prop::collection::vec(1u32..4, 6), lmax in prop::collection::vec(prop::option::of(64u32..=2048), 6), quantum in 64u32..=2048, limit in 2u32..60) {
+        let classes: Vec<_> = w.iter().zip(&lmax).map(|(&w, &l)| QueueParams { lmax_bytes: l, ..qp(w, limit, AqmConfig::DropTail) }).collect();
         let mut p = SchedParams::new(SchedKind::Rr);
         p.quantum_bytes = quantum;
         let a = simulate(&mut Impl::new(p, &classes), &arr, RATE);
-        let mut r = RefDrr { quantum: w.iter().map(|&x| (x * quantum) as i64).collect(), dc: vec![0; 6], q: vec![VecDeque::new(); 6], active: VecDeque::new(), turn_started: false, limit: limit as usize };
+        let mut r = RefDrr {
+            quantum: w.iter().zip(&lmax).map(|(&w, l)| w as u64 * l.unwrap_or(quantum) as u64).collect(),
+            credit: vec![0; 6], in_ring: vec![false; 6], ring: VecDeque::new(), q: vec![VecDeque::new(); 6], limit: limit as usize,
+        };
         prop_assert_eq!(a, simulate(&mut r, &arr, RATE));
     }
 
     #[test]
-    fn prio_equals_reference(arr in arrivals_strategy(6, 300), pri in prop::collection::vec(0u32..4, 6), limit in 2u32..60) {
-        let classes: Vec<_> = pri.iter().map(|&p| qp(p.max(1), limit, AqmConfig::DropTail)).map(|mut q| { q.pri = q.weight; q }).collect();
+    fn prio_equals_dummynet(arr in arrivals_strategy(6, 300), pri in prop::collection::vec(0u32..4, 6), limit in prop::collection::vec(2u32..60, 6)) {
+        let classes: Vec<_> = pri.iter().zip(&limit).map(|(&p, &l)| qp(p, l, AqmConfig::DropTail)).collect();
         let a = simulate(&mut Impl::new(SchedParams::new(SchedKind::Prio), &classes), &arr, RATE);
-        let mut r = RefPrio { level: classes.iter().map(|q| q.pri).collect(), q: vec![VecDeque::new(); 6], turn: vec![VecDeque::new(); 128], limit: limit as usize };
+        let mut r = RefPrio { level: pri.clone(), limit: limit.iter().map(|&l| l as usize).collect(), fifo: vec![VecDeque::new(); 32], owner: vec![0; 32] };
         prop_assert_eq!(a, simulate(&mut r, &arr, RATE));
     }
 

@@ -1,69 +1,78 @@
-//! `rr`: Deficit Round Robin.
+//! `rr`: Deficit Round Robin as Dummynet runs it.
 //!
 //! # Reference
 //! M. Shreedhar, G. Varghese, "Efficient Fair Queuing using Deficit Round
-//! Robin", SIGCOMM 1995, Figure 3.
+//! Robin", SIGCOMM 1995; the rules below are those of Dummynet's `rr`
+//! (FreeBSD `sys/netpfil/ipfw/dn_sched_rr.c`), which differ from the paper's
+//! Figure 3 in when credit is given and when a queue leaves the ring:
+//! - Each queue i has its own quantum Q_i = weight_i × lmax_i bytes (weight
+//!   1..65536, default 1; `lmax` 64..2048, default the scheduler's
+//!   `quantum`, itself default 1514: Dummynet's default 1500 IP bytes as an
+//!   Ethernet frame).
+//! - A queue that is not in the ring and receives a packet joins the tail of
+//!   the ring with credit_i = Q_i.
+//! - Dequeue looks at the head queue of the ring:
+//!   - empty: it leaves the ring (it is dropped from the ring only here, when
+//!     its turn comes round, so a queue that empties keeps its place and its
+//!     credit until then, and a packet arriving meanwhile is served with
+//!     that credit);
+//!   - head packet of L bytes with L > credit_i: credit_i += Q_i and the ring
+//!     turns (the queue goes to the tail);
+//!   - else credit_i −= L and the packet is sent; the queue stays at the head.
 //!
-//! Backlogged classes form a round-robin list. When a class comes to the
-//! head of the list its deficit grows by its quantum Q_i = weight × quantum;
-//! it sends head packets while the head fits in the deficit (deficit −= len),
-//! then goes to the tail. A class whose queue empties leaves the list and its
-//! deficit returns to 0. A class that becomes backlogged joins at the tail.
-//! Defaults: quantum 1514 bytes per weight unit (`sched N config type rr
-//! quantum B`), weight 1. O(1) per packet when Q_i ≥ the largest packet.
+//! Lengths are frame bytes (Dummynet counts IP bytes). O(1) per packet when
+//! Q_i ≥ the largest packet.
 
 use super::{Dropped, Pkt, QueueParams, Queues, Scheduler};
 use std::collections::VecDeque;
 
-/// The `rr` scheduler: the round-robin list of backlogged classes, each
-/// with its quantum Q_i = weight × `quantum` bytes and its deficit counter
-/// in bytes (0 when the class is off the list; always below Q_i + the
-/// largest packet).
+/// Smallest `lmax` (Dummynet's `min_q`).
+pub const MIN_LMAX_BYTES: u32 = 64;
+/// Largest `lmax` (Dummynet's `max_q`).
+pub const MAX_LMAX_BYTES: u32 = 2048;
+/// Largest weight (Dummynet's bound for `rr`).
+pub const MAX_WEIGHT: u32 = 65536;
+
+/// The `rr` scheduler: the ring (front = the queue whose turn it is), and
+/// per class its quantum Q_i = weight × lmax, its credit in bytes, and
+/// whether it is in the ring.
 #[derive(Debug)]
 pub struct Drr {
-    quantum_bytes: u32,
-    quantum: Vec<i64>,
-    deficit: Vec<i64>,
-    listed: Vec<bool>,
-    active: VecDeque<u32>,
-    /// The head of `active` has had its quantum for this visit.
-    visiting: bool,
+    default_lmax_bytes: u32,
+    quantum: Vec<u64>,
+    credit: Vec<u64>,
+    in_ring: Vec<bool>,
+    ring: VecDeque<u32>,
 }
 
 impl Drr {
-    /// A DRR with `quantum_bytes` per unit of weight per round (`sched N
-    /// config type rr quantum B`, default 1514).
-    pub fn new(quantum_bytes: u32) -> Self {
+    /// A DRR whose queues without `lmax` take `default_lmax_bytes` (the
+    /// scheduler's `quantum`, default 1514).
+    pub fn new(default_lmax_bytes: u32) -> Self {
         Drr {
-            quantum_bytes,
+            default_lmax_bytes,
             quantum: Vec::new(),
-            deficit: Vec::new(),
-            listed: Vec::new(),
-            active: VecDeque::new(),
-            visiting: false,
+            credit: Vec::new(),
+            in_ring: Vec::new(),
+            ring: VecDeque::new(),
         }
-    }
-
-    fn leave_head(&mut self, c: u32) {
-        self.active.pop_front();
-        self.listed[c as usize] = false;
-        self.deficit[c as usize] = 0;
-        self.visiting = false;
     }
 }
 
 impl Scheduler for Drr {
     fn add_class(&mut self, _class: u32, p: &QueueParams) {
-        self.quantum
-            .push(p.weight.max(1) as i64 * self.quantum_bytes as i64);
-        self.deficit.push(0);
-        self.listed.push(false);
+        let lmax = p.lmax_bytes.unwrap_or(self.default_lmax_bytes);
+        self.quantum.push(p.weight.max(1) as u64 * lmax as u64);
+        self.credit.push(0);
+        self.in_ring.push(false);
     }
     #[inline]
     fn enqueued(&mut self, c: u32, _: &Queues) {
-        if !self.listed[c as usize] {
-            self.listed[c as usize] = true;
-            self.active.push_back(c);
+        let ci = c as usize;
+        if !self.in_ring[ci] {
+            self.in_ring[ci] = true;
+            self.credit[ci] = self.quantum[ci];
+            self.ring.push_back(c);
         }
     }
     fn dequeue(
@@ -73,34 +82,29 @@ impl Scheduler for Drr {
         drops: &mut Vec<Dropped>,
     ) -> Option<(u32, Pkt, bool)> {
         loop {
-            let &c = self.active.front()?;
+            let &c = self.ring.front()?;
             let ci = c as usize;
-            if !self.visiting {
-                self.deficit[ci] += self.quantum[ci];
-                self.visiting = true;
-            }
             match qs.head_len(c) {
-                None => self.leave_head(c),
-                Some(len) if len as i64 <= self.deficit[ci] => {
-                    let got = qs.pop(now, c, drops);
-                    if let Some((p, _)) = got {
-                        self.deficit[ci] -= p.len_bytes as i64;
-                    }
-                    if qs.is_empty(c) {
-                        self.leave_head(c);
-                    }
-                    if let Some((p, mark)) = got {
+                None => {
+                    self.ring.pop_front();
+                    self.in_ring[ci] = false;
+                }
+                Some(len) if len as u64 > self.credit[ci] => {
+                    self.credit[ci] += self.quantum[ci];
+                    self.ring.rotate_left(1);
+                }
+                Some(len) => {
+                    // Charged the head's length before its AQM runs, as
+                    // Dummynet does: CoDel may drop it and send a later one.
+                    self.credit[ci] -= len as u64;
+                    if let Some((p, mark)) = qs.pop(now, c, drops) {
                         return Some((c, p, mark));
                     }
-                }
-                Some(_) => {
-                    self.active.rotate_left(1);
-                    self.visiting = false;
                 }
             }
         }
     }
     fn is_empty(&self) -> bool {
-        self.active.is_empty()
+        self.ring.is_empty()
     }
 }

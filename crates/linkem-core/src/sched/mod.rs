@@ -16,14 +16,16 @@
 //! | `wf2q+` | WF²Q+ (Bennett & Zhang 1997), virtual times | O(log N) | [`wf2q`] |
 //! | `qfq` | QFQ (Checconi, Rizzo, Valente 2013), grouped slots | O(1) | [`qfq`] |
 //! | `rr` | Deficit Round Robin (Shreedhar & Varghese 1995) | O(1) | [`drr`] |
-//! | `prio` | strict priority, round robin within a level | O(1) | [`prio`] |
+//! | `prio` | strict priority, level 0 first, one FIFO per level | O(1) | [`prio`] |
 //! | `fq_codel` | RFC 8290 with CoDel per flow | O(1) (overflow: O(flows)) | [`fq`] |
 //! | `fq_pie` | RFC 8290's structure with PIE per flow | O(1) (overflow: O(flows)) | [`fq`] |
 //!
 //! Written by hand: the scheduler is the product, each must follow its paper
-//! exactly (tests/sched_reference.rs compares each one packet by packet with
-//! a reference written from the paper), and a handle-based design keeps a
-//! packet's bytes where they were received.
+//! exactly, and `wf2q+`, `rr` and `prio` follow Dummynet's own rules where
+//! they refine the paper (tests/sched_reference.rs compares each one packet
+//! by packet with a reference written from the paper or from Dummynet's
+//! algorithm), and a handle-based design keeps a packet's bytes where they
+//! were received.
 //!
 //! # Conventions
 //! Ties go to the lower class number. Packet lengths are frame bytes (what
@@ -220,15 +222,18 @@ impl ClassStats {
 /// What a queue (a `queue N config` object) sets for each of its instances.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QueueParams {
-    /// `weight W`: the share of the link for WF²Q+ (φ = W / ΣW of the
-    /// backlogged classes), QFQ (φ = W / ΣW of all its classes) and DRR
-    /// (quantum × W bytes per round); ignored by fifo and fq_*. Default 1;
-    /// 1..100, 1..65536 under qfq.
+    /// `weight W`: the share of the link for WF²Q+ (φ = W / W_sum, see
+    /// [`wf2q`]), QFQ (φ = W / ΣW of all its classes) and DRR (W × lmax bytes
+    /// per round); ignored by fifo and fq_*; prio's level ([`QueueParams::pri`]).
+    /// Default 1; 1..100 under wf2q+, 1..65536 under rr and qfq, 0..31 under
+    /// prio.
     pub weight: u32,
-    /// QFQ: the largest packet of the queue (`lmax`); None: the default.
+    /// QFQ and DRR: the queue's `lmax` in frame bytes (QFQ: its largest
+    /// packet; DRR: its quantum per unit of weight); None: the default (QFQ
+    /// 1514, DRR the scheduler's `quantum`).
     pub lmax_bytes: Option<u32>,
-    /// PRIO level 0..=127 (`pri P`, else the weight capped at 127); a higher
-    /// level is served first.
+    /// PRIO level 0..=31: the `weight` word when one is given, else 0
+    /// (Dummynet's default); level 0 is served first.
     pub pri: u32,
     /// `queue N` in slots: an arrival is dropped (tail) when the queue
     /// already holds N packets, the one on the wire included. Default 50;
@@ -445,6 +450,13 @@ pub trait Scheduler: std::fmt::Debug + Send {
     /// [`Scheduler::add_class`]; classes may be made while others are
     /// backlogged, as fq_* makes a flow at its first packet).
     fn class_added(&mut self, _class: u32, _qs: &Queues) {}
+    /// The class whose FIFO a packet classified to `c` joins: `c` itself,
+    /// except under prio, whose queues of one level share the FIFO of the
+    /// one already backlogged ([`prio`]).
+    #[inline]
+    fn class_for(&self, c: u32) -> u32 {
+        c
+    }
     /// A packet has been added to `class`'s FIFO (already in `qs`).
     fn enqueued(&mut self, class: u32, qs: &Queues);
     /// The next packet to send at `now`, with its class and CE mark; AQM drops
@@ -483,7 +495,7 @@ pub enum SchedKind {
     Qfq,
     /// `rr` (also `drr`): Deficit Round Robin ([`drr`]).
     Rr,
-    /// `prio`: strict priority, highest level first ([`prio`]).
+    /// `prio`: strict priority, level 0 first ([`prio`]).
     Prio,
     /// `fq_codel` (also `fq-codel`): RFC 8290 with CoDel per flow ([`fq`]).
     FqCodel,
@@ -531,10 +543,9 @@ impl SchedKind {
 pub struct SchedParams {
     /// The algorithm (`type`, default wf2q+).
     pub kind: SchedKind,
-    /// rr: bytes a class may send per round per unit of weight
-    /// (Q_i = weight × quantum); fq_*: bytes a flow may send per round, its
-    /// deficit refill (RFC 8290 §4). Default 1514 (one Ethernet frame),
-    /// 1..1048576.
+    /// rr: the `lmax` of its queues that give none (Q_i = weight × lmax,
+    /// 64..2048); fq_*: bytes a flow may send per round, its deficit refill
+    /// (RFC 8290 §4), 1..1048576. Default 1514 (one Ethernet frame).
     pub quantum_bytes: u32,
     /// fq_*: packets queued over all flows before the head of the flow with
     /// the most bytes is dropped (RFC 8290 §4.1). Default 10240, 1..20480.
@@ -628,7 +639,14 @@ impl Sched {
         c
     }
 
-    /// Offers a packet to class `c` at `now`. Ok(true): accepted and to be
+    /// The class whose FIFO a packet classified to `c` joins now (see
+    /// [`Scheduler::class_for`]); `extra` of [`Sched::enqueue`] is that
+    /// class's occupancy outside its FIFO.
+    pub fn class_for(&self, c: u32) -> u32 {
+        self.s.class_for(c)
+    }
+
+    /// Offers a packet to class `c` (queued in [`Sched::class_for`]`(c)`) at `now`. Ok(true): accepted and to be
     /// marked CE. A drop returns the cause (the packet is not kept). With
     /// fq_*, an overflow of the total limit drops the head of the fattest
     /// flow instead: returned in `drops`.
@@ -641,6 +659,7 @@ impl Sched {
         draw: &mut dyn FnMut() -> f64,
         drops: &mut Vec<Dropped>,
     ) -> Result<bool, DropCause> {
+        let c = self.s.class_for(c);
         let mark = self.qs.push(now, c, pkt, extra, draw)?;
         self.s.enqueued(c, &self.qs);
         if self.params.kind.is_fq() && self.qs.total_packets > self.params.limit_packets as u64 {

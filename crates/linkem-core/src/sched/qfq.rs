@@ -39,13 +39,21 @@
 //! bytes, default [`DEFAULT_LMAX_BYTES`] (Dummynet's 1500 counts IP bytes;
 //! linkem's lengths are frames, so 1500 + the 14-byte Ethernet header).
 //!
-//! Where linkem differs from Dummynet on purpose: W is the sum of the weights
-//! of the scheduler's classes (as the paper's φ_k and Linux's `sch_qfq`), not
-//! Dummynet's fixed 2·65536, so V keeps pace with the link and the paper's
-//! bounds hold with φ_k = w_k/W; `lmax` may exceed Dummynet's 2000 (jumbo
-//! frames). A packet longer than its queue's `lmax` is still served (its
-//! class is kept within the group's slots by clamping), but the guarantee no
-//! longer covers it.
+//! W, as in the paper, Linux's `sch_qfq` and current Dummynet (which keeps
+//! `iwsum = 2^30 / W` over the queue instances that exist, updated when one
+//! is made or freed; early Dummynet divided by a fixed 2·65536): the sum of
+//! the weights of the scheduler's classes, so V keeps pace with the link and
+//! the paper's bounds hold with φ_k = w_k/W. Dummynet frees a queue instance
+//! some time after it empties, linkem keeps every class of a scheduler
+//! instance, so after flows leave W may be larger here than there.
+//!
+//! Where linkem differs from Dummynet on purpose: lengths and `lmax` are
+//! frame bytes (what the link serialises; Dummynet counts IP bytes at layer
+//! 3), hence the default 1514; `lmax` may exceed Dummynet's 2000 (jumbo
+//! frames), and one out of range is refused where Dummynet clamps it. A
+//! packet longer than its queue's `lmax` is still served (its class is kept
+//! within the group's slots by clamping), but the guarantee no longer
+//! covers it.
 
 use super::{Dropped, Pkt, QueueParams, Queues, Scheduler};
 

@@ -349,6 +349,8 @@ impl SchedLink {
             });
             return;
         };
+        // Under prio the packet may join another queue's FIFO: its limit, counters and label.
+        let c = self.sched.class_for(c);
         let handle = match self.free.pop() {
             Some(h) => {
                 self.store[h as usize] = Held { tag };

@@ -5,7 +5,7 @@
 //! sched N config [type fifo|wf2q+|qfq|rr|prio|fq_codel|fq_pie] [quantum B] [limit P]
 //!                [flows F] [target T] [interval T] [tupdate T] [alpha A] [beta B]
 //!                [max_burst T] [max_ecnth P] [ecn|noecn] [mask ...] [buckets N]
-//! queue N config pipe|sched M [weight W] [lmax|maxlen B] [pri P] [queue LIMIT] [plr P]
+//! queue N config pipe|sched M [weight W] [lmax|maxlen B] [queue LIMIT] [plr P]
 //!                [droptail | red|gred w_q/min_th/max_th/max_p
 //!                 | codel [target T] [interval T] [ecn|noecn]
 //!                 | pie [target T] [tupdate T] [alpha A] [beta B] [max_burst T]
@@ -13,18 +13,21 @@
 //! pipe N config ... [type T] [droptail|red ...|gred ...|codel ...|pie ...] [ecn]
 //! ```
 //!
-//! Defaults as Dummynet's: type wf2q+, weight 1 (1..100; 1..65536 under
-//! `qfq`), `lmax` (qfq only) 1514 bytes (Dummynet's 1500 IP bytes as a frame;
-//! 1..65535, Dummynet caps it at 2000), queue 50 slots,
+//! Defaults as Dummynet's: type wf2q+, weight 1 (wf2q+ 1..100, rr and qfq
+//! 1..65536, prio 0..31 with default 0: under prio the weight is the level,
+//! 0 served first), `lmax` (qfq and rr only) 1514 frame bytes (Dummynet's
+//! 1500 IP bytes as an Ethernet frame; qfq 1..65535 where Dummynet caps at
+//! 2000, rr 64..2048 as Dummynet), queue 50 slots,
 //! quantum 1514 B, fq limit 10240 packets, 1024 flows, CoDel target 5 ms /
 //! interval 100 ms, PIE target 15 ms / tupdate 15 ms / alpha 0.125 / beta
 //! 1.25 / max_burst 150 ms / max_ecnth 0.1; ECN off for codel/pie queues, on
-//! for fq_codel/fq_pie. A bare time is milliseconds. `pri P` (0..127, higher
-//! first) sets the PRIO level; without it `prio` reads the weight.
+//! for fq_codel/fq_pie. A bare time is milliseconds. Under rr, the
+//! scheduler's `quantum` is the `lmax` of its queues that give none
+//! (Dummynet has no such word: its default is 1500).
 //!
 //! Ranges the parser enforces (anything else is an error naming the word):
-//! `sched`/`queue` numbers 1..65535; `quantum` 1..1048576 bytes (rr and
-//! fq_* only); `limit` 1..20480 packets and `flows` 1..65536 (fq_* only);
+//! `sched`/`queue` numbers 1..65535; `quantum` 1..1048576 bytes (fq_*),
+//! 64..2048 (rr, Dummynet's bounds of `lmax`); `limit` 1..20480 packets and `flows` 1..65536 (fq_* only);
 //! `queue` 1..100000 slots, or 1 B..4 GiB with a unit (B, K/KB/KBytes =
 //! 1024 B, M/MB/MBytes = 2²⁰ B); `plr` a probability 0..1; times 0..3600000
 //! ms, CoDel's target below its interval and both above 0, PIE's tupdate
@@ -50,7 +53,12 @@
 //!   (exact, and faster); `type fifo` with one droptail queue gives the same
 //!   result through the scheduler.
 //! - PIE's `capdrop`/`drand`/`dre` are not supported yet.
-//! - `qfq` normalises by the sum of its queues' weights (see [`super::qfq`]).
+//! - `qfq` normalises by the sum of its queues' weights (see [`super::qfq`]),
+//!   as current Dummynet does.
+//! - A weight or `lmax` out of its scheduler's range is an error; Dummynet
+//!   would clamp it (or bump it to the default) and print a warning.
+//! - `pri` is refused: ipfw stores it where no scheduler reads it (`par[2]`);
+//!   prio's level is the weight.
 
 use super::{QueueParams, SchedKind, SchedParams};
 use crate::aqm::{AqmConfig, CoDelConfig, PieConfig, RedConfig};
@@ -164,6 +172,21 @@ impl SchedSet {
             },
         );
         SchedParams::new(kind)
+    }
+}
+
+/// What a `weight` may be, per scheduler (for error messages).
+const WEIGHT_RANGES: &str =
+    "weight is 1..100 under wf2q+, 1..65536 under rr and qfq, 0..31 (the level) under prio";
+
+/// The weights `kind` accepts: Dummynet's bounds (fifo and fq_* ignore the
+/// weight and keep wf2q+'s range, so a queue can move between them).
+pub fn weight_range(kind: SchedKind) -> (u32, u32) {
+    match kind {
+        SchedKind::Rr => (1, super::drr::MAX_WEIGHT),
+        SchedKind::Qfq => (1, super::qfq::MAX_WEIGHT),
+        SchedKind::Prio => (0, super::prio::MAX_LEVEL),
+        _ => (1, super::wf2q::MAX_WEIGHT),
     }
 }
 
@@ -419,7 +442,13 @@ pub fn parse_sched(number: u32, words: &[&str], line: usize) -> Result<SchedDef,
                 if !(fq || kind == SchedKind::Rr) {
                     return Err(rerr(line, w, "'quantum' is a parameter of rr, fq_codel and fq_pie"));
                 }
-                p.quantum_bytes = int_in(line, c.arg(w, "bytes")?, 1, 1 << 20, "quantum")? as u32;
+                let v = c.arg(w, "bytes")?;
+                p.quantum_bytes = if fq {
+                    int_in(line, v, 1, 1 << 20, "quantum")?
+                } else {
+                    let (lo, hi) = (super::drr::MIN_LMAX_BYTES as u64, super::drr::MAX_LMAX_BYTES as u64);
+                    int_in(line, v, lo, hi, "quantum under rr (the default lmax of its queues, in bytes)")?
+                } as u32;
             }
             "limit" => {
                 c.once("limit", w)?;
@@ -511,7 +540,7 @@ pub fn parse_queue(number: u32, words: &[&str], line: usize) -> Result<QueueDef,
     let mut params = QueueParams::default();
     let mut mask = None;
     let mut ecn = false;
-    let mut pri_given = false;
+    let mut weight_given = false;
     while let Some(w) = c.next() {
         match w {
             "pipe" | "sched" => {
@@ -522,16 +551,15 @@ pub fn parse_queue(number: u32, words: &[&str], line: usize) -> Result<QueueDef,
             }
             "weight" => {
                 c.once("weight", w)?;
-                let v = c.arg(w, "a weight 1..100 (1..65536 under qfq)")?;
+                let v = c.arg(w, "a weight such as 10")?;
                 params.weight = parse_number(v)
-                    .filter(|v| (1..=super::qfq::MAX_WEIGHT as u64).contains(v))
-                    .ok_or_else(|| rerr(line, v, "weight is 1..100 (1..65536 under qfq)"))?
+                    .filter(|v| *v <= super::qfq::MAX_WEIGHT as u64)
+                    .ok_or_else(|| rerr(line, v, WEIGHT_RANGES))?
                     as u32;
+                weight_given = true;
             }
             "pri" | "priority" => {
-                c.once("pri", w)?;
-                params.pri = int_in(line, c.arg(w, "a level 0..127")?, 0, 127, "pri")? as u32;
-                pri_given = true;
+                return Err(rerr(line, w, "'pri' is not read by any scheduler (ipfw keeps it in par[2]); prio's level is the queue's weight: 'weight L', 0..31, 0 served first"));
             }
             "queue" => {
                 c.once("queue", w)?;
@@ -573,15 +601,14 @@ pub fn parse_queue(number: u32, words: &[&str], line: usize) -> Result<QueueDef,
             "bw" | "bandwidth" | "delay" | "burst" | "profile" => {
                 return Err(rerr(line, w, "a link word: put it on 'pipe N config' (queues share their pipe's link)"))
             }
-            _ => return Err(rerr(line, w, "unknown word for queue (pipe, sched, weight, lmax, pri, queue, plr, droptail, red, gred, codel, pie, ecn, mask, buckets)")),
+            _ => return Err(rerr(line, w, "unknown word for queue (pipe, sched, weight, lmax, queue, plr, droptail, red, gred, codel, pie, ecn, mask, buckets)")),
         }
     }
     if ecn {
         set_ecn(&mut params.aqm, line)?;
     }
-    if !pri_given {
-        params.pri = params.weight.min(super::prio::MAX_LEVEL);
-    }
+    // Dummynet's prio reads the weight word (par[0]) as the level, 0 when unset.
+    params.pri = if weight_given { params.weight } else { 0 };
     let parent =
         parent.ok_or_else(|| rerr(line, "queue", "a queue needs 'pipe M' or 'sched M'"))?;
     Ok(QueueDef {
@@ -686,22 +713,42 @@ pub fn check(
         if !named || !set.pipes.contains_key(&p) {
             return Err(rerr(q.line, &p.to_string(), format!("queue {}: pipe {p} is not configured (sched {p} sends to pipe {p}'s link: add 'pipe {p} config bw ...')", q.number)));
         }
-        // Weights above 100 and lmax are QFQ's alone (Dummynet's bounds).
+        // Dummynet's bounds per scheduler (it clamps; linkem refuses).
         let kind = s.params(p).kind;
-        if kind != SchedKind::Qfq {
-            let name = kind.name().to_lowercase();
-            if q.params.weight > 100 {
-                return Err(rerr(
-                    q.line,
-                    &q.params.weight.to_string(),
-                    format!(
-                        "queue {}: weight is 1..100 under {name} (1..65536 under qfq)",
-                        q.number
-                    ),
-                ));
+        let name = kind.name().to_lowercase();
+        let (lo, hi) = weight_range(kind);
+        if !(lo..=hi).contains(&q.params.weight) {
+            return Err(rerr(
+                q.line,
+                &q.params.weight.to_string(),
+                format!(
+                    "queue {}: weight is {lo}..{hi} under {name}{}",
+                    q.number,
+                    if kind == SchedKind::Prio {
+                        " (the level, 0 served first)"
+                    } else {
+                        ""
+                    },
+                ),
+            ));
+        }
+        match (kind, q.params.lmax_bytes) {
+            (SchedKind::Qfq, _) | (_, None) => {}
+            (SchedKind::Rr, Some(l)) => {
+                let (lo, hi) = (super::drr::MIN_LMAX_BYTES, super::drr::MAX_LMAX_BYTES);
+                if !(lo..=hi).contains(&l) {
+                    return Err(rerr(
+                        q.line,
+                        &l.to_string(),
+                        format!(
+                            "queue {}: lmax is {lo}..{hi} bytes under rr (1..65535 under qfq)",
+                            q.number
+                        ),
+                    ));
+                }
             }
-            if q.params.lmax_bytes.is_some() {
-                return Err(rerr(q.line, "lmax", format!("queue {}: 'lmax' is a parameter of qfq queues (pipe {p}'s scheduler is {name})", q.number)));
+            (_, Some(_)) => {
+                return Err(rerr(q.line, "lmax", format!("queue {}: 'lmax' is a parameter of qfq and rr queues (pipe {p}'s scheduler is {name})", q.number)));
             }
         }
     }
