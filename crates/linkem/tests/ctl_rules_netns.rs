@@ -662,6 +662,41 @@ fn ctl_rules_pipe_deleted_with_packets_queued_counts_them_flushed() {
     let show = c.request_json("pipe show --json").unwrap();
     assert_eq!(show["pipes"].as_array().unwrap().len(), 0, "{show}");
     std::thread::sleep(Duration::from_millis(1500));
+    // After `zero` every count restarts, `flushed` too: the counts since
+    // then add up (nothing was in flight at the zero).
+    let st = c.request_json("stats").unwrap();
+    assert_eq!(st["directions"][0]["in_flight"], 0, "{st}");
+    assert_eq!(c.request_json("zero").unwrap()["ok"], true);
+    let ns = topo.ns_a.clone();
+    std::thread::spawn(move || {
+        netns::enter(&ns).unwrap();
+        let sock = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+        for _ in 0..10 {
+            let _ = sock.send_to(&[0u8; 100], dst);
+        }
+    })
+    .join()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let st = c.request_json("stats").unwrap();
+    for d in st["directions"].as_array().unwrap() {
+        let fates: u64 = d["fates"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|x| x.as_u64().unwrap())
+            .sum();
+        assert_eq!(
+            d["received"].as_u64().unwrap() + d["segmented"].as_u64().unwrap(),
+            fates + d["in_flight"].as_u64().unwrap(),
+            "since zero: received + segmented = fates + in flight: {d}"
+        );
+        assert_eq!(d["fates"]["flushed"], 0, "flushed since zero: {d}");
+    }
+    assert!(
+        st["directions"][0]["received"].as_u64().unwrap() >= 10,
+        "{st}"
+    );
     drop(c);
     let v = bridge.finish();
     let d = &v["directions"][0];

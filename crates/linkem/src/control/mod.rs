@@ -35,7 +35,7 @@ use crate::bridge::direction_json;
 use linkem_core::{Fate, LinkConfig};
 use linkem_ctl::{Request, RuleRequest, NO_RULE_SET};
 use linkem_runtime::clock;
-use linkem_runtime::pipeline::{Direction, DirectionStats};
+use linkem_runtime::pipeline::{Direction, DirectionStats, NodeDrops};
 use serde_json::json;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -403,6 +403,10 @@ impl Model {
 }
 
 /// `now - base` for the cumulative counts (in flight is a level, kept).
+/// Every counter of the invariant ([`DirectionStats::adds_up`]) is
+/// subtracted, so since a zero: received + segmented + (in flight at the
+/// zero) = fates + node drops + in flight; the packets in flight at the zero
+/// are counted by the fates they meet after it.
 fn minus(now: &DirectionStats, base: &DirectionStats) -> DirectionStats {
     let mut d = now.clone();
     for f in Fate::ALL {
@@ -417,11 +421,23 @@ fn minus(now: &DirectionStats, base: &DirectionStats) -> DirectionStats {
     d.copies_sent = now.copies_sent.saturating_sub(base.copies_sent);
     d.rx_wakeups = now.rx_wakeups.saturating_sub(base.rx_wakeups);
     d.tx_wakeups = now.tx_wakeups.saturating_sub(base.tx_wakeups);
-    let (n, b) = (&now.node_drops, &base.node_drops);
-    d.node_drops.denied = n.denied.saturating_sub(b.denied);
-    d.node_drops.flow_limit = n.flow_limit.saturating_sub(b.flow_limit);
-    d.node_drops.red_drop = n.red_drop.saturating_sub(b.red_drop);
-    d.node_drops.aqm_drop = n.aqm_drop.saturating_sub(b.aqm_drop);
+    // Destructured whole: a drop counter added later must be subtracted here
+    // too, or `stats` after `zero` no longer adds up.
+    let NodeDrops {
+        denied,
+        flow_limit,
+        red_drop,
+        aqm_drop,
+        flushed,
+    } = base.node_drops;
+    let n = &now.node_drops;
+    d.node_drops = NodeDrops {
+        denied: n.denied.saturating_sub(denied),
+        flow_limit: n.flow_limit.saturating_sub(flow_limit),
+        red_drop: n.red_drop.saturating_sub(red_drop),
+        aqm_drop: n.aqm_drop.saturating_sub(aqm_drop),
+        flushed: n.flushed.saturating_sub(flushed),
+    };
     // Counts only grow, so the base is contained in now.
     if d.lateness.subtract(&base.lateness).is_err() {
         d.lateness.reset();
