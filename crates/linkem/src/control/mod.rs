@@ -224,6 +224,30 @@ impl Model {
         at_ns
     }
 
+    /// The uid that started linkem (under sudo, SUDO_UID): with root, the
+    /// owner of the links, of the rule file's objects and of the reserved
+    /// control connections.
+    pub fn owner_uid(&self) -> u32 {
+        self.owner_uid
+    }
+
+    /// The permission checks of one change line of a batch, made as it
+    /// arrives, so that a refused line is never stored (`made`: what the
+    /// batch's earlier lines create, see [`rules::Rules::check`]). The whole
+    /// batch is checked again at `commit`.
+    pub fn check_line(
+        &self,
+        cred: &PeerCred,
+        request: &Request,
+        made: &mut rules::Made,
+    ) -> Result<(), Failure> {
+        match (request, &self.rules) {
+            (Request::Zero, _) | (Request::Link { .. }, None) => self.may_change_links(cred.uid),
+            (Request::Rule(r), Some(rules)) => rules.check(cred.uid, r, made),
+            _ => Ok(()),
+        }
+    }
+
     fn may_change_links(&self, uid: u32) -> Result<(), Failure> {
         if uid == 0 || uid == self.owner_uid {
             Ok(())
