@@ -730,3 +730,74 @@ fn ctl_failed_or_interrupted_start_leaves_no_socket() {
         "SIGINT during the start ({status}) left the socket"
     );
 }
+
+#[test]
+fn ctl_metrics_answer_beside_slow_clients() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let topo = topology();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let bridge = CtlBridge::start(&topo, &["delay", "1ms", "--metrics", &port.to_string()]);
+    // Slowloris: connections that send a byte of their request every 1.5 s.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let slow = |count: usize| {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut conns: Vec<std::net::TcpStream> = (0..count)
+                .filter_map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).ok())
+                .collect();
+            let request = b"GET /metrics HTTP/1.1\r\nHost: x\r\n";
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for c in &mut conns {
+                    let _ = c.write_all(&request[i % request.len()..][..1]);
+                }
+                i += 1;
+                for _ in 0..15 {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        })
+    };
+    let timed_scrape = || {
+        let t = Instant::now();
+        let body = scrape(port);
+        assert!(body.contains("linkem_received_packets_total"), "{body}");
+        t.elapsed()
+    };
+    let eight = slow(8);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut times: Vec<Duration> = (0..5)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(400));
+            timed_scrape()
+        })
+        .collect();
+    // More slow clients than places: the longest waiting is closed for a scrape.
+    let many = slow(40);
+    std::thread::sleep(Duration::from_millis(300));
+    times.extend((0..5).map(|_| {
+        std::thread::sleep(Duration::from_millis(400));
+        timed_scrape()
+    }));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    eight.join().unwrap();
+    many.join().unwrap();
+    eprintln!("scrapes beside 8, then 48 slow clients: {times:?}");
+    times.sort();
+    assert!(
+        times[times.len() / 2] < Duration::from_millis(200)
+            && times[times.len() - 1] < Duration::from_secs(1),
+        "scrapes beside slow clients took {times:?}"
+    );
+    bridge.finish();
+}
