@@ -3,7 +3,8 @@
 //! endpoint, and `linkem ctl`, the client.
 //!
 //! Threads: one accepts on the socket and starts a thread per client (at most
-//! [`server::MAX_CLIENTS`]); one accepts on the metrics port, a thread per
+//! [`server::MAX_CLIENTS`], [`server::MAX_CLIENTS_PER_UID`] per user, and
+//! [`server::RESERVED_CLIENTS`] more for root and the starter); one accepts on the metrics port, a thread per
 //! scrape. None of them touches packets. A client thread parses and checks a
 //! request completely, then, under the one lock of [`Model`], takes the
 //! instant `at_ns` (CLOCK_REALTIME, the clock of packet stamps) and hands
@@ -19,6 +20,11 @@
 //! SO_PEERCRED. Reading (show, stats, list, watch) is open to every client;
 //! the two default links belong to the uid that started linkem (under sudo,
 //! SUDO_UID), and only it or root may change them or zero the counters.
+//! Every bound a client can reach is checked when its request arrives and
+//! counted against its uid: connections (above), and per connection the
+//! lines and bytes of a batch ([`linkem_ctl::MAX_BATCH_LINES`],
+//! [`linkem_ctl::MAX_BATCH_BYTES`]), each line of which is checked for
+//! permission as it comes ([`Model::check_line`]).
 //!
 //! Why hand-written: the protocol is a few lines over std's Unix sockets and
 //! the metrics endpoint answers one GET; a web framework or async runtime

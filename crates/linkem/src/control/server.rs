@@ -7,7 +7,12 @@
 //! connection closed; a client that does not read its replies is cut off
 //! after [`WRITE_TIMEOUT`]; a disconnect mid-line or mid-batch applies
 //! nothing. Nothing a client sends reaches the model before it has parsed
-//! and been checked completely.
+//! and been checked completely. What a client can make linkem hold is
+//! bounded when it asks: its connections ([`MAX_CLIENTS_PER_UID`] per user,
+//! [`MAX_CLIENTS`] in all, [`RESERVED_CLIENTS`] kept for root and the
+//! starter) and its batch ([`MAX_BATCH_LINES`] lines, [`MAX_BATCH_BYTES`]
+//! bytes, each line checked for permission as it arrives, a refused one
+//! never kept); each refusal names its bound.
 
 use super::audit::Audit;
 use super::metrics::Endpoint;
