@@ -27,6 +27,14 @@ impl Client {
         })?;
         let banner: serde_json::Value = serde_json::from_str(&line)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("banner: {e}")))?;
+        // An emulator that has no room for this connection says why in the
+        // banner's place (the bound it hit).
+        if banner["linkem"] == "ctl" && banner["ok"] == false {
+            return Err(io::Error::other(format!(
+                "the emulator refused the connection: {}",
+                banner["error"].as_str().unwrap_or("no reason given")
+            )));
+        }
         if banner["linkem"] != "ctl" {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,

@@ -78,6 +78,11 @@ pub use client::Client;
 pub const PROTOCOL_VERSION: u32 = 1;
 /// Longest request line, newline included: longer lines are refused whole.
 pub const MAX_LINE_BYTES: usize = 4096;
+/// Lines one batch (`begin` .. `commit`) may hold, and bytes of request
+/// text (newlines not counted): what an emulator keeps per connection, so
+/// a client cannot make it hold more than this.
+pub const MAX_BATCH_LINES: usize = 10_000;
+pub const MAX_BATCH_BYTES: usize = 1 << 20;
 /// Where emulators put their sockets by default.
 pub const SOCKET_DIR: &str = "/run/linkem";
 /// The error of every pipe, queue, scheduler and rule request in an emulator

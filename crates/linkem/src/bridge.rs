@@ -240,6 +240,12 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
     let backend = check_capabilities(args.backend, realtime)?;
     // Held until the bridge ends: no second linkem on these interfaces.
     let claimed = claim_interfaces(&args.if_a, &args.if_b)?;
+    // SIGHUP: read --config and the words again and apply them to the running
+    // link (queued packets keep their release times; nothing is lost).
+    // Installed before the control socket is placed: a SIGINT during the
+    // start-up then ends the run through `serve`, which removes the socket,
+    // instead of killing linkem with the socket left behind.
+    let (stop, reload) = signal_flags()?;
     // control: opened while linkem may still create /run/linkem and chown the socket.
     let control = crate::control::server::prepare(&args.control, &args.if_a, &args.if_b)?;
     let directions =
@@ -248,17 +254,9 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
         eprintln!("linkem: seed {seed} (add 'seed {seed}' to repeat the random draws)");
     }
 
-    // SIGHUP: read --config and the words again and apply them to the running
-    // link (queued packets keep their release times; nothing is lost).
-    let (stop, reload) = signal_flags()?;
-    // control: the directions are shared with the control threads from here on
-    // (after the signal handlers: a client may stop linkem as soon as it answers).
-    if let Some(p) = control.socket_path() {
-        eprintln!(
-            "linkem: control socket {} (linkem ctl --name {})",
-            p.display(),
-            control.name
-        );
+    // control: the directions are shared with the control threads from here on.
+    for line in control.announce() {
+        eprintln!("{line}");
     }
     let model = Arc::new(crate::control::Model::new(
         control.name.clone(),

@@ -139,19 +139,17 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
     };
     let node = Node::new(set, node_cfg);
 
+    // Before the socket is placed: a SIGINT during the start-up ends the run
+    // through `serve`, which removes the socket (see `bridge::run`).
+    let (stop, reload) = crate::bridge::signal_flags()?;
     // control: opened while linkem may still create /run/linkem and chown the socket.
     let control = crate::control::server::prepare(&args.control, &args.if_a, &args.if_b)?;
     let bridge = start_node(args, &timing, buffer_bytes, node, &what)?;
     if !seed_given {
         eprintln!("linkem: seed {seed} (add 'seed {seed}' to repeat the random draws)");
     }
-    let (stop, reload) = crate::bridge::signal_flags()?;
-    if let Some(p) = control.socket_path() {
-        eprintln!(
-            "linkem: control socket {} (linkem ctl --name {})",
-            p.display(),
-            control.name
-        );
+    for line in control.announce() {
+        eprintln!("{line}");
     }
     let rules = Rules::new(
         bridge,

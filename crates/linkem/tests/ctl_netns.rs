@@ -493,3 +493,311 @@ fn ctl_bad_clients_harm_nothing() {
     assert!(stats["final"].as_bool().unwrap());
     assert!(!path.exists(), "the socket outlived linkem");
 }
+
+/// Holds `count` connections to `socket` as uid `uid` (group 100) until its
+/// stdin closes; returns the process and, per connection, its first line.
+fn hold_connections_as(
+    uid: u32,
+    socket: &Path,
+    count: usize,
+) -> (std::process::Child, Vec<String>) {
+    use std::io::BufRead;
+    let script = r#"
+import socket, sys
+held = []
+for _ in range(int(sys.argv[2])):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sys.argv[1])
+    f = s.makefile()
+    print(f.readline().strip(), flush=True)
+    held.append((s, f))
+sys.stdin.read()
+"#;
+    let mut child = Command::new("setpriv")
+        .arg(format!("--reuid={uid}"))
+        .args([
+            "--regid=65534",
+            "--groups=100",
+            "/usr/bin/python3",
+            "-c",
+            script,
+        ])
+        .arg(socket)
+        .arg(count.to_string())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let lines = (0..count)
+        .map(|_| {
+            let mut l = String::new();
+            out.read_line(&mut l).unwrap();
+            l
+        })
+        .collect();
+    (child, lines)
+}
+
+#[test]
+fn ctl_connection_bounds_keep_room_for_root() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let topo = topology();
+    let bridge = CtlBridge::start(&topo, &["delay", "1ms", "--control-group", "users"]);
+    // One member: 8 connections at most.
+    let (mut one, lines) = hold_connections_as(65534, &bridge.socket, 10);
+    let served = lines.iter().filter(|l| l.contains("\"name\"")).count();
+    assert_eq!(served, 8, "{lines:?}");
+    assert!(lines[9].contains("at most 8 at once per user"), "{lines:?}");
+    drop(one.stdin.take());
+    one.wait().unwrap();
+    // Eight members fill the 64 ordinary slots; a ninth is told so.
+    let mut held = Vec::new();
+    for uid in 65526..65534 {
+        let (child, lines) = hold_connections_as(uid, &bridge.socket, 8);
+        assert!(
+            lines.iter().all(|l| l.contains("\"name\"")),
+            "uid {uid}: {lines:?}"
+        );
+        held.push(child);
+    }
+    let (mut ninth, lines) = hold_connections_as(65534, &bridge.socket, 1);
+    assert!(lines[0].contains("at most 64 at once"), "{lines:?}");
+    let o = ctl_as_nobody(&bridge.socket, Some("100"), &["ping"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("refused the connection") && err.contains("64"),
+        "{err}"
+    );
+    // Root still gets in, more than once.
+    for _ in 0..3 {
+        let o = ctl(&bridge.socket, &["ping"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let c1 = bridge.client();
+    let mut c2 = bridge.client();
+    assert_eq!(c2.request_json("ping").unwrap()["pong"], true);
+    drop((c1, c2));
+    drop(ninth.stdin.take());
+    ninth.wait().unwrap();
+    for mut c in held {
+        drop(c.stdin.take());
+        c.wait().unwrap();
+    }
+    bridge.finish();
+}
+
+#[test]
+fn ctl_batch_lines_checked_as_they_arrive_and_bounded() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let topo = topology();
+    let bridge = CtlBridge::start(&topo, &["delay", "1ms", "--control-group", "users"]);
+    let dir = tempfile::tempdir().unwrap();
+    // A member's change to root's links is refused at its line, not at commit.
+    let file = dir.path().join("b.ctl");
+    std::fs::write(&file, "link both delay 9ms\nlink a-to-b delay 8ms\n").unwrap();
+    let o = ctl_as_nobody(
+        &bridge.socket,
+        Some("100"),
+        &["--json", "-f", file.to_str().unwrap()],
+    );
+    assert!(!o.status.success());
+    let out = String::from_utf8_lossy(&o.stdout);
+    let first: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(first["refused"], true, "{out}");
+    assert!(
+        first["error"].as_str().unwrap().contains("belong to uid 0"),
+        "{out}"
+    );
+
+    // Bytes per batch: 1 MiB of requests, then each line is refused naming the bound.
+    let mut c = bridge.client();
+    assert_eq!(c.request_json("begin").unwrap()["ok"], true);
+    let line = format!("link both delay 2ms{}", " ".repeat(4000));
+    let mut refused = None;
+    for i in 0..300 {
+        let v = c.request_json(&line).unwrap();
+        if v["ok"] != true {
+            refused = Some((i, v));
+            break;
+        }
+    }
+    let (i, v) = refused.expect("a batch of 1.2 MB was taken");
+    assert_eq!(i, (1 << 20) / line.len(), "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("at most 1048576 bytes"),
+        "{v}"
+    );
+    let v = c.request_json("commit").unwrap();
+    assert_eq!(v["ok"], false, "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("batch not applied"),
+        "{v}"
+    );
+    let list = c.request_json("list").unwrap();
+    assert_eq!(list["links"][0]["changes"], 0, "{list}");
+
+    // `-f` reads at most 4 MiB: /dev/zero is refused, not read to exhaustion.
+    let t = Instant::now();
+    let o = Command::new(env!("CARGO_BIN_EXE_linkem"))
+        .args(["ctl", "--socket"])
+        .arg(&bridge.socket)
+        .args(["-f", "/dev/zero"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("larger than 4 MiB"), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    drop(c);
+    bridge.finish();
+}
+
+#[test]
+fn ctl_failed_or_interrupted_start_leaves_no_socket() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let topo = topology();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("s.sock");
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy_port = busy.local_addr().unwrap().port().to_string();
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_linkem"))
+            .args(["bridge", &topo.emu_a, &topo.emu_b, "--backend", "packet"])
+            .args(["--duration", "1", "--control"])
+            .arg(&socket)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    for (extra, says) in [
+        (vec!["--audit", "/nonexistent-dir/audit.jsonl"], "audit"),
+        (vec!["--metrics", busy_port.as_str()], "cannot listen"),
+    ] {
+        let o = run(&extra);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{extra:?} started: {err}");
+        assert!(err.contains(says), "{extra:?}: {err}");
+        assert!(!socket.exists(), "{extra:?} left {}", socket.display());
+    }
+    // A good start says how to reach it: the socket as given, the port bound.
+    let o = run(&["--metrics", "0"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("(linkem ctl --socket {})", socket.display())),
+        "{err}"
+    );
+    let port = err
+        .split("metrics on http://127.0.0.1:")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .and_then(|p| p.parse::<u16>().ok())
+        .unwrap_or_else(|| panic!("no metrics port in: {err}"));
+    assert_ne!(port, 0);
+    assert!(!socket.exists());
+    // SIGINT as soon as the socket appears, while linkem is still starting.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_linkem"))
+        .args(["bridge", &topo.emu_a, &topo.emu_b, "--backend", "packet"])
+        .args(["--duration", "30", "--control"])
+        .arg(&socket)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while !socket.exists() && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    // Safety: kill with a pid we own.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    assert!(t.elapsed() < Duration::from_secs(10), "no socket appeared");
+    assert!(
+        !socket.exists(),
+        "SIGINT during the start ({status}) left the socket"
+    );
+}
+
+#[test]
+fn ctl_metrics_answer_beside_slow_clients() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let topo = topology();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let bridge = CtlBridge::start(&topo, &["delay", "1ms", "--metrics", &port.to_string()]);
+    // Slowloris: connections that send a byte of their request every 1.5 s.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let slow = |count: usize| {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut conns: Vec<std::net::TcpStream> = (0..count)
+                .filter_map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).ok())
+                .collect();
+            let request = b"GET /metrics HTTP/1.1\r\nHost: x\r\n";
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for c in &mut conns {
+                    let _ = c.write_all(&request[i % request.len()..][..1]);
+                }
+                i += 1;
+                for _ in 0..15 {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        })
+    };
+    let timed_scrape = || {
+        let t = Instant::now();
+        let body = scrape(port);
+        assert!(body.contains("linkem_received_packets_total"), "{body}");
+        t.elapsed()
+    };
+    let eight = slow(8);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut times: Vec<Duration> = (0..5)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(400));
+            timed_scrape()
+        })
+        .collect();
+    // More slow clients than places: the longest waiting is closed for a scrape.
+    let many = slow(40);
+    std::thread::sleep(Duration::from_millis(300));
+    times.extend((0..5).map(|_| {
+        std::thread::sleep(Duration::from_millis(400));
+        timed_scrape()
+    }));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    eight.join().unwrap();
+    many.join().unwrap();
+    eprintln!("scrapes beside 8, then 48 slow clients: {times:?}");
+    times.sort();
+    assert!(
+        times[times.len() / 2] < Duration::from_millis(200)
+            && times[times.len() - 1] < Duration::from_secs(1),
+        "scrapes beside slow clients took {times:?}"
+    );
+    bridge.finish();
+}

@@ -662,6 +662,41 @@ fn ctl_rules_pipe_deleted_with_packets_queued_counts_them_flushed() {
     let show = c.request_json("pipe show --json").unwrap();
     assert_eq!(show["pipes"].as_array().unwrap().len(), 0, "{show}");
     std::thread::sleep(Duration::from_millis(1500));
+    // After `zero` every count restarts, `flushed` too: the counts since
+    // then add up (nothing was in flight at the zero).
+    let st = c.request_json("stats").unwrap();
+    assert_eq!(st["directions"][0]["in_flight"], 0, "{st}");
+    assert_eq!(c.request_json("zero").unwrap()["ok"], true);
+    let ns = topo.ns_a.clone();
+    std::thread::spawn(move || {
+        netns::enter(&ns).unwrap();
+        let sock = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+        for _ in 0..10 {
+            let _ = sock.send_to(&[0u8; 100], dst);
+        }
+    })
+    .join()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let st = c.request_json("stats").unwrap();
+    for d in st["directions"].as_array().unwrap() {
+        let fates: u64 = d["fates"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|x| x.as_u64().unwrap())
+            .sum();
+        assert_eq!(
+            d["received"].as_u64().unwrap() + d["segmented"].as_u64().unwrap(),
+            fates + d["in_flight"].as_u64().unwrap(),
+            "since zero: received + segmented = fates + in flight: {d}"
+        );
+        assert_eq!(d["fates"]["flushed"], 0, "flushed since zero: {d}");
+    }
+    assert!(
+        st["directions"][0]["received"].as_u64().unwrap() >= 10,
+        "{st}"
+    );
     drop(c);
     let v = bridge.finish();
     let d = &v["directions"][0];
@@ -681,4 +716,96 @@ fn ctl_rules_pipe_deleted_with_packets_queued_counts_them_flushed() {
     assert_eq!(drops, flushed, "only flushed: {d}");
     assert!(delivered + flushed >= n, "{d}");
     assert_eq!(d["in_flight"], 0, "{d}");
+}
+
+#[test]
+fn ctl_rules_members_add_only_behind_others_to_their_own_pipes() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let topo = topology("lkQ6");
+    let bridge = Bridge::start(
+        &topo,
+        "pipe 1 config delay 1ms\nadd 100 pipe 1 ip from 192.0.2.9 to any\n",
+        &["--control-group", "users"],
+    );
+    let s = &bridge.socket;
+    let refused = |words: &[&str], says: &str| {
+        let o = ctl_in_group(65534, s, words);
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(!o.status.success(), "{words:?} was taken");
+        assert!(err.contains(says), "{words:?}: {err}");
+    };
+    // No rule over everyone's traffic: neither deny/allow nor someone else's pipe ...
+    refused(
+        &["add", "900", "deny", "ip", "from", "any", "to", "any"],
+        "own pipes or queues",
+    );
+    refused(
+        &[
+            "add", "prob", "0.5", "reset", "ip", "from", "any", "to", "any",
+        ],
+        "own pipes or queues",
+    );
+    refused(
+        &["add", "900", "pipe", "1", "ip", "from", "any", "to", "any"],
+        "pipe 1 is not yours",
+    );
+    ok(&ctl_in_group(
+        65534,
+        s,
+        &["pipe", "7", "config", "bw", "8bit/s"],
+    ));
+    // ... nor ahead of rules that are not the member's.
+    refused(
+        &["add", "50", "pipe", "7", "ip", "from", "any", "to", "any"],
+        "only after every rule not its own (numbered above 100)",
+    );
+    ok(&ctl_in_group(
+        65534,
+        s,
+        &["add", "200", "pipe", "7", "ip", "from", "any", "to", "any"],
+    ));
+    // In a batch, a pipe made by an earlier line is the member's own.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("b.ctl");
+    std::fs::write(
+        &file,
+        "pipe 8 config delay 1ms\nadd 300 pipe 8 ip from any to any\n",
+    )
+    .unwrap();
+    ok(&ctl_in_group(65534, s, &["-f", file.to_str().unwrap()]));
+    // A refused line of a batch is refused as it arrives.
+    std::fs::write(&file, "add 400 deny ip from any to any\n").unwrap();
+    let o = ctl_in_group(65534, s, &["--json", "-f", file.to_str().unwrap()]);
+    assert!(!o.status.success());
+    let out = String::from_utf8_lossy(&o.stdout);
+    let first: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(first["refused"], true, "{out}");
+    // Root and the starter may add anything anywhere.
+    ok(&ctl(
+        s,
+        &["add", "10", "deny", "ip", "from", "192.0.2.8", "to", "any"],
+    ));
+    let mut c = bridge.client();
+    let list = c.request_json("list").unwrap();
+    let owners: Vec<(u64, u64)> = list["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["number"].as_u64().unwrap(),
+                r["owner_uid"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        owners,
+        [(10, 0), (100, 0), (200, 65534), (300, 65534)],
+        "{list}"
+    );
+    drop(c);
+    bridge.finish();
 }

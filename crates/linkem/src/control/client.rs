@@ -2,8 +2,8 @@
 //! prints the reply, as text or (`--json`) as the raw JSON lines.
 
 use anyhow::{anyhow, bail, Context, Result};
-use linkem_ctl::{default_socket_path, Client, SOCKET_DIR};
-use std::io::{BufRead, Write};
+use linkem_ctl::{default_socket_path, Client, MAX_BATCH_BYTES, MAX_BATCH_LINES, SOCKET_DIR};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -20,7 +20,8 @@ pub struct CtlArgs {
     #[arg(long)]
     pub json: bool,
     /// Apply the requests of FILE (one per line, '#' comments; '-' for stdin)
-    /// as one batch: all at one instant, or none.
+    /// as one batch: all at one instant, or none. Read to its end, at most
+    /// 4 MiB; a batch holds at most 10000 requests and 1 MiB of them.
     #[arg(
         short = 'f',
         long = "file",
@@ -145,17 +146,48 @@ pub fn run(args: &CtlArgs) -> Result<()> {
     Ok(())
 }
 
-fn run_batch(args: &CtlArgs, file: &Path) -> Result<()> {
-    let text = if file == Path::new("-") {
-        let mut s = String::new();
-        for l in std::io::stdin().lock().lines() {
-            s.push_str(&l.context("reading stdin")?);
-            s.push('\n');
-        }
-        s
+/// Longest batch file `-f` reads: the emulator keeps at most
+/// [`MAX_BATCH_BYTES`] of requests per batch; this leaves room for comments
+/// and blank lines beside them.
+pub const MAX_BATCH_FILE_BYTES: u64 = 4 * MAX_BATCH_BYTES as u64;
+
+/// A batch file (or stdin for `-`), read to its end like `cat` (a FIFO waits
+/// for its writer), but never more than [`MAX_BATCH_FILE_BYTES`]: a larger
+/// input, `/dev/zero` say, is refused once that much has come.
+fn read_batch(file: &Path) -> Result<String> {
+    let name = if file == Path::new("-") {
+        "stdin".to_string()
     } else {
-        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?
+        file.display().to_string()
     };
+    let reader: Box<dyn Read> = if file == Path::new("-") {
+        Box::new(std::io::stdin().lock())
+    } else {
+        Box::new(std::fs::File::open(file).with_context(|| format!("cannot read {name}"))?)
+    };
+    let mut bytes = Vec::new();
+    reader
+        .take(MAX_BATCH_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("cannot read {name}"))?;
+    if bytes.len() as u64 > MAX_BATCH_FILE_BYTES {
+        bail!(
+            "{name}: larger than {} MiB: a batch holds at most {MAX_BATCH_LINES} requests \
+             and {} MiB of them (split it into several files)",
+            MAX_BATCH_FILE_BYTES >> 20,
+            MAX_BATCH_BYTES >> 20
+        );
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        anyhow!(
+            "{name}: not UTF-8 text (byte {})",
+            e.utf8_error().valid_up_to()
+        )
+    })
+}
+
+fn run_batch(args: &CtlArgs, file: &Path) -> Result<()> {
+    let text = read_batch(file)?;
     let lines: Vec<(usize, &str)> = text
         .lines()
         .enumerate()
@@ -164,6 +196,15 @@ fn run_batch(args: &CtlArgs, file: &Path) -> Result<()> {
         .collect();
     if lines.is_empty() {
         bail!("{}: no requests", file.display());
+    }
+    let bytes: usize = lines.iter().map(|(_, l)| l.len()).sum();
+    if lines.len() > MAX_BATCH_LINES || bytes > MAX_BATCH_BYTES {
+        bail!(
+            "{}: {} requests, {bytes} bytes: a batch holds at most {MAX_BATCH_LINES} requests \
+             and {MAX_BATCH_BYTES} bytes of them (split it into several files)",
+            file.display(),
+            lines.len()
+        );
     }
     let mut client = connect(&socket_path(args)?)?;
     let begin: serde_json::Value = client.request_json("begin")?;

@@ -1,7 +1,13 @@
 //! `--metrics ADDR:PORT`: the Prometheus text exposition format (0.0.4) on
-//! `GET /metrics`, over a minimal HTTP/1.1 responder on std's TcpListener
-//! (one short-lived thread per scrape, at most `MAX_SCRAPES` at once; a
-//! request must arrive within `READ_TIMEOUT` and fit in 8 KiB).
+//! `GET /metrics`, over a minimal HTTP/1.1 responder on std's TcpListener:
+//! one short-lived thread per connection, at most [`MAX_CONNECTIONS`] at
+//! once; the whole request must arrive within [`REQUEST_DEADLINE`] (one
+//! deadline for the request, not per read: a client sending a byte now and
+//! then is cut at it) and fit in 8 KiB; the reply must be taken within the
+//! same time. When every place is held, the connection that has waited
+//! longest for its request is closed to make room: slow clients
+//! (slowloris) cannot hold every place, since a scraper sends its request
+//! at once and is answered in microseconds.
 //!
 //! The counters are those of `--stats json` (same source, `Direction::stats`,
 //! never reset by `zero`): `linkem_received_packets_total`,
@@ -28,15 +34,17 @@ use anyhow::{anyhow, Context, Result};
 use linkem_core::{Fate, LinkConfig};
 use linkem_runtime::pipeline::DirectionStats;
 use std::fmt::Write as _;
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-const MAX_SCRAPES: usize = 8;
-const READ_TIMEOUT: Duration = Duration::from_secs(2);
+/// Connections served at once.
+pub const MAX_CONNECTIONS: usize = 16;
+/// Time for the whole request to arrive, and for the reply to be taken.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
 const MAX_REQUEST_BYTES: usize = 8192;
 
 /// Lateness bucket bounds, seconds.
@@ -86,38 +94,101 @@ impl Endpoint {
     }
 }
 
+/// The connections being served: each with a handle to close it and, while
+/// its request has not fully arrived, the instant it was accepted.
+#[derive(Default)]
+struct Held {
+    next_id: u64,
+    conns: Vec<(u64, TcpStream, Option<Instant>)>,
+}
+
+impl Held {
+    /// Closes the connection that has waited longest for its request;
+    /// false if every connection already has its request.
+    fn evict_slowest(&mut self) -> bool {
+        let oldest = self
+            .conns
+            .iter()
+            .filter_map(|(id, s, since)| since.map(|t| (t, *id, s)))
+            .min_by_key(|(t, _, _)| *t);
+        match oldest {
+            Some((_, id, s)) => {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+                self.conns.retain(|c| c.0 != id);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
 fn serve(listener: TcpListener, model: Arc<Model>, stop: Arc<AtomicBool>) {
-    let active = Arc::new(AtomicUsize::new(0));
+    let held: Arc<Mutex<Held>> = Arc::default();
+    let forget = |held: &Mutex<Held>, id: u64| {
+        held.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .conns
+            .retain(|c| c.0 != id);
+    };
     for conn in listener.incoming() {
         if stop.load(Ordering::Acquire) {
             break;
         }
         let Ok(stream) = conn else { continue };
-        if active.load(Ordering::Acquire) >= MAX_SCRAPES {
+        let Ok(handle) = stream.try_clone() else {
             continue;
-        }
-        active.fetch_add(1, Ordering::AcqRel);
-        let (m, a) = (model.clone(), active.clone());
-        if std::thread::Builder::new()
+        };
+        let id = {
+            let mut h = held.lock().unwrap_or_else(|p| p.into_inner());
+            if h.conns.len() >= MAX_CONNECTIONS && !h.evict_slowest() {
+                // Every place is answering a complete request: busy, not stalled.
+                continue;
+            }
+            h.next_id += 1;
+            let id = h.next_id;
+            h.conns.push((id, handle, Some(Instant::now())));
+            id
+        };
+        let (m, h) = (model.clone(), held.clone());
+        let spawned = std::thread::Builder::new()
             .name("linkem-scrape".into())
             .spawn(move || {
-                let _ = answer(stream, &m);
-                a.fetch_sub(1, Ordering::AcqRel);
-            })
-            .is_err()
-        {
-            active.fetch_sub(1, Ordering::AcqRel);
+                let _ = answer(stream, &m, || {
+                    let mut h = h.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Some(c) = h.conns.iter_mut().find(|c| c.0 == id) {
+                        c.2 = None;
+                    }
+                });
+                forget(&h, id);
+            });
+        if spawned.is_err() {
+            forget(&held, id);
         }
     }
 }
 
-fn answer(mut stream: TcpStream, model: &Model) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(READ_TIMEOUT))?;
-    stream.set_write_timeout(Some(READ_TIMEOUT))?;
+/// Reads one request within [`REQUEST_DEADLINE`] and answers it;
+/// `complete` is called once the request has fully arrived.
+fn answer(mut stream: TcpStream, model: &Model, complete: impl FnOnce()) -> std::io::Result<()> {
+    let deadline = Instant::now() + REQUEST_DEADLINE;
+    stream.set_write_timeout(Some(REQUEST_DEADLINE))?;
     let mut req = Vec::new();
     let mut chunk = [0u8; 1024];
     while !req.windows(4).any(|w| w == b"\r\n\r\n") && !req.windows(2).any(|w| w == b"\n\n") {
-        let n = stream.read(&mut chunk)?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            let why = format!(
+                "the request did not arrive within {} s\n",
+                REQUEST_DEADLINE.as_secs()
+            );
+            return respond(&mut stream, "408 Request Timeout", "text/plain", &why);
+        }
+        stream.set_read_timeout(Some(left))?;
+        let n = match stream.read(&mut chunk) {
+            Ok(n) => n,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => continue,
+            Err(e) => return Err(e),
+        };
         if n == 0 {
             return Ok(());
         }
@@ -131,6 +202,7 @@ fn answer(mut stream: TcpStream, model: &Model) -> std::io::Result<()> {
             );
         }
     }
+    complete();
     let first = req.split(|&b| b == b'\n').next().unwrap_or(b"");
     let first = String::from_utf8_lossy(first);
     let mut parts = first.split_whitespace();

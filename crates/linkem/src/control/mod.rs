@@ -3,7 +3,8 @@
 //! endpoint, and `linkem ctl`, the client.
 //!
 //! Threads: one accepts on the socket and starts a thread per client (at most
-//! [`server::MAX_CLIENTS`]); one accepts on the metrics port, a thread per
+//! [`server::MAX_CLIENTS`], [`server::MAX_CLIENTS_PER_UID`] per user, and
+//! [`server::RESERVED_CLIENTS`] more for root and the starter); one accepts on the metrics port, a thread per
 //! scrape. None of them touches packets. A client thread parses and checks a
 //! request completely, then, under the one lock of [`Model`], takes the
 //! instant `at_ns` (CLOCK_REALTIME, the clock of packet stamps) and hands
@@ -19,6 +20,11 @@
 //! SO_PEERCRED. Reading (show, stats, list, watch) is open to every client;
 //! the two default links belong to the uid that started linkem (under sudo,
 //! SUDO_UID), and only it or root may change them or zero the counters.
+//! Every bound a client can reach is checked when its request arrives and
+//! counted against its uid: connections (above), and per connection the
+//! lines and bytes of a batch ([`linkem_ctl::MAX_BATCH_LINES`],
+//! [`linkem_ctl::MAX_BATCH_BYTES`]), each line of which is checked for
+//! permission as it comes ([`Model::check_line`]).
 //!
 //! Why hand-written: the protocol is a few lines over std's Unix sockets and
 //! the metrics endpoint answers one GET; a web framework or async runtime
@@ -35,7 +41,7 @@ use crate::bridge::direction_json;
 use linkem_core::{Fate, LinkConfig};
 use linkem_ctl::{Request, RuleRequest, NO_RULE_SET};
 use linkem_runtime::clock;
-use linkem_runtime::pipeline::{Direction, DirectionStats};
+use linkem_runtime::pipeline::{Direction, DirectionStats, NodeDrops};
 use serde_json::json;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -224,6 +230,30 @@ impl Model {
         at_ns
     }
 
+    /// The uid that started linkem (under sudo, SUDO_UID): with root, the
+    /// owner of the links, of the rule file's objects and of the reserved
+    /// control connections.
+    pub fn owner_uid(&self) -> u32 {
+        self.owner_uid
+    }
+
+    /// The permission checks of one change line of a batch, made as it
+    /// arrives, so that a refused line is never stored (`made`: what the
+    /// batch's earlier lines create, see [`rules::Rules::check`]). The whole
+    /// batch is checked again at `commit`.
+    pub fn check_line(
+        &self,
+        cred: &PeerCred,
+        request: &Request,
+        made: &mut rules::Made,
+    ) -> Result<(), Failure> {
+        match (request, &self.rules) {
+            (Request::Zero, _) | (Request::Link { .. }, None) => self.may_change_links(cred.uid),
+            (Request::Rule(r), Some(rules)) => rules.check(cred.uid, r, made),
+            _ => Ok(()),
+        }
+    }
+
     fn may_change_links(&self, uid: u32) -> Result<(), Failure> {
         if uid == 0 || uid == self.owner_uid {
             Ok(())
@@ -403,6 +433,10 @@ impl Model {
 }
 
 /// `now - base` for the cumulative counts (in flight is a level, kept).
+/// Every counter of the invariant ([`DirectionStats::adds_up`]) is
+/// subtracted, so since a zero: received + segmented + (in flight at the
+/// zero) = fates + node drops + in flight; the packets in flight at the zero
+/// are counted by the fates they meet after it.
 fn minus(now: &DirectionStats, base: &DirectionStats) -> DirectionStats {
     let mut d = now.clone();
     for f in Fate::ALL {
@@ -417,11 +451,23 @@ fn minus(now: &DirectionStats, base: &DirectionStats) -> DirectionStats {
     d.copies_sent = now.copies_sent.saturating_sub(base.copies_sent);
     d.rx_wakeups = now.rx_wakeups.saturating_sub(base.rx_wakeups);
     d.tx_wakeups = now.tx_wakeups.saturating_sub(base.tx_wakeups);
-    let (n, b) = (&now.node_drops, &base.node_drops);
-    d.node_drops.denied = n.denied.saturating_sub(b.denied);
-    d.node_drops.flow_limit = n.flow_limit.saturating_sub(b.flow_limit);
-    d.node_drops.red_drop = n.red_drop.saturating_sub(b.red_drop);
-    d.node_drops.aqm_drop = n.aqm_drop.saturating_sub(b.aqm_drop);
+    // Destructured whole: a drop counter added later must be subtracted here
+    // too, or `stats` after `zero` no longer adds up.
+    let NodeDrops {
+        denied,
+        flow_limit,
+        red_drop,
+        aqm_drop,
+        flushed,
+    } = base.node_drops;
+    let n = &now.node_drops;
+    d.node_drops = NodeDrops {
+        denied: n.denied.saturating_sub(denied),
+        flow_limit: n.flow_limit.saturating_sub(flow_limit),
+        red_drop: n.red_drop.saturating_sub(red_drop),
+        aqm_drop: n.aqm_drop.saturating_sub(aqm_drop),
+        flushed: n.flushed.saturating_sub(flushed),
+    };
     // Counts only grow, so the base is contained in now.
     if d.lateness.subtract(&base.lateness).is_err() {
         d.lateness.reset();

@@ -24,6 +24,14 @@
 //! that created it (the rule file's to the uid that started linkem); only it
 //! or root may reconfigure or delete it. `flush` needs every object to be the
 //! caller's; `set one-pass` and `zero` belong to the starter and root.
+//! Root and the starter may add any rule. Any other user (a member of
+//! `--control-group`) may add only a rule whose action is `pipe N` or `queue
+//! N` with N its own, or `count`, numbered after every rule that is not its
+//! own: its rules see only the packets that everyone else's rules let pass
+//! (with one-pass on, the default, none a pipe of theirs took), so a member
+//! can neither `deny` nor slow down every flow, only the traffic no one
+//! else claimed. The same checks run on each line of a batch as it arrives
+//! ([`Rules::check`]) and again on the whole batch at `commit`.
 
 use super::{Failure, PeerCred};
 use crate::replay_rules::{node_json, pipes_text};
@@ -32,7 +40,7 @@ use linkem_core::rules::{parse_rules_cached, RuleCache, RuleSet};
 use linkem_ctl::{Kind, Request, RuleRequest};
 use linkem_runtime::pipeline::NodeBridge;
 use serde_json::json;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
 /// One pipe, queue or scheduler: the words after `config`, and its owner.
@@ -176,6 +184,27 @@ fn may(uid: u32, owner: u32, what: &str) -> Result<(), Failure> {
     }
 }
 
+/// The pipes, queues and schedulers that earlier lines of a batch being
+/// collected create, by (kind index, number): the caller's own at commit.
+pub type Made = HashSet<(usize, u32)>;
+
+/// The action of a rule body (`[prob P] ACTION ...`): its word and, for
+/// `pipe N` / `queue N`, the object it sends to.
+fn rule_action(words: &[String]) -> (Option<&str>, Option<(Kind, u32)>) {
+    let mut w = words.iter().map(String::as_str);
+    let mut action = w.next();
+    if action == Some("prob") {
+        w.next();
+        action = w.next();
+    }
+    let target = match action {
+        Some("pipe") => w.next().and_then(parse_number).map(|n| (Kind::Pipe, n)),
+        Some("queue") => w.next().and_then(parse_number).map(|n| (Kind::Queue, n)),
+        _ => None,
+    };
+    (action, target)
+}
+
 /// The rule set of a running bridge and the bridge itself.
 pub struct Rules {
     pub bridge: NodeBridge,
@@ -292,6 +321,100 @@ impl Rules {
         at_ns.ok_or_else(|| Failure::Error("the bridge is stopping: change not applied".into()))
     }
 
+    /// Whether `uid` may add the rule `add [number] words` (see the module
+    /// doc): `owns` tells whether a pipe or queue is the caller's, `others_max`
+    /// is the highest number of a rule that is not.
+    fn may_add(
+        &self,
+        uid: u32,
+        number: Option<u32>,
+        words: &[String],
+        owns: &dyn Fn(Kind, u32) -> bool,
+        others_max: Option<u32>,
+    ) -> Result<(), Failure> {
+        if uid == 0 || uid == self.starter {
+            return Ok(());
+        }
+        match rule_action(words) {
+            (Some("count"), _) => {}
+            (_, Some((kind, n))) if owns(kind, n) => {}
+            (_, Some((kind, n))) => {
+                return Err(Failure::Refused(format!(
+                    "{} {n} is not yours: uid {uid} may add only rules that send to its own \
+                     pipes or queues (or count)",
+                    kind.name()
+                )))
+            }
+            (action, None) => {
+                return Err(Failure::Refused(format!(
+                    "'{}': uid {uid} may add only rules that send to its own pipes or queues \
+                     (or count); allow, deny, skipto and the like belong to root and uid {}",
+                    action.unwrap_or(""),
+                    self.starter
+                )))
+            }
+        }
+        if let (Some(n), Some(max)) = (number, others_max) {
+            if n <= max {
+                return Err(Failure::Refused(format!(
+                    "rule {n}: uid {uid} may add rules only after every rule not its own \
+                     (numbered above {max})"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The permission checks of one change, made as a line of a batch
+    /// arrives, against the running rule set and the objects that the
+    /// batch's earlier lines create (`made`, updated): a refused line is
+    /// refused at once and never stored. What only the whole batch can tell
+    /// (a missing pipe, a rule naming one deleted) waits for `commit`.
+    pub fn check(&self, uid: u32, r: &RuleRequest, made: &mut Made) -> Result<(), Failure> {
+        let source = self.source.lock().unwrap_or_else(|p| p.into_inner());
+        let owner = |kind: Kind, n: u32| -> Option<u32> {
+            source.objects[kind_index(kind)].get(&n).map(|o| o.owner)
+        };
+        match r {
+            RuleRequest::Config { kind, number, .. } => match owner(*kind, *number) {
+                Some(o) => may(uid, o, &format!("{} {number}", kind.name()))?,
+                None => {
+                    made.insert((kind_index(*kind), *number));
+                }
+            },
+            RuleRequest::Delete { kind, number } => {
+                if let Some(o) = owner(*kind, *number) {
+                    may(uid, o, &format!("{} {number}", kind.name()))?;
+                }
+            }
+            RuleRequest::Add { number, words } => {
+                let owns = |kind: Kind, n: u32| {
+                    owner(kind, n) == Some(uid) || made.contains(&(kind_index(kind), n))
+                };
+                let others_max = source
+                    .rules
+                    .iter()
+                    .filter(|r| r.owner != uid)
+                    .map(|r| r.number)
+                    .max();
+                self.may_add(uid, *number, words, &owns, others_max)?;
+            }
+            RuleRequest::DeleteRules { numbers } => {
+                for n in numbers {
+                    for r in source.rules.iter().filter(|r| r.number == *n) {
+                        may(uid, r.owner, &format!("rule {n}"))?;
+                    }
+                }
+            }
+            RuleRequest::Flush => flush_allowed(&source, uid)?,
+            RuleRequest::OnePass(_) => {
+                may(uid, self.starter, "one-pass (a setting of the whole node)")?
+            }
+            RuleRequest::Show { .. } => {}
+        }
+        Ok(())
+    }
+
     // Kept whole: one arm per rule request, each its owner checks and then the change.
     fn stage(&self, s: &mut Source, uid: u32, r: &RuleRequest, i: usize) -> Result<(), Failure> {
         match r {
@@ -340,6 +463,18 @@ impl Rules {
                         "automatic rule number beyond 65535: give one".into(),
                     ));
                 }
+                let owns = |kind: Kind, n: u32| {
+                    s.objects[kind_index(kind)]
+                        .get(&n)
+                        .is_some_and(|o| o.owner == uid)
+                };
+                let others_max = s
+                    .rules
+                    .iter()
+                    .filter(|r| r.owner != uid)
+                    .map(|r| r.number)
+                    .max();
+                self.may_add(uid, Some(number), words, &owns, others_max)?;
                 s.insert_rule(RuleLine {
                     number,
                     body: words.join(" "),
@@ -361,19 +496,7 @@ impl Rules {
                 }
             }
             RuleRequest::Flush => {
-                if uid != 0 {
-                    let theirs = s
-                        .objects
-                        .iter()
-                        .flat_map(|m| m.values().map(|o| o.owner))
-                        .chain(s.rules.iter().map(|r| r.owner))
-                        .find(|&o| o != uid);
-                    if let Some(o) = theirs {
-                        return Err(Failure::Refused(format!(
-                            "flush: some pipes or rules belong to uid {o}: only root may delete them all"
-                        )));
-                    }
-                }
+                flush_allowed(s, uid)?;
                 s.rules.clear();
                 for m in &mut s.objects {
                     m.clear();
@@ -549,6 +672,25 @@ fn kind_plural(kind: Kind) -> &'static str {
         Kind::Pipe => "pipes",
         Kind::Queue => "queues",
         Kind::Sched => "scheds",
+    }
+}
+
+/// `flush` deletes everything: only root, or a caller who owns it all.
+fn flush_allowed(s: &Source, uid: u32) -> Result<(), Failure> {
+    if uid == 0 {
+        return Ok(());
+    }
+    let theirs = s
+        .objects
+        .iter()
+        .flat_map(|m| m.values().map(|o| o.owner))
+        .chain(s.rules.iter().map(|r| r.owner))
+        .find(|&o| o != uid);
+    match theirs {
+        Some(o) => Err(Failure::Refused(format!(
+            "flush: some pipes or rules belong to uid {o}: only root may delete them all"
+        ))),
+        None => Ok(()),
     }
 }
 

@@ -7,26 +7,42 @@
 //! connection closed; a client that does not read its replies is cut off
 //! after [`WRITE_TIMEOUT`]; a disconnect mid-line or mid-batch applies
 //! nothing. Nothing a client sends reaches the model before it has parsed
-//! and been checked completely.
+//! and been checked completely. What a client can make linkem hold is
+//! bounded when it asks: its connections ([`MAX_CLIENTS_PER_UID`] per user,
+//! [`MAX_CLIENTS`] in all, [`RESERVED_CLIENTS`] kept for root and the
+//! starter) and its batch ([`MAX_BATCH_LINES`] lines, [`MAX_BATCH_BYTES`]
+//! bytes, each line checked for permission as it arrives, a refused one
+//! never kept); each refusal names its bound.
 
 use super::audit::Audit;
 use super::metrics::Endpoint;
 use super::sys::{self, PeerCred};
 use super::{is_audited, looks_like_change, ControlArgs, Failure, Model};
 use anyhow::{anyhow, bail, Context, Result};
-use linkem_ctl::{parse_line, system_tables, Request, HELP, MAX_LINE_BYTES, PROTOCOL_VERSION};
+use linkem_ctl::{
+    parse_line, system_tables, Request, HELP, MAX_BATCH_BYTES, MAX_BATCH_LINES, MAX_LINE_BYTES,
+    PROTOCOL_VERSION,
+};
 use serde_json::json;
+use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Clients served at once; more are told so and closed.
+/// Connections served at once for users other than root and the starter;
+/// more are told so and closed.
 pub const MAX_CLIENTS: usize = 64;
+/// Connections one such user may hold at once: a few users cannot fill
+/// every slot alone.
+pub const MAX_CLIENTS_PER_UID: usize = 8;
+/// Connections kept beyond [`MAX_CLIENTS`] for root and the uid that started
+/// linkem, so that they always get one, whoever holds the others.
+pub const RESERVED_CLIENTS: usize = 8;
 /// How long a started line may stay unfinished.
 pub const PARTIAL_LINE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a connection may stay silent between requests.
@@ -35,16 +51,36 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(900);
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often a waiting client thread looks at the stop flag.
 const TICK: Duration = Duration::from_millis(100);
-/// Lines one batch may hold.
-const MAX_BATCH: usize = 100_000;
 
 /// What is opened while linkem still holds its privileges (before the
 /// bridge drops its capabilities): the socket, the audit file, the metrics port.
 pub struct Prepared {
-    listener: Option<(UnixListener, PathBuf, (u64, u64))>,
+    listener: Option<(UnixListener, SocketFile)>,
     audit: Option<Audit>,
     metrics: Option<std::net::TcpListener>,
     pub name: String,
+    /// Whether the socket's place was given (`--control PATH`), not named.
+    given_path: bool,
+}
+
+/// The socket file this run placed, removed when dropped: by the server at
+/// the end, or by a start-up that fails after placing it (a bad `--audit`,
+/// a port in use, a signal), so no failed start leaves a socket behind.
+/// Only this run's own file goes (same device and inode): a later run may
+/// have replaced it.
+struct SocketFile {
+    path: PathBuf,
+    id: (u64, u64),
+}
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        if let Ok(m) = std::fs::symlink_metadata(&self.path) {
+            if (m.dev(), m.ino()) == self.id {
+                let _ = std::fs::remove_file(&self.path);
+            }
+        }
+    }
 }
 
 /// A valid emulator name: it becomes a file name.
@@ -72,6 +108,10 @@ pub fn prepare(args: &ControlArgs, if_a: &str, if_b: &str) -> Result<Prepared> {
         Some(g) => Some(sys::group_id(g).map_err(|e| anyhow!("--control-group {e}"))?),
         None => None,
     };
+    // Checked before the socket is placed, so that a typo fails without one.
+    if let Some(a) = &args.metrics {
+        super::metrics::parse_addr(a)?;
+    }
     let listener = match args.control.as_deref() {
         Some("none") => {
             if gid.is_some() {
@@ -104,10 +144,11 @@ pub fn prepare(args: &ControlArgs, if_a: &str, if_b: &str) -> Result<Prepared> {
         audit,
         metrics,
         name,
+        given_path: matches!(args.control.as_deref(), Some(p) if p != "none"),
     })
 }
 
-fn default_socket(name: &str, gid: Option<u32>) -> Result<(UnixListener, PathBuf, (u64, u64))> {
+fn default_socket(name: &str, gid: Option<u32>) -> Result<(UnixListener, SocketFile)> {
     let dir = Path::new(linkem_ctl::SOCKET_DIR);
     if !dir.exists() {
         std::fs::create_dir_all(dir)
@@ -125,7 +166,7 @@ fn default_socket(name: &str, gid: Option<u32>) -> Result<(UnixListener, PathBuf
 /// Binds the socket under a temporary name, gives it its mode and group, and
 /// only then renames it into place, so it is never reachable with a wider
 /// mode; a stale socket of a killed run is replaced, a live one refused.
-fn bind(path: &Path, gid: Option<u32>) -> Result<(UnixListener, PathBuf, (u64, u64))> {
+fn bind(path: &Path, gid: Option<u32>) -> Result<(UnixListener, SocketFile)> {
     if path.as_os_str().len() >= 100 {
         bail!(
             "--control {}: a socket path must be shorter than 100 bytes",
@@ -180,7 +221,13 @@ fn bind(path: &Path, gid: Option<u32>) -> Result<(UnixListener, PathBuf, (u64, u
         Ok((m.dev(), m.ino()))
     })();
     match placed {
-        Ok(id) => Ok((listener, path.to_path_buf(), id)),
+        Ok(id) => Ok((
+            listener,
+            SocketFile {
+                path: path.to_path_buf(),
+                id,
+            },
+        )),
         Err(e) => {
             let _ = std::fs::remove_file(&tmp);
             Err(anyhow!(
@@ -195,7 +242,7 @@ fn bind(path: &Path, gid: Option<u32>) -> Result<(UnixListener, PathBuf, (u64, u
 /// plus any reply still being written) and removes the socket.
 pub struct Server {
     stop: Arc<AtomicBool>,
-    socket: Option<(PathBuf, (u64, u64))>,
+    socket: Option<SocketFile>,
     accept: Option<JoinHandle<()>>,
     clients: Arc<Mutex<Vec<JoinHandle<()>>>>,
     metrics: Option<Endpoint>,
@@ -203,7 +250,29 @@ pub struct Server {
 
 impl Prepared {
     pub fn socket_path(&self) -> Option<&Path> {
-        self.listener.as_ref().map(|l| l.1.as_path())
+        self.listener.as_ref().map(|l| l.1.path.as_path())
+    }
+
+    /// The lines that tell where to reach this emulator: the socket with the
+    /// `linkem ctl` option that names it as it was given, and the metrics URL
+    /// with the port actually bound (`--metrics 0` picks one).
+    pub fn announce(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(p) = self.socket_path() {
+            let how = if self.given_path {
+                format!("--socket {}", p.display())
+            } else {
+                format!("--name {}", self.name)
+            };
+            out.push(format!(
+                "linkem: control socket {} (linkem ctl {how})",
+                p.display()
+            ));
+        }
+        if let Some(addr) = self.metrics.as_ref().and_then(|l| l.local_addr().ok()) {
+            out.push(format!("linkem: metrics on http://{addr}/metrics"));
+        }
+        out
     }
 
     pub fn start(self, model: Arc<Model>) -> Server {
@@ -214,8 +283,8 @@ impl Prepared {
             .metrics
             .map(|l| Endpoint::start(l, model.clone(), stop.clone()));
         let mut socket = None;
-        let accept = self.listener.map(|(listener, path, id)| {
-            socket = Some((path, id));
+        let accept = self.listener.map(|(listener, file)| {
+            socket = Some(file);
             let stop = stop.clone();
             let clients = clients.clone();
             std::thread::Builder::new()
@@ -236,18 +305,13 @@ impl Prepared {
 impl Drop for Server {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
-        if let Some((path, id)) = &self.socket {
+        if let Some(file) = self.socket.take() {
             // Wakes the accept thread from accept().
-            let _ = UnixStream::connect(path);
+            let _ = UnixStream::connect(&file.path);
             if let Some(t) = self.accept.take() {
                 let _ = t.join();
             }
-            // Only our own socket: a later run may have replaced it.
-            if let Ok(m) = std::fs::symlink_metadata(path) {
-                if (m.dev(), m.ino()) == *id {
-                    let _ = std::fs::remove_file(path);
-                }
-            }
+            drop(file);
         }
         let clients: Vec<JoinHandle<()>> = self
             .clients
@@ -264,6 +328,89 @@ impl Drop for Server {
     }
 }
 
+/// The connections held, by kind: what [`Slots::take`] checks.
+#[derive(Default)]
+struct Held {
+    /// Of users other than root and the starter, all together and by uid.
+    ordinary: usize,
+    by_uid: HashMap<u32, usize>,
+    /// Of root and the starter: ordinary slots first, then the reserve.
+    privileged: usize,
+}
+
+/// Counts connections against [`MAX_CLIENTS`], [`MAX_CLIENTS_PER_UID`] and
+/// [`RESERVED_CLIENTS`]; a [`Slot`] gives its place back when dropped.
+#[derive(Clone)]
+struct Slots {
+    held: Arc<Mutex<Held>>,
+    owner_uid: u32,
+}
+
+struct Slot {
+    held: Arc<Mutex<Held>>,
+    uid: Option<u32>,
+}
+
+impl Slots {
+    /// A place for a connection of `uid`, or why there is none (naming the bound).
+    fn take(&self, uid: u32) -> Result<Slot, String> {
+        let mut h = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        if uid == 0 || uid == self.owner_uid {
+            if h.ordinary + h.privileged >= MAX_CLIENTS + RESERVED_CLIENTS {
+                return Err(format!(
+                    "too many clients ({MAX_CLIENTS} and {RESERVED_CLIENTS} kept for root \
+                     and uid {} are all in use)",
+                    self.owner_uid
+                ));
+            }
+            h.privileged += 1;
+            return Ok(Slot {
+                held: self.held.clone(),
+                uid: None,
+            });
+        }
+        let mine = h.by_uid.get(&uid).copied().unwrap_or(0);
+        if mine >= MAX_CLIENTS_PER_UID {
+            return Err(format!(
+                "too many clients of uid {uid} (at most {MAX_CLIENTS_PER_UID} at once per user)"
+            ));
+        }
+        // Root's and the starter's connections beyond the reserve use ordinary slots.
+        let privileged_over = h.privileged.saturating_sub(RESERVED_CLIENTS);
+        if h.ordinary + privileged_over >= MAX_CLIENTS {
+            return Err(format!(
+                "too many clients (at most {MAX_CLIENTS} at once; \
+                 {RESERVED_CLIENTS} more are kept for root and uid {})",
+                self.owner_uid
+            ));
+        }
+        h.ordinary += 1;
+        *h.by_uid.entry(uid).or_default() += 1;
+        Ok(Slot {
+            held: self.held.clone(),
+            uid: Some(uid),
+        })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut h = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        match self.uid {
+            None => h.privileged -= 1,
+            Some(uid) => {
+                h.ordinary -= 1;
+                if let Some(n) = h.by_uid.get_mut(&uid) {
+                    *n -= 1;
+                    if *n == 0 {
+                        h.by_uid.remove(&uid);
+                    }
+                }
+            }
+        }
+    }
+}
+
 fn accept_loop(
     listener: UnixListener,
     model: Arc<Model>,
@@ -271,33 +418,37 @@ fn accept_loop(
     stop: Arc<AtomicBool>,
     clients: Arc<Mutex<Vec<JoinHandle<()>>>>,
 ) {
-    let active = Arc::new(AtomicUsize::new(0));
+    let slots = Slots {
+        held: Arc::default(),
+        owner_uid: model.owner_uid(),
+    };
     for conn in listener.incoming() {
         if stop.load(Ordering::Acquire) {
             break;
         }
         let Ok(mut stream) = conn else { continue };
         let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
-        if active.load(Ordering::Acquire) >= MAX_CLIENTS {
-            let _ = stream.write_all(
-                format!(
-                    "{}\n",
-                    json!({"ok": false, "error": format!("too many clients ({MAX_CLIENTS})")})
-                )
-                .as_bytes(),
-            );
-            continue;
-        }
         let cred = match sys::peer_cred(&stream) {
             Ok(c) => c,
             Err(_) => continue,
         };
-        active.fetch_add(1, Ordering::AcqRel);
-        let (model, audit, stop, active2) =
-            (model.clone(), audit.clone(), stop.clone(), active.clone());
+        let slot = match slots.take(cred.uid) {
+            Ok(s) => s,
+            Err(why) => {
+                // Said in the banner's place, so that the client can tell it
+                // from a socket that is not linkem's.
+                let _ = write_line(
+                    &mut stream,
+                    &json!({"linkem": "ctl", "ok": false, "error": why}).to_string(),
+                );
+                continue;
+            }
+        };
+        let (model, audit, stop) = (model.clone(), audit.clone(), stop.clone());
         let spawned = std::thread::Builder::new()
             .name("linkem-ctl-client".into())
             .spawn(move || {
+                let _slot = slot;
                 let mut session = Session {
                     model: &model,
                     audit: audit.as_deref(),
@@ -305,25 +456,26 @@ fn accept_loop(
                     batch: None,
                 };
                 session.serve(stream, &stop);
-                active2.fetch_sub(1, Ordering::AcqRel);
             });
-        match spawned {
-            Ok(h) => {
-                let mut list = clients.lock().unwrap_or_else(|p| p.into_inner());
-                list.retain(|h| !h.is_finished());
-                list.push(h);
-            }
-            Err(_) => {
-                active.fetch_sub(1, Ordering::AcqRel);
-            }
+        if let Ok(h) = spawned {
+            let mut list = clients.lock().unwrap_or_else(|p| p.into_inner());
+            list.retain(|h| !h.is_finished());
+            list.push(h);
         }
     }
 }
 
-/// A batch being collected: the lines as typed and their requests.
+/// A batch being collected: the lines as typed, checked for permission as
+/// they came and parsed again at `commit` (a parsed line may hold a
+/// distribution table: the text is what [`MAX_BATCH_BYTES`] bounds).
 struct Batch {
-    lines: Vec<(String, Request)>,
-    /// The first line that failed, with why: the commit then fails.
+    lines: Vec<String>,
+    /// Bytes of `lines`.
+    bytes: usize,
+    /// What earlier lines create ([`super::rules::Made`]).
+    made: super::rules::Made,
+    /// The first line that failed, with why: the commit then fails, and
+    /// later lines are answered but no longer kept.
     failed: Option<String>,
 }
 
@@ -476,23 +628,7 @@ impl Session<'_> {
                 }
                 Request::Ping => {}
                 r if r.is_change() && !matches!(r, Request::Begin) => {
-                    let b = self.batch.as_mut().expect("checked above");
-                    if b.lines.len() >= MAX_BATCH {
-                        b.failed
-                            .get_or_insert_with(|| format!("more than {MAX_BATCH} lines"));
-                        self.count(&Err(Failure::Error(String::new())));
-                        return reply(
-                            stream,
-                            &with_id(
-                                json!({"ok": false, "error": format!("a batch holds at most {MAX_BATCH} lines")}),
-                                id,
-                            ),
-                        );
-                    }
-                    b.lines.push((text.to_string(), r));
-                    let n = b.lines.len();
-                    self.count(&Ok(0));
-                    return reply(stream, &with_id(json!({"ok": true, "batched": n}), id));
+                    return self.batch_line(stream, text, &r, id);
                 }
                 _ => {
                     let b = self.batch.as_mut().expect("checked above");
@@ -544,6 +680,8 @@ impl Session<'_> {
             Request::Begin => {
                 self.batch = Some(Batch {
                     lines: Vec::new(),
+                    bytes: 0,
+                    made: Default::default(),
                     failed: None,
                 });
                 json!({"ok": true, "batch": "begun"})
@@ -600,23 +738,69 @@ impl Session<'_> {
         reply(stream, &with_id(body, id))
     }
 
+    /// A change inside a batch: refused at once if the peer may not make it
+    /// or the batch is full (the reply names the bound), else kept.
+    fn batch_line(
+        &mut self,
+        stream: &mut UnixStream,
+        text: &str,
+        request: &Request,
+        id: Option<&str>,
+    ) -> Next {
+        let b = self.batch.as_mut().expect("called inside a batch");
+        let checked = if b.lines.len() >= MAX_BATCH_LINES {
+            Err(Failure::Refused(format!(
+                "a batch holds at most {MAX_BATCH_LINES} lines: send commit, then the rest in another batch"
+            )))
+        } else if b.bytes + text.len() > MAX_BATCH_BYTES {
+            Err(Failure::Refused(format!(
+                "a batch holds at most {MAX_BATCH_BYTES} bytes of requests: send commit, then the rest in another batch"
+            )))
+        } else {
+            self.model.check_line(&self.cred, request, &mut b.made)
+        };
+        match checked {
+            Ok(()) => {
+                if b.failed.is_none() {
+                    b.lines.push(text.to_string());
+                    b.bytes += text.len();
+                }
+                let n = b.lines.len();
+                self.count(&Ok(0));
+                reply(stream, &with_id(json!({"ok": true, "batched": n}), id))
+            }
+            Err(f) => {
+                b.failed
+                    .get_or_insert_with(|| format!("'{text}': {}", f.message()));
+                let f = Err(f);
+                self.count(&f);
+                self.audit(text, &f);
+                reply(stream, &with_id(result_json(&f), id))
+            }
+        }
+    }
+
     fn commit(&mut self, stream: &mut UnixStream, text: &str, id: Option<&str>) -> Next {
         let batch = self.batch.take().expect("called inside a batch");
-        let command = format!(
-            "{text}: {}",
-            batch
-                .lines
-                .iter()
-                .map(|(l, _)| l.as_str())
-                .collect::<Vec<_>>()
-                .join("; ")
-        );
+        let command = format!("{text}: {}", batch.lines.join("; "));
         let result = match batch.failed {
             Some(why) => Err(Failure::Error(format!("batch not applied: {why}"))),
             None => {
-                let reqs: Vec<&Request> = batch.lines.iter().map(|(_, r)| r).collect();
-                let lines: Vec<&str> = batch.lines.iter().map(|(l, _)| l.as_str()).collect();
-                self.model.apply(&self.cred, &reqs, &lines)
+                // Each line parsed when it came: parsing it again gives the same request.
+                let parsed: Result<Vec<Request>, Failure> = batch
+                    .lines
+                    .iter()
+                    .map(|l| {
+                        parse_line(l, &mut system_tables)
+                            .map(|p| p.request)
+                            .map_err(|e| Failure::Error(format!("batch not applied: '{l}': {e}")))
+                    })
+                    .collect();
+                parsed.and_then(|reqs| {
+                    let reqs: Vec<&Request> = reqs.iter().collect();
+                    let lines: Vec<&str> = batch.lines.iter().map(String::as_str).collect();
+                    self.model.apply(&self.cred, &reqs, &lines)
+                })
             }
         };
         self.count(&result);
