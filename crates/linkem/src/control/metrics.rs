@@ -1,5 +1,9 @@
 //! `--metrics ADDR:PORT`: the Prometheus text exposition format (0.0.4) on
-//! `GET /metrics`, over a minimal HTTP/1.1 responder on std's TcpListener:
+//! `GET /metrics`, written by the `prometheus-client` crate's encoder from a
+//! collector that reads the model at each scrape (so the format's rules are
+//! the crate's: HELP and label escaping, counters named `_total` once,
+//! cumulative buckets with `+Inf` equal to `_count`, `le` written as Go's
+//! client writes it, `1e-06`, `0.0001`), over a minimal HTTP/1.1 responder on std's TcpListener:
 //! one short-lived thread per connection, at most [`MAX_CONNECTIONS`] at
 //! once; the whole request must arrive within [`REQUEST_DEADLINE`] (one
 //! deadline for the request, not per read: a client sending a byte now and
@@ -33,7 +37,11 @@ use crate::replay_rules::addr;
 use anyhow::{anyhow, Context, Result};
 use linkem_core::{Fate, LinkConfig};
 use linkem_runtime::pipeline::DirectionStats;
-use std::fmt::Write as _;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{prometheus_text, DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use std::fmt;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -123,6 +131,7 @@ impl Held {
 }
 
 fn serve(listener: TcpListener, model: Arc<Model>, stop: Arc<AtomicBool>) {
+    let registry = Arc::new(registry(model));
     let held: Arc<Mutex<Held>> = Arc::default();
     let forget = |held: &Mutex<Held>, id: u64| {
         held.lock()
@@ -149,7 +158,7 @@ fn serve(listener: TcpListener, model: Arc<Model>, stop: Arc<AtomicBool>) {
             h.conns.push((id, handle, Some(Instant::now())));
             id
         };
-        let (m, h) = (model.clone(), held.clone());
+        let (m, h) = (registry.clone(), held.clone());
         let spawned = std::thread::Builder::new()
             .name("linkem-scrape".into())
             .spawn(move || {
@@ -169,7 +178,11 @@ fn serve(listener: TcpListener, model: Arc<Model>, stop: Arc<AtomicBool>) {
 
 /// Reads one request within [`REQUEST_DEADLINE`] and answers it;
 /// `complete` is called once the request has fully arrived.
-fn answer(mut stream: TcpStream, model: &Model, complete: impl FnOnce()) -> std::io::Result<()> {
+fn answer(
+    mut stream: TcpStream,
+    registry: &Registry,
+    complete: impl FnOnce(),
+) -> std::io::Result<()> {
     let deadline = Instant::now() + REQUEST_DEADLINE;
     stream.set_write_timeout(Some(REQUEST_DEADLINE))?;
     let mut req = Vec::new();
@@ -212,8 +225,8 @@ fn answer(mut stream: TcpStream, model: &Model, complete: impl FnOnce()) -> std:
         ("GET", "/metrics") => respond(
             &mut stream,
             "200 OK",
-            "text/plain; version=0.0.4; charset=utf-8",
-            &render(model),
+            prometheus_text::CONTENT_TYPE,
+            &render(registry),
         ),
         ("GET", _) => respond(&mut stream, "404 Not Found", "text/plain", "try /metrics\n"),
         _ => respond(
@@ -235,153 +248,254 @@ fn respond(stream: &mut TcpStream, status: &str, ctype: &str, body: &str) -> std
     stream.flush()
 }
 
-/// Label values: backslash, double quote and newline escaped.
-fn label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+/// The exposition, drawn from the model at each scrape: a collector of
+/// pre-computed values (the counts live in the pipeline, not in the
+/// crate's metric types).
+struct Exposition(Arc<Model>);
+
+impl std::fmt::Debug for Exposition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Exposition").field(&self.0.name).finish()
+    }
 }
 
-fn family(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
+impl Collector for Exposition {
+    fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+        expose(&mut enc, &self.0)
+    }
+}
+
+/// The registry the endpoint encodes at each scrape.
+pub fn registry(model: Arc<Model>) -> Registry {
+    let mut r = Registry::default();
+    r.register_collector(Box::new(Exposition(model)));
+    r
+}
+
+/// The whole exposition in the Prometheus text format (0.0.4).
+pub fn render(registry: &Registry) -> String {
+    let mut out = String::with_capacity(8192);
+    // Writing to a String cannot fail, nor can the collector.
+    let _ = prometheus_text::encode(&mut out, registry);
+    out
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+/// A counter's or gauge's value.
+#[derive(Clone, Copy)]
+enum Value {
+    Int(u64),
+    Float(f64),
+}
+
+/// A family's type, as the format names it.
+#[derive(Clone, Copy)]
+enum Kind {
+    Counter,
+    Gauge,
+}
+
+/// One counter or gauge family and its series. Counter names are given as
+/// exposed, ending `_total`: the encoder adds that suffix itself (the
+/// format's rule), so it is taken off here, and a counter without it would
+/// be renamed.
+fn family(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    kind: Kind,
+    help: &str,
+    series: impl IntoIterator<Item = (Labels, Value)>,
+) -> fmt::Result {
+    let (base, metric_type) = match kind {
+        Kind::Counter => {
+            debug_assert!(name.ends_with("_total"), "counter {name}");
+            (
+                name.strip_suffix("_total").unwrap_or(name),
+                MetricType::Counter,
+            )
+        }
+        Kind::Gauge => (name, MetricType::Gauge),
+    };
+    let mut m = enc.encode_descriptor(base, help, None, metric_type)?;
+    for (labels, value) in series {
+        let mut s = m.encode_family(&labels)?;
+        match (kind, value) {
+            (Kind::Counter, Value::Int(v)) => s.encode_counter::<NoLabelSet, _, u64>(&v, None)?,
+            (Kind::Counter, Value::Float(v)) => s.encode_counter::<NoLabelSet, _, f64>(&v, None)?,
+            (Kind::Gauge, Value::Int(v)) => s.encode_gauge(&v)?,
+            (Kind::Gauge, Value::Float(v)) => s.encode_gauge(&v)?,
+        }
+    }
+    Ok(())
+}
+
+/// One series of a histogram: labels, bucket upper bounds in seconds with
+/// the count in each (not cumulative: the encoder accumulates), the sum in
+/// seconds and the count (the `+Inf` bucket).
+struct HistogramSeries {
+    labels: Labels,
+    buckets: Vec<(f64, u64)>,
+    sum_s: f64,
+    count: u64,
+}
+
+fn histogram_family(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: impl IntoIterator<Item = HistogramSeries>,
+) -> fmt::Result {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Histogram)?;
+    for h in series {
+        m.encode_family(&h.labels)?
+            .encode_histogram::<NoLabelSet>(h.sum_s, h.count, &h.buckets, None)?;
+    }
+    Ok(())
+}
+
+fn dir_label(s: &DirectionStats) -> Labels {
+    vec![("direction", s.name.clone())]
 }
 
 /// The whole exposition, one consistent snapshot per direction.
 // Kept whole: the metric families one after another, in the order they are exposed.
-pub fn render(model: &Model) -> String {
+fn expose(enc: &mut DescriptorEncoder, model: &Model) -> fmt::Result {
     let stats = model.raw_stats();
-    let mut o = String::with_capacity(8192);
-    family(&mut o, "linkem_info", "gauge", "The emulator (always 1).");
-    let _ = writeln!(
-        o,
-        "linkem_info{{name=\"{}\",version=\"{}\",seed=\"{}\"}} 1",
-        label(&model.name),
-        env!("CARGO_PKG_VERSION"),
-        model.seed()
-    );
-    let per_dir =
-        |o: &mut String, name: &str, kind: &str, help: &str, value: &dyn Fn(usize) -> String| {
-            family(o, name, kind, help);
-            for (i, s) in stats.iter().enumerate() {
-                let _ = writeln!(o, "{name}{{direction=\"{}\"}} {}", label(&s.name), value(i));
-            }
-        };
+    {
+        let info: Labels = vec![
+            ("name", model.name.clone()),
+            ("version", env!("CARGO_PKG_VERSION").to_string()),
+            ("seed", model.seed().to_string()),
+        ];
+        // An info family: exposed as the gauge `linkem_info`, always 1.
+        enc.encode_descriptor("linkem", "The emulator (always 1).", None, MetricType::Info)?
+            .encode_info(&info)?;
+    }
+    let per_dir = |enc: &mut DescriptorEncoder,
+                   name: &str,
+                   kind: Kind,
+                   help: &str,
+                   value: &dyn Fn(&DirectionStats) -> Value| {
+        family(
+            enc,
+            name,
+            kind,
+            help,
+            stats.iter().map(|s| (dir_label(s), value(s))),
+        )
+    };
     per_dir(
-        &mut o,
+        enc,
         "linkem_received_packets_total",
-        "counter",
+        Kind::Counter,
         "Frames taken from the receiving interface.",
-        &|i| stats[i].received.to_string(),
-    );
+        &|s| Value::Int(s.received),
+    )?;
     per_dir(
-        &mut o,
+        enc,
         "linkem_segmented_packets_total",
-        "counter",
+        Kind::Counter,
         "Extra wire frames made by cutting super-frames.",
-        &|i| stats[i].segmented.to_string(),
-    );
+        &|s| Value::Int(s.segmented),
+    )?;
     per_dir(
-        &mut o,
+        enc,
         "linkem_rx_kernel_drops_total",
-        "counter",
+        Kind::Counter,
         "Frames the kernel dropped before linkem could take them.",
-        &|i| stats[i].rx_kernel_drops.to_string(),
-    );
-    family(
-        &mut o,
-        "linkem_packets_total",
-        "counter",
-        "Packets by fate (delivered = handed to the kernel for sending).",
-    );
+        &|s| Value::Int(s.rx_kernel_drops),
+    )?;
+    let mut fates: Vec<(Labels, Value)> = Vec::new();
     for s in &stats {
-        for f in Fate::ALL {
-            let _ = writeln!(
-                o,
-                "linkem_packets_total{{direction=\"{}\",fate=\"{}\"}} {}",
-                label(&s.name),
-                f.name(),
-                s.fates.get(f)
-            );
-        }
+        let with = |fate: &str, n: u64| {
+            (
+                vec![("direction", s.name.clone()), ("fate", fate.to_string())],
+                Value::Int(n),
+            )
+        };
+        fates.extend(Fate::ALL.iter().map(|&f| with(f.name(), s.fates.get(f))));
         if model.rules().is_some() {
             // The node's own drops, as `--stats json` lists them beside the fates.
-            for (name, n) in s.node_drops.named() {
-                let _ = writeln!(
-                    o,
-                    "linkem_packets_total{{direction=\"{}\",fate=\"{name}\"}} {n}",
-                    label(&s.name)
-                );
-            }
+            fates.extend(s.node_drops.named().iter().map(|&(f, n)| with(f, n)));
         }
     }
+    family(
+        enc,
+        "linkem_packets_total",
+        Kind::Counter,
+        "Packets by fate (delivered = handed to the kernel for sending).",
+        fates,
+    )?;
     per_dir(
-        &mut o,
+        enc,
         "linkem_in_flight_packets",
-        "gauge",
+        Kind::Gauge,
         "Accepted packets not yet sent: queue and delay line.",
-        &|i| stats[i].in_flight.to_string(),
-    );
+        &|s| Value::Int(s.in_flight),
+    )?;
     per_dir(
-        &mut o,
+        enc,
         "linkem_duplicated_packets_total",
-        "counter",
+        Kind::Counter,
         "Extra copies made by duplicate.",
-        &|i| stats[i].fates.duplicated.to_string(),
-    );
+        &|s| Value::Int(s.fates.duplicated),
+    )?;
     per_dir(
-        &mut o,
+        enc,
         "linkem_copies_sent_total",
-        "counter",
+        Kind::Counter,
         "Extra copies sent.",
-        &|i| stats[i].copies_sent.to_string(),
-    );
+        &|s| Value::Int(s.copies_sent),
+    )?;
     per_dir(
-        &mut o,
+        enc,
         "linkem_corrupted_packets_total",
-        "counter",
+        Kind::Counter,
         "Delivered packets with a bit flipped by corrupt.",
-        &|i| stats[i].fates.corrupted.to_string(),
-    );
+        &|s| Value::Int(s.fates.corrupted),
+    )?;
     per_dir(
-        &mut o,
+        enc,
         "linkem_delay_line_bytes",
-        "gauge",
+        Kind::Gauge,
         "Size of the delay line.",
-        &|i| stats[i].buffer_bytes.to_string(),
-    );
+        &|s| Value::Int(s.buffer_bytes),
+    )?;
     if let Some(r) = model.rules() {
-        node_metrics(&mut o, r);
+        node_metrics(enc, r)?;
     } else {
-        link_metrics(&mut o, &stats, &model.link_configs());
+        link_metrics(enc, &stats, &model.link_configs())?;
     }
-    lateness_and_control(&mut o, &stats, model);
-    o
+    lateness_and_control(enc, &stats, model)
 }
 
 /// The configured link of each direction (a bridge without rules).
-fn link_metrics(o: &mut String, stats: &[DirectionStats], links: &[LinkConfig; 2]) {
-    let per_dir =
-        |o: &mut String, name: &str, kind: &str, help: &str, value: &dyn Fn(usize) -> String| {
-            family(o, name, kind, help);
-            for (i, s) in stats.iter().enumerate() {
-                let _ = writeln!(o, "{name}{{direction=\"{}\"}} {}", label(&s.name), value(i));
-            }
-        };
-    per_dir(
-        o,
+fn link_metrics(
+    enc: &mut DescriptorEncoder,
+    stats: &[DirectionStats],
+    links: &[LinkConfig; 2],
+) -> fmt::Result {
+    family(
+        enc,
         "linkem_link_delay_seconds",
-        "gauge",
+        Kind::Gauge,
         "The link's configured delay.",
-        &|i| format!("{}", links[i].delay_ns as f64 / 1e9),
-    );
-    per_dir(
-        o,
+        stats
+            .iter()
+            .zip(links)
+            .map(|(s, l)| (dir_label(s), Value::Float(l.delay_ns as f64 / 1e9))),
+    )?;
+    family(
+        enc,
         "linkem_link_rate_bits_per_second",
-        "gauge",
+        Kind::Gauge,
         "The link's configured rate (0: unlimited).",
-        &|i| links[i].rate_bps.unwrap_or(0).to_string(),
-    );
+        stats
+            .iter()
+            .zip(links)
+            .map(|(s, l)| (dir_label(s), Value::Int(l.rate_bps.unwrap_or(0)))),
+    )
 }
 
 /// Flows of a dynamic pipe shown, by bytes: the exposition stays bounded
@@ -402,7 +516,7 @@ struct PipeSnap {
 /// Per pipe, per busiest flow and per rule (a bridge running rules). Rules
 /// that share a number are one series, as ipfw numbers them.
 // Kept whole: one snapshot under the node's lock, then its families in exposition order.
-fn node_metrics(o: &mut String, r: &super::rules::Rules) {
+fn node_metrics(enc: &mut DescriptorEncoder, r: &super::rules::Rules) -> fmt::Result {
     let (pipes, rules, unmatched) = r.bridge.with_node(|n| {
         let pipes: Vec<PipeSnap> = n
             .pipes()
@@ -459,141 +573,146 @@ fn node_metrics(o: &mut String, r: &super::rules::Rules) {
         }
         (pipes, rules, n.unmatched)
     });
-    type Field = fn(&PipeSnap) -> String;
-    let per_pipe: [(&str, &str, &str, Field); 7] = [
+    type Field = fn(&PipeSnap) -> Value;
+    let per_pipe: [(&str, Kind, &str, Field); 7] = [
         (
             "linkem_pipe_packets_total",
-            "counter",
+            Kind::Counter,
             "Packets that entered the pipe (ipfw Tot_pkt).",
-            |p| p.totals.0.to_string(),
+            |p| Value::Int(p.totals.0),
         ),
         (
             "linkem_pipe_bytes_total",
-            "counter",
+            Kind::Counter,
             "Bytes of those packets.",
-            |p| p.totals.1.to_string(),
+            |p| Value::Int(p.totals.1),
         ),
         (
             "linkem_pipe_drops_total",
-            "counter",
+            Kind::Counter,
             "Of those packets, the ones its link dropped (ipfw Drp).",
-            |p| p.totals.2.to_string(),
+            |p| Value::Int(p.totals.2),
         ),
         (
             "linkem_pipe_queued_packets",
-            "gauge",
+            Kind::Gauge,
             "Packets queued in the pipe at its last arrival.",
-            |p| p.queued.to_string(),
+            |p| Value::Int(p.queued),
         ),
         (
             "linkem_pipe_flows",
-            "gauge",
+            Kind::Gauge,
             "Live instances of the pipe (1 without a mask).",
-            |p| p.flows.to_string(),
+            |p| Value::Int(p.flows as u64),
         ),
         (
             "linkem_pipe_delay_seconds",
-            "gauge",
+            Kind::Gauge,
             "The pipe's configured delay.",
-            |p| format!("{}", p.delay_ns as f64 / 1e9),
+            |p| Value::Float(p.delay_ns as f64 / 1e9),
         ),
         (
             "linkem_pipe_rate_bits_per_second",
-            "gauge",
+            Kind::Gauge,
             "The pipe's configured rate (0: unlimited).",
-            |p| p.rate_bps.to_string(),
+            |p| Value::Int(p.rate_bps),
         ),
     ];
     for (name, kind, help, f) in per_pipe {
-        family(o, name, kind, help);
-        for p in &pipes {
-            let _ = writeln!(o, "{name}{{pipe=\"{}\"}} {}", p.number, f(p));
-        }
+        let series = pipes
+            .iter()
+            .map(|p| (vec![("pipe", p.number.to_string())], f(p)));
+        family(enc, name, kind, help, series)?;
     }
-    let flow_fields: [(&str, &str, &str); 4] = [
+    let flow_fields: [(&str, Kind, &str); 4] = [
         (
             "linkem_flow_packets_total",
-            "counter",
+            Kind::Counter,
             "Packets of a flow of a dynamic pipe (the busiest by bytes).",
         ),
         (
             "linkem_flow_bytes_total",
-            "counter",
+            Kind::Counter,
             "Bytes of a flow of a dynamic pipe (the busiest by bytes).",
         ),
         (
             "linkem_flow_drops_total",
-            "counter",
+            Kind::Counter,
             "Drops of a flow of a dynamic pipe (the busiest by bytes).",
         ),
         (
             "linkem_flow_queued_packets",
-            "gauge",
+            Kind::Gauge,
             "Packets queued in a flow of a dynamic pipe (the busiest by bytes).",
         ),
     ];
-    for (k, (name, kind, help)) in flow_fields.iter().enumerate() {
-        family(o, name, kind, help);
-        for p in &pipes {
-            for (src, dst, proto, pk, by, dr, q) in &p.top {
-                let v = [*pk, *by, *dr, *q as u64][k];
-                let _ = writeln!(
-                    o,
-                    "{name}{{pipe=\"{}\",proto=\"{proto}\",src=\"{}\",dst=\"{}\"}} {v}",
-                    p.number,
-                    label(src),
-                    label(dst)
-                );
-            }
-        }
+    for (k, (name, kind, help)) in flow_fields.into_iter().enumerate() {
+        let series = pipes.iter().flat_map(|p| {
+            p.top.iter().map(move |(src, dst, proto, pk, by, dr, q)| {
+                let labels = vec![
+                    ("pipe", p.number.to_string()),
+                    ("proto", proto.to_string()),
+                    ("src", src.clone()),
+                    ("dst", dst.clone()),
+                ];
+                (labels, Value::Int([*pk, *by, *dr, *q as u64][k]))
+            })
+        });
+        family(enc, name, kind, help, series)?;
     }
-    objects_metrics(o, &r.bridge.object_stats());
+    objects_metrics(enc, &r.bridge.object_stats())?;
     family(
-        o,
+        enc,
         "linkem_rule_packets_total",
-        "counter",
+        Kind::Counter,
         "Packets that matched the rule.",
-    );
-    for (n, pk, _) in &rules {
-        let _ = writeln!(o, "linkem_rule_packets_total{{rule=\"{n}\"}} {pk}");
-    }
+        rules
+            .iter()
+            .map(|&(n, pk, _)| (vec![("rule", n.to_string())], Value::Int(pk))),
+    )?;
     family(
-        o,
+        enc,
         "linkem_rule_bytes_total",
-        "counter",
+        Kind::Counter,
         "Bytes of the packets that matched the rule.",
-    );
-    for (n, _, by) in &rules {
-        let _ = writeln!(o, "linkem_rule_bytes_total{{rule=\"{n}\"}} {by}");
-    }
+        rules
+            .iter()
+            .map(|&(n, _, by)| (vec![("rule", n.to_string())], Value::Int(by))),
+    )?;
     family(
-        o,
+        enc,
         "linkem_unmatched_packets_total",
-        "counter",
+        Kind::Counter,
         "Packets no rule took (passed unimpaired).",
-    );
-    let _ = writeln!(o, "linkem_unmatched_packets_total {unmatched}");
+        [(Vec::new(), Value::Int(unmatched))],
+    )
 }
 
 /// Per pipe and per scheduler queue, from the node stage's counts (the
 /// same snapshot type `--stats json` prints as `objects`): packets by fate,
 /// packets and bytes in it now, and the time spent in it as a histogram.
-fn objects_metrics(o: &mut String, s: &linkem_runtime::pipeline::ObjectsSnapshot) {
+fn objects_metrics(
+    enc: &mut DescriptorEncoder,
+    s: &linkem_runtime::pipeline::ObjectsSnapshot,
+) -> fmt::Result {
     use crate::bridge_rules::object_fates;
     use linkem_runtime::pipeline::{ObjectStats, DELAY_BUCKETS_NS};
     for (kind, list) in [("pipe", &s.pipes), ("queue", &s.queues)] {
-        let name = format!("linkem_{kind}_fate_packets_total");
+        let labels = |n: &u32| -> Labels { vec![(kind, n.to_string())] };
+        let series = list.iter().flat_map(|(n, st)| {
+            object_fates(st).into_iter().map(move |(fate, v)| {
+                let mut l = labels(n);
+                l.push(("fate", fate.to_string()));
+                (l, Value::Int(v))
+            })
+        });
         family(
-            o,
-            &name,
-            "counter",
+            enc,
+            &format!("linkem_{kind}_fate_packets_total"),
+            Kind::Counter,
             &format!("Packets the {kind} decided, by fate (delivered = stored for sending)."),
-        );
-        for (n, st) in list.iter() {
-            for (fate, v) in object_fates(st) {
-                let _ = writeln!(o, "{name}{{{kind}=\"{n}\",fate=\"{fate}\"}} {v}");
-            }
-        }
+            series,
+        )?;
         type Gauge = fn(&ObjectStats) -> u64;
         let gauges: [(&str, &str, Gauge); 2] = [
             (
@@ -606,107 +725,95 @@ fn objects_metrics(o: &mut String, s: &linkem_runtime::pipeline::ObjectsSnapshot
             }),
         ];
         for (what, help, f) in gauges {
-            let name = format!("linkem_{kind}_{what}");
-            family(o, &name, "gauge", help);
-            for (n, st) in list.iter() {
-                let _ = writeln!(o, "{name}{{{kind}=\"{n}\"}} {}", f(st));
-            }
+            let series = list.iter().map(|(n, st)| (labels(n), Value::Int(f(st))));
+            family(
+                enc,
+                &format!("linkem_{kind}_{what}"),
+                Kind::Gauge,
+                help,
+                series,
+            )?;
         }
-        let name = format!("linkem_{kind}_time_in_pipe_seconds");
-        family(
-            o,
-            &name,
-            "histogram",
+        // The last count is above the last bound: the `+Inf` bucket only.
+        let series = list.iter().map(|(n, st)| HistogramSeries {
+            labels: labels(n),
+            buckets: DELAY_BUCKETS_NS
+                .iter()
+                .zip(&st.delay.counts)
+                .map(|(&b, &c)| (b as f64 / 1e9, c))
+                .collect(),
+            sum_s: st.delay.sum_ns as f64 / 1e9,
+            count: st.delay.count,
+        });
+        histogram_family(
+            enc,
+            &format!("linkem_{kind}_time_in_pipe_seconds"),
             "Release time minus arrival time of its delivered packets (queueing and delay).",
-        );
-        for (n, st) in list.iter() {
-            let c = st.delay.cumulative();
-            for (b, v) in DELAY_BUCKETS_NS.iter().zip(c) {
-                let le = *b as f64 / 1e9;
-                let _ = writeln!(o, "{name}_bucket{{{kind}=\"{n}\",le=\"{le}\"}} {v}");
-            }
-            let _ = writeln!(
-                o,
-                "{name}_bucket{{{kind}=\"{n}\",le=\"+Inf\"}} {}",
-                st.delay.count
-            );
-            let _ = writeln!(
-                o,
-                "{name}_sum{{{kind}=\"{n}\"}} {}",
-                st.delay.sum_ns as f64 / 1e9
-            );
-            let _ = writeln!(o, "{name}_count{{{kind}=\"{n}\"}} {}", st.delay.count);
-        }
+            series,
+        )?;
     }
+    Ok(())
 }
 
-fn lateness_and_control(o: &mut String, stats: &[DirectionStats], model: &Model) {
-    family(
-        o,
-        "linkem_lateness_seconds",
-        "histogram",
-        "Send time minus release time of sent packets.",
-    );
-    for s in stats {
-        let d = label(&s.name);
+fn lateness_and_control(
+    enc: &mut DescriptorEncoder,
+    stats: &[DirectionStats],
+    model: &Model,
+) -> fmt::Result {
+    let series = stats.iter().map(|s| {
         let h = &s.lateness;
-        for b in LATENESS_BUCKETS_S {
-            let ns = (b * 1e9).round() as u64;
-            let c = if h.is_empty() {
-                0
-            } else {
-                h.count_between(0, ns)
-            };
-            let _ = writeln!(
-                o,
-                "linkem_lateness_seconds_bucket{{direction=\"{d}\",le=\"{b:e}\"}} {c}"
-            );
-        }
+        let mut below = 0;
+        let buckets = LATENESS_BUCKETS_S
+            .iter()
+            .map(|&b| {
+                let ns = (b * 1e9).round() as u64;
+                let upto = if h.is_empty() {
+                    0
+                } else {
+                    h.count_between(0, ns)
+                };
+                let in_bucket = upto.saturating_sub(below);
+                below = upto.max(below);
+                (b, in_bucket)
+            })
+            .collect();
         let sum_ns: f64 = h
             .iter_recorded()
             .map(|v| v.value_iterated_to() as f64 * v.count_at_value() as f64)
             .sum();
-        let _ = writeln!(
-            o,
-            "linkem_lateness_seconds_bucket{{direction=\"{d}\",le=\"+Inf\"}} {}",
-            h.len()
-        );
-        let _ = writeln!(
-            o,
-            "linkem_lateness_seconds_sum{{direction=\"{d}\"}} {}",
-            sum_ns / 1e9
-        );
-        let _ = writeln!(
-            o,
-            "linkem_lateness_seconds_count{{direction=\"{d}\"}} {}",
-            h.len()
-        );
-    }
-    family(
-        o,
-        "linkem_control_requests_total",
-        "counter",
-        "Control socket requests by result.",
-    );
+        HistogramSeries {
+            labels: dir_label(s),
+            buckets,
+            sum_s: sum_ns / 1e9,
+            count: h.len(),
+        }
+    });
+    histogram_family(
+        enc,
+        "linkem_lateness_seconds",
+        "Send time minus release time of sent packets.",
+        series,
+    )?;
     let c = &model.counters;
-    for (result, v) in [("ok", &c.ok), ("error", &c.error), ("refused", &c.refused)] {
-        let _ = writeln!(
-            o,
-            "linkem_control_requests_total{{result=\"{result}\"}} {}",
-            v.load(Ordering::Relaxed)
-        );
-    }
     family(
-        o,
+        enc,
+        "linkem_control_requests_total",
+        Kind::Counter,
+        "Control socket requests by result.",
+        [("ok", &c.ok), ("error", &c.error), ("refused", &c.refused)].map(|(result, v)| {
+            (
+                vec![("result", result.to_string())],
+                Value::Int(v.load(Ordering::Relaxed)),
+            )
+        }),
+    )?;
+    family(
+        enc,
         "linkem_control_changes_total",
-        "counter",
+        Kind::Counter,
         "Changes applied (a batch or a SIGHUP counts once).",
-    );
-    let _ = writeln!(
-        o,
-        "linkem_control_changes_total {}",
-        c.changes.load(Ordering::Relaxed)
-    );
+        [(Vec::new(), Value::Int(c.changes.load(Ordering::Relaxed)))],
+    )
 }
 
 #[cfg(test)]
@@ -722,8 +829,60 @@ mod tests {
         assert!(parse_addr("70000").is_err());
     }
 
+    /// Families written through the helpers, as the format wants them.
+    #[derive(Debug)]
+    struct Sample;
+
+    impl Collector for Sample {
+        fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+            family(
+                &mut enc,
+                "x_packets_total",
+                Kind::Counter,
+                "Packets.",
+                [(vec![("direction", "a\"b\\c\nd".to_string())], Value::Int(7))],
+            )?;
+            family(
+                &mut enc,
+                "x_delay_seconds",
+                Kind::Gauge,
+                "Delay.",
+                [(Vec::new(), Value::Float(0.003))],
+            )?;
+            histogram_family(
+                &mut enc,
+                "x_lateness_seconds",
+                "Lateness.",
+                [HistogramSeries {
+                    labels: vec![("direction", "a->b".to_string())],
+                    buckets: vec![(1e-6, 2), (1e-4, 0), (0.25, 3)],
+                    sum_s: 0.5,
+                    count: 6,
+                }],
+            )
+        }
+    }
+
     #[test]
-    fn label_escapes() {
-        assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    fn exposition_follows_the_text_format() {
+        let mut r = Registry::default();
+        r.register_collector(Box::new(Sample));
+        assert_eq!(
+            render(&r),
+            "# HELP x_packets_total Packets.\n\
+             # TYPE x_packets_total counter\n\
+             x_packets_total{direction=\"a\\\"b\\\\c\\nd\"} 7\n\
+             # HELP x_delay_seconds Delay.\n\
+             # TYPE x_delay_seconds gauge\n\
+             x_delay_seconds 0.003\n\
+             # HELP x_lateness_seconds Lateness.\n\
+             # TYPE x_lateness_seconds histogram\n\
+             x_lateness_seconds_bucket{direction=\"a->b\",le=\"1e-06\"} 2\n\
+             x_lateness_seconds_bucket{direction=\"a->b\",le=\"0.0001\"} 2\n\
+             x_lateness_seconds_bucket{direction=\"a->b\",le=\"0.25\"} 5\n\
+             x_lateness_seconds_bucket{direction=\"a->b\",le=\"+Inf\"} 6\n\
+             x_lateness_seconds_sum{direction=\"a->b\"} 0.5\n\
+             x_lateness_seconds_count{direction=\"a->b\"} 6\n"
+        );
     }
 }
