@@ -801,3 +801,75 @@ fn ctl_metrics_answer_beside_slow_clients() {
     );
     bridge.finish();
 }
+
+#[test]
+fn ctl_metrics_slow_requests_cut_at_deadline() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let topo = topology();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let bridge = CtlBridge::start(&topo, &["delay", "1ms", "--metrics", &port.to_string()]);
+    // One client silent, one sending a byte of its request every 300 ms:
+    // each must be closed about 2 s (the request deadline) after it came.
+    let client = |trickle: bool| {
+        std::thread::spawn(move || {
+            let t = Instant::now();
+            let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            c.set_read_timeout(Some(Duration::from_millis(300)))
+                .unwrap();
+            let request = b"GET /metrics HTTP/1.1\r\nHost: x\r\n";
+            let mut buf = [0u8; 4096];
+            let mut i = 0;
+            let mut reply = Vec::new();
+            while t.elapsed() < Duration::from_secs(8) {
+                if trickle && c.write_all(&request[i % request.len()..][..1]).is_err() {
+                    break;
+                }
+                i += 1;
+                match c.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => reply.extend_from_slice(&buf[..n]),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(_) => break,
+                }
+            }
+            (t.elapsed(), String::from_utf8_lossy(&reply).into_owned())
+        })
+    };
+    let silent = client(false);
+    let trickling = client(true);
+    for (what, h) in [("silent", silent), ("trickling", trickling)] {
+        let (closed_after, reply) = h.join().unwrap();
+        eprintln!("{what} client closed after {closed_after:?}");
+        assert!(
+            closed_after >= Duration::from_millis(1500)
+                && closed_after < Duration::from_millis(3500),
+            "the {what} client was closed after {closed_after:?}, not at the 2 s deadline"
+        );
+        assert!(
+            !reply.contains("200 OK"),
+            "the {what} client was answered: {reply}"
+        );
+    }
+    // A request head over 8 KiB is refused, and the endpoint still answers.
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let big = format!(
+        "GET /metrics HTTP/1.1\r\nX-Pad: {}\r\n\r\n",
+        "a".repeat(10_000)
+    );
+    let _ = c.write_all(big.as_bytes());
+    let mut reply = String::new();
+    let _ = c.read_to_string(&mut reply);
+    assert!(
+        reply.starts_with("HTTP/1.1 431"),
+        "a 10 kB head got: {reply}"
+    );
+    assert!(scrape(port).contains("linkem_received_packets_total"));
+    bridge.finish();
+}

@@ -3,15 +3,27 @@
 //! collector that reads the model at each scrape (so the format's rules are
 //! the crate's: HELP and label escaping, counters named `_total` once,
 //! cumulative buckets with `+Inf` equal to `_count`, `le` written as Go's
-//! client writes it, `1e-06`, `0.0001`), over a minimal HTTP/1.1 responder on std's TcpListener:
-//! one short-lived thread per connection, at most [`MAX_CONNECTIONS`] at
-//! once; the whole request must arrive within [`REQUEST_DEADLINE`] (one
-//! deadline for the request, not per read: a client sending a byte now and
-//! then is cut at it) and fit in 8 KiB; the reply must be taken within the
-//! same time. When every place is held, the connection that has waited
-//! longest for its request is closed to make room: slow clients
-//! (slowloris) cannot hold every place, since a scraper sends its request
-//! at once and is answered in microseconds.
+//! client writes it, `1e-06`, `0.0001`), served by `hyper` (HTTP/1.1, no
+//! keep-alive) on a current-thread tokio runtime: one thread for the
+//! endpoint, a task per connection, at most [`MAX_CONNECTIONS`] at once.
+//! The request head must arrive within [`REQUEST_DEADLINE`] of the
+//! connection (hyper's header read timeout: one deadline for the request,
+//! not per read, so a client sending a byte now and then, or nothing, is
+//! closed at it) and fit in 8 KiB (431 beyond); the whole exchange ends
+//! within twice that, so a reply not taken is dropped too. When every place
+//! is held, the connection that has waited longest for its request is
+//! closed (its task aborted) to make room: slow clients (slowloris) cannot
+//! hold every place, since a scraper sends its request at once and is
+//! answered in microseconds.
+//!
+//! Why these crates (measured when the hand-written responder was replaced):
+//! `tiny_http` 0.12 sets no read timeout on its sockets, has no connection
+//! bound and runs each connection on a pool thread, adding a thread whenever
+//! none is idle, so it fits none of the three needs. hyper 1 with tokio
+//! (`rt`, `net`, `time`) and hyper-util bring 11 crates more (hyper, http,
+//! tokio, mio, ...); with the ones linkem already had they build
+//! in about 33 s of CPU (release, codegen-units 4), and add
+//! about 0.4 MB to a stripped binary. The MSRV check still passes.
 //!
 //! The counters are those of `--stats json` (same source, `Direction::stats`,
 //! never reset by `zero`): `linkem_received_packets_total`,
@@ -35,6 +47,13 @@
 use super::Model;
 use crate::replay_rules::addr;
 use anyhow::{anyhow, Context, Result};
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use linkem_core::{Fate, LinkConfig};
 use linkem_runtime::pipeline::DirectionStats;
 use prometheus_client::collector::Collector;
@@ -42,17 +61,18 @@ use prometheus_client::encoding::{prometheus_text, DescriptorEncoder, NoLabelSet
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use std::fmt;
-use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use tokio::task::AbortHandle;
 
 /// Connections served at once.
 pub const MAX_CONNECTIONS: usize = 16;
 /// Time for the whole request to arrive, and for the reply to be taken.
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
+/// hyper's least read buffer: a request head larger is answered 431.
 const MAX_REQUEST_BYTES: usize = 8192;
 
 /// Lateness bucket bounds, seconds.
@@ -89,7 +109,11 @@ impl Endpoint {
         let s = stop.clone();
         let thread = std::thread::Builder::new()
             .name("linkem-metrics".into())
-            .spawn(move || serve(listener, model, s))
+            .spawn(move || {
+                if let Err(e) = serve(listener, model, s) {
+                    eprintln!("linkem: metrics endpoint stopped: {e:#}");
+                }
+            })
             .expect("a thread can be started");
         Endpoint { addr, stop, thread }
     }
@@ -97,155 +121,135 @@ impl Endpoint {
     /// Stops accepting (the stop flag is already set by the server).
     pub fn stop(self) {
         self.stop.store(true, Ordering::Release);
+        // Wakes the accept; connections in progress end with the runtime.
         let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
         let _ = self.thread.join();
     }
 }
 
-/// The connections being served: each with a handle to close it and, while
-/// its request has not fully arrived, the instant it was accepted.
+/// The connections being served: each with a handle to end its task and,
+/// while its request has not fully arrived, the instant it was accepted.
 #[derive(Default)]
 struct Held {
     next_id: u64,
-    conns: Vec<(u64, TcpStream, Option<Instant>)>,
+    conns: Vec<(u64, AbortHandle, Option<Instant>)>,
 }
 
 impl Held {
-    /// Closes the connection that has waited longest for its request;
+    /// Ends the connection that has waited longest for its request;
     /// false if every connection already has its request.
     fn evict_slowest(&mut self) -> bool {
         let oldest = self
             .conns
             .iter()
-            .filter_map(|(id, s, since)| since.map(|t| (t, *id, s)))
+            .filter_map(|(id, task, since)| since.map(|t| (t, *id, task)))
             .min_by_key(|(t, _, _)| *t);
         match oldest {
-            Some((_, id, s)) => {
-                let _ = s.shutdown(std::net::Shutdown::Both);
+            Some((_, id, task)) => {
+                // Dropping the task drops its socket: the client sees it closed.
+                task.abort();
                 self.conns.retain(|c| c.0 != id);
                 true
             }
             None => false,
         }
     }
+
+    fn forget(held: &Mutex<Held>, id: u64) {
+        lock(held).conns.retain(|c| c.0 != id);
+    }
+
+    fn request_complete(held: &Mutex<Held>, id: u64) {
+        if let Some(c) = lock(held).conns.iter_mut().find(|c| c.0 == id) {
+            c.2 = None;
+        }
+    }
 }
 
-fn serve(listener: TcpListener, model: Arc<Model>, stop: Arc<AtomicBool>) {
+fn lock(held: &Mutex<Held>) -> std::sync::MutexGuard<'_, Held> {
+    held.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Accepts and serves on one thread: a current-thread runtime, a task per
+/// connection.
+fn serve(listener: TcpListener, model: Arc<Model>, stop: Arc<AtomicBool>) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .context("cannot start the metrics runtime")?;
     let registry = Arc::new(registry(model));
-    let held: Arc<Mutex<Held>> = Arc::default();
-    let forget = |held: &Mutex<Held>, id: u64| {
-        held.lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .conns
-            .retain(|c| c.0 != id);
-    };
-    for conn in listener.incoming() {
-        if stop.load(Ordering::Acquire) {
-            break;
-        }
-        let Ok(stream) = conn else { continue };
-        let Ok(handle) = stream.try_clone() else {
-            continue;
-        };
-        let id = {
-            let mut h = held.lock().unwrap_or_else(|p| p.into_inner());
+    rt.block_on(async {
+        listener.set_nonblocking(true)?;
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        let held: Arc<Mutex<Held>> = Arc::default();
+        while !stop.load(Ordering::Acquire) {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            if stop.load(Ordering::Acquire) {
+                break;
+            }
+            let mut h = lock(&held);
             if h.conns.len() >= MAX_CONNECTIONS && !h.evict_slowest() {
                 // Every place is answering a complete request: busy, not stalled.
                 continue;
             }
             h.next_id += 1;
             let id = h.next_id;
-            h.conns.push((id, handle, Some(Instant::now())));
-            id
-        };
-        let (m, h) = (registry.clone(), held.clone());
-        let spawned = std::thread::Builder::new()
-            .name("linkem-scrape".into())
-            .spawn(move || {
-                let _ = answer(stream, &m, || {
-                    let mut h = h.lock().unwrap_or_else(|p| p.into_inner());
-                    if let Some(c) = h.conns.iter_mut().find(|c| c.0 == id) {
-                        c.2 = None;
-                    }
-                });
-                forget(&h, id);
+            let (r, hd) = (registry.clone(), held.clone());
+            // Registered before the task can run (same thread, lock held).
+            let task = tokio::spawn(async move {
+                answer(stream, &r, || Held::request_complete(&hd, id)).await;
+                Held::forget(&hd, id);
             });
-        if spawned.is_err() {
-            forget(&held, id);
+            h.conns
+                .push((id, task.abort_handle(), Some(Instant::now())));
         }
-    }
+        Ok::<_, std::io::Error>(())
+    })
+    .context("metrics endpoint")
 }
 
-/// Reads one request within [`REQUEST_DEADLINE`] and answers it;
-/// `complete` is called once the request has fully arrived.
-fn answer(
-    mut stream: TcpStream,
-    registry: &Registry,
-    complete: impl FnOnce(),
-) -> std::io::Result<()> {
-    let deadline = Instant::now() + REQUEST_DEADLINE;
-    stream.set_write_timeout(Some(REQUEST_DEADLINE))?;
-    let mut req = Vec::new();
-    let mut chunk = [0u8; 1024];
-    while !req.windows(4).any(|w| w == b"\r\n\r\n") && !req.windows(2).any(|w| w == b"\n\n") {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            let why = format!(
-                "the request did not arrive within {} s\n",
-                REQUEST_DEADLINE.as_secs()
-            );
-            return respond(&mut stream, "408 Request Timeout", "text/plain", &why);
-        }
-        stream.set_read_timeout(Some(left))?;
-        let n = match stream.read(&mut chunk) {
-            Ok(n) => n,
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => continue,
-            Err(e) => return Err(e),
-        };
-        if n == 0 {
-            return Ok(());
-        }
-        req.extend_from_slice(&chunk[..n]);
-        if req.len() > MAX_REQUEST_BYTES {
-            return respond(
-                &mut stream,
-                "431 Request Header Fields Too Large",
-                "text/plain",
-                "too large\n",
-            );
-        }
-    }
-    complete();
-    let first = req.split(|&b| b == b'\n').next().unwrap_or(b"");
-    let first = String::from_utf8_lossy(first);
-    let mut parts = first.split_whitespace();
-    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let path = target.split('?').next().unwrap_or("");
-    match (method, path) {
-        ("GET", "/metrics") => respond(
-            &mut stream,
-            "200 OK",
+/// Serves one request on `stream` (no keep-alive): its head must arrive
+/// within [`REQUEST_DEADLINE`] of the first read, and the whole exchange
+/// end within twice that (the reply taken in the rest); `complete` is
+/// called once the request has fully arrived.
+async fn answer(stream: tokio::net::TcpStream, registry: &Registry, complete: impl Fn()) {
+    let service = service_fn(|req: Request<Incoming>| {
+        complete();
+        let reply = reply(registry, req.method(), req.uri().path());
+        std::future::ready(Ok::<_, std::convert::Infallible>(reply))
+    });
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(REQUEST_DEADLINE)
+        .max_buf_size(MAX_REQUEST_BYTES)
+        .keep_alive(false)
+        .serve_connection(TokioIo::new(stream), service);
+    // Ends with the connection or at the deadline; either way it is closed.
+    let _ = tokio::time::timeout(2 * REQUEST_DEADLINE, conn).await;
+}
+
+fn reply(registry: &Registry, method: &Method, path: &str) -> Response<Full<Bytes>> {
+    let (status, content_type, body) = match (method, path) {
+        (&Method::GET, "/metrics") => (
+            StatusCode::OK,
             prometheus_text::CONTENT_TYPE,
-            &render(registry),
+            render(registry),
         ),
-        ("GET", _) => respond(&mut stream, "404 Not Found", "text/plain", "try /metrics\n"),
-        _ => respond(
-            &mut stream,
-            "405 Method Not Allowed",
+        (&Method::GET, _) => (StatusCode::NOT_FOUND, "text/plain", "try /metrics\n".into()),
+        _ => (
+            StatusCode::METHOD_NOT_ALLOWED,
             "text/plain",
-            "GET only\n",
+            "GET only\n".into(),
         ),
-    }
-}
-
-fn respond(stream: &mut TcpStream, status: &str, ctype: &str, body: &str) -> std::io::Result<()> {
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body.as_bytes())?;
-    stream.flush()
+    };
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
 }
 
 /// The exposition, drawn from the model at each scrape: a collector of
