@@ -300,9 +300,11 @@ fn number(c: &mut Cursor<'_>, what: &str) -> Result<u32, ParseError> {
     let w = c
         .take()
         .ok_or_else(|| c.here(format!("{what} number missing")))?;
-    match w.parse::<u32>() {
-        Ok(n) if (1..=MAX_NUMBER).contains(&n) => Ok(n),
-        _ => Err(c.here(format!("{what} number must be 1..{MAX_NUMBER}"))),
+    // The rule file's reading (decimal, as ipfw's atoi), so that a number
+    // names the same object here as in a file and in a rule's `pipe N`.
+    match linkem_core::rules::parse_decimal(w) {
+        Some(n) if (1..=u64::from(MAX_NUMBER)).contains(&n) => Ok(n as u32),
+        _ => Err(c.here(format!("{what} number must be 1..{MAX_NUMBER}, in decimal"))),
     }
 }
 

@@ -59,7 +59,8 @@ impl RulesSource {
         load_rules_recording(&text, base, sides, &mut files)?;
         // The node runs the file as the control plane renders it, so that a
         // rule keeps its counters across changes (they follow the rule's text).
-        let source = Source::from_text(&text, starter_uid());
+        let source =
+            Source::from_text(&text, starter_uid()).map_err(|e| anyhow::anyhow!("rules: {e}"))?;
         let (rendered, _) = source.render();
         let set = load_rules_recording(&rendered, base, sides, &mut files)
             .context("the rule file, as the control socket keeps it")?;
