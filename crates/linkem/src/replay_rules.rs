@@ -134,6 +134,17 @@ pub fn rules_source(
         text = Some(read_small("--rules", path)?);
     }
     let Some(text) = text else { return Ok(None) };
+    // A half-written file must not silently remove all emulation.
+    if !linkem_core::rules::says_something(&text) {
+        let from = match file {
+            Some(p) => format!("--rules {}", p.display()),
+            None => "the config's 'rules'".into(),
+        };
+        bail!(
+            "{from}: no rule, pipe or 'flush' line: an empty rule set would pass every \
+             packet unimpaired (write 'flush' to run one on purpose)"
+        );
+    }
     let words: Vec<&str> = words.iter().flat_map(|w| w.split_whitespace()).collect();
     match words.as_slice() {
         [] => {}
