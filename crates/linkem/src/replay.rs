@@ -219,9 +219,11 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         },
     };
     let progress = progress_bar(args);
+    let mut backwards = crate::arrival_order::Backwards::default();
     while let Some(packet) = reader.next_packet() {
         signals.check()?;
         let packet = packet.map_err(|e| anyhow::anyhow!("{e}"))?;
+        backwards.on_packet(packet.ts_ns);
         r.on_packet(packet, events.as_mut())?;
         r.write_due(&mut writer, Some(r.horizon_ns), &signals)?;
         if let Some(pb) = &progress {
@@ -233,6 +235,9 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     r.write_due(&mut writer, None, &signals)?;
     if let Some(pb) = progress {
         pb.finish_and_clear();
+    }
+    if let Some(w) = backwards.warning(&args.input.display().to_string()) {
+        eprintln!("{w}");
     }
     signals.check()?;
     if let Some(ev) = events {

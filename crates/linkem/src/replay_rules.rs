@@ -284,15 +284,20 @@ pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
         tally: Tally::default(),
     };
     let mut horizon = 0u64;
+    let mut backwards = crate::arrival_order::Backwards::default();
     while let Some(packet) = reader.next_packet() {
         signals.check()?;
         let packet = packet.map_err(|e| anyhow::anyhow!("{e}"))?;
+        backwards.on_packet(packet.ts_ns);
         horizon = horizon.max(packet.ts_ns);
         replay.offer(&mut node, rargs.side.into(), packet)?;
         // Decisions still to come (at the node's next event or a later arrival)
         // release no earlier than this: what is due by then can be written.
         let limit = node.next_event_ns().map_or(horizon, |e| e.min(horizon));
         replay.write_due(limit)?;
+    }
+    if let Some(w) = backwards.warning(&args.input.display().to_string()) {
+        eprintln!("{w}");
     }
     node.poll(u64::MAX, &mut replay.out);
     replay.settle(u64::MAX)?;
