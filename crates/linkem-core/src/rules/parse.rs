@@ -643,6 +643,20 @@ fn read_statement<'a>(
     })
 }
 
+/// The pipe or queue a rule sends its packets to, read from its body (the
+/// words after the rule number: `[prob P] ACTION ...`) as [`parse_rules`]
+/// reads them; `None` for other actions and for a body it would refuse there.
+pub fn rule_target(body: &[&str]) -> Option<(ObjectKind, u32)> {
+    let at = if body.first() == Some(&"prob") { 2 } else { 0 };
+    let kind = match *body.get(at)? {
+        "pipe" => ObjectKind::Pipe,
+        "queue" => ObjectKind::Queue,
+        _ => return None,
+    };
+    let n = parse_decimal(body.get(at + 1)?).filter(|n| (1..=65535).contains(n))?;
+    Some((kind, n as u32))
+}
+
 /// Whether a rule file says anything: a rule, a pipe, queue or scheduler, or
 /// a `flush` (an empty rule set asked for). A file of only blank lines and
 /// comments — an empty or half-written file — says nothing, and a front end

@@ -29,7 +29,8 @@ use super::{Failure, PeerCred};
 use crate::replay_rules::{node_json, pipes_text};
 use crate::replay_sched::Only;
 use linkem_core::rules::{
-    parse_rules_cached, statements, ObjectKind, RuleCache, RuleSet, RulesError, Statement,
+    parse_rules_cached, rule_target, statements, ObjectKind, RuleCache, RuleSet, RulesError,
+    Statement,
 };
 use linkem_ctl::{Kind, Request, RuleRequest};
 use linkem_runtime::pipeline::NodeBridge;
@@ -118,6 +119,38 @@ impl Source {
             }
         }
         Ok(s)
+    }
+
+    /// The failure of deleting `kind number` while rules still send to it,
+    /// naming them; `None` when none does or it exists again.
+    fn users_of(&self, kind: Kind, number: u32) -> Option<Failure> {
+        let target = match kind {
+            Kind::Pipe => ObjectKind::Pipe,
+            Kind::Queue => ObjectKind::Queue,
+            Kind::Sched => return None,
+        };
+        if self.objects[kind_index(kind)].contains_key(&number) {
+            return None;
+        }
+        let users: Vec<String> = self
+            .rules
+            .iter()
+            .filter(|r| {
+                let body: Vec<&str> = r.body.split_whitespace().collect();
+                rule_target(&body) == Some((target, number))
+            })
+            .map(|r| r.number.to_string())
+            .collect();
+        let (rules, them) = match users.len() {
+            0 => return None,
+            1 => ("rule", "it"),
+            _ => ("rules", "them"),
+        };
+        Some(Failure::Error(format!(
+            "{} {number} is used by {rules} {}: delete or change {them} first",
+            kind.name(),
+            users.join(", ")
+        )))
     }
 
     fn next_number(&self) -> u32 {
@@ -232,7 +265,11 @@ impl Rules {
     ) -> Result<u64, Failure> {
         let mut source = self.source.lock().unwrap_or_else(|p| p.into_inner());
         let mut staged = source.clone();
+        let mut deleted = Vec::new();
         for (i, r) in requests.iter().enumerate() {
+            if let Request::Rule(RuleRequest::Delete { kind, number }) = r {
+                deleted.push((i, *kind, *number));
+            }
             let Request::Rule(rr) = r else {
                 return Err(Failure::Error(
                     "this bridge runs a rule set: it has no default link to change \
@@ -242,6 +279,14 @@ impl Rules {
             };
             self.stage(&mut staged, cred.uid, rr, i)
                 .map_err(|f| in_batch(f, i, requests.len(), lines))?;
+        }
+        // A pipe or queue deleted while a rule still sends to it (after the
+        // whole batch) names those rules: the parse would only say the pipe
+        // is not configured.
+        for (i, kind, number) in deleted {
+            if let Some(f) = staged.users_of(kind, number) {
+                return Err(in_batch(f, i, requests.len(), lines));
+            }
         }
         let (text, by) = staged.render();
         let set = match self.parse(&text) {
@@ -786,6 +831,49 @@ mod tests {
         assert_eq!(actions, [Action::Pipe(1), Action::Pipe(10)]);
         let e = request(&rules, "add 200 pipe 0x10 udp").unwrap_err();
         assert!(e.message().contains("decimal"), "{}", e.message());
+        rules.bridge.stop();
+    }
+
+    #[test]
+    fn deleting_a_pipe_a_rule_uses_names_the_rule() {
+        // It said "pipe 1 is not configured", of the pipe being deleted.
+        let mut rules = rules_over_memory(
+            "pipe 1 config delay 1ms\npipe 2 config delay 2ms\nqueue 5 config pipe 2\n\
+             add 100 pipe 1 ip\nadd 200 prob 0.5 pipe 1 udp\nadd 300 pipe 2 tcp\n\
+             add 400 queue 5 icmp\n",
+        );
+        let e = request(&rules, "pipe 1 delete").unwrap_err();
+        assert_eq!(
+            e.message(),
+            "pipe 1 is used by rules 100, 200: delete or change them first"
+        );
+        let e = request(&rules, "queue 5 delete").unwrap_err();
+        assert_eq!(
+            e.message(),
+            "queue 5 is used by rule 400: delete or change it first"
+        );
+        // In a batch that deletes the rules too, the pipe goes.
+        let lines = ["delete 100 200", "pipe 1 delete"];
+        let parsed: Vec<Request> = lines
+            .iter()
+            .map(|l| {
+                linkem_ctl::parse_line(l, &mut linkem_ctl::system_tables)
+                    .unwrap()
+                    .request
+            })
+            .collect();
+        let cred = PeerCred {
+            uid: 0,
+            gid: 0,
+            pid: 1,
+        };
+        rules
+            .apply(&cred, &parsed.iter().collect::<Vec<_>>(), &lines)
+            .unwrap();
+        let pipes: Vec<u32> = rules
+            .bridge
+            .with_node(|n| n.pipes().iter().map(|p| p.def.number).collect());
+        assert_eq!(pipes, [2]);
         rules.bridge.stop();
     }
 }
