@@ -348,8 +348,8 @@ pub fn system_tables(name: &str) -> Result<String, String> {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
     if !plain {
         return Err(format!(
-            "distribution '{name}': over the control socket only built-in names and the \
-             system's tables by bare name (/usr/lib/tc/NAME.dist) are read"
+            "'{name}': over the control socket only the files the rule file named, built-in \
+             names and the system's tables by bare name (/usr/lib/tc/NAME.dist) are read"
         ));
     }
     for dir in ["/usr/lib/tc", "/usr/lib64/tc", "/usr/local/lib/tc"] {
@@ -357,7 +357,7 @@ pub fn system_tables(name: &str) -> Result<String, String> {
             return Ok(text);
         }
     }
-    Err(format!("no such distribution '{name}'"))
+    Err(format!("'{name}': no such table (/usr/lib/tc/{name}.dist)"))
 }
 
 /// Parses one request line (without its newline). `files` reads netem

@@ -284,7 +284,7 @@ impl PipeDef {
                 "profile" => {
                     let v = need("a file name")?;
                     i += 1;
-                    let text = files(v).map_err(|e| rerr(line, v, e))?;
+                    let text = files(v).map_err(|e| rerr(line, v, format!("profile {e}")))?;
                     let p = Profile::parse(&text)
                         .map_err(|e| rerr(line, v, format!("in the profile, {e}")))?;
                     profile = Some(Arc::new(p));
