@@ -36,7 +36,7 @@ impl Backwards {
         let (n, s) = (self.count, if self.count == 1 { "" } else { "s" });
         Some(format!(
             "linkem: warning: {file}: {n} packet{s} with a timestamp earlier than a packet before \
-             (first: packet {packet}, {:.6} s back); each was taken as arriving with the latest \
+             (first: packet {packet}, {:.9} s back); each was taken as arriving with the latest \
              earlier packet, the emulated clock never goes back",
             back_ns as f64 / 1e9
         ))

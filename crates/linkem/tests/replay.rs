@@ -659,7 +659,7 @@ fn backwards_timestamps_are_counted_and_the_first_named() {
     assert!(o.status.success(), "{err}");
     assert!(
         err.contains("2 packets with a timestamp earlier than a packet before")
-            && err.contains("first: packet 3, 0.005000 s back"),
+            && err.contains("first: packet 3, 0.005000000 s back"),
         "{err}"
     );
     // Packet 3 (15 ms) leaves as if it came with packet 2 (20 ms): 25 ms.
