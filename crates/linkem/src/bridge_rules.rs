@@ -59,7 +59,8 @@ impl RulesSource {
         load_rules_recording(&text, base, sides, &mut files)?;
         // The node runs the file as the control plane renders it, so that a
         // rule keeps its counters across changes (they follow the rule's text).
-        let source = Source::from_text(&text, starter_uid());
+        let source =
+            Source::from_text(&text, starter_uid()).map_err(|e| anyhow::anyhow!("rules: {e}"))?;
         let (rendered, _) = source.render();
         let set = load_rules_recording(&rendered, base, sides, &mut files)
             .context("the rule file, as the control socket keeps it")?;
@@ -419,4 +420,42 @@ pub fn objects_json(s: &ObjectsSnapshot) -> serde_json::Value {
         "pipes": s.pipes.iter().map(|(n, o)| one("pipe", *n, o)).collect::<Vec<_>>(),
         "queues": s.queues.iter().map(|(n, o)| one("queue", *n, o)).collect::<Vec<_>>(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<Loaded> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("lab.rules");
+        std::fs::write(&path, text)?;
+        RulesSource {
+            config: None,
+            file: Some(path),
+            words: Vec::new(),
+            sides: ["a".into(), "b".into()],
+        }
+        .load_source()
+    }
+
+    /// Start and SIGHUP read the file through `load_source`: an empty or
+    /// comment-only file (one being written, say) is refused, so SIGHUP
+    /// keeps the running rules; `flush` asks for an empty set on purpose.
+    #[test]
+    fn an_empty_rule_file_is_refused_unless_it_says_flush() {
+        for text in ["", "\n\n", "# being written\n", "ipfw -q\n"] {
+            let e = load(text).err().expect("refused");
+            let msg = format!("{e:#}");
+            assert!(
+                msg.contains("no rule, pipe or 'flush' line"),
+                "{text:?}: {msg}"
+            );
+            assert!(msg.contains("lab.rules"), "{msg}");
+        }
+        let loaded = load("# nothing on purpose\nflush\n").unwrap();
+        assert!(loaded.set.rules.is_empty() && loaded.set.pipes.is_empty());
+        let loaded = load("pipe 1 config delay 1ms\n").unwrap();
+        assert_eq!(loaded.set.pipes.len(), 1);
+    }
 }

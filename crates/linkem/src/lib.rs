@@ -4,6 +4,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod arrival_order;
 pub mod backend;
 pub mod bench;
 pub mod bridge;

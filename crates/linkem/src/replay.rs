@@ -54,27 +54,27 @@ struct Pending {
     data: Vec<u8>,
 }
 
-/// Reads a distribution file named in the link words: a path, or a netem table
-/// name installed by iproute2 (`/usr/lib/tc/NAME.dist`). Read as every small
-/// input is (`linkem_io::infile`): a regular file of at most 16 MiB.
+/// Reads a file named in the link words or rules (a distribution, a profile):
+/// a path, or a netem table name installed by iproute2
+/// (`/usr/lib/tc/NAME.dist`). Read as every small input is
+/// (`linkem_io::infile`): a regular file of at most 16 MiB. The error names
+/// what was looked for; the word that named the file adds which kind it is.
 pub fn load_distribution(name: &str) -> Result<String, String> {
     let read = |p: &Path| infile::read_text(p, infile::MAX_TEXT_BYTES);
     match read(Path::new(name)) {
         Ok(text) => return Ok(text),
-        Err(e) if !e.is_not_found() || name.contains('/') => {
-            return Err(format!("distribution {e}"))
-        }
+        Err(e) if !e.is_not_found() || name.contains('/') => return Err(e.to_string()),
         Err(_) => {}
     }
     for dir in ["/usr/lib/tc", "/usr/lib64/tc", "/usr/local/lib/tc"] {
         match read(&Path::new(dir).join(format!("{name}.dist"))) {
             Ok(text) => return Ok(text),
             Err(e) if e.is_not_found() => continue,
-            Err(e) => return Err(format!("distribution {e}")),
+            Err(e) => return Err(e.to_string()),
         }
     }
     Err(format!(
-        "distribution '{name}': no such file, nor /usr/lib/tc/{name}.dist (is iproute2 installed?)"
+        "'{name}': no such file, nor /usr/lib/tc/{name}.dist (iproute2's tables)"
     ))
 }
 
@@ -219,9 +219,11 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         },
     };
     let progress = progress_bar(args);
+    let mut backwards = crate::arrival_order::Backwards::default();
     while let Some(packet) = reader.next_packet() {
         signals.check()?;
         let packet = packet.map_err(|e| anyhow::anyhow!("{e}"))?;
+        backwards.on_packet(packet.ts_ns);
         r.on_packet(packet, events.as_mut())?;
         r.write_due(&mut writer, Some(r.horizon_ns), &signals)?;
         if let Some(pb) = &progress {
@@ -233,6 +235,9 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     r.write_due(&mut writer, None, &signals)?;
     if let Some(pb) = progress {
         pb.finish_and_clear();
+    }
+    if let Some(w) = backwards.warning(&args.input.display().to_string()) {
+        eprintln!("{w}");
     }
     signals.check()?;
     if let Some(ev) = events {

@@ -148,6 +148,17 @@ pub fn rules_source(
         text = Some(read_small("--rules", path)?);
     }
     let Some(text) = text else { return Ok(None) };
+    // A half-written file must not silently remove all emulation.
+    if !linkem_core::rules::says_something(&text) {
+        let from = match file {
+            Some(p) => format!("--rules {}", p.display()),
+            None => "the config's 'rules'".into(),
+        };
+        bail!(
+            "{from}: no rule, pipe or 'flush' line: an empty rule set would pass every \
+             packet unimpaired (write 'flush' to run one on purpose)"
+        );
+    }
     let words: Vec<&str> = words.iter().flat_map(|w| w.split_whitespace()).collect();
     match words.as_slice() {
         [] => {}
@@ -287,15 +298,20 @@ pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
         tally: Tally::default(),
     };
     let mut horizon = 0u64;
+    let mut backwards = crate::arrival_order::Backwards::default();
     while let Some(packet) = reader.next_packet() {
         signals.check()?;
         let packet = packet.map_err(|e| anyhow::anyhow!("{e}"))?;
+        backwards.on_packet(packet.ts_ns);
         horizon = horizon.max(packet.ts_ns);
         replay.offer(&mut node, rargs.side.into(), packet)?;
         // Decisions still to come (at the node's next event or a later arrival)
         // release no earlier than this: what is due by then can be written.
         let limit = node.next_event_ns().map_or(horizon, |e| e.min(horizon));
         replay.write_due(limit)?;
+    }
+    if let Some(w) = backwards.warning(&args.input.display().to_string()) {
+        eprintln!("{w}");
     }
     node.poll(u64::MAX, &mut replay.out);
     replay.settle(u64::MAX)?;

@@ -639,3 +639,50 @@ fn configs_and_tables_must_be_small_regular_files_refused_at_once() {
     );
     assert!(!output.exists());
 }
+
+/// A capture whose timestamps go back: each such packet is taken as
+/// arriving with the latest earlier one (delivered after it), and replay
+/// warns once with the count and the first packet, with and without rules.
+#[test]
+fn backwards_timestamps_are_counted_and_the_first_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = paths(&dir);
+    let ms = 1_000_000u64;
+    let packets: Vec<(u64, Vec<u8>)> = [10, 20, 15, 30, 12]
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t * ms, frame(100, i as u8)))
+        .collect();
+    write_capture(&input, &packets);
+    let o = linkem(&["replay", s(&input), s(&output), "delay", "5ms", "seed", "1"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("2 packets with a timestamp earlier than a packet before")
+            && err.contains("first: packet 3, 0.005000000 s back"),
+        "{err}"
+    );
+    // Packet 3 (15 ms) leaves as if it came with packet 2 (20 ms): 25 ms.
+    let out = read(&output);
+    let at = out.iter().find(|(_, _, f)| f[0] == 2).map(|(t, _, _)| *t);
+    assert_eq!(
+        at,
+        Some(25 * ms),
+        "packet 3's release; out: {:?}",
+        out.iter().map(|p| p.0).collect::<Vec<_>>()
+    );
+    let rules = dir.path().join("r.rules");
+    std::fs::write(&rules, "pipe 1 config delay 5ms\nadd pipe 1 ip\n").unwrap();
+    let o = linkem(&[
+        "replay",
+        s(&input),
+        s(&output),
+        "--rules",
+        s(&rules),
+        "seed",
+        "1",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("first: packet 3"), "{err}");
+}

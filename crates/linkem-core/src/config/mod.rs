@@ -165,13 +165,16 @@ pub struct ConfigError {
     pub message: String,
 }
 
-/// Reads a distribution file by name; the core does no I/O, so the caller
-/// supplies this (the binary reads the file system, tests supply text).
+/// Reads a file a word names (`distribution FILE`, a pipe's `profile FILE`)
+/// by name; the core does no I/O, so the caller supplies this (the binary
+/// reads the file system, tests supply text). Its error says what it looked
+/// for and starts with the name in quotes; the word that named the file says
+/// which kind of file it is ("distribution 'x': ...", "profile 'x': ...").
 pub type FileLoader<'a> = dyn FnMut(&str) -> Result<String, String> + 'a;
 
 /// A loader for callers that have no files: every name is unknown.
 pub fn no_files(name: &str) -> Result<String, String> {
-    Err(format!("no such distribution '{name}'"))
+    Err(format!("'{name}': no such file"))
 }
 
 /// Which tool's reading of the words applies.

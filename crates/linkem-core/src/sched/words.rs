@@ -26,8 +26,10 @@
 //! (Dummynet has no such word: its default is 1500).
 //!
 //! Ranges the parser enforces (anything else is an error naming the word):
-//! `sched`/`queue` numbers 1..65535; `quantum` 1..1048576 bytes (fq_*),
-//! 64..2048 (rr, Dummynet's bounds of `lmax`); `limit` 1..20480 packets and `flows` 1..65536 (fq_* only);
+//! `sched`/`queue` numbers (and a queue's `pipe M`/`sched M`) 1..65535 in
+//! decimal ([`crate::rules::parse`]); `quantum` 1..1048576 bytes (fq_*),
+//! 64..2048 (rr, Dummynet's bounds of `lmax`); `limit` 1..20480 packets and
+//! `flows` 1..65536 (fq_* only);
 //! `queue` 1..100000 slots, or 1 B..4 GiB with a unit (B, K/KB/KBytes =
 //! 1024 B, M/MB/MBytes = 2²⁰ B); `plr` a probability 0..1; times 0..3600000
 //! ms, CoDel's target below its interval and both above 0, PIE's tupdate
@@ -63,7 +65,7 @@
 use super::{QueueParams, SchedKind, SchedParams};
 use crate::aqm::{AqmConfig, CoDelConfig, PieConfig, RedConfig};
 use crate::pipe::{parse_mask, FlowMask};
-use crate::rules::parse::{parse_number, rerr, RulesError};
+use crate::rules::parse::{object_number, parse_number, rerr, RulesError};
 use std::collections::BTreeMap;
 
 /// A `sched N config` line.
@@ -545,8 +547,8 @@ pub fn parse_queue(number: u32, words: &[&str], line: usize) -> Result<QueueDef,
         match w {
             "pipe" | "sched" => {
                 c.once("pipe/sched", w)?;
-                let v = c.arg(w, "a number")?;
-                let n = int_in(line, v, 1, 65535, "a pipe or sched number")? as u32;
+                // A number that names a thing is decimal, as everywhere in a rule file.
+                let n = object_number(line, c.arg(w, "a number")?, w)?;
                 parent = Some(if w == "pipe" { Parent::Pipe(n) } else { Parent::Sched(n) });
             }
             "weight" => {
@@ -675,9 +677,7 @@ pub fn split_pipe_words<'a>(
 pub fn parse_line(set: &mut SchedSet, words: &[&str], line: usize) -> Result<(), RulesError> {
     let what = words[0];
     let nw = words.get(1).copied().unwrap_or("");
-    let n = parse_number(nw)
-        .filter(|n| (1..=65535).contains(n))
-        .ok_or_else(|| rerr(line, nw, format!("a {what} number is 1..65535")))? as u32;
+    let n = object_number(line, nw, what)?;
     let rest = words.get(3..).unwrap_or(&[]);
     if what == "sched" {
         set.scheds.insert(n, parse_sched(n, rest, line)?);
