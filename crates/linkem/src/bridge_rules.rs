@@ -14,7 +14,9 @@
 //! the file, replacing what `linkem ctl` changed, and gives its objects to
 //! the uid that started linkem.
 
-use crate::backend::{check_capabilities, claim_interfaces, drop_capabilities, open_interface};
+use crate::backend::{
+    check_capabilities, claim_interfaces, drop_capabilities, open_interface, BackendKind, Claimed,
+};
 use crate::bridge::{
     direction_json, print_stats, timing, BridgeArgs, Realtime, Timing, REALTIME_PRIORITY,
 };
@@ -56,13 +58,14 @@ impl RulesSource {
         let base = self.file.as_deref().and_then(Path::parent);
         let sides = [self.sides[0].as_str(), self.sides[1].as_str()];
         let mut files = HashMap::new();
-        load_rules_recording(&text, base, sides, &mut files)?;
+        let text_file = self.file.as_deref().or(self.config.as_deref());
+        load_rules_recording(&text, text_file, base, sides, &mut files)?;
         // The node runs the file as the control plane renders it, so that a
         // rule keeps its counters across changes (they follow the rule's text).
         let source =
             Source::from_text(&text, starter_uid()).map_err(|e| anyhow::anyhow!("rules: {e}"))?;
         let (rendered, _) = source.render();
-        let set = load_rules_recording(&rendered, base, sides, &mut files)
+        let set = load_rules_recording(&rendered, text_file, base, sides, &mut files)
             .context("the rule file, as the control socket keeps it")?;
         Ok(Loaded {
             set,
@@ -140,12 +143,18 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
     };
     let node = Node::new(set, node_cfg);
 
+    let realtime = args.realtime != Realtime::Off;
+    let backend = check_capabilities(args.backend, realtime)?;
+    // Held until this function returns, after the bridge has stopped: no second
+    // linkem on these interfaces (its lock comes before its control socket, as
+    // in the plain bridge, so it is the lock that refuses it).
+    let claimed = claim_interfaces(&args.if_a, &args.if_b)?;
     // Before the socket is placed: a SIGINT during the start-up ends the run
     // through `serve`, which removes the socket (see `bridge::run`).
     let (stop, reload) = crate::bridge::signal_flags()?;
     // control: opened while linkem may still create /run/linkem and chown the socket.
     let control = crate::control::server::prepare(&args.control, &args.if_a, &args.if_b)?;
-    let bridge = start_node(args, &timing, buffer_bytes, node, &what)?;
+    let bridge = start_node(args, backend, &claimed, &timing, buffer_bytes, node, &what)?;
     if !seed_given {
         eprintln!("linkem: seed {seed} (add 'seed {seed}' to repeat the random draws)");
     }
@@ -198,18 +207,19 @@ fn check_args(args: &BridgeArgs) -> Result<()> {
     Ok(())
 }
 
-/// Opens both interfaces, gives up the capabilities no longer needed and
-/// starts the node stage with its two output stages.
+/// Opens both interfaces (claimed by the caller, who holds their locks for
+/// the bridge's life), gives up the capabilities no longer needed and starts
+/// the node stage with its two output stages.
 fn start_node(
     args: &BridgeArgs,
+    backend: BackendKind,
+    claimed: &Claimed,
     timing: &Timing,
     buffer_bytes: usize,
     node: Node,
     what: &str,
 ) -> Result<NodeBridge> {
     let realtime = args.realtime != Realtime::Off;
-    let backend = check_capabilities(args.backend, realtime)?;
-    let claimed = claim_interfaces(&args.if_a, &args.if_b)?;
     let (rx_a, tx_a, used_a) = open_interface(backend, &args.if_a, claimed.a.mtu)?;
     let (rx_b, tx_b, used_b) = open_interface(backend, &args.if_b, claimed.b.mtu)?;
     drop_capabilities(realtime)?;

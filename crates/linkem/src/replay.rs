@@ -12,7 +12,7 @@ use linkem_core::order::ReleaseQueue;
 use linkem_core::{Dialect, Fate, FateCounts, Link, LinkSpec, PacketMeta, TomlWords};
 use linkem_io::capture::{CaptureReader, CaptureWriter, CapturedPacket};
 use linkem_io::infile;
-use linkem_io::outfile::{self, OutputFile};
+use linkem_io::outfile::{self, FileUse, OutputFile};
 use serde_json::json;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -60,15 +60,28 @@ struct Pending {
 /// (`linkem_io::infile`): a regular file of at most 16 MiB. The error names
 /// what was looked for; the word that named the file adds which kind it is.
 pub fn load_distribution(name: &str) -> Result<String, String> {
-    let read = |p: &Path| infile::read_text(p, infile::MAX_TEXT_BYTES);
-    match read(Path::new(name)) {
-        Ok(text) => return Ok(text),
+    read_distribution(name, &mut Vec::new())
+}
+
+/// [`load_distribution`], adding the path it read to `read` (a replay must not
+/// write its output over a table it read).
+pub fn read_distribution(name: &str, read: &mut Vec<PathBuf>) -> Result<String, String> {
+    let text = |p: &Path| infile::read_text(p, infile::MAX_TEXT_BYTES);
+    match text(Path::new(name)) {
+        Ok(t) => {
+            read.push(PathBuf::from(name));
+            return Ok(t);
+        }
         Err(e) if !e.is_not_found() || name.contains('/') => return Err(e.to_string()),
         Err(_) => {}
     }
     for dir in ["/usr/lib/tc", "/usr/lib64/tc", "/usr/local/lib/tc"] {
-        match read(&Path::new(dir).join(format!("{name}.dist"))) {
-            Ok(text) => return Ok(text),
+        let p = Path::new(dir).join(format!("{name}.dist"));
+        match text(&p) {
+            Ok(t) => {
+                read.push(p);
+                return Ok(t);
+            }
             Err(e) if e.is_not_found() => continue,
             Err(e) => return Err(e.to_string()),
         }
@@ -89,6 +102,15 @@ pub fn config_words(path: &Path) -> Result<TomlWords> {
 /// Link words from an optional TOML file (`both`, then `a-to-b`) and then the
 /// command line's, each a layer that overrides the one before, parsed into a spec.
 pub fn link_spec(config: Option<&Path>, words: &[String]) -> Result<LinkSpec> {
+    link_spec_reading(config, words, &mut Vec::new())
+}
+
+/// [`link_spec`], adding the distribution tables the words read to `read`.
+pub fn link_spec_reading(
+    config: Option<&Path>,
+    words: &[String],
+    read: &mut Vec<PathBuf>,
+) -> Result<LinkSpec> {
     let mut layers: Vec<Vec<String>> = Vec::new();
     if let Some(path) = config {
         let toml = config_words(path)?;
@@ -102,8 +124,10 @@ pub fn link_spec(config: Option<&Path>, words: &[String]) -> Result<LinkSpec> {
             .collect(),
     );
     let layers: Vec<&[String]> = layers.iter().map(Vec::as_slice).collect();
-    LinkSpec::parse_layers(&layers, Dialect::Linkem, &mut load_distribution)
-        .map_err(|e| anyhow::anyhow!("link words: {e}"))
+    LinkSpec::parse_layers(&layers, Dialect::Linkem, &mut |name: &str| {
+        read_distribution(name, read)
+    })
+    .map_err(|e| anyhow::anyhow!("link words: {e}"))
 }
 
 /// A seed for runs that did not give one: different per run, printed so the run
@@ -187,7 +211,8 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     if crate::replay_rules::wanted(args, &args.rules)? {
         return crate::replay_rules::run(args, &args.rules);
     }
-    let spec = link_spec(args.config.as_deref(), &args.words)?;
+    let mut tables = Vec::new();
+    let spec = link_spec_reading(args.config.as_deref(), &args.words, &mut tables)?;
     let seed = spec.seed.unwrap_or_else(fresh_seed);
     if spec.seed.is_none() {
         eprintln!("linkem: seed {seed} (add 'seed {seed}' to repeat this run exactly)");
@@ -195,11 +220,13 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     let link_text = spec.link.to_string();
 
     // Before anything is opened for writing: an output must not be an input.
-    let mut inputs: Vec<&Path> = vec![&args.input];
-    inputs.extend(args.config.as_deref());
-    let mut outputs: Vec<&Path> = vec![&args.output];
-    outputs.extend(args.events.as_deref());
-    outfile::check_distinct(&inputs, &outputs)?;
+    let mut inputs = base_inputs(args);
+    inputs.extend(
+        tables
+            .into_iter()
+            .map(|p| FileUse::new("distribution table named in the link words", p)),
+    );
+    outfile::check_distinct(&inputs, &outputs(args))?;
 
     let signals = SignalGuard::install()?;
     let mut reader = CaptureReader::open(&args.input).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -263,6 +290,20 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         elapsed.as_secs_f64(),
     );
     Ok(())
+}
+
+/// What every replay reads whatever drives it: the capture and `--config`.
+pub(crate) fn base_inputs(args: &ReplayArgs) -> Vec<FileUse> {
+    let mut inputs = vec![FileUse::new("input capture", &args.input)];
+    inputs.extend(args.config.iter().map(|p| FileUse::new("--config", p)));
+    inputs
+}
+
+/// What a replay writes: the output capture and `--events`.
+pub(crate) fn outputs(args: &ReplayArgs) -> Vec<FileUse> {
+    let mut outputs = vec![FileUse::new("output capture", &args.output)];
+    outputs.extend(args.events.iter().map(|p| FileUse::new("--events", p)));
+    outputs
 }
 
 /// The `--events` file, with its header line.

@@ -7,7 +7,7 @@
 //! Output order is by (release time, decision order) over all pipes, kept in
 //! one [`ReleaseQueue`] of the packets in flight (see the node's module doc for why).
 
-use crate::replay::{fresh_seed, load_distribution, ReplayArgs, SignalGuard};
+use crate::replay::{fresh_seed, read_distribution, ReplayArgs, SignalGuard};
 use crate::StatsFormat;
 use anyhow::{bail, Context, Result};
 use linkem_core::config::toml::toml_error;
@@ -18,12 +18,12 @@ use linkem_core::rules::{parse_rules, FlowKey, L2Kind, RuleSet, Side};
 use linkem_core::units::{format_rate_bps, format_time_ns};
 use linkem_io::capture::{CaptureReader, CaptureWriter};
 use linkem_io::infile;
-use linkem_io::outfile::{self, OutputFile};
+use linkem_io::outfile::{self, FileUse, OutputFile};
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// The rule options of `linkem replay`.
@@ -201,33 +201,104 @@ fn read_small(what: &str, path: &Path) -> Result<String> {
 /// `base` (the rule file's directory) or as given.
 /// `sides`: the names `recv`/`xmit`/`via` accept for IF_A and IF_B besides `a` and `b`.
 pub fn load_rules(text: &str, base: Option<&Path>, sides: [&str; 2]) -> Result<RuleSet> {
-    load_rules_recording(text, base, sides, &mut Default::default())
+    load_rules_recording(text, None, base, sides, &mut Default::default())
 }
 
 /// [`load_rules`], keeping each file read by the name the rules gave it.
+/// `text_file`: the file the rule text came from (`--rules` or `--config`), for
+/// what an error may quote ([`load_rules_reading`]).
 pub fn load_rules_recording(
     text: &str,
+    text_file: Option<&Path>,
     base: Option<&Path>,
     sides: [&str; 2],
-    read_files: &mut std::collections::HashMap<String, String>,
+    read_files: &mut HashMap<String, String>,
 ) -> Result<RuleSet> {
-    let mut files = |name: &str| -> Result<String, String> {
-        let read = |p: &Path| infile::read_text(p, infile::MAX_TEXT_BYTES);
-        if let Some(b) = base {
-            match read(&b.join(name)) {
-                Ok(t) => {
-                    read_files.insert(name.to_string(), t.clone());
-                    return Ok(t);
+    load_rules_reading(text, text_file, base, sides, read_files, &mut Vec::new())
+}
+
+/// [`load_rules_recording`], adding the path of every file the rules read to
+/// `paths` (a replay must not write over one). An error quotes no word of a
+/// file that the user who started linkem may not read by its permission bits
+/// (`linkem_io::infile::starter_may_read`), the rule file's or one it names:
+/// with such a file involved, quoted words other than short plain ones are
+/// replaced by their length, and so is every word of that file.
+pub fn load_rules_reading(
+    text: &str,
+    text_file: Option<&Path>,
+    base: Option<&Path>,
+    sides: [&str; 2],
+    read_files: &mut HashMap<String, String>,
+    paths: &mut Vec<PathBuf>,
+) -> Result<RuleSet> {
+    let mut hidden: Vec<String> = Vec::new();
+    if text_file.is_some_and(|f| !infile::starter_may_read(f)) {
+        hidden.push(text.to_string());
+    }
+    let parsed = {
+        let mut files = |name: &str| -> Result<String, String> {
+            let mut got = |path: PathBuf, t: String| {
+                if !infile::starter_may_read(&path) {
+                    hidden.push(t.clone());
                 }
-                Err(e) if !e.is_not_found() => return Err(e.to_string()),
-                Err(_) => {}
+                paths.push(path);
+                read_files.insert(name.to_string(), t.clone());
+                t
+            };
+            if let Some(b) = base {
+                let p = b.join(name);
+                match infile::read_text(&p, infile::MAX_TEXT_BYTES) {
+                    Ok(t) => return Ok(got(p, t)),
+                    Err(e) if !e.is_not_found() => return Err(e.to_string()),
+                    Err(_) => {}
+                }
             }
-        }
-        let t = load_distribution(name)?;
-        read_files.insert(name.to_string(), t.clone());
-        Ok(t)
+            let mut read = Vec::new();
+            let t = read_distribution(name, &mut read)?;
+            match read.pop() {
+                Some(p) => Ok(got(p, t)),
+                None => Ok(t),
+            }
+        };
+        parse_rules(text, sides, &mut files)
     };
-    parse_rules(text, sides, &mut files).map_err(|e| anyhow::anyhow!("rules: {e}"))
+    parsed.map_err(|e| anyhow::anyhow!("rules: {}", redact(&e.to_string(), &hidden)))
+}
+
+/// A word an error may show from any file: short, of the characters numbers,
+/// units and names are written with (as `linkem_core::dist` decides for tables).
+fn plain_word(w: &str) -> bool {
+    const MAX_SHOWN_BYTES: usize = 16;
+    w.len() <= MAX_SHOWN_BYTES
+        && w.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".+-%_,".contains(&b))
+}
+
+/// `message` without the content of the `hidden` texts: when there are any,
+/// every quoted piece ('...', as the parsers quote words) that is not a
+/// [`plain_word`], and every word of those texts, is replaced by its length.
+fn redact(message: &str, hidden: &[String]) -> String {
+    if hidden.is_empty() {
+        return message.to_string();
+    }
+    let words: std::collections::HashSet<&str> = hidden
+        .iter()
+        .flat_map(|t| t.split_whitespace())
+        .filter(|w| !plain_word(w))
+        .collect();
+    let quoted = message.split('\'').skip(1).step_by(2);
+    let mut found: Vec<&str> = quoted
+        .filter(|q| !plain_word(q))
+        .chain(message.split_whitespace().filter(|w| words.contains(w)))
+        .collect();
+    // Longest first, so that a word inside a longer one is not replaced first.
+    found.sort_by_key(|w| std::cmp::Reverse(w.len()));
+    found.dedup();
+    let mut out = message.to_string();
+    for w in found.into_iter().filter(|w| !w.is_empty()) {
+        out = out.replace(w, &format!("<{} bytes not shown>", w.len()));
+    }
+    out
 }
 
 /// A packet the node has not decided yet: its capture time (ns), its length on
@@ -270,14 +341,16 @@ struct RulesReplay {
 
 /// Runs the replay through rules; called when [`wanted`] says rules were asked for.
 pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
-    let (mut node, seed) = build_node(args, rargs)?;
+    let (mut node, seed, named) = build_node(args, rargs)?;
     // Before anything is opened for writing: an output must not be an input.
-    let mut inputs: Vec<&Path> = vec![&args.input];
-    inputs.extend(args.config.as_deref());
-    inputs.extend(rargs.file.as_deref());
-    let mut outputs: Vec<&Path> = vec![&args.output];
-    outputs.extend(args.events.as_deref());
-    outfile::check_distinct(&inputs, &outputs)?;
+    let mut inputs = crate::replay::base_inputs(args);
+    inputs.extend(rargs.file.iter().map(|p| FileUse::new("--rules", p)));
+    inputs.extend(
+        named
+            .into_iter()
+            .map(|p| FileUse::new("file named in the rules", p)),
+    );
+    outfile::check_distinct(&inputs, &crate::replay::outputs(args))?;
     let signals = SignalGuard::install().context("cannot install the signal handler")?;
 
     let mut reader = CaptureReader::open(&args.input).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -340,12 +413,22 @@ pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
     Ok(())
 }
 
-/// The node of the rules (from `--rules` or the config) and the seed it draws
-/// from: the one given, or a fresh one, printed so the run can be repeated.
-fn build_node(args: &ReplayArgs, rargs: &RulesArgs) -> Result<(Node, u64)> {
+/// The node of the rules (from `--rules` or the config), the seed it draws
+/// from (the one given, or a fresh one, printed so the run can be repeated) and
+/// the files the rules named.
+fn build_node(args: &ReplayArgs, rargs: &RulesArgs) -> Result<(Node, u64, Vec<PathBuf>)> {
     let (text, seed) = rules_text(args, rargs)?.expect("called when rules are wanted");
     let base = rargs.file.as_deref().and_then(Path::parent);
-    let set = load_rules(&text, base, ["a", "b"])?;
+    let text_file = rargs.file.as_deref().or(args.config.as_deref());
+    let mut named = Vec::new();
+    let set = load_rules_reading(
+        &text,
+        text_file,
+        base,
+        ["a", "b"],
+        &mut HashMap::new(),
+        &mut named,
+    )?;
     let seed = seed.unwrap_or_else(|| {
         let s = fresh_seed();
         eprintln!("linkem: seed {s} (add 'seed {s}' to repeat this run exactly)");
@@ -360,7 +443,7 @@ fn build_node(args: &ReplayArgs, rargs: &RulesArgs) -> Result<(Node, u64)> {
             ..Default::default()
         },
     );
-    Ok((node, seed))
+    Ok((node, seed, named))
 }
 
 /// The `--events` file, with its header line.

@@ -766,3 +766,56 @@ fn seed_003_mac_profile_matches_replay_of_the_same_seed(backend: &str) {
         );
     }
 }
+
+/// A rules bridge holds both interfaces' locks for its whole life (it used to
+/// let them go as soon as it had started, and a second bridge then forwarded
+/// every frame a second time): a second linkem on them, plain or with rules,
+/// is refused while it runs, and starts once it has stopped.
+#[test]
+fn a_second_bridge_is_refused_while_a_rules_bridge_runs() {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let topo = topology("lkrL");
+    let rules = rules_file("pipe 1 config delay 1ms\nadd 100 pipe 1 ip from any to any\n");
+    let path = rules.path.to_str().unwrap();
+    let second = |extra: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_linkem"))
+            .args(["bridge", &topo.emu_a, &topo.emu_b, "--backend", "packet"])
+            .args([
+                "--duration",
+                "1",
+                "--max-lag",
+                "off",
+                "--name",
+                "lkrL-second",
+            ])
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).to_string(),
+        )
+    };
+    let first = start(&topo, "packet", &rules, &[]);
+    for extra in [&[][..], &["--rules", path][..]] {
+        let (code, err) = second(extra);
+        assert_eq!(
+            code,
+            Some(1),
+            "a second bridge {extra:?} ran beside the rules bridge: {err}"
+        );
+        assert!(
+            err.contains("already in use by another linkem"),
+            "refused for the lock: {err}"
+        );
+    }
+    // The first is unharmed and still forwards.
+    let rtt = ping_median_ms(&topo, 5);
+    assert!(rtt >= 2.0, "RTT {rtt} ms through two 1 ms pipes");
+    first.stop();
+    let (code, err) = second(&["--rules", path]);
+    assert_eq!(code, Some(0), "starts once the first has stopped: {err}");
+}

@@ -210,18 +210,14 @@ pub type Made = HashSet<(usize, u32)>;
 /// The action of a rule body (`[prob P] ACTION ...`): its word and, for
 /// `pipe N` / `queue N`, the object it sends to.
 fn rule_action(words: &[String]) -> (Option<&str>, Option<(Kind, u32)>) {
-    let mut w = words.iter().map(String::as_str);
-    let mut action = w.next();
-    if action == Some("prob") {
-        w.next();
-        action = w.next();
-    }
-    let target = match action {
-        Some("pipe") => w.next().and_then(parse_number).map(|n| (Kind::Pipe, n)),
-        Some("queue") => w.next().and_then(parse_number).map(|n| (Kind::Queue, n)),
+    let body: Vec<&str> = words.iter().map(String::as_str).collect();
+    let at = if body.first() == Some(&"prob") { 2 } else { 0 };
+    let target = rule_target(&body).and_then(|(kind, n)| match kind {
+        ObjectKind::Pipe => Some((Kind::Pipe, n)),
+        ObjectKind::Queue => Some((Kind::Queue, n)),
         _ => None,
-    };
-    (action, target)
+    });
+    (words.get(at).map(String::as_str), target)
 }
 
 /// The rule set of a running bridge and the bridge itself.
