@@ -143,7 +143,14 @@ impl Bridge {
     }
 
     /// [`Bridge::stop`], and what linkem wrote on stderr.
-    pub fn stop_with_stderr(mut self) -> (Value, String) {
+    pub fn stop_with_stderr(self) -> (Value, String) {
+        let (mut lines, stderr) = self.stop_with_lines();
+        (lines.pop().expect("a final line"), stderr)
+    }
+
+    /// [`Bridge::stop`], with every stats line printed (the periodic ones of
+    /// `--stats-interval`, then the final one), and linkem's stderr.
+    pub fn stop_with_lines(mut self) -> (Vec<Value>, String) {
         self.signal(libc::SIGINT);
         let t = Instant::now();
         while self.child.try_wait().unwrap().is_none() {
@@ -168,11 +175,14 @@ impl Bridge {
             .read_to_string(&mut stderr)
             .unwrap();
         assert!(status.success(), "linkem failed: {stderr}");
-        let last = stdout
+        let lines: Vec<Value> = stdout
             .lines()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let v = lines
             .last()
             .unwrap_or_else(|| panic!("no counts printed; stderr: {stderr}"));
-        let v: Value = serde_json::from_str(last).unwrap();
         assert_eq!(v["final"], true);
         for d in v["directions"].as_array().unwrap() {
             let fates: u64 = d["fates"]
@@ -187,7 +197,7 @@ impl Bridge {
                 "received + segmented = delivered + drops by reason + in flight: {d}"
             );
         }
-        (v, stderr)
+        (lines, stderr)
     }
 }
 
