@@ -325,6 +325,10 @@ fn idle_instances_expire_by_time_with_no_further_packet() {
          (after the traffic: {live_after_traffic:?})",
         HOLD_NS / 1_000_000
     );
-    assert_eq!(expired, u64::from(SOURCES), "pipe 1's instances counted expired");
+    assert_eq!(
+        expired,
+        u64::from(SOURCES),
+        "pipe 1's instances counted expired"
+    );
     assert!(stats[0].adds_up(), "{:?}", stats[0]);
 }

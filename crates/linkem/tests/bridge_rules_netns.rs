@@ -793,7 +793,8 @@ fn idle_instances_expire_by_time_with_no_further_packet() {
     let dst = topo.addr_b;
     in_ns(&topo.ns_a, || {
         for i in 0..PORTS {
-            let sock = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 41000 + i)).unwrap();
+            let sock =
+                UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 41000 + i)).unwrap();
             for port in [7001, 7002] {
                 sock.send_to(b"expire me", SocketAddrV4::new(dst, port))
                     .unwrap();
@@ -807,7 +808,12 @@ fn idle_instances_expire_by_time_with_no_further_packet() {
     let instances = |v: &Value| v["node"]["flow_instances"].as_u64().unwrap();
     let seen: Vec<(u64, u64)> = lines
         .iter()
-        .map(|v| (instances(v), v["node"]["flow_memory_bytes"].as_u64().unwrap()))
+        .map(|v| {
+            (
+                instances(v),
+                v["node"]["flow_memory_bytes"].as_u64().unwrap(),
+            )
+        })
         .collect();
     eprintln!("(instances, charged bytes) per stats line: {seen:?}");
     assert_eq!(
