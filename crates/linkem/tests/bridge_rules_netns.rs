@@ -781,7 +781,7 @@ fn idle_instances_expire_by_time_with_no_further_packet() {
     if skip() {
         return;
     }
-    let topo = topology_with("lkr9", true);
+    let topo = topology_with("lkrx", true);
     let rules = rules_file(
         "pipe 1 config delay 1ms mask src-port 0xffff\n\
          pipe 2 config bw 100Mbit/s mask src-port 0xffff\n\

@@ -90,6 +90,10 @@ pub fn add_address(topo: &Topology, ns: &str, dev: &str, addr: Ipv4Addr) {
 
 pub struct Bridge {
     pub child: Child,
+    /// linkem's stdout, read as it comes: with `--stats-interval` the lines
+    /// would otherwise fill the pipe, and linkem would block writing them
+    /// (and so not stop on SIGINT).
+    stdout: Option<std::thread::JoinHandle<String>>,
 }
 
 impl Bridge {
@@ -118,7 +122,17 @@ impl Bridge {
             .expect("linkem starts");
         // Opening sockets and attaching programs takes a few ms; give it room.
         std::thread::sleep(Duration::from_millis(400));
-        let mut b = Bridge { child };
+        let mut child = child;
+        let mut out = child.stdout.take().expect("piped stdout");
+        let stdout = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = out.read_to_string(&mut text);
+            text
+        });
+        let mut b = Bridge {
+            child,
+            stdout: Some(stdout),
+        };
         if let Some(status) = b.child.try_wait().unwrap() {
             let mut err = String::new();
             b.child
@@ -161,13 +175,8 @@ impl Bridge {
             std::thread::sleep(Duration::from_millis(20));
         }
         let status = self.child.wait().unwrap();
-        let (mut stdout, mut stderr) = (String::new(), String::new());
-        self.child
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_string(&mut stdout)
-            .unwrap();
+        let stdout = self.stdout.take().unwrap().join().unwrap();
+        let mut stderr = String::new();
         self.child
             .stderr
             .take()
@@ -230,10 +239,12 @@ impl Drop for Bridge {
         }
         // A test failed with the bridge running: its counts (by fate, per
         // direction and per pipe) and its stderr tell where the frames went.
-        let (mut stdout, mut stderr) = (String::new(), String::new());
-        if let Some(mut o) = self.child.stdout.take() {
-            let _ = o.read_to_string(&mut stdout);
-        }
+        let mut stderr = String::new();
+        let stdout = self
+            .stdout
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default();
         if let Some(mut e) = self.child.stderr.take() {
             let _ = e.read_to_string(&mut stderr);
         }
