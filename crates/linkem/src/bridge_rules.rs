@@ -21,7 +21,9 @@ use crate::bridge::{
 use crate::control::rules::{Rules, Source};
 use crate::control::Model;
 use crate::replay::fresh_seed;
-use crate::replay_rules::{load_rules_recording, node_json_listing, node_text, rules_source};
+use crate::replay_rules::{
+    load_rules_recording, node_json_listing, node_text_listing, rules_source,
+};
 use crate::StatsFormat;
 use anyhow::{bail, Context, Result};
 use linkem_core::node::{Node, NodeConfig};
@@ -317,7 +319,7 @@ fn apply_reload(model: &Model, loaded: Loaded, node_cfg: NodeConfig) {
     });
 }
 
-/// Instances of each pipe and scheduler a periodic `--stats json` line lists
+/// Instances of each pipe and scheduler a periodic `--stats` print lists
 /// (the final line lists all; `instances` gives the count): the listing is
 /// built under the node's lock, so its cost must not grow with a flood of flows.
 const LISTED_PER_PIPE: usize = 100;
@@ -377,7 +379,8 @@ fn print_rules_stats(
                     s.name, d.denied, d.flow_limit, d.red_drop, d.aqm_drop, d.flushed
                 );
             }
-            print!("{}", bridge.with_node(node_text));
+            let most = if last { usize::MAX } else { LISTED_PER_PIPE };
+            print!("{}", bridge.with_node(|n| node_text_listing(n, most)));
         }
     }
 }

@@ -618,13 +618,19 @@ fn stats_text(args: &ReplayArgs, node: &Node, seed: u64, tally: &Tally) -> Strin
 /// counters (`ipfw -a list`) and schedulers (`ipfw sched show`), as
 /// `--stats` prints them after a replay or a bridge run.
 pub fn node_text(node: &Node) -> String {
+    node_text_listing(node, usize::MAX)
+}
+
+/// [`node_text`] listing at most `most` instances of each pipe and scheduler
+/// (see [`node_json_listing`]).
+pub fn node_text_listing(node: &Node, most: usize) -> String {
     let mut s = String::new();
     use std::fmt::Write as _;
     let _ = writeln!(s, "\n# ipfw pipe show");
-    s.push_str(&pipes_text(node, None));
+    s.push_str(&pipes_text_listing(node, None, most));
     let _ = writeln!(s, "\n# ipfw -a list");
     s.push_str(&rule_counters_text(node));
-    s.push_str(&crate::replay_sched::stats_text(node));
+    s.push_str(&crate::replay_sched::stats_text_listing(node, most));
     s
 }
 
@@ -660,6 +666,12 @@ fn expired_and_refused(node: &Node, idx: usize) -> (u64, u64) {
 
 /// The pipes (or pipe `only`) with their flows, as `ipfw pipe show` prints them.
 pub fn pipes_text(node: &Node, only: Option<u32>) -> String {
+    pipes_text_listing(node, only, usize::MAX)
+}
+
+/// [`pipes_text`] with at most `most` flows of each pipe, and a line saying
+/// how many more there are.
+fn pipes_text_listing(node: &Node, only: Option<u32>, most: usize) -> String {
     let mut s = String::new();
     use std::fmt::Write as _;
     for (idx, p) in node
@@ -709,8 +721,12 @@ pub fn pipes_text(node: &Node, only: Option<u32>) -> String {
             s,
             "BKT Prot ___Source IP/port____ ____Dest. IP/port____ Tot_pkt/bytes Pkt Drp"
         );
-        for i in p.instances() {
+        for i in p.instances().take(most) {
             let _ = writeln!(s, "{}", flow_line(i));
+        }
+        let more = p.active_instances().saturating_sub(most);
+        if more > 0 {
+            let _ = writeln!(s, "    ({more} more flows not listed)");
         }
     }
     s

@@ -83,10 +83,34 @@ pub fn stats_text(node: &Node) -> String {
     stats_text_only(node, Only::default())
 }
 
+/// [`stats_text`] with at most `most` instances of each scheduled pipe.
+pub fn stats_text_listing(node: &Node, most: usize) -> String {
+    stats_text_some(node, Only::default(), most)
+}
+
 /// [`stats_text`] of the schedulers and queues `only` names.
 pub fn stats_text_only(node: &Node, only: Only) -> String {
+    stats_text_some(node, only, usize::MAX)
+}
+
+/// The links `only` names, at most `most` instances of each pipe (they come
+/// by pipe).
+fn first_links(node: &Node, only: Only, most: usize) -> Vec<&SchedLink> {
+    let mut links = only.links(node);
+    let mut seen = (u32::MAX, 0usize);
+    links.retain(|l| {
+        if seen.0 != l.pipe {
+            seen = (l.pipe, 0);
+        }
+        seen.1 += 1;
+        seen.1 <= most
+    });
+    links
+}
+
+fn stats_text_some(node: &Node, only: Only, most: usize) -> String {
     let mut s = String::new();
-    let links = only.links(node);
+    let links = first_links(node, only, most);
     if links.is_empty() {
         return s;
     }
@@ -167,17 +191,7 @@ pub fn stats_json_only(node: &Node, only: Only) -> serde_json::Value {
 }
 
 fn stats_json_some(node: &Node, only: Only, most: usize) -> serde_json::Value {
-    let mut links = only.links(node);
-    // Instances come by pipe: keep the first `most` of each.
-    let mut seen = (u32::MAX, 0usize);
-    links.retain(|l| {
-        if seen.0 != l.pipe {
-            seen = (l.pipe, 0);
-        }
-        seen.1 += 1;
-        seen.1 <= most
-    });
-    let v: Vec<_> = links
+    let v: Vec<_> = first_links(node, only, most)
         .into_iter()
         .map(|l| {
             let p = &l.sched.params;
@@ -331,6 +345,12 @@ mod tests {
         assert!(all["flow_memory_bytes"].as_u64().unwrap() > 0, "{all}");
         let few = crate::replay_rules::node_json_listing(&node, 2);
         assert_eq!(counts(&few), (10, 5, 2, 5, 2), "{few}");
+        let text = crate::replay_rules::node_text_listing(&node, 2);
+        assert!(text.contains("(3 more flows not listed)"), "{text}");
+        assert_eq!(text.matches("00002: type FQ_CODEL").count(), 2, "{text}");
+        let all = crate::replay_rules::node_text(&node);
+        assert_eq!(all.matches("00002: type FQ_CODEL").count(), 5, "{all}");
+        assert!(!all.contains("not listed"), "{all}");
     }
 
     #[test]
