@@ -23,7 +23,9 @@ use crate::bridge::{
 use crate::control::rules::{Rules, Source};
 use crate::control::Model;
 use crate::replay::fresh_seed;
-use crate::replay_rules::{load_rules_recording, node_json, node_text, rules_source};
+use crate::replay_rules::{
+    load_rules_recording, node_json_listing, node_text_listing, rules_source,
+};
 use crate::StatsFormat;
 use anyhow::{bail, Context, Result};
 use linkem_core::node::{Node, NodeConfig};
@@ -326,6 +328,11 @@ fn apply_reload(model: &Model, loaded: Loaded, node_cfg: NodeConfig) {
     });
 }
 
+/// Instances of each pipe and scheduler a periodic `--stats` print lists
+/// (the final line lists all; `instances` gives the count): the listing is
+/// built under the node's lock, so its cost must not grow with a flood of flows.
+const LISTED_PER_PIPE: usize = 100;
+
 /// The bridge's counts (with the node's own drops beside each direction's
 /// fates), then the node's pipes, rules and schedulers as replay prints them.
 fn print_rules_stats(
@@ -352,7 +359,8 @@ fn print_rules_stats(
                     d
                 })
                 .collect();
-            let node = bridge.with_node(node_json);
+            let most = if last { usize::MAX } else { LISTED_PER_PIPE };
+            let node = bridge.with_node(|n| node_json_listing(n, most));
             let objects = objects_json(&bridge.object_stats());
             let out = json!({
                 "elapsed_s": secs,
@@ -380,7 +388,8 @@ fn print_rules_stats(
                     s.name, d.denied, d.flow_limit, d.red_drop, d.aqm_drop, d.flushed
                 );
             }
-            print!("{}", bridge.with_node(node_text));
+            let most = if last { usize::MAX } else { LISTED_PER_PIPE };
+            print!("{}", bridge.with_node(|n| node_text_listing(n, most)));
         }
     }
 }

@@ -717,13 +717,19 @@ fn stats_text(args: &ReplayArgs, node: &Node, seed: u64, tally: &Tally) -> Strin
 /// counters (`ipfw -a list`) and schedulers (`ipfw sched show`), as
 /// `--stats` prints them after a replay or a bridge run.
 pub fn node_text(node: &Node) -> String {
+    node_text_listing(node, usize::MAX)
+}
+
+/// [`node_text`] listing at most `most` instances of each pipe and scheduler
+/// (see [`node_json_listing`]).
+pub fn node_text_listing(node: &Node, most: usize) -> String {
     let mut s = String::new();
     use std::fmt::Write as _;
     let _ = writeln!(s, "\n# ipfw pipe show");
-    s.push_str(&pipes_text(node, None));
+    s.push_str(&pipes_text_listing(node, None, most));
     let _ = writeln!(s, "\n# ipfw -a list");
     s.push_str(&rule_counters_text(node));
-    s.push_str(&crate::replay_sched::stats_text(node));
+    s.push_str(&crate::replay_sched::stats_text_listing(node, most));
     s
 }
 
@@ -744,14 +750,34 @@ pub fn rule_counters_text(node: &Node) -> String {
     s
 }
 
+/// Pipe `idx`'s instances expired and packets refused for want of a new
+/// one (`flow-limit`): a scheduled pipe's instances are its scheduler's, so
+/// are their counts.
+fn expired_and_refused(node: &Node, idx: usize) -> (u64, u64) {
+    match node.sched.links.get(idx) {
+        Some(Some(sp)) => (sp.expired, sp.flow_limit_drops),
+        _ => {
+            let p = &node.pipes()[idx];
+            (p.expired, p.flow_limit_drops)
+        }
+    }
+}
+
 /// The pipes (or pipe `only`) with their flows, as `ipfw pipe show` prints them.
 pub fn pipes_text(node: &Node, only: Option<u32>) -> String {
+    pipes_text_listing(node, only, usize::MAX)
+}
+
+/// [`pipes_text`] with at most `most` flows of each pipe, and a line saying
+/// how many more there are.
+fn pipes_text_listing(node: &Node, only: Option<u32>, most: usize) -> String {
     let mut s = String::new();
     use std::fmt::Write as _;
-    for p in node
+    for (idx, p) in node
         .pipes()
         .iter()
-        .filter(|p| only.is_none_or(|n| n == p.def.number))
+        .enumerate()
+        .filter(|(_, p)| only.is_none_or(|n| n == p.def.number))
     {
         let d = &p.def;
         let _ = writeln!(
@@ -787,18 +813,19 @@ pub fn pipes_text(node: &Node, only: Option<u32>) -> String {
         }
         if let Some(m) = &d.mask {
             let _ = writeln!(s, "    {}", mask_text(m));
-            let _ = writeln!(
-                s,
-                "    expired {} flow-limit drops {}",
-                p.expired, p.flow_limit_drops
-            );
+            let (expired, refused) = expired_and_refused(node, idx);
+            let _ = writeln!(s, "    expired {expired} flow-limit drops {refused}");
         }
         let _ = writeln!(
             s,
             "BKT Prot ___Source IP/port____ ____Dest. IP/port____ Tot_pkt/bytes Pkt Drp"
         );
-        for i in p.instances() {
+        for i in p.instances().take(most) {
             let _ = writeln!(s, "{}", flow_line(i));
+        }
+        let more = p.active_instances().saturating_sub(most);
+        if more > 0 {
+            let _ = writeln!(s, "    ({more} more flows not listed)");
         }
     }
     s
@@ -835,15 +862,35 @@ fn stats_json(
     v
 }
 
-/// [`node_text`] as JSON: `one_pass`, `unmatched`, `pipes`, `rules`, `schedulers`.
+/// [`node_text`] as JSON: `one_pass`, `unmatched`, `flow_instances` (live
+/// dynamic instances, pipe and scheduler), `flow_memory_bytes` (what they and
+/// their scheduler classes are charged against `--max-flow-memory`), `pipes`,
+/// `rules`, `schedulers`. Every live instance is listed.
 pub fn node_json(node: &Node) -> serde_json::Value {
+    node_json_listing(node, usize::MAX)
+}
+
+/// [`node_json`] listing at most `most` instances of each pipe (its `flows`)
+/// and of each scheduled pipe (its entries under `schedulers`); each pipe's
+/// `instances` gives how many are live. The bridge's periodic lines list a
+/// few: the listing is built under the node's lock, and a flood of flows
+/// would otherwise stall forwarding and take memory in proportion to the
+/// flows at every line.
+pub fn node_json_listing(node: &Node, most: usize) -> serde_json::Value {
     let pipes: Vec<_> = node
         .pipes()
         .iter()
-        .map(|p| {
+        .enumerate()
+        .map(|(idx, p)| {
             let d = &p.def;
+            let (expired, flow_limit_drops) = expired_and_refused(node, idx);
+            let instances = match node.sched.links.get(idx) {
+                Some(Some(sp)) => sp.active_instances(),
+                _ => p.active_instances(),
+            };
             let flows: Vec<_> = p
                 .instances()
+                .take(most)
                 .map(|i| {
                     json!({
                         "flow_id": format!("{:016x}", i.flow_id),
@@ -872,8 +919,9 @@ pub fn node_json(node: &Node) -> serde_json::Value {
                 "burst_bytes": d.burst_bytes,
                 "profile": d.profile.as_ref().map(|pf| json!({"name": pf.name, "loss_level": pf.loss_level, "samples": pf.table_ns.len()})),
                 "mask": d.mask.as_ref().map(mask_text),
-                "expired": p.expired,
-                "flow_limit_drops": p.flow_limit_drops,
+                "instances": instances,
+                "expired": expired,
+                "flow_limit_drops": flow_limit_drops,
                 "flows": flows,
             })
         })
@@ -888,8 +936,10 @@ pub fn node_json(node: &Node) -> serde_json::Value {
     json!({
         "one_pass": node.one_pass(),
         "unmatched": node.unmatched,
+        "flow_instances": node.live_flows(),
+        "flow_memory_bytes": node.flow_memory_bytes(),
         "pipes": pipes,
         "rules": rules,
-        "schedulers": crate::replay_sched::stats_json(node),
+        "schedulers": crate::replay_sched::stats_json_listing(node, most),
     })
 }
