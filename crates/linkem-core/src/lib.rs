@@ -40,6 +40,7 @@ pub mod loss;
 pub mod node;
 pub mod order;
 pub mod pipe;
+pub mod queue;
 pub mod rng;
 pub mod rules;
 pub mod sched;
