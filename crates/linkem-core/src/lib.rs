@@ -42,6 +42,7 @@ pub mod order;
 pub mod pipe;
 pub mod queue;
 pub mod rng;
+mod rulefile;
 pub mod rules;
 pub mod sched;
 pub mod units;
