@@ -27,7 +27,7 @@
 //!
 //! Ranges the parser enforces (anything else is an error naming the word):
 //! `sched`/`queue` numbers (and a queue's `pipe M`/`sched M`) 1..65535 in
-//! decimal ([`crate::rules::parse_decimal`]); `quantum` 1..1048576 bytes (fq_*),
+//! decimal ([`crate::rules::parse`]); `quantum` 1..1048576 bytes (fq_*),
 //! 64..2048 (rr, Dummynet's bounds of `lmax`); `limit` 1..20480 packets and
 //! `flows` 1..65536 (fq_* only);
 //! `queue` 1..100000 slots, or 1 B..4 GiB with a unit (B, K/KB/KBytes =
