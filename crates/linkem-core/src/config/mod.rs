@@ -27,8 +27,9 @@
 //! config` switches a line to the Dummynet dialect; a leading `netem` is skipped.
 //!
 //! # Modules
-//! [`words`] holds the table and the reading of each word, `parser` the cursor
-//! over the words and the draft that tracks who set what, `dummynet` Dummynet's
+//! [`words`] holds the table, the reading of each word and the loop that
+//! dispatches a layer's words, `parser` the cursor over the words and the
+//! draft that tracks who set what (below `words`, which uses it), `dummynet` Dummynet's
 //! units, [`toml`] the TOML file, `display` the canonical words.
 
 mod display;
@@ -225,7 +226,7 @@ impl LinkSpec {
         let mut offset = 0;
         for (layer, words) in layers.iter().enumerate() {
             let mut cursor = parser::Cursor::new(words, offset, layer, dialect, files);
-            cursor.read_all(&mut draft)?;
+            words::read_layer(&mut cursor, &mut draft)?;
             offset += words.len();
         }
         draft.finish()

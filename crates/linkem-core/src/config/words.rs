@@ -269,6 +269,22 @@ pub const UNSUPPORTED: &[(&str, &str, &str)] = &[
     ("slot", "netem", "slotted transmission"),
 ];
 
+/// Reads every word of the cursor's layer into `draft`, each by the reader of
+/// its form in [`WORDS`].
+pub(super) fn read_layer(c: &mut Cursor<'_, '_, '_>, draft: &mut Draft) -> Result<(), ConfigError> {
+    c.skip_pasted_prefix();
+    draft.dummynet |= c.dialect == Dialect::Dummynet;
+    while let Some(word) = c.peek() {
+        let at = c.next;
+        c.next += 1;
+        match find(word, c.dialect) {
+            Some(entry) => (entry.parse)(c, draft, at)?,
+            None => return Err(c.error(at, refusal(word, c.dialect))),
+        }
+    }
+    Ok(())
+}
+
 /// The first form that starts with `word` in `dialect`.
 pub(super) fn find(word: &str, dialect: Dialect) -> Option<&'static WordDoc> {
     WORDS

@@ -21,29 +21,10 @@
 
 use super::flow::v4_mapped;
 use crate::pipe::{FileReader, PipeDef};
+use crate::rulefile::{object_number, parse_number, rerr};
+pub use crate::rulefile::{parse_decimal, RulesError};
 use std::collections::{BTreeMap, HashMap};
 use std::net::{Ipv4Addr, Ipv6Addr};
-
-/// A rule file problem: the line, the word, what is wrong.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("line {line}: '{word}': {message}")]
-pub struct RulesError {
-    /// Line in the rule file, 1-based.
-    pub line: usize,
-    /// The word at fault, as written (empty when something is missing at the
-    /// end of the line).
-    pub word: String,
-    /// What is wrong with it.
-    pub message: String,
-}
-
-pub(crate) fn rerr(line: usize, word: &str, message: impl Into<String>) -> RulesError {
-    RulesError {
-        line,
-        word: word.to_string(),
-        message: message.into(),
-    }
-}
 
 /// What a matching rule does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -385,7 +366,7 @@ pub fn parse_rules_cached(
             Statement::Flush => set.rules.clear(),
         }
     }
-    crate::sched::words::check(&set, &queue_refs)?;
+    crate::sched::words::check(&set.sched, &set.pipes, &queue_refs)?;
     for (n, line, word) in pipe_refs {
         if !set.pipes.contains_key(&n) {
             return Err(rerr(
@@ -525,29 +506,6 @@ impl<'a> Iterator for Statements<'a> {
     }
 }
 
-/// A number that names a rule, pipe, queue or scheduler: decimal digits only
-/// (no sign, no `0x`), leading zeros allowed and read as decimal.
-pub fn parse_decimal(w: &str) -> Option<u64> {
-    if w.is_empty() || !w.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    // Only overflow can fail: the digits were checked.
-    w.parse().ok()
-}
-
-/// A rule, pipe, queue or scheduler number (`what`): decimal, 1..65535.
-pub(crate) fn object_number(line: usize, w: &str, what: &str) -> Result<u32, RulesError> {
-    match parse_decimal(w) {
-        Some(n @ 1..=65535) => Ok(n as u32),
-        _ if w.starts_with("0x") || w.starts_with("0X") => Err(rerr(
-            line,
-            w,
-            format!("a {what} number is decimal, 1..65535 (ipfw reads '{w}' as 0)"),
-        )),
-        _ => Err(rerr(line, w, format!("a {what} number is 1..65535"))),
-    }
-}
-
 fn no_more(words: &[&str], at: usize, line: usize) -> Result<(), RulesError> {
     match words.get(at) {
         Some(w) => Err(rerr(line, w, "unexpected word")),
@@ -670,18 +628,6 @@ pub fn says_something(text: &str) -> bool {
             )
         })
     })
-}
-
-/// ipfw's syntax for values (strtoul base 0): decimal, 0x hex, leading-0
-/// octal. Not for numbers that name things ([`parse_decimal`]).
-pub(crate) fn parse_number(w: &str) -> Option<u64> {
-    if let Some(h) = w.strip_prefix("0x").or_else(|| w.strip_prefix("0X")) {
-        u64::from_str_radix(h, 16).ok()
-    } else if w.len() > 1 && w.starts_with('0') {
-        u64::from_str_radix(&w[1..], 8).ok()
-    } else {
-        w.parse().ok()
-    }
 }
 
 struct Cursor<'a> {

@@ -64,8 +64,8 @@
 
 use super::{QueueParams, SchedKind, SchedParams};
 use crate::aqm::{AqmConfig, CoDelConfig, PieConfig, RedConfig};
-use crate::pipe::{parse_mask, FlowMask};
-use crate::rules::parse::{object_number, parse_number, rerr, RulesError};
+use crate::pipe::{parse_mask, FlowMask, PipeDef};
+use crate::rulefile::{object_number, parse_number, rerr, RulesError};
 use std::collections::BTreeMap;
 
 /// A `sched N config` line.
@@ -689,12 +689,13 @@ pub fn parse_line(set: &mut SchedSet, words: &[&str], line: usize) -> Result<(),
 
 /// Cross-checks after the whole file: every `queue N` action names a
 /// configured queue, every queue's pipe or sched exists, every sched has its
-/// pipe.
+/// pipe. `pipes` are the file's configured pipes by number
+/// ([`crate::rules::RuleSet::pipes`]).
 pub fn check(
-    set: &crate::rules::RuleSet,
+    s: &SchedSet,
+    pipes: &BTreeMap<u32, PipeDef>,
     queue_refs: &[(u32, usize, String)],
 ) -> Result<(), RulesError> {
-    let s = &set.sched;
     for (n, line, word) in queue_refs {
         if !s.queues.contains_key(n) {
             return Err(rerr(
@@ -707,10 +708,10 @@ pub fn check(
     for q in s.queues.values() {
         let p = q.parent.pipe();
         let named = match q.parent {
-            Parent::Pipe(_) => set.pipes.contains_key(&p),
-            Parent::Sched(_) => s.scheds.contains_key(&p) || set.pipes.contains_key(&p),
+            Parent::Pipe(_) => pipes.contains_key(&p),
+            Parent::Sched(_) => s.scheds.contains_key(&p) || pipes.contains_key(&p),
         };
-        if !named || !set.pipes.contains_key(&p) {
+        if !named || !pipes.contains_key(&p) {
             return Err(rerr(q.line, &p.to_string(), format!("queue {}: pipe {p} is not configured (sched {p} sends to pipe {p}'s link: add 'pipe {p} config bw ...')", q.number)));
         }
         // Dummynet's bounds per scheduler (it clamps; linkem refuses).
@@ -753,7 +754,7 @@ pub fn check(
         }
     }
     for d in s.scheds.values() {
-        if !set.pipes.contains_key(&d.number) {
+        if !pipes.contains_key(&d.number) {
             return Err(rerr(d.line, &d.number.to_string(), format!("sched {0} sends to pipe {0}, which is not configured (add 'pipe {0} config bw ...')", d.number)));
         }
     }
