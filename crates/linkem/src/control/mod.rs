@@ -37,7 +37,7 @@ pub mod rules;
 pub mod server;
 use linkem_io::creds as sys;
 
-use crate::bridge::direction_json;
+use crate::render::bridge_stats::direction_json;
 use linkem_core::{Fate, LinkConfig};
 use linkem_ctl::{Request, RuleRequest, NO_RULE_SET};
 use linkem_runtime::clock;
