@@ -33,7 +33,7 @@
 //! else claimed. The same checks run on each line of a batch as it arrives
 //! ([`Rules::check`]) and again on the whole batch at `commit`.
 
-use super::{Failure, PeerCred};
+use super::failure::Failure;
 use crate::render::node::{node_json, pipes_text};
 use crate::render::sched::{self, Only};
 use linkem_core::rules::{
@@ -41,6 +41,7 @@ use linkem_core::rules::{
     Statement,
 };
 use linkem_ctl::{Kind, Request, RuleRequest};
+use linkem_io::creds::PeerCred;
 use linkem_runtime::pipeline::NodeBridge;
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap, HashSet};
