@@ -1,7 +1,7 @@
 //! The arguments of the commands whose drivers come in two kinds: `linkem
 //! replay` (a link: [`crate::replay`]; rules: [`crate::replay_rules`]) and
 //! `linkem bridge` (a link per direction: [`crate::bridge`]; rules:
-//! [`crate::bridge_rules`]), each struct shared by both kinds, with what is
+//! `bridge_rules`), each struct shared by both kinds, with what is
 //! derived from the arguments alone: the files a replay reads and writes,
 //! the bridge's timing options.
 

@@ -1,6 +1,6 @@
 //! What a run takes from its process rather than its arguments: the signals
-//! that end or reload it (a replay's [`SignalGuard`], the bridge's
-//! [`signal_flags`]) and a fresh seed when none was given.
+//! that end or reload it (a replay's `SignalGuard`, the bridge's
+//! `signal_flags`) and a fresh seed when none was given.
 
 use anyhow::{bail, Context, Result};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,7 +1,7 @@
 //! What `--stats` prints at the end of `linkem replay`: through one link, the
 //! counts per fate and the time in the link; through rules, the counts per
 //! node fate followed by the node ([`super::node`]). Text or JSON
-//! (`StatsFormat`); the driver fills [`Summary`] or [`Tally`] as it goes.
+//! (`StatsFormat`); the driver fills `Summary` or `Tally` as it goes.
 
 use super::node::{node_json, node_text};
 use crate::args::ReplayArgs;
@@ -108,7 +108,7 @@ fn fmt_ms(ns: u64) -> String {
 /// What a rules replay counts, for the final report.
 #[derive(Default)]
 pub(crate) struct Tally {
-    /// Decisions by fate name ([`NodeFate::name`]); sums to `arrived` at the end.
+    /// Decisions by fate name ([`linkem_core::node::NodeFate::name`]); sums to `arrived` at the end.
     pub(crate) fates: BTreeMap<&'static str, u64>,
     /// Packets read from the capture (also the next packet's tag).
     pub(crate) arrived: u64,
