@@ -14,28 +14,20 @@
 //! the file, replacing what `linkem ctl` changed, and gives its objects to
 //! the uid that started linkem.
 
+use crate::args::{timing, BridgeArgs, Realtime, Timing, REALTIME_PRIORITY};
 use crate::backend::{
     check_capabilities, claim_interfaces, drop_capabilities, open_interface, BackendKind, Claimed,
 };
-use crate::bridge::{
-    direction_json, print_stats, timing, BridgeArgs, Realtime, Timing, REALTIME_PRIORITY,
-};
 use crate::control::rules::{Rules, Source};
 use crate::control::Model;
-use crate::replay::fresh_seed;
-use crate::replay_rules::{
-    load_rules_recording, node_json_listing, node_text_listing, rules_source,
-};
-use crate::StatsFormat;
+use crate::files::{load_rules_recording, rules_source};
+use crate::process::{fresh_seed, signal_flags};
+use crate::render::bridge_stats::print_rules_stats;
 use anyhow::{bail, Context, Result};
 use linkem_core::node::{Node, NodeConfig};
 use linkem_core::rules::RuleSet;
 use linkem_io::creds::starter_uid;
-use linkem_runtime::pipeline::{
-    buffer_bytes_for, DirectionStats, NodeBridge, NodeOptions, ObjectStats, ObjectsSnapshot,
-    DELAY_BUCKETS_NS,
-};
-use serde_json::json;
+use linkem_runtime::pipeline::{buffer_bytes_for, NodeBridge, NodeOptions};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -153,7 +145,7 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
     let claimed = claim_interfaces(&args.if_a, &args.if_b)?;
     // Before the socket is placed: a SIGINT during the start-up ends the run
     // through `serve`, which removes the socket (see `bridge::run`).
-    let (stop, reload) = crate::bridge::signal_flags()?;
+    let (stop, reload) = signal_flags()?;
     // control: opened while linkem may still create /run/linkem and chown the socket.
     let control = crate::control::server::prepare(&args.control, &args.if_a, &args.if_b)?;
     let bridge = start_node(args, backend, &claimed, &timing, buffer_bytes, node, &what)?;
@@ -326,119 +318,6 @@ fn apply_reload(model: &Model, loaded: Loaded, node_cfg: NodeConfig) {
         // None only once the bridge stops, when the new rules no longer matter.
         let _ = rules.bridge.reload(Node::new(loaded.set, cfg));
     });
-}
-
-/// Instances of each pipe and scheduler a periodic `--stats` print lists
-/// (the final line lists all; `instances` gives the count): the listing is
-/// built under the node's lock, so its cost must not grow with a flood of flows.
-const LISTED_PER_PIPE: usize = 100;
-
-/// The bridge's counts (with the node's own drops beside each direction's
-/// fates), then the node's pipes, rules and schedulers as replay prints them.
-fn print_rules_stats(
-    format: StatsFormat,
-    bridge: &NodeBridge,
-    stats: &[DirectionStats],
-    started: Instant,
-    seed: u64,
-    last: bool,
-) {
-    let secs = started.elapsed().as_secs_f64();
-    match format {
-        StatsFormat::None => {}
-        StatsFormat::Json => {
-            let dirs: Vec<serde_json::Value> = stats
-                .iter()
-                .map(|s| {
-                    let mut d = direction_json(s);
-                    if let Some(f) = d["fates"].as_object_mut() {
-                        for (name, n) in s.node_drops.named() {
-                            f.insert(name.into(), json!(n));
-                        }
-                    }
-                    d
-                })
-                .collect();
-            let most = if last { usize::MAX } else { LISTED_PER_PIPE };
-            let node = bridge.with_node(|n| node_json_listing(n, most));
-            let objects = objects_json(&bridge.object_stats());
-            let out = json!({
-                "elapsed_s": secs,
-                "final": last,
-                "seed": seed,
-                "directions": dirs,
-                "node": node,
-                "objects": objects,
-            });
-            println!(
-                "{}",
-                serde_json::to_string(&out).expect("a JSON value always serialises")
-            );
-        }
-        StatsFormat::Text => {
-            print_stats(format, stats, secs, seed, last);
-            println!(
-                "{:<6}{:>10}{:>12}{:>10}{:>10}{:>10}",
-                "dir", "denied", "flow-limit", "red-drop", "aqm-drop", "flushed"
-            );
-            for s in stats {
-                let d = &s.node_drops;
-                println!(
-                    "{:<6}{:>10}{:>12}{:>10}{:>10}{:>10}",
-                    s.name, d.denied, d.flow_limit, d.red_drop, d.aqm_drop, d.flushed
-                );
-            }
-            let most = if last { usize::MAX } else { LISTED_PER_PIPE };
-            print!("{}", bridge.with_node(|n| node_text_listing(n, most)));
-        }
-    }
-}
-
-/// The fates a pipe or queue counts, by name (as the directions name them).
-pub fn object_fates(s: &ObjectStats) -> [(&'static str, u64); 8] {
-    use linkem_core::Fate;
-    let f = &s.fates;
-    let d = &s.node_drops;
-    [
-        ("delivered", f.get(Fate::Delivered)),
-        ("loss", f.get(Fate::Loss)),
-        ("queue-full", f.get(Fate::QueueFull)),
-        ("policed", f.get(Fate::Policed)),
-        ("backpressure", f.get(Fate::Backpressure)),
-        ("red-drop", d.red_drop),
-        ("aqm-drop", d.aqm_drop),
-        ("flow-limit", d.flow_limit),
-    ]
-}
-
-/// `--stats json`'s `objects`: per pipe and per queue, the packets by fate,
-/// the packets and bytes in it now, and the histogram of time spent in it
-/// (`le_s`: bucket bounds in seconds; `counts`: cumulative, as Prometheus
-/// gives them, the last one all).
-pub fn objects_json(s: &ObjectsSnapshot) -> serde_json::Value {
-    let one = |key: &str, n: u32, o: &ObjectStats| {
-        let fates: serde_json::Map<String, serde_json::Value> = object_fates(o)
-            .iter()
-            .map(|(k, v)| ((*k).to_string(), json!(v)))
-            .collect();
-        json!({
-            key: n,
-            "fates": fates,
-            "delivered_bytes": o.delivered_bytes,
-            "queued_packets": o.queued_packets,
-            "queued_bytes": o.queued_bytes,
-            "time_in_pipe": {
-                "le_s": DELAY_BUCKETS_NS.iter().map(|b| *b as f64 / 1e9).collect::<Vec<_>>(),
-                "counts": o.delay.cumulative().to_vec(),
-                "sum_s": o.delay.sum_ns as f64 / 1e9,
-                "count": o.delay.count,
-            },
-        })
-    };
-    json!({
-        "pipes": s.pipes.iter().map(|(n, o)| one("pipe", *n, o)).collect::<Vec<_>>(),
-        "queues": s.queues.iter().map(|(n, o)| one("queue", *n, o)).collect::<Vec<_>>(),
-    })
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@
 //! pipes are the [`TOP_FLOWS`] busiest.
 
 use super::Model;
-use crate::replay_rules::addr;
+use crate::render::node::addr;
 use anyhow::{anyhow, Context, Result};
 use linkem_core::{Fate, LinkConfig};
 use linkem_runtime::pipeline::DirectionStats;
@@ -579,7 +579,7 @@ fn node_metrics(o: &mut String, r: &super::rules::Rules) {
 /// same snapshot type `--stats json` prints as `objects`): packets by fate,
 /// packets and bytes in it now, and the time spent in it as a histogram.
 fn objects_metrics(o: &mut String, s: &linkem_runtime::pipeline::ObjectsSnapshot) {
-    use crate::bridge_rules::object_fates;
+    use crate::render::bridge_stats::object_fates;
     use linkem_runtime::pipeline::{ObjectStats, DELAY_BUCKETS_NS};
     for (kind, list) in [("pipe", &s.pipes), ("queue", &s.queues)] {
         let name = format!("linkem_{kind}_fate_packets_total");

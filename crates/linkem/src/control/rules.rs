@@ -33,14 +33,15 @@
 //! else claimed. The same checks run on each line of a batch as it arrives
 //! ([`Rules::check`]) and again on the whole batch at `commit`.
 
-use super::{Failure, PeerCred};
-use crate::replay_rules::{node_json, pipes_text};
-use crate::replay_sched::Only;
+use super::failure::Failure;
+use crate::render::node::{node_json, pipes_text};
+use crate::render::sched::{self, Only};
 use linkem_core::rules::{
     parse_rules_cached, rule_target, statements, ObjectKind, RuleCache, RuleSet, RulesError,
     Statement,
 };
 use linkem_ctl::{Kind, Request, RuleRequest};
+use linkem_io::creds::PeerCred;
 use linkem_runtime::pipeline::NodeBridge;
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -682,10 +683,10 @@ impl Rules {
                     ));
                     objects.push(json!({"number": n, "config": o.words, "owner_uid": o.owner}));
                 }
-                text.push_str(&crate::replay_sched::stats_text_only(node, only));
+                text.push_str(&sched::stats_text_only(node, only));
                 json!({
                     kind_plural(kind): objects,
-                    "schedulers": crate::replay_sched::stats_json_only(node, only),
+                    "schedulers": sched::stats_json_only(node, only),
                     "text": text,
                     "owners": owners,
                 })

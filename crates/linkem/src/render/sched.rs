@@ -1,27 +1,15 @@
-//! What `linkem replay --rules` shows and does for pipes under a scheduler:
-//! CE marks set on the frames, and the queues' and flows' counters in
-//! `--stats` (text and JSON).
+//! Pipes under a scheduler as `ipfw sched show` lists them: each scheduler
+//! instance, its queues and their flows with their counters, as text and as
+//! JSON, for `--stats` after a replay or a bridge run and for `linkem ctl
+//! sched N show` / `queue N show` ([`Only`] picks what a listing shows).
 
-use linkem_core::aqm::ecn::{mark_ce, mark_ce_at};
 use linkem_core::node::Node;
 use linkem_core::pipe::MaskedKey;
-use linkem_core::rules::L2Kind;
 use linkem_core::sched::service::SchedLink;
 use linkem_core::sched::Class;
 use serde_json::json;
 use std::fmt::Write as _;
 use std::net::{Ipv4Addr, Ipv6Addr};
-
-/// Sets CE on a frame an AQM marked (the IPv4 checksum is updated).
-pub fn mark(frame: &mut [u8], l2: L2Kind) {
-    let _ = match l2 {
-        L2Kind::Ethernet => mark_ce(frame, false),
-        L2Kind::RawIp | L2Kind::Ipv4 | L2Kind::Ipv6 => mark_ce_at(frame, 0),
-        L2Kind::Null => mark_ce_at(frame, 4),
-        L2Kind::LinuxSll => mark_ce_at(frame, 16),
-        L2Kind::LinuxSll2 => mark_ce_at(frame, 20),
-    };
-}
 
 fn ms(ns: Option<u64>) -> String {
     ns.map_or("-".into(), |v| format!("{:.3}", v as f64 / 1e6))
@@ -340,15 +328,15 @@ mod tests {
                 v["schedulers"].as_array().unwrap().len(),
             )
         };
-        let all = crate::replay_rules::node_json(&node);
+        let all = crate::render::node::node_json(&node);
         assert_eq!(counts(&all), (10, 5, 5, 5, 5), "{all}");
         assert!(all["flow_memory_bytes"].as_u64().unwrap() > 0, "{all}");
-        let few = crate::replay_rules::node_json_listing(&node, 2);
+        let few = crate::render::node::node_json_listing(&node, 2);
         assert_eq!(counts(&few), (10, 5, 2, 5, 2), "{few}");
-        let text = crate::replay_rules::node_text_listing(&node, 2);
+        let text = crate::render::node::node_text_listing(&node, 2);
         assert!(text.contains("(3 more flows not listed)"), "{text}");
         assert_eq!(text.matches("00002: type FQ_CODEL").count(), 2, "{text}");
-        let all = crate::replay_rules::node_text(&node);
+        let all = crate::render::node::node_text(&node);
         assert_eq!(all.matches("00002: type FQ_CODEL").count(), 5, "{all}");
         assert!(!all.contains("not listed"), "{all}");
     }
