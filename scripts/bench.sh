@@ -13,24 +13,29 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 WARMUP=${WARMUP:-1}
 MEASURE=${MEASURE:-3}
+# Criterion writes under the cargo target directory, which CARGO_TARGET_DIR moves.
+criterion="${CARGO_TARGET_DIR:-target}/criterion"
 stamp=$(mktemp)
 trap 'rm -f "$stamp"' EXIT
 # --bench '*': only the bench targets (libtest in lib and bin targets would
 # refuse criterion's options).
 cargo bench --workspace --bench '*' -- --warm-up-time "$WARMUP" --measurement-time "$MEASURE" "$@"
 echo
-python3 - "$stamp" <<'PY'
+python3 - "$stamp" "$criterion" <<'PY'
 import json, os, sys, glob
 stamp = os.path.getmtime(sys.argv[1])
 rows = {}
-for path in glob.glob("target/criterion/**/new/benchmark.json", recursive=True):
+for path in glob.glob(os.path.join(sys.argv[2], "**/new/benchmark.json"), recursive=True):
     if os.path.getmtime(path) < stamp:
         continue
     bench = json.load(open(path))
     est = json.load(open(os.path.join(os.path.dirname(path), "estimates.json")))
     per_iter_ns = est["median"]["point_estimate"]
     elements = (bench.get("throughput") or {}).get("Elements") or 1
-    name = bench["function_id"] + (f"/{bench['value_str']}" if bench.get("value_str") else "")
+    # A benchmark named by its parameter alone (BenchmarkId::from_parameter) has
+    # no function_id, one without a parameter no value_str.
+    parts = [p for p in (bench.get("function_id"), bench.get("value_str")) if p]
+    name = "/".join(parts) or bench.get("full_id") or "?"
     rows.setdefault(bench["group_id"], []).append((name, per_iter_ns / elements))
 def is_baseline(name):
     return name.split("/")[0].startswith(("baseline", "plain", "std-"))

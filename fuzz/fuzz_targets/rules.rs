@@ -36,7 +36,7 @@ fuzz_target!(|data: &[u8]| {
             return;
         }
     };
-    let mut node = Node::new(set, NodeConfig { seed: 1, max_flows: 64, idle_hold_ns: 1_000_000 });
+    let mut node = Node::new(set, NodeConfig { seed: 1, max_flows: 64, idle_hold_ns: 1_000_000, ..NodeConfig::default() });
     let mut out = Vec::new();
     let (mut t, mut n, mut rest) = (0u64, 0u64, frames);
     let kinds = [L2Kind::Ethernet, L2Kind::RawIp, L2Kind::LinuxSll, L2Kind::LinuxSll2, L2Kind::Null];

@@ -515,6 +515,10 @@ fn bad_files_name_line_and_word() {
     assert_eq!(e.word, "loss");
     let e = err("pipe 1 config profile missing.txt\n");
     assert_eq!((e.line, e.word.as_str()), (1, "missing.txt"));
+    // A missing profile is called a profile (it was called a distribution).
+    assert_eq!(e.message, "profile 'missing.txt': no such file");
+    let e = err("pipe 1 config delay 10ms 2ms distribution missing.dist\n");
+    assert_eq!(e.message, "distribution 'missing.dist': no such file");
     let mut bad_profile = |_: &str| Ok("name x\nprob delay\n0.5 zz\n1 3\n".to_string());
     let e = parse_rules(
         "\npipe 2 config bw 1Mbit/s profile p\n",

@@ -305,9 +305,11 @@ fn number(c: &mut Cursor<'_>, what: &str) -> Result<u32, ParseError> {
     let w = c
         .take()
         .ok_or_else(|| c.here(format!("{what} number missing")))?;
-    match w.parse::<u32>() {
-        Ok(n) if (1..=MAX_NUMBER).contains(&n) => Ok(n),
-        _ => Err(c.here(format!("{what} number must be 1..{MAX_NUMBER}"))),
+    // The rule file's reading (decimal, as ipfw's atoi), so that a number
+    // names the same object here as in a file and in a rule's `pipe N`.
+    match linkem_core::rules::parse_decimal(w) {
+        Some(n) if (1..=u64::from(MAX_NUMBER)).contains(&n) => Ok(n as u32),
+        _ => Err(c.here(format!("{what} number must be 1..{MAX_NUMBER}, in decimal"))),
     }
 }
 
@@ -351,8 +353,8 @@ pub fn system_tables(name: &str) -> Result<String, String> {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
     if !plain {
         return Err(format!(
-            "distribution '{name}': over the control socket only built-in names and the \
-             system's tables by bare name (/usr/lib/tc/NAME.dist) are read"
+            "'{name}': over the control socket only the files the rule file named, built-in \
+             names and the system's tables by bare name (/usr/lib/tc/NAME.dist) are read"
         ));
     }
     for dir in ["/usr/lib/tc", "/usr/lib64/tc", "/usr/local/lib/tc"] {
@@ -360,7 +362,7 @@ pub fn system_tables(name: &str) -> Result<String, String> {
             return Ok(text);
         }
     }
-    Err(format!("no such distribution '{name}'"))
+    Err(format!("'{name}': no such table (/usr/lib/tc/{name}.dist)"))
 }
 
 /// Parses one request line (without its newline). `files` reads netem

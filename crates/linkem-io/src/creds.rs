@@ -93,6 +93,33 @@ pub fn starter_uid() -> u32 {
     uid
 }
 
+/// The groups of the user that started linkem ([`starter_uid`]): the real gid
+/// and the supplementary groups, or under sudo the caller's gid (`SUDO_GID`;
+/// sudo does not pass on the caller's other groups).
+pub fn starter_gids() -> Vec<u32> {
+    // Safety: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    if uid == 0 && starter_uid() != 0 {
+        return std::env::var("SUDO_GID")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .into_iter()
+            .collect();
+    }
+    // Safety: getgid has no preconditions and cannot fail.
+    let mut gids = vec![unsafe { libc::getgid() }];
+    // Safety: with size 0 getgroups only counts.
+    let n = unsafe { libc::getgroups(0, std::ptr::null_mut()) };
+    if n > 0 {
+        let mut more = vec![0 as libc::gid_t; n as usize];
+        // Safety: `more` has room for the n groups asked for.
+        let got = unsafe { libc::getgroups(n, more.as_mut_ptr()) };
+        more.truncate(got.max(0) as usize);
+        gids.extend(more);
+    }
+    gids
+}
+
 /// Whether the process runs with euid 0.
 pub fn is_root() -> bool {
     // Safety: geteuid has no preconditions and cannot fail.

@@ -9,12 +9,32 @@
 //! - [`driver_name`] (`ETHTOOL_GDRVINFO`) and [`rx_queue_count`]
 //!   (`ETHTOOL_GCHANNELS`: the receive queues an AF_XDP socket must be bound
 //!   to, one each).
-//! - [`InterfaceLock`]: one linkem per interface. The lock is an abstract
-//!   unix socket named after the interface's index, bound by the holder.
-//!   Abstract socket names belong to a network namespace, as interface
-//!   indices do, need no file (so no directory a non-root user must be able
-//!   to write) and vanish when the holder's last fd closes, even on SIGKILL,
-//!   so a killed linkem never leaves a stale lock behind.
+//! - [`InterfaceLock`]: one linkem per interface, held as a packet socket
+//!   bound to the interface and alone in a packet fanout group whose id is
+//!   derived from the interface index (`PACKET_FANOUT` with
+//!   `max_num_members = 1`, Linux 5.9+); a second member is refused by the
+//!   kernel with `ENOSPC`. Why this and not a name anyone may take:
+//!   - only a process with `CAP_NET_RAW` in the interface's network
+//!     namespace can open a packet socket, so an unprivileged user cannot
+//!     take the lock first and deny linkem the interface (an abstract unix
+//!     socket, linkem's old lock `@linkem/if/IFINDEX`, could be bound by
+//!     anyone); linkem needs `CAP_NET_RAW` for either backend anyway, and has
+//!     it when it claims the interfaces, as root or through file
+//!     capabilities alike;
+//!   - no file is involved, so no directory (such as `/run/linkem`) that a
+//!     non-root linkem would have to be able to write, and nothing is left
+//!     behind: the kernel drops the group when the socket closes, even on
+//!     SIGKILL, so a restart after `kill -9` works at once;
+//!   - fanout groups belong to a network namespace, as interface indices do,
+//!     and the membership outlives the interface going down and up.
+//!
+//!   The socket receives nothing: it is bound to an EtherType no protocol
+//!   uses ([`LOCK_ETHERTYPE`]) and a one-instruction filter drops even those
+//!   frames. Group ids are 16 bits: id = [`LOCK_FANOUT_BASE`] + index mod
+//!   2^16, so two interfaces of one namespace whose indices differ by a
+//!   multiple of 65536, or another program that uses the same group id, make
+//!   the lock fail with a message that says so (`EINVAL`), never succeed
+//!   twice.
 //! - [`Promiscuous`]: promiscuous mode through a packet socket's
 //!   `PACKET_MR_PROMISC` membership. The kernel counts such memberships and
 //!   drops them when the socket closes, however the process ends, so the
@@ -207,87 +227,183 @@ pub fn rx_queue_count(ifname: &str) -> u32 {
     from_sysfs.max(1)
 }
 
+/// The EtherType the lock's socket is bound to: IEEE 802 "local experimental
+/// EtherType 2", which no protocol uses, so the socket sees no traffic.
+pub const LOCK_ETHERTYPE: u16 = 0x88b6;
+
+/// The first of linkem's fanout group ids (`"lk"` in ASCII); the lock of
+/// interface index `i` uses `LOCK_FANOUT_BASE + i` (mod 2^16). Far from the
+/// small ids other programs pick by hand (Suricata's default is 99).
+pub const LOCK_FANOUT_BASE: u16 = 0x6c6b;
+
+/// `struct fanout_args` (linux/if_packet.h): the kernel's field order follows
+/// the byte order, so that `id` overlays the low 16 bits of the older `int`
+/// argument.
+#[repr(C)]
+struct FanoutArgs {
+    #[cfg(target_endian = "little")]
+    id: u16,
+    type_flags: u16,
+    #[cfg(target_endian = "big")]
+    id: u16,
+    max_num_members: u32,
+}
+
 /// Held while linkem uses an interface; see the module docs.
 #[derive(Debug)]
 pub struct InterfaceLock {
     _sock: OwnedFd,
-    /// The lock's abstract socket name as [`InterfaceLock::name_for`] gives it
-    /// (`@linkem/if/INDEX`).
+    /// What holds the lock, as [`InterfaceLock::name_for`] gives it, for messages.
     pub name: String,
 }
 
 /// Why [`InterfaceLock::take`] failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
-    /// The lock is already held in this network namespace, by another linkem or
-    /// by this process itself (`bind` said `EADDRINUSE`).
+    /// Another process in this network namespace holds the lock (its group
+    /// already has its one member): another linkem, or this process itself.
     #[error(
-        "interface '{ifname}' is already in use by another linkem (it holds the lock {name}; \
-         `ss -xlp | grep linkem` shows which process)"
+        "interface '{ifname}' is already in use by another linkem (it holds the lock, {name}; \
+         `ss -0p` lists the processes with packet sockets)"
     )]
     Held {
         /// The interface's name.
         ifname: String,
-        /// The lock's socket name, for `ss -xlp`.
+        /// The lock, as [`InterfaceLock::name_for`] gives it.
         name: String,
     },
-    /// Creating or binding the lock's socket failed for another reason.
-    #[error("cannot take the lock for interface '{ifname}': {source}")]
+    /// Opening a packet socket was refused: the lock, as both backends,
+    /// needs `CAP_NET_RAW`.
+    #[error("cannot take the lock for interface '{ifname}': a packet socket needs CAP_NET_RAW")]
+    NoPermission {
+        /// The interface's name.
+        ifname: String,
+    },
+    /// The group id is taken by a group of another kind: another program's,
+    /// or the lock of an interface whose index equals this one's mod 65536.
+    #[error(
+        "cannot take the lock for interface '{ifname}': {name} is used by another program \
+         (or by the lock of an interface whose index is the same mod 65536)"
+    )]
+    Clash {
+        /// The interface's name.
+        ifname: String,
+        /// The lock, as [`InterfaceLock::name_for`] gives it.
+        name: String,
+    },
+    /// A system call failed for another reason.
+    #[error("cannot take the lock for interface '{ifname}': {call}: {source}")]
     Sys {
         /// The interface's name.
         ifname: String,
-        /// The system's error from `socket` or `bind`.
+        /// The call that failed.
+        call: &'static str,
+        /// The system's error.
         #[source]
         source: io::Error,
     },
 }
 
 impl InterfaceLock {
-    /// The lock's socket name, shown with an `@` as `ss -xl` does.
+    /// The fanout group id of `iface`'s lock (see the module docs).
+    pub fn group_for(iface: &Iface) -> u16 {
+        LOCK_FANOUT_BASE.wrapping_add(iface.index as u16)
+    }
+
+    /// The lock's description for messages: its packet fanout group.
     pub fn name_for(iface: &Iface) -> String {
-        format!("@linkem/if/{}", iface.index)
+        format!(
+            "packet fanout group {} on ifindex {}",
+            InterfaceLock::group_for(iface),
+            iface.index
+        )
     }
 
     /// Takes the lock of `iface` or says that another process holds it.
+    /// Needs `CAP_NET_RAW`.
     pub fn take(iface: &Iface) -> Result<InterfaceLock, LockError> {
         let name = InterfaceLock::name_for(iface);
-        let sys = |source| LockError::Sys {
-            ifname: iface.name.clone(),
-            source,
+        let ifname = || iface.name.clone();
+        let sys = |call, source: io::Error| match source.raw_os_error() {
+            Some(libc::EPERM) | Some(libc::EACCES) => LockError::NoPermission { ifname: ifname() },
+            _ => LockError::Sys {
+                ifname: ifname(),
+                call,
+                source,
+            },
         };
+        let proto_be = LOCK_ETHERTYPE.to_be();
         // Safety: plain socket(2) call; the result is checked.
-        let raw = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+        let raw = unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                proto_be as libc::c_int,
+            )
+        };
         if raw < 0 {
-            return Err(sys(io::Error::last_os_error()));
+            return Err(sys("socket(AF_PACKET)", io::Error::last_os_error()));
         }
         // Safety: raw is a fresh fd owned by nobody else.
         let sock = unsafe { OwnedFd::from_raw_fd(raw) };
-        // Safety: sockaddr_un is plain data; all-zero is valid.
-        let mut sa: libc::sockaddr_un = unsafe { zeroed() };
-        sa.sun_family = libc::AF_UNIX as libc::sa_family_t;
-        // Abstract: a leading NUL, then the name without '@'.
-        let bytes = name.as_bytes();
-        for (d, s) in sa.sun_path[1..].iter_mut().zip(&bytes[1..]) {
-            *d = *s as libc::c_char;
-        }
-        let len = size_of::<libc::sa_family_t>() + bytes.len();
-        // Safety: sa is a valid sockaddr_un; len covers the family and the name.
+        // "ret #0": accept no byte of any frame, so nothing is ever queued.
+        let mut drop_all = [libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        }];
+        let prog = libc::sock_fprog {
+            len: drop_all.len() as u16,
+            filter: drop_all.as_mut_ptr(),
+        };
+        set_opt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            &prog,
+        )
+        .map_err(|e| sys("setsockopt(SO_ATTACH_FILTER)", e))?;
+        // Safety: sockaddr_ll is plain data; all-zero is valid.
+        let mut sll: libc::sockaddr_ll = unsafe { zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = proto_be;
+        sll.sll_ifindex = iface.index as i32;
+        // Safety: sll is a valid sockaddr_ll and the length is its size.
         let r = unsafe {
             libc::bind(
                 sock.as_raw_fd(),
-                &sa as *const libc::sockaddr_un as *const libc::sockaddr,
-                len as libc::socklen_t,
+                &sll as *const libc::sockaddr_ll as *const libc::sockaddr,
+                size_of::<libc::sockaddr_ll>() as libc::socklen_t,
             )
         };
         if r < 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EADDRINUSE) {
-                return Err(LockError::Held {
-                    ifname: iface.name.clone(),
+            return Err(sys("bind(AF_PACKET)", io::Error::last_os_error()));
+        }
+        let args = FanoutArgs {
+            id: InterfaceLock::group_for(iface),
+            type_flags: libc::PACKET_FANOUT_HASH as u16,
+            max_num_members: 1,
+        };
+        if let Err(e) = set_opt(
+            sock.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_FANOUT,
+            &args,
+        ) {
+            return Err(match e.raw_os_error() {
+                // The group exists and has its one member.
+                Some(libc::ENOSPC) => LockError::Held {
+                    ifname: ifname(),
                     name,
-                });
-            }
-            return Err(sys(e));
+                },
+                // The group exists with another kind, protocol or device.
+                Some(libc::EINVAL) => LockError::Clash {
+                    ifname: ifname(),
+                    name,
+                },
+                _ => sys("setsockopt(PACKET_FANOUT)", e),
+            });
         }
         Ok(InterfaceLock { _sock: sock, name })
     }
@@ -381,22 +497,42 @@ mod tests {
         assert_eq!(rx_queue_count("linkem-nope0"), 1);
     }
 
+    /// Runs in a network namespace of its own (a thread's `unshare`), so
+    /// that a linkem or a test elsewhere on the machine holding the lock of
+    /// the host's `lo` cannot collide with it. Needs CAP_SYS_ADMIN and
+    /// CAP_NET_RAW: skipped, with a note, without them.
     #[test]
     fn a_lock_is_exclusive_and_freed_on_drop() {
-        // A made-up interface: index far above any real one.
-        let iface = Iface {
-            name: "test".into(),
-            index: 4_000_000_000 - std::process::id(),
-            mtu: 1500,
-            flags: 0,
-        };
-        let held = InterfaceLock::take(&iface).unwrap();
-        let e = InterfaceLock::take(&iface).unwrap_err();
-        assert!(
-            e.to_string().contains("already in use by another linkem"),
-            "{e}"
-        );
-        drop(held);
-        InterfaceLock::take(&iface).unwrap();
+        std::thread::spawn(|| {
+            // Safety: unshare with a flag and no pointers; it moves only this
+            // thread, which ends with the test, into a new namespace.
+            if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+                eprintln!(
+                    "skipped: unshare(CLONE_NEWNET): {}",
+                    io::Error::last_os_error()
+                );
+                return;
+            }
+            // The new namespace's loopback: always there. The lock does not
+            // care what the interface is (the bridge refuses loopback before).
+            let lo = lookup("lo").unwrap();
+            let held = match InterfaceLock::take(&lo) {
+                Err(LockError::NoPermission { .. }) => {
+                    eprintln!("skipped: needs CAP_NET_RAW");
+                    return;
+                }
+                r => r.unwrap(),
+            };
+            let e = InterfaceLock::take(&lo).unwrap_err();
+            assert!(matches!(e, LockError::Held { .. }), "{e}");
+            assert!(
+                e.to_string().contains("already in use by another linkem"),
+                "{e}"
+            );
+            drop(held);
+            InterfaceLock::take(&lo).unwrap();
+        })
+        .join()
+        .unwrap();
     }
 }

@@ -13,7 +13,9 @@
 //! - An output that is the same file (device and inode) as an input or as another output
 //!   is refused by [`check_distinct`] before anything is opened for writing; only
 //!   character devices (`/dev/null`, a terminal) may be shared, as writing one does not
-//!   destroy what another reads.
+//!   destroy what another reads. The inputs are every file the run reads (the capture,
+//!   configs, rule files, and the distribution tables and profiles those name), each
+//!   with its use ([`FileUse`]), so the refusal names both uses.
 //!
 //! A regular file's hard links are cut by the rename: that is the price of never leaving
 //! a half-written result under the name the user asked for.
@@ -45,13 +47,19 @@ pub enum OutputError {
     /// [`check_distinct`] found the output to be the same file as an input or an
     /// earlier output; nothing was opened for writing.
     #[error(
-        "{output} is the same file as {other}: refusing to overwrite it (choose another output)"
+        "{output_use} {output} is the same file as {other_use} {other}: refusing to \
+         overwrite it (choose another output)"
     )]
     SameFile {
         /// The refused output, as given.
         output: String,
+        /// What the output is for ("output capture", "--events").
+        output_use: String,
         /// The input or earlier output it coincides with, as given.
         other: String,
+        /// What that file is for ("input capture", "distribution table named in the
+        /// link words").
+        other_use: String,
     },
     /// The output path (after following links) is a directory.
     #[error("{file}: is a directory; give a file name")]
@@ -126,12 +134,32 @@ fn file_id(path: &Path) -> Option<FileId> {
     })
 }
 
+/// A file a run reads or writes, and what for, as a refusal names it.
+#[derive(Debug, Clone)]
+pub struct FileUse {
+    /// What the file is for, as a phrase: "input capture", "--config",
+    /// "distribution table named in the link words", "output capture", "--events".
+    pub role: String,
+    /// The path as the user (or the file that named it) gave it.
+    pub path: PathBuf,
+}
+
+impl FileUse {
+    /// `path`, used as `role`.
+    pub fn new(role: impl Into<String>, path: impl Into<PathBuf>) -> FileUse {
+        FileUse {
+            role: role.into(),
+            path: path.into(),
+        }
+    }
+}
+
 /// Refuses outputs that are the same file as an input or as each other (compared by
 /// device and inode after following links; a file not yet created by where it would
 /// be), before anything is opened for writing. Character devices may repeat.
-pub fn check_distinct(inputs: &[&Path], outputs: &[&Path]) -> Result<(), OutputError> {
+pub fn check_distinct(inputs: &[FileUse], outputs: &[FileUse]) -> Result<(), OutputError> {
     for (k, out) in outputs.iter().enumerate() {
-        let Some(id) = file_id(out) else {
+        let Some(id) = file_id(&out.path) else {
             continue;
         };
         if matches!(id, FileId::Inode { chr: true, .. }) {
@@ -139,10 +167,12 @@ pub fn check_distinct(inputs: &[&Path], outputs: &[&Path]) -> Result<(), OutputE
         }
         let others = inputs.iter().chain(&outputs[..k]);
         for other in others {
-            if file_id(other).is_some_and(|o| o == id) {
+            if file_id(&other.path).is_some_and(|o| o == id) {
                 return Err(OutputError::SameFile {
-                    output: out.display().to_string(),
-                    other: other.display().to_string(),
+                    output: out.path.display().to_string(),
+                    output_use: out.role.clone(),
+                    other: other.path.display().to_string(),
+                    other_use: other.role.clone(),
                 });
             }
         }
@@ -424,20 +454,26 @@ mod tests {
         let soft = dir.path().join("soft");
         symlink(&input, &soft).unwrap();
         let other = dir.path().join("other");
+        let ins = |p: &Path| vec![FileUse::new("input", p)];
+        let outs = |ps: &[&Path]| -> Vec<FileUse> {
+            ps.iter().map(|p| FileUse::new("output", *p)).collect()
+        };
         for out in [&input, &hard, &soft] {
-            let e = check_distinct(&[&input], &[out]).unwrap_err();
-            assert!(e.to_string().contains("same file"), "{e}");
+            let e = check_distinct(&ins(&input), &outs(&[out])).unwrap_err();
+            let e = e.to_string();
+            assert!(e.contains("same file"), "{e}");
+            assert!(e.starts_with("output ") && e.contains("as input "), "{e}");
         }
         // Two outputs naming one file.
         std::fs::write(&other, b"").unwrap();
-        assert!(check_distinct(&[&input], &[&other, &other]).is_err());
+        assert!(check_distinct(&ins(&input), &outs(&[&other, &other])).is_err());
         // New files and character devices pass, unless one new name is given twice.
         let new = dir.path().join("new");
-        check_distinct(&[&input], &[&new]).unwrap();
+        check_distinct(&ins(&input), &outs(&[&new])).unwrap();
         let again = dir.path().join(".").join("new");
-        assert!(check_distinct(&[&input], &[&new, &again]).is_err());
-        check_distinct(&[&input], &[&new, &other]).unwrap();
+        assert!(check_distinct(&ins(&input), &outs(&[&new, &again])).is_err());
+        check_distinct(&ins(&input), &outs(&[&new, &other])).unwrap();
         let null = Path::new("/dev/null");
-        check_distinct(&[null], &[null, null]).unwrap();
+        check_distinct(&ins(null), &outs(&[null, null])).unwrap();
     }
 }

@@ -45,14 +45,19 @@ type Feed = std::sync::mpsc::Sender<(u64, Vec<u8>)>;
 /// A node bridge over in-memory ports: feeds for IF_A and IF_B, and what was
 /// sent on IF_B (a->b) and IF_A (b->a).
 fn start(text: &str) -> (NodeBridge, [Feed; 2], [Sent; 2]) {
-    let set = parse_rules(text, ["a", "b"], &mut |_: &str| Err("no files".into())).unwrap();
-    let node = Node::new(
-        set,
+    start_with(
+        text,
         NodeConfig {
             seed: 1,
             ..Default::default()
         },
-    );
+    )
+}
+
+/// [`start`] with the node's limits and idle hold as given.
+fn start_with(text: &str, cfg: NodeConfig) -> (NodeBridge, [Feed; 2], [Sent; 2]) {
+    let set = parse_rules(text, ["a", "b"], &mut |_: &str| Err("no files".into())).unwrap();
+    let node = Node::new(set, cfg);
     let (in_a, rx_a) = channel::<(u64, Vec<u8>)>();
     let (in_b, rx_b) = channel::<(u64, Vec<u8>)>();
     let (tx_b, sent_b) = MemoryTx::new();
@@ -232,4 +237,98 @@ fn update_keeps_a_held_scheduler_and_flushes_a_deleted_one() {
     assert!(s.adds_up(), "{s:?}");
     assert_eq!(s.in_flight, 0);
     assert_eq!(s.node_drops.flushed, 10, "{s:?}");
+}
+
+#[test]
+fn idle_instances_expire_by_time_with_no_further_packet() {
+    // 40 sources through a masked pipe and 40 through a masked fq_codel
+    // pipe, one frame each, then nothing: every instance (and every fq flow
+    // class in them) goes once its hold (300 ms here) has passed, by the
+    // stage's periodic sweep alone, since no packet comes to either pipe to
+    // expire them at its arrival.
+    const SOURCES: u32 = 40;
+    const HOLD_NS: u64 = 300_000_000;
+    let text = "pipe 1 config delay 1ms mask src-ip 0xffffffff\n\
+                pipe 2 config bw 100Mbit/s mask src-ip 0xffffffff\n\
+                sched 2 config type fq_codel\n\
+                add 100 pipe 1 udp from any to any dst-port 6000\n\
+                add 200 pipe 2 udp from any to any dst-port 6001\n";
+    let (mut bridge, [in_a, _in_b], [sent_b, _]) = start_with(
+        text,
+        NodeConfig {
+            seed: 1,
+            idle_hold_ns: HOLD_NS,
+            ..Default::default()
+        },
+    );
+    let hb = [10, 0, 0, 200];
+    let t0 = now_ns();
+    for i in 0..SOURCES {
+        let src = [10, 1, 0, i as u8 + 1];
+        in_a.send((t0, udp(200, src, hb, 6000, i))).unwrap();
+        in_a.send((t0, udp(200, src, hb, 6001, 100 + i))).unwrap();
+    }
+    wait_for(&sent_b, 2 * SOURCES as usize);
+    let live_after_traffic = bridge.with_node(|n| {
+        (
+            n.pipes()[0].active_instances(),
+            n.sched.instances().count(),
+            n.live_flows(),
+            n.flow_memory_bytes(),
+        )
+    });
+    let last_ns = sent_b.lock().unwrap().iter().map(|(at, _)| *at).max();
+    let (pipe_live, sched_live, live, charged) = live_after_traffic;
+    assert_eq!(
+        sent_b.lock().unwrap().len(),
+        2 * SOURCES as usize,
+        "every frame sent a->b"
+    );
+    // Unless the machine stalled past the hold, all are still there.
+    if now_ns() < t0 + HOLD_NS {
+        assert_eq!(
+            (pipe_live, sched_live, live),
+            (SOURCES as usize, SOURCES as usize, 2 * SOURCES as usize),
+            "one instance per source in each pipe"
+        );
+        assert!(charged > 0, "instances charged no memory");
+    }
+    // Hold + one sweep period + margin for a loaded machine, polled.
+    let until = Instant::now() + Duration::from_nanos(HOLD_NS) + Duration::from_secs(3);
+    let counts = || {
+        bridge.with_node(|n| {
+            (
+                n.pipes()[0].active_instances(),
+                n.sched.instances().count(),
+                n.live_flows(),
+                n.flow_memory_bytes(),
+            )
+        })
+    };
+    while counts() != (0, 0, 0, 0) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let gone_after_ms = (now_ns() - last_ns.unwrap_or(t0)) / 1_000_000;
+    let (pipe_left, sched_left, live_left, charged_left) = counts();
+    let expired = bridge.with_node(|n| n.pipes()[0].expired);
+    let stats = bridge.stop();
+    assert_eq!(
+        stats[0].received,
+        2 * SOURCES as u64,
+        "no packet came after the traffic"
+    );
+    assert_eq!(
+        (pipe_left, sched_left, live_left, charged_left),
+        (0, 0, 0, 0),
+        "{gone_after_ms} ms after the last frame (hold {} ms) without further packets: \
+         pipe 1 instances, pipe 2 scheduler instances, live instances, charged bytes \
+         (after the traffic: {live_after_traffic:?})",
+        HOLD_NS / 1_000_000
+    );
+    assert_eq!(
+        expired,
+        u64::from(SOURCES),
+        "pipe 1's instances counted expired"
+    );
+    assert!(stats[0].adds_up(), "{:?}", stats[0]);
 }

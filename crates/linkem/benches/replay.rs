@@ -3,7 +3,8 @@
 //! Run: `cargo bench -p linkem --bench replay`.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use linkem::replay::{run, ReplayArgs};
+use linkem::args::ReplayArgs;
+use linkem::replay::run;
 use linkem::synth::{self, SynthArgs};
 use linkem::StatsFormat;
 use linkem_io::capture::{CaptureReader, CaptureWriter};

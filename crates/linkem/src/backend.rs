@@ -362,7 +362,13 @@ fn setcap_hint() -> String {
     let exe = std::env::current_exe()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "/path/to/linkem".into());
-    format!("run as root, or once: sudo setcap {SETCAP_CAPS}+ep {exe}")
+    // Capabilities on a file anyone may run let anyone bridge and capture any
+    // interface: the hint says so, README "Privileges" gives the group recipe.
+    format!(
+        "run as root, or once: sudo setcap {SETCAP_CAPS}+ep {exe} \
+         (first make it executable by one group only, as README \"Privileges\" shows: \
+         every user who can run it can bridge and capture any interface)"
+    )
 }
 
 /// Checks the capabilities the backend (and SCHED_FIFO, if `realtime`)

@@ -14,24 +14,20 @@
 //! the file, replacing what `linkem ctl` changed, and gives its objects to
 //! the uid that started linkem.
 
-use crate::backend::{check_capabilities, claim_interfaces, drop_capabilities, open_interface};
-use crate::bridge::{
-    direction_json, print_stats, timing, BridgeArgs, Realtime, Timing, REALTIME_PRIORITY,
+use crate::args::{timing, BridgeArgs, Realtime, Timing, REALTIME_PRIORITY};
+use crate::backend::{
+    check_capabilities, claim_interfaces, drop_capabilities, open_interface, BackendKind, Claimed,
 };
 use crate::control::rules::{Rules, Source};
 use crate::control::Model;
-use crate::replay::fresh_seed;
-use crate::replay_rules::{load_rules_recording, node_json, node_text, rules_source};
-use crate::StatsFormat;
+use crate::files::{load_rules_recording, rules_source};
+use crate::process::{fresh_seed, signal_flags};
+use crate::render::bridge_stats::print_rules_stats;
 use anyhow::{bail, Context, Result};
 use linkem_core::node::{Node, NodeConfig};
 use linkem_core::rules::RuleSet;
 use linkem_io::creds::starter_uid;
-use linkem_runtime::pipeline::{
-    buffer_bytes_for, DirectionStats, NodeBridge, NodeOptions, ObjectStats, ObjectsSnapshot,
-    DELAY_BUCKETS_NS,
-};
-use serde_json::json;
+use linkem_runtime::pipeline::{buffer_bytes_for, NodeBridge, NodeOptions};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -56,12 +52,14 @@ impl RulesSource {
         let base = self.file.as_deref().and_then(Path::parent);
         let sides = [self.sides[0].as_str(), self.sides[1].as_str()];
         let mut files = HashMap::new();
-        load_rules_recording(&text, base, sides, &mut files)?;
+        let text_file = self.file.as_deref().or(self.config.as_deref());
+        load_rules_recording(&text, text_file, base, sides, &mut files)?;
         // The node runs the file as the control plane renders it, so that a
         // rule keeps its counters across changes (they follow the rule's text).
-        let source = Source::from_text(&text, starter_uid());
+        let source =
+            Source::from_text(&text, starter_uid()).map_err(|e| anyhow::anyhow!("rules: {e}"))?;
         let (rendered, _) = source.render();
-        let set = load_rules_recording(&rendered, base, sides, &mut files)
+        let set = load_rules_recording(&rendered, text_file, base, sides, &mut files)
             .context("the rule file, as the control socket keeps it")?;
         Ok(Loaded {
             set,
@@ -139,12 +137,18 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
     };
     let node = Node::new(set, node_cfg);
 
+    let realtime = args.realtime != Realtime::Off;
+    let backend = check_capabilities(args.backend, realtime)?;
+    // Held until this function returns, after the bridge has stopped: no second
+    // linkem on these interfaces (its lock comes before its control socket, as
+    // in the plain bridge, so it is the lock that refuses it).
+    let claimed = claim_interfaces(&args.if_a, &args.if_b)?;
     // Before the socket is placed: a SIGINT during the start-up ends the run
     // through `serve`, which removes the socket (see `bridge::run`).
-    let (stop, reload) = crate::bridge::signal_flags()?;
+    let (stop, reload) = signal_flags()?;
     // control: opened while linkem may still create /run/linkem and chown the socket.
     let control = crate::control::server::prepare(&args.control, &args.if_a, &args.if_b)?;
-    let bridge = start_node(args, &timing, buffer_bytes, node, &what)?;
+    let bridge = start_node(args, backend, &claimed, &timing, buffer_bytes, node, &what)?;
     if !seed_given {
         eprintln!("linkem: seed {seed} (add 'seed {seed}' to repeat the random draws)");
     }
@@ -197,18 +201,19 @@ fn check_args(args: &BridgeArgs) -> Result<()> {
     Ok(())
 }
 
-/// Opens both interfaces, gives up the capabilities no longer needed and
-/// starts the node stage with its two output stages.
+/// Opens both interfaces (claimed by the caller, who holds their locks for
+/// the bridge's life), gives up the capabilities no longer needed and starts
+/// the node stage with its two output stages.
 fn start_node(
     args: &BridgeArgs,
+    backend: BackendKind,
+    claimed: &Claimed,
     timing: &Timing,
     buffer_bytes: usize,
     node: Node,
     what: &str,
 ) -> Result<NodeBridge> {
     let realtime = args.realtime != Realtime::Off;
-    let backend = check_capabilities(args.backend, realtime)?;
-    let claimed = claim_interfaces(&args.if_a, &args.if_b)?;
     let (rx_a, tx_a, used_a) = open_interface(backend, &args.if_a, claimed.a.mtu)?;
     let (rx_b, tx_b, used_b) = open_interface(backend, &args.if_b, claimed.b.mtu)?;
     drop_capabilities(realtime)?;
@@ -315,108 +320,40 @@ fn apply_reload(model: &Model, loaded: Loaded, node_cfg: NodeConfig) {
     });
 }
 
-/// The bridge's counts (with the node's own drops beside each direction's
-/// fates), then the node's pipes, rules and schedulers as replay prints them.
-fn print_rules_stats(
-    format: StatsFormat,
-    bridge: &NodeBridge,
-    stats: &[DirectionStats],
-    started: Instant,
-    seed: u64,
-    last: bool,
-) {
-    let secs = started.elapsed().as_secs_f64();
-    match format {
-        StatsFormat::None => {}
-        StatsFormat::Json => {
-            let dirs: Vec<serde_json::Value> = stats
-                .iter()
-                .map(|s| {
-                    let mut d = direction_json(s);
-                    if let Some(f) = d["fates"].as_object_mut() {
-                        for (name, n) in s.node_drops.named() {
-                            f.insert(name.into(), json!(n));
-                        }
-                    }
-                    d
-                })
-                .collect();
-            let node = bridge.with_node(node_json);
-            let objects = objects_json(&bridge.object_stats());
-            let out = json!({
-                "elapsed_s": secs,
-                "final": last,
-                "seed": seed,
-                "directions": dirs,
-                "node": node,
-                "objects": objects,
-            });
-            println!(
-                "{}",
-                serde_json::to_string(&out).expect("a JSON value always serialises")
-            );
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<Loaded> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("lab.rules");
+        std::fs::write(&path, text)?;
+        RulesSource {
+            config: None,
+            file: Some(path),
+            words: Vec::new(),
+            sides: ["a".into(), "b".into()],
         }
-        StatsFormat::Text => {
-            print_stats(format, stats, secs, seed, last);
-            println!(
-                "{:<6}{:>10}{:>12}{:>10}{:>10}{:>10}",
-                "dir", "denied", "flow-limit", "red-drop", "aqm-drop", "flushed"
-            );
-            for s in stats {
-                let d = &s.node_drops;
-                println!(
-                    "{:<6}{:>10}{:>12}{:>10}{:>10}{:>10}",
-                    s.name, d.denied, d.flow_limit, d.red_drop, d.aqm_drop, d.flushed
-                );
-            }
-            print!("{}", bridge.with_node(node_text));
-        }
+        .load_source()
     }
-}
 
-/// The fates a pipe or queue counts, by name (as the directions name them).
-pub fn object_fates(s: &ObjectStats) -> [(&'static str, u64); 8] {
-    use linkem_core::Fate;
-    let f = &s.fates;
-    let d = &s.node_drops;
-    [
-        ("delivered", f.get(Fate::Delivered)),
-        ("loss", f.get(Fate::Loss)),
-        ("queue-full", f.get(Fate::QueueFull)),
-        ("policed", f.get(Fate::Policed)),
-        ("backpressure", f.get(Fate::Backpressure)),
-        ("red-drop", d.red_drop),
-        ("aqm-drop", d.aqm_drop),
-        ("flow-limit", d.flow_limit),
-    ]
-}
-
-/// `--stats json`'s `objects`: per pipe and per queue, the packets by fate,
-/// the packets and bytes in it now, and the histogram of time spent in it
-/// (`le_s`: bucket bounds in seconds; `counts`: cumulative, as Prometheus
-/// gives them, the last one all).
-pub fn objects_json(s: &ObjectsSnapshot) -> serde_json::Value {
-    let one = |key: &str, n: u32, o: &ObjectStats| {
-        let fates: serde_json::Map<String, serde_json::Value> = object_fates(o)
-            .iter()
-            .map(|(k, v)| ((*k).to_string(), json!(v)))
-            .collect();
-        json!({
-            key: n,
-            "fates": fates,
-            "delivered_bytes": o.delivered_bytes,
-            "queued_packets": o.queued_packets,
-            "queued_bytes": o.queued_bytes,
-            "time_in_pipe": {
-                "le_s": DELAY_BUCKETS_NS.iter().map(|b| *b as f64 / 1e9).collect::<Vec<_>>(),
-                "counts": o.delay.cumulative().to_vec(),
-                "sum_s": o.delay.sum_ns as f64 / 1e9,
-                "count": o.delay.count,
-            },
-        })
-    };
-    json!({
-        "pipes": s.pipes.iter().map(|(n, o)| one("pipe", *n, o)).collect::<Vec<_>>(),
-        "queues": s.queues.iter().map(|(n, o)| one("queue", *n, o)).collect::<Vec<_>>(),
-    })
+    /// Start and SIGHUP read the file through `load_source`: an empty or
+    /// comment-only file (one being written, say) is refused, so SIGHUP
+    /// keeps the running rules; `flush` asks for an empty set on purpose.
+    #[test]
+    fn an_empty_rule_file_is_refused_unless_it_says_flush() {
+        for text in ["", "\n\n", "# being written\n", "ipfw -q\n"] {
+            let e = load(text).err().expect("refused");
+            let msg = format!("{e:#}");
+            assert!(
+                msg.contains("no rule, pipe or 'flush' line"),
+                "{text:?}: {msg}"
+            );
+            assert!(msg.contains("lab.rules"), "{msg}");
+        }
+        let loaded = load("# nothing on purpose\nflush\n").unwrap();
+        assert!(loaded.set.rules.is_empty() && loaded.set.pipes.is_empty());
+        let loaded = load("pipe 1 config delay 1ms\n").unwrap();
+        assert_eq!(loaded.set.pipes.len(), 1);
+    }
 }

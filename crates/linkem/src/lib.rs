@@ -1,19 +1,34 @@
 //! The pieces of the `linkem` command, as a library so that benchmarks and
 //! tests drive them in-process. System calls std lacks go through `linkem-io`
 //! (`sys`, `ifaces`, `caps`, `creds`), so this crate has no `unsafe`.
+//!
+//! Rooms by concern. The drivers run a command: `replay` and `replay_rules`
+//! (through one link, through rules), `bridge` and `bridge_rules`. `control`
+//! serves a running bridge's socket and metrics endpoint. `render` holds
+//! everything `--stats`, the control socket and the metrics show (ipfw and
+//! dnctl layouts, their JSON, counts per direction and per object). `args`,
+//! `files` and `process` hold what the two drivers of a command share: their
+//! arguments, the files they read (tables, configs, rule files), signals and
+//! seeds. Drivers import from control, render, args, files and process;
+//! control from render (and the driver-independent rooms), never from a
+//! driver; render from none of them but `args`. No import cycle among files.
 
 #![forbid(unsafe_code)]
 
+pub mod args;
+pub mod arrival_order;
 pub mod backend;
 pub mod bench;
 pub mod bridge;
 mod bridge_rules;
 pub mod control;
+pub mod files;
 pub mod plot;
 pub mod probe;
+pub mod process;
+pub mod render;
 pub mod replay;
 pub mod replay_rules;
-pub mod replay_sched;
 pub mod synth;
 
 /// How counts are printed.

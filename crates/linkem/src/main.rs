@@ -8,7 +8,7 @@
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use linkem::{bridge, replay, synth};
+use linkem::{args, bridge, replay, synth};
 use linkem_core::config::link_words_help;
 
 #[derive(Parser)]
@@ -26,7 +26,7 @@ enum Command {
     /// with the delivered packets (duplicates included) stamped with their release
     /// times, in release order. Link words follow the file names.
     #[command(after_help = link_words_help())]
-    Replay(replay::ReplayArgs),
+    Replay(args::ReplayArgs),
     /// Emulate the link live between two interfaces, in both directions, until
     /// SIGINT or SIGTERM; then print the counts per direction and fate.
     ///
@@ -34,7 +34,7 @@ enum Command {
     /// model unchanged. Link words apply to both directions unless given per
     /// direction with --a-to-b / --b-to-a (which add to and override them).
     #[command(after_help = link_words_help())]
-    Bridge(Box<bridge::BridgeArgs>),
+    Bridge(Box<args::BridgeArgs>),
     /// Change or watch a running emulator through its control socket: its
     /// links (`link a-to-b delay 20ms loss 1%`), counters (`show`, `stats`,
     /// `watch 1s`, `zero`), batches (`-f FILE`: all or nothing), and the

@@ -150,6 +150,49 @@ fn render_svg(
     Ok(svg)
 }
 
+/// Refuses a `--json` FILE that would be one of the images `--plot DIR` writes
+/// (`is_image` says which names those are): both are written only at the end of
+/// the run, and the later would replace the other. The directory is compared by
+/// device and inode (through links), the name as it will be written. Call after
+/// DIR exists; a `--json` in a directory that does not exist is no image of DIR.
+pub fn refuse_json_among_plots(
+    json: &Path,
+    dir: &Path,
+    is_image: impl Fn(&str) -> bool,
+) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let real = outfile::resolve(json).unwrap_or_else(|_| json.to_path_buf());
+    let (Some(parent), Some(name)) = (real.parent(), real.file_name()) else {
+        return Ok(());
+    };
+    let parent = if parent.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        parent
+    };
+    let same_dir = match (std::fs::metadata(parent), std::fs::metadata(dir)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    };
+    if same_dir && is_image(&name.to_string_lossy()) {
+        anyhow::bail!(
+            "--json {} is the same file as a --plot image in {}: refusing to overwrite it \
+             (choose another --json file)",
+            json.display(),
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// Whether `name` is a file `write_both` writes: `STEM.png` or `STEM.svg` with a
+/// stem `stem_ok` accepts.
+pub fn is_plot_file(name: &str, stem_ok: impl Fn(&str) -> bool) -> bool {
+    [".png", ".svg"]
+        .iter()
+        .any(|ext| name.strip_suffix(ext).is_some_and(&stem_ok))
+}
+
 /// Writes `STEM.png` and `STEM.svg` under linkem's rule for output files
 /// (`linkem_io::outfile`): drawn in memory, then each replaced in one step.
 fn write_both(stem: &Path, png: &[u8], svg: &str) -> Result<()> {
@@ -262,6 +305,32 @@ pub fn gaps(stem: &Path, title: &str, before: &[i64], after: &[i64]) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_json_file_that_is_a_plot_image_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let plots = dir.path().join("plots");
+        std::fs::create_dir(&plots).unwrap();
+        let bench_image = |n: &str| {
+            is_plot_file(n, |stem| {
+                stem.starts_with("delay-") || stem.starts_with("gaps-")
+            })
+        };
+        let e = refuse_json_among_plots(&plots.join("delay-64B-x.svg"), &plots, bench_image)
+            .unwrap_err();
+        assert!(e.to_string().contains("--plot image"), "{e}");
+        // Through a link to the directory.
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&plots, &link).unwrap();
+        assert!(refuse_json_among_plots(&link.join("gaps-1.png"), &plots, bench_image).is_err());
+        // Other names, other directories, and a directory not made yet are fine.
+        refuse_json_among_plots(&plots.join("rows.json"), &plots, bench_image).unwrap();
+        refuse_json_among_plots(&dir.path().join("delay-1.svg"), &plots, bench_image).unwrap();
+        refuse_json_among_plots(&plots.join("x/delay-1.svg"), &plots, bench_image).unwrap();
+        let probe_image = |n: &str| is_plot_file(n, |s| s == "latency" || s == "gaps");
+        assert!(refuse_json_among_plots(&plots.join("latency.png"), &plots, probe_image).is_err());
+        refuse_json_among_plots(&plots.join("latency.json"), &plots, probe_image).unwrap();
+    }
 
     #[test]
     fn plots_are_written_as_png_and_svg() {

@@ -7,159 +7,26 @@
 //! Output order is by (release time, decision order) over all pipes, kept in
 //! one [`ReleaseQueue`] of the packets in flight (see the node's module doc for why).
 
-use crate::replay::{fresh_seed, load_distribution, ReplayArgs, SignalGuard};
-use crate::StatsFormat;
+use crate::args::{base_inputs, outputs, ReplayArgs, RulesArgs};
+use crate::files::{config_has_rules, load_rules_reading, rules_source};
+use crate::process::{fresh_seed, SignalGuard};
+use crate::render::replay_stats::{report, Tally};
 use anyhow::{bail, Context, Result};
-use linkem_core::config::toml::toml_error;
+use linkem_core::aqm::ecn::{mark_ce, mark_ce_at};
 use linkem_core::node::{Decision, Node, NodeConfig, NodeFate, PacketIn};
 use linkem_core::order::ReleaseQueue;
-use linkem_core::pipe::{FlowMask, Instance, Pipe};
-use linkem_core::rules::{parse_rules, FlowKey, L2Kind, RuleSet, Side};
-use linkem_core::units::{format_rate_bps, format_time_ns};
+use linkem_core::rules::{FlowKey, L2Kind, Side};
 use linkem_io::capture::{CaptureReader, CaptureWriter};
-use linkem_io::infile;
-use linkem_io::outfile::{self, OutputFile};
-use serde_json::json;
-use std::collections::{BTreeMap, HashMap};
+use linkem_io::outfile::{self, FileUse, OutputFile};
+use std::collections::HashMap;
 use std::io::Write;
-use std::net::{Ipv4Addr, Ipv6Addr};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
-
-/// The rule options of `linkem replay`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct RulesArgs {
-    /// Send packets through ipfw/dnctl rules and Dummynet pipes read from FILE
-    /// (lines as typed after `ipfw` or `dnctl`: `pipe 1 config bw 1Mbit/s delay 20`,
-    /// `add 100 pipe 1 dst-ip 10.0.0.0/8`, `set one-pass off`). `pipe N config` sets
-    /// the whole pipe, as Dummynet does. Schedulers and AQM: `sched N config type
-    /// wf2q+|qfq|rr|prio|fifo|fq_codel|fq_pie [mask ...]` (a mask: one scheduler
-    /// instance with its own copy of the link per masked flow), `queue M config sched N weight W
-    /// [lmax B] [codel|pie|red ...] [ecn] [mask ...]`, `add ... queue M`; `sched N`
-    /// serves pipe N's link, which
-    /// traffic sent to `pipe N` shares (unlike Dummynet; see README). Only `seed N`
-    /// may follow the file names.
-    #[arg(long = "rules", value_name = "FILE")]
-    pub file: Option<std::path::PathBuf>,
-    /// With --rules: most dynamic pipe and scheduler instances (masks) alive at once; a packet
-    /// needing one more is dropped and counted as flow-limit.
-    #[arg(long, value_name = "N", default_value_t = linkem_core::pipe::DEFAULT_MAX_FLOWS)]
-    pub max_flows: usize,
-    /// With --rules: most memory charged for dynamic instances and scheduler
-    /// classes (fq_* flows, masked queues), each charged a fixed size when
-    /// made (see README, "Limits"); a packet needing more is dropped and
-    /// counted as flow-limit. Default 512MiB.
-    #[arg(long, value_name = "SIZE", default_value = "512MiB", value_parser = parse_flow_memory)]
-    pub max_flow_memory: usize,
-    /// With --rules: the interface the capture's packets are taken as received on
-    /// (a: `in`, `recv a`, `a-to-b`; b: `out`, `recv b`, `b-to-a`).
-    #[arg(
-        long = "rules-side",
-        value_enum,
-        default_value = "a",
-        value_name = "SIDE"
-    )]
-    pub side: RulesSide,
-}
-
-/// The side a replayed capture is taken as received on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum RulesSide {
-    A,
-    B,
-}
-
-impl From<RulesSide> for Side {
-    fn from(s: RulesSide) -> Side {
-        match s {
-            RulesSide::A => Side::A,
-            RulesSide::B => Side::B,
-        }
-    }
-}
-
-impl Default for RulesArgs {
-    fn default() -> Self {
-        RulesArgs {
-            file: None,
-            max_flows: linkem_core::pipe::DEFAULT_MAX_FLOWS,
-            max_flow_memory: linkem_core::pipe::DEFAULT_MAX_FLOW_BYTES,
-            side: RulesSide::A,
-        }
-    }
-}
-
-/// `--max-flow-memory`: a size with a unit (`512MiB`, `1GB`), at most the
-/// address space.
-pub fn parse_flow_memory(text: &str) -> Result<usize, String> {
-    let b = linkem_core::units::parse_size_bytes(text).map_err(|e| e.0)?;
-    usize::try_from(b).map_err(|_| format!("'{text}' is more memory than this machine addresses"))
-}
 
 /// The rule text from `--rules FILE` or the config's `rules` key, and the seed
 /// from the config's or the command line's `seed`.
 fn rules_text(args: &ReplayArgs, rules: &RulesArgs) -> Result<Option<(String, Option<u64>)>> {
     rules_source(args.config.as_deref(), rules.file.as_deref(), &args.words)
-}
-
-/// The rule text from a rule file or a config's `rules` key (not both), and the
-/// seed from the config's `seed` or the words `seed N`, the only link words
-/// allowed beside rules (replay and bridge alike). `None` when neither holds rules.
-pub fn rules_source(
-    config: Option<&Path>,
-    file: Option<&Path>,
-    words: &[String],
-) -> Result<Option<(String, Option<u64>)>> {
-    let mut text = None;
-    let mut seed = None;
-    if let Some(path) = config {
-        let raw = read_small("--config", path)?;
-        let table: toml::Table = raw.parse().map_err(|e: toml::de::Error| {
-            anyhow::anyhow!("--config {}: {}", path.display(), toml_error(&raw, &e))
-        })?;
-        if let Some(v) = table.get("rules") {
-            let Some(s) = v.as_str() else {
-                bail!(
-                    "{}: 'rules' is a string of rule lines (rules = \"\"\"...\"\"\")",
-                    path.display()
-                );
-            };
-            text = Some(s.to_string());
-            for (k, v) in &table {
-                match k.as_str() {
-                    "rules" => {}
-                    "seed" => {
-                        seed = Some(v.as_integer().filter(|i| *i >= 0).ok_or_else(|| {
-                            anyhow::anyhow!("{}: seed is a whole number", path.display())
-                        })? as u64)
-                    }
-                    _ => bail!(
-                        "{}: '{k}': with rules, link words go in 'pipe N config' lines",
-                        path.display()
-                    ),
-                }
-            }
-        }
-    }
-    if let Some(path) = file {
-        if text.is_some() {
-            bail!("rules given twice: --rules and the config's 'rules' key");
-        }
-        text = Some(read_small("--rules", path)?);
-    }
-    let Some(text) = text else { return Ok(None) };
-    let words: Vec<&str> = words.iter().flat_map(|w| w.split_whitespace()).collect();
-    match words.as_slice() {
-        [] => {}
-        ["seed", n] => {
-            if seed.is_some() {
-                bail!("seed given twice (config and command line)");
-            }
-            seed = Some(n.parse().with_context(|| format!("seed '{n}' is not a whole number"))?)
-        }
-        [w, ..] => bail!("'{w}': with --rules, link words go in 'pipe N config' lines (only 'seed N' is allowed here)"),
-    }
-    Ok(Some((text, seed)))
 }
 
 /// Whether this replay runs rules (`--rules` or a config with `rules`).
@@ -170,73 +37,9 @@ pub fn wanted(args: &ReplayArgs, rules: &RulesArgs) -> Result<bool> {
     Ok(args.config.as_deref().is_some_and(config_has_rules))
 }
 
-/// Whether a TOML config holds a `rules` key. A config that cannot be read or
-/// parsed is reported by the path that reads it for link words; here it only
-/// means "no rules".
-pub fn config_has_rules(path: &Path) -> bool {
-    infile::read_text(path, infile::MAX_TEXT_BYTES)
-        .ok()
-        .and_then(|t| t.parse::<toml::Table>().ok())
-        .is_some_and(|t| t.contains_key("rules"))
-}
-
-/// A rule file or config, read as every small input is (`linkem_io::infile`): a
-/// regular file of bounded size, so `/dev/zero` or a FIFO is an error at once.
-fn read_small(what: &str, path: &Path) -> Result<String> {
-    infile::read_text(path, infile::MAX_TEXT_BYTES).map_err(|e| anyhow::anyhow!("{what} {e}"))
-}
-
-/// Parses a rule file, reading `profile` and `distribution` files relative to
-/// `base` (the rule file's directory) or as given.
-/// `sides`: the names `recv`/`xmit`/`via` accept for IF_A and IF_B besides `a` and `b`.
-pub fn load_rules(text: &str, base: Option<&Path>, sides: [&str; 2]) -> Result<RuleSet> {
-    load_rules_recording(text, base, sides, &mut Default::default())
-}
-
-/// [`load_rules`], keeping each file read by the name the rules gave it.
-pub fn load_rules_recording(
-    text: &str,
-    base: Option<&Path>,
-    sides: [&str; 2],
-    read_files: &mut std::collections::HashMap<String, String>,
-) -> Result<RuleSet> {
-    let mut files = |name: &str| -> Result<String, String> {
-        let read = |p: &Path| infile::read_text(p, infile::MAX_TEXT_BYTES);
-        if let Some(b) = base {
-            match read(&b.join(name)) {
-                Ok(t) => {
-                    read_files.insert(name.to_string(), t.clone());
-                    return Ok(t);
-                }
-                Err(e) if !e.is_not_found() => return Err(e.to_string()),
-                Err(_) => {}
-            }
-        }
-        let t = load_distribution(name)?;
-        read_files.insert(name.to_string(), t.clone());
-        Ok(t)
-    };
-    parse_rules(text, sides, &mut files).map_err(|e| anyhow::anyhow!("rules: {e}"))
-}
-
 /// A packet the node has not decided yet: its capture time (ns), its length on
 /// the wire and the bytes captured, kept to be written once it is delivered.
 type Undecided = (u64, u32, Vec<u8>);
-
-/// What a rules replay counts, for the final report.
-#[derive(Default)]
-struct Tally {
-    /// Decisions by fate name ([`NodeFate::name`]); sums to `arrived` at the end.
-    fates: BTreeMap<&'static str, u64>,
-    /// Packets read from the capture (also the next packet's tag).
-    arrived: u64,
-    /// Packets written to the output, copies included.
-    written: u64,
-    /// Copies made by `duplicate`.
-    dup: u64,
-    /// Delivered packets with at least one bit flipped.
-    corrupted: u64,
-}
 
 /// The state of one rules replay between two packets: the packets the node
 /// holds undecided, the delivered ones waiting in release order, and the
@@ -259,14 +62,16 @@ struct RulesReplay {
 
 /// Runs the replay through rules; called when [`wanted`] says rules were asked for.
 pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
-    let (mut node, seed) = build_node(args, rargs)?;
+    let (mut node, seed, named) = build_node(args, rargs)?;
     // Before anything is opened for writing: an output must not be an input.
-    let mut inputs: Vec<&Path> = vec![&args.input];
-    inputs.extend(args.config.as_deref());
-    inputs.extend(rargs.file.as_deref());
-    let mut outputs: Vec<&Path> = vec![&args.output];
-    outputs.extend(args.events.as_deref());
-    outfile::check_distinct(&inputs, &outputs)?;
+    let mut inputs = base_inputs(args);
+    inputs.extend(rargs.file.iter().map(|p| FileUse::new("--rules", p)));
+    inputs.extend(
+        named
+            .into_iter()
+            .map(|p| FileUse::new("file named in the rules", p)),
+    );
+    outfile::check_distinct(&inputs, &outputs(args))?;
     let signals = SignalGuard::install().context("cannot install the signal handler")?;
 
     let mut reader = CaptureReader::open(&args.input).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -287,15 +92,20 @@ pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
         tally: Tally::default(),
     };
     let mut horizon = 0u64;
+    let mut backwards = crate::arrival_order::Backwards::default();
     while let Some(packet) = reader.next_packet() {
         signals.check()?;
         let packet = packet.map_err(|e| anyhow::anyhow!("{e}"))?;
+        backwards.on_packet(packet.ts_ns);
         horizon = horizon.max(packet.ts_ns);
         replay.offer(&mut node, rargs.side.into(), packet)?;
         // Decisions still to come (at the node's next event or a later arrival)
         // release no earlier than this: what is due by then can be written.
         let limit = node.next_event_ns().map_or(horizon, |e| e.min(horizon));
         replay.write_due(limit)?;
+    }
+    if let Some(w) = backwards.warning(&args.input.display().to_string()) {
+        eprintln!("{w}");
     }
     node.poll(u64::MAX, &mut replay.out);
     replay.settle(u64::MAX)?;
@@ -324,12 +134,22 @@ pub fn run(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
     Ok(())
 }
 
-/// The node of the rules (from `--rules` or the config) and the seed it draws
-/// from: the one given, or a fresh one, printed so the run can be repeated.
-fn build_node(args: &ReplayArgs, rargs: &RulesArgs) -> Result<(Node, u64)> {
+/// The node of the rules (from `--rules` or the config), the seed it draws
+/// from (the one given, or a fresh one, printed so the run can be repeated) and
+/// the files the rules named.
+fn build_node(args: &ReplayArgs, rargs: &RulesArgs) -> Result<(Node, u64, Vec<PathBuf>)> {
     let (text, seed) = rules_text(args, rargs)?.expect("called when rules are wanted");
     let base = rargs.file.as_deref().and_then(Path::parent);
-    let set = load_rules(&text, base, ["a", "b"])?;
+    let text_file = rargs.file.as_deref().or(args.config.as_deref());
+    let mut named = Vec::new();
+    let set = load_rules_reading(
+        &text,
+        text_file,
+        base,
+        ["a", "b"],
+        &mut HashMap::new(),
+        &mut named,
+    )?;
     let seed = seed.unwrap_or_else(|| {
         let s = fresh_seed();
         eprintln!("linkem: seed {s} (add 'seed {s}' to repeat this run exactly)");
@@ -344,7 +164,7 @@ fn build_node(args: &ReplayArgs, rargs: &RulesArgs) -> Result<(Node, u64)> {
             ..Default::default()
         },
     );
-    Ok((node, seed))
+    Ok((node, seed, named))
 }
 
 /// The `--events` file, with its header line.
@@ -415,7 +235,7 @@ impl RulesReplay {
             self.tally.corrupted += 1;
         }
         if d.ce {
-            crate::replay_sched::mark(&mut data, self.l2);
+            mark(&mut data, self.l2);
         }
         for bit in &d.corrupt_bits {
             if let Some(byte) = data.get_mut((bit / 8) as usize) {
@@ -491,306 +311,13 @@ fn write_event(ev: &mut OutputFile, d: &Decision, ts: u64, orig_len: u32) -> Res
     Ok(())
 }
 
-/// Prints the final counts and the node's state as `--stats` asks.
-fn report(args: &ReplayArgs, node: &Node, seed: u64, tally: &Tally, secs: f64) {
-    match args.stats {
-        StatsFormat::None => {}
-        StatsFormat::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&stats_json(args, node, seed, tally, secs))
-                .expect("a JSON value always serialises")
-        ),
-        StatsFormat::Text => print!("{}", stats_text(args, node, seed, tally)),
-    }
-}
-
-fn proto_name(p: u8) -> String {
-    match p {
-        0 => "ip".into(),
-        1 => "icmp".into(),
-        6 => "tcp".into(),
-        17 => "udp".into(),
-        58 => "ipv6-icmp".into(),
-        132 => "sctp".into(),
-        _ => p.to_string(),
-    }
-}
-
-pub(crate) fn addr(version: u8, a: u128) -> String {
-    match version {
-        6 => Ipv6Addr::from(a).to_string(),
-        _ => Ipv4Addr::from(a as u32).to_string(),
-    }
-}
-
-fn bw_text(p: &Pipe) -> String {
-    match p.def.link.rate_bps {
-        None => "unlimited     ".into(),
-        Some(b) if b >= 1_000_000 => format!("{:7.3} Mbit/s", b as f64 / 1e6),
-        Some(b) if b >= 1_000 => format!("{:7.3} Kbit/s", b as f64 / 1e3),
-        Some(b) => format!("{:7.3} bit/s ", b as f64),
-    }
-}
-
-fn queue_text(p: &Pipe) -> String {
-    match (p.def.link.queue_packets, p.def.link.queue_bytes) {
-        (_, Some(b)) if b >= 8192 => format!("{} KB", b / 1024),
-        (_, Some(b)) => format!("{b} B"),
-        (Some(n), None) => format!("{n:3} sl."),
-        (None, None) => "unlimited".into(),
-    }
-}
-
-fn mask_text(m: &FlowMask) -> String {
-    if m.src_ip6 != 0 || m.dst_ip6 != 0 || m.flow_label != 0 {
-        format!(
-            "mask: proto: 0x{:02x}, flow_id: 0x{:08x}, {}/0x{:04x} -> {}/0x{:04x}",
-            m.proto,
-            m.flow_label,
-            Ipv6Addr::from(m.src_ip6),
-            m.src_port,
-            Ipv6Addr::from(m.dst_ip6),
-            m.dst_port
-        )
-    } else {
-        format!(
-            "mask: 0x{:02x} 0x{:08x}/0x{:04x} -> 0x{:08x}/0x{:04x}",
-            m.proto, m.src_ip4, m.src_port, m.dst_ip4, m.dst_port
-        )
-    }
-}
-
-fn flow_line(i: &Instance) -> String {
-    let k = &i.key;
-    let v6 = k.ip_version == 6;
-    let w = if v6 { 39 } else { 15 };
-    format!(
-        "{:3} {:<4} {:>w$}/{:<5} {:>w$}/{:<5} {:4} {:8} {:3} {:4}",
-        i.flow_id & 0xff,
-        proto_name(k.proto),
-        addr(k.ip_version, k.src_ip),
-        k.src_port,
-        addr(k.ip_version, k.dst_ip),
-        k.dst_port,
-        i.tot_pkts,
-        i.tot_bytes,
-        i.queued_packets(),
-        i.drops,
-    )
-}
-
-fn stats_text(args: &ReplayArgs, node: &Node, seed: u64, tally: &Tally) -> String {
-    let Tally {
-        fates,
-        arrived,
-        written,
-        dup,
-        corrupted,
-    } = tally;
-    let mut s = String::new();
-    use std::fmt::Write as _;
-    let _ = writeln!(
-        s,
-        "linkem replay {} -> {} (rules)",
-        args.input.display(),
-        args.output.display()
-    );
-    let _ = writeln!(s, "seed      {seed}");
-    let _ = writeln!(
-        s,
-        "one-pass  {}",
-        if node.one_pass() { "on" } else { "off" }
-    );
-    let _ = writeln!(s, "arrived   {arrived:>10}");
-    for (f, n) in fates {
-        let _ = writeln!(s, "{f:<10}{n:>10}");
-    }
-    let _ = writeln!(
-        s,
-        "duplicated{dup:>10}\ncorrupted {corrupted:>10}\nwritten   {written:>10}  packets in {}",
-        args.output.display()
-    );
-    s.push_str(&node_text(node));
-    s
-}
-
-/// The node's pipes with their flows (`ipfw pipe show`), rules with their
-/// counters (`ipfw -a list`) and schedulers (`ipfw sched show`), as
-/// `--stats` prints them after a replay or a bridge run.
-pub fn node_text(node: &Node) -> String {
-    let mut s = String::new();
-    use std::fmt::Write as _;
-    let _ = writeln!(s, "\n# ipfw pipe show");
-    s.push_str(&pipes_text(node, None));
-    let _ = writeln!(s, "\n# ipfw -a list");
-    s.push_str(&rule_counters_text(node));
-    s.push_str(&crate::replay_sched::stats_text(node));
-    s
-}
-
-/// The rules with their counters, as `ipfw -a list` prints them.
-pub fn rule_counters_text(node: &Node) -> String {
-    let mut s = String::new();
-    use std::fmt::Write as _;
-    let c = node.classifier();
-    for (r, (pk, by)) in c.rules().iter().zip(&c.counters) {
-        let text = r.text.strip_prefix("add").unwrap_or(&r.text).trim_start();
-        let text = text
-            .strip_prefix(&r.number.to_string())
-            .unwrap_or(text)
-            .trim_start();
-        let _ = writeln!(s, "{:05} {pk:>10} {by:>12} {text}", r.number);
-    }
-    let _ = writeln!(s, "unmatched {:>10} (passed unimpaired)", node.unmatched);
-    s
-}
-
-/// The pipes (or pipe `only`) with their flows, as `ipfw pipe show` prints them.
-pub fn pipes_text(node: &Node, only: Option<u32>) -> String {
-    let mut s = String::new();
-    use std::fmt::Write as _;
-    for p in node
-        .pipes()
-        .iter()
-        .filter(|p| only.is_none_or(|n| n == p.def.number))
-    {
-        let d = &p.def;
-        let _ = writeln!(
-            s,
-            "{:05}: {} {:>4} burst {}",
-            d.number,
-            bw_text(p),
-            format_time_ns(d.link.delay_ns),
-            d.burst_bytes
-        );
-        let plr = match d.link.loss {
-            linkem_core::LossConfig::Random { p, .. } if p > 0.0 => format!(" plr {p:.6}"),
-            _ => String::new(),
-        };
-        let _ = writeln!(
-            s,
-            "q{:05} {}{} {} flows ({} buckets) droptail  [{}]",
-            d.number,
-            queue_text(p),
-            plr,
-            p.instances().count(),
-            d.buckets,
-            d.words
-        );
-        if let Some(pf) = &d.profile {
-            let _ = writeln!(
-                s,
-                "\t profile: name \"{}\" loss {:.6} samples {}",
-                pf.name,
-                pf.loss_level,
-                pf.table_ns.len()
-            );
-        }
-        if let Some(m) = &d.mask {
-            let _ = writeln!(s, "    {}", mask_text(m));
-            let _ = writeln!(
-                s,
-                "    expired {} flow-limit drops {}",
-                p.expired, p.flow_limit_drops
-            );
-        }
-        let _ = writeln!(
-            s,
-            "BKT Prot ___Source IP/port____ ____Dest. IP/port____ Tot_pkt/bytes Pkt Drp"
-        );
-        for i in p.instances() {
-            let _ = writeln!(s, "{}", flow_line(i));
-        }
-    }
-    s
-}
-
-fn stats_json(
-    args: &ReplayArgs,
-    node: &Node,
-    seed: u64,
-    tally: &Tally,
-    secs: f64,
-) -> serde_json::Value {
-    let Tally {
-        fates,
-        arrived,
-        written,
-        dup,
-        corrupted,
-    } = tally;
-    let mut v = json!({
-        "input": args.input.display().to_string(),
-        "output": args.output.display().to_string(),
-        "seed": seed,
-        "arrived": arrived,
-        "written": written,
-        "fates": fates,
-        "duplicated": dup,
-        "corrupted": corrupted,
-        "elapsed_s": secs,
-    });
-    if let (Some(o), serde_json::Value::Object(n)) = (v.as_object_mut(), node_json(node)) {
-        o.extend(n);
-    }
-    v
-}
-
-/// [`node_text`] as JSON: `one_pass`, `unmatched`, `pipes`, `rules`, `schedulers`.
-pub fn node_json(node: &Node) -> serde_json::Value {
-    let pipes: Vec<_> = node
-        .pipes()
-        .iter()
-        .map(|p| {
-            let d = &p.def;
-            let flows: Vec<_> = p
-                .instances()
-                .map(|i| {
-                    json!({
-                        "flow_id": format!("{:016x}", i.flow_id),
-                        "proto": i.key.proto,
-                        "src": format!("{}/{}", addr(i.key.ip_version, i.key.src_ip), i.key.src_port),
-                        "dst": format!("{}/{}", addr(i.key.ip_version, i.key.dst_ip), i.key.dst_port),
-                        "packets": i.tot_pkts,
-                        "bytes": i.tot_bytes,
-                        "queued": i.queued_packets(),
-                        "drops": i.drops,
-                    })
-                })
-                .collect();
-            let (packets, bytes, drops) = p.totals();
-            json!({
-                "pipe": d.number,
-                "config": d.words,
-                "packets": packets,
-                "bytes": bytes,
-                "drops": drops,
-                "rate_bps": d.link.rate_bps,
-                "rate": d.link.rate_bps.map(format_rate_bps),
-                "delay_ns": d.link.delay_ns,
-                "queue_packets": d.link.queue_packets,
-                "queue_bytes": d.link.queue_bytes,
-                "burst_bytes": d.burst_bytes,
-                "profile": d.profile.as_ref().map(|pf| json!({"name": pf.name, "loss_level": pf.loss_level, "samples": pf.table_ns.len()})),
-                "mask": d.mask.as_ref().map(mask_text),
-                "expired": p.expired,
-                "flow_limit_drops": p.flow_limit_drops,
-                "flows": flows,
-            })
-        })
-        .collect();
-    let c = node.classifier();
-    let rules: Vec<_> = c
-        .rules()
-        .iter()
-        .zip(&c.counters)
-        .map(|(r, (pk, by))| json!({"number": r.number, "line": r.line, "rule": r.text, "packets": pk, "bytes": by}))
-        .collect();
-    json!({
-        "one_pass": node.one_pass(),
-        "unmatched": node.unmatched,
-        "pipes": pipes,
-        "rules": rules,
-        "schedulers": crate::replay_sched::stats_json(node),
-    })
+/// Sets CE on a frame an AQM marked (the IPv4 checksum is updated).
+fn mark(frame: &mut [u8], l2: L2Kind) {
+    let _ = match l2 {
+        L2Kind::Ethernet => mark_ce(frame, false),
+        L2Kind::RawIp | L2Kind::Ipv4 | L2Kind::Ipv6 => mark_ce_at(frame, 0),
+        L2Kind::Null => mark_ce_at(frame, 4),
+        L2Kind::LinuxSll => mark_ce_at(frame, 16),
+        L2Kind::LinuxSll2 => mark_ce_at(frame, 20),
+    };
 }

@@ -527,6 +527,99 @@ fn one_linkem_per_interface_and_a_restart_after_sigkill() {
     }
 }
 
+/// An unprivileged user cannot deny linkem an interface: `nobody` holding
+/// the abstract socket names linkem once used as its lock
+/// (`@linkem/if/IFINDEX`) blocks nothing, and it cannot take the lock linkem
+/// uses now (a packet socket: CAP_NET_RAW). Two linkems are still refused.
+#[test]
+fn an_unprivileged_user_cannot_squat_the_interface_lock() {
+    let Some(_s) = serial() else { return };
+    let h = Hosts::new("lkXq", 1, 1500);
+    h.hosts_up();
+    let index = |s: &str| {
+        std::fs::read_to_string(format!("/sys/class/net/{}/ifindex", h.emu(s)))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let (ia, ib) = (index("a"), index("b"));
+    // nobody binds both old names, says so, and holds them until killed; then
+    // tries a packet socket, which must be refused.
+    let squat = format!(
+        "import socket, sys, time\n\
+         held = []\n\
+         for i in ({ia}, {ib}):\n\
+         \x20   s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n\
+         \x20   s.bind('\\0linkem/if/%d' % i)\n\
+         \x20   held.append(s)\n\
+         try:\n\
+         \x20   socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)\n\
+         \x20   print('packet socket opened', flush=True)\n\
+         except PermissionError:\n\
+         \x20   print('no packet socket', flush=True)\n\
+         print('holding', flush=True)\n\
+         time.sleep(60)\n"
+    );
+    let mut squatter = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            // The system's: a python3 under root's home (pyenv) is out of nobody's reach.
+            if std::path::Path::new("/usr/bin/python3").exists() {
+                "/usr/bin/python3"
+            } else {
+                "python3"
+            },
+            "-c",
+            &squat,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("setpriv and python3 run");
+    let mut out = std::io::BufReader::new(squatter.stdout.take().unwrap());
+    let mut said = String::new();
+    for _ in 0..2 {
+        std::io::BufRead::read_line(&mut out, &mut said).unwrap();
+    }
+    let kill = |mut c: Child| {
+        let _ = c.kill();
+        c.wait().unwrap()
+    };
+    if !said.contains("holding") {
+        let mut err = String::new();
+        let _ = squatter.stderr.take().unwrap().read_to_string(&mut err);
+        kill(squatter);
+        panic!("the squatter did not bind the old names: {said}{err}");
+    }
+    assert!(
+        said.contains("no packet socket"),
+        "nobody opened a packet socket: {said}"
+    );
+    let ss = Command::new("ss").args(["-xlp"]).output().unwrap();
+    let ss = String::from_utf8_lossy(&ss.stdout);
+    assert!(
+        ss.contains(&format!("@linkem/if/{ia}")),
+        "the old name is held while linkem starts: {ss}"
+    );
+    for backend in ["packet", "xdp"] {
+        let b = Bridge::start(&h, backend, &[]);
+        let o = ping(&h, &["-c", "2", "-i", "0.2"]);
+        assert!(
+            o.status.success(),
+            "{backend}: frames cross despite the squatter: {}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+        let e = refused(&bridge_args(&h, "packet", &["--duration", "1"]));
+        assert!(e.contains("already in use by another linkem"), "{e}");
+        b.stop();
+    }
+    kill(squatter);
+}
+
 /// As `nobody`, with the capabilities of the README's setcap line on a
 /// copy of the binary: both backends bridge, and once running the process
 /// has only what it still needs (CAP_SYS_NICE for --realtime out, nothing

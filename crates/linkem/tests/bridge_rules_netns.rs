@@ -766,3 +766,140 @@ fn seed_003_mac_profile_matches_replay_of_the_same_seed(backend: &str) {
         );
     }
 }
+
+/// A rules bridge holds both interfaces' locks for its whole life (it used to
+/// let them go as soon as it had started, and a second bridge then forwarded
+/// every frame a second time): a second linkem on them, plain or with rules,
+/// is refused while it runs, and starts once it has stopped.
+#[test]
+fn a_second_bridge_is_refused_while_a_rules_bridge_runs() {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let topo = topology("lkrL");
+    let rules = rules_file("pipe 1 config delay 1ms\nadd 100 pipe 1 ip from any to any\n");
+    let path = rules.path.to_str().unwrap();
+    let second = |extra: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_linkem"))
+            .args(["bridge", &topo.emu_a, &topo.emu_b, "--backend", "packet"])
+            .args([
+                "--duration",
+                "1",
+                "--max-lag",
+                "off",
+                "--name",
+                "lkrL-second",
+            ])
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).to_string(),
+        )
+    };
+    let first = start(&topo, "packet", &rules, &[]);
+    for extra in [&[][..], &["--rules", path][..]] {
+        let (code, err) = second(extra);
+        assert_eq!(
+            code,
+            Some(1),
+            "a second bridge {extra:?} ran beside the rules bridge: {err}"
+        );
+        assert!(
+            err.contains("already in use by another linkem"),
+            "refused for the lock: {err}"
+        );
+    }
+    // The first is unharmed and still forwards.
+    let rtt = ping_median_ms(&topo, 5);
+    assert!(rtt >= 2.0, "RTT {rtt} ms through two 1 ms pipes");
+    first.stop();
+    let (code, err) = second(&["--rules", path]);
+    assert_eq!(code, Some(0), "starts once the first has stopped: {err}");
+}
+
+/// Dynamic instances go by time, with no further packet to their pipe: one
+/// datagram from each of 16 source ports through a masked pipe and a masked
+/// fq_codel pipe makes 32 instances; with no traffic after that, the node's
+/// periodic sweep removes them once their idle hold (1 s) has passed, and the
+/// stats say so: the periodic lines show the 32 instances and their charged
+/// memory, the final one (2.5 s later) none, each pipe's rule having taken
+/// exactly its 16 packets.
+#[test]
+fn idle_instances_expire_by_time_with_no_further_packet() {
+    const PORTS: u16 = 16;
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let topo = topology_with("lkrx", true);
+    let rules = rules_file(
+        "pipe 1 config delay 1ms mask src-port 0xffff\n\
+         pipe 2 config bw 100Mbit/s mask src-port 0xffff\n\
+         sched 2 config type fq_codel\n\
+         add 100 pipe 1 udp from any to any dst-port 7001 in\n\
+         add 200 pipe 2 udp from any to any dst-port 7002 in\n",
+    );
+    let b = start(&topo, "packet", &rules, &["--stats-interval", "0.5"]);
+    let dst = topo.addr_b;
+    in_ns(&topo.ns_a, || {
+        for i in 0..PORTS {
+            let sock =
+                UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 41000 + i)).unwrap();
+            for port in [7001, 7002] {
+                sock.send_to(b"expire me", SocketAddrV4::new(dst, port))
+                    .unwrap();
+            }
+        }
+    });
+    // Idle hold 1 s, a sweep every 100 ms, and room for a loaded machine.
+    std::thread::sleep(Duration::from_millis(2500));
+    let (lines, _) = b.stop_with_lines();
+    let v = lines.last().unwrap();
+    let instances = |v: &Value| v["node"]["flow_instances"].as_u64().unwrap();
+    let seen: Vec<(u64, u64)> = lines
+        .iter()
+        .map(|v| {
+            (
+                instances(v),
+                v["node"]["flow_memory_bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    eprintln!("(instances, charged bytes) per stats line: {seen:?}");
+    assert_eq!(
+        rule_packets(v, 100) + rule_packets(v, 200),
+        2 * u64::from(PORTS),
+        "the rules took the datagrams and nothing after them: {v}"
+    );
+    assert!(
+        seen.iter().any(|&(n, _)| n == 2 * u64::from(PORTS)),
+        "a stats line shows one instance per source port in each pipe: {seen:?}"
+    );
+    assert_eq!(
+        seen.last(),
+        Some(&(0, 0)),
+        "2.5 s after the last packet, with none since, instances are left: {v}"
+    );
+    let pipe = |n: u64| {
+        v["node"]["pipes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["pipe"] == n)
+            .unwrap_or_else(|| panic!("pipe {n} listed: {v}"))
+            .clone()
+    };
+    for n in [1, 2] {
+        let p = pipe(n);
+        assert_eq!(p["expired"], u64::from(PORTS), "pipe {n}: {p}");
+        assert_eq!(p["flow_limit_drops"], 0, "pipe {n}: {p}");
+    }
+    assert_eq!(
+        v["node"]["schedulers"].as_array().unwrap().len(),
+        0,
+        "no scheduler instance left: {v}"
+    );
+}

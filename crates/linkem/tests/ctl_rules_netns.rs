@@ -405,21 +405,6 @@ fn ctl_rules_metrics_match_stats_json() {
     })
     .join()
     .unwrap();
-    let dst = std::net::SocketAddrV4::new(topo.addr_b, 40000);
-    // UDP from 12 source ports, more from the low ones: the top 10 by bytes.
-    let ns = topo.ns_a.clone();
-    std::thread::spawn(move || {
-        netns::enter(&ns).unwrap();
-        for k in 0..12u16 {
-            let sock = std::net::UdpSocket::bind(("0.0.0.0", 30001 + k)).unwrap();
-            for _ in 0..(40 - k) {
-                let _ = sock.send_to(&[0u8; 100], dst);
-                std::thread::sleep(Duration::from_micros(300));
-            }
-        }
-    })
-    .join()
-    .unwrap();
     std::thread::sleep(Duration::from_millis(300));
     // `KIND N show` shows object N only; `KIND show` all; an unknown N is named.
     let mut c = bridge.client();
@@ -460,6 +445,29 @@ fn ctl_rules_metrics_match_stats_json() {
         &bridge.socket,
         &["pipe", "1", "config", "delay", "3ms"],
     ));
+    let dst = std::net::SocketAddrV4::new(topo.addr_b, 40000);
+    // UDP from 12 source ports, more from the low ones: the top 10 by bytes.
+    // Sent round-robin just before the scrapes, so that every flow's instance
+    // is still live then (idle instances expire by time, 1 s after their last
+    // packet, even on a machine that stalls).
+    let ns = topo.ns_a.clone();
+    std::thread::spawn(move || {
+        netns::enter(&ns).unwrap();
+        let socks: Vec<_> = (0..12u16)
+            .map(|k| std::net::UdpSocket::bind(("0.0.0.0", 30001 + k)).unwrap())
+            .collect();
+        for i in 0..40u16 {
+            for (k, sock) in (0u16..).zip(&socks) {
+                if i < 40 - k {
+                    let _ = sock.send_to(&[0u8; 100], dst);
+                }
+            }
+            std::thread::sleep(Duration::from_micros(300));
+        }
+    })
+    .join()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
     // Stray frames may pass at any time: take a `stats` between two scrapes
     // whose direction counters agree.
     let mut c = bridge.client();

@@ -639,3 +639,121 @@ fn configs_and_tables_must_be_small_regular_files_refused_at_once() {
     );
     assert!(!output.exists());
 }
+
+/// A capture whose timestamps go back: each such packet is taken as
+/// arriving with the latest earlier one (delivered after it), and replay
+/// warns once with the count and the first packet, with and without rules.
+#[test]
+fn backwards_timestamps_are_counted_and_the_first_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = paths(&dir);
+    let ms = 1_000_000u64;
+    let packets: Vec<(u64, Vec<u8>)> = [10, 20, 15, 30, 12]
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t * ms, frame(100, i as u8)))
+        .collect();
+    write_capture(&input, &packets);
+    let o = linkem(&["replay", s(&input), s(&output), "delay", "5ms", "seed", "1"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("2 packets with a timestamp earlier than a packet before")
+            && err.contains("first: packet 3, 0.005000000 s back"),
+        "{err}"
+    );
+    // Packet 3 (15 ms) leaves as if it came with packet 2 (20 ms): 25 ms.
+    let out = read(&output);
+    let at = out.iter().find(|(_, _, f)| f[0] == 2).map(|(t, _, _)| *t);
+    assert_eq!(
+        at,
+        Some(25 * ms),
+        "packet 3's release; out: {:?}",
+        out.iter().map(|p| p.0).collect::<Vec<_>>()
+    );
+    let rules = dir.path().join("r.rules");
+    std::fs::write(&rules, "pipe 1 config delay 5ms\nadd pipe 1 ip\n").unwrap();
+    let o = linkem(&[
+        "replay",
+        s(&input),
+        s(&output),
+        "--rules",
+        s(&rules),
+        "seed",
+        "1",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("first: packet 3"), "{err}");
+}
+
+/// A distribution table named in the link words is an input like the capture:
+/// an output (the capture or `--events`) naming it, by its name, a hard link or
+/// a symbolic link, is refused before anything is written, and the error names
+/// both uses. `/dev/null` stays allowed, several times over.
+#[test]
+fn an_output_that_is_a_distribution_table_the_words_read_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = paths(&dir);
+    synth(&input, 20, 100, "1mbit");
+    let table = dir.path().join("my.dist");
+    let text = "# a netem table\n-100 0 100\n-50 50 0\n";
+    std::fs::write(&table, text).unwrap();
+    let hard = dir.path().join("hard.dist");
+    std::fs::hard_link(&table, &hard).unwrap();
+    let soft = dir.path().join("soft.dist");
+    std::os::unix::fs::symlink(&table, &soft).unwrap();
+    let words = ["delay", "10ms", "1ms", "distribution", s(&table)];
+    for out in [&table, &hard, &soft] {
+        for events in [false, true] {
+            let mut args = vec!["replay", s(&input)];
+            if events {
+                args.extend([s(&output), "--events", s(out)]);
+            } else {
+                args.push(s(out));
+            }
+            args.extend(words);
+            let o = linkem(&args);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(!o.status.success(), "{args:?} was accepted");
+            assert!(
+                err.contains("same file")
+                    && err.contains("distribution table named in the link words")
+                    && err.contains(if events { "--events" } else { "output capture" }),
+                "{args:?}: names both uses: {err}"
+            );
+            assert_eq!(std::fs::read_to_string(&table).unwrap(), text, "{args:?}");
+            assert!(!output.exists(), "{args:?}: nothing written");
+        }
+    }
+    assert!(temp_files(dir.path()).is_empty());
+    // The words read the table through a link: still the same file.
+    let o = linkem(&[
+        "replay",
+        s(&input),
+        s(&table),
+        "delay",
+        "10ms",
+        "1ms",
+        "distribution",
+        s(&soft),
+    ]);
+    assert!(!o.status.success());
+    assert_eq!(std::fs::read_to_string(&table).unwrap(), text);
+    // /dev/null as both outputs, with the same table: fine.
+    let o = linkem(&[
+        "replay",
+        s(&input),
+        "/dev/null",
+        "--events",
+        "/dev/null",
+        "--stats",
+        "none",
+        "delay",
+        "10ms",
+        "1ms",
+        "distribution",
+        s(&table),
+    ]);
+    ok(&o);
+}

@@ -398,3 +398,123 @@ fn sched_mask_gives_each_flow_its_own_link() {
         }
     }
 }
+
+/// Every file a rules replay reads is an input: the rule file, and the
+/// profiles and tables it names (relative to it or by path). An output naming
+/// one of them, directly or through a link, is refused before anything is
+/// written, and the error names both uses.
+#[test]
+fn an_output_that_is_a_file_the_rules_name_is_refused() {
+    let (d, input, output) = tmp();
+    synth(&input, &["--packets", "20", "--size", "200"]);
+    let profile = d.path().join("radio.profile");
+    let profile_text = "name p\nbandwidth 2Mbit/s\nsamples 2\nprob delay\n0.5 100us\n1 200us\n";
+    std::fs::write(&profile, profile_text).unwrap();
+    let table = d.path().join("my.dist");
+    let table_text = "-100 0 100\n";
+    std::fs::write(&table, table_text).unwrap();
+    let rules = d.path().join("r.rules");
+    let rules_text = format!(
+        "pipe 1 config profile radio.profile\n\
+         pipe 2 config delay 5ms 1ms distribution {}\n\
+         add 100 pipe 1 ip from any to any dst-port 9\n\
+         add 200 pipe 2 ip from any to any\n",
+        table.display()
+    );
+    std::fs::write(&rules, &rules_text).unwrap();
+    let link = d.path().join("link.profile");
+    std::os::unix::fs::symlink(&profile, &link).unwrap();
+    let (i, r) = (input.to_str().unwrap(), rules.to_str().unwrap());
+    let o_ = output.to_str().unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec![i, r], "--rules"),
+        (
+            vec![i, profile.to_str().unwrap()],
+            "file named in the rules",
+        ),
+        (vec![i, link.to_str().unwrap()], "file named in the rules"),
+        (vec![i, table.to_str().unwrap()], "file named in the rules"),
+        (
+            vec![i, o_, "--events", profile.to_str().unwrap()],
+            "file named in the rules",
+        ),
+    ];
+    for (head, other_use) in cases {
+        let mut args = vec!["replay"];
+        args.extend(&head);
+        args.extend(["--rules", r, "seed", "1"]);
+        let o = linkem(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{args:?} was accepted");
+        assert!(
+            err.contains("same file") && err.contains(other_use),
+            "{args:?}: names both uses: {err}"
+        );
+        assert_eq!(std::fs::read_to_string(&profile).unwrap(), profile_text);
+        assert_eq!(std::fs::read_to_string(&table).unwrap(), table_text);
+        assert_eq!(std::fs::read_to_string(&rules).unwrap(), rules_text);
+        assert!(!output.exists(), "{args:?}: nothing written");
+    }
+    // The same rules into a fresh output run.
+    ok(linkem(&["replay", i, o_, "--rules", r, "seed", "1"]));
+}
+
+/// An error about a file's content quotes no word of a file the user who
+/// started linkem may not read (here: owned by nobody, mode 0600; linkem runs
+/// as root, the case of sudo or a daemon): not the rule file's, not a
+/// profile's. The same files readable by the user are quoted as usual.
+#[test]
+fn errors_never_quote_a_file_its_user_may_not_read() {
+    use std::os::unix::fs::PermissionsExt;
+    if !linkem_io::netns::is_root() {
+        eprintln!("skipped: needs root to give a file to another user");
+        return;
+    }
+    let (d, input, output) = tmp();
+    synth(&input, &["--packets", "2", "--size", "200"]);
+    let secret = d.path().join("shadow");
+    std::fs::write(
+        &secret,
+        "root:$6$Zx9s3cr3tHASH$abcdefgh:19000:0:99999:7:::\ndaemon:*:19000:0:99999:7:::\n",
+    )
+    .unwrap();
+    let rules = d.path().join("p.rules");
+    std::fs::write(
+        &rules,
+        format!(
+            "pipe 1 config profile {}\nadd pipe 1 ip\n",
+            secret.display()
+        ),
+    )
+    .unwrap();
+    let run = |r: &Path| {
+        let o = Command::new(env!("CARGO_BIN_EXE_linkem"))
+            .args(["replay", input.to_str().unwrap(), output.to_str().unwrap()])
+            .args(["--rules", r.to_str().unwrap()])
+            .env_remove("SUDO_UID")
+            .env_remove("SUDO_GID")
+            .output()
+            .unwrap();
+        assert!(!o.status.success());
+        String::from_utf8_lossy(&o.stderr).to_string()
+    };
+    let set_mode =
+        |mode| std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(mode)).unwrap();
+    // Readable by the user (root owns it): quoted as usual, which shows the
+    // check below tests the redaction, not a parser that never quotes.
+    set_mode(0o600);
+    let err = run(&secret);
+    assert!(err.contains("s3cr3t"), "a readable file is quoted: {err}");
+    std::os::unix::fs::chown(&secret, Some(65534), Some(65534)).unwrap();
+    for (r, what) in [(&secret, "--rules"), (&rules, "profile")] {
+        let err = run(r);
+        assert!(
+            err.contains("line 1") && err.contains("bytes not shown"),
+            "{what}: says where, not what: {err}"
+        );
+        assert!(
+            !err.contains("s3cr3t") && !err.contains("root:") && !err.contains("19000"),
+            "{what}: echoes a file its user may not read: {err}"
+        );
+    }
+}

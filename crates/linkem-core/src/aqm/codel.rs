@@ -24,7 +24,7 @@
 //! law and ends the loop). Times are integer ns; interval/√count is floored
 //! to the ns.
 
-use crate::sched::{Fifo, Pkt};
+use crate::queue::{Fifo, Pkt};
 
 /// CoDel's parameters for one queue (`codel [target T] [interval T]
 /// [ecn|noecn]`). Invariant (checked by the parser): `target_ns` <

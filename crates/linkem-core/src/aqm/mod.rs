@@ -3,7 +3,7 @@
 //!
 //! Every AQM is a pure state machine over (time in ns, queue length, packet
 //! length, a uniform draw from the queue's own random stream); the queue
-//! itself ([`crate::sched::Fifo`]) and the scheduler above it are elsewhere.
+//! itself ([`crate::queue::Fifo`]) and the scheduler above it are elsewhere.
 //! Written by hand: the decisions are the product, and each one must be
 //! exactly the one the paper or RFC states so that a reference written from
 //! that text agrees packet by packet (tests/sched_reference.rs).

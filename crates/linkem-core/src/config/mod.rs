@@ -27,8 +27,9 @@
 //! config` switches a line to the Dummynet dialect; a leading `netem` is skipped.
 //!
 //! # Modules
-//! [`words`] holds the table and the reading of each word, `parser` the cursor
-//! over the words and the draft that tracks who set what, `dummynet` Dummynet's
+//! [`words`] holds the table, the reading of each word and the loop that
+//! dispatches a layer's words, `parser` the cursor over the words and the
+//! draft that tracks who set what (below `words`, which uses it), `dummynet` Dummynet's
 //! units, [`toml`] the TOML file, `display` the canonical words.
 
 mod display;
@@ -165,13 +166,16 @@ pub struct ConfigError {
     pub message: String,
 }
 
-/// Reads a distribution file by name; the core does no I/O, so the caller
-/// supplies this (the binary reads the file system, tests supply text).
+/// Reads a file a word names (`distribution FILE`, a pipe's `profile FILE`)
+/// by name; the core does no I/O, so the caller supplies this (the binary
+/// reads the file system, tests supply text). Its error says what it looked
+/// for and starts with the name in quotes; the word that named the file says
+/// which kind of file it is ("distribution 'x': ...", "profile 'x': ...").
 pub type FileLoader<'a> = dyn FnMut(&str) -> Result<String, String> + 'a;
 
 /// A loader for callers that have no files: every name is unknown.
 pub fn no_files(name: &str) -> Result<String, String> {
-    Err(format!("no such distribution '{name}'"))
+    Err(format!("'{name}': no such file"))
 }
 
 /// Which tool's reading of the words applies.
@@ -222,7 +226,7 @@ impl LinkSpec {
         let mut offset = 0;
         for (layer, words) in layers.iter().enumerate() {
             let mut cursor = parser::Cursor::new(words, offset, layer, dialect, files);
-            cursor.read_all(&mut draft)?;
+            words::read_layer(&mut cursor, &mut draft)?;
             offset += words.len();
         }
         draft.finish()

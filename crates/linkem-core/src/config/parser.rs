@@ -5,8 +5,12 @@
 //! later layer replaces what an earlier one set. Checks that need the whole link
 //! (a distribution needs a jitter, reordering needs a delay) run once, in
 //! [`Draft::finish`].
+//!
+//! The reading of each word, and the loop that dispatches a layer's words to
+//! them ([`super::words::read_layer`]), sit above this module in `words`: the
+//! word readers need the cursor and the draft, and this module needs nothing
+//! of theirs, so the two never import each other.
 
-use super::words;
 use super::{
     ConfigError, Dialect, FileLoader, LinkConfig, LinkSpec, DEFAULT_QUEUE_PACKETS,
     DUMMYNET_DEFAULT_QUEUE_PACKETS,
@@ -217,24 +221,9 @@ impl<'w, 'f, 'l> Cursor<'w, 'f, 'l> {
         }
     }
 
-    /// Reads every word of the layer into `draft`.
-    pub fn read_all(&mut self, draft: &mut Draft) -> Result<(), ConfigError> {
-        self.skip_pasted_prefix();
-        draft.dummynet |= self.dialect == Dialect::Dummynet;
-        while let Some(word) = self.peek() {
-            let at = self.next;
-            self.next += 1;
-            match words::find(word, self.dialect) {
-                Some(entry) => (entry.parse)(self, draft, at)?,
-                None => return Err(self.error(at, words::refusal(word, self.dialect))),
-            }
-        }
-        Ok(())
-    }
-
     /// Skips a leading `netem`, or `[ipfw|dnctl] pipe N config` (which also
     /// switches the layer to the Dummynet dialect), so a pasted line reads as is.
-    fn skip_pasted_prefix(&mut self) {
+    pub fn skip_pasted_prefix(&mut self) {
         let w = self.words;
         if w.first() == Some(&"netem") {
             self.next = 1;

@@ -141,6 +141,22 @@ fn errors_name_the_word() {
 }
 
 #[test]
+fn gap_out_of_range_names_both_bounds() {
+    // 2^32 said "at least 1".
+    for v in ["0", "4294967296"] {
+        let e = parse(&format!("delay 10ms reorder 25% gap {v}")).unwrap_err();
+        assert_eq!(e.word, v);
+        assert_eq!(e.message, "gap is a packet count 1..4294967295");
+    }
+    assert_eq!(
+        parse("delay 10ms reorder 25% gap 4294967295")
+            .unwrap()
+            .reorder_gap,
+        u32::MAX
+    );
+}
+
+#[test]
 fn display_round_trips() {
     for s in [
         "rate 10mbit overhead 24 queue 50 delay 10ms 1ms 25% distribution normal loss gemodel 1% 10% 70% 0.1%",

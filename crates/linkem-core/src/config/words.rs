@@ -269,6 +269,22 @@ pub const UNSUPPORTED: &[(&str, &str, &str)] = &[
     ("slot", "netem", "slotted transmission"),
 ];
 
+/// Reads every word of the cursor's layer into `draft`, each by the reader of
+/// its form in [`WORDS`].
+pub(super) fn read_layer(c: &mut Cursor<'_, '_, '_>, draft: &mut Draft) -> Result<(), ConfigError> {
+    c.skip_pasted_prefix();
+    draft.dummynet |= c.dialect == Dialect::Dummynet;
+    while let Some(word) = c.peek() {
+        let at = c.next;
+        c.next += 1;
+        match find(word, c.dialect) {
+            Some(entry) => (entry.parse)(c, draft, at)?,
+            None => return Err(c.error(at, refusal(word, c.dialect))),
+        }
+    }
+    Ok(())
+}
+
 /// The first form that starts with `word` in `dialect`.
 pub(super) fn find(word: &str, dialect: Dialect) -> Option<&'static WordDoc> {
     WORDS
@@ -448,7 +464,8 @@ fn distribution(c: &mut Cursor<'_, '_, '_>, d: &mut Draft, at: usize) -> Result<
     let dist = match Distribution::builtin(v) {
         Some(dist) => dist,
         None => {
-            let text = (c.files)(v).map_err(|e| c.error(a, e))?;
+            // The loader says what it looked for; the kind of file is named here.
+            let text = (c.files)(v).map_err(|e| c.error(a, format!("distribution {e}")))?;
             Distribution::parse_file(v, &text).map_err(|e| c.error(a, e))?
         }
     };
@@ -476,7 +493,7 @@ fn gap(c: &mut Cursor<'_, '_, '_>, d: &mut Draft, at: usize) -> Result<(), Confi
     let (a, v) = c.arg("gap", "a packet count")?;
     let n = c.unit(a, units::parse_count(v))?;
     if n == 0 || n > u64::from(u32::MAX) {
-        return Err(c.error(a, "gap is a packet count of at least 1"));
+        return Err(c.error(a, format!("gap is a packet count 1..{}", u32::MAX)));
     }
     c.set(d, Slot::ReorderGap, at)?;
     d.link.reorder_gap = n as u32;

@@ -49,8 +49,8 @@ pub mod profile;
 use crate::config::{Dialect, LinkConfig, LinkSpec};
 use crate::link::{Link, LinkExtra, LinkParams, PacketMeta, Verdict};
 use crate::rng::{Stream, StreamId};
+use crate::rulefile::{parse_number, rerr, RulesError};
 use crate::rules::flow::FlowKey;
-use crate::rules::parse::{parse_number, rerr, RulesError};
 pub use profile::Profile;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -284,7 +284,7 @@ impl PipeDef {
                 "profile" => {
                     let v = need("a file name")?;
                     i += 1;
-                    let text = files(v).map_err(|e| rerr(line, v, e))?;
+                    let text = files(v).map_err(|e| rerr(line, v, format!("profile {e}")))?;
                     let p = Profile::parse(&text)
                         .map_err(|e| rerr(line, v, format!("in the profile, {e}")))?;
                     profile = Some(Arc::new(p));
@@ -383,9 +383,41 @@ pub(crate) fn parse_mask(
 ) -> Result<(FlowMask, usize), RulesError> {
     let mut m = FlowMask::default();
     let mut i = 0;
+    // Fields given so far, by their canonical name: a field given twice (or
+    // with `all`, which sets every field) is refused rather than the later
+    // value silently winning.
+    let mut given: Vec<&str> = Vec::new();
     while let Some(&field) = words.get(i) {
+        let canon = match field {
+            "src-ipv6" => "src-ip6",
+            "dst-ipv6" => "dst-ip6",
+            f => f,
+        };
+        if given.contains(&"all") || (canon == "all" && !given.is_empty()) {
+            if matches!(
+                canon,
+                "all"
+                    | "src-ip"
+                    | "dst-ip"
+                    | "src-ip6"
+                    | "dst-ip6"
+                    | "src-port"
+                    | "dst-port"
+                    | "proto"
+                    | "flow-id"
+            ) {
+                return Err(rerr(
+                    line,
+                    field,
+                    "given twice in this mask ('all' sets every field)",
+                ));
+            }
+        } else if given.contains(&canon) {
+            return Err(rerr(line, field, "given twice in this mask"));
+        }
         let kind = match field {
             "all" => {
+                given.push("all");
                 m = FlowMask {
                     proto: 0xff,
                     src_ip4: !0,
@@ -400,7 +432,10 @@ pub(crate) fn parse_mask(
                 continue;
             }
             "src-ip" | "dst-ip" | "src-ip6" | "src-ipv6" | "dst-ip6" | "dst-ipv6" | "src-port"
-            | "dst-port" | "proto" | "flow-id" => field,
+            | "dst-port" | "proto" | "flow-id" => {
+                given.push(canon);
+                field
+            }
             "queue" => return Err(rerr(line, field, "not supported (mask queue)")),
             _ => break,
         };
@@ -1060,6 +1095,29 @@ pub fn instance_random_bytes() -> usize {
 #[cfg(test)]
 mod layout_tests {
     use super::*;
+
+    #[test]
+    fn a_mask_field_given_twice_is_refused_by_name() {
+        let err = |w: &str| {
+            let words: Vec<&str> = w.split_whitespace().collect();
+            parse_mask(&words, 3, "mask").unwrap_err()
+        };
+        let e = err("src-ip 0xff dst-ip 0xff src-ip 0xffff");
+        assert_eq!((e.line, e.word.as_str()), (3, "src-ip"));
+        assert!(e.message.contains("given twice"), "{e}");
+        // Two spellings of one field are one field.
+        let e = err("src-ip6 64 src-ipv6 48");
+        assert_eq!(e.word, "src-ipv6");
+        let e = err("all dst-port 0xff");
+        assert_eq!(e.word, "dst-port");
+        assert!(e.message.contains("'all'"), "{e}");
+        let e = err("proto 0xff all");
+        assert_eq!(e.word, "all");
+        // Distinct fields, then a word that ends the mask.
+        let words = ["src-ip", "0xff", "dst-port", "0xffff", "bw", "1Mbit/s"];
+        let (m, used) = parse_mask(&words, 1, "mask").unwrap();
+        assert_eq!((m.src_ip4, m.dst_port, used), (0xff, 0xffff, 4));
+    }
 
     #[test]
     fn hot_fields_of_an_instance_fill_its_first_128_bytes() {

@@ -7,7 +7,8 @@
 //! `loss-level L` (0 ≤ L ≤ 1, default 1: no loss), `samples N` (2..1024,
 //! default 100), then a header `prob delay` or `delay prob` and at least two
 //! points. A delay without a unit is in milliseconds, as ipfw reads it (the seed
-//! paper's example comments "delay in us"; write `100us` to mean microseconds).
+//! paper's example comments "delay in us"; write `100us` to mean microseconds);
+//! a delay is at most one day, with a unit or without.
 //!
 //! # Table and draw (as ipfw builds them)
 //! Points are sorted by (prob, delay). The table has N entries, entry i being
@@ -66,15 +67,20 @@ fn perr(line: usize, word: &str, message: impl Into<String>) -> ProfileError {
     }
 }
 
+/// A delay: bare in milliseconds, or with a unit; at most
+/// [`units::MAX_TIME_NS`] (one day) either way.
 fn parse_delay_ns(text: &str) -> Result<u64, String> {
     if text.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
         let ms: f64 = text
             .parse()
             .map_err(|_| format!("'{text}' is not a number"))?;
-        if !(ms.is_finite() && ms <= 1e9) {
-            return Err(format!("'{text}': delay too large"));
+        let ns = (ms * 1e6).round();
+        if !(ns.is_finite() && ns <= units::MAX_TIME_NS as f64) {
+            return Err(format!(
+                "'{text}': a delay is at most 1 day (86400000 ms, as with a unit)"
+            ));
         }
-        Ok((ms * 1e6).round() as u64)
+        Ok(ns as u64)
     } else {
         units::parse_time_ns(text).map_err(|e| e.0)
     }
@@ -282,5 +288,19 @@ mod tests {
         assert!(e.message.contains("two points"));
         let e = Profile::parse("name a\nname b\nprob delay\n0 1\n1 1\n").unwrap_err();
         assert_eq!((e.line, e.word.as_str()), (2, "name"));
+    }
+
+    #[test]
+    fn bare_delays_have_the_one_day_bound_of_delays_with_a_unit() {
+        // 86400000 ms is one day, as 86400s is.
+        let p = Profile::parse("prob delay\n0 86400000\n1 86400000\n").unwrap();
+        assert!(p.table_ns.iter().all(|&d| d == units::MAX_TIME_NS));
+        for (bare, unit) in [("86400001", "86401s"), ("999999999", "1000000s")] {
+            let e = Profile::parse(&format!("prob delay\n0 0\n1 {bare}\n")).unwrap_err();
+            assert_eq!((e.line, e.word.as_str()), (3, bare));
+            assert!(e.message.contains("1 day"), "{e}");
+            let e = Profile::parse(&format!("prob delay\n0 0\n1 {unit}\n")).unwrap_err();
+            assert!(e.message.contains("1 day"), "{e}");
+        }
     }
 }

@@ -25,8 +25,9 @@ pub mod parse;
 pub use classify::{Classifier, Hit};
 pub use flow::{FlowKey, L2Kind};
 pub use parse::{
-    parse_rules, parse_rules_cached, Action, Cond, CondKind, Net, Rule, RuleCache, RuleSet,
-    RulesError,
+    parse_decimal, parse_rules, parse_rules_cached, rule_target, says_something, statements,
+    Action, Cond, CondKind, Line, Net, ObjectKind, Rule, RuleCache, RuleSet, RulesError, Statement,
+    Statements,
 };
 
 /// Which interface a packet came in on. Replay feeds everything as `A`.

@@ -4,32 +4,27 @@
 //! words of real ipfw/dnctl that linkem does not model say "not supported",
 //! anything else says "unknown". Hostnames are refused (the core does no name
 //! lookups): rules take addresses.
+//!
+//! # One reading for every front end
+//! [`statements`] reads the first words of each line (the command, the
+//! object or rule number, `flush`, one-pass) for the parser and for the
+//! bridge's control plane alike, and every number that names a thing goes
+//! through [`parse_decimal`]: rule numbers, `pipe|queue|sched N config`, a
+//! rule's `pipe N`/`queue N`/`skipto N` and a queue's `pipe M`/`sched M` are
+//! decimal (ipfw reads the first four with atoi or strtoul(…, 10); it reads a
+//! queue's `pipe M` with strtoul(…, 0), which linkem does not follow, so that
+//! `010` names pipe 10 wherever it stands). Values — masks, weights, sizes,
+//! ports — take strtoul(…, 0)'s syntax (`0x` hex, leading-0 octal) as ipfw
+//! does. A control plane that renders a rule set back to text writes object
+//! and rule numbers in decimal and rule bodies as written, so the text parses
+//! to the same set: parse(render(parse(x))) = parse(x).
 
 use super::flow::v4_mapped;
 use crate::pipe::{FileReader, PipeDef};
+use crate::rulefile::{object_number, parse_number, rerr};
+pub use crate::rulefile::{parse_decimal, RulesError};
 use std::collections::{BTreeMap, HashMap};
 use std::net::{Ipv4Addr, Ipv6Addr};
-
-/// A rule file problem: the line, the word, what is wrong.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("line {line}: '{word}': {message}")]
-pub struct RulesError {
-    /// Line in the rule file, 1-based.
-    pub line: usize,
-    /// The word at fault, as written (empty when something is missing at the
-    /// end of the line).
-    pub word: String,
-    /// What is wrong with it.
-    pub message: String,
-}
-
-pub(crate) fn rerr(line: usize, word: &str, message: impl Into<String>) -> RulesError {
-    RulesError {
-        line,
-        word: word.to_string(),
-        message: message.into(),
-    }
-}
 
 /// What a matching rule does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -300,115 +295,78 @@ pub fn parse_rules_cached(
     };
     let mut pipe_refs: Vec<(u32, usize, String)> = Vec::new();
     let mut queue_refs: Vec<(u32, usize, String)> = Vec::new();
-    for (i, raw) in text.lines().enumerate() {
-        let line = i + 1;
-        let body = raw.split('#').next().unwrap_or("");
-        let body = body.split("//").next().unwrap_or("");
-        let mut words: Vec<&str> = body.split_whitespace().collect();
-        if matches!(
-            words.first(),
-            Some(&"ipfw") | Some(&"dnctl") | Some(&"sysctl")
-        ) {
-            words.remove(0);
-        }
-        while matches!(words.first(), Some(&"-q") | Some(&"-f")) {
-            words.remove(0);
-        }
-        let Some(&first) = words.first() else {
-            continue;
-        };
-        match first {
-            "add" => {
-                let numbered = words.get(1).is_some_and(|w| w.parse::<u32>().is_ok());
-                let key = words[1..].join(" ");
+    for read in statements(text) {
+        let Line {
+            line,
+            text: line_text,
+            statement,
+        } = read?;
+        match statement {
+            Statement::Add {
+                number,
+                numbered,
+                body,
+            } => {
+                let key = format!("{number} {}", body.join(" "));
                 let rule = match last
                     .remove(&key)
-                    .filter(|r| numbered && r.text == body.trim())
+                    .filter(|r| numbered && r.text == line_text)
                 {
                     Some(mut r) => {
                         r.line = line;
                         r
                     }
-                    None => parse_add(&words[1..], line, body.trim(), &set.rules, sides)?,
+                    None => parse_add(&body, number, line, line_text, sides)?,
                 };
                 if numbered {
                     cache.rules.insert(key, rule.clone());
                 }
+                let action_arg = |word: &str| {
+                    let at = body.iter().position(|w| *w == word).unwrap_or(0);
+                    body.get(at + 1).unwrap_or(&"").to_string()
+                };
                 if let Action::Pipe(n) = rule.action {
-                    let at = words.iter().position(|w| *w == "pipe").unwrap_or(0);
-                    pipe_refs.push((n, line, words.get(at + 1).unwrap_or(&"").to_string()));
+                    pipe_refs.push((n, line, action_arg("pipe")));
                 }
                 if let Action::Queue(n) = rule.action {
-                    let at = words.iter().position(|w| *w == "queue").unwrap_or(0);
-                    queue_refs.push((n, line, words.get(at + 1).unwrap_or(&"").to_string()));
+                    queue_refs.push((n, line, action_arg("queue")));
                 }
                 // Same numbers keep file order: insert after every rule numbered ≤ it.
                 let at = set.rules.partition_point(|r| r.number <= rule.number);
                 set.rules.insert(at, rule);
             }
-            "pipe" => {
-                let n = words
-                    .get(1)
-                    .and_then(|w| parse_number(w))
-                    .filter(|&n| (1..=65535).contains(&n))
-                    .ok_or_else(|| {
-                        rerr(
-                            line,
-                            words.get(1).unwrap_or(&""),
-                            "a pipe number is 1..65535",
-                        )
-                    })? as u32;
-                match words.get(2) {
-                    Some(&"config") => {}
-                    Some(&w @ ("show" | "list" | "delete" | "flush")) => {
-                        return Err(rerr(line, w, "not supported in a rule file"))
-                    }
-                    w => return Err(rerr(line, w.unwrap_or(&""), "expected 'config'")),
-                }
-                let (pipe_words, ps) = crate::sched::words::split_pipe_words(&words[3..], line)?;
-                let def = PipeDef::parse(n, &pipe_words, line, files)?;
-                set.sched.pipes.insert(n, ps);
+            Statement::Config {
+                kind: ObjectKind::Pipe,
+                number,
+                words,
+            } => {
+                let (pipe_words, ps) = crate::sched::words::split_pipe_words(&words, line)?;
+                let def = PipeDef::parse(number, &pipe_words, line, files)?;
+                set.sched.pipes.insert(number, ps);
                 // `pipe N config` sets the whole pipe, as in Dummynet: a second one replaces it.
-                set.pipes.insert(n, def);
+                set.pipes.insert(number, def);
             }
-            "set" if words.get(1) == Some(&"one-pass") => {
-                set.one_pass = match words.get(2) {
-                    Some(&"off") => false,
-                    Some(&"on") => true,
-                    w => return Err(rerr(line, w.unwrap_or(&""), "one-pass is 'on' or 'off'")),
-                };
-                if let Some(w) = words.get(3) {
-                    return Err(rerr(line, w, "unexpected word"));
-                }
+            Statement::Config {
+                kind: ObjectKind::Sched,
+                number,
+                words,
+            } => {
+                let def = crate::sched::words::parse_sched(number, &words, line)?;
+                set.sched.scheds.insert(number, def);
             }
-            "enable" | "disable" if words.get(1) == Some(&"one_pass") => {
-                set.one_pass = first == "enable";
+            Statement::Config {
+                kind: ObjectKind::Queue,
+                number,
+                words,
+            } => {
+                let def = crate::sched::words::parse_queue(number, &words, line)?;
+                set.sched.queues.insert(number, def);
             }
-            w if w.starts_with("net.inet.ip.fw.one_pass=") => {
-                set.one_pass = match &w["net.inet.ip.fw.one_pass=".len()..] {
-                    "0" => false,
-                    "1" => true,
-                    _ => return Err(rerr(line, w, "one_pass is 0 or 1")),
-                };
-            }
-            "flush" => set.rules.clear(),
-            "queue" | "sched" if words.get(2) == Some(&"config") => {
-                crate::sched::words::parse_line(&mut set.sched, &words, line)?;
-            }
-            "queue" | "sched" | "delete" | "zero" | "resetlog" | "table" | "nat" | "set"
-            | "enable" | "disable" | "show" | "list" | "sysctl" => {
-                return Err(rerr(line, first, "not supported"))
-            }
-            _ => {
-                return Err(rerr(
-                    line,
-                    first,
-                    "unknown command (expected add, pipe N config, set one-pass off)",
-                ))
-            }
+            Statement::OnePass(on) => set.one_pass = on,
+            Statement::Flush => set.rules.clear(),
         }
     }
-    crate::sched::words::check(&set, &queue_refs)?;
+    crate::sched::words::check(&set.sched, &set.pipes, &queue_refs)?;
     for (n, line, word) in pipe_refs {
         if !set.pipes.contains_key(&n) {
             return Err(rerr(
@@ -421,15 +379,255 @@ pub fn parse_rules_cached(
     Ok(set)
 }
 
-/// ipfw's number syntax (strtoul base 0): decimal, 0x hex, leading-0 octal.
-pub(crate) fn parse_number(w: &str) -> Option<u64> {
-    if let Some(h) = w.strip_prefix("0x").or_else(|| w.strip_prefix("0X")) {
-        u64::from_str_radix(h, 16).ok()
-    } else if w.len() > 1 && w.starts_with('0') {
-        u64::from_str_radix(&w[1..], 8).ok()
-    } else {
-        w.parse().ok()
+/// What a `pipe`, `queue` or `sched` line configures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ObjectKind {
+    /// `pipe N config`: a link ([`PipeDef`]).
+    Pipe,
+    /// `queue N config`: a queue under a scheduler.
+    Queue,
+    /// `sched N config`: the scheduler of pipe N's link.
+    Sched,
+}
+
+impl ObjectKind {
+    /// The word that starts its lines: `pipe`, `queue`, `sched`.
+    pub fn word(self) -> &'static str {
+        match self {
+            ObjectKind::Pipe => "pipe",
+            ObjectKind::Queue => "queue",
+            ObjectKind::Sched => "sched",
+        }
     }
+}
+
+/// One line of a rule file as its first words say, numbers read, the rest
+/// of its words not yet checked ([`parse_rules`] checks them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Statement<'a> {
+    /// `add [N] BODY`.
+    Add {
+        /// The rule number: as written, or 100 above the highest rule
+        /// number since the start or the last `flush` (ipfw's numbering).
+        number: u32,
+        /// The number was written.
+        numbered: bool,
+        /// The words after the number: `[prob P] ACTION OPTIONS...`.
+        body: Vec<&'a str>,
+    },
+    /// `pipe|queue|sched N config WORDS`.
+    Config {
+        /// Which object.
+        kind: ObjectKind,
+        /// N, 1..65535.
+        number: u32,
+        /// The words after `config`.
+        words: Vec<&'a str>,
+    },
+    /// `set one-pass on|off`, `enable|disable one_pass`,
+    /// `net.inet.ip.fw.one_pass=1|0`.
+    OnePass(bool),
+    /// `flush`: the rules so far are removed (pipes, queues and schedulers stay).
+    Flush,
+}
+
+/// A [`Statement`] and where it stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Line<'a> {
+    /// Line in the text, 1-based.
+    pub line: usize,
+    /// The line without its comment and outer spaces.
+    pub text: &'a str,
+    /// What it says.
+    pub statement: Statement<'a>,
+}
+
+/// The statements of a rule file, in order, blank and comment lines left out;
+/// a line whose first words are wrong is an error (and the last item).
+///
+/// Every front end reads a rule file through here — [`parse_rules`], the
+/// bridge's control plane when it takes over a file, `linkem replay` — so a
+/// number means the same everywhere. Numbers that name things (rule numbers,
+/// `pipe|queue|sched N config`, the `pipe N`/`queue N`/`skipto N` of a rule,
+/// the `pipe M`/`sched M` of a queue) are decimal, as ipfw reads the first
+/// four (atoi, strtoul(…, 10)): `pipe 010` is pipe 10, `pipe 0x10` an error.
+/// Values (masks, weights, sizes, ports) take C's syntax (strtoul(…, 0):
+/// `0x` hex, leading-0 octal), as ipfw reads them.
+pub fn statements(text: &str) -> Statements<'_> {
+    Statements {
+        lines: text.lines().enumerate(),
+        highest: None,
+        failed: false,
+    }
+}
+
+/// The iterator of [`statements`].
+#[derive(Debug, Clone)]
+pub struct Statements<'a> {
+    lines: std::iter::Enumerate<std::str::Lines<'a>>,
+    /// The highest rule number since the start or the last `flush`.
+    highest: Option<u32>,
+    failed: bool,
+}
+
+impl<'a> Iterator for Statements<'a> {
+    type Item = Result<Line<'a>, RulesError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        for (i, raw) in self.lines.by_ref() {
+            let line = i + 1;
+            let body = raw.split('#').next().unwrap_or("");
+            let body = body.split("//").next().unwrap_or("").trim();
+            let mut words: Vec<&'a str> = body.split_whitespace().collect();
+            if matches!(
+                words.first(),
+                Some(&"ipfw") | Some(&"dnctl") | Some(&"sysctl")
+            ) {
+                words.remove(0);
+            }
+            while matches!(words.first(), Some(&"-q") | Some(&"-f")) {
+                words.remove(0);
+            }
+            if words.is_empty() {
+                continue;
+            }
+            let read = read_statement(&words, line, &mut self.highest).map(|statement| Line {
+                line,
+                text: body,
+                statement,
+            });
+            self.failed = read.is_err();
+            return Some(read);
+        }
+        None
+    }
+}
+
+fn no_more(words: &[&str], at: usize, line: usize) -> Result<(), RulesError> {
+    match words.get(at) {
+        Some(w) => Err(rerr(line, w, "unexpected word")),
+        None => Ok(()),
+    }
+}
+
+fn read_statement<'a>(
+    words: &[&'a str],
+    line: usize,
+    highest: &mut Option<u32>,
+) -> Result<Statement<'a>, RulesError> {
+    let first = words[0];
+    Ok(match first {
+        "add" => {
+            // ipfw takes a word starting with a digit as the rule number.
+            let (number, numbered, body) = match words.get(1) {
+                Some(w) if w.starts_with(|c: char| c.is_ascii_digit()) => {
+                    (object_number(line, w, "rule")?, true, &words[2..])
+                }
+                _ => {
+                    // ipfw numbers an unnumbered rule 100 after the highest so far.
+                    let n = highest.unwrap_or(0) + 100;
+                    if n > 65535 {
+                        return Err(rerr(line, "add", "automatic rule number beyond 65535"));
+                    }
+                    (n, false, &words[1..])
+                }
+            };
+            *highest = Some(highest.map_or(number, |h| h.max(number)));
+            Statement::Add {
+                number,
+                numbered,
+                body: body.to_vec(),
+            }
+        }
+        "pipe" | "queue" | "sched" => {
+            let kind = match first {
+                "pipe" => ObjectKind::Pipe,
+                "queue" => ObjectKind::Queue,
+                _ => ObjectKind::Sched,
+            };
+            let number = object_number(line, words.get(1).unwrap_or(&""), first)?;
+            match words.get(2) {
+                Some(&"config") => {}
+                Some(&w @ ("show" | "list" | "delete" | "flush")) => {
+                    return Err(rerr(line, w, "not supported in a rule file"))
+                }
+                w => return Err(rerr(line, w.unwrap_or(&""), "expected 'config'")),
+            }
+            Statement::Config {
+                kind,
+                number,
+                words: words[3..].to_vec(),
+            }
+        }
+        "set" if words.get(1) == Some(&"one-pass") => {
+            let on = match words.get(2) {
+                Some(&"off") => false,
+                Some(&"on") => true,
+                w => return Err(rerr(line, w.unwrap_or(&""), "one-pass is 'on' or 'off'")),
+            };
+            no_more(words, 3, line)?;
+            Statement::OnePass(on)
+        }
+        "enable" | "disable" if words.get(1) == Some(&"one_pass") => {
+            no_more(words, 2, line)?;
+            Statement::OnePass(first == "enable")
+        }
+        w if w.starts_with("net.inet.ip.fw.one_pass=") => {
+            let on = match &w["net.inet.ip.fw.one_pass=".len()..] {
+                "0" => false,
+                "1" => true,
+                _ => return Err(rerr(line, w, "one_pass is 0 or 1")),
+            };
+            no_more(words, 1, line)?;
+            Statement::OnePass(on)
+        }
+        "flush" => {
+            no_more(words, 1, line)?;
+            *highest = None;
+            Statement::Flush
+        }
+        "delete" | "zero" | "resetlog" | "table" | "nat" | "set" | "enable" | "disable"
+        | "show" | "list" | "sysctl" => return Err(rerr(line, first, "not supported")),
+        _ => {
+            return Err(rerr(
+                line,
+                first,
+                "unknown command (expected add, pipe N config, set one-pass off)",
+            ))
+        }
+    })
+}
+
+/// The pipe or queue a rule sends its packets to, read from its body (the
+/// words after the rule number: `[prob P] ACTION ...`) as [`parse_rules`]
+/// reads them; `None` for other actions and for a body it would refuse there.
+pub fn rule_target(body: &[&str]) -> Option<(ObjectKind, u32)> {
+    let at = if body.first() == Some(&"prob") { 2 } else { 0 };
+    let kind = match *body.get(at)? {
+        "pipe" => ObjectKind::Pipe,
+        "queue" => ObjectKind::Queue,
+        _ => return None,
+    };
+    let n = parse_decimal(body.get(at + 1)?).filter(|n| (1..=65535).contains(n))?;
+    Some((kind, n as u32))
+}
+
+/// Whether a rule file says anything: a rule, a pipe, queue or scheduler, or
+/// a `flush` (an empty rule set asked for). A file of only blank lines and
+/// comments — an empty or half-written file — says nothing, and a front end
+/// that reads rules from a file refuses it rather than run no emulation.
+pub fn says_something(text: &str) -> bool {
+    statements(text).any(|s| {
+        s.map_or(true, |l| {
+            matches!(
+                l.statement,
+                Statement::Add { .. } | Statement::Config { .. } | Statement::Flush
+            )
+        })
+    })
 }
 
 struct Cursor<'a> {
@@ -458,26 +656,12 @@ impl<'a> Cursor<'a> {
 
 fn parse_add(
     words: &[&str],
+    number: u32,
     line: usize,
     text: &str,
-    earlier: &[Rule],
     sides: [&str; 2],
 ) -> Result<Rule, RulesError> {
     let mut c = Cursor { words, at: 0, line };
-    let number = match c.peek().and_then(|w| w.parse::<u32>().ok()) {
-        Some(n) => {
-            c.next();
-            if !(1..=65535).contains(&n) {
-                return Err(c.err(words[0], "a rule number is 1..65535"));
-            }
-            n
-        }
-        // ipfw numbers an unnumbered rule 100 after the highest so far.
-        None => earlier.iter().map(|r| r.number).max().unwrap_or(0) + 100,
-    };
-    if number > 65535 {
-        return Err(c.err("add", "automatic rule number beyond 65535"));
-    }
     let mut prob = None;
     if c.peek() == Some("prob") {
         c.next();
@@ -489,28 +673,18 @@ fn parse_add(
     let action = match aw {
         "pipe" => {
             let w = c.arg("pipe", "a pipe number")?;
-            let n = parse_number(w)
-                .filter(|n| (1..=65535).contains(n))
-                .ok_or_else(|| c.err(w, "a pipe number is 1..65535"))?;
-            Action::Pipe(n as u32)
+            Action::Pipe(object_number(line, w, "pipe")?)
         }
         "queue" => {
             let w = c.arg("queue", "a queue number")?;
-            let n = parse_number(w)
-                .filter(|n| (1..=65535).contains(n))
-                .ok_or_else(|| c.err(w, "a queue number is 1..65535"))?;
-            Action::Queue(n as u32)
+            Action::Queue(object_number(line, w, "queue")?)
         }
         "allow" | "accept" | "pass" | "permit" => Action::Allow,
         "deny" | "drop" => Action::Deny,
         "count" => Action::Count,
         "skipto" => {
             let w = c.arg("skipto", "a rule number")?;
-            let n = w
-                .parse::<u32>()
-                .ok()
-                .filter(|n| (1..=65535).contains(n))
-                .ok_or_else(|| c.err(w, "a rule number is 1..65535"))?;
+            let n = object_number(line, w, "rule")?;
             if n <= number {
                 return Err(c.err(
                     w,

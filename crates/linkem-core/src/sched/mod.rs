@@ -41,71 +41,7 @@ pub mod wf2q;
 pub mod words;
 
 use crate::aqm::{Admit, AqmConfig, AqmState, DropCause};
-use std::collections::VecDeque;
-
-/// A packet waiting in a queue: a handle into the owner's store plus what the
-/// scheduler and the AQM read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Pkt {
-    /// Index of the packet in the owner's store (a slot in
-    /// [`service::SchedLink`]'s slab); the scheduler never sees the bytes.
-    pub handle: u32,
-    /// Frame length in bytes (without the pipe's `overhead`): what DRR and
-    /// FQ charge to a deficit and what WF²Q+/QFQ divide by the weight.
-    pub len_bytes: u32,
-    /// When the packet was queued, in ns (set by [`Queues::push`]); its
-    /// sojourn at dequeue is `now − enq_ns`.
-    pub enq_ns: u64,
-    /// ECN-capable transport (ECT(0), ECT(1) or CE).
-    pub ect: bool,
-    /// Marked CE at enqueue (RED, PIE).
-    pub ce: bool,
-}
-
-/// A FIFO of packets with its byte count.
-#[derive(Debug, Clone, Default)]
-pub struct Fifo {
-    q: VecDeque<Pkt>,
-    /// Sum of [`Pkt::len_bytes`] of the packets queued now (the packet on the
-    /// wire is not in the FIFO).
-    pub bytes: u64,
-    /// Largest packet this queue has held (CoDel's maxpacket).
-    pub max_len: u32,
-}
-
-impl Fifo {
-    /// Appends `p` at the tail and adds its length to [`Fifo::bytes`]
-    /// (no limit check: [`Queues::push`] does those).
-    #[inline]
-    pub fn push(&mut self, p: Pkt) {
-        self.bytes += p.len_bytes as u64;
-        self.max_len = self.max_len.max(p.len_bytes);
-        self.q.push_back(p);
-    }
-    /// Removes the head packet (None when empty) and takes its length off
-    /// [`Fifo::bytes`].
-    #[inline]
-    pub fn pop(&mut self) -> Option<Pkt> {
-        let p = self.q.pop_front()?;
-        self.bytes -= p.len_bytes as u64;
-        Some(p)
-    }
-    /// The packet that leaves next, without removing it.
-    #[inline]
-    pub fn head(&self) -> Option<&Pkt> {
-        self.q.front()
-    }
-    /// Packets queued now.
-    #[inline]
-    pub fn len(&self) -> usize {
-        self.q.len()
-    }
-    /// No packet is queued.
-    #[inline]
-    pub fn is_empty(&self) -> bool {
-        self.q.is_empty()
-    }
-}
+pub use crate::queue::{Fifo, Pkt};
 
 /// Sojourn times in a log-linear histogram: 8 bins per octave (≤ 12.5 %
 /// relative error), exact below 16 ns, plus exact min, max and sum.

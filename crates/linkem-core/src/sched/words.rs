@@ -26,8 +26,10 @@
 //! (Dummynet has no such word: its default is 1500).
 //!
 //! Ranges the parser enforces (anything else is an error naming the word):
-//! `sched`/`queue` numbers 1..65535; `quantum` 1..1048576 bytes (fq_*),
-//! 64..2048 (rr, Dummynet's bounds of `lmax`); `limit` 1..20480 packets and `flows` 1..65536 (fq_* only);
+//! `sched`/`queue` numbers (and a queue's `pipe M`/`sched M`) 1..65535 in
+//! decimal ([`crate::rules::parse`]); `quantum` 1..1048576 bytes (fq_*),
+//! 64..2048 (rr, Dummynet's bounds of `lmax`); `limit` 1..20480 packets and
+//! `flows` 1..65536 (fq_* only);
 //! `queue` 1..100000 slots, or 1 B..4 GiB with a unit (B, K/KB/KBytes =
 //! 1024 B, M/MB/MBytes = 2²⁰ B); `plr` a probability 0..1; times 0..3600000
 //! ms, CoDel's target below its interval and both above 0, PIE's tupdate
@@ -62,8 +64,8 @@
 
 use super::{QueueParams, SchedKind, SchedParams};
 use crate::aqm::{AqmConfig, CoDelConfig, PieConfig, RedConfig};
-use crate::pipe::{parse_mask, FlowMask};
-use crate::rules::parse::{parse_number, rerr, RulesError};
+use crate::pipe::{parse_mask, FlowMask, PipeDef};
+use crate::rulefile::{object_number, parse_number, rerr, RulesError};
 use std::collections::BTreeMap;
 
 /// A `sched N config` line.
@@ -545,8 +547,8 @@ pub fn parse_queue(number: u32, words: &[&str], line: usize) -> Result<QueueDef,
         match w {
             "pipe" | "sched" => {
                 c.once("pipe/sched", w)?;
-                let v = c.arg(w, "a number")?;
-                let n = int_in(line, v, 1, 65535, "a pipe or sched number")? as u32;
+                // A number that names a thing is decimal, as everywhere in a rule file.
+                let n = object_number(line, c.arg(w, "a number")?, w)?;
                 parent = Some(if w == "pipe" { Parent::Pipe(n) } else { Parent::Sched(n) });
             }
             "weight" => {
@@ -675,9 +677,7 @@ pub fn split_pipe_words<'a>(
 pub fn parse_line(set: &mut SchedSet, words: &[&str], line: usize) -> Result<(), RulesError> {
     let what = words[0];
     let nw = words.get(1).copied().unwrap_or("");
-    let n = parse_number(nw)
-        .filter(|n| (1..=65535).contains(n))
-        .ok_or_else(|| rerr(line, nw, format!("a {what} number is 1..65535")))? as u32;
+    let n = object_number(line, nw, what)?;
     let rest = words.get(3..).unwrap_or(&[]);
     if what == "sched" {
         set.scheds.insert(n, parse_sched(n, rest, line)?);
@@ -689,12 +689,13 @@ pub fn parse_line(set: &mut SchedSet, words: &[&str], line: usize) -> Result<(),
 
 /// Cross-checks after the whole file: every `queue N` action names a
 /// configured queue, every queue's pipe or sched exists, every sched has its
-/// pipe.
+/// pipe. `pipes` are the file's configured pipes by number
+/// ([`crate::rules::RuleSet::pipes`]).
 pub fn check(
-    set: &crate::rules::RuleSet,
+    s: &SchedSet,
+    pipes: &BTreeMap<u32, PipeDef>,
     queue_refs: &[(u32, usize, String)],
 ) -> Result<(), RulesError> {
-    let s = &set.sched;
     for (n, line, word) in queue_refs {
         if !s.queues.contains_key(n) {
             return Err(rerr(
@@ -707,10 +708,10 @@ pub fn check(
     for q in s.queues.values() {
         let p = q.parent.pipe();
         let named = match q.parent {
-            Parent::Pipe(_) => set.pipes.contains_key(&p),
-            Parent::Sched(_) => s.scheds.contains_key(&p) || set.pipes.contains_key(&p),
+            Parent::Pipe(_) => pipes.contains_key(&p),
+            Parent::Sched(_) => s.scheds.contains_key(&p) || pipes.contains_key(&p),
         };
-        if !named || !set.pipes.contains_key(&p) {
+        if !named || !pipes.contains_key(&p) {
             return Err(rerr(q.line, &p.to_string(), format!("queue {}: pipe {p} is not configured (sched {p} sends to pipe {p}'s link: add 'pipe {p} config bw ...')", q.number)));
         }
         // Dummynet's bounds per scheduler (it clamps; linkem refuses).
@@ -753,7 +754,7 @@ pub fn check(
         }
     }
     for d in s.scheds.values() {
-        if !set.pipes.contains_key(&d.number) {
+        if !pipes.contains_key(&d.number) {
             return Err(rerr(d.line, &d.number.to_string(), format!("sched {0} sends to pipe {0}, which is not configured (add 'pipe {0} config bw ...')", d.number)));
         }
     }

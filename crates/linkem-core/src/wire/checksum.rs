@@ -32,6 +32,7 @@
 //! same frame; [`complete_partial_checksum`] (header walk, IPv4 header check,
 //! one pass): 53, 188 and 703 ns. About 0.07 ns per byte plus ~30 ns per call.
 
+use super::bytes::{read16, write16};
 use super::headers::{locate, IpVersion};
 use super::{CsumPartial, WireError};
 
@@ -108,18 +109,6 @@ pub(crate) fn finish(s: u16) -> u16 {
         0 => 0xffff,
         c => c,
     }
-}
-
-pub(crate) fn read16(frame: &[u8], at: usize) -> Option<u16> {
-    match frame.get(at..at.checked_add(2)?)? {
-        [a, b] => Some(u16::from_be_bytes([*a, *b])),
-        _ => None,
-    }
-}
-
-pub(crate) fn write16(frame: &mut [u8], at: usize, v: u16) {
-    // Callers write only at offsets that `locate` or a bounds check vouched for.
-    frame[at..at + 2].copy_from_slice(&v.to_be_bytes());
 }
 
 /// Finishes a checksum left for offload (CHECKSUM_PARTIAL, virtio-net

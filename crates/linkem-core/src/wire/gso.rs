@@ -12,7 +12,8 @@
 
 use std::cell::RefCell;
 
-use super::checksum::{add, finish, fold, read16, sum, write16};
+use super::bytes::{read16, write16};
+use super::checksum::{add, finish, fold, sum};
 use super::headers::{locate, Headers, IpVersion, L4Proto};
 use super::{complete_checksum, GsoKind, Offload, WireError};
 

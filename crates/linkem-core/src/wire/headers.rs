@@ -13,7 +13,7 @@
 //! [`WireError`] for any malformed input and the offsets it returns are safe to
 //! index with.
 
-use super::checksum::read16;
+use super::bytes::read16;
 use super::WireError;
 
 /// At most this many VLAN tags are skipped (QinQ uses two; more is taken as garbage).

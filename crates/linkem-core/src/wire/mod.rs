@@ -59,6 +59,7 @@
 //! builds each expected segment from scratch, which it could not be if the
 //! code under test used it.
 
+mod bytes;
 pub mod checksum;
 pub mod gso;
 pub mod headers;

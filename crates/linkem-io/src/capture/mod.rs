@@ -142,7 +142,8 @@ pub enum CaptureError {
     /// or pcapng 1.x, a bad byte-order magic, a block length that is bad or differs
     /// from its trailer, a captured length beyond [`MAX_CAPLEN`] or the original
     /// length, a packet for an interface never described (or before any), a timestamp
-    /// beyond `u64` nanoseconds, or a block body `pcap-file` cannot parse.
+    /// beyond `u64` nanoseconds, a pcap record whose fraction of a second is not
+    /// below one second (10⁶ µs, 10⁹ ns), or a block body `pcap-file` cannot parse.
     #[error("{file}: corrupt {record} at byte offset {offset}{}: {reason}", packet_suffix(*.packet))]
     Corrupt {
         /// The capture's name as given.

@@ -55,6 +55,21 @@ impl<R: Read> CaptureReader<R> {
         let caplen = u32_at(&header, 8, big_endian);
         let orig_len = u32_at(&header, 12, big_endian);
         self.check_lengths(u64::from(caplen), orig_len, RECORD, offset)?;
+        // A fraction of a second past a whole second is a corrupt record: read
+        // as is it would move the packet up to 4 s (or 71 min in µs) later.
+        let (per_second, unit) = if nanos {
+            (1_000_000_000, "nanoseconds")
+        } else {
+            (1_000_000, "microseconds")
+        };
+        if frac >= per_second {
+            return Err(self.corrupt(
+                RECORD,
+                offset,
+                packet,
+                format!("timestamp fraction {frac} {unit} is not below one second ({per_second})"),
+            ));
+        }
         // Checked above: caplen <= MAX_CAPLEN, so this allocation is bounded.
         let mut data = vec![0u8; caplen as usize];
         let n = read_full(&mut self.input, &mut data).map_err(|e| self.io_err(e))?;

@@ -389,6 +389,33 @@ fn corrupt_lengths_are_refused() {
     assert_eq!(e, format!("in.pcap: corrupt enhanced packet block at byte offset {at} (packet 1): block length 13"));
 }
 
+#[test]
+fn timestamp_fractions_of_a_second_or_more_are_refused() {
+    // The last value below one second reads; one second or more names its record.
+    let (_, ok) = read_capture_bytes(
+        "in.pcap",
+        &pcap(false, true, 1, &[(1, 999_999_999, b"a", 1)]),
+    )
+    .unwrap();
+    assert_eq!(ok[0].ts_ns, 1_999_999_999);
+    let e = read_err(&pcap(
+        false,
+        true,
+        1,
+        &[(1, 5, b"a", 1), (2, 1_000_000_000, b"b", 1)],
+    ));
+    assert_eq!(
+        e,
+        "in.pcap: corrupt packet record at byte offset 41 (packet 2): timestamp fraction \
+         1000000000 nanoseconds is not below one second (1000000000)"
+    );
+    let e = read_err(&pcap(false, false, 1, &[(1, 1_000_000, b"a", 1)]));
+    assert!(
+        e.contains("(packet 1): timestamp fraction 1000000 microseconds"),
+        "{e}"
+    );
+}
+
 /// Every prefix and every single-byte corruption of valid files must give packets or an
 /// error, never a panic: a cheap, deterministic stand-in for the fuzzer.
 #[test]

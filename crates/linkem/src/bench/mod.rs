@@ -398,6 +398,14 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     netns::check_prerequisites().map_err(|e| anyhow::anyhow!("linkem bench: {e}"))?;
     if let Some(dir) = &args.plot {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        if let Some(json) = &args.json {
+            // Found now, not after the minutes of the run.
+            crate::plot::refuse_json_among_plots(json, dir, |name| {
+                crate::plot::is_plot_file(name, |stem| {
+                    stem.starts_with("delay-") || stem.starts_with("gaps-")
+                })
+            })?;
+        }
     }
     let started = Instant::now();
     // Namespaces left by a bench that was killed outright.

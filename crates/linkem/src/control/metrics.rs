@@ -46,7 +46,7 @@
 //! pipes are the [`TOP_FLOWS`] busiest.
 
 use super::Model;
-use crate::replay_rules::addr;
+use crate::render::node::addr;
 use anyhow::{anyhow, Context, Result};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
@@ -702,7 +702,7 @@ fn objects_metrics(
     enc: &mut DescriptorEncoder,
     s: &linkem_runtime::pipeline::ObjectsSnapshot,
 ) -> fmt::Result {
-    use crate::bridge_rules::object_fates;
+    use crate::render::bridge_stats::object_fates;
     use linkem_runtime::pipeline::{ObjectStats, DELAY_BUCKETS_NS};
     for (kind, list) in [("pipe", &s.pipes), ("queue", &s.queues)] {
         let labels = |n: &u32| -> Labels { vec![(kind, n.to_string())] };

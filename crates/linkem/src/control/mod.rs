@@ -32,12 +32,13 @@
 
 pub mod audit;
 pub mod client;
+mod failure;
 pub mod metrics;
 pub mod rules;
 pub mod server;
 use linkem_io::creds as sys;
 
-use crate::bridge::direction_json;
+use crate::render::bridge_stats::direction_json;
 use linkem_core::{Fate, LinkConfig};
 use linkem_ctl::{Request, RuleRequest, NO_RULE_SET};
 use linkem_runtime::clock;
@@ -48,6 +49,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
+pub use failure::Failure;
 pub use sys::PeerCred;
 
 /// The bridge's control options.
@@ -86,42 +88,6 @@ struct LinkEntry {
     changed_by: Option<u32>,
     changed_at_ns: Option<u64>,
     changes: u64,
-}
-
-/// Why a request changed nothing.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Failure {
-    /// The request cannot be carried out (bad input, nothing to change).
-    Error(String),
-    /// The peer may not do it.
-    Refused(String),
-    /// A word of the request is wrong: its 1-based position in the line.
-    Word {
-        message: String,
-        position: usize,
-        word: String,
-    },
-}
-
-impl Failure {
-    pub fn message(&self) -> &str {
-        match self {
-            Failure::Error(m) | Failure::Refused(m) => m,
-            Failure::Word { message, .. } => message,
-        }
-    }
-
-    pub fn audit_result(&self) -> String {
-        match self {
-            Failure::Error(m) => format!("error: {m}"),
-            Failure::Refused(m) => format!("refused: {m}"),
-            Failure::Word {
-                message,
-                position,
-                word,
-            } => format!("error: word {position} '{word}': {message}"),
-        }
-    }
 }
 
 /// The handles to the model state of a running bridge, shared by the main

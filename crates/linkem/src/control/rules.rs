@@ -33,11 +33,15 @@
 //! else claimed. The same checks run on each line of a batch as it arrives
 //! ([`Rules::check`]) and again on the whole batch at `commit`.
 
-use super::{Failure, PeerCred};
-use crate::replay_rules::{node_json, pipes_text};
-use crate::replay_sched::Only;
-use linkem_core::rules::{parse_rules_cached, RuleCache, RuleSet};
+use super::failure::Failure;
+use crate::render::node::{node_json, pipes_text};
+use crate::render::sched::{self, Only};
+use linkem_core::rules::{
+    parse_rules_cached, rule_target, statements, ObjectKind, RuleCache, RuleSet, RulesError,
+    Statement,
+};
 use linkem_ctl::{Kind, Request, RuleRequest};
+use linkem_io::creds::PeerCred;
 use linkem_runtime::pipeline::NodeBridge;
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -78,64 +82,84 @@ fn kind_index(k: Kind) -> usize {
 
 const KIND_WORDS: [&str; 3] = ["sched", "queue", "pipe"];
 
+fn object_index(k: ObjectKind) -> usize {
+    match k {
+        ObjectKind::Sched => 0,
+        ObjectKind::Queue => 1,
+        ObjectKind::Pipe => 2,
+    }
+}
+
 impl Source {
-    /// The lines of a rule file, interpreted as the rule parser does (later
-    /// `pipe N config` replaces, `flush` empties the rules, unnumbered rules
-    /// are 100 after the highest), all owned by `owner`. Call it on a file
-    /// that [`linkem_core::rules::parse_rules`] accepted.
-    pub fn from_text(text: &str, owner: u32) -> Source {
+    /// The lines of a rule file, read by the rule parser's own reader
+    /// ([`linkem_core::rules::statements`]: the same numbers, the same
+    /// numbering of unnumbered rules, `flush` and one-pass), all owned by
+    /// `owner`. An error is the parser's for the first line it cannot read.
+    pub fn from_text(text: &str, owner: u32) -> Result<Source, RulesError> {
         let mut s = Source {
             objects: Default::default(),
             rules: Vec::new(),
             one_pass: true,
         };
-        for raw in text.lines() {
-            let body = raw.split('#').next().unwrap_or("");
-            let body = body.split("//").next().unwrap_or("");
-            let mut words: Vec<&str> = body.split_whitespace().collect();
-            if matches!(words.first(), Some(&"ipfw" | &"dnctl" | &"sysctl")) {
-                words.remove(0);
-            }
-            while matches!(words.first(), Some(&"-q" | &"-f")) {
-                words.remove(0);
-            }
-            match words.as_slice() {
-                ["add", rest @ ..] => {
-                    let (number, body) = match rest.first().and_then(|w| w.parse::<u32>().ok()) {
-                        Some(n) => (n, &rest[1..]),
-                        None => (s.next_number(), rest),
-                    };
-                    s.insert_rule(RuleLine {
+        for read in statements(text) {
+            match read?.statement {
+                Statement::Add { number, body, .. } => s.insert_rule(RuleLine {
+                    number,
+                    body: body.join(" "),
+                    owner,
+                    by: None,
+                }),
+                Statement::Config {
+                    kind,
+                    number,
+                    words,
+                } => {
+                    s.objects[object_index(kind)].insert(
                         number,
-                        body: body.join(" "),
-                        owner,
-                        by: None,
-                    });
+                        Object {
+                            words: words.join(" "),
+                            owner,
+                            by: None,
+                        },
+                    );
                 }
-                [kind @ ("pipe" | "queue" | "sched"), n, "config", rest @ ..] => {
-                    let i = KIND_WORDS.iter().position(|k| k == kind).unwrap_or(2);
-                    if let Some(n) = parse_number(n) {
-                        s.objects[i].insert(
-                            n,
-                            Object {
-                                words: rest.join(" "),
-                                owner,
-                                by: None,
-                            },
-                        );
-                    }
-                }
-                ["set", "one-pass", v] => s.one_pass = *v != "off",
-                ["enable", "one_pass"] => s.one_pass = true,
-                ["disable", "one_pass"] => s.one_pass = false,
-                [w] if w.starts_with("net.inet.ip.fw.one_pass=") => {
-                    s.one_pass = !w.ends_with('0');
-                }
-                ["flush"] => s.rules.clear(),
-                _ => {}
+                Statement::OnePass(on) => s.one_pass = on,
+                Statement::Flush => s.rules.clear(),
             }
         }
-        s
+        Ok(s)
+    }
+
+    /// The failure of deleting `kind number` while rules still send to it,
+    /// naming them; `None` when none does or it exists again.
+    fn users_of(&self, kind: Kind, number: u32) -> Option<Failure> {
+        let target = match kind {
+            Kind::Pipe => ObjectKind::Pipe,
+            Kind::Queue => ObjectKind::Queue,
+            Kind::Sched => return None,
+        };
+        if self.objects[kind_index(kind)].contains_key(&number) {
+            return None;
+        }
+        let users: Vec<String> = self
+            .rules
+            .iter()
+            .filter(|r| {
+                let body: Vec<&str> = r.body.split_whitespace().collect();
+                rule_target(&body) == Some((target, number))
+            })
+            .map(|r| r.number.to_string())
+            .collect();
+        let (rules, them) = match users.len() {
+            0 => return None,
+            1 => ("rule", "it"),
+            _ => ("rules", "them"),
+        };
+        Some(Failure::Error(format!(
+            "{} {number} is used by {rules} {}: delete or change {them} first",
+            kind.name(),
+            users.join(", ")
+        )))
     }
 
     fn next_number(&self) -> u32 {
@@ -170,10 +194,6 @@ impl Source {
     }
 }
 
-fn parse_number(w: &str) -> Option<u32> {
-    w.parse::<u32>().ok().filter(|n| (1..=65535).contains(n))
-}
-
 fn may(uid: u32, owner: u32, what: &str) -> Result<(), Failure> {
     if uid == 0 || uid == owner {
         Ok(())
@@ -191,18 +211,14 @@ pub type Made = HashSet<(usize, u32)>;
 /// The action of a rule body (`[prob P] ACTION ...`): its word and, for
 /// `pipe N` / `queue N`, the object it sends to.
 fn rule_action(words: &[String]) -> (Option<&str>, Option<(Kind, u32)>) {
-    let mut w = words.iter().map(String::as_str);
-    let mut action = w.next();
-    if action == Some("prob") {
-        w.next();
-        action = w.next();
-    }
-    let target = match action {
-        Some("pipe") => w.next().and_then(parse_number).map(|n| (Kind::Pipe, n)),
-        Some("queue") => w.next().and_then(parse_number).map(|n| (Kind::Queue, n)),
+    let body: Vec<&str> = words.iter().map(String::as_str).collect();
+    let at = if body.first() == Some(&"prob") { 2 } else { 0 };
+    let target = rule_target(&body).and_then(|(kind, n)| match kind {
+        ObjectKind::Pipe => Some((Kind::Pipe, n)),
+        ObjectKind::Queue => Some((Kind::Queue, n)),
         _ => None,
-    };
-    (action, target)
+    });
+    (words.get(at).map(String::as_str), target)
 }
 
 /// The rule set of a running bridge and the bridge itself.
@@ -275,7 +291,11 @@ impl Rules {
     ) -> Result<u64, Failure> {
         let mut source = self.source.lock().unwrap_or_else(|p| p.into_inner());
         let mut staged = source.clone();
+        let mut deleted = Vec::new();
         for (i, r) in requests.iter().enumerate() {
+            if let Request::Rule(RuleRequest::Delete { kind, number }) = r {
+                deleted.push((i, *kind, *number));
+            }
             let Request::Rule(rr) = r else {
                 return Err(Failure::Error(
                     "this bridge runs a rule set: it has no default link to change \
@@ -285,6 +305,14 @@ impl Rules {
             };
             self.stage(&mut staged, cred.uid, rr, i)
                 .map_err(|f| in_batch(f, i, requests.len(), lines))?;
+        }
+        // A pipe or queue deleted while a rule still sends to it (after the
+        // whole batch) names those rules: the parse would only say the pipe
+        // is not configured.
+        for (i, kind, number) in deleted {
+            if let Some(f) = staged.users_of(kind, number) {
+                return Err(in_batch(f, i, requests.len(), lines));
+            }
         }
         let (text, by) = staged.render();
         let set = match self.parse(&text) {
@@ -655,10 +683,10 @@ impl Rules {
                     ));
                     objects.push(json!({"number": n, "config": o.words, "owner_uid": o.owner}));
                 }
-                text.push_str(&crate::replay_sched::stats_text_only(node, only));
+                text.push_str(&sched::stats_text_only(node, only));
                 json!({
                     kind_plural(kind): objects,
-                    "schedulers": crate::replay_sched::stats_json_only(node, only),
+                    "schedulers": sched::stats_json_only(node, only),
                     "text": text,
                     "owners": owners,
                 })
@@ -719,13 +747,13 @@ fn in_batch(f: Failure, i: usize, n: usize, lines: &[&str]) -> Failure {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use linkem_core::rules::parse_rules;
+    use linkem_core::rules::{parse_rules, Action};
 
     #[test]
     fn source_round_trips_a_rule_file() {
         let text = "ipfw pipe 1 config bw 1Mbit/s # slow\npipe 2 config delay 5\n\
                     add pipe 1 ip\nipfw add 50 deny udp\nadd pipe 2 tcp\nset one-pass off\n";
-        let s = Source::from_text(text, 7);
+        let s = Source::from_text(text, 7).unwrap();
         let (r, by) = s.render();
         assert_eq!(
             r,
@@ -742,5 +770,249 @@ mod tests {
             b.pipes.keys().collect::<Vec<_>>()
         );
         assert_eq!(a.one_pass, b.one_pass);
+    }
+
+    /// The rule set without where its lines stood: what runs.
+    fn what_runs(set: &RuleSet) -> RuleSet {
+        let mut s = set.clone();
+        for p in s.pipes.values_mut() {
+            p.line = 0;
+        }
+        for r in &mut s.rules {
+            r.line = 0;
+            r.text.clear();
+        }
+        for d in s.sched.scheds.values_mut() {
+            d.line = 0;
+        }
+        for q in s.sched.queues.values_mut() {
+            q.line = 0;
+        }
+        s
+    }
+
+    fn parse(text: &str) -> Result<RuleSet, linkem_core::rules::RulesError> {
+        parse_rules(text, ["a", "b"], &mut linkem_core::config::no_files)
+    }
+
+    /// What the bridge runs for a file: the file as its control plane keeps
+    /// it, rendered and parsed again.
+    fn as_bridge_runs(text: &str) -> Result<RuleSet, linkem_core::rules::RulesError> {
+        parse(text)?;
+        let (rendered, _) = Source::from_text(text, 0)?.render();
+        parse(&rendered)
+    }
+
+    #[test]
+    fn replay_and_bridge_read_numbers_alike() {
+        // `pipe 010` is pipe 10 in every position, as ipfw's atoi and
+        // strtoul(…, 10) read it; before, the file's reading made it pipe 8
+        // and the bridge's rendering pipe 10.
+        let text = "pipe 010 config delay 5ms\npipe 8 config delay 100ms\n\
+                    add pipe 010 ip\nadd 0200 skipto 0300 ip\nadd 300 pipe 8 ip\n";
+        let replay = parse(text).unwrap();
+        assert_eq!(replay.rules[0].action, Action::Pipe(10));
+        assert_eq!(replay.pipes[&10].link.delay_ns, 5_000_000);
+        assert_eq!(
+            replay.rules.iter().map(|r| r.number).collect::<Vec<_>>(),
+            [100, 200, 300]
+        );
+        assert_eq!(replay.rules[1].action, Action::Skipto(300));
+        assert_eq!(
+            what_runs(&as_bridge_runs(text).unwrap()),
+            what_runs(&replay)
+        );
+        // `pipe 0x10`: refused alike, naming the word, wherever it stands.
+        for text in [
+            "pipe 0x10 config delay 5ms\n",
+            "pipe 16 config delay 5ms\nadd pipe 0x10 ip\n",
+            "pipe 16 config\nqueue 1 config pipe 0x10\n",
+        ] {
+            let e = parse(text).unwrap_err();
+            assert_eq!(e.word, "0x10", "{text}: {e}");
+            assert!(e.message.contains("decimal"), "{e}");
+            assert_eq!(as_bridge_runs(text).unwrap_err(), e);
+        }
+    }
+
+    #[test]
+    fn one_pass_words_with_more_words_are_refused() {
+        // A word after them once changed one-pass in the file's reading and
+        // not in the bridge's (or emptied the rules in one and not the other).
+        for text in [
+            "disable one_pass now\n",
+            "enable one_pass 1\n",
+            "net.inet.ip.fw.one_pass=0 x\n",
+            "set one-pass off please\n",
+            "add allow ip\nflush all\n",
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(e.message.contains("unexpected word"), "{text}: {e}");
+            assert_eq!(Source::from_text(text, 0).unwrap_err(), e);
+        }
+    }
+
+    const LINES: &[&str] = &[
+        "pipe 1 config delay 5ms",
+        "pipe 010 config bw 1Mbit/s delay 20",
+        "pipe 8 config delay 1ms mask dst-ip 0x000000ff",
+        "pipe 0x10 config delay 3ms",
+        "ipfw -q pipe 2 config delay 7 queue 010",
+        "sched 2 config type wf2q+",
+        "queue 3 config pipe 2 weight 010",
+        "queue 4 config sched 02",
+        "add pipe 010 ip from any to any",
+        "add 0100 pipe 1 udp",
+        "add 200 pipe 8 tcp dst-port 0x50",
+        "add pipe 0x10 ip",
+        "add queue 3 udp",
+        "add 50 skipto 0300 ip",
+        "add 300 deny icmp",
+        "add prob 0.5 count ip",
+        "flush",
+        "set one-pass off",
+        "disable one_pass",
+        "net.inet.ip.fw.one_pass=1",
+        "# a comment",
+        "",
+    ];
+
+    proptest::proptest! {
+        /// parse(render(from_text(x))) runs what parse(x) runs: the file,
+        /// replay and the bridge agree, numbers in any base included.
+        #[test]
+        fn rendered_source_runs_what_the_file_runs(
+            picks in proptest::collection::vec(0..LINES.len(), 0..12)
+        ) {
+            let text: String = picks.iter().map(|&i| format!("{}\n", LINES[i])).collect();
+            match parse(&text) {
+                Ok(set) => {
+                    let again = as_bridge_runs(&text);
+                    proptest::prop_assert!(again.is_ok(), "{text}: {again:?}");
+                    proptest::prop_assert_eq!(what_runs(&again.unwrap()), what_runs(&set), "{}", text);
+                }
+                // The bridge parses the file first, so its error is the one
+                // shown; the control plane's reader reads only the first
+                // words of each line and never fails before it.
+                Err(e) => {
+                    if let Err(f) = Source::from_text(&text, 0) {
+                        proptest::prop_assert!(f.line >= e.line, "{text}: {f} before {e}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The control plane of a bridge over in-memory ports, running `text`.
+    fn rules_over_memory(text: &str) -> Rules {
+        use linkem_core::node::{Node, NodeConfig};
+        use linkem_runtime::pipeline::{NodeOptions, DEFAULT_SPIN_NS};
+        use linkem_runtime::port::memory::{MemoryRx, MemoryTx};
+        let set = parse(text).unwrap();
+        let node = Node::new(
+            set,
+            NodeConfig {
+                seed: 1,
+                ..Default::default()
+            },
+        );
+        let (_in_a, rx_a) = std::sync::mpsc::channel::<(u64, Vec<u8>)>();
+        let (_in_b, rx_b) = std::sync::mpsc::channel::<(u64, Vec<u8>)>();
+        let (tx_a, _) = MemoryTx::new();
+        let (tx_b, _) = MemoryTx::new();
+        let opts = NodeOptions {
+            names: ["a->b".into(), "b->a".into()],
+            buffer_bytes: [1 << 20; 2],
+            spin_ns: DEFAULT_SPIN_NS,
+            max_lag_ns: None,
+            batch: 8,
+            realtime_priority: None,
+            realtime_input: false,
+        };
+        let bridge = NodeBridge::start(
+            opts,
+            node,
+            [Box::new(MemoryRx::new(rx_a)), Box::new(MemoryRx::new(rx_b))],
+            [Box::new(tx_b), Box::new(tx_a)],
+        )
+        .unwrap();
+        let source = Source::from_text(text, 0).unwrap();
+        Rules::new(bridge, source, ["a".into(), "b".into()], HashMap::new(), 0)
+    }
+
+    fn request(rules: &Rules, line: &str) -> Result<u64, Failure> {
+        let parsed = linkem_ctl::parse_line(line, &mut linkem_ctl::system_tables).unwrap();
+        let cred = PeerCred {
+            uid: 0,
+            gid: 0,
+            pid: 1,
+        };
+        rules.apply(&cred, &[&parsed.request], &[line])
+    }
+
+    #[test]
+    fn ctl_requests_read_numbers_as_the_file_does() {
+        // Over ctl `pipe 010 config` made pipe 10 while `add ... pipe 010`
+        // named pipe 8.
+        let mut rules = rules_over_memory("pipe 1 config delay 1ms\nadd 50 pipe 1 ip\n");
+        request(&rules, "pipe 010 config delay 5ms").unwrap();
+        request(&rules, "add 100 pipe 010 udp").unwrap();
+        let (pipes, actions) = rules.bridge.with_node(|n| {
+            let pipes: Vec<(u32, u64)> = n
+                .pipes()
+                .iter()
+                .map(|p| (p.def.number, p.def.link.delay_ns))
+                .collect();
+            let actions: Vec<Action> = n.classifier().rules().iter().map(|r| r.action).collect();
+            (pipes, actions)
+        });
+        assert_eq!(pipes, [(1, 1_000_000), (10, 5_000_000)]);
+        assert_eq!(actions, [Action::Pipe(1), Action::Pipe(10)]);
+        let e = request(&rules, "add 200 pipe 0x10 udp").unwrap_err();
+        assert!(e.message().contains("decimal"), "{}", e.message());
+        rules.bridge.stop();
+    }
+
+    #[test]
+    fn deleting_a_pipe_a_rule_uses_names_the_rule() {
+        // It said "pipe 1 is not configured", of the pipe being deleted.
+        let mut rules = rules_over_memory(
+            "pipe 1 config delay 1ms\npipe 2 config delay 2ms\nqueue 5 config pipe 2\n\
+             add 100 pipe 1 ip\nadd 200 prob 0.5 pipe 1 udp\nadd 300 pipe 2 tcp\n\
+             add 400 queue 5 icmp\n",
+        );
+        let e = request(&rules, "pipe 1 delete").unwrap_err();
+        assert_eq!(
+            e.message(),
+            "pipe 1 is used by rules 100, 200: delete or change them first"
+        );
+        let e = request(&rules, "queue 5 delete").unwrap_err();
+        assert_eq!(
+            e.message(),
+            "queue 5 is used by rule 400: delete or change it first"
+        );
+        // In a batch that deletes the rules too, the pipe goes.
+        let lines = ["delete 100 200", "pipe 1 delete"];
+        let parsed: Vec<Request> = lines
+            .iter()
+            .map(|l| {
+                linkem_ctl::parse_line(l, &mut linkem_ctl::system_tables)
+                    .unwrap()
+                    .request
+            })
+            .collect();
+        let cred = PeerCred {
+            uid: 0,
+            gid: 0,
+            pid: 1,
+        };
+        rules
+            .apply(&cred, &parsed.iter().collect::<Vec<_>>(), &lines)
+            .unwrap();
+        let pipes: Vec<u32> = rules
+            .bridge
+            .with_node(|n| n.pipes().iter().map(|p| p.def.number).collect());
+        assert_eq!(pipes, [2]);
+        rules.bridge.stop();
     }
 }

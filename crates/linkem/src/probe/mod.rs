@@ -616,6 +616,11 @@ pub fn summary(cfg: &ProbeConfig, run: &ProbeRun) -> String {
 /// `linkem probe`.
 pub fn run_cli(args: &ProbeArgs) -> Result<()> {
     let cfg = args.config()?;
+    if let (Some(json), Some(dir)) = (&args.json, &args.plot) {
+        crate::plot::refuse_json_among_plots(json, dir, |name| {
+            crate::plot::is_plot_file(name, |stem| stem == "latency" || stem == "gaps")
+        })?;
+    }
     let run = run(&cfg)?;
     print!("{}", summary(&cfg, &run));
     if let Some(path) = &args.json {

@@ -90,6 +90,10 @@ pub fn add_address(topo: &Topology, ns: &str, dev: &str, addr: Ipv4Addr) {
 
 pub struct Bridge {
     pub child: Child,
+    /// linkem's stdout, read as it comes: with `--stats-interval` the lines
+    /// would otherwise fill the pipe, and linkem would block writing them
+    /// (and so not stop on SIGINT).
+    stdout: Option<std::thread::JoinHandle<String>>,
 }
 
 impl Bridge {
@@ -118,7 +122,17 @@ impl Bridge {
             .expect("linkem starts");
         // Opening sockets and attaching programs takes a few ms; give it room.
         std::thread::sleep(Duration::from_millis(400));
-        let mut b = Bridge { child };
+        let mut child = child;
+        let mut out = child.stdout.take().expect("piped stdout");
+        let stdout = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = out.read_to_string(&mut text);
+            text
+        });
+        let mut b = Bridge {
+            child,
+            stdout: Some(stdout),
+        };
         if let Some(status) = b.child.try_wait().unwrap() {
             let mut err = String::new();
             b.child
@@ -143,7 +157,14 @@ impl Bridge {
     }
 
     /// [`Bridge::stop`], and what linkem wrote on stderr.
-    pub fn stop_with_stderr(mut self) -> (Value, String) {
+    pub fn stop_with_stderr(self) -> (Value, String) {
+        let (mut lines, stderr) = self.stop_with_lines();
+        (lines.pop().expect("a final line"), stderr)
+    }
+
+    /// [`Bridge::stop`], with every stats line printed (the periodic ones of
+    /// `--stats-interval`, then the final one), and linkem's stderr.
+    pub fn stop_with_lines(mut self) -> (Vec<Value>, String) {
         self.signal(libc::SIGINT);
         let t = Instant::now();
         while self.child.try_wait().unwrap().is_none() {
@@ -154,13 +175,8 @@ impl Bridge {
             std::thread::sleep(Duration::from_millis(20));
         }
         let status = self.child.wait().unwrap();
-        let (mut stdout, mut stderr) = (String::new(), String::new());
-        self.child
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_string(&mut stdout)
-            .unwrap();
+        let stdout = self.stdout.take().unwrap().join().unwrap();
+        let mut stderr = String::new();
         self.child
             .stderr
             .take()
@@ -168,11 +184,14 @@ impl Bridge {
             .read_to_string(&mut stderr)
             .unwrap();
         assert!(status.success(), "linkem failed: {stderr}");
-        let last = stdout
+        let lines: Vec<Value> = stdout
             .lines()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let v = lines
             .last()
             .unwrap_or_else(|| panic!("no counts printed; stderr: {stderr}"));
-        let v: Value = serde_json::from_str(last).unwrap();
         assert_eq!(v["final"], true);
         for d in v["directions"].as_array().unwrap() {
             let fates: u64 = d["fates"]
@@ -187,7 +206,7 @@ impl Bridge {
                 "received + segmented = delivered + drops by reason + in flight: {d}"
             );
         }
-        (v, stderr)
+        (lines, stderr)
     }
 }
 
@@ -220,10 +239,12 @@ impl Drop for Bridge {
         }
         // A test failed with the bridge running: its counts (by fate, per
         // direction and per pipe) and its stderr tell where the frames went.
-        let (mut stdout, mut stderr) = (String::new(), String::new());
-        if let Some(mut o) = self.child.stdout.take() {
-            let _ = o.read_to_string(&mut stdout);
-        }
+        let mut stderr = String::new();
+        let stdout = self
+            .stdout
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default();
         if let Some(mut e) = self.child.stderr.take() {
             let _ = e.read_to_string(&mut stderr);
         }

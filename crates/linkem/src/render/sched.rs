@@ -1,27 +1,15 @@
-//! What `linkem replay --rules` shows and does for pipes under a scheduler:
-//! CE marks set on the frames, and the queues' and flows' counters in
-//! `--stats` (text and JSON).
+//! Pipes under a scheduler as `ipfw sched show` lists them: each scheduler
+//! instance, its queues and their flows with their counters, as text and as
+//! JSON, for `--stats` after a replay or a bridge run and for `linkem ctl
+//! sched N show` / `queue N show` ([`Only`] picks what a listing shows).
 
-use linkem_core::aqm::ecn::{mark_ce, mark_ce_at};
 use linkem_core::node::Node;
 use linkem_core::pipe::MaskedKey;
-use linkem_core::rules::L2Kind;
 use linkem_core::sched::service::SchedLink;
 use linkem_core::sched::Class;
 use serde_json::json;
 use std::fmt::Write as _;
 use std::net::{Ipv4Addr, Ipv6Addr};
-
-/// Sets CE on a frame an AQM marked (the IPv4 checksum is updated).
-pub fn mark(frame: &mut [u8], l2: L2Kind) {
-    let _ = match l2 {
-        L2Kind::Ethernet => mark_ce(frame, false),
-        L2Kind::RawIp | L2Kind::Ipv4 | L2Kind::Ipv6 => mark_ce_at(frame, 0),
-        L2Kind::Null => mark_ce_at(frame, 4),
-        L2Kind::LinuxSll => mark_ce_at(frame, 16),
-        L2Kind::LinuxSll2 => mark_ce_at(frame, 20),
-    };
-}
 
 fn ms(ns: Option<u64>) -> String {
     ns.map_or("-".into(), |v| format!("{:.3}", v as f64 / 1e6))
@@ -83,10 +71,34 @@ pub fn stats_text(node: &Node) -> String {
     stats_text_only(node, Only::default())
 }
 
+/// [`stats_text`] with at most `most` instances of each scheduled pipe.
+pub fn stats_text_listing(node: &Node, most: usize) -> String {
+    stats_text_some(node, Only::default(), most)
+}
+
 /// [`stats_text`] of the schedulers and queues `only` names.
 pub fn stats_text_only(node: &Node, only: Only) -> String {
+    stats_text_some(node, only, usize::MAX)
+}
+
+/// The links `only` names, at most `most` instances of each pipe (they come
+/// by pipe).
+fn first_links(node: &Node, only: Only, most: usize) -> Vec<&SchedLink> {
+    let mut links = only.links(node);
+    let mut seen = (u32::MAX, 0usize);
+    links.retain(|l| {
+        if seen.0 != l.pipe {
+            seen = (l.pipe, 0);
+        }
+        seen.1 += 1;
+        seen.1 <= most
+    });
+    links
+}
+
+fn stats_text_some(node: &Node, only: Only, most: usize) -> String {
     let mut s = String::new();
-    let links = only.links(node);
+    let links = first_links(node, only, most);
     if links.is_empty() {
         return s;
     }
@@ -156,10 +168,18 @@ pub fn stats_json(node: &Node) -> serde_json::Value {
     stats_json_only(node, Only::default())
 }
 
+/// [`stats_json`] with at most `most` instances of each scheduled pipe.
+pub fn stats_json_listing(node: &Node, most: usize) -> serde_json::Value {
+    stats_json_some(node, Only::default(), most)
+}
+
 /// [`stats_json`] of the schedulers and queues `only` names.
 pub fn stats_json_only(node: &Node, only: Only) -> serde_json::Value {
-    let v: Vec<_> = only
-        .links(node)
+    stats_json_some(node, only, usize::MAX)
+}
+
+fn stats_json_some(node: &Node, only: Only, most: usize) -> serde_json::Value {
+    let v: Vec<_> = first_links(node, only, most)
         .into_iter()
         .map(|l| {
             let p = &l.sched.params;
@@ -264,6 +284,61 @@ mod tests {
                     .map(move |q| (p, q["queue"].as_u64().unwrap()))
             })
             .collect()
+    }
+
+    /// The bridge's periodic lines list a few instances of each pipe and
+    /// scheduler, with the counts; the full listing has every one.
+    #[test]
+    fn a_listing_of_at_most_n_instances_per_pipe_keeps_the_counts() {
+        let text = "pipe 1 config delay 1ms mask src-ip 0xffffffff\n\
+                    pipe 2 config bw 10Mbit/s mask src-ip 0xffffffff\n\
+                    sched 2 config type fq_codel\n\
+                    add 100 pipe 1 udp from any to any dst-port 1\n\
+                    add 200 pipe 2 udp from any to any dst-port 2\n";
+        let set = parse_rules(text, ["a", "b"], &mut linkem_core::config::no_files).unwrap();
+        let mut node = Node::new(set, NodeConfig::default());
+        let mut out = Vec::new();
+        for i in 0..5u32 {
+            for port in 1..=2u16 {
+                let key = FlowKey {
+                    ip_version: 4,
+                    proto: 17,
+                    has_ports: true,
+                    dst_port: port,
+                    src_ip: linkem_core::rules::flow::v4_mapped(0x0a00_0001 + i),
+                    dst_ip: linkem_core::rules::flow::v4_mapped(0x0a00_0100),
+                    ..FlowKey::default()
+                };
+                let pkt = PacketIn {
+                    len_bytes: 100,
+                    key,
+                    side: Side::A,
+                    tag: u64::from(i * 2 + u32::from(port)),
+                };
+                node.on_arrival(1_000 * u64::from(i + 1), pkt, &mut out);
+            }
+        }
+        let counts = |v: &serde_json::Value| {
+            let p = |i: usize| &v["pipes"][i];
+            (
+                v["flow_instances"].as_u64().unwrap(),
+                p(0)["instances"].as_u64().unwrap(),
+                p(0)["flows"].as_array().unwrap().len(),
+                p(1)["instances"].as_u64().unwrap(),
+                v["schedulers"].as_array().unwrap().len(),
+            )
+        };
+        let all = crate::render::node::node_json(&node);
+        assert_eq!(counts(&all), (10, 5, 5, 5, 5), "{all}");
+        assert!(all["flow_memory_bytes"].as_u64().unwrap() > 0, "{all}");
+        let few = crate::render::node::node_json_listing(&node, 2);
+        assert_eq!(counts(&few), (10, 5, 2, 5, 2), "{few}");
+        let text = crate::render::node::node_text_listing(&node, 2);
+        assert!(text.contains("(3 more flows not listed)"), "{text}");
+        assert_eq!(text.matches("00002: type FQ_CODEL").count(), 2, "{text}");
+        let all = crate::render::node::node_text(&node);
+        assert_eq!(all.matches("00002: type FQ_CODEL").count(), 5, "{all}");
+        assert!(!all.contains("not listed"), "{all}");
     }
 
     #[test]

@@ -1,0 +1,256 @@
+//! The arguments of the commands whose drivers come in two kinds: `linkem
+//! replay` (a link: [`crate::replay`]; rules: [`crate::replay_rules`]) and
+//! `linkem bridge` (a link per direction: [`crate::bridge`]; rules:
+//! `bridge_rules`), each struct shared by both kinds, with what is
+//! derived from the arguments alone: the files a replay reads and writes,
+//! the bridge's timing options.
+
+use crate::backend::BackendKind;
+use crate::control::ControlArgs;
+use crate::StatsFormat;
+use anyhow::Result;
+use linkem_core::rules::Side;
+use linkem_core::units::{parse_size_bytes, parse_time_ns};
+use linkem_io::outfile::FileUse;
+use linkem_runtime::pipeline::{DEFAULT_MAX_LAG_NS, DEFAULT_SPIN_NS};
+use std::path::PathBuf;
+
+/// `linkem replay`'s arguments.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ReplayArgs {
+    /// Input capture (pcap or pcapng).
+    pub input: PathBuf,
+    /// Output capture (nanosecond pcap). A file is replaced only if the whole replay
+    /// succeeds (keeping its mode); a device or FIFO (/dev/null) is written directly.
+    pub output: PathBuf,
+    /// Link words, e.g. `rate 10mbit delay 20ms loss 1%`.
+    pub words: Vec<String>,
+    /// Read link words from a TOML file (keys are words); words on the command line override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Print the counts per fate as text (default) or JSON.
+    #[arg(long, value_enum, default_value = "text")]
+    pub stats: StatsFormat,
+    /// Write one line per input packet: index, arrival, length, fate, release, queue occupancy.
+    #[arg(long, value_name = "FILE")]
+    pub events: Option<PathBuf>,
+    /// Never show a progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+    /// `--rules FILE` and its options (see [`crate::replay_rules`]).
+    #[command(flatten)]
+    pub rules: RulesArgs,
+}
+
+/// What every replay reads whatever drives it: the capture and `--config`.
+pub(crate) fn base_inputs(args: &ReplayArgs) -> Vec<FileUse> {
+    let mut inputs = vec![FileUse::new("input capture", &args.input)];
+    inputs.extend(args.config.iter().map(|p| FileUse::new("--config", p)));
+    inputs
+}
+
+/// What a replay writes: the output capture and `--events`.
+pub(crate) fn outputs(args: &ReplayArgs) -> Vec<FileUse> {
+    let mut outputs = vec![FileUse::new("output capture", &args.output)];
+    outputs.extend(args.events.iter().map(|p| FileUse::new("--events", p)));
+    outputs
+}
+
+/// The rule options of `linkem replay`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RulesArgs {
+    /// Send packets through ipfw/dnctl rules and Dummynet pipes read from FILE
+    /// (lines as typed after `ipfw` or `dnctl`: `pipe 1 config bw 1Mbit/s delay 20`,
+    /// `add 100 pipe 1 dst-ip 10.0.0.0/8`, `set one-pass off`). `pipe N config` sets
+    /// the whole pipe, as Dummynet does. Schedulers and AQM: `sched N config type
+    /// wf2q+|qfq|rr|prio|fifo|fq_codel|fq_pie [mask ...]` (a mask: one scheduler
+    /// instance with its own copy of the link per masked flow), `queue M config sched N weight W
+    /// [lmax B] [codel|pie|red ...] [ecn] [mask ...]`, `add ... queue M`; `sched N`
+    /// serves pipe N's link, which
+    /// traffic sent to `pipe N` shares (unlike Dummynet; see README). Only `seed N`
+    /// may follow the file names.
+    #[arg(long = "rules", value_name = "FILE")]
+    pub file: Option<std::path::PathBuf>,
+    /// With --rules: most dynamic pipe and scheduler instances (masks) alive at once; a packet
+    /// needing one more is dropped and counted as flow-limit.
+    #[arg(long, value_name = "N", default_value_t = linkem_core::pipe::DEFAULT_MAX_FLOWS)]
+    pub max_flows: usize,
+    /// With --rules: most memory charged for dynamic instances and scheduler
+    /// classes (fq_* flows, masked queues), each charged a fixed size when
+    /// made (see README, "Limits"); a packet needing more is dropped and
+    /// counted as flow-limit. Default 512MiB.
+    #[arg(long, value_name = "SIZE", default_value = "512MiB", value_parser = parse_flow_memory)]
+    pub max_flow_memory: usize,
+    /// With --rules: the interface the capture's packets are taken as received on
+    /// (a: `in`, `recv a`, `a-to-b`; b: `out`, `recv b`, `b-to-a`).
+    #[arg(
+        long = "rules-side",
+        value_enum,
+        default_value = "a",
+        value_name = "SIDE"
+    )]
+    pub side: RulesSide,
+}
+
+/// The side a replayed capture is taken as received on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum RulesSide {
+    A,
+    B,
+}
+
+impl From<RulesSide> for Side {
+    fn from(s: RulesSide) -> Side {
+        match s {
+            RulesSide::A => Side::A,
+            RulesSide::B => Side::B,
+        }
+    }
+}
+
+impl Default for RulesArgs {
+    fn default() -> Self {
+        RulesArgs {
+            file: None,
+            max_flows: linkem_core::pipe::DEFAULT_MAX_FLOWS,
+            max_flow_memory: linkem_core::pipe::DEFAULT_MAX_FLOW_BYTES,
+            side: RulesSide::A,
+        }
+    }
+}
+
+/// `--max-flow-memory`: a size with a unit (`512MiB`, `1GB`), at most the
+/// address space.
+pub fn parse_flow_memory(text: &str) -> Result<usize, String> {
+    let b = linkem_core::units::parse_size_bytes(text).map_err(|e| e.0)?;
+    usize::try_from(b).map_err(|_| format!("'{text}' is more memory than this machine addresses"))
+}
+
+/// Which stages run under SCHED_FIFO (see `DirectionOptions::realtime_priority`).
+#[derive(Clone, Copy, clap::ValueEnum, PartialEq, Eq, Debug)]
+pub enum Realtime {
+    /// Neither: ordinary scheduling (lateness then depends on the machine's load).
+    Off,
+    /// The output stages, which must wake at release times (default).
+    Out,
+    /// Output and input stages (a dedicated machine: the input stages then
+    /// take their cores whenever traffic arrives).
+    All,
+}
+
+/// SCHED_FIFO priority of the stages: above ordinary tasks, below the kernel's
+/// interrupt threads (50), which deliver the packets.
+pub const REALTIME_PRIORITY: i32 = 10;
+
+/// `linkem bridge`'s arguments.
+#[derive(clap::Args, Debug, Clone)]
+pub struct BridgeArgs {
+    /// First interface (traffic received here goes a->b).
+    pub if_a: String,
+    /// Second interface (traffic received here goes b->a).
+    pub if_b: String,
+    /// Link words for both directions, e.g. `delay 10ms rate 50mbit`.
+    pub words: Vec<String>,
+    /// Link words for IF_A -> IF_B only.
+    #[arg(long = "a-to-b", num_args = 1.., value_name = "WORDS")]
+    pub a_to_b: Vec<String>,
+    /// Link words for IF_B -> IF_A only.
+    #[arg(long = "b-to-a", num_args = 1.., value_name = "WORDS")]
+    pub b_to_a: Vec<String>,
+    /// TOML file of link words (tables [a-to-b] and [b-to-a] for one direction).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Packet I/O: AF_XDP, AF_PACKET with mmap rings, or AF_XDP falling back to AF_PACKET.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: BackendKind,
+    /// Print counts as text (default) or JSON lines.
+    #[arg(long, value_enum, default_value = "text")]
+    pub stats: StatsFormat,
+    /// Also print the counts every SECONDS.
+    #[arg(long, value_name = "SECONDS", value_parser = linkem_core::units::parse_seconds)]
+    pub stats_interval: Option<f64>,
+    /// The most the output stage spins before a release time (default 200us). It sleeps
+    /// until then and spins only as long as its timed sleeps were recently seen to
+    /// overshoot (learnt while running). Lower it to save CPU at the cost of precision.
+    #[arg(long, value_name = "TIME")]
+    pub spin_threshold: Option<String>,
+    /// Drop (as 'late') a packet that cannot leave within TIME of its release time
+    /// (default 5ms; 'off' never drops, letting a backlog grow under overload).
+    #[arg(long, value_name = "TIME")]
+    pub max_lag: Option<String>,
+    /// Delay-line size per direction (default: from rate × delay), e.g. 2GiB.
+    #[arg(long, value_name = "SIZE")]
+    pub buffer: Option<String>,
+    /// Frames received per batch.
+    #[arg(long, default_value_t = 32)]
+    pub batch: usize,
+    /// Which stages run under SCHED_FIFO: 'out' (default) lets the output stages
+    /// wake at release times, and the input stages take frames in, at once even when
+    /// traffic generators load the same cores (a stage busy for 1 ms without a pause
+    /// returns to ordinary scheduling until it next waits); 'all' keeps the input
+    /// stages real-time even when busy.
+    #[arg(long, value_enum, default_value = "out")]
+    pub realtime: Realtime,
+    /// Stop after SECONDS (default: run until SIGINT or SIGTERM).
+    #[arg(long, value_name = "SECONDS", value_parser = linkem_core::units::parse_seconds)]
+    pub duration: Option<f64>,
+    /// Send frames through ipfw/dnctl rules and Dummynet pipes read from FILE
+    /// instead of one link per direction (lines as typed after `ipfw` or
+    /// `dnctl`: `pipe 1 config bw 10Mbit/s delay 20`, `add 100 pipe 1 ip from
+    /// any to 10.0.0.2 in`; `in`/`a-to-b`/`recv IF_A`: received on IF_A). One
+    /// node thread takes frames from both interfaces: a pipe fed from both
+    /// directions is one shared medium. `pipe N config` sets the whole pipe, as
+    /// Dummynet does. Takes no link words but `seed N`. `linkem ctl` changes
+    /// the running pipes and rules (pipe N config|delete, add, delete, flush,
+    /// set one-pass; queued packets keep their release times); SIGHUP re-reads
+    /// FILE, replacing such changes. See `linkem replay --help` and README.
+    #[arg(long = "rules", value_name = "FILE")]
+    pub rules: Option<PathBuf>,
+    /// With --rules: most dynamic pipe and scheduler instances (masks) alive at
+    /// once; a packet needing one more is dropped and counted as flow-limit.
+    #[arg(long, value_name = "N", default_value_t = linkem_core::pipe::DEFAULT_MAX_FLOWS)]
+    pub max_flows: usize,
+    /// With --rules: most memory charged for dynamic instances and scheduler
+    /// classes (fq_* flows, masked queues), each charged a fixed size when
+    /// made (see README, "Limits"); a packet needing more is dropped and
+    /// counted as flow-limit. Default 512MiB.
+    #[arg(long, value_name = "SIZE", default_value = "512MiB",
+          value_parser = parse_flow_memory)]
+    pub max_flow_memory: usize,
+    /// Bypass the model: forward every frame at once, one thread per direction,
+    /// on the same sockets. The baseline benchmarks compare the emulator with;
+    /// takes no link words.
+    #[arg(long)]
+    pub forward_only: bool,
+    /// Control socket, audit log, metrics (see `crate::control`).
+    #[command(flatten)]
+    pub control: ControlArgs,
+}
+
+/// The options the emulating paths (links or rules) share.
+pub(crate) struct Timing {
+    pub spin_ns: u64,
+    pub max_lag_ns: Option<u64>,
+    pub buffer: Option<usize>,
+}
+
+pub(crate) fn timing(args: &BridgeArgs) -> Result<Timing> {
+    let spin_ns = match &args.spin_threshold {
+        Some(t) => parse_time_ns(t).map_err(|e| anyhow::anyhow!("--spin-threshold {e}"))?,
+        None => DEFAULT_SPIN_NS,
+    };
+    let max_lag_ns = match args.max_lag.as_deref() {
+        Some("off") => None,
+        Some(t) => Some(parse_time_ns(t).map_err(|e| anyhow::anyhow!("--max-lag {e}"))?),
+        None => Some(DEFAULT_MAX_LAG_NS),
+    };
+    let buffer = match &args.buffer {
+        Some(s) => Some(parse_size_bytes(s).map_err(|e| anyhow::anyhow!("--buffer {e}"))? as usize),
+        None => None,
+    };
+    Ok(Timing {
+        spin_ns,
+        max_lag_ns,
+        buffer,
+    })
+}

@@ -1,0 +1,243 @@
+//! What `--stats` (and `--stats-interval`) prints during and after `linkem
+//! bridge`: per direction the packets received and their fates, in flight and
+//! lateness; with rules, the node's own drops per direction, the node
+//! ([`super::node`]) and per pipe and queue the fates and time spent
+//! ([`objects_json`]). The control socket's `stats` and the metrics endpoint
+//! report the same values through [`direction_json`] and [`object_fates`].
+
+use super::node::{node_json_listing, node_text_listing};
+use crate::StatsFormat;
+use linkem_core::Fate;
+use linkem_runtime::pipeline::{
+    DirectionStats, NodeBridge, ObjectStats, ObjectsSnapshot, DELAY_BUCKETS_NS,
+};
+use serde_json::json;
+use std::time::Instant;
+
+/// Instances of each pipe and scheduler a periodic `--stats` print lists
+/// (the final line lists all; `instances` gives the count): the listing is
+/// built under the node's lock, so its cost must not grow with a flood of flows.
+const LISTED_PER_PIPE: usize = 100;
+
+/// The lateness quantile `q` of a direction (0 before any packet left).
+pub(crate) fn percentile_ns(s: &DirectionStats, q: f64) -> u64 {
+    if s.lateness.is_empty() {
+        0
+    } else {
+        s.lateness.value_at_quantile(q)
+    }
+}
+
+/// One direction's counts as `--stats json` prints them (the control socket's
+/// `stats` and the metrics endpoint report the same values).
+pub fn direction_json(s: &DirectionStats) -> serde_json::Value {
+    let fates: serde_json::Map<String, serde_json::Value> = Fate::ALL
+        .iter()
+        .map(|f| (f.name().to_string(), json!(s.fates.get(*f))))
+        .collect();
+    json!({
+        "direction": s.name,
+        "received": s.received,
+        "rx_kernel_drops": s.rx_kernel_drops,
+        "segmented": s.segmented,
+        "fates": fates,
+        "in_flight": s.in_flight,
+        "duplicated": s.fates.duplicated,
+        "copies_sent": s.copies_sent,
+        "corrupted": s.fates.corrupted,
+        "lateness_ns": {
+            "count": s.lateness.len(),
+            "p50": percentile_ns(s, 0.5),
+            "p99": percentile_ns(s, 0.99),
+            "p99.9": percentile_ns(s, 0.999),
+            "max": s.lateness.max(),
+        },
+        "buffer_bytes": s.buffer_bytes,
+        "huge_pages": s.huge_pages,
+        "rx_wakeups": s.rx_wakeups,
+        "tx_wakeups": s.tx_wakeups,
+    })
+}
+
+/// Prints the directions' counts as `--stats` asks: a table, or one JSON line.
+pub(crate) fn print_stats(
+    format: StatsFormat,
+    stats: &[DirectionStats],
+    secs: f64,
+    seed: u64,
+    last: bool,
+) {
+    match format {
+        StatsFormat::None => {}
+        StatsFormat::Json => {
+            let dirs: Vec<serde_json::Value> = stats.iter().map(direction_json).collect();
+            let out = json!({ "elapsed_s": secs, "final": last, "seed": seed, "directions": dirs });
+            println!(
+                "{}",
+                serde_json::to_string(&out).expect("a JSON value always serialises")
+            );
+        }
+        StatsFormat::Text => {
+            println!(
+                "linkem bridge after {secs:.1} s{}",
+                if last { " (final)" } else { "" }
+            );
+            println!(
+                "{:<6}{:>10}{:>9}{:>10}{:>10}{:>11}{:>8}{:>8}{:>13}{:>6}{:>8}{:>9}{:>10}  lateness p50/p99/p99.9/max",
+                "dir",
+                "received",
+                "k-drops",
+                "segmented",
+                "delivered",
+                "queue-full",
+                "loss",
+                "policed",
+                "backpressure",
+                "late",
+                "too-big",
+                "tx-error",
+                "in-flight"
+            );
+            for s in stats {
+                println!(
+                    "{:<6}{:>10}{:>9}{:>10}{:>10}{:>11}{:>8}{:>8}{:>13}{:>6}{:>8}{:>9}{:>10}  {}/{}/{}/{}",
+                    s.name,
+                    s.received,
+                    s.rx_kernel_drops,
+                    s.segmented,
+                    s.fates.get(Fate::Delivered),
+                    s.fates.get(Fate::QueueFull),
+                    s.fates.get(Fate::Loss),
+                    s.fates.get(Fate::Policed),
+                    s.fates.get(Fate::Backpressure),
+                    s.fates.get(Fate::Late),
+                    s.fates.get(Fate::TooBig),
+                    s.fates.get(Fate::TxError),
+                    s.in_flight,
+                    fmt_ns(percentile_ns(s, 0.5)),
+                    fmt_ns(percentile_ns(s, 0.99)),
+                    fmt_ns(percentile_ns(s, 0.999)),
+                    fmt_ns(s.lateness.max()),
+                );
+            }
+        }
+    }
+}
+
+/// The bridge's counts (with the node's own drops beside each direction's
+/// fates), then the node's pipes, rules and schedulers as replay prints them.
+pub(crate) fn print_rules_stats(
+    format: StatsFormat,
+    bridge: &NodeBridge,
+    stats: &[DirectionStats],
+    started: Instant,
+    seed: u64,
+    last: bool,
+) {
+    let secs = started.elapsed().as_secs_f64();
+    match format {
+        StatsFormat::None => {}
+        StatsFormat::Json => {
+            let dirs: Vec<serde_json::Value> = stats
+                .iter()
+                .map(|s| {
+                    let mut d = direction_json(s);
+                    if let Some(f) = d["fates"].as_object_mut() {
+                        for (name, n) in s.node_drops.named() {
+                            f.insert(name.into(), json!(n));
+                        }
+                    }
+                    d
+                })
+                .collect();
+            let most = if last { usize::MAX } else { LISTED_PER_PIPE };
+            let node = bridge.with_node(|n| node_json_listing(n, most));
+            let objects = objects_json(&bridge.object_stats());
+            let out = json!({
+                "elapsed_s": secs,
+                "final": last,
+                "seed": seed,
+                "directions": dirs,
+                "node": node,
+                "objects": objects,
+            });
+            println!(
+                "{}",
+                serde_json::to_string(&out).expect("a JSON value always serialises")
+            );
+        }
+        StatsFormat::Text => {
+            print_stats(format, stats, secs, seed, last);
+            println!(
+                "{:<6}{:>10}{:>12}{:>10}{:>10}{:>10}",
+                "dir", "denied", "flow-limit", "red-drop", "aqm-drop", "flushed"
+            );
+            for s in stats {
+                let d = &s.node_drops;
+                println!(
+                    "{:<6}{:>10}{:>12}{:>10}{:>10}{:>10}",
+                    s.name, d.denied, d.flow_limit, d.red_drop, d.aqm_drop, d.flushed
+                );
+            }
+            let most = if last { usize::MAX } else { LISTED_PER_PIPE };
+            print!("{}", bridge.with_node(|n| node_text_listing(n, most)));
+        }
+    }
+}
+
+/// The fates a pipe or queue counts, by name (as the directions name them).
+pub fn object_fates(s: &ObjectStats) -> [(&'static str, u64); 8] {
+    use linkem_core::Fate;
+    let f = &s.fates;
+    let d = &s.node_drops;
+    [
+        ("delivered", f.get(Fate::Delivered)),
+        ("loss", f.get(Fate::Loss)),
+        ("queue-full", f.get(Fate::QueueFull)),
+        ("policed", f.get(Fate::Policed)),
+        ("backpressure", f.get(Fate::Backpressure)),
+        ("red-drop", d.red_drop),
+        ("aqm-drop", d.aqm_drop),
+        ("flow-limit", d.flow_limit),
+    ]
+}
+
+/// `--stats json`'s `objects`: per pipe and per queue, the packets by fate,
+/// the packets and bytes in it now, and the histogram of time spent in it
+/// (`le_s`: bucket bounds in seconds; `counts`: cumulative, as Prometheus
+/// gives them, the last one all).
+pub fn objects_json(s: &ObjectsSnapshot) -> serde_json::Value {
+    let one = |key: &str, n: u32, o: &ObjectStats| {
+        let fates: serde_json::Map<String, serde_json::Value> = object_fates(o)
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), json!(v)))
+            .collect();
+        json!({
+            key: n,
+            "fates": fates,
+            "delivered_bytes": o.delivered_bytes,
+            "queued_packets": o.queued_packets,
+            "queued_bytes": o.queued_bytes,
+            "time_in_pipe": {
+                "le_s": DELAY_BUCKETS_NS.iter().map(|b| *b as f64 / 1e9).collect::<Vec<_>>(),
+                "counts": o.delay.cumulative().to_vec(),
+                "sum_s": o.delay.sum_ns as f64 / 1e9,
+                "count": o.delay.count,
+            },
+        })
+    };
+    json!({
+        "pipes": s.pipes.iter().map(|(n, o)| one("pipe", *n, o)).collect::<Vec<_>>(),
+        "queues": s.queues.iter().map(|(n, o)| one("queue", *n, o)).collect::<Vec<_>>(),
+    })
+}
+
+fn fmt_ns(ns: u64) -> String {
+    if ns >= 1_000_000 {
+        format!("{:.2}ms", ns as f64 / 1e6)
+    } else if ns >= 1_000 {
+        format!("{:.1}us", ns as f64 / 1e3)
+    } else {
+        format!("{ns}ns")
+    }
+}
