@@ -669,11 +669,29 @@ fn ctl_rules_pipe_deleted_with_packets_queued_counts_them_flushed() {
     assert_eq!(v["ok"], true, "{v}");
     let show = c.request_json("pipe show --json").unwrap();
     assert_eq!(show["pipes"].as_array().unwrap().len(), 0, "{show}");
-    std::thread::sleep(Duration::from_millis(1500));
     // After `zero` every count restarts, `flushed` too: the counts since
-    // then add up (nothing was in flight at the zero).
-    let st = c.request_json("stats").unwrap();
+    // then add up when nothing was in flight at the zero, so wait for both
+    // directions to be empty (a stray frame, or a stall of the machine, may
+    // hold one for a moment).
+    let idle = |c: &mut Client| -> Value {
+        let t = Instant::now();
+        loop {
+            let st = c.request_json("stats").unwrap();
+            let busy = st["directions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|d| d["in_flight"] != 0);
+            if !busy || t.elapsed() > Duration::from_secs(5) {
+                return st;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    let st = idle(&mut c);
     assert_eq!(st["directions"][0]["in_flight"], 0, "{st}");
+    assert_eq!(st["directions"][1]["in_flight"], 0, "{st}");
     assert_eq!(c.request_json("zero").unwrap()["ok"], true);
     let ns = topo.ns_a.clone();
     std::thread::spawn(move || {
@@ -686,7 +704,7 @@ fn ctl_rules_pipe_deleted_with_packets_queued_counts_them_flushed() {
     .join()
     .unwrap();
     std::thread::sleep(Duration::from_millis(200));
-    let st = c.request_json("stats").unwrap();
+    let st = idle(&mut c);
     for d in st["directions"].as_array().unwrap() {
         let fates: u64 = d["fates"]
             .as_object()
