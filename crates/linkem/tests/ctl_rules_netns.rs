@@ -49,16 +49,9 @@ impl Bridge {
         let (v, stderr, status) = self.ctl.finish();
         assert!(status.success(), "linkem failed: {stderr}");
         for d in v["directions"].as_array().unwrap() {
-            let fates: u64 = d["fates"]
-                .as_object()
-                .unwrap()
-                .values()
-                .map(|x| x.as_u64().unwrap())
-                .sum();
-            assert_eq!(
-                d["received"].as_u64().unwrap() + d["segmented"].as_u64().unwrap(),
-                fates + d["in_flight"].as_u64().unwrap(),
-                "received + segmented = delivered + drops by reason + in flight: {d}"
+            common::assert_counts_add_up(
+                d,
+                "received + segmented = delivered + drops by reason + in flight",
             );
         }
         v
@@ -706,17 +699,7 @@ fn ctl_rules_pipe_deleted_with_packets_queued_counts_them_flushed() {
     std::thread::sleep(Duration::from_millis(200));
     let st = idle(&mut c);
     for d in st["directions"].as_array().unwrap() {
-        let fates: u64 = d["fates"]
-            .as_object()
-            .unwrap()
-            .values()
-            .map(|x| x.as_u64().unwrap())
-            .sum();
-        assert_eq!(
-            d["received"].as_u64().unwrap() + d["segmented"].as_u64().unwrap(),
-            fates + d["in_flight"].as_u64().unwrap(),
-            "since zero: received + segmented = fates + in flight: {d}"
-        );
+        common::assert_counts_add_up(d, "since zero: received + segmented = fates + in flight");
         assert_eq!(d["fates"]["flushed"], 0, "flushed since zero: {d}");
     }
     assert!(

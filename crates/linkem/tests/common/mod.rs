@@ -194,16 +194,9 @@ impl Bridge {
             .unwrap_or_else(|| panic!("no counts printed; stderr: {stderr}"));
         assert_eq!(v["final"], true);
         for d in v["directions"].as_array().unwrap() {
-            let fates: u64 = d["fates"]
-                .as_object()
-                .unwrap()
-                .values()
-                .map(|x| x.as_u64().unwrap())
-                .sum();
-            assert_eq!(
-                d["received"].as_u64().unwrap() + d["segmented"].as_u64().unwrap(),
-                fates + d["in_flight"].as_u64().unwrap(),
-                "received + segmented = delivered + drops by reason + in flight: {d}"
+            assert_counts_add_up(
+                d,
+                "received + segmented = delivered + drops by reason + in flight",
             );
         }
         (lines, stderr)
@@ -417,4 +410,20 @@ pub fn udp_flow(
         });
         receiver.join().unwrap()
     })
+}
+
+/// The count invariant of one direction of `--stats json` (or `stats`):
+/// received + segmented = every fate + in flight; `what` names the moment.
+pub fn assert_counts_add_up(d: &serde_json::Value, what: &str) {
+    let fates: u64 = d["fates"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|x| x.as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        d["received"].as_u64().unwrap() + d["segmented"].as_u64().unwrap(),
+        fates + d["in_flight"].as_u64().unwrap(),
+        "{what}: {d}"
+    );
 }
