@@ -1,5 +1,9 @@
 //! What happens to a packet. One enum, one set of names, used by every count,
-//! log, event file and metric.
+//! log, event file and metric, for the plain link and the node of rules alike.
+//!
+//! Every packet that reaches linkem ends in exactly one fate, counted once:
+//! the counting invariant of replay and of the live pipeline sums
+//! [`FateCounts::arrived`] over all of them.
 
 use std::fmt;
 
@@ -24,13 +28,26 @@ pub enum Fate {
     /// Live only: handed to the kernel for sending, which then refused it (e.g. a
     /// malformed frame on the AF_PACKET transmit ring).
     TxError,
+    /// Rules only: dropped by a `deny` rule.
+    Denied,
+    /// Rules only: its pipe or scheduler instance, or its scheduler class, would
+    /// have been one beyond `--max-flows` instances or `--max-flow-memory` bytes
+    /// ([`crate::pipe::FlowBudget`]).
+    FlowLimit,
+    /// Rules only: RED/GRED's early drop at a queue.
+    RedDrop,
+    /// Rules only: dropped by a queue's CoDel or PIE.
+    AqmDrop,
+    /// Rules, live only: taken by a pipe that was then deleted (`ctl pipe N
+    /// delete`, `flush`) while the packet waited: not sent.
+    Flushed,
 }
 
 impl Fate {
     /// Every fate, in the order of the enum. `Fate::ALL[f as usize] == f`: the
     /// index of a fate is its slot in [`FateCounts`], and this order is the
     /// order in which counts are listed.
-    pub const ALL: [Fate; 8] = [
+    pub const ALL: [Fate; 13] = [
         Fate::Delivered,
         Fate::QueueFull,
         Fate::Loss,
@@ -39,11 +56,28 @@ impl Fate {
         Fate::Late,
         Fate::TooBig,
         Fate::TxError,
+        Fate::Denied,
+        Fate::FlowLimit,
+        Fate::RedDrop,
+        Fate::AqmDrop,
+        Fate::Flushed,
     ];
+
+    /// The fates a run lists: every fate with rules, the first eight (those a
+    /// plain link can give) without, so a plain link's `--stats`, metrics and
+    /// control replies name exactly the fates it can have.
+    pub fn listed(rules: bool) -> &'static [Fate] {
+        if rules {
+            &Fate::ALL
+        } else {
+            &Fate::ALL[..8]
+        }
+    }
 
     /// The stable lower-case name used in stats, event files and metrics
     /// (`delivered`, `queue-full`, `loss`, `policed`, `backpressure`, `late`,
-    /// `too-big`, `tx-error`); also what [`Display`](fmt::Display) prints.
+    /// `too-big`, `tx-error`, `denied`, `flow-limit`, `red-drop`, `aqm-drop`,
+    /// `flushed`); also what [`Display`](fmt::Display) prints.
     pub const fn name(self) -> &'static str {
         match self {
             Fate::Delivered => "delivered",
@@ -54,12 +88,36 @@ impl Fate {
             Fate::Late => "late",
             Fate::TooBig => "too-big",
             Fate::TxError => "tx-error",
+            Fate::Denied => "denied",
+            Fate::FlowLimit => "flow-limit",
+            Fate::RedDrop => "red-drop",
+            Fate::AqmDrop => "aqm-drop",
+            Fate::Flushed => "flushed",
         }
+    }
+
+    /// The fate named `name` ([`Fate::name`]), as event files and stats print it.
+    pub fn from_name(name: &str) -> Option<Fate> {
+        Fate::ALL.iter().copied().find(|f| f.name() == name)
     }
 
     /// Whether the packet was not sent on: every fate but [`Fate::Delivered`].
     pub fn is_drop(self) -> bool {
         self != Fate::Delivered
+    }
+}
+
+impl From<crate::aqm::DropCause> for Fate {
+    /// A queue's drop under the name users know: a full queue and the queue's
+    /// own `plr` count as the link's `queue-full` and `loss`.
+    fn from(c: crate::aqm::DropCause) -> Fate {
+        use crate::aqm::DropCause;
+        match c {
+            DropCause::Tail => Fate::QueueFull,
+            DropCause::Loss => Fate::Loss,
+            DropCause::Early => Fate::RedDrop,
+            DropCause::Aqm => Fate::AqmDrop,
+        }
     }
 }
 

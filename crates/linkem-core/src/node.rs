@@ -61,46 +61,24 @@ pub struct PacketIn {
     pub tag: u64,
 }
 
-/// What became of a packet in the node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NodeFate {
-    /// Sent on at the decision's `release_ns`: through every pipe on its
-    /// path, or unimpaired (`allow`, or no rule took it).
-    Delivered,
-    /// Dropped by a pipe's link (queue-full, loss, policed).
-    Dropped(Fate),
-    /// Dropped by a `deny` rule.
-    Denied,
-    /// Dropped because its pipe or scheduler instance, or its scheduler class,
-    /// would have been one beyond `--max-flows` instances or
-    /// `--max-flow-memory` bytes ([`crate::pipe::FlowBudget`]).
-    FlowLimit,
-    /// Dropped by a queue's AQM (RED early drop, CoDel, PIE).
-    Aqm(crate::aqm::DropCause),
-}
-
-impl NodeFate {
-    /// The stable name used in stats and event files: `delivered`, `denied`,
-    /// `flow-limit`, the [`Fate::name`] of a link drop, the
-    /// [`DropCause::name`](crate::aqm::DropCause::name) of an AQM drop.
-    pub fn name(self) -> &'static str {
-        match self {
-            NodeFate::Delivered => "delivered",
-            NodeFate::Dropped(f) => f.name(),
-            NodeFate::Denied => "denied",
-            NodeFate::FlowLimit => "flow-limit",
-            NodeFate::Aqm(c) => c.name(),
-        }
-    }
-}
-
 /// The node's decision for one packet.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
     /// The [`PacketIn::tag`] of the packet this decision is for.
     pub tag: u64,
-    /// Delivered, or where and why it was dropped.
-    pub fate: NodeFate,
+    /// Delivered (through every pipe on its path, or unimpaired: `allow`, or
+    /// no rule took it), or why it was dropped: by a pipe's link
+    /// (`queue-full`, `loss`, `policed`), a `deny` rule, the flow limits, or a
+    /// queue's AQM.
+    pub fate: Fate,
+    /// The interface the packet was received on ([`PacketIn::side`]); it
+    /// leaves by the other one.
+    pub side: Side,
+    /// Packets in the last pipe's link queue when the packet arrived there (0
+    /// under a scheduler, whose queues come before the link).
+    pub queue_packets: u32,
+    /// Frame bytes in that queue then.
+    pub queue_bytes: u64,
     /// Delivered: when it leaves; dropped: when the drop happened.
     pub release_ns: u64,
     /// Some hop's `duplicate` made a copy: a second copy leaves right after
@@ -132,12 +110,12 @@ pub struct NodeConfig {
     /// from it, so a run repeats exactly.
     pub seed: u64,
     /// `--max-flows`: most live dynamic instances over all pipes; a packet
-    /// that would need one more is dropped as [`NodeFate::FlowLimit`]
+    /// that would need one more is dropped as [`Fate::FlowLimit`]
     /// (default [`crate::pipe::DEFAULT_MAX_FLOWS`]).
     pub max_flows: usize,
     /// `--max-flow-memory`: most bytes charged for dynamic instances and
     /// scheduler classes ([`crate::pipe::FlowBudget::max_bytes`]); a packet
-    /// that would need more is dropped as [`NodeFate::FlowLimit`] (default
+    /// that would need more is dropped as [`Fate::FlowLimit`] (default
     /// [`crate::pipe::DEFAULT_MAX_FLOW_BYTES`]).
     pub max_flow_bytes: usize,
     /// How long, in ns, an instance stays after it went idle before it is
@@ -505,15 +483,11 @@ impl Node {
             match dep.outcome {
                 Outcome::FlowLimit => {
                     d.release_ns = dep.at_ns;
-                    d.fate = NodeFate::FlowLimit;
+                    d.fate = Fate::FlowLimit;
                 }
                 Outcome::Dropped(c) => {
                     d.release_ns = dep.at_ns;
-                    d.fate = match c {
-                        crate::aqm::DropCause::Tail => NodeFate::Dropped(Fate::QueueFull),
-                        crate::aqm::DropCause::Loss => NodeFate::Dropped(Fate::Loss),
-                        c => NodeFate::Aqm(c),
-                    };
+                    d.fate = c.into();
                 }
                 Outcome::Link {
                     fate,
@@ -527,7 +501,7 @@ impl Node {
                         d.corrupt_bits.push(b);
                     }
                     if fate.is_drop() {
-                        d.fate = NodeFate::Dropped(fate);
+                        d.fate = fate;
                     } else if !self.one_pass {
                         let next = InFlight {
                             pkt: f.pkt,
@@ -556,7 +530,10 @@ impl Node {
         }
         let d = Decision {
             tag: pkt.tag,
-            fate: NodeFate::Delivered,
+            fate: Fate::Delivered,
+            side: pkt.side,
+            queue_packets: 0,
+            queue_bytes: 0,
             release_ns: now_ns,
             duplicate: false,
             corrupt_bits: Vec::new(),
@@ -596,7 +573,7 @@ impl Node {
             }
             Hit::Deny { rule } => {
                 d.rule = rule_no(&self.classifier, rule);
-                d.fate = NodeFate::Denied;
+                d.fate = Fate::Denied;
                 d.release_ns = t;
             }
             Hit::Queue { rule, queue } => {
@@ -634,7 +611,7 @@ impl Node {
                 let p = &mut self.pipes[self.pipe_at[pipe as usize] as usize];
                 match p.arrive(t, pkt.len_bytes, &pkt.key, &mut self.budget) {
                     PipeVerdict::FlowLimit => {
-                        d.fate = NodeFate::FlowLimit;
+                        d.fate = Fate::FlowLimit;
                         d.release_ns = t;
                     }
                     PipeVerdict::Link {
@@ -643,12 +620,14 @@ impl Node {
                     } => {
                         d.flow_id = flow_id;
                         d.release_ns = v.release_ns;
+                        d.queue_packets = v.queue_packets;
+                        d.queue_bytes = v.queue_bytes;
                         d.duplicate |= v.duplicate;
                         if let Some(b) = v.corrupt_bit {
                             d.corrupt_bits.push(b);
                         }
                         if v.fate.is_drop() {
-                            d.fate = NodeFate::Dropped(v.fate);
+                            d.fate = v.fate;
                         } else if !self.one_pass {
                             let next = InFlight {
                                 pkt,

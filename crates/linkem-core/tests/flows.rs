@@ -8,7 +8,7 @@
 mod common;
 
 use common::{packet, parse};
-use linkem_core::node::{Decision, Node, NodeConfig, NodeFate};
+use linkem_core::node::{Decision, Node, NodeConfig};
 use linkem_core::pipe::{instance_seed, FlowMask, MaskedKey};
 use linkem_core::rules::FlowKey;
 use linkem_core::{Fate, Link, LinkConfig, PacketMeta};
@@ -95,10 +95,10 @@ impl Reference {
     }
 
     /// (fate, release, duplicate, flow id) of a packet.
-    fn arrive(&mut self, t: u64, len: u32, k: &FlowKey) -> (NodeFate, u64, bool, u64) {
+    fn arrive(&mut self, t: u64, len: u32, k: &FlowKey) -> (Fate, u64, bool, u64) {
         let pipe = match k.dst_port {
             0 => 1,
-            1 => return (NodeFate::Denied, t, false, 0),
+            1 => return (Fate::Denied, t, false, 0),
             _ => 2,
         };
         let live: usize = self.pipes.values().map(|p| p.flows.len()).sum();
@@ -110,7 +110,7 @@ impl Reference {
         let mk = p.mask.apply(k);
         let flow_id = mk.flow_id();
         if !p.flows.contains_key(&mk) && live >= MAX_FLOWS {
-            return (NodeFate::FlowLimit, t, false, 0);
+            return (Fate::FlowLimit, t, false, 0);
         }
         let (link, idle) = p.flows.entry(mk).or_insert_with(|| {
             let s = instance_seed(self.seed, p.number, flow_id, t);
@@ -121,9 +121,9 @@ impl Reference {
         let v = link.on_arrival(t, PacketMeta { len_bytes: len });
         *idle = (*idle).max(v.release_ns);
         let fate = if v.fate == Fate::Delivered {
-            NodeFate::Delivered
+            Fate::Delivered
         } else {
-            NodeFate::Dropped(v.fate)
+            v.fate
         };
         (fate, v.release_ns, v.duplicate, flow_id)
     }
@@ -167,7 +167,7 @@ proptest! {
             prop_assert_eq!(d.fate, fate, "packet {}", d.tag);
             prop_assert_eq!(d.release_ns, release, "packet {}", d.tag);
             prop_assert_eq!(d.duplicate, dup, "packet {}", d.tag);
-            if fate != NodeFate::FlowLimit && fate != NodeFate::Denied {
+            if fate != Fate::FlowLimit && fate != Fate::Denied {
                 prop_assert_eq!(d.flow_id, flow_id, "packet {}", d.tag);
             }
         }

@@ -6,8 +6,9 @@
 mod common;
 
 use common::{packet, parse, udp4};
-use linkem_core::node::{Decision, Node, NodeConfig, NodeFate};
+use linkem_core::node::{Decision, Node, NodeConfig};
 use linkem_core::sched::service::{sched_class_bytes, sched_instance_bytes};
+use linkem_core::Fate;
 use std::time::Instant;
 
 const MS: u64 = 1_000_000;
@@ -132,7 +133,7 @@ fn a_flood_of_new_flows_stops_at_the_memory_bound() {
             assert!(n.flow_memory_bytes() <= bound);
         }
         n.poll(t0 + 100 * MS, &mut out);
-        let limited = out.iter().filter(|d| d.fate == NodeFate::FlowLimit).count();
+        let limited = out.iter().filter(|d| d.fate == Fate::FlowLimit).count();
         assert_eq!(out.len(), 20_000, "every packet decided");
         assert_eq!(limited, 18_000, "round {round}: flows beyond the bound");
         assert_eq!(n.live_flows(), 2000);

@@ -7,7 +7,7 @@ mod common;
 
 use common::{parse, udp4};
 use linkem_core::config::no_files;
-use linkem_core::node::{Decision, Node, NodeConfig, NodeFate, PacketIn};
+use linkem_core::node::{Decision, Node, NodeConfig, PacketIn};
 use linkem_core::pipe::{instance_seed, FlowMask};
 use linkem_core::rules::classify::{rule_matches, Classifier, Hit};
 use linkem_core::rules::flow::v4_mapped;
@@ -76,7 +76,7 @@ proptest! {
                 let v = link.on_arrival(t, PacketMeta { len_bytes: len });
                 let d = &got[i];
                 prop_assert_eq!(d.pipe, Some(*n));
-                let want = if v.fate == Fate::Delivered { NodeFate::Delivered } else { NodeFate::Dropped(v.fate) };
+                let want = v.fate;
                 prop_assert_eq!(d.fate, want);
                 prop_assert_eq!(d.release_ns, v.release_ns);
                 prop_assert_eq!(d.duplicate, v.duplicate);
@@ -85,7 +85,7 @@ proptest! {
         }
         for (i, &(t, _, k)) in pkts.iter().enumerate() {
             if k.dst_port == 3 {
-                prop_assert_eq!(got[i].fate, NodeFate::Denied);
+                prop_assert_eq!(got[i].fate, Fate::Denied);
                 prop_assert_eq!(got[i].release_ns, t);
             }
         }
@@ -109,17 +109,17 @@ proptest! {
         let got = run_node(set, NodeConfig { seed, ..Default::default() }, &pkts);
         // Reference: hop by hop; survivors in (release, order) order.
         let mut cur: Vec<(u64, usize)> = pkts.iter().enumerate().map(|(i, p)| (p.0, i)).collect();
-        let mut fate = vec![(NodeFate::Delivered, 0u64, 0u32); pkts.len()];
+        let mut fate = vec![(Fate::Delivered, 0u64, 0u32); pkts.len()];
         for (h, def) in defs.iter().enumerate() {
             let mut link = Link::new(def.link.clone(), instance_seed(seed, h as u32 + 1, 0, 0), 0);
             let mut next = Vec::new();
             for &(t, i) in &cur {
                 let v = link.on_arrival(t, PacketMeta { len_bytes: pkts[i].1 });
                 if v.fate == Fate::Delivered {
-                    fate[i] = (NodeFate::Delivered, v.release_ns, h as u32 + 1);
+                    fate[i] = (Fate::Delivered, v.release_ns, h as u32 + 1);
                     next.push((v.release_ns, i));
                 } else {
-                    fate[i] = (NodeFate::Dropped(v.fate), v.release_ns, h as u32 + 1);
+                    fate[i] = (v.fate, v.release_ns, h as u32 + 1);
                 }
             }
             next.sort_by_key(|x| x.0); // stable: ties keep hop order
@@ -155,7 +155,7 @@ proptest! {
             let v = link.on_arrival(t, PacketMeta { len_bytes: len });
             prop_assert_eq!(got[i].flow_id, mk.flow_id());
             prop_assert_eq!(got[i].release_ns, v.release_ns);
-            prop_assert_eq!(got[i].fate == NodeFate::Delivered, v.fate == Fate::Delivered);
+            prop_assert_eq!(got[i].fate == Fate::Delivered, v.fate == Fate::Delivered);
         }
     }
 
@@ -258,10 +258,7 @@ fn profile_airtime_and_loss_follow_the_file() {
         },
         &pkts,
     );
-    let lost = got
-        .iter()
-        .filter(|d| d.fate == NodeFate::Dropped(Fate::Loss))
-        .count() as u64;
+    let lost = got.iter().filter(|d| d.fate == Fate::Loss).count() as u64;
     let p_loss = 1.0 - pf.loss_index as f64 / 100.0;
     assert!(
         within(lost, n, p_loss),
@@ -270,7 +267,7 @@ fn profile_airtime_and_loss_follow_the_file() {
     let extras: Vec<u64> = got
         .iter()
         .zip(&pkts)
-        .filter(|(d, _)| d.fate == NodeFate::Delivered)
+        .filter(|(d, _)| d.fate == Fate::Delivered)
         .map(|(d, p)| d.release_ns - p.0 - 4_000_000)
         .collect();
     let m = extras.len() as f64;
@@ -324,7 +321,7 @@ fn idle_instances_expire_and_the_cap_drops() {
             &mut out,
         );
     }
-    let limited = out.iter().filter(|d| d.fate == NodeFate::FlowLimit).count();
+    let limited = out.iter().filter(|d| d.fate == Fate::FlowLimit).count();
     assert_eq!((limited, node.live_flows()), (2, 3));
     node.on_arrival(
         10_000_000,

@@ -6,9 +6,10 @@
 mod common;
 
 use common::{parse, parse_err, udp4};
-use linkem_core::node::{Decision, Node, NodeConfig, NodeFate, PacketIn};
+use linkem_core::node::{Decision, Node, NodeConfig, PacketIn};
 use linkem_core::rules::flow::v4_mapped;
 use linkem_core::rules::{FlowKey, RuleSet, Side};
+use linkem_core::Fate;
 use proptest::prelude::*;
 
 fn udp(src: u32, sport: u16, ecn: u8) -> FlowKey {
@@ -64,7 +65,7 @@ fn bytes_by_src(
 ) -> std::collections::BTreeMap<u128, u64> {
     let mut m = std::collections::BTreeMap::new();
     for x in d {
-        if x.fate == NodeFate::Delivered && x.release_ns <= until_ns {
+        if x.fate == Fate::Delivered && x.release_ns <= until_ns {
             *m.entry(pkts[x.tag as usize].2.src_ip).or_default() += pkts[x.tag as usize].1 as u64;
         }
     }
@@ -155,7 +156,7 @@ fn prio_starves_low_while_high_is_backlogged() {
     let low_early = d
         .iter()
         .filter(|x| {
-            x.fate == NodeFate::Delivered
+            x.fate == Fate::Delivered
                 && pkts[x.tag as usize].2.src_ip == v4_mapped(1)
                 && x.release_ns < 1_000_000_000
         })
@@ -168,7 +169,7 @@ fn prio_starves_low_while_high_is_backlogged() {
     let low_late = d
         .iter()
         .filter(|x| {
-            x.fate == NodeFate::Delivered
+            x.fate == Fate::Delivered
                 && pkts[x.tag as usize].2.src_ip == v4_mapped(1)
                 && x.release_ns > 1_100_000_000
         })
@@ -223,7 +224,7 @@ fn aimd(text: &str, ecn: u8, secs: u64) -> (Vec<Decision>, Node, Vec<(u64, u32, 
         );
         pkts.push((t, 1500, key));
         for d in &out[seen..] {
-            if d.ce || d.fate != NodeFate::Delivered {
+            if d.ce || d.fate != Fate::Delivered {
                 learn.push(d.release_ns + 50_000_000);
             }
         }
@@ -288,7 +289,7 @@ fn fq_codel_gives_sparse_flow_low_sojourn() {
     for x in &d {
         let (t, len, k) = pkts[x.tag as usize];
         if k.src_ip == v4_mapped(2) {
-            assert_eq!(x.fate, NodeFate::Delivered);
+            assert_eq!(x.fate, Fate::Delivered);
             // Sojourn = release − arrival − own transmission time (no delay).
             let soj = x.release_ns - t - len as u64 * 8 * 20;
             worst = worst.max(soj);
@@ -300,9 +301,7 @@ fn fq_codel_gives_sparse_flow_low_sojourn() {
     let bulk_median = {
         let mut v: Vec<u64> = d
             .iter()
-            .filter(|x| {
-                pkts[x.tag as usize].2.src_ip == v4_mapped(1) && x.fate == NodeFate::Delivered
-            })
+            .filter(|x| pkts[x.tag as usize].2.src_ip == v4_mapped(1) && x.fate == Fate::Delivered)
             .map(|x| x.release_ns - pkts[x.tag as usize].0)
             .collect();
         v.sort();
@@ -327,11 +326,11 @@ fn ecn_marks_instead_of_dropping() {
         let (ect, _, _) = aimd(&text, 2, 20);
         let marked = ect
             .iter()
-            .filter(|x| x.ce && x.fate == NodeFate::Delivered)
+            .filter(|x| x.ce && x.fate == Fate::Delivered)
             .count();
         let aqm_drops = ect
             .iter()
-            .filter(|x| matches!(x.fate, NodeFate::Aqm(_)))
+            .filter(|x| matches!(x.fate, Fate::RedDrop | Fate::AqmDrop))
             .count();
         assert!(marked > 10, "{aqm}: {marked} marked");
         if aqm.starts_with("codel") {
@@ -347,7 +346,7 @@ fn ecn_marks_instead_of_dropping() {
         assert!(not_ect.iter().all(|x| !x.ce), "{aqm}: not-ECT never marked");
         let dropped = not_ect
             .iter()
-            .filter(|x| matches!(x.fate, NodeFate::Aqm(_)))
+            .filter(|x| matches!(x.fate, Fate::RedDrop | Fate::AqmDrop))
             .count();
         assert!(dropped > 10, "{aqm}: not-ECT dropped {dropped}");
     }

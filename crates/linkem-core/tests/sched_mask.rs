@@ -7,9 +7,10 @@
 mod common;
 
 use common::{parse, parse_err, udp4};
-use linkem_core::node::{Decision, Node, NodeConfig, NodeFate};
+use linkem_core::node::{Decision, Node, NodeConfig};
 use linkem_core::rules::flow::v4_mapped;
 use linkem_core::rules::{FlowKey, RuleSet};
+use linkem_core::Fate;
 use proptest::prelude::*;
 
 fn udp(src: u32, dst: u32, sport: u16) -> FlowKey {
@@ -53,7 +54,7 @@ fn delivered_bits_by_dst(
 ) -> std::collections::BTreeMap<u128, f64> {
     let mut m = std::collections::BTreeMap::new();
     for x in d {
-        if x.fate == NodeFate::Delivered && x.release_ns <= until_ns {
+        if x.fate == Fate::Delivered && x.release_ns <= until_ns {
             let p = &pkts[x.tag as usize];
             *m.entry(p.2.dst_ip).or_default() += p.1 as f64 * 8.0;
         }
@@ -150,7 +151,7 @@ fn idle_instances_expire_and_count_against_max_flows() {
     pkts.push((3_000_000_000, 100, udp(1, 0x0a02_0000, 1)));
     let mut n = node(parse(&text), None);
     let d = common::feed(&mut n, &pkts);
-    assert!(d.iter().all(|x| x.fate == NodeFate::Delivered));
+    assert!(d.iter().all(|x| x.fate == Fate::Delivered));
     assert_eq!(n.sched.active_instances(), 1);
     assert_eq!(n.live_flows(), 1);
     let p = n.sched.links.iter().flatten().next().unwrap();
@@ -159,14 +160,14 @@ fn idle_instances_expire_and_count_against_max_flows() {
     // --max-flows 10: the 11th host at once is refused, and counted.
     let mut n = node(parse(&text), Some(10));
     let d = common::feed(&mut n, &pkts[..20]);
-    let refused = d.iter().filter(|x| x.fate == NodeFate::FlowLimit).count();
+    let refused = d.iter().filter(|x| x.fate == Fate::FlowLimit).count();
     assert_eq!(refused, 10);
-    assert!(d[..10].iter().all(|x| x.fate == NodeFate::Delivered));
+    assert!(d[..10].iter().all(|x| x.fate == Fate::Delivered));
     assert_eq!(n.live_flows(), 10);
     // Once they have expired, new hosts get instances again.
     let mut n = node(parse(&text), Some(10));
     let d = common::feed(&mut n, &pkts);
-    assert_eq!(d.last().unwrap().fate, NodeFate::Delivered);
+    assert_eq!(d.last().unwrap().fate, Fate::Delivered);
 }
 
 #[test]
@@ -190,10 +191,10 @@ fn sched_mask_words_and_errors() {
 
 /// Fates, and release times of the delivered packets (a link drop is
 /// dated at the dequeue under a scheduler, at the arrival in the closed form).
-fn release_of(d: &[Decision]) -> Vec<(NodeFate, u64)> {
+fn release_of(d: &[Decision]) -> Vec<(Fate, u64)> {
     d.iter()
         .map(|x| {
-            let t = if x.fate == NodeFate::Delivered {
+            let t = if x.fate == Fate::Delivered {
                 x.release_ns
             } else {
                 0

@@ -7,8 +7,9 @@
 mod common;
 
 use common::{packet, parse, udp4};
-use linkem_core::node::{Decision, Node, NodeConfig, NodeFate};
+use linkem_core::node::{Decision, Node, NodeConfig};
 use linkem_core::rules::{FlowKey, RuleSet};
+use linkem_core::Fate;
 use std::collections::{BTreeMap, BTreeSet};
 
 const SEED: u64 = 7;
@@ -232,7 +233,7 @@ fn unrelated_change_leaves_scheduled_pipes_exact() {
         let drops = |r: &Run| {
             r.by_tag
                 .values()
-                .filter(|d| d.pipe == Some(10) && d.fate != NodeFate::Delivered)
+                .filter(|d| d.pipe == Some(10) && d.fate != Fate::Delivered)
                 .count()
         };
         assert!(drops(&upd) > 100, "{}", drops(&upd));
@@ -252,7 +253,7 @@ fn unrelated_change_leaves_scheduled_pipes_exact() {
                     .filter(|(t, d)| {
                         pkts[**t as usize].2.dst_ip == v4(dst)
                             && d.pipe == Some(pipe)
-                            && !matches!(d.fate, NodeFate::Delivered)
+                            && !matches!(d.fate, Fate::Delivered)
                     })
                     .count() as u64;
             let sent = pkts.iter().filter(|p| p.2.dst_ip == v4(dst)).count() as u64;
@@ -265,14 +266,14 @@ fn unrelated_change_leaves_scheduled_pipes_exact() {
             .before
             .iter()
             .map(|t| &upd.by_tag[t])
-            .filter(|d| d.pipe == Some(20) && d.fate == NodeFate::Delivered)
+            .filter(|d| d.pipe == Some(20) && d.fate == Fate::Delivered)
             .map(|d| d.release_ns)
             .max()
             .expect("pipe 20 delivered before the change");
         let first_after = (at..pkts.len())
             .filter(|&i| pkts[i].2.dst_ip == twenty)
             .map(|i| &upd.by_tag[&(i as u64)])
-            .find(|d| d.fate == NodeFate::Delivered && d.hops >= 1)
+            .find(|d| d.fate == Fate::Delivered && d.hops >= 1)
             .expect("pipe 20 delivered after the change");
         assert!(
             first_after.release_ns > last_before,
@@ -287,7 +288,7 @@ fn releases(r: &Run, pipe: u32) -> Vec<u64> {
     let mut v: Vec<u64> = r
         .by_tag
         .values()
-        .filter(|d| d.pipe == Some(pipe) && d.fate == NodeFate::Delivered)
+        .filter(|d| d.pipe == Some(pipe) && d.fate == Fate::Delivered)
         .map(|d| d.release_ns)
         .collect();
     v.sort_unstable();
@@ -394,7 +395,7 @@ fn deleted_or_changed_scheduler_decides_its_held_packets() {
                 assert_eq!(d.pipe, Some(10), "{name}");
                 assert_eq!(d.hops, 1, "{name}");
             })
-            .filter(|d| d.fate == NodeFate::Delivered)
+            .filter(|d| d.fate == Fate::Delivered)
             .map(|d| d.release_ns)
             .collect();
         served.sort_unstable();
@@ -417,7 +418,7 @@ fn deleted_or_changed_scheduler_decides_its_held_packets() {
                     let d = &upd.by_tag[&(i as u64)];
                     assert_eq!(
                         (d.fate, d.pipe, d.release_ns),
-                        (NodeFate::Delivered, None, pkts[i].0)
+                        (Fate::Delivered, None, pkts[i].0)
                     );
                 }
                 assert!(upd.node.sched.instances().next().is_none());
@@ -491,10 +492,7 @@ fn packets_between_hops_stay_or_are_decided_at_release() {
                     assert!(decided_now, "{name}: {t}");
                     let hops = if in_pipe1 { 1 } else { 2 };
                     let at = arrival + 100_000_000 + if in_pipe1 { 0 } else { 10_000_000 };
-                    assert_eq!(
-                        (d.fate, d.hops, d.release_ns),
-                        (NodeFate::Delivered, hops, at)
-                    );
+                    assert_eq!((d.fate, d.hops, d.release_ns), (Fate::Delivered, hops, at));
                 }
             }
         }

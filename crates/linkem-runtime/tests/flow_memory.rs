@@ -4,9 +4,10 @@
 //! back once the instances expired by time and the heap was trimmed, as the
 //! live stage does ([`linkem_runtime::mem`]).
 
-use linkem_core::node::{Node, NodeConfig, NodeFate, PacketIn};
+use linkem_core::node::{Node, NodeConfig, PacketIn};
 use linkem_core::rules::flow::v4_mapped;
 use linkem_core::rules::{parse_rules, FlowKey, Side};
+use linkem_core::Fate;
 use linkem_runtime::mem::{release_free_memory, rss_bytes};
 
 const MIB: u64 = 1 << 20;
@@ -52,7 +53,7 @@ fn flood_of_new_flows_holds_rss_within_the_bound_and_gives_it_back() {
         node.on_arrival(1_000_000 + i as u64 * 1000, pkt, &mut out);
         for d in out.drain(..) {
             decided += 1;
-            limited += (d.fate == NodeFate::FlowLimit) as usize;
+            limited += (d.fate == Fate::FlowLimit) as usize;
         }
         if i % 10_000 == 0 {
             peak = peak.max(rss_bytes().unwrap_or(0));

@@ -153,7 +153,7 @@ fn scheduled_pipe_releases_later_and_counts_add_up_both_ways() {
     }
     assert_eq!(a.len(), 1);
     assert_eq!(id_of(&a[0].1), 100);
-    assert_eq!(stats[0].node_drops.denied, 1);
+    assert_eq!(stats[0].fates.get(Fate::Denied), 1);
     assert_eq!(stats[0].fates.get(Fate::Delivered), 10);
     assert_eq!(stats[1].fates.get(Fate::Delivered), 1);
     for s in &stats {
@@ -236,7 +236,7 @@ fn update_keeps_a_held_scheduler_and_flushes_a_deleted_one() {
     let s = &stats[0];
     assert!(s.adds_up(), "{s:?}");
     assert_eq!(s.in_flight, 0);
-    assert_eq!(s.node_drops.flushed, 10, "{s:?}");
+    assert_eq!(s.fates.get(Fate::Flushed), 10, "{s:?}");
 }
 
 #[test]

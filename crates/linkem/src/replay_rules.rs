@@ -13,9 +13,10 @@ use crate::process::{fresh_seed, SignalGuard};
 use crate::render::replay_stats::{report, Tally};
 use anyhow::{bail, Context, Result};
 use linkem_core::aqm::ecn::{mark_ce, mark_ce_at};
-use linkem_core::node::{Decision, Node, NodeConfig, NodeFate, PacketIn};
+use linkem_core::node::{Decision, Node, NodeConfig, PacketIn};
 use linkem_core::order::ReleaseQueue;
 use linkem_core::rules::{FlowKey, L2Kind, Side};
+use linkem_core::Fate;
 use linkem_io::capture::{CaptureReader, CaptureWriter};
 use linkem_io::outfile::{self, FileUse, OutputFile};
 use std::collections::HashMap;
@@ -219,7 +220,7 @@ impl RulesReplay {
             if let Some(ev) = self.events.as_mut() {
                 write_event(ev, &d, ts, orig_len)?;
             }
-            if d.fate == NodeFate::Delivered {
+            if d.fate == Fate::Delivered {
                 self.queue_delivered(&d, orig_len, data);
             }
         }
@@ -275,7 +276,7 @@ impl RulesReplay {
 
 /// One decision as a line of the `--events` file (columns as its header).
 fn write_event(ev: &mut OutputFile, d: &Decision, ts: u64, orig_len: u32) -> Result<()> {
-    let delivered = d.fate == NodeFate::Delivered;
+    let delivered = d.fate == Fate::Delivered;
     let opt = |o: Option<u32>| o.map_or("-".to_string(), |v| v.to_string());
     writeln!(
         ev,

@@ -47,8 +47,8 @@ mod wait;
 pub use node::{NodeBridge, NodeOptions};
 pub use objects::{DelayHistogram, ObjectStats, ObjectsSnapshot, DELAY_BUCKETS_NS};
 pub use options::{
-    buffer_bytes_for, DirectionOptions, DirectionStats, NodeDrops, DEFAULT_BATCH,
-    DEFAULT_MAX_LAG_NS, UNSHAPED_SIZING_RATE_BPS,
+    buffer_bytes_for, DirectionOptions, DirectionStats, DEFAULT_BATCH, DEFAULT_MAX_LAG_NS,
+    UNSHAPED_SIZING_RATE_BPS,
 };
 pub use wait::{set_realtime, DEFAULT_SPIN_NS};
 
@@ -69,7 +69,6 @@ struct InputShared {
     accepted: u64,
     rx_wakeups: u64,
     kernel_drops: u64,
-    node_drops: NodeDrops,
 }
 
 struct OutputShared {
@@ -333,6 +332,7 @@ impl Direction {
         fates.set(Fate::Delivered, output.sent - tx_errors);
         fates.set(Fate::TxError, tx_errors);
         fates.set(Fate::Late, output.late);
+        fates.set(Fate::Flushed, output.flushed);
         fates.set(
             Fate::TooBig,
             input.counts.get(Fate::TooBig) + output.too_big,
@@ -353,10 +353,6 @@ impl Direction {
             tx_wakeups: output.tx_wakeups,
             huge_pages: self.control.huge_pages,
             buffer_bytes: self.control.buffer_bytes,
-            node_drops: NodeDrops {
-                flushed: output.flushed,
-                ..input.node_drops
-            },
         }
     }
 

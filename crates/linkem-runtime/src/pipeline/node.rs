@@ -58,7 +58,6 @@
 
 use super::input::{cut, finish, KERNEL_DROPS_EVERY_NS};
 use super::objects::{Objects, ObjectsSnapshot};
-use super::options::NodeDrops;
 use super::output::{output_stage, OutputConfig};
 use super::wait::{self, set_realtime, Realtime, SpinBudget, WakeEstimate, MIN_SPIN_NS};
 use super::{Control, Direction, DirectionStats};
@@ -66,8 +65,7 @@ use crate::clock;
 use crate::delay_line::{delay_line, Producer};
 use crate::port::{RxFrame, RxPort, TxPort, WaitFds};
 use linkem_core::aqm::ecn::mark_ce;
-use linkem_core::aqm::DropCause;
-use linkem_core::node::{Decision, Node, NodeFate, PacketIn};
+use linkem_core::node::{Decision, Node, PacketIn};
 use linkem_core::rules::{FlowKey, L2Kind, RuleSet, Side};
 use linkem_core::wire::CsumPartial;
 use linkem_core::{Fate, FateCounts};
@@ -252,7 +250,7 @@ impl NodeBridge {
     }
 
     /// Counts of the two directions (a->b, b->a), as [`Direction::stats`]
-    /// gives them; the node's own drops are in each one's `node_drops`.
+    /// gives them, the node's own drops among each one's fates.
     pub fn stats(&self) -> Vec<DirectionStats> {
         self.directions.iter().map(Direction::stats).collect()
     }
@@ -394,9 +392,8 @@ struct Counts {
     accepted: u64,
     /// Held by the node, not yet decided.
     held: u64,
-    /// The node's link fates (delivered before backpressure).
+    /// The node's fates (delivered before backpressure).
     fates: FateCounts,
-    node_drops: NodeDrops,
     kernel_drops: u64,
 }
 
@@ -662,26 +659,18 @@ impl Stage {
         bytes: &[u8],
         csum: Option<CsumPartial>,
     ) -> bool {
-        let group = if d.fate == NodeFate::Delivered {
+        let group = if d.fate == Fate::Delivered {
             self.group_of(d.pipe)
         } else {
             0
         };
         let c = &mut self.c[side];
         match d.fate {
-            NodeFate::Delivered => {}
-            NodeFate::Dropped(f) => c.fates.add(f),
-            NodeFate::Denied => c.node_drops.denied += 1,
-            NodeFate::FlowLimit => c.node_drops.flow_limit += 1,
-            NodeFate::Aqm(cause) => match cause {
-                DropCause::Tail => c.fates.add(Fate::QueueFull),
-                DropCause::Loss => c.fates.add(Fate::Loss),
-                DropCause::Early => c.node_drops.red_drop += 1,
-                DropCause::Aqm => c.node_drops.aqm_drop += 1,
-            },
-        }
-        if d.fate != NodeFate::Delivered {
-            return false;
+            Fate::Delivered => {}
+            f => {
+                c.fates.add(f);
+                return false;
+            }
         }
         c.fates.add(Fate::Delivered);
         c.fates.duplicated += d.duplicate as u64;
@@ -747,7 +736,6 @@ impl Stage {
         shared.accepted = c.accepted + c.held;
         shared.rx_wakeups = self.wakeups;
         shared.kernel_drops = c.kernel_drops;
-        shared.node_drops = c.node_drops;
     }
 }
 

@@ -27,9 +27,7 @@
 //! number ([`Decision::queue`]); a packet through a queue under a scheduler
 //! is counted in both. An object deleted by a change is forgotten.
 
-use super::options::NodeDrops;
-use linkem_core::aqm::DropCause;
-use linkem_core::node::{Decision, NodeFate};
+use linkem_core::node::Decision;
 use linkem_core::{Fate, FateCounts};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -88,10 +86,9 @@ impl DelayHistogram {
 /// One pipe's or queue's counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ObjectStats {
-    /// Packets by link fate (delivered, loss, queue-full, policed, backpressure).
+    /// Packets by fate (delivered, loss, queue-full, policed, backpressure,
+    /// red-drop, aqm-drop, flow-limit).
     pub fates: FateCounts,
-    /// The node's drops (red-drop, aqm-drop, flow-limit) in this object.
-    pub node_drops: NodeDrops,
     /// Bytes of the delivered packets.
     pub delivered_bytes: u64,
     /// Delivered packets whose release time had not come when read.
@@ -113,7 +110,7 @@ impl Tracked {
     fn record(&mut self, d: &Decision, arrival_ns: u64, len_bytes: u32, stored: bool) {
         let s = &mut self.stats;
         match d.fate {
-            NodeFate::Delivered if stored => {
+            Fate::Delivered if stored => {
                 s.fates.add(Fate::Delivered);
                 s.delivered_bytes += len_bytes as u64;
                 s.delay.record(d.release_ns.saturating_sub(arrival_ns));
@@ -122,14 +119,8 @@ impl Tracked {
                 self.prune(arrival_ns);
                 self.pending.push(Reverse((d.release_ns, len_bytes)));
             }
-            NodeFate::Delivered => s.fates.add(Fate::Backpressure),
-            NodeFate::Dropped(f) => s.fates.add(f),
-            NodeFate::Denied => s.node_drops.denied += 1,
-            NodeFate::FlowLimit => s.node_drops.flow_limit += 1,
-            NodeFate::Aqm(DropCause::Tail) => s.fates.add(Fate::QueueFull),
-            NodeFate::Aqm(DropCause::Loss) => s.fates.add(Fate::Loss),
-            NodeFate::Aqm(DropCause::Early) => s.node_drops.red_drop += 1,
-            NodeFate::Aqm(DropCause::Aqm) => s.node_drops.aqm_drop += 1,
+            Fate::Delivered => s.fates.add(Fate::Backpressure),
+            f => s.fates.add(f),
         }
     }
 
@@ -208,10 +199,13 @@ impl Objects {
 mod tests {
     use super::*;
 
-    fn decision(pipe: u32, queue: Option<u32>, fate: NodeFate, release_ns: u64) -> Decision {
+    fn decision(pipe: u32, queue: Option<u32>, fate: Fate, release_ns: u64) -> Decision {
         Decision {
             tag: 0,
             fate,
+            side: linkem_core::rules::Side::A,
+            queue_packets: 0,
+            queue_bytes: 0,
             release_ns,
             duplicate: false,
             corrupt_bits: Vec::new(),
@@ -248,28 +242,13 @@ mod tests {
         let mut o = Objects::default();
         // Arrive at 1 ms, leave at 21 ms: 20 ms in pipe 1.
         for i in 0..3u64 {
-            let d = decision(1, None, NodeFate::Delivered, 21_000_000 + i);
+            let d = decision(1, None, Fate::Delivered, 21_000_000 + i);
             o.record(&d, 1_000_000 + i, 100, true);
         }
-        o.record(
-            &decision(1, None, NodeFate::Dropped(Fate::Loss), 1),
-            1,
-            100,
-            false,
-        );
-        o.record(&decision(1, None, NodeFate::Delivered, 5), 1, 100, false);
-        o.record(
-            &decision(2, Some(7), NodeFate::Aqm(DropCause::Early), 9),
-            9,
-            60,
-            false,
-        );
-        o.record(
-            &decision(2, Some(7), NodeFate::Aqm(DropCause::Aqm), 9),
-            9,
-            60,
-            false,
-        );
+        o.record(&decision(1, None, Fate::Loss, 1), 1, 100, false);
+        o.record(&decision(1, None, Fate::Delivered, 5), 1, 100, false);
+        o.record(&decision(2, Some(7), Fate::RedDrop, 9), 9, 60, false);
+        o.record(&decision(2, Some(7), Fate::AqmDrop, 9), 9, 60, false);
         let s = o.snapshot(21_000_000);
         let p1 = s.pipes[0].1;
         assert_eq!(s.pipes[0].0, 1);
@@ -285,12 +264,15 @@ mod tests {
         assert_eq!(o.snapshot(u64::MAX).pipes[0].1.queued_packets, 0);
         let q7 = s.queues[0].1;
         assert_eq!(s.queues[0].0, 7);
-        assert_eq!((q7.node_drops.red_drop, q7.node_drops.aqm_drop), (1, 1));
-        assert_eq!(s.pipes[1].1.node_drops.red_drop, 1);
+        assert_eq!(
+            (q7.fates.get(Fate::RedDrop), q7.fates.get(Fate::AqmDrop)),
+            (1, 1)
+        );
+        assert_eq!(s.pipes[1].1.fates.get(Fate::RedDrop), 1);
         // Entries released before an arrival go at that arrival.
         let mut t = Tracked::default();
         for i in 0..1000u64 {
-            let d = decision(1, None, NodeFate::Delivered, i * 10 + 5);
+            let d = decision(1, None, Fate::Delivered, i * 10 + 5);
             t.record(&d, i * 10, 100, true);
         }
         assert_eq!(t.pending.len(), 1);

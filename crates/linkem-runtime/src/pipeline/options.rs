@@ -158,53 +158,12 @@ pub struct DirectionStats {
     pub huge_pages: bool,
     /// Actual size of the delay line, bytes (the request rounded up).
     pub buffer_bytes: u64,
-    /// Drops by a node of rules and pipes (`--rules`) that no link fate names;
-    /// all zero without rules.
-    pub node_drops: NodeDrops,
-}
-
-/// Drops only a node of rules and pipes makes ([`linkem_core::node::NodeFate`]):
-/// the link fates of its pipes (queue-full, loss, policed) are in
-/// [`DirectionStats::fates`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct NodeDrops {
-    /// By a `deny` rule.
-    pub denied: u64,
-    /// A dynamic pipe instance was needed beyond `--max-flows`.
-    pub flow_limit: u64,
-    /// RED/GRED early drops.
-    pub red_drop: u64,
-    /// CoDel or PIE drops.
-    pub aqm_drop: u64,
-    /// Packets a pipe had taken when it was deleted (`linkem ctl pipe N
-    /// delete`, `flush`): not sent.
-    pub flushed: u64,
-}
-
-impl NodeDrops {
-    /// Names (as `NodeFate::name` gives them) and counts.
-    pub fn named(&self) -> [(&'static str, u64); 5] {
-        [
-            ("denied", self.denied),
-            ("flow-limit", self.flow_limit),
-            ("red-drop", self.red_drop),
-            ("aqm-drop", self.aqm_drop),
-            ("flushed", self.flushed),
-        ]
-    }
-
-    /// Every drop the node made: the part of the counting invariant
-    /// ([`DirectionStats::adds_up`]) that no link fate covers.
-    pub fn total(&self) -> u64 {
-        self.denied + self.flow_limit + self.red_drop + self.aqm_drop + self.flushed
-    }
 }
 
 impl DirectionStats {
     /// received + segmented = delivered + every drop + in flight.
     pub fn adds_up(&self) -> bool {
-        self.received + self.segmented
-            == self.fates.arrived() + self.node_drops.total() + self.in_flight
+        self.received + self.segmented == self.fates.arrived() + self.in_flight
     }
 
     /// Frames handed to the kernel for sending and not refused.

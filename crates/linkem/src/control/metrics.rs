@@ -421,11 +421,11 @@ fn expose(enc: &mut DescriptorEncoder, model: &Model) -> fmt::Result {
                 Value::Int(n),
             )
         };
-        fates.extend(Fate::ALL.iter().map(|&f| with(f.name(), s.fates.get(f))));
-        if model.rules().is_some() {
-            // The node's own drops, as `--stats json` lists them beside the fates.
-            fates.extend(s.node_drops.named().iter().map(|&(f, n)| with(f, n)));
-        }
+        fates.extend(
+            Fate::listed(model.rules().is_some())
+                .iter()
+                .map(|&f| with(f.name(), s.fates.get(f))),
+        );
     }
     family(
         enc,

@@ -42,7 +42,7 @@ use crate::render::bridge_stats::direction_json;
 use linkem_core::{Fate, LinkConfig};
 use linkem_ctl::{Request, RuleRequest, NO_RULE_SET};
 use linkem_runtime::clock;
-use linkem_runtime::pipeline::{Direction, DirectionStats, NodeDrops};
+use linkem_runtime::pipeline::{Direction, DirectionStats};
 use serde_json::json;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -350,18 +350,7 @@ impl Model {
         let dirs: Vec<serde_json::Value> = self
             .stats_since_zero()
             .iter()
-            .map(|s| {
-                let mut d = direction_json(s);
-                if self.rules.is_some() {
-                    // The node's own drops beside the link fates, as `--stats json`.
-                    if let Some(f) = d["fates"].as_object_mut() {
-                        for (name, n) in s.node_drops.named() {
-                            f.insert(name.into(), json!(n));
-                        }
-                    }
-                }
-                d
-            })
+            .map(|s| direction_json(s, self.rules.is_some()))
             .collect();
         let zeroed = self
             .baseline
@@ -417,23 +406,6 @@ fn minus(now: &DirectionStats, base: &DirectionStats) -> DirectionStats {
     d.copies_sent = now.copies_sent.saturating_sub(base.copies_sent);
     d.rx_wakeups = now.rx_wakeups.saturating_sub(base.rx_wakeups);
     d.tx_wakeups = now.tx_wakeups.saturating_sub(base.tx_wakeups);
-    // Destructured whole: a drop counter added later must be subtracted here
-    // too, or `stats` after `zero` no longer adds up.
-    let NodeDrops {
-        denied,
-        flow_limit,
-        red_drop,
-        aqm_drop,
-        flushed,
-    } = base.node_drops;
-    let n = &now.node_drops;
-    d.node_drops = NodeDrops {
-        denied: n.denied.saturating_sub(denied),
-        flow_limit: n.flow_limit.saturating_sub(flow_limit),
-        red_drop: n.red_drop.saturating_sub(red_drop),
-        aqm_drop: n.aqm_drop.saturating_sub(aqm_drop),
-        flushed: n.flushed.saturating_sub(flushed),
-    };
     // Counts only grow, so the base is contained in now.
     if d.lateness.subtract(&base.lateness).is_err() {
         d.lateness.reset();

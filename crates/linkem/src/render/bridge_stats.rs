@@ -29,9 +29,10 @@ pub(crate) fn percentile_ns(s: &DirectionStats, q: f64) -> u64 {
 }
 
 /// One direction's counts as `--stats json` prints them (the control socket's
-/// `stats` and the metrics endpoint report the same values).
-pub fn direction_json(s: &DirectionStats) -> serde_json::Value {
-    let fates: serde_json::Map<String, serde_json::Value> = Fate::ALL
+/// `stats` and the metrics endpoint report the same values): the fates
+/// [`Fate::listed`] names, the node's own with `rules`.
+pub fn direction_json(s: &DirectionStats, rules: bool) -> serde_json::Value {
+    let fates: serde_json::Map<String, serde_json::Value> = Fate::listed(rules)
         .iter()
         .map(|f| (f.name().to_string(), json!(s.fates.get(*f))))
         .collect();
@@ -70,7 +71,8 @@ pub(crate) fn print_stats(
     match format {
         StatsFormat::None => {}
         StatsFormat::Json => {
-            let dirs: Vec<serde_json::Value> = stats.iter().map(direction_json).collect();
+            let dirs: Vec<serde_json::Value> =
+                stats.iter().map(|s| direction_json(s, false)).collect();
             let out = json!({ "elapsed_s": secs, "final": last, "seed": seed, "directions": dirs });
             println!(
                 "{}",
@@ -138,18 +140,8 @@ pub(crate) fn print_rules_stats(
     match format {
         StatsFormat::None => {}
         StatsFormat::Json => {
-            let dirs: Vec<serde_json::Value> = stats
-                .iter()
-                .map(|s| {
-                    let mut d = direction_json(s);
-                    if let Some(f) = d["fates"].as_object_mut() {
-                        for (name, n) in s.node_drops.named() {
-                            f.insert(name.into(), json!(n));
-                        }
-                    }
-                    d
-                })
-                .collect();
+            let dirs: Vec<serde_json::Value> =
+                stats.iter().map(|s| direction_json(s, true)).collect();
             let most = if last { usize::MAX } else { LISTED_PER_PIPE };
             let node = bridge.with_node(|n| node_json_listing(n, most));
             let objects = objects_json(&bridge.object_stats());
@@ -173,10 +165,15 @@ pub(crate) fn print_rules_stats(
                 "dir", "denied", "flow-limit", "red-drop", "aqm-drop", "flushed"
             );
             for s in stats {
-                let d = &s.node_drops;
+                let f = &s.fates;
                 println!(
                     "{:<6}{:>10}{:>12}{:>10}{:>10}{:>10}",
-                    s.name, d.denied, d.flow_limit, d.red_drop, d.aqm_drop, d.flushed
+                    s.name,
+                    f.get(Fate::Denied),
+                    f.get(Fate::FlowLimit),
+                    f.get(Fate::RedDrop),
+                    f.get(Fate::AqmDrop),
+                    f.get(Fate::Flushed)
                 );
             }
             let most = if last { usize::MAX } else { LISTED_PER_PIPE };
@@ -187,19 +184,17 @@ pub(crate) fn print_rules_stats(
 
 /// The fates a pipe or queue counts, by name (as the directions name them).
 pub fn object_fates(s: &ObjectStats) -> [(&'static str, u64); 8] {
-    use linkem_core::Fate;
-    let f = &s.fates;
-    let d = &s.node_drops;
     [
-        ("delivered", f.get(Fate::Delivered)),
-        ("loss", f.get(Fate::Loss)),
-        ("queue-full", f.get(Fate::QueueFull)),
-        ("policed", f.get(Fate::Policed)),
-        ("backpressure", f.get(Fate::Backpressure)),
-        ("red-drop", d.red_drop),
-        ("aqm-drop", d.aqm_drop),
-        ("flow-limit", d.flow_limit),
+        Fate::Delivered,
+        Fate::Loss,
+        Fate::QueueFull,
+        Fate::Policed,
+        Fate::Backpressure,
+        Fate::RedDrop,
+        Fate::AqmDrop,
+        Fate::FlowLimit,
     ]
+    .map(|f| (f.name(), s.fates.get(f)))
 }
 
 /// `--stats json`'s `objects`: per pipe and per queue, the packets by fate,

@@ -108,7 +108,7 @@ fn fmt_ms(ns: u64) -> String {
 /// What a rules replay counts, for the final report.
 #[derive(Default)]
 pub(crate) struct Tally {
-    /// Decisions by fate name ([`linkem_core::node::NodeFate::name`]); sums to `arrived` at the end.
+    /// Decisions by fate name ([`linkem_core::Fate::name`]); sums to `arrived` at the end.
     pub(crate) fates: BTreeMap<&'static str, u64>,
     /// Packets read from the capture (also the next packet's tag).
     pub(crate) arrived: u64,
