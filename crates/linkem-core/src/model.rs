@@ -91,8 +91,32 @@ pub enum Change {
         config: Box<LinkConfig>,
     },
     /// The node's rule set becomes this one ([`Node::update`]: pipes that stay
-    /// keep their queued packets and state).
-    Rules(Box<RuleSet>),
+    /// keep their queued packets and state): a reload.
+    Rules {
+        /// The rules, parsed.
+        set: Box<RuleSet>,
+        /// The rule file's text they were parsed from, kept for recordings.
+        text: std::sync::Arc<str>,
+    },
+}
+
+impl std::fmt::Display for Change {
+    /// One line a control request would carry for the change (`link a-to-b
+    /// WORDS`); a whole rule set is named by its size only, its text being
+    /// in [`Change::Rules::text`].
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Change::Link { sides, config } => {
+                let dir = match sides {
+                    [true, false] => "a-to-b",
+                    [false, true] => "b-to-a",
+                    _ => "both",
+                };
+                write!(f, "link {dir} {config}")
+            }
+            Change::Rules { set, .. } => write!(f, "rules ({} rules)", set.rules.len()),
+        }
+    }
 }
 
 /// Why a [`Change`] does not fit the model it was given to.
@@ -174,7 +198,7 @@ impl Model for LinkModel {
                 }
                 Ok(())
             }
-            Change::Rules(_) => Err(ChangeError::NoRuleSet),
+            Change::Rules { .. } => Err(ChangeError::NoRuleSet),
         }
     }
 
@@ -208,7 +232,7 @@ impl Model for Node {
         out: &mut Vec<Decision>,
     ) -> Result<(), ChangeError> {
         match change {
-            Change::Rules(set) => {
+            Change::Rules { set, .. } => {
                 self.update(*set, now_ns, out);
                 Ok(())
             }
@@ -365,7 +389,10 @@ mod tests {
         assert_eq!(releases, [10_000_000, 1_000_000]);
         let text = "pipe 1 config delay 1ms\nadd pipe 1 ip from any to any\n";
         let set = crate::rules::parse_rules(text, ["a", "b"], &mut |_| Err("no files".into()));
-        let rules = Change::Rules(Box::new(set.unwrap()));
+        let rules = Change::Rules {
+            set: Box::new(set.unwrap()),
+            text: text.into(),
+        };
         assert_eq!(m.apply(0, rules, &mut out), Err(ChangeError::NoRuleSet));
     }
 
