@@ -487,4 +487,118 @@ mod tests {
             assert_eq!(idx.len(), reference.len());
         }
     }
+
+    /// A flow that is busy until `idle_at_ns` and holds `inner` charged bytes.
+    #[derive(Debug)]
+    struct Toy {
+        key: MaskedKey,
+        idle_at_ns: u64,
+        inner: usize,
+    }
+
+    impl Flow for Toy {
+        fn key(&self) -> &MaskedKey {
+            &self.key
+        }
+        fn idle_since_ns(&self, now_ns: u64) -> u64 {
+            self.idle_at_ns.max(now_ns * u64::from(self.inner == 1))
+        }
+        fn inner_charged_bytes(&self) -> usize {
+            self.inner
+        }
+    }
+
+    fn key(n: u32) -> MaskedKey {
+        MaskedKey {
+            ip_version: 4,
+            src_ip: n as u128,
+            ..Default::default()
+        }
+    }
+
+    /// Under random churn the table keeps exactly the flows a plain map says
+    /// are live (removed at the first check more than a hold after their idle
+    /// instant), keeps their order across removals and compactions, and its
+    /// charge and the budget are the sums over them.
+    fn churn<I: SlotIndex>() {
+        let mut table: FlowTable<Toy, I> = FlowTable::new(100, 10);
+        let mut budget = FlowBudget {
+            idle_hold_ns: 5000,
+            max: 150,
+            ..Default::default()
+        };
+        // key -> (idle instant, inner bytes); the order of making.
+        let mut model: std::collections::BTreeMap<u32, (u64, usize)> = Default::default();
+        let mut x = 0x5eed_u64;
+        let mut now = 0u64;
+        let (mut compactions, mut refused) = (0, 0);
+        for round in 0..40_000u32 {
+            x = mix(x);
+            now += x % 40;
+            // Bursts over many keys, then quiet phases over few, so that
+            // most slots empty at times and compaction runs.
+            let keys = if (round / 2000) % 2 == 0 { 400 } else { 8 };
+            let k = ((x >> 20) % keys) as u32;
+            let order_before: Vec<u32> = table.iter().map(|(_, f)| f.key.src_ip as u32).collect();
+            let mut gone = Vec::new();
+            let done = table.expire(now, &mut budget, |f| gone.push(f.key.src_ip as u32));
+            let mut want_gone: Vec<u32> = model
+                .iter()
+                .filter(|(_, &(idle, inner))| inner != 1 && idle + 5000 < now)
+                .map(|(&k, _)| k)
+                .collect();
+            for k in &want_gone {
+                model.remove(k);
+            }
+            gone.sort();
+            want_gone.sort();
+            assert_eq!(gone, want_gone, "round {round} at {now}");
+            assert_eq!(done.removed, gone.len() as u64);
+            compactions += u32::from(done.compacted);
+            let order_after: Vec<u32> = table.iter().map(|(_, f)| f.key.src_ip as u32).collect();
+            let kept: Vec<u32> = order_before
+                .into_iter()
+                .filter(|k| !gone.contains(k))
+                .collect();
+            assert_eq!(order_after, kept, "round {round}: order kept");
+            // A packet of flow k: made if new, busy for a while; flow 3 made
+            // with inner 1 stays busy (idle_since follows now).
+            let busy = x % 300;
+            let inner = if k == 3 { 1 } else { 20 };
+            let new = !model.contains_key(&k);
+            match table.get_or_insert(&key(k), now, &mut budget, || Toy {
+                key: key(k),
+                idle_at_ns: now,
+                inner,
+            }) {
+                Some((_, f)) => {
+                    assert_eq!(f.key, key(k));
+                    f.idle_at_ns = f.idle_at_ns.max(now + busy);
+                    let e = model.entry(k).or_insert((now, inner));
+                    e.0 = e.0.max(now + busy);
+                    if new {
+                        // What the owner charges for the flow's insides.
+                        table.add_charged_bytes(inner);
+                        budget.bytes += inner;
+                    }
+                }
+                None => {
+                    refused += 1;
+                    assert!(!model.contains_key(&k));
+                    assert_eq!(model.len(), 150, "refused below --max-flows");
+                }
+            }
+            assert_eq!(table.len(), model.len());
+            let charged: usize = model.values().map(|&(_, inner)| 100 + inner).sum();
+            assert_eq!(table.charged_bytes(), charged);
+            assert_eq!((budget.live, budget.bytes), (model.len(), charged));
+        }
+        assert!(compactions > 5 && refused > 100, "{compactions} {refused}");
+    }
+
+    #[test]
+    fn a_table_keeps_the_live_flows_in_order_under_churn() {
+        churn::<FlowIndex>();
+        churn::<MapIndex>();
+    }
 }
