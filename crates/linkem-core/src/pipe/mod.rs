@@ -27,7 +27,7 @@
 //! two of its packets were queued at once): the pipe's link configuration is
 //! compiled once and shared, and the random streams, policer, burst credit
 //! and profile stream are allocated only when the configuration uses them. A
-//! packet reads one line of the flow index (`FlowIndex`) and the lines of its
+//! packet reads one line of the flow index ([`table::FlowIndex`]) and the lines of its
 //! instance; the newest queued packet lives in the link itself, so a light
 //! flow (at most one packet queued, the common case with many flows) never
 //! touches a ring.

@@ -82,6 +82,10 @@ pub trait SlotIndex: Default + std::fmt::Debug {
     fn remove(&mut self, key: &MaskedKey, slot: u32);
     /// Entries filed.
     fn len(&self) -> usize;
+    /// No entry filed.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// What a check ([`FlowTable::expire`]) did.
