@@ -7,6 +7,8 @@
 //! - `node/flows-N`: a pipe with `mask src-ip 0xffffffff`, packets cycling
 //!   over N source addresses so that N instances stay active, through one rule;
 //!   `link` is the same link words on one plain `Link`.
+//! - `node/sched-flows-N`: the same with the mask on a FIFO scheduler (`sched
+//!   1 config type fifo mask src-ip 0xffffffff`): N scheduler instances.
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use linkem_core::config::no_files;
@@ -134,9 +136,21 @@ fn node(c: &mut Criterion) {
             })
         });
     }
-    for flows in [1u32, 1000, 100_000] {
-        let text = format!("pipe 1 config mask src-ip 0xffffffff {WORDS}\nadd 100 pipe 1 udp\n");
-        let set = parse_rules(&text, ["a", "b"], &mut no_files).expect("bench rules parse");
+    // Dynamic pipe instances, then masked scheduler instances (each with its
+    // own scheduler and link; fewer flows, as each holds about 4 kB).
+    let masked_pipe = format!("pipe 1 config mask src-ip 0xffffffff {WORDS}\nadd 100 pipe 1 udp\n");
+    let masked_sched = format!(
+        "pipe 1 config {WORDS}\nsched 1 config type fifo mask src-ip 0xffffffff\nadd 100 pipe 1 udp\n"
+    );
+    let runs = [
+        ("flows", &masked_pipe, 1u32),
+        ("flows", &masked_pipe, 1000),
+        ("flows", &masked_pipe, 100_000),
+        ("sched-flows", &masked_sched, 1000),
+        ("sched-flows", &masked_sched, 10_000),
+    ];
+    for (name, text, flows) in runs {
+        let set = parse_rules(text, ["a", "b"], &mut no_files).expect("bench rules parse");
         let mut node = Node::new(
             set,
             NodeConfig {
@@ -164,7 +178,7 @@ fn node(c: &mut Criterion) {
             i = (i + 1) % flows;
         }
         assert_eq!(node.live_flows(), flows as usize);
-        group.bench_function(BenchmarkId::new("flows", flows), |b| {
+        group.bench_function(BenchmarkId::new(name, flows), |b| {
             b.iter(|| {
                 let mut s = 0u64;
                 for _ in 0..PACKETS {

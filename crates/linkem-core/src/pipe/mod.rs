@@ -18,17 +18,16 @@
 //! whose last packet has been released at `idle_at` is removed at the first
 //! arrival to its pipe after `idle_at + hold` ([`FlowBudget::idle_hold_ns`]) and
 //! its memory freed; a later packet of the same flow makes a fresh instance
-//! (new streams: the creation time differs). Expiry is
-//! driven by a min-heap with one entry per live instance (a stale entry at the
-//! top is re-keyed in place with the instance's newer idle time: one sift
-//! down), so it costs O(log n) per arrival amortised, whatever the number of
-//! instances.
+//! (new streams: the creation time differs). The instances live in a
+//! [`table::FlowTable`], as a masked scheduler's do: its module doc states the
+//! slots, index, expiry heap (O(log n) per arrival amortised, whatever the
+//! number of instances), compaction and charges.
 //!
 //! An instance holds only running state (256 bytes; a queue ring only once
 //! two of its packets were queued at once): the pipe's link configuration is
 //! compiled once and shared, and the random streams, policer, burst credit
 //! and profile stream are allocated only when the configuration uses them. A
-//! packet reads one line of the flow index (`FlowIndex`) and the lines of its
+//! packet reads one line of the flow index ([`table::FlowIndex`]) and the lines of its
 //! instance; the newest queued packet lives in the link itself, so a light
 //! flow (at most one packet queued, the common case with many flows) never
 //! touches a ring.
@@ -45,6 +44,7 @@
 //! one packet per call.
 
 pub mod profile;
+pub mod table;
 
 use crate::config::{Dialect, LinkConfig, LinkSpec};
 use crate::link::{Link, LinkExtra, LinkParams, PacketMeta, Verdict};
@@ -52,10 +52,9 @@ use crate::rng::{Stream, StreamId};
 use crate::rulefile::{parse_number, rerr, RulesError};
 use crate::rules::flow::FlowKey;
 pub use profile::Profile;
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::hash::Hasher;
 use std::sync::Arc;
+use table::{Flow, FlowTable};
 
 /// Reads a file named in a rule file (`profile FILE`, `distribution FILE`).
 pub type FileReader<'a> = crate::config::FileLoader<'a>;
@@ -609,6 +608,16 @@ impl Instance {
     }
 }
 
+impl Flow for Instance {
+    fn key(&self) -> &MaskedKey {
+        &self.key
+    }
+    /// Busy until its last packet is released: the link's queue empties by then.
+    fn idle_since_ns(&self, _now_ns: u64) -> u64 {
+        self.idle_at_ns
+    }
+}
+
 /// A cheap hasher for masked keys: the key is mixed once by [`MaskedKey::flow_id`]
 /// semantics; SipHash's DoS resistance buys nothing against one's own traffic
 /// file and costs more than the rest of the lookup.
@@ -644,122 +653,6 @@ impl Hasher for KeyHasher {
     fn write_u128(&mut self, i: u128) {
         self.write_u64(i as u64);
         self.write_u64((i >> 64) as u64);
-    }
-}
-
-/// The index from a masked key to its instance's slot: open addressing with
-/// linear probing over 8-byte entries `tag << 32 | (slot + 1)` (0: empty),
-/// where `tag` is the top 32 bits of [`MaskedKey::index_hash`] and also picks
-/// the home bucket (`tag & mask`), so the table grows without the keys.
-///
-/// Hand-written because it is on every packet's path: a lookup reads one
-/// cache line of the table (8 entries) and then the instance, whose key
-/// confirms the match; a general map reads a control group and a separate
-/// bucket holding the 48-byte key. At most 7/8 full: a hit then probes 4.5
-/// entries on average, still one or two lines, and the table is half the size
-/// it would be at 3/4 for some counts (100 000 flows: 1 MB instead of 2), which
-/// keeps more of it in the last-level cache, where its misses come from.
-/// Deletion shifts the following entries back (no tombstones), so lookups stay
-/// short under churn.
-#[derive(Debug, Default)]
-struct FlowIndex {
-    table: Vec<u64>,
-    len: usize,
-}
-
-impl FlowIndex {
-    #[inline]
-    fn home(&self, tag: u64) -> usize {
-        tag as usize & (self.table.len() - 1)
-    }
-
-    /// The slot filed under `hash` for which `is_key(slot)` holds.
-    #[inline]
-    fn find(&self, hash: u64, mut is_key: impl FnMut(u32) -> bool) -> Option<u32> {
-        if self.table.is_empty() {
-            return None;
-        }
-        let tag = hash >> 32;
-        let mask = self.table.len() - 1;
-        let mut i = self.home(tag);
-        loop {
-            let e = self.table[i];
-            if e == 0 {
-                return None;
-            }
-            if e >> 32 == tag {
-                let slot = (e as u32).wrapping_sub(1);
-                if is_key(slot) {
-                    return Some(slot);
-                }
-            }
-            i = (i + 1) & mask;
-        }
-    }
-
-    /// Files `slot` under `hash` (the key must not be filed yet).
-    fn insert(&mut self, hash: u64, slot: u32) {
-        debug_assert!(slot < u32::MAX);
-        if (self.len + 1) * 8 > self.table.len() * 7 {
-            self.grow();
-        }
-        self.place((hash >> 32) << 32 | (slot as u64 + 1));
-        self.len += 1;
-    }
-
-    fn place(&mut self, entry: u64) {
-        let mask = self.table.len() - 1;
-        let mut i = self.home(entry >> 32);
-        while self.table[i] != 0 {
-            i = (i + 1) & mask;
-        }
-        self.table[i] = entry;
-    }
-
-    fn grow(&mut self) {
-        let size = (self.table.len() * 2).max(16);
-        let old = std::mem::replace(&mut self.table, vec![0; size]);
-        for e in old.into_iter().filter(|&e| e != 0) {
-            self.place(e);
-        }
-    }
-
-    /// Removes the entry of `slot` filed under `hash`.
-    fn remove(&mut self, hash: u64, slot: u32) {
-        let want = (hash >> 32) << 32 | (slot as u64 + 1);
-        let mask = self.table.len() - 1;
-        let mut i = self.home(hash >> 32);
-        while self.table[i] != want {
-            debug_assert!(self.table[i] != 0, "removing an entry that is not filed");
-            i = (i + 1) & mask;
-        }
-        // Backward shift: move up every following entry whose home is not in
-        // (i, j], so that no probe sequence crosses an empty bucket it did not
-        // cross before.
-        let mut j = i;
-        loop {
-            j = (j + 1) & mask;
-            let e = self.table[j];
-            if e == 0 {
-                break;
-            }
-            let k = self.home(e >> 32);
-            let stays = if i <= j {
-                i < k && k <= j
-            } else {
-                i < k || k <= j
-            };
-            if !stays {
-                self.table[i] = e;
-                i = j;
-            }
-        }
-        self.table[i] = 0;
-        self.len -= 1;
-    }
-
-    fn len(&self) -> usize {
-        self.len
     }
 }
 
@@ -849,10 +742,7 @@ pub struct Pipe {
     params: Arc<LinkParams>,
     seed: u64,
     single: Option<Instance>,
-    index: FlowIndex,
-    slots: Vec<Option<Instance>>,
-    free: Vec<u32>,
-    expiry: BinaryHeap<Reverse<(u64, u32)>>,
+    flows: FlowTable<Instance>,
     /// Packets refused because the instance cap was reached.
     pub flow_limit_drops: u64,
     /// Instances removed when idle.
@@ -877,10 +767,7 @@ impl Pipe {
             params,
             seed,
             single,
-            index: FlowIndex::default(),
-            slots: Vec::new(),
-            free: Vec::new(),
-            expiry: BinaryHeap::new(),
+            flows: FlowTable::new(instance_memory_bytes(), 0),
             flow_limit_drops: 0,
             expired: 0,
             gone: (0, 0, 0),
@@ -895,11 +782,7 @@ impl Pipe {
     pub fn reconfigure(&mut self, def: PipeDef, now_ns: u64) {
         debug_assert!(self.can_reconfigure(&def));
         self.params = LinkParams::new(def.link.clone());
-        for inst in self
-            .single
-            .iter_mut()
-            .chain(self.slots.iter_mut().flatten())
-        {
+        for inst in self.single.iter_mut().chain(self.flows.values_mut()) {
             inst.link.reconfigure_params(now_ns, self.params.clone());
             inst.link.set_burst(def.burst_bytes);
         }
@@ -922,12 +805,14 @@ impl Pipe {
 
     /// Live instances of a pipe with a mask (0 without one).
     pub fn active_instances(&self) -> usize {
-        self.index.len()
+        self.flows.len()
     }
 
     /// Every live instance (the one instance of a pipe without mask).
     pub fn instances(&self) -> impl Iterator<Item = &Instance> {
-        self.single.iter().chain(self.slots.iter().flatten())
+        self.single
+            .iter()
+            .chain(self.flows.iter().map(|(_, inst)| inst))
     }
 
     /// Sends a packet through the pipe.
@@ -952,43 +837,14 @@ impl Pipe {
             .expect("a pipe without an instance has a mask");
         self.expire(now_ns, flows);
         let mk = mask.apply(key);
-        let hash = mk.index_hash();
-        let slots = &self.slots;
-        let found = self.index.find(hash, |s| {
-            slots[s as usize]
-                .as_ref()
-                .is_some_and(|inst| inst.key == mk)
-        });
-        let slot = match found {
-            Some(s) => s,
-            None => {
-                if !flows.admits_instance(instance_memory_bytes()) {
-                    self.flow_limit_drops += 1;
-                    return PipeVerdict::FlowLimit;
-                }
-                let inst =
-                    Instance::new(&self.def, &self.params, self.seed, mk, mk.flow_id(), now_ns);
-                let s = match self.free.pop() {
-                    Some(s) => {
-                        self.slots[s as usize] = Some(inst);
-                        s
-                    }
-                    None => {
-                        self.slots.push(Some(inst));
-                        (self.slots.len() - 1) as u32
-                    }
-                };
-                self.index.insert(hash, s);
-                self.expiry.push(Reverse((now_ns, s)));
-                flows.live += 1;
-                flows.bytes += instance_memory_bytes();
-                s
-            }
+        let (def, params, seed) = (&self.def, &self.params, self.seed);
+        let Some((_, inst)) = self.flows.get_or_insert(&mk, now_ns, flows, || {
+            Instance::new(def, params, seed, mk, mk.flow_id(), now_ns)
+        }) else {
+            self.flow_limit_drops += 1;
+            return PipeVerdict::FlowLimit;
         };
-        let inst = self.slots[slot as usize]
-            .as_mut()
-            .expect("indexed slots are live");
-        let verdict = inst.arrive(now_ns, len_bytes, self.def.profile.as_deref());
+        let verdict = inst.arrive(now_ns, len_bytes, def.profile.as_deref());
         PipeVerdict::Link {
             verdict,
             flow_id: inst.flow_id,
@@ -997,77 +853,21 @@ impl Pipe {
 
     /// Bytes charged to the node's [`FlowBudget`] for this pipe's instances.
     pub fn charged_bytes(&self) -> usize {
-        self.active_instances() * instance_memory_bytes()
+        self.flows.charged_bytes()
     }
 
     /// Removes the instances idle for longer than the budget's hold at
     /// `now_ns` (an instance is also removed at the first arrival to its pipe
-    /// after that time): their count and charge go back to `flows`, and when
-    /// at most a quarter of the slots stay live the slots, index and expiry
-    /// heap are compacted so that their memory goes back too.
+    /// after that time): their count and charge go back to `flows`, their
+    /// counters to the pipe's totals ([`table::FlowTable::expire`]).
     pub fn expire(&mut self, now_ns: u64, flows: &mut FlowBudget) {
-        let hold_ns = flows.idle_hold_ns;
-        let before = self.expired;
-        while let Some(mut top) = self.expiry.peek_mut() {
-            let Reverse((at, slot)) = *top;
-            if at.saturating_add(hold_ns) >= now_ns {
-                break;
-            }
-            let inst = self.slots[slot as usize]
-                .as_ref()
-                .expect("one heap entry per live slot");
-            if inst.idle_at_ns.saturating_add(hold_ns) >= now_ns {
-                // Re-keyed in place: one sift down instead of a pop (down to
-                // the bottom and back up) and a push. Entries are distinct
-                // (one per slot), so the pop order stays the same.
-                *top = Reverse((inst.idle_at_ns, slot));
-                continue;
-            }
-            std::collections::binary_heap::PeekMut::pop(top);
-            let inst = self.slots[slot as usize].take().expect("checked above");
-            self.gone.0 += inst.tot_pkts;
-            self.gone.1 += inst.tot_bytes;
-            self.gone.2 += inst.drops;
-            self.index.remove(inst.key.index_hash(), slot);
-            self.free.push(slot);
-            flows.live -= 1;
-            flows.bytes -= instance_memory_bytes();
-            self.expired += 1;
-        }
-        if self.expired != before
-            && self.slots.len() >= 64
-            && self.index.len() * 4 <= self.slots.len()
-        {
-            self.compact();
-        }
-    }
-
-    /// Moves the live instances to the first slots, in slot order, and
-    /// rebuilds the index and the expiry heap for them at their size: O(live),
-    /// paid for by the three quarters of the slots that expired since the
-    /// last compaction (or growth), so O(1) amortised per expiry. Slots are
-    /// internal: no decision depends on them.
-    fn compact(&mut self) {
-        let mut new_slot = vec![u32::MAX; self.slots.len()];
-        let mut slots = Vec::with_capacity(self.index.len());
-        for (old, inst) in std::mem::take(&mut self.slots).into_iter().enumerate() {
-            if let Some(inst) = inst {
-                new_slot[old] = slots.len() as u32;
-                slots.push(Some(inst));
-            }
-        }
-        self.index = FlowIndex::default();
-        for (s, inst) in slots.iter().enumerate() {
-            let inst = inst.as_ref().expect("only live slots were kept");
-            self.index.insert(inst.key.index_hash(), s as u32);
-        }
-        let heap: Vec<_> = std::mem::take(&mut self.expiry)
-            .into_iter()
-            .map(|Reverse((at, s))| Reverse((at, new_slot[s as usize])))
-            .collect();
-        self.expiry = BinaryHeap::from(heap);
-        self.slots = slots;
-        self.free = Vec::new();
+        let gone = &mut self.gone;
+        let done = self.flows.expire(now_ns, flows, |inst| {
+            gone.0 += inst.tot_pkts;
+            gone.1 += inst.tot_bytes;
+            gone.2 += inst.drops;
+        });
+        self.expired += done.removed;
     }
 }
 
@@ -1081,9 +881,7 @@ impl Pipe {
 /// 4 entries of 16 bytes). The configuration is shared by the pipe's
 /// instances. An expired instance holds nothing: its slot is reused.
 pub fn instance_memory_bytes() -> usize {
-    std::mem::size_of::<Option<Instance>>()
-        + 8 * 16 / 7
-        + std::mem::size_of::<Reverse<(u64, u32)>>()
+    FlowTable::<Instance>::slot_bytes()
 }
 
 /// Bytes an instance of a pipe that draws random numbers holds on top of
@@ -1123,39 +921,5 @@ mod layout_tests {
     fn hot_fields_of_an_instance_fill_its_first_128_bytes() {
         assert_eq!(std::mem::offset_of!(Instance, link), 80);
         assert!(std::mem::size_of::<Option<Instance>>() <= 256);
-    }
-
-    /// The flow index against a map, under churn with colliding home buckets
-    /// (hashes that differ only above the table's mask) and equal tags.
-    #[test]
-    fn flow_index_finds_what_a_map_finds_under_churn() {
-        let mut idx = FlowIndex::default();
-        let mut reference = std::collections::HashMap::new();
-        let mut x = 0x1234_5678_9abc_def0u64;
-        for round in 0..20_000u32 {
-            x = mix(x);
-            // 300 keys; hashes share their low home bits often, and keys 2k
-            // and 2k+1 share the whole tag, so the slot check must tell them apart.
-            let key = (x % 300) as u32;
-            let hash = ((key / 2) as u64 % 37) << 32 | ((key as u64 / 2) << 40) | 0xdead;
-            let found = idx.find(hash, |s| reference.get(&key) == Some(&s));
-            assert_eq!(
-                found,
-                reference.get(&key).copied(),
-                "round {round} key {key}"
-            );
-            match found {
-                Some(s) if x & 1 == 0 => {
-                    idx.remove(hash, s);
-                    reference.remove(&key);
-                }
-                None => {
-                    idx.insert(hash, key + 7);
-                    reference.insert(key, key + 7);
-                }
-                _ => {}
-            }
-            assert_eq!(idx.len(), reference.len());
-        }
     }
 }

@@ -27,6 +27,7 @@ use crate::aqm::DropCause;
 use crate::config::LinkConfig;
 use crate::fate::Fate;
 use crate::link::{Link, PacketMeta};
+use crate::pipe::table::{Flow, FlowTable, MapIndex};
 use crate::pipe::{FlowBudget, FlowMask, KeyHasher, MaskedKey};
 use crate::rng::{Stream, StreamId};
 use crate::rules::flow::FlowKey;
@@ -167,10 +168,7 @@ pub struct SchedLink {
 /// scheduler object, its link's compiled parameters, its queue bindings). Its
 /// classes are charged apart ([`sched_class_bytes`]).
 pub fn sched_instance_bytes() -> usize {
-    std::mem::size_of::<Option<SchedLink>>()
-        + (std::mem::size_of::<(MaskedKey, u32)>() + 1) * 8 / 7
-        + std::mem::size_of::<std::cmp::Reverse<(u64, u32)>>()
-        + 512
+    FlowTable::<SchedLink, MapIndex>::slot_bytes() + 512
 }
 
 /// Bytes charged for one class a scheduler makes for traffic (an fq_* flow,
@@ -459,13 +457,23 @@ impl SchedLink {
     pub fn kind(&self) -> SchedKind {
         self.sched.params.kind
     }
+}
 
-    /// Nothing queued, nothing on the wire and every packet released by
-    /// `now`, for longer than `hold_ns`: the instance may be removed.
-    fn expirable(&self, now: u64, hold_ns: u64) -> bool {
-        self.queued() == 0
-            && self.next_service_ns.is_none()
-            && self.idle_at_ns.saturating_add(hold_ns) < now
+impl Flow for SchedLink {
+    fn key(&self) -> &MaskedKey {
+        &self.key
+    }
+    /// While a packet is queued or on the wire: `now` (look again one hold
+    /// later); then the release of its last packet.
+    fn idle_since_ns(&self, now_ns: u64) -> u64 {
+        if self.queued() == 0 && self.next_service_ns.is_none() {
+            self.idle_at_ns
+        } else {
+            now_ns
+        }
+    }
+    fn inner_charged_bytes(&self) -> usize {
+        self.charged_bytes
     }
 }
 
@@ -509,10 +517,10 @@ struct Template {
 /// first arrival to its pipe after `idle_at + hold`
 /// ([`crate::pipe::FlowBudget::idle_hold_ns`]); instances count against the
 /// node's `--max-flows` and `--max-flow-memory` ([`crate::pipe::FlowBudget`]).
-/// Expiry runs off a min-heap with one entry per live instance, O(log n)
-/// amortised per arrival, and also by time ([`NodeSched::expire_idle`]);
-/// when at most a quarter of the slots stay live they are compacted, so the
-/// memory of expired instances goes back.
+/// The instances live in a [`FlowTable`], as a masked pipe's do: its module
+/// doc ([`crate::pipe::table`]) states the slots, index, expiry heap
+/// (O(log n) amortised per arrival), compaction and charges. Expiry also runs
+/// by time ([`NodeSched::expire_idle`]).
 /// An fq_* instance makes a flow's class at the flow's first packet (not
 /// all `flows` at the start, as Dummynet's `fq_codel_new_sched` does): an
 /// instance costs [`sched_instance_bytes`] plus [`sched_class_bytes`] per
@@ -524,17 +532,14 @@ pub struct SchedPipe {
     /// The scheduler mask; None: one instance, made with the pipe.
     pub mask: Option<FlowMask>,
     tpl: Template,
-    slots: Vec<Option<SchedLink>>,
-    index: HashMap<MaskedKey, u32, BuildHasherDefault<KeyHasher>>,
-    free: Vec<u32>,
-    expiry: std::collections::BinaryHeap<std::cmp::Reverse<(u64, u32)>>,
+    /// Without a mask: the one instance, in slot 0.
+    single: Option<SchedLink>,
+    /// With a mask: the instances.
+    flows: FlowTable<SchedLink, MapIndex>,
     /// Instances removed when idle.
     pub expired: u64,
     /// Packets refused because the node's [`FlowBudget`] was full.
     pub flow_limit_drops: u64,
-    /// Bytes charged to the node's [`FlowBudget`] for this pipe: its
-    /// instances and the classes made in them.
-    pub charged_bytes: usize,
 }
 
 impl SchedPipe {
@@ -565,31 +570,28 @@ impl SchedPipe {
             pipe,
             mask,
             tpl,
-            slots: Vec::new(),
-            index: HashMap::default(),
-            free: Vec::new(),
-            expiry: std::collections::BinaryHeap::new(),
+            single: None,
+            // With room for its first packet's class too: an instance admitted
+            // whose first class is refused would hold memory for no packet.
+            flows: FlowTable::new(sched_instance_bytes(), sched_class_bytes()),
             expired: 0,
             flow_limit_drops: 0,
-            charged_bytes: 0,
         };
         if mask.is_none() {
-            let l = sp.make(MaskedKey::default(), 0);
-            sp.slots.push(Some(l));
+            sp.single = Some(sp.make(MaskedKey::default(), 0));
         }
         sp
     }
 
     fn make(&self, key: MaskedKey, now: u64) -> SchedLink {
-        let t = &self.tpl;
-        let flow_id = if self.mask.is_some() {
-            key.flow_id()
-        } else {
-            0
-        };
-        let seed = crate::pipe::instance_seed(t.seed, self.pipe, flow_id, now);
+        Self::make_with(&self.tpl, self.pipe, self.mask.is_some(), key, now)
+    }
+
+    fn make_with(t: &Template, pipe: u32, masked: bool, key: MaskedKey, now: u64) -> SchedLink {
+        let flow_id = if masked { key.flow_id() } else { 0 };
+        let seed = crate::pipe::instance_seed(t.seed, pipe, flow_id, now);
         let mut l = SchedLink::new(
-            self.pipe,
+            pipe,
             t.params.clone(),
             t.link.clone(),
             seed,
@@ -604,25 +606,39 @@ impl SchedPipe {
 
     /// The live instances (slot, instance), in slot order.
     pub fn instances(&self) -> impl Iterator<Item = (u32, &SchedLink)> {
-        self.slots
-            .iter()
-            .enumerate()
-            .filter_map(|(i, l)| l.as_ref().map(|l| (i as u32, l)))
+        self.single.iter().map(|l| (0, l)).chain(self.flows.iter())
     }
 
     /// Live instances of a pipe with a scheduler mask (0 without one).
     pub fn active_instances(&self) -> usize {
-        self.index.len()
+        self.flows.len()
+    }
+
+    /// Bytes charged to the node's [`FlowBudget`] for this pipe: its
+    /// instances and the classes made in them.
+    pub fn charged_bytes(&self) -> usize {
+        self.flows.charged_bytes() + self.single.as_ref().map_or(0, |l| l.charged_bytes)
     }
 
     /// The instance in `slot`.
     #[inline]
     pub fn slot(&self, slot: u32) -> Option<&SchedLink> {
-        self.slots.get(slot as usize).and_then(|l| l.as_ref())
+        match &self.single {
+            Some(l) => (slot == 0).then_some(l),
+            None => self.flows.get(slot),
+        }
+    }
+
+    #[inline]
+    fn slot_mut(&mut self, slot: u32) -> Option<&mut SchedLink> {
+        match &mut self.single {
+            Some(l) => (slot == 0).then_some(l),
+            None => self.flows.get_mut(slot),
+        }
     }
 
     /// The slot of the instance for `key` at `now`, made if new; None when
-    /// the node already holds `budget.max` instances.
+    /// the node's `budget` admits no more.
     fn instance_for(
         &mut self,
         now: u64,
@@ -633,32 +649,17 @@ impl SchedPipe {
             return Some(0);
         };
         let mk = mask.apply(key);
-        if let Some(&s) = self.index.get(&mk) {
-            return Some(s);
-        }
-        // With room for its first packet's class too: an instance admitted
-        // whose first class is refused would hold memory for no packet.
-        if !budget.admits_instance(sched_instance_bytes() + sched_class_bytes()) {
-            self.flow_limit_drops += 1;
-            return None;
-        }
-        let l = self.make(mk, now);
-        let s = match self.free.pop() {
-            Some(s) => {
-                self.slots[s as usize] = Some(l);
-                s
-            }
+        let (tpl, pipe) = (&self.tpl, self.pipe);
+        let made = self.flows.get_or_insert(&mk, now, budget, || {
+            Self::make_with(tpl, pipe, true, mk, now)
+        });
+        match made {
+            Some((s, _)) => Some(s),
             None => {
-                self.slots.push(Some(l));
-                (self.slots.len() - 1) as u32
+                self.flow_limit_drops += 1;
+                None
             }
-        };
-        self.index.insert(mk, s);
-        self.expiry.push(std::cmp::Reverse((now, s)));
-        budget.live += 1;
-        budget.bytes += sched_instance_bytes();
-        self.charged_bytes += sched_instance_bytes();
-        Some(s)
+        }
     }
 
     /// Whether `new`, this pipe as a changed rule set makes it, has the same
@@ -697,7 +698,7 @@ impl SchedPipe {
         let mut cfg = new.tpl.link.clone();
         cfg.queue_packets = None;
         cfg.queue_bytes = None;
-        for l in self.slots.iter_mut().flatten() {
+        for l in self.single.iter_mut().chain(self.flows.values_mut()) {
             l.link.reconfigure(now_ns, cfg.clone());
             l.link.set_burst(new.tpl.burst_bytes);
         }
@@ -714,7 +715,7 @@ impl SchedPipe {
             .filter_map(|(s, l)| l.next_event_ns().map(|t| Reverse((t, s))))
             .collect();
         while let Some(Reverse((t, s))) = due.pop() {
-            let l = self.slots[s as usize].as_mut().expect("a live slot");
+            let l = self.slot_mut(s).expect("a live slot");
             l.poll(t, out);
             if let Some(n) = l.next_event_ns() {
                 due.push(Reverse((n, s)));
@@ -724,74 +725,12 @@ impl SchedPipe {
     }
 
     /// Removes the instances idle for longer than the hold at `now`, giving
-    /// their count and bytes back to `budget`; compacts the slots when at
-    /// most a quarter stay live (see [`crate::pipe::Pipe::expire`]). Returns
-    /// whether slots moved: the caller's service events name slots.
+    /// their count and bytes back to `budget` ([`FlowTable::expire`]).
+    /// Returns whether slots moved: the caller's service events name slots.
     fn expire(&mut self, now: u64, budget: &mut FlowBudget) -> bool {
-        let hold = budget.idle_hold_ns;
-        let before = self.expired;
-        while let Some(&std::cmp::Reverse((at, slot))) = self.expiry.peek() {
-            if at.saturating_add(hold) >= now {
-                break;
-            }
-            self.expiry.pop();
-            let l = self.slots[slot as usize]
-                .as_ref()
-                .expect("one heap entry per live slot");
-            if !l.expirable(now, hold) {
-                // Busy or idle since recently: look again one hold after
-                // its idle time (or after now, while it is busy).
-                let again = if l.queued() == 0 && l.next_service_ns.is_none() {
-                    l.idle_at_ns
-                } else {
-                    now
-                };
-                self.expiry.push(std::cmp::Reverse((again, slot)));
-                continue;
-            }
-            let l = self.slots[slot as usize].take().expect("checked above");
-            self.index.remove(&l.key);
-            self.free.push(slot);
-            budget.live -= 1;
-            let freed = sched_instance_bytes() + l.charged_bytes;
-            budget.bytes -= freed;
-            self.charged_bytes -= freed;
-            self.expired += 1;
-        }
-        if self.expired != before
-            && self.slots.len() >= 64
-            && self.index.len() * 4 <= self.slots.len()
-        {
-            self.compact();
-            return true;
-        }
-        false
-    }
-
-    /// Moves the live instances to the first slots, in slot order, and
-    /// rebuilds the index and the expiry heap at their size: O(live), paid
-    /// for by the expiries that emptied three quarters of the slots.
-    fn compact(&mut self) {
-        let mut new_slot = vec![u32::MAX; self.slots.len()];
-        let mut slots = Vec::with_capacity(self.index.len());
-        for (old, l) in std::mem::take(&mut self.slots).into_iter().enumerate() {
-            if let Some(l) = l {
-                new_slot[old] = slots.len() as u32;
-                slots.push(Some(l));
-            }
-        }
-        self.index = slots
-            .iter()
-            .enumerate()
-            .map(|(s, l)| (l.as_ref().expect("live").key, s as u32))
-            .collect();
-        let heap: Vec<_> = std::mem::take(&mut self.expiry)
-            .into_iter()
-            .map(|std::cmp::Reverse((at, s))| std::cmp::Reverse((at, new_slot[s as usize])))
-            .collect();
-        self.expiry = std::collections::BinaryHeap::from(heap);
-        self.slots = slots;
-        self.free = Vec::new();
+        let done = self.flows.expire(now, budget, drop);
+        self.expired += done.removed;
+        done.compacted
     }
 }
 
@@ -929,7 +868,7 @@ impl NodeSched {
 
     /// Bytes charged to the node's [`FlowBudget`] by every scheduled pipe.
     pub fn charged_bytes(&self) -> usize {
-        self.links.iter().flatten().map(|p| p.charged_bytes).sum()
+        self.links.iter().flatten().map(|p| p.charged_bytes()).sum()
     }
 
     /// Removes, in every masked scheduled pipe, the instances idle for longer
@@ -1001,12 +940,16 @@ impl NodeSched {
             });
             return;
         };
-        let l = p.slots[slot as usize].as_mut().expect("a live slot");
+        let l = p.slot_mut(slot).expect("a live slot");
         let before = l.next_event_ns();
         let charged = l.charged_bytes;
         l.arrive(now, tag, len_bytes, key, queue, budget, &mut self.deps);
-        p.charged_bytes += l.charged_bytes - charged;
-        if let Some(t) = l.next_event_ns() {
+        let (added, next) = (l.charged_bytes - charged, l.next_event_ns());
+        if p.single.is_none() {
+            // The single instance keeps its classes' charge itself.
+            p.flows.add_charged_bytes(added);
+        }
+        if let Some(t) = next {
             if before != Some(t) {
                 self.events.push(std::cmp::Reverse((t, idx, slot)));
             }
@@ -1019,11 +962,7 @@ impl NodeSched {
             return;
         };
         debug_assert_eq!(at, t);
-        let Some(l) = self.links[idx]
-            .as_mut()
-            .and_then(|p| p.slots.get_mut(slot as usize))
-            .and_then(|l| l.as_mut())
-        else {
+        let Some(l) = self.links[idx].as_mut().and_then(|p| p.slot_mut(slot)) else {
             return;
         };
         l.poll(at, &mut self.deps);

@@ -22,181 +22,25 @@
 //!
 //! Each scenario also measures the Linux bridge in the same run.
 //!
-//! The module is split where the work is: `dut` starts and stops the device under
-//! test, `scenarios` decides what to measure and how to judge it, this file runs a
-//! measurement (one device, one probe) and prints the tables.
+//! The module is split where the work is: `args` holds the command's arguments,
+//! `dut` starts and stops the device under test, `measure` runs a measurement
+//! (one device, one probe) into a row, `scenarios` decides what to measure and
+//! how to judge it, and this file runs the scenarios and prints the tables.
+//! Each file imports only files below it in that order, none this one.
 
-use crate::probe::{self, stats::Analysis, stats::Percentiles, us, Pattern, ProbeConfig};
+use crate::probe::us;
 use anyhow::{bail, Context, Result};
 use linkem_io::netns::{self, Topology};
-use serde::Serialize;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-#[derive(Debug, clap::Args)]
-pub struct BenchArgs {
-    /// Scenarios to run: delay, lossfree, tail (default: all).
-    pub scenarios: Vec<String>,
-    /// Every scenario at reduced length (a smoke test, under 3 minutes).
-    #[arg(long)]
-    pub quick: bool,
-    /// Write every row, with its command line, as JSON.
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-    /// Write latency and gap plots (PNG and SVG) into DIR.
-    #[arg(long, value_name = "DIR")]
-    pub plot: Option<PathBuf>,
-    /// Backend of the linkem under test.
-    #[arg(long, default_value = "auto", value_parser = ["auto", "xdp", "packet"])]
-    pub backend: String,
-    /// The high constant rate of the delay scenario, in pps (default: 80 % of the
-    /// highest loss-free rate of delay 10ms, or 20000).
-    #[arg(long = "high-rate", value_name = "PPS", value_parser = parse_pps)]
-    pub high_rate_pps: Option<f64>,
-}
-
-/// `--high-rate`: a plain number of packets per second in the probe's range.
-fn parse_pps(text: &str) -> Result<f64, String> {
-    let plain = !text.is_empty() && text.chars().all(|c| c.is_ascii_digit() || c == '.');
-    match text.parse::<f64>() {
-        Ok(v) if plain && (probe::MIN_RATE_PPS..=probe::MAX_RATE_PPS).contains(&v) => Ok(v),
-        _ => Err(format!(
-            "'{text}': give packets per second, {} to {}",
-            probe::MIN_RATE_PPS,
-            probe::MAX_RATE_PPS
-        )),
-    }
-}
-
-const DELAY_NS: u64 = 10_000_000;
-const PORT: u16 = 5998;
-
+mod args;
 mod dut;
+mod measure;
 mod scenarios;
 
-use dut::{Dut, Running};
-
-/// One measured row.
-#[derive(Debug, Clone, Serialize)]
-pub struct Row {
-    pub scenario: String,
-    pub device: String,
-    pub configured: String,
-    pub offered: String,
-    pub size_bytes: u32,
-    pub pattern: String,
-    pub rate_pps: f64,
-    pub sent: u64,
-    pub delivered: u64,
-    pub lost: u64,
-    /// Delay figures minus the configured delay and the zero-delay baseline's median.
-    pub deviation_ns: Option<Percentiles>,
-    pub baseline_p50_ns: Option<i64>,
-    pub analysis: Analysis,
-    /// For `lossfree`: the highest rate that passed, pps (None: not even the lowest).
-    pub lossfree_pps: Option<f64>,
-    pub expected_loss: Option<f64>,
-    pub note: String,
-    pub repeat: String,
-    pub linkem_counts: Option<serde_json::Value>,
-}
-
-struct Bench<'a> {
-    topo: &'a Topology,
-    args: &'a BenchArgs,
-    /// SIGINT or SIGTERM: stop after the current run and clean up.
-    interrupted: std::sync::Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Bench<'_> {
-    fn probe_cfg(
-        &self,
-        size: u32,
-        pattern: Pattern,
-        rate_pps: f64,
-        packets: u64,
-        expect: u64,
-    ) -> ProbeConfig {
-        ProbeConfig {
-            dst: std::net::SocketAddrV4::new(self.topo.addr_b, PORT),
-            src_ns: Some(self.topo.ns_a.clone()),
-            dst_ns: Some(self.topo.ns_b.clone()),
-            pattern,
-            rate_pps,
-            size_bytes: size,
-            packets,
-            expected_delay_ns: expect,
-            seed: 1,
-            drain_ns: 2 * expect + 300_000_000,
-        }
-    }
-
-    fn repeat(&self, dut: &Dut, cfg: &ProbeConfig) -> String {
-        let probe = format!(
-            "linkem probe {} --port {} --src-ns {} --dst-ns {} --rate {:.0}pps --size {} --pattern {} --packets {} --expect-delay {}",
-            cfg.dst.ip(),
-            cfg.dst.port(),
-            self.topo.ns_a,
-            self.topo.ns_b,
-            cfg.rate_pps,
-            cfg.size_bytes,
-            cfg.pattern,
-            cfg.packets,
-            linkem_core::units::format_time_ns(cfg.expected_delay_ns),
-        );
-        match dut {
-            Dut::Linkem(_) | Dut::LinkemWith { .. } => format!(
-                "linkem bridge {} {} {} & {probe}",
-                self.topo.emu_a,
-                self.topo.emu_b,
-                dut.bridge_args(&self.args.backend).join(" ")
-            ),
-            Dut::LinuxBridge => format!(
-                "ip link add BR type bridge; ip link set {} master BR; ip link set {} master BR; ip link set BR up; {probe}",
-                self.topo.emu_a, self.topo.emu_b
-            ),
-        }
-    }
-
-    fn measure(
-        &self,
-        dut: &Dut,
-        cfg: &ProbeConfig,
-    ) -> Result<(probe::ProbeRun, Option<serde_json::Value>)> {
-        if self.interrupted.load(Ordering::Relaxed) {
-            bail!("interrupted");
-        }
-        let mut running = Running::start(self.topo, dut, &self.args.backend)?;
-        // A failure on either side ends the other: the probe stops if linkem exits,
-        // and linkem is stopped (below) whatever became of the probe.
-        let stop = AtomicBool::new(false);
-        let finished = AtomicBool::new(false);
-        let (run, died) = std::thread::scope(|s| {
-            let watcher = s.spawn(|| running.watch(&finished, &stop, &self.interrupted));
-            let run = probe::run_until(cfg, &stop);
-            finished.store(true, Ordering::Release);
-            (run, watcher.join().expect("watcher thread"))
-        });
-        if let Some(reason) = died {
-            bail!("{reason}");
-        }
-        let counts = running.stop()?;
-        if self.interrupted.load(Ordering::Relaxed) {
-            // Returning unwinds to `run`, whose Topology removes the namespaces.
-            bail!("interrupted");
-        }
-        Ok((run?, counts))
-    }
-}
-
-fn pps_text(pps: f64) -> String {
-    if pps >= 1000.0 {
-        format!("{:.1} kpps", pps / 1000.0)
-    } else {
-        format!("{pps:.0} pps")
-    }
-}
+pub use args::BenchArgs;
+pub use measure::Row;
+use measure::{pps_text, Bench};
 
 /// The markdown tables.
 // Kept whole: the report's tables, one after another, in the order they print.

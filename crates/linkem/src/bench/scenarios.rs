@@ -1,6 +1,7 @@
 //! What each scenario measures and how it is judged (see the module doc of `bench`).
 
-use super::{pps_text, Bench, Dut, Row, DELAY_NS};
+use super::dut::Dut;
+use super::measure::{pps_text, Bench, Row, DELAY_NS};
 use crate::probe::{self, Pattern, ProbeConfig};
 use anyhow::Result;
 
