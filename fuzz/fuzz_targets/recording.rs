@@ -39,7 +39,10 @@ fuzz_target!(|data: &[u8]| {
         Err(RecordingError::Invalid { file, line, .. }) => {
             assert_eq!(file, "changes.jsonl");
             let line = line.expect("a changes.jsonl error names its line");
-            assert!(line >= 1 && line <= changes.split('\n').count(), "line {line}");
+            assert!(
+                line >= 1 && line <= changes.split('\n').count(),
+                "line {line}"
+            );
         }
         Err(e) => panic!("unexpected kind of error: {e}"),
     }
