@@ -2,11 +2,12 @@
 //! decided at arrival and later (a scheduled pipe serves them as its link
 //! frees), counts that add up per direction.
 
+use linkem_core::model::Change;
 use linkem_core::node::{Node, NodeConfig};
 use linkem_core::rules::parse_rules;
 use linkem_core::Fate;
 use linkem_runtime::clock::now_ns;
-use linkem_runtime::pipeline::{NodeBridge, NodeOptions, DEFAULT_SPIN_NS};
+use linkem_runtime::pipeline::{LiveOptions, NodeBridge, DEFAULT_SPIN_NS};
 use linkem_runtime::port::memory::{MemoryRx, MemoryTx, Sent};
 use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
@@ -62,7 +63,7 @@ fn start_with(text: &str, cfg: NodeConfig) -> (NodeBridge, [Feed; 2], [Sent; 2])
     let (in_b, rx_b) = channel::<(u64, Vec<u8>)>();
     let (tx_b, sent_b) = MemoryTx::new();
     let (tx_a, sent_a) = MemoryTx::new();
-    let opts = NodeOptions {
+    let opts = LiveOptions {
         names: ["a->b".into(), "b->a".into()],
         buffer_bytes: [8 << 20; 2],
         spin_ns: DEFAULT_SPIN_NS,
@@ -71,6 +72,7 @@ fn start_with(text: &str, cfg: NodeConfig) -> (NodeBridge, [Feed; 2], [Sent; 2])
         batch: 32,
         realtime_priority: None,
         realtime_input: false,
+        tap: None,
     };
     let bridge = NodeBridge::start(
         opts,
@@ -160,7 +162,7 @@ fn scheduled_pipe_releases_later_and_counts_add_up_both_ways() {
         assert!(s.adds_up(), "{}: {s:?}", s.name);
         assert_eq!(s.in_flight, 0, "{}", s.name);
     }
-    let rules = bridge.with_node(|n| n.classifier().counters.clone());
+    let rules = bridge.with_model(|n| n.classifier().counters.clone());
     assert_eq!(rules, vec![(1, 100), (10, 10_000)]);
 }
 
@@ -185,18 +187,23 @@ fn update_keeps_a_held_scheduler_and_flushes_a_deleted_one() {
              add 200 pipe 2 udp from any to any dst-port 5001\n"
         )
     };
-    let parse =
-        |t: &str| parse_rules(t, ["a", "b"], &mut |_: &str| Err("no files".into())).unwrap();
+    let parse = |t: &str| {
+        let set = parse_rules(t, ["a", "b"], &mut |_: &str| Err("no files".into())).unwrap();
+        vec![Change::Rules {
+            set: Box::new(set),
+            text: t.into(),
+        }]
+    };
     let (mut bridge, [in_a, _in_b], [sent_b, _]) = start(&text("1ms"));
     let (ha, hb) = ([10, 0, 0, 1], [10, 0, 0, 2]);
     let t0 = now_ns();
     for i in 0..10 {
         in_a.send((t0, udp(1000, ha, hb, 5000, i))).unwrap();
     }
-    wait_until(|| bridge.with_node(|n| n.holds_packets()));
-    assert!(bridge.update(parse(&text("2ms"))).is_some());
+    wait_until(|| bridge.with_model(|n| n.holds_packets()));
+    assert!(bridge.submit(parse(&text("2ms"))).is_ok());
     assert!(
-        bridge.with_node(|n| n.holds_packets()),
+        bridge.with_model(|n| n.holds_packets()),
         "pipe 1's backlog stays held"
     );
     let t1 = now_ns();
@@ -222,10 +229,10 @@ fn update_keeps_a_held_scheduler_and_flushes_a_deleted_one() {
     for i in 20..30 {
         in_a.send((now_ns(), udp(1000, ha, hb, 5000, i))).unwrap();
     }
-    wait_until(|| bridge.with_node(|n| n.holds_packets()));
+    wait_until(|| bridge.with_model(|n| n.holds_packets()));
     let gone = "pipe 2 config delay 2ms\nadd 200 pipe 2 udp from any to any dst-port 5001\n";
-    assert!(bridge.update(parse(gone)).is_some());
-    assert!(!bridge.with_node(|n| n.holds_packets()));
+    assert!(bridge.submit(parse(gone)).is_ok());
+    assert!(!bridge.with_model(|n| n.holds_packets()));
     in_a.send((now_ns(), udp(100, ha, hb, 5000, 99))).unwrap(); // no rule now: passes
     wait_for(&sent_b, 16);
     std::thread::sleep(Duration::from_millis(250));
@@ -269,7 +276,7 @@ fn idle_instances_expire_by_time_with_no_further_packet() {
         in_a.send((t0, udp(200, src, hb, 6001, 100 + i))).unwrap();
     }
     wait_for(&sent_b, 2 * SOURCES as usize);
-    let live_after_traffic = bridge.with_node(|n| {
+    let live_after_traffic = bridge.with_model(|n| {
         (
             n.pipes()[0].active_instances(),
             n.sched.instances().count(),
@@ -296,7 +303,7 @@ fn idle_instances_expire_by_time_with_no_further_packet() {
     // Hold + one sweep period + margin for a loaded machine, polled.
     let until = Instant::now() + Duration::from_nanos(HOLD_NS) + Duration::from_secs(3);
     let counts = || {
-        bridge.with_node(|n| {
+        bridge.with_model(|n| {
             (
                 n.pipes()[0].active_instances(),
                 n.sched.instances().count(),
@@ -310,7 +317,7 @@ fn idle_instances_expire_by_time_with_no_further_packet() {
     }
     let gone_after_ms = (now_ns() - last_ns.unwrap_or(t0)) / 1_000_000;
     let (pipe_left, sched_left, live_left, charged_left) = counts();
-    let expired = bridge.with_node(|n| n.pipes()[0].expired);
+    let expired = bridge.with_model(|n| n.pipes()[0].expired);
     let stats = bridge.stop();
     assert_eq!(
         stats[0].received,

@@ -1,12 +1,65 @@
-//! The pipeline over in-memory ports: real threads and the real clock, no sockets.
+//! The pipeline over in-memory ports: real threads and the real clock, no
+//! sockets. The plain link's direction a->b through the live stage, side b
+//! idle.
 
-use linkem_core::{Fate, LinkSpec};
+use linkem_core::model::{Change, LinkModel};
+use linkem_core::{Fate, LinkConfig, LinkSpec};
 use linkem_runtime::clock::now_ns;
-use linkem_runtime::pipeline::{Direction, DirectionOptions};
+use linkem_runtime::pipeline::{DirectionOptions, DirectionStats, LiveBridge, LiveOptions};
 use linkem_runtime::port::memory::{MemoryRx, MemoryTx, Sent};
-use linkem_runtime::port::{TxOutcome, TxPort};
+use linkem_runtime::port::{RxPort, TxOutcome, TxPort};
 use std::sync::mpsc::{channel, Sender};
 use std::time::Duration;
+
+/// Direction a->b of a plain link's live bridge, as the tests see it.
+struct Direction {
+    bridge: LiveBridge<LinkModel>,
+    /// Keeps side b's (idle) receive port open.
+    _idle: Sender<(u64, Vec<u8>)>,
+}
+
+impl Direction {
+    /// Side a's link and the stages' options from `opts`; side b idle.
+    fn start(
+        opts: DirectionOptions,
+        rx: Box<dyn RxPort>,
+        tx: Box<dyn TxPort>,
+    ) -> Result<Direction, String> {
+        let mut live = LiveOptions::new(opts.buffer_bytes);
+        live.spin_ns = opts.spin_ns;
+        live.max_lag_ns = opts.max_lag_ns;
+        live.batch = opts.batch;
+        let model = LinkModel::new([opts.link.clone(), opts.link], opts.seed);
+        let (idle, idle_rx) = channel();
+        let (sink, _) = MemoryTx::new();
+        let bridge = LiveBridge::start(
+            live,
+            model,
+            [rx, Box::new(MemoryRx::new(idle_rx))],
+            [tx, Box::new(sink)],
+        )?;
+        Ok(Direction {
+            bridge,
+            _idle: idle,
+        })
+    }
+
+    fn stats(&self) -> DirectionStats {
+        self.bridge.stats().swap_remove(0)
+    }
+
+    fn stop(mut self) -> DirectionStats {
+        self.bridge.stop().swap_remove(0)
+    }
+
+    fn reconfigure(&self, link: LinkConfig) {
+        let change = Change::Link {
+            sides: [true, false],
+            config: Box::new(link),
+        };
+        self.bridge.submit(vec![change]).unwrap();
+    }
+}
 
 fn start(
     words: &str,
@@ -225,7 +278,7 @@ fn start_mem(
     (d, tx_in, sent, drops)
 }
 
-fn settle(d: &Direction, received: u64) -> linkem_runtime::pipeline::DirectionStats {
+fn settle(d: &Direction, received: u64) -> DirectionStats {
     let until = std::time::Instant::now() + Duration::from_secs(5);
     loop {
         let s = d.stats();

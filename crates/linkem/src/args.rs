@@ -1,7 +1,7 @@
 //! The arguments of the commands whose drivers come in two kinds: `linkem
 //! replay` (a link: [`crate::replay`]; rules: [`crate::replay_rules`]) and
-//! `linkem bridge` (a link per direction: [`crate::bridge`]; rules:
-//! `bridge_rules`), each struct shared by both kinds, with what is
+//! `linkem bridge` (a link per direction or rules: [`crate::bridge`]),
+//! each struct shared by both kinds, with what is
 //! derived from the arguments alone: the files a replay reads and writes,
 //! the bridge's timing options.
 
@@ -222,6 +222,12 @@ pub struct BridgeArgs {
     /// takes no link words.
     #[arg(long)]
     pub forward_only: bool,
+    /// Write one line per decision of the model, in the format of `linkem
+    /// replay --events` (index, arrival, length, fate, release, queue, rule,
+    /// pipe, flow, side...), from a thread of its own: decisions it cannot
+    /// keep up with are skipped and counted, never waited for.
+    #[arg(long, value_name = "FILE")]
+    pub events: Option<PathBuf>,
     /// Control socket, audit log, metrics (see `crate::control`).
     #[command(flatten)]
     pub control: ControlArgs,

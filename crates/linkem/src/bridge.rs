@@ -1,24 +1,328 @@
-//! `linkem bridge IF_A IF_B [LINK WORDS...]`: live emulation between two
-//! interfaces, one pipeline per direction (see `linkem_runtime::pipeline`).
+//! `linkem bridge IF_A IF_B [LINK WORDS...]` and `linkem bridge IF_A IF_B
+//! --rules FILE`: live emulation between two interfaces, one command for both
+//! models. The live stage (`linkem_runtime::pipeline::LiveBridge`) owns the
+//! model: the plain link ([`LinkModel`], from the link words) or a node of
+//! ipfw rules and Dummynet pipes ([`Node`], from `--rules` or the config's
+//! `rules` key).
 //!
 //! linkem is a transparent layer-2 bridge: every frame (ARP, IPv4, IPv6,
-//! anything) goes through the link model unchanged; the hosts on either side
-//! need no configuration.
+//! anything) goes through the model unchanged; the hosts on either side need
+//! no configuration.
+//!
+//! Both models share the start-up (the interface lock, the signals, the
+//! control socket, the ports), the serving loop (errors, `--duration`,
+//! `--stats-interval`), SIGHUP (re-read on a thread of its own, handed to the
+//! stage as one change: a link change for both directions, or the new rule
+//! set) and `--events`. What differs, the [`Front`]:
+//! - link words: `--a-to-b`/`--b-to-a` layers, `--forward-only` (the plain
+//!   forwarder, no model), `--buffer` checked against rate × delay, the seed
+//!   from the words, one start line per direction, `--stats` without node
+//!   listings;
+//! - rules: the rule file is parsed before any interface is touched (a bad
+//!   file changes nothing), the only link word beside it is `seed N`,
+//!   `--forward-only` and `--a-to-b`/`--b-to-a` are refused, the delay lines
+//!   are sized for every pipe, `linkem ctl` changes pipes and rules (see
+//!   `crate::control::rules`), a SIGHUP afterwards re-reads the file,
+//!   replacing what `linkem ctl` changed, and gives its objects to the uid
+//!   that started linkem; `--stats` adds the node's drops and listings.
 
 use crate::args::{timing, BridgeArgs, Realtime, Timing, REALTIME_PRIORITY};
 use crate::backend::{
     check_capabilities, claim_interfaces, drop_capabilities, open_interface, BackendKind, Claimed,
 };
+use crate::control::rules::{Rules, Source};
+use crate::control::{Model, Plain};
 use crate::files::{config_has_rules, config_words, load_distribution};
+use crate::files::{load_rules_recording, rules_source};
+use crate::live_events::EventsWriter;
 use crate::process::{fresh_seed, signal_flags};
-use crate::render::bridge_stats::print_stats;
-use anyhow::{bail, Result};
+use crate::render::bridge_stats::{print_rules_stats, print_stats};
+use anyhow::{bail, Context, Result};
+use linkem_core::model::{Change, LinkModel};
+use linkem_core::node::{Node, NodeConfig};
+use linkem_core::rules::RuleSet;
 use linkem_core::{Dialect, LinkSpec, TomlWords};
-use linkem_runtime::pipeline::{buffer_bytes_for, Direction, DirectionOptions, DirectionStats};
-use std::path::PathBuf;
+use linkem_io::creds::starter_uid;
+use linkem_io::outfile::{check_distinct, FileUse, OutputFile};
+use linkem_runtime::pipeline::{
+    buffer_bytes_for, Direction, DirectionOptions, DirectionStats, LiveBridge, LiveOptions, Tap,
+};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Runs `linkem bridge` until SIGINT or SIGTERM (or `--duration`), then prints
+/// the final counts.
+pub fn run(args: &BridgeArgs) -> Result<()> {
+    if args.rules.is_some() || args.config.as_deref().is_some_and(config_has_rules) {
+        let front = RulesFront::load(args)?;
+        serve_front(args, front)
+    } else {
+        let front = LinkFront::load(args)?;
+        serve_front(args, front)
+    }
+}
+
+/// What one model's bridge does its own way; the rest is [`serve_front`].
+trait Front: Sized {
+    /// What a SIGHUP re-read gives.
+    type Loaded: Send + 'static;
+    /// The seed, and whether the user gave it.
+    fn seed(&self) -> (u64, bool);
+    /// Files the bridge reads (for `--events` not to overwrite them).
+    fn inputs(&self, args: &BridgeArgs) -> Vec<FileUse>;
+    /// Starts the stages on the opened ports; returns the control model.
+    fn start(
+        &mut self,
+        args: &BridgeArgs,
+        ports: Ports,
+        timing: &Timing,
+        tap: Option<Box<dyn Tap>>,
+        control_name: String,
+    ) -> Result<Model>;
+    /// Reads the sources again (on a thread of its own).
+    fn reload(&self) -> Receiver<Result<Self::Loaded>>;
+    /// Applies a SIGHUP re-read.
+    fn apply_reload(&self, model: &Model, loaded: Self::Loaded);
+    /// `--stats` now (`last`: the final counts, `stats` given; `skipped`:
+    /// decisions `--events` skipped, when it is written).
+    fn print(
+        &self,
+        args: &BridgeArgs,
+        model: &Model,
+        stats: &[DirectionStats],
+        last: bool,
+        skipped: Option<u64>,
+    );
+    /// An I/O error that stopped a stage, if any.
+    fn error(&self, model: &Model) -> Option<String>;
+    /// Stops the stages of `model` and prints the final counts (`events`:
+    /// the `--events` writer, for what it skipped); returns the tap given at
+    /// start.
+    fn finish(
+        &self,
+        args: &BridgeArgs,
+        model: Model,
+        events: Option<&EventsWriter<OutputFile>>,
+    ) -> Result<Option<Box<dyn Tap>>>;
+    /// Whether SIGHUP has something to re-read (else the message why not).
+    fn sighup_ignored(&self) -> Option<&'static str> {
+        None
+    }
+}
+
+/// Both interfaces opened: receive and send halves, and the backend used.
+struct Ports {
+    rx: [Box<dyn linkem_runtime::port::RxPort>; 2],
+    tx: [Box<dyn linkem_runtime::port::TxPort>; 2],
+    used: [String; 2],
+}
+
+/// The start-up and serving loop both models share.
+fn serve_front<F: Front>(args: &BridgeArgs, mut front: F) -> Result<()> {
+    let timing = timing(args)?;
+    if args.if_a == args.if_b {
+        bail!(
+            "IF_A and IF_B are both '{}': a bridge needs two interfaces",
+            args.if_a
+        );
+    }
+    let events = match &args.events {
+        Some(path) => {
+            check_distinct(
+                &front.inputs(args),
+                &[FileUse::new("--events", path.as_path())],
+            )?;
+            Some(OutputFile::create(path, 1 << 20)?)
+        }
+        None => None,
+    };
+    let realtime = args.realtime != Realtime::Off;
+    let backend = check_capabilities(args.backend, realtime)?;
+    // Held until the bridge ends: no second linkem on these interfaces (the
+    // lock comes before the control socket, so it is the lock that refuses it).
+    let claimed = claim_interfaces(&args.if_a, &args.if_b)?;
+    // SIGHUP: read the sources again and hand the stage the change (queued
+    // packets keep their release times; nothing is lost). Installed before
+    // the control socket is placed: a SIGINT during the start-up then ends
+    // the run through the loop, which removes the socket, instead of killing
+    // linkem with the socket left behind.
+    let (stop, reload) = signal_flags()?;
+    // control: opened while linkem may still create /run/linkem and chown the socket.
+    let control = crate::control::server::prepare(&args.control, &args.if_a, &args.if_b)?;
+    let ports = open_ports(args, backend, &claimed)?;
+    let (tap, writer) = match events {
+        Some(file) => {
+            let (tap, writer) = crate::live_events::start(file)?;
+            (Some(Box::new(tap) as Box<dyn Tap>), Some(writer))
+        }
+        None => (None, None),
+    };
+    let model = front.start(args, ports, &timing, tap, control.name.clone())?;
+    let (seed, seed_given) = front.seed();
+    if !seed_given {
+        eprintln!("linkem: seed {seed} (add 'seed {seed}' to repeat the random draws)");
+    }
+    for line in control.announce() {
+        eprintln!("{line}");
+    }
+    let model = Arc::new(model);
+    let server = control.start(model.clone());
+    let started = Instant::now();
+    let served = serve(
+        args,
+        &front,
+        &model,
+        started,
+        &stop,
+        &reload,
+        writer.as_ref(),
+    );
+    // control: stop the control threads (removes the socket), then the stages.
+    drop(server);
+    let model = Arc::try_unwrap(model)
+        .map_err(|_| anyhow::anyhow!("a control thread outlived its server"))?;
+    let tap = front.finish(args, model, writer.as_ref())?;
+    drop(tap);
+    if let Some(w) = writer {
+        finish_events(w)?;
+    }
+    served
+}
+
+/// Waits for the events writer; says how many decisions have no line.
+fn finish_events(writer: EventsWriter<OutputFile>) -> Result<()> {
+    let (file, summary) = writer
+        .finish()
+        .context("--events: cannot write the events file")?;
+    file.commit()?;
+    if summary.skipped > 0 {
+        eprintln!(
+            "linkem: --events: {} decisions of {} have no line (the writer fell behind; \
+             the file is incomplete)",
+            summary.skipped,
+            summary.written + summary.skipped
+        );
+    }
+    Ok(())
+}
+
+/// Opens both interfaces (claimed by the caller, who holds their locks for
+/// the bridge's life) and gives up the capabilities no longer needed.
+fn open_ports(args: &BridgeArgs, backend: BackendKind, claimed: &Claimed) -> Result<Ports> {
+    // Each interface gives a receive half (to one direction) and a send half (to the other).
+    let (rx_a, tx_a, used_a) = open_interface(backend, &args.if_a, claimed.a.mtu)?;
+    let (rx_b, tx_b, used_b) = open_interface(backend, &args.if_b, claimed.b.mtu)?;
+    drop_capabilities(args.realtime != Realtime::Off)?;
+    Ok(Ports {
+        rx: [rx_a, rx_b],
+        tx: [tx_b, tx_a],
+        used: [used_a, used_b],
+    })
+}
+
+/// The stage's options from the command line, delay lines of `buffer_bytes`.
+fn live_options(
+    args: &BridgeArgs,
+    timing: &Timing,
+    buffer_bytes: [usize; 2],
+    tap: Option<Box<dyn Tap>>,
+) -> LiveOptions {
+    let realtime = args.realtime != Realtime::Off;
+    LiveOptions {
+        names: ["a->b".into(), "b->a".into()],
+        buffer_bytes,
+        spin_ns: timing.spin_ns,
+        max_lag_ns: timing.max_lag_ns,
+        batch: args.batch.max(1),
+        realtime_priority: realtime.then_some(REALTIME_PRIORITY),
+        realtime_input: args.realtime == Realtime::All,
+        tap,
+    }
+}
+
+/// The bridge's main loop, every 20 ms until SIGINT or SIGTERM (`stop`) or
+/// `--duration`: ends with a stage's I/O error, re-reads the sources on
+/// SIGHUP (`reload`) and prints the counts every `--stats-interval`.
+fn serve<F: Front>(
+    args: &BridgeArgs,
+    front: &F,
+    model: &Model,
+    started: Instant,
+    stop: &AtomicBool,
+    reload: &AtomicBool,
+    events: Option<&EventsWriter<OutputFile>>,
+) -> Result<()> {
+    let mut reloading: Option<Receiver<Result<F::Loaded>>> = None;
+    let mut next_print = args
+        .stats_interval
+        .map(|s| started + Duration::from_secs_f64(s.max(0.1)));
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(20));
+        if let Some(d) = args.duration {
+            if started.elapsed().as_secs_f64() >= d {
+                break;
+            }
+        }
+        if let Some(e) = front.error(model) {
+            bail!("{e}");
+        }
+        // A SIGHUP during a re-read stays pending and starts the next one after it.
+        if reloading.is_none() && reload.swap(false, Ordering::Relaxed) {
+            if let Some(why) = front.sighup_ignored() {
+                eprintln!("linkem: SIGHUP ignored: {why}");
+                continue;
+            }
+            reloading = Some(front.reload());
+        }
+        if let Some(answer) = reloading.as_ref().map(Receiver::try_recv) {
+            match answer {
+                Err(TryRecvError::Empty) => {}
+                Ok(loaded) => {
+                    reloading = None;
+                    match loaded {
+                        Ok(loaded) => front.apply_reload(model, loaded),
+                        // A broken file must not stop a running emulation.
+                        Err(e) => eprintln!("linkem: SIGHUP: {e:#}"),
+                    }
+                }
+                Err(TryRecvError::Disconnected) => reloading = None,
+            }
+        }
+        if let (Some(at), Some(every)) = (next_print, args.stats_interval) {
+            if Instant::now() >= at {
+                let stats = model.raw_stats();
+                front.print(
+                    args,
+                    model,
+                    &stats,
+                    false,
+                    events.map(EventsWriter::skipped),
+                );
+                next_print = Some(at + Duration::from_secs_f64(every.max(0.1)));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Starts a re-read of `load` on a thread of its own: a slow or failing read
+/// never holds up the loop that answers SIGINT/SIGTERM.
+fn reread<T: Send + 'static>(
+    load: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Receiver<Result<T>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // The loop may have ended meanwhile; then nobody needs the answer.
+        let _ = tx.send(load());
+    });
+    rx
+}
+
+// ---- The plain link: link words ----
 
 fn split(words: &[String]) -> Vec<String> {
     words
@@ -34,38 +338,14 @@ fn parse_direction(layers: &[&[String]], what: &str) -> Result<LinkSpec> {
         .map_err(|e| anyhow::anyhow!("link words for {what}: {e}"))
 }
 
-/// What the links are read from, owned so that a SIGHUP re-read runs on a thread of
-/// its own: a slow or failing read never holds up the loop that answers SIGINT/SIGTERM.
+/// What the links are read from, owned so that a SIGHUP re-read runs on a
+/// thread of its own.
 #[derive(Clone)]
 struct SpecSource {
     config: Option<PathBuf>,
     words: Vec<String>,
     a_to_b: Vec<String>,
     b_to_a: Vec<String>,
-}
-
-type Reload = std::sync::mpsc::Receiver<Result<(LinkSpec, LinkSpec)>>;
-
-impl SpecSource {
-    fn of(args: &BridgeArgs) -> SpecSource {
-        SpecSource {
-            config: args.config.clone(),
-            words: args.words.clone(),
-            a_to_b: args.a_to_b.clone(),
-            b_to_a: args.b_to_a.clone(),
-        }
-    }
-
-    /// Reads the links on a new thread; the answer arrives on the returned channel.
-    fn reload(&self) -> Reload {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let src = self.clone();
-        std::thread::spawn(move || {
-            // The loop may have ended meanwhile; then nobody needs the answer.
-            let _ = tx.send(load_specs(&src));
-        });
-        rx
-    }
 }
 
 /// The link of each direction, from --config (read afresh each call) and the words.
@@ -87,74 +367,40 @@ fn load_specs(args: &SpecSource) -> Result<(LinkSpec, LinkSpec)> {
     ))
 }
 
-/// Runs `linkem bridge` until SIGINT or SIGTERM (or `--duration`), then prints
-/// the final counts; with rules, `bridge_rules::run` does instead.
-pub fn run(args: &BridgeArgs) -> Result<()> {
-    if args.rules.is_some() || args.config.as_deref().is_some_and(config_has_rules) {
-        return crate::bridge_rules::run(args);
-    }
-    let source = SpecSource::of(args);
-    let (spec_ab, spec_ba) = load_specs(&source)?;
-    let seed = spec_ab.seed.or(spec_ba.seed).unwrap_or_else(fresh_seed);
-    let timing = timing(args)?;
-    check_args(args)?;
+/// The bridge of link words (or `--forward-only`).
+struct LinkFront {
+    source: SpecSource,
+    specs: [LinkSpec; 2],
+    seed: u64,
+    forward_only: bool,
+}
 
-    let realtime = args.realtime != Realtime::Off;
-    let backend = check_capabilities(args.backend, realtime)?;
-    // Held until the bridge ends: no second linkem on these interfaces.
-    let claimed = claim_interfaces(&args.if_a, &args.if_b)?;
-    // SIGHUP: read --config and the words again and apply them to the running
-    // link (queued packets keep their release times; nothing is lost).
-    // Installed before the control socket is placed: a SIGINT during the
-    // start-up then ends the run through `serve`, which removes the socket,
-    // instead of killing linkem with the socket left behind.
-    let (stop, reload) = signal_flags()?;
-    // control: opened while linkem may still create /run/linkem and chown the socket.
-    let control = crate::control::server::prepare(&args.control, &args.if_a, &args.if_b)?;
-    let directions =
-        start_directions(args, backend, &claimed, [&spec_ab, &spec_ba], seed, &timing)?;
-    if spec_ab.seed.is_none() && spec_ba.seed.is_none() {
-        eprintln!("linkem: seed {seed} (add 'seed {seed}' to repeat the random draws)");
+impl LinkFront {
+    fn load(args: &BridgeArgs) -> Result<LinkFront> {
+        let source = SpecSource {
+            config: args.config.clone(),
+            words: args.words.clone(),
+            a_to_b: args.a_to_b.clone(),
+            b_to_a: args.b_to_a.clone(),
+        };
+        let (spec_ab, spec_ba) = load_specs(&source)?;
+        let seed = spec_ab.seed.or(spec_ba.seed).unwrap_or_else(fresh_seed);
+        // Checked in the order the plain bridge always did: the words, the
+        // timing options, then the interfaces and --forward-only.
+        timing(args)?;
+        check_link_args(args)?;
+        Ok(LinkFront {
+            source,
+            specs: [spec_ab, spec_ba],
+            seed,
+            forward_only: args.forward_only,
+        })
     }
-
-    // control: the directions are shared with the control threads from here on.
-    for line in control.announce() {
-        eprintln!("{line}");
-    }
-    let model = Arc::new(crate::control::Model::new(
-        control.name.clone(),
-        directions,
-        [
-            (spec_ab.link.clone(), spec_ab.link.to_string()),
-            (spec_ba.link.clone(), spec_ba.link.to_string()),
-        ],
-        args.forward_only,
-        seed,
-        Instant::now(),
-    ));
-    let server = control.start(model.clone());
-
-    let started = Instant::now();
-    serve(args, &model, &source, seed, started, &stop, &reload)?;
-    // control: stop the control threads (removes the socket), then the directions.
-    drop(server);
-    let directions = Arc::try_unwrap(model)
-        .map_err(|_| anyhow::anyhow!("a control thread outlived its server"))?
-        .into_directions();
-    let stats: Vec<DirectionStats> = directions.into_iter().map(Direction::stop).collect();
-    print_stats(
-        args.stats,
-        &stats,
-        started.elapsed().as_secs_f64(),
-        seed,
-        true,
-    );
-    Ok(())
 }
 
 /// Refuses what a bridge of links cannot do: one interface twice, or link
 /// words with `--forward-only`.
-fn check_args(args: &BridgeArgs) -> Result<()> {
+fn check_link_args(args: &BridgeArgs) -> Result<()> {
     if args.if_a == args.if_b {
         bail!(
             "IF_A and IF_B are both '{}': a bridge needs two interfaces",
@@ -169,55 +415,16 @@ fn check_args(args: &BridgeArgs) -> Result<()> {
     {
         bail!("--forward-only bypasses the model: it takes no link words or --config");
     }
+    if args.forward_only && args.events.is_some() {
+        bail!("--forward-only bypasses the model: it has no decisions for --events");
+    }
     Ok(())
 }
 
-/// Opens both interfaces, drops the capabilities the rest of the run does not
-/// need, and starts the two directions, a->b then b->a.
-fn start_directions(
-    args: &BridgeArgs,
-    backend: BackendKind,
-    claimed: &Claimed,
-    [spec_ab, spec_ba]: [&LinkSpec; 2],
-    seed: u64,
-    timing: &Timing,
-) -> Result<Vec<Direction>> {
-    // Each interface gives a receive half (to one direction) and a send half (to the other).
-    let (rx_a, tx_a, used_a) = open_interface(backend, &args.if_a, claimed.a.mtu)?;
-    let (rx_b, tx_b, used_b) = open_interface(backend, &args.if_b, claimed.b.mtu)?;
-    drop_capabilities(args.realtime != Realtime::Off)?;
-    let mut directions = Vec::new();
-    for (index, (name, spec, from, to, rx, tx, used)) in [
-        ("a->b", spec_ab, &args.if_a, &args.if_b, rx_a, tx_b, &used_a),
-        ("b->a", spec_ba, &args.if_b, &args.if_a, rx_b, tx_a, &used_b),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let opts = direction_options(args, name, spec, index as u64, seed, timing)?;
-        let direction = if args.forward_only {
-            eprintln!("linkem: {name} ({from} -> {to}, {used}): forward only, no model");
-            Direction::start_forwarder(opts, rx, tx)
-        } else {
-            eprintln!("linkem: {name} ({from} -> {to}, {used}): {}", spec.link);
-            Direction::start(opts, rx, tx)
-        };
-        directions.push(direction.map_err(|e| anyhow::anyhow!("{name}: {e}"))?);
-    }
-    Ok(directions)
-}
-
-/// One direction's options: its link and seed stream (`index`: 0 for a->b, 1
-/// for b->a), and the timing and scheduling options of the command line.
-fn direction_options(
-    args: &BridgeArgs,
-    name: &str,
-    spec: &LinkSpec,
-    index: u64,
-    seed: u64,
-    timing: &Timing,
-) -> Result<DirectionOptions> {
-    let buffer_bytes = match timing.buffer {
+/// One direction's delay line: `--buffer` (refused when smaller than what
+/// the link holds in flight) or sized for the link.
+fn link_buffer(spec: &LinkSpec, name: &str, timing: &Timing) -> Result<usize> {
+    match timing.buffer {
         Some(b) => {
             // The delay line must hold at least what the link has in flight.
             let rate = spec.link.rate_bps.unwrap_or(0) as u128;
@@ -229,93 +436,434 @@ fn direction_options(
                      (leave --buffer out to size it automatically)"
                 );
             }
-            b
+            Ok(b)
         }
-        None => buffer_bytes_for(&spec.link, None),
-    };
-    let mut opts = DirectionOptions::new(name, spec.link.clone(), seed, index);
-    opts.buffer_bytes = buffer_bytes;
-    opts.spin_ns = timing.spin_ns;
-    opts.max_lag_ns = timing.max_lag_ns;
-    opts.batch = args.batch.max(1);
-    opts.realtime_priority = (args.realtime != Realtime::Off).then_some(REALTIME_PRIORITY);
-    opts.realtime_input = args.realtime == Realtime::All;
-    Ok(opts)
+        None => Ok(buffer_bytes_for(&spec.link, None)),
+    }
 }
 
-/// The bridge's main loop, every 20 ms until SIGINT or SIGTERM (`stop`) or
-/// `--duration`: ends with a stage's I/O error, re-reads the links on SIGHUP
-/// (`reload`) and prints the counts every `--stats-interval`.
-fn serve(
-    args: &BridgeArgs,
-    model: &crate::control::Model,
-    source: &SpecSource,
-    seed: u64,
-    started: Instant,
-    stop: &AtomicBool,
-    reload: &AtomicBool,
-) -> Result<()> {
-    let mut reloading: Option<Reload> = None;
-    let mut next_print = args
-        .stats_interval
-        .map(|s| started + Duration::from_secs_f64(s.max(0.1)));
-    while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(20));
-        if let Some(d) = args.duration {
-            if started.elapsed().as_secs_f64() >= d {
-                break;
-            }
-        }
-        for d in model.directions() {
-            if let Some(e) = d.error() {
-                bail!("{e}");
-            }
-        }
-        // A SIGHUP during a re-read stays pending and starts the next one after it.
-        if reloading.is_none() && reload.swap(false, Ordering::Relaxed) {
-            if args.forward_only {
-                eprintln!("linkem: SIGHUP ignored: --forward-only has no link to change");
-                continue;
-            }
-            reloading = Some(source.reload());
-        }
-        if let Some(answer) = reloading.as_ref().map(Reload::try_recv) {
-            if !matches!(answer, Err(std::sync::mpsc::TryRecvError::Empty)) {
-                reloading = None;
-            }
-            apply_reload(model, answer);
-        }
-        if let (Some(at), Some(every)) = (next_print, args.stats_interval) {
-            if Instant::now() >= at {
-                let stats: Vec<DirectionStats> = model.raw_stats();
-                print_stats(
-                    args.stats,
-                    &stats,
-                    started.elapsed().as_secs_f64(),
-                    seed,
-                    false,
+impl Front for LinkFront {
+    type Loaded = (LinkSpec, LinkSpec);
+
+    fn seed(&self) -> (u64, bool) {
+        let given = self.specs.iter().any(|s| s.seed.is_some());
+        (self.seed, given)
+    }
+
+    fn inputs(&self, args: &BridgeArgs) -> Vec<FileUse> {
+        args.config
+            .iter()
+            .map(|p| FileUse::new("--config", p))
+            .collect()
+    }
+
+    fn start(
+        &mut self,
+        args: &BridgeArgs,
+        ports: Ports,
+        timing: &Timing,
+        tap: Option<Box<dyn Tap>>,
+        control_name: String,
+    ) -> Result<Model> {
+        let Ports { rx, tx, used } = ports;
+        let names = ["a->b", "b->a"];
+        let ends = [(&args.if_a, &args.if_b), (&args.if_b, &args.if_a)];
+        let plain = if self.forward_only {
+            let mut directions = Vec::new();
+            for (i, (rx, tx)) in rx.into_iter().zip(tx).enumerate() {
+                let (name, (from, to)) = (names[i], ends[i]);
+                let spec = &self.specs[i];
+                let mut opts = DirectionOptions::new(name, spec.link.clone(), self.seed, i as u64);
+                opts.batch = args.batch.max(1);
+                eprintln!(
+                    "linkem: {name} ({from} -> {to}, {}): forward only, no model",
+                    used[i]
                 );
-                next_print = Some(at + Duration::from_secs_f64(every.max(0.1)));
+                let d = Direction::start_forwarder(opts, rx, tx)
+                    .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+                directions.push(d);
             }
+            Plain::Forward(directions)
+        } else {
+            let buffer = [
+                link_buffer(&self.specs[0], names[0], timing)?,
+                link_buffer(&self.specs[1], names[1], timing)?,
+            ];
+            let opts = live_options(args, timing, buffer, tap);
+            let links = [self.specs[0].link.clone(), self.specs[1].link.clone()];
+            let bridge = LiveBridge::start(opts, LinkModel::new(links, self.seed), rx, tx)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            for (i, (from, to)) in ends.iter().enumerate() {
+                eprintln!(
+                    "linkem: {} ({from} -> {to}, {}): {}",
+                    names[i], used[i], self.specs[i].link
+                );
+            }
+            Plain::Link(bridge)
+        };
+        let [ab, ba] = &self.specs;
+        Ok(Model::new(
+            control_name,
+            plain,
+            [
+                (ab.link.clone(), ab.link.to_string()),
+                (ba.link.clone(), ba.link.to_string()),
+            ],
+            self.seed,
+            Instant::now(),
+        ))
+    }
+
+    fn reload(&self) -> Receiver<Result<Self::Loaded>> {
+        let src = self.source.clone();
+        reread(move || load_specs(&src).map_err(|e| e.context("keeping the current link")))
+    }
+
+    fn apply_reload(&self, model: &Model, (ab, ba): Self::Loaded) {
+        eprintln!("linkem: SIGHUP: a->b now {}; b->a now {}", ab.link, ba.link);
+        let words = [ab.link.to_string(), ba.link.to_string()];
+        if let Err(e) = model.reload(ab.link, ba.link, words) {
+            eprintln!("linkem: SIGHUP: {}", e.message());
         }
+    }
+
+    fn print(
+        &self,
+        args: &BridgeArgs,
+        model: &Model,
+        stats: &[DirectionStats],
+        last: bool,
+        skipped: Option<u64>,
+    ) {
+        print_stats(
+            args.stats,
+            stats,
+            model.elapsed_s(),
+            self.seed,
+            last,
+            skipped,
+        );
+    }
+
+    fn error(&self, model: &Model) -> Option<String> {
+        model.plain().error()
+    }
+
+    fn finish(
+        &self,
+        args: &BridgeArgs,
+        model: Model,
+        events: Option<&EventsWriter<OutputFile>>,
+    ) -> Result<Option<Box<dyn Tap>>> {
+        let elapsed = model.elapsed_s();
+        let (stats, tap) = match model.into_plain() {
+            Plain::Link(mut bridge) => {
+                let stats = bridge.stop();
+                (stats, bridge.take_tap())
+            }
+            plain => (plain.stop(), None),
+        };
+        let skipped = events.map(EventsWriter::skipped);
+        print_stats(args.stats, &stats, elapsed, self.seed, true, skipped);
+        Ok(tap)
+    }
+
+    fn sighup_ignored(&self) -> Option<&'static str> {
+        self.forward_only
+            .then_some("--forward-only has no link to change")
+    }
+}
+
+// ---- A node of rules: --rules ----
+
+/// Where the rules come from, owned so that a SIGHUP re-read runs on a thread
+/// of its own (a slow read never holds up the loop that answers SIGINT).
+#[derive(Clone)]
+struct RulesSource {
+    config: Option<PathBuf>,
+    file: Option<PathBuf>,
+    words: Vec<String>,
+    sides: [String; 2],
+}
+
+impl RulesSource {
+    /// The rule set, the seed, the source lines and the files they read.
+    fn load_source(&self) -> Result<Loaded> {
+        let (text, seed) = rules_source(self.config.as_deref(), self.file.as_deref(), &self.words)?
+            .context("no rules: the config has no 'rules' key")?;
+        let base = self.file.as_deref().and_then(Path::parent);
+        let sides = [self.sides[0].as_str(), self.sides[1].as_str()];
+        let mut files = HashMap::new();
+        let text_file = self.file.as_deref().or(self.config.as_deref());
+        load_rules_recording(&text, text_file, base, sides, &mut files)?;
+        // The node runs the file as the control plane renders it, so that a
+        // rule keeps its counters across changes (they follow the rule's text).
+        let source =
+            Source::from_text(&text, starter_uid()).map_err(|e| anyhow::anyhow!("rules: {e}"))?;
+        let (rendered, _) = source.render();
+        let set = load_rules_recording(&rendered, text_file, base, sides, &mut files)
+            .context("the rule file, as the control socket keeps it")?;
+        Ok(Loaded {
+            set,
+            text: rendered,
+            seed,
+            source,
+            files,
+        })
+    }
+}
+
+struct Loaded {
+    set: RuleSet,
+    /// The rule file as the control plane renders it (what the node runs).
+    text: String,
+    seed: Option<u64>,
+    source: Source,
+    files: HashMap<String, String>,
+}
+
+/// Delay-line bytes per direction: what every pipe may hold in flight at
+/// once (each sized as a plain link, see `buffer_bytes_for`), at least what an
+/// unshaped link gets, at most 2 GiB; dynamic instances share their pipe's share.
+fn buffer_for(set: &RuleSet) -> usize {
+    let floor = buffer_bytes_for(&linkem_core::LinkConfig::default(), None);
+    let sum: usize = set
+        .pipes
+        .values()
+        .map(|p| buffer_bytes_for(&p.link, None))
+        .fold(0usize, usize::saturating_add);
+    sum.clamp(floor, 2 << 30)
+}
+
+fn summary(set: &RuleSet) -> String {
+    format!(
+        "{} pipe{}, {} rule{}{}",
+        set.pipes.len(),
+        if set.pipes.len() == 1 { "" } else { "s" },
+        set.rules.len(),
+        if set.rules.len() == 1 { "" } else { "s" },
+        if set.one_pass { "" } else { ", one-pass off" }
+    )
+}
+
+/// The bridge of `--rules`.
+struct RulesFront {
+    source: RulesSource,
+    /// The rules read at start, until the stage takes them.
+    start: Option<Loaded>,
+    seed: u64,
+    seed_given: bool,
+}
+
+impl RulesFront {
+    /// Parses the rules before any interface is opened: a bad file changes nothing.
+    fn load(args: &BridgeArgs) -> Result<RulesFront> {
+        check_rules_args(args)?;
+        let source = RulesSource {
+            config: args.config.clone(),
+            file: args.rules.clone(),
+            words: args.words.clone(),
+            sides: [args.if_a.clone(), args.if_b.clone()],
+        };
+        let loaded = source.load_source()?;
+        let seed_given = loaded.seed.is_some();
+        let seed = loaded.seed.unwrap_or_else(fresh_seed);
+        Ok(RulesFront {
+            source,
+            start: Some(loaded),
+            seed,
+            seed_given,
+        })
+    }
+}
+
+/// The options a rules bridge refuses, before anything is read.
+fn check_rules_args(args: &BridgeArgs) -> Result<()> {
+    if args.forward_only {
+        bail!("--forward-only bypasses the model: it takes no --rules");
+    }
+    if !args.a_to_b.is_empty() || !args.b_to_a.is_empty() {
+        bail!(
+            "--a-to-b/--b-to-a: with --rules, link words go in 'pipe N config' lines \
+             (select a direction in the rule: 'in'/'a-to-b' or 'out'/'b-to-a')"
+        );
     }
     Ok(())
 }
 
-/// Acts on the answer of a SIGHUP re-read, if one came: new links for both
-/// directions, or the reason the current ones stay.
-fn apply_reload(
-    model: &crate::control::Model,
-    answer: std::result::Result<Result<(LinkSpec, LinkSpec)>, std::sync::mpsc::TryRecvError>,
-) {
-    match answer {
-        Ok(Ok((ab, ba))) => {
-            eprintln!("linkem: SIGHUP: a->b now {}; b->a now {}", ab.link, ba.link);
-            let words = [ab.link.to_string(), ba.link.to_string()];
-            model.reload(ab.link, ba.link, words); // control: one instant, recorded
+impl Front for RulesFront {
+    type Loaded = Loaded;
+
+    fn seed(&self) -> (u64, bool) {
+        (self.seed, self.seed_given)
+    }
+
+    fn inputs(&self, args: &BridgeArgs) -> Vec<FileUse> {
+        let mut inputs: Vec<FileUse> = args
+            .config
+            .iter()
+            .map(|p| FileUse::new("--config", p))
+            .collect();
+        inputs.extend(args.rules.iter().map(|p| FileUse::new("--rules", p)));
+        inputs
+    }
+
+    fn start(
+        &mut self,
+        args: &BridgeArgs,
+        ports: Ports,
+        timing: &Timing,
+        tap: Option<Box<dyn Tap>>,
+        control_name: String,
+    ) -> Result<Model> {
+        let Loaded {
+            set,
+            source: lines,
+            files,
+            ..
+        } = self.start.take().context("the rules were taken already")?;
+        let buffer_bytes = timing.buffer.unwrap_or_else(|| buffer_for(&set));
+        let what = summary(&set);
+        let node = Node::new(set, self.node_config(args));
+        let Ports { rx, tx, used } = ports;
+        let opts = live_options(args, timing, [buffer_bytes; 2], tap);
+        let bridge = LiveBridge::start(opts, node, rx, tx).map_err(|e| anyhow::anyhow!(e))?;
+        let file = match (&args.rules, &args.config) {
+            (Some(f), _) | (None, Some(f)) => f.display().to_string(),
+            (None, None) => String::new(),
+        };
+        eprintln!(
+            "linkem: rules {file}: {what}; a->b {} -> {} ({}), b->a {} -> {} ({})",
+            args.if_a, args.if_b, used[0], args.if_b, args.if_a, used[1]
+        );
+        let rules = Rules::new(
+            bridge,
+            lines,
+            [args.if_a.clone(), args.if_b.clone()],
+            files,
+            starter_uid(),
+        );
+        Ok(Model::with_rules(
+            control_name,
+            rules,
+            self.seed,
+            Instant::now(),
+        ))
+    }
+
+    fn reload(&self) -> Receiver<Result<Self::Loaded>> {
+        let src = self.source.clone();
+        reread(move || {
+            src.load_source()
+                .map_err(|e| e.context("keeping the current rules"))
+        })
+    }
+
+    /// The re-read rule set replaces the running one at one instant
+    /// (`Node::update`: pipes that stay keep their queued packets).
+    fn apply_reload(&self, model: &Model, loaded: Self::Loaded) {
+        eprintln!("linkem: SIGHUP: rules re-read: {}", summary(&loaded.set));
+        let rules = model.rules().expect("a rules model");
+        let Loaded {
+            set,
+            text,
+            source,
+            files,
+            ..
+        } = loaded;
+        rules.reload(source, files, || {
+            let change = Change::Rules {
+                set: Box::new(set),
+                text: text.into(),
+            };
+            // An error only once the bridge stops, when the new rules no longer matter.
+            let _ = rules.bridge.submit(vec![change]);
+        });
+    }
+
+    fn print(
+        &self,
+        args: &BridgeArgs,
+        model: &Model,
+        stats: &[DirectionStats],
+        last: bool,
+        skipped: Option<u64>,
+    ) {
+        let bridge = &model.rules().expect("a rules model").bridge;
+        let started = model.started();
+        print_rules_stats(args.stats, bridge, stats, started, self.seed, last, skipped);
+    }
+
+    fn error(&self, model: &Model) -> Option<String> {
+        model.rules().and_then(|r| r.bridge.error())
+    }
+
+    fn finish(
+        &self,
+        args: &BridgeArgs,
+        model: Model,
+        events: Option<&EventsWriter<OutputFile>>,
+    ) -> Result<Option<Box<dyn Tap>>> {
+        let started = model.started();
+        let mut bridge = model
+            .into_rules()
+            .context("a rules model without rules")?
+            .bridge;
+        let stats = bridge.stop();
+        let tap = bridge.take_tap();
+        let skipped = events.map(EventsWriter::skipped);
+        print_rules_stats(
+            args.stats, &bridge, &stats, started, self.seed, true, skipped,
+        );
+        Ok(tap)
+    }
+}
+
+impl RulesFront {
+    fn node_config(&self, args: &BridgeArgs) -> NodeConfig {
+        NodeConfig {
+            seed: self.seed,
+            max_flows: args.max_flows,
+            max_flow_bytes: args.max_flow_memory,
+            ..NodeConfig::default()
         }
-        // A broken file must not stop a running emulation: keep the old link.
-        Ok(Err(e)) => eprintln!("linkem: SIGHUP: keeping the current link: {e:#}"),
-        Err(_) => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<Loaded> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("lab.rules");
+        std::fs::write(&path, text)?;
+        RulesSource {
+            config: None,
+            file: Some(path),
+            words: Vec::new(),
+            sides: ["a".into(), "b".into()],
+        }
+        .load_source()
+    }
+
+    /// Start and SIGHUP read the file through `load_source`: an empty or
+    /// comment-only file (one being written, say) is refused, so SIGHUP
+    /// keeps the running rules; `flush` asks for an empty set on purpose.
+    #[test]
+    fn an_empty_rule_file_is_refused_unless_it_says_flush() {
+        for text in ["", "\n\n", "# being written\n", "ipfw -q\n"] {
+            let e = load(text).err().expect("refused");
+            let msg = format!("{e:#}");
+            assert!(
+                msg.contains("no rule, pipe or 'flush' line"),
+                "{text:?}: {msg}"
+            );
+            assert!(msg.contains("lab.rules"), "{msg}");
+        }
+        let loaded = load("# nothing on purpose\nflush\n").unwrap();
+        assert!(loaded.set.rules.is_empty() && loaded.set.pipes.is_empty());
+        let loaded = load("pipe 1 config delay 1ms\n").unwrap();
+        assert_eq!(loaded.set.pipes.len(), 1);
     }
 }

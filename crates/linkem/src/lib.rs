@@ -3,7 +3,8 @@
 //! (`sys`, `ifaces`, `caps`, `creds`), so this crate has no `unsafe`.
 //!
 //! Rooms by concern. The drivers run a command: `replay` and `replay_rules`
-//! (through one link, through rules), `bridge` and `bridge_rules`. `control`
+//! (through one link, through rules) and `bridge` (either model, with
+//! `live_events` for its `--events`). `control`
 //! serves a running bridge's socket and metrics endpoint. `render` holds
 //! everything `--stats`, the control socket and the metrics show (ipfw and
 //! dnctl layouts, their JSON, counts per direction and per object). `args`,
@@ -20,9 +21,9 @@ pub mod arrival_order;
 pub mod backend;
 pub mod bench;
 pub mod bridge;
-mod bridge_rules;
 pub mod control;
 pub mod files;
+pub mod live_events;
 pub mod plot;
 pub mod probe;
 pub mod process;

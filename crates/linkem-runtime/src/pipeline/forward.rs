@@ -5,7 +5,7 @@
 //! that any transparent forwarder needs, nothing else). Frames the backend
 //! cannot take count as `backpressure`.
 
-use super::input::cut;
+use super::wire::cut;
 use super::Control;
 use crate::port::{RxPort, TxOutcome, TxPort};
 use linkem_core::wire::complete_checksum;
@@ -88,7 +88,7 @@ pub(super) fn forward(
             Err(e) => Err(format!("receive: {e}")),
         };
         let now = crate::clock::now_ns();
-        if now.wrapping_sub(drops_read_ns) > super::input::KERNEL_DROPS_EVERY_NS {
+        if now.wrapping_sub(drops_read_ns) > super::wire::KERNEL_DROPS_EVERY_NS {
             drops_read_ns = now;
             c.kernel_drops = rx.rx_kernel_drops();
         }

@@ -1,50 +1,54 @@
-//! One direction of the live emulator: an input stage and an output stage on
-//! two threads, joined by the delay line (TLEM's pipeline, TLEM §III; DEMU's
-//! rx/worker/tx split, DEMU §2.2).
+//! The live emulator: one stage owning the model for both directions, and an
+//! output stage per direction, joined by a delay line each (TLEM's pipeline,
+//! TLEM §III; DEMU's rx/worker/tx split, DEMU §2.2).
 //!
 //! ```text
-//!            input thread                                   delay line              output thread
-//!  IF_A ─rx─▶ timestamp ─▶ cut to wire frames ─▶ Link::on_arrival ─▶ [release|frame]… ─▶ wait until release ─tx─▶ IF_B
-//!            (kernel stamp)  (GSO/GRO, checksum)   fate + release      (SPSC)             sleep far, spin near
-//!                 │ too big: counted          drop: counted         no room or output      later than max-lag: late
-//!                                                                    behind: backpressure
+//!            live thread (both directions)                       delay line             output thread
+//!  IF_A ─rx─▶ timestamp ─▶ cut to wire frames ─▶ Model ─▶ [release|frame]… a->b ─▶ wait until release ─tx─▶ IF_B
+//!  IF_B ─rx─▶ (kernel     (GSO/GRO, checksum)   fate +   [release|frame]… b->a ─▶ wait until release ─tx─▶ IF_A
+//!             stamp)        too big: counted    release     (SPSC)               sleep far, spin near
+//!                                               drop: counted  no room or output   later than max-lag: late
+//!                                                              behind: backpressure
 //! ```
 //!
-//! The model runs on the input thread only; the output thread only waits and
-//! sends. Neither blocks the other: the only shared state is the delay line's two
-//! counters, a flag for waking an idle output thread, the release time the
-//! output stage has caught up to (so the input stage sheds load when it is more
-//! than max-lag behind), and the statistics,
-//! which the input side publishes under a lock once per batch, the output side
-//! every 50 ms when it has time to spare.
+//! The model (the plain link, [`linkem_core::LinkModel`], or a node of rules,
+//! [`linkem_core::node::Node`]) runs on the live thread only ([`live`]); the
+//! output threads only wait and send. Neither blocks the other: the only
+//! shared state is the delay lines' counters, a flag for waking an idle
+//! output thread, the release time each output stage has caught up to (so
+//! the live stage sheds load when one is more than max-lag behind), and the
+//! statistics, which the live stage publishes under a lock once per batch, the
+//! output stages every 50 ms when they have time to spare.
 //!
 //! Counting (invariant checked by [`DirectionStats::adds_up`]): every frame
-//! taken from the receive port ends in exactly one fate, counted once; a
+//! taken from a receive port ends in exactly one fate, counted once; a
 //! super-frame cut into N wire frames adds N − 1 to `segmented`:
 //!
 //! ```text
 //! received + segmented = delivered + queue-full + loss + policed + backpressure
-//!                        + late + too-big + tx-error + in flight
+//!                        + late + too-big + tx-error + flushed + node drops + in flight
 //! ```
 //!
 //! `delivered` means handed to the kernel for sending: frames the kernel later
 //! refuses ([`TxPort::tx_errors`]) move to `tx-error`.
 //!
-//! Modules: `options` (what a direction starts with, what it reports),
-//! `input` and `output` (the two stages), `wait` (sleeping, spinning
-//! and real-time policy), `forward` (the plain-forwarder baseline), `node`
-//! (`--rules`: one node stage for both directions in place of the two input
-//! stages, feeding the same output stages).
+//! Modules: `options` (what a direction starts with, what it reports), `live`
+//! (the one stage of the model), `wire` (cutting super-frames, finishing
+//! checksums), `output` (the output stage), `wait` (sleeping, spinning and
+//! real-time policy), `forward` (the plain-forwarder baseline), `objects`
+//! (per pipe and queue counts).
 
 mod forward;
-mod input;
-mod node;
+mod live;
 mod objects;
 mod options;
 mod output;
 mod wait;
+mod wire;
 
-pub use node::{NodeBridge, NodeOptions};
+pub use live::{
+    LiveBridge, LiveModel, LiveOptions, NodeBridge, SubmitError, Tap, MAX_PENDING_CHANGES,
+};
 pub use objects::{DelayHistogram, ObjectStats, ObjectsSnapshot, DELAY_BUCKETS_NS};
 pub use options::{
     buffer_bytes_for, DirectionOptions, DirectionStats, DEFAULT_BATCH, DEFAULT_MAX_LAG_NS,
@@ -52,11 +56,9 @@ pub use options::{
 };
 pub use wait::{set_realtime, DEFAULT_SPIN_NS};
 
-use crate::clock;
-use crate::delay_line::delay_line;
 use crate::port::{RxPort, TxPort};
 use hdrhistogram::Histogram;
-use linkem_core::{Fate, FateCounts, LinkConfig};
+use linkem_core::{Fate, FateCounts};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -83,7 +85,7 @@ struct OutputShared {
     flushed: u64,
 }
 
-/// Groups (the node stage's pipes) whose packets still in the delay line
+/// Groups (the live stage's pipes) whose packets still in the delay line
 /// are not sent but counted as `flushed`: the packets of a deleted pipe.
 #[derive(Default)]
 pub(crate) struct FlushSet {
@@ -116,18 +118,16 @@ impl FlushSet {
 
 struct Control {
     stop: AtomicBool,
-    pending: Mutex<Option<(u64, LinkConfig)>>,
-    has_pending: AtomicBool,
     output_parked: AtomicBool,
     /// The release time up to which the output stage has caught up: of the
     /// frame it handles or waits for, or `u64::MAX` when the line is empty.
-    /// `now − this` is how far behind it is; beyond max-lag the input stage
-    /// stores nothing (see [`input`]).
+    /// `now − this` is how far behind it is; beyond max-lag the live stage
+    /// stores nothing for this direction (see [`live`]).
     output_at_ns: AtomicU64,
-    /// Records the node stage stored with a release earlier than one stored
-    /// before (see `output::Source`); unused by the input stage.
+    /// Records the live stage stored with a release earlier than one stored
+    /// before (see `output::Source`).
     out_of_order: AtomicU64,
-    /// The node stage's deleted pipes (see [`FlushSet`]).
+    /// The live stage's deleted pipes (see [`FlushSet`]).
     flush: FlushSet,
     input: Mutex<InputShared>,
     output: Mutex<OutputShared>,
@@ -145,8 +145,6 @@ impl Control {
     fn new(huge_pages: bool, buffer_bytes: u64) -> Self {
         Control {
             stop: AtomicBool::new(false),
-            pending: Mutex::new(None),
-            has_pending: AtomicBool::new(false),
             output_parked: AtomicBool::new(false),
             output_at_ns: AtomicU64::new(u64::MAX),
             out_of_order: AtomicU64::new(0),
@@ -169,7 +167,8 @@ impl Control {
     }
 }
 
-/// A running direction. Dropping it without [`Direction::stop`] stops it too.
+/// A running direction: its output stage (or the plain forwarder) and its
+/// counts. Dropping it without [`Direction::stop`] stops it too.
 pub struct Direction {
     name: String,
     control: Arc<Control>,
@@ -177,74 +176,6 @@ pub struct Direction {
 }
 
 impl Direction {
-    /// Starts the two threads of one direction.
-    pub fn start(
-        opts: DirectionOptions,
-        rx: Box<dyn RxPort>,
-        tx: Box<dyn TxPort>,
-    ) -> Result<Direction, String> {
-        let (producer, consumer) = delay_line(opts.buffer_bytes)?;
-        let control = Arc::new(Control::new(
-            producer.uses_huge_pages(),
-            producer.capacity_bytes(),
-        ));
-        let max_frame_bytes = tx.max_frame_bytes();
-        let out = {
-            let control = control.clone();
-            let cfg = output::OutputConfig {
-                spin_ns: opts.spin_ns,
-                max_lag_ns: opts.max_lag_ns,
-                reorders: opts.link.reorder_allow || opts.link.reorder_probability > 0.0,
-                sorted_runs: false,
-            };
-            let prio = opts.realtime_priority;
-            std::thread::Builder::new()
-                .name(format!("linkem-out-{}", opts.name))
-                .spawn(move || {
-                    let mut realtime = prio.map(wait::Realtime::new);
-                    if let Some(Err(e)) = realtime.as_mut().map(wait::Realtime::wait_mode) {
-                        control.fail(format!("output stage: {e}"));
-                    }
-                    output::output_stage(control, consumer, tx, cfg, realtime)
-                })
-                .map_err(|e| format!("cannot start the output thread: {e}"))?
-        };
-        let input = {
-            let control = control.clone();
-            let out_thread = out.thread().clone();
-            std::thread::Builder::new()
-                .name(format!("linkem-in-{}", opts.name))
-                .spawn(move || {
-                    // `realtime_input`: SCHED_FIFO throughout; otherwise (with a
-                    // priority) only while waiting for frames, see wait::Realtime.
-                    let mut realtime = None;
-                    match (opts.realtime_priority, opts.realtime_input) {
-                        (Some(p), true) => {
-                            if let Err(e) = set_realtime(p) {
-                                control.fail(format!("input stage: {e}"));
-                            }
-                        }
-                        (Some(p), false) => realtime = Some(wait::Realtime::new(p)),
-                        (None, _) => {}
-                    }
-                    let ports = input::Ports {
-                        rx,
-                        producer,
-                        max_frame_bytes,
-                        output: out_thread,
-                    };
-                    input::input_stage(control, opts, ports, realtime)
-                })
-                .map_err(|e| format!("cannot start the input thread: {e}"))?
-        };
-        Ok(Direction {
-            name: String::new(),
-            control,
-            threads: vec![input, out],
-        }
-        .named())
-    }
-
     /// Starts a plain forwarder in place of the pipeline: one thread that
     /// sends each received batch straight back out, with no model and no delay
     /// line (`forward.rs`), the baseline benchmarks compare the emulator with.
@@ -279,24 +210,6 @@ impl Direction {
         self
     }
 
-    /// Applies new link parameters at the next batch, stamped with the time of
-    /// the request; packets already in the delay line keep their release times.
-    pub fn reconfigure(&self, link: LinkConfig) {
-        self.reconfigure_at(clock::now_ns(), link);
-    }
-
-    /// As [`Direction::reconfigure`], stamped `at_ns` (the control socket gives
-    /// both directions of one change the same instant). A change not yet taken
-    /// when the next arrives is replaced by it: no packet was processed between them.
-    pub fn reconfigure_at(&self, at_ns: u64, link: LinkConfig) {
-        *self
-            .control
-            .pending
-            .lock()
-            .expect("the lock holders never panic") = Some((at_ns, link));
-        self.control.has_pending.store(true, Ordering::Release);
-    }
-
     /// An I/O error that stopped a stage, if any.
     pub fn error(&self) -> Option<String> {
         self.control
@@ -307,7 +220,7 @@ impl Direction {
     }
 
     /// The direction's counts now, merged from what the two stages last
-    /// published (the input stage once per batch, the output stage every
+    /// published (the live stage once per batch, the output stage every
     /// 50 ms when it has time to spare and every 500 ms at the latest), so a
     /// running direction's figures may be that old; `in_flight` absorbs the
     /// difference. Takes both stages' locks briefly: call it at human rates,

@@ -524,7 +524,7 @@ struct PipeSnap {
 /// that share a number are one series, as ipfw numbers them.
 // Kept whole: one snapshot under the node's lock, then its families in exposition order.
 fn node_metrics(enc: &mut DescriptorEncoder, r: &super::rules::Rules) -> fmt::Result {
-    let (pipes, rules, unmatched) = r.bridge.with_node(|n| {
+    let (pipes, rules, unmatched) = r.bridge.with_model(|n| {
         let pipes: Vec<PipeSnap> = n
             .pipes()
             .iter()

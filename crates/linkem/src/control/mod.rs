@@ -6,14 +6,14 @@
 //! [`server::MAX_CLIENTS`], [`server::MAX_CLIENTS_PER_UID`] per user, and
 //! [`server::RESERVED_CLIENTS`] more for root and the starter); one accepts on the metrics port, a thread per
 //! scrape. None of them touches packets. A client thread parses and checks a
-//! request completely, then, under the one lock of [`Model`], takes the
-//! instant `at_ns` (CLOCK_REALTIME, the clock of packet stamps) and hands
-//! each changed direction its new link with that stamp
-//! (`Direction::reconfigure_at`): the input stage that owns the model applies
-//! it before its next batch. So a change is atomic at one instant for both
-//! directions; packets already queued keep their release times; a refused
-//! change touches nothing. A batch (`begin`..`commit`) is checked whole and
-//! then applied in one such step.
+//! request completely, then, under the one lock of [`Model`], hands the
+//! changes to the live stage that owns the model (`LiveBridge::submit`),
+//! which applies them all between two batches at one instant `at_ns`
+//! (CLOCK_REALTIME, the clock of packet stamps) and answers with it. So a
+//! change is atomic at one instant for both directions; packets already
+//! queued keep their release times; a refused change touches nothing. A
+//! batch (`begin`..`commit`) is checked whole and then applied in one such
+//! step.
 //!
 //! Who may do what: the kernel decides who may connect (socket mode 0600, or
 //! 0660 with `--control-group`); the peer's uid/gid/pid come from
@@ -39,10 +39,11 @@ pub mod server;
 use linkem_io::creds as sys;
 
 use crate::render::bridge_stats::direction_json;
+use linkem_core::model::{Change, LinkModel};
 use linkem_core::{Fate, LinkConfig};
 use linkem_ctl::{Request, RuleRequest, NO_RULE_SET};
 use linkem_runtime::clock;
-use linkem_runtime::pipeline::{Direction, DirectionStats};
+use linkem_runtime::pipeline::{Direction, DirectionStats, LiveBridge};
 use serde_json::json;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -94,17 +95,55 @@ struct LinkEntry {
 /// thread (SIGHUP, stats) and the control threads.
 pub struct Model {
     pub name: String,
-    directions: Vec<Direction>,
-    forward_only: bool,
+    plain: Plain,
     owner_uid: u32,
     seed: u64,
     started: Instant,
     links: Mutex<[LinkEntry; 2]>,
     baseline: Mutex<Option<Vec<DirectionStats>>>,
     pub counters: Counters,
-    /// The rule set and node of a bridge running `--rules` (then
-    /// `directions` is empty: the node bridge holds them).
+    /// The rule set and node of a bridge running `--rules` (then `plain`
+    /// is [`Plain::None`]: the node bridge holds the directions).
     rules: Option<rules::Rules>,
+}
+
+/// What a bridge without rules runs.
+pub enum Plain {
+    /// The plain link of both directions, in the live stage.
+    Link(LiveBridge<LinkModel>),
+    /// `--forward-only`: the two forwarders, no model.
+    Forward(Vec<Direction>),
+    /// Nothing: the bridge runs rules.
+    None,
+}
+
+impl Plain {
+    /// The counts of the two directions (a->b, b->a).
+    pub fn stats(&self) -> Vec<DirectionStats> {
+        match self {
+            Plain::Link(b) => b.stats(),
+            Plain::Forward(d) => d.iter().map(Direction::stats).collect(),
+            Plain::None => Vec::new(),
+        }
+    }
+
+    /// An I/O error that stopped a stage, if any.
+    pub fn error(&self) -> Option<String> {
+        match self {
+            Plain::Link(b) => b.error(),
+            Plain::Forward(d) => d.iter().find_map(Direction::error),
+            Plain::None => None,
+        }
+    }
+
+    /// Stops the stages; returns the final counts.
+    pub fn stop(self) -> Vec<DirectionStats> {
+        match self {
+            Plain::Link(mut b) => b.stop(),
+            Plain::Forward(d) => d.into_iter().map(Direction::stop).collect(),
+            Plain::None => Vec::new(),
+        }
+    }
 }
 
 const DIRECTION_NAMES: [&str; 2] = ["a->b", "b->a"];
@@ -113,9 +152,8 @@ impl Model {
     /// `links`: each direction's link and the words it came from.
     pub fn new(
         name: String,
-        directions: Vec<Direction>,
+        plain: Plain,
         links: [(LinkConfig, String); 2],
-        forward_only: bool,
         seed: u64,
         started: Instant,
     ) -> Model {
@@ -129,8 +167,7 @@ impl Model {
         };
         Model {
             name,
-            directions,
-            forward_only,
+            plain,
             owner_uid: sys::starter_uid(),
             seed,
             started,
@@ -143,7 +180,7 @@ impl Model {
 
     /// The model of a bridge running a rule set.
     pub fn with_rules(name: String, rules: rules::Rules, seed: u64, started: Instant) -> Model {
-        let mut m = Model::new(name, Vec::new(), Default::default(), false, seed, started);
+        let mut m = Model::new(name, Plain::None, Default::default(), seed, started);
         m.owner_uid = rules.starter();
         m.rules = Some(rules);
         m
@@ -157,16 +194,35 @@ impl Model {
         self.rules
     }
 
-    pub fn directions(&self) -> &[Direction] {
-        &self.directions
+    pub fn plain(&self) -> &Plain {
+        &self.plain
     }
 
-    pub fn into_directions(self) -> Vec<Direction> {
-        self.directions
+    pub fn into_plain(self) -> Plain {
+        self.plain
+    }
+
+    fn forward_only(&self) -> bool {
+        matches!(self.plain, Plain::Forward(_))
+    }
+
+    /// Hands link changes to the live stage; returns their instant.
+    fn submit_links(&self, changes: Vec<Change>) -> Result<u64, Failure> {
+        match &self.plain {
+            Plain::Link(b) => b.submit(changes).map_err(|e| Failure::Error(e.to_string())),
+            _ => Err(Failure::Error(
+                "this bridge runs --forward-only: it has no link to change".into(),
+            )),
+        }
     }
 
     pub fn seed(&self) -> u64 {
         self.seed
+    }
+
+    /// When the bridge started serving.
+    pub fn started(&self) -> Instant {
+        self.started
     }
 
     pub fn elapsed_s(&self) -> f64 {
@@ -179,12 +235,17 @@ impl Model {
         [l[0].config.clone(), l[1].config.clone()]
     }
 
-    /// SIGHUP: new links for both directions from the files and words, by the starter.
-    pub fn reload(&self, ab: LinkConfig, ba: LinkConfig, words: [String; 2]) -> u64 {
+    /// SIGHUP: new links for both directions from the files and words, by
+    /// the starter, at one instant (returned).
+    pub fn reload(
+        &self,
+        ab: LinkConfig,
+        ba: LinkConfig,
+        words: [String; 2],
+    ) -> Result<u64, Failure> {
         let mut links = self.links.lock().unwrap_or_else(|p| p.into_inner());
-        let at_ns = clock::now_ns();
+        let at_ns = self.submit_links(link_changes([Some(&ab), Some(&ba)]))?;
         for (i, (cfg, w)) in [(ab, &words[0]), (ba, &words[1])].into_iter().enumerate() {
-            self.directions[i].reconfigure_at(at_ns, cfg.clone());
             let e = &mut links[i];
             e.config = cfg;
             e.words = w.clone();
@@ -193,7 +254,7 @@ impl Model {
             e.changes += 1;
         }
         self.counters.changes.fetch_add(1, Ordering::Relaxed);
-        at_ns
+        Ok(at_ns)
     }
 
     /// The uid that started linkem (under sudo, SUDO_UID): with root, the
@@ -248,7 +309,7 @@ impl Model {
         for r in requests {
             match r {
                 Request::Link { dir, link, words } => {
-                    if self.forward_only {
+                    if self.forward_only() {
                         return Err(Failure::Error(
                             "this bridge runs --forward-only: it has no link to change".into(),
                         ));
@@ -270,10 +331,14 @@ impl Model {
                 }
             }
         }
-        let at_ns = clock::now_ns();
+        let changes = link_changes([0, 1].map(|i| staged[i].as_ref().map(|(c, _)| c)));
+        let at_ns = if changes.is_empty() {
+            clock::now_ns()
+        } else {
+            self.submit_links(changes)?
+        };
         for (i, s) in staged.into_iter().enumerate() {
             if let Some((cfg, words)) = s {
-                self.directions[i].reconfigure_at(at_ns, cfg.clone());
                 let e = &mut links[i];
                 e.config = cfg;
                 e.words = words;
@@ -332,7 +397,7 @@ impl Model {
         if let Some(r) = &self.rules {
             return r.bridge.stats();
         }
-        self.directions.iter().map(Direction::stats).collect()
+        self.plain.stats()
     }
 
     /// Counts since the last `zero`.
@@ -374,7 +439,7 @@ impl Model {
             .map(|(e, name)| {
                 json!({
                     "direction": name,
-                    "link": if self.forward_only { "forward only".to_string() } else { e.config.to_string() },
+                    "link": if self.forward_only() { "forward only".to_string() } else { e.config.to_string() },
                     "words": e.words,
                     "owner_uid": self.owner_uid,
                     "changed_by": e.changed_by,
@@ -384,6 +449,23 @@ impl Model {
             })
             .collect();
         serde_json::Value::Array(v)
+    }
+}
+
+/// The changes that give side a `links[0]` and side b `links[1]` (None: unchanged):
+/// one change for both sides when they get the same link.
+fn link_changes(links: [Option<&LinkConfig>; 2]) -> Vec<Change> {
+    let change = |sides, cfg: &LinkConfig| Change::Link {
+        sides,
+        config: Box::new(cfg.clone()),
+    };
+    match links {
+        [Some(a), Some(b)] if a == b => vec![change([true, true], a)],
+        [a, b] => a
+            .map(|a| change([true, false], a))
+            .into_iter()
+            .chain(b.map(|b| change([false, true], b)))
+            .collect(),
     }
 }
 

@@ -10,15 +10,16 @@
 //! ([`linkem_core::rules::parse_rules`]), so a request is checked exactly as
 //! the same line in a file would be, together with everything it depends on
 //! (a rule naming a pipe that is deleted in the same batch fails). Only a
-//! copy that parses is applied to the node ([`NodeBridge::update`]), between
-//! two of the node stage's batches, at one instant: pipes keep their
+//! copy that parses is handed to the live stage that owns the node
+//! ([`NodeBridge::submit`], a `Change::Rules`), applied between two of its
+//! batches at one instant: pipes keep their
 //! queued packets and release times ([`linkem_core::node::Node::update`]);
 //! the packets of a deleted pipe not yet sent are counted as `flushed`.
 //! A failure changes nothing and names the request and word.
 //!
 //! Cost of a change: a parse of the whole rule set (microseconds for tens of
-//! rules) plus the node's update under its lock, taken between two batches;
-//! the node stage is neither woken nor waited for.
+//! rules), a wake-up of the live stage and its answer, and the node's update
+//! there between two batches.
 //!
 //! Who may do what: every pipe, queue, scheduler and rule belongs to the uid
 //! that created it (the rule file's to the uid that started linkem); only it
@@ -36,6 +37,7 @@
 use super::failure::Failure;
 use crate::render::node::{node_json, pipes_text};
 use crate::render::sched::{self, Only};
+use linkem_core::model::Change;
 use linkem_core::rules::{
     parse_rules_cached, rule_target, statements, ObjectKind, RuleCache, RuleSet, RulesError,
     Statement,
@@ -337,16 +339,20 @@ impl Rules {
                 return Err(f);
             }
         };
-        let at_ns = self.bridge.update(set);
+        let change = Change::Rules {
+            set: Box::new(set),
+            text: text.into(),
+        };
+        let at_ns = self.bridge.submit(vec![change]);
         for o in staged.objects.iter_mut().flat_map(|m| m.values_mut()) {
             o.by = None;
         }
         for r in &mut staged.rules {
             r.by = None;
         }
-        // None only when the bridge is stopping: the source follows either way.
+        // An error only when the bridge is stopping: the source follows either way.
         *source = staged;
-        at_ns.ok_or_else(|| Failure::Error("the bridge is stopping: change not applied".into()))
+        at_ns.map_err(|e| Failure::Error(e.to_string()))
     }
 
     /// Whether `uid` may add the rule `add [number] words` (see the module
@@ -557,7 +563,7 @@ impl Rules {
     }
 
     fn rule_counts(&self) -> Vec<(u32, String, u64, u64)> {
-        self.bridge.with_node(|n| {
+        self.bridge.with_model(|n| {
             let c = n.classifier();
             c.rules()
                 .iter()
@@ -641,7 +647,7 @@ impl Rules {
             .filter(|(n, _)| number.is_none_or(|m| m == **n))
             .map(|(n, o)| (*n, o.owner))
             .collect();
-        Ok(self.bridge.with_node(|node| match kind {
+        Ok(self.bridge.with_model(|node| match kind {
             Kind::Pipe => {
                 let mut pipes: Vec<serde_json::Value> = node_json(node)["pipes"]
                     .as_array()
@@ -906,7 +912,7 @@ mod tests {
     /// The control plane of a bridge over in-memory ports, running `text`.
     fn rules_over_memory(text: &str) -> Rules {
         use linkem_core::node::{Node, NodeConfig};
-        use linkem_runtime::pipeline::{NodeOptions, DEFAULT_SPIN_NS};
+        use linkem_runtime::pipeline::LiveOptions;
         use linkem_runtime::port::memory::{MemoryRx, MemoryTx};
         let set = parse(text).unwrap();
         let node = Node::new(
@@ -920,15 +926,9 @@ mod tests {
         let (_in_b, rx_b) = std::sync::mpsc::channel::<(u64, Vec<u8>)>();
         let (tx_a, _) = MemoryTx::new();
         let (tx_b, _) = MemoryTx::new();
-        let opts = NodeOptions {
-            names: ["a->b".into(), "b->a".into()],
-            buffer_bytes: [1 << 20; 2],
-            spin_ns: DEFAULT_SPIN_NS,
-            max_lag_ns: None,
-            batch: 8,
-            realtime_priority: None,
-            realtime_input: false,
-        };
+        let mut opts = LiveOptions::new(1 << 20);
+        opts.max_lag_ns = None;
+        opts.batch = 8;
         let bridge = NodeBridge::start(
             opts,
             node,
@@ -957,7 +957,7 @@ mod tests {
         let mut rules = rules_over_memory("pipe 1 config delay 1ms\nadd 50 pipe 1 ip\n");
         request(&rules, "pipe 010 config delay 5ms").unwrap();
         request(&rules, "add 100 pipe 010 udp").unwrap();
-        let (pipes, actions) = rules.bridge.with_node(|n| {
+        let (pipes, actions) = rules.bridge.with_model(|n| {
             let pipes: Vec<(u32, u64)> = n
                 .pipes()
                 .iter()
@@ -1011,7 +1011,7 @@ mod tests {
             .unwrap();
         let pipes: Vec<u32> = rules
             .bridge
-            .with_node(|n| n.pipes().iter().map(|p| p.def.number).collect());
+            .with_model(|n| n.pipes().iter().map(|p| p.def.number).collect());
         assert_eq!(pipes, [2]);
         rules.bridge.stop();
     }

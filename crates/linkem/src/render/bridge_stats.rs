@@ -60,20 +60,26 @@ pub fn direction_json(s: &DirectionStats, rules: bool) -> serde_json::Value {
     })
 }
 
-/// Prints the directions' counts as `--stats` asks: a table, or one JSON line.
+/// Prints the directions' counts as `--stats` asks: a table, or one JSON line
+/// (with `events_skipped` when the bridge writes `--events`).
 pub(crate) fn print_stats(
     format: StatsFormat,
     stats: &[DirectionStats],
     secs: f64,
     seed: u64,
     last: bool,
+    events_skipped: Option<u64>,
 ) {
     match format {
         StatsFormat::None => {}
         StatsFormat::Json => {
             let dirs: Vec<serde_json::Value> =
                 stats.iter().map(|s| direction_json(s, false)).collect();
-            let out = json!({ "elapsed_s": secs, "final": last, "seed": seed, "directions": dirs });
+            let mut out =
+                json!({ "elapsed_s": secs, "final": last, "seed": seed, "directions": dirs });
+            if let Some(n) = events_skipped {
+                out["events_skipped"] = json!(n);
+            }
             println!(
                 "{}",
                 serde_json::to_string(&out).expect("a JSON value always serialises")
@@ -135,6 +141,7 @@ pub(crate) fn print_rules_stats(
     started: Instant,
     seed: u64,
     last: bool,
+    events_skipped: Option<u64>,
 ) {
     let secs = started.elapsed().as_secs_f64();
     match format {
@@ -143,9 +150,9 @@ pub(crate) fn print_rules_stats(
             let dirs: Vec<serde_json::Value> =
                 stats.iter().map(|s| direction_json(s, true)).collect();
             let most = if last { usize::MAX } else { LISTED_PER_PIPE };
-            let node = bridge.with_node(|n| node_json_listing(n, most));
+            let node = bridge.with_model(|n| node_json_listing(n, most));
             let objects = objects_json(&bridge.object_stats());
-            let out = json!({
+            let mut out = json!({
                 "elapsed_s": secs,
                 "final": last,
                 "seed": seed,
@@ -153,13 +160,16 @@ pub(crate) fn print_rules_stats(
                 "node": node,
                 "objects": objects,
             });
+            if let Some(n) = events_skipped {
+                out["events_skipped"] = json!(n);
+            }
             println!(
                 "{}",
                 serde_json::to_string(&out).expect("a JSON value always serialises")
             );
         }
         StatsFormat::Text => {
-            print_stats(format, stats, secs, seed, last);
+            print_stats(format, stats, secs, seed, last, None);
             println!(
                 "{:<6}{:>10}{:>12}{:>10}{:>10}{:>10}",
                 "dir", "denied", "flow-limit", "red-drop", "aqm-drop", "flushed"
@@ -177,7 +187,7 @@ pub(crate) fn print_rules_stats(
                 );
             }
             let most = if last { usize::MAX } else { LISTED_PER_PIPE };
-            print!("{}", bridge.with_node(|n| node_text_listing(n, most)));
+            print!("{}", bridge.with_model(|n| node_text_listing(n, most)));
         }
     }
 }

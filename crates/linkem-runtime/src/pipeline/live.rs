@@ -1,0 +1,1174 @@
+//! The live stage (`linkem bridge`, with link words or `--rules`): one thread
+//! owning one [`Model`] for both directions, fed by both receive ports and
+//! feeding the two output stages. The same code runs the plain link
+//! ([`LinkModel`], one closed-form link per side) and Dummynet's node
+//! ([`Node`], whose pipes fed from both directions are one shared medium,
+//! Dummynet Revisited §3.1, and so cannot be split over two threads); it is
+//! monomorphised per model.
+//!
+//! ```text
+//!  IF_A ─rx─┐                                                   ┌─▶ delay line a->b ─▶ output stage ─tx─▶ IF_B
+//!           ├─▶ stamp ─▶ cut ─▶ FlowKey? ─▶ Model ─▶ decisions ──┤
+//!  IF_B ─rx─┘  (side A / B)                  (held until decided) └─▶ delay line b->a ─▶ output stage ─tx─▶ IF_A
+//! ```
+//!
+//! - **Waiting.** One poll(2) over the sockets of both receive ports
+//!   ([`RxPort::wait_fds`]) and the stage's wake-up eventfd (changes), with a
+//!   timeout up to the model's next event ([`Model::next_event_ns`]: a
+//!   scheduler service or a multi-hop reinjection), so scheduled pipes are
+//!   served on time with no traffic arriving.
+//! - **Arrivals.** A received frame is one of: a super-frame (TSO/GSO/USO from
+//!   the host, or merged by GRO; `offload.gso`), cut with
+//!   [`linkem_core::wire::segment`] into frames of at most the egress
+//!   `max_frame_bytes` *before* the model sees it, so rate, queue limits, loss
+//!   and duplication apply per wire frame (the extra frames counted in
+//!   `segmented`); a frame whose L4 checksum the sender left to the hardware,
+//!   finished in its delay-line record as it is stored; any other frame,
+//!   stored unchanged. A frame longer than the egress can send is `too-big`:
+//!   never truncated, never given to the model. The flow key is parsed only
+//!   when the model reads headers ([`Model::reads_headers`]).
+//! - **Stamps.** An arrival's stamp is the kernel's, never before the stage
+//!   started (frames waiting in the ring while the sockets opened would
+//!   otherwise be late at once), and clamped to the last instant given to the
+//!   model: `t = max(kernel stamp, started, last)`, so the model's time never
+//!   goes backwards although the two ports' batches are taken one after the
+//!   other. That clamped `t` is what the model, the events and the recording
+//!   see ([`Tap`]), so a replay of the recording sees the same inputs.
+//! - **Decisions** may come at the arrival or later (scheduled pipes, one-pass
+//!   off). The bytes of a packet not yet decided are kept, by tag, until its
+//!   decision; a delivered packet goes, with its duplicate copy, corrupt bits
+//!   and CE mark applied ([`Decision::apply_to_frame`]), into the delay line
+//!   of the direction it was received for (side A to IF_B). Releases need not
+//!   follow arrival order (pipes, reordering), so the output stages run with
+//!   their reorder heap over sorted runs (copies only when a record is out of
+//!   order).
+//! - **Events on time.** The stage sleeps until the model's next event less
+//!   the wake-up overshoot it has learnt (as the output stage does), then
+//!   goes round its loop until the event is due, within the same spin budget.
+//! - **Changes** ([`LiveBridge::submit`]: `linkem ctl`, SIGHUP) reach the
+//!   model only on this thread: a caller queues `(changes, reply)` (at most
+//!   [`MAX_PENDING_CHANGES`] requests) and wakes the stage; between two
+//!   batches the stage takes `now`, runs `poll(now)`, checks every change of
+//!   the request ([`LiveModel::check`]: all or none), applies them in order at
+//!   `now` and replies with `now`. So every input (arrival, poll, change)
+//!   reaches the model in one sequence from one thread, which is what a
+//!   recording keeps. Each packet stored carries its pipe's group in the delay
+//!   line; a pipe deleted by a change has its group flushed, so its packets not
+//!   yet sent are counted as `flushed` by the output stage.
+//! - **Idle flows** are removed by time, every [`SWEEP_EVERY_NS`] with or
+//!   without traffic ([`Model::expire_idle`]); once the memory charged for
+//!   flow instances has fallen [`TRIM_AFTER_BYTES`] below its peak since
+//!   the last trim, the heap's free pages go back to the system.
+//! - **Shedding.** Once per batch: while an output stage is more than max-lag
+//!   behind (stuck on frames due that long ago), its direction stores nothing
+//!   (counted `backpressure`): new frames would only fill the line to be
+//!   dropped late, and copying them costs the time the machine lacks.
+//!
+//! Cost: one model thread serves both directions, so the two directions
+//! share one core's worth of model work where the plain link had one input
+//! thread each; a direction's arrivals wait while the other's batch is
+//! decided (at most one batch, [`LiveOptions::batch`] frames).
+//!
+//! Counting: each direction keeps the invariant of [`super::DirectionStats`]
+//! (`received + segmented = fates.arrived() + in_flight`); packets the model
+//! holds count as in flight; counts are published under each direction's lock
+//! once per batch.
+use super::objects::{Objects, ObjectsSnapshot};
+use super::output::{output_stage, OutputConfig};
+use super::wait::{self, set_realtime, Realtime, SpinBudget, WakeEstimate, MIN_SPIN_NS};
+use super::wire::{cut, finish, Cut, KERNEL_DROPS_EVERY_NS};
+use super::{Control, Direction, DirectionStats};
+use crate::clock;
+use crate::delay_line::{delay_line, Producer};
+use crate::port::{RxFrame, RxPort, TxPort, WaitFds};
+use linkem_core::model::{Change, ChangeError, LinkModel, Model};
+use linkem_core::node::{Decision, Node, PacketIn};
+use linkem_core::rules::{FlowKey, L2Kind, Side};
+use linkem_core::wire::CsumPartial;
+use linkem_core::{Fate, FateCounts};
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::{JoinHandle, Thread};
+
+/// Longest wait in poll with nothing due, so the stage notices stop.
+const IDLE_WAIT_NS: u64 = 10_000_000;
+/// How often the stage removes idle flow instances without waiting for a
+/// packet to their pipe ([`Model::expire_idle`]): an instance goes at most
+/// this long after its hold ends.
+const SWEEP_EVERY_NS: u64 = 100_000_000;
+/// Charged flow memory released since the last trim after which freed heap
+/// pages are given back to the system ([`crate::mem::release_free_memory`]).
+const TRIM_AFTER_BYTES: usize = 16 << 20;
+/// Ports without sockets (in-memory tests) are waited on in turn, this long each.
+const TURN_NS: u64 = 200_000;
+/// What one turn of the loop while spinning to an event is counted as, for
+/// the spin budget (a turn takes both ports' non-blocking receive calls).
+const LOOP_NS: u64 = 1_000;
+/// Change requests waiting for the stage at most; more are refused as busy
+/// (each control connection has one request outstanding, so this bounds
+/// nothing a well-behaved client reaches).
+pub const MAX_PENDING_CHANGES: usize = 256;
+/// How long [`LiveBridge::submit`] spins for the stage's reply before it
+/// sleeps on it: the stage answers within a batch when busy, within a wake-up
+/// when idle; a sleeping caller adds a second wake-up to every change.
+const REPLY_SPIN_NS: u64 = 50_000;
+
+/// What the live stage needs of a model beyond [`Model`]: checking a change
+/// before any of a request is applied, and the objects a change may delete.
+pub trait LiveModel: Model + Send + 'static {
+    /// Whether `change` would apply; [`Model::apply`] of a change that passed
+    /// does not fail. Checked for every change of a request before the first
+    /// is applied, so a request applies whole or not at all.
+    fn check(&self, change: &Change) -> Result<(), ChangeError>;
+
+    /// Numbers of the pipes the model has now (their packets in the delay
+    /// line are flushed when a change deletes them).
+    fn pipe_numbers(&self) -> Vec<u32> {
+        Vec::new()
+    }
+
+    /// Memory charged for per-flow state, bytes.
+    fn flow_memory_bytes(&self) -> usize {
+        0
+    }
+}
+
+impl LiveModel for LinkModel {
+    fn check(&self, change: &Change) -> Result<(), ChangeError> {
+        match change {
+            Change::Link { .. } => Ok(()),
+            _ => Err(ChangeError::NoRuleSet),
+        }
+    }
+}
+
+impl LiveModel for Node {
+    fn check(&self, change: &Change) -> Result<(), ChangeError> {
+        match change {
+            Change::Link { .. } => Err(ChangeError::NoLink),
+            _ => Ok(()),
+        }
+    }
+
+    fn pipe_numbers(&self) -> Vec<u32> {
+        self.pipes().iter().map(|p| p.def.number).collect()
+    }
+
+    fn flow_memory_bytes(&self) -> usize {
+        Node::flow_memory_bytes(self)
+    }
+}
+
+/// What sees the model's inputs and outputs as they happen, on the stage's
+/// thread (the `--events` writer, the `--record` recorder): it must only copy
+/// into a bounded queue, never block.
+pub trait Tap: Send {
+    /// A wire frame given to the model: its side, the stamp the model got,
+    /// its bytes as cut (before any checksum is finished).
+    fn frame(&mut self, side: Side, ts_ns: u64, bytes: &[u8]);
+    /// A decision of the model, in decision order, for a packet that arrived
+    /// at `arrival_ns` with `len_bytes`.
+    fn decision(&mut self, arrival_ns: u64, len_bytes: u32, d: &Decision);
+    /// A request of changes the model took at `at_ns`, before they apply.
+    fn changes(&mut self, at_ns: u64, changes: &[Change]);
+}
+
+/// Why [`LiveBridge::submit`] applied nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    /// A change does not fit the model.
+    #[error("{0}")]
+    Refused(#[from] ChangeError),
+    /// The stage has stopped (the bridge is ending).
+    #[error("the bridge is stopping: change not applied")]
+    Stopped,
+    /// [`MAX_PENDING_CHANGES`] requests are waiting already.
+    #[error("too many changes waiting for the emulator: try again")]
+    Busy,
+}
+
+/// What the live stage starts with; per direction `[a->b, b->a]`.
+pub struct LiveOptions {
+    /// For messages and stats: the names of the two directions ("a->b", "b->a").
+    pub names: [String; 2],
+    /// Size of each direction's delay line, as
+    /// [`super::DirectionOptions::buffer_bytes`].
+    pub buffer_bytes: [usize; 2],
+    /// The most the output stages (and the live stage, waiting for the
+    /// model's next event) spin before a deadline, as
+    /// [`super::DirectionOptions::spin_ns`].
+    pub spin_ns: u64,
+    /// As [`super::DirectionOptions::max_lag_ns`], for both output stages;
+    /// the live stage sheds arrivals of a direction whose output stage is
+    /// that far behind.
+    pub max_lag_ns: Option<u64>,
+    /// Frames taken per receive call from each port, as
+    /// [`super::DirectionOptions::batch`].
+    pub batch: usize,
+    /// As [`super::DirectionOptions::realtime_priority`], for the live stage
+    /// (while it waits) and the output stages.
+    pub realtime_priority: Option<i32>,
+    /// The live stage stays under SCHED_FIFO even when busy.
+    pub realtime_input: bool,
+    /// Sees every frame, decision and change ([`Tap`]), if any.
+    pub tap: Option<Box<dyn Tap>>,
+}
+
+impl LiveOptions {
+    /// The defaults of [`super::DirectionOptions::new`] for both directions,
+    /// with delay lines of `buffer_bytes` each.
+    pub fn new(buffer_bytes: usize) -> LiveOptions {
+        LiveOptions {
+            names: ["a->b".into(), "b->a".into()],
+            buffer_bytes: [buffer_bytes; 2],
+            spin_ns: wait::DEFAULT_SPIN_NS,
+            max_lag_ns: Some(super::DEFAULT_MAX_LAG_NS),
+            batch: super::DEFAULT_BATCH,
+            realtime_priority: None,
+            realtime_input: false,
+            tap: None,
+        }
+    }
+}
+
+/// A request of changes waiting for the stage, and where its answer goes.
+type Request = (Vec<Change>, SyncSender<Result<u64, SubmitError>>);
+
+struct Shared<M> {
+    stop: AtomicBool,
+    /// The model and the state that settles its decisions: held by the stage
+    /// for each batch, and briefly by readers ([`LiveBridge::with_model`]).
+    core: Mutex<Core<M>>,
+    /// Per pipe and queue counts ([`super::objects`]); locked after `core`.
+    objects: Mutex<Objects>,
+    /// Readers waiting for the core's lock: the stage yields after its
+    /// batch, so that a busy stage does not keep taking the lock back at once.
+    wanted: AtomicUsize,
+    /// Change requests for the stage, oldest first.
+    changes: Mutex<VecDeque<Request>>,
+    has_changes: AtomicBool,
+    /// Written to wake the stage from its poll when a change is queued.
+    wake: Option<OwnedFd>,
+}
+
+struct Core<M> {
+    model: M,
+    stage: Stage,
+}
+
+/// A running bridge of two directions through one model.
+pub struct LiveBridge<M: LiveModel> {
+    directions: Vec<Direction>,
+    shared: Arc<Shared<M>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// The bridge of `linkem bridge --rules`.
+pub type NodeBridge = LiveBridge<Node>;
+
+impl<M: LiveModel> LiveBridge<M> {
+    /// Starts the live stage and the two output stages. `rx[0]`/`tx[0]`:
+    /// IF_A's receive half and IF_B's send half (direction a->b, side A).
+    // Kept whole: the start sequence; the stage's thread takes what setting up the output stages left.
+    pub fn start(
+        mut opts: LiveOptions,
+        model: M,
+        rx: [Box<dyn RxPort>; 2],
+        tx: [Box<dyn TxPort>; 2],
+    ) -> Result<LiveBridge<M>, String> {
+        let mut directions = Vec::new();
+        let mut producers = Vec::new();
+        let mut max_frame = [0usize; 2];
+        for (i, tx) in tx.into_iter().enumerate() {
+            let (producer, consumer) = delay_line(opts.buffer_bytes[i])?;
+            let control = Arc::new(Control::new(
+                producer.uses_huge_pages(),
+                producer.capacity_bytes(),
+            ));
+            max_frame[i] = tx.max_frame_bytes();
+            let cfg = OutputConfig {
+                spin_ns: opts.spin_ns,
+                max_lag_ns: opts.max_lag_ns,
+                // Packets of different pipes (or reordered by the link) leave
+                // out of arrival order; the stage counts the records it
+                // stores out of order, so in-order runs are sent uncopied.
+                reorders: true,
+                sorted_runs: true,
+            };
+            let prio = opts.realtime_priority;
+            let out = {
+                let control = control.clone();
+                std::thread::Builder::new()
+                    .name(format!("linkem-out-{}", opts.names[i]))
+                    .spawn(move || {
+                        let mut realtime = prio.map(wait::Realtime::new);
+                        if let Some(Err(e)) = realtime.as_mut().map(wait::Realtime::wait_mode) {
+                            control.fail(format!("output stage: {e}"));
+                        }
+                        output_stage(control, consumer, tx, cfg, realtime)
+                    })
+                    .map_err(|e| format!("cannot start the output thread: {e}"))?
+            };
+            producers.push(producer);
+            directions.push(Direction {
+                name: opts.names[i].clone(),
+                control,
+                threads: vec![out],
+            });
+        }
+        let controls = [directions[0].control.clone(), directions[1].control.clone()];
+        let outputs = [
+            directions[0].threads[0].thread().clone(),
+            directions[1].threads[0].thread().clone(),
+        ];
+        let producers: [Producer; 2] = producers
+            .try_into()
+            .map_err(|_| "two delay lines".to_string())?;
+        let stage = Stage::new(
+            opts.names.clone(),
+            controls.clone(),
+            producers,
+            max_frame,
+            outputs,
+            opts.tap.take(),
+        );
+        // Safety: eventfd takes no pointers; a valid descriptor is owned below.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        let wake = if efd >= 0 {
+            // Safety: `efd` was just opened and is owned by nothing else.
+            Some(unsafe { OwnedFd::from_raw_fd(efd) })
+        } else {
+            // Without it a change waits for the stage's next turn (at most
+            // IDLE_WAIT_NS); nothing is lost.
+            None
+        };
+        let shared = Arc::new(Shared {
+            stop: AtomicBool::new(false),
+            core: Mutex::new(Core { model, stage }),
+            objects: Mutex::new(Objects::default()),
+            wanted: AtomicUsize::new(0),
+            changes: Mutex::new(VecDeque::new()),
+            has_changes: AtomicBool::new(false),
+            wake,
+        });
+        let thread = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("linkem-stage".into())
+                .spawn(move || {
+                    let mut realtime = None;
+                    match (opts.realtime_priority, opts.realtime_input) {
+                        (Some(p), true) => {
+                            if let Err(e) = set_realtime(p) {
+                                for c in &controls {
+                                    c.fail(format!("live stage: {e}"));
+                                }
+                            }
+                        }
+                        (Some(p), false) => realtime = Some(Realtime::new(p)),
+                        (None, _) => {}
+                    }
+                    live_stage(&shared, controls, &opts, rx, realtime);
+                    // Requests that came too late are answered, not left waiting.
+                    for (_, reply) in lock(&shared.changes).drain(..) {
+                        let _ = reply.try_send(Err(SubmitError::Stopped));
+                    }
+                })
+                .map_err(|e| format!("cannot start the stage thread: {e}"))?
+        };
+        Ok(LiveBridge {
+            directions,
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// The two directions (a->b, b->a), for their counts and errors.
+    pub fn directions(&self) -> &[Direction] {
+        &self.directions
+    }
+
+    /// Counts of the two directions (a->b, b->a), as [`Direction::stats`]
+    /// gives them, the model's own drops among each one's fates.
+    pub fn stats(&self) -> Vec<DirectionStats> {
+        self.directions.iter().map(Direction::stats).collect()
+    }
+
+    /// An I/O error that stopped a stage, if any.
+    pub fn error(&self) -> Option<String> {
+        self.directions.iter().find_map(Direction::error)
+    }
+
+    /// Looks at the model (its pipes, rules and counters) under its lock: the
+    /// stage waits meanwhile, so keep `f` short while traffic flows.
+    pub fn with_model<R>(&self, f: impl FnOnce(&M) -> R) -> R {
+        self.shared.wanted.fetch_add(1, Ordering::Relaxed);
+        let guard = lock(&self.shared.core);
+        self.shared.wanted.fetch_sub(1, Ordering::Relaxed);
+        f(&guard.model)
+    }
+
+    /// Each pipe's and queue's counts by fate, packets in it now and time
+    /// spent in it (see `ObjectStats`), by number.
+    pub fn object_stats(&self) -> ObjectsSnapshot {
+        lock(&self.shared.objects).snapshot(clock::now_ns())
+    }
+
+    /// Applies `changes` on the stage's thread, between two batches, at one
+    /// instant `t` (the stage's clock, CLOCK_REALTIME ns, never before an
+    /// instant the model was given): the model runs what is due by `t`, then
+    /// takes every change in order, or none if one does not fit it. Returns
+    /// `t` once applied. Packets already decided keep their release times; a
+    /// deleted pipe's packets not yet sent are flushed. Requests apply in the
+    /// order they are made.
+    pub fn submit(&self, changes: Vec<Change>) -> Result<u64, SubmitError> {
+        if self.shared.stop.load(Ordering::Acquire) {
+            return Err(SubmitError::Stopped);
+        }
+        let (reply, answer) = sync_channel(1);
+        {
+            let mut q = lock(&self.shared.changes);
+            if q.len() >= MAX_PENDING_CHANGES {
+                return Err(SubmitError::Busy);
+            }
+            q.push_back((changes, reply));
+            self.shared.has_changes.store(true, Ordering::Release);
+        }
+        if let Some(fd) = &self.shared.wake {
+            let one = 1u64.to_ne_bytes();
+            // Safety: writes 8 bytes from a live buffer to an owned eventfd;
+            // a full counter (EAGAIN) means the stage is woken already.
+            let _ = unsafe { libc::write(fd.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+        }
+        if let Some(t) = &self.thread {
+            // Ports without sockets wait in turns; a parked stage wakes.
+            t.thread().unpark();
+        }
+        wait_reply(&answer)
+    }
+
+    /// Stops the live stage, then the output stages (packets still in the
+    /// delay lines are not sent); returns the final counts. The model stays
+    /// readable with [`LiveBridge::with_model`].
+    pub fn stop(&mut self) -> Vec<DirectionStats> {
+        self.halt();
+        self.directions.drain(..).map(Direction::stop).collect()
+    }
+
+    /// The tap given at start, once the stage has stopped (to finish it).
+    pub fn take_tap(&mut self) -> Option<Box<dyn Tap>> {
+        self.halt();
+        lock(&self.shared.core).stage.tap.take()
+    }
+
+    fn halt(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
+impl<M: LiveModel> Drop for LiveBridge<M> {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+/// Spins a little for the stage's answer, then sleeps on it.
+fn wait_reply(answer: &Receiver<Result<u64, SubmitError>>) -> Result<u64, SubmitError> {
+    let start = clock::now_ns();
+    loop {
+        match answer.try_recv() {
+            Ok(r) => return r,
+            Err(TryRecvError::Disconnected) => return Err(SubmitError::Stopped),
+            Err(TryRecvError::Empty) => {}
+        }
+        if clock::now_ns().saturating_sub(start) > REPLY_SPIN_NS {
+            return answer.recv().unwrap_or(Err(SubmitError::Stopped));
+        }
+        std::hint::spin_loop();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Wakes the output stages of the directions that got packets, if parked.
+fn wake_outputs(outputs: &[Thread; 2], controls: &[Arc<Control>; 2], pushed: [bool; 2]) {
+    for i in 0..2 {
+        if pushed[i] {
+            // Pairs with the output stage's fence (see `output::idle`).
+            std::sync::atomic::fence(Ordering::SeqCst);
+            if controls[i].output_parked.load(Ordering::Acquire) {
+                outputs[i].unpark();
+            }
+        }
+    }
+}
+
+/// Counts of one direction, published under its control's lock.
+#[derive(Default)]
+struct Counts {
+    received: u64,
+    segmented: u64,
+    too_big: u64,
+    backpressure: u64,
+    /// Stored in the delay line.
+    accepted: u64,
+    /// Held by the model, not yet decided.
+    held: u64,
+    /// The model's fates (delivered before backpressure).
+    fates: FateCounts,
+    kernel_drops: u64,
+}
+
+struct Held {
+    side: usize,
+    arrival_ns: u64,
+    frame: Vec<u8>,
+}
+
+struct Stage {
+    names: [String; 2],
+    controls: [Arc<Control>; 2],
+    outputs: [Thread; 2],
+    /// Latest release stored in each delay line (see `output::Source`).
+    max_stored_ns: [u64; 2],
+    producers: [Producer; 2],
+    max_frame: [usize; 2],
+    c: [Counts; 2],
+    wakeups: u64,
+    held: HashMap<u64, Held>,
+    out: Vec<Decision>,
+    next_tag: u64,
+    /// The model's time: the latest instant given to it.
+    last_ns: u64,
+    started_ns: u64,
+    /// Whether the model reads [`PacketIn::key`] (else it is not parsed).
+    reads_headers: bool,
+    shed: [bool; 2],
+    pushed: [bool; 2],
+    warned_too_big: bool,
+    warned_uncut: bool,
+    /// The delay-line group of each pipe's packets (see [`super::FlushSet`]):
+    /// a pipe deleted by a change has its group flushed; one made again
+    /// later gets a new group.
+    groups: HashMap<u32, u32>,
+    next_group: u32,
+    /// When idle instances were last removed by time.
+    swept_ns: u64,
+    /// Most flow memory charged since the heap was last trimmed.
+    flow_peak_bytes: usize,
+    tap: Option<Box<dyn Tap>>,
+}
+
+impl Stage {
+    fn new(
+        names: [String; 2],
+        controls: [Arc<Control>; 2],
+        producers: [Producer; 2],
+        max_frame: [usize; 2],
+        outputs: [Thread; 2],
+        tap: Option<Box<dyn Tap>>,
+    ) -> Stage {
+        let started_ns = clock::now_ns();
+        Stage {
+            names,
+            controls,
+            outputs,
+            max_stored_ns: [0; 2],
+            producers,
+            max_frame,
+            c: Default::default(),
+            wakeups: 0,
+            held: HashMap::new(),
+            out: Vec::new(),
+            next_tag: 0,
+            last_ns: started_ns,
+            started_ns,
+            reads_headers: true,
+            shed: [false; 2],
+            pushed: [false; 2],
+            warned_too_big: false,
+            warned_uncut: false,
+            groups: HashMap::new(),
+            next_group: 1,
+            swept_ns: started_ns,
+            flow_peak_bytes: 0,
+            tap,
+        }
+    }
+
+    /// The model's time now: the clock, never before an instant given to it.
+    fn tick(&mut self) -> u64 {
+        let now = clock::now_ns().max(self.last_ns);
+        self.last_ns = now;
+        now
+    }
+
+    /// Every [`SWEEP_EVERY_NS`]: removes the model's idle instances, and gives
+    /// freed heap back once [`TRIM_AFTER_BYTES`] of flow memory went.
+    fn sweep<M: LiveModel>(&mut self, model: &mut M, now_ns: u64) {
+        self.flow_peak_bytes = self.flow_peak_bytes.max(model.flow_memory_bytes());
+        if now_ns.saturating_sub(self.swept_ns) < SWEEP_EVERY_NS {
+            return;
+        }
+        self.swept_ns = now_ns;
+        model.expire_idle(now_ns);
+        let now_bytes = model.flow_memory_bytes();
+        if self.flow_peak_bytes.saturating_sub(now_bytes) >= TRIM_AFTER_BYTES {
+            crate::mem::release_free_memory();
+            self.flow_peak_bytes = now_bytes;
+        }
+    }
+
+    /// Applies the queued change requests, each at one instant (see
+    /// [`LiveBridge::submit`]).
+    fn take_changes<M: LiveModel>(
+        &mut self,
+        model: &mut M,
+        objs: &mut Objects,
+        queue: &Mutex<VecDeque<Request>>,
+    ) {
+        let requests: Vec<Request> = lock(queue).drain(..).collect();
+        for (changes, reply) in requests {
+            let now = self.tick();
+            self.poll(model, objs, now);
+            let answer = match changes.iter().try_for_each(|c| model.check(c)) {
+                Ok(()) => {
+                    self.apply(model, objs, changes, now);
+                    Ok(now)
+                }
+                Err(e) => Err(SubmitError::Refused(e)),
+            };
+            // The caller may have gone (its connection closed): nothing to tell.
+            let _ = reply.try_send(answer);
+        }
+    }
+
+    /// Applies checked changes at `now_ns`: decisions they force are settled,
+    /// deleted pipes' packets flushed.
+    fn apply<M: LiveModel>(
+        &mut self,
+        model: &mut M,
+        objs: &mut Objects,
+        changes: Vec<Change>,
+        now_ns: u64,
+    ) {
+        if let Some(tap) = self.tap.as_mut() {
+            tap.changes(now_ns, &changes);
+        }
+        for change in changes {
+            let kept = match &change {
+                Change::Rules { set, .. } => Some((
+                    set.pipes.keys().copied().collect::<Vec<u32>>(),
+                    set.sched.queues.keys().copied().collect::<Vec<u32>>(),
+                )),
+                _ => None,
+            };
+            let before = model.pipe_numbers();
+            // Packets of kept schedulers and between hops stay held; those the
+            // change decides (a changed or deleted scheduler's, a reinjection
+            // that cannot go on) are settled now, into their pipe's group.
+            if let Err(e) = model.apply(now_ns, change, &mut self.out) {
+                // Checked before: a model whose check passes a change its
+                // apply refuses is in error, which must not stop the bridge.
+                debug_assert!(false, "a checked change was refused: {e}");
+            }
+            let mut out = std::mem::take(&mut self.out);
+            for d in out.drain(..) {
+                self.settle_held(objs, &d);
+            }
+            self.out = out;
+            // The packets a deleted pipe gave a release time and that have not
+            // left yet are flushed, those just settled too.
+            let after = model.pipe_numbers();
+            for n in before.into_iter().filter(|n| !after.contains(n)) {
+                if let Some(g) = self.groups.remove(&n) {
+                    for c in &self.controls {
+                        c.flush.add(g);
+                    }
+                }
+            }
+            if let Some((pipes, queues)) = kept {
+                objs.retain(
+                    |p| pipes.binary_search(&p).is_ok(),
+                    |q| queues.binary_search(&q).is_ok(),
+                );
+            }
+        }
+    }
+
+    fn group_of(&mut self, pipe: Option<u32>) -> u32 {
+        let Some(p) = pipe else { return 0 };
+        if let Some(&g) = self.groups.get(&p) {
+            return g;
+        }
+        // Past the largest group, packets are never flushed (counted as
+        // delivered at their release time instead).
+        if self.next_group > crate::delay_line::MAX_GROUP {
+            return 0;
+        }
+        let g = self.next_group;
+        self.next_group += 1;
+        self.groups.insert(p, g);
+        g
+    }
+
+    /// One frame received on port `side`: cut it, offer each wire frame.
+    #[inline]
+    fn take<M: LiveModel>(
+        &mut self,
+        model: &mut M,
+        objs: &mut Objects,
+        side: usize,
+        frame: RxFrame<'_>,
+    ) {
+        self.c[side].received += 1;
+        let stamp = if frame.ts_ns != 0 {
+            frame.ts_ns.max(self.started_ns)
+        } else {
+            clock::now_ns()
+        };
+        let ts = stamp.max(self.last_ns);
+        self.last_ns = ts;
+        let max = self.max_frame[side];
+        let r = cut(&frame, max, &mut |bytes, csum| {
+            self.admit(model, objs, side, ts, bytes, csum)
+        });
+        self.c[side].segmented += r.segmented();
+        if r.uncut.is_some() || r.too_big {
+            self.warn(side, &r, &frame);
+        }
+    }
+
+    #[cold]
+    fn warn(&mut self, side: usize, r: &Cut, frame: &RxFrame<'_>) {
+        if let (Some(e), false) = (&r.uncut, self.warned_uncut) {
+            self.warned_uncut = true;
+            let what = if r.too_big {
+                "counted too-big"
+            } else {
+                "sent as it came"
+            };
+            eprintln!(
+                "linkem: {}: a super-frame the sender left to segment could not be cut ({e}); \
+                 it is {what} (warned once; turn segmentation offload off on the sending host \
+                 for such traffic: ethtool -K DEV tso off gso off)",
+                self.names[side]
+            );
+        }
+        if r.too_big {
+            self.c[side].too_big += 1;
+            if !self.warned_too_big {
+                self.warned_too_big = true;
+                eprintln!(
+                    "linkem: {}: a frame of {} bytes is larger than the egress interface sends \
+                     ({} bytes with its Ethernet header); such frames are dropped and counted \
+                     as too-big (raise the egress MTU to carry them)",
+                    self.names[side],
+                    frame.orig_len.max(frame.data.len() as u32),
+                    self.max_frame[side]
+                );
+            }
+        }
+    }
+
+    /// One wire frame into the model; its decision (now or when it comes).
+    #[inline]
+    fn admit<M: LiveModel>(
+        &mut self,
+        model: &mut M,
+        objs: &mut Objects,
+        side: usize,
+        ts: u64,
+        bytes: &[u8],
+        csum: Option<CsumPartial>,
+    ) {
+        let tag = self.next_tag;
+        self.next_tag += 1;
+        let side_id = if side == 0 { Side::A } else { Side::B };
+        if let Some(tap) = self.tap.as_mut() {
+            tap.frame(side_id, ts, bytes);
+        }
+        let key = if self.reads_headers {
+            FlowKey::parse(bytes, L2Kind::Ethernet)
+        } else {
+            FlowKey::default()
+        };
+        let pkt = PacketIn {
+            len_bytes: bytes.len() as u32,
+            key,
+            side: side_id,
+            tag,
+        };
+        model.on_arrival(ts, pkt, &mut self.out);
+        let mut out = std::mem::take(&mut self.out);
+        let mut decided = false;
+        for d in out.drain(..) {
+            if d.tag == tag {
+                decided = true;
+                self.settle(objs, &d, side, ts, bytes, csum);
+            } else {
+                self.settle_held(objs, &d);
+            }
+        }
+        self.out = out;
+        if !decided {
+            let mut frame = vec![0u8; bytes.len()];
+            finish(&mut frame, bytes, csum);
+            self.held.insert(
+                tag,
+                Held {
+                    side,
+                    arrival_ns: ts,
+                    frame,
+                },
+            );
+            self.c[side].held += 1;
+        }
+    }
+
+    /// Runs the model's events due by `now_ns` and settles their decisions.
+    fn poll<M: LiveModel>(&mut self, model: &mut M, objs: &mut Objects, now_ns: u64) {
+        model.poll(now_ns, &mut self.out);
+        let mut out = std::mem::take(&mut self.out);
+        for d in out.drain(..) {
+            self.settle_held(objs, &d);
+        }
+        self.out = out;
+    }
+
+    fn settle_held(&mut self, objs: &mut Objects, d: &Decision) {
+        let Some(h) = self.held.remove(&d.tag) else {
+            // Every packet is held until decided; a decision without one is
+            // the model's error, which must not stop the bridge.
+            debug_assert!(false, "a decision for packet {} never held", d.tag);
+            return;
+        };
+        self.c[h.side].held -= 1;
+        self.settle(objs, d, h.side, h.arrival_ns, &h.frame, None);
+    }
+
+    /// Applies a decision to a frame received on `side`.
+    #[inline]
+    fn settle(
+        &mut self,
+        objs: &mut Objects,
+        d: &Decision,
+        side: usize,
+        arrival_ns: u64,
+        bytes: &[u8],
+        csum: Option<CsumPartial>,
+    ) {
+        if let Some(tap) = self.tap.as_mut() {
+            tap.decision(arrival_ns, bytes.len() as u32, d);
+        }
+        let stored = self.store(d, side, bytes, csum);
+        if d.pipe.is_some() || d.queue.is_some() {
+            objs.record(d, arrival_ns, bytes.len() as u32, stored);
+        }
+    }
+
+    /// Counts the decision for its direction; a delivered packet goes into
+    /// the delay line. Returns whether it did.
+    #[inline]
+    fn store(
+        &mut self,
+        d: &Decision,
+        side: usize,
+        bytes: &[u8],
+        csum: Option<CsumPartial>,
+    ) -> bool {
+        let group = if d.fate == Fate::Delivered {
+            self.group_of(d.pipe)
+        } else {
+            0
+        };
+        let c = &mut self.c[side];
+        match d.fate {
+            Fate::Delivered => {}
+            f => {
+                c.fates.add(f);
+                return false;
+            }
+        }
+        c.fates.add(Fate::Delivered);
+        c.fates.duplicated += d.duplicate as u64;
+        c.fates.corrupted += !d.corrupt_bits.is_empty() as u64;
+        if self.shed[side] {
+            c.backpressure += 1;
+            return false;
+        }
+        let stored =
+            self.producers[side].push_with_group(d.release_ns, bytes.len(), false, group, |slot| {
+                finish(slot, bytes, csum);
+                d.apply_to_frame(slot, L2Kind::Ethernet);
+            });
+        if !stored {
+            c.backpressure += 1;
+            return false;
+        }
+        c.accepted += 1;
+        self.pushed[side] = true;
+        if d.release_ns >= self.max_stored_ns[side] {
+            self.max_stored_ns[side] = d.release_ns;
+        } else {
+            // Release: the record is in the line before the output stage sees the count.
+            self.controls[side]
+                .out_of_order
+                .fetch_add(1, Ordering::Release);
+        }
+        if d.duplicate {
+            // The copy leaves as it came, right after the original; one that
+            // finds no room is not a lost packet.
+            let _ = self.producers[side].push_with_group(
+                d.release_ns,
+                bytes.len(),
+                true,
+                group,
+                |slot| finish(slot, bytes, csum),
+            );
+        }
+        true
+    }
+
+    fn publish(&self, side: usize) {
+        let c = &self.c[side];
+        let mut counts = c.fates;
+        counts.set(
+            Fate::Delivered,
+            counts.get(Fate::Delivered).saturating_sub(c.backpressure),
+        );
+        counts.set(Fate::Backpressure, c.backpressure);
+        counts.set(Fate::TooBig, c.too_big);
+        let mut shared = self.controls[side]
+            .input
+            .lock()
+            .expect("the lock holders never panic");
+        shared.counts = counts;
+        shared.received = c.received;
+        shared.segmented = c.segmented;
+        // Packets the model holds are in flight as much as those in the line.
+        shared.accepted = c.accepted + c.held;
+        shared.rx_wakeups = self.wakeups;
+        shared.kernel_drops = c.kernel_drops;
+    }
+
+    /// Publishes both directions' counts and wakes the output stages that
+    /// got packets.
+    fn publish_all(&mut self) {
+        for i in 0..2 {
+            self.publish(i);
+        }
+        wake_outputs(&self.outputs, &self.controls, self.pushed);
+        self.pushed = [false; 2];
+    }
+}
+
+// Kept whole: the stage's hot loop, whose steps share the core's lock guard and the batch's `now`.
+fn live_stage<M: LiveModel>(
+    shared: &Shared<M>,
+    controls: [Arc<Control>; 2],
+    opts: &LiveOptions,
+    mut rx: [Box<dyn RxPort>; 2],
+    mut realtime: Option<Realtime>,
+) {
+    // Poll timeouts are the model's event times: no slack on top of them.
+    clock::set_timer_slack_ns(1);
+    let fail = |e: String| {
+        for c in &controls {
+            c.fail(e.clone());
+        }
+    };
+    let batch = opts.batch.max(1);
+    let mut fds: Vec<RawFd> = Vec::new();
+    let wake_fd = shared.wake.as_ref().map(AsRawFd::as_raw_fd);
+    let mut drops_read_ns = 0u64;
+    let mut wakeups = 0u64;
+    let mut wake = WakeEstimate {
+        overshoot_ns: 50_000,
+    };
+    let mut budget = SpinBudget::new(clock::now_ns());
+    {
+        let mut guard = lock(&shared.core);
+        let Core { model, stage } = &mut *guard;
+        stage.reads_headers = model.reads_headers();
+    }
+    'run: while !shared.stop.load(Ordering::Acquire) {
+        let now = clock::now_ns();
+        // While an output stage is more than max-lag behind, its direction
+        // stores nothing (counted backpressure).
+        let shed = controls.each_ref().map(|c| {
+            let behind_ns = now.saturating_sub(c.output_at_ns.load(Ordering::Relaxed));
+            opts.max_lag_ns.is_some_and(|m| behind_ns > m)
+        });
+        let mut guard = lock(&shared.core);
+        let Core { model, stage } = &mut *guard;
+        let mut objs = lock(&shared.objects);
+        if shared.has_changes.swap(false, Ordering::AcqRel) {
+            stage.take_changes(model, &mut objs, &shared.changes);
+        }
+        stage.shed = shed;
+        let mut taken = 0;
+        let mut full = false;
+        for (side, port) in rx.iter_mut().enumerate() {
+            match port.rx_batch(batch, &mut |frame| {
+                stage.take(model, &mut objs, side, frame)
+            }) {
+                Ok(n) => {
+                    taken += n;
+                    full |= n == batch;
+                }
+                Err(e) => {
+                    fail(format!("receive: {e}"));
+                    break 'run;
+                }
+            }
+        }
+        let now = stage.tick();
+        stage.poll(model, &mut objs, now);
+        stage.sweep(model, now);
+        let next = model.next_event_ns();
+        if now.wrapping_sub(drops_read_ns) > KERNEL_DROPS_EVERY_NS {
+            drops_read_ns = now;
+            for (i, port) in rx.iter_mut().enumerate() {
+                stage.c[i].kernel_drops = port.rx_kernel_drops();
+            }
+        }
+        stage.wakeups = wakeups;
+        stage.publish_all();
+        drop(objs);
+        drop(guard);
+        if shared.wanted.load(Ordering::Relaxed) > 0 {
+            std::thread::yield_now();
+        }
+        if full {
+            if let Some(rt) = realtime.as_mut() {
+                rt.busy(now);
+            }
+        }
+        if taken > 0 || shared.has_changes.load(Ordering::Acquire) {
+            continue;
+        }
+        // Sleep until the model's next event less the learnt wake-up overshoot,
+        // then go round the loop (taking frames) until it is due: a multi-hop
+        // packet's last hop, and a scheduled packet with little delay after
+        // its service, are decided at their release time, so a late wake-up
+        // would be lateness on the wire.
+        let now = clock::now_ns();
+        budget.tick(now);
+        let spin = if budget.frugal {
+            MIN_SPIN_NS
+        } else {
+            wake.spin_ns(opts.spin_ns)
+        };
+        let sleep_ns = match next {
+            Some(t) if t.saturating_sub(now) <= spin => {
+                budget.spun_ns += LOOP_NS;
+                std::hint::spin_loop();
+                continue;
+            }
+            Some(t) => (t - now - spin).min(IDLE_WAIT_NS),
+            None => IDLE_WAIT_NS,
+        };
+        if let Some(rt) = realtime.as_mut() {
+            // Failing to return to SCHED_FIFO costs precision, not packets.
+            let _ = rt.wait_mode();
+        }
+        match wait_both(&mut rx, &mut fds, wake_fd, sleep_ns) {
+            Ok(timed_out) => {
+                if timed_out && next.is_some() {
+                    wake.observe(clock::now_ns().saturating_sub(now + sleep_ns));
+                }
+            }
+            Err(e) => {
+                fail(format!("receive: {e}"));
+                break;
+            }
+        }
+        wakeups += 1;
+    }
+    let mut guard = lock(&shared.core);
+    let stage = &mut guard.stage;
+    for (i, port) in rx.iter_mut().enumerate() {
+        stage.c[i].kernel_drops = port.rx_kernel_drops();
+    }
+    stage.wakeups = wakeups;
+    stage.publish_all();
+    for p in &stage.producers {
+        p.close();
+    }
+}
+
+/// Sleeps until a frame may be waiting on either port, a change was queued
+/// (`wake_fd` readable; it is drained here) or `timeout_ns` passed. Returns
+/// true when the time passed with nothing ready.
+fn wait_both(
+    rx: &mut [Box<dyn RxPort>; 2],
+    fds: &mut Vec<RawFd>,
+    wake_fd: Option<RawFd>,
+    timeout_ns: u64,
+) -> io::Result<bool> {
+    fds.clear();
+    let mut unsupported = false;
+    for port in rx.iter_mut() {
+        match port.wait_fds(fds)? {
+            WaitFds::Ready => return Ok(false),
+            WaitFds::Added => {}
+            WaitFds::Unsupported => unsupported = true,
+        }
+    }
+    if unsupported {
+        let turn = (timeout_ns / 2).clamp(1, TURN_NS);
+        for port in rx.iter_mut() {
+            port.wait_rx(turn)?;
+        }
+        return Ok(false);
+    }
+    fds.extend(wake_fd);
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ts = libc::timespec {
+        tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
+    };
+    // Safety: pfds and ts are valid for the call; no signal mask is given.
+    let r = unsafe {
+        libc::ppoll(
+            pfds.as_mut_ptr(),
+            pfds.len() as libc::nfds_t,
+            &ts,
+            std::ptr::null(),
+        )
+    };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+        return Ok(false);
+    }
+    if let (Some(fd), Some(p)) = (wake_fd, pfds.last()) {
+        if p.revents != 0 {
+            let mut count = [0u8; 8];
+            // Safety: reads at most 8 bytes into a live buffer from an owned,
+            // non-blocking eventfd.
+            let _ = unsafe { libc::read(fd, count.as_mut_ptr().cast(), count.len()) };
+        }
+    }
+    Ok(r == 0)
+}

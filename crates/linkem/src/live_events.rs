@@ -1,0 +1,238 @@
+//! `linkem bridge --events FILE`: every decision of the live model, one line
+//! each in the one `--events` format ([`linkem_core::EVENTS_HEADER`],
+//! [`linkem_core::write_event`]), as `linkem replay` writes them.
+//!
+//! Off the packet path: the live stage only copies each decision into a
+//! bounded channel ([`QUEUE_RECORDS`]); a writer thread formats and writes
+//! them. When the channel is full the decision is skipped and counted
+//! (`events_skipped`), never waited for: the file then lacks lines, which the
+//! bridge reports at exit. Stage-level fates (backpressure, late, tx-error,
+//! flushed, too-big) are not model decisions and have no line.
+
+use linkem_core::model::Change;
+use linkem_core::model::{write_event, EVENTS_HEADER};
+use linkem_core::node::Decision;
+use linkem_core::rules::Side;
+use linkem_runtime::pipeline::Tap;
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// Decisions waiting for the writer at most: at 1 Mpps, 65 ms of them.
+pub const QUEUE_RECORDS: usize = 1 << 16;
+
+/// One decision as the stage hands it over.
+struct Record {
+    arrival_ns: u64,
+    len_bytes: u32,
+    decision: Decision,
+}
+
+/// The stage's end: copies decisions into the channel.
+pub struct EventsTap {
+    tx: Option<SyncSender<Record>>,
+    skipped: Arc<AtomicU64>,
+}
+
+impl Tap for EventsTap {
+    fn frame(&mut self, _side: Side, _ts_ns: u64, _bytes: &[u8]) {}
+
+    #[inline]
+    fn decision(&mut self, arrival_ns: u64, len_bytes: u32, d: &Decision) {
+        let Some(tx) = &self.tx else { return };
+        let record = Record {
+            arrival_ns,
+            len_bytes,
+            decision: d.clone(),
+        };
+        match tx.try_send(record) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                self.skipped.fetch_add(1, Ordering::Relaxed);
+            }
+            // The writer failed (its error is reported at the end): stop copying.
+            Err(TrySendError::Disconnected(_)) => {
+                self.skipped.fetch_add(1, Ordering::Relaxed);
+                self.tx = None;
+            }
+        }
+    }
+
+    fn changes(&mut self, _at_ns: u64, _changes: &[Change]) {}
+}
+
+/// The writer's end: the thread, and what it reports when it ends.
+pub struct EventsWriter<W> {
+    thread: JoinHandle<std::io::Result<(W, u64)>>,
+    skipped: Arc<AtomicU64>,
+}
+
+/// What the events file got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventsSummary {
+    /// Lines written.
+    pub written: u64,
+    /// Decisions with no line (the channel was full, or the writer failed).
+    pub skipped: u64,
+}
+
+/// Starts the writer thread on `out` (the header first); returns the tap
+/// for the stage and the writer to finish once the stage has stopped.
+pub fn start<W: Write + Send + 'static>(out: W) -> std::io::Result<(EventsTap, EventsWriter<W>)> {
+    start_with(out, QUEUE_RECORDS)
+}
+
+fn start_with<W: Write + Send + 'static>(
+    mut out: W,
+    queue: usize,
+) -> std::io::Result<(EventsTap, EventsWriter<W>)> {
+    let (tx, rx) = sync_channel::<Record>(queue);
+    let skipped = Arc::new(AtomicU64::new(0));
+    let thread = std::thread::Builder::new()
+        .name("linkem-events".into())
+        .spawn(move || {
+            let mut line = String::with_capacity(160);
+            writeln!(out, "{EVENTS_HEADER}")?;
+            let mut written = 0u64;
+            for r in rx {
+                line.clear();
+                write_event(&mut line, r.arrival_ns, r.len_bytes, &r.decision);
+                out.write_all(line.as_bytes())?;
+                written += 1;
+            }
+            out.flush()?;
+            Ok((out, written))
+        })?;
+    let tap = EventsTap {
+        tx: Some(tx),
+        skipped: skipped.clone(),
+    };
+    Ok((tap, EventsWriter { thread, skipped }))
+}
+
+impl<W> EventsWriter<W> {
+    /// Decisions skipped so far.
+    pub fn skipped(&self) -> u64 {
+        self.skipped.load(Ordering::Relaxed)
+    }
+
+    /// Waits for the writer to write what it was given (the tap must have
+    /// been dropped) and says how it went; gives the file back.
+    pub fn finish(self) -> std::io::Result<(W, EventsSummary)> {
+        let (out, written) = self
+            .thread
+            .join()
+            .map_err(|_| std::io::Error::other("the events writer panicked"))??;
+        let summary = EventsSummary {
+            written,
+            skipped: self.skipped.load(Ordering::Relaxed),
+        };
+        Ok((out, summary))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use linkem_core::model::{LinkModel, Model};
+    use linkem_core::node::PacketIn;
+    use linkem_core::rules::FlowKey;
+    use linkem_core::{Fate, LinkSpec};
+    use std::sync::Mutex;
+
+    /// A writer into shared memory.
+    struct Gate(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Gate {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn decisions(n: u64) -> Vec<Decision> {
+        let spec = LinkSpec::parse("delay 1ms loss 20% seed 3").unwrap();
+        let mut m = LinkModel::new([spec.link.clone(), spec.link], 3);
+        let mut out = Vec::new();
+        for i in 0..n {
+            let pkt = PacketIn {
+                len_bytes: 100,
+                key: FlowKey::default(),
+                side: Side::A,
+                tag: i,
+            };
+            m.on_arrival(i * 1000, pkt, &mut out);
+        }
+        out
+    }
+
+    #[test]
+    fn every_decision_is_a_line_in_the_replay_format() {
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let gate = Gate(buf.clone());
+        let (mut tap, writer) = start(gate).unwrap();
+        let ds = decisions(500);
+        for d in &ds {
+            tap.decision(d.tag * 1000, 100, d);
+        }
+        drop(tap);
+        let (_, summary) = writer.finish().unwrap();
+        assert_eq!(
+            summary,
+            EventsSummary {
+                written: 500,
+                skipped: 0
+            }
+        );
+        let text = String::from_utf8(buf.lock().unwrap().clone()).unwrap();
+        let mut expected = format!("{EVENTS_HEADER}\n");
+        for d in &ds {
+            write_event(&mut expected, d.tag * 1000, 100, d);
+        }
+        assert_eq!(text, expected);
+        assert!(ds.iter().any(|d| d.fate == Fate::Loss));
+    }
+
+    /// A writer that waits on a barrier before its first write.
+    struct Slow(Arc<std::sync::Barrier>, bool);
+
+    impl Write for Slow {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            if !self.1 {
+                self.1 = true;
+                self.0.wait();
+            }
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_full_queue_skips_and_counts_never_blocks() {
+        let barrier = Arc::new(std::sync::Barrier::new(2));
+        let (mut tap, writer) = start_with(Slow(barrier.clone(), false), 4).unwrap();
+        let ds = decisions(100);
+        for d in &ds {
+            tap.decision(0, 100, d);
+        }
+        // The writer is stuck on the header: 4 queued, the rest skipped.
+        assert_eq!(writer.skipped(), 96);
+        barrier.wait();
+        drop(tap);
+        let (_, summary) = writer.finish().unwrap();
+        assert_eq!(
+            summary,
+            EventsSummary {
+                written: 4,
+                skipped: 96
+            }
+        );
+    }
+}
