@@ -340,7 +340,14 @@ class Client(Requests):
         if len(data) > MAX_LINE_BYTES:
             raise ValueError(f"a request line holds at most {MAX_LINE_BYTES - 1} bytes "
                              f"(this one {len(data) - 1})")
-        self._sock.sendall(data)
+        try:
+            self._sock.sendall(data)
+        except socket.timeout as e:
+            raise TimeoutError(f"{self.path}: the emulator took no request within "
+                               f"{self.timeout_s} s") from e
+        except (BrokenPipeError, ConnectionResetError) as e:
+            raise ConnectionError(f"{self.path}: the emulator closed the connection "
+                                  f"({e.strerror})") from e
 
     def recv(self) -> Reply:
         """The next reply line, parsed (whether ok or not)."""
@@ -409,6 +416,9 @@ class Client(Requests):
             raw = self._reader.readline()
         except socket.timeout as e:
             raise TimeoutError(f"{self.path}: no {what} within {self.timeout_s} s") from e
+        except ConnectionResetError as e:
+            raise ConnectionError(f"{self.path}: the emulator closed the connection "
+                                  f"before {what} ({e.strerror})") from e
         if not raw:
             raise ConnectionError(f"{self.path}: the emulator closed the connection "
                                   f"before {what}")
