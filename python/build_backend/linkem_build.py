@@ -22,7 +22,7 @@ import re
 import tarfile
 import zipfile
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "linkem"
@@ -104,20 +104,20 @@ def _write_wheel(directory: str, files: List[Tuple[str, bytes]]) -> str:
     return filename
 
 
-def build_wheel(wheel_directory: str, config_settings: Optional[dict] = None,
+def build_wheel(wheel_directory: str, config_settings: Optional[Dict[str, Any]] = None,
                 metadata_directory: Optional[str] = None) -> str:
     """PEP 517: the package's files in a pure wheel; returns its file name."""
     files = [(p.as_posix(), (ROOT / p).read_bytes()) for p in _sources()]
     return _write_wheel(wheel_directory, files)
 
 
-def build_editable(wheel_directory: str, config_settings: Optional[dict] = None,
+def build_editable(wheel_directory: str, config_settings: Optional[Dict[str, Any]] = None,
                    metadata_directory: Optional[str] = None) -> str:
     """PEP 660: a wheel whose ``.pth`` puts this directory on ``sys.path``."""
     return _write_wheel(wheel_directory, [(f"_{PACKAGE}_editable.pth", f"{ROOT}\n".encode())])
 
 
-def build_sdist(sdist_directory: str, config_settings: Optional[dict] = None) -> str:
+def build_sdist(sdist_directory: str, config_settings: Optional[Dict[str, Any]] = None) -> str:
     """PEP 517: the sources and ``PKG-INFO`` in ``NAME-VERSION.tar.gz``."""
     name, version = _dist_name()
     base = f"{name}-{version}"
@@ -133,13 +133,13 @@ def build_sdist(sdist_directory: str, config_settings: Optional[dict] = None) ->
     return filename
 
 
-def get_requires_for_build_wheel(config_settings: Optional[dict] = None) -> List[str]:
+def get_requires_for_build_wheel(config_settings: Optional[Dict[str, Any]] = None) -> List[str]:
     return []
 
 
-def get_requires_for_build_editable(config_settings: Optional[dict] = None) -> List[str]:
+def get_requires_for_build_editable(config_settings: Optional[Dict[str, Any]] = None) -> List[str]:
     return []
 
 
-def get_requires_for_build_sdist(config_settings: Optional[dict] = None) -> List[str]:
+def get_requires_for_build_sdist(config_settings: Optional[Dict[str, Any]] = None) -> List[str]:
     return []

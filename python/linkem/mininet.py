@@ -27,10 +27,11 @@ TCLink parameter       linkem words
 =====================  =====================================================
 
 ``params1``/``params2`` set the a->b/b->a direction alone (``--a-to-b``/
-``--b-to-a``), as they set one interface's shaping with ``TCLink``. ``TCIntf``'s
+``--b-to-a``), as they set one interface's shaping with ``TCLink``. ``gro``,
+``txo``, ``rxo`` switch the node interface's offloads with ``ethtool -K`` as
+``TCIntf`` does, when given (TCIntf's defaults are not imposed). ``TCIntf``'s
 choice of qdisc (``use_hfsc``, ``use_tbf``, ``latency_ms``, ``speedup``,
-``enable_ecn``, ``enable_red``) and its offload switches (``gro``, ``txo``,
-``rxo``) have no linkem meaning: they are ignored with a warning.
+``enable_ecn``, ``enable_red``) has no linkem meaning: ignored with a warning.
 
 The link's emulator is ``linkem bridge`` with ``--name E_a-E_b`` (control socket
 ``/run/linkem/E_a-E_b.sock``, see :meth:`LinkemLink.client`), ``--stats json``,
@@ -63,9 +64,11 @@ except ImportError as e:  # pragma: no cover - depends on the machine
 
 #: TCIntf parameters that become linkem words.
 TC_WORDS = ("bw", "delay", "jitter", "loss", "max_queue_size")
-#: TCIntf parameters with no linkem meaning (qdisc flavour, offloads): warned about.
-TC_IGNORED = ("gro", "txo", "rxo", "speedup", "use_hfsc", "use_tbf", "latency_ms",
-              "enable_ecn", "enable_red", "disable_gro")
+#: TCIntf's offload switches, applied as TCIntf does (``ethtool -K`` on the node's
+#: interface) when given; TCIntf's defaults are not imposed: hosts stay as they are.
+TC_OFFLOADS = {"gro": "gro", "txo": "tx", "rxo": "rx"}
+#: TCIntf parameters with no linkem meaning (its qdisc flavour): warned about.
+TC_IGNORED = ("speedup", "use_hfsc", "use_tbf", "latency_ms", "enable_ecn", "enable_red")
 #: How long linkem may take to open its interfaces and socket.
 START_TIMEOUT_S = 10.0
 #: How long linkem may take to stop on SIGINT before it is killed.
@@ -113,9 +116,16 @@ def tc_words(bw: Optional[float] = None, delay: Union[str, None] = None,
     return words
 
 
-def _split_params(params: Dict[str, Any], where: str) -> Dict[str, Any]:
-    """Takes the TC parameters out of ``params`` (the rest goes to Mininet's Intf)."""
+def _split_params(params: Dict[str, Any], where: str,
+                  offloads: Dict[str, bool]) -> Dict[str, Any]:
+    """Takes the TC parameters out of ``params`` (the rest goes to Mininet's Intf):
+    returns the ones that are words, adds the offload switches to ``offloads``."""
     taken = {k: params.pop(k) for k in TC_WORDS if k in params}
+    if "disable_gro" in params:
+        params["gro"] = not params.pop("disable_gro")
+    for k in TC_OFFLOADS:
+        if k in params:
+            offloads[k] = bool(params.pop(k))
     for k in TC_IGNORED:
         if k in params:
             warn(f"*** LinkemLink: {where}{k}={params.pop(k)!r} has no meaning for linkem: "
@@ -142,7 +152,7 @@ def _linkem_bin(given: Optional[str]) -> str:
     return path
 
 
-class LinkemLink(Link):
+class LinkemLink(Link):  # type: ignore[misc]  # Mininet has no type hints
     """A Mininet ``Link`` whose frames cross ``linkem bridge`` (see the module doc).
 
     Extra keyword arguments beside ``Link``'s and ``TCLink``'s:
@@ -165,9 +175,12 @@ class LinkemLink(Link):
         params1 = dict(params1) if params1 else {}
         params2 = dict(params2) if params2 else {}
         # Words first: a bad parameter fails before anything exists.
-        both = _split_params(params, "")
-        only_ab = _split_params(params1, "params1: ")
-        only_ba = _split_params(params2, "params2: ")
+        offloads_both: Dict[str, bool] = {}
+        both = _split_params(params, "", offloads_both)
+        self.offloads1 = dict(offloads_both)
+        self.offloads2 = dict(offloads_both)
+        only_ab = _split_params(params1, "params1: ", self.offloads1)
+        only_ba = _split_params(params2, "params2: ", self.offloads2)
         self.words: List[str] = tc_words(**both)
         if linkem is not None:
             self.words += join_words(linkem).split()
@@ -187,7 +200,7 @@ class LinkemLink(Link):
         #: linkem's final ``--stats json`` line, once stopped.
         self.stats: Optional[Dict[str, Any]] = None
         self._nodes = (node1, node2)
-        self._proc: Optional[subprocess.Popen] = None
+        self._proc: "Optional[subprocess.Popen[bytes]]" = None
         self._log_out: Any = None
         self._log_err: Any = None
         self._deleted = False
@@ -198,6 +211,8 @@ class LinkemLink(Link):
                              intfName2=intfName2, addr1=addr1, addr2=addr2, intf=intf,
                              cls1=cls1, cls2=cls2, params1=params1, params2=params2,
                              fast=True, **params)
+            for intf, offloads in ((self.intf1, self.offloads1), (self.intf2, self.offloads2)):
+                _set_offloads(intf, offloads)
             self._start()
         except BaseException:
             self._teardown()
@@ -268,7 +283,8 @@ class LinkemLink(Link):
         if self._log_err is None:
             return ""
         self._log_err.seek(0)
-        return self._log_err.read().decode("utf-8", "replace").strip()
+        data: bytes = self._log_err.read()
+        return data.decode("utf-8", "replace").strip()
 
     def _stop_linkem(self) -> None:
         proc, self._proc = self._proc, None
@@ -340,6 +356,16 @@ def _control_path(args: Sequence[str], name: str) -> Optional[str]:
         if i + 1 < len(args):
             name = args[i + 1]
     return str(default_socket_path(name))
+
+
+def _set_offloads(intf: Any, offloads: Dict[str, bool]) -> None:
+    """``gro``/``txo``/``rxo`` as TCIntf sets them, on the node's interface."""
+    if not offloads:
+        return
+    words = " ".join(f"{TC_OFFLOADS[k]} {'on' if on else 'off'}" for k, on in offloads.items())
+    out = intf.cmd(f"ethtool -K {intf.name} {words} && echo linkem-ok")
+    if "linkem-ok" not in out:
+        raise RuntimeError(f"ethtool -K {intf.name} {words} failed: {out.strip()}")
 
 
 def _set_up_emulator_end(ifname: str) -> None:

@@ -102,8 +102,9 @@ def ping_ms(src: Any, dst: Any, count: int = 5) -> List[float]:
 
 def test_switch_per_direction_words_live_change_and_teardown(
         networks: Callable[..., Any]) -> None:
-    net = networks(SwitchedPair(params1={"delay": "10ms"}, params2={"delay": "30ms"},
-                                linkem="reorder allow", linkem_args=["--max-lag", "off"]))
+    net = networks(SwitchedPair(params1={"delay": "10ms", "txo": False},
+                                params2={"delay": "30ms"}, linkem="reorder allow",
+                                linkem_args=["--max-lag", "off"]))
     h1, h2 = net.get("h1", "h2")
     link = net.linksBetween(h1, net.get(SWITCH))[0]
     assert isinstance(link, LinkemLink)
@@ -111,6 +112,9 @@ def test_switch_per_direction_words_live_change_and_teardown(
         ["reorder", "allow"], ["delay", "10ms"], ["delay", "30ms"])
     # Mininet's names and addresses stay: the host sees h1-eth0 with its IP.
     assert "10.0.0.1" in h1.cmd("ip -4 addr show dev h1-eth0")
+    # txo=False for h1's interface alone, as TCIntf switches it.
+    assert "tx-checksumming: off" in h1.cmd("ethtool -k h1-eth0")
+    assert "tx-checksumming: on" in net.get(SWITCH).cmd(f"ethtool -k {SWITCH}-eth1")
     rtt = median_ms(ping_ms(h1, h2), "10 ms there, 30 ms back")
     assert 39.5 < rtt < 60, f"RTT through 10 ms + 30 ms: {rtt} ms"
 
