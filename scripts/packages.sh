@@ -54,9 +54,13 @@ need_py_modules() {
 
 # What the tests run: ip/ping/ethtool/iperf3/trafgen/setcap in the live tests,
 # python3 with the Prometheus client's parser in the metrics test, column in
-# the demo, and a C++ compiler for libFuzzer (cargo fuzz builds it from source).
+# the demo, a C++ compiler for libFuzzer (cargo fuzz builds it from source), and
+# for python/tests pytest, venv (ensurepip: the offline `pip install` test),
+# Mininet and brctl (its Linux bridge switch).
 need_test_packages() {
   need_packages ip:iproute2 ping:iputils-ping /usr/bin/python3:python3 column:bsdextrautils \
-    ethtool:ethtool iperf3:iperf3 trafgen:netsniff-ng c++:g++ setcap:libcap2-bin &&
-    need_py_modules prometheus_client:python3-prometheus-client
+    ethtool:ethtool iperf3:iperf3 trafgen:netsniff-ng c++:g++ setcap:libcap2-bin \
+    brctl:bridge-utils &&
+    need_py_modules prometheus_client:python3-prometheus-client pytest:python3-pytest \
+      ensurepip:python3-venv mininet:mininet
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every test linkem has: formatting, lints, unit, property, statistical and
-# integration tests, then a short run of each fuzz target.
+# integration tests, the Python package's tests, then a short run of each fuzz target.
 #
 # As root it first installs the Debian packages the tests use (scripts/packages.sh);
 # without root it names the missing ones and carries on: the unit tests run, and a
@@ -14,6 +14,14 @@ cargo fmt --all -- --check
 ./scripts/check-msrv.sh
 cargo clippy --workspace --all-targets -q -- -D warnings
 cargo test --workspace
+# The Python package (python/): client, Mininet link and offline install. The live
+# tests (a bridge between namespaces, Mininet) need root and skip without it, saying so.
+if /usr/bin/python3 -c 'import pytest' 2>/dev/null; then
+  cargo build -q -p linkem
+  /usr/bin/python3 -m pytest -q -rs -p no:cacheprovider python/tests
+else
+  echo "test: python/tests not run: pytest is missing (apt-get install python3-pytest)" >&2
+fi
 # Benchmarks must at least build (they run with scripts/bench.sh).
 cargo bench --workspace --no-run
 FUZZ_SECONDS="${FUZZ_SECONDS:-10}" ./fuzz/run.sh
