@@ -42,7 +42,7 @@ use crate::fate::Fate;
 use crate::link::{Link, PacketMeta};
 use crate::node::{Decision, Node, PacketIn};
 use crate::rules::flow::L2Kind;
-use crate::rules::parse::RuleSet;
+use crate::rules::parse::{ObjectDef, ObjectKind, Rule, RuleSet};
 use crate::rules::Side;
 use std::fmt::Write as _;
 
@@ -98,12 +98,35 @@ pub enum Change {
         /// The rule file's text they were parsed from, kept for recordings.
         text: std::sync::Arc<str>,
     },
+    /// `pipe|queue|sched N config WORDS`: the object is created, or replaced
+    /// whole by this definition ([`Node::change`]: a closed-form pipe keeps
+    /// its instances and their queued packets).
+    Object(Box<ObjectDef>),
+    /// `pipe|queue|sched N delete`: the object goes (nothing may still name it).
+    DeleteObject {
+        /// Which kind of object.
+        kind: ObjectKind,
+        /// Its number.
+        number: u32,
+    },
+    /// `add N BODY`: the rule, numbered, joins the rules after every rule
+    /// numbered ≤ N; its pipe or queue must exist.
+    AddRule(Box<Rule>),
+    /// `delete N...`: every rule of each number goes (each must exist).
+    DeleteRules(Vec<u32>),
+    /// `flush`: every rule, pipe, queue and scheduler goes (a control
+    /// request's flush, not a rule file's, which keeps the objects).
+    Flush,
+    /// `set one-pass on|off`.
+    OnePass(bool),
 }
 
 impl std::fmt::Display for Change {
     /// One line a control request would carry for the change (`link a-to-b
-    /// WORDS`); a whole rule set is named by its size only, its text being
-    /// in [`Change::Rules::text`].
+    /// WORDS`, `pipe 3 config delay 5ms`, `add 100 pipe 3 ip`): the control
+    /// protocol's parse of the line gives the same change back. A whole rule
+    /// set is named by its size only, its text being in
+    /// [`Change::Rules::text`].
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Change::Link { sides, config } => {
@@ -115,6 +138,21 @@ impl std::fmt::Display for Change {
                 write!(f, "link {dir} {config}")
             }
             Change::Rules { set, .. } => write!(f, "rules ({} rules)", set.rules.len()),
+            Change::Object(def) => {
+                let (kind, n) = (def.kind().word(), def.number());
+                match def.words() {
+                    "" => write!(f, "{kind} {n} config"),
+                    words => write!(f, "{kind} {n} config {words}"),
+                }
+            }
+            Change::DeleteObject { kind, number } => write!(f, "{} {number} delete", kind.word()),
+            Change::AddRule(rule) => write!(f, "add {} {}", rule.number, rule.body()),
+            Change::DeleteRules(numbers) => {
+                f.write_str("delete")?;
+                numbers.iter().try_for_each(|n| write!(f, " {n}"))
+            }
+            Change::Flush => f.write_str("flush"),
+            Change::OnePass(on) => write!(f, "set one-pass {}", if *on { "on" } else { "off" }),
         }
     }
 }
@@ -128,6 +166,11 @@ pub enum ChangeError {
     /// A link change to a node of rules.
     #[error("this emulator runs a rule set: change its pipes, not the link")]
     NoLink,
+    /// A change that would leave the rule set naming what does not exist
+    /// (a rule's pipe, a queue's scheduler), deleting what does not exist,
+    /// or a queue whose weight its scheduler refuses.
+    #[error("{0}")]
+    Invalid(String),
 }
 
 /// The plain link: one closed-form [`Link`] per side.
@@ -198,7 +241,7 @@ impl Model for LinkModel {
                 }
                 Ok(())
             }
-            Change::Rules { .. } => Err(ChangeError::NoRuleSet),
+            _ => Err(ChangeError::NoRuleSet),
         }
     }
 
@@ -231,13 +274,7 @@ impl Model for Node {
         change: Change,
         out: &mut Vec<Decision>,
     ) -> Result<(), ChangeError> {
-        match change {
-            Change::Rules { set, .. } => {
-                self.update(*set, now_ns, out);
-                Ok(())
-            }
-            Change::Link { .. } => Err(ChangeError::NoLink),
-        }
+        self.change(change, now_ns, out)
     }
 
     fn reads_headers(&self) -> bool {
