@@ -80,7 +80,7 @@ pub trait Model {
 }
 
 /// A change to a running model, parsed and checked before it reaches the model.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Change {
     /// The plain link of side a (`sides[0]`), side b, or both becomes exactly
     /// `config` ([`Link::reconfigure`]: packets decided keep their times).
