@@ -171,6 +171,9 @@ pub enum ChangeError {
     /// or a queue whose weight its scheduler refuses.
     #[error("{0}")]
     Invalid(String),
+    /// The model's driver has stopped: nothing applies any more.
+    #[error("the emulator is stopping: change not applied")]
+    Stopped,
 }
 
 /// The plain link: one closed-form [`Link`] per side.

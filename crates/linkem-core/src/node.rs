@@ -255,6 +255,11 @@ impl Node {
         }
     }
 
+    /// The scheduler, queue and pipe scheduler words of the running set.
+    pub fn sched_words(&self) -> &SchedSet {
+        &self.sched_words
+    }
+
     /// Whether pipe `n` exists.
     fn pipe_index(&self, n: u32) -> Option<usize> {
         match self.pipe_at.get(n as usize) {

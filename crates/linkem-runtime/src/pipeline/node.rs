@@ -65,6 +65,7 @@ use crate::clock;
 use crate::delay_line::{delay_line, Producer};
 use crate::port::{RxFrame, RxPort, TxPort, WaitFds};
 use linkem_core::aqm::ecn::mark_ce;
+use linkem_core::model::{Change as ModelChange, ChangeError};
 use linkem_core::node::{Decision, Node, PacketIn};
 use linkem_core::rules::{FlowKey, L2Kind, RuleSet, Side};
 use linkem_core::wire::CsumPartial;
@@ -137,11 +138,13 @@ struct Core {
 }
 
 /// A change applied between two packets.
-enum Change {
+enum Change<'a> {
     /// SIGHUP: a new node; the old one's held packets are decided first.
     Replace(Box<Node>),
     /// `linkem ctl`: the rule set changed ([`Node::update`]).
     Update(Box<RuleSet>),
+    /// `linkem ctl`: typed changes ([`Node::change`]), and where their result goes.
+    Submit(Vec<ModelChange>, &'a mut Result<(), ChangeError>),
 }
 
 /// A running bridge of two directions through one node.
@@ -299,7 +302,20 @@ impl NodeBridge {
         self.apply(Change::Update(Box::new(set)))
     }
 
-    fn apply(&self, change: Change) -> Option<u64> {
+    /// Applies typed changes between two batches, all at one instant and in
+    /// order ([`Node::change`]: in place where it can, else as
+    /// [`NodeBridge::update`]), and returns that instant; a deleted pipe's
+    /// packets not yet sent are flushed. The caller checked the changes
+    /// against the running set: a change the node refuses stops the list
+    /// there (those before it stay applied) and is returned.
+    pub fn submit(&self, changes: Vec<ModelChange>) -> Result<u64, ChangeError> {
+        let mut result = Ok(());
+        let at = self.apply(Change::Submit(changes, &mut result));
+        result?;
+        at.ok_or(ChangeError::Stopped)
+    }
+
+    fn apply(&self, change: Change<'_>) -> Option<u64> {
         if self.shared.stop.load(Ordering::Acquire) {
             return None;
         }
@@ -315,6 +331,15 @@ impl NodeBridge {
                 let pipes: Vec<u32> = new.pipes().iter().map(|p| p.def.number).collect();
                 objs.retain(|p| pipes.contains(&p), |_| true);
                 *node = *new;
+            }
+            Change::Submit(changes, result) => {
+                let before = node.next_event_ns();
+                *result = stage.submit(node, &mut objs, changes, now);
+                debug_assert!(
+                    node.next_event_ns()
+                        .is_none_or(|t| before.is_some_and(|b| t >= b)),
+                    "a change made a node event earlier than the stage's wait"
+                );
             }
             Change::Update(set) => {
                 let before = node.next_event_ns();
@@ -513,6 +538,46 @@ impl Stage {
             |p| pipes.binary_search(&p).is_ok(),
             |q| queues.binary_search(&q).is_ok(),
         );
+    }
+
+    /// Applies typed changes at `now_ns` (see [`NodeBridge::submit`]), with
+    /// [`Stage::update`]'s handling of settled packets and deleted pipes.
+    fn submit(
+        &mut self,
+        node: &mut Node,
+        objs: &mut Objects,
+        changes: Vec<ModelChange>,
+        now_ns: u64,
+    ) -> Result<(), ChangeError> {
+        let before: Vec<u32> = node.pipes().iter().map(|p| p.def.number).collect();
+        let mut result = Ok(());
+        for c in changes {
+            result = node.change(c, now_ns, &mut self.out);
+            if result.is_err() {
+                break;
+            }
+        }
+        let mut out = std::mem::take(&mut self.out);
+        for d in out.drain(..) {
+            self.settle_held(objs, &d);
+        }
+        self.out = out;
+        let pipes: Vec<u32> = node.pipes().iter().map(|p| p.def.number).collect();
+        if pipes != before {
+            for n in before.iter().filter(|n| pipes.binary_search(n).is_err()) {
+                if let Some(g) = self.groups.remove(n) {
+                    for c in &self.controls {
+                        c.flush.add(g);
+                    }
+                }
+            }
+        }
+        let queues = &node.sched_words().queues;
+        objs.retain(
+            |p| pipes.binary_search(&p).is_ok(),
+            |q| queues.contains_key(&q),
+        );
+        result
     }
 
     fn group_of(&mut self, pipe: Option<u32>) -> u32 {

@@ -196,6 +196,15 @@ impl Model {
         at_ns
     }
 
+    /// Parses a request line: with a rule set, as its bridge reads it
+    /// ([`rules::Rules::parse_line`]: its interface names, its files).
+    pub fn parse_line(&self, line: &str) -> Result<linkem_ctl::Line, linkem_ctl::ParseError> {
+        match &self.rules {
+            Some(r) => r.parse_line(line),
+            None => linkem_ctl::parse_line(line, &mut linkem_ctl::system_tables),
+        }
+    }
+
     /// The uid that started linkem (under sudo, SUDO_UID): with root, the
     /// owner of the links, of the rule file's objects and of the reserved
     /// control connections.

@@ -20,8 +20,7 @@ use super::sys::{self, PeerCred};
 use super::{is_audited, looks_like_change, ControlArgs, Failure, Model};
 use anyhow::{anyhow, bail, Context, Result};
 use linkem_ctl::{
-    parse_line, system_tables, Request, HELP, MAX_BATCH_BYTES, MAX_BATCH_LINES, MAX_LINE_BYTES,
-    PROTOCOL_VERSION,
+    Request, HELP, MAX_BATCH_BYTES, MAX_BATCH_LINES, MAX_LINE_BYTES, PROTOCOL_VERSION,
 };
 use serde_json::json;
 use std::collections::HashMap;
@@ -601,7 +600,7 @@ impl Session<'_> {
                 return reply(stream, &r);
             }
         };
-        let parsed = match parse_line(text, &mut system_tables) {
+        let parsed = match self.model.parse_line(text) {
             Ok(p) => p,
             Err(e) => {
                 let f = Err(Failure::Error(e.to_string()));
@@ -791,7 +790,8 @@ impl Session<'_> {
                     .lines
                     .iter()
                     .map(|l| {
-                        parse_line(l, &mut system_tables)
+                        self.model
+                            .parse_line(l)
                             .map(|p| p.request)
                             .map_err(|e| Failure::Error(format!("batch not applied: '{l}': {e}")))
                     })
