@@ -36,8 +36,8 @@
 //! right after it at the end of the path); corrupted bits from every hop are
 //! listed.
 
+use crate::change::{Change, ChangeError};
 use crate::fate::Fate;
-use crate::model::{Change, ChangeError};
 use crate::order::ReleaseQueue;
 use crate::pipe::{FlowBudget, Pipe, PipeVerdict};
 use crate::rules::classify::{Classifier, Hit};
