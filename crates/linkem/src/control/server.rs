@@ -603,6 +603,17 @@ impl Session<'_> {
         let parsed = match self.model.parse_line(text) {
             Ok(p) => p,
             Err(e) => {
+                // Who may add what is decided before the rule's words.
+                if let Some(r) = self.model.refused_before_parse(&self.cred, text) {
+                    let f = Err(r);
+                    self.count(&f);
+                    self.audit(text, &f);
+                    if let Some(b) = &mut self.batch {
+                        b.failed
+                            .get_or_insert_with(|| format!("'{text}': {}", f_message(&f)));
+                    }
+                    return reply(stream, &with_id(result_json(&f), id_of(text)));
+                }
                 let f = Err(Failure::Error(e.to_string()));
                 self.count(&f);
                 if looks_like_change(text) {
@@ -870,6 +881,10 @@ impl Session<'_> {
             }
         }
     }
+}
+
+fn f_message(r: &Result<u64, Failure>) -> &str {
+    r.as_ref().err().map_or("", Failure::message)
 }
 
 fn result_json(r: &Result<u64, Failure>) -> serde_json::Value {
