@@ -32,6 +32,7 @@
 #![warn(missing_docs)]
 
 pub mod aqm;
+mod change;
 pub mod config;
 pub mod dist;
 pub mod fate;

@@ -37,12 +37,12 @@
 //! [`EVENTS_HEADER`] and [`write_event`] give the one line format of
 //! `--events` files for every model and front end.
 
+pub use crate::change::{Change, ChangeError};
 use crate::config::LinkConfig;
 use crate::fate::Fate;
 use crate::link::{Link, PacketMeta};
 use crate::node::{Decision, Node, PacketIn};
 use crate::rules::flow::L2Kind;
-use crate::rules::parse::RuleSet;
 use crate::rules::Side;
 use std::fmt::Write as _;
 
@@ -77,57 +77,6 @@ pub trait Model {
     /// Forgets per-flow state idle for longer than its hold; a no-op for models
     /// without flows.
     fn expire_idle(&mut self, _now_ns: u64) {}
-}
-
-/// A change to a running model, parsed and checked before it reaches the model.
-#[derive(Debug, Clone)]
-pub enum Change {
-    /// The plain link of side a (`sides[0]`), side b, or both becomes exactly
-    /// `config` ([`Link::reconfigure`]: packets decided keep their times).
-    Link {
-        /// Which sides' links change.
-        sides: [bool; 2],
-        /// Their new parameters.
-        config: Box<LinkConfig>,
-    },
-    /// The node's rule set becomes this one ([`Node::update`]: pipes that stay
-    /// keep their queued packets and state): a reload.
-    Rules {
-        /// The rules, parsed.
-        set: Box<RuleSet>,
-        /// The rule file's text they were parsed from, kept for recordings.
-        text: std::sync::Arc<str>,
-    },
-}
-
-impl std::fmt::Display for Change {
-    /// One line a control request would carry for the change (`link a-to-b
-    /// WORDS`); a whole rule set is named by its size only, its text being
-    /// in [`Change::Rules::text`].
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Change::Link { sides, config } => {
-                let dir = match sides {
-                    [true, false] => "a-to-b",
-                    [false, true] => "b-to-a",
-                    _ => "both",
-                };
-                write!(f, "link {dir} {config}")
-            }
-            Change::Rules { set, .. } => write!(f, "rules ({} rules)", set.rules.len()),
-        }
-    }
-}
-
-/// Why a [`Change`] does not fit the model it was given to.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ChangeError {
-    /// A rules change to a plain link.
-    #[error("this emulator runs a plain link, not a rule set")]
-    NoRuleSet,
-    /// A link change to a node of rules.
-    #[error("this emulator runs a rule set: change its pipes, not the link")]
-    NoLink,
 }
 
 /// The plain link: one closed-form [`Link`] per side.
@@ -198,7 +147,7 @@ impl Model for LinkModel {
                 }
                 Ok(())
             }
-            Change::Rules { .. } => Err(ChangeError::NoRuleSet),
+            _ => Err(ChangeError::NoRuleSet),
         }
     }
 
@@ -231,13 +180,7 @@ impl Model for Node {
         change: Change,
         out: &mut Vec<Decision>,
     ) -> Result<(), ChangeError> {
-        match change {
-            Change::Rules { set, .. } => {
-                self.update(*set, now_ns, out);
-                Ok(())
-            }
-            Change::Link { .. } => Err(ChangeError::NoLink),
-        }
+        self.change(change, now_ns, out)
     }
 
     fn reads_headers(&self) -> bool {

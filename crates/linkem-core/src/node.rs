@@ -36,13 +36,15 @@
 //! right after it at the end of the path); corrupted bits from every hop are
 //! listed.
 
+use crate::change::{Change, ChangeError};
 use crate::fate::Fate;
 use crate::order::ReleaseQueue;
 use crate::pipe::{FlowBudget, Pipe, PipeVerdict};
 use crate::rules::classify::{Classifier, Hit};
 use crate::rules::flow::FlowKey;
-use crate::rules::parse::RuleSet;
+use crate::rules::parse::{check_set, Action, ObjectDef, ObjectKind, Rule, RuleSet};
 use crate::rules::Side;
+use crate::sched::words::SchedSet;
 use std::collections::HashMap;
 
 /// A packet offered to the node.
@@ -194,6 +196,9 @@ pub struct Node {
     pub unmatched: u64,
     /// Pipes served by a scheduler ([`crate::sched::service`]).
     pub sched: crate::sched::service::NodeSched,
+    /// The scheduler, queue and pipe scheduler words the node was built
+    /// from, for changes ([`Node::rule_set`]).
+    sched_words: SchedSet,
     cfg: NodeConfig,
 }
 
@@ -207,6 +212,7 @@ impl Node {
         let mut pipe_at = vec![u32::MAX; top + 1];
         let defs: Vec<&crate::pipe::PipeDef> = set.pipes.values().collect();
         let sched = crate::sched::service::NodeSched::new(&set.sched, &defs, cfg.seed);
+        let sched_words = set.sched;
         for (n, def) in set.pipes {
             pipe_at[n as usize] = pipes.len() as u32;
             pipes.push(Pipe::new(def, cfg.seed));
@@ -228,7 +234,241 @@ impl Node {
             seq: 0,
             unmatched: 0,
             sched,
+            sched_words,
             cfg,
+        }
+    }
+
+    /// The rule set the node runs, as typed definitions: what a change is
+    /// checked against and, for a change not made in place, edited and
+    /// handed to [`Node::update`].
+    pub fn rule_set(&self) -> RuleSet {
+        RuleSet {
+            pipes: self
+                .pipes
+                .iter()
+                .map(|p| (p.def.number, (*p.def).clone()))
+                .collect(),
+            rules: self.classifier.rules().to_vec(),
+            one_pass: self.one_pass,
+            sched: self.sched_words.clone(),
+        }
+    }
+
+    /// The scheduler, queue and pipe scheduler words of the running set.
+    pub fn sched_words(&self) -> &SchedSet {
+        &self.sched_words
+    }
+
+    /// Whether pipe `n` exists.
+    fn pipe_index(&self, n: u32) -> Option<usize> {
+        match self.pipe_at.get(n as usize) {
+            Some(&i) if i != u32::MAX => Some(i as usize),
+            _ => None,
+        }
+    }
+
+    /// Applies one typed change at `now_ns`, in place where it can, with
+    /// exactly the effect of [`Node::update`] with the rule set the change
+    /// makes (decisions it forces appended to `out`). A change that would
+    /// leave the set naming what does not exist, or that deletes what does
+    /// not exist, is refused and changes nothing.
+    ///
+    /// - `pipe N config` of a closed-form pipe that stays closed-form: its
+    ///   instances are reconfigured ([`Pipe::reconfigure`]: queued packets
+    ///   keep their release times), or, when its mask or profile presence
+    ///   changed, it starts anew, as `update` does; no other pipe, no rule
+    ///   is touched: O(instances of the pipe).
+    /// - `add`, `delete N`: the rule list is edited and compiled again, each
+    ///   remaining rule keeping its counters; no pipe is touched; a held
+    ///   packet re-enters at the rule after the one that sent it, found by
+    ///   number as in `update`.
+    /// - `set one-pass`: the flag changes; with one-pass on, packets between
+    ///   two hops are decided now (as in `update`).
+    /// - Everything else (a pipe created or deleted, one served by a
+    ///   scheduler before or after, a queue or scheduler, `flush`, a whole
+    ///   rule set): the node's rule set edited and handed to `update`.
+    ///
+    /// Every change restarts the rules' `prob` draws from the seed, as a
+    /// rule set handed to `update` does, so that both paths decide alike.
+    pub fn change(
+        &mut self,
+        change: Change,
+        now_ns: u64,
+        out: &mut Vec<Decision>,
+    ) -> Result<(), ChangeError> {
+        let invalid = |e: crate::rules::RulesError| {
+            ChangeError::Invalid(format!("'{}': {}", e.word, e.message))
+        };
+        match change {
+            Change::Link { .. } => Err(ChangeError::NoLink),
+            Change::Rules { set, .. } => {
+                check_set(&set).map_err(invalid)?;
+                self.update(*set, now_ns, out);
+                Ok(())
+            }
+            Change::Object(def) => {
+                let def = *def;
+                if let ObjectDef::Pipe {
+                    def: pipe, sched, ..
+                } = &def
+                {
+                    let n = pipe.number;
+                    let scheduled_after = sched.kind.is_some()
+                        || sched.aqm.is_some()
+                        || self.sched_words.scheds.contains_key(&n)
+                        || self
+                            .sched_words
+                            .queues
+                            .values()
+                            .any(|q| q.parent.pipe() == n);
+                    match self.pipe_index(n) {
+                        Some(idx) if !self.sched.is_scheduled(idx) && !scheduled_after => {
+                            let ObjectDef::Pipe {
+                                def: pipe, sched, ..
+                            } = def
+                            else {
+                                unreachable!("matched above")
+                            };
+                            self.set_closed_form_pipe(idx, *pipe, sched, now_ns);
+                            return Ok(());
+                        }
+                        _ => {}
+                    }
+                }
+                let mut set = self.rule_set();
+                def.insert_into(&mut set);
+                check_set(&set).map_err(invalid)?;
+                self.update(set, now_ns, out);
+                Ok(())
+            }
+            Change::DeleteObject { kind, number } => {
+                let mut set = self.rule_set();
+                let had = match kind {
+                    ObjectKind::Pipe => {
+                        set.sched.pipes.remove(&number);
+                        set.pipes.remove(&number).is_some()
+                    }
+                    ObjectKind::Queue => set.sched.queues.remove(&number).is_some(),
+                    ObjectKind::Sched => set.sched.scheds.remove(&number).is_some(),
+                };
+                if !had {
+                    return Err(ChangeError::Invalid(format!(
+                        "{} {number} does not exist",
+                        kind.word()
+                    )));
+                }
+                check_set(&set).map_err(invalid)?;
+                self.update(set, now_ns, out);
+                Ok(())
+            }
+            Change::AddRule(rule) => {
+                if !(1..=65535).contains(&rule.number) {
+                    return Err(ChangeError::Invalid(format!(
+                        "rule number {} is not 1..65535",
+                        rule.number
+                    )));
+                }
+                match rule.action {
+                    Action::Pipe(n) if self.pipe_index(n).is_none() => {
+                        return Err(ChangeError::Invalid(format!(
+                            "rule {}: pipe {n} is not configured",
+                            rule.number
+                        )))
+                    }
+                    Action::Queue(q) if self.sched.queue_pipe(q).is_none() => {
+                        return Err(ChangeError::Invalid(format!(
+                            "rule {}: queue {q} is not configured",
+                            rule.number
+                        )))
+                    }
+                    _ => {}
+                }
+                self.edit_rules(|rules, counters| {
+                    // Same numbers keep their order: after every rule numbered ≤ it.
+                    let at = rules.partition_point(|r| r.number <= rule.number);
+                    rules.insert(at, *rule);
+                    counters.insert(at, (0, 0));
+                });
+                Ok(())
+            }
+            Change::DeleteRules(numbers) => {
+                let rules = self.classifier.rules();
+                if let Some(n) = numbers
+                    .iter()
+                    .find(|&&n| !rules.iter().any(|r| r.number == n))
+                {
+                    return Err(ChangeError::Invalid(format!("rule {n} does not exist")));
+                }
+                self.edit_rules(|rules, counters| {
+                    let mut keep = rules.iter().map(|r| !numbers.contains(&r.number));
+                    counters.retain(|_| keep.next().unwrap_or(true));
+                    rules.retain(|r| !numbers.contains(&r.number));
+                });
+                Ok(())
+            }
+            Change::Flush => {
+                let set = RuleSet {
+                    pipes: Default::default(),
+                    rules: Vec::new(),
+                    one_pass: self.one_pass,
+                    sched: Default::default(),
+                };
+                self.update(set, now_ns, out);
+                Ok(())
+            }
+            Change::OnePass(on) => {
+                self.one_pass = on;
+                self.classifier.restart_draws(self.cfg.seed);
+                self.settle_reinjections(out);
+                Ok(())
+            }
+        }
+    }
+
+    /// `pipe N config` of closed-form pipe `idx` that stays closed-form.
+    fn set_closed_form_pipe(
+        &mut self,
+        idx: usize,
+        def: crate::pipe::PipeDef,
+        sched: crate::sched::words::PipeSched,
+        now_ns: u64,
+    ) {
+        self.sched_words.pipes.insert(def.number, sched);
+        let p = &mut self.pipes[idx];
+        if p.can_reconfigure(&def) {
+            p.reconfigure(def, now_ns);
+        } else {
+            // As a pipe `update` does not keep: anew, its instances gone.
+            self.budget.live -= p.active_instances();
+            self.budget.bytes -= p.charged_bytes();
+            *p = Pipe::new(def, self.cfg.seed);
+        }
+        self.classifier.restart_draws(self.cfg.seed);
+    }
+
+    /// Edits the rule list (each rule with its counters) and compiles it
+    /// again; held packets re-enter at the same rule, found by number.
+    fn edit_rules(&mut self, edit: impl FnOnce(&mut Vec<Rule>, &mut Vec<(u64, u64)>)) {
+        let seed = self.cfg.seed;
+        let old = std::mem::replace(&mut self.classifier, Classifier::new(Vec::new(), seed));
+        let (mut rules, mut counters) = old.into_parts();
+        let old_numbers: Vec<u32> = rules.iter().map(|r| r.number).collect();
+        edit(&mut rules, &mut counters);
+        let positions = RulePositions {
+            old: old_numbers,
+            new: rules.iter().map(|r| r.number).collect(),
+        };
+        self.classifier = Classifier::new(rules, seed);
+        self.classifier.counters = counters;
+        for f in self.in_flight.values_mut() {
+            f.next_rule = positions.next_rule(f.next_rule);
+        }
+        // Popped in (release, push) order and pushed again: the order stays.
+        let mut held = std::mem::take(&mut self.reinject);
+        while let Some((r, mut f)) = held.pop() {
+            f.next_rule = positions.next_rule(f.next_rule);
+            self.reinject.push(r, f);
         }
     }
 

@@ -22,6 +22,39 @@ pub struct RulesError {
     pub word: String,
     /// What is wrong with it.
     pub message: String,
+    /// Where the word the parser refused lies in memory: see [`WordAt`].
+    pub at: WordAt,
+}
+
+/// The address range of the word a parser refused, when that word is (part
+/// of) one of the words it was given: [`RulesError::position_in`] turns it
+/// into the word's index, so that a front end parsing words of a request
+/// names the word and its position from the parse itself, not from a search
+/// for equal text (which would find the first `1` of `delay 1 bw 1`). Errors
+/// compare equal whatever it holds: it says where, not what.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WordAt(Option<(usize, usize)>);
+
+impl PartialEq for WordAt {
+    fn eq(&self, _: &WordAt) -> bool {
+        true
+    }
+}
+
+impl Eq for WordAt {}
+
+impl RulesError {
+    /// The index in `words` of the word this error names, when the parser
+    /// refused one of these words (or a part of one, such as one port of a
+    /// list); None for a word it made up (a number it printed) or one missing
+    /// at the end.
+    pub fn position_in(&self, words: &[&str]) -> Option<usize> {
+        let (start, len) = self.at.0?;
+        words.iter().position(|w| {
+            let lo = w.as_ptr() as usize;
+            len > 0 && lo <= start && start + len <= lo + w.len()
+        })
+    }
 }
 
 /// The error for `word` on `line`.
@@ -30,6 +63,7 @@ pub(crate) fn rerr(line: usize, word: &str, message: impl Into<String>) -> Rules
         line,
         word: word.to_string(),
         message: message.into(),
+        at: WordAt(Some((word.as_ptr() as usize, word.len()))),
     }
 }
 

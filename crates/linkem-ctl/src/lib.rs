@@ -65,6 +65,8 @@
 #![forbid(unsafe_code)]
 
 use linkem_core::config::FileLoader;
+use linkem_core::model::Change;
+use linkem_core::rules::{parse_object, parse_rule, ObjectDef, ObjectKind, Rule, RulesError};
 use linkem_core::units::parse_time_ns;
 use linkem_core::{LinkConfig, LinkSpec};
 use std::fmt;
@@ -134,16 +136,28 @@ impl Kind {
             Kind::Sched => "sched",
         }
     }
+
+    /// The rule file's name of the kind.
+    pub fn object(self) -> ObjectKind {
+        match self {
+            Kind::Pipe => ObjectKind::Pipe,
+            Kind::Queue => ObjectKind::Queue,
+            Kind::Sched => ObjectKind::Sched,
+        }
+    }
 }
 
-/// A pipe, queue, scheduler or rule request (see [`NO_RULE_SET`]).
+/// A pipe, queue, scheduler or rule request (see [`NO_RULE_SET`]), parsed
+/// by the rule file's own entry points ([`linkem_core::rules::parse_object`],
+/// [`linkem_core::rules::parse_rule`]): what reaches the emulator is typed,
+/// checked there only against what runs (owners, what exists).
 #[derive(Debug, Clone, PartialEq)]
 pub enum RuleRequest {
-    /// `pipe N config WORDS`: the words as typed, for the rules layer.
+    /// `pipe N config WORDS`: the object's whole definition.
     Config {
         kind: Kind,
         number: u32,
-        words: Vec<String>,
+        def: Box<ObjectDef>,
     },
     Show {
         kind: Kind,
@@ -153,16 +167,41 @@ pub enum RuleRequest {
         kind: Kind,
         number: u32,
     },
-    /// `add [NUM] ...`: the rule body as typed.
+    /// `add [NUM] ...`: the rule, parsed; without NUM it is numbered 0
+    /// until the emulator numbers it ([`Rule::numbered`]).
     Add {
         number: Option<u32>,
-        words: Vec<String>,
+        rule: Box<Rule>,
     },
     DeleteRules {
         numbers: Vec<u32>,
     },
     Flush,
     OnePass(bool),
+}
+
+impl RuleRequest {
+    /// The change the request makes, as the model takes it; None for a
+    /// show and for a rule not yet numbered (the emulator numbers it from
+    /// the rules it runs). Its [`Change`]'s `Display` is a line that parses
+    /// back to the same request.
+    pub fn change(&self) -> Option<Change> {
+        Some(match self {
+            RuleRequest::Config { def, .. } => Change::Object(def.clone()),
+            RuleRequest::Delete { kind, number } => Change::DeleteObject {
+                kind: kind.object(),
+                number: *number,
+            },
+            RuleRequest::Add {
+                number: Some(_),
+                rule,
+            } => Change::AddRule(rule.clone()),
+            RuleRequest::DeleteRules { numbers } => Change::DeleteRules(numbers.clone()),
+            RuleRequest::Flush => Change::Flush,
+            RuleRequest::OnePass(on) => Change::OnePass(*on),
+            RuleRequest::Show { .. } | RuleRequest::Add { number: None, .. } => return None,
+        })
+    }
 }
 
 /// One parsed request.
@@ -290,6 +329,22 @@ impl<'a> Cursor<'a> {
         r
     }
 
+    /// The rule parser's error for `words`, which start at index `first`
+    /// of the line: the word it refused and its position, from the parse.
+    fn rules_error(&self, first: usize, words: &[&str], e: RulesError) -> ParseError {
+        match e.position_in(words) {
+            Some(i) => ParseError {
+                position: Some(first + i + 1),
+                word: Some(words[i].to_string()),
+                message: e.message,
+            },
+            // A word the parser made up (a number it printed) or one
+            // missing at the end: the message names it.
+            None if e.word.is_empty() => ParseError::general(e.message),
+            None => ParseError::general(format!("'{}': {}", e.word, e.message)),
+        }
+    }
+
     fn end(&self, what: &str) -> Result<(), ParseError> {
         match self.peek() {
             None => Ok(()),
@@ -369,6 +424,16 @@ pub fn system_tables(name: &str) -> Result<String, String> {
 /// tables named by `distribution` (pass [`system_tables`] or
 /// `linkem_core::config::no_files`).
 pub fn parse_line(line: &str, files: &mut FileLoader<'_>) -> Result<Line, ParseError> {
+    parse_line_for(line, files, ["a", "b"])
+}
+
+/// [`parse_line`] for an emulator whose interfaces are named `sides` (what
+/// a rule's `recv`/`xmit`/`via` name besides `a` and `b`).
+pub fn parse_line_for(
+    line: &str,
+    files: &mut FileLoader<'_>,
+    sides: [&str; 2],
+) -> Result<Line, ParseError> {
     if line.len() >= MAX_LINE_BYTES {
         return Err(ParseError::general(format!(
             "line longer than {} bytes",
@@ -393,11 +458,15 @@ pub fn parse_line(line: &str, files: &mut FileLoader<'_>) -> Result<Line, ParseE
     if matches!(c.peek(), Some("ipfw" | "dnctl")) {
         c.next += 1;
     }
-    let request = parse_request(&mut c, files)?;
+    let request = parse_request(&mut c, files, sides)?;
     Ok(Line { id, request })
 }
 
-fn parse_request(c: &mut Cursor<'_>, files: &mut FileLoader<'_>) -> Result<Request, ParseError> {
+fn parse_request(
+    c: &mut Cursor<'_>,
+    files: &mut FileLoader<'_>,
+    sides: [&str; 2],
+) -> Result<Request, ParseError> {
     let Some(verb) = c.take() else {
         return Err(ParseError::general("empty request (try 'help')"));
     };
@@ -478,7 +547,7 @@ fn parse_request(c: &mut Cursor<'_>, files: &mut FileLoader<'_>) -> Result<Reque
                 "queue" => Kind::Queue,
                 _ => Kind::Sched,
             };
-            parse_object(c, kind).map(Request::Rule)
+            object_request(c, kind, files).map(Request::Rule)
         }
         "add" => {
             let number = match c.peek() {
@@ -501,9 +570,13 @@ fn parse_request(c: &mut Cursor<'_>, files: &mut FileLoader<'_>) -> Result<Reque
                 }
                 Some(_) => {}
             }
+            let words = &c.words[body..];
+            let rule =
+                parse_rule(number, words, 1, sides).map_err(|e| c.rules_error(body, words, e))?;
+            c.next = c.words.len();
             Ok(Request::Rule(RuleRequest::Add {
                 number,
-                words: c.rest(),
+                rule: Box::new(rule),
             }))
         }
         "delete" => {
@@ -535,7 +608,11 @@ fn parse_request(c: &mut Cursor<'_>, files: &mut FileLoader<'_>) -> Result<Reque
 }
 
 /// `pipe N config ...`, `pipe [N] show|list`, `pipe N delete`, `pipe delete N`.
-fn parse_object(c: &mut Cursor<'_>, kind: Kind) -> Result<RuleRequest, ParseError> {
+fn object_request(
+    c: &mut Cursor<'_>,
+    kind: Kind,
+    files: &mut FileLoader<'_>,
+) -> Result<RuleRequest, ParseError> {
     let what = kind.name();
     match c.peek() {
         Some("show" | "list") => {
@@ -559,11 +636,18 @@ fn parse_object(c: &mut Cursor<'_>, kind: Kind) -> Result<RuleRequest, ParseErro
         Some(_) => {
             let number = number(c, what)?;
             match c.take() {
-                Some("config") => Ok(RuleRequest::Config {
-                    kind,
-                    number,
-                    words: c.rest(),
-                }),
+                Some("config") => {
+                    let first = c.next;
+                    let words = &c.words[first..];
+                    let def = parse_object(kind.object(), number, words, 1, files)
+                        .map_err(|e| c.rules_error(first, words, e))?;
+                    c.next = c.words.len();
+                    Ok(RuleRequest::Config {
+                        kind,
+                        number,
+                        def: Box::new(def),
+                    })
+                }
                 Some("show" | "list") => {
                     if c.peek() == Some("--json") {
                         c.next += 1;

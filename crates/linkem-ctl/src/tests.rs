@@ -59,14 +59,21 @@ fn ids_are_echoed_and_checked() {
 
 #[test]
 fn dummynet_and_ipfw_words() {
-    assert_eq!(
-        parse("pipe 1 config bw 10Mbit/s delay 20").unwrap().request,
+    match parse("pipe 1 config bw 10Mbit/s delay 20").unwrap().request {
         Request::Rule(RuleRequest::Config {
             kind: Kind::Pipe,
             number: 1,
-            words: vec!["bw".into(), "10Mbit/s".into(), "delay".into(), "20".into()]
-        })
-    );
+            def,
+        }) => {
+            assert_eq!(def.words(), "bw 10Mbit/s delay 20");
+            let linkem_core::rules::ObjectDef::Pipe { def, .. } = *def else {
+                panic!("a pipe")
+            };
+            assert_eq!(def.link.delay_ns, 20_000_000);
+            assert_eq!(def.link.rate_bps, Some(10_000_000));
+        }
+        r => panic!("{r:?}"),
+    }
     assert_eq!(
         parse("dnctl queue show").unwrap().request,
         Request::Rule(RuleRequest::Show {
@@ -90,18 +97,20 @@ fn dummynet_and_ipfw_words() {
             })
         );
     }
-    assert_eq!(
-        parse("add 100 pipe 1 ip from 10.0.0.1 to any")
-            .unwrap()
-            .request,
+    match parse("add 100 pipe 1 ip from 10.0.0.1 to any")
+        .unwrap()
+        .request
+    {
         Request::Rule(RuleRequest::Add {
             number: Some(100),
-            words: "pipe 1 ip from 10.0.0.1 to any"
-                .split(' ')
-                .map(String::from)
-                .collect()
-        })
-    );
+            rule,
+        }) => {
+            assert_eq!(rule.number, 100);
+            assert_eq!(rule.action, linkem_core::rules::Action::Pipe(1));
+            assert_eq!(rule.body(), "pipe 1 ip from 10.0.0.1 to any");
+        }
+        r => panic!("{r:?}"),
+    }
     assert!(parse("add prob 0.5 deny ip from any to any").is_ok());
     let e = parse("add 100 frob ip from any to any").unwrap_err();
     assert_eq!(e.position, Some(3));
@@ -236,4 +245,81 @@ fn object_shows_take_json() {
         );
     }
     assert_eq!(parse("pipe show --json x").unwrap_err().position, Some(4));
+}
+
+#[test]
+fn config_and_rule_errors_name_the_word_the_parse_refused() {
+    // A search for the word would find the first `5` (word 5, the queue's).
+    let e = parse("pipe 1 config queue 5 delay 5 plr 5").unwrap_err();
+    assert_eq!((e.position, e.word.as_deref()), (Some(9), Some("5")), "{e}");
+    // The id and `ipfw` count; so does a part of a word (one port of a list).
+    let e = parse("@x ipfw add 10 pipe 1 udp dst-port 80,http,9x").unwrap_err();
+    assert_eq!(
+        (e.position, e.word.as_deref()),
+        (Some(9), Some("80,http,9x")),
+        "{e}"
+    );
+    let e = parse("queue 3 config pipe 2 weight 2 weight 3").unwrap_err();
+    assert_eq!(e.position, Some(8), "{e}");
+    let e = parse("add 100 skipto 50 ip").unwrap_err();
+    assert_eq!(
+        (e.position, e.word.as_deref()),
+        (Some(4), Some("50")),
+        "{e}"
+    );
+}
+
+/// Lines of changes, each parsed to a typed change.
+const CHANGE_LINES: &[&str] = &[
+    "pipe {n} config",
+    "pipe {n} config bw 10Mbit/s delay 20 queue 50",
+    "pipe {n} config delay 5ms plr 0.01 mask src-ip 0xffffff00 dst-port 0xffff buckets 128",
+    "pipe {n} config bw 2Mbit/s type qfq codel ecn",
+    "pipe {n} config bw 1Mbit/s burst 64k red 0.002/30/60/0.1",
+    "queue {n} config pipe 3 weight 7 mask src-port 0xffff",
+    "queue {n} config sched 2 weight 3 pie",
+    "sched {n} config type wf2q+ mask dst-ip 0xffffffff",
+    "sched {n} config type prio",
+    "pipe {n} delete",
+    "queue {n} delete",
+    "sched {n} delete",
+    "add {n} pipe 3 udp from 10.0.0.0/8 to any dst-port 53,80-90",
+    "add {n} prob 0.25 deny tcp from any to 192.0.2.1 tcpflags syn,!ack",
+    "add {n} count ip6 from 2001:db8::/32 to any recv a",
+    "add {n} queue 7 ip dscp ef,af11 iplen 100-200",
+    "add {n} allow log icmp",
+    "add {n} skipto 65535 ip from not 10.1.2.3 to any",
+    "delete {n}",
+    "delete {n} 17 {n}",
+    "flush",
+    "set one-pass on",
+    "set one-pass off",
+];
+
+proptest! {
+    /// parse(display(change)) == change: a change renders as the one
+    /// control line that carries it (what a recording keeps).
+    #[test]
+    fn a_change_renders_as_the_line_that_parses_back_to_it(
+        pick in 0..CHANGE_LINES.len(),
+        n in 1u32..65535,
+    ) {
+        let line = CHANGE_LINES[pick].replace("{n}", &n.to_string());
+        let Ok(parsed) = parse(&line) else {
+            // `skipto 65535` from rule 65535 does not jump forward.
+            prop_assert!(line.contains("skipto") && n == 65535, "{}", line);
+            return Ok(());
+        };
+        let Request::Rule(r) = parsed.request else { panic!("{line}") };
+        let change = r.change().expect("a numbered change");
+        let shown = change.to_string();
+        let again = match parse(&shown) {
+            Ok(l) => l.request,
+            Err(e) => panic!("{line} -> {shown}: {e}"),
+        };
+        let Request::Rule(again) = again else { panic!("{shown}") };
+        let back = again.change().expect("a numbered change");
+        prop_assert_eq!(&back, &change, "{} -> {}", line, shown);
+        prop_assert_eq!(back.to_string(), shown);
+    }
 }

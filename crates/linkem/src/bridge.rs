@@ -30,7 +30,7 @@ use crate::args::{timing, BridgeArgs, Realtime, Timing, REALTIME_PRIORITY};
 use crate::backend::{
     check_capabilities, claim_interfaces, drop_capabilities, open_interface, BackendKind, Claimed,
 };
-use crate::control::rules::{Rules, Source};
+use crate::control::rules::{normalized, Rules, Source};
 use crate::control::{Model, Plain};
 use crate::files::{config_has_rules, config_words, load_distribution};
 use crate::files::{load_rules_recording, rules_source};
@@ -596,13 +596,12 @@ impl RulesSource {
         let mut files = HashMap::new();
         let text_file = self.file.as_deref().or(self.config.as_deref());
         load_rules_recording(&text, text_file, base, sides, &mut files)?;
-        // The node runs the file as the control plane renders it, so that a
-        // rule keeps its counters across changes (they follow the rule's text).
-        let source =
-            Source::from_text(&text, starter_uid()).map_err(|e| anyhow::anyhow!("rules: {e}"))?;
-        let (rendered, _) = source.render();
+        // The node runs the file as the control plane has always kept it:
+        // each rule's text `add N BODY`, whatever its line said.
+        let rendered = normalized(&text).map_err(|e| anyhow::anyhow!("rules: {e}"))?;
         let set = load_rules_recording(&rendered, text_file, base, sides, &mut files)
             .context("the rule file, as the control socket keeps it")?;
+        let source = Source::new(&rendered, set.clone(), starter_uid());
         Ok(Loaded {
             set,
             text: rendered,

@@ -305,8 +305,14 @@ impl PipeDef {
                 _ => link_words.push(w),
             }
         }
-        let spec = LinkSpec::parse_layers(&[&link_words], Dialect::Dummynet, files)
-            .map_err(|e| rerr(line, &e.word, e.message))?;
+        let spec =
+            LinkSpec::parse_layers(&[&link_words], Dialect::Dummynet, files).map_err(|e| {
+                match link_words.get(e.position.wrapping_sub(1)) {
+                    // The word itself, so that the error knows where it lies.
+                    Some(w) if *w == e.word => rerr(line, w, e.message),
+                    _ => rerr(line, &e.word, e.message),
+                }
+            })?;
         if spec.seed.is_some() {
             return Err(rerr(
                 line,

@@ -338,6 +338,18 @@ impl Classifier {
         }
     }
 
+    /// The `prob` draws start anew from `seed`, as in a classifier just
+    /// compiled: what every change to a node does, whatever it changed.
+    pub fn restart_draws(&mut self, seed: u64) {
+        self.prob_stream = Classifier::prob_stream(seed);
+    }
+
+    /// The rules and their counters, the compiled form dropped: for a change
+    /// that edits the list and compiles it again.
+    pub fn into_parts(self) -> (Vec<Rule>, Vec<(u64, u64)>) {
+        (self.rules, self.counters)
+    }
+
     fn prob_stream(seed: u64) -> Stream {
         Stream::new(seed, 0x7275_6c65, StreamId::Loss)
     }

@@ -25,9 +25,9 @@ pub mod parse;
 pub use classify::{Classifier, Hit};
 pub use flow::{FlowKey, L2Kind};
 pub use parse::{
-    parse_decimal, parse_rules, parse_rules_cached, rule_target, says_something, statements,
-    Action, Cond, CondKind, Line, Net, ObjectKind, Rule, RuleCache, RuleSet, RulesError, Statement,
-    Statements,
+    check_set, parse_decimal, parse_object, parse_rule, parse_rules, parse_rules_cached,
+    rule_target, says_something, statements, Action, Cond, CondKind, Line, Net, ObjectDef,
+    ObjectKind, Rule, RuleCache, RuleSet, RulesError, Statement, Statements,
 };
 
 /// Which interface a packet came in on. Replay feeds everything as `A`.

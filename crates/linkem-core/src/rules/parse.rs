@@ -22,7 +22,8 @@
 use super::flow::v4_mapped;
 use crate::pipe::{FileReader, PipeDef};
 use crate::rulefile::{object_number, parse_number, rerr};
-pub use crate::rulefile::{parse_decimal, RulesError};
+pub use crate::rulefile::{parse_decimal, RulesError, WordAt};
+use crate::sched::words::{PipeSched, QueueDef, SchedDef};
 use std::collections::{BTreeMap, HashMap};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -336,31 +337,12 @@ pub fn parse_rules_cached(
                 set.rules.insert(at, rule);
             }
             Statement::Config {
-                kind: ObjectKind::Pipe,
+                kind,
                 number,
                 words,
             } => {
-                let (pipe_words, ps) = crate::sched::words::split_pipe_words(&words, line)?;
-                let def = PipeDef::parse(number, &pipe_words, line, files)?;
-                set.sched.pipes.insert(number, ps);
                 // `pipe N config` sets the whole pipe, as in Dummynet: a second one replaces it.
-                set.pipes.insert(number, def);
-            }
-            Statement::Config {
-                kind: ObjectKind::Sched,
-                number,
-                words,
-            } => {
-                let def = crate::sched::words::parse_sched(number, &words, line)?;
-                set.sched.scheds.insert(number, def);
-            }
-            Statement::Config {
-                kind: ObjectKind::Queue,
-                number,
-                words,
-            } => {
-                let def = crate::sched::words::parse_queue(number, &words, line)?;
-                set.sched.queues.insert(number, def);
+                parse_object(kind, number, &words, line, files)?.insert_into(&mut set);
             }
             Statement::OnePass(on) => set.one_pass = on,
             Statement::Flush => set.rules.clear(),
@@ -377,6 +359,207 @@ pub fn parse_rules_cached(
         }
     }
     Ok(set)
+}
+
+/// Whether everything a rule set names exists: every rule's pipe and queue,
+/// every queue's pipe and scheduler, every scheduler's pipe, and each
+/// queue's weight and `lmax` fit its pipe's scheduler — what a rule file's
+/// parse checks after its last line, for a set changed by typed changes.
+pub fn check_set(set: &RuleSet) -> Result<(), RulesError> {
+    let mut queue_refs = Vec::new();
+    for r in &set.rules {
+        match r.action {
+            Action::Pipe(n) if !set.pipes.contains_key(&n) => {
+                return Err(rerr(
+                    r.line,
+                    &n.to_string(),
+                    format!(
+                        "rule {}: pipe {n} is not configured (add 'pipe {n} config ...')",
+                        r.number
+                    ),
+                ));
+            }
+            Action::Queue(n) => queue_refs.push((n, r.line, n.to_string())),
+            _ => {}
+        }
+    }
+    crate::sched::words::check(&set.sched, &set.pipes, &queue_refs)
+}
+
+/// One `pipe|queue|sched N config WORDS` line, parsed: what a rule file's
+/// line, a control request and a recorded change all become.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ObjectDef {
+    /// `pipe N config WORDS`.
+    Pipe {
+        /// The link words (those [`PipeDef::parse`] reads).
+        def: Box<PipeDef>,
+        /// The scheduler and AQM words of the line.
+        sched: PipeSched,
+        /// Every word after `config`, joined by spaces (`def.words` lacks
+        /// the scheduler and AQM ones).
+        words: String,
+    },
+    /// `queue N config WORDS`.
+    Queue(Box<QueueDef>),
+    /// `sched N config WORDS`.
+    Sched(Box<SchedDef>),
+}
+
+impl ObjectDef {
+    /// Which object the line configures.
+    pub fn kind(&self) -> ObjectKind {
+        match self {
+            ObjectDef::Pipe { .. } => ObjectKind::Pipe,
+            ObjectDef::Queue(_) => ObjectKind::Queue,
+            ObjectDef::Sched(_) => ObjectKind::Sched,
+        }
+    }
+
+    /// Its number N.
+    pub fn number(&self) -> u32 {
+        match self {
+            ObjectDef::Pipe { def, .. } => def.number,
+            ObjectDef::Queue(q) => q.number,
+            ObjectDef::Sched(d) => d.number,
+        }
+    }
+
+    /// The words after `config`, joined by spaces.
+    pub fn words(&self) -> &str {
+        match self {
+            ObjectDef::Pipe { words, .. } => words,
+            ObjectDef::Queue(q) => &q.words,
+            ObjectDef::Sched(d) => &d.words,
+        }
+    }
+
+    /// Puts the object into `set`, replacing one of the same kind and number
+    /// (a second `config` sets the whole object, as in Dummynet).
+    pub fn insert_into(self, set: &mut RuleSet) {
+        match self {
+            ObjectDef::Pipe { def, sched, .. } => {
+                set.sched.pipes.insert(def.number, sched);
+                set.pipes.insert(def.number, *def);
+            }
+            ObjectDef::Queue(q) => {
+                set.sched.queues.insert(q.number, *q);
+            }
+            ObjectDef::Sched(d) => {
+                set.sched.scheds.insert(d.number, *d);
+            }
+        }
+    }
+}
+
+/// Parses the words after `pipe|queue|sched N config` (`line`: where the line
+/// stands, for errors): the one reading of an object line, for rule files and
+/// control requests alike. An error names the word; [`RulesError::position_in`]
+/// gives its index in `words`.
+pub fn parse_object(
+    kind: ObjectKind,
+    number: u32,
+    words: &[&str],
+    line: usize,
+    files: &mut FileReader<'_>,
+) -> Result<ObjectDef, RulesError> {
+    Ok(match kind {
+        ObjectKind::Pipe => {
+            let (pipe_words, sched) = crate::sched::words::split_pipe_words(words, line)?;
+            let def = PipeDef::parse(number, &pipe_words, line, files)?;
+            ObjectDef::Pipe {
+                def: Box::new(def),
+                sched,
+                words: words.join(" "),
+            }
+        }
+        ObjectKind::Queue => ObjectDef::Queue(Box::new(crate::sched::words::parse_queue(
+            number, words, line,
+        )?)),
+        ObjectKind::Sched => ObjectDef::Sched(Box::new(crate::sched::words::parse_sched(
+            number, words, line,
+        )?)),
+    })
+}
+
+/// Parses a rule body, the words after `add [N]` (`[prob P] ACTION
+/// OPTIONS...`), as rule `number` (`line`: where it stands, for errors):
+/// the one reading of a rule, for rule files and control requests alike.
+/// `None`: a control request's rule not yet numbered (ipfw numbers it 100
+/// above the highest rule of the running set); it is numbered by
+/// [`Rule::numbered`]. The rule's text is `add N BODY` (`add BODY` until it
+/// is numbered). An error names the word; [`RulesError::position_in`] gives
+/// its index in `body`.
+pub fn parse_rule(
+    number: Option<u32>,
+    body: &[&str],
+    line: usize,
+    sides: [&str; 2],
+) -> Result<Rule, RulesError> {
+    let body_text = body.join(" ");
+    let text = match number {
+        Some(n) => format!("add {n} {body_text}"),
+        None => format!("add {body_text}"),
+    };
+    parse_add(body, number.unwrap_or(0), line, &text, sides)
+}
+
+impl Rule {
+    /// A rule parsed by [`parse_rule`] without a number, numbered `number`
+    /// (its text `add N BODY`). Errors as the parse would have given them
+    /// with that number: a `skipto` that does not jump forward.
+    pub fn numbered(mut self, number: u32) -> Result<Rule, RulesError> {
+        if let Action::Skipto(n) = self.action {
+            if n <= number {
+                return Err(rerr(
+                    self.line,
+                    &n.to_string(),
+                    format!("skipto must jump forward (rule {number} to {n})"),
+                ));
+            }
+        }
+        let body = self.body().to_string();
+        self.number = number;
+        self.text = format!("add {number} {body}");
+        Ok(self)
+    }
+
+    /// The words after `add [N]` in [`Rule::text`] (an `ipfw`/`dnctl` and
+    /// `-q`/`-f` before `add` left out), as written.
+    pub fn body(&self) -> &str {
+        let mut rest = self.text.trim_start();
+        // A word and what follows it, blanks before the next word removed.
+        let split = |t: &'_ str| -> (usize, usize) {
+            let end = t.find(char::is_whitespace).unwrap_or(t.len());
+            let next = t[end..]
+                .find(|c: char| !c.is_whitespace())
+                .map_or(t.len(), |i| end + i);
+            (end, next)
+        };
+        let mut seen_add = false;
+        loop {
+            let (end, next) = split(rest);
+            let word = &rest[..end];
+            let skip = match word {
+                "ipfw" | "dnctl" | "-q" | "-f" if !seen_add => true,
+                "add" if !seen_add => {
+                    seen_add = true;
+                    true
+                }
+                // ipfw takes a word starting with a digit as the rule number.
+                w if seen_add && w.starts_with(|c: char| c.is_ascii_digit()) => {
+                    rest = &rest[next..];
+                    break;
+                }
+                _ => false,
+            };
+            if !skip || word.is_empty() {
+                break;
+            }
+            rest = &rest[next..];
+        }
+        rest
+    }
 }
 
 /// What a `pipe`, `queue` or `sched` line configures.

@@ -257,6 +257,47 @@ impl Model {
         Ok(at_ns)
     }
 
+    /// Parses a request line: with a rule set, as its bridge reads it
+    /// ([`rules::Rules::parse_line`]: its interface names, its files).
+    pub fn parse_line(&self, line: &str) -> Result<linkem_ctl::Line, linkem_ctl::ParseError> {
+        match &self.rules {
+            Some(r) => r.parse_line(line),
+            None => linkem_ctl::parse_line(line, &mut linkem_ctl::system_tables),
+        }
+    }
+
+    /// An `add` line whose rule `cred` may not add whatever its words say,
+    /// refused as such even when its words do not parse: a member of the
+    /// control group learns that such rules are not its to add, as it would
+    /// for a rule that parses (see [`rules::Rules::check`]). None: the
+    /// parse's error stands.
+    pub fn refused_before_parse(&self, cred: &PeerCred, line: &str) -> Option<Failure> {
+        let rules = self.rules.as_ref()?;
+        if cred.uid == 0 || cred.uid == rules.starter() {
+            return None;
+        }
+        let mut words = line
+            .split_whitespace()
+            .skip_while(|w| w.starts_with('@') || matches!(*w, "ipfw" | "dnctl"));
+        if words.next() != Some("add") {
+            return None;
+        }
+        let mut words = words.skip_while(|w| w.starts_with(|c: char| c.is_ascii_digit()));
+        let mut action = words.next()?;
+        while matches!(action, "prob" | "set") {
+            words.next()?;
+            action = words.next()?;
+        }
+        (!matches!(action, "pipe" | "queue" | "count")).then(|| {
+            Failure::Refused(format!(
+                "'{action}': uid {} may add only rules that send to its own pipes or queues \
+                 (or count); allow, deny, skipto and the like belong to root and uid {}",
+                cred.uid,
+                rules.starter()
+            ))
+        })
+    }
+
     /// The uid that started linkem (under sudo, SUDO_UID): with root, the
     /// owner of the links, of the rule file's objects and of the reserved
     /// control connections.

@@ -20,8 +20,7 @@ use super::sys::{self, PeerCred};
 use super::{is_audited, looks_like_change, ControlArgs, Failure, Model};
 use anyhow::{anyhow, bail, Context, Result};
 use linkem_ctl::{
-    parse_line, system_tables, Request, HELP, MAX_BATCH_BYTES, MAX_BATCH_LINES, MAX_LINE_BYTES,
-    PROTOCOL_VERSION,
+    Request, HELP, MAX_BATCH_BYTES, MAX_BATCH_LINES, MAX_LINE_BYTES, PROTOCOL_VERSION,
 };
 use serde_json::json;
 use std::collections::HashMap;
@@ -601,9 +600,20 @@ impl Session<'_> {
                 return reply(stream, &r);
             }
         };
-        let parsed = match parse_line(text, &mut system_tables) {
+        let parsed = match self.model.parse_line(text) {
             Ok(p) => p,
             Err(e) => {
+                // Who may add what is decided before the rule's words.
+                if let Some(r) = self.model.refused_before_parse(&self.cred, text) {
+                    let f = Err(r);
+                    self.count(&f);
+                    self.audit(text, &f);
+                    if let Some(b) = &mut self.batch {
+                        b.failed
+                            .get_or_insert_with(|| format!("'{text}': {}", f_message(&f)));
+                    }
+                    return reply(stream, &with_id(result_json(&f), id_of(text)));
+                }
                 let f = Err(Failure::Error(e.to_string()));
                 self.count(&f);
                 if looks_like_change(text) {
@@ -791,7 +801,8 @@ impl Session<'_> {
                     .lines
                     .iter()
                     .map(|l| {
-                        parse_line(l, &mut system_tables)
+                        self.model
+                            .parse_line(l)
                             .map(|p| p.request)
                             .map_err(|e| Failure::Error(format!("batch not applied: '{l}': {e}")))
                     })
@@ -870,6 +881,10 @@ impl Session<'_> {
             }
         }
     }
+}
+
+fn f_message(r: &Result<u64, Failure>) -> &str {
+    r.as_ref().err().map_or("", Failure::message)
 }
 
 fn result_json(r: &Result<u64, Failure>) -> serde_json::Value {
