@@ -87,6 +87,12 @@ impl Env {
                 format!("{key} is not set (CNI_COMMAND {})", self.command),
             ));
         }
+        if key == "CNI_NETNS" && !std::path::Path::new(value).exists() {
+            return Err(CniError::new(
+                INVALID_ENV,
+                format!("CNI_NETNS {value}: no such network namespace"),
+            ));
+        }
         Ok(())
     }
 }
@@ -295,7 +301,7 @@ mod tests {
     }
 
     #[test]
-    fn add_without_prev_result_is_refused() {
+    fn add_without_a_namespace_or_prev_result_is_refused() {
         let env = Env::from_map(&HashMap::from([
             ("CNI_COMMAND".into(), "ADD".into()),
             ("CNI_CONTAINERID".into(), "c1".into()),

@@ -46,7 +46,7 @@ fn cnitool() -> Result<PathBuf, String> {
 }
 
 fn skip_reason() -> Option<String> {
-    // Safety-free root check: /proc/self/status' effective uid.
+    // The effective uid, from /proc/self/status.
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     let euid = status
         .lines()
@@ -248,8 +248,7 @@ fn median_rtt_ms(from: Option<&str>, to: &str) -> f64 {
     rtts[rtts.len() / 2]
 }
 
-fn emulators_of(netns_tag: &str) -> Vec<String> {
-    let _ = netns_tag;
+fn state_files() -> Vec<String> {
     std::fs::read_dir("/run/linkem/cni")
         .map(|d| {
             d.flatten()
@@ -267,7 +266,7 @@ fn emulator_files(netns_path: &str) -> Vec<String> {
         &["-c", &format!("printf %s '{netns_path}' | sha512sum")],
     );
     let id = format!("cnitool-{}", &o[..20]);
-    emulators_of("")
+    state_files()
         .into_iter()
         .filter(|f| f.starts_with(&format!("cni-{id}-")))
         .collect()
@@ -487,4 +486,69 @@ fn check_reports_a_missing_link_and_del_gives_the_device_back() {
     let back = ok("cat", &[&format!("/sys/class/net/{dev}/address")]);
     assert_eq!(back.trim(), mac, "{dev} came back with another MAC address");
     assert!(emulator_files(&ns_c).is_empty());
+}
+
+#[test]
+fn bad_words_fail_add_and_leave_the_container_as_it_was() {
+    if let Some(why) = skip_reason() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let cnitool = match cnitool() {
+        Ok(c) => c,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    ensure_linkem();
+    let _one_at_a_time = serial();
+    let mut lab = Lab::new(cnitool, 'z');
+    let bridge = format!("{}br", lab.prefix);
+    lab.links.push(bridge.clone());
+    let net = format!("{}net", lab.prefix);
+    let subnet = format!("10.233.{}.0/24", std::process::id() % 200 + 20);
+    lab.network(
+        &net,
+        serde_json::json!([
+            {"type": "bridge", "bridge": bridge, "ipam": {"type": "host-local", "subnet": subnet,
+                                                           "dataDir": lab.ipam_dir}},
+            {"type": "linkem-cni", "link": "delay 20xs"}
+        ]),
+    );
+    let ns = lab.netns("e");
+    let o = lab.cnitool("add", &net, &ns, &[]);
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        !o.status.success(),
+        "ADD with 'delay 20xs' succeeded: {said}"
+    );
+    assert!(
+        said.contains("20xs"),
+        "the error does not name the word: {said}"
+    );
+    // libcni DELs nothing after a failed ADD: the bump must be gone already,
+    // the bridge plugin's interface back with its address.
+    let name = format!("{}e", lab.prefix);
+    let links = ok("ip", &["-n", &name, "-br", "addr"]);
+    assert!(
+        !links.contains("lkc-") && !links.contains("lke-"),
+        "bump left: {links}"
+    );
+    assert!(
+        links
+            .lines()
+            .any(|l| l.starts_with("eth0") && l.contains(&subnet[..subnet.len() - 5])),
+        "eth0 lost its address: {links}"
+    );
+    assert!(
+        emulator_files(&ns).is_empty(),
+        "files left: {:?}",
+        emulator_files(&ns)
+    );
+    lab.added.push((net.clone(), ns.clone()));
 }
