@@ -308,11 +308,14 @@ mod tests {
             ("CNI_NETNS".into(), "/var/run/netns/none".into()),
             ("CNI_IFNAME".into(), "eth0".into()),
         ]));
-        let e = run(
-            &env,
-            br#"{"cniVersion":"1.0.0","type":"linkem-cni","link":"delay 1ms"}"#,
-        )
-        .unwrap_err();
+        let conf = br#"{"cniVersion":"1.0.0","type":"linkem-cni","link":"delay 1ms"}"#;
+        let e = run(&env, conf).unwrap_err();
+        assert!(e.msg.contains("CNI_NETNS"), "{e}");
+        let env = Env {
+            netns: "/proc/self/ns/net".into(),
+            ..env
+        };
+        let e = run(&env, conf).unwrap_err();
         assert!(e.msg.contains("prevResult"), "{e}");
     }
 }
