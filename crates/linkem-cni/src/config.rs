@@ -6,7 +6,8 @@
 //! runtime config's `linkem` object, then `CNI_ARGS` (`LINKEM_LINK`,
 //! `LINKEM_A_TO_B`, `LINKEM_B_TO_A`), then the network list's entry. A
 //! per-container field replaces the network's field of the same name and
-//! leaves the others.
+//! leaves the others; rules replace words and words replace rules, since
+//! linkem takes a link as one or the other.
 //!
 //! The bridge runs `linkem bridge lke-N lkc-N`: side a is the container, so
 //! `a-to-b` is what the container sends and `b-to-a` what it receives.
@@ -32,8 +33,17 @@ pub struct LinkSpec {
 }
 
 impl LinkSpec {
-    /// `other`'s fields replace these where `other` has them.
+    /// `other`'s fields replace these where `other` has them. Rules and
+    /// words are two ways to describe the link (linkem takes one or the
+    /// other): rules in `other` replace all of these words, words in `other`
+    /// replace these rules.
     pub fn overlay(mut self, other: LinkSpec) -> LinkSpec {
+        if other.rules.is_some() {
+            (self.link, self.a_to_b, self.b_to_a) = (None, None, None);
+        }
+        if other.link.is_some() || other.a_to_b.is_some() || other.b_to_a.is_some() {
+            self.rules = None;
+        }
         self.link = other.link.or(self.link);
         self.a_to_b = other.a_to_b.or(self.a_to_b);
         self.b_to_a = other.b_to_a.or(self.b_to_a);
@@ -341,6 +351,26 @@ mod tests {
         assert_eq!(spec.link.as_deref(), Some("delay 50ms"));
         assert_eq!(spec.a_to_b.as_deref(), Some("loss 1%"));
         assert_eq!(spec.b_to_a.as_deref(), Some("rate 1mbit"));
+    }
+
+    #[test]
+    fn per_container_rules_replace_the_networks_words_and_back() {
+        let net = LinkSpec {
+            link: Some("delay 20ms".into()),
+            a_to_b: Some("delay 30ms".into()),
+            ..LinkSpec::default()
+        };
+        let rules = LinkSpec {
+            rules: Some("pipe 1 config delay 5".into()),
+            ..LinkSpec::default()
+        };
+        let spec = net.overlay(rules.clone());
+        assert_eq!(spec, rules);
+        let words = LinkSpec {
+            b_to_a: Some("loss 1%".into()),
+            ..LinkSpec::default()
+        };
+        assert_eq!(rules.overlay(words.clone()), words);
     }
 
     #[test]
