@@ -18,6 +18,9 @@ use std::time::{Duration, Instant};
 /// Where the plugin keeps each link's pid file, log, rule file and state.
 pub const STATE_DIR: &str = "/run/linkem/cni";
 
+/// Where `linkem bridge --name NAME` puts its control socket, `NAME.sock`.
+const SOCKET_DIR: &str = "/run/linkem";
+
 /// How long the emulator may take to open its interfaces.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long DEL waits for SIGTERM before SIGKILL.
@@ -207,7 +210,19 @@ pub fn stop(name: &str) -> Result<(), CniError> {
         }
     }
     Files::new(name).remove();
+    remove_stale_socket(name);
     Ok(())
+}
+
+/// An emulator that was killed (SIGKILL, OOM) leaves its control socket
+/// behind; the socket goes with the link, unless something answers on it.
+fn remove_stale_socket(name: &str) {
+    use std::os::unix::fs::FileTypeExt;
+    let path = Path::new(SOCKET_DIR).join(format!("{name}.sock"));
+    let is_socket = fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_socket());
+    if is_socket && std::os::unix::net::UnixStream::connect(&path).is_err() {
+        let _ = fs::remove_file(&path);
+    }
 }
 
 /// CHECK: the emulator runs.

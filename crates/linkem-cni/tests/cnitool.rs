@@ -248,14 +248,24 @@ fn median_rtt_ms(from: Option<&str>, to: &str) -> f64 {
     rtts[rtts.len() / 2]
 }
 
+/// The plugin's files (pid, log, state, rules) and the control sockets.
 fn state_files() -> Vec<String> {
-    std::fs::read_dir("/run/linkem/cni")
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
+    let names = |dir: &str| -> Vec<String> {
+        std::fs::read_dir(dir)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut files = names("/run/linkem/cni");
+    files.extend(
+        names("/run/linkem")
+            .into_iter()
+            .filter(|f| f.ends_with(".sock")),
+    );
+    files
 }
 
 /// The emulator name linkem-cni gives cnitool's container in `netns`
@@ -442,7 +452,8 @@ fn check_reports_a_missing_link_and_del_gives_the_device_back() {
     let pid_file = files
         .iter()
         .find(|f| f.ends_with(".pid"))
-        .expect("a pid file");
+        .unwrap_or_else(|| panic!("no pid file for {ns_c}: {files:?}"));
+    let socket = format!("/run/linkem/{}.sock", pid_file.trim_end_matches(".pid"));
     let pid = std::fs::read_to_string(format!("/run/linkem/cni/{pid_file}")).unwrap();
     ok("kill", &["-KILL", pid.trim()]);
     std::thread::sleep(std::time::Duration::from_millis(300));
@@ -486,6 +497,8 @@ fn check_reports_a_missing_link_and_del_gives_the_device_back() {
     let back = ok("cat", &[&format!("/sys/class/net/{dev}/address")]);
     assert_eq!(back.trim(), mac, "{dev} came back with another MAC address");
     assert!(emulator_files(&ns_c).is_empty());
+    // The killed emulator could not remove its control socket: DEL did.
+    assert!(!Path::new(&socket).exists(), "{socket} left after DEL");
 }
 
 #[test]
