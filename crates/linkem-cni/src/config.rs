@@ -64,6 +64,8 @@ pub struct NetConf {
     pub prev_result: Option<Value>,
     /// GC: the attachments to keep (`cni.dev/valid-attachments`), as (container id, ifname).
     pub valid_attachments: Option<Vec<(String, String)>>,
+    /// The network's name: GC only touches this network's links.
+    pub network: String,
 }
 
 /// Keys every plugin's configuration may carry (the CNI spec's and the
@@ -111,6 +113,7 @@ pub fn parse(bytes: &[u8]) -> Result<NetConf, CniError> {
     let mut runtime = LinkSpec::default();
     let mut prev_result = None;
     let mut valid_attachments = None;
+    let mut network = String::new();
     for (key, value) in &obj {
         match key.as_str() {
             "link" => spec.link = Some(words_field(key, value)?),
@@ -126,6 +129,7 @@ pub fn parse(bytes: &[u8]) -> Result<NetConf, CniError> {
                 prev_result = Some(value.clone());
             }
             "cni.dev/valid-attachments" => valid_attachments = Some(attachments(key, value)?),
+            "name" => network = string_field(key, value)?,
             k if STANDARD_KEYS.contains(&k) => {}
             k => {
                 return Err(CniError::config(format!(
@@ -142,6 +146,7 @@ pub fn parse(bytes: &[u8]) -> Result<NetConf, CniError> {
         runtime,
         prev_result,
         valid_attachments,
+        network,
     })
 }
 

@@ -109,7 +109,8 @@ pub fn run(env: &Env, stdin: &[u8]) -> Result<Option<Value>, CniError> {
     match env.command.as_str() {
         "VERSION" => Ok(Some(version_result())),
         "ADD" => add(env, &config::parse(stdin)?).map(Some),
-        "DEL" => del(env, &config::parse(stdin)?).map(|_| None),
+        // DEL needs nothing from the configuration, but a broken one is still an error.
+        "DEL" => config::parse(stdin).and_then(|_| del(env)).map(|_| None),
         "CHECK" => check(env, &config::parse(stdin)?).map(|_| None),
         "GC" => gc(&config::parse(stdin)?).map(|_| None),
         "STATUS" => config::parse(stdin).map(|_| None),
@@ -154,7 +155,7 @@ fn add(env: &Env, conf: &NetConf) -> Result<Value, CniError> {
     let files = daemon::Files::new(&name);
     let started = (|| {
         let state = json!({"containerID": env.container_id, "ifname": env.ifname,
-                           "netns": env.netns, "mac": mac});
+                           "netns": env.netns, "mac": mac, "network": conf.network});
         std::fs::create_dir_all(daemon::STATE_DIR)
             .and_then(|_| std::fs::write(&files.state, state.to_string()))
             .map_err(|e| {
@@ -191,8 +192,7 @@ fn add(env: &Env, conf: &NetConf) -> Result<Value, CniError> {
     Ok(out)
 }
 
-fn del(env: &Env, conf: &NetConf) -> Result<(), CniError> {
-    let _ = conf;
+fn del(env: &Env) -> Result<(), CniError> {
     env.require("CNI_CONTAINERID", &env.container_id)?;
     env.require("CNI_IFNAME", &env.ifname)?;
     let name = emulator_name(&env.container_id, &env.ifname)?;
@@ -225,8 +225,8 @@ fn check(env: &Env, conf: &NetConf) -> Result<(), CniError> {
     daemon::check(&name)
 }
 
-/// GC: the links whose attachment the runtime no longer knows go (emulator
-/// stopped, bump undone if the namespace is still there).
+/// GC: this network's links whose attachment the runtime no longer knows go
+/// (emulator stopped, bump undone if the namespace is still there).
 fn gc(conf: &NetConf) -> Result<(), CniError> {
     let Some(valid) = &conf.valid_attachments else {
         return Ok(());
@@ -252,19 +252,19 @@ fn gc(conf: &NetConf) -> Result<(), CniError> {
         ) else {
             continue;
         };
-        if valid.iter().any(|(v, i)| v == id && i == ifname) {
+        // The list is this network's: another network's links are not ours to judge.
+        if state["network"].as_str() != Some(conf.network.as_str())
+            || valid.iter().any(|(v, i)| v == id && i == ifname)
+        {
             continue;
         }
-        del(
-            &Env {
-                command: "GC".into(),
-                container_id: id.into(),
-                netns: netns.into(),
-                ifname: ifname.into(),
-                args: String::new(),
-            },
-            conf,
-        )?;
+        del(&Env {
+            command: "GC".into(),
+            container_id: id.into(),
+            netns: netns.into(),
+            ifname: ifname.into(),
+            args: String::new(),
+        })?;
     }
     Ok(())
 }

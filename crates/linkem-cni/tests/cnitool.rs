@@ -66,19 +66,16 @@ fn skip_reason() -> Option<String> {
     None
 }
 
-/// `linkem` beside the plugin (the workspace's build puts it there).
+/// `linkem` beside the plugin, where the workspace's build puts it
+/// (`cargo test --workspace` builds it; a cargo build from inside this test
+/// may wait on the lock the running `cargo test` holds on the target
+/// directory).
 fn ensure_linkem() {
-    if plugin_dir().join("linkem").is_file() {
-        return;
-    }
-    let o = Command::new(env!("CARGO"))
-        .args(["build", "-p", "linkem", "--bin", "linkem"])
-        .output()
-        .unwrap();
+    let linkem = plugin_dir().join("linkem");
     assert!(
-        o.status.success(),
-        "cargo build -p linkem: {}",
-        String::from_utf8_lossy(&o.stderr)
+        linkem.is_file(),
+        "{} is missing: build it first (cargo build -p linkem), or run the workspace's tests",
+        linkem.display()
     );
 }
 
@@ -268,14 +265,39 @@ fn state_files() -> Vec<String> {
     files
 }
 
-/// The emulator name linkem-cni gives cnitool's container in `netns`
-/// (cnitool's container id: "cnitool-" and 20 hex digits of SHA-512 of the path).
-fn emulator_files(netns_path: &str) -> Vec<String> {
+/// The container id cnitool gives the container in `netns_path`.
+fn cnitool_id(netns_path: &str) -> String {
     let o = ok(
         "sh",
         &["-c", &format!("printf %s '{netns_path}' | sha512sum")],
     );
-    let id = format!("cnitool-{}", &o[..20]);
+    format!("cnitool-{}", &o[..20])
+}
+
+/// Runs linkem-cni as a runtime would, without cnitool (for GC, which
+/// Debian's plugins, at CNI 1.0.0, cannot take part in).
+fn plugin(env: &[(&str, &str)], conf: &Value) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_linkem-cni"))
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(conf.to_string().as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// The emulator name linkem-cni gives cnitool's container in `netns`
+/// (cnitool's container id: "cnitool-" and 20 hex digits of SHA-512 of the path).
+fn emulator_files(netns_path: &str) -> Vec<String> {
+    let id = cnitool_id(netns_path);
     state_files()
         .into_iter()
         .filter(|f| f.starts_with(&format!("cni-{id}-")))
@@ -362,6 +384,37 @@ fn containers_on_a_bridge_get_the_link_and_lose_it_on_del() {
         show.contains("delay 20ms") && !show.contains("70ms"),
         "{show}"
     );
+
+    // GC of another network leaves the links alone; GC of this one with only
+    // a's attachment valid removes b's link.
+    let gc = |network: &str| {
+        let conf = serde_json::json!({"cniVersion": "1.1.0", "name": network, "type": "linkem-cni",
+            "cni.dev/valid-attachments": [{"containerID": cnitool_id(&ns_a), "ifname": "eth0"}]});
+        let o = plugin(&[("CNI_COMMAND", "GC"), ("CNI_PATH", PLUGINS)], &conf);
+        assert!(
+            o.status.success(),
+            "GC: {}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+    };
+    gc("another-network");
+    assert!(
+        !emulator_files(&ns_b).is_empty(),
+        "GC of another network removed b's link"
+    );
+    gc(&net);
+    assert!(
+        emulator_files(&ns_b).is_empty(),
+        "GC left b's link: {:?}",
+        emulator_files(&ns_b)
+    );
+    assert!(
+        !emulator_files(&ns_a).is_empty(),
+        "GC removed a's link, which is valid"
+    );
+    let name_b = format!("{}b", lab.prefix);
+    let links = ok("ip", &["-n", &name_b, "-br", "link"]);
+    assert!(!links.contains("lkc-"), "GC left b's bump: {links}");
 
     // DEL removes everything: emulators, their files and sockets, the bump;
     // the bridge plugin's DEL then finds its own interface and removes it.
