@@ -6,7 +6,7 @@
 //! unchanged (the container keeps its interface's name, MAC and addresses).
 //! DEL stops the emulator and undoes the bump; a missing piece is no error.
 //! CHECK fails with code 100 (an interface is missing) or 101 (the emulator
-//! is not running). GC stops the links of attachments not in
+//! is not running). GC stops the network's links of attachments not in
 //! `cni.dev/valid-attachments`. Each link is named `cni-ID-IFNAME` (ID the
 //! container id, shortened with a hash when long): `linkem ctl --name` that.
 
