@@ -114,7 +114,10 @@ pub fn run(env: &Env, stdin: &[u8]) -> Result<Option<Value>, CniError> {
         "CHECK" => check(env, &config::parse(stdin)?).map(|_| None),
         "GC" => gc(&config::parse(stdin)?).map(|_| None),
         "STATUS" => config::parse(stdin).map(|_| None),
-        "" => Err(CniError::new(INVALID_ENV, "CNI_COMMAND is not set")),
+        "" => Err(CniError::new(
+            INVALID_ENV,
+            "CNI_COMMAND is not set: a container runtime runs this plugin (linkem-cni --help)",
+        )),
         c => Err(CniError::new(
             INVALID_ENV,
             format!("CNI_COMMAND '{c}' is not one of ADD, DEL, CHECK, GC, STATUS, VERSION"),
