@@ -13,6 +13,8 @@ need_test_packages || [ "$(id -u)" != 0 ]
 cargo fmt --all -- --check
 ./scripts/check-msrv.sh
 cargo clippy --workspace --all-targets -q -- -D warnings
+# cnitool for linkem-cni's test (built once into target/cnitool/; without Go the test skips).
+./scripts/cnitool.sh >/dev/null || echo "test: cnitool not built: linkem-cni's cnitool test will skip" >&2
 cargo test --workspace
 # The Python package (python/): client, Mininet link and offline install. The live
 # tests (a bridge between namespaces, Mininet) need root and skip without it, saying so.

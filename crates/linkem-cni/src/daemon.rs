@@ -1,0 +1,242 @@
+//! The emulator of one link: `linkem bridge lke-N lkc-N WORDS --name NAME`,
+//! started inside the container's network namespace as a daemon of its own
+//! (`setsid`, stdin from /dev/null, stdout and stderr to `DIR/NAME.log`, its
+//! pid in `DIR/NAME.pid`), reachable with `linkem ctl --name NAME` from the
+//! host (the control socket `/run/linkem/NAME.sock` is a file: the daemon
+//! shares the host's mount namespace).
+//!
+//! It is ready when it has announced its control socket (after its
+//! interfaces are open and the model started); it is identified by pid *and*
+//! by its command line naming NAME, so a recycled pid is never signalled.
+
+use crate::error::{CniError, EMULATOR_NOT_RUNNING, EMULATOR_START};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Where the plugin keeps each link's pid file, log, rule file and state.
+pub const STATE_DIR: &str = "/run/linkem/cni";
+
+/// Where `linkem bridge --name NAME` puts its control socket, `NAME.sock`.
+const SOCKET_DIR: &str = "/run/linkem";
+
+/// How long the emulator may take to open its interfaces.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long DEL waits for SIGTERM before SIGKILL.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The files of the link named `name`.
+pub struct Files {
+    pub pid: PathBuf,
+    pub log: PathBuf,
+    pub rules: PathBuf,
+    pub state: PathBuf,
+}
+
+impl Files {
+    pub fn new(name: &str) -> Files {
+        let dir = Path::new(STATE_DIR);
+        Files {
+            pid: dir.join(format!("{name}.pid")),
+            log: dir.join(format!("{name}.log")),
+            rules: dir.join(format!("{name}.rules")),
+            state: dir.join(format!("{name}.json")),
+        }
+    }
+
+    pub fn remove(&self) {
+        for p in [&self.pid, &self.log, &self.rules, &self.state] {
+            let _ = fs::remove_file(p);
+        }
+    }
+}
+
+/// The `linkem` binary: `LINKEM_BIN`, else the one beside this plugin, else `linkem` on PATH.
+pub fn linkem_bin() -> Result<PathBuf, CniError> {
+    if let Some(p) = std::env::var_os("LINKEM_BIN").filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(CniError::config(format!(
+                "LINKEM_BIN={}: no such file",
+                p.display()
+            )))
+        };
+    }
+    if let Some(beside) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(|d| d.join("linkem")))
+        .filter(|p| p.is_file())
+    {
+        return Ok(beside);
+    }
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join("linkem"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            CniError::config(
+                "the linkem binary is neither beside linkem-cni nor on PATH (set LINKEM_BIN)",
+            )
+        })
+}
+
+/// Starts the emulator and waits until it serves; its pid.
+pub fn start(
+    netns: &str,
+    name: &str,
+    if_a: &str,
+    if_b: &str,
+    args: &[String],
+) -> Result<u32, CniError> {
+    let linkem = linkem_bin()?;
+    let files = Files::new(name);
+    fs::create_dir_all(STATE_DIR)
+        .map_err(|e| CniError::new(EMULATOR_START, format!("cannot create {STATE_DIR}: {e}")))?;
+    let log = fs::File::create(&files.log).map_err(|e| {
+        CniError::new(
+            EMULATOR_START,
+            format!("cannot create {}: {e}", files.log.display()),
+        )
+    })?;
+    let log2 = log
+        .try_clone()
+        .map_err(|e| CniError::new(EMULATOR_START, format!("{}: {e}", files.log.display())))?;
+    // setsid: a session of its own, so no terminal or process group of the
+    // runtime's reaches it; nsenter: the container's network namespace only.
+    let mut child = Command::new("setsid")
+        .arg("nsenter")
+        .arg(format!("--net={netns}"))
+        .arg(&linkem)
+        .args(["bridge", if_a, if_b])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log2)
+        .spawn()
+        .map_err(|e| {
+            CniError::new(
+                EMULATOR_START,
+                format!("cannot run setsid nsenter {} ({e})", linkem.display()),
+            )
+        })?;
+    let pid = child.id();
+    fs::write(&files.pid, format!("{pid}\n")).map_err(|e| {
+        CniError::new(
+            EMULATOR_START,
+            format!("cannot write {}: {e}", files.pid.display()),
+        )
+    })?;
+    let t = Instant::now();
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(CniError::new(
+                EMULATOR_START,
+                format!(
+                    "linkem bridge {if_a} {if_b} {} exited at start ({status})",
+                    args.join(" ")
+                ),
+            )
+            .with_details(log_tail(&files.log)));
+        }
+        if fs::read_to_string(&files.log).is_ok_and(|l| l.contains("control socket")) {
+            // The child is not waited for: it outlives the plugin, and init reaps it.
+            return Ok(pid);
+        }
+        if t.elapsed() > START_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(CniError::new(
+                EMULATOR_START,
+                format!("linkem bridge did not start within {START_TIMEOUT:?}"),
+            )
+            .with_details(log_tail(&files.log)));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn log_tail(path: &Path) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(10)..].join("\n")
+}
+
+/// The emulator's pid if it runs: the pid file's process, alive (not a
+/// zombie) and `linkem ... --name NAME`.
+pub fn running(name: &str) -> Option<i32> {
+    let pid: i32 = fs::read_to_string(Files::new(name).pid)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The state follows the command name's closing parenthesis.
+    let state = stat.rsplit_once(')')?.1.split_whitespace().next()?;
+    if state == "Z" || state == "X" {
+        return None;
+    }
+    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let words: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+    let named = words
+        .windows(2)
+        .any(|w| w[0] == b"--name" && w[1] == name.as_bytes());
+    named.then_some(pid)
+}
+
+/// SIGTERM, then SIGKILL if it lingers; its files go. Not running is no error.
+pub fn stop(name: &str) -> Result<(), CniError> {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    if let Some(pid) = running(name) {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+        let t = Instant::now();
+        while running(name).is_some() {
+            if t.elapsed() > STOP_TIMEOUT {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+                std::thread::sleep(Duration::from_millis(100));
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if running(name).is_some() {
+            return Err(CniError::new(
+                EMULATOR_NOT_RUNNING,
+                format!("linkem bridge --name {name} (pid {pid}) does not stop"),
+            ));
+        }
+    }
+    Files::new(name).remove();
+    remove_stale_socket(name);
+    Ok(())
+}
+
+/// An emulator that was killed (SIGKILL, OOM) leaves its control socket
+/// behind; the socket goes with the link, unless something answers on it.
+fn remove_stale_socket(name: &str) {
+    use std::os::unix::fs::FileTypeExt;
+    let path = Path::new(SOCKET_DIR).join(format!("{name}.sock"));
+    let is_socket = fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_socket());
+    if is_socket && std::os::unix::net::UnixStream::connect(&path).is_err() {
+        let _ = fs::remove_file(&path);
+    }
+}
+
+/// CHECK: the emulator runs.
+pub fn check(name: &str) -> Result<(), CniError> {
+    if running(name).is_none() {
+        let files = Files::new(name);
+        return Err(CniError::new(
+            EMULATOR_NOT_RUNNING,
+            format!(
+                "the emulator of this link (linkem bridge --name {name}, pid file {}) is not running",
+                files.pid.display()
+            ),
+        )
+        .with_details(log_tail(&files.log)));
+    }
+    Ok(())
+}

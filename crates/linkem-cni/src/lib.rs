@@ -1,0 +1,324 @@
+//! `linkem-cni`: a CNI plugin, chained after a network's own plugins, that
+//! puts an emulated link on a container's interface.
+//!
+//! ADD bumps the interface (see [`bump`]) and starts `linkem bridge` in the
+//! container's namespace (see [`daemon`]); it outputs the previous result
+//! unchanged (the container keeps its interface's name, MAC and addresses).
+//! DEL stops the emulator and undoes the bump; a missing piece is no error.
+//! CHECK fails with code 100 (an interface is missing) or 101 (the emulator
+//! is not running). GC stops the network's links of attachments not in
+//! `cni.dev/valid-attachments`. Each link is named `cni-ID-IFNAME` (ID the
+//! container id, shortened with a hash when long): `linkem ctl --name` that.
+
+pub mod bump;
+pub mod config;
+pub mod daemon;
+pub mod error;
+
+use config::{LinkSpec, NetConf};
+use error::{CniError, INVALID_ENV};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+
+/// FNV-1a, 64 bits: short stable names from long ones.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// The emulator's name for a container's interface: `cni-ID-IFNAME`, within
+/// linkem's 64 bytes of `A-Z a-z 0-9 - _ .`.
+pub fn emulator_name(container_id: &str, ifname: &str) -> Result<String, CniError> {
+    let ok = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    };
+    if !ok(container_id) {
+        return Err(CniError::new(
+            INVALID_ENV,
+            format!("CNI_CONTAINERID '{container_id}': use A-Z a-z 0-9 - _ ."),
+        ));
+    }
+    if !ok(ifname) || ifname.len() > 15 {
+        return Err(CniError::new(
+            INVALID_ENV,
+            format!("CNI_IFNAME '{ifname}': an interface name of 1 to 15 of A-Z a-z 0-9 - _ ."),
+        ));
+    }
+    let id = if container_id.len() <= 32 {
+        container_id.to_string()
+    } else {
+        format!(
+            "{}-{:08x}",
+            &container_id[..23],
+            fnv1a(container_id.as_bytes()) as u32
+        )
+    };
+    Ok(format!("cni-{id}-{ifname}"))
+}
+
+/// What the runtime passes in the environment.
+pub struct Env {
+    pub command: String,
+    pub container_id: String,
+    pub netns: String,
+    pub ifname: String,
+    pub args: String,
+}
+
+impl Env {
+    pub fn from_map(vars: &HashMap<String, String>) -> Env {
+        let get = |k: &str| vars.get(k).cloned().unwrap_or_default();
+        Env {
+            command: get("CNI_COMMAND"),
+            container_id: get("CNI_CONTAINERID"),
+            netns: get("CNI_NETNS"),
+            ifname: get("CNI_IFNAME"),
+            args: get("CNI_ARGS"),
+        }
+    }
+
+    fn require(&self, key: &str, value: &str) -> Result<(), CniError> {
+        if value.is_empty() {
+            return Err(CniError::new(
+                INVALID_ENV,
+                format!("{key} is not set (CNI_COMMAND {})", self.command),
+            ));
+        }
+        if key == "CNI_NETNS" && !std::path::Path::new(value).exists() {
+            return Err(CniError::new(
+                INVALID_ENV,
+                format!("CNI_NETNS {value}: no such network namespace"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The VERSION answer.
+pub fn version_result() -> Value {
+    json!({"cniVersion": "1.1.0", "supportedVersions": config::SUPPORTED_VERSIONS})
+}
+
+/// Runs one CNI command: what to print on success (nothing for DEL, CHECK,
+/// GC and STATUS), or the error. `stdin` is the configuration (unread by
+/// VERSION); the version to answer errors in is `conf_version`'s.
+pub fn run(env: &Env, stdin: &[u8]) -> Result<Option<Value>, CniError> {
+    match env.command.as_str() {
+        "VERSION" => Ok(Some(version_result())),
+        "ADD" => add(env, &config::parse(stdin)?).map(Some),
+        // DEL needs nothing from the configuration, but a broken one is still an error.
+        "DEL" => config::parse(stdin).and_then(|_| del(env)).map(|_| None),
+        "CHECK" => check(env, &config::parse(stdin)?).map(|_| None),
+        "GC" => gc(&config::parse(stdin)?).map(|_| None),
+        "STATUS" => config::parse(stdin).map(|_| None),
+        "" => Err(CniError::new(
+            INVALID_ENV,
+            "CNI_COMMAND is not set: a container runtime runs this plugin (linkem-cni --help)",
+        )),
+        c => Err(CniError::new(
+            INVALID_ENV,
+            format!("CNI_COMMAND '{c}' is not one of ADD, DEL, CHECK, GC, STATUS, VERSION"),
+        )),
+    }
+}
+
+/// The words for this container: the network's, CNI_ARGS', the runtime config's.
+fn effective_spec(env: &Env, conf: &NetConf) -> Result<LinkSpec, CniError> {
+    let from_args = config::from_cni_args(&env.args)?;
+    Ok(conf
+        .spec
+        .clone()
+        .overlay(from_args)
+        .overlay(conf.runtime.clone()))
+}
+
+fn add(env: &Env, conf: &NetConf) -> Result<Value, CniError> {
+    for (k, v) in [
+        ("CNI_CONTAINERID", &env.container_id),
+        ("CNI_NETNS", &env.netns),
+        ("CNI_IFNAME", &env.ifname),
+    ] {
+        env.require(k, v)?;
+    }
+    let Some(prev) = &conf.prev_result else {
+        return Err(CniError::config(
+            "no prevResult: linkem-cni is chained after the plugin that makes the interface \
+             (e.g. bridge), never first in a network list",
+        ));
+    };
+    let name = emulator_name(&env.container_id, &env.ifname)?;
+    let spec = effective_spec(env, conf)?;
+    let ifaces = bump::Ifaces::new(&env.ifname);
+    // Leftovers of an ADD whose DEL never came (a crashed runtime) go first.
+    daemon::stop(&name)?;
+    let mac = bump::add(&env.netns, &ifaces)?;
+    let files = daemon::Files::new(&name);
+    let started = (|| {
+        let state = json!({"containerID": env.container_id, "ifname": env.ifname,
+                           "netns": env.netns, "mac": mac, "network": conf.network});
+        std::fs::create_dir_all(daemon::STATE_DIR)
+            .and_then(|_| std::fs::write(&files.state, state.to_string()))
+            .map_err(|e| {
+                CniError::new(
+                    error::EMULATOR_START,
+                    format!("cannot write {}: {e}", files.state.display()),
+                )
+            })?;
+        let rules = match &spec.rules {
+            Some(text) => {
+                std::fs::create_dir_all(daemon::STATE_DIR)
+                    .and_then(|_| std::fs::write(&files.rules, text))
+                    .map_err(|e| {
+                        CniError::new(
+                            error::EMULATOR_START,
+                            format!("cannot write {}: {e}", files.rules.display()),
+                        )
+                    })?;
+                Some(files.rules.to_string_lossy().into_owned())
+            }
+            None => None,
+        };
+        let args = config::bridge_args(&spec, &conf.options, &name, rules.as_deref());
+        daemon::start(&env.netns, &name, &ifaces.inner, &ifaces.aside, &args).map(|_| ())
+    })();
+    if let Err(e) = started {
+        let _ = daemon::stop(&name);
+        let _ = bump::del(&env.netns, &ifaces, Some(&mac));
+        files.remove();
+        return Err(e);
+    }
+    let mut out = prev.clone();
+    out["cniVersion"] = Value::String(conf.cni_version.clone());
+    Ok(out)
+}
+
+fn del(env: &Env) -> Result<(), CniError> {
+    env.require("CNI_CONTAINERID", &env.container_id)?;
+    env.require("CNI_IFNAME", &env.ifname)?;
+    let name = emulator_name(&env.container_id, &env.ifname)?;
+    // The state goes with the emulator's files: read what DEL needs first.
+    let mac = std::fs::read(daemon::Files::new(&name).state)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .and_then(|v| v["mac"].as_str().map(str::to_string));
+    daemon::stop(&name)?;
+    // The namespace may be gone already (the spec allows DEL without one).
+    if !env.netns.is_empty() && std::path::Path::new(&env.netns).exists() {
+        bump::del(&env.netns, &bump::Ifaces::new(&env.ifname), mac.as_deref())?;
+    }
+    Ok(())
+}
+
+fn check(env: &Env, conf: &NetConf) -> Result<(), CniError> {
+    for (k, v) in [
+        ("CNI_CONTAINERID", &env.container_id),
+        ("CNI_NETNS", &env.netns),
+        ("CNI_IFNAME", &env.ifname),
+    ] {
+        env.require(k, v)?;
+    }
+    if conf.prev_result.is_none() {
+        return Err(CniError::config("CHECK without prevResult"));
+    }
+    let name = emulator_name(&env.container_id, &env.ifname)?;
+    bump::check(&env.netns, &bump::Ifaces::new(&env.ifname))?;
+    daemon::check(&name)
+}
+
+/// GC: this network's links whose attachment the runtime no longer knows go
+/// (emulator stopped, bump undone if the namespace is still there).
+fn gc(conf: &NetConf) -> Result<(), CniError> {
+    let Some(valid) = &conf.valid_attachments else {
+        return Ok(());
+    };
+    let Ok(dir) = std::fs::read_dir(daemon::STATE_DIR) else {
+        return Ok(());
+    };
+    for entry in dir.flatten() {
+        let path = entry.path();
+        if path.extension().and_then(|e| e.to_str()) != Some("json") {
+            continue;
+        }
+        let Ok(state) = std::fs::read(&path)
+            .map_err(|_| ())
+            .and_then(|b| serde_json::from_slice::<Value>(&b).map_err(|_| ()))
+        else {
+            continue;
+        };
+        let (Some(id), Some(ifname), netns) = (
+            state["containerID"].as_str(),
+            state["ifname"].as_str(),
+            state["netns"].as_str().unwrap_or(""),
+        ) else {
+            continue;
+        };
+        // The list is this network's: another network's links are not ours to judge.
+        if state["network"].as_str() != Some(conf.network.as_str())
+            || valid.iter().any(|(v, i)| v == id && i == ifname)
+        {
+            continue;
+        }
+        del(&Env {
+            command: "GC".into(),
+            container_id: id.into(),
+            netns: netns.into(),
+            ifname: ifname.into(),
+            args: String::new(),
+        })?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn emulator_names_are_valid_linkem_names() {
+        assert_eq!(
+            emulator_name("cnitool-0123", "eth0").unwrap(),
+            "cni-cnitool-0123-eth0"
+        );
+        let long = "f".repeat(64);
+        let n = emulator_name(&long, "net1").unwrap();
+        assert!(n.len() <= 64 && n.ends_with("-net1"), "{n}");
+        assert_ne!(n, emulator_name(&"e".repeat(64), "net1").unwrap());
+        assert!(emulator_name("a/b", "eth0")
+            .unwrap_err()
+            .msg
+            .contains("CNI_CONTAINERID"));
+        assert!(emulator_name("a", "x".repeat(16).as_str())
+            .unwrap_err()
+            .msg
+            .contains("CNI_IFNAME"));
+    }
+
+    #[test]
+    fn version_lists_the_supported_versions() {
+        let env = Env::from_map(&HashMap::from([("CNI_COMMAND".into(), "VERSION".into())]));
+        let v = run(&env, b"").unwrap().unwrap();
+        assert_eq!(v["supportedVersions"], json!(["0.4.0", "1.0.0", "1.1.0"]));
+    }
+
+    #[test]
+    fn add_without_a_namespace_or_prev_result_is_refused() {
+        let env = Env::from_map(&HashMap::from([
+            ("CNI_COMMAND".into(), "ADD".into()),
+            ("CNI_CONTAINERID".into(), "c1".into()),
+            ("CNI_NETNS".into(), "/var/run/netns/none".into()),
+            ("CNI_IFNAME".into(), "eth0".into()),
+        ]));
+        let conf = br#"{"cniVersion":"1.0.0","type":"linkem-cni","link":"delay 1ms"}"#;
+        let e = run(&env, conf).unwrap_err();
+        assert!(e.msg.contains("CNI_NETNS"), "{e}");
+        let env = Env {
+            netns: "/proc/self/ns/net".into(),
+            ..env
+        };
+        let e = run(&env, conf).unwrap_err();
+        assert!(e.msg.contains("prevResult"), "{e}");
+    }
+}
