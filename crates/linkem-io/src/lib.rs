@@ -10,6 +10,8 @@
 //! - the files linkem reads and writes: [`infile`] (regular files only, bounded
 //!   reads) and [`outfile`] (atomic replacement of regular files; devices and
 //!   FIFOs written in place; an output that is an input refused);
+//! - [`recording`]: what a live run fed its emulator core (frames, control changes,
+//!   seed, start), written off the packet path and read back in order for replay;
 //! - [`ifaces`] (interface facts, one linkem per interface, promiscuous mode),
 //!   [`caps`] (capabilities, checked and dropped), [`creds`] (a control
 //!   socket's peer credentials, group lookup, who started the process) and
@@ -29,4 +31,5 @@ pub mod ifaces;
 pub mod infile;
 pub mod netns;
 pub mod outfile;
+pub mod recording;
 pub mod sys;

@@ -329,6 +329,16 @@ impl<R: Read> CaptureReader<R> {
         self.format
     }
 
+    /// The pcapng interface (its index in the section) the packet last returned came
+    /// from; `None` for classic pcap, which has one implicit interface, and before the
+    /// first packet. A recording keeps the bridge's two sides apart this way.
+    pub fn last_interface(&self) -> Option<u32> {
+        match &self.container {
+            Container::PcapNg(ng) if self.packets > 0 => Some(ng.last_interface),
+            _ => None,
+        }
+    }
+
     /// The name errors use for this capture.
     pub fn name(&self) -> &str {
         &self.name

@@ -62,6 +62,8 @@ pub(super) struct PcapNgState {
     /// Simple Packet Blocks carry no timestamp; they get the previous packet's so that
     /// time never runs backwards through the link.
     last_ts_ns: u64,
+    /// The interface of the packet last returned, for readers that keep sides apart.
+    pub(super) last_interface: u32,
 }
 
 impl PcapNgState {
@@ -72,6 +74,7 @@ impl PcapNgState {
             interfaces: Vec::new(),
             block: Vec::new(),
             last_ts_ns: 0,
+            last_interface: 0,
         }
     }
 }
@@ -420,6 +423,7 @@ impl<R: Read> CaptureReader<R> {
             },
         };
         self.ng().last_ts_ns = ts_ns;
+        self.ng().last_interface = interface_id;
         Ok(CapturedPacket {
             ts_ns,
             orig_len,

@@ -1,0 +1,228 @@
+//! Reading a recording back: `recording.json`, `changes.jsonl` and the rule files are
+//! read and checked at [`Recording::open`]; frames are read one at a time as
+//! [`Recording::inputs`] reaches them, so a recording larger than memory replays.
+
+use super::wire::{self, NumberedChange, StartFile};
+use super::{
+    RecordedChange, RecordedInput, RecordingError, RecordingMeta, CHANGES_FILE, FRAMES_FILE,
+    META_FILE,
+};
+use crate::capture::CaptureReader;
+use crate::infile::{self, MAX_TEXT_BYTES};
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+
+/// The most `changes.jsonl` may hold (64 MiB): some hundred thousand changes, far more
+/// than a run has, and read whole at open.
+pub const MAX_CHANGES_BYTES: u64 = 64 << 20;
+
+/// Whether `path` is a recording's directory (a directory holding `recording.json`),
+/// for commands that take either a capture or a recording.
+pub fn is_recording(path: &Path) -> bool {
+    path.is_dir() && path.join(META_FILE).exists()
+}
+
+/// A change read from `changes.jsonl`, its rule text loaded.
+struct PendingChange {
+    /// Where it is, for errors.
+    line: usize,
+    frames: u64,
+    at_ns: u64,
+    change: RecordedChange,
+}
+
+/// An opened recording: its description, then its inputs in order.
+pub struct Recording {
+    /// What `recording.json` says, the start rules' text loaded. `complete` false means
+    /// the run's inputs are not all here (see [`RecordingMeta::complete`]).
+    pub meta: RecordingMeta,
+    dir: PathBuf,
+    frames: CaptureReader<BufReader<File>>,
+    changes: VecDeque<PendingChange>,
+    /// Frames returned so far.
+    frames_read: u64,
+    done: bool,
+}
+
+impl Recording {
+    /// Opens the recording in `dir`: reads and checks `recording.json`, `changes.jsonl`
+    /// and every rule file they name, and the header of `frames.pcapng`. An incomplete
+    /// recording opens (check `meta.complete`).
+    ///
+    /// # Errors
+    /// A missing or unreadable file, or content the format does not allow; the message
+    /// names the file, and the line for `changes.jsonl`.
+    pub fn open(dir: &Path) -> Result<Recording, RecordingError> {
+        let meta_path = dir.join(META_FILE);
+        let meta_name = meta_path.display().to_string();
+        if !dir.is_dir() {
+            return Err(RecordingError::Directory {
+                dir: dir.display().to_string(),
+                reason: "is not a directory holding a recording".into(),
+            });
+        }
+        let text = infile::read_text(&meta_path, MAX_TEXT_BYTES).map_err(|e| {
+            if e.is_not_found() {
+                RecordingError::invalid(
+                    &meta_name,
+                    None,
+                    format!(
+                        "missing: {} is not a linkem recording (or not a whole one)",
+                        dir.display()
+                    ),
+                )
+            } else {
+                e.into()
+            }
+        })?;
+        let file = wire::parse_meta(&meta_name, &text)?;
+        let start_rules = match &file.start {
+            StartFile::Rules(name) => Some(infile::read_text(&dir.join(name), MAX_TEXT_BYTES)?),
+            StartFile::Link(_) => None,
+        };
+        let meta = file.into_meta(start_rules);
+
+        let changes_path = dir.join(CHANGES_FILE);
+        let changes_name = changes_path.display().to_string();
+        let text = infile::read_text(&changes_path, MAX_CHANGES_BYTES)?;
+        let numbered = wire::parse_changes(&changes_name, &text)?;
+        if meta.complete && numbered.len() as u64 != meta.changes {
+            return Err(RecordingError::invalid(
+                &meta_name,
+                None,
+                format!(
+                    "says {} changes but {} holds {}",
+                    meta.changes,
+                    changes_name,
+                    numbered.len()
+                ),
+            ));
+        }
+        let mut changes = VecDeque::with_capacity(numbered.len());
+        for NumberedChange { line, change } in numbered {
+            let recorded = match (change.lines, change.rules) {
+                (Some(lines), _) => RecordedChange::Lines(lines),
+                (None, Some(name)) => {
+                    RecordedChange::Rules(infile::read_text(&dir.join(name), MAX_TEXT_BYTES)?)
+                }
+                // parse_changes refuses a line with neither.
+                (None, None) => RecordedChange::Lines(Vec::new()),
+            };
+            changes.push_back(PendingChange {
+                line,
+                frames: change.frames,
+                at_ns: change.at_ns,
+                change: recorded,
+            });
+        }
+
+        let frames = CaptureReader::open(&dir.join(FRAMES_FILE))?;
+        if frames.link_type().0 != meta.link_type {
+            return Err(RecordingError::invalid(
+                &dir.join(FRAMES_FILE).display().to_string(),
+                None,
+                format!(
+                    "link type {} but {} says {}",
+                    frames.link_type().0,
+                    META_FILE,
+                    meta.link_type
+                ),
+            ));
+        }
+        Ok(Recording {
+            meta,
+            dir: dir.to_path_buf(),
+            frames,
+            changes,
+            frames_read: 0,
+            done: false,
+        })
+    }
+
+    /// Every input in the order the core saw it; an error ends the sequence.
+    pub fn inputs(&mut self) -> impl Iterator<Item = Result<RecordedInput, RecordingError>> + '_ {
+        std::iter::from_fn(move || self.next_input())
+    }
+
+    /// The next input; `None` at the end and after an error.
+    pub fn next_input(&mut self) -> Option<Result<RecordedInput, RecordingError>> {
+        if self.done {
+            return None;
+        }
+        let result = self.read_next();
+        if !matches!(result, Some(Ok(_))) {
+            self.done = true;
+        }
+        result
+    }
+
+    fn frames_name(&self) -> String {
+        self.dir.join(FRAMES_FILE).display().to_string()
+    }
+
+    fn read_next(&mut self) -> Option<Result<RecordedInput, RecordingError>> {
+        // parse_changes keeps `frames` non-decreasing, so the first change is the next.
+        if self
+            .changes
+            .front()
+            .is_some_and(|c| c.frames <= self.frames_read)
+        {
+            let c = self.changes.pop_front()?;
+            return Some(Ok(RecordedInput::Change {
+                at_ns: c.at_ns,
+                change: c.change,
+            }));
+        }
+        match self.frames.next_packet() {
+            Some(Ok(packet)) => {
+                let side = self.frames.last_interface().unwrap_or(0);
+                if side > 1 {
+                    return Some(Err(RecordingError::invalid(
+                        &self.frames_name(),
+                        None,
+                        format!(
+                            "frame {} is on interface {side}; a recording has interfaces 0 \
+                             (side a) and 1 (side b)",
+                            self.frames_read + 1
+                        ),
+                    )));
+                }
+                self.frames_read += 1;
+                Some(Ok(RecordedInput::Frame {
+                    side: side as usize,
+                    ts_ns: packet.ts_ns,
+                    orig_len: packet.orig_len,
+                    data: packet.data,
+                }))
+            }
+            Some(Err(e)) => Some(Err(e.into())),
+            None => {
+                if let Some(c) = self.changes.front() {
+                    let changes_name = self.dir.join(CHANGES_FILE).display().to_string();
+                    return Some(Err(RecordingError::invalid(
+                        &changes_name,
+                        Some(c.line),
+                        format!(
+                            "the change comes after {} frames, but {} holds only {}",
+                            c.frames, FRAMES_FILE, self.frames_read
+                        ),
+                    )));
+                }
+                if self.meta.complete && self.frames_read != self.meta.frames {
+                    let meta_name = self.dir.join(META_FILE).display().to_string();
+                    return Some(Err(RecordingError::invalid(
+                        &meta_name,
+                        None,
+                        format!(
+                            "says {} frames but {} holds {}",
+                            self.meta.frames, FRAMES_FILE, self.frames_read
+                        ),
+                    )));
+                }
+                None
+            }
+        }
+    }
+}

@@ -1,0 +1,632 @@
+use super::writer::DEFAULT_QUEUE_FRAMES;
+use super::*;
+use crate::capture::CaptureReader;
+use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
+use pcap_file::pcapng::blocks::interface_description::{
+    InterfaceDescriptionBlock, InterfaceDescriptionOption,
+};
+use pcap_file::pcapng::PcapNgWriter;
+use pcap_file::{DataLink, Endianness};
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+fn meta(start: Start) -> RecordingMeta {
+    let mut meta = RecordingMeta::new(
+        7,
+        1,
+        65535,
+        ["veth-a".to_string(), "veth-b".to_string()],
+        start,
+    );
+    meta.options.insert("max_flows".into(), 1000.into());
+    meta.options.insert("one_pass".into(), true.into());
+    meta
+}
+
+/// A frame whose bytes say which it is.
+fn frame_bytes(n: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|k| n.wrapping_mul(31).wrapping_add(k as u8))
+        .collect()
+}
+
+fn frame(side: usize, ts_ns: u64, n: u8) -> RecordedInput {
+    let data = frame_bytes(n, 60 + usize::from(n % 5));
+    RecordedInput::Frame {
+        side,
+        ts_ns,
+        orig_len: data.len() as u32 + u32::from(n % 3) * 100,
+        data,
+    }
+}
+
+fn lines(words: &[&str]) -> RecordedChange {
+    RecordedChange::Lines(words.iter().map(|w| w.to_string()).collect())
+}
+
+fn feed(recorder: &mut Recorder, inputs: &[RecordedInput]) {
+    for input in inputs {
+        match input {
+            RecordedInput::Frame {
+                side,
+                ts_ns,
+                orig_len,
+                data,
+            } => recorder.frame(*side, *ts_ns, *orig_len, data),
+            RecordedInput::Change { at_ns, change } => recorder.change(*at_ns, change.clone()),
+        }
+    }
+}
+
+fn read_all(dir: &Path) -> Result<Vec<RecordedInput>, RecordingError> {
+    Recording::open(dir)?.inputs().collect()
+}
+
+fn change(at_ns: u64, change: RecordedChange) -> RecordedInput {
+    RecordedInput::Change { at_ns, change }
+}
+
+/// Inputs of both sides interleaved, with changes before any frame, two at one point,
+/// a reload, and one after the last frame. Stamps run backwards once: the recording
+/// keeps the order the core was fed, not time order.
+fn sample_inputs() -> Vec<RecordedInput> {
+    vec![
+        change(0, lines(&["pipe 1 config bw 1Mbit/s"])),
+        frame(0, 1_000, 1),
+        frame(1, 1_500, 2),
+        frame(0, 1_400, 3),
+        change(
+            2_000,
+            lines(&[
+                "pipe 1 config delay 10ms",
+                "add 100 pipe 1 ip from any to any",
+            ]),
+        ),
+        change(
+            2_000,
+            RecordedChange::Rules("pipe 2 config bw 2Mbit/s\n".into()),
+        ),
+        frame(1, 3_000, 4),
+        frame(1, 3_001, 5),
+        frame(0, u64::MAX / 2, 6),
+        change(9_000, lines(&[])),
+    ]
+}
+
+fn new_dir(parent: &tempfile::TempDir) -> PathBuf {
+    parent.path().join("rec")
+}
+
+#[test]
+fn round_trip_gives_the_inputs_back_in_order_with_their_bytes_and_sides() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = new_dir(&tmp);
+    let start = Start::Rules("pipe 1 config bw 10Mbit/s\nadd pipe 1 ip from any to any\n".into());
+    let mut recorder = Recorder::create(&dir, meta(start.clone()), u64::MAX).unwrap();
+    let inputs = sample_inputs();
+    feed(&mut recorder, &inputs);
+    let summary = recorder.finish().unwrap();
+    assert_eq!(
+        (
+            summary.frames,
+            summary.changes,
+            summary.skipped,
+            summary.complete
+        ),
+        (6, 4, 0, true),
+        "{summary:?}"
+    );
+    assert_eq!(summary.stopped, None);
+    let size = std::fs::metadata(dir.join(FRAMES_FILE)).unwrap().len();
+    assert_eq!(summary.bytes, size);
+
+    let mut recording = Recording::open(&dir).unwrap();
+    let mut want = meta(start);
+    want.complete = true;
+    want.frames = 6;
+    want.changes = 4;
+    assert_eq!(recording.meta, want);
+    let got: Vec<RecordedInput> = recording.inputs().map(Result::unwrap).collect();
+    assert_eq!(got, inputs);
+
+    // The files say what the format says.
+    let changes = std::fs::read_to_string(dir.join(CHANGES_FILE)).unwrap();
+    let frames_before: Vec<u64> = changes
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["frames"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(frames_before, [0, 3, 3, 6]);
+    assert!(
+        changes.contains(r#""rules":"change-0003.rules""#),
+        "{changes}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("change-0003.rules")).unwrap(),
+        "pipe 2 config bw 2Mbit/s\n"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join(META_FILE)).unwrap()).unwrap();
+    assert_eq!(json["format"], "linkem-recording");
+    assert_eq!(json["version"], 1);
+    assert_eq!(json["start"]["rules"], "start.rules");
+    assert_eq!(json["options"]["max_flows"], 1000);
+    assert_eq!(json["stopped"], serde_json::Value::Null);
+    assert!(is_recording(&dir));
+    assert!(!is_recording(&dir.join(FRAMES_FILE)));
+    assert!(!is_recording(tmp.path()));
+}
+
+#[test]
+fn frames_file_is_an_ordinary_pcapng_with_named_nanosecond_interfaces() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = new_dir(&tmp);
+    let mut recorder =
+        Recorder::create(&dir, meta(Start::Link("rate 1mbit".into())), u64::MAX).unwrap();
+    recorder.frame(1, 1_234_567_891, 100, &[0xab; 60]);
+    recorder.finish().unwrap();
+    let bytes = std::fs::read(dir.join(FRAMES_FILE)).unwrap();
+    // Any capture reader: here linkem's own, and pcap-file's for the interface options.
+    let mut reader = CaptureReader::from_reader("frames", &bytes[..]).unwrap();
+    let packet = reader.next_packet().unwrap().unwrap();
+    assert_eq!(
+        (packet.ts_ns, packet.orig_len, packet.data.len()),
+        (1_234_567_891, 100, 60)
+    );
+    assert_eq!(reader.last_interface(), Some(1));
+    let mut ng = pcap_file::pcapng::PcapNgReader::new(&bytes[..]).unwrap();
+    let mut names = Vec::new();
+    while let Some(block) = ng.next_block() {
+        if let pcap_file::pcapng::Block::InterfaceDescription(idb) = block.unwrap() {
+            assert_eq!(u32::from(idb.linktype), 1);
+            assert_eq!(idb.snaplen, 65535);
+            assert!(idb
+                .options
+                .contains(&InterfaceDescriptionOption::IfTsResol(9)));
+            for o in &idb.options {
+                if let InterfaceDescriptionOption::IfName(n) = o {
+                    names.push(n.to_string());
+                }
+            }
+        }
+    }
+    assert_eq!(names, ["veth-a", "veth-b"]);
+}
+
+fn header_bytes() -> u64 {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = new_dir(&tmp);
+    let recorder = Recorder::create(&dir, meta(Start::Link(String::new())), u64::MAX).unwrap();
+    recorder.finish().unwrap().bytes
+}
+
+#[test]
+fn reaching_the_limit_stops_recording_and_keeps_an_exact_prefix() {
+    let header = header_bytes();
+    // Two 60-byte frames fit (32 bytes of block each), the third does not.
+    let limit = header + 2 * (32 + 60) + 50;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = new_dir(&tmp);
+    let mut recorder =
+        Recorder::create(&dir, meta(Start::Link("rate 1mbit".into())), limit).unwrap();
+    for n in 0..5u8 {
+        recorder.frame(
+            usize::from(n % 2),
+            u64::from(n) * 10,
+            60,
+            &frame_bytes(n, 60),
+        );
+        if n == 0 {
+            recorder.change(5, lines(&["pipe 1 config bw 2Mbit/s"]));
+        }
+    }
+    let summary = recorder.finish().unwrap();
+    let reason = format!("reached the record limit of {limit} bytes after 2 frames");
+    assert_eq!(
+        summary.stopped.as_deref(),
+        Some(reason.as_str()),
+        "{summary:?}"
+    );
+    assert_eq!(
+        (summary.frames, summary.changes, summary.complete),
+        (2, 1, false)
+    );
+    assert!(std::fs::metadata(dir.join(FRAMES_FILE)).unwrap().len() <= limit);
+
+    let mut recording = Recording::open(&dir).unwrap();
+    assert!(!recording.meta.complete);
+    assert_eq!(recording.meta.stopped.as_deref(), Some(reason.as_str()));
+    let got: Vec<RecordedInput> = recording.inputs().map(Result::unwrap).collect();
+    assert_eq!(got.len(), 3, "{got:?}");
+    assert!(
+        matches!(got[1], RecordedInput::Change { at_ns: 5, .. }),
+        "{got:?}"
+    );
+}
+
+#[test]
+fn a_limit_below_the_header_records_no_frame() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = new_dir(&tmp);
+    let mut recorder = Recorder::create(&dir, meta(Start::Link("".into())), 10).unwrap();
+    recorder.frame(0, 1, 60, &[0; 60]);
+    let summary = recorder.finish().unwrap();
+    assert_eq!(summary.frames, 0);
+    assert_eq!(
+        summary.stopped.as_deref(),
+        Some("reached the record limit of 10 bytes after 0 frames")
+    );
+}
+
+#[test]
+fn a_full_queue_skips_frames_counts_them_and_holds_changes_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = new_dir(&tmp);
+    let (open_gate, gate) = std::sync::mpsc::channel();
+    let mut recorder = Recorder::gated(
+        &dir,
+        meta(Start::Link("rate 1mbit".into())),
+        u64::MAX,
+        2,
+        gate,
+    )
+    .unwrap();
+    // The writer waits at the gate: two frames fill the queue.
+    for n in 0..5u8 {
+        recorder.frame(0, u64::from(n), 60, &frame_bytes(n, 60));
+    }
+    assert_eq!(recorder.skipped(), 3);
+    // A change is held, and a frame after it is skipped rather than overtaking it.
+    recorder.change(100, lines(&["pipe 1 config bw 2Mbit/s"]));
+    recorder.frame(1, 200, 60, &frame_bytes(9, 60));
+    assert_eq!(recorder.skipped(), 4);
+    assert_eq!(recorder.stopped(), None);
+    open_gate.send(()).unwrap();
+    let summary = recorder.finish().unwrap();
+    assert_eq!(
+        (
+            summary.frames,
+            summary.changes,
+            summary.skipped,
+            summary.complete
+        ),
+        (2, 1, 4, false),
+        "{summary:?}"
+    );
+    let mut recording = Recording::open(&dir).unwrap();
+    assert!(!recording.meta.complete);
+    assert_eq!(recording.meta.skipped, 4);
+    let got: Vec<RecordedInput> = recording.inputs().map(Result::unwrap).collect();
+    assert_eq!(
+        got.iter()
+            .map(|i| matches!(i, RecordedInput::Frame { .. }))
+            .collect::<Vec<_>>(),
+        [true, true, false]
+    );
+}
+
+#[test]
+fn frames_beyond_the_queue_bytes_bound_are_skipped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = new_dir(&tmp);
+    let (open_gate, gate) = std::sync::mpsc::channel();
+    let mut recorder = Recorder::gated(
+        &dir,
+        meta(Start::Link("".into())),
+        u64::MAX,
+        DEFAULT_QUEUE_FRAMES,
+        gate,
+    )
+    .unwrap();
+    let big = vec![0u8; 256 * 1024];
+    let fit = (writer::QUEUE_BYTES / big.len() as u64) as usize;
+    for n in 0..fit + 3 {
+        recorder.frame(0, n as u64, big.len() as u32, &big);
+    }
+    assert_eq!(recorder.skipped(), 3);
+    open_gate.send(()).unwrap();
+    let summary = recorder.finish().unwrap();
+    assert_eq!(summary.frames, fit as u64);
+}
+
+#[test]
+fn a_directory_that_holds_files_or_is_a_file_is_refused_untouched() {
+    let tmp = tempfile::tempdir().unwrap();
+    let full = tmp.path().join("full");
+    std::fs::create_dir(&full).unwrap();
+    std::fs::write(full.join("keep.txt"), b"mine").unwrap();
+    let m = || meta(Start::Link("rate 1mbit".into()));
+    let e = Recorder::create(&full, m(), u64::MAX)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("full") && e.contains("not empty") && e.contains("keep.txt"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read_dir(&full).unwrap().count(), 1);
+    assert_eq!(std::fs::read(full.join("keep.txt")).unwrap(), b"mine");
+
+    let file = tmp.path().join("file");
+    std::fs::write(&file, b"mine").unwrap();
+    let e = Recorder::create(&file, m(), u64::MAX)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("is a file, not a directory"), "{e}");
+    assert_eq!(std::fs::read(&file).unwrap(), b"mine");
+
+    let orphan = tmp.path().join("no/such/rec");
+    let e = Recorder::create(&orphan, m(), u64::MAX)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("parent") && e.contains("no/such"), "{e}");
+
+    // An empty directory is taken.
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    Recorder::create(&empty, m(), u64::MAX)
+        .unwrap()
+        .finish()
+        .unwrap();
+    assert!(Recording::open(&empty).unwrap().meta.complete);
+}
+
+#[test]
+fn a_link_type_beyond_16_bits_is_refused_before_anything_is_created() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = new_dir(&tmp);
+    let mut m = meta(Start::Link("".into()));
+    m.link_type = 70_000;
+    let e = Recorder::create(&dir, m, u64::MAX)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("link type 70000"), "{e}");
+    assert!(!dir.exists());
+}
+
+#[test]
+fn a_recorder_dropped_unfinished_leaves_a_readable_incomplete_recording() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = new_dir(&tmp);
+    let mut recorder = Recorder::create(&dir, meta(Start::Link("".into())), u64::MAX).unwrap();
+    let inputs = sample_inputs();
+    feed(&mut recorder, &inputs);
+    drop(recorder);
+    let mut recording = Recording::open(&dir).unwrap();
+    assert!(!recording.meta.complete);
+    let got: Vec<RecordedInput> = recording.inputs().map(Result::unwrap).collect();
+    assert_eq!(got, inputs);
+}
+
+#[test]
+fn a_frame_longer_than_its_wire_length_stops_recording_rather_than_corrupting_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = new_dir(&tmp);
+    let mut recorder = Recorder::create(&dir, meta(Start::Link("".into())), u64::MAX).unwrap();
+    recorder.frame(0, 1, 60, &[0; 60]);
+    recorder.frame(0, 2, 10, &[0; 60]);
+    recorder.frame(2, 3, 60, &[0; 60]);
+    let summary = recorder.finish().unwrap();
+    assert_eq!(summary.frames, 1);
+    let stopped = summary.stopped.unwrap();
+    assert!(
+        stopped.contains("frame 2 has 60 captured bytes"),
+        "{stopped}"
+    );
+    assert_eq!(read_all(&dir).unwrap().len(), 1);
+
+    let dir = tmp.path().join("side");
+    let mut recorder = Recorder::create(&dir, meta(Start::Link("".into())), u64::MAX).unwrap();
+    recorder.frame(2, 3, 60, &[0; 60]);
+    let stopped = recorder.finish().unwrap().stopped.unwrap();
+    assert!(stopped.contains("frame 1 is on side 2"), "{stopped}");
+}
+
+/// A complete recording of [`sample_inputs`] to corrupt.
+fn good_recording(tmp: &tempfile::TempDir) -> PathBuf {
+    let dir = new_dir(tmp);
+    let mut recorder =
+        Recorder::create(&dir, meta(Start::Rules("pipe 1 config\n".into())), u64::MAX).unwrap();
+    feed(&mut recorder, &sample_inputs());
+    recorder.finish().unwrap();
+    dir
+}
+
+fn edit(path: &Path, from: &str, to: &str) {
+    let text = std::fs::read_to_string(path).unwrap();
+    assert!(text.contains(from), "{from} not in {text}");
+    std::fs::write(path, text.replacen(from, to, 1)).unwrap();
+}
+
+/// The error `break_it` causes, from open or while reading the inputs.
+fn error_after(break_it: impl FnOnce(&Path)) -> String {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = good_recording(&tmp);
+    break_it(&dir);
+    read_all(&dir)
+        .expect_err("the corrupt recording was accepted")
+        .to_string()
+}
+
+fn assert_mentions(e: &str, words: &[&str]) {
+    for w in words {
+        assert!(e.contains(w), "{w:?} not in: {e}");
+    }
+}
+
+#[test]
+fn corrupt_metadata_gives_errors_naming_file_and_problem() {
+    let e = error_after(|d| std::fs::remove_file(d.join(META_FILE)).unwrap());
+    assert_mentions(&e, &["recording.json", "missing", "not a linkem recording"]);
+    let e = error_after(|d| std::fs::write(d.join(META_FILE), "{\"format\":").unwrap());
+    assert_mentions(&e, &["recording.json", "not JSON"]);
+    let e = error_after(|d| std::fs::write(d.join(META_FILE), "[1]").unwrap());
+    assert_mentions(&e, &["recording.json", "not a JSON object"]);
+    let e = error_after(|d| edit(&d.join(META_FILE), "linkem-recording", "pcap"));
+    assert_mentions(
+        &e,
+        &[
+            "recording.json",
+            "format is \"pcap\"",
+            "not a linkem recording",
+        ],
+    );
+    let e = error_after(|d| edit(&d.join(META_FILE), "\"version\": 1", "\"version\": 2"));
+    assert_mentions(
+        &e,
+        &["recording.json", "format version 2", "reads version 1"],
+    );
+    let e = error_after(|d| edit(&d.join(META_FILE), "\"seed\": 7,", ""));
+    assert_mentions(&e, &["recording.json", "missing field `seed`"]);
+    let e = error_after(|d| {
+        edit(
+            &d.join(META_FILE),
+            "\"seed\": 7,",
+            "\"seed\": 7, \"sneed\": 1,",
+        )
+    });
+    assert_mentions(&e, &["recording.json", "unknown field `sneed`"]);
+    let e = error_after(|d| {
+        edit(
+            &d.join(META_FILE),
+            "\"start.rules\"",
+            "\"../../etc/passwd\"",
+        )
+    });
+    assert_mentions(
+        &e,
+        &["recording.json", "start rules", "not a plain file name"],
+    );
+    let e = error_after(|d| std::fs::remove_file(d.join("start.rules")).unwrap());
+    assert_mentions(&e, &["start.rules"]);
+    let e = error_after(|d| edit(&d.join(META_FILE), "\"frames\": 6", "\"frames\": 7"));
+    assert_mentions(&e, &["recording.json", "says 7 frames", "holds 6"]);
+    let e = error_after(|d| edit(&d.join(META_FILE), "\"changes\": 4", "\"changes\": 5"));
+    assert_mentions(&e, &["recording.json", "says 5 changes", "holds 4"]);
+    let e = error_after(|d| edit(&d.join(META_FILE), "\"link_type\": 1", "\"link_type\": 101"));
+    assert_mentions(&e, &["frames.pcapng", "link type 1", "says 101"]);
+}
+
+#[test]
+fn corrupt_changes_give_errors_naming_the_line() {
+    let changes = |d: &Path| d.join(CHANGES_FILE);
+    let e = error_after(|d| edit(&changes(d), "{\"frames\":3,", "{\"frames\":3"));
+    assert_mentions(&e, &["changes.jsonl line 2", "not a change"]);
+    let e = error_after(|d| edit(&changes(d), "\"frames\":6", "\"frames\":9"));
+    assert_mentions(
+        &e,
+        &["changes.jsonl line 4", "after 9 frames", "holds only 6"],
+    );
+    let e = error_after(|d| edit(&changes(d), "\"frames\":6", "\"frames\":2"));
+    assert_mentions(
+        &e,
+        &["changes.jsonl line 4", "is 2 but line 3 before it says 3"],
+    );
+    let e = error_after(|d| edit(&changes(d), "change-0003.rules", "/etc/shadow"));
+    assert_mentions(&e, &["changes.jsonl line 3", "not a plain file name"]);
+    let e = error_after(|d| std::fs::remove_file(d.join("change-0003.rules")).unwrap());
+    assert_mentions(&e, &["change-0003.rules"]);
+    let e = error_after(|d| {
+        edit(
+            &changes(d),
+            "\"rules\":\"change-0003.rules\"",
+            "\"lines\":[],\"rules\":\"x\"",
+        )
+    });
+    assert_mentions(&e, &["changes.jsonl line 3", "both"]);
+    let e = error_after(|d| edit(&changes(d), ",\"rules\":\"change-0003.rules\"", ""));
+    assert_mentions(&e, &["changes.jsonl line 3", "neither"]);
+    let e = error_after(|d| std::fs::remove_file(changes(d)).unwrap());
+    assert_mentions(&e, &["changes.jsonl"]);
+}
+
+/// Writes `frames.pcapng` by hand: `interfaces` interfaces of link type 1, and packets
+/// (interface, captured bytes, original length).
+fn write_frames(path: &Path, interfaces: usize, packets: &[(u32, usize, u32)]) {
+    let file = std::fs::File::create(path).unwrap();
+    let mut w = PcapNgWriter::with_endianness(file, Endianness::Little).unwrap();
+    for _ in 0..interfaces {
+        w.write_pcapng_block(InterfaceDescriptionBlock {
+            linktype: DataLink::ETHERNET,
+            snaplen: 0,
+            options: vec![InterfaceDescriptionOption::IfTsResol(9)],
+        })
+        .unwrap();
+    }
+    for &(interface_id, caplen, original_len) in packets {
+        w.write_pcapng_block(EnhancedPacketBlock {
+            interface_id,
+            timestamp: Duration::from_nanos(5),
+            original_len,
+            data: Cow::Owned(vec![0; caplen]),
+            options: vec![],
+        })
+        .unwrap();
+    }
+}
+
+#[test]
+fn corrupt_frames_give_errors_naming_the_file() {
+    let frames = |d: &Path| d.join(FRAMES_FILE);
+    let six = |side| vec![(side, 60, 60); 6];
+    // A third interface, and a frame on it.
+    let e = error_after(|d| {
+        let mut p = six(0);
+        p[4].0 = 2;
+        write_frames(&frames(d), 3, &p)
+    });
+    assert_mentions(&e, &["frames.pcapng", "frame 5 is on interface 2"]);
+    let e = error_after(|d| {
+        let mut p = six(1);
+        p[1] = (0, 61, 60);
+        write_frames(&frames(d), 2, &p)
+    });
+    assert_mentions(
+        &e,
+        &[
+            "frames.pcapng",
+            "captured length 61 exceeds the original length 60",
+        ],
+    );
+    let e = error_after(|d| {
+        let len = std::fs::metadata(frames(d)).unwrap().len();
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(frames(d))
+            .unwrap();
+        f.set_len(len - 10).unwrap();
+    });
+    assert_mentions(&e, &["frames.pcapng", "truncated enhanced packet block"]);
+    let e = error_after(|d| std::fs::write(frames(d), b"nope").unwrap());
+    assert_mentions(&e, &["frames.pcapng", "not a pcap or pcapng file"]);
+    let e = error_after(|d| std::fs::remove_file(frames(d)).unwrap());
+    assert_mentions(&e, &["frames.pcapng", "cannot open"]);
+}
+
+#[test]
+fn opening_something_that_is_not_a_recording_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let e = Recording::open(&tmp.path().join("absent"))
+        .err()
+        .unwrap()
+        .to_string();
+    assert_mentions(&e, &["absent", "not a directory holding a recording"]);
+    let e = Recording::open(tmp.path()).err().unwrap().to_string();
+    assert_mentions(&e, &["recording.json", "missing"]);
+}
+
+#[test]
+fn parsed_metadata_writes_back_the_same() {
+    let m = meta(Start::Rules("x".into()));
+    let text = wire::MetaFile::from_meta(&m, START_RULES_FILE).to_text();
+    let parsed = wire::parse_meta("recording.json", &text).unwrap();
+    assert_eq!(parsed.to_text(), text);
+    assert_eq!(parsed.into_meta(Some("x".into())), m);
+}
