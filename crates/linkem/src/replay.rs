@@ -65,8 +65,9 @@ use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-/// Runs `linkem replay` as its arguments ask: through rules when `--rules` or
-/// a config's `rules` is given, else through the link words.
+/// Runs `linkem replay` as its arguments ask: a recording directory through
+/// the model it recorded, else through rules when `--rules` or a config's
+/// `rules` is given, else through the link words.
 pub fn run(args: &ReplayArgs) -> Result<()> {
     if recording::is_recording(&args.input) {
         return run_recording(args);
