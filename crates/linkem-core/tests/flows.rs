@@ -1,5 +1,6 @@
 //! Many flow instances against a plain reference: one `Link` per masked flow,
-//! removed when idle longer than the hold at an arrival to its pipe, a
+//! removed when idle longer than the hold at an arrival to its pipe or at
+//! the sweep of every pipe at each 100 ms of model time, a
 //! node-wide cap on live instances, and a live `update` reconfiguring every
 //! live link. A check on the flow index, the expiry heap and the instance
 //! layout, which are tuned for speed: the node must decide exactly what the
@@ -8,7 +9,7 @@
 mod common;
 
 use common::{packet, parse};
-use linkem_core::node::{Decision, Node, NodeConfig};
+use linkem_core::node::{Decision, Node, NodeConfig, EXPIRY_SWEEP_NS};
 use linkem_core::pipe::{instance_seed, FlowMask, MaskedKey};
 use linkem_core::rules::FlowKey;
 use linkem_core::{Fate, Link, LinkConfig, PacketMeta};
@@ -61,6 +62,8 @@ struct RefPipe {
 struct Reference {
     seed: u64,
     pipes: BTreeMap<u32, RefPipe>,
+    /// The next multiple of `EXPIRY_SWEEP_NS` not swept.
+    next_sweep_ns: u64,
 }
 
 impl Reference {
@@ -79,10 +82,29 @@ impl Reference {
                 (n, p)
             })
             .collect();
-        Reference { seed, pipes }
+        Reference {
+            seed,
+            pipes,
+            next_sweep_ns: 0,
+        }
+    }
+
+    /// Before an input at `t`: the sweep at the last multiple of
+    /// `EXPIRY_SWEEP_NS` it crosses, over every pipe.
+    fn sweep(&mut self, t: u64) {
+        if t < self.next_sweep_ns {
+            return;
+        }
+        let at = t - t % EXPIRY_SWEEP_NS;
+        self.next_sweep_ns = at + EXPIRY_SWEEP_NS;
+        for p in self.pipes.values_mut() {
+            p.flows
+                .retain(|_, (_, idle)| idle.saturating_add(HOLD_NS) >= at);
+        }
     }
 
     fn update(&mut self, text: &str, now_ns: u64) {
+        self.sweep(now_ns);
         for (n, d) in parse(text).pipes {
             let p = self.pipes.get_mut(&n).expect("same pipes");
             p.link = d.link;
@@ -96,6 +118,7 @@ impl Reference {
 
     /// (fate, release, duplicate, flow id) of a packet.
     fn arrive(&mut self, t: u64, len: u32, k: &FlowKey) -> (Fate, u64, bool, u64) {
+        self.sweep(t);
         let pipe = match k.dst_port {
             0 => 1,
             1 => return (Fate::Denied, t, false, 0),
@@ -172,7 +195,7 @@ proptest! {
             }
         }
         let live: usize = reference.pipes.values().map(|p| p.flows.len()).sum();
-        // The reference expires at arrivals to a pipe, as the node does.
+        // The reference expires at arrivals to a pipe and at the sweeps, as the node does.
         prop_assert_eq!(node.live_flows(), live);
     }
 }

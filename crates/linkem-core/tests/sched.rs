@@ -240,7 +240,7 @@ fn aimd(text: &str, ecn: u8, secs: u64) -> (Vec<Decision>, Node, Vec<(u64, u32, 
         }
         t += gap;
     }
-    node.poll(u64::MAX, &mut out);
+    common::drain(&mut node, &mut out);
     all.append(&mut out);
     all.sort_by_key(|d| d.tag);
     (all, node, pkts)

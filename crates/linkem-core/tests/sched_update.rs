@@ -58,7 +58,7 @@ fn run(set: RuleSet, pkts: &[Pkt], change: Option<(usize, RuleSet)>) -> Run {
         }
         node.on_arrival(t, packet(i, key, len), &mut all);
     }
-    node.poll(u64::MAX, &mut all);
+    common::drain(&mut node, &mut all);
     assert!(!node.holds_packets());
     let mut by_tag = BTreeMap::new();
     for d in all {

@@ -36,6 +36,15 @@ pub fn udp4(src: u32, dst: u32, sport: u16, dport: u16, ecn: u8) -> FlowKey {
     }
 }
 
+/// Decides everything the node still holds: a poll at each next event, as
+/// model time reaches it. (One poll at a far instant would decide the same,
+/// but first sweep away every idle instance: `node::EXPIRY_SWEEP_NS`.)
+pub fn drain(node: &mut Node, out: &mut Vec<Decision>) {
+    while let Some(t) = node.next_event_ns() {
+        node.poll(t, out);
+    }
+}
+
 /// Offers packets `(time, len, key)`, all received on side A and tagged by
 /// their index, then decides everything the node still holds; returns one
 /// decision per packet, in packet order.
@@ -44,7 +53,7 @@ pub fn feed(node: &mut Node, pkts: &[(u64, u32, FlowKey)]) -> Vec<Decision> {
     for (i, &(t, len, key)) in pkts.iter().enumerate() {
         node.on_arrival(t, packet(i, key, len), &mut out);
     }
-    node.poll(u64::MAX, &mut out);
+    drain(node, &mut out);
     out.sort_by_key(|d| d.tag);
     assert_eq!(out.len(), pkts.len(), "every packet decided once");
     out
