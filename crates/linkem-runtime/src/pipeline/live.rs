@@ -837,8 +837,15 @@ impl Stage {
     }
 
     /// Runs the model's events due by `now_ns` and settles their decisions.
+    ///
+    /// A poll at t runs the events due at t itself, where an arrival at t
+    /// comes before them ([`Model::on_arrival`]). A replay does not see
+    /// polls, only arrivals and changes, so an arrival stamped t after a poll
+    /// at t would replay before events this run handled first: arrivals after
+    /// a poll at t are stamped t + 1 at the earliest.
     fn poll<M: LiveModel>(&mut self, model: &mut M, objs: &mut Objects, now_ns: u64) {
         model.poll(now_ns, &mut self.out);
+        self.last_ns = self.last_ns.max(now_ns.saturating_add(1));
         let mut out = std::mem::take(&mut self.out);
         for d in out.drain(..) {
             self.settle_held(objs, &d);
