@@ -10,7 +10,7 @@
 # (`linkem generate`), the examples of testdata/ and README.md. Depends comes
 # from dpkg-shlibdeps (dpkg-dev), or without it from the binary's symbol
 # versions. The postinst (packaging/debian/postinst) gives the group linkem
-# the bridge without root. LINKEM_COMMIT names the commit when there is no .git;
+# the bridge without root. LINKEM_COMMIT, if set, names the commit (a tarball);
 # DEBFULLNAME and DEBEMAIL the maintainer, as for dch. Prints the package's path.
 set -euo pipefail
 cd "$(dirname "$0")/.."
