@@ -65,7 +65,7 @@ version=$(sed -n 's/^version *= *"\(.*\)"/\1/p' Cargo.toml | head -n 1)
 said=$("$bin" --version)
 if commit=$(git rev-parse --short HEAD 2>/dev/null); then
   [[ $said =~ ^linkem\ $version\ \($commit(-dirty)?\)$ ]] ||
-    fail "linkem --version says '$said', not 'linkem $version ($commit[-dirty])'"
+    fail "linkem --version says '$said', not 'linkem $version (${commit}[-dirty])'"
 else
   [[ $said =~ ^linkem\ $version\ \(.+\)$ ]] || fail "linkem --version says '$said'"
 fi
