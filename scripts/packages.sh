@@ -56,14 +56,15 @@ need_py_modules() {
 # python3 with the Prometheus client's parser in the metrics test, column in
 # the demo, a C++ compiler for libFuzzer (cargo fuzz builds it from source), and
 # for python/tests pytest, venv (ensurepip: the offline `pip install` test),
-# Mininet and brctl (its Linux bridge switch), and for linkem-cni's test the CNI
+# Mininet and brctl (its Linux bridge switch); for linkem-cni's test the CNI
 # plugins it chains after (bridge, host-local, host-device, static), nsenter and
-# setsid (cnitool itself is built with Go by scripts/cnitool.sh).
+# setsid (cnitool itself is built with Go by scripts/cnitool.sh); for the Debian
+# package's test dpkg-shlibdeps and strip, man, zsh and fish.
 need_test_packages() {
   need_packages ip:iproute2 ping:iputils-ping /usr/bin/python3:python3 column:bsdextrautils \
     ethtool:ethtool iperf3:iperf3 trafgen:netsniff-ng c++:g++ setcap:libcap2-bin \
     brctl:bridge-utils /usr/lib/cni/bridge:containernetworking-plugins nsenter:util-linux \
-    setsid:util-linux &&
+    setsid:util-linux dpkg-shlibdeps:dpkg-dev strip:binutils man:man-db zsh:zsh fish:fish &&
     need_py_modules prometheus_client:python3-prometheus-client pytest:python3-pytest \
       ensurepip:python3-venv mininet:mininet
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test linkem has: formatting, lints, unit, property, statistical and
-# integration tests, the Python package's tests, then a short run of each fuzz target.
+# integration tests, the Python package's tests, the Debian package's, then a short
+# run of each fuzz target.
 #
 # As root it first installs the Debian packages the tests use (scripts/packages.sh);
 # without root it names the missing ones and carries on: the unit tests run, and a
@@ -26,4 +27,7 @@ else
 fi
 # Benchmarks must at least build (they run with scripts/bench.sh).
 cargo bench --workspace --no-run
+# The Debian package of the dev binary the tests built, installed into a throwaway root
+# and used (version, examples, man pages, completions, postinst); cargo install.
+./scripts/package-test.sh
 FUZZ_SECONDS="${FUZZ_SECONDS:-10}" ./fuzz/run.sh

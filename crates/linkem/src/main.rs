@@ -7,12 +7,12 @@
 #![forbid(unsafe_code)]
 
 use anyhow::Result;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use linkem::{args, bridge, replay, synth};
 use linkem_core::config::link_words_help;
 
 #[derive(Parser)]
-#[command(name = "linkem", version, about = "A precise, fast network link emulator", after_help = link_words_help())]
+#[command(name = "linkem", version = linkem::build_info::VERSION, about = "A precise, fast network link emulator", after_help = link_words_help())]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -60,6 +60,9 @@ enum Command {
     Bench(linkem::bench::BenchArgs),
     /// Write a synthetic capture of UDP frames (for demos, tests and benchmarks).
     Synth(synth::SynthArgs),
+    /// Write the man pages or a shell's completions (for packagers).
+    #[command(hide = true)]
+    Generate(linkem::generate::GenerateArgs),
 }
 
 fn main() {
@@ -71,6 +74,7 @@ fn main() {
         Command::Probe(args) => linkem::probe::run_cli(&args),
         Command::Bench(args) => linkem::bench::run(&args),
         Command::Synth(args) => synth::run(&args),
+        Command::Generate(args) => linkem::generate::run(Cli::command(), &args),
     };
     if let Err(e) = result {
         eprintln!("linkem: {e:#}");
