@@ -4,7 +4,7 @@
 //!
 //! Rooms by concern. The drivers run a command: `replay` and `replay_rules`
 //! (through one link, through rules) and `bridge` (either model, with
-//! `live_events` for its `--events`). `control`
+//! `live_events` for its `--events` and `live_record` for its `--record`). `control`
 //! serves a running bridge's socket and metrics endpoint. `render` holds
 //! everything `--stats`, the control socket and the metrics show (ipfw and
 //! dnctl layouts, their JSON, counts per direction and per object). `args`,
@@ -24,6 +24,7 @@ pub mod bridge;
 pub mod control;
 pub mod files;
 pub mod live_events;
+pub mod live_record;
 pub mod plot;
 pub mod probe;
 pub mod process;
