@@ -31,6 +31,21 @@
 //! pipe's state is touched by another pipe's packets, so nothing about one pipe
 //! delays another; only the output interface serialises them (Dummynet Revisited §4.1.1).
 //!
+//! # Idle flow instances
+//! A masked pipe's or scheduler's instance idle for longer than the hold
+//! ([`NodeConfig::idle_hold_ns`]) is removed at the first arrival to its pipe
+//! after that ([`crate::pipe`]), and by a sweep over every pipe at each
+//! multiple k·S of [`EXPIRY_SWEEP_NS`] = S of model time: the first input at
+//! or after k·S (an arrival, a poll, a change), and every event the node runs
+//! at or after k·S, comes after the sweep `expire(k·S)`, which itself comes
+//! after every event due before k·S. The sweep gives back the flow budget
+//! (`--max-flows`, `--max-flow-memory`) of flows that stopped while no packet
+//! comes to their pipe, so it changes decisions (a flow-limit drop, or not);
+//! being a function of model time, not of when a driver happens to run, a
+//! live run and its replay sweep at the same instants and decide the same.
+//! When an input crosses several multiples, one sweep at the last does what
+//! one per multiple would: nothing happens between them.
+//!
 //! # Duplicates and corruption on multi-hop paths
 //! A copy made by `duplicate` on a hop travels with the original (released
 //! right after it at the end of the path); corrupted bits from every hop are
@@ -44,6 +59,10 @@ use crate::rules::flow::FlowKey;
 use crate::rules::parse::RuleSet;
 use crate::rules::Side;
 use std::collections::HashMap;
+
+/// Model time between two sweeps of idle flow instances (100 ms): see the
+/// [module doc](self).
+pub const EXPIRY_SWEEP_NS: u64 = 100_000_000;
 
 /// A packet offered to the node.
 #[derive(Debug, Clone, Copy)]
@@ -195,6 +214,10 @@ pub struct Node {
     /// Pipes served by a scheduler ([`crate::sched::service`]).
     pub sched: crate::sched::service::NodeSched,
     cfg: NodeConfig,
+    /// The next multiple of [`EXPIRY_SWEEP_NS`] not swept yet.
+    next_sweep_ns: u64,
+    /// The latest instant of an input (arrival, poll, change).
+    clock_ns: u64,
 }
 
 impl Node {
@@ -229,7 +252,36 @@ impl Node {
             unmatched: 0,
             sched,
             cfg,
+            next_sweep_ns: 0,
+            clock_ns: 0,
         }
+    }
+
+    /// Notes an input at `now_ns`, after sweeping the idle instances at the
+    /// multiples of [`EXPIRY_SWEEP_NS`] it crosses.
+    #[inline]
+    fn input_at(&mut self, now_ns: u64) {
+        self.sweep_to(now_ns);
+        self.clock_ns = self.clock_ns.max(now_ns);
+    }
+
+    /// Sweeps at the last multiple of [`EXPIRY_SWEEP_NS`] at or before `t_ns`
+    /// if it was not swept yet.
+    #[inline]
+    fn sweep_to(&mut self, t_ns: u64) {
+        if t_ns >= self.next_sweep_ns {
+            self.sweep(t_ns);
+        }
+    }
+
+    #[cold]
+    fn sweep(&mut self, t_ns: u64) {
+        let at_ns = t_ns - t_ns % EXPIRY_SWEEP_NS;
+        self.next_sweep_ns = at_ns.saturating_add(EXPIRY_SWEEP_NS);
+        for p in self.pipes.iter_mut().filter(|p| p.def.mask.is_some()) {
+            p.expire(at_ns, &mut self.budget);
+        }
+        self.sched.expire_idle(at_ns, &mut self.budget);
     }
 
     /// Whether a packet waits in the node for a later decision: a multi-hop
@@ -276,6 +328,7 @@ impl Node {
     /// - A rule that stays (same number and text) keeps its packet and byte
     ///   counters; `unmatched` is kept.
     pub fn update(&mut self, set: RuleSet, now_ns: u64, out: &mut Vec<Decision>) {
+        self.input_at(now_ns);
         let new_sched: Vec<u32> = set
             .pipes
             .keys()
@@ -342,6 +395,8 @@ impl Node {
         next.budget.live = live + next.sched.active_instances();
         next.budget.bytes = charged + next.sched.charged_bytes();
         next.unmatched = self.unmatched;
+        next.next_sweep_ns = self.next_sweep_ns;
+        next.clock_ns = self.clock_ns;
         *self = next;
     }
 
@@ -392,17 +447,18 @@ impl Node {
         self.budget.bytes
     }
 
-    /// Removes every instance idle for longer than the hold at `now_ns`, in
-    /// every pipe, without waiting for the next packet to its pipe (which
-    /// also removes them): the live stage calls it periodically, so the
-    /// instances of flows that stopped go, and their memory with them, while
-    /// no traffic comes. O(pipes) plus O(log n) per instance removed;
-    /// decides no packet.
+    /// Sweeps the idle instances as the next input at `now_ns` would (at the
+    /// last multiple of [`EXPIRY_SWEEP_NS`] at or before it, if not swept
+    /// yet), so that a driver frees the flows that stopped while no packet
+    /// comes. Idempotent with the node's own sweep: a call changes nothing an
+    /// input at or after `now_ns` would not have done first. With an event due
+    /// before `now_ns` it does nothing, since the sweep would come before that
+    /// event, out of time order: poll ([`Node::poll`]) instead. Decides no
+    /// packet.
     pub fn expire_idle(&mut self, now_ns: u64) {
-        for p in self.pipes.iter_mut().filter(|p| p.def.mask.is_some()) {
-            p.expire(now_ns, &mut self.budget);
+        if self.next_event_ns().is_none_or(|t| t >= now_ns) {
+            self.input_at(now_ns);
         }
-        self.sched.expire_idle(now_ns, &mut self.budget);
     }
 
     /// When the next reinjection or scheduler service is due, if any.
@@ -417,6 +473,7 @@ impl Node {
     /// Runs the reinjections and scheduler services due at or before `now_ns`.
     pub fn poll(&mut self, now_ns: u64, out: &mut Vec<Decision>) {
         self.advance(now_ns, true, out);
+        self.input_at(now_ns);
     }
 
     /// Runs due events in time order: reinjections (arrivals) at t before
@@ -428,10 +485,12 @@ impl Node {
             let s = self.sched.next_event_ns();
             match (r, s) {
                 (Some(at), _) if at <= now_ns && s.is_none_or(|s| at <= s) => {
+                    self.sweep_to(at);
                     let (at, f) = self.reinject.pop().expect("peeked");
                     self.run(at, f.pkt, f.next_rule, f.d, out);
                 }
                 (_, Some(t)) if t < now_ns || (services_at_now && t == now_ns) => {
+                    self.sweep_to(t);
                     self.sched.poll_one(t);
                     self.finish_departures(out);
                 }
@@ -528,6 +587,7 @@ impl Node {
         if !self.reinject.is_empty() || self.sched.next_event_ns().is_some() {
             self.advance(now_ns, false, out);
         }
+        self.input_at(now_ns);
         let d = Decision {
             tag: pkt.tag,
             fate: Fate::Delivered,

@@ -1,7 +1,6 @@
-//! The arguments of the commands whose drivers come in two kinds: `linkem
-//! replay` (a link: [`crate::replay`]; rules: [`crate::replay_rules`]) and
-//! `linkem bridge` (a link per direction or rules: [`crate::bridge`]),
-//! each struct shared by both kinds, with what is
+//! The arguments of `linkem replay` (one driver over a link or rules:
+//! [`crate::replay`]) and of `linkem bridge` (a link per direction or rules:
+//! [`crate::bridge`]), each struct shared by both kinds, with what is
 //! derived from the arguments alone: the files a replay reads and writes,
 //! the bridge's timing options.
 
@@ -18,7 +17,8 @@ use std::path::PathBuf;
 /// `linkem replay`'s arguments.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ReplayArgs {
-    /// Input capture (pcap or pcapng).
+    /// Input capture (pcap or pcapng), or the recording directory of a live run
+    /// (`linkem bridge --record DIR`), replayed with the model and changes it recorded.
     pub input: PathBuf,
     /// Output capture (nanosecond pcap). A file is replaced only if the whole replay
     /// succeeds (keeping its mode); a device or FIFO (/dev/null) is written directly.
@@ -31,13 +31,15 @@ pub struct ReplayArgs {
     /// Print the counts per fate as text (default) or JSON.
     #[arg(long, value_enum, default_value = "text")]
     pub stats: StatsFormat,
-    /// Write one line per input packet: index, arrival, length, fate, release, queue occupancy.
+    /// Write one line per decision, in decision order: index, arrival, length, fate, release,
+    /// queue occupancy, copies, flipped bits, rule, pipe, flow, hops, queue, CE, side (a header
+    /// line names the columns).
     #[arg(long, value_name = "FILE")]
     pub events: Option<PathBuf>,
     /// Never show a progress bar.
     #[arg(long)]
     pub quiet: bool,
-    /// `--rules FILE` and its options (see [`crate::replay_rules`]).
+    /// `--rules FILE` and its options (see [`crate::replay`]).
     #[command(flatten)]
     pub rules: RulesArgs,
 }

@@ -2,8 +2,8 @@
 //! tests drive them in-process. System calls std lacks go through `linkem-io`
 //! (`sys`, `ifaces`, `caps`, `creds`), so this crate has no `unsafe`.
 //!
-//! Rooms by concern. The drivers run a command: `replay` and `replay_rules`
-//! (through one link, through rules) and `bridge` (either model, with
+//! Rooms by concern. The drivers run a command: `replay` (one driver over
+//! any model: a link, rules, a recording) and `bridge` (either model, with
 //! `live_events` for its `--events` and `live_record` for its `--record`). `control`
 //! serves a running bridge's socket and metrics endpoint. `render` holds
 //! everything `--stats`, the control socket and the metrics show (ipfw and
@@ -30,7 +30,6 @@ pub mod probe;
 pub mod process;
 pub mod render;
 pub mod replay;
-pub mod replay_rules;
 pub mod synth;
 
 /// How counts are printed.

@@ -1,45 +1,94 @@
-//! `linkem replay`: a capture goes in, the capture as the emulated link would
-//! deliver it comes out.
+//! `linkem replay IN OUT`: a capture goes in, the capture as the emulated link
+//! or node would deliver it comes out.
 //!
-//! Packets stream through the model in arrival order; delivered ones wait in a
-//! `ReleaseQueue` (release time, then arrival order) and are written once no later
-//! arrival can be released before them (every release is at or after its
-//! arrival), so memory holds only the packets in flight, not the whole file.
+//! # One driver for every model
+//! The packets go through a [`Model`], the one interface of
+//! [`linkem_core::model`]: a [`LinkModel`] for link words (every packet taken
+//! as received on side a, so side a's link, seeded from direction 0, decides
+//! them all), a [`Node`] for `--rules FILE` or a config's `rules` (every
+//! packet on the side `--rules-side` names; the rule file may also come from
+//! the TOML config as `rules = """..."""`, and the only link word allowed
+//! beside rules is `seed`). The driver is generic over the model and
+//! monomorphised, so the plain link pays for no rule machinery: it never
+//! parses a header ([`Model::reads_headers`]) and has no events to poll.
+//!
+//! # Recordings
+//! When IN is a recording directory of a live run (`linkem bridge --record`,
+//! [`linkem_io::recording`]), the model is the one its `recording.json`
+//! describes (seed, link words or `start.rules`, options), and the inputs are
+//! the run's: every frame with its side and stamp, and every change at its
+//! instant (a poll at that instant, then the changes of its batch in order),
+//! so the decisions, OUT and `--events` are those of the run.
+//!
+//! # Instants
+//! Inputs reach the model with non-decreasing instants: a packet stamped
+//! earlier than one read before it is given to the model at the latest earlier
+//! stamp ([`crate::arrival_order`]); its `--events` line keeps its own stamp.
+//!
+//! # Output order
+//! Delivered frames (a duplicate right after its original) leave in (release
+//! time, decision order), kept in one [`ReleaseQueue`] of the frames in
+//! flight. A frame is written once no later input can release one earlier
+//! than it: every later decision comes from an arrival at or after the last
+//! instant given to the model, or from a model event at or after
+//! [`Model::next_event_ns`], and is released no earlier than that instant.
+//! So frames released by the horizon = min(last instant, next event) are
+//! written after each input, and memory holds the frames in flight, not the
+//! file. After the last packet the model's remaining events run one at a time
+//! (a poll at each next event), as model time reaches them in a live run.
+//!
+//! # Undecided frames
+//! A node may hold a packet (a scheduler's queue, a hop of a multi-hop path):
+//! its frame waits by tag until the decision. Most packets are decided at
+//! their arrival, so the frame being offered is moved into the tag-indexed
+//! store only when its decision did not come with the arrival.
+//!
+//! # Events
+//! `--events` has one line per decision, in decision order, in the one format
+//! of every model and front end ([`EVENTS_HEADER`], [`write_event`]).
 
-use crate::args::{base_inputs, outputs, ReplayArgs};
-use crate::files::link_spec_reading;
+use crate::args::{base_inputs, outputs, ReplayArgs, RulesArgs};
+use crate::files::{config_has_rules, link_spec_reading, load_rules_reading, rules_source};
 use crate::process::{fresh_seed, SignalGuard};
-use crate::render::replay_stats::{print_stats, Summary};
+use crate::render::replay_stats::{print_stats, report, Tally};
 use anyhow::{bail, Context, Result};
+use linkem_core::model::{write_event, Change, LinkModel, Model, EVENTS_HEADER};
+use linkem_core::node::{Decision, Node, NodeConfig, PacketIn};
 use linkem_core::order::ReleaseQueue;
-use linkem_core::{Fate, Link, PacketMeta};
-use linkem_io::capture::{CaptureReader, CaptureWriter, CapturedPacket};
+use linkem_core::rules::{FlowKey, L2Kind, Side};
+use linkem_core::Fate;
+use linkem_io::capture::{CaptureReader, CaptureWriter, LinkType};
 use linkem_io::outfile::{self, FileUse, OutputFile};
+use linkem_io::recording::{self, RecordedChange, RecordedInput, Recording, Start};
+use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-/// A delivered copy waiting for its turn in the output.
-struct Pending {
-    release_ns: u64,
-    orig_len: u32,
-    data: Vec<u8>,
-}
-
-/// The replay's state between packets: delivered copies wait in `heap` until no later
-/// arrival can be released before them.
-struct Replayer {
-    link: Link,
-    heap: ReleaseQueue<Pending>,
-    index: u64,
-    horizon_ns: u64,
-    summary: Summary,
-}
-
+/// Runs `linkem replay` as its arguments ask: a recording directory through
+/// the model it recorded, else through rules when `--rules` or a config's
+/// `rules` is given, else through the link words.
 pub fn run(args: &ReplayArgs) -> Result<()> {
-    if crate::replay_rules::wanted(args, &args.rules)? {
-        return crate::replay_rules::run(args, &args.rules);
+    if recording::is_recording(&args.input) {
+        return run_recording(args);
     }
+    if rules_wanted(args, &args.rules)? {
+        run_rules(args, &args.rules)
+    } else {
+        run_link(args)
+    }
+}
+
+/// Whether this replay runs rules (`--rules` or a config with `rules`).
+fn rules_wanted(args: &ReplayArgs, rules: &RulesArgs) -> Result<bool> {
+    if rules.file.is_some() {
+        return Ok(true);
+    }
+    Ok(args.config.as_deref().is_some_and(config_has_rules))
+}
+
+/// The replay through the link words: every packet on side a.
+fn run_link(args: &ReplayArgs) -> Result<()> {
     let mut tables = Vec::new();
     let spec = link_spec_reading(args.config.as_deref(), &args.words, &mut tables)?;
     let seed = spec.seed.unwrap_or_else(fresh_seed);
@@ -57,38 +106,140 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     );
     outfile::check_distinct(&inputs, &outputs(args))?;
 
-    let signals = SignalGuard::install()?;
-    let mut reader = CaptureReader::open(&args.input).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut writer = CaptureWriter::create(&args.output, reader.link_type(), reader.snaplen())
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut events = args.events.as_deref().map(open_events).transpose()?;
+    let mut model = LinkModel::new([spec.link.clone(), spec.link], seed);
+    let (tally, secs) = replay_capture(args, &mut model, Side::A)?;
+    print_stats(args, &link_text, seed, &tally, secs);
+    Ok(())
+}
 
-    let started = Instant::now();
-    let mut r = Replayer {
-        link: Link::new(spec.link, seed, 0),
-        heap: ReleaseQueue::new(),
-        index: 0,
-        horizon_ns: 0,
-        summary: Summary {
-            sojourn_min_ns: u64::MAX,
+/// The replay through rules: every packet on the side `--rules-side` names.
+fn run_rules(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
+    let (mut node, seed, named) = build_node(args, rargs)?;
+    // Before anything is opened for writing: an output must not be an input.
+    let mut inputs = base_inputs(args);
+    inputs.extend(rargs.file.iter().map(|p| FileUse::new("--rules", p)));
+    inputs.extend(
+        named
+            .into_iter()
+            .map(|p| FileUse::new("file named in the rules", p)),
+    );
+    outfile::check_distinct(&inputs, &outputs(args))?;
+    let (tally, secs) = replay_capture(args, &mut node, rargs.side.into())?;
+    report(args, &node, seed, &tally, secs);
+    Ok(())
+}
+
+/// The node of the rules (from `--rules` or the config), the seed it draws
+/// from (the one given, or a fresh one, printed so the run can be repeated) and
+/// the files the rules named.
+fn build_node(args: &ReplayArgs, rargs: &RulesArgs) -> Result<(Node, u64, Vec<PathBuf>)> {
+    let (text, seed) = rules_source(args.config.as_deref(), rargs.file.as_deref(), &args.words)?
+        .context("internal error: rules wanted but none found")?;
+    let base = rargs.file.as_deref().and_then(Path::parent);
+    let text_file = rargs.file.as_deref().or(args.config.as_deref());
+    let mut named = Vec::new();
+    let set = load_rules_reading(
+        &text,
+        text_file,
+        base,
+        ["a", "b"],
+        &mut HashMap::new(),
+        &mut named,
+    )?;
+    let seed = seed.unwrap_or_else(|| {
+        let s = fresh_seed();
+        eprintln!("linkem: seed {s} (add 'seed {s}' to repeat this run exactly)");
+        s
+    });
+    let node = Node::new(
+        set,
+        NodeConfig {
+            seed,
+            max_flows: rargs.max_flows,
+            max_flow_bytes: rargs.max_flow_memory,
             ..Default::default()
         },
+    );
+    Ok((node, seed, named))
+}
+
+/// One input to the model, from a capture or a recording.
+enum Input {
+    /// A frame received on `side`, stamped `ts_ns`.
+    Frame {
+        side: Side,
+        ts_ns: u64,
+        orig_len: u32,
+        data: Vec<u8>,
+    },
+    /// Changes applied at one instant, in order.
+    Changes { at_ns: u64, changes: Vec<Change> },
+}
+
+/// Feeds the capture `args.input` to `model`, every packet as received on
+/// `side`; writes the output capture and `--events`. Returns the tally and the
+/// seconds the replay took.
+fn replay_capture<M: Model>(args: &ReplayArgs, model: &mut M, side: Side) -> Result<(Tally, f64)> {
+    let signals = SignalGuard::install().context("cannot install the signal handler")?;
+    let mut reader = CaptureReader::open(&args.input).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (link_type, snaplen) = (reader.link_type(), reader.snaplen());
+    let next = || {
+        let packet = reader.next_packet()?;
+        Some(
+            packet
+                .map(|p| Input::Frame {
+                    side,
+                    ts_ns: p.ts_ns,
+                    orig_len: p.orig_len,
+                    data: p.data,
+                })
+                .map_err(|e| anyhow::anyhow!("{e}")),
+        )
     };
+    drive(args, model, link_type, snaplen, &signals, next)
+}
+
+/// Feeds the inputs `next` gives to `model` in order; writes the output
+/// capture (of `link_type`, `snaplen`) and `--events`. Returns the tally and
+/// the seconds the replay took.
+fn drive<M: Model>(
+    args: &ReplayArgs,
+    model: &mut M,
+    link_type: LinkType,
+    snaplen: u32,
+    signals: &SignalGuard,
+    mut next: impl FnMut() -> Option<Result<Input>>,
+) -> Result<(Tally, f64)> {
+    let l2 = frame_kind(model, link_type)?;
+    let writer = CaptureWriter::create(&args.output, link_type, snaplen)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let events = args.events.as_deref().map(open_events).transpose()?;
+    let started = Instant::now();
+    let mut r = Replay::new(l2, writer, events);
     let progress = progress_bar(args);
     let mut backwards = crate::arrival_order::Backwards::default();
-    while let Some(packet) = reader.next_packet() {
+    while let Some(input) = next() {
         signals.check()?;
-        let packet = packet.map_err(|e| anyhow::anyhow!("{e}"))?;
-        backwards.on_packet(packet.ts_ns);
-        r.on_packet(packet, events.as_mut())?;
-        r.write_due(&mut writer, Some(r.horizon_ns), &signals)?;
+        match input? {
+            Input::Frame {
+                side,
+                ts_ns,
+                orig_len,
+                data,
+            } => {
+                backwards.on_packet(ts_ns);
+                r.arrive(model, side, ts_ns, orig_len, data)?;
+            }
+            Input::Changes { at_ns, changes } => r.change(model, at_ns, changes)?,
+        }
+        r.write_due(model)?;
         if let Some(pb) = &progress {
-            if r.index.is_multiple_of(65_536) {
-                pb.set_position(r.index);
+            if r.tally.arrived.is_multiple_of(65_536) {
+                pb.set_position(r.tally.arrived);
             }
         }
     }
-    r.write_due(&mut writer, None, &signals)?;
+    r.drain(model, signals)?;
     if let Some(pb) = progress {
         pb.finish_and_clear();
     }
@@ -96,39 +247,25 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         eprintln!("{w}");
     }
     signals.check()?;
-    if let Some(ev) = events {
-        ev.commit()?;
-    }
-    writer.finish().map_err(|e| anyhow::anyhow!("{e}"))?;
-    let elapsed = started.elapsed();
+    let tally = r.commit()?;
+    Ok((tally, started.elapsed().as_secs_f64()))
+}
 
-    let counts = *r.link.counts();
-    if counts.arrived() != r.index {
-        bail!(
-            "internal error: {} packets read but {} decided",
-            r.index,
-            counts.arrived()
-        );
+/// How the model's frames are laid out: needed to parse headers and to set a
+/// CE mark. A model that reads no header (the plain link) sets no CE mark
+/// either, so it replays any link type.
+fn frame_kind<M: Model>(model: &M, link_type: LinkType) -> Result<L2Kind> {
+    match L2Kind::from_dlt(link_type.dlt()) {
+        Some(l2) => Ok(l2),
+        None if !model.reads_headers() => Ok(L2Kind::Ethernet),
+        None => bail!("link type {link_type} cannot be classified"),
     }
-    print_stats(
-        args,
-        &link_text,
-        seed,
-        &counts,
-        &r.summary,
-        elapsed.as_secs_f64(),
-    );
-    Ok(())
 }
 
 /// The `--events` file, with its header line.
 fn open_events(path: &Path) -> Result<OutputFile> {
     let mut w = OutputFile::create(path, 1 << 20)?;
-    writeln!(
-        w,
-        "# index\tarrival_ns\tlen_bytes\tfate\trelease_ns\tqueue_packets\tqueue_bytes\tcopies\tcorrupt_bit"
-    )
-    .with_context(|| format!("cannot write {}", path.display()))?;
+    writeln!(w, "{EVENTS_HEADER}").with_context(|| format!("cannot write {}", path.display()))?;
     Ok(w)
 }
 
@@ -147,86 +284,457 @@ fn progress_bar(args: &ReplayArgs) -> Option<indicatif::ProgressBar> {
     })
 }
 
-impl Replayer {
-    /// Decides one packet's fate, logs it, and queues its delivered copies.
-    fn on_packet(&mut self, packet: CapturedPacket, events: Option<&mut OutputFile>) -> Result<()> {
-        self.horizon_ns = self.horizon_ns.max(packet.ts_ns);
-        self.summary.first_arrival_ns.get_or_insert(packet.ts_ns);
-        let v = self.link.on_arrival(
-            packet.ts_ns,
-            PacketMeta {
-                len_bytes: packet.orig_len,
-            },
-        );
-        if let Some(ev) = events {
-            let delivered = v.fate == Fate::Delivered;
-            let release = if delivered {
-                v.release_ns.to_string()
-            } else {
-                "-".into()
-            };
-            let copies = if delivered { 1 + v.duplicate as u32 } else { 0 };
-            let bit = v
-                .corrupt_bit
-                .map(|b| b.to_string())
-                .unwrap_or_else(|| "-".into());
-            writeln!(
-                ev,
-                "{}\t{}\t{}\t{}\t{release}\t{}\t{}\t{copies}\t{bit}",
-                self.index, packet.ts_ns, packet.orig_len, v.fate, v.queue_packets, v.queue_bytes
-            )
-            .with_context(|| format!("cannot write {}", ev.name()))?;
+/// A frame the model has not decided yet.
+struct Undecided {
+    /// Its own stamp, for `--events`.
+    arrival_ns: u64,
+    /// The instant the model was given (the stamp, or a later one when the
+    /// capture went back in time), from which its time in the link counts.
+    model_ns: u64,
+    /// Its length on the wire.
+    orig_len: u32,
+    /// The bytes captured, written once it is delivered.
+    data: Vec<u8>,
+}
+
+/// The replay's state between two inputs: see the [module doc](self).
+struct Replay {
+    l2: L2Kind,
+    /// Delivered frames (and copies) by (release time, decision order).
+    queue: ReleaseQueue<(u32, Vec<u8>)>,
+    /// Frames the model holds, by tag, until their decision.
+    held: HashMap<u64, Undecided>,
+    /// The frame being offered, with its tag: moved into `held` only when
+    /// the model keeps it.
+    current: Option<(u64, Undecided)>,
+    /// The model's decisions not yet acted upon (taken out and put back, so
+    /// one allocation serves every input).
+    out: Vec<Decision>,
+    /// The last instant given to the model.
+    now_ns: u64,
+    events: Option<OutputFile>,
+    /// One `--events` line, reused.
+    line: String,
+    writer: CaptureWriter,
+    tally: Tally,
+}
+
+impl Replay {
+    fn new(l2: L2Kind, writer: CaptureWriter, events: Option<OutputFile>) -> Replay {
+        Replay {
+            l2,
+            queue: ReleaseQueue::new(),
+            held: HashMap::new(),
+            current: None,
+            out: Vec::new(),
+            now_ns: 0,
+            events,
+            line: String::new(),
+            writer,
+            tally: Tally::new(),
         }
-        self.index += 1;
-        if v.fate != Fate::Delivered {
-            return Ok(());
-        }
-        let s = &mut self.summary;
-        let sojourn = v.release_ns - self.horizon_ns.min(v.release_ns);
-        s.sojourn_min_ns = s.sojourn_min_ns.min(sojourn);
-        s.sojourn_max_ns = s.sojourn_max_ns.max(sojourn);
-        s.sojourn_sum_ns += sojourn as u128;
-        let mut data = packet.data;
-        // The copy leaves the link as it arrived: corruption hits the original only.
-        let copy = v.duplicate.then(|| data.clone());
-        if let Some(bit) = v.corrupt_bit {
-            // Bits beyond the captured bytes were not captured; there is nothing to flip.
-            if let Some(byte) = data.get_mut((bit / 8) as usize) {
-                *byte ^= 0x80 >> (bit % 8);
-            }
-        }
-        // The original first, then its copy: equal release times leave in push order.
-        for data in std::iter::once(data).chain(copy) {
-            let pending = Pending {
-                release_ns: v.release_ns,
-                orig_len: packet.orig_len,
-                data,
-            };
-            self.heap.push(v.release_ns, pending);
+    }
+
+    /// Offers one frame stamped `ts_ns`, received on `side`, and acts on the
+    /// decisions made by then; keeps the frame if its own is yet to come.
+    #[inline]
+    fn arrive<M: Model>(
+        &mut self,
+        model: &mut M,
+        side: Side,
+        ts_ns: u64,
+        orig_len: u32,
+        data: Vec<u8>,
+    ) -> Result<()> {
+        self.now_ns = self.now_ns.max(ts_ns);
+        let tag = self.tally.arrived;
+        self.tally.arrived += 1;
+        self.tally.first_arrival_ns.get_or_insert(ts_ns);
+        let key = if model.reads_headers() {
+            FlowKey::parse(&data, self.l2)
+        } else {
+            FlowKey::default()
+        };
+        let pkt = PacketIn {
+            len_bytes: orig_len,
+            key,
+            side,
+            tag,
+        };
+        let frame = Undecided {
+            arrival_ns: ts_ns,
+            model_ns: self.now_ns,
+            orig_len,
+            data,
+        };
+        self.current = Some((tag, frame));
+        model.on_arrival(self.now_ns, pkt, &mut self.out);
+        self.settle()?;
+        if let Some((tag, frame)) = self.current.take() {
+            self.held.insert(tag, frame);
         }
         Ok(())
     }
 
-    /// Writes the queued copies released at or before `until_ns` (all with None).
-    fn write_due(
-        &mut self,
-        writer: &mut CaptureWriter,
-        until_ns: Option<u64>,
-        signals: &SignalGuard,
-    ) -> Result<()> {
-        while let Some((_, p)) = match until_ns {
-            Some(u) => self.heap.pop_due(u),
-            None => self.heap.pop(),
-        } {
-            writer
-                .write(p.release_ns, p.orig_len, &p.data)
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-            self.summary.written += 1;
-            self.summary.last_release_ns = p.release_ns;
-            if until_ns.is_none() && self.summary.written.is_multiple_of(4096) {
+    /// Applies `changes` at `at_ns` (or at the last instant given, if later),
+    /// in order: what is due by then runs first, then the changes, with no
+    /// poll between them.
+    fn change<M: Model>(&mut self, model: &mut M, at_ns: u64, changes: Vec<Change>) -> Result<()> {
+        self.now_ns = self.now_ns.max(at_ns);
+        model.poll(self.now_ns, &mut self.out);
+        self.settle()?;
+        for change in changes {
+            let line = change.to_string();
+            model
+                .apply(self.now_ns, change, &mut self.out)
+                .with_context(|| format!("change '{line}' at {} ns", self.now_ns))?;
+            self.settle()?;
+        }
+        Ok(())
+    }
+
+    /// Acts on the model's decisions in order: counts each, logs it to
+    /// `--events`, and queues what is delivered (CE mark and flipped bits
+    /// applied, its copy as it arrived) at its release time.
+    fn settle(&mut self) -> Result<()> {
+        let mut out = std::mem::take(&mut self.out);
+        for d in out.drain(..) {
+            let frame = match self.current.take() {
+                Some((tag, frame)) if tag == d.tag => frame,
+                current => {
+                    self.current = current;
+                    self.held.remove(&d.tag).with_context(|| {
+                        format!("internal error: a decision for packet {} not held", d.tag)
+                    })?
+                }
+            };
+            self.tally.count(&d, frame.model_ns);
+            if let Some(ev) = self.events.as_mut() {
+                self.line.clear();
+                write_event(&mut self.line, frame.arrival_ns, frame.orig_len, &d);
+                ev.write_all(self.line.as_bytes())
+                    .with_context(|| format!("cannot write {}", ev.name()))?;
+            }
+            if d.fate == Fate::Delivered {
+                let mut data = frame.data;
+                let copy = d.duplicate.then(|| data.clone());
+                d.apply_to_frame(&mut data, self.l2);
+                // The original first, then its copy: equal release times
+                // leave in push order.
+                self.queue.push(d.release_ns, (frame.orig_len, data));
+                if let Some(copy) = copy {
+                    self.queue.push(d.release_ns, (frame.orig_len, copy));
+                }
+            }
+        }
+        self.out = out;
+        Ok(())
+    }
+
+    /// Writes the frames no later input can precede: released by the last
+    /// instant given and by the model's next event.
+    #[inline]
+    fn write_due<M: Model>(&mut self, model: &mut M) -> Result<()> {
+        let horizon_ns = model
+            .next_event_ns()
+            .map_or(self.now_ns, |e| e.min(self.now_ns));
+        while let Some((release_ns, (orig_len, data))) = self.queue.pop_due(horizon_ns) {
+            self.write(release_ns, orig_len, &data)?;
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, release_ns: u64, orig_len: u32, data: &[u8]) -> Result<()> {
+        self.writer
+            .write(release_ns, orig_len, data)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        self.tally.written += 1;
+        self.tally.last_release_ns = release_ns;
+        Ok(())
+    }
+
+    /// After the last input: runs the model's remaining events one at a time
+    /// and writes every frame left.
+    fn drain<M: Model>(&mut self, model: &mut M, signals: &SignalGuard) -> Result<()> {
+        while let Some(t) = model.next_event_ns() {
+            signals.check()?;
+            self.now_ns = self.now_ns.max(t);
+            model.poll(self.now_ns, &mut self.out);
+            self.settle()?;
+            self.write_due(model)?;
+        }
+        while let Some((release_ns, (orig_len, data))) = self.queue.pop() {
+            self.write(release_ns, orig_len, &data)?;
+            if self.tally.written.is_multiple_of(4096) {
                 signals.check()?;
             }
         }
+        if !self.held.is_empty() {
+            bail!("internal error: {} packets left undecided", self.held.len());
+        }
+        let decided = self.tally.counts.arrived();
+        if decided != self.tally.arrived {
+            bail!(
+                "internal error: {} packets read but {decided} decided",
+                self.tally.arrived
+            );
+        }
         Ok(())
+    }
+
+    /// Puts the output capture and `--events` in place; the tally.
+    fn commit(self) -> Result<Tally> {
+        if let Some(ev) = self.events {
+            ev.commit()?;
+        }
+        self.writer.finish().map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(self.tally)
+    }
+}
+
+/// `linkem replay DIR OUT`: the recording of a live run fed again to the model
+/// its `recording.json` describes (seed, link words or start rules, options),
+/// every frame with its side and stamp and every change at its instant, so
+/// the decisions are the run's. An incomplete recording is replayed as far as
+/// it goes, with a warning naming what is missing.
+fn run_recording(args: &ReplayArgs) -> Result<()> {
+    let dir = args.input.as_path();
+    if !args.words.is_empty() || args.config.is_some() || args.rules.file.is_some() {
+        bail!(
+            "{} is a recording: the model comes from its {}; give no link words, --config or --rules",
+            dir.display(),
+            recording::META_FILE
+        );
+    }
+    let mut rec = Recording::open(dir).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let meta = rec.meta.clone();
+    if let Some(missing) = incomplete(&meta) {
+        eprintln!(
+            "linkem: warning: {}: the recording is incomplete ({missing}); replaying what it holds",
+            dir.display()
+        );
+    }
+    let mut inputs: Vec<FileUse> = [
+        recording::META_FILE,
+        recording::FRAMES_FILE,
+        recording::CHANGES_FILE,
+        recording::START_RULES_FILE,
+    ]
+    .iter()
+    .map(|f| FileUse::new("recording", dir.join(f)))
+    .collect();
+    let signals = SignalGuard::install().context("cannot install the signal handler")?;
+    let (link_type, snaplen) = (LinkType(meta.link_type), meta.snaplen);
+    // The rules name the interfaces by the run's names (`recv IF_A`), as `a`/`b` too.
+    let sides = [meta.sides[0].as_str(), meta.sides[1].as_str()];
+    match &meta.start {
+        Start::Link(_) | Start::Links(_) => {
+            let words = match &meta.start {
+                Start::Links([ab, ba]) => [ab, ba],
+                Start::Link(w) | Start::Rules(w) => [w, w],
+            };
+            let mut tables = Vec::new();
+            let mut spec = |w: &String, side: &str| {
+                link_spec_reading(None, std::slice::from_ref(w), &mut tables)
+                    .with_context(|| format!("{}: start link of {side}", dir.display()))
+            };
+            let (ab, ba) = (spec(words[0], "a->b")?, spec(words[1], "b->a")?);
+            known_options(&meta, &[])?;
+            inputs.extend(
+                tables
+                    .into_iter()
+                    .map(|p| FileUse::new("distribution table named in the link words", p)),
+            );
+            outfile::check_distinct(&inputs, &outputs(args))?;
+            let link_text = if ab.link == ba.link {
+                ab.link.to_string()
+            } else {
+                format!("a->b {}; b->a {}", ab.link, ba.link)
+            };
+            let mut model = LinkModel::new([ab.link, ba.link], meta.seed);
+            let next = recorded_inputs(&mut rec, dir, |text| rules_change(text, dir, sides));
+            let (tally, secs) = drive(args, &mut model, link_type, snaplen, &signals, next)?;
+            print_stats(args, &link_text, meta.seed, &tally, secs);
+        }
+        Start::Rules(text) => {
+            known_options(&meta, &["max_flows", "max_flow_memory", "one_pass"])?;
+            let mut named = Vec::new();
+            let start_file = dir.join(recording::START_RULES_FILE);
+            let mut set = load_rules_reading(
+                text,
+                Some(&start_file),
+                Some(dir),
+                sides,
+                &mut HashMap::new(),
+                &mut named,
+            )?;
+            if let Some(one_pass) = option(&meta, "one_pass", serde_json::Value::as_bool)? {
+                set.one_pass = one_pass;
+            }
+            inputs.extend(
+                named
+                    .into_iter()
+                    .map(|p| FileUse::new("file named in the rules", p)),
+            );
+            outfile::check_distinct(&inputs, &outputs(args))?;
+            let defaults = NodeConfig::default();
+            let to_usize = |v: &serde_json::Value| v.as_u64().and_then(|n| usize::try_from(n).ok());
+            let cfg = NodeConfig {
+                seed: meta.seed,
+                max_flows: option(&meta, "max_flows", to_usize)?.unwrap_or(defaults.max_flows),
+                max_flow_bytes: option(&meta, "max_flow_memory", to_usize)?
+                    .unwrap_or(defaults.max_flow_bytes),
+                ..defaults
+            };
+            let mut node = Node::new(set, cfg);
+            let next = recorded_inputs(&mut rec, dir, |text| rules_change(text, dir, sides));
+            let (tally, secs) = drive(args, &mut node, link_type, snaplen, &signals, next)?;
+            report(args, &node, meta.seed, &tally, secs);
+        }
+    }
+    Ok(())
+}
+
+/// What an incomplete recording misses, in words; None when it is complete.
+fn incomplete(meta: &recording::RecordingMeta) -> Option<String> {
+    if meta.complete {
+        return None;
+    }
+    let mut missing = Vec::new();
+    if let Some(why) = &meta.stopped {
+        missing.push(format!("recording stopped: {why}"));
+    }
+    if meta.skipped > 0 {
+        missing.push(format!(
+            "{} frames the run fed its core were skipped",
+            meta.skipped
+        ));
+    }
+    if missing.is_empty() {
+        missing.push(format!(
+            "the run did not finish it: {} says complete: false, the frames after the last \
+             written are missing",
+            recording::META_FILE
+        ));
+    }
+    Some(missing.join("; "))
+}
+
+/// Refuses an option the replay does not know: replaying without it would not
+/// decide as the run did.
+fn known_options(meta: &recording::RecordingMeta, known: &[&str]) -> Result<()> {
+    match meta.options.keys().find(|k| !known.contains(&k.as_str())) {
+        Some(k) => bail!(
+            "{}: option '{k}' is not one this replay of a {} run knows",
+            recording::META_FILE,
+            match meta.start {
+                Start::Link(_) | Start::Links(_) => "link",
+                Start::Rules(_) => "rules",
+            }
+        ),
+        None => Ok(()),
+    }
+}
+
+/// Option `name` of the recording read by `get`; an error naming it if it is
+/// there but not of the kind `get` reads.
+fn option<T>(
+    meta: &recording::RecordingMeta,
+    name: &str,
+    get: impl Fn(&serde_json::Value) -> Option<T>,
+) -> Result<Option<T>> {
+    meta.options
+        .get(name)
+        .map(|v| {
+            get(v).with_context(|| format!("{}: option '{name}' is {v}", recording::META_FILE))
+        })
+        .transpose()
+}
+
+/// The inputs of a recording in order, its changes parsed: control lines by
+/// [`parse_change_line`], a whole rule set by `rules`.
+fn recorded_inputs<'a>(
+    rec: &'a mut Recording,
+    dir: &'a Path,
+    rules: impl Fn(&str) -> Result<Change> + 'a,
+) -> impl FnMut() -> Option<Result<Input>> + 'a {
+    move || {
+        let input = match rec.next_input()? {
+            Ok(input) => input,
+            Err(e) => return Some(Err(anyhow::anyhow!("{e}"))),
+        };
+        Some(match input {
+            RecordedInput::Frame {
+                side,
+                ts_ns,
+                orig_len,
+                data,
+            } => match side {
+                0 | 1 => Ok(Input::Frame {
+                    side: if side == 0 { Side::A } else { Side::B },
+                    ts_ns,
+                    orig_len,
+                    data,
+                }),
+                _ => Err(anyhow::anyhow!(
+                    "{}: a frame on side {side} (0 or 1)",
+                    dir.display()
+                )),
+            },
+            RecordedInput::Change { at_ns, change } => {
+                let changes = match change {
+                    RecordedChange::Lines(lines) => lines
+                        .iter()
+                        .filter_map(|l| parse_change_line(l).transpose())
+                        .collect::<Result<Vec<_>>>(),
+                    RecordedChange::Rules(text) => rules(&text).map(|c| vec![c]),
+                };
+                changes
+                    .map(|changes| Input::Changes { at_ns, changes })
+                    .with_context(|| format!("{}: the change at {at_ns} ns", dir.display()))
+            }
+        })
+    }
+}
+
+/// A whole rule set that replaced the running one (a reload), as a change;
+/// files it names are read relative to the recording directory.
+fn rules_change(text: &str, dir: &Path, sides: [&str; 2]) -> Result<Change> {
+    let set = load_rules_reading(
+        text,
+        None,
+        Some(dir),
+        sides,
+        &mut HashMap::new(),
+        &mut Vec::new(),
+    )?;
+    Ok(Change::Rules {
+        set: Box::new(set),
+        text: text.into(),
+    })
+}
+
+/// One control line of a recording (as the user typed it to `linkem ctl`) as
+/// the change it made, read by the control socket's own parser
+/// ([`linkem_ctl::parse_line`], with the tables it may read). A `link` line
+/// changes the plain link; `begin`, `commit` (a batch's lines are applied at
+/// one instant anyway) and `zero` (counters only) change no decision: None.
+/// Pipe, queue, scheduler and rule lines are not replayed yet.
+pub fn parse_change_line(line: &str) -> Result<Option<Change>> {
+    use linkem_ctl::{Dir, Request};
+    let parsed = linkem_ctl::parse_line(line, &mut linkem_ctl::system_tables)
+        .map_err(|e| anyhow::anyhow!("'{line}': {e}"))?;
+    match parsed.request {
+        Request::Link { dir, link, .. } => Ok(Some(Change::Link {
+            sides: match dir {
+                Dir::AToB => [true, false],
+                Dir::BToA => [false, true],
+                Dir::Both => [true, true],
+            },
+            config: link,
+        })),
+        Request::Begin | Request::Commit | Request::Zero => Ok(None),
+        r if r.is_change() => bail!("'{line}': replaying this change is not supported yet"),
+        _ => bail!("'{line}': not a change"),
     }
 }

@@ -1,5 +1,7 @@
 //! `linkem replay` end to end: real files in, real files out, through the binary.
 
+mod replay_outputs;
+
 use linkem_io::capture::{read_capture_bytes, CaptureWriter};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -185,16 +187,19 @@ fn stats_json_counts_add_up_and_events_have_one_line_per_packet() {
     assert!(v["seed"].as_u64().is_some());
 
     let text = std::fs::read_to_string(&events).unwrap();
-    let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    let lines = replay_outputs::rows(&text);
     assert_eq!(lines.len(), 2000);
     let queue_full = lines
         .iter()
-        .filter(|l| l.split('\t').nth(3) == Some("queue-full"))
+        .filter(|l| l.get("fate") == "queue-full")
         .count() as u64;
     assert_eq!(queue_full, fates["queue-full"].as_u64().unwrap());
     // A queue-full packet found the queue at its limit of 20.
-    let l = lines.iter().find(|l| l.contains("queue-full")).unwrap();
-    assert_eq!(l.split('\t').nth(5), Some("20"), "{l}");
+    let l = lines
+        .iter()
+        .find(|l| l.get("fate") == "queue-full")
+        .unwrap();
+    assert_eq!(l.get("queue_packets"), "20", "{}", l.line());
 }
 
 #[test]
@@ -756,4 +761,310 @@ fn an_output_that_is_a_distribution_table_the_words_read_is_refused() {
         s(&table),
     ]);
     ok(&o);
+}
+
+/// Link words replay exactly as a bare `Link` decides (side a's: direction 0
+/// of the seed), packet by packet: every `--events` line, and every frame
+/// written in (release, decision) order with its flipped bit and its copy.
+/// Stamps tie, burst, and once go back in time.
+#[test]
+fn link_words_release_exactly_as_a_bare_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = paths(&dir);
+    let events = dir.path().join("events.tsv");
+    let mut packets = Vec::new();
+    let mut t = 1_000_000u64;
+    for i in 0..3000u64 {
+        t = match i {
+            1500 => t - 2_000_000,
+            _ => t + (i * 7919) % 300_000,
+        };
+        packets.push((t, frame(60 + (i * 37 % 1400) as usize, i as u8)));
+    }
+    write_capture(&input, &packets);
+    let words = "rate 20mbit queue 30 delay 4ms 2ms loss 2% duplicate 3% corrupt 3%";
+    let mut args = vec!["replay", s(&input), s(&output), "--events", s(&events)];
+    args.extend(words.split(' '));
+    args.extend(["seed", "11"]);
+    let o = linkem(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    let spec = linkem_core::LinkSpec::parse(words).unwrap();
+    let mut link = linkem_core::Link::new(spec.link, 11, 0);
+    let rows = replay_outputs::rows(&std::fs::read_to_string(&events).unwrap());
+    assert_eq!(rows.len(), packets.len());
+    let mut want = Vec::new();
+    for (i, ((t, f), row)) in packets.iter().zip(&rows).enumerate() {
+        let meta = linkem_core::PacketMeta {
+            len_bytes: f.len() as u32,
+        };
+        let v = link.on_arrival(*t, meta);
+        let delivered = v.fate == linkem_core::Fate::Delivered;
+        let line = row.line();
+        assert_eq!(row.num("index"), i as u64, "{line}");
+        assert_eq!(row.num("arrival_ns"), *t, "{line}");
+        assert_eq!(row.get("fate"), v.fate.name(), "{line}");
+        assert_eq!(
+            row.num("queue_packets"),
+            u64::from(v.queue_packets),
+            "{line}"
+        );
+        assert_eq!(row.num("queue_bytes"), v.queue_bytes, "{line}");
+        assert_eq!(row.get("side"), "a", "{line}");
+        assert_eq!(row.get("rule"), "-", "{line}");
+        if !delivered {
+            assert_eq!(row.get("release_ns"), "-", "{line}");
+            continue;
+        }
+        assert_eq!(row.num("release_ns"), v.release_ns, "{line}");
+        assert_eq!(row.num("copies"), 1 + u64::from(v.duplicate), "{line}");
+        let bit = v.corrupt_bit.map_or("-".to_string(), |b| b.to_string());
+        assert_eq!(row.get("corrupt_bits"), bit, "{line}");
+        let mut data = f.clone();
+        if let Some(b) = v.corrupt_bit {
+            data[(b / 8) as usize] ^= 0x80 >> (b % 8);
+        }
+        want.push((v.release_ns, data));
+        if v.duplicate {
+            want.push((v.release_ns, f.clone()));
+        }
+    }
+    // Stable: equal release times stay in decision order.
+    want.sort_by_key(|w| w.0);
+    let out = read(&output);
+    assert_eq!(out.len(), want.len());
+    for (i, (p, w)) in out.iter().zip(&want).enumerate() {
+        assert_eq!((p.0, &p.2), (w.0, &w.1), "frame {i} written");
+    }
+    let copies = want.len() - rows.iter().filter(|r| r.get("fate") == "delivered").count();
+    let corrupt = rows.iter().filter(|r| r.get("corrupt_bits") != "-").count();
+    assert!(copies > 0 && corrupt > 0, "the words duplicate and corrupt");
+}
+
+/// Link words: `--stats text` and the frames written are those of the
+/// golden files (testdata/replay/plain.*, made before replay had one driver
+/// for links and rules).
+#[test]
+fn plain_replay_matches_the_golden_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_linkem"))
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    run(&[
+        "synth",
+        "in.pcap",
+        "--packets",
+        "1000",
+        "--size",
+        "400",
+        "--rate",
+        "9mbit",
+        "--poisson",
+        "--flows",
+        "5",
+        "--seed",
+        "4",
+    ]);
+    let stats = run(&[
+        "replay",
+        "in.pcap",
+        "outp.pcap",
+        "--stats",
+        "text",
+        "rate",
+        "3mbit",
+        "queue",
+        "10",
+        "delay",
+        "5ms",
+        "1ms",
+        "loss",
+        "2%",
+        "duplicate",
+        "3%",
+        "corrupt",
+        "3%",
+        "seed",
+        "9",
+    ]);
+    assert_eq!(stats, replay_outputs::golden("plain.stats.txt"));
+    let out = replay_outputs::capture_digest(&dir.path().join("outp.pcap"));
+    assert_eq!(out, replay_outputs::golden("plain.out.tsv"));
+}
+
+/// An Ethernet + IPv4 + UDP frame of `len` bytes from 10.0.0.1:`sport` to
+/// 10.0.0.2:9 (checksums zero: nothing here reads them).
+fn udp_frame(len: usize, sport: u16) -> Vec<u8> {
+    let mut f = vec![0u8; len.max(42)];
+    f[12..14].copy_from_slice(&[0x08, 0x00]);
+    f[14] = 0x45;
+    f[16..18].copy_from_slice(&((len - 14) as u16).to_be_bytes());
+    f[22] = 64;
+    f[23] = 17;
+    f[26..30].copy_from_slice(&[10, 0, 0, 1]);
+    f[30..34].copy_from_slice(&[10, 0, 0, 2]);
+    f[34..36].copy_from_slice(&sport.to_be_bytes());
+    f[36..38].copy_from_slice(&9u16.to_be_bytes());
+    f[38..40].copy_from_slice(&((len - 34) as u16).to_be_bytes());
+    f
+}
+
+/// Writes a recording with the recording module's own writer: frames of
+/// both sides every 1 ms from 1 ms, and `changes` (instant, change) applied
+/// after the frames stamped before them.
+fn record(
+    dir: &Path,
+    start: linkem_io::recording::Start,
+    frames: u64,
+    changes: &[(u64, linkem_io::recording::RecordedChange)],
+) {
+    use linkem_io::recording::{Recorder, RecordingMeta};
+    let meta = RecordingMeta::new(3, 1, 65535, ["veth-a".into(), "veth-b".into()], start);
+    let mut rec = Recorder::create(dir, meta, u64::MAX).unwrap();
+    let mut pending = changes.iter().peekable();
+    for i in 0..frames {
+        let t = (i + 1) * 1_000_000;
+        while let Some((at, c)) = pending.next_if(|(at, _)| *at <= t) {
+            rec.change(*at, c.clone());
+        }
+        let f = udp_frame(100, 5000 + i as u16);
+        rec.frame((i % 2) as usize, t, f.len() as u32, &f);
+    }
+    let summary = rec.finish().unwrap();
+    assert!(summary.complete, "{summary:?}");
+}
+
+/// Runs `linkem replay DIR OUT --events EV` and gives the events by column.
+fn replay_recording(dir: &Path, extra: &[&str]) -> (Output, Vec<replay_outputs::Row>) {
+    let out = dir.with_extension("pcap");
+    let events = dir.with_extension("tsv");
+    let mut args = vec!["replay", s(dir), s(&out), "--events", s(&events)];
+    args.extend_from_slice(extra);
+    let o = linkem(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rows = replay_outputs::rows(&std::fs::read_to_string(&events).unwrap());
+    (o, rows)
+}
+
+/// A recording of a plain link (`delay 10ms`) with `link a-to-b delay 1ms`
+/// at 10.5 ms: side a's frames (even) are delayed 10 ms up to 10 ms, 1 ms
+/// after the change (behind the frames already in flight: a link does not
+/// reorder); side b's (odd) 10 ms throughout, each on its own side.
+#[test]
+fn a_recording_of_a_link_replays_its_frames_and_changes() {
+    use linkem_io::recording::{RecordedChange, Start};
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("rec");
+    let change = RecordedChange::Lines(vec!["link a-to-b delay 1ms".into()]);
+    record(
+        &dir,
+        Start::Link("delay 10ms".into()),
+        20,
+        &[(10_500_000, change)],
+    );
+    let (o, rows) = replay_recording(&dir, &["--stats", "json"]);
+    assert_eq!(rows.len(), 20);
+    let mut last = [0u64; 2];
+    for (i, r) in rows.iter().enumerate() {
+        let t = (i as u64 + 1) * 1_000_000;
+        let side_a = i % 2 == 0;
+        let delay = if side_a && t > 10_500_000 {
+            1_000_000
+        } else {
+            10_000_000
+        };
+        assert_eq!(
+            r.get("side"),
+            if side_a { "a" } else { "b" },
+            "{}",
+            r.line()
+        );
+        let release = (t + delay).max(last[i % 2]);
+        last[i % 2] = release;
+        assert_eq!(r.num("arrival_ns"), t, "{}", r.line());
+        assert_eq!(r.num("release_ns"), release, "{}", r.line());
+    }
+    assert_eq!(
+        last,
+        [20_000_000, 30_000_000],
+        "a's last frame left 1 ms after it came"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (v["seed"].as_u64(), v["written"].as_u64()),
+        (Some(3), Some(20))
+    );
+    let written = read(&dir.with_extension("pcap"));
+    assert!(
+        written.windows(2).all(|w| w[0].0 <= w[1].0),
+        "in release order"
+    );
+}
+
+/// A recording of a rules run, reloaded at 5.5 ms from a 5 ms pipe to a
+/// 2 ms one (the whole rule set, as SIGHUP does): frames before the reload
+/// take 5 ms, those after 2 ms (behind those in flight: the pipe is kept,
+/// reconfigured), all through rule 100 and pipe 1. A recording
+/// marked incomplete replays too, with a warning naming what is missing.
+#[test]
+fn a_recording_of_rules_replays_its_reload_and_warns_when_incomplete() {
+    use linkem_io::recording::{RecordedChange, Start};
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("rec");
+    let rules = |ms: u32| format!("pipe 1 config delay {ms}ms\nadd 100 pipe 1 ip\n");
+    let reload = RecordedChange::Rules(rules(2));
+    record(&dir, Start::Rules(rules(5)), 10, &[(5_500_000, reload)]);
+    let (o, rows) = replay_recording(&dir, &[]);
+    assert!(String::from_utf8_lossy(&o.stderr).is_empty(), "{o:?}");
+    assert_eq!(rows.len(), 10);
+    let mut last = 0;
+    for (i, r) in rows.iter().enumerate() {
+        let t = (i as u64 + 1) * 1_000_000;
+        let delay = if t > 5_500_000 { 2_000_000 } else { 5_000_000 };
+        last = (t + delay).max(last);
+        assert_eq!(r.num("release_ns"), last, "{}", r.line());
+        assert_eq!((r.get("rule"), r.get("pipe")), ("100", "1"), "{}", r.line());
+    }
+    assert_eq!(last, 12_000_000, "the last frame left 2 ms after it came");
+
+    let meta_path = dir.join("recording.json");
+    let mut meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&meta_path).unwrap()).unwrap();
+    meta["complete"] = false.into();
+    meta["stopped"] = "reached the record limit of 4096 bytes after 10 frames".into();
+    std::fs::write(&meta_path, meta.to_string()).unwrap();
+    let (o, again) = replay_recording(&dir, &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("incomplete") && err.contains("record limit of 4096 bytes"),
+        "{err}"
+    );
+    assert_eq!(again.len(), 10);
+}
+
+/// Link words beside a recording are refused: the model is the recording's.
+#[test]
+fn a_recording_with_link_words_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("rec");
+    record(
+        &dir,
+        linkem_io::recording::Start::Link("delay 1ms".into()),
+        2,
+        &[],
+    );
+    let out = d.path().join("out.pcap");
+    let o = linkem(&["replay", s(&dir), s(&out), "delay", "5ms"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("is a recording") && err.contains("no link words"),
+        "{err}"
+    );
 }

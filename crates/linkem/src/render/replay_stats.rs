@@ -1,19 +1,26 @@
 //! What `--stats` prints at the end of `linkem replay`: through one link, the
 //! counts per fate and the time in the link; through rules, the counts per
-//! node fate followed by the node ([`super::node`]). Text or JSON
-//! (`StatsFormat`); the driver fills `Summary` or `Tally` as it goes.
+//! fate followed by the node ([`super::node`]). Text or JSON
+//! (`StatsFormat`); the driver fills one `Tally` as it goes.
 
 use super::node::{node_json, node_text};
 use crate::args::ReplayArgs;
 use crate::StatsFormat;
-use linkem_core::node::Node;
+use linkem_core::node::{Decision, Node};
 use linkem_core::{Fate, FateCounts};
 use serde_json::json;
 use std::collections::BTreeMap;
 
-/// What a replay through one link counts besides the fates, for the final report.
-#[derive(Default)]
-pub(crate) struct Summary {
+/// What a replay counts, whatever its model, for the final report: the
+/// decisions by fate, the frames written and the time in the link of each
+/// delivered packet (from the instant the model was given to its release).
+pub(crate) struct Tally {
+    /// Decisions by fate; copies made by `duplicate` and delivered packets
+    /// with a bit flipped. Sums to `arrived` at the end.
+    pub(crate) counts: FateCounts,
+    /// Packets read (also the next packet's tag).
+    pub(crate) arrived: u64,
+    /// Frames written to the output, copies included.
     pub(crate) written: u64,
     pub(crate) first_arrival_ns: Option<u64>,
     pub(crate) last_release_ns: u64,
@@ -22,15 +29,48 @@ pub(crate) struct Summary {
     pub(crate) sojourn_sum_ns: u128,
 }
 
+impl Tally {
+    pub(crate) fn new() -> Tally {
+        Tally {
+            counts: FateCounts::ZERO,
+            arrived: 0,
+            written: 0,
+            first_arrival_ns: None,
+            last_release_ns: 0,
+            sojourn_min_ns: u64::MAX,
+            sojourn_max_ns: 0,
+            sojourn_sum_ns: 0,
+        }
+    }
+
+    /// Counts decision `d` of a packet given to the model at `model_ns`.
+    #[inline]
+    pub(crate) fn count(&mut self, d: &Decision, model_ns: u64) {
+        self.counts.add(d.fate);
+        if d.fate != Fate::Delivered {
+            return;
+        }
+        self.counts.duplicated += d.duplicate as u64;
+        self.counts.corrupted += !d.corrupt_bits.is_empty() as u64;
+        let sojourn = d.release_ns - model_ns.min(d.release_ns);
+        self.sojourn_min_ns = self.sojourn_min_ns.min(sojourn);
+        self.sojourn_max_ns = self.sojourn_max_ns.max(sojourn);
+        self.sojourn_sum_ns += sojourn as u128;
+    }
+
+    /// The fates decided at least once, by name.
+    fn fates(&self) -> BTreeMap<&'static str, u64> {
+        self.counts
+            .iter()
+            .filter(|&(_, n)| n > 0)
+            .map(|(f, n)| (f.name(), n))
+            .collect()
+    }
+}
+
 /// Prints a replay through one link's final counts as `--stats` asks.
-pub(crate) fn print_stats(
-    args: &ReplayArgs,
-    link: &str,
-    seed: u64,
-    counts: &FateCounts,
-    s: &Summary,
-    secs: f64,
-) {
+pub(crate) fn print_stats(args: &ReplayArgs, link: &str, seed: u64, s: &Tally, secs: f64) {
+    let counts = &s.counts;
     let replay_fates = [Fate::Delivered, Fate::QueueFull, Fate::Loss, Fate::Policed];
     let delivered = counts.get(Fate::Delivered);
     let mean_ns = if delivered > 0 {
@@ -105,21 +145,6 @@ fn fmt_ms(ns: u64) -> String {
     format!("{:.3} ms", ns as f64 / 1e6)
 }
 
-/// What a rules replay counts, for the final report.
-#[derive(Default)]
-pub(crate) struct Tally {
-    /// Decisions by fate name ([`linkem_core::Fate::name`]); sums to `arrived` at the end.
-    pub(crate) fates: BTreeMap<&'static str, u64>,
-    /// Packets read from the capture (also the next packet's tag).
-    pub(crate) arrived: u64,
-    /// Packets written to the output, copies included.
-    pub(crate) written: u64,
-    /// Copies made by `duplicate`.
-    pub(crate) dup: u64,
-    /// Delivered packets with at least one bit flipped.
-    pub(crate) corrupted: u64,
-}
-
 /// Prints the final counts and the node's state as `--stats` asks.
 pub(crate) fn report(args: &ReplayArgs, node: &Node, seed: u64, tally: &Tally, secs: f64) {
     match args.stats {
@@ -134,13 +159,9 @@ pub(crate) fn report(args: &ReplayArgs, node: &Node, seed: u64, tally: &Tally, s
 }
 
 fn stats_text(args: &ReplayArgs, node: &Node, seed: u64, tally: &Tally) -> String {
-    let Tally {
-        fates,
-        arrived,
-        written,
-        dup,
-        corrupted,
-    } = tally;
+    let fates = &tally.fates();
+    let (arrived, written) = (tally.arrived, tally.written);
+    let (dup, corrupted) = (tally.counts.duplicated, tally.counts.corrupted);
     let mut s = String::new();
     use std::fmt::Write as _;
     let _ = writeln!(
@@ -175,13 +196,9 @@ fn stats_json(
     tally: &Tally,
     secs: f64,
 ) -> serde_json::Value {
-    let Tally {
-        fates,
-        arrived,
-        written,
-        dup,
-        corrupted,
-    } = tally;
+    let fates = &tally.fates();
+    let (arrived, written) = (tally.arrived, tally.written);
+    let (dup, corrupted) = (tally.counts.duplicated, tally.counts.corrupted);
     let mut v = json!({
         "input": args.input.display().to_string(),
         "output": args.output.display().to_string(),
