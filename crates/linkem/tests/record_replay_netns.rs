@@ -257,6 +257,9 @@ fn link_words_replay_exactly(backend: &str) {
         "50",
         "seed",
         "7",
+        // Sides that start with different links (recording.json's start.links).
+        "--a-to-b",
+        "rate 15mbit",
     ];
     let lines = record_and_replay(
         &topo,
