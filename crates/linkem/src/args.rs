@@ -120,6 +120,11 @@ impl Default for RulesArgs {
     }
 }
 
+/// `--record-limit`: a size with a unit (`100MB`, `4GiB`), as `--buffer`.
+pub fn parse_record_limit(text: &str) -> Result<u64, String> {
+    linkem_core::units::parse_size_bytes(text).map_err(|e| e.0)
+}
+
 /// `--max-flow-memory`: a size with a unit (`512MiB`, `1GB`), at most the
 /// address space.
 pub fn parse_flow_memory(text: &str) -> Result<usize, String> {
@@ -229,6 +234,18 @@ pub struct BridgeArgs {
     /// keep up with are skipped and counted, never waited for.
     #[arg(long, value_name = "FILE")]
     pub events: Option<PathBuf>,
+    /// Record what the model is fed (every frame with its stamp and side, every
+    /// change at its instant, the seed and start configuration) into the new or
+    /// empty directory DIR, for `linkem replay DIR OUT`, which makes the same
+    /// decisions. Written from a thread of its own: frames it cannot keep up
+    /// with are skipped and counted, and the recording says it is incomplete.
+    #[arg(long, value_name = "DIR")]
+    pub record: Option<PathBuf>,
+    /// With --record: the most DIR/frames.pcapng may hold (e.g. 100MB, 4GiB);
+    /// when reached, recording stops, the bridge says so and goes on forwarding.
+    #[arg(long, value_name = "SIZE", default_value = "1GiB", requires = "record",
+          value_parser = parse_record_limit)]
+    pub record_limit: u64,
     /// Control socket, audit log, metrics (see `crate::control`).
     #[command(flatten)]
     pub control: ControlArgs,

@@ -13,7 +13,9 @@
 //! control socket, the ports), the serving loop (errors, `--duration`,
 //! `--stats-interval`), SIGHUP (re-read on a thread of its own, handed to the
 //! stage as one change: a link change for both directions, or the new rule
-//! set) and `--events`. What differs, the [`Front`]:
+//! set), `--events` and `--record` (the seed, the start configuration and the
+//! options that change decisions come from the front). What differs, the
+//! [`Front`]:
 //! - link words: `--a-to-b`/`--b-to-a` layers, `--forward-only` (the plain
 //!   forwarder, no model), `--buffer` checked against rate × delay, the seed
 //!   from the words, one start line per direction, `--stats` without node
@@ -35,6 +37,7 @@ use crate::control::{Model, Plain};
 use crate::files::{config_has_rules, config_words, load_distribution};
 use crate::files::{load_rules_recording, rules_source};
 use crate::live_events::EventsWriter;
+use crate::live_record::{BridgeTap, RecordSink, LINK_TYPE_ETHERNET, SNAPLEN};
 use crate::process::{fresh_seed, signal_flags};
 use crate::render::bridge_stats::{print_rules_stats, print_stats};
 use anyhow::{bail, Context, Result};
@@ -44,6 +47,7 @@ use linkem_core::rules::RuleSet;
 use linkem_core::{Dialect, LinkSpec, TomlWords};
 use linkem_io::creds::starter_uid;
 use linkem_io::outfile::{check_distinct, FileUse, OutputFile};
+use linkem_io::recording::{RecordingMeta, Start};
 use linkem_runtime::pipeline::{
     buffer_bytes_for, Direction, DirectionOptions, DirectionStats, LiveBridge, LiveOptions, Tap,
 };
@@ -74,6 +78,12 @@ trait Front: Sized {
     fn seed(&self) -> (u64, bool);
     /// Files the bridge reads (for `--events` not to overwrite them).
     fn inputs(&self, args: &BridgeArgs) -> Vec<FileUse>;
+    /// What the model starts from, as a recording keeps it: the start
+    /// configuration and the options that change decisions.
+    fn recording_start(
+        &self,
+        args: &BridgeArgs,
+    ) -> (Start, serde_json::Map<String, serde_json::Value>);
     /// Starts the stages on the opened ports; returns the control model.
     fn start(
         &mut self,
@@ -130,13 +140,33 @@ fn serve_front<F: Front>(args: &BridgeArgs, mut front: F) -> Result<()> {
             args.if_a
         );
     }
+    let mut outputs: Vec<FileUse> = Vec::new();
+    outputs.extend(args.events.iter().map(|p| FileUse::new("--events", p)));
+    outputs.extend(args.record.iter().map(|p| FileUse::new("--record", p)));
+    check_distinct(&front.inputs(args), &outputs)?;
+    if let (Some(events), Some(dir)) = (&args.events, &args.record) {
+        check_events_outside(events, dir)?;
+    }
     let events = match &args.events {
-        Some(path) => {
-            check_distinct(
-                &front.inputs(args),
-                &[FileUse::new("--events", path.as_path())],
-            )?;
-            Some(OutputFile::create(path, 1 << 20)?)
+        Some(path) => Some(OutputFile::create(path, 1 << 20)?),
+        None => None,
+    };
+    // Created before any interface is touched, as the events file is; removed
+    // again if the bridge does not start.
+    let mut record = match &args.record {
+        Some(dir) => {
+            let (start, options) = front.recording_start(args);
+            let mut meta = RecordingMeta::new(
+                front.seed().0,
+                LINK_TYPE_ETHERNET,
+                SNAPLEN,
+                [args.if_a.clone(), args.if_b.clone()],
+                start,
+            );
+            meta.options = options;
+            let sink = RecordSink::create(dir, meta, args.record_limit)
+                .map_err(|e| anyhow::anyhow!("--record {e}"))?;
+            Some(sink)
         }
         None => None,
     };
@@ -154,14 +184,26 @@ fn serve_front<F: Front>(args: &BridgeArgs, mut front: F) -> Result<()> {
     // control: opened while linkem may still create /run/linkem and chown the socket.
     let control = crate::control::server::prepare(&args.control, &args.if_a, &args.if_b)?;
     let ports = open_ports(args, backend, &claimed)?;
-    let (tap, writer) = match events {
+    let (events_tap, writer) = match events {
         Some(file) => {
             let (tap, writer) = crate::live_events::start(file)?;
-            (Some(Box::new(tap) as Box<dyn Tap>), Some(writer))
+            (Some(tap), Some(writer))
         }
         None => (None, None),
     };
-    let model = front.start(args, ports, &timing, tap, control.name.clone())?;
+    let tap = BridgeTap {
+        events: events_tap,
+        record: record.as_mut().and_then(RecordSink::tap),
+    };
+    let model = match front.start(args, ports, &timing, tap.boxed(), control.name.clone()) {
+        Ok(model) => model,
+        Err(e) => {
+            if let Some(r) = record {
+                r.discard();
+            }
+            return Err(e);
+        }
+    };
     let (seed, seed_given) = front.seed();
     if !seed_given {
         eprintln!("linkem: seed {seed} (add 'seed {seed}' to repeat the random draws)");
@@ -172,25 +214,66 @@ fn serve_front<F: Front>(args: &BridgeArgs, mut front: F) -> Result<()> {
     let model = Arc::new(model);
     let server = control.start(model.clone());
     let started = Instant::now();
-    let served = serve(
-        args,
-        &front,
-        &model,
-        started,
-        &stop,
-        &reload,
-        writer.as_ref(),
-    );
+    let mut sinks = Sinks {
+        events: writer.as_ref(),
+        record: record.as_mut(),
+    };
+    let served = serve(args, &front, &model, started, &stop, &reload, &mut sinks);
     // control: stop the control threads (removes the socket), then the stages.
     drop(server);
     let model = Arc::try_unwrap(model)
         .map_err(|_| anyhow::anyhow!("a control thread outlived its server"))?;
     let tap = front.finish(args, model, writer.as_ref())?;
+    // Dropping the tap ends the events channel and hands the recorder back.
     drop(tap);
+    let recorded = record.map(RecordSink::finish);
     if let Some(w) = writer {
         finish_events(w)?;
     }
+    recorded.transpose()?;
     served
+}
+
+/// Refuses an events file inside the recording's directory: the directory
+/// holds the recording only (a recording is made in an empty directory, and
+/// replay reads what it finds there).
+fn check_events_outside(events: &Path, dir: &Path) -> Result<()> {
+    // Compared after following links where the paths exist, else as written.
+    let full = |p: &Path| -> PathBuf {
+        let p = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+        let mut existing = p.as_path();
+        let mut rest = Vec::new();
+        while !existing.exists() {
+            match (existing.parent(), existing.file_name()) {
+                (Some(parent), Some(name)) => {
+                    rest.push(name.to_os_string());
+                    existing = parent;
+                }
+                _ => return p.clone(),
+            }
+        }
+        let mut out = existing
+            .canonicalize()
+            .unwrap_or_else(|_| existing.to_path_buf());
+        out.extend(rest.iter().rev());
+        out
+    };
+    if full(events).starts_with(full(dir)) {
+        bail!(
+            "--events {} is inside the --record directory {}: that directory holds the \
+             recording only; write the events file elsewhere",
+            events.display(),
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// Where the serving loop reports: the events writer (for what it skipped)
+/// and the recording (for when it stops early).
+struct Sinks<'a> {
+    events: Option<&'a EventsWriter<OutputFile>>,
+    record: Option<&'a mut RecordSink>,
 }
 
 /// Waits for the events writer; says how many decisions have no line.
@@ -254,7 +337,7 @@ fn serve<F: Front>(
     started: Instant,
     stop: &AtomicBool,
     reload: &AtomicBool,
-    events: Option<&EventsWriter<OutputFile>>,
+    sinks: &mut Sinks<'_>,
 ) -> Result<()> {
     let mut reloading: Option<Receiver<Result<F::Loaded>>> = None;
     let mut next_print = args
@@ -269,6 +352,9 @@ fn serve<F: Front>(
         }
         if let Some(e) = front.error(model) {
             bail!("{e}");
+        }
+        if let Some(line) = sinks.record.as_mut().and_then(|r| r.stop_notice()) {
+            eprintln!("{line}");
         }
         // A SIGHUP during a re-read stays pending and starts the next one after it.
         if reloading.is_none() && reload.swap(false, Ordering::Relaxed) {
@@ -300,7 +386,7 @@ fn serve<F: Front>(
                     model,
                     &stats,
                     false,
-                    events.map(EventsWriter::skipped),
+                    sinks.events.map(EventsWriter::skipped),
                 );
                 next_print = Some(at + Duration::from_secs_f64(every.max(0.1)));
             }
@@ -418,6 +504,9 @@ fn check_link_args(args: &BridgeArgs) -> Result<()> {
     if args.forward_only && args.events.is_some() {
         bail!("--forward-only bypasses the model: it has no decisions for --events");
     }
+    if args.forward_only && args.record.is_some() {
+        bail!("--forward-only bypasses the model: it has no inputs for --record to keep");
+    }
     Ok(())
 }
 
@@ -455,6 +544,22 @@ impl Front for LinkFront {
             .iter()
             .map(|p| FileUse::new("--config", p))
             .collect()
+    }
+
+    /// The links' canonical words (which parse back to the same links), one
+    /// for both sides when they are the same; no option changes a link's
+    /// decisions.
+    fn recording_start(
+        &self,
+        _args: &BridgeArgs,
+    ) -> (Start, serde_json::Map<String, serde_json::Value>) {
+        let [ab, ba] = self.specs.each_ref().map(|s| s.link.to_string());
+        let start = if ab == ba {
+            Start::Link(ab)
+        } else {
+            Start::Links([ab, ba])
+        };
+        (start, serde_json::Map::new())
     }
 
     fn start(
@@ -705,6 +810,26 @@ impl Front for RulesFront {
             .collect();
         inputs.extend(args.rules.iter().map(|p| FileUse::new("--rules", p)));
         inputs
+    }
+
+    /// The rule text the node starts from (as the control plane renders it,
+    /// as a reload's text is), and the node's limits and one-pass.
+    fn recording_start(
+        &self,
+        args: &BridgeArgs,
+    ) -> (Start, serde_json::Map<String, serde_json::Value>) {
+        let mut options = serde_json::Map::new();
+        options.insert("max_flows".into(), (args.max_flows as u64).into());
+        options.insert(
+            "max_flow_memory".into(),
+            (args.max_flow_memory as u64).into(),
+        );
+        let (text, one_pass) = match &self.start {
+            Some(l) => (l.text.clone(), l.set.one_pass),
+            None => (String::new(), true),
+        };
+        options.insert("one_pass".into(), one_pass.into());
+        (Start::Rules(text), options)
     }
 
     fn start(

@@ -3,8 +3,8 @@
 //! (`sys`, `ifaces`, `caps`, `creds`), so this crate has no `unsafe`.
 //!
 //! Rooms by concern. The drivers run a command: `replay` (one driver over
-//! any model: a link, rules, a recording) and `bridge` (one command over
-//! either model, with `live_events` for its `--events`). `control`
+//! any model: a link, rules, a recording) and `bridge` (either model, with
+//! `live_events` for its `--events` and `live_record` for its `--record`). `control`
 //! serves a running bridge's socket and metrics endpoint. `render` holds
 //! everything `--stats`, the control socket and the metrics show (ipfw and
 //! dnctl layouts, their JSON, counts per direction and per object). `args`,
@@ -26,6 +26,7 @@ pub mod control;
 pub mod files;
 pub mod generate;
 pub mod live_events;
+pub mod live_record;
 pub mod plot;
 pub mod probe;
 pub mod process;

@@ -525,11 +525,20 @@ fn run_recording(args: &ReplayArgs) -> Result<()> {
     .collect();
     let signals = SignalGuard::install().context("cannot install the signal handler")?;
     let (link_type, snaplen) = (LinkType(meta.link_type), meta.snaplen);
+    // The rules name the interfaces by the run's names (`recv IF_A`), as `a`/`b` too.
+    let sides = [meta.sides[0].as_str(), meta.sides[1].as_str()];
     match &meta.start {
-        Start::Link(words) => {
+        Start::Link(_) | Start::Links(_) => {
+            let words = match &meta.start {
+                Start::Links([ab, ba]) => [ab, ba],
+                Start::Link(w) | Start::Rules(w) => [w, w],
+            };
             let mut tables = Vec::new();
-            let spec = link_spec_reading(None, std::slice::from_ref(words), &mut tables)
-                .with_context(|| format!("{}: start link", dir.display()))?;
+            let mut spec = |w: &String, side: &str| {
+                link_spec_reading(None, std::slice::from_ref(w), &mut tables)
+                    .with_context(|| format!("{}: start link of {side}", dir.display()))
+            };
+            let (ab, ba) = (spec(words[0], "a->b")?, spec(words[1], "b->a")?);
             known_options(&meta, &[])?;
             inputs.extend(
                 tables
@@ -537,9 +546,13 @@ fn run_recording(args: &ReplayArgs) -> Result<()> {
                     .map(|p| FileUse::new("distribution table named in the link words", p)),
             );
             outfile::check_distinct(&inputs, &outputs(args))?;
-            let link_text = spec.link.to_string();
-            let mut model = LinkModel::new([spec.link.clone(), spec.link], meta.seed);
-            let next = recorded_inputs(&mut rec, dir, |text| rules_change(text, dir));
+            let link_text = if ab.link == ba.link {
+                ab.link.to_string()
+            } else {
+                format!("a->b {}; b->a {}", ab.link, ba.link)
+            };
+            let mut model = LinkModel::new([ab.link, ba.link], meta.seed);
+            let next = recorded_inputs(&mut rec, dir, |text| rules_change(text, dir, sides));
             let (tally, secs) = drive(args, &mut model, link_type, snaplen, &signals, next)?;
             print_stats(args, &link_text, meta.seed, &tally, secs);
         }
@@ -551,7 +564,7 @@ fn run_recording(args: &ReplayArgs) -> Result<()> {
                 text,
                 Some(&start_file),
                 Some(dir),
-                ["a", "b"],
+                sides,
                 &mut HashMap::new(),
                 &mut named,
             )?;
@@ -574,7 +587,7 @@ fn run_recording(args: &ReplayArgs) -> Result<()> {
                 ..defaults
             };
             let mut node = Node::new(set, cfg);
-            let next = recorded_inputs(&mut rec, dir, |text| rules_change(text, dir));
+            let next = recorded_inputs(&mut rec, dir, |text| rules_change(text, dir, sides));
             let (tally, secs) = drive(args, &mut node, link_type, snaplen, &signals, next)?;
             report(args, &node, meta.seed, &tally, secs);
         }
@@ -615,7 +628,7 @@ fn known_options(meta: &recording::RecordingMeta, known: &[&str]) -> Result<()> 
             "{}: option '{k}' is not one this replay of a {} run knows",
             recording::META_FILE,
             match meta.start {
-                Start::Link(_) => "link",
+                Start::Link(_) | Start::Links(_) => "link",
                 Start::Rules(_) => "rules",
             }
         ),
@@ -687,12 +700,12 @@ fn recorded_inputs<'a>(
 
 /// A whole rule set that replaced the running one (a reload), as a change;
 /// files it names are read relative to the recording directory.
-fn rules_change(text: &str, dir: &Path) -> Result<Change> {
+fn rules_change(text: &str, dir: &Path, sides: [&str; 2]) -> Result<Change> {
     let set = load_rules_reading(
         text,
         None,
         Some(dir),
-        ["a", "b"],
+        sides,
         &mut HashMap::new(),
         &mut Vec::new(),
     )?;

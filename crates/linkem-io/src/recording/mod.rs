@@ -16,7 +16,8 @@
 //!
 //! - `recording.json`: `{"format":"linkem-recording","version":1,"linkem":"<version>",
 //!   "seed":<u64>,"link_type":<DLT>,"snaplen":<u32>,"sides":["<if a>","<if b>"],
-//!   "start":{"link":"<link words>"} | {"rules":"start.rules"},"options":{...},
+//!   "start":{"link":"<link words>"} | {"links":["<a->b words>","<b->a words>"]} |
+//!   {"rules":"start.rules"},"options":{...},
 //!   "complete":<bool>,"frames":<u64>,"changes":<u64>,"skipped":<u64>,
 //!   "stopped":null | "<why>"}`. Written when recording starts with `complete: false` and
 //!   rewritten (temporary file and rename) when it finishes, so a run that was killed
@@ -59,7 +60,7 @@ pub mod wire;
 mod writer;
 
 pub use reader::{is_recording, Recording};
-pub use writer::{Recorder, RecordingSummary};
+pub use writer::{Recorder, RecordingSummary, RecordingWatch};
 
 use crate::capture::CaptureError;
 use crate::infile::ReadError;
@@ -137,8 +138,11 @@ impl RecordingMeta {
 /// The configuration a run started with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Start {
-    /// Link words (`rate 10mbit delay 20ms ...`), as given on the command line.
+    /// Link words (`rate 10mbit delay 20ms ...`) of both sides' links.
     Link(String),
+    /// Link words of side a's link (frames received on side a, `a->b`) and of side
+    /// b's, when the two differ.
+    Links([String; 2]),
     /// A rule file's whole text (kept in `start.rules`).
     Rules(String),
 }

@@ -80,7 +80,7 @@ impl Recording {
         let file = wire::parse_meta(&meta_name, &text)?;
         let start_rules = match &file.start {
             StartFile::Rules(name) => Some(infile::read_text(&dir.join(name), MAX_TEXT_BYTES)?),
-            StartFile::Link(_) => None,
+            StartFile::Link(_) | StartFile::Links(_) => None,
         };
         let meta = file.into_meta(start_rules);
 

@@ -630,3 +630,69 @@ fn parsed_metadata_writes_back_the_same() {
     assert_eq!(parsed.to_text(), text);
     assert_eq!(parsed.into_meta(Some("x".into())), m);
 }
+
+#[test]
+fn sides_with_different_links_keep_both_words() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = new_dir(&tmp);
+    let start = Start::Links(["delay 10ms".into(), "rate 1Mbit/s".into()]);
+    let recorder = Recorder::create(&dir, meta(start.clone()), u64::MAX).unwrap();
+    recorder.finish().unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join(META_FILE)).unwrap()).unwrap();
+    assert_eq!(
+        json["start"]["links"],
+        serde_json::json!(["delay 10ms", "rate 1Mbit/s"])
+    );
+    assert_eq!(Recording::open(&dir).unwrap().meta.start, start);
+    // One link for both sides stays as version 1 first wrote it.
+    let m = meta(Start::Link("delay 1ms".into()));
+    let text = wire::MetaFile::from_meta(&m, START_RULES_FILE).to_text();
+    assert!(text.contains(r#""link": "delay 1ms""#), "{text}");
+}
+
+#[test]
+fn a_watch_sees_the_limit_reached_from_another_thread() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = new_dir(&tmp);
+    let limit = header_bytes() + 32 + 60;
+    let mut recorder = Recorder::create(&dir, meta(Start::Link("".into())), limit).unwrap();
+    let watch = recorder.watch();
+    assert_eq!(watch.stopped(), None);
+    for n in 0..3u8 {
+        recorder.frame(0, u64::from(n), 60, &frame_bytes(n, 60));
+    }
+    let reason = format!("reached the record limit of {limit} bytes after 1 frames");
+    let seen = std::thread::spawn(move || {
+        for _ in 0..500 {
+            if let Some(r) = watch.stopped() {
+                return Some(r);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    })
+    .join()
+    .unwrap();
+    assert_eq!(seen.as_deref(), Some(reason.as_str()));
+    assert_eq!(recorder.finish().unwrap().stopped, Some(reason));
+}
+
+#[test]
+fn a_discarded_recording_leaves_nothing_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    // A directory it made goes.
+    let dir = new_dir(&tmp);
+    let mut recorder = Recorder::create(&dir, meta(Start::Rules("x\n".into())), u64::MAX).unwrap();
+    recorder.frame(0, 1, 60, &[0; 60]);
+    recorder.change(2, RecordedChange::Rules("y\n".into()));
+    recorder.discard();
+    assert!(!dir.exists());
+    // An empty directory the user gave stays, empty.
+    let given = tmp.path().join("given");
+    std::fs::create_dir(&given).unwrap();
+    let recorder = Recorder::create(&given, meta(Start::Link("".into())), u64::MAX).unwrap();
+    recorder.discard();
+    assert!(given.is_dir());
+    assert_eq!(std::fs::read_dir(&given).unwrap().count(), 0);
+}

@@ -43,12 +43,17 @@ pub struct MetaFile {
     pub stopped: Option<String>,
 }
 
-/// `start` as stored: `{"link":"<words>"}` or `{"rules":"<file in the directory>"}`.
+/// `start` as stored: `{"link":"<words>"}` (both sides' link), `{"links":["<a->b
+/// words>","<b->a words>"]}` (sides that differ) or `{"rules":"<file in the directory>"}`.
+/// `links` came after version 1's first readers, which refuse it as an unknown variant
+/// rather than replay both sides with side a's link.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum StartFile {
-    /// The link words themselves.
+    /// The link words themselves, for both sides.
     Link(String),
+    /// Side a's link words, then side b's.
+    Links([String; 2]),
     /// The name of the file holding the rule text.
     Rules(String),
 }
@@ -91,6 +96,7 @@ impl MetaFile {
             sides: meta.sides.clone(),
             start: match &meta.start {
                 Start::Link(words) => StartFile::Link(words.clone()),
+                Start::Links(words) => StartFile::Links(words.clone()),
                 Start::Rules(_) => StartFile::Rules(rules_file.to_string()),
             },
             options: meta.options.clone(),
@@ -119,6 +125,7 @@ impl MetaFile {
             sides: self.sides,
             start: match self.start {
                 StartFile::Link(words) => Start::Link(words),
+                StartFile::Links(words) => Start::Links(words),
                 StartFile::Rules(_) => Start::Rules(start_rules.unwrap_or_default()),
             },
             options: self.options,

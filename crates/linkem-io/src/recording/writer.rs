@@ -121,6 +121,8 @@ impl Shared {
 /// [`Recorder::stopped`] and the summary report, and the run goes on.
 pub struct Recorder {
     dir: PathBuf,
+    /// Whether [`Recorder::create`] made `dir` (so [`Recorder::discard`] removes it).
+    made_dir: bool,
     meta: RecordingMeta,
     tx: Option<SyncSender<Input>>,
     /// Buffers the writer is done with, for the next frames.
@@ -236,6 +238,7 @@ impl Recorder {
         };
         Ok(Recorder {
             dir: dir.to_path_buf(),
+            made_dir,
             meta,
             tx: Some(tx),
             spent,
@@ -326,6 +329,14 @@ impl Recorder {
         }
     }
 
+    /// A handle another thread keeps to learn when recording stops, while the recorder
+    /// itself is fed on the packet path.
+    pub fn watch(&self) -> RecordingWatch {
+        RecordingWatch {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
     /// Frames skipped so far because the queue was full.
     pub fn skipped(&self) -> u64 {
         self.skipped
@@ -362,6 +373,28 @@ impl Recorder {
         })
     }
 
+    /// Ends a recording that never got its run (the run failed to start): stops the
+    /// writer and removes what [`Recorder::create`] made, the directory too if it made
+    /// it, so the same directory can be given again.
+    pub fn discard(mut self) {
+        self.end_writer();
+        let rules: Vec<PathBuf> = std::fs::read_dir(&self.dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("change-") && n.ends_with(".rules"))
+            })
+            .collect();
+        for p in rules {
+            let _ = std::fs::remove_file(p);
+        }
+        remove_debris(&self.dir, self.made_dir);
+    }
+
     fn end_writer(&mut self) -> Written {
         if let Some(tx) = self.tx.take() {
             for input in self.held.drain(..) {
@@ -387,6 +420,23 @@ impl Recorder {
                 changes: 0,
                 bytes: 0,
             },
+        }
+    }
+}
+
+/// See [`Recorder::watch`].
+#[derive(Clone)]
+pub struct RecordingWatch {
+    shared: Arc<Shared>,
+}
+
+impl RecordingWatch {
+    /// Why recording stopped (the size limit was reached, or a write failed), if it did.
+    pub fn stopped(&self) -> Option<String> {
+        if self.shared.stopped_flag.load(Ordering::Acquire) {
+            self.shared.reason()
+        } else {
+            None
         }
     }
 }

@@ -1,0 +1,386 @@
+//! A live run recorded with `linkem bridge --record DIR` replays exactly:
+//! `linkem replay DIR OUT --events REPLAY` writes the same `--events` lines as
+//! the live run's `--events LIVE` (fates, release times, queues, pipes, flows,
+//! sides), on both backends, with link words (jitter with correlation, GE
+//! loss, duplicate, rate) and with a rule file (masks, a scheduler, AQM),
+//! while a storm of `linkem ctl` changes runs and traffic goes both ways.
+//! `nsA <-veth-> linkem <-veth-> nsB`, names unique to each test, torn down by
+//! the topology's Drop. Needs root and prints "skipped" otherwise.
+//!
+//! The options' refusals (no interface touched) run without root.
+
+#[macro_use]
+mod common;
+
+use common::*;
+use linkem_ctl::Client;
+use linkem_io::netns::Topology;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+on_both_backends!(link_words_replay_exactly, rules_replay_exactly);
+
+/// A live run: the bridge's final stats, its stderr, its events lines.
+struct Live {
+    stats: Value,
+    stderr: String,
+    lines: Vec<String>,
+    applied: u32,
+}
+
+/// Runs a bridge with `args`, `--events` and `--record rec_dir`, UDP both
+/// ways while `changes` (request lines, in turn) go over the control socket;
+/// stops it once the traffic has been quiet for a while (every packet the
+/// model held decided).
+fn run_live(
+    topo: &Topology,
+    backend: &str,
+    args: &[&str],
+    changes: &[&str],
+    events: &Path,
+    rec_dir: &Path,
+) -> Live {
+    let name = format!("{}-{}", topo.emu_a, std::process::id());
+    let socket = linkem_ctl::default_socket_path(&name);
+    let child = Command::new(env!("CARGO_BIN_EXE_linkem"))
+        .args(["bridge", &topo.emu_a, &topo.emu_b, "--backend", backend])
+        .args(["--stats", "json", "--name", &name, "--duration", "60"])
+        .args(["--max-lag", "off", "--events", events.to_str().unwrap()])
+        .args(["--record", rec_dir.to_str().unwrap()])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("linkem starts");
+    let t0 = std::time::Instant::now();
+    let mut client = loop {
+        if let Ok(mut c) = Client::connect(&socket, Duration::from_secs(1)) {
+            if c.request("ping").is_ok() {
+                break c;
+            }
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "no control socket");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let applied = std::thread::scope(|s| {
+        let storm = s.spawn(|| {
+            let mut n = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let line = changes[n as usize % changes.len()];
+                let v = client.request_json(line).unwrap();
+                assert_eq!(v["ok"], true, "{line}: {v}");
+                n += 1;
+                std::thread::sleep(Duration::from_micros(500));
+            }
+            n
+        });
+        let ab = s.spawn(|| udp_flow(topo, true, 3000, 200, Duration::from_micros(300)));
+        let ba = udp_flow(topo, false, 3000, 200, Duration::from_micros(300));
+        ab.join().unwrap();
+        drop(ba);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        storm.join().unwrap()
+    });
+    drop(client);
+    // The receivers waited 1.5 s after their last packet: nothing is held
+    // any more, so the live run decided every frame it recorded.
+    // Safety: kill with a pid we own.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "linkem failed: {stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stats: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    eprintln!("{backend}: {applied} changes applied during the traffic");
+    assert!(applied > 50, "the storm ran: {applied} changes");
+    Live {
+        stats,
+        stderr,
+        lines: event_lines(events),
+        applied,
+    }
+}
+
+/// An events file's lines after its header.
+fn event_lines(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some(linkem_core::model::EVENTS_HEADER));
+    lines.map(str::to_string).collect()
+}
+
+/// `linkem replay DIR OUT --events REPLAY`; the events lines.
+fn replay(rec_dir: &Path, out: &Path, events: &Path) -> Vec<String> {
+    let o = Command::new(env!("CARGO_BIN_EXE_linkem"))
+        .args(["replay", rec_dir.to_str().unwrap(), out.to_str().unwrap()])
+        .args(["--events", events.to_str().unwrap(), "--stats", "json"])
+        .output()
+        .expect("linkem replay runs");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "linkem replay failed: {stderr}");
+    assert!(
+        !stderr.contains("incomplete"),
+        "the recording should be complete: {stderr}"
+    );
+    event_lines(events)
+}
+
+/// Lines per (side, fate), for the failure message.
+fn counts(lines: &[String]) -> BTreeMap<(String, String), u64> {
+    let mut by = BTreeMap::new();
+    for l in lines {
+        let c: Vec<&str> = l.split('\t').collect();
+        let side = c.last().copied().unwrap_or("?").to_string();
+        let fate = c.get(3).copied().unwrap_or("?").to_string();
+        *by.entry((side, fate)).or_insert(0) += 1;
+    }
+    by
+}
+
+/// The two events files are the same, line by line; else the first lines
+/// that differ, with what comes before them, and the counts of each.
+fn assert_same_events(live: &[String], replayed: &[String]) {
+    let first = live
+        .iter()
+        .zip(replayed)
+        .position(|(a, b)| a != b)
+        .or_else(|| (live.len() != replayed.len()).then(|| live.len().min(replayed.len())));
+    let Some(k) = first else { return };
+    let show = |lines: &[String]| -> String {
+        let from = k.saturating_sub(3);
+        lines
+            .iter()
+            .enumerate()
+            .skip(from)
+            .take(8)
+            .map(|(i, l)| format!("  {}{i}: {l}\n", if i == k { "> " } else { "  " }))
+            .collect()
+    };
+    panic!(
+        "the replay's events differ from the live run's at line {k} (after the header)\n\
+         {}\nlive ({} lines):\n{}replay ({} lines):\n{}\
+         live lines by (side, fate): {:?}\nreplay lines by (side, fate): {:?}",
+        linkem_core::model::EVENTS_HEADER,
+        live.len(),
+        show(live),
+        replayed.len(),
+        show(replayed),
+        counts(live),
+        counts(replayed),
+    );
+}
+
+/// Live run, recording, replay, comparison.
+fn record_and_replay(
+    topo: &Topology,
+    backend: &str,
+    args: &[&str],
+    changes: &[&str],
+) -> Vec<String> {
+    let tmp = tempfile::tempdir().unwrap();
+    let rec = tmp.path().join("rec");
+    let live = run_live(
+        topo,
+        backend,
+        args,
+        changes,
+        &tmp.path().join("live.tsv"),
+        &rec,
+    );
+    assert_eq!(live.stats["events_skipped"], 0, "{}", live.stats);
+    assert!(
+        live.stderr.contains("--record: complete recording in"),
+        "the bridge says where the recording is and that it is complete: {}",
+        live.stderr
+    );
+    let meta: Value =
+        serde_json::from_str(&std::fs::read_to_string(rec.join("recording.json")).unwrap())
+            .unwrap();
+    assert_eq!(meta["complete"], true, "{meta}");
+    assert_eq!(meta["sides"][0], topo.emu_a.as_str(), "{meta}");
+    // Every request of the storm is one line of changes.jsonl.
+    let changes_kept = std::fs::read_to_string(rec.join("changes.jsonl"))
+        .unwrap()
+        .lines()
+        .count() as u64;
+    assert_eq!(
+        changes_kept,
+        u64::from(live.applied),
+        "changes recorded vs applied"
+    );
+    // One frame recorded per line of the live events: every frame the model
+    // saw was decided before the bridge stopped.
+    assert_eq!(
+        meta["frames"].as_u64(),
+        Some(live.lines.len() as u64),
+        "frames recorded vs decisions made live; {}",
+        live.stats
+    );
+    let replayed = replay(
+        &rec,
+        &tmp.path().join("out.pcap"),
+        &tmp.path().join("replay.tsv"),
+    );
+    assert_same_events(&live.lines, &replayed);
+    eprintln!(
+        "{backend}: {} decisions, {} changes, the same in the replay",
+        live.lines.len(),
+        changes_kept
+    );
+    live.lines
+}
+
+fn link_words_replay_exactly(backend: &str) {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let topo = topology("lkrr1");
+    let words = [
+        "delay",
+        "2ms",
+        "1ms",
+        "25%",
+        "loss",
+        "gemodel",
+        "2%",
+        "30%",
+        "duplicate",
+        "3%",
+        "rate",
+        "20mbit",
+        "queue",
+        "50",
+        "seed",
+        "7",
+        // Sides that start with different links (recording.json's start.links).
+        "--a-to-b",
+        "rate 15mbit",
+    ];
+    let lines = record_and_replay(
+        &topo,
+        backend,
+        &words,
+        &[
+            "link both delay 3ms 1ms 25% loss gemodel 2% 30% duplicate 3% rate 20mbit queue 50",
+            "link a-to-b delay 2ms 500us loss 1% rate 10mbit queue 20",
+            "link b-to-a delay 1ms duplicate 5% rate 30mbit queue 80",
+        ],
+    );
+    assert!(lines.iter().any(|l| l.contains("\tloss\t")), "some loss");
+    assert!(
+        lines.iter().any(|l| l.split('\t').nth(7) == Some("2")),
+        "some duplicate"
+    );
+}
+
+fn rules_replay_exactly(backend: &str) {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let topo = topology("lkrr2");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("lab.rules");
+    std::fs::write(
+        &file,
+        format!(
+            "pipe 1 config bw 20Mbit/s delay 2ms queue 50 mask src-port 0xffff\n\
+             pipe 2 config bw 20Mbit/s delay 1ms queue 30 codel\n\
+             sched 2 config type fq_codel\n\
+             add 100 pipe 1 udp from any to any recv {}\n\
+             add 200 pipe 2 ip from any to any out\n\
+             add 300 allow ip from any to any\n",
+            topo.emu_a
+        ),
+    )
+    .unwrap();
+    let lines = record_and_replay(
+        &topo,
+        backend,
+        &["--rules", file.to_str().unwrap(), "seed", "3"],
+        &[
+            "pipe 1 config bw 10Mbit/s delay 3ms queue 40 mask src-port 0xffff",
+            "pipe 2 config bw 30Mbit/s delay 1ms queue 30 codel",
+            "pipe 1 config bw 20Mbit/s delay 2ms queue 50 mask src-port 0xffff",
+        ],
+    );
+    for pipe in ["1", "2"] {
+        assert!(
+            lines.iter().any(|l| l.split('\t').nth(10) == Some(pipe)),
+            "pipe {pipe} used"
+        );
+    }
+}
+
+// ---- The options' refusals: before any interface is touched ----
+
+fn bridge(args: &[&str]) -> (bool, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_linkem"))
+        .args(["bridge", "lkrrnone0", "lkrrnone1"])
+        .args(args)
+        .output()
+        .expect("linkem runs");
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stderr).to_string(),
+    )
+}
+
+#[test]
+fn record_options_are_refused_clearly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = |p: &str| tmp.path().join(p).to_str().unwrap().to_string();
+    std::fs::create_dir(path("full")).unwrap();
+    std::fs::write(path("full/mine.txt"), "keep me").unwrap();
+    std::fs::write(path("lab.rules"), "pipe 1 config delay 1ms\n").unwrap();
+
+    let (ok, e) = bridge(&["--record", &path("full"), "delay", "1ms"]);
+    assert!(
+        !ok && e.contains("not empty") && e.contains("mine.txt"),
+        "{e}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(path("full/mine.txt")).unwrap(),
+        "keep me"
+    );
+    let (ok, e) = bridge(&[
+        "--record",
+        &path("lab.rules"),
+        "--rules",
+        &path("lab.rules"),
+    ]);
+    assert!(
+        !ok && e.contains("--record") && e.contains("--rules"),
+        "{e}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(path("lab.rules")).unwrap(),
+        "pipe 1 config delay 1ms\n"
+    );
+    let (ok, e) = bridge(&["--forward-only", "--record", &path("new")]);
+    assert!(
+        !ok && e.contains("--forward-only") && e.contains("--record"),
+        "{e}"
+    );
+    let (ok, e) = bridge(&["--record-limit", "1MB", "delay", "1ms"]);
+    assert!(!ok && e.contains("--record <DIR>"), "{e}");
+    let (ok, e) = bridge(&["--record", &path("new"), "--record-limit", "5"]);
+    assert!(
+        !ok && e.contains("--record-limit") && e.contains("unit"),
+        "{e}"
+    );
+    let events_inside = path("new/live.tsv");
+    let (ok, e) = bridge(&["--record", &path("new"), "--events", &events_inside]);
+    assert!(!ok && e.contains("inside the --record directory"), "{e}");
+    let (ok, e) = bridge(&["--record", &path("new"), "--events", &path("new")]);
+    assert!(!ok && e.contains("same file"), "{e}");
+    // The bridge did not start (no such interface): no recording is left.
+    let (ok, e) = bridge(&["--record", &path("new"), "delay", "1ms"]);
+    assert!(!ok && e.contains("lkrrnone0"), "{e}");
+    assert!(!tmp.path().join("new").exists(), "{e}");
+}
