@@ -122,6 +122,11 @@ for be in $BACKENDS; do
     "$LINKEM" bridge "${P}ea" "${P}eb" --backend "$be" --stats json ${LINKEM_ARGS:-}
   run "$be: linkem, delay 10ms" max -- \
     "$LINKEM" bridge "${P}ea" "${P}eb" --backend "$be" --stats json ${LINKEM_ARGS:-} delay 10ms
+  # The same link as one Dummynet pipe for both directions (the node's path).
+  printf 'pipe 1 config delay 10ms\nadd 100 pipe 1 ip from any to any\n' > "$out/one-pipe.rules"
+  run "$be: linkem --rules, one pipe, delay 10ms" max -- \
+    "$LINKEM" bridge "${P}ea" "${P}eb" --backend "$be" --stats json ${LINKEM_ARGS:-} \
+    --rules "$out/one-pipe.rules"
   # The rate is 90 % of what this backend's forwarder delivered (84 wire bytes
   # per 64-byte frame with 'overhead ethernet').
   rate_kbit=$(( $(cat "$out/forwarder.delivered") * 84 * 8 * 9 / 10 / 1000 ))
