@@ -460,6 +460,7 @@ fn ctl_rules_metrics_match_stats_json() {
     })
     .join()
     .unwrap();
+    let last_sent = Instant::now();
     std::thread::sleep(Duration::from_millis(100));
     // Stray frames may pass at any time: take a `stats` between two scrapes
     // whose direction counters agree.
@@ -484,6 +485,9 @@ fn ctl_rules_metrics_match_stats_json() {
         }
         std::thread::sleep(Duration::from_millis(100));
     };
+    // Idle flow instances expire 1 s after their last packet: a stall that
+    // kept the scrapes past it leaves fewer flows to compare, not a fault.
+    let flows_live = last_sent.elapsed() < Duration::from_millis(900);
     drop(c);
     let v = bridge.finish();
     let get = |name: &str, labels: &str| -> f64 {
@@ -595,7 +599,16 @@ fn ctl_rules_metrics_match_stats_json() {
         .filter(|(k, _)| k.starts_with("linkem_flow_bytes_total{"))
         .map(|(k, v)| (k.as_str(), v.as_f64().unwrap()))
         .collect();
-    assert_eq!(flows.len(), 10, "{samples}");
+    if !flows_live {
+        eprintln!(
+            "the scrapes ended {:?} after the last packet, past the 1 s idle hold: \
+             {} flows left, their bytes compared only",
+            last_sent.elapsed(),
+            flows.len()
+        );
+    } else {
+        assert_eq!(flows.len(), 10, "{samples}");
+    }
     for f in pipe2["flows"].as_array().unwrap() {
         let src = f["src"].as_str().unwrap();
         let port: u32 = src.rsplit('/').next().unwrap().parse().unwrap();
@@ -606,8 +619,11 @@ fn ctl_rules_metrics_match_stats_json() {
         );
         match samples.get(&key) {
             Some(b) => assert_eq!(b.as_f64().unwrap(), f["bytes"].as_f64().unwrap()),
-            // Only the two quietest flows are left out.
-            None => assert!(port >= 30011, "flow from {src} missing: {samples}"),
+            // Only the two quietest flows are left out (or expired ones, after a stall).
+            None => assert!(
+                port >= 30011 || !flows_live,
+                "flow from {src} missing: {samples}"
+            ),
         }
     }
     let d0 = &stats["directions"][0];

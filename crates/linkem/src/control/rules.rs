@@ -13,12 +13,15 @@
 //! checked against it and staged in place: who may change what, what must
 //! exist (the object deleted, the rules deleted), what must still exist
 //! after it (a rule's pipe or queue, a queue's pipe, a weight its
-//! scheduler takes); each line must leave a valid rule set, as each line of
-//! a file must be valid where it stands. Each staged line yields one
-//! [`Change`]; a failure undoes every line staged and names the request and
-//! the word. The changes go to the node at one instant
-//! ([`NodeBridge::submit`], between two of the node stage's batches), which
-//! applies each in place ([`linkem_core::node::Node::change`]: a pipe
+//! scheduler takes). A batch is checked as a rule file is, as a whole
+//! ([`Source::check_whole`]), so its lines may come in any order a file's
+//! may. A failure undoes every line staged and names the request and the
+//! word. A single request becomes one [`Change`], applied at one instant
+//! ([`NodeBridge::submit`], between two of the live stage's batches of
+//! frames); a batch becomes the rule set it makes ([`Change::Rules`],
+//! [`linkem_core::node::Node::update`]: pipes that stay keep their packets),
+//! since its lines may name what only later lines make. A change is applied
+//! in place ([`linkem_core::node::Node::change`]: a pipe
 //! reconfigured keeps its queued packets and release times; a rule added
 //! or deleted recompiles the rules only; the packets of a deleted pipe not
 //! yet sent are counted as `flushed`). No rule file is rendered or parsed
@@ -217,9 +220,70 @@ impl Source {
             .map_err(|e| Failure::Error(format!("'{}': {}", e.word, e.message)))
     }
 
+    /// The checks a batch's lines left to the whole batch, on the set they
+    /// made: every object a deletion removed is unused, every rule's pipe or
+    /// queue exists, the objects fit together. The failure names the
+    /// request it comes from where one does (its index in `requests`).
+    fn check_whole(&self, requests: &[&Request]) -> Result<(), (Failure, Option<usize>)> {
+        for (i, r) in requests.iter().enumerate() {
+            if let Request::Rule(RuleRequest::Delete { kind, number }) = r {
+                if self.def(kind_index(*kind), *number).is_none() {
+                    if let Some(f) = self.users_of(*kind, *number) {
+                        return Err((f, Some(i)));
+                    }
+                }
+            }
+        }
+        for rule in &self.set.rules {
+            let missing = match target(rule) {
+                Some((Kind::Pipe, n)) => !self.set.pipes.contains_key(&n),
+                Some((_, n)) => !self.set.sched.queues.contains_key(&n),
+                None => false,
+            };
+            if let (true, Some((kind, n))) = (missing, target(rule)) {
+                let by = requests.iter().rposition(|r| {
+                    matches!(r, Request::Rule(RuleRequest::Add { rule: a, .. })
+                        if target(a) == Some((kind, n)))
+                });
+                return Err((not_configured(rule, kind, n), by));
+            }
+        }
+        self.check_objects().map_err(|f| (f, None))
+    }
+
+    /// The set as a rule file: each object's `config` line, the rules in
+    /// evaluation order, one-pass; what a recording keeps of a batch.
+    fn text(&self) -> String {
+        let mut out = String::new();
+        for k in [2, 0, 1] {
+            for (n, m) in &self.meta[k] {
+                out.push_str(&format!("{} {n} config {}\n", KIND_WORDS[k], m.words));
+            }
+        }
+        for r in &self.set.rules {
+            out.push_str(&format!("add {} {}\n", r.number, r.body()));
+        }
+        if !self.set.one_pass {
+            out.push_str("set one-pass off\n");
+        }
+        out
+    }
+
     fn next_number(&self) -> u32 {
         self.set.rules.iter().map(|r| r.number).max().unwrap_or(0) + 100
     }
+}
+
+/// The failure of a rule sending to pipe or queue `n` that does not exist.
+fn not_configured(rule: &Rule, kind: Kind, n: u32) -> Failure {
+    let (what, how) = match kind {
+        Kind::Pipe => ("pipe", format!("pipe {n} config ...")),
+        _ => ("queue", format!("queue {n} config sched M ...")),
+    };
+    Failure::Error(format!(
+        "rule {}: {what} {n} is not configured (add '{how}')",
+        rule.number
+    ))
 }
 
 /// The pipe or queue a rule sends to.
@@ -363,9 +427,12 @@ impl Rules {
         let mut source = self.source.lock().unwrap_or_else(|p| p.into_inner());
         let mut undo = Vec::new();
         let mut changes = Vec::with_capacity(requests.len());
+        // A batch is checked as a rule file is: as a whole, so its lines may
+        // come in any order a file's may (a scheduler before its pipe).
+        let batch = requests.len() > 1;
         for (i, r) in requests.iter().enumerate() {
             let staged = match r {
-                Request::Rule(rr) => self.stage(&mut source, &mut undo, cred.uid, rr),
+                Request::Rule(rr) => self.stage(&mut source, &mut undo, cred.uid, rr, batch),
                 _ => Err(Failure::Error(
                     "this bridge runs a rule set: it has no default link to change \
                      (change its pipes with 'pipe N config ...')"
@@ -379,6 +446,22 @@ impl Rules {
                     return Err(in_batch(f, i, requests.len(), lines));
                 }
             }
+        }
+        if batch {
+            if let Err((f, i)) = source.check_whole(requests) {
+                source.undo(undo);
+                return Err(match i {
+                    Some(i) => in_batch(f, i, requests.len(), lines),
+                    None => f,
+                });
+            }
+            // The batch's lines may name objects only later lines make: the
+            // node takes the resulting set at one instant (pipes that stay
+            // keep their packets), the text only for a recording.
+            changes = vec![Change::Rules {
+                set: Box::new(source.set.clone()),
+                text: source.text().into(),
+            }];
         }
         // The source follows the node even when the bridge is stopping.
         self.bridge
@@ -494,12 +577,16 @@ impl Rules {
 
     // Kept whole: one arm per rule request, each its owner checks, the
     // change staged (with what undoes it), and what it must leave valid.
+    /// Stages one request on `s`; `batch`: the checks only the whole batch
+    /// can settle (what a line names exists, what it deletes is unused) wait
+    /// for [`Source::check_whole`].
     fn stage(
         &self,
         s: &mut Source,
         undo: &mut Vec<Undo>,
         uid: u32,
         r: &RuleRequest,
+        batch: bool,
     ) -> Result<Change, Failure> {
         match r {
             RuleRequest::Config { kind, number, def } => {
@@ -516,7 +603,9 @@ impl Rules {
                 s.remove(k, *number);
                 undo.push(Undo::Object(k, *number, old));
                 s.put(k, (**def).clone(), Meta { words, owner });
-                s.check_objects()?;
+                if !batch {
+                    s.check_objects()?;
+                }
                 Ok(Change::Object(def.clone()))
             }
             RuleRequest::Delete { kind, number } => {
@@ -528,10 +617,12 @@ impl Rules {
                 may(uid, old.1.owner, &what)?;
                 s.remove(k, *number);
                 undo.push(Undo::Object(k, *number, Some(old)));
-                if let Some(f) = s.users_of(*kind, *number) {
-                    return Err(f);
+                if !batch {
+                    if let Some(f) = s.users_of(*kind, *number) {
+                        return Err(f);
+                    }
+                    s.check_objects()?;
                 }
-                s.check_objects()?;
                 Ok(Change::DeleteObject {
                     kind: kind.object(),
                     number: *number,
@@ -565,15 +656,8 @@ impl Rules {
                     Some((_, n)) => s.set.sched.queues.contains_key(&n),
                     None => true,
                 };
-                if let (false, Some((kind, n))) = (exists, target(&rule)) {
-                    let (what, how) = match kind {
-                        Kind::Pipe => ("pipe", format!("pipe {n} config ...")),
-                        _ => ("queue", format!("queue {n} config sched M ...")),
-                    };
-                    return Err(Failure::Error(format!(
-                        "rule {}: {what} {n} is not configured (add '{how}')",
-                        rule.number
-                    )));
+                if let (false, false, Some((kind, n))) = (exists, batch, target(&rule)) {
+                    return Err(not_configured(&rule, kind, n));
                 }
                 // Same numbers keep their order: after every rule numbered ≤ it.
                 let at = s.set.rules.partition_point(|x| x.number <= rule.number);
@@ -1147,6 +1231,56 @@ mod tests {
         let list = rules.list_json();
         assert_eq!(list["rules"][0]["rule"], "pipe 2 tcp");
         assert_eq!(list["one_pass"], false);
+        rules.bridge.stop();
+    }
+
+    #[test]
+    fn a_batch_is_checked_whole_as_a_file_is() {
+        let mut rules = rules_over_memory("pipe 1 config delay 1ms\nadd 100 pipe 1 ip\n");
+        let cred = PeerCred {
+            uid: 0,
+            gid: 0,
+            pid: 1,
+        };
+        // In a file's order a scheduler and a queue may come before their pipe,
+        // and a rule may be deleted after the pipe it uses.
+        let lines = [
+            "add 200 queue 31 udp",
+            "queue 31 config sched 3 weight 10",
+            "sched 3 config type wf2q+",
+            "pipe 3 config bw 10Mbit/s delay 5ms",
+            "pipe 1 delete",
+            "delete 100",
+        ];
+        let parsed: Vec<Request> = lines
+            .iter()
+            .map(|l| rules.parse_line(l).unwrap().request)
+            .collect();
+        rules
+            .apply(&cred, &parsed.iter().collect::<Vec<_>>(), &lines)
+            .unwrap();
+        let (pipes, rule_numbers) = rules.bridge.with_model(|n| {
+            let pipes: Vec<u32> = n.pipes().iter().map(|p| p.def.number).collect();
+            let rules: Vec<u32> = n.classifier().rules().iter().map(|r| r.number).collect();
+            (pipes, rules)
+        });
+        assert_eq!((pipes, rule_numbers), (vec![3], vec![200]));
+        // What the whole batch leaves dangling is refused, naming its line.
+        let lines = ["pipe 4 config delay 1ms", "add 300 pipe 5 tcp"];
+        let parsed: Vec<Request> = lines
+            .iter()
+            .map(|l| rules.parse_line(l).unwrap().request)
+            .collect();
+        let before = rules.list_json();
+        let e = rules
+            .apply(&cred, &parsed.iter().collect::<Vec<_>>(), &lines)
+            .unwrap_err();
+        assert_eq!(
+            e.message(),
+            "request 2 of the batch ('add 300 pipe 5 tcp'): rule 300: pipe 5 is not \
+             configured (add 'pipe 5 config ...')"
+        );
+        assert_eq!(rules.list_json(), before);
         rules.bridge.stop();
     }
 
