@@ -100,9 +100,15 @@ def ping_ms(src: Any, dst: Any, count: int = 5) -> List[float]:
     return [float(t) for t in re.findall(r"time=([\d.]+) ms", out)]
 
 
+# Twins: h1's transmit offloads switched off by txo=False (as TCIntf does), and
+# left as a stock host keeps them (on).
+@pytest.mark.parametrize("txo", [False, None], ids=["txo-off", "offloads-as-they-are"])
 def test_switch_per_direction_words_live_change_and_teardown(
-        networks: Callable[..., Any]) -> None:
-    net = networks(SwitchedPair(params1={"delay": "10ms", "txo": False},
+        networks: Callable[..., Any], txo: Any) -> None:
+    params1: dict[str, Any] = {"delay": "10ms"}
+    if txo is not None:
+        params1["txo"] = txo
+    net = networks(SwitchedPair(params1=params1,
                                 params2={"delay": "30ms"}, linkem="reorder allow",
                                 linkem_args=["--max-lag", "off"]))
     h1, h2 = net.get("h1", "h2")
@@ -112,8 +118,9 @@ def test_switch_per_direction_words_live_change_and_teardown(
         ["reorder", "allow"], ["delay", "10ms"], ["delay", "30ms"])
     # Mininet's names and addresses stay: the host sees h1-eth0 with its IP.
     assert "10.0.0.1" in h1.cmd("ip -4 addr show dev h1-eth0")
-    # txo=False for h1's interface alone, as TCIntf switches it.
-    assert "tx-checksumming: off" in h1.cmd("ethtool -k h1-eth0")
+    # txo=False for h1's interface alone, as TCIntf switches it; else untouched.
+    h1_tx = "off" if txo is False else "on"
+    assert f"tx-checksumming: {h1_tx}" in h1.cmd("ethtool -k h1-eth0")
     assert "tx-checksumming: on" in net.get(SWITCH).cmd(f"ethtool -k {SWITCH}-eth1")
     rtt = median_ms(ping_ms(h1, h2), "10 ms there, 30 ms back")
     assert 39.5 < rtt < 60, f"RTT through 10 ms + 30 ms: {rtt} ms"
