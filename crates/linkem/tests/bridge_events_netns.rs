@@ -10,12 +10,9 @@ mod common;
 
 use common::*;
 use linkem_core::Fate;
-use linkem_ctl::Client;
 use linkem_io::netns::Topology;
 use serde_json::Value;
 use std::collections::HashMap;
-use std::process::{Command, Stdio};
-use std::time::Duration;
 
 on_both_backends!(
     events_of_link_words_match_the_counts,
@@ -28,61 +25,8 @@ on_both_backends!(
 fn run(topo: &Topology, backend: &str, args: &[&str], changes: &[&str]) -> (Value, Vec<String>) {
     let dir = tempfile::tempdir().unwrap();
     let events = dir.path().join("events.tsv");
-    let name = format!("{}-{}", topo.emu_a, std::process::id());
-    let socket = linkem_ctl::default_socket_path(&name);
-    let child = Command::new(env!("CARGO_BIN_EXE_linkem"))
-        .args(["bridge", &topo.emu_a, &topo.emu_b, "--backend", backend])
-        .args(["--stats", "json", "--name", &name, "--duration", "60"])
-        .args(["--max-lag", "off", "--events", events.to_str().unwrap()])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("linkem starts");
-    let t0 = std::time::Instant::now();
-    let mut client = loop {
-        if let Ok(mut c) = Client::connect(&socket, Duration::from_secs(1)) {
-            if c.request("ping").is_ok() {
-                break c;
-            }
-        }
-        assert!(t0.elapsed() < Duration::from_secs(10), "no control socket");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    let applied = std::thread::scope(|s| {
-        let storm = s.spawn(|| {
-            let mut n = 0u32;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let line = changes[n as usize % changes.len()];
-                let v = client.request_json(line).unwrap();
-                assert_eq!(v["ok"], true, "{line}: {v}");
-                n += 1;
-                std::thread::sleep(Duration::from_micros(500));
-            }
-            n
-        });
-        let ab = s.spawn(|| udp_flow(topo, true, 3000, 200, Duration::from_micros(300)));
-        let ba = udp_flow(topo, false, 3000, 200, Duration::from_micros(300));
-        ab.join().unwrap();
-        drop(ba);
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        storm.join().unwrap()
-    });
-    drop(client);
-    // Safety: kill with a pid we own.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "linkem failed: {stderr}");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let v: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
-    eprintln!("{backend}: {applied} changes applied during the traffic");
-    assert!(applied > 50, "the storm ran: {applied} changes");
-    let text = std::fs::read_to_string(&events).unwrap();
-    let mut lines = text.lines();
-    assert_eq!(lines.next(), Some(linkem_core::model::EVENTS_HEADER));
-    (v, lines.map(str::to_string).collect())
+    let r = bridge_under_storm(topo, backend, &events, args, changes);
+    (r.stats, event_lines(&events))
 }
 
 /// The checks both runs share; `may_hold`: the model may hold packets

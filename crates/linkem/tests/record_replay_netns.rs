@@ -13,13 +13,11 @@
 mod common;
 
 use common::*;
-use linkem_ctl::Client;
 use linkem_io::netns::Topology;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
 
 on_both_backends!(link_words_replay_exactly, rules_replay_exactly);
 
@@ -43,74 +41,15 @@ fn run_live(
     events: &Path,
     rec_dir: &Path,
 ) -> Live {
-    let name = format!("{}-{}", topo.emu_a, std::process::id());
-    let socket = linkem_ctl::default_socket_path(&name);
-    let child = Command::new(env!("CARGO_BIN_EXE_linkem"))
-        .args(["bridge", &topo.emu_a, &topo.emu_b, "--backend", backend])
-        .args(["--stats", "json", "--name", &name, "--duration", "60"])
-        .args(["--max-lag", "off", "--events", events.to_str().unwrap()])
-        .args(["--record", rec_dir.to_str().unwrap()])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("linkem starts");
-    let t0 = std::time::Instant::now();
-    let mut client = loop {
-        if let Ok(mut c) = Client::connect(&socket, Duration::from_secs(1)) {
-            if c.request("ping").is_ok() {
-                break c;
-            }
-        }
-        assert!(t0.elapsed() < Duration::from_secs(10), "no control socket");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    let applied = std::thread::scope(|s| {
-        let storm = s.spawn(|| {
-            let mut n = 0u32;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let line = changes[n as usize % changes.len()];
-                let v = client.request_json(line).unwrap();
-                assert_eq!(v["ok"], true, "{line}: {v}");
-                n += 1;
-                std::thread::sleep(Duration::from_micros(500));
-            }
-            n
-        });
-        let ab = s.spawn(|| udp_flow(topo, true, 3000, 200, Duration::from_micros(300)));
-        let ba = udp_flow(topo, false, 3000, 200, Duration::from_micros(300));
-        ab.join().unwrap();
-        drop(ba);
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        storm.join().unwrap()
-    });
-    drop(client);
-    // The receivers waited 1.5 s after their last packet: nothing is held
-    // any more, so the live run decided every frame it recorded.
-    // Safety: kill with a pid we own.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(out.status.success(), "linkem failed: {stderr}");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stats: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
-    eprintln!("{backend}: {applied} changes applied during the traffic");
-    assert!(applied > 50, "the storm ran: {applied} changes");
+    let mut all = vec!["--record", rec_dir.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let r = bridge_under_storm(topo, backend, events, &all, changes);
     Live {
-        stats,
-        stderr,
+        stats: r.stats,
+        stderr: r.stderr,
         lines: event_lines(events),
-        applied,
+        applied: r.applied,
     }
-}
-
-/// An events file's lines after its header.
-fn event_lines(path: &Path) -> Vec<String> {
-    let text = std::fs::read_to_string(path).unwrap();
-    let mut lines = text.lines();
-    assert_eq!(lines.next(), Some(linkem_core::model::EVENTS_HEADER));
-    lines.map(str::to_string).collect()
 }
 
 /// `linkem replay DIR OUT --events REPLAY`; the events lines.

@@ -427,3 +427,90 @@ pub fn assert_counts_add_up(d: &serde_json::Value, what: &str) {
         "{what}: {d}"
     );
 }
+
+/// A bridge run by [`bridge_under_storm`]: its final `--stats json`, its
+/// stderr, and how many control changes it applied during the traffic.
+pub struct StormRun {
+    pub stats: Value,
+    pub stderr: String,
+    pub applied: u32,
+}
+
+/// Runs `linkem bridge` between the topology's emulator ends with `--events
+/// events`, `--max-lag off` and `args`; sends 3000 UDP frames each way while
+/// `changes` (request lines, in turn) go over the control socket, every one
+/// of which must succeed; then stops it with SIGTERM and returns what it said.
+pub fn bridge_under_storm(
+    topo: &Topology,
+    backend: &str,
+    events: &std::path::Path,
+    args: &[&str],
+    changes: &[&str],
+) -> StormRun {
+    let name = format!("{}-{}", topo.emu_a, std::process::id());
+    let socket = linkem_ctl::default_socket_path(&name);
+    let child = Command::new(env!("CARGO_BIN_EXE_linkem"))
+        .args(["bridge", &topo.emu_a, &topo.emu_b, "--backend", backend])
+        .args(["--stats", "json", "--name", &name, "--duration", "60"])
+        .args(["--max-lag", "off", "--events", events.to_str().unwrap()])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("linkem starts");
+    let t0 = Instant::now();
+    let mut client = loop {
+        if let Ok(mut c) = linkem_ctl::Client::connect(&socket, Duration::from_secs(1)) {
+            if c.request("ping").is_ok() {
+                break c;
+            }
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "no control socket");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let applied = std::thread::scope(|s| {
+        let storm = s.spawn(|| {
+            let mut n = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let line = changes[n as usize % changes.len()];
+                let v = client.request_json(line).unwrap();
+                assert_eq!(v["ok"], true, "{line}: {v}");
+                n += 1;
+                std::thread::sleep(Duration::from_micros(500));
+            }
+            n
+        });
+        let ab = s.spawn(|| udp_flow(topo, true, 3000, 200, Duration::from_micros(300)));
+        let ba = udp_flow(topo, false, 3000, 200, Duration::from_micros(300));
+        ab.join().unwrap();
+        drop(ba);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        storm.join().unwrap()
+    });
+    drop(client);
+    // The receivers waited after their last packet: nothing is held any
+    // more, so the run decided every frame its model saw.
+    // Safety: kill with a pid we own.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "linkem failed: {stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stats: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    eprintln!("{backend}: {applied} changes applied during the traffic");
+    assert!(applied > 50, "the storm ran: {applied} changes");
+    StormRun {
+        stats,
+        stderr,
+        applied,
+    }
+}
+
+/// An `--events` file's lines after its header.
+pub fn event_lines(path: &std::path::Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some(linkem_core::model::EVENTS_HEADER));
+    lines.map(str::to_string).collect()
+}
