@@ -15,8 +15,8 @@
 
 use super::wire::{ChangeLine, MetaFile};
 use super::{
-    RecordedChange, RecordingError, RecordingMeta, Start, CHANGES_FILE, FRAMES_FILE, META_FILE,
-    START_RULES_FILE,
+    RecordedChange, RecordedInput, RecordingError, RecordingMeta, Start, CHANGES_FILE, FRAMES_FILE,
+    META_FILE, START_RULES_FILE,
 };
 use crate::capture::MAX_CAPLEN;
 use crate::outfile;
@@ -78,19 +78,6 @@ pub struct RecordingSummary {
     pub stopped: Option<String>,
 }
 
-enum Input {
-    Frame {
-        side: usize,
-        ts_ns: u64,
-        orig_len: u32,
-        data: Vec<u8>,
-    },
-    Change {
-        at_ns: u64,
-        change: RecordedChange,
-    },
-}
-
 /// State both sides read: why recording stopped (set once, by whichever side stops it).
 struct Shared {
     stopped_flag: AtomicBool,
@@ -124,11 +111,11 @@ pub struct Recorder {
     /// Whether [`Recorder::create`] made `dir` (so [`Recorder::discard`] removes it).
     made_dir: bool,
     meta: RecordingMeta,
-    tx: Option<SyncSender<Input>>,
+    tx: Option<SyncSender<RecordedInput>>,
     /// Buffers the writer is done with, for the next frames.
     spent: Receiver<Vec<u8>>,
     /// Changes that found the queue full, oldest first; they go before any later frame.
-    held: VecDeque<Input>,
+    held: VecDeque<RecordedInput>,
     skipped: u64,
     shared: Arc<Shared>,
     thread: Option<JoinHandle<Written>>,
@@ -268,7 +255,7 @@ impl Recorder {
         let mut buf = self.spent.try_recv().unwrap_or_default();
         buf.clear();
         buf.extend_from_slice(data);
-        let input = Input::Frame {
+        let input = RecordedInput::Frame {
             side,
             ts_ns,
             orig_len,
@@ -295,7 +282,7 @@ impl Recorder {
         if self.shared.stopped_flag.load(Ordering::Acquire) {
             return;
         }
-        self.held.push_back(Input::Change { at_ns, change });
+        self.held.push_back(RecordedInput::Change { at_ns, change });
         self.send_held();
     }
 
@@ -614,7 +601,7 @@ struct FileWriter {
 const IDLE_FLUSH: Duration = Duration::from_millis(500);
 
 impl FileWriter {
-    fn run(&mut self, rx: Receiver<Input>) -> Written {
+    fn run(&mut self, rx: Receiver<RecordedInput>) -> Written {
         loop {
             let input = match rx.recv_timeout(IDLE_FLUSH) {
                 Ok(input) => input,
@@ -659,9 +646,9 @@ impl FileWriter {
     }
 
     /// Writes one input; the reason recording must stop, if it must.
-    fn write(&mut self, input: Input) -> Result<(), String> {
+    fn write(&mut self, input: RecordedInput) -> Result<(), String> {
         match input {
-            Input::Frame {
+            RecordedInput::Frame {
                 side,
                 ts_ns,
                 orig_len,
@@ -676,7 +663,7 @@ impl FileWriter {
                 }
                 result
             }
-            Input::Change { at_ns, change } => self.write_change(at_ns, change),
+            RecordedInput::Change { at_ns, change } => self.write_change(at_ns, change),
         }
     }
 
