@@ -847,30 +847,8 @@ fn link_words_release_exactly_as_a_bare_link() {
 #[test]
 fn plain_replay_matches_the_golden_files() {
     let dir = tempfile::tempdir().unwrap();
-    let run = |args: &[&str]| {
-        let o = Command::new(env!("CARGO_BIN_EXE_linkem"))
-            .args(args)
-            .current_dir(dir.path())
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        String::from_utf8(o.stdout).unwrap()
-    };
-    run(&[
-        "synth",
-        "in.pcap",
-        "--packets",
-        "1000",
-        "--size",
-        "400",
-        "--rate",
-        "9mbit",
-        "--poisson",
-        "--flows",
-        "5",
-        "--seed",
-        "4",
-    ]);
+    let run = |args: &[&str]| replay_outputs::linkem_in(dir.path(), args);
+    replay_outputs::synth_golden_input(dir.path());
     let stats = run(&[
         "replay",
         "in.pcap",

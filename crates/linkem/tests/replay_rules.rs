@@ -529,30 +529,8 @@ fn errors_never_quote_a_file_its_user_may_not_read() {
 #[test]
 fn mask_and_scheduler_replay_matches_the_golden_files() {
     let d = tempfile::tempdir().unwrap();
-    let run = |args: &[&str]| {
-        let o = Command::new(env!("CARGO_BIN_EXE_linkem"))
-            .args(args)
-            .current_dir(d.path())
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        String::from_utf8(o.stdout).unwrap()
-    };
-    run(&[
-        "synth",
-        "in.pcap",
-        "--packets",
-        "1000",
-        "--size",
-        "400",
-        "--rate",
-        "9mbit",
-        "--poisson",
-        "--flows",
-        "5",
-        "--seed",
-        "4",
-    ]);
+    let run = |args: &[&str]| replay_outputs::linkem_in(d.path(), args);
+    replay_outputs::synth_golden_input(d.path());
     let rules =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/replay/mask-sched.rules");
     let stats = run(&[

@@ -83,3 +83,37 @@ pub fn golden(name: &str) -> String {
         .join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
+
+/// Runs `linkem ARGS` in `dir`; its stdout (it must succeed).
+pub fn linkem_in(dir: &std::path::Path, args: &[&str]) -> String {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_linkem"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// The capture the golden files were made from: `in.pcap` in `dir`, 1000
+/// frames of 400 bytes at 9 Mbit/s, Poisson, 5 flows, seed 4.
+pub fn synth_golden_input(dir: &std::path::Path) {
+    linkem_in(
+        dir,
+        &[
+            "synth",
+            "in.pcap",
+            "--packets",
+            "1000",
+            "--size",
+            "400",
+            "--rate",
+            "9mbit",
+            "--poisson",
+            "--flows",
+            "5",
+            "--seed",
+            "4",
+        ],
+    );
+}
