@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import threading
 from pathlib import Path
 from typing import Callable, Iterator, List
@@ -203,10 +204,14 @@ def test_batches_apply_all_at_one_instant_or_nothing(
     assert client.abort()["aborted"] is True
 
 
-def test_reading_requests_and_zero(client: linkem.Client, topology: Topology) -> None:
+def test_reading_requests_and_zero(client: linkem.Client, topology: Topology,
+                                   linkem_bin: Path) -> None:
     assert client.ping()["pong"] is True
     v = client.version()
     assert v["protocol"] == linkem.PROTOCOL_VERSION and v["name"] == client.name
+    # The commit as `linkem --version` gives it between parentheses.
+    said = subprocess.run([str(linkem_bin), "--version"], capture_output=True, text=True).stdout
+    assert v["commit"] == said.strip().rsplit("(", 1)[1].rstrip(")")
     assert "watch [INTERVAL]" in client.help()
     topology.ping_rtts_ms(4)
     stats = client.stats()

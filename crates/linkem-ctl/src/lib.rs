@@ -8,7 +8,7 @@
 //! emulator sends one banner line:
 //!
 //! ```text
-//! {"linkem":"ctl","protocol":1,"version":"0.1.0","name":"veth-a-veth-b"}
+//! {"linkem":"ctl","protocol":1,"version":"0.1.0","commit":"1a2b3c4","name":"veth-a-veth-b"}
 //! ```
 //!
 //! Then each request is one line of UTF-8 words separated by blanks (at most

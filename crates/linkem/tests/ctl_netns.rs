@@ -340,6 +340,26 @@ fn ctl_metrics_parse_and_match_stats_json() {
             .as_f64()
             .unwrap_or_else(|| panic!("no {name}{labels} in\n{body}"))
     };
+    // The info family names the build as `linkem --version` does: version and commit.
+    let said = Command::new(env!("CARGO_BIN_EXE_linkem"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&said.stdout);
+    let commit = said
+        .trim()
+        .rsplit('(')
+        .next()
+        .unwrap()
+        .trim_end_matches(')');
+    let info = body
+        .lines()
+        .find(|l| l.starts_with("linkem_info{"))
+        .unwrap_or_else(|| panic!("no linkem_info in\n{body}"));
+    assert!(
+        info.contains(&format!("commit=\"{commit}\"")) && info.contains("seed=\"7\""),
+        "linkem_info does not name commit {commit} and seed 7: {info}"
+    );
     drop(c);
     let (final_stats, _, _) = bridge.finish();
     // `stats` over the socket is `--stats json`'s own rendering of the same counts.

@@ -373,6 +373,7 @@ fn expose(enc: &mut DescriptorEncoder, model: &Model) -> fmt::Result {
         let info: Labels = vec![
             ("name", model.name.clone()),
             ("version", env!("CARGO_PKG_VERSION").to_string()),
+            ("commit", crate::build_info::COMMIT.to_string()),
             ("seed", model.seed().to_string()),
         ];
         // An info family: exposed as the gauge `linkem_info`, always 1.

@@ -497,6 +497,7 @@ impl Session<'_> {
             "linkem": "ctl",
             "protocol": PROTOCOL_VERSION,
             "version": env!("CARGO_PKG_VERSION"),
+            "commit": crate::build_info::COMMIT,
             "name": self.model.name,
         });
         if write_line(&mut stream, &banner.to_string()).is_err() {
@@ -658,7 +659,7 @@ impl Session<'_> {
         let body = match &request {
             Request::Ping => json!({"ok": true, "pong": true}),
             Request::Version => {
-                json!({"ok": true, "version": env!("CARGO_PKG_VERSION"), "protocol": PROTOCOL_VERSION, "name": self.model.name})
+                json!({"ok": true, "version": env!("CARGO_PKG_VERSION"), "commit": crate::build_info::COMMIT, "protocol": PROTOCOL_VERSION, "name": self.model.name})
             }
             Request::Help => json!({"ok": true, "help": HELP}),
             Request::Show => match self.model.rules() {
