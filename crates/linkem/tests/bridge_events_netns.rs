@@ -102,34 +102,7 @@ fn events_of_link_words_match_the_counts(backend: &str) {
         return;
     }
     let topo = topology("lkev1");
-    let words = [
-        "delay",
-        "2ms",
-        "1ms",
-        "25%",
-        "loss",
-        "gemodel",
-        "2%",
-        "30%",
-        "duplicate",
-        "3%",
-        "rate",
-        "20mbit",
-        "queue",
-        "50",
-        "seed",
-        "7",
-    ];
-    let (v, lines) = run(
-        &topo,
-        backend,
-        &words,
-        &[
-            "link both delay 3ms 1ms 25% loss gemodel 2% 30% duplicate 3% rate 20mbit queue 50",
-            "link a-to-b delay 2ms 500us loss 1% rate 10mbit queue 20",
-            "link b-to-a delay 1ms duplicate 5% rate 30mbit queue 80",
-        ],
-    );
+    let (v, lines) = run(&topo, backend, &STORM_LINK_WORDS, &STORM_LINK_CHANGES);
     check(&v, &lines, false);
     assert!(lines.iter().any(|l| l.contains("\tloss\t")), "some loss");
 }

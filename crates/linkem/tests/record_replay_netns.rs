@@ -179,37 +179,9 @@ fn link_words_replay_exactly(backend: &str) {
         return;
     }
     let topo = topology("lkrr1");
-    let words = [
-        "delay",
-        "2ms",
-        "1ms",
-        "25%",
-        "loss",
-        "gemodel",
-        "2%",
-        "30%",
-        "duplicate",
-        "3%",
-        "rate",
-        "20mbit",
-        "queue",
-        "50",
-        "seed",
-        "7",
-        // Sides that start with different links (recording.json's start.links).
-        "--a-to-b",
-        "rate 15mbit",
-    ];
-    let lines = record_and_replay(
-        &topo,
-        backend,
-        &words,
-        &[
-            "link both delay 3ms 1ms 25% loss gemodel 2% 30% duplicate 3% rate 20mbit queue 50",
-            "link a-to-b delay 2ms 500us loss 1% rate 10mbit queue 20",
-            "link b-to-a delay 1ms duplicate 5% rate 30mbit queue 80",
-        ],
-    );
+    // Sides that start with different links (recording.json's start.links).
+    let words = [&STORM_LINK_WORDS[..], &["--a-to-b", "rate 15mbit"]].concat();
+    let lines = record_and_replay(&topo, backend, &words, &STORM_LINK_CHANGES);
     assert!(lines.iter().any(|l| l.contains("\tloss\t")), "some loss");
     assert!(
         lines.iter().any(|l| l.split('\t').nth(7) == Some("2")),

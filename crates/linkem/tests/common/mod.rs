@@ -507,6 +507,34 @@ pub fn bridge_under_storm(
     }
 }
 
+/// Link words for a storm run: jitter with correlation, Gilbert-Elliott loss,
+/// duplication, a rate and a queue, seeded.
+pub const STORM_LINK_WORDS: [&str; 16] = [
+    "delay",
+    "2ms",
+    "1ms",
+    "25%",
+    "loss",
+    "gemodel",
+    "2%",
+    "30%",
+    "duplicate",
+    "3%",
+    "rate",
+    "20mbit",
+    "queue",
+    "50",
+    "seed",
+    "7",
+];
+
+/// The control requests of a storm run with link words, sent in turn.
+pub const STORM_LINK_CHANGES: [&str; 3] = [
+    "link both delay 3ms 1ms 25% loss gemodel 2% 30% duplicate 3% rate 20mbit queue 50",
+    "link a-to-b delay 2ms 500us loss 1% rate 10mbit queue 20",
+    "link b-to-a delay 1ms duplicate 5% rate 30mbit queue 80",
+];
+
 /// An `--events` file's lines after its header.
 pub fn event_lines(path: &std::path::Path) -> Vec<String> {
     let text = std::fs::read_to_string(path).unwrap();
