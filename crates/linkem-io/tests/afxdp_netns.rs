@@ -442,3 +442,32 @@ fn kernel_receive_drops_are_counted() {
     drop((rx, tx));
     check_clean(topo);
 }
+
+/// Waiting to receive must not drive the transmit ring. In copy mode the
+/// kernel's poll of a socket with a tx ring runs that ring's transmit under
+/// the socket's lock (`xsk_poll` -> `__xsk_generic_xmit`), so a receiving
+/// thread polling the socket another thread sends on fights it for that
+/// lock at every wait. Each such pass over an empty ring is counted in
+/// `tx_ring_empty_descs`; the receive half polls a socket without a tx ring,
+/// so that count stays where it is however often it waits.
+#[test]
+fn waiting_to_receive_never_runs_the_transmit_ring() {
+    let Some((_serial, topo)) = setup("xw") else {
+        return;
+    };
+    let (mut rx, tx) = AfXdp::open(&topo.emu_a, AfXdpConfig::default()).expect("open");
+    let before = tx.kernel_stats().expect("tx stats").tx_ring_empty_descs;
+    for _ in 0..20 {
+        rx.wait_rx(200_000).expect("wait_rx");
+    }
+    let after = tx.kernel_stats().expect("tx stats").tx_ring_empty_descs;
+    assert_eq!(
+        after - before,
+        0,
+        "20 receive waits ran the transmit ring {} times ({})",
+        after - before,
+        rx.info()
+    );
+    drop((rx, tx));
+    check_clean(topo);
+}

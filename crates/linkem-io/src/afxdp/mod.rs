@@ -10,9 +10,10 @@
 //!   │ XdpRx (one thread)             │           │ XdpTx (another thread)      │
 //!   │ every queue's rx ring, earliest│           │ tx_push: copy into free     │
 //!   │ stamp first ──► callback, frame│           │ frames, descriptors on the  │
-//!   │ back onto that queue's fill    │           │ queue-0 socket's tx ring;   │
+//!   │ back onto that queue's fill    │           │ transmit socket's tx ring;  │
 //!   │ ring at once                   │           │ tx_flush: sendto kick,      │
-//!   │                                │           │ completion ring ──► free    │
+//!   │                                │           │ queue 0's completion ring   │
+//!   │                                │           │ ──► free                    │
 //!   └────────────────────────────────┘           └─────────────────────────────┘
 //! ```
 //!
@@ -22,9 +23,11 @@
 //! queue without a socket would bypass the emulator (the program passes it
 //! to the kernel stack). Each socket has its own UMEM, so the queues share
 //! nothing the kernel writes. One receive half polls them all and hands
-//! frames on in stamp order ([`XdpRx`]); the first queue's socket also
-//! transmits ([`XdpTx`]). The receive and transmit halves share nothing
-//! mutable, so they run on two threads without locks. The BPF link,
+//! frames on in stamp order ([`XdpRx`]); a transmit-only socket bound to
+//! queue 0 with that queue's UMEM (`XDP_SHARED_UMEM`) sends ([`XdpTx`]), so a
+//! receiving thread's poll never runs the transmit path (module `socket`).
+//! The receive and transmit halves share nothing mutable, so they run on two
+//! threads without locks, user space's or the kernel's. The BPF link,
 //! program, map and sockets are closed when both halves are gone; closing
 //! the link detaches the program (module `attach`).
 //!
@@ -100,7 +103,7 @@ use crate::bpf::{self, BpfError, RxClock, XdpMode};
 use crate::ifaces;
 use attach::Attachment;
 use rx::{RxQueue, TsClock};
-use socket::{CreateError, Socket, SocketSpec};
+use socket::{CreateError, Socket, SocketSpec, TxSocket};
 use umem::{Frames, Mmap};
 
 /// Room the kernel keeps in front of each received frame (`XDP_PACKET_HEADROOM`).
@@ -269,9 +272,11 @@ struct SocketMem {
 }
 
 /// What both halves keep alive. Fields drop in order: the attachment first
-/// (sockets out of the map, program detached), then the sockets.
+/// (sockets out of the map, program detached), then the transmit socket,
+/// then the receiving sockets (the first owns the UMEM it shares).
 struct Shared {
     _attachment: Attachment,
+    _transmitter: (Mmap, OwnedFd),
     sockets: Vec<SocketMem>,
     info: XdpInfo,
 }
@@ -308,6 +313,7 @@ impl AfXdp {
         let half = cfg.frame_count / 2;
         let mut sockets = Vec::with_capacity(queues as usize);
         let mut bind_mode = BindMode::Copy;
+        let mut transmitter = None;
         for queue in 0..queues {
             let spec = SocketSpec {
                 ifindex: iface.index,
@@ -319,6 +325,9 @@ impl AfXdp {
                 multi_buffer,
             };
             let (sock, mode) = bind_with_retry(ifname, spec)?;
+            if spec.tx_frames > 0 {
+                transmitter = Some(sock.transmitter(ifname, &spec)?);
+            }
             attachment.add_socket(ifname, queue, sock.fd.as_raw_fd())?;
             bind_mode = mode;
             sockets.push(sock);
@@ -336,7 +345,8 @@ impl AfXdp {
             frame_size: cfg.frame_size,
             frame_count: cfg.frame_count,
         };
-        Ok(split(attachment, sockets, info, &cfg))
+        let transmitter = transmitter.expect("queue 0 transmits");
+        Ok(split(attachment, sockets, transmitter, info, &cfg))
     }
 }
 
@@ -344,6 +354,7 @@ impl AfXdp {
 fn split(
     attachment: Attachment,
     sockets: Vec<Socket>,
+    transmitter: TxSocket,
     info: XdpInfo,
     cfg: &AfXdpConfig,
 ) -> (XdpRx, XdpTx) {
@@ -351,7 +362,7 @@ fn split(
     let half = (cfg.frame_count / 2) as u64;
     let mut queues = Vec::with_capacity(sockets.len());
     let mut mems = Vec::with_capacity(sockets.len());
-    let mut transmit = None;
+    let mut completions = None;
     for s in sockets {
         let frames = Frames::of(&s.umem, cfg.frame_size);
         queues.push(RxQueue {
@@ -362,8 +373,10 @@ fn split(
             rx_frames_end: half * fs,
             unfilled: Vec::new(),
         });
-        if let (None, Some(tx)) = (&transmit, s.tx) {
-            transmit = Some((s.fd.as_raw_fd(), tx, s.comp, frames));
+        // Queue 0's UMEM holds the transmit frames; they come back on its
+        // completion ring.
+        if completions.is_none() {
+            completions = Some((s.comp, frames));
         }
         mems.push(SocketMem {
             _maps: s.maps,
@@ -371,7 +384,12 @@ fn split(
             _umem: s.umem,
         });
     }
-    let (tx_fd, tx, comp, frames) = transmit.expect("queue 0 transmits");
+    let (comp, frames) = completions.expect("queue 0 is open");
+    let TxSocket {
+        fd: tx_fd,
+        map: tx_map,
+        tx,
+    } = transmitter;
     let max_frame_bytes = {
         let wire = (info.mtu + ETH_HLEN + VLAN_HLEN) as usize;
         if info.multi_buffer {
@@ -382,8 +400,10 @@ fn split(
     };
     let rx_clock = info.rx_clock;
     let n = queues.len();
+    let fd = tx_fd.as_raw_fd();
     let shared = Arc::new(Shared {
         _attachment: attachment,
+        _transmitter: (tx_map, tx_fd),
         sockets: mems,
         info,
     });
@@ -398,7 +418,7 @@ fn split(
     };
     let tx_half = XdpTx {
         shared,
-        fd: tx_fd,
+        fd,
         tx,
         comp,
         frames,

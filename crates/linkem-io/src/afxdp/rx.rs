@@ -418,7 +418,7 @@ impl XdpRx {
         self.queues.iter().map(|q| q.fd).collect()
     }
 
-    /// The first queue's socket (which also transmits).
+    /// The first queue's socket (receive only: a poll of it never transmits).
     pub fn fd(&self) -> RawFd {
         self.shared.sockets[0].fd.as_raw_fd()
     }

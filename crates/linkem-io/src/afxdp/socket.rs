@@ -1,7 +1,20 @@
-//! One AF_XDP socket: create it, register its UMEM, size and map its four
-//! rings, give the kernel the receive frames, and bind it to one queue.
+//! One queue's AF_XDP sockets: the receiving socket (create it, register its
+//! UMEM, size and map its fill, completion and rx rings, give the kernel the
+//! receive frames, bind it to one queue), and on the queue that transmits a
+//! second, transmit-only socket sharing that UMEM ([`Socket::transmitter`]).
 //!
-//! Ring sizes: a socket owns `rx_frames` receive and `tx_frames` transmit
+//! Why two sockets: in copy mode the kernel's poll of a socket that has a tx
+//! ring runs that ring's transmit path under the socket's mutex
+//! (`xsk_poll` -> `__xsk_generic_xmit`). One socket for both would make every
+//! wait of the receiving thread contend with the sending thread's `sendto`
+//! for that mutex, and send frames from the receiving thread; with the tx
+//! ring on its own socket, polling the receiving socket never touches it.
+//! The transmit socket is bound with `XDP_SHARED_UMEM` to the same interface
+//! and queue, so it shares the receiving socket's buffer pool: the UMEM, the
+//! fill ring and the completion ring (the kernel's own shared-UMEM mode; it
+//! takes no flags of its own and inherits copy or zero-copy and `XDP_USE_SG`).
+//!
+//! Ring sizes: a queue owns `rx_frames` receive and `tx_frames` transmit
 //! frames. The rings user space consumes (rx, completion) never hold more
 //! than that. The rings it produces into (fill, tx) get twice as many
 //! entries: the kernel publishes its consumer index lazily, when it has used
@@ -9,9 +22,9 @@
 //! just received could find the fill ring apparently full. With twice as
 //! many a frame we hold always finds a free entry.
 //!
-//! A socket of a receive-only queue (every queue but the first) has no tx
-//! ring; the kernel still wants a completion ring with every UMEM, so it
-//! gets a minimal one.
+//! A receive-only queue (every queue but the first) has no transmit socket;
+//! the kernel still wants a completion ring with every UMEM, so it gets a
+//! minimal one.
 
 use std::io;
 use std::mem::{size_of, zeroed};
@@ -32,7 +45,8 @@ pub(super) struct SocketSpec {
     pub(super) queue: u32,
     pub(super) frame_size: u32,
     pub(super) rx_frames: u32,
-    /// 0: receive only.
+    /// Transmit frames of the UMEM (sent by [`Socket::transmitter`]); 0:
+    /// receive only.
     pub(super) tx_frames: u32,
     pub(super) mode: BindMode,
     /// Bind with `XDP_USE_SG`: a frame may span several chunks.
@@ -53,7 +67,7 @@ impl SocketSpec {
     }
 }
 
-/// A bound socket with its UMEM and rings.
+/// A bound receiving socket with its UMEM and rings.
 pub(super) struct Socket {
     pub(super) fd: OwnedFd,
     pub(super) umem: Mmap,
@@ -61,7 +75,13 @@ pub(super) struct Socket {
     pub(super) fill: Producer<u64>,
     pub(super) comp: Consumer<u64>,
     pub(super) rx: Consumer<libc::xdp_desc>,
-    pub(super) tx: Option<Producer<libc::xdp_desc>>,
+}
+
+/// A bound transmit-only socket sharing a [`Socket`]'s UMEM.
+pub(super) struct TxSocket {
+    pub(super) fd: OwnedFd,
+    pub(super) map: Mmap,
+    pub(super) tx: Producer<libc::xdp_desc>,
 }
 
 pub(super) struct CreateError {
@@ -129,20 +149,18 @@ impl Socket {
         let fd = new_socket(ifname)?;
         let umem = register_umem(ifname, &fd, spec)?;
         let (off, maps) = map_rings(ifname, &fd, spec)?;
-        let [fill_map, comp_map, rx_map, tx_map] = &maps[..] else {
-            unreachable!("map_rings maps four rings")
+        let [fill_map, comp_map, rx_map] = &maps[..] else {
+            unreachable!("map_rings maps three rings")
         };
         // Safety: each mapping is a ring of the given entries laid out as the
         // kernel's offsets say; the Mmaps outlive the ring views (both end up
         // in the socket's owner, which the halves holding the views keep
         // alive); each ring gets exactly one user-space view.
-        let (mut fill, comp, rx, tx) = unsafe {
+        let (mut fill, comp, rx) = unsafe {
             (
                 Producer::new(ring::RingMem::at(fill_map, &off.fr, spec.fill_entries())),
                 Consumer::new(ring::RingMem::at(comp_map, &off.cr, spec.comp_entries())),
                 Consumer::new(ring::RingMem::at(rx_map, &off.rx, spec.rx_frames)),
-                (spec.tx_frames > 0)
-                    .then(|| Producer::new(ring::RingMem::at(tx_map, &off.tx, spec.tx_entries()))),
             )
         };
         // Give the kernel every receive frame (the first frames of the UMEM).
@@ -159,8 +177,54 @@ impl Socket {
             fill,
             comp,
             rx,
-            tx,
         })
+    }
+
+    /// Makes the transmit-only socket of this socket's queue: a tx ring of
+    /// `2 * spec.tx_frames` entries, bound with `XDP_SHARED_UMEM` to this
+    /// socket's interface and queue (see the module doc). Its frames come
+    /// back on this socket's completion ring.
+    pub(super) fn transmitter(&self, ifname: &str, spec: &SocketSpec) -> Result<TxSocket, IoError> {
+        let sys = |call: &'static str, e: io::Error| sys_error(call, ifname, e, None);
+        let fd = new_socket(ifname)?;
+        setsockopt(&fd, libc::XDP_TX_RING, &(spec.tx_entries() as libc::c_int))
+            .map_err(|e| sys("setsockopt(XDP_TX_RING)", e))?;
+        let off = mmap_offsets(ifname, &fd)?;
+        let len = off.tx.desc as usize + spec.tx_entries() as usize * size_of::<libc::xdp_desc>();
+        let map = Mmap::new(
+            len,
+            fd.as_raw_fd(),
+            libc::XDP_PGOFF_TX_RING as u64,
+            libc::MAP_SHARED | libc::MAP_POPULATE,
+        )
+        .map_err(|e| sys("mmap(tx ring)", e))?;
+        // Safety: the mapping is a ring of tx_entries descriptors laid out as
+        // the kernel's offsets say; it lives in the TxSocket beside the view,
+        // which the transmit half keeps alive; the ring has one view.
+        let tx = unsafe { Producer::new(ring::RingMem::at(&map, &off.tx, spec.tx_entries())) };
+        // Safety: sockaddr_xdp is plain data; all-zero is valid.
+        let mut sa: libc::sockaddr_xdp = unsafe { zeroed() };
+        sa.sxdp_family = libc::AF_XDP as u16;
+        sa.sxdp_ifindex = spec.ifindex;
+        sa.sxdp_queue_id = spec.queue;
+        // The kernel refuses any other flag here: the mode is the pool's.
+        sa.sxdp_flags = libc::XDP_SHARED_UMEM;
+        sa.sxdp_shared_umem_fd = self.fd.as_raw_fd() as u32;
+        // Safety: sa is a valid sockaddr_xdp of the length given.
+        let r = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                &sa as *const libc::sockaddr_xdp as *const libc::sockaddr,
+                size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
+            )
+        };
+        if r < 0 {
+            return Err(sys(
+                "bind(AF_XDP, XDP_SHARED_UMEM)",
+                io::Error::last_os_error(),
+            ));
+        }
+        Ok(TxSocket { fd, map, tx })
     }
 }
 
@@ -196,7 +260,7 @@ fn register_umem(ifname: &str, fd: &OwnedFd, spec: &SocketSpec) -> Result<Mmap, 
     Ok(umem)
 }
 
-/// Sizes the rings and maps them: fill, completion, rx, tx, in that order.
+/// Sizes the rings and maps them: fill, completion, rx, in that order.
 fn map_rings(
     ifname: &str,
     fd: &OwnedFd,
@@ -205,7 +269,7 @@ fn map_rings(
     let sys = |call: &'static str, e: io::Error| sys_error(call, ifname, e, None);
     let off = size_rings(ifname, fd, spec)?;
     let desc = size_of::<libc::xdp_desc>();
-    let mut rings = vec![
+    let rings = [
         (
             off.fr,
             spec.fill_entries(),
@@ -228,20 +292,6 @@ fn map_rings(
             "mmap(rx ring)",
         ),
     ];
-    // A receive-only socket has no tx ring to map; its place in the list is
-    // taken by a second, harmless mapping of the completion ring so that
-    // every socket has the same four mappings.
-    rings.push(if spec.tx_frames > 0 {
-        (
-            off.tx,
-            spec.tx_entries(),
-            desc,
-            libc::XDP_PGOFF_TX_RING as u64,
-            "mmap(tx ring)",
-        )
-    } else {
-        rings[1]
-    });
     let maps = rings
         .into_iter()
         .map(|(o, entries, elem, pgoff, name)| {
@@ -265,7 +315,7 @@ fn size_rings(
     spec: &SocketSpec,
 ) -> Result<libc::xdp_mmap_offsets, IoError> {
     let sys = |call: &'static str, e: io::Error| sys_error(call, ifname, e, None);
-    let mut sizes = vec![
+    let sizes = [
         (
             libc::XDP_UMEM_FILL_RING,
             spec.fill_entries(),
@@ -278,16 +328,15 @@ fn size_rings(
         ),
         (libc::XDP_RX_RING, spec.rx_frames, "setsockopt(XDP_RX_RING)"),
     ];
-    if spec.tx_frames > 0 {
-        sizes.push((
-            libc::XDP_TX_RING,
-            spec.tx_entries(),
-            "setsockopt(XDP_TX_RING)",
-        ));
-    }
     for (opt, size, name) in sizes {
         setsockopt(fd, opt, &(size as libc::c_int)).map_err(|e| sys(name, e))?;
     }
+    mmap_offsets(ifname, fd)
+}
+
+/// Where the kernel put each ring of `fd`.
+fn mmap_offsets(ifname: &str, fd: &OwnedFd) -> Result<libc::xdp_mmap_offsets, IoError> {
+    let sys = |call: &'static str, e: io::Error| sys_error(call, ifname, e, None);
     // Safety: xdp_mmap_offsets is plain data; the kernel overwrites it.
     let mut off: libc::xdp_mmap_offsets = unsafe { zeroed() };
     let got = getsockopt(fd.as_raw_fd(), libc::XDP_MMAP_OFFSETS, &mut off)

@@ -1,5 +1,6 @@
-//! The transmit half: the first queue's tx and completion rings and the
-//! transmit frames of its UMEM.
+//! The transmit half: the transmit socket's tx ring, and the completion
+//! ring and transmit frames of the first queue's UMEM, which that socket
+//! shares.
 //!
 //! Copy mode sends at most 32 frames per `sendto` kick (docs/platform.md pitfall
 //! 4), so [`XdpTx::tx_flush`] kicks a few times; each descriptor is written
