@@ -16,8 +16,16 @@
 //!    bytes + `len` > the byte limit.
 //! 6. **Link:** with `rate R`, t_L = max(t_L(last accepted), t_A) + (len +
 //!    overhead)·8 / R, kept exact as a fraction so that back-to-back packets never
-//!    drift; reported floored to the ns. Without a rate, t_L = t_A. A packet lost
-//!    with `loss-at link` ends here as `loss` after taking its link time.
+//!    drift; reported floored to the ns. With `trace FILE`, t_L is the delivery
+//!    opportunity T_k ([`crate::trace`]) that carries the packet's last byte of
+//!    b = max(len − 14, 1) IP bytes: with (g, r) the opportunity that carried the
+//!    previous accepted packet's last byte and the bytes it has left, the packet
+//!    takes min(b, r) bytes of g if T_g > t_A, then n = ⌈b'/1504⌉ whole
+//!    opportunities from k_0 = max(g + 1, min{k : T_k > t_A}) for the b' bytes
+//!    left: t_L = T_{k_0+n−1}. A `trace-once` that runs out drops the packet, and
+//!    every later one, as `queue-full`. Without a rate or trace, t_L = t_A. A
+//!    packet lost with `loss-at link` ends here as `loss` after taking its link
+//!    time.
 //! 7. **Delay:** release = ⌊t_L⌋ + d_i, d_i drawn per packet ([`crate::dist`]). By
 //!    default releases never go backwards: release = max(release, previous
 //!    release) (TLEM's rule), so jitter does not reorder. `reorder allow` drops that
@@ -34,6 +42,7 @@ use crate::dist::Distribution;
 use crate::fate::{Fate, FateCounts};
 use crate::loss::{CorrelatedChance, LossConfig, LossState};
 use crate::rng::{Stream, StreamId};
+use crate::trace::{Trace, OPPORTUNITY_BYTES, TRACE_L2_HEADER_BYTES};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -228,18 +237,100 @@ impl Random {
     }
 }
 
-/// The policer's bucket and Dummynet's `burst` in bits, (limit, credit) (see
-/// [`Link::set_burst`]): one pointer for both keeps a pipe instance's link
-/// at 160 bytes.
+/// The policer's bucket, Dummynet's `burst` in bits, (limit, credit) (see
+/// [`Link::set_burst`]), and a trace's progress: one pointer for the three
+/// keeps a pipe instance's link at 160 bytes.
 #[derive(Debug, Clone, Default)]
 struct Shaping {
     policer: Option<TokenBucket>,
     burst: Option<(u64, u64)>,
+    trace: Option<TraceState>,
 }
 
 impl Shaping {
-    fn boxed(policer: Option<TokenBucket>, burst: Option<(u64, u64)>) -> Option<Box<Shaping>> {
-        (policer.is_some() || burst.is_some()).then(|| Box::new(Shaping { policer, burst }))
+    fn boxed(
+        policer: Option<TokenBucket>,
+        burst: Option<(u64, u64)>,
+        trace: Option<TraceState>,
+    ) -> Option<Box<Shaping>> {
+        (policer.is_some() || burst.is_some() || trace.is_some()).then(|| {
+            Box::new(Shaping {
+                policer,
+                burst,
+                trace,
+            })
+        })
+    }
+}
+
+/// Where a link running a trace stands (step 6 of the model).
+#[derive(Debug, Clone, Default)]
+struct TraceState {
+    /// The trace's origin: the first arrival, or the instant a change put the
+    /// trace on a running link.
+    t0_ns: Option<u64>,
+    /// No opportunity at or before this instant serves a packet: the exit of
+    /// the last packet sent at a rate before a change put the trace on.
+    floor_ns: u64,
+    /// Some packet has been carried: `last_k` and the rest are meaningful.
+    started: bool,
+    /// The opportunity that carried the last byte of the last packet, its
+    /// instant, and the bytes it has left.
+    last_k: u64,
+    last_ns: u64,
+    left_bytes: u32,
+    /// A `trace-once` ran out while a packet still needed bytes: as in
+    /// mahimahi that packet holds the link for ever, so nothing more leaves.
+    ended: bool,
+}
+
+impl TraceState {
+    /// The instant the link delivers the last byte of a packet of `bytes`
+    /// (IP bytes) arriving at `t_a`: the packet uses what is left of the
+    /// opportunity that carried the previous packet's last byte if that one
+    /// lies strictly after `t_a`, then whole opportunities after it and
+    /// strictly after `t_a`. `None`: a `trace-once` ends first, now or for
+    /// an earlier packet.
+    fn carry(&mut self, trace: &Trace, t_a: u64, bytes: u32) -> Option<u64> {
+        if self.ended {
+            return None;
+        }
+        let t0 = *self.t0_ns.get_or_insert(t_a);
+        let mut need = bytes.max(1);
+        let k = if self.started && self.last_ns > t_a && self.left_bytes > 0 {
+            if need <= self.left_bytes {
+                self.left_bytes -= need;
+                return Some(self.last_ns);
+            }
+            need -= self.left_bytes;
+            self.last_k + 1
+        } else {
+            let ready = t_a.max(self.floor_ns);
+            let first = if ready < t0 {
+                0
+            } else {
+                trace.first_after(ready - t0).unwrap_or(u64::MAX)
+            };
+            if self.started {
+                first.max(self.last_k + 1)
+            } else {
+                first
+            }
+        };
+        let n = need.div_ceil(OPPORTUNITY_BYTES);
+        let last_k = k.saturating_add(u64::from(n) - 1);
+        let Some(at_ns) = trace
+            .opportunity_ns(last_k)
+            .and_then(|rel| t0.checked_add(rel))
+        else {
+            self.ended = true;
+            return None;
+        };
+        self.started = true;
+        self.last_k = last_k;
+        self.last_ns = at_ns;
+        self.left_bytes = n * OPPORTUNITY_BYTES - need;
+        Some(at_ns)
     }
 }
 
@@ -399,7 +490,18 @@ impl Link {
             }
             _ => TokenBucket::new(p.rate_bps, p.burst_bytes, now_ns),
         });
-        self.shaping = Shaping::boxed(policer, old.burst);
+        let trace = cfg.trace.as_ref().map(|t| match old.trace {
+            // The same trace goes on from where it stands.
+            Some(state) if self.params.cfg.trace.as_deref() == Some(&**t) => state,
+            Some(_) | None if fresh => TraceState::default(),
+            // A new trace starts at the change, after what the link carries.
+            _ => TraceState {
+                t0_ns: Some(now_ns),
+                floor_ns: self.clock_ns + (self.clock_rem != 0) as u64,
+                ..TraceState::default()
+            },
+        });
+        self.shaping = Shaping::boxed(policer, old.burst, trace);
         match &mut self.random {
             Some(r) => r.reconfigure(cfg),
             None if params.random => {
@@ -417,9 +519,9 @@ impl Link {
     /// credit takes (bits − credit)/rate. Credit left when the link goes idle again
     /// is not kept (Dummynet recomputes it from the idle time).
     pub fn set_burst(&mut self, burst_bytes: u64) {
-        let policer = self.shaping.take().and_then(|s| s.policer);
+        let old = self.shaping.take().map(|s| *s).unwrap_or_default();
         let burst = (burst_bytes > 0).then(|| (burst_bytes.saturating_mul(8), 0));
-        self.shaping = Shaping::boxed(policer, burst);
+        self.shaping = Shaping::boxed(old.policer, burst, old.trace);
     }
 
     /// Decides the fate and release time of a packet arriving at `now_ns`.
@@ -490,8 +592,28 @@ impl Link {
             return finish(&mut self.plain, v, Fate::QueueFull);
         }
 
-        let t_link = match p.cfg.rate_bps {
-            Some(rate) => {
+        let t_link = match (p.cfg.rate_bps, &p.cfg.trace) {
+            (_, Some(trace)) => {
+                let ip_bytes = len.saturating_sub(TRACE_L2_HEADER_BYTES);
+                let state = self.shaping.as_mut().and_then(|s| s.trace.as_mut());
+                let carried = state.and_then(|st| st.carry(trace, t_a, ip_bytes));
+                let Some(left_ns) = carried else {
+                    // A `trace-once` has ended: the queue never drains again.
+                    return finish(&mut self.plain, v, Fate::QueueFull);
+                };
+                self.clock_ns = left_ns;
+                self.clock_rem = 0;
+                if self.queue_packets > 0 {
+                    self.older
+                        .push_back((self.last_left_ns, self.newest_len_bytes));
+                }
+                self.queue_packets += 1;
+                self.newest_len_bytes = len;
+                self.last_left_ns = left_ns;
+                self.queue_bytes += len as u64;
+                left_ns
+            }
+            (Some(rate), None) => {
                 let idle = t_a > self.clock_ns;
                 if idle {
                     if let Some(b) = self.shaping.as_mut().and_then(|s| s.burst.as_mut()) {
@@ -546,7 +668,7 @@ impl Link {
                 self.queue_bytes += len as u64;
                 self.clock_ns
             }
-            None => t_a,
+            (None, None) => t_a,
         };
         if lost || extra.lose_after_link {
             v.release_ns = t_link;

@@ -51,6 +51,10 @@ impl LinkConfig {
         if let Some(r) = self.rate_bps {
             parts.push(format!("rate {}", format_rate_bps(r)));
         }
+        if let Some(t) = &self.trace {
+            let word = if t.once { "trace-once" } else { "trace" };
+            parts.push(format!("{word} {}", t.name));
+        }
         if self.overhead_bytes != 0 {
             parts.push(format!("overhead {}", self.overhead_bytes));
         }

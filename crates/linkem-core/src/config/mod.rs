@@ -43,6 +43,7 @@ pub use words::{link_words_help, words_help, WordDoc, UNSUPPORTED, WORDS};
 
 use crate::dist::Distribution;
 use crate::loss::LossConfig;
+use crate::trace::Trace;
 use std::sync::Arc;
 
 /// The default queue limit, in packets (netem's and Linux's txqueuelen default).
@@ -117,6 +118,9 @@ pub struct LinkConfig {
     pub corrupt_correlation: f64,
     /// A token-bucket policer before the queue.
     pub policer: Option<PolicerConfig>,
+    /// A mahimahi trace in place of a rate ([`crate::trace`]): the link
+    /// carries bytes only at the trace's delivery opportunities.
+    pub trace: Option<Arc<Trace>>,
 }
 
 impl Default for LinkConfig {
@@ -141,7 +145,16 @@ impl Default for LinkConfig {
             corrupt: 0.0,
             corrupt_correlation: 0.0,
             policer: None,
+            trace: None,
         }
+    }
+}
+
+impl LinkConfig {
+    /// Whether the link takes time to carry a packet (a rate or a trace), so
+    /// that a scheduler in front of it hands it one packet at a time.
+    pub fn serialises(&self) -> bool {
+        self.rate_bps.is_some() || self.trace.is_some()
     }
 }
 

@@ -44,7 +44,7 @@ pub(super) enum Slot {
 impl Slot {
     fn what(self) -> &'static str {
         match self {
-            Slot::Rate => "the link rate",
+            Slot::Rate => "the link rate (a rate or a trace)",
             Slot::Overhead => "the overhead",
             Slot::QueuePackets => "the queue limit in packets",
             Slot::QueueBytes => "the queue limit in bytes",

@@ -10,7 +10,9 @@ use super::{
 };
 use crate::dist::Distribution;
 use crate::loss::LossConfig;
+use crate::trace::Trace;
 use crate::units;
+use std::sync::Arc;
 
 /// Reads one word's arguments (the word itself is at the given position).
 pub(super) type Handler = fn(&mut Cursor<'_, '_, '_>, &mut Draft, usize) -> Result<(), ConfigError>;
@@ -44,6 +46,23 @@ pub const WORDS: &[WordDoc] = &[
         example: "rate 10mbit",
         dialects: BOTH,
         parse: rate,
+    },
+    WordDoc {
+        words: &["trace"],
+        usage: "trace FILE",
+        meaning: "mahimahi trace in place of a rate: one line per 1504-byte delivery opportunity, \
+                  an offset in ms; loops (IP bytes are counted: the frame less 14 bytes)",
+        example: "trace testdata/traces/12mbit.trace delay 20ms",
+        dialects: BOTH,
+        parse: trace,
+    },
+    WordDoc {
+        words: &["trace-once"],
+        usage: "trace-once FILE",
+        meaning: "the trace played once; after it the link carries nothing (queue-full)",
+        example: "trace-once testdata/traces/steps.trace",
+        dialects: BOTH,
+        parse: trace,
     },
     WordDoc {
         words: &["overhead"],
@@ -361,6 +380,19 @@ fn rate(c: &mut Cursor<'_, '_, '_>, d: &mut Draft, at: usize) -> Result<(), Conf
     };
     c.set(d, Slot::Rate, at)?;
     d.link.rate_bps = bps;
+    d.link.trace = None;
+    Ok(())
+}
+
+fn trace(c: &mut Cursor<'_, '_, '_>, d: &mut Draft, at: usize) -> Result<(), ConfigError> {
+    let word = c.word(at);
+    let (a, name) = c.arg(word, "a trace file (mahimahi's format)")?;
+    // The loader says what it looked for; the kind of file is named here.
+    let text = (c.files)(name).map_err(|e| c.error(a, format!("{word} {e}")))?;
+    let parsed = Trace::parse(name, &text, word == "trace-once").map_err(|e| c.error(a, e))?;
+    c.set(d, Slot::Rate, at)?;
+    d.link.trace = Some(Arc::new(parsed));
+    d.link.rate_bps = None;
     Ok(())
 }
 
