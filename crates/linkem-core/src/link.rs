@@ -31,6 +31,15 @@
 //!    release) (TLEM's rule), so jitter does not reorder. `reorder allow` drops that
 //!    rule. With netem's `reorder P gap N`, after N-1 delayed packets the next one
 //!    is, with probability P, released at ⌊t_L⌋ without delay, overtaking.
+//!    With `jitter-mode process HOLD` the delay is a process in time rather than
+//!    a draw per packet: d(t) = v_⌊t/HOLD⌋, one value drawn (as above) for each
+//!    hold of HOLD ns that a packet's ⌊t_L⌋ falls in, and the same rule of
+//!    order. A rise of d never reorders; after a fall by Δ the rule holds
+//!    releases at the old level for Δ ns (d falls with slope -1), whatever the
+//!    packet rate. So the time-average of the delays is the configured
+//!    distribution except on those falls, a fraction E[(v_n − v_{n+1})⁺]/HOLD
+//!    of the time (J/3 / HOLD for the uniform; 0.33 % at the default HOLD =
+//!    100·J); for a symmetric distribution the mean stays exact.
 //! 8. **Duplicate** and **corrupt** are drawn for delivered packets: a duplicate
 //!    is a second copy released right after the original; corruption flips one
 //!    uniformly chosen bit of the original frame.
@@ -190,6 +199,10 @@ struct Random {
     loss_stream: Stream,
     delay_last_u: f64,
     delay_stream: Stream,
+    /// `jitter-mode process`: the hold (t / HOLD) the current value was drawn
+    /// for, and that value.
+    process_hold: u64,
+    process_delay_ns: u64,
     reorder_counter: u32,
     reorder: CorrelatedChance,
     reorder_stream: Stream,
@@ -209,6 +222,8 @@ impl Random {
             loss_stream: Stream::new(seed, direction, StreamId::Loss),
             delay_last_u,
             delay_stream,
+            process_hold: u64::MAX,
+            process_delay_ns: 0,
             reorder_counter: 0,
             reorder: CorrelatedChance::new(cfg.reorder_probability, cfg.reorder_correlation),
             reorder_stream: Stream::new(seed, direction, StreamId::Reorder),
@@ -702,7 +717,18 @@ impl Link {
         v.release_ns = if reordered {
             t_link
         } else {
-            let release = t_link.saturating_add(draw_delay_ns(p, r));
+            let delay_ns = match p.cfg.jitter_hold_ns {
+                Some(hold_ns) => {
+                    let hold = t_link / hold_ns;
+                    if hold != r.process_hold {
+                        r.process_hold = hold;
+                        r.process_delay_ns = draw_delay_ns(p, r);
+                    }
+                    r.process_delay_ns
+                }
+                None => draw_delay_ns(p, r),
+            };
+            let release = t_link.saturating_add(delay_ns);
             if p.cfg.reorder_allow {
                 release
             } else {

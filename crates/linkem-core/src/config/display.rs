@@ -81,6 +81,9 @@ impl LinkConfig {
         if *self.distribution != Distribution::Uniform {
             parts.push(format!("distribution {}", self.distribution.name()));
         }
+        if let Some(hold) = self.jitter_hold_ns {
+            parts.push(format!("jitter-mode process {}", format_time_ns(hold)));
+        }
         if self.reorder_allow {
             parts.push("reorder allow".into());
         }

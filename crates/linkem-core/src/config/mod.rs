@@ -96,6 +96,10 @@ pub struct LinkConfig {
     pub delay_correlation: f64,
     /// Shape of the delay around `delay_ns`.
     pub distribution: Arc<Distribution>,
+    /// `jitter-mode process HOLD`: the delay is a process in time that holds
+    /// each drawn value for `HOLD` ns (see [`crate::link`], step 7); `None`:
+    /// a fresh draw per packet.
+    pub jitter_hold_ns: Option<u64>,
     /// Jitter may reorder packets (otherwise releases never go backwards).
     pub reorder_allow: bool,
     /// netem's reordering: probability that a packet skips the delay.
@@ -134,6 +138,7 @@ impl Default for LinkConfig {
             jitter_ns: 0,
             delay_correlation: 0.0,
             distribution: Arc::new(Distribution::Uniform),
+            jitter_hold_ns: None,
             reorder_allow: false,
             reorder_probability: 0.0,
             reorder_correlation: 0.0,

@@ -30,6 +30,7 @@ pub(super) enum Slot {
     Jitter,
     DelayCorrelation,
     Distribution,
+    JitterMode,
     ReorderAllow,
     Reorder,
     ReorderGap,
@@ -52,6 +53,7 @@ impl Slot {
             Slot::Jitter => "the jitter",
             Slot::DelayCorrelation => "the delay correlation",
             Slot::Distribution => "the delay distribution",
+            Slot::JitterMode => "the jitter mode",
             Slot::ReorderAllow => "'reorder allow'",
             Slot::Reorder => "the reordering probability",
             Slot::ReorderGap => "the reordering gap",
@@ -92,6 +94,8 @@ pub(super) struct Draft {
     pub queue_packets: Option<Option<u32>>,
     pub queue_bytes: Option<Option<u64>>,
     pub distribution: Option<Distribution>,
+    /// `jitter-mode process [HOLD]`: `Some(None)` takes the default hold.
+    pub jitter_hold: Option<Option<u64>>,
     /// Who set what, most recent setting of each slot.
     set: Vec<(Slot, Origin)>,
     /// Some layer was read in the Dummynet dialect (its default queue applies).
@@ -163,6 +167,16 @@ impl Draft {
                 return Err(origin.error("a CDF profile gives the delays itself; drop the jitter"));
             }
             link.distribution = Arc::new(d);
+        }
+        if let Some(hold) = self.jitter_hold {
+            if link.jitter_ns == 0 && link.distribution.uses_jitter() {
+                return Err(self
+                    .set_origin(Slot::JitterMode)
+                    .error("jitter-mode process needs a jitter: 'delay D J jitter-mode process'"));
+            }
+            // Holds long beside the jitter keep the down-slopes a small part of the time.
+            let default = link.jitter_ns.saturating_mul(100).max(1_000_000);
+            link.jitter_hold_ns = Some(hold.unwrap_or(default));
         }
         if link.reorder_probability > 0.0 {
             if link.delay_ns == 0 {

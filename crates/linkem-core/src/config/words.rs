@@ -114,6 +114,17 @@ pub const WORDS: &[WordDoc] = &[
         parse: distribution,
     },
     WordDoc {
+        words: &["jitter-mode"],
+        usage: "jitter-mode packet|process [HOLD]",
+        meaning: "packet (default): a draw per packet, releases in order (the mean rises with \
+                  the packet rate); process: the delay is a process in time holding each draw \
+                  for HOLD (default 100 x jitter, at least 1ms), in order with the configured \
+                  distribution at any packet rate",
+        example: "delay 10ms 2ms jitter-mode process",
+        dialects: BOTH,
+        parse: jitter_mode,
+    },
+    WordDoc {
         words: &["reorder"],
         usage: "reorder allow",
         meaning: "let jitter reorder (default: releases never go backwards)",
@@ -503,6 +514,28 @@ fn distribution(c: &mut Cursor<'_, '_, '_>, d: &mut Draft, at: usize) -> Result<
     };
     c.set(d, Slot::Distribution, at)?;
     d.distribution = Some(dist);
+    Ok(())
+}
+
+fn jitter_mode(c: &mut Cursor<'_, '_, '_>, d: &mut Draft, at: usize) -> Result<(), ConfigError> {
+    let (a, mode) = c.arg("jitter-mode", "'packet' or 'process [HOLD]'")?;
+    let hold = match mode {
+        "packet" => None,
+        "process" => Some(match c.peek().filter(|w| starts_with_digit(w)) {
+            Some(w) => {
+                c.next += 1;
+                let ns = c.time_ns(c.next - 1, w)?;
+                if ns == 0 {
+                    return Err(c.error(c.next - 1, "a hold is longer than 0"));
+                }
+                Some(ns)
+            }
+            None => None,
+        }),
+        _ => return Err(c.error(a, "jitter-mode is 'packet' or 'process [HOLD]'")),
+    };
+    c.set(d, Slot::JitterMode, at)?;
+    d.jitter_hold = hold;
     Ok(())
 }
 
