@@ -40,13 +40,20 @@
 //!    distribution except on those falls, a fraction E[(v_n − v_{n+1})⁺]/HOLD
 //!    of the time (J/3 / HOLD for the uniform; 0.33 % at the default HOLD =
 //!    100·J); for a symmetric distribution the mean stays exact.
+//!    netem's `slot` then gates the release T: packets leave only in slots. A
+//!    packet with T after the next slot's instant S opens a new one, S = T + s
+//!    (s drawn uniform in [MIN, MAX), or DELAY + JITTER·z from D); it leaves
+//!    at S; a slot carries packets until `packets N` or `bytes M` are used (the
+//!    one that uses the last still leaves), then the next opens at S + s. The
+//!    first slot is open at 0. (netem also redraws whenever its queue is polled,
+//!    which ties its slots to unrelated arrivals; linkem draws only as above.)
 //! 8. **Duplicate** and **corrupt** are drawn for delivered packets: a duplicate
 //!    is a second copy released right after the original; corruption flips one
 //!    uniformly chosen bit of the original frame.
 //!
 //! Each step with randomness uses its own stream ([`crate::rng`]).
 
-use crate::config::{LinkConfig, LossAt};
+use crate::config::{LinkConfig, LossAt, SlotConfig};
 use crate::dist::Distribution;
 use crate::fate::{Fate, FateCounts};
 use crate::loss::{CorrelatedChance, LossConfig, LossState};
@@ -176,6 +183,7 @@ impl LinkParams {
         let random = cfg.loss != LossConfig::None
             || !matches!(delay_mode, DelayMode::Constant)
             || cfg.reorder_gap > 0
+            || cfg.slot.is_some()
             || !CorrelatedChance::new(cfg.duplicate, cfg.duplicate_correlation).is_never()
             || !CorrelatedChance::new(cfg.corrupt, cfg.corrupt_correlation).is_never();
         Arc::new(LinkParams {
@@ -210,6 +218,61 @@ struct Random {
     duplicate_stream: Stream,
     corrupt: CorrelatedChance,
     corrupt_stream: Stream,
+    slot: SlotState,
+}
+
+/// netem's `slot`: when the next slot opens and what the open one has left.
+#[derive(Debug, Clone)]
+struct SlotState {
+    stream: Stream,
+    next_ns: u64,
+    packets_left: u32,
+    bytes_left: u64,
+}
+
+impl SlotState {
+    fn refill(&mut self, cfg: &SlotConfig, from_ns: u64) {
+        let gap_ns = match &cfg.distribution {
+            Some((dist, delay_ns, jitter_ns)) => {
+                let z = dist.standard(self.stream.unit(), &mut self.stream);
+                let d = match **dist {
+                    Distribution::Cdf { .. } => *delay_ns as f64 + z,
+                    _ => *delay_ns as f64 + *jitter_ns as f64 * z,
+                };
+                // Half-up rounding by truncation; a negative time is 0 (netem adds it to now).
+                if d <= 0.0 {
+                    0
+                } else {
+                    (d + 0.5).min(u64::MAX as f64) as u64
+                }
+            }
+            // netem: min + ⌊r·(max − min)/2^32⌋, uniform in [min, max).
+            None if cfg.max_ns > cfg.min_ns => {
+                cfg.min_ns + self.stream.below(cfg.max_ns - cfg.min_ns)
+            }
+            None => cfg.min_ns,
+        };
+        self.next_ns = from_ns.saturating_add(gap_ns);
+        self.packets_left = cfg.packets.unwrap_or(u32::MAX);
+        self.bytes_left = cfg.bytes.unwrap_or(u64::MAX);
+    }
+
+    /// When a packet due at `due_ns` leaves: a packet that finds the last slot
+    /// passed opens the next one a slot time after it is due; one slot carries
+    /// packets until its count or bytes run out, then the next opens a slot
+    /// time after it.
+    fn gate(&mut self, cfg: &SlotConfig, due_ns: u64, len_bytes: u32) -> u64 {
+        if self.next_ns < due_ns {
+            self.refill(cfg, due_ns);
+        }
+        let send_ns = self.next_ns;
+        self.packets_left = self.packets_left.saturating_sub(1);
+        self.bytes_left = self.bytes_left.saturating_sub(u64::from(len_bytes));
+        if self.packets_left == 0 || self.bytes_left == 0 {
+            self.refill(cfg, send_ns);
+        }
+        send_ns
+    }
 }
 
 impl Random {
@@ -231,6 +294,17 @@ impl Random {
             duplicate_stream: Stream::new(seed, direction, StreamId::Duplicate),
             corrupt: CorrelatedChance::new(cfg.corrupt, cfg.corrupt_correlation),
             corrupt_stream: Stream::new(seed, direction, StreamId::Corrupt),
+            // netem opens a slot when it is configured; a link starts at 0.
+            slot: SlotState {
+                stream: Stream::new(seed, direction, StreamId::Slot),
+                next_ns: 0,
+                packets_left: cfg
+                    .slot
+                    .as_ref()
+                    .and_then(|s| s.packets)
+                    .unwrap_or(u32::MAX),
+                bytes_left: cfg.slot.as_ref().and_then(|s| s.bytes).unwrap_or(u64::MAX),
+            },
         }
     }
 
@@ -738,6 +812,9 @@ impl Link {
             }
         };
 
+        if let Some(slot) = &p.cfg.slot {
+            v.release_ns = r.slot.gate(slot, v.release_ns, len);
+        }
         if !r.duplicate.is_never() && r.duplicate.draw(&mut r.duplicate_stream) {
             v.duplicate = true;
             if let Some(plain) = &mut self.plain {

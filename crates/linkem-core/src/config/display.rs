@@ -34,6 +34,29 @@ impl fmt::Display for LinkConfig {
         if let Some(s) = chance_words("corrupt", self.corrupt, self.corrupt_correlation) {
             parts.push(s);
         }
+        if let Some(s) = &self.slot {
+            let mut w = match &s.distribution {
+                Some((d, delay, jitter)) => format!(
+                    "slot distribution {} {} {}",
+                    d.name(),
+                    format_time_ns(*delay),
+                    format_time_ns(*jitter)
+                ),
+                None if s.max_ns == s.min_ns => format!("slot {}", format_time_ns(s.min_ns)),
+                None => format!(
+                    "slot {} {}",
+                    format_time_ns(s.min_ns),
+                    format_time_ns(s.max_ns)
+                ),
+            };
+            if let Some(n) = s.packets {
+                w += &format!(" packets {n}");
+            }
+            if let Some(b) = s.bytes {
+                w += &format!(" bytes {b}B");
+            }
+            parts.push(w);
+        }
         if let Some(p) = self.policer {
             parts.push(format!(
                 "policer {} burst {}B",

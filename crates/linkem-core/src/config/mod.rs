@@ -77,6 +77,22 @@ pub struct PolicerConfig {
     pub burst_bytes: u64,
 }
 
+/// netem's `slot`: packets leave only when a slot is open (see
+/// [`crate::link`], step 7).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlotConfig {
+    /// Time to the next slot: uniform in [min, max] ns ...
+    pub min_ns: u64,
+    /// ... (`slot MIN MAX`; MAX = MIN when not given),
+    pub max_ns: u64,
+    /// ... or `slot distribution D DELAY JITTER`: DELAY + JITTER·z, z from D.
+    pub distribution: Option<(Arc<Distribution>, u64, u64)>,
+    /// Packets a slot carries (`None`: no limit).
+    pub packets: Option<u32>,
+    /// Frame bytes a slot carries; the packet that reaches it still leaves.
+    pub bytes: Option<u64>,
+}
+
 /// One direction's link, parsed once and then immutable.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LinkConfig {
@@ -125,6 +141,8 @@ pub struct LinkConfig {
     /// A mahimahi trace in place of a rate ([`crate::trace`]): the link
     /// carries bytes only at the trace's delivery opportunities.
     pub trace: Option<Arc<Trace>>,
+    /// netem's `slot`.
+    pub slot: Option<SlotConfig>,
 }
 
 impl Default for LinkConfig {
@@ -151,6 +169,7 @@ impl Default for LinkConfig {
             corrupt_correlation: 0.0,
             policer: None,
             trace: None,
+            slot: None,
         }
     }
 }

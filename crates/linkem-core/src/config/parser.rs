@@ -39,6 +39,7 @@ pub(super) enum Slot {
     Duplicate,
     Corrupt,
     Policer,
+    Slot,
     Seed,
 }
 
@@ -62,6 +63,7 @@ impl Slot {
             Slot::Duplicate => "the duplication",
             Slot::Corrupt => "the corruption",
             Slot::Policer => "the policer",
+            Slot::Slot => "the slots",
             Slot::Seed => "the seed",
         }
     }

@@ -302,7 +302,6 @@ fn unsupported_words_say_so() {
         ("codel", "codel"),
         ("pie", "pie"),
         ("delay 10ms ecn", "ecn"),
-        ("slot 1ms 2ms", "slot"),
         ("burst 10KBytes", "burst"),
     ] {
         for dialect in [Dialect::Linkem, Dialect::Dummynet] {

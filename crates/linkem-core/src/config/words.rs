@@ -6,7 +6,8 @@
 use super::dummynet::{self, QueueLimit};
 use super::parser::{Cursor, Draft, Slot};
 use super::{
-    ConfigError, Dialect, LossAt, PolicerConfig, ETHERNET_OVERHEAD_BYTES, MAX_POLICER_BURST_BYTES,
+    ConfigError, Dialect, LossAt, PolicerConfig, SlotConfig, ETHERNET_OVERHEAD_BYTES,
+    MAX_POLICER_BURST_BYTES,
 };
 use crate::dist::Distribution;
 use crate::loss::LossConfig;
@@ -221,6 +222,23 @@ pub const WORDS: &[WordDoc] = &[
         parse: policer,
     },
     WordDoc {
+        words: &["slot"],
+        usage: "slot MIN [MAX] [packets N] [bytes M]",
+        meaning: "netem: packets leave only in slots, the next one MIN..MAX (uniform) after, \
+                  each carrying up to N packets and M bytes",
+        example: "slot 800us 1200us packets 16 bytes 64KiB",
+        dialects: BOTH,
+        parse: slot,
+    },
+    WordDoc {
+        words: &["slot"],
+        usage: "slot distribution D DELAY JITTER [packets N] [bytes M]",
+        meaning: "netem: as above, the time to the next slot DELAY + JITTER from D",
+        example: "slot distribution normal 1ms 200us packets 8",
+        dialects: BOTH,
+        parse: slot,
+    },
+    WordDoc {
         words: &["droptail"],
         usage: "droptail",
         meaning: "tail drop, which is what linkem's queue does (for pasted lines)",
@@ -296,7 +314,6 @@ pub const UNSUPPORTED: &[(&str, &str, &str)] = &[
         "Dummynet",
         "a scheduler (a pipe word of the rules layer)",
     ),
-    ("slot", "netem", "slotted transmission"),
 ];
 
 /// Reads every word of the cursor's layer into `draft`, each by the reader of
@@ -699,6 +716,76 @@ fn policer(c: &mut Cursor<'_, '_, '_>, d: &mut Draft, at: usize) -> Result<(), C
         rate_bps,
         burst_bytes,
     });
+    Ok(())
+}
+
+fn slot(c: &mut Cursor<'_, '_, '_>, d: &mut Draft, at: usize) -> Result<(), ConfigError> {
+    let mut cfg = SlotConfig {
+        min_ns: 0,
+        max_ns: 0,
+        distribution: None,
+        packets: None,
+        bytes: None,
+    };
+    if c.peek() == Some("distribution") {
+        c.next += 1;
+        let (a, name) = c.arg("slot distribution", "a distribution name or file")?;
+        let dist = match Distribution::builtin(name) {
+            Some(dist) => dist,
+            None => {
+                let text = (c.files)(name).map_err(|e| c.error(a, format!("distribution {e}")))?;
+                Distribution::parse_file(name, &text).map_err(|e| c.error(a, e))?
+            }
+        };
+        let (a, v) = c.arg("slot distribution D", "a delay such as 1ms")?;
+        let delay_ns = c.time_ns(a, v)?;
+        let (a, v) = c.arg("slot distribution D DELAY", "a jitter such as 200us")?;
+        let jitter_ns = c.time_ns(a, v)?;
+        cfg.distribution = Some((Arc::new(dist), delay_ns, jitter_ns));
+    } else {
+        let (a, v) = c.arg("slot", "a time such as 1ms")?;
+        cfg.min_ns = c.time_ns(a, v)?;
+        cfg.max_ns = cfg.min_ns;
+        if let Some(w) = c.peek().filter(|w| starts_with_digit(w)) {
+            c.next += 1;
+            cfg.max_ns = c.time_ns(c.next - 1, w)?;
+            if cfg.max_ns < cfg.min_ns {
+                return Err(c.error(c.next - 1, "the slot's MAX is below its MIN"));
+            }
+        }
+    }
+    loop {
+        match c.peek() {
+            Some("packets") if cfg.packets.is_none() => {
+                c.next += 1;
+                let (a, v) = c.arg("slot packets", "a packet count")?;
+                let n = c.unit(a, units::parse_count(v))?;
+                if n == 0 || n > u64::from(u32::MAX) {
+                    return Err(c.error(a, format!("a slot carries 1..{} packets", u32::MAX)));
+                }
+                cfg.packets = Some(n as u32);
+            }
+            Some("bytes") if cfg.bytes.is_none() => {
+                c.next += 1;
+                let (a, v) = c.arg("slot bytes", "a size such as 64KiB")?;
+                let n = c.unit(a, units::parse_size_bytes(v))?;
+                if n == 0 {
+                    return Err(c.error(a, "a slot carries at least one byte"));
+                }
+                cfg.bytes = Some(n);
+            }
+            _ => break,
+        }
+    }
+    let dist_zero = cfg
+        .distribution
+        .as_ref()
+        .is_some_and(|(_, d, j)| *d == 0 && *j == 0);
+    if cfg.max_ns == 0 && (cfg.distribution.is_none() || dist_zero) {
+        return Err(c.error(at, "a slot needs a time to the next slot above 0"));
+    }
+    c.set(d, Slot::Slot, at)?;
+    d.link.slot = Some(cfg);
     Ok(())
 }
 
