@@ -53,6 +53,7 @@
 //!
 //! Each step with randomness uses its own stream ([`crate::rng`]).
 
+use crate::config::schedule::Schedule;
 use crate::config::{LinkConfig, LossAt, SlotConfig};
 use crate::dist::Distribution;
 use crate::fate::{Fate, FateCounts};
@@ -334,6 +335,7 @@ struct Shaping {
     policer: Option<TokenBucket>,
     burst: Option<(u64, u64)>,
     trace: Option<TraceState>,
+    schedule: Option<ScheduleState>,
 }
 
 impl Shaping {
@@ -341,14 +343,63 @@ impl Shaping {
         policer: Option<TokenBucket>,
         burst: Option<(u64, u64)>,
         trace: Option<TraceState>,
+        schedule: Option<ScheduleState>,
     ) -> Option<Box<Shaping>> {
-        (policer.is_some() || burst.is_some() || trace.is_some()).then(|| {
+        (policer.is_some() || burst.is_some() || trace.is_some() || schedule.is_some()).then(|| {
             Box::new(Shaping {
                 policer,
                 burst,
                 trace,
+                schedule,
             })
         })
+    }
+}
+
+/// Where a link running a schedule stands.
+#[derive(Debug, Clone)]
+struct ScheduleState {
+    schedule: Arc<Schedule>,
+    /// The schedule's start: the first arrival, or the change that set it.
+    origin_ns: Option<u64>,
+    /// The next change to apply, and the loops done.
+    next: usize,
+    cycle: u64,
+}
+
+impl ScheduleState {
+    fn new(schedule: Arc<Schedule>, origin_ns: Option<u64>) -> Self {
+        ScheduleState {
+            schedule,
+            origin_ns,
+            next: 0,
+            cycle: 0,
+        }
+    }
+
+    /// The next change due at or before `now_ns`, with its instant, moving past it.
+    fn due(&mut self, now_ns: u64) -> Option<(u64, Arc<LinkConfig>)> {
+        let origin = *self.origin_ns.get_or_insert(now_ns);
+        let changes = &self.schedule.changes;
+        if self.next == changes.len() {
+            let period = self.schedule.period_ns?;
+            self.next = 0;
+            self.cycle += 1;
+            // Whole loops that ended before now change nothing that stays:
+            // start from the last loop begun by now.
+            let begun = (now_ns.saturating_sub(origin)) / period;
+            self.cycle = self.cycle.max(begun.saturating_sub(1));
+        }
+        let (at_ns, cfg) = &changes[self.next];
+        let period = self.schedule.period_ns.unwrap_or(0);
+        let instant = origin
+            .saturating_add(self.cycle.saturating_mul(period))
+            .saturating_add(*at_ns);
+        if instant > now_ns {
+            return None;
+        }
+        self.next += 1;
+        Some((instant, cfg.clone()))
     }
 }
 
@@ -558,6 +609,23 @@ impl Link {
         self.apply(params, now_ns, false);
     }
 
+    /// Applies every change of the link's schedule due by `now_ns`, each at
+    /// its own instant.
+    #[cold]
+    fn run_schedule(&mut self, now_ns: u64) {
+        while let Some((at_ns, cfg)) = self
+            .shaping
+            .as_mut()
+            .and_then(|s| s.schedule.as_mut())
+            .and_then(|s| s.due(now_ns))
+        {
+            let kept = self.shaping.as_mut().and_then(|s| s.schedule.take());
+            self.apply(LinkParams::new((*cfg).clone()), at_ns, false);
+            let old = self.shaping.take().map(|s| *s).unwrap_or_default();
+            self.shaping = Shaping::boxed(old.policer, old.burst, old.trace, kept);
+        }
+    }
+
     fn apply(&mut self, params: Arc<LinkParams>, now_ns: u64, fresh: bool) {
         let cfg = &params.cfg;
         if !fresh && cfg.rate_bps != self.params.cfg.rate_bps && self.clock_rem != 0 {
@@ -590,7 +658,12 @@ impl Link {
                 ..TraceState::default()
             },
         });
-        self.shaping = Shaping::boxed(policer, old.burst, trace);
+        let schedule = cfg.schedule.as_ref().map(|sched| match old.schedule {
+            // The same schedule goes on from where it stands.
+            Some(state) if state.schedule == *sched => state,
+            _ => ScheduleState::new(sched.clone(), (!fresh).then_some(now_ns)),
+        });
+        self.shaping = Shaping::boxed(policer, old.burst, trace, schedule);
         match &mut self.random {
             Some(r) => r.reconfigure(cfg),
             None if params.random => {
@@ -610,7 +683,7 @@ impl Link {
     pub fn set_burst(&mut self, burst_bytes: u64) {
         let old = self.shaping.take().map(|s| *s).unwrap_or_default();
         let burst = (burst_bytes > 0).then(|| (burst_bytes.saturating_mul(8), 0));
-        self.shaping = Shaping::boxed(old.policer, burst, old.trace);
+        self.shaping = Shaping::boxed(old.policer, burst, old.trace, old.schedule);
     }
 
     /// Decides the fate and release time of a packet arriving at `now_ns`.
@@ -631,8 +704,11 @@ impl Link {
     // returns of each drop read best in one place.
     #[inline(always)]
     fn arrive(&mut self, now_ns: u64, meta: PacketMeta, extra: LinkExtra) -> Verdict {
-        let p: &LinkParams = &self.params;
         let t_a = now_ns.max(self.last_arrival_ns);
+        if self.shaping.as_ref().is_some_and(|s| s.schedule.is_some()) {
+            self.run_schedule(t_a);
+        }
+        let p: &LinkParams = &self.params;
         self.last_arrival_ns = t_a;
         if t_a >= self.last_left_ns {
             // Everything queued has left: no need to read the entries.

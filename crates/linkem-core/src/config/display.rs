@@ -57,6 +57,9 @@ impl fmt::Display for LinkConfig {
             }
             parts.push(w);
         }
+        if let Some(s) = &self.schedule {
+            parts.push(format!("schedule {}", s.name));
+        }
         if let Some(p) = self.policer {
             parts.push(format!(
                 "policer {} burst {}B",

@@ -35,6 +35,7 @@
 mod display;
 mod dummynet;
 mod parser;
+pub mod schedule;
 pub mod toml;
 pub mod words;
 
@@ -143,6 +144,9 @@ pub struct LinkConfig {
     pub trace: Option<Arc<Trace>>,
     /// netem's `slot`.
     pub slot: Option<SlotConfig>,
+    /// `schedule FILE`: the link changes at given instants
+    /// ([`schedule`]); each change is a whole configuration without one.
+    pub schedule: Option<Arc<schedule::Schedule>>,
 }
 
 impl Default for LinkConfig {
@@ -170,6 +174,7 @@ impl Default for LinkConfig {
             policer: None,
             trace: None,
             slot: None,
+            schedule: None,
         }
     }
 }
@@ -266,7 +271,32 @@ impl LinkSpec {
             words::read_layer(&mut cursor, &mut draft)?;
             offset += words.len();
         }
-        draft.finish()
+        let Some(raw) = draft.schedule.take() else {
+            return draft.finish();
+        };
+        // Each line is one more layer over the link's words and the lines before.
+        let mut changes = Vec::with_capacity(raw.changes.len());
+        let mut at = draft.clone();
+        for (k, change) in raw.changes.iter().enumerate() {
+            let words: Vec<&str> = change.words.iter().map(String::as_str).collect();
+            let line_error = |e: ConfigError| {
+                raw.origin(format!(
+                    "schedule '{}' line {}: '{}': {}",
+                    raw.name, change.line, e.word, e.message
+                ))
+            };
+            let mut cursor = parser::Cursor::new(&words, 0, layers.len() + k, dialect, files);
+            words::read_layer(&mut cursor, &mut at).map_err(line_error)?;
+            let spec = at.clone().finish().map_err(line_error)?;
+            changes.push((change.at_ns, Arc::new(spec.link)));
+        }
+        let mut spec = draft.finish()?;
+        spec.link.schedule = Some(Arc::new(schedule::Schedule {
+            name: raw.name,
+            changes,
+            period_ns: raw.period_ns,
+        }));
+        Ok(spec)
     }
 }
 

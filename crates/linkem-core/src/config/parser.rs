@@ -40,6 +40,7 @@ pub(super) enum Slot {
     Corrupt,
     Policer,
     Slot,
+    Schedule,
     Seed,
 }
 
@@ -64,6 +65,7 @@ impl Slot {
             Slot::Corrupt => "the corruption",
             Slot::Policer => "the policer",
             Slot::Slot => "the slots",
+            Slot::Schedule => "the schedule",
             Slot::Seed => "the seed",
         }
     }
@@ -87,8 +89,30 @@ impl Origin {
     }
 }
 
+/// A schedule file's lines, read by `schedule FILE` and resolved against the
+/// link's words once every layer is read.
+#[derive(Debug, Clone)]
+pub(super) struct RawSchedule {
+    pub name: String,
+    pub changes: Vec<super::schedule::RawChange>,
+    pub period_ns: Option<u64>,
+    /// The `schedule` word's 0-based position across the layers and its text.
+    pub position: usize,
+    pub word: String,
+}
+
+impl RawSchedule {
+    pub fn origin(&self, message: String) -> ConfigError {
+        ConfigError {
+            position: self.position + 1,
+            word: self.word.clone(),
+            message,
+        }
+    }
+}
+
 /// The link as far as the words so far describe it.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(super) struct Draft {
     pub link: LinkConfig,
     pub seed: Option<u64>,
@@ -96,6 +120,8 @@ pub(super) struct Draft {
     pub queue_packets: Option<Option<u32>>,
     pub queue_bytes: Option<Option<u64>>,
     pub distribution: Option<Distribution>,
+    /// `schedule FILE`, read but not yet resolved.
+    pub schedule: Option<RawSchedule>,
     /// `jitter-mode process [HOLD]`: `Some(None)` takes the default hold.
     pub jitter_hold: Option<Option<u64>>,
     /// Who set what, most recent setting of each slot.
@@ -267,6 +293,11 @@ impl<'w, 'f, 'l> Cursor<'w, 'f, 'l> {
             word: self.words.get(at).copied().unwrap_or("").to_string(),
             message: message.into(),
         }
+    }
+
+    /// The 0-based position across all layers of the word at `at`.
+    pub fn position(&self, at: usize) -> usize {
+        self.offset + at
     }
 
     /// Records that the word at `at` sets `slot`.

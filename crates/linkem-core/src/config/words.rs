@@ -4,7 +4,8 @@
 //! supported (rather than unknown).
 
 use super::dummynet::{self, QueueLimit};
-use super::parser::{Cursor, Draft, Slot};
+use super::parser::{Cursor, Draft, RawSchedule, Slot};
+use super::schedule;
 use super::{
     ConfigError, Dialect, LossAt, PolicerConfig, SlotConfig, ETHERNET_OVERHEAD_BYTES,
     MAX_POLICER_BURST_BYTES,
@@ -237,6 +238,15 @@ pub const WORDS: &[WordDoc] = &[
         example: "slot distribution normal 1ms 200us packets 8",
         dialects: BOTH,
         parse: slot,
+    },
+    WordDoc {
+        words: &["schedule"],
+        usage: "schedule FILE",
+        meaning: "change the link at given instants: lines 'TIME WORDS', shapes ramp, square, \
+                  walk, and 'TIME loop' (see docs/model.md)",
+        example: "rate 10mbit schedule testdata/schedules/steps.sched",
+        dialects: BOTH,
+        parse: schedule,
     },
     WordDoc {
         words: &["droptail"],
@@ -786,6 +796,21 @@ fn slot(c: &mut Cursor<'_, '_, '_>, d: &mut Draft, at: usize) -> Result<(), Conf
     }
     c.set(d, Slot::Slot, at)?;
     d.link.slot = Some(cfg);
+    Ok(())
+}
+
+fn schedule(c: &mut Cursor<'_, '_, '_>, d: &mut Draft, at: usize) -> Result<(), ConfigError> {
+    let (a, name) = c.arg("schedule", "a schedule file")?;
+    let text = (c.files)(name).map_err(|e| c.error(a, format!("schedule {e}")))?;
+    let (changes, period_ns) = schedule::read_lines(name, &text).map_err(|e| c.error(a, e))?;
+    c.set(d, Slot::Schedule, at)?;
+    d.schedule = Some(RawSchedule {
+        name: name.to_string(),
+        changes,
+        period_ns,
+        position: c.position(a),
+        word: name.to_string(),
+    });
     Ok(())
 }
 
