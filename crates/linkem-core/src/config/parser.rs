@@ -39,7 +39,7 @@ pub(super) enum Slot {
     Duplicate,
     Corrupt,
     Policer,
-    Slot,
+    Slots,
     Schedule,
     Seed,
 }
@@ -64,7 +64,7 @@ impl Slot {
             Slot::Duplicate => "the duplication",
             Slot::Corrupt => "the corruption",
             Slot::Policer => "the policer",
-            Slot::Slot => "the slots",
+            Slot::Slots => "the slots",
             Slot::Schedule => "the schedule",
             Slot::Seed => "the seed",
         }

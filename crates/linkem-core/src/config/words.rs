@@ -794,7 +794,7 @@ fn slot(c: &mut Cursor<'_, '_, '_>, d: &mut Draft, at: usize) -> Result<(), Conf
     if cfg.max_ns == 0 && (cfg.distribution.is_none() || dist_zero) {
         return Err(c.error(at, "a slot needs a time to the next slot above 0"));
     }
-    c.set(d, Slot::Slot, at)?;
+    c.set(d, Slot::Slots, at)?;
     d.link.slot = Some(cfg);
     Ok(())
 }
