@@ -47,6 +47,7 @@ pub mod rng;
 mod rulefile;
 pub mod rules;
 pub mod sched;
+pub mod trace;
 pub mod units;
 pub mod wire;
 

@@ -16,24 +16,50 @@
 //!    bytes + `len` > the byte limit.
 //! 6. **Link:** with `rate R`, t_L = max(t_L(last accepted), t_A) + (len +
 //!    overhead)·8 / R, kept exact as a fraction so that back-to-back packets never
-//!    drift; reported floored to the ns. Without a rate, t_L = t_A. A packet lost
-//!    with `loss-at link` ends here as `loss` after taking its link time.
+//!    drift; reported floored to the ns. With `trace FILE`, t_L is the delivery
+//!    opportunity T_k ([`crate::trace`]) that carries the packet's last byte of
+//!    b = max(len − 14, 1) IP bytes: with (g, r) the opportunity that carried the
+//!    previous accepted packet's last byte and the bytes it has left, the packet
+//!    takes min(b, r) bytes of g if T_g > t_A, then n = ⌈b'/1504⌉ whole
+//!    opportunities from k_0 = max(g + 1, min{k : T_k > t_A}) for the b' bytes
+//!    left: t_L = T_{k_0+n−1}. A `trace-once` that runs out drops the packet, and
+//!    every later one, as `queue-full`. Without a rate or trace, t_L = t_A. A
+//!    packet lost with `loss-at link` ends here as `loss` after taking its link
+//!    time.
 //! 7. **Delay:** release = ⌊t_L⌋ + d_i, d_i drawn per packet ([`crate::dist`]). By
 //!    default releases never go backwards: release = max(release, previous
 //!    release) (TLEM's rule), so jitter does not reorder. `reorder allow` drops that
 //!    rule. With netem's `reorder P gap N`, after N-1 delayed packets the next one
 //!    is, with probability P, released at ⌊t_L⌋ without delay, overtaking.
+//!    With `jitter-mode process HOLD` the delay is a process in time rather than
+//!    a draw per packet: d(t) = v_⌊t/HOLD⌋, one value drawn (as above) for each
+//!    hold of HOLD ns that a packet's ⌊t_L⌋ falls in, and the same rule of
+//!    order. A rise of d never reorders; after a fall by Δ the rule holds
+//!    releases at the old level for Δ ns (d falls with slope -1), whatever the
+//!    packet rate. So the time-average of the delays is the configured
+//!    distribution except on those falls, a fraction E[(v_n − v_{n+1})⁺]/HOLD
+//!    of the time (J/3 / HOLD for the uniform; 0.33 % at the default HOLD =
+//!    100·J); for a symmetric distribution the mean stays exact.
+//!    netem's `slot` then gates the release T: packets leave only in slots. A
+//!    packet with T after the next slot's instant S opens a new one, S = T + s
+//!    (s drawn uniform in [MIN, MAX), or DELAY + JITTER·z from D); it leaves
+//!    at S; a slot carries packets until `packets N` or `bytes M` are used (the
+//!    one that uses the last still leaves), then the next opens at S + s. The
+//!    first slot is open at 0. (netem also redraws whenever its queue is polled,
+//!    which ties its slots to unrelated arrivals; linkem draws only as above.)
 //! 8. **Duplicate** and **corrupt** are drawn for delivered packets: a duplicate
 //!    is a second copy released right after the original; corruption flips one
 //!    uniformly chosen bit of the original frame.
 //!
 //! Each step with randomness uses its own stream ([`crate::rng`]).
 
-use crate::config::{LinkConfig, LossAt};
+use crate::config::schedule::Schedule;
+use crate::config::{LinkConfig, LossAt, SlotConfig};
 use crate::dist::Distribution;
 use crate::fate::{Fate, FateCounts};
 use crate::loss::{CorrelatedChance, LossConfig, LossState};
 use crate::rng::{Stream, StreamId};
+use crate::trace::{Trace, OPPORTUNITY_BYTES, TRACE_L2_HEADER_BYTES};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -158,6 +184,7 @@ impl LinkParams {
         let random = cfg.loss != LossConfig::None
             || !matches!(delay_mode, DelayMode::Constant)
             || cfg.reorder_gap > 0
+            || cfg.slot.is_some()
             || !CorrelatedChance::new(cfg.duplicate, cfg.duplicate_correlation).is_never()
             || !CorrelatedChance::new(cfg.corrupt, cfg.corrupt_correlation).is_never();
         Arc::new(LinkParams {
@@ -181,6 +208,10 @@ struct Random {
     loss_stream: Stream,
     delay_last_u: f64,
     delay_stream: Stream,
+    /// `jitter-mode process`: the hold (t / HOLD) the current value was drawn
+    /// for, and that value.
+    process_hold: u64,
+    process_delay_ns: u64,
     reorder_counter: u32,
     reorder: CorrelatedChance,
     reorder_stream: Stream,
@@ -188,6 +219,61 @@ struct Random {
     duplicate_stream: Stream,
     corrupt: CorrelatedChance,
     corrupt_stream: Stream,
+    slot: SlotState,
+}
+
+/// netem's `slot`: when the next slot opens and what the open one has left.
+#[derive(Debug, Clone)]
+struct SlotState {
+    stream: Stream,
+    next_ns: u64,
+    packets_left: u32,
+    bytes_left: u64,
+}
+
+impl SlotState {
+    fn refill(&mut self, cfg: &SlotConfig, from_ns: u64) {
+        let gap_ns = match &cfg.distribution {
+            Some((dist, delay_ns, jitter_ns)) => {
+                let z = dist.standard(self.stream.unit(), &mut self.stream);
+                let d = match **dist {
+                    Distribution::Cdf { .. } => *delay_ns as f64 + z,
+                    _ => *delay_ns as f64 + *jitter_ns as f64 * z,
+                };
+                // Half-up rounding by truncation; a negative time is 0 (netem adds it to now).
+                if d <= 0.0 {
+                    0
+                } else {
+                    (d + 0.5).min(u64::MAX as f64) as u64
+                }
+            }
+            // netem: min + ⌊r·(max − min)/2^32⌋, uniform in [min, max).
+            None if cfg.max_ns > cfg.min_ns => {
+                cfg.min_ns + self.stream.below(cfg.max_ns - cfg.min_ns)
+            }
+            None => cfg.min_ns,
+        };
+        self.next_ns = from_ns.saturating_add(gap_ns);
+        self.packets_left = cfg.packets.unwrap_or(u32::MAX);
+        self.bytes_left = cfg.bytes.unwrap_or(u64::MAX);
+    }
+
+    /// When a packet due at `due_ns` leaves: a packet that finds the last slot
+    /// passed opens the next one a slot time after it is due; one slot carries
+    /// packets until its count or bytes run out, then the next opens a slot
+    /// time after it.
+    fn gate(&mut self, cfg: &SlotConfig, due_ns: u64, len_bytes: u32) -> u64 {
+        if self.next_ns < due_ns {
+            self.refill(cfg, due_ns);
+        }
+        let send_ns = self.next_ns;
+        self.packets_left = self.packets_left.saturating_sub(1);
+        self.bytes_left = self.bytes_left.saturating_sub(u64::from(len_bytes));
+        if self.packets_left == 0 || self.bytes_left == 0 {
+            self.refill(cfg, send_ns);
+        }
+        send_ns
+    }
 }
 
 impl Random {
@@ -200,6 +286,8 @@ impl Random {
             loss_stream: Stream::new(seed, direction, StreamId::Loss),
             delay_last_u,
             delay_stream,
+            process_hold: u64::MAX,
+            process_delay_ns: 0,
             reorder_counter: 0,
             reorder: CorrelatedChance::new(cfg.reorder_probability, cfg.reorder_correlation),
             reorder_stream: Stream::new(seed, direction, StreamId::Reorder),
@@ -207,6 +295,17 @@ impl Random {
             duplicate_stream: Stream::new(seed, direction, StreamId::Duplicate),
             corrupt: CorrelatedChance::new(cfg.corrupt, cfg.corrupt_correlation),
             corrupt_stream: Stream::new(seed, direction, StreamId::Corrupt),
+            // netem opens a slot when it is configured; a link starts at 0.
+            slot: SlotState {
+                stream: Stream::new(seed, direction, StreamId::Slot),
+                next_ns: 0,
+                packets_left: cfg
+                    .slot
+                    .as_ref()
+                    .and_then(|s| s.packets)
+                    .unwrap_or(u32::MAX),
+                bytes_left: cfg.slot.as_ref().and_then(|s| s.bytes).unwrap_or(u64::MAX),
+            },
         }
     }
 
@@ -228,18 +327,150 @@ impl Random {
     }
 }
 
-/// The policer's bucket and Dummynet's `burst` in bits, (limit, credit) (see
-/// [`Link::set_burst`]): one pointer for both keeps a pipe instance's link
-/// at 160 bytes.
+/// The policer's bucket, Dummynet's `burst` in bits, (limit, credit) (see
+/// [`Link::set_burst`]), and a trace's progress: one pointer for the three
+/// keeps a pipe instance's link at 160 bytes.
 #[derive(Debug, Clone, Default)]
 struct Shaping {
     policer: Option<TokenBucket>,
     burst: Option<(u64, u64)>,
+    trace: Option<TraceState>,
+    schedule: Option<ScheduleState>,
 }
 
 impl Shaping {
-    fn boxed(policer: Option<TokenBucket>, burst: Option<(u64, u64)>) -> Option<Box<Shaping>> {
-        (policer.is_some() || burst.is_some()).then(|| Box::new(Shaping { policer, burst }))
+    fn boxed(
+        policer: Option<TokenBucket>,
+        burst: Option<(u64, u64)>,
+        trace: Option<TraceState>,
+        schedule: Option<ScheduleState>,
+    ) -> Option<Box<Shaping>> {
+        (policer.is_some() || burst.is_some() || trace.is_some() || schedule.is_some()).then(|| {
+            Box::new(Shaping {
+                policer,
+                burst,
+                trace,
+                schedule,
+            })
+        })
+    }
+}
+
+/// Where a link running a schedule stands.
+#[derive(Debug, Clone)]
+struct ScheduleState {
+    schedule: Arc<Schedule>,
+    /// The schedule's start: the first arrival, or the change that set it.
+    origin_ns: Option<u64>,
+    /// The next change to apply, and the loops done.
+    next: usize,
+    cycle: u64,
+}
+
+impl ScheduleState {
+    fn new(schedule: Arc<Schedule>, origin_ns: Option<u64>) -> Self {
+        ScheduleState {
+            schedule,
+            origin_ns,
+            next: 0,
+            cycle: 0,
+        }
+    }
+
+    /// The next change due at or before `now_ns`, with its instant, moving past it.
+    fn due(&mut self, now_ns: u64) -> Option<(u64, Arc<LinkConfig>)> {
+        let origin = *self.origin_ns.get_or_insert(now_ns);
+        let changes = &self.schedule.changes;
+        if self.next == changes.len() {
+            let period = self.schedule.period_ns?;
+            self.next = 0;
+            self.cycle += 1;
+            // Whole loops that ended before now change nothing that stays:
+            // start from the last loop begun by now.
+            let begun = (now_ns.saturating_sub(origin)) / period;
+            self.cycle = self.cycle.max(begun.saturating_sub(1));
+        }
+        let (at_ns, cfg) = &changes[self.next];
+        let period = self.schedule.period_ns.unwrap_or(0);
+        let instant = origin
+            .saturating_add(self.cycle.saturating_mul(period))
+            .saturating_add(*at_ns);
+        if instant > now_ns {
+            return None;
+        }
+        self.next += 1;
+        Some((instant, cfg.clone()))
+    }
+}
+
+/// Where a link running a trace stands (step 6 of the model).
+#[derive(Debug, Clone, Default)]
+struct TraceState {
+    /// The trace's origin: the first arrival, or the instant a change put the
+    /// trace on a running link.
+    t0_ns: Option<u64>,
+    /// No opportunity at or before this instant serves a packet: the exit of
+    /// the last packet sent at a rate before a change put the trace on.
+    floor_ns: u64,
+    /// Some packet has been carried: `last_k` and the rest are meaningful.
+    started: bool,
+    /// The opportunity that carried the last byte of the last packet, its
+    /// instant, and the bytes it has left.
+    last_k: u64,
+    last_ns: u64,
+    left_bytes: u32,
+    /// A `trace-once` ran out while a packet still needed bytes: as in
+    /// mahimahi that packet holds the link for ever, so nothing more leaves.
+    ended: bool,
+}
+
+impl TraceState {
+    /// The instant the link delivers the last byte of a packet of `bytes`
+    /// (IP bytes) arriving at `t_a`: the packet uses what is left of the
+    /// opportunity that carried the previous packet's last byte if that one
+    /// lies strictly after `t_a`, then whole opportunities after it and
+    /// strictly after `t_a`. `None`: a `trace-once` ends first, now or for
+    /// an earlier packet.
+    fn carry(&mut self, trace: &Trace, t_a: u64, bytes: u32) -> Option<u64> {
+        if self.ended {
+            return None;
+        }
+        let t0 = *self.t0_ns.get_or_insert(t_a);
+        let mut need = bytes.max(1);
+        let k = if self.started && self.last_ns > t_a && self.left_bytes > 0 {
+            if need <= self.left_bytes {
+                self.left_bytes -= need;
+                return Some(self.last_ns);
+            }
+            need -= self.left_bytes;
+            self.last_k + 1
+        } else {
+            let ready = t_a.max(self.floor_ns);
+            let first = if ready < t0 {
+                0
+            } else {
+                trace.first_after(ready - t0).unwrap_or(u64::MAX)
+            };
+            if self.started {
+                first.max(self.last_k + 1)
+            } else {
+                first
+            }
+        };
+        let n = need.div_ceil(OPPORTUNITY_BYTES);
+        let last_k = k.saturating_add(u64::from(n) - 1);
+        let Some(at_ns) = trace
+            .opportunity_ns(last_k)
+            .and_then(|rel| t0.checked_add(rel))
+        else {
+            self.ended = true;
+            return None;
+        };
+        self.started = true;
+        self.last_k = last_k;
+        self.last_ns = at_ns;
+        self.left_bytes = n * OPPORTUNITY_BYTES - need;
+        Some(at_ns)
     }
 }
 
@@ -378,6 +609,23 @@ impl Link {
         self.apply(params, now_ns, false);
     }
 
+    /// Applies every change of the link's schedule due by `now_ns`, each at
+    /// its own instant.
+    #[cold]
+    fn run_schedule(&mut self, now_ns: u64) {
+        while let Some((at_ns, cfg)) = self
+            .shaping
+            .as_mut()
+            .and_then(|s| s.schedule.as_mut())
+            .and_then(|s| s.due(now_ns))
+        {
+            let kept = self.shaping.as_mut().and_then(|s| s.schedule.take());
+            self.apply(LinkParams::new((*cfg).clone()), at_ns, false);
+            let old = self.shaping.take().map(|s| *s).unwrap_or_default();
+            self.shaping = Shaping::boxed(old.policer, old.burst, old.trace, kept);
+        }
+    }
+
     fn apply(&mut self, params: Arc<LinkParams>, now_ns: u64, fresh: bool) {
         let cfg = &params.cfg;
         if !fresh && cfg.rate_bps != self.params.cfg.rate_bps && self.clock_rem != 0 {
@@ -399,7 +647,23 @@ impl Link {
             }
             _ => TokenBucket::new(p.rate_bps, p.burst_bytes, now_ns),
         });
-        self.shaping = Shaping::boxed(policer, old.burst);
+        let trace = cfg.trace.as_ref().map(|t| match old.trace {
+            // The same trace goes on from where it stands.
+            Some(state) if self.params.cfg.trace.as_deref() == Some(&**t) => state,
+            Some(_) | None if fresh => TraceState::default(),
+            // A new trace starts at the change, after what the link carries.
+            _ => TraceState {
+                t0_ns: Some(now_ns),
+                floor_ns: self.clock_ns + (self.clock_rem != 0) as u64,
+                ..TraceState::default()
+            },
+        });
+        let schedule = cfg.schedule.as_ref().map(|sched| match old.schedule {
+            // The same schedule goes on from where it stands.
+            Some(state) if state.schedule == *sched => state,
+            _ => ScheduleState::new(sched.clone(), (!fresh).then_some(now_ns)),
+        });
+        self.shaping = Shaping::boxed(policer, old.burst, trace, schedule);
         match &mut self.random {
             Some(r) => r.reconfigure(cfg),
             None if params.random => {
@@ -417,9 +681,9 @@ impl Link {
     /// credit takes (bits − credit)/rate. Credit left when the link goes idle again
     /// is not kept (Dummynet recomputes it from the idle time).
     pub fn set_burst(&mut self, burst_bytes: u64) {
-        let policer = self.shaping.take().and_then(|s| s.policer);
+        let old = self.shaping.take().map(|s| *s).unwrap_or_default();
         let burst = (burst_bytes > 0).then(|| (burst_bytes.saturating_mul(8), 0));
-        self.shaping = Shaping::boxed(policer, burst);
+        self.shaping = Shaping::boxed(old.policer, burst, old.trace, old.schedule);
     }
 
     /// Decides the fate and release time of a packet arriving at `now_ns`.
@@ -440,8 +704,11 @@ impl Link {
     // returns of each drop read best in one place.
     #[inline(always)]
     fn arrive(&mut self, now_ns: u64, meta: PacketMeta, extra: LinkExtra) -> Verdict {
-        let p: &LinkParams = &self.params;
         let t_a = now_ns.max(self.last_arrival_ns);
+        if self.shaping.as_ref().is_some_and(|s| s.schedule.is_some()) {
+            self.run_schedule(t_a);
+        }
+        let p: &LinkParams = &self.params;
         self.last_arrival_ns = t_a;
         if t_a >= self.last_left_ns {
             // Everything queued has left: no need to read the entries.
@@ -490,8 +757,28 @@ impl Link {
             return finish(&mut self.plain, v, Fate::QueueFull);
         }
 
-        let t_link = match p.cfg.rate_bps {
-            Some(rate) => {
+        let t_link = match (p.cfg.rate_bps, &p.cfg.trace) {
+            (_, Some(trace)) => {
+                let ip_bytes = len.saturating_sub(TRACE_L2_HEADER_BYTES);
+                let state = self.shaping.as_mut().and_then(|s| s.trace.as_mut());
+                let carried = state.and_then(|st| st.carry(trace, t_a, ip_bytes));
+                let Some(left_ns) = carried else {
+                    // A `trace-once` has ended: the queue never drains again.
+                    return finish(&mut self.plain, v, Fate::QueueFull);
+                };
+                self.clock_ns = left_ns;
+                self.clock_rem = 0;
+                if self.queue_packets > 0 {
+                    self.older
+                        .push_back((self.last_left_ns, self.newest_len_bytes));
+                }
+                self.queue_packets += 1;
+                self.newest_len_bytes = len;
+                self.last_left_ns = left_ns;
+                self.queue_bytes += len as u64;
+                left_ns
+            }
+            (Some(rate), None) => {
                 let idle = t_a > self.clock_ns;
                 if idle {
                     if let Some(b) = self.shaping.as_mut().and_then(|s| s.burst.as_mut()) {
@@ -546,7 +833,7 @@ impl Link {
                 self.queue_bytes += len as u64;
                 self.clock_ns
             }
-            None => t_a,
+            (None, None) => t_a,
         };
         if lost || extra.lose_after_link {
             v.release_ns = t_link;
@@ -580,7 +867,18 @@ impl Link {
         v.release_ns = if reordered {
             t_link
         } else {
-            let release = t_link.saturating_add(draw_delay_ns(p, r));
+            let delay_ns = match p.cfg.jitter_hold_ns {
+                Some(hold_ns) => {
+                    let hold = t_link / hold_ns;
+                    if hold != r.process_hold {
+                        r.process_hold = hold;
+                        r.process_delay_ns = draw_delay_ns(p, r);
+                    }
+                    r.process_delay_ns
+                }
+                None => draw_delay_ns(p, r),
+            };
+            let release = t_link.saturating_add(delay_ns);
             if p.cfg.reorder_allow {
                 release
             } else {
@@ -590,6 +888,9 @@ impl Link {
             }
         };
 
+        if let Some(slot) = &p.cfg.slot {
+            v.release_ns = r.slot.gate(slot, v.release_ns, len);
+        }
         if !r.duplicate.is_never() && r.duplicate.draw(&mut r.duplicate_stream) {
             v.duplicate = true;
             if let Some(plain) = &mut self.plain {

@@ -23,6 +23,10 @@ pub enum StreamId {
     Duplicate = 4,
     /// Corruption draws (whether, and which bit).
     Corrupt = 5,
+    /// netem `slot` draws (the time to the next slot).
+    Slot = 6,
+    /// A schedule's random walk (seeded by the walk's own `seed N`).
+    Schedule = 7,
 }
 
 /// SplitMix64 finaliser: spreads nearby inputs (seed 1, seed 2) over the whole

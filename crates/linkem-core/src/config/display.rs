@@ -34,6 +34,32 @@ impl fmt::Display for LinkConfig {
         if let Some(s) = chance_words("corrupt", self.corrupt, self.corrupt_correlation) {
             parts.push(s);
         }
+        if let Some(s) = &self.slot {
+            let mut w = match &s.distribution {
+                Some((d, delay, jitter)) => format!(
+                    "slot distribution {} {} {}",
+                    d.name(),
+                    format_time_ns(*delay),
+                    format_time_ns(*jitter)
+                ),
+                None if s.max_ns == s.min_ns => format!("slot {}", format_time_ns(s.min_ns)),
+                None => format!(
+                    "slot {} {}",
+                    format_time_ns(s.min_ns),
+                    format_time_ns(s.max_ns)
+                ),
+            };
+            if let Some(n) = s.packets {
+                w += &format!(" packets {n}");
+            }
+            if let Some(b) = s.bytes {
+                w += &format!(" bytes {b}B");
+            }
+            parts.push(w);
+        }
+        if let Some(s) = &self.schedule {
+            parts.push(format!("schedule {}", s.name));
+        }
         if let Some(p) = self.policer {
             parts.push(format!(
                 "policer {} burst {}B",
@@ -50,6 +76,10 @@ impl LinkConfig {
     fn shaping_words(&self, parts: &mut Vec<String>) {
         if let Some(r) = self.rate_bps {
             parts.push(format!("rate {}", format_rate_bps(r)));
+        }
+        if let Some(t) = &self.trace {
+            let word = if t.once { "trace-once" } else { "trace" };
+            parts.push(format!("{word} {}", t.name));
         }
         if self.overhead_bytes != 0 {
             parts.push(format!("overhead {}", self.overhead_bytes));
@@ -76,6 +106,9 @@ impl LinkConfig {
         }
         if *self.distribution != Distribution::Uniform {
             parts.push(format!("distribution {}", self.distribution.name()));
+        }
+        if let Some(hold) = self.jitter_hold_ns {
+            parts.push(format!("jitter-mode process {}", format_time_ns(hold)));
         }
         if self.reorder_allow {
             parts.push("reorder allow".into());

@@ -35,6 +35,7 @@
 mod display;
 mod dummynet;
 mod parser;
+pub mod schedule;
 pub mod toml;
 pub mod words;
 
@@ -43,6 +44,7 @@ pub use words::{link_words_help, words_help, WordDoc, UNSUPPORTED, WORDS};
 
 use crate::dist::Distribution;
 use crate::loss::LossConfig;
+use crate::trace::Trace;
 use std::sync::Arc;
 
 /// The default queue limit, in packets (netem's and Linux's txqueuelen default).
@@ -76,6 +78,22 @@ pub struct PolicerConfig {
     pub burst_bytes: u64,
 }
 
+/// netem's `slot`: packets leave only when a slot is open (see
+/// [`crate::link`], step 7).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlotConfig {
+    /// Time to the next slot: uniform in [min, max] ns ...
+    pub min_ns: u64,
+    /// ... (`slot MIN MAX`; MAX = MIN when not given),
+    pub max_ns: u64,
+    /// ... or `slot distribution D DELAY JITTER`: DELAY + JITTER·z, z from D.
+    pub distribution: Option<(Arc<Distribution>, u64, u64)>,
+    /// Packets a slot carries (`None`: no limit).
+    pub packets: Option<u32>,
+    /// Frame bytes a slot carries; the packet that reaches it still leaves.
+    pub bytes: Option<u64>,
+}
+
 /// One direction's link, parsed once and then immutable.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LinkConfig {
@@ -95,6 +113,10 @@ pub struct LinkConfig {
     pub delay_correlation: f64,
     /// Shape of the delay around `delay_ns`.
     pub distribution: Arc<Distribution>,
+    /// `jitter-mode process HOLD`: the delay is a process in time that holds
+    /// each drawn value for `HOLD` ns (see [`crate::link`], step 7); `None`:
+    /// a fresh draw per packet.
+    pub jitter_hold_ns: Option<u64>,
     /// Jitter may reorder packets (otherwise releases never go backwards).
     pub reorder_allow: bool,
     /// netem's reordering: probability that a packet skips the delay.
@@ -117,6 +139,14 @@ pub struct LinkConfig {
     pub corrupt_correlation: f64,
     /// A token-bucket policer before the queue.
     pub policer: Option<PolicerConfig>,
+    /// A mahimahi trace in place of a rate ([`crate::trace`]): the link
+    /// carries bytes only at the trace's delivery opportunities.
+    pub trace: Option<Arc<Trace>>,
+    /// netem's `slot`.
+    pub slot: Option<SlotConfig>,
+    /// `schedule FILE`: the link changes at given instants
+    /// ([`schedule`]); each change is a whole configuration without one.
+    pub schedule: Option<Arc<schedule::Schedule>>,
 }
 
 impl Default for LinkConfig {
@@ -130,6 +160,7 @@ impl Default for LinkConfig {
             jitter_ns: 0,
             delay_correlation: 0.0,
             distribution: Arc::new(Distribution::Uniform),
+            jitter_hold_ns: None,
             reorder_allow: false,
             reorder_probability: 0.0,
             reorder_correlation: 0.0,
@@ -141,7 +172,18 @@ impl Default for LinkConfig {
             corrupt: 0.0,
             corrupt_correlation: 0.0,
             policer: None,
+            trace: None,
+            slot: None,
+            schedule: None,
         }
+    }
+}
+
+impl LinkConfig {
+    /// Whether the link takes time to carry a packet (a rate or a trace), so
+    /// that a scheduler in front of it hands it one packet at a time.
+    pub fn serialises(&self) -> bool {
+        self.rate_bps.is_some() || self.trace.is_some()
     }
 }
 
@@ -229,7 +271,32 @@ impl LinkSpec {
             words::read_layer(&mut cursor, &mut draft)?;
             offset += words.len();
         }
-        draft.finish()
+        let Some(raw) = draft.schedule.take() else {
+            return draft.finish();
+        };
+        // Each line is one more layer over the link's words and the lines before.
+        let mut changes = Vec::with_capacity(raw.changes.len());
+        let mut at = draft.clone();
+        for (k, change) in raw.changes.iter().enumerate() {
+            let words: Vec<&str> = change.words.iter().map(String::as_str).collect();
+            let line_error = |e: ConfigError| {
+                raw.origin(format!(
+                    "schedule '{}' line {}: '{}': {}",
+                    raw.name, change.line, e.word, e.message
+                ))
+            };
+            let mut cursor = parser::Cursor::new(&words, 0, layers.len() + k, dialect, files);
+            words::read_layer(&mut cursor, &mut at).map_err(line_error)?;
+            let spec = at.clone().finish().map_err(line_error)?;
+            changes.push((change.at_ns, Arc::new(spec.link)));
+        }
+        let mut spec = draft.finish()?;
+        spec.link.schedule = Some(Arc::new(schedule::Schedule {
+            name: raw.name,
+            changes,
+            period_ns: raw.period_ns,
+        }));
+        Ok(spec)
     }
 }
 

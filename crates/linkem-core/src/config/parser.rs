@@ -30,6 +30,7 @@ pub(super) enum Slot {
     Jitter,
     DelayCorrelation,
     Distribution,
+    JitterMode,
     ReorderAllow,
     Reorder,
     ReorderGap,
@@ -38,13 +39,15 @@ pub(super) enum Slot {
     Duplicate,
     Corrupt,
     Policer,
+    Slots,
+    Schedule,
     Seed,
 }
 
 impl Slot {
     fn what(self) -> &'static str {
         match self {
-            Slot::Rate => "the link rate",
+            Slot::Rate => "the link rate (a rate or a trace)",
             Slot::Overhead => "the overhead",
             Slot::QueuePackets => "the queue limit in packets",
             Slot::QueueBytes => "the queue limit in bytes",
@@ -52,6 +55,7 @@ impl Slot {
             Slot::Jitter => "the jitter",
             Slot::DelayCorrelation => "the delay correlation",
             Slot::Distribution => "the delay distribution",
+            Slot::JitterMode => "the jitter mode",
             Slot::ReorderAllow => "'reorder allow'",
             Slot::Reorder => "the reordering probability",
             Slot::ReorderGap => "the reordering gap",
@@ -60,6 +64,8 @@ impl Slot {
             Slot::Duplicate => "the duplication",
             Slot::Corrupt => "the corruption",
             Slot::Policer => "the policer",
+            Slot::Slots => "the slots",
+            Slot::Schedule => "the schedule",
             Slot::Seed => "the seed",
         }
     }
@@ -83,8 +89,30 @@ impl Origin {
     }
 }
 
+/// A schedule file's lines, read by `schedule FILE` and resolved against the
+/// link's words once every layer is read.
+#[derive(Debug, Clone)]
+pub(super) struct RawSchedule {
+    pub name: String,
+    pub changes: Vec<super::schedule::RawChange>,
+    pub period_ns: Option<u64>,
+    /// The `schedule` word's 0-based position across the layers and its text.
+    pub position: usize,
+    pub word: String,
+}
+
+impl RawSchedule {
+    pub fn origin(&self, message: String) -> ConfigError {
+        ConfigError {
+            position: self.position + 1,
+            word: self.word.clone(),
+            message,
+        }
+    }
+}
+
 /// The link as far as the words so far describe it.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(super) struct Draft {
     pub link: LinkConfig,
     pub seed: Option<u64>,
@@ -92,6 +120,10 @@ pub(super) struct Draft {
     pub queue_packets: Option<Option<u32>>,
     pub queue_bytes: Option<Option<u64>>,
     pub distribution: Option<Distribution>,
+    /// `schedule FILE`, read but not yet resolved.
+    pub schedule: Option<RawSchedule>,
+    /// `jitter-mode process [HOLD]`: `Some(None)` takes the default hold.
+    pub jitter_hold: Option<Option<u64>>,
     /// Who set what, most recent setting of each slot.
     set: Vec<(Slot, Origin)>,
     /// Some layer was read in the Dummynet dialect (its default queue applies).
@@ -163,6 +195,16 @@ impl Draft {
                 return Err(origin.error("a CDF profile gives the delays itself; drop the jitter"));
             }
             link.distribution = Arc::new(d);
+        }
+        if let Some(hold) = self.jitter_hold {
+            if link.jitter_ns == 0 && link.distribution.uses_jitter() {
+                return Err(self
+                    .set_origin(Slot::JitterMode)
+                    .error("jitter-mode process needs a jitter: 'delay D J jitter-mode process'"));
+            }
+            // Holds long beside the jitter keep the down-slopes a small part of the time.
+            let default = link.jitter_ns.saturating_mul(100).max(1_000_000);
+            link.jitter_hold_ns = Some(hold.unwrap_or(default));
         }
         if link.reorder_probability > 0.0 {
             if link.delay_ns == 0 {
@@ -251,6 +293,11 @@ impl<'w, 'f, 'l> Cursor<'w, 'f, 'l> {
             word: self.words.get(at).copied().unwrap_or("").to_string(),
             message: message.into(),
         }
+    }
+
+    /// The 0-based position across all layers of the word at `at`.
+    pub fn position(&self, at: usize) -> usize {
+        self.offset + at
     }
 
     /// Records that the word at `at` sets `slot`.

@@ -4,13 +4,17 @@
 //! supported (rather than unknown).
 
 use super::dummynet::{self, QueueLimit};
-use super::parser::{Cursor, Draft, Slot};
+use super::parser::{Cursor, Draft, RawSchedule, Slot};
+use super::schedule;
 use super::{
-    ConfigError, Dialect, LossAt, PolicerConfig, ETHERNET_OVERHEAD_BYTES, MAX_POLICER_BURST_BYTES,
+    ConfigError, Dialect, LossAt, PolicerConfig, SlotConfig, ETHERNET_OVERHEAD_BYTES,
+    MAX_POLICER_BURST_BYTES,
 };
 use crate::dist::Distribution;
 use crate::loss::LossConfig;
+use crate::trace::Trace;
 use crate::units;
+use std::sync::Arc;
 
 /// Reads one word's arguments (the word itself is at the given position).
 pub(super) type Handler = fn(&mut Cursor<'_, '_, '_>, &mut Draft, usize) -> Result<(), ConfigError>;
@@ -44,6 +48,23 @@ pub const WORDS: &[WordDoc] = &[
         example: "rate 10mbit",
         dialects: BOTH,
         parse: rate,
+    },
+    WordDoc {
+        words: &["trace"],
+        usage: "trace FILE",
+        meaning: "mahimahi trace in place of a rate: one line per 1504-byte delivery opportunity, \
+                  an offset in ms; loops (IP bytes are counted: the frame less 14 bytes)",
+        example: "trace testdata/traces/12mbit.trace delay 20ms",
+        dialects: BOTH,
+        parse: trace,
+    },
+    WordDoc {
+        words: &["trace-once"],
+        usage: "trace-once FILE",
+        meaning: "the trace played once; after it the link carries nothing (queue-full)",
+        example: "trace-once testdata/traces/steps.trace",
+        dialects: BOTH,
+        parse: trace,
     },
     WordDoc {
         words: &["overhead"],
@@ -93,6 +114,17 @@ pub const WORDS: &[WordDoc] = &[
         example: "delay 10ms 2ms distribution normal",
         dialects: BOTH,
         parse: distribution,
+    },
+    WordDoc {
+        words: &["jitter-mode"],
+        usage: "jitter-mode packet|process [HOLD]",
+        meaning: "packet (default): a draw per packet, releases in order (the mean rises with \
+                  the packet rate); process: the delay is a process in time holding each draw \
+                  for HOLD (default 100 x jitter, at least 1ms), in order with the configured \
+                  distribution at any packet rate",
+        example: "delay 10ms 2ms jitter-mode process",
+        dialects: BOTH,
+        parse: jitter_mode,
     },
     WordDoc {
         words: &["reorder"],
@@ -191,6 +223,32 @@ pub const WORDS: &[WordDoc] = &[
         parse: policer,
     },
     WordDoc {
+        words: &["slot"],
+        usage: "slot MIN [MAX] [packets N] [bytes M]",
+        meaning: "netem: packets leave only in slots, the next one MIN..MAX (uniform) after, \
+                  each carrying up to N packets and M bytes",
+        example: "slot 800us 1200us packets 16 bytes 64KiB",
+        dialects: BOTH,
+        parse: slot,
+    },
+    WordDoc {
+        words: &["slot"],
+        usage: "slot distribution D DELAY JITTER [packets N] [bytes M]",
+        meaning: "netem: as above, the time to the next slot DELAY + JITTER from D",
+        example: "slot distribution normal 1ms 200us packets 8",
+        dialects: BOTH,
+        parse: slot,
+    },
+    WordDoc {
+        words: &["schedule"],
+        usage: "schedule FILE",
+        meaning: "change the link at given instants: lines 'TIME WORDS', shapes ramp, square, \
+                  walk, and 'TIME loop' (see docs/model.md)",
+        example: "rate 10mbit schedule testdata/schedules/steps.sched",
+        dialects: BOTH,
+        parse: schedule,
+    },
+    WordDoc {
         words: &["droptail"],
         usage: "droptail",
         meaning: "tail drop, which is what linkem's queue does (for pasted lines)",
@@ -266,7 +324,6 @@ pub const UNSUPPORTED: &[(&str, &str, &str)] = &[
         "Dummynet",
         "a scheduler (a pipe word of the rules layer)",
     ),
-    ("slot", "netem", "slotted transmission"),
 ];
 
 /// Reads every word of the cursor's layer into `draft`, each by the reader of
@@ -361,6 +418,19 @@ fn rate(c: &mut Cursor<'_, '_, '_>, d: &mut Draft, at: usize) -> Result<(), Conf
     };
     c.set(d, Slot::Rate, at)?;
     d.link.rate_bps = bps;
+    d.link.trace = None;
+    Ok(())
+}
+
+fn trace(c: &mut Cursor<'_, '_, '_>, d: &mut Draft, at: usize) -> Result<(), ConfigError> {
+    let word = c.word(at);
+    let (a, name) = c.arg(word, "a trace file (mahimahi's format)")?;
+    // The loader says what it looked for; the kind of file is named here.
+    let text = (c.files)(name).map_err(|e| c.error(a, format!("{word} {e}")))?;
+    let parsed = Trace::parse(name, &text, word == "trace-once").map_err(|e| c.error(a, e))?;
+    c.set(d, Slot::Rate, at)?;
+    d.link.trace = Some(Arc::new(parsed));
+    d.link.rate_bps = None;
     Ok(())
 }
 
@@ -471,6 +541,28 @@ fn distribution(c: &mut Cursor<'_, '_, '_>, d: &mut Draft, at: usize) -> Result<
     };
     c.set(d, Slot::Distribution, at)?;
     d.distribution = Some(dist);
+    Ok(())
+}
+
+fn jitter_mode(c: &mut Cursor<'_, '_, '_>, d: &mut Draft, at: usize) -> Result<(), ConfigError> {
+    let (a, mode) = c.arg("jitter-mode", "'packet' or 'process [HOLD]'")?;
+    let hold = match mode {
+        "packet" => None,
+        "process" => Some(match c.peek().filter(|w| starts_with_digit(w)) {
+            Some(w) => {
+                c.next += 1;
+                let ns = c.time_ns(c.next - 1, w)?;
+                if ns == 0 {
+                    return Err(c.error(c.next - 1, "a hold is longer than 0"));
+                }
+                Some(ns)
+            }
+            None => None,
+        }),
+        _ => return Err(c.error(a, "jitter-mode is 'packet' or 'process [HOLD]'")),
+    };
+    c.set(d, Slot::JitterMode, at)?;
+    d.jitter_hold = hold;
     Ok(())
 }
 
@@ -633,6 +725,91 @@ fn policer(c: &mut Cursor<'_, '_, '_>, d: &mut Draft, at: usize) -> Result<(), C
     d.link.policer = Some(PolicerConfig {
         rate_bps,
         burst_bytes,
+    });
+    Ok(())
+}
+
+fn slot(c: &mut Cursor<'_, '_, '_>, d: &mut Draft, at: usize) -> Result<(), ConfigError> {
+    let mut cfg = SlotConfig {
+        min_ns: 0,
+        max_ns: 0,
+        distribution: None,
+        packets: None,
+        bytes: None,
+    };
+    if c.peek() == Some("distribution") {
+        c.next += 1;
+        let (a, name) = c.arg("slot distribution", "a distribution name or file")?;
+        let dist = match Distribution::builtin(name) {
+            Some(dist) => dist,
+            None => {
+                let text = (c.files)(name).map_err(|e| c.error(a, format!("distribution {e}")))?;
+                Distribution::parse_file(name, &text).map_err(|e| c.error(a, e))?
+            }
+        };
+        let (a, v) = c.arg("slot distribution D", "a delay such as 1ms")?;
+        let delay_ns = c.time_ns(a, v)?;
+        let (a, v) = c.arg("slot distribution D DELAY", "a jitter such as 200us")?;
+        let jitter_ns = c.time_ns(a, v)?;
+        cfg.distribution = Some((Arc::new(dist), delay_ns, jitter_ns));
+    } else {
+        let (a, v) = c.arg("slot", "a time such as 1ms")?;
+        cfg.min_ns = c.time_ns(a, v)?;
+        cfg.max_ns = cfg.min_ns;
+        if let Some(w) = c.peek().filter(|w| starts_with_digit(w)) {
+            c.next += 1;
+            cfg.max_ns = c.time_ns(c.next - 1, w)?;
+            if cfg.max_ns < cfg.min_ns {
+                return Err(c.error(c.next - 1, "the slot's MAX is below its MIN"));
+            }
+        }
+    }
+    loop {
+        match c.peek() {
+            Some("packets") if cfg.packets.is_none() => {
+                c.next += 1;
+                let (a, v) = c.arg("slot packets", "a packet count")?;
+                let n = c.unit(a, units::parse_count(v))?;
+                if n == 0 || n > u64::from(u32::MAX) {
+                    return Err(c.error(a, format!("a slot carries 1..{} packets", u32::MAX)));
+                }
+                cfg.packets = Some(n as u32);
+            }
+            Some("bytes") if cfg.bytes.is_none() => {
+                c.next += 1;
+                let (a, v) = c.arg("slot bytes", "a size such as 64KiB")?;
+                let n = c.unit(a, units::parse_size_bytes(v))?;
+                if n == 0 {
+                    return Err(c.error(a, "a slot carries at least one byte"));
+                }
+                cfg.bytes = Some(n);
+            }
+            _ => break,
+        }
+    }
+    let dist_zero = cfg
+        .distribution
+        .as_ref()
+        .is_some_and(|(_, d, j)| *d == 0 && *j == 0);
+    if cfg.max_ns == 0 && (cfg.distribution.is_none() || dist_zero) {
+        return Err(c.error(at, "a slot needs a time to the next slot above 0"));
+    }
+    c.set(d, Slot::Slots, at)?;
+    d.link.slot = Some(cfg);
+    Ok(())
+}
+
+fn schedule(c: &mut Cursor<'_, '_, '_>, d: &mut Draft, at: usize) -> Result<(), ConfigError> {
+    let (a, name) = c.arg("schedule", "a schedule file")?;
+    let text = (c.files)(name).map_err(|e| c.error(a, format!("schedule {e}")))?;
+    let (changes, period_ns) = schedule::read_lines(name, &text).map_err(|e| c.error(a, e))?;
+    c.set(d, Slot::Schedule, at)?;
+    d.schedule = Some(RawSchedule {
+        name: name.to_string(),
+        changes,
+        period_ns,
+        position: c.position(a),
+        word: name.to_string(),
     });
     Ok(())
 }

@@ -444,7 +444,7 @@ impl SchedLink {
                 t,
                 ce && v.fate == Fate::Delivered,
             ));
-            if self.link.config().rate_bps.is_some() && (clock > t || (clock == t && frac)) {
+            if self.link.config().serialises() && (clock > t || (clock == t && frac)) {
                 self.on_wire = Some((c, p.len_bytes, clock + frac as u64));
                 // Even with nothing waiting: an arrival before then waits for this packet.
                 self.next_service_ns = Some(clock);
