@@ -35,6 +35,17 @@ enum Command {
     /// direction with --a-to-b / --b-to-a (which add to and override them).
     #[command(after_help = link_words_help())]
     Bridge(Box<args::BridgeArgs>),
+    /// Run a command in a network namespace of its own whose only way out
+    /// crosses an emulated link (as mahimahi's shells do), then remove it all.
+    ///
+    /// `linkem shell delay 20ms --b-to-a delay 5ms -- ./client`: a-to-b
+    /// (--uplink) is what CMD sends, b-to-a (--downlink) what it receives.
+    /// CMD reaches the caller's namespace directly and the rest through NAT
+    /// (IPv4 and IPv6); its address is in LINKEM_SHELL_ADDR(6), the parent's
+    /// in LINKEM_SHELL_PARENT(6) and MAHIMAHI_BASE. linkem exits with CMD's
+    /// status. Needs root. Shells nest: each adds a hop.
+    #[command(after_help = link_words_help())]
+    Shell(Box<linkem::shell::ShellArgs>),
     /// Change or watch a running emulator through its control socket: its
     /// links (`link a-to-b delay 20ms loss 1%`), counters (`show`, `stats`,
     /// `watch 1s`, `zero`), batches (`-f FILE`: all or nothing), and the
@@ -70,6 +81,10 @@ fn main() {
     let result: Result<()> = match cli.command {
         Command::Replay(args) => replay::run(&args),
         Command::Bridge(args) => bridge::run(&args),
+        Command::Shell(args) => match linkem::shell::run(&args) {
+            Ok(code) => std::process::exit(code),
+            Err(e) => Err(e),
+        },
         Command::Ctl(args) => linkem::control::client::run(&args),
         Command::Probe(args) => linkem::probe::run_cli(&args),
         Command::Bench(args) => linkem::bench::run(&args),
