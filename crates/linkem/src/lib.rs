@@ -27,6 +27,7 @@ pub mod files;
 pub mod generate;
 pub mod live_events;
 pub mod live_record;
+pub mod logplot;
 pub mod mmlog;
 pub mod plot;
 pub mod probe;

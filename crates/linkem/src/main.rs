@@ -69,6 +69,10 @@ enum Command {
     /// (p99, p99.9 and worst delay beyond the Linux bridge for linkem's defaults
     /// and each backend under each real-time policy). Default: all three.
     Bench(linkem::bench::BenchArgs),
+    /// Draw throughput and per-packet delay over time from a link log in
+    /// mahimahi's format (`--uplink-log`, or mahimahi's own), as
+    /// mm-throughput-graph and mm-delay-graph do, as PNG and SVG.
+    Plot(linkem::logplot::PlotArgs),
     /// Write a synthetic capture of UDP frames (for demos, tests and benchmarks).
     Synth(synth::SynthArgs),
     /// Write the man pages or a shell's completions (for packagers).
@@ -89,6 +93,7 @@ fn main() {
         Command::Probe(args) => linkem::probe::run_cli(&args),
         Command::Bench(args) => linkem::bench::run(&args),
         Command::Synth(args) => synth::run(&args),
+        Command::Plot(args) => linkem::logplot::run(&args),
         Command::Generate(args) => linkem::generate::run(Cli::command(), &args),
     };
     if let Err(e) = result {

@@ -80,9 +80,12 @@ pub struct ShellArgs {
     /// series per direction and interval).
     #[arg(long, value_name = "SECONDS", value_parser = linkem_core::units::parse_seconds)]
     pub stats_interval: Option<f64>,
-    /// As `linkem bridge --max-lag` (default 5ms; 'off').
-    #[arg(long, value_name = "TIME")]
-    pub max_lag: Option<String>,
+    /// Drop (as 'late') a packet that cannot leave within TIME of its
+    /// release time, as `linkem bridge --max-lag` does. Default 'off' here:
+    /// a shell's packets are one command's own, and a packet the machine
+    /// sends late is sent late, never lost, as in mahimahi.
+    #[arg(long, value_name = "TIME", default_value = "off")]
+    pub max_lag: String,
     /// Link log of what CMD sends, in mahimahi's format (`mm-link --uplink-log`).
     #[arg(long = "log-a-to-b", visible_alias = "uplink-log", value_name = "FILE")]
     pub log_a_to_b: Option<PathBuf>,
@@ -200,6 +203,7 @@ pub fn run(args: &ShellArgs) -> Result<i32> {
     host.enter()
         .context("cannot return to the caller's network namespace")?;
     let (mid, inner) = built?;
+    wait_until_up(&plan, &host, &mid, &inner)?;
     let stop = Arc::new(AtomicBool::new(false));
     let mut signals = Vec::new();
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -275,7 +279,7 @@ fn bridge_args(args: &ShellArgs, plan: &Plan) -> BridgeArgs {
         stats: args.stats,
         stats_interval: args.stats_interval,
         spin_threshold: None,
-        max_lag: args.max_lag.clone(),
+        max_lag: Some(args.max_lag.clone()),
         buffer: None,
         batch: 32,
         realtime: Realtime::Out,
@@ -348,6 +352,38 @@ fn build(plan: &Plan, host: &NetNs, host_side: &mut HostSide) -> Result<(NetNs, 
         &plan.host6.to_string(),
     ])?;
     Ok((mid, inner))
+}
+
+/// Waits (up to 3 s) until every veth end is up with its carrier: the
+/// kernel turns a veth's transmit on a moment after `ip link set up`
+/// (its link watch, up to a second later), and frames sent before are lost
+/// (CMD's first ARP request would wait a second for its retry).
+fn wait_until_up(plan: &Plan, host: &NetNs, mid: &NetNs, inner: &NetNs) -> Result<()> {
+    let ends = [
+        (host, plan.host_if.as_str()),
+        (mid, plan.if_a.as_str()),
+        (mid, plan.if_b.as_str()),
+        (inner, "eth0"),
+    ];
+    let until = Instant::now() + Duration::from_secs(3);
+    for (ns, dev) in ends {
+        loop {
+            let net = format!("--net={}", ns.path());
+            let out = Command::new("nsenter")
+                .args([net.as_str(), "ip", "-o", "link", "show", "dev", dev])
+                .output()
+                .context("cannot run `nsenter` (util-linux)")?;
+            let line = String::from_utf8_lossy(&out.stdout);
+            if line.contains("state UP") && !line.contains("NO-CARRIER") {
+                break;
+            }
+            if Instant::now() > until {
+                bail!("{dev} did not come up within 3 s: {}", line.trim());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    Ok(())
 }
 
 /// What the shell added to the caller's namespace; removed on drop (the
