@@ -362,6 +362,10 @@ fn a_shell_logs_both_directions_in_mahimahis_format() {
         up.to_str().unwrap(),
         "--downlink-log",
         down.to_str().unwrap(),
+        "--stats",
+        "json",
+        "--stats-interval",
+        "0.1",
         "--",
         "ping",
         "-c",
@@ -373,6 +377,40 @@ fn a_shell_logs_both_directions_in_mahimahis_format() {
         FAR4,
     ]);
     assert!(o.status.success(), "{}", text(&o));
+    // The time series: one line per direction and 100 ms, the pings' delay in it.
+    let series: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| l.starts_with("{\"series\""))
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["series"].clone())
+        .collect();
+    for (dir, delay_ms) in [("a->b", 30.0), ("b->a", 10.0)] {
+        let mine: Vec<&serde_json::Value> =
+            series.iter().filter(|s| s["direction"] == dir).collect();
+        assert!(
+            mine.len() >= 8,
+            "{dir}: {} intervals: {}",
+            mine.len(),
+            text(&o)
+        );
+        let starts: Vec<f64> = mine
+            .iter()
+            .map(|s| s["start_s"].as_f64().unwrap())
+            .collect();
+        assert!(
+            starts.windows(2).all(|p| (p[1] - p[0] - 0.1).abs() < 1e-9),
+            "{starts:?}"
+        );
+        let delivered: u64 = mine
+            .iter()
+            .map(|s| s["delivered_packets"].as_u64().unwrap())
+            .sum();
+        assert!(delivered >= 5, "{dir}: {delivered}");
+        let max = mine
+            .iter()
+            .map(|s| s["delay_max_ms"].as_f64().unwrap())
+            .fold(0.0, f64::max);
+        assert!((delay_ms..delay_ms + 1.0).contains(&max), "{dir}: {max}");
+    }
     for (path, delay_ms) in [(&up, 30u64), (&down, 10)] {
         let log = std::fs::read_to_string(path).unwrap();
         assert!(log.contains("\n# base timestamp: 0\n"), "{log}");
