@@ -84,3 +84,41 @@ pub fn die_with_parent(cmd: &mut Command, signal: libc::c_int) {
 pub fn process_alive(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
+
+/// Makes `cmd` start in a new user namespace, where it is root (uid and gid
+/// 0 mapped to the caller's own), with a new network namespace that this
+/// user namespace owns: what an ordinary user may make without any setuid
+/// program. The process spawning `cmd` must have one thread only (the
+/// maps are written between fork and exec).
+pub fn in_user_namespace(cmd: &mut Command) {
+    // Safety: getuid/getgid cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    // Built before the fork: the child only writes prepared bytes.
+    let files: [(&'static [u8], Vec<u8>); 3] = [
+        (b"/proc/self/setgroups\0", b"deny".to_vec()),
+        (b"/proc/self/uid_map\0", format!("0 {uid} 1").into_bytes()),
+        (b"/proc/self/gid_map\0", format!("0 {gid} 1").into_bytes()),
+    ];
+    // Safety: the closure runs between fork and exec and calls only
+    // async-signal-safe functions (unshare, open, write, close) on buffers
+    // made before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            for (path, text) in &files {
+                let fd = libc::open(path.as_ptr().cast(), libc::O_WRONLY);
+                if fd < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                let n = libc::write(fd, text.as_ptr().cast(), text.len());
+                libc::close(fd);
+                if n != text.len() as isize {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+}

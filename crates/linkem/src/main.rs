@@ -43,7 +43,8 @@ enum Command {
     /// CMD reaches the caller's namespace directly and the rest through NAT
     /// (IPv4 and IPv6); its address is in LINKEM_SHELL_ADDR(6), the parent's
     /// in LINKEM_SHELL_PARENT(6) and MAHIMAHI_BASE. linkem exits with CMD's
-    /// status. Needs root. Shells nest: each adds a hop.
+    /// status. As root it uses veths; as an ordinary user, a user namespace
+    /// and pasta (passt) for the way out. Shells nest: each adds a hop.
     #[command(after_help = link_words_help())]
     Shell(Box<linkem::shell::ShellArgs>),
     /// Change or watch a running emulator through its control socket: its

@@ -33,6 +33,11 @@
 //! status (128 + N for a signal N), or 128 + N when a signal N ended the
 //! shell (CMD then gets SIGTERM, and SIGKILL 2 s later).
 //!
+//! An ordinary user: linkem starts itself again in a new user namespace
+//! (root there, mapped to the user) with a network namespace that `pasta`
+//! connects to the machine through ordinary sockets; that one is "the
+//! caller's namespace" of the layout above (see [`run_unprivileged`]).
+//!
 //! Namespaces belong to threads here (see `linkem_io::shellns`): the main
 //! thread moves between the three to configure each with `ip`, starts the
 //! bridge on a thread while in the middle one and CMD while in CMD's.
@@ -182,14 +187,18 @@ fn ip_in(ns: &NetNs, args: &[&str]) -> Result<()> {
     run_cmd("nsenter", &all)
 }
 
+/// Set in the environment of the linkem that an ordinary user's shell
+/// starts in its user namespace.
+const USERNS_ENV: &str = "LINKEM_SHELL_USERNS";
+
 /// Runs `linkem shell`; returns the exit code (CMD's status).
 pub fn run(args: &ShellArgs) -> Result<i32> {
+    let in_userns = std::env::var_os(USERNS_ENV).is_some();
     if !linkem_io::netns::is_root() {
-        bail!(
-            "linkem shell needs root here (CAP_NET_ADMIN and CAP_SYS_ADMIN to make namespaces \
-             and veths); as an ordinary user it would need a user namespace with a user-space \
-             network stack for the way out (passt/pasta), which this build does not drive yet"
-        );
+        return run_unprivileged();
+    }
+    if in_userns {
+        wait_for_pasta()?;
     }
     let plan = plan(std::process::id());
     remove_stale();
@@ -214,7 +223,14 @@ pub fn run(args: &ShellArgs) -> Result<i32> {
     }
     // The bridge starts on a thread made while in the middle namespace (its
     // threads and sockets stay there).
-    let bridge_args = bridge_args(args, &plan);
+    let mut bridge_args = bridge_args(args, &plan);
+    if in_userns {
+        // A user namespace's root has no real-time priority and no /run/linkem.
+        bridge_args.realtime = Realtime::Off;
+        if args.control.is_none() {
+            bridge_args.control.control = Some("none".into());
+        }
+    }
     let done = Arc::new(AtomicBool::new(false));
     let (started_tx, started_rx) = std::sync::mpsc::channel();
     let hooks = Hooks {
@@ -237,9 +253,14 @@ pub fn run(args: &ShellArgs) -> Result<i32> {
         return Err(e.context("linkem shell: the emulator did not start"));
     }
     drop(stop);
+    let how = if in_userns {
+        "veths in a user namespace; pasta (passt) for the way out"
+    } else {
+        "veths, as root"
+    };
     eprintln!(
         "linkem: shell {}: CMD at {} and {} (eth0), its parent at {} and {} ({}), through the \
-         emulated link (veths, as root)",
+         emulated link ({how})",
         plan.pid, plan.inner4, plan.inner6, plan.host4, plan.host6, plan.host_if
     );
     inner.enter().context("cannot enter CMD's namespace")?;
@@ -264,6 +285,92 @@ pub fn run(args: &ShellArgs) -> Result<i32> {
         }
     }
     Ok(code)
+}
+
+/// An ordinary user's shell: linkem again, as root of a new user namespace
+/// with a network namespace of its own (no setuid program), which `pasta`
+/// (passt's user-space network stack) connects to this machine's network
+/// through ordinary sockets; that linkem builds the shell as root does,
+/// with its "caller's namespace" the one pasta serves. This linkem waits
+/// for it and exits with its status.
+fn run_unprivileged() -> Result<i32> {
+    use std::os::unix::process::ExitStatusExt;
+    if Command::new("pasta").arg("--version").output().is_err() {
+        bail!(
+            "linkem shell as an ordinary user needs pasta for the way out: install passt \
+             (e.g. `apt-get install passt`), or run linkem shell as root"
+        );
+    }
+    // pasta opens the TUN device from inside the namespace, as this user.
+    if let Err(e) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/net/tun")
+    {
+        bail!(
+            "linkem shell as an ordinary user needs /dev/net/tun for pasta, and this user \
+             cannot open it ({e}; Debian makes it mode 0666), or run linkem shell as root"
+        );
+    }
+    eprintln!("linkem: shell: not root: using a user namespace, and pasta (passt) for the way out");
+    // SIGINT reaches the whole process group; the inner linkem handles it.
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())
+            .context("cannot install the signal handler")?;
+    }
+    let exe = std::env::current_exe().context("cannot find linkem's own executable")?;
+    let mut inner = Command::new(exe);
+    inner.args(std::env::args_os().skip(1)).env(USERNS_ENV, "1");
+    linkem_io::shellns::in_user_namespace(&mut inner);
+    die_with_parent(&mut inner, libc::SIGTERM);
+    let mut inner = inner.spawn().context(
+        "cannot make a user namespace (is kernel.unprivileged_userns_clone or \
+         user.max_user_namespaces 0 here?)",
+    )?;
+    let pid = inner.id().to_string();
+    let pasta = Command::new("pasta")
+        .args([
+            "--config-net",
+            "--quiet",
+            "--foreground",
+            "--no-map-gw",
+            &pid,
+        ])
+        .stdin(Stdio::null())
+        .spawn();
+    let mut pasta = match pasta {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = inner.kill();
+            let _ = inner.wait();
+            return Err(anyhow::anyhow!("cannot start pasta: {e}"));
+        }
+    };
+    let status = inner.wait()?;
+    let _ = pasta.kill();
+    let _ = pasta.wait();
+    Ok(status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+}
+
+/// In an ordinary user's shell: waits (up to 5 s) until pasta has given
+/// this namespace its way out (a default route).
+fn wait_for_pasta() -> Result<()> {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let out = Command::new("ip")
+            .args(["route", "show", "default"])
+            .output()?;
+        if !out.stdout.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > until {
+            bail!("pasta gave the user namespace no network within 5 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// The bridge's arguments for the shell's two ends.
