@@ -117,7 +117,6 @@ impl World {
 
 impl Drop for World {
     fn drop(&mut self) {
-        let _ = exec_in(&self.outer, &["pkill", "-KILL", "-f", &self.outer]);
         for ns in [&self.outer, &self.far] {
             let _ = netns::ip(&["netns", "del", ns]);
         }
