@@ -17,7 +17,8 @@
 //!   socket's peer credentials, group lookup, who started the process) and
 //!   [`sys`] (socket options, receive timestamps, signals);
 //! - [`netns`]: the network namespaces and veth pairs that the live tests,
-//!   `linkem probe` and `linkem bench` build their topologies with.
+//!   `linkem probe` and `linkem bench` build their topologies with; [`shellns`]:
+//!   the unnamed namespaces of `linkem shell`.
 
 #![warn(missing_docs)]
 
@@ -32,4 +33,5 @@ pub mod infile;
 pub mod netns;
 pub mod outfile;
 pub mod recording;
+pub mod shellns;
 pub mod sys;

@@ -172,7 +172,9 @@ pub struct BridgeArgs {
     /// Print counts as text (default) or JSON lines.
     #[arg(long, value_enum, default_value = "text")]
     pub stats: StatsFormat,
-    /// Also print the counts every SECONDS.
+    /// Also print the counts every SECONDS; with `--stats json`, also one
+    /// line per direction and interval of SECONDS (throughput, arrivals,
+    /// delay, drops, queue: the time series).
     #[arg(long, value_name = "SECONDS", value_parser = linkem_core::units::parse_seconds)]
     pub stats_interval: Option<f64>,
     /// The most the output stage spins before a release time (default 200us). It sleeps
@@ -246,6 +248,18 @@ pub struct BridgeArgs {
     #[arg(long, value_name = "SIZE", default_value = "1GiB", requires = "record",
           value_parser = parse_record_limit)]
     pub record_limit: u64,
+    /// Write a link log of IF_A -> IF_B in mahimahi's format (as `mm-link
+    /// --uplink-log`: `T + BYTES` arrivals, `T - BYTES DELAY` departures, ms),
+    /// for `linkem plot`, `mm-throughput-graph` and `mm-delay-graph`.
+    #[arg(long = "log-a-to-b", visible_alias = "uplink-log", value_name = "FILE")]
+    pub log_a_to_b: Option<PathBuf>,
+    /// The same for IF_B -> IF_A (as `mm-link --downlink-log`).
+    #[arg(
+        long = "log-b-to-a",
+        visible_alias = "downlink-log",
+        value_name = "FILE"
+    )]
+    pub log_b_to_a: Option<PathBuf>,
     /// Control socket, audit log, metrics (see `crate::control`).
     #[command(flatten)]
     pub control: ControlArgs,

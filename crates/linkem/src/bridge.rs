@@ -61,12 +61,28 @@ use std::time::{Duration, Instant};
 /// Runs `linkem bridge` until SIGINT or SIGTERM (or `--duration`), then prints
 /// the final counts.
 pub fn run(args: &BridgeArgs) -> Result<()> {
+    run_with(args, Hooks::default())
+}
+
+/// What a command that embeds the bridge (`linkem shell`) adds to its run.
+#[derive(Default)]
+pub struct Hooks {
+    /// Ends the run as SIGTERM does once set (the shell's command ended).
+    pub done: Option<Arc<AtomicBool>>,
+    /// Told once the stages run, so that traffic may start.
+    pub started: Option<std::sync::mpsc::Sender<()>>,
+    /// The command line the link logs name.
+    pub command_line: Option<String>,
+}
+
+/// [`run`] with `hooks`.
+pub fn run_with(args: &BridgeArgs, hooks: Hooks) -> Result<()> {
     if args.rules.is_some() || args.config.as_deref().is_some_and(config_has_rules) {
         let front = RulesFront::load(args)?;
-        serve_front(args, front)
+        serve_front(args, front, hooks)
     } else {
         let front = LinkFront::load(args)?;
-        serve_front(args, front)
+        serve_front(args, front, hooks)
     }
 }
 
@@ -122,6 +138,8 @@ trait Front: Sized {
     fn sighup_ignored(&self) -> Option<&'static str> {
         None
     }
+    /// What each direction's link log names as its link.
+    fn link_words(&self, args: &BridgeArgs) -> [String; 2];
 }
 
 /// Both interfaces opened: receive and send halves, and the backend used.
@@ -132,7 +150,7 @@ struct Ports {
 }
 
 /// The start-up and serving loop both models share.
-fn serve_front<F: Front>(args: &BridgeArgs, mut front: F) -> Result<()> {
+fn serve_front<F: Front>(args: &BridgeArgs, mut front: F, mut hooks: Hooks) -> Result<()> {
     let timing = timing(args)?;
     if args.if_a == args.if_b {
         bail!(
@@ -143,6 +161,16 @@ fn serve_front<F: Front>(args: &BridgeArgs, mut front: F) -> Result<()> {
     let mut outputs: Vec<FileUse> = Vec::new();
     outputs.extend(args.events.iter().map(|p| FileUse::new("--events", p)));
     outputs.extend(args.record.iter().map(|p| FileUse::new("--record", p)));
+    outputs.extend(
+        args.log_a_to_b
+            .iter()
+            .map(|p| FileUse::new("--log-a-to-b", p)),
+    );
+    outputs.extend(
+        args.log_b_to_a
+            .iter()
+            .map(|p| FileUse::new("--log-b-to-a", p)),
+    );
     check_distinct(&front.inputs(args), &outputs)?;
     if let (Some(events), Some(dir)) = (&args.events, &args.record) {
         check_events_outside(events, dir)?;
@@ -150,6 +178,14 @@ fn serve_front<F: Front>(args: &BridgeArgs, mut front: F) -> Result<()> {
     let events = match &args.events {
         Some(path) => Some(OutputFile::create(path, 1 << 20)?),
         None => None,
+    };
+    let logs = open_logs(args, &front, hooks.command_line.take())?;
+    let series = match (args.stats, args.stats_interval) {
+        (crate::StatsFormat::Json, Some(every)) => Some(crate::series::Series::new(
+            (every.max(0.001) * 1e9) as u64,
+            linkem_runtime::clock::now_ns(),
+        )),
+        _ => None,
     };
     // Created before any interface is touched, as the events file is; removed
     // again if the bridge does not start.
@@ -191,9 +227,18 @@ fn serve_front<F: Front>(args: &BridgeArgs, mut front: F) -> Result<()> {
         }
         None => (None, None),
     };
+    let (log_tap, log_writer) = match logs {
+        Some(logs) => {
+            let (tap, writer) = crate::mmlog::start(logs)?;
+            (Some(tap), Some(writer))
+        }
+        None => (None, None),
+    };
     let tap = BridgeTap {
         events: events_tap,
         record: record.as_mut().and_then(RecordSink::tap),
+        log: log_tap,
+        series: series.clone(),
     };
     let model = match front.start(args, ports, &timing, tap.boxed(), control.name.clone()) {
         Ok(model) => model,
@@ -214,11 +259,24 @@ fn serve_front<F: Front>(args: &BridgeArgs, mut front: F) -> Result<()> {
     let model = Arc::new(model);
     let server = control.start(model.clone());
     let started = Instant::now();
+    if let Some(tx) = hooks.started.take() {
+        let _ = tx.send(());
+    }
     let mut sinks = Sinks {
         events: writer.as_ref(),
         record: record.as_mut(),
+        series: series.as_ref(),
     };
-    let served = serve(args, &front, &model, started, &stop, &reload, &mut sinks);
+    let done = hooks.done.clone().unwrap_or_default();
+    let served = serve(
+        args,
+        &front,
+        &model,
+        started,
+        [&stop, &done],
+        &reload,
+        &mut sinks,
+    );
     // control: stop the control threads (removes the socket), then the stages.
     drop(server);
     let model = Arc::try_unwrap(model)
@@ -226,9 +284,15 @@ fn serve_front<F: Front>(args: &BridgeArgs, mut front: F) -> Result<()> {
     let tap = front.finish(args, model, writer.as_ref())?;
     // Dropping the tap ends the events channel and hands the recorder back.
     drop(tap);
+    if let Some(series) = &series {
+        print_series(series, true);
+    }
     let recorded = record.map(RecordSink::finish);
     if let Some(w) = writer {
         finish_events(w)?;
+    }
+    if let Some(w) = log_writer {
+        finish_logs(w)?;
     }
     recorded.transpose()?;
     served
@@ -274,6 +338,66 @@ fn check_events_outside(events: &Path, dir: &Path) -> Result<()> {
 struct Sinks<'a> {
     events: Option<&'a EventsWriter<OutputFile>>,
     record: Option<&'a mut RecordSink>,
+    series: Option<&'a crate::series::Series>,
+}
+
+/// Opens the link logs asked for (before any interface is touched, as the
+/// events file is), with their headers.
+fn open_logs<F: Front>(
+    args: &BridgeArgs,
+    front: &F,
+    command_line: Option<String>,
+) -> Result<Option<[Option<crate::mmlog::MmLog<OutputFile>>; 2]>> {
+    if args.log_a_to_b.is_none() && args.log_b_to_a.is_none() {
+        return Ok(None);
+    }
+    let init_ms = linkem_runtime::clock::now_ns() / 1_000_000;
+    let command_line =
+        command_line.unwrap_or_else(|| std::env::args().collect::<Vec<_>>().join(" "));
+    let words = front.link_words(args);
+    let open =
+        |path: &Option<PathBuf>, i: usize| -> Result<Option<crate::mmlog::MmLog<OutputFile>>> {
+            let Some(path) = path else { return Ok(None) };
+            let header = crate::mmlog::LogHeader {
+                link_name: ["uplink", "downlink"][i].into(),
+                link: words[i].clone(),
+                file: path.display().to_string(),
+                command_line: command_line.clone(),
+                init_ms,
+            };
+            let file = OutputFile::create(path, 1 << 20)?;
+            let log = crate::mmlog::MmLog::new(file, &header)
+                .with_context(|| format!("cannot write the link log {}", path.display()))?;
+            Ok(Some(log))
+        };
+    Ok(Some([
+        open(&args.log_a_to_b, 0)?,
+        open(&args.log_b_to_a, 1)?,
+    ]))
+}
+
+/// Waits for the link logs' writer and commits the files.
+fn finish_logs(writer: crate::mmlog::LogWriter<OutputFile>) -> Result<()> {
+    let (files, skipped) = writer.finish().context("cannot write the link log")?;
+    for file in files.into_iter().flatten() {
+        file.commit()?;
+    }
+    if skipped > 0 {
+        eprintln!(
+            "linkem: link log: {skipped} decisions have no lines (the writer fell behind; \
+             the log is incomplete)"
+        );
+    }
+    Ok(())
+}
+
+/// Prints the time series' settled intervals (all of them when `last`).
+fn print_series(series: &crate::series::Series, last: bool) {
+    let every = series.interval_s();
+    for (side, start_s, bin) in series.take(linkem_runtime::clock::now_ns(), last) {
+        let line = crate::series::Series::json(["a->b", "b->a"][side], start_s, every, &bin);
+        println!("{line}");
+    }
 }
 
 /// Waits for the events writer; says how many decisions have no line.
@@ -335,7 +459,7 @@ fn serve<F: Front>(
     front: &F,
     model: &Model,
     started: Instant,
-    stop: &AtomicBool,
+    stop: [&AtomicBool; 2],
     reload: &AtomicBool,
     sinks: &mut Sinks<'_>,
 ) -> Result<()> {
@@ -343,7 +467,7 @@ fn serve<F: Front>(
     let mut next_print = args
         .stats_interval
         .map(|s| started + Duration::from_secs_f64(s.max(0.1)));
-    while !stop.load(Ordering::Relaxed) {
+    while !stop.iter().any(|s| s.load(Ordering::Relaxed)) {
         std::thread::sleep(Duration::from_millis(20));
         if let Some(d) = args.duration {
             if started.elapsed().as_secs_f64() >= d {
@@ -390,6 +514,9 @@ fn serve<F: Front>(
                 );
                 next_print = Some(at + Duration::from_secs_f64(every.max(0.1)));
             }
+        }
+        if let Some(series) = sinks.series {
+            print_series(series, false);
         }
     }
     Ok(())
@@ -677,6 +804,10 @@ impl Front for LinkFront {
         self.forward_only
             .then_some("--forward-only has no link to change")
     }
+
+    fn link_words(&self, _args: &BridgeArgs) -> [String; 2] {
+        self.specs.each_ref().map(|s| s.link.to_string())
+    }
 }
 
 // ---- A node of rules: --rules ----
@@ -940,6 +1071,15 @@ impl Front for RulesFront {
             args.stats, &bridge, &stats, started, self.seed, true, skipped,
         );
         Ok(tap)
+    }
+
+    fn link_words(&self, args: &BridgeArgs) -> [String; 2] {
+        let file = args.rules.as_ref().or(args.config.as_ref());
+        let what = format!(
+            "rules {}",
+            file.map(|f| f.display().to_string()).unwrap_or_default()
+        );
+        [what.clone(), what]
     }
 }
 

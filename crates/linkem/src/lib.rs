@@ -27,11 +27,15 @@ pub mod files;
 pub mod generate;
 pub mod live_events;
 pub mod live_record;
+pub mod logplot;
+pub mod mmlog;
 pub mod plot;
 pub mod probe;
 pub mod process;
 pub mod render;
 pub mod replay;
+pub mod series;
+pub mod shell;
 pub mod synth;
 
 /// How counts are printed.

@@ -91,12 +91,20 @@ pub struct BridgeTap {
     pub events: Option<EventsTap>,
     /// `--record`.
     pub record: Option<RecordTap>,
+    /// `--log-a-to-b`, `--log-b-to-a`.
+    pub log: Option<crate::mmlog::LogTap>,
+    /// The time series of `--stats json --stats-interval`.
+    pub series: Option<crate::series::Series>,
 }
 
 impl BridgeTap {
     /// The tap for the stage, or None when neither output is asked for.
     pub fn boxed(self) -> Option<Box<dyn Tap>> {
-        if self.events.is_none() && self.record.is_none() {
+        if self.events.is_none()
+            && self.record.is_none()
+            && self.log.is_none()
+            && self.series.is_none()
+        {
             return None;
         }
         Some(Box::new(self))
@@ -115,6 +123,12 @@ impl Tap for BridgeTap {
     fn decision(&mut self, arrival_ns: u64, len_bytes: u32, d: &Decision) {
         if let Some(e) = self.events.as_mut() {
             e.decision(arrival_ns, len_bytes, d);
+        }
+        if let Some(l) = self.log.as_mut() {
+            l.decision(arrival_ns, len_bytes, d);
+        }
+        if let Some(s) = self.series.as_mut() {
+            s.add(arrival_ns, len_bytes, d);
         }
     }
 
@@ -325,6 +339,8 @@ mod tests {
         let mut tap = BridgeTap {
             events: None,
             record: sink.tap(),
+            log: None,
+            series: None,
         };
         tap.frame(Side::A, 10, &[1; 60]);
         tap.changes(11, &[link("delay 3ms")]);
@@ -380,6 +396,8 @@ mod tests {
         let mut tap = BridgeTap {
             events: None,
             record: sink.tap(),
+            log: None,
+            series: None,
         };
         for k in 0..100 {
             tap.frame(Side::A, k, &[0; 100]);

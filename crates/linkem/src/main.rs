@@ -35,6 +35,18 @@ enum Command {
     /// direction with --a-to-b / --b-to-a (which add to and override them).
     #[command(after_help = link_words_help())]
     Bridge(Box<args::BridgeArgs>),
+    /// Run a command in a network namespace of its own whose only way out
+    /// crosses an emulated link (as mahimahi's shells do), then remove it all.
+    ///
+    /// `linkem shell delay 20ms --b-to-a delay 5ms -- ./client`: a-to-b
+    /// (--uplink) is what CMD sends, b-to-a (--downlink) what it receives.
+    /// CMD reaches the caller's namespace directly and the rest through NAT
+    /// (IPv4 and IPv6); its address is in LINKEM_SHELL_ADDR(6), the parent's
+    /// in LINKEM_SHELL_PARENT(6) and MAHIMAHI_BASE. linkem exits with CMD's
+    /// status. As root it uses veths; as an ordinary user, a user namespace
+    /// and pasta (passt) for the way out. Shells nest: each adds a hop.
+    #[command(after_help = link_words_help())]
+    Shell(Box<linkem::shell::ShellArgs>),
     /// Change or watch a running emulator through its control socket: its
     /// links (`link a-to-b delay 20ms loss 1%`), counters (`show`, `stats`,
     /// `watch 1s`, `zero`), batches (`-f FILE`: all or nothing), and the
@@ -58,6 +70,10 @@ enum Command {
     /// (p99, p99.9 and worst delay beyond the Linux bridge for linkem's defaults
     /// and each backend under each real-time policy). Default: all three.
     Bench(linkem::bench::BenchArgs),
+    /// Draw throughput and per-packet delay over time from a link log in
+    /// mahimahi's format (`--uplink-log`, or mahimahi's own), as
+    /// mm-throughput-graph and mm-delay-graph do, as PNG and SVG.
+    Plot(linkem::logplot::PlotArgs),
     /// Write a synthetic capture of UDP frames (for demos, tests and benchmarks).
     Synth(synth::SynthArgs),
     /// Write the man pages or a shell's completions (for packagers).
@@ -70,10 +86,15 @@ fn main() {
     let result: Result<()> = match cli.command {
         Command::Replay(args) => replay::run(&args),
         Command::Bridge(args) => bridge::run(&args),
+        Command::Shell(args) => match linkem::shell::run(&args) {
+            Ok(code) => std::process::exit(code),
+            Err(e) => Err(e),
+        },
         Command::Ctl(args) => linkem::control::client::run(&args),
         Command::Probe(args) => linkem::probe::run_cli(&args),
         Command::Bench(args) => linkem::bench::run(&args),
         Command::Synth(args) => synth::run(&args),
+        Command::Plot(args) => linkem::logplot::run(&args),
         Command::Generate(args) => linkem::generate::run(Cli::command(), &args),
     };
     if let Err(e) = result {

@@ -14,14 +14,14 @@ use std::sync::Once;
 static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
 static REGISTER: Once = Once::new();
 
-fn register_font() {
+pub(crate) fn register_font() {
     REGISTER.call_once(|| {
         // The bundled font is a valid TrueType file; failing here is a build defect.
         let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, FONT);
     });
 }
 
-const COLORS: [RGBColor; 6] = [
+pub(crate) const COLORS: [RGBColor; 6] = [
     RGBColor(31, 119, 180),
     RGBColor(214, 39, 40),
     RGBColor(44, 160, 44),
@@ -121,10 +121,10 @@ where
 }
 
 /// Plot size in pixels.
-const SIZE: (u32, u32) = (900, 560);
+pub(crate) const SIZE: (u32, u32) = (900, 560);
 
 /// Draws with `draw` into an RGB buffer and encodes it as PNG.
-fn render_png(
+pub(crate) fn render_png(
     draw: impl FnOnce(DrawingArea<BitMapBackend<'_>, Shift>) -> Result<()>,
 ) -> Result<Vec<u8>> {
     let mut rgb = vec![0u8; SIZE.0 as usize * SIZE.1 as usize * 3];
@@ -142,7 +142,7 @@ fn render_png(
 }
 
 /// Draws with `draw` into an SVG document.
-fn render_svg(
+pub(crate) fn render_svg(
     draw: impl FnOnce(DrawingArea<SVGBackend<'_>, Shift>) -> Result<()>,
 ) -> Result<String> {
     let mut svg = String::new();
@@ -195,7 +195,7 @@ pub fn is_plot_file(name: &str, stem_ok: impl Fn(&str) -> bool) -> bool {
 
 /// Writes `STEM.png` and `STEM.svg` under linkem's rule for output files
 /// (`linkem_io::outfile`): drawn in memory, then each replaced in one step.
-fn write_both(stem: &Path, png: &[u8], svg: &str) -> Result<()> {
+pub(crate) fn write_both(stem: &Path, png: &[u8], svg: &str) -> Result<()> {
     outfile::write_all(&stem.with_extension("png"), png)?;
     outfile::write_all(&stem.with_extension("svg"), svg.as_bytes())?;
     Ok(())

@@ -21,6 +21,7 @@ fn help_lists_the_words_of_the_table() {
         &["--help"][..],
         &["replay", "--help"],
         &["bridge", "--help"],
+        &["shell", "--help"],
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_linkem"))
             .args(sub)

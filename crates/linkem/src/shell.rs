@@ -1,0 +1,713 @@
+//! `linkem shell [WORDS] [--a-to-b WORDS] [--b-to-a WORDS] [--rules FILE] --
+//! CMD...`: runs CMD in a network namespace of its own whose only way out
+//! crosses an emulated link, as mahimahi's shells do, through the bridge
+//! command's own code ([`crate::bridge::run_with`]) and live stage.
+//!
+//! ```text
+//!  CMD's namespace (new)      middle namespace (new)                  the caller's namespace
+//!  eth0 IN4/30, IN6/64 <-veth-> lkaPID ~linkem bridge~ lkbPID <-veth-> lksPID HOST4/30, HOST6/64
+//!  default via HOST4/HOST6                                             routes; NAT to the rest
+//! ```
+//!
+//! Side a is CMD's: a-to-b is what CMD sends (mahimahi's uplink). Addresses
+//! come from the pid P of linkem (so nested shells, each a process of its
+//! own, differ): IPv4 100.64.0.0/10 (RFC 6598 shared space, as mahimahi
+//! uses) split in /30s, subnet index P mod 2²⁰, HOST4 = .1, IN4 = .2; IPv6
+//! fd6c:6b6d:P₁:P₀::/64 (P's upper and lower 16 bits), HOST6 = ::1, IN6 =
+//! ::2. The caller's namespace reaches CMD's addresses directly (a server in
+//! the shell is reachable from its parent: CMD gets `LINKEM_SHELL_ADDR`,
+//! `LINKEM_SHELL_ADDR6`, and the parent's side as `LINKEM_SHELL_PARENT`,
+//! `LINKEM_SHELL_PARENT6` and mahimahi's `MAHIMAHI_BASE`); CMD reaches
+//! the rest through masquerading (iptables/ip6tables rules commented
+//! `linkem-shell-P`) and forwarding, which the shell turns on in the
+//! caller's namespace. DNS needs nothing more while the resolver in
+//! /etc/resolv.conf is not a loopback address (the shell warns when it is).
+//!
+//! Clean-up: the middle namespace has no name and is held only by linkem
+//! (its threads, sockets, a descriptor): when linkem ends, even by SIGKILL,
+//! it goes, and its veths with their peers `eth0` and `lksP`; CMD gets
+//! SIGKILL when linkem dies (`PR_SET_PDEATHSIG`). What may stay after a
+//! SIGKILL are the iptables rules, which the next `linkem shell` removes
+//! (their comment names a pid no longer alive). At a normal end, SIGINT or
+//! SIGTERM, everything is removed before linkem exits; it exits with CMD's
+//! status (128 + N for a signal N), or 128 + N when a signal N ended the
+//! shell (CMD then gets SIGTERM, and SIGKILL 2 s later).
+//!
+//! An ordinary user: linkem starts itself again in a new user namespace
+//! (root there, mapped to the user) with a network namespace that `pasta`
+//! connects to the machine through ordinary sockets; that one is "the
+//! caller's namespace" of the layout above (see [`run_unprivileged`]).
+//!
+//! Namespaces belong to threads here (see `linkem_io::shellns`): the main
+//! thread moves between the three to configure each with `ip`, starts the
+//! bridge on a thread while in the middle one and CMD while in CMD's.
+
+use crate::args::{BridgeArgs, Realtime};
+use crate::backend::BackendKind;
+use crate::bridge::Hooks;
+use crate::control::ControlArgs;
+use crate::StatsFormat;
+use anyhow::{bail, Context, Result};
+use linkem_io::shellns::{die_with_parent, process_alive, NetNs};
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// `linkem shell`'s arguments.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ShellArgs {
+    /// Link words for both directions, e.g. `delay 20ms rate 10mbit`.
+    pub words: Vec<String>,
+    /// Link words for what CMD sends (mahimahi's uplink) only.
+    #[arg(long = "a-to-b", visible_alias = "uplink", num_args = 1.., value_name = "WORDS")]
+    pub a_to_b: Vec<String>,
+    /// Link words for what CMD receives (mahimahi's downlink) only.
+    #[arg(long = "b-to-a", visible_alias = "downlink", num_args = 1.., value_name = "WORDS")]
+    pub b_to_a: Vec<String>,
+    /// TOML file of link words (as `linkem bridge --config`).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// ipfw/dnctl rules and Dummynet pipes instead of link words (as
+    /// `linkem bridge --rules`; `in`/`a-to-b` is what CMD sends).
+    #[arg(long = "rules", value_name = "FILE")]
+    pub rules: Option<PathBuf>,
+    /// Packet I/O of the emulator (as `linkem bridge --backend`).
+    #[arg(long, value_enum, default_value = "packet")]
+    pub backend: BackendKind,
+    /// Print the emulator's counts at the end (text or JSON lines, on
+    /// stdout after CMD's output); none by default.
+    #[arg(long, value_enum, default_value = "none")]
+    pub stats: StatsFormat,
+    /// Also print the counts every SECONDS (with `--stats json`, the time
+    /// series per direction and interval).
+    #[arg(long, value_name = "SECONDS", value_parser = linkem_core::units::parse_seconds)]
+    pub stats_interval: Option<f64>,
+    /// Drop (as 'late') a packet that cannot leave within TIME of its
+    /// release time, as `linkem bridge --max-lag` does. Default 'off' here:
+    /// a shell's packets are one command's own, and a packet the machine
+    /// sends late is sent late, never lost, as in mahimahi.
+    #[arg(long, value_name = "TIME", default_value = "off")]
+    pub max_lag: String,
+    /// Link log of what CMD sends, in mahimahi's format (`mm-link --uplink-log`).
+    #[arg(long = "log-a-to-b", visible_alias = "uplink-log", value_name = "FILE")]
+    pub log_a_to_b: Option<PathBuf>,
+    /// Link log of what CMD receives (`mm-link --downlink-log`).
+    #[arg(
+        long = "log-b-to-a",
+        visible_alias = "downlink-log",
+        value_name = "FILE"
+    )]
+    pub log_b_to_a: Option<PathBuf>,
+    /// One line per decision of the model (as `linkem bridge --events`).
+    #[arg(long, value_name = "FILE")]
+    pub events: Option<PathBuf>,
+    /// Control socket (default /run/linkem/shell-PID.sock; 'none'): `linkem
+    /// ctl shell-PID link a-to-b delay 50ms` changes the link while CMD runs.
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<String>,
+    /// The command to run and its arguments (after `--`).
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+/// The names and addresses of the shell of linkem's process `pid`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    pub pid: u32,
+    /// The emulator's ends in the middle namespace (a: CMD's side).
+    pub if_a: String,
+    pub if_b: String,
+    /// The caller's end.
+    pub host_if: String,
+    pub host4: Ipv4Addr,
+    pub inner4: Ipv4Addr,
+    pub host6: Ipv6Addr,
+    pub inner6: Ipv6Addr,
+    /// The rules' comment.
+    pub tag: String,
+}
+
+/// The /30 of 100.64.0.0/10 and the /64 of fd6c:6b6d::/32 that `pid` gets.
+pub fn plan(pid: u32) -> Plan {
+    let base = u32::from(Ipv4Addr::new(100, 64, 0, 0)) + ((pid & 0xF_FFFF) << 2);
+    let net6 = |host: u16| {
+        Ipv6Addr::new(
+            0xfd6c,
+            0x6b6d,
+            (pid >> 16) as u16,
+            pid as u16,
+            0,
+            0,
+            0,
+            host,
+        )
+    };
+    Plan {
+        pid,
+        if_a: format!("lka{pid}"),
+        if_b: format!("lkb{pid}"),
+        host_if: format!("lks{pid}"),
+        host4: Ipv4Addr::from(base + 1),
+        inner4: Ipv4Addr::from(base + 2),
+        host6: net6(1),
+        inner6: net6(2),
+        tag: format!("linkem-shell-{pid}"),
+    }
+}
+
+/// Runs a program to completion; an error names the command and its stderr.
+fn run_cmd(program: &str, args: &[&str]) -> Result<()> {
+    let out = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("cannot run `{program}` (is it installed?)"))?;
+    if !out.status.success() {
+        bail!(
+            "`{program} {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+fn ip(args: &[&str]) -> Result<()> {
+    run_cmd("ip", args)
+}
+
+/// `ip ARGS` in namespace `ns` (while the calling thread is elsewhere).
+fn ip_in(ns: &NetNs, args: &[&str]) -> Result<()> {
+    let net = format!("--net={}", ns.path());
+    let mut all = vec![net.as_str(), "ip"];
+    all.extend_from_slice(args);
+    run_cmd("nsenter", &all)
+}
+
+/// Set in the environment of the linkem that an ordinary user's shell
+/// starts in its user namespace.
+const USERNS_ENV: &str = "LINKEM_SHELL_USERNS";
+
+/// Runs `linkem shell`; returns the exit code (CMD's status).
+pub fn run(args: &ShellArgs) -> Result<i32> {
+    let in_userns = std::env::var_os(USERNS_ENV).is_some();
+    if !linkem_io::netns::is_root() {
+        return run_unprivileged();
+    }
+    if in_userns {
+        wait_for_pasta()?;
+    }
+    let plan = plan(std::process::id());
+    remove_stale();
+    let host = NetNs::current().context("cannot open this thread's network namespace")?;
+    let mut host_side = HostSide {
+        plan: plan.clone(),
+        rules: Vec::new(),
+    };
+    let built = build(&plan, &host, &mut host_side);
+    // Whatever happened, the main thread works in the caller's namespace from here.
+    host.enter()
+        .context("cannot return to the caller's network namespace")?;
+    let (mid, inner) = built?;
+    wait_until_up(&plan, &host, &mid, &inner)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut signals = Vec::new();
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        let flag = Arc::new(AtomicBool::new(false));
+        signal_hook::flag::register(sig, flag.clone())
+            .context("cannot install the signal handler")?;
+        signals.push((sig, flag));
+    }
+    // The bridge starts on a thread made while in the middle namespace (its
+    // threads and sockets stay there).
+    let mut bridge_args = bridge_args(args, &plan);
+    if in_userns {
+        // A user namespace's root has no real-time priority and no /run/linkem.
+        bridge_args.realtime = Realtime::Off;
+        if args.control.is_none() {
+            bridge_args.control.control = Some("none".into());
+        }
+    }
+    let done = Arc::new(AtomicBool::new(false));
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let hooks = Hooks {
+        done: Some(done.clone()),
+        started: Some(started_tx),
+        command_line: Some(std::env::args().collect::<Vec<_>>().join(" ")),
+    };
+    mid.enter().context("cannot enter the middle namespace")?;
+    let bridge = std::thread::Builder::new()
+        .name("linkem-shell-bridge".into())
+        .spawn(move || crate::bridge::run_with(&bridge_args, hooks));
+    host.enter()?;
+    let bridge = bridge.context("cannot start the emulator's thread")?;
+    if started_rx.recv().is_err() {
+        // The bridge ended before it started: its error says why.
+        let e = match bridge.join() {
+            Ok(Err(e)) => e,
+            _ => anyhow::anyhow!("the emulator did not start"),
+        };
+        return Err(e.context("linkem shell: the emulator did not start"));
+    }
+    drop(stop);
+    let how = if in_userns {
+        "veths in a user namespace; pasta (passt) for the way out"
+    } else {
+        "veths, as root"
+    };
+    eprintln!(
+        "linkem: shell {}: CMD at {} and {} (eth0), its parent at {} and {} ({}), through the \
+         emulated link ({how})",
+        plan.pid, plan.inner4, plan.inner6, plan.host4, plan.host6, plan.host_if
+    );
+    inner.enter().context("cannot enter CMD's namespace")?;
+    let child = spawn_command(args, &plan);
+    host.enter()?;
+    let code = match child {
+        Ok(child) => wait_command(child, &signals, &bridge),
+        Err(e) => Err(e),
+    };
+    done.store(true, Ordering::Relaxed);
+    let served = bridge
+        .join()
+        .map_err(|_| anyhow::anyhow!("the emulator's thread panicked"))?;
+    drop(inner);
+    drop(mid);
+    drop(host_side);
+    let code = code?;
+    if let Err(e) = served {
+        // A signal ended the bridge (the shell then reports it), or an error did.
+        if e.downcast_ref::<crate::Interrupted>().is_none() {
+            return Err(e);
+        }
+    }
+    Ok(code)
+}
+
+/// An ordinary user's shell: linkem again, as root of a new user namespace
+/// with a network namespace of its own (no setuid program), which `pasta`
+/// (passt's user-space network stack) connects to this machine's network
+/// through ordinary sockets; that linkem builds the shell as root does,
+/// with its "caller's namespace" the one pasta serves. This linkem waits
+/// for it and exits with its status.
+fn run_unprivileged() -> Result<i32> {
+    use std::os::unix::process::ExitStatusExt;
+    if Command::new("pasta").arg("--version").output().is_err() {
+        bail!(
+            "linkem shell as an ordinary user needs pasta for the way out: install passt \
+             (e.g. `apt-get install passt`), or run linkem shell as root"
+        );
+    }
+    // pasta opens the TUN device from inside the namespace, as this user.
+    if let Err(e) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/net/tun")
+    {
+        bail!(
+            "linkem shell as an ordinary user needs /dev/net/tun for pasta, and this user \
+             cannot open it ({e}; Debian makes it mode 0666), or run linkem shell as root"
+        );
+    }
+    eprintln!("linkem: shell: not root: using a user namespace, and pasta (passt) for the way out");
+    // SIGINT reaches the whole process group; the inner linkem handles it.
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())
+            .context("cannot install the signal handler")?;
+    }
+    let exe = std::env::current_exe().context("cannot find linkem's own executable")?;
+    let mut inner = Command::new(exe);
+    inner.args(std::env::args_os().skip(1)).env(USERNS_ENV, "1");
+    linkem_io::shellns::in_user_namespace(&mut inner);
+    die_with_parent(&mut inner, libc::SIGTERM);
+    let mut inner = inner.spawn().context(
+        "cannot make a user namespace (is kernel.unprivileged_userns_clone or \
+         user.max_user_namespaces 0 here?)",
+    )?;
+    let pid = inner.id().to_string();
+    let pasta = Command::new("pasta")
+        .args([
+            "--config-net",
+            "--quiet",
+            "--foreground",
+            "--no-map-gw",
+            &pid,
+        ])
+        .stdin(Stdio::null())
+        .spawn();
+    let mut pasta = match pasta {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = inner.kill();
+            let _ = inner.wait();
+            return Err(anyhow::anyhow!("cannot start pasta: {e}"));
+        }
+    };
+    let status = inner.wait()?;
+    let _ = pasta.kill();
+    let _ = pasta.wait();
+    Ok(status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+}
+
+/// In an ordinary user's shell: waits (up to 5 s) until pasta has given
+/// this namespace its way out (a default route).
+fn wait_for_pasta() -> Result<()> {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let out = Command::new("ip")
+            .args(["route", "show", "default"])
+            .output()?;
+        if !out.stdout.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > until {
+            bail!("pasta gave the user namespace no network within 5 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The bridge's arguments for the shell's two ends.
+fn bridge_args(args: &ShellArgs, plan: &Plan) -> BridgeArgs {
+    BridgeArgs {
+        if_a: plan.if_a.clone(),
+        if_b: plan.if_b.clone(),
+        words: args.words.clone(),
+        a_to_b: args.a_to_b.clone(),
+        b_to_a: args.b_to_a.clone(),
+        config: args.config.clone(),
+        backend: args.backend,
+        stats: args.stats,
+        stats_interval: args.stats_interval,
+        spin_threshold: None,
+        max_lag: Some(args.max_lag.clone()),
+        buffer: None,
+        batch: 32,
+        realtime: Realtime::Out,
+        duration: None,
+        rules: args.rules.clone(),
+        max_flows: linkem_core::pipe::DEFAULT_MAX_FLOWS,
+        max_flow_memory: 512 << 20,
+        forward_only: false,
+        events: args.events.clone(),
+        record: None,
+        record_limit: 1 << 30,
+        log_a_to_b: args.log_a_to_b.clone(),
+        log_b_to_a: args.log_b_to_a.clone(),
+        control: ControlArgs {
+            name: Some(format!("shell-{}", plan.pid)),
+            control: args.control.clone(),
+            ..ControlArgs::default()
+        },
+    }
+}
+
+/// Makes the two namespaces and the veths, and configures all three
+/// namespaces; leaves the calling thread anywhere (the caller returns).
+fn build(plan: &Plan, host: &NetNs, host_side: &mut HostSide) -> Result<(NetNs, NetNs)> {
+    let pid = plan.pid.to_string();
+    let mid = NetNs::unshare().context("cannot make a network namespace (needs CAP_SYS_ADMIN)")?;
+    let inner = NetNs::unshare().context("cannot make a network namespace")?;
+    // In CMD's namespace: its end, then the emulator's end moved to the middle.
+    ip(&["link", "set", "lo", "up"])?;
+    ip(&[
+        "link", "add", "eth0", "type", "veth", "peer", "name", &plan.if_a,
+    ])?;
+    mid.enter()?;
+    ip_in(&inner, &["link", "set", &plan.if_a, "netns", &pid])?;
+    ip(&[
+        "link",
+        "add",
+        &plan.if_b,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        &plan.host_if,
+    ])?;
+    for end in [&plan.if_a, &plan.if_b] {
+        // Silent ends: no addresses, no IPv6 link-local, no ARP from the middle.
+        ip(&["link", "set", end, "addrgenmode", "none"])?;
+        ip(&["link", "set", end, "arp", "off", "up"])?;
+    }
+    ip(&["link", "set", "lo", "up"])?;
+    host.enter()?;
+    ip_in(&mid, &["link", "set", &plan.host_if, "netns", &pid])?;
+    let (h4, h6) = (format!("{}/30", plan.host4), format!("{}/64", plan.host6));
+    ip(&["addr", "add", &h4, "dev", &plan.host_if])?;
+    ip(&["-6", "addr", "add", &h6, "dev", &plan.host_if, "nodad"])?;
+    ip(&["link", "set", &plan.host_if, "up"])?;
+    host_side.route_out()?;
+    inner.enter()?;
+    let (i4, i6) = (format!("{}/30", plan.inner4), format!("{}/64", plan.inner6));
+    ip(&["addr", "add", &i4, "dev", "eth0"])?;
+    ip(&["-6", "addr", "add", &i6, "dev", "eth0", "nodad"])?;
+    ip(&["link", "set", "eth0", "up"])?;
+    ip(&["route", "add", "default", "via", &plan.host4.to_string()])?;
+    ip(&[
+        "-6",
+        "route",
+        "add",
+        "default",
+        "via",
+        &plan.host6.to_string(),
+    ])?;
+    Ok((mid, inner))
+}
+
+/// Waits (up to 3 s) until every veth end is up with its carrier: the
+/// kernel turns a veth's transmit on a moment after `ip link set up`
+/// (its link watch, up to a second later), and frames sent before are lost
+/// (CMD's first ARP request would wait a second for its retry).
+fn wait_until_up(plan: &Plan, host: &NetNs, mid: &NetNs, inner: &NetNs) -> Result<()> {
+    let ends = [
+        (host, plan.host_if.as_str()),
+        (mid, plan.if_a.as_str()),
+        (mid, plan.if_b.as_str()),
+        (inner, "eth0"),
+    ];
+    let until = Instant::now() + Duration::from_secs(3);
+    for (ns, dev) in ends {
+        loop {
+            let net = format!("--net={}", ns.path());
+            let out = Command::new("nsenter")
+                .args([net.as_str(), "ip", "-o", "link", "show", "dev", dev])
+                .output()
+                .context("cannot run `nsenter` (util-linux)")?;
+            let line = String::from_utf8_lossy(&out.stdout);
+            if line.contains("state UP") && !line.contains("NO-CARRIER") {
+                break;
+            }
+            if Instant::now() > until {
+                bail!("{dev} did not come up within 3 s: {}", line.trim());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    Ok(())
+}
+
+/// What the shell added to the caller's namespace; removed on drop (the
+/// calling thread must be in that namespace then).
+struct HostSide {
+    plan: Plan,
+    /// (program, table, rule spec after the chain) installed.
+    rules: Vec<(&'static str, &'static str, Vec<String>)>,
+}
+
+impl HostSide {
+    /// Forwarding on, masquerading and FORWARD acceptance for the shell's subnets.
+    fn route_out(&mut self) -> Result<()> {
+        for (path, what) in [
+            ("/proc/sys/net/ipv4/ip_forward", "IPv4"),
+            ("/proc/sys/net/ipv6/conf/all/forwarding", "IPv6"),
+        ] {
+            let now = std::fs::read_to_string(path).unwrap_or_default();
+            if now.trim() != "1" {
+                std::fs::write(path, "1")
+                    .with_context(|| format!("cannot turn {what} forwarding on ({path})"))?;
+                eprintln!("linkem: shell: turned {what} forwarding on ({path}) for the way out");
+            }
+        }
+        let p = &self.plan;
+        let sub4 = format!("{}/30", Ipv4Addr::from(u32::from(p.host4) - 1));
+        let sub6 = format!("{}/64", {
+            let s = p.host6.segments();
+            Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0)
+        });
+        for (program, sub) in [("iptables", sub4), ("ip6tables", sub6)] {
+            let hif = p.host_if.clone();
+            let tag = p.tag.clone();
+            let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+            let specs = [
+                (
+                    "nat",
+                    "POSTROUTING",
+                    s(&["-s", &sub, "!", "-o", &hif, "-j", "MASQUERADE"]),
+                ),
+                ("filter", "FORWARD", s(&["-i", &hif, "-j", "ACCEPT"])),
+                ("filter", "FORWARD", s(&["-o", &hif, "-j", "ACCEPT"])),
+            ];
+            for (table, chain, mut spec) in specs {
+                spec.extend(s(&["-m", "comment", "--comment", &tag]));
+                let mut argv = s(&["-w", "-t", table, "-I", chain]);
+                argv.extend(spec.iter().cloned());
+                let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+                if let Err(e) = run_cmd(program, &argv) {
+                    eprintln!(
+                        "linkem: shell: {e}: CMD reaches its parent's namespace only, not beyond"
+                    );
+                    continue;
+                }
+                let mut kept = vec![chain.to_string()];
+                kept.extend(spec);
+                self.rules.push((program, table, kept));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for HostSide {
+    fn drop(&mut self) {
+        for (program, table, spec) in self.rules.drain(..).rev() {
+            let mut argv = vec!["-w", "-t", table, "-D"];
+            argv.extend(spec.iter().map(String::as_str));
+            if let Err(e) = run_cmd(program, &argv) {
+                eprintln!("linkem: shell: removing a rule: {e}");
+            }
+        }
+        // The link goes with the middle namespace; removing it here makes the
+        // end synchronous for whoever looks next.
+        let _ = run_cmd("ip", &["link", "del", &self.plan.host_if]);
+    }
+}
+
+/// Removes what shells killed with SIGKILL left in this namespace: rules
+/// whose comment names a pid no longer alive, and their links.
+fn remove_stale() {
+    for program in ["iptables", "ip6tables"] {
+        for table in ["nat", "filter"] {
+            let Ok(out) = Command::new(program)
+                .args(["-w", "-t", table, "-S"])
+                .output()
+            else {
+                continue;
+            };
+            for line in String::from_utf8_lossy(&out.stdout).lines() {
+                let Some(pid) = stale_pid(line) else { continue };
+                let Some(spec) = line.strip_prefix("-A ") else {
+                    continue;
+                };
+                let mut argv = vec!["-w", "-t", table, "-D"];
+                argv.extend(spec.split_whitespace());
+                if run_cmd(program, &argv).is_ok() {
+                    eprintln!("linkem: shell: removed a rule left by shell {pid}: {line}");
+                }
+                let _ = run_cmd("ip", &["link", "del", &format!("lks{pid}")]);
+            }
+        }
+    }
+}
+
+/// The pid of a `linkem-shell-PID` rule whose process is gone.
+fn stale_pid(line: &str) -> Option<u32> {
+    let at = line.find("linkem-shell-")? + "linkem-shell-".len();
+    let digits: String = line[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    let pid: u32 = digits.parse().ok()?;
+    (!process_alive(pid) || !is_linkem(pid)).then_some(pid)
+}
+
+fn is_linkem(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "linkem")
+}
+
+/// Starts CMD (the calling thread is in CMD's namespace).
+fn spawn_command(args: &ShellArgs, plan: &Plan) -> Result<Child> {
+    warn_loopback_resolver();
+    let mut cmd = Command::new(&args.command[0]);
+    cmd.args(&args.command[1..])
+        .env("LINKEM_SHELL_ADDR", plan.inner4.to_string())
+        .env("LINKEM_SHELL_ADDR6", plan.inner6.to_string())
+        .env("LINKEM_SHELL_PARENT", plan.host4.to_string())
+        .env("LINKEM_SHELL_PARENT6", plan.host6.to_string())
+        .env("MAHIMAHI_BASE", plan.host4.to_string());
+    die_with_parent(&mut cmd, libc::SIGKILL);
+    cmd.spawn()
+        .with_context(|| format!("cannot run '{}'", args.command[0]))
+}
+
+fn warn_loopback_resolver() {
+    let conf = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    for line in conf.lines() {
+        let mut w = line.split_whitespace();
+        if w.next() == Some("nameserver") {
+            if let Some(addr) = w.next().and_then(|a| a.parse::<std::net::IpAddr>().ok()) {
+                if addr.is_loopback() {
+                    eprintln!(
+                        "linkem: shell: /etc/resolv.conf names {addr}, a loopback address: \
+                         inside the shell that is CMD's own loopback, so names will not resolve"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Waits for CMD; a SIGINT/SIGTERM to linkem, or the bridge ending, ends
+/// it (SIGTERM, then SIGKILL after 2 s). Returns the exit code.
+fn wait_command(
+    mut child: Child,
+    signals: &[(i32, Arc<AtomicBool>)],
+    bridge: &std::thread::JoinHandle<Result<()>>,
+) -> Result<i32> {
+    use std::os::unix::process::ExitStatusExt;
+    let mut ending: Option<(i32, Instant)> = None;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            if let Some((sig, _)) = ending {
+                return Ok(128 + sig);
+            }
+            return Ok(status
+                .code()
+                .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)));
+        }
+        if ending.is_none() {
+            let sig = signals
+                .iter()
+                .find(|(_, f)| f.load(Ordering::Relaxed))
+                .map(|(s, _)| *s)
+                .or(bridge.is_finished().then_some(libc::SIGTERM));
+            if let Some(sig) = sig {
+                let _ = linkem_io::sys::signal_child(&child, libc::SIGTERM);
+                ending = Some((sig, Instant::now()));
+            }
+        } else if let Some((_, at)) = ending {
+            if at.elapsed() > Duration::from_secs(2) {
+                let _ = child.kill();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_pid_gets_its_own_names_and_subnets() {
+        let p = plan(1234567);
+        assert_eq!(p.if_a, "lka1234567");
+        assert!(p.host_if.len() <= 15);
+        let q = plan(1234568);
+        assert_ne!(p.host4, q.host4);
+        assert_eq!(u32::from(p.inner4), u32::from(p.host4) + 1);
+        assert!(p.host4.octets()[0] == 100 && (64..128).contains(&p.host4.octets()[1]));
+        assert_eq!(p.host6.segments()[..4], [0xfd6c, 0x6b6d, 0x12, 0xd687]);
+        assert_eq!(plan(4_194_303).host_if, "lks4194303");
+    }
+
+    #[test]
+    fn a_rule_of_a_dead_shell_is_stale() {
+        let line = "-A POSTROUTING -s 100.64.0.4/30 ! -o lks1 -m comment --comment linkem-shell-999999999 -j MASQUERADE";
+        assert_eq!(stale_pid(line), Some(999_999_999));
+        let mine = format!(
+            "-A FORWARD -m comment --comment linkem-shell-{} -j ACCEPT",
+            std::process::id()
+        );
+        // This test process is alive but is not linkem: a pid reused by
+        // another program leaves the rule stale too.
+        assert_eq!(stale_pid(&mine), Some(std::process::id()));
+        assert_eq!(stale_pid("-A FORWARD -j ACCEPT"), None);
+    }
+}

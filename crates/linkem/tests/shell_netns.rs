@@ -1,0 +1,520 @@
+//! Live tests of `linkem shell` (root only; skipped otherwise). Each runs the
+//! shell inside a namespace of its own, "outer", standing for the caller's
+//! machine, joined by a veth to "far", a host beyond it (reached through the
+//! shell's NAT). Stock offloads everywhere: the shell's veths keep the
+//! kernel's defaults (TSO, checksum offload), as users' machines do.
+
+mod common;
+
+use common::{median, serial, skip};
+use linkem_io::netns::{self, command_in, exec_in};
+use std::io::Read;
+use std::process::{Child, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const LINKEM: &str = env!("CARGO_BIN_EXE_linkem");
+
+/// outer 10.78.0.1/24 fd00:78::1/64 <-veth-> far 10.78.0.2/24 fd00:78::2/64.
+struct World {
+    outer: String,
+    far: String,
+}
+
+const FAR4: &str = "10.78.0.2";
+const FAR6: &str = "fd00:78::2";
+
+impl World {
+    fn new(tag: &str) -> World {
+        let p = netns::unique_prefix(tag);
+        let w = World {
+            outer: format!("{p}o"),
+            far: format!("{p}f"),
+        };
+        let (o, f) = (w.outer.as_str(), w.far.as_str());
+        for ns in [o, f] {
+            netns::ip(&["netns", "add", ns]).unwrap();
+            netns::ip(&["-n", ns, "link", "set", "lo", "up"]).unwrap();
+        }
+        let (vo, vf) = (format!("{p}vo"), format!("{p}vf"));
+        netns::ip(&[
+            "link", "add", &vo, "netns", o, "type", "veth", "peer", "name", &vf, "netns", f,
+        ])
+        .unwrap();
+        for (ns, dev, a4, a6) in [
+            (o, &vo, "10.78.0.1/24", "fd00:78::1/64"),
+            (f, &vf, "10.78.0.2/24", "fd00:78::2/64"),
+        ] {
+            netns::ip(&["-n", ns, "addr", "add", a4, "dev", dev]).unwrap();
+            netns::ip(&["-n", ns, "-6", "addr", "add", a6, "dev", dev, "nodad"]).unwrap();
+            netns::ip(&["-n", ns, "link", "set", dev, "up"]).unwrap();
+        }
+        w
+    }
+
+    /// `linkem shell ARGS` run in outer, to completion.
+    fn shell(&self, args: &[&str]) -> Output {
+        let mut all = vec![LINKEM, "shell"];
+        all.extend_from_slice(args);
+        exec_in(&self.outer, &all).unwrap()
+    }
+
+    fn spawn_shell(&self, args: &[&str]) -> Child {
+        let mut all = vec![LINKEM, "shell"];
+        all.extend_from_slice(args);
+        command_in(&self.outer, &all)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    fn in_outer(&self, args: &[&str]) -> String {
+        let o = exec_in(&self.outer, args).unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// What a shell may leave in outer: links and rules (empty when clean).
+    fn leftovers(&self) -> Vec<String> {
+        let mut left: Vec<String> = self
+            .in_outer(&["ip", "-o", "link"])
+            .lines()
+            .filter(|l| {
+                // The shell's link to outer: lksPID.
+                l.split(": ").nth(1).is_some_and(|n| {
+                    n.strip_prefix("lks")
+                        .is_some_and(|r| r.starts_with(|c: char| c.is_ascii_digit()))
+                })
+            })
+            .map(str::to_string)
+            .collect();
+        for program in ["iptables", "ip6tables"] {
+            for table in ["nat", "filter"] {
+                left.extend(
+                    self.in_outer(&[program, "-w", "-t", table, "-S"])
+                        .lines()
+                        .filter(|l| l.contains("linkem-shell-"))
+                        .map(|l| format!("{program} {table}: {l}")),
+                );
+            }
+        }
+        left
+    }
+
+    /// Waits up to 5 s for outer to be clean.
+    fn assert_clean(&self, when: &str) {
+        let until = Instant::now() + Duration::from_secs(5);
+        loop {
+            let left = self.leftovers();
+            if left.is_empty() {
+                return;
+            }
+            assert!(Instant::now() < until, "{when}: the shell left {left:#?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        for ns in [&self.outer, &self.far] {
+            let _ = netns::ip(&["netns", "del", ns]);
+        }
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// RTTs (ms) of ping's replies in `out`.
+fn rtts(out: &str) -> Vec<f64> {
+    out.lines()
+        .filter_map(|l| l.split("time=").nth(1))
+        .filter_map(|t| t.split_whitespace().next()?.parse().ok())
+        .collect()
+}
+
+/// The median RTT of pings 2.. (the first waits for ARP/ND across the link).
+fn ping_rtt_ms(o: &Output, count: usize) -> f64 {
+    let r = rtts(&String::from_utf8_lossy(&o.stdout));
+    assert_eq!(r.len(), count, "replies missing: {}", text(o));
+    median(r[1..].to_vec())
+}
+
+#[test]
+fn ping_through_a_shell_sees_twice_the_delay_and_the_status_passes_through() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let w = World::new("tshp");
+    let base = exec_in(&w.outer, &["ping", "-c", "5", "-i", "0.2", FAR4]).unwrap();
+    let base_ms = ping_rtt_ms(&base, 5);
+    let o = w.shell(&["delay", "50ms", "--", "ping", "-c", "5", "-i", "0.2", FAR4]);
+    assert!(o.status.success(), "{}", text(&o));
+    let rtt = ping_rtt_ms(&o, 5);
+    assert!(
+        (99.0..115.0).contains(&(rtt - base_ms)),
+        "delay 50ms each way should add 100 ms: {rtt} ms against {base_ms} ms without: {}",
+        text(&o)
+    );
+    w.assert_clean("after a normal exit");
+    let o = w.shell(&["--", "sh", "-c", "exit 7"]);
+    assert_eq!(o.status.code(), Some(7), "{}", text(&o));
+    let o = w.shell(&["--", "sh", "-c", "kill -TERM $$"]);
+    assert_eq!(o.status.code(), Some(128 + libc::SIGTERM), "{}", text(&o));
+    let o = w.shell(&["--", "/nonexistent/program"]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("cannot run '/nonexistent/program'"),
+        "{}",
+        text(&o)
+    );
+    w.assert_clean("after a command that could not start");
+}
+
+#[test]
+fn ipv6_inside_reaches_the_parent_and_beyond() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let w = World::new("tsh6");
+    let script = format!("ping -6 -c 3 -i 0.2 $LINKEM_SHELL_PARENT6 && ping -6 -c 3 -i 0.2 {FAR6}");
+    let o = w.shell(&["delay", "10ms", "--", "sh", "-c", &script]);
+    assert!(o.status.success(), "{}", text(&o));
+    let r = rtts(&String::from_utf8_lossy(&o.stdout));
+    assert_eq!(r.len(), 6, "{}", text(&o));
+    assert!(r[1..].iter().all(|&t| t >= 20.0), "{r:?}: {}", text(&o));
+    w.assert_clean("after IPv6");
+}
+
+#[test]
+fn nested_shells_add_their_hops_and_a_server_inside_is_reachable_from_the_parent() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let w = World::new("tshn");
+    let o = w.shell(&[
+        "delay", "10ms", "--", LINKEM, "shell", "delay", "15ms", "--", "ping", "-c", "5", "-i",
+        "0.2", FAR4,
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let rtt = ping_rtt_ms(&o, 5);
+    assert!(
+        (50.0..65.0).contains(&rtt),
+        "2 × (10 + 15) ms: {rtt}: {}",
+        text(&o)
+    );
+    w.assert_clean("after nested shells");
+
+    // A server in the shell; the parent (outer) connects to the address the
+    // shell exports.
+    let dir = tempfile::tempdir().unwrap();
+    let addr_file = dir.path().join("addr");
+    let script = format!(
+        "echo $LINKEM_SHELL_ADDR > {}.tmp && mv {0}.tmp {0} && exec iperf3 -s -1",
+        addr_file.display()
+    );
+    let mut server = w.spawn_shell(&["delay", "5ms", "--", "sh", "-c", &script]);
+    let until = Instant::now() + Duration::from_secs(10);
+    let addr = loop {
+        if let Ok(a) = std::fs::read_to_string(&addr_file) {
+            break a.trim().to_string();
+        }
+        assert!(Instant::now() < until, "the shell never wrote its address");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let client = exec_in(&w.outer, &["iperf3", "-c", &addr, "-t", "1", "-J"]).unwrap();
+    let status = server.wait().unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&client.stdout).unwrap_or_default();
+    let bps = json["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap_or(0.0);
+    assert!(
+        client.status.success() && bps > 1e6,
+        "the parent could not reach the shell's server at {addr}: {}",
+        text(&client)
+    );
+    assert!(status.success(), "the shell's server: {status}");
+    w.assert_clean("after the server's shell");
+}
+
+/// Starts `linkem shell -- sleep 30 MARK` in outer; returns it once CMD runs.
+fn sleeping_shell(w: &World) -> Child {
+    let mut child = w.spawn_shell(&["delay", "1ms", "--", "sleep", "30"]);
+    let until = Instant::now() + Duration::from_secs(10);
+    while w.leftovers().is_empty() {
+        assert!(Instant::now() < until, "the shell never set up");
+        assert!(child.try_wait().unwrap().is_none(), "the shell ended early");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // CMD starts right after the way out is in place.
+    std::thread::sleep(Duration::from_millis(300));
+    child
+}
+
+fn signal_pid(pid: u32, sig: &str) {
+    let o = std::process::Command::new("kill")
+        .args(["-s", sig, &pid.to_string()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "kill -s {sig} {pid}: {}", text(&o));
+}
+
+fn sleepers_in(w: &World) -> usize {
+    // `sleep 30` runs in the shell's namespace; its process is visible here.
+    let _ = w;
+    let o = std::process::Command::new("pgrep")
+        .args(["-x", "-f", "sleep 30"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).lines().count()
+}
+
+#[test]
+fn sigint_and_kill_9_leave_nothing_behind() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let w = World::new("tshs");
+    let before = sleepers_in(&w);
+    let mut sh = sleeping_shell(&w);
+    signal_pid(sh.id(), "INT");
+    let until = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = sh.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < until, "SIGINT did not end the shell");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    sh.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert_eq!(status.code(), Some(130), "{err}");
+    w.assert_clean("after SIGINT");
+    assert_eq!(sleepers_in(&w), before, "CMD outlived SIGINT");
+
+    let mut sh = sleeping_shell(&w);
+    signal_pid(sh.id(), "KILL");
+    sh.wait().unwrap();
+    // The namespace with the emulator's ends dies with linkem, and the link
+    // to outer with it; CMD gets SIGKILL.
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let links: Vec<String> = w
+            .leftovers()
+            .into_iter()
+            .filter(|l| !l.contains("tables"))
+            .collect();
+        if links.is_empty() && sleepers_in(&w) == before {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "after kill -9: {links:?}, sleepers {}",
+            sleepers_in(&w)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Its rules stay until the next shell starts.
+    assert!(
+        !w.leftovers().is_empty(),
+        "expected the killed shell's rules to stay"
+    );
+    let o = w.shell(&["--", "true"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("removed a rule left by shell"),
+        "{}",
+        text(&o)
+    );
+    w.assert_clean("after the next shell");
+}
+
+#[test]
+fn a_shell_logs_both_directions_in_mahimahis_format() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let w = World::new("tshl");
+    let dir = tempfile::tempdir().unwrap();
+    let (up, down) = (dir.path().join("up.log"), dir.path().join("down.log"));
+    let o = w.shell(&[
+        "--a-to-b",
+        "delay",
+        "30ms",
+        "--b-to-a",
+        "delay",
+        "10ms",
+        "--uplink-log",
+        up.to_str().unwrap(),
+        "--downlink-log",
+        down.to_str().unwrap(),
+        "--stats",
+        "json",
+        "--stats-interval",
+        "0.1",
+        "--",
+        "ping",
+        "-c",
+        "5",
+        "-i",
+        "0.2",
+        "-s",
+        "200",
+        FAR4,
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    // The time series: one line per direction and 100 ms, the pings' delay in it.
+    let series: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| l.starts_with("{\"series\""))
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["series"].clone())
+        .collect();
+    for (dir, delay_ms) in [("a->b", 30.0), ("b->a", 10.0)] {
+        let mine: Vec<&serde_json::Value> =
+            series.iter().filter(|s| s["direction"] == dir).collect();
+        assert!(
+            mine.len() >= 8,
+            "{dir}: {} intervals: {}",
+            mine.len(),
+            text(&o)
+        );
+        let starts: Vec<f64> = mine
+            .iter()
+            .map(|s| s["start_s"].as_f64().unwrap())
+            .collect();
+        assert!(
+            starts.windows(2).all(|p| (p[1] - p[0] - 0.1).abs() < 1e-9),
+            "{starts:?}"
+        );
+        let delivered: u64 = mine
+            .iter()
+            .map(|s| s["delivered_packets"].as_u64().unwrap())
+            .sum();
+        assert!(delivered >= 5, "{dir}: {delivered}");
+        let max = mine
+            .iter()
+            .map(|s| s["delay_max_ms"].as_f64().unwrap())
+            .fold(0.0, f64::max);
+        assert!((delay_ms..delay_ms + 1.0).contains(&max), "{dir}: {max}");
+    }
+    for (path, delay_ms) in [(&up, 30u64), (&down, 10)] {
+        let log = std::fs::read_to_string(path).unwrap();
+        assert!(log.contains("\n# base timestamp: 0\n"), "{log}");
+        let events: Vec<Vec<&str>> = log
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| l.split(' ').collect())
+            .collect();
+        // 200 bytes of ping data + 8 ICMP + 20 IP = 228-byte IP packets.
+        let echo = |kind: &str| {
+            events
+                .iter()
+                .filter(|e| e[1] == kind && e[2] == "228")
+                .count()
+        };
+        assert_eq!((echo("+"), echo("-")), (5, 5), "{log}");
+        for e in events.iter().filter(|e| e[1] == "-") {
+            let d: u64 = e[3].parse().unwrap();
+            assert!(d.abs_diff(delay_ms) <= 1, "{path:?}: {log}");
+        }
+        let times: Vec<u64> = events.iter().map(|e| e[0].parse().unwrap()).collect();
+        assert!(times.windows(2).all(|p| p[0] <= p[1]), "{log}");
+    }
+}
+
+fn as_nobody(args: &[&str]) -> Output {
+    let mut all = vec![
+        "--reuid",
+        "65534",
+        "--regid",
+        "65534",
+        "--clear-groups",
+        LINKEM,
+        "shell",
+    ];
+    all.extend_from_slice(args);
+    std::process::Command::new("setpriv")
+        .args(&all)
+        .output()
+        .unwrap()
+}
+
+/// Restores /dev/net/tun's mode when dropped.
+struct TunMode(u32);
+
+impl Drop for TunMode {
+    fn drop(&mut self) {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions("/dev/net/tun", std::fs::Permissions::from_mode(self.0));
+    }
+}
+
+/// An ordinary user (nobody, via setpriv) gets a shell through a user
+/// namespace and pasta, where /dev/net/tun lets it (Debian's mode 0666);
+/// where the device is root's only (this test machine's 0600), linkem says
+/// so. Both are checked: the device's mode is opened for the second run
+/// and restored.
+#[test]
+fn an_ordinary_user_gets_a_shell_through_pasta_or_is_told_what_is_missing() {
+    use std::os::unix::fs::PermissionsExt;
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    if std::process::Command::new("pasta")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        panic!("`pasta` not found: install passt (e.g. `apt-get install passt`)");
+    }
+    let mode = std::fs::metadata("/dev/net/tun")
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o7777;
+    let _restore = TunMode(mode);
+    std::fs::set_permissions("/dev/net/tun", std::fs::Permissions::from_mode(0o600)).unwrap();
+    let o = as_nobody(&["--", "true"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("/dev/net/tun") && err.contains("pasta"),
+        "{err}"
+    );
+
+    std::fs::set_permissions("/dev/net/tun", std::fs::Permissions::from_mode(0o666)).unwrap();
+    let o = as_nobody(&[
+        "delay",
+        "20ms",
+        "--",
+        "sh",
+        "-c",
+        "ping -c 4 -i 0.2 $LINKEM_SHELL_PARENT; exit 5",
+    ]);
+    assert_eq!(o.status.code(), Some(5), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("pasta (passt) for the way out"),
+        "{}",
+        text(&o)
+    );
+    let rtt = ping_rtt_ms(&o, 4);
+    assert!(
+        (40.0..55.0).contains(&rtt),
+        "2 × 20 ms: {rtt}: {}",
+        text(&o)
+    );
+}
