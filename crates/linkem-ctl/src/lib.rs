@@ -40,6 +40,8 @@
 //! | `pipe\|queue\|sched N config WORDS` | Dummynet objects |
 //! | `pipe\|queue\|sched [N] show`, `pipe\|queue\|sched N delete` | |
 //! | `add [NUM] ACTION ...`, `delete NUM...`, `flush`, `set one-pass on\|off` | ipfw rules |
+//! | `claim udp\|tcp PORT[-PORT] [-- WORDS] [--a-to-b\|--in WORDS] [--b-to-a\|--out WORDS]` | the asker's own pipe per direction for the ports (an emulator running rules with `--claims`); again: changed in place and renewed; `claim ... release`, `release udp\|tcp PORT[-PORT]` frees them; reply `{"ok":true,"at_ns":...,"claim":"udp 5678","event":"claimed\|changed\|renewed\|released","pipes":[A,B],"expires_ns":...}` |
+//! | `claims` | the asker's claims (root's: all) with each pipe's packets, bytes and drops |
 //!
 //! The Dummynet and ipfw requests are parsed here and checked by the
 //! emulator against a copy of its whole rule set (a batch as a whole): a

@@ -170,15 +170,15 @@ impl Limits {
     /// user's line takes the `default` line's value (else the built-in one)
     /// for a key it does not give; root is unbounded unless named.
     pub fn parse(text: &str) -> Result<Limits, String> {
-        let mut default_line: Option<Vec<(usize, &str)>> = None;
-        let mut lines: Vec<(usize, u32, Vec<(usize, &str)>)> = Vec::new();
+        let mut default_line: Option<Words> = None;
+        let mut lines: Vec<(u32, Words)> = Vec::new();
         let mut seen = std::collections::HashSet::new();
         for (i, raw) in text.lines().enumerate() {
             let line_no = i + 1;
             let line = raw.split('#').next().unwrap_or("");
             let mut words = line.split_whitespace();
             let Some(who) = words.next() else { continue };
-            let rest: Vec<(usize, &str)> = words.map(|w| (line_no, w)).collect();
+            let rest: Words = words.map(|w| (line_no, w)).collect();
             if !seen.insert(who.to_string()) {
                 return Err(format!("line {line_no}: '{who}' has a line already"));
             }
@@ -190,7 +190,7 @@ impl Limits {
                         "line {line_no}: '{who}': a line starts with a uid (a number) or 'default'"
                     )
                 })?;
-                lines.push((line_no, uid, rest));
+                lines.push((uid, rest));
             }
         }
         let mut default = Limit::BUILT_IN;
@@ -198,7 +198,7 @@ impl Limits {
             apply_words(&mut default, &words)?;
         }
         let mut by_uid = HashMap::new();
-        for (_, uid, words) in lines {
+        for (uid, words) in lines {
             let mut l = default;
             apply_words(&mut l, &words)?;
             by_uid.insert(uid, l);
@@ -215,6 +215,9 @@ impl Limits {
         }
     }
 }
+
+/// The words of a limits line, each with its line number.
+type Words<'a> = Vec<(usize, &'a str)>;
 
 fn apply_words(l: &mut Limit, words: &[(usize, &str)]) -> Result<(), String> {
     for &(line, w) in words {

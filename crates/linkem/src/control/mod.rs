@@ -16,8 +16,10 @@
 //! step.
 //!
 //! Who may do what: the kernel decides who may connect (socket mode 0600, or
-//! 0660 with `--control-group`); the peer's uid/gid/pid come from
-//! SO_PEERCRED. Reading (show, stats, list, watch) is open to every client;
+//! 0660 with `--control-group`, or 0666 with `--claims`); the peer's
+//! uid/gid/pid come from SO_PEERCRED. With `--claims` ([`claims`]) a user
+//! other than root and the starter may only claim, release and list its
+//! claims and read the totals ([`Model::gate`]). Reading (show, stats, list, watch) is open to every client;
 //! the two default links belong to the uid that started linkem (under sudo,
 //! SUDO_UID), and only it or root may change them or zero the counters.
 //! Every bound a client can reach is checked when its request arrives and

@@ -1824,8 +1824,10 @@ mod tests {
         }
     }
 
+    type NodeState = (Vec<(u32, u64)>, Vec<(u32, String)>);
+
     /// (pipe number, delay) of the node's pipes, and its rules' numbers and texts.
-    fn node_state(rules: &Rules) -> (Vec<(u32, u64)>, Vec<(u32, String)>) {
+    fn node_state(rules: &Rules) -> NodeState {
         rules.bridge.with_model(|n| {
             (
                 n.pipes()
