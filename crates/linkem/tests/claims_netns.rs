@@ -180,6 +180,12 @@ fn two_users_claim_ports_expire_and_are_bounded_by_limits() {
         &["delete", "40000"],
         &["flush"],
         &["add", "pipe", "40000", "ip"],
+        &["link", "both", "delay", "1ms"],
+        &["zero"],
+        &["begin"],
+        &["set", "one-pass", "off"],
+        &["sched", "show"],
+        &["queue", "1", "config", "pipe", "40000"],
     ] {
         let (ok, _, err) = as_user(1002, &s, words);
         assert!(
