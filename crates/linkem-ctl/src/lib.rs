@@ -40,6 +40,8 @@
 //! | `pipe\|queue\|sched N config WORDS` | Dummynet objects |
 //! | `pipe\|queue\|sched [N] show`, `pipe\|queue\|sched N delete` | |
 //! | `add [NUM] ACTION ...`, `delete NUM...`, `flush`, `set one-pass on\|off` | ipfw rules |
+//! | `claim udp\|tcp PORT[-PORT] [-- WORDS] [--a-to-b\|--in WORDS] [--b-to-a\|--out WORDS]` | the asker's own pipe per direction for the ports (an emulator running rules with `--claims`); again: changed in place and renewed; `claim ... release`, `release udp\|tcp PORT[-PORT]` frees them; reply `{"ok":true,"at_ns":...,"claim":"udp 5678","event":"claimed\|changed\|renewed\|released","pipes":[A,B],"expires_ns":...}` |
+//! | `claims` | the asker's claims (root's: all) with each pipe's packets, bytes and drops |
 //!
 //! The Dummynet and ipfw requests are parsed here and checked by the
 //! emulator against a copy of its whole rule set (a batch as a whole): a
@@ -227,6 +229,49 @@ pub enum Request {
     Commit,
     Abort,
     Rule(RuleRequest),
+    /// `claim ...` / `release ...`: a port's own pipes (see [`ClaimRequest`]).
+    Claim(ClaimRequest),
+    /// `claims`: the asker's claims (root's: all) with their counters.
+    Claims,
+}
+
+/// The transport a claim selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Proto {
+    Udp,
+    Tcp,
+}
+
+impl Proto {
+    pub fn word(self) -> &'static str {
+        match self {
+            Proto::Udp => "udp",
+            Proto::Tcp => "tcp",
+        }
+    }
+}
+
+/// What a claim request asks.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClaimAction {
+    /// Take the ports (or renew them); `words[0]` the a-to-b pipe's words,
+    /// `words[1]` the b-to-a pipe's, each `None` when the request gave
+    /// none for it (a new claim's pipe then takes no words; a claim held
+    /// keeps that pipe as it is). Each is a whole `pipe N config` line's
+    /// words, checked here by the rule file's own parser.
+    Set { words: [Option<Vec<String>>; 2] },
+    /// `claim ... release` or `release ...`: give the ports back.
+    Release,
+}
+
+/// `claim udp|tcp PORT[-PORT] [release] [-- WORDS] [--a-to-b|--in WORDS]
+/// [--b-to-a|--out WORDS]`, `release udp|tcp PORT[-PORT]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimRequest {
+    pub proto: Proto,
+    /// First and last port, first <= last.
+    pub ports: (u16, u16),
+    pub action: ClaimAction,
 }
 
 impl Request {
@@ -237,6 +282,8 @@ impl Request {
             Request::Rule(RuleRequest::Show { .. }) => false,
             Request::Rule(_) => true,
             Request::Begin | Request::Commit | Request::Abort => true,
+            // Audited on their own, never part of a batch.
+            Request::Claim(_) | Request::Claims => false,
             _ => false,
         }
     }
@@ -481,6 +528,8 @@ fn parse_request(
         "commit" => simple(c, Request::Commit),
         "abort" => simple(c, Request::Abort),
         "flush" => simple(c, Request::Rule(RuleRequest::Flush)),
+        "claims" => simple(c, Request::Claims),
+        "claim" | "release" => claim_request(c, verb == "release", files).map(Request::Claim),
         "show" | "list" => {
             if c.peek() == Some("--json") {
                 c.next += 1;
@@ -670,6 +719,103 @@ fn object_request(
     }
 }
 
+/// A claim's protocol and ports: `udp|tcp PORT[-PORT]`.
+fn claim_ports(c: &mut Cursor<'_>) -> Result<(Proto, (u16, u16)), ParseError> {
+    let proto = match c.take() {
+        Some("udp") => Proto::Udp,
+        Some("tcp") => Proto::Tcp,
+        Some(_) => return Err(c.here("a claim names udp or tcp")),
+        None => return Err(c.here("a claim needs udp|tcp PORT[-PORT]")),
+    };
+    let Some(w) = c.take() else {
+        return Err(c.here("a claim needs a port after its protocol: PORT or FIRST-LAST"));
+    };
+    let port = |s: &str| match linkem_core::rules::parse_decimal(s) {
+        Some(n) if (1..=65535).contains(&n) => Some(n as u16),
+        _ => None,
+    };
+    let ports = match w.split_once('-') {
+        None => port(w).map(|p| (p, p)),
+        Some((a, b)) => port(a).zip(port(b)),
+    };
+    match ports {
+        Some((a, b)) if a <= b => Ok((proto, (a, b))),
+        Some(_) => Err(c.here("a port range goes from the lower port to the higher")),
+        None => Err(c.here("a port is 1..65535 in decimal (a range: FIRST-LAST)")),
+    }
+}
+
+/// Marks that start a claim's pipe words: both directions, side a's
+/// (`a-to-b`, what a host receives), side b's (`b-to-a`, what it sends).
+fn claim_mark(w: &str) -> Option<usize> {
+    match w {
+        "--" => Some(2),
+        "--a-to-b" | "--in" => Some(0),
+        "--b-to-a" | "--out" => Some(1),
+        _ => None,
+    }
+}
+
+/// `claim udp|tcp PORT[-PORT] ...` and `release udp|tcp PORT[-PORT]`.
+fn claim_request(
+    c: &mut Cursor<'_>,
+    release: bool,
+    files: &mut FileLoader<'_>,
+) -> Result<ClaimRequest, ParseError> {
+    let (proto, ports) = claim_ports(c)?;
+    if release || c.peek() == Some("release") {
+        if !release {
+            c.next += 1;
+        }
+        c.end("release")?;
+        return Ok(ClaimRequest {
+            proto,
+            ports,
+            action: ClaimAction::Release,
+        });
+    }
+    // Words right after the ports count as after `--`.
+    let mut spans: [Option<(usize, usize)>; 3] = [None; 3];
+    let (mut current, mut first, mut marked) = (2, c.next, false);
+    for i in c.next..=c.words.len() {
+        let mark = c.words.get(i).and_then(|w| claim_mark(w));
+        if i < c.words.len() && mark.is_none() {
+            continue;
+        }
+        // The segment [first, i) ends: an empty one counts only when marked.
+        if marked || i > first {
+            spans[current] = Some((first, i));
+        }
+        if let Some(m) = mark {
+            if spans[m].is_some() {
+                return Err(c.at(
+                    i,
+                    "each of --, --a-to-b (--in) and --b-to-a (--out) comes once",
+                ));
+            }
+            (current, first, marked) = (m, i + 1, true);
+        }
+    }
+    c.next = c.words.len();
+    let mut words: [Option<Vec<String>>; 2] = [None, None];
+    for (dir, w) in words.iter_mut().enumerate() {
+        let Some((first, end)) = spans[dir].or(spans[2]) else {
+            continue;
+        };
+        let slice = &c.words[first..end];
+        // The rule file's parser checks them, for pipe 1: the emulator
+        // parses them again for the pipe it gives the claim.
+        parse_object(ObjectKind::Pipe, 1, slice, 1, files)
+            .map_err(|e| c.rules_error(first, slice, e))?;
+        *w = Some(slice.iter().map(|s| s.to_string()).collect());
+    }
+    Ok(ClaimRequest {
+        proto,
+        ports,
+        action: ClaimAction::Set { words },
+    })
+}
+
 /// The text of `help`.
 pub const HELP: &str = "\
 ping | version | help
@@ -683,6 +829,12 @@ add [NUM] ACTION ..., delete NUM..., flush, set one-pass on|off
                                    Dummynet/ipfw words for a bridge running --rules
                                    (elsewhere: 'no rule set in this emulator');
                                    'pipe N config' sets the whole pipe
+claim udp|tcp PORT[-PORT] [-- WORDS] [--a-to-b|--in WORDS] [--b-to-a|--out WORDS]
+                                   your own pipe per direction for the ports (pipe words);
+                                   again: changes and renews it
+claim udp|tcp PORT[-PORT] release, release udp|tcp PORT[-PORT]
+                                   gives the ports back
+claims                             your claims and their counters (root: everyone's)
 A line may start with @ID (echoed as \"id\" in the reply).";
 
 /// Reads one line of at most [`MAX_LINE_BYTES`] from `r` (without its

@@ -323,3 +323,85 @@ proptest! {
         prop_assert_eq!(back.to_string(), shown);
     }
 }
+
+fn claim(line: &str) -> ClaimRequest {
+    match parse(line).unwrap().request {
+        Request::Claim(c) => c,
+        other => panic!("{line}: {other:?}"),
+    }
+}
+
+fn words(w: &str) -> Option<Vec<String>> {
+    Some(w.split_whitespace().map(String::from).collect())
+}
+
+#[test]
+fn claim_words_go_to_both_directions_or_to_one() {
+    let c = claim("claim udp 5678 -- delay 50ms");
+    assert_eq!((c.proto, c.ports), (Proto::Udp, (5678, 5678)));
+    assert_eq!(
+        c.action,
+        ClaimAction::Set {
+            words: [words("delay 50ms"), words("delay 50ms")]
+        }
+    );
+    // Without `--` too; a direction's own words replace the common ones.
+    let c = claim("claim tcp 8000-8010 delay 5ms --out bw 1Mbit/s");
+    assert_eq!(c.ports, (8000, 8010));
+    assert_eq!(
+        c.action,
+        ClaimAction::Set {
+            words: [words("delay 5ms"), words("bw 1Mbit/s")]
+        }
+    );
+    let c = claim("claim udp 1 --a-to-b delay 1ms");
+    assert_eq!(
+        c.action,
+        ClaimAction::Set {
+            words: [words("delay 1ms"), None]
+        }
+    );
+    // A mark with nothing after it: that direction's pipe takes no words.
+    let c = claim("claim udp 1 --in --b-to-a delay 2");
+    assert_eq!(
+        c.action,
+        ClaimAction::Set {
+            words: [Some(vec![]), words("delay 2")]
+        }
+    );
+    assert_eq!(
+        claim("claim udp 7").action,
+        ClaimAction::Set {
+            words: [None, None]
+        }
+    );
+    for line in ["claim udp 5678 release", "release udp 5678"] {
+        assert_eq!(claim(line).action, ClaimAction::Release, "{line}");
+    }
+    assert_eq!(parse("claims").unwrap().request, Request::Claims);
+}
+
+#[test]
+fn a_bad_claim_names_its_word() {
+    for (line, pos, word) in [
+        ("claim icmp 5", 2, "icmp"),
+        ("claim udp 0", 3, "0"),
+        ("claim udp 70000", 3, "70000"),
+        ("claim udp 9-3", 3, "9-3"),
+        ("claim udp 5678 -- delay 5xs", 6, "5xs"),
+        ("claim udp 5678 --in delay 1 --in delay 2", 7, "--in"),
+        ("claim udp 5678 delay 1 -- delay 2", 6, "--"),
+        ("claim udp 5678 release now", 5, "now"),
+        ("release udp 5678 -- delay 1", 4, "--"),
+    ] {
+        let e = parse(line).unwrap_err();
+        assert_eq!(
+            (e.position, e.word.as_deref()),
+            (Some(pos), Some(word)),
+            "{line}: {e}"
+        );
+    }
+    assert!(parse("claim").is_err());
+    assert!(parse("claim udp").is_err());
+    assert!(parse("claims all").is_err());
+}

@@ -41,7 +41,7 @@ use crate::live_record::{BridgeTap, RecordSink, LINK_TYPE_ETHERNET, SNAPLEN};
 use crate::process::{fresh_seed, signal_flags};
 use crate::render::bridge_stats::{print_rules_stats, print_stats};
 use anyhow::{bail, Context, Result};
-use linkem_core::model::{Change, LinkModel};
+use linkem_core::model::LinkModel;
 use linkem_core::node::{Node, NodeConfig};
 use linkem_core::rules::RuleSet;
 use linkem_core::{Dialect, LinkSpec, TomlWords};
@@ -219,6 +219,11 @@ fn serve_front<F: Front>(args: &BridgeArgs, mut front: F, mut hooks: Hooks) -> R
     let (stop, reload) = signal_flags()?;
     // control: opened while linkem may still create /run/linkem and chown the socket.
     let control = crate::control::server::prepare(&args.control, &args.if_a, &args.if_b)?;
+    // Read before the stages start, so that a bad --limits fails the start.
+    let claims = args.control.claims.build()?;
+    if claims.is_some() && args.rules.is_none() && args.config.is_none() {
+        anyhow::bail!("--claims needs --rules FILE: a claim is a pipe and rules of a rule set");
+    }
     let ports = open_ports(args, backend, &claimed)?;
     let (events_tap, writer) = match events {
         Some(file) => {
@@ -240,7 +245,15 @@ fn serve_front<F: Front>(args: &BridgeArgs, mut front: F, mut hooks: Hooks) -> R
         log: log_tap,
         series: series.clone(),
     };
-    let model = match front.start(args, ports, &timing, tap.boxed(), control.name.clone()) {
+    let started_model = front
+        .start(args, ports, &timing, tap.boxed(), control.name.clone())
+        .and_then(|mut m| {
+            if let Some(c) = claims {
+                m.enable_claims(c).map_err(|e| anyhow::anyhow!(e))?;
+            }
+            Ok(m)
+        });
+    let model = match started_model {
         Ok(model) => model,
         Err(e) => {
             if let Some(r) = record {
@@ -860,6 +873,9 @@ struct Loaded {
 /// Delay-line bytes per direction: what every pipe may hold in flight at
 /// once (each sized as a plain link, see `buffer_bytes_for`), at least what an
 /// unshaped link gets, at most 2 GiB; dynamic instances share their pipe's share.
+/// Delay-line room added per direction with `--claims` (without `--buffer`).
+const CLAIMS_BUFFER_BYTES: usize = 64 << 20;
+
 fn buffer_for(set: &RuleSet) -> usize {
     let floor = buffer_bytes_for(&linkem_core::LinkConfig::default(), None);
     let sum: usize = set
@@ -977,7 +993,15 @@ impl Front for RulesFront {
             files,
             ..
         } = self.start.take().context("the rules were taken already")?;
-        let buffer_bytes = timing.buffer.unwrap_or_else(|| buffer_for(&set));
+        // Claims add pipes later: room for what they may hold.
+        let claims_room = if args.control.claims.claims {
+            CLAIMS_BUFFER_BYTES
+        } else {
+            0
+        };
+        let buffer_bytes = timing
+            .buffer
+            .unwrap_or_else(|| buffer_for(&set).saturating_add(claims_room));
         let what = summary(&set);
         let node = Node::new(set, self.node_config(args));
         let Ports { rx, tx, used } = ports;
@@ -1019,21 +1043,10 @@ impl Front for RulesFront {
     fn apply_reload(&self, model: &Model, loaded: Self::Loaded) {
         eprintln!("linkem: SIGHUP: rules re-read: {}", summary(&loaded.set));
         let rules = model.rules().expect("a rules model");
-        let Loaded {
-            set,
-            text,
-            source,
-            files,
-            ..
-        } = loaded;
-        rules.reload(source, files, || {
-            let change = Change::Rules {
-                set: Box::new(set),
-                text: text.into(),
-            };
-            // An error only once the bridge stops, when the new rules no longer matter.
-            let _ = rules.bridge.submit(vec![change]);
-        });
+        let Loaded { source, files, .. } = loaded;
+        if let Err(e) = rules.reload(source, files) {
+            eprintln!("linkem: SIGHUP: keeping the current rules: {e}");
+        }
     }
 
     fn print(

@@ -92,6 +92,19 @@ impl Audit {
     /// Appends one line. A failed write is reported on stderr: the change it
     /// records has already happened (or been refused) and must not be undone.
     pub fn record(&self, cred: &PeerCred, command: &str, result: &str, at_ns: Option<u64>) {
+        self.record_with(cred, command, result, at_ns, serde_json::Map::new());
+    }
+
+    /// [`Audit::record`] with more fields (a claim's `claim`, `event`,
+    /// `expires_ns`): one line still, the fields after `result`.
+    pub fn record_with(
+        &self,
+        cred: &PeerCred,
+        command: &str,
+        result: &str,
+        at_ns: Option<u64>,
+        extra: serde_json::Map<String, serde_json::Value>,
+    ) {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
@@ -110,6 +123,9 @@ impl Audit {
         });
         if let Some(at) = at_ns {
             v["at_ns"] = at.into();
+        }
+        for (k, x) in extra {
+            v[k] = x;
         }
         let mut line = v.to_string();
         line.push('\n');

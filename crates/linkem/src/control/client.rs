@@ -271,6 +271,27 @@ fn print_reply(json: bool, line: &str, raw: &str, v: &serde_json::Value) {
     }
     if let Some(h) = v["help"].as_str() {
         let _ = writeln!(out, "{h}");
+    } else if let Some(claim) = v["claim"].as_str() {
+        let event = v["event"].as_str().unwrap_or("ok");
+        let pipes = &v["pipes"];
+        let left_s = v["expires_ns"]
+            .as_u64()
+            .map(|e| e.saturating_sub(linkem_runtime::clock::now_ns()) as f64 / 1e9);
+        match (event, left_s) {
+            ("released", _) | (_, None) => {
+                let _ = writeln!(out, "{event} {claim}");
+            }
+            (_, Some(s)) => {
+                let _ = writeln!(
+                    out,
+                    "{event} {claim}: pipe {} (a-to-b, in), pipe {} (b-to-a, out); expires in {s:.0}s \
+                     unless claimed again",
+                    pipes[0], pipes[1]
+                );
+            }
+        }
+    } else if v.get("claims").is_some() && v["claims"].as_array().is_some_and(Vec::is_empty) {
+        let _ = writeln!(out, "no claims");
     } else if let Some(t) = v["text"].as_str() {
         // A rule set's list or pipe show, in ipfw's layout.
         let _ = write!(out, "{t}");

@@ -16,8 +16,10 @@
 //! step.
 //!
 //! Who may do what: the kernel decides who may connect (socket mode 0600, or
-//! 0660 with `--control-group`); the peer's uid/gid/pid come from
-//! SO_PEERCRED. Reading (show, stats, list, watch) is open to every client;
+//! 0660 with `--control-group`, or 0666 with `--claims`); the peer's
+//! uid/gid/pid come from SO_PEERCRED. With `--claims` ([`claims`]) a user
+//! other than root and the starter may only claim, release and list its
+//! claims and read the totals ([`Model::gate`]). Reading (show, stats, list, watch) is open to every client;
 //! the two default links belong to the uid that started linkem (under sudo,
 //! SUDO_UID), and only it or root may change them or zero the counters.
 //! Every bound a client can reach is checked when its request arrives and
@@ -31,6 +33,7 @@
 //! would be most of the binary for that.
 
 pub mod audit;
+pub mod claims;
 pub mod client;
 mod failure;
 pub mod metrics;
@@ -71,6 +74,9 @@ pub struct ControlArgs {
     /// Serve Prometheus metrics on GET /metrics at ADDR:PORT (a bare PORT is 127.0.0.1:PORT).
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics: Option<String>,
+    /// Port claims: --claims, --claim-ttl, --limits.
+    #[command(flatten)]
+    pub claims: claims::ClaimArgs,
 }
 
 /// Control requests by result, for the metrics endpoint.
@@ -188,6 +194,46 @@ impl Model {
 
     pub fn rules(&self) -> Option<&rules::Rules> {
         self.rules.as_ref()
+    }
+
+    /// Turns claims on (`--claims`): only on a model running rules.
+    pub fn enable_claims(&mut self, config: claims::ClaimConfig) -> Result<(), String> {
+        let rules = self
+            .rules
+            .take()
+            .ok_or("--claims needs rules (--rules FILE): a claim is a pipe and rules")?;
+        self.rules = Some(rules.with_claims(config)?);
+        Ok(())
+    }
+
+    /// Whether claims are on.
+    pub fn claims_on(&self) -> bool {
+        self.rules.as_ref().is_some_and(rules::Rules::claims_on)
+    }
+
+    /// With claims on, what a user other than root and the starter may ask:
+    /// liveness, help, the totals (`stats`, `watch`: counts of the two
+    /// directions, no flow, rule or pipe of anyone), and its claims. Every
+    /// other request (links, pipes, rules, their shows, batches) is refused
+    /// naming this: the socket is open to every local user.
+    pub fn gate(&self, cred: &PeerCred, request: &Request) -> Result<(), Failure> {
+        if !self.claims_on() || cred.uid == 0 || cred.uid == self.owner_uid {
+            return Ok(());
+        }
+        match request {
+            Request::Ping
+            | Request::Version
+            | Request::Help
+            | Request::Stats
+            | Request::Watch { .. }
+            | Request::Claim(_)
+            | Request::Claims => Ok(()),
+            _ => Err(Failure::Refused(format!(
+                "uid {} may only claim, release and list its claims here (and ping, version, \
+                 help, stats, watch): pipes, rules and their listings belong to root and uid {}",
+                cred.uid, self.owner_uid
+            ))),
+        }
     }
 
     pub fn into_rules(self) -> Option<rules::Rules> {

@@ -41,12 +41,13 @@
 //! else claimed. The same checks run on each line of a batch as it arrives
 //! ([`Rules::check`]) and again on the whole batch at `commit`.
 
+use super::claims::{self, ports_text, Claim, ClaimConfig, PipeAsk, Table};
 use super::failure::Failure;
 use crate::render::node::{node_json, pipes_text};
 use crate::render::sched::{self, Only};
 use linkem_core::model::Change;
 use linkem_core::rules::{statements, Action, ObjectDef, Rule, RuleSet, RulesError, Statement};
-use linkem_ctl::{Kind, Request, RuleRequest};
+use linkem_ctl::{ClaimAction, ClaimRequest, Kind, Request, RuleRequest};
 use linkem_io::creds::PeerCred;
 use linkem_runtime::pipeline::NodeBridge;
 use serde_json::json;
@@ -269,8 +270,23 @@ impl Source {
         out
     }
 
+    /// The number of a rule added without one: 100 after the highest,
+    /// claims' rules aside (beyond them when it would fall among them).
     fn next_number(&self) -> u32 {
-        self.set.rules.iter().map(|r| r.number).max().unwrap_or(0) + 100
+        let n = self
+            .set
+            .rules
+            .iter()
+            .map(|r| r.number)
+            .filter(|n| !claims::reserved(*n))
+            .max()
+            .unwrap_or(0)
+            + 100;
+        if claims::reserved(n) {
+            claims::CLAIM_LAST + 1
+        } else {
+            n
+        }
     }
 }
 
@@ -377,6 +393,17 @@ pub struct Rules {
     starter: u32,
     /// Rule counters at the last `zero`, by (number, body).
     zero_base: Mutex<Vec<(u32, String, u64, u64)>>,
+    /// Port claims, when on (`--claims`). Lock order: the claims, then the source.
+    claims: Option<(Mutex<Table>, ClaimConfig)>,
+}
+
+/// What a claim request did, for its reply and the audit log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimDone {
+    pub at_ns: u64,
+    /// `claimed`, `changed`, `renewed`, `released`.
+    pub what: &'static str,
+    pub claim: Claim,
 }
 
 impl Rules {
@@ -394,7 +421,20 @@ impl Rules {
             files: Mutex::new(files),
             starter,
             zero_base: Mutex::new(Vec::new()),
+            claims: None,
         }
+    }
+
+    /// Turns claims on; refused when the running rule set uses a number
+    /// kept for them.
+    pub fn with_claims(mut self, config: ClaimConfig) -> Result<Rules, String> {
+        reserved_in(&self.source.lock().unwrap_or_else(|p| p.into_inner()))?;
+        self.claims = Some((Mutex::new(Table::default()), config));
+        Ok(self)
+    }
+
+    pub fn claims_on(&self) -> bool {
+        self.claims.is_some()
     }
 
     pub fn starter(&self) -> u32 {
@@ -531,6 +571,7 @@ impl Rules {
     /// tell (a missing pipe, a rule naming one deleted) waits for `commit`.
     pub fn check(&self, uid: u32, r: &RuleRequest, made: &mut Made) -> Result<(), Failure> {
         let source = self.source.lock().unwrap_or_else(|p| p.into_inner());
+        self.not_claims(&source, r)?;
         let owner = |kind: Kind, n: u32| -> Option<u32> {
             source.meta[kind_index(kind)].get(&n).map(|o| o.owner)
         };
@@ -588,6 +629,7 @@ impl Rules {
         r: &RuleRequest,
         batch: bool,
     ) -> Result<Change, Failure> {
+        self.not_claims(s, r)?;
         match r {
             RuleRequest::Config { kind, number, def } => {
                 let k = kind_index(*kind);
@@ -716,13 +758,415 @@ impl Rules {
         }
     }
 
-    /// SIGHUP: the file's rule set replaces the running one (`replace` hands
-    /// the new node to the stage), its objects the starter's again.
-    pub fn reload(&self, source: Source, files: HashMap<String, String>, replace: impl FnOnce()) {
+    /// SIGHUP: the file's rule set replaces the running one at one instant
+    /// (`Node::update`: pipes that stay keep their packets), its objects
+    /// the starter's again; the claims held stay, their pipes and rules
+    /// put back into the new set. Refused (the running set kept) when the
+    /// file uses a number kept for claims.
+    pub fn reload(&self, mut source: Source, files: HashMap<String, String>) -> Result<(), String> {
+        let table = self
+            .claims
+            .as_ref()
+            .map(|(t, _)| t.lock().unwrap_or_else(|p| p.into_inner()));
         let mut s = self.source.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(table) = &table {
+            reserved_in(&source)?;
+            for c in table.iter() {
+                for dir in 0..2 {
+                    let n = c.numbers()[dir];
+                    if let Some((def, meta)) = s.def(2, n) {
+                        source.put(2, def, meta);
+                    }
+                    let old = s.set.rules.iter().position(|r| r.number == n);
+                    if let Some(at) = old {
+                        let rule = s.set.rules[at].clone();
+                        let to = source.set.rules.partition_point(|x| x.number <= n);
+                        source.set.rules.insert(to, rule);
+                        source.rule_owners.insert(to, c.uid);
+                    }
+                }
+            }
+        }
         *self.files.lock().unwrap_or_else(|p| p.into_inner()) = files;
-        replace();
+        let change = Change::Rules {
+            set: Box::new(source.set.clone()),
+            text: source.text().into(),
+        };
+        // An error only once the bridge stops, when the new rules no longer matter.
+        let _ = self.bridge.submit(vec![change]);
         *s = source;
+        Ok(())
+    }
+
+    /// Refuses a request naming a pipe or rule kept for claims (they change
+    /// only through `claim` and `release`), and a `flush` while claims hold
+    /// pipes.
+    fn not_claims(&self, s: &Source, r: &RuleRequest) -> Result<(), Failure> {
+        if self.claims.is_none() {
+            return Ok(());
+        }
+        let kept = |what: String| {
+            Err(Failure::Refused(format!(
+                "{what}: pipes and rules {}-{} belong to claims (change them with \
+                 'claim', 'release')",
+                claims::CLAIM_FIRST,
+                claims::CLAIM_LAST
+            )))
+        };
+        match r {
+            RuleRequest::Config { kind, number, .. } | RuleRequest::Delete { kind, number }
+                if claims::reserved(*number) =>
+            {
+                kept(format!("{} {number}", kind.name()))
+            }
+            RuleRequest::Add { number, rule } => {
+                if let Some(n) = number.filter(|n| claims::reserved(*n)) {
+                    return kept(format!("rule {n}"));
+                }
+                match target(rule) {
+                    Some((kind, n)) if claims::reserved(n) => kept(format!("{} {n}", kind.name())),
+                    _ => Ok(()),
+                }
+            }
+            RuleRequest::DeleteRules { numbers } => {
+                match numbers.iter().find(|n| claims::reserved(**n)) {
+                    Some(n) => kept(format!("rule {n}")),
+                    None => Ok(()),
+                }
+            }
+            RuleRequest::Flush if s.meta[2].keys().any(|n| claims::reserved(*n)) => {
+                Err(Failure::Refused(
+                    "flush: claims hold pipes and rules; they go when released or expired".into(),
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The pipe of a claim: `words` parsed as `pipe number config` is, with
+    /// `bw RATE` added when they give none and `rate_bps` bounds the user.
+    fn claim_pipe(
+        &self,
+        number: u32,
+        words: &[String],
+        rate_bps: Option<u64>,
+    ) -> Result<ObjectDef, Failure> {
+        let known = self.files.lock().unwrap_or_else(|p| p.into_inner());
+        let mut files = |name: &str| -> Result<String, String> {
+            match known.get(name) {
+                Some(t) => Ok(t.clone()),
+                None => linkem_ctl::system_tables(name),
+            }
+        };
+        let parse = |words: &[String], files: &mut dyn FnMut(&str) -> Result<String, String>| {
+            let w: Vec<&str> = words.iter().map(String::as_str).collect();
+            linkem_core::rules::parse_object(
+                linkem_core::rules::ObjectKind::Pipe,
+                number,
+                &w,
+                1,
+                files,
+            )
+            .map_err(|e| Failure::Error(format!("'{}': {}", e.word, e.message)))
+        };
+        let def = parse(words, &mut files)?;
+        let ObjectDef::Pipe {
+            def: pipe, sched, ..
+        } = &def
+        else {
+            unreachable!("a pipe's words make a pipe")
+        };
+        if pipe.mask.is_some() || sched.kind.is_some() {
+            return Err(Failure::Error(
+                "a claim's pipe takes no mask or scheduler type: each flow would get a queue \
+                 of its own, beyond what the claim may hold"
+                    .into(),
+            ));
+        }
+        match (pipe.link.rate_bps, rate_bps) {
+            (None, Some(r)) => {
+                let mut w = words.to_vec();
+                w.push("bw".into());
+                w.push(format!("{r}bit/s"));
+                parse(&w, &mut files)
+            }
+            _ => Ok(def),
+        }
+    }
+
+    /// `claim ...` / `release ...` by `cred` at `now_ns` (see
+    /// [`super::claims`]): checked against who holds what and the user's
+    /// limits, then applied as typed changes at one instant: a new claim
+    /// adds its two pipes and rules, a change reconfigures its pipes in
+    /// place (queued packets keep their release times), a release deletes
+    /// them.
+    pub fn claim(
+        &self,
+        cred: &PeerCred,
+        r: &ClaimRequest,
+        now_ns: u64,
+    ) -> Result<ClaimDone, Failure> {
+        let Some((table, config)) = &self.claims else {
+            return Err(Failure::Error(
+                "claims are off in this emulator (start it with --claims)".into(),
+            ));
+        };
+        let mut table = table.lock().unwrap_or_else(|p| p.into_inner());
+        let name = ports_text(r.proto, r.ports);
+        let words = match &r.action {
+            ClaimAction::Release => {
+                // Root may free anyone's claim.
+                let slot = match table.find(cred.uid, r.proto, r.ports) {
+                    Err(Failure::Refused(_)) if cred.uid == 0 => table
+                        .iter()
+                        .find(|c| c.proto == r.proto && c.ports == r.ports)
+                        .map(|c| c.slot),
+                    found => found?,
+                };
+                let slot = slot.ok_or_else(|| Failure::Error(format!("{name} is not claimed")))?;
+                let claim = table.get(slot).expect("found above").clone();
+                let at_ns = self.drop_claim(&claim)?;
+                table.remove(slot);
+                return Ok(ClaimDone {
+                    at_ns,
+                    what: "released",
+                    claim,
+                });
+            }
+            ClaimAction::Set { words } => words,
+        };
+        let held = table.find(cred.uid, r.proto, r.ports)?;
+        let old = held.and_then(|s| table.get(s)).cloned();
+        if let (Some(old), [None, None]) = (&old, words) {
+            let mut c = old.clone();
+            c.pid = cred.pid;
+            c.renewed_ns = now_ns;
+            c.expires_ns = now_ns.saturating_add(config.ttl_ns);
+            table.put(c.clone());
+            return Ok(ClaimDone {
+                at_ns: now_ns,
+                what: "renewed",
+                claim: c,
+            });
+        }
+        let slot = match held {
+            Some(s) => s,
+            None => table.free_slot()?,
+        };
+        let numbers = claims::numbers(slot);
+        let limit = config.limits.of(cred.uid);
+        let mut chosen: [Vec<String>; 2] = Default::default();
+        let mut defs = Vec::with_capacity(2);
+        for dir in 0..2 {
+            chosen[dir] = match (&words[dir], &old) {
+                (Some(w), _) => w.clone(),
+                (None, Some(o)) => o.words[dir].clone(),
+                (None, None) => Vec::new(),
+            };
+            let def = self
+                .claim_pipe(numbers[dir], &chosen[dir], limit.rate_bps)
+                .map_err(|f| Failure::Error(format!("{name}: {}", f.message())))?;
+            defs.push(def);
+        }
+        let asks = [0, 1].map(|i| match &defs[i] {
+            ObjectDef::Pipe { def, .. } => PipeAsk::of(&def.link),
+            _ => unreachable!("claim_pipe makes pipes"),
+        });
+        table.check_limits(cred.uid, &limit, held, r.ports, &asks)?;
+        let mut s = self.source.lock().unwrap_or_else(|p| p.into_inner());
+        let mut changes = Vec::with_capacity(4);
+        let mut undo = Vec::new();
+        for (dir, def) in defs.into_iter().enumerate() {
+            let words = def.words().to_string();
+            let n = numbers[dir];
+            undo.push(Undo::Object(2, n, s.def(2, n)));
+            s.remove(2, n);
+            s.put(
+                2,
+                def.clone(),
+                Meta {
+                    words,
+                    owner: cred.uid,
+                },
+            );
+            changes.push(Change::Object(Box::new(def)));
+        }
+        if old.is_none() {
+            for (dir, n) in numbers.into_iter().enumerate() {
+                let rule = claim_rule(n, r.proto, r.ports, dir, [&self.sides[0], &self.sides[1]]);
+                let at = s.set.rules.partition_point(|x| x.number <= n);
+                s.set.rules.insert(at, rule.clone());
+                s.rule_owners.insert(at, cred.uid);
+                undo.push(Undo::RuleIn(at));
+                changes.push(Change::AddRule(Box::new(rule)));
+            }
+        }
+        let at_ns = match self.bridge.submit(changes) {
+            Ok(at) => at,
+            Err(e) => {
+                s.undo(undo);
+                return Err(Failure::Error(e.to_string()));
+            }
+        };
+        let claim = Claim {
+            proto: r.proto,
+            ports: r.ports,
+            uid: cred.uid,
+            pid: cred.pid,
+            slot,
+            words: chosen,
+            held_bytes: asks[0].held_bytes.saturating_add(asks[1].held_bytes),
+            created_ns: old.as_ref().map_or(at_ns, |o| o.created_ns),
+            renewed_ns: now_ns,
+            expires_ns: now_ns.saturating_add(config.ttl_ns),
+            changes: old.as_ref().map_or(0, |o| o.changes + 1),
+        };
+        table.put(claim.clone());
+        Ok(ClaimDone {
+            at_ns,
+            what: if old.is_some() { "changed" } else { "claimed" },
+            claim,
+        })
+    }
+
+    /// Deletes a claim's rules and pipes at one instant (returned); the
+    /// packets its pipes still held are counted as `flushed`.
+    fn drop_claim(&self, c: &Claim) -> Result<u64, Failure> {
+        let mut s = self.source.lock().unwrap_or_else(|p| p.into_inner());
+        let numbers = c.numbers();
+        let mut undo = Vec::new();
+        let mut gone = Vec::new();
+        for n in numbers {
+            while let Some(at) = s.set.rules.iter().position(|r| r.number == n) {
+                let rule = s.set.rules.remove(at);
+                let owner = s.rule_owners.remove(at);
+                undo.push(Undo::RuleOut(at, Box::new(rule), owner));
+                gone.push(n);
+            }
+        }
+        let mut changes = Vec::new();
+        if !gone.is_empty() {
+            changes.push(Change::DeleteRules(gone));
+        }
+        for n in numbers {
+            if let Some(old) = s.def(2, n) {
+                s.remove(2, n);
+                undo.push(Undo::Object(2, n, Some(old)));
+                changes.push(Change::DeleteObject {
+                    kind: linkem_core::rules::ObjectKind::Pipe,
+                    number: n,
+                });
+            }
+        }
+        match self.bridge.submit(changes) {
+            Ok(at) => Ok(at),
+            Err(e) => {
+                s.undo(undo);
+                Err(Failure::Error(e.to_string()))
+            }
+        }
+    }
+
+    /// Removes the claims whose time is up at `now_ns`, each with the
+    /// instant its rules and pipes went (or why they could not).
+    pub fn expire_claims(&self, now_ns: u64) -> Vec<(Claim, Result<u64, Failure>)> {
+        let Some((table, _)) = &self.claims else {
+            return Vec::new();
+        };
+        let mut table = table.lock().unwrap_or_else(|p| p.into_inner());
+        if table.next_expiry_ns().is_none_or(|t| t > now_ns) {
+            return Vec::new();
+        }
+        table
+            .take_expired(now_ns)
+            .into_iter()
+            .map(|c| {
+                let r = self.drop_claim(&c);
+                (c, r)
+            })
+            .collect()
+    }
+
+    /// `claims`: those of `uid` (root's and the starter's: all), each with
+    /// the packets, bytes and drops of its two pipes.
+    pub fn claims_json(&self, uid: u32, now_ns: u64) -> serde_json::Value {
+        let Some((table, config)) = &self.claims else {
+            return json!({"claims": [], "on": false});
+        };
+        let table = table.lock().unwrap_or_else(|p| p.into_inner());
+        let all = uid == 0 || uid == self.starter;
+        let mine: Vec<Claim> = table
+            .iter()
+            .filter(|c| all || c.uid == uid)
+            .cloned()
+            .collect();
+        drop(table);
+        let counts: HashMap<u32, (u64, u64, u64)> = self.bridge.with_model(|node| {
+            node.pipes()
+                .iter()
+                .filter(|p| claims::reserved(p.def.number))
+                .map(|p| (p.def.number, p.totals()))
+                .collect()
+        });
+        let mut text = String::new();
+        let list: Vec<serde_json::Value> = mine
+            .iter()
+            .map(|c| {
+                let dirs = [0, 1].map(|d| {
+                    let n = c.numbers()[d];
+                    let (p, b, drops) = counts.get(&n).copied().unwrap_or_default();
+                    json!({"pipe": n, "words": c.words[d].join(" "), "packets": p, "bytes": b, "drops": drops})
+                });
+                let left_s = c.expires_ns.saturating_sub(now_ns) as f64 / 1e9;
+                text.push_str(&format!(
+                    "{:<16} uid {:<6} expires in {:>7.1}s  a-to-b pipe {} [{}] {} pkts {} bytes {} drops  \
+                     b-to-a pipe {} [{}] {} pkts {} bytes {} drops\n",
+                    c.name(),
+                    c.uid,
+                    left_s,
+                    dirs[0]["pipe"],
+                    dirs[0]["words"].as_str().unwrap_or(""),
+                    dirs[0]["packets"],
+                    dirs[0]["bytes"],
+                    dirs[0]["drops"],
+                    dirs[1]["pipe"],
+                    dirs[1]["words"].as_str().unwrap_or(""),
+                    dirs[1]["packets"],
+                    dirs[1]["bytes"],
+                    dirs[1]["drops"],
+                ));
+                let [ab, ba] = dirs;
+                json!({
+                    "claim": c.name(),
+                    "proto": c.proto.word(),
+                    "ports": [c.ports.0, c.ports.1],
+                    "uid": c.uid,
+                    "pid": c.pid,
+                    "created_ns": c.created_ns,
+                    "renewed_ns": c.renewed_ns,
+                    "expires_ns": c.expires_ns,
+                    "expires_in_s": left_s,
+                    "changes": c.changes,
+                    "held_bytes_bound": c.held_bytes,
+                    "a_to_b": ab,
+                    "b_to_a": ba,
+                })
+            })
+            .collect();
+        let limit = config.limits.of(uid);
+        json!({
+            "on": true,
+            "claims": list,
+            "ttl_ns": config.ttl_ns,
+            "limits": {
+                "claims": limit.claims,
+                "ports": limit.ports,
+                "rate_bps": limit.rate_bps,
+                "delay_ns": limit.delay_ns,
+                "queue_bytes": limit.queue_bytes,
+            },
+            "text": text,
+        })
     }
 
     /// `zero`: rule counters seen by `list`/`show` restart from zero.
@@ -866,6 +1310,70 @@ impl Rules {
                 })
             }
         }))
+    }
+}
+
+/// The rule of a claim's side `dir` (0: a, received, the ports as
+/// destination; 1: b, sent, the ports as source), numbered as its pipe.
+fn claim_rule(
+    n: u32,
+    proto: linkem_ctl::Proto,
+    (a, b): (u16, u16),
+    dir: usize,
+    sides: [&str; 2],
+) -> Rule {
+    let ports = if a == b {
+        a.to_string()
+    } else {
+        format!("{a}-{b}")
+    };
+    let pipe = n.to_string();
+    let words: Vec<&str> = if dir == 0 {
+        vec![
+            "pipe",
+            &pipe,
+            proto.word(),
+            "from",
+            "any",
+            "to",
+            "any",
+            "dst-port",
+            &ports,
+            "in",
+        ]
+    } else {
+        vec![
+            "pipe",
+            &pipe,
+            proto.word(),
+            "from",
+            "any",
+            "to",
+            "any",
+            "src-port",
+            &ports,
+            "out",
+        ]
+    };
+    linkem_core::rules::parse_rule(Some(n), &words, 1, sides).expect("a claim's rule parses")
+}
+
+/// A rule set that uses a number kept for claims, named.
+fn reserved_in(s: &Source) -> Result<(), String> {
+    let what = s
+        .meta
+        .iter()
+        .zip(KIND_WORDS)
+        .flat_map(|(m, k)| m.keys().map(move |n| (k, *n)))
+        .chain(s.set.rules.iter().map(|r| ("rule", r.number)))
+        .find(|(_, n)| claims::reserved(*n));
+    match what {
+        Some((k, n)) => Err(format!(
+            "{k} {n}: with --claims, pipes and rules {}-{} are kept for claims",
+            claims::CLAIM_FIRST,
+            claims::CLAIM_LAST
+        )),
+        None => Ok(()),
     }
 }
 
@@ -1294,6 +1802,221 @@ mod tests {
         // The bridge's interface names are rule words.
         rules.parse_line("add 200 pipe 1 ip recv a xmit b").unwrap();
         assert!(rules.parse_line("add 200 pipe 1 ip recv eth7").is_err());
+        rules.bridge.stop();
+    }
+
+    fn cred(uid: u32) -> PeerCred {
+        PeerCred {
+            uid,
+            gid: uid,
+            pid: 7,
+        }
+    }
+
+    fn claim_line(rules: &Rules, uid: u32, line: &str, now_ns: u64) -> Result<ClaimDone, Failure> {
+        match rules
+            .parse_line(line)
+            .map_err(|e| Failure::Error(e.to_string()))?
+            .request
+        {
+            Request::Claim(c) => rules.claim(&cred(uid), &c, now_ns),
+            other => panic!("{line}: {other:?}"),
+        }
+    }
+
+    type NodeState = (Vec<(u32, u64)>, Vec<(u32, String)>);
+
+    /// (pipe number, delay) of the node's pipes, and its rules' numbers and texts.
+    fn node_state(rules: &Rules) -> NodeState {
+        rules.bridge.with_model(|n| {
+            (
+                n.pipes()
+                    .iter()
+                    .map(|p| (p.def.number, p.def.link.delay_ns))
+                    .collect(),
+                n.classifier()
+                    .rules()
+                    .iter()
+                    .map(|r| (r.number, r.text.clone()))
+                    .collect(),
+            )
+        })
+    }
+
+    fn claims_config(ttl_ns: u64, limits: &str) -> ClaimConfig {
+        ClaimConfig {
+            ttl_ns,
+            limits: claims::Limits::parse(limits).unwrap(),
+        }
+    }
+
+    #[test]
+    fn a_claim_makes_changes_renews_and_releases_its_pipes_and_rules() {
+        let mut rules = rules_over_memory("pipe 1 config delay 1ms\nadd 100 pipe 1 icmp\n")
+            .with_claims(claims_config(10_000, "default rate=none queue=none"))
+            .unwrap();
+        let d = claim_line(&rules, 1001, "claim udp 5678 -- delay 50ms", 1_000).unwrap();
+        assert_eq!((d.what, d.claim.numbers()), ("claimed", [40_000, 40_001]));
+        assert_eq!(d.claim.expires_ns, 11_000);
+        let (pipes, node_rules) = node_state(&rules);
+        assert_eq!(
+            pipes,
+            [(1, 1_000_000), (40_000, 50_000_000), (40_001, 50_000_000)]
+        );
+        assert_eq!(
+            node_rules.iter().map(|r| r.0).collect::<Vec<_>>(),
+            [100, 40_000, 40_001]
+        );
+        assert!(
+            node_rules[1]
+                .1
+                .contains("udp from any to any dst-port 5678 in"),
+            "{node_rules:?}"
+        );
+        assert!(
+            node_rules[2]
+                .1
+                .contains("udp from any to any src-port 5678 out"),
+            "{node_rules:?}"
+        );
+        // Another user: refused naming the owner; the node unchanged.
+        let e = claim_line(&rules, 1002, "claim udp 5678 -- delay 1ms", 2_000).unwrap_err();
+        assert!(
+            matches!(&e, Failure::Refused(m) if m.contains("claimed by uid 1001")),
+            "{e:?}"
+        );
+        let e = claim_line(&rules, 1002, "release udp 5678", 2_000).unwrap_err();
+        assert!(
+            matches!(&e, Failure::Refused(m) if m.contains("claimed by uid 1001")),
+            "{e:?}"
+        );
+        // The owner changes one direction in place: same rules, the pipe reconfigured.
+        let d = claim_line(&rules, 1001, "claim udp 5678 --out delay 7ms", 3_000).unwrap();
+        assert_eq!(
+            (d.what, d.claim.changes, d.claim.created_ns),
+            ("changed", 1, 1_000u64.max(d.claim.created_ns))
+        );
+        let (pipes, after) = node_state(&rules);
+        assert_eq!(pipes[1..], [(40_000, 50_000_000), (40_001, 7_000_000)]);
+        assert_eq!(after, node_rules);
+        // Claiming again without words renews it, nothing else.
+        let d = claim_line(&rules, 1001, "claim udp 5678", 4_000).unwrap();
+        assert_eq!((d.what, d.claim.expires_ns), ("renewed", 14_000));
+        // Pipes and rules of claims are not for other requests, root's included.
+        for line in [
+            "pipe 40000 config delay 1ms",
+            "delete 40001",
+            "add 40100 pipe 1 ip",
+            "add 200 pipe 40000 ip",
+            "flush",
+        ] {
+            let e = request(&rules, line).unwrap_err();
+            assert!(matches!(e, Failure::Refused(_)), "{line}: {e:?}");
+        }
+        // An added rule without a number is numbered after the others, claims aside.
+        request(&rules, "add pipe 1 tcp").unwrap();
+        assert_eq!(node_state(&rules).1[1].0, 200);
+        request(&rules, "delete 200").unwrap();
+        // Expiry at its time: rules and pipes go.
+        assert!(rules.expire_claims(13_999).is_empty());
+        let gone = rules.expire_claims(14_000);
+        assert_eq!(gone.len(), 1);
+        assert!(gone[0].1.is_ok());
+        assert_eq!(
+            node_state(&rules),
+            (vec![(1, 1_000_000)], vec![(100, node_rules[0].1.clone())])
+        );
+        // Released by its owner.
+        claim_line(&rules, 1002, "claim tcp 80-90 delay 1ms", 20_000).unwrap();
+        let d = claim_line(&rules, 1002, "claim tcp 80-90 release", 21_000).unwrap();
+        assert_eq!(d.what, "released");
+        assert_eq!(node_state(&rules).0, [(1, 1_000_000)]);
+        let e = claim_line(&rules, 1002, "release tcp 80-90", 21_000).unwrap_err();
+        assert_eq!(e, Failure::Error("tcp 80-90 is not claimed".into()));
+        rules.bridge.stop();
+    }
+
+    #[test]
+    fn a_claim_over_its_limits_is_refused_and_changes_nothing() {
+        let mut rules = rules_over_memory("pipe 1 config delay 1ms\n")
+            .with_claims(claims_config(
+                10_000,
+                "default claims=1 rate=10Mbit/s delay=100ms queue=2MiB",
+            ))
+            .unwrap();
+        let before = node_state(&rules);
+        for (line, says) in [
+            (
+                "claim udp 1 -- delay 200ms",
+                "limit delay=100ms for uid 1001: the a-to-b pipe asks delay 200ms",
+            ),
+            (
+                "claim udp 1 --in bw 20Mbit/s",
+                "limit rate=10mbit for uid 1001: the a-to-b pipe asks bw 20mbit",
+            ),
+            ("claim udp 1 -- queue 1000", "limit queue=2MiB for uid 1001"),
+        ] {
+            let e = claim_line(&rules, 1001, line, 0).unwrap_err();
+            assert!(
+                matches!(&e, Failure::Refused(m) if m.starts_with(says)),
+                "{line}: {e:?}"
+            );
+        }
+        assert_eq!(node_state(&rules), before);
+        // Without bw the pipe runs at the user's rate limit, so it holds a bounded amount.
+        let d = claim_line(&rules, 1001, "claim udp 1 -- delay 50ms", 0).unwrap();
+        assert!(d.claim.held_bytes < 2 << 20, "{}", d.claim.held_bytes);
+        let rate = rules.bridge.with_model(|n| n.pipes()[1].def.link.rate_bps);
+        assert_eq!(rate, Some(10_000_000));
+        let e = claim_line(&rules, 1001, "claim udp 2", 0).unwrap_err();
+        assert!(
+            matches!(&e, Failure::Refused(m) if m.starts_with("limit claims=1 for uid 1001")),
+            "{e:?}"
+        );
+        // A mask would give each flow its own queue.
+        let e = claim_line(&rules, 1002, "claim udp 3 -- mask dst-port 0xffff", 0).unwrap_err();
+        assert!(e.message().contains("no mask"), "{e:?}");
+        // Root is not bounded unless named.
+        claim_line(&rules, 0, "claim udp 4 -- delay 1s", 0).unwrap();
+        let listed = rules.claims_json(1001, 0);
+        assert_eq!(listed["claims"].as_array().unwrap().len(), 1);
+        assert_eq!(
+            rules.claims_json(0, 0)["claims"].as_array().unwrap().len(),
+            2
+        );
+        rules.bridge.stop();
+    }
+
+    #[test]
+    fn a_reload_keeps_the_claims_and_refuses_their_numbers() {
+        let mut rules = rules_over_memory("pipe 1 config delay 1ms\n")
+            .with_claims(claims_config(10_000, ""))
+            .unwrap();
+        claim_line(&rules, 1001, "claim udp 5678 -- delay 50ms bw 1Mbit/s", 0).unwrap();
+        let text = normalized("pipe 2 config delay 2ms\nadd 100 pipe 2 tcp\n").unwrap();
+        let set = parse(&text).unwrap();
+        rules
+            .reload(Source::new(&text, set, 0), HashMap::new())
+            .unwrap();
+        let (pipes, node_rules) = node_state(&rules);
+        assert_eq!(
+            pipes.iter().map(|p| p.0).collect::<Vec<_>>(),
+            [2, 40_000, 40_001]
+        );
+        assert_eq!(
+            node_rules.iter().map(|r| r.0).collect::<Vec<_>>(),
+            [100, 40_000, 40_001]
+        );
+        let text = normalized("pipe 40000 config delay 2ms\n").unwrap();
+        let set = parse(&text).unwrap();
+        let e = rules
+            .reload(Source::new(&text, set, 0), HashMap::new())
+            .unwrap_err();
+        assert!(e.starts_with("pipe 40000: with --claims"), "{e}");
+        assert_eq!(node_state(&rules).0.len(), 3);
+        // The claim still releases cleanly.
+        claim_line(&rules, 1001, "release udp 5678", 0).unwrap();
+        assert_eq!(node_state(&rules).0, [(2, 2_000_000)]);
         rules.bridge.stop();
     }
 

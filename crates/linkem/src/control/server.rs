@@ -17,11 +17,12 @@
 use super::audit::Audit;
 use super::metrics::Endpoint;
 use super::sys::{self, PeerCred};
-use super::{is_audited, looks_like_change, ControlArgs, Failure, Model};
+use super::{claims, is_audited, looks_like_change, ControlArgs, Failure, Model};
 use anyhow::{anyhow, bail, Context, Result};
 use linkem_ctl::{
     Request, HELP, MAX_BATCH_BYTES, MAX_BATCH_LINES, MAX_LINE_BYTES, PROTOCOL_VERSION,
 };
+use linkem_runtime::clock;
 use serde_json::json;
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
@@ -107,6 +108,9 @@ pub fn prepare(args: &ControlArgs, if_a: &str, if_b: &str) -> Result<Prepared> {
         Some(g) => Some(sys::group_id(g).map_err(|e| anyhow!("--control-group {e}"))?),
         None => None,
     };
+    // With claims, every local user may connect (what each may do there is
+    // bounded by its claims and limits); a control group narrows it.
+    let open = args.claims.claims && gid.is_none();
     // Checked before the socket is placed, so that a typo fails without one.
     if let Some(a) = &args.metrics {
         super::metrics::parse_addr(a)?;
@@ -118,10 +122,10 @@ pub fn prepare(args: &ControlArgs, if_a: &str, if_b: &str) -> Result<Prepared> {
             }
             None
         }
-        Some(p) => Some(bind(Path::new(p), gid)?),
+        Some(p) => Some(bind(Path::new(p), gid, open)?),
         // The default place may be out of reach of a user running linkem with
         // capabilities instead of root: the emulation still runs, without a socket.
-        None => match default_socket(&name, gid) {
+        None => match default_socket(&name, gid, open) {
             Ok(l) => Some(l),
             Err(e) if gid.is_none() && !sys::is_root() => {
                 eprintln!("linkem: warning: no control socket: {e:#}");
@@ -147,7 +151,7 @@ pub fn prepare(args: &ControlArgs, if_a: &str, if_b: &str) -> Result<Prepared> {
     })
 }
 
-fn default_socket(name: &str, gid: Option<u32>) -> Result<(UnixListener, SocketFile)> {
+fn default_socket(name: &str, gid: Option<u32>, open: bool) -> Result<(UnixListener, SocketFile)> {
     let dir = Path::new(linkem_ctl::SOCKET_DIR);
     if !dir.exists() {
         std::fs::create_dir_all(dir)
@@ -159,13 +163,14 @@ fn default_socket(name: &str, gid: Option<u32>) -> Result<(UnixListener, SocketF
                 )
             })?;
     }
-    bind(&linkem_ctl::default_socket_path(name), gid)
+    bind(&linkem_ctl::default_socket_path(name), gid, open)
 }
 
 /// Binds the socket under a temporary name, gives it its mode and group, and
 /// only then renames it into place, so it is never reachable with a wider
 /// mode; a stale socket of a killed run is replaced, a live one refused.
-fn bind(path: &Path, gid: Option<u32>) -> Result<(UnixListener, SocketFile)> {
+/// `open`: mode 0666, every local user (claims).
+fn bind(path: &Path, gid: Option<u32>, open: bool) -> Result<(UnixListener, SocketFile)> {
     if path.as_os_str().len() >= 100 {
         bail!(
             "--control {}: a socket path must be shorter than 100 bytes",
@@ -213,7 +218,11 @@ fn bind(path: &Path, gid: Option<u32>) -> Result<(UnixListener, SocketFile)> {
         if let Some(g) = gid {
             std::os::unix::fs::chown(&tmp, None, Some(g))?;
         }
-        let mode = if gid.is_some() { 0o660 } else { 0o600 };
+        let mode = match (gid, open) {
+            (Some(_), _) => 0o660,
+            (None, true) => 0o666,
+            (None, false) => 0o600,
+        };
         std::fs::set_permissions(&tmp, PermissionsExt::from_mode(mode))?;
         std::fs::rename(&tmp, path)?;
         let m = std::fs::symlink_metadata(path)?;
@@ -245,6 +254,51 @@ pub struct Server {
     accept: Option<JoinHandle<()>>,
     clients: Arc<Mutex<Vec<JoinHandle<()>>>>,
     metrics: Option<Endpoint>,
+    expiry: Option<JoinHandle<()>>,
+}
+
+/// Removes expired claims every [`claims::EXPIRY_TICK`] until `stop`, each
+/// expiry audited under its claimant's uid and pid with the instant its
+/// rules and pipes went.
+fn expiry_loop(model: Arc<Model>, audit: Option<Arc<Audit>>, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::Acquire) {
+        std::thread::sleep(claims::EXPIRY_TICK);
+        let Some(rules) = model.rules() else { return };
+        for (c, result) in rules.expire_claims(clock::now_ns()) {
+            let cred = PeerCred {
+                uid: c.uid,
+                gid: c.uid,
+                pid: c.pid,
+            };
+            if let Some(a) = &audit {
+                let (result, at) = match &result {
+                    Ok(at) => ("ok".to_string(), Some(*at)),
+                    Err(f) => (f.audit_result(), None),
+                };
+                a.record_with(
+                    &cred,
+                    &format!("expire {}", c.name()),
+                    &result,
+                    at,
+                    claim_fields(&c, "expired"),
+                );
+            }
+        }
+    }
+}
+
+/// The audit fields of a claim event.
+pub(super) fn claim_fields(
+    c: &claims::Claim,
+    event: &str,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut m = serde_json::Map::new();
+    m.insert("claim".into(), c.name().into());
+    m.insert("claim_uid".into(), c.uid.into());
+    m.insert("event".into(), event.into());
+    m.insert("pipes".into(), json!(c.numbers()));
+    m.insert("expires_ns".into(), c.expires_ns.into());
+    m
 }
 
 impl Prepared {
@@ -281,6 +335,13 @@ impl Prepared {
         let metrics = self
             .metrics
             .map(|l| Endpoint::start(l, model.clone(), stop.clone()));
+        let expiry = model.claims_on().then(|| {
+            let (model, audit, stop) = (model.clone(), audit.clone(), stop.clone());
+            std::thread::Builder::new()
+                .name("linkem-claims".into())
+                .spawn(move || expiry_loop(model, audit, stop))
+                .expect("a thread can be started")
+        });
         let mut socket = None;
         let accept = self.listener.map(|(listener, file)| {
             socket = Some(file);
@@ -297,6 +358,7 @@ impl Prepared {
             accept,
             clients,
             metrics,
+            expiry,
         }
     }
 }
@@ -323,6 +385,9 @@ impl Drop for Server {
         }
         if let Some(m) = self.metrics.take() {
             m.stop();
+        }
+        if let Some(t) = self.expiry.take() {
+            let _ = t.join();
         }
     }
 }
@@ -628,6 +693,18 @@ impl Session<'_> {
         };
         let id = parsed.id.as_deref();
         let request = parsed.request;
+        // With claims on, the socket is open to all: what an ordinary user
+        // may ask is decided before anything else.
+        if let Err(f) = self.model.gate(&self.cred, &request) {
+            let f = Err(f);
+            self.count(&f);
+            self.audit(text, &f);
+            if let Some(b) = &mut self.batch {
+                b.failed
+                    .get_or_insert_with(|| format!("'{text}': {}", f_message(&f)));
+            }
+            return reply(stream, &with_id(result_json(&f), id));
+        }
         // Inside a batch: changes are collected, commit/abort end it.
         if self.batch.is_some() {
             match request {
@@ -738,6 +815,15 @@ impl Session<'_> {
                     &with_id(json!({"ok": false, "error": linkem_ctl::NO_RULE_SET}), id),
                 );
             }
+            Request::Claims => match self.model.rules() {
+                Some(r) => {
+                    let mut v = r.claims_json(self.cred.uid, clock::now_ns());
+                    v["ok"] = true.into();
+                    v
+                }
+                None => json!({"ok": true, "on": false, "claims": []}),
+            },
+            Request::Claim(c) => return self.claim(stream, text, c, id),
             Request::Link { .. } | Request::Zero | Request::Rule(_) => {
                 let result = self.model.apply(&self.cred, &[&request], &[text]);
                 self.count(&result);
@@ -747,6 +833,48 @@ impl Session<'_> {
         };
         self.count(&Ok(0));
         reply(stream, &with_id(body, id))
+    }
+
+    /// `claim ...`/`release ...`: applied at once (never in a batch), audited
+    /// with what it did to which claim.
+    fn claim(
+        &mut self,
+        stream: &mut UnixStream,
+        text: &str,
+        c: &linkem_ctl::ClaimRequest,
+        id: Option<&str>,
+    ) -> Next {
+        let done = match self.model.rules() {
+            Some(r) => r.claim(&self.cred, c, clock::now_ns()),
+            None => Err(Failure::Error(
+                "claims are off in this emulator (start it with --rules and --claims)".into(),
+            )),
+        };
+        let result = done.as_ref().map(|d| d.at_ns).map_err(Clone::clone);
+        self.count(&result);
+        if result.is_ok() {
+            self.model.counters.changes.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(a) = self.audit {
+            match &done {
+                Ok(d) => a.record_with(
+                    &self.cred,
+                    text,
+                    "ok",
+                    Some(d.at_ns),
+                    claim_fields(&d.claim, d.what),
+                ),
+                Err(f) => a.record(&self.cred, text, &f.audit_result(), None),
+            }
+        }
+        let mut v = result_json(&result);
+        if let Ok(d) = &done {
+            v["claim"] = d.claim.name().into();
+            v["event"] = d.what.into();
+            v["pipes"] = json!(d.claim.numbers());
+            v["expires_ns"] = d.claim.expires_ns.into();
+        }
+        reply(stream, &with_id(v, id))
     }
 
     /// A change inside a batch: refused at once if the peer may not make it
