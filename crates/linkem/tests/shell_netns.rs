@@ -435,41 +435,40 @@ fn a_shell_logs_both_directions_in_mahimahis_format() {
     }
 }
 
-fn as_nobody(args: &[&str]) -> Output {
+/// `linkem shell ARGS` as nobody, in a private mount namespace where
+/// /dev/net/tun is a node of the same device (10, 200) with mode `tun_mode`.
+fn as_nobody_with_tun(tun_mode: &str, args: &[&str]) -> Output {
+    let script =
+        "set -e; d=$(mktemp -d); trap 'umount /dev/net/tun 2>/dev/null; rm -rf \"$d\"' EXIT; \
+                  mknod \"$d/tun\" c 10 200; chmod \"$1\" \"$d/tun\"; \
+                  mount --bind \"$d/tun\" /dev/net/tun; shift; \
+                  setpriv --reuid 65534 --regid 65534 --clear-groups \"$@\"";
     let mut all = vec![
-        "--reuid",
-        "65534",
-        "--regid",
-        "65534",
-        "--clear-groups",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        script,
+        "sh",
+        tun_mode,
         LINKEM,
         "shell",
     ];
     all.extend_from_slice(args);
-    std::process::Command::new("setpriv")
+    std::process::Command::new("unshare")
         .args(&all)
         .output()
         .unwrap()
 }
 
-/// Restores /dev/net/tun's mode when dropped.
-struct TunMode(u32);
-
-impl Drop for TunMode {
-    fn drop(&mut self) {
-        use std::os::unix::fs::PermissionsExt;
-        let _ = std::fs::set_permissions("/dev/net/tun", std::fs::Permissions::from_mode(self.0));
-    }
-}
-
 /// An ordinary user (nobody, via setpriv) gets a shell through a user
 /// namespace and pasta, where /dev/net/tun lets it (Debian's mode 0666);
-/// where the device is root's only (this test machine's 0600), linkem says
-/// so. Both are checked: the device's mode is opened for the second run
-/// and restored.
+/// where the device is root's only, linkem says so. Both are checked without
+/// touching the machine's device: each run sees, in a mount namespace of its
+/// own, a node of the same device with the mode under test bound over it.
 #[test]
 fn an_ordinary_user_gets_a_shell_through_pasta_or_is_told_what_is_missing() {
-    use std::os::unix::fs::PermissionsExt;
     if skip() {
         return;
     }
@@ -481,14 +480,7 @@ fn an_ordinary_user_gets_a_shell_through_pasta_or_is_told_what_is_missing() {
     {
         panic!("`pasta` not found: install passt (e.g. `apt-get install passt`)");
     }
-    let mode = std::fs::metadata("/dev/net/tun")
-        .unwrap()
-        .permissions()
-        .mode()
-        & 0o7777;
-    let _restore = TunMode(mode);
-    std::fs::set_permissions("/dev/net/tun", std::fs::Permissions::from_mode(0o600)).unwrap();
-    let o = as_nobody(&["--", "true"]);
+    let o = as_nobody_with_tun("0600", &["--", "true"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(
@@ -496,15 +488,17 @@ fn an_ordinary_user_gets_a_shell_through_pasta_or_is_told_what_is_missing() {
         "{err}"
     );
 
-    std::fs::set_permissions("/dev/net/tun", std::fs::Permissions::from_mode(0o666)).unwrap();
-    let o = as_nobody(&[
-        "delay",
-        "20ms",
-        "--",
-        "sh",
-        "-c",
-        "ping -c 4 -i 0.2 $LINKEM_SHELL_PARENT; exit 5",
-    ]);
+    let o = as_nobody_with_tun(
+        "0666",
+        &[
+            "delay",
+            "20ms",
+            "--",
+            "sh",
+            "-c",
+            "ping -c 4 -i 0.2 $LINKEM_SHELL_PARENT; exit 5",
+        ],
+    );
     assert_eq!(o.status.code(), Some(5), "{}", text(&o));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("pasta (passt) for the way out"),
