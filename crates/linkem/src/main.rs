@@ -35,6 +35,10 @@ enum Command {
     /// direction with --a-to-b / --b-to-a (which add to and override them).
     #[command(after_help = link_words_help())]
     Bridge(Box<args::BridgeArgs>),
+    /// Emulate this host's own traffic (netfilter queues; root or CAP_NET_ADMIN):
+    /// side a (`a-to-b`, ipfw `in`) is what it receives, side b what it sends.
+    /// Fails open: if linkem dies, traffic flows unimpaired.
+    Host(Box<linkem::host::HostArgs>),
     /// Change or watch a running emulator through its control socket: its
     /// links (`link a-to-b delay 20ms loss 1%`), counters (`show`, `stats`,
     /// `watch 1s`, `zero`), batches (`-f FILE`: all or nothing), and the
@@ -70,6 +74,7 @@ fn main() {
     let result: Result<()> = match cli.command {
         Command::Replay(args) => replay::run(&args),
         Command::Bridge(args) => bridge::run(&args),
+        Command::Host(args) => linkem::host::run(&args),
         Command::Ctl(args) => linkem::control::client::run(&args),
         Command::Probe(args) => linkem::probe::run_cli(&args),
         Command::Bench(args) => linkem::bench::run(&args),
