@@ -495,6 +495,107 @@ impl Verdicts {
     }
 }
 
+/// Raw IP sockets that send packets linkem took from the stack and dropped
+/// there (`linkem host` on what this host sends: a packet the kernel no
+/// longer holds no longer counts against its socket's send budget). Each
+/// socket carries `mark` (SO_MARK), so that linkem's own chain lets what it
+/// sends through instead of queueing it again.
+pub struct RawSender {
+    v4: OwnedFd,
+    v6: OwnedFd,
+}
+
+fn raw_socket(family: i32, mark: u32) -> io::Result<OwnedFd> {
+    // Safety: socket takes no pointers; the descriptor is owned below.
+    let fd = unsafe {
+        libc::socket(
+            family,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            libc::IPPROTO_RAW,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // Safety: `fd` was just opened and is owned by nothing else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    crate::sys::set_int_option(&fd, libc::SOL_SOCKET, libc::SO_MARK, mark as i32)?;
+    if family == libc::AF_INET6 {
+        // IPPROTO_RAW on IPv6 implies IPV6_HDRINCL since Linux 4.5; asked
+        // for anyway, where the option exists.
+        let _ = crate::sys::set_int_option(&fd, libc::IPPROTO_IPV6, 36 /* IPV6_HDRINCL */, 1);
+    }
+    Ok(fd)
+}
+
+impl RawSender {
+    /// Opens one IPv4 and one IPv6 raw socket marked `mark` (needs
+    /// CAP_NET_RAW and CAP_NET_ADMIN).
+    pub fn open(mark: u32) -> io::Result<RawSender> {
+        Ok(RawSender {
+            v4: raw_socket(libc::AF_INET, mark)?,
+            v6: raw_socket(libc::AF_INET6, mark)?,
+        })
+    }
+
+    /// Sends one IP packet (IPv4 or IPv6, from its header on) as it is, to
+    /// its destination address.
+    pub fn send(&self, packet: &[u8]) -> io::Result<()> {
+        let bad = || io::Error::new(io::ErrorKind::InvalidData, "not an IP packet");
+        let r = match packet.first().map(|b| b >> 4) {
+            Some(4) => {
+                let dst: [u8; 4] = packet
+                    .get(16..20)
+                    .ok_or_else(bad)?
+                    .try_into()
+                    .map_err(|_| bad())?;
+                // Safety: a zeroed sockaddr_in is valid; fields set below.
+                let mut a: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+                a.sin_family = libc::AF_INET as u16;
+                a.sin_addr.s_addr = u32::from_ne_bytes(dst);
+                // Safety: `packet` and `a` are live for the call, of the sizes given.
+                unsafe {
+                    libc::sendto(
+                        self.v4.as_raw_fd(),
+                        packet.as_ptr().cast(),
+                        packet.len(),
+                        0,
+                        (&a as *const libc::sockaddr_in).cast(),
+                        std::mem::size_of::<libc::sockaddr_in>() as u32,
+                    )
+                }
+            }
+            Some(6) => {
+                let dst: [u8; 16] = packet
+                    .get(24..40)
+                    .ok_or_else(bad)?
+                    .try_into()
+                    .map_err(|_| bad())?;
+                // Safety: a zeroed sockaddr_in6 is valid; fields set below.
+                let mut a: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
+                a.sin6_family = libc::AF_INET6 as u16;
+                a.sin6_addr.s6_addr = dst;
+                // Safety: `packet` and `a` are live for the call, of the sizes given.
+                unsafe {
+                    libc::sendto(
+                        self.v6.as_raw_fd(),
+                        packet.as_ptr().cast(),
+                        packet.len(),
+                        0,
+                        (&a as *const libc::sockaddr_in6).cast(),
+                        std::mem::size_of::<libc::sockaddr_in6>() as u32,
+                    )
+                }
+            }
+            _ => return Err(bad()),
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
