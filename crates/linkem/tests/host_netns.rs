@@ -66,7 +66,12 @@ impl Host {
             }
             if let Some(status) = child.try_wait().unwrap() {
                 let mut err = String::new();
-                child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+                child
+                    .stderr
+                    .take()
+                    .unwrap()
+                    .read_to_string(&mut err)
+                    .unwrap();
                 panic!("linkem host exited at start ({status}): {err}");
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -100,7 +105,10 @@ impl WaitRef for Child {
         self.stderr.take().unwrap().read_to_end(&mut err).unwrap();
         let t = Instant::now();
         while self.try_wait().unwrap().is_none() {
-            assert!(t.elapsed() < Duration::from_secs(10), "linkem host did not stop");
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "linkem host did not stop"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         (out, err)
@@ -119,7 +127,8 @@ impl Echo {
         let mut threads = Vec::new();
         for &a in addrs {
             let sock = in_ns(ns, || UdpSocket::bind(a).expect("echo binds"));
-            sock.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+            sock.set_read_timeout(Some(Duration::from_millis(50)))
+                .unwrap();
             let stop = stop.clone();
             threads.push(std::thread::spawn(move || {
                 let mut buf = [0u8; 2048];
@@ -146,9 +155,12 @@ impl Drop for Echo {
 /// Median RTT in ms of `n` UDP echoes to `to` from a socket made in `ns`
 /// (user-space clocks at both ends: what an application sees).
 fn udp_rtt_ms(ns: &str, to: SocketAddr, n: usize) -> f64 {
-    let bind: SocketAddr = if to.is_ipv6() { "[::]:0" } else { "0.0.0.0:0" }.parse().unwrap();
+    let bind: SocketAddr = if to.is_ipv6() { "[::]:0" } else { "0.0.0.0:0" }
+        .parse()
+        .unwrap();
     let sock = in_ns(ns, || UdpSocket::bind(bind).unwrap());
-    sock.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
     let mut rtts = Vec::new();
     let mut buf = [0u8; 64];
     for i in 0..n as u32 {
@@ -163,7 +175,11 @@ fn udp_rtt_ms(ns: &str, to: SocketAddr, n: usize) -> f64 {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert!(rtts.len() >= n * 8 / 10, "{} of {n} echoes from {to} came back", rtts.len());
+    assert!(
+        rtts.len() >= n * 8 / 10,
+        "{} of {n} echoes from {to} came back",
+        rtts.len()
+    );
     median(rtts)
 }
 
@@ -190,9 +206,7 @@ fn rules_delay_one_port_both_families_and_by_uid() {
     .unwrap();
     let addrs: Vec<SocketAddr> = ["127.0.0.1", "[::1]"]
         .iter()
-        .flat_map(|h| {
-            [5678, 5679, 5680, 5681].map(move |p| format!("{h}:{p}").parse().unwrap())
-        })
+        .flat_map(|h| [5678, 5679, 5680, 5681].map(move |p| format!("{h}:{p}").parse().unwrap()))
         .collect();
     let _echo = Echo::start(&ns.0, &addrs);
     let host = Host::start(&ns, &["--rules", rules.to_str().unwrap()]);
@@ -249,7 +263,10 @@ fn veth_limited_to_its_device_and_loopback_untouched() {
         (14.0..25.0).contains(&(via_veth - base)),
         "veth RTT {via_veth:.2} ms over {base:.2} ms: the received side adds 15 ms ({stats})"
     );
-    assert!(via_lo < 5.0, "loopback RTT {via_lo:.2} ms: --dev must leave lo alone ({stats})");
+    assert!(
+        via_lo < 5.0,
+        "loopback RTT {via_lo:.2} ms: --dev must leave lo alone ({stats})"
+    );
 }
 
 #[test]
@@ -266,12 +283,21 @@ fn kill_9_fails_open_and_the_next_start_removes_the_stale_chain() {
     assert!(held > 35.0, "4 x 10 ms on loopback, got {held:.2} ms");
     host.child.kill().unwrap();
     host.child.wait().unwrap();
-    assert!(ns.iptables_rules().contains("LINKEM-HOST-IN"), "the killed run's chain stays");
+    assert!(
+        ns.iptables_rules().contains("LINKEM-HOST-IN"),
+        "the killed run's chain stays"
+    );
     let open = udp_rtt_ms(&ns.0, to, 10);
-    assert!(open < 5.0, "after kill -9 traffic flows unimpaired: {open:.2} ms");
+    assert!(
+        open < 5.0,
+        "after kill -9 traffic flows unimpaired: {open:.2} ms"
+    );
     let host = Host::start(&ns, &["delay", "1ms"]);
     let (_, stderr) = host.stop();
-    assert!(stderr.contains("removed the chains"), "stale chain reported: {stderr}");
+    assert!(
+        stderr.contains("removed the chains"),
+        "stale chain reported: {stderr}"
+    );
     let left = ns.iptables_rules();
     assert!(!left.contains("LINKEM"), "chains left after exit: {left}");
     assert_eq!(
@@ -288,7 +314,18 @@ fn iperf3_bps(server_ns: &str, client_ns: &str, server_addr: &str, secs: u32) ->
     let t = secs.to_string();
     let o = netns::exec_in(
         client_ns,
-        &["iperf3", "-c", server_addr, "-p", "5302", "-J", "-t", &t, "-O", "1"],
+        &[
+            "iperf3",
+            "-c",
+            server_addr,
+            "-p",
+            "5302",
+            "-J",
+            "-t",
+            &t,
+            "-O",
+            "1",
+        ],
     )
     .unwrap();
     let _ = server.kill();
@@ -353,5 +390,8 @@ fn duplicate_is_refused_in_host_mode() {
         .unwrap();
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("'duplicate' is not available in host mode"), "{err}");
+    assert!(
+        err.contains("'duplicate' is not available in host mode"),
+        "{err}"
+    );
 }
