@@ -395,3 +395,80 @@ fn duplicate_is_refused_in_host_mode() {
         "{err}"
     );
 }
+
+#[test]
+fn a_host_mode_recording_replays_to_the_same_events() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let ns = Ns::new("hrec");
+    let dir = tempfile::tempdir().unwrap();
+    let (rec, events, replayed) = (
+        dir.path().join("rec"),
+        dir.path().join("live.tsv"),
+        dir.path().join("replay.tsv"),
+    );
+    let to: SocketAddr = "127.0.0.1:5678".parse().unwrap();
+    let _echo = Echo::start(&ns.0, &[to]);
+    let host = Host::start(
+        &ns,
+        &[
+            "delay",
+            "5ms",
+            "loss",
+            "10%",
+            "seed",
+            "3",
+            "--record",
+            rec.to_str().unwrap(),
+            "--events",
+            events.to_str().unwrap(),
+        ],
+    );
+    let _ = udp_rtt_ms_lossy(&ns.0, to, 20);
+    let (stats, stderr) = host.stop();
+    let o = Command::new(env!("CARGO_BIN_EXE_linkem"))
+        .args(["replay", "--events"])
+        .args([&replayed, &rec, &dir.path().join("out.pcap")])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let lines = |p: &std::path::Path| -> Vec<String> {
+        std::fs::read_to_string(p)
+            .unwrap()
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(String::from)
+            .collect()
+    };
+    let (live, again) = (lines(&events), lines(&replayed));
+    assert!(
+        live.len() >= 40,
+        "decisions: {} ({stats}; {stderr})",
+        live.len()
+    );
+    assert!(
+        live.iter().any(|l| l.contains("\tloss\t")),
+        "some losses among {}",
+        live.len()
+    );
+    assert_eq!(
+        live, again,
+        "the replay of the recording decides as the live run"
+    );
+}
+
+/// Sends `n` echoes, some lost: only that they were sent matters.
+fn udp_rtt_ms_lossy(ns: &str, to: SocketAddr, n: usize) -> usize {
+    let sock = in_ns(ns, || UdpSocket::bind("0.0.0.0:0").unwrap());
+    sock.set_read_timeout(Some(Duration::from_millis(60)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let mut back = 0;
+    for i in 0..n as u32 {
+        sock.send_to(&i.to_be_bytes(), to).unwrap();
+        back += sock.recv_from(&mut buf).is_ok() as usize;
+    }
+    back
+}
