@@ -35,7 +35,7 @@ enum Command {
     /// direction with --a-to-b / --b-to-a (which add to and override them).
     #[command(after_help = link_words_help())]
     Bridge(Box<args::BridgeArgs>),
-    /// Emulate this host's own traffic (netfilter queues; root or CAP_NET_ADMIN):
+    /// Emulate this host's own traffic (netfilter queues; root, or CAP_NET_ADMIN and CAP_NET_RAW):
     /// side a (`a-to-b`, ipfw `in`) is what it receives, side b what it sends.
     /// Fails open: if linkem dies, traffic flows unimpaired.
     Host(Box<linkem::host::HostArgs>),
