@@ -13,7 +13,7 @@ seconds=${FUZZ_SECONDS:-15}
 if [ $# -gt 0 ]; then
     targets=("$@")
 else
-    targets=(words toml capture probe_args wire rules profile ctl claim sched_words recording trace schedule)
+    targets=(words toml capture probe_args wire rules profile ctl claim sched_words recording trace schedule nfqueue)
 fi
 
 if ! cargo fuzz --version >/dev/null 2>&1; then

@@ -11,7 +11,7 @@ use linkem_core::node::{Decision, Node, NodeConfig, PacketIn};
 use linkem_core::pipe::{instance_seed, FlowMask};
 use linkem_core::rules::classify::{rule_matches, Classifier, Hit};
 use linkem_core::rules::flow::v4_mapped;
-use linkem_core::rules::{parse_rules, Action, FlowKey, RuleSet, Side};
+use linkem_core::rules::{parse_rules, Action, FlowKey, RuleSet, Side, SocketOwner};
 use linkem_core::{Fate, Link, PacketMeta};
 use proptest::prelude::*;
 
@@ -456,6 +456,25 @@ fn every_match_field_positive_and_negative() {
             with(&|k| k.later_fragment = true),
             Side::A,
         ),
+        (
+            "uid 1001",
+            with(&|k| k.owner = Some(SocketOwner { uid: 1001, gid: 7 })),
+            // Unknown owner (bridge, replay) never matches.
+            base,
+            Side::A,
+        ),
+        (
+            "gid 7",
+            with(&|k| k.owner = Some(SocketOwner { uid: 1001, gid: 7 })),
+            with(&|k| k.owner = Some(SocketOwner { uid: 7, gid: 8 })),
+            Side::A,
+        ),
+        (
+            "not uid 1001",
+            with(&|k| k.owner = Some(SocketOwner { uid: 1002, gid: 7 })),
+            with(&|k| k.owner = Some(SocketOwner { uid: 1001, gid: 7 })),
+            Side::A,
+        ),
         ("in", base, base, Side::B),
         ("out", base, base, Side::A),
         ("a-to-b", base, base, Side::B),
@@ -501,6 +520,13 @@ fn bad_files_name_line_and_word() {
     assert!(e.message.contains("not configured"), "{e}");
     let e = err("pipe 1 config mask src-port 0x1ffff\n");
     assert_eq!((e.line, e.word.as_str()), (1, "0x1ffff"));
+    let e = err("add 100 deny uid root\n");
+    assert_eq!((e.line, e.word.as_str()), (1, "root"));
+    assert!(e.message.contains("uid takes a number"), "{e}");
+    let e = err("add 100 deny gid\n");
+    assert_eq!(e.line, 1);
+    let e = err("add 100 deny uid 4294967296\n");
+    assert_eq!(e.word, "4294967296");
     let e = err("pipe 1 config mask\n");
     assert_eq!(e.line, 1);
     let e = err("pipe 1 config weight 5\n");
@@ -612,6 +638,9 @@ const VOCAB: &[&str] = &[
     "ef",
     "iplen",
     "frag",
+    "uid",
+    "gid",
+    "1001",
     "set",
     "one-pass",
     "off",

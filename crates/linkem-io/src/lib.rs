@@ -10,6 +10,8 @@
 //! - the files linkem reads and writes: [`infile`] (regular files only, bounded
 //!   reads) and [`outfile`] (atomic replacement of regular files; devices and
 //!   FIFOs written in place; an output that is an input refused);
+//! - [`nfqueue`]: a netfilter queue (`linkem host`: this host's own packets,
+//!   held by id until their verdict);
 //! - [`recording`]: what a live run fed its emulator core (frames, control changes,
 //!   seed, start), written off the packet path and read back in order for replay;
 //! - [`ifaces`] (interface facts, one linkem per interface, promiscuous mode),
@@ -31,6 +33,7 @@ pub mod creds;
 pub mod ifaces;
 pub mod infile;
 pub mod netns;
+pub mod nfqueue;
 pub mod outfile;
 pub mod recording;
 pub mod shellns;

@@ -4,6 +4,7 @@
 //! refused after linkem handed them over). AF_PACKET, AF_XDP and the in-memory
 //! test ports implement it.
 
+use linkem_core::rules::SocketOwner;
 use linkem_core::wire::Offload;
 use std::io;
 use std::os::fd::RawFd;
@@ -23,6 +24,9 @@ pub struct RxFrame<'a> {
     /// Offload metadata from the kernel (AF_PACKET with PACKET_VNET_HDR);
     /// default (nothing left to do) if none.
     pub offload: Offload,
+    /// Owner of the local socket the packet belongs to, where the backend
+    /// knows it (`linkem host`'s netfilter queue); `None` on the wire.
+    pub owner: Option<SocketOwner>,
 }
 
 /// The receive half of an interface, owned by one input (or node) stage.
@@ -51,6 +55,18 @@ pub trait RxPort: Send {
     fn wait_fds(&mut self, fds: &mut Vec<RawFd>) -> io::Result<WaitFds> {
         let _ = fds;
         Ok(WaitFds::Unsupported)
+    }
+    /// Whether frames this port received that will never be sent must be
+    /// handed back ([`RxPort::discard`]): true for a port that only lends
+    /// them (the netfilter queue keeps each packet until a verdict names it).
+    fn wants_discards(&self) -> bool {
+        false
+    }
+    /// A frame received on this port (as it was received) that the stage
+    /// will not send: dropped by the model or not stored (backpressure).
+    /// Called on the stage's thread after each batch.
+    fn discard(&mut self, frame: &[u8]) {
+        let _ = frame;
     }
 }
 
@@ -94,6 +110,12 @@ pub trait TxPort: Send {
     }
     /// Largest frame this port can send (egress MTU + Ethernet header (+ tags)).
     fn max_frame_bytes(&self) -> usize;
+    /// A frame due on this port that the output stage will not send (late
+    /// past max-lag, or its pipe flushed): a port that only lends frames
+    /// (the netfilter queue) gives it back as dropped.
+    fn tx_discard(&mut self, frame: &[u8]) {
+        let _ = frame;
+    }
 }
 
 /// In-memory ports for tests: frames go in through a channel with their
@@ -170,6 +192,7 @@ pub mod memory {
                     orig_len: m.data.len() as u32,
                     ts_ns: m.ts_ns,
                     offload: m.offload,
+                    owner: None,
                 });
                 n += 1;
             }

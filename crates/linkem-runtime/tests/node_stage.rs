@@ -339,3 +339,90 @@ fn idle_instances_expire_by_time_with_no_further_packet() {
     );
     assert!(stats[0].adds_up(), "{:?}", stats[0]);
 }
+
+/// A port that lends its frames (as the netfilter queue does): it wants the
+/// frames not sent back, and tells the owner of every frame's socket.
+struct Lending {
+    inner: MemoryRx,
+    discarded: std::sync::Arc<std::sync::Mutex<Vec<u32>>>,
+}
+
+impl linkem_runtime::port::RxPort for Lending {
+    fn rx_batch(
+        &mut self,
+        max: usize,
+        f: &mut dyn FnMut(linkem_runtime::port::RxFrame<'_>),
+    ) -> std::io::Result<usize> {
+        self.inner.rx_batch(max, &mut |mut fr| {
+            fr.owner = Some(linkem_core::rules::SocketOwner { uid: 7, gid: 70 });
+            f(fr)
+        })
+    }
+
+    fn wait_rx(&mut self, timeout_ns: u64) -> std::io::Result<()> {
+        self.inner.wait_rx(timeout_ns)
+    }
+
+    fn wants_discards(&self) -> bool {
+        true
+    }
+
+    fn discard(&mut self, frame: &[u8]) {
+        self.discarded.lock().unwrap().push(id_of(frame));
+    }
+}
+
+#[test]
+fn a_lending_port_gets_back_every_frame_the_model_drops_and_owners_match() {
+    let text = "pipe 1 config delay 1ms\n\
+                add 80 deny udp dst-port 9\n\
+                add 90 deny udp dst-port 7 uid 7\n\
+                add 91 deny udp dst-port 8 uid 8\n\
+                add 200 pipe 1 ip\n";
+    let set = parse_rules(text, ["a", "b"], &mut |_: &str| Err("no files".into())).unwrap();
+    let node = Node::new(set, NodeConfig::default());
+    let (in_a, rx_a) = channel::<(u64, Vec<u8>)>();
+    let (_in_b, rx_b) = channel::<(u64, Vec<u8>)>();
+    let (tx_b, sent_b) = MemoryTx::new();
+    let (tx_a, _sent_a) = MemoryTx::new();
+    let discarded = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut opts = LiveOptions::new(8 << 20);
+    opts.max_lag_ns = None;
+    let mut bridge = NodeBridge::start(
+        opts,
+        node,
+        [
+            Box::new(Lending {
+                inner: MemoryRx::new(rx_a),
+                discarded: discarded.clone(),
+            }),
+            Box::new(MemoryRx::new(rx_b)),
+        ],
+        [Box::new(tx_b), Box::new(tx_a)],
+    )
+    .unwrap();
+    // Ids 0..4 to port 9 (denied), 10..14 to port 7 (uid 7: denied),
+    // 20..24 to port 8 (uid 8: not this socket's; delivered), 30..34 to 80.
+    for (base, port) in [(0, 9), (10, 7), (20, 8), (30, 80)] {
+        for i in 0..5 {
+            let f = udp(100, [10, 0, 0, 1], [10, 0, 0, 2], port, base + i);
+            in_a.send((now_ns(), f)).unwrap();
+        }
+    }
+    wait_for(&sent_b, 10);
+    std::thread::sleep(Duration::from_millis(20));
+    bridge.stop();
+    let mut got: Vec<u32> = discarded.lock().unwrap().clone();
+    got.sort();
+    let want: Vec<u32> = (0..5).chain(10..15).collect();
+    assert_eq!(got, want, "the denied frames, each handed back once");
+    let mut sent: Vec<u32> = sent_b
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, f)| id_of(f))
+        .collect();
+    sent.sort();
+    let want: Vec<u32> = (20..25).chain(30..35).collect();
+    assert_eq!(sent, want, "the others delivered");
+}

@@ -54,6 +54,7 @@ impl RxPort for PacketRx {
                 orig_len: fr.orig_len,
                 ts_ns: fr.ts_ns,
                 offload: fr.offload,
+                owner: None,
             })
         }))
     }
@@ -121,6 +122,7 @@ impl RxPort for XskRx {
                 orig_len: len,
                 ts_ns,
                 offload: Default::default(),
+                owner: None,
             })
         })
     }

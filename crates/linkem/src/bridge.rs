@@ -61,7 +61,7 @@ use std::time::{Duration, Instant};
 /// Runs `linkem bridge` until SIGINT or SIGTERM (or `--duration`), then prints
 /// the final counts.
 pub fn run(args: &BridgeArgs) -> Result<()> {
-    run_with(args, Hooks::default())
+    run_attached(args, Attach::Interfaces, Hooks::default())
 }
 
 /// What a command that embeds the bridge (`linkem shell`) adds to its run.
@@ -77,12 +77,28 @@ pub struct Hooks {
 
 /// [`run`] with `hooks`.
 pub fn run_with(args: &BridgeArgs, hooks: Hooks) -> Result<()> {
+    run_attached(args, Attach::Interfaces, hooks)
+}
+
+/// Where the two sides' packets come from: two interfaces (`linkem bridge`,
+/// `linkem shell`), or this host's own stack (`linkem host`, `crate::host`:
+/// side a what it receives, side b what it sends). Everything else is one
+/// code path.
+pub enum Attach<'a> {
+    /// IF_A and IF_B of the arguments.
+    Interfaces,
+    /// Netfilter queues fed by linkem's chains.
+    Host(&'a crate::host::HostSetup),
+}
+
+/// Runs the emulator on the packets `attach` gives, with either model.
+pub fn run_attached(args: &BridgeArgs, attach: Attach<'_>, hooks: Hooks) -> Result<()> {
     if args.rules.is_some() || args.config.as_deref().is_some_and(config_has_rules) {
         let front = RulesFront::load(args)?;
-        serve_front(args, front, hooks)
+        serve_front(args, front, attach, hooks)
     } else {
         let front = LinkFront::load(args)?;
-        serve_front(args, front, hooks)
+        serve_front(args, front, attach, hooks)
     }
 }
 
@@ -150,7 +166,12 @@ struct Ports {
 }
 
 /// The start-up and serving loop both models share.
-fn serve_front<F: Front>(args: &BridgeArgs, mut front: F, mut hooks: Hooks) -> Result<()> {
+fn serve_front<F: Front>(
+    args: &BridgeArgs,
+    mut front: F,
+    attach: Attach<'_>,
+    mut hooks: Hooks,
+) -> Result<()> {
     let timing = timing(args)?;
     if args.if_a == args.if_b {
         bail!(
@@ -207,10 +228,18 @@ fn serve_front<F: Front>(args: &BridgeArgs, mut front: F, mut hooks: Hooks) -> R
         None => None,
     };
     let realtime = args.realtime != Realtime::Off;
-    let backend = check_capabilities(args.backend, realtime)?;
     // Held until the bridge ends: no second linkem on these interfaces (the
     // lock comes before the control socket, so it is the lock that refuses it).
-    let claimed = claim_interfaces(&args.if_a, &args.if_b)?;
+    let claimed = match attach {
+        Attach::Interfaces => {
+            let backend = check_capabilities(args.backend, realtime)?;
+            Some((backend, claim_interfaces(&args.if_a, &args.if_b)?))
+        }
+        Attach::Host(_) => {
+            crate::host::check_capabilities(realtime)?;
+            None
+        }
+    };
     // SIGHUP: read the sources again and hand the stage the change (queued
     // packets keep their release times; nothing is lost). Installed before
     // the control socket is placed: a SIGINT during the start-up then ends
@@ -224,7 +253,24 @@ fn serve_front<F: Front>(args: &BridgeArgs, mut front: F, mut hooks: Hooks) -> R
     if claims.is_some() && args.rules.is_none() && args.config.is_none() {
         anyhow::bail!("--claims needs --rules FILE: a claim is a pipe and rules of a rule set");
     }
-    let ports = open_ports(args, backend, &claimed)?;
+    // Host mode: the chains go when this does (before the stages stop, so
+    // that no new packet is queued to a stage that no longer reads).
+    let (ports, chains) = match (&attach, &claimed) {
+        (Attach::Host(setup), _) => {
+            let a = setup.attach()?;
+            let used = ["nfqueue".to_string(), "nfqueue".to_string()];
+            let ports = Ports {
+                rx: a.rx,
+                tx: a.tx,
+                used,
+            };
+            (ports, Some(a.chains))
+        }
+        (Attach::Interfaces, claimed) => {
+            let (backend, claimed) = claimed.as_ref().context("the interfaces are claimed")?;
+            (open_ports(args, *backend, claimed)?, None)
+        }
+    };
     let (events_tap, writer) = match events {
         Some(file) => {
             let (tap, writer) = crate::live_events::start(file)?;
@@ -290,6 +336,7 @@ fn serve_front<F: Front>(args: &BridgeArgs, mut front: F, mut hooks: Hooks) -> R
         &reload,
         &mut sinks,
     );
+    drop(chains);
     // control: stop the control threads (removes the socket), then the stages.
     drop(server);
     let model = Arc::try_unwrap(model)

@@ -25,6 +25,7 @@ pub mod build_info;
 pub mod control;
 pub mod files;
 pub mod generate;
+pub mod host;
 pub mod live_events;
 pub mod live_record;
 pub mod logplot;

@@ -47,6 +47,10 @@ enum Command {
     /// and pasta (passt) for the way out. Shells nest: each adds a hop.
     #[command(after_help = link_words_help())]
     Shell(Box<linkem::shell::ShellArgs>),
+    /// Emulate this host's own traffic (netfilter queues; root, or CAP_NET_ADMIN and CAP_NET_RAW):
+    /// side a (`a-to-b`, ipfw `in`) is what it receives, side b what it sends.
+    /// Fails open: if linkem dies, traffic flows unimpaired.
+    Host(Box<linkem::host::HostArgs>),
     /// Change or watch a running emulator through its control socket: its
     /// links (`link a-to-b delay 20ms loss 1%`), counters (`show`, `stats`,
     /// `watch 1s`, `zero`), batches (`-f FILE`: all or nothing), and the
@@ -90,6 +94,7 @@ fn main() {
             Ok(code) => std::process::exit(code),
             Err(e) => Err(e),
         },
+        Command::Host(args) => linkem::host::run(&args),
         Command::Ctl(args) => linkem::control::client::run(&args),
         Command::Probe(args) => linkem::probe::run_cli(&args),
         Command::Bench(args) => linkem::bench::run(&args),

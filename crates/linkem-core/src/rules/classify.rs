@@ -171,6 +171,8 @@ fn cond_holds(kind: &CondKind, k: &FlowKey, side: Side) -> bool {
         }
         CondKind::MacType(r) => k.ether_type != 0 && in_ranges(k.ether_type, r),
         CondKind::Frag => k.later_fragment,
+        CondKind::Uid(uid) => k.owner.is_some_and(|o| o.uid == *uid),
+        CondKind::Gid(gid) => k.owner.is_some_and(|o| o.gid == *gid),
         CondKind::Recv(s) => side == *s,
         CondKind::Xmit(s) => side != *s,
         // Two ports: every packet is received on one and sent on the other.

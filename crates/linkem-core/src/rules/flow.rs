@@ -18,6 +18,10 @@
 //! - L4 (only in a first or unfragmented packet): TCP/UDP/SCTP ports, TCP
 //!   flags, ICMP type/code (kept in `src_port`/`dst_port`, as ipfw's flow id does).
 //!
+//! - Not from the bytes: the owner of a local socket (`uid`, `gid`), which
+//!   only a front end taking packets from the host's stack can fill in
+//!   ([`FlowKey::owner`]).
+//!
 //! A truncated header yields the fields read before the cut; a missing field
 //! makes every rule that tests it fail to match, as in ipfw.
 
@@ -101,6 +105,20 @@ pub struct FlowKey {
     pub later_fragment: bool,
     /// IPv6 flow label (20 bits).
     pub flow_label: u32,
+    /// Owner of the local socket that sent or will receive the packet
+    /// (`uid`, `gid`): known only where the kernel tells it (host mode, from
+    /// the netfilter queue's NFQA_UID/NFQA_GID); `None` on the bridge, in a
+    /// replay and for packets of no local socket, where `uid`/`gid` never match.
+    pub owner: Option<SocketOwner>,
+}
+
+/// User and group of a local socket, as the kernel reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct SocketOwner {
+    /// The socket's user id (the file's owner for a socket).
+    pub uid: u32,
+    /// The socket's group id.
+    pub gid: u32,
 }
 
 /// The IPv4-mapped form of an IPv4 address.

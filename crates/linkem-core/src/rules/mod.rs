@@ -23,7 +23,7 @@ pub mod flow;
 pub mod parse;
 
 pub use classify::{Classifier, Hit};
-pub use flow::{FlowKey, L2Kind};
+pub use flow::{FlowKey, L2Kind, SocketOwner};
 pub use parse::{
     check_set, parse_decimal, parse_object, parse_rule, parse_rules, parse_rules_cached,
     rule_target, says_something, statements, Action, Cond, CondKind, Line, Net, ObjectDef,

@@ -110,6 +110,11 @@ pub enum CondKind {
     MacType(Vec<(u16, u16)>),
     /// `frag`: a fragment other than the first.
     Frag,
+    /// `uid N`: the packet belongs to a local socket of this user (only
+    /// known in host mode; never matches where the owner is unknown).
+    Uid(u32),
+    /// `gid N`: as `Uid`, for the socket's group.
+    Gid(u32),
     /// Received on this side.
     Recv(super::Side),
     /// Sent on this side (the other one).
@@ -998,6 +1003,19 @@ fn parse_add(
             "iplen" => {
                 let a = c.arg(w, "lengths")?;
                 CondKind::IpLen(parse_ranges(&c, a, 65535, |_| None)?)
+            }
+            "uid" | "gid" => {
+                let a = c.arg(w, "a numeric id")?;
+                let id = parse_number(a)
+                    .filter(|&n| n <= u64::from(u32::MAX))
+                    .ok_or_else(|| {
+                        c.err(a, format!("{w} takes a number 0..4294967295 (no names)"))
+                    })? as u32;
+                if w == "uid" {
+                    CondKind::Uid(id)
+                } else {
+                    CondKind::Gid(id)
+                }
             }
             "ipttl" => {
                 let a = c.arg(w, "TTLs")?;

@@ -83,7 +83,7 @@ use crate::delay_line::{delay_line, Producer};
 use crate::port::{RxFrame, RxPort, TxPort, WaitFds};
 use linkem_core::model::{Change, ChangeError, LinkModel, Model};
 use linkem_core::node::{Decision, Node, PacketIn};
-use linkem_core::rules::{FlowKey, L2Kind, Side};
+use linkem_core::rules::{FlowKey, L2Kind, Side, SocketOwner};
 use linkem_core::wire::CsumPartial;
 use linkem_core::{Fate, FateCounts};
 use std::collections::{HashMap, VecDeque};
@@ -567,6 +567,10 @@ struct Stage {
     /// Most flow memory charged since the heap was last trimmed.
     flow_peak_bytes: usize,
     tap: Option<Box<dyn Tap>>,
+    /// Per side, whether its port takes back frames not sent
+    /// ([`RxPort::wants_discards`]), and those frames until the batch ends.
+    wants_discards: [bool; 2],
+    discards: [Vec<Vec<u8>>; 2],
 }
 
 impl Stage {
@@ -594,6 +598,8 @@ impl Stage {
             last_ns: started_ns,
             started_ns,
             reads_headers: true,
+            wants_discards: [false; 2],
+            discards: Default::default(),
             shed: [false; 2],
             pushed: [false; 2],
             warned_too_big: false,
@@ -740,8 +746,9 @@ impl Stage {
         let ts = stamp.max(self.last_ns);
         self.last_ns = ts;
         let max = self.max_frame[side];
+        let owner = frame.owner;
         let r = cut(&frame, max, &mut |bytes, csum| {
-            self.admit(model, objs, side, ts, bytes, csum)
+            self.admit(model, objs, side, ts, bytes, csum, owner)
         });
         self.c[side].segmented += r.segmented();
         if r.uncut.is_some() || r.too_big {
@@ -783,6 +790,7 @@ impl Stage {
 
     /// One wire frame into the model; its decision (now or when it comes).
     #[inline]
+    #[allow(clippy::too_many_arguments)]
     fn admit<M: LiveModel>(
         &mut self,
         model: &mut M,
@@ -791,6 +799,7 @@ impl Stage {
         ts: u64,
         bytes: &[u8],
         csum: Option<CsumPartial>,
+        owner: Option<SocketOwner>,
     ) {
         let tag = self.next_tag;
         self.next_tag += 1;
@@ -799,7 +808,10 @@ impl Stage {
             tap.frame(side_id, ts, bytes);
         }
         let key = if self.reads_headers {
-            FlowKey::parse(bytes, L2Kind::Ethernet)
+            FlowKey {
+                owner,
+                ..FlowKey::parse(bytes, L2Kind::Ethernet)
+            }
         } else {
             FlowKey::default()
         };
@@ -904,6 +916,7 @@ impl Stage {
             Fate::Delivered => {}
             f => {
                 c.fates.add(f);
+                self.discard(side, bytes);
                 return false;
             }
         }
@@ -912,6 +925,7 @@ impl Stage {
         c.fates.corrupted += !d.corrupt_bits.is_empty() as u64;
         if self.shed[side] {
             c.backpressure += 1;
+            self.discard(side, bytes);
             return false;
         }
         let stored =
@@ -921,6 +935,7 @@ impl Stage {
             });
         if !stored {
             c.backpressure += 1;
+            self.discard(side, bytes);
             return false;
         }
         c.accepted += 1;
@@ -945,6 +960,13 @@ impl Stage {
             );
         }
         true
+    }
+
+    /// Keeps a frame not sent for its port, when the port wants it back.
+    fn discard(&mut self, side: usize, bytes: &[u8]) {
+        if self.wants_discards[side] {
+            self.discards[side].push(bytes.to_vec());
+        }
     }
 
     fn publish(&self, side: usize) {
@@ -1008,6 +1030,7 @@ fn live_stage<M: LiveModel>(
         let mut guard = lock(&shared.core);
         let Core { model, stage } = &mut *guard;
         stage.reads_headers = model.reads_headers();
+        stage.wants_discards = rx.each_ref().map(|p| p.wants_discards());
     }
     'run: while !shared.stop.load(Ordering::Acquire) {
         let now = clock::now_ns();
@@ -1043,6 +1066,11 @@ fn live_stage<M: LiveModel>(
         let now = stage.tick();
         stage.poll(model, &mut objs, now);
         stage.sweep(model, now);
+        for (side, port) in rx.iter_mut().enumerate() {
+            for frame in stage.discards[side].drain(..) {
+                port.discard(&frame);
+            }
+        }
         let next = model.next_event_ns();
         if now.wrapping_sub(drops_read_ns) > KERNEL_DROPS_EVERY_NS {
             drops_read_ns = now;

@@ -65,6 +65,7 @@ impl OutputState {
         if self.max_lag_ns.is_some_and(|m| lateness > m) {
             if !copy {
                 self.local_late += 1;
+                self.tx.tx_discard(frame);
             }
             return Ok(());
         }
@@ -297,7 +298,10 @@ pub(super) fn output_stage(
         let flush = &control.flush;
         if let Err(e) = src.take(|r, frame, copy, group| {
             if flush.contains(group) {
-                st.local_flushed += !copy as u64;
+                if !copy {
+                    st.local_flushed += 1;
+                    st.tx.tx_discard(frame);
+                }
                 return Ok(());
             }
             st.send(now, r, frame, copy)

@@ -1,0 +1,474 @@
+//! `linkem host` live, as root, in namespaces each test makes (unique prefix,
+//! deleted by a guard): UDP echo RTTs through rules on one port and not the
+//! other (IPv4 and IPv6, and `uid`), a veth case limited by `--dev`, fail-open
+//! after `kill -9` and the stale chain removed at the next start, and TCP
+//! through `delay 20ms rate 100mbit` beside the same words on the bridge.
+
+mod common;
+
+use common::{in_ns, median, serial, skip};
+use linkem_io::netns;
+use std::io::Read;
+use std::net::{SocketAddr, UdpSocket};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A namespace (with loopback up), deleted on drop.
+struct Ns(String);
+
+impl Ns {
+    fn new(tag: &str) -> Ns {
+        let name = netns::unique_prefix(tag);
+        netns::ip(&["netns", "add", &name]).expect("netns add");
+        netns::ip(&["-n", &name, "link", "set", "lo", "up"]).expect("lo up");
+        Ns(name)
+    }
+
+    fn exec(&self, args: &[&str]) -> std::process::Output {
+        netns::exec_in(&self.0, args).expect("runs in the namespace")
+    }
+
+    fn iptables_rules(&self) -> String {
+        let mut s = String::from_utf8_lossy(&self.exec(&["iptables", "-S"]).stdout).to_string();
+        s += &String::from_utf8_lossy(&self.exec(&["ip6tables", "-S"]).stdout);
+        s
+    }
+}
+
+impl Drop for Ns {
+    fn drop(&mut self) {
+        let _ = netns::ip(&["netns", "del", &self.0]);
+    }
+}
+
+/// `linkem host` running in a namespace.
+struct Host {
+    child: Child,
+}
+
+impl Host {
+    fn start(ns: &Ns, args: &[&str]) -> Host {
+        let mut child = netns::command_in(&ns.0, &[env!("CARGO_BIN_EXE_linkem"), "host"])
+            .args(["--stats", "json", "--control", "none", "--realtime", "off"])
+            .args(["--max-lag", "off"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("linkem starts");
+        // Binding the queues and running iptables four times takes a while.
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(5) {
+            if ns.iptables_rules().matches("NFQUEUE").count() >= 4 {
+                break;
+            }
+            if let Some(status) = child.try_wait().unwrap() {
+                let mut err = String::new();
+                child
+                    .stderr
+                    .take()
+                    .unwrap()
+                    .read_to_string(&mut err)
+                    .unwrap();
+                panic!("linkem host exited at start ({status}): {err}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Host { child }
+    }
+
+    /// SIGINT; the final counts and stderr.
+    fn stop(mut self) -> (serde_json::Value, String) {
+        // Safety: kill with a pid we own.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let out = self.child.wait_with_output_ref();
+        let stdout = String::from_utf8_lossy(&out.0).to_string();
+        let last = stdout.lines().last().unwrap_or("{}").to_string();
+        (
+            serde_json::from_str(&last).unwrap_or_else(|e| panic!("stats ({e}): {stdout}")),
+            String::from_utf8_lossy(&out.1).to_string(),
+        )
+    }
+}
+
+trait WaitRef {
+    fn wait_with_output_ref(&mut self) -> (Vec<u8>, Vec<u8>);
+}
+
+impl WaitRef for Child {
+    fn wait_with_output_ref(&mut self) -> (Vec<u8>, Vec<u8>) {
+        let mut out = Vec::new();
+        let mut err = Vec::new();
+        self.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+        self.stderr.take().unwrap().read_to_end(&mut err).unwrap();
+        let t = Instant::now();
+        while self.try_wait().unwrap().is_none() {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "linkem host did not stop"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        (out, err)
+    }
+}
+
+/// UDP echo servers on `addrs`, inside `ns`, until the flag drops.
+struct Echo {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Echo {
+    fn start(ns: &str, addrs: &[SocketAddr]) -> Echo {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::new();
+        for &a in addrs {
+            let sock = in_ns(ns, || UdpSocket::bind(a).expect("echo binds"));
+            sock.set_read_timeout(Some(Duration::from_millis(50)))
+                .unwrap();
+            let stop = stop.clone();
+            threads.push(std::thread::spawn(move || {
+                let mut buf = [0u8; 2048];
+                while !stop.load(Ordering::Relaxed) {
+                    if let Ok((n, from)) = sock.recv_from(&mut buf) {
+                        let _ = sock.send_to(&buf[..n], from);
+                    }
+                }
+            }));
+        }
+        Echo { stop, threads }
+    }
+}
+
+impl Drop for Echo {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Median RTT in ms of `n` UDP echoes to `to` from a socket made in `ns`
+/// (user-space clocks at both ends: what an application sees).
+fn udp_rtt_ms(ns: &str, to: SocketAddr, n: usize) -> f64 {
+    let bind: SocketAddr = if to.is_ipv6() { "[::]:0" } else { "0.0.0.0:0" }
+        .parse()
+        .unwrap();
+    let sock = in_ns(ns, || UdpSocket::bind(bind).unwrap());
+    sock.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut rtts = Vec::new();
+    let mut buf = [0u8; 64];
+    for i in 0..n as u32 {
+        let t = Instant::now();
+        sock.send_to(&i.to_be_bytes(), to).unwrap();
+        // Answers to earlier (timed-out) requests are skipped.
+        while let Ok((k, _)) = sock.recv_from(&mut buf) {
+            if k == 4 && buf[..4] == i.to_be_bytes() {
+                rtts.push(t.elapsed().as_secs_f64() * 1e3);
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        rtts.len() >= n * 8 / 10,
+        "{} of {n} echoes from {to} came back",
+        rtts.len()
+    );
+    median(rtts)
+}
+
+#[test]
+fn rules_delay_one_port_both_families_and_by_uid() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let ns = Ns::new("hrul");
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("host.rules");
+    // Port 5678 both ways on the received side (a request is received by the
+    // server, the answer by the client: 2 x 20 ms); 5680 on the sent side,
+    // only for root's sockets; 5681 only for uid 4321's (none here).
+    std::fs::write(
+        &rules,
+        "pipe 1 config delay 20ms\n\
+         add 100 pipe 1 udp dst-port 5678 in\n\
+         add 110 pipe 1 udp src-port 5678 in\n\
+         add 120 pipe 1 udp dst-port 5680 out uid 0\n\
+         add 130 pipe 1 udp dst-port 5681 out uid 4321\n",
+    )
+    .unwrap();
+    let addrs: Vec<SocketAddr> = ["127.0.0.1", "[::1]"]
+        .iter()
+        .flat_map(|h| [5678, 5679, 5680, 5681].map(move |p| format!("{h}:{p}").parse().unwrap()))
+        .collect();
+    let _echo = Echo::start(&ns.0, &addrs);
+    let host = Host::start(&ns, &["--rules", rules.to_str().unwrap()]);
+    let mut got = Vec::new();
+    for a in &addrs {
+        got.push((a, udp_rtt_ms(&ns.0, *a, 15)));
+    }
+    let (stats, stderr) = host.stop();
+    for (a, rtt) in &got {
+        let (lo, hi) = match a.port() {
+            5678 => (39.0, 55.0),
+            5680 => (19.0, 33.0),
+            _ => (0.0, 8.0),
+        };
+        assert!(
+            (lo..hi).contains(rtt),
+            "RTT to {a}: {rtt:.2} ms, expected {lo}..{hi} (all: {got:?}; stats {stats}; {stderr})"
+        );
+    }
+    assert!(
+        !ns.iptables_rules().contains("LINKEM"),
+        "chains left after exit: {}",
+        ns.iptables_rules()
+    );
+}
+
+#[test]
+fn veth_limited_to_its_device_and_loopback_untouched() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let n1 = Ns::new("hv1");
+    let n2 = Ns::new("hv2");
+    let (d1, d2) = (format!("{}x", n1.0), format!("{}y", n2.0));
+    netns::ip(&["link", "add", &d1, "type", "veth", "peer", "name", &d2]).unwrap();
+    netns::ip(&["link", "set", &d1, "netns", &n1.0]).unwrap();
+    netns::ip(&["link", "set", &d2, "netns", &n2.0]).unwrap();
+    for (ns, d, a) in [(&n1, &d1, "10.79.3.1/24"), (&n2, &d2, "10.79.3.2/24")] {
+        netns::ip(&["-n", &ns.0, "addr", "add", a, "dev", d]).unwrap();
+        netns::ip(&["-n", &ns.0, "link", "set", d, "up"]).unwrap();
+    }
+    let remote: SocketAddr = "10.79.3.2:5678".parse().unwrap();
+    let local: SocketAddr = "127.0.0.1:5679".parse().unwrap();
+    let _echo_remote = Echo::start(&n2.0, &[remote]);
+    let _echo_local = Echo::start(&n1.0, &[local]);
+    // Wait for the veth to carry traffic before measuring.
+    let base = udp_rtt_ms(&n1.0, remote, 5);
+    let host = Host::start(&n1, &["--dev", &d1, "--a-to-b", "delay", "15ms"]);
+    let via_veth = udp_rtt_ms(&n1.0, remote, 15);
+    let via_lo = udp_rtt_ms(&n1.0, local, 15);
+    let (stats, _) = host.stop();
+    assert!(
+        (14.0..25.0).contains(&(via_veth - base)),
+        "veth RTT {via_veth:.2} ms over {base:.2} ms: the received side adds 15 ms ({stats})"
+    );
+    assert!(
+        via_lo < 5.0,
+        "loopback RTT {via_lo:.2} ms: --dev must leave lo alone ({stats})"
+    );
+}
+
+#[test]
+fn kill_9_fails_open_and_the_next_start_removes_the_stale_chain() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let ns = Ns::new("hk9");
+    let to: SocketAddr = "127.0.0.1:5678".parse().unwrap();
+    let _echo = Echo::start(&ns.0, &[to]);
+    let mut host = Host::start(&ns, &["delay", "10ms"]);
+    let held = udp_rtt_ms(&ns.0, to, 5);
+    assert!(held > 35.0, "4 x 10 ms on loopback, got {held:.2} ms");
+    host.child.kill().unwrap();
+    host.child.wait().unwrap();
+    assert!(
+        ns.iptables_rules().contains("LINKEM-HOST-IN"),
+        "the killed run's chain stays"
+    );
+    let open = udp_rtt_ms(&ns.0, to, 10);
+    assert!(
+        open < 5.0,
+        "after kill -9 traffic flows unimpaired: {open:.2} ms"
+    );
+    let host = Host::start(&ns, &["delay", "1ms"]);
+    let (_, stderr) = host.stop();
+    assert!(
+        stderr.contains("removed the chains"),
+        "stale chain reported: {stderr}"
+    );
+    let left = ns.iptables_rules();
+    assert!(!left.contains("LINKEM"), "chains left after exit: {left}");
+    assert_eq!(
+        left.matches("-j LINKEM").count(),
+        0,
+        "one jump per hook at most: {left}"
+    );
+}
+
+/// Receiver-side goodput of `secs` s of iperf3 from `client` to `server_addr`.
+fn iperf3_bps(server_ns: &str, client_ns: &str, server_addr: &str, secs: u32) -> f64 {
+    let mut server = netns::spawn_in(server_ns, &["iperf3", "-s", "-1", "-p", "5302"]).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let t = secs.to_string();
+    let o = netns::exec_in(
+        client_ns,
+        &[
+            "iperf3",
+            "-c",
+            server_addr,
+            "-p",
+            "5302",
+            "-J",
+            "-t",
+            &t,
+            "-O",
+            "1",
+        ],
+    )
+    .unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("iperf3: {v}"))
+}
+
+#[test]
+fn tcp_through_host_mode_within_ten_percent_of_the_bridge() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let words = ["delay", "20ms", "rate", "100mbit"];
+    // The bridge: stock hosts (offloads on) on either side of linkem.
+    let topo = common::topology_with("htb", true);
+    let bridge = common::Bridge::start(&topo, "packet", &words);
+    let b = topo.addr_b.to_string();
+    let mut on_bridge = Vec::new();
+    for _ in 0..3 {
+        on_bridge.push(iperf3_bps(&topo.ns_b, &topo.ns_a, &b, 4));
+    }
+    bridge.stop();
+    drop(topo);
+    // Host mode on the receiver: a veth pair, stock offloads.
+    let n1 = Ns::new("hts");
+    let n2 = Ns::new("htr");
+    let (d1, d2) = (format!("{}x", n1.0), format!("{}y", n2.0));
+    netns::ip(&["link", "add", &d1, "type", "veth", "peer", "name", &d2]).unwrap();
+    netns::ip(&["link", "set", &d1, "netns", &n1.0]).unwrap();
+    netns::ip(&["link", "set", &d2, "netns", &n2.0]).unwrap();
+    for (ns, d, a) in [(&n1, &d1, "10.79.4.1/24"), (&n2, &d2, "10.79.4.2/24")] {
+        netns::ip(&["-n", &ns.0, "addr", "add", a, "dev", d]).unwrap();
+        netns::ip(&["-n", &ns.0, "link", "set", d, "up"]).unwrap();
+    }
+    let mut args = vec!["--dev", d2.as_str()];
+    args.extend(words);
+    let host = Host::start(&n2, &args);
+    let mut on_host = Vec::new();
+    for _ in 0..3 {
+        on_host.push(iperf3_bps(&n2.0, &n1.0, "10.79.4.2", 4));
+    }
+    let (stats, _) = host.stop();
+    let (bridge_bps, host_bps) = (median(on_bridge.clone()), median(on_host.clone()));
+    let ratio = host_bps / bridge_bps;
+    eprintln!("TCP goodput: bridge {on_bridge:?}, host {on_host:?}, ratio {ratio:.3}");
+    assert!(
+        (0.9..1.1).contains(&ratio),
+        "host mode {host_bps:.0} bit/s vs bridge {bridge_bps:.0} bit/s (runs: bridge \
+         {on_bridge:?}, host {on_host:?}; host stats {stats})"
+    );
+}
+
+#[test]
+fn duplicate_is_refused_in_host_mode() {
+    let o = Command::new(env!("CARGO_BIN_EXE_linkem"))
+        .args(["host", "duplicate", "1%"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("'duplicate' is not available in host mode"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_host_mode_recording_replays_to_the_same_events() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let ns = Ns::new("hrec");
+    let dir = tempfile::tempdir().unwrap();
+    let (rec, events, replayed) = (
+        dir.path().join("rec"),
+        dir.path().join("live.tsv"),
+        dir.path().join("replay.tsv"),
+    );
+    let to: SocketAddr = "127.0.0.1:5678".parse().unwrap();
+    let _echo = Echo::start(&ns.0, &[to]);
+    let host = Host::start(
+        &ns,
+        &[
+            "delay",
+            "5ms",
+            "loss",
+            "10%",
+            "seed",
+            "3",
+            "--record",
+            rec.to_str().unwrap(),
+            "--events",
+            events.to_str().unwrap(),
+        ],
+    );
+    let _ = udp_rtt_ms_lossy(&ns.0, to, 20);
+    let (stats, stderr) = host.stop();
+    let o = Command::new(env!("CARGO_BIN_EXE_linkem"))
+        .args(["replay", "--events"])
+        .args([&replayed, &rec, &dir.path().join("out.pcap")])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let lines = |p: &std::path::Path| -> Vec<String> {
+        std::fs::read_to_string(p)
+            .unwrap()
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(String::from)
+            .collect()
+    };
+    let (live, again) = (lines(&events), lines(&replayed));
+    assert!(
+        live.len() >= 40,
+        "decisions: {} ({stats}; {stderr})",
+        live.len()
+    );
+    assert!(
+        live.iter().any(|l| l.contains("\tloss\t")),
+        "some losses among {}",
+        live.len()
+    );
+    assert_eq!(
+        live, again,
+        "the replay of the recording decides as the live run"
+    );
+}
+
+/// Sends `n` echoes, some lost: only that they were sent matters.
+fn udp_rtt_ms_lossy(ns: &str, to: SocketAddr, n: usize) -> usize {
+    let sock = in_ns(ns, || UdpSocket::bind("0.0.0.0:0").unwrap());
+    sock.set_read_timeout(Some(Duration::from_millis(60)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let mut back = 0;
+    for i in 0..n as u32 {
+        sock.send_to(&i.to_be_bytes(), to).unwrap();
+        back += sock.recv_from(&mut buf).is_ok() as usize;
+    }
+    back
+}
