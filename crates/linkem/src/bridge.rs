@@ -35,7 +35,7 @@ use crate::backend::{
 use crate::control::rules::{normalized, Rules, Source};
 use crate::control::{Model, Plain};
 use crate::files::{config_has_rules, config_words, load_distribution};
-use crate::files::{load_rules_recording, rules_source};
+use crate::files::{load_rules_recording, rules_source_or};
 use crate::live_events::EventsWriter;
 use crate::live_record::{BridgeTap, RecordSink, LINK_TYPE_ETHERNET, SNAPLEN};
 use crate::process::{fresh_seed, signal_flags};
@@ -93,7 +93,12 @@ pub enum Attach<'a> {
 
 /// Runs the emulator on the packets `attach` gives, with either model.
 pub fn run_attached(args: &BridgeArgs, attach: Attach<'_>, hooks: Hooks) -> Result<()> {
-    if args.rules.is_some() || args.config.as_deref().is_some_and(config_has_rules) {
+    // Port claims are pipes and rules of a rule set: `--claims` alone starts a
+    // node with none of its own.
+    if args.rules.is_some()
+        || args.config.as_deref().is_some_and(config_has_rules)
+        || args.control.claims.claims
+    {
         let front = RulesFront::load(args)?;
         serve_front(args, front, attach, hooks)
     } else {
@@ -250,9 +255,6 @@ fn serve_front<F: Front>(
     let control = crate::control::server::prepare(&args.control, &args.if_a, &args.if_b)?;
     // Read before the stages start, so that a bad --limits fails the start.
     let claims = args.control.claims.build()?;
-    if claims.is_some() && args.rules.is_none() && args.config.is_none() {
-        anyhow::bail!("--claims needs --rules FILE: a claim is a pipe and rules of a rule set");
-    }
     // Host mode: the chains go when this does (before the stages stop, so
     // that no new packet is queued to a stage that no longer reads).
     let (ports, chains) = match (&attach, &claimed) {
@@ -880,13 +882,21 @@ struct RulesSource {
     file: Option<PathBuf>,
     words: Vec<String>,
     sides: [String; 2],
+    /// Started with `--claims` and no rules: the node runs an empty set
+    /// (`flush`) that the claims add to.
+    claims_only: bool,
 }
 
 impl RulesSource {
     /// The rule set, the seed, the source lines and the files they read.
     fn load_source(&self) -> Result<Loaded> {
-        let (text, seed) = rules_source(self.config.as_deref(), self.file.as_deref(), &self.words)?
-            .context("no rules: the config has no 'rules' key")?;
+        let (text, seed) = rules_source_or(
+            self.config.as_deref(),
+            self.file.as_deref(),
+            &self.words,
+            self.claims_only.then_some("flush\n"),
+        )?
+        .context("no rules: the config has no 'rules' key")?;
         let base = self.file.as_deref().and_then(Path::parent);
         let sides = [self.sides[0].as_str(), self.sides[1].as_str()];
         let mut files = HashMap::new();
@@ -962,6 +972,9 @@ impl RulesFront {
             file: args.rules.clone(),
             words: args.words.clone(),
             sides: [args.if_a.clone(), args.if_b.clone()],
+            claims_only: args.control.claims.claims
+                && args.rules.is_none()
+                && !args.config.as_deref().is_some_and(config_has_rules),
         };
         let loaded = source.load_source()?;
         let seed_given = loaded.seed.is_some();

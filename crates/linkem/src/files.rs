@@ -97,6 +97,17 @@ pub fn rules_source(
     file: Option<&Path>,
     words: &[String],
 ) -> Result<Option<(String, Option<u64>)>> {
+    rules_source_or(config, file, words, None)
+}
+
+/// [`rules_source`], with `default` as the rule text when neither the config nor
+/// a file gives one (a node started for port claims alone: `flush`).
+pub fn rules_source_or(
+    config: Option<&Path>,
+    file: Option<&Path>,
+    words: &[String],
+    default: Option<&str>,
+) -> Result<Option<(String, Option<u64>)>> {
     let mut text = None;
     let mut seed = None;
     if let Some(path) = config {
@@ -134,7 +145,9 @@ pub fn rules_source(
         }
         text = Some(read_small("--rules", path)?);
     }
-    let Some(text) = text else { return Ok(None) };
+    let Some(text) = text.or(default.map(str::to_string)) else {
+        return Ok(None);
+    };
     // A half-written file must not silently remove all emulation.
     if !linkem_core::rules::says_something(&text) {
         let from = match file {

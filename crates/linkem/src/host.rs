@@ -166,6 +166,10 @@ impl HostArgs {
     /// The bridge's arguments for the shared start-up and serving loop: the
     /// two "interfaces" are the sides, `received` (a) and `sent` (b).
     fn bridge_args(&self) -> BridgeArgs {
+        // One host-mode emulator per network namespace: its socket is
+        // /run/linkem/host.sock unless named.
+        let mut control = self.control.clone();
+        control.name.get_or_insert_with(|| "host".into());
         BridgeArgs {
             if_a: "received".into(),
             if_b: "sent".into(),
@@ -191,7 +195,7 @@ impl HostArgs {
             record_limit: self.record_limit,
             log_a_to_b: self.log_a_to_b.clone(),
             log_b_to_a: self.log_b_to_a.clone(),
-            control: self.control.clone(),
+            control,
         }
     }
 }
