@@ -461,6 +461,7 @@ impl Rules {
             changes = vec![Change::Rules {
                 set: Box::new(source.set.clone()),
                 text: source.text().into(),
+                files: Vec::new(),
             }];
         }
         // The source follows the node even when the bridge is stopping.
@@ -1364,6 +1365,7 @@ mod tests {
             let change = Change::Rules {
                 set: Box::new(set),
                 text: rendered.as_str().into(),
+                files: Vec::new(),
             };
             rules.bridge.submit(vec![change]).unwrap();
             lines = staged;
