@@ -255,10 +255,17 @@ fn files_the_run_read_replay_from_the_recording() {
     let dir = tempfile::tempdir().unwrap();
     let table = dir.path().join("wide.dist");
     // Spread the jitter towards its ends, unlike the normal the default draws.
-    std::fs::write(&table, "# a netem table\n-4000 -3000 -2000 0 2000 3000 4000\n").unwrap();
+    std::fs::write(
+        &table,
+        "# a netem table\n-4000 -3000 -2000 0 2000 3000 4000\n",
+    )
+    .unwrap();
     let trace = dir.path().join("link.trace");
     std::fs::copy(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/traces/12mbit.trace"),
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../testdata/traces/12mbit.trace"
+        ),
         &trace,
     )
     .unwrap();
@@ -266,13 +273,22 @@ fn files_the_run_read_replay_from_the_recording() {
     let lines = record_and_replay_after(
         &topo,
         "packet",
-        &["delay", "2ms", "1ms", "distribution", table_s, "trace", trace_s, "queue", "60"],
+        &[
+            "delay",
+            "2ms",
+            "1ms",
+            "distribution",
+            table_s,
+            "trace",
+            trace_s,
+            "queue",
+            "60",
+        ],
         &["link a-to-b delay 1ms rate 10mbit queue 40"],
         |rec| {
-            let meta: Value = serde_json::from_str(
-                &std::fs::read_to_string(rec.join("recording.json")).unwrap(),
-            )
-            .unwrap();
+            let meta: Value =
+                serde_json::from_str(&std::fs::read_to_string(rec.join("recording.json")).unwrap())
+                    .unwrap();
             for name in [table_s, trace_s] {
                 let copy = meta["files"][name]["copy"].as_str();
                 assert!(
@@ -284,11 +300,16 @@ fn files_the_run_read_replay_from_the_recording() {
             std::fs::remove_file(&trace).unwrap();
         },
     );
-    assert!(lines.len() > 100, "traffic went through: {} lines", lines.len());
+    assert!(
+        lines.len() > 100,
+        "traffic went through: {} lines",
+        lines.len()
+    );
 
     let rules = dir.path().join("radio.rules");
     let profile = dir.path().join("radio.profile");
-    let profile_text = "name p\nbandwidth 20Mbit/s\nsamples 3\nprob delay\n0.3 100us\n0.6 900us\n1 3ms\n";
+    let profile_text =
+        "name p\nbandwidth 20Mbit/s\nsamples 3\nprob delay\n0.3 100us\n0.6 900us\n1 3ms\n";
     std::fs::write(&profile, profile_text).unwrap();
     std::fs::write(
         &rules,
@@ -300,11 +321,17 @@ fn files_the_run_read_replay_from_the_recording() {
         &topo,
         "packet",
         &["--rules", rules.to_str().unwrap(), "seed", "5"],
-        &["pipe 2 config delay 1ms", "add 50 pipe 2 udp from any to any out"],
+        &[
+            "pipe 2 config delay 1ms",
+            "add 50 pipe 2 udp from any to any out",
+        ],
         |rec| {
             // Another profile under the same name: the replay must not read it.
-            std::fs::write(&profile, "name p\nbandwidth 1Mbit/s\nsamples 1\nprob delay\n1 50ms\n")
-                .unwrap();
+            std::fs::write(
+                &profile,
+                "name p\nbandwidth 1Mbit/s\nsamples 1\nprob delay\n1 50ms\n",
+            )
+            .unwrap();
             copy_dir(rec, &dir.path().join("kept"));
         },
     );

@@ -7,9 +7,9 @@ use super::{
     NamedFiles, RecordedChange, RecordedInput, RecordingError, RecordingMeta, CHANGES_FILE,
     FRAMES_FILE, META_FILE,
 };
-use std::collections::BTreeMap;
 use crate::capture::CaptureReader;
 use crate::infile::{self, MAX_TEXT_BYTES};
+use std::collections::BTreeMap;
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::BufReader;

@@ -484,7 +484,11 @@ fn corrupt_metadata_gives_errors_naming_file_and_problem() {
     let e = error_after(|d| edit(&d.join(META_FILE), "\"version\": 2", "\"version\": 3"));
     assert_mentions(
         &e,
-        &["recording.json", "format version 3", "reads versions 1 to 2"],
+        &[
+            "recording.json",
+            "format version 3",
+            "reads versions 1 to 2",
+        ],
     );
     let e = error_after(|d| edit(&d.join(META_FILE), "\"seed\": 7,", ""));
     assert_mentions(&e, &["recording.json", "missing field `seed`"]);
@@ -706,7 +710,9 @@ fn a_discarded_recording_leaves_nothing_behind() {
 /// A start that read two files of one content and a third: one copy per content, the
 /// map by the name as written, and the texts back from the copies.
 fn meta_with_files() -> RecordingMeta {
-    let mut m = meta(Start::Link("delay 2ms 1ms distribution ../t/wide.dist".into()));
+    let mut m = meta(Start::Link(
+        "delay 2ms 1ms distribution ../t/wide.dist".into(),
+    ));
     m.files = NamedFiles::from([
         ("../t/wide.dist".into(), "-3 0 3\n".into()),
         ("same.dist".into(), "-3 0 3\n".into()),
@@ -741,15 +747,23 @@ fn the_files_a_run_read_are_copied_once_each_and_read_back_from_the_copies() {
     assert_eq!(rec.meta.files, m.files);
     assert_eq!(rec.meta.version, FORMAT_VERSION);
     let got: Vec<RecordedInput> = rec.inputs().map(Result::unwrap).collect();
-    assert_eq!(got, [change(5, RecordedChange::Rules("x\n".into(), reload))]);
+    assert_eq!(
+        got,
+        [change(5, RecordedChange::Rules("x\n".into(), reload))]
+    );
 }
 
 #[test]
 fn a_missing_or_altered_copy_is_refused_naming_it() {
     for (what, break_it) in [
-        ("cannot be read", (|p: &Path| std::fs::remove_file(p).unwrap()) as fn(&Path)),
+        (
+            "cannot be read",
+            (|p: &Path| std::fs::remove_file(p).unwrap()) as fn(&Path),
+        ),
         ("altered", |p: &Path| std::fs::write(p, "-3 0 4\n").unwrap()),
-        ("altered", |p: &Path| std::fs::write(p, "-3 0 3\n\n").unwrap()),
+        ("altered", |p: &Path| {
+            std::fs::write(p, "-3 0 3\n\n").unwrap()
+        }),
     ] {
         let tmp = tempfile::tempdir().unwrap();
         let dir = new_dir(&tmp);
@@ -767,8 +781,14 @@ fn a_missing_or_altered_copy_is_refused_naming_it() {
 fn files_beyond_the_limit_are_refused_at_start_and_stop_a_reload() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = new_dir(&tmp);
-    let e = Recorder::create(&dir, meta_with_files(), 10).err().unwrap().to_string();
-    assert_mentions(&e, &["cannot record", "11 bytes", "record limit of 10 bytes"]);
+    let e = Recorder::create(&dir, meta_with_files(), 10)
+        .err()
+        .unwrap()
+        .to_string();
+    assert_mentions(
+        &e,
+        &["cannot record", "11 bytes", "record limit of 10 bytes"],
+    );
     assert!(!dir.exists(), "nothing is left of a refused recording");
     let limit = header_bytes() + 11 + 5;
     let mut recorder = Recorder::create(&dir, meta_with_files(), limit).unwrap();

@@ -223,7 +223,9 @@ pub fn parse_meta(file: &str, text: &str) -> Result<MetaFile, RecordingError> {
         }
     }
     match object.get("version") {
-        Some(v) if v.as_u64().is_some_and(|v| (1..=u64::from(FORMAT_VERSION)).contains(&v)) => {}
+        Some(v)
+            if v.as_u64()
+                .is_some_and(|v| (1..=u64::from(FORMAT_VERSION)).contains(&v)) => {}
         Some(v) => {
             return Err(bad(format!(
                 "format version {v}; this linkem ({}) reads versions 1 to {FORMAT_VERSION}",
@@ -268,7 +270,9 @@ pub fn parse_change_line(
     match (&change.lines, &change.rules) {
         (None, Some(name)) => check_file_name(name).map_err(|e| bad(format!("rules: {e}")))?,
         (Some(_), None) if !change.files.is_empty() => {
-            return Err(bad("has \"files\" beside \"lines\" (only a rule set names files)".into()))
+            return Err(bad(
+                "has \"files\" beside \"lines\" (only a rule set names files)".into(),
+            ))
         }
         (Some(_), Some(_)) => return Err(bad("has both \"lines\" and \"rules\"".into())),
         (None, None) => return Err(bad("has neither \"lines\" nor \"rules\"".into())),
@@ -320,7 +324,12 @@ fn check_files(version: u32, files: &BTreeMap<String, FileEntry>) -> Result<(), 
             .copy
             .strip_prefix(FILES_DIR)
             .and_then(|rest| rest.strip_prefix('/'))
-            .ok_or_else(|| format!("file {name:?}: its copy {:?} is not in {FILES_DIR}/", entry.copy))?;
+            .ok_or_else(|| {
+                format!(
+                    "file {name:?}: its copy {:?} is not in {FILES_DIR}/",
+                    entry.copy
+                )
+            })?;
         check_file_name(plain).map_err(|e| format!("file {name:?}: {e}"))?;
         if entry.sha256.len() != 64 || !entry.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(format!(

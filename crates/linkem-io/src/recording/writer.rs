@@ -15,11 +15,9 @@
 
 use super::wire::{ChangeLine, FileEntry, MetaFile, FILES_DIR};
 use super::{
-    NamedFiles, RecordedChange, RecordedInput, RecordingError, RecordingMeta, Start,
-    CHANGES_FILE, FILES_DIR_NAME, FRAMES_FILE, META_FILE, START_RULES_FILE,
+    NamedFiles, RecordedChange, RecordedInput, RecordingError, RecordingMeta, Start, CHANGES_FILE,
+    FILES_DIR_NAME, FRAMES_FILE, META_FILE, START_RULES_FILE,
 };
-use sha2::{Digest, Sha256};
-use std::collections::{BTreeMap, HashMap};
 use crate::capture::MAX_CAPLEN;
 use crate::outfile;
 use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
@@ -28,8 +26,10 @@ use pcap_file::pcapng::blocks::interface_description::{
 };
 use pcap_file::pcapng::PcapNgWriter;
 use pcap_file::{DataLink, Endianness};
+use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 use std::collections::VecDeque;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
