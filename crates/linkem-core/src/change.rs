@@ -25,6 +25,11 @@ pub enum Change {
         set: Box<RuleSet>,
         /// The rule file's text they were parsed from, kept for recordings.
         text: std::sync::Arc<str>,
+        /// The files that text read (profiles, tables), by the name the rules
+        /// gave each, with the text read: what a recording copies so that its
+        /// replay reads the same bytes. Empty when the set was made from files
+        /// already read (a control batch reads the start's or a table).
+        files: Vec<(String, String)>,
     },
     /// `pipe|queue|sched N config WORDS`: the object is created, or replaced
     /// whole by this definition ([`crate::node::Node::change`]: a closed-form pipe keeps

@@ -335,6 +335,7 @@ mod tests {
         let rules = Change::Rules {
             set: Box::new(set.unwrap()),
             text: text.into(),
+            files: Vec::new(),
         };
         assert_eq!(m.apply(0, rules, &mut out), Err(ChangeError::NoRuleSet));
     }

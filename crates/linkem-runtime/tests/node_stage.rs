@@ -192,6 +192,7 @@ fn update_keeps_a_held_scheduler_and_flushes_a_deleted_one() {
         vec![Change::Rules {
             set: Box::new(set),
             text: t.into(),
+            files: Vec::new(),
         }]
     };
     let (mut bridge, [in_a, _in_b], [sent_b, _]) = start(&text("1ms"));

@@ -243,7 +243,8 @@ pub struct BridgeArgs {
     /// with are skipped and counted, and the recording says it is incomplete.
     #[arg(long, value_name = "DIR")]
     pub record: Option<PathBuf>,
-    /// With --record: the most DIR/frames.pcapng may hold (e.g. 100MB, 4GiB);
+    /// With --record: the most DIR/frames.pcapng and the copies of the files
+    /// the run read (DIR/files/) may hold together (e.g. 100MB, 4GiB);
     /// when reached, recording stops, the bridge says so and goes on forwarding.
     #[arg(long, value_name = "SIZE", default_value = "1GiB", requires = "record",
           value_parser = parse_record_limit)]

@@ -47,7 +47,7 @@ use linkem_core::rules::RuleSet;
 use linkem_core::{Dialect, LinkSpec, TomlWords};
 use linkem_io::creds::starter_uid;
 use linkem_io::outfile::{check_distinct, FileUse, OutputFile};
-use linkem_io::recording::{RecordingMeta, Start};
+use linkem_io::recording::{NamedFiles, RecordingMeta, Start};
 use linkem_runtime::pipeline::{
     buffer_bytes_for, Direction, DirectionOptions, DirectionStats, LiveBridge, LiveOptions, Tap,
 };
@@ -121,6 +121,10 @@ trait Front: Sized {
         &self,
         args: &BridgeArgs,
     ) -> (Start, serde_json::Map<String, serde_json::Value>);
+    /// The files the start configuration read (tables, traces, schedules,
+    /// profiles) by the name its words or rules gave each: what a recording
+    /// copies, so that its replay reads these bytes and not what is there then.
+    fn read_files(&self) -> NamedFiles;
     /// Starts the stages on the opened ports; returns the control model.
     fn start(
         &mut self,
@@ -226,6 +230,7 @@ fn serve_front<F: Front>(
                 start,
             );
             meta.options = options;
+            meta.files = front.read_files();
             let sink = RecordSink::create(dir, meta, args.record_limit)
                 .map_err(|e| anyhow::anyhow!("--record {e}"))?;
             Some(sink)
@@ -607,10 +612,21 @@ fn split(words: &[String]) -> Vec<String> {
 }
 
 /// One direction's link: the words of both directions, then its own, each layer
-/// overriding the one before.
-fn parse_direction(layers: &[&[String]], what: &str) -> Result<LinkSpec> {
-    LinkSpec::parse_layers(layers, Dialect::Linkem, &mut load_distribution)
-        .map_err(|e| anyhow::anyhow!("link words for {what}: {e}"))
+/// overriding the one before; each file the words read goes into `read` by the
+/// name the words gave it (what a recording copies).
+fn parse_direction(layers: &[&[String]], what: &str, read: &mut NamedFiles) -> Result<LinkSpec> {
+    LinkSpec::parse_layers(layers, Dialect::Linkem, &mut |name: &str| {
+        let text = load_distribution(name)?;
+        read.insert(name.to_string(), text.clone());
+        Ok(text)
+    })
+    .map_err(|e| anyhow::anyhow!("link words for {what}: {e}"))
+}
+
+/// A rule set's files (by name) in name order, as a change carries them.
+fn sorted_files(files: &HashMap<String, String>) -> Vec<(String, String)> {
+    let sorted: NamedFiles = files.iter().map(|(n, t)| (n.clone(), t.clone())).collect();
+    sorted.into_iter().collect()
 }
 
 /// What the links are read from, owned so that a SIGHUP re-read runs on a
@@ -624,7 +640,7 @@ struct SpecSource {
 }
 
 /// The link of each direction, from --config (read afresh each call) and the words.
-fn load_specs(args: &SpecSource) -> Result<(LinkSpec, LinkSpec)> {
+fn load_specs(args: &SpecSource, read: &mut NamedFiles) -> Result<(LinkSpec, LinkSpec)> {
     let mut toml = TomlWords::default();
     if let Some(path) = &args.config {
         toml = config_words(path)?;
@@ -634,10 +650,12 @@ fn load_specs(args: &SpecSource) -> Result<(LinkSpec, LinkSpec)> {
         parse_direction(
             &[&toml.both, &common, &toml.a_to_b, &split(&args.a_to_b)],
             "a-to-b",
+            read,
         )?,
         parse_direction(
             &[&toml.both, &common, &toml.b_to_a, &split(&args.b_to_a)],
             "b-to-a",
+            read,
         )?,
     ))
 }
@@ -646,6 +664,8 @@ fn load_specs(args: &SpecSource) -> Result<(LinkSpec, LinkSpec)> {
 struct LinkFront {
     source: SpecSource,
     specs: [LinkSpec; 2],
+    /// The files the start's words read, for a recording.
+    read: NamedFiles,
     seed: u64,
     forward_only: bool,
 }
@@ -658,7 +678,8 @@ impl LinkFront {
             a_to_b: args.a_to_b.clone(),
             b_to_a: args.b_to_a.clone(),
         };
-        let (spec_ab, spec_ba) = load_specs(&source)?;
+        let mut read = NamedFiles::new();
+        let (spec_ab, spec_ba) = load_specs(&source, &mut read)?;
         let seed = spec_ab.seed.or(spec_ba.seed).unwrap_or_else(fresh_seed);
         // Checked in the order the plain bridge always did: the words, the
         // timing options, then the interfaces and --forward-only.
@@ -667,6 +688,7 @@ impl LinkFront {
         Ok(LinkFront {
             source,
             specs: [spec_ab, spec_ba],
+            read,
             seed,
             forward_only: args.forward_only,
         })
@@ -751,6 +773,10 @@ impl Front for LinkFront {
         (start, serde_json::Map::new())
     }
 
+    fn read_files(&self) -> NamedFiles {
+        self.read.clone()
+    }
+
     fn start(
         &mut self,
         args: &BridgeArgs,
@@ -810,7 +836,10 @@ impl Front for LinkFront {
 
     fn reload(&self) -> Receiver<Result<Self::Loaded>> {
         let src = self.source.clone();
-        reread(move || load_specs(&src).map_err(|e| e.context("keeping the current link")))
+        reread(move || {
+            load_specs(&src, &mut NamedFiles::new())
+                .map_err(|e| e.context("keeping the current link"))
+        })
     }
 
     fn apply_reload(&self, model: &Model, (ab, ba): Self::Loaded) {
@@ -1037,6 +1066,13 @@ impl Front for RulesFront {
         };
         options.insert("one_pass".into(), one_pass.into());
         (Start::Rules(text), options)
+    }
+
+    fn read_files(&self) -> NamedFiles {
+        self.start
+            .as_ref()
+            .map(|l| sorted_files(&l.files).into_iter().collect())
+            .unwrap_or_default()
     }
 
     fn start(

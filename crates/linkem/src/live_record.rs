@@ -41,7 +41,10 @@ pub fn recorded_changes(changes: &[Change]) -> Vec<RecordedChange> {
     let mut out: Vec<RecordedChange> = Vec::new();
     for change in changes {
         match change {
-            Change::Rules { text, .. } => out.push(RecordedChange::Rules(text.to_string())),
+            Change::Rules { text, files, .. } => out.push(RecordedChange::Rules(
+                text.to_string(),
+                files.iter().cloned().collect(),
+            )),
             line => match out.last_mut() {
                 Some(RecordedChange::Lines(lines)) => lines.push(line.to_string()),
                 _ => out.push(RecordedChange::Lines(vec![line.to_string()])),
@@ -297,6 +300,7 @@ mod tests {
         Change::Rules {
             set: Box::new(parse_rules(text, ["a", "b"], &mut |_| Err(String::new())).unwrap()),
             text: Arc::from(text),
+            files: Vec::new(),
         }
     }
 
@@ -314,7 +318,7 @@ mod tests {
             got,
             [
                 RecordedChange::Lines(vec![line("delay 1ms"), line("rate 1Mbit/s")]),
-                RecordedChange::Rules("flush\n".into()),
+                RecordedChange::Rules("flush\n".into(), Default::default()),
                 RecordedChange::Lines(vec![line("delay 2ms")]),
             ]
         );

@@ -55,8 +55,9 @@ use anyhow::{bail, Context, Result};
 use linkem_core::model::{write_event, Change, LinkModel, Model, EVENTS_HEADER};
 use linkem_core::node::{Decision, Node, NodeConfig, PacketIn};
 use linkem_core::order::ReleaseQueue;
-use linkem_core::rules::{FlowKey, L2Kind, Side};
+use linkem_core::rules::{parse_rules, FlowKey, L2Kind, Side};
 use linkem_core::Fate;
+use linkem_core::{Dialect, LinkSpec};
 use linkem_io::capture::{CaptureReader, CaptureWriter, LinkType};
 use linkem_io::outfile::{self, FileUse, OutputFile};
 use linkem_io::recording::{self, RecordedChange, RecordedInput, Recording, Start};
@@ -523,6 +524,9 @@ fn run_recording(args: &ReplayArgs) -> Result<()> {
     .iter()
     .map(|f| FileUse::new("recording", dir.join(f)))
     .collect();
+    // Version 2 copied every file the run read: the replay reads those copies
+    // (checked by the reader), never the paths as they are now.
+    let copied = meta.version >= 2;
     let signals = SignalGuard::install().context("cannot install the signal handler")?;
     let (link_type, snaplen) = (LinkType(meta.link_type), meta.snaplen);
     // The rules name the interfaces by the run's names (`recv IF_A`), as `a`/`b` too.
@@ -535,8 +539,16 @@ fn run_recording(args: &ReplayArgs) -> Result<()> {
             };
             let mut tables = Vec::new();
             let mut spec = |w: &String, side: &str| {
-                link_spec_reading(None, std::slice::from_ref(w), &mut tables)
-                    .with_context(|| format!("{}: start link of {side}", dir.display()))
+                let spec = if copied {
+                    let words: Vec<String> = w.split_whitespace().map(str::to_string).collect();
+                    LinkSpec::parse_layers(&[&words], Dialect::Linkem, &mut |name: &str| {
+                        start_file(&meta.files, name)
+                    })
+                    .map_err(|e| anyhow::anyhow!("link words: {e}"))
+                } else {
+                    link_spec_reading(None, std::slice::from_ref(w), &mut tables)
+                };
+                spec.with_context(|| format!("{}: start link of {side}", dir.display()))
             };
             let (ab, ba) = (spec(words[0], "a->b")?, spec(words[1], "b->a")?);
             known_options(&meta, &[])?;
@@ -552,22 +564,27 @@ fn run_recording(args: &ReplayArgs) -> Result<()> {
                 format!("a->b {}; b->a {}", ab.link, ba.link)
             };
             let mut model = LinkModel::new([ab.link, ba.link], meta.seed);
-            let next = recorded_inputs(&mut rec, dir, |text| rules_change(text, dir, sides));
+            let next = recorded_inputs(&mut rec, dir, sides);
             let (tally, secs) = drive(args, &mut model, link_type, snaplen, &signals, next)?;
             print_stats(args, &link_text, meta.seed, &tally, secs);
         }
         Start::Rules(text) => {
             known_options(&meta, &["max_flows", "max_flow_memory", "one_pass"])?;
             let mut named = Vec::new();
-            let start_file = dir.join(recording::START_RULES_FILE);
-            let mut set = load_rules_reading(
-                text,
-                Some(&start_file),
-                Some(dir),
-                sides,
-                &mut HashMap::new(),
-                &mut named,
-            )?;
+            let start_rules = dir.join(recording::START_RULES_FILE);
+            let mut set = if copied {
+                parse_rules(text, sides, &mut |name: &str| start_file(&meta.files, name))
+                    .map_err(|e| anyhow::anyhow!("{}: rules: {e}", start_rules.display()))?
+            } else {
+                load_rules_reading(
+                    text,
+                    Some(&start_rules),
+                    Some(dir),
+                    sides,
+                    &mut HashMap::new(),
+                    &mut named,
+                )?
+            };
             if let Some(one_pass) = option(&meta, "one_pass", serde_json::Value::as_bool)? {
                 set.one_pass = one_pass;
             }
@@ -587,7 +604,7 @@ fn run_recording(args: &ReplayArgs) -> Result<()> {
                 ..defaults
             };
             let mut node = Node::new(set, cfg);
-            let next = recorded_inputs(&mut rec, dir, |text| rules_change(text, dir, sides));
+            let next = recorded_inputs(&mut rec, dir, sides);
             let (tally, secs) = drive(args, &mut node, link_type, snaplen, &signals, next)?;
             report(args, &node, meta.seed, &tally, secs);
         }
@@ -652,13 +669,19 @@ fn option<T>(
 }
 
 /// The inputs of a recording in order, its changes parsed: control lines by
-/// [`parse_change_line`], a whole rule set by `rules`.
+/// [`parse_change_line_reading`], a whole rule set by [`parse_rules`]. A
+/// version-2 recording's changes read the files the run had read by then (the
+/// start's, then each reload's over them, as the live control socket reads
+/// the files of the running rules) and then the system's tables, as the live
+/// run did; a version-1 recording's, what its replay always read.
 fn recorded_inputs<'a>(
     rec: &'a mut Recording,
     dir: &'a Path,
-    rules: impl Fn(&str) -> Result<Change> + 'a,
+    sides_as: [&'a str; 2],
 ) -> impl FnMut() -> Option<Result<Input>> + 'a {
     let sides = rec.meta.sides.clone();
+    let copied = rec.meta.version >= 2;
+    let mut read = rec.meta.files.clone();
     move || {
         let input = match rec.next_input()? {
             Ok(input) => input,
@@ -683,12 +706,37 @@ fn recorded_inputs<'a>(
                 )),
             },
             RecordedInput::Change { at_ns, change } => {
+                if copied {
+                    if let RecordedChange::Rules(_, files) = &change {
+                        read.extend(files.iter().map(|(n, t)| (n.clone(), t.clone())));
+                    }
+                }
+                let mut files = |name: &str| match read.get(name) {
+                    Some(text) if copied => Ok(text.clone()),
+                    _ => linkem_ctl::system_tables(name),
+                };
                 let changes = match change {
                     RecordedChange::Lines(lines) => lines
                         .iter()
-                        .filter_map(|l| parse_change_line(l, [&sides[0], &sides[1]]).transpose())
+                        .filter_map(|l| {
+                            parse_change_line_reading(l, [&sides[0], &sides[1]], &mut files)
+                                .transpose()
+                        })
                         .collect::<Result<Vec<_>>>(),
-                    RecordedChange::Rules(text) => rules(&text).map(|c| vec![c]),
+                    RecordedChange::Rules(text, _) if copied => {
+                        parse_rules(&text, sides_as, &mut files)
+                            .map_err(|e| anyhow::anyhow!("rules: {e}"))
+                            .map(|set| {
+                                vec![Change::Rules {
+                                    set: Box::new(set),
+                                    text: text.as_str().into(),
+                                    files: Vec::new(),
+                                }]
+                            })
+                    }
+                    RecordedChange::Rules(text, _) => {
+                        rules_change(&text, dir, sides_as).map(|c| vec![c])
+                    }
                 };
                 changes
                     .map(|changes| Input::Changes { at_ns, changes })
@@ -712,6 +760,19 @@ fn rules_change(text: &str, dir: &Path, sides: [&str; 2]) -> Result<Change> {
     Ok(Change::Rules {
         set: Box::new(set),
         text: text.into(),
+        files: Vec::new(),
+    })
+}
+
+/// A file the start configuration of a version-2 recording named: its copy's
+/// text. A name not in the map is not one the run read.
+fn start_file(files: &recording::NamedFiles, name: &str) -> Result<String, String> {
+    files.get(name).cloned().ok_or_else(|| {
+        format!(
+            "'{name}': not among the files the recording copied ({} 'files'); the run did \
+             not read it",
+            recording::META_FILE
+        )
     })
 }
 
@@ -724,8 +785,17 @@ fn rules_change(text: &str, dir: &Path, sides: [&str; 2]) -> Result<Change> {
 /// ([`linkem_ctl::RuleRequest::change`]); `sides` are the interface names a
 /// rule's `recv`/`xmit` may use.
 pub fn parse_change_line(line: &str, sides: [&str; 2]) -> Result<Option<Change>> {
+    parse_change_line_reading(line, sides, &mut linkem_ctl::system_tables)
+}
+
+/// [`parse_change_line`], the files the line names read by `files`.
+fn parse_change_line_reading(
+    line: &str,
+    sides: [&str; 2],
+    files: &mut linkem_core::config::FileLoader<'_>,
+) -> Result<Option<Change>> {
     use linkem_ctl::{Dir, Request};
-    let parsed = linkem_ctl::parse_line_for(line, &mut linkem_ctl::system_tables, sides)
+    let parsed = linkem_ctl::parse_line_for(line, files, sides)
         .map_err(|e| anyhow::anyhow!("'{line}': {e}"))?;
     match parsed.request {
         Request::Link { dir, link, .. } => Ok(Some(Change::Link {

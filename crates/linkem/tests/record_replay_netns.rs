@@ -120,6 +120,18 @@ fn record_and_replay(
     args: &[&str],
     changes: &[&str],
 ) -> Vec<String> {
+    record_and_replay_after(topo, backend, args, changes, |_| {})
+}
+
+/// [`record_and_replay`], `between` run on the recording's directory after the
+/// live run and before the replay.
+fn record_and_replay_after(
+    topo: &Topology,
+    backend: &str,
+    args: &[&str],
+    changes: &[&str],
+    between: impl FnOnce(&Path),
+) -> Vec<String> {
     let tmp = tempfile::tempdir().unwrap();
     let rec = tmp.path().join("rec");
     let live = run_live(
@@ -159,6 +171,7 @@ fn record_and_replay(
         "frames recorded vs decisions made live; {}",
         live.stats
     );
+    between(&rec);
     let replayed = replay(
         &rec,
         &tmp.path().join("out.pcap"),
@@ -225,6 +238,135 @@ fn rules_replay_exactly(backend: &str) {
             lines.iter().any(|l| l.split('\t').nth(10) == Some(pipe)),
             "pipe {pipe} used"
         );
+    }
+}
+
+/// A netem table (`distribution FILE`), a mahimahi trace (`trace FILE`) and a
+/// rule file's profile: a recording copies each into `files/`, so its replay
+/// decides as the run did after the originals are deleted or rewritten, and
+/// a copy altered in the recording is refused by name.
+#[test]
+fn files_the_run_read_replay_from_the_recording() {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let topo = topology("lkrrf");
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("wide.dist");
+    // Spread the jitter towards its ends, unlike the normal the default draws.
+    std::fs::write(
+        &table,
+        "# a netem table\n-4000 -3000 -2000 0 2000 3000 4000\n",
+    )
+    .unwrap();
+    let trace = dir.path().join("link.trace");
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../testdata/traces/12mbit.trace"
+        ),
+        &trace,
+    )
+    .unwrap();
+    let (table_s, trace_s) = (table.to_str().unwrap(), trace.to_str().unwrap());
+    let lines = record_and_replay_after(
+        &topo,
+        "packet",
+        &[
+            "delay",
+            "2ms",
+            "1ms",
+            "distribution",
+            table_s,
+            "trace",
+            trace_s,
+            "queue",
+            "60",
+        ],
+        &["link a-to-b delay 1ms rate 10mbit queue 40"],
+        |rec| {
+            let meta: Value =
+                serde_json::from_str(&std::fs::read_to_string(rec.join("recording.json")).unwrap())
+                    .unwrap();
+            for name in [table_s, trace_s] {
+                let copy = meta["files"][name]["copy"].as_str();
+                assert!(
+                    copy.is_some_and(|c| rec.join(c).is_file()),
+                    "recording.json maps {name} to a copy in the recording: {meta}"
+                );
+            }
+            std::fs::remove_file(&table).unwrap();
+            std::fs::remove_file(&trace).unwrap();
+        },
+    );
+    assert!(
+        lines.len() > 100,
+        "traffic went through: {} lines",
+        lines.len()
+    );
+
+    let rules = dir.path().join("radio.rules");
+    let profile = dir.path().join("radio.profile");
+    let profile_text =
+        "name p\nbandwidth 20Mbit/s\nsamples 3\nprob delay\n0.3 100us\n0.6 900us\n1 3ms\n";
+    std::fs::write(&profile, profile_text).unwrap();
+    std::fs::write(
+        &rules,
+        "pipe 1 config profile radio.profile\nadd 100 pipe 1 ip from any to any\n",
+    )
+    .unwrap();
+    let rec = dir.path().join("kept");
+    record_and_replay_after(
+        &topo,
+        "packet",
+        &["--rules", rules.to_str().unwrap(), "seed", "5"],
+        &[
+            "pipe 2 config delay 1ms",
+            "add 50 pipe 2 udp from any to any out",
+        ],
+        |rec| {
+            // Another profile under the same name: the replay must not read it.
+            std::fs::write(
+                &profile,
+                "name p\nbandwidth 1Mbit/s\nsamples 1\nprob delay\n1 50ms\n",
+            )
+            .unwrap();
+            copy_dir(rec, &dir.path().join("kept"));
+        },
+    );
+    // A copy altered inside the recording is refused, naming the file.
+    let meta: Value =
+        serde_json::from_str(&std::fs::read_to_string(rec.join("recording.json")).unwrap())
+            .unwrap();
+    let copy = meta["files"]["radio.profile"]["copy"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the profile is mapped to a copy: {meta}"))
+        .to_string();
+    std::fs::write(rec.join(&copy), "name p\n").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_linkem"))
+        .args(["replay", rec.to_str().unwrap()])
+        .arg(dir.path().join("out.pcap"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && stderr.contains(&copy) && stderr.contains("altered"),
+        "an altered copy is refused by name: {stderr}"
+    );
+}
+
+/// Copies directory `from` (files and folders of files) to the new `to`.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        let target = to.join(path.file_name().unwrap());
+        if path.is_dir() {
+            copy_dir(&path, &target);
+        } else {
+            std::fs::copy(&path, &target).unwrap();
+        }
     }
 }
 

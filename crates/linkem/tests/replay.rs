@@ -996,7 +996,7 @@ fn a_recording_of_rules_replays_its_reload_and_warns_when_incomplete() {
     let d = tempfile::tempdir().unwrap();
     let dir = d.path().join("rec");
     let rules = |ms: u32| format!("pipe 1 config delay {ms}ms\nadd 100 pipe 1 ip\n");
-    let reload = RecordedChange::Rules(rules(2));
+    let reload = RecordedChange::Rules(rules(2), Default::default());
     record(&dir, Start::Rules(rules(5)), 10, &[(5_500_000, reload)]);
     let (o, rows) = replay_recording(&dir, &[]);
     assert!(String::from_utf8_lossy(&o.stderr).is_empty(), "{o:?}");

@@ -4,7 +4,7 @@
 //! start configuration, and the sequence of (frame, stamp) and (change, instant) inputs;
 //! a recording holds exactly those.
 //!
-//! # The directory (format version 1)
+//! # The directory (format version 2)
 //!
 //! ```text
 //! DIR/recording.json    what the run was: seed, link type, sides, start, options, counts
@@ -12,6 +12,7 @@
 //! DIR/changes.jsonl     every configuration change, with how many frames came before it
 //! DIR/start.rules       the rule file's text at start (only for a run with rules)
 //! DIR/change-NNNN.rules the whole new rule set of change NNNN (a reload)
+//! DIR/files/K-BASENAME  a copy of a file the run read (a table, trace, schedule, profile)
 //! ```
 //!
 //! - `recording.json`: `{"format":"linkem-recording","version":1,"linkem":"<version>",
@@ -19,7 +20,9 @@
 //!   "start":{"link":"<link words>"} | {"links":["<a->b words>","<b->a words>"]} |
 //!   {"rules":"start.rules"},"options":{...},
 //!   "complete":<bool>,"frames":<u64>,"changes":<u64>,"skipped":<u64>,
-//!   "stopped":null | "<why>"}`. Written when recording starts with `complete: false` and
+//!   "stopped":null | "<why>","files":{"<name>":{"copy":"files/K-BASENAME",
+//!   "sha256":"<hex>","bytes":N}, ...}}`; `files` (version 2, left out when empty) maps
+//!   each name the start's words or rules gave a file to its copy. Written when recording starts with `complete: false` and
 //!   rewritten (temporary file and rename) when it finishes, so a run that was killed
 //!   leaves `complete: false` and counts of 0, never a half-written file.
 //! - `frames.pcapng`: a little-endian section; interface 0 is side a and interface 1
@@ -32,7 +35,14 @@
 //!   applied at one instant as typed, or `{"frames":N,"at_ns":T,"rules":"change-0003.rules"}`
 //!   for a whole rule set replaced (the file is in DIR; its number is the change's line).
 //!   `frames` is how many frames of `frames.pcapng` the core had been fed before the
-//!   change, `at_ns` the instant it took effect, on the frames' clock.
+//!   change, `at_ns` the instant it took effect, on the frames' clock. A `rules` line
+//!   may carry `"files":{...}` as `recording.json` does: the files the new set read.
+//! - `files/`: one copy per distinct content (by sha256), `K` counting from 0 and
+//!   BASENAME the name's last component cut to `[A-Za-z0-9._-]`. A reader reads every
+//!   copy at open and refuses one missing, of another size or another sha256. The copies
+//!   count toward the size limit with `frames.pcapng`.
+//! - Version 1 (no `files`) is still read: its replay reads the named files from where
+//!   they are now, as it always did.
 //!
 //! # Invariants
 //!
@@ -48,7 +58,11 @@
 //!   [`Recorder::finish`] ran. A recording stopped by its limit or a write error is an
 //!   exact prefix of the run's inputs; one with skipped frames is not (frames are missing
 //!   and replaying it gives other decisions from the first gap on).
-//! - `frames.pcapng` never exceeds the size limit given to [`Recorder::create`].
+//! - `frames.pcapng` and `files/` together never exceed the size limit given to
+//!   [`Recorder::create`]: start files beyond it are refused at create, a reload's files
+//!   beyond it stop the recording as a frame beyond it does.
+//! - In a version-2 recording every file the start and each reload read is in its map,
+//!   by the name as written: a replay resolves names through the maps only.
 //!
 //! Readers trust nothing: every error names the file (and line, or byte offset) and
 //! what is wrong, and no input makes them panic or allocate beyond the file's size.
@@ -71,7 +85,11 @@ use std::io;
 /// The value of `format` in `recording.json`.
 pub const FORMAT_NAME: &str = "linkem-recording";
 /// The format version this linkem writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
+
+/// Files a configuration read, by the name its words or rules gave each, with the text
+/// read (a table, a trace, a schedule, a profile).
+pub type NamedFiles = std::collections::BTreeMap<String, String>;
 
 /// The files of a recording, by name inside its directory.
 pub const META_FILE: &str = "recording.json";
@@ -81,11 +99,18 @@ pub const FRAMES_FILE: &str = "frames.pcapng";
 pub const CHANGES_FILE: &str = "changes.jsonl";
 /// See [`META_FILE`].
 pub const START_RULES_FILE: &str = "start.rules";
+/// See [`META_FILE`]: the folder of the copies of the files the run read.
+pub const FILES_DIR_NAME: &str = wire::FILES_DIR;
 
 /// What the run was, as `recording.json` holds it (the start rules as their text, not
 /// the file name).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecordingMeta {
+    /// The format version of the recording (read), or [`FORMAT_VERSION`] (written).
+    pub version: u32,
+    /// The files the start configuration read; copied into `files/` by the recorder,
+    /// read back from the copies by the reader.
+    pub files: NamedFiles,
     /// The core's seed.
     pub seed: u64,
     /// The link type (DLT) of the frames; at most 65535, as pcapng stores it in 16 bits.
@@ -119,6 +144,8 @@ impl RecordingMeta {
     /// and `complete` are the recorder's to fill in.
     pub fn new(seed: u64, link_type: u32, snaplen: u32, sides: [String; 2], start: Start) -> Self {
         RecordingMeta {
+            version: FORMAT_VERSION,
+            files: NamedFiles::new(),
             seed,
             link_type,
             snaplen,
@@ -152,8 +179,9 @@ pub enum Start {
 pub enum RecordedChange {
     /// Control lines (a `linkem ctl` request or a batch), as the user typed them.
     Lines(Vec<String>),
-    /// The whole rule set replaced by this text (a reload on SIGHUP).
-    Rules(String),
+    /// The whole rule set replaced by this text (a reload on SIGHUP), and the files
+    /// that text read (empty for a control batch, which reads none anew).
+    Rules(String, NamedFiles),
 }
 
 /// One input to the core, as [`Recording::inputs`] returns them.

@@ -2,13 +2,14 @@
 //! read and checked at [`Recording::open`]; frames are read one at a time as
 //! [`Recording::inputs`] reaches them, so a recording larger than memory replays.
 
-use super::wire::{self, NumberedChange, StartFile};
+use super::wire::{self, FileEntry, NumberedChange, StartFile};
 use super::{
-    RecordedChange, RecordedInput, RecordingError, RecordingMeta, CHANGES_FILE, FRAMES_FILE,
-    META_FILE,
+    NamedFiles, RecordedChange, RecordedInput, RecordingError, RecordingMeta, CHANGES_FILE,
+    FRAMES_FILE, META_FILE,
 };
 use crate::capture::CaptureReader;
 use crate::infile::{self, MAX_TEXT_BYTES};
+use std::collections::BTreeMap;
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::BufReader;
@@ -82,7 +83,8 @@ impl Recording {
             StartFile::Rules(name) => Some(infile::read_text(&dir.join(name), MAX_TEXT_BYTES)?),
             StartFile::Link(_) | StartFile::Links(_) => None,
         };
-        let meta = file.into_meta(start_rules);
+        let start_files = read_copies(dir, &meta_name, &file.files)?;
+        let meta = file.into_meta(start_rules, start_files);
 
         let changes_path = dir.join(CHANGES_FILE);
         let changes_name = changes_path.display().to_string();
@@ -104,9 +106,10 @@ impl Recording {
         for NumberedChange { line, change } in numbered {
             let recorded = match (change.lines, change.rules) {
                 (Some(lines), _) => RecordedChange::Lines(lines),
-                (None, Some(name)) => {
-                    RecordedChange::Rules(infile::read_text(&dir.join(name), MAX_TEXT_BYTES)?)
-                }
+                (None, Some(name)) => RecordedChange::Rules(
+                    infile::read_text(&dir.join(name), MAX_TEXT_BYTES)?,
+                    read_copies(dir, &format!("{changes_name} line {line}"), &change.files)?,
+                ),
                 // parse_changes refuses a line with neither.
                 (None, None) => RecordedChange::Lines(Vec::new()),
             };
@@ -225,4 +228,45 @@ impl Recording {
             }
         }
     }
+}
+
+/// The files a map of `recording.json` or of a change names, each read from its copy,
+/// which must be there with the size and sha256 the map gives: a replay that read
+/// other bytes would not be the run's. `whose`: the file holding the map, for errors.
+fn read_copies(
+    dir: &Path,
+    whose: &str,
+    files: &BTreeMap<String, FileEntry>,
+) -> Result<NamedFiles, RecordingError> {
+    let mut texts = NamedFiles::new();
+    for (name, entry) in files {
+        let path = dir.join(&entry.copy);
+        let path_name = path.display().to_string();
+        let text = infile::read_text(&path, MAX_TEXT_BYTES).map_err(|e| {
+            RecordingError::invalid(
+                &path_name,
+                None,
+                format!(
+                    "the copy of {name:?} that {whose} names cannot be read: {e}; the recording \
+                     is not whole"
+                ),
+            )
+        })?;
+        let sha = super::writer::sha256_hex(text.as_bytes());
+        if text.len() as u64 != entry.bytes || sha != entry.sha256 {
+            return Err(RecordingError::invalid(
+                &path_name,
+                None,
+                format!(
+                    "the copy of {name:?} has been altered: {} bytes, sha256 {sha}, where {whose} \
+                     says {} bytes, sha256 {}",
+                    text.len(),
+                    entry.bytes,
+                    entry.sha256
+                ),
+            ));
+        }
+        texts.insert(name.clone(), text);
+    }
+    Ok(texts)
 }

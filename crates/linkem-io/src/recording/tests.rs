@@ -85,7 +85,10 @@ fn sample_inputs() -> Vec<RecordedInput> {
         ),
         change(
             2_000,
-            RecordedChange::Rules("pipe 2 config bw 2Mbit/s\n".into()),
+            RecordedChange::Rules(
+                "pipe 2 config bw 2Mbit/s\n".into(),
+                NamedFiles::from([("../lab/wide.dist".into(), "-3 0 3\n".into())]),
+            ),
         ),
         frame(1, 3_000, 4),
         frame(1, 3_001, 5),
@@ -152,7 +155,7 @@ fn round_trip_gives_the_inputs_back_in_order_with_their_bytes_and_sides() {
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join(META_FILE)).unwrap()).unwrap();
     assert_eq!(json["format"], "linkem-recording");
-    assert_eq!(json["version"], 1);
+    assert_eq!(json["version"], 2);
     assert_eq!(json["start"]["rules"], "start.rules");
     assert_eq!(json["options"]["max_flows"], 1000);
     assert_eq!(json["stopped"], serde_json::Value::Null);
@@ -478,10 +481,14 @@ fn corrupt_metadata_gives_errors_naming_file_and_problem() {
             "not a linkem recording",
         ],
     );
-    let e = error_after(|d| edit(&d.join(META_FILE), "\"version\": 1", "\"version\": 2"));
+    let e = error_after(|d| edit(&d.join(META_FILE), "\"version\": 2", "\"version\": 3"));
     assert_mentions(
         &e,
-        &["recording.json", "format version 2", "reads version 1"],
+        &[
+            "recording.json",
+            "format version 3",
+            "reads versions 1 to 2",
+        ],
     );
     let e = error_after(|d| edit(&d.join(META_FILE), "\"seed\": 7,", ""));
     assert_mentions(&e, &["recording.json", "missing field `seed`"]);
@@ -625,10 +632,10 @@ fn opening_something_that_is_not_a_recording_says_so() {
 #[test]
 fn parsed_metadata_writes_back_the_same() {
     let m = meta(Start::Rules("x".into()));
-    let text = wire::MetaFile::from_meta(&m, START_RULES_FILE).to_text();
+    let text = wire::MetaFile::from_meta(&m, START_RULES_FILE, &Default::default()).to_text();
     let parsed = wire::parse_meta("recording.json", &text).unwrap();
     assert_eq!(parsed.to_text(), text);
-    assert_eq!(parsed.into_meta(Some("x".into())), m);
+    assert_eq!(parsed.into_meta(Some("x".into()), NamedFiles::new()), m);
 }
 
 #[test]
@@ -647,7 +654,7 @@ fn sides_with_different_links_keep_both_words() {
     assert_eq!(Recording::open(&dir).unwrap().meta.start, start);
     // One link for both sides stays as version 1 first wrote it.
     let m = meta(Start::Link("delay 1ms".into()));
-    let text = wire::MetaFile::from_meta(&m, START_RULES_FILE).to_text();
+    let text = wire::MetaFile::from_meta(&m, START_RULES_FILE, &Default::default()).to_text();
     assert!(text.contains(r#""link": "delay 1ms""#), "{text}");
 }
 
@@ -685,7 +692,10 @@ fn a_discarded_recording_leaves_nothing_behind() {
     let dir = new_dir(&tmp);
     let mut recorder = Recorder::create(&dir, meta(Start::Rules("x\n".into())), u64::MAX).unwrap();
     recorder.frame(0, 1, 60, &[0; 60]);
-    recorder.change(2, RecordedChange::Rules("y\n".into()));
+    recorder.change(
+        2,
+        RecordedChange::Rules("y\n".into(), NamedFiles::from([("p".into(), "z\n".into())])),
+    );
     recorder.discard();
     assert!(!dir.exists());
     // An empty directory the user gave stays, empty.
@@ -695,4 +705,123 @@ fn a_discarded_recording_leaves_nothing_behind() {
     recorder.discard();
     assert!(given.is_dir());
     assert_eq!(std::fs::read_dir(&given).unwrap().count(), 0);
+}
+
+/// A start that read two files of one content and a third: one copy per content, the
+/// map by the name as written, and the texts back from the copies.
+fn meta_with_files() -> RecordingMeta {
+    let mut m = meta(Start::Link(
+        "delay 2ms 1ms distribution ../t/wide.dist".into(),
+    ));
+    m.files = NamedFiles::from([
+        ("../t/wide.dist".into(), "-3 0 3\n".into()),
+        ("same.dist".into(), "-3 0 3\n".into()),
+        ("/abs/a b.trace".into(), "1\n2\n".into()),
+    ]);
+    m
+}
+
+#[test]
+fn the_files_a_run_read_are_copied_once_each_and_read_back_from_the_copies() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = new_dir(&tmp);
+    let m = meta_with_files();
+    let mut recorder = Recorder::create(&dir, m.clone(), u64::MAX).unwrap();
+    let reload = NamedFiles::from([
+        ("same.dist".into(), "-3 0 3\n".into()),
+        ("p".into(), "name p\n".into()),
+    ]);
+    recorder.change(5, RecordedChange::Rules("x\n".into(), reload.clone()));
+    recorder.finish().unwrap();
+    let mut copies: Vec<String> = std::fs::read_dir(dir.join(FILES_DIR_NAME))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    copies.sort();
+    assert_eq!(copies, ["0-wide.dist", "1-a_b.trace", "2-p"]);
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join(META_FILE)).unwrap()).unwrap();
+    assert_eq!(json["files"]["same.dist"]["copy"], "files/0-wide.dist");
+    assert_eq!(json["files"]["../t/wide.dist"]["bytes"], 7);
+    let mut rec = Recording::open(&dir).unwrap();
+    assert_eq!(rec.meta.files, m.files);
+    assert_eq!(rec.meta.version, FORMAT_VERSION);
+    let got: Vec<RecordedInput> = rec.inputs().map(Result::unwrap).collect();
+    assert_eq!(
+        got,
+        [change(5, RecordedChange::Rules("x\n".into(), reload))]
+    );
+}
+
+#[test]
+fn a_missing_or_altered_copy_is_refused_naming_it() {
+    for (what, break_it) in [
+        (
+            "cannot be read",
+            (|p: &Path| std::fs::remove_file(p).unwrap()) as fn(&Path),
+        ),
+        ("altered", |p: &Path| std::fs::write(p, "-3 0 4\n").unwrap()),
+        ("altered", |p: &Path| {
+            std::fs::write(p, "-3 0 3\n\n").unwrap()
+        }),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = new_dir(&tmp);
+        Recorder::create(&dir, meta_with_files(), u64::MAX)
+            .unwrap()
+            .finish()
+            .unwrap();
+        break_it(&dir.join("files/0-wide.dist"));
+        let e = Recording::open(&dir).err().unwrap().to_string();
+        assert_mentions(&e, &["files/0-wide.dist", "../t/wide.dist", what]);
+    }
+}
+
+#[test]
+fn files_beyond_the_limit_are_refused_at_start_and_stop_a_reload() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = new_dir(&tmp);
+    let e = Recorder::create(&dir, meta_with_files(), 10)
+        .err()
+        .unwrap()
+        .to_string();
+    assert_mentions(
+        &e,
+        &["cannot record", "11 bytes", "record limit of 10 bytes"],
+    );
+    assert!(!dir.exists(), "nothing is left of a refused recording");
+    let limit = header_bytes() + 11 + 5;
+    let mut recorder = Recorder::create(&dir, meta_with_files(), limit).unwrap();
+    let big = NamedFiles::from([("big".into(), "x".repeat(6))]);
+    recorder.change(1, RecordedChange::Rules("y\n".into(), big));
+    let summary = recorder.finish().unwrap();
+    assert!(!summary.complete);
+    assert_mentions(
+        summary.stopped.as_deref().unwrap_or(""),
+        &["reached the record limit", "big", "6 bytes"],
+    );
+}
+
+#[test]
+fn a_version_1_recording_without_files_still_reads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = new_dir(&tmp);
+    Recorder::create(&dir, meta(Start::Link("delay 1ms".into())), u64::MAX)
+        .unwrap()
+        .finish()
+        .unwrap();
+    edit(&dir.join(META_FILE), "\"version\": 2", "\"version\": 1");
+    let rec = Recording::open(&dir).unwrap();
+    assert_eq!(rec.meta.version, 1);
+    assert!(rec.meta.files.is_empty());
+    // Files in a version-1 recording are not the format it claims.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = new_dir(&tmp);
+    Recorder::create(&dir, meta_with_files(), u64::MAX)
+        .unwrap()
+        .finish()
+        .unwrap();
+    edit(&dir.join(META_FILE), "\"version\": 2", "\"version\": 1");
+    let e = Recording::open(&dir).err().unwrap().to_string();
+    assert_mentions(&e, &["recording.json", "version 1"]);
 }

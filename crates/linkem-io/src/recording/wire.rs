@@ -8,6 +8,7 @@
 use super::{RecordingError, RecordingMeta, Start, FORMAT_NAME, FORMAT_VERSION};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use std::collections::BTreeMap;
 
 /// `recording.json` as stored: the start rules by file name.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -41,7 +42,27 @@ pub struct MetaFile {
     pub skipped: u64,
     /// [`RecordingMeta::stopped`].
     pub stopped: Option<String>,
+    /// Version 2: the files the start configuration read, by the name the words or
+    /// rules gave each.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub files: BTreeMap<String, FileEntry>,
 }
+
+/// One copied file: where the copy is (`files/NAME` inside the directory), and the
+/// sha256 (lower-case hex) and size of the bytes the run read, which the copy must have.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileEntry {
+    /// `files/K-BASENAME`, relative to the recording's directory.
+    pub copy: String,
+    /// The sha256 of the bytes read, lower-case hex.
+    pub sha256: String,
+    /// The size of the bytes read.
+    pub bytes: u64,
+}
+
+/// The folder of a recording that holds the copies of the files the run read.
+pub const FILES_DIR: &str = "files";
 
 /// `start` as stored: `{"link":"<words>"}` (both sides' link), `{"links":["<a->b
 /// words>","<b->a words>"]}` (sides that differ) or `{"rules":"<file in the directory>"}`.
@@ -72,6 +93,9 @@ pub struct ChangeLine {
     /// The name of the file (in the directory) holding the whole new rule set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rules: Option<String>,
+    /// Version 2, with `rules`: the files the new rule set read.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub files: BTreeMap<String, FileEntry>,
 }
 
 /// A [`ChangeLine`] and the line of `changes.jsonl` it came from (1-based).
@@ -85,7 +109,11 @@ pub struct NumberedChange {
 
 impl MetaFile {
     /// What `recording.json` says of `meta`, the start rules stored in `rules_file`.
-    pub fn from_meta(meta: &RecordingMeta, rules_file: &str) -> MetaFile {
+    pub fn from_meta(
+        meta: &RecordingMeta,
+        rules_file: &str,
+        files: &BTreeMap<String, FileEntry>,
+    ) -> MetaFile {
         MetaFile {
             format: FORMAT_NAME.to_string(),
             version: FORMAT_VERSION,
@@ -105,6 +133,7 @@ impl MetaFile {
             changes: meta.changes,
             skipped: meta.skipped,
             stopped: meta.stopped.clone(),
+            files: files.clone(),
         }
     }
 
@@ -117,8 +146,14 @@ impl MetaFile {
     }
 
     /// The meta with `start` taken from `start_rules` when the run started from rules.
-    pub fn into_meta(self, start_rules: Option<String>) -> RecordingMeta {
+    pub fn into_meta(
+        self,
+        start_rules: Option<String>,
+        files: BTreeMap<String, String>,
+    ) -> RecordingMeta {
         RecordingMeta {
+            version: self.version,
+            files,
             seed: self.seed,
             link_type: self.link_type,
             snaplen: self.snaplen,
@@ -188,10 +223,12 @@ pub fn parse_meta(file: &str, text: &str) -> Result<MetaFile, RecordingError> {
         }
     }
     match object.get("version") {
-        Some(v) if v.as_u64() == Some(u64::from(FORMAT_VERSION)) => {}
+        Some(v)
+            if v.as_u64()
+                .is_some_and(|v| (1..=u64::from(FORMAT_VERSION)).contains(&v)) => {}
         Some(v) => {
             return Err(bad(format!(
-                "format version {v}; this linkem ({}) reads version {FORMAT_VERSION}",
+                "format version {v}; this linkem ({}) reads versions 1 to {FORMAT_VERSION}",
                 env!("CARGO_PKG_VERSION")
             )))
         }
@@ -207,6 +244,7 @@ pub fn parse_meta(file: &str, text: &str) -> Result<MetaFile, RecordingError> {
     if let StartFile::Rules(name) = &meta.start {
         check_file_name(name).map_err(|e| bad(format!("start rules: {e}")))?;
     }
+    check_files(meta.version, &meta.files).map_err(bad)?;
     if meta.complete && (meta.skipped > 0 || meta.stopped.is_some()) {
         return Err(bad(format!(
             "says complete but also {} skipped frames and stopped {:?}",
@@ -230,11 +268,17 @@ pub fn parse_change_line(
     let change: ChangeLine =
         serde_json::from_str(text).map_err(|e| bad(format!("not a change: {e}")))?;
     match (&change.lines, &change.rules) {
-        (Some(_), None) => {}
         (None, Some(name)) => check_file_name(name).map_err(|e| bad(format!("rules: {e}")))?,
+        (Some(_), None) if !change.files.is_empty() => {
+            return Err(bad(
+                "has \"files\" beside \"lines\" (only a rule set names files)".into(),
+            ))
+        }
         (Some(_), Some(_)) => return Err(bad("has both \"lines\" and \"rules\"".into())),
         (None, None) => return Err(bad("has neither \"lines\" nor \"rules\"".into())),
+        (Some(_), None) => {}
     }
+    check_files(FORMAT_VERSION, &change.files).map_err(bad)?;
     Ok(change)
 }
 
@@ -267,4 +311,32 @@ pub fn parse_changes(file: &str, text: &str) -> Result<Vec<NumberedChange>, Reco
         changes.push(NumberedChange { line, change });
     }
     Ok(changes)
+}
+
+/// Refuses a file map a version-1 recording cannot have, and an entry whose copy is
+/// not a plain file inside `files/` or whose sha256 is not 64 hex digits.
+fn check_files(version: u32, files: &BTreeMap<String, FileEntry>) -> Result<(), String> {
+    if version < 2 && !files.is_empty() {
+        return Err("\"files\" in a version 1 recording (files came with version 2)".into());
+    }
+    for (name, entry) in files {
+        let plain = entry
+            .copy
+            .strip_prefix(FILES_DIR)
+            .and_then(|rest| rest.strip_prefix('/'))
+            .ok_or_else(|| {
+                format!(
+                    "file {name:?}: its copy {:?} is not in {FILES_DIR}/",
+                    entry.copy
+                )
+            })?;
+        check_file_name(plain).map_err(|e| format!("file {name:?}: {e}"))?;
+        if entry.sha256.len() != 64 || !entry.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(format!(
+                "file {name:?}: sha256 {:?} is not 64 hex digits",
+                entry.sha256
+            ));
+        }
+    }
+    Ok(())
 }

@@ -13,10 +13,10 @@
 //! written before it, so `changes.jsonl` agrees with `frames.pcapng` by construction,
 //! whatever was skipped.
 
-use super::wire::{ChangeLine, MetaFile};
+use super::wire::{ChangeLine, FileEntry, MetaFile, FILES_DIR};
 use super::{
-    RecordedChange, RecordedInput, RecordingError, RecordingMeta, Start, CHANGES_FILE, FRAMES_FILE,
-    META_FILE, START_RULES_FILE,
+    NamedFiles, RecordedChange, RecordedInput, RecordingError, RecordingMeta, Start, CHANGES_FILE,
+    FILES_DIR_NAME, FRAMES_FILE, META_FILE, START_RULES_FILE,
 };
 use crate::capture::MAX_CAPLEN;
 use crate::outfile;
@@ -26,8 +26,11 @@ use pcap_file::pcapng::blocks::interface_description::{
 };
 use pcap_file::pcapng::PcapNgWriter;
 use pcap_file::{DataLink, Endianness};
+use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 use std::collections::VecDeque;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -111,6 +114,8 @@ pub struct Recorder {
     /// Whether [`Recorder::create`] made `dir` (so [`Recorder::discard`] removes it).
     made_dir: bool,
     meta: RecordingMeta,
+    /// The map of `recording.json`'s `files`: the start's files and their copies.
+    start_files: BTreeMap<String, FileEntry>,
     tx: Option<SyncSender<RecordedInput>>,
     /// Buffers the writer is done with, for the next frames.
     spent: Receiver<Vec<u8>>,
@@ -174,13 +179,26 @@ impl Recorder {
             });
         }
         meta.linkem = env!("CARGO_PKG_VERSION").to_string();
+        meta.version = super::FORMAT_VERSION;
         meta.complete = false;
         meta.frames = 0;
         meta.changes = 0;
         meta.skipped = 0;
         meta.stopped = None;
         let made_dir = make_dir(dir)?;
-        let files = match open_files(dir, &meta) {
+        let mut copies = Copies::default();
+        let start_files = match copies.copy(dir, &meta.files, limit_bytes) {
+            Ok(entries) => entries,
+            Err(CopyError::Room(what)) => {
+                remove_debris(dir, made_dir);
+                return Err(RecordingError::Unrecordable { what });
+            }
+            Err(CopyError::Write(e)) => {
+                remove_debris(dir, made_dir);
+                return Err(e);
+            }
+        };
+        let files = match open_files(dir, &meta, &start_files) {
             Ok(files) => files,
             Err(e) => {
                 remove_debris(dir, made_dir);
@@ -200,6 +218,7 @@ impl Recorder {
             frames: 0,
             changes: 0,
             limit_bytes,
+            copies,
             shared: Arc::clone(&shared),
             spent: spent_tx,
         };
@@ -227,6 +246,7 @@ impl Recorder {
             dir: dir.to_path_buf(),
             made_dir,
             meta,
+            start_files,
             tx: Some(tx),
             spent,
             held: VecDeque::new(),
@@ -349,7 +369,7 @@ impl Recorder {
         self.meta.changes = written.changes;
         self.meta.skipped = self.skipped;
         self.meta.stopped = stopped.clone();
-        write_meta(&self.dir, &self.meta)?;
+        write_meta(&self.dir, &self.meta, &self.start_files)?;
         Ok(RecordingSummary {
             frames: written.frames,
             changes: written.changes,
@@ -499,13 +519,19 @@ fn remove_debris(dir: &Path, made_dir: bool) {
     for name in [META_FILE, FRAMES_FILE, CHANGES_FILE, START_RULES_FILE] {
         let _ = std::fs::remove_file(dir.join(name));
     }
+    // The directory was new or empty, so `files/` holds only the recorder's copies.
+    let _ = std::fs::remove_dir_all(dir.join(FILES_DIR_NAME));
     if made_dir {
         let _ = std::fs::remove_dir(dir);
     }
 }
 
-fn write_meta(dir: &Path, meta: &RecordingMeta) -> Result<(), RecordingError> {
-    let text = MetaFile::from_meta(meta, START_RULES_FILE).to_text();
+fn write_meta(
+    dir: &Path,
+    meta: &RecordingMeta,
+    files: &BTreeMap<String, FileEntry>,
+) -> Result<(), RecordingError> {
+    let text = MetaFile::from_meta(meta, START_RULES_FILE, files).to_text();
     outfile::write_all(&dir.join(META_FILE), text.as_bytes())?;
     Ok(())
 }
@@ -546,8 +572,12 @@ struct Files {
     changes: BufWriter<File>,
 }
 
-fn open_files(dir: &Path, meta: &RecordingMeta) -> Result<Files, RecordingError> {
-    write_meta(dir, meta)?;
+fn open_files(
+    dir: &Path,
+    meta: &RecordingMeta,
+    start_files: &BTreeMap<String, FileEntry>,
+) -> Result<Files, RecordingError> {
+    write_meta(dir, meta, start_files)?;
     if let Start::Rules(text) = &meta.start {
         outfile::write_all(&dir.join(START_RULES_FILE), text.as_bytes())?;
     }
@@ -592,6 +622,7 @@ struct FileWriter {
     frames: u64,
     changes: u64,
     limit_bytes: u64,
+    copies: Copies,
     shared: Arc<Shared>,
     spent: SyncSender<Vec<u8>>,
 }
@@ -695,7 +726,11 @@ impl FileWriter {
             ));
         }
         let bytes = self.files.pcap.get_ref().bytes;
-        if bytes.saturating_add(epb_len_bytes(data.len())) > self.limit_bytes {
+        if bytes
+            .saturating_add(self.copies.bytes)
+            .saturating_add(epb_len_bytes(data.len()))
+            > self.limit_bytes
+        {
             return Err(format!(
                 "reached the record limit of {} bytes after {} frames",
                 self.limit_bytes, self.frames
@@ -722,13 +757,26 @@ impl FileWriter {
 
     fn write_change(&mut self, at_ns: u64, change: RecordedChange) -> Result<(), String> {
         let number = self.changes + 1;
-        let (lines, rules) = match change {
-            RecordedChange::Lines(lines) => (Some(lines), None),
-            RecordedChange::Rules(text) => {
+        let (lines, rules, files) = match change {
+            RecordedChange::Lines(lines) => (Some(lines), None, BTreeMap::new()),
+            RecordedChange::Rules(text, read) => {
+                let room = self
+                    .limit_bytes
+                    .saturating_sub(self.files.pcap.get_ref().bytes);
+                let files = self
+                    .copies
+                    .copy(&self.dir, &read, room)
+                    .map_err(|e| match e {
+                        CopyError::Room(what) => format!(
+                            "reached the record limit of {} bytes after {} frames: {what}",
+                            self.limit_bytes, self.frames
+                        ),
+                        CopyError::Write(e) => e.to_string(),
+                    })?;
                 let name = format!("change-{number:04}.rules");
                 outfile::write_all(&self.dir.join(&name), text.as_bytes())
                     .map_err(|e| e.to_string())?;
-                (None, Some(name))
+                (None, Some(name), files)
             }
         };
         let line = ChangeLine {
@@ -736,6 +784,7 @@ impl FileWriter {
             at_ns,
             lines,
             rules,
+            files,
         };
         let mut text = line.to_text();
         text.push('\n');
@@ -745,6 +794,122 @@ impl FileWriter {
             .map_err(|e| format!("cannot write {}: {e}", self.file_name(CHANGES_FILE)))?;
         self.changes += 1;
         Ok(())
+    }
+}
+
+/// The copies in `files/`: one per distinct content, and the bytes they hold (which
+/// count toward the size limit with `frames.pcapng`).
+#[derive(Default)]
+struct Copies {
+    /// The copy (`files/K-BASENAME`) of each content copied, by its sha256.
+    by_sha256: HashMap<String, String>,
+    bytes: u64,
+}
+
+enum CopyError {
+    /// The copies would take more than the room left; what and how much.
+    Room(String),
+    Write(RecordingError),
+}
+
+impl Copies {
+    /// Copies each of `files` whose content is not copied yet and gives the map entry of
+    /// every one. Nothing is written when the new copies would take more than
+    /// `room_bytes` with those already made.
+    fn copy(
+        &mut self,
+        dir: &Path,
+        files: &NamedFiles,
+        room_bytes: u64,
+    ) -> Result<BTreeMap<String, FileEntry>, CopyError> {
+        let hashed: Vec<(&String, &String, String)> = files
+            .iter()
+            .map(|(name, text)| (name, text, sha256_hex(text.as_bytes())))
+            .collect();
+        let mut new: HashMap<&str, u64> = HashMap::new();
+        for (_, text, sha) in &hashed {
+            if !self.by_sha256.contains_key(sha) {
+                new.insert(sha, text.len() as u64);
+            }
+        }
+        let new_bytes: u64 = new.values().sum();
+        if self.bytes.saturating_add(new_bytes) > room_bytes {
+            let names: Vec<&str> = hashed.iter().map(|(n, _, _)| n.as_str()).collect();
+            return Err(CopyError::Room(format!(
+                "the files the run read ({}) take {new_bytes} bytes, beyond the record \
+                 limit of {room_bytes} bytes (with {} bytes copied before)",
+                names.join(", "),
+                self.bytes
+            )));
+        }
+        let mut entries = BTreeMap::new();
+        for (name, text, sha) in hashed {
+            let copy = match self.by_sha256.get(&sha) {
+                Some(copy) => copy.clone(),
+                None => {
+                    let folder = dir.join(FILES_DIR);
+                    if self.by_sha256.is_empty() {
+                        std::fs::create_dir_all(&folder).map_err(|source| {
+                            CopyError::Write(RecordingError::Io {
+                                file: folder.display().to_string(),
+                                action: "cannot create the directory",
+                                source,
+                            })
+                        })?;
+                    }
+                    let copy = format!(
+                        "{FILES_DIR}/{}-{}",
+                        self.by_sha256.len(),
+                        copy_base_name(name)
+                    );
+                    outfile::write_all(&dir.join(&copy), text.as_bytes())
+                        .map_err(|e| CopyError::Write(e.into()))?;
+                    self.bytes += text.len() as u64;
+                    self.by_sha256.insert(sha.clone(), copy.clone());
+                    copy
+                }
+            };
+            entries.insert(
+                name.clone(),
+                FileEntry {
+                    copy,
+                    sha256: sha,
+                    bytes: text.len() as u64,
+                },
+            );
+        }
+        Ok(entries)
+    }
+}
+
+/// The sha256 of `bytes` in lower-case hex.
+pub(super) fn sha256_hex(bytes: &[u8]) -> String {
+    let mut hex = String::with_capacity(64);
+    for b in Sha256::digest(bytes) {
+        let _ = write!(hex, "{b:02x}");
+    }
+    hex
+}
+
+/// The last component of a name as written, cut to `[A-Za-z0-9._-]` and 64 bytes, so
+/// a copy's name says which file it is and is always a plain name.
+fn copy_base_name(name: &str) -> String {
+    let last = name.rsplit('/').next().unwrap_or(name);
+    let base: String = last
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    if base.is_empty() {
+        "file".into()
+    } else {
+        base
     }
 }
 

@@ -501,6 +501,7 @@ impl Rules {
             changes = vec![Change::Rules {
                 set: Box::new(source.set.clone()),
                 text: source.text().into(),
+                files: Vec::new(),
             }];
         }
         // The source follows the node even when the bridge is stopping.
@@ -787,10 +788,14 @@ impl Rules {
                 }
             }
         }
+        // What the new rules read, in name order, for a recording to copy.
+        let read: std::collections::BTreeMap<_, _> =
+            files.iter().map(|(n, t)| (n.clone(), t.clone())).collect();
         *self.files.lock().unwrap_or_else(|p| p.into_inner()) = files;
         let change = Change::Rules {
             set: Box::new(source.set.clone()),
             text: source.text().into(),
+            files: read.into_iter().collect(),
         };
         // An error only once the bridge stops, when the new rules no longer matter.
         let _ = self.bridge.submit(vec![change]);
@@ -2087,6 +2092,7 @@ mod tests {
             let change = Change::Rules {
                 set: Box::new(set),
                 text: rendered.as_str().into(),
+                files: Vec::new(),
             };
             rules.bridge.submit(vec![change]).unwrap();
             lines = staged;
