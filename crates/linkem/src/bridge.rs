@@ -1216,6 +1216,7 @@ mod tests {
             file: Some(path),
             words: Vec::new(),
             sides: ["a".into(), "b".into()],
+            claims_only: false,
         }
         .load_source()
     }
@@ -1238,5 +1239,26 @@ mod tests {
         assert!(loaded.set.rules.is_empty() && loaded.set.pipes.is_empty());
         let loaded = load("pipe 1 config delay 1ms\n").unwrap();
         assert_eq!(loaded.set.pipes.len(), 1);
+    }
+
+    /// `--claims` with no rule file: a node of no rules of its own, which
+    /// SIGHUP reads again the same; link words beside it are still refused.
+    #[test]
+    fn claims_alone_start_an_empty_node() {
+        let source = |words: &[&str]| RulesSource {
+            config: None,
+            file: None,
+            words: words.iter().map(|w| w.to_string()).collect(),
+            sides: ["received".into(), "sent".into()],
+            claims_only: true,
+        };
+        let loaded = source(&["seed", "7"]).load_source().unwrap();
+        assert!(loaded.set.rules.is_empty() && loaded.set.pipes.is_empty());
+        assert_eq!(loaded.seed, Some(7));
+        let e = source(&["delay", "10ms"])
+            .load_source()
+            .err()
+            .expect("refused");
+        assert!(format!("{e:#}").contains("'delay'"), "{e:#}");
     }
 }
