@@ -172,11 +172,14 @@ pub struct BridgeArgs {
     /// Print counts as text (default) or JSON lines.
     #[arg(long, value_enum, default_value = "text")]
     pub stats: StatsFormat,
-    /// Also print the counts every SECONDS; with `--stats json`, also one
-    /// line per direction and interval of SECONDS (throughput, arrivals,
-    /// delay, drops, queue: the time series).
+    /// Also print the counts every SECONDS.
     #[arg(long, value_name = "SECONDS", value_parser = linkem_core::units::parse_seconds)]
     pub stats_interval: Option<f64>,
+    /// With `--stats json --stats-interval SECONDS`, also one line per
+    /// direction and interval (throughput, arrivals, delay, drops, queue: the
+    /// time series), between the counts' lines.
+    #[arg(long, requires = "stats_interval")]
+    pub series: bool,
     /// The most the output stage spins before a release time (default 200us). It sleeps
     /// until then and spins only as long as its timed sleeps were recently seen to
     /// overshoot (learnt while running). Lower it to save CPU at the cost of precision.

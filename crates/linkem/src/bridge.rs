@@ -210,8 +210,11 @@ fn serve_front<F: Front>(
         None => None,
     };
     let logs = open_logs(args, &front, hooks.command_line.take())?;
+    if args.series && args.stats != crate::StatsFormat::Json {
+        bail!("--series prints JSON lines: it goes with --stats json");
+    }
     let series = match (args.stats, args.stats_interval) {
-        (crate::StatsFormat::Json, Some(every)) => Some(crate::series::Series::new(
+        (crate::StatsFormat::Json, Some(every)) if args.series => Some(crate::series::Series::new(
             (every.max(0.001) * 1e9) as u64,
             linkem_runtime::clock::now_ns(),
         )),

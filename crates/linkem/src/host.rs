@@ -116,6 +116,9 @@ pub struct HostArgs {
     /// Print statistics every this many seconds.
     #[arg(long, value_name = "SECONDS", value_parser = linkem_core::units::parse_seconds)]
     pub stats_interval: Option<f64>,
+    /// As `linkem bridge --series`: the time series with `--stats json`.
+    #[arg(long, requires = "stats_interval")]
+    pub series: bool,
     /// As `linkem bridge --spin-threshold`.
     #[arg(long, value_name = "TIME")]
     pub spin_threshold: Option<String>,
@@ -180,6 +183,7 @@ impl HostArgs {
             backend: BackendKind::Auto,
             stats: self.stats,
             stats_interval: self.stats_interval,
+            series: self.series,
             spin_threshold: self.spin_threshold.clone(),
             max_lag: self.max_lag.clone(),
             buffer: self.buffer.clone(),

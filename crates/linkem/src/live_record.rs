@@ -96,7 +96,7 @@ pub struct BridgeTap {
     pub record: Option<RecordTap>,
     /// `--log-a-to-b`, `--log-b-to-a`.
     pub log: Option<crate::mmlog::LogTap>,
-    /// The time series of `--stats json --stats-interval`.
+    /// The time series of `--stats json --stats-interval T --series`.
     pub series: Option<crate::series::Series>,
 }
 

@@ -1,4 +1,4 @@
-//! `--stats json --stats-interval T`: a time series per direction, one JSON
+//! `--stats json --stats-interval T --series`: a time series per direction, one JSON
 //! line per interval `[k·T, (k+1)·T)` of the run:
 //!
 //! ```text

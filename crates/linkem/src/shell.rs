@@ -81,10 +81,13 @@ pub struct ShellArgs {
     /// stdout after CMD's output); none by default.
     #[arg(long, value_enum, default_value = "none")]
     pub stats: StatsFormat,
-    /// Also print the counts every SECONDS (with `--stats json`, the time
-    /// series per direction and interval).
+    /// Also print the counts every SECONDS.
     #[arg(long, value_name = "SECONDS", value_parser = linkem_core::units::parse_seconds)]
     pub stats_interval: Option<f64>,
+    /// With `--stats json --stats-interval SECONDS`, also the time series: a
+    /// line per direction and interval (as `linkem bridge --series`).
+    #[arg(long, requires = "stats_interval")]
+    pub series: bool,
     /// Drop (as 'late') a packet that cannot leave within TIME of its
     /// release time, as `linkem bridge --max-lag` does. Default 'off' here:
     /// a shell's packets are one command's own, and a packet the machine
@@ -385,6 +388,7 @@ fn bridge_args(args: &ShellArgs, plan: &Plan) -> BridgeArgs {
         backend: args.backend,
         stats: args.stats,
         stats_interval: args.stats_interval,
+        series: args.series,
         spin_threshold: None,
         max_lag: Some(args.max_lag.clone()),
         buffer: None,

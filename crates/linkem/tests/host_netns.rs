@@ -2,7 +2,8 @@
 //! deleted by a guard): UDP echo RTTs through rules on one port and not the
 //! other (IPv4 and IPv6, and `uid`), a veth case limited by `--dev`, fail-open
 //! after `kill -9` and the stale chain removed at the next start, and TCP
-//! through `delay 20ms rate 100mbit` beside the same words on the bridge.
+//! through `delay 20ms rate 100mbit` beside the same words on the bridge, and
+//! two users' port claims on one host (seed 004).
 
 mod common;
 
@@ -51,7 +52,13 @@ struct Host {
 impl Host {
     fn start(ns: &Ns, args: &[&str]) -> Host {
         let mut child = netns::command_in(&ns.0, &[env!("CARGO_BIN_EXE_linkem"), "host"])
-            .args(["--stats", "json", "--control", "none", "--realtime", "off"])
+            .args(["--stats", "json", "--realtime", "off"])
+            // No socket unless the test names one.
+            .args(if args.contains(&"--control") {
+                &[][..]
+            } else {
+                &["--control", "none"][..]
+            })
             .args(["--max-lag", "off"])
             .args(args)
             .stdout(Stdio::piped())
@@ -471,4 +478,83 @@ fn udp_rtt_ms_lossy(ns: &str, to: SocketAddr, n: usize) -> usize {
         back += sock.recv_from(&mut buf).is_ok() as usize;
     }
     back
+}
+
+/// Seed 004 on one host: `linkem host --claims` with no rule file; uid 1001
+/// claims udp 5678 (`delay 50ms`, +100 ms RTT), 5679 is untouched; uid 1002
+/// may not change 5678 but claims 5679 (`delay 10ms`, +20 ms); 1001's claim
+/// expires at its ttl and 5678 is back to the baseline; each user lists only
+/// their own claims.
+#[test]
+fn two_users_claim_ports_of_this_host_and_a_claim_expires() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let ns = Ns::new("hclm");
+    let dir = tempfile::tempdir().unwrap();
+    // Reachable by the users: the socket itself is 0666 with --claims.
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let socket = dir.path().join("host.sock");
+    let addrs: Vec<SocketAddr> = ["127.0.0.1:5678", "127.0.0.1:5679"]
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
+    let _echo = Echo::start(&ns.0, &addrs);
+    let host = Host::start(
+        &ns,
+        &[
+            "--claims",
+            "--claim-ttl",
+            "6s",
+            "--control",
+            socket.to_str().unwrap(),
+        ],
+    );
+    let rtt = |i: usize| udp_rtt_ms(&ns.0, addrs[i], 9);
+    let base = [rtt(0), rtt(1)];
+    let as_user = |uid: u32, words: &[&str]| {
+        let o = common::ctl::ctl_as(uid, None, &socket, words);
+        (
+            o.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            ),
+        )
+    };
+    let (ok, said) = as_user(1001, &["claim", "udp", "5678", "--", "delay", "50ms"]);
+    assert!(ok, "uid 1001's claim: {said}");
+    let claimed_at = Instant::now();
+    let first = [rtt(0), rtt(1)];
+    let (ok, said) = as_user(1002, &["claim", "udp", "5678", "--", "delay", "1ms"]);
+    assert!(!ok && said.contains("uid 1001"), "uid 1002 on 5678: {said}");
+    let (ok, said) = as_user(1002, &["claim", "udp", "5679", "--", "delay", "10ms"]);
+    assert!(ok, "uid 1002's claim: {said}");
+    let second = [rtt(0), rtt(1)];
+    let (ok, listing) = as_user(1002, &["claims"]);
+    assert!(
+        ok && listing.contains("5679") && !listing.contains("5678"),
+        "uid 1002 sees its own claims only: {listing}"
+    );
+    // 1001's claim ends 6 s after it was made; 1002's (made later) still holds.
+    let wait = Duration::from_secs(7).saturating_sub(claimed_at.elapsed());
+    std::thread::sleep(wait);
+    let expired = rtt(0);
+    let (stats, stderr) = host.stop();
+    let ctx = format!(
+        "baseline {base:?}, 1001 claimed {first:?}, 1002 claimed {second:?}, \
+         after expiry {expired:.2}; stats {stats}; {stderr}"
+    );
+    assert!(base.iter().all(|&r| r < 8.0), "{ctx}");
+    assert!((99.0..120.0).contains(&first[0]), "5678 claimed: {ctx}");
+    assert!(first[1] < 8.0, "5679 not claimed: {ctx}");
+    assert!((99.0..120.0).contains(&second[0]), "5678 kept: {ctx}");
+    assert!((19.0..35.0).contains(&second[1]), "5679 claimed: {ctx}");
+    assert!(expired < 8.0, "5678 after its claim expired: {ctx}");
 }

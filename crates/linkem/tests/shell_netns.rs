@@ -365,6 +365,7 @@ fn a_shell_logs_both_directions_in_mahimahis_format() {
         "json",
         "--stats-interval",
         "0.1",
+        "--series",
         "--",
         "ping",
         "-c",
