@@ -88,7 +88,7 @@ pub enum Attach<'a> {
     /// IF_A and IF_B of the arguments.
     Interfaces,
     /// Netfilter queues fed by linkem's chains.
-    Host(&'a crate::host::HostSetup),
+    Host(&'a crate::host_ports::HostSetup),
 }
 
 /// Runs the emulator on the packets `attach` gives, with either model.
@@ -249,7 +249,7 @@ fn serve_front<F: Front>(
             Some((backend, claim_interfaces(&args.if_a, &args.if_b)?))
         }
         Attach::Host(_) => {
-            crate::host::check_capabilities(realtime)?;
+            crate::host_ports::check_capabilities(realtime)?;
             None
         }
     };

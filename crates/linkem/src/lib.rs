@@ -26,6 +26,7 @@ pub mod control;
 pub mod files;
 pub mod generate;
 pub mod host;
+pub mod host_ports;
 pub mod live_events;
 pub mod live_record;
 pub mod logplot;
