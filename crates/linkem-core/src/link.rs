@@ -757,7 +757,9 @@ impl Link {
             return finish(&mut self.plain, v, Fate::QueueFull);
         }
 
-        let t_link = match (p.cfg.rate_bps, &p.cfg.trace) {
+        // The link's own time, and when a rate or a trace queued the packet,
+        // the instant it leaves the link.
+        let (t_link, queued_left_ns) = match (p.cfg.rate_bps, &p.cfg.trace) {
             (_, Some(trace)) => {
                 let ip_bytes = len.saturating_sub(TRACE_L2_HEADER_BYTES);
                 let state = self.shaping.as_mut().and_then(|s| s.trace.as_mut());
@@ -768,15 +770,7 @@ impl Link {
                 };
                 self.clock_ns = left_ns;
                 self.clock_rem = 0;
-                if self.queue_packets > 0 {
-                    self.older
-                        .push_back((self.last_left_ns, self.newest_len_bytes));
-                }
-                self.queue_packets += 1;
-                self.newest_len_bytes = len;
-                self.last_left_ns = left_ns;
-                self.queue_bytes += len as u64;
-                left_ns
+                (left_ns, Some(left_ns))
             }
             (Some(rate), None) => {
                 let idle = t_a > self.clock_ns;
@@ -823,18 +817,20 @@ impl Link {
                     .saturating_add(extra.extra_busy_ns);
                 self.clock_rem = rem;
                 let left_ns = self.clock_ns + (self.clock_rem != 0) as u64;
-                if self.queue_packets > 0 {
-                    self.older
-                        .push_back((self.last_left_ns, self.newest_len_bytes));
-                }
-                self.queue_packets += 1;
-                self.newest_len_bytes = len;
-                self.last_left_ns = left_ns;
-                self.queue_bytes += len as u64;
-                self.clock_ns
+                (self.clock_ns, Some(left_ns))
             }
-            (None, None) => t_a,
+            (None, None) => (t_a, None),
         };
+        if let Some(left_ns) = queued_left_ns {
+            if self.queue_packets > 0 {
+                self.older
+                    .push_back((self.last_left_ns, self.newest_len_bytes));
+            }
+            self.queue_packets += 1;
+            self.newest_len_bytes = len;
+            self.last_left_ns = left_ns;
+            self.queue_bytes += len as u64;
+        }
         if lost || extra.lose_after_link {
             v.release_ns = t_link;
             return finish(&mut self.plain, v, Fate::Loss);

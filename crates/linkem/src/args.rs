@@ -169,6 +169,36 @@ pub struct BridgeArgs {
     /// Packet I/O: AF_XDP, AF_PACKET with mmap rings, or AF_XDP falling back to AF_PACKET.
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendKind,
+    /// How the emulator runs, what it prints and writes: the options every
+    /// live front end shares (bridge, host; the shell sets its own).
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Send frames through ipfw/dnctl rules and Dummynet pipes read from FILE
+    /// instead of one link per direction (lines as typed after `ipfw` or
+    /// `dnctl`: `pipe 1 config bw 10Mbit/s delay 20`, `add 100 pipe 1 ip from
+    /// any to 10.0.0.2 in`; `in`/`a-to-b`/`recv IF_A`: received on IF_A). One
+    /// node thread takes frames from both interfaces: a pipe fed from both
+    /// directions is one shared medium. `pipe N config` sets the whole pipe, as
+    /// Dummynet does. Takes no link words but `seed N`. `linkem ctl` changes
+    /// the running pipes and rules (pipe N config|delete, add, delete, flush,
+    /// set one-pass; queued packets keep their release times); SIGHUP re-reads
+    /// FILE, replacing such changes. See `linkem replay --help` and README.
+    #[arg(long = "rules", value_name = "FILE")]
+    pub rules: Option<PathBuf>,
+    /// Bypass the model: forward every frame at once, one thread per direction,
+    /// on the same sockets. The baseline benchmarks compare the emulator with;
+    /// takes no link words.
+    #[arg(long)]
+    pub forward_only: bool,
+    /// Control socket, audit log, metrics (see `crate::control`).
+    #[command(flatten)]
+    pub control: ControlArgs,
+}
+
+/// The options of a live emulator that do not depend on where its packets come
+/// from: flattened into `linkem bridge`'s and `linkem host`'s arguments.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunArgs {
     /// Print counts as text (default) or JSON lines.
     #[arg(long, value_enum, default_value = "text")]
     pub stats: StatsFormat,
@@ -205,18 +235,6 @@ pub struct BridgeArgs {
     /// Stop after SECONDS (default: run until SIGINT or SIGTERM).
     #[arg(long, value_name = "SECONDS", value_parser = linkem_core::units::parse_seconds)]
     pub duration: Option<f64>,
-    /// Send frames through ipfw/dnctl rules and Dummynet pipes read from FILE
-    /// instead of one link per direction (lines as typed after `ipfw` or
-    /// `dnctl`: `pipe 1 config bw 10Mbit/s delay 20`, `add 100 pipe 1 ip from
-    /// any to 10.0.0.2 in`; `in`/`a-to-b`/`recv IF_A`: received on IF_A). One
-    /// node thread takes frames from both interfaces: a pipe fed from both
-    /// directions is one shared medium. `pipe N config` sets the whole pipe, as
-    /// Dummynet does. Takes no link words but `seed N`. `linkem ctl` changes
-    /// the running pipes and rules (pipe N config|delete, add, delete, flush,
-    /// set one-pass; queued packets keep their release times); SIGHUP re-reads
-    /// FILE, replacing such changes. See `linkem replay --help` and README.
-    #[arg(long = "rules", value_name = "FILE")]
-    pub rules: Option<PathBuf>,
     /// With --rules: most dynamic pipe and scheduler instances (masks) alive at
     /// once; a packet needing one more is dropped and counted as flow-limit.
     #[arg(long, value_name = "N", default_value_t = linkem_core::pipe::DEFAULT_MAX_FLOWS)]
@@ -228,11 +246,6 @@ pub struct BridgeArgs {
     #[arg(long, value_name = "SIZE", default_value = "512MiB",
           value_parser = parse_flow_memory)]
     pub max_flow_memory: usize,
-    /// Bypass the model: forward every frame at once, one thread per direction,
-    /// on the same sockets. The baseline benchmarks compare the emulator with;
-    /// takes no link words.
-    #[arg(long)]
-    pub forward_only: bool,
     /// Write one line per decision of the model, in the format of `linkem
     /// replay --events` (index, arrival, length, fate, release, queue, rule,
     /// pipe, flow, side...), from a thread of its own: decisions it cannot
@@ -248,25 +261,23 @@ pub struct BridgeArgs {
     pub record: Option<PathBuf>,
     /// With --record: the most DIR/frames.pcapng and the copies of the files
     /// the run read (DIR/files/) may hold together (e.g. 100MB, 4GiB);
-    /// when reached, recording stops, the bridge says so and goes on forwarding.
+    /// when reached, recording stops, linkem says so and goes on forwarding.
     #[arg(long, value_name = "SIZE", default_value = "1GiB", requires = "record",
           value_parser = parse_record_limit)]
     pub record_limit: u64,
-    /// Write a link log of IF_A -> IF_B in mahimahi's format (as `mm-link
+    /// Write a link log of side a -> b (IF_A -> IF_B; in host mode what the host
+    /// receives) in mahimahi's format (as `mm-link
     /// --uplink-log`: `T + BYTES` arrivals, `T - BYTES DELAY` departures, ms),
     /// for `linkem plot`, `mm-throughput-graph` and `mm-delay-graph`.
     #[arg(long = "log-a-to-b", visible_alias = "uplink-log", value_name = "FILE")]
     pub log_a_to_b: Option<PathBuf>,
-    /// The same for IF_B -> IF_A (as `mm-link --downlink-log`).
+    /// The same for side b -> a (as `mm-link --downlink-log`).
     #[arg(
         long = "log-b-to-a",
         visible_alias = "downlink-log",
         value_name = "FILE"
     )]
     pub log_b_to_a: Option<PathBuf>,
-    /// Control socket, audit log, metrics (see `crate::control`).
-    #[command(flatten)]
-    pub control: ControlArgs,
 }
 
 /// The options the emulating paths (links or rules) share.
@@ -277,16 +288,16 @@ pub(crate) struct Timing {
 }
 
 pub(crate) fn timing(args: &BridgeArgs) -> Result<Timing> {
-    let spin_ns = match &args.spin_threshold {
+    let spin_ns = match &args.run.spin_threshold {
         Some(t) => parse_time_ns(t).map_err(|e| anyhow::anyhow!("--spin-threshold {e}"))?,
         None => DEFAULT_SPIN_NS,
     };
-    let max_lag_ns = match args.max_lag.as_deref() {
+    let max_lag_ns = match args.run.max_lag.as_deref() {
         Some("off") => None,
         Some(t) => Some(parse_time_ns(t).map_err(|e| anyhow::anyhow!("--max-lag {e}"))?),
         None => Some(DEFAULT_MAX_LAG_NS),
     };
-    let buffer = match &args.buffer {
+    let buffer = match &args.run.buffer {
         Some(s) => Some(parse_size_bytes(s).map_err(|e| anyhow::anyhow!("--buffer {e}"))? as usize),
         None => None,
     };

@@ -125,6 +125,8 @@ trait Front: Sized {
     /// profiles) by the name its words or rules gave each: what a recording
     /// copies, so that its replay reads these bytes and not what is there then.
     fn read_files(&self) -> NamedFiles;
+    /// Whether a link of the start configuration duplicates packets.
+    fn duplicates(&self) -> bool;
     /// Starts the stages on the opened ports; returns the control model.
     fn start(
         &mut self,
@@ -182,6 +184,12 @@ fn serve_front<F: Front>(
     mut hooks: Hooks,
 ) -> Result<()> {
     let timing = timing(args)?;
+    if matches!(attach, Attach::Host(_)) && front.duplicates() {
+        bail!(
+            "'duplicate' is not available in host mode: the kernel holds one packet per \
+             queued id, so linkem has no second copy to give back"
+        );
+    }
     if args.if_a == args.if_b {
         bail!(
             "IF_A and IF_B are both '{}': a bridge needs two interfaces",
@@ -189,40 +197,44 @@ fn serve_front<F: Front>(
         );
     }
     let mut outputs: Vec<FileUse> = Vec::new();
-    outputs.extend(args.events.iter().map(|p| FileUse::new("--events", p)));
-    outputs.extend(args.record.iter().map(|p| FileUse::new("--record", p)));
+    outputs.extend(args.run.events.iter().map(|p| FileUse::new("--events", p)));
+    outputs.extend(args.run.record.iter().map(|p| FileUse::new("--record", p)));
     outputs.extend(
-        args.log_a_to_b
+        args.run
+            .log_a_to_b
             .iter()
             .map(|p| FileUse::new("--log-a-to-b", p)),
     );
     outputs.extend(
-        args.log_b_to_a
+        args.run
+            .log_b_to_a
             .iter()
             .map(|p| FileUse::new("--log-b-to-a", p)),
     );
     check_distinct(&front.inputs(args), &outputs)?;
-    if let (Some(events), Some(dir)) = (&args.events, &args.record) {
+    if let (Some(events), Some(dir)) = (&args.run.events, &args.run.record) {
         check_events_outside(events, dir)?;
     }
-    let events = match &args.events {
+    let events = match &args.run.events {
         Some(path) => Some(OutputFile::create(path, 1 << 20)?),
         None => None,
     };
     let logs = open_logs(args, &front, hooks.command_line.take())?;
-    if args.series && args.stats != crate::StatsFormat::Json {
+    if args.run.series && args.run.stats != crate::StatsFormat::Json {
         bail!("--series prints JSON lines: it goes with --stats json");
     }
-    let series = match (args.stats, args.stats_interval) {
-        (crate::StatsFormat::Json, Some(every)) if args.series => Some(crate::series::Series::new(
-            (every.max(0.001) * 1e9) as u64,
-            linkem_runtime::clock::now_ns(),
-        )),
+    let series = match (args.run.stats, args.run.stats_interval) {
+        (crate::StatsFormat::Json, Some(every)) if args.run.series => {
+            Some(crate::series::Series::new(
+                (every.max(0.001) * 1e9) as u64,
+                linkem_runtime::clock::now_ns(),
+            ))
+        }
         _ => None,
     };
     // Created before any interface is touched, as the events file is; removed
     // again if the bridge does not start.
-    let mut record = match &args.record {
+    let mut record = match &args.run.record {
         Some(dir) => {
             let (start, options) = front.recording_start(args);
             let mut meta = RecordingMeta::new(
@@ -234,13 +246,13 @@ fn serve_front<F: Front>(
             );
             meta.options = options;
             meta.files = front.read_files();
-            let sink = RecordSink::create(dir, meta, args.record_limit)
+            let sink = RecordSink::create(dir, meta, args.run.record_limit)
                 .map_err(|e| anyhow::anyhow!("--record {e}"))?;
             Some(sink)
         }
         None => None,
     };
-    let realtime = args.realtime != Realtime::Off;
+    let realtime = args.run.realtime != Realtime::Off;
     // Held until the bridge ends: no second linkem on these interfaces (the
     // lock comes before the control socket, so it is the lock that refuses it).
     let claimed = match attach {
@@ -418,7 +430,7 @@ fn open_logs<F: Front>(
     front: &F,
     command_line: Option<String>,
 ) -> Result<Option<[Option<crate::mmlog::MmLog<OutputFile>>; 2]>> {
-    if args.log_a_to_b.is_none() && args.log_b_to_a.is_none() {
+    if args.run.log_a_to_b.is_none() && args.run.log_b_to_a.is_none() {
         return Ok(None);
     }
     let init_ms = linkem_runtime::clock::now_ns() / 1_000_000;
@@ -441,8 +453,8 @@ fn open_logs<F: Front>(
             Ok(Some(log))
         };
     Ok(Some([
-        open(&args.log_a_to_b, 0)?,
-        open(&args.log_b_to_a, 1)?,
+        open(&args.run.log_a_to_b, 0)?,
+        open(&args.run.log_b_to_a, 1)?,
     ]))
 }
 
@@ -493,7 +505,7 @@ fn open_ports(args: &BridgeArgs, backend: BackendKind, claimed: &Claimed) -> Res
     // Each interface gives a receive half (to one direction) and a send half (to the other).
     let (rx_a, tx_a, used_a) = open_interface(backend, &args.if_a, claimed.a.mtu)?;
     let (rx_b, tx_b, used_b) = open_interface(backend, &args.if_b, claimed.b.mtu)?;
-    drop_capabilities(args.realtime != Realtime::Off)?;
+    drop_capabilities(args.run.realtime != Realtime::Off)?;
     Ok(Ports {
         rx: [rx_a, rx_b],
         tx: [tx_b, tx_a],
@@ -508,15 +520,15 @@ fn live_options(
     buffer_bytes: [usize; 2],
     tap: Option<Box<dyn Tap>>,
 ) -> LiveOptions {
-    let realtime = args.realtime != Realtime::Off;
+    let realtime = args.run.realtime != Realtime::Off;
     LiveOptions {
         names: ["a->b".into(), "b->a".into()],
         buffer_bytes,
         spin_ns: timing.spin_ns,
         max_lag_ns: timing.max_lag_ns,
-        batch: args.batch.max(1),
+        batch: args.run.batch.max(1),
         realtime_priority: realtime.then_some(REALTIME_PRIORITY),
-        realtime_input: args.realtime == Realtime::All,
+        realtime_input: args.run.realtime == Realtime::All,
         tap,
     }
 }
@@ -535,11 +547,12 @@ fn serve<F: Front>(
 ) -> Result<()> {
     let mut reloading: Option<Receiver<Result<F::Loaded>>> = None;
     let mut next_print = args
+        .run
         .stats_interval
         .map(|s| started + Duration::from_secs_f64(s.max(0.1)));
     while !stop.iter().any(|s| s.load(Ordering::Relaxed)) {
         std::thread::sleep(Duration::from_millis(20));
-        if let Some(d) = args.duration {
+        if let Some(d) = args.run.duration {
             if started.elapsed().as_secs_f64() >= d {
                 break;
             }
@@ -572,7 +585,7 @@ fn serve<F: Front>(
                 Err(TryRecvError::Disconnected) => reloading = None,
             }
         }
-        if let (Some(at), Some(every)) = (next_print, args.stats_interval) {
+        if let (Some(at), Some(every)) = (next_print, args.run.stats_interval) {
             if Instant::now() >= at {
                 let stats = model.raw_stats();
                 front.print(
@@ -715,10 +728,10 @@ fn check_link_args(args: &BridgeArgs) -> Result<()> {
     {
         bail!("--forward-only bypasses the model: it takes no link words or --config");
     }
-    if args.forward_only && args.events.is_some() {
+    if args.forward_only && args.run.events.is_some() {
         bail!("--forward-only bypasses the model: it has no decisions for --events");
     }
-    if args.forward_only && args.record.is_some() {
+    if args.forward_only && args.run.record.is_some() {
         bail!("--forward-only bypasses the model: it has no inputs for --record to keep");
     }
     Ok(())
@@ -780,6 +793,10 @@ impl Front for LinkFront {
         self.read.clone()
     }
 
+    fn duplicates(&self) -> bool {
+        self.specs.iter().any(|s| s.link.duplicate > 0.0)
+    }
+
     fn start(
         &mut self,
         args: &BridgeArgs,
@@ -797,7 +814,7 @@ impl Front for LinkFront {
                 let (name, (from, to)) = (names[i], ends[i]);
                 let spec = &self.specs[i];
                 let mut opts = DirectionOptions::new(name, spec.link.clone(), self.seed, i as u64);
-                opts.batch = args.batch.max(1);
+                opts.batch = args.run.batch.max(1);
                 eprintln!(
                     "linkem: {name} ({from} -> {to}, {}): forward only, no model",
                     used[i]
@@ -862,7 +879,7 @@ impl Front for LinkFront {
         skipped: Option<u64>,
     ) {
         print_stats(
-            args.stats,
+            args.run.stats,
             stats,
             model.elapsed_s(),
             self.seed,
@@ -890,7 +907,7 @@ impl Front for LinkFront {
             plain => (plain.stop(), None),
         };
         let skipped = events.map(EventsWriter::skipped);
-        print_stats(args.stats, &stats, elapsed, self.seed, true, skipped);
+        print_stats(args.run.stats, &stats, elapsed, self.seed, true, skipped);
         Ok(tap)
     }
 
@@ -1058,10 +1075,10 @@ impl Front for RulesFront {
         args: &BridgeArgs,
     ) -> (Start, serde_json::Map<String, serde_json::Value>) {
         let mut options = serde_json::Map::new();
-        options.insert("max_flows".into(), (args.max_flows as u64).into());
+        options.insert("max_flows".into(), (args.run.max_flows as u64).into());
         options.insert(
             "max_flow_memory".into(),
-            (args.max_flow_memory as u64).into(),
+            (args.run.max_flow_memory as u64).into(),
         );
         let (text, one_pass) = match &self.start {
             Some(l) => (l.text.clone(), l.set.one_pass),
@@ -1076,6 +1093,12 @@ impl Front for RulesFront {
             .as_ref()
             .map(|l| sorted_files(&l.files).into_iter().collect())
             .unwrap_or_default()
+    }
+
+    fn duplicates(&self) -> bool {
+        self.start
+            .as_ref()
+            .is_some_and(|l| l.set.pipes.values().any(|p| p.link.duplicate > 0.0))
     }
 
     fn start(
@@ -1158,7 +1181,15 @@ impl Front for RulesFront {
     ) {
         let bridge = &model.rules().expect("a rules model").bridge;
         let started = model.started();
-        print_rules_stats(args.stats, bridge, stats, started, self.seed, last, skipped);
+        print_rules_stats(
+            args.run.stats,
+            bridge,
+            stats,
+            started,
+            self.seed,
+            last,
+            skipped,
+        );
     }
 
     fn error(&self, model: &Model) -> Option<String> {
@@ -1180,7 +1211,13 @@ impl Front for RulesFront {
         let tap = bridge.take_tap();
         let skipped = events.map(EventsWriter::skipped);
         print_rules_stats(
-            args.stats, &bridge, &stats, started, self.seed, true, skipped,
+            args.run.stats,
+            &bridge,
+            &stats,
+            started,
+            self.seed,
+            true,
+            skipped,
         );
         Ok(tap)
     }
@@ -1199,8 +1236,8 @@ impl RulesFront {
     fn node_config(&self, args: &BridgeArgs) -> NodeConfig {
         NodeConfig {
             seed: self.seed,
-            max_flows: args.max_flows,
-            max_flow_bytes: args.max_flow_memory,
+            max_flows: args.run.max_flows,
+            max_flow_bytes: args.run.max_flow_memory,
             ..NodeConfig::default()
         }
     }

@@ -60,12 +60,11 @@
 //!
 //! `duplicate` is refused: a received packet has one id, one verdict.
 
-use crate::args::{BridgeArgs, Realtime};
+use crate::args::{BridgeArgs, RunArgs};
 use crate::backend::BackendKind;
 use crate::control::ControlArgs;
 use crate::host_ports::HostSetup;
-use crate::StatsFormat;
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use std::path::PathBuf;
 
 /// `linkem host`: emulate this host's own traffic.
@@ -89,57 +88,9 @@ pub struct HostArgs {
     /// First of the two netfilter queue numbers used (side a; side b the next).
     #[arg(long, value_name = "N", default_value_t = 4242)]
     pub queue_num: u16,
-    /// Statistics format.
-    #[arg(long, value_enum, default_value = "text")]
-    pub stats: StatsFormat,
-    /// Print statistics every this many seconds.
-    #[arg(long, value_name = "SECONDS", value_parser = linkem_core::units::parse_seconds)]
-    pub stats_interval: Option<f64>,
-    /// As `linkem bridge --series`: the time series with `--stats json`.
-    #[arg(long, requires = "stats_interval")]
-    pub series: bool,
-    /// As `linkem bridge --spin-threshold`.
-    #[arg(long, value_name = "TIME")]
-    pub spin_threshold: Option<String>,
-    /// As `linkem bridge --max-lag` (`off`: never drop a packet as late).
-    #[arg(long, value_name = "TIME")]
-    pub max_lag: Option<String>,
-    /// Delay-line size per side.
-    #[arg(long, value_name = "SIZE")]
-    pub buffer: Option<String>,
-    /// Packets taken per receive batch.
-    #[arg(long, default_value_t = 32)]
-    pub batch: usize,
-    /// As `linkem bridge --realtime`.
-    #[arg(long, value_enum, default_value = "out")]
-    pub realtime: Realtime,
-    /// Stop after this many seconds.
-    #[arg(long, value_name = "SECONDS", value_parser = linkem_core::units::parse_seconds)]
-    pub duration: Option<f64>,
-    /// As `linkem bridge --max-flows`.
-    #[arg(long, value_name = "N", default_value_t = linkem_core::pipe::DEFAULT_MAX_FLOWS)]
-    pub max_flows: usize,
-    /// As `linkem bridge --max-flow-memory`.
-    #[arg(long, value_name = "SIZE", default_value = "512MiB",
-          value_parser = crate::args::parse_flow_memory)]
-    pub max_flow_memory: usize,
-    /// Write every decision to this file (as `linkem bridge --events`).
-    #[arg(long, value_name = "FILE")]
-    pub events: Option<PathBuf>,
-    /// Record what the model was fed (as `linkem bridge --record`).
-    #[arg(long, value_name = "DIR")]
-    pub record: Option<PathBuf>,
-    /// Largest recording.
-    #[arg(long, value_name = "SIZE", default_value = "1GiB", requires = "record",
-          value_parser = crate::args::parse_record_limit)]
-    pub record_limit: u64,
-    /// A link log of what this host receives, in mahimahi's format (as `linkem
-    /// bridge --log-a-to-b`).
-    #[arg(long = "log-a-to-b", value_name = "FILE")]
-    pub log_a_to_b: Option<PathBuf>,
-    /// The same for what it sends.
-    #[arg(long = "log-b-to-a", value_name = "FILE")]
-    pub log_b_to_a: Option<PathBuf>,
+    /// As `linkem bridge` (side a -> b is what this host receives).
+    #[command(flatten)]
+    pub run: RunArgs,
     #[command(flatten)]
     pub control: ControlArgs,
 }
@@ -160,24 +111,9 @@ impl HostArgs {
             b_to_a: self.b_to_a.clone(),
             config: None,
             backend: BackendKind::Auto,
-            stats: self.stats,
-            stats_interval: self.stats_interval,
-            series: self.series,
-            spin_threshold: self.spin_threshold.clone(),
-            max_lag: self.max_lag.clone(),
-            buffer: self.buffer.clone(),
-            batch: self.batch,
-            realtime: self.realtime,
-            duration: self.duration,
+            run: self.run.clone(),
             rules: self.rules.clone(),
-            max_flows: self.max_flows,
-            max_flow_memory: self.max_flow_memory,
             forward_only: false,
-            events: self.events.clone(),
-            record: self.record.clone(),
-            record_limit: self.record_limit,
-            log_a_to_b: self.log_a_to_b.clone(),
-            log_b_to_a: self.log_b_to_a.clone(),
             control,
         }
     }
@@ -185,25 +121,6 @@ impl HostArgs {
 
 /// Runs `linkem host` until SIGINT or SIGTERM (or `--duration`).
 pub fn run(args: &HostArgs) -> Result<()> {
-    for w in args.words.iter().chain(&args.a_to_b).chain(&args.b_to_a) {
-        if w == "duplicate" {
-            bail!(
-                "'duplicate' is not available in host mode: the kernel holds one packet per \
-                 queued id, so linkem has no second copy to give back"
-            );
-        }
-    }
-    if let Some(path) = &args.rules {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("--rules {}", path.display()))?;
-        if text.split_whitespace().any(|w| w == "duplicate") {
-            bail!(
-                "--rules {}: 'duplicate' is not available in host mode: the kernel holds one \
-                 packet per queued id, so linkem has no second copy to give back",
-                path.display()
-            );
-        }
-    }
     for dev in &args.dev {
         if dev.is_empty() || dev.len() > 15 || dev.contains(['/', ' ', '!']) {
             bail!("--dev '{dev}': not an interface name");

@@ -47,20 +47,30 @@ impl Tap for EventsTap {
             len_bytes,
             decision: d.clone(),
         };
-        match tx.try_send(record) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) => {
-                self.skipped.fetch_add(1, Ordering::Relaxed);
-            }
-            // The writer failed (its error is reported at the end): stop copying.
-            Err(TrySendError::Disconnected(_)) => {
-                self.skipped.fetch_add(1, Ordering::Relaxed);
-                self.tx = None;
-            }
+        if !offer(tx, record, &self.skipped) {
+            self.tx = None;
         }
     }
 
     fn changes(&mut self, _at_ns: u64, _changes: &[Change]) {}
+}
+
+/// Hands `record` to a writer thread without waiting: a full channel skips it
+/// (counted in `skipped`). False once the writer has gone (its error is
+/// reported at the end), so that the tap stops copying.
+#[inline]
+pub(crate) fn offer<T>(tx: &SyncSender<T>, record: T, skipped: &AtomicU64) -> bool {
+    match tx.try_send(record) {
+        Ok(()) => true,
+        Err(TrySendError::Full(_)) => {
+            skipped.fetch_add(1, Ordering::Relaxed);
+            true
+        }
+        Err(TrySendError::Disconnected(_)) => {
+            skipped.fetch_add(1, Ordering::Relaxed);
+            false
+        }
+    }
 }
 
 /// The writer's end: the thread, and what it reports when it ends.

@@ -36,7 +36,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -161,15 +161,8 @@ impl Tap for LogTap {
             release_ns: d.release_ns,
             copies,
         };
-        match tx.try_send(r) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) => {
-                self.skipped.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(TrySendError::Disconnected(_)) => {
-                self.skipped.fetch_add(1, Ordering::Relaxed);
-                self.tx = None;
-            }
+        if !crate::live_events::offer(tx, r, &self.skipped) {
+            self.tx = None;
         }
     }
 

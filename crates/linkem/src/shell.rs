@@ -42,7 +42,7 @@
 //! thread moves between the three to configure each with `ip`, starts the
 //! bridge on a thread while in the middle one and CMD while in CMD's.
 
-use crate::args::{BridgeArgs, Realtime};
+use crate::args::{BridgeArgs, Realtime, RunArgs};
 use crate::backend::BackendKind;
 use crate::bridge::Hooks;
 use crate::control::ControlArgs;
@@ -229,7 +229,7 @@ pub fn run(args: &ShellArgs) -> Result<i32> {
     let mut bridge_args = bridge_args(args, &plan);
     if in_userns {
         // A user namespace's root has no real-time priority and no /run/linkem.
-        bridge_args.realtime = Realtime::Off;
+        bridge_args.run.realtime = Realtime::Off;
         if args.control.is_none() {
             bridge_args.control.control = Some("none".into());
         }
@@ -386,24 +386,26 @@ fn bridge_args(args: &ShellArgs, plan: &Plan) -> BridgeArgs {
         b_to_a: args.b_to_a.clone(),
         config: args.config.clone(),
         backend: args.backend,
-        stats: args.stats,
-        stats_interval: args.stats_interval,
-        series: args.series,
-        spin_threshold: None,
-        max_lag: Some(args.max_lag.clone()),
-        buffer: None,
-        batch: 32,
-        realtime: Realtime::Out,
-        duration: None,
+        run: RunArgs {
+            stats: args.stats,
+            stats_interval: args.stats_interval,
+            series: args.series,
+            spin_threshold: None,
+            max_lag: Some(args.max_lag.clone()),
+            buffer: None,
+            batch: 32,
+            realtime: Realtime::Out,
+            duration: None,
+            max_flows: linkem_core::pipe::DEFAULT_MAX_FLOWS,
+            max_flow_memory: 512 << 20,
+            events: args.events.clone(),
+            record: None,
+            record_limit: 1 << 30,
+            log_a_to_b: args.log_a_to_b.clone(),
+            log_b_to_a: args.log_b_to_a.clone(),
+        },
         rules: args.rules.clone(),
-        max_flows: linkem_core::pipe::DEFAULT_MAX_FLOWS,
-        max_flow_memory: 512 << 20,
         forward_only: false,
-        events: args.events.clone(),
-        record: None,
-        record_limit: 1 << 30,
-        log_a_to_b: args.log_a_to_b.clone(),
-        log_b_to_a: args.log_b_to_a.clone(),
         control: ControlArgs {
             name: Some(format!("shell-{}", plan.pid)),
             control: args.control.clone(),

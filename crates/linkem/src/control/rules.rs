@@ -1333,33 +1333,24 @@ fn claim_rule(
         format!("{a}-{b}")
     };
     let pipe = n.to_string();
-    let words: Vec<&str> = if dir == 0 {
-        vec![
-            "pipe",
-            &pipe,
-            proto.word(),
-            "from",
-            "any",
-            "to",
-            "any",
-            "dst-port",
-            &ports,
-            "in",
-        ]
+    // Side a (received): the port as destination; side b (sent): as source.
+    let (port_word, side_word) = if dir == 0 {
+        ("dst-port", "in")
     } else {
-        vec![
-            "pipe",
-            &pipe,
-            proto.word(),
-            "from",
-            "any",
-            "to",
-            "any",
-            "src-port",
-            &ports,
-            "out",
-        ]
+        ("src-port", "out")
     };
+    let words: Vec<&str> = vec![
+        "pipe",
+        &pipe,
+        proto.word(),
+        "from",
+        "any",
+        "to",
+        "any",
+        port_word,
+        &ports,
+        side_word,
+    ];
     linkem_core::rules::parse_rule(Some(n), &words, 1, sides).expect("a claim's rule parses")
 }
 
