@@ -14,7 +14,9 @@
 //!   do not verify, so a frame that arrived with a wrong checksum stays wrong;
 //! - [`segment`] / [`Segmenter`]: cut a super-frame into wire frames;
 //! - [`Offload::from_virtio_net_hdr`]: the metadata AF_PACKET gives with
-//!   `PACKET_VNET_HDR`.
+//!   `PACKET_VNET_HDR`, and [`Offload::to_virtio_net_hdr`] the header it takes;
+//! - [`Coalescer`]: the reverse of [`segment`], merging consecutive TCP wire
+//!   frames of one flow into a super-frame by GRO's rules ([`coalesce`]).
 //!
 //! [`locate`] finds the headers (Ethernet, 802.1Q/QinQ tags, IPv4 with options,
 //! IPv6 with extension headers, TCP/UDP) and is the one place that checks
@@ -61,10 +63,12 @@
 
 mod bytes;
 pub mod checksum;
+pub mod coalesce;
 pub mod gso;
 pub mod headers;
 
 pub use checksum::{complete_checksum, complete_partial_checksum};
+pub use coalesce::{Coalescer, TcpSegment};
 pub use gso::{segment, Segmenter};
 pub use headers::{locate, Headers, IpVersion, L4Proto};
 
@@ -123,6 +127,36 @@ impl Offload {
                 size: gso_size,
             }),
         })
+    }
+}
+
+impl Offload {
+    /// The `virtio_net_hdr` that asks the kernel for this offload (the
+    /// inverse of [`Offload::from_virtio_net_hdr`]), for a frame whose
+    /// Ethernet, IP and L4 headers take `header_bytes` (`hdr_len`, a hint).
+    pub fn to_virtio_net_hdr(&self, header_bytes: u16) -> [u8; VIRTIO_NET_HDR_BYTES] {
+        let mut h = [0u8; VIRTIO_NET_HDR_BYTES];
+        let mut put = |i: usize, v: u16| h[i..i + 2].copy_from_slice(&v.to_ne_bytes());
+        if let Some(c) = self.csum {
+            put(6, c.start);
+            put(8, c.offset);
+        }
+        if let Some(g) = self.gso {
+            put(2, header_bytes);
+            put(4, g.size);
+        }
+        h[0] = if self.csum.is_some() {
+            VIRTIO_NET_HDR_F_NEEDS_CSUM
+        } else {
+            0
+        };
+        h[1] = match self.gso.map(|g| g.kind) {
+            None => VIRTIO_NET_HDR_GSO_NONE,
+            Some(GsoKind::TcpV4) => VIRTIO_NET_HDR_GSO_TCPV4,
+            Some(GsoKind::TcpV6) => VIRTIO_NET_HDR_GSO_TCPV6,
+            Some(GsoKind::Udp) => VIRTIO_NET_HDR_GSO_UDP_L4,
+        };
+        h
     }
 }
 
@@ -345,5 +379,10 @@ mod virtio_tests {
             Err(WireError::UnsupportedGsoType { gso_type: 3 })
         );
         assert!(Offload::from_virtio_net_hdr(hdr(0, 9, 0, 0, 0)).is_err());
+        // What linkem writes reads back the same.
+        for o in [tso, tso6, uso, Offload::default()] {
+            assert_eq!(Offload::from_virtio_net_hdr(o.to_virtio_net_hdr(66)), Ok(o));
+        }
+        assert_eq!(tso.to_virtio_net_hdr(66), hdr(1, 1, 1448, 34, 16));
     }
 }
