@@ -116,6 +116,20 @@ pub trait TxPort: Send {
     fn tx_discard(&mut self, frame: &[u8]) {
         let _ = frame;
     }
+    /// Whether [`TxPort::tx_send_super`] can hand the kernel a super-frame
+    /// with its offload metadata (the output stage coalesces only then).
+    fn sends_super_frames(&self) -> bool {
+        false
+    }
+    /// Sends at once, after every frame queued before it (so the port
+    /// flushes those first), a super-frame merged from wire frames with the
+    /// offload the kernel is to do (segmentation, checksum). `Ok(false)`:
+    /// no room now, offer it again. An error means the kernel refused this
+    /// super-frame: the caller sends its wire frames one by one instead.
+    fn tx_send_super(&mut self, frame: &[u8], offload: Offload) -> io::Result<bool> {
+        let _ = (frame, offload);
+        Err(io::Error::from(io::ErrorKind::Unsupported))
+    }
 }
 
 /// In-memory ports for tests: frames go in through a channel with their
@@ -221,6 +235,10 @@ pub mod memory {
     /// Sent frames with the CLOCK_REALTIME ns at which they were handed over.
     pub type Sent = Arc<Mutex<Vec<(u64, Vec<u8>)>>>;
 
+    /// Super-frames sent, each as the wire frames it carried, with the
+    /// CLOCK_REALTIME ns at which it was handed over.
+    pub type Supers = Arc<Mutex<Vec<(u64, Vec<Vec<u8>>)>>>;
+
     /// A send port that appends what it flushes to a shared vector, stamped
     /// with the flush time, so tests can check what left and when.
     pub struct MemoryTx {
@@ -235,6 +253,12 @@ pub mod memory {
         /// the flush, as a kernel refuses a malformed frame: counted in
         /// [`TxPort::tx_errors`] and not sent.
         pub refuse: fn(&[u8]) -> bool,
+        /// Super-frames are taken ([`TxPort::sends_super_frames`]) when
+        /// this is set: each is cut back into wire frames with
+        /// [`linkem_core::wire::segment`] and recorded as one entry of
+        /// this vector, so a test sees which frames left merged; the wire
+        /// frames also go to `sent`.
+        pub supers: Option<Supers>,
         errors: u64,
     }
 
@@ -248,6 +272,7 @@ pub mod memory {
                     queued: Vec::new(),
                     max_frame_bytes: 1514,
                     refuse: |_| false,
+                    supers: None,
                     errors: 0,
                 },
                 sent,
@@ -286,6 +311,31 @@ pub mod memory {
 
         fn max_frame_bytes(&self) -> usize {
             self.max_frame_bytes
+        }
+
+        fn sends_super_frames(&self) -> bool {
+            self.supers.is_some()
+        }
+
+        fn tx_send_super(&mut self, frame: &[u8], offload: Offload) -> io::Result<bool> {
+            let Some(supers) = self.supers.clone() else {
+                return Err(io::Error::from(io::ErrorKind::Unsupported));
+            };
+            self.tx_flush()?;
+            let now = crate::clock::now_ns();
+            let mut segs = Vec::new();
+            linkem_core::wire::segment(frame, offload, usize::MAX, &mut |s| segs.push(s.to_vec()))
+                .map_err(io::Error::other)?;
+            let mut sent = self
+                .sent
+                .lock()
+                .expect("no test thread panics while holding it");
+            sent.extend(segs.iter().map(|f| (now, f.clone())));
+            supers
+                .lock()
+                .expect("no test thread panics while holding it")
+                .push((now, segs));
+            Ok(true)
         }
     }
 }

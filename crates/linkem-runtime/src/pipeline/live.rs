@@ -214,6 +214,11 @@ pub struct LiveOptions {
     pub realtime_priority: Option<i32>,
     /// The live stage stays under SCHED_FIFO even when busy.
     pub realtime_input: bool,
+    /// Coalesce TCP wire frames of one flow due within this window into
+    /// super-frames on transmit, where the send port can
+    /// ([`crate::port::TxPort::sends_super_frames`]); `None`: off. Default
+    /// [`super::DEFAULT_COALESCE_WINDOW_NS`].
+    pub coalesce_window_ns: Option<u64>,
     /// Sees every frame, decision and change ([`Tap`]), if any.
     pub tap: Option<Box<dyn Tap>>,
 }
@@ -230,6 +235,7 @@ impl LiveOptions {
             batch: super::DEFAULT_BATCH,
             realtime_priority: None,
             realtime_input: false,
+            coalesce_window_ns: Some(super::DEFAULT_COALESCE_WINDOW_NS),
             tap: None,
         }
     }
@@ -298,6 +304,7 @@ impl<M: LiveModel> LiveBridge<M> {
                 // stores out of order, so in-order runs are sent uncopied.
                 reorders: true,
                 sorted_runs: true,
+                coalesce_window_ns: opts.coalesce_window_ns,
             };
             let prio = opts.realtime_priority;
             let out = {

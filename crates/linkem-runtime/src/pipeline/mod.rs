@@ -30,14 +30,18 @@
 //! ```
 //!
 //! `delivered` means handed to the kernel for sending: frames the kernel later
-//! refuses ([`TxPort::tx_errors`]) move to `tx-error`.
+//! refuses ([`TxPort::tx_errors`]) move to `tx-error`. Wire frames that left
+//! merged into a super-frame (`coalesce`) are delivered one by one all the
+//! same; `coalesced` counts them apart (it is not a fate).
 //!
 //! Modules: `options` (what a direction starts with, what it reports), `live`
 //! (the one stage of the model), `wire` (cutting super-frames, finishing
-//! checksums), `output` (the output stage), `wait` (sleeping, spinning and
+//! checksums), `output` (the output stage), `coalesce` (merging wire frames
+//! into super-frames on transmit), `wait` (sleeping, spinning and
 //! real-time policy), `forward` (the plain-forwarder baseline), `objects`
 //! (per pipe and queue counts).
 
+mod coalesce;
 mod forward;
 mod live;
 mod objects;
@@ -46,6 +50,7 @@ mod output;
 mod wait;
 mod wire;
 
+pub use coalesce::DEFAULT_WINDOW_NS as DEFAULT_COALESCE_WINDOW_NS;
 pub use live::{
     LiveBridge, LiveModel, LiveOptions, NodeBridge, SubmitError, Tap, MAX_PENDING_CHANGES,
 };
@@ -83,6 +88,9 @@ struct OutputShared {
     tx_wakeups: u64,
     /// Frames of a flushed group not sent ([`FlushSet`]).
     flushed: u64,
+    /// Wire frames sent inside super-frames, and the super-frames.
+    coalesced: u64,
+    super_frames: u64,
 }
 
 /// Groups (the live stage's pipes) whose packets still in the delay line
@@ -159,6 +167,8 @@ impl Control {
                 lateness: options::lateness_histogram(),
                 tx_wakeups: 0,
                 flushed: 0,
+                coalesced: 0,
+                super_frames: 0,
             }),
             huge_pages,
             buffer_bytes,
@@ -261,6 +271,8 @@ impl Direction {
                 .accepted
                 .saturating_sub(output.sent + output.late + output.too_big + output.flushed),
             copies_sent: output.copies_sent,
+            coalesced: output.coalesced,
+            super_frames: output.super_frames,
             lateness: output.lateness.clone(),
             rx_wakeups: input.rx_wakeups,
             tx_wakeups: output.tx_wakeups,

@@ -144,6 +144,11 @@ pub struct DirectionStats {
     pub in_flight: u64,
     /// Extra copies sent by `duplicate`.
     pub copies_sent: u64,
+    /// Of the delivered frames, those that left merged into super-frames
+    /// (coalescing on transmit); not a fate, each is `delivered` too.
+    pub coalesced: u64,
+    /// Super-frames sent (each of 2 to 64 wire frames).
+    pub super_frames: u64,
     /// Lateness of sent packets (send time − release time), ns.
     pub lateness: Histogram<u64>,
     /// Times the input (or node) stage woke from waiting for frames: with

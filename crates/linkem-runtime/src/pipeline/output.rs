@@ -3,6 +3,7 @@
 //! the input stage how far it has got (the release time it handles or waits
 //! for), so that no backlog builds up in the delay line.
 
+use super::coalesce::{Offer, Pending};
 use super::options::lateness_histogram;
 use super::wait::{Realtime, SpinBudget, WakeEstimate, BEHIND_NS, MIN_SPIN_NS};
 use super::Control;
@@ -41,11 +42,21 @@ pub(super) struct OutputState {
     wakeups: u64,
     queued: bool,
     max_lag_ns: Option<u64>,
+    /// The super-frame being built, when coalescing (see [`super::coalesce`]).
+    coalesce: Option<Pending>,
+    local_coalesced: u64,
+    local_super_frames: u64,
 }
 
 impl OutputState {
-    fn new(tx: Box<dyn TxPort>, max_lag_ns: Option<u64>) -> Self {
+    fn new(tx: Box<dyn TxPort>, max_lag_ns: Option<u64>, coalesce_window_ns: Option<u64>) -> Self {
+        let coalesce = coalesce_window_ns
+            .filter(|_| tx.sends_super_frames())
+            .map(Pending::new);
         OutputState {
+            coalesce,
+            local_coalesced: 0,
+            local_super_frames: 0,
             tx,
             local_sent: 0,
             local_copies: 0,
@@ -69,6 +80,22 @@ impl OutputState {
             }
             return Ok(());
         }
+        if let Some(p) = self.coalesce.as_mut().filter(|_| !copy) {
+            match p.offer(frame, release_ns) {
+                Offer::Joined => return Ok(()),
+                Offer::StartsNew(seg) => {
+                    self.emit_pending()?;
+                    if let Some(p) = self.coalesce.as_mut() {
+                        p.start(frame, seg, release_ns);
+                    }
+                    return Ok(());
+                }
+                Offer::Alone => self.emit_pending()?,
+            }
+        } else if copy {
+            // A copy leaves after what was held (release order).
+            self.emit_pending()?;
+        }
         match self.push(frame)? {
             TxOutcome::Queued => {}
             TxOutcome::TooBig => {
@@ -91,25 +118,80 @@ impl OutputState {
         Ok(())
     }
 
-    /// Offers a frame until the port takes or refuses it for good.
-    fn push(&mut self, frame: &[u8]) -> Result<TxOutcome, String> {
-        let mut tries = 0;
-        loop {
-            match self.tx.tx_push(frame) {
-                TxOutcome::NoRoom => {}
-                done => return Ok(done),
-            }
-            // The kernel has no room: wait for it rather than drop, since this
-            // packet was promised; lateness records the cost (and max-lag bounds it).
-            if tries > 0 {
-                std::thread::yield_now();
-            }
-            self.tx.tx_flush().map_err(|e| format!("send: {e}"))?;
-            tries += 1;
-            if tries > 100_000 {
-                return Err("send: the interface accepts no frames".into());
+    /// Sends what the coalescer holds: a super-frame through the port's
+    /// offload path (or, if the kernel refuses it, its wire frames one by one
+    /// through the ring), a single frame through the ring. Each wire frame
+    /// counts as sent with its lateness against its own release time.
+    fn emit_pending(&mut self) -> Result<(), String> {
+        let Some(p) = self.coalesce.as_mut() else {
+            return Ok(());
+        };
+        let Some((frame, offload, releases)) = p.take() else {
+            return Ok(());
+        };
+        let tx = &mut *self.tx;
+        let mut whole = offload.gso.is_some();
+        let mut tries = 0u32;
+        while whole {
+            match tx.tx_send_super(frame, offload) {
+                Ok(true) => break,
+                Ok(false) if tries < 100_000 => {
+                    tries += 1;
+                    std::thread::yield_now();
+                }
+                // Refused for good: the wire frames leave one by one.
+                _ => whole = false,
             }
         }
+        let mut too_big = 0u64;
+        if whole {
+            self.local_super_frames += 1;
+            self.local_coalesced += releases.len() as u64;
+        } else {
+            let max = tx.max_frame_bytes();
+            let mut err = None;
+            let mut each = |f: &[u8]| match push_until_taken(tx, f) {
+                Ok(TxOutcome::Queued) => {}
+                Ok(_) => too_big += 1,
+                Err(e) => err = Some(e),
+            };
+            if offload.gso.is_some() {
+                let _ = linkem_core::wire::segment(frame, offload, max, &mut each);
+            } else {
+                each(frame);
+            }
+            if let Some(e) = err {
+                return Err(e);
+            }
+            self.queued = true;
+        }
+        let now = clock::now_ns();
+        for &r in releases {
+            let _ = self.lateness.record(now.saturating_sub(r).max(1));
+        }
+        let n = releases.len() as u64;
+        self.local_sent += n - too_big.min(n);
+        self.local_too_big += too_big.min(n);
+        Ok(())
+    }
+
+    /// Offers a frame until the port takes or refuses it for good.
+    fn push(&mut self, frame: &[u8]) -> Result<TxOutcome, String> {
+        push_until_taken(&mut *self.tx, frame)
+    }
+
+    /// Before waiting for a frame due at `next_ns` (`None`: none waiting):
+    /// sends what is held if nothing due within the window can join it, and
+    /// hands the kernel what is queued.
+    fn flush_before(&mut self, next_ns: Option<u64>) -> Result<(), String> {
+        if self
+            .coalesce
+            .as_ref()
+            .is_some_and(|p| p.must_leave(next_ns))
+        {
+            self.emit_pending()?;
+        }
+        self.flush()
     }
 
     fn flush(&mut self) -> Result<(), String> {
@@ -130,8 +212,31 @@ impl OutputState {
         shared.too_big = self.local_too_big;
         shared.tx_errors = tx_errors;
         shared.tx_wakeups = self.wakeups;
+        shared.coalesced = self.local_coalesced;
+        shared.super_frames = self.local_super_frames;
         shared.lateness.add(&self.lateness).expect("same bounds");
         self.lateness.reset();
+    }
+}
+
+/// Offers a frame until the port takes or refuses it for good.
+fn push_until_taken(tx: &mut dyn TxPort, frame: &[u8]) -> Result<TxOutcome, String> {
+    let mut tries = 0;
+    loop {
+        match tx.tx_push(frame) {
+            TxOutcome::NoRoom => {}
+            done => return Ok(done),
+        }
+        // The kernel has no room: wait for it rather than drop, since this
+        // packet was promised; lateness records the cost (and max-lag bounds it).
+        if tries > 0 {
+            std::thread::yield_now();
+        }
+        tx.tx_flush().map_err(|e| format!("send: {e}"))?;
+        tries += 1;
+        if tries > 100_000 {
+            return Err("send: the interface accepts no frames".into());
+        }
     }
 }
 
@@ -215,6 +320,9 @@ pub(super) struct OutputConfig {
     pub reorders: bool,
     /// With `reorders`: the producer counts its out-of-order records (see [`Source`]).
     pub sorted_runs: bool,
+    /// Coalesce TCP wire frames due within this window into super-frames
+    /// (when the port can send them); `None`: off. See [`super::coalesce`].
+    pub coalesce_window_ns: Option<u64>,
 }
 
 // Kept whole: the stage's per-frame hot loop; `idle` and `wait_until` are its cold branches.
@@ -226,7 +334,7 @@ pub(super) fn output_stage(
     mut realtime: Option<Realtime>,
 ) {
     clock::set_timer_slack_ns(1);
-    let mut st = OutputState::new(tx, cfg.max_lag_ns);
+    let mut st = OutputState::new(tx, cfg.max_lag_ns, cfg.coalesce_window_ns);
     let mut src = Source {
         consumer,
         heap: cfg.reorders.then(ReleaseQueue::new),
@@ -272,7 +380,7 @@ pub(super) fn output_stage(
         };
         if release_ns > now {
             // Hand over what is queued before waiting, so it is not held back.
-            if let Err(e) = st.flush() {
+            if let Err(e) = st.flush_before(Some(release_ns)) {
                 control.fail(e);
                 break;
             }
@@ -310,7 +418,7 @@ pub(super) fn output_stage(
             break;
         }
     }
-    let _ = st.flush();
+    let _ = st.flush_before(None);
     control.output_at_ns.store(u64::MAX, Ordering::Relaxed);
     st.publish(&control);
 }
@@ -325,7 +433,7 @@ fn idle(
     realtime: Option<&mut Realtime>,
     max_sleep: u64,
 ) -> Result<bool, String> {
-    st.flush()?;
+    st.flush_before(None)?;
     if src.consumer.is_finished() {
         return Ok(false);
     }
