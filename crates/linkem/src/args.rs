@@ -144,6 +144,15 @@ pub enum Realtime {
     All,
 }
 
+/// A feature turned on or off.
+#[derive(Clone, Copy, clap::ValueEnum, PartialEq, Eq, Debug)]
+pub enum OnOff {
+    /// On.
+    On,
+    /// Off.
+    Off,
+}
+
 /// SCHED_FIFO priority of the stages: above ordinary tasks, below the kernel's
 /// interrupt threads (50), which deliver the packets.
 pub const REALTIME_PRIORITY: i32 = 10;
@@ -166,9 +175,25 @@ pub struct BridgeArgs {
     /// TOML file of link words (tables [a-to-b] and [b-to-a] for one direction).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Packet I/O: AF_XDP, AF_PACKET with mmap rings, or AF_XDP falling back to AF_PACKET.
+    /// Packet I/O: AF_XDP, AF_PACKET with mmap rings, or auto: AF_PACKET while
+    /// --coalesce is on (only it can hand the hosts super-frames), else AF_XDP
+    /// falling back to AF_PACKET.
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendKind,
+    /// Hand the receiving host consecutive TCP frames of one flow, due within
+    /// --coalesce-window of each other, as one super-frame (GSO) that its
+    /// stack handles once, as its own GRO would on a real NIC. Every frame is
+    /// still decided alone (delay, loss, rate...); a run never spans frames
+    /// whose decisions differ. AF_PACKET only ('off': every wire frame alone).
+    #[arg(long, value_enum, default_value = "on")]
+    pub coalesce: OnOff,
+    /// The longest a frame waits for the next of its flow to join it: frames
+    /// due within TIME of the first frame held may join (default 20us, about a
+    /// NIC's interrupt moderation, within which a receiver's GRO merges). A
+    /// host's TSO burst without `rate` is due at one instant and leaves whole
+    /// with any window, 0 included.
+    #[arg(long, value_name = "TIME")]
+    pub coalesce_window: Option<String>,
     /// How the emulator runs, what it prints and writes: the options every
     /// live front end shares (bridge, host; the shell sets its own).
     #[command(flatten)]
@@ -285,6 +310,8 @@ pub(crate) struct Timing {
     pub spin_ns: u64,
     pub max_lag_ns: Option<u64>,
     pub buffer: Option<usize>,
+    /// `None`: coalescing off.
+    pub coalesce_window_ns: Option<u64>,
 }
 
 pub(crate) fn timing(args: &BridgeArgs) -> Result<Timing> {
@@ -301,9 +328,17 @@ pub(crate) fn timing(args: &BridgeArgs) -> Result<Timing> {
         Some(s) => Some(parse_size_bytes(s).map_err(|e| anyhow::anyhow!("--buffer {e}"))? as usize),
         None => None,
     };
+    let coalesce_window_ns = match (args.coalesce, &args.coalesce_window) {
+        (OnOff::Off, _) => None,
+        (OnOff::On, Some(t)) => {
+            Some(parse_time_ns(t).map_err(|e| anyhow::anyhow!("--coalesce-window {e}"))?)
+        }
+        (OnOff::On, None) => Some(linkem_runtime::pipeline::DEFAULT_COALESCE_WINDOW_NS),
+    };
     Ok(Timing {
         spin_ns,
         max_lag_ns,
         buffer,
+        coalesce_window_ns,
     })
 }

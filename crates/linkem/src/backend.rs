@@ -19,10 +19,22 @@
 //! when it cannot open: no capability to load BPF (CAP_BPF), an MTU too large
 //! even for multi-buffer frames, a kernel without AF_XDP, or another XDP
 //! program on the interface.
+//!
+//! Coalescing on transmit (`--coalesce on`, the default) changes that choice:
+//! `auto` then takes AF_PACKET. Bulk TCP is what a link emulator carries most,
+//! and its receiving host's per-frame work is what limits it (PLATFORM.md,
+//! issue 21: linkem's own code is a few percent); AF_PACKET hands the host a
+//! super-frame through a socket with `PACKET_VNET_HDR`, AF_XDP cannot: an
+//! AF_XDP frame reaches a veth as an XDP frame (`xdp_frame`, at most a page
+//! per buffer, no GSO metadata: the TX metadata of Linux 6.8+ carries a
+//! checksum request and a launch time, never a segmentation request), and a
+//! veth with XDP on its peer has its GSO features turned off. So the rule:
+//! AF_PACKET while coalescing is on; `--coalesce off` gives AF_XDP where it
+//! opens, for the tightest timing of small-frame traffic.
 
 use anyhow::{anyhow, bail, Result};
-use linkem_core::wire::complete_partial_checksum;
-use linkem_io::afpacket::{self, AfPacket, AfPacketConfig};
+use linkem_core::wire::{complete_partial_checksum, Offload};
+use linkem_io::afpacket::{self, AfPacket, AfPacketConfig, GsoSender};
 use linkem_io::afxdp::{self, AfXdp, AfXdpConfig, Pushed, XdpRx, XdpTx};
 use linkem_io::caps::{self, Cap, CapSet};
 use linkem_io::ifaces;
@@ -44,7 +56,8 @@ pub enum BackendKind {
 }
 
 struct PacketRx(AfPacket);
-struct PacketTx(AfPacket);
+/// The TX ring's socket, and the one that sends super-frames (if it opened).
+struct PacketTx(AfPacket, Option<GsoSender>);
 
 impl RxPort for PacketRx {
     fn rx_batch(&mut self, max: usize, f: &mut dyn FnMut(RxFrame<'_>)) -> io::Result<usize> {
@@ -98,6 +111,23 @@ impl TxPort for PacketTx {
 
     fn max_frame_bytes(&self) -> usize {
         self.0.max_frame_bytes()
+    }
+
+    fn sends_super_frames(&self) -> bool {
+        self.1.is_some()
+    }
+
+    fn tx_send_super(&mut self, frame: &[u8], offload: Offload) -> io::Result<bool> {
+        let Some(gso) = self.1.as_mut() else {
+            return Err(io::Error::from(io::ErrorKind::Unsupported));
+        };
+        // What the ring holds was due first: it reaches the device first.
+        self.0.tx_flush().map_err(io::Error::other)?;
+        let hdr_len = linkem_core::wire::locate(frame)
+            .map(|h| h.payload_offset as u16)
+            .unwrap_or(0);
+        gso.send(&offload.to_virtio_net_hdr(hdr_len), frame)
+            .map_err(io::Error::other)
     }
 }
 
@@ -213,9 +243,18 @@ fn open_packet(ifname: &str, mtu: u32) -> Result<Halves> {
             ..AfPacketConfig::default()
         },
     )?;
+    // Cheap to hold; used only while coalescing is on. Without it the output
+    // stage sends every wire frame through the ring.
+    let gso = match GsoSender::open(ifname, true) {
+        Ok(g) => Some(g),
+        Err(e) => {
+            eprintln!("linkem: {ifname}: super-frames cannot be sent ({e}); sending wire frames");
+            None
+        }
+    };
     Ok((
         Box::new(PacketRx(rx)),
-        Box::new(PacketTx(tx)),
+        Box::new(PacketTx(tx, gso)),
         "AF_PACKET TPACKET_V2 rings, promiscuous while open".to_string(),
     ))
 }
@@ -371,6 +410,19 @@ fn setcap_hint() -> String {
          (first make it executable by one group only, as README \"Privileges\" shows: \
          every user who can run it can bridge and capture any interface)"
     )
+}
+
+/// `auto` while coalescing on transmit is on becomes AF_PACKET, and says
+/// why (see the module doc); anything else is kept.
+pub fn resolve_auto(kind: BackendKind, coalesce: bool) -> BackendKind {
+    if kind == BackendKind::Auto && coalesce {
+        eprintln!(
+            "linkem: --backend auto chose AF_PACKET: it hands the hosts super-frames \
+             (--coalesce on, the default); --coalesce off lets auto take AF_XDP"
+        );
+        return BackendKind::Packet;
+    }
+    kind
 }
 
 /// Checks the capabilities the backend (and SCHED_FIFO, if `realtime`)

@@ -28,9 +28,10 @@
 //!   replacing what `linkem ctl` changed, and gives its objects to the uid
 //!   that started linkem; `--stats` adds the node's drops and listings.
 
-use crate::args::{timing, BridgeArgs, Realtime, Timing, REALTIME_PRIORITY};
+use crate::args::{timing, BridgeArgs, OnOff, Realtime, Timing, REALTIME_PRIORITY};
 use crate::backend::{
-    check_capabilities, claim_interfaces, drop_capabilities, open_interface, BackendKind, Claimed,
+    check_capabilities, claim_interfaces, drop_capabilities, open_interface, resolve_auto,
+    BackendKind, Claimed,
 };
 use crate::control::rules::{normalized, Rules, Source};
 use crate::control::{Model, Plain};
@@ -257,7 +258,10 @@ fn serve_front<F: Front>(
     // lock comes before the control socket, so it is the lock that refuses it).
     let claimed = match attach {
         Attach::Interfaces => {
-            let backend = check_capabilities(args.backend, realtime)?;
+            let backend = check_capabilities(
+                resolve_auto(args.backend, args.coalesce == OnOff::On),
+                realtime,
+            )?;
             Some((backend, claim_interfaces(&args.if_a, &args.if_b)?))
         }
         Attach::Host(_) => {
@@ -529,6 +533,7 @@ fn live_options(
         batch: args.run.batch.max(1),
         realtime_priority: realtime.then_some(REALTIME_PRIORITY),
         realtime_input: args.run.realtime == Realtime::All,
+        coalesce_window_ns: timing.coalesce_window_ns,
         tap,
     }
 }

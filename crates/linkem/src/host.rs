@@ -111,6 +111,9 @@ impl HostArgs {
             b_to_a: self.b_to_a.clone(),
             config: None,
             backend: BackendKind::Auto,
+            // The netfilter queue hands over packets one by one.
+            coalesce: crate::args::OnOff::Off,
+            coalesce_window: None,
             run: self.run.clone(),
             rules: self.rules.clone(),
             forward_only: false,

@@ -386,6 +386,8 @@ fn bridge_args(args: &ShellArgs, plan: &Plan) -> BridgeArgs {
         b_to_a: args.b_to_a.clone(),
         config: args.config.clone(),
         backend: args.backend,
+        coalesce: crate::args::OnOff::On,
+        coalesce_window: None,
         run: RunArgs {
             stats: args.stats,
             stats_interval: args.stats_interval,

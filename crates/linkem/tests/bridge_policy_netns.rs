@@ -448,13 +448,15 @@ fn refused(args: &[String]) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-/// With what it needs, auto takes AF_XDP on a veth and says what it found.
+/// With what it needs and coalescing off, auto takes AF_XDP on a veth and
+/// says what it found; with coalescing on (the default) it takes AF_PACKET,
+/// the backend that hands the hosts super-frames, and says why.
 #[test]
 fn auto_says_what_it_chose() {
     let Some(_s) = serial() else { return };
     let h = Hosts::new("lkXa", 1, 1500);
     h.hosts_up();
-    let b = Bridge::start(&h, "auto", &[]);
+    let b = Bridge::start(&h, "auto", &["--coalesce", "off"]);
     let o = ping(&h, &["-c", "2", "-i", "0.2"]);
     let (_stats, err) = b.stop();
     assert!(o.status.success(), "{err}");
@@ -462,6 +464,14 @@ fn auto_says_what_it_chose() {
         let line = format!("{}: --backend auto chose AF_XDP (driver veth", h.emu(s));
         assert!(err.contains(&line), "{err}");
     }
+    let b = Bridge::start(&h, "auto", &[]);
+    let o = ping(&h, &["-c", "2", "-i", "0.2"]);
+    let (_stats, err) = b.stop();
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("--backend auto chose AF_PACKET: it hands the hosts super-frames"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -662,7 +672,8 @@ fn runs_as_nobody_with_file_capabilities_and_drops_them() {
     let b = Bridge::spawn(&mut as_nobody(&bridge_args(
         &h,
         "auto",
-        &["--realtime", "off"],
+        // Coalescing makes auto take AF_PACKET whatever the capabilities.
+        &["--realtime", "off", "--coalesce", "off"],
     )));
     let o = ping(&h, &["-c", "2", "-i", "0.2"]);
     let (_stats, err) = b.stop();

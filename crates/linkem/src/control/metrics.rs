@@ -458,6 +458,20 @@ fn expose(enc: &mut DescriptorEncoder, model: &Model) -> fmt::Result {
     )?;
     per_dir(
         enc,
+        "linkem_coalesced_frames_total",
+        Kind::Counter,
+        "Delivered wire frames that left merged into super-frames (coalescing on transmit).",
+        &|s| Value::Int(s.coalesced),
+    )?;
+    per_dir(
+        enc,
+        "linkem_super_frames_total",
+        Kind::Counter,
+        "Super-frames handed to the receiving host (coalescing on transmit).",
+        &|s| Value::Int(s.super_frames),
+    )?;
+    per_dir(
+        enc,
         "linkem_corrupted_packets_total",
         Kind::Counter,
         "Delivered packets with a bit flipped by corrupt.",

@@ -573,6 +573,8 @@ fn minus(now: &DirectionStats, base: &DirectionStats) -> DirectionStats {
     d.segmented = now.segmented.saturating_sub(base.segmented);
     d.rx_kernel_drops = now.rx_kernel_drops.saturating_sub(base.rx_kernel_drops);
     d.copies_sent = now.copies_sent.saturating_sub(base.copies_sent);
+    d.coalesced = now.coalesced.saturating_sub(base.coalesced);
+    d.super_frames = now.super_frames.saturating_sub(base.super_frames);
     d.rx_wakeups = now.rx_wakeups.saturating_sub(base.rx_wakeups);
     d.tx_wakeups = now.tx_wakeups.saturating_sub(base.tx_wakeups);
     // Counts only grow, so the base is contained in now.

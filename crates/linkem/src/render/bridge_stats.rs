@@ -45,6 +45,8 @@ pub fn direction_json(s: &DirectionStats, rules: bool) -> serde_json::Value {
         "in_flight": s.in_flight,
         "duplicated": s.fates.duplicated,
         "copies_sent": s.copies_sent,
+        "coalesced": s.coalesced,
+        "super_frames": s.super_frames,
         "corrupted": s.fates.corrupted,
         "lateness_ns": {
             "count": s.lateness.len(),
@@ -126,6 +128,12 @@ pub(crate) fn print_stats(
                     fmt_ns(percentile_ns(s, 0.99)),
                     fmt_ns(percentile_ns(s, 0.999)),
                     fmt_ns(s.lateness.max()),
+                );
+            }
+            for s in stats.iter().filter(|s| s.super_frames > 0) {
+                println!(
+                    "{}: coalesced {} of the delivered frames into {} super-frames",
+                    s.name, s.coalesced, s.super_frames
                 );
             }
         }
