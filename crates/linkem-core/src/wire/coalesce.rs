@@ -17,7 +17,9 @@
 //! - bytes `0..l3` (Ethernet and tags) are equal;
 //! - the IP headers are equal apart from IPv4 total length, ID and header
 //!   checksum, or IPv6 payload length, and `id_n = id_{n-1} + 1 (mod 2^16)`
-//!   (Linux TSO/GSO numbering, which segmentation redoes);
+//!   (Linux TSO/GSO numbering, which segmentation redoes), or, with DF set,
+//!   `id_n = id_{n-1}` (an atomic datagram's ID means nothing, RFC 6864, and
+//!   GRO merges fixed IDs too; a segmentation of the result numbers them);
 //! - the TCP headers are equal apart from the sequence number, checksum and
 //!   PSH/FIN: ports, ACK number, data offset, flags, window, urgent pointer
 //!   and all options (timestamps included: segmentation copies them into
@@ -46,6 +48,9 @@ use super::{CsumPartial, Gso, GsoKind, Offload};
 pub const MAX_SEGMENTS: usize = 64;
 /// Largest IP length field: IPv4 total length or IPv6 payload length.
 const MAX_IP_LEN: usize = 65535;
+
+/// The Don't Fragment bit, in the high byte of the IPv4 flags/offset field.
+const IPV4_DF: u8 = 0x40;
 
 const TCP_FIN: u8 = 0x01;
 const TCP_SYN: u8 = 0x02;
@@ -201,7 +206,9 @@ impl Coalescer {
             && !last.ends_run(mss)
             && seg.payload_bytes <= mss
             && seg.seq == last.seq.wrapping_add(last.payload_bytes as u32)
-            && (seg.ip == IpVersion::V6 || seg.ip_id == last.ip_id.wrapping_add(1))
+            && (seg.ip == IpVersion::V6
+                || seg.ip_id == last.ip_id.wrapping_add(1)
+                || (seg.ip_id == last.ip_id && frame[seg.l3_offset + 6] & IPV4_DF != 0))
             && same_headers(&self.buf, frame, &first);
         if joins {
             self.buf.extend_from_slice(&frame[seg.payload_offset..]);
@@ -409,8 +416,19 @@ mod tests {
         // an earlier one (reordered).
         assert!(!joins(&mut c, v4(2 * MSS as u32, 1, MSS)));
         assert!(!joins(&mut c, v4(0, 1, MSS)));
-        // IP ID not consecutive.
+        // IP ID not consecutive; the same ID joins with DF (set by `tcp`),
+        // not without.
         assert!(!joins(&mut c, v4(MSS as u32, 5, MSS)));
+        assert!(joins(&mut c, v4(MSS as u32, 0, MSS)));
+        let no_df = |seq: u32| {
+            let mut f = v4(seq, 0, MSS);
+            f[20] = 0;
+            f[24..26].copy_from_slice(&[0, 0]);
+            let c = !fold(u64::from(sum(&f[14..34])));
+            f[24..26].copy_from_slice(&c.to_be_bytes());
+            f
+        };
+        assert_eq!(run(&mut c, &[no_df(0), no_df(MSS as u32)]), 0);
         // Another flow: other port.
         let mut other = base(1);
         other[34] = 0x20;
