@@ -542,11 +542,10 @@ fn seq_of(f: &[u8]) -> u32 {
 }
 
 /// Stops the bridge once `n` frames were sent (or 5 s passed).
-fn finish_gso(bridge: LiveBridge<LinkModel>, sent: &Sent, n: usize) -> DirectionStats {
+fn finish_gso(mut bridge: LiveBridge<LinkModel>, sent: &Sent, n: usize) -> DirectionStats {
     wait_for(sent, n, Duration::from_secs(5));
     // The output stage publishes its counts when it has time to spare.
     std::thread::sleep(Duration::from_millis(150));
-    let mut bridge = bridge;
     bridge.stop().swap_remove(0)
 }
 
