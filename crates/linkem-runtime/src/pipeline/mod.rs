@@ -43,11 +43,13 @@ mod live;
 mod objects;
 mod options;
 mod output;
+mod output_group;
 mod wait;
 mod wire;
 
 pub use live::{
-    LiveBridge, LiveModel, LiveOptions, NodeBridge, SubmitError, Tap, MAX_PENDING_CHANGES,
+    GroupPair, LiveBridge, LiveGroup, LiveModel, LiveOptions, NodeBridge, SubmitError, Tap,
+    MAX_PENDING_CHANGES,
 };
 pub use objects::{DelayHistogram, ObjectStats, ObjectsSnapshot, DELAY_BUCKETS_NS};
 pub use options::{
