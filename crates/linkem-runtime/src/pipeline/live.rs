@@ -12,6 +12,13 @@
 //!  IF_B ─rx─┘  (side A / B)                  (held until decided) └─▶ delay line b->a ─▶ output stage ─tx─▶ IF_A
 //! ```
 //!
+//! - **Pairs.** The stage may serve several interface pairs
+//!   ([`LiveBridge::start_group`]), each with its own model, stage state,
+//!   delay lines, change queue and counts: each turn takes one batch of every
+//!   pair in order (a pair's arrivals wait at most one batch of each other
+//!   pair), and the poll below covers every pair's ports and wake-up eventfd,
+//!   with the earliest of their next events as timeout. What follows holds
+//!   per pair.
 //! - **Waiting.** One poll(2) over the sockets of both receive ports
 //!   ([`RxPort::wait_fds`]) and the stage's wake-up eventfd (changes), with a
 //!   timeout up to the model's next event ([`Model::next_event_ns`]: a
