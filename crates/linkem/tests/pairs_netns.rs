@@ -35,7 +35,11 @@ fn clock_ticks_per_s() -> u64 {
 
 /// Sends SIGINT, waits for the exit (at most 10 s) and returns the final
 /// stats line and stderr.
-fn stop(mut child: Child, stdout: std::thread::JoinHandle<String>) -> (Value, String) {
+fn stop(
+    mut child: Child,
+    stdout: std::thread::JoinHandle<String>,
+    stderr: std::thread::JoinHandle<String>,
+) -> (Value, String) {
     // Safety: kill with a pid we own.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let t = Instant::now();
@@ -47,13 +51,7 @@ fn stop(mut child: Child, stdout: std::thread::JoinHandle<String>) -> (Value, St
         std::thread::sleep(Duration::from_millis(20));
     }
     let status = child.wait().unwrap();
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
+    let stderr = stderr.join().unwrap();
     assert!(status.success(), "linkem failed: {stderr}");
     let out = stdout.join().unwrap();
     let last = out
@@ -103,17 +101,39 @@ fn twenty_pairs_with_delay_5ms_in_one_process(backend: &str) {
         let _ = out.read_to_string(&mut text);
         text
     });
-    std::thread::sleep(Duration::from_millis(1500));
-    if let Some(status) = child.try_wait().unwrap() {
-        let mut err = String::new();
-        child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut err)
-            .unwrap();
-        panic!("linkem bridge exited at start ({status}): {err}");
+    // Opening 40 interfaces and making each delay line's first stretch
+    // resident takes seconds on a loaded machine: traffic starts once linkem
+    // says its stages run (frames sent before would wait in the rings).
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let (ready_tx, ready) = std::sync::mpsc::channel();
+    let stderr = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut text = String::new();
+        let mut line = String::new();
+        while err.read_line(&mut line).unwrap_or(0) > 0 {
+            if line.contains("pairs in one process") {
+                let _ = ready_tx.send(());
+            }
+            text.push_str(&line);
+            line.clear();
+        }
+        text
+    });
+    let started = Instant::now();
+    if ready.recv_timeout(Duration::from_secs(60)).is_err() {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!(
+            "linkem did not start its stages within 60 s: {}",
+            stderr.join().unwrap()
+        );
     }
+    eprintln!(
+        "{backend}: stages running {:.1} s after the start",
+        started.elapsed().as_secs_f64()
+    );
+    // Each pair's first frames warm its path (a first ping each).
+    std::thread::sleep(Duration::from_millis(200));
     let threads = std::fs::read_dir(format!("/proc/{}/task", child.id()))
         .unwrap()
         .count();
@@ -134,7 +154,7 @@ fn twenty_pairs_with_delay_5ms_in_one_process(backend: &str) {
     std::thread::sleep(Duration::from_secs(2));
     let ticks = cpu_ticks(child.id()) - before;
     let idle_cpu = ticks as f64 / clock_ticks_per_s() as f64 / idle_from.elapsed().as_secs_f64();
-    let (v, stderr) = stop(child, stdout);
+    let (v, stderr) = stop(child, stdout, stderr);
     eprintln!(
         "{backend}: {PAIRS} pairs, {threads} threads; ping median RTT per pair (ms): {}; \
          idle CPU {:.2} % of one core",
