@@ -59,8 +59,16 @@ run() {
   "$LINKEM" bridge --backend "$be" --stats json --control none "${args[@]}" \
     > "$out/stats.json" 2> "$out/err.txt" &
   LPID=$!
-  sleep 1
-  kill -0 "$LPID" 2>/dev/null || { cat "$out/err.txt"; exit 1; }
+  # Opening the interfaces and making each delay line's first stretch
+  # resident takes seconds with many pairs on a loaded machine: measure once
+  # linkem says its stages run.
+  local waited=0
+  until grep -q -e 'in one process' -e '^linkem: a->b' "$out/err.txt" 2>/dev/null; do
+    kill -0 "$LPID" 2>/dev/null || { cat "$out/err.txt"; exit 1; }
+    sleep 0.2; waited=$((waited + 1))
+    [ "$waited" -lt 300 ] || { echo "bench-pairs: linkem did not start"; cat "$out/err.txt"; exit 1; }
+  done
+  sleep 0.5
   local tgs=()
   for k in $(seq 0 $((loaded - 1))); do
     ip netns exec "${P}${k}a" timeout -s INT "$((SECS + 1))" trafgen -C -P 1 -Q \
@@ -76,16 +84,28 @@ run() {
   t1=$(date +%s.%N)
   for t in "${tgs[@]}"; do wait "$t" || true; done
   kill -INT "$LPID"; wait "$LPID" || true; LPID=
-  python3 - "$label" "$r0" "$r1" "$t0" "$t1" "$loaded" <<'EOF'
-import sys
-label, r0, r1, t0, t1, loaded = sys.argv[1:]
+  python3 - "$label" "$r0" "$r1" "$t0" "$t1" "$loaded" "$out/stats.json" <<'EOF'
+import json, sys
+label, r0, r1, t0, t1, loaded, path = sys.argv[1:]
 dlv = (int(r1) - int(r0)) / (float(t1) - float(t0))
-print("| %-36s | %10.0f | %10.0f |" % (label, dlv, dlv / int(loaded)))
+lines = [l for l in open(path) if l.startswith("{")]
+d = json.loads(lines[-1]) if lines else {}
+# a->b of every pair (one pair prints "directions", several "pairs").
+dirs = [p["directions"][0] for p in d.get("pairs", [])] or d.get("directions", [])[:1]
+tot = {}
+for x in dirs:
+    tot["received"] = tot.get("received", 0) + x["received"]
+    tot["k-drops"] = tot.get("k-drops", 0) + x["rx_kernel_drops"]
+    for k, v in x["fates"].items():
+        if v:
+            tot[k] = tot.get(k, 0) + v
+counts = " ".join("%s %d" % kv for kv in tot.items())
+print("| %-36s | %10.0f | %10.0f | %s |" % (label, dlv, dlv / int(loaded), counts))
 EOF
 }
 
-echo "| configuration | delivered pps (all loaded pairs) | per loaded pair |"
-echo "|---|---|---|"
+echo "| configuration | delivered pps (all loaded pairs) | per loaded pair | linkem a->b counts, all pairs, whole run |"
+echo "|---|---|---|---|"
 for round in $(seq 1 "$ROUNDS"); do
   for be in $BACKENDS; do
     run "$be: 1 pair" 1 1 "$be"
