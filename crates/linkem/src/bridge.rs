@@ -60,8 +60,28 @@ use std::time::{Duration, Instant};
 
 /// Runs `linkem bridge` until SIGINT or SIGTERM (or `--duration`), then prints
 /// the final counts.
+/// `--pair` given once is the bridge of IF_A IF_B WORDS; given more often,
+/// the bridge of several pairs ([`crate::pairs`]).
 pub fn run(args: &BridgeArgs) -> Result<()> {
-    run_attached(args, Attach::Interfaces, Hooks::default())
+    if args.pairs.is_empty() {
+        return run_attached(args, Attach::Interfaces, Hooks::default());
+    }
+    if !args.if_a.is_empty() || !args.if_b.is_empty() || !args.words.is_empty() {
+        bail!(
+            "IF_A IF_B and --pair: give the interfaces either as IF_A IF_B [WORDS] (one pair) \
+             or as --pair IF_A IF_B [WORDS] for each pair, not both"
+        );
+    }
+    if let [one] = args.pairs.as_slice() {
+        let mut single = args.clone();
+        single.if_a = one[0].clone();
+        single.if_b = one[1].clone();
+        single.words = one[2..].to_vec();
+        single.pair.clear();
+        single.pairs.clear();
+        return run_attached(&single, Attach::Interfaces, Hooks::default());
+    }
+    crate::pairs::run(args)
 }
 
 /// What a command that embeds the bridge (`linkem shell`) adds to its run.
@@ -514,7 +534,7 @@ fn open_ports(args: &BridgeArgs, backend: BackendKind, claimed: &Claimed) -> Res
 }
 
 /// The stage's options from the command line, delay lines of `buffer_bytes`.
-fn live_options(
+pub(crate) fn live_options(
     args: &BridgeArgs,
     timing: &Timing,
     buffer_bytes: [usize; 2],
@@ -620,7 +640,7 @@ fn reread<T: Send + 'static>(
 
 // ---- The plain link: link words ----
 
-fn split(words: &[String]) -> Vec<String> {
+pub(crate) fn split(words: &[String]) -> Vec<String> {
     words
         .iter()
         .flat_map(|w| w.split_whitespace().map(str::to_string))
@@ -630,7 +650,11 @@ fn split(words: &[String]) -> Vec<String> {
 /// One direction's link: the words of both directions, then its own, each layer
 /// overriding the one before; each file the words read goes into `read` by the
 /// name the words gave it (what a recording copies).
-fn parse_direction(layers: &[&[String]], what: &str, read: &mut NamedFiles) -> Result<LinkSpec> {
+pub(crate) fn parse_direction(
+    layers: &[&[String]],
+    what: &str,
+    read: &mut NamedFiles,
+) -> Result<LinkSpec> {
     LinkSpec::parse_layers(layers, Dialect::Linkem, &mut |name: &str| {
         let text = load_distribution(name)?;
         read.insert(name.to_string(), text.clone());
@@ -739,7 +763,7 @@ fn check_link_args(args: &BridgeArgs) -> Result<()> {
 
 /// One direction's delay line: `--buffer` (refused when smaller than what
 /// the link holds in flight) or sized for the link.
-fn link_buffer(spec: &LinkSpec, name: &str, timing: &Timing) -> Result<usize> {
+pub(crate) fn link_buffer(spec: &LinkSpec, name: &str, timing: &Timing) -> Result<usize> {
     match timing.buffer {
         Some(b) => {
             // The delay line must hold at least what the link has in flight.

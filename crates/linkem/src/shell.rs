@@ -382,6 +382,8 @@ fn bridge_args(args: &ShellArgs, plan: &Plan) -> BridgeArgs {
         if_a: plan.if_a.clone(),
         if_b: plan.if_b.clone(),
         words: args.words.clone(),
+        pair: Vec::new(),
+        pairs: Vec::new(),
         a_to_b: args.a_to_b.clone(),
         b_to_a: args.b_to_a.clone(),
         config: args.config.clone(),

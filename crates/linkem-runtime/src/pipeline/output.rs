@@ -16,12 +16,12 @@ use std::sync::Arc;
 
 /// Longest single sleep of the output stage, so it notices stop and (when
 /// reordering) a newly arrived packet due earlier than the one it waits for.
-const MAX_SLEEP_NS: u64 = 10_000_000;
-const MAX_SLEEP_REORDER_NS: u64 = 200_000;
+pub(super) const MAX_SLEEP_NS: u64 = 10_000_000;
+pub(super) const MAX_SLEEP_REORDER_NS: u64 = 200_000;
 /// How often the output stage publishes its counts and lateness when it has
 /// time to spare, and at the latest.
-const PUBLISH_NS: u64 = 50_000_000;
-const PUBLISH_MAX_NS: u64 = 500_000_000;
+pub(super) const PUBLISH_NS: u64 = 50_000_000;
+pub(super) const PUBLISH_MAX_NS: u64 = 500_000_000;
 
 /// A packet moved out of the delay line when the link may reorder.
 struct Held {
@@ -31,20 +31,20 @@ struct Held {
 }
 
 pub(super) struct OutputState {
-    tx: Box<dyn TxPort>,
+    pub(super) tx: Box<dyn TxPort>,
     local_sent: u64,
     local_copies: u64,
     local_late: u64,
-    local_flushed: u64,
+    pub(super) local_flushed: u64,
     local_too_big: u64,
     lateness: Histogram<u64>,
-    wakeups: u64,
+    pub(super) wakeups: u64,
     queued: bool,
     max_lag_ns: Option<u64>,
 }
 
 impl OutputState {
-    fn new(tx: Box<dyn TxPort>, max_lag_ns: Option<u64>) -> Self {
+    pub(super) fn new(tx: Box<dyn TxPort>, max_lag_ns: Option<u64>) -> Self {
         OutputState {
             tx,
             local_sent: 0,
@@ -60,7 +60,13 @@ impl OutputState {
     }
 
     /// Sends (or drops as late) one frame due now; an error stops the stage.
-    fn send(&mut self, now: u64, release_ns: u64, frame: &[u8], copy: bool) -> Result<(), String> {
+    pub(super) fn send(
+        &mut self,
+        now: u64,
+        release_ns: u64,
+        frame: &[u8],
+        copy: bool,
+    ) -> Result<(), String> {
         let lateness = now.saturating_sub(release_ns);
         if self.max_lag_ns.is_some_and(|m| lateness > m) {
             if !copy {
@@ -112,7 +118,7 @@ impl OutputState {
         }
     }
 
-    fn flush(&mut self) -> Result<(), String> {
+    pub(super) fn flush(&mut self) -> Result<(), String> {
         if self.queued {
             self.queued = false;
             self.tx.tx_flush().map_err(|e| format!("send: {e}"))?;
@@ -120,7 +126,7 @@ impl OutputState {
         Ok(())
     }
 
-    fn publish(&mut self, control: &Control) {
+    pub(super) fn publish(&mut self, control: &Control) {
         let tx_errors = self.tx.tx_errors();
         let mut shared = control.output.lock().expect("the lock holders never panic");
         shared.sent = self.local_sent;
@@ -145,8 +151,8 @@ impl OutputState {
 /// and no earlier than anything in the heap: frames leave from the line
 /// directly, uncopied. When the count moves, the whole line goes into the heap
 /// (as without `sorted_runs`), and the frames of the heap leave first.
-struct Source {
-    consumer: Consumer,
+pub(super) struct Source {
+    pub(super) consumer: Consumer,
     heap: Option<ReleaseQueue<Held>>,
     sorted_runs: Option<Arc<Control>>,
     /// The out-of-order count already moved into the heap.
@@ -154,8 +160,19 @@ struct Source {
 }
 
 impl Source {
+    /// The source of a direction whose stage runs with `cfg` (as
+    /// [`output_stage`] builds it).
+    pub(super) fn new(consumer: Consumer, cfg: &OutputConfig, control: &Arc<Control>) -> Source {
+        Source {
+            consumer,
+            heap: cfg.reorders.then(ReleaseQueue::new),
+            sorted_runs: (cfg.reorders && cfg.sorted_runs).then(|| control.clone()),
+            handled: 0,
+        }
+    }
+
     /// The next release time, if any frame is waiting.
-    fn next_release(&mut self) -> Option<u64> {
+    pub(super) fn next_release(&mut self) -> Option<u64> {
         let Some(heap) = self.heap.as_mut() else {
             return self.consumer.peek().map(|h| h.release_ns);
         };
@@ -184,7 +201,7 @@ impl Source {
     }
 
     /// Hands the next frame to `f` and removes it.
-    fn take<R>(&mut self, f: impl FnOnce(u64, &[u8], bool, u32) -> R) -> R {
+    pub(super) fn take<R>(&mut self, f: impl FnOnce(u64, &[u8], bool, u32) -> R) -> R {
         if let Some(heap) = self.heap.as_mut() {
             // Without sorted runs, `next_release` moved the whole line into
             // the heap: the heap's first frame is the one it found.

@@ -90,43 +90,113 @@ pub(crate) fn print_stats(
                 "linkem bridge after {secs:.1} s{}",
                 if last { " (final)" } else { "" }
             );
-            println!(
-                "{:<6}{:>10}{:>9}{:>10}{:>10}{:>11}{:>8}{:>8}{:>13}{:>6}{:>8}{:>9}{:>10}  lateness p50/p99/p99.9/max",
-                "dir",
-                "received",
-                "k-drops",
-                "segmented",
-                "delivered",
-                "queue-full",
-                "loss",
-                "policed",
-                "backpressure",
-                "late",
-                "too-big",
-                "tx-error",
-                "in-flight"
-            );
+            println!("{}", text_header());
             for s in stats {
-                println!(
-                    "{:<6}{:>10}{:>9}{:>10}{:>10}{:>11}{:>8}{:>8}{:>13}{:>6}{:>8}{:>9}{:>10}  {}/{}/{}/{}",
-                    s.name,
-                    s.received,
-                    s.rx_kernel_drops,
-                    s.segmented,
-                    s.fates.get(Fate::Delivered),
-                    s.fates.get(Fate::QueueFull),
-                    s.fates.get(Fate::Loss),
-                    s.fates.get(Fate::Policed),
-                    s.fates.get(Fate::Backpressure),
-                    s.fates.get(Fate::Late),
-                    s.fates.get(Fate::TooBig),
-                    s.fates.get(Fate::TxError),
-                    s.in_flight,
-                    fmt_ns(percentile_ns(s, 0.5)),
-                    fmt_ns(percentile_ns(s, 0.99)),
-                    fmt_ns(percentile_ns(s, 0.999)),
-                    fmt_ns(s.lateness.max()),
-                );
+                println!("{}", text_row(s));
+            }
+        }
+    }
+}
+
+/// The columns of the text table.
+fn text_header() -> String {
+    format!(
+        "{:<6}{:>10}{:>9}{:>10}{:>10}{:>11}{:>8}{:>8}{:>13}{:>6}{:>8}{:>9}{:>10}  lateness p50/p99/p99.9/max",
+        "dir",
+        "received",
+        "k-drops",
+        "segmented",
+        "delivered",
+        "queue-full",
+        "loss",
+        "policed",
+        "backpressure",
+        "late",
+        "too-big",
+        "tx-error",
+        "in-flight"
+    )
+}
+
+/// One direction's line of the text table.
+fn text_row(s: &DirectionStats) -> String {
+    format!(
+        "{:<6}{:>10}{:>9}{:>10}{:>10}{:>11}{:>8}{:>8}{:>13}{:>6}{:>8}{:>9}{:>10}  {}/{}/{}/{}",
+        s.name,
+        s.received,
+        s.rx_kernel_drops,
+        s.segmented,
+        s.fates.get(Fate::Delivered),
+        s.fates.get(Fate::QueueFull),
+        s.fates.get(Fate::Loss),
+        s.fates.get(Fate::Policed),
+        s.fates.get(Fate::Backpressure),
+        s.fates.get(Fate::Late),
+        s.fates.get(Fate::TooBig),
+        s.fates.get(Fate::TxError),
+        s.in_flight,
+        fmt_ns(percentile_ns(s, 0.5)),
+        fmt_ns(percentile_ns(s, 0.99)),
+        fmt_ns(percentile_ns(s, 0.999)),
+        fmt_ns(s.lateness.max()),
+    )
+}
+
+/// One pair of a bridge of several (`--pair`) as the stats list it.
+pub(crate) struct PairStats<'a> {
+    /// IF_A-IF_B, as its control socket is named.
+    pub name: &'a str,
+    pub if_a: &'a str,
+    pub if_b: &'a str,
+    pub seed: u64,
+    pub stats: Vec<DirectionStats>,
+}
+
+/// Prints the counts of a bridge of several pairs: a table whose lines begin
+/// with the pair's name, or one JSON line whose `pairs` list each pair's
+/// directions as a one-pair bridge's `directions` are (each pair's counts add
+/// up on their own).
+pub(crate) fn print_pairs_stats(
+    format: StatsFormat,
+    pairs: &[PairStats<'_>],
+    secs: f64,
+    last: bool,
+) {
+    match format {
+        StatsFormat::None => {}
+        StatsFormat::Json => {
+            let list: Vec<serde_json::Value> = pairs
+                .iter()
+                .map(|p| {
+                    let dirs: Vec<serde_json::Value> =
+                        p.stats.iter().map(|s| direction_json(s, false)).collect();
+                    json!({
+                        "pair": p.name,
+                        "a": p.if_a,
+                        "b": p.if_b,
+                        "seed": p.seed,
+                        "directions": dirs,
+                    })
+                })
+                .collect();
+            let out = json!({ "elapsed_s": secs, "final": last, "pairs": list });
+            println!(
+                "{}",
+                serde_json::to_string(&out).expect("a JSON value always serialises")
+            );
+        }
+        StatsFormat::Text => {
+            println!(
+                "linkem bridge of {} pairs after {secs:.1} s{}",
+                pairs.len(),
+                if last { " (final)" } else { "" }
+            );
+            let width = pairs.iter().map(|p| p.name.len()).max().unwrap_or(4).max(4) + 2;
+            println!("{:<width$}{}", "pair", text_header());
+            for p in pairs {
+                for s in &p.stats {
+                    println!("{:<width$}{}", p.name, text_row(s));
+                }
             }
         }
     }
