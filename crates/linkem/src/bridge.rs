@@ -637,9 +637,17 @@ fn split(words: &[String]) -> Vec<String> {
 /// One direction's link: the words of both directions, then its own, each layer
 /// overriding the one before; each file the words read goes into `read` by the
 /// name the words gave it (what a recording copies).
-fn parse_direction(layers: &[&[String]], what: &str, read: &mut NamedFiles) -> Result<LinkSpec> {
+fn parse_direction(
+    layers: &[&[String]],
+    toml: &TomlWords,
+    what: &str,
+    read: &mut NamedFiles,
+) -> Result<LinkSpec> {
     LinkSpec::parse_layers(layers, Dialect::Linkem, &mut |name: &str| {
-        let text = load_distribution(name)?;
+        let text = match toml.file(name) {
+            Some(text) => text.to_string(),
+            None => load_distribution(name)?,
+        };
         read.insert(name.to_string(), text.clone());
         Ok(text)
     })
@@ -672,11 +680,13 @@ fn load_specs(args: &SpecSource, read: &mut NamedFiles) -> Result<(LinkSpec, Lin
     Ok((
         parse_direction(
             &[&toml.both, &common, &toml.a_to_b, &split(&args.a_to_b)],
+            &toml,
             "a-to-b",
             read,
         )?,
         parse_direction(
             &[&toml.both, &common, &toml.b_to_a, &split(&args.b_to_a)],
+            &toml,
             "b-to-a",
             read,
         )?,
