@@ -16,7 +16,7 @@ seconds=${FUZZ_SECONDS:-15}
 if [ $# -gt 0 ]; then
     targets=("$@")
 else
-    targets=(words toml capture probe_args wire rules profile ctl claim sched_words recording trace schedule nfqueue)
+    targets=(words toml capture probe_args wire rules profile ctl claim sched_words recording trace schedule schedule_csv schedule_toml nfqueue)
 fi
 
 if ! cargo fuzz --version >/dev/null 2>&1; then

@@ -44,7 +44,7 @@ use anyhow::{bail, Context, Result};
 use linkem_core::model::LinkModel;
 use linkem_core::node::{Node, NodeConfig};
 use linkem_core::rules::RuleSet;
-use linkem_core::{Dialect, LinkSpec, TomlWords};
+use linkem_core::{Dialect, LinkConfig, LinkSpec, TomlWords};
 use linkem_io::creds::starter_uid;
 use linkem_io::outfile::{check_distinct, FileUse, OutputFile};
 use linkem_io::recording::{NamedFiles, RecordingMeta, Start};
@@ -187,6 +187,11 @@ trait Front: Sized {
     }
     /// What each direction's link log names as its link.
     fn link_words(&self, args: &BridgeArgs) -> [String; 2];
+    /// Each direction's link at start, when the model is one link per
+    /// direction (what a link log's `#` lines describe).
+    fn links(&self) -> [Option<LinkConfig>; 2] {
+        [None, None]
+    }
 }
 
 /// Both interfaces opened: receive and send halves, and the backend used.
@@ -457,6 +462,7 @@ fn open_logs<F: Front>(
     let command_line =
         command_line.unwrap_or_else(|| std::env::args().collect::<Vec<_>>().join(" "));
     let words = front.link_words(args);
+    let links = front.links();
     let open =
         |path: &Option<PathBuf>, i: usize| -> Result<Option<crate::mmlog::MmLog<OutputFile>>> {
             let Some(path) = path else { return Ok(None) };
@@ -466,6 +472,7 @@ fn open_logs<F: Front>(
                 file: path.display().to_string(),
                 command_line: command_line.clone(),
                 init_ms,
+                capacity: links[i].as_ref().and_then(crate::mmlog::Capacity::of),
             };
             let file = OutputFile::create(path, 1 << 20)?;
             let log = crate::mmlog::MmLog::new(file, &header)
@@ -652,11 +659,15 @@ pub(crate) fn split(words: &[String]) -> Vec<String> {
 /// name the words gave it (what a recording copies).
 pub(crate) fn parse_direction(
     layers: &[&[String]],
+    toml: &TomlWords,
     what: &str,
     read: &mut NamedFiles,
 ) -> Result<LinkSpec> {
     LinkSpec::parse_layers(layers, Dialect::Linkem, &mut |name: &str| {
-        let text = load_distribution(name)?;
+        let text = match toml.file(name) {
+            Some(text) => text.to_string(),
+            None => load_distribution(name)?,
+        };
         read.insert(name.to_string(), text.clone());
         Ok(text)
     })
@@ -689,11 +700,13 @@ fn load_specs(args: &SpecSource, read: &mut NamedFiles) -> Result<(LinkSpec, Lin
     Ok((
         parse_direction(
             &[&toml.both, &common, &toml.a_to_b, &split(&args.a_to_b)],
+            &toml,
             "a-to-b",
             read,
         )?,
         parse_direction(
             &[&toml.both, &common, &toml.b_to_a, &split(&args.b_to_a)],
+            &toml,
             "b-to-a",
             read,
         )?,
@@ -942,6 +955,10 @@ impl Front for LinkFront {
 
     fn link_words(&self, _args: &BridgeArgs) -> [String; 2] {
         self.specs.each_ref().map(|s| s.link.to_string())
+    }
+
+    fn links(&self) -> [Option<LinkConfig>; 2] {
+        self.specs.each_ref().map(|s| Some(s.link.clone()))
     }
 }
 

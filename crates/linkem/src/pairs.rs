@@ -40,7 +40,7 @@ use crate::render::bridge_stats::{print_pairs_stats, PairStats};
 use anyhow::{bail, Result};
 use linkem_core::model::LinkModel;
 use linkem_core::rng::pair_seed;
-use linkem_core::LinkSpec;
+use linkem_core::{LinkSpec, TomlWords};
 use linkem_io::recording::NamedFiles;
 use linkem_runtime::pipeline::{GroupPair, LiveBridge};
 use std::collections::HashSet;
@@ -78,8 +78,9 @@ pub(crate) fn plan(args: &BridgeArgs) -> Result<Vec<PairPlan>> {
         let words = split(&p[2..]);
         let what = format!("pair {} ({if_a} {if_b})", i + 1);
         let mut read = NamedFiles::new();
-        let ab = parse_direction(&[&words], &what, &mut read)?;
-        let ba = parse_direction(&[&words], &what, &mut read)?;
+        let no_toml = TomlWords::default();
+        let ab = parse_direction(&[&words], &no_toml, &what, &mut read)?;
+        let ba = parse_direction(&[&words], &no_toml, &what, &mut read)?;
         plans.push(PairPlan {
             if_a: if_a.clone(),
             if_b: if_b.clone(),

@@ -564,6 +564,11 @@ fn run_recording(args: &ReplayArgs) -> Result<()> {
                 format!("a->b {}; b->a {}", ab.link, ba.link)
             };
             let mut model = LinkModel::new([ab.link, ba.link], meta.seed);
+            // The live link's start (version 3), the origin of its traces and
+            // schedules; an older recording starts them at the first frame.
+            if let Some(t0_ns) = meta.start_ns {
+                model.start(t0_ns);
+            }
             let next = recorded_inputs(&mut rec, dir, sides);
             let (tally, secs) = drive(args, &mut model, link_type, snaplen, &signals, next)?;
             print_stats(args, &link_text, meta.seed, &tally, secs);
@@ -604,6 +609,9 @@ fn run_recording(args: &ReplayArgs) -> Result<()> {
                 ..defaults
             };
             let mut node = Node::new(set, cfg);
+            if let Some(t0_ns) = meta.start_ns {
+                node.start(t0_ns);
+            }
             let next = recorded_inputs(&mut rec, dir, sides);
             let (tally, secs) = drive(args, &mut node, link_type, snaplen, &signals, next)?;
             report(args, &node, meta.seed, &tally, secs);

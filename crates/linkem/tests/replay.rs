@@ -1046,3 +1046,50 @@ fn a_recording_with_link_words_is_refused() {
         "{err}"
     );
 }
+
+/// A live trace link starts its opportunities at the link's start, which
+/// the recording keeps (`start_ns`): a recording whose first frame comes
+/// 60 ms into a 100 ms trace (opportunities at 50 and 100 ms) replays the
+/// live decision, the opportunity at 100 ms from the start; the same
+/// recording without its start (a capture's replay) starts the trace at
+/// the first frame, whose first opportunity then falls 50 ms after it.
+#[test]
+fn a_recording_replays_its_trace_from_the_links_start() {
+    use linkem_io::recording::{NamedFiles, Recorder, RecordingMeta, Start};
+    let d = tempfile::tempdir().unwrap();
+    let t0 = 1_000_000_000u64;
+    let releases = |name: &str, start_ns: Option<u64>| {
+        let dir = d.path().join(name);
+        let mut meta = RecordingMeta::new(
+            3,
+            1,
+            65535,
+            ["veth-a".into(), "veth-b".into()],
+            Start::Link("trace up.trace".into()),
+        );
+        meta.files = NamedFiles::from([("up.trace".into(), "50\n100\n".into())]);
+        let mut rec = Recorder::create(&dir, meta, u64::MAX).unwrap();
+        if let Some(t) = start_ns {
+            rec.record_start(t);
+        }
+        for (i, at_ms) in [60u64, 160].into_iter().enumerate() {
+            let f = udp_frame(100, 5000 + i as u16);
+            rec.frame(0, t0 + at_ms * 1_000_000, f.len() as u32, &f);
+        }
+        assert!(rec.finish().unwrap().complete);
+        let (_, rows) = replay_recording(&dir, &[]);
+        rows.iter()
+            .map(|r| (r.num("release_ns") - t0) / 1_000_000)
+            .collect::<Vec<u64>>()
+    };
+    assert_eq!(
+        releases("live", Some(t0)),
+        [100, 200],
+        "ms from the link's start: the live opportunities after 60 and 160 ms"
+    );
+    assert_eq!(
+        releases("first-frame", None),
+        [110, 210],
+        "without a start the trace starts at the first frame (60 ms)"
+    );
+}

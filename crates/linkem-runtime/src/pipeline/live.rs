@@ -183,6 +183,10 @@ pub trait Tap: Send {
     fn decision(&mut self, arrival_ns: u64, len_bytes: u32, d: &Decision);
     /// A request of changes the model took at `at_ns`, before they apply.
     fn changes(&mut self, at_ns: u64, changes: &[Change]);
+    /// The instant the stage started, which is the model's start
+    /// ([`Model::start`]) and the earliest stamp: given once, before any
+    /// frame, on the thread that starts the bridge.
+    fn start(&mut self, _t0_ns: u64) {}
 }
 
 /// Why [`LiveBridge::submit`] applied nothing.
@@ -336,7 +340,7 @@ impl<M: LiveModel> LiveBridge<M> {
         let producers: [Producer; 2] = producers
             .try_into()
             .map_err(|_| "two delay lines".to_string())?;
-        let stage = Stage::new(
+        let mut stage = Stage::new(
             opts.names.clone(),
             controls.clone(),
             producers,
@@ -344,6 +348,13 @@ impl<M: LiveModel> LiveBridge<M> {
             outputs,
             opts.tap.take(),
         );
+        // The link starts when the stage does: no stamp is earlier, and a
+        // recording stores the instant so that its replay starts there too.
+        let mut model = model;
+        model.start(stage.started_ns);
+        if let Some(tap) = stage.tap.as_mut() {
+            tap.start(stage.started_ns);
+        }
         // Safety: eventfd takes no pointers; a valid descriptor is owned below.
         let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         let wake = if efd >= 0 {
