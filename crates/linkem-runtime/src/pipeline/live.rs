@@ -638,6 +638,9 @@ impl<M: LiveModel> LiveBridge<M> {
                 outputs.clone(),
                 None,
             );
+            // As for one pair: each pair's link starts when its stage does.
+            let mut model = model;
+            model.start(stage.started_ns);
             let shared = Arc::new(Shared {
                 stop: AtomicBool::new(false),
                 core: Mutex::new(Core { model, stage }),
