@@ -35,6 +35,18 @@ pub struct ReplayArgs {
     /// line names the columns).
     #[arg(long, value_name = "FILE")]
     pub events: Option<PathBuf>,
+    /// Link log in mahimahi's format (`mm-link --uplink-log`) of the packets
+    /// received on side a (every packet, without `--rules-side b`); times in
+    /// ms from the capture's first packet.
+    #[arg(long = "log-a-to-b", visible_alias = "uplink-log", value_name = "FILE")]
+    pub log_a_to_b: Option<PathBuf>,
+    /// Link log of the packets received on side b (`--rules-side b`).
+    #[arg(
+        long = "log-b-to-a",
+        visible_alias = "downlink-log",
+        value_name = "FILE"
+    )]
+    pub log_b_to_a: Option<PathBuf>,
     /// Never show a progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -50,10 +62,20 @@ pub(crate) fn base_inputs(args: &ReplayArgs) -> Vec<FileUse> {
     inputs
 }
 
-/// What a replay writes: the output capture and `--events`.
+/// What a replay writes: the output capture, `--events` and the link logs.
 pub(crate) fn outputs(args: &ReplayArgs) -> Vec<FileUse> {
     let mut outputs = vec![FileUse::new("output capture", &args.output)];
     outputs.extend(args.events.iter().map(|p| FileUse::new("--events", p)));
+    outputs.extend(
+        args.log_a_to_b
+            .iter()
+            .map(|p| FileUse::new("--log-a-to-b", p)),
+    );
+    outputs.extend(
+        args.log_b_to_a
+            .iter()
+            .map(|p| FileUse::new("--log-b-to-a", p)),
+    );
     outputs
 }
 
