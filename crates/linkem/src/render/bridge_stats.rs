@@ -136,6 +136,8 @@ pub(crate) fn print_stats(
 
 /// The bridge's counts (with the node's own drops beside each direction's
 /// fates), then the node's pipes, rules and schedulers as replay prints them.
+// The counts and what names them, as print_stats takes them, plus the node.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn print_rules_stats(
     format: StatsFormat,
     front: FrontEnd,
