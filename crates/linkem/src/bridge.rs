@@ -33,7 +33,7 @@ use crate::backend::{
     check_capabilities, claim_interfaces, drop_capabilities, open_interface, BackendKind, Claimed,
 };
 use crate::control::rules::{normalized, Rules, Source};
-use crate::control::{Model, Plain};
+use crate::control::{FrontEnd, Model, Plain};
 use crate::files::{config_has_rules, config_words, load_distribution};
 use crate::files::{load_rules_recording, rules_source_or};
 use crate::live_events::EventsWriter;
@@ -93,6 +93,9 @@ pub struct Hooks {
     pub started: Option<std::sync::mpsc::Sender<()>>,
     /// The command line the link logs name.
     pub command_line: Option<String>,
+    /// The command that runs the bridge, for its stats, banner and metrics
+    /// (`linkem host` is known from its attachment).
+    pub front: FrontEnd,
 }
 
 /// [`run`] with `hooks`.
@@ -211,8 +214,8 @@ fn serve_front<F: Front>(
     let timing = timing(args)?;
     if matches!(attach, Attach::Host(_)) && front.duplicates() {
         bail!(
-            "'duplicate' is not available in host mode: the kernel holds one packet per \
-             queued id, so linkem has no second copy to give back"
+            "'duplicate' is not available {}",
+            crate::host_ports::NO_COPIES
         );
     }
     if args.if_a == args.if_b {
@@ -341,6 +344,10 @@ fn serve_front<F: Front>(
     let started_model = front
         .start(args, ports, &timing, tap.boxed(), control.name.clone())
         .and_then(|mut m| {
+            m.front = match attach {
+                Attach::Host(_) => FrontEnd::Host,
+                Attach::Interfaces => hooks.front,
+            };
             if let Some(c) = claims {
                 m.enable_claims(c).map_err(|e| anyhow::anyhow!(e))?;
             }
@@ -917,6 +924,7 @@ impl Front for LinkFront {
     ) {
         print_stats(
             args.run.stats,
+            model.front,
             stats,
             model.elapsed_s(),
             self.seed,
@@ -936,6 +944,7 @@ impl Front for LinkFront {
         events: Option<&EventsWriter<OutputFile>>,
     ) -> Result<Option<Box<dyn Tap>>> {
         let elapsed = model.elapsed_s();
+        let front = model.front;
         let (stats, tap) = match model.into_plain() {
             Plain::Link(mut bridge) => {
                 let stats = bridge.stop();
@@ -944,7 +953,15 @@ impl Front for LinkFront {
             plain => (plain.stop(), None),
         };
         let skipped = events.map(EventsWriter::skipped);
-        print_stats(args.run.stats, &stats, elapsed, self.seed, true, skipped);
+        print_stats(
+            args.run.stats,
+            front,
+            &stats,
+            elapsed,
+            self.seed,
+            true,
+            skipped,
+        );
         Ok(tap)
     }
 
@@ -1224,6 +1241,7 @@ impl Front for RulesFront {
         let started = model.started();
         print_rules_stats(
             args.run.stats,
+            model.front,
             bridge,
             stats,
             started,
@@ -1244,6 +1262,7 @@ impl Front for RulesFront {
         events: Option<&EventsWriter<OutputFile>>,
     ) -> Result<Option<Box<dyn Tap>>> {
         let started = model.started();
+        let front = model.front;
         let mut bridge = model
             .into_rules()
             .context("a rules model without rules")?
@@ -1253,6 +1272,7 @@ impl Front for RulesFront {
         let skipped = events.map(EventsWriter::skipped);
         print_rules_stats(
             args.run.stats,
+            front,
             &bridge,
             &stats,
             started,

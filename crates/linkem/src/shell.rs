@@ -243,6 +243,7 @@ pub fn run(args: &ShellArgs) -> Result<i32> {
         done: Some(done.clone()),
         started: Some(started_tx),
         command_line: Some(std::env::args().collect::<Vec<_>>().join(" ")),
+        front: crate::control::FrontEnd::Shell,
     };
     mid.enter().context("cannot enter the middle namespace")?;
     let bridge = std::thread::Builder::new()

@@ -201,6 +201,10 @@ pub enum SubmitError {
     /// [`MAX_PENDING_CHANGES`] requests are waiting already.
     #[error("too many changes waiting for the emulator: try again")]
     Busy,
+    /// A change would make the model duplicate packets and a send port
+    /// cannot send a packet twice ([`TxPort::no_copies`], the reason given).
+    #[error("'duplicate' is not available {0}")]
+    NoCopies(&'static str),
 }
 
 /// What the live stage starts with; per direction `[a->b, b->a]`.
@@ -265,6 +269,9 @@ struct Shared<M> {
     has_changes: AtomicBool,
     /// Written to wake the stage from its poll when a change is queued.
     wake: Option<OwnedFd>,
+    /// Why a send port cannot send a packet twice, if one cannot: changes
+    /// that duplicate are then refused before they reach the model.
+    no_copies: Option<&'static str>,
 }
 
 struct Core<M> {
@@ -295,6 +302,7 @@ impl<M: LiveModel> LiveBridge<M> {
         let mut directions = Vec::new();
         let mut producers = Vec::new();
         let mut max_frame = [0usize; 2];
+        let no_copies = tx.iter().find_map(|t| t.no_copies());
         for (i, tx) in tx.into_iter().enumerate() {
             let (producer, consumer) = delay_line(opts.buffer_bytes[i])?;
             let control = Arc::new(Control::new(
@@ -373,6 +381,7 @@ impl<M: LiveModel> LiveBridge<M> {
             changes: Mutex::new(VecDeque::new()),
             has_changes: AtomicBool::new(false),
             wake,
+            no_copies,
         });
         let thread = {
             let shared = shared.clone();
@@ -448,6 +457,11 @@ impl<M: LiveModel> LiveBridge<M> {
     pub fn submit(&self, changes: Vec<Change>) -> Result<u64, SubmitError> {
         if self.shared.stop.load(Ordering::Acquire) {
             return Err(SubmitError::Stopped);
+        }
+        if let Some(why) = self.shared.no_copies {
+            if changes.iter().any(Change::duplicates) {
+                return Err(SubmitError::NoCopies(why));
+            }
         }
         let (reply, answer) = sync_channel(1);
         {

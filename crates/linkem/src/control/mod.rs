@@ -79,6 +79,30 @@ pub struct ControlArgs {
     pub claims: claims::ClaimArgs,
 }
 
+/// The command that runs the emulator: what its stats, control banner and
+/// metrics name (`linkem bridge`, `linkem host`, `linkem shell`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FrontEnd {
+    /// Two interfaces (`linkem bridge`).
+    #[default]
+    Bridge,
+    /// This host's own traffic through netfilter queues (`linkem host`).
+    Host,
+    /// A command in a namespace behind the link (`linkem shell`).
+    Shell,
+}
+
+impl FrontEnd {
+    /// The subcommand's name.
+    pub fn word(self) -> &'static str {
+        match self {
+            FrontEnd::Bridge => "bridge",
+            FrontEnd::Host => "host",
+            FrontEnd::Shell => "shell",
+        }
+    }
+}
+
 /// Control requests by result, for the metrics endpoint.
 #[derive(Default)]
 pub struct Counters {
@@ -101,6 +125,8 @@ struct LinkEntry {
 /// thread (SIGHUP, stats) and the control threads.
 pub struct Model {
     pub name: String,
+    /// The command that runs it (set once it starts).
+    pub front: FrontEnd,
     plain: Plain,
     owner_uid: u32,
     seed: u64,
@@ -173,6 +199,7 @@ impl Model {
         };
         Model {
             name,
+            front: FrontEnd::Bridge,
             plain,
             owner_uid: sys::starter_uid(),
             seed,
@@ -257,7 +284,7 @@ impl Model {
         match &self.plain {
             Plain::Link(b) => b.submit(changes).map_err(|e| Failure::Error(e.to_string())),
             _ => Err(Failure::Error(
-                "this bridge runs --forward-only: it has no link to change".into(),
+                "this emulator runs --forward-only: it has no link to change".into(),
             )),
         }
     }
@@ -398,7 +425,7 @@ impl Model {
                 Request::Link { dir, link, words } => {
                     if self.forward_only() {
                         return Err(Failure::Error(
-                            "this bridge runs --forward-only: it has no link to change".into(),
+                            "this emulator runs --forward-only: it has no link to change".into(),
                         ));
                     }
                     self.may_change_links(cred.uid)?;
@@ -510,6 +537,7 @@ impl Model {
             .unwrap_or_else(|p| p.into_inner())
             .is_some();
         json!({
+            "front": self.front.word(),
             "elapsed_s": self.elapsed_s(),
             "seed": self.seed,
             "zeroed": zeroed,

@@ -6,6 +6,7 @@
 //! report the same values through [`direction_json`] and [`object_fates`].
 
 use super::node::{node_json_listing, node_text_listing};
+use crate::control::FrontEnd;
 use crate::StatsFormat;
 use linkem_core::Fate;
 use linkem_runtime::pipeline::{
@@ -64,6 +65,7 @@ pub fn direction_json(s: &DirectionStats, rules: bool) -> serde_json::Value {
 /// (with `events_skipped` when the bridge writes `--events`).
 pub(crate) fn print_stats(
     format: StatsFormat,
+    front: FrontEnd,
     stats: &[DirectionStats],
     secs: f64,
     seed: u64,
@@ -75,8 +77,7 @@ pub(crate) fn print_stats(
         StatsFormat::Json => {
             let dirs: Vec<serde_json::Value> =
                 stats.iter().map(|s| direction_json(s, false)).collect();
-            let mut out =
-                json!({ "elapsed_s": secs, "final": last, "seed": seed, "directions": dirs });
+            let mut out = json!({ "front": front.word(), "elapsed_s": secs, "final": last, "seed": seed, "directions": dirs });
             if let Some(n) = events_skipped {
                 out["events_skipped"] = json!(n);
             }
@@ -87,7 +88,8 @@ pub(crate) fn print_stats(
         }
         StatsFormat::Text => {
             println!(
-                "linkem bridge after {secs:.1} s{}",
+                "linkem {} after {secs:.1} s{}",
+                front.word(),
                 if last { " (final)" } else { "" }
             );
             println!("{}", text_header());
@@ -204,8 +206,11 @@ pub(crate) fn print_pairs_stats(
 
 /// The bridge's counts (with the node's own drops beside each direction's
 /// fates), then the node's pipes, rules and schedulers as replay prints them.
+// The counts and what names them, as print_stats takes them, plus the node.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn print_rules_stats(
     format: StatsFormat,
+    front: FrontEnd,
     bridge: &NodeBridge,
     stats: &[DirectionStats],
     started: Instant,
@@ -223,6 +228,7 @@ pub(crate) fn print_rules_stats(
             let node = bridge.with_model(|n| node_json_listing(n, most));
             let objects = objects_json(&bridge.object_stats());
             let mut out = json!({
+                "front": front.word(),
                 "elapsed_s": secs,
                 "final": last,
                 "seed": seed,
@@ -239,7 +245,7 @@ pub(crate) fn print_rules_stats(
             );
         }
         StatsFormat::Text => {
-            print_stats(format, stats, secs, seed, last, None);
+            print_stats(format, front, stats, secs, seed, last, None);
             println!(
                 "{:<6}{:>10}{:>12}{:>10}{:>10}{:>10}",
                 "dir", "denied", "flow-limit", "red-drop", "aqm-drop", "flushed"
