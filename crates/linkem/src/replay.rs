@@ -327,6 +327,8 @@ impl ReplayLogs {
                 file: file.name().to_string(),
                 command_line: command_line.clone(),
                 init_ms: first_ns / 1_000_000,
+                // The replay's model is opaque here: its logs have no `#` lines yet.
+                capacity: None,
             };
             let name = file.name().to_string();
             self.logs[i] = Some(
@@ -369,7 +371,8 @@ impl ReplayLogs {
     fn commit(mut self) -> Result<()> {
         self.start(0)?;
         for log in self.logs.into_iter().flatten() {
-            let file = log.finish().context("cannot write the link log")?;
+            // No `#` lines (above): no opportunities to write up to an end.
+            let file = log.finish(0).context("cannot write the link log")?;
             file.commit()?;
         }
         Ok(())

@@ -548,10 +548,10 @@ fn opportunities_between(offsets_ms: &[u64], from_ms: f64, to_ms: f64) -> usize 
 /// iperf3 inside a shell sends through `--a-to-b trace 24-6mbit.trace` to a
 /// server in the parent: the server's throughput in each 500 ms interval
 /// follows the trace's capacity in that interval (24 Mbit/s one second,
-/// 6 Mbit/s the next). The trace starts at the link's first arrival, which
-/// the link log gives (its first `+` line), and iperf3's intervals start
-/// with its data (the log's first full-size packet), so each interval is
-/// placed on the trace to within a few ms.
+/// 6 Mbit/s the next). The trace starts at the link's start, which the link
+/// log gives (its first `#` line is the first opportunity), and iperf3's
+/// intervals start with its data (the log's first full-size packet), so each
+/// interval is placed on the trace to within a few ms.
 #[test]
 fn iperf3_in_a_shell_follows_a_traces_rate_over_time() {
     if skip() {
@@ -598,8 +598,14 @@ fn iperf3_in_a_shell_follows_a_traces_rate_over_time() {
             Some((f[0].parse().ok()?, *f.get(1)?, f.get(2)?.parse().ok()?))
         })
         .collect();
-    // The trace's origin (the link's first arrival) and iperf3's first data.
-    let origin_ms = events.iter().find(|e| e.1 == "+").expect("no arrival").0;
+    // The trace's origin (the link's start: its first opportunity, the log's
+    // first `#` line, less that opportunity's offset) and iperf3's first data.
+    let origin_ms = events
+        .iter()
+        .find(|e| e.1 == "#")
+        .expect("no opportunity (`#` line) in the log")
+        .0
+        - offsets_ms[0];
     let data_ms = events
         .iter()
         .find(|e| e.1 == "+" && e.2 >= 1400)

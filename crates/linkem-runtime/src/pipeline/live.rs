@@ -587,6 +587,7 @@ impl<M: LiveModel> LiveBridge<M> {
             let mut controls = Vec::new();
             let mut producers = Vec::new();
             let mut max_frame = [0usize; 2];
+            let no_copies = pair.tx.iter().find_map(|t| t.no_copies());
             for (i, tx) in pair.tx.into_iter().enumerate() {
                 let (producer, consumer) = delay_line(pair.buffer_bytes[i])?;
                 let control = Arc::new(Control::new(
@@ -603,7 +604,7 @@ impl<M: LiveModel> LiveBridge<M> {
                 producers.push(producer);
             }
             started.push((
-                pair.names, controls, producers, max_frame, pair.model, pair.rx,
+                pair.names, controls, producers, max_frame, pair.model, pair.rx, no_copies,
             ));
         }
         for (i, dirs) in sides.into_iter().enumerate() {
@@ -637,7 +638,7 @@ impl<M: LiveModel> LiveBridge<M> {
         ];
         let mut bridges = Vec::new();
         let mut loops = Vec::new();
-        for (names, controls, producers, max_frame, model, rx) in started {
+        for (names, controls, producers, max_frame, model, rx, no_copies) in started {
             let controls: [Arc<Control>; 2] = controls
                 .try_into()
                 .map_err(|_| "two directions".to_string())?;
@@ -663,6 +664,7 @@ impl<M: LiveModel> LiveBridge<M> {
                 changes: Mutex::new(VecDeque::new()),
                 has_changes: AtomicBool::new(false),
                 wake: wake_fd(),
+                no_copies,
             });
             let directions = (0..2)
                 .map(|i| Direction {
