@@ -58,32 +58,6 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Runs `linkem bridge` until SIGINT or SIGTERM (or `--duration`), then prints
-/// the final counts.
-/// `--pair` given once is the bridge of IF_A IF_B WORDS; given more often,
-/// the bridge of several pairs ([`crate::pairs`]).
-pub fn run(args: &BridgeArgs) -> Result<()> {
-    if args.pairs.is_empty() {
-        return run_attached(args, Attach::Interfaces, Hooks::default());
-    }
-    if !args.if_a.is_empty() || !args.if_b.is_empty() || !args.words.is_empty() {
-        bail!(
-            "IF_A IF_B and --pair: give the interfaces either as IF_A IF_B [WORDS] (one pair) \
-             or as --pair IF_A IF_B [WORDS] for each pair, not both"
-        );
-    }
-    if let [one] = args.pairs.as_slice() {
-        let mut single = args.clone();
-        single.if_a = one[0].clone();
-        single.if_b = one[1].clone();
-        single.words = one[2..].to_vec();
-        single.pair.clear();
-        single.pairs.clear();
-        return run_attached(&single, Attach::Interfaces, Hooks::default());
-    }
-    crate::pairs::run(args)
-}
-
 /// What a command that embeds the bridge (`linkem shell`) adds to its run.
 #[derive(Default)]
 pub struct Hooks {

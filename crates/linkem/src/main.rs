@@ -8,7 +8,7 @@
 
 use anyhow::Result;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use linkem::{args, bridge, replay, synth};
+use linkem::{args, replay, synth};
 use linkem_core::config::link_words_help;
 
 #[derive(Parser)]
@@ -94,7 +94,7 @@ fn main() {
             if let Some(m) = matches.subcommand_matches("bridge") {
                 args.group_pairs(m);
             }
-            bridge::run(&args)
+            linkem::pairs::run_bridge(&args)
         }
         Command::Shell(args) => match linkem::shell::run(&args) {
             Ok(code) => std::process::exit(code),

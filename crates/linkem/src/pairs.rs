@@ -33,7 +33,9 @@ use crate::args::{timing, BridgeArgs, Realtime};
 use crate::backend::{
     check_capabilities, claim_interfaces, drop_capabilities, open_interface, Claimed,
 };
-use crate::bridge::{link_buffer, live_options, parse_direction, split};
+use crate::bridge::{
+    link_buffer, live_options, parse_direction, run_attached, split, Attach, Hooks,
+};
 use crate::control::{Model, Plain};
 use crate::process::{fresh_seed, signal_flags};
 use crate::render::bridge_stats::{print_pairs_stats, PairStats};
@@ -170,6 +172,33 @@ fn check_options(args: &BridgeArgs) -> Result<()> {
         bail!("{option} is not available with several --pair ({why})");
     }
     Ok(())
+}
+
+/// Runs `linkem bridge` until SIGINT or SIGTERM (or `--duration`), then prints
+/// the final counts.
+/// `--pair` given once is the bridge of IF_A IF_B WORDS; given more often,
+/// the bridge of several pairs ([`run`]). Here rather than in the bridge, which
+/// this module builds on, so that the bridge imports nothing of it.
+pub fn run_bridge(args: &BridgeArgs) -> Result<()> {
+    if args.pairs.is_empty() {
+        return run_attached(args, Attach::Interfaces, Hooks::default());
+    }
+    if !args.if_a.is_empty() || !args.if_b.is_empty() || !args.words.is_empty() {
+        bail!(
+            "IF_A IF_B and --pair: give the interfaces either as IF_A IF_B [WORDS] (one pair) \
+             or as --pair IF_A IF_B [WORDS] for each pair, not both"
+        );
+    }
+    if let [one] = args.pairs.as_slice() {
+        let mut single = args.clone();
+        single.if_a = one[0].clone();
+        single.if_b = one[1].clone();
+        single.words = one[2..].to_vec();
+        single.pair.clear();
+        single.pairs.clear();
+        return run_attached(&single, Attach::Interfaces, Hooks::default());
+    }
+    run(args)
 }
 
 /// Runs the bridge of several pairs until SIGINT or SIGTERM (or
@@ -419,7 +448,7 @@ mod tests {
     #[test]
     fn one_pair_is_the_positional_bridge_and_mixing_both_is_refused() {
         let a = args("x y delay 1ms --pair a1 b1");
-        let e = crate::bridge::run(&a).err().unwrap();
+        let e = run_bridge(&a).err().unwrap();
         assert!(format!("{e:#}").contains("not both"), "{e:#}");
         assert!(
             Cli::try_parse_from(["bridge"]).is_err(),

@@ -79,29 +79,8 @@ pub struct ControlArgs {
     pub claims: claims::ClaimArgs,
 }
 
-/// The command that runs the emulator: what its stats, control banner and
-/// metrics name (`linkem bridge`, `linkem host`, `linkem shell`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum FrontEnd {
-    /// Two interfaces (`linkem bridge`).
-    #[default]
-    Bridge,
-    /// This host's own traffic through netfilter queues (`linkem host`).
-    Host,
-    /// A command in a namespace behind the link (`linkem shell`).
-    Shell,
-}
-
-impl FrontEnd {
-    /// The subcommand's name.
-    pub fn word(self) -> &'static str {
-        match self {
-            FrontEnd::Bridge => "bridge",
-            FrontEnd::Host => "host",
-            FrontEnd::Shell => "shell",
-        }
-    }
-}
+// Defined with the renderers that name it, which control imports (not the reverse).
+pub use crate::render::bridge_stats::FrontEnd;
 
 /// Control requests by result, for the metrics endpoint.
 #[derive(Default)]

@@ -6,7 +6,6 @@
 //! report the same values through [`direction_json`] and [`object_fates`].
 
 use super::node::{node_json_listing, node_text_listing};
-use crate::control::FrontEnd;
 use crate::StatsFormat;
 use linkem_core::Fate;
 use linkem_runtime::pipeline::{
@@ -14,6 +13,30 @@ use linkem_runtime::pipeline::{
 };
 use serde_json::json;
 use std::time::Instant;
+
+/// The command that runs the emulator: what its stats, control banner and
+/// metrics name (`linkem bridge`, `linkem host`, `linkem shell`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FrontEnd {
+    /// Two interfaces (`linkem bridge`).
+    #[default]
+    Bridge,
+    /// This host's own traffic through netfilter queues (`linkem host`).
+    Host,
+    /// A command in a namespace behind the link (`linkem shell`).
+    Shell,
+}
+
+impl FrontEnd {
+    /// The subcommand's name.
+    pub fn word(self) -> &'static str {
+        match self {
+            FrontEnd::Bridge => "bridge",
+            FrontEnd::Host => "host",
+            FrontEnd::Shell => "shell",
+        }
+    }
+}
 
 /// Instances of each pipe and scheduler a periodic `--stats` print lists
 /// (the final line lists all; `instances` gives the count): the listing is
