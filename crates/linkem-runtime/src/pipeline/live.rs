@@ -348,7 +348,7 @@ impl<M: LiveModel> LiveBridge<M> {
         let producers: [Producer; 2] = producers
             .try_into()
             .map_err(|_| "two delay lines".to_string())?;
-        let mut stage = Stage::new(
+        let stage = Stage::new(
             opts.names.clone(),
             controls.clone(),
             producers,
@@ -356,50 +356,17 @@ impl<M: LiveModel> LiveBridge<M> {
             outputs,
             opts.tap.take(),
         );
-        // The link starts when the stage does: no stamp is earlier, and a
-        // recording stores the instant so that its replay starts there too.
-        let mut model = model;
-        model.start(stage.started_ns);
-        if let Some(tap) = stage.tap.as_mut() {
-            tap.start(stage.started_ns);
-        }
-        // Safety: eventfd takes no pointers; a valid descriptor is owned below.
-        let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        let wake = if efd >= 0 {
-            // Safety: `efd` was just opened and is owned by nothing else.
-            Some(unsafe { OwnedFd::from_raw_fd(efd) })
-        } else {
-            // Without it a change waits for the stage's next turn (at most
-            // IDLE_WAIT_NS); nothing is lost.
-            None
-        };
-        let shared = Arc::new(Shared {
-            stop: AtomicBool::new(false),
-            core: Mutex::new(Core { model, stage }),
-            objects: Mutex::new(Objects::default()),
-            wanted: AtomicUsize::new(0),
-            changes: Mutex::new(VecDeque::new()),
-            has_changes: AtomicBool::new(false),
-            wake,
-            no_copies,
-        });
+        let shared = Shared::started(model, stage, no_copies);
         let thread = {
             let shared = shared.clone();
             std::thread::Builder::new()
                 .name("linkem-stage".into())
                 .spawn(move || {
-                    let mut realtime = None;
-                    match (opts.realtime_priority, opts.realtime_input) {
-                        (Some(p), true) => {
-                            if let Err(e) = set_realtime(p) {
-                                for c in &controls {
-                                    c.fail(format!("live stage: {e}"));
-                                }
-                            }
+                    let realtime = stage_realtime(&opts, |e| {
+                        for c in &controls {
+                            c.fail(e.clone());
                         }
-                        (Some(p), false) => realtime = Some(Realtime::new(p)),
-                        (None, _) => {}
-                    }
+                    });
                     let mut pairs = [PairLoop::new(shared.clone(), controls, rx)];
                     live_stage(&mut pairs, &shared.stop, &opts, realtime);
                     // Requests that came too late are answered, not left waiting.
@@ -653,19 +620,7 @@ impl<M: LiveModel> LiveBridge<M> {
                 outputs.clone(),
                 None,
             );
-            // As for one pair: each pair's link starts when its stage does.
-            let mut model = model;
-            model.start(stage.started_ns);
-            let shared = Arc::new(Shared {
-                stop: AtomicBool::new(false),
-                core: Mutex::new(Core { model, stage }),
-                objects: Mutex::new(Objects::default()),
-                wanted: AtomicUsize::new(0),
-                changes: Mutex::new(VecDeque::new()),
-                has_changes: AtomicBool::new(false),
-                wake: wake_fd(),
-                no_copies,
-            });
+            let shared = Shared::started(model, stage, no_copies);
             let directions = (0..2)
                 .map(|i| Direction {
                     name: names[i].clone(),
@@ -683,18 +638,11 @@ impl<M: LiveModel> LiveBridge<M> {
         let thread = std::thread::Builder::new()
             .name("linkem-stage".into())
             .spawn(move || {
-                let mut realtime = None;
-                match (opts.realtime_priority, opts.realtime_input) {
-                    (Some(p), true) => {
-                        if let Err(e) = set_realtime(p) {
-                            for l in &loops {
-                                l.fail(format!("live stage: {e}"));
-                            }
-                        }
+                let realtime = stage_realtime(&opts, |e| {
+                    for l in &loops {
+                        l.fail(e.clone());
                     }
-                    (Some(p), false) => realtime = Some(Realtime::new(p)),
-                    (None, _) => {}
-                }
+                });
                 live_stage(&mut loops, &stop, &opts, realtime);
                 for l in &loops {
                     l.shared.stop.store(true, Ordering::Release);
@@ -718,6 +666,46 @@ fn wake_fd() -> Option<OwnedFd> {
     let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
     // Safety: `efd` was just opened and is owned by nothing else.
     (efd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(efd) })
+}
+
+impl<M: LiveModel> Shared<M> {
+    /// A pair's state shared by its stage and its handle. The link starts when
+    /// the stage does: no stamp is earlier, and a recording stores the instant
+    /// (through the tap) so that its replay starts there too.
+    fn started(mut model: M, mut stage: Stage, no_copies: Option<&'static str>) -> Arc<Self> {
+        model.start(stage.started_ns);
+        if let Some(tap) = stage.tap.as_mut() {
+            tap.start(stage.started_ns);
+        }
+        Arc::new(Shared {
+            stop: AtomicBool::new(false),
+            core: Mutex::new(Core { model, stage }),
+            objects: Mutex::new(Objects::default()),
+            wanted: AtomicUsize::new(0),
+            changes: Mutex::new(VecDeque::new()),
+            has_changes: AtomicBool::new(false),
+            // Without it a change waits for the stage's next turn (at most
+            // IDLE_WAIT_NS); nothing is lost.
+            wake: wake_fd(),
+            no_copies,
+        })
+    }
+}
+
+/// The stage thread's real-time policy: real-time throughout
+/// (`realtime_input`), or only while it waits for an instant; `fail` hears
+/// why real-time could not be had.
+fn stage_realtime(opts: &LiveOptions, fail: impl Fn(String)) -> Option<Realtime> {
+    match (opts.realtime_priority, opts.realtime_input) {
+        (Some(p), true) => {
+            if let Err(e) = set_realtime(p) {
+                fail(format!("live stage: {e}"));
+            }
+            None
+        }
+        (Some(p), false) => Some(Realtime::new(p)),
+        (None, _) => None,
+    }
 }
 
 impl<M: LiveModel> Drop for LiveBridge<M> {

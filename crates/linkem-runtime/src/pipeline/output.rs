@@ -5,7 +5,7 @@
 
 use super::options::lateness_histogram;
 use super::wait::{Realtime, SpinBudget, WakeEstimate, BEHIND_NS, MIN_SPIN_NS};
-use super::Control;
+use super::{Control, FlushSet};
 use crate::clock;
 use crate::delay_line::Consumer;
 use crate::port::{TxOutcome, TxPort};
@@ -57,6 +57,26 @@ impl OutputState {
             queued: false,
             max_lag_ns,
         }
+    }
+
+    /// Takes the next frame of `src`, due now: discarded as `flushed` when its
+    /// group was flushed (a deleted pipe's), else sent.
+    pub(super) fn send_next(
+        &mut self,
+        now: u64,
+        src: &mut Source,
+        flush: &FlushSet,
+    ) -> Result<(), String> {
+        src.take(|r, frame, copy, group| {
+            if flush.contains(group) {
+                if !copy {
+                    self.local_flushed += 1;
+                    self.tx.tx_discard(frame);
+                }
+                return Ok(());
+            }
+            self.send(now, r, frame, copy)
+        })
     }
 
     /// Sends (or drops as late) one frame due now; an error stops the stage.
@@ -312,17 +332,7 @@ pub(super) fn output_stage(
                 rt.busy(now);
             }
         }
-        let flush = &control.flush;
-        if let Err(e) = src.take(|r, frame, copy, group| {
-            if flush.contains(group) {
-                if !copy {
-                    st.local_flushed += 1;
-                    st.tx.tx_discard(frame);
-                }
-                return Ok(());
-            }
-            st.send(now, r, frame, copy)
-        }) {
+        if let Err(e) = st.send_next(now, &mut src, &control.flush) {
             control.fail(e);
             break;
         }

@@ -186,18 +186,7 @@ fn send_due(dirs: &mut [Served]) -> Result<Turn, (usize, String)> {
             }
             turn.behind |= now - release_ns > BEHIND_NS;
             let Served { control, st, src } = d;
-            let flush = &control.flush;
-            src.take(|r, frame, copy, group| {
-                if flush.contains(group) {
-                    if !copy {
-                        st.local_flushed += 1;
-                        st.tx.tx_discard(frame);
-                    }
-                    return Ok(());
-                }
-                st.send(now, r, frame, copy)
-            })
-            .map_err(|e| (i, e))?;
+            st.send_next(now, src, &control.flush).map_err(|e| (i, e))?;
             sent += 1;
             turn.worked = true;
         }
