@@ -130,6 +130,13 @@ pub trait TxPort: Send {
         let _ = (frame, offload);
         Err(io::Error::from(io::ErrorKind::Unsupported))
     }
+    /// Why this port cannot send a packet twice (a duplicate), if it cannot:
+    /// a port that gives back the packet it lent (a netfilter verdict, one per
+    /// packet) has no second copy to send. The live stage then refuses every
+    /// change that would make its model duplicate.
+    fn no_copies(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// In-memory ports for tests: frames go in through a channel with their

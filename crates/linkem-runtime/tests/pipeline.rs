@@ -713,3 +713,136 @@ fn with_a_rate_the_window_decides_what_merges_and_lateness_counts_each_frame() {
     let (max, min) = (stats.lateness.max(), stats.lateness.min());
     assert!((600_000..1_000_000).contains(&(max - min)), "{min}..{max}");
 }
+
+#[test]
+fn a_bridge_of_several_pairs_coalesces_per_pair_and_sends_what_it_holds_when_nothing_follows() {
+    use linkem_runtime::pipeline::GroupPair;
+    // Two pairs, each a TSO burst of 10 at 100 Mbit/s (~86 us apart) and a
+    // 2 ms window: each pair's ten frames merge into one super-frame of its
+    // own, which must leave once its last frame is due and nothing follows,
+    // not when the bridge stops.
+    let mut live = LiveOptions::new(8 << 20);
+    live.max_lag_ns = None;
+    live.coalesce_window_ns = Some(2_000_000);
+    let mut pairs = Vec::new();
+    let mut ends = Vec::new();
+    for k in 0..2u64 {
+        let spec = LinkSpec::parse("rate 100mbit").unwrap();
+        let (in_a, rx_a) = channel::<MemFrame>();
+        let (_in_b, rx_b) = channel::<MemFrame>();
+        let (mut tx, sent) = MemoryTx::new();
+        let supers = Supers::default();
+        tx.supers = Some(supers.clone());
+        let (sink, _) = MemoryTx::new();
+        pairs.push(GroupPair {
+            names: ["a->b".into(), "b->a".into()],
+            buffer_bytes: [8 << 20; 2],
+            model: LinkModel::new([spec.link.clone(), spec.link], 7 + k),
+            rx: [Box::new(MemoryRx::new(rx_a)), Box::new(MemoryRx::new(rx_b))],
+            tx: [Box::new(tx), Box::new(sink)],
+        });
+        ends.push((in_a, _in_b, sent, supers));
+    }
+    let (mut bridges, mut group) = LiveBridge::start_group(live, pairs).unwrap();
+    let t = now_ns();
+    for (k, (input, _, _, _)) in ends.iter().enumerate() {
+        input.send(tso_burst(t, 10, 1_000_000 * k as u32)).unwrap();
+    }
+    for (k, (_, _, sent, _)) in ends.iter().enumerate() {
+        wait_for(sent, 10, Duration::from_secs(2));
+        let n = sent.lock().unwrap().len();
+        assert_eq!(
+            n, 10,
+            "pair {k}: {n} of 10 frames left while the bridge ran"
+        );
+    }
+    std::thread::sleep(Duration::from_millis(150));
+    group.stop();
+    for (k, (bridge, (_, _, sent, supers))) in bridges.iter_mut().zip(&ends).enumerate() {
+        let stats = bridge.stop().swap_remove(0);
+        let supers = supers.lock().unwrap();
+        assert_eq!(supers.len(), 1, "pair {k}: one super-frame of its own");
+        assert_eq!(supers[0].1.len(), 10, "pair {k}");
+        // Its last frame is due ~0.8 ms after the first; held no longer
+        // than a wake-up on a loaded machine after that.
+        let left_after_ns = supers[0].0 - t;
+        assert!(
+            left_after_ns < 100_000_000,
+            "pair {k}: the super-frame left {left_after_ns} ns after the burst"
+        );
+        for (i, (_, f)) in sent.lock().unwrap().iter().enumerate() {
+            assert_eq!(
+                seq_of(f),
+                1_000_000 * k as u32 + 1000 * i as u32,
+                "pair {k}"
+            );
+            assert!(tcp4_verifies(f), "pair {k} frame {i} checksum");
+        }
+        assert_eq!((stats.coalesced, stats.super_frames), (10, 1), "pair {k}");
+        assert_eq!(stats.fates.get(Fate::Delivered), 10, "pair {k}");
+        assert_eq!(
+            stats.lateness.len(),
+            10,
+            "pair {k}: lateness per wire frame"
+        );
+        assert!(stats.adds_up(), "pair {k}: {stats:?}");
+    }
+}
+
+/// A port that gives back the packet it lent, once (as host mode's netfilter
+/// verdicts do): it cannot send a copy.
+struct OneCopyTx(MemoryTx);
+
+impl TxPort for OneCopyTx {
+    fn tx_push(&mut self, frame: &[u8]) -> TxOutcome {
+        self.0.tx_push(frame)
+    }
+    fn tx_flush(&mut self) -> std::io::Result<()> {
+        self.0.tx_flush()
+    }
+    fn max_frame_bytes(&self) -> usize {
+        self.0.max_frame_bytes()
+    }
+    fn no_copies(&self) -> Option<&'static str> {
+        Some("on this port: one verdict per packet")
+    }
+}
+
+#[test]
+fn a_change_that_duplicates_is_refused_when_a_port_cannot_send_a_copy() {
+    let spec = LinkSpec::parse("delay 1ms").unwrap();
+    let opts = DirectionOptions::new("a->b", spec.link, 1, 0);
+    let (_input, rx_in) = channel::<(u64, Vec<u8>)>();
+    let (tx, _sent) = MemoryTx::new();
+    let d = Direction::start(
+        opts,
+        Box::new(MemoryRx::new(rx_in)),
+        Box::new(OneCopyTx(tx)),
+    )
+    .unwrap();
+    let change = |words: &str| Change::Link {
+        sides: [true, true],
+        config: Box::new(LinkSpec::parse(words).unwrap().link),
+    };
+    let refused = d
+        .bridge
+        .submit(vec![change("delay 2ms"), change("delay 2ms duplicate 1%")])
+        .unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        "'duplicate' is not available on this port: one verdict per packet"
+    );
+    // Nothing of the refused request applied; a change without duplication does.
+    assert_eq!(
+        d.bridge
+            .with_model(|m| m.link(linkem_core::rules::Side::A).config().delay_ns),
+        1_000_000
+    );
+    d.bridge.submit(vec![change("delay 3ms")]).unwrap();
+    assert_eq!(
+        d.bridge
+            .with_model(|m| m.link(linkem_core::rules::Side::A).config().delay_ns),
+        3_000_000
+    );
+    d.stop();
+}

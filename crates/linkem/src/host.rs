@@ -107,6 +107,8 @@ impl HostArgs {
             if_a: "received".into(),
             if_b: "sent".into(),
             words: self.words.clone(),
+            pair: Vec::new(),
+            pairs: Vec::new(),
             a_to_b: self.a_to_b.clone(),
             b_to_a: self.b_to_a.clone(),
             config: None,
@@ -144,4 +146,32 @@ pub fn run(args: &HostArgs) -> Result<()> {
         crate::bridge::Attach::Host(&setup),
         crate::bridge::Hooks::default(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        host: HostArgs,
+    }
+
+    /// Host mode hands the stage coalescing off, and the stage's start
+    /// refuses by name a bridge's arguments that ask for it there.
+    #[test]
+    fn host_mode_coalesces_never_and_refuses_to_be_asked() {
+        let cli = Cli::try_parse_from(["host", "delay", "1ms"]).unwrap();
+        let mut args = cli.host.bridge_args();
+        assert!(crate::bridge::refuse_coalescing_in_host_mode(&args).is_ok());
+        args.coalesce = crate::args::OnOff::On;
+        let e = crate::bridge::refuse_coalescing_in_host_mode(&args).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("--coalesce on is not available in host mode"),
+            "{e}"
+        );
+    }
 }

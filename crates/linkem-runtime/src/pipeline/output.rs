@@ -6,7 +6,7 @@
 use super::coalesce::{Offer, Pending};
 use super::options::lateness_histogram;
 use super::wait::{Realtime, SpinBudget, WakeEstimate, BEHIND_NS, MIN_SPIN_NS};
-use super::Control;
+use super::{Control, FlushSet};
 use crate::clock;
 use crate::delay_line::Consumer;
 use crate::port::{TxOutcome, TxPort};
@@ -17,12 +17,12 @@ use std::sync::Arc;
 
 /// Longest single sleep of the output stage, so it notices stop and (when
 /// reordering) a newly arrived packet due earlier than the one it waits for.
-const MAX_SLEEP_NS: u64 = 10_000_000;
-const MAX_SLEEP_REORDER_NS: u64 = 200_000;
+pub(super) const MAX_SLEEP_NS: u64 = 10_000_000;
+pub(super) const MAX_SLEEP_REORDER_NS: u64 = 200_000;
 /// How often the output stage publishes its counts and lateness when it has
 /// time to spare, and at the latest.
-const PUBLISH_NS: u64 = 50_000_000;
-const PUBLISH_MAX_NS: u64 = 500_000_000;
+pub(super) const PUBLISH_NS: u64 = 50_000_000;
+pub(super) const PUBLISH_MAX_NS: u64 = 500_000_000;
 
 /// A packet moved out of the delay line when the link may reorder.
 struct Held {
@@ -32,14 +32,14 @@ struct Held {
 }
 
 pub(super) struct OutputState {
-    tx: Box<dyn TxPort>,
+    pub(super) tx: Box<dyn TxPort>,
     local_sent: u64,
     local_copies: u64,
     local_late: u64,
-    local_flushed: u64,
+    pub(super) local_flushed: u64,
     local_too_big: u64,
     lateness: Histogram<u64>,
-    wakeups: u64,
+    pub(super) wakeups: u64,
     queued: bool,
     max_lag_ns: Option<u64>,
     /// The super-frame being built, when coalescing (see [`super::coalesce`]).
@@ -49,7 +49,11 @@ pub(super) struct OutputState {
 }
 
 impl OutputState {
-    fn new(tx: Box<dyn TxPort>, max_lag_ns: Option<u64>, coalesce_window_ns: Option<u64>) -> Self {
+    pub(super) fn new(
+        tx: Box<dyn TxPort>,
+        max_lag_ns: Option<u64>,
+        coalesce_window_ns: Option<u64>,
+    ) -> Self {
         let coalesce = coalesce_window_ns
             .filter(|_| tx.sends_super_frames())
             .map(Pending::new);
@@ -70,8 +74,34 @@ impl OutputState {
         }
     }
 
+    /// Takes the next frame of `src`, due now: discarded as `flushed` when its
+    /// group was flushed (a deleted pipe's), else sent.
+    pub(super) fn send_next(
+        &mut self,
+        now: u64,
+        src: &mut Source,
+        flush: &FlushSet,
+    ) -> Result<(), String> {
+        src.take(|r, frame, copy, group| {
+            if flush.contains(group) {
+                if !copy {
+                    self.local_flushed += 1;
+                    self.tx.tx_discard(frame);
+                }
+                return Ok(());
+            }
+            self.send(now, r, frame, copy)
+        })
+    }
+
     /// Sends (or drops as late) one frame due now; an error stops the stage.
-    fn send(&mut self, now: u64, release_ns: u64, frame: &[u8], copy: bool) -> Result<(), String> {
+    pub(super) fn send(
+        &mut self,
+        now: u64,
+        release_ns: u64,
+        frame: &[u8],
+        copy: bool,
+    ) -> Result<(), String> {
         let lateness = now.saturating_sub(release_ns);
         if self.max_lag_ns.is_some_and(|m| lateness > m) {
             if !copy {
@@ -180,10 +210,12 @@ impl OutputState {
         push_until_taken(&mut *self.tx, frame)
     }
 
-    /// Before waiting for a frame due at `next_ns` (`None`: none waiting):
-    /// sends what is held if nothing due within the window can join it, and
-    /// hands the kernel what is queued.
-    fn flush_before(&mut self, next_ns: Option<u64>) -> Result<(), String> {
+    /// Once no more frames of this direction are due now (`next_ns`: the
+    /// next release waiting, `None`: none): sends what the coalescer holds
+    /// unless a frame due within its window may still join it. Both output
+    /// stages call it before they wait, so held frames never outlive the
+    /// window (plus a wake-up) nor wait for traffic that is not coming.
+    pub(super) fn release_held(&mut self, next_ns: Option<u64>) -> Result<(), String> {
         if self
             .coalesce
             .as_ref()
@@ -191,10 +223,17 @@ impl OutputState {
         {
             self.emit_pending()?;
         }
+        Ok(())
+    }
+
+    /// Before waiting for a frame due at `next_ns` (`None`: none waiting):
+    /// [`OutputState::release_held`], then hands the kernel what is queued.
+    pub(super) fn flush_before(&mut self, next_ns: Option<u64>) -> Result<(), String> {
+        self.release_held(next_ns)?;
         self.flush()
     }
 
-    fn flush(&mut self) -> Result<(), String> {
+    pub(super) fn flush(&mut self) -> Result<(), String> {
         if self.queued {
             self.queued = false;
             self.tx.tx_flush().map_err(|e| format!("send: {e}"))?;
@@ -202,7 +241,7 @@ impl OutputState {
         Ok(())
     }
 
-    fn publish(&mut self, control: &Control) {
+    pub(super) fn publish(&mut self, control: &Control) {
         let tx_errors = self.tx.tx_errors();
         let mut shared = control.output.lock().expect("the lock holders never panic");
         shared.sent = self.local_sent;
@@ -250,8 +289,8 @@ fn push_until_taken(tx: &mut dyn TxPort, frame: &[u8]) -> Result<TxOutcome, Stri
 /// and no earlier than anything in the heap: frames leave from the line
 /// directly, uncopied. When the count moves, the whole line goes into the heap
 /// (as without `sorted_runs`), and the frames of the heap leave first.
-struct Source {
-    consumer: Consumer,
+pub(super) struct Source {
+    pub(super) consumer: Consumer,
     heap: Option<ReleaseQueue<Held>>,
     sorted_runs: Option<Arc<Control>>,
     /// The out-of-order count already moved into the heap.
@@ -259,8 +298,19 @@ struct Source {
 }
 
 impl Source {
+    /// The source of a direction whose stage runs with `cfg` (as
+    /// [`output_stage`] builds it).
+    pub(super) fn new(consumer: Consumer, cfg: &OutputConfig, control: &Arc<Control>) -> Source {
+        Source {
+            consumer,
+            heap: cfg.reorders.then(ReleaseQueue::new),
+            sorted_runs: (cfg.reorders && cfg.sorted_runs).then(|| control.clone()),
+            handled: 0,
+        }
+    }
+
     /// The next release time, if any frame is waiting.
-    fn next_release(&mut self) -> Option<u64> {
+    pub(super) fn next_release(&mut self) -> Option<u64> {
         let Some(heap) = self.heap.as_mut() else {
             return self.consumer.peek().map(|h| h.release_ns);
         };
@@ -289,7 +339,7 @@ impl Source {
     }
 
     /// Hands the next frame to `f` and removes it.
-    fn take<R>(&mut self, f: impl FnOnce(u64, &[u8], bool, u32) -> R) -> R {
+    pub(super) fn take<R>(&mut self, f: impl FnOnce(u64, &[u8], bool, u32) -> R) -> R {
         if let Some(heap) = self.heap.as_mut() {
             // Without sorted runs, `next_release` moved the whole line into
             // the heap: the heap's first frame is the one it found.
@@ -403,17 +453,7 @@ pub(super) fn output_stage(
                 rt.busy(now);
             }
         }
-        let flush = &control.flush;
-        if let Err(e) = src.take(|r, frame, copy, group| {
-            if flush.contains(group) {
-                if !copy {
-                    st.local_flushed += 1;
-                    st.tx.tx_discard(frame);
-                }
-                return Ok(());
-            }
-            st.send(now, r, frame, copy)
-        }) {
+        if let Err(e) = st.send_next(now, &mut src, &control.flush) {
             control.fail(e);
             break;
         }
