@@ -165,8 +165,10 @@ echo "- one connection, $(client pipelined "$N")"
 # the node's lock, without the round trip between the processes.
 if [ -n "${INSIDE:-}" ]; then
   need_packages perf:linux-perf
-  perf record -q -o "$OUT/perf.data" -e syscalls:sys_exit_recvfrom \
-    -e syscalls:sys_enter_write -p "$LPID" >/dev/null 2>&1 &
+  # A control thread reads a request with recvfrom or read and replies with write or
+  # sendto, depending on the build: all four are traced.
+  perf record -q -o "$OUT/perf.data" -e syscalls:sys_exit_recvfrom -e syscalls:sys_exit_read \
+    -e syscalls:sys_enter_write -e syscalls:sys_enter_sendto -p "$LPID" >/dev/null 2>&1 &
   PERF=$!
   sleep 1
   client lockstep "$N" >/dev/null
@@ -181,12 +183,14 @@ for line in sys.stdin:
     if not m:
         continue
     tid, t, ev, rest = m.group(1), float(m.group(2)), m.group(3), m.group(4)
-    if ev == "sys_exit_recvfrom":
+    if ev in ("sys_exit_recvfrom", "sys_exit_read"):
         if int(rest.split()[-1], 16) > 0:
             read_at[tid] = t
-    elif ev == "sys_enter_write" and tid in read_at:
+    elif ev in ("sys_enter_write", "sys_enter_sendto") and tid in read_at:
         took.append((t - read_at.pop(tid)) * 1e6)
 took.sort()
+if not took:
+    sys.exit("- inside linkem: no request read followed by its reply was traced")
 q = lambda p: took[min(len(took) - 1, int(p * len(took)))]
 print(f"- inside linkem, {len(took)} lockstep changes: median {q(0.5):.1f} us, p99 {q(0.99):.1f} us, max {took[-1]:.1f} us")
 '
