@@ -7,8 +7,8 @@
 #![forbid(unsafe_code)]
 
 use anyhow::Result;
-use clap::{CommandFactory, Parser, Subcommand};
-use linkem::{args, bridge, replay, synth};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use linkem::{args, replay, synth};
 use linkem_core::config::link_words_help;
 
 #[derive(Parser)]
@@ -71,8 +71,9 @@ enum Command {
     /// Scenarios: `delay` (accuracy of delay 10ms at low and high rates, 64 and
     /// 1500 bytes, bursts of 64, and gap preservation), `lossfree` (highest
     /// loss-free rate for delay, loss 1 %, rate at 90 % and all three) and `tail`
-    /// (p99, p99.9 and worst delay beyond the Linux bridge for linkem's defaults
-    /// and each backend under each real-time policy). Default: all three.
+    /// (p99, p99.9 and worst delay beyond the Linux bridge for linkem's defaults,
+    /// the defaults with --coalesce off, and each backend under each real-time
+    /// policy). Default: all three.
     Bench(linkem::bench::BenchArgs),
     /// Draw throughput and per-packet delay over time from a link log in
     /// mahimahi's format (`--uplink-log`, or mahimahi's own), as
@@ -86,10 +87,16 @@ enum Command {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let result: Result<()> = match cli.command {
         Command::Replay(args) => replay::run(&args),
-        Command::Bridge(args) => bridge::run(&args),
+        Command::Bridge(mut args) => {
+            if let Some(m) = matches.subcommand_matches("bridge") {
+                args.group_pairs(m);
+            }
+            linkem::pairs::run_bridge(&args)
+        }
         Command::Shell(args) => match linkem::shell::run(&args) {
             Ok(code) => std::process::exit(code),
             Err(e) => Err(e),

@@ -15,8 +15,8 @@
 //!   of the offered load: 10 %; all three), 64 and 1500 bytes, found on a
 //!   doubling ladder of rates.
 //! - `tail`: the tail of the delay distribution (p99, p99.9, max) through
-//!   `delay 10ms` at 1 kpps for linkem as started by default and for each
-//!   backend under each real-time policy, each percentile beyond the Linux
+//!   `delay 10ms` at 1 kpps for linkem as started by default, the same with
+//!   `--coalesce off`, and for each backend under each real-time policy, each percentile beyond the Linux
 //!   bridge's same percentile, in rounds that alternate the settings; it ends
 //!   with whether the default is as good as the best setting.
 //!

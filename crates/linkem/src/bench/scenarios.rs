@@ -66,10 +66,12 @@ fn configured(dut: &Dut) -> String {
     }
 }
 
-/// The settings the `tail` scenario compares: linkem as users start it, then
-/// every backend under every real-time policy.
+/// The settings the `tail` scenario compares: linkem as users start it, the
+/// same with coalescing on transmit off (the probe's UDP frames never merge:
+/// what is left is its cost per frame), then every backend under every
+/// real-time policy.
 fn tail_settings() -> Vec<Vec<String>> {
-    let mut v = vec![Vec::new()];
+    let mut v = vec![Vec::new(), vec!["--coalesce".into(), "off".into()]];
     for backend in ["xdp", "packet"] {
         for realtime in ["off", "out", "all"] {
             v.push(

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# TCP goodput host to host (stock hosts: checksum offload, TSO/GSO on) through
+# the Linux bridge and through linkem with coalescing on transmit on and off,
+# beside another linkem binary (BASE, e.g. main's), for three links: none,
+# `delay 10ms` (host buffers -w 16M, the most net.core.[rw]mem_max allows
+# here) and `rate 5gbit`. The Linux bridge gets the same link from netem on
+# both of its ports' egress (delay 10ms; rate 5gbit), limit 200000 packets.
+# Every column of a row in the same round, rounds alternating; Mbit/s.
+#
+#   BASE=/path/to/linkem scripts/bench-coalesce.sh [SECONDS] [ROUNDS]   (root)
+#
+# Defaults: 5 s per cell, 2 rounds. Without BASE the BASE columns are left out.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" = 0 ] || { echo "bench-coalesce: needs root"; exit 1; }
+secs=${1:-5}
+rounds=${2:-2}
+. scripts/topology.sh
+need_packages ip:iproute2 ethtool:ethtool iperf3:iperf3 python3:python3 tc:iproute2
+LINKEM=${LINKEM:-${CARGO_TARGET_DIR:-$PWD/target}/release/linkem}
+BASE=${BASE:-}
+P=lkco$$
+LPID=
+cleanup() {
+  [ -n "$LPID" ] && kill "$LPID" 2>/dev/null || true
+  topo_down "$P"
+}
+trap cleanup EXIT
+
+goodput() {
+  local w=$1
+  ip netns exec "${P}b" iperf3 -s -1 -D -p 5201 >/dev/null 2>&1
+  sleep 0.3
+  ip netns exec "${P}a" timeout $((secs + 15)) iperf3 -c 10.97.0.2 -p 5201 -t "$secs" -O 1 \
+    ${w:+-w "$w"} -J 2>/dev/null |
+    python3 -c 'import json,sys; print("%.0f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e6))' ||
+    echo "?"
+}
+
+# linkem BIN BACKEND [OPTIONS...] -- WORDS...: one cell through that linkem.
+through_linkem() {
+  local bin=$1 backend=$2 w=$3; shift 3
+  "$bin" bridge "${P}ea" "${P}eb" --backend "$backend" --control none --stats none "$@" \
+    >/dev/null 2>&1 &
+  LPID=$!
+  sleep 1
+  goodput "$w"
+  kill -INT "$LPID"; wait "$LPID" || true; LPID=
+}
+
+through_bridge() {
+  local w=$1 netem=$2 dev
+  ip link add "${P}br" type bridge
+  ip link set "${P}ea" master "${P}br"; ip link set "${P}eb" master "${P}br"
+  ip link set "${P}br" up
+  if [ -n "$netem" ]; then
+    for dev in "${P}ea" "${P}eb"; do
+      # shellcheck disable=SC2086
+      tc qdisc add dev "$dev" root netem $netem limit 200000
+    done
+  fi
+  sleep 1
+  goodput "$w"
+  for dev in "${P}ea" "${P}eb"; do tc qdisc del dev "$dev" root 2>/dev/null || true; done
+  ip link del "${P}br"
+}
+
+head='| round | link | Linux bridge'
+sep='|---|---|---'
+[ -n "$BASE" ] && { head+=' | BASE AF_XDP | BASE AF_PACKET'; sep+='|---|---'; }
+head+=' | AF_PACKET coalesce on | AF_PACKET coalesce off | AF_XDP |'
+sep+='|---|---|---|'
+echo "$head"; echo "$sep"
+topo_up "$P" 10.97.0
+for round in $(seq 1 "$rounds"); do
+  for link in none "delay 10ms" "rate 5gbit"; do
+    case $link in
+      none) words=(); netem=""; w="" ;;
+      "delay 10ms") words=(delay 10ms); netem="delay 10ms"; w=16M ;;
+      "rate 5gbit") words=(rate 5gbit); netem="rate 5gbit"; w="" ;;
+    esac
+    row=("$(through_bridge "$w" "$netem")")
+    if [ -n "$BASE" ]; then
+      row+=("$(through_linkem "$BASE" xdp "$w" "${words[@]}")")
+      row+=("$(through_linkem "$BASE" packet "$w" "${words[@]}")")
+    fi
+    row+=("$(through_linkem "$LINKEM" packet "$w" --coalesce on "${words[@]}")")
+    row+=("$(through_linkem "$LINKEM" packet "$w" --coalesce off "${words[@]}")")
+    row+=("$(through_linkem "$LINKEM" xdp "$w" --coalesce off "${words[@]}")")
+    line="| $round | $link"
+    for c in "${row[@]}"; do line+=" | $c"; done
+    echo "$line |"
+  done
+done
