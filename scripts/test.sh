@@ -6,6 +6,17 @@
 # As root it first installs the Debian packages the tests use (scripts/packages.sh);
 # without root it names the missing ones and carries on: the unit tests run, and a
 # live test that needs a missing tool fails naming its package.
+#
+# CI (.ci/run) runs exactly this on a fresh clone and must finish inside 30 minutes,
+# so the order is chosen for time:
+#  - the live tests use about a quarter of two cores (they wait on links, timers and
+#    peers), so the fuzz workspace, a build of its own, is built while they run, at
+#    idle priority (SCHED_IDLE: it only gets a core no test wants, and gives it up at
+#    once when one does); the tests' binaries are all built before that starts;
+#  - the plain build of linkem is the tests' own build (crates/linkem/Cargo.toml turns
+#    on the features the dev-dependencies add), checked below: a second copy of every
+#    crate cost minutes;
+#  - the fuzz targets run two at a time, each for its full seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/packages.sh
@@ -16,11 +27,29 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -q -- -D warnings
 # cnitool for linkem-cni's test (built once into target/cnitool/; without Go the test skips).
 ./scripts/cnitool.sh >/dev/null || echo "test: cnitool not built: linkem-cni's cnitool test will skip" >&2
+cargo test --workspace --no-run
+# The fuzz workspace builds beside the live tests, in a session of its own so that a
+# failing test stops it too. Its output waits in a file until the smoke run below.
+fuzz_log=$(mktemp)
+idle=(nice -n 19)
+if command -v chrt >/dev/null && chrt --idle 0 true 2>/dev/null; then
+  idle=(chrt --idle 0)
+fi
+FUZZ_PROFILE="${FUZZ_PROFILE:-dev}" setsid "${idle[@]}" ./fuzz/run.sh --build >"$fuzz_log" 2>&1 &
+fuzz_build=$!
+trap 'kill -- -"$fuzz_build" 2>/dev/null || true; rm -f "$fuzz_log"' EXIT
 cargo test --workspace
+# Nothing may compile here: this is the binary the tests ran (see crates/linkem/Cargo.toml).
+rebuilt=$(cargo build -p linkem 2>&1 | sed -n 's/^ *Compiling //p')
+if [ -n "$rebuilt" ]; then
+  echo "test: 'cargo build -p linkem' compiled again what the tests built: $(echo $rebuilt)." >&2
+  echo "test: its features differ from the tests' ones; turn on in crates/linkem/Cargo.toml what the" >&2
+  echo "test: dev-dependencies turn on (compare 'cargo tree -e features -i CRATE' with and without -e no-dev)." >&2
+  exit 1
+fi
 # The Python package (python/): client, Mininet link and offline install. The live
 # tests (a bridge between namespaces, Mininet) need root and skip without it, saying so.
 if /usr/bin/python3 -c 'import pytest' 2>/dev/null; then
-  cargo build -q -p linkem
   /usr/bin/python3 -m pytest -q -rs -p no:cacheprovider python/tests
 else
   echo "test: python/tests not run: pytest is missing (apt-get install python3-pytest)" >&2
@@ -35,4 +64,10 @@ cargo build -q --workspace --benches
 # A smoke run of each target: 5 s, unoptimised (building the fuzz workspace optimised with
 # its sanitizer took minutes of a fresh clone's CI). For a longer look:
 # FUZZ_SECONDS=60 fuzz/run.sh (optimised).
-FUZZ_SECONDS="${FUZZ_SECONDS:-5}" FUZZ_PROFILE="${FUZZ_PROFILE:-dev}" ./fuzz/run.sh
+# The targets were built beside the live tests (above); two run at a time.
+if ! wait "$fuzz_build"; then
+  cat "$fuzz_log" >&2
+  echo "test: building the fuzz targets failed (output above)" >&2
+  exit 1
+fi
+FUZZ_SECONDS="${FUZZ_SECONDS:-5}" FUZZ_PROFILE="${FUZZ_PROFILE:-dev}" FUZZ_JOBS="${FUZZ_JOBS:-2}" ./fuzz/run.sh
