@@ -725,9 +725,7 @@ fn run_recording(args: &ReplayArgs) -> Result<()> {
                 model.start(t0_ns);
             }
             let next = recorded_inputs(&mut rec, dir, sides);
-            let (tally, secs) = drive(
-                args, &mut model, link_type, snaplen, &signals, logs, next,
-            )?;
+            let (tally, secs) = drive(args, &mut model, link_type, snaplen, &signals, logs, next)?;
             print_stats(args, &link_text, meta.seed, &tally, secs);
         }
         Start::Rules(text) => {
@@ -775,9 +773,7 @@ fn run_recording(args: &ReplayArgs) -> Result<()> {
                 capacity: [None, None],
                 start_ns: meta.start_ns,
             };
-            let (tally, secs) = drive(
-                args, &mut node, link_type, snaplen, &signals, logs, next,
-            )?;
+            let (tally, secs) = drive(args, &mut node, link_type, snaplen, &signals, logs, next)?;
             report(args, &node, meta.seed, &tally, secs);
         }
     }
