@@ -846,13 +846,20 @@ fn a_started_node_counts_traces_and_schedules_from_its_start() {
     let ms = 1_000_000u64;
     // (arrival ms after t0, destination port): each pipe's first packet at
     // 60 ms; pipe 2's second flow (source port 2) first at 160 ms.
-    let pkts: Vec<(u64, u32, FlowKey)> = [(60, 1, 1), (60, 2, 1), (160, 2, 2), (60, 3, 1), (60, 4, 1)]
-        .iter()
-        .map(|&(at, port, sport)| (t0 + at * ms, 100, common::udp4(1, 2, sport, port, 0)))
-        .collect();
+    let pkts: Vec<(u64, u32, FlowKey)> =
+        [(60, 1, 1), (60, 2, 1), (160, 2, 2), (60, 3, 1), (60, 4, 1)]
+            .iter()
+            .map(|&(at, port, sport)| (t0 + at * ms, 100, common::udp4(1, 2, sport, port, 0)))
+            .collect();
     let mut releases_ms = |start: Option<u64>| {
         let set = parse_rules(text, ["a", "b"], &mut files).unwrap_or_else(|e| panic!("{e}"));
-        let mut node = Node::new(set, NodeConfig { seed: 1, ..Default::default() });
+        let mut node = Node::new(
+            set,
+            NodeConfig {
+                seed: 1,
+                ..Default::default()
+            },
+        );
         if let Some(t) = start {
             linkem_core::Model::start(&mut node, t);
         }
