@@ -1047,6 +1047,15 @@ fn a_recording_with_link_words_is_refused() {
     );
 }
 
+/// The ms of a link log's `#` lines of `bytes` each.
+fn capacity_ms(log: &str, bytes: u32) -> Vec<u64> {
+    let suffix = format!(" # {bytes}");
+    log.lines()
+        .filter_map(|l| l.strip_suffix(&suffix))
+        .map(|ms| ms.parse().unwrap())
+        .collect()
+}
+
 /// Opportunity ms of the trace 1, 1, 3, 5, 10 (looped) up to `end_ms`.
 fn trace_opportunities_ms(end_ms: u64) -> Vec<u64> {
     let offsets = [1u64, 1, 3, 5, 10];
@@ -1088,12 +1097,11 @@ fn a_trace_replays_log_has_the_capacity_lines() {
     let out = read(&output);
     assert_eq!(out.len(), packets.len(), "a trace link loses nothing here");
     let end_ms = out.last().unwrap().0 / 1_000_000 - t0_ns / 1_000_000;
-    let capacity: Vec<u64> = log
-        .lines()
-        .filter_map(|l| l.strip_suffix(" # 1504"))
-        .map(|ms| ms.parse().unwrap())
-        .collect();
-    assert_eq!(capacity, trace_opportunities_ms(end_ms), "{log}");
+    assert_eq!(
+        capacity_ms(&log, 1504),
+        trace_opportunities_ms(end_ms),
+        "{log}"
+    );
     // Each departure at an opportunity already written.
     let mut seen = Vec::new();
     for l in log.lines().filter(|l| !l.starts_with('#')) {
@@ -1145,12 +1153,11 @@ fn a_trace_replays_log_has_the_capacity_lines() {
         "the first frame 4 ms after the start: {log}"
     );
     let end_ms = read(&rec_out).last().unwrap().0 / 1_000_000 - start_ns / 1_000_000;
-    let capacity: Vec<u64> = log
-        .lines()
-        .filter_map(|l| l.strip_suffix(" # 1504"))
-        .map(|ms| ms.parse().unwrap())
-        .collect();
-    assert_eq!(capacity, trace_opportunities_ms(end_ms), "{log}");
+    assert_eq!(
+        capacity_ms(&log, 1504),
+        trace_opportunities_ms(end_ms),
+        "{log}"
+    );
 }
 
 /// A live trace link starts its opportunities at the link's start, which
@@ -1240,11 +1247,7 @@ fn replay_writes_mahimahis_link_log() {
         "{log}"
     );
     // The rate's capacity: a `#` line of 1500 bytes (12 Mbit/s) each ms.
-    let capacity: Vec<u64> = log
-        .lines()
-        .filter_map(|l| l.strip_suffix(" # 1500"))
-        .map(|ms| ms.parse().unwrap())
-        .collect();
+    let capacity = capacity_ms(&log, 1500);
     assert!(capacity.len() > 20, "{log}");
     assert_eq!(
         capacity,

@@ -110,13 +110,19 @@ pub(super) struct RawChange {
     pub line: usize,
 }
 
-/// Adds `change` to `out`, which may hold [`MAX_CHANGES`] at most (a line
-/// or a shape that would fill the memory is an error, not an allocation).
-fn push_change(out: &mut Vec<RawChange>, change: RawChange) -> Result<(), String> {
+/// Adds the change of file line `line` at `at_ns` to `out`, which may hold
+/// [`MAX_CHANGES`] at most (a line or a shape that would fill the memory is
+/// an error, not an allocation).
+fn push_change(
+    out: &mut Vec<RawChange>,
+    at_ns: u64,
+    words: Vec<String>,
+    line: usize,
+) -> Result<(), String> {
     if out.len() >= MAX_CHANGES {
         return Err(format!("more than {MAX_CHANGES} changes"));
     }
-    out.push(change);
+    out.push(RawChange { at_ns, words, line });
     Ok(())
 }
 
@@ -179,15 +185,7 @@ pub(super) fn read_lines(name: &str, text: &str) -> Result<(Vec<RawChange>, Opti
                 ));
             }
             last_ns = at_ns;
-            push_change(
-                &mut out,
-                RawChange {
-                    at_ns,
-                    words,
-                    line: n,
-                },
-            )
-            .map_err(err)?;
+            push_change(&mut out, at_ns, words, n).map_err(err)?;
         }
     }
     if out.is_empty() {
@@ -297,15 +295,7 @@ pub(super) fn read_csv(name: &str, text: &str) -> Result<(Vec<RawChange>, Option
                 scaled_percent(field("dup_prob")).map_err(|e| bad("dup_prob", e))?,
             ]);
         }
-        push_change(
-            &mut out,
-            RawChange {
-                at_ns,
-                words,
-                line: n,
-            },
-        )
-        .map_err(err)?;
+        push_change(&mut out, at_ns, words, n).map_err(err)?;
         at_ns = at_ns
             .checked_add(keep_ns)
             .ok_or_else(|| bad("keep_us", "the rows last beyond 2^64 ns".into()))?;
