@@ -21,32 +21,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-6}
-[ "$(id -u)" = 0 ] || { echo "bench-bridge-rules: needs root"; exit 1; }
-. scripts/topology.sh
-need_packages ip:iproute2 ethtool:ethtool trafgen:netsniff-ng python3:python3
-if [ -z "${LINKEM:-}" ]; then
-  cargo build --release -q -p linkem
-  LINKEM=${CARGO_TARGET_DIR:-$PWD/target}/release/linkem
-fi
-BACKENDS=${BACKENDS:-packet xdp}
+. scripts/bench-common.sh
+bench_start bench-bridge-rules lkrb
 RATE=${RATE:-100000pps}
 ROUNDS=${ROUNDS:-2}
 TICK=$(getconf CLK_TCK)
-P=lkrb$$
-out=$(mktemp -d)
-cleanup() {
-  [ -n "${LPID:-}" ] && kill "$LPID" 2>/dev/null || true
-  topo_down "$P"
-  rm -rf "$out"
-}
-trap cleanup EXIT
-
-topo_up "$P" 10.97.0
-MAC_B=$(ip netns exec "${P}b" cat "/sys/class/net/${P}hb/address")
-MAC_A=$(ip netns exec "${P}a" cat "/sys/class/net/${P}ha/address")
-cat > "$out/udp64.cfg" <<EOF
-{ eth(da=${MAC_B}, sa=${MAC_A}), ipv4(saddr=10.97.0.1, daddr=10.97.0.2, ttl=64), udp(sp=4000, dp=9), fill(0x00, 18) }
-EOF
+bench_one_topology 10.97.0
 printf 'pipe 1 config delay 10ms\nadd 100 pipe 1 ip from any to any\n' > "$out/1.rules"
 {
   echo "pipe 1 config delay 10ms"

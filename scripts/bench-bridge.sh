@@ -17,32 +17,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-6}
-[ "$(id -u)" = 0 ] || { echo "bench-bridge: needs root"; exit 1; }
-. scripts/topology.sh
-need_packages ip:iproute2 ethtool:ethtool trafgen:netsniff-ng python3:python3
-# LINKEM=path runs that binary instead of building one (e.g. to compare two
-# builds in one session); BACKENDS limits the backends measured.
-if [ -z "${LINKEM:-}" ]; then
-  cargo build --release -q -p linkem
-  LINKEM=${CARGO_TARGET_DIR:-$PWD/target}/release/linkem
-fi
-BACKENDS=${BACKENDS:-packet xdp}
-P=lkbb$$
-out=$(mktemp -d)
-cleanup() {
-  [ -n "${LPID:-}" ] && kill "$LPID" 2>/dev/null || true
-  topo_down "$P"
-  rm -rf "$out"
-}
-trap cleanup EXIT
-
-topo_up "$P" 10.98.0
-MAC_B=$(ip netns exec "${P}b" cat "/sys/class/net/${P}hb/address")
-MAC_A=$(ip netns exec "${P}a" cat "/sys/class/net/${P}ha/address")
-# 60 bytes on the veth = a 64-byte Ethernet frame with its FCS.
-cat > "$out/udp64.cfg" <<EOF
-{ eth(da=${MAC_B}, sa=${MAC_A}), ipv4(saddr=10.98.0.1, daddr=10.98.0.2, ttl=64), udp(sp=4000, dp=9), fill(0x00, 18) }
-EOF
+. scripts/bench-common.sh
+bench_start bench-bridge lkbb
+bench_one_topology 10.98.0
 
 stat_of() { ip netns exec "$1" cat "/sys/class/net/$2/statistics/$3"; }
 

@@ -20,17 +20,9 @@ cd "$(dirname "$0")/.."
 N=${1:-4}
 SECS=${2:-6}
 ROUNDS=${3:-2}
-[ "$(id -u)" = 0 ] || { echo "bench-pairs: needs root"; exit 1; }
-. scripts/topology.sh
-need_packages ip:iproute2 ethtool:ethtool trafgen:netsniff-ng python3:python3
-if [ -z "${LINKEM:-}" ]; then
-  cargo build --release -q -p linkem
-  LINKEM=${CARGO_TARGET_DIR:-$PWD/target}/release/linkem
-fi
-BACKENDS=${BACKENDS:-packet xdp}
+. scripts/bench-common.sh
+bench_start bench-pairs lkbp
 WORDS=${WORDS:-}
-P=lkbp$$
-out=$(mktemp -d)
 cleanup() {
   [ -n "${LPID:-}" ] && kill "$LPID" 2>/dev/null || true
   for k in $(seq 0 $((N - 1))); do topo_down "${P}$k"; done

@@ -1,4 +1,4 @@
-# Shell helpers shared by scripts/demo.sh and scripts/bench-bridge.sh (source it).
+# Shell helpers shared by scripts/demo.sh and the benches (through bench-common.sh; source it).
 #
 #   need_packages CMD:PACKAGE ...   apt-get install the packages whose command is missing
 #                                   (from scripts/packages.sh)

@@ -173,6 +173,10 @@ impl Model for LinkModel {
 }
 
 impl Model for Node {
+    fn start(&mut self, t0_ns: u64) {
+        Node::start(self, t0_ns)
+    }
+
     #[inline]
     fn on_arrival(&mut self, now_ns: u64, pkt: PacketIn, out: &mut Vec<Decision>) {
         Node::on_arrival(self, now_ns, pkt, out)

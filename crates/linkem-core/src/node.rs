@@ -223,6 +223,8 @@ pub struct Node {
     next_sweep_ns: u64,
     /// The latest instant of an input (arrival, poll, change).
     clock_ns: u64,
+    /// The node's start ([`Node::start`]), if it was given one.
+    start_ns: Option<u64>,
 }
 
 impl Node {
@@ -261,7 +263,28 @@ impl Node {
             cfg,
             next_sweep_ns: 0,
             clock_ns: 0,
+            start_ns: None,
         }
+    }
+
+    /// The node starts at `t0_ns`, a live run's start (which its recording
+    /// stores): every pipe's trace and schedule count from there, in all its
+    /// instances (masked ones made later included), as a single link's do
+    /// live; a pipe a change makes later starts at that change. Without it
+    /// (the replay of a capture) each instance starts them at its first
+    /// packet. Called before any input.
+    pub fn start(&mut self, t0_ns: u64) {
+        self.start_ns.get_or_insert(t0_ns);
+        self.start_pipes(t0_ns);
+    }
+
+    /// Starts at `t0_ns` the pipes not started yet (all of them at the
+    /// node's start, the ones a change made later).
+    fn start_pipes(&mut self, t0_ns: u64) {
+        for p in &mut self.pipes {
+            p.start(t0_ns);
+        }
+        self.sched.start(t0_ns);
     }
 
     /// The rule set the node runs, as typed definitions: what a change is
@@ -468,6 +491,9 @@ impl Node {
             self.budget.live -= p.active_instances();
             self.budget.bytes -= p.charged_bytes();
             *p = Pipe::new(def, self.cfg.seed);
+            if self.start_ns.is_some() {
+                p.start(now_ns);
+            }
         }
         self.classifier.restart_draws(self.cfg.seed);
     }
@@ -637,6 +663,11 @@ impl Node {
         next.unmatched = self.unmatched;
         next.next_sweep_ns = self.next_sweep_ns;
         next.clock_ns = self.clock_ns;
+        next.start_ns = self.start_ns;
+        if next.start_ns.is_some() {
+            // The pipes kept have their origin; the new ones start here.
+            next.start_pipes(now_ns);
+        }
         *self = next;
     }
 

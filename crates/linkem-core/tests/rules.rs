@@ -819,3 +819,63 @@ fn renewed_classifier_decides_as_a_new_one() {
     assert_eq!(carried.counters[1], (0, 0), "rule 200 changed");
     assert_eq!(carried.counters[2], renewed.counters[2], "rule 300 stays");
 }
+
+/// A started node (a live run, or the replay of its recording) counts every
+/// pipe's trace and schedule from its start, as a single link does: the
+/// pipe's one instance, a masked pipe's instances made at later packets,
+/// and a scheduler's instance alike. Unstarted (the replay of a capture),
+/// each instance counts from its first packet. Trace: opportunities at 50
+/// and 100 ms of each 100 ms; schedule: delay 40 ms from 50 ms on.
+#[test]
+fn a_started_node_counts_traces_and_schedules_from_its_start() {
+    let text = "pipe 1 config trace t\n\
+                pipe 2 config trace t mask src-port 0xffff\n\
+                pipe 3 config trace t\n\
+                sched 3 config type fq_codel\n\
+                pipe 4 config delay 10 schedule s\n\
+                add 100 pipe 1 udp from any to any dst-port 1\n\
+                add 200 pipe 2 udp from any to any dst-port 2\n\
+                add 300 pipe 3 udp from any to any dst-port 3\n\
+                add 400 pipe 4 udp from any to any dst-port 4\n";
+    let mut files = |name: &str| match name {
+        "t" => Ok("50\n100\n".to_string()),
+        "s" => Ok("50ms delay 40ms\n".to_string()),
+        _ => Err(format!("'{name}': no such file")),
+    };
+    let t0 = 5_000_000_000u64;
+    let ms = 1_000_000u64;
+    // (arrival ms after t0, destination port): each pipe's first packet at
+    // 60 ms; pipe 2's second flow (source port 2) first at 160 ms.
+    let pkts: Vec<(u64, u32, FlowKey)> =
+        [(60, 1, 1), (60, 2, 1), (160, 2, 2), (60, 3, 1), (60, 4, 1)]
+            .iter()
+            .map(|&(at, port, sport)| (t0 + at * ms, 100, common::udp4(1, 2, sport, port, 0)))
+            .collect();
+    let mut releases_ms = |start: Option<u64>| {
+        let set = parse_rules(text, ["a", "b"], &mut files).unwrap_or_else(|e| panic!("{e}"));
+        let mut node = Node::new(
+            set,
+            NodeConfig {
+                seed: 1,
+                ..Default::default()
+            },
+        );
+        if let Some(t) = start {
+            linkem_core::Model::start(&mut node, t);
+        }
+        common::feed(&mut node, &pkts)
+            .iter()
+            .map(|d| (d.release_ns - t0) / ms)
+            .collect::<Vec<u64>>()
+    };
+    assert_eq!(
+        releases_ms(Some(t0)),
+        [100, 100, 200, 100, 100],
+        "from the node's start: the opportunities at 100 and 200 ms, the 40 ms delay"
+    );
+    assert_eq!(
+        releases_ms(None),
+        [110, 110, 210, 110, 70],
+        "from each instance's first packet: 50 ms after it, and the 10 ms delay"
+    );
+}

@@ -1,7 +1,8 @@
 //! The namespaces of `linkem shell`: handles on network namespaces that a
 //! thread creates and moves between (by file descriptor, so they need no
 //! name under /run/netns and vanish with their last user), and a child
-//! process that dies with the thread that started it.
+//! process that dies with the thread that started it, and one that reads a
+//! file of its own at a path (its resolv.conf) in a mount namespace of its own.
 //!
 //! Network namespaces belong to threads: [`NetNs::unshare`] and
 //! [`NetNs::enter`] move only the calling thread; threads and processes it
@@ -78,6 +79,62 @@ pub fn die_with_parent(cmd: &mut Command, signal: libc::c_int) {
             Ok(())
         });
     }
+}
+
+/// Makes `cmd` start in a mount namespace of its own where the file
+/// `source` is bound over the file `target`: the command (and what it
+/// starts) reads `source`'s contents at `target`, and nobody else sees a
+/// change. Its mounts are slaves of this namespace's: mounts made here later
+/// reach it, none of its own reach back. `source` must exist until `cmd` has
+/// started (the mount then holds it); `target` must exist. An error of the
+/// mount is the spawn's error.
+pub fn with_file_over(
+    cmd: &mut Command,
+    source: &std::path::Path,
+    target: &std::path::Path,
+) -> io::Result<()> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &std::path::Path| {
+        CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a path with a NUL byte"))
+    };
+    // Built before the fork: the child only passes prepared strings.
+    let (source, target, root) = (c(source)?, c(target)?, c(std::path::Path::new("/"))?);
+    // Safety: the closure runs between fork and exec and calls only
+    // async-signal-safe functions (unshare, mount) on strings made before
+    // the fork; the new mount namespace is the child's alone.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::unshare(libc::CLONE_NEWNS) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // Without this, a shared "/" would carry the bind back to the parent.
+            let slave = libc::MS_REC | libc::MS_SLAVE;
+            if libc::mount(
+                std::ptr::null(),
+                root.as_ptr(),
+                std::ptr::null(),
+                slave,
+                std::ptr::null(),
+            ) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::mount(
+                source.as_ptr(),
+                target.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND,
+                std::ptr::null(),
+            ) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    Ok(())
 }
 
 /// Whether process `pid` exists (for names and rules a dead run left).

@@ -39,6 +39,7 @@ pub mod render;
 pub mod replay;
 pub mod series;
 pub mod shell;
+pub mod shell_dns;
 pub mod synth;
 
 /// How counts are printed.

@@ -116,8 +116,9 @@ fn run_link(args: &ReplayArgs) -> Result<()> {
     );
     outfile::check_distinct(&inputs, &outputs(args))?;
 
+    let logs = LogStart::of_links([&spec.link, &spec.link], None);
     let mut model = LinkModel::new([spec.link.clone(), spec.link], seed);
-    let (tally, secs) = replay_capture(args, &mut model, Side::A)?;
+    let (tally, secs) = replay_capture(args, &mut model, Side::A, logs)?;
     print_stats(args, &link_text, seed, &tally, secs);
     Ok(())
 }
@@ -134,7 +135,7 @@ fn run_rules(args: &ReplayArgs, rargs: &RulesArgs) -> Result<()> {
             .map(|p| FileUse::new("file named in the rules", p)),
     );
     outfile::check_distinct(&inputs, &outputs(args))?;
-    let (tally, secs) = replay_capture(args, &mut node, rargs.side.into())?;
+    let (tally, secs) = replay_capture(args, &mut node, rargs.side.into(), LogStart::default())?;
     report(args, &node, seed, &tally, secs);
     Ok(())
 }
@@ -189,7 +190,12 @@ enum Input {
 /// Feeds the capture `args.input` to `model`, every packet as received on
 /// `side`; writes the output capture and `--events`. Returns the tally and the
 /// seconds the replay took.
-fn replay_capture<M: Model>(args: &ReplayArgs, model: &mut M, side: Side) -> Result<(Tally, f64)> {
+fn replay_capture<M: Model>(
+    args: &ReplayArgs,
+    model: &mut M,
+    side: Side,
+    logs: LogStart,
+) -> Result<(Tally, f64)> {
     let signals = SignalGuard::install().context("cannot install the signal handler")?;
     let mut reader = CaptureReader::open(&args.input).map_err(|e| anyhow::anyhow!("{e}"))?;
     let (link_type, snaplen) = (reader.link_type(), reader.snaplen());
@@ -206,7 +212,7 @@ fn replay_capture<M: Model>(args: &ReplayArgs, model: &mut M, side: Side) -> Res
                 .map_err(|e| anyhow::anyhow!("{e}")),
         )
     };
-    drive(args, model, link_type, snaplen, &signals, next)
+    drive(args, model, link_type, snaplen, &signals, logs, next)
 }
 
 /// Feeds the inputs `next` gives to `model` in order; writes the output
@@ -218,13 +224,14 @@ fn drive<M: Model>(
     link_type: LinkType,
     snaplen: u32,
     signals: &SignalGuard,
+    logs: LogStart,
     mut next: impl FnMut() -> Option<Result<Input>>,
 ) -> Result<(Tally, f64)> {
     let l2 = frame_kind(model, link_type)?;
     let writer = CaptureWriter::create(&args.output, link_type, snaplen)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let events = args.events.as_deref().map(open_events).transpose()?;
-    let logs = ReplayLogs::create(args)?;
+    let logs = ReplayLogs::create(args, logs)?;
     let started = Instant::now();
     let mut r = Replay::new(l2, writer, events);
     r.logs = logs;
@@ -281,19 +288,42 @@ fn open_events(path: &Path) -> Result<OutputFile> {
     Ok(w)
 }
 
+/// What the link logs of a replay start from: each direction's capacity
+/// (the `#` lines, as the live logs write them: [`crate::mmlog`]) and the
+/// link's start when a recording stores it.
+#[derive(Default)]
+struct LogStart {
+    capacity: [Option<crate::mmlog::Capacity>; 2],
+    /// The live link's start (a recording's `start_ns`): the origin of the
+    /// `#` lines, as of the model's traces, and of the logs' times. Without
+    /// it both count from the first packet.
+    start_ns: Option<u64>,
+}
+
+impl LogStart {
+    fn of_links(links: [&linkem_core::LinkConfig; 2], start_ns: Option<u64>) -> LogStart {
+        LogStart {
+            capacity: links.map(crate::mmlog::Capacity::of),
+            start_ns,
+        }
+    }
+}
+
 /// The link logs asked for: created (and so checked) before the replay
-/// starts, their headers written at the first packet, whose stamp starts
-/// their times.
+/// starts, their headers written at the first packet; their times count
+/// from the link's start where a recording stores it, else from that
+/// packet's stamp.
 struct ReplayLogs {
     /// `[a-to-b, b-to-a]` files until the first packet.
     files: [Option<OutputFile>; 2],
     logs: [Option<crate::mmlog::MmLog<OutputFile>>; 2],
     /// The model, in the header's words.
     link: String,
+    start: LogStart,
 }
 
 impl ReplayLogs {
-    fn create(args: &ReplayArgs) -> Result<Option<ReplayLogs>> {
+    fn create(args: &ReplayArgs, start: LogStart) -> Result<Option<ReplayLogs>> {
         if args.log_a_to_b.is_none() && args.log_b_to_a.is_none() {
             return Ok(None);
         }
@@ -313,10 +343,12 @@ impl ReplayLogs {
             files: [create(&args.log_a_to_b)?, create(&args.log_b_to_a)?],
             logs: [None, None],
             link: link.trim().to_string(),
+            start,
         }))
     }
 
-    /// Writes the headers, times counting from `first_ns`.
+    /// Writes the headers, times counting from the link's start or else
+    /// `first_ns`.
     fn start(&mut self, first_ns: u64) -> Result<()> {
         let command_line = std::env::args().collect::<Vec<_>>().join(" ");
         for (i, file) in self.files.iter_mut().enumerate() {
@@ -326,15 +358,16 @@ impl ReplayLogs {
                 link: self.link.clone(),
                 file: file.name().to_string(),
                 command_line: command_line.clone(),
-                init_ms: first_ns / 1_000_000,
-                // The replay's model is opaque here: its logs have no `#` lines yet.
-                capacity: None,
+                init_ms: self.start.start_ns.unwrap_or(first_ns) / 1_000_000,
+                capacity: self.start.capacity[i].clone(),
             };
             let name = file.name().to_string();
-            self.logs[i] = Some(
-                crate::mmlog::MmLog::new(file, &header)
-                    .with_context(|| format!("cannot write the link log {name}"))?,
-            );
+            let mut log = crate::mmlog::MmLog::new(file, &header)
+                .with_context(|| format!("cannot write the link log {name}"))?;
+            if let Some(t0_ns) = self.start.start_ns {
+                log.start(t0_ns);
+            }
+            self.logs[i] = Some(log);
         }
         Ok(())
     }
@@ -366,13 +399,13 @@ impl ReplayLogs {
             .context("cannot write the link log")
     }
 
-    /// Writes the departures still held and puts the files in place (a
-    /// capture with no packet leaves logs of a header only, times from 0).
-    fn commit(mut self) -> Result<()> {
+    /// Writes the departures still held and the `#` lines up to `end_ns`,
+    /// the replay's last instant, and puts the files in place (a capture
+    /// with no packet leaves logs of a header only, times from 0).
+    fn commit(mut self, end_ns: u64) -> Result<()> {
         self.start(0)?;
         for log in self.logs.into_iter().flatten() {
-            // No `#` lines (above): no opportunities to write up to an end.
-            let file = log.finish(0).context("cannot write the link log")?;
+            let file = log.finish(end_ns).context("cannot write the link log")?;
             file.commit()?;
         }
         Ok(())
@@ -422,6 +455,7 @@ struct Replay {
     out: Vec<Decision>,
     /// The last instant given to the model.
     now_ns: u64,
+
     events: Option<OutputFile>,
     /// `--log-a-to-b`, `--log-b-to-a`.
     logs: Option<ReplayLogs>,
@@ -605,7 +639,8 @@ impl Replay {
             ev.commit()?;
         }
         if let Some(logs) = self.logs {
-            logs.commit()?;
+            // The replay ends at its last instant: an input, an event or a release.
+            logs.commit(self.now_ns.max(self.tally.last_release_ns))?;
         }
         self.writer.finish().map_err(|e| anyhow::anyhow!("{e}"))?;
         Ok(self.tally)
@@ -682,6 +717,7 @@ fn run_recording(args: &ReplayArgs) -> Result<()> {
             } else {
                 format!("a->b {}; b->a {}", ab.link, ba.link)
             };
+            let logs = LogStart::of_links([&ab.link, &ba.link], meta.start_ns);
             let mut model = LinkModel::new([ab.link, ba.link], meta.seed);
             // The live link's start (version 3), the origin of its traces and
             // schedules; an older recording starts them at the first frame.
@@ -689,7 +725,7 @@ fn run_recording(args: &ReplayArgs) -> Result<()> {
                 model.start(t0_ns);
             }
             let next = recorded_inputs(&mut rec, dir, sides);
-            let (tally, secs) = drive(args, &mut model, link_type, snaplen, &signals, next)?;
+            let (tally, secs) = drive(args, &mut model, link_type, snaplen, &signals, logs, next)?;
             print_stats(args, &link_text, meta.seed, &tally, secs);
         }
         Start::Rules(text) => {
@@ -732,7 +768,12 @@ fn run_recording(args: &ReplayArgs) -> Result<()> {
                 node.start(t0_ns);
             }
             let next = recorded_inputs(&mut rec, dir, sides);
-            let (tally, secs) = drive(args, &mut node, link_type, snaplen, &signals, next)?;
+            // A node has no one capacity a direction: no `#` lines.
+            let logs = LogStart {
+                capacity: [None, None],
+                start_ns: meta.start_ns,
+            };
+            let (tally, secs) = drive(args, &mut node, link_type, snaplen, &signals, logs, next)?;
             report(args, &node, meta.seed, &tally, secs);
         }
     }

@@ -23,7 +23,8 @@
 //! caller's namespace (`ip_forward`, `ipv6/conf/all/forwarding`) and puts
 //! back as it found it when it ends (SIGINT and SIGTERM included; after a
 //! SIGKILL it stays on, as no later start can know what it was before). DNS needs nothing more while the resolver in
-//! /etc/resolv.conf is not a loopback address (the shell warns when it is).
+//! /etc/resolv.conf is not a loopback address; a loopback one is relayed
+//! from HOST4 (see [`crate::shell_dns`]).
 //!
 //! Clean-up: the middle namespace has no name and is held only by linkem
 //! (its threads, sockets, a descriptor): when linkem ends, even by SIGKILL,
@@ -270,9 +271,13 @@ pub fn run(args: &ShellArgs) -> Result<i32> {
          emulated link ({how})",
         plan.pid, plan.inner4, plan.inner6, plan.host4, plan.host6, plan.host_if
     );
+    // Bound and started here, in the caller's namespace.
+    let resolv_conf = relay_dns(&plan, in_userns);
     inner.enter().context("cannot enter CMD's namespace")?;
-    let child = spawn_command(args, &plan);
+    let child = spawn_command(args, &plan, resolv_conf.as_ref().map(|f| f.path()));
     host.enter()?;
+    // CMD's mount holds its resolv.conf now: no file stays behind.
+    drop(resolv_conf);
     let code = match child {
         Ok(child) => wait_command(child, &signals, &bridge),
         Err(e) => Err(e),
@@ -329,6 +334,13 @@ fn run_unprivileged() -> Result<i32> {
     let exe = std::env::current_exe().context("cannot find linkem's own executable")?;
     let mut inner = Command::new(exe);
     inner.args(std::env::args_os().skip(1)).env(USERNS_ENV, "1");
+    let relay = dns_relay_outside();
+    if let Some((port, tcp)) = relay {
+        inner.env(crate::shell_dns::PORT_ENV, port.to_string());
+        if tcp {
+            inner.env(crate::shell_dns::TCP_ENV, "1");
+        }
+    }
     linkem_io::shellns::in_user_namespace(&mut inner);
     die_with_parent(&mut inner, libc::SIGTERM);
     let mut inner = inner.spawn().context(
@@ -336,14 +348,18 @@ fn run_unprivileged() -> Result<i32> {
          user.max_user_namespaces 0 here?)",
     )?;
     let pid = inner.id().to_string();
+    let mut pasta_args = vec!["--config-net", "--quiet", "--foreground", "--no-map-gw"];
+    // The relay's port, from pasta's namespace's loopback to the host's.
+    let port = relay.map(|(p, _)| p.to_string()).unwrap_or_default();
+    if let Some((_, tcp)) = relay {
+        pasta_args.extend(["-U", &port]);
+        if tcp {
+            pasta_args.extend(["-T", &port]);
+        }
+    }
+    pasta_args.push(&pid);
     let pasta = Command::new("pasta")
-        .args([
-            "--config-net",
-            "--quiet",
-            "--foreground",
-            "--no-map-gw",
-            &pid,
-        ])
+        .args(&pasta_args)
         .stdin(Stdio::null())
         .spawn();
     let mut pasta = match pasta {
@@ -360,6 +376,26 @@ fn run_unprivileged() -> Result<i32> {
     Ok(status
         .code()
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+}
+
+/// An ordinary user's shell, on the host: when the host's resolver is on
+/// loopback, relays to it from 127.0.0.1:P (see [`crate::shell_dns`]);
+/// returns P and whether TCP is relayed too.
+fn dns_relay_outside() -> Option<(u16, bool)> {
+    let (path, conf) = crate::shell_dns::host_conf();
+    let resolver = crate::shell_dns::first_loopback(&conf)?;
+    let listen = std::net::SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+    match crate::shell_dns::start_relay(listen, (resolver, 53).into(), true) {
+        Ok(relay) => Some(relay),
+        Err(e) => {
+            eprintln!(
+                "linkem: shell: {} names {resolver}, a loopback resolver, and no relay to it \
+                 could start ({e}): names will not resolve inside",
+                path.display()
+            );
+            None
+        }
+    }
 }
 
 /// In an ordinary user's shell: waits (up to 5 s) until pasta has given
@@ -640,9 +676,79 @@ fn is_linkem(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "linkem")
 }
 
-/// Starts CMD (the calling thread is in CMD's namespace).
-fn spawn_command(args: &ShellArgs, plan: &Plan) -> Result<Child> {
-    warn_loopback_resolver();
+/// When the host's resolver is on loopback (see [`crate::shell_dns`]):
+/// starts the relay from the gateway's port 53 and returns CMD's resolv.conf
+/// (to bind over /etc/resolv.conf). `None`: CMD reads the host's, and the
+/// shell has said why where names will not resolve. The calling thread is in
+/// the caller's namespace.
+fn relay_dns(plan: &Plan, in_userns: bool) -> Option<tempfile::NamedTempFile> {
+    use crate::shell_dns::{self, CMD_RESOLV_CONF};
+    let (path, conf) = shell_dns::host_conf();
+    let resolver = shell_dns::first_loopback(&conf)?;
+    let cannot = |why: String| {
+        eprintln!(
+            "linkem: shell: {} names {resolver}, a loopback resolver, which CMD cannot reach \
+             ({why}): names will not resolve inside",
+            path.display()
+        );
+    };
+    // An ordinary user's: the outer linkem's relay, which pasta forwards.
+    let outer = std::env::var(shell_dns::PORT_ENV).ok();
+    let (upstream, tcp) = match (in_userns, outer.and_then(|p| p.parse::<u16>().ok())) {
+        (false, _) => (std::net::SocketAddr::from((resolver, 53)), true),
+        (true, Some(port)) => (
+            (Ipv4Addr::LOCALHOST, port).into(),
+            std::env::var_os(shell_dns::TCP_ENV).is_some(),
+        ),
+        (true, None) => {
+            cannot("the relay outside the user namespace did not start".into());
+            return None;
+        }
+    };
+    if !std::path::Path::new(CMD_RESOLV_CONF).exists() {
+        cannot(format!("there is no {CMD_RESOLV_CONF} to give CMD another"));
+        return None;
+    }
+    if let Err(e) = shell_dns::start_relay((plan.host4, 53).into(), upstream, tcp) {
+        cannot(format!("cannot relay from {}:53: {e}", plan.host4));
+        return None;
+    }
+    let file = tempfile::Builder::new()
+        .prefix(&format!("linkem-shell-{}-resolv.", plan.pid))
+        .tempfile()
+        .and_then(|mut f| {
+            use std::io::Write;
+            use std::os::unix::fs::PermissionsExt;
+            f.write_all(shell_dns::shell_conf(&conf, plan.host4).as_bytes())?;
+            // A command that gives up root inside still reads it.
+            f.as_file()
+                .set_permissions(std::fs::Permissions::from_mode(0o644))?;
+            Ok(f)
+        });
+    match file {
+        Ok(file) => {
+            eprintln!(
+                "linkem: shell: {} names {resolver}, a loopback resolver: CMD's \
+                 {CMD_RESOLV_CONF} names {} instead, relayed to it through the emulated link",
+                path.display(),
+                plan.host4
+            );
+            Some(file)
+        }
+        Err(e) => {
+            cannot(format!("cannot write CMD's resolv.conf: {e}"));
+            None
+        }
+    }
+}
+
+/// Starts CMD (the calling thread is in CMD's namespace), with
+/// `resolv_conf` over its /etc/resolv.conf if given.
+fn spawn_command(
+    args: &ShellArgs,
+    plan: &Plan,
+    resolv_conf: Option<&std::path::Path>,
+) -> Result<Child> {
     let mut cmd = Command::new(&args.command[0]);
     cmd.args(&args.command[1..])
         .env("LINKEM_SHELL_ADDR", plan.inner4.to_string())
@@ -651,25 +757,15 @@ fn spawn_command(args: &ShellArgs, plan: &Plan) -> Result<Child> {
         .env("LINKEM_SHELL_PARENT6", plan.host6.to_string())
         .env("MAHIMAHI_BASE", plan.host4.to_string());
     die_with_parent(&mut cmd, libc::SIGKILL);
-    cmd.spawn()
-        .with_context(|| format!("cannot run '{}'", args.command[0]))
-}
-
-fn warn_loopback_resolver() {
-    let conf = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
-    for line in conf.lines() {
-        let mut w = line.split_whitespace();
-        if w.next() == Some("nameserver") {
-            if let Some(addr) = w.next().and_then(|a| a.parse::<std::net::IpAddr>().ok()) {
-                if addr.is_loopback() {
-                    eprintln!(
-                        "linkem: shell: /etc/resolv.conf names {addr}, a loopback address: \
-                         inside the shell that is CMD's own loopback, so names will not resolve"
-                    );
-                }
-            }
-        }
+    let mut how = String::new();
+    if let Some(conf) = resolv_conf {
+        let target = std::path::Path::new(crate::shell_dns::CMD_RESOLV_CONF);
+        linkem_io::shellns::with_file_over(&mut cmd, conf, target)
+            .context("cannot give CMD its resolv.conf")?;
+        how = format!(" (with {} bound over {})", conf.display(), target.display());
     }
+    cmd.spawn()
+        .with_context(|| format!("cannot run '{}'{how}", args.command[0]))
 }
 
 /// Waits for CMD; a SIGINT/SIGTERM to linkem, or the bridge ending, ends

@@ -437,3 +437,63 @@ fn record_options_are_refused_clearly() {
     assert!(!ok && e.contains("lkrrnone0"), "{e}");
     assert!(!tmp.path().join("new").exists(), "{e}");
 }
+
+/// A rules bridge whose pipe plays a trace (an opportunity every 10 ms)
+/// counts it from the link's start, as one link's trace does live: every
+/// packet the pipe delivers leaves a whole number of 10 ms after the start
+/// the recording stores (`start_ns`), not after its first packet; the
+/// replay of the recording decides the same.
+#[test]
+fn a_rules_pipes_trace_starts_at_the_links_start_live_and_replayed() {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let topo = topology("lkrt");
+    let dir = tempfile::tempdir().unwrap();
+    let (file, trace) = (dir.path().join("t.rules"), dir.path().join("t.trace"));
+    std::fs::write(&trace, "10\n").unwrap();
+    std::fs::write(
+        &file,
+        format!(
+            "pipe 1 config trace {} queue 200\n\
+             pipe 2 config delay 1ms\n\
+             add 100 pipe 1 udp from any to any recv {}\n\
+             add 200 pipe 2 ip from any to any out\n\
+             add 300 allow ip from any to any\n",
+            trace.display(),
+            topo.emu_a
+        ),
+    )
+    .unwrap();
+    let start_ns = std::cell::Cell::new(0u64);
+    let lines = record_and_replay_after(
+        &topo,
+        "packet",
+        &["--rules", file.to_str().unwrap(), "seed", "4"],
+        &["pipe 2 config delay 2ms"],
+        |rec| {
+            let meta: Value =
+                serde_json::from_str(&std::fs::read_to_string(rec.join("recording.json")).unwrap())
+                    .unwrap();
+            start_ns.set(meta["start_ns"].as_u64().expect("start_ns recorded"));
+        },
+    );
+    let start = start_ns.get();
+    let released: Vec<u64> = lines
+        .iter()
+        .map(|l| l.split('\t').collect::<Vec<_>>())
+        .filter(|f| f[10] == "1" && f[4] != "-")
+        .map(|f| f[4].parse().unwrap())
+        .collect();
+    assert!(released.len() > 10, "pipe 1 delivered {}", released.len());
+    let off: Vec<u64> = released
+        .iter()
+        .map(|r| (r - start) % 10_000_000)
+        .filter(|&o| o != 0)
+        .collect();
+    assert!(
+        off.is_empty(),
+        "releases off the trace's opportunities from start_ns {start} (ns past one): {off:?}"
+    );
+}

@@ -1047,6 +1047,119 @@ fn a_recording_with_link_words_is_refused() {
     );
 }
 
+/// The ms of a link log's `#` lines of `bytes` each.
+fn capacity_ms(log: &str, bytes: u32) -> Vec<u64> {
+    let suffix = format!(" # {bytes}");
+    log.lines()
+        .filter_map(|l| l.strip_suffix(&suffix))
+        .map(|ms| ms.parse().unwrap())
+        .collect()
+}
+
+/// Opportunity ms of the trace 1, 1, 3, 5, 10 (looped) up to `end_ms`.
+fn trace_opportunities_ms(end_ms: u64) -> Vec<u64> {
+    let offsets = [1u64, 1, 3, 5, 10];
+    (0..)
+        .map(|k: u64| k / 5 * 10 + offsets[(k % 5) as usize])
+        .take_while(|&ms| ms <= end_ms)
+        .collect()
+}
+
+/// With a trace, a replay's link log has mahimahi's `#` lines as the live
+/// logs do (the same writer): one `T # 1504` per opportunity from the
+/// link's start (a capture's first packet) to the replay's end, each packet
+/// leaving at the ms of one of them, an opportunity's line before the
+/// departures it carries; a recording's log counts from the start it stores.
+#[test]
+fn a_trace_replays_log_has_the_capacity_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = paths(&dir);
+    let (up, trace) = (dir.path().join("up.log"), dir.path().join("t.trace"));
+    std::fs::write(&trace, "1\n1\n3\n5\n10\n").unwrap();
+    let t0_ns = 1_700_000_000_000_000_000u64;
+    let packets: Vec<(u64, Vec<u8>)> = (0..12)
+        .map(|i| (t0_ns + i * 2_000_000, frame(1514, i as u8)))
+        .collect();
+    write_capture(&input, &packets);
+    let words = format!("trace {} seed 1", s(&trace));
+    let o = linkem(&[
+        "replay",
+        s(&input),
+        s(&output),
+        &words,
+        "--log-a-to-b",
+        s(&up),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let log = std::fs::read_to_string(&up).unwrap();
+    assert!(log.contains(&format!("\n# queue: {words}\n")), "{log}");
+    assert!(log.contains("\n# base timestamp: 0\n"), "{log}");
+    let out = read(&output);
+    assert_eq!(out.len(), packets.len(), "a trace link loses nothing here");
+    let end_ms = out.last().unwrap().0 / 1_000_000 - t0_ns / 1_000_000;
+    assert_eq!(
+        capacity_ms(&log, 1504),
+        trace_opportunities_ms(end_ms),
+        "{log}"
+    );
+    // Each departure at an opportunity already written.
+    let mut seen = Vec::new();
+    for l in log.lines().filter(|l| !l.starts_with('#')) {
+        let f: Vec<&str> = l.split(' ').collect();
+        let ms: u64 = f[0].parse().unwrap();
+        match f[1] {
+            "#" => seen.push(ms),
+            "-" => assert!(seen.contains(&ms), "a departure at {ms} ms: {log}"),
+            _ => {}
+        }
+    }
+
+    // A recording of the same link: times and opportunities from its start,
+    // 4 ms before its first frame.
+    use linkem_io::recording::{NamedFiles, Recorder, RecordingMeta, Start};
+    let rec_dir = dir.path().join("rec");
+    let mut meta = RecordingMeta::new(
+        3,
+        1,
+        65535,
+        ["veth-a".into(), "veth-b".into()],
+        Start::Link("trace t.trace".into()),
+    );
+    meta.files = NamedFiles::from([("t.trace".into(), "1\n1\n3\n5\n10\n".into())]);
+    let mut rec = Recorder::create(&rec_dir, meta, u64::MAX).unwrap();
+    let start_ns = t0_ns - 4_000_000;
+    rec.record_start(start_ns);
+    for (t, f) in &packets {
+        rec.frame(0, *t, f.len() as u32, f);
+    }
+    assert!(rec.finish().unwrap().complete);
+    let rec_out = dir.path().join("rec.pcap");
+    let rec_log = dir.path().join("rec.log");
+    let o = linkem(&[
+        "replay",
+        s(&rec_dir),
+        s(&rec_out),
+        "--log-a-to-b",
+        s(&rec_log),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let log = std::fs::read_to_string(&rec_log).unwrap();
+    assert!(
+        log.contains(&format!("\n# init timestamp: {}\n", start_ns / 1_000_000)),
+        "{log}"
+    );
+    assert!(
+        log.contains("\n4 + 1500\n"),
+        "the first frame 4 ms after the start: {log}"
+    );
+    let end_ms = read(&rec_out).last().unwrap().0 / 1_000_000 - start_ns / 1_000_000;
+    assert_eq!(
+        capacity_ms(&log, 1504),
+        trace_opportunities_ms(end_ms),
+        "{log}"
+    );
+}
+
 /// A live trace link starts its opportunities at the link's start, which
 /// the recording keeps (`start_ns`): a recording whose first frame comes
 /// 60 ms into a 100 ms trace (opportunities at 50 and 100 ms) replays the
@@ -1133,9 +1246,17 @@ fn replay_writes_mahimahis_link_log() {
         )),
         "{log}"
     );
+    // The rate's capacity: a `#` line of 1500 bytes (12 Mbit/s) each ms.
+    let capacity = capacity_ms(&log, 1500);
+    assert!(capacity.len() > 20, "{log}");
+    assert_eq!(
+        capacity,
+        (0..capacity.len() as u64).collect::<Vec<_>>(),
+        "{log}"
+    );
     let lines: Vec<Vec<u64>> = log
         .lines()
-        .filter(|l| !l.starts_with('#'))
+        .filter(|l| !l.contains('#'))
         .map(|l| {
             l.split(' ')
                 .map(|f| match f {

@@ -439,6 +439,11 @@ fn a_shell_logs_both_directions_in_mahimahis_format() {
 /// `linkem shell ARGS` as nobody, in a private mount namespace where
 /// /dev/net/tun is a node of the same device (10, 200) with mode `tun_mode`.
 fn as_nobody_with_tun(tun_mode: &str, args: &[&str]) -> Output {
+    as_nobody_with_tun_env(tun_mode, &[], args)
+}
+
+/// [`as_nobody_with_tun`] with variables `env` set.
+fn as_nobody_with_tun_env(tun_mode: &str, env: &[(&str, &str)], args: &[&str]) -> Output {
     let script =
         "set -e; d=$(mktemp -d); trap 'umount /dev/net/tun 2>/dev/null; rm -rf \"$d\"' EXIT; \
                   mknod \"$d/tun\" c 10 200; chmod \"$1\" \"$d/tun\"; \
@@ -459,6 +464,7 @@ fn as_nobody_with_tun(tun_mode: &str, args: &[&str]) -> Output {
     all.extend_from_slice(args);
     std::process::Command::new("unshare")
         .args(&all)
+        .envs(env.iter().copied())
         .output()
         .unwrap()
 }
@@ -812,4 +818,237 @@ fn the_coming_from_mahimahi_table_runs_as_written() {
         );
     }
     w.assert_clean("after the table's commands");
+}
+
+/// The name the test resolvers know, and its address.
+const DNS_NAME: &str = "linkem-dns.test";
+const DNS_ANSWER: [u8; 4] = [192, 0, 2, 77];
+
+/// The answer of a resolver that knows one name: `DNS_ANSWER` for an A
+/// query of `DNS_NAME`, no records for anything else (one question; EDNS
+/// records of the query are not echoed).
+fn dns_answer(query: &[u8]) -> Option<Vec<u8>> {
+    let mut at = 12;
+    let mut labels = Vec::new();
+    loop {
+        let len = usize::from(*query.get(at)?);
+        at += 1;
+        if len == 0 {
+            break;
+        }
+        labels.push(String::from_utf8_lossy(query.get(at..at + len)?).into_owned());
+        at += len;
+    }
+    let qtype = u16::from_be_bytes([*query.get(at)?, *query.get(at + 1)?]);
+    let question = &query[12..at + 4];
+    let known = qtype == 1 && labels.join(".").eq_ignore_ascii_case(DNS_NAME);
+    let mut out = query[..2].to_vec();
+    out.extend_from_slice(&[0x81, 0x80, 0, 1, 0, u8::from(known), 0, 0, 0, 0]);
+    out.extend_from_slice(question);
+    if known {
+        out.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4]);
+        out.extend_from_slice(&DNS_ANSWER);
+    }
+    Some(out)
+}
+
+/// A resolver on `addr` port 53, UDP and TCP, in network namespace `ns`
+/// (None: this one) until the returned flag is set; it counts the queries
+/// it answered over each (udp, tcp).
+struct TestResolver {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    answered: std::sync::Arc<[std::sync::atomic::AtomicUsize; 2]>,
+}
+
+impl TestResolver {
+    fn start(ns: Option<&str>, addr: &str) -> TestResolver {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        use std::sync::Arc;
+        let stop = Arc::new(AtomicBool::new(false));
+        let answered = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (ns, addr) = (ns.map(str::to_string), format!("{addr}:53"));
+        let (stop2, answered2) = (stop.clone(), answered.clone());
+        std::thread::spawn(move || {
+            if let Some(ns) = ns {
+                netns::enter(&ns).unwrap();
+            }
+            let udp = std::net::UdpSocket::bind(&addr).unwrap();
+            let tcp = std::net::TcpListener::bind(&addr).unwrap();
+            udp.set_read_timeout(Some(Duration::from_millis(50)))
+                .unwrap();
+            tcp.set_nonblocking(true).unwrap();
+            ready_tx.send(()).unwrap();
+            let mut buf = [0u8; 1500];
+            while !stop2.load(Ordering::Relaxed) {
+                if let Ok((n, from)) = udp.recv_from(&mut buf) {
+                    if let Some(a) = dns_answer(&buf[..n]) {
+                        udp.send_to(&a, from).unwrap();
+                        answered2[0].fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                let Ok((mut c, _)) = tcp.accept() else {
+                    continue;
+                };
+                use std::io::Write;
+                c.set_nonblocking(false).unwrap();
+                c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+                // Length-prefixed messages until the asker closes.
+                let mut len = [0u8; 2];
+                while c.read_exact(&mut len).is_ok() {
+                    let mut q = vec![0u8; usize::from(u16::from_be_bytes(len))];
+                    if c.read_exact(&mut q).is_err() {
+                        break;
+                    }
+                    let Some(a) = dns_answer(&q) else { break };
+                    let mut msg = (a.len() as u16).to_be_bytes().to_vec();
+                    msg.extend_from_slice(&a);
+                    if c.write_all(&msg).is_err() {
+                        break;
+                    }
+                    answered2[1].fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        ready_rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("the test resolver did not start");
+        TestResolver { stop, answered }
+    }
+
+    fn answered(&self) -> [usize; 2] {
+        use std::sync::atomic::Ordering;
+        [0, 1].map(|i| self.answered[i].load(Ordering::Relaxed))
+    }
+}
+
+impl Drop for TestResolver {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// In a shell: resolves `DNS_NAME` with getent and prints the ms it took.
+const RESOLVE_TIMED: &str =
+    "s=$(date +%s%N); getent ahostsv4 linkem-dns.test || echo 'not resolved'; \
+     e=$(date +%s%N); echo \"ms=$(( (e - s) / 1000000 ))\"";
+
+/// The address getent printed and the ms the lookup took.
+fn resolved(o: &Output) -> (Option<String>, u64) {
+    let out = String::from_utf8_lossy(&o.stdout);
+    let addr = out
+        .lines()
+        .find(|l| l.ends_with(DNS_NAME))
+        .and_then(|l| l.split_whitespace().next())
+        .map(str::to_string);
+    let ms = out
+        .lines()
+        .find_map(|l| l.strip_prefix("ms="))
+        .and_then(|m| m.parse().ok())
+        .unwrap_or_else(|| panic!("no time printed: {}", text(o)));
+    (addr, ms)
+}
+
+/// A host whose resolv.conf names a loopback resolver (127.0.0.53, as
+/// systemd-resolved's): the shell's command resolves names through it, over
+/// UDP and over TCP (resolv.conf's `options use-vc`), and each lookup
+/// crosses the emulated link (2 × 20 ms at least). The machine's
+/// /etc/resolv.conf is untouched: linkem reads the test's from
+/// LINKEM_RESOLV_CONF.
+#[test]
+fn a_loopback_resolver_of_the_host_answers_inside_through_the_link() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let w = World::new("tsdn");
+    let resolver = TestResolver::start(Some(&w.outer), "127.0.0.53");
+    let dir = tempfile::tempdir().unwrap();
+    let machine_conf = std::fs::read("/etc/resolv.conf").ok();
+    for (transport, options) in [("UDP", ""), ("TCP", "options use-vc\n")] {
+        let conf = dir.path().join(format!("resolv-{transport}.conf"));
+        std::fs::write(&conf, format!("nameserver 127.0.0.53\n{options}")).unwrap();
+        let before = resolver.answered();
+        let o = command_in(
+            &w.outer,
+            &[
+                LINKEM,
+                "shell",
+                "delay",
+                "20ms",
+                "--",
+                "sh",
+                "-c",
+                RESOLVE_TIMED,
+            ],
+        )
+        .env("LINKEM_RESOLV_CONF", &conf)
+        .output()
+        .unwrap();
+        let after = resolver.answered();
+        let (addr, ms) = resolved(&o);
+        assert_eq!(
+            addr.as_deref(),
+            Some("192.0.2.77"),
+            "{transport}: not resolved; the resolver answered {:?} queries (udp, tcp) \
+             before and {after:?} after: {}",
+            before,
+            text(&o)
+        );
+        eprintln!("{transport}: resolved in {ms} ms through a 2 × 20 ms link");
+        let i = usize::from(transport == "TCP");
+        assert!(
+            after[i] > before[i],
+            "{transport}: answered {before:?} -> {after:?}"
+        );
+        // At least one round trip of the link; within one try of the
+        // resolver (glibc retries after 5 s).
+        assert!(
+            (40..3000).contains(&ms),
+            "{transport}: {ms} ms: {}",
+            text(&o)
+        );
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("relayed to it through the emulated link"),
+            "{}",
+            text(&o)
+        );
+    }
+    assert_eq!(std::fs::read("/etc/resolv.conf").ok(), machine_conf);
+    w.assert_clean("after the lookups");
+}
+
+/// An ordinary user's shell (pasta): the host's loopback resolver answers
+/// inside too, through pasta's DNS forwarding (UDP).
+#[test]
+fn an_ordinary_users_shell_reaches_a_loopback_resolver_through_pasta() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    // On this machine's own loopback (pasta asks from there), at an address
+    // nothing else uses.
+    let resolver = TestResolver::start(None, "127.0.78.53");
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("resolv.conf");
+    std::fs::write(&conf, "nameserver 127.0.78.53\n").unwrap();
+    // nobody reads it.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let conf_path = conf.to_str().unwrap();
+    let o = as_nobody_with_tun_env(
+        "0666",
+        &[("LINKEM_RESOLV_CONF", conf_path)],
+        &["delay", "20ms", "--", "sh", "-c", RESOLVE_TIMED],
+    );
+    let (addr, ms) = resolved(&o);
+    assert_eq!(
+        addr.as_deref(),
+        Some("192.0.2.77"),
+        "the resolver answered {:?} (udp, tcp): {}",
+        resolver.answered(),
+        text(&o)
+    );
+    eprintln!("pasta: resolved in {ms} ms through a 2 × 20 ms link");
+    assert!((40..3000).contains(&ms), "{ms} ms: {}", text(&o));
 }

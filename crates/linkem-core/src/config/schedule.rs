@@ -110,6 +110,22 @@ pub(super) struct RawChange {
     pub line: usize,
 }
 
+/// Adds the change of file line `line` at `at_ns` to `out`, which may hold
+/// [`MAX_CHANGES`] at most (a line or a shape that would fill the memory is
+/// an error, not an allocation).
+fn push_change(
+    out: &mut Vec<RawChange>,
+    at_ns: u64,
+    words: Vec<String>,
+    line: usize,
+) -> Result<(), String> {
+    if out.len() >= MAX_CHANGES {
+        return Err(format!("more than {MAX_CHANGES} changes"));
+    }
+    out.push(RawChange { at_ns, words, line });
+    Ok(())
+}
+
 /// The lines of a schedule file, expanded (shapes become steps), checked for
 /// order. Errors: `schedule 'F' line L: problem`.
 pub(super) fn read_lines(name: &str, text: &str) -> Result<(Vec<RawChange>, Option<u64>), String> {
@@ -169,14 +185,7 @@ pub(super) fn read_lines(name: &str, text: &str) -> Result<(Vec<RawChange>, Opti
                 ));
             }
             last_ns = at_ns;
-            out.push(RawChange {
-                at_ns,
-                words,
-                line: n,
-            });
-            if out.len() > MAX_CHANGES {
-                return Err(err(format!("more than {MAX_CHANGES} changes")));
-            }
+            push_change(&mut out, at_ns, words, n).map_err(err)?;
         }
     }
     if out.is_empty() {
@@ -286,14 +295,7 @@ pub(super) fn read_csv(name: &str, text: &str) -> Result<(Vec<RawChange>, Option
                 scaled_percent(field("dup_prob")).map_err(|e| bad("dup_prob", e))?,
             ]);
         }
-        out.push(RawChange {
-            at_ns,
-            words,
-            line: n,
-        });
-        if out.len() > MAX_CHANGES {
-            return Err(err(format!("more than {MAX_CHANGES} changes")));
-        }
+        push_change(&mut out, at_ns, words, n).map_err(err)?;
         at_ns = at_ns
             .checked_add(keep_ns)
             .ok_or_else(|| bad("keep_us", "the rows last beyond 2^64 ns".into()))?;
@@ -570,5 +572,37 @@ mod tests {
         assert!(e("ramp 1s 0s 1s rate 1mbit 2mbit\n").contains("TO must be after FROM"));
         assert!(e("ramp 0s 1s 1ms queue 1 2\n").contains("'rate', 'delay' or 'loss'"));
         assert!(e("1s schedule x\n").contains("not a schedule"));
+    }
+
+    #[test]
+    fn both_formats_stop_at_max_changes() {
+        let lines = |k: usize| {
+            (0..k)
+                .map(|i| format!("{i}ms delay 1ms\n"))
+                .collect::<String>()
+        };
+        assert_eq!(
+            read_lines("s", &lines(MAX_CHANGES)).unwrap().0.len(),
+            MAX_CHANGES
+        );
+        let e = read_lines("s", &lines(MAX_CHANGES + 1)).unwrap_err();
+        assert_eq!(
+            e,
+            format!(
+                "schedule 's' line {}: more than {MAX_CHANGES} changes",
+                MAX_CHANGES + 1
+            )
+        );
+        let rows = |k: usize| "1000,5000000,1000000,0,100\n".repeat(k);
+        assert_eq!(
+            read_csv("c", &rows(MAX_CHANGES)).unwrap().0.len(),
+            MAX_CHANGES
+        );
+        let e = read_csv("c", &rows(MAX_CHANGES + 1)).unwrap_err();
+        let row = MAX_CHANGES + 1;
+        assert_eq!(
+            e,
+            format!("schedule 'c' line {row} (row {row}): more than {MAX_CHANGES} changes")
+        );
     }
 }

@@ -756,6 +756,9 @@ pub struct Pipe {
     /// Packets, bytes and drops of the instances removed, so that the
     /// pipe's totals ([`Pipe::totals`]) never go back.
     gone: (u64, u64, u64),
+    /// The origin of the link's trace and schedule in every instance
+    /// ([`Pipe::start`]); None: each instance's first packet.
+    origin_ns: Option<u64>,
 }
 
 impl Pipe {
@@ -777,6 +780,19 @@ impl Pipe {
             flow_limit_drops: 0,
             expired: 0,
             gone: (0, 0, 0),
+            origin_ns: None,
+        }
+    }
+
+    /// The pipe's link starts at `t0_ns` (the node's start live, or a
+    /// change that made the pipe on a running node): its trace and schedule
+    /// count from there in every instance, made now or later, as a single
+    /// link's do ([`Link::start_at`]). Called before the pipe's first packet;
+    /// a later call changes nothing.
+    pub fn start(&mut self, t0_ns: u64) {
+        let t0 = *self.origin_ns.get_or_insert(t0_ns);
+        if let Some(inst) = &mut self.single {
+            inst.link.start_at(t0);
         }
     }
 
@@ -788,6 +804,12 @@ impl Pipe {
     pub fn reconfigure(&mut self, def: PipeDef, now_ns: u64) {
         debug_assert!(self.can_reconfigure(&def));
         self.params = LinkParams::new(def.link.clone());
+        // A new trace or schedule starts at the change, in the instances
+        // made later too (the live ones start it there themselves).
+        let old = &self.def.link;
+        if old.trace != def.link.trace || old.schedule != def.link.schedule {
+            self.origin_ns = self.origin_ns.map(|_| now_ns);
+        }
         for inst in self.single.iter_mut().chain(self.flows.values_mut()) {
             inst.link.reconfigure_params(now_ns, self.params.clone());
             inst.link.set_burst(def.burst_bytes);
@@ -844,8 +866,13 @@ impl Pipe {
         self.expire(now_ns, flows);
         let mk = mask.apply(key);
         let (def, params, seed) = (&self.def, &self.params, self.seed);
+        let origin_ns = self.origin_ns;
         let Some((_, inst)) = self.flows.get_or_insert(&mk, now_ns, flows, || {
-            Instance::new(def, params, seed, mk, mk.flow_id(), now_ns)
+            let mut inst = Instance::new(def, params, seed, mk, mk.flow_id(), now_ns);
+            if let Some(t0) = origin_ns {
+                inst.link.start_at(t0);
+            }
+            inst
         }) else {
             self.flow_limit_drops += 1;
             return PipeVerdict::FlowLimit;

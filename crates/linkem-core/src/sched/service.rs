@@ -501,6 +501,9 @@ struct Template {
     /// The queues with their masks ORed with the scheduler mask, no class yet.
     queues: Vec<QueueBinding>,
     seed: u64,
+    /// The origin of the link's trace and schedule in every instance
+    /// ([`SchedPipe::start`]); None: each instance's first packet.
+    origin_ns: Option<u64>,
 }
 
 /// A scheduled pipe: one [`SchedLink`] (scheduler instance with its own
@@ -565,6 +568,7 @@ impl SchedPipe {
             burst_bytes,
             queues,
             seed,
+            origin_ns: None,
         };
         let mut sp = SchedPipe {
             pipe,
@@ -601,7 +605,19 @@ impl SchedPipe {
         l.key = key;
         l.flow_id = flow_id;
         l.idle_at_ns = now;
+        if let Some(t0) = t.origin_ns {
+            l.link.start_at(t0);
+        }
         l
+    }
+
+    /// As [`crate::pipe::Pipe::start`]: the link's trace and schedule count
+    /// from `t0_ns` in every instance, made now or later.
+    pub fn start(&mut self, t0_ns: u64) {
+        let t0 = *self.tpl.origin_ns.get_or_insert(t0_ns);
+        if let Some(l) = &mut self.single {
+            l.link.start_at(t0);
+        }
     }
 
     /// The live instances (slot, instance), in slot order.
@@ -691,6 +707,11 @@ impl SchedPipe {
     pub fn take_link(&mut self, new: &SchedPipe, now_ns: u64) {
         if self.tpl.link == new.tpl.link && self.tpl.burst_bytes == new.tpl.burst_bytes {
             return;
+        }
+        let old = &self.tpl.link;
+        if old.trace != new.tpl.link.trace || old.schedule != new.tpl.link.schedule {
+            // A new trace or schedule starts at the change (as in the pipe).
+            self.tpl.origin_ns = self.tpl.origin_ns.map(|_| now_ns);
         }
         self.tpl.link = new.tpl.link.clone();
         self.tpl.burst_bytes = new.tpl.burst_bytes;
@@ -833,6 +854,13 @@ impl NodeSched {
         }
         for p in by_number.values_mut() {
             p.drain(&mut self.deps);
+        }
+    }
+
+    /// Every scheduled pipe's link starts at `t0_ns` ([`SchedPipe::start`]).
+    pub fn start(&mut self, t0_ns: u64) {
+        for p in self.links.iter_mut().flatten() {
+            p.start(t0_ns);
         }
     }
 
