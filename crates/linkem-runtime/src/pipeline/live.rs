@@ -42,6 +42,10 @@
 //!   follow arrival order (pipes, reordering), so the output stages run with
 //!   their reorder heap over sorted runs (copies only when a record is out of
 //!   order).
+//! - **Sending.** After each batch the stage sends what is due itself, and
+//!   takes on a release due before the output stage could be woken for it,
+//!   going round its loop (taking frames) until then; the output stage is
+//!   woken for the rest ([`Outputs::hand_out`], the `output` module doc).
 //! - **Events on time.** The stage sleeps until the model's next event less
 //!   the wake-up overshoot it has learnt (as the output stage does), then
 //!   goes round its loop until the event is due, within the same spin budget.
@@ -74,7 +78,7 @@
 //! holds count as in flight; counts are published under each direction's lock
 //! once per batch.
 use super::objects::{Objects, ObjectsSnapshot};
-use super::output::{output_stage, OutputConfig};
+use super::output::{output_stage, stage_sends, Left, Outlet, OutputConfig};
 use super::wait::{self, set_realtime, Realtime, SpinBudget, WakeEstimate, MIN_SPIN_NS};
 use super::wire::{cut, finish, Cut, KERNEL_DROPS_EVERY_NS};
 use super::{Control, Direction, DirectionStats};
@@ -282,6 +286,7 @@ impl<M: LiveModel> LiveBridge<M> {
     ) -> Result<LiveBridge<M>, String> {
         let mut directions = Vec::new();
         let mut producers = Vec::new();
+        let mut outlets = Vec::new();
         let mut max_frame = [0usize; 2];
         for (i, tx) in tx.into_iter().enumerate() {
             let (producer, consumer) = delay_line(opts.buffer_bytes[i])?;
@@ -300,6 +305,8 @@ impl<M: LiveModel> LiveBridge<M> {
                 sorted_runs: true,
             };
             let prio = opts.realtime_priority;
+            let outlet = Outlet::new(control.clone(), consumer, tx, &cfg);
+            outlets.push(outlet.clone());
             let out = {
                 let control = control.clone();
                 std::thread::Builder::new()
@@ -309,7 +316,7 @@ impl<M: LiveModel> LiveBridge<M> {
                         if let Some(Err(e)) = realtime.as_mut().map(wait::Realtime::wait_mode) {
                             control.fail(format!("output stage: {e}"));
                         }
-                        output_stage(control, consumer, tx, cfg, realtime)
+                        output_stage(outlet, cfg, realtime)
                     })
                     .map_err(|e| format!("cannot start the output thread: {e}"))?
             };
@@ -328,12 +335,13 @@ impl<M: LiveModel> LiveBridge<M> {
         let producers: [Producer; 2] = producers
             .try_into()
             .map_err(|_| "two delay lines".to_string())?;
+        let outlets: [Arc<Outlet>; 2] =
+            outlets.try_into().map_err(|_| "two outlets".to_string())?;
         let stage = Stage::new(
             opts.names.clone(),
             controls.clone(),
             producers,
             max_frame,
-            outputs,
             opts.tap.take(),
         );
         // Safety: eventfd takes no pointers; a valid descriptor is owned below.
@@ -372,7 +380,12 @@ impl<M: LiveModel> LiveBridge<M> {
                         (Some(p), false) => realtime = Some(Realtime::new(p)),
                         (None, _) => {}
                     }
-                    live_stage(&shared, controls, &opts, rx, realtime);
+                    let out = Outputs {
+                        outlets,
+                        threads: outputs,
+                        claimed: [None; 2],
+                    };
+                    live_stage(&shared, controls, &opts, rx, out, realtime);
                     // Requests that came too late are answered, not left waiting.
                     for (_, reply) in lock(&shared.changes).drain(..) {
                         let _ = reply.try_send(Err(SubmitError::Stopped));
@@ -500,16 +513,62 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Wakes the output stages of the directions that got packets, if parked.
-fn wake_outputs(outputs: &[Thread; 2], controls: &[Arc<Control>; 2], pushed: [bool; 2]) {
-    for i in 0..2 {
-        if pushed[i] {
-            // Pairs with the output stage's fence (see `output::idle`).
-            std::sync::atomic::fence(Ordering::SeqCst);
-            if controls[i].output_parked.load(Ordering::Acquire) {
-                outputs[i].unpark();
+/// The output side of both directions, as the live stage sends on it (see
+/// the `output` module doc).
+struct Outputs {
+    outlets: [Arc<Outlet>; 2],
+    threads: [Thread; 2],
+    /// Per direction, the release the stage took on itself: it goes round its
+    /// loop (taking frames) until then, and sends it.
+    claimed: [Option<u64>; 2],
+}
+
+impl Outputs {
+    /// Frames one call sends at most, so a backlog does not keep the stage
+    /// from its receive ports: the rest are sent on the next turns.
+    const SEND_MAX_FRAMES: usize = 64;
+
+    /// For each direction that got frames (`pushed`) or whose claimed
+    /// release may be due: sends what is due by now, takes on the next
+    /// release when the output thread could not wake for it in time
+    /// ([`stage_sends`]), and otherwise wakes the output thread if parked.
+    fn hand_out(&mut self, pushed: [bool; 2]) -> Result<(), String> {
+        for (i, outlet) in self.outlets.iter().enumerate() {
+            if !pushed[i] && self.claimed[i].is_none() {
+                continue;
+            }
+            self.claimed[i] = None;
+            let wake = match outlet.send_due(&mut clock::now_ns, Self::SEND_MAX_FRAMES)? {
+                Left::Empty => false,
+                Left::Busy => pushed[i],
+                Left::Next(release_ns) => {
+                    let c = outlet.control();
+                    let mine = stage_sends(
+                        release_ns,
+                        clock::now_ns(),
+                        c.output_wake_ns.load(Ordering::Relaxed),
+                        c.output_ready_ns.load(Ordering::Relaxed),
+                    );
+                    if mine {
+                        self.claimed[i] = Some(release_ns);
+                    }
+                    !mine
+                }
+            };
+            if wake {
+                // Pairs with the output stage's fence (see `output::idle`).
+                std::sync::atomic::fence(Ordering::SeqCst);
+                if outlet.control().output_parked.load(Ordering::Acquire) {
+                    self.threads[i].unpark();
+                }
             }
         }
+        Ok(())
+    }
+
+    /// The earliest release the stage took on, if any.
+    fn next_claimed_ns(&self) -> Option<u64> {
+        self.claimed.iter().flatten().min().copied()
     }
 }
 
@@ -538,7 +597,6 @@ struct Held {
 struct Stage {
     names: [String; 2],
     controls: [Arc<Control>; 2],
-    outputs: [Thread; 2],
     /// Latest release stored in each delay line (see `output::Source`).
     max_stored_ns: [u64; 2],
     producers: [Producer; 2],
@@ -579,14 +637,12 @@ impl Stage {
         controls: [Arc<Control>; 2],
         producers: [Producer; 2],
         max_frame: [usize; 2],
-        outputs: [Thread; 2],
         tap: Option<Box<dyn Tap>>,
     ) -> Stage {
         let started_ns = clock::now_ns();
         Stage {
             names,
             controls,
-            outputs,
             max_stored_ns: [0; 2],
             producers,
             max_frame,
@@ -991,14 +1047,13 @@ impl Stage {
         shared.kernel_drops = c.kernel_drops;
     }
 
-    /// Publishes both directions' counts and wakes the output stages that
-    /// got packets.
-    fn publish_all(&mut self) {
+    /// Publishes both directions' counts; returns which directions got
+    /// packets since the last call (to hand out, [`Outputs::hand_out`]).
+    fn publish_all(&mut self) -> [bool; 2] {
         for i in 0..2 {
             self.publish(i);
         }
-        wake_outputs(&self.outputs, &self.controls, self.pushed);
-        self.pushed = [false; 2];
+        std::mem::take(&mut self.pushed)
     }
 }
 
@@ -1008,6 +1063,7 @@ fn live_stage<M: LiveModel>(
     controls: [Arc<Control>; 2],
     opts: &LiveOptions,
     mut rx: [Box<dyn RxPort>; 2],
+    mut out: Outputs,
     mut realtime: Option<Realtime>,
 ) {
     // Poll timeouts are the model's event times: no slack on top of them.
@@ -1079,9 +1135,17 @@ fn live_stage<M: LiveModel>(
             }
         }
         stage.wakeups = wakeups;
-        stage.publish_all();
+        let pushed = stage.publish_all();
         drop(objs);
         drop(guard);
+        if let Err(e) = out.hand_out(pushed) {
+            fail(e);
+            break;
+        }
+        let next = match (next, out.next_claimed_ns()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         if shared.wanted.load(Ordering::Relaxed) > 0 {
             std::thread::yield_now();
         }
