@@ -72,6 +72,7 @@ fn start_with(text: &str, cfg: NodeConfig) -> (NodeBridge, [Feed; 2], [Sent; 2])
         batch: 32,
         realtime_priority: None,
         realtime_input: false,
+        realtime_timed_only: false,
         tap: None,
     };
     let bridge = NodeBridge::start(

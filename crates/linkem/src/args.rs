@@ -137,6 +137,10 @@ pub fn parse_flow_memory(text: &str) -> Result<usize, String> {
 pub enum Realtime {
     /// Neither: ordinary scheduling (lateness then depends on the machine's load).
     Off,
+    /// The stages only while they wait for an instant (a release time, a
+    /// scheduler's service); waiting for traffic they run at ordinary
+    /// priority, so a flood wakes no real-time thread per frame.
+    Timed,
     /// The output stages, which must wake at release times (default).
     Out,
     /// Output and input stages (a dedicated machine: the input stages then

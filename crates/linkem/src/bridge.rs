@@ -529,6 +529,7 @@ fn live_options(
         batch: args.run.batch.max(1),
         realtime_priority: realtime.then_some(REALTIME_PRIORITY),
         realtime_input: args.run.realtime == Realtime::All,
+        realtime_timed_only: args.run.realtime == Realtime::Timed,
         tap,
     }
 }

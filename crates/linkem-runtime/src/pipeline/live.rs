@@ -218,6 +218,10 @@ pub struct LiveOptions {
     pub realtime_priority: Option<i32>,
     /// The live stage stays under SCHED_FIFO even when busy.
     pub realtime_input: bool,
+    /// With `realtime_priority`: the stages hold SCHED_FIFO only while they
+    /// wait for an instant (a release, a scheduler's service), not while
+    /// they wait for traffic (`wait::Realtime`).
+    pub realtime_timed_only: bool,
     /// Sees every frame, decision and change ([`Tap`]), if any.
     pub tap: Option<Box<dyn Tap>>,
 }
@@ -234,6 +238,7 @@ impl LiveOptions {
             batch: super::DEFAULT_BATCH,
             realtime_priority: None,
             realtime_input: false,
+            realtime_timed_only: false,
             tap: None,
         }
     }
@@ -305,6 +310,7 @@ impl<M: LiveModel> LiveBridge<M> {
                 sorted_runs: true,
             };
             let prio = opts.realtime_priority;
+            let timed_only = opts.realtime_timed_only;
             let outlet = Outlet::new(control.clone(), consumer, tx, &cfg);
             outlets.push(outlet.clone());
             let out = {
@@ -312,7 +318,7 @@ impl<M: LiveModel> LiveBridge<M> {
                 std::thread::Builder::new()
                     .name(format!("linkem-out-{}", opts.names[i]))
                     .spawn(move || {
-                        let mut realtime = prio.map(wait::Realtime::new);
+                        let mut realtime = prio.map(|p| wait::Realtime::new(p, timed_only));
                         if let Some(Err(e)) = realtime.as_mut().map(wait::Realtime::wait_mode) {
                             control.fail(format!("output stage: {e}"));
                         }
@@ -377,7 +383,9 @@ impl<M: LiveModel> LiveBridge<M> {
                                 }
                             }
                         }
-                        (Some(p), false) => realtime = Some(Realtime::new(p)),
+                        (Some(p), false) => {
+                            realtime = Some(Realtime::new(p, opts.realtime_timed_only))
+                        }
                         (None, _) => {}
                     }
                     let out = Outputs {
@@ -1180,7 +1188,10 @@ fn live_stage<M: LiveModel>(
         };
         if let Some(rt) = realtime.as_mut() {
             // Failing to return to SCHED_FIFO costs precision, not packets.
-            let _ = rt.wait_mode();
+            let _ = match next {
+                Some(_) => rt.wait_mode(),
+                None => rt.idle_mode(),
+            };
         }
         match wait_both(&mut rx, &mut fds, wake_fd, sleep_ns) {
             Ok(timed_out) => {

@@ -480,7 +480,7 @@ fn idle(
         return Ok(false);
     }
     if let Some(rt) = realtime {
-        let _ = rt.wait_mode();
+        let _ = rt.idle_mode();
     }
     control.output_ready_ns.store(u64::MAX, Ordering::Relaxed);
     control.output_parked.store(true, Ordering::Release);
