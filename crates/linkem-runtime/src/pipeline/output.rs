@@ -642,6 +642,42 @@ mod tests {
     }
 
     #[test]
+    fn a_frame_is_late_only_when_sent_more_than_max_lag_after_its_release() {
+        let max_lag = 5_000;
+        let (o, mut p, sent) = outlet(Some(max_lag));
+        let mut latest = 0;
+        // A burst due together (a TSO burst's segments with no rate), then one
+        // due later; the clock moves 1 ns per look.
+        for id in 0..4 {
+            store(&o, &mut p, &mut latest, id, 1_000);
+        }
+        store(&o, &mut p, &mut latest, 4, 2_000);
+        let mut t = 1_000 + max_lag - 1;
+        let left = o
+            .send_due(
+                &mut || {
+                    t += 1;
+                    t
+                },
+                64,
+            )
+            .unwrap();
+        assert_eq!(left, Left::Empty);
+        // Frame 0 leaves exactly max-lag after its release: not late. Frames 1-3
+        // leave 1-3 ns past it: late, counted, not sent. Frame 4 is within its
+        // own max-lag, however late the burst before it was.
+        assert_eq!(ids(&sent), [0, 4]);
+        let g = o.lock();
+        assert_eq!(g.st.local_late, 3);
+        assert_eq!(g.st.local_sent, 2);
+        // Lateness of what was sent (published or not yet).
+        let mut lateness = o.control.output.lock().unwrap().lateness.clone();
+        lateness.add(&g.st.lateness).unwrap();
+        assert_eq!(lateness.len(), 2);
+        assert!(lateness.equivalent(lateness.max(), max_lag));
+    }
+
+    #[test]
     fn stage_and_output_thread_sending_together_keep_release_order() {
         let (o, mut p, sent) = outlet(None);
         let cfg = OutputConfig {
