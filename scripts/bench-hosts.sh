@@ -118,7 +118,8 @@ tcp() {
   mbit=$(ip netns exec "${P}a" timeout $((SECS + 10)) iperf3 -c 10.95.0.2 -p 5203 -t "$SECS" -J 2>/dev/null |
     python3 -c 'import json,sys; print("%.0f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e6))' ||
     echo nan)
-  echo "$mbit"
+  # A failed run can print a partial figure before the fallback: keep the last line.
+  echo "${mbit##*$'\n'}"
 }
 
 for round in $(seq "$ROUNDS"); do
@@ -169,6 +170,8 @@ python3 - "$out/rows" <<'EOF'
 import statistics, sys
 rows = {}
 for line in open(sys.argv[1]):
+    if "\t" not in line:
+        continue
     key, vals = line.rstrip("\n").split("\t")
     rows.setdefault(key, []).append(vals.split())
 heads = {

@@ -233,7 +233,8 @@ pub struct RunArgs {
     /// wake at release times, and the input stages take frames in, at once even when
     /// traffic generators load the same cores (a stage busy for 1 ms without a pause
     /// returns to ordinary scheduling until it next waits); 'all' keeps the input
-    /// stages real-time even when busy.
+    /// stages real-time even when busy; 'timed' holds it only while a stage waits
+    /// for an instant (a release, a scheduler's service), not for traffic.
     #[arg(long, value_enum, default_value = "out")]
     pub realtime: Realtime,
     /// Stop after SECONDS (default: run until SIGINT or SIGTERM).
