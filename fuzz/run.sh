@@ -3,6 +3,9 @@
 #
 #   fuzz/run.sh                 all targets
 #   fuzz/run.sh capture words   some of them
+#   FUZZ_PROFILE=dev fuzz/run.sh
+#                               unoptimised build: minutes less to build, fewer
+#                               executions a second (the smoke run of scripts/test.sh)
 #
 # Exits non-zero if any target crashes; the crashing input is then in
 # fuzz/artifacts/TARGET/ (replay it with `cargo fuzz run TARGET FILE`).
@@ -13,7 +16,7 @@ seconds=${FUZZ_SECONDS:-15}
 if [ $# -gt 0 ]; then
     targets=("$@")
 else
-    targets=(words toml capture probe_args wire rules profile ctl claim sched_words recording trace schedule nfqueue)
+    targets=(words toml capture probe_args wire rules profile ctl claim sched_words recording trace schedule schedule_csv schedule_toml nfqueue)
 fi
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
@@ -28,6 +31,12 @@ else
     fuzz=(cargo fuzz)
 fi
 
+case "${FUZZ_PROFILE:-release}" in
+    release) profile=() ;;
+    dev) profile=(--dev) ;;
+    *) echo "run.sh: FUZZ_PROFILE is '${FUZZ_PROFILE}': use release or dev" >&2; exit 2 ;;
+esac
+
 status=0
 for target in "${targets[@]}"; do
     if [ ! -d "seeds/$target" ]; then
@@ -41,7 +50,7 @@ for target in "${targets[@]}"; do
         [ -e "$corpus/${seed##*/}" ] || cp "$seed" "$corpus/"
     done
     echo "== $target: ${seconds}s"
-    if ! "${fuzz[@]}" run "$target" "$corpus" -- -max_total_time="$seconds" -timeout=10; then
+    if ! "${fuzz[@]}" run "${profile[@]}" "$target" "$corpus" -- -max_total_time="$seconds" -timeout=10; then
         echo "run.sh: $target failed; the input is in fuzz/artifacts/$target/" >&2
         status=1
     fi

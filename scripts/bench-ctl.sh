@@ -23,6 +23,9 @@
 #
 #   sudo RULES=1 SECS=3 scripts/bench-ctl.sh
 #
+# INSIDE=1 adds each change's time inside linkem (read of the request to its
+# reply, from kernel tracepoints with perf): median and p99.
+#
 # Needs root, iproute2, ethtool, iperf3, python3 (installs them if missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -155,6 +158,39 @@ t3=$(date +%s%N)
 echo "- \`linkem ctl\` processes: $PN changes, $(( (t1 - t0) / PN / 1000 )) us per process (start, connect, change, reply, exit) = $(( PN * 1000000000 / (t1 - t0) )) per second; beside \`linkem --version\` (start and exit only): $(( (t3 - t2) / PN / 1000 )) us"
 echo "- one connection, $(client lockstep "$N")"
 echo "- one connection, $(client pipelined "$N")"
+# INSIDE=1: what each change costs inside linkem, from the end of the control
+# thread's read of the request (exit of recvfrom) to the start of its reply
+# (entry of write), per thread, from kernel tracepoints (perf record) over N
+# lockstep changes: the time the change is parsed, checked and applied under
+# the node's lock, without the round trip between the processes.
+if [ -n "${INSIDE:-}" ]; then
+  need_packages perf:linux-perf
+  perf record -q -o "$OUT/perf.data" -e syscalls:sys_exit_recvfrom \
+    -e syscalls:sys_enter_write -p "$LPID" >/dev/null 2>&1 &
+  PERF=$!
+  sleep 1
+  client lockstep "$N" >/dev/null
+  sleep 0.2
+  kill -INT "$PERF"
+  wait "$PERF" || true
+  perf script -i "$OUT/perf.data" --ns -F tid,time,event,trace 2>/dev/null | python3 -c '
+import re, sys
+read_at, took = {}, []
+for line in sys.stdin:
+    m = re.match(r"\s*(\d+)\s+([\d.]+):\s+syscalls:(\w+):\s*(.*)", line)
+    if not m:
+        continue
+    tid, t, ev, rest = m.group(1), float(m.group(2)), m.group(3), m.group(4)
+    if ev == "sys_exit_recvfrom":
+        if int(rest.split()[-1], 16) > 0:
+            read_at[tid] = t
+    elif ev == "sys_enter_write" and tid in read_at:
+        took.append((t - read_at.pop(tid)) * 1e6)
+took.sort()
+q = lambda p: took[min(len(took) - 1, int(p * len(took)))]
+print(f"- inside linkem, {len(took)} lockstep changes: median {q(0.5):.1f} us, p99 {q(0.99):.1f} us, max {took[-1]:.1f} us")
+'
+fi
 echo
 
 ip netns exec "${P}b" iperf3 -s -D -p 5311 >/dev/null

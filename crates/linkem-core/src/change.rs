@@ -54,6 +54,27 @@ pub enum Change {
     OnePass(bool),
 }
 
+impl Change {
+    /// Whether the model would duplicate packets after this change: a link
+    /// or a pipe it sets has `duplicate` above 0. A front end whose ports
+    /// can send each packet only once (host mode) refuses such a change.
+    pub fn duplicates(&self) -> bool {
+        match self {
+            Change::Link { config, .. } => config.duplicate > 0.0,
+            Change::Rules { set, .. } => set.pipes.values().any(|p| p.link.duplicate > 0.0),
+            Change::Object(def) => match def.as_ref() {
+                ObjectDef::Pipe { def, .. } => def.link.duplicate > 0.0,
+                ObjectDef::Queue(_) | ObjectDef::Sched(_) => false,
+            },
+            Change::DeleteObject { .. }
+            | Change::AddRule(_)
+            | Change::DeleteRules(_)
+            | Change::Flush
+            | Change::OnePass(_) => false,
+        }
+    }
+}
+
 impl std::fmt::Display for Change {
     /// One line a control request would carry for the change (`link a-to-b
     /// WORDS`, `pipe 3 config delay 5ms`, `add 100 pipe 3 ip`): the control

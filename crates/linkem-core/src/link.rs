@@ -360,7 +360,8 @@ impl Shaping {
 #[derive(Debug, Clone)]
 struct ScheduleState {
     schedule: Arc<Schedule>,
-    /// The schedule's start: the first arrival, or the change that set it.
+    /// The schedule's start: the link's start ([`Link::start_at`]), else the
+    /// first arrival, or the change that set it.
     origin_ns: Option<u64>,
     /// The next change to apply, and the loops done.
     next: usize,
@@ -406,8 +407,8 @@ impl ScheduleState {
 /// Where a link running a trace stands (step 6 of the model).
 #[derive(Debug, Clone, Default)]
 struct TraceState {
-    /// The trace's origin: the first arrival, or the instant a change put the
-    /// trace on a running link.
+    /// The trace's origin: the link's start ([`Link::start_at`]), else the
+    /// first arrival, or the instant a change put the trace on a running link.
     t0_ns: Option<u64>,
     /// No opportunity at or before this instant serves a packet: the exit of
     /// the last packet sent at a rate before a change put the trace on.
@@ -570,6 +571,21 @@ impl Link {
         };
         link.apply(params, 0, true);
         link
+    }
+
+    /// Starts the clocks of the link's trace and schedule at `t0_ns`, the
+    /// instant a live link started (and a recording of it stores), instead
+    /// of at the first arrival; what a change has started already keeps its
+    /// own origin. Called before any arrival; a later call changes nothing.
+    pub fn start_at(&mut self, t0_ns: u64) {
+        if let Some(s) = self.shaping.as_mut() {
+            if let Some(t) = s.trace.as_mut() {
+                t.t0_ns.get_or_insert(t0_ns);
+            }
+            if let Some(sc) = s.schedule.as_mut() {
+                sc.origin_ns.get_or_insert(t0_ns);
+            }
+        }
     }
 
     /// The link's current configuration.

@@ -67,6 +67,12 @@ pub trait Model {
         out: &mut Vec<Decision>,
     ) -> Result<(), ChangeError>;
 
+    /// The model starts at `t0_ns`: a live run's start, which its recording
+    /// stores, so that traces and schedules keep the same origin in a replay
+    /// of it. Called once before any input; without it a link's trace and
+    /// schedule start at its first arrival (a replay of a capture).
+    fn start(&mut self, _t0_ns: u64) {}
+
     /// Whether decisions read [`PacketIn::key`]: when not, a driver may pass
     /// [`crate::rules::FlowKey::default`] and save the parse.
     fn reads_headers(&self) -> bool;
@@ -102,6 +108,12 @@ impl LinkModel {
 }
 
 impl Model for LinkModel {
+    fn start(&mut self, t0_ns: u64) {
+        for link in &mut self.links {
+            link.start_at(t0_ns);
+        }
+    }
+
     #[inline]
     fn on_arrival(&mut self, now_ns: u64, pkt: PacketIn, out: &mut Vec<Decision>) {
         let v = self.links[pkt.side.index()].on_arrival(

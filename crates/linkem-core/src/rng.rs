@@ -39,6 +39,19 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// The seed of pair `index` of a bridge of several interface pairs (`linkem
+/// bridge --pair`), from the run's seed: pair 0 keeps the run's seed, pair
+/// k > 0 gets `mix(seed ^ mix(k))`. Each pair's link then draws from streams
+/// of its own seed alone, so a one-pair run given that seed makes the same
+/// decisions for the same arrivals as the pair did.
+pub fn pair_seed(seed: u64, index: u64) -> u64 {
+    if index == 0 {
+        seed
+    } else {
+        mix(seed ^ mix(index))
+    }
+}
+
 /// One reproducible stream of random numbers.
 #[derive(Debug, Clone)]
 pub struct Stream(Xoshiro256PlusPlus);
@@ -125,6 +138,17 @@ mod tests {
         assert_ne!(a, first(2, 0, StreamId::Loss));
         assert_ne!(a, first(1, 1, StreamId::Loss));
         assert_ne!(a, first(1, 0, StreamId::Delay));
+    }
+
+    /// Pair 0 keeps the run's seed (a one-pair run is unchanged); the other
+    /// pairs' seeds differ from it and from each other, and depend on the
+    /// run's seed.
+    #[test]
+    fn pair_seeds_are_distinct_and_pair_zero_keeps_the_seed() {
+        assert_eq!(pair_seed(42, 0), 42);
+        let seeds: std::collections::HashSet<u64> = (0..100).map(|i| pair_seed(42, i)).collect();
+        assert_eq!(seeds.len(), 100);
+        assert_ne!(pair_seed(42, 3), pair_seed(43, 3));
     }
 
     #[test]

@@ -17,6 +17,9 @@
 //!
 //! (the base moves by the last offset at each loop, mahimahi's
 //! `base_timestamp_ += schedule_.back()`); with `trace-once` only k < N exist.
+//! t0 is the link's start live ([`crate::Link::start_at`], which a recording
+//! keeps), the first packet's arrival in a replay of a capture, or the
+//! instant a change put the trace on a running link.
 //! Each opportunity carries up to [`OPPORTUNITY_BYTES`] (1504) bytes. How a
 //! link spends them is in [`crate::link`] (step 6).
 

@@ -116,6 +116,13 @@ pub trait TxPort: Send {
     fn tx_discard(&mut self, frame: &[u8]) {
         let _ = frame;
     }
+    /// Why this port cannot send a packet twice (a duplicate), if it cannot:
+    /// a port that gives back the packet it lent (a netfilter verdict, one per
+    /// packet) has no second copy to send. The live stage then refuses every
+    /// change that would make its model duplicate.
+    fn no_copies(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// In-memory ports for tests: frames go in through a channel with their

@@ -486,3 +486,61 @@ fn an_output_stage_behind_by_max_lag_sheds_load_at_the_input() {
         stats.lateness.max()
     );
 }
+
+/// A port that gives back the packet it lent, once (as host mode's netfilter
+/// verdicts do): it cannot send a copy.
+struct OneCopyTx(MemoryTx);
+
+impl TxPort for OneCopyTx {
+    fn tx_push(&mut self, frame: &[u8]) -> TxOutcome {
+        self.0.tx_push(frame)
+    }
+    fn tx_flush(&mut self) -> std::io::Result<()> {
+        self.0.tx_flush()
+    }
+    fn max_frame_bytes(&self) -> usize {
+        self.0.max_frame_bytes()
+    }
+    fn no_copies(&self) -> Option<&'static str> {
+        Some("on this port: one verdict per packet")
+    }
+}
+
+#[test]
+fn a_change_that_duplicates_is_refused_when_a_port_cannot_send_a_copy() {
+    let spec = LinkSpec::parse("delay 1ms").unwrap();
+    let opts = DirectionOptions::new("a->b", spec.link, 1, 0);
+    let (_input, rx_in) = channel::<(u64, Vec<u8>)>();
+    let (tx, _sent) = MemoryTx::new();
+    let d = Direction::start(
+        opts,
+        Box::new(MemoryRx::new(rx_in)),
+        Box::new(OneCopyTx(tx)),
+    )
+    .unwrap();
+    let change = |words: &str| Change::Link {
+        sides: [true, true],
+        config: Box::new(LinkSpec::parse(words).unwrap().link),
+    };
+    let refused = d
+        .bridge
+        .submit(vec![change("delay 2ms"), change("delay 2ms duplicate 1%")])
+        .unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        "'duplicate' is not available on this port: one verdict per packet"
+    );
+    // Nothing of the refused request applied; a change without duplication does.
+    assert_eq!(
+        d.bridge
+            .with_model(|m| m.link(linkem_core::rules::Side::A).config().delay_ns),
+        1_000_000
+    );
+    d.bridge.submit(vec![change("delay 3ms")]).unwrap();
+    assert_eq!(
+        d.bridge
+            .with_model(|m| m.link(linkem_core::rules::Side::A).config().delay_ns),
+        3_000_000
+    );
+    d.stop();
+}

@@ -35,6 +35,18 @@ pub struct ReplayArgs {
     /// line names the columns).
     #[arg(long, value_name = "FILE")]
     pub events: Option<PathBuf>,
+    /// Link log in mahimahi's format (`mm-link --uplink-log`) of the packets
+    /// received on side a (every packet, without `--rules-side b`); times in
+    /// ms from the capture's first packet.
+    #[arg(long = "log-a-to-b", visible_alias = "uplink-log", value_name = "FILE")]
+    pub log_a_to_b: Option<PathBuf>,
+    /// Link log of the packets received on side b (`--rules-side b`).
+    #[arg(
+        long = "log-b-to-a",
+        visible_alias = "downlink-log",
+        value_name = "FILE"
+    )]
+    pub log_b_to_a: Option<PathBuf>,
     /// Never show a progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -50,10 +62,20 @@ pub(crate) fn base_inputs(args: &ReplayArgs) -> Vec<FileUse> {
     inputs
 }
 
-/// What a replay writes: the output capture and `--events`.
+/// What a replay writes: the output capture, `--events` and the link logs.
 pub(crate) fn outputs(args: &ReplayArgs) -> Vec<FileUse> {
     let mut outputs = vec![FileUse::new("output capture", &args.output)];
     outputs.extend(args.events.iter().map(|p| FileUse::new("--events", p)));
+    outputs.extend(
+        args.log_a_to_b
+            .iter()
+            .map(|p| FileUse::new("--log-a-to-b", p)),
+    );
+    outputs.extend(
+        args.log_b_to_a
+            .iter()
+            .map(|p| FileUse::new("--log-b-to-a", p)),
+    );
     outputs
 }
 
@@ -156,11 +178,38 @@ pub const REALTIME_PRIORITY: i32 = 10;
 #[derive(clap::Args, Debug, Clone)]
 pub struct BridgeArgs {
     /// First interface (traffic received here goes a->b).
+    #[arg(
+        required_unless_present = "pair",
+        default_value = "",
+        hide_default_value = true
+    )]
     pub if_a: String,
     /// Second interface (traffic received here goes b->a).
+    #[arg(
+        required_unless_present = "pair",
+        default_value = "",
+        hide_default_value = true
+    )]
     pub if_b: String,
     /// Link words for both directions, e.g. `delay 10ms rate 50mbit`.
     pub words: Vec<String>,
+    /// One interface pair and its link words (both directions), in place of
+    /// IF_A IF_B WORDS; repeated, one process serves every pair with three
+    /// threads: `--pair eth1 eth2 delay 5ms --pair eth3 eth4 delay 10ms loss 1%`.
+    /// Each pair has its own link, counts (`--stats` lists them by pair) and
+    /// control socket (named IF_A-IF_B, as a bridge of its own); a pair
+    /// without `seed N` gets one derived from the run's seed and its place.
+    #[arg(
+        long = "pair",
+        num_args = 2..,
+        value_names = ["IF_A", "IF_B", "WORDS"],
+        action = clap::ArgAction::Append
+    )]
+    pub pair: Vec<String>,
+    /// `--pair`'s values grouped by occurrence, one list per pair (what the
+    /// bridge reads; set by [`BridgeArgs::group_pairs`]).
+    #[arg(skip)]
+    pub pairs: Vec<Vec<String>>,
     /// Link words for IF_A -> IF_B only.
     #[arg(long = "a-to-b", num_args = 1.., value_name = "WORDS")]
     pub a_to_b: Vec<String>,
@@ -197,6 +246,18 @@ pub struct BridgeArgs {
     /// Control socket, audit log, metrics (see `crate::control`).
     #[command(flatten)]
     pub control: ControlArgs,
+}
+
+impl BridgeArgs {
+    /// Groups the values of `--pair` by occurrence from the parsed `matches`
+    /// (the derived field holds them in one list): `--pair a1 b1 delay 5ms
+    /// --pair a2 b2` gives `[[a1, b1, delay, 5ms], [a2, b2]]`.
+    pub fn group_pairs(&mut self, matches: &clap::ArgMatches) {
+        self.pairs = matches
+            .get_occurrences::<String>("pair")
+            .map(|o| o.map(|g| g.cloned().collect()).collect())
+            .unwrap_or_default();
+    }
 }
 
 /// The options of a live emulator that do not depend on where its packets come

@@ -33,7 +33,7 @@ use crate::backend::{
     check_capabilities, claim_interfaces, drop_capabilities, open_interface, BackendKind, Claimed,
 };
 use crate::control::rules::{normalized, Rules, Source};
-use crate::control::{Model, Plain};
+use crate::control::{FrontEnd, Model, Plain};
 use crate::files::{config_has_rules, config_words, load_distribution};
 use crate::files::{load_rules_recording, rules_source_or};
 use crate::live_events::EventsWriter;
@@ -44,7 +44,7 @@ use anyhow::{bail, Context, Result};
 use linkem_core::model::LinkModel;
 use linkem_core::node::{Node, NodeConfig};
 use linkem_core::rules::RuleSet;
-use linkem_core::{Dialect, LinkSpec, TomlWords};
+use linkem_core::{Dialect, LinkConfig, LinkSpec, TomlWords};
 use linkem_io::creds::starter_uid;
 use linkem_io::outfile::{check_distinct, FileUse, OutputFile};
 use linkem_io::recording::{NamedFiles, RecordingMeta, Start};
@@ -58,12 +58,6 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Runs `linkem bridge` until SIGINT or SIGTERM (or `--duration`), then prints
-/// the final counts.
-pub fn run(args: &BridgeArgs) -> Result<()> {
-    run_attached(args, Attach::Interfaces, Hooks::default())
-}
-
 /// What a command that embeds the bridge (`linkem shell`) adds to its run.
 #[derive(Default)]
 pub struct Hooks {
@@ -73,6 +67,9 @@ pub struct Hooks {
     pub started: Option<std::sync::mpsc::Sender<()>>,
     /// The command line the link logs name.
     pub command_line: Option<String>,
+    /// The command that runs the bridge, for its stats, banner and metrics
+    /// (`linkem host` is known from its attachment).
+    pub front: FrontEnd,
 }
 
 /// [`run`] with `hooks`.
@@ -167,6 +164,11 @@ trait Front: Sized {
     }
     /// What each direction's link log names as its link.
     fn link_words(&self, args: &BridgeArgs) -> [String; 2];
+    /// Each direction's link at start, when the model is one link per
+    /// direction (what a link log's `#` lines describe).
+    fn links(&self) -> [Option<LinkConfig>; 2] {
+        [None, None]
+    }
 }
 
 /// Both interfaces opened: receive and send halves, and the backend used.
@@ -186,8 +188,8 @@ fn serve_front<F: Front>(
     let timing = timing(args)?;
     if matches!(attach, Attach::Host(_)) && front.duplicates() {
         bail!(
-            "'duplicate' is not available in host mode: the kernel holds one packet per \
-             queued id, so linkem has no second copy to give back"
+            "'duplicate' is not available {}",
+            crate::host_ports::NO_COPIES
         );
     }
     if args.if_a == args.if_b {
@@ -316,6 +318,10 @@ fn serve_front<F: Front>(
     let started_model = front
         .start(args, ports, &timing, tap.boxed(), control.name.clone())
         .and_then(|mut m| {
+            m.front = match attach {
+                Attach::Host(_) => FrontEnd::Host,
+                Attach::Interfaces => hooks.front,
+            };
             if let Some(c) = claims {
                 m.enable_claims(c).map_err(|e| anyhow::anyhow!(e))?;
             }
@@ -437,6 +443,7 @@ fn open_logs<F: Front>(
     let command_line =
         command_line.unwrap_or_else(|| std::env::args().collect::<Vec<_>>().join(" "));
     let words = front.link_words(args);
+    let links = front.links();
     let open =
         |path: &Option<PathBuf>, i: usize| -> Result<Option<crate::mmlog::MmLog<OutputFile>>> {
             let Some(path) = path else { return Ok(None) };
@@ -446,6 +453,7 @@ fn open_logs<F: Front>(
                 file: path.display().to_string(),
                 command_line: command_line.clone(),
                 init_ms,
+                capacity: links[i].as_ref().and_then(crate::mmlog::Capacity::of),
             };
             let file = OutputFile::create(path, 1 << 20)?;
             let log = crate::mmlog::MmLog::new(file, &header)
@@ -514,7 +522,7 @@ fn open_ports(args: &BridgeArgs, backend: BackendKind, claimed: &Claimed) -> Res
 }
 
 /// The stage's options from the command line, delay lines of `buffer_bytes`.
-fn live_options(
+pub(crate) fn live_options(
     args: &BridgeArgs,
     timing: &Timing,
     buffer_bytes: [usize; 2],
@@ -621,7 +629,7 @@ fn reread<T: Send + 'static>(
 
 // ---- The plain link: link words ----
 
-fn split(words: &[String]) -> Vec<String> {
+pub(crate) fn split(words: &[String]) -> Vec<String> {
     words
         .iter()
         .flat_map(|w| w.split_whitespace().map(str::to_string))
@@ -631,9 +639,17 @@ fn split(words: &[String]) -> Vec<String> {
 /// One direction's link: the words of both directions, then its own, each layer
 /// overriding the one before; each file the words read goes into `read` by the
 /// name the words gave it (what a recording copies).
-fn parse_direction(layers: &[&[String]], what: &str, read: &mut NamedFiles) -> Result<LinkSpec> {
+pub(crate) fn parse_direction(
+    layers: &[&[String]],
+    toml: &TomlWords,
+    what: &str,
+    read: &mut NamedFiles,
+) -> Result<LinkSpec> {
     LinkSpec::parse_layers(layers, Dialect::Linkem, &mut |name: &str| {
-        let text = load_distribution(name)?;
+        let text = match toml.file(name) {
+            Some(text) => text.to_string(),
+            None => load_distribution(name)?,
+        };
         read.insert(name.to_string(), text.clone());
         Ok(text)
     })
@@ -666,11 +682,13 @@ fn load_specs(args: &SpecSource, read: &mut NamedFiles) -> Result<(LinkSpec, Lin
     Ok((
         parse_direction(
             &[&toml.both, &common, &toml.a_to_b, &split(&args.a_to_b)],
+            &toml,
             "a-to-b",
             read,
         )?,
         parse_direction(
             &[&toml.both, &common, &toml.b_to_a, &split(&args.b_to_a)],
+            &toml,
             "b-to-a",
             read,
         )?,
@@ -740,7 +758,7 @@ fn check_link_args(args: &BridgeArgs) -> Result<()> {
 
 /// One direction's delay line: `--buffer` (refused when smaller than what
 /// the link holds in flight) or sized for the link.
-fn link_buffer(spec: &LinkSpec, name: &str, timing: &Timing) -> Result<usize> {
+pub(crate) fn link_buffer(spec: &LinkSpec, name: &str, timing: &Timing) -> Result<usize> {
     match timing.buffer {
         Some(b) => {
             // The delay line must hold at least what the link has in flight.
@@ -881,6 +899,7 @@ impl Front for LinkFront {
     ) {
         print_stats(
             args.run.stats,
+            model.front,
             stats,
             model.elapsed_s(),
             self.seed,
@@ -900,6 +919,7 @@ impl Front for LinkFront {
         events: Option<&EventsWriter<OutputFile>>,
     ) -> Result<Option<Box<dyn Tap>>> {
         let elapsed = model.elapsed_s();
+        let front = model.front;
         let (stats, tap) = match model.into_plain() {
             Plain::Link(mut bridge) => {
                 let stats = bridge.stop();
@@ -908,7 +928,15 @@ impl Front for LinkFront {
             plain => (plain.stop(), None),
         };
         let skipped = events.map(EventsWriter::skipped);
-        print_stats(args.run.stats, &stats, elapsed, self.seed, true, skipped);
+        print_stats(
+            args.run.stats,
+            front,
+            &stats,
+            elapsed,
+            self.seed,
+            true,
+            skipped,
+        );
         Ok(tap)
     }
 
@@ -919,6 +947,10 @@ impl Front for LinkFront {
 
     fn link_words(&self, _args: &BridgeArgs) -> [String; 2] {
         self.specs.each_ref().map(|s| s.link.to_string())
+    }
+
+    fn links(&self) -> [Option<LinkConfig>; 2] {
+        self.specs.each_ref().map(|s| Some(s.link.clone()))
     }
 }
 
@@ -1184,6 +1216,7 @@ impl Front for RulesFront {
         let started = model.started();
         print_rules_stats(
             args.run.stats,
+            model.front,
             bridge,
             stats,
             started,
@@ -1204,6 +1237,7 @@ impl Front for RulesFront {
         events: Option<&EventsWriter<OutputFile>>,
     ) -> Result<Option<Box<dyn Tap>>> {
         let started = model.started();
+        let front = model.front;
         let mut bridge = model
             .into_rules()
             .context("a rules model without rules")?
@@ -1213,6 +1247,7 @@ impl Front for RulesFront {
         let skipped = events.map(EventsWriter::skipped);
         print_rules_stats(
             args.run.stats,
+            front,
             &bridge,
             &stats,
             started,

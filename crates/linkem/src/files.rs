@@ -71,10 +71,11 @@ pub fn link_spec_reading(
     read: &mut Vec<PathBuf>,
 ) -> Result<LinkSpec> {
     let mut layers: Vec<Vec<String>> = Vec::new();
+    let mut toml = TomlWords::default();
     if let Some(path) = config {
-        let toml = config_words(path)?;
-        layers.push(toml.both);
-        layers.push(toml.a_to_b);
+        toml = config_words(path)?;
+        layers.push(toml.both.clone());
+        layers.push(toml.a_to_b.clone());
     }
     layers.push(
         words
@@ -83,9 +84,14 @@ pub fn link_spec_reading(
             .collect(),
     );
     let layers: Vec<&[String]> = layers.iter().map(Vec::as_slice).collect();
-    LinkSpec::parse_layers(&layers, Dialect::Linkem, &mut |name: &str| {
-        read_distribution(name, read)
-    })
+    LinkSpec::parse_layers(
+        &layers,
+        Dialect::Linkem,
+        &mut |name: &str| match toml.file(name) {
+            Some(text) => Ok(text.to_string()),
+            None => read_distribution(name, read),
+        },
+    )
     .map_err(|e| anyhow::anyhow!("link words: {e}"))
 }
 

@@ -107,6 +107,8 @@ impl HostArgs {
             if_a: "received".into(),
             if_b: "sent".into(),
             words: self.words.clone(),
+            pair: Vec::new(),
+            pairs: Vec::new(),
             a_to_b: self.a_to_b.clone(),
             b_to_a: self.b_to_a.clone(),
             config: None,

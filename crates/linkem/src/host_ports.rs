@@ -373,6 +373,11 @@ impl HostTx {
     }
 }
 
+/// Why host mode cannot duplicate: what `'duplicate' is not available`
+/// goes on with, at start-up and for a change asked while running.
+pub const NO_COPIES: &str = "in host mode: the kernel holds each queued packet \
+    under one id and takes one verdict for it, so linkem has no second copy to give back";
+
 impl TxPort for HostTx {
     fn tx_push(&mut self, frame: &[u8]) -> TxOutcome {
         if let Some(raw) = &self.raw {
@@ -406,6 +411,10 @@ impl TxPort for HostTx {
 
     fn max_frame_bytes(&self) -> usize {
         HEADER_BYTES + nfqueue::MAX_PACKET_BYTES
+    }
+
+    fn no_copies(&self) -> Option<&'static str> {
+        Some(NO_COPIES)
     }
 
     fn tx_discard(&mut self, frame: &[u8]) {

@@ -69,6 +69,12 @@ impl RecordTap {
         }
     }
 
+    fn start(&mut self, t0_ns: u64) {
+        if let Some(r) = self.recorder.as_mut() {
+            r.record_start(t0_ns);
+        }
+    }
+
     fn changes(&mut self, at_ns: u64, changes: &[Change]) {
         if let Some(r) = self.recorder.as_mut() {
             for change in recorded_changes(changes) {
@@ -138,6 +144,15 @@ impl Tap for BridgeTap {
     fn changes(&mut self, at_ns: u64, changes: &[Change]) {
         if let Some(r) = self.record.as_mut() {
             r.changes(at_ns, changes);
+        }
+    }
+
+    fn start(&mut self, t0_ns: u64) {
+        if let Some(r) = self.record.as_mut() {
+            r.start(t0_ns);
+        }
+        if let Some(l) = self.log.as_mut() {
+            l.start(t0_ns);
         }
     }
 }

@@ -7,8 +7,8 @@
 #![forbid(unsafe_code)]
 
 use anyhow::Result;
-use clap::{CommandFactory, Parser, Subcommand};
-use linkem::{args, bridge, replay, synth};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use linkem::{args, replay, synth};
 use linkem_core::config::link_words_help;
 
 #[derive(Parser)]
@@ -86,10 +86,16 @@ enum Command {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let result: Result<()> = match cli.command {
         Command::Replay(args) => replay::run(&args),
-        Command::Bridge(args) => bridge::run(&args),
+        Command::Bridge(mut args) => {
+            if let Some(m) = matches.subcommand_matches("bridge") {
+                args.group_pairs(m);
+            }
+            linkem::pairs::run_bridge(&args)
+        }
         Command::Shell(args) => match linkem::shell::run(&args) {
             Ok(code) => std::process::exit(code),
             Err(e) => Err(e),

@@ -10,7 +10,7 @@
 //! ```text
 //! T + BYTES             a packet arrived
 //! T - BYTES DELAY       a packet left, DELAY = T - its arrival's T (ms)
-//! T # BYTES             a delivery opportunity (trace links only)
+//! T # BYTES             a delivery opportunity (the link's capacity)
 //! ```
 //!
 //! Here T = ⌊t_ns / 10⁶⌋ − init_ms on CLOCK_REALTIME (the stage's clock),
@@ -26,11 +26,40 @@
 //!
 //! Lines are in time order: a departure is held until an arrival at or
 //! after its time is written (or the run ends).
+//!
+//! # Capacity (`#` lines)
+//! mahimahi writes `T # 1504` for every delivery opportunity of its trace,
+//! used or not, and `mm-throughput-graph` draws the capacity from them (and
+//! divides by their sum: it dies on a log that has none). Here, from the
+//! link's start configuration:
+//!
+//! - a `trace` link: one `T_k # 1504` per opportunity k, T_k = ⌊(t0 +
+//!   offset of k) / 10⁶⌋ − init_ms with the trace formula of
+//!   [`linkem_core::trace`] and t0 the link's start (the stage's, given by
+//!   [`Tap::start`]), from t0 to the end of the run (a `trace-once` to its
+//!   last line): what mahimahi's log holds for the same trace;
+//! - a `rate R` link: one synthetic line per ms from t0, `T # B_T` with B_T
+//!   the bytes R carries in that ms (⌊R·(m+1)/8000⌋ − ⌊R·m/8000⌋ for the m-th
+//!   ms, so any span sums exactly): a rate has no opportunities, but
+//!   mahimahi's users graph a constant-rate link as a trace with a line per
+//!   ms and expect its capacity curve. One line per ms, whatever the rate,
+//!   keeps the log at 1000 such lines a second (1504-byte opportunities of a
+//!   10 Gbit/s link would be 830,000). The bytes are of the wire (the rate
+//!   counts frames and their overhead), the `+`/`-` bytes are IP packets';
+//! - a link with neither (no rate limit): no `#` lines.
+//!
+//! The `#` lines are made by the writer thread from the time of the lines it
+//! writes anyway (every opportunity up to the next line's time, then up to
+//! the instant the run ended), never on the packet path; they stream, so the
+//! memory they take is bounded. They follow the start configuration: a
+//! `schedule` or a `linkem ctl` change of the rate or trace is not followed.
 
+use linkem_core::config::LinkConfig;
 use linkem_core::fate::Fate;
 use linkem_core::model::Change;
 use linkem_core::node::Decision;
 use linkem_core::rules::Side;
+use linkem_core::trace::{Trace, OPPORTUNITY_BYTES};
 use linkem_runtime::pipeline::Tap;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -58,6 +87,59 @@ pub struct LogHeader {
     pub command_line: String,
     /// Epoch ms at which times start (mahimahi's `init timestamp`).
     pub init_ms: u64,
+    /// What the `#` lines describe, if the link has a capacity.
+    pub capacity: Option<Capacity>,
+}
+
+/// What a log's `#` lines describe: the link's capacity (module doc).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Capacity {
+    /// A trace's delivery opportunities, 1504 bytes each.
+    Trace(Arc<Trace>),
+    /// A rate, bit/s: one line per ms.
+    Rate(u64),
+}
+
+impl Capacity {
+    /// The capacity of a link's start configuration; `None` without a rate or a trace.
+    pub fn of(link: &LinkConfig) -> Option<Capacity> {
+        match (&link.trace, link.rate_bps) {
+            (Some(t), _) => Some(Capacity::Trace(t.clone())),
+            (None, Some(bps)) => Some(Capacity::Rate(bps)),
+            (None, None) => None,
+        }
+    }
+}
+
+/// Where a log's `#` lines stand.
+struct Opportunities {
+    capacity: Capacity,
+    /// The link's start, ns (the first event's time until the stage gives it).
+    t0_ns: Option<u64>,
+    /// The next opportunity (trace) or ms since t0 (rate) to write.
+    next: u64,
+    /// No line after this ms (the end of the run, once known).
+    until_ms: u64,
+}
+
+impl Opportunities {
+    /// The next line's (ms since the epoch, bytes), if any is left.
+    fn peek(&self) -> Option<(u64, u64)> {
+        let t0 = self.t0_ns?;
+        let (at_ns, bytes) = match &self.capacity {
+            Capacity::Trace(trace) => (
+                t0.checked_add(trace.opportunity_ns(self.next)?)?,
+                u64::from(OPPORTUNITY_BYTES),
+            ),
+            Capacity::Rate(bps) => {
+                let carried = |ms: u64| (u128::from(*bps) * u128::from(ms) / 8000) as u64;
+                let at = t0.checked_add(self.next.checked_mul(1_000_000)?)?;
+                (at, carried(self.next + 1) - carried(self.next))
+            }
+        };
+        let ms = at_ns / 1_000_000;
+        (ms <= self.until_ms).then_some((ms, bytes))
+    }
 }
 
 /// One direction's log, written in time order.
@@ -66,6 +148,8 @@ pub struct MmLog<W: Write> {
     init_ms: u64,
     /// (time ms, bytes, delay ms) of departures not yet written.
     pending: BinaryHeap<Reverse<(u64, u32, u64)>>,
+    /// The `#` lines still to write, for a link with a capacity.
+    opportunities: Option<Opportunities>,
 }
 
 impl<W: Write> MmLog<W> {
@@ -84,7 +168,21 @@ impl<W: Write> MmLog<W> {
             out,
             init_ms: h.init_ms,
             pending: BinaryHeap::new(),
+            opportunities: h.capacity.clone().map(|capacity| Opportunities {
+                capacity,
+                t0_ns: None,
+                next: 0,
+                until_ms: u64::MAX,
+            }),
         })
+    }
+
+    /// The link started at `t0_ns`: its `#` lines count from there. Given
+    /// before any packet; without it they count from the first packet.
+    pub fn start(&mut self, t0_ns: u64) {
+        if let Some(o) = self.opportunities.as_mut() {
+            o.t0_ns.get_or_insert(t0_ns);
+        }
     }
 
     fn ms(&self, t_ns: u64) -> u64 {
@@ -99,6 +197,7 @@ impl<W: Write> MmLog<W> {
         frame_bytes: u32,
         releases_ns: &[u64],
     ) -> std::io::Result<()> {
+        self.start(arrival_ns);
         let at = self.ms(arrival_ns);
         self.flush_until(at)?;
         let bytes = frame_bytes.saturating_sub(ETHERNET_HEADER_BYTES);
@@ -110,31 +209,55 @@ impl<W: Write> MmLog<W> {
         Ok(())
     }
 
+    /// Writes the opportunities and departures up to `t_ms`, in time order;
+    /// at one ms an opportunity goes first, as mahimahi writes the `#` line
+    /// of the opportunity that carries a packet before its `-` line.
     fn flush_until(&mut self, t_ms: u64) -> std::io::Result<()> {
-        while let Some(Reverse((left, bytes, delay))) = self.pending.peek().copied() {
-            if left > t_ms {
-                break;
+        loop {
+            let opportunity = self
+                .opportunities
+                .as_ref()
+                .and_then(Opportunities::peek)
+                .map(|(ms, bytes)| (ms.saturating_sub(self.init_ms), bytes));
+            let departure = self.pending.peek().map(|r| r.0);
+            match (opportunity, departure) {
+                (Some((at, bytes)), d) if at <= t_ms && d.is_none_or(|d| at <= d.0) => {
+                    if let Some(o) = self.opportunities.as_mut() {
+                        o.next += 1;
+                    }
+                    writeln!(self.out, "{at} # {bytes}")?;
+                }
+                (_, Some((left, bytes, delay))) if left <= t_ms => {
+                    self.pending.pop();
+                    writeln!(self.out, "{left} - {bytes} {delay}")?;
+                }
+                _ => return Ok(()),
             }
-            self.pending.pop();
-            writeln!(self.out, "{left} - {bytes} {delay}")?;
         }
-        Ok(())
     }
 
-    /// Writes the departures still held; returns the output.
-    pub fn finish(mut self) -> std::io::Result<W> {
+    /// Writes the departures still held and the opportunities up to
+    /// `end_ns`, the instant the run ended; returns the output.
+    pub fn finish(mut self, end_ns: u64) -> std::io::Result<W> {
+        if let Some(o) = self.opportunities.as_mut() {
+            o.until_ms = end_ns / 1_000_000;
+        }
         self.flush_until(u64::MAX)?;
         self.out.flush()?;
         Ok(self.out)
     }
 }
 
-struct Record {
-    side: Side,
-    arrival_ns: u64,
-    len_bytes: u32,
-    release_ns: u64,
-    copies: u8,
+enum Record {
+    /// The link's start ([`Tap::start`]).
+    Start(u64),
+    Packet {
+        side: Side,
+        arrival_ns: u64,
+        len_bytes: u32,
+        release_ns: u64,
+        copies: u8,
+    },
 }
 
 /// The stage's end: copies what the logs need into the channel.
@@ -154,7 +277,7 @@ impl Tap for LogTap {
         } else {
             0
         };
-        let r = Record {
+        let r = Record::Packet {
             side: d.side,
             arrival_ns,
             len_bytes,
@@ -167,6 +290,14 @@ impl Tap for LogTap {
     }
 
     fn changes(&mut self, _at_ns: u64, _changes: &[Change]) {}
+
+    fn start(&mut self, t0_ns: u64) {
+        if let Some(tx) = &self.tx {
+            if !crate::live_events::offer(tx, Record::Start(t0_ns), &self.skipped) {
+                self.tx = None;
+            }
+        }
+    }
 }
 
 /// The writer thread of both directions' logs.
@@ -186,15 +317,28 @@ pub fn start<W: Write + Send + 'static>(
         .spawn(move || {
             let mut logs = logs;
             for r in rx {
-                if let Some(log) = logs[r.side.index()].as_mut() {
-                    let releases = [r.release_ns; 2];
-                    log.packet(r.arrival_ns, r.len_bytes, &releases[..r.copies as usize])?;
+                match r {
+                    Record::Start(t0_ns) => logs.iter_mut().flatten().for_each(|l| l.start(t0_ns)),
+                    Record::Packet {
+                        side,
+                        arrival_ns,
+                        len_bytes,
+                        release_ns,
+                        copies,
+                    } => {
+                        if let Some(log) = logs[side.index()].as_mut() {
+                            let releases = [release_ns; 2];
+                            log.packet(arrival_ns, len_bytes, &releases[..copies as usize])?;
+                        }
+                    }
                 }
             }
+            // The channel closes when the stage has stopped: the run's end.
+            let end_ns = linkem_runtime::clock::now_ns();
             let [a, b] = logs;
             Ok([
-                a.map(MmLog::finish).transpose()?,
-                b.map(MmLog::finish).transpose()?,
+                a.map(|l| l.finish(end_ns)).transpose()?,
+                b.map(|l| l.finish(end_ns)).transpose()?,
             ])
         })?;
     let tap = LogTap {
@@ -244,6 +388,7 @@ mod tests {
             file: "up.log".into(),
             command_line: "linkem shell delay 20ms -- true".into(),
             init_ms,
+            capacity: None,
         };
         let mut log = MmLog::new(Vec::new(), &header).unwrap();
         // A 1514-byte frame at 5.3 ms leaving at 25.9 ms; a 74-byte frame at
@@ -254,7 +399,7 @@ mod tests {
         log.packet(ns(10, 0), 74, &[]).unwrap();
         log.packet(ns(30, 1), 100, &[ns(50, 0), ns(50, 0)]).unwrap();
         log.packet(ns(40, 0), 100, &[ns(60, 0)]).unwrap();
-        let text = String::from_utf8(log.finish().unwrap()).unwrap();
+        let text = String::from_utf8(log.finish(ns(100, 0)).unwrap()).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[3], format!("# init timestamp: {init_ms}"));
         assert_eq!(lines[4], "# base timestamp: 0");
@@ -273,5 +418,90 @@ mod tests {
             lines[5..],
             want.iter().map(String::as_str).collect::<Vec<_>>()[..]
         );
+    }
+
+    fn header(init_ms: u64, capacity: Option<Capacity>) -> LogHeader {
+        LogHeader {
+            link_name: "uplink".into(),
+            link: "trace t".into(),
+            file: "up.log".into(),
+            command_line: "linkem shell trace t -- true".into(),
+            init_ms,
+            capacity,
+        }
+    }
+
+    /// A trace of opportunities at 0, 0, 5 and 10 ms (looping every 10 ms:
+    /// 10, 10, 15, 20, ...) from a link started 3.5 ms into the run: one `# 1504` line per
+    /// opportunity up to the end, before the `-` line of the packet an
+    /// opportunity carries, as mahimahi's LinkQueue writes them.
+    #[test]
+    fn a_trace_link_logs_each_opportunity() {
+        let init_ms = 1_700_000_000_000u64;
+        let ns = |us: u64| init_ms * 1_000_000 + us * 1000;
+        let trace = Arc::new(Trace::parse("t", "0\n0\n5\n10\n", false).unwrap());
+        let mut log =
+            MmLog::new(Vec::new(), &header(init_ms, Some(Capacity::Trace(trace)))).unwrap();
+        log.start(ns(3_500));
+        // A packet at 9 ms carried by the opportunity at 3.5 + 10 ms.
+        log.packet(ns(9_000), 114, &[ns(13_500)]).unwrap();
+        let text = String::from_utf8(log.finish(ns(25_000)).unwrap()).unwrap();
+        let events: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(
+            events,
+            [
+                "3 # 1504",
+                "3 # 1504",
+                "8 # 1504",
+                "9 + 100",
+                "13 # 1504",
+                "13 # 1504",
+                "13 # 1504",
+                "13 - 100 4",
+                "18 # 1504",
+                "23 # 1504",
+                "23 # 1504",
+                "23 # 1504"
+            ]
+        );
+        // And `linkem plot` reads them as its capacity.
+        let read = crate::logplot::Log::parse(&text, "up.log").unwrap();
+        assert_eq!(read.opportunities.len(), 10);
+        assert!(read.opportunities.iter().all(|o| o.1 == 1504));
+        let series = crate::logplot::throughput_series(&read, 10);
+        assert!(series[0].0.starts_with("Capacity"), "{:?}", series[0].0);
+        // Bins [0, 10) ms and [10, 20) ms: three opportunities, then three.
+        assert_eq!(series[0].1[0].1, 3.0 * 1504.0 * 8.0 / 0.01 / 1e6);
+    }
+
+    /// A rate link has one synthetic line per ms, the bytes summing exactly
+    /// to what the rate carries; `trace-once` stops at its last line.
+    #[test]
+    fn a_rate_link_logs_its_bytes_per_ms_and_a_trace_once_ends() {
+        let init_ms = 1_000u64;
+        let ns = |ms: u64| (init_ms + ms) * 1_000_000;
+        let mut log =
+            MmLog::new(Vec::new(), &header(init_ms, Some(Capacity::Rate(12_345)))).unwrap();
+        log.start(ns(2));
+        let text = String::from_utf8(log.finish(ns(1001)).unwrap()).unwrap();
+        let lines: Vec<(u64, u64)> = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| {
+                let w: Vec<&str> = l.split(' ').collect();
+                assert_eq!(w[1], "#", "{l}");
+                (w[0].parse().unwrap(), w[2].parse().unwrap())
+            })
+            .collect();
+        assert_eq!(lines.len(), 1000, "one line per ms from 2 to 1001 ms");
+        assert_eq!(lines[0], (2, 1));
+        assert_eq!(lines.iter().map(|l| l.1).sum::<u64>(), 12_345 / 8);
+        let once = Arc::new(Trace::parse("t", "1\n4\n", true).unwrap());
+        let mut log =
+            MmLog::new(Vec::new(), &header(init_ms, Some(Capacity::Trace(once)))).unwrap();
+        log.start(ns(0));
+        let text = String::from_utf8(log.finish(ns(100)).unwrap()).unwrap();
+        let events: Vec<&str> = text.lines().filter(|l| !l.starts_with("# ")).collect();
+        assert_eq!(events, ["1 # 1504", "4 # 1504"]);
     }
 }

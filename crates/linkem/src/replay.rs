@@ -46,6 +46,15 @@
 //! # Events
 //! `--events` has one line per decision, in decision order, in the one format
 //! of every model and front end ([`EVENTS_HEADER`], [`write_event`]).
+//!
+//! # Link logs
+//! `--log-a-to-b FILE` / `--log-b-to-a FILE` write mahimahi's link log
+//! ([`crate::mmlog`], as the bridge and the shell do) of the packets received
+//! on that side, a line per decision: `T + BYTES` at its arrival, `T - BYTES
+//! DELAY` at each copy's release. T counts ms from the capture's first packet
+//! (`init timestamp` is that packet's stamp in epoch ms, as mahimahi's is the
+//! instant its shell started), so the log of a capture made live and the log
+//! of its replay line up.
 
 use crate::args::{base_inputs, outputs, ReplayArgs, RulesArgs};
 use crate::files::{config_has_rules, link_spec_reading, load_rules_reading, rules_source};
@@ -215,8 +224,10 @@ fn drive<M: Model>(
     let writer = CaptureWriter::create(&args.output, link_type, snaplen)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let events = args.events.as_deref().map(open_events).transpose()?;
+    let logs = ReplayLogs::create(args)?;
     let started = Instant::now();
     let mut r = Replay::new(l2, writer, events);
+    r.logs = logs;
     let progress = progress_bar(args);
     let mut backwards = crate::arrival_order::Backwards::default();
     while let Some(input) = next() {
@@ -270,6 +281,104 @@ fn open_events(path: &Path) -> Result<OutputFile> {
     Ok(w)
 }
 
+/// The link logs asked for: created (and so checked) before the replay
+/// starts, their headers written at the first packet, whose stamp starts
+/// their times.
+struct ReplayLogs {
+    /// `[a-to-b, b-to-a]` files until the first packet.
+    files: [Option<OutputFile>; 2],
+    logs: [Option<crate::mmlog::MmLog<OutputFile>>; 2],
+    /// The model, in the header's words.
+    link: String,
+}
+
+impl ReplayLogs {
+    fn create(args: &ReplayArgs) -> Result<Option<ReplayLogs>> {
+        if args.log_a_to_b.is_none() && args.log_b_to_a.is_none() {
+            return Ok(None);
+        }
+        let create = |path: &Option<PathBuf>| -> Result<Option<OutputFile>> {
+            path.as_deref()
+                .map(|p| OutputFile::create(p, 1 << 20).map_err(anyhow::Error::from))
+                .transpose()
+        };
+        let mut link = args.words.join(" ");
+        if let Some(config) = &args.config {
+            link = format!("config {} {link}", config.display());
+        }
+        if let Some(rules) = &args.rules.file {
+            link = format!("rules {} {link}", rules.display());
+        }
+        Ok(Some(ReplayLogs {
+            files: [create(&args.log_a_to_b)?, create(&args.log_b_to_a)?],
+            logs: [None, None],
+            link: link.trim().to_string(),
+        }))
+    }
+
+    /// Writes the headers, times counting from `first_ns`.
+    fn start(&mut self, first_ns: u64) -> Result<()> {
+        let command_line = std::env::args().collect::<Vec<_>>().join(" ");
+        for (i, file) in self.files.iter_mut().enumerate() {
+            let Some(file) = file.take() else { continue };
+            let header = crate::mmlog::LogHeader {
+                link_name: ["uplink", "downlink"][i].into(),
+                link: self.link.clone(),
+                file: file.name().to_string(),
+                command_line: command_line.clone(),
+                init_ms: first_ns / 1_000_000,
+                // The replay's model is opaque here: its logs have no `#` lines yet.
+                capacity: None,
+            };
+            let name = file.name().to_string();
+            self.logs[i] = Some(
+                crate::mmlog::MmLog::new(file, &header)
+                    .with_context(|| format!("cannot write the link log {name}"))?,
+            );
+        }
+        Ok(())
+    }
+
+    /// Logs decision `d` of the frame that arrived at `arrival_ns`, the
+    /// capture's first at `first_ns`.
+    fn decision(
+        &mut self,
+        first_ns: u64,
+        arrival_ns: u64,
+        orig_len: u32,
+        d: &Decision,
+    ) -> Result<()> {
+        if self.files.iter().any(Option::is_some) {
+            self.start(first_ns)?;
+        }
+        let side = match d.side {
+            Side::A => 0,
+            Side::B => 1,
+        };
+        let Some(log) = self.logs[side].as_mut() else {
+            return Ok(());
+        };
+        let copies = match d.fate {
+            Fate::Delivered => 1 + usize::from(d.duplicate),
+            _ => 0,
+        };
+        log.packet(arrival_ns, orig_len, &[d.release_ns; 2][..copies])
+            .context("cannot write the link log")
+    }
+
+    /// Writes the departures still held and puts the files in place (a
+    /// capture with no packet leaves logs of a header only, times from 0).
+    fn commit(mut self) -> Result<()> {
+        self.start(0)?;
+        for log in self.logs.into_iter().flatten() {
+            // No `#` lines (above): no opportunities to write up to an end.
+            let file = log.finish(0).context("cannot write the link log")?;
+            file.commit()?;
+        }
+        Ok(())
+    }
+}
+
 /// A spinner for long replays on a terminal.
 fn progress_bar(args: &ReplayArgs) -> Option<indicatif::ProgressBar> {
     let size = std::fs::metadata(&args.input).map(|m| m.len()).unwrap_or(0);
@@ -314,6 +423,8 @@ struct Replay {
     /// The last instant given to the model.
     now_ns: u64,
     events: Option<OutputFile>,
+    /// `--log-a-to-b`, `--log-b-to-a`.
+    logs: Option<ReplayLogs>,
     /// One `--events` line, reused.
     line: String,
     writer: CaptureWriter,
@@ -330,6 +441,7 @@ impl Replay {
             out: Vec::new(),
             now_ns: 0,
             events,
+            logs: None,
             line: String::new(),
             writer,
             tally: Tally::new(),
@@ -416,6 +528,10 @@ impl Replay {
                 ev.write_all(self.line.as_bytes())
                     .with_context(|| format!("cannot write {}", ev.name()))?;
             }
+            if let Some(logs) = self.logs.as_mut() {
+                let first_ns = self.tally.first_arrival_ns.unwrap_or(frame.arrival_ns);
+                logs.decision(first_ns, frame.arrival_ns, frame.orig_len, &d)?;
+            }
             if d.fate == Fate::Delivered {
                 let mut data = frame.data;
                 let copy = d.duplicate.then(|| data.clone());
@@ -487,6 +603,9 @@ impl Replay {
     fn commit(self) -> Result<Tally> {
         if let Some(ev) = self.events {
             ev.commit()?;
+        }
+        if let Some(logs) = self.logs {
+            logs.commit()?;
         }
         self.writer.finish().map_err(|e| anyhow::anyhow!("{e}"))?;
         Ok(self.tally)
@@ -564,6 +683,11 @@ fn run_recording(args: &ReplayArgs) -> Result<()> {
                 format!("a->b {}; b->a {}", ab.link, ba.link)
             };
             let mut model = LinkModel::new([ab.link, ba.link], meta.seed);
+            // The live link's start (version 3), the origin of its traces and
+            // schedules; an older recording starts them at the first frame.
+            if let Some(t0_ns) = meta.start_ns {
+                model.start(t0_ns);
+            }
             let next = recorded_inputs(&mut rec, dir, sides);
             let (tally, secs) = drive(args, &mut model, link_type, snaplen, &signals, next)?;
             print_stats(args, &link_text, meta.seed, &tally, secs);
@@ -604,6 +728,9 @@ fn run_recording(args: &ReplayArgs) -> Result<()> {
                 ..defaults
             };
             let mut node = Node::new(set, cfg);
+            if let Some(t0_ns) = meta.start_ns {
+                node.start(t0_ns);
+            }
             let next = recorded_inputs(&mut rec, dir, sides);
             let (tally, secs) = drive(args, &mut node, link_type, snaplen, &signals, next)?;
             report(args, &node, meta.seed, &tally, secs);

@@ -20,7 +20,9 @@
 //! `LINKEM_SHELL_PARENT6` and mahimahi's `MAHIMAHI_BASE`); CMD reaches
 //! the rest through masquerading (iptables/ip6tables rules commented
 //! `linkem-shell-P`) and forwarding, which the shell turns on in the
-//! caller's namespace. DNS needs nothing more while the resolver in
+//! caller's namespace (`ip_forward`, `ipv6/conf/all/forwarding`) and puts
+//! back as it found it when it ends (SIGINT and SIGTERM included; after a
+//! SIGKILL it stays on, as no later start can know what it was before). DNS needs nothing more while the resolver in
 //! /etc/resolv.conf is not a loopback address (the shell warns when it is).
 //!
 //! Clean-up: the middle namespace has no name and is held only by linkem
@@ -209,6 +211,7 @@ pub fn run(args: &ShellArgs) -> Result<i32> {
     let mut host_side = HostSide {
         plan: plan.clone(),
         rules: Vec::new(),
+        sysctls: Vec::new(),
     };
     let built = build(&plan, &host, &mut host_side);
     // Whatever happened, the main thread works in the caller's namespace from here.
@@ -240,6 +243,7 @@ pub fn run(args: &ShellArgs) -> Result<i32> {
         done: Some(done.clone()),
         started: Some(started_tx),
         command_line: Some(std::env::args().collect::<Vec<_>>().join(" ")),
+        front: crate::control::FrontEnd::Shell,
     };
     mid.enter().context("cannot enter the middle namespace")?;
     let bridge = std::thread::Builder::new()
@@ -382,6 +386,8 @@ fn bridge_args(args: &ShellArgs, plan: &Plan) -> BridgeArgs {
         if_a: plan.if_a.clone(),
         if_b: plan.if_b.clone(),
         words: args.words.clone(),
+        pair: Vec::new(),
+        pairs: Vec::new(),
         a_to_b: args.a_to_b.clone(),
         b_to_a: args.b_to_a.clone(),
         config: args.config.clone(),
@@ -505,6 +511,8 @@ struct HostSide {
     plan: Plan,
     /// (program, table, rule spec after the chain) installed.
     rules: Vec<(&'static str, &'static str, Vec<String>)>,
+    /// (path, value before) of each sysctl the shell changed.
+    sysctls: Vec<(&'static str, String)>,
 }
 
 impl HostSide {
@@ -518,7 +526,13 @@ impl HostSide {
             if now.trim() != "1" {
                 std::fs::write(path, "1")
                     .with_context(|| format!("cannot turn {what} forwarding on ({path})"))?;
-                eprintln!("linkem: shell: turned {what} forwarding on ({path}) for the way out");
+                // Put back as it was when the shell ends (normally or on
+                // SIGINT/SIGTERM; after SIGKILL it stays on: README says so).
+                self.sysctls.push((path, now.trim().to_string()));
+                eprintln!(
+                    "linkem: shell: turned {what} forwarding on ({path}) for the way out, \
+                     until the shell ends"
+                );
             }
         }
         let p = &self.plan;
@@ -572,6 +586,13 @@ impl Drop for HostSide {
         // The link goes with the middle namespace; removing it here makes the
         // end synchronous for whoever looks next.
         let _ = run_cmd("ip", &["link", "del", &self.plan.host_if]);
+        // After the link: turning IPv6 forwarding off resets the interfaces'
+        // settings, and the shell's own is gone by then.
+        for (path, before) in self.sysctls.drain(..).rev() {
+            if let Err(e) = std::fs::write(path, &before) {
+                eprintln!("linkem: shell: cannot put {path} back to {before}: {e}");
+            }
+        }
     }
 }
 

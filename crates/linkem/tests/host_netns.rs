@@ -558,3 +558,155 @@ fn two_users_claim_ports_of_this_host_and_a_claim_expires() {
     assert!((19.0..35.0).contains(&second[1]), "5679 claimed: {ctx}");
     assert!(expired < 8.0, "5678 after its claim expired: {ctx}");
 }
+
+/// `linkem ctl WORDS` as root; whether it succeeded, and what it said.
+fn ctl_said(socket: &std::path::Path, words: &[&str]) -> (bool, String) {
+    let o = common::ctl::ctl(socket, words);
+    (
+        o.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+    )
+}
+
+/// The first line a control socket sends: its banner.
+fn banner(socket: &std::path::Path) -> serde_json::Value {
+    let s = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(s), &mut line).unwrap();
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("banner ({e}): {line}"))
+}
+
+/// `GET /metrics` from inside `ns`.
+fn metrics_in(ns: &str, port: u16) -> String {
+    in_ns(ns, || {
+        use std::io::Write;
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut body = String::new();
+        s.read_to_string(&mut body).unwrap();
+        body
+    })
+}
+
+/// Host mode gives each packet back with one netfilter verdict, so it cannot
+/// send a duplicate: a running `linkem host` refuses every change that would
+/// duplicate (link words, a pipe's config, a claim's pipe) with a message
+/// naming 'duplicate' and why, and keeps what runs. It names itself `host`
+/// in its stats (text and JSON), its control banner and its metrics.
+#[test]
+fn a_running_host_refuses_duplication_and_names_itself_host() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let ns = Ns::new("hdup");
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("host.sock");
+    let sock = socket.to_str().unwrap();
+    let why = "'duplicate' is not available in host mode";
+
+    // Link words.
+    let port = 9000 + (std::process::id() % 1000) as u16;
+    let metrics = port.to_string();
+    let host = Host::start(
+        &ns,
+        &["delay", "1ms", "--control", sock, "--metrics", &metrics],
+    );
+    let b = banner(&socket);
+    let info = metrics_in(&ns.0, port)
+        .lines()
+        .find(|l| l.starts_with("linkem_info{"))
+        .map(String::from);
+    let (ok, said) = ctl_said(
+        &socket,
+        &["link", "both", "delay", "1ms", "duplicate", "1%"],
+    );
+    let (_, links) = ctl_said(&socket, &["--json", "list"]);
+    let (ok_b, said_b) = ctl_said(&socket, &["link", "a-to-b", "delay", "2ms"]);
+    let (stats, stderr) = host.stop();
+    assert!(
+        !ok && said.contains(why),
+        "link words with duplicate: {said}"
+    );
+    assert!(
+        !links.contains("duplicate") && links.contains("1ms"),
+        "the links kept: {links}"
+    );
+    assert!(ok_b, "a change without duplication still applies: {said_b}");
+    assert_eq!(b["front"], "host", "banner {b}");
+    assert!(
+        info.as_deref()
+            .is_some_and(|l| l.contains("front=\"host\"")),
+        "metrics: {info:?}"
+    );
+    assert_eq!(stats["front"], "host", "stats {stats}; {stderr}");
+
+    // A rule set with claims: a pipe's config and a claim's pipe.
+    let rules = dir.path().join("host.rules");
+    std::fs::write(
+        &rules,
+        "pipe 1 config delay 1ms\nadd 100 pipe 1 udp from any to any dst-port 5678\n",
+    )
+    .unwrap();
+    let host = Host::start(
+        &ns,
+        &[
+            "--rules",
+            rules.to_str().unwrap(),
+            "--claims",
+            "--control",
+            sock,
+        ],
+    );
+    let (ok_pipe, said_pipe) = ctl_said(
+        &socket,
+        &["pipe", "1", "config", "delay", "1ms", "duplicate", "5%"],
+    );
+    let (ok_claim, said_claim) = ctl_said(
+        &socket,
+        &[
+            "claim",
+            "udp",
+            "5679",
+            "--",
+            "delay",
+            "1ms",
+            "duplicate",
+            "5%",
+        ],
+    );
+    let (_, pipe) = ctl_said(&socket, &["pipe", "1", "show"]);
+    let (ok_plain, said_plain) = ctl_said(&socket, &["pipe", "1", "config", "delay", "2ms"]);
+    let (stats, stderr) = host.stop();
+    assert!(
+        !ok_pipe && said_pipe.contains(why),
+        "pipe with duplicate: {said_pipe}"
+    );
+    assert!(
+        !ok_claim && said_claim.contains(why),
+        "claim with duplicate: {said_claim}"
+    );
+    assert!(
+        !pipe.contains("duplicate") && pipe.contains("1ms"),
+        "pipe 1 kept: {pipe}"
+    );
+    assert!(ok_plain, "a pipe change without duplication: {said_plain}");
+    assert_eq!(stats["front"], "host", "stats {stats}; {stderr}");
+
+    // The text stats' heading.
+    let o = netns::command_in(&ns.0, &[env!("CARGO_BIN_EXE_linkem"), "host"])
+        .args(["--stats", "text", "--realtime", "off", "--control", "none"])
+        .args(["--duration", "0.5", "delay", "1ms"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && out.contains("linkem host after") && !out.contains("bridge"),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

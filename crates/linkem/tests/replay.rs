@@ -1046,3 +1046,139 @@ fn a_recording_with_link_words_is_refused() {
         "{err}"
     );
 }
+
+/// A live trace link starts its opportunities at the link's start, which
+/// the recording keeps (`start_ns`): a recording whose first frame comes
+/// 60 ms into a 100 ms trace (opportunities at 50 and 100 ms) replays the
+/// live decision, the opportunity at 100 ms from the start; the same
+/// recording without its start (a capture's replay) starts the trace at
+/// the first frame, whose first opportunity then falls 50 ms after it.
+#[test]
+fn a_recording_replays_its_trace_from_the_links_start() {
+    use linkem_io::recording::{NamedFiles, Recorder, RecordingMeta, Start};
+    let d = tempfile::tempdir().unwrap();
+    let t0 = 1_000_000_000u64;
+    let releases = |name: &str, start_ns: Option<u64>| {
+        let dir = d.path().join(name);
+        let mut meta = RecordingMeta::new(
+            3,
+            1,
+            65535,
+            ["veth-a".into(), "veth-b".into()],
+            Start::Link("trace up.trace".into()),
+        );
+        meta.files = NamedFiles::from([("up.trace".into(), "50\n100\n".into())]);
+        let mut rec = Recorder::create(&dir, meta, u64::MAX).unwrap();
+        if let Some(t) = start_ns {
+            rec.record_start(t);
+        }
+        for (i, at_ms) in [60u64, 160].into_iter().enumerate() {
+            let f = udp_frame(100, 5000 + i as u16);
+            rec.frame(0, t0 + at_ms * 1_000_000, f.len() as u32, &f);
+        }
+        assert!(rec.finish().unwrap().complete);
+        let (_, rows) = replay_recording(&dir, &[]);
+        rows.iter()
+            .map(|r| (r.num("release_ns") - t0) / 1_000_000)
+            .collect::<Vec<u64>>()
+    };
+    assert_eq!(
+        releases("live", Some(t0)),
+        [100, 200],
+        "ms from the link's start: the live opportunities after 60 and 160 ms"
+    );
+    assert_eq!(
+        releases("first-frame", None),
+        [110, 210],
+        "without a start the trace starts at the first frame (60 ms)"
+    );
+}
+
+/// `--log-a-to-b` writes mahimahi's link log of the replay: a `+` line per
+/// packet read, at its ms from the capture's first packet, and a `-` line per
+/// packet written to OUT, at its stamp's ms, with the delay between; the
+/// b-to-a log of a link (every packet on side a) has its header only.
+#[test]
+fn replay_writes_mahimahis_link_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (dir.path().join("in.pcap"), dir.path().join("out.pcap"));
+    let (up, down) = (dir.path().join("up.log"), dir.path().join("down.log"));
+    let t0_ns = 1_700_000_000_123_456_789u64;
+    let packets: Vec<(u64, Vec<u8>)> = (0..40)
+        .map(|i| (t0_ns + i * 700_000, frame(1514, i as u8)))
+        .collect();
+    write_capture(&input, &packets);
+    let o = linkem(&[
+        "replay",
+        input.to_str().unwrap(),
+        output.to_str().unwrap(),
+        "rate 12mbit delay 10ms loss 20% seed 3",
+        "--log-a-to-b",
+        up.to_str().unwrap(),
+        "--downlink-log",
+        down.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = read(&output);
+    assert!(
+        !out.is_empty() && out.len() < packets.len(),
+        "{}",
+        out.len()
+    );
+    let log = std::fs::read_to_string(&up).unwrap();
+    let init_ms = t0_ns / 1_000_000;
+    assert!(
+        log.contains(&format!(
+            "\n# init timestamp: {init_ms}\n# base timestamp: 0\n"
+        )),
+        "{log}"
+    );
+    let lines: Vec<Vec<u64>> = log
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            l.split(' ')
+                .map(|f| match f {
+                    "+" => 0,
+                    "-" => 1,
+                    n => n.parse().unwrap(),
+                })
+                .collect()
+        })
+        .collect();
+    let arrivals: Vec<u64> = lines.iter().filter(|l| l[1] == 0).map(|l| l[0]).collect();
+    let expected: Vec<u64> = packets.iter().map(|p| p.0 / 1_000_000 - init_ms).collect();
+    assert_eq!(arrivals, expected, "{log}");
+    assert!(lines.iter().all(|l| l[2] == 1500), "IP bytes: {log}");
+    let departures: Vec<&Vec<u64>> = lines.iter().filter(|l| l[1] == 1).collect();
+    let written: Vec<u64> = out.iter().map(|p| p.0 / 1_000_000 - init_ms).collect();
+    assert_eq!(
+        departures.iter().map(|l| l[0]).collect::<Vec<_>>(),
+        written,
+        "{log}"
+    );
+    // At least the 10 ms delay and 12 Mbit/s's 1 ms per frame.
+    assert!(departures.iter().all(|l| l[3] >= 10), "{log}");
+    assert!(
+        lines.windows(2).all(|p| p[0][0] <= p[1][0]),
+        "not in time order: {log}"
+    );
+    let down_log = std::fs::read_to_string(&down).unwrap();
+    assert!(down_log.contains("# base timestamp: 0"), "{down_log}");
+    assert!(down_log.lines().all(|l| l.starts_with('#')), "{down_log}");
+
+    // A log path that is the input is refused before anything is written.
+    let before = std::fs::read(&input).unwrap();
+    let o = linkem(&[
+        "replay",
+        input.to_str().unwrap(),
+        output.to_str().unwrap(),
+        "delay 1ms",
+        "--log-a-to-b",
+        input.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--log-a-to-b"), "{err}");
+    assert_eq!(std::fs::read(&input).unwrap(), before);
+}

@@ -513,3 +513,303 @@ fn an_ordinary_user_gets_a_shell_through_pasta_or_is_told_what_is_missing() {
         text(&o)
     );
 }
+
+/// Offsets (ms) of `testdata/traces/24-6mbit.trace`, one per 1504-byte
+/// opportunity: 1 s at two per ms (24.06 Mbit/s), then 1 s at one per 2 ms
+/// (6.02 Mbit/s), looping every 2000 ms.
+fn trace_24_6_offsets_ms() -> (std::path::PathBuf, Vec<u64>) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/traces/24-6mbit.trace");
+    let offsets: Vec<u64> = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    (path, offsets)
+}
+
+/// Opportunities of the looping trace `offsets_ms` in [from_ms, to_ms) of
+/// the trace's time (mahimahi's: the base moves by the last offset a loop).
+fn opportunities_between(offsets_ms: &[u64], from_ms: f64, to_ms: f64) -> usize {
+    let period_ms = *offsets_ms.last().unwrap() as f64;
+    let mut n = 0;
+    let mut base_ms = (from_ms / period_ms).floor().max(0.0) * period_ms;
+    while base_ms < to_ms {
+        n += offsets_ms
+            .iter()
+            .map(|&o| base_ms + o as f64)
+            .filter(|&t| t >= from_ms && t < to_ms)
+            .count();
+        base_ms += period_ms;
+    }
+    n
+}
+
+/// iperf3 inside a shell sends through `--a-to-b trace 24-6mbit.trace` to a
+/// server in the parent: the server's throughput in each 500 ms interval
+/// follows the trace's capacity in that interval (24 Mbit/s one second,
+/// 6 Mbit/s the next). The trace starts at the link's start, which the link
+/// log gives (its first `#` line is the first opportunity), and iperf3's
+/// intervals start with its data (the log's first full-size packet), so each
+/// interval is placed on the trace to within a few ms.
+#[test]
+fn iperf3_in_a_shell_follows_a_traces_rate_over_time() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let w = World::new("tsht");
+    let (trace, offsets_ms) = trace_24_6_offsets_ms();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("up.log");
+    let server_out = dir.path().join("server.json");
+    let mut server = command_in(
+        &w.outer,
+        &["iperf3", "-s", "-1", "-J", "-i", "0.5", "--logfile"],
+    )
+    .arg(&server_out)
+    .stdin(Stdio::null())
+    .spawn()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let secs = 8;
+    let client = format!("iperf3 -c $LINKEM_SHELL_PARENT -t {secs} -i 0.5 -J");
+    let o = w.shell(&[
+        "--a-to-b",
+        "trace",
+        trace.to_str().unwrap(),
+        "queue",
+        "200",
+        "--log-a-to-b",
+        log.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        &client,
+    ]);
+    let _ = server.wait();
+    assert!(o.status.success(), "iperf3 in the shell: {}", text(&o));
+    let log_text = std::fs::read_to_string(&log).unwrap();
+    let events: Vec<(u64, &str, u64)> = log_text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            Some((f[0].parse().ok()?, *f.get(1)?, f.get(2)?.parse().ok()?))
+        })
+        .collect();
+    // The trace's origin (the link's start: its first opportunity, the log's
+    // first `#` line, less that opportunity's offset) and iperf3's first data.
+    let origin_ms = events
+        .iter()
+        .find(|e| e.1 == "#")
+        .expect("no opportunity (`#` line) in the log")
+        .0
+        - offsets_ms[0];
+    let data_ms = events
+        .iter()
+        .find(|e| e.1 == "+" && e.2 >= 1400)
+        .expect("no full-size packet in the log")
+        .0;
+    let shift_ms = (data_ms - origin_ms) as f64;
+
+    // The link itself, per 500 ms of the trace's time from 2 s on, while
+    // iperf3 keeps it busy: what left against the trace's bytes.
+    let mut link_ratios = Vec::new();
+    let mut k = 4;
+    loop {
+        let (from, to) = (500.0 * k as f64, 500.0 * (k + 1) as f64);
+        if to > shift_ms + 1000.0 * (secs as f64 - 0.5) {
+            break;
+        }
+        let left: u64 = events
+            .iter()
+            .filter(|e| e.1 == "-")
+            .filter(|e| ((e.0 - origin_ms) as f64) >= from && ((e.0 - origin_ms) as f64) < to)
+            .map(|e| e.2)
+            .sum();
+        let cap = opportunities_between(&offsets_ms, from, to) as f64 * 1504.0;
+        link_ratios.push((from, left as f64 / cap));
+        k += 1;
+    }
+
+    // What the server received per interval, against the trace's capacity
+    // over the same span of the trace's time, in TCP payload (1448 of each
+    // 1500-byte IP packet, with timestamps).
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&server_out).unwrap_or_default())
+            .unwrap_or_default();
+    let intervals = json["intervals"].as_array().cloned().unwrap_or_default();
+    assert!(
+        intervals.len() >= 2 * secs - 1,
+        "the server reported {} intervals: {json}\nshell: {}",
+        intervals.len(),
+        text(&o)
+    );
+    let mut fast = Vec::new();
+    let mut slow = Vec::new();
+    let mut report = String::new();
+    // The first second is TCP's start; the last interval its end.
+    for iv in &intervals[2..2 * secs - 1] {
+        let s = &iv["sum"];
+        let (start, end) = (s["start"].as_f64().unwrap(), s["end"].as_f64().unwrap());
+        let got_bps = s["bits_per_second"].as_f64().unwrap();
+        let (from, to) = (shift_ms + start * 1000.0, shift_ms + end * 1000.0);
+        let opportunities = opportunities_between(&offsets_ms, from, to);
+        let cap_bps = opportunities as f64 * 1504.0 * 8.0 * 1448.0 / 1500.0 / (end - start);
+        let ratio = got_bps / cap_bps;
+        report.push_str(&format!(
+            "  iperf3 {start:.1}..{end:.1} s (trace {from:.0}..{to:.0} ms): {:.2} Mbit/s against \
+             {:.2}\n",
+            got_bps / 1e6,
+            cap_bps / 1e6
+        ));
+        // Intervals wholly inside one phase (a few ms of slack for the placing).
+        let phase = |t: f64| ((t + 5.0) / 1000.0).floor() as i64 % 2 == 0;
+        let pure = ((from + 5.0) / 1000.0).floor() == ((to - 5.0) / 1000.0).floor();
+        if pure && phase(from) {
+            fast.push(ratio);
+        } else if pure {
+            slow.push(ratio);
+        }
+    }
+    for (from, r) in &link_ratios {
+        report.push_str(&format!(
+            "  link at trace {from:.0} ms: {:.3} of the trace's bytes left\n",
+            r
+        ));
+    }
+    eprintln!("shift {shift_ms} ms; per interval:\n{report}");
+    assert!(
+        fast.len() >= 2 && slow.len() >= 2,
+        "too few intervals inside one phase (shift {shift_ms} ms):\n{report}"
+    );
+    let (fast_m, slow_m) = (median(fast.clone()), median(slow.clone()));
+    let link_m = median(link_ratios.iter().map(|r| r.1).collect());
+    assert!(
+        (0.85..1.1).contains(&fast_m) && (0.85..1.1).contains(&slow_m),
+        "iperf3's throughput should follow the trace: median {fast_m:.3} of the capacity at \
+         24 Mbit/s ({fast:.3?}), {slow_m:.3} at 6 Mbit/s ({slow:.3?}); per interval:\n{report}"
+    );
+    assert!(
+        (0.95..1.02).contains(&link_m),
+        "the link should use every opportunity while iperf3 keeps it busy: median {link_m:.3}\n\
+         {report}"
+    );
+    w.assert_clean("after the trace");
+}
+
+/// The linkem commands of README.md's "Coming from mahimahi" table (its
+/// second column), in order, and the `codel.rules` file shown under it.
+fn readme_mahimahi_table() -> (Vec<String>, String) {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let at = readme
+        .find("### Coming from mahimahi")
+        .expect("README.md has no \"Coming from mahimahi\" section");
+    let section = &readme[at..];
+    let section = &section[..section[4..].find("\n## ").map_or(section.len(), |e| e + 4)];
+    let mut commands = Vec::new();
+    for row in section.lines().filter(|l| l.starts_with("| `")) {
+        let linkem_cell = row.split(" | ").nth(1).unwrap_or("");
+        commands.extend(
+            linkem_cell
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .filter(|c| c.starts_with("linkem "))
+                .map(str::to_string),
+        );
+    }
+    let rules_at = section
+        .find("`codel.rules`")
+        .expect("the section shows codel.rules");
+    let rules: String = section[rules_at..]
+        .lines()
+        .skip_while(|l| !l.starts_with("    "))
+        .take_while(|l| l.starts_with("    "))
+        .map(|l| format!("{}\n", &l[4..]))
+        .collect();
+    (commands, rules)
+}
+
+/// Every linkem command of README.md's "Coming from mahimahi" table runs as
+/// written, in a directory holding what the table names (`up.trace`,
+/// `down.trace`, `codel.rules`, an executable `./client` that pings a host
+/// beyond the shell), and its client's packets cross the link: replies come,
+/// with the table's delay where it sets one; `linkem plot` draws the log
+/// that the row before wrote.
+#[test]
+fn the_coming_from_mahimahi_table_runs_as_written() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let (commands, rules) = readme_mahimahi_table();
+    assert!(commands.len() >= 12, "{commands:#?}");
+    assert!(rules.contains("codel"), "{rules}");
+    let w = World::new("tshm");
+    let dir = tempfile::tempdir().unwrap();
+    let traces = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/traces");
+    for name in ["up.trace", "down.trace"] {
+        std::fs::copy(traces.join("24-6mbit.trace"), dir.path().join(name)).unwrap();
+    }
+    std::fs::write(dir.path().join("codel.rules"), &rules).unwrap();
+    let client = dir.path().join("client");
+    // The far host, beyond every shell's hop (a nested shell's
+    // $MAHIMAHI_BASE is the shell around it); -w: replies are awaited (a
+    // lost one is sent again) for up to 10 s.
+    std::fs::write(
+        &client,
+        format!("#!/bin/sh\nexec ping -n -c 3 -i 0.2 -w 10 {FAR4}\n"),
+    )
+    .unwrap();
+    std::process::Command::new("chmod")
+        .args(["+x", client.to_str().unwrap()])
+        .status()
+        .unwrap();
+    let bin_dir = std::path::Path::new(LINKEM).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for command in &commands {
+        let o = command_in(&w.outer, &["sh", "-c", command])
+            .current_dir(dir.path())
+            .env("PATH", &path)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "`{command}`: {}", text(&o));
+        if command.starts_with("linkem plot ") {
+            for out in ["up-throughput.png", "up-delay.svg"] {
+                assert!(
+                    dir.path().join(out).exists(),
+                    "`{command}` drew no {out}: {}",
+                    text(&o)
+                );
+            }
+            continue;
+        }
+        let r = rtts(&String::from_utf8_lossy(&o.stdout));
+        assert!(
+            r.len() >= 3,
+            "`{command}`: the client's pings: {}",
+            text(&o)
+        );
+        // Each way's delay, both ways: the nested shells' hops add up.
+        let delay_ms: f64 = command
+            .split("delay ")
+            .skip(1)
+            .filter_map(|d| d.split("ms").next()?.parse::<f64>().ok())
+            .sum();
+        let least = r.iter().cloned().fold(f64::MAX, f64::min);
+        assert!(
+            least >= 2.0 * delay_ms,
+            "`{command}`: RTT {r:?} ms, below 2 x {delay_ms} ms: {}",
+            text(&o)
+        );
+    }
+    w.assert_clean("after the table's commands");
+}

@@ -300,5 +300,19 @@ impl LinkSpec {
     }
 }
 
+/// Whether `words` read alone as one layer, before the checks of the whole
+/// link (a distribution needs a jitter...), which other words may satisfy.
+/// Files they name are not read here: the error is the word's own.
+pub(crate) fn check_words_alone(words: &[&str]) -> Result<(), ConfigError> {
+    const NOT_READ: &str = "\u{0}not read";
+    let mut files = |_: &str| Err(NOT_READ.to_string());
+    let mut draft = parser::Draft::default();
+    let mut cursor = parser::Cursor::new(words, 0, 0, Dialect::Linkem, &mut files);
+    match words::read_layer(&mut cursor, &mut draft) {
+        Err(e) if e.message.contains(NOT_READ) => Ok(()),
+        other => other,
+    }
+}
+
 #[cfg(test)]
 mod tests;

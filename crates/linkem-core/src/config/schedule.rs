@@ -27,9 +27,56 @@
 //!   changes: until the next loop's first change the link keeps the last one
 //!   (a `0s` line sets where each loop starts).
 //!
+//! # Two more forms
+//! The same changes can be written two other ways; each makes the same
+//! [`RawChange`]s as the lines that say the same (a unit test holds the
+//! three to one typed [`Schedule`]):
+//!
+//! - **TOML**, in the link config (`--config FILE`): an array of tables, one
+//!   per line of the file above, read by [`toml_rows`]:
+//!
+//!   ```toml
+//!   [[schedule]]
+//!   at = "0s"
+//!   rate = "10mbit"
+//!   delay = "20ms"
+//!   [[schedule]]
+//!   ramp = "40s 50s 1s rate 1mbit 10mbit"   # a shape: ramp, square or walk
+//!   [[schedule]]
+//!   at = "100s"
+//!   loop = true
+//!   ```
+//!
+//!   A row has `at` and link words as keys (values as in the config's top
+//!   level), or one shape key, or `at` and `loop = true` (the last row).
+//!   `[[a-to-b.schedule]]` / `[[b-to-a.schedule]]` give one direction's.
+//! - **CSV**, `schedule FILE.csv` ([`read_csv`]): TheaterQ's trace rows,
+//!   each kept for KEEP µs, then the next:
+//!
+//!   ```text
+//!   KEEP_US,LATENCY_NS,RATE_BPS,LOSS,LIMIT                                      (simple)
+//!   KEEP_US,LATENCY_NS,JITTER_NS,RATE_BPS,LOSS,LIMIT,DUP_PROB,DUP_DELAY_NS[,ROUTE_ID] (extended)
+//!   ```
+//!
+//!   Row k applies at Σ_{j<k} KEEP_j µs as `delay LATENCYns [JITTERns
+//!   distribution normal] rate RATEbit loss P% queue LIMIT [duplicate D%]`,
+//!   with LOSS and DUP_PROB TheaterQ's scaled integers (P = LOSS / (2³² − 1)
+//!   · 100); every row sets every column, so a row never inherits one. A
+//!   line that starts with a letter or `#` is a header or a comment and is
+//!   skipped (as TheaterQ skips it), except a line `loop`: the rows then
+//!   loop every Σ KEEP; without it they play once and the last row stays
+//!   (TheaterQ's `cont_mode HOLD`). Columns linkem cannot emulate are
+//!   refused when not zero: RATE 0 (TheaterQ's no rate: a schedule cannot
+//!   lift a rate), DUP_DELAY and ROUTE_ID.
+//!
+//! Errors name the file, the row (CSV: its line; TOML: its index from 1)
+//! and the field.
+//!
 //! Times never go backwards from one line to the next (a shape counts by its
 //! FROM and ends at its TO). The schedule starts where a trace does: at the
-//! link's first packet, or at the change that gave the link its schedule.
+//! link's start live ([`crate::Link::start_at`], kept by a recording), at
+//! its first packet in a replay of a capture, or at the change that gave the
+//! link its schedule.
 //! Every change is a whole link configuration, made once when the words are
 //! read; the link applies change k at start + loop·period + at_k exactly,
 //! before any packet that arrives at or after that instant, so replay and live
@@ -138,6 +185,217 @@ pub(super) fn read_lines(name: &str, text: &str) -> Result<(Vec<RawChange>, Opti
         ));
     }
     Ok((out, period))
+}
+
+/// TheaterQ's columns, as errors name them.
+const CSV_SIMPLE: [&str; 5] = ["keep_us", "latency_ns", "rate_bps", "loss", "limit"];
+const CSV_EXTENDED: [&str; 9] = [
+    "keep_us",
+    "latency_ns",
+    "jitter_ns",
+    "rate_bps",
+    "loss",
+    "limit",
+    "dup_prob",
+    "dup_delay_ns",
+    "route_id",
+];
+
+/// A scaled probability of TheaterQ (0 = 0 %, 2³² − 1 = 100 %) as a percentage word.
+fn scaled_percent(v: u64) -> Result<String, String> {
+    if v > u64::from(u32::MAX) {
+        return Err(format!("{v} is above {} (100 %)", u32::MAX));
+    }
+    Ok(format!("{}%", v as f64 / f64::from(u32::MAX) * 100.0))
+}
+
+/// The rows of a CSV schedule (TheaterQ's trace file; module doc), as
+/// changes. Errors: `schedule 'F' line L (row R) field 'NAME': problem`.
+pub(super) fn read_csv(name: &str, text: &str) -> Result<(Vec<RawChange>, Option<u64>), String> {
+    let mut out: Vec<RawChange> = Vec::new();
+    let mut looped = false;
+    let mut at_ns: u64 = 0;
+    for (i, raw) in text.lines().enumerate() {
+        let n = i + 1;
+        let line = raw.trim();
+        if line == "loop" {
+            looped = true;
+            continue;
+        }
+        if !line.starts_with(|c: char| c.is_ascii_digit()) {
+            continue;
+        }
+        let row = out.len() + 1;
+        let err = |m: String| format!("schedule '{name}' line {n} (row {row}): {m}");
+        let cells: Vec<&str> = line.split(',').map(str::trim).collect();
+        let columns: &[&str] = match cells.len() {
+            5 => &CSV_SIMPLE,
+            8 => &CSV_EXTENDED[..8],
+            9 => &CSV_EXTENDED,
+            k => {
+                return Err(err(format!(
+                    "{k} fields; a row has 5 ({}) or 8 to 9 ({})",
+                    CSV_SIMPLE.join(","),
+                    CSV_EXTENDED.join(",")
+                )))
+            }
+        };
+        let mut v = std::collections::HashMap::new();
+        for (cell, column) in cells.iter().zip(columns) {
+            let x: u64 = cell.parse().map_err(|_| {
+                err(format!(
+                    "field '{column}': '{}' is not a whole number",
+                    short(cell)
+                ))
+            })?;
+            v.insert(*column, x);
+        }
+        let field = |c: &str| v.get(c).copied().unwrap_or(0);
+        let bad = |c: &str, m: String| err(format!("field '{c}': {m}"));
+        let keep_ns = field("keep_us")
+            .checked_mul(1000)
+            .filter(|&k| k > 0)
+            .ok_or_else(|| bad("keep_us", "a row is kept above 0 µs, below 2^64 ns".into()))?;
+        if field("rate_bps") == 0 {
+            return Err(bad(
+                "rate_bps",
+                "0 (no rate) is not supported: a schedule cannot lift a rate".into(),
+            ));
+        }
+        for c in ["dup_delay_ns", "route_id"] {
+            if field(c) != 0 {
+                return Err(bad(c, format!("{} is not supported (only 0)", field(c))));
+            }
+        }
+        let mut words = vec!["delay".to_string(), format!("{}ns", field("latency_ns"))];
+        if columns.len() > 5 {
+            match field("jitter_ns") {
+                0 => words.extend(["0ns".into(), "distribution".into(), "uniform".into()]),
+                j => words.extend([format!("{j}ns"), "distribution".into(), "normal".into()]),
+            }
+        }
+        words.extend(["rate".into(), format!("{}bit", field("rate_bps"))]);
+        words.extend([
+            "loss".into(),
+            scaled_percent(field("loss")).map_err(|e| bad("loss", e))?,
+        ]);
+        words.extend(["queue".into(), field("limit").to_string()]);
+        if columns.len() > 5 {
+            words.extend([
+                "duplicate".into(),
+                scaled_percent(field("dup_prob")).map_err(|e| bad("dup_prob", e))?,
+            ]);
+        }
+        out.push(RawChange {
+            at_ns,
+            words,
+            line: n,
+        });
+        if out.len() > MAX_CHANGES {
+            return Err(err(format!("more than {MAX_CHANGES} changes")));
+        }
+        at_ns = at_ns
+            .checked_add(keep_ns)
+            .ok_or_else(|| bad("keep_us", "the rows last beyond 2^64 ns".into()))?;
+    }
+    if out.is_empty() {
+        return Err(format!(
+            "schedule '{name}': no rows (lines of KEEP_US,LATENCY_NS,...)"
+        ));
+    }
+    Ok((out, looped.then_some(at_ns)))
+}
+
+/// One `[[schedule]]` table of a TOML config: the line of the line form it
+/// stands for, or an error naming its row and field.
+fn toml_row(table: &toml::Table, path: &str) -> Result<String, String> {
+    let err = |m: String| format!("{path}: {m}");
+    let text = |key: &str, v: &toml::Value| -> Result<String, String> {
+        match v {
+            toml::Value::String(s) if !s.trim().is_empty() => Ok(s.trim().to_string()),
+            toml::Value::Integer(i) if *i >= 0 => Ok(i.to_string()),
+            toml::Value::Float(x) if *x >= 0.0 => Ok(x.to_string()),
+            _ => Err(err(format!(
+                "field '{key}': expected a string such as \"10ms\" or a number, found {}",
+                v.type_str()
+            ))),
+        }
+    };
+    let shapes: Vec<&String> = table
+        .keys()
+        .filter(|k| ["ramp", "square", "walk"].contains(&k.as_str()))
+        .collect();
+    if let Some(&shape) = shapes.first() {
+        if table.len() > 1 {
+            return Err(err(format!("a '{shape}' row has no other field")));
+        }
+        return Ok(format!("{shape} {}", text(shape, &table[shape])?));
+    }
+    let at = match table.get("at") {
+        Some(v) => text("at", v)?,
+        None => return Err(err("no field 'at' (or a shape: ramp, square, walk)".into())),
+    };
+    units::parse_time_ns(&at).map_err(|e| err(format!("field 'at': '{at}': {}", e.0)))?;
+    let mut line = vec![at];
+    for (key, value) in table.iter().filter(|(k, _)| k.as_str() != "at") {
+        if key == "loop" {
+            if table.len() != 2 || value.as_bool() != Some(true) {
+                return Err(err("a loop row is 'at' and 'loop = true' alone".into()));
+            }
+            line.push("loop".into());
+            continue;
+        }
+        let words = text(key, value)?;
+        // The field alone, so that its error names it; conflicts between
+        // fields are the line's, found when the schedule is resolved.
+        let alone = format!("{key} {words}");
+        let split: Vec<&str> = alone.split_whitespace().collect();
+        super::check_words_alone(&split)
+            .map_err(|e| err(format!("field '{key}': '{}': {}", e.word, e.message)))?;
+        line.push(alone);
+    }
+    if line.len() == 1 {
+        return Err(err("no link words beside 'at'".into()));
+    }
+    Ok(line.join(" "))
+}
+
+/// A TOML config's `[[schedule]]` array (`key` is where it sits, e.g.
+/// `schedule` or `a-to-b.schedule`) as the text of the line form, one line
+/// per row, so that its rows become changes exactly as those lines do (a
+/// line's error then names the row by its number).
+pub fn toml_rows(key: &str, rows: &[toml::Value]) -> Result<String, String> {
+    let mut text = String::new();
+    for (i, row) in rows.iter().enumerate() {
+        let path = format!("[[{key}]] row {}", i + 1);
+        let Some(table) = row.as_table() else {
+            return Err(format!(
+                "{path}: a row is a table, found {}",
+                row.type_str()
+            ));
+        };
+        text.push_str(&toml_row(table, &path)?);
+        text.push('\n');
+    }
+    if rows.is_empty() {
+        return Err(format!("[[{key}]]: no rows"));
+    }
+    Ok(text)
+}
+
+/// The changes of schedule text in the form its name says: CSV for a name
+/// ending in `.csv`, else the line form.
+pub(super) fn read_any(name: &str, text: &str) -> Result<(Vec<RawChange>, Option<u64>), String> {
+    if name.to_ascii_lowercase().ends_with(".csv") {
+        read_csv(name, text)
+    } else {
+        read_lines(name, text)
+    }
+}
+
+/// A field quoted in an error, cut to 40 characters.
+fn short(field: &str) -> String {
+    field.chars().take(40).collect()
 }
 
 /// A value a shape moves: parsed to a number, printed back as a word.

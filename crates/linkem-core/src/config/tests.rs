@@ -370,3 +370,162 @@ fn every_word_of_the_table_dispatches_in_its_dialects() {
         assert!(WORDS.iter().all(|d| !d.words.contains(word)), "{word}");
     }
 }
+
+/// The link words and a loader that serves `files` by name.
+fn spec_with(words: &[&str], files: &[(&str, &str)]) -> Result<LinkSpec, ConfigError> {
+    let files: Vec<(String, String)> = files
+        .iter()
+        .map(|(n, t)| (n.to_string(), t.to_string()))
+        .collect();
+    LinkSpec::parse_words(words, &mut |name: &str| {
+        files
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, t)| t.clone())
+            .ok_or_else(|| format!("'{name}': no such file"))
+    })
+}
+
+/// The same schedule as lines, as a TOML config's `[[schedule]]` rows and
+/// as TheaterQ's CSV rows (extended: jitter and duplication) makes the same
+/// typed changes at the same instants, looping alike.
+#[test]
+fn a_schedule_in_lines_toml_and_csv_makes_the_same_changes() {
+    let lines = "\
+0s     delay 10000000ns 0ns distribution uniform rate 1000000bit loss 0% queue 100 duplicate 0%
+1500us delay 20000000ns 2000000ns distribution normal rate 500000bit loss 100% queue 50 duplicate 100%
+2s     delay 5000000ns 0ns distribution uniform rate 2000000bit loss 0% queue 10 duplicate 0%
+3s     loop
+";
+    let csv = "\
+keep_us,latency_ns,jitter_ns,rate_bps,loss,limit,dup_prob,dup_delay_ns
+1500,10000000,0,1000000,0,100,0,0
+1998500,20000000,2000000,500000,4294967295,50,4294967295,0
+1000000,5000000,0,2000000,0,10,0,0
+loop
+";
+    let toml = r#"
+rate = "3mbit"
+[[schedule]]
+at = "0s"
+delay = "10000000ns 0ns"
+distribution = "uniform"
+rate = "1000000bit"
+loss = "0%"
+queue = 100
+duplicate = "0%"
+[[schedule]]
+at = "1500us"
+delay = "20ms 2ms"
+distribution = "normal"
+rate = "500kbit"
+loss = "100%"
+queue = 50
+duplicate = "100%"
+[[schedule]]
+at = "2s"
+delay = "5ms 0ns"
+distribution = "uniform"
+rate = "2mbit"
+loss = "0%"
+queue = 10
+duplicate = "0%"
+[[schedule]]
+at = "3s"
+loop = true
+"#;
+    let from_lines = spec_with(&["rate", "3mbit", "schedule", "s.txt"], &[("s.txt", lines)])
+        .unwrap()
+        .link
+        .schedule
+        .unwrap();
+    let from_csv = spec_with(&["rate", "3mbit", "schedule", "s.csv"], &[("s.csv", csv)])
+        .unwrap()
+        .link
+        .schedule
+        .unwrap();
+    let t = TomlWords::parse(toml).unwrap();
+    assert_eq!(t.both[..4], ["rate", "3mbit", "schedule", "[[schedule]]"]);
+    let both: Vec<&str> = t.both.iter().map(String::as_str).collect();
+    let files: Vec<(&str, &str)> = t
+        .files
+        .iter()
+        .map(|(n, x)| (n.as_str(), x.as_str()))
+        .collect();
+    let from_toml = spec_with(&both, &files).unwrap().link.schedule.unwrap();
+    assert_eq!(from_lines.changes.len(), 3);
+    assert_eq!(from_lines.period_ns, Some(3_000_000_000));
+    assert_eq!(from_lines.changes[1].0, 1_500_000);
+    assert!(matches!(from_lines.changes[1].1.loss, LossConfig::Random { p, .. } if p == 1.0));
+    for (form, s) in [("csv", &from_csv), ("toml", &from_toml)] {
+        assert_eq!(s.period_ns, from_lines.period_ns, "{form}");
+        assert_eq!(s.changes, from_lines.changes, "{form}");
+    }
+}
+
+#[test]
+fn csv_and_toml_schedule_errors_name_the_row_and_the_field() {
+    let csv = |text: &str| {
+        spec_with(&["schedule", "s.csv"], &[("s.csv", text)])
+            .unwrap_err()
+            .to_string()
+    };
+    let e = csv("# TheaterQ trace\n1000,0,1000000,0,10\n1000,5,x,0,10\n");
+    assert!(
+        e.contains("line 3 (row 2): field 'rate_bps': 'x' is not"),
+        "{e}"
+    );
+    let e = csv("0,0,1000000,0,10\n");
+    assert!(e.contains("row 1): field 'keep_us'"), "{e}");
+    let e = csv("10,0,0,0,10\n");
+    assert!(
+        e.contains("field 'rate_bps': 0 (no rate) is not supported"),
+        "{e}"
+    );
+    let e = csv("10,0,1000,4294967296,10\n");
+    assert!(e.contains("field 'loss': 4294967296 is above"), "{e}");
+    let e = csv("10,0,1000,0\n");
+    assert!(e.contains("row 1): 4 fields"), "{e}");
+    let e = csv("10,0,0,1000,0,10,0,7\n");
+    assert!(
+        e.contains("field 'dup_delay_ns': 7 is not supported"),
+        "{e}"
+    );
+    let e = csv("header only\n");
+    assert!(e.contains("no rows"), "{e}");
+    // A word a row's values make that the link refuses: the line and the word.
+    let e = csv("10,0,1000,0,0\n");
+    assert!(e.contains("schedule 's.csv' line 1: '0': queue 0"), "{e}");
+    let toml = |text: &str| TomlWords::parse(text).unwrap_err();
+    let e = toml("[[schedule]]\nat = \"0s\"\nrate = \"10xbit\"\n");
+    assert!(
+        e.starts_with("[[schedule]] row 1: field 'rate': '10xbit'"),
+        "{e}"
+    );
+    let e = toml("[[schedule]]\nat = \"0s\"\nrate = \"1mbit\"\n[[schedule]]\nrate = \"1mbit\"\n");
+    assert!(e.starts_with("[[schedule]] row 2: no field 'at'"), "{e}");
+    let e = toml("[[schedule]]\nat = \"1x\"\nrate = \"1mbit\"\n");
+    assert!(e.starts_with("[[schedule]] row 1: field 'at': '1x'"), "{e}");
+    let e = toml("[[schedule]]\nat = \"0s\"\ndelay = true\n");
+    assert!(e.contains("row 1: field 'delay': expected a string"), "{e}");
+    let e = toml("[a-to-b]\n[[a-to-b.schedule]]\nat = \"0s\"\nloop = 1\n");
+    assert!(
+        e.starts_with("[[a-to-b.schedule]] row 1: a loop row"),
+        "{e}"
+    );
+    // Order and shapes go through the lines' checks, by row.
+    let t = TomlWords::parse(
+        "[[schedule]]\nat = \"2s\"\nrate = \"1mbit\"\n[[schedule]]\nat = \"1s\"\nrate = \"2mbit\"\n",
+    )
+    .unwrap();
+    let both: Vec<&str> = t.both.iter().map(String::as_str).collect();
+    let e = spec_with(&both, &[("[[schedule]]", &t.files[0].1)])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("schedule '[[schedule]]' line 2: 1s is before"),
+        "{e}"
+    );
+    let t = TomlWords::parse("[[schedule]]\nramp = \"0s 2s 1s rate 1mbit 3mbit\"\n").unwrap();
+    assert_eq!(t.files[0].1, "ramp 0s 2s 1s rate 1mbit 3mbit\n");
+}

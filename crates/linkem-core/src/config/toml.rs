@@ -12,6 +12,12 @@
 /// [b-to-a]
 /// rate = "1mbit"
 /// ```
+///
+/// An array of tables `[[schedule]]` (or `[[a-to-b.schedule]]`) is a schedule
+/// written inline ([`super::schedule`]): it becomes the words `schedule
+/// [[schedule]]` and the text of that name in [`TomlWords::files`], which the
+/// caller's file loader serves first (and a recording copies, as it copies a
+/// schedule file). `schedule = "FILE"` names a file as the word does.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TomlWords {
     /// Words of the top level: both directions.
@@ -20,6 +26,9 @@ pub struct TomlWords {
     pub a_to_b: Vec<String>,
     /// Words of the `[b-to-a]` table.
     pub b_to_a: Vec<String>,
+    /// Schedules written inline, by the name their `schedule` word gives:
+    /// (name, text of the line form).
+    pub files: Vec<(String, String)>,
 }
 
 impl TomlWords {
@@ -34,7 +43,8 @@ impl TomlWords {
                 ("a-to-b" | "b-to-a", toml::Value::Table(t)) => {
                     let mut words = Vec::new();
                     for (k, v) in t {
-                        push_words(&mut words, &format!("{key}.{k}"), k, v)?;
+                        let path = format!("{key}.{k}");
+                        out.push(&mut words, &path, k, v)?;
                     }
                     if key == "a-to-b" {
                         out.a_to_b = words;
@@ -42,10 +52,42 @@ impl TomlWords {
                         out.b_to_a = words;
                     }
                 }
-                _ => push_words(&mut out.both, key, key, value)?,
+                _ => {
+                    let mut words = std::mem::take(&mut out.both);
+                    out.push(&mut words, key, key, value)?;
+                    out.both = words;
+                }
             }
         }
         Ok(out)
+    }
+
+    /// The text of an inline schedule by the name its word gives, if it is one.
+    pub fn file(&self, name: &str) -> Option<&str> {
+        self.files
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, t)| t.as_str())
+    }
+
+    /// The words of one key, an inline schedule's text kept in `files`.
+    fn push(
+        &mut self,
+        words: &mut Vec<String>,
+        path: &str,
+        key: &str,
+        value: &toml::Value,
+    ) -> Result<(), String> {
+        match value {
+            toml::Value::Array(rows) if key == "schedule" && rows.iter().any(|r| r.is_table()) => {
+                let name = format!("[[{path}]]");
+                let text = super::schedule::toml_rows(path, rows)?;
+                words.extend(["schedule".to_string(), name.clone()]);
+                self.files.push((name, text));
+                Ok(())
+            }
+            _ => push_words(words, path, key, value),
+        }
     }
 }
 

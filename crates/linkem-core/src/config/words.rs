@@ -243,7 +243,8 @@ pub const WORDS: &[WordDoc] = &[
         words: &["schedule"],
         usage: "schedule FILE",
         meaning: "change the link at given instants: lines 'TIME WORDS', shapes ramp, square, \
-                  walk, and 'TIME loop' (see docs/model.md)",
+                  walk, and 'TIME loop'; a FILE.csv holds TheaterQ's rows \
+                  (KEEP_US,LATENCY_NS,RATE_BPS,LOSS,LIMIT; see docs/model.md)",
         example: "rate 10mbit schedule testdata/schedules/steps.sched",
         dialects: BOTH,
         parse: schedule,
@@ -802,7 +803,7 @@ fn slot(c: &mut Cursor<'_, '_, '_>, d: &mut Draft, at: usize) -> Result<(), Conf
 fn schedule(c: &mut Cursor<'_, '_, '_>, d: &mut Draft, at: usize) -> Result<(), ConfigError> {
     let (a, name) = c.arg("schedule", "a schedule file")?;
     let text = (c.files)(name).map_err(|e| c.error(a, format!("schedule {e}")))?;
-    let (changes, period_ns) = schedule::read_lines(name, &text).map_err(|e| c.error(a, e))?;
+    let (changes, period_ns) = schedule::read_any(name, &text).map_err(|e| c.error(a, e))?;
     c.set(d, Slot::Schedule, at)?;
     d.schedule = Some(RawSchedule {
         name: name.to_string(),

@@ -4,7 +4,7 @@
 //! start configuration, and the sequence of (frame, stamp) and (change, instant) inputs;
 //! a recording holds exactly those.
 //!
-//! # The directory (format version 2)
+//! # The directory (format version 3)
 //!
 //! ```text
 //! DIR/recording.json    what the run was: seed, link type, sides, start, options, counts
@@ -18,11 +18,13 @@
 //! - `recording.json`: `{"format":"linkem-recording","version":1,"linkem":"<version>",
 //!   "seed":<u64>,"link_type":<DLT>,"snaplen":<u32>,"sides":["<if a>","<if b>"],
 //!   "start":{"link":"<link words>"} | {"links":["<a->b words>","<b->a words>"]} |
-//!   {"rules":"start.rules"},"options":{...},
+//!   {"rules":"start.rules"},"start_ns":<u64>,"options":{...},
 //!   "complete":<bool>,"frames":<u64>,"changes":<u64>,"skipped":<u64>,
 //!   "stopped":null | "<why>","files":{"<name>":{"copy":"files/K-BASENAME",
 //!   "sha256":"<hex>","bytes":N}, ...}}`; `files` (version 2, left out when empty) maps
-//!   each name the start's words or rules gave a file to its copy. Written when recording starts with `complete: false` and
+//!   each name the start's words or rules gave a file to its copy; `start_ns`
+//!   (version 3, left out when unknown) the instant the core started, on the
+//!   frames' clock, written as soon as it is known ([`Recorder::record_start`]). Written when recording starts with `complete: false` and
 //!   rewritten (temporary file and rename) when it finishes, so a run that was killed
 //!   leaves `complete: false` and counts of 0, never a half-written file.
 //! - `frames.pcapng`: a little-endian section; interface 0 is side a and interface 1
@@ -85,7 +87,7 @@ use std::io;
 /// The value of `format` in `recording.json`.
 pub const FORMAT_NAME: &str = "linkem-recording";
 /// The format version this linkem writes and reads.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 
 /// Files a configuration read, by the name its words or rules gave each, with the text
 /// read (a table, a trace, a schedule, a profile).
@@ -121,6 +123,10 @@ pub struct RecordingMeta {
     pub sides: [String; 2],
     /// The configuration the core started with.
     pub start: Start,
+    /// Version 3: the instant the core started, on the frames' clock (a live
+    /// link's start: the origin of its traces and schedules). `None`: they
+    /// start at each link's first frame, as in a replay of a capture.
+    pub start_ns: Option<u64>,
     /// The run's options that change decisions (`max_flows`, `max_flow_memory`,
     /// `one_pass`, ...), as the bridge names them; kept as given.
     pub options: serde_json::Map<String, Value>,
@@ -151,6 +157,7 @@ impl RecordingMeta {
             snaplen,
             sides,
             start,
+            start_ns: None,
             options: serde_json::Map::new(),
             linkem: env!("CARGO_PKG_VERSION").to_string(),
             complete: false,

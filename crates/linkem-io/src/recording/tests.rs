@@ -155,7 +155,7 @@ fn round_trip_gives_the_inputs_back_in_order_with_their_bytes_and_sides() {
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join(META_FILE)).unwrap()).unwrap();
     assert_eq!(json["format"], "linkem-recording");
-    assert_eq!(json["version"], 2);
+    assert_eq!(json["version"], FORMAT_VERSION);
     assert_eq!(json["start"]["rules"], "start.rules");
     assert_eq!(json["options"]["max_flows"], 1000);
     assert_eq!(json["stopped"], serde_json::Value::Null);
@@ -481,13 +481,13 @@ fn corrupt_metadata_gives_errors_naming_file_and_problem() {
             "not a linkem recording",
         ],
     );
-    let e = error_after(|d| edit(&d.join(META_FILE), "\"version\": 2", "\"version\": 3"));
+    let e = error_after(|d| edit(&d.join(META_FILE), "\"version\": 3", "\"version\": 4"));
     assert_mentions(
         &e,
         &[
             "recording.json",
-            "format version 3",
-            "reads versions 1 to 2",
+            "format version 4",
+            "reads versions 1 to 3",
         ],
     );
     let e = error_after(|d| edit(&d.join(META_FILE), "\"seed\": 7,", ""));
@@ -810,7 +810,7 @@ fn a_version_1_recording_without_files_still_reads() {
         .unwrap()
         .finish()
         .unwrap();
-    edit(&dir.join(META_FILE), "\"version\": 2", "\"version\": 1");
+    edit(&dir.join(META_FILE), "\"version\": 3", "\"version\": 1");
     let rec = Recording::open(&dir).unwrap();
     assert_eq!(rec.meta.version, 1);
     assert!(rec.meta.files.is_empty());
@@ -821,7 +821,45 @@ fn a_version_1_recording_without_files_still_reads() {
         .unwrap()
         .finish()
         .unwrap();
-    edit(&dir.join(META_FILE), "\"version\": 2", "\"version\": 1");
+    edit(&dir.join(META_FILE), "\"version\": 3", "\"version\": 1");
     let e = Recording::open(&dir).err().unwrap().to_string();
     assert_mentions(&e, &["recording.json", "version 1"]);
+}
+
+#[test]
+fn the_start_instant_is_kept_at_once_and_read_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = new_dir(&tmp);
+    let mut recorder =
+        Recorder::create(&dir, meta(Start::Link("delay 1ms".into())), u64::MAX).unwrap();
+    recorder.record_start(1_000_000_123);
+    // Before finish: a run killed now still leaves its start.
+    let text = std::fs::read_to_string(dir.join(META_FILE)).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(json["start_ns"], 1_000_000_123u64);
+    assert_eq!(json["complete"], false);
+    recorder.finish().unwrap();
+    let rec = Recording::open(&dir).unwrap();
+    assert_eq!(rec.meta.start_ns, Some(1_000_000_123));
+    // A recording without it (a writer of version 2) starts at the first frame.
+    let plain = tmp.path().join("plain");
+    Recorder::create(&plain, meta(Start::Link("delay 1ms".into())), u64::MAX)
+        .unwrap()
+        .finish()
+        .unwrap();
+    assert_eq!(Recording::open(&plain).unwrap().meta.start_ns, None);
+}
+
+#[test]
+fn a_start_instant_in_an_older_version_is_refused() {
+    let m = wire::MetaFile::from_meta(
+        &meta(Start::Link("delay 1ms".into())),
+        START_RULES_FILE,
+        &Default::default(),
+    );
+    let mut json: serde_json::Value = serde_json::from_str(&m.to_text()).unwrap();
+    json["version"] = 2.into();
+    json["start_ns"] = 5.into();
+    let e = wire::parse_meta("recording.json", &json.to_string()).unwrap_err();
+    assert!(e.to_string().contains("\"start_ns\" in a version 2"), "{e}");
 }

@@ -30,6 +30,9 @@ pub struct MetaFile {
     pub sides: [String; 2],
     /// [`RecordingMeta::start`], the rules by file name.
     pub start: StartFile,
+    /// [`RecordingMeta::start_ns`] (version 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_ns: Option<u64>,
     /// [`RecordingMeta::options`].
     pub options: Map<String, Value>,
     /// [`RecordingMeta::complete`].
@@ -127,6 +130,7 @@ impl MetaFile {
                 Start::Links(words) => StartFile::Links(words.clone()),
                 Start::Rules(_) => StartFile::Rules(rules_file.to_string()),
             },
+            start_ns: meta.start_ns,
             options: meta.options.clone(),
             complete: meta.complete,
             frames: meta.frames,
@@ -163,6 +167,7 @@ impl MetaFile {
                 StartFile::Links(words) => Start::Links(words),
                 StartFile::Rules(_) => Start::Rules(start_rules.unwrap_or_default()),
             },
+            start_ns: self.start_ns,
             options: self.options,
             linkem: self.linkem,
             complete: self.complete,
@@ -245,6 +250,12 @@ pub fn parse_meta(file: &str, text: &str) -> Result<MetaFile, RecordingError> {
         check_file_name(name).map_err(|e| bad(format!("start rules: {e}")))?;
     }
     check_files(meta.version, &meta.files).map_err(bad)?;
+    if meta.version < 3 && meta.start_ns.is_some() {
+        return Err(bad(format!(
+            "\"start_ns\" in a version {} recording (the start instant came with version 3)",
+            meta.version
+        )));
+    }
     if meta.complete && (meta.skipped > 0 || meta.stopped.is_some()) {
         return Err(bad(format!(
             "says complete but also {} skipped frames and stopped {:?}",

@@ -256,6 +256,18 @@ impl Recorder {
         })
     }
 
+    /// Records the instant the core started (a live link's start, the origin of
+    /// its traces and schedules): rewrites `recording.json` with it at once, so a
+    /// run killed later still leaves it. Called before the first frame; a write
+    /// that fails stops the recording, as any failed write does.
+    pub fn record_start(&mut self, start_ns: u64) {
+        self.meta.start_ns = Some(start_ns);
+        if let Err(e) = write_meta(&self.dir, &self.meta, &self.start_files) {
+            self.shared
+                .stop(format!("cannot write the start instant: {e}"));
+        }
+    }
+
     /// Records a frame the core is fed on `side` (0 = a, 1 = b), stamped `ts_ns`, with
     /// `orig_len` bytes on the wire of which `data` were captured. Copies `data` and
     /// returns; with the queue full the frame is skipped and counted.

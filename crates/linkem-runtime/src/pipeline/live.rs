@@ -12,6 +12,13 @@
 //!  IF_B ─rx─┘  (side A / B)                  (held until decided) └─▶ delay line b->a ─▶ output stage ─tx─▶ IF_A
 //! ```
 //!
+//! - **Pairs.** The stage may serve several interface pairs
+//!   ([`LiveBridge::start_group`]), each with its own model, stage state,
+//!   delay lines, change queue and counts: each turn takes one batch of every
+//!   pair in order (a pair's arrivals wait at most one batch of each other
+//!   pair), and the poll below covers every pair's ports and wake-up eventfd,
+//!   with the earliest of their next events as timeout. What follows holds
+//!   per pair.
 //! - **Waiting.** One poll(2) over the sockets of both receive ports
 //!   ([`RxPort::wait_fds`]) and the stage's wake-up eventfd (changes), with a
 //!   timeout up to the model's next event ([`Model::next_event_ns`]: a
@@ -45,7 +52,9 @@
 //! - **Sending.** After each batch the stage sends what is due itself, and
 //!   takes on a release due before the output stage could be woken for it,
 //!   going round its loop (taking frames) until then; the output stage is
-//!   woken for the rest ([`Outputs::hand_out`], the `output` module doc).
+//!   woken for the rest ([`Outputs::hand_out`], the `output` module doc). The
+//!   stage of several pairs does so for each pair's directions, through each
+//!   direction's own outlet.
 //! - **Events on time.** The stage sleeps until the model's next event less
 //!   the wake-up overshoot it has learnt (as the output stage does), then
 //!   goes round its loop until the event is due, within the same spin budget.
@@ -79,6 +88,7 @@
 //! once per batch.
 use super::objects::{Objects, ObjectsSnapshot};
 use super::output::{output_stage, stage_sends, Left, Outlet, OutputConfig};
+use super::output_group::output_group;
 use super::wait::{self, set_realtime, Realtime, SpinBudget, WakeEstimate, MIN_SPIN_NS};
 use super::wire::{cut, finish, Cut, KERNEL_DROPS_EVERY_NS};
 use super::{Control, Direction, DirectionStats};
@@ -179,6 +189,10 @@ pub trait Tap: Send {
     fn decision(&mut self, arrival_ns: u64, len_bytes: u32, d: &Decision);
     /// A request of changes the model took at `at_ns`, before they apply.
     fn changes(&mut self, at_ns: u64, changes: &[Change]);
+    /// The instant the stage started, which is the model's start
+    /// ([`Model::start`]) and the earliest stamp: given once, before any
+    /// frame, on the thread that starts the bridge.
+    fn start(&mut self, _t0_ns: u64) {}
 }
 
 /// Why [`LiveBridge::submit`] applied nothing.
@@ -193,6 +207,10 @@ pub enum SubmitError {
     /// [`MAX_PENDING_CHANGES`] requests are waiting already.
     #[error("too many changes waiting for the emulator: try again")]
     Busy,
+    /// A change would make the model duplicate packets and a send port
+    /// cannot send a packet twice ([`TxPort::no_copies`], the reason given).
+    #[error("'duplicate' is not available {0}")]
+    NoCopies(&'static str),
 }
 
 /// What the live stage starts with; per direction `[a->b, b->a]`.
@@ -262,6 +280,9 @@ struct Shared<M> {
     has_changes: AtomicBool,
     /// Written to wake the stage from its poll when a change is queued.
     wake: Option<OwnedFd>,
+    /// Why a send port cannot send a packet twice, if one cannot: changes
+    /// that duplicate are then refused before they reach the model.
+    no_copies: Option<&'static str>,
 }
 
 struct Core<M> {
@@ -293,6 +314,7 @@ impl<M: LiveModel> LiveBridge<M> {
         let mut producers = Vec::new();
         let mut outlets = Vec::new();
         let mut max_frame = [0usize; 2];
+        let no_copies = tx.iter().find_map(|t| t.no_copies());
         for (i, tx) in tx.into_iter().enumerate() {
             let (producer, consumer) = delay_line(opts.buffer_bytes[i])?;
             let control = Arc::new(Control::new(
@@ -343,6 +365,7 @@ impl<M: LiveModel> LiveBridge<M> {
             .map_err(|_| "two delay lines".to_string())?;
         let outlets: [Arc<Outlet>; 2] =
             outlets.try_into().map_err(|_| "two outlets".to_string())?;
+        let out = Outputs::new(outlets, outputs);
         let stage = Stage::new(
             opts.names.clone(),
             controls.clone(),
@@ -350,50 +373,19 @@ impl<M: LiveModel> LiveBridge<M> {
             max_frame,
             opts.tap.take(),
         );
-        // Safety: eventfd takes no pointers; a valid descriptor is owned below.
-        let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        let wake = if efd >= 0 {
-            // Safety: `efd` was just opened and is owned by nothing else.
-            Some(unsafe { OwnedFd::from_raw_fd(efd) })
-        } else {
-            // Without it a change waits for the stage's next turn (at most
-            // IDLE_WAIT_NS); nothing is lost.
-            None
-        };
-        let shared = Arc::new(Shared {
-            stop: AtomicBool::new(false),
-            core: Mutex::new(Core { model, stage }),
-            objects: Mutex::new(Objects::default()),
-            wanted: AtomicUsize::new(0),
-            changes: Mutex::new(VecDeque::new()),
-            has_changes: AtomicBool::new(false),
-            wake,
-        });
+        let shared = Shared::started(model, stage, no_copies);
         let thread = {
             let shared = shared.clone();
             std::thread::Builder::new()
                 .name("linkem-stage".into())
                 .spawn(move || {
-                    let mut realtime = None;
-                    match (opts.realtime_priority, opts.realtime_input) {
-                        (Some(p), true) => {
-                            if let Err(e) = set_realtime(p) {
-                                for c in &controls {
-                                    c.fail(format!("live stage: {e}"));
-                                }
-                            }
+                    let realtime = stage_realtime(&opts, |e| {
+                        for c in &controls {
+                            c.fail(e.clone());
                         }
-                        (Some(p), false) => {
-                            realtime = Some(Realtime::new(p, opts.realtime_timed_only))
-                        }
-                        (None, _) => {}
-                    }
-                    let out = Outputs {
-                        outlets,
-                        threads: outputs,
-                        claimed: [None; 2],
-                    };
-                    live_stage(&shared, controls, &opts, rx, out, realtime);
+                    });
+                    let mut pairs = [PairLoop::new(shared.clone(), controls, rx, out)];
+                    live_stage(&mut pairs, &shared.stop, &opts, realtime);
                     // Requests that came too late are answered, not left waiting.
                     for (_, reply) in lock(&shared.changes).drain(..) {
                         let _ = reply.try_send(Err(SubmitError::Stopped));
@@ -450,6 +442,11 @@ impl<M: LiveModel> LiveBridge<M> {
         if self.shared.stop.load(Ordering::Acquire) {
             return Err(SubmitError::Stopped);
         }
+        if let Some(why) = self.shared.no_copies {
+            if changes.iter().any(Change::duplicates) {
+                return Err(SubmitError::NoCopies(why));
+            }
+        }
         let (reply, answer) = sync_channel(1);
         {
             let mut q = lock(&self.shared.changes);
@@ -495,6 +492,242 @@ impl<M: LiveModel> LiveBridge<M> {
     }
 }
 
+/// One interface pair of a bridge of several ([`LiveBridge::start_group`]):
+/// its model, its delay lines' sizes, its ports as [`LiveBridge::start`]
+/// takes them (`rx[0]`/`tx[0]`: IF_A's receive half and IF_B's send half).
+pub struct GroupPair<M> {
+    /// The names of its two directions, for messages and stats.
+    pub names: [String; 2],
+    /// Each direction's delay-line size, bytes.
+    pub buffer_bytes: [usize; 2],
+    /// The pair's own model (its own seed: see `linkem_core::rng::pair_seed`).
+    pub model: M,
+    /// IF_A's and IF_B's receive halves.
+    pub rx: [Box<dyn RxPort>; 2],
+    /// IF_B's and IF_A's send halves.
+    pub tx: [Box<dyn TxPort>; 2],
+}
+
+/// The threads of a bridge of several pairs: one live stage for every pair,
+/// one output stage for every pair's a->b direction and one for every b->a
+/// ([`super::output_group`]): three threads whatever the number of pairs.
+/// [`LiveGroup::stop`] ends them; stop it before the pairs' [`LiveBridge`]s.
+pub struct LiveGroup {
+    stop: Arc<AtomicBool>,
+    output_stop: Arc<AtomicBool>,
+    stage: Option<JoinHandle<()>>,
+    outputs: Vec<JoinHandle<()>>,
+}
+
+impl LiveGroup {
+    /// Stops the live stage, then the output stages (packets still in the
+    /// delay lines are not sent); the pairs' counts are final afterwards.
+    pub fn stop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.stage.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+        self.output_stop.store(true, Ordering::Release);
+        for t in &self.outputs {
+            t.thread().unpark();
+        }
+        for t in self.outputs.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for LiveGroup {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl<M: LiveModel> LiveBridge<M> {
+    /// Starts the stages of several pairs, each with its own model: one live
+    /// stage thread takes every pair's frames (a batch of each pair in turn,
+    /// one poll over all their sockets when idle), and two output stage
+    /// threads send them (see [`LiveGroup`]). Returns one [`LiveBridge`] per
+    /// pair, in order, for its counts and changes (`submit`, `with_model`,
+    /// `stats` as for a bridge of its own), and the threads. `opts` gives the
+    /// timing for all; its names, buffer sizes and tap are not used (each
+    /// pair has its own; a group takes no tap).
+    pub fn start_group(
+        opts: LiveOptions,
+        pairs: Vec<GroupPair<M>>,
+    ) -> Result<(Vec<LiveBridge<M>>, LiveGroup), String> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let output_stop = Arc::new(AtomicBool::new(false));
+        let mut group = LiveGroup {
+            stop: stop.clone(),
+            output_stop: output_stop.clone(),
+            stage: None,
+            outputs: Vec::new(),
+        };
+        // As for one pair (see `start`).
+        let group_cfg = OutputConfig {
+            spin_ns: opts.spin_ns,
+            max_lag_ns: opts.max_lag_ns,
+            reorders: true,
+            sorted_runs: true,
+        };
+        let mut sides: [Vec<Arc<Outlet>>; 2] = Default::default();
+        let mut started = Vec::new();
+        for pair in pairs {
+            let mut controls = Vec::new();
+            let mut producers = Vec::new();
+            let mut outlets = Vec::new();
+            let mut max_frame = [0usize; 2];
+            let no_copies = pair.tx.iter().find_map(|t| t.no_copies());
+            for (i, tx) in pair.tx.into_iter().enumerate() {
+                let (producer, consumer) = delay_line(pair.buffer_bytes[i])?;
+                let control = Arc::new(Control::new(
+                    producer.uses_huge_pages(),
+                    producer.capacity_bytes(),
+                ));
+                max_frame[i] = tx.max_frame_bytes();
+                let outlet = Outlet::new(control.clone(), consumer, tx, &group_cfg);
+                sides[i].push(outlet.clone());
+                outlets.push(outlet);
+                controls.push(control);
+                producers.push(producer);
+            }
+            started.push((
+                pair.names, controls, producers, outlets, max_frame, pair.model, pair.rx, no_copies,
+            ));
+        }
+        for (i, dirs) in sides.into_iter().enumerate() {
+            let cfg = OutputConfig {
+                spin_ns: opts.spin_ns,
+                max_lag_ns: opts.max_lag_ns,
+                // As for one pair (see `start`).
+                reorders: true,
+                sorted_runs: true,
+            };
+            let prio = opts.realtime_priority;
+            let timed_only = opts.realtime_timed_only;
+            let out_stop = output_stop.clone();
+            let fail_to = dirs.iter().map(|d| d.control().clone()).collect::<Vec<_>>();
+            let thread = std::thread::Builder::new()
+                .name(format!("linkem-out-{}", ["a->b", "b->a"][i]))
+                .spawn(move || {
+                    let mut realtime = prio.map(|p| wait::Realtime::new(p, timed_only));
+                    if let Some(Err(e)) = realtime.as_mut().map(wait::Realtime::wait_mode) {
+                        for c in &fail_to {
+                            c.fail(format!("output stage: {e}"));
+                        }
+                    }
+                    output_group(out_stop, dirs, cfg, realtime)
+                })
+                .map_err(|e| format!("cannot start the output thread: {e}"))?;
+            group.outputs.push(thread);
+        }
+        let outputs = [
+            group.outputs[0].thread().clone(),
+            group.outputs[1].thread().clone(),
+        ];
+        let mut bridges = Vec::new();
+        let mut loops = Vec::new();
+        for (names, controls, producers, outlets, max_frame, model, rx, no_copies) in started {
+            let controls: [Arc<Control>; 2] = controls
+                .try_into()
+                .map_err(|_| "two directions".to_string())?;
+            let producers: [Producer; 2] = producers
+                .try_into()
+                .map_err(|_| "two delay lines".to_string())?;
+            let outlets: [Arc<Outlet>; 2] =
+                outlets.try_into().map_err(|_| "two outlets".to_string())?;
+            let out = Outputs::new(outlets, outputs.clone());
+            let stage = Stage::new(names.clone(), controls.clone(), producers, max_frame, None);
+            let shared = Shared::started(model, stage, no_copies);
+            let directions = (0..2)
+                .map(|i| Direction {
+                    name: names[i].clone(),
+                    control: controls[i].clone(),
+                    threads: Vec::new(),
+                })
+                .collect();
+            loops.push(PairLoop::new(shared.clone(), controls, rx, out));
+            bridges.push(LiveBridge {
+                directions,
+                shared,
+                thread: None,
+            });
+        }
+        let thread = std::thread::Builder::new()
+            .name("linkem-stage".into())
+            .spawn(move || {
+                let realtime = stage_realtime(&opts, |e| {
+                    for l in &loops {
+                        l.fail(e.clone());
+                    }
+                });
+                live_stage(&mut loops, &stop, &opts, realtime);
+                for l in &loops {
+                    l.shared.stop.store(true, Ordering::Release);
+                    // Requests that came too late are answered, not left waiting.
+                    for (_, reply) in lock(&l.shared.changes).drain(..) {
+                        let _ = reply.try_send(Err(SubmitError::Stopped));
+                    }
+                }
+            })
+            .map_err(|e| format!("cannot start the stage thread: {e}"))?;
+        group.stage = Some(thread);
+        Ok((bridges, group))
+    }
+}
+
+/// The eventfd that wakes the live stage from its poll when a change is
+/// queued; without one a change waits for the stage's next turn (at most
+/// [`IDLE_WAIT_NS`]), and nothing is lost.
+fn wake_fd() -> Option<OwnedFd> {
+    // Safety: eventfd takes no pointers; a valid descriptor is owned below.
+    let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    // Safety: `efd` was just opened and is owned by nothing else.
+    (efd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(efd) })
+}
+
+impl<M: LiveModel> Shared<M> {
+    /// A pair's state shared by its stage and its handle. The link starts when
+    /// the stage does: no stamp is earlier, and a recording stores the instant
+    /// (through the tap) so that its replay starts there too.
+    fn started(mut model: M, mut stage: Stage, no_copies: Option<&'static str>) -> Arc<Self> {
+        model.start(stage.started_ns);
+        if let Some(tap) = stage.tap.as_mut() {
+            tap.start(stage.started_ns);
+        }
+        Arc::new(Shared {
+            stop: AtomicBool::new(false),
+            core: Mutex::new(Core { model, stage }),
+            objects: Mutex::new(Objects::default()),
+            wanted: AtomicUsize::new(0),
+            changes: Mutex::new(VecDeque::new()),
+            has_changes: AtomicBool::new(false),
+            // Without it a change waits for the stage's next turn (at most
+            // IDLE_WAIT_NS); nothing is lost.
+            wake: wake_fd(),
+            no_copies,
+        })
+    }
+}
+
+/// The stage thread's real-time policy: real-time throughout
+/// (`realtime_input`), or only while it waits for an instant; `fail` hears
+/// why real-time could not be had.
+fn stage_realtime(opts: &LiveOptions, fail: impl Fn(String)) -> Option<Realtime> {
+    match (opts.realtime_priority, opts.realtime_input) {
+        (Some(p), true) => {
+            if let Err(e) = set_realtime(p) {
+                fail(format!("live stage: {e}"));
+            }
+            None
+        }
+        (Some(p), false) => Some(Realtime::new(p, opts.realtime_timed_only)),
+        (None, _) => None,
+    }
+}
+
 impl<M: LiveModel> Drop for LiveBridge<M> {
     fn drop(&mut self) {
         self.halt();
@@ -521,10 +754,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The output side of both directions, as the live stage sends on it (see
-/// the `output` module doc).
+/// One pair's output side, as the live stage sends on it (see the `output`
+/// module doc).
 struct Outputs {
     outlets: [Arc<Outlet>; 2],
+    /// The threads that send for each direction (its own, or its group's).
     threads: [Thread; 2],
     /// Per direction, the release the stage took on itself: it goes round its
     /// loop (taking frames) until then, and sends it.
@@ -535,6 +769,14 @@ impl Outputs {
     /// Frames one call sends at most, so a backlog does not keep the stage
     /// from its receive ports: the rest are sent on the next turns.
     const SEND_MAX_FRAMES: usize = 64;
+
+    fn new(outlets: [Arc<Outlet>; 2], threads: [Thread; 2]) -> Outputs {
+        Outputs {
+            outlets,
+            threads,
+            claimed: [None; 2],
+        }
+    }
 
     /// For each direction that got frames (`pushed`) or whose claimed
     /// release may be due: sends what is due by now, takes on the next
@@ -1065,38 +1307,64 @@ impl Stage {
     }
 }
 
-// Kept whole: the stage's hot loop, whose steps share the core's lock guard and the batch's `now`.
-fn live_stage<M: LiveModel>(
-    shared: &Shared<M>,
+/// One pair's part of the live stage: its model and stage (in `shared`), its
+/// directions' controls, its two receive ports and its output side.
+struct PairLoop<M> {
+    shared: Arc<Shared<M>>,
     controls: [Arc<Control>; 2],
-    opts: &LiveOptions,
-    mut rx: [Box<dyn RxPort>; 2],
-    mut out: Outputs,
-    mut realtime: Option<Realtime>,
-) {
-    // Poll timeouts are the model's event times: no slack on top of them.
-    clock::set_timer_slack_ns(1);
-    let fail = |e: String| {
-        for c in &controls {
+    rx: [Box<dyn RxPort>; 2],
+    out: Outputs,
+    drops_read_ns: u64,
+}
+
+/// What one pair's turn found.
+struct Turn {
+    taken: usize,
+    full: bool,
+    next: Option<u64>,
+    now: u64,
+}
+
+impl<M: LiveModel> PairLoop<M> {
+    fn new(
+        shared: Arc<Shared<M>>,
+        controls: [Arc<Control>; 2],
+        rx: [Box<dyn RxPort>; 2],
+        out: Outputs,
+    ) -> Self {
+        {
+            let mut guard = lock(&shared.core);
+            let Core { model, stage } = &mut *guard;
+            stage.reads_headers = model.reads_headers();
+            stage.wants_discards = rx.each_ref().map(|p| p.wants_discards());
+        }
+        PairLoop {
+            shared,
+            controls,
+            rx,
+            out,
+            drops_read_ns: 0,
+        }
+    }
+
+    fn fail(&self, e: String) {
+        for c in &self.controls {
             c.fail(e.clone());
         }
-    };
-    let batch = opts.batch.max(1);
-    let mut fds: Vec<RawFd> = Vec::new();
-    let wake_fd = shared.wake.as_ref().map(AsRawFd::as_raw_fd);
-    let mut drops_read_ns = 0u64;
-    let mut wakeups = 0u64;
-    let mut wake = WakeEstimate {
-        overshoot_ns: 50_000,
-    };
-    let mut budget = SpinBudget::new(clock::now_ns());
-    {
-        let mut guard = lock(&shared.core);
-        let Core { model, stage } = &mut *guard;
-        stage.reads_headers = model.reads_headers();
-        stage.wants_discards = rx.each_ref().map(|p| p.wants_discards());
     }
-    'run: while !shared.stop.load(Ordering::Acquire) {
+
+    /// One batch of the pair: changes, both ports' frames, the model's
+    /// events due, counts published.
+    // Kept whole: the stage's hot loop, whose steps share the core's lock guard and the batch's `now`.
+    fn turn(&mut self, opts: &LiveOptions, wakeups: u64) -> Result<Turn, String> {
+        let PairLoop {
+            shared,
+            controls,
+            rx,
+            out,
+            drops_read_ns,
+        } = self;
+        let batch = opts.batch.max(1);
         let now = clock::now_ns();
         // While an output stage is more than max-lag behind, its direction
         // stores nothing (counted backpressure).
@@ -1114,18 +1382,13 @@ fn live_stage<M: LiveModel>(
         let mut taken = 0;
         let mut full = false;
         for (side, port) in rx.iter_mut().enumerate() {
-            match port.rx_batch(batch, &mut |frame| {
-                stage.take(model, &mut objs, side, frame)
-            }) {
-                Ok(n) => {
-                    taken += n;
-                    full |= n == batch;
-                }
-                Err(e) => {
-                    fail(format!("receive: {e}"));
-                    break 'run;
-                }
-            }
+            let n = port
+                .rx_batch(batch, &mut |frame| {
+                    stage.take(model, &mut objs, side, frame)
+                })
+                .map_err(|e| format!("receive: {e}"))?;
+            taken += n;
+            full |= n == batch;
         }
         let now = stage.tick();
         stage.poll(model, &mut objs, now);
@@ -1136,8 +1399,8 @@ fn live_stage<M: LiveModel>(
             }
         }
         let next = model.next_event_ns();
-        if now.wrapping_sub(drops_read_ns) > KERNEL_DROPS_EVERY_NS {
-            drops_read_ns = now;
+        if now.wrapping_sub(*drops_read_ns) > KERNEL_DROPS_EVERY_NS {
+            *drops_read_ns = now;
             for (i, port) in rx.iter_mut().enumerate() {
                 stage.c[i].kernel_drops = port.rx_kernel_drops();
             }
@@ -1146,10 +1409,7 @@ fn live_stage<M: LiveModel>(
         let pushed = stage.publish_all();
         drop(objs);
         drop(guard);
-        if let Err(e) = out.hand_out(pushed) {
-            fail(e);
-            break;
-        }
+        out.hand_out(pushed)?;
         let next = match (next, out.next_claimed_ns()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -1157,12 +1417,94 @@ fn live_stage<M: LiveModel>(
         if shared.wanted.load(Ordering::Relaxed) > 0 {
             std::thread::yield_now();
         }
+        Ok(Turn {
+            taken,
+            full,
+            next,
+            now,
+        })
+    }
+
+    /// The last counts, and the delay lines closed (the output stages end
+    /// once they are empty).
+    fn finish(&mut self, wakeups: u64) {
+        let mut guard = lock(&self.shared.core);
+        let stage = &mut guard.stage;
+        for (i, port) in self.rx.iter_mut().enumerate() {
+            stage.c[i].kernel_drops = port.rx_kernel_drops();
+        }
+        stage.wakeups = wakeups;
+        stage.publish_all();
+        for p in &stage.producers {
+            p.close();
+        }
+        // A parked output thread learns that its line closed.
+        for t in &self.out.threads {
+            t.unpark();
+        }
+    }
+}
+
+/// The live stage's loop over its pairs (one for `linkem bridge IF_A IF_B`,
+/// several for `--pair`) until `stop`: each turn takes a batch of every pair;
+/// with nothing taken it sleeps in one poll over every pair's ports and
+/// wake-up eventfd, until the earliest of the pairs' next model events.
+fn live_stage<M: LiveModel>(
+    pairs: &mut [PairLoop<M>],
+    stop: &AtomicBool,
+    opts: &LiveOptions,
+    mut realtime: Option<Realtime>,
+) {
+    // Poll timeouts are the model's event times: no slack on top of them.
+    clock::set_timer_slack_ns(1);
+    let fail_all = |pairs: &[PairLoop<M>], e: String| {
+        for p in pairs {
+            p.fail(e.clone());
+        }
+    };
+    let mut fds: Vec<RawFd> = Vec::new();
+    let wake_fds: Vec<RawFd> = pairs
+        .iter()
+        .filter_map(|p| p.shared.wake.as_ref().map(AsRawFd::as_raw_fd))
+        .collect();
+    let mut wakeups = 0u64;
+    let mut wake = WakeEstimate {
+        overshoot_ns: 50_000,
+    };
+    let mut budget = SpinBudget::new(clock::now_ns());
+    'run: while !stop.load(Ordering::Acquire) {
+        let mut taken = 0;
+        let mut full = false;
+        let mut next: Option<u64> = None;
+        let mut now = 0;
+        for p in pairs.iter_mut() {
+            match p.turn(opts, wakeups) {
+                Ok(t) => {
+                    taken += t.taken;
+                    full |= t.full;
+                    next = match (next, t.next) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    now = t.now;
+                }
+                Err(e) => {
+                    p.fail(e);
+                    break 'run;
+                }
+            }
+        }
         if full {
             if let Some(rt) = realtime.as_mut() {
                 rt.busy(now);
             }
         }
-        if taken > 0 || shared.has_changes.load(Ordering::Acquire) {
+        let changes = || {
+            pairs
+                .iter()
+                .any(|p| p.shared.has_changes.load(Ordering::Acquire))
+        };
+        if taken > 0 || changes() {
             continue;
         }
         // Sleep until the model's next event less the learnt wake-up overshoot,
@@ -1193,57 +1535,52 @@ fn live_stage<M: LiveModel>(
                 None => rt.idle_mode(),
             };
         }
-        match wait_both(&mut rx, &mut fds, wake_fd, sleep_ns) {
+        let ports = pairs.iter_mut().flat_map(|p| p.rx.iter_mut());
+        match wait_all(ports, &mut fds, &wake_fds, sleep_ns) {
             Ok(timed_out) => {
                 if timed_out && next.is_some() {
                     wake.observe(clock::now_ns().saturating_sub(now + sleep_ns));
                 }
             }
             Err(e) => {
-                fail(format!("receive: {e}"));
+                fail_all(pairs, format!("receive: {e}"));
                 break;
             }
         }
         wakeups += 1;
     }
-    let mut guard = lock(&shared.core);
-    let stage = &mut guard.stage;
-    for (i, port) in rx.iter_mut().enumerate() {
-        stage.c[i].kernel_drops = port.rx_kernel_drops();
-    }
-    stage.wakeups = wakeups;
-    stage.publish_all();
-    for p in &stage.producers {
-        p.close();
+    for p in pairs.iter_mut() {
+        p.finish(wakeups);
     }
 }
 
-/// Sleeps until a frame may be waiting on either port, a change was queued
-/// (`wake_fd` readable; it is drained here) or `timeout_ns` passed. Returns
-/// true when the time passed with nothing ready.
-fn wait_both(
-    rx: &mut [Box<dyn RxPort>; 2],
+/// Sleeps until a frame may be waiting on one of `ports`, a change was
+/// queued (one of `wake_fds` readable; it is drained here) or `timeout_ns`
+/// passed. Returns true when the time passed with nothing ready.
+fn wait_all<'a>(
+    ports: impl Iterator<Item = &'a mut Box<dyn RxPort>>,
     fds: &mut Vec<RawFd>,
-    wake_fd: Option<RawFd>,
+    wake_fds: &[RawFd],
     timeout_ns: u64,
 ) -> io::Result<bool> {
     fds.clear();
-    let mut unsupported = false;
-    for port in rx.iter_mut() {
+    let mut unsupported = Vec::new();
+    for port in ports {
         match port.wait_fds(fds)? {
             WaitFds::Ready => return Ok(false),
             WaitFds::Added => {}
-            WaitFds::Unsupported => unsupported = true,
+            WaitFds::Unsupported => unsupported.push(port),
         }
     }
-    if unsupported {
+    if !unsupported.is_empty() {
         let turn = (timeout_ns / 2).clamp(1, TURN_NS);
-        for port in rx.iter_mut() {
+        for port in unsupported {
             port.wait_rx(turn)?;
         }
         return Ok(false);
     }
-    fds.extend(wake_fd);
+    let first_wake = fds.len();
+    fds.extend_from_slice(wake_fds);
     let mut pfds: Vec<libc::pollfd> = fds
         .iter()
         .map(|&fd| libc::pollfd {
@@ -1272,13 +1609,11 @@ fn wait_both(
         }
         return Ok(false);
     }
-    if let (Some(fd), Some(p)) = (wake_fd, pfds.last()) {
-        if p.revents != 0 {
-            let mut count = [0u8; 8];
-            // Safety: reads at most 8 bytes into a live buffer from an owned,
-            // non-blocking eventfd.
-            let _ = unsafe { libc::read(fd, count.as_mut_ptr().cast(), count.len()) };
-        }
+    for p in pfds[first_wake..].iter().filter(|p| p.revents != 0) {
+        let mut count = [0u8; 8];
+        // Safety: reads at most 8 bytes into a live buffer from an owned,
+        // non-blocking eventfd.
+        let _ = unsafe { libc::read(p.fd, count.as_mut_ptr().cast(), count.len()) };
     }
     Ok(r == 0)
 }

@@ -20,6 +20,17 @@
 //! statistics, which the live stage publishes under a lock once per batch, the
 //! output stages every 50 ms when they have time to spare.
 //!
+//! Threads: a bridge of one pair ([`LiveBridge::start`]) has three, the live
+//! stage and an output stage per direction. A bridge of several pairs
+//! ([`LiveBridge::start_group`], `linkem bridge --pair`) has three whatever
+//! the number of pairs: one live stage that takes a batch of every pair in
+//! turn (each pair keeps its own model, delay lines, counts and change queue;
+//! one poll over every pair's sockets when idle), one output stage for every
+//! pair's a->b direction and one for every b->a (`output_group`: each
+//! direction in its own release order, a frame stored for any of them wakes a
+//! parked stage). Idle, all of them sleep: the live stage wakes at most every
+//! 10 ms, an output stage with nothing queued at most every 10 ms.
+//!
 //! Counting (invariant checked by [`DirectionStats::adds_up`]): every frame
 //! taken from a receive port ends in exactly one fate, counted once; a
 //! super-frame cut into N wire frames adds N − 1 to `segmented`:
@@ -34,7 +45,8 @@
 //!
 //! Modules: `options` (what a direction starts with, what it reports), `live`
 //! (the one stage of the model), `wire` (cutting super-frames, finishing
-//! checksums), `output` (the output stage), `wait` (sleeping, spinning and
+//! checksums), `output` (the output stage), `output_group` (one output stage
+//! for a direction of several pairs), `wait` (sleeping, spinning and
 //! real-time policy), `forward` (the plain-forwarder baseline), `objects`
 //! (per pipe and queue counts).
 
@@ -43,11 +55,13 @@ mod live;
 mod objects;
 mod options;
 mod output;
+mod output_group;
 mod wait;
 mod wire;
 
 pub use live::{
-    LiveBridge, LiveModel, LiveOptions, NodeBridge, SubmitError, Tap, MAX_PENDING_CHANGES,
+    GroupPair, LiveBridge, LiveGroup, LiveModel, LiveOptions, NodeBridge, SubmitError, Tap,
+    MAX_PENDING_CHANGES,
 };
 pub use objects::{DelayHistogram, ObjectStats, ObjectsSnapshot, DELAY_BUCKETS_NS};
 pub use options::{

@@ -27,7 +27,7 @@
 
 use super::options::lateness_histogram;
 use super::wait::{Realtime, SpinBudget, WakeEstimate, BEHIND_NS, MIN_SPIN_NS};
-use super::Control;
+use super::{Control, FlushSet};
 use crate::clock;
 use crate::delay_line::Consumer;
 use crate::port::{TxOutcome, TxPort};
@@ -38,12 +38,12 @@ use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 /// Longest single sleep of the output stage, so it notices stop and (when
 /// reordering) a newly arrived packet due earlier than the one it waits for.
-const MAX_SLEEP_NS: u64 = 10_000_000;
-const MAX_SLEEP_REORDER_NS: u64 = 200_000;
+pub(super) const MAX_SLEEP_NS: u64 = 10_000_000;
+pub(super) const MAX_SLEEP_REORDER_NS: u64 = 200_000;
 /// How often the output stage publishes its counts and lateness when it has
 /// time to spare, and at the latest.
-const PUBLISH_NS: u64 = 50_000_000;
-const PUBLISH_MAX_NS: u64 = 500_000_000;
+pub(super) const PUBLISH_NS: u64 = 50_000_000;
+pub(super) const PUBLISH_MAX_NS: u64 = 500_000_000;
 
 /// A packet moved out of the delay line when the link may reorder.
 struct Held {
@@ -53,20 +53,20 @@ struct Held {
 }
 
 pub(super) struct OutputState {
-    tx: Box<dyn TxPort>,
+    pub(super) tx: Box<dyn TxPort>,
     local_sent: u64,
     local_copies: u64,
     local_late: u64,
-    local_flushed: u64,
+    pub(super) local_flushed: u64,
     local_too_big: u64,
     lateness: Histogram<u64>,
-    wakeups: u64,
+    pub(super) wakeups: u64,
     queued: bool,
     max_lag_ns: Option<u64>,
 }
 
 impl OutputState {
-    fn new(tx: Box<dyn TxPort>, max_lag_ns: Option<u64>) -> Self {
+    pub(super) fn new(tx: Box<dyn TxPort>, max_lag_ns: Option<u64>) -> Self {
         OutputState {
             tx,
             local_sent: 0,
@@ -81,8 +81,34 @@ impl OutputState {
         }
     }
 
+    /// Takes the next frame of `src`, due now: discarded as `flushed` when its
+    /// group was flushed (a deleted pipe's), else sent.
+    pub(super) fn send_next(
+        &mut self,
+        now: u64,
+        src: &mut Source,
+        flush: &FlushSet,
+    ) -> Result<(), String> {
+        src.take(|r, frame, copy, group| {
+            if flush.contains(group) {
+                if !copy {
+                    self.local_flushed += 1;
+                    self.tx.tx_discard(frame);
+                }
+                return Ok(());
+            }
+            self.send(now, r, frame, copy)
+        })
+    }
+
     /// Sends (or drops as late) one frame due now; an error stops the stage.
-    fn send(&mut self, now: u64, release_ns: u64, frame: &[u8], copy: bool) -> Result<(), String> {
+    pub(super) fn send(
+        &mut self,
+        now: u64,
+        release_ns: u64,
+        frame: &[u8],
+        copy: bool,
+    ) -> Result<(), String> {
         let lateness = now.saturating_sub(release_ns);
         if self.max_lag_ns.is_some_and(|m| lateness > m) {
             if !copy {
@@ -134,7 +160,7 @@ impl OutputState {
         }
     }
 
-    fn flush(&mut self) -> Result<(), String> {
+    pub(super) fn flush(&mut self) -> Result<(), String> {
         if self.queued {
             self.queued = false;
             self.tx.tx_flush().map_err(|e| format!("send: {e}"))?;
@@ -142,7 +168,7 @@ impl OutputState {
         Ok(())
     }
 
-    fn publish(&mut self, control: &Control) {
+    pub(super) fn publish(&mut self, control: &Control) {
         let tx_errors = self.tx.tx_errors();
         let mut shared = control.output.lock().expect("the lock holders never panic");
         shared.sent = self.local_sent;
@@ -167,8 +193,8 @@ impl OutputState {
 /// and no earlier than anything in the heap: frames leave from the line
 /// directly, uncopied. When the count moves, the whole line goes into the heap
 /// (as without `sorted_runs`), and the frames of the heap leave first.
-struct Source {
-    consumer: Consumer,
+pub(super) struct Source {
+    pub(super) consumer: Consumer,
     heap: Option<ReleaseQueue<Held>>,
     sorted_runs: Option<Arc<Control>>,
     /// The out-of-order count already moved into the heap.
@@ -176,8 +202,19 @@ struct Source {
 }
 
 impl Source {
+    /// The source of a direction whose stage runs with `cfg` (as
+    /// [`Outlet::new`] builds it).
+    pub(super) fn new(consumer: Consumer, cfg: &OutputConfig, control: &Arc<Control>) -> Source {
+        Source {
+            consumer,
+            heap: cfg.reorders.then(ReleaseQueue::new),
+            sorted_runs: (cfg.reorders && cfg.sorted_runs).then(|| control.clone()),
+            handled: 0,
+        }
+    }
+
     /// The next release time, if any frame is waiting.
-    fn next_release(&mut self) -> Option<u64> {
+    pub(super) fn next_release(&mut self) -> Option<u64> {
         let Some(heap) = self.heap.as_mut() else {
             return self.consumer.peek().map(|h| h.release_ns);
         };
@@ -206,7 +243,7 @@ impl Source {
     }
 
     /// Hands the next frame to `f` and removes it.
-    fn take<R>(&mut self, f: impl FnOnce(u64, &[u8], bool, u32) -> R) -> R {
+    pub(super) fn take<R>(&mut self, f: impl FnOnce(u64, &[u8], bool, u32) -> R) -> R {
         if let Some(heap) = self.heap.as_mut() {
             // Without sorted runs, `next_release` moved the whole line into
             // the heap: the heap's first frame is the one it found.
@@ -247,9 +284,10 @@ pub(super) struct Outlet {
     control: Arc<Control>,
 }
 
-struct OutletInner {
-    st: OutputState,
-    src: Source,
+pub(super) struct OutletInner {
+    pub(super) st: OutputState,
+    pub(super) src: Source,
+    /// When the stage last published this direction's counts from here.
     last_publish_ns: u64,
 }
 
@@ -272,12 +310,7 @@ impl Outlet {
         tx: Box<dyn TxPort>,
         cfg: &OutputConfig,
     ) -> Arc<Outlet> {
-        let src = Source {
-            consumer,
-            heap: cfg.reorders.then(ReleaseQueue::new),
-            sorted_runs: (cfg.reorders && cfg.sorted_runs).then(|| control.clone()),
-            handled: 0,
-        };
+        let src = Source::new(consumer, cfg, &control);
         Arc::new(Outlet {
             inner: Mutex::new(OutletInner {
                 st: OutputState::new(tx, cfg.max_lag_ns),
@@ -288,11 +321,13 @@ impl Outlet {
         })
     }
 
-    pub fn control(&self) -> &Control {
+    pub fn control(&self) -> &Arc<Control> {
         &self.control
     }
 
-    fn lock(&self) -> MutexGuard<'_, OutletInner> {
+    /// For the output thread: waits for the outlet (the live stage holds it
+    /// for one send call at most).
+    pub(super) fn lock(&self) -> MutexGuard<'_, OutletInner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -319,7 +354,9 @@ impl Outlet {
             if release_ns > now_ns || sent == max_frames {
                 break Left::Next(release_ns);
             }
-            inner.take_one(&self.control, now_ns)?;
+            inner
+                .st
+                .send_next(now_ns, &mut inner.src, &self.control.flush)?;
             sent += 1;
         };
         inner.st.flush()?;
@@ -336,25 +373,6 @@ impl Outlet {
             }
         }
         Ok(left)
-    }
-}
-
-impl OutletInner {
-    /// Sends (or drops as late or flushed) the frame with the earliest
-    /// release, which the caller found due at `now`.
-    fn take_one(&mut self, control: &Control, now: u64) -> Result<(), String> {
-        let st = &mut self.st;
-        let flush = &control.flush;
-        self.src.take(|r, frame, copy, group| {
-            if flush.contains(group) {
-                if !copy {
-                    st.local_flushed += 1;
-                    st.tx.tx_discard(frame);
-                }
-                return Ok(());
-            }
-            st.send(now, r, frame, copy)
-        })
     }
 }
 
@@ -453,7 +471,7 @@ pub(super) fn output_stage(outlet: Arc<Outlet>, cfg: OutputConfig, mut realtime:
                 rt.busy(now);
             }
         }
-        if let Err(e) = inner.take_one(&control, now) {
+        if let Err(e) = inner.st.send_next(now, &mut inner.src, &control.flush) {
             control.fail(e);
             break;
         }

@@ -372,6 +372,7 @@ fn expose(enc: &mut DescriptorEncoder, model: &Model) -> fmt::Result {
     {
         let info: Labels = vec![
             ("name", model.name.clone()),
+            ("front", model.front.word().to_string()),
             ("version", env!("CARGO_PKG_VERSION").to_string()),
             ("commit", crate::build_info::COMMIT.to_string()),
             ("seed", model.seed().to_string()),

@@ -79,6 +79,9 @@ pub struct ControlArgs {
     pub claims: claims::ClaimArgs,
 }
 
+// Defined with the renderers that name it, which control imports (not the reverse).
+pub use crate::render::bridge_stats::FrontEnd;
+
 /// Control requests by result, for the metrics endpoint.
 #[derive(Default)]
 pub struct Counters {
@@ -101,6 +104,8 @@ struct LinkEntry {
 /// thread (SIGHUP, stats) and the control threads.
 pub struct Model {
     pub name: String,
+    /// The command that runs it (set once it starts).
+    pub front: FrontEnd,
     plain: Plain,
     owner_uid: u32,
     seed: u64,
@@ -173,6 +178,7 @@ impl Model {
         };
         Model {
             name,
+            front: FrontEnd::Bridge,
             plain,
             owner_uid: sys::starter_uid(),
             seed,
@@ -257,7 +263,7 @@ impl Model {
         match &self.plain {
             Plain::Link(b) => b.submit(changes).map_err(|e| Failure::Error(e.to_string())),
             _ => Err(Failure::Error(
-                "this bridge runs --forward-only: it has no link to change".into(),
+                "this emulator runs --forward-only: it has no link to change".into(),
             )),
         }
     }
@@ -398,7 +404,7 @@ impl Model {
                 Request::Link { dir, link, words } => {
                     if self.forward_only() {
                         return Err(Failure::Error(
-                            "this bridge runs --forward-only: it has no link to change".into(),
+                            "this emulator runs --forward-only: it has no link to change".into(),
                         ));
                     }
                     self.may_change_links(cred.uid)?;
@@ -510,6 +516,7 @@ impl Model {
             .unwrap_or_else(|p| p.into_inner())
             .is_some();
         json!({
+            "front": self.front.word(),
             "elapsed_s": self.elapsed_s(),
             "seed": self.seed,
             "zeroed": zeroed,

@@ -49,7 +49,7 @@ use linkem_core::model::Change;
 use linkem_core::rules::{statements, Action, ObjectDef, Rule, RuleSet, RulesError, Statement};
 use linkem_ctl::{ClaimAction, ClaimRequest, Kind, Request, RuleRequest};
 use linkem_io::creds::PeerCred;
-use linkem_runtime::pipeline::NodeBridge;
+use linkem_runtime::pipeline::{NodeBridge, SubmitError};
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
@@ -474,7 +474,7 @@ impl Rules {
             let staged = match r {
                 Request::Rule(rr) => self.stage(&mut source, &mut undo, cred.uid, rr, batch),
                 _ => Err(Failure::Error(
-                    "this bridge runs a rule set: it has no default link to change \
+                    "this emulator runs a rule set: it has no default link to change \
                      (change its pipes with 'pipe N config ...')"
                         .into(),
                 )),
@@ -504,10 +504,15 @@ impl Rules {
                 files: Vec::new(),
             }];
         }
-        // The source follows the node even when the bridge is stopping.
-        self.bridge
-            .submit(changes)
-            .map_err(|e| Failure::Error(e.to_string()))
+        // The source follows the node even when the bridge is stopping; a
+        // change the stage refuses (one that duplicates on ports that cannot
+        // send a copy) leaves both as they were.
+        self.bridge.submit(changes).map_err(|e| {
+            if e != SubmitError::Stopped {
+                source.undo(undo);
+            }
+            Failure::Error(e.to_string())
+        })
     }
 
     /// Whether `uid` may add `rule` numbered `number` (see the module doc):
@@ -791,14 +796,17 @@ impl Rules {
         // What the new rules read, in name order, for a recording to copy.
         let read: std::collections::BTreeMap<_, _> =
             files.iter().map(|(n, t)| (n.clone(), t.clone())).collect();
-        *self.files.lock().unwrap_or_else(|p| p.into_inner()) = files;
         let change = Change::Rules {
             set: Box::new(source.set.clone()),
             text: source.text().into(),
             files: read.into_iter().collect(),
         };
-        // An error only once the bridge stops, when the new rules no longer matter.
-        let _ = self.bridge.submit(vec![change]);
+        match self.bridge.submit(vec![change]) {
+            // Once the bridge stops the new rules no longer matter.
+            Ok(_) | Err(SubmitError::Stopped) => {}
+            Err(e) => return Err(e.to_string()),
+        }
+        *self.files.lock().unwrap_or_else(|p| p.into_inner()) = files;
         *s = source;
         Ok(())
     }

@@ -560,6 +560,7 @@ impl Session<'_> {
     fn serve(&mut self, mut stream: UnixStream, stop: &AtomicBool) {
         let banner = json!({
             "linkem": "ctl",
+            "front": self.model.front.word(),
             "protocol": PROTOCOL_VERSION,
             "version": env!("CARGO_PKG_VERSION"),
             "commit": crate::build_info::COMMIT,

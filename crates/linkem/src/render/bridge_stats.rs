@@ -14,6 +14,30 @@ use linkem_runtime::pipeline::{
 use serde_json::json;
 use std::time::Instant;
 
+/// The command that runs the emulator: what its stats, control banner and
+/// metrics name (`linkem bridge`, `linkem host`, `linkem shell`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FrontEnd {
+    /// Two interfaces (`linkem bridge`).
+    #[default]
+    Bridge,
+    /// This host's own traffic through netfilter queues (`linkem host`).
+    Host,
+    /// A command in a namespace behind the link (`linkem shell`).
+    Shell,
+}
+
+impl FrontEnd {
+    /// The subcommand's name.
+    pub fn word(self) -> &'static str {
+        match self {
+            FrontEnd::Bridge => "bridge",
+            FrontEnd::Host => "host",
+            FrontEnd::Shell => "shell",
+        }
+    }
+}
+
 /// Instances of each pipe and scheduler a periodic `--stats` print lists
 /// (the final line lists all; `instances` gives the count): the listing is
 /// built under the node's lock, so its cost must not grow with a flood of flows.
@@ -64,6 +88,7 @@ pub fn direction_json(s: &DirectionStats, rules: bool) -> serde_json::Value {
 /// (with `events_skipped` when the bridge writes `--events`).
 pub(crate) fn print_stats(
     format: StatsFormat,
+    front: FrontEnd,
     stats: &[DirectionStats],
     secs: f64,
     seed: u64,
@@ -75,8 +100,7 @@ pub(crate) fn print_stats(
         StatsFormat::Json => {
             let dirs: Vec<serde_json::Value> =
                 stats.iter().map(|s| direction_json(s, false)).collect();
-            let mut out =
-                json!({ "elapsed_s": secs, "final": last, "seed": seed, "directions": dirs });
+            let mut out = json!({ "front": front.word(), "elapsed_s": secs, "final": last, "seed": seed, "directions": dirs });
             if let Some(n) = events_skipped {
                 out["events_skipped"] = json!(n);
             }
@@ -87,46 +111,117 @@ pub(crate) fn print_stats(
         }
         StatsFormat::Text => {
             println!(
-                "linkem bridge after {secs:.1} s{}",
+                "linkem {} after {secs:.1} s{}",
+                front.word(),
                 if last { " (final)" } else { "" }
             );
-            println!(
-                "{:<6}{:>10}{:>9}{:>10}{:>10}{:>11}{:>8}{:>8}{:>13}{:>6}{:>8}{:>9}{:>10}  lateness p50/p99/p99.9/max",
-                "dir",
-                "received",
-                "k-drops",
-                "segmented",
-                "delivered",
-                "queue-full",
-                "loss",
-                "policed",
-                "backpressure",
-                "late",
-                "too-big",
-                "tx-error",
-                "in-flight"
-            );
+            println!("{}", text_header());
             for s in stats {
-                println!(
-                    "{:<6}{:>10}{:>9}{:>10}{:>10}{:>11}{:>8}{:>8}{:>13}{:>6}{:>8}{:>9}{:>10}  {}/{}/{}/{}",
-                    s.name,
-                    s.received,
-                    s.rx_kernel_drops,
-                    s.segmented,
-                    s.fates.get(Fate::Delivered),
-                    s.fates.get(Fate::QueueFull),
-                    s.fates.get(Fate::Loss),
-                    s.fates.get(Fate::Policed),
-                    s.fates.get(Fate::Backpressure),
-                    s.fates.get(Fate::Late),
-                    s.fates.get(Fate::TooBig),
-                    s.fates.get(Fate::TxError),
-                    s.in_flight,
-                    fmt_ns(percentile_ns(s, 0.5)),
-                    fmt_ns(percentile_ns(s, 0.99)),
-                    fmt_ns(percentile_ns(s, 0.999)),
-                    fmt_ns(s.lateness.max()),
-                );
+                println!("{}", text_row(s));
+            }
+        }
+    }
+}
+
+/// The columns of the text table.
+fn text_header() -> String {
+    format!(
+        "{:<6}{:>10}{:>9}{:>10}{:>10}{:>11}{:>8}{:>8}{:>13}{:>6}{:>8}{:>9}{:>10}  lateness p50/p99/p99.9/max",
+        "dir",
+        "received",
+        "k-drops",
+        "segmented",
+        "delivered",
+        "queue-full",
+        "loss",
+        "policed",
+        "backpressure",
+        "late",
+        "too-big",
+        "tx-error",
+        "in-flight"
+    )
+}
+
+/// One direction's line of the text table.
+fn text_row(s: &DirectionStats) -> String {
+    format!(
+        "{:<6}{:>10}{:>9}{:>10}{:>10}{:>11}{:>8}{:>8}{:>13}{:>6}{:>8}{:>9}{:>10}  {}/{}/{}/{}",
+        s.name,
+        s.received,
+        s.rx_kernel_drops,
+        s.segmented,
+        s.fates.get(Fate::Delivered),
+        s.fates.get(Fate::QueueFull),
+        s.fates.get(Fate::Loss),
+        s.fates.get(Fate::Policed),
+        s.fates.get(Fate::Backpressure),
+        s.fates.get(Fate::Late),
+        s.fates.get(Fate::TooBig),
+        s.fates.get(Fate::TxError),
+        s.in_flight,
+        fmt_ns(percentile_ns(s, 0.5)),
+        fmt_ns(percentile_ns(s, 0.99)),
+        fmt_ns(percentile_ns(s, 0.999)),
+        fmt_ns(s.lateness.max()),
+    )
+}
+
+/// One pair of a bridge of several (`--pair`) as the stats list it.
+pub(crate) struct PairStats<'a> {
+    /// IF_A-IF_B, as its control socket is named.
+    pub name: &'a str,
+    pub if_a: &'a str,
+    pub if_b: &'a str,
+    pub seed: u64,
+    pub stats: Vec<DirectionStats>,
+}
+
+/// Prints the counts of a bridge of several pairs: a table whose lines begin
+/// with the pair's name, or one JSON line whose `pairs` list each pair's
+/// directions as a one-pair bridge's `directions` are (each pair's counts add
+/// up on their own).
+pub(crate) fn print_pairs_stats(
+    format: StatsFormat,
+    pairs: &[PairStats<'_>],
+    secs: f64,
+    last: bool,
+) {
+    match format {
+        StatsFormat::None => {}
+        StatsFormat::Json => {
+            let list: Vec<serde_json::Value> = pairs
+                .iter()
+                .map(|p| {
+                    let dirs: Vec<serde_json::Value> =
+                        p.stats.iter().map(|s| direction_json(s, false)).collect();
+                    json!({
+                        "pair": p.name,
+                        "a": p.if_a,
+                        "b": p.if_b,
+                        "seed": p.seed,
+                        "directions": dirs,
+                    })
+                })
+                .collect();
+            let out = json!({ "elapsed_s": secs, "final": last, "pairs": list });
+            println!(
+                "{}",
+                serde_json::to_string(&out).expect("a JSON value always serialises")
+            );
+        }
+        StatsFormat::Text => {
+            println!(
+                "linkem bridge of {} pairs after {secs:.1} s{}",
+                pairs.len(),
+                if last { " (final)" } else { "" }
+            );
+            let width = pairs.iter().map(|p| p.name.len()).max().unwrap_or(4).max(4) + 2;
+            println!("{:<width$}{}", "pair", text_header());
+            for p in pairs {
+                for s in &p.stats {
+                    println!("{:<width$}{}", p.name, text_row(s));
+                }
             }
         }
     }
@@ -134,8 +229,11 @@ pub(crate) fn print_stats(
 
 /// The bridge's counts (with the node's own drops beside each direction's
 /// fates), then the node's pipes, rules and schedulers as replay prints them.
+// The counts and what names them, as print_stats takes them, plus the node.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn print_rules_stats(
     format: StatsFormat,
+    front: FrontEnd,
     bridge: &NodeBridge,
     stats: &[DirectionStats],
     started: Instant,
@@ -153,6 +251,7 @@ pub(crate) fn print_rules_stats(
             let node = bridge.with_model(|n| node_json_listing(n, most));
             let objects = objects_json(&bridge.object_stats());
             let mut out = json!({
+                "front": front.word(),
                 "elapsed_s": secs,
                 "final": last,
                 "seed": seed,
@@ -169,7 +268,7 @@ pub(crate) fn print_rules_stats(
             );
         }
         StatsFormat::Text => {
-            print_stats(format, stats, secs, seed, last, None);
+            print_stats(format, front, stats, secs, seed, last, None);
             println!(
                 "{:<6}{:>10}{:>12}{:>10}{:>10}{:>10}",
                 "dir", "denied", "flow-limit", "red-drop", "aqm-drop", "flushed"

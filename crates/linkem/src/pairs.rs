@@ -1,0 +1,460 @@
+//! `linkem bridge --pair IF_A IF_B [WORDS] --pair ...`: many links in one
+//! process, each pair of interfaces a bridge of its own link words (a lab of
+//! 20-100 links, one linkem for all of them).
+//!
+//! Threads, whatever the number of pairs (see
+//! `linkem_runtime::pipeline::LiveGroup`): one live stage (`linkem-stage`)
+//! takes a batch of every pair in turn and runs each pair's own model; one
+//! output stage sends every pair's a->b frames (`linkem-out-a->b`), one every
+//! pair's b->a (`linkem-out-b->a`). Idle, they sleep: the live stage in one
+//! poll over all the sockets, the output stages parked until a frame is
+//! stored. Each pair's control socket (named IF_A-IF_B, as a one-pair
+//! bridge's) has its accept thread, blocked in accept(2).
+//!
+//! Per pair, as a one-pair bridge of the same words: its link (the words for
+//! both directions), its delay lines (sized from its link, or `--buffer`), its
+//! counts (`--stats` lists them by pair, [`print_pairs_stats`]), its control
+//! socket (`linkem ctl --name IF_A-IF_B link ...` changes that pair only).
+//! Seeds: a pair whose words say `seed N` uses N; the others use
+//! [`pair_seed`]`(run seed, index)` (the run seed is the first `seed N` the
+//! pairs give, else a fresh one), printed at start for each pair: a one-pair
+//! run with that seed decides the same for the same arrivals.
+//!
+//! Not with several pairs (refused, naming the option): `--rules` (one node
+//! for several pairs needs rules that name any of their interfaces),
+//! `--record`, `--events` and the link logs (their files hold one pair),
+//! `--config`, `--a-to-b`/`--b-to-a` (a pair's words are its link for both
+//! directions), `--forward-only`, `--series`, `--metrics`, `--name`,
+//! `--control PATH` and the claims (one process would answer for several
+//! sockets or names). SIGHUP has nothing to re-read (the words are the
+//! command line's) and is ignored, saying so.
+
+use crate::args::{timing, BridgeArgs, Realtime};
+use crate::backend::{
+    check_capabilities, claim_interfaces, drop_capabilities, open_interface, Claimed,
+};
+use crate::bridge::{
+    link_buffer, live_options, parse_direction, run_attached, split, Attach, Hooks,
+};
+use crate::control::{Model, Plain};
+use crate::process::{fresh_seed, signal_flags};
+use crate::render::bridge_stats::{print_pairs_stats, PairStats};
+use anyhow::{bail, Result};
+use linkem_core::model::LinkModel;
+use linkem_core::rng::pair_seed;
+use linkem_core::{LinkSpec, TomlWords};
+use linkem_io::recording::NamedFiles;
+use linkem_runtime::pipeline::{GroupPair, LiveBridge};
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// One pair as given: its interfaces, its links and its seed.
+pub(crate) struct PairPlan {
+    pub if_a: String,
+    pub if_b: String,
+    /// IF_A-IF_B: the pair's name in the stats and its control socket's.
+    pub name: String,
+    pub specs: [LinkSpec; 2],
+    pub seed: u64,
+}
+
+/// The pairs of `--pair`, their words parsed and seeds settled; refuses an
+/// interface named twice and the options a bridge of several pairs does not
+/// take. Nothing is touched yet.
+pub(crate) fn plan(args: &BridgeArgs) -> Result<Vec<PairPlan>> {
+    check_options(args)?;
+    let mut seen = HashSet::new();
+    let mut plans = Vec::new();
+    for (i, p) in args.pairs.iter().enumerate() {
+        let (if_a, if_b) = (&p[0], &p[1]);
+        for name in [if_a, if_b] {
+            if !seen.insert(name.clone()) {
+                bail!(
+                    "--pair {if_a} {if_b}: interface '{name}' is in more than one pair \
+                     (each interface belongs to one pair)"
+                );
+            }
+        }
+        let words = split(&p[2..]);
+        let what = format!("pair {} ({if_a} {if_b})", i + 1);
+        let mut read = NamedFiles::new();
+        let no_toml = TomlWords::default();
+        let ab = parse_direction(&[&words], &no_toml, &what, &mut read)?;
+        let ba = parse_direction(&[&words], &no_toml, &what, &mut read)?;
+        plans.push(PairPlan {
+            if_a: if_a.clone(),
+            if_b: if_b.clone(),
+            name: format!("{if_a}-{if_b}"),
+            seed: ab.seed.unwrap_or(0),
+            specs: [ab, ba],
+        });
+    }
+    let run_seed = plans
+        .iter()
+        .find_map(|p| p.specs[0].seed)
+        .unwrap_or_else(fresh_seed);
+    for (i, p) in plans.iter_mut().enumerate() {
+        p.seed = p.specs[0]
+            .seed
+            .unwrap_or_else(|| pair_seed(run_seed, i as u64));
+    }
+    Ok(plans)
+}
+
+/// Refuses, by name, what a bridge of several pairs does not do.
+fn check_options(args: &BridgeArgs) -> Result<()> {
+    let refused: [(bool, &str, &str); 13] = [
+        (
+            args.rules.is_some(),
+            "--rules",
+            "run one linkem --rules per node",
+        ),
+        (
+            args.config.is_some(),
+            "--config",
+            "give each pair its words after its --pair",
+        ),
+        (
+            !args.a_to_b.is_empty() || !args.b_to_a.is_empty(),
+            "--a-to-b/--b-to-a",
+            "a pair's words are its link for both directions",
+        ),
+        (
+            args.forward_only,
+            "--forward-only",
+            "give the pairs no words instead",
+        ),
+        (
+            args.run.record.is_some(),
+            "--record",
+            "a recording holds one pair: record a pair with a bridge of its own",
+        ),
+        (
+            args.run.events.is_some(),
+            "--events",
+            "the events file holds one pair's decisions",
+        ),
+        (
+            args.run.log_a_to_b.is_some() || args.run.log_b_to_a.is_some(),
+            "--log-a-to-b/--log-b-to-a",
+            "a link log holds one pair",
+        ),
+        (args.run.series, "--series", "the time series hold one pair"),
+        (
+            args.control.metrics.is_some(),
+            "--metrics",
+            "the metrics endpoint reports one pair",
+        ),
+        (
+            args.control.name.is_some(),
+            "--name",
+            "each pair's control socket is named IF_A-IF_B",
+        ),
+        (
+            args.control.control.as_deref().is_some_and(|c| c != "none"),
+            "--control PATH",
+            "each pair has its socket, named IF_A-IF_B; '--control none' goes without",
+        ),
+        (
+            args.control.claims.claims,
+            "--claims",
+            "claims are rules of one node",
+        ),
+        (
+            args.run.max_flows != linkem_core::pipe::DEFAULT_MAX_FLOWS,
+            "--max-flows",
+            "it bounds a node of rules",
+        ),
+    ];
+    if let Some((_, option, why)) = refused.iter().find(|(given, _, _)| *given) {
+        bail!("{option} is not available with several --pair ({why})");
+    }
+    Ok(())
+}
+
+/// Runs `linkem bridge` until SIGINT or SIGTERM (or `--duration`), then prints
+/// the final counts.
+/// `--pair` given once is the bridge of IF_A IF_B WORDS; given more often,
+/// the bridge of several pairs ([`run`]). Here rather than in the bridge, which
+/// this module builds on, so that the bridge imports nothing of it.
+pub fn run_bridge(args: &BridgeArgs) -> Result<()> {
+    if args.pairs.is_empty() {
+        return run_attached(args, Attach::Interfaces, Hooks::default());
+    }
+    if !args.if_a.is_empty() || !args.if_b.is_empty() || !args.words.is_empty() {
+        bail!(
+            "IF_A IF_B and --pair: give the interfaces either as IF_A IF_B [WORDS] (one pair) \
+             or as --pair IF_A IF_B [WORDS] for each pair, not both"
+        );
+    }
+    if let [one] = args.pairs.as_slice() {
+        let mut single = args.clone();
+        single.if_a = one[0].clone();
+        single.if_b = one[1].clone();
+        single.words = one[2..].to_vec();
+        single.pair.clear();
+        single.pairs.clear();
+        return run_attached(&single, Attach::Interfaces, Hooks::default());
+    }
+    run(args)
+}
+
+/// Runs the bridge of several pairs until SIGINT or SIGTERM (or
+/// `--duration`), then prints the final counts of every pair.
+pub fn run(args: &BridgeArgs) -> Result<()> {
+    let plans = plan(args)?;
+    let timing = timing(args)?;
+    let realtime = args.run.realtime != Realtime::Off;
+    let backend = check_capabilities(args.backend, realtime)?;
+    // Held until the bridge ends: no second linkem on these interfaces.
+    let claimed: Vec<Claimed> = plans
+        .iter()
+        .map(|p| claim_interfaces(&p.if_a, &p.if_b))
+        .collect::<Result<_>>()?;
+    let (stop, reload) = signal_flags()?;
+    let mut controls = Vec::new();
+    for p in &plans {
+        controls.push(crate::control::server::prepare(
+            &args.control,
+            &p.if_a,
+            &p.if_b,
+        )?);
+    }
+    let mut pairs = Vec::new();
+    let mut used = Vec::new();
+    for (p, c) in plans.iter().zip(&claimed) {
+        let (rx_a, tx_a, used_a) = open_interface(backend, &p.if_a, c.a.mtu)?;
+        let (rx_b, tx_b, used_b) = open_interface(backend, &p.if_b, c.b.mtu)?;
+        let buffer_bytes = [
+            link_buffer(&p.specs[0], &format!("{} a->b", p.name), &timing)?,
+            link_buffer(&p.specs[1], &format!("{} b->a", p.name), &timing)?,
+        ];
+        let links = [p.specs[0].link.clone(), p.specs[1].link.clone()];
+        pairs.push(GroupPair {
+            names: ["a->b".into(), "b->a".into()],
+            buffer_bytes,
+            model: LinkModel::new(links, p.seed),
+            rx: [rx_a, rx_b],
+            tx: [tx_b, tx_a],
+        });
+        used.push([used_a, used_b]);
+    }
+    drop_capabilities(realtime)?;
+    let opts = live_options(args, &timing, [0; 2], None);
+    let (bridges, mut group) =
+        LiveBridge::start_group(opts, pairs).map_err(|e| anyhow::anyhow!("{e}"))?;
+    eprintln!(
+        "linkem: {} pairs in one process: threads linkem-stage, linkem-out-a->b, linkem-out-b->a",
+        plans.len()
+    );
+    let started = Instant::now();
+    let mut models = Vec::new();
+    for ((p, bridge), used) in plans.iter().zip(bridges).zip(&used) {
+        eprintln!(
+            "linkem: pair {} ({} {}, {}/{}): {}; seed {}",
+            p.name, p.if_a, p.if_b, used[0], used[1], p.specs[0].link, p.seed
+        );
+        let [ab, ba] = &p.specs;
+        models.push(Arc::new(Model::new(
+            p.name.clone(),
+            Plain::Link(bridge),
+            [
+                (ab.link.clone(), ab.link.to_string()),
+                (ba.link.clone(), ba.link.to_string()),
+            ],
+            p.seed,
+            started,
+        )));
+    }
+    let mut servers = Vec::new();
+    for (control, model) in controls.into_iter().zip(&models) {
+        for line in control.announce() {
+            eprintln!("{line}");
+        }
+        servers.push(control.start(model.clone()));
+    }
+    let served = serve(args, &plans, &models, started, &stop, &reload);
+    // The control threads first (they remove the sockets), then the stages.
+    drop(servers);
+    group.stop();
+    let mut last = Vec::new();
+    for model in models {
+        let model = Arc::try_unwrap(model)
+            .map_err(|_| anyhow::anyhow!("a control thread outlived its server"))?;
+        last.push(model.into_plain().stop());
+    }
+    let stats: Vec<PairStats<'_>> = plans
+        .iter()
+        .zip(last)
+        .map(|(p, stats)| PairStats {
+            name: &p.name,
+            if_a: &p.if_a,
+            if_b: &p.if_b,
+            seed: p.seed,
+            stats,
+        })
+        .collect();
+    print_pairs_stats(
+        args.run.stats,
+        &stats,
+        started.elapsed().as_secs_f64(),
+        true,
+    );
+    drop(claimed);
+    served
+}
+
+/// The main loop, every 20 ms: ends at SIGINT/SIGTERM, `--duration` or a
+/// stage's error (naming the pair); prints the counts every `--stats-interval`.
+fn serve(
+    args: &BridgeArgs,
+    plans: &[PairPlan],
+    models: &[Arc<Model>],
+    started: Instant,
+    stop: &std::sync::atomic::AtomicBool,
+    reload: &std::sync::atomic::AtomicBool,
+) -> Result<()> {
+    let every = args.run.stats_interval.map(|s| s.max(0.1));
+    let mut next_print = every.map(|s| started + Duration::from_secs_f64(s));
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(20));
+        if args
+            .run
+            .duration
+            .is_some_and(|d| started.elapsed().as_secs_f64() >= d)
+        {
+            break;
+        }
+        for (p, m) in plans.iter().zip(models) {
+            if let Some(e) = m.plain().error() {
+                bail!("pair {}: {e}", p.name);
+            }
+        }
+        if reload.swap(false, Ordering::Relaxed) {
+            eprintln!(
+                "linkem: SIGHUP ignored: the pairs' words are the command line's \
+                 (change a running pair with linkem ctl --name IF_A-IF_B)"
+            );
+        }
+        if let (Some(at), Some(every)) = (next_print, every) {
+            if Instant::now() >= at {
+                let stats: Vec<PairStats<'_>> = plans
+                    .iter()
+                    .zip(models)
+                    .map(|(p, m)| PairStats {
+                        name: &p.name,
+                        if_a: &p.if_a,
+                        if_b: &p.if_b,
+                        seed: p.seed,
+                        stats: m.raw_stats(),
+                    })
+                    .collect();
+                print_pairs_stats(
+                    args.run.stats,
+                    &stats,
+                    started.elapsed().as_secs_f64(),
+                    false,
+                );
+                next_print = Some(at + Duration::from_secs_f64(every));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bridge: BridgeArgs,
+    }
+
+    fn args(line: &str) -> BridgeArgs {
+        use clap::{CommandFactory, FromArgMatches};
+        let matches = Cli::command()
+            .try_get_matches_from(std::iter::once("bridge").chain(line.split_whitespace()))
+            .unwrap_or_else(|e| panic!("{line}: {e}"));
+        let mut a = Cli::from_arg_matches(&matches).unwrap().bridge;
+        a.group_pairs(&matches);
+        a
+    }
+
+    #[test]
+    fn each_pair_takes_the_words_after_it() {
+        let a = args("--pair a1 b1 delay 5ms --pair a2 b2 delay 10ms loss 1% --stats json");
+        let plans = plan(&a).unwrap();
+        assert_eq!(plans.len(), 2);
+        assert_eq!(
+            (plans[0].if_a.as_str(), plans[0].if_b.as_str()),
+            ("a1", "b1")
+        );
+        assert_eq!(plans[0].specs[0].link.delay_ns, 5_000_000);
+        assert_eq!(plans[1].specs[1].link.delay_ns, 10_000_000);
+        assert!(matches!(
+            plans[1].specs[0].link.loss,
+            linkem_core::LossConfig::Random { p, .. } if (p - 0.01).abs() < 1e-12
+        ));
+        assert_eq!(plans[1].name, "a2-b2");
+        assert_eq!(a.run.stats, crate::StatsFormat::Json);
+    }
+
+    #[test]
+    fn seeds_come_from_the_run_seed_and_the_pair_unless_a_pair_names_its_own() {
+        let plans = plan(&args(
+            "--pair a1 b1 delay 1ms seed 7 --pair a2 b2 delay 1ms --pair a3 b3 seed 9",
+        ))
+        .unwrap();
+        assert_eq!(plans[0].seed, 7);
+        assert_eq!(plans[1].seed, pair_seed(7, 1));
+        assert_eq!(plans[2].seed, 9);
+    }
+
+    #[test]
+    fn an_interface_in_two_pairs_and_options_of_one_pair_are_refused_by_name() {
+        let e = plan(&args("--pair a1 b1 --pair b1 c1")).err().unwrap();
+        assert!(
+            format!("{e:#}").contains("interface 'b1' is in more than one pair"),
+            "{e:#}"
+        );
+        for (extra, named) in [
+            ("--rules r.txt", "--rules"),
+            ("--record dir", "--record"),
+            ("--events e.txt", "--events"),
+            ("--metrics 9100", "--metrics"),
+            ("--name lab", "--name"),
+            ("--control /tmp/x.sock", "--control PATH"),
+            ("--a-to-b delay 1ms", "--a-to-b"),
+        ] {
+            let a = args(&format!("{extra} --pair a1 b1 --pair a2 b2"));
+            let e = plan(&a).err().unwrap();
+            let msg = format!("{e:#}");
+            assert!(
+                msg.contains(named) && msg.contains("several --pair"),
+                "{extra}: {msg}"
+            );
+        }
+        let e = plan(&args("--pair a1 b1 dealy 5ms --pair a2 b2"))
+            .err()
+            .unwrap();
+        assert!(format!("{e:#}").contains("pair 1 (a1 b1)"), "{e:#}");
+    }
+
+    #[test]
+    fn one_pair_is_the_positional_bridge_and_mixing_both_is_refused() {
+        let a = args("x y delay 1ms --pair a1 b1");
+        let e = run_bridge(&a).err().unwrap();
+        assert!(format!("{e:#}").contains("not both"), "{e:#}");
+        assert!(
+            Cli::try_parse_from(["bridge"]).is_err(),
+            "IF_A IF_B or --pair"
+        );
+        let a = args("a1 b1 delay 1ms");
+        assert!(a.pairs.is_empty() && a.if_a == "a1" && a.words == ["delay", "1ms"]);
+    }
+}
