@@ -8,17 +8,19 @@
 #          what linkem adds under small delays (a 50us link is due 100 us more
 #          than the bridge);
 #   flood  a 64-byte UDP flood (iperf3 -u -l 64 -b 0, on the same cores) received
-#          through linkem as started by default and with `--realtime off`, and
-#          through the bridge: what the real-time policy costs the hosts;
+#          through linkem as started by default and with each `--realtime` of RT,
+#          and through the bridge: what the real-time policy costs the hosts;
 #   late   bulk TCP (iperf3, stock hosts) through the default bridge: goodput and
-#          the frames counted `late` at the default max-lag and with
-#          `--max-lag off`.
+#          the frames counted `late` at the default max-lag, with `--max-lag
+#          off`, and with each `--realtime` of RT.
 #
 #   scripts/bench-hosts.sh [rtt] [flood] [late]     # all three by default (root)
 #
 # LINKEM=path runs that binary; OLD=path adds the same rows for a second binary,
 # alternated with the first (before/after a change). BACKENDS (default "xdp
-# packet"), ROUNDS (3), COUNT (300 pings), SECS (5 s per iperf3 run).
+# packet"), ROUNDS (3), COUNT (300 pings), SECS (5 s per iperf3 run), RT (the
+# `--realtime` settings to compare with the default, "off"; the rtt rows take
+# each of them but off too, for the first binary).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "bench-hosts: needs root"; exit 1; }
@@ -33,6 +35,7 @@ ROUNDS=${ROUNDS:-3}
 COUNT=${COUNT:-300}
 SECS=${SECS:-5}
 PARTS=${*:-rtt flood late}
+RT=${RT:-off}
 P=lkbh$$
 LPID=
 out=$(mktemp -d)
@@ -115,7 +118,8 @@ tcp() {
   mbit=$(ip netns exec "${P}a" timeout $((SECS + 10)) iperf3 -c 10.95.0.2 -p 5203 -t "$SECS" -J 2>/dev/null |
     python3 -c 'import json,sys; print("%.0f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e6))' ||
     echo nan)
-  echo "$mbit"
+  # A failed run can print a partial figure before the fallback: keep the last line.
+  echo "${mbit##*$'\n'}"
 }
 
 for round in $(seq "$ROUNDS"); do
@@ -123,11 +127,15 @@ for round in $(seq "$ROUNDS"); do
   if [[ " $PARTS " == *" rtt "* ]]; then
     bridge_on; rtt "Linux bridge"; bridge_off
     for b in "${bins[@]}"; do
-      for be in $BACKENDS; do
-        for d in 0us 50us; do
-          linkem_on "${b#*=}" --backend "$be" delay "$d"
-          rtt "${b%%=*} $be delay $d"
-          linkem_off
+      rts=(default); [ "${b%%=*}" = new ] && for rt in $RT; do [ "$rt" = off ] || rts+=("$rt"); done
+      for rt in "${rts[@]}"; do
+        args=(); [ "$rt" = default ] || args=(--realtime "$rt")
+        for be in $BACKENDS; do
+          for d in 0us 50us; do
+            linkem_on "${b#*=}" --backend "$be" "${args[@]}" delay "$d"
+            rtt "${b%%=*}${args[*]:+ ${args[*]}} $be delay $d"
+            linkem_off
+          done
         done
       done
     done
@@ -135,8 +143,8 @@ for round in $(seq "$ROUNDS"); do
   if [[ " $PARTS " == *" flood "* ]]; then
     bridge_on; flood "Linux bridge"; bridge_off
     for b in "${bins[@]}"; do
-      for rt in default off; do
-        args=(); [ "$rt" = off ] && args=(--realtime off)
+      for rt in default $RT; do
+        args=(); [ "$rt" = default ] || args=(--realtime "$rt")
         linkem_on "${b#*=}" "${args[@]}"
         flood "${b%%=*} as started${args[*]:+ ${args[*]}}"
         linkem_off
@@ -145,8 +153,9 @@ for round in $(seq "$ROUNDS"); do
   fi
   if [[ " $PARTS " == *" late "* ]]; then
     for b in "${bins[@]}"; do
-      for lag in default off; do
-        args=(); [ "$lag" = off ] && args=(--max-lag off)
+      for lag in default lag-off $RT; do
+        args=()
+        case $lag in default) ;; lag-off) args=(--max-lag off) ;; *) args=(--realtime "$lag") ;; esac
         linkem_on "${b#*=}" "${args[@]}"
         mbit=$(tcp x)
         linkem_off
@@ -161,6 +170,8 @@ python3 - "$out/rows" <<'EOF'
 import statistics, sys
 rows = {}
 for line in open(sys.argv[1]):
+    if "\t" not in line:
+        continue
     key, vals = line.rstrip("\n").split("\t")
     rows.setdefault(key, []).append(vals.split())
 heads = {

@@ -73,6 +73,7 @@ fn start_with(text: &str, cfg: NodeConfig) -> (NodeBridge, [Feed; 2], [Sent; 2])
         realtime_priority: None,
         realtime_input: false,
         coalesce_window_ns: None,
+        realtime_timed_only: false,
         tap: None,
     };
     let bridge = NodeBridge::start(

@@ -159,6 +159,10 @@ pub fn parse_flow_memory(text: &str) -> Result<usize, String> {
 pub enum Realtime {
     /// Neither: ordinary scheduling (lateness then depends on the machine's load).
     Off,
+    /// The stages only while they wait for an instant (a release time, a
+    /// scheduler's service); waiting for traffic they run at ordinary
+    /// priority, so a flood wakes no real-time thread per frame.
+    Timed,
     /// The output stages, which must wake at release times (default).
     Out,
     /// Output and input stages (a dedicated machine: the input stages then
@@ -315,7 +319,8 @@ pub struct RunArgs {
     /// wake at release times, and the input stages take frames in, at once even when
     /// traffic generators load the same cores (a stage busy for 1 ms without a pause
     /// returns to ordinary scheduling until it next waits); 'all' keeps the input
-    /// stages real-time even when busy.
+    /// stages real-time even when busy; 'timed' holds it only while a stage waits
+    /// for an instant (a release, a scheduler's service), not for traffic.
     #[arg(long, value_enum, default_value = "out")]
     pub realtime: Realtime,
     /// Stop after SECONDS (default: run until SIGINT or SIGTERM).

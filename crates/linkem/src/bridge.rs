@@ -559,6 +559,7 @@ pub(crate) fn live_options(
         realtime_priority: realtime.then_some(REALTIME_PRIORITY),
         realtime_input: args.run.realtime == Realtime::All,
         coalesce_window_ns: timing.coalesce_window_ns,
+        realtime_timed_only: args.run.realtime == Realtime::Timed,
         tap,
     }
 }

@@ -49,6 +49,12 @@
 //!   follow arrival order (pipes, reordering), so the output stages run with
 //!   their reorder heap over sorted runs (copies only when a record is out of
 //!   order).
+//! - **Sending.** After each batch the stage sends what is due itself, and
+//!   takes on a release due before the output stage could be woken for it,
+//!   going round its loop (taking frames) until then; the output stage is
+//!   woken for the rest ([`Outputs::hand_out`], the `output` module doc). The
+//!   stage of several pairs does so for each pair's directions, through each
+//!   direction's own outlet.
 //! - **Events on time.** The stage sleeps until the model's next event less
 //!   the wake-up overshoot it has learnt (as the output stage does), then
 //!   goes round its loop until the event is due, within the same spin budget.
@@ -81,8 +87,8 @@
 //! holds count as in flight; counts are published under each direction's lock
 //! once per batch.
 use super::objects::{Objects, ObjectsSnapshot};
-use super::output::{output_stage, OutputConfig};
-use super::output_group::{output_group, GroupDirection};
+use super::output::{output_stage, stage_sends, Left, Outlet, OutputConfig};
+use super::output_group::output_group;
 use super::wait::{self, set_realtime, Realtime, SpinBudget, WakeEstimate, MIN_SPIN_NS};
 use super::wire::{cut, finish, Cut, KERNEL_DROPS_EVERY_NS};
 use super::{Control, Direction, DirectionStats};
@@ -235,6 +241,10 @@ pub struct LiveOptions {
     /// ([`crate::port::TxPort::sends_super_frames`]); `None`: off. Default
     /// [`super::DEFAULT_COALESCE_WINDOW_NS`].
     pub coalesce_window_ns: Option<u64>,
+    /// With `realtime_priority`: the stages hold SCHED_FIFO only while they
+    /// wait for an instant (a release, a scheduler's service), not while
+    /// they wait for traffic (`wait::Realtime`).
+    pub realtime_timed_only: bool,
     /// Sees every frame, decision and change ([`Tap`]), if any.
     pub tap: Option<Box<dyn Tap>>,
 }
@@ -252,6 +262,7 @@ impl LiveOptions {
             realtime_priority: None,
             realtime_input: false,
             coalesce_window_ns: Some(super::DEFAULT_COALESCE_WINDOW_NS),
+            realtime_timed_only: false,
             tap: None,
         }
     }
@@ -307,6 +318,7 @@ impl<M: LiveModel> LiveBridge<M> {
     ) -> Result<LiveBridge<M>, String> {
         let mut directions = Vec::new();
         let mut producers = Vec::new();
+        let mut outlets = Vec::new();
         let mut max_frame = [0usize; 2];
         let no_copies = tx.iter().find_map(|t| t.no_copies());
         for (i, tx) in tx.into_iter().enumerate() {
@@ -327,16 +339,19 @@ impl<M: LiveModel> LiveBridge<M> {
                 coalesce_window_ns: opts.coalesce_window_ns,
             };
             let prio = opts.realtime_priority;
+            let timed_only = opts.realtime_timed_only;
+            let outlet = Outlet::new(control.clone(), consumer, tx, &cfg);
+            outlets.push(outlet.clone());
             let out = {
                 let control = control.clone();
                 std::thread::Builder::new()
                     .name(format!("linkem-out-{}", opts.names[i]))
                     .spawn(move || {
-                        let mut realtime = prio.map(wait::Realtime::new);
+                        let mut realtime = prio.map(|p| wait::Realtime::new(p, timed_only));
                         if let Some(Err(e)) = realtime.as_mut().map(wait::Realtime::wait_mode) {
                             control.fail(format!("output stage: {e}"));
                         }
-                        output_stage(control, consumer, tx, cfg, realtime)
+                        output_stage(outlet, cfg, realtime)
                     })
                     .map_err(|e| format!("cannot start the output thread: {e}"))?
             };
@@ -355,12 +370,14 @@ impl<M: LiveModel> LiveBridge<M> {
         let producers: [Producer; 2] = producers
             .try_into()
             .map_err(|_| "two delay lines".to_string())?;
+        let outlets: [Arc<Outlet>; 2] =
+            outlets.try_into().map_err(|_| "two outlets".to_string())?;
+        let out = Outputs::new(outlets, outputs);
         let stage = Stage::new(
             opts.names.clone(),
             controls.clone(),
             producers,
             max_frame,
-            outputs,
             opts.tap.take(),
         );
         let shared = Shared::started(model, stage, no_copies);
@@ -374,7 +391,7 @@ impl<M: LiveModel> LiveBridge<M> {
                             c.fail(e.clone());
                         }
                     });
-                    let mut pairs = [PairLoop::new(shared.clone(), controls, rx)];
+                    let mut pairs = [PairLoop::new(shared.clone(), controls, rx, out)];
                     live_stage(&mut pairs, &shared.stop, &opts, realtime);
                     // Requests that came too late are answered, not left waiting.
                     for (_, reply) in lock(&shared.changes).drain(..) {
@@ -555,11 +572,20 @@ impl<M: LiveModel> LiveBridge<M> {
             stage: None,
             outputs: Vec::new(),
         };
-        let mut sides: [Vec<GroupDirection>; 2] = Default::default();
+        // As for one pair (see `start`).
+        let group_cfg = OutputConfig {
+            spin_ns: opts.spin_ns,
+            max_lag_ns: opts.max_lag_ns,
+            reorders: true,
+            sorted_runs: true,
+            coalesce_window_ns: opts.coalesce_window_ns,
+        };
+        let mut sides: [Vec<Arc<Outlet>>; 2] = Default::default();
         let mut started = Vec::new();
         for pair in pairs {
             let mut controls = Vec::new();
             let mut producers = Vec::new();
+            let mut outlets = Vec::new();
             let mut max_frame = [0usize; 2];
             let no_copies = pair.tx.iter().find_map(|t| t.no_copies());
             for (i, tx) in pair.tx.into_iter().enumerate() {
@@ -569,16 +595,14 @@ impl<M: LiveModel> LiveBridge<M> {
                     producer.capacity_bytes(),
                 ));
                 max_frame[i] = tx.max_frame_bytes();
-                sides[i].push(GroupDirection {
-                    control: control.clone(),
-                    consumer,
-                    tx,
-                });
+                let outlet = Outlet::new(control.clone(), consumer, tx, &group_cfg);
+                sides[i].push(outlet.clone());
+                outlets.push(outlet);
                 controls.push(control);
                 producers.push(producer);
             }
             started.push((
-                pair.names, controls, producers, max_frame, pair.model, pair.rx, no_copies,
+                pair.names, controls, producers, outlets, max_frame, pair.model, pair.rx, no_copies,
             ));
         }
         for (i, dirs) in sides.into_iter().enumerate() {
@@ -591,12 +615,13 @@ impl<M: LiveModel> LiveBridge<M> {
                 coalesce_window_ns: opts.coalesce_window_ns,
             };
             let prio = opts.realtime_priority;
+            let timed_only = opts.realtime_timed_only;
             let out_stop = output_stop.clone();
-            let fail_to = dirs.iter().map(|d| d.control.clone()).collect::<Vec<_>>();
+            let fail_to = dirs.iter().map(|d| d.control().clone()).collect::<Vec<_>>();
             let thread = std::thread::Builder::new()
                 .name(format!("linkem-out-{}", ["a->b", "b->a"][i]))
                 .spawn(move || {
-                    let mut realtime = prio.map(wait::Realtime::new);
+                    let mut realtime = prio.map(|p| wait::Realtime::new(p, timed_only));
                     if let Some(Err(e)) = realtime.as_mut().map(wait::Realtime::wait_mode) {
                         for c in &fail_to {
                             c.fail(format!("output stage: {e}"));
@@ -613,21 +638,17 @@ impl<M: LiveModel> LiveBridge<M> {
         ];
         let mut bridges = Vec::new();
         let mut loops = Vec::new();
-        for (names, controls, producers, max_frame, model, rx, no_copies) in started {
+        for (names, controls, producers, outlets, max_frame, model, rx, no_copies) in started {
             let controls: [Arc<Control>; 2] = controls
                 .try_into()
                 .map_err(|_| "two directions".to_string())?;
             let producers: [Producer; 2] = producers
                 .try_into()
                 .map_err(|_| "two delay lines".to_string())?;
-            let stage = Stage::new(
-                names.clone(),
-                controls.clone(),
-                producers,
-                max_frame,
-                outputs.clone(),
-                None,
-            );
+            let outlets: [Arc<Outlet>; 2] =
+                outlets.try_into().map_err(|_| "two outlets".to_string())?;
+            let out = Outputs::new(outlets, outputs.clone());
+            let stage = Stage::new(names.clone(), controls.clone(), producers, max_frame, None);
             let shared = Shared::started(model, stage, no_copies);
             let directions = (0..2)
                 .map(|i| Direction {
@@ -636,7 +657,7 @@ impl<M: LiveModel> LiveBridge<M> {
                     threads: Vec::new(),
                 })
                 .collect();
-            loops.push(PairLoop::new(shared.clone(), controls, rx));
+            loops.push(PairLoop::new(shared.clone(), controls, rx, out));
             bridges.push(LiveBridge {
                 directions,
                 shared,
@@ -711,7 +732,7 @@ fn stage_realtime(opts: &LiveOptions, fail: impl Fn(String)) -> Option<Realtime>
             }
             None
         }
-        (Some(p), false) => Some(Realtime::new(p)),
+        (Some(p), false) => Some(Realtime::new(p, opts.realtime_timed_only)),
         (None, _) => None,
     }
 }
@@ -742,16 +763,71 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Wakes the output stages of the directions that got packets, if parked.
-fn wake_outputs(outputs: &[Thread; 2], controls: &[Arc<Control>; 2], pushed: [bool; 2]) {
-    for i in 0..2 {
-        if pushed[i] {
-            // Pairs with the output stage's fence (see `output::idle`).
-            std::sync::atomic::fence(Ordering::SeqCst);
-            if controls[i].output_parked.load(Ordering::Acquire) {
-                outputs[i].unpark();
+/// One pair's output side, as the live stage sends on it (see the `output`
+/// module doc).
+struct Outputs {
+    outlets: [Arc<Outlet>; 2],
+    /// The threads that send for each direction (its own, or its group's).
+    threads: [Thread; 2],
+    /// Per direction, the release the stage took on itself: it goes round its
+    /// loop (taking frames) until then, and sends it.
+    claimed: [Option<u64>; 2],
+}
+
+impl Outputs {
+    /// Frames one call sends at most, so a backlog does not keep the stage
+    /// from its receive ports: the rest are sent on the next turns.
+    const SEND_MAX_FRAMES: usize = 64;
+
+    fn new(outlets: [Arc<Outlet>; 2], threads: [Thread; 2]) -> Outputs {
+        Outputs {
+            outlets,
+            threads,
+            claimed: [None; 2],
+        }
+    }
+
+    /// For each direction that got frames (`pushed`) or whose claimed
+    /// release may be due: sends what is due by now, takes on the next
+    /// release when the output thread could not wake for it in time
+    /// ([`stage_sends`]), and otherwise wakes the output thread if parked.
+    fn hand_out(&mut self, pushed: [bool; 2]) -> Result<(), String> {
+        for (i, outlet) in self.outlets.iter().enumerate() {
+            if !pushed[i] && self.claimed[i].is_none() {
+                continue;
+            }
+            self.claimed[i] = None;
+            let wake = match outlet.send_due(&mut clock::now_ns, Self::SEND_MAX_FRAMES)? {
+                Left::Empty => false,
+                Left::Busy => pushed[i],
+                Left::Next(release_ns) => {
+                    let c = outlet.control();
+                    let mine = stage_sends(
+                        release_ns,
+                        clock::now_ns(),
+                        c.output_wake_ns.load(Ordering::Relaxed),
+                        c.output_ready_ns.load(Ordering::Relaxed),
+                    );
+                    if mine {
+                        self.claimed[i] = Some(release_ns);
+                    }
+                    !mine
+                }
+            };
+            if wake {
+                // Pairs with the output stage's fence (see `output::idle`).
+                std::sync::atomic::fence(Ordering::SeqCst);
+                if outlet.control().output_parked.load(Ordering::Acquire) {
+                    self.threads[i].unpark();
+                }
             }
         }
+        Ok(())
+    }
+
+    /// The earliest release the stage took on, if any.
+    fn next_claimed_ns(&self) -> Option<u64> {
+        self.claimed.iter().flatten().min().copied()
     }
 }
 
@@ -780,7 +856,6 @@ struct Held {
 struct Stage {
     names: [String; 2],
     controls: [Arc<Control>; 2],
-    outputs: [Thread; 2],
     /// Latest release stored in each delay line (see `output::Source`).
     max_stored_ns: [u64; 2],
     producers: [Producer; 2],
@@ -821,14 +896,12 @@ impl Stage {
         controls: [Arc<Control>; 2],
         producers: [Producer; 2],
         max_frame: [usize; 2],
-        outputs: [Thread; 2],
         tap: Option<Box<dyn Tap>>,
     ) -> Stage {
         let started_ns = clock::now_ns();
         Stage {
             names,
             controls,
-            outputs,
             max_stored_ns: [0; 2],
             producers,
             max_frame,
@@ -1233,23 +1306,23 @@ impl Stage {
         shared.kernel_drops = c.kernel_drops;
     }
 
-    /// Publishes both directions' counts and wakes the output stages that
-    /// got packets.
-    fn publish_all(&mut self) {
+    /// Publishes both directions' counts; returns which directions got
+    /// packets since the last call (to hand out, [`Outputs::hand_out`]).
+    fn publish_all(&mut self) -> [bool; 2] {
         for i in 0..2 {
             self.publish(i);
         }
-        wake_outputs(&self.outputs, &self.controls, self.pushed);
-        self.pushed = [false; 2];
+        std::mem::take(&mut self.pushed)
     }
 }
 
 /// One pair's part of the live stage: its model and stage (in `shared`), its
-/// directions' controls and its two receive ports.
+/// directions' controls, its two receive ports and its output side.
 struct PairLoop<M> {
     shared: Arc<Shared<M>>,
     controls: [Arc<Control>; 2],
     rx: [Box<dyn RxPort>; 2],
+    out: Outputs,
     drops_read_ns: u64,
 }
 
@@ -1262,7 +1335,12 @@ struct Turn {
 }
 
 impl<M: LiveModel> PairLoop<M> {
-    fn new(shared: Arc<Shared<M>>, controls: [Arc<Control>; 2], rx: [Box<dyn RxPort>; 2]) -> Self {
+    fn new(
+        shared: Arc<Shared<M>>,
+        controls: [Arc<Control>; 2],
+        rx: [Box<dyn RxPort>; 2],
+        out: Outputs,
+    ) -> Self {
         {
             let mut guard = lock(&shared.core);
             let Core { model, stage } = &mut *guard;
@@ -1273,6 +1351,7 @@ impl<M: LiveModel> PairLoop<M> {
             shared,
             controls,
             rx,
+            out,
             drops_read_ns: 0,
         }
     }
@@ -1291,6 +1370,7 @@ impl<M: LiveModel> PairLoop<M> {
             shared,
             controls,
             rx,
+            out,
             drops_read_ns,
         } = self;
         let batch = opts.batch.max(1);
@@ -1335,9 +1415,14 @@ impl<M: LiveModel> PairLoop<M> {
             }
         }
         stage.wakeups = wakeups;
-        stage.publish_all();
+        let pushed = stage.publish_all();
         drop(objs);
         drop(guard);
+        out.hand_out(pushed)?;
+        let next = match (next, out.next_claimed_ns()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         if shared.wanted.load(Ordering::Relaxed) > 0 {
             std::thread::yield_now();
         }
@@ -1361,6 +1446,10 @@ impl<M: LiveModel> PairLoop<M> {
         stage.publish_all();
         for p in &stage.producers {
             p.close();
+        }
+        // A parked output thread learns that its line closed.
+        for t in &self.out.threads {
+            t.unpark();
         }
     }
 }
@@ -1450,7 +1539,10 @@ fn live_stage<M: LiveModel>(
         };
         if let Some(rt) = realtime.as_mut() {
             // Failing to return to SCHED_FIFO costs precision, not packets.
-            let _ = rt.wait_mode();
+            let _ = match next {
+                Some(_) => rt.wait_mode(),
+                None => rt.idle_mode(),
+            };
         }
         let ports = pairs.iter_mut().flat_map(|p| p.rx.iter_mut());
         match wait_all(ports, &mut fds, &wake_fds, sleep_ns) {

@@ -146,6 +146,14 @@ struct Control {
     /// `now − this` is how far behind it is; beyond max-lag the live stage
     /// stores nothing for this direction (see [`live`]).
     output_at_ns: AtomicU64,
+    /// The release the output thread will be awake for: the one it waits
+    /// for, the instant it last found a frame due (it is sending), or
+    /// `u64::MAX` while parked; the live stage sends a frame due sooner itself
+    /// (see `output::stage_sends`).
+    output_ready_ns: AtomicU64,
+    /// How long before a release the output thread must be woken to be on
+    /// time, ns: its learnt wake-up (see `wait::WakeEstimate::spin_ns`).
+    output_wake_ns: AtomicU64,
     /// Records the live stage stored with a release earlier than one stored
     /// before (see `output::Source`).
     out_of_order: AtomicU64,
@@ -169,6 +177,8 @@ impl Control {
             stop: AtomicBool::new(false),
             output_parked: AtomicBool::new(false),
             output_at_ns: AtomicU64::new(u64::MAX),
+            output_ready_ns: AtomicU64::new(u64::MAX),
+            output_wake_ns: AtomicU64::new(0),
             out_of_order: AtomicU64::new(0),
             flush: FlushSet::default(),
             input: Mutex::new(InputShared::default()),

@@ -2,6 +2,28 @@
 //! send port, or drops it as `late` when it is more than max-lag behind; tells
 //! the input stage how far it has got (the release time it handles or waits
 //! for), so that no backlog builds up in the delay line.
+//!
+//! **Who sends.** A direction's waiting frames (its delay line and reorder
+//! heap, [`Source`]) and its send port are one [`Outlet`] behind a lock, and
+//! whoever holds the lock is the line's one consumer and the port's one
+//! sender: the output thread while it handles a due frame (it lets go while
+//! it waits or parks), or the live stage right after storing a batch. The
+//! live stage sends at once what is due by now ([`Outlet::send_due`]; if the
+//! output thread holds the lock, it is awake and sends them), and takes the
+//! next release on itself when that is due before the output thread could be
+//! woken for it ([`stage_sends`]: `release ≤ now + wake`, `wake` the output
+//! thread's learnt wake-up ([`WakeEstimate::spin_ns`]), and the output thread
+//! not already awake for it), going round its own loop until then instead of
+//! waking the output thread. So `delay 0` costs no wake-up after the stage's
+//! own, and a release closer than a wake-up is not late by one.
+//!
+//! Order: both senders take the frame with the earliest release from the one
+//! source under the one lock, so a frame leaves only after every frame with
+//! an earlier release that was stored before it (whichever thread sends it).
+//! Cost: one uncontended lock and unlock per frame on the output thread and
+//! per batch on the live stage (tens of ns), and the time the live stage now
+//! spends sending, which includes the receiving host's kernel path inside the
+//! send call (veth runs it there), time the output thread's core spent before.
 
 use super::coalesce::{Offer, Pending};
 use super::options::lateness_histogram;
@@ -13,7 +35,7 @@ use crate::port::{TxOutcome, TxPort};
 use hdrhistogram::Histogram;
 use linkem_core::order::ReleaseQueue;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 /// Longest single sleep of the output stage, so it notices stop and (when
 /// reordering) a newly arrived packet due earlier than the one it waits for.
@@ -299,7 +321,7 @@ pub(super) struct Source {
 
 impl Source {
     /// The source of a direction whose stage runs with `cfg` (as
-    /// [`output_stage`] builds it).
+    /// [`Outlet::new`] builds it).
     pub(super) fn new(consumer: Consumer, cfg: &OutputConfig, control: &Arc<Control>) -> Source {
         Source {
             consumer,
@@ -375,35 +397,147 @@ pub(super) struct OutputConfig {
     pub coalesce_window_ns: Option<u64>,
 }
 
-// Kept whole: the stage's per-frame hot loop; `idle` and `wait_until` are its cold branches.
-pub(super) fn output_stage(
+/// One direction's frames waiting to leave (its delay line and reorder heap)
+/// and the port they leave by, behind one lock: whoever holds it is the line's
+/// only consumer and the port's only sender (see the module doc).
+pub(super) struct Outlet {
+    inner: Mutex<OutletInner>,
     control: Arc<Control>,
-    consumer: Consumer,
-    tx: Box<dyn TxPort>,
-    cfg: OutputConfig,
-    mut realtime: Option<Realtime>,
-) {
+}
+
+pub(super) struct OutletInner {
+    pub(super) st: OutputState,
+    pub(super) src: Source,
+    /// When the stage last published this direction's counts from here.
+    last_publish_ns: u64,
+}
+
+/// What [`Outlet::send_due`] left waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Left {
+    /// The output thread holds the outlet: it is awake, and sends what is due.
+    Busy,
+    /// Nothing.
+    Empty,
+    /// Frames, the earliest released at this instant (already due when the
+    /// call's `max_frames` ran out).
+    Next(u64),
+}
+
+impl Outlet {
+    pub fn new(
+        control: Arc<Control>,
+        consumer: Consumer,
+        tx: Box<dyn TxPort>,
+        cfg: &OutputConfig,
+    ) -> Arc<Outlet> {
+        let src = Source::new(consumer, cfg, &control);
+        Arc::new(Outlet {
+            inner: Mutex::new(OutletInner {
+                st: OutputState::new(tx, cfg.max_lag_ns, cfg.coalesce_window_ns),
+                src,
+                last_publish_ns: clock::now_ns(),
+            }),
+            control,
+        })
+    }
+
+    pub fn control(&self) -> &Arc<Control> {
+        &self.control
+    }
+
+    /// For the output thread: waits for the outlet (the live stage holds it
+    /// for one send call at most).
+    pub(super) fn lock(&self) -> MutexGuard<'_, OutletInner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// For the live stage: sends the frames due by `now()` (at most
+    /// `max_frames`, in release order), unless the output thread holds the
+    /// outlet, and says what is left. Never waits for the lock or a release.
+    pub fn send_due(
+        &self,
+        now: &mut dyn FnMut() -> u64,
+        max_frames: usize,
+    ) -> Result<Left, String> {
+        let mut g = match self.inner.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::WouldBlock) => return Ok(Left::Busy),
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+        };
+        let inner = &mut *g;
+        let mut sent = 0;
+        let left = loop {
+            let Some(release_ns) = inner.src.next_release() else {
+                break Left::Empty;
+            };
+            let now_ns = now();
+            if release_ns > now_ns || sent == max_frames {
+                break Left::Next(release_ns);
+            }
+            inner
+                .st
+                .send_next(now_ns, &mut inner.src, &self.control.flush)?;
+            sent += 1;
+        };
+        // Nothing stays held for a super-frame after the stage lets go: the
+        // output thread may be parked, and would not come back for it.
+        inner.st.flush_before(None)?;
+        let at = match left {
+            Left::Next(r) => r,
+            _ => u64::MAX,
+        };
+        self.control.output_at_ns.store(at, Ordering::Relaxed);
+        if sent > 0 {
+            let now_ns = now();
+            if now_ns.wrapping_sub(inner.last_publish_ns) > PUBLISH_NS {
+                inner.last_publish_ns = now_ns;
+                inner.st.publish(&self.control);
+            }
+        }
+        Ok(left)
+    }
+}
+
+/// Whether the live stage, rather than the output thread, sends the frame
+/// released at `release_ns`, looked at `now_ns`: when it is due before the
+/// output thread could be woken for it (`wake_ns`, the output thread's
+/// learnt wake-up, [`WakeEstimate::spin_ns`]) and the output thread is not
+/// already awake for it (`output_ready_ns`: the release it waits for, the
+/// instant it last found a frame due, or `u64::MAX` when parked).
+#[inline]
+pub(super) fn stage_sends(
+    release_ns: u64,
+    now_ns: u64,
+    wake_ns: u64,
+    output_ready_ns: u64,
+) -> bool {
+    release_ns <= now_ns.saturating_add(wake_ns) && output_ready_ns > release_ns
+}
+
+// Kept whole: the stage's per-frame hot loop; `idle` and `wait_until` are its cold branches.
+pub(super) fn output_stage(outlet: Arc<Outlet>, cfg: OutputConfig, mut realtime: Option<Realtime>) {
     clock::set_timer_slack_ns(1);
-    let mut st = OutputState::new(tx, cfg.max_lag_ns, cfg.coalesce_window_ns);
-    let mut src = Source {
-        consumer,
-        heap: cfg.reorders.then(ReleaseQueue::new),
-        sorted_runs: (cfg.reorders && cfg.sorted_runs).then(|| control.clone()),
-        handled: 0,
-    };
+    let control = outlet.control.clone();
     let mut wake = WakeEstimate {
         overshoot_ns: 50_000,
     };
-    let mut last_publish = clock::now_ns();
-    let mut budget = SpinBudget::new(last_publish);
+    let spin_ns = cfg.spin_ns;
+    control
+        .output_wake_ns
+        .store(wake.spin_ns(spin_ns), Ordering::Relaxed);
+    let mut budget = SpinBudget::new(clock::now_ns());
     let max_sleep = if cfg.reorders {
         MAX_SLEEP_REORDER_NS
     } else {
         MAX_SLEEP_NS
     };
-    let spin_ns = cfg.spin_ns;
+    let mut wakeups = 0u64;
     while !control.stop.load(Ordering::Acquire) {
-        let next = src.next_release();
+        let mut g = outlet.lock();
+        let inner = &mut *g;
+        inner.st.wakeups = wakeups;
+        let next = inner.src.next_release();
         // One relaxed store per frame; the input stage reads it once per batch.
         control
             .output_at_ns
@@ -412,14 +546,14 @@ pub(super) fn output_stage(
         // Merging the histogram costs microseconds: do it when the next packet
         // is not due soon, or at the latest every PUBLISH_MAX_NS under
         // continuous traffic, so that it never delays a send.
-        let since = now.wrapping_sub(last_publish);
+        let since = now.wrapping_sub(inner.last_publish_ns);
         let slack = next.is_none_or(|r| r > now + spin_ns + 200_000);
         if (since > PUBLISH_NS && slack) || since > PUBLISH_MAX_NS {
-            last_publish = now;
-            st.publish(&control);
+            inner.last_publish_ns = now;
+            inner.st.publish(&control);
         }
         let Some(release_ns) = next else {
-            match idle(&control, &mut st, &mut src, realtime.as_mut(), max_sleep) {
+            match idle(&control, g, realtime.as_mut(), &mut wakeups) {
                 Ok(true) => continue,
                 Ok(false) => break,
                 Err(e) => {
@@ -430,10 +564,13 @@ pub(super) fn output_stage(
         };
         if release_ns > now {
             // Hand over what is queued before waiting, so it is not held back.
-            if let Err(e) = st.flush_before(Some(release_ns)) {
+            if let Err(e) = inner.st.flush_before(Some(release_ns)) {
                 control.fail(e);
                 break;
             }
+            control.output_ready_ns.store(release_ns, Ordering::Relaxed);
+            // The live stage may send while this thread waits.
+            drop(g);
             if let Some(rt) = realtime.as_mut() {
                 // Failing to return to SCHED_FIFO costs precision, not packets.
                 let _ = rt.wait_mode();
@@ -444,53 +581,63 @@ pub(super) fn output_stage(
                 wake.spin_ns(spin_ns)
             };
             if wait_until(release_ns, now, spin, max_sleep, &mut wake, &mut budget) {
-                st.wakeups += 1;
+                wakeups += 1;
+                control
+                    .output_wake_ns
+                    .store(wake.spin_ns(spin_ns), Ordering::Relaxed);
             }
             continue;
         }
+        control.output_ready_ns.store(now, Ordering::Relaxed);
         if now - release_ns > BEHIND_NS {
             if let Some(rt) = realtime.as_mut() {
                 rt.busy(now);
             }
         }
-        if let Err(e) = st.send_next(now, &mut src, &control.flush) {
+        if let Err(e) = inner.st.send_next(now, &mut inner.src, &control.flush) {
             control.fail(e);
             break;
         }
     }
-    let _ = st.flush_before(None);
+    let mut g = outlet.lock();
+    g.st.wakeups = wakeups;
+    let _ = g.st.flush_before(None);
     control.output_at_ns.store(u64::MAX, Ordering::Relaxed);
-    st.publish(&control);
+    g.st.publish(&control);
 }
 
 /// Nothing to send: hands over what is queued, then parks until the input
-/// stage pushes (it unparks a parked stage) or `max_sleep` passes. Returns
-/// false once the line is closed and empty.
+/// stage pushes a frame it does not send itself (it unparks a parked output
+/// thread) or [`MAX_SLEEP_NS`] passes. Returns false once the line is closed
+/// and empty.
 fn idle(
     control: &Control,
-    st: &mut OutputState,
-    src: &mut Source,
+    mut g: MutexGuard<'_, OutletInner>,
     realtime: Option<&mut Realtime>,
-    max_sleep: u64,
+    wakeups: &mut u64,
 ) -> Result<bool, String> {
-    st.flush_before(None)?;
-    if src.consumer.is_finished() {
+    g.st.flush_before(None)?;
+    if g.src.consumer.is_finished() {
         return Ok(false);
     }
     if let Some(rt) = realtime {
-        let _ = rt.wait_mode();
+        let _ = rt.idle_mode();
     }
+    control.output_ready_ns.store(u64::MAX, Ordering::Relaxed);
     control.output_parked.store(true, Ordering::Release);
     // Re-check after announcing the park, so a push in between is not missed.
     // The store above and the load in `peek` need a full fence between them
     // (x86 lets a load pass an earlier store), matching the one the input stage
     // puts between its push and its look at `output_parked`; without both, each
-    // side can miss the other and the stage sleeps `max_sleep` (10 ms) with a
-    // frame due: late drops right after start.
+    // side can miss the other and the stage sleeps `MAX_SLEEP_NS` (10 ms) with
+    // a frame due: late drops right after start. (The heap is empty: this
+    // thread found no frame, under the lock.)
     std::sync::atomic::fence(Ordering::SeqCst);
-    if src.consumer.peek().is_none() {
-        std::thread::park_timeout(std::time::Duration::from_nanos(max_sleep));
-        st.wakeups += 1;
+    let empty = g.src.consumer.peek().is_none();
+    drop(g);
+    if empty {
+        std::thread::park_timeout(std::time::Duration::from_nanos(MAX_SLEEP_NS));
+        *wakeups += 1;
     }
     control.output_parked.store(false, Ordering::Release);
     Ok(true)
@@ -520,4 +667,199 @@ fn wait_until(
     }
     budget.tick(now);
     slept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::delay_line::{delay_line, Producer};
+    use crate::port::memory::{MemoryTx, Sent};
+
+    fn frame(id: u32) -> Vec<u8> {
+        let mut f = vec![0u8; 64];
+        f[..4].copy_from_slice(&id.to_be_bytes());
+        f
+    }
+
+    fn ids(sent: &Sent) -> Vec<u32> {
+        let sent = sent.lock().unwrap();
+        sent.iter()
+            .map(|(_, f)| u32::from_be_bytes([f[0], f[1], f[2], f[3]]))
+            .collect()
+    }
+
+    /// An outlet as the live stage builds it (reorder heap over sorted runs),
+    /// its producer, and what its port sent.
+    fn outlet(max_lag_ns: Option<u64>) -> (Arc<Outlet>, Producer, Sent) {
+        let (producer, consumer) = delay_line(2 << 20).unwrap();
+        let control = Arc::new(Control::new(false, 0));
+        let (tx, sent) = MemoryTx::new();
+        let cfg = OutputConfig {
+            spin_ns: 200_000,
+            max_lag_ns,
+            reorders: true,
+            sorted_runs: true,
+            coalesce_window_ns: None,
+        };
+        (
+            Outlet::new(control, consumer, Box::new(tx), &cfg),
+            producer,
+            sent,
+        )
+    }
+
+    /// Stores frame `id` released at `release_ns`, counting it out of order as
+    /// the live stage does when it is earlier than `latest`.
+    fn store(o: &Outlet, p: &mut Producer, latest: &mut u64, id: u32, release_ns: u64) {
+        assert!(p.push_with_group(release_ns, 64, false, 0, |s| s.copy_from_slice(&frame(id))));
+        if release_ns < *latest {
+            o.control.out_of_order.fetch_add(1, Ordering::Release);
+        }
+        *latest = (*latest).max(release_ns);
+    }
+
+    #[test]
+    fn the_stage_sends_what_is_due_in_release_order_and_leaves_the_rest() {
+        let (o, mut p, sent) = outlet(None);
+        let mut latest = 0;
+        // Stored out of release order: 3 (due at 200) after 2 (due at 300).
+        for (id, release) in [(1, 100), (2, 300), (3, 200), (4, 1_000)] {
+            store(&o, &mut p, &mut latest, id, release);
+        }
+        let left = o.send_due(&mut || 250, 64).unwrap();
+        assert_eq!(left, Left::Next(300));
+        assert_eq!(ids(&sent), [1, 3], "only frames due by 250, earliest first");
+        assert_eq!(o.control.output_at_ns.load(Ordering::Relaxed), 300);
+        // Frame 2 (due at 300) must not leave before 3 (due at 200), nor 4 before 2.
+        assert_eq!(o.send_due(&mut || 999, 64).unwrap(), Left::Next(1_000));
+        assert_eq!(o.send_due(&mut || 1_000, 64).unwrap(), Left::Empty);
+        assert_eq!(ids(&sent), [1, 3, 2, 4]);
+        assert_eq!(o.control.output_at_ns.load(Ordering::Relaxed), u64::MAX);
+    }
+
+    #[test]
+    fn the_stage_never_sends_while_the_output_thread_holds_the_outlet() {
+        let (o, mut p, sent) = outlet(None);
+        let mut latest = 0;
+        store(&o, &mut p, &mut latest, 1, 100);
+        let held = o.lock();
+        assert_eq!(o.send_due(&mut || 500, 64).unwrap(), Left::Busy);
+        drop(held);
+        assert!(ids(&sent).is_empty());
+        assert_eq!(o.send_due(&mut || 500, 64).unwrap(), Left::Empty);
+        assert_eq!(ids(&sent), [1]);
+    }
+
+    #[test]
+    fn one_call_sends_at_most_max_frames_and_reports_the_next_due() {
+        let (o, mut p, sent) = outlet(None);
+        let mut latest = 0;
+        for id in 0..5 {
+            store(&o, &mut p, &mut latest, id, 100 + id as u64);
+        }
+        assert_eq!(o.send_due(&mut || 1_000, 2).unwrap(), Left::Next(102));
+        assert_eq!(ids(&sent), [0, 1]);
+        assert_eq!(o.send_due(&mut || 1_000, 64).unwrap(), Left::Empty);
+        assert_eq!(ids(&sent), [0, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn the_stage_takes_a_release_only_when_the_output_thread_could_not_wake_for_it() {
+        let wake = 60_000;
+        let now = 1_000_000;
+        // Output thread parked (u64::MAX): due now, or within its wake-up.
+        assert!(stage_sends(now - 5, now, wake, u64::MAX));
+        assert!(stage_sends(now + 50_000, now, wake, u64::MAX));
+        assert!(stage_sends(now + wake, now, wake, u64::MAX));
+        // Further than a wake-up: the output thread is woken for it.
+        assert!(!stage_sends(now + wake + 1, now, wake, u64::MAX));
+        // Awake for an earlier or the same release (waiting, or sending):
+        // it sends this one too.
+        assert!(!stage_sends(now + 50_000, now, wake, now + 20_000));
+        assert!(!stage_sends(now + 50_000, now, wake, now + 50_000));
+        assert!(!stage_sends(now - 5, now, wake, now - 100));
+        // Waiting for a later release (this one came out of order): it would
+        // wake too late.
+        assert!(stage_sends(now + 50_000, now, wake, now + 900_000));
+    }
+
+    #[test]
+    fn a_frame_is_late_only_when_sent_more_than_max_lag_after_its_release() {
+        let max_lag = 5_000;
+        let (o, mut p, sent) = outlet(Some(max_lag));
+        let mut latest = 0;
+        // A burst due together (a TSO burst's segments with no rate), then one
+        // due later; the clock moves 1 ns per look.
+        for id in 0..4 {
+            store(&o, &mut p, &mut latest, id, 1_000);
+        }
+        store(&o, &mut p, &mut latest, 4, 2_000);
+        let mut t = 1_000 + max_lag - 1;
+        let left = o
+            .send_due(
+                &mut || {
+                    t += 1;
+                    t
+                },
+                64,
+            )
+            .unwrap();
+        assert_eq!(left, Left::Empty);
+        // Frame 0 leaves exactly max-lag after its release: not late. Frames 1-3
+        // leave 1-3 ns past it: late, counted, not sent. Frame 4 is within its
+        // own max-lag, however late the burst before it was.
+        assert_eq!(ids(&sent), [0, 4]);
+        let g = o.lock();
+        assert_eq!(g.st.local_late, 3);
+        assert_eq!(g.st.local_sent, 2);
+        // Lateness of what was sent (published or not yet).
+        let mut lateness = o.control.output.lock().unwrap().lateness.clone();
+        lateness.add(&g.st.lateness).unwrap();
+        assert_eq!(lateness.len(), 2);
+        assert!(lateness.equivalent(lateness.max(), max_lag));
+    }
+
+    #[test]
+    fn stage_and_output_thread_sending_together_keep_release_order() {
+        let (o, mut p, sent) = outlet(None);
+        let cfg = OutputConfig {
+            spin_ns: 200_000,
+            max_lag_ns: None,
+            reorders: true,
+            sorted_runs: true,
+        };
+        let out = {
+            let o = o.clone();
+            std::thread::spawn(move || output_stage(o, cfg, None))
+        };
+        // Releases 0-40 µs ahead, a burst at a time: some due before the
+        // output thread can wake, some not; the "stage" sends after each burst.
+        let n = 4_000u32;
+        let mut latest = 0;
+        let mut id = 0;
+        while id < n {
+            let base = clock::now_ns().max(latest);
+            for k in 0..8u64 {
+                store(&o, &mut p, &mut latest, id, base + k * 5_000);
+                id += 1;
+            }
+            o.send_due(&mut clock::now_ns, 64).unwrap();
+            std::sync::atomic::fence(Ordering::SeqCst);
+            if o.control.output_parked.load(Ordering::Acquire) {
+                out.thread().unpark();
+            }
+            std::thread::sleep(std::time::Duration::from_micros(20));
+        }
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while ids(&sent).len() < n as usize && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        o.control.stop.store(true, Ordering::Release);
+        out.thread().unpark();
+        out.join().unwrap();
+        let got = ids(&sent);
+        assert_eq!(got.len(), n as usize, "every frame sent once");
+        let first_wrong = got.windows(2).position(|w| w[1] != w[0] + 1);
+        assert_eq!(first_wrong, None, "release order kept");
+    }
 }

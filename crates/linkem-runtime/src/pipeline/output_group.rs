@@ -20,35 +20,25 @@
 //!
 //! Per frame, sending, lateness, max-lag, flushing, coalescing (held frames
 //! leave once a direction has nothing more due that may join them,
-//! [`OutputState::release_held`]) and the counts are those of the
-//! one-direction stage ([`OutputState`]); the thread's wake-ups are
+//! [`super::output::OutputState::release_held`]) and the counts are those of the one-direction
+//! stage ([`super::output::OutputState`]). Each direction is an [`Outlet`],
+//! locked by this thread only while it sends that direction's frames, so the
+//! live stage sends a direction's frames due before this thread could wake
+//! (as for one pair, `super::output`): this thread tells every direction the
+//! release it is awake for (`output_ready_ns`) and its learnt wake-up
+//! (`output_wake_ns`). The thread's wake-ups are
 //! reported as each of its directions' `tx_wakeups` (as the live stage's are
 //! as each direction's `rx_wakeups`).
 
-use super::output::{OutputConfig, OutputState, Source, MAX_SLEEP_NS, PUBLISH_MAX_NS, PUBLISH_NS};
+use super::output::{Outlet, OutputConfig, MAX_SLEEP_NS, PUBLISH_MAX_NS, PUBLISH_NS};
 use super::wait::{Realtime, SpinBudget, WakeEstimate, BEHIND_NS, MIN_SPIN_NS};
 use super::Control;
 use crate::clock;
-use crate::delay_line::Consumer;
-use crate::port::TxPort;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Frames of one direction sent per turn at most before the next direction's.
 pub(super) const TURN_FRAMES: usize = 64;
-
-/// One direction served by a group output stage.
-pub(super) struct GroupDirection {
-    pub control: Arc<Control>,
-    pub consumer: Consumer,
-    pub tx: Box<dyn TxPort>,
-}
-
-struct Served {
-    control: Arc<Control>,
-    st: OutputState,
-    src: Source,
-}
 
 /// What one turn over the directions found.
 struct Turn {
@@ -65,30 +55,23 @@ struct Turn {
 /// Runs until `stop`: sends the frames of `dirs` at their release times.
 pub(super) fn output_group(
     stop: Arc<AtomicBool>,
-    dirs: Vec<GroupDirection>,
+    dirs: Vec<Arc<Outlet>>,
     cfg: OutputConfig,
     mut realtime: Option<Realtime>,
 ) {
     clock::set_timer_slack_ns(1);
-    let mut dirs: Vec<Served> = dirs
-        .into_iter()
-        .map(|d| Served {
-            src: Source::new(d.consumer, &cfg, &d.control),
-            st: OutputState::new(d.tx, cfg.max_lag_ns, cfg.coalesce_window_ns),
-            control: d.control,
-        })
-        .collect();
     let mut wake = WakeEstimate {
         overshoot_ns: 50_000,
     };
+    tell_wake(&dirs, wake.spin_ns(cfg.spin_ns));
     let mut wakeups = 0u64;
     let mut last_publish = clock::now_ns();
     let mut budget = SpinBudget::new(last_publish);
     while !stop.load(Ordering::Acquire) {
-        let turn = match send_due(&mut dirs) {
+        let turn = match send_due(&dirs) {
             Ok(t) => t,
             Err((i, e)) => {
-                dirs[i].control.fail(e);
+                dirs[i].control().fail(e);
                 break;
             }
         };
@@ -107,13 +90,13 @@ pub(super) fn output_group(
                 .is_none_or(|r| r > now + cfg.spin_ns + 200_000);
         if (since > PUBLISH_NS && slack) || since > PUBLISH_MAX_NS {
             last_publish = now;
-            publish_all(&mut dirs, wakeups);
+            publish_all(&dirs, wakeups);
         }
         if turn.worked || turn.more_due {
             continue;
         }
         // Hand over what is queued before waiting, so it is not held back.
-        if let Err(e) = flush_all(&mut dirs) {
+        if let Err(e) = flush_all(&dirs) {
             e.0.fail(e.1);
             break;
         }
@@ -122,10 +105,10 @@ pub(super) fn output_group(
             let _ = rt.wait_mode();
         }
         let Some(release_ns) = turn.earliest_ns else {
-            if dirs.iter_mut().all(|d| d.src.consumer.is_finished()) {
+            if dirs.iter().all(|d| d.lock().src.consumer.is_finished()) {
                 break;
             }
-            park_until(&mut dirs, None, now + MAX_SLEEP_NS);
+            park_until(&dirs, None, now + MAX_SLEEP_NS);
             wakeups += 1;
             continue;
         };
@@ -137,14 +120,16 @@ pub(super) fn output_group(
         let wait = release_ns.saturating_sub(now);
         if wait > spin {
             let target = now + (wait - spin).min(MAX_SLEEP_NS);
-            if park_until(&mut dirs, Some(release_ns), target) {
+            if park_until(&dirs, Some(release_ns), target) {
                 let woke = clock::now_ns();
                 if woke >= target {
                     wake.observe(woke - target);
+                    tell_wake(&dirs, wake.spin_ns(cfg.spin_ns));
                 }
             }
             wakeups += 1;
         } else {
+            tell_ready(&dirs, release_ns);
             while clock::now_ns() < release_ns {
                 std::hint::spin_loop();
             }
@@ -152,37 +137,57 @@ pub(super) fn output_group(
         }
         budget.tick(now);
     }
-    for d in dirs.iter_mut() {
-        let _ = d.st.flush_before(None);
+    for d in &dirs {
+        let _ = d.lock().st.flush_before(None);
     }
     for d in &dirs {
-        d.control.output_at_ns.store(u64::MAX, Ordering::Relaxed);
+        d.control().output_at_ns.store(u64::MAX, Ordering::Relaxed);
     }
-    publish_all(&mut dirs, wakeups);
+    publish_all(&dirs, wakeups);
+}
+
+/// Tells every direction the thread's learnt wake-up (see `stage_sends`).
+fn tell_wake(dirs: &[Arc<Outlet>], wake_ns: u64) {
+    for d in dirs {
+        d.control().output_wake_ns.store(wake_ns, Ordering::Relaxed);
+    }
+}
+
+/// Tells every direction the release the thread is awake for (`u64::MAX`:
+/// none, parked until a push): the live stage sends a frame due sooner itself.
+fn tell_ready(dirs: &[Arc<Outlet>], ready_ns: u64) {
+    for d in dirs {
+        d.control()
+            .output_ready_ns
+            .store(ready_ns, Ordering::Relaxed);
+    }
 }
 
 /// Sends what is due in every direction (at most [`TURN_FRAMES`] each); an
 /// error names the direction's index.
-fn send_due(dirs: &mut [Served]) -> Result<Turn, (usize, String)> {
+fn send_due(dirs: &[Arc<Outlet>]) -> Result<Turn, (usize, String)> {
     let mut turn = Turn {
         worked: false,
         more_due: false,
         earliest_ns: None,
         behind: false,
     };
-    for (i, d) in dirs.iter_mut().enumerate() {
+    for (i, d) in dirs.iter().enumerate() {
+        let control = d.control();
+        let mut g = d.lock();
+        let inner = &mut *g;
         let mut sent = 0;
         loop {
-            let next = d.src.next_release();
+            let next = inner.src.next_release();
             // One relaxed store per frame; the live stage reads it once per batch.
-            d.control
+            control
                 .output_at_ns
                 .store(next.unwrap_or(u64::MAX), Ordering::Relaxed);
             let now = clock::now_ns();
             let Some(release_ns) = next.filter(|&r| r <= now) else {
                 // Nothing more due here: what the coalescer holds leaves
                 // unless the next frame may still join it (as in `output`).
-                d.st.release_held(next).map_err(|e| (i, e))?;
+                inner.st.release_held(next).map_err(|e| (i, e))?;
                 if let Some(r) = next {
                     turn.earliest_ns = Some(turn.earliest_ns.map_or(r, |e| e.min(r)));
                 }
@@ -192,9 +197,13 @@ fn send_due(dirs: &mut [Served]) -> Result<Turn, (usize, String)> {
                 turn.more_due = true;
                 break;
             }
+            // Awake and sending: the stage leaves this direction's due frames here.
+            control.output_ready_ns.store(now, Ordering::Relaxed);
             turn.behind |= now - release_ns > BEHIND_NS;
-            let Served { control, st, src } = d;
-            st.send_next(now, src, &control.flush).map_err(|e| (i, e))?;
+            inner
+                .st
+                .send_next(now, &mut inner.src, &control.flush)
+                .map_err(|e| (i, e))?;
             sent += 1;
             turn.worked = true;
         }
@@ -202,17 +211,18 @@ fn send_due(dirs: &mut [Served]) -> Result<Turn, (usize, String)> {
     Ok(turn)
 }
 
-fn flush_all(dirs: &mut [Served]) -> Result<(), (Arc<Control>, String)> {
-    for d in dirs.iter_mut() {
-        d.st.flush().map_err(|e| (d.control.clone(), e))?;
+fn flush_all(dirs: &[Arc<Outlet>]) -> Result<(), (Arc<Control>, String)> {
+    for d in dirs {
+        d.lock().st.flush().map_err(|e| (d.control().clone(), e))?;
     }
     Ok(())
 }
 
-fn publish_all(dirs: &mut [Served], wakeups: u64) {
-    for d in dirs.iter_mut() {
-        d.st.wakeups = wakeups;
-        d.st.publish(&d.control);
+fn publish_all(dirs: &[Arc<Outlet>], wakeups: u64) {
+    for d in dirs {
+        let mut g = d.lock();
+        g.st.wakeups = wakeups;
+        g.st.publish(d.control());
     }
 }
 
@@ -220,15 +230,16 @@ fn publish_all(dirs: &mut [Served], wakeups: u64) {
 /// `waiting_for`: the release the caller waits for (None: nothing queued).
 /// Returns false when it did not park, because a frame came meanwhile that is
 /// due before what the caller waits for.
-fn park_until(dirs: &mut [Served], waiting_for: Option<u64>, target_ns: u64) -> bool {
-    for d in dirs.iter() {
-        d.control.output_parked.store(true, Ordering::Release);
+fn park_until(dirs: &[Arc<Outlet>], waiting_for: Option<u64>, target_ns: u64) -> bool {
+    tell_ready(dirs, waiting_for.unwrap_or(u64::MAX));
+    for d in dirs {
+        d.control().output_parked.store(true, Ordering::Release);
     }
     // Re-check after announcing the park, so a push in between is not missed:
     // the fence pairs with the live stage's between its push and its look at
     // `output_parked` (see `output::idle`).
     std::sync::atomic::fence(Ordering::SeqCst);
-    let earlier = dirs.iter_mut().any(|d| match d.src.next_release() {
+    let earlier = dirs.iter().any(|d| match d.lock().src.next_release() {
         Some(r) => waiting_for.is_none_or(|w| r < w),
         None => false,
     });
@@ -237,8 +248,8 @@ fn park_until(dirs: &mut [Served], waiting_for: Option<u64>, target_ns: u64) -> 
     if parked {
         std::thread::park_timeout(std::time::Duration::from_nanos(target_ns - now));
     }
-    for d in dirs.iter() {
-        d.control.output_parked.store(false, Ordering::Release);
+    for d in dirs {
+        d.control().output_parked.store(false, Ordering::Release);
     }
     parked
 }

@@ -113,19 +113,41 @@ pub(super) const SUSTAINED_BUSY_NS: u64 = 1_000_000;
 /// SCHED_FIFO when it next has to wait, at the cost of one system call per
 /// change. A short hiccup (a preemption, a burst) is caught up at real-time
 /// priority instead, which is what keeps the lateness tail short.
+///
+/// With `timed_only`, a stage waiting for traffic rather than for an instant
+/// (the output stage parked, the live stage with no release or event to keep)
+/// runs at ordinary priority too ([`Realtime::idle_mode`]): a flood from
+/// a host on the same cores then wakes no real-time thread per arrival, which
+/// would preempt the hosts each time.
 pub(super) struct Realtime {
     priority: i32,
+    timed_only: bool,
     on: bool,
     busy_since_ns: Option<u64>,
 }
 
 impl Realtime {
-    pub fn new(priority: i32) -> Self {
+    pub fn new(priority: i32, timed_only: bool) -> Self {
         Realtime {
             priority,
+            timed_only,
             on: false,
             busy_since_ns: None,
         }
+    }
+
+    /// The stage waits for traffic, not for an instant: under SCHED_FIFO
+    /// unless `timed_only`.
+    pub fn idle_mode(&mut self) -> Result<(), String> {
+        if !self.timed_only {
+            return self.wait_mode();
+        }
+        self.busy_since_ns = None;
+        if self.on {
+            set_ordinary()?;
+            self.on = false;
+        }
+        Ok(())
     }
 
     pub fn wait_mode(&mut self) -> Result<(), String> {

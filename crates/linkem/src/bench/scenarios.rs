@@ -73,7 +73,7 @@ fn configured(dut: &Dut) -> String {
 fn tail_settings() -> Vec<Vec<String>> {
     let mut v = vec![Vec::new(), vec!["--coalesce".into(), "off".into()]];
     for backend in ["xdp", "packet"] {
-        for realtime in ["off", "out", "all"] {
+        for realtime in ["off", "timed", "out", "all"] {
             v.push(
                 ["--backend", backend, "--realtime", realtime]
                     .iter()
