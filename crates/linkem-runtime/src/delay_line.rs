@@ -29,9 +29,18 @@
 //! as before. One pager thread serves every line of the process (a bridge of
 //! 20 pairs has 40 lines), and ends when it has none left; it looks every
 //! [`PAGER_PERIOD`] while some tail moves, and backs off to
-//! [`PAGER_IDLE_PERIOD`] while none does (an idle bridge then costs 250
-//! wake-ups a second, not 1000 per line); 8 MiB ahead lasts 6.7 ms at
-//! 10 Gbit/s, longer than the idle period.
+//! [`PAGER_IDLE_PERIOD`] while none does; 8 MiB ahead lasts 6.7 ms at
+//! 10 Gbit/s, longer than the idle period. When no tail has moved for
+//! [`PAGER_SLEEP_AFTER`], it sleeps until one has used up
+//! [`POPULATE_CHUNK_BYTES`] of what it made resident ahead: each line then
+//! holds the tail at which its producer wakes the pager (`pager_wake_at`,
+//! one relaxed load and compare per push), so an idle bridge costs the pager
+//! no wake-up at all, and a woken pager still has the rest of the stretch
+//! ahead (6 MiB, 5 ms at 10 Gbit/s) to catch up. A push that misses the
+//! pager's announcement (the two race without a fence) is followed by the
+//! next push's look; a line that sees no more pushes needs no paging. A mark
+//! left on a line after the pager woke for another costs at most one more
+//! wake-up of the pager.
 //!
 //! Why hand-written rather than an SPSC crate: the records have variable length
 //! (a 64-byte frame takes 128 bytes, not a 2 KiB slot), which is what lets a 10 s
@@ -50,17 +59,29 @@ const POPULATE_CHUNK_BYTES: u64 = 2 << 20;
 const PAGER_PERIOD: Duration = Duration::from_millis(1);
 /// How often it looks at most while none moves (it doubles its period up to this).
 const PAGER_IDLE_PERIOD: Duration = Duration::from_millis(4);
+/// How long no tail moves before the pager sleeps until a producer wakes it.
+const PAGER_SLEEP_AFTER: Duration = Duration::from_millis(20);
 
 /// The lines the pager thread still serves, and whether it runs.
 struct Pager {
     lines: Vec<std::sync::Weak<Shared>>,
     running: bool,
+    /// The pager thread, for the producers that wake it.
+    thread: Option<std::thread::Thread>,
 }
 
 static PAGER: std::sync::Mutex<Pager> = std::sync::Mutex::new(Pager {
     lines: Vec::new(),
     running: false,
+    thread: None,
 });
+
+/// Wakes the pager thread, if one runs (it may be asleep, see the module doc).
+fn wake_pager() {
+    if let Some(t) = &pager().thread {
+        t.unpark();
+    }
+}
 
 fn pager() -> std::sync::MutexGuard<'static, Pager> {
     PAGER.lock().unwrap_or_else(|p| p.into_inner())
@@ -71,16 +92,23 @@ fn page_in_background(line: &Arc<Shared>) {
     let mut p = pager();
     p.lines.push(Arc::downgrade(line));
     if p.running {
+        // It may be asleep, with no look at the new line planned.
+        if let Some(t) = &p.thread {
+            t.unpark();
+        }
         return;
     }
     p.running = true;
     let started = std::thread::Builder::new()
         .name("linkem-pager".into())
         .spawn(run_pager);
-    if started.is_err() {
-        // Without the thread the producers fault pages in themselves: slower, not wrong.
-        p.running = false;
-        p.lines.clear();
+    match started {
+        Ok(h) => p.thread = Some(h.thread().clone()),
+        Err(_) => {
+            // Without the thread the producers fault pages in themselves: slower, not wrong.
+            p.running = false;
+            p.lines.clear();
+        }
     }
 }
 
@@ -88,12 +116,14 @@ fn page_in_background(line: &Arc<Shared>) {
 /// until the line needs it no more; ends when no line is left.
 fn run_pager() {
     let mut period = PAGER_PERIOD;
+    let mut still = Duration::ZERO;
     loop {
         let lines: Vec<Arc<Shared>> = {
             let mut p = pager();
             p.lines.retain(|w| w.strong_count() > 0);
             if p.lines.is_empty() {
                 p.running = false;
+                p.thread = None;
                 return;
             }
             p.lines
@@ -111,6 +141,23 @@ fn run_pager() {
         }
         if !done.is_empty() {
             pager().lines.retain(|w| !done.contains(&w.as_ptr()));
+        }
+        still = if moved {
+            Duration::ZERO
+        } else {
+            still + period
+        };
+        if still >= PAGER_SLEEP_AFTER && done.is_empty() {
+            let asleep = lines.iter().all(|l| l.pager_sleeps());
+            // Holding no line while asleep: a dropped line's memory goes.
+            drop(lines);
+            if asleep {
+                // Woken by a producer, a new line or a closing one.
+                std::thread::park();
+            }
+            still = Duration::ZERO;
+            period = PAGER_PERIOD;
+            continue;
         }
         drop(lines);
         period = if moved {
@@ -223,6 +270,9 @@ struct Shared {
     /// Bytes ever produced; written by the producer only.
     tail: AtomicU64,
     closed: AtomicBool,
+    /// The tail at which the producer wakes the sleeping pager; `u64::MAX`
+    /// while the pager looks by itself (see the module doc).
+    pager_wake_at: AtomicU64,
 }
 
 /// Creates a delay line of at least `capacity_bytes` (rounded up to 2 MiB).
@@ -234,6 +284,7 @@ pub fn delay_line(capacity_bytes: usize) -> Result<(Producer, Consumer), String>
         head: AtomicU64::new(0),
         tail: AtomicU64::new(0),
         closed: AtomicBool::new(false),
+        pager_wake_at: AtomicU64::new(u64::MAX),
     });
     if shared.populate_to(POPULATE_AHEAD_BYTES) {
         page_in_background(&shared);
@@ -288,6 +339,22 @@ impl Shared {
     /// [`POPULATE_AHEAD_BYTES`] past the tail. Returns whether that took
     /// work (the tail moved), or None once the line needs the pager no more
     /// (the whole region was resident once, or the producer is gone).
+    /// Before the pager sleeps: asks the producer to wake it once the tail
+    /// has used up a chunk of what is resident ahead of it. Returns false
+    /// when the tail is there already (the pager looks again instead).
+    fn pager_sleeps(&self) -> bool {
+        let wake_at = self
+            .populated
+            .load(Ordering::Relaxed)
+            .saturating_sub(POPULATE_AHEAD_BYTES)
+            + POPULATE_CHUNK_BYTES;
+        self.pager_wake_at.store(wake_at, Ordering::Relaxed);
+        // Pairs with nothing on the producer's side (see the module doc): a
+        // push that missed the store above is followed by one that sees it.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.tail.load(Ordering::Relaxed) < wake_at
+    }
+
     fn page_step(&self) -> Option<bool> {
         if self.closed.load(Ordering::Acquire) {
             return None;
@@ -417,12 +484,27 @@ impl Producer {
         fill(slot);
         self.tail += need;
         self.shared.tail.store(self.tail, Ordering::Release);
+        if self.tail >= self.shared.pager_wake_at.load(Ordering::Relaxed) {
+            self.wake_pager();
+        }
         true
+    }
+
+    /// The tail reached the sleeping pager's mark: wakes it, once.
+    #[cold]
+    fn wake_pager(&self) {
+        if self.shared.pager_wake_at.swap(u64::MAX, Ordering::Relaxed) != u64::MAX {
+            wake_pager();
+        }
     }
 
     /// Tells the consumer that no more frames will come.
     pub fn close(&self) {
         self.shared.closed.store(true, Ordering::Release);
+        // A sleeping pager lets go of the line.
+        if self.shared.pager_wake_at.load(Ordering::Relaxed) != u64::MAX {
+            wake_pager();
+        }
     }
 }
 
@@ -611,6 +693,53 @@ mod tests {
         let (mut p, mut c) = lines.into_iter().last().unwrap();
         let frame = [1u8; 1000];
         while p.shared.tail.load(Ordering::Relaxed) < 20 << 20 {
+            assert!(p.push(0, &frame, false));
+            c.peek().unwrap();
+            c.pop();
+        }
+        let tail = p.shared.tail.load(Ordering::Relaxed);
+        wait_populated(&p, tail + POPULATE_AHEAD_BYTES);
+    }
+
+    /// A line whose tail stands still lets the pager sleep: it leaves the
+    /// producer a mark one chunk into what it made resident ahead, and the
+    /// push that reaches the mark clears it (waking the pager, once), after
+    /// which the pager follows the tail again.
+    #[test]
+    fn an_idle_line_lets_the_pager_sleep_until_its_tail_uses_a_chunk() {
+        let (mut p, mut c) = delay_line(64 << 20).unwrap();
+        let populated = p.populated_bytes();
+        assert!(
+            p.shared.pager_sleeps(),
+            "nothing pushed yet: nothing to page"
+        );
+        let mark = p.shared.pager_wake_at.load(Ordering::Relaxed);
+        assert_eq!(
+            mark,
+            populated - POPULATE_AHEAD_BYTES + POPULATE_CHUNK_BYTES
+        );
+        let frame = [1u8; 1000];
+        while p.shared.tail.load(Ordering::Relaxed) + 2048 < mark {
+            assert!(p.push(0, &frame, false));
+            c.peek().unwrap();
+            c.pop();
+        }
+        assert_eq!(
+            p.shared.pager_wake_at.load(Ordering::Relaxed),
+            mark,
+            "short of the mark, the pager sleeps on"
+        );
+        while p.shared.tail.load(Ordering::Relaxed) < mark {
+            assert!(p.push(0, &frame, false));
+            c.peek().unwrap();
+            c.pop();
+        }
+        assert_eq!(
+            p.shared.pager_wake_at.load(Ordering::Relaxed),
+            u64::MAX,
+            "the push that reached the mark woke the pager"
+        );
+        while p.shared.tail.load(Ordering::Relaxed) < 30 << 20 {
             assert!(p.push(0, &frame, false));
             c.peek().unwrap();
             c.pop();

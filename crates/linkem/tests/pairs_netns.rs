@@ -200,11 +200,12 @@ fn twenty_pairs_with_delay_5ms_in_one_process(backend: &str) {
         (10.0..10.3).contains(&median_of_medians),
         "median over the pairs {median_of_medians:.3} ms"
     );
-    // The issue asks below 5 %; measured 5.5-6.0 % on a quiet machine (the
-    // stage's 10 ms idle poll over 40 ports, the output stages' and the
-    // pager's periodic wake-ups): the bound says what holds today.
+    // The issue asks below 5 %. Idle, every stage and the pager sleep with no
+    // timeout; what is left is the main thread's 20 ms loop: 0.15-0.35 %
+    // measured over 20 s (scripts/bench-idle.sh; 4.5-6 % when the stages woke
+    // every 10 ms). 2 % is margin for 2 s of 10 ms ticks on a loaded VM.
     assert!(
-        idle_cpu < 0.10,
+        idle_cpu < 0.02,
         "idle {PAIRS}-pair bridge used {:.2} % of a core",
         idle_cpu * 100.0
     );

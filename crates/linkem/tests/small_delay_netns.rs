@@ -113,7 +113,15 @@ fn small_delays_cost_no_wake_up_floor(backend: &str) {
     for delay in ["0us", "50us"] {
         let b = Bridge::start(&topo, backend, &["delay", delay]);
         let r = rtts_us(&topo);
+        // Idle, the stages sleep with no timeout: the stop must wake them
+        // (`Bridge::stop` allows 10 s, and a stage left asleep never ends).
+        std::thread::sleep(Duration::from_millis(300));
+        let t = std::time::Instant::now();
         let stats = b.stop();
+        eprintln!(
+            "{backend} delay {delay}: stopped {:?} after SIGINT",
+            t.elapsed()
+        );
         linkem.push((delay, r, stats));
     }
     let after = bridge(&topo);

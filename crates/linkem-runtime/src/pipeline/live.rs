@@ -20,10 +20,12 @@
 //!   with the earliest of their next events as timeout. What follows holds
 //!   per pair.
 //! - **Waiting.** One poll(2) over the sockets of both receive ports
-//!   ([`RxPort::wait_fds`]) and the stage's wake-up eventfd (changes), with a
-//!   timeout up to the model's next event ([`Model::next_event_ns`]: a
+//!   ([`RxPort::wait_fds`]) and the stage's wake-up eventfd (changes, stop),
+//!   with a timeout up to the model's next event ([`Model::next_event_ns`]: a
 //!   scheduler service or a multi-hop reinjection), so scheduled pipes are
-//!   served on time with no traffic arriving.
+//!   served on time with no traffic arriving, or to the next sweep of idle
+//!   flow instances while the model holds any; with none of these the poll
+//!   has no timeout: an idle stage does not wake.
 //! - **Arrivals.** A received frame is one of: a super-frame (TSO/GSO/USO from
 //!   the host, or merged by GRO; `offload.gso`), cut with
 //!   [`linkem_core::wire::segment`] into frames of at most the egress
@@ -49,10 +51,13 @@
 //!   follow arrival order (pipes, reordering), so the output stages run with
 //!   their reorder heap over sorted runs (copies only when a record is out of
 //!   order).
-//! - **Sending.** After each batch the stage sends what is due itself, and
-//!   takes on a release due before the output stage could be woken for it,
-//!   going round its loop (taking frames) until then; the output stage is
-//!   woken for the rest ([`Outputs::hand_out`], the `output` module doc). The
+//! - **Sending.** After each batch the stage sends what is due itself, up to
+//!   [`Outputs::STAGE_SHARE_FRAMES`] per direction, and takes on a release due
+//!   before the output stage could be woken for it, going round its loop
+//!   (taking frames) until then; the output stage is woken for the rest
+//!   ([`Outputs::hand_out`], the `output` module doc): sparse traffic (a ping,
+//!   a request) pays no second wake-up, and bulk traffic is still sent by the
+//!   output stage, on the other core, beside the stage's receiving. The
 //!   stage of several pairs does so for each pair's directions, through each
 //!   direction's own outlet.
 //! - **Events on time.** The stage sleeps until the model's next event less
@@ -108,7 +113,10 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::{JoinHandle, Thread};
 
-/// Longest wait in poll with nothing due, so the stage notices stop.
+/// Longest wait in poll with nothing due when no eventfd can wake the stage
+/// for a stop or a change (eventfd(2) failed), so that it notices them; with
+/// one, an idle stage sleeps until a frame, a change, a stop or its next
+/// sweep of idle flow instances.
 const IDLE_WAIT_NS: u64 = 10_000_000;
 /// How often the stage removes idle flow instances without waiting for a
 /// packet to their pipe ([`Model::expire_idle`]): an instance goes at most
@@ -392,7 +400,8 @@ impl<M: LiveModel> LiveBridge<M> {
                         }
                     });
                     let mut pairs = [PairLoop::new(shared.clone(), controls, rx, out)];
-                    live_stage(&mut pairs, &shared.stop, &opts, realtime);
+                    let stop_fd = shared.wake.as_ref().map(AsRawFd::as_raw_fd);
+                    live_stage(&mut pairs, &shared.stop, stop_fd, &opts, realtime);
                     // Requests that came too late are answered, not left waiting.
                     for (_, reply) in lock(&shared.changes).drain(..) {
                         let _ = reply.try_send(Err(SubmitError::Stopped));
@@ -464,10 +473,7 @@ impl<M: LiveModel> LiveBridge<M> {
             self.shared.has_changes.store(true, Ordering::Release);
         }
         if let Some(fd) = &self.shared.wake {
-            let one = 1u64.to_ne_bytes();
-            // Safety: writes 8 bytes from a live buffer to an owned eventfd;
-            // a full counter (EAGAIN) means the stage is woken already.
-            let _ = unsafe { libc::write(fd.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+            kick(fd);
         }
         if let Some(t) = &self.thread {
             // Ports without sockets wait in turns; a parked stage wakes.
@@ -493,6 +499,10 @@ impl<M: LiveModel> LiveBridge<M> {
     fn halt(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
         if let Some(t) = self.thread.take() {
+            // The stage may be asleep in its poll with no timeout.
+            if let Some(fd) = &self.shared.wake {
+                kick(fd);
+            }
             t.thread().unpark();
             let _ = t.join();
         }
@@ -521,6 +531,8 @@ pub struct GroupPair<M> {
 /// [`LiveGroup::stop`] ends them; stop it before the pairs' [`LiveBridge`]s.
 pub struct LiveGroup {
     stop: Arc<AtomicBool>,
+    /// Wakes the live stage from its poll for the stop.
+    wake: Option<Arc<OwnedFd>>,
     output_stop: Arc<AtomicBool>,
     stage: Option<JoinHandle<()>>,
     outputs: Vec<JoinHandle<()>>,
@@ -532,6 +544,9 @@ impl LiveGroup {
     pub fn stop(&mut self) {
         self.stop.store(true, Ordering::Release);
         if let Some(t) = self.stage.take() {
+            if let Some(fd) = &self.wake {
+                kick(fd);
+            }
             t.thread().unpark();
             let _ = t.join();
         }
@@ -566,8 +581,10 @@ impl<M: LiveModel> LiveBridge<M> {
     ) -> Result<(Vec<LiveBridge<M>>, LiveGroup), String> {
         let stop = Arc::new(AtomicBool::new(false));
         let output_stop = Arc::new(AtomicBool::new(false));
+        let wake = wake_fd().map(Arc::new);
         let mut group = LiveGroup {
             stop: stop.clone(),
+            wake: wake.clone(),
             output_stop: output_stop.clone(),
             stage: None,
             outputs: Vec::new(),
@@ -672,7 +689,8 @@ impl<M: LiveModel> LiveBridge<M> {
                         l.fail(e.clone());
                     }
                 });
-                live_stage(&mut loops, &stop, &opts, realtime);
+                let stop_fd = wake.as_ref().map(|fd| fd.as_raw_fd());
+                live_stage(&mut loops, &stop, stop_fd, &opts, realtime);
                 for l in &loops {
                     l.shared.stop.store(true, Ordering::Release);
                     // Requests that came too late are answered, not left waiting.
@@ -687,9 +705,17 @@ impl<M: LiveModel> LiveBridge<M> {
     }
 }
 
+/// Wakes the stage polling on the eventfd `fd`.
+fn kick(fd: &OwnedFd) {
+    let one = 1u64.to_ne_bytes();
+    // Safety: writes 8 bytes from a live buffer to an owned eventfd; a full
+    // counter (EAGAIN) means the stage is woken already.
+    let _ = unsafe { libc::write(fd.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+}
+
 /// The eventfd that wakes the live stage from its poll when a change is
-/// queued; without one a change waits for the stage's next turn (at most
-/// [`IDLE_WAIT_NS`]), and nothing is lost.
+/// queued or a stop asked; without one the stage looks at both every
+/// [`IDLE_WAIT_NS`], and nothing is lost.
 fn wake_fd() -> Option<OwnedFd> {
     // Safety: eventfd takes no pointers; a valid descriptor is owned below.
     let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
@@ -775,9 +801,14 @@ struct Outputs {
 }
 
 impl Outputs {
-    /// Frames one call sends at most, so a backlog does not keep the stage
-    /// from its receive ports: the rest are sent on the next turns.
-    const SEND_MAX_FRAMES: usize = 64;
+    /// Frames of one direction the stage sends per turn at most; more due at
+    /// once go to the output thread. Sending runs the receiving host's kernel
+    /// path inside the send call (veth), so a stage that sent a bulk flow's
+    /// every frame did the work of both cores on one: bulk TCP through
+    /// `delay 0` fell to a third (188-195 against 558-618 Mbit/s, numbers.md).
+    /// A few frames cover what waits for the stage's sends (a ping, an ACK, a
+    /// request's first segments).
+    pub(super) const STAGE_SHARE_FRAMES: usize = 4;
 
     fn new(outlets: [Arc<Outlet>; 2], threads: [Thread; 2]) -> Outputs {
         Outputs {
@@ -797,14 +828,18 @@ impl Outputs {
                 continue;
             }
             self.claimed[i] = None;
-            let wake = match outlet.send_due(&mut clock::now_ns, Self::SEND_MAX_FRAMES)? {
+            let (left, sent) = outlet.send_due(&mut clock::now_ns, Self::STAGE_SHARE_FRAMES)?;
+            let c = outlet.control();
+            let now_ns = clock::now_ns();
+            let wake = match left {
                 Left::Empty => false,
                 Left::Busy => pushed[i],
+                // More due than the stage's share: the output thread's.
+                Left::Next(release_ns) if release_ns <= now_ns => true,
                 Left::Next(release_ns) => {
-                    let c = outlet.control();
                     let mine = stage_sends(
                         release_ns,
-                        clock::now_ns(),
+                        now_ns,
                         c.output_wake_ns.load(Ordering::Relaxed),
                         c.output_ready_ns.load(Ordering::Relaxed),
                     );
@@ -817,9 +852,12 @@ impl Outputs {
             if wake {
                 // Pairs with the output stage's fence (see `output::idle`).
                 std::sync::atomic::fence(Ordering::SeqCst);
-                if outlet.control().output_parked.load(Ordering::Acquire) {
+                if c.output_parked.load(Ordering::Acquire) {
                     self.threads[i].unpark();
                 }
+            } else if sent > 0 && c.output_asleep.load(Ordering::Relaxed) {
+                // Its counts now wait for it to publish them (`output::idle`).
+                self.threads[i].unpark();
             }
         }
         Ok(())
@@ -1331,6 +1369,8 @@ struct Turn {
     taken: usize,
     full: bool,
     next: Option<u64>,
+    /// When the model next sweeps its idle flow instances, if it holds any.
+    sweep_at: Option<u64>,
     now: u64,
 }
 
@@ -1408,6 +1448,8 @@ impl<M: LiveModel> PairLoop<M> {
             }
         }
         let next = model.next_event_ns();
+        let sweep_at =
+            (model.flow_memory_bytes() > 0).then(|| stage.swept_ns.saturating_add(SWEEP_EVERY_NS));
         if now.wrapping_sub(*drops_read_ns) > KERNEL_DROPS_EVERY_NS {
             *drops_read_ns = now;
             for (i, port) in rx.iter_mut().enumerate() {
@@ -1419,10 +1461,7 @@ impl<M: LiveModel> PairLoop<M> {
         drop(objs);
         drop(guard);
         out.hand_out(pushed)?;
-        let next = match (next, out.next_claimed_ns()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let next = earliest(next, out.next_claimed_ns());
         if shared.wanted.load(Ordering::Relaxed) > 0 {
             std::thread::yield_now();
         }
@@ -1430,6 +1469,7 @@ impl<M: LiveModel> PairLoop<M> {
             taken,
             full,
             next,
+            sweep_at,
             now,
         })
     }
@@ -1461,6 +1501,7 @@ impl<M: LiveModel> PairLoop<M> {
 fn live_stage<M: LiveModel>(
     pairs: &mut [PairLoop<M>],
     stop: &AtomicBool,
+    stop_fd: Option<RawFd>,
     opts: &LiveOptions,
     mut realtime: Option<Realtime>,
 ) {
@@ -1472,10 +1513,15 @@ fn live_stage<M: LiveModel>(
         }
     };
     let mut fds: Vec<RawFd> = Vec::new();
-    let wake_fds: Vec<RawFd> = pairs
+    let mut wake_fds: Vec<RawFd> = pairs
         .iter()
         .filter_map(|p| p.shared.wake.as_ref().map(AsRawFd::as_raw_fd))
         .collect();
+    // Every change and the stop wake the poll: it needs no timeout of its own.
+    let woken_by_fds = stop_fd.is_some() && wake_fds.len() == pairs.len();
+    if let Some(fd) = stop_fd.filter(|fd| !wake_fds.contains(fd)) {
+        wake_fds.push(fd);
+    }
     let mut wakeups = 0u64;
     let mut wake = WakeEstimate {
         overshoot_ns: 50_000,
@@ -1485,16 +1531,15 @@ fn live_stage<M: LiveModel>(
         let mut taken = 0;
         let mut full = false;
         let mut next: Option<u64> = None;
+        let mut sweep_at: Option<u64> = None;
         let mut now = 0;
         for p in pairs.iter_mut() {
             match p.turn(opts, wakeups) {
                 Ok(t) => {
                     taken += t.taken;
                     full |= t.full;
-                    next = match (next, t.next) {
-                        (Some(a), Some(b)) => Some(a.min(b)),
-                        (a, b) => a.or(b),
-                    };
+                    next = earliest(next, t.next);
+                    sweep_at = earliest(sweep_at, t.sweep_at);
                     now = t.now;
                 }
                 Err(e) => {
@@ -1528,14 +1573,19 @@ fn live_stage<M: LiveModel>(
         } else {
             wake.spin_ns(opts.spin_ns)
         };
+        let limit_ns = if woken_by_fds {
+            sweep_at.map(|t| t.saturating_sub(now).max(1))
+        } else {
+            Some(IDLE_WAIT_NS)
+        };
         let sleep_ns = match next {
             Some(t) if t.saturating_sub(now) <= spin => {
                 budget.spun_ns += LOOP_NS;
                 std::hint::spin_loop();
                 continue;
             }
-            Some(t) => (t - now - spin).min(IDLE_WAIT_NS),
-            None => IDLE_WAIT_NS,
+            Some(t) => Some(limit_ns.map_or(t - now - spin, |l| (t - now - spin).min(l))),
+            None => limit_ns,
         };
         if let Some(rt) = realtime.as_mut() {
             // Failing to return to SCHED_FIFO costs precision, not packets.
@@ -1547,8 +1597,8 @@ fn live_stage<M: LiveModel>(
         let ports = pairs.iter_mut().flat_map(|p| p.rx.iter_mut());
         match wait_all(ports, &mut fds, &wake_fds, sleep_ns) {
             Ok(timed_out) => {
-                if timed_out && next.is_some() {
-                    wake.observe(clock::now_ns().saturating_sub(now + sleep_ns));
+                if let (true, Some(_), Some(ns)) = (timed_out, next, sleep_ns) {
+                    wake.observe(clock::now_ns().saturating_sub(now + ns));
                 }
             }
             Err(e) => {
@@ -1563,14 +1613,23 @@ fn live_stage<M: LiveModel>(
     }
 }
 
-/// Sleeps until a frame may be waiting on one of `ports`, a change was
-/// queued (one of `wake_fds` readable; it is drained here) or `timeout_ns`
-/// passed. Returns true when the time passed with nothing ready.
+/// The earlier of two instants, either of which may be absent.
+fn earliest(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Sleeps until a frame may be waiting on one of `ports`, a change or stop
+/// was signalled (one of `wake_fds` readable; it is drained here) or
+/// `timeout_ns` passed (None: no timeout). Returns true when the time passed
+/// with nothing ready.
 fn wait_all<'a>(
     ports: impl Iterator<Item = &'a mut Box<dyn RxPort>>,
     fds: &mut Vec<RawFd>,
     wake_fds: &[RawFd],
-    timeout_ns: u64,
+    timeout_ns: Option<u64>,
 ) -> io::Result<bool> {
     fds.clear();
     let mut unsupported = Vec::new();
@@ -1582,7 +1641,7 @@ fn wait_all<'a>(
         }
     }
     if !unsupported.is_empty() {
-        let turn = (timeout_ns / 2).clamp(1, TURN_NS);
+        let turn = timeout_ns.map_or(TURN_NS, |t| (t / 2).clamp(1, TURN_NS));
         for port in unsupported {
             port.wait_rx(turn)?;
         }
@@ -1598,16 +1657,20 @@ fn wait_all<'a>(
             revents: 0,
         })
         .collect();
-    let ts = libc::timespec {
-        tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
-        tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
-    };
-    // Safety: pfds and ts are valid for the call; no signal mask is given.
+    let ts = timeout_ns.map(|t| libc::timespec {
+        tv_sec: (t / 1_000_000_000) as libc::time_t,
+        tv_nsec: (t % 1_000_000_000) as libc::c_long,
+    });
+    let ts_ptr = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // Safety: pfds and ts (when given) are valid for the call; a null
+    // timeout waits without end; no signal mask is given.
     let r = unsafe {
         libc::ppoll(
             pfds.as_mut_ptr(),
             pfds.len() as libc::nfds_t,
-            &ts,
+            ts_ptr,
             std::ptr::null(),
         )
     };

@@ -28,8 +28,12 @@
 //! one poll over every pair's sockets when idle), one output stage for every
 //! pair's a->b direction and one for every b->a (`output_group`: each
 //! direction in its own release order, a frame stored for any of them wakes a
-//! parked stage). Idle, all of them sleep: the live stage wakes at most every
-//! 10 ms, an output stage with nothing queued at most every 10 ms.
+//! parked stage). Idle, all of them sleep without a timeout: the live stage
+//! in its poll until a frame, a change or the stop (an eventfd), or the next
+//! sweep of idle flow instances while a rules model holds some; an output
+//! stage with nothing queued until a frame is stored for it or the stop (or,
+//! once, to publish counts it has not published yet); the delay lines' pager
+//! until a tail moves into what it made resident (`delay_line`).
 //!
 //! Counting (invariant checked by [`DirectionStats::adds_up`]): every frame
 //! taken from a receive port ends in exactly one fate, counted once; a
@@ -141,6 +145,10 @@ impl FlushSet {
 struct Control {
     stop: AtomicBool,
     output_parked: AtomicBool,
+    /// Set while the output thread is parked with no timeout (nothing queued,
+    /// its counts published): a frame the live stage sends then leaves counts
+    /// that only the output thread publishes, so the stage wakes it.
+    output_asleep: AtomicBool,
     /// The release time up to which the output stage has caught up: of the
     /// frame it handles or waits for, or `u64::MAX` when the line is empty.
     /// `now − this` is how far behind it is; beyond max-lag the live stage
@@ -176,6 +184,7 @@ impl Control {
         Control {
             stop: AtomicBool::new(false),
             output_parked: AtomicBool::new(false),
+            output_asleep: AtomicBool::new(false),
             output_at_ns: AtomicU64::new(u64::MAX),
             output_ready_ns: AtomicU64::new(u64::MAX),
             output_wake_ns: AtomicU64::new(0),

@@ -62,6 +62,8 @@ pub(super) struct OutputState {
     local_too_big: u64,
     lateness: Histogram<u64>,
     pub(super) wakeups: u64,
+    /// Frames were handled since the last [`OutputState::publish`].
+    pub(super) changed: bool,
     queued: bool,
     max_lag_ns: Option<u64>,
     /// The super-frame being built, when coalescing (see [`super::coalesce`]).
@@ -91,6 +93,7 @@ impl OutputState {
             local_too_big: 0,
             lateness: lateness_histogram(),
             wakeups: 0,
+            changed: false,
             queued: false,
             max_lag_ns,
         }
@@ -104,6 +107,7 @@ impl OutputState {
         src: &mut Source,
         flush: &FlushSet,
     ) -> Result<(), String> {
+        self.changed = true;
         src.take(|r, frame, copy, group| {
             if flush.contains(group) {
                 if !copy {
@@ -264,6 +268,7 @@ impl OutputState {
     }
 
     pub(super) fn publish(&mut self, control: &Control) {
+        self.changed = false;
         let tx_errors = self.tx.tx_errors();
         let mut shared = control.output.lock().expect("the lock holders never panic");
         shared.sent = self.local_sent;
@@ -454,15 +459,16 @@ impl Outlet {
 
     /// For the live stage: sends the frames due by `now()` (at most
     /// `max_frames`, in release order), unless the output thread holds the
-    /// outlet, and says what is left. Never waits for the lock or a release.
+    /// outlet, and says what is left and how many frames it took. Never
+    /// waits for the lock or a release.
     pub fn send_due(
         &self,
         now: &mut dyn FnMut() -> u64,
         max_frames: usize,
-    ) -> Result<Left, String> {
+    ) -> Result<(Left, usize), String> {
         let mut g = match self.inner.try_lock() {
             Ok(g) => g,
-            Err(TryLockError::WouldBlock) => return Ok(Left::Busy),
+            Err(TryLockError::WouldBlock) => return Ok((Left::Busy, 0)),
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
         };
         let inner = &mut *g;
@@ -495,7 +501,7 @@ impl Outlet {
                 inner.st.publish(&self.control);
             }
         }
-        Ok(left)
+        Ok((left, sent))
     }
 }
 
@@ -608,8 +614,10 @@ pub(super) fn output_stage(outlet: Arc<Outlet>, cfg: OutputConfig, mut realtime:
 
 /// Nothing to send: hands over what is queued, then parks until the input
 /// stage pushes a frame it does not send itself (it unparks a parked output
-/// thread) or [`MAX_SLEEP_NS`] passes. Returns false once the line is closed
-/// and empty.
+/// thread), the stage sends while the counts are published (it unparks an
+/// asleep output thread), a stop, or the next publication of counts not yet
+/// published ([`PUBLISH_NS`]): idle, the thread does not wake. Returns false
+/// once the line is closed and empty.
 fn idle(
     control: &Control,
     mut g: MutexGuard<'_, OutletInner>,
@@ -624,6 +632,17 @@ fn idle(
         let _ = rt.idle_mode();
     }
     control.output_ready_ns.store(u64::MAX, Ordering::Relaxed);
+    // Counts not yet published wait PUBLISH_NS at most; with none, the thread
+    // sleeps until a push, a stop or a send of the live stage unparks it.
+    let publish_in_ns = g.st.changed.then(|| {
+        (g.last_publish_ns + PUBLISH_NS + 1)
+            .saturating_sub(clock::now_ns())
+            .max(1)
+    });
+    // Under the lock: a send of the stage after it sees the flag.
+    control
+        .output_asleep
+        .store(publish_in_ns.is_none(), Ordering::Relaxed);
     control.output_parked.store(true, Ordering::Release);
     // Re-check after announcing the park, so a push in between is not missed.
     // The store above and the load in `peek` need a full fence between them
@@ -636,9 +655,13 @@ fn idle(
     let empty = g.src.consumer.peek().is_none();
     drop(g);
     if empty {
-        std::thread::park_timeout(std::time::Duration::from_nanos(MAX_SLEEP_NS));
+        match publish_in_ns {
+            Some(ns) => std::thread::park_timeout(std::time::Duration::from_nanos(ns)),
+            None => std::thread::park(),
+        }
         *wakeups += 1;
     }
+    control.output_asleep.store(false, Ordering::Relaxed);
     control.output_parked.store(false, Ordering::Release);
     Ok(true)
 }
@@ -726,13 +749,13 @@ mod tests {
         for (id, release) in [(1, 100), (2, 300), (3, 200), (4, 1_000)] {
             store(&o, &mut p, &mut latest, id, release);
         }
-        let left = o.send_due(&mut || 250, 64).unwrap();
+        let left = o.send_due(&mut || 250, 64).unwrap().0;
         assert_eq!(left, Left::Next(300));
         assert_eq!(ids(&sent), [1, 3], "only frames due by 250, earliest first");
         assert_eq!(o.control.output_at_ns.load(Ordering::Relaxed), 300);
         // Frame 2 (due at 300) must not leave before 3 (due at 200), nor 4 before 2.
-        assert_eq!(o.send_due(&mut || 999, 64).unwrap(), Left::Next(1_000));
-        assert_eq!(o.send_due(&mut || 1_000, 64).unwrap(), Left::Empty);
+        assert_eq!(o.send_due(&mut || 999, 64).unwrap().0, Left::Next(1_000));
+        assert_eq!(o.send_due(&mut || 1_000, 64).unwrap().0, Left::Empty);
         assert_eq!(ids(&sent), [1, 3, 2, 4]);
         assert_eq!(o.control.output_at_ns.load(Ordering::Relaxed), u64::MAX);
     }
@@ -743,10 +766,10 @@ mod tests {
         let mut latest = 0;
         store(&o, &mut p, &mut latest, 1, 100);
         let held = o.lock();
-        assert_eq!(o.send_due(&mut || 500, 64).unwrap(), Left::Busy);
+        assert_eq!(o.send_due(&mut || 500, 64).unwrap().0, Left::Busy);
         drop(held);
         assert!(ids(&sent).is_empty());
-        assert_eq!(o.send_due(&mut || 500, 64).unwrap(), Left::Empty);
+        assert_eq!(o.send_due(&mut || 500, 64).unwrap().0, Left::Empty);
         assert_eq!(ids(&sent), [1]);
     }
 
@@ -757,9 +780,9 @@ mod tests {
         for id in 0..5 {
             store(&o, &mut p, &mut latest, id, 100 + id as u64);
         }
-        assert_eq!(o.send_due(&mut || 1_000, 2).unwrap(), Left::Next(102));
+        assert_eq!(o.send_due(&mut || 1_000, 2).unwrap().0, Left::Next(102));
         assert_eq!(ids(&sent), [0, 1]);
-        assert_eq!(o.send_due(&mut || 1_000, 64).unwrap(), Left::Empty);
+        assert_eq!(o.send_due(&mut || 1_000, 64).unwrap().0, Left::Empty);
         assert_eq!(ids(&sent), [0, 1, 2, 3, 4]);
     }
 
@@ -803,7 +826,8 @@ mod tests {
                 },
                 64,
             )
-            .unwrap();
+            .unwrap()
+            .0;
         assert_eq!(left, Left::Empty);
         // Frame 0 leaves exactly max-lag after its release: not late. Frames 1-3
         // leave 1-3 ns past it: late, counted, not sent. Frame 4 is within its

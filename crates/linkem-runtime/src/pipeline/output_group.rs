@@ -14,8 +14,9 @@
 //!   timed sleep would not) until the release less the learnt wake-up
 //!   overshoot, then a spin to it, within the spin budget, as the
 //!   one-direction stage does (`super::output`);
-//! - with nothing queued at all, a park of at most [`MAX_SLEEP_NS`], ended by
-//!   the live stage's first push: an idle bridge wakes 100 times a second
+//! - with nothing queued at all, a park ended by the live stage's first push
+//!   (or a stop), or, while counts are not yet published, by their
+//!   publication ([`PUBLISH_NS`]): an idle bridge's output stages do not wake,
 //!   whatever its number of pairs.
 //!
 //! Per frame, sending, lateness, max-lag, flushing, coalescing (held frames
@@ -108,7 +109,7 @@ pub(super) fn output_group(
             if dirs.iter().all(|d| d.lock().src.consumer.is_finished()) {
                 break;
             }
-            park_until(&dirs, None, now + MAX_SLEEP_NS);
+            park_until(&dirs, None, last_publish + PUBLISH_NS + 1);
             wakeups += 1;
             continue;
         };
@@ -227,9 +228,11 @@ fn publish_all(dirs: &[Arc<Outlet>], wakeups: u64) {
 }
 
 /// Parks until `target_ns` or the live stage's next push for any direction.
-/// `waiting_for`: the release the caller waits for (None: nothing queued).
-/// Returns false when it did not park, because a frame came meanwhile that is
-/// due before what the caller waits for.
+/// `waiting_for`: the release the caller waits for (None: nothing queued;
+/// then `target_ns` is when unpublished counts are due, and with none the
+/// park has no timeout, see `output::idle`). Returns false when it did not
+/// park, because a frame came meanwhile that is due before what the caller
+/// waits for.
 fn park_until(dirs: &[Arc<Outlet>], waiting_for: Option<u64>, target_ns: u64) -> bool {
     tell_ready(dirs, waiting_for.unwrap_or(u64::MAX));
     for d in dirs {
@@ -239,16 +242,36 @@ fn park_until(dirs: &[Arc<Outlet>], waiting_for: Option<u64>, target_ns: u64) ->
     // the fence pairs with the live stage's between its push and its look at
     // `output_parked` (see `output::idle`).
     std::sync::atomic::fence(Ordering::SeqCst);
-    let earlier = dirs.iter().any(|d| match d.lock().src.next_release() {
-        Some(r) => waiting_for.is_none_or(|w| r < w),
-        None => false,
+    let mut changed = false;
+    let earlier = dirs.iter().any(|d| {
+        let mut g = d.lock();
+        if waiting_for.is_none() {
+            changed |= g.st.changed;
+            // Under the lock: a send of the stage after it sees the flag.
+            d.control().output_asleep.store(true, Ordering::Relaxed);
+        }
+        match g.src.next_release() {
+            Some(r) => waiting_for.is_none_or(|w| r < w),
+            None => false,
+        }
     });
+    let forever = waiting_for.is_none() && !changed;
+    if !forever {
+        for d in dirs {
+            d.control().output_asleep.store(false, Ordering::Relaxed);
+        }
+    }
     let now = clock::now_ns();
-    let parked = !earlier && target_ns > now;
+    let parked = !earlier && (forever || target_ns > now);
     if parked {
-        std::thread::park_timeout(std::time::Duration::from_nanos(target_ns - now));
+        if forever {
+            std::thread::park();
+        } else {
+            std::thread::park_timeout(std::time::Duration::from_nanos(target_ns - now));
+        }
     }
     for d in dirs {
+        d.control().output_asleep.store(false, Ordering::Relaxed);
         d.control().output_parked.store(false, Ordering::Release);
     }
     parked
