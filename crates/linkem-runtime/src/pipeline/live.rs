@@ -827,9 +827,23 @@ impl Outputs {
             if !pushed[i] && self.claimed[i].is_none() {
                 continue;
             }
+            let c = outlet.control();
+            if self.claimed[i].is_none()
+                && c.output_ready_ns.load(Ordering::Relaxed) <= clock::now_ns()
+            {
+                // The output thread is awake and sending (it last found a frame
+                // due, and neither waits for a later release nor parks): what is
+                // due now is its, as under bulk traffic, which then keeps the
+                // output thread's core and its super-frames. It is woken in case
+                // it parked since.
+                std::sync::atomic::fence(Ordering::SeqCst);
+                if c.output_parked.load(Ordering::Acquire) {
+                    self.threads[i].unpark();
+                }
+                continue;
+            }
             self.claimed[i] = None;
             let (left, sent) = outlet.send_due(&mut clock::now_ns, Self::STAGE_SHARE_FRAMES)?;
-            let c = outlet.control();
             let now_ns = clock::now_ns();
             let wake = match left {
                 Left::Empty => false,
