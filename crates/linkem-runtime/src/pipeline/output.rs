@@ -486,9 +486,15 @@ impl Outlet {
                 .send_next(now_ns, &mut inner.src, &self.control.flush)?;
             sent += 1;
         };
-        // Nothing stays held for a super-frame after the stage lets go: the
-        // output thread may be parked, and would not come back for it.
-        inner.st.flush_before(None)?;
+        // A super-frame being gathered stays held only while a frame is
+        // waiting that may join it: whoever sends that frame (the stage, which
+        // takes on the release, or the output thread it wakes, see
+        // `live::Outputs::hand_out`) sends or releases it; with nothing
+        // waiting it leaves now.
+        inner.st.flush_before(match left {
+            Left::Next(r) => Some(r),
+            _ => None,
+        })?;
         let at = match left {
             Left::Next(r) => r,
             _ => u64::MAX,
@@ -851,6 +857,7 @@ mod tests {
             max_lag_ns: None,
             reorders: true,
             sorted_runs: true,
+            coalesce_window_ns: None,
         };
         let out = {
             let o = o.clone();
