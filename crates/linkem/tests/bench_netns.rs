@@ -122,7 +122,7 @@ fn a_quick_tail_bench_compares_every_backend_and_policy_with_the_default() {
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let rows = v["rows"].as_array().unwrap();
     // One round: the Linux bridge, the machine's timer floor, linkem's
-    // defaults, 2 backends × 3 policies.
+    // defaults and the same with coalescing off, 2 backends × 4 policies.
     let devices: Vec<&str> = rows.iter().map(|r| r["device"].as_str().unwrap()).collect();
     assert_eq!(
         devices,
@@ -130,10 +130,13 @@ fn a_quick_tail_bench_compares_every_backend_and_policy_with_the_default() {
             "Linux bridge",
             "timer wake-up (platform floor)",
             "linkem (defaults)",
+            "linkem --coalesce off",
             "linkem --backend xdp --realtime off",
+            "linkem --backend xdp --realtime timed",
             "linkem --backend xdp --realtime out",
             "linkem --backend xdp --realtime all",
             "linkem --backend packet --realtime off",
+            "linkem --backend packet --realtime timed",
             "linkem --backend packet --realtime out",
             "linkem --backend packet --realtime all",
         ]
