@@ -153,7 +153,12 @@ pub fn parse_packets(buf: &[u8], f: &mut dyn FnMut(QueuedPacket<'_>)) -> Result<
             let errno = ne32(msg, NLMSG_HDRLEN).ok_or(NfqError::Malformed(at))? as i32;
             if errno != 0 {
                 return Err(NfqError::Refused(
-                    io::Error::from_raw_os_error(-errno).to_string(),
+                    // An error message carries -errno; i32::MIN has no
+                    // negation and is no errno (found by the nfqueue fuzz target).
+                    io::Error::from_raw_os_error(
+                        errno.checked_neg().ok_or(NfqError::Malformed(at))?,
+                    )
+                    .to_string(),
                 ));
             }
         } else if kind == (NFNL_SUBSYS_QUEUE << 8 | NFQNL_MSG_PACKET) {
@@ -633,6 +638,20 @@ mod tests {
                 (8, b"\x60".to_vec(), None, None, 3)
             ]
         );
+    }
+
+    #[test]
+    fn an_error_message_with_no_errno_is_malformed_not_a_panic() {
+        // nlmsghdr (len 20, type NLMSG_ERROR) then an error of i32::MIN.
+        let mut buf = Vec::new();
+        buf.extend_from_slice(&20u32.to_ne_bytes());
+        buf.extend_from_slice(&NLMSG_ERROR.to_ne_bytes());
+        buf.extend_from_slice(&[0u8; 10]);
+        buf.extend_from_slice(&i32::MIN.to_ne_bytes());
+        assert!(matches!(
+            parse_packets(&buf, &mut |_| {}),
+            Err(NfqError::Malformed(0))
+        ));
     }
 
     #[test]
