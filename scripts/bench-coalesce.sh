@@ -15,27 +15,15 @@ cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "bench-coalesce: needs root"; exit 1; }
 secs=${1:-5}
 rounds=${2:-2}
-. scripts/topology.sh
+. scripts/bench-common.sh
 need_packages ip:iproute2 ethtool:ethtool iperf3:iperf3 python3:python3 tc:iproute2
-LINKEM=${LINKEM:-${CARGO_TARGET_DIR:-$PWD/target}/release/linkem}
+bench_linkem
 BASE=${BASE:-}
 P=lkco$$
 LPID=
-cleanup() {
-  [ -n "$LPID" ] && kill "$LPID" 2>/dev/null || true
-  topo_down "$P"
-}
-trap cleanup EXIT
+trap bench_cleanup EXIT
 
-goodput() {
-  local w=$1
-  ip netns exec "${P}b" iperf3 -s -1 -D -p 5201 >/dev/null 2>&1
-  sleep 0.3
-  ip netns exec "${P}a" timeout $((secs + 15)) iperf3 -c 10.97.0.2 -p 5201 -t "$secs" -O 1 \
-    ${w:+-w "$w"} -J 2>/dev/null |
-    python3 -c 'import json,sys; print("%.0f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e6))' ||
-    echo "?"
-}
+goodput() { tcp_goodput 10.97.0.2 "$secs" "${1:-}"; }
 
 # linkem BIN BACKEND [OPTIONS...] -- WORDS...: one cell through that linkem.
 through_linkem() {

@@ -1,11 +1,15 @@
 # shellcheck shell=bash
-# The start shared by the forwarding benches (bench-bridge.sh,
-# bench-bridge-rules.sh, bench-pairs.sh); source it after `cd` to the checkout.
+# The start shared by the benches (bench-bridge.sh, bench-bridge-rules.sh,
+# bench-pairs.sh, bench-tcp.sh, bench-coalesce.sh); source it after `cd` to the
+# checkout.
 #
 #   bench_start NAME PREFIX   root or exit; topology.sh's helpers; the packages;
 #                             LINKEM (a release build unless set), BACKENDS
 #                             (default: packet xdp); P=PREFIX$$ (the names of
 #                             this run) and out (a temporary folder)
+#   bench_linkem              LINKEM: a release build unless set
+#   bench_cleanup             the trap's: kills LPID, removes P's topology and out
+#   tcp_goodput ADDR SECS [W] one iperf3 TCP stream from P's a to b: Mbit/s or ?
 #   bench_one_topology NET    one topology P with NET.1 <-> NET.2, removed with
 #                             out at exit (LPID, the linkem running, is killed);
 #                             MAC_A, MAC_B and $out/udp64.cfg, trafgen's 64-byte
@@ -17,22 +21,41 @@
 bench_start() {
   [ "$(id -u)" = 0 ] || { echo "$1: needs root"; exit 1; }
   need_packages ip:iproute2 ethtool:ethtool trafgen:netsniff-ng python3:python3
-  # LINKEM=path runs that binary instead of building one (e.g. to compare two
-  # builds in one session).
+  bench_linkem
+  BACKENDS=${BACKENDS:-packet xdp}
+  P=$2$$
+  out=$(mktemp -d)
+}
+
+# LINKEM=path runs that binary instead of building one (e.g. to compare two
+# builds in one session).
+bench_linkem() {
   if [ -z "${LINKEM:-}" ]; then
     cargo build --release -q -p linkem
     LINKEM=${CARGO_TARGET_DIR:-$PWD/target}/release/linkem
   fi
-  BACKENDS=${BACKENDS:-packet xdp}
-  P=$2$$
-  out=$(mktemp -d)
 }
 
 # shellcheck disable=SC2317  # run by the trap
 bench_cleanup() {
   if [ -n "${LPID:-}" ]; then kill "$LPID" 2>/dev/null || true; fi
   topo_down "$P"
-  rm -rf "$out"
+  if [ -n "${out:-}" ]; then rm -rf "$out"; fi
+}
+
+# tcp_goodput ADDR SECS [WINDOW]: one iperf3 TCP stream from ${P}a to ADDR in
+# ${P}b (socket buffers WINDOW if given); prints the Mbit/s received, or "?"
+# when iperf3 gave no figure (its exit status is not trusted alone: a run
+# that ends in an error still prints JSON).
+tcp_goodput() {
+  local addr=$1 secs=$2 w=${3:-} mbit
+  ip netns exec "${P}b" iperf3 -s -1 -D -p 5201 >/dev/null 2>&1
+  sleep 0.3
+  mbit=$(ip netns exec "${P}a" timeout $((secs + 15)) iperf3 -c "$addr" -p 5201 -t "$secs" -O 1 \
+    ${w:+-w "$w"} -J 2>/dev/null |
+    python3 -c 'import json,sys; print("%.0f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e6))' \
+    2>/dev/null) || true
+  echo "${mbit:-?}"
 }
 
 bench_one_topology() {

@@ -11,25 +11,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "bench-tcp: needs root"; exit 1; }
 secs=${1:-5}
-. scripts/topology.sh
+. scripts/bench-common.sh
 need_packages ip:iproute2 ethtool:ethtool iperf3:iperf3 python3:python3
-cargo build --release -q -p linkem
-LINKEM=${LINKEM:-${CARGO_TARGET_DIR:-$PWD/target}/release/linkem}
+bench_linkem
 P=lktcp$$
 LPID=
-cleanup() {
-  [ -n "$LPID" ] && kill "$LPID" 2>/dev/null || true
-  topo_down "$P"
-}
-trap cleanup EXIT
+trap bench_cleanup EXIT
 
-goodput() {
-  ip netns exec "${P}b" iperf3 -s -1 -D -p 5201 >/dev/null 2>&1
-  sleep 0.3
-  ip netns exec "${P}a" timeout $((secs + 10)) iperf3 -c 10.96.0.2 -p 5201 -t "$secs" -O 1 -J 2>/dev/null |
-    python3 -c 'import json,sys; print("%.0f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e6))' ||
-    echo "?"
-}
+goodput() { tcp_goodput 10.96.0.2 "$secs"; }
 
 printf '| hosts | Linux bridge | linkem AF_XDP | linkem AF_PACKET |\n|---|---|---|---|\n'
 for setting in stock offloads-off; do

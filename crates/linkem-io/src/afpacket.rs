@@ -45,7 +45,6 @@
 //! segmentation (`gso_type` TCPV4/TCPV6, `gso_size` the MSS) and a partial checksum.
 
 use linkem_core::wire::{CsumPartial, Gso, GsoKind, Offload};
-use std::ffi::CString;
 use std::io;
 use std::mem::{size_of, zeroed};
 use std::os::fd::RawFd;
@@ -534,18 +533,7 @@ fn page_size() -> usize {
 impl AfPacket {
     /// Opens an AF_PACKET socket on `ifname` with RX and TX rings; see the module docs.
     pub fn open(ifname: &str, cfg: AfPacketConfig) -> Result<AfPacket, IoError> {
-        let no_such = || IoError::NoSuchInterface {
-            ifname: ifname.to_string(),
-        };
-        if ifname.is_empty() || ifname.len() >= libc::IFNAMSIZ {
-            return Err(no_such());
-        }
-        let cname = CString::new(ifname).map_err(|_| no_such())?;
-        // Safety: `cname` is a valid NUL-terminated string that outlives the call.
-        let ifindex = unsafe { libc::if_nametoindex(cname.as_ptr()) };
-        if ifindex == 0 {
-            return Err(no_such());
-        }
+        let ifindex = crate::ifaces::index_of(ifname)?;
         let page = page_size();
         let rx = RingGeometry::compute(cfg.frame_size, cfg.rx_frames, page)?;
         let tx = RingGeometry::compute(cfg.frame_size, cfg.tx_frames, page)?;
@@ -1161,18 +1149,7 @@ pub struct GsoSender {
 impl GsoSender {
     /// Opens the socket on `ifname` (protocol 0: it receives nothing).
     pub fn open(ifname: &str, qdisc_bypass: bool) -> Result<GsoSender, IoError> {
-        let no_such = || IoError::NoSuchInterface {
-            ifname: ifname.to_string(),
-        };
-        if ifname.is_empty() || ifname.len() >= libc::IFNAMSIZ {
-            return Err(no_such());
-        }
-        let cname = CString::new(ifname).map_err(|_| no_such())?;
-        // Safety: `cname` is a valid NUL-terminated string that outlives the call.
-        let ifindex = unsafe { libc::if_nametoindex(cname.as_ptr()) };
-        if ifindex == 0 {
-            return Err(no_such());
-        }
+        let ifindex = crate::ifaces::index_of(ifname)?;
         // Safety: plain system call with constant arguments.
         let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
         if fd < 0 {

@@ -93,9 +93,9 @@ fn ifreq(ifname: &str) -> libc::ifreq {
     req
 }
 
-/// Index, MTU and flags of `ifname`. The name must exist; whether it is up
-/// is the caller's question ([`Iface::is_up`]).
-pub fn lookup(ifname: &str) -> Result<Iface, IoError> {
+/// The index of `ifname` (`if_nametoindex`), never 0; a name that is empty,
+/// too long, holds a NUL or names no interface is `NoSuchInterface`.
+pub fn index_of(ifname: &str) -> Result<u32, IoError> {
     let no_such = || IoError::NoSuchInterface {
         ifname: ifname.to_string(),
     };
@@ -104,10 +104,16 @@ pub fn lookup(ifname: &str) -> Result<Iface, IoError> {
     }
     let cname = CString::new(ifname).map_err(|_| no_such())?;
     // Safety: cname is a valid NUL-terminated string.
-    let index = unsafe { libc::if_nametoindex(cname.as_ptr()) };
-    if index == 0 {
-        return Err(no_such());
+    match unsafe { libc::if_nametoindex(cname.as_ptr()) } {
+        0 => Err(no_such()),
+        index => Ok(index),
     }
+}
+
+/// Index, MTU and flags of `ifname`. The name must exist; whether it is up
+/// is the caller's question ([`Iface::is_up`]).
+pub fn lookup(ifname: &str) -> Result<Iface, IoError> {
+    let index = index_of(ifname)?;
     let sys = |call, e| IoError::Sys {
         call,
         ifname: ifname.to_string(),

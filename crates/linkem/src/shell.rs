@@ -388,10 +388,10 @@ fn dns_relay_outside() -> Option<(u16, bool)> {
     match crate::shell_dns::start_relay(listen, (resolver, 53).into(), true) {
         Ok(relay) => Some(relay),
         Err(e) => {
-            eprintln!(
-                "linkem: shell: {} names {resolver}, a loopback resolver, and no relay to it \
-                 could start ({e}): names will not resolve inside",
-                path.display()
+            crate::shell_dns::say_unrelayed(
+                &path,
+                resolver,
+                &format!("no relay to it could start: {e}"),
             );
             None
         }
@@ -685,13 +685,7 @@ fn relay_dns(plan: &Plan, in_userns: bool) -> Option<tempfile::NamedTempFile> {
     use crate::shell_dns::{self, CMD_RESOLV_CONF};
     let (path, conf) = shell_dns::host_conf();
     let resolver = shell_dns::first_loopback(&conf)?;
-    let cannot = |why: String| {
-        eprintln!(
-            "linkem: shell: {} names {resolver}, a loopback resolver, which CMD cannot reach \
-             ({why}): names will not resolve inside",
-            path.display()
-        );
-    };
+    let cannot = |why: String| shell_dns::say_unrelayed(&path, resolver, &why);
     // An ordinary user's: the outer linkem's relay, which pasta forwards.
     let outer = std::env::var(shell_dns::PORT_ENV).ok();
     let (upstream, tcp) = match (in_userns, outer.and_then(|p| p.parse::<u16>().ok())) {

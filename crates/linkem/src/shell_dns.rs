@@ -60,6 +60,16 @@ pub fn host_conf() -> (PathBuf, String) {
     (path, text)
 }
 
+/// Says that the loopback `resolver` named by the host's resolv.conf at
+/// `path` is not relayed, and `why`: names will not resolve inside.
+pub fn say_unrelayed(path: &std::path::Path, resolver: IpAddr, why: &str) {
+    eprintln!(
+        "linkem: shell: {} names {resolver}, a loopback resolver, which CMD cannot reach \
+         ({why}): names will not resolve inside",
+        path.display()
+    );
+}
+
 /// The address of a `nameserver ADDR` line.
 fn nameserver(line: &str) -> Option<IpAddr> {
     let mut w = line.split_whitespace();
@@ -143,25 +153,39 @@ fn relay_udp(sock: UdpSocket, upstream: SocketAddr, in_flight: Arc<AtomicUsize>)
                 return;
             }
         };
-        if in_flight.load(Ordering::Relaxed) >= MAX_IN_FLIGHT {
-            continue;
-        }
         let (Ok(back), query) = (sock.try_clone(), buf[..n].to_vec()) else {
             continue;
         };
-        in_flight.fetch_add(1, Ordering::Relaxed);
-        let count = in_flight.clone();
-        let asked = std::thread::Builder::new()
-            .name("linkem-shell-dns-q".into())
-            .spawn(move || {
-                if let Some(answer) = ask_udp(&query, upstream) {
-                    let _ = back.send_to(&answer, asker);
-                }
-                count.fetch_sub(1, Ordering::Relaxed);
-            });
-        if asked.is_err() {
-            in_flight.fetch_sub(1, Ordering::Relaxed);
-        }
+        spawn_limited(&in_flight, MAX_IN_FLIGHT, "linkem-shell-dns-q", move || {
+            if let Some(answer) = ask_udp(&query, upstream) {
+                let _ = back.send_to(&answer, asker);
+            }
+        });
+    }
+}
+
+/// Runs `work` on a thread of its own, unless `limit` such threads run
+/// already or none can be made: then the query is dropped, and its asker
+/// retries.
+fn spawn_limited(
+    in_flight: &Arc<AtomicUsize>,
+    limit: usize,
+    name: &str,
+    work: impl FnOnce() + Send + 'static,
+) {
+    if in_flight.load(Ordering::Relaxed) >= limit {
+        return;
+    }
+    in_flight.fetch_add(1, Ordering::Relaxed);
+    let count = in_flight.clone();
+    let spawned = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            work();
+            count.fetch_sub(1, Ordering::Relaxed);
+        });
+    if spawned.is_err() {
+        in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -185,20 +209,14 @@ fn relay_tcp(listener: TcpListener, upstream: SocketAddr) {
     for asker in listener.incoming() {
         let Ok(asker) = asker else { continue };
         // Two threads a connection (one a direction).
-        if in_flight.load(Ordering::Relaxed) >= MAX_IN_FLIGHT / 2 {
-            continue;
-        }
-        in_flight.fetch_add(1, Ordering::Relaxed);
-        let count = in_flight.clone();
-        let served = std::thread::Builder::new()
-            .name("linkem-shell-dns-c".into())
-            .spawn(move || {
+        spawn_limited(
+            &in_flight,
+            MAX_IN_FLIGHT / 2,
+            "linkem-shell-dns-c",
+            move || {
                 let _ = splice_tcp(asker, upstream);
-                count.fetch_sub(1, Ordering::Relaxed);
-            });
-        if served.is_err() {
-            in_flight.fetch_sub(1, Ordering::Relaxed);
-        }
+            },
+        );
     }
 }
 

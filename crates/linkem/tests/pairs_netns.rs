@@ -61,6 +61,23 @@ fn stop(
     (serde_json::from_str(last).unwrap(), stderr)
 }
 
+/// `bridge OPTIONS --stats json --max-lag off --control none` and a
+/// `--pair IF_A IF_B WORDS...` per topology. Lateness is not what these
+/// tests measure (see Bridge::start).
+fn bridge_args(options: &[&str], pairs: &[(&Topology, &[&str])]) -> Vec<String> {
+    let mut args: Vec<String> = ["bridge"]
+        .iter()
+        .chain(options)
+        .map(|a| a.to_string())
+        .collect();
+    args.extend(["--stats", "json", "--max-lag", "off", "--control", "none"].map(String::from));
+    for (t, words) in pairs {
+        args.extend(["--pair", &t.emu_a, &t.emu_b].map(String::from));
+        args.extend(words.iter().map(|w| w.to_string()));
+    }
+    args
+}
+
 /// Starts `linkem ARGS` and returns once it says its stages run, with
 /// threads reading its stdout and stderr.
 fn spawn_ready(
@@ -127,24 +144,8 @@ fn twenty_pairs_with_delay_5ms_in_one_process(backend: &str) {
         "{PAIRS} topologies up in {:.1} s",
         t0.elapsed().as_secs_f64()
     );
-    let mut args: Vec<String> = [
-        "bridge",
-        "--backend",
-        backend,
-        "--stats",
-        "json",
-        // Lateness is not what this test measures (see Bridge::start).
-        "--max-lag",
-        "off",
-        "--control",
-        "none",
-    ]
-    .map(String::from)
-    .to_vec();
-    for t in &topos {
-        args.extend(["--pair", &t.emu_a, &t.emu_b, "delay", "5ms"].map(String::from));
-    }
-    let (child, stdout, stderr) = spawn_ready(&args);
+    let pairs: Vec<_> = topos.iter().map(|t| (t, &["delay", "5ms"][..])).collect();
+    let (child, stdout, stderr) = spawn_ready(&bridge_args(&["--backend", backend], &pairs));
     // Each pair's first frames warm its path (a first ping each).
     std::thread::sleep(Duration::from_millis(200));
     let threads = std::fs::read_dir(format!("/proc/{}/task", child.id()))
@@ -245,26 +246,8 @@ fn two_pairs_hand_their_hosts_super_frames_each() {
         return;
     }
     let topos: Vec<Topology> = (0..2).map(|_| topology_with("lkpg", true)).collect();
-    let mut args: Vec<String> = [
-        "bridge",
-        "--backend",
-        "packet",
-        "--coalesce",
-        "on",
-        "--stats",
-        "json",
-        // Lateness is not what this test measures (see Bridge::start).
-        "--max-lag",
-        "off",
-        "--control",
-        "none",
-    ]
-    .map(String::from)
-    .to_vec();
-    for (t, words) in topos.iter().zip([&[][..], &["delay", "1ms"][..]]) {
-        args.extend(["--pair", &t.emu_a, &t.emu_b].map(String::from));
-        args.extend(words.iter().map(|w| w.to_string()));
-    }
+    let pairs: Vec<_> = topos.iter().zip([&[][..], &["delay", "1ms"][..]]).collect();
+    let args = bridge_args(&["--backend", "packet", "--coalesce", "on"], &pairs);
     let (child, stdout, stderr) = spawn_ready(&args);
     std::thread::sleep(Duration::from_millis(200));
     let results: Vec<Value> = std::thread::scope(|s| {

@@ -40,7 +40,9 @@
 
 use super::bytes::{read16, write16};
 use super::checksum::{add, fold, sum};
-use super::headers::{locate, IpVersion, L4Proto};
+use super::headers::{
+    locate, IpVersion, L4Proto, TCP_CWR, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN, TCP_URG,
+};
 use super::{CsumPartial, Gso, GsoKind, Offload};
 
 /// Most frames in one super-frame: what one NAPI poll hands GRO at most (its
@@ -51,13 +53,6 @@ const MAX_IP_LEN: usize = 65535;
 
 /// The Don't Fragment bit, in the high byte of the IPv4 flags/offset field.
 const IPV4_DF: u8 = 0x40;
-
-const TCP_FIN: u8 = 0x01;
-const TCP_SYN: u8 = 0x02;
-const TCP_RST: u8 = 0x04;
-const TCP_PSH: u8 = 0x08;
-const TCP_URG: u8 = 0x20;
-const TCP_CWR: u8 = 0x80;
 
 /// A frame that may take part in a super-frame: where its headers are and
 /// the fields the rule compares.

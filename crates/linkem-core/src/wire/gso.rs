@@ -14,12 +14,8 @@ use std::cell::RefCell;
 
 use super::bytes::{read16, write16};
 use super::checksum::{add, finish, fold, sum};
-use super::headers::{locate, Headers, IpVersion, L4Proto};
+use super::headers::{locate, Headers, IpVersion, L4Proto, TCP_CWR, TCP_FIN, TCP_PSH};
 use super::{complete_checksum, GsoKind, Offload, WireError};
-
-const TCP_FIN: u8 = 0x01;
-const TCP_PSH: u8 = 0x08;
-const TCP_CWR: u8 = 0x80;
 
 /// Cuts super-frames into wire frames in a buffer it keeps between calls.
 #[derive(Debug, Default, Clone)]

@@ -19,6 +19,15 @@ use super::WireError;
 /// At most this many VLAN tags are skipped (QinQ uses two; more is taken as garbage).
 pub const MAX_VLAN_TAGS: usize = 4;
 
+/// TCP header flags (RFC 9293 §3.1; URG and CWR from RFC 3168), in the
+/// flags byte at offset 13 of the TCP header.
+pub(super) const TCP_FIN: u8 = 0x01;
+pub(super) const TCP_SYN: u8 = 0x02;
+pub(super) const TCP_RST: u8 = 0x04;
+pub(super) const TCP_PSH: u8 = 0x08;
+pub(super) const TCP_URG: u8 = 0x20;
+pub(super) const TCP_CWR: u8 = 0x80;
+
 const ETHERTYPE_IPV4: u16 = 0x0800;
 const ETHERTYPE_IPV6: u16 = 0x86dd;
 const TPID_8021Q: u16 = 0x8100;

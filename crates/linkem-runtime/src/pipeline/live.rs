@@ -336,16 +336,7 @@ impl<M: LiveModel> LiveBridge<M> {
                 producer.capacity_bytes(),
             ));
             max_frame[i] = tx.max_frame_bytes();
-            let cfg = OutputConfig {
-                spin_ns: opts.spin_ns,
-                max_lag_ns: opts.max_lag_ns,
-                // Packets of different pipes (or reordered by the link) leave
-                // out of arrival order; the stage counts the records it
-                // stores out of order, so in-order runs are sent uncopied.
-                reorders: true,
-                sorted_runs: true,
-                coalesce_window_ns: opts.coalesce_window_ns,
-            };
+            let cfg = output_config(&opts);
             let prio = opts.realtime_priority;
             let timed_only = opts.realtime_timed_only;
             let outlet = Outlet::new(control.clone(), consumer, tx, &cfg);
@@ -589,14 +580,7 @@ impl<M: LiveModel> LiveBridge<M> {
             stage: None,
             outputs: Vec::new(),
         };
-        // As for one pair (see `start`).
-        let group_cfg = OutputConfig {
-            spin_ns: opts.spin_ns,
-            max_lag_ns: opts.max_lag_ns,
-            reorders: true,
-            sorted_runs: true,
-            coalesce_window_ns: opts.coalesce_window_ns,
-        };
+        let group_cfg = output_config(&opts);
         let mut sides: [Vec<Arc<Outlet>>; 2] = Default::default();
         let mut started = Vec::new();
         for pair in pairs {
@@ -623,14 +607,7 @@ impl<M: LiveModel> LiveBridge<M> {
             ));
         }
         for (i, dirs) in sides.into_iter().enumerate() {
-            let cfg = OutputConfig {
-                spin_ns: opts.spin_ns,
-                max_lag_ns: opts.max_lag_ns,
-                // As for one pair (see `start`).
-                reorders: true,
-                sorted_runs: true,
-                coalesce_window_ns: opts.coalesce_window_ns,
-            };
+            let cfg = group_cfg;
             let prio = opts.realtime_priority;
             let timed_only = opts.realtime_timed_only;
             let out_stop = output_stop.clone();
@@ -769,6 +746,20 @@ impl<M: LiveModel> Drop for LiveBridge<M> {
     }
 }
 
+/// The output stages' settings, for one pair and for several alike.
+fn output_config(opts: &LiveOptions) -> OutputConfig {
+    OutputConfig {
+        spin_ns: opts.spin_ns,
+        max_lag_ns: opts.max_lag_ns,
+        // Packets of different pipes (or reordered by the link) leave out of
+        // arrival order; the stage counts the records it stores out of
+        // order, so in-order runs are sent uncopied.
+        reorders: true,
+        sorted_runs: true,
+        coalesce_window_ns: opts.coalesce_window_ns,
+    }
+}
+
 /// Spins a little for the stage's answer, then sleeps on it.
 fn wait_reply(answer: &Receiver<Result<u64, SubmitError>>) -> Result<u64, SubmitError> {
     let start = clock::now_ns();
@@ -828,40 +819,37 @@ impl Outputs {
                 continue;
             }
             let c = outlet.control();
-            if self.claimed[i].is_none()
-                && c.output_ready_ns.load(Ordering::Relaxed) <= clock::now_ns()
-            {
-                // The output thread is awake and sending (it last found a frame
-                // due, and neither waits for a later release nor parks): what is
-                // due now is its, as under bulk traffic, which then keeps the
-                // output thread's core and its super-frames. It is woken in case
-                // it parked since.
-                std::sync::atomic::fence(Ordering::SeqCst);
-                if c.output_parked.load(Ordering::Acquire) {
-                    self.threads[i].unpark();
-                }
-                continue;
-            }
-            self.claimed[i] = None;
-            let (left, sent) = outlet.send_due(&mut clock::now_ns, Self::STAGE_SHARE_FRAMES)?;
-            let now_ns = clock::now_ns();
-            let wake = match left {
-                Left::Empty => false,
-                Left::Busy => pushed[i],
-                // More due than the stage's share: the output thread's.
-                Left::Next(release_ns) if release_ns <= now_ns => true,
-                Left::Next(release_ns) => {
-                    let mine = stage_sends(
-                        release_ns,
-                        now_ns,
-                        c.output_wake_ns.load(Ordering::Relaxed),
-                        c.output_ready_ns.load(Ordering::Relaxed),
-                    );
-                    if mine {
-                        self.claimed[i] = Some(release_ns);
+            // The output thread is awake and sending (it last found a frame
+            // due, and neither waits for a later release nor parks): what is
+            // due now is its, as under bulk traffic, which then keeps the
+            // output thread's core and its super-frames.
+            let output_sending = self.claimed[i].is_none()
+                && c.output_ready_ns.load(Ordering::Relaxed) <= clock::now_ns();
+            let (wake, sent) = if output_sending {
+                (true, 0)
+            } else {
+                self.claimed[i] = None;
+                let (left, sent) = outlet.send_due(&mut clock::now_ns, Self::STAGE_SHARE_FRAMES)?;
+                let now_ns = clock::now_ns();
+                let wake = match left {
+                    Left::Empty => false,
+                    Left::Busy => pushed[i],
+                    // More due than the stage's share: the output thread's.
+                    Left::Next(release_ns) if release_ns <= now_ns => true,
+                    Left::Next(release_ns) => {
+                        let mine = stage_sends(
+                            release_ns,
+                            now_ns,
+                            c.output_wake_ns.load(Ordering::Relaxed),
+                            c.output_ready_ns.load(Ordering::Relaxed),
+                        );
+                        if mine {
+                            self.claimed[i] = Some(release_ns);
+                        }
+                        !mine
                     }
-                    !mine
-                }
+                };
+                (wake, sent)
             };
             if wake {
                 // Pairs with the output stage's fence (see `output::idle`).

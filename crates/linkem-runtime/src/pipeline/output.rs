@@ -391,6 +391,7 @@ impl Source {
     }
 }
 
+#[derive(Clone, Copy)]
 pub(super) struct OutputConfig {
     pub spin_ns: u64,
     pub max_lag_ns: Option<u64>,
@@ -491,15 +492,14 @@ impl Outlet {
         // takes on the release, or the output thread it wakes, see
         // `live::Outputs::hand_out`) sends or releases it; with nothing
         // waiting it leaves now.
-        inner.st.flush_before(match left {
+        let next = match left {
             Left::Next(r) => Some(r),
             _ => None,
-        })?;
-        let at = match left {
-            Left::Next(r) => r,
-            _ => u64::MAX,
         };
-        self.control.output_at_ns.store(at, Ordering::Relaxed);
+        inner.st.flush_before(next)?;
+        self.control
+            .output_at_ns
+            .store(next.unwrap_or(u64::MAX), Ordering::Relaxed);
         if sent > 0 {
             let now_ns = now();
             if now_ns.wrapping_sub(inner.last_publish_ns) > PUBLISH_NS {
