@@ -45,6 +45,7 @@
 //! segmentation (`gso_type` TCPV4/TCPV6, `gso_size` the MSS) and a partial checksum.
 
 use linkem_core::wire::{CsumPartial, Gso, GsoKind, Offload};
+use std::ffi::CString;
 use std::io;
 use std::mem::{size_of, zeroed};
 use std::os::fd::RawFd;
@@ -530,10 +531,28 @@ fn page_size() -> usize {
     }
 }
 
+/// The index of `ifname` (`if_nametoindex`), never 0 (here beside
+/// [`IoError`], which [`crate::ifaces`] imports from this module); a name that is empty,
+/// too long, holds a NUL or names no interface is `NoSuchInterface`.
+pub fn index_of(ifname: &str) -> Result<u32, IoError> {
+    let no_such = || IoError::NoSuchInterface {
+        ifname: ifname.to_string(),
+    };
+    if ifname.is_empty() || ifname.len() >= libc::IFNAMSIZ {
+        return Err(no_such());
+    }
+    let cname = CString::new(ifname).map_err(|_| no_such())?;
+    // Safety: cname is a valid NUL-terminated string.
+    match unsafe { libc::if_nametoindex(cname.as_ptr()) } {
+        0 => Err(no_such()),
+        index => Ok(index),
+    }
+}
+
 impl AfPacket {
     /// Opens an AF_PACKET socket on `ifname` with RX and TX rings; see the module docs.
     pub fn open(ifname: &str, cfg: AfPacketConfig) -> Result<AfPacket, IoError> {
-        let ifindex = crate::ifaces::index_of(ifname)?;
+        let ifindex = index_of(ifname)?;
         let page = page_size();
         let rx = RingGeometry::compute(cfg.frame_size, cfg.rx_frames, page)?;
         let tx = RingGeometry::compute(cfg.frame_size, cfg.tx_frames, page)?;
@@ -1149,7 +1168,7 @@ pub struct GsoSender {
 impl GsoSender {
     /// Opens the socket on `ifname` (protocol 0: it receives nothing).
     pub fn open(ifname: &str, qdisc_bypass: bool) -> Result<GsoSender, IoError> {
-        let ifindex = crate::ifaces::index_of(ifname)?;
+        let ifindex = index_of(ifname)?;
         // Safety: plain system call with constant arguments.
         let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
         if fd < 0 {

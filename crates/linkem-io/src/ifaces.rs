@@ -40,7 +40,6 @@
 //!   drops them when the socket closes, however the process ends, so the
 //!   interface goes back to what it was without any cleanup code.
 
-use std::ffi::CString;
 use std::io;
 use std::mem::{size_of, zeroed};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -93,27 +92,10 @@ fn ifreq(ifname: &str) -> libc::ifreq {
     req
 }
 
-/// The index of `ifname` (`if_nametoindex`), never 0; a name that is empty,
-/// too long, holds a NUL or names no interface is `NoSuchInterface`.
-pub fn index_of(ifname: &str) -> Result<u32, IoError> {
-    let no_such = || IoError::NoSuchInterface {
-        ifname: ifname.to_string(),
-    };
-    if ifname.is_empty() || ifname.len() >= libc::IFNAMSIZ {
-        return Err(no_such());
-    }
-    let cname = CString::new(ifname).map_err(|_| no_such())?;
-    // Safety: cname is a valid NUL-terminated string.
-    match unsafe { libc::if_nametoindex(cname.as_ptr()) } {
-        0 => Err(no_such()),
-        index => Ok(index),
-    }
-}
-
 /// Index, MTU and flags of `ifname`. The name must exist; whether it is up
 /// is the caller's question ([`Iface::is_up`]).
 pub fn lookup(ifname: &str) -> Result<Iface, IoError> {
-    let index = index_of(ifname)?;
+    let index = crate::afpacket::index_of(ifname)?;
     let sys = |call, e| IoError::Sys {
         call,
         ifname: ifname.to_string(),
