@@ -11,8 +11,9 @@
 #          through linkem as started by default and with each `--realtime` of RT,
 #          and through the bridge: what the real-time policy costs the hosts;
 #   late   bulk TCP (iperf3, stock hosts) through the default bridge: goodput and
-#          the frames counted `late` at the default max-lag, with `--max-lag
-#          off`, and with each `--realtime` of RT.
+#          the frames counted `late` and the a->b lateness (p50, p99, max) at
+#          the default max-lag, with `--max-lag off`, and with each
+#          `--realtime` of RT.
 #
 #   scripts/bench-hosts.sh [rtt] [flood] [late]     # all three by default (root)
 #
@@ -68,7 +69,8 @@ linkem_on() {
   kill -0 "$LPID" 2>/dev/null || { cat "$out/err.txt" >&2; exit 1; }
 }
 linkem_off() { kill -INT "$LPID"; wait "$LPID" || true; LPID=; }
-# Fates of a->b and b->a summed, from the last stats line: "late N delivered N".
+# Fates of a->b and b->a summed, from the last stats line, and the lateness of
+# a->b (the data direction): "late N delivered N p50 US p99 US max US".
 fates() {
   python3 - "$out/stats.json" <<'EOF'
 import json, sys
@@ -76,7 +78,9 @@ lines = [l for l in open(sys.argv[1]) if l.startswith("{")]
 d = json.loads(lines[-1]) if lines else {"directions": []}
 late = sum(x["fates"].get("late", 0) for x in d["directions"])
 dlv = sum(x["fates"].get("delivered", 0) for x in d["directions"])
-print("late %d delivered %d" % (late, dlv))
+l = d["directions"][0]["lateness_ns"] if d["directions"] else {}
+us = lambda k: "%.0f" % (l[k] / 1e3) if k in l else "?"
+print("late %d delivered %d p50 %s p99 %s max %s" % (late, dlv, us("p50"), us("p99"), us("max")))
 EOF
 }
 # record "PART|LABEL" VALUE...: one line of $out/rows (label, a tab, the
@@ -177,7 +181,8 @@ for line in open(sys.argv[1]):
 heads = {
     "rtt": ["ping RTT", "median µs", "p90 µs", "replies"],
     "flood": ["64-byte UDP flood", "received kpps"],
-    "late": ["bulk TCP", "Mbit/s", "", "late frames", "", "delivered frames"],
+    "late": ["bulk TCP", "Mbit/s", "", "late frames", "", "delivered frames",
+             "", "lateness p50 µs", "", "p99 µs", "", "max µs"],
 }
 def cell(xs):
     nums = []
