@@ -316,7 +316,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 32)]
     pub batch: usize,
     /// How long the emulating stage keeps polling for frames after the last
-    /// arrival before it sleeps (default 50us; '0' sleeps at once): an answer
+    /// arrival before it sleeps (default 100us; '0' sleeps at once): an answer
     /// coming back within that time is taken without a wake-up. Lingering is
     /// charged to the stage's spin budget and takes at most a quarter of a core;
     /// an idle link never lingers.

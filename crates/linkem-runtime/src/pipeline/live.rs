@@ -26,6 +26,16 @@
 //!   served on time with no traffic arriving, or to the next sweep of idle
 //!   flow instances while the model holds any; with none of these the poll
 //!   has no timeout: an idle stage does not wake.
+//! - **Lingering.** Before it sleeps, a stage whose last arrival is less than
+//!   [`LiveOptions::linger_ns`] old goes round its loop instead (non-blocking
+//!   receives, `sched_yield` between turns, at ordinary priority: a host
+//!   woken on the stage's core by the frame just sent must be able to answer),
+//!   so an answer in the other direction is taken without a wake-up
+//!   ([`wait::Linger`]: charged to the spin budget, at most a quarter of a core
+//!   per 10 ms window, never without a recent arrival). A ping's answer needs
+//!   none of this (it comes back inside the stage's send, the receiving host's
+//!   kernel path running in the send call on veth); a host process's answer
+//!   (a UDP or TCP server) comes 50-100 µs later, after its own wake-up.
 //! - **Arrivals.** A received frame is one of: a super-frame (TSO/GSO/USO from
 //!   the host, or merged by GRO; `offload.gso`), cut with
 //!   [`linkem_core::wire::segment`] into frames of at most the egress
@@ -94,9 +104,7 @@
 use super::objects::{Objects, ObjectsSnapshot};
 use super::output::{output_stage, stage_sends, Left, Outlet, OutputConfig};
 use super::output_group::output_group;
-use super::wait::{
-    self, set_realtime, Linger, Realtime, SpinBudget, WakeEstimate, MIN_SPIN_NS,
-};
+use super::wait::{self, set_realtime, Linger, Realtime, SpinBudget, WakeEstimate, MIN_SPIN_NS};
 use super::wire::{cut, finish, Cut, KERNEL_DROPS_EVERY_NS};
 use super::{Control, Direction, DirectionStats};
 use crate::clock;
