@@ -70,6 +70,7 @@ fn start_with(text: &str, cfg: NodeConfig) -> (NodeBridge, [Feed; 2], [Sent; 2])
         // Order and timing are checked here; a descheduled thread is not loss.
         max_lag_ns: None,
         batch: 32,
+        linger_ns: 0,
         realtime_priority: None,
         realtime_input: false,
         coalesce_window_ns: None,

@@ -10,7 +10,7 @@ use anyhow::Result;
 use linkem_core::rules::Side;
 use linkem_core::units::{parse_size_bytes, parse_time_ns};
 use linkem_io::outfile::FileUse;
-use linkem_runtime::pipeline::{DEFAULT_MAX_LAG_NS, DEFAULT_SPIN_NS};
+use linkem_runtime::pipeline::{DEFAULT_LINGER_NS, DEFAULT_MAX_LAG_NS, DEFAULT_SPIN_NS};
 use std::path::PathBuf;
 
 /// `linkem replay`'s arguments.
@@ -315,6 +315,13 @@ pub struct RunArgs {
     /// Frames received per batch.
     #[arg(long, default_value_t = 32)]
     pub batch: usize,
+    /// How long the emulating stage keeps polling for frames after the last
+    /// arrival before it sleeps (default 100us; '0' sleeps at once): an answer
+    /// coming back within that time is taken without a wake-up. Lingering is
+    /// charged to the stage's spin budget and takes at most a quarter of a core;
+    /// an idle link never lingers.
+    #[arg(long, value_name = "TIME")]
+    pub linger: Option<String>,
     /// Which stages run under SCHED_FIFO: 'out' (default) lets the output stages
     /// wake at release times, and the input stages take frames in, at once even when
     /// traffic generators load the same cores (a stage busy for 1 ms without a pause
@@ -374,6 +381,7 @@ pub struct RunArgs {
 /// The options the emulating paths (links or rules) share.
 pub(crate) struct Timing {
     pub spin_ns: u64,
+    pub linger_ns: u64,
     pub max_lag_ns: Option<u64>,
     pub buffer: Option<usize>,
     /// `None`: coalescing off.
@@ -384,6 +392,11 @@ pub(crate) fn timing(args: &BridgeArgs) -> Result<Timing> {
     let spin_ns = match &args.run.spin_threshold {
         Some(t) => parse_time_ns(t).map_err(|e| anyhow::anyhow!("--spin-threshold {e}"))?,
         None => DEFAULT_SPIN_NS,
+    };
+    let linger_ns = match args.run.linger.as_deref() {
+        Some("0") => 0,
+        Some(t) => parse_time_ns(t).map_err(|e| anyhow::anyhow!("--linger {e}"))?,
+        None => DEFAULT_LINGER_NS,
     };
     let max_lag_ns = match args.run.max_lag.as_deref() {
         Some("off") => None,
@@ -403,6 +416,7 @@ pub(crate) fn timing(args: &BridgeArgs) -> Result<Timing> {
     };
     Ok(Timing {
         spin_ns,
+        linger_ns,
         max_lag_ns,
         buffer,
         coalesce_window_ns,

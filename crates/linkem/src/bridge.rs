@@ -556,6 +556,7 @@ pub(crate) fn live_options(
         spin_ns: timing.spin_ns,
         max_lag_ns: timing.max_lag_ns,
         batch: args.run.batch.max(1),
+        linger_ns: timing.linger_ns,
         realtime_priority: realtime.then_some(REALTIME_PRIORITY),
         realtime_input: args.run.realtime == Realtime::All,
         coalesce_window_ns: timing.coalesce_window_ns,

@@ -438,6 +438,7 @@ fn bridge_args(args: &ShellArgs, plan: &Plan) -> BridgeArgs {
             max_lag: Some(args.max_lag.clone()),
             buffer: None,
             batch: 32,
+            linger: None,
             realtime: Realtime::Out,
             duration: None,
             max_flows: linkem_core::pipe::DEFAULT_MAX_FLOWS,

@@ -26,6 +26,16 @@
 //!   served on time with no traffic arriving, or to the next sweep of idle
 //!   flow instances while the model holds any; with none of these the poll
 //!   has no timeout: an idle stage does not wake.
+//! - **Lingering.** Before it sleeps, a stage whose last arrival is less than
+//!   [`LiveOptions::linger_ns`] old goes round its loop instead (non-blocking
+//!   receives, `sched_yield` between turns, at ordinary priority: a host
+//!   woken on the stage's core by the frame just sent must be able to answer),
+//!   so an answer in the other direction is taken without a wake-up
+//!   ([`wait::Linger`]: charged to the spin budget, at most a quarter of a core
+//!   per 10 ms window, never without a recent arrival). A ping's answer needs
+//!   none of this (it comes back inside the stage's send, the receiving host's
+//!   kernel path running in the send call on veth); a host process's answer
+//!   (a UDP or TCP server) comes 50-100 µs later, after its own wake-up.
 //! - **Arrivals.** A received frame is one of: a super-frame (TSO/GSO/USO from
 //!   the host, or merged by GRO; `offload.gso`), cut with
 //!   [`linkem_core::wire::segment`] into frames of at most the egress
@@ -94,7 +104,7 @@
 use super::objects::{Objects, ObjectsSnapshot};
 use super::output::{output_stage, stage_sends, Left, Outlet, OutputConfig};
 use super::output_group::output_group;
-use super::wait::{self, set_realtime, Realtime, SpinBudget, WakeEstimate, MIN_SPIN_NS};
+use super::wait::{self, set_realtime, Linger, Realtime, SpinBudget, WakeEstimate, MIN_SPIN_NS};
 use super::wire::{cut, finish, Cut, KERNEL_DROPS_EVERY_NS};
 use super::{Control, Direction, DirectionStats};
 use crate::clock;
@@ -239,6 +249,10 @@ pub struct LiveOptions {
     /// Frames taken per receive call from each port, as
     /// [`super::DirectionOptions::batch`].
     pub batch: usize,
+    /// How long the stage keeps polling its ports after the last arrival
+    /// before it sleeps ([`wait::Linger`]); 0: it sleeps as soon as a turn
+    /// takes nothing. Default [`wait::DEFAULT_LINGER_NS`].
+    pub linger_ns: u64,
     /// As [`super::DirectionOptions::realtime_priority`], for the live stage
     /// (while it waits) and the output stages.
     pub realtime_priority: Option<i32>,
@@ -267,6 +281,7 @@ impl LiveOptions {
             spin_ns: wait::DEFAULT_SPIN_NS,
             max_lag_ns: Some(super::DEFAULT_MAX_LAG_NS),
             batch: super::DEFAULT_BATCH,
+            linger_ns: wait::DEFAULT_LINGER_NS,
             realtime_priority: None,
             realtime_input: false,
             coalesce_window_ns: Some(super::DEFAULT_COALESCE_WINDOW_NS),
@@ -1529,6 +1544,7 @@ fn live_stage<M: LiveModel>(
         overshoot_ns: 50_000,
     };
     let mut budget = SpinBudget::new(clock::now_ns());
+    let mut linger = Linger::new(opts.linger_ns);
     'run: while !stop.load(Ordering::Acquire) {
         let mut taken = 0;
         let mut full = false;
@@ -1560,7 +1576,11 @@ fn live_stage<M: LiveModel>(
                 .iter()
                 .any(|p| p.shared.has_changes.load(Ordering::Acquire))
         };
-        if taken > 0 || changes() {
+        if taken > 0 {
+            linger.arrived(now, &mut budget);
+            continue;
+        }
+        if changes() {
             continue;
         }
         // Sleep until the model's next event less the learnt wake-up overshoot,
@@ -1570,6 +1590,17 @@ fn live_stage<M: LiveModel>(
         // would be lateness on the wire.
         let now = clock::now_ns();
         budget.tick(now);
+        // An answer to what was just sent (or the burst's next frame) often
+        // arrives within tens of µs: taken while lingering, it costs no wake-up.
+        if linger.keep_polling(now, &mut budget) {
+            if let Some(rt) = realtime.as_mut() {
+                // Failing to leave SCHED_FIFO costs the hosts' time, not packets.
+                let _ = rt.linger_mode();
+            }
+            // Lets a host on this core (the one that answers) run first.
+            std::thread::yield_now();
+            continue;
+        }
         let spin = if budget.frugal {
             MIN_SPIN_NS
         } else {

@@ -77,7 +77,7 @@ pub use options::{
     buffer_bytes_for, DirectionOptions, DirectionStats, DEFAULT_BATCH, DEFAULT_MAX_LAG_NS,
     UNSHAPED_SIZING_RATE_BPS,
 };
-pub use wait::{set_realtime, DEFAULT_SPIN_NS};
+pub use wait::{set_realtime, DEFAULT_LINGER_NS, DEFAULT_SPIN_NS};
 
 use crate::port::{RxPort, TxPort};
 use hdrhistogram::Histogram;

@@ -1,6 +1,7 @@
 //! How the output stage waits for a release time: sleep far, spin near, learn
 //! how late sleeps wake, cap the share of time spent spinning, and hold
-//! SCHED_FIFO only while waiting.
+//! SCHED_FIFO only while waiting; and how long the live stage lingers after
+//! arrivals before it sleeps ([`Linger`]).
 
 /// Default for [`super::DirectionOptions::spin_ns`], the most the output thread
 /// spins before a release time. It spins only as long as a timed sleep has
@@ -42,9 +43,16 @@ pub(super) struct SpinBudget {
     window_start_ns: u64,
     pub spun_ns: u64,
     pub frugal: bool,
+    /// Of `spun_ns`, what went to lingering in this window ([`Linger`]).
+    lingered_ns: u64,
 }
 
 const SPIN_WINDOW_NS: u64 = 10_000_000;
+/// The most of each [`SPIN_WINDOW_NS`] the live stage lingers ([`Linger`]):
+/// a quarter of a core at most, so that under steady traffic whose arrivals
+/// come just far enough apart to keep the stage lingering (a flood from a host
+/// on the same cores), the hosts keep three quarters of the core it runs on.
+pub(super) const LINGER_SHARE_NS: u64 = SPIN_WINDOW_NS / 4;
 
 impl SpinBudget {
     pub fn new(now: u64) -> Self {
@@ -52,6 +60,7 @@ impl SpinBudget {
             window_start_ns: now,
             spun_ns: 0,
             frugal: false,
+            lingered_ns: 0,
         }
     }
 
@@ -61,7 +70,81 @@ impl SpinBudget {
             self.frugal = self.spun_ns * 2 > elapsed;
             self.window_start_ns = now;
             self.spun_ns = 0;
+            self.lingered_ns = 0;
         }
+    }
+}
+
+/// Default for [`super::live::LiveOptions::linger_ns`] (`--linger`): how long
+/// the live stage keeps polling its ports after the last arrival before it
+/// sleeps. Sized from the answer of a host process (a UDP echo server) on this
+/// project's 2-core VM: it comes back through the other port 50-100 µs after
+/// the stage sent the request (the server's own wake-up); lingering 50 µs
+/// caught a fifth of the answers, 100 µs all of them (one stage wake-up per
+/// exchange instead of two, echo RTT 123 µs instead of 172: docs/numbers.md,
+/// "Where a small delay's floor goes"). Linux's busy polling
+/// (`net.core.busy_poll`) defaults to 50 µs for the same purpose on a socket.
+pub const DEFAULT_LINGER_NS: u64 = 100_000;
+
+/// The live stage's linger: after a batch that took frames, it goes round its
+/// loop without sleeping (non-blocking receives) until `linger_ns` after the
+/// last arrival, so that a frame arriving within that time (an answer in the
+/// other direction, the next frame of a burst) is taken without a wake-up.
+///
+/// Invariants: it never lingers unless a frame arrived within `linger_ns`, so
+/// an idle stage does not spin; it charges the time it lingers to the stage's
+/// [`SpinBudget`] (measured between its own turns, not counted per turn), and
+/// stops for the rest of the window once the budget is frugal (more than half
+/// the window spent spinning) or [`LINGER_SHARE_NS`] of the window went to
+/// lingering. So a stage lingers at most `linger_ns` per arrival and a quarter
+/// of a core over any 10 ms window.
+pub(super) struct Linger {
+    linger_ns: u64,
+    last_arrival_ns: Option<u64>,
+    /// The previous turn of this linger, whose time since is charged.
+    turn_ns: Option<u64>,
+}
+
+impl Linger {
+    pub fn new(linger_ns: u64) -> Self {
+        Linger {
+            linger_ns,
+            last_arrival_ns: None,
+            turn_ns: None,
+        }
+    }
+
+    /// A batch that started at `now_ns` took frames: the linger that led to
+    /// it is charged up to then, the batch's own work is not.
+    pub fn arrived(&mut self, now_ns: u64, budget: &mut SpinBudget) {
+        self.charge(now_ns, budget);
+        self.last_arrival_ns = Some(now_ns);
+    }
+
+    fn charge(&mut self, now_ns: u64, budget: &mut SpinBudget) {
+        if let Some(t) = self.turn_ns.take() {
+            let spent = now_ns.saturating_sub(t);
+            budget.spun_ns += spent;
+            budget.lingered_ns += spent;
+        }
+    }
+
+    /// Whether the stage should go round once more instead of sleeping, at
+    /// `now_ns` with nothing taken; charges `budget` with the time since its
+    /// previous linger turn.
+    pub fn keep_polling(&mut self, now_ns: u64, budget: &mut SpinBudget) -> bool {
+        self.charge(now_ns, budget);
+        let within = self
+            .last_arrival_ns
+            .is_some_and(|a| now_ns.saturating_sub(a) < self.linger_ns);
+        let keep = within && !budget.frugal && budget.lingered_ns < LINGER_SHARE_NS;
+        if keep {
+            self.turn_ns = Some(now_ns);
+        } else {
+            // Lingering ends until the next arrival.
+            self.last_arrival_ns = None;
+        }
+        keep
     }
 }
 
@@ -150,6 +233,21 @@ impl Realtime {
         Ok(())
     }
 
+    /// The stage lingers for traffic ([`Linger`]): at ordinary priority,
+    /// since a real-time spinner would keep the very host whose answer it
+    /// waits for off its core (a host woken on the stage's core by the frame
+    /// the stage just sent cannot run until the linger ends: a UDP echo took
+    /// 210-325 µs instead of 156 when the stage lingered under SCHED_FIFO).
+    /// [`Realtime::wait_mode`] or [`Realtime::idle_mode`] restore the policy
+    /// before the stage sleeps.
+    pub fn linger_mode(&mut self) -> Result<(), String> {
+        if self.on {
+            set_ordinary()?;
+            self.on = false;
+        }
+        Ok(())
+    }
+
     pub fn wait_mode(&mut self) -> Result<(), String> {
         self.busy_since_ns = None;
         if !self.on {
@@ -165,5 +263,95 @@ impl Realtime {
         if self.on && now_ns.saturating_sub(since) >= SUSTAINED_BUSY_NS && set_ordinary().is_ok() {
             self.on = false;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const US: u64 = 1_000;
+
+    #[test]
+    fn linger_never_without_an_arrival() {
+        let mut budget = SpinBudget::new(0);
+        let mut l = Linger::new(50 * US);
+        for t in [0, 10 * US, 1_000 * US] {
+            assert!(
+                !l.keep_polling(t, &mut budget),
+                "idle stage lingered at {t} ns"
+            );
+        }
+        assert_eq!(budget.spun_ns, 0);
+    }
+
+    #[test]
+    fn linger_is_bounded_by_its_time_after_the_last_arrival() {
+        let mut budget = SpinBudget::new(0);
+        let mut l = Linger::new(50 * US);
+        l.arrived(100 * US, &mut budget);
+        let mut t = 100 * US;
+        let mut turns = 0;
+        while l.keep_polling(t, &mut budget) {
+            t += US;
+            turns += 1;
+            assert!(turns < 1_000, "lingered past its bound");
+        }
+        assert_eq!(
+            t,
+            150 * US,
+            "lingers until 50 us after the arrival, no longer"
+        );
+        // Charged between its own turns: from its first turn to its last check.
+        assert_eq!(budget.spun_ns, 50 * US);
+        assert_eq!(budget.lingered_ns, 50 * US);
+        // Over until the next arrival, though still within the window's share.
+        assert!(!l.keep_polling(t + US, &mut budget));
+        l.arrived(200 * US, &mut budget);
+        assert!(l.keep_polling(201 * US, &mut budget));
+    }
+
+    #[test]
+    fn linger_stops_when_the_budget_is_frugal() {
+        let mut budget = SpinBudget::new(0);
+        // A window more than half spent spinning (to release times) makes the next frugal.
+        budget.spun_ns = SPIN_WINDOW_NS * 3 / 4;
+        budget.tick(SPIN_WINDOW_NS);
+        assert!(budget.frugal);
+        let mut l = Linger::new(50 * US);
+        l.arrived(SPIN_WINDOW_NS, &mut budget);
+        assert!(!l.keep_polling(SPIN_WINDOW_NS + US, &mut budget));
+    }
+
+    #[test]
+    fn linger_takes_at_most_its_share_of_a_window() {
+        // Arrivals every 40 us (a flood just sparse enough to linger between
+        // frames): the stage lingers between them until a quarter of the
+        // window is spent, then sleeps for the rest of it.
+        let mut budget = SpinBudget::new(0);
+        let mut l = Linger::new(50 * US);
+        let mut lingered = 0;
+        let mut t = 0;
+        while t < SPIN_WINDOW_NS {
+            budget.tick(t);
+            if t % (40 * US) == 0 {
+                l.arrived(t, &mut budget);
+            } else if l.keep_polling(t, &mut budget) {
+                lingered += US;
+            }
+            t += US;
+        }
+        assert!(
+            lingered <= LINGER_SHARE_NS + US,
+            "lingered {lingered} ns of a {SPIN_WINDOW_NS} ns window"
+        );
+        assert!(
+            lingered >= LINGER_SHARE_NS - 40 * US,
+            "lingered only {lingered} ns"
+        );
+        // The next window has its share again.
+        budget.tick(SPIN_WINDOW_NS);
+        l.arrived(SPIN_WINDOW_NS, &mut budget);
+        assert!(l.keep_polling(SPIN_WINDOW_NS + US, &mut budget));
     }
 }
