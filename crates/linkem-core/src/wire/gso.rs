@@ -232,7 +232,10 @@ impl SegmentPlan {
     /// Length of segment `i` (`i < segments`), bytes.
     pub fn frame_bytes(&self, i: usize) -> usize {
         let from = i * self.per_segment_bytes;
-        self.header_bytes + self.per_segment_bytes.min(self.payload_bytes.saturating_sub(from))
+        self.header_bytes
+            + self
+                .per_segment_bytes
+                .min(self.payload_bytes.saturating_sub(from))
     }
 
     /// Lengths of the segments in order, bytes.

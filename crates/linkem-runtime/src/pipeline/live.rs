@@ -95,15 +95,15 @@ use super::objects::{Objects, ObjectsSnapshot};
 use super::output::{output_stage, stage_sends, Left, Outlet, OutputConfig};
 use super::output_group::output_group;
 use super::wait::{self, set_realtime, Realtime, SpinBudget, WakeEstimate, MIN_SPIN_NS};
-use super::wire::{cut, finish, Cut, KERNEL_DROPS_EVERY_NS};
+use super::wire::{cut, finish, whole_plan, Cut, KERNEL_DROPS_EVERY_NS};
 use super::{Control, Direction, DirectionStats};
 use crate::clock;
-use crate::delay_line::{delay_line, Producer};
+use crate::delay_line::{delay_line, Producer, Whole};
 use crate::port::{RxFrame, RxPort, TxPort, WaitFds};
 use linkem_core::model::{Change, ChangeError, LinkModel, Model};
 use linkem_core::node::{Decision, Node, PacketIn};
 use linkem_core::rules::{FlowKey, L2Kind, Side, SocketOwner};
-use linkem_core::wire::CsumPartial;
+use linkem_core::wire::{segment, CsumPartial, Offload, SegmentPlan};
 use linkem_core::{Fate, FateCounts};
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -328,6 +328,7 @@ impl<M: LiveModel> LiveBridge<M> {
         let mut producers = Vec::new();
         let mut outlets = Vec::new();
         let mut max_frame = [0usize; 2];
+        let mut supers = [false; 2];
         let no_copies = tx.iter().find_map(|t| t.no_copies());
         for (i, tx) in tx.into_iter().enumerate() {
             let (producer, consumer) = delay_line(opts.buffer_bytes[i])?;
@@ -336,6 +337,7 @@ impl<M: LiveModel> LiveBridge<M> {
                 producer.capacity_bytes(),
             ));
             max_frame[i] = tx.max_frame_bytes();
+            supers[i] = opts.coalesce_window_ns.is_some() && tx.sends_super_frames();
             let cfg = output_config(&opts);
             let prio = opts.realtime_priority;
             let timed_only = opts.realtime_timed_only;
@@ -377,6 +379,7 @@ impl<M: LiveModel> LiveBridge<M> {
             controls.clone(),
             producers,
             max_frame,
+            supers,
             opts.tap.take(),
         );
         let shared = Shared::started(model, stage, no_copies);
@@ -588,6 +591,7 @@ impl<M: LiveModel> LiveBridge<M> {
             let mut producers = Vec::new();
             let mut outlets = Vec::new();
             let mut max_frame = [0usize; 2];
+            let mut supers = [false; 2];
             let no_copies = pair.tx.iter().find_map(|t| t.no_copies());
             for (i, tx) in pair.tx.into_iter().enumerate() {
                 let (producer, consumer) = delay_line(pair.buffer_bytes[i])?;
@@ -596,6 +600,7 @@ impl<M: LiveModel> LiveBridge<M> {
                     producer.capacity_bytes(),
                 ));
                 max_frame[i] = tx.max_frame_bytes();
+                supers[i] = opts.coalesce_window_ns.is_some() && tx.sends_super_frames();
                 let outlet = Outlet::new(control.clone(), consumer, tx, &group_cfg);
                 sides[i].push(outlet.clone());
                 outlets.push(outlet);
@@ -603,7 +608,8 @@ impl<M: LiveModel> LiveBridge<M> {
                 producers.push(producer);
             }
             started.push((
-                pair.names, controls, producers, outlets, max_frame, pair.model, pair.rx, no_copies,
+                pair.names, controls, producers, outlets, max_frame, supers, pair.model, pair.rx,
+                no_copies,
             ));
         }
         for (i, dirs) in sides.into_iter().enumerate() {
@@ -632,7 +638,9 @@ impl<M: LiveModel> LiveBridge<M> {
         ];
         let mut bridges = Vec::new();
         let mut loops = Vec::new();
-        for (names, controls, producers, outlets, max_frame, model, rx, no_copies) in started {
+        for (names, controls, producers, outlets, max_frame, supers, model, rx, no_copies) in
+            started
+        {
             let controls: [Arc<Control>; 2] = controls
                 .try_into()
                 .map_err(|_| "two directions".to_string())?;
@@ -642,7 +650,14 @@ impl<M: LiveModel> LiveBridge<M> {
             let outlets: [Arc<Outlet>; 2] =
                 outlets.try_into().map_err(|_| "two outlets".to_string())?;
             let out = Outputs::new(outlets, outputs.clone());
-            let stage = Stage::new(names.clone(), controls.clone(), producers, max_frame, None);
+            let stage = Stage::new(
+                names.clone(),
+                controls.clone(),
+                producers,
+                max_frame,
+                supers,
+                None,
+            );
             let shared = Shared::started(model, stage, no_copies);
             let directions = (0..2)
                 .map(|i| Direction {
@@ -900,6 +915,18 @@ struct Stage {
     max_stored_ns: [u64; 2],
     producers: [Producer; 2],
     max_frame: [usize; 2],
+    /// Per side, whether a received super-frame may cross whole (see the
+    /// module doc): its egress sends super-frames with coalescing on, the
+    /// model reads no headers, its port wants no frames back.
+    whole_ok: [bool; 2],
+    /// The decisions of the wire frames of the super-frame being taken
+    /// whole, in order (kept to reuse its allocation).
+    whole_decisions: Vec<Decision>,
+    /// That super-frame cut, when its wire frames' bytes are needed (for
+    /// the tap, or once their decisions differ): the frames back to back,
+    /// and where each ends.
+    cut_buf: Vec<u8>,
+    cut_ends: Vec<usize>,
     c: [Counts; 2],
     wakeups: u64,
     held: HashMap<u64, Held>,
@@ -936,6 +963,7 @@ impl Stage {
         controls: [Arc<Control>; 2],
         producers: [Producer; 2],
         max_frame: [usize; 2],
+        supers: [bool; 2],
         tap: Option<Box<dyn Tap>>,
     ) -> Stage {
         let started_ns = clock::now_ns();
@@ -945,6 +973,10 @@ impl Stage {
             max_stored_ns: [0; 2],
             producers,
             max_frame,
+            whole_ok: supers,
+            whole_decisions: Vec::new(),
+            cut_buf: Vec::new(),
+            cut_ends: Vec::new(),
             c: Default::default(),
             wakeups: 0,
             held: HashMap::new(),
@@ -1101,6 +1133,12 @@ impl Stage {
         let ts = stamp.max(self.last_ns);
         self.last_ns = ts;
         let max = self.max_frame[side];
+        if self.whole_ok[side] {
+            if let Some((plan, offload)) = whole_plan(&frame, max) {
+                self.take_whole(model, objs, side, ts, &frame, plan, offload);
+                return;
+            }
+        }
         let owner = frame.owner;
         let r = cut(&frame, max, &mut |bytes, csum| {
             self.admit(model, objs, side, ts, bytes, csum, owner)
@@ -1108,6 +1146,147 @@ impl Stage {
         self.c[side].segmented += r.segmented();
         if r.uncut.is_some() || r.too_big {
             self.warn(side, &r, &frame);
+        }
+    }
+
+    /// A super-frame that may cross whole (`whole_plan` found it fit): each
+    /// of its wire frames, by `plan`, goes to the model as `cut` would give
+    /// it (same length, stamp and tag; the model reads no headers), and the
+    /// decisions are kept while each is the plain one of the first (see
+    /// `plain_as`); if all are, the super-frame goes into the delay line as
+    /// one record. At the first that is not (or a decision of another packet
+    /// comes in between), it is cut after all: the frames decided so far are
+    /// stored one by one with their decisions, that one and the rest go on
+    /// as `admit` takes any wire frame, so what is stored and counted is
+    /// what cutting first would have stored, in the same order.
+    #[allow(clippy::too_many_arguments)]
+    fn take_whole<M: LiveModel>(
+        &mut self,
+        model: &mut M,
+        objs: &mut Objects,
+        side: usize,
+        ts: u64,
+        frame: &RxFrame<'_>,
+        plan: SegmentPlan,
+        offload: Offload,
+    ) {
+        let n = plan.segments;
+        self.c[side].segmented += n as u64 - 1;
+        let side_id = if side == 0 { Side::A } else { Side::B };
+        let max = self.max_frame[side];
+        let mut buf = std::mem::take(&mut self.cut_buf);
+        let mut ends = std::mem::take(&mut self.cut_ends);
+        let mut decisions = std::mem::take(&mut self.whole_decisions);
+        decisions.clear();
+        // The tap records each wire frame's bytes.
+        let mut is_cut = self.tap.is_some();
+        if is_cut {
+            cut_into(&mut buf, &mut ends, frame, max);
+        }
+        let mut whole = true;
+        for i in 0..n {
+            if !whole {
+                self.admit(
+                    model,
+                    objs,
+                    side,
+                    ts,
+                    wire_frame(&buf, &ends, i),
+                    None,
+                    frame.owner,
+                );
+                continue;
+            }
+            let len_bytes = plan.frame_bytes(i) as u32;
+            let tag = self.next_tag;
+            self.next_tag += 1;
+            if let Some(tap) = self.tap.as_mut() {
+                tap.frame(side_id, ts, wire_frame(&buf, &ends, i));
+            }
+            let pkt = PacketIn {
+                len_bytes,
+                // The model reads no headers (`whole_ok`).
+                key: FlowKey::default(),
+                side: side_id,
+                tag,
+            };
+            model.on_arrival(ts, pkt, &mut self.out);
+            let plain = self.out.len() == 1
+                && self.out[0].tag == tag
+                && plain_as(&self.out[0], decisions.first());
+            if plain {
+                let d = self.out.pop().expect("one decision, looked at above");
+                if let Some(tap) = self.tap.as_mut() {
+                    tap.decision(ts, len_bytes, &d);
+                }
+                decisions.push(d);
+                continue;
+            }
+            whole = false;
+            if !is_cut {
+                cut_into(&mut buf, &mut ends, frame, max);
+                is_cut = true;
+            }
+            for (j, d) in decisions.drain(..).enumerate() {
+                self.settle_untapped(objs, &d, side, ts, wire_frame(&buf, &ends, j), None);
+            }
+            self.settle_arrival(objs, tag, side, ts, wire_frame(&buf, &ends, i), None);
+        }
+        if whole {
+            self.store_whole(objs, &decisions, side, ts, frame.data, plan, offload);
+        }
+        self.cut_buf = buf;
+        self.cut_ends = ends;
+        self.whole_decisions = decisions;
+    }
+
+    /// Stores a super-frame whole for its wire frames' `decisions` (all
+    /// delivered with one release, none copied, corrupted or marked):
+    /// counted as [`Stage::store`] counts each of them, in one record.
+    #[allow(clippy::too_many_arguments)]
+    fn store_whole(
+        &mut self,
+        objs: &mut Objects,
+        decisions: &[Decision],
+        side: usize,
+        arrival_ns: u64,
+        data: &[u8],
+        plan: SegmentPlan,
+        offload: Offload,
+    ) {
+        let Some(first) = decisions.first() else {
+            return;
+        };
+        let n = decisions.len() as u64;
+        let group = self.group_of(first.pipe);
+        let c = &mut self.c[side];
+        for _ in decisions {
+            c.fates.add(Fate::Delivered);
+        }
+        let whole = Whole {
+            offload,
+            wire_frames: decisions.len() as u32,
+        };
+        let stored = !self.shed[side]
+            && self.producers[side].push_whole(first.release_ns, group, whole, data);
+        if stored {
+            c.accepted += n;
+            self.pushed[side] = true;
+            if first.release_ns >= self.max_stored_ns[side] {
+                self.max_stored_ns[side] = first.release_ns;
+            } else {
+                // Release: the record is in the line before the output stage sees the count.
+                self.controls[side]
+                    .out_of_order
+                    .fetch_add(1, Ordering::Release);
+            }
+        } else {
+            c.backpressure += n;
+        }
+        if first.pipe.is_some() || first.queue.is_some() {
+            for (i, d) in decisions.iter().enumerate() {
+                objs.record(d, arrival_ns, plan.frame_bytes(i) as u32, stored);
+            }
         }
     }
 
@@ -1177,6 +1356,20 @@ impl Stage {
             tag,
         };
         model.on_arrival(ts, pkt, &mut self.out);
+        self.settle_arrival(objs, tag, side, ts, bytes, csum);
+    }
+
+    /// Settles the decisions the arrival of packet `tag` (`bytes`) gave:
+    /// its own, and those of packets held before; holds it when undecided.
+    fn settle_arrival(
+        &mut self,
+        objs: &mut Objects,
+        tag: u64,
+        side: usize,
+        ts: u64,
+        bytes: &[u8],
+        csum: Option<CsumPartial>,
+    ) {
         let mut out = std::mem::take(&mut self.out);
         let mut decided = false;
         for d in out.drain(..) {
@@ -1245,6 +1438,20 @@ impl Stage {
         if let Some(tap) = self.tap.as_mut() {
             tap.decision(arrival_ns, bytes.len() as u32, d);
         }
+        self.settle_untapped(objs, d, side, arrival_ns, bytes, csum);
+    }
+
+    /// [`Stage::settle`] of a decision the tap has seen already.
+    #[inline]
+    fn settle_untapped(
+        &mut self,
+        objs: &mut Objects,
+        d: &Decision,
+        side: usize,
+        arrival_ns: u64,
+        bytes: &[u8],
+        csum: Option<CsumPartial>,
+    ) {
         let stored = self.store(d, side, bytes, csum);
         if d.pipe.is_some() || d.queue.is_some() {
             objs.record(d, arrival_ns, bytes.len() as u32, stored);
@@ -1388,6 +1595,9 @@ impl<M: LiveModel> PairLoop<M> {
             let Core { model, stage } = &mut *guard;
             stage.reads_headers = model.reads_headers();
             stage.wants_discards = rx.each_ref().map(|p| p.wants_discards());
+            for side in 0..2 {
+                stage.whole_ok[side] &= !stage.reads_headers && !stage.wants_discards[side];
+            }
         }
         PairLoop {
             shared,
@@ -1613,6 +1823,44 @@ fn live_stage<M: LiveModel>(
     for p in pairs.iter_mut() {
         p.finish(wakeups);
     }
+}
+
+/// Whether `d` is a plain decision (delivered, no copy, no corrupt bits, no
+/// CE mark) that is the same as `first`'s (release, pipe, queue), when there
+/// is a first: the wire frames of a super-frame with such decisions may
+/// cross whole.
+fn plain_as(d: &Decision, first: Option<&Decision>) -> bool {
+    d.fate == Fate::Delivered
+        && !d.duplicate
+        && d.corrupt_bits.is_empty()
+        && !d.ce
+        && first.is_none_or(|f| {
+            (f.release_ns, f.pipe, f.queue, f.side) == (d.release_ns, d.pipe, d.queue, d.side)
+        })
+}
+
+/// Cuts `frame` (a super-frame `whole_plan` accepted) into `buf`, its wire
+/// frames back to back, each one's end in `ends`.
+fn cut_into(buf: &mut Vec<u8>, ends: &mut Vec<usize>, frame: &RxFrame<'_>, max_frame_bytes: usize) {
+    buf.clear();
+    ends.clear();
+    // `whole_plan` checked what `segment` checks: it cannot fail here, and
+    // a frame it did not emit is an empty one (`wire_frame`), never a panic.
+    let _ = segment(frame.data, frame.offload, max_frame_bytes, &mut |seg| {
+        buf.extend_from_slice(seg);
+        ends.push(buf.len());
+    });
+}
+
+/// Wire frame `i` of what [`cut_into`] cut.
+fn wire_frame<'a>(buf: &'a [u8], ends: &[usize], i: usize) -> &'a [u8] {
+    let start = if i == 0 {
+        0
+    } else {
+        ends.get(i - 1).copied().unwrap_or(0)
+    };
+    let end = ends.get(i).copied().unwrap_or(start);
+    buf.get(start..end).unwrap_or(&[])
 }
 
 /// The earlier of two instants, either of which may be absent.

@@ -109,6 +109,8 @@ struct OutputShared {
     /// Wire frames sent inside super-frames, and the super-frames.
     coalesced: u64,
     super_frames: u64,
+    /// Of `coalesced`, those in super-frames stored whole.
+    whole: u64,
 }
 
 /// Groups (the live stage's pipes) whose packets still in the delay line
@@ -202,6 +204,7 @@ impl Control {
                 flushed: 0,
                 coalesced: 0,
                 super_frames: 0,
+                whole: 0,
             }),
             huge_pages,
             buffer_bytes,
@@ -306,6 +309,7 @@ impl Direction {
             copies_sent: output.copies_sent,
             coalesced: output.coalesced,
             super_frames: output.super_frames,
+            whole: output.whole,
             lateness: output.lateness.clone(),
             rx_wakeups: input.rx_wakeups,
             tx_wakeups: output.tx_wakeups,

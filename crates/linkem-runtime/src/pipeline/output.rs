@@ -30,10 +30,11 @@ use super::options::lateness_histogram;
 use super::wait::{Realtime, SpinBudget, WakeEstimate, BEHIND_NS, MIN_SPIN_NS};
 use super::{Control, FlushSet};
 use crate::clock;
-use crate::delay_line::Consumer;
+use crate::delay_line::{Consumer, Whole};
 use crate::port::{TxOutcome, TxPort};
 use hdrhistogram::Histogram;
 use linkem_core::order::ReleaseQueue;
+use linkem_core::wire::Offload;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
@@ -51,6 +52,7 @@ struct Held {
     frame: Vec<u8>,
     copy: bool,
     group: u32,
+    whole: Option<Whole>,
 }
 
 pub(super) struct OutputState {
@@ -70,6 +72,8 @@ pub(super) struct OutputState {
     coalesce: Option<Pending>,
     local_coalesced: u64,
     local_super_frames: u64,
+    /// Wire frames that crossed inside a received super-frame stored whole.
+    local_whole: u64,
 }
 
 impl OutputState {
@@ -85,6 +89,7 @@ impl OutputState {
             coalesce,
             local_coalesced: 0,
             local_super_frames: 0,
+            local_whole: 0,
             tx,
             local_sent: 0,
             local_copies: 0,
@@ -108,16 +113,47 @@ impl OutputState {
         flush: &FlushSet,
     ) -> Result<(), String> {
         self.changed = true;
-        src.take(|r, frame, copy, group| {
+        src.take(|r, frame, copy, group, whole| {
             if flush.contains(group) {
-                if !copy {
+                if let Some(w) = whole {
+                    self.local_flushed += u64::from(w.wire_frames);
+                } else if !copy {
                     self.local_flushed += 1;
                     self.tx.tx_discard(frame);
                 }
                 return Ok(());
             }
-            self.send(now, r, frame, copy)
+            match whole {
+                Some(w) => self.send_whole(now, r, frame, w),
+                None => self.send(now, r, frame, copy),
+            }
         })
+    }
+
+    /// Sends (or drops as late) a super-frame the live stage stored whole,
+    /// due now: its wire frames share one release, so they are all late or
+    /// all sent, each counted with the same lateness. What the coalescer
+    /// holds leaves first (release order).
+    fn send_whole(
+        &mut self,
+        now: u64,
+        release_ns: u64,
+        frame: &[u8],
+        whole: Whole,
+    ) -> Result<(), String> {
+        let n = u64::from(whole.wire_frames);
+        let lateness = now.saturating_sub(release_ns);
+        if self.max_lag_ns.is_some_and(|m| lateness > m) {
+            self.local_late += n;
+            return Ok(());
+        }
+        self.emit_pending()?;
+        let sent_whole = self.pass_whole(frame, whole.offload, n as usize)?;
+        if sent_whole {
+            self.local_whole += n;
+        }
+        let _ = self.lateness.record_n(lateness.max(1), n);
+        Ok(())
     }
 
     /// Sends (or drops as late) one frame due now; an error stops the stage.
@@ -185,50 +221,39 @@ impl OutputState {
         let Some((frame, offload, releases)) = p.take() else {
             return Ok(());
         };
-        let tx = &mut *self.tx;
-        let mut whole = offload.gso.is_some();
-        let mut tries = 0u32;
-        while whole {
-            match tx.tx_send_super(frame, offload) {
-                Ok(true) => break,
-                Ok(false) if tries < 100_000 => {
-                    tries += 1;
-                    std::thread::yield_now();
-                }
-                // Refused for good: the wire frames leave one by one.
-                _ => whole = false,
-            }
-        }
-        let mut too_big = 0u64;
-        if whole {
-            self.local_super_frames += 1;
-            self.local_coalesced += releases.len() as u64;
-        } else {
-            let max = tx.max_frame_bytes();
-            let mut err = None;
-            let mut each = |f: &[u8]| match push_until_taken(tx, f) {
-                Ok(TxOutcome::Queued) => {}
-                Ok(_) => too_big += 1,
-                Err(e) => err = Some(e),
-            };
-            if offload.gso.is_some() {
-                let _ = linkem_core::wire::segment(frame, offload, max, &mut each);
-            } else {
-                each(frame);
-            }
-            if let Some(e) = err {
-                return Err(e);
-            }
+        let n = releases.len() as u64;
+        let sent = send_super(&mut *self.tx, frame, offload)?;
+        if sent.queued {
             self.queued = true;
         }
         let now = clock::now_ns();
         for &r in releases {
             let _ = self.lateness.record(now.saturating_sub(r).max(1));
         }
-        let n = releases.len() as u64;
-        self.local_sent += n - too_big.min(n);
-        self.local_too_big += too_big.min(n);
+        self.count_super(&sent, n);
         Ok(())
+    }
+
+    /// Sends a super-frame stored whole that stands for `n` wire frames;
+    /// returns whether it left whole.
+    fn pass_whole(&mut self, frame: &[u8], offload: Offload, n: usize) -> Result<bool, String> {
+        let sent = send_super(&mut *self.tx, frame, offload)?;
+        if sent.queued {
+            self.queued = true;
+        }
+        self.count_super(&sent, n as u64);
+        Ok(sent.whole)
+    }
+
+    /// Counts the `n` wire frames of a super-frame sent.
+    fn count_super(&mut self, sent: &SuperSent, n: u64) {
+        if sent.whole {
+            self.local_super_frames += 1;
+            self.local_coalesced += n;
+        }
+        let too_big = sent.too_big.min(n);
+        self.local_sent += n - too_big;
+        self.local_too_big += too_big;
     }
 
     /// Offers a frame until the port takes or refuses it for good.
@@ -280,8 +305,63 @@ impl OutputState {
         shared.tx_wakeups = self.wakeups;
         shared.coalesced = self.local_coalesced;
         shared.super_frames = self.local_super_frames;
+        shared.whole = self.local_whole;
         shared.lateness.add(&self.lateness).expect("same bounds");
         self.lateness.reset();
+    }
+}
+
+/// What [`send_super`] did with a super-frame.
+struct SuperSent {
+    /// It went through the port's offload path whole.
+    whole: bool,
+    /// Refused for good, its wire frames went one by one into the ring
+    /// (to be flushed).
+    queued: bool,
+    /// Of those, the ones the port refused as too big.
+    too_big: u64,
+}
+
+/// Sends a super-frame (`offload.gso` set) through the port's offload path,
+/// or, if the kernel refuses it, its wire frames one by one through the
+/// ring; a frame without `gso` goes into the ring as it is.
+fn send_super(tx: &mut dyn TxPort, frame: &[u8], offload: Offload) -> Result<SuperSent, String> {
+    let mut whole = offload.gso.is_some();
+    let mut tries = 0u32;
+    while whole {
+        match tx.tx_send_super(frame, offload) {
+            Ok(true) => break,
+            Ok(false) if tries < 100_000 => {
+                tries += 1;
+                std::thread::yield_now();
+            }
+            // Refused for good: the wire frames leave one by one.
+            _ => whole = false,
+        }
+    }
+    let mut sent = SuperSent {
+        whole,
+        queued: !whole,
+        too_big: 0,
+    };
+    if whole {
+        return Ok(sent);
+    }
+    let max = tx.max_frame_bytes();
+    let mut err = None;
+    let mut each = |f: &[u8]| match push_until_taken(tx, f) {
+        Ok(TxOutcome::Queued) => {}
+        Ok(_) => sent.too_big += 1,
+        Err(e) => err = Some(e),
+    };
+    if offload.gso.is_some() {
+        let _ = linkem_core::wire::segment(frame, offload, max, &mut each);
+    } else {
+        each(frame);
+    }
+    match err {
+        Some(e) => Err(e),
+        None => Ok(sent),
     }
 }
 
@@ -358,6 +438,7 @@ impl Source {
                 frame: h.frame.to_vec(),
                 copy: h.copy,
                 group: h.group,
+                whole: h.whole,
             };
             heap.push(h.release_ns, held);
             self.consumer.pop();
@@ -366,7 +447,10 @@ impl Source {
     }
 
     /// Hands the next frame to `f` and removes it.
-    pub(super) fn take<R>(&mut self, f: impl FnOnce(u64, &[u8], bool, u32) -> R) -> R {
+    pub(super) fn take<R>(
+        &mut self,
+        f: impl FnOnce(u64, &[u8], bool, u32, Option<Whole>) -> R,
+    ) -> R {
         if let Some(heap) = self.heap.as_mut() {
             // Without sorted runs, `next_release` moved the whole line into
             // the heap: the heap's first frame is the one it found.
@@ -380,12 +464,12 @@ impl Source {
             };
             if from_heap {
                 let (release_ns, h) = heap.pop().expect("next_release found one");
-                return f(release_ns, &h.frame, h.copy, h.group);
+                return f(release_ns, &h.frame, h.copy, h.group, h.whole);
             }
         }
         let h = self.consumer.peek().expect("next_release found one");
         // The frame is copied into the backend before the record is released.
-        let r = f(h.release_ns, h.frame, h.copy, h.group);
+        let r = f(h.release_ns, h.frame, h.copy, h.group, h.whole);
         self.consumer.pop();
         r
     }

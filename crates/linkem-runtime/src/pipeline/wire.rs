@@ -17,7 +17,10 @@
 //! carried it.
 
 use crate::port::RxFrame;
-use linkem_core::wire::{complete_checksum, segment, CsumPartial, WireError};
+use linkem_core::wire::{
+    complete_checksum, segment, segment_plan, CsumPartial, Gso, GsoKind, Offload, SegmentPlan,
+    WireError,
+};
 
 /// How often the kernel's receive drop count is read under continuous traffic.
 pub(super) const KERNEL_DROPS_EVERY_NS: u64 = 100_000_000;
@@ -112,4 +115,38 @@ pub(super) fn finish(slot: &mut [u8], bytes: &[u8], csum: Option<CsumPartial>) {
     if let Some(c) = csum {
         let _ = complete_checksum(slot, c);
     }
+}
+
+/// Whether a received frame is a TCP super-frame that may be stored whole
+/// (see the `live` module doc) for an egress of `max_frame_bytes`: received
+/// in full, cut by `segment` into at least two frames with no Ethernet
+/// padding after the datagram, its TCP checksum left to finish at the TCP
+/// header (as the host's TSO leaves it, which the sending kernel then
+/// finishes per segment). Returns how it is cut and the offload to send it
+/// with: the received one, with the segment size the egress allows (a
+/// smaller MTU than the sender's cuts smaller segments).
+pub(super) fn whole_plan(
+    frame: &RxFrame<'_>,
+    max_frame_bytes: usize,
+) -> Option<(SegmentPlan, Offload)> {
+    let gso = frame.offload.gso?;
+    let csum = frame.offload.csum?;
+    if (frame.data.len() as u64) < frame.orig_len as u64
+        || !matches!(gso.kind, GsoKind::TcpV4 | GsoKind::TcpV6)
+    {
+        return None;
+    }
+    let plan = segment_plan(frame.data, frame.offload, max_frame_bytes).ok()?;
+    let at_tcp = usize::from(csum.start) == plan.l4_offset && csum.offset == 16;
+    if plan.segments < 2 || plan.trailer_bytes != 0 || !at_tcp {
+        return None;
+    }
+    let size = u16::try_from(plan.per_segment_bytes).ok()?;
+    Some((
+        plan,
+        Offload {
+            csum: Some(csum),
+            gso: Some(Gso { size, ..gso }),
+        },
+    ))
 }
