@@ -19,7 +19,10 @@
 //! leaves at most `window` after its release, plus the wait for a wake-up.
 //! Lateness is recorded for each frame against its own release time when the
 //! super-frame leaves. Without `rate`, the segments of one TSO burst share
-//! one release time and leave whole with any window, 0 included.
+//! one release time and leave whole with any window, 0 included; for the
+//! plain link the live stage then stores the burst whole in the first place
+//! and the output stage sends it as it is, with no merging here (the `live`
+//! module doc, "Whole pass-through"); what is held here leaves before it.
 //!
 //! The default window, [`DEFAULT_WINDOW_NS`] = 20 µs: a receiver's GRO
 //! merges what one NAPI poll hands it (at most 64 frames, `napi_gro_flush` at

@@ -36,6 +36,34 @@
 //!   stored unchanged. A frame longer than the egress can send is `too-big`:
 //!   never truncated, never given to the model. The flow key is parsed only
 //!   when the model reads headers ([`Model::reads_headers`]).
+//! - **Whole pass-through.** Cutting a 64 KiB TSO super-frame costs ~45
+//!   checksums and copies, and coalescing on transmit then verifies and
+//!   copies each wire frame again to rebuild what the host had sent. So
+//!   where that rebuild would happen anyway (coalescing on and the egress
+//!   sends super-frames, [`crate::port::TxPort::sends_super_frames`]), for a
+//!   model that reads no headers (the plain link: `linkem bridge delay
+//!   10ms`; rules read each wire frame's headers, whose lengths, IDs and
+//!   flags differ, and are always cut) and a port that wants no frames back,
+//!   a TCP super-frame whose checksum was left at its TCP header is first
+//!   *planned* rather than cut ([`linkem_core::wire::segment_plan`]: the
+//!   lengths `segment` would cut, from the headers alone). Each wire frame
+//!   still goes to the model, with the length, stamp and tag cutting gives
+//!   it (the tap, when there is one, still gets its bytes: the super-frame
+//!   is then cut for it). If every decision comes at once and is the same
+//!   plain one (delivered, no duplicate, no corrupt bits, no CE mark, one
+//!   release time, pipe and queue; so: no `rate`, no jitter), the
+//!   super-frame is stored as one delay-line record with its offload (the
+//!   segment size the egress allows) and its number of wire frames
+//!   ([`Producer::push_whole`]), and the output stage sends it whole, its
+//!   wire frames counted as sent (or late, or flushed) one by one with one
+//!   lateness, and in `whole`. At the first decision that differs (or comes
+//!   later, or a decision of another packet in between) the super-frame is
+//!   cut after all: the wire frames decided so far are stored one by one
+//!   with their decisions, and the rest go on as any wire frame does, so
+//!   the model's inputs, the counts, the recording and what is stored, in
+//!   which order, are those of cutting first; a super-frame never spans
+//!   decisions that differ. Cost: the pass-through costs what the headers
+//!   take to read; a fallback costs the cut it would have cost anyway.
 //! - **Stamps.** An arrival's stamp is the kernel's, never before the stage
 //!   started (frames waiting in the ring while the sockets opened would
 //!   otherwise be late at once), and clamped to the last instant given to the

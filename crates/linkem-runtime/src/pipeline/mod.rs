@@ -47,7 +47,8 @@
 //! `delivered` means handed to the kernel for sending: frames the kernel later
 //! refuses ([`TxPort::tx_errors`]) move to `tx-error`. Wire frames that left
 //! merged into a super-frame (`coalesce`) are delivered one by one all the
-//! same; `coalesced` counts them apart (it is not a fate).
+//! same; `coalesced` counts them apart (it is not a fate), and `whole` those
+//! of them that crossed inside a received super-frame stored whole (`live`).
 //!
 //! Modules: `options` (what a direction starts with, what it reports), `live`
 //! (the one stage of the model), `wire` (cutting super-frames, finishing

@@ -12,6 +12,10 @@
 //!   finished in its delay-line record as it is stored (no extra copy);
 //! - any other frame: stored unchanged.
 //!
+//! A TCP super-frame that may instead cross whole ([`whole_plan`], the
+//! `live` module doc) is planned, not cut, unless the decisions of its wire
+//! frames differ.
+//!
 //! A frame longer than the egress can send (after cutting) is `too-big`: it is
 //! never truncated and never reaches the model, as a real link would never have
 //! carried it.
