@@ -185,6 +185,9 @@ const FLAG_SKIP: u32 = 1;
 const FLAG_COPY: u32 = 2;
 /// A super-frame stored whole: its frame starts with the whole prefix.
 const FLAG_WHOLE: u32 = 4;
+/// The frame's L4 checksum was computed by the producer after the frame's
+/// last change ([`Producer::push_checksummed`]).
+const FLAG_CHECKSUMMED: u32 = 8;
 /// Bytes before the frame of a whole record: `virtio_net_hdr`, 2 spare, the
 /// number of wire frames (u32, native order).
 pub const WHOLE_PREFIX_BYTES: usize = 16;
@@ -463,6 +466,21 @@ impl Producer {
         self.push_record(release_ns, len, flags, group, fill)
     }
 
+    /// [`Producer::push_with_group`] of a record (not a copy) whose frame
+    /// `fill` leaves with an L4 checksum computed by the producer and not
+    /// changed since (given back in [`Head::checksummed`]): a reader that
+    /// would verify it may trust it instead.
+    #[inline]
+    pub fn push_checksummed(
+        &mut self,
+        release_ns: u64,
+        len: usize,
+        group: u32,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> bool {
+        self.push_record(release_ns, len, FLAG_CHECKSUMMED, group, fill)
+    }
+
     /// Stores the super-frame `frame` whole, to be released at `release_ns`
     /// and sent with `whole.offload`, for the `whole.wire_frames` wire frames
     /// it stands for (given back in [`Head::whole`]); otherwise as
@@ -585,6 +603,9 @@ pub struct Head<'a> {
     /// A super-frame stored whole ([`Producer::push_whole`]): `frame` is it,
     /// without the prefix.
     pub whole: Option<Whole>,
+    /// Stored with [`Producer::push_checksummed`]: the frame's L4 checksum
+    /// was computed by the producer and the frame not changed since.
+    pub checksummed: bool,
 }
 
 /// What a super-frame stored whole is sent with.
@@ -660,6 +681,7 @@ impl Consumer {
                 copy: flags & FLAG_COPY != 0,
                 group: flags >> GROUP_SHIFT,
                 whole,
+                checksummed: flags & FLAG_CHECKSUMMED != 0,
             });
         }
     }
@@ -915,17 +937,25 @@ mod group_tests {
         assert!(p.push(5, b"plain", false));
         assert!(p.push_with_group(6, 3, true, MAX_GROUP, |s| s.copy_from_slice(b"abc")));
         assert!(p.push_with_group(7, 1, false, 42, |s| s[0] = 9));
+        assert!(p.push_checksummed(8, 2, 41, |s| s.copy_from_slice(b"ok")));
         let mut got = Vec::new();
         while let Some(h) = c.peek() {
-            got.push((h.release_ns, h.frame.to_vec(), h.copy, h.group));
+            got.push((
+                h.release_ns,
+                h.frame.to_vec(),
+                h.copy,
+                h.group,
+                h.checksummed,
+            ));
             c.pop();
         }
         assert_eq!(
             got,
             vec![
-                (5, b"plain".to_vec(), false, 0),
-                (6, b"abc".to_vec(), true, MAX_GROUP),
-                (7, vec![9], false, 42),
+                (5, b"plain".to_vec(), false, 0, false),
+                (6, b"abc".to_vec(), true, MAX_GROUP, false),
+                (7, vec![9], false, 42, false),
+                (8, b"ok".to_vec(), false, 41, true),
             ]
         );
     }

@@ -591,6 +591,59 @@ fn coalescing_off_or_a_port_without_it_sends_wire_frames() {
 }
 
 #[test]
+fn a_wire_frame_that_arrives_with_a_bad_checksum_never_rides_inside_a_super_frame() {
+    // Six wire frames of one flow sent one by one by the host, checksums
+    // complete; the fourth's payload was damaged on the way in. linkem did
+    // not compute these checksums, so it verifies each before merging: the
+    // fourth leaves alone, as it came, between two super-frames.
+    let (bridge, input, sent, supers) = start_gso("delay 1ms", Some(1_000_000));
+    let t = now_ns();
+    let mut frames = Vec::new();
+    for i in 0..6u32 {
+        let mut f = tcp4_partial(1000, i * 1000);
+        f[47] = 0x10; // ACK only: PSH would end a run
+        f[18..20].copy_from_slice(&(i as u16).to_be_bytes());
+        f[24..26].copy_from_slice(&[0, 0]);
+        let c = !fold(ones_sum(&f[14..34], 0));
+        f[24..26].copy_from_slice(&c.to_be_bytes());
+        linkem_core::wire::complete_checksum(
+            &mut f,
+            CsumPartial {
+                start: 34,
+                offset: 16,
+            },
+        )
+        .unwrap();
+        assert!(tcp4_verifies(&f));
+        frames.push(f);
+    }
+    frames[3][500] ^= 0x40;
+    for f in &frames {
+        input[0].send((t, f.clone()).into()).unwrap();
+    }
+    let stats = finish_gso(bridge, &sent, 6);
+    let supers = supers.lock().unwrap();
+    let runs: Vec<Vec<u32>> = supers
+        .iter()
+        .map(|(_, s)| s.iter().map(|f| seq_of(f)).collect())
+        .collect();
+    assert_eq!(
+        runs,
+        [vec![0, 1000, 2000], vec![4000, 5000]],
+        "super-frames by sequence number; {} sent alone",
+        sent.lock().unwrap().len() - runs.iter().map(Vec::len).sum::<usize>()
+    );
+    let sent: Vec<_> = sent
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, f)| f.clone())
+        .collect();
+    assert_eq!(sent[3], frames[3], "the damaged frame left as it came");
+    assert_eq!((stats.coalesced, stats.whole), (5, 0));
+}
+
+#[test]
 fn frames_of_another_flow_in_between_are_never_merged_across() {
     let (bridge, input, sent, supers) = start_gso("delay 1ms", Some(1_000_000));
     let t = now_ns();

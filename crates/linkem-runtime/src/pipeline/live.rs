@@ -123,7 +123,7 @@ use super::objects::{Objects, ObjectsSnapshot};
 use super::output::{output_stage, stage_sends, Left, Outlet, OutputConfig};
 use super::output_group::output_group;
 use super::wait::{self, set_realtime, Realtime, SpinBudget, WakeEstimate, MIN_SPIN_NS};
-use super::wire::{cut, finish, whole_plan, Cut, KERNEL_DROPS_EVERY_NS};
+use super::wire::{cut, finish, whole_plan, Csum, Cut, KERNEL_DROPS_EVERY_NS};
 use super::{Control, Direction, DirectionStats};
 use crate::clock;
 use crate::delay_line::{delay_line, Producer, Whole};
@@ -131,7 +131,7 @@ use crate::port::{RxFrame, RxPort, TxPort, WaitFds};
 use linkem_core::model::{Change, ChangeError, LinkModel, Model};
 use linkem_core::node::{Decision, Node, PacketIn};
 use linkem_core::rules::{FlowKey, L2Kind, Side, SocketOwner};
-use linkem_core::wire::{segment, CsumPartial, Offload, SegmentPlan};
+use linkem_core::wire::{segment, Offload, SegmentPlan};
 use linkem_core::{Fate, FateCounts};
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -1206,25 +1206,14 @@ impl Stage {
         let mut ends = std::mem::take(&mut self.cut_ends);
         let mut decisions = std::mem::take(&mut self.whole_decisions);
         decisions.clear();
-        // The tap records each wire frame's bytes.
-        let mut is_cut = self.tap.is_some();
-        if is_cut {
+        // The tap records each wire frame's bytes: cut first for it.
+        let tapped = self.tap.is_some();
+        if tapped {
             cut_into(&mut buf, &mut ends, frame, max);
         }
-        let mut whole = true;
+        // The wire frame whose decision differs, and its tag.
+        let mut differs = None;
         for i in 0..n {
-            if !whole {
-                self.admit(
-                    model,
-                    objs,
-                    side,
-                    ts,
-                    wire_frame(&buf, &ends, i),
-                    None,
-                    frame.owner,
-                );
-                continue;
-            }
             let len_bytes = plan.frame_bytes(i) as u32;
             let tag = self.next_tag;
             self.next_tag += 1;
@@ -1242,26 +1231,50 @@ impl Stage {
             let plain = self.out.len() == 1
                 && self.out[0].tag == tag
                 && plain_as(&self.out[0], decisions.first());
-            if plain {
-                let d = self.out.pop().expect("one decision, looked at above");
-                if let Some(tap) = self.tap.as_mut() {
-                    tap.decision(ts, len_bytes, &d);
-                }
-                decisions.push(d);
-                continue;
+            if !plain {
+                differs = Some((i, tag));
+                break;
             }
-            whole = false;
-            if !is_cut {
-                cut_into(&mut buf, &mut ends, frame, max);
-                is_cut = true;
+            let d = self.out.pop().expect("one decision, looked at above");
+            if let Some(tap) = self.tap.as_mut() {
+                tap.decision(ts, len_bytes, &d);
             }
-            for (j, d) in decisions.drain(..).enumerate() {
-                self.settle_untapped(objs, &d, side, ts, wire_frame(&buf, &ends, j), None);
-            }
-            self.settle_arrival(objs, tag, side, ts, wire_frame(&buf, &ends, i), None);
+            decisions.push(d);
         }
-        if whole {
-            self.store_whole(objs, &decisions, side, ts, frame.data, plan, offload);
+        match differs {
+            None => self.store_whole(objs, &decisions, side, ts, frame.data, plan, offload),
+            Some((at, tag)) => {
+                // Wire frame `j` as cutting first would have had it: decided
+                // plain before `at`, decided (or held) by the arrival of `at`
+                // whose decisions wait in `self.out`, not yet arrived after.
+                let mut each = |stage: &mut Stage, model: &mut M, j: usize, bytes: &[u8]| {
+                    let csum = Csum::Computed;
+                    match j.cmp(&at) {
+                        std::cmp::Ordering::Less => {
+                            stage.settle_untapped(objs, &decisions[j], side, ts, bytes, csum)
+                        }
+                        std::cmp::Ordering::Equal => {
+                            stage.settle_arrival(objs, tag, side, ts, bytes, csum)
+                        }
+                        std::cmp::Ordering::Greater => {
+                            stage.admit(model, objs, side, ts, bytes, csum, frame.owner)
+                        }
+                    }
+                };
+                if tapped {
+                    for j in 0..ends.len() {
+                        each(self, model, j, wire_frame(&buf, &ends, j));
+                    }
+                } else {
+                    // Straight from the cut into the delay line, no copy between.
+                    let mut j = 0;
+                    // `whole_plan` checked what `segment` checks: it does not fail.
+                    let _ = segment(frame.data, frame.offload, max, &mut |seg| {
+                        each(self, model, j, seg);
+                        j += 1;
+                    });
+                }
+            }
         }
         self.cut_buf = buf;
         self.cut_ends = ends;
@@ -1360,7 +1373,7 @@ impl Stage {
         side: usize,
         ts: u64,
         bytes: &[u8],
-        csum: Option<CsumPartial>,
+        csum: Csum,
         owner: Option<SocketOwner>,
     ) {
         let tag = self.next_tag;
@@ -1396,7 +1409,7 @@ impl Stage {
         side: usize,
         ts: u64,
         bytes: &[u8],
-        csum: Option<CsumPartial>,
+        csum: Csum,
     ) {
         let mut out = std::mem::take(&mut self.out);
         let mut decided = false;
@@ -1412,6 +1425,8 @@ impl Stage {
         if !decided {
             let mut frame = vec![0u8; bytes.len()];
             finish(&mut frame, bytes, csum);
+            // Held frames are settled as they came (their checksum is
+            // complete now, but not known here to be linkem's).
             self.held.insert(
                 tag,
                 Held {
@@ -1449,7 +1464,7 @@ impl Stage {
             return;
         };
         self.c[h.side].held -= 1;
-        self.settle(objs, d, h.side, h.arrival_ns, &h.frame, None);
+        self.settle(objs, d, h.side, h.arrival_ns, &h.frame, Csum::AsCame);
     }
 
     /// Applies a decision to a frame received on `side`.
@@ -1461,7 +1476,7 @@ impl Stage {
         side: usize,
         arrival_ns: u64,
         bytes: &[u8],
-        csum: Option<CsumPartial>,
+        csum: Csum,
     ) {
         if let Some(tap) = self.tap.as_mut() {
             tap.decision(arrival_ns, bytes.len() as u32, d);
@@ -1478,7 +1493,7 @@ impl Stage {
         side: usize,
         arrival_ns: u64,
         bytes: &[u8],
-        csum: Option<CsumPartial>,
+        csum: Csum,
     ) {
         let stored = self.store(d, side, bytes, csum);
         if d.pipe.is_some() || d.queue.is_some() {
@@ -1489,13 +1504,7 @@ impl Stage {
     /// Counts the decision for its direction; a delivered packet goes into
     /// the delay line. Returns whether it did.
     #[inline]
-    fn store(
-        &mut self,
-        d: &Decision,
-        side: usize,
-        bytes: &[u8],
-        csum: Option<CsumPartial>,
-    ) -> bool {
+    fn store(&mut self, d: &Decision, side: usize, bytes: &[u8], csum: Csum) -> bool {
         let group = if d.fate == Fate::Delivered {
             self.group_of(d.pipe)
         } else {
@@ -1518,11 +1527,18 @@ impl Stage {
             self.discard(side, bytes);
             return false;
         }
-        let stored =
-            self.producers[side].push_with_group(d.release_ns, bytes.len(), false, group, |slot| {
-                finish(slot, bytes, csum);
-                d.apply_to_frame(slot, L2Kind::Ethernet);
-            });
+        let fill = |slot: &mut [u8]| {
+            finish(slot, bytes, csum);
+            d.apply_to_frame(slot, L2Kind::Ethernet);
+        };
+        // A frame linkem cut (and so checksummed) and did not corrupt is not
+        // verified again by the output stage's coalescing (a CE mark changes
+        // only the IP header).
+        let stored = if csum == Csum::Computed && d.corrupt_bits.is_empty() {
+            self.producers[side].push_checksummed(d.release_ns, bytes.len(), group, fill)
+        } else {
+            self.producers[side].push_with_group(d.release_ns, bytes.len(), false, group, fill)
+        };
         if !stored {
             c.backpressure += 1;
             self.discard(side, bytes);

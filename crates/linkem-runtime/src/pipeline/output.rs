@@ -53,6 +53,7 @@ struct Held {
     copy: bool,
     group: u32,
     whole: Option<Whole>,
+    checksummed: bool,
 }
 
 pub(super) struct OutputState {
@@ -113,19 +114,19 @@ impl OutputState {
         flush: &FlushSet,
     ) -> Result<(), String> {
         self.changed = true;
-        src.take(|r, frame, copy, group, whole| {
-            if flush.contains(group) {
-                if let Some(w) = whole {
+        src.take(|r, frame, kind| {
+            if flush.contains(kind.group) {
+                if let Some(w) = kind.whole {
                     self.local_flushed += u64::from(w.wire_frames);
-                } else if !copy {
+                } else if !kind.copy {
                     self.local_flushed += 1;
                     self.tx.tx_discard(frame);
                 }
                 return Ok(());
             }
-            match whole {
+            match kind.whole {
                 Some(w) => self.send_whole(now, r, frame, w),
-                None => self.send(now, r, frame, copy),
+                None => self.send(now, r, frame, kind.copy, kind.checksummed),
             }
         })
     }
@@ -157,12 +158,15 @@ impl OutputState {
     }
 
     /// Sends (or drops as late) one frame due now; an error stops the stage.
+    /// `checksummed`: its TCP checksum was computed by the live stage and
+    /// the frame not changed since, so coalescing need not verify it.
     pub(super) fn send(
         &mut self,
         now: u64,
         release_ns: u64,
         frame: &[u8],
         copy: bool,
+        checksummed: bool,
     ) -> Result<(), String> {
         let lateness = now.saturating_sub(release_ns);
         if self.max_lag_ns.is_some_and(|m| lateness > m) {
@@ -173,7 +177,7 @@ impl OutputState {
             return Ok(());
         }
         if let Some(p) = self.coalesce.as_mut().filter(|_| !copy) {
-            match p.offer(frame, release_ns) {
+            match p.offer(frame, release_ns, checksummed) {
                 Offer::Joined => return Ok(()),
                 Offer::StartsNew(seg) => {
                     self.emit_pending()?;
@@ -311,6 +315,15 @@ impl OutputState {
     }
 }
 
+/// What a record of the delay line is, beside its frame (see [`crate::delay_line::Head`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Kind {
+    copy: bool,
+    group: u32,
+    whole: Option<Whole>,
+    checksummed: bool,
+}
+
 /// What [`send_super`] did with a super-frame.
 struct SuperSent {
     /// It went through the port's offload path whole.
@@ -439,6 +452,7 @@ impl Source {
                 copy: h.copy,
                 group: h.group,
                 whole: h.whole,
+                checksummed: h.checksummed,
             };
             heap.push(h.release_ns, held);
             self.consumer.pop();
@@ -447,10 +461,7 @@ impl Source {
     }
 
     /// Hands the next frame to `f` and removes it.
-    pub(super) fn take<R>(
-        &mut self,
-        f: impl FnOnce(u64, &[u8], bool, u32, Option<Whole>) -> R,
-    ) -> R {
+    pub(super) fn take<R>(&mut self, f: impl FnOnce(u64, &[u8], Kind) -> R) -> R {
         if let Some(heap) = self.heap.as_mut() {
             // Without sorted runs, `next_release` moved the whole line into
             // the heap: the heap's first frame is the one it found.
@@ -464,12 +475,24 @@ impl Source {
             };
             if from_heap {
                 let (release_ns, h) = heap.pop().expect("next_release found one");
-                return f(release_ns, &h.frame, h.copy, h.group, h.whole);
+                let kind = Kind {
+                    copy: h.copy,
+                    group: h.group,
+                    whole: h.whole,
+                    checksummed: h.checksummed,
+                };
+                return f(release_ns, &h.frame, kind);
             }
         }
         let h = self.consumer.peek().expect("next_release found one");
         // The frame is copied into the backend before the record is released.
-        let r = f(h.release_ns, h.frame, h.copy, h.group, h.whole);
+        let kind = Kind {
+            copy: h.copy,
+            group: h.group,
+            whole: h.whole,
+            checksummed: h.checksummed,
+        };
+        let r = f(h.release_ns, h.frame, kind);
         self.consumer.pop();
         r
     }
@@ -829,6 +852,83 @@ mod tests {
             o.control.out_of_order.fetch_add(1, Ordering::Release);
         }
         *latest = (*latest).max(release_ns);
+    }
+
+    /// Three TCP/IPv4 wire frames of one flow cut by `segment` from a
+    /// super-frame (so with complete checksums), 1000 payload bytes each.
+    fn wire_frames() -> Vec<Vec<u8>> {
+        use linkem_core::wire::{CsumPartial, Gso, GsoKind};
+        let mut f = vec![0u8; 54 + 3000];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14] = 0x45;
+        f[16..18].copy_from_slice(&3040u16.to_be_bytes());
+        f[22] = 64;
+        f[23] = 6;
+        f[26..34].copy_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
+        f[46] = 5 << 4;
+        f[47] = 0x10; // ACK
+        let offload = Offload {
+            csum: Some(CsumPartial {
+                start: 34,
+                offset: 16,
+            }),
+            gso: Some(Gso {
+                kind: GsoKind::TcpV4,
+                size: 1000,
+            }),
+        };
+        let mut out = Vec::new();
+        linkem_core::wire::segment(&f, offload, 1514, &mut |s| out.push(s.to_vec())).unwrap();
+        out
+    }
+
+    #[test]
+    fn coalescing_trusts_the_checksum_only_of_frames_stored_as_checksummed() {
+        // The middle frame's payload differs from what its checksum covers:
+        // stored as the stage's own checksummed cut, it is not verified
+        // again and joins; stored as it came, it is verified and leaves alone.
+        for checksummed in [true, false] {
+            let (producer, consumer) = delay_line(2 << 20).unwrap();
+            let mut p = producer;
+            let control = Arc::new(Control::new(false, 0));
+            let (mut tx, sent) = MemoryTx::new();
+            let supers = crate::port::memory::Supers::default();
+            tx.supers = Some(supers.clone());
+            let cfg = OutputConfig {
+                spin_ns: 200_000,
+                max_lag_ns: None,
+                reorders: true,
+                sorted_runs: true,
+                coalesce_window_ns: Some(1_000),
+            };
+            let o = Outlet::new(control, consumer, Box::new(tx), &cfg);
+            let mut frames = wire_frames();
+            frames[1][200] ^= 1;
+            for f in &frames {
+                let fill = |s: &mut [u8]| s.copy_from_slice(f);
+                assert!(if checksummed {
+                    p.push_checksummed(100, f.len(), 0, fill)
+                } else {
+                    p.push_with_group(100, f.len(), false, 0, fill)
+                });
+            }
+            assert_eq!(o.send_due(&mut || 1_000, 64).unwrap().0, Left::Empty);
+            let supers = supers.lock().unwrap();
+            let in_supers: usize = supers.iter().map(|(_, s)| s.len()).sum();
+            assert_eq!(sent.lock().unwrap().len(), 3);
+            if checksummed {
+                assert_eq!(
+                    (supers.len(), in_supers),
+                    (1, 3),
+                    "trusted: one super-frame"
+                );
+            } else {
+                assert_eq!(
+                    in_supers, 0,
+                    "verified: it cannot join, nor can what follows it"
+                );
+            }
+        }
     }
 
     #[test]

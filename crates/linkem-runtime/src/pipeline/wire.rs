@@ -29,6 +29,27 @@ use linkem_core::wire::{
 /// How often the kernel's receive drop count is read under continuous traffic.
 pub(super) const KERNEL_DROPS_EVERY_NS: u64 = 100_000_000;
 
+/// What is left to do to a wire frame's L4 checksum as it is stored, and
+/// whether linkem computed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Csum {
+    /// Stored as it came: complete (or broken) as the sender made it, so
+    /// whoever would rely on it verifies it.
+    AsCame,
+    /// Left to the hardware by the sender: finished as the frame is stored.
+    Finish(CsumPartial),
+    /// Computed by linkem as it cut the frame from a super-frame
+    /// ([`segment`]; a UDP/IPv4 segment sent without checksum keeps 0).
+    Computed,
+}
+
+impl Csum {
+    /// What the offload metadata of a frame stored uncut asks for.
+    pub fn of(partial: Option<CsumPartial>) -> Csum {
+        partial.map_or(Csum::AsCame, Csum::Finish)
+    }
+}
+
 /// What one received frame became.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Cut {
@@ -55,7 +76,7 @@ impl Cut {
 pub(super) fn cut(
     frame: &RxFrame<'_>,
     max_frame_bytes: usize,
-    emit: &mut dyn FnMut(&[u8], Option<CsumPartial>),
+    emit: &mut dyn FnMut(&[u8], Csum),
 ) -> Cut {
     let data = frame.data;
     if (data.len() as u64) < frame.orig_len as u64 {
@@ -70,7 +91,7 @@ pub(super) fn cut(
         let mut emitted = 0u64;
         let result = segment(data, frame.offload, max_frame_bytes, &mut |seg| {
             emitted += 1;
-            emit(seg, None)
+            emit(seg, Csum::Computed)
         });
         let uncut = result.err();
         if uncut.is_none() && emitted > 0 {
@@ -83,7 +104,7 @@ pub(super) fn cut(
         // Metadata that does not fit the frame: a frame that fits is sent as it
         // came (a cable would carry it too); one that does not is too big.
         if emitted == 0 && data.len() <= max_frame_bytes {
-            emit(data, frame.offload.csum);
+            emit(data, Csum::of(frame.offload.csum));
             return Cut {
                 wire_frames: 1,
                 too_big: false,
@@ -103,7 +124,7 @@ pub(super) fn cut(
             uncut: None,
         };
     }
-    emit(data, frame.offload.csum);
+    emit(data, Csum::of(frame.offload.csum));
     Cut {
         wire_frames: 1,
         too_big: false,
@@ -114,9 +135,9 @@ pub(super) fn cut(
 /// Copies a wire frame into its delay-line record and finishes the checksum
 /// the sender left to the hardware. Offsets that do not fit the frame leave it
 /// as it came: a cable would carry it unchanged too.
-pub(super) fn finish(slot: &mut [u8], bytes: &[u8], csum: Option<CsumPartial>) {
+pub(super) fn finish(slot: &mut [u8], bytes: &[u8], csum: Csum) {
     slot.copy_from_slice(bytes);
-    if let Some(c) = csum {
+    if let Csum::Finish(c) = csum {
         let _ = complete_checksum(slot, c);
     }
 }
