@@ -841,7 +841,11 @@ impl Outputs {
     /// every frame did the work of both cores on one: bulk TCP through
     /// `delay 0` fell to a third (188-195 against 558-618 Mbit/s, numbers.md).
     /// A few frames cover what waits for the stage's sends (a ping, an ACK, a
-    /// request's first segments).
+    /// request's first segments); a super-frame stored whole counts its
+    /// wire frames, so the stage leaves it to the output thread (sending 64
+    /// KiB to a veth runs the receiving host's stack in the send call: with
+    /// the stage sending them, it took 86 % of linkem's cycles against the
+    /// output thread's 12 % under bulk TCP, numbers.md).
     pub(super) const STAGE_SHARE_FRAMES: usize = 4;
 
     fn new(outlets: [Arc<Outlet>; 2], threads: [Thread; 2]) -> Outputs {
@@ -877,8 +881,10 @@ impl Outputs {
                 let wake = match left {
                     Left::Empty => false,
                     Left::Busy => pushed[i],
-                    // More due than the stage's share: the output thread's.
+                    // More due than the stage's share, or a super-frame
+                    // stored whole (bulk): the output thread's.
                     Left::Next(release_ns) if release_ns <= now_ns => true,
+                    Left::Bulk(_) => true,
                     Left::Next(release_ns) => {
                         let mine = stage_sends(
                             release_ns,

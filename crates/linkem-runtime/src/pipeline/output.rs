@@ -460,20 +460,43 @@ impl Source {
         heap.peek_release_ns()
     }
 
+    /// Whether the next frame (the one [`Source::next_release`] found) is
+    /// the heap's first rather than the line's.
+    fn next_from_heap(&mut self) -> bool {
+        let Some(heap) = self.heap.as_ref() else {
+            return false;
+        };
+        // Without sorted runs, `next_release` moved the whole line into
+        // the heap: the heap's first frame is the one it found.
+        let line = self
+            .sorted_runs
+            .as_ref()
+            .and_then(|_| self.consumer.peek().map(|h| h.release_ns));
+        match (heap.peek_release_ns(), line) {
+            (Some(a), Some(b)) => a <= b,
+            (a, _) => a.is_some(),
+        }
+    }
+
+    /// The wire frames the next record stands for (after
+    /// [`Source::next_release`] found one): those of a super-frame stored
+    /// whole, else 1.
+    pub(super) fn next_wire_frames(&mut self) -> usize {
+        let whole = if self.next_from_heap() {
+            self.heap
+                .as_ref()
+                .and_then(|h| h.peek())
+                .and_then(|(_, h)| h.whole)
+        } else {
+            self.consumer.peek().and_then(|h| h.whole)
+        };
+        whole.map_or(1, |w| w.wire_frames as usize)
+    }
+
     /// Hands the next frame to `f` and removes it.
     pub(super) fn take<R>(&mut self, f: impl FnOnce(u64, &[u8], Kind) -> R) -> R {
-        if let Some(heap) = self.heap.as_mut() {
-            // Without sorted runs, `next_release` moved the whole line into
-            // the heap: the heap's first frame is the one it found.
-            let line = self
-                .sorted_runs
-                .as_ref()
-                .and_then(|_| self.consumer.peek().map(|h| h.release_ns));
-            let from_heap = match (heap.peek_release_ns(), line) {
-                (Some(a), Some(b)) => a <= b,
-                (a, _) => a.is_some(),
-            };
-            if from_heap {
+        if self.next_from_heap() {
+            if let Some(heap) = self.heap.as_mut() {
                 let (release_ns, h) = heap.pop().expect("next_release found one");
                 let kind = Kind {
                     copy: h.copy,
@@ -535,6 +558,10 @@ pub(super) enum Left {
     /// Frames, the earliest released at this instant (already due when the
     /// call's `max_frames` ran out).
     Next(u64),
+    /// Frames, the earliest released at this instant a super-frame stored
+    /// whole that stands for more wire frames than the call's `max_frames`:
+    /// bulk traffic, the output thread's to send.
+    Bulk(u64),
 }
 
 impl Outlet {
@@ -566,9 +593,11 @@ impl Outlet {
     }
 
     /// For the live stage: sends the frames due by `now()` (at most
-    /// `max_frames`, in release order), unless the output thread holds the
-    /// outlet, and says what is left and how many frames it took. Never
-    /// waits for the lock or a release.
+    /// `max_frames` wire frames, in release order; a super-frame stored
+    /// whole counts the wire frames it stands for, and one with more than
+    /// are left is left whole to the output thread), unless the output
+    /// thread holds the outlet, and says what is left and how many wire
+    /// frames it took. Never waits for the lock or a release.
     pub fn send_due(
         &self,
         now: &mut dyn FnMut() -> u64,
@@ -586,13 +615,17 @@ impl Outlet {
                 break Left::Empty;
             };
             let now_ns = now();
-            if release_ns > now_ns || sent == max_frames {
+            let frames = inner.src.next_wire_frames();
+            if frames > max_frames {
+                break Left::Bulk(release_ns);
+            }
+            if release_ns > now_ns || sent + frames > max_frames {
                 break Left::Next(release_ns);
             }
             inner
                 .st
                 .send_next(now_ns, &mut inner.src, &self.control.flush)?;
-            sent += 1;
+            sent += frames;
         };
         // A super-frame being gathered stays held only while a frame is
         // waiting that may join it: whoever sends that frame (the stage, which
@@ -600,7 +633,7 @@ impl Outlet {
         // `live::Outputs::hand_out`) sends or releases it; with nothing
         // waiting it leaves now.
         let next = match left {
-            Left::Next(r) => Some(r),
+            Left::Next(r) | Left::Bulk(r) => Some(r),
             _ => None,
         };
         inner.st.flush_before(next)?;
@@ -857,6 +890,15 @@ mod tests {
     /// Three TCP/IPv4 wire frames of one flow cut by `segment` from a
     /// super-frame (so with complete checksums), 1000 payload bytes each.
     fn wire_frames() -> Vec<Vec<u8>> {
+        let (f, offload) = tcp_super();
+        let mut out = Vec::new();
+        linkem_core::wire::segment(&f, offload, 1514, &mut |s| out.push(s.to_vec())).unwrap();
+        out
+    }
+
+    /// A TCP/IPv4 super-frame of 3000 payload bytes at MSS 1000, as a host
+    /// hands it over, and its offload.
+    fn tcp_super() -> (Vec<u8>, Offload) {
         use linkem_core::wire::{CsumPartial, Gso, GsoKind};
         let mut f = vec![0u8; 54 + 3000];
         f[12..14].copy_from_slice(&[0x08, 0x00]);
@@ -877,9 +919,43 @@ mod tests {
                 size: 1000,
             }),
         };
-        let mut out = Vec::new();
-        linkem_core::wire::segment(&f, offload, 1514, &mut |s| out.push(s.to_vec())).unwrap();
-        out
+        (f, offload)
+    }
+
+    #[test]
+    fn the_stage_leaves_a_super_frame_stored_whole_to_the_output_thread() {
+        let (o, mut p, sent) = outlet(None);
+        let mut latest = 0;
+        store(&o, &mut p, &mut latest, 1, 100);
+        let (f, offload) = tcp_super();
+        let whole = Whole {
+            offload,
+            wire_frames: 3,
+        };
+        assert!(p.push_whole(200, 0, whole, &f));
+        store(&o, &mut p, &mut latest, 2, 300);
+        // A share of 2 wire frames: the single frame goes, the super-frame
+        // of 3 is bulk and waits (for the output thread), and so does what
+        // follows it.
+        let (left, n) = o.send_due(&mut || 1_000, 2).unwrap();
+        assert_eq!((left, n), (Left::Bulk(200), 1));
+        assert_eq!(ids(&sent), [1]);
+        // A share that holds it: sent, counted as its wire frames (this port
+        // takes no super-frame: they leave one by one, cut as they would
+        // have been, not counted `whole`).
+        let (left, n) = o.send_due(&mut || 1_000, 64).unwrap();
+        assert_eq!((left, n), (Left::Empty, 4));
+        let sent = sent.lock().unwrap();
+        assert_eq!(sent.len(), 5);
+        assert_eq!(
+            &sent[1..4]
+                .iter()
+                .map(|(_, f)| f.clone())
+                .collect::<Vec<_>>(),
+            &wire_frames()
+        );
+        let g = o.lock();
+        assert_eq!((g.st.local_sent, g.st.local_whole), (5, 0));
     }
 
     #[test]
