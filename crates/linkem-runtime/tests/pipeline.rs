@@ -967,6 +967,24 @@ fn an_unimpaired_link_passes_each_tso_burst_whole_and_counts_every_wire_frame() 
 }
 
 #[test]
+fn a_burst_carrying_cwr_is_cut_so_that_only_its_first_wire_frame_keeps_cwr() {
+    let (bridge, input, sent, _supers) = start_gso("delay 1ms", Some(0));
+    let mut burst = tso_burst(now_ns(), 5, 0);
+    burst.data[47] |= 0x80; // CWR
+    input[0].send(burst).unwrap();
+    let stats = finish_gso(bridge, &sent, 5);
+    assert_eq!(stats.whole, 0, "cut, not stored whole");
+    let cwr: Vec<bool> = sent
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, f)| f[47] & 0x80 != 0)
+        .collect();
+    assert_eq!(cwr, [true, false, false, false, false]);
+    assert_eq!(stats.fates.get(Fate::Delivered), 5);
+}
+
+#[test]
 fn decisions_that_differ_fall_back_to_cutting_and_deliver_what_cutting_first_does() {
     // Loss, copies and corrupt bits hit single wire frames; a rate gives each
     // its own release; both must deliver byte for byte what the path that

@@ -21,6 +21,7 @@
 //! carried it.
 
 use crate::port::RxFrame;
+use linkem_core::wire::headers::TCP_CWR;
 use linkem_core::wire::{
     complete_checksum, segment, segment_plan, CsumPartial, Gso, GsoKind, Offload, SegmentPlan,
     WireError,
@@ -147,7 +148,7 @@ pub(super) fn finish(slot: &mut [u8], bytes: &[u8], csum: Csum) {
 /// in full, cut by `segment` into at least two frames with no Ethernet
 /// padding after the datagram, its TCP checksum left to finish at the TCP
 /// header (as the host's TSO leaves it, which the sending kernel then
-/// finishes per segment). Returns how it is cut and the offload to send it
+/// finishes per segment), without CWR. Returns how it is cut and the offload to send it
 /// with: the received one, with the segment size the egress allows (a
 /// smaller MTU than the sender's cuts smaller segments).
 pub(super) fn whole_plan(
@@ -163,7 +164,13 @@ pub(super) fn whole_plan(
     }
     let plan = segment_plan(frame.data, frame.offload, max_frame_bytes).ok()?;
     let at_tcp = usize::from(csum.start) == plan.l4_offset && csum.offset == 16;
-    if plan.segments < 2 || plan.trailer_bytes != 0 || !at_tcp {
+    // [`Offload`] keeps no ECN bit of the received `gso_type`, so a burst
+    // carrying CWR is cut, which keeps CWR on its first wire frame only.
+    let cwr = frame
+        .data
+        .get(plan.l4_offset + 13)
+        .is_none_or(|flags| flags & TCP_CWR != 0);
+    if plan.segments < 2 || plan.trailer_bytes != 0 || !at_tcp || cwr {
         return None;
     }
     let size = u16::try_from(plan.per_segment_bytes).ok()?;
