@@ -44,7 +44,9 @@
 //!   model that reads no headers (the plain link: `linkem bridge delay
 //!   10ms`; rules read each wire frame's headers, whose lengths, IDs and
 //!   flags differ, and are always cut) and a port that wants no frames back,
-//!   a TCP super-frame whose checksum was left at its TCP header is first
+//!   a TCP super-frame whose checksum was left at its TCP header (and that
+//!   carries no CWR, which the offload sent could not keep on its first
+//!   segment only) is first
 //!   *planned* rather than cut ([`linkem_core::wire::segment_plan`]: the
 //!   lengths `segment` would cut, from the headers alone). Each wire frame
 //!   still goes to the model, with the length, stamp and tag cutting gives
@@ -85,7 +87,9 @@
 //!   (taking frames) until then; the output stage is woken for the rest
 //!   ([`Outputs::hand_out`], the `output` module doc): sparse traffic (a ping,
 //!   a request) pays no second wake-up, and bulk traffic is still sent by the
-//!   output stage, on the other core, beside the stage's receiving. The
+//!   output stage, on the other core, beside the stage's receiving; a
+//!   super-frame stored whole counts its wire frames against the share, so
+//!   it is always the output stage's. The
 //!   stage of several pairs does so for each pair's directions, through each
 //!   direction's own outlet.
 //! - **Events on time.** The stage sleeps until the model's next event less
