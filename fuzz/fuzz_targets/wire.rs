@@ -1,6 +1,7 @@
 //! Wire frames: checksum completion and segmentation over arbitrary frames and
 //! arbitrary offload metadata give a result or an error, never a panic, and
-//! what they produce keeps the module's invariants.
+//! what they produce keeps the module's invariants; the plan of a super-frame
+//! (`segment_plan`) gives the lengths `segment` emits, or its error.
 //!
 //! Input: 10 bytes of metadata, then the frame:
 //! `flags` (bit 0: csum present, bit 1: gso present), `csum.start` (u16 BE),
@@ -11,8 +12,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use linkem_core::wire::{
-    checksum, complete_checksum, complete_partial_checksum, locate, segment, CsumPartial, Gso,
-    GsoKind, L4Proto, Offload,
+    checksum, complete_checksum, complete_partial_checksum, locate, segment, segment_plan,
+    CsumPartial, Gso, GsoKind, L4Proto, Offload,
 };
 
 /// Whether a located frame's L4 checksum verifies (RFC 1071).
@@ -57,8 +58,10 @@ fuzz_target!(|data: &[u8]| {
 
     let mut emitted = 0usize;
     let mut joined = Vec::new();
+    let mut lengths = Vec::new();
     let result = segment(frame, offload, max_frame_bytes, &mut |s| {
         emitted += 1;
+        lengths.push(s.len());
         assert!(s.len() <= max_frame_bytes, "segment longer than the limit");
         if offload.gso.is_some() {
             let h = locate(s).expect("a segment is a well-formed frame");
@@ -86,6 +89,15 @@ fuzz_target!(|data: &[u8]| {
         Err(e) => {
             assert_eq!(emitted, 0, "error after emitting");
             let _ = e.to_string();
+        }
+    }
+    if offload.gso.is_some() {
+        match (segment_plan(frame, offload, max_frame_bytes), result) {
+            (Ok(plan), Ok(_)) => {
+                assert!(plan.lengths().eq(lengths), "plan and segment disagree")
+            }
+            (Err(a), Err(b)) => assert_eq!(a, b, "plan and segment fail differently"),
+            (a, b) => panic!("plan {a:?}, segment {b:?}"),
         }
     }
 });

@@ -42,10 +42,19 @@
 //! left on a line after the pager woke for another costs at most one more
 //! wake-up of the pager.
 //!
+//! A record is one wire frame, or (flag `WHOLE`) a super-frame stored whole
+//! for the wire frames it stands for ([`Producer::push_whole`]): its frame
+//! then starts with a [`WHOLE_PREFIX_BYTES`] prefix, the offload as a
+//! `virtio_net_hdr` (10 bytes), 2 spare, and the number of wire frames (u32),
+//! and the header's length counts the prefix. A whole record is at most
+//! 64 KiB + 32 bytes (two cache lines over 64 KiB once aligned), far below
+//! the smallest line (2 MiB).
+//!
 //! Why hand-written rather than an SPSC crate: the records have variable length
 //! (a 64-byte frame takes 128 bytes, not a 2 KiB slot), which is what lets a 10 s
 //! delay at 1 Gbit/s fit in 1.25 GB plus headers instead of tens of gigabytes.
 
+use linkem_core::wire::{Offload, VIRTIO_NET_HDR_BYTES};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -174,6 +183,14 @@ pub const RECORD_ALIGN: usize = 64;
 const HEADER: usize = 16;
 const FLAG_SKIP: u32 = 1;
 const FLAG_COPY: u32 = 2;
+/// A super-frame stored whole: its frame starts with the whole prefix.
+const FLAG_WHOLE: u32 = 4;
+/// The frame's L4 checksum was computed by the producer after the frame's
+/// last change ([`Producer::push_checksummed`]).
+const FLAG_CHECKSUMMED: u32 = 8;
+/// Bytes before the frame of a whole record: `virtio_net_hdr`, 2 spare, the
+/// number of wire frames (u32, native order).
+pub const WHOLE_PREFIX_BYTES: usize = 16;
 /// Bits 8..32 of the flags: the record's group ([`Producer::push_with_group`]).
 const GROUP_SHIFT: u32 = 8;
 /// Largest group a record can carry.
@@ -445,6 +462,50 @@ impl Producer {
         group: u32,
         fill: impl FnOnce(&mut [u8]),
     ) -> bool {
+        let flags = if copy { FLAG_COPY } else { 0 };
+        self.push_record(release_ns, len, flags, group, fill)
+    }
+
+    /// [`Producer::push_with_group`] of a record (not a copy) whose frame
+    /// `fill` leaves with an L4 checksum computed by the producer and not
+    /// changed since (given back in [`Head::checksummed`]): a reader that
+    /// would verify it may trust it instead.
+    #[inline]
+    pub fn push_checksummed(
+        &mut self,
+        release_ns: u64,
+        len: usize,
+        group: u32,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> bool {
+        self.push_record(release_ns, len, FLAG_CHECKSUMMED, group, fill)
+    }
+
+    /// Stores the super-frame `frame` whole, to be released at `release_ns`
+    /// and sent with `whole.offload`, for the `whole.wire_frames` wire frames
+    /// it stands for (given back in [`Head::whole`]); otherwise as
+    /// [`Producer::push_with_group`] for a record that is not a copy.
+    #[inline]
+    pub fn push_whole(&mut self, release_ns: u64, group: u32, whole: Whole, frame: &[u8]) -> bool {
+        let len = WHOLE_PREFIX_BYTES + frame.len();
+        self.push_record(release_ns, len, FLAG_WHOLE, group, |slot| {
+            let (prefix, rest) = slot.split_at_mut(WHOLE_PREFIX_BYTES);
+            prefix[..VIRTIO_NET_HDR_BYTES].copy_from_slice(&whole.offload.to_virtio_net_hdr(0));
+            prefix[VIRTIO_NET_HDR_BYTES..12].fill(0);
+            prefix[12..16].copy_from_slice(&whole.wire_frames.to_ne_bytes());
+            rest.copy_from_slice(frame);
+        })
+    }
+
+    #[inline]
+    fn push_record(
+        &mut self,
+        release_ns: u64,
+        len: usize,
+        flags: u32,
+        group: u32,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> bool {
         let need = record_bytes(len) as u64;
         let offset = self.tail % self.cap;
         let skip = if offset + need > self.cap {
@@ -477,7 +538,7 @@ impl Producer {
                 base.add(at),
                 release_ns,
                 len as u32,
-                (if copy { FLAG_COPY } else { 0 }) | (group.min(MAX_GROUP) << GROUP_SHIFT),
+                flags | (group.min(MAX_GROUP) << GROUP_SHIFT),
             );
             std::slice::from_raw_parts_mut(base.add(at + HEADER), len)
         };
@@ -539,6 +600,22 @@ pub struct Head<'a> {
     pub copy: bool,
     /// The record's group (0 unless stored with [`Producer::push_with_group`]).
     pub group: u32,
+    /// A super-frame stored whole ([`Producer::push_whole`]): `frame` is it,
+    /// without the prefix.
+    pub whole: Option<Whole>,
+    /// Stored with [`Producer::push_checksummed`]: the frame's L4 checksum
+    /// was computed by the producer and the frame not changed since.
+    pub checksummed: bool,
+}
+
+/// What a super-frame stored whole is sent with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Whole {
+    /// Its offload, for the send port ([`crate::port::TxPort::tx_send_super`]).
+    pub offload: Offload,
+    /// The wire frames it stands for: each was given to the model and is
+    /// counted as sent, late or flushed.
+    pub wire_frames: u32,
 }
 
 /// The reading end of a delay line, owned by the output stage: looks at the
@@ -579,12 +656,32 @@ impl Consumer {
                 continue;
             }
             // Safety: the record's frame bytes follow its header inside the region.
-            let frame = unsafe { std::slice::from_raw_parts(base.add(at + HEADER), len as usize) };
+            let mut frame =
+                unsafe { std::slice::from_raw_parts(base.add(at + HEADER), len as usize) };
+            let whole = if flags & FLAG_WHOLE != 0 {
+                let (prefix, rest) = frame.split_at(WHOLE_PREFIX_BYTES);
+                frame = rest;
+                let mut hdr = [0u8; VIRTIO_NET_HDR_BYTES];
+                hdr.copy_from_slice(&prefix[..VIRTIO_NET_HDR_BYTES]);
+                let wire_frames =
+                    u32::from_ne_bytes([prefix[12], prefix[13], prefix[14], prefix[15]]);
+                // Written by `push_whole` from an offload it read back: a
+                // header that does not read is memory gone wrong; the
+                // frame then leaves as it is.
+                Offload::from_virtio_net_hdr(hdr).ok().map(|offload| Whole {
+                    offload,
+                    wire_frames,
+                })
+            } else {
+                None
+            };
             return Some(Head {
                 release_ns,
                 frame,
                 copy: flags & FLAG_COPY != 0,
                 group: flags >> GROUP_SHIFT,
+                whole,
+                checksummed: flags & FLAG_CHECKSUMMED != 0,
             });
         }
     }
@@ -840,18 +937,74 @@ mod group_tests {
         assert!(p.push(5, b"plain", false));
         assert!(p.push_with_group(6, 3, true, MAX_GROUP, |s| s.copy_from_slice(b"abc")));
         assert!(p.push_with_group(7, 1, false, 42, |s| s[0] = 9));
+        assert!(p.push_checksummed(8, 2, 41, |s| s.copy_from_slice(b"ok")));
         let mut got = Vec::new();
         while let Some(h) = c.peek() {
-            got.push((h.release_ns, h.frame.to_vec(), h.copy, h.group));
+            got.push((
+                h.release_ns,
+                h.frame.to_vec(),
+                h.copy,
+                h.group,
+                h.checksummed,
+            ));
             c.pop();
         }
         assert_eq!(
             got,
             vec![
-                (5, b"plain".to_vec(), false, 0),
-                (6, b"abc".to_vec(), true, MAX_GROUP),
-                (7, vec![9], false, 42),
+                (5, b"plain".to_vec(), false, 0, false),
+                (6, b"abc".to_vec(), true, MAX_GROUP, false),
+                (7, vec![9], false, 42, false),
+                (8, b"ok".to_vec(), false, 41, true),
             ]
+        );
+    }
+}
+
+#[cfg(test)]
+mod whole_tests {
+    use super::*;
+    use linkem_core::wire::{CsumPartial, Gso, GsoKind};
+
+    #[test]
+    fn a_whole_record_gives_back_its_frame_offload_and_wire_frames_across_wraps() {
+        let (mut p, mut c) = delay_line(1).unwrap();
+        let whole = Whole {
+            offload: Offload {
+                csum: Some(CsumPartial {
+                    start: 34,
+                    offset: 16,
+                }),
+                gso: Some(Gso {
+                    kind: GsoKind::TcpV6,
+                    size: 1448,
+                }),
+            },
+            wire_frames: 45,
+        };
+        // 64 KiB super-frames between plain frames, past several wraps of a
+        // 2 MiB line: the record never splits and its frame is what went in.
+        let big: Vec<u8> = (0..65_535u32).map(|i| (i * 7) as u8).collect();
+        for i in 0..200u64 {
+            assert!(p.push(2 * i, b"wire", false), "plain record {i}");
+            assert!(p.push_whole(2 * i + 1, 9, whole, &big), "whole record {i}");
+            let h = c.peek().unwrap();
+            assert_eq!(
+                (h.release_ns, h.frame, h.whole),
+                (2 * i, &b"wire"[..], None)
+            );
+            c.pop();
+            let h = c.peek().unwrap();
+            assert_eq!((h.release_ns, h.group, h.copy), (2 * i + 1, 9, false));
+            assert_eq!(h.whole, Some(whole));
+            assert!(h.frame == &big[..], "record {i}: the frame without prefix");
+            c.pop();
+        }
+        assert!(c.peek().is_none());
+        assert_eq!(
+            record_bytes(WHOLE_PREFIX_BYTES + 65_535),
+            65_536 + 64,
+            "a whole record of 64 KiB takes one cache line more"
         );
     }
 }

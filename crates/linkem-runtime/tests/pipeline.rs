@@ -3,12 +3,15 @@
 //! idle.
 
 use linkem_core::model::{Change, LinkModel};
+use linkem_core::node::Decision;
+use linkem_core::rules::Side;
 use linkem_core::{Fate, LinkConfig, LinkSpec};
 use linkem_runtime::clock::now_ns;
-use linkem_runtime::pipeline::{DirectionOptions, DirectionStats, LiveBridge, LiveOptions};
+use linkem_runtime::pipeline::{DirectionOptions, DirectionStats, LiveBridge, LiveOptions, Tap};
 use linkem_runtime::port::memory::{MemoryRx, MemoryTx, Sent};
 use linkem_runtime::port::{RxPort, TxOutcome, TxPort};
 use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Direction a->b of a plain link's live bridge, as the tests see it.
@@ -561,6 +564,7 @@ fn without_rate_a_tso_burst_leaves_whole_and_counts_stay_per_wire_frame() {
     assert_eq!(supers[0].1.len(), 10);
     assert_eq!(stats.coalesced, 10);
     assert_eq!(stats.super_frames, 1);
+    assert_eq!(stats.whole, 10, "stored whole, never cut");
     assert_eq!(stats.received, 1);
     assert_eq!(stats.segmented, 9);
     assert_eq!(stats.fates.get(Fate::Delivered), 10, "{:?}", stats.fates);
@@ -584,6 +588,59 @@ fn coalescing_off_or_a_port_without_it_sends_wire_frames() {
     assert!(supers.lock().unwrap().is_empty());
     assert_eq!((stats.coalesced, stats.super_frames), (0, 0));
     assert_eq!(stats.fates.get(Fate::Delivered), 10);
+}
+
+#[test]
+fn a_wire_frame_that_arrives_with_a_bad_checksum_never_rides_inside_a_super_frame() {
+    // Six wire frames of one flow sent one by one by the host, checksums
+    // complete; the fourth's payload was damaged on the way in. linkem did
+    // not compute these checksums, so it verifies each before merging: the
+    // fourth leaves alone, as it came, between two super-frames.
+    let (bridge, input, sent, supers) = start_gso("delay 1ms", Some(1_000_000));
+    let t = now_ns();
+    let mut frames = Vec::new();
+    for i in 0..6u32 {
+        let mut f = tcp4_partial(1000, i * 1000);
+        f[47] = 0x10; // ACK only: PSH would end a run
+        f[18..20].copy_from_slice(&(i as u16).to_be_bytes());
+        f[24..26].copy_from_slice(&[0, 0]);
+        let c = !fold(ones_sum(&f[14..34], 0));
+        f[24..26].copy_from_slice(&c.to_be_bytes());
+        linkem_core::wire::complete_checksum(
+            &mut f,
+            CsumPartial {
+                start: 34,
+                offset: 16,
+            },
+        )
+        .unwrap();
+        assert!(tcp4_verifies(&f));
+        frames.push(f);
+    }
+    frames[3][500] ^= 0x40;
+    for f in &frames {
+        input[0].send((t, f.clone()).into()).unwrap();
+    }
+    let stats = finish_gso(bridge, &sent, 6);
+    let supers = supers.lock().unwrap();
+    let runs: Vec<Vec<u32>> = supers
+        .iter()
+        .map(|(_, s)| s.iter().map(|f| seq_of(f)).collect())
+        .collect();
+    assert_eq!(
+        runs,
+        [vec![0, 1000, 2000], vec![4000, 5000]],
+        "super-frames by sequence number; {} sent alone",
+        sent.lock().unwrap().len() - runs.iter().map(Vec::len).sum::<usize>()
+    );
+    let sent: Vec<_> = sent
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, f)| f.clone())
+        .collect();
+    assert_eq!(sent[3], frames[3], "the damaged frame left as it came");
+    assert_eq!((stats.coalesced, stats.whole), (5, 0));
 }
 
 #[test]
@@ -787,6 +844,217 @@ fn a_bridge_of_several_pairs_coalesces_per_pair_and_sends_what_it_holds_when_not
         );
         assert!(stats.adds_up(), "pair {k}: {stats:?}");
     }
+}
+
+// ---- Whole pass-through: a TSO burst whose wire frames get one plain decision ----
+
+/// What a [`Tap`] saw: each wire frame given to the model and each decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Seen {
+    Frame(u64, Vec<u8>),
+    Decision(u64, u32, Decision),
+}
+
+struct SeenTap(Arc<Mutex<Vec<Seen>>>);
+
+impl Tap for SeenTap {
+    fn frame(&mut self, _side: Side, ts_ns: u64, bytes: &[u8]) {
+        self.0
+            .lock()
+            .unwrap()
+            .push(Seen::Frame(ts_ns, bytes.to_vec()));
+    }
+    fn decision(&mut self, arrival_ns: u64, len_bytes: u32, d: &Decision) {
+        let mut d = d.clone();
+        // Tags count per bridge; what matters is the decision itself.
+        d.tag = 0;
+        self.0
+            .lock()
+            .unwrap()
+            .push(Seen::Decision(arrival_ns, len_bytes, d));
+    }
+    fn changes(&mut self, _at_ns: u64, _changes: &[Change]) {}
+}
+
+/// One run of `bursts` TSO bursts (20 wire frames each) through the plain
+/// link of `words` (seed 7), coalescing on (`whole`: the stage may store a
+/// burst whole) or off (every burst cut before the delay line, as before
+/// whole pass-through), optionally tapped. Returns the counts, the wire
+/// frames sent in order, and what the tap saw.
+fn run_bursts(
+    words: &str,
+    whole: bool,
+    tap: bool,
+    bursts: u32,
+) -> (DirectionStats, Vec<Vec<u8>>, Vec<Seen>) {
+    let spec = LinkSpec::parse(words).unwrap();
+    let mut live = LiveOptions::new(32 << 20);
+    live.max_lag_ns = None;
+    live.coalesce_window_ns = whole.then_some(0);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    if tap {
+        live.tap = Some(Box::new(SeenTap(seen.clone())));
+    }
+    let model = LinkModel::new([spec.link.clone(), spec.link], 7);
+    let (in_a, rx_a) = channel::<MemFrame>();
+    let (_in_b, rx_b) = channel::<MemFrame>();
+    let (mut tx, sent) = MemoryTx::new();
+    tx.supers = Some(Supers::default());
+    let (sink, _) = MemoryTx::new();
+    let mut bridge = LiveBridge::start(
+        live,
+        model,
+        [Box::new(MemoryRx::new(rx_a)), Box::new(MemoryRx::new(rx_b))],
+        [Box::new(tx), Box::new(sink)],
+    )
+    .unwrap();
+    // Stamps a little ahead of the bridge's start, the same in every run
+    // relative to it, 100 µs apart.
+    let t = now_ns() + 1_000_000;
+    for i in 0..bursts {
+        let burst = tso_burst(t + 100_000 * u64::from(i), 20, i * 20_000);
+        in_a.send(burst).unwrap();
+    }
+    // Every frame is released within ~5 ms; wait for the counts to settle.
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let st = bridge.stats().swap_remove(0);
+        if st.received == u64::from(bursts) && st.in_flight == 0 && st.adds_up() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "frames still in flight after 10 s: {st:?}"
+        );
+    }
+    std::thread::sleep(Duration::from_millis(150));
+    let mut stats = bridge.stop().swap_remove(0);
+    // Only the model's decisions and the wire frames matter below.
+    stats.lateness.reset();
+    let sent = sent
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, f)| f.clone())
+        .collect();
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    (stats, sent, seen)
+}
+
+#[test]
+fn an_unimpaired_link_passes_each_tso_burst_whole_and_counts_every_wire_frame() {
+    for words in ["delay 0ms", "delay 2ms"] {
+        let (stats, sent, _) = run_bursts(words, true, false, 30);
+        let n = 30 * 20;
+        assert_eq!(stats.received, 30, "{words}");
+        assert_eq!(stats.segmented, 30 * 19, "{words}");
+        assert_eq!(stats.fates.get(Fate::Delivered), n, "{words}: {stats:?}");
+        assert_eq!(
+            stats.whole, n,
+            "{words}: every burst stored whole: {stats:?}"
+        );
+        assert_eq!(stats.super_frames, 30, "{words}");
+        assert_eq!(stats.coalesced, n, "{words}");
+        assert!(stats.adds_up(), "{words}: {stats:?}");
+        // What the receiver cuts back: every wire frame, in order, verified.
+        assert_eq!(sent.len() as u64, n, "{words}");
+        for (k, f) in sent.iter().enumerate() {
+            assert_eq!(seq_of(f), 1000 * k as u32, "{words}: frame {k}");
+            assert!(tcp4_verifies(f), "{words}: frame {k} checksum");
+        }
+    }
+}
+
+#[test]
+fn a_burst_carrying_cwr_is_cut_so_that_only_its_first_wire_frame_keeps_cwr() {
+    let (bridge, input, sent, _supers) = start_gso("delay 1ms", Some(0));
+    let mut burst = tso_burst(now_ns(), 5, 0);
+    burst.data[47] |= 0x80; // CWR
+    input[0].send(burst).unwrap();
+    let stats = finish_gso(bridge, &sent, 5);
+    assert_eq!(stats.whole, 0, "cut, not stored whole");
+    let cwr: Vec<bool> = sent
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, f)| f[47] & 0x80 != 0)
+        .collect();
+    assert_eq!(cwr, [true, false, false, false, false]);
+    assert_eq!(stats.fates.get(Fate::Delivered), 5);
+}
+
+#[test]
+fn decisions_that_differ_fall_back_to_cutting_and_deliver_what_cutting_first_does() {
+    // Loss, copies and corrupt bits hit single wire frames; a rate gives each
+    // its own release; both must deliver byte for byte what the path that
+    // cuts every burst first delivers, with the same fates.
+    for (words, some_whole) in [
+        ("delay 1ms loss 2% duplicate 2% corrupt 2%", true),
+        ("delay 1ms rate 2gbit", false),
+    ] {
+        let (whole, whole_sent, _) = run_bursts(words, true, false, 40);
+        let (cut, cut_sent, _) = run_bursts(words, false, false, 40);
+        assert_eq!(whole.fates, cut.fates, "{words}: the same fates");
+        assert_eq!(whole.copies_sent, cut.copies_sent, "{words}");
+        assert_eq!(whole.segmented, cut.segmented, "{words}");
+        assert_eq!(cut.whole, 0, "{words}: coalescing off stores nothing whole");
+        let first_diff = whole_sent.iter().zip(&cut_sent).position(|(a, b)| a != b);
+        assert_eq!(
+            (whole_sent.len(), first_diff),
+            (cut_sent.len(), None),
+            "{words}: the same wire frames in the same order"
+        );
+        if some_whole {
+            assert!(
+                whole.whole > 0 && whole.whole < whole.fates.get(Fate::Delivered),
+                "{words}: bursts untouched cross whole, the others are cut: {whole:?}"
+            );
+            assert!(whole.fates.get(Fate::Loss) > 0 && whole.fates.corrupted > 0);
+        } else {
+            assert_eq!(whole.whole, 0, "{words}: each frame its own release");
+        }
+        assert!(whole.adds_up() && cut.adds_up(), "{whole:?} {cut:?}");
+    }
+}
+
+#[test]
+fn a_recording_sees_the_same_frames_and_decisions_whether_bursts_cross_whole_or_cut() {
+    let words = "delay 1ms loss 3% corrupt 2%";
+    let (whole, _, whole_seen) = run_bursts(words, true, true, 20);
+    let (cut, _, cut_seen) = run_bursts(words, false, true, 20);
+    assert!(whole.whole > 0, "some bursts crossed whole: {whole:?}");
+    assert_eq!(whole.fates, cut.fates);
+    // Stamps are the bridge's own (each run starts at its own instant):
+    // compare them relative to the first.
+    let rel = |seen: &[Seen]| -> Vec<Seen> {
+        let t0 = match seen.first() {
+            Some(Seen::Frame(t, _)) => *t,
+            _ => 0,
+        };
+        seen.iter()
+            .map(|e| match e {
+                Seen::Frame(t, b) => Seen::Frame(t - t0, b.clone()),
+                Seen::Decision(t, l, d) => {
+                    let mut d = d.clone();
+                    d.release_ns -= t0;
+                    Seen::Decision(t - t0, *l, d)
+                }
+            })
+            .collect()
+    };
+    let (a, b) = (rel(&whole_seen), rel(&cut_seen));
+    assert_eq!(
+        a.len(),
+        20 * 20 * 2,
+        "a frame and a decision per wire frame"
+    );
+    let first_diff = a.iter().zip(&b).position(|(x, y)| x != y);
+    assert_eq!(
+        (a.len(), first_diff),
+        (b.len(), None),
+        "the tap's record, in order"
+    );
 }
 
 /// A port that gives back the packet it lent, once (as host mode's netfilter

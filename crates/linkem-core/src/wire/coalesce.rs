@@ -80,6 +80,19 @@ impl TcpSegment {
     /// The frame as a candidate, or `None` when it can never be merged (see
     /// the module doc). Costs one checksum pass over the TCP segment.
     pub fn of(frame: &[u8]) -> Option<TcpSegment> {
+        Self::parse(frame, true)
+    }
+
+    /// [`TcpSegment::of`] for a frame whose TCP checksum the caller computed
+    /// itself and has not changed since (a wire frame linkem cut from a
+    /// super-frame, [`super::segment`]): the checksum pass is skipped, every
+    /// other condition is checked. A frame from anywhere else must go through
+    /// [`TcpSegment::of`], since GRO merges only frames that verify.
+    pub fn of_checksummed(frame: &[u8]) -> Option<TcpSegment> {
+        Self::parse(frame, false)
+    }
+
+    fn parse(frame: &[u8], verify: bool) -> Option<TcpSegment> {
         let h = locate(frame).ok()?;
         if h.l4 != L4Proto::Tcp || h.ip_end != frame.len() || h.payload_offset >= h.ip_end {
             return None;
@@ -105,7 +118,7 @@ impl TcpSegment {
             return None;
         }
         let l4_bytes = h.ip_end - l4;
-        if add(fold(h.pseudo_sum(l4_bytes)), sum(&frame[l4..h.ip_end])) != 0xffff {
+        if verify && add(fold(h.pseudo_sum(l4_bytes)), sum(&frame[l4..h.ip_end])) != 0xffff {
             return None;
         }
         Some(TcpSegment {
@@ -458,6 +471,29 @@ mod tests {
         assert!(!c.append(&next, TcpSegment::of(&next).unwrap()));
         let psh = tcp(false, 0, 0, MSS, TCP_PSH, 5);
         assert_eq!(run(&mut c, &[psh, base(1)]), 0);
+    }
+
+    #[test]
+    fn a_frame_checksummed_by_the_caller_skips_only_the_checksum_pass() {
+        let good = v4(0, 0, MSS);
+        assert_eq!(TcpSegment::of_checksummed(&good), TcpSegment::of(&good));
+        // A payload bit changed after the checksum: only `of` can tell.
+        let mut bad = good.clone();
+        bad[100] ^= 0x10;
+        assert_eq!(TcpSegment::of(&bad), None);
+        assert_eq!(TcpSegment::of_checksummed(&bad), TcpSegment::of(&good));
+        // Everything else is still checked.
+        let mut hdr = good.clone();
+        hdr[24] ^= 1;
+        assert_eq!(TcpSegment::of_checksummed(&hdr), None);
+        assert_eq!(TcpSegment::of_checksummed(&v4(0, 0, 0)), None);
+        assert_eq!(
+            TcpSegment::of_checksummed(&tcp(false, 0, 0, 10, TCP_SYN, 5)),
+            None
+        );
+        let mut udp = v4(0, 0, 10);
+        udp[23] = 17;
+        assert_eq!(TcpSegment::of_checksummed(&udp), None);
     }
 
     #[test]

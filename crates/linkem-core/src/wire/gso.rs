@@ -203,6 +203,93 @@ impl Plan {
     }
 }
 
+/// How [`segment`] would cut a super-frame, found without cutting it (no copy,
+/// no checksum): what the live stage needs to give the model each wire frame's
+/// length while it keeps the super-frame whole.
+///
+/// With `m = per_segment_bytes` and `P = payload_bytes`, segment `i` of
+/// `n = segments = max(1, ceil(P / m))` is `header_bytes + min(m, P - i*m)`
+/// bytes long (the formulas of the [`wire`](super) module doc); bytes of the
+/// frame past the IP datagram (`trailer_bytes`, Ethernet padding) are in no
+/// segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentPlan {
+    /// Bytes copied into every segment: L2 header and tags, IP, L4.
+    pub header_bytes: usize,
+    /// First byte of the L4 header.
+    pub l4_offset: usize,
+    /// L4 payload bytes of the super-frame.
+    pub payload_bytes: usize,
+    /// L4 payload bytes per segment, at most `gso.size`.
+    pub per_segment_bytes: usize,
+    /// Number of segments.
+    pub segments: usize,
+    /// Bytes after the IP datagram, left out of every segment.
+    pub trailer_bytes: usize,
+}
+
+impl SegmentPlan {
+    /// Length of segment `i` (`i < segments`), bytes.
+    pub fn frame_bytes(&self, i: usize) -> usize {
+        let from = i * self.per_segment_bytes;
+        self.header_bytes
+            + self
+                .per_segment_bytes
+                .min(self.payload_bytes.saturating_sub(from))
+    }
+
+    /// Lengths of the segments in order, bytes.
+    pub fn lengths(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.segments).map(|i| self.frame_bytes(i))
+    }
+}
+
+/// How [`segment`] would cut the super-frame `frame` (`offload.gso` set) into
+/// frames of at most `max_frame_bytes`, or the error it would return; reads
+/// only the headers. A frame without `gso` is not a super-frame:
+/// [`WireError::NotSuperFrame`].
+pub fn segment_plan(
+    frame: &[u8],
+    offload: Offload,
+    max_frame_bytes: usize,
+) -> Result<SegmentPlan, WireError> {
+    let gso = offload.gso.ok_or(WireError::NotSuperFrame)?;
+    if gso.size == 0 {
+        return Err(WireError::ZeroGsoSize);
+    }
+    let h = locate(frame)?;
+    let fits = match gso.kind {
+        GsoKind::TcpV4 => (h.ip, h.l4) == (IpVersion::V4, L4Proto::Tcp),
+        GsoKind::TcpV6 => (h.ip, h.l4) == (IpVersion::V6, L4Proto::Tcp),
+        GsoKind::Udp => h.l4 == L4Proto::Udp,
+    };
+    if !fits {
+        return Err(WireError::GsoKindMismatch {
+            kind: gso.kind,
+            found: h.describe(),
+        });
+    }
+    let header_bytes = h.payload_offset;
+    let room = max_frame_bytes
+        .checked_sub(header_bytes)
+        .filter(|&r| r > 0)
+        .ok_or(WireError::HeadersTooBig {
+            header_bytes,
+            max_frame_bytes,
+        })?;
+    let per_segment_bytes = usize::from(gso.size).min(room);
+    let payload_bytes = h.ip_end - header_bytes;
+    check_lengths(&h, header_bytes + per_segment_bytes.min(payload_bytes))?;
+    Ok(SegmentPlan {
+        header_bytes,
+        l4_offset: h.l4_offset,
+        payload_bytes,
+        per_segment_bytes,
+        segments: payload_bytes.div_ceil(per_segment_bytes).max(1),
+        trailer_bytes: frame.len() - h.ip_end,
+    })
+}
+
 thread_local! {
     static SEGMENTER: RefCell<Segmenter> = RefCell::new(Segmenter::new());
 }

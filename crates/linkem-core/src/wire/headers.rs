@@ -26,7 +26,8 @@ pub(super) const TCP_SYN: u8 = 0x02;
 pub(super) const TCP_RST: u8 = 0x04;
 pub(super) const TCP_PSH: u8 = 0x08;
 pub(super) const TCP_URG: u8 = 0x20;
-pub(super) const TCP_CWR: u8 = 0x80;
+/// CWR (RFC 3168 §6.1.2): read by the live stage too, which cuts a burst carrying it.
+pub const TCP_CWR: u8 = 0x80;
 
 const ETHERTYPE_IPV4: u16 = 0x0800;
 const ETHERTYPE_IPV6: u16 = 0x86dd;

@@ -13,6 +13,7 @@
 //!   frames whose checksum field holds exactly the pseudo-header sum and that
 //!   do not verify, so a frame that arrived with a wrong checksum stays wrong;
 //! - [`segment`] / [`Segmenter`]: cut a super-frame into wire frames;
+//!   [`segment_plan`]: the lengths it would cut, read from the headers alone;
 //! - [`Offload::from_virtio_net_hdr`]: the metadata AF_PACKET gives with
 //!   `PACKET_VNET_HDR`, and [`Offload::to_virtio_net_hdr`] the header it takes;
 //! - [`Coalescer`]: the reverse of [`segment`], merging consecutive TCP wire
@@ -69,7 +70,7 @@ pub mod headers;
 
 pub use checksum::{complete_checksum, complete_partial_checksum};
 pub use coalesce::{Coalescer, TcpSegment};
-pub use gso::{segment, Segmenter};
+pub use gso::{segment, segment_plan, SegmentPlan, Segmenter};
 pub use headers::{locate, Headers, IpVersion, L4Proto};
 
 /// Offload metadata that came with a received frame (virtio_net_hdr semantics).
@@ -287,6 +288,10 @@ pub enum WireError {
     /// Segmentation was asked for with [`Gso::size`] 0.
     #[error("segmentation offload with segment size 0")]
     ZeroGsoSize,
+    /// A plan of segments was asked for a frame without segmentation
+    /// metadata ([`gso::segment_plan`]).
+    #[error("the frame is not a super-frame: it has no segmentation offload")]
+    NotSuperFrame,
     /// A frame without segmentation metadata is longer than the limit.
     #[error("{frame_bytes}-byte frame exceeds the {max_frame_bytes}-byte limit and is not a super-frame")]
     FrameTooBig {

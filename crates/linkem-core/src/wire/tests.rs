@@ -510,6 +510,51 @@ proptest! {
     }
 
     #[test]
+    fn a_plan_gives_the_lengths_of_the_reference_segments_and_of_segment(
+        flow in arb_flow(),
+        payload in proptest::collection::vec(any::<u8>(), 0..60_000),
+        size in 0usize..9000,
+        room in prop_oneof![Just(usize::MAX / 2), 0usize..9200],
+        pad in 0usize..4,
+        kind in proptest::option::of(prop_oneof![Just(GsoKind::TcpV4), Just(GsoKind::TcpV6), Just(GsoKind::Udp)]),
+    ) {
+        let (seq0, id0, flags) = flow.seq_id_flags();
+        let mut frame = flow.build(seq0, id0, flags, &payload);
+        // Ethernet padding after the datagram is in no segment.
+        frame.extend(std::iter::repeat_n(0u8, pad));
+        let header_bytes = flow.header_bytes();
+        let max_frame_bytes = header_bytes.saturating_add(room);
+        let offload = Offload {
+            csum: None,
+            gso: Some(Gso { kind: kind.unwrap_or(flow.gso_kind()), size: size as u16 }),
+        };
+        let plan = segment_plan(&frame, offload, max_frame_bytes);
+        let mut cut = Vec::new();
+        let segmented = segment(&frame, offload, max_frame_bytes, &mut |s| cut.push(s.len()));
+        match (&plan, &segmented) {
+            (Ok(plan), Ok(n)) => {
+                let lengths: Vec<usize> = plan.lengths().collect();
+                prop_assert_eq!(&lengths, &cut, "the plan against segment");
+                prop_assert_eq!(plan.segments, *n);
+                // The reference is built only where its length fields hold.
+                if size > 0 && room > 0 && payload.len() + header_bytes < 65_000 {
+                    let want: Vec<usize> = flow
+                        .expected_segments(&payload, size, max_frame_bytes)
+                        .iter()
+                        .map(Vec::len)
+                        .collect();
+                    prop_assert_eq!(&lengths, &want, "the plan against the reference");
+                }
+                prop_assert_eq!(plan.trailer_bytes, pad);
+                prop_assert_eq!(plan.header_bytes, header_bytes);
+                prop_assert_eq!(plan.l4_offset, flow.l4_offset());
+            }
+            (Err(a), Err(b)) => prop_assert_eq!(a, b),
+            (a, b) => prop_assert!(false, "plan {:?}, segment {:?}", a, b),
+        }
+    }
+
+    #[test]
     fn partial_checksums_are_finished_and_wrong_ones_kept(
         flow in arb_flow(),
         payload in proptest::collection::vec(any::<u8>(), 0..3000),

@@ -5,7 +5,7 @@
 //! that any transparent forwarder needs, nothing else). Frames the backend
 //! cannot take count as `backpressure`.
 
-use super::wire::cut;
+use super::wire::{cut, Csum};
 use super::Control;
 use crate::port::{RxPort, TxOutcome, TxPort};
 use linkem_core::wire::complete_checksum;
@@ -61,13 +61,13 @@ pub(super) fn forward(
             c.received += 1;
             let r = cut(&frame, max_frame_bytes, &mut |bytes, csum| {
                 let out = match csum {
-                    Some(cs) => {
+                    Csum::Finish(cs) => {
                         scratch.clear();
                         scratch.extend_from_slice(bytes);
                         let _ = complete_checksum(&mut scratch, cs);
                         tx.tx_push(&scratch)
                     }
-                    None => tx.tx_push(bytes),
+                    Csum::AsCame | Csum::Computed => tx.tx_push(bytes),
                 };
                 match out {
                     TxOutcome::Queued => c.sent += 1,

@@ -46,6 +46,36 @@
 //!   stored unchanged. A frame longer than the egress can send is `too-big`:
 //!   never truncated, never given to the model. The flow key is parsed only
 //!   when the model reads headers ([`Model::reads_headers`]).
+//! - **Whole pass-through.** Cutting a 64 KiB TSO super-frame costs ~45
+//!   checksums and copies, and coalescing on transmit then verifies and
+//!   copies each wire frame again to rebuild what the host had sent. So
+//!   where that rebuild would happen anyway (coalescing on and the egress
+//!   sends super-frames, [`crate::port::TxPort::sends_super_frames`]), for a
+//!   model that reads no headers (the plain link: `linkem bridge delay
+//!   10ms`; rules read each wire frame's headers, whose lengths, IDs and
+//!   flags differ, and are always cut) and a port that wants no frames back,
+//!   a TCP super-frame whose checksum was left at its TCP header (and that
+//!   carries no CWR, which the offload sent could not keep on its first
+//!   segment only) is first
+//!   *planned* rather than cut ([`linkem_core::wire::segment_plan`]: the
+//!   lengths `segment` would cut, from the headers alone). Each wire frame
+//!   still goes to the model, with the length, stamp and tag cutting gives
+//!   it (the tap, when there is one, still gets its bytes: the super-frame
+//!   is then cut for it). If every decision comes at once and is the same
+//!   plain one (delivered, no duplicate, no corrupt bits, no CE mark, one
+//!   release time, pipe and queue; so: no `rate`, no jitter), the
+//!   super-frame is stored as one delay-line record with its offload (the
+//!   segment size the egress allows) and its number of wire frames
+//!   ([`Producer::push_whole`]), and the output stage sends it whole, its
+//!   wire frames counted as sent (or late, or flushed) one by one with one
+//!   lateness, and in `whole`. At the first decision that differs (or comes
+//!   later, or a decision of another packet in between) the super-frame is
+//!   cut after all: the wire frames decided so far are stored one by one
+//!   with their decisions, and the rest go on as any wire frame does, so
+//!   the model's inputs, the counts, the recording and what is stored, in
+//!   which order, are those of cutting first; a super-frame never spans
+//!   decisions that differ. Cost: the pass-through costs what the headers
+//!   take to read; a fallback costs the cut it would have cost anyway.
 //! - **Stamps.** An arrival's stamp is the kernel's, never before the stage
 //!   started (frames waiting in the ring while the sockets opened would
 //!   otherwise be late at once), and clamped to the last instant given to the
@@ -67,7 +97,9 @@
 //!   (taking frames) until then; the output stage is woken for the rest
 //!   ([`Outputs::hand_out`], the `output` module doc): sparse traffic (a ping,
 //!   a request) pays no second wake-up, and bulk traffic is still sent by the
-//!   output stage, on the other core, beside the stage's receiving. The
+//!   output stage, on the other core, beside the stage's receiving; a
+//!   super-frame stored whole counts its wire frames against the share, so
+//!   it is always the output stage's. The
 //!   stage of several pairs does so for each pair's directions, through each
 //!   direction's own outlet.
 //! - **Events on time.** The stage sleeps until the model's next event less
@@ -105,15 +137,15 @@ use super::objects::{Objects, ObjectsSnapshot};
 use super::output::{output_stage, stage_sends, Left, Outlet, OutputConfig};
 use super::output_group::output_group;
 use super::wait::{self, set_realtime, Linger, Realtime, SpinBudget, WakeEstimate, MIN_SPIN_NS};
-use super::wire::{cut, finish, Cut, KERNEL_DROPS_EVERY_NS};
+use super::wire::{cut, finish, whole_plan, Csum, Cut, KERNEL_DROPS_EVERY_NS};
 use super::{Control, Direction, DirectionStats};
 use crate::clock;
-use crate::delay_line::{delay_line, Producer};
+use crate::delay_line::{delay_line, Producer, Whole};
 use crate::port::{RxFrame, RxPort, TxPort, WaitFds};
 use linkem_core::model::{Change, ChangeError, LinkModel, Model};
 use linkem_core::node::{Decision, Node, PacketIn};
 use linkem_core::rules::{FlowKey, L2Kind, Side, SocketOwner};
-use linkem_core::wire::CsumPartial;
+use linkem_core::wire::{segment, Offload, SegmentPlan};
 use linkem_core::{Fate, FateCounts};
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -343,6 +375,7 @@ impl<M: LiveModel> LiveBridge<M> {
         let mut producers = Vec::new();
         let mut outlets = Vec::new();
         let mut max_frame = [0usize; 2];
+        let mut supers = [false; 2];
         let no_copies = tx.iter().find_map(|t| t.no_copies());
         for (i, tx) in tx.into_iter().enumerate() {
             let (producer, consumer) = delay_line(opts.buffer_bytes[i])?;
@@ -351,6 +384,7 @@ impl<M: LiveModel> LiveBridge<M> {
                 producer.capacity_bytes(),
             ));
             max_frame[i] = tx.max_frame_bytes();
+            supers[i] = opts.coalesce_window_ns.is_some() && tx.sends_super_frames();
             let cfg = output_config(&opts);
             let prio = opts.realtime_priority;
             let timed_only = opts.realtime_timed_only;
@@ -392,6 +426,7 @@ impl<M: LiveModel> LiveBridge<M> {
             controls.clone(),
             producers,
             max_frame,
+            supers,
             opts.tap.take(),
         );
         let shared = Shared::started(model, stage, no_copies);
@@ -603,6 +638,7 @@ impl<M: LiveModel> LiveBridge<M> {
             let mut producers = Vec::new();
             let mut outlets = Vec::new();
             let mut max_frame = [0usize; 2];
+            let mut supers = [false; 2];
             let no_copies = pair.tx.iter().find_map(|t| t.no_copies());
             for (i, tx) in pair.tx.into_iter().enumerate() {
                 let (producer, consumer) = delay_line(pair.buffer_bytes[i])?;
@@ -611,6 +647,7 @@ impl<M: LiveModel> LiveBridge<M> {
                     producer.capacity_bytes(),
                 ));
                 max_frame[i] = tx.max_frame_bytes();
+                supers[i] = opts.coalesce_window_ns.is_some() && tx.sends_super_frames();
                 let outlet = Outlet::new(control.clone(), consumer, tx, &group_cfg);
                 sides[i].push(outlet.clone());
                 outlets.push(outlet);
@@ -618,7 +655,8 @@ impl<M: LiveModel> LiveBridge<M> {
                 producers.push(producer);
             }
             started.push((
-                pair.names, controls, producers, outlets, max_frame, pair.model, pair.rx, no_copies,
+                pair.names, controls, producers, outlets, max_frame, supers, pair.model, pair.rx,
+                no_copies,
             ));
         }
         for (i, dirs) in sides.into_iter().enumerate() {
@@ -647,7 +685,9 @@ impl<M: LiveModel> LiveBridge<M> {
         ];
         let mut bridges = Vec::new();
         let mut loops = Vec::new();
-        for (names, controls, producers, outlets, max_frame, model, rx, no_copies) in started {
+        for (names, controls, producers, outlets, max_frame, supers, model, rx, no_copies) in
+            started
+        {
             let controls: [Arc<Control>; 2] = controls
                 .try_into()
                 .map_err(|_| "two directions".to_string())?;
@@ -657,7 +697,14 @@ impl<M: LiveModel> LiveBridge<M> {
             let outlets: [Arc<Outlet>; 2] =
                 outlets.try_into().map_err(|_| "two outlets".to_string())?;
             let out = Outputs::new(outlets, outputs.clone());
-            let stage = Stage::new(names.clone(), controls.clone(), producers, max_frame, None);
+            let stage = Stage::new(
+                names.clone(),
+                controls.clone(),
+                producers,
+                max_frame,
+                supers,
+                None,
+            );
             let shared = Shared::started(model, stage, no_copies);
             let directions = (0..2)
                 .map(|i| Direction {
@@ -813,7 +860,11 @@ impl Outputs {
     /// every frame did the work of both cores on one: bulk TCP through
     /// `delay 0` fell to a third (188-195 against 558-618 Mbit/s, numbers.md).
     /// A few frames cover what waits for the stage's sends (a ping, an ACK, a
-    /// request's first segments).
+    /// request's first segments); a super-frame stored whole counts its
+    /// wire frames, so the stage leaves it to the output thread (sending 64
+    /// KiB to a veth runs the receiving host's stack in the send call: with
+    /// the stage sending them, it took 86 % of linkem's cycles against the
+    /// output thread's 12 % under bulk TCP, numbers.md).
     pub(super) const STAGE_SHARE_FRAMES: usize = 4;
 
     fn new(outlets: [Arc<Outlet>; 2], threads: [Thread; 2]) -> Outputs {
@@ -849,8 +900,10 @@ impl Outputs {
                 let wake = match left {
                     Left::Empty => false,
                     Left::Busy => pushed[i],
-                    // More due than the stage's share: the output thread's.
+                    // More due than the stage's share, or a super-frame
+                    // stored whole (bulk): the output thread's.
                     Left::Next(release_ns) if release_ns <= now_ns => true,
+                    Left::Bulk(_) => true,
                     Left::Next(release_ns) => {
                         let mine = stage_sends(
                             release_ns,
@@ -915,6 +968,18 @@ struct Stage {
     max_stored_ns: [u64; 2],
     producers: [Producer; 2],
     max_frame: [usize; 2],
+    /// Per side, whether a received super-frame may cross whole (see the
+    /// module doc): its egress sends super-frames with coalescing on, the
+    /// model reads no headers, its port wants no frames back.
+    whole_ok: [bool; 2],
+    /// The decisions of the wire frames of the super-frame being taken
+    /// whole, in order (kept to reuse its allocation).
+    whole_decisions: Vec<Decision>,
+    /// That super-frame cut, when its wire frames' bytes are needed (for
+    /// the tap, or once their decisions differ): the frames back to back,
+    /// and where each ends.
+    cut_buf: Vec<u8>,
+    cut_ends: Vec<usize>,
     c: [Counts; 2],
     wakeups: u64,
     held: HashMap<u64, Held>,
@@ -951,6 +1016,7 @@ impl Stage {
         controls: [Arc<Control>; 2],
         producers: [Producer; 2],
         max_frame: [usize; 2],
+        supers: [bool; 2],
         tap: Option<Box<dyn Tap>>,
     ) -> Stage {
         let started_ns = clock::now_ns();
@@ -960,6 +1026,10 @@ impl Stage {
             max_stored_ns: [0; 2],
             producers,
             max_frame,
+            whole_ok: supers,
+            whole_decisions: Vec::new(),
+            cut_buf: Vec::new(),
+            cut_ends: Vec::new(),
             c: Default::default(),
             wakeups: 0,
             held: HashMap::new(),
@@ -1116,6 +1186,12 @@ impl Stage {
         let ts = stamp.max(self.last_ns);
         self.last_ns = ts;
         let max = self.max_frame[side];
+        if self.whole_ok[side] {
+            if let Some((plan, offload)) = whole_plan(&frame, max) {
+                self.take_whole(model, objs, side, ts, &frame, plan, offload);
+                return;
+            }
+        }
         let owner = frame.owner;
         let r = cut(&frame, max, &mut |bytes, csum| {
             self.admit(model, objs, side, ts, bytes, csum, owner)
@@ -1123,6 +1199,160 @@ impl Stage {
         self.c[side].segmented += r.segmented();
         if r.uncut.is_some() || r.too_big {
             self.warn(side, &r, &frame);
+        }
+    }
+
+    /// A super-frame that may cross whole (`whole_plan` found it fit): each
+    /// of its wire frames, by `plan`, goes to the model as `cut` would give
+    /// it (same length, stamp and tag; the model reads no headers), and the
+    /// decisions are kept while each is the plain one of the first (see
+    /// `plain_as`); if all are, the super-frame goes into the delay line as
+    /// one record. At the first that is not (or a decision of another packet
+    /// comes in between), it is cut after all: the frames decided so far are
+    /// stored one by one with their decisions, that one and the rest go on
+    /// as `admit` takes any wire frame, so what is stored and counted is
+    /// what cutting first would have stored, in the same order.
+    #[allow(clippy::too_many_arguments)]
+    fn take_whole<M: LiveModel>(
+        &mut self,
+        model: &mut M,
+        objs: &mut Objects,
+        side: usize,
+        ts: u64,
+        frame: &RxFrame<'_>,
+        plan: SegmentPlan,
+        offload: Offload,
+    ) {
+        let n = plan.segments;
+        self.c[side].segmented += n as u64 - 1;
+        let side_id = if side == 0 { Side::A } else { Side::B };
+        let max = self.max_frame[side];
+        let mut buf = std::mem::take(&mut self.cut_buf);
+        let mut ends = std::mem::take(&mut self.cut_ends);
+        let mut decisions = std::mem::take(&mut self.whole_decisions);
+        decisions.clear();
+        // The tap records each wire frame's bytes: cut first for it.
+        let tapped = self.tap.is_some();
+        if tapped {
+            cut_into(&mut buf, &mut ends, frame, max);
+        }
+        // The wire frame whose decision differs, and its tag.
+        let mut differs = None;
+        for i in 0..n {
+            let len_bytes = plan.frame_bytes(i) as u32;
+            let tag = self.next_tag;
+            self.next_tag += 1;
+            if let Some(tap) = self.tap.as_mut() {
+                tap.frame(side_id, ts, wire_frame(&buf, &ends, i));
+            }
+            let pkt = PacketIn {
+                len_bytes,
+                // The model reads no headers (`whole_ok`).
+                key: FlowKey::default(),
+                side: side_id,
+                tag,
+            };
+            model.on_arrival(ts, pkt, &mut self.out);
+            let plain = self.out.len() == 1
+                && self.out[0].tag == tag
+                && plain_as(&self.out[0], decisions.first());
+            if !plain {
+                differs = Some((i, tag));
+                break;
+            }
+            let d = self.out.pop().expect("one decision, looked at above");
+            if let Some(tap) = self.tap.as_mut() {
+                tap.decision(ts, len_bytes, &d);
+            }
+            decisions.push(d);
+        }
+        match differs {
+            None => self.store_whole(objs, &decisions, side, ts, frame.data, plan, offload),
+            Some((at, tag)) => {
+                // Wire frame `j` as cutting first would have had it: decided
+                // plain before `at`, decided (or held) by the arrival of `at`
+                // whose decisions wait in `self.out`, not yet arrived after.
+                let mut each = |stage: &mut Stage, model: &mut M, j: usize, bytes: &[u8]| {
+                    let csum = Csum::Computed;
+                    match j.cmp(&at) {
+                        std::cmp::Ordering::Less => {
+                            stage.settle_untapped(objs, &decisions[j], side, ts, bytes, csum)
+                        }
+                        std::cmp::Ordering::Equal => {
+                            stage.settle_arrival(objs, tag, side, ts, bytes, csum)
+                        }
+                        std::cmp::Ordering::Greater => {
+                            stage.admit(model, objs, side, ts, bytes, csum, frame.owner)
+                        }
+                    }
+                };
+                if tapped {
+                    for j in 0..ends.len() {
+                        each(self, model, j, wire_frame(&buf, &ends, j));
+                    }
+                } else {
+                    // Straight from the cut into the delay line, no copy between.
+                    let mut j = 0;
+                    // `whole_plan` checked what `segment` checks: it does not fail.
+                    let _ = segment(frame.data, frame.offload, max, &mut |seg| {
+                        each(self, model, j, seg);
+                        j += 1;
+                    });
+                }
+            }
+        }
+        self.cut_buf = buf;
+        self.cut_ends = ends;
+        self.whole_decisions = decisions;
+    }
+
+    /// Stores a super-frame whole for its wire frames' `decisions` (all
+    /// delivered with one release, none copied, corrupted or marked):
+    /// counted as [`Stage::store`] counts each of them, in one record.
+    #[allow(clippy::too_many_arguments)]
+    fn store_whole(
+        &mut self,
+        objs: &mut Objects,
+        decisions: &[Decision],
+        side: usize,
+        arrival_ns: u64,
+        data: &[u8],
+        plan: SegmentPlan,
+        offload: Offload,
+    ) {
+        let Some(first) = decisions.first() else {
+            return;
+        };
+        let n = decisions.len() as u64;
+        let group = self.group_of(first.pipe);
+        let c = &mut self.c[side];
+        for _ in decisions {
+            c.fates.add(Fate::Delivered);
+        }
+        let whole = Whole {
+            offload,
+            wire_frames: decisions.len() as u32,
+        };
+        let stored = !self.shed[side]
+            && self.producers[side].push_whole(first.release_ns, group, whole, data);
+        if stored {
+            c.accepted += n;
+            self.pushed[side] = true;
+            if first.release_ns >= self.max_stored_ns[side] {
+                self.max_stored_ns[side] = first.release_ns;
+            } else {
+                // Release: the record is in the line before the output stage sees the count.
+                self.controls[side]
+                    .out_of_order
+                    .fetch_add(1, Ordering::Release);
+            }
+        } else {
+            c.backpressure += n;
+        }
+        if first.pipe.is_some() || first.queue.is_some() {
+            for (i, d) in decisions.iter().enumerate() {
+                objs.record(d, arrival_ns, plan.frame_bytes(i) as u32, stored);
+            }
         }
     }
 
@@ -1168,7 +1398,7 @@ impl Stage {
         side: usize,
         ts: u64,
         bytes: &[u8],
-        csum: Option<CsumPartial>,
+        csum: Csum,
         owner: Option<SocketOwner>,
     ) {
         let tag = self.next_tag;
@@ -1192,6 +1422,20 @@ impl Stage {
             tag,
         };
         model.on_arrival(ts, pkt, &mut self.out);
+        self.settle_arrival(objs, tag, side, ts, bytes, csum);
+    }
+
+    /// Settles the decisions the arrival of packet `tag` (`bytes`) gave:
+    /// its own, and those of packets held before; holds it when undecided.
+    fn settle_arrival(
+        &mut self,
+        objs: &mut Objects,
+        tag: u64,
+        side: usize,
+        ts: u64,
+        bytes: &[u8],
+        csum: Csum,
+    ) {
         let mut out = std::mem::take(&mut self.out);
         let mut decided = false;
         for d in out.drain(..) {
@@ -1206,6 +1450,8 @@ impl Stage {
         if !decided {
             let mut frame = vec![0u8; bytes.len()];
             finish(&mut frame, bytes, csum);
+            // Held frames are settled as they came (their checksum is
+            // complete now, but not known here to be linkem's).
             self.held.insert(
                 tag,
                 Held {
@@ -1243,7 +1489,7 @@ impl Stage {
             return;
         };
         self.c[h.side].held -= 1;
-        self.settle(objs, d, h.side, h.arrival_ns, &h.frame, None);
+        self.settle(objs, d, h.side, h.arrival_ns, &h.frame, Csum::AsCame);
     }
 
     /// Applies a decision to a frame received on `side`.
@@ -1255,11 +1501,25 @@ impl Stage {
         side: usize,
         arrival_ns: u64,
         bytes: &[u8],
-        csum: Option<CsumPartial>,
+        csum: Csum,
     ) {
         if let Some(tap) = self.tap.as_mut() {
             tap.decision(arrival_ns, bytes.len() as u32, d);
         }
+        self.settle_untapped(objs, d, side, arrival_ns, bytes, csum);
+    }
+
+    /// [`Stage::settle`] of a decision the tap has seen already.
+    #[inline]
+    fn settle_untapped(
+        &mut self,
+        objs: &mut Objects,
+        d: &Decision,
+        side: usize,
+        arrival_ns: u64,
+        bytes: &[u8],
+        csum: Csum,
+    ) {
         let stored = self.store(d, side, bytes, csum);
         if d.pipe.is_some() || d.queue.is_some() {
             objs.record(d, arrival_ns, bytes.len() as u32, stored);
@@ -1269,13 +1529,7 @@ impl Stage {
     /// Counts the decision for its direction; a delivered packet goes into
     /// the delay line. Returns whether it did.
     #[inline]
-    fn store(
-        &mut self,
-        d: &Decision,
-        side: usize,
-        bytes: &[u8],
-        csum: Option<CsumPartial>,
-    ) -> bool {
+    fn store(&mut self, d: &Decision, side: usize, bytes: &[u8], csum: Csum) -> bool {
         let group = if d.fate == Fate::Delivered {
             self.group_of(d.pipe)
         } else {
@@ -1298,11 +1552,18 @@ impl Stage {
             self.discard(side, bytes);
             return false;
         }
-        let stored =
-            self.producers[side].push_with_group(d.release_ns, bytes.len(), false, group, |slot| {
-                finish(slot, bytes, csum);
-                d.apply_to_frame(slot, L2Kind::Ethernet);
-            });
+        let fill = |slot: &mut [u8]| {
+            finish(slot, bytes, csum);
+            d.apply_to_frame(slot, L2Kind::Ethernet);
+        };
+        // A frame linkem cut (and so checksummed) and did not corrupt is not
+        // verified again by the output stage's coalescing (a CE mark changes
+        // only the IP header).
+        let stored = if csum == Csum::Computed && d.corrupt_bits.is_empty() {
+            self.producers[side].push_checksummed(d.release_ns, bytes.len(), group, fill)
+        } else {
+            self.producers[side].push_with_group(d.release_ns, bytes.len(), false, group, fill)
+        };
         if !stored {
             c.backpressure += 1;
             self.discard(side, bytes);
@@ -1403,6 +1664,9 @@ impl<M: LiveModel> PairLoop<M> {
             let Core { model, stage } = &mut *guard;
             stage.reads_headers = model.reads_headers();
             stage.wants_discards = rx.each_ref().map(|p| p.wants_discards());
+            for side in 0..2 {
+                stage.whole_ok[side] &= !stage.reads_headers && !stage.wants_discards[side];
+            }
         }
         PairLoop {
             shared,
@@ -1644,6 +1908,44 @@ fn live_stage<M: LiveModel>(
     for p in pairs.iter_mut() {
         p.finish(wakeups);
     }
+}
+
+/// Whether `d` is a plain decision (delivered, no copy, no corrupt bits, no
+/// CE mark) that is the same as `first`'s (release, pipe, queue), when there
+/// is a first: the wire frames of a super-frame with such decisions may
+/// cross whole.
+fn plain_as(d: &Decision, first: Option<&Decision>) -> bool {
+    d.fate == Fate::Delivered
+        && !d.duplicate
+        && d.corrupt_bits.is_empty()
+        && !d.ce
+        && first.is_none_or(|f| {
+            (f.release_ns, f.pipe, f.queue, f.side) == (d.release_ns, d.pipe, d.queue, d.side)
+        })
+}
+
+/// Cuts `frame` (a super-frame `whole_plan` accepted) into `buf`, its wire
+/// frames back to back, each one's end in `ends`.
+fn cut_into(buf: &mut Vec<u8>, ends: &mut Vec<usize>, frame: &RxFrame<'_>, max_frame_bytes: usize) {
+    buf.clear();
+    ends.clear();
+    // `whole_plan` checked what `segment` checks: it cannot fail here, and
+    // a frame it did not emit is an empty one (`wire_frame`), never a panic.
+    let _ = segment(frame.data, frame.offload, max_frame_bytes, &mut |seg| {
+        buf.extend_from_slice(seg);
+        ends.push(buf.len());
+    });
+}
+
+/// Wire frame `i` of what [`cut_into`] cut.
+fn wire_frame<'a>(buf: &'a [u8], ends: &[usize], i: usize) -> &'a [u8] {
+    let start = if i == 0 {
+        0
+    } else {
+        ends.get(i - 1).copied().unwrap_or(0)
+    };
+    let end = ends.get(i).copied().unwrap_or(start);
+    buf.get(start..end).unwrap_or(&[])
 }
 
 /// The earlier of two instants, either of which may be absent.

@@ -47,7 +47,8 @@
 //! `delivered` means handed to the kernel for sending: frames the kernel later
 //! refuses ([`TxPort::tx_errors`]) move to `tx-error`. Wire frames that left
 //! merged into a super-frame (`coalesce`) are delivered one by one all the
-//! same; `coalesced` counts them apart (it is not a fate).
+//! same; `coalesced` counts them apart (it is not a fate), and `whole` those
+//! of them that crossed inside a received super-frame stored whole (`live`).
 //!
 //! Modules: `options` (what a direction starts with, what it reports), `live`
 //! (the one stage of the model), `wire` (cutting super-frames, finishing
@@ -109,6 +110,8 @@ struct OutputShared {
     /// Wire frames sent inside super-frames, and the super-frames.
     coalesced: u64,
     super_frames: u64,
+    /// Of `coalesced`, those in super-frames stored whole.
+    whole: u64,
 }
 
 /// Groups (the live stage's pipes) whose packets still in the delay line
@@ -202,6 +205,7 @@ impl Control {
                 flushed: 0,
                 coalesced: 0,
                 super_frames: 0,
+                whole: 0,
             }),
             huge_pages,
             buffer_bytes,
@@ -306,6 +310,7 @@ impl Direction {
             copies_sent: output.copies_sent,
             coalesced: output.coalesced,
             super_frames: output.super_frames,
+            whole: output.whole,
             lateness: output.lateness.clone(),
             rx_wakeups: input.rx_wakeups,
             tx_wakeups: output.tx_wakeups,

@@ -149,6 +149,10 @@ pub struct DirectionStats {
     pub coalesced: u64,
     /// Super-frames sent (each of 2 to 64 wire frames).
     pub super_frames: u64,
+    /// Of `coalesced`, the wire frames that crossed inside a received
+    /// super-frame stored whole, never cut (every one of its wire frames
+    /// got the same plain decision, see the `live` module doc).
+    pub whole: u64,
     /// Lateness of sent packets (send time − release time), ns.
     pub lateness: Histogram<u64>,
     /// Times the input (or node) stage woke from waiting for frames: with

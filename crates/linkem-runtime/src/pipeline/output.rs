@@ -30,10 +30,11 @@ use super::options::lateness_histogram;
 use super::wait::{Realtime, SpinBudget, WakeEstimate, BEHIND_NS, MIN_SPIN_NS};
 use super::{Control, FlushSet};
 use crate::clock;
-use crate::delay_line::Consumer;
+use crate::delay_line::{Consumer, Whole};
 use crate::port::{TxOutcome, TxPort};
 use hdrhistogram::Histogram;
 use linkem_core::order::ReleaseQueue;
+use linkem_core::wire::Offload;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
@@ -51,6 +52,8 @@ struct Held {
     frame: Vec<u8>,
     copy: bool,
     group: u32,
+    whole: Option<Whole>,
+    checksummed: bool,
 }
 
 pub(super) struct OutputState {
@@ -70,6 +73,8 @@ pub(super) struct OutputState {
     coalesce: Option<Pending>,
     local_coalesced: u64,
     local_super_frames: u64,
+    /// Wire frames that crossed inside a received super-frame stored whole.
+    local_whole: u64,
 }
 
 impl OutputState {
@@ -85,6 +90,7 @@ impl OutputState {
             coalesce,
             local_coalesced: 0,
             local_super_frames: 0,
+            local_whole: 0,
             tx,
             local_sent: 0,
             local_copies: 0,
@@ -108,25 +114,59 @@ impl OutputState {
         flush: &FlushSet,
     ) -> Result<(), String> {
         self.changed = true;
-        src.take(|r, frame, copy, group| {
-            if flush.contains(group) {
-                if !copy {
+        src.take(|r, frame, kind| {
+            if flush.contains(kind.group) {
+                if let Some(w) = kind.whole {
+                    self.local_flushed += u64::from(w.wire_frames);
+                } else if !kind.copy {
                     self.local_flushed += 1;
                     self.tx.tx_discard(frame);
                 }
                 return Ok(());
             }
-            self.send(now, r, frame, copy)
+            match kind.whole {
+                Some(w) => self.send_whole(now, r, frame, w),
+                None => self.send(now, r, frame, kind.copy, kind.checksummed),
+            }
         })
     }
 
+    /// Sends (or drops as late) a super-frame the live stage stored whole,
+    /// due now: its wire frames share one release, so they are all late or
+    /// all sent, each counted with the same lateness. What the coalescer
+    /// holds leaves first (release order).
+    fn send_whole(
+        &mut self,
+        now: u64,
+        release_ns: u64,
+        frame: &[u8],
+        whole: Whole,
+    ) -> Result<(), String> {
+        let n = u64::from(whole.wire_frames);
+        let lateness = now.saturating_sub(release_ns);
+        if self.max_lag_ns.is_some_and(|m| lateness > m) {
+            self.local_late += n;
+            return Ok(());
+        }
+        self.emit_pending()?;
+        let sent_whole = self.pass_whole(frame, whole.offload, n as usize)?;
+        if sent_whole {
+            self.local_whole += n;
+        }
+        let _ = self.lateness.record_n(lateness.max(1), n);
+        Ok(())
+    }
+
     /// Sends (or drops as late) one frame due now; an error stops the stage.
+    /// `checksummed`: its TCP checksum was computed by the live stage and
+    /// the frame not changed since, so coalescing need not verify it.
     pub(super) fn send(
         &mut self,
         now: u64,
         release_ns: u64,
         frame: &[u8],
         copy: bool,
+        checksummed: bool,
     ) -> Result<(), String> {
         let lateness = now.saturating_sub(release_ns);
         if self.max_lag_ns.is_some_and(|m| lateness > m) {
@@ -137,7 +177,7 @@ impl OutputState {
             return Ok(());
         }
         if let Some(p) = self.coalesce.as_mut().filter(|_| !copy) {
-            match p.offer(frame, release_ns) {
+            match p.offer(frame, release_ns, checksummed) {
                 Offer::Joined => return Ok(()),
                 Offer::StartsNew(seg) => {
                     self.emit_pending()?;
@@ -185,50 +225,39 @@ impl OutputState {
         let Some((frame, offload, releases)) = p.take() else {
             return Ok(());
         };
-        let tx = &mut *self.tx;
-        let mut whole = offload.gso.is_some();
-        let mut tries = 0u32;
-        while whole {
-            match tx.tx_send_super(frame, offload) {
-                Ok(true) => break,
-                Ok(false) if tries < 100_000 => {
-                    tries += 1;
-                    std::thread::yield_now();
-                }
-                // Refused for good: the wire frames leave one by one.
-                _ => whole = false,
-            }
-        }
-        let mut too_big = 0u64;
-        if whole {
-            self.local_super_frames += 1;
-            self.local_coalesced += releases.len() as u64;
-        } else {
-            let max = tx.max_frame_bytes();
-            let mut err = None;
-            let mut each = |f: &[u8]| match push_until_taken(tx, f) {
-                Ok(TxOutcome::Queued) => {}
-                Ok(_) => too_big += 1,
-                Err(e) => err = Some(e),
-            };
-            if offload.gso.is_some() {
-                let _ = linkem_core::wire::segment(frame, offload, max, &mut each);
-            } else {
-                each(frame);
-            }
-            if let Some(e) = err {
-                return Err(e);
-            }
+        let n = releases.len() as u64;
+        let sent = send_super(&mut *self.tx, frame, offload)?;
+        if sent.queued {
             self.queued = true;
         }
         let now = clock::now_ns();
         for &r in releases {
             let _ = self.lateness.record(now.saturating_sub(r).max(1));
         }
-        let n = releases.len() as u64;
-        self.local_sent += n - too_big.min(n);
-        self.local_too_big += too_big.min(n);
+        self.count_super(&sent, n);
         Ok(())
+    }
+
+    /// Sends a super-frame stored whole that stands for `n` wire frames;
+    /// returns whether it left whole.
+    fn pass_whole(&mut self, frame: &[u8], offload: Offload, n: usize) -> Result<bool, String> {
+        let sent = send_super(&mut *self.tx, frame, offload)?;
+        if sent.queued {
+            self.queued = true;
+        }
+        self.count_super(&sent, n as u64);
+        Ok(sent.whole)
+    }
+
+    /// Counts the `n` wire frames of a super-frame sent.
+    fn count_super(&mut self, sent: &SuperSent, n: u64) {
+        if sent.whole {
+            self.local_super_frames += 1;
+            self.local_coalesced += n;
+        }
+        let too_big = sent.too_big.min(n);
+        self.local_sent += n - too_big;
+        self.local_too_big += too_big;
     }
 
     /// Offers a frame until the port takes or refuses it for good.
@@ -280,8 +309,72 @@ impl OutputState {
         shared.tx_wakeups = self.wakeups;
         shared.coalesced = self.local_coalesced;
         shared.super_frames = self.local_super_frames;
+        shared.whole = self.local_whole;
         shared.lateness.add(&self.lateness).expect("same bounds");
         self.lateness.reset();
+    }
+}
+
+/// What a record of the delay line is, beside its frame (see [`crate::delay_line::Head`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Kind {
+    copy: bool,
+    group: u32,
+    whole: Option<Whole>,
+    checksummed: bool,
+}
+
+/// What [`send_super`] did with a super-frame.
+struct SuperSent {
+    /// It went through the port's offload path whole.
+    whole: bool,
+    /// Refused for good, its wire frames went one by one into the ring
+    /// (to be flushed).
+    queued: bool,
+    /// Of those, the ones the port refused as too big.
+    too_big: u64,
+}
+
+/// Sends a super-frame (`offload.gso` set) through the port's offload path,
+/// or, if the kernel refuses it, its wire frames one by one through the
+/// ring; a frame without `gso` goes into the ring as it is.
+fn send_super(tx: &mut dyn TxPort, frame: &[u8], offload: Offload) -> Result<SuperSent, String> {
+    let mut whole = offload.gso.is_some();
+    let mut tries = 0u32;
+    while whole {
+        match tx.tx_send_super(frame, offload) {
+            Ok(true) => break,
+            Ok(false) if tries < 100_000 => {
+                tries += 1;
+                std::thread::yield_now();
+            }
+            // Refused for good: the wire frames leave one by one.
+            _ => whole = false,
+        }
+    }
+    let mut sent = SuperSent {
+        whole,
+        queued: !whole,
+        too_big: 0,
+    };
+    if whole {
+        return Ok(sent);
+    }
+    let max = tx.max_frame_bytes();
+    let mut err = None;
+    let mut each = |f: &[u8]| match push_until_taken(tx, f) {
+        Ok(TxOutcome::Queued) => {}
+        Ok(_) => sent.too_big += 1,
+        Err(e) => err = Some(e),
+    };
+    if offload.gso.is_some() {
+        let _ = linkem_core::wire::segment(frame, offload, max, &mut each);
+    } else {
+        each(frame);
+    }
+    match err {
+        Some(e) => Err(e),
+        None => Ok(sent),
     }
 }
 
@@ -358,6 +451,8 @@ impl Source {
                 frame: h.frame.to_vec(),
                 copy: h.copy,
                 group: h.group,
+                whole: h.whole,
+                checksummed: h.checksummed,
             };
             heap.push(h.release_ns, held);
             self.consumer.pop();
@@ -365,27 +460,62 @@ impl Source {
         heap.peek_release_ns()
     }
 
-    /// Hands the next frame to `f` and removes it.
-    pub(super) fn take<R>(&mut self, f: impl FnOnce(u64, &[u8], bool, u32) -> R) -> R {
-        if let Some(heap) = self.heap.as_mut() {
-            // Without sorted runs, `next_release` moved the whole line into
-            // the heap: the heap's first frame is the one it found.
-            let line = self
-                .sorted_runs
+    /// Whether the next frame (the one [`Source::next_release`] found) is
+    /// the heap's first rather than the line's.
+    fn next_from_heap(&mut self) -> bool {
+        let Some(heap) = self.heap.as_ref() else {
+            return false;
+        };
+        // Without sorted runs, `next_release` moved the whole line into
+        // the heap: the heap's first frame is the one it found.
+        let line = self
+            .sorted_runs
+            .as_ref()
+            .and_then(|_| self.consumer.peek().map(|h| h.release_ns));
+        match (heap.peek_release_ns(), line) {
+            (Some(a), Some(b)) => a <= b,
+            (a, _) => a.is_some(),
+        }
+    }
+
+    /// The wire frames the next record stands for (after
+    /// [`Source::next_release`] found one): those of a super-frame stored
+    /// whole, else 1.
+    pub(super) fn next_wire_frames(&mut self) -> usize {
+        let whole = if self.next_from_heap() {
+            self.heap
                 .as_ref()
-                .and_then(|_| self.consumer.peek().map(|h| h.release_ns));
-            let from_heap = match (heap.peek_release_ns(), line) {
-                (Some(a), Some(b)) => a <= b,
-                (a, _) => a.is_some(),
-            };
-            if from_heap {
+                .and_then(|h| h.peek())
+                .and_then(|(_, h)| h.whole)
+        } else {
+            self.consumer.peek().and_then(|h| h.whole)
+        };
+        whole.map_or(1, |w| w.wire_frames as usize)
+    }
+
+    /// Hands the next frame to `f` and removes it.
+    pub(super) fn take<R>(&mut self, f: impl FnOnce(u64, &[u8], Kind) -> R) -> R {
+        if self.next_from_heap() {
+            if let Some(heap) = self.heap.as_mut() {
                 let (release_ns, h) = heap.pop().expect("next_release found one");
-                return f(release_ns, &h.frame, h.copy, h.group);
+                let kind = Kind {
+                    copy: h.copy,
+                    group: h.group,
+                    whole: h.whole,
+                    checksummed: h.checksummed,
+                };
+                return f(release_ns, &h.frame, kind);
             }
         }
         let h = self.consumer.peek().expect("next_release found one");
         // The frame is copied into the backend before the record is released.
-        let r = f(h.release_ns, h.frame, h.copy, h.group);
+        let kind = Kind {
+            copy: h.copy,
+            group: h.group,
+            whole: h.whole,
+            checksummed: h.checksummed,
+        };
+        let r = f(h.release_ns, h.frame, kind);
         self.consumer.pop();
         r
     }
@@ -428,6 +558,10 @@ pub(super) enum Left {
     /// Frames, the earliest released at this instant (already due when the
     /// call's `max_frames` ran out).
     Next(u64),
+    /// Frames, the earliest released at this instant a super-frame stored
+    /// whole that stands for more wire frames than the call's `max_frames`:
+    /// bulk traffic, the output thread's to send.
+    Bulk(u64),
 }
 
 impl Outlet {
@@ -459,9 +593,11 @@ impl Outlet {
     }
 
     /// For the live stage: sends the frames due by `now()` (at most
-    /// `max_frames`, in release order), unless the output thread holds the
-    /// outlet, and says what is left and how many frames it took. Never
-    /// waits for the lock or a release.
+    /// `max_frames` wire frames, in release order; a super-frame stored
+    /// whole counts the wire frames it stands for, and one with more than
+    /// are left is left whole to the output thread), unless the output
+    /// thread holds the outlet, and says what is left and how many wire
+    /// frames it took. Never waits for the lock or a release.
     pub fn send_due(
         &self,
         now: &mut dyn FnMut() -> u64,
@@ -479,13 +615,17 @@ impl Outlet {
                 break Left::Empty;
             };
             let now_ns = now();
-            if release_ns > now_ns || sent == max_frames {
+            let frames = inner.src.next_wire_frames();
+            if frames > max_frames {
+                break Left::Bulk(release_ns);
+            }
+            if release_ns > now_ns || sent + frames > max_frames {
                 break Left::Next(release_ns);
             }
             inner
                 .st
                 .send_next(now_ns, &mut inner.src, &self.control.flush)?;
-            sent += 1;
+            sent += frames;
         };
         // A super-frame being gathered stays held only while a frame is
         // waiting that may join it: whoever sends that frame (the stage, which
@@ -493,7 +633,7 @@ impl Outlet {
         // `live::Outputs::hand_out`) sends or releases it; with nothing
         // waiting it leaves now.
         let next = match left {
-            Left::Next(r) => Some(r),
+            Left::Next(r) | Left::Bulk(r) => Some(r),
             _ => None,
         };
         inner.st.flush_before(next)?;
@@ -745,6 +885,126 @@ mod tests {
             o.control.out_of_order.fetch_add(1, Ordering::Release);
         }
         *latest = (*latest).max(release_ns);
+    }
+
+    /// Three TCP/IPv4 wire frames of one flow cut by `segment` from a
+    /// super-frame (so with complete checksums), 1000 payload bytes each.
+    fn wire_frames() -> Vec<Vec<u8>> {
+        let (f, offload) = tcp_super();
+        let mut out = Vec::new();
+        linkem_core::wire::segment(&f, offload, 1514, &mut |s| out.push(s.to_vec())).unwrap();
+        out
+    }
+
+    /// A TCP/IPv4 super-frame of 3000 payload bytes at MSS 1000, as a host
+    /// hands it over, and its offload.
+    fn tcp_super() -> (Vec<u8>, Offload) {
+        use linkem_core::wire::{CsumPartial, Gso, GsoKind};
+        let mut f = vec![0u8; 54 + 3000];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14] = 0x45;
+        f[16..18].copy_from_slice(&3040u16.to_be_bytes());
+        f[22] = 64;
+        f[23] = 6;
+        f[26..34].copy_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
+        f[46] = 5 << 4;
+        f[47] = 0x10; // ACK
+        let offload = Offload {
+            csum: Some(CsumPartial {
+                start: 34,
+                offset: 16,
+            }),
+            gso: Some(Gso {
+                kind: GsoKind::TcpV4,
+                size: 1000,
+            }),
+        };
+        (f, offload)
+    }
+
+    #[test]
+    fn the_stage_leaves_a_super_frame_stored_whole_to_the_output_thread() {
+        let (o, mut p, sent) = outlet(None);
+        let mut latest = 0;
+        store(&o, &mut p, &mut latest, 1, 100);
+        let (f, offload) = tcp_super();
+        let whole = Whole {
+            offload,
+            wire_frames: 3,
+        };
+        assert!(p.push_whole(200, 0, whole, &f));
+        store(&o, &mut p, &mut latest, 2, 300);
+        // A share of 2 wire frames: the single frame goes, the super-frame
+        // of 3 is bulk and waits (for the output thread), and so does what
+        // follows it.
+        let (left, n) = o.send_due(&mut || 1_000, 2).unwrap();
+        assert_eq!((left, n), (Left::Bulk(200), 1));
+        assert_eq!(ids(&sent), [1]);
+        // A share that holds it: sent, counted as its wire frames (this port
+        // takes no super-frame: they leave one by one, cut as they would
+        // have been, not counted `whole`).
+        let (left, n) = o.send_due(&mut || 1_000, 64).unwrap();
+        assert_eq!((left, n), (Left::Empty, 4));
+        let sent = sent.lock().unwrap();
+        assert_eq!(sent.len(), 5);
+        assert_eq!(
+            &sent[1..4]
+                .iter()
+                .map(|(_, f)| f.clone())
+                .collect::<Vec<_>>(),
+            &wire_frames()
+        );
+        let g = o.lock();
+        assert_eq!((g.st.local_sent, g.st.local_whole), (5, 0));
+    }
+
+    #[test]
+    fn coalescing_trusts_the_checksum_only_of_frames_stored_as_checksummed() {
+        // The middle frame's payload differs from what its checksum covers:
+        // stored as the stage's own checksummed cut, it is not verified
+        // again and joins; stored as it came, it is verified and leaves alone.
+        for checksummed in [true, false] {
+            let (producer, consumer) = delay_line(2 << 20).unwrap();
+            let mut p = producer;
+            let control = Arc::new(Control::new(false, 0));
+            let (mut tx, sent) = MemoryTx::new();
+            let supers = crate::port::memory::Supers::default();
+            tx.supers = Some(supers.clone());
+            let cfg = OutputConfig {
+                spin_ns: 200_000,
+                max_lag_ns: None,
+                reorders: true,
+                sorted_runs: true,
+                coalesce_window_ns: Some(1_000),
+            };
+            let o = Outlet::new(control, consumer, Box::new(tx), &cfg);
+            let mut frames = wire_frames();
+            frames[1][200] ^= 1;
+            for f in &frames {
+                let fill = |s: &mut [u8]| s.copy_from_slice(f);
+                assert!(if checksummed {
+                    p.push_checksummed(100, f.len(), 0, fill)
+                } else {
+                    p.push_with_group(100, f.len(), false, 0, fill)
+                });
+            }
+            assert_eq!(o.send_due(&mut || 1_000, 64).unwrap().0, Left::Empty);
+            let supers = supers.lock().unwrap();
+            let in_supers: usize = supers.iter().map(|(_, s)| s.len()).sum();
+            assert_eq!(sent.lock().unwrap().len(), 3);
+            if checksummed {
+                assert_eq!(
+                    (supers.len(), in_supers),
+                    (1, 3),
+                    "trusted: one super-frame"
+                );
+            } else {
+                assert_eq!(
+                    in_supers, 0,
+                    "verified: it cannot join, nor can what follows it"
+                );
+            }
+        }
     }
 
     #[test]

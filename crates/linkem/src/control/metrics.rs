@@ -473,6 +473,13 @@ fn expose(enc: &mut DescriptorEncoder, model: &Model) -> fmt::Result {
     )?;
     per_dir(
         enc,
+        "linkem_whole_frames_total",
+        Kind::Counter,
+        "Of the coalesced wire frames, those inside received super-frames that crossed whole, never cut.",
+        &|s| Value::Int(s.whole),
+    )?;
+    per_dir(
+        enc,
         "linkem_corrupted_packets_total",
         Kind::Counter,
         "Delivered packets with a bit flipped by corrupt.",

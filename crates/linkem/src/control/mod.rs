@@ -582,6 +582,7 @@ fn minus(now: &DirectionStats, base: &DirectionStats) -> DirectionStats {
     d.copies_sent = now.copies_sent.saturating_sub(base.copies_sent);
     d.coalesced = now.coalesced.saturating_sub(base.coalesced);
     d.super_frames = now.super_frames.saturating_sub(base.super_frames);
+    d.whole = now.whole.saturating_sub(base.whole);
     d.rx_wakeups = now.rx_wakeups.saturating_sub(base.rx_wakeups);
     d.tx_wakeups = now.tx_wakeups.saturating_sub(base.tx_wakeups);
     // Counts only grow, so the base is contained in now.

@@ -71,6 +71,7 @@ pub fn direction_json(s: &DirectionStats, rules: bool) -> serde_json::Value {
         "copies_sent": s.copies_sent,
         "coalesced": s.coalesced,
         "super_frames": s.super_frames,
+        "whole": s.whole,
         "corrupted": s.fates.corrupted,
         "lateness_ns": {
             "count": s.lateness.len(),
@@ -131,8 +132,9 @@ pub(crate) fn print_stats(
 fn print_coalesced(stats: &[DirectionStats], prefix: &str) {
     for s in stats.iter().filter(|s| s.super_frames > 0) {
         println!(
-            "{prefix}{}: coalesced {} of the delivered frames into {} super-frames",
-            s.name, s.coalesced, s.super_frames
+            "{prefix}{}: coalesced {} of the delivered frames into {} super-frames \
+             ({} of them in received super-frames that crossed whole)",
+            s.name, s.coalesced, s.super_frames, s.whole
         );
     }
 }
