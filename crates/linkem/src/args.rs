@@ -319,7 +319,10 @@ pub struct RunArgs {
     /// arrival before it sleeps (default 100us; '0' sleeps at once): an answer
     /// coming back within that time is taken without a wake-up. Lingering is
     /// charged to the stage's spin budget and takes at most a quarter of a core;
-    /// an idle link never lingers.
+    /// an idle link never lingers. It lingers at ordinary priority, so a sender
+    /// on the same cores that offers more than linkem forwards shares the stage's
+    /// core evenly: '0' keeps the stage waiting for traffic under SCHED_FIFO
+    /// (saturation benchmarks on shared cores, cores dedicated to linkem).
     #[arg(long, value_name = "TIME")]
     pub linger: Option<String>,
     /// Which stages run under SCHED_FIFO: 'out' (default) lets the output stages
