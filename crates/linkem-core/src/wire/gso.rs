@@ -15,7 +15,7 @@ use std::cell::RefCell;
 use super::bytes::{read16, write16};
 use super::checksum::{add, finish, fold, sum};
 use super::headers::{locate, Headers, IpVersion, L4Proto, TCP_CWR, TCP_FIN, TCP_PSH};
-use super::{complete_checksum, GsoKind, Offload, WireError};
+use super::{complete_checksum, Gso, GsoKind, Offload, WireError};
 
 /// Cuts super-frames into wire frames in a buffer it keeps between calls.
 #[derive(Debug, Default, Clone)]
@@ -62,21 +62,7 @@ impl Segmenter {
             }
             return Ok(1);
         };
-        if gso.size == 0 {
-            return Err(WireError::ZeroGsoSize);
-        }
-        let h = locate(frame)?;
-        let fits = match gso.kind {
-            GsoKind::TcpV4 => (h.ip, h.l4) == (IpVersion::V4, L4Proto::Tcp),
-            GsoKind::TcpV6 => (h.ip, h.l4) == (IpVersion::V6, L4Proto::Tcp),
-            GsoKind::Udp => h.l4 == L4Proto::Udp,
-        };
-        if !fits {
-            return Err(WireError::GsoKindMismatch {
-                kind: gso.kind,
-                found: h.describe(),
-            });
-        }
+        let h = locate_super_frame(frame, gso)?;
         let header_bytes = h.payload_offset;
         if max_frame_bytes <= header_bytes {
             return Err(WireError::HeadersTooBig {
@@ -244,16 +230,10 @@ impl SegmentPlan {
     }
 }
 
-/// How [`segment`] would cut the super-frame `frame` (`offload.gso` set) into
-/// frames of at most `max_frame_bytes`, or the error it would return; reads
-/// only the headers. A frame without `gso` is not a super-frame:
-/// [`WireError::NotSuperFrame`].
-pub fn segment_plan(
-    frame: &[u8],
-    offload: Offload,
-    max_frame_bytes: usize,
-) -> Result<SegmentPlan, WireError> {
-    let gso = offload.gso.ok_or(WireError::NotSuperFrame)?;
+/// The headers of a super-frame whose offload says `gso`: a segment size, and
+/// headers of the kind the offload names (what [`segment`] and
+/// [`segment_plan`] both require before cutting or planning).
+fn locate_super_frame(frame: &[u8], gso: Gso) -> Result<Headers, WireError> {
     if gso.size == 0 {
         return Err(WireError::ZeroGsoSize);
     }
@@ -269,6 +249,20 @@ pub fn segment_plan(
             found: h.describe(),
         });
     }
+    Ok(h)
+}
+
+/// How [`segment`] would cut the super-frame `frame` (`offload.gso` set) into
+/// frames of at most `max_frame_bytes`, or the error it would return; reads
+/// only the headers. A frame without `gso` is not a super-frame:
+/// [`WireError::NotSuperFrame`].
+pub fn segment_plan(
+    frame: &[u8],
+    offload: Offload,
+    max_frame_bytes: usize,
+) -> Result<SegmentPlan, WireError> {
+    let gso = offload.gso.ok_or(WireError::NotSuperFrame)?;
+    let h = locate_super_frame(frame, gso)?;
     let header_bytes = h.payload_offset;
     let room = max_frame_bytes
         .checked_sub(header_bytes)

@@ -1011,6 +1011,21 @@ struct Stage {
 }
 
 impl Stage {
+    /// A record of `side` released at `release_ns` is in its delay line: the
+    /// output stage is to be woken, and a release before one already stored is
+    /// counted out of order (the output stage then sorts what it takes).
+    fn note_stored(&mut self, side: usize, release_ns: u64) {
+        self.pushed[side] = true;
+        if release_ns >= self.max_stored_ns[side] {
+            self.max_stored_ns[side] = release_ns;
+        } else {
+            // Release: the record is in the line before the output stage sees the count.
+            self.controls[side]
+                .out_of_order
+                .fetch_add(1, Ordering::Release);
+        }
+    }
+
     fn new(
         names: [String; 2],
         controls: [Arc<Control>; 2],
@@ -1337,15 +1352,7 @@ impl Stage {
             && self.producers[side].push_whole(first.release_ns, group, whole, data);
         if stored {
             c.accepted += n;
-            self.pushed[side] = true;
-            if first.release_ns >= self.max_stored_ns[side] {
-                self.max_stored_ns[side] = first.release_ns;
-            } else {
-                // Release: the record is in the line before the output stage sees the count.
-                self.controls[side]
-                    .out_of_order
-                    .fetch_add(1, Ordering::Release);
-            }
+            self.note_stored(side, first.release_ns);
         } else {
             c.backpressure += n;
         }
@@ -1570,15 +1577,7 @@ impl Stage {
             return false;
         }
         c.accepted += 1;
-        self.pushed[side] = true;
-        if d.release_ns >= self.max_stored_ns[side] {
-            self.max_stored_ns[side] = d.release_ns;
-        } else {
-            // Release: the record is in the line before the output stage sees the count.
-            self.controls[side]
-                .out_of_order
-                .fetch_add(1, Ordering::Release);
-        }
+        self.note_stored(side, d.release_ns);
         if d.duplicate {
             // The copy leaves as it came, right after the original; one that
             // finds no room is not a lost packet.
