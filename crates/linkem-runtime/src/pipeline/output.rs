@@ -30,7 +30,7 @@ use super::options::lateness_histogram;
 use super::wait::{Realtime, SpinBudget, WakeEstimate, BEHIND_NS, MIN_SPIN_NS};
 use super::{Control, FlushSet};
 use crate::clock;
-use crate::delay_line::{Consumer, Whole};
+use crate::delay_line::{Consumer, Head, Whole};
 use crate::port::{TxOutcome, TxPort};
 use hdrhistogram::Histogram;
 use linkem_core::order::ReleaseQueue;
@@ -50,10 +50,7 @@ pub(super) const PUBLISH_MAX_NS: u64 = 500_000_000;
 /// A packet moved out of the delay line when the link may reorder.
 struct Held {
     frame: Vec<u8>,
-    copy: bool,
-    group: u32,
-    whole: Option<Whole>,
-    checksummed: bool,
+    kind: Kind,
 }
 
 pub(super) struct OutputState {
@@ -149,8 +146,9 @@ impl OutputState {
             return Ok(());
         }
         self.emit_pending()?;
-        let sent_whole = self.pass_whole(frame, whole.offload, n as usize)?;
-        if sent_whole {
+        let sent = send_super(&mut *self.tx, frame, whole.offload)?;
+        self.count_super(&sent, n);
+        if sent.whole {
             self.local_whole += n;
         }
         let _ = self.lateness.record_n(lateness.max(1), n);
@@ -227,9 +225,6 @@ impl OutputState {
         };
         let n = releases.len() as u64;
         let sent = send_super(&mut *self.tx, frame, offload)?;
-        if sent.queued {
-            self.queued = true;
-        }
         let now = clock::now_ns();
         for &r in releases {
             let _ = self.lateness.record(now.saturating_sub(r).max(1));
@@ -238,19 +233,10 @@ impl OutputState {
         Ok(())
     }
 
-    /// Sends a super-frame stored whole that stands for `n` wire frames;
-    /// returns whether it left whole.
-    fn pass_whole(&mut self, frame: &[u8], offload: Offload, n: usize) -> Result<bool, String> {
-        let sent = send_super(&mut *self.tx, frame, offload)?;
-        if sent.queued {
-            self.queued = true;
-        }
-        self.count_super(&sent, n as u64);
-        Ok(sent.whole)
-    }
-
-    /// Counts the `n` wire frames of a super-frame sent.
+    /// Counts the `n` wire frames of a super-frame sent (and notes frames
+    /// queued in the ring, to be flushed).
     fn count_super(&mut self, sent: &SuperSent, n: u64) {
+        self.queued |= sent.queued;
         if sent.whole {
             self.local_super_frames += 1;
             self.local_coalesced += n;
@@ -322,6 +308,17 @@ pub(super) struct Kind {
     group: u32,
     whole: Option<Whole>,
     checksummed: bool,
+}
+
+impl Kind {
+    fn of(h: &Head<'_>) -> Kind {
+        Kind {
+            copy: h.copy,
+            group: h.group,
+            whole: h.whole,
+            checksummed: h.checksummed,
+        }
+    }
 }
 
 /// What [`send_super`] did with a super-frame.
@@ -449,10 +446,7 @@ impl Source {
         while let Some(h) = self.consumer.peek() {
             let held = Held {
                 frame: h.frame.to_vec(),
-                copy: h.copy,
-                group: h.group,
-                whole: h.whole,
-                checksummed: h.checksummed,
+                kind: Kind::of(&h),
             };
             heap.push(h.release_ns, held);
             self.consumer.pop();
@@ -486,7 +480,7 @@ impl Source {
             self.heap
                 .as_ref()
                 .and_then(|h| h.peek())
-                .and_then(|(_, h)| h.whole)
+                .and_then(|(_, h)| h.kind.whole)
         } else {
             self.consumer.peek().and_then(|h| h.whole)
         };
@@ -498,24 +492,12 @@ impl Source {
         if self.next_from_heap() {
             if let Some(heap) = self.heap.as_mut() {
                 let (release_ns, h) = heap.pop().expect("next_release found one");
-                let kind = Kind {
-                    copy: h.copy,
-                    group: h.group,
-                    whole: h.whole,
-                    checksummed: h.checksummed,
-                };
-                return f(release_ns, &h.frame, kind);
+                return f(release_ns, &h.frame, h.kind);
             }
         }
         let h = self.consumer.peek().expect("next_release found one");
         // The frame is copied into the backend before the record is released.
-        let kind = Kind {
-            copy: h.copy,
-            group: h.group,
-            whole: h.whole,
-            checksummed: h.checksummed,
-        };
-        let r = f(h.release_ns, h.frame, kind);
+        let r = f(h.release_ns, h.frame, Kind::of(&h));
         self.consumer.pop();
         r
     }
