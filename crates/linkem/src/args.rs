@@ -315,14 +315,15 @@ pub struct RunArgs {
     /// Frames received per batch.
     #[arg(long, default_value_t = 32)]
     pub batch: usize,
-    /// How long the emulating stage keeps polling for frames after the last
-    /// arrival before it sleeps (default 100us; '0' sleeps at once): an answer
-    /// coming back within that time is taken without a wake-up. Lingering is
-    /// charged to the stage's spin budget and takes at most a quarter of a core;
-    /// an idle link never lingers. It lingers at ordinary priority, so a sender
-    /// on the same cores that offers more than linkem forwards shares the stage's
-    /// core evenly: '0' keeps the stage waiting for traffic under SCHED_FIFO
-    /// (saturation benchmarks on shared cores, cores dedicated to linkem).
+    /// How long the emulating stage keeps polling for frames after frames it
+    /// took leave (at once, or within this time) before it sleeps (default
+    /// 100us; '0' sleeps at once): an answer coming back within that time is
+    /// taken without a wake-up. Lingering is charged to the stage's spin
+    /// budget and takes at most a quarter of a core; an idle link, or one whose
+    /// frames wait longer for their release (a delay), never lingers. It lingers at
+    /// ordinary priority, so that a host answering on the same core runs
+    /// first; '0' keeps the stage waiting under SCHED_FIFO (for cores that
+    /// are linkem's alone).
     #[arg(long, value_name = "TIME")]
     pub linger: Option<String>,
     /// Which stages run under SCHED_FIFO: 'out' (default) lets the output stages

@@ -26,16 +26,18 @@
 //!   served on time with no traffic arriving, or to the next sweep of idle
 //!   flow instances while the model holds any; with none of these the poll
 //!   has no timeout: an idle stage does not wake.
-//! - **Lingering.** Before it sleeps, a stage whose last arrival is less than
-//!   [`LiveOptions::linger_ns`] old goes round its loop instead (non-blocking
-//!   receives, `sched_yield` between turns, at ordinary priority: a host
-//!   woken on the stage's core by the frame just sent must be able to answer),
-//!   so an answer in the other direction is taken without a wake-up
-//!   ([`wait::Linger`]: charged to the spin budget, at most a quarter of a core
-//!   per 10 ms window, never without a recent arrival). A ping's answer needs
-//!   none of this (it comes back inside the stage's send, the receiving host's
-//!   kernel path running in the send call on veth); a host process's answer
-//!   (a UDP or TCP server) comes 50-100 µs later, after its own wake-up.
+//! - **Lingering.** Before it sleeps, a stage whose frames left less than
+//!   [`LiveOptions::linger_ns`] ago (released at once or soon after it took
+//!   them; not frames stored for a later release: nothing can answer those
+//!   yet) goes round its loop instead (non-blocking receives, `sched_yield`
+//!   between turns, at ordinary priority: a host woken on the stage's core by
+//!   the frame just sent must be able to answer), so an answer in the other
+//!   direction is taken without a wake-up ([`wait::Linger`]: charged to the
+//!   spin budget, at most a quarter of a core per 10 ms window, never without
+//!   frames that left recently). A ping's answer needs none of this (it comes
+//!   back inside the stage's send, the receiving host's kernel path running
+//!   in the send call on veth); a host process's answer (a UDP or TCP server)
+//!   comes 50-100 µs later, after its own wake-up.
 //! - **Arrivals.** A received frame is one of: a super-frame (TSO/GSO/USO from
 //!   the host, or merged by GRO; `offload.gso`), cut with
 //!   [`linkem_core::wire::segment`] into frames of at most the egress
@@ -879,7 +881,9 @@ impl Outputs {
     /// release may be due: sends what is due by now, takes on the next
     /// release when the output thread could not wake for it in time
     /// ([`stage_sends`]), and otherwise wakes the output thread if parked.
-    fn hand_out(&mut self, pushed: [bool; 2]) -> Result<(), String> {
+    /// Returns how many frames the stage sent itself.
+    fn hand_out(&mut self, pushed: [bool; 2]) -> Result<usize, String> {
+        let mut stage_sent = 0;
         for (i, outlet) in self.outlets.iter().enumerate() {
             if !pushed[i] && self.claimed[i].is_none() {
                 continue;
@@ -919,6 +923,7 @@ impl Outputs {
                 };
                 (wake, sent)
             };
+            stage_sent += sent;
             if wake {
                 // Pairs with the output stage's fence (see `output::idle`).
                 std::sync::atomic::fence(Ordering::SeqCst);
@@ -930,7 +935,7 @@ impl Outputs {
                 self.threads[i].unpark();
             }
         }
-        Ok(())
+        Ok(stage_sent)
     }
 
     /// The earliest release the stage took on, if any.
@@ -966,6 +971,9 @@ struct Stage {
     controls: [Arc<Control>; 2],
     /// Latest release stored in each delay line (see `output::Source`).
     max_stored_ns: [u64; 2],
+    /// The earliest release stored since the last turn's end: whether what
+    /// the stage took leaves soon enough to be answered while it lingers.
+    soonest_stored_ns: Option<u64>,
     producers: [Producer; 2],
     max_frame: [usize; 2],
     /// Per side, whether a received super-frame may cross whole (see the
@@ -1016,6 +1024,7 @@ impl Stage {
     /// counted out of order (the output stage then sorts what it takes).
     fn note_stored(&mut self, side: usize, release_ns: u64) {
         self.pushed[side] = true;
+        self.soonest_stored_ns = earliest(self.soonest_stored_ns, Some(release_ns));
         if release_ns >= self.max_stored_ns[side] {
             self.max_stored_ns[side] = release_ns;
         } else {
@@ -1039,6 +1048,7 @@ impl Stage {
             names,
             controls,
             max_stored_ns: [0; 2],
+            soonest_stored_ns: None,
             producers,
             max_frame,
             whole_ok: supers,
@@ -1644,6 +1654,8 @@ struct PairLoop<M> {
 /// What one pair's turn found.
 struct Turn {
     taken: usize,
+    /// The earliest release among the frames this turn stored or sent.
+    leaving: Option<u64>,
     full: bool,
     next: Option<u64>,
     /// When the model next sweeps its idle flow instances, if it holds any.
@@ -1738,15 +1750,19 @@ impl<M: LiveModel> PairLoop<M> {
         }
         stage.wakeups = wakeups;
         let pushed = stage.publish_all();
+        let soonest_stored = stage.soonest_stored_ns.take();
         drop(objs);
         drop(guard);
-        out.hand_out(pushed)?;
+        let sent = out.hand_out(pushed)?;
+        // What the stage sent itself left now.
+        let leaving = earliest(soonest_stored, (sent > 0).then_some(now));
         let next = earliest(next, out.next_claimed_ns());
         if shared.wanted.load(Ordering::Relaxed) > 0 {
             std::thread::yield_now();
         }
         Ok(Turn {
             taken,
+            leaving,
             full,
             next,
             sweep_at,
@@ -1810,6 +1826,7 @@ fn live_stage<M: LiveModel>(
     let mut linger = Linger::new(opts.linger_ns);
     'run: while !stop.load(Ordering::Acquire) {
         let mut taken = 0;
+        let mut leaving: Option<u64> = None;
         let mut full = false;
         let mut next: Option<u64> = None;
         let mut sweep_at: Option<u64> = None;
@@ -1818,6 +1835,7 @@ fn live_stage<M: LiveModel>(
             match p.turn(opts, wakeups) {
                 Ok(t) => {
                     taken += t.taken;
+                    leaving = earliest(leaving, t.leaving);
                     full |= t.full;
                     next = earliest(next, t.next);
                     sweep_at = earliest(sweep_at, t.sweep_at);
@@ -1839,8 +1857,11 @@ fn live_stage<M: LiveModel>(
                 .iter()
                 .any(|p| p.shared.has_changes.load(Ordering::Acquire))
         };
+        if let Some(release_ns) = leaving {
+            linger.leaving(now, release_ns);
+        }
         if taken > 0 {
-            linger.arrived(now, &mut budget);
+            linger.took(now, &mut budget);
             continue;
         }
         if changes() {
@@ -1853,8 +1874,8 @@ fn live_stage<M: LiveModel>(
         // would be lateness on the wire.
         let now = clock::now_ns();
         budget.tick(now);
-        // An answer to what was just sent (or the burst's next frame) often
-        // arrives within tens of µs: taken while lingering, it costs no wake-up.
+        // An answer to what the stage just sent often arrives within tens of
+        // µs: taken while lingering, it costs no wake-up.
         if linger.keep_polling(now, &mut budget) {
             if let Some(rt) = realtime.as_mut() {
                 // Failing to leave SCHED_FIFO costs the hosts' time, not packets.

@@ -1,7 +1,7 @@
 //! How the output stage waits for a release time: sleep far, spin near, learn
 //! how late sleeps wake, cap the share of time spent spinning, and hold
 //! SCHED_FIFO only while waiting; and how long the live stage lingers after
-//! arrivals before it sleeps ([`Linger`]).
+//! frames leave before it sleeps ([`Linger`]).
 
 /// Default for [`super::DirectionOptions::spin_ns`], the most the output thread
 /// spins before a release time. It spins only as long as a timed sleep has
@@ -76,8 +76,8 @@ impl SpinBudget {
 }
 
 /// Default for [`super::live::LiveOptions::linger_ns`] (`--linger`): how long
-/// the live stage keeps polling its ports after the last arrival before it
-/// sleeps. Sized from the answer of a host process (a UDP echo server) on this
+/// the live stage keeps polling its ports after frames it took leave before
+/// it sleeps. Sized from the answer of a host process (a UDP echo server) on this
 /// project's 2-core VM: it comes back through the other port 50-100 µs after
 /// the stage sent the request (the server's own wake-up); lingering 50 µs
 /// caught a fifth of the answers, 100 µs all of them (one stage wake-up per
@@ -86,21 +86,35 @@ impl SpinBudget {
 /// (`net.core.busy_poll`) defaults to 50 µs for the same purpose on a socket.
 pub const DEFAULT_LINGER_NS: u64 = 100_000;
 
-/// The live stage's linger: after a batch that took frames, it goes round its
-/// loop without sleeping (non-blocking receives) until `linger_ns` after the
-/// last arrival, so that a frame arriving within that time (an answer in the
-/// other direction, the next frame of a burst) is taken without a wake-up.
+/// The live stage's linger: after a turn that took or sent frames leaving
+/// within `linger_ns` (released at once or soon), it goes round its loop
+/// without sleeping (non-blocking receives) until `linger_ns` after they
+/// leave, so that an answer to them, or the next frame of a burst that
+/// crosses at once, is taken without a wake-up.
 ///
-/// Invariants: it never lingers unless a frame arrived within `linger_ns`, so
-/// an idle stage does not spin; it charges the time it lingers to the stage's
+/// Armed by what leaves soon, not by every arrival: an answer can only come
+/// after what it answers has left, so a frame the stage stores for a later
+/// release (a delay, a queue behind a rate) gives it nothing to linger for.
+/// Lingering after such arrivals too (the first version) gave a saturating
+/// sender on the same cores an even share of the stage's core, since the
+/// stage lingers at ordinary priority and yields: AF_XDP's saturated 64-byte
+/// `delay 10ms` row fell to 0.56x of the stage that waits under SCHED_FIFO.
+/// Lingering after frames that leave at once is what lets a flood from a host
+/// on the same cores (iperf3) through an unimpaired link reach its receiver
+/// without a real-time wake-up per arrival: 77 kpps against 35 when armed by
+/// the stage's own sends only (docs/numbers.md).
+///
+/// Invariants: it never lingers unless frames left or were taken to leave
+/// within `linger_ns`, so an idle stage does not spin; it charges the time it lingers to the stage's
 /// [`SpinBudget`] (measured between its own turns, not counted per turn), and
 /// stops for the rest of the window once the budget is frugal (more than half
 /// the window spent spinning) or [`LINGER_SHARE_NS`] of the window went to
-/// lingering. So a stage lingers at most `linger_ns` per arrival and a quarter
+/// lingering. So a stage lingers at most `linger_ns` per departure and a quarter
 /// of a core over any 10 ms window.
 pub(super) struct Linger {
     linger_ns: u64,
-    last_arrival_ns: Option<u64>,
+    /// When the last frames taken to leave soon left (or leave).
+    last_leave_ns: Option<u64>,
     /// The previous turn of this linger, whose time since is charged.
     turn_ns: Option<u64>,
 }
@@ -109,16 +123,24 @@ impl Linger {
     pub fn new(linger_ns: u64) -> Self {
         Linger {
             linger_ns,
-            last_arrival_ns: None,
+            last_leave_ns: None,
             turn_ns: None,
         }
     }
 
-    /// A batch that started at `now_ns` took frames: the linger that led to
-    /// it is charged up to then, the batch's own work is not.
-    pub fn arrived(&mut self, now_ns: u64, budget: &mut SpinBudget) {
+    /// A turn that started at `now_ns` took frames: the linger that led to
+    /// it is charged up to then, the turn's own work is not.
+    pub fn took(&mut self, now_ns: u64, budget: &mut SpinBudget) {
         self.charge(now_ns, budget);
-        self.last_arrival_ns = Some(now_ns);
+    }
+
+    /// A turn that started at `now_ns` took (or sent) frames, the earliest
+    /// of which leaves at `release_ns`: when that is within the linger, an
+    /// answer may follow it.
+    pub fn leaving(&mut self, now_ns: u64, release_ns: u64) {
+        if release_ns.saturating_sub(now_ns) < self.linger_ns {
+            self.last_leave_ns = Some(release_ns.max(now_ns));
+        }
     }
 
     fn charge(&mut self, now_ns: u64, budget: &mut SpinBudget) {
@@ -135,14 +157,14 @@ impl Linger {
     pub fn keep_polling(&mut self, now_ns: u64, budget: &mut SpinBudget) -> bool {
         self.charge(now_ns, budget);
         let within = self
-            .last_arrival_ns
+            .last_leave_ns
             .is_some_and(|a| now_ns.saturating_sub(a) < self.linger_ns);
         let keep = within && !budget.frugal && budget.lingered_ns < LINGER_SHARE_NS;
         if keep {
             self.turn_ns = Some(now_ns);
         } else {
-            // Lingering ends until the next arrival.
-            self.last_arrival_ns = None;
+            // Lingering ends until frames leave again.
+            self.last_leave_ns = None;
         }
         keep
     }
@@ -273,7 +295,7 @@ mod tests {
     const US: u64 = 1_000;
 
     #[test]
-    fn linger_never_without_an_arrival() {
+    fn linger_never_without_a_departure() {
         let mut budget = SpinBudget::new(0);
         let mut l = Linger::new(50 * US);
         for t in [0, 10 * US, 1_000 * US] {
@@ -286,10 +308,11 @@ mod tests {
     }
 
     #[test]
-    fn linger_is_bounded_by_its_time_after_the_last_arrival() {
+    fn linger_is_bounded_by_its_time_after_the_last_departure() {
         let mut budget = SpinBudget::new(0);
         let mut l = Linger::new(50 * US);
-        l.arrived(100 * US, &mut budget);
+        l.took(100 * US, &mut budget);
+        l.leaving(100 * US, 100 * US);
         let mut t = 100 * US;
         let mut turns = 0;
         while l.keep_polling(t, &mut budget) {
@@ -300,15 +323,32 @@ mod tests {
         assert_eq!(
             t,
             150 * US,
-            "lingers until 50 us after the arrival, no longer"
+            "lingers until 50 us after the departure, no longer"
         );
         // Charged between its own turns: from its first turn to its last check.
         assert_eq!(budget.spun_ns, 50 * US);
         assert_eq!(budget.lingered_ns, 50 * US);
-        // Over until the next arrival, though still within the window's share.
+        // Over until frames leave again, though still within the window's share.
         assert!(!l.keep_polling(t + US, &mut budget));
-        l.arrived(200 * US, &mut budget);
+        l.took(200 * US, &mut budget);
+        l.leaving(200 * US, 200 * US);
         assert!(l.keep_polling(201 * US, &mut budget));
+    }
+
+    #[test]
+    fn frames_stored_for_later_give_nothing_to_linger_for() {
+        let mut budget = SpinBudget::new(0);
+        let mut l = Linger::new(50 * US);
+        // Taken at 10 us for a release 10 ms later (a delay).
+        l.took(10 * US, &mut budget);
+        l.leaving(10 * US, 10_010 * US);
+        assert!(!l.keep_polling(11 * US, &mut budget));
+        // Taken at 20 us for a release 30 us later: lingers until 50 us after it.
+        l.took(20 * US, &mut budget);
+        l.leaving(20 * US, 50 * US);
+        assert!(l.keep_polling(21 * US, &mut budget));
+        assert!(l.keep_polling(99 * US, &mut budget));
+        assert!(!l.keep_polling(100 * US, &mut budget));
     }
 
     #[test]
@@ -319,7 +359,8 @@ mod tests {
         budget.tick(SPIN_WINDOW_NS);
         assert!(budget.frugal);
         let mut l = Linger::new(50 * US);
-        l.arrived(SPIN_WINDOW_NS, &mut budget);
+        l.took(SPIN_WINDOW_NS, &mut budget);
+        l.leaving(SPIN_WINDOW_NS, SPIN_WINDOW_NS);
         assert!(!l.keep_polling(SPIN_WINDOW_NS + US, &mut budget));
     }
 
@@ -335,7 +376,8 @@ mod tests {
         while t < SPIN_WINDOW_NS {
             budget.tick(t);
             if t % (40 * US) == 0 {
-                l.arrived(t, &mut budget);
+                l.took(t, &mut budget);
+                l.leaving(t, t);
             } else if l.keep_polling(t, &mut budget) {
                 lingered += US;
             }
@@ -351,7 +393,8 @@ mod tests {
         );
         // The next window has its share again.
         budget.tick(SPIN_WINDOW_NS);
-        l.arrived(SPIN_WINDOW_NS, &mut budget);
+        l.took(SPIN_WINDOW_NS, &mut budget);
+        l.leaving(SPIN_WINDOW_NS, SPIN_WINDOW_NS);
         assert!(l.keep_polling(SPIN_WINDOW_NS + US, &mut budget));
     }
 }
