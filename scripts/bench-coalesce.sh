@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # TCP goodput host to host (stock hosts: checksum offload, TSO/GSO on) through
 # the Linux bridge and through linkem with coalescing on transmit on and off,
-# beside another linkem binary (BASE, e.g. main's), for three links: none,
-# `delay 10ms` and `rate 5gbit`. Both hosts may grow their TCP buffers to
+# beside another linkem binary (BASE, e.g. main's), for four links: none,
+# `delay 10ms`, `rate 5gbit`, and `--rules` with one pipe of `delay 10ms`
+# (`rules 10ms`; the bridge's column is netem's `delay 10ms`). Both hosts may grow their TCP buffers to
 # 64 MiB (net.ipv4.tcp_[rw]mem in their namespaces, autotuned, for every
 # column alike): 10 Gbit/s over a 20 ms RTT needs 25 MB in flight, and an
 # explicit `-w` is capped by net.core.[rw]mem_max (16 MiB here, global). The Linux bridge gets the same link from netem on
@@ -67,16 +68,19 @@ head+=' | AF_PACKET coalesce on | AF_PACKET coalesce off | AF_XDP |'
 sep+='|---|---|---|'
 echo "$head"; echo "$sep"
 topo_up "$P" 10.97.0
+rules_file=$(mktemp /tmp/bench-coalesce.XXXXXX.rules)
+printf 'pipe 1 config delay 10ms\nadd 100 pipe 1 ip from any to any\n' > "$rules_file"
 for s in a b; do
   ip netns exec "${P}$s" sysctl -qw net.ipv4.tcp_rmem="4096 131072 67108864" \
     net.ipv4.tcp_wmem="4096 16384 67108864"
 done
 for round in $(seq 1 "$rounds"); do
-  for link in none "delay 10ms" "rate 5gbit"; do
+  for link in none "delay 10ms" "rate 5gbit" "rules 10ms"; do
     case $link in
       none) words=(); netem=""; w="" ;;
       "delay 10ms") words=(delay 10ms); netem="delay 10ms"; w="" ;;
       "rate 5gbit") words=(rate 5gbit); netem="rate 5gbit"; w="" ;;
+      "rules 10ms") words=(--rules "$rules_file"); netem="delay 10ms"; w="" ;;
     esac
     row=("$(through_bridge "$w" "$netem")")
     if [ -n "$BASE" ]; then
@@ -91,3 +95,4 @@ for round in $(seq 1 "$rounds"); do
     echo "$line |"
   done
 done
+rm -f "$rules_file"

@@ -3,11 +3,14 @@
 //! idle.
 
 use linkem_core::model::{Change, LinkModel};
-use linkem_core::node::Decision;
+use linkem_core::node::{Decision, Node, NodeConfig};
+use linkem_core::rules::parse_rules;
 use linkem_core::rules::Side;
 use linkem_core::{Fate, LinkConfig, LinkSpec};
 use linkem_runtime::clock::now_ns;
-use linkem_runtime::pipeline::{DirectionOptions, DirectionStats, LiveBridge, LiveOptions, Tap};
+use linkem_runtime::pipeline::{
+    DirectionOptions, DirectionStats, LiveBridge, LiveModel, LiveOptions, Tap,
+};
 use linkem_runtime::port::memory::{MemoryRx, MemoryTx, Sent};
 use linkem_runtime::port::{RxPort, TxOutcome, TxPort};
 use std::sync::mpsc::{channel, Sender};
@@ -888,6 +891,17 @@ fn run_bursts(
     bursts: u32,
 ) -> (DirectionStats, Vec<Vec<u8>>, Vec<Seen>) {
     let spec = LinkSpec::parse(words).unwrap();
+    let model = LinkModel::new([spec.link.clone(), spec.link], 7);
+    run_bursts_through(model, whole, tap, bursts)
+}
+
+/// [`run_bursts`] through any model: a link's, or a node's rules.
+fn run_bursts_through<M: LiveModel>(
+    model: M,
+    whole: bool,
+    tap: bool,
+    bursts: u32,
+) -> (DirectionStats, Vec<Vec<u8>>, Vec<Seen>) {
     let mut live = LiveOptions::new(32 << 20);
     live.max_lag_ns = None;
     live.coalesce_window_ns = whole.then_some(0);
@@ -895,7 +909,6 @@ fn run_bursts(
     if tap {
         live.tap = Some(Box::new(SeenTap(seen.clone())));
     }
-    let model = LinkModel::new([spec.link.clone(), spec.link], 7);
     let (in_a, rx_a) = channel::<MemFrame>();
     let (_in_b, rx_b) = channel::<MemFrame>();
     let (mut tx, sent) = MemoryTx::new();
@@ -1014,6 +1027,52 @@ fn decisions_that_differ_fall_back_to_cutting_and_deliver_what_cutting_first_doe
         } else {
             assert_eq!(whole.whole, 0, "{words}: each frame its own release");
         }
+        assert!(whole.adds_up() && cut.adds_up(), "{whole:?} {cut:?}");
+    }
+}
+
+#[test]
+fn rules_read_each_wire_frame_key_of_a_burst_that_crosses_whole() {
+    // Every TCP frame through one pipe: the bursts cross whole. A rule on
+    // the flags sends each burst's last wire frame (the one with PSH) to a
+    // pipe of its own: the bursts are cut after all, and deliver what
+    // cutting first delivers. A rule on the IP length reads each wire
+    // frame's (1040 bytes), not the burst's (20040): nothing is denied.
+    let node = |rules: &str| {
+        let set = parse_rules(rules, ["a", "b"], &mut |_: &str| Err("no files".into())).unwrap();
+        Node::new(
+            set,
+            NodeConfig {
+                seed: 7,
+                ..Default::default()
+            },
+        )
+    };
+    let pipes = "pipe 1 config delay 1ms\npipe 2 config delay 2ms\n";
+    for (rules, all_whole) in [
+        (format!("{pipes}add 100 pipe 1 tcp from any to any\n"), true),
+        (
+            format!("{pipes}add 100 pipe 2 tcp from any to any tcpflags psh\nadd 200 pipe 1 tcp from any to any\n"),
+            false,
+        ),
+        (
+            format!("{pipes}add 100 deny tcp from any to any iplen 20040\nadd 200 pipe 1 tcp from any to any\n"),
+            true,
+        ),
+    ] {
+        let (whole, whole_sent, _) = run_bursts_through(node(&rules), true, false, 30);
+        let (cut, cut_sent, _) = run_bursts_through(node(&rules), false, false, 30);
+        let n = 30 * 20;
+        assert_eq!(whole.fates.get(Fate::Delivered), n, "{rules}: {whole:?}");
+        assert_eq!(whole.fates, cut.fates, "{rules}: the same fates");
+        let first_diff = whole_sent.iter().zip(&cut_sent).position(|(a, b)| a != b);
+        assert_eq!(
+            (whole_sent.len(), first_diff),
+            (cut_sent.len(), None),
+            "{rules}: the same wire frames in the same order"
+        );
+        let want_whole = if all_whole { n } else { 0 };
+        assert_eq!(whole.whole, want_whole, "{rules}: {whole:?}");
         assert!(whole.adds_up() && cut.adds_up(), "{whole:?} {cut:?}");
     }
 }

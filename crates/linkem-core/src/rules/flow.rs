@@ -24,6 +24,13 @@
 //!
 //! A truncated header yields the fields read before the cut; a missing field
 //! makes every rule that tests it fail to match, as in ipfw.
+//!
+//! A super-frame's segments get their keys from the super-frame's, without
+//! cutting ([`FlowKey::of_segment`]), so that a burst may cross whole through
+//! rules too.
+
+use crate::wire::headers::{TCP_CWR, TCP_FIN, TCP_PSH};
+use crate::wire::SegmentPlan;
 
 /// The link layer a frame starts with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,6 +155,30 @@ const ETH_IPV4: u16 = 0x0800;
 const ETH_IPV6: u16 = 0x86dd;
 
 impl FlowKey {
+    /// The key of segment `i` of a super-frame whose key is `self`, cut as
+    /// `plan` says: what [`FlowKey::parse`] reads from that segment as
+    /// [`segment`](crate::wire::segment) writes it, without cutting. Of the
+    /// fields a key holds only two differ between a super-frame's segments,
+    /// as TSO writes them (and RFC 9293's segmentation implies): the IP length
+    /// (`plan`'s segment length less the link header) and, for TCP, the flags
+    /// (FIN and PSH on the last segment only, CWR on the first only).
+    pub fn of_segment(&self, plan: &SegmentPlan, i: usize) -> FlowKey {
+        let ip_bytes = plan.frame_bytes(i).saturating_sub(plan.l3_offset);
+        let mut key = FlowKey {
+            ip_len: u16::try_from(ip_bytes).unwrap_or(u16::MAX),
+            ..*self
+        };
+        if key.proto == 6 && key.has_ports {
+            if i + 1 < plan.segments {
+                key.tcp_flags &= !(TCP_FIN | TCP_PSH);
+            }
+            if i > 0 {
+                key.tcp_flags &= !TCP_CWR;
+            }
+        }
+        key
+    }
+
     /// Parses a frame. Never panics; reads at most the headers.
     pub fn parse(frame: &[u8], l2: L2Kind) -> FlowKey {
         let mut key = FlowKey::default();

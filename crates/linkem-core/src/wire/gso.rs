@@ -202,6 +202,8 @@ impl Plan {
 pub struct SegmentPlan {
     /// Bytes copied into every segment: L2 header and tags, IP, L4.
     pub header_bytes: usize,
+    /// First byte of the IP header.
+    pub l3_offset: usize,
     /// First byte of the L4 header.
     pub l4_offset: usize,
     /// L4 payload bytes of the super-frame.
@@ -276,6 +278,7 @@ pub fn segment_plan(
     check_lengths(&h, header_bytes + per_segment_bytes.min(payload_bytes))?;
     Ok(SegmentPlan {
         header_bytes,
+        l3_offset: h.l3_offset,
         l4_offset: h.l4_offset,
         payload_bytes,
         per_segment_bytes,

@@ -21,10 +21,10 @@ pub const MAX_VLAN_TAGS: usize = 4;
 
 /// TCP header flags (RFC 9293 §3.1; URG and CWR from RFC 3168), in the
 /// flags byte at offset 13 of the TCP header.
-pub(super) const TCP_FIN: u8 = 0x01;
+pub(crate) const TCP_FIN: u8 = 0x01;
 pub(super) const TCP_SYN: u8 = 0x02;
 pub(super) const TCP_RST: u8 = 0x04;
-pub(super) const TCP_PSH: u8 = 0x08;
+pub(crate) const TCP_PSH: u8 = 0x08;
 pub(super) const TCP_URG: u8 = 0x20;
 /// CWR (RFC 3168 §6.1.2): read by the live stage too, which cuts a burst carrying it.
 pub const TCP_CWR: u8 = 0x80;

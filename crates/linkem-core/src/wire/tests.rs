@@ -9,6 +9,7 @@
 //! Nothing in it comes from the code under test.
 
 use super::*;
+use crate::rules::{FlowKey, L2Kind};
 use etherparse::{
     EtherType, Ethernet2Header, IpDscp, IpEcn, IpNumber, Ipv4Header, Ipv6FlowLabel, Ipv6Header,
     Ipv6RawExtHeader, SingleVlanHeader, TcpHeader, UdpHeader, VlanId, VlanPcp,
@@ -548,6 +549,19 @@ proptest! {
                 prop_assert_eq!(plan.trailer_bytes, pad);
                 prop_assert_eq!(plan.header_bytes, header_bytes);
                 prop_assert_eq!(plan.l4_offset, flow.l4_offset());
+                // Each segment's key, derived without cutting, is the key
+                // read from the segment `segment` cut.
+                let whole = FlowKey::parse(&frame, L2Kind::Ethernet);
+                let mut i = 0;
+                let mut keys = Ok(());
+                let _ = segment(&frame, offload, max_frame_bytes, &mut |s| {
+                    let (got, want) = (whole.of_segment(plan, i), FlowKey::parse(s, L2Kind::Ethernet));
+                    if keys.is_ok() && got != want {
+                        keys = Err(format!("segment {i} of {n}: derived {got:?}, read {want:?}"));
+                    }
+                    i += 1;
+                });
+                prop_assert!(keys.is_ok(), "{}", keys.unwrap_err());
             }
             (Err(a), Err(b)) => prop_assert_eq!(a, b),
             (a, b) => prop_assert!(false, "plan {:?}, segment {:?}", a, b),

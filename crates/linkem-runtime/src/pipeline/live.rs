@@ -53,16 +53,16 @@
 //!   copies each wire frame again to rebuild what the host had sent. So
 //!   where that rebuild would happen anyway (coalescing on and the egress
 //!   sends super-frames, [`crate::port::TxPort::sends_super_frames`]), for a
-//!   model that reads no headers (the plain link: `linkem bridge delay
-//!   10ms`; rules read each wire frame's headers, whose lengths, IDs and
-//!   flags differ, and are always cut) and a port that wants no frames back,
+//!   port that wants no frames back (not a netfilter queue),
 //!   a TCP super-frame whose checksum was left at its TCP header (and that
 //!   carries no CWR, which the offload sent could not keep on its first
 //!   segment only) is first
 //!   *planned* rather than cut ([`linkem_core::wire::segment_plan`]: the
 //!   lengths `segment` would cut, from the headers alone). Each wire frame
 //!   still goes to the model, with the length, stamp and tag cutting gives
-//!   it (the tap, when there is one, still gets its bytes: the super-frame
+//!   it, and when the model reads headers (rules) with the key cutting gives
+//!   it, derived from the super-frame's ([`FlowKey::of_segment`]: only the
+//!   IP length and TCP flags differ between segments) (the tap, when there is one, still gets its bytes: the super-frame
 //!   is then cut for it). If every decision comes at once and is the same
 //!   plain one (delivered, no duplicate, no corrupt bits, no CE mark, one
 //!   release time, pipe and queue; so: no `rate`, no jitter), the
@@ -977,8 +977,8 @@ struct Stage {
     producers: [Producer; 2],
     max_frame: [usize; 2],
     /// Per side, whether a received super-frame may cross whole (see the
-    /// module doc): its egress sends super-frames with coalescing on, the
-    /// model reads no headers, its port wants no frames back.
+    /// module doc): its egress sends super-frames with coalescing on, its
+    /// port wants no frames back.
     whole_ok: [bool; 2],
     /// The decisions of the wire frames of the super-frame being taken
     /// whole, in order (kept to reuse its allocation).
@@ -1229,7 +1229,7 @@ impl Stage {
 
     /// A super-frame that may cross whole (`whole_plan` found it fit): each
     /// of its wire frames, by `plan`, goes to the model as `cut` would give
-    /// it (same length, stamp and tag; the model reads no headers), and the
+    /// it (same length, stamp and tag, and key when the model reads headers), and the
     /// decisions are kept while each is the plain one of the first (see
     /// `plain_as`); if all are, the super-frame goes into the delay line as
     /// one record. At the first that is not (or a decision of another packet
@@ -1261,6 +1261,12 @@ impl Stage {
         if tapped {
             cut_into(&mut buf, &mut ends, frame, max);
         }
+        // Rules read each wire frame's key: derived from the burst's, as the
+        // segment would give it (`FlowKey::of_segment`).
+        let whole_key = self.reads_headers.then(|| FlowKey {
+            owner: frame.owner,
+            ..FlowKey::parse(frame.data, L2Kind::Ethernet)
+        });
         // The wire frame whose decision differs, and its tag.
         let mut differs = None;
         for i in 0..n {
@@ -1272,8 +1278,7 @@ impl Stage {
             }
             let pkt = PacketIn {
                 len_bytes,
-                // The model reads no headers (`whole_ok`).
-                key: FlowKey::default(),
+                key: whole_key.map_or_else(FlowKey::default, |k| k.of_segment(&plan, i)),
                 side: side_id,
                 tag,
             };
@@ -1676,7 +1681,7 @@ impl<M: LiveModel> PairLoop<M> {
             stage.reads_headers = model.reads_headers();
             stage.wants_discards = rx.each_ref().map(|p| p.wants_discards());
             for side in 0..2 {
-                stage.whole_ok[side] &= !stage.reads_headers && !stage.wants_discards[side];
+                stage.whole_ok[side] &= !stage.wants_discards[side];
             }
         }
         PairLoop {
