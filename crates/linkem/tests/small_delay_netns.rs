@@ -239,15 +239,18 @@ fn an_answer_from_a_host_process_costs_no_second_wake_up(backend: &str) {
         answered >= EXCHANGES * 9 / 10,
         "answers went missing: {report}"
     );
-    // Wake-ups beyond one per exchange are the answers' own, and a handful
-    // for the start and the stop; a stall of the server past the linger costs
-    // one more, and half the exchanges are left for those (without lingering
-    // every exchange costs two: 395-404 here).
-    let bound = EXCHANGES * 3 / 2 + 10;
+    // Without lingering every exchange costs two wake-ups (395-404 here);
+    // lingering, an answer the server sends within the linger costs none
+    // (211-312 here, alone and under the whole test run). A stall of the
+    // server past the linger costs one more, so the bound is against the run
+    // without lingering, in the same test: at least a fifth of the exchanges
+    // answered while the stage lingered. A linger that catches nothing saves
+    // nothing and fails it.
+    let saved = sleeping.saturating_sub(lingering);
     assert!(
-        lingering <= bound,
-        "the stage woke {lingering} times for {EXCHANGES} exchanges (bound {bound}): the \
-         answers were not taken while it lingered: {report}"
+        saved >= EXCHANGES / 5,
+        "the stage woke {lingering} times for {EXCHANGES} exchanges lingering, {sleeping} \
+         without: the answers were not taken while it lingered: {report}"
     );
 }
 

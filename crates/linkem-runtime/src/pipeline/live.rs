@@ -53,17 +53,17 @@
 //!   copies each wire frame again to rebuild what the host had sent. So
 //!   where that rebuild would happen anyway (coalescing on and the egress
 //!   sends super-frames, [`crate::port::TxPort::sends_super_frames`]), for a
-//!   port that wants no frames back (not a netfilter queue),
-//!   a TCP super-frame whose checksum was left at its TCP header (and that
-//!   carries no CWR, which the offload sent could not keep on its first
-//!   segment only) is first
-//!   *planned* rather than cut ([`linkem_core::wire::segment_plan`]: the
-//!   lengths `segment` would cut, from the headers alone). Each wire frame
-//!   still goes to the model, with the length, stamp and tag cutting gives
-//!   it, and when the model reads headers (rules) with the key cutting gives
-//!   it, derived from the super-frame's ([`FlowKey::of_segment`]: only the
-//!   IP length and TCP flags differ between segments) (the tap, when there is one, still gets its bytes: the super-frame
-//!   is then cut for it). If every decision comes at once and is the same
+//!   port that wants no frames back (not a netfilter queue), a TCP
+//!   super-frame whose checksum was left at its TCP header (and that carries
+//!   no CWR, which the offload sent could not keep on its first segment
+//!   only) is first *planned* rather than cut
+//!   ([`linkem_core::wire::segment_plan`]: the lengths `segment` would cut,
+//!   from the headers alone). Each wire frame still goes to the model, with
+//!   the length, stamp and tag cutting gives it, and when the model reads
+//!   headers (rules) with the key cutting gives it, derived from the
+//!   super-frame's ([`FlowKey::of_segment`]: only the IP length and TCP flags
+//!   differ between segments). The tap, when there is one, still gets each
+//!   wire frame's bytes: the super-frame is then cut for it. If every decision comes at once and is the same
 //!   plain one (delivered, no duplicate, no corrupt bits, no CE mark, one
 //!   release time, pipe and queue; so: no `rate`, no jitter), the
 //!   super-frame is stored as one delay-line record with its offload (the
@@ -1229,9 +1229,9 @@ impl Stage {
 
     /// A super-frame that may cross whole (`whole_plan` found it fit): each
     /// of its wire frames, by `plan`, goes to the model as `cut` would give
-    /// it (same length, stamp and tag, and key when the model reads headers), and the
-    /// decisions are kept while each is the plain one of the first (see
-    /// `plain_as`); if all are, the super-frame goes into the delay line as
+    /// it (same length, stamp and tag, and key when the model reads
+    /// headers), and the decisions are kept while each is the plain one of
+    /// the first (see `plain_as`); if all are, the super-frame goes into the delay line as
     /// one record. At the first that is not (or a decision of another packet
     /// comes in between), it is cut after all: the frames decided so far are
     /// stored one by one with their decisions, that one and the rest go on

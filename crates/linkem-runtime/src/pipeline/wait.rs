@@ -77,8 +77,8 @@ impl SpinBudget {
 
 /// Default for [`super::live::LiveOptions::linger_ns`] (`--linger`): how long
 /// the live stage keeps polling its ports after frames it took leave before
-/// it sleeps. Sized from the answer of a host process (a UDP echo server) on this
-/// project's 2-core VM: it comes back through the other port 50-100 µs after
+/// it sleeps. Sized from the answer of a host process (a UDP echo server) on
+/// this project's 2-core VM: it comes back through the other port 50-100 µs after
 /// the stage sent the request (the server's own wake-up); lingering 50 µs
 /// caught a fifth of the answers, 100 µs all of them (one stage wake-up per
 /// exchange instead of two, echo RTT 123 µs instead of 172: docs/numbers.md,
@@ -101,16 +101,17 @@ pub const DEFAULT_LINGER_NS: u64 = 100_000;
 /// `delay 10ms` row fell to 0.56x of the stage that waits under SCHED_FIFO.
 /// Lingering after frames that leave at once is what lets a flood from a host
 /// on the same cores (iperf3) through an unimpaired link reach its receiver
-/// without a real-time wake-up per arrival: 77 kpps against 35 when armed by
-/// the stage's own sends only (docs/numbers.md).
+/// without a real-time wake-up per arrival: 81 kpps against 35 when armed by
+/// the stage's own sends only (under a flood the output thread sends), see
+/// docs/numbers.md, "Lingering after departures".
 ///
 /// Invariants: it never lingers unless frames left or were taken to leave
-/// within `linger_ns`, so an idle stage does not spin; it charges the time it lingers to the stage's
-/// [`SpinBudget`] (measured between its own turns, not counted per turn), and
+/// within `linger_ns`, so an idle stage does not spin; it charges the time it
+/// lingers to the stage's [`SpinBudget`] (measured between its own turns, not counted per turn), and
 /// stops for the rest of the window once the budget is frugal (more than half
 /// the window spent spinning) or [`LINGER_SHARE_NS`] of the window went to
-/// lingering. So a stage lingers at most `linger_ns` per departure and a quarter
-/// of a core over any 10 ms window.
+/// lingering. So a stage lingers at most `linger_ns` per departure and a
+/// quarter of a core over any 10 ms window.
 pub(super) struct Linger {
     linger_ns: u64,
     /// When the last frames taken to leave soon left (or leave).
