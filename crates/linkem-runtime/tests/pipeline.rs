@@ -930,9 +930,12 @@ fn run_bursts_through<M: LiveModel>(
         [Box::new(tx), Box::new(sink)],
     )
     .unwrap();
-    // Stamps a little ahead of the bridge's start, the same in every run
-    // relative to it, 100 µs apart.
-    let t = now_ns() + 1_000_000;
+    // Stamps ahead of the bridge's start, the same in every run relative to
+    // it, 100 µs apart. Far enough ahead that a stall of this thread while
+    // it feeds the bursts does not let the stage's clock pass a stamp not
+    // yet taken (a stamp is never before the stage's last instant, so it
+    // would differ between runs): 50 ms, not 1 ms (which failed once).
+    let t = now_ns() + 50_000_000;
     for i in 0..bursts {
         let burst = tso_burst(t + 100_000 * u64::from(i), 20, i * 20_000);
         in_a.send(burst).unwrap();
