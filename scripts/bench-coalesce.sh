@@ -8,6 +8,10 @@
 # column alike): 10 Gbit/s over a 20 ms RTT needs 25 MB in flight, and an
 # explicit `-w` is capped by net.core.[rw]mem_max (16 MiB here, global). The Linux bridge gets the same link from netem on
 # both of its ports' egress (delay 10ms; rate 5gbit), limit 200000 packets.
+# The plain forwarder's column (linkem-io's example plain_forward: two
+# AF_PACKET sockets with the offload header, recv and send, nothing else) is
+# what any user-space forwarder reaches here; it has no link to emulate, so
+# only the unimpaired row has it.
 # Every column of a row in the same round, rounds alternating; Mbit/s.
 #
 #   BASE=/path/to/linkem scripts/bench-coalesce.sh [SECONDS] [ROUNDS]   (root)
@@ -21,6 +25,7 @@ rounds=${2:-2}
 . scripts/bench-common.sh
 need_packages ip:iproute2 ethtool:ethtool iperf3:iperf3 python3:python3 tc:iproute2
 bench_linkem
+bench_plain_forward
 BASE=${BASE:-}
 P=lkco$$
 LPID=
@@ -36,6 +41,14 @@ through_linkem() {
   LPID=$!
   sleep 1
   goodput "$w"
+  kill -INT "$LPID"; wait "$LPID" || true; LPID=
+}
+
+through_plain() {
+  "$PLAIN" "${P}ea" "${P}eb" >/dev/null 2>&1 &
+  LPID=$!
+  sleep 1
+  goodput ""
   kill -INT "$LPID"; wait "$LPID" || true; LPID=
 }
 
@@ -61,8 +74,8 @@ through_bridge() {
   ip link del "${P}br"
 }
 
-head='| round | link | Linux bridge'
-sep='|---|---|---'
+head='| round | link | Linux bridge | plain forwarder'
+sep='|---|---|---|---'
 [ -n "$BASE" ] && { head+=' | BASE AF_XDP | BASE AF_PACKET'; sep+='|---|---'; }
 head+=' | AF_PACKET coalesce on | AF_PACKET coalesce off | AF_XDP |'
 sep+='|---|---|---|'
@@ -83,6 +96,7 @@ for round in $(seq 1 "$rounds"); do
       "rules 10ms") words=(--rules "$rules_file"); netem="delay 10ms"; w="" ;;
     esac
     row=("$(through_bridge "$w" "$netem")")
+    if [ "$link" = none ]; then row+=("$(through_plain)"); else row+=(-); fi
     if [ -n "$BASE" ]; then
       row+=("$(through_linkem "$BASE" xdp "$w" "${words[@]}")")
       row+=("$(through_linkem "$BASE" packet "$w" "${words[@]}")")

@@ -8,6 +8,9 @@
 #                             (default: packet xdp); P=PREFIX$$ (the names of
 #                             this run) and out (a temporary folder)
 #   bench_linkem              LINKEM: a release build unless set
+#   bench_plain_forward       PLAIN: the plain forwarder (a release build of
+#                             linkem-io's example plain_forward unless set), the
+#                             baseline of what any user-space forwarder pays here
 #   bench_cleanup             the trap's: kills LPID, removes P's topology and out
 #   tcp_goodput ADDR SECS [W] one iperf3 TCP stream from P's a to b: Mbit/s or ?
 #   bench_one_topology NET    one topology P with NET.1 <-> NET.2, removed with
@@ -33,6 +36,14 @@ bench_linkem() {
   if [ -z "${LINKEM:-}" ]; then
     cargo build --release -q -p linkem
     LINKEM=${CARGO_TARGET_DIR:-$PWD/target}/release/linkem
+  fi
+}
+
+# PLAIN=path runs that plain forwarder instead of building one.
+bench_plain_forward() {
+  if [ -z "${PLAIN:-}" ]; then
+    cargo build --release -q -p linkem-io --example plain_forward
+    PLAIN=${CARGO_TARGET_DIR:-$PWD/target}/release/examples/plain_forward
   fi
 }
 

@@ -4,7 +4,9 @@
 # ROUNDS rounds so that load from elsewhere falls on all of them alike:
 #
 #   rtt    ping RTT (median, p90 of COUNT pings at -i 0.002) through the Linux
-#          bridge and linkem with `delay 0` and `delay 50us` on each backend:
+#          bridge, the plain forwarder (linkem-io's example plain_forward
+#          --threads 1: one thread polling two AF_PACKET sockets, what any
+#          user-space forwarder pays here for a wake-up and two copies) and linkem with `delay 0` and `delay 50us` on each backend:
 #          what linkem adds under small delays (a 50us link is due 100 us more
 #          than the bridge);
 #   flood  a 64-byte UDP flood (iperf3 -u -l 64 -b 0, on the same cores) received
@@ -17,7 +19,7 @@
 #
 #   scripts/bench-hosts.sh [rtt] [flood] [late]     # all three by default (root)
 #
-# LINKEM=path runs that binary; OLD=path adds the same rows for a second binary,
+# LINKEM=path runs that binary (PLAIN=path that plain forwarder); OLD=path adds the same rows for a second binary,
 # alternated with the first (before/after a change). BACKENDS (default "xdp
 # packet"), ROUNDS (3), COUNT (300 pings), SECS (5 s per iperf3 run), RT (the
 # `--realtime` settings to compare with the default, "off"; the rtt rows take
@@ -25,12 +27,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "bench-hosts: needs root"; exit 1; }
-. scripts/topology.sh
+. scripts/bench-common.sh
 need_packages ip:iproute2 ethtool:ethtool iperf3:iperf3 python3:python3
-if [ -z "${LINKEM:-}" ]; then
-  cargo build --release -q -p linkem
-  LINKEM=${CARGO_TARGET_DIR:-$PWD/target}/release/linkem
-fi
+bench_linkem
+bench_plain_forward
 BACKENDS=${BACKENDS:-xdp packet}
 ROUNDS=${ROUNDS:-3}
 COUNT=${COUNT:-300}
@@ -130,6 +130,10 @@ for round in $(seq "$ROUNDS"); do
   echo "round $round of $ROUNDS" >&2
   if [[ " $PARTS " == *" rtt "* ]]; then
     bridge_on; rtt "Linux bridge"; bridge_off
+    "$PLAIN" "${P}ea" "${P}eb" --threads 1 >/dev/null 2>&1 &
+    LPID=$!; sleep 1
+    rtt "plain forwarder"
+    kill -INT "$LPID"; wait "$LPID"; LPID=
     for b in "${bins[@]}"; do
       rts=(default); [ "${b%%=*}" = new ] && for rt in $RT; do [ "$rt" = off ] || rts+=("$rt"); done
       for rt in "${rts[@]}"; do
