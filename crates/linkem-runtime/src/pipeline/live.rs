@@ -101,7 +101,9 @@
 //!   a request) pays no second wake-up, and bulk traffic is still sent by the
 //!   output stage, on the other core, beside the stage's receiving; a
 //!   super-frame stored whole counts its wire frames against the share, so
-//!   it is always the output stage's. The
+//!   it is the output stage's, but for one per turn while the output thread
+//!   is parked (a wake-up of the other core per 64 KiB cost more than the
+//!   send). The
 //!   stage of several pairs does so for each pair's directions, through each
 //!   direction's own outlet.
 //! - **Events on time.** The stage sleeps until the model's next event less
@@ -866,7 +868,9 @@ impl Outputs {
     /// wire frames, so the stage leaves it to the output thread (sending 64
     /// KiB to a veth runs the receiving host's stack in the send call: with
     /// the stage sending them, it took 86 % of linkem's cycles against the
-    /// output thread's 12 % under bulk TCP, numbers.md).
+    /// output thread's 12 % under bulk TCP, numbers.md), except one per turn
+    /// while that thread is parked ([`Outlet::send_due_with`]): waking it
+    /// for each super-frame cost more.
     pub(super) const STAGE_SHARE_FRAMES: usize = 4;
 
     fn new(outlets: [Arc<Outlet>; 2], threads: [Thread; 2]) -> Outputs {
@@ -899,7 +903,10 @@ impl Outputs {
                 (true, 0)
             } else {
                 self.claimed[i] = None;
-                let (left, sent) = outlet.send_due(&mut clock::now_ns, Self::STAGE_SHARE_FRAMES)?;
+                // A parked output thread is not woken for one super-frame.
+                let parked = c.output_parked.load(Ordering::Acquire);
+                let (left, sent) =
+                    outlet.send_due_with(&mut clock::now_ns, Self::STAGE_SHARE_FRAMES, parked)?;
                 let now_ns = clock::now_ns();
                 let wake = match left {
                     Left::Empty => false,
