@@ -830,11 +830,17 @@ fn a_bridge_of_several_pairs_coalesces_per_pair_and_sends_what_it_holds_when_not
     for (k, (bridge, (_, _, sent, supers))) in bridges.iter_mut().zip(&ends).enumerate() {
         let stats = bridge.stop().swap_remove(0);
         let supers = supers.lock().unwrap();
-        assert_eq!(supers.len(), 1, "pair {k}: one super-frame of its own");
-        assert_eq!(supers[0].1.len(), 10, "pair {k}");
+        let sizes: Vec<usize> = supers.iter().map(|s| s.1.len()).collect();
+        // One super-frame of its own; a stall of the output between two of
+        // the burst's releases (~86 us apart) sends what it holds, so the
+        // burst may leave in two or three, never frame by frame.
+        assert!(
+            (1..=3).contains(&supers.len()),
+            "pair {k}: the burst left in super-frames of {sizes:?} frames"
+        );
         // Its last frame is due ~0.8 ms after the first; held no longer
         // than a wake-up on a loaded machine after that.
-        let left_after_ns = supers[0].0 - t;
+        let left_after_ns = supers[supers.len() - 1].0 - t;
         assert!(
             left_after_ns < 100_000_000,
             "pair {k}: the super-frame left {left_after_ns} ns after the burst"
@@ -847,7 +853,11 @@ fn a_bridge_of_several_pairs_coalesces_per_pair_and_sends_what_it_holds_when_not
             );
             assert!(tcp4_verifies(f), "pair {k} frame {i} checksum");
         }
-        assert_eq!((stats.coalesced, stats.super_frames), (10, 1), "pair {k}");
+        assert_eq!(
+            (stats.coalesced as usize, stats.super_frames as usize),
+            (sizes.iter().sum::<usize>(), supers.len()),
+            "pair {k}"
+        );
         assert_eq!(stats.fates.get(Fate::Delivered), 10, "pair {k}");
         assert_eq!(
             stats.lateness.len(),
