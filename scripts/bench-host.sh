@@ -9,6 +9,8 @@
 #   SECS=5 scripts/bench-host.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/packages.sh
+need_packages ip:iproute2 ping:iputils-ping iperf3:iperf3
 secs=${SECS:-5}
 bin=${LINKEM:-target/release/linkem}
 [ -x "$bin" ] || cargo build --release -p linkem

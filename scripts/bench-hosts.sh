@@ -28,7 +28,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "bench-hosts: needs root"; exit 1; }
 . scripts/bench-common.sh
-need_packages ip:iproute2 ethtool:ethtool iperf3:iperf3 python3:python3
+need_packages ip:iproute2 ethtool:ethtool iperf3:iperf3 python3:python3 ping:iputils-ping
 bench_linkem
 bench_plain_forward
 BACKENDS=${BACKENDS:-xdp packet}
