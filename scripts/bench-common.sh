@@ -59,7 +59,14 @@ bench_cleanup() {
 # when iperf3 gave no figure (its exit status is not trusted alone: a run
 # that ends in an error still prints JSON).
 tcp_goodput() {
-  local addr=$1 secs=$2 w=${3:-} mbit
+  local addr=$1 secs=$2 w=${3:-} mbit pid
+  # A server left by a cell whose client gave up would answer this cell's
+  # client (and fail it): end it first.
+  for pid in $(ip netns pids "${P}b" 2>/dev/null); do
+    if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = iperf3 ]; then
+      kill "$pid" 2>/dev/null && sleep 0.3
+    fi
+  done
   ip netns exec "${P}b" iperf3 -s -1 -D -p 5201 >/dev/null 2>&1
   sleep 0.3
   mbit=$(ip netns exec "${P}a" timeout $((secs + 15)) iperf3 -c "$addr" -p 5201 -t "$secs" -O 1 \
