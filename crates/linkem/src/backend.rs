@@ -413,7 +413,11 @@ fn setcap_hint() -> String {
 }
 
 /// `auto` while coalescing on transmit is on becomes AF_PACKET, and says
-/// why (see the module doc); anything else is kept.
+/// why (see the module doc); anything else is kept. `xdp` asked for while
+/// coalescing is on is kept, with a word on what it costs: every wire frame
+/// leaves on its own, and bulk TCP through a delay then outruns the output
+/// stage (a fifth of AF_PACKET's goodput and 9.5 % of frames `late` or
+/// `backpressure` through `delay 10ms`, docs/numbers.md).
 pub fn resolve_auto(kind: BackendKind, coalesce: bool) -> BackendKind {
     if kind == BackendKind::Auto && coalesce {
         eprintln!(
@@ -421,6 +425,13 @@ pub fn resolve_auto(kind: BackendKind, coalesce: bool) -> BackendKind {
              (--coalesce on, the default); --coalesce off lets auto take AF_XDP"
         );
         return BackendKind::Packet;
+    }
+    if kind == BackendKind::Xdp && coalesce {
+        eprintln!(
+            "linkem: --backend xdp sends every wire frame on its own (AF_XDP carries no \
+             segmentation offload, so --coalesce has nothing to merge into): bulk TCP gets a \
+             fraction of what --backend packet or auto gives"
+        );
     }
     kind
 }
