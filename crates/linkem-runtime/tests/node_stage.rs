@@ -67,6 +67,7 @@ fn start_with(text: &str, cfg: NodeConfig) -> (NodeBridge, [Feed; 2], [Sent; 2])
         names: ["a->b".into(), "b->a".into()],
         buffer_bytes: [8 << 20; 2],
         spin_ns: DEFAULT_SPIN_NS,
+        spin_always: false,
         // Order and timing are checked here; a descheduled thread is not loss.
         max_lag_ns: None,
         batch: 32,

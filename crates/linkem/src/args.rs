@@ -303,6 +303,9 @@ pub struct RunArgs {
     /// The most the output stage spins before a release time (default 200us). It sleeps
     /// until then and spins only as long as its timed sleeps were recently seen to
     /// overshoot (learnt while running). Lower it to save CPU at the cost of precision.
+    /// By default it does not spin while every core is taken (more tasks ready to run
+    /// than cores: spinning would take one from a host); given, it spins regardless, as
+    /// on cores that are linkem's alone.
     #[arg(long, value_name = "TIME")]
     pub spin_threshold: Option<String>,
     /// Drop (as 'late') a packet that cannot leave within TIME of its release time
@@ -385,6 +388,8 @@ pub struct RunArgs {
 /// The options the emulating paths (links or rules) share.
 pub(crate) struct Timing {
     pub spin_ns: u64,
+    /// `--spin-threshold` given: spin to it even while every core is taken.
+    pub spin_always: bool,
     pub linger_ns: u64,
     pub max_lag_ns: Option<u64>,
     pub buffer: Option<usize>,
@@ -420,6 +425,7 @@ pub(crate) fn timing(args: &BridgeArgs) -> Result<Timing> {
     };
     Ok(Timing {
         spin_ns,
+        spin_always: args.run.spin_threshold.is_some(),
         linger_ns,
         max_lag_ns,
         buffer,

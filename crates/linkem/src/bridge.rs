@@ -554,6 +554,7 @@ pub(crate) fn live_options(
         names: ["a->b".into(), "b->a".into()],
         buffer_bytes,
         spin_ns: timing.spin_ns,
+        spin_always: timing.spin_always,
         max_lag_ns: timing.max_lag_ns,
         batch: args.run.batch.max(1),
         linger_ns: timing.linger_ns,

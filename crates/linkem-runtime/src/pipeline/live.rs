@@ -278,6 +278,10 @@ pub struct LiveOptions {
     /// model's next event) spin before a deadline, as
     /// [`super::DirectionOptions::spin_ns`].
     pub spin_ns: u64,
+    /// Whether the output stages spin to releases even while every core of
+    /// the machine is taken (`--spin-threshold` given); otherwise they sleep
+    /// to them then (see `wait::CoreWatch`).
+    pub spin_always: bool,
     /// As [`super::DirectionOptions::max_lag_ns`], for both output stages;
     /// the live stage sheds arrivals of a direction whose output stage is
     /// that far behind.
@@ -315,6 +319,7 @@ impl LiveOptions {
             names: ["a->b".into(), "b->a".into()],
             buffer_bytes: [buffer_bytes; 2],
             spin_ns: wait::DEFAULT_SPIN_NS,
+            spin_always: false,
             max_lag_ns: Some(super::DEFAULT_MAX_LAG_NS),
             batch: super::DEFAULT_BATCH,
             linger_ns: wait::DEFAULT_LINGER_NS,
@@ -816,6 +821,7 @@ impl<M: LiveModel> Drop for LiveBridge<M> {
 fn output_config(opts: &LiveOptions) -> OutputConfig {
     OutputConfig {
         spin_ns: opts.spin_ns,
+        spin_always: opts.spin_always,
         max_lag_ns: opts.max_lag_ns,
         // Packets of different pipes (or reordered by the link) leave out of
         // arrival order; the stage counts the records it stores out of

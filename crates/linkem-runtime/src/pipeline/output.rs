@@ -27,7 +27,7 @@
 
 use super::coalesce::{Offer, Pending};
 use super::options::lateness_histogram;
-use super::wait::{Realtime, SpinBudget, WakeEstimate, BEHIND_NS, MIN_SPIN_NS};
+use super::wait::{CoreWatch, Realtime, SpinBudget, WakeEstimate, BEHIND_NS, MIN_SPIN_NS};
 use super::{Control, FlushSet};
 use crate::clock;
 use crate::delay_line::{Consumer, Head, Whole};
@@ -506,6 +506,8 @@ impl Source {
 #[derive(Clone, Copy)]
 pub(super) struct OutputConfig {
     pub spin_ns: u64,
+    /// Spin even while every core is taken (see [`CoreWatch`]).
+    pub spin_always: bool,
     pub max_lag_ns: Option<u64>,
     pub reorders: bool,
     /// With `reorders`: the producer counts its out-of-order records (see [`Source`]).
@@ -681,6 +683,9 @@ pub(super) fn output_stage(outlet: Arc<Outlet>, cfg: OutputConfig, mut realtime:
         .output_wake_ns
         .store(wake.spin_ns(spin_ns), Ordering::Relaxed);
     let mut budget = SpinBudget::new(clock::now_ns());
+    let mut cores = (!cfg.spin_always).then(CoreWatch::new);
+    // Whether every core was taken when the last spin window ended.
+    let mut all_taken = false;
     let max_sleep = if cfg.reorders {
         MAX_SLEEP_REORDER_NS
     } else {
@@ -729,12 +734,16 @@ pub(super) fn output_stage(outlet: Arc<Outlet>, cfg: OutputConfig, mut realtime:
                 // Failing to return to SCHED_FIFO costs precision, not packets.
                 let _ = rt.wait_mode();
             }
-            let spin = if budget.frugal {
+            let spin = if budget.frugal || all_taken {
                 MIN_SPIN_NS
             } else {
                 wake.spin_ns(spin_ns)
             };
-            if wait_until(release_ns, now, spin, max_sleep, &mut wake, &mut budget) {
+            let slept = wait_until(release_ns, now, spin, max_sleep, &mut wake, &mut budget);
+            if budget.tick(now) {
+                all_taken = cores.as_mut().is_some_and(CoreWatch::all_taken);
+            }
+            if slept {
                 wakeups += 1;
                 control
                     .output_wake_ns
@@ -836,7 +845,6 @@ fn wait_until(
         }
         budget.spun_ns += release_ns - now;
     }
-    budget.tick(now);
     slept
 }
 
@@ -867,6 +875,7 @@ mod tests {
         let (tx, sent) = MemoryTx::new();
         let cfg = OutputConfig {
             spin_ns: 200_000,
+            spin_always: false,
             max_lag_ns,
             reorders: true,
             sorted_runs: true,
@@ -1002,6 +1011,7 @@ mod tests {
             tx.supers = Some(supers.clone());
             let cfg = OutputConfig {
                 spin_ns: 200_000,
+                spin_always: false,
                 max_lag_ns: None,
                 reorders: true,
                 sorted_runs: true,
@@ -1144,6 +1154,7 @@ mod tests {
         let (o, mut p, sent) = outlet(None);
         let cfg = OutputConfig {
             spin_ns: 200_000,
+            spin_always: false,
             max_lag_ns: None,
             reorders: true,
             sorted_runs: true,
