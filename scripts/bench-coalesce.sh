@@ -59,7 +59,7 @@ through_plain() {
 }
 
 through_bridge() {
-  local w=$1 netem=$2 dev
+  local w=$1 netem=$2 dev cell=""
   ip link add "${P}br" type bridge
   ip link set "${P}ea" master "${P}br"; ip link set "${P}eb" master "${P}br"
   ip link set "${P}br" up
@@ -76,16 +76,17 @@ through_bridge() {
         mark=" (tbf)"
         continue
       fi
-      for dev in "${P}ea" "${P}eb"; do tc qdisc del dev "$dev" root 2>/dev/null || true; done
-      ip link del "${P}br"
-      echo "n/a (no netem)"
-      return
+      cell="n/a (no netem)"
+      break
     done
   fi
-  sleep 1
-  echo "$(goodput "$w")$mark"
+  if [ -z "$cell" ]; then
+    sleep 1
+    cell="$(goodput "$w")$mark"
+  fi
   for dev in "${P}ea" "${P}eb"; do tc qdisc del dev "$dev" root 2>/dev/null || true; done
   ip link del "${P}br"
+  echo "$cell"
 }
 
 head='| round | link | Linux bridge | plain forwarder'

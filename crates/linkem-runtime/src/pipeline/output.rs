@@ -27,7 +27,7 @@
 
 use super::coalesce::{Offer, Pending};
 use super::options::lateness_histogram;
-use super::wait::{CoreWatch, Realtime, SpinBudget, WakeEstimate, BEHIND_NS, MIN_SPIN_NS};
+use super::wait::{Realtime, SpinBudget, WakeEstimate, BEHIND_NS};
 use super::{Control, FlushSet};
 use crate::clock;
 use crate::delay_line::{Consumer, Head, Whole};
@@ -506,7 +506,7 @@ impl Source {
 #[derive(Clone, Copy)]
 pub(super) struct OutputConfig {
     pub spin_ns: u64,
-    /// Spin even while every core is taken (see [`CoreWatch`]).
+    /// Spin even while every core is taken (see `wait::CoreWatch`).
     pub spin_always: bool,
     pub max_lag_ns: Option<u64>,
     pub reorders: bool,
@@ -682,10 +682,7 @@ pub(super) fn output_stage(outlet: Arc<Outlet>, cfg: OutputConfig, mut realtime:
     control
         .output_wake_ns
         .store(wake.spin_ns(spin_ns), Ordering::Relaxed);
-    let mut budget = SpinBudget::new(clock::now_ns());
-    let mut cores = (!cfg.spin_always).then(CoreWatch::new);
-    // Whether every core was taken when the last spin window ended.
-    let mut all_taken = false;
+    let mut budget = SpinBudget::watching_cores(clock::now_ns(), !cfg.spin_always);
     let max_sleep = if cfg.reorders {
         MAX_SLEEP_REORDER_NS
     } else {
@@ -734,16 +731,8 @@ pub(super) fn output_stage(outlet: Arc<Outlet>, cfg: OutputConfig, mut realtime:
                 // Failing to return to SCHED_FIFO costs precision, not packets.
                 let _ = rt.wait_mode();
             }
-            let spin = if budget.frugal || all_taken {
-                MIN_SPIN_NS
-            } else {
-                wake.spin_ns(spin_ns)
-            };
-            let slept = wait_until(release_ns, now, spin, max_sleep, &mut wake, &mut budget);
-            if budget.tick(now) {
-                all_taken = cores.as_mut().is_some_and(CoreWatch::all_taken);
-            }
-            if slept {
+            let spin = budget.spin_ns(&wake, spin_ns);
+            if wait_until(release_ns, now, spin, max_sleep, &mut wake, &mut budget) {
                 wakeups += 1;
                 control
                     .output_wake_ns
@@ -845,6 +834,7 @@ fn wait_until(
         }
         budget.spun_ns += release_ns - now;
     }
+    budget.tick(now);
     slept
 }
 

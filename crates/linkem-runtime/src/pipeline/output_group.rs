@@ -32,7 +32,7 @@
 //! as each direction's `rx_wakeups`).
 
 use super::output::{Outlet, OutputConfig, MAX_SLEEP_NS, PUBLISH_MAX_NS, PUBLISH_NS};
-use super::wait::{CoreWatch, Realtime, SpinBudget, WakeEstimate, BEHIND_NS, MIN_SPIN_NS};
+use super::wait::{Realtime, SpinBudget, WakeEstimate, BEHIND_NS};
 use super::Control;
 use crate::clock;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -67,10 +67,7 @@ pub(super) fn output_group(
     tell_wake(&dirs, wake.spin_ns(cfg.spin_ns));
     let mut wakeups = 0u64;
     let mut last_publish = clock::now_ns();
-    let mut budget = SpinBudget::new(last_publish);
-    let mut cores = (!cfg.spin_always).then(CoreWatch::new);
-    // Whether every core was taken when the last spin window ended.
-    let mut all_taken = false;
+    let mut budget = SpinBudget::watching_cores(last_publish, !cfg.spin_always);
     while !stop.load(Ordering::Acquire) {
         let turn = match send_due(&dirs) {
             Ok(t) => t,
@@ -116,11 +113,7 @@ pub(super) fn output_group(
             wakeups += 1;
             continue;
         };
-        let spin = if budget.frugal || all_taken {
-            MIN_SPIN_NS
-        } else {
-            wake.spin_ns(cfg.spin_ns)
-        };
+        let spin = budget.spin_ns(&wake, cfg.spin_ns);
         let wait = release_ns.saturating_sub(now);
         if wait > spin {
             let target = now + (wait - spin).min(MAX_SLEEP_NS);
@@ -139,9 +132,7 @@ pub(super) fn output_group(
             }
             budget.spun_ns += wait;
         }
-        if budget.tick(now) {
-            all_taken = cores.as_mut().is_some_and(CoreWatch::all_taken);
-        }
+        budget.tick(now);
     }
     for d in &dirs {
         let _ = d.lock().st.flush_before(None);

@@ -38,13 +38,19 @@ impl WakeEstimate {
 /// learnt spin), a real-time thread would hold its core without pause and
 /// starve the input stage and the kernel's packet processing on a small
 /// machine. Over each window, if more than half the time went to spinning,
-/// the next window spins only [`MIN_SPIN_NS`] and sleeps for the rest.
+/// the next window spins only [`MIN_SPIN_NS`] and sleeps for the rest; an
+/// output thread's budget also looks at the machine's cores as each window
+/// ends ([`CoreWatch`]) and spins as little while every one is taken.
 pub(super) struct SpinBudget {
     window_start_ns: u64,
     pub spun_ns: u64,
     pub frugal: bool,
     /// Of `spun_ns`, what went to lingering in this window ([`Linger`]).
     lingered_ns: u64,
+    /// The output thread's look at the cores (none: spin regardless).
+    cores: Option<CoreWatch>,
+    /// Every core was taken when the last window ended.
+    all_taken: bool,
 }
 
 const SPIN_WINDOW_NS: u64 = 10_000_000;
@@ -61,6 +67,17 @@ impl SpinBudget {
             spun_ns: 0,
             frugal: false,
             lingered_ns: 0,
+            cores: None,
+            all_taken: false,
+        }
+    }
+
+    /// An output thread's budget: with `watch`, it also spins as little
+    /// while every core is taken (without: `--spin-threshold` given).
+    pub fn watching_cores(now: u64, watch: bool) -> Self {
+        SpinBudget {
+            cores: watch.then(CoreWatch::new),
+            ..SpinBudget::new(now)
         }
     }
 
@@ -72,9 +89,20 @@ impl SpinBudget {
             self.window_start_ns = now;
             self.spun_ns = 0;
             self.lingered_ns = 0;
+            self.all_taken = self.cores.as_mut().is_some_and(CoreWatch::all_taken);
             return true;
         }
         false
+    }
+
+    /// How long to spin before a release: `wake`'s learnt wake-up (at most
+    /// `max_ns`), or [`MIN_SPIN_NS`] while frugal or every core is taken.
+    pub fn spin_ns(&self, wake: &WakeEstimate, max_ns: u64) -> u64 {
+        if self.frugal || self.all_taken {
+            MIN_SPIN_NS
+        } else {
+            wake.spin_ns(max_ns)
+        }
     }
 }
 
