@@ -17,6 +17,12 @@
 #    on the features the dev-dependencies add), checked below: a second copy of every
 #    crate cost minutes;
 #  - the fuzz targets run two at a time, each for its full seconds.
+#
+# A failing test does not stop the run: every test binary runs (`--no-fail-fast`),
+# then the Python, package and fuzz stages, and the script exits non-zero at the end
+# naming each stage that failed, so one flaky test hides nothing behind it. The
+# checks before the tests (format, lints, build) still stop at once: nothing after
+# them can run without a build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/packages.sh
@@ -38,7 +44,8 @@ fi
 FUZZ_PROFILE="${FUZZ_PROFILE:-dev}" setsid "${idle[@]}" ./fuzz/run.sh --build >"$fuzz_log" 2>&1 &
 fuzz_build=$!
 trap 'kill -- -"$fuzz_build" 2>/dev/null || true; rm -f "$fuzz_log"' EXIT
-cargo test --workspace
+failed=()
+cargo test --workspace --no-fail-fast || failed+=("cargo test (the failing tests are listed above, under 'failures:')")
 # Nothing may compile here: this is the binary the tests ran (see crates/linkem/Cargo.toml).
 rebuilt=$(cargo build -p linkem 2>&1 | sed -n 's/^ *Compiling //p')
 if [ -n "$rebuilt" ]; then
@@ -50,7 +57,7 @@ fi
 # The Python package (python/): client, Mininet link and offline install. The live
 # tests (a bridge between namespaces, Mininet) need root and skip without it, saying so.
 if /usr/bin/python3 -c 'import pytest' 2>/dev/null; then
-  /usr/bin/python3 -m pytest -q -rs -p no:cacheprovider python/tests
+  /usr/bin/python3 -m pytest -q -rs -p no:cacheprovider python/tests || failed+=("python/tests (pytest)")
 else
   echo "test: python/tests not run: pytest is missing (apt-get install python3-pytest)" >&2
 fi
@@ -60,14 +67,20 @@ fi
 cargo build -q --workspace --benches
 # The Debian package of the dev binary the tests built, installed into a throwaway root
 # and used (version, examples, man pages, completions, postinst); cargo install.
-./scripts/package-test.sh
+./scripts/package-test.sh || failed+=("scripts/package-test.sh")
 # A smoke run of each target: 5 s, unoptimised (building the fuzz workspace optimised with
 # its sanitizer took minutes of a fresh clone's CI). For a longer look:
 # FUZZ_SECONDS=60 fuzz/run.sh (optimised).
 # The targets were built beside the live tests (above); two run at a time.
 if ! wait "$fuzz_build"; then
   cat "$fuzz_log" >&2
-  echo "test: building the fuzz targets failed (output above)" >&2
+  failed+=("building the fuzz targets (fuzz/run.sh --build; its output is above)")
+elif ! FUZZ_SECONDS="${FUZZ_SECONDS:-5}" FUZZ_PROFILE="${FUZZ_PROFILE:-dev}" FUZZ_JOBS="${FUZZ_JOBS:-2}" ./fuzz/run.sh; then
+  failed+=("fuzz/run.sh (a crashing input is in fuzz/artifacts/)")
+fi
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "test: FAILED: ${#failed[@]} stage(s):" >&2
+  printf 'test:   %s\n' "${failed[@]}" >&2
   exit 1
 fi
-FUZZ_SECONDS="${FUZZ_SECONDS:-5}" FUZZ_PROFILE="${FUZZ_PROFILE:-dev}" FUZZ_JOBS="${FUZZ_JOBS:-2}" ./fuzz/run.sh
+echo "test: every stage passed"
