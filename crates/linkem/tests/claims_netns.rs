@@ -544,3 +544,134 @@ fn a_user_claims_only_ports_it_could_bind() {
     let (_, stderr, status) = bridge.finish();
     assert!(status.success(), "linkem failed: {stderr}");
 }
+
+/// A connection to `socket` as `uid`: the kernel gives the server the
+/// connecting thread's effective uid (SO_PEERCRED), and credentials are per
+/// thread in Linux, so a thread of its own takes `uid` as its effective uid
+/// for the connect only (the raw syscall: libc's wrapper would change every
+/// thread), keeping real and saved uid 0 to return.
+fn connect_as(uid: u32, socket: &Path) -> std::os::unix::net::UnixStream {
+    let socket = socket.to_path_buf();
+    std::thread::spawn(move || {
+        // Safety: changes this thread's effective uid only; -1 keeps the others.
+        let r = unsafe { libc::syscall(libc::SYS_setresuid, -1i32, uid, -1i32) };
+        assert_eq!(r, 0, "setresuid: {}", std::io::Error::last_os_error());
+        let s = std::os::unix::net::UnixStream::connect(&socket);
+        // Safety: as above, back to root.
+        unsafe { libc::syscall(libc::SYS_setresuid, -1i32, 0u32, -1i32) };
+        s.unwrap()
+    })
+    .join()
+    .unwrap()
+}
+
+/// One user floods the audit log with long refused requests (lines near
+/// the 4096-byte bound, each refusal quoting its word) for 2 s, one answered
+/// before the next; another user claims meanwhile. The log stays within
+/// (BURST 200 + 50 lines/s × elapsed + reports) × 2 KiB, says how many of
+/// the flooder's lines it dropped, and keeps the other user's lines.
+#[test]
+fn a_flood_of_refused_requests_leaves_the_audit_log_bounded() {
+    use std::io::{BufRead, BufReader, Write};
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let topo = topology("lkaA");
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("node.rules");
+    std::fs::write(&rules, "add 100 count ip from any to any\n").unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    let bridge = CtlBridge::start(
+        &topo,
+        &[
+            "--rules",
+            rules.to_str().unwrap(),
+            "--claims",
+            "--audit",
+            audit.to_str().unwrap(),
+        ],
+    );
+    let s = bridge.socket.clone();
+    let stream = connect_as(1001, &s);
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut writer = stream;
+    let mut banner = String::new();
+    reader.read_line(&mut banner).unwrap();
+    let word = "A".repeat(4000);
+    // Refused at its parse, audited (it asks for a change), the word quoted.
+    let line = format!("pipe 40000 config delay {word}\n");
+    let t0 = Instant::now();
+    let mut sent = 0u64;
+    let mut reply = String::new();
+    let other = std::thread::spawn({
+        let s = s.clone();
+        move || {
+            (0..5)
+                .map(|i| {
+                    std::thread::sleep(Duration::from_millis(300));
+                    let port = (6000 + i).to_string();
+                    as_user(1002, &s, &["claim", "udp", &port, "--", "delay", "1ms"]).0
+                })
+                .collect::<Vec<bool>>()
+        }
+    });
+    while t0.elapsed() < Duration::from_secs(2) {
+        writer.write_all(line.as_bytes()).unwrap();
+        reply.clear();
+        reader.read_line(&mut reply).unwrap();
+        assert!(reply.contains("\"ok\":false"), "{reply}");
+        sent += 1;
+    }
+    let flood_s = t0.elapsed().as_secs_f64();
+    assert_eq!(other.join().unwrap(), [true; 5], "uid 1002's claims");
+    drop((reader, writer));
+    let (_, stderr, status) = bridge.finish();
+    assert!(status.success(), "linkem failed: {stderr}");
+    let text = std::fs::read_to_string(&audit).unwrap();
+    let lines = audit_lines(&audit);
+    let written = lines
+        .iter()
+        .filter(|l| l["uid"] == 1001 && l["command"].is_string())
+        .count() as u64;
+    let dropped: u64 = lines
+        .iter()
+        .filter(|l| l["uid"] == 1001 && l["event"] == "dropped")
+        .map(|l| l["dropped"].as_u64().unwrap())
+        .sum();
+    let reports = lines.iter().filter(|l| l["event"] == "dropped").count();
+    let bound = ((200.0 + 50.0 * (flood_s + 2.0)) as usize + reports + 5) * 2048;
+    eprintln!(
+        "uid 1001 sent {sent} refused requests of {} bytes in {flood_s:.2} s: {written} \
+         lines written, {dropped} dropped ({reports} reports); log {} bytes (bound {bound})",
+        line.len(),
+        text.len()
+    );
+    assert!(
+        sent > 400,
+        "only {sent} requests in 2 s: too few to pass the burst"
+    );
+    assert!(
+        text.len() <= bound,
+        "audit log {} bytes over the bound {bound} ({written} lines of uid 1001)",
+        text.len()
+    );
+    assert_eq!(
+        written + dropped,
+        sent,
+        "every request of uid 1001 is written or counted dropped ({written} + {dropped})"
+    );
+    let first = lines.iter().find(|l| l["uid"] == 1001).unwrap();
+    assert!(
+        first["command"].as_str().unwrap().ends_with(" bytes cut]"),
+        "{first}"
+    );
+    let mine = lines
+        .iter()
+        .filter(|l| l["uid"] == 1002 && l["event"] == "claimed")
+        .count();
+    assert_eq!(mine, 5, "uid 1002's claims in the log: {text:.2000}");
+}
