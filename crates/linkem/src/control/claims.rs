@@ -85,7 +85,9 @@ pub struct ClaimArgs {
     /// ('linkem ctl claim udp PORT -- WORDS'), each claim its own pipe per
     /// direction. Opens the socket to all (mode 0666; 0660 with
     /// --control-group): what a user other than root and the starter may
-    /// do there is bounded by its claims and --limits.
+    /// do there is bounded by its claims and --limits, and it may claim
+    /// only ports it could bind (not below ip_unprivileged_port_start, not
+    /// held by another uid's socket) unless --limits allows it more.
     #[arg(long)]
     pub claims: bool,
     /// With --claims: how long a claim lives unless claimed again (default 1h).
