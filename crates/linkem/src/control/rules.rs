@@ -948,9 +948,30 @@ impl Rules {
             }
             ClaimAction::Set { words } => words,
         };
+        // Whether the user could bind the ports (module doc of `claims`):
+        // at every claim, a renewal too, after the cheaper checks.
+        let may_have_ports = || -> Result<(), Failure> {
+            if cred.uid == 0 || cred.uid == self.starter {
+                return Ok(());
+            }
+            let view = (config.port_view)().map_err(|e| {
+                Failure::Error(format!(
+                    "{name}: cannot tell which ports uid {} could bind: {e}",
+                    cred.uid
+                ))
+            })?;
+            claims::check_ports(
+                cred.uid,
+                r.proto,
+                r.ports,
+                &view,
+                config.limits.allowed(cred.uid),
+            )
+        };
         let held = table.find(cred.uid, r.proto, r.ports)?;
         let old = held.and_then(|s| table.get(s)).cloned();
         if let (Some(old), [None, None]) = (&old, words) {
+            may_have_ports()?;
             let mut c = old.clone();
             c.pid = cred.pid;
             c.renewed_ns = now_ns;
@@ -986,21 +1007,7 @@ impl Rules {
             _ => unreachable!("claim_pipe makes pipes"),
         });
         table.check_limits(cred.uid, &limit, held, r.ports, &asks)?;
-        if cred.uid != 0 && cred.uid != self.starter {
-            let view = (config.port_view)().map_err(|e| {
-                Failure::Error(format!(
-                    "{name}: cannot tell which ports uid {} could bind: {e}",
-                    cred.uid
-                ))
-            })?;
-            claims::check_ports(
-                cred.uid,
-                r.proto,
-                r.ports,
-                &view,
-                config.limits.allowed(cred.uid),
-            )?;
-        }
+        may_have_ports()?;
         let mut s = self.source.lock().unwrap_or_else(|p| p.into_inner());
         let mut changes = Vec::with_capacity(4);
         let mut undo = Vec::new();
@@ -1940,6 +1947,38 @@ mod tests {
         claim_line(&rules, 0, "claim tcp 22", 0).unwrap();
         // Release is never refused by the port rule.
         claim_line(&rules, 1002, "release udp 53", 0).unwrap();
+        rules.bridge.stop();
+    }
+
+    /// uid 107 binds tcp 7000 after 1001 claimed it: 1001's renewal (and
+    /// change) is refused, its claim runs on until it expires or is released.
+    #[test]
+    fn a_renewal_is_refused_once_another_user_binds_the_port() {
+        fn bound_later() -> Result<claims::PortView, String> {
+            Ok(claims::PortView {
+                unprivileged_start: 1024,
+                tcp: vec![claims::PortHolder {
+                    port: 7000,
+                    uid: 107,
+                }],
+                udp: vec![],
+            })
+        }
+        let mut rules = rules_over_memory("pipe 1 config delay 1ms\n")
+            .with_claims(claims_config(10_000, "default rate=none queue=none"))
+            .unwrap();
+        claim_line(&rules, 1001, "claim tcp 7000 -- delay 5ms", 0).unwrap();
+        if let Some((_, config)) = &mut rules.claims {
+            config.port_view = bound_later;
+        }
+        for line in ["claim tcp 7000", "claim tcp 7000 -- delay 9ms"] {
+            let e = claim_line(&rules, 1001, line, 1_000).unwrap_err();
+            assert!(
+                matches!(&e, Failure::Refused(m) if m.contains("tcp port 7000 is held by a socket of uid 107")),
+                "{line}: {e:?}"
+            );
+        }
+        claim_line(&rules, 1001, "release tcp 7000", 2_000).unwrap();
         rules.bridge.stop();
     }
 
