@@ -67,6 +67,12 @@ pub fn emulator_name(container_id: &str, ifname: &str) -> Result<String, CniErro
     Ok(format!("cni-{id}-{ifname}"))
 }
 
+/// The namespace a path names: nsfs device and inode (None: no such file).
+fn netns_id(path: &str) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
 /// What the runtime passes in the environment.
 #[derive(Debug, Clone)]
 pub struct Env {
@@ -94,8 +100,7 @@ impl Env {
     /// plugin's own, whatever path names it (`/proc/1/ns/net`, a bind mount
     /// under /run/netns).
     fn refuse_host_netns(&self) -> Result<(), CniError> {
-        use std::os::unix::fs::MetadataExt;
-        let id = |p: &str| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+        let id = netns_id;
         let Some(given) = id(&self.netns) else {
             return Ok(());
         };
@@ -146,7 +151,7 @@ pub fn run(env: &Env, stdin: &[u8]) -> Result<Option<Value>, CniError> {
     match env.command.as_str() {
         "VERSION" => Ok(Some(version_result())),
         "ADD" => add(env, &config::parse(stdin)?).map(Some),
-        // DEL needs nothing from the configuration, but a broken one is still an error.
+        // DEL needs nothing from the configuration (module doc).
         "DEL" => {
             del(env)?;
             if let Err(e) = config::parse(stdin) {
@@ -203,7 +208,8 @@ fn add(env: &Env, conf: &NetConf) -> Result<Value, CniError> {
     let files = daemon::Files::new(&name);
     let started = (|| {
         let state = json!({"containerID": env.container_id, "ifname": env.ifname,
-                           "netns": env.netns, "mac": mac, "network": conf.network});
+                           "netns": env.netns, "netns_id": netns_id(&env.netns),
+                           "mac": mac, "network": conf.network});
         std::fs::create_dir_all(daemon::STATE_DIR)
             .and_then(|_| std::fs::write(&files.state, state.to_string()))
             .map_err(|e| {
@@ -254,7 +260,9 @@ fn del(env: &Env) -> Result<(), CniError> {
     let mac = state["mac"].as_str().map(str::to_string);
     daemon::stop(&name)?;
     let netns = match (env.netns.as_str(), state["netns"].as_str()) {
-        ("", Some(n)) => n,
+        // Only while the path still names the namespace ADD bumped (a
+        // /proc/PID path may name another process's by now).
+        ("", Some(n)) if netns_id(n).is_some() && json!(netns_id(n)) == state["netns_id"] => n,
         (n, _) => n,
     };
     let target = Env {

@@ -277,7 +277,8 @@ fn add_into_the_host_namespace_is_refused() {
 
 /// DEL whose configuration cannot be parsed (not JSON, an unknown field, a
 /// wrong type, an unknown version) still stops the emulator and gives the
-/// container its interface back (name, MAC, address), and succeeds.
+/// container its interface back (name, MAC, address), and succeeds; without
+/// CNI_NETNS too (the state ADD kept names the namespace).
 #[test]
 fn del_with_a_broken_configuration_cleans_up_and_succeeds() {
     if !is_root() {
@@ -349,4 +350,19 @@ fn del_with_a_broken_configuration_cleans_up_and_succeeds() {
             link_files(name)
         );
     }
+    // A DEL without CNI_NETNS (the spec allows it) and with a broken
+    // configuration: the state names the namespace ADD bumped.
+    let o = plugin(
+        "ADD",
+        &c.path,
+        "lka-ct",
+        "eth0",
+        good.to_string().as_bytes(),
+    );
+    assert!(o.status.success(), "ADD: {}", said(&o));
+    let o = plugin("DEL", "", "lka-ct", "eth0", b"{not json");
+    assert!(o.status.success(), "DEL without CNI_NETNS: {}", said(&o));
+    assert_eq!(c.links(), ["eth0", "lo"], "DEL without CNI_NETNS");
+    assert_eq!(c.eth0(), before, "eth0 after DEL without CNI_NETNS");
+    assert!(link_files(name).is_empty(), "{:?}", link_files(name));
 }
