@@ -4,7 +4,15 @@
 //! ADD bumps the interface (see [`bump`]) and starts `linkem bridge` in the
 //! container's namespace (see [`daemon`]); it outputs the previous result
 //! unchanged (the container keeps its interface's name, MAC and addresses).
-//! DEL stops the emulator and undoes the bump; a missing piece is no error.
+//! DEL stops the emulator and undoes the bump; a missing piece is no error,
+//! and neither is a configuration DEL cannot parse (bad JSON, an unknown
+//! field, a wrong type): DEL needs nothing from it (the container id and
+//! interface name name the link, the state file under [`daemon::STATE_DIR`]
+//! keeps the MAC address to give back), and a DEL that fails for ever would
+//! leak the interface and the previous plugins' leases (the spec: DEL cleans
+//! up what it can). ADD refuses a `CNI_NETNS` that is the host's network
+//! namespace (pid 1's, or the plugin's own), touching nothing: the bump
+//! would re-plumb a host interface.
 //! CHECK fails with code 100 (an interface is missing) or 101 (the emulator
 //! is not running). GC stops the network's links of attachments not in
 //! `cni.dev/valid-attachments`. Each link is named `cni-ID-IFNAME` (ID the
@@ -59,7 +67,14 @@ pub fn emulator_name(container_id: &str, ifname: &str) -> Result<String, CniErro
     Ok(format!("cni-{id}-{ifname}"))
 }
 
+/// The namespace a path names: nsfs device and inode (None: no such file).
+fn netns_id(path: &str) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
 /// What the runtime passes in the environment.
+#[derive(Debug, Clone)]
 pub struct Env {
     pub command: String,
     pub container_id: String,
@@ -78,6 +93,33 @@ impl Env {
             ifname: get("CNI_IFNAME"),
             args: get("CNI_ARGS"),
         }
+    }
+
+    /// Refuses a `CNI_NETNS` that is the host's network namespace: the
+    /// same namespace (device and inode of nsfs) as pid 1's or this
+    /// plugin's own, whatever path names it (`/proc/1/ns/net`, a bind mount
+    /// under /run/netns).
+    fn refuse_host_netns(&self) -> Result<(), CniError> {
+        let id = netns_id;
+        let Some(given) = id(&self.netns) else {
+            return Ok(());
+        };
+        for (path, whose) in [
+            ("/proc/1/ns/net", "the host's (pid 1's)"),
+            ("/proc/self/ns/net", "linkem-cni's own"),
+        ] {
+            if id(path) == Some(given) {
+                return Err(CniError::new(
+                    INVALID_ENV,
+                    format!(
+                        "CNI_NETNS {} is {whose} network namespace, not a container's: \
+                         linkem-cni would re-plumb a host interface ({}); nothing was changed",
+                        self.netns, self.ifname
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn require(&self, key: &str, value: &str) -> Result<(), CniError> {
@@ -109,8 +151,15 @@ pub fn run(env: &Env, stdin: &[u8]) -> Result<Option<Value>, CniError> {
     match env.command.as_str() {
         "VERSION" => Ok(Some(version_result())),
         "ADD" => add(env, &config::parse(stdin)?).map(Some),
-        // DEL needs nothing from the configuration, but a broken one is still an error.
-        "DEL" => config::parse(stdin).and_then(|_| del(env)).map(|_| None),
+        // DEL needs nothing from the configuration (module doc).
+        "DEL" => {
+            del(env)?;
+            if let Err(e) = config::parse(stdin) {
+                // Said, not failed: the link is gone, which is what DEL is for.
+                eprintln!("linkem-cni: DEL cleaned up, though its configuration is wrong: {e}");
+            }
+            Ok(None)
+        }
         "CHECK" => check(env, &config::parse(stdin)?).map(|_| None),
         "GC" => gc(&config::parse(stdin)?).map(|_| None),
         "STATUS" => config::parse(stdin).map(|_| None),
@@ -149,6 +198,7 @@ fn add(env: &Env, conf: &NetConf) -> Result<Value, CniError> {
              (e.g. bridge), never first in a network list",
         ));
     };
+    env.refuse_host_netns()?;
     let name = emulator_name(&env.container_id, &env.ifname)?;
     let spec = effective_spec(env, conf)?;
     let ifaces = bump::Ifaces::new(&env.ifname);
@@ -158,7 +208,8 @@ fn add(env: &Env, conf: &NetConf) -> Result<Value, CniError> {
     let files = daemon::Files::new(&name);
     let started = (|| {
         let state = json!({"containerID": env.container_id, "ifname": env.ifname,
-                           "netns": env.netns, "mac": mac, "network": conf.network});
+                           "netns": env.netns, "netns_id": netns_id(&env.netns),
+                           "mac": mac, "network": conf.network});
         std::fs::create_dir_all(daemon::STATE_DIR)
             .and_then(|_| std::fs::write(&files.state, state.to_string()))
             .map_err(|e| {
@@ -199,15 +250,32 @@ fn del(env: &Env) -> Result<(), CniError> {
     env.require("CNI_CONTAINERID", &env.container_id)?;
     env.require("CNI_IFNAME", &env.ifname)?;
     let name = emulator_name(&env.container_id, &env.ifname)?;
-    // The state goes with the emulator's files: read what DEL needs first.
-    let mac = std::fs::read(daemon::Files::new(&name).state)
+    // The state goes with the emulator's files: read what DEL needs first
+    // (the MAC address to give back; the namespace ADD bumped, for a DEL
+    // that comes without CNI_NETNS).
+    let state = std::fs::read(daemon::Files::new(&name).state)
         .ok()
         .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-        .and_then(|v| v["mac"].as_str().map(str::to_string));
+        .unwrap_or_default();
+    let mac = state["mac"].as_str().map(str::to_string);
     daemon::stop(&name)?;
-    // The namespace may be gone already (the spec allows DEL without one).
-    if !env.netns.is_empty() && std::path::Path::new(&env.netns).exists() {
-        bump::del(&env.netns, &bump::Ifaces::new(&env.ifname), mac.as_deref())?;
+    let netns = match (env.netns.as_str(), state["netns"].as_str()) {
+        // Only while the path still names the namespace ADD bumped (a
+        // /proc/PID path may name another process's by now).
+        ("", Some(n)) if netns_id(n).is_some() && json!(netns_id(n)) == state["netns_id"] => n,
+        (n, _) => n,
+    };
+    let target = Env {
+        netns: netns.to_string(),
+        ..env.clone()
+    };
+    // The namespace may be gone already (the spec allows DEL without one);
+    // the host's was never bumped (ADD refuses it), so nothing there is ours.
+    if !netns.is_empty()
+        && std::path::Path::new(netns).exists()
+        && target.refuse_host_netns().is_ok()
+    {
+        bump::del(netns, &bump::Ifaces::new(&env.ifname), mac.as_deref())?;
     }
     Ok(())
 }
@@ -301,6 +369,68 @@ mod tests {
         let env = Env::from_map(&HashMap::from([("CNI_COMMAND".into(), "VERSION".into())]));
         let v = run(&env, b"").unwrap().unwrap();
         assert_eq!(v["supportedVersions"], json!(["0.4.0", "1.0.0", "1.1.0"]));
+    }
+
+    fn env_of(command: &str, netns: &str) -> Env {
+        Env::from_map(&HashMap::from([
+            ("CNI_COMMAND".into(), command.into()),
+            ("CNI_CONTAINERID".into(), "lka-unit".into()),
+            ("CNI_NETNS".into(), netns.into()),
+            // No interface of the host has this name: were the refusal ever
+            // to fail, the bump would find nothing to take.
+            ("CNI_IFNAME".into(), "lkanone0".into()),
+        ]))
+    }
+
+    /// The host's namespace by any of its names is refused before anything
+    /// is touched (no emulator stopped, no state written).
+    #[test]
+    fn add_into_the_host_namespace_is_refused_touching_nothing() {
+        let conf = br#"{"cniVersion":"1.0.0","name":"n","type":"linkem-cni","link":"delay 1ms",
+                        "prevResult":{"cniVersion":"1.0.0","interfaces":[{"name":"lkanone0"}]}}"#;
+        let state = daemon::Files::new(&emulator_name("lka-unit", "lkanone0").unwrap()).state;
+        // Tests run in the host's namespace or a container's: either way
+        // these name the plugin's own (and the host's, then pid 1's first).
+        let at_host = std::fs::read_link("/proc/1/ns/net").ok()
+            == std::fs::read_link("/proc/self/ns/net").ok();
+        let whose = if at_host {
+            "the host's (pid 1's)"
+        } else {
+            "linkem-cni's own"
+        };
+        for netns in ["/proc/self/ns/net", "/proc/thread-self/ns/net"] {
+            let e = run(&env_of("ADD", netns), conf).unwrap_err();
+            assert_eq!(e.code, INVALID_ENV, "{e}");
+            assert!(
+                e.msg.starts_with(&format!("CNI_NETNS {netns} is "))
+                    && e.msg.contains("network namespace, not a container's")
+                    && e.msg.contains("nothing was changed"),
+                "{e}"
+            );
+            assert!(e.msg.contains(whose), "{e}");
+        }
+        assert!(!state.exists(), "{} written", state.display());
+    }
+
+    /// A configuration DEL cannot read still lets it clean up (here there is
+    /// nothing to clean: no emulator, no namespace) and succeed.
+    #[test]
+    fn del_with_a_configuration_it_cannot_parse_succeeds() {
+        for conf in [
+            &b"{not json"[..],
+            br#"{"cniVersion":"1.0.0","type":"linkem-cni","speed":"1"}"#,
+            br#"{"cniVersion":"1.0.0","type":"linkem-cni","link":5}"#,
+            br#"{"cniVersion":"9.9.9","type":"linkem-cni"}"#,
+            b"",
+        ] {
+            let r = run(&env_of("DEL", ""), conf);
+            assert_eq!(r, Ok(None), "{}", String::from_utf8_lossy(conf));
+        }
+        // What DEL needs from the environment is still required.
+        let mut env = env_of("DEL", "");
+        env.container_id.clear();
+        let e = run(&env, b"{}").unwrap_err();
+        assert!(e.msg.contains("CNI_CONTAINERID"), "{e}");
     }
 
     #[test]

@@ -29,6 +29,19 @@
 //! or `queue NKBytes`) + rate × (delay + 4 × jitter) / 8. Each refusal
 //! names the limit, its value and what the request asked.
 //!
+//! # Which ports a user may claim
+//! A claim slows everyone's traffic on its ports, so a user other than root
+//! and the emulator's starter (who may write any rule anyway) may claim
+//! only ports it could bind itself ([`check_ports`], port by port over a
+//! range): a port at or above `ip_unprivileged_port_start` (the sysctl of
+//! linkem's network namespace) that no socket of another uid holds (the
+//! kernel's `/proc/net/{tcp,tcp6,udp,udp6}` of that namespace: any socket
+//! bound to it, listening or connected; TIME_WAIT and half-open entries
+//! belong to no process and do not count), unless root's `--limits` allows
+//! the user that port (`allow=udp:53,tcp:8000-8100`), which overrides both
+//! rules. Checked at every `claim` (a renewal too: a claim does not keep a
+//! port another user has bound since), never at `release`.
+//!
 //! # Time
 //! A claim lives `--claim-ttl` from its last `claim` (a claim again renews
 //! it). Times are CLOCK_REALTIME ns, the clock of packet stamps and of a
@@ -72,14 +85,17 @@ pub struct ClaimArgs {
     /// ('linkem ctl claim udp PORT -- WORDS'), each claim its own pipe per
     /// direction. Opens the socket to all (mode 0666; 0660 with
     /// --control-group): what a user other than root and the starter may
-    /// do there is bounded by its claims and --limits.
+    /// do there is bounded by its claims and --limits, and it may claim
+    /// only ports it could bind (not below ip_unprivileged_port_start, not
+    /// held by another uid's socket) unless --limits allows it more.
     #[arg(long)]
     pub claims: bool,
     /// With --claims: how long a claim lives unless claimed again (default 1h).
     #[arg(long, value_name = "DURATION", requires = "claims")]
     pub claim_ttl: Option<String>,
     /// With --claims: per-user limits (root's file; see README, "Sharing one
-    /// emulator"): lines 'UID|default claims=N ports=N rate=R delay=T queue=SIZE'.
+    /// emulator"): lines 'UID|default claims=N ports=N rate=R delay=T queue=SIZE
+    /// allow=PROTO:PORT[-PORT],...' (allow: ports it may claim beyond those it could bind).
     #[arg(long, value_name = "FILE", requires = "claims")]
     pub limits: Option<PathBuf>,
 }
@@ -108,7 +124,11 @@ impl ClaimArgs {
                 Limits::parse(&text).map_err(|e| anyhow!("--limits {}: {e}", p.display()))?
             }
         };
-        Ok(Some(ClaimConfig { ttl_ns, limits }))
+        Ok(Some(ClaimConfig {
+            ttl_ns,
+            limits,
+            port_view: PortView::read,
+        }))
     }
 }
 
@@ -117,6 +137,9 @@ impl ClaimArgs {
 pub struct ClaimConfig {
     pub ttl_ns: u64,
     pub limits: Limits,
+    /// Where the ports users could bind are learnt: [`PortView::read`]
+    /// (a table of one's own in unit tests).
+    pub port_view: fn() -> Result<PortView, String>,
 }
 
 /// One user's bounds; `None`: unbounded.
@@ -147,11 +170,52 @@ impl Limit {
     };
 }
 
+/// Ports root's `--limits` lets a user claim beyond those it could bind:
+/// `udp:53` or `tcp:8000-8100`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortAllow {
+    pub proto: Proto,
+    pub ports: (u16, u16),
+}
+
+impl PortAllow {
+    fn parse(text: &str) -> Result<PortAllow, String> {
+        let bad =
+            || format!("'{text}': PROTO:PORT or PROTO:PORT-PORT expected (udp:53, tcp:8000-8100)");
+        let (proto, ports) = text.split_once(':').ok_or_else(bad)?;
+        let proto = match proto {
+            "udp" => Proto::Udp,
+            "tcp" => Proto::Tcp,
+            _ => return Err(bad()),
+        };
+        let port = |p: &str| p.parse::<u16>().ok().filter(|&p| p > 0);
+        let ports = match ports.split_once('-') {
+            Some((a, b)) => (port(a).ok_or_else(bad)?, port(b).ok_or_else(bad)?),
+            None => {
+                let p = port(ports).ok_or_else(bad)?;
+                (p, p)
+            }
+        };
+        if ports.0 > ports.1 {
+            return Err(format!("'{text}': the first port is above the last"));
+        }
+        Ok(PortAllow { proto, ports })
+    }
+
+    fn covers(&self, proto: Proto, port: u16) -> bool {
+        self.proto == proto && (self.ports.0..=self.ports.1).contains(&port)
+    }
+}
+
 /// The limits of `--limits FILE`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     pub default: Limit,
     pub by_uid: HashMap<u32, Limit>,
+    /// The `allow` of the `default` line.
+    pub default_allow: Vec<PortAllow>,
+    /// The `allow` of the users' lines that give one.
+    pub allow_by_uid: HashMap<u32, Vec<PortAllow>>,
 }
 
 impl Default for Limits {
@@ -159,6 +223,8 @@ impl Default for Limits {
         Limits {
             default: Limit::BUILT_IN,
             by_uid: HashMap::new(),
+            default_allow: Vec::new(),
+            allow_by_uid: HashMap::new(),
         }
     }
 }
@@ -166,7 +232,9 @@ impl Default for Limits {
 impl Limits {
     /// Reads the file: one line per user, `UID|default KEY=VALUE...`, `#`
     /// comments; keys `claims`, `ports` (counts), `rate` (`10Mbit/s`),
-    /// `delay` (`500ms`), `queue` (`4MiB`), each `none` for no bound. A
+    /// `delay` (`500ms`), `queue` (`4MiB`), each `none` for no bound;
+    /// `allow` (`udp:53,tcp:8000-8100`, `none`; repeatable, the lists
+    /// add up): ports the user may claim beyond those it could bind. A
     /// user's line takes the `default` line's value (else the built-in one)
     /// for a key it does not give; root is unbounded unless named.
     pub fn parse(text: &str) -> Result<Limits, String> {
@@ -194,16 +262,27 @@ impl Limits {
             }
         }
         let mut default = Limit::BUILT_IN;
+        let mut default_allow = Vec::new();
         if let Some(words) = default_line {
-            apply_words(&mut default, &words)?;
+            if let Some(a) = apply_words(&mut default, &words)? {
+                default_allow = a;
+            }
         }
         let mut by_uid = HashMap::new();
+        let mut allow_by_uid = HashMap::new();
         for (uid, words) in lines {
             let mut l = default;
-            apply_words(&mut l, &words)?;
+            if let Some(a) = apply_words(&mut l, &words)? {
+                allow_by_uid.insert(uid, a);
+            }
             by_uid.insert(uid, l);
         }
-        Ok(Limits { default, by_uid })
+        Ok(Limits {
+            default,
+            by_uid,
+            default_allow,
+            allow_by_uid,
+        })
     }
 
     /// The bounds of `uid`.
@@ -214,17 +293,24 @@ impl Limits {
             None => self.default,
         }
     }
+
+    /// The ports root lets `uid` claim beyond those it could bind.
+    pub fn allowed(&self, uid: u32) -> &[PortAllow] {
+        self.allow_by_uid.get(&uid).unwrap_or(&self.default_allow)
+    }
 }
 
 /// The words of a limits line, each with its line number.
 type Words<'a> = Vec<(usize, &'a str)>;
 
-fn apply_words(l: &mut Limit, words: &[(usize, &str)]) -> Result<(), String> {
+/// Applies a line's words to `l`; the line's `allow` list, if it gives one.
+fn apply_words(l: &mut Limit, words: &[(usize, &str)]) -> Result<Option<Vec<PortAllow>>, String> {
+    let mut allow: Option<Vec<PortAllow>> = None;
     for &(line, w) in words {
         let at = |m: String| format!("line {line}: '{w}': {m}");
-        let (key, value) = w
-            .split_once('=')
-            .ok_or_else(|| at("KEY=VALUE expected (claims, ports, rate, delay, queue)".into()))?;
+        let (key, value) = w.split_once('=').ok_or_else(|| {
+            at("KEY=VALUE expected (claims, ports, rate, delay, queue, allow)".into())
+        })?;
         let none = value == "none";
         let count = || {
             value
@@ -255,11 +341,164 @@ fn apply_words(l: &mut Limit, words: &[(usize, &str)]) -> Result<(), String> {
                     Some(parse_size_bytes(value).map_err(|e| at(e.to_string()))?)
                 }
             }
+            "allow" => {
+                let list = allow.get_or_insert_with(Vec::new);
+                if !none {
+                    for item in value.split(',') {
+                        list.push(PortAllow::parse(item).map_err(at)?);
+                    }
+                }
+            }
             _ => {
                 return Err(at(format!(
-                    "unknown limit '{key}' (claims, ports, rate, delay, queue)"
+                    "unknown limit '{key}' (claims, ports, rate, delay, queue, allow)"
                 )))
             }
+        }
+    }
+    Ok(allow)
+}
+
+/// One socket of the kernel's tables, as [`check_ports`] needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortHolder {
+    pub port: u16,
+    pub uid: u32,
+}
+
+/// What the kernel says about who may bind what, in linkem's namespace.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PortView {
+    /// `net.ipv4.ip_unprivileged_port_start` (it covers IPv6 too).
+    pub unprivileged_start: u32,
+    /// The sockets of `/proc/net/tcp` and `tcp6`.
+    pub tcp: Vec<PortHolder>,
+    /// The sockets of `/proc/net/udp` and `udp6`.
+    pub udp: Vec<PortHolder>,
+}
+
+/// Bytes of one kernel table read at most: about 150 bytes a socket, so
+/// some 400 000 sockets; a longer table is an error, not a partial view.
+const MAX_TABLE_BYTES: u64 = 64 << 20;
+
+impl PortView {
+    /// Reads the sysctl and the four socket tables of this process's
+    /// network namespace (a table that does not exist, e.g. IPv6 off, is
+    /// empty).
+    pub fn read() -> Result<PortView, String> {
+        let read = |path: &str| -> Result<Option<String>, String> {
+            use std::io::Read;
+            let f = match std::fs::File::open(path) {
+                Ok(f) => f,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(format!("{path}: {e}")),
+            };
+            let mut text = String::new();
+            f.take(MAX_TABLE_BYTES + 1)
+                .read_to_string(&mut text)
+                .map_err(|e| format!("{path}: {e}"))?;
+            if text.len() as u64 > MAX_TABLE_BYTES {
+                return Err(format!("{path}: longer than {MAX_TABLE_BYTES} bytes"));
+            }
+            Ok(Some(text))
+        };
+        let sysctl = "/proc/sys/net/ipv4/ip_unprivileged_port_start";
+        let unprivileged_start = match read(sysctl)? {
+            Some(t) => t
+                .trim()
+                .parse::<u32>()
+                .map_err(|_| format!("{sysctl}: not a number"))?,
+            // Kernels before 4.11 had no sysctl: 1024 was fixed.
+            None => 1024,
+        };
+        let table = |paths: [&str; 2]| -> Result<Vec<PortHolder>, String> {
+            let mut all = Vec::new();
+            for path in paths {
+                if let Some(text) = read(path)? {
+                    all.extend(parse_socket_table(&text).map_err(|e| format!("{path}: {e}"))?);
+                }
+            }
+            Ok(all)
+        };
+        Ok(PortView {
+            unprivileged_start,
+            tcp: table(["/proc/net/tcp", "/proc/net/tcp6"])?,
+            udp: table(["/proc/net/udp", "/proc/net/udp6"])?,
+        })
+    }
+}
+
+/// The sockets of a `/proc/net/{tcp,udp}[6]` table: after the header, per
+/// line `sl local_address rem_address st ... uid timeout inode ...`, the
+/// local address `HEXIP:HEXPORT`. Entries without an inode (TIME_WAIT,
+/// half-open connections) belong to no process and are left out.
+pub fn parse_socket_table(text: &str) -> Result<Vec<PortHolder>, String> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.is_empty() {
+            continue;
+        }
+        let bad = || format!("line {}: not a socket table line", i + 1);
+        if f.len() < 10 {
+            return Err(bad());
+        }
+        let port = f[1]
+            .rsplit_once(':')
+            .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
+            .ok_or_else(bad)?;
+        let uid = f[7].parse::<u32>().map_err(|_| bad())?;
+        let inode = f[9].parse::<u64>().map_err(|_| bad())?;
+        if inode != 0 && port != 0 {
+            out.push(PortHolder { port, uid });
+        }
+    }
+    Ok(out)
+}
+
+/// Whether `uid` (not root, not the starter) may claim `proto ports`
+/// under the rules of the module doc, port by port; the refusal names the
+/// first port refused and the rule that refused it.
+pub fn check_ports(
+    uid: u32,
+    proto: Proto,
+    ports: (u16, u16),
+    view: &PortView,
+    allowed: &[PortAllow],
+) -> Result<(), Failure> {
+    let held = match proto {
+        Proto::Tcp => &view.tcp,
+        Proto::Udp => &view.udp,
+    };
+    // The first other uid holding each port of the range.
+    let mut others: BTreeMap<u16, u32> = BTreeMap::new();
+    for h in held {
+        if h.uid != uid && (ports.0..=ports.1).contains(&h.port) {
+            others.entry(h.port).or_insert(h.uid);
+        }
+    }
+    let p = proto.word();
+    let refuse = |why: String| {
+        Err(Failure::Refused(format!(
+            "{}: {why}; uid {uid} may claim only ports it could bind, or those root's --limits \
+             allows it (allow={p}:PORT)",
+            ports_text(proto, ports)
+        )))
+    };
+    for port in ports.0..=ports.1 {
+        if allowed.iter().any(|a| a.covers(proto, port)) {
+            continue;
+        }
+        if u32::from(port) < view.unprivileged_start {
+            return refuse(format!(
+                "{p} port {port} is below ip_unprivileged_port_start ({})",
+                view.unprivileged_start
+            ));
+        }
+        if let Some(owner) = others.get(&port) {
+            return refuse(format!(
+                "{p} port {port} is held by a socket of uid {owner}"
+            ));
         }
     }
     Ok(())
@@ -711,6 +950,139 @@ mod tests {
             t.check_limits(0, &Limit::NONE, None, (1, 65535), &[unshaped; 2]),
             Ok(())
         );
+    }
+
+    /// Lines as the kernel writes them (Linux 6.x): root's sshd listening
+    /// on 22 (v4 and v6), a TIME_WAIT leftover (inode 0) on 40000, uid
+    /// 1001's connection from 41000, uid 107's avahi on udp 5353.
+    const TCP: &str = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n   0: 00000000:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 20861 1 0000000000000000 100 0 0 10 0\n   1: 0100007F:9C40 0100007F:0016 06 00000000:00000000 03:00000F9E 00000000     0        0 0 3 0000000000000000\n   2: 0A00020F:A028 5DB8D822:01BB 01 00000000:00000000 02:000004C5 00000000  1001        0 51200 2 0000000000000000 20 4 30 10 -1\n";
+    const TCP6: &str = "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n   0: 00000000000000000000000000000000:0016 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 20863 1 0000000000000000 100 0 0 10 0\n";
+    const UDP: &str = "   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n  300: 00000000:14E9 00000000:0000 07 00000000:00000000 00:00000000 00000000   107        0 18523 2 0000000000000000 0\n";
+
+    fn view(start: u32) -> PortView {
+        let mut tcp = parse_socket_table(TCP).unwrap();
+        tcp.extend(parse_socket_table(TCP6).unwrap());
+        PortView {
+            unprivileged_start: start,
+            tcp,
+            udp: parse_socket_table(UDP).unwrap(),
+        }
+    }
+
+    #[test]
+    fn socket_tables_give_each_bound_port_and_its_uid() {
+        assert_eq!(
+            parse_socket_table(TCP).unwrap(),
+            [
+                PortHolder { port: 22, uid: 0 },
+                PortHolder {
+                    port: 41000,
+                    uid: 1001
+                }
+            ]
+        );
+        assert_eq!(
+            parse_socket_table(TCP6).unwrap(),
+            [PortHolder { port: 22, uid: 0 }]
+        );
+        assert_eq!(
+            parse_socket_table(UDP).unwrap(),
+            [PortHolder {
+                port: 5353,
+                uid: 107
+            }]
+        );
+        assert_eq!(parse_socket_table("header only\n").unwrap(), []);
+        let e = parse_socket_table("header\n 0: 00000000:zz 0 0 0 0 0 0 0 1\n").unwrap_err();
+        assert_eq!(e, "line 2: not a socket table line");
+        // This machine's own tables parse (the format is the kernel's).
+        PortView::read().unwrap();
+    }
+
+    #[test]
+    fn a_port_is_claimable_if_bindable_or_allowed_and_a_refusal_names_the_rule() {
+        let v = view(1024);
+        let refused = |r: Result<(), Failure>| match r {
+            Err(Failure::Refused(m)) => m,
+            other => panic!("{other:?}"),
+        };
+        let m = refused(check_ports(1001, Proto::Tcp, (22, 22), &v, &[]));
+        assert_eq!(
+            m,
+            "tcp 22: tcp port 22 is below ip_unprivileged_port_start (1024); uid 1001 may claim \
+             only ports it could bind, or those root's --limits allows it (allow=tcp:PORT)"
+        );
+        let m = refused(check_ports(1001, Proto::Udp, (5353, 5353), &v, &[]));
+        assert!(
+            m.starts_with("udp 5353: udp port 5353 is held by a socket of uid 107;"),
+            "{m}"
+        );
+        // Port by port: the first one refused is named.
+        let m = refused(check_ports(1002, Proto::Tcp, (40990, 41010), &v, &[]));
+        assert!(
+            m.starts_with("tcp 40990-41010: tcp port 41000 is held by a socket of uid 1001;"),
+            "{m}"
+        );
+        // One's own socket, a TIME_WAIT leftover, the other protocol: free.
+        check_ports(1001, Proto::Tcp, (40990, 41010), &v, &[]).unwrap();
+        check_ports(1001, Proto::Tcp, (40000, 40000), &v, &[]).unwrap();
+        check_ports(1001, Proto::Udp, (41000, 41000), &v, &[]).unwrap();
+        check_ports(107, Proto::Udp, (5353, 5353), &v, &[]).unwrap();
+        // A sysctl of 0 lets anyone bind any port; sshd still holds 22.
+        let m = refused(check_ports(1001, Proto::Tcp, (1, 100), &view(0), &[]));
+        assert!(
+            m.starts_with("tcp 1-100: tcp port 22 is held by a socket of uid 0;"),
+            "{m}"
+        );
+        // Root's allow overrides both rules, for its protocol and ports only.
+        let allow = [
+            PortAllow::parse("tcp:22").unwrap(),
+            PortAllow::parse("udp:5000-5400").unwrap(),
+        ];
+        check_ports(1001, Proto::Tcp, (22, 22), &v, &allow).unwrap();
+        check_ports(1001, Proto::Udp, (5353, 5353), &v, &allow).unwrap();
+        let m = refused(check_ports(1001, Proto::Udp, (22, 22), &v, &allow));
+        assert!(m.contains("udp port 22 is below"), "{m}");
+        let m = refused(check_ports(1001, Proto::Tcp, (21, 22), &v, &allow));
+        assert!(m.contains("tcp port 21 is below"), "{m}");
+    }
+
+    #[test]
+    fn the_limits_file_allows_ports_per_user() {
+        let l = Limits::parse(
+            "default allow=udp:5353\n1001 allow=tcp:22,tcp:8000-8100 allow=udp:53\n1002 claims=1\n\
+             1003 allow=none\n",
+        )
+        .unwrap();
+        let pa = |t: &str| PortAllow::parse(t).unwrap();
+        assert_eq!(
+            l.allowed(1001),
+            [pa("tcp:22"), pa("tcp:8000-8100"), pa("udp:53")]
+        );
+        // A line without allow takes the default's; 'none' takes it away.
+        assert_eq!(l.allowed(1002), [pa("udp:5353")]);
+        assert_eq!(l.allowed(1004), [pa("udp:5353")]);
+        assert_eq!(l.allowed(1003), []);
+        assert_eq!(pa("udp:53").ports, (53, 53));
+        for (text, says) in [
+            (
+                "1001 allow=sctp:1",
+                "line 1: 'allow=sctp:1': 'sctp:1': PROTO:PORT",
+            ),
+            (
+                "1001 allow=udp:0",
+                "line 1: 'allow=udp:0': 'udp:0': PROTO:PORT",
+            ),
+            ("1001 allow=udp:70000", "'udp:70000': PROTO:PORT"),
+            (
+                "1001 allow=udp:9-8",
+                "'udp:9-8': the first port is above the last",
+            ),
+            ("1001 allow=udp", "'udp': PROTO:PORT"),
+        ] {
+            let e = Limits::parse(text).unwrap_err();
+            assert!(e.contains(says), "{text}: {e}");
+        }
     }
 
     #[test]

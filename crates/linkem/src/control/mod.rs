@@ -68,7 +68,9 @@ pub struct ControlArgs {
     /// Let members of GROUP use the control socket (mode 0660; default 0600, root only).
     #[arg(long, value_name = "GROUP")]
     pub control_group: Option<String>,
-    /// Append one JSON line per change request, refused ones too, to FILE.
+    /// Append one JSON line per change request, refused ones too, to FILE
+    /// (a line quotes at most 200 bytes of the request; each user but root
+    /// at most 200 lines at once and 50/s, the rest counted in a 'dropped' line).
     #[arg(long, value_name = "FILE")]
     pub audit: Option<PathBuf>,
     /// Serve Prometheus metrics on GET /metrics at ADDR:PORT (a bare PORT is 127.0.0.1:PORT).

@@ -948,9 +948,30 @@ impl Rules {
             }
             ClaimAction::Set { words } => words,
         };
+        // Whether the user could bind the ports (module doc of `claims`):
+        // at every claim, a renewal too, after the cheaper checks.
+        let may_have_ports = || -> Result<(), Failure> {
+            if cred.uid == 0 || cred.uid == self.starter {
+                return Ok(());
+            }
+            let view = (config.port_view)().map_err(|e| {
+                Failure::Error(format!(
+                    "{name}: cannot tell which ports uid {} could bind: {e}",
+                    cred.uid
+                ))
+            })?;
+            claims::check_ports(
+                cred.uid,
+                r.proto,
+                r.ports,
+                &view,
+                config.limits.allowed(cred.uid),
+            )
+        };
         let held = table.find(cred.uid, r.proto, r.ports)?;
         let old = held.and_then(|s| table.get(s)).cloned();
         if let (Some(old), [None, None]) = (&old, words) {
+            may_have_ports()?;
             let mut c = old.clone();
             c.pid = cred.pid;
             c.renewed_ns = now_ns;
@@ -986,6 +1007,7 @@ impl Rules {
             _ => unreachable!("claim_pipe makes pipes"),
         });
         table.check_limits(cred.uid, &limit, held, r.ports, &asks)?;
+        may_have_ports()?;
         let mut s = self.source.lock().unwrap_or_else(|p| p.into_inner());
         let mut changes = Vec::with_capacity(4);
         let mut undo = Vec::new();
@@ -1847,11 +1869,117 @@ mod tests {
         })
     }
 
+    /// Every port bindable by anyone, no socket anywhere: the port rule
+    /// out of the way of the tests about other things.
+    fn open_ports() -> Result<claims::PortView, String> {
+        Ok(claims::PortView::default())
+    }
+
     fn claims_config(ttl_ns: u64, limits: &str) -> ClaimConfig {
         ClaimConfig {
             ttl_ns,
             limits: claims::Limits::parse(limits).unwrap(),
+            port_view: open_ports,
         }
+    }
+
+    /// Below 1024 (the sysctl's default) nobody binds; uid 107 holds udp 6000.
+    fn a_host_s_ports() -> Result<claims::PortView, String> {
+        Ok(claims::PortView {
+            unprivileged_start: 1024,
+            tcp: vec![],
+            udp: vec![claims::PortHolder {
+                port: 6000,
+                uid: 107,
+            }],
+        })
+    }
+
+    #[test]
+    fn a_user_claims_only_ports_it_could_bind_unless_root_allows_more() {
+        let mut config = claims_config(10_000, "default rate=none queue=none\n1002 allow=udp:53");
+        config.port_view = a_host_s_ports;
+        let mut rules = rules_over_memory("pipe 1 config delay 1ms\n")
+            .with_claims(config)
+            .unwrap();
+        let before = node_state(&rules);
+        for (uid, line, says) in [
+            (
+                1001,
+                "claim udp 53 -- delay 1s",
+                "udp 53: udp port 53 is below ip_unprivileged_port_start (1024); uid 1001 may \
+                 claim only ports it could bind, or those root's --limits allows it \
+                 (allow=udp:PORT)",
+            ),
+            (
+                1001,
+                "claim udp 6000 -- plr 1",
+                "udp 6000: udp port 6000 is held by a socket of uid 107; uid 1001",
+            ),
+            // A range is checked port by port and names the port refused.
+            (
+                1001,
+                "claim udp 5990-6010 -- plr 1",
+                "udp 5990-6010: udp port 6000 is held by a socket of uid 107",
+            ),
+            (
+                1002,
+                "claim udp 53-54",
+                "udp 53-54: udp port 54 is below ip_unprivileged_port_start (1024)",
+            ),
+        ] {
+            let e = claim_line(&rules, uid, line, 0).unwrap_err();
+            assert!(
+                matches!(&e, Failure::Refused(m) if m.starts_with(says)),
+                "uid {uid} '{line}': {e:?}"
+            );
+        }
+        assert_eq!(
+            node_state(&rules),
+            before,
+            "a refused claim changed the node"
+        );
+        // The same port over tcp is free; uid 107 may claim its own port;
+        // root's file allows 1002 udp 53; root keeps every port.
+        claim_line(&rules, 1001, "claim tcp 6000", 0).unwrap();
+        claim_line(&rules, 107, "claim udp 6000", 0).unwrap();
+        claim_line(&rules, 1002, "claim udp 53 -- delay 1ms", 0).unwrap();
+        claim_line(&rules, 0, "claim tcp 22", 0).unwrap();
+        // Release is never refused by the port rule.
+        claim_line(&rules, 1002, "release udp 53", 0).unwrap();
+        rules.bridge.stop();
+    }
+
+    /// uid 107 binds tcp 7000 after 1001 claimed it: 1001's renewal (and
+    /// change) is refused, its claim runs on until it expires or is released.
+    #[test]
+    fn a_renewal_is_refused_once_another_user_binds_the_port() {
+        fn bound_later() -> Result<claims::PortView, String> {
+            Ok(claims::PortView {
+                unprivileged_start: 1024,
+                tcp: vec![claims::PortHolder {
+                    port: 7000,
+                    uid: 107,
+                }],
+                udp: vec![],
+            })
+        }
+        let mut rules = rules_over_memory("pipe 1 config delay 1ms\n")
+            .with_claims(claims_config(10_000, "default rate=none queue=none"))
+            .unwrap();
+        claim_line(&rules, 1001, "claim tcp 7000 -- delay 5ms", 0).unwrap();
+        if let Some((_, config)) = &mut rules.claims {
+            config.port_view = bound_later;
+        }
+        for line in ["claim tcp 7000", "claim tcp 7000 -- delay 9ms"] {
+            let e = claim_line(&rules, 1001, line, 1_000).unwrap_err();
+            assert!(
+                matches!(&e, Failure::Refused(m) if m.contains("tcp port 7000 is held by a socket of uid 107")),
+                "{line}: {e:?}"
+            );
+        }
+        claim_line(&rules, 1001, "release tcp 7000", 2_000).unwrap();
+        rules.bridge.stop();
     }
 
     #[test]

@@ -257,13 +257,19 @@ pub struct Server {
     expiry: Option<JoinHandle<()>>,
 }
 
-/// Removes expired claims every [`claims::EXPIRY_TICK`] until `stop`, each
-/// expiry audited under its claimant's uid and pid with the instant its
-/// rules and pipes went.
+/// Every [`claims::EXPIRY_TICK`] until `stop`: removes expired claims
+/// (with claims on), each expiry audited under its claimant's uid and pid
+/// with the instant its rules and pipes went, and lets the audit log say
+/// which users' lines it dropped.
 fn expiry_loop(model: Arc<Model>, audit: Option<Arc<Audit>>, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::Acquire) {
         std::thread::sleep(claims::EXPIRY_TICK);
-        let Some(rules) = model.rules() else { return };
+        if let Some(a) = &audit {
+            a.tick();
+        }
+        let Some(rules) = model.rules().filter(|r| r.claims_on()) else {
+            continue;
+        };
         for (c, result) in rules.expire_claims(clock::now_ns()) {
             let cred = PeerCred {
                 uid: c.uid,
@@ -275,7 +281,7 @@ fn expiry_loop(model: Arc<Model>, audit: Option<Arc<Audit>>, stop: Arc<AtomicBoo
                     Ok(at) => ("ok".to_string(), Some(*at)),
                     Err(f) => (f.audit_result(), None),
                 };
-                a.record_with(
+                a.record_expiry(
                     &cred,
                     &format!("expire {}", c.name()),
                     &result,
@@ -335,7 +341,7 @@ impl Prepared {
         let metrics = self
             .metrics
             .map(|l| Endpoint::start(l, model.clone(), stop.clone()));
-        let expiry = model.claims_on().then(|| {
+        let expiry = (model.claims_on() || audit.is_some()).then(|| {
             let (model, audit, stop) = (model.clone(), audit.clone(), stop.clone());
             std::thread::Builder::new()
                 .name("linkem-claims".into())
