@@ -55,8 +55,18 @@
 //! socket (TSQ: about 1 ms of the pacing rate, at least two segments), which
 //! the tc-netem manual warns of; measured here, TCP through `delay 20ms rate
 //! 100mbit` on the sender fell to 2.3 Mbit/s with held packets, 86 Mbit/s
-//! with stolen ones (95 on the receiver; docs/numbers.md). IPv6 link-local
-//! destinations cannot be sent this way (no scope): counted as tx-error.
+//! with stolen ones (95 on the receiver; docs/numbers.md).
+//!
+//! Three kinds of sent packet are held instead, as on side a (NF_ACCEPT at
+//! release time, `host_ports::must_hold`), because the raw socket would change
+//! or refuse them: one with a firewall mark (the re-send would carry
+//! [`OWN_MARK`] and mark-based routing, `ip rule fwmark`, `wg-quick`,
+//! `ping -m`, would take another path), one larger than its interface's MTU
+//! (`OUTPUT` sees a datagram before the kernel fragments it, and a raw socket
+//! refuses one beyond the MTU; an accepted one is fragmented as usual), and
+//! one to an IPv6 link-local or multicast address (a raw socket's
+//! destination has no scope). A held TCP segment still counts against its
+//! socket (TSQ), so marked TCP is paced by the kernel as described above.
 //!
 //! `duplicate` is refused: a received packet has one id, one verdict.
 
@@ -64,6 +74,8 @@ use crate::args::{BridgeArgs, RunArgs};
 use crate::backend::BackendKind;
 use crate::control::ControlArgs;
 use crate::host_ports::HostSetup;
+#[cfg(doc)]
+use crate::host_ports::OWN_MARK;
 use anyhow::{bail, Result};
 use std::path::PathBuf;
 

@@ -8,9 +8,13 @@ use linkem_core::rules::SocketOwner;
 use linkem_io::caps::{self, Cap};
 use linkem_io::nfqueue::{self, NfQueue, RawSender, Verdict, Verdicts};
 use linkem_runtime::port::{RxFrame, RxPort, TxOutcome, TxPort, WaitFds};
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::fd::RawFd;
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Chain for what this host receives (side a).
 pub const CHAIN_IN: &str = "LINKEM-HOST-IN";
@@ -97,13 +101,14 @@ impl HostSetup {
         let raw = RawSender::open(OWN_MARK).map_err(|e| {
             anyhow!("cannot open raw IP sockets ({e}): linkem host needs CAP_NET_RAW")
         })?;
+        let held = HeldIds::default();
         let rx: [Box<dyn RxPort>; 2] = [
-            Box::new(HostRx::new(queues[0].clone(), false)),
-            Box::new(HostRx::new(queues[1].clone(), true)),
+            Box::new(HostRx::new(queues[0].clone(), None)),
+            Box::new(HostRx::new(queues[1].clone(), Some(held.clone()))),
         ];
         let tx: [Box<dyn TxPort>; 2] = [
             Box::new(HostTx::new(queues[0].clone(), None)),
-            Box::new(HostTx::new(queues[1].clone(), Some(raw))),
+            Box::new(HostTx::new(queues[1].clone(), Some((raw, held)))),
         ];
         Ok(Attached { rx, tx, chains })
     }
@@ -258,25 +263,131 @@ pub fn frame_id(frame: &[u8]) -> Option<u32> {
     Some(u32::from_be_bytes(id))
 }
 
+/// Why side b holds a sent packet (a verdict at its release time, as side a)
+/// instead of stealing it (NF_DROP now, its copy sent through the raw socket
+/// at release): the raw socket would change or refuse it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// It carries a firewall mark: a re-send would carry [`OWN_MARK`] instead,
+    /// and mark-based routing (`ip rule fwmark`, `wg-quick`, `ping -m`)
+    /// would send it elsewhere.
+    Marked,
+    /// Larger than its interface's MTU: the OUTPUT hook sees a datagram
+    /// before the kernel fragments it, and a raw socket refuses one beyond
+    /// the MTU (EMSGSIZE), while an accepted packet is fragmented as usual.
+    OverMtu,
+    /// To an IPv6 link-local or multicast address: a raw socket's
+    /// destination has no scope (interface) to name.
+    Scoped,
+}
+
+/// Whether side b must hold `payload` (an IP packet) with firewall mark
+/// `mark`, going out of an interface of MTU `mtu_bytes` (`None`: unknown,
+/// then anything beyond IPv6's minimum of 1280 bytes is held).
+pub fn must_hold(payload: &[u8], mark: u32, mtu_bytes: Option<u32>) -> Option<Hold> {
+    if mark != 0 {
+        return Some(Hold::Marked);
+    }
+    if payload.len() > mtu_bytes.unwrap_or(1280) as usize {
+        return Some(Hold::OverMtu);
+    }
+    let v6_dst = (payload.first().map(|b| b >> 4) == Some(6))
+        .then(|| payload.get(24..26))
+        .flatten();
+    if let Some(d) = v6_dst {
+        // fe80::/10 link-local, ff00::/8 multicast.
+        if d[0] == 0xff || (d[0] == 0xfe && d[1] & 0xc0 == 0x80) {
+            return Some(Hold::Scoped);
+        }
+    }
+    None
+}
+
+/// The ids of side b's held packets, shared by its receive half (which
+/// adds one) and its verdict half (which takes it out at release or drop):
+/// a held packet needs a verdict, a stolen one a re-send. Only held packets
+/// take the lock (the count is read first).
+#[derive(Clone, Default)]
+struct HeldIds {
+    count: Arc<AtomicUsize>,
+    ids: Arc<Mutex<HashSet<u32>>>,
+}
+
+impl HeldIds {
+    fn insert(&self, id: u32) {
+        let mut ids = self.ids.lock().unwrap_or_else(|e| e.into_inner());
+        if ids.insert(id) {
+            self.count.fetch_add(1, Ordering::Release);
+        }
+    }
+
+    /// Whether `id` was held (and is no longer).
+    fn take(&self, id: u32) -> bool {
+        if self.count.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        let mut ids = self.ids.lock().unwrap_or_else(|e| e.into_inner());
+        let was = ids.remove(&id);
+        if was {
+            self.count.fetch_sub(1, Ordering::Release);
+        }
+        was
+    }
+}
+
+/// MTUs by interface index, each read again after [`MTU_TTL`] (an MTU may
+/// change under a running linkem).
+struct MtuCache {
+    by_index: HashMap<u32, (Option<u32>, Instant)>,
+}
+
+const MTU_TTL: Duration = Duration::from_secs(1);
+
+impl MtuCache {
+    fn mtu_bytes(&mut self, index: u32) -> Option<u32> {
+        if index == 0 {
+            return None;
+        }
+        let now = Instant::now();
+        match self.by_index.get(&index) {
+            Some(&(mtu, at)) if now.duration_since(at) < MTU_TTL => mtu,
+            _ => {
+                let mtu = linkem_io::ifaces::mtu_of_index(index).ok();
+                self.by_index.insert(index, (mtu, now));
+                mtu
+            }
+        }
+    }
+}
+
 /// A queue's receive half: packets as frames (made-up header + IP packet).
 ///
 /// `steal` (side b, what this host sends): each packet gets NF_DROP as soon
 /// as it is read, so the kernel frees it and it stops counting against its
 /// socket (TCP small queues, a socket's send buffer); at its release time
-/// linkem sends its copy through a raw socket ([`HostTx`]).
+/// linkem sends its copy through a raw socket ([`HostTx`]). A packet the raw
+/// socket would change or refuse ([`must_hold`]) is held instead, its id
+/// kept in the shared [`HeldIds`].
 struct HostRx {
     queue: NfQueue,
     buf: Vec<u8>,
     frame: Vec<u8>,
     drops: Verdicts,
-    steal: bool,
+    steal: Option<(HeldIds, MtuCache)>,
 }
 
 impl HostRx {
-    fn new(queue: NfQueue, steal: bool) -> Self {
+    fn new(queue: NfQueue, steal: Option<HeldIds>) -> Self {
         HostRx {
             drops: Verdicts::new(queue.clone()),
-            steal,
+            steal: steal.map(|h| {
+                (
+                    h,
+                    MtuCache {
+                        by_index: HashMap::new(),
+                    },
+                )
+            }),
             queue,
             buf: vec![0u8; nfqueue::RECV_BUFFER_BYTES],
             frame: Vec::with_capacity(HEADER_BYTES + nfqueue::MAX_PACKET_BYTES),
@@ -298,10 +409,15 @@ impl RxPort for HostRx {
                 break;
             }
             let frame = &mut self.frame;
-            let (steal, drops) = (self.steal, &mut self.drops);
+            let (steal, drops) = (&mut self.steal, &mut self.drops);
             let got = nfqueue::parse_packets(&self.buf[..len], &mut |p| {
-                if steal {
-                    drops.push(p.id, Verdict::Drop, None);
+                if let Some((held, mtus)) = steal {
+                    let mtu = mtus.mtu_bytes(p.out_ifindex);
+                    if must_hold(p.payload, p.mark, mtu).is_some() {
+                        held.insert(p.id);
+                    } else {
+                        drops.push(p.id, Verdict::Drop, None);
+                    }
                 }
                 frame.clear();
                 frame.extend_from_slice(&header(p.id, p.hw_protocol, p.payload));
@@ -345,26 +461,27 @@ impl RxPort for HostRx {
     }
 
     fn discard(&mut self, frame: &[u8]) {
-        if self.steal {
-            return; // dropped in the kernel when read
-        }
-        if let Some(id) = frame_id(frame) {
-            self.drops.push(id, Verdict::Drop, None);
+        let Some(id) = frame_id(frame) else { return };
+        match &self.steal {
+            // A stolen packet was dropped in the kernel when read.
+            Some((held, _)) if !held.take(id) => {}
+            _ => self.drops.push(id, Verdict::Drop, None),
         }
     }
 }
 
 /// A queue's verdict half: a released frame's id gets NF_ACCEPT with the
-/// packet as the model left it; with `raw` (side b, stolen packets) the
-/// packet is sent through the raw socket instead.
+/// packet as the model left it; with `raw` (side b) a stolen packet is sent
+/// through the raw socket instead, a held one (in [`HeldIds`]) gets its
+/// verdict as on side a.
 struct HostTx {
     verdicts: Verdicts,
-    raw: Option<RawSender>,
+    raw: Option<(RawSender, HeldIds)>,
     errors: u64,
 }
 
 impl HostTx {
-    fn new(queue: NfQueue, raw: Option<RawSender>) -> Self {
+    fn new(queue: NfQueue, raw: Option<(RawSender, HeldIds)>) -> Self {
         HostTx {
             verdicts: Verdicts::new(queue),
             raw,
@@ -380,19 +497,22 @@ pub const NO_COPIES: &str = "in host mode: the kernel holds each queued packet \
 
 impl TxPort for HostTx {
     fn tx_push(&mut self, frame: &[u8]) -> TxOutcome {
-        if let Some(raw) = &self.raw {
-            let sent = frame.get(HEADER_BYTES..).map(|p| raw.send(p));
-            if !matches!(sent, Some(Ok(()))) {
-                self.errors += 1;
-            }
-            return TxOutcome::Queued;
-        }
+        let id = frame_id(frame);
         if self.verdicts.pending() > 0
             && self.verdicts.pending_bytes() + frame.len() > VERDICT_BATCH_BYTES
         {
             return TxOutcome::NoRoom;
         }
-        match frame_id(frame) {
+        if let Some((raw, held)) = &self.raw {
+            if !id.is_some_and(|id| held.take(id)) {
+                let sent = frame.get(HEADER_BYTES..).map(|p| raw.send(p));
+                if !matches!(sent, Some(Ok(()))) {
+                    self.errors += 1;
+                }
+                return TxOutcome::Queued;
+            }
+        }
+        match id {
             Some(id) => self
                 .verdicts
                 .push(id, Verdict::Accept, frame.get(HEADER_BYTES..)),
@@ -418,11 +538,11 @@ impl TxPort for HostTx {
     }
 
     fn tx_discard(&mut self, frame: &[u8]) {
-        if self.raw.is_some() {
-            return; // dropped in the kernel when read
-        }
-        if let Some(id) = frame_id(frame) {
-            self.verdicts.push(id, Verdict::Drop, None);
+        let Some(id) = frame_id(frame) else { return };
+        match &self.raw {
+            // A stolen packet was dropped in the kernel when read.
+            Some((_, held)) if !held.take(id) => {}
+            _ => self.verdicts.push(id, Verdict::Drop, None),
         }
     }
 }
@@ -445,5 +565,46 @@ mod tests {
         c[4] ^= 2;
         assert_eq!(frame_id(&c), None);
         assert_eq!(&header(1, 0, b"\x60")[12..], &[0x86, 0xdd]);
+    }
+
+    #[test]
+    fn marked_oversized_and_scoped_packets_are_held_the_rest_stolen() {
+        let v4 = |len: usize| {
+            let mut p = vec![0u8; len];
+            p[0] = 0x45;
+            p
+        };
+        let v6_to = |first: [u8; 2]| {
+            let mut p = vec![0u8; 100];
+            p[0] = 0x60;
+            p[24..26].copy_from_slice(&first);
+            p
+        };
+        assert_eq!(must_hold(&v4(1500), 0, Some(1500)), None);
+        assert_eq!(must_hold(&v4(1501), 0, Some(1500)), Some(Hold::OverMtu));
+        assert_eq!(must_hold(&v4(4028), 0, Some(65536)), None);
+        assert_eq!(must_hold(&v4(1281), 0, None), Some(Hold::OverMtu));
+        assert_eq!(must_hold(&v4(60), 7, Some(1500)), Some(Hold::Marked));
+        assert_eq!(
+            must_hold(&v6_to([0xfe, 0x80]), 0, Some(1500)),
+            Some(Hold::Scoped)
+        );
+        assert_eq!(
+            must_hold(&v6_to([0xff, 0x02]), 0, Some(1500)),
+            Some(Hold::Scoped)
+        );
+        assert_eq!(must_hold(&v6_to([0x20, 0x01]), 0, Some(1500)), None);
+        assert_eq!(must_hold(&v6_to([0xfe, 0xc0]), 0, Some(1500)), None);
+    }
+
+    #[test]
+    fn a_held_id_is_taken_once() {
+        let h = HeldIds::default();
+        assert!(!h.take(3));
+        h.insert(3);
+        h.insert(3);
+        assert!(h.take(3));
+        assert!(!h.take(3));
+        assert_eq!(h.count.load(Ordering::Relaxed), 0);
     }
 }
