@@ -19,8 +19,12 @@
 //! Each queue rule is `NFQUEUE --queue-num N --queue-bypass` (`-i IF` / `-o IF`
 //! per `--dev`): while no process has the queue bound (linkem killed, even by
 //! SIGKILL) the kernel passes packets unimpaired, and a full queue accepts too
-//! (`NFQA_CFG_F_FAIL_OPEN`): linkem fails open. A loopback packet is both
-//! sent and received by this host, so it passes side b and then side a.
+//! (`NFQA_CFG_F_FAIL_OPEN`): linkem fails open. A linkem that stops answering
+//! without dying (SIGSTOP, a stall) keeps its queues bound: a watchdog process
+//! (`crate::host_watchdog`) then removes the jumps to the chains after
+//! `--fail-open-after` (default 1 s) without a heartbeat, and puts them back
+//! when linkem answers again. A loopback packet is both sent and received by
+//! this host, so it passes side b and then side a.
 //!
 //! The chains are linkem's only change to the rule set: made at start (a
 //! stale pair left by a killed run is removed first), removed on exit (SIGINT,
@@ -100,6 +104,12 @@ pub struct HostArgs {
     /// First of the two netfilter queue numbers used (side a; side b the next).
     #[arg(long, value_name = "N", default_value_t = 4242)]
     pub queue_num: u16,
+    /// Fail open when linkem stops answering (SIGSTOP, a stall), not only when
+    /// it dies: a watchdog process removes the jumps to linkem's chains after
+    /// this long without a heartbeat (new packets then pass unimpaired) and
+    /// puts them back when linkem answers again. `off`: no watchdog.
+    #[arg(long, value_name = "DURATION|off", default_value = "1s")]
+    pub fail_open_after: String,
     /// As `linkem bridge` (side a -> b is what this host receives).
     #[command(flatten)]
     pub run: RunArgs,
@@ -152,6 +162,7 @@ pub fn run(args: &HostArgs) -> Result<()> {
     let setup = HostSetup {
         dev: args.dev.clone(),
         queue_num: args.queue_num,
+        fail_open_after: crate::host_watchdog::parse_stall(&args.fail_open_after)?,
     };
     crate::bridge::run_attached(
         &args.bridge_args(),

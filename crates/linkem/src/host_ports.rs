@@ -3,6 +3,7 @@
 //! live stage's receive and transmit ports. `bridge.rs` attaches it; `host.rs`
 //! (the command) imports the bridge, never the other way round.
 
+use crate::host_watchdog::Watchdog;
 use anyhow::{anyhow, bail, Context, Result};
 use linkem_core::rules::SocketOwner;
 use linkem_io::caps::{self, Cap};
@@ -31,10 +32,46 @@ const QUEUE_MAX_LEN: u32 = 65536;
 /// default send buffer).
 const VERDICT_BATCH_BYTES: usize = 128 << 10;
 
-/// Refuses to start without CAP_NET_ADMIN (queues and chains), and without
-/// CAP_SYS_NICE when `realtime`. Host mode keeps its capabilities for its
-/// life: removing the chains at exit needs CAP_NET_ADMIN again.
+/// What host mode needs, said before anything is changed.
+pub const NEEDS: &str = "linkem host needs root, or CAP_NET_ADMIN and CAP_NET_RAW \
+    (e.g. the package's file capabilities for group linkem) with iptables-nft: it binds \
+    netfilter queues, sends from raw sockets, and runs iptables and ip6tables, to which it \
+    passes CAP_NET_ADMIN as an ambient capability (iptables-legacy also needs root for \
+    its lock file /run/xtables.lock)";
+
+/// Refuses to start without CAP_NET_ADMIN (queues and chains) and CAP_NET_RAW
+/// (raw sockets), and without CAP_SYS_NICE when `realtime`; passes
+/// CAP_NET_ADMIN on to the `iptables` it runs (ambient: an ordinary user
+/// holding it through file capabilities would otherwise get iptables' "you
+/// must be root" once the queues are bound) and checks that iptables and
+/// ip6tables answer. Host mode keeps its capabilities for its life:
+/// removing the chains at exit needs CAP_NET_ADMIN again.
 pub fn check_capabilities(realtime: bool) -> Result<()> {
+    check_own_capabilities(realtime)?;
+    pass_to_iptables()?;
+    for tool in TABLES {
+        let out = Command::new(tool)
+            .args(["-w", "5", "-n", "-L", "OUTPUT"])
+            .output()
+            .map_err(|e| anyhow!("cannot run {tool} ({e}): {NEEDS}"))?;
+        if !out.status.success() {
+            bail!(
+                "{tool} -L OUTPUT failed ({}): {NEEDS}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Makes CAP_NET_ADMIN ambient in the calling thread, so that the
+/// `iptables` it and the threads it starts later run have it.
+pub fn pass_to_iptables() -> Result<()> {
+    caps::pass_to_programs(&[Cap::NET_ADMIN])
+        .map_err(|e| anyhow!("cannot pass CAP_NET_ADMIN on to iptables ({e}): {NEEDS}"))
+}
+
+fn check_own_capabilities(realtime: bool) -> Result<()> {
     let have = caps::current()
         .map_err(|e| anyhow!("cannot read this process's capabilities: {e}"))?
         .effective;
@@ -67,6 +104,8 @@ pub struct HostSetup {
     pub dev: Vec<String>,
     /// Queue of side a; side b uses the next.
     pub queue_num: u16,
+    /// `--fail-open-after`: the watchdog's bound (`None`: no watchdog).
+    pub fail_open_after: Option<Duration>,
 }
 
 /// The queues bound and the chains installed: the ports, and what removes
@@ -97,7 +136,10 @@ impl HostSetup {
             })?;
             queues.push(queue);
         }
-        let chains = Chains::install(&self.dev, self.queue_num)?;
+        let mut chains = Chains::install(&self.dev, self.queue_num)?;
+        if let Some(stall) = self.fail_open_after {
+            chains.watchdog = Some(Watchdog::start(stall)?);
+        }
         let raw = RawSender::open(OWN_MARK).map_err(|e| {
             anyhow!("cannot open raw IP sockets ({e}): linkem host needs CAP_NET_RAW")
         })?;
@@ -114,14 +156,16 @@ impl HostSetup {
     }
 }
 
-/// linkem's chains in iptables and ip6tables; removed when dropped.
+/// linkem's chains in iptables and ip6tables, and the watchdog that fails
+/// open if linkem stalls; removed when dropped (the watchdog first).
 pub struct Chains {
     installed: bool,
+    watchdog: Option<Watchdog>,
 }
 
-const TABLES: [&str; 2] = ["iptables", "ip6tables"];
+pub(crate) const TABLES: [&str; 2] = ["iptables", "ip6tables"];
 
-fn ipt(tool: &str, args: &[&str]) -> Result<bool> {
+pub(crate) fn ipt(tool: &str, args: &[&str]) -> Result<bool> {
     let out = Command::new(tool)
         .args(["-w", "5"])
         .args(args)
@@ -173,7 +217,10 @@ impl Chains {
                  (it did not exit cleanly)"
             );
         }
-        let mut chains = Chains { installed: true };
+        let mut chains = Chains {
+            installed: true,
+            watchdog: None,
+        };
         let qa = queue_num.to_string();
         let qb = (queue_num + 1).to_string();
         let devs: Vec<Option<&str>> = if dev.is_empty() {
@@ -215,6 +262,8 @@ impl Chains {
     }
 
     fn remove(&mut self) {
+        // The watchdog ends first, so that it puts back no jump meanwhile.
+        drop(self.watchdog.take());
         if std::mem::take(&mut self.installed) {
             if let Err(e) = Chains::remove_all() {
                 eprintln!("linkem: removing the chains {CHAIN_IN}/{CHAIN_OUT}: {e}");

@@ -84,6 +84,9 @@ enum Command {
     /// Write the man pages or a shell's completions (for packagers).
     #[command(hide = true)]
     Generate(linkem::generate::GenerateArgs),
+    /// `linkem host`'s watchdog (started by it): fails open when linkem stalls.
+    #[command(hide = true, name = "host-watchdog")]
+    HostWatchdog(linkem::host_watchdog::WatchdogArgs),
 }
 
 fn main() {
@@ -108,6 +111,7 @@ fn main() {
         Command::Synth(args) => synth::run(&args),
         Command::Plot(args) => linkem::logplot::run(&args),
         Command::Generate(args) => linkem::generate::run(Cli::command(), &args),
+        Command::HostWatchdog(args) => linkem::host_watchdog::run(&args),
     };
     if let Err(e) = result {
         eprintln!("linkem: {e:#}");

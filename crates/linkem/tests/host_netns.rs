@@ -844,3 +844,174 @@ fn a_marked_packet_keeps_its_mark_and_its_route() {
         "ping -m 7 under linkem host must take table 107: {out} (stats {stats}; {stderr})"
     );
 }
+
+/// Whether one UDP echo to `to` comes back within `wait`.
+fn echo_once(ns: &str, to: SocketAddr, wait: Duration) -> bool {
+    let sock = in_ns(ns, || UdpSocket::bind("0.0.0.0:0").unwrap());
+    sock.set_read_timeout(Some(wait)).unwrap();
+    let mut buf = [0u8; 64];
+    sock.send_to(b"ping", to).is_ok() && sock.recv_from(&mut buf).is_ok_and(|(n, _)| n == 4)
+}
+
+/// Item 9 of issue 34: a stopped `linkem host` (SIGSTOP) no longer stops
+/// the namespace's traffic: after `--fail-open-after 300ms` without a
+/// heartbeat its watchdog removes the jumps to the chains, and loopback
+/// echoes flow unimpaired well within 300 ms + a margin for iptables on a
+/// busy machine; after SIGCONT the jumps come back and the delay applies
+/// again; a clean exit leaves no chain and no watchdog.
+#[test]
+fn a_stopped_host_fails_open_within_its_bound_and_resumes_on_sigcont() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let ns = Ns::new("lkbst");
+    let to: SocketAddr = "127.0.0.1:5678".parse().unwrap();
+    let _echo = Echo::start(&ns.0, &[to]);
+    let host = Host::start(&ns, &["delay", "10ms", "--fail-open-after", "300ms"]);
+    let pid = host.child.id() as i32;
+    let held = udp_rtt_ms(&ns.0, to, 5);
+    // Safety: kill with a pid we own.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let stopped_at = Instant::now();
+    let mut open_after = None;
+    while stopped_at.elapsed() < Duration::from_secs(10) {
+        if echo_once(&ns.0, to, Duration::from_millis(100)) {
+            open_after = Some(stopped_at.elapsed());
+            break;
+        }
+    }
+    let open_rtt = udp_rtt_ms(&ns.0, to, 5);
+    let rules_while_stopped = ns.iptables_rules();
+    // Safety: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let resumed_at = Instant::now();
+    let mut again = 0.0;
+    while resumed_at.elapsed() < Duration::from_secs(10) {
+        again = udp_rtt_ms(&ns.0, to, 3);
+        if again > 35.0 {
+            break;
+        }
+    }
+    let (stats, stderr) = host.stop();
+    let ctx = format!(
+        "held {held:.2} ms, open after {open_after:?} at {open_rtt:.2} ms, after SIGCONT \
+         {again:.2} ms; rules while stopped: {rules_while_stopped}; stats {stats}; {stderr}"
+    );
+    eprintln!("{ctx}");
+    assert!(held > 35.0, "4 x 10 ms on loopback: {ctx}");
+    let open_after = open_after.unwrap_or_else(|| panic!("never failed open: {ctx}"));
+    assert!(
+        open_after < Duration::from_millis(300 + 1700),
+        "failed open too late: {ctx}"
+    );
+    assert!(
+        open_after >= Duration::from_millis(250),
+        "failed open before its bound: {ctx}"
+    );
+    assert!(open_rtt < 5.0, "unimpaired while stopped: {ctx}");
+    assert!(
+        !rules_while_stopped.contains("-j LINKEM-HOST-IN")
+            && rules_while_stopped.contains("-N LINKEM-HOST-IN"),
+        "jumps removed, chains kept: {ctx}"
+    );
+    assert!(again > 35.0, "the delay applies again after SIGCONT: {ctx}");
+    assert!(
+        stderr.contains("no heartbeat") && stderr.contains("answers again"),
+        "the watchdog says what it did: {ctx}"
+    );
+    let left = ns.iptables_rules();
+    assert!(!left.contains("LINKEM"), "chains left after exit: {left}");
+}
+
+/// Item 10 of issue 34: an ordinary user (uid 1001) running a copy of linkem
+/// with the package's file capabilities (`cap_net_admin,cap_net_raw+ep`)
+/// got iptables' "you must be root" once the queues were bound; linkem now
+/// passes CAP_NET_ADMIN on to iptables (ambient), so host mode runs, installs
+/// its chains and removes them.
+#[test]
+fn an_ordinary_user_with_file_capabilities_runs_host_mode() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let ns = Ns::new("lkbcp");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let bin = dir.path().join("linkem");
+    std::fs::copy(env!("CARGO_BIN_EXE_linkem"), &bin).unwrap();
+    let bin = bin.to_str().unwrap();
+    let o = Command::new("setcap")
+        .args(["cap_net_admin,cap_net_raw+ep", bin])
+        .output()
+        .expect("setcap (libcap2-bin) runs");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = ns.exec(&[
+        "setpriv",
+        "--reuid",
+        "1001",
+        "--regid",
+        "1001",
+        "--clear-groups",
+        "--",
+        bin,
+        "host",
+        "--control",
+        "none",
+        "--realtime",
+        "off",
+        "--duration",
+        "1",
+        "delay",
+        "1ms",
+    ]);
+    let said = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(
+        o.status.success() && !said.contains("must be root"),
+        "linkem host as uid 1001 with file capabilities: {said}"
+    );
+    let left = ns.iptables_rules();
+    assert!(!left.contains("LINKEM"), "chains left after exit: {left}");
+}
+
+/// Item 10 of issue 34: plain `ping` stamps a reply when the kernel receives
+/// it, before netfilter's queue at INPUT, so the delay host mode adds to
+/// what this host receives is hidden from it; `ping -U` (user-to-user
+/// latency) stamps in the program and shows it. Loopback through `--a-to-b
+/// delay 20ms`: request and reply each wait 20 ms when received; ping shows
+/// about 20 ms, ping -U about 40.
+#[test]
+fn plain_ping_hides_the_received_delay_and_ping_u_shows_it() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let ns = Ns::new("lkbpu");
+    let host = Host::start(&ns, &["--a-to-b", "delay", "20ms"]);
+    let avg = |args: &[&str]| {
+        let (got, out) = ping_in(&ns, args);
+        let avg_ms: f64 = out
+            .split("min/avg/max")
+            .nth(1)
+            .and_then(|t| t.split('=').nth(1))
+            .and_then(|t| t.trim().split('/').nth(1))
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(f64::NAN);
+        (got, avg_ms, out)
+    };
+    let plain = avg(&["-c", "5", "127.0.0.1"]);
+    let user = avg(&["-U", "-c", "5", "127.0.0.1"]);
+    let (stats, stderr) = host.stop();
+    let ctx = format!("ping: {plain:?}; ping -U: {user:?}; stats {stats}; {stderr}");
+    eprintln!("{ctx}");
+    assert!(plain.0 >= 4 && user.0 >= 4, "replies: {ctx}");
+    assert!(
+        (15.0..32.0).contains(&plain.1),
+        "plain ping shows one 20 ms: {ctx}"
+    );
+    assert!((35.0..60.0).contains(&user.1), "ping -U shows both: {ctx}");
+}
