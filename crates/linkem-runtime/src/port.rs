@@ -137,6 +137,14 @@ pub trait TxPort: Send {
     fn no_copies(&self) -> Option<&'static str> {
         None
     }
+
+    /// `Some(n)`: at most `n` records of one pipe wait in the delay line of
+    /// this port's direction; the live stage counts a packet beyond them as
+    /// backpressure. For a port that lends packets from a bounded store the
+    /// kernel keeps (host mode's netfilter queue: one pipe must not fill it).
+    fn max_held_per_pipe(&self) -> Option<u32> {
+        None
+    }
 }
 
 /// In-memory ports for tests: frames go in through a channel with their

@@ -28,6 +28,11 @@ pub const OWN_MARK: u32 = 0x4c4b_454d;
 pub const HEADER_BYTES: usize = 14;
 /// Packets each queue keeps waiting for linkem; past that the kernel accepts.
 const QUEUE_MAX_LEN: u32 = 65536;
+/// Packets one pipe (a claim's, a rule file's) may keep waiting in the
+/// kernel's queue at once: beyond, the packet is dropped at once and counted
+/// as backpressure, so that a pipe that holds packets long (`delay`, `slot`)
+/// leaves the queue to the others (16 × this is the queue).
+pub const MAX_HELD_PER_PIPE: u32 = QUEUE_MAX_LEN / 16;
 /// Verdict bytes gathered before a send (well within a netlink socket's
 /// default send buffer).
 const VERDICT_BATCH_BYTES: usize = 128 << 10;
@@ -584,6 +589,10 @@ impl TxPort for HostTx {
 
     fn no_copies(&self) -> Option<&'static str> {
         Some(NO_COPIES)
+    }
+
+    fn max_held_per_pipe(&self) -> Option<u32> {
+        Some(MAX_HELD_PER_PIPE)
     }
 
     fn tx_discard(&mut self, frame: &[u8]) {

@@ -1015,3 +1015,57 @@ fn plain_ping_hides_the_received_delay_and_ping_u_shows_it() {
     );
     assert!((35.0..60.0).contains(&user.1), "ping -U shows both: {ctx}");
 }
+
+/// Packets the kernel holds in netfilter queue `queue` of `ns` now
+/// (`/proc/net/netfilter/nfnetlink_queue`, per namespace: its third column).
+fn kernel_queue_total(ns: &Ns, queue: u32) -> Option<u64> {
+    let o = ns.exec(&["cat", "/proc/net/netfilter/nfnetlink_queue"]);
+    String::from_utf8_lossy(&o.stdout).lines().find_map(|l| {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        (w.first()?.parse::<u32>().ok()? == queue).then(|| w.get(2)?.parse().ok())?
+    })
+}
+
+/// Item 2 of issue 34: one pipe that holds packets long must not fill the
+/// kernel's queue of 65 536 (from then on the kernel accepts every packet
+/// without asking linkem). 6000 small UDP packets into `delay 4s`: at most
+/// `MAX_HELD_PER_PIPE` (4096) wait in the kernel, the rest are dropped at
+/// once and counted as backpressure.
+#[test]
+fn one_pipe_holds_a_bounded_share_of_the_kernel_queue() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let ns = Ns::new("lkbq2");
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("host.rules");
+    std::fs::write(
+        &rules,
+        "pipe 1 config delay 4s queue 10000\nadd 100 pipe 1 udp dst-port 5690 in\n",
+    )
+    .unwrap();
+    let host = Host::start(&ns, &["--rules", rules.to_str().unwrap()]);
+    let sock = in_ns(&ns.0, || UdpSocket::bind("127.0.0.1:0").unwrap());
+    let mut sent = 0u64;
+    for i in 0..6000u32 {
+        sent += sock.send_to(&i.to_be_bytes(), "127.0.0.1:5690").is_ok() as u64;
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let held = kernel_queue_total(&ns, 4242);
+    let (stats, stderr) = host.stop();
+    let a = &stats["directions"][0];
+    let backpressure = a["fates"]["backpressure"].as_u64().unwrap_or(0);
+    let ctx = format!("sent {sent}, held in the kernel {held:?}, stats {stats}; {stderr}");
+    eprintln!("{ctx}");
+    assert!(sent >= 5900, "{ctx}");
+    let held = held.unwrap_or_else(|| panic!("queue 4242 not listed: {ctx}"));
+    assert!(
+        (3000..=4096).contains(&held),
+        "one pipe keeps at most 4096 packets in the kernel: {ctx}"
+    );
+    assert!(
+        backpressure >= sent - 4096,
+        "the rest dropped at once as backpressure: {ctx}"
+    );
+}

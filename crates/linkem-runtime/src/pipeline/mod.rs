@@ -145,6 +145,70 @@ impl FlushSet {
     }
 }
 
+/// Records of each group (pipe) in one direction's delay line, bounded when
+/// the send port asks ([`crate::port::TxPort::max_held_per_pipe`]: host mode,
+/// whose kernel holds every stored packet in a netfilter queue of 65 536):
+/// the live stage takes a slot before it stores a record of a group and
+/// counts a record it may not store as backpressure; the output stage gives
+/// the slot back when it takes the record (sent, late, flushed). Counters
+/// are shared by groups equal modulo [`HELD_COUNTERS`] (a group's bound then
+/// counts its neighbours' records too: never more held, at worst fewer).
+/// Group 0 (no pipe) is not bounded.
+pub(crate) struct HeldPerGroup {
+    limit: u32,
+    counts: Box<[std::sync::atomic::AtomicU32]>,
+}
+
+/// Counters of [`HeldPerGroup`].
+const HELD_COUNTERS: usize = 4096;
+
+impl HeldPerGroup {
+    /// `None`: no bound, nothing counted.
+    pub(crate) fn new(limit: Option<u32>) -> Self {
+        match limit {
+            None => HeldPerGroup {
+                limit: u32::MAX,
+                counts: Box::new([]),
+            },
+            Some(limit) => HeldPerGroup {
+                limit,
+                counts: (0..HELD_COUNTERS)
+                    .map(|_| std::sync::atomic::AtomicU32::new(0))
+                    .collect(),
+            },
+        }
+    }
+
+    fn counter(&self, group: u32) -> Option<&std::sync::atomic::AtomicU32> {
+        if group == 0 || self.counts.is_empty() {
+            return None;
+        }
+        self.counts.get(group as usize % HELD_COUNTERS)
+    }
+
+    /// Takes a slot for a record of `group`; false when the group holds its limit.
+    #[inline]
+    pub(crate) fn take(&self, group: u32) -> bool {
+        let Some(c) = self.counter(group) else {
+            return true;
+        };
+        if c.load(Ordering::Relaxed) >= self.limit {
+            return false;
+        }
+        c.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Gives back the slot of a record of `group` that was not stored.
+    #[inline]
+    pub(crate) fn give_back(&self, group: u32) {
+        if let Some(c) = self.counter(group) {
+            // Never below 0: a record stored before the bound existed.
+            let _ = c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        }
+    }
+}
+
 struct Control {
     stop: AtomicBool,
     output_parked: AtomicBool,
@@ -170,6 +234,8 @@ struct Control {
     out_of_order: AtomicU64,
     /// The live stage's deleted pipes (see [`FlushSet`]).
     flush: FlushSet,
+    /// Records held per pipe, bounded for host mode (see [`HeldPerGroup`]).
+    held: HeldPerGroup,
     input: Mutex<InputShared>,
     output: Mutex<OutputShared>,
     huge_pages: bool,
@@ -193,6 +259,7 @@ impl Control {
             output_wake_ns: AtomicU64::new(0),
             out_of_order: AtomicU64::new(0),
             flush: FlushSet::default(),
+            held: HeldPerGroup::new(None),
             input: Mutex::new(InputShared::default()),
             output: Mutex::new(OutputShared {
                 sent: 0,

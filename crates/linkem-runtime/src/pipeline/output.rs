@@ -109,9 +109,11 @@ impl OutputState {
         now: u64,
         src: &mut Source,
         flush: &FlushSet,
+        held: &super::HeldPerGroup,
     ) -> Result<(), String> {
         self.changed = true;
         src.take(|r, frame, kind| {
+            held.give_back(kind.group);
             if flush.contains(kind.group) {
                 if let Some(w) = kind.whole {
                     self.local_flushed += u64::from(w.wire_frames);
@@ -626,9 +628,12 @@ impl Outlet {
             } else if release_ns > now_ns || sent + frames > max_frames {
                 break Left::Next(release_ns);
             }
-            inner
-                .st
-                .send_next(now_ns, &mut inner.src, &self.control.flush)?;
+            inner.st.send_next(
+                now_ns,
+                &mut inner.src,
+                &self.control.flush,
+                &self.control.held,
+            )?;
             sent += frames;
         };
         // A super-frame being gathered stays held only while a frame is
@@ -746,7 +751,10 @@ pub(super) fn output_stage(outlet: Arc<Outlet>, cfg: OutputConfig, mut realtime:
                 rt.busy(now);
             }
         }
-        if let Err(e) = inner.st.send_next(now, &mut inner.src, &control.flush) {
+        if let Err(e) = inner
+            .st
+            .send_next(now, &mut inner.src, &control.flush, &control.held)
+        {
             control.fail(e);
             break;
         }
