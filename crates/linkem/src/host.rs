@@ -51,6 +51,17 @@
 //! packet until its verdict, so every path out of linkem gives one; packets
 //! still held at exit are dropped by the kernel when the queue goes.
 //!
+//! The kernel's queue holds 65 536 packets for everyone; full, it accepts
+//! every packet unasked (other users' claims and root's rules then no longer
+//! apply). Two bounds keep one pipe from filling it: a pipe keeps at most
+//! `host_ports::MAX_HELD_PER_PIPE` (4096) packets in the delay line (the
+//! port asks the stage for it, `TxPort::max_held_per_pipe`; a packet beyond
+//! is dropped at once as backpressure), and a deleted pipe's packets (a
+//! claim released or expired, a rule set changed) get their NF_DROP at once,
+//! counted as flushed, not at their release time (the output stage looks for
+//! them within 10 ms of the change). With claims' `delay` limit bounding the
+//! largest delay, a packet is held at most that long.
+//!
 //! Side b (sent): each packet gets NF_DROP as soon as it is read (linkem
 //! keeps the copy), and a delivered one is sent at its release time through a
 //! raw IP socket carrying [`OWN_MARK`], which `LINKEM-HOST-OUT` returns on

@@ -1069,3 +1069,57 @@ fn one_pipe_holds_a_bounded_share_of_the_kernel_queue() {
         "the rest dropped at once as backpressure: {ctx}"
     );
 }
+
+/// Item 2 of issue 34: a released claim's packets get their verdicts at
+/// once. 100 packets wait in a claim's `delay 4s` (held by the kernel);
+/// `release` drops them (counted as flushed) within a fraction of a second,
+/// not at their release time 4 s later.
+#[test]
+fn a_released_claim_gives_its_held_packets_their_verdicts_at_once() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let ns = Ns::new("lkbrl");
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("host.sock");
+    let host = Host::start(&ns, &["--claims", "--control", socket.to_str().unwrap()]);
+    let (ok, said) = ctl_said(&socket, &["claim", "udp", "5690", "--", "delay", "4s"]);
+    assert!(ok, "root's claim: {said}");
+    let sock = in_ns(&ns.0, || UdpSocket::bind("127.0.0.1:0").unwrap());
+    for i in 0..100u32 {
+        sock.send_to(&i.to_be_bytes(), "127.0.0.1:5690").unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let before = kernel_queue_total(&ns, 4242);
+    let (ok, said) = ctl_said(&socket, &["release", "udp", "5690"]);
+    let released_at = Instant::now();
+    let mut emptied_after = None;
+    while released_at.elapsed() < Duration::from_secs(6) {
+        if kernel_queue_total(&ns, 4242) == Some(0) {
+            emptied_after = Some(released_at.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (stats, stderr) = host.stop();
+    let flushed = stats["directions"][0]["fates"]["flushed"]
+        .as_u64()
+        .unwrap_or(0);
+    let ctx = format!(
+        "held before release {before:?}, emptied {emptied_after:?} after release ({said}); \
+         stats {stats}; {stderr}"
+    );
+    eprintln!("{ctx}");
+    assert!(ok, "release: {ctx}");
+    assert_eq!(before, Some(100), "{ctx}");
+    let emptied_after = emptied_after.unwrap_or_else(|| panic!("never emptied: {ctx}"));
+    assert!(
+        emptied_after < Duration::from_millis(1000),
+        "verdicts at release, not 4 s later: {ctx}"
+    );
+    assert_eq!(
+        flushed, 100,
+        "the released claim's packets counted as flushed: {ctx}"
+    );
+}

@@ -120,6 +120,9 @@ struct OutputShared {
 pub(crate) struct FlushSet {
     any: AtomicBool,
     groups: Mutex<std::collections::HashSet<u32>>,
+    /// Groups added so far: an output stage that ends a flushed group's
+    /// records at once (host mode) looks again when it changes.
+    added: AtomicU64,
 }
 
 impl FlushSet {
@@ -129,6 +132,12 @@ impl FlushSet {
             .unwrap_or_else(|p| p.into_inner())
             .insert(group);
         self.any.store(true, Ordering::Release);
+        self.added.fetch_add(1, Ordering::Release);
+    }
+
+    /// How many groups were added so far.
+    pub(crate) fn added(&self) -> u64 {
+        self.added.load(Ordering::Acquire)
     }
 
     /// Whether a record of `group` is to be flushed; group 0 never is, and
@@ -197,6 +206,12 @@ impl HeldPerGroup {
         }
         c.fetch_add(1, Ordering::Relaxed);
         true
+    }
+
+    /// Whether a bound is set: the port lends packets a kernel holds, so a
+    /// deleted pipe's records get their end at once, not at their release.
+    pub(crate) fn is_bounded(&self) -> bool {
+        !self.counts.is_empty()
     }
 
     /// Gives back the slot of a record of `group` that was not stored.
