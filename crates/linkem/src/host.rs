@@ -53,10 +53,11 @@
 //!
 //! The kernel's queue holds 65 536 packets for everyone; full, it accepts
 //! every packet unasked (other users' claims and root's rules then no longer
-//! apply). Two bounds keep one pipe from filling it: a pipe keeps at most
-//! `host_ports::MAX_HELD_PER_PIPE` (4096) packets in the delay line (the
+//! apply). Two bounds keep one claim from filling it: a claim's pipe keeps at
+//! most `host_ports::MAX_HELD_PER_PIPE` (1024) packets in the delay line (the
 //! port asks the stage for it, `TxPort::max_held_per_pipe`; a packet beyond
-//! is dropped at once as backpressure), and a deleted pipe's packets (a
+//! is dropped at once as backpressure; root's own pipes are not bounded),
+//! and a deleted pipe's packets (a
 //! claim released or expired, a rule set changed) get their NF_DROP at once,
 //! counted as flushed, not at their release time (the output stage looks for
 //! them within 10 ms of the change). With claims' `delay` limit bounding the

@@ -8,7 +8,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use linkem_core::rules::SocketOwner;
 use linkem_io::caps::{self, Cap};
 use linkem_io::nfqueue::{self, NfQueue, RawSender, Verdict, Verdicts};
-use linkem_runtime::port::{RxFrame, RxPort, TxOutcome, TxPort, WaitFds};
+use linkem_runtime::port::{HeldBound, RxFrame, RxPort, TxOutcome, TxPort, WaitFds};
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::fd::RawFd;
@@ -28,11 +28,12 @@ pub const OWN_MARK: u32 = 0x4c4b_454d;
 pub const HEADER_BYTES: usize = 14;
 /// Packets each queue keeps waiting for linkem; past that the kernel accepts.
 const QUEUE_MAX_LEN: u32 = 65536;
-/// Packets one pipe (a claim's, a rule file's) may keep waiting in the
-/// kernel's queue at once: beyond, the packet is dropped at once and counted
-/// as backpressure, so that a pipe that holds packets long (`delay`, `slot`)
-/// leaves the queue to the others (16 × this is the queue).
-pub const MAX_HELD_PER_PIPE: u32 = QUEUE_MAX_LEN / 16;
+/// Packets one claim's pipe may keep waiting in the kernel's queue at once:
+/// beyond, the packet is dropped at once and counted as backpressure, so that
+/// a claim that holds packets long (`delay`, `slot`) leaves the queue to the
+/// others (the built-in 16 claims of a user hold at most a quarter of it).
+/// Root's own pipes are not bounded.
+pub const MAX_HELD_PER_PIPE: u32 = QUEUE_MAX_LEN / 64;
 /// Verdict bytes gathered before a send (well within a netlink socket's
 /// default send buffer).
 const VERDICT_BATCH_BYTES: usize = 128 << 10;
@@ -591,8 +592,11 @@ impl TxPort for HostTx {
         Some(NO_COPIES)
     }
 
-    fn max_held_per_pipe(&self) -> Option<u32> {
-        Some(MAX_HELD_PER_PIPE)
+    fn max_held_per_pipe(&self) -> Option<HeldBound> {
+        Some(HeldBound {
+            pipes: crate::control::claims::CLAIM_FIRST..=crate::control::claims::CLAIM_LAST,
+            packets: MAX_HELD_PER_PIPE,
+        })
     }
 
     fn tx_discard(&mut self, frame: &[u8]) {

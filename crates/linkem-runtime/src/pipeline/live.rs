@@ -1196,11 +1196,14 @@ impl Stage {
         }
         // Past the largest group, packets are never flushed (counted as
         // delivered at their release time instead).
-        if self.next_group > crate::delay_line::MAX_GROUP {
+        if self.next_group >= super::BOUNDED_GROUP {
             return 0;
         }
-        let g = self.next_group;
+        let mut g = self.next_group;
         self.next_group += 1;
+        if self.controls.iter().any(|c| c.held.bounds(p)) {
+            g |= super::BOUNDED_GROUP;
+        }
         self.groups.insert(p, g);
         g
     }
