@@ -1152,3 +1152,59 @@ fn a_released_claim_gives_its_held_packets_their_verdicts_at_once() {
         "the released claim's packets counted as flushed: {ctx}"
     );
 }
+
+/// Item 2 of issue 34: an expired claim's packets get their verdicts at
+/// expiry. A claim of `--claim-ttl 1s` holds 100 packets in `delay 4s`; they
+/// are dropped (flushed) about 1 s after the claim, not 4 s.
+#[test]
+fn an_expired_claim_gives_its_held_packets_their_verdicts_at_expiry() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let ns = Ns::new("lkbex");
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("host.sock");
+    let host = Host::start(
+        &ns,
+        &[
+            "--claims",
+            "--claim-ttl",
+            "1s",
+            "--control",
+            socket.to_str().unwrap(),
+        ],
+    );
+    let (ok, said) = ctl_said(&socket, &["claim", "udp", "5690", "--", "delay", "4s"]);
+    let claimed_at = Instant::now();
+    assert!(ok, "root's claim: {said}");
+    let sock = in_ns(&ns.0, || UdpSocket::bind("127.0.0.1:0").unwrap());
+    for i in 0..100u32 {
+        sock.send_to(&i.to_be_bytes(), "127.0.0.1:5690").unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let before = kernel_queue_total(&ns, 4242);
+    let mut emptied_after = None;
+    while claimed_at.elapsed() < Duration::from_secs(6) {
+        if kernel_queue_total(&ns, 4242) == Some(0) {
+            emptied_after = Some(claimed_at.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (stats, stderr) = host.stop();
+    let flushed = stats["directions"][0]["fates"]["flushed"]
+        .as_u64()
+        .unwrap_or(0);
+    let ctx = format!(
+        "held {before:?}, emptied {emptied_after:?} after the claim; stats {stats}; {stderr}"
+    );
+    eprintln!("{ctx}");
+    assert_eq!(before, Some(100), "{ctx}");
+    let emptied_after = emptied_after.unwrap_or_else(|| panic!("never emptied: {ctx}"));
+    assert!(
+        (Duration::from_millis(900)..Duration::from_millis(2500)).contains(&emptied_after),
+        "verdicts at expiry (1 s), not at release (4 s): {ctx}"
+    );
+    assert_eq!(flushed, 100, "{ctx}");
+}
