@@ -54,7 +54,9 @@ pub const NEEDS: &str = "linkem host needs root, or CAP_NET_ADMIN and CAP_NET_RA
 /// removing the chains at exit needs CAP_NET_ADMIN again.
 pub fn check_capabilities(realtime: bool) -> Result<()> {
     check_own_capabilities(realtime)?;
-    pass_to_iptables()?;
+    // Root's iptables needs nothing passed: a refusal (a securebit that
+    // forbids ambient capabilities) matters only if iptables then fails.
+    let passed = pass_to_iptables().err();
     for tool in TABLES {
         let out = Command::new(tool)
             .args(["-w", "5", "-n", "-L", "OUTPUT"])
@@ -62,8 +64,12 @@ pub fn check_capabilities(realtime: bool) -> Result<()> {
             .map_err(|e| anyhow!("cannot run {tool} ({e}): {NEEDS}"))?;
         if !out.status.success() {
             bail!(
-                "{tool} -L OUTPUT failed ({}): {NEEDS}",
-                String::from_utf8_lossy(&out.stderr).trim()
+                "{tool} -L OUTPUT failed ({}{}): {NEEDS}",
+                String::from_utf8_lossy(&out.stderr).trim(),
+                passed
+                    .as_ref()
+                    .map(|e| format!("; {e}"))
+                    .unwrap_or_default()
             );
         }
     }
@@ -74,7 +80,7 @@ pub fn check_capabilities(realtime: bool) -> Result<()> {
 /// `iptables` it and the threads it starts later run have it.
 pub fn pass_to_iptables() -> Result<()> {
     caps::pass_to_programs(&[Cap::NET_ADMIN])
-        .map_err(|e| anyhow!("cannot pass CAP_NET_ADMIN on to iptables ({e}): {NEEDS}"))
+        .map_err(|e| anyhow!("cannot pass CAP_NET_ADMIN on to iptables: {e}"))
 }
 
 fn check_own_capabilities(realtime: bool) -> Result<()> {

@@ -136,12 +136,18 @@ impl Drop for Watchdog {
 /// The jumps to linkem's chains, as `iptables` arguments after `-D`/`-I`.
 const JUMPS: [(&str, &str); 2] = [("INPUT", CHAIN_IN), ("OUTPUT", CHAIN_OUT)];
 
-fn remove_jumps() {
+/// Deletes every jump to linkem's chains; an error when iptables could not
+/// be run or a jump is still there afterwards.
+fn remove_jumps() -> Result<()> {
     for tool in TABLES {
         for (hook, chain) in JUMPS {
-            while matches!(ipt(tool, &["-D", hook, "-j", chain]), Ok(true)) {}
+            while ipt(tool, &["-D", hook, "-j", chain])? {}
+            if ipt(tool, &["-C", hook, "-j", chain])? {
+                bail!("{tool}: the jump from {hook} to {chain} is still there");
+            }
         }
     }
+    Ok(())
 }
 
 fn restore_jumps() -> Result<()> {
@@ -163,7 +169,11 @@ fn restore_jumps() -> Result<()> {
 pub fn run(args: &WatchdogArgs) -> Result<()> {
     // Started from a binary with file capabilities, the watchdog has them
     // again after exec, but the iptables it runs need them passed on.
-    crate::host_ports::pass_to_iptables()?;
+    if let Err(e) = crate::host_ports::pass_to_iptables() {
+        // Root's iptables needs nothing passed; otherwise failing open fails
+        // and says so when it comes to it.
+        eprintln!("linkem: host watchdog: {e}");
+    }
     let stall = Duration::from_millis(args.stall_ms.max(MIN_STALL_MS));
     // A reader thread turns the blocking heartbeat pipe into messages that
     // the main loop waits for with a timeout: Some(true) a beat, Some(false)
@@ -195,13 +205,19 @@ pub fn run(args: &WatchdogArgs) -> Result<()> {
             None => match rx.recv_timeout(stall.saturating_sub(last_beat.elapsed())) {
                 Ok(b) => Some(b),
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                    remove_jumps();
-                    eprintln!(
-                        "linkem: host watchdog: no heartbeat from linkem for {} ms \
+                    match remove_jumps() {
+                        Ok(()) => eprintln!(
+                            "linkem: host watchdog: no heartbeat from linkem for {} ms \
                              (stopped or stalled): removed the jumps to {CHAIN_IN}/{CHAIN_OUT}, \
                              traffic passes unimpaired until linkem answers again",
-                        stall.as_millis()
-                    );
+                            stall.as_millis()
+                        ),
+                        Err(e) => eprintln!(
+                            "linkem: host watchdog: no heartbeat from linkem for {} ms, and \
+                             removing the jumps to its chains failed: {e}",
+                            stall.as_millis()
+                        ),
+                    }
                     failed_open_at = Some(Instant::now());
                     continue;
                 }
