@@ -61,7 +61,9 @@ pub fn check_capabilities(realtime: bool) -> Result<()> {
         let out = Command::new(tool)
             .args(["-w", "5", "-n", "-L", "OUTPUT"])
             .output()
-            .map_err(|e| anyhow!("cannot run {tool} ({e}): {NEEDS}"))?;
+            .map_err(|e| {
+                anyhow!("cannot run {tool} ({e}): linkem host runs iptables and ip6tables (package iptables)")
+            })?;
         if !out.status.success() {
             bail!(
                 "{tool} -L OUTPUT failed ({}{}): {NEEDS}",
