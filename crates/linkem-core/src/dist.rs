@@ -43,6 +43,8 @@ const PARETO_MEAN: f64 = PARETO_SHAPE / (PARETO_SHAPE - 1.0);
 const PARETO_STD: f64 = 0.866_025_403_784_438_6;
 /// sqrt(0.25² + 0.75²): the spread of paretonormal's mix, correctly rounded.
 const SQRT_0_625: f64 = 0.790_569_415_042_094_9;
+/// The largest uniform a stream draws ([`crate::rng::Stream::unit`]: 53 bits).
+const U_MAX: f64 = 1.0 - 1.0 / (1u64 << 53) as f64;
 
 /// The shape of the delay around its mean (see the module docs for each).
 #[derive(Clone, PartialEq)]
@@ -123,6 +125,37 @@ impl Distribution {
             parse_profile(name, text)
         } else {
             parse_netem_table(name, text)
+        }
+    }
+
+    /// The largest delay beyond the mean this distribution can add, in ns,
+    /// with jitter `jitter_ns`: the largest [`Distribution::standard`] sample
+    /// over every uniform a stream draws (`u` in [0, 1 - 2^-53]) times the
+    /// jitter, or a CDF profile's largest delay. Pareto's tail reaches
+    /// about 240 000 × J at the largest draw; the others a few J (uniform 1,
+    /// normal about 8.3, exponential about 35.7). What a bound on the
+    /// largest delay a packet can get (claims' `delay` limit) needs.
+    pub fn reach_ns(&self, jitter_ns: u64) -> u64 {
+        let z = match self {
+            Distribution::Cdf { points, .. } => {
+                let d = points.iter().map(|p| p.1).fold(0.0, f64::max);
+                return d.clamp(0.0, u64::MAX as f64) as u64;
+            }
+            Distribution::Table { values, .. } => values.iter().copied().fold(0.0, f64::max),
+            Distribution::Uniform => 1.0,
+            Distribution::Normal => inverse_normal_cdf(U_MAX),
+            Distribution::Pareto => pareto_standard(U_MAX),
+            // Both parts at their largest (the mix is not monotone in one u).
+            Distribution::ParetoNormal => {
+                (0.25 * inverse_normal_cdf(U_MAX) + 0.75 * pareto_standard(U_MAX)) / SQRT_0_625
+            }
+            Distribution::Exponential => -libm::log(1.0 - U_MAX) - 1.0,
+        };
+        let d = (z.max(0.0) * jitter_ns as f64).ceil();
+        if d >= u64::MAX as f64 {
+            u64::MAX
+        } else {
+            d as u64
         }
     }
 
@@ -405,6 +438,37 @@ mod tests {
         let z = pareto_standard(0.5);
         assert!((z - (2f64.powf(1.0 / 3.0) - 1.5) / PARETO_STD).abs() < 1e-12);
         assert!(pareto_standard(0.0) > -0.58 && pareto_standard(0.0) < -0.57);
+    }
+
+    #[test]
+    fn the_reach_bounds_every_draw() {
+        let table = Distribution::parse_file("t.dist", "-8192 0\n8192 16384\n").unwrap();
+        let jitter_ns = 1_000_000;
+        for d in [
+            Distribution::Uniform,
+            Distribution::Normal,
+            Distribution::Pareto,
+            Distribution::ParetoNormal,
+            Distribution::Exponential,
+            table.clone(),
+        ] {
+            let reach = d.reach_ns(jitter_ns) as f64;
+            let mut s = Stream::new(7, 0, StreamId::Delay);
+            for u in [0.0, 0.5, 0.999_999, U_MAX] {
+                let z = d.standard(u, &mut s);
+                assert!(
+                    z * jitter_ns as f64 <= reach,
+                    "{d:?} at u={u}: {z} J beyond {reach}"
+                );
+            }
+        }
+        assert_eq!(Distribution::Uniform.reach_ns(jitter_ns), jitter_ns);
+        assert_eq!(table.reach_ns(jitter_ns), 2 * jitter_ns);
+        assert!(Distribution::Pareto.reach_ns(jitter_ns) > 200_000 * jitter_ns);
+        let n = Distribution::Normal.reach_ns(jitter_ns);
+        assert!((8 * jitter_ns..9 * jitter_ns).contains(&n), "{n}");
+        let cdf = Distribution::parse_file("p", "prob delay\n0 1\n1 5\n").unwrap();
+        assert_eq!(cdf.reach_ns(0), 5_000_000);
     }
 
     #[test]

@@ -108,6 +108,15 @@ impl<T> std::fmt::Debug for ReleaseQueue<T> {
 }
 
 impl<T> ReleaseQueue<T> {
+    /// Keeps only the items for which `keep` is true (any order).
+    pub fn retain(&mut self, mut keep: impl FnMut(&mut T) -> bool) {
+        let entries = std::mem::take(&mut self.heap).into_vec();
+        self.heap = entries
+            .into_iter()
+            .filter_map(|mut e| keep(&mut e.item).then_some(e))
+            .collect();
+    }
+
     /// An empty queue.
     pub fn new() -> Self {
         ReleaseQueue {

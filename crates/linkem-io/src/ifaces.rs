@@ -123,6 +123,28 @@ pub fn lookup(ifname: &str) -> Result<Iface, IoError> {
     })
 }
 
+/// The MTU in bytes of the interface with index `index` (its name by
+/// `if_indextoname`, then `SIOCGIFMTU`): for callers that know an index only,
+/// such as a netfilter queue's `NFQA_IFINDEX_OUTDEV`.
+pub fn mtu_of_index(index: u32) -> io::Result<u32> {
+    let mut name = [0 as libc::c_char; libc::IF_NAMESIZE];
+    // Safety: `name` has IF_NAMESIZE bytes, as if_indextoname requires.
+    if unsafe { libc::if_indextoname(index, name.as_mut_ptr()) }.is_null() {
+        return Err(io::Error::last_os_error());
+    }
+    let probe = dgram_socket()?;
+    // Safety: ifreq is plain data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { zeroed() };
+    let n = req.ifr_name.len();
+    req.ifr_name.copy_from_slice(&name[..n]);
+    // Safety: req is a valid ifreq with the name set; SIOCGIFMTU writes ifru_mtu.
+    if unsafe { libc::ioctl(probe.as_raw_fd(), libc::SIOCGIFMTU, &mut req) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // Safety: SIOCGIFMTU filled the mtu member of the union.
+    Ok(unsafe { req.ifr_ifru.ifru_mtu } as u32)
+}
+
 /// Like [`lookup`], and an error if the interface is down.
 pub fn lookup_up(ifname: &str) -> Result<Iface, IoError> {
     let iface = lookup(ifname)?;
@@ -470,6 +492,8 @@ mod tests {
         assert!(lo.index > 0);
         assert_ne!(driver_name("lo").as_deref(), Some("veth"));
         assert!(rx_queue_count("lo") >= 1);
+        assert_eq!(mtu_of_index(lo.index).unwrap(), lo.mtu);
+        assert!(mtu_of_index(u32::MAX).is_err());
     }
 
     #[test]

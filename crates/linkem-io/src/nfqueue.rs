@@ -55,6 +55,7 @@ const NFQA_CFG_F_UID_GID: u32 = 8;
 
 const NFQA_PACKET_HDR: u16 = 1;
 const NFQA_VERDICT_HDR: u16 = 2;
+const NFQA_MARK: u16 = 3;
 const NFQA_TIMESTAMP: u16 = 4;
 const NFQA_IFINDEX_INDEV: u16 = 5;
 const NFQA_IFINDEX_OUTDEV: u16 = 6;
@@ -98,6 +99,9 @@ pub struct QueuedPacket<'a> {
     pub uid: Option<u32>,
     /// The socket's group, when known.
     pub gid: Option<u32>,
+    /// The packet's firewall mark (`NFQA_MARK`; 0 when absent: the kernel
+    /// sends it only when set).
+    pub mark: u32,
 }
 
 /// Why a datagram could not be read as queued packets.
@@ -184,6 +188,7 @@ fn parse_packet(msg: &[u8]) -> Option<QueuedPacket<'_>> {
         out_ifindex: 0,
         uid: None,
         gid: None,
+        mark: 0,
     };
     let mut has_hdr = false;
     let mut at = NLMSG_HDRLEN + NFGEN_HDRLEN;
@@ -213,6 +218,7 @@ fn parse_packet(msg: &[u8]) -> Option<QueuedPacket<'_>> {
             NFQA_PAYLOAD => p.payload = v,
             NFQA_UID => p.uid = Some(be32(v, 0)?),
             NFQA_GID => p.gid = Some(be32(v, 0)?),
+            NFQA_MARK => p.mark = be32(v, 0)?,
             _ => {}
         }
         at += align4(len);
@@ -616,6 +622,7 @@ mod tests {
         if let Some(u) = uid {
             m.attr(NFQA_UID, &u.to_be_bytes());
             m.attr(NFQA_GID, &(u + 1).to_be_bytes());
+            m.attr(NFQA_MARK, &(u + 2).to_be_bytes());
         }
         m.end();
         m.buf
@@ -627,15 +634,15 @@ mod tests {
         buf.extend(packet_msg(8, b"\x60", None));
         let mut got = Vec::new();
         let n = parse_packets(&buf, &mut |p| {
-            got.push((p.id, p.payload.to_vec(), p.uid, p.gid, p.hook))
+            got.push((p.id, p.payload.to_vec(), p.uid, p.gid, p.hook, p.mark))
         })
         .unwrap();
         assert_eq!(n, 2);
         assert_eq!(
             got,
             vec![
-                (7, b"\x45abc".to_vec(), Some(1001), Some(1002), 3),
-                (8, b"\x60".to_vec(), None, None, 3)
+                (7, b"\x45abc".to_vec(), Some(1001), Some(1002), 3, 1003),
+                (8, b"\x60".to_vec(), None, None, 3, 0)
             ]
         );
     }

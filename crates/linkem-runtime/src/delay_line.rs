@@ -188,6 +188,9 @@ const FLAG_WHOLE: u32 = 4;
 /// The frame's L4 checksum was computed by the producer after the frame's
 /// last change ([`Producer::push_checksummed`]).
 const FLAG_CHECKSUMMED: u32 = 8;
+/// The consumer has already given the record its end before its release
+/// ([`Consumer::discard_where`]): taken later, it is only freed.
+const FLAG_DISCARDED: u32 = 16;
 /// Bytes before the frame of a whole record: `virtio_net_hdr`, 2 spare, the
 /// number of wire frames (u32, native order).
 pub const WHOLE_PREFIX_BYTES: usize = 16;
@@ -606,6 +609,8 @@ pub struct Head<'a> {
     /// Stored with [`Producer::push_checksummed`]: the frame's L4 checksum
     /// was computed by the producer and the frame not changed since.
     pub checksummed: bool,
+    /// Already given its end by [`Consumer::discard_where`].
+    pub discarded: bool,
 }
 
 /// What a super-frame stored whole is sent with.
@@ -639,50 +644,101 @@ impl Consumer {
                     return None;
                 }
             }
-            let at = (self.head % self.cap) as usize;
-            let base = self.shared.region.ptr;
-            // Safety: head < tail, so a complete record published by the producer
-            // (Release store of tail after writing it, Acquire load above) starts at `at`.
-            let (release_ns, len, flags) = unsafe {
-                let p = base.add(at);
-                (
-                    (p as *const u64).read(),
-                    (p.add(8) as *const u32).read(),
-                    (p.add(12) as *const u32).read(),
-                )
-            };
-            if flags & FLAG_SKIP != 0 {
-                self.head += self.cap - at as u64;
-                continue;
+            match self.record_at(self.head) {
+                Err(skip) => self.head += skip,
+                // Safety: head < tail: a complete record published by the
+                // producer (Release store of tail after writing it, Acquire
+                // load above) starts there.
+                Ok(at) => return Some(unsafe { self.head_at(at) }),
             }
-            // Safety: the record's frame bytes follow its header inside the region.
-            let mut frame =
-                unsafe { std::slice::from_raw_parts(base.add(at + HEADER), len as usize) };
-            let whole = if flags & FLAG_WHOLE != 0 {
-                let (prefix, rest) = frame.split_at(WHOLE_PREFIX_BYTES);
-                frame = rest;
-                let mut hdr = [0u8; VIRTIO_NET_HDR_BYTES];
-                hdr.copy_from_slice(&prefix[..VIRTIO_NET_HDR_BYTES]);
-                let wire_frames =
-                    u32::from_ne_bytes([prefix[12], prefix[13], prefix[14], prefix[15]]);
-                // Written by `push_whole` from an offload it read back: a
-                // header that does not read is memory gone wrong; the
-                // frame then leaves as it is.
-                Offload::from_virtio_net_hdr(hdr).ok().map(|offload| Whole {
-                    offload,
-                    wire_frames,
-                })
-            } else {
-                None
+        }
+    }
+
+    /// The record at byte count `pos` (< tail): `Ok(offset)` of a record,
+    /// `Err(bytes)` of a skip record to pass over.
+    fn record_at(&self, pos: u64) -> Result<usize, u64> {
+        let at = (pos % self.cap) as usize;
+        // Safety: pos < tail, so a published record header starts at `at`.
+        let flags = unsafe { (self.shared.region.ptr.add(at + 12) as *const u32).read() };
+        if flags & FLAG_SKIP != 0 {
+            return Err(self.cap - at as u64);
+        }
+        Ok(at)
+    }
+
+    /// # Safety
+    /// A published, unconsumed record (not a skip) starts at offset `at`.
+    unsafe fn head_at(&self, at: usize) -> Head<'_> {
+        let base = self.shared.region.ptr;
+        // Safety: the caller's record header and frame lie inside the region.
+        let (release_ns, len, flags) = unsafe {
+            let p = base.add(at);
+            (
+                (p as *const u64).read(),
+                (p.add(8) as *const u32).read(),
+                (p.add(12) as *const u32).read(),
+            )
+        };
+        // Safety: the record's frame bytes follow its header inside the region.
+        let mut frame = unsafe { std::slice::from_raw_parts(base.add(at + HEADER), len as usize) };
+        let whole = if flags & FLAG_WHOLE != 0 {
+            let (prefix, rest) = frame.split_at(WHOLE_PREFIX_BYTES);
+            frame = rest;
+            let mut hdr = [0u8; VIRTIO_NET_HDR_BYTES];
+            hdr.copy_from_slice(&prefix[..VIRTIO_NET_HDR_BYTES]);
+            let wire_frames = u32::from_ne_bytes([prefix[12], prefix[13], prefix[14], prefix[15]]);
+            // Written by `push_whole` from an offload it read back: a
+            // header that does not read is memory gone wrong; the
+            // frame then leaves as it is.
+            Offload::from_virtio_net_hdr(hdr).ok().map(|offload| Whole {
+                offload,
+                wire_frames,
+            })
+        } else {
+            None
+        };
+        Head {
+            release_ns,
+            frame,
+            copy: flags & FLAG_COPY != 0,
+            group: flags >> GROUP_SHIFT,
+            whole,
+            checksummed: flags & FLAG_CHECKSUMMED != 0,
+            discarded: flags & FLAG_DISCARDED != 0,
+        }
+    }
+
+    /// Offers every record stored and not yet taken, not discarded before,
+    /// to `f`, oldest first; a record for which `f` returns true is marked
+    /// discarded: [`Consumer::peek`] still returns it at its turn (its
+    /// space is freed in order), with `discarded` set. For ending records
+    /// before their release (a deleted pipe's, whose packets a kernel holds).
+    pub fn discard_where(&mut self, mut f: impl FnMut(&Head<'_>) -> bool) {
+        self.tail_cache = self.shared.tail.load(Ordering::Acquire);
+        let mut pos = self.head;
+        while pos < self.tail_cache {
+            let at = match self.record_at(pos) {
+                Err(skip) => {
+                    pos += skip;
+                    continue;
+                }
+                Ok(at) => at,
             };
-            return Some(Head {
-                release_ns,
-                frame,
-                copy: flags & FLAG_COPY != 0,
-                group: flags >> GROUP_SHIFT,
-                whole,
-                checksummed: flags & FLAG_CHECKSUMMED != 0,
-            });
+            // Safety: head <= pos < tail: a published record starts at `at`.
+            let h = unsafe { self.head_at(at) };
+            let discard = !h.discarded && f(&h);
+            // Safety: as above; the stored length counts a whole record's prefix.
+            let len = unsafe { (self.shared.region.ptr.add(at + 8) as *const u32).read() };
+            if discard {
+                // Safety: the record is published and not consumed: the
+                // producer never writes it again and only this consumer reads
+                // it, so its flags word may change here.
+                unsafe {
+                    let p = self.shared.region.ptr.add(at + 12) as *mut u32;
+                    p.write(p.read() | FLAG_DISCARDED);
+                }
+            }
+            pos += record_bytes(len as usize) as u64;
         }
     }
 
@@ -710,6 +766,36 @@ impl Consumer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn discarded_records_come_out_in_turn_marked_and_once() {
+        let (mut p, mut c) = delay_line(1 << 20).unwrap();
+        for (i, group) in [1u32, 2, 1].iter().enumerate() {
+            assert!(p.push_with_group(i as u64, 60, false, *group, |s| s.fill(i as u8)));
+        }
+        let mut offered = Vec::new();
+        c.discard_where(|h| {
+            offered.push(h.release_ns);
+            h.group == 1
+        });
+        assert_eq!(offered, vec![0, 1, 2]);
+        // A second pass is offered only what was not discarded.
+        let mut again = Vec::new();
+        c.discard_where(|h| {
+            again.push(h.release_ns);
+            false
+        });
+        assert_eq!(again, vec![1]);
+        let mut seen = Vec::new();
+        while let Some(h) = c.peek() {
+            seen.push((h.release_ns, h.group, h.discarded, h.frame[0]));
+            c.pop();
+        }
+        assert_eq!(
+            seen,
+            vec![(0, 1, true, 0), (1, 2, false, 1), (2, 1, true, 2)]
+        );
+    }
 
     /// Bytes of [from, to) of the line's region the kernel has resident.
     fn resident_bytes(p: &Producer, from: u64, to: u64) -> u64 {

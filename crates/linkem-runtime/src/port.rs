@@ -92,6 +92,16 @@ pub enum TxOutcome {
     TooBig,
 }
 
+/// Which pipes' records a send port bounds in number, and to how many
+/// ([`TxPort::max_held_per_pipe`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldBound {
+    /// The pipe numbers bounded (host mode: the claims').
+    pub pipes: std::ops::RangeInclusive<u32>,
+    /// Records each may keep in the delay line at once.
+    pub packets: u32,
+}
+
 /// The send half of an interface, owned by one output stage.
 ///
 /// Frames are queued with [`TxPort::tx_push`] and reach the kernel at
@@ -135,6 +145,16 @@ pub trait TxPort: Send {
     /// packet) has no second copy to send. The live stage then refuses every
     /// change that would make its model duplicate.
     fn no_copies(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// `Some(bound)`: at most `bound.packets` records of one pipe numbered in
+    /// `bound.pipes` wait in the delay line of this port's direction; the live
+    /// stage counts a packet beyond them as backpressure. For a port that
+    /// lends packets from a bounded store the kernel keeps (host mode's
+    /// netfilter queue: one claim must not fill it). A port with a bound also
+    /// ends a deleted pipe's records at once rather than at their release.
+    fn max_held_per_pipe(&self) -> Option<HeldBound> {
         None
     }
 }

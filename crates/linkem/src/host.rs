@@ -19,8 +19,12 @@
 //! Each queue rule is `NFQUEUE --queue-num N --queue-bypass` (`-i IF` / `-o IF`
 //! per `--dev`): while no process has the queue bound (linkem killed, even by
 //! SIGKILL) the kernel passes packets unimpaired, and a full queue accepts too
-//! (`NFQA_CFG_F_FAIL_OPEN`): linkem fails open. A loopback packet is both
-//! sent and received by this host, so it passes side b and then side a.
+//! (`NFQA_CFG_F_FAIL_OPEN`): linkem fails open. A linkem that stops answering
+//! without dying (SIGSTOP, a stall) keeps its queues bound: a watchdog process
+//! (`crate::host_watchdog`) then removes the jumps to the chains after
+//! `--fail-open-after` (default 1 s) without a heartbeat, and puts them back
+//! when linkem answers again. A loopback packet is both sent and received by
+//! this host, so it passes side b and then side a.
 //!
 //! The chains are linkem's only change to the rule set: made at start (a
 //! stale pair left by a killed run is removed first), removed on exit (SIGINT,
@@ -47,6 +51,18 @@
 //! packet until its verdict, so every path out of linkem gives one; packets
 //! still held at exit are dropped by the kernel when the queue goes.
 //!
+//! The kernel's queue holds 65 536 packets for everyone; full, it accepts
+//! every packet unasked (other users' claims and root's rules then no longer
+//! apply). Two bounds keep one claim from filling it: a claim's pipe keeps at
+//! most `host_ports::MAX_HELD_PER_PIPE` (1024) packets in the delay line (the
+//! port asks the stage for it, `TxPort::max_held_per_pipe`; a packet beyond
+//! is dropped at once as backpressure; root's own pipes are not bounded),
+//! and a deleted pipe's packets (a
+//! claim released or expired, a rule set changed) get their NF_DROP at once,
+//! counted as flushed, not at their release time (the output stage looks for
+//! them within 10 ms of the change). With claims' `delay` limit bounding the
+//! largest delay, a packet is held at most that long.
+//!
 //! Side b (sent): each packet gets NF_DROP as soon as it is read (linkem
 //! keeps the copy), and a delivered one is sent at its release time through a
 //! raw IP socket carrying [`OWN_MARK`], which `LINKEM-HOST-OUT` returns on
@@ -55,8 +71,18 @@
 //! socket (TSQ: about 1 ms of the pacing rate, at least two segments), which
 //! the tc-netem manual warns of; measured here, TCP through `delay 20ms rate
 //! 100mbit` on the sender fell to 2.3 Mbit/s with held packets, 86 Mbit/s
-//! with stolen ones (95 on the receiver; docs/numbers.md). IPv6 link-local
-//! destinations cannot be sent this way (no scope): counted as tx-error.
+//! with stolen ones (95 on the receiver; docs/numbers.md).
+//!
+//! Three kinds of sent packet are held instead, as on side a (NF_ACCEPT at
+//! release time, `host_ports::must_hold`), because the raw socket would change
+//! or refuse them: one with a firewall mark (the re-send would carry
+//! [`OWN_MARK`] and mark-based routing, `ip rule fwmark`, `wg-quick`,
+//! `ping -m`, would take another path), one larger than its interface's MTU
+//! (`OUTPUT` sees a datagram before the kernel fragments it, and a raw socket
+//! refuses one beyond the MTU; an accepted one is fragmented as usual), and
+//! one to an IPv6 link-local or multicast address (a raw socket's
+//! destination has no scope). A held TCP segment still counts against its
+//! socket (TSQ), so marked TCP is paced by the kernel as described above.
 //!
 //! `duplicate` is refused: a received packet has one id, one verdict.
 
@@ -64,6 +90,8 @@ use crate::args::{BridgeArgs, RunArgs};
 use crate::backend::BackendKind;
 use crate::control::ControlArgs;
 use crate::host_ports::HostSetup;
+#[cfg(doc)]
+use crate::host_ports::OWN_MARK;
 use anyhow::{bail, Result};
 use std::path::PathBuf;
 
@@ -88,6 +116,12 @@ pub struct HostArgs {
     /// First of the two netfilter queue numbers used (side a; side b the next).
     #[arg(long, value_name = "N", default_value_t = 4242)]
     pub queue_num: u16,
+    /// Fail open when linkem stops answering (SIGSTOP, a stall), not only when
+    /// it dies: a watchdog process removes the jumps to linkem's chains after
+    /// this long without a heartbeat (new packets then pass unimpaired) and
+    /// puts them back when linkem answers again. `off`: no watchdog.
+    #[arg(long, value_name = "DURATION|off", default_value = "1s")]
+    pub fail_open_after: String,
     /// As `linkem bridge` (side a -> b is what this host receives).
     #[command(flatten)]
     pub run: RunArgs,
@@ -140,6 +174,7 @@ pub fn run(args: &HostArgs) -> Result<()> {
     let setup = HostSetup {
         dev: args.dev.clone(),
         queue_num: args.queue_num,
+        fail_open_after: crate::host_watchdog::parse_stall(&args.fail_open_after)?,
     };
     crate::bridge::run_attached(
         &args.bridge_args(),

@@ -3,14 +3,19 @@
 //! live stage's receive and transmit ports. `bridge.rs` attaches it; `host.rs`
 //! (the command) imports the bridge, never the other way round.
 
+use crate::host_watchdog::Watchdog;
 use anyhow::{anyhow, bail, Context, Result};
 use linkem_core::rules::SocketOwner;
 use linkem_io::caps::{self, Cap};
 use linkem_io::nfqueue::{self, NfQueue, RawSender, Verdict, Verdicts};
-use linkem_runtime::port::{RxFrame, RxPort, TxOutcome, TxPort, WaitFds};
+use linkem_runtime::port::{HeldBound, RxFrame, RxPort, TxOutcome, TxPort, WaitFds};
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::fd::RawFd;
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Chain for what this host receives (side a).
 pub const CHAIN_IN: &str = "LINKEM-HOST-IN";
@@ -23,14 +28,64 @@ pub const OWN_MARK: u32 = 0x4c4b_454d;
 pub const HEADER_BYTES: usize = 14;
 /// Packets each queue keeps waiting for linkem; past that the kernel accepts.
 const QUEUE_MAX_LEN: u32 = 65536;
+/// Packets one claim's pipe may keep waiting in the kernel's queue at once:
+/// beyond, the packet is dropped at once and counted as backpressure, so that
+/// a claim that holds packets long (`delay`, `slot`) leaves the queue to the
+/// others (the built-in 16 claims of a user hold at most a quarter of it).
+/// Root's own pipes are not bounded.
+pub const MAX_HELD_PER_PIPE: u32 = QUEUE_MAX_LEN / 64;
 /// Verdict bytes gathered before a send (well within a netlink socket's
 /// default send buffer).
 const VERDICT_BATCH_BYTES: usize = 128 << 10;
 
-/// Refuses to start without CAP_NET_ADMIN (queues and chains), and without
-/// CAP_SYS_NICE when `realtime`. Host mode keeps its capabilities for its
-/// life: removing the chains at exit needs CAP_NET_ADMIN again.
+/// What host mode needs, said before anything is changed.
+pub const NEEDS: &str = "linkem host needs root, or CAP_NET_ADMIN and CAP_NET_RAW \
+    (e.g. the package's file capabilities for group linkem) with iptables-nft: it binds \
+    netfilter queues, sends from raw sockets, and runs iptables and ip6tables, to which it \
+    passes CAP_NET_ADMIN as an ambient capability (iptables-legacy also needs root for \
+    its lock file /run/xtables.lock)";
+
+/// Refuses to start without CAP_NET_ADMIN (queues and chains) and CAP_NET_RAW
+/// (raw sockets), and without CAP_SYS_NICE when `realtime`; passes
+/// CAP_NET_ADMIN on to the `iptables` it runs (ambient: an ordinary user
+/// holding it through file capabilities would otherwise get iptables' "you
+/// must be root" once the queues are bound) and checks that iptables and
+/// ip6tables answer. Host mode keeps its capabilities for its life:
+/// removing the chains at exit needs CAP_NET_ADMIN again.
 pub fn check_capabilities(realtime: bool) -> Result<()> {
+    check_own_capabilities(realtime)?;
+    // Root's iptables needs nothing passed: a refusal (a securebit that
+    // forbids ambient capabilities) matters only if iptables then fails.
+    let passed = pass_to_iptables().err();
+    for tool in TABLES {
+        let out = Command::new(tool)
+            .args(["-w", "5", "-n", "-L", "OUTPUT"])
+            .output()
+            .map_err(|e| {
+                anyhow!("cannot run {tool} ({e}): linkem host runs iptables and ip6tables (package iptables)")
+            })?;
+        if !out.status.success() {
+            bail!(
+                "{tool} -L OUTPUT failed ({}{}): {NEEDS}",
+                String::from_utf8_lossy(&out.stderr).trim(),
+                passed
+                    .as_ref()
+                    .map(|e| format!("; {e}"))
+                    .unwrap_or_default()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Makes CAP_NET_ADMIN ambient in the calling thread, so that the
+/// `iptables` it and the threads it starts later run have it.
+pub fn pass_to_iptables() -> Result<()> {
+    caps::pass_to_programs(&[Cap::NET_ADMIN])
+        .map_err(|e| anyhow!("cannot pass CAP_NET_ADMIN on to iptables: {e}"))
+}
+
+fn check_own_capabilities(realtime: bool) -> Result<()> {
     let have = caps::current()
         .map_err(|e| anyhow!("cannot read this process's capabilities: {e}"))?
         .effective;
@@ -63,6 +118,8 @@ pub struct HostSetup {
     pub dev: Vec<String>,
     /// Queue of side a; side b uses the next.
     pub queue_num: u16,
+    /// `--fail-open-after`: the watchdog's bound (`None`: no watchdog).
+    pub fail_open_after: Option<Duration>,
 }
 
 /// The queues bound and the chains installed: the ports, and what removes
@@ -93,30 +150,36 @@ impl HostSetup {
             })?;
             queues.push(queue);
         }
-        let chains = Chains::install(&self.dev, self.queue_num)?;
+        let mut chains = Chains::install(&self.dev, self.queue_num)?;
+        if let Some(stall) = self.fail_open_after {
+            chains.watchdog = Some(Watchdog::start(stall)?);
+        }
         let raw = RawSender::open(OWN_MARK).map_err(|e| {
             anyhow!("cannot open raw IP sockets ({e}): linkem host needs CAP_NET_RAW")
         })?;
+        let held = HeldIds::default();
         let rx: [Box<dyn RxPort>; 2] = [
-            Box::new(HostRx::new(queues[0].clone(), false)),
-            Box::new(HostRx::new(queues[1].clone(), true)),
+            Box::new(HostRx::new(queues[0].clone(), None)),
+            Box::new(HostRx::new(queues[1].clone(), Some(held.clone()))),
         ];
         let tx: [Box<dyn TxPort>; 2] = [
             Box::new(HostTx::new(queues[0].clone(), None)),
-            Box::new(HostTx::new(queues[1].clone(), Some(raw))),
+            Box::new(HostTx::new(queues[1].clone(), Some((raw, held)))),
         ];
         Ok(Attached { rx, tx, chains })
     }
 }
 
-/// linkem's chains in iptables and ip6tables; removed when dropped.
+/// linkem's chains in iptables and ip6tables, and the watchdog that fails
+/// open if linkem stalls; removed when dropped (the watchdog first).
 pub struct Chains {
     installed: bool,
+    watchdog: Option<Watchdog>,
 }
 
-const TABLES: [&str; 2] = ["iptables", "ip6tables"];
+pub(crate) const TABLES: [&str; 2] = ["iptables", "ip6tables"];
 
-fn ipt(tool: &str, args: &[&str]) -> Result<bool> {
+pub(crate) fn ipt(tool: &str, args: &[&str]) -> Result<bool> {
     let out = Command::new(tool)
         .args(["-w", "5"])
         .args(args)
@@ -168,7 +231,10 @@ impl Chains {
                  (it did not exit cleanly)"
             );
         }
-        let mut chains = Chains { installed: true };
+        let mut chains = Chains {
+            installed: true,
+            watchdog: None,
+        };
         let qa = queue_num.to_string();
         let qb = (queue_num + 1).to_string();
         let devs: Vec<Option<&str>> = if dev.is_empty() {
@@ -210,6 +276,8 @@ impl Chains {
     }
 
     fn remove(&mut self) {
+        // The watchdog ends first, so that it puts back no jump meanwhile.
+        drop(self.watchdog.take());
         if std::mem::take(&mut self.installed) {
             if let Err(e) = Chains::remove_all() {
                 eprintln!("linkem: removing the chains {CHAIN_IN}/{CHAIN_OUT}: {e}");
@@ -258,25 +326,131 @@ pub fn frame_id(frame: &[u8]) -> Option<u32> {
     Some(u32::from_be_bytes(id))
 }
 
+/// Why side b holds a sent packet (a verdict at its release time, as side a)
+/// instead of stealing it (NF_DROP now, its copy sent through the raw socket
+/// at release): the raw socket would change or refuse it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// It carries a firewall mark: a re-send would carry [`OWN_MARK`] instead,
+    /// and mark-based routing (`ip rule fwmark`, `wg-quick`, `ping -m`)
+    /// would send it elsewhere.
+    Marked,
+    /// Larger than its interface's MTU: the OUTPUT hook sees a datagram
+    /// before the kernel fragments it, and a raw socket refuses one beyond
+    /// the MTU (EMSGSIZE), while an accepted packet is fragmented as usual.
+    OverMtu,
+    /// To an IPv6 link-local or multicast address: a raw socket's
+    /// destination has no scope (interface) to name.
+    Scoped,
+}
+
+/// Whether side b must hold `payload` (an IP packet) with firewall mark
+/// `mark`, going out of an interface of MTU `mtu_bytes` (`None`: unknown,
+/// then anything beyond IPv6's minimum of 1280 bytes is held).
+pub fn must_hold(payload: &[u8], mark: u32, mtu_bytes: Option<u32>) -> Option<Hold> {
+    if mark != 0 {
+        return Some(Hold::Marked);
+    }
+    if payload.len() > mtu_bytes.unwrap_or(1280) as usize {
+        return Some(Hold::OverMtu);
+    }
+    let v6_dst = (payload.first().map(|b| b >> 4) == Some(6))
+        .then(|| payload.get(24..26))
+        .flatten();
+    if let Some(d) = v6_dst {
+        // fe80::/10 link-local, ff00::/8 multicast.
+        if d[0] == 0xff || (d[0] == 0xfe && d[1] & 0xc0 == 0x80) {
+            return Some(Hold::Scoped);
+        }
+    }
+    None
+}
+
+/// The ids of side b's held packets, shared by its receive half (which
+/// adds one) and its verdict half (which takes it out at release or drop):
+/// a held packet needs a verdict, a stolen one a re-send. Only held packets
+/// take the lock (the count is read first).
+#[derive(Clone, Default)]
+struct HeldIds {
+    count: Arc<AtomicUsize>,
+    ids: Arc<Mutex<HashSet<u32>>>,
+}
+
+impl HeldIds {
+    fn insert(&self, id: u32) {
+        let mut ids = self.ids.lock().unwrap_or_else(|e| e.into_inner());
+        if ids.insert(id) {
+            self.count.fetch_add(1, Ordering::Release);
+        }
+    }
+
+    /// Whether `id` was held (and is no longer).
+    fn take(&self, id: u32) -> bool {
+        if self.count.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        let mut ids = self.ids.lock().unwrap_or_else(|e| e.into_inner());
+        let was = ids.remove(&id);
+        if was {
+            self.count.fetch_sub(1, Ordering::Release);
+        }
+        was
+    }
+}
+
+/// MTUs by interface index, each read again after [`MTU_TTL`] (an MTU may
+/// change under a running linkem).
+struct MtuCache {
+    by_index: HashMap<u32, (Option<u32>, Instant)>,
+}
+
+const MTU_TTL: Duration = Duration::from_secs(1);
+
+impl MtuCache {
+    fn mtu_bytes(&mut self, index: u32) -> Option<u32> {
+        if index == 0 {
+            return None;
+        }
+        let now = Instant::now();
+        match self.by_index.get(&index) {
+            Some(&(mtu, at)) if now.duration_since(at) < MTU_TTL => mtu,
+            _ => {
+                let mtu = linkem_io::ifaces::mtu_of_index(index).ok();
+                self.by_index.insert(index, (mtu, now));
+                mtu
+            }
+        }
+    }
+}
+
 /// A queue's receive half: packets as frames (made-up header + IP packet).
 ///
 /// `steal` (side b, what this host sends): each packet gets NF_DROP as soon
 /// as it is read, so the kernel frees it and it stops counting against its
 /// socket (TCP small queues, a socket's send buffer); at its release time
-/// linkem sends its copy through a raw socket ([`HostTx`]).
+/// linkem sends its copy through a raw socket ([`HostTx`]). A packet the raw
+/// socket would change or refuse ([`must_hold`]) is held instead, its id
+/// kept in the shared [`HeldIds`].
 struct HostRx {
     queue: NfQueue,
     buf: Vec<u8>,
     frame: Vec<u8>,
     drops: Verdicts,
-    steal: bool,
+    steal: Option<(HeldIds, MtuCache)>,
 }
 
 impl HostRx {
-    fn new(queue: NfQueue, steal: bool) -> Self {
+    fn new(queue: NfQueue, steal: Option<HeldIds>) -> Self {
         HostRx {
             drops: Verdicts::new(queue.clone()),
-            steal,
+            steal: steal.map(|h| {
+                (
+                    h,
+                    MtuCache {
+                        by_index: HashMap::new(),
+                    },
+                )
+            }),
             queue,
             buf: vec![0u8; nfqueue::RECV_BUFFER_BYTES],
             frame: Vec::with_capacity(HEADER_BYTES + nfqueue::MAX_PACKET_BYTES),
@@ -298,10 +472,15 @@ impl RxPort for HostRx {
                 break;
             }
             let frame = &mut self.frame;
-            let (steal, drops) = (self.steal, &mut self.drops);
+            let (steal, drops) = (&mut self.steal, &mut self.drops);
             let got = nfqueue::parse_packets(&self.buf[..len], &mut |p| {
-                if steal {
-                    drops.push(p.id, Verdict::Drop, None);
+                if let Some((held, mtus)) = steal {
+                    let mtu = mtus.mtu_bytes(p.out_ifindex);
+                    if must_hold(p.payload, p.mark, mtu).is_some() {
+                        held.insert(p.id);
+                    } else {
+                        drops.push(p.id, Verdict::Drop, None);
+                    }
                 }
                 frame.clear();
                 frame.extend_from_slice(&header(p.id, p.hw_protocol, p.payload));
@@ -345,26 +524,27 @@ impl RxPort for HostRx {
     }
 
     fn discard(&mut self, frame: &[u8]) {
-        if self.steal {
-            return; // dropped in the kernel when read
-        }
-        if let Some(id) = frame_id(frame) {
-            self.drops.push(id, Verdict::Drop, None);
+        let Some(id) = frame_id(frame) else { return };
+        match &self.steal {
+            // A stolen packet was dropped in the kernel when read.
+            Some((held, _)) if !held.take(id) => {}
+            _ => self.drops.push(id, Verdict::Drop, None),
         }
     }
 }
 
 /// A queue's verdict half: a released frame's id gets NF_ACCEPT with the
-/// packet as the model left it; with `raw` (side b, stolen packets) the
-/// packet is sent through the raw socket instead.
+/// packet as the model left it; with `raw` (side b) a stolen packet is sent
+/// through the raw socket instead, a held one (in [`HeldIds`]) gets its
+/// verdict as on side a.
 struct HostTx {
     verdicts: Verdicts,
-    raw: Option<RawSender>,
+    raw: Option<(RawSender, HeldIds)>,
     errors: u64,
 }
 
 impl HostTx {
-    fn new(queue: NfQueue, raw: Option<RawSender>) -> Self {
+    fn new(queue: NfQueue, raw: Option<(RawSender, HeldIds)>) -> Self {
         HostTx {
             verdicts: Verdicts::new(queue),
             raw,
@@ -380,19 +560,22 @@ pub const NO_COPIES: &str = "in host mode: the kernel holds each queued packet \
 
 impl TxPort for HostTx {
     fn tx_push(&mut self, frame: &[u8]) -> TxOutcome {
-        if let Some(raw) = &self.raw {
-            let sent = frame.get(HEADER_BYTES..).map(|p| raw.send(p));
-            if !matches!(sent, Some(Ok(()))) {
-                self.errors += 1;
-            }
-            return TxOutcome::Queued;
-        }
+        let id = frame_id(frame);
         if self.verdicts.pending() > 0
             && self.verdicts.pending_bytes() + frame.len() > VERDICT_BATCH_BYTES
         {
             return TxOutcome::NoRoom;
         }
-        match frame_id(frame) {
+        if let Some((raw, held)) = &self.raw {
+            if !id.is_some_and(|id| held.take(id)) {
+                let sent = frame.get(HEADER_BYTES..).map(|p| raw.send(p));
+                if !matches!(sent, Some(Ok(()))) {
+                    self.errors += 1;
+                }
+                return TxOutcome::Queued;
+            }
+        }
+        match id {
             Some(id) => self
                 .verdicts
                 .push(id, Verdict::Accept, frame.get(HEADER_BYTES..)),
@@ -417,12 +600,19 @@ impl TxPort for HostTx {
         Some(NO_COPIES)
     }
 
+    fn max_held_per_pipe(&self) -> Option<HeldBound> {
+        Some(HeldBound {
+            pipes: crate::control::claims::CLAIM_FIRST..=crate::control::claims::CLAIM_LAST,
+            packets: MAX_HELD_PER_PIPE,
+        })
+    }
+
     fn tx_discard(&mut self, frame: &[u8]) {
-        if self.raw.is_some() {
-            return; // dropped in the kernel when read
-        }
-        if let Some(id) = frame_id(frame) {
-            self.verdicts.push(id, Verdict::Drop, None);
+        let Some(id) = frame_id(frame) else { return };
+        match &self.raw {
+            // A stolen packet was dropped in the kernel when read.
+            Some((_, held)) if !held.take(id) => {}
+            _ => self.verdicts.push(id, Verdict::Drop, None),
         }
     }
 }
@@ -445,5 +635,46 @@ mod tests {
         c[4] ^= 2;
         assert_eq!(frame_id(&c), None);
         assert_eq!(&header(1, 0, b"\x60")[12..], &[0x86, 0xdd]);
+    }
+
+    #[test]
+    fn marked_oversized_and_scoped_packets_are_held_the_rest_stolen() {
+        let v4 = |len: usize| {
+            let mut p = vec![0u8; len];
+            p[0] = 0x45;
+            p
+        };
+        let v6_to = |first: [u8; 2]| {
+            let mut p = vec![0u8; 100];
+            p[0] = 0x60;
+            p[24..26].copy_from_slice(&first);
+            p
+        };
+        assert_eq!(must_hold(&v4(1500), 0, Some(1500)), None);
+        assert_eq!(must_hold(&v4(1501), 0, Some(1500)), Some(Hold::OverMtu));
+        assert_eq!(must_hold(&v4(4028), 0, Some(65536)), None);
+        assert_eq!(must_hold(&v4(1281), 0, None), Some(Hold::OverMtu));
+        assert_eq!(must_hold(&v4(60), 7, Some(1500)), Some(Hold::Marked));
+        assert_eq!(
+            must_hold(&v6_to([0xfe, 0x80]), 0, Some(1500)),
+            Some(Hold::Scoped)
+        );
+        assert_eq!(
+            must_hold(&v6_to([0xff, 0x02]), 0, Some(1500)),
+            Some(Hold::Scoped)
+        );
+        assert_eq!(must_hold(&v6_to([0x20, 0x01]), 0, Some(1500)), None);
+        assert_eq!(must_hold(&v6_to([0xfe, 0xc0]), 0, Some(1500)), None);
+    }
+
+    #[test]
+    fn a_held_id_is_taken_once() {
+        let h = HeldIds::default();
+        assert!(!h.take(3));
+        h.insert(3);
+        h.insert(3);
+        assert!(h.take(3));
+        assert!(!h.take(3));
+        assert_eq!(h.count.load(Ordering::Relaxed), 0);
     }
 }

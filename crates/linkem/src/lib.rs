@@ -27,6 +27,7 @@ pub mod files;
 pub mod generate;
 pub mod host;
 pub mod host_ports;
+pub mod host_watchdog;
 pub mod live_events;
 pub mod live_record;
 pub mod logplot;

@@ -47,9 +47,10 @@ enum Command {
     /// and pasta (passt) for the way out. Shells nest: each adds a hop.
     #[command(after_help = link_words_help())]
     Shell(Box<linkem::shell::ShellArgs>),
-    /// Emulate this host's own traffic (netfilter queues; root, or CAP_NET_ADMIN and CAP_NET_RAW):
-    /// side a (`a-to-b`, ipfw `in`) is what it receives, side b what it sends.
-    /// Fails open: if linkem dies, traffic flows unimpaired.
+    /// Emulate this host's own traffic (netfilter queues; root, or CAP_NET_ADMIN and CAP_NET_RAW
+    /// with iptables-nft): side a (`a-to-b`, ipfw `in`) is what it receives, side b what it sends.
+    /// Fails open: if linkem dies, traffic flows unimpaired; if it stops answering, after
+    /// --fail-open-after (1s).
     Host(Box<linkem::host::HostArgs>),
     /// Change or watch a running emulator through its control socket: its
     /// links (`link a-to-b delay 20ms loss 1%`), counters (`show`, `stats`,
@@ -84,6 +85,9 @@ enum Command {
     /// Write the man pages or a shell's completions (for packagers).
     #[command(hide = true)]
     Generate(linkem::generate::GenerateArgs),
+    /// `linkem host`'s watchdog (started by it): fails open when linkem stalls.
+    #[command(hide = true, name = "host-watchdog")]
+    HostWatchdog(linkem::host_watchdog::WatchdogArgs),
 }
 
 fn main() {
@@ -108,6 +112,7 @@ fn main() {
         Command::Synth(args) => synth::run(&args),
         Command::Plot(args) => linkem::logplot::run(&args),
         Command::Generate(args) => linkem::generate::run(Cli::command(), &args),
+        Command::HostWatchdog(args) => linkem::host_watchdog::run(&args),
     };
     if let Err(e) = result {
         eprintln!("linkem: {e:#}");

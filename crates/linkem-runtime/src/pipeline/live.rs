@@ -388,10 +388,9 @@ impl<M: LiveModel> LiveBridge<M> {
         let no_copies = tx.iter().find_map(|t| t.no_copies());
         for (i, tx) in tx.into_iter().enumerate() {
             let (producer, consumer) = delay_line(opts.buffer_bytes[i])?;
-            let control = Arc::new(Control::new(
-                producer.uses_huge_pages(),
-                producer.capacity_bytes(),
-            ));
+            let mut control = Control::new(producer.uses_huge_pages(), producer.capacity_bytes());
+            control.held = super::HeldPerGroup::new(tx.max_held_per_pipe());
+            let control = Arc::new(control);
             max_frame[i] = tx.max_frame_bytes();
             supers[i] = opts.coalesce_window_ns.is_some() && tx.sends_super_frames();
             let cfg = output_config(&opts);
@@ -651,10 +650,10 @@ impl<M: LiveModel> LiveBridge<M> {
             let no_copies = pair.tx.iter().find_map(|t| t.no_copies());
             for (i, tx) in pair.tx.into_iter().enumerate() {
                 let (producer, consumer) = delay_line(pair.buffer_bytes[i])?;
-                let control = Arc::new(Control::new(
-                    producer.uses_huge_pages(),
-                    producer.capacity_bytes(),
-                ));
+                let mut control =
+                    Control::new(producer.uses_huge_pages(), producer.capacity_bytes());
+                control.held = super::HeldPerGroup::new(tx.max_held_per_pipe());
+                let control = Arc::new(control);
                 max_frame[i] = tx.max_frame_bytes();
                 supers[i] = opts.coalesce_window_ns.is_some() && tx.sends_super_frames();
                 let outlet = Outlet::new(control.clone(), consumer, tx, &group_cfg);
@@ -1197,11 +1196,14 @@ impl Stage {
         }
         // Past the largest group, packets are never flushed (counted as
         // delivered at their release time instead).
-        if self.next_group > crate::delay_line::MAX_GROUP {
+        if self.next_group >= super::BOUNDED_GROUP {
             return 0;
         }
-        let g = self.next_group;
+        let mut g = self.next_group;
         self.next_group += 1;
+        if self.controls.iter().any(|c| c.held.bounds(p)) {
+            g |= super::BOUNDED_GROUP;
+        }
         self.groups.insert(p, g);
         g
     }
@@ -1377,7 +1379,11 @@ impl Stage {
             wire_frames: decisions.len() as u32,
         };
         let stored = !self.shed[side]
-            && self.producers[side].push_whole(first.release_ns, group, whole, data);
+            && self.controls[side].held.take(group)
+            && (self.producers[side].push_whole(first.release_ns, group, whole, data) || {
+                self.controls[side].held.give_back(group);
+                false
+            });
         if stored {
             c.accepted += n;
             self.note_stored(side, first.release_ns);
@@ -1582,7 +1588,7 @@ impl Stage {
         c.fates.add(Fate::Delivered);
         c.fates.duplicated += d.duplicate as u64;
         c.fates.corrupted += !d.corrupt_bits.is_empty() as u64;
-        if self.shed[side] {
+        if self.shed[side] || !self.controls[side].held.take(group) {
             c.backpressure += 1;
             self.discard(side, bytes);
             return false;
@@ -1600,22 +1606,26 @@ impl Stage {
             self.producers[side].push_with_group(d.release_ns, bytes.len(), false, group, fill)
         };
         if !stored {
+            self.controls[side].held.give_back(group);
             c.backpressure += 1;
             self.discard(side, bytes);
             return false;
         }
         c.accepted += 1;
         self.note_stored(side, d.release_ns);
-        if d.duplicate {
+        if d.duplicate && self.controls[side].held.take(group) {
             // The copy leaves as it came, right after the original; one that
             // finds no room is not a lost packet.
-            let _ = self.producers[side].push_with_group(
+            let copied = self.producers[side].push_with_group(
                 d.release_ns,
                 bytes.len(),
                 true,
                 group,
                 |slot| finish(slot, bytes, csum),
             );
+            if !copied {
+                self.controls[side].held.give_back(group);
+            }
         }
         true
     }

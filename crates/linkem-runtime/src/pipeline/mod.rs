@@ -120,6 +120,9 @@ struct OutputShared {
 pub(crate) struct FlushSet {
     any: AtomicBool,
     groups: Mutex<std::collections::HashSet<u32>>,
+    /// Groups added so far: an output stage that ends a flushed group's
+    /// records at once (host mode) looks again when it changes.
+    added: AtomicU64,
 }
 
 impl FlushSet {
@@ -129,6 +132,12 @@ impl FlushSet {
             .unwrap_or_else(|p| p.into_inner())
             .insert(group);
         self.any.store(true, Ordering::Release);
+        self.added.fetch_add(1, Ordering::Release);
+    }
+
+    /// How many groups were added so far.
+    pub(crate) fn added(&self) -> u64 {
+        self.added.load(Ordering::Acquire)
     }
 
     /// Whether a record of `group` is to be flushed; group 0 never is, and
@@ -142,6 +151,78 @@ impl FlushSet {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .contains(&group)
+    }
+}
+
+/// Records of each bounded group (pipe) in one direction's delay line, when
+/// the send port asks ([`crate::port::TxPort::max_held_per_pipe`]: host mode,
+/// whose kernel holds every stored packet in a netfilter queue of 65 536, for
+/// the claims' pipes): the live stage gives a bounded pipe a group with
+/// [`BOUNDED_GROUP`] set, takes a slot before it stores a record of it and
+/// counts a record it may not store as backpressure; the output stage gives
+/// the slot back when it takes the record (sent, late, flushed). Counters are
+/// shared by bounded groups equal modulo [`HELD_COUNTERS`] (a group's bound
+/// then counts its neighbours' records too: never more held, at worst fewer).
+pub(crate) struct HeldPerGroup {
+    bound: Option<crate::port::HeldBound>,
+    counts: Box<[std::sync::atomic::AtomicU32]>,
+}
+
+/// Counters of [`HeldPerGroup`].
+const HELD_COUNTERS: usize = 4096;
+/// The bit of a group number that marks a bounded pipe's group.
+pub(crate) const BOUNDED_GROUP: u32 = (crate::delay_line::MAX_GROUP >> 1) + 1;
+
+impl HeldPerGroup {
+    /// `None`: no bound, nothing counted.
+    pub(crate) fn new(bound: Option<crate::port::HeldBound>) -> Self {
+        let counts = match bound {
+            None => Box::new([]) as Box<[_]>,
+            Some(_) => (0..HELD_COUNTERS)
+                .map(|_| std::sync::atomic::AtomicU32::new(0))
+                .collect(),
+        };
+        HeldPerGroup { bound, counts }
+    }
+
+    /// Whether pipe `pipe`'s records are bounded.
+    pub(crate) fn bounds(&self, pipe: u32) -> bool {
+        self.bound.as_ref().is_some_and(|b| b.pipes.contains(&pipe))
+    }
+
+    fn counter(&self, group: u32) -> Option<&std::sync::atomic::AtomicU32> {
+        if group & BOUNDED_GROUP == 0 {
+            return None;
+        }
+        self.counts
+            .get((group & !BOUNDED_GROUP) as usize % HELD_COUNTERS)
+    }
+
+    /// Takes a slot for a record of `group`; false when the group holds its limit.
+    #[inline]
+    pub(crate) fn take(&self, group: u32) -> bool {
+        let (Some(c), Some(b)) = (self.counter(group), self.bound.as_ref()) else {
+            return true;
+        };
+        if c.load(Ordering::Relaxed) >= b.packets {
+            return false;
+        }
+        c.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Whether a bound is set: the port lends packets a kernel holds, so a
+    /// deleted pipe's records get their end at once, not at their release.
+    pub(crate) fn is_bounded(&self) -> bool {
+        self.bound.is_some()
+    }
+
+    /// Gives back the slot of a record of `group` (taken, or not stored).
+    #[inline]
+    pub(crate) fn give_back(&self, group: u32) {
+        if let Some(c) = self.counter(group) {
+            let _ = c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        }
     }
 }
 
@@ -170,6 +251,8 @@ struct Control {
     out_of_order: AtomicU64,
     /// The live stage's deleted pipes (see [`FlushSet`]).
     flush: FlushSet,
+    /// Records held per pipe, bounded for host mode (see [`HeldPerGroup`]).
+    held: HeldPerGroup,
     input: Mutex<InputShared>,
     output: Mutex<OutputShared>,
     huge_pages: bool,
@@ -193,6 +276,7 @@ impl Control {
             output_wake_ns: AtomicU64::new(0),
             out_of_order: AtomicU64::new(0),
             flush: FlushSet::default(),
+            held: HeldPerGroup::new(None),
             input: Mutex::new(InputShared::default()),
             output: Mutex::new(OutputShared {
                 sent: 0,

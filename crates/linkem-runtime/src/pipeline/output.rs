@@ -109,15 +109,20 @@ impl OutputState {
         now: u64,
         src: &mut Source,
         flush: &FlushSet,
+        held: &super::HeldPerGroup,
     ) -> Result<(), String> {
         self.changed = true;
         src.take(|r, frame, kind| {
+            held.give_back(kind.group);
+            if kind.discarded {
+                return Ok(()); // ended and counted when its pipe went
+            }
             if flush.contains(kind.group) {
                 if let Some(w) = kind.whole {
                     self.local_flushed += u64::from(w.wire_frames);
                 } else if !kind.copy {
                     self.local_flushed += 1;
-                    self.tx.tx_discard(frame);
+                    self.discard(frame);
                 }
                 return Ok(());
             }
@@ -170,7 +175,7 @@ impl OutputState {
         if self.max_lag_ns.is_some_and(|m| lateness > m) {
             if !copy {
                 self.local_late += 1;
-                self.tx.tx_discard(frame);
+                self.discard(frame);
             }
             return Ok(());
         }
@@ -274,6 +279,15 @@ impl OutputState {
         self.flush()
     }
 
+    /// Hands a frame not sent back to the port, and makes the next
+    /// [`OutputState::flush`] reach the kernel: a port's discard may be a
+    /// verdict waiting in its batch (host mode's NF_DROP), which would
+    /// otherwise wait for the next frame sent, keeping the packet held.
+    fn discard(&mut self, frame: &[u8]) {
+        self.tx.tx_discard(frame);
+        self.queued = true;
+    }
+
     pub(super) fn flush(&mut self) -> Result<(), String> {
         if self.queued {
             self.queued = false;
@@ -308,6 +322,8 @@ pub(super) struct Kind {
     group: u32,
     whole: Option<Whole>,
     checksummed: bool,
+    /// Ended before its release ([`Source::end_flushed`]): only freed.
+    discarded: bool,
 }
 
 impl Kind {
@@ -317,6 +333,7 @@ impl Kind {
             group: h.group,
             whole: h.whole,
             checksummed: h.checksummed,
+            discarded: h.discarded,
         }
     }
 }
@@ -423,6 +440,31 @@ impl Source {
             heap: cfg.reorders.then(ReleaseQueue::new),
             sorted_runs: (cfg.reorders && cfg.sorted_runs).then(|| control.clone()),
             handled: 0,
+        }
+    }
+
+    /// Ends at once every record of a flushed group still waiting (in the
+    /// line and the reorder heap), as `send_next` would at its release:
+    /// counted as flushed and handed back to the port (`tx_discard`: host
+    /// mode's NF_DROP verdict), so that a deleted pipe's packets are not held
+    /// by a kernel until their release. Records in the line are marked and
+    /// freed at their turn; those in the heap leave it now.
+    pub(super) fn end_flushed(&mut self, st: &mut OutputState, flush: &FlushSet) {
+        let mut end = |frame: &[u8], kind: &Kind| {
+            if !flush.contains(kind.group) {
+                return false;
+            }
+            if let Some(w) = kind.whole {
+                st.local_flushed += u64::from(w.wire_frames);
+            } else if !kind.copy {
+                st.local_flushed += 1;
+                st.discard(frame);
+            }
+            true
+        };
+        self.consumer.discard_where(|h| end(h.frame, &Kind::of(h)));
+        if let Some(heap) = self.heap.as_mut() {
+            heap.retain(|h| h.kind.discarded || !end(&h.frame, &h.kind));
         }
     }
 
@@ -626,9 +668,12 @@ impl Outlet {
             } else if release_ns > now_ns || sent + frames > max_frames {
                 break Left::Next(release_ns);
             }
-            inner
-                .st
-                .send_next(now_ns, &mut inner.src, &self.control.flush)?;
+            inner.st.send_next(
+                now_ns,
+                &mut inner.src,
+                &self.control.flush,
+                &self.control.held,
+            )?;
             sent += frames;
         };
         // A super-frame being gathered stays held only while a frame is
@@ -689,10 +734,17 @@ pub(super) fn output_stage(outlet: Arc<Outlet>, cfg: OutputConfig, mut realtime:
         MAX_SLEEP_NS
     };
     let mut wakeups = 0u64;
+    // Host mode: a deleted pipe's packets get their verdicts at once (the
+    // kernel holds them), seen within MAX_SLEEP_NS while any record waits.
+    let mut flushes_seen = 0u64;
     while !control.stop.load(Ordering::Acquire) {
         let mut g = outlet.lock();
         let inner = &mut *g;
         inner.st.wakeups = wakeups;
+        if control.held.is_bounded() && control.flush.added() != flushes_seen {
+            flushes_seen = control.flush.added();
+            inner.src.end_flushed(&mut inner.st, &control.flush);
+        }
         let next = inner.src.next_release();
         // One relaxed store per frame; the input stage reads it once per batch.
         control
@@ -746,7 +798,10 @@ pub(super) fn output_stage(outlet: Arc<Outlet>, cfg: OutputConfig, mut realtime:
                 rt.busy(now);
             }
         }
-        if let Err(e) = inner.st.send_next(now, &mut inner.src, &control.flush) {
+        if let Err(e) = inner
+            .st
+            .send_next(now, &mut inner.src, &control.flush, &control.held)
+        {
             control.fail(e);
             break;
         }

@@ -199,7 +199,7 @@ fn send_due(dirs: &[Arc<Outlet>]) -> Result<Turn, (usize, String)> {
             turn.behind |= now - release_ns > BEHIND_NS;
             inner
                 .st
-                .send_next(now, &mut inner.src, &control.flush)
+                .send_next(now, &mut inner.src, &control.flush, &control.held)
                 .map_err(|e| (i, e))?;
             sent += 1;
             turn.worked = true;

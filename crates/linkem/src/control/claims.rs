@@ -508,9 +508,51 @@ pub fn check_ports(
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PipeAsk {
     pub rate_bps: Option<u64>,
+    /// The largest delay a packet can get ([`largest_delay_ns`]): what the
+    /// `delay` limit bounds.
     pub delay_ns: u64,
-    /// The most it may hold: queue capacity + rate × (delay + 4 jitter).
+    /// Its parts: delay, the jitter's reach, the longest wait for slots.
+    pub delay_parts_ns: [u64; 3],
+    /// The most it may hold: queue capacity + rate × the largest delay.
     pub held_bytes: u64,
+}
+
+/// The smallest frame a queue in packets is counted with (Ethernet's
+/// minimum), to bound the slots a queue in bytes may fill.
+const MIN_FRAME_BYTES: u64 = 64;
+
+/// The largest delay a packet of `link` can get, and its parts: `delay`;
+/// the jitter's reach (`Distribution::reach_ns`: the largest draw of the
+/// distribution, whose tail may be long: Pareto reaches ~240 000 × jitter);
+/// the longest wait for a `slot` (its largest gap, times the slots a full
+/// queue needs when each slot carries a bounded number of packets or bytes).
+/// A packet released later than this is impossible, so a bound on it bounds
+/// how long the kernel may hold a claim's packets.
+pub fn largest_delay_ns(link: &linkem_core::LinkConfig) -> (u64, [u64; 3]) {
+    let reach_ns = link.distribution.reach_ns(link.jitter_ns);
+    let slot_ns = match &link.slot {
+        None => 0,
+        Some(slot) => {
+            let gap_ns = match &slot.distribution {
+                Some((dist, delay_ns, jitter_ns)) => {
+                    delay_ns.saturating_add(dist.reach_ns(*jitter_ns))
+                }
+                None => slot.max_ns.max(slot.min_ns),
+            };
+            let (queue_packets, queue_bytes) = match (link.queue_packets, link.queue_bytes) {
+                (Some(p), _) => (u64::from(p), u64::from(p) * MAX_FRAME_BYTES),
+                (None, Some(b)) => (b.div_ceil(MIN_FRAME_BYTES), b),
+                (None, None) => (50, 50 * MAX_FRAME_BYTES),
+            };
+            let by_packets = slot
+                .packets
+                .map_or(1, |p| queue_packets.div_ceil(u64::from(p.max(1))));
+            let by_bytes = slot.bytes.map_or(1, |b| queue_bytes.div_ceil(b.max(1)));
+            gap_ns.saturating_mul(by_packets.max(by_bytes).max(1))
+        }
+    };
+    let parts = [link.delay_ns, reach_ns, slot_ns];
+    (parts.iter().fold(0u64, |a, &b| a.saturating_add(b)), parts)
 }
 
 impl PipeAsk {
@@ -521,16 +563,15 @@ impl PipeAsk {
             // Dummynet's 50 slots.
             (None, None) => 50 * MAX_FRAME_BYTES,
         };
+        let (delay_ns, delay_parts_ns) = largest_delay_ns(link);
         let held = match link.rate_bps {
-            Some(r) => {
-                let hold_ns = link.delay_ns as u128 + 4 * link.jitter_ns as u128;
-                queue as u128 + r as u128 * hold_ns / 8_000_000_000
-            }
+            Some(r) => queue as u128 + r as u128 * delay_ns as u128 / 8_000_000_000,
             None => u128::from(u64::MAX),
         };
         PipeAsk {
             rate_bps: link.rate_bps,
-            delay_ns: link.delay_ns,
+            delay_ns,
+            delay_parts_ns,
             held_bytes: held.min(u128::from(u64::MAX)) as u64,
         }
     }
@@ -729,8 +770,19 @@ impl Table {
             }
             if let Some(max) = limit.delay_ns {
                 if ask.delay_ns > max {
+                    let [d, j, slot] = ask.delay_parts_ns;
+                    let parts = if j == 0 && slot == 0 {
+                        String::new()
+                    } else {
+                        format!(
+                            " at most (delay {} + the jitter's reach {} + slot waits {})",
+                            format_time_ns(d),
+                            format_time_ns(j),
+                            format_time_ns(slot)
+                        )
+                    };
                     return refuse(format!(
-                        "delay={}: the {dir} pipe asks delay {}",
+                        "delay={}: the {dir} pipe asks delay {}{parts}",
                         format_time_ns(max),
                         format_time_ns(ask.delay_ns)
                     ));
@@ -880,6 +932,60 @@ mod tests {
         assert!(t.take_expired(4_999).is_empty());
         assert_eq!(t.take_expired(5_000).len(), 1);
         assert!(t.is_empty());
+    }
+
+    /// Issue 34, item 2: `slot 600s` held packets in the kernel's queue for
+    /// ten minutes under a `delay` limit of 5 s, which looked at `delay` only.
+    #[test]
+    fn the_delay_limit_bounds_delay_jitter_reach_and_slot_waits() {
+        let limit = Limit {
+            delay_ns: Some(5_000_000_000),
+            ..Limit::NONE
+        };
+        let t = Table::default();
+        let slotted = linkem_core::LinkConfig {
+            rate_bps: Some(1_000_000),
+            delay_ns: 1_000_000,
+            queue_packets: Some(50),
+            slot: Some(linkem_core::config::SlotConfig {
+                min_ns: 600_000_000_000,
+                max_ns: 600_000_000_000,
+                distribution: None,
+                packets: None,
+                bytes: None,
+            }),
+            ..Default::default()
+        };
+        let a = PipeAsk::of(&slotted);
+        assert_eq!(a.delay_ns, 600_001_000_000);
+        let m = match t.check_limits(1001, &limit, None, (1, 1), &[a, a]) {
+            Err(Failure::Refused(m)) => m,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            m,
+            "limit delay=5s for uid 1001: the a-to-b pipe asks delay 600.001s at most \
+             (delay 1ms + the jitter's reach 0ns + slot waits 600s)"
+        );
+        // A slot carrying 5 packets needs 10 slots for a queue of 50.
+        let mut five = slotted.clone();
+        if let Some(s) = five.slot.as_mut() {
+            s.min_ns = 100_000_000;
+            s.max_ns = 100_000_000;
+            s.packets = Some(5);
+        }
+        assert_eq!(largest_delay_ns(&five).1, [1_000_000, 0, 1_000_000_000]);
+        // Normal jitter of 100 ms reaches about 8.3 × 100 ms.
+        let jittery = linkem_core::LinkConfig {
+            rate_bps: Some(1_000_000),
+            delay_ns: 100_000_000,
+            jitter_ns: 100_000_000,
+            distribution: std::sync::Arc::new(linkem_core::dist::Distribution::Normal),
+            ..Default::default()
+        };
+        let a = PipeAsk::of(&jittery);
+        assert!((900_000_000..1_000_000_000).contains(&a.delay_ns), "{a:?}");
+        assert_eq!(t.check_limits(1001, &limit, None, (1, 1), &[a, a]), Ok(()));
     }
 
     #[test]
