@@ -75,8 +75,9 @@ pub struct ClaimArgs {
     /// do there is bounded by its claims and --limits.
     #[arg(long)]
     pub claims: bool,
-    /// With --claims: how long a claim lives unless claimed again (default 1h).
-    #[arg(long, value_name = "DURATION", requires = "claims")]
+    /// With --claims: how long a claim lives unless claimed again (default 1h;
+    /// 30min, 2h, at most 24h).
+    #[arg(long, value_name = "TIME", requires = "claims", value_parser = crate::args::time_arg)]
     pub claim_ttl: Option<String>,
     /// With --claims: per-user limits (root's file; see README, "Sharing one
     /// emulator"): lines 'UID|default claims=N ports=N rate=R delay=T queue=SIZE'.
