@@ -287,6 +287,21 @@ pub fn parse_probability(text: &str) -> Result<f64, UnitError> {
     Ok(value)
 }
 
+/// A time's text, checked by [`parse_time_ns`] and kept: the check of a
+/// command-line option that is read later, so that a wrong time is refused
+/// under the option's name before anything starts.
+pub fn checked_time(text: &str) -> Result<String, UnitError> {
+    parse_time_ns(text).map(|_| text.to_string())
+}
+
+/// As [`checked_time`], or the word `off`.
+pub fn checked_time_or_off(text: &str) -> Result<String, UnitError> {
+    if text == "off" {
+        return Ok(text.to_string());
+    }
+    checked_time(text).map_err(|e| UnitError(format!("{e}, or 'off'")))
+}
+
 /// A time in seconds, for options named in seconds before they took units
 /// (`--stats-interval`, `--duration`): any time [`parse_time_ns`] reads
 /// (`500ms`, `1.5s`, `2min`, `1h`), or a bare number of seconds (`0.5`, `30`);

@@ -245,7 +245,7 @@ pub struct BridgeArgs {
     /// NIC's interrupt moderation, within which a receiver's GRO merges). A
     /// host's TSO burst without `rate` is due at one instant and leaves whole
     /// with any window, 0 included.
-    #[arg(long, value_name = "TIME", value_parser = time_arg)]
+    #[arg(long, value_name = "TIME", value_parser = linkem_core::units::checked_time)]
     pub coalesce_window: Option<String>,
     /// How the emulator runs, what it prints and writes: the options every
     /// live front end shares (bridge, host; the shell sets its own).
@@ -306,11 +306,11 @@ pub struct RunArgs {
     /// By default it does not spin while every core is taken (more tasks ready to run
     /// than cores: spinning would take one from a host); given, it spins regardless, as
     /// on cores that are linkem's alone.
-    #[arg(long, value_name = "TIME", value_parser = time_arg)]
+    #[arg(long, value_name = "TIME", value_parser = linkem_core::units::checked_time)]
     pub spin_threshold: Option<String>,
     /// Drop (as 'late') a packet that cannot leave within TIME of its release time
     /// (default 5ms; 'off' never drops, letting a backlog grow under overload).
-    #[arg(long, value_name = "TIME", value_parser = time_or_off_arg)]
+    #[arg(long, value_name = "TIME", value_parser = linkem_core::units::checked_time_or_off)]
     pub max_lag: Option<String>,
     /// Delay-line size per direction (default: from rate × delay), e.g. 2GiB.
     #[arg(long, value_name = "SIZE")]
@@ -327,7 +327,7 @@ pub struct RunArgs {
     /// ordinary priority, so that a host answering on the same core runs
     /// first; '0' keeps the stage waiting under SCHED_FIFO (for cores that
     /// are linkem's alone).
-    #[arg(long, value_name = "TIME", value_parser = time_arg)]
+    #[arg(long, value_name = "TIME", value_parser = linkem_core::units::checked_time)]
     pub linger: Option<String>,
     /// Which stages run under SCHED_FIFO: 'out' (default) lets the output stages
     /// wake at release times, and the input stages take frames in, at once even when
@@ -396,23 +396,6 @@ pub(crate) struct Timing {
     pub buffer: Option<usize>,
     /// `None`: coalescing off.
     pub coalesce_window_ns: Option<u64>,
-}
-
-/// clap's check of an option taking a time ([`linkem_core::units::TIME_SYNTAX`]),
-/// so that a wrong one is refused with the option's name before anything starts.
-/// The text is kept: [`timing`] reads it.
-pub fn time_arg(text: &str) -> Result<String, String> {
-    parse_time_ns(text)
-        .map(|_| text.to_string())
-        .map_err(|e| e.0)
-}
-
-/// As [`time_arg`], or 'off'.
-pub fn time_or_off_arg(text: &str) -> Result<String, String> {
-    if text == "off" {
-        return Ok(text.to_string());
-    }
-    time_arg(text).map_err(|e| format!("{e}, or 'off'"))
 }
 
 pub(crate) fn timing(args: &BridgeArgs) -> Result<Timing> {

@@ -96,7 +96,7 @@ pub struct ShellArgs {
     /// release time, as `linkem bridge --max-lag` does. Default 'off' here:
     /// a shell's packets are one command's own, and a packet the machine
     /// sends late is sent late, never lost, as in mahimahi.
-    #[arg(long, value_name = "TIME", default_value = "off", value_parser = crate::args::time_or_off_arg)]
+    #[arg(long, value_name = "TIME", default_value = "off", value_parser = linkem_core::units::checked_time_or_off)]
     pub max_lag: String,
     /// Link log of what CMD sends, in mahimahi's format (`mm-link --uplink-log`).
     #[arg(long = "log-a-to-b", visible_alias = "uplink-log", value_name = "FILE")]

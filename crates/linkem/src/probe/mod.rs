@@ -504,7 +504,7 @@ pub struct ProbeArgs {
     #[arg(long, value_name = "TIME", value_parser = linkem_core::units::parse_seconds)]
     pub duration: Option<f64>,
     /// The one-way delay the path is configured for; deviations are from it.
-    #[arg(long, default_value = "0ms", value_name = "TIME", value_parser = crate::args::time_arg)]
+    #[arg(long, default_value = "0ms", value_name = "TIME", value_parser = linkem_core::units::checked_time)]
     pub expect_delay: String,
     /// Seed of the Poisson schedule.
     #[arg(long, default_value_t = 1)]
