@@ -34,7 +34,7 @@ for tool in cargo:cargo dpkg-deb:dpkg gzip:gzip strip:binutils; do
   command -v "${tool%%:*}" >/dev/null || { echo "package: ${tool%%:*} is missing (install ${tool#*:})" >&2; exit 1; }
 done
 
-cargo build --locked -q --profile "$profile" -p linkem
+cargo build --locked -q --profile "$profile" -p linkem-emu
 target=${CARGO_TARGET_DIR:-$PWD/target}
 bin=$target/$out_dir/linkem
 

@@ -24,6 +24,22 @@ fn link_words_become_a_config() {
 }
 
 #[test]
+fn link_without_a_direction_sets_both() {
+    match parse("link delay 20ms").unwrap().request {
+        Request::Link { dir, link, words } => {
+            assert_eq!(dir, Dir::Both);
+            assert_eq!(link.delay_ns, 20_000_000);
+            assert_eq!(words, vec!["delay", "20ms"]);
+        }
+        other => panic!("{other:?}"),
+    }
+    let e = parse("link").unwrap_err();
+    assert!(e.message.contains("needs words"), "{e:?}");
+    let e = parse("link sideways delay 1ms").unwrap_err();
+    assert_eq!(e.word.as_deref(), Some("sideways"), "{e:?}");
+}
+
+#[test]
 fn errors_name_the_word_and_its_position() {
     let e = parse("link both delay 20xs").unwrap_err();
     assert_eq!(e.position, Some(4));
