@@ -99,19 +99,37 @@ fn blocks(readme: &str) -> Vec<Block> {
 /// The complete commands README names in its text (`` `linkem ctl --name X
 /// link delay 20ms` ``), as one-line blocks: a span of three words or more
 /// that is no synopsis nor an option's name (`linkem plot --ms-per-bin`);
-/// outside code blocks.
+/// outside code blocks, read by paragraph (a span may break across lines;
+/// its line is the paragraph's first).
 fn inline_commands(readme: &str) -> Vec<Block> {
-    let mut out = Vec::new();
+    // Spans of README's text that show linkem's output, not a command.
+    const OUTPUT: &[&str] = &["linkem bridge after 4.0 s"];
+    // Paragraphs of text (a span may break across lines), with the line each starts at.
+    let mut paragraphs: Vec<(usize, String)> = Vec::new();
     let mut fenced = false;
+    let mut open = false;
     for (i, l) in readme.lines().enumerate() {
         if l.trim_start().starts_with("```") {
             fenced = !fenced;
+            open = false;
             continue;
         }
-        if fenced || l.starts_with("    ") {
+        if fenced || l.starts_with("    ") || l.trim().is_empty() {
+            open = false;
             continue;
         }
-        for (k, span) in l.split('`').enumerate() {
+        match (open, paragraphs.last_mut()) {
+            (true, Some((_, text))) => {
+                text.push(' ');
+                text.push_str(l.trim());
+            }
+            _ => paragraphs.push((i + 1, l.trim().to_string())),
+        }
+        open = true;
+    }
+    let mut out = Vec::new();
+    for (line, text) in paragraphs {
+        for (k, span) in text.split('`').enumerate() {
             let command = span.strip_prefix("sudo ").unwrap_or(span);
             if k % 2 == 1
                 && command.starts_with("linkem ")
@@ -122,9 +140,10 @@ fn inline_commands(readme: &str) -> Vec<Block> {
                     .unwrap_or("")
                     .starts_with("--")
                 && !is_synopsis(command)
+                && !OUTPUT.contains(&command)
             {
                 out.push(Block {
-                    line: i + 1,
+                    line,
                     lines: vec![span.to_string()],
                     inline: true,
                 });
