@@ -170,3 +170,45 @@ fn a_link_word_taken_as_an_interface_is_named_as_such() {
         assert!(!err.contains("unknown word"), "{args:?}: {err}");
     }
 }
+
+/// `linkem-ctl` is `linkem ctl` as a program of its own (the package installs
+/// it 0755 without capabilities, for users outside group linkem): same
+/// options, same requests, its own name in messages.
+#[test]
+fn linkem_ctl_is_the_client_on_its_own() {
+    let ctl = env!("CARGO_BIN_EXE_linkem-ctl");
+    let run = |args: &[&str]| {
+        Command::new(ctl)
+            .args(args)
+            .output()
+            .expect("linkem-ctl runs")
+    };
+    let help = run(&["--help"]);
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(help.status.success(), "{text}");
+    for want in ["--name", "--socket", "--json", "claim udp|tcp"] {
+        assert!(
+            text.contains(want),
+            "linkem-ctl --help lacks '{want}':\n{text}"
+        );
+    }
+    let linkem = Command::new(env!("CARGO_BIN_EXE_linkem"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    let version = String::from_utf8_lossy(&run(&["--version"]).stdout).to_string();
+    assert_eq!(
+        version.replace("linkem-ctl", "linkem"),
+        String::from_utf8_lossy(&linkem.stdout),
+        "linkem-ctl and linkem differ in version"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("lke-none.sock");
+    let o = run(&["--socket", socket.to_str().unwrap(), "ping"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.starts_with("linkem-ctl: ") && err.contains("lke-none.sock"),
+        "{err}"
+    );
+}
