@@ -69,7 +69,7 @@
 use linkem_core::config::FileLoader;
 use linkem_core::model::Change;
 use linkem_core::rules::{parse_object, parse_rule, ObjectDef, ObjectKind, Rule, RulesError};
-use linkem_core::units::parse_time_ns;
+use linkem_core::units::{parse_time_ns, parse_time_or_bare_ns};
 use linkem_core::{LinkConfig, LinkSpec};
 use std::fmt;
 use std::io::BufRead;
@@ -545,16 +545,8 @@ fn parse_request(
             let interval_ns = match c.take() {
                 None => 1_000_000_000,
                 Some(w) => {
-                    let ns = if w.parse::<f64>().is_ok() {
-                        let s: f64 = w.parse().unwrap_or(0.0);
-                        if s.is_finite() && s > 0.0 && s <= 3600.0 {
-                            (s * 1e9) as u64
-                        } else {
-                            0
-                        }
-                    } else {
-                        parse_time_ns(w).map_err(|e| c.here(e.0))?
-                    };
+                    // The one time syntax; a bare number is seconds, as before units.
+                    let ns = parse_time_or_bare_ns(w, "s").map_err(|e| c.here(e.0))?;
                     if !(WATCH_MIN_NS..=WATCH_MAX_NS).contains(&ns) {
                         return Err(c.here("watch interval must be 10ms..1h"));
                     }

@@ -168,9 +168,18 @@ fn watch_intervals() {
             interval_ns: 500_000_000
         }
     );
+    // The one time syntax: minutes and hours too.
+    assert_eq!(
+        parse("watch 1min").unwrap().request,
+        Request::Watch {
+            interval_ns: 60_000_000_000
+        }
+    );
+    assert!(parse("watch 1h").is_ok());
     for bad in [
         "watch 1us",
         "watch 0",
+        "watch 1e3",
         "watch -1",
         "watch NaN",
         "watch 2h",
