@@ -69,7 +69,7 @@
 use linkem_core::config::FileLoader;
 use linkem_core::model::Change;
 use linkem_core::rules::{parse_object, parse_rule, ObjectDef, ObjectKind, Rule, RulesError};
-use linkem_core::units::{parse_time_ns, parse_time_or_bare_ns};
+use linkem_core::units::parse_time_or_bare_ns;
 use linkem_core::{LinkConfig, LinkSpec};
 use std::fmt;
 use std::io::BufRead;
