@@ -35,8 +35,9 @@ pub enum Command {
     /// (--uplink) is what CMD sends, b-to-a (--downlink) what it receives.
     /// CMD reaches the caller's namespace directly and the rest through NAT
     /// (IPv4 and IPv6); its address is in LINKEM_SHELL_ADDR(6), the parent's
-    /// in LINKEM_SHELL_PARENT(6) and MAHIMAHI_BASE. linkem exits with CMD's
-    /// status. As root it uses veths; as an ordinary user, a user namespace
+    /// in LINKEM_SHELL_PARENT(6) and MAHIMAHI_BASE (the outermost shell's, when
+    /// shells nest, as mahimahi). linkem exits with CMD's status (127 when
+    /// CMD is not found, 126 when it cannot be executed, as sh). As root it uses veths; as an ordinary user, a user namespace
     /// and pasta (passt) for the way out. Shells nest: each adds a hop.
     #[command(after_help = link_words_help())]
     Shell(Box<crate::shell::ShellArgs>),
