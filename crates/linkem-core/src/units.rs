@@ -82,9 +82,6 @@ const TIME_UNITS: &[(&[&str], f64)] = &[
     (&["ns", "nsec", "nsecs"], 1.0),
 ];
 
-/// The spellings listed in help texts and errors.
-pub const TIME_SYNTAX: &str = "a number and a unit: ns, us, ms, s, min or h (10ms, 1.5s, 2min, 1h)";
-
 fn time_scale(unit: &str) -> Option<f64> {
     TIME_UNITS
         .iter()
@@ -133,7 +130,8 @@ pub fn parse_time_ns(text: &str) -> Result<u64, UnitError> {
 pub fn parse_time_or_bare_ns(text: &str, bare_unit: &str) -> Result<u64, UnitError> {
     let (value, unit) = split_number(text)?;
     if unit.is_empty() {
-        let scale = time_scale(bare_unit).expect("bare_unit is one of TIME_UNITS");
+        let scale = time_scale(bare_unit)
+            .ok_or_else(|| UnitError(format!("'{bare_unit}' is not a time unit")))?;
         return to_u64(value * scale, MAX_TIME_NS, "1 day (86400s)", text);
     }
     parse_time_ns(text)
