@@ -133,7 +133,7 @@ fn page(
 }
 
 /// The EXAMPLES of each page, by command name: (what it does, the command
-/// line). Each parses as written (tested below) and most are README's, which
+/// line). Each parses as written (tests/help.rs) and most are README's, which
 /// `tests/readme_commands.rs` checks.
 pub const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
     (
@@ -232,44 +232,4 @@ fn man_pages(cmd: clap::Command, dir: &Path) -> Result<()> {
         outfile::write_all(&dir.join(name), &roff)?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::{CommandFactory, Parser};
-
-    #[test]
-    fn every_page_has_examples_and_each_parses_as_written() {
-        let cmd = crate::cli::Cli::command();
-        let mut names: Vec<String> = vec![cmd.get_name().to_string()];
-        names.extend(
-            cmd.get_subcommands()
-                .filter(|s| !s.is_hide_set())
-                .map(|s| s.get_name().to_string()),
-        );
-        for name in &names {
-            assert!(
-                EXAMPLES.iter().any(|(n, e)| n == name && !e.is_empty()),
-                "no EXAMPLES for the page of '{name}'"
-            );
-        }
-        for (_, examples) in EXAMPLES {
-            for (_, line) in *examples {
-                // linkem-ctl takes what `linkem ctl` takes.
-                let line = line.replacen("linkem-ctl ", "linkem ctl ", 1);
-                let argv: Vec<&str> = line.split_whitespace().collect();
-                if let Err(e) = crate::cli::Cli::try_parse_from(&argv) {
-                    panic!("the example '{line}' does not parse:\n{e}");
-                }
-            }
-        }
-        let pages = man_pages_of(crate::cli::Cli::command()).unwrap();
-        for (file, roff) in pages {
-            assert!(
-                String::from_utf8_lossy(&roff).contains("\n.SH EXAMPLES\n"),
-                "{file} has no EXAMPLES"
-            );
-        }
-    }
 }

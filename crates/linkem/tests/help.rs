@@ -212,3 +212,40 @@ fn linkem_ctl_is_the_client_on_its_own() {
         "{err}"
     );
 }
+
+/// Every man page has EXAMPLES, and each example parses as written.
+#[test]
+fn every_page_has_examples_and_each_parses_as_written() {
+    use clap::{CommandFactory, Parser};
+    use linkem::cli::Cli;
+    use linkem::generate::{man_pages_of, EXAMPLES};
+    let cmd = Cli::command();
+    let mut names: Vec<String> = vec![cmd.get_name().to_string()];
+    names.extend(
+        cmd.get_subcommands()
+            .filter(|s| !s.is_hide_set())
+            .map(|s| s.get_name().to_string()),
+    );
+    for name in &names {
+        assert!(
+            EXAMPLES.iter().any(|(n, e)| n == name && !e.is_empty()),
+            "no EXAMPLES for the page of '{name}'"
+        );
+    }
+    for (_, examples) in EXAMPLES {
+        for (_, line) in *examples {
+            // linkem-ctl takes what `linkem ctl` takes.
+            let line = line.replacen("linkem-ctl ", "linkem ctl ", 1);
+            let argv: Vec<&str> = line.split_whitespace().collect();
+            if let Err(e) = Cli::try_parse_from(&argv) {
+                panic!("the example '{line}' does not parse:\n{e}");
+            }
+        }
+    }
+    for (file, roff) in man_pages_of(Cli::command()).unwrap() {
+        assert!(
+            String::from_utf8_lossy(&roff).contains("\n.SH EXAMPLES\n"),
+            "{file} has no EXAMPLES"
+        );
+    }
+}
