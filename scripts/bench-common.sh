@@ -34,7 +34,7 @@ bench_start() {
 # builds in one session).
 bench_linkem() {
   if [ -z "${LINKEM:-}" ]; then
-    cargo build --release -q -p linkem
+    cargo build --release -q -p linkem-emu
     LINKEM=${CARGO_TARGET_DIR:-$PWD/target}/release/linkem
   fi
 }

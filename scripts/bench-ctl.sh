@@ -40,7 +40,7 @@ N=${N:-20000}
 STORM_RATE=${STORM_RATE:-10000}
 RULES=${RULES:-}
 LINKEM=${LINKEM:-target/debug/linkem}
-[ -x "$LINKEM" ] || cargo build -p linkem
+[ -x "$LINKEM" ] || cargo build -p linkem-emu
 SOCK=/run/linkem/$P.sock
 OUT=$(mktemp -d)
 LPID=

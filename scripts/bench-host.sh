@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 need_packages ip:iproute2 ping:iputils-ping iperf3:iperf3
 secs=${SECS:-5}
 bin=${LINKEM:-target/release/linkem}
-[ -x "$bin" ] || cargo build --release -p linkem
+[ -x "$bin" ] || cargo build --release -p linkem-emu
 p=bh$$
 s=${p}s r=${p}r
 cleanup() {

@@ -19,7 +19,7 @@ ROUNDS=${3:-2}
 . scripts/topology.sh
 need_packages ip:iproute2 ethtool:ethtool python3:python3
 if [ -z "${LINKEM:-}" ]; then
-  cargo build --release -q -p linkem
+  cargo build --release -q -p linkem-emu
   LINKEM=${CARGO_TARGET_DIR:-$PWD/target}/release/linkem
 fi
 BACKENDS=${BACKENDS:-packet xdp}

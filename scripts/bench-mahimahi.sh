@@ -39,7 +39,7 @@ mm_uid=$(id -u "$MM_USER") || die "no user $MM_USER (set MM_USER to an ordinary 
 mm_gid=$(id -g "$MM_USER")
 [ "$mm_uid" != 0 ] && [ "$mm_gid" != 0 ] || die "MM_USER must not be root: mahimahi refuses to run as root"
 if [ -z "${LINKEM:-}" ]; then
-  cargo build --release -q -p linkem
+  cargo build --release -q -p linkem-emu
   LINKEM=${CARGO_TARGET_DIR:-$PWD/target}/release/linkem
 fi
 [ -x "$LINKEM" ] || die "LINKEM=$LINKEM is not an executable"

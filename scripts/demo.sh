@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || { echo "demo: cargo is missing (install Rust with rustup)"; exit 1; }
-cargo build --release -q -p linkem
+cargo build --release -q -p linkem-emu
 LINKEM=${CARGO_TARGET_DIR:-$PWD/target}/release/linkem
 out=$(mktemp -d)
 P=lkdemo$$

@@ -5,7 +5,10 @@
 #  - scripts/package.sh --profile dev, i.e. the binary `cargo test` already
 #    built (no second, release build in CI);
 #  - every promised file is there, root-owned, 0644 (0755 for directories and
-#    the binary); a man page per command `linkem --help` lists;
+#    the binaries); a man page per command `linkem --help` lists, each with
+#    EXAMPLES; linkem-ctl (the client every user may run) and linkem-cni with
+#    its page; the example traces and schedules replay; tmpfiles.d makes
+#    /run/linkem 0755; the systemd unit runs `linkem bridge --name %i $ARGS`;
 #  - `linkem --version` names this checkout's commit; the packaged examples
 #    replay (the capture through dsl.toml, and through each rules file);
 #  - each man page renders with `man -l` without a groff warning;
@@ -46,7 +49,11 @@ for f in usr/bin/linkem usr/share/man/man1/linkem.1.gz \
   usr/share/fish/vendor_completions.d/linkem.fish usr/share/doc/linkem/copyright \
   usr/share/doc/linkem/changelog.Debian.gz usr/share/doc/linkem/changelog.gz \
   usr/share/doc/linkem/README.md.gz usr/share/doc/linkem/examples/demo.pcap \
-  usr/share/doc/linkem/examples/dsl.toml usr/share/doc/linkem/examples/rules/two-links.rules; do
+  usr/share/doc/linkem/examples/dsl.toml usr/share/doc/linkem/examples/rules/two-links.rules \
+  usr/bin/linkem-ctl usr/bin/linkem-cni usr/share/man/man1/linkem-cni.1.gz \
+  usr/share/man/man1/linkem-ctl.1.gz usr/share/doc/linkem/examples/traces/12mbit.trace \
+  usr/share/doc/linkem/examples/schedules/steps.sched usr/share/doc/linkem/examples/bridge.conf \
+  usr/lib/tmpfiles.d/linkem.conf usr/lib/systemd/system/linkem-bridge@.service; do
   [ -f "$fs/$f" ] || fail "$deb lacks /$f"
 done
 commands=$("$bin" --help | sed -n '/^Commands:/,/^$/p' | awk 'NR > 1 && NF && $1 != "help" { print $1 }')
@@ -57,8 +64,8 @@ done
 not_root=$(dpkg-deb -c "$deb" | awk '$2 != "root/root"')
 [ -z "$not_root" ] || fail "files not owned by root in the package:"$'\n'"$not_root"
 bad_modes=$(cd "$fs" && find . \( -type d ! -perm 0755 \) -o \
-  \( -type f ! -path ./usr/bin/linkem ! -perm 0644 \) -o \( -path ./usr/bin/linkem ! -perm 0755 \))
-[ -z "$bad_modes" ] || fail "wrong modes (directories and the binary 0755, files 0644):"$'\n'"$bad_modes"
+  \( -type f ! -path './usr/bin/*' ! -perm 0644 \) -o \( -path './usr/bin/*' ! -perm 0755 \))
+[ -z "$bad_modes" ] || fail "wrong modes (directories and the binaries 0755, files 0644):"$'\n'"$bad_modes"
 
 # -- the version names the commit
 version=$(sed -n 's/^version *= *"\(.*\)"/\1/p' Cargo.toml | head -n 1)
@@ -89,6 +96,34 @@ for rules in "$doc"/examples/rules/*.rules; do
     fail "replay through the packaged $(basename "$rules") failed: $(cat "$work/err")"
 done
 
+# -- the traces and schedules replay
+for trace in "$doc"/examples/traces/*.trace; do
+  "$bin" replay "$doc/examples/demo.pcap" "$work/out.pcap" trace "$trace" --stats none --quiet 2>"$work/err" ||
+    fail "replay through the packaged $(basename "$trace") failed: $(cat "$work/err")"
+done
+for sched in "$doc"/examples/schedules/*.sched; do
+  "$bin" replay "$doc/examples/demo.pcap" "$work/out.pcap" rate 10mbit schedule "$sched" --stats none --quiet 2>"$work/err" ||
+    fail "replay through the packaged $(basename "$sched") failed: $(cat "$work/err")"
+done
+
+# -- the client every user may run: linkem-ctl, no capabilities
+ctl=$fs/usr/bin/linkem-ctl
+[ "$("$ctl" --version)" = "linkem-ctl ${said#linkem }" ] || fail "linkem-ctl --version says '$("$ctl" --version)'"
+"$ctl" --socket "$work/none.sock" ping 2>"$work/err" && fail "linkem-ctl reached a socket that is not there"
+grep -q "none.sock" "$work/err" || fail "linkem-ctl's error does not name the socket: $(cat "$work/err")"
+"$ctl" list-emulators >/dev/null || fail "linkem-ctl list-emulators failed"
+
+# -- /run/linkem and the systemd unit
+grep -q '^d /run/linkem 0755 root root' "$fs/usr/lib/tmpfiles.d/linkem.conf" || fail "tmpfiles.d/linkem.conf does not make /run/linkem 0755"
+if command -v systemd-tmpfiles >/dev/null; then
+  systemd-tmpfiles --root="$work/tmproot" --create "$fs/usr/lib/tmpfiles.d/linkem.conf" 2>"$work/err" ||
+    fail "systemd-tmpfiles refuses linkem.conf: $(cat "$work/err")"
+  [ "$(stat -c %a "$work/tmproot/run/linkem")" = 755 ] || fail "systemd-tmpfiles made /run/linkem $(stat -c %a "$work/tmproot/run/linkem")"
+fi
+unit=$fs/usr/lib/systemd/system/linkem-bridge@.service
+grep -q '^ExecStart=/usr/bin/linkem bridge --name %i $ARGS$' "$unit" || fail "linkem-bridge@.service runs no 'linkem bridge --name %i \$ARGS'"
+grep -q '^ARGS=[^ ]\+ [^ ]\+ ' "$doc/examples/bridge.conf" || fail "examples/bridge.conf gives no ARGS=IF_A IF_B ..."
+
 # -- man pages
 for page in "$fs"/usr/share/man/man1/*.1.gz; do
   warnings=$(MANWIDTH=80 MANPAGER=cat man --warnings -l "$page" 2>&1 >/dev/null)
@@ -97,6 +132,9 @@ done
 top=$(MANWIDTH=80 MANPAGER=cat man -l "$fs/usr/share/man/man1/linkem.1.gz" 2>/dev/null)
 for c in $commands; do
   grep -q "linkem-$c(1)" <<<"$top" || fail "linkem(1) does not point to linkem-$c(1)"
+done
+for page in "$fs"/usr/share/man/man1/linkem*.1.gz; do
+  zgrep -q '^\.SH EXAMPLES' "$page" || fail "$(basename "$page") has no EXAMPLES"
 done
 bridge=$(MANWIDTH=80 MANPAGER=cat man -l "$fs/usr/share/man/man1/linkem-bridge.1.gz" 2>/dev/null)
 grep -q -- '--a-to-b' <<<"$bridge" || fail "linkem-bridge(1) does not document --a-to-b"
@@ -140,6 +178,15 @@ gid=$(sed -n 's/^linkem:[^:]*:\([0-9]*\):.*/\1/p' "$fs/etc/group")
 [ -n "$gid" ] || fail "postinst made no group linkem: $(cat "$fs/etc/group")"
 [ "$(stat -c '%u %g %a' "$bin")" = "0 $gid 750" ] ||
   fail "/usr/bin/linkem is $(stat -c '%u %g %a' "$bin") after postinst, not 0 $gid 750"
+for b in linkem-ctl linkem-cni; do
+  [ "$(stat -c '%a' "$fs/usr/bin/$b")" = 755 ] && [ -z "$(getcap "$fs/usr/bin/$b")" ] ||
+    fail "/usr/bin/$b is $(stat -c %a "$fs/usr/bin/$b") with '$(getcap "$fs/usr/bin/$b")' after postinst, not 0755 without capabilities"
+done
+# Any user runs the client (the throwaway root is made reachable for the test).
+chmod 755 "$work"
+runuser -u nobody -- "$fs/usr/bin/linkem-ctl" --socket "$work/none.sock" ping 2>"$work/err" &&
+  fail "linkem-ctl as nobody reached a socket that is not there"
+grep -q "none.sock" "$work/err" || fail "nobody cannot run linkem-ctl: $(cat "$work/err")"
 readme_caps=$(grep -o 'setcap [a-z_,]*+ep /usr/local/bin/linkem' README.md | head -n 1 | cut -d' ' -f2)
 [ -n "$readme_caps" ] || fail "README.md has no 'setcap CAPS+ep /usr/local/bin/linkem' line"
 # getcap prints the set in its own order: compare as sorted lists.

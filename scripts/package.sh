@@ -7,7 +7,10 @@
 # nothing if it is fresh), stripped, and packed with dpkg-deb (no cargo-deb:
 # it would be one more tool to install, and the package is a few files) with
 # its man pages and bash/zsh/fish completions, made by the binary itself
-# (`linkem generate`), the examples of testdata/ and README.md. Depends comes
+# (`linkem generate`), the examples of testdata/ (captures, rules, traces,
+# schedules) and README.md; linkem-ctl (the client, 0755 for every user) and
+# linkem-cni with its man page; a tmpfiles.d entry for /run/linkem and a
+# systemd unit, linkem-bridge@NAME, reading /etc/linkem/NAME.conf. Depends comes
 # from dpkg-shlibdeps (dpkg-dev), or without it from the binary's symbol
 # versions. The postinst (packaging/debian/postinst) gives the group linkem
 # the bridge without root. LINKEM_COMMIT, if set, names the commit (a tarball);
@@ -34,7 +37,7 @@ for tool in cargo:cargo dpkg-deb:dpkg gzip:gzip strip:binutils; do
   command -v "${tool%%:*}" >/dev/null || { echo "package: ${tool%%:*} is missing (install ${tool#*:})" >&2; exit 1; }
 done
 
-cargo build --locked -q --profile "$profile" -p linkem
+cargo build --locked -q --profile "$profile" -p linkem-emu -p linkem-cni
 target=${CARGO_TARGET_DIR:-$PWD/target}
 bin=$target/$out_dir/linkem
 
@@ -62,19 +65,30 @@ doc=$stage/usr/share/doc/linkem
 
 install -d "$stage/DEBIAN" "$stage/usr/bin" "$stage/usr/share/man/man1" \
   "$stage/usr/share/bash-completion/completions" "$stage/usr/share/zsh/vendor-completions" \
-  "$stage/usr/share/fish/vendor_completions.d" "$doc/examples/rules"
+  "$stage/usr/share/fish/vendor_completions.d" "$doc/examples/rules" "$doc/examples/traces" \
+  "$doc/examples/schedules" "$stage/usr/lib/tmpfiles.d" "$stage/usr/lib/systemd/system"
 # Stripped as Debian's own packages are (dh_strip): the build's debug info
-# is for the tree it was built in.
-strip --remove-section=.comment --remove-section=.note -o "$stage/usr/bin/linkem" "$bin"
-chmod 755 "$stage/usr/bin/linkem"
+# is for the tree it was built in. linkem gets its capabilities in the
+# postinst (group linkem only); linkem-ctl, the client, and linkem-cni, run by
+# root's container runtime, need none and stay 0755 for every user.
+for b in linkem linkem-ctl linkem-cni; do
+  strip --remove-section=.comment --remove-section=.note -o "$stage/usr/bin/$b" "$target/$out_dir/$b"
+  chmod 755 "$stage/usr/bin/$b"
+done
 
 "$bin" generate man "$stage/usr/share/man/man1"
+install -m 644 packaging/linkem-cni.1 "$stage/usr/share/man/man1/"
 "$bin" generate bash >"$stage/usr/share/bash-completion/completions/linkem"
 "$bin" generate zsh >"$stage/usr/share/zsh/vendor-completions/_linkem"
 "$bin" generate fish >"$stage/usr/share/fish/vendor_completions.d/linkem.fish"
 
 install -m 644 testdata/demo.pcap testdata/dsl.toml "$doc/examples/"
 install -m 644 testdata/rules/* "$doc/examples/rules/"
+install -m 644 testdata/traces/* "$doc/examples/traces/"
+install -m 644 testdata/schedules/* "$doc/examples/schedules/"
+install -m 644 packaging/systemd/bridge.conf "$doc/examples/"
+install -m 644 packaging/systemd/linkem.tmpfiles "$stage/usr/lib/tmpfiles.d/linkem.conf"
+install -m 644 packaging/systemd/linkem-bridge@.service "$stage/usr/lib/systemd/system/"
 install -m 644 README.md "$doc/README.md"
 install -m 644 CHANGELOG.md "$doc/changelog"
 {
@@ -97,7 +111,8 @@ if command -v dpkg-shlibdeps >/dev/null; then
   shlibs=$(mktemp -d)
   mkdir "$shlibs/debian"
   printf 'Source: linkem\n\nPackage: linkem\nArchitecture: any\n' >"$shlibs/debian/control"
-  depends=$(cd "$shlibs" && dpkg-shlibdeps -O -e"$stage/usr/bin/linkem" 2>/dev/null | sed -n 's/^shlibs:Depends=//p')
+  depends=$(cd "$shlibs" && dpkg-shlibdeps -O -e"$stage/usr/bin/linkem" -e"$stage/usr/bin/linkem-ctl" \
+    -e"$stage/usr/bin/linkem-cni" 2>/dev/null | sed -n 's/^shlibs:Depends=//p')
   rm -rf "$shlibs"
 else
   glibc=$(readelf -V "$stage/usr/bin/linkem" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -n 1)
@@ -127,7 +142,9 @@ Description: precise, fast network link emulator
  itself (probe, bench).
  .
  Members of the group linkem may run the bridge without root: the package
- gives the binary the capabilities it needs, for that group only.
+ gives the binary the capabilities it needs, for that group only. Every user
+ may run linkem-ctl, the control client (claims of one's own ports). Also
+ linkem-cni, a CNI plugin, and linkem-bridge@.service for a long-lived link.
 EOF
 (cd "$stage" && find usr -type f -print0 | sort -z | xargs -0 md5sum >DEBIAN/md5sums)
 chmod 644 "$stage/DEBIAN/control" "$stage/DEBIAN/md5sums"

@@ -31,7 +31,7 @@ FLOWS=${FLOWS:-300000}
 BOUND=${BOUND:-64MiB}
 . scripts/topology.sh
 need_packages ip:iproute2 python3:python3
-cargo build --release -q -p linkem
+cargo build --release -q -p linkem-emu
 LINKEM=${CARGO_TARGET_DIR:-$PWD/target}/release/linkem
 P=lksf$$
 work=$(mktemp -d /tmp/soakflows.XXXXXX)

@@ -38,7 +38,7 @@ esac
 [ "$(id -u)" = 0 ] || { echo "soak: needs root"; exit 1; }
 . scripts/topology.sh
 need_packages ip:iproute2 ethtool:ethtool trafgen:netsniff-ng python3:python3
-cargo build --release -q -p linkem
+cargo build --release -q -p linkem-emu
 LINKEM=${CARGO_TARGET_DIR:-$PWD/target}/release/linkem
 P=lksk$$
 work=$(mktemp -d /tmp/soak.XXXXXX)

@@ -47,9 +47,9 @@ trap 'kill -- -"$fuzz_build" 2>/dev/null || true; rm -f "$fuzz_log"' EXIT
 failed=()
 cargo test --workspace --no-fail-fast || failed+=("cargo test (the failing tests are listed above, under 'failures:')")
 # Nothing may compile here: this is the binary the tests ran (see crates/linkem/Cargo.toml).
-rebuilt=$(cargo build -p linkem 2>&1 | sed -n 's/^ *Compiling //p')
+rebuilt=$(cargo build -p linkem-emu 2>&1 | sed -n 's/^ *Compiling //p')
 if [ -n "$rebuilt" ]; then
-  echo "test: 'cargo build -p linkem' compiled again what the tests built: $(echo $rebuilt)." >&2
+  echo "test: 'cargo build -p linkem-emu' compiled again what the tests built: $(echo $rebuilt)." >&2
   echo "test: its features differ from the tests' ones; turn on in crates/linkem/Cargo.toml what the" >&2
   echo "test: dev-dependencies turn on (compare 'cargo tree -e features -i CRATE' with and without -e no-dev)." >&2
   exit 1

@@ -148,7 +148,7 @@ def _linkem_bin(given: Optional[str]) -> str:
     path = given or os.environ.get("LINKEM_BIN") or shutil.which("linkem")
     if not path:
         raise RuntimeError("no linkem binary: give linkem_bin=, set LINKEM_BIN, or put "
-                           "linkem on PATH (cargo build -p linkem: target/debug/linkem)")
+                           "linkem on PATH (cargo build -p linkem-emu: target/debug/linkem)")
     return path
 
 

@@ -48,7 +48,7 @@ def linkem_binary() -> Path:
 def linkem_bin() -> Path:
     path = linkem_binary()
     if not os.access(path, os.X_OK):
-        pytest.fail(f"no linkem binary at {path}: build it (cargo build -p linkem) "
+        pytest.fail(f"no linkem binary at {path}: build it (cargo build -p linkem-emu) "
                     "or set LINKEM_BIN")
     return path
 

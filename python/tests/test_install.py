@@ -25,12 +25,14 @@ def test_pip_install_works_offline(tmp_path: Path) -> None:
     pip = subprocess.run([str(venv / "bin" / "pip"), "install", str(PYTHON_DIR)], env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert pip.returncode == 0, pip.stdout
-    probe = ("import linkem, linkem.client, pathlib; print(linkem.__version__, "
-             "callable(linkem.connect), pathlib.Path(linkem.__file__).parent.parent.name)")
+    # Published as linkem-emu (`linkem` on PyPI is another project's), imported as linkem.
+    probe = ("import linkem, linkem.client, pathlib, importlib.metadata as m; "
+             "print(linkem.__version__, callable(linkem.connect), "
+             "pathlib.Path(linkem.__file__).parent.parent.name, m.version('linkem-emu'))")
     # From another directory, so that the tree's own linkem/ cannot be the one imported.
     out = subprocess.run([str(venv / "bin" / "python"), "-c", probe], cwd=tmp_path,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert out.returncode == 0, out.stdout
-    assert out.stdout.split() == ["0.1.0", "True", "site-packages"], out.stdout
+    assert out.stdout.split() == ["0.1.0", "True", "site-packages", "0.1.0"], out.stdout
     assert not list(PYTHON_DIR.glob("*.egg-info")) and not (PYTHON_DIR / "build").exists(), \
         "the build wrote into the source tree"

@@ -74,7 +74,7 @@ fn ensure_linkem() {
     let linkem = plugin_dir().join("linkem");
     assert!(
         linkem.is_file(),
-        "{} is missing: build it first (cargo build -p linkem), or run the workspace's tests",
+        "{} is missing: build it first (cargo build -p linkem-emu), or run the workspace's tests",
         linkem.display()
     );
 }

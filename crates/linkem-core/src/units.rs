@@ -69,30 +69,72 @@ fn to_u64(value: f64, max: u64, max_text: &str, text: &str) -> Result<u64, UnitE
     Ok(rounded as u64)
 }
 
-/// A time with a unit (`10ms`, `1.5s`, `250us`, `100ns`), in nanoseconds.
+/// The time units every word and option reads, with their length in ns.
+/// One table, so that `delay 10ms`, `--stats-interval 1s`, `--claim-ttl 1h`
+/// and `watch 2s` all read the same spellings. `m` alone is not a unit:
+/// tc has none, and a reader could take it for minutes or for milli.
+const TIME_UNITS: &[(&[&str], f64)] = &[
+    (&["h", "hr", "hour", "hours"], 3600e9),
+    (&["min", "mins"], 60e9),
+    (&["s", "sec", "secs"], 1e9),
+    (&["ms", "msec", "msecs"], 1e6),
+    (&["us", "usec", "usecs", "µs"], 1e3),
+    (&["ns", "nsec", "nsecs"], 1.0),
+];
+
+fn time_scale(unit: &str) -> Option<f64> {
+    TIME_UNITS
+        .iter()
+        .find(|(names, _)| names.contains(&unit))
+        .map(|&(_, scale)| scale)
+}
+
+/// A time with a unit (`10ms`, `1.5s`, `250us`, `100ns`, `2min`, `1h`), in
+/// nanoseconds. A bare `0` is zero in every unit and so accepted.
 ///
-/// A bare number is refused: tc reads it as microseconds, ipfw's `delay` as
-/// milliseconds.
+/// Any other bare number is refused: tc reads it as microseconds, ipfw's
+/// `delay` as milliseconds. Options that took a bare number before units
+/// existed read it through [`parse_time_or_bare_ns`].
 pub fn parse_time_ns(text: &str) -> Result<u64, UnitError> {
     let (value, unit) = split_number(text)?;
-    let scale = match unit {
-        "s" | "sec" | "secs" => 1e9,
-        "ms" | "msec" | "msecs" => 1e6,
-        "us" | "usec" | "usecs" | "µs" => 1e3,
-        "ns" | "nsec" | "nsecs" => 1.0,
-        "" => {
+    if unit.is_empty() && value == 0.0 {
+        return Ok(0);
+    }
+    let scale = match (unit, time_scale(unit)) {
+        (_, Some(scale)) => scale,
+        ("", None) => {
             return err(format!(
-                "'{text}': a time needs a unit (ns, us, ms, s); tc reads a bare number as \
-                 microseconds and ipfw as milliseconds"
+                "'{text}': a time needs a unit (ns, us, ms, s, min, h); tc reads a bare number \
+                 as microseconds and ipfw as milliseconds"
             ))
         }
-        _ => {
+        ("m", None) => {
             return err(format!(
-                "'{text}': unknown time unit '{unit}' (use ns, us, ms or s)"
+            "'{text}': 'm' is not a time unit: write {v}min for minutes or {v}ms for milliseconds",
+            v = fmt_num(value)
+        ))
+        }
+        (_, None) => {
+            return err(format!(
+                "'{text}': unknown time unit '{unit}' (use ns, us, ms, s, min or h)"
             ))
         }
     };
     to_u64(value * scale, MAX_TIME_NS, "1 day (86400s)", text)
+}
+
+/// A time as [`parse_time_ns`] reads it, or a bare number in `bare_unit`
+/// (one of the units of [`TIME_UNITS`]): for options that took a plain number
+/// of seconds (or ms) before they took units, so that old command lines keep
+/// their meaning.
+pub fn parse_time_or_bare_ns(text: &str, bare_unit: &str) -> Result<u64, UnitError> {
+    let (value, unit) = split_number(text)?;
+    if unit.is_empty() {
+        let scale = time_scale(bare_unit)
+            .ok_or_else(|| UnitError(format!("'{bare_unit}' is not a time unit")))?;
+        return to_u64(value * scale, MAX_TIME_NS, "1 day (86400s)", text);
+    }
+    parse_time_ns(text)
 }
 
 /// A bit rate with a unit, in bits per second.
@@ -243,19 +285,33 @@ pub fn parse_probability(text: &str) -> Result<f64, UnitError> {
     Ok(value)
 }
 
-/// A plain number of seconds (`0.5`, `30`) for options named in seconds, above zero
-/// and at most a day, like every time.
-pub fn parse_seconds(text: &str) -> Result<f64, UnitError> {
-    let (value, rest) = split_number(text)?;
-    if !rest.is_empty() {
-        return err(format!("'{text}': expected a number of seconds"));
+/// A time's text, checked by [`parse_time_ns`] and kept: the check of a
+/// command-line option that is read later, so that a wrong time is refused
+/// under the option's name before anything starts.
+pub fn checked_time(text: &str) -> Result<String, UnitError> {
+    parse_time_ns(text).map(|_| text.to_string())
+}
+
+/// As [`checked_time`], or the word `off`.
+pub fn checked_time_or_off(text: &str) -> Result<String, UnitError> {
+    if text == "off" {
+        return Ok(text.to_string());
     }
-    if value <= 0.0 || value > (MAX_TIME_NS / 1_000_000_000) as f64 {
+    checked_time(text).map_err(|e| UnitError(format!("{e}, or 'off'")))
+}
+
+/// A time in seconds, for options named in seconds before they took units
+/// (`--stats-interval`, `--duration`): any time [`parse_time_ns`] reads
+/// (`500ms`, `1.5s`, `2min`, `1h`), or a bare number of seconds (`0.5`, `30`);
+/// above zero and at most a day, like every time.
+pub fn parse_seconds(text: &str) -> Result<f64, UnitError> {
+    let ns = parse_time_or_bare_ns(text, "s")?;
+    if ns == 0 {
         return err(format!(
-            "'{text}': give more than 0 and at most 86400 seconds"
+            "'{text}': give a time above 0 (a bare number is seconds)"
         ));
     }
-    Ok(value)
+    Ok(ns as f64 / 1e9)
 }
 
 /// A plain non-negative integer (a packet count, a seed).
@@ -313,9 +369,33 @@ mod tests {
             e.contains("microseconds") && e.contains("milliseconds"),
             "{e}"
         );
-        assert!(parse_time_ns("10m").is_err());
+        assert!(parse_time_ns("10m").unwrap_err().0.contains("10min"));
         assert!(parse_time_ns("ms").is_err());
+        assert!(parse_time_ns("10x").unwrap_err().0.contains("min or h"));
         assert!(parse_time_ns("-1ms").is_err());
+    }
+
+    #[test]
+    fn one_time_syntax_with_minutes_hours_and_a_bare_zero() {
+        assert_eq!(parse_time_ns("2min"), Ok(120_000_000_000));
+        assert_eq!(parse_time_ns("1.5min"), Ok(90_000_000_000));
+        assert_eq!(parse_time_ns("1h"), Ok(3_600_000_000_000));
+        assert_eq!(parse_time_ns("0.5h"), Ok(1_800_000_000_000));
+        assert_eq!(parse_time_ns("24h"), Ok(MAX_TIME_NS));
+        assert!(parse_time_ns("24.1h").is_err());
+        assert_eq!(parse_time_ns("0"), Ok(0));
+        assert_eq!(parse_time_ns("0.0"), Ok(0));
+        assert!(parse_time_ns("1").is_err());
+        // Options once in plain seconds keep their meaning and take every unit.
+        assert_eq!(parse_seconds("1s"), Ok(1.0));
+        assert_eq!(parse_seconds("1.5s"), Ok(1.5));
+        assert_eq!(parse_seconds("30"), Ok(30.0));
+        assert_eq!(parse_seconds("250ms"), Ok(0.25));
+        assert_eq!(parse_seconds("2min"), Ok(120.0));
+        assert_eq!(parse_seconds("1h"), Ok(3600.0));
+        assert_eq!(parse_time_or_bare_ns("500", "ms"), Ok(500_000_000));
+        assert_eq!(parse_time_or_bare_ns("1s", "ms"), Ok(1_000_000_000));
+        assert!(parse_time_or_bare_ns("1m", "ms").is_err());
     }
 
     #[test]
@@ -400,7 +480,9 @@ mod tests {
             assert!(parse_percent(&p).is_err(), "{p}");
         }
         assert_eq!(parse_seconds("0.5"), Ok(0.5));
-        for x in ["0", "inf", "NaN", "86401", "1e9", "5s", ""] {
+        for x in [
+            "0", "0s", "inf", "NaN", "86401", "1e9", "25h", "1441min", "",
+        ] {
             assert!(parse_seconds(x).is_err(), "{x}");
         }
         for x in ["inf", "nan", "1e400", "-0.5", "1e-3"] {

@@ -31,7 +31,7 @@
 //! | request | effect |
 //! |---|---|
 //! | `ping`, `version`, `help` | liveness, versions, the list of requests |
-//! | `link a-to-b\|b-to-a\|both WORDS...` | the link of one or both directions becomes exactly WORDS (linkem's link words, as on the command line; unset words take their defaults) |
+//! | `link [a-to-b\|b-to-a\|both] WORDS...` | the link of one or both (no direction: both) directions becomes exactly WORDS (linkem's link words, as on the command line; unset words take their defaults) |
 //! | `show [--json]`, `stats` | links and counters (`stats`: counters only), the shape of `--stats json` |
 //! | `list` | the links, their owners and last change |
 //! | `zero` | counters seen by `show`/`stats`/`watch` start again from zero (the metrics endpoint's counters never go back) |
@@ -69,7 +69,7 @@
 use linkem_core::config::FileLoader;
 use linkem_core::model::Change;
 use linkem_core::rules::{parse_object, parse_rule, ObjectDef, ObjectKind, Rule, RulesError};
-use linkem_core::units::parse_time_ns;
+use linkem_core::units::parse_time_or_bare_ns;
 use linkem_core::{LinkConfig, LinkSpec};
 use std::fmt;
 use std::io::BufRead;
@@ -545,16 +545,8 @@ fn parse_request(
             let interval_ns = match c.take() {
                 None => 1_000_000_000,
                 Some(w) => {
-                    let ns = if w.parse::<f64>().is_ok() {
-                        let s: f64 = w.parse().unwrap_or(0.0);
-                        if s.is_finite() && s > 0.0 && s <= 3600.0 {
-                            (s * 1e9) as u64
-                        } else {
-                            0
-                        }
-                    } else {
-                        parse_time_ns(w).map_err(|e| c.here(e.0))?
-                    };
+                    // The one time syntax; a bare number is seconds, as before units.
+                    let ns = parse_time_or_bare_ns(w, "s").map_err(|e| c.here(e.0))?;
                     if !(WATCH_MIN_NS..=WATCH_MAX_NS).contains(&ns) {
                         return Err(c.here("watch interval must be 10ms..1h"));
                     }
@@ -565,13 +557,25 @@ fn parse_request(
             Ok(Request::Watch { interval_ns })
         }
         "link" => {
-            let dir = match c.take() {
+            // Without a direction the words apply to both, as they do on
+            // `linkem bridge`'s command line and in the Python client's link("both", ...).
+            let dir = match c.peek() {
                 Some("a-to-b" | "a->b") => Dir::AToB,
                 Some("b-to-a" | "b->a") => Dir::BToA,
                 Some("both") => Dir::Both,
-                Some(_) => return Err(c.here("direction must be a-to-b, b-to-a or both")),
-                None => return Err(c.here("'link' needs a direction: a-to-b, b-to-a or both")),
+                Some(_) => Dir::Both,
+                None => {
+                    return Err(c.here(
+                        "'link' needs words, after a direction (a-to-b, b-to-a or both) or alone for both",
+                    ))
+                }
             };
+            if matches!(
+                c.peek(),
+                Some("a-to-b" | "a->b" | "b-to-a" | "b->a" | "both")
+            ) {
+                c.take();
+            }
             let first = c.next;
             let words = &c.words[first..];
             let spec = LinkSpec::parse_words(words, files)
@@ -819,7 +823,8 @@ fn claim_request(
 /// The text of `help`.
 pub const HELP: &str = "\
 ping | version | help
-link a-to-b|b-to-a|both WORDS...   the link becomes exactly WORDS (linkem link words)
+link [a-to-b|b-to-a|both] WORDS...
+                                   the link becomes exactly WORDS (no direction: both)
 show [--json] | stats | list       links and counters | counters | links and owners
 zero                               counters of show/stats/watch restart from zero
 watch [INTERVAL]                   a stats line every INTERVAL (default 1s) until a line is sent

@@ -24,6 +24,22 @@ fn link_words_become_a_config() {
 }
 
 #[test]
+fn link_without_a_direction_sets_both() {
+    match parse("link delay 20ms").unwrap().request {
+        Request::Link { dir, link, words } => {
+            assert_eq!(dir, Dir::Both);
+            assert_eq!(link.delay_ns, 20_000_000);
+            assert_eq!(words, vec!["delay", "20ms"]);
+        }
+        other => panic!("{other:?}"),
+    }
+    let e = parse("link").unwrap_err();
+    assert!(e.message.contains("needs words"), "{e:?}");
+    let e = parse("link sideways delay 1ms").unwrap_err();
+    assert_eq!(e.word.as_deref(), Some("sideways"), "{e:?}");
+}
+
+#[test]
 fn errors_name_the_word_and_its_position() {
     let e = parse("link both delay 20xs").unwrap_err();
     assert_eq!(e.position, Some(4));
@@ -152,9 +168,18 @@ fn watch_intervals() {
             interval_ns: 500_000_000
         }
     );
+    // The one time syntax: minutes and hours too.
+    assert_eq!(
+        parse("watch 1min").unwrap().request,
+        Request::Watch {
+            interval_ns: 60_000_000_000
+        }
+    );
+    assert!(parse("watch 1h").is_ok());
     for bad in [
         "watch 1us",
         "watch 0",
+        "watch 1e3",
         "watch -1",
         "watch NaN",
         "watch 2h",

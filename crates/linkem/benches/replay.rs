@@ -1,6 +1,6 @@
 //! Whole-replay throughput on a 1-million-packet capture, beside a plain
 //! read-then-write of the same file (the floor any replay pays for I/O).
-//! Run: `cargo bench -p linkem --bench replay`.
+//! Run: `cargo bench -p linkem-emu --bench replay`.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use linkem::args::ReplayArgs;

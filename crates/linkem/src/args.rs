@@ -245,7 +245,7 @@ pub struct BridgeArgs {
     /// NIC's interrupt moderation, within which a receiver's GRO merges). A
     /// host's TSO burst without `rate` is due at one instant and leaves whole
     /// with any window, 0 included.
-    #[arg(long, value_name = "TIME")]
+    #[arg(long, value_name = "TIME", value_parser = linkem_core::units::checked_time)]
     pub coalesce_window: Option<String>,
     /// How the emulator runs, what it prints and writes: the options every
     /// live front end shares (bridge, host; the shell sets its own).
@@ -292,10 +292,10 @@ pub struct RunArgs {
     /// Print counts as text (default) or JSON lines.
     #[arg(long, value_enum, default_value = "text")]
     pub stats: StatsFormat,
-    /// Also print the counts every SECONDS.
-    #[arg(long, value_name = "SECONDS", value_parser = linkem_core::units::parse_seconds)]
+    /// Also print the counts every TIME (1s, 500ms, 1min; a bare number is seconds).
+    #[arg(long, value_name = "TIME", value_parser = linkem_core::units::parse_seconds)]
     pub stats_interval: Option<f64>,
-    /// With `--stats json --stats-interval SECONDS`, also one line per
+    /// With `--stats json --stats-interval TIME`, also one line per
     /// direction and interval (throughput, arrivals, delay, drops, queue: the
     /// time series), between the counts' lines.
     #[arg(long, requires = "stats_interval")]
@@ -306,11 +306,11 @@ pub struct RunArgs {
     /// By default it does not spin while every core is taken (more tasks ready to run
     /// than cores: spinning would take one from a host); given, it spins regardless, as
     /// on cores that are linkem's alone.
-    #[arg(long, value_name = "TIME")]
+    #[arg(long, value_name = "TIME", value_parser = linkem_core::units::checked_time)]
     pub spin_threshold: Option<String>,
     /// Drop (as 'late') a packet that cannot leave within TIME of its release time
     /// (default 5ms; 'off' never drops, letting a backlog grow under overload).
-    #[arg(long, value_name = "TIME")]
+    #[arg(long, value_name = "TIME", value_parser = linkem_core::units::checked_time_or_off)]
     pub max_lag: Option<String>,
     /// Delay-line size per direction (default: from rate × delay), e.g. 2GiB.
     #[arg(long, value_name = "SIZE")]
@@ -327,7 +327,7 @@ pub struct RunArgs {
     /// ordinary priority, so that a host answering on the same core runs
     /// first; '0' keeps the stage waiting under SCHED_FIFO (for cores that
     /// are linkem's alone).
-    #[arg(long, value_name = "TIME")]
+    #[arg(long, value_name = "TIME", value_parser = linkem_core::units::checked_time)]
     pub linger: Option<String>,
     /// Which stages run under SCHED_FIFO: 'out' (default) lets the output stages
     /// wake at release times, and the input stages take frames in, at once even when
@@ -337,8 +337,9 @@ pub struct RunArgs {
     /// for an instant (a release, a scheduler's service), not for traffic.
     #[arg(long, value_enum, default_value = "out")]
     pub realtime: Realtime,
-    /// Stop after SECONDS (default: run until SIGINT or SIGTERM).
-    #[arg(long, value_name = "SECONDS", value_parser = linkem_core::units::parse_seconds)]
+    /// Stop after TIME (10s, 2min, 1h; a bare number is seconds; default: run
+    /// until SIGINT or SIGTERM).
+    #[arg(long, value_name = "TIME", value_parser = linkem_core::units::parse_seconds)]
     pub duration: Option<f64>,
     /// With --rules: most dynamic pipe and scheduler instances (masks) alive at
     /// once; a packet needing one more is dropped and counted as flow-limit.
@@ -403,7 +404,6 @@ pub(crate) fn timing(args: &BridgeArgs) -> Result<Timing> {
         None => DEFAULT_SPIN_NS,
     };
     let linger_ns = match args.run.linger.as_deref() {
-        Some("0") => 0,
         Some(t) => parse_time_ns(t).map_err(|e| anyhow::anyhow!("--linger {e}"))?,
         None => DEFAULT_LINGER_NS,
     };

@@ -111,6 +111,16 @@ fn page(
         }
         writeln!(roff, ".fi")?;
     }
+    if let Some((_, examples)) = EXAMPLES.iter().find(|(name, _)| *name == cmd.get_name()) {
+        writeln!(roff, ".SH EXAMPLES")?;
+        for (what, line) in *examples {
+            // An empty description continues the example before.
+            if !what.is_empty() {
+                writeln!(roff, ".PP\n{}", roff_line(what))?;
+            }
+            writeln!(roff, ".nf\n.RS 4\n{}\n.RE\n.fi", roff_line(line))?;
+        }
+    }
     if cmd.get_name() != top {
         // clap_mangen links down (SUBCOMMANDS) but not back up.
         writeln!(roff, ".SH \"SEE ALSO\"\n.BR {top} (1)")?;
@@ -121,6 +131,89 @@ fn page(
     }
     Ok(())
 }
+
+/// The EXAMPLES of each page, by command name: (what it does, the command
+/// line). Each parses as written (tests/help.rs) and most are README's, which
+/// `tests/readme_commands.rs` checks.
+pub const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
+    (
+        "linkem",
+        &[
+            ("A capture through 10 Mbit/s and 20 ms, offline:", "linkem replay in.pcap out.pcap rate 10mbit delay 20ms"),
+            ("10 ms each way between two interfaces, live:", "linkem bridge veth-a veth-b delay 10ms"),
+            ("A command behind a 20 ms link:", "linkem shell delay 20ms -- ping -c 3 example.org"),
+        ],
+    ),
+    (
+        "replay",
+        &[
+            ("Make a capture, then replay it through a link with jitter and bursty loss:", "linkem synth in.pcap --packets 10000 --size 1500 --rate 50mbit --poisson"),
+            ("", "linkem replay in.pcap out.pcap rate 10mbit delay 20ms 2ms loss gemodel 1% 30%"),
+            ("The same with Dummynet's words:", "linkem replay in.pcap out.pcap pipe 1 config bw 3Mbit/s delay 32ms queue 50 plr 0.01"),
+            ("Through ipfw rules and pipes, one side at a time:", "linkem replay in.pcap out.pcap --rules /usr/share/doc/linkem/examples/rules/two-links.rules seed 1"),
+        ],
+    ),
+    (
+        "bridge",
+        &[
+            ("10 ms each way, 50 Mbit/s, 1 % loss, counts every second:", "linkem bridge veth-a veth-b delay 10ms rate 50mbit loss 1% --stats-interval 1s"),
+            ("Different links per direction:", "linkem bridge veth-a veth-b --a-to-b delay 300ms --b-to-a delay 20ms"),
+            ("Several pairs in one process:", "linkem bridge --pair r1-eth1 r2-eth1 delay 10ms --pair r2-eth2 r3-eth1 delay 40ms loss 1%"),
+            ("A rate that follows a mahimahi trace:", "linkem bridge veth-a veth-b trace /usr/share/doc/linkem/examples/traces/12mbit.trace"),
+        ],
+    ),
+    (
+        "shell",
+        &[
+            ("A command whose traffic crosses 20 ms out and 5 ms back:", "linkem shell delay 20ms --b-to-a delay 5ms -- ./client"),
+            ("An interactive shell behind a lossy 10 Mbit/s link:", "linkem shell rate 10mbit delay 25ms loss 1% -- bash"),
+            ("mahimahi's traces, with the link logs mm-link writes:", "linkem shell --uplink trace up.trace --downlink trace down.trace --uplink-log up.log -- ./client"),
+        ],
+    ),
+    (
+        "host",
+        &[
+            ("Everything this host sends and receives, 20 ms and 100 Mbit/s each way:", "linkem host delay 20ms rate 100mbit"),
+            ("Only what eth0 receives:", "linkem host --dev eth0 --a-to-b delay 50ms"),
+            ("Ports every local user may claim for themselves:", "linkem host --claims --claim-ttl 1h"),
+        ],
+    ),
+    (
+        "ctl",
+        &[
+            ("Change both directions of the running emulator named lab:", "linkem ctl --name lab link delay 30ms rate 10mbit loss 1%"),
+            ("Its counts, then a line every second:", "linkem ctl --name lab show"),
+            ("", "linkem ctl --name lab watch 1s"),
+            ("As any user, slow down one's own UDP port 5678 (host --claims):", "linkem-ctl claim udp 5678 -- delay 50ms"),
+            ("The running emulators:", "linkem ctl list-emulators"),
+        ],
+    ),
+    (
+        "probe",
+        &[
+            ("1000 packets per second for 5 s, from namespace a to b:", "linkem probe 10.0.0.2 --src-ns a --dst-ns b --rate 1kpps --duration 5s --expect-delay 10ms"),
+        ],
+    ),
+    (
+        "bench",
+        &[
+            ("Every scenario at reduced length:", "linkem bench --quick"),
+            ("Delay accuracy only, as JSON with plots:", "linkem bench delay --json bench.json --plot plots"),
+        ],
+    ),
+    (
+        "plot",
+        &[
+            ("Throughput and delay graphs of a shell's uplink log, 500 ms bins:", "linkem plot up.log --ms-per-bin 500ms"),
+        ],
+    ),
+    (
+        "synth",
+        &[
+            ("10000 UDP frames of 1500 bytes at 50 Mbit/s, Poisson-spaced:", "linkem synth in.pcap --packets 10000 --size 1500 --rate 50mbit --poisson"),
+        ],
+    ),
+];
 
 /// `line` as unfilled roff text: backslashes escaped, and a leading `.` or
 /// `'` (which would start a request) made literal.

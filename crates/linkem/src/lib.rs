@@ -22,6 +22,7 @@ pub mod backend;
 pub mod bench;
 pub mod bridge;
 pub mod build_info;
+pub mod cli;
 pub mod control;
 pub mod files;
 pub mod generate;

@@ -29,8 +29,9 @@ pub struct PlotArgs {
     /// (default: LOG without its extension).
     #[arg(long, value_name = "STEM")]
     pub out: Option<PathBuf>,
-    /// Width of a throughput bin, ms (mm-throughput-graph's MS_PER_BIN).
-    #[arg(long, value_name = "MS", default_value_t = 500)]
+    /// Width of a throughput bin (mm-throughput-graph's MS_PER_BIN): a time
+    /// such as 500ms or 1s; a bare number is ms, as mahimahi's.
+    #[arg(long, value_name = "TIME", default_value = "500", value_parser = parse_bin_ms)]
     pub ms_per_bin: u64,
 }
 
@@ -275,11 +276,19 @@ pub fn draw(log: &Log, stem: &Path, title: &str, ms_per_bin: u64) -> Result<()> 
     Ok(())
 }
 
+/// `--ms-per-bin`: a time of at least 1 ms, in whole ms.
+fn parse_bin_ms(text: &str) -> Result<u64, String> {
+    let ns = linkem_core::units::parse_time_or_bare_ns(text, "ms").map_err(|e| e.0)?;
+    if ns < 1_000_000 || !ns.is_multiple_of(1_000_000) {
+        return Err(format!(
+            "'{text}': a bin is a whole number of ms, at least 1ms"
+        ));
+    }
+    Ok(ns / 1_000_000)
+}
+
 /// Runs `linkem plot`.
 pub fn run(args: &PlotArgs) -> Result<()> {
-    if args.ms_per_bin == 0 {
-        bail!("--ms-per-bin must be at least 1");
-    }
     let name = args.log.display().to_string();
     let text = std::fs::read_to_string(&args.log).with_context(|| format!("cannot read {name}"))?;
     let log = Log::parse(&text, &name)?;
@@ -309,6 +318,17 @@ pub fn run(args: &PlotArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bin_width_takes_the_time_syntax_and_a_bare_number_of_ms() {
+        assert_eq!(parse_bin_ms("500"), Ok(500));
+        assert_eq!(parse_bin_ms("250ms"), Ok(250));
+        assert_eq!(parse_bin_ms("1s"), Ok(1000));
+        assert_eq!(parse_bin_ms("1min"), Ok(60_000));
+        for bad in ["0", "0ms", "500us", "1.5ms", "1m", "x"] {
+            assert!(parse_bin_ms(bad).is_err(), "{bad} accepted");
+        }
+    }
 
     /// A log as mahimahi's mm-link writes it (header, then `+`, `#`, `-`,
     /// `d` lines, times offset by the base timestamp).

@@ -181,6 +181,8 @@ fn check_options(args: &BridgeArgs) -> Result<()> {
 /// this module builds on, so that the bridge imports nothing of it.
 pub fn run_bridge(args: &BridgeArgs) -> Result<()> {
     if args.pairs.is_empty() {
+        check_interface(&args.if_a, "the first interface (IF_A)", "")?;
+        check_interface(&args.if_b, "the second interface (IF_B)", &args.if_a)?;
         return run_attached(args, Attach::Interfaces, Hooks::default());
     }
     if !args.if_a.is_empty() || !args.if_b.is_empty() || !args.words.is_empty() {
@@ -188,6 +190,19 @@ pub fn run_bridge(args: &BridgeArgs) -> Result<()> {
             "IF_A IF_B and --pair: give the interfaces either as IF_A IF_B [WORDS] (one pair) \
              or as --pair IF_A IF_B [WORDS] for each pair, not both"
         );
+    }
+    for (i, p) in args.pairs.iter().enumerate() {
+        let n = i + 1;
+        check_interface(
+            &p[0],
+            &format!("the first interface (IF_A) of --pair {n}"),
+            "",
+        )?;
+        check_interface(
+            &p[1],
+            &format!("the second interface (IF_B) of --pair {n}"),
+            &p[0],
+        )?;
     }
     if let [one] = args.pairs.as_slice() {
         let mut single = args.clone();
@@ -199,6 +214,25 @@ pub fn run_bridge(args: &BridgeArgs) -> Result<()> {
         return run_attached(&single, Attach::Interfaces, Hooks::default());
     }
     run(args)
+}
+
+/// Refuses an interface argument that is a link word and names no interface
+/// of this network namespace, before the words are read: a forgotten IF_B
+/// (`linkem bridge veth-a delay 10ms`) is then reported as what it is, not as
+/// the word after it ('10ms') being unknown. Any other name is looked up
+/// where the interfaces are opened, after the words and files are read, so
+/// that a wrong file is refused before any interface is touched. `before`:
+/// IF_A when `name` is IF_B.
+fn check_interface(name: &str, role: &str, before: &str) -> Result<()> {
+    if !linkem_core::config::is_link_word(name) || linkem_io::afpacket::index_of(name).is_ok() {
+        return Ok(());
+    }
+    let first = if before.is_empty() { "IF_A" } else { before };
+    bail!(
+        "'{name}' was taken as {role}, but it is a link word and there is no interface of \
+         that name: give both interfaces before the words, as in \
+         'linkem bridge {first} IF_B {name} ...'"
+    )
 }
 
 /// Runs the bridge of several pairs until SIGINT or SIGTERM (or

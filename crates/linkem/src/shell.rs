@@ -17,7 +17,8 @@
 //! ::2. The caller's namespace reaches CMD's addresses directly (a server in
 //! the shell is reachable from its parent: CMD gets `LINKEM_SHELL_ADDR`,
 //! `LINKEM_SHELL_ADDR6`, and the parent's side as `LINKEM_SHELL_PARENT`,
-//! `LINKEM_SHELL_PARENT6` and mahimahi's `MAHIMAHI_BASE`); CMD reaches
+//! `LINKEM_SHELL_PARENT6`, and mahimahi's `MAHIMAHI_BASE`, which a nested
+//! shell leaves at the outermost parent's, as mahimahi does); CMD reaches
 //! the rest through masquerading (iptables/ip6tables rules commented
 //! `linkem-shell-P`) and forwarding, which the shell turns on in the
 //! caller's namespace (`ip_forward`, `ipv6/conf/all/forwarding`) and puts
@@ -84,10 +85,10 @@ pub struct ShellArgs {
     /// stdout after CMD's output); none by default.
     #[arg(long, value_enum, default_value = "none")]
     pub stats: StatsFormat,
-    /// Also print the counts every SECONDS.
-    #[arg(long, value_name = "SECONDS", value_parser = linkem_core::units::parse_seconds)]
+    /// Also print the counts every TIME (1s, 500ms, 1min; a bare number is seconds).
+    #[arg(long, value_name = "TIME", value_parser = linkem_core::units::parse_seconds)]
     pub stats_interval: Option<f64>,
-    /// With `--stats json --stats-interval SECONDS`, also the time series: a
+    /// With `--stats json --stats-interval TIME`, also the time series: a
     /// line per direction and interval (as `linkem bridge --series`).
     #[arg(long, requires = "stats_interval")]
     pub series: bool,
@@ -95,7 +96,7 @@ pub struct ShellArgs {
     /// release time, as `linkem bridge --max-lag` does. Default 'off' here:
     /// a shell's packets are one command's own, and a packet the machine
     /// sends late is sent late, never lost, as in mahimahi.
-    #[arg(long, value_name = "TIME", default_value = "off")]
+    #[arg(long, value_name = "TIME", default_value = "off", value_parser = linkem_core::units::checked_time_or_off)]
     pub max_lag: String,
     /// Link log of what CMD sends, in mahimahi's format (`mm-link --uplink-log`).
     #[arg(long = "log-a-to-b", visible_alias = "uplink-log", value_name = "FILE")]
@@ -280,7 +281,13 @@ pub fn run(args: &ShellArgs) -> Result<i32> {
     drop(resolv_conf);
     let code = match child {
         Ok(child) => wait_command(child, &signals, &bridge),
-        Err(e) => Err(e),
+        Err(e) => match not_run_status(&e) {
+            Some(code) => {
+                eprintln!("linkem: shell: {e:#}");
+                Ok(code)
+            }
+            None => Err(e),
+        },
     };
     done.store(true, Ordering::Relaxed);
     let served = bridge
@@ -749,8 +756,12 @@ fn spawn_command(
         .env("LINKEM_SHELL_ADDR", plan.inner4.to_string())
         .env("LINKEM_SHELL_ADDR6", plan.inner6.to_string())
         .env("LINKEM_SHELL_PARENT", plan.host4.to_string())
-        .env("LINKEM_SHELL_PARENT6", plan.host6.to_string())
-        .env("MAHIMAHI_BASE", plan.host4.to_string());
+        .env("LINKEM_SHELL_PARENT6", plan.host6.to_string());
+    // As mahimahi's shells: the outermost shell's parent stays the base, so
+    // that a client talking to it crosses every nested link, not the innermost alone.
+    if std::env::var_os("MAHIMAHI_BASE").is_none() {
+        cmd.env("MAHIMAHI_BASE", plan.host4.to_string());
+    }
     die_with_parent(&mut cmd, libc::SIGKILL);
     let mut how = String::new();
     if let Some(conf) = resolv_conf {
@@ -759,8 +770,33 @@ fn spawn_command(
             .context("cannot give CMD its resolv.conf")?;
         how = format!(" (with {} bound over {})", conf.display(), target.display());
     }
-    cmd.spawn()
-        .with_context(|| format!("cannot run '{}'{how}", args.command[0]))
+    cmd.spawn().map_err(|e| {
+        let why = match e.raw_os_error() {
+            Some(libc::ENOENT) if !args.command[0].contains('/') => {
+                "command not found in PATH".to_string()
+            }
+            Some(libc::ENOENT) => "no such file".to_string(),
+            Some(libc::EACCES) => "permission denied (not executable?)".to_string(),
+            _ => e.to_string(),
+        };
+        anyhow::Error::new(e).context(format!("cannot run '{}'{how}: {why}", args.command[0]))
+    })
+}
+
+/// The status a shell gives a command it could not run: 127 when there is
+/// no such file (or no such command in PATH), 126 when it is there but cannot
+/// be executed (no permission, a directory, not an executable format), so
+/// that scripts tell "CMD failed" from "CMD never ran" as they do with sh.
+/// `None`: some other failure (linkem's own), reported as an error.
+fn not_run_status(e: &anyhow::Error) -> Option<i32> {
+    let io = e.chain().find_map(|c| c.downcast_ref::<std::io::Error>())?;
+    match io.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::ENOTDIR) => Some(127),
+        Some(libc::EACCES) | Some(libc::ENOEXEC) | Some(libc::EISDIR) | Some(libc::EPERM) => {
+            Some(126)
+        }
+        _ => None,
+    }
 }
 
 /// Waits for CMD; a SIGINT/SIGTERM to linkem, or the bridge ending, ends

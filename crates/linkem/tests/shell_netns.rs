@@ -1052,3 +1052,73 @@ fn an_ordinary_users_shell_reaches_a_loopback_resolver_through_pasta() {
     eprintln!("pasta: resolved in {ms} ms through a 2 × 20 ms link");
     assert!((40..3000).contains(&ms), "{ms} ms: {}", text(&o));
 }
+
+/// A command the shell cannot run gets sh's statuses: 127 when there is no
+/// such file or command, 126 when it is not executable, with a message naming
+/// it; the shell still leaves nothing behind.
+#[test]
+fn a_command_that_cannot_run_exits_127_or_126_as_in_sh() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let w = World::new("lkex");
+    let dir = tempfile::tempdir().unwrap();
+    let not_exec = dir.path().join("data.txt");
+    std::fs::write(&not_exec, "not a program\n").unwrap();
+    let not_exec = not_exec.to_str().unwrap().to_string();
+    for (cmd, code, says) in [
+        ("/nonexistent/program", 127, "no such file"),
+        ("lke-no-such-command", 127, "command not found"),
+        (not_exec.as_str(), 126, "permission denied"),
+    ] {
+        let o = w.shell(&["--", cmd]);
+        assert_eq!(o.status.code(), Some(code), "{cmd}: {}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(&format!("cannot run '{cmd}'")) && err.contains(says),
+            "{cmd}: {}",
+            text(&o)
+        );
+        w.assert_clean(&format!("after '{cmd}' could not start"));
+    }
+}
+
+/// Nested shells keep the outermost shell's MAHIMAHI_BASE, as mahimahi's do:
+/// a client talking to it from the innermost crosses both links (2 × (10 +
+/// 15) ms), not the innermost alone (2 × 15 ms).
+#[test]
+fn nested_shells_keep_the_outermost_mahimahi_base() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let w = World::new("lkeb");
+    let inner = "echo base=$MAHIMAHI_BASE; ping -c 6 -i 0.2 $MAHIMAHI_BASE";
+    let outer =
+        format!("echo parent=$LINKEM_SHELL_PARENT; {LINKEM} shell delay 15ms -- sh -c '{inner}'");
+    let o = w.shell(&["delay", "10ms", "--", "sh", "-c", &outer]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let field = |key: &str| {
+        out.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .unwrap_or_else(|| panic!("no {key} line: {}", text(&o)))
+            .to_string()
+    };
+    let (parent, base) = (field("parent="), field("base="));
+    assert_eq!(
+        base,
+        parent,
+        "the inner shell's MAHIMAHI_BASE is not the outermost parent: {}",
+        text(&o)
+    );
+    let rtt = ping_rtt_ms(&o, 6);
+    assert!(
+        (48.0..75.0).contains(&rtt),
+        "pinging MAHIMAHI_BASE from the inner shell should cross both links, 2 × (10 + 15) ms: \
+         median {rtt} ms: {}",
+        text(&o)
+    );
+    w.assert_clean("after nested shells");
+}

@@ -40,7 +40,7 @@ pub mod toml;
 pub mod words;
 
 pub use self::toml::TomlWords;
-pub use words::{link_words_help, words_help, WordDoc, UNSUPPORTED, WORDS};
+pub use words::{is_link_word, link_words_help, words_help, WordDoc, UNSUPPORTED, WORDS};
 
 use crate::dist::Distribution;
 use crate::loss::LossConfig;

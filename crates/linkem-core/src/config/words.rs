@@ -350,6 +350,13 @@ pub(super) fn find(word: &str, dialect: Dialect) -> Option<&'static WordDoc> {
         .find(|d| d.words.contains(&word) && d.dialects.contains(&dialect))
 }
 
+/// Whether `word` starts a link word in any dialect (or is one linkem knows
+/// but does not support): an interface argument that is one was most
+/// likely meant as a word (`linkem bridge veth-a delay 10ms`).
+pub fn is_link_word(word: &str) -> bool {
+    WORDS.iter().any(|d| d.words.contains(&word)) || UNSUPPORTED.iter().any(|(w, _, _)| *w == word)
+}
+
 /// Why a word that has no form in `dialect` is refused.
 pub(super) fn refusal(word: &str, dialect: Dialect) -> String {
     if let Some((_, tool, what)) = UNSUPPORTED.iter().find(|(w, _, _)| *w == word) {
@@ -366,10 +373,11 @@ pub(super) fn refusal(word: &str, dialect: Dialect) -> String {
 pub fn link_words_help() -> String {
     format!(
         "LINK WORDS (order does not matter; netem and Dummynet spellings are accepted):\n{}\
-         Times need a unit (ns, us, ms, s); percentages need their % sign. A word given twice,\n\
-         or two words that set the same thing, is an error. A line starting 'pipe N config' is\n\
-         read as ipfw/dnctl read it: delay 20 is 20 ms, bw 3M is 3 Mbit/s, queue 50 slots by\n\
-         default, queue 64KBytes in bytes.",
+         Times are a number and a unit (ns, us, ms, s, min, h: 10ms, 1.5s, 2min), in words and\n\
+         options alike; percentages need their % sign. A word given twice, or two words that set\n\
+         the same thing, is an error. A line starting 'pipe N config' is read as ipfw/dnctl read\n\
+         it: delay 20 is 20 ms, bw 3M is 3 Mbit/s, queue 50 slots by default, queue 64KBytes in\n\
+         bytes.",
         words_help(96)
     )
 }

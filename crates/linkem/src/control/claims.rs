@@ -90,8 +90,9 @@ pub struct ClaimArgs {
     /// held by another uid's socket) unless --limits allows it more.
     #[arg(long)]
     pub claims: bool,
-    /// With --claims: how long a claim lives unless claimed again (default 1h).
-    #[arg(long, value_name = "DURATION", requires = "claims")]
+    /// With --claims: how long a claim lives unless claimed again (default 1h;
+    /// 30min, 2h, at most 24h).
+    #[arg(long, value_name = "TIME", requires = "claims", value_parser = linkem_core::units::checked_time)]
     pub claim_ttl: Option<String>,
     /// With --claims: per-user limits (root's file; see README, "Sharing one
     /// emulator"): lines 'UID|default claims=N ports=N rate=R delay=T queue=SIZE

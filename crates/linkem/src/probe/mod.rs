@@ -500,11 +500,11 @@ pub struct ProbeArgs {
     /// Packets to send (default: 2 s worth).
     #[arg(long)]
     pub packets: Option<u64>,
-    /// Send for this long instead of --packets, e.g. 5s.
-    #[arg(long, value_name = "TIME")]
-    pub duration: Option<String>,
+    /// Send for this long instead of --packets, e.g. 5s or 1min (a bare number is seconds).
+    #[arg(long, value_name = "TIME", value_parser = linkem_core::units::parse_seconds)]
+    pub duration: Option<f64>,
     /// The one-way delay the path is configured for; deviations are from it.
-    #[arg(long, default_value = "0ms", value_name = "TIME")]
+    #[arg(long, default_value = "0ms", value_name = "TIME", value_parser = linkem_core::units::checked_time)]
     pub expect_delay: String,
     /// Seed of the Poisson schedule.
     #[arg(long, default_value_t = 1)]
@@ -526,13 +526,11 @@ impl ProbeArgs {
         let packets = match (&self.packets, &self.duration) {
             (Some(n), _) => *n,
             (None, Some(d)) => {
-                let ns = linkem_core::units::parse_time_ns(d)
-                    .map_err(|e| anyhow::anyhow!("--duration {e}"))?;
                 // Both factors are bounded, so the product is finite; the cast saturates.
-                let n = ((ns as f64 / 1e9) * rate_pps).ceil().max(1.0) as u64;
+                let n = (d * rate_pps).ceil().max(1.0) as u64;
                 if n > MAX_PACKETS {
                     bail!(
-                        "--duration {d} at {rate_pps:.0} pps is {n} packets: at most {MAX_PACKETS} per run"
+                        "--duration {d}s at {rate_pps:.0} pps is {n} packets: at most {MAX_PACKETS} per run"
                     );
                 }
                 n
