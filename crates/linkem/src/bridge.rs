@@ -677,7 +677,10 @@ pub(crate) fn parse_direction(
         read.insert(name.to_string(), text.clone());
         Ok(text)
     })
-    .map_err(|e| anyhow::anyhow!("link words for {what}: {e}"))
+    .map_err(|e| {
+        let message = linkem_core::filetext::hide_content(&e.to_string(), "", &toml.content());
+        anyhow::anyhow!("link words for {what}: {message}")
+    })
 }
 
 /// A rule set's files (by name) in name order, as a change carries them.

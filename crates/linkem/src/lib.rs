@@ -76,3 +76,11 @@ impl std::fmt::Display for Interrupted {
 }
 
 impl std::error::Error for Interrupted {}
+
+/// Makes a FIFO at `path` for a test of a reader that must refuse one (this crate
+/// forbids unsafe code: the mkfifo command, not the call).
+#[cfg(test)]
+pub(crate) fn test_mkfifo(path: &std::path::Path) {
+    let made = std::process::Command::new("mkfifo").arg(path).status();
+    assert!(made.is_ok_and(|s| s.success()), "mkfifo {}", path.display());
+}

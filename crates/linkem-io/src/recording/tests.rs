@@ -477,7 +477,7 @@ fn corrupt_metadata_gives_errors_naming_file_and_problem() {
         &e,
         &[
             "recording.json",
-            "format is \"pcap\"",
+            "\"format\" is not \"linkem-recording\"",
             "not a linkem recording",
         ],
     );
@@ -486,8 +486,8 @@ fn corrupt_metadata_gives_errors_naming_file_and_problem() {
         &e,
         &[
             "recording.json",
-            "format version 4",
-            "reads versions 1 to 3",
+            "\"version\" is not a format version",
+            "reads: 1 to 3",
         ],
     );
     let e = error_after(|d| edit(&d.join(META_FILE), "\"seed\": 7,", ""));
@@ -499,7 +499,13 @@ fn corrupt_metadata_gives_errors_naming_file_and_problem() {
             "\"seed\": 7, \"sneed\": 1,",
         )
     });
-    assert_mentions(&e, &["recording.json", "unknown field `sneed`"]);
+    assert_mentions(
+        &e,
+        &[
+            "recording.json",
+            "unknown field <7 bytes of the file>, expected one of `format`",
+        ],
+    );
     let e = error_after(|d| {
         edit(
             &d.join(META_FILE),
