@@ -405,3 +405,21 @@ fn a_bad_claim_names_its_word() {
     assert!(parse("claim udp").is_err());
     assert!(parse("claims all").is_err());
 }
+
+#[test]
+fn a_reply_line_is_read_up_to_its_cap_and_no_further() {
+    let mut r = std::io::BufReader::new(&b"{\"ok\":true}\r\nnext\n"[..]);
+    assert_eq!(
+        read_line_capped(&mut r, 64).unwrap().unwrap(),
+        "{\"ok\":true}"
+    );
+    assert_eq!(read_line_capped(&mut r, 64).unwrap().unwrap(), "next");
+    assert!(read_line_capped(&mut r, 64).unwrap().is_none());
+    // An endless line: the read stops at the cap, with an error.
+    let mut endless = std::io::BufReader::new(std::io::repeat(b'a'));
+    let e = read_line_capped(&mut endless, 1 << 20).unwrap_err();
+    assert!(e.to_string().contains("longer than 1048576 bytes"), "{e}");
+    // A line of exactly the cap, newline included, is whole.
+    let mut r = std::io::BufReader::new(&b"abc\n"[..]);
+    assert_eq!(read_line_capped(&mut r, 4).unwrap().unwrap(), "abc");
+}

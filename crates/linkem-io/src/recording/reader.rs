@@ -7,7 +7,7 @@ use super::{
     NamedFiles, RecordedChange, RecordedInput, RecordingError, RecordingMeta, CHANGES_FILE,
     FRAMES_FILE, META_FILE,
 };
-use crate::capture::CaptureReader;
+use crate::capture::{CaptureReader, IO_BUFFER_BYTES};
 use crate::infile::{self, MAX_TEXT_BYTES};
 use std::collections::BTreeMap;
 use std::collections::VecDeque;
@@ -121,7 +121,15 @@ impl Recording {
             });
         }
 
-        let frames = CaptureReader::open(&dir.join(FRAMES_FILE))?;
+        // A regular file, opened without blocking: a FIFO put there would make the
+        // open wait for a writer for ever. Its size is not bounded (frames are read
+        // one at a time).
+        let frames_path = dir.join(FRAMES_FILE);
+        let frames_file = infile::open_regular(&frames_path, u64::MAX)?;
+        let frames = CaptureReader::from_reader(
+            &frames_path.display().to_string(),
+            BufReader::with_capacity(IO_BUFFER_BYTES, frames_file),
+        )?;
         if frames.link_type().0 != meta.link_type {
             return Err(RecordingError::invalid(
                 &dir.join(FRAMES_FILE).display().to_string(),

@@ -620,7 +620,7 @@ fn corrupt_frames_give_errors_naming_the_file() {
     let e = error_after(|d| std::fs::write(frames(d), b"nope").unwrap());
     assert_mentions(&e, &["frames.pcapng", "not a pcap or pcapng file"]);
     let e = error_after(|d| std::fs::remove_file(frames(d)).unwrap());
-    assert_mentions(&e, &["frames.pcapng", "cannot open"]);
+    assert_mentions(&e, &["frames.pcapng", "No such file"]);
 }
 
 #[test]
@@ -868,4 +868,26 @@ fn a_start_instant_in_an_older_version_is_refused() {
     json["start_ns"] = 5.into();
     let e = wire::parse_meta("recording.json", &json.to_string()).unwrap_err();
     assert!(e.to_string().contains("\"start_ns\" in a version 2"), "{e}");
+}
+
+/// A FIFO in place of `frames.pcapng` is refused at open, where opening it to
+/// read would wait for a writer for ever.
+#[test]
+fn a_fifo_as_frames_is_refused_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = good_recording(&tmp);
+    let frames = dir.join(FRAMES_FILE);
+    std::fs::remove_file(&frames).unwrap();
+    let c = std::ffi::CString::new(frames.to_str().unwrap()).unwrap();
+    // Safety: mkfifo reads a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(Recording::open(&dir).map(|_| ()).map_err(|e| e.to_string()));
+    });
+    let e = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("Recording::open still waits on the FIFO after 10 s")
+        .unwrap_err();
+    assert!(e.contains("frames.pcapng") && e.contains("FIFO"), "{e}");
 }
