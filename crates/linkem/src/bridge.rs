@@ -476,7 +476,9 @@ fn open_logs<F: Front>(
                 init_ms,
                 capacity: links[i].as_ref().and_then(crate::mmlog::Capacity::of),
             };
-            let file = OutputFile::create(path, 1 << 20)?;
+            let mut file = OutputFile::create(path, 1 << 20)?;
+            // Written as the run goes: in place at once, so a killed run leaves it.
+            file.publish()?;
             let log = crate::mmlog::MmLog::new(file, &header)
                 .with_context(|| format!("cannot write the link log {}", path.display()))?;
             Ok(Some(log))
