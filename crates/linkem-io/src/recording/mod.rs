@@ -75,7 +75,7 @@ mod tests;
 pub mod wire;
 mod writer;
 
-pub use reader::{is_recording, Recording};
+pub use reader::{is_recording, Recording, MAX_CHANGES_BYTES};
 pub use writer::{Recorder, RecordingSummary, RecordingWatch};
 
 use crate::capture::CaptureError;

@@ -1,13 +1,20 @@
 //! Reading a recording back: `recording.json`, `changes.jsonl` and the rule files are
 //! read and checked at [`Recording::open`]; frames are read one at a time as
 //! [`Recording::inputs`] reaches them, so a recording larger than memory replays.
+//!
+//! A recording its run did not finish (`complete: false`: killed, or stopped by a
+//! full disk) may end inside a record: `frames.pcapng` inside a packet block,
+//! `changes.jsonl` inside its last line. Such a recording replays up to its last
+//! whole record, and [`Recording::cut_short`] says where it was cut and what was not
+//! replayed; the changes recorded after the last whole frame are left out with it.
+//! A complete recording cut anywhere is an error naming the file and the offset.
 
 use super::wire::{self, FileEntry, NumberedChange, StartFile};
 use super::{
     NamedFiles, RecordedChange, RecordedInput, RecordingError, RecordingMeta, CHANGES_FILE,
     FRAMES_FILE, META_FILE,
 };
-use crate::capture::{CaptureReader, IO_BUFFER_BYTES};
+use crate::capture::{CaptureError, CaptureReader, IO_BUFFER_BYTES};
 use crate::infile::{self, MAX_TEXT_BYTES};
 use std::collections::BTreeMap;
 use std::collections::VecDeque;
@@ -45,6 +52,8 @@ pub struct Recording {
     /// Frames returned so far.
     frames_read: u64,
     done: bool,
+    /// Where an incomplete recording was cut, in words (see [`Recording::cut_short`]).
+    cut_short: Vec<String>,
 }
 
 impl Recording {
@@ -88,7 +97,16 @@ impl Recording {
 
         let changes_path = dir.join(CHANGES_FILE);
         let changes_name = changes_path.display().to_string();
-        let text = infile::read_text(&changes_path, MAX_CHANGES_BYTES)?;
+        let mut text = infile::read_text(&changes_path, MAX_CHANGES_BYTES)?;
+        let mut cut_short = Vec::new();
+        if let Some(cut) = cut_last_line(&meta, &changes_name, &text) {
+            let line = text[..cut].matches('\n').count() + 1;
+            cut_short.push(format!(
+                "{changes_name} is cut short in line {line} (byte offset {cut}): the change \
+                 it was writing is not replayed"
+            ));
+            text.truncate(cut);
+        }
         let numbered = wire::parse_changes(&changes_name, &text)?;
         if meta.complete && numbered.len() as u64 != meta.changes {
             return Err(RecordingError::invalid(
@@ -149,7 +167,15 @@ impl Recording {
             changes,
             frames_read: 0,
             done: false,
+            cut_short,
         })
+    }
+
+    /// Where this incomplete recording was found cut inside a record, and what
+    /// is not replayed for it, one sentence each; empty when every record was
+    /// whole. Complete once [`Recording::inputs`] has ended.
+    pub fn cut_short(&self) -> &[String] {
+        &self.cut_short
     }
 
     /// Every input in the order the core saw it; an error ends the sequence.
@@ -208,8 +234,20 @@ impl Recording {
                     data: packet.data,
                 }))
             }
+            Some(Err(e @ CaptureError::Truncated { .. })) if !self.meta.complete => {
+                self.cut_short.push(format!(
+                    "{e}: the recording was cut short there; {} frames before it are replayed",
+                    self.frames_read
+                ));
+                self.changes_after_the_cut();
+                None
+            }
             Some(Err(e)) => Some(Err(e.into())),
             None => {
+                if !self.meta.complete && !self.changes.is_empty() {
+                    self.changes_after_the_cut();
+                    return None;
+                }
                 if let Some(c) = self.changes.front() {
                     let changes_name = self.dir.join(CHANGES_FILE).display().to_string();
                     return Some(Err(RecordingError::invalid(
@@ -236,6 +274,38 @@ impl Recording {
             }
         }
     }
+}
+
+impl Recording {
+    /// Leaves out the changes recorded after the last whole frame of an
+    /// incomplete recording (their frames are not there), saying how many.
+    fn changes_after_the_cut(&mut self) {
+        if let Some(first) = self.changes.front() {
+            let changes_name = self.dir.join(CHANGES_FILE).display().to_string();
+            self.cut_short.push(format!(
+                "{} changes from {changes_name} line {} on come after frame {}, the last in \
+                 {FRAMES_FILE}: not replayed",
+                self.changes.len(),
+                first.line,
+                self.frames_read
+            ));
+            self.changes.clear();
+        }
+    }
+}
+
+/// Where to cut `changes.jsonl`'s `text` before parsing it: after its last newline,
+/// when the recording is incomplete and its last line has no newline and does not
+/// parse (the writer ends every line it finishes with one). `None`: parse it all.
+fn cut_last_line(meta: &RecordingMeta, name: &str, text: &str) -> Option<usize> {
+    if meta.complete || text.is_empty() || text.ends_with('\n') {
+        return None;
+    }
+    let cut = text.rfind('\n').map_or(0, |i| i + 1);
+    let line = text[..cut].matches('\n').count() + 1;
+    wire::parse_change_line(name, line, &text[cut..])
+        .is_err()
+        .then_some(cut)
 }
 
 /// The files a map of `recording.json` or of a change names, each read from its copy,
