@@ -162,3 +162,35 @@ fn no_error_quotes_a_file_of_any_kind() {
     }
     assert!(Path::new(&file).exists());
 }
+
+/// `--limits FILE` (root's per-user claim limits): the same rule, and the
+/// same bounded read (a FIFO is refused at once).
+#[test]
+fn limits_errors_do_not_quote_the_file() {
+    use linkem::control::claims::ClaimArgs;
+    let d = tempfile::tempdir().unwrap();
+    let file = d.path().join("limits");
+    let args = ClaimArgs {
+        claims: true,
+        claim_ttl: None,
+        limits: Some(file.clone()),
+    };
+    for text in [
+        format!("{SHADOW}\n"),
+        "1000 S3CR3T=1\n".to_string(),
+        "1000 rate=s3cr3tRATE\n".to_string(),
+        "default claims=5\ns3cr3tUSER ports=3\n".to_string(),
+    ] {
+        std::fs::write(&file, &text).unwrap();
+        let e = format!("{:#}", args.build().unwrap_err());
+        for leak in LEAKS {
+            assert!(!e.contains(leak), "{text:?}: quotes the file ({leak}): {e}");
+        }
+        assert!(e.contains("--limits") && e.contains("line"), "{text:?}: {e}");
+    }
+    std::fs::remove_file(&file).unwrap();
+    let made = Command::new("mkfifo").arg(&file).status().unwrap();
+    assert!(made.success());
+    let e = format!("{:#}", args.build().unwrap_err());
+    assert!(e.contains("FIFO"), "{e}");
+}
