@@ -20,6 +20,11 @@ use error::{CniError, INVALID_ENV};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 
+/// The most the plugin reads of its configuration on stdin (1 MiB): a network
+/// configuration with its prevResult is a few KiB; a runtime that sends more
+/// gets an error, not a plugin that holds it all.
+pub const MAX_STDIN_BYTES: u64 = 1 << 20;
+
 /// FNV-1a, 64 bits: short stable names from long ones.
 pub fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {

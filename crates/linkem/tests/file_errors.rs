@@ -186,7 +186,10 @@ fn limits_errors_do_not_quote_the_file() {
         for leak in LEAKS {
             assert!(!e.contains(leak), "{text:?}: quotes the file ({leak}): {e}");
         }
-        assert!(e.contains("--limits") && e.contains("line"), "{text:?}: {e}");
+        assert!(
+            e.contains("--limits") && e.contains("line"),
+            "{text:?}: {e}"
+        );
     }
     std::fs::remove_file(&file).unwrap();
     let made = Command::new("mkfifo").arg(&file).status().unwrap();
