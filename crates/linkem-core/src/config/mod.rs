@@ -282,8 +282,8 @@ impl LinkSpec {
             let line_error = |e: ConfigError| {
                 raw.origin(crate::filetext::hide_content(
                     &format!(
-                        "schedule '{}' line {}: '{}': {}",
-                        raw.name, change.line, e.word, e.message
+                        "schedule '{}' line {}, link word {}: {}",
+                        raw.name, change.line, e.position, e.message
                     ),
                     &raw.name,
                     &raw.text,

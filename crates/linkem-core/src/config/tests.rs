@@ -499,7 +499,7 @@ fn csv_and_toml_schedule_errors_name_the_row_and_the_field() {
     // A word a row's values make that the link refuses: the line and the word.
     let e = csv("10,0,1000,0,0\n");
     assert!(
-        e.contains("schedule 's.csv' line 1: <3 bytes of the file>: queue 0"),
+        e.contains("schedule 's.csv' line 1, link word 8: queue 0"),
         "{e}"
     );
     let toml = |text: &str| TomlWords::parse(text).unwrap_err();

@@ -12,7 +12,7 @@
 use super::wire::{self, FileEntry, NumberedChange, StartFile};
 use super::{
     NamedFiles, RecordedChange, RecordedInput, RecordingError, RecordingMeta, CHANGES_FILE,
-    FRAMES_FILE, META_FILE,
+    FRAMES_FILE, MAX_CHANGES_BYTES, META_FILE,
 };
 use crate::capture::{CaptureError, CaptureReader, IO_BUFFER_BYTES};
 use crate::infile::{self, MAX_TEXT_BYTES};
@@ -21,10 +21,6 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
-
-/// The most `changes.jsonl` may hold (64 MiB): some hundred thousand changes, far more
-/// than a run has, and read whole at open.
-pub const MAX_CHANGES_BYTES: u64 = 64 << 20;
 
 /// Whether `path` is a recording's directory (a directory holding `recording.json`),
 /// for commands that take either a capture or a recording.

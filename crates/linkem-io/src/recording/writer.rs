@@ -13,11 +13,10 @@
 //! written before it, so `changes.jsonl` agrees with `frames.pcapng` by construction,
 //! whatever was skipped.
 
-use super::reader::MAX_CHANGES_BYTES;
 use super::wire::{ChangeLine, FileEntry, MetaFile, FILES_DIR};
 use super::{
     NamedFiles, RecordedChange, RecordedInput, RecordingError, RecordingMeta, Start, CHANGES_FILE,
-    FILES_DIR_NAME, FRAMES_FILE, META_FILE, START_RULES_FILE,
+    FILES_DIR_NAME, FRAMES_FILE, MAX_CHANGES_BYTES, META_FILE, START_RULES_FILE,
 };
 use crate::capture::MAX_CAPLEN;
 use crate::outfile;
