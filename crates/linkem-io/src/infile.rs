@@ -134,13 +134,12 @@ pub fn open_regular(path: &Path, max_bytes: u64) -> Result<File, ReadError> {
     Ok(file)
 }
 
-/// Reads `path` as UTF-8 text under the rules in the module doc: a regular file of at
-/// most `max_bytes` bytes (usually [`MAX_TEXT_BYTES`]), read at most `max_bytes + 1`
-/// bytes far.
+/// Reads `path`'s bytes under the rules in the module doc: a regular file of at most
+/// `max_bytes` bytes, read at most `max_bytes + 1` bytes far.
 ///
 /// # Errors
-/// Any [`ReadError`]; none of them carries the file's content.
-pub fn read_text(path: &Path, max_bytes: u64) -> Result<String, ReadError> {
+/// [`ReadError::Io`], [`ReadError::NotRegular`] or [`ReadError::TooLarge`].
+pub fn read_bytes(path: &Path, max_bytes: u64) -> Result<Vec<u8>, ReadError> {
     let file = open_regular(path, max_bytes)?;
     let mut bytes = Vec::new();
     file.take(max_bytes + 1)
@@ -156,6 +155,15 @@ pub fn read_text(path: &Path, max_bytes: u64) -> Result<String, ReadError> {
             limit: max_bytes,
         });
     }
+    Ok(bytes)
+}
+
+/// `bytes` read from `path` as UTF-8 text; the error names the line of the first
+/// invalid byte, never the content.
+///
+/// # Errors
+/// [`ReadError::NotText`].
+pub fn utf8_text(path: &Path, bytes: Vec<u8>) -> Result<String, ReadError> {
     String::from_utf8(bytes).map_err(|e| {
         let good = &e.as_bytes()[..e.utf8_error().valid_up_to()];
         ReadError::NotText {
@@ -163,6 +171,16 @@ pub fn read_text(path: &Path, max_bytes: u64) -> Result<String, ReadError> {
             line: 1 + good.iter().filter(|&&b| b == b'\n').count(),
         }
     })
+}
+
+/// Reads `path` as UTF-8 text under the rules in the module doc: a regular file of at
+/// most `max_bytes` bytes (usually [`MAX_TEXT_BYTES`]), read at most `max_bytes + 1`
+/// bytes far.
+///
+/// # Errors
+/// Any [`ReadError`]; none of them carries the file's content.
+pub fn read_text(path: &Path, max_bytes: u64) -> Result<String, ReadError> {
+    utf8_text(path, read_bytes(path, max_bytes)?)
 }
 
 #[cfg(test)]

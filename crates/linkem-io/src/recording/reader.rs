@@ -93,16 +93,17 @@ impl Recording {
 
         let changes_path = dir.join(CHANGES_FILE);
         let changes_name = changes_path.display().to_string();
-        let mut text = infile::read_text(&changes_path, MAX_CHANGES_BYTES)?;
+        let mut bytes = infile::read_bytes(&changes_path, MAX_CHANGES_BYTES)?;
         let mut cut_short = Vec::new();
-        if let Some(cut) = cut_last_line(&meta, &changes_name, &text) {
-            let line = text[..cut].matches('\n').count() + 1;
+        if let Some(cut) = cut_last_line(&meta, &changes_name, &bytes) {
+            let line = bytes[..cut].iter().filter(|&&b| b == b'\n').count() + 1;
             cut_short.push(format!(
                 "{changes_name} is cut short in line {line} (byte offset {cut}): the change \
                  it was writing is not replayed"
             ));
-            text.truncate(cut);
+            bytes.truncate(cut);
         }
+        let text = infile::utf8_text(&changes_path, bytes)?;
         let numbered = wire::parse_changes(&changes_name, &text)?;
         if meta.complete && numbered.len() as u64 != meta.changes {
             return Err(RecordingError::invalid(
@@ -290,18 +291,19 @@ impl Recording {
     }
 }
 
-/// Where to cut `changes.jsonl`'s `text` before parsing it: after its last newline,
-/// when the recording is incomplete and its last line has no newline and does not
-/// parse (the writer ends every line it finishes with one). `None`: parse it all.
-fn cut_last_line(meta: &RecordingMeta, name: &str, text: &str) -> Option<usize> {
-    if meta.complete || text.is_empty() || text.ends_with('\n') {
+/// Where to cut `changes.jsonl`'s `bytes` before reading them: after the last
+/// newline, when the recording is incomplete and its last line has no newline and
+/// is not a whole change (cut inside its JSON, or inside a character); the writer
+/// ends every line it finishes with one. `None`: read it all.
+fn cut_last_line(meta: &RecordingMeta, name: &str, bytes: &[u8]) -> Option<usize> {
+    if meta.complete || bytes.is_empty() || bytes.ends_with(b"\n") {
         return None;
     }
-    let cut = text.rfind('\n').map_or(0, |i| i + 1);
-    let line = text[..cut].matches('\n').count() + 1;
-    wire::parse_change_line(name, line, &text[cut..])
-        .is_err()
-        .then_some(cut)
+    let cut = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let line = bytes[..cut].iter().filter(|&&b| b == b'\n').count() + 1;
+    let whole = std::str::from_utf8(&bytes[cut..])
+        .is_ok_and(|tail| wire::parse_change_line(name, line, tail).is_ok());
+    (!whole).then_some(cut)
 }
 
 /// The files a map of `recording.json` or of a change names, each read from its copy,

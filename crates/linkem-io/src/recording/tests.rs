@@ -1004,6 +1004,32 @@ fn an_unfinished_recording_cut_inside_a_change_replays_its_whole_changes() {
     }
 }
 
+/// A change line cut inside a character (its text is not ASCII) is a cut like
+/// any other, not a file that is "not UTF-8".
+#[test]
+fn an_unfinished_recording_cut_inside_a_character_replays_the_changes_before() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = new_dir(&tmp);
+    let mut recorder = Recorder::create(&dir, meta(Start::Link("".into())), u64::MAX).unwrap();
+    recorder.change(1, lines(&["link a-to-b delay 1ms"]));
+    recorder.change(2, lines(&["link both delay 2ms é"]));
+    drop(recorder);
+    let changes = std::fs::read(dir.join(CHANGES_FILE)).unwrap();
+    let at = changes
+        .windows(2)
+        .position(|w| w == "é".as_bytes())
+        .unwrap();
+    std::fs::write(dir.join(CHANGES_FILE), &changes[..at + 1]).unwrap();
+    let mut rec = Recording::open(&dir).unwrap();
+    let got: Vec<RecordedInput> = rec.inputs().collect::<Result<_, _>>().unwrap();
+    assert_eq!(got, [change(1, lines(&["link a-to-b delay 1ms"]))]);
+    assert!(
+        rec.cut_short()[0].contains("cut short in line 2"),
+        "{:?}",
+        rec.cut_short()
+    );
+}
+
 /// A complete recording cut inside a frame is an error, not a shorter replay:
 /// it says it holds more, and the error names the file and the offset.
 #[test]
