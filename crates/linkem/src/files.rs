@@ -269,9 +269,26 @@ pub fn load_rules_reading(
         parse_rules(text, sides, &mut files)
     };
     parsed.map_err(|e| {
-        let message = hidden.iter().fold(e.to_string(), |m, (name, t)| {
-            filetext::hide_content(&m, name, t)
-        });
+        // The word's position on its line, from where the parser found it: the
+        // message may not show the word itself.
+        let words: Vec<&str> = text
+            .lines()
+            .nth(e.line.wrapping_sub(1))
+            .map(|l| l.split_whitespace().collect())
+            .unwrap_or_default();
+        let shown = match e.position_in(&words) {
+            Some(k) => format!(
+                "line {}, word {}: '{}': {}",
+                e.line,
+                k + 1,
+                e.word,
+                e.message
+            ),
+            None => e.to_string(),
+        };
+        let message = hidden
+            .iter()
+            .fold(shown, |m, (name, t)| filetext::hide_content(&m, name, t));
         anyhow::anyhow!("rules: {message}")
     })
 }

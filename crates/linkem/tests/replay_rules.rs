@@ -317,7 +317,8 @@ fn rules_from_toml_and_errors_name_line_and_word() {
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("line 3") && err.contains("unknown word") && !err.contains("frobnicate"),
+        err.contains("line 3, word 6: <12 bytes of the file>: unknown word")
+            && !err.contains("frobnicate"),
         "{err}"
     );
     assert!(!output.exists(), "no output on a bad rule file");
