@@ -29,6 +29,7 @@ import json
 import os
 import socket
 import stat
+import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
@@ -38,8 +39,14 @@ SOCKET_DIR = "/run/linkem"
 MAX_LINE_BYTES = 4096
 #: The protocol version this client speaks.
 PROTOCOL_VERSION = 1
-#: How long a read waits for a reply, in seconds, unless ``connect`` says otherwise.
+#: How long a whole reply may take to arrive, in seconds, unless ``connect`` says
+#: otherwise: the limit is on the reply (from the request sent to its newline), not
+#: on each read, so an emulator that trickles bytes cannot hold the client longer.
 DEFAULT_TIMEOUT_S = 10.0
+#: Longest reply line, newline included (64 MiB: ``show`` of the largest rule set
+#: is far below): a longer one ends the connection with an error rather than
+#: filling memory.
+MAX_REPLY_BYTES = 64 << 20
 
 #: Words of a request: one string ("delay 10ms rate 20mbit") or a sequence of words.
 Words = Union[str, Iterable[Union[str, int, float]]]
@@ -296,7 +303,8 @@ class Client(Requests):
             sock.close()
             raise
         self._sock = sock
-        self._reader = sock.makefile("rb")
+        # Bytes received after the last full reply line (the next line's start).
+        self._buffer = bytearray()
         try:
             banner = self._read_json("the banner")
         except BaseException:
@@ -325,9 +333,6 @@ class Client(Requests):
     def close(self) -> None:
         """Closes the connection (an open watch ends with it)."""
         self._watch = None
-        reader = getattr(self, "_reader", None)
-        if reader is not None:
-            reader.close()
         sock = getattr(self, "_sock", None)
         if sock is not None:
             sock.close()
@@ -349,9 +354,10 @@ class Client(Requests):
             raise ConnectionError(f"{self.path}: the emulator closed the connection "
                                   f"({e.strerror})") from e
 
-    def recv(self) -> Reply:
-        """The next reply line, parsed (whether ok or not)."""
-        return self._read_json("a reply")
+    def recv(self, timeout_s: Optional[float] = None) -> Reply:
+        """The next reply line, parsed (whether ok or not); the whole line must
+        arrive within ``timeout_s`` (default: the client's timeout)."""
+        return self._read_json("a reply", timeout_s)
 
     def request(self, line: str) -> Reply:
         """Sends one request line and returns its reply, parsed.
@@ -411,14 +417,43 @@ class Client(Requests):
         if self._watch is not None:
             self._watch.close()
 
-    def _read_json(self, what: str) -> Reply:
+    def _read_line(self, what: str, timeout_s: float) -> bytes:
+        """The next line (newline included): all of it within ``timeout_s`` and at
+        most :data:`MAX_REPLY_BYTES` long, else ``TimeoutError``/``ConnectionError``."""
+        deadline = time.monotonic() + timeout_s
+        searched = 0
         try:
-            raw = self._reader.readline()
+            while True:
+                end = self._buffer.find(b"\n", searched)
+                if end >= 0:
+                    line = bytes(self._buffer[: end + 1])
+                    del self._buffer[: end + 1]
+                    return line
+                searched = len(self._buffer)
+                if searched >= MAX_REPLY_BYTES:
+                    self.close()
+                    raise ConnectionError(
+                        f"{self.path}: {what} is longer than {MAX_REPLY_BYTES} bytes "
+                        "(connection closed)")
+                left_s = deadline - time.monotonic()
+                if left_s <= 0:
+                    raise socket.timeout
+                self._sock.settimeout(left_s)
+                chunk = self._sock.recv(min(1 << 16, MAX_REPLY_BYTES - searched))
+                if not chunk:
+                    return b""
+                self._buffer += chunk
         except socket.timeout as e:
-            raise TimeoutError(f"{self.path}: no {what} within {self.timeout_s} s") from e
+            raise TimeoutError(f"{self.path}: no {what} within {timeout_s} s") from e
         except ConnectionResetError as e:
             raise ConnectionError(f"{self.path}: the emulator closed the connection "
                                   f"before {what} ({e.strerror})") from e
+        finally:
+            if getattr(self, "_sock", None) is not None and self._sock.fileno() >= 0:
+                self._sock.settimeout(self.timeout_s)
+
+    def _read_json(self, what: str, timeout_s: Optional[float] = None) -> Reply:
+        raw = self._read_line(what, self.timeout_s if timeout_s is None else timeout_s)
         if not raw:
             raise ConnectionError(f"{self.path}: the emulator closed the connection "
                                   f"before {what}")
@@ -482,11 +517,7 @@ class Watch:
             raise StopIteration
         c = self._client
         # A line comes every interval: wait that long beyond the usual timeout.
-        c._sock.settimeout(c.timeout_s + self._interval_s)
-        try:
-            reply = c.recv()
-        finally:
-            c._sock.settimeout(c.timeout_s)
+        reply = c.recv(c.timeout_s + self._interval_s)
         if reply.get("ok") is not True:
             self._open = False
             raise CtlError.from_reply(reply, "watch")

@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import threading
+import time
 from pathlib import Path
 from typing import Callable, Iterator, List
 
@@ -118,6 +119,75 @@ def test_silent_emulator_times_out(tmp_path: Path) -> None:
         with pytest.raises(TimeoutError, match="no a reply within 0.2 s"):
             c.ping()
     done.set()
+
+
+def test_a_trickled_reply_times_out_as_a_whole(tmp_path: Path) -> None:
+    """The timeout bounds the whole reply: one byte every 50 ms never lets a
+    read wait 0.3 s, yet the reply cannot take longer than 0.3 s in all."""
+    done = threading.Event()
+
+    def script(conn: socket.socket) -> None:
+        banner(conn)
+        conn.makefile("rb").readline()
+        try:
+            while not done.is_set():
+                conn.sendall(b" ")
+                done.wait(0.05)
+        except OSError:
+            pass
+
+    serve_once(tmp_path / "s", script)
+    with linkem.connect(path=tmp_path / "s", timeout_s=0.3) as c:
+        start = time.monotonic()
+        with pytest.raises(TimeoutError, match="no a reply within 0.3 s"):
+            c.ping()
+        took_s = time.monotonic() - start
+    done.set()
+    # Margin for a loaded machine; before the bound it never returned.
+    assert took_s < 5, f"the reply took {took_s:.1f} s against a 0.3 s timeout"
+
+
+def test_an_endless_reply_line_is_cut_at_the_size_cap(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(linkem.client, "MAX_REPLY_BYTES", 1 << 20)
+    done = threading.Event()
+    sent = [0]
+
+    def script(conn: socket.socket) -> None:
+        banner(conn)
+        conn.makefile("rb").readline()
+        chunk = b'{"ok":true,"x":"' + b"a" * 65536
+        try:
+            while not done.is_set():
+                conn.sendall(chunk)
+                sent[0] += len(chunk)
+        except OSError:
+            pass
+
+    serve_once(tmp_path / "s", script)
+    c = linkem.connect(path=tmp_path / "s", timeout_s=10)
+    with pytest.raises(ConnectionError, match="longer than 1048576 bytes"):
+        c.ping()
+    done.set()
+    c.close()
+    # The client read no more than the cap (plus what the socket buffers held).
+    assert sent[0] < 16 << 20, f"the server could send {sent[0]} bytes"
+
+
+def test_replies_split_across_reads_and_sharing_one_read_are_whole(tmp_path: Path) -> None:
+    def script(conn: socket.socket) -> None:
+        banner(conn)
+        f = conn.makefile("rb")
+        f.readline()
+        conn.sendall(b'{"ok":true,')
+        time.sleep(0.05)
+        conn.sendall(b'"pong":1}\n{"ok":true,"pong":2}\n')
+        f.readline()
+
+    serve_once(tmp_path / "s", script)
+    with linkem.connect(path=tmp_path / "s", timeout_s=5) as c:
+        assert c.ping()["pong"] == 1
+        assert c.ping()["pong"] == 2
 
 
 def test_lines_the_protocol_cannot_carry_are_refused_before_sending(tmp_path: Path) -> None:

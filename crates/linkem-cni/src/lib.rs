@@ -28,6 +28,11 @@ use error::{CniError, INVALID_ENV};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 
+/// The most the plugin reads of its configuration on stdin (1 MiB): a network
+/// configuration with its prevResult is a few KiB; a runtime that sends more
+/// gets an error, not a plugin that holds it all.
+pub const MAX_STDIN_BYTES: u64 = 1 << 20;
+
 /// FNV-1a, 64 bits: short stable names from long ones.
 pub fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
@@ -129,14 +134,31 @@ impl Env {
                 format!("{key} is not set (CNI_COMMAND {})", self.command),
             ));
         }
-        if key == "CNI_NETNS" && !std::path::Path::new(value).exists() {
-            return Err(CniError::new(
-                INVALID_ENV,
-                format!("CNI_NETNS {value}: no such network namespace"),
-            ));
+        if key == "CNI_NETNS" {
+            netns_file(value)?;
         }
         Ok(())
     }
+}
+
+/// Checks that `path` can be a network namespace file before `nsenter` opens
+/// it: a namespace (`/proc/PID/ns/net`, or one bound at `/run/netns/NAME`)
+/// stats as an empty regular file, while a FIFO there would block `nsenter`'s
+/// open for ever and a device or directory is no namespace at all.
+fn netns_file(path: &str) -> Result<(), CniError> {
+    let refuse = |why: &str| {
+        Err(CniError::new(
+            INVALID_ENV,
+            format!("CNI_NETNS {path}: {why}"),
+        ))
+    };
+    let Ok(m) = std::fs::metadata(path) else {
+        return refuse("no such network namespace");
+    };
+    if !m.file_type().is_file() || m.len() != 0 {
+        return refuse("not a network namespace (a FIFO, device, directory or file with content)");
+    }
+    Ok(())
 }
 
 /// The VERSION answer.
@@ -431,6 +453,38 @@ mod tests {
         env.container_id.clear();
         let e = run(&env, b"{}").unwrap_err();
         assert!(e.msg.contains("CNI_CONTAINERID"), "{e}");
+    }
+
+    #[test]
+    fn a_namespace_path_that_is_a_fifo_or_device_is_refused_before_use() {
+        let dir = std::env::temp_dir().join(format!("lkc-cni-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("fifo");
+        let _ = std::fs::remove_file(&fifo);
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()));
+        let file = dir.join("file");
+        std::fs::write(&file, "x").unwrap();
+        let env = |netns: &std::path::Path| Env {
+            command: "ADD".into(),
+            container_id: "c1".into(),
+            netns: netns.display().to_string(),
+            ifname: "eth0".into(),
+            args: String::new(),
+        };
+        for path in [
+            fifo.as_path(),
+            "/dev/zero".as_ref(),
+            dir.as_path(),
+            file.as_path(),
+        ] {
+            let e = env(path).require("CNI_NETNS", &path.display().to_string());
+            let e = e.expect_err("refused");
+            assert!(e.msg.contains("not a network namespace"), "{e}");
+        }
+        let ok = "/proc/self/ns/net";
+        assert!(env(ok.as_ref()).require("CNI_NETNS", ok).is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -24,7 +24,22 @@ fn main() {
     let mut stdin = Vec::new();
     // Without a command there is nothing to read (and a terminal would wait).
     if !env.command.is_empty() && env.command != "VERSION" {
-        let _ = std::io::stdin().read_to_end(&mut stdin);
+        // Bounded: a configuration is a few KiB; more is refused, not held.
+        let _ = std::io::stdin()
+            .take(linkem_cni::MAX_STDIN_BYTES + 1)
+            .read_to_end(&mut stdin);
+        if stdin.len() as u64 > linkem_cni::MAX_STDIN_BYTES {
+            let e = linkem_cni::error::CniError::new(
+                linkem_cni::error::DECODE,
+                format!(
+                    "the configuration on stdin is longer than {} bytes",
+                    linkem_cni::MAX_STDIN_BYTES
+                ),
+            );
+            println!("{}", e.to_json("1.1.0"));
+            eprintln!("linkem-cni: {e}");
+            std::process::exit(1);
+        }
     }
     // Errors are answered in the configuration's version when it has one.
     let version = serde_json::from_slice::<serde_json::Value>(&stdin)

@@ -36,6 +36,7 @@ mod change;
 pub mod config;
 pub mod dist;
 pub mod fate;
+pub mod filetext;
 pub mod link;
 pub mod loss;
 pub mod model;

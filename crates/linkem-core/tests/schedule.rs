@@ -123,7 +123,8 @@ fn a_bad_line_names_the_file_and_line() {
     let e = LinkSpec::parse_words(&words, &mut files).unwrap_err();
     assert_eq!(e.position, 4);
     assert!(
-        e.message.starts_with("schedule 's' line 2: 'fast':"),
+        e.message
+            .starts_with("schedule 's' line 2, link word 2: <6 bytes of the file>: expected"),
         "{}",
         e.message
     );

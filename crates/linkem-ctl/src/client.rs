@@ -1,28 +1,46 @@
 //! A blocking client of the control socket, for `linkem ctl`, tests and
 //! benchmarks: one connection, one request line at a time.
+//!
+//! Each reply line (the banner too) must arrive whole within the client's
+//! timeout, however slowly its bytes come, and be at most
+//! [`crate::MAX_REPLY_BYTES`] long: a stalled or hostile peer cannot hold the
+//! client longer or make it fill memory.
 
-use crate::{read_reply_line, MAX_LINE_BYTES};
-use std::io::{self, BufReader, Write};
+use crate::{MAX_LINE_BYTES, MAX_REPLY_BYTES};
+use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub struct Client {
     reader: BufReader<UnixStream>,
     writer: UnixStream,
+    /// How long one whole reply line may take.
+    timeout: Duration,
+    /// The start of a reply line whose rest had not come when a read timed
+    /// out: the next [`Client::recv`] goes on from it.
+    partial: Vec<u8>,
     /// The emulator's banner (name, versions).
     pub banner: serde_json::Value,
 }
 
 impl Client {
-    /// Connects and reads the banner; every later read waits at most `timeout`.
+    /// Connects and reads the banner; every reply line must then arrive whole
+    /// within `timeout`.
     pub fn connect(path: &Path, timeout: Duration) -> io::Result<Client> {
         let stream = UnixStream::connect(path)?;
         stream.set_read_timeout(Some(timeout))?;
         stream.set_write_timeout(Some(timeout))?;
         let writer = stream.try_clone()?;
-        let mut reader = BufReader::new(stream);
-        let line = read_reply_line(&mut reader)?.ok_or_else(|| {
+        let reader = BufReader::new(stream);
+        let mut client = Client {
+            reader,
+            writer,
+            timeout,
+            partial: Vec::new(),
+            banner: serde_json::Value::Null,
+        };
+        let line = client.read_line()?.ok_or_else(|| {
             io::Error::new(io::ErrorKind::UnexpectedEof, "closed before its banner")
         })?;
         let banner: serde_json::Value = serde_json::from_str(&line)
@@ -41,11 +59,55 @@ impl Client {
                 format!("not a linkem control socket (banner {line})"),
             ));
         }
-        Ok(Client {
-            reader,
-            writer,
-            banner,
-        })
+        client.banner = banner;
+        Ok(client)
+    }
+
+    /// The next line (without its newline) within the timeout, or `None` at
+    /// the end of the stream. A timeout keeps what came of the line.
+    fn read_line(&mut self) -> io::Result<Option<String>> {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no whole reply within {:?}", self.timeout),
+                ));
+            }
+            self.reader.get_ref().set_read_timeout(Some(left))?;
+            let buf = self.reader.fill_buf()?;
+            if buf.is_empty() {
+                if self.partial.is_empty() {
+                    return Ok(None);
+                }
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the emulator closed the connection inside a reply",
+                ));
+            }
+            let (take, whole) = match buf.iter().position(|&b| b == b'\n') {
+                Some(i) => (i + 1, true),
+                None => (buf.len(), false),
+            };
+            if self.partial.len() + take > MAX_REPLY_BYTES {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("a reply line longer than {MAX_REPLY_BYTES} bytes"),
+                ));
+            }
+            self.partial.extend_from_slice(&buf[..take]);
+            self.reader.consume(take);
+            if whole {
+                let mut line = std::mem::take(&mut self.partial);
+                while line.ends_with(b"\n") || line.ends_with(b"\r") {
+                    line.pop();
+                }
+                return String::from_utf8(line).map(Some).map_err(|_| {
+                    io::Error::new(io::ErrorKind::InvalidData, "a reply line is not UTF-8")
+                });
+            }
+        }
     }
 
     /// Sends one line without waiting for its reply (pipelining).
@@ -67,7 +129,7 @@ impl Client {
 
     /// The next reply line, raw.
     pub fn recv(&mut self) -> io::Result<String> {
-        read_reply_line(&mut self.reader)?.ok_or_else(|| {
+        self.read_line()?.ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 "the emulator closed the connection",

@@ -87,6 +87,10 @@ pub const MAX_LINE_BYTES: usize = 4096;
 /// a client cannot make it hold more than this.
 pub const MAX_BATCH_LINES: usize = 10_000;
 pub const MAX_BATCH_BYTES: usize = 1 << 20;
+/// Longest reply line a client reads, newline included (64 MiB, far above
+/// `show` of the largest rule set): a longer one is an error, not memory
+/// filled by a broken or hostile peer. The Python client keeps the same cap.
+pub const MAX_REPLY_BYTES: usize = 64 << 20;
 /// Where emulators put their sockets by default.
 pub const SOCKET_DIR: &str = "/run/linkem";
 /// The error of every pipe, queue, scheduler and rule request in an emulator
@@ -842,18 +846,32 @@ claim udp|tcp PORT[-PORT] release, release udp|tcp PORT[-PORT]
 claims                             your claims and their counters (root: everyone's)
 A line may start with @ID (echoed as \"id\" in the reply).";
 
-/// Reads one line of at most [`MAX_LINE_BYTES`] from `r` (without its
-/// newline). `Ok(None)` at the end of the stream.
+/// Reads one reply line of at most [`MAX_REPLY_BYTES`] (newline included)
+/// from `r`, without its newline. `Ok(None)` at the end of the stream; a
+/// longer line is an `InvalidData` error once the cap is read.
 pub fn read_reply_line<R: BufRead>(r: &mut R) -> std::io::Result<Option<String>> {
-    let mut buf = String::new();
-    let n = r.read_line(&mut buf)?;
+    read_line_capped(r, MAX_REPLY_BYTES)
+}
+
+fn read_line_capped<R: BufRead>(r: &mut R, max_bytes: usize) -> std::io::Result<Option<String>> {
+    use std::io::Read;
+    let mut buf = Vec::new();
+    let n = r.take(max_bytes as u64).read_until(b'\n', &mut buf)?;
     if n == 0 {
         return Ok(None);
     }
-    while buf.ends_with('\n') || buf.ends_with('\r') {
+    if !buf.ends_with(b"\n") && n == max_bytes {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("a reply line longer than {max_bytes} bytes"),
+        ));
+    }
+    while buf.ends_with(b"\n") || buf.ends_with(b"\r") {
         buf.pop();
     }
-    Ok(Some(buf))
+    String::from_utf8(buf).map(Some).map_err(|_| {
+        std::io::Error::new(std::io::ErrorKind::InvalidData, "a reply line is not UTF-8")
+    })
 }
 
 #[cfg(test)]

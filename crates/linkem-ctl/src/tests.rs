@@ -430,3 +430,71 @@ fn a_bad_claim_names_its_word() {
     assert!(parse("claim udp").is_err());
     assert!(parse("claims all").is_err());
 }
+
+#[test]
+fn a_reply_line_is_read_up_to_its_cap_and_no_further() {
+    let mut r = std::io::BufReader::new(&b"{\"ok\":true}\r\nnext\n"[..]);
+    assert_eq!(
+        read_line_capped(&mut r, 64).unwrap().unwrap(),
+        "{\"ok\":true}"
+    );
+    assert_eq!(read_line_capped(&mut r, 64).unwrap().unwrap(), "next");
+    assert!(read_line_capped(&mut r, 64).unwrap().is_none());
+    // An endless line: the read stops at the cap, with an error.
+    let mut endless = std::io::BufReader::new(std::io::repeat(b'a'));
+    let e = read_line_capped(&mut endless, 1 << 20).unwrap_err();
+    assert!(e.to_string().contains("longer than 1048576 bytes"), "{e}");
+    // A line of exactly the cap, newline included, is whole.
+    let mut r = std::io::BufReader::new(&b"abc\n"[..]);
+    assert_eq!(read_line_capped(&mut r, 4).unwrap().unwrap(), "abc");
+}
+
+/// A peer that trickles a reply one byte every 20 ms never lets one read wait
+/// the 300 ms timeout; the client still gives up on the reply after 300 ms in
+/// all, where it used to wait as long as the peer went on.
+#[test]
+fn the_timeout_bounds_a_whole_trickled_reply() {
+    use std::io::{BufRead, Write};
+    use std::os::unix::net::UnixListener;
+    use std::time::{Duration, Instant};
+    let dir = std::env::temp_dir().join(format!("lkc-ctl-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("s.sock");
+    let listener = UnixListener::bind(&path).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let server = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            conn.write_all(b"{\"linkem\":\"ctl\",\"protocol\":1,\"name\":\"fake\"}\n")
+                .unwrap();
+            let mut request = String::new();
+            std::io::BufReader::new(conn.try_clone().unwrap())
+                .read_line(&mut request)
+                .unwrap();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if conn.write_all(b" ").is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let p = path.clone();
+    std::thread::spawn(move || {
+        let mut c = Client::connect(&p, Duration::from_millis(300)).unwrap();
+        let t = Instant::now();
+        let r = c.request("ping");
+        let _ = tx.send((r.map_err(|e| e.to_string()), t.elapsed()));
+    });
+    let got = rx.recv_timeout(Duration::from_secs(20));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (reply, took) = got.expect("the client still waits after 20 s");
+    let e = reply.unwrap_err();
+    assert!(e.contains("no whole reply within 300ms"), "{e}");
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    server.join().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}

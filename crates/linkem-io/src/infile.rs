@@ -10,10 +10,8 @@
 //!   `/proc` file that claims size 0) cannot be read without bound;
 //! - it must be UTF-8; the error names the line, never its content.
 //!
-//! What an error about a file's *content* may quote is decided by its caller with
-//! [`starter_may_read`]: words of a file the user who started linkem could not read
-//! by its permission bits are never echoed (linkem may run with more rights than its
-//! user: under sudo, or as the daemon a client talks to).
+//! An error about a file's *content* (what a parser found wrong in it) never quotes
+//! it either: that rule is `linkem_core::filetext`'s, for every file kind.
 //!
 //! 16 MiB is far above any real config or table (netem's tables are about 20 KiB, a
 //! Dummynet profile a few KiB) and small enough to read in well under a second.
@@ -136,13 +134,12 @@ pub fn open_regular(path: &Path, max_bytes: u64) -> Result<File, ReadError> {
     Ok(file)
 }
 
-/// Reads `path` as UTF-8 text under the rules in the module doc: a regular file of at
-/// most `max_bytes` bytes (usually [`MAX_TEXT_BYTES`]), read at most `max_bytes + 1`
-/// bytes far.
+/// Reads `path`'s bytes under the rules in the module doc: a regular file of at most
+/// `max_bytes` bytes, read at most `max_bytes + 1` bytes far.
 ///
 /// # Errors
-/// Any [`ReadError`]; none of them carries the file's content.
-pub fn read_text(path: &Path, max_bytes: u64) -> Result<String, ReadError> {
+/// [`ReadError::Io`], [`ReadError::NotRegular`] or [`ReadError::TooLarge`].
+pub fn read_bytes(path: &Path, max_bytes: u64) -> Result<Vec<u8>, ReadError> {
     let file = open_regular(path, max_bytes)?;
     let mut bytes = Vec::new();
     file.take(max_bytes + 1)
@@ -158,6 +155,15 @@ pub fn read_text(path: &Path, max_bytes: u64) -> Result<String, ReadError> {
             limit: max_bytes,
         });
     }
+    Ok(bytes)
+}
+
+/// `bytes` read from `path` as UTF-8 text; the error names the line of the first
+/// invalid byte, never the content.
+///
+/// # Errors
+/// [`ReadError::NotText`].
+pub fn utf8_text(path: &Path, bytes: Vec<u8>) -> Result<String, ReadError> {
     String::from_utf8(bytes).map_err(|e| {
         let good = &e.as_bytes()[..e.utf8_error().valid_up_to()];
         ReadError::NotText {
@@ -167,34 +173,14 @@ pub fn read_text(path: &Path, max_bytes: u64) -> Result<String, ReadError> {
     })
 }
 
-/// Whether the permission bits of `m` let `uid` (with groups `gids`) read it, as
-/// the kernel decides for a process without capabilities: the owner's bits for the
-/// owner, else the group's for a member, else the others'. Root gets no exception:
-/// the question is what the file's owner chose to show, not what root can do.
-pub fn bits_allow_read(m: &std::fs::Metadata, uid: u32, gids: &[u32]) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let mode = m.mode();
-    if m.uid() == uid {
-        mode & 0o400 != 0
-    } else if gids.contains(&m.gid()) {
-        mode & 0o040 != 0
-    } else {
-        mode & 0o004 != 0
-    }
-}
-
-/// Whether the user who started linkem (`crate::creds::starter_uid`, the caller
-/// under sudo) may read `path` by its permission bits ([`bits_allow_read`]): if
-/// not, an error about the file's content must not quote it. A path that cannot
-/// be inspected counts as unreadable.
-pub fn starter_may_read(path: &Path) -> bool {
-    std::fs::metadata(path).is_ok_and(|m| {
-        bits_allow_read(
-            &m,
-            crate::creds::starter_uid(),
-            &crate::creds::starter_gids(),
-        )
-    })
+/// Reads `path` as UTF-8 text under the rules in the module doc: a regular file of at
+/// most `max_bytes` bytes (usually [`MAX_TEXT_BYTES`]), read at most `max_bytes + 1`
+/// bytes far.
+///
+/// # Errors
+/// Any [`ReadError`]; none of them carries the file's content.
+pub fn read_text(path: &Path, max_bytes: u64) -> Result<String, ReadError> {
+    utf8_text(path, read_bytes(path, max_bytes)?)
 }
 
 #[cfg(test)]
@@ -247,30 +233,6 @@ mod tests {
         std::fs::write(&p, b"secret-one\nsecret-two \xff\n").unwrap();
         let e = read_text(&p, 100).unwrap_err().to_string();
         assert!(e.contains("line 2") && !e.contains("secret"), "{e}");
-    }
-
-    #[test]
-    fn read_permission_follows_owner_then_group_then_others() {
-        use std::os::unix::fs::{MetadataExt, PermissionsExt};
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("f");
-        std::fs::write(&p, "x").unwrap();
-        let m = |mode| {
-            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
-            std::fs::metadata(&p).unwrap()
-        };
-        let (me, my_gid) = {
-            let m = std::fs::metadata(&p).unwrap();
-            (m.uid(), m.gid())
-        };
-        let other = me.wrapping_add(1);
-        assert!(bits_allow_read(&m(0o600), me, &[]));
-        assert!(!bits_allow_read(&m(0o600), other, &[my_gid]));
-        assert!(!bits_allow_read(&m(0o600), other, &[]));
-        assert!(bits_allow_read(&m(0o640), other, &[my_gid]));
-        assert!(bits_allow_read(&m(0o604), other, &[]));
-        // The owner's own bits decide for the owner, even when others may read.
-        assert!(!bits_allow_read(&m(0o044), me, &[]));
     }
 
     #[test]

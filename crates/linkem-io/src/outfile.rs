@@ -285,8 +285,45 @@ impl OutputFile {
         matches!(self.target, Target::Direct)
     }
 
+    /// Puts a regular file in place now, before the run ends: for an output written as
+    /// the run goes (a live link log) that must stay readable up to its last flushed
+    /// write if the process is killed, rather than vanish with a hidden temporary file.
+    /// From here on the output is written in place; [`OutputFile::commit`] only
+    /// flushes, and dropping it no longer restores the old file. A device, FIFO or
+    /// socket is in place already.
+    ///
+    /// # Errors
+    /// [`OutputError::Io`] if the rename fails; the output is then unchanged (still
+    /// temporary).
+    pub fn publish(&mut self) -> Result<(), OutputError> {
+        let Target::Replace { target, .. } = &self.target else {
+            return Ok(());
+        };
+        let target = target.clone();
+        let Target::Replace { temp, .. } = std::mem::replace(&mut self.target, Target::Direct)
+        else {
+            unreachable!("matched above");
+        };
+        match temp.persist(&target) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let source = e.error;
+                self.target = Target::Replace {
+                    temp: e.path,
+                    target,
+                };
+                Err(OutputError::Io {
+                    file: self.name.clone(),
+                    action: "cannot move the file into place",
+                    source,
+                })
+            }
+        }
+    }
+
     /// Flushes and, for a regular file, renames it into place. Call only when the run
-    /// succeeded; dropping the output instead leaves the old file untouched.
+    /// succeeded; dropping the output instead leaves the old file untouched (unless it
+    /// was [published](OutputFile::publish)).
     pub fn commit(self) -> Result<(), OutputError> {
         let OutputFile { name, out, target } = self;
         let io_err = |action, source| OutputError::Io {
@@ -475,5 +512,30 @@ mod tests {
         check_distinct(&ins(&input), &outs(&[&new, &other])).unwrap();
         let null = Path::new("/dev/null");
         check_distinct(&ins(null), &outs(&[null, null])).unwrap();
+    }
+
+    /// A published output is at its name from the start: what was flushed before the
+    /// process died (here: forgotten, as SIGKILL runs no destructor) is readable there,
+    /// and no temporary file is left beside it.
+    #[test]
+    fn a_published_output_keeps_what_was_flushed_when_the_writer_dies() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("up.log");
+        std::fs::write(&p, "old").unwrap();
+        let mut out = OutputFile::create(&p, 1 << 20).unwrap();
+        out.publish().unwrap();
+        out.write_all(b"# header\n1 + 100\n").unwrap();
+        out.flush().unwrap();
+        out.write_all(b"2 + 100\n").unwrap();
+        std::mem::forget(out);
+        assert_eq!(std::fs::read(&p).unwrap(), b"# header\n1 + 100\n");
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(names.len(), 1, "no temporary file beside it");
+        // Published then committed: the whole file.
+        let mut out = OutputFile::create(&p, 1 << 20).unwrap();
+        out.publish().unwrap();
+        out.write_all(b"all\n").unwrap();
+        out.commit().unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"all\n");
     }
 }

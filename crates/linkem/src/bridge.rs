@@ -476,7 +476,9 @@ fn open_logs<F: Front>(
                 init_ms,
                 capacity: links[i].as_ref().and_then(crate::mmlog::Capacity::of),
             };
-            let file = OutputFile::create(path, 1 << 20)?;
+            let mut file = OutputFile::create(path, 1 << 20)?;
+            // Written as the run goes: in place at once, so a killed run leaves it.
+            file.publish()?;
             let log = crate::mmlog::MmLog::new(file, &header)
                 .with_context(|| format!("cannot write the link log {}", path.display()))?;
             Ok(Some(log))
@@ -677,7 +679,10 @@ pub(crate) fn parse_direction(
         read.insert(name.to_string(), text.clone());
         Ok(text)
     })
-    .map_err(|e| anyhow::anyhow!("link words for {what}: {e}"))
+    .map_err(|e| {
+        let message = linkem_core::filetext::hide_content(&e.to_string(), "", &toml.content());
+        anyhow::anyhow!("link words for {what}: {message}")
+    })
 }
 
 /// A rule set's files (by name) in name order, as a change carries them.

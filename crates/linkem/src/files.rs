@@ -7,6 +7,7 @@
 
 use anyhow::{bail, Context, Result};
 use linkem_core::config::toml::toml_error;
+use linkem_core::filetext;
 use linkem_core::rules::{parse_rules, RuleSet};
 use linkem_core::{Dialect, LinkSpec, TomlWords};
 use linkem_io::infile;
@@ -55,7 +56,11 @@ pub fn read_distribution(name: &str, read: &mut Vec<PathBuf>) -> Result<String, 
 pub fn config_words(path: &Path) -> Result<TomlWords> {
     let text = infile::read_text(path, infile::MAX_TEXT_BYTES)
         .map_err(|e| anyhow::anyhow!("--config {e}"))?;
-    TomlWords::parse(&text).map_err(|e| anyhow::anyhow!("--config {}: {e}", path.display()))
+    TomlWords::parse(&text).map_err(|e| {
+        let name = path.display().to_string();
+        let message = filetext::hide_content(&e.to_string(), &name, &text);
+        anyhow::anyhow!("--config {name}: {message}")
+    })
 }
 
 /// Link words from an optional TOML file (`both`, then `a-to-b`) and then the
@@ -92,7 +97,10 @@ pub fn link_spec_reading(
             None => read_distribution(name, read),
         },
     )
-    .map_err(|e| anyhow::anyhow!("link words: {e}"))
+    .map_err(|e| {
+        let message = filetext::hide_content(&e.to_string(), "", &toml.content());
+        anyhow::anyhow!("link words: {message}")
+    })
 }
 
 /// The rule text from a rule file or a config's `rules` key (not both), and the
@@ -119,7 +127,9 @@ pub fn rules_source_or(
     if let Some(path) = config {
         let raw = read_small("--config", path)?;
         let table: toml::Table = raw.parse().map_err(|e: toml::de::Error| {
-            anyhow::anyhow!("--config {}: {}", path.display(), toml_error(&raw, &e))
+            let name = path.display().to_string();
+            let message = filetext::hide_content(&toml_error(&raw, &e), &name, &raw);
+            anyhow::anyhow!("--config {name}: {message}")
         })?;
         if let Some(v) = table.get("rules") {
             let Some(s) = v.as_str() else {
@@ -216,11 +226,9 @@ pub fn load_rules_recording(
 }
 
 /// [`load_rules_recording`], adding the path of every file the rules read to
-/// `paths` (a replay must not write over one). An error quotes no word of a
-/// file that the user who started linkem may not read by its permission bits
-/// (`linkem_io::infile::starter_may_read`), the rule file's or one it names:
-/// with such a file involved, quoted words other than short plain ones are
-/// replaced by their length, and so is every word of that file.
+/// `paths` (a replay must not write over one). An error quotes nothing of the
+/// rule text nor of a file it names (`linkem_core::filetext`): it says the
+/// line and what was expected there.
 pub fn load_rules_reading(
     text: &str,
     text_file: Option<&Path>,
@@ -229,16 +237,16 @@ pub fn load_rules_reading(
     read_files: &mut HashMap<String, String>,
     paths: &mut Vec<PathBuf>,
 ) -> Result<RuleSet> {
-    let mut hidden: Vec<String> = Vec::new();
-    if text_file.is_some_and(|f| !infile::starter_may_read(f)) {
-        hidden.push(text.to_string());
-    }
+    // (name as the words gave it, text): every file the message may not quote.
+    let mut hidden: Vec<(String, String)> = Vec::new();
+    let text_name = text_file
+        .map(|f| f.display().to_string())
+        .unwrap_or_default();
+    hidden.push((text_name, text.to_string()));
     let parsed = {
         let mut files = |name: &str| -> Result<String, String> {
             let mut got = |path: PathBuf, t: String| {
-                if !infile::starter_may_read(&path) {
-                    hidden.push(t.clone());
-                }
+                hidden.push((name.to_string(), t.clone()));
                 paths.push(path);
                 read_files.insert(name.to_string(), t.clone());
                 t
@@ -260,41 +268,27 @@ pub fn load_rules_reading(
         };
         parse_rules(text, sides, &mut files)
     };
-    parsed.map_err(|e| anyhow::anyhow!("rules: {}", redact(&e.to_string(), &hidden)))
-}
-
-/// A word an error may show from any file: short, of the characters numbers,
-/// units and names are written with (as `linkem_core::dist` decides for tables).
-fn plain_word(w: &str) -> bool {
-    const MAX_SHOWN_BYTES: usize = 16;
-    w.len() <= MAX_SHOWN_BYTES
-        && w.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b".+-%_,".contains(&b))
-}
-
-/// `message` without the content of the `hidden` texts: when there are any,
-/// every quoted piece ('...', as the parsers quote words) that is not a
-/// [`plain_word`], and every word of those texts, is replaced by its length.
-fn redact(message: &str, hidden: &[String]) -> String {
-    if hidden.is_empty() {
-        return message.to_string();
-    }
-    let words: std::collections::HashSet<&str> = hidden
-        .iter()
-        .flat_map(|t| t.split_whitespace())
-        .filter(|w| !plain_word(w))
-        .collect();
-    let quoted = message.split('\'').skip(1).step_by(2);
-    let mut found: Vec<&str> = quoted
-        .filter(|q| !plain_word(q))
-        .chain(message.split_whitespace().filter(|w| words.contains(w)))
-        .collect();
-    // Longest first, so that a word inside a longer one is not replaced first.
-    found.sort_by_key(|w| std::cmp::Reverse(w.len()));
-    found.dedup();
-    let mut out = message.to_string();
-    for w in found.into_iter().filter(|w| !w.is_empty()) {
-        out = out.replace(w, &format!("<{} bytes not shown>", w.len()));
-    }
-    out
+    parsed.map_err(|e| {
+        // The word's position on its line, from where the parser found it: the
+        // message may not show the word itself.
+        let words: Vec<&str> = text
+            .lines()
+            .nth(e.line.wrapping_sub(1))
+            .map(|l| l.split_whitespace().collect())
+            .unwrap_or_default();
+        let shown = match e.position_in(&words) {
+            Some(k) => format!(
+                "line {}, word {}: '{}': {}",
+                e.line,
+                k + 1,
+                e.word,
+                e.message
+            ),
+            None => e.to_string(),
+        };
+        let message = hidden
+            .iter()
+            .fold(shown, |m, (name, t)| filetext::hide_content(&m, name, t));
+        anyhow::anyhow!("rules: {message}")
+    })
 }

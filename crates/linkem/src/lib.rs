@@ -78,3 +78,27 @@ impl std::fmt::Display for Interrupted {
 }
 
 impl std::error::Error for Interrupted {}
+
+/// Makes a FIFO at `path` for a test of a reader that must refuse one (this crate
+/// forbids unsafe code: the mkfifo command, not the call).
+#[cfg(test)]
+pub(crate) fn test_mkfifo(path: &std::path::Path) {
+    let made = std::process::Command::new("mkfifo").arg(path).status();
+    assert!(made.is_ok_and(|s| s.success()), "mkfifo {}", path.display());
+}
+
+/// `f`'s result, or a test failure naming `what` when it takes longer than
+/// `limit`: a reader that hangs fails its test rather than hanging it.
+#[cfg(test)]
+pub(crate) fn within<T: Send + 'static>(
+    limit: std::time::Duration,
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit)
+        .unwrap_or_else(|_| panic!("{what}: still running after {limit:?}"))
+}

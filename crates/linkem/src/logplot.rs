@@ -19,6 +19,15 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
 
+/// Largest log `linkem plot` reads (256 MiB, some 15 million events): the
+/// log is read whole and each event kept.
+pub const MAX_LOG_BYTES: u64 = 256 << 20;
+
+/// Most throughput bins a plot draws: each of the three series holds one
+/// point per bin, so a log whose events span more bins than this (a stray
+/// large timestamp) is refused with the `--ms-per-bin` that would fit.
+pub const MAX_BINS: u64 = 1_000_000;
+
 /// `linkem plot`'s arguments.
 #[derive(clap::Args, Debug, Clone)]
 pub struct PlotArgs {
@@ -71,9 +80,10 @@ impl Log {
             let num = |i: usize, what: &str| -> Result<u64> {
                 let s = w
                     .get(i)
-                    .ok_or_else(|| anyhow!("{}: '{line}' has no {what}", at()))?;
-                s.parse()
-                    .map_err(|_| anyhow!("{}: {what} '{s}' is not a whole number", at()))
+                    .ok_or_else(|| anyhow!("{}: word {} missing: expected {what}", at(), i + 1))?;
+                s.parse().map_err(|_| {
+                    anyhow!("{}, word {}: expected {what}, a whole number", at(), i + 1)
+                })
             };
             let Some(b) = base else {
                 bail!(
@@ -81,25 +91,24 @@ impl Log {
                     at()
                 );
             };
-            let t = num(0, "time")?;
+            let t = num(0, "a time")?;
             let t = t
                 .checked_sub(b)
-                .ok_or_else(|| anyhow!("{}: time {t} is before the base timestamp {b}", at()))?;
+                .ok_or_else(|| anyhow!("{}: the time is before the base timestamp", at()))?;
             match w.get(1).copied() {
-                Some("+") => log.arrivals.push((t, num(2, "byte count")?)),
-                Some("#") => log.opportunities.push((t, num(2, "byte count")?)),
+                Some("+") => log.arrivals.push((t, num(2, "a byte count")?)),
+                Some("#") => log.opportunities.push((t, num(2, "a byte count")?)),
                 Some("-") => {
-                    let delay = num(3, "delay")?;
+                    let delay = num(3, "a delay")?;
                     if delay > t {
-                        bail!("{}: delay {delay} ms is longer than the time since the base, {t} ms", at());
+                        bail!("{}: the delay is longer than the time since the base", at());
                     }
-                    log.departures.push((t, num(2, "byte count")?, delay));
+                    log.departures.push((t, num(2, "a byte count")?, delay));
                 }
-                Some("d") => log.drops += num(2, "packet count")?,
-                other => bail!(
-                    "{}: unknown event '{}' (a log line is 'MS + BYTES', 'MS - BYTES DELAY', 'MS # BYTES' or 'MS d PACKETS BYTES')",
+                Some("d") => log.drops = log.drops.saturating_add(num(2, "a packet count")?),
+                _ => bail!(
+                    "{}, word 2: expected an event: '+', '-', '#' or 'd' (a log line is 'MS + BYTES', 'MS - BYTES DELAY', 'MS # BYTES' or 'MS d PACKETS BYTES')",
                     at(),
-                    other.unwrap_or("")
                 ),
             }
         }
@@ -136,7 +145,8 @@ impl Log {
         let last = span.1 / ms_per_bin;
         let mut bits = vec![0u64; (last - first + 1) as usize];
         for &(t, bytes) in events {
-            bits[(t / ms_per_bin - first) as usize] += bytes * 8;
+            let bin = &mut bits[(t / ms_per_bin - first) as usize];
+            *bin = bin.saturating_add(bytes.saturating_mul(8));
         }
         bits.iter()
             .enumerate()
@@ -162,7 +172,7 @@ pub fn throughput_series(log: &Log, ms_per_bin: u64) -> Vec<(String, Vec<(f64, f
     };
     let secs = ((span.1 - span.0) as f64 / 1000.0).max(1e-3);
     let avg =
-        |events: &[(u64, u64)]| events.iter().map(|e| e.1 * 8).sum::<u64>() as f64 / secs / 1e6;
+        |events: &[(u64, u64)]| events.iter().map(|e| e.1 as f64 * 8.0).sum::<f64>() / secs / 1e6;
     let departures: Vec<(u64, u64)> = log.departures.iter().map(|d| (d.0, d.1)).collect();
     let mut out = Vec::new();
     if !log.opportunities.is_empty() {
@@ -290,10 +300,21 @@ fn parse_bin_ms(text: &str) -> Result<u64, String> {
 /// Runs `linkem plot`.
 pub fn run(args: &PlotArgs) -> Result<()> {
     let name = args.log.display().to_string();
-    let text = std::fs::read_to_string(&args.log).with_context(|| format!("cannot read {name}"))?;
+    let text = linkem_io::infile::read_text(&args.log, MAX_LOG_BYTES)
+        .map_err(|e| anyhow!("cannot read {e}"))?;
     let log = Log::parse(&text, &name)?;
-    if log.departures.is_empty() && log.arrivals.is_empty() && log.opportunities.is_empty() {
+    let Some((first_ms, last_ms)) = log.span_ms() else {
         bail!("{name}: the log has no events to plot");
+    };
+    let bins = last_ms / args.ms_per_bin - first_ms / args.ms_per_bin + 1;
+    if bins > MAX_BINS {
+        bail!(
+            "{name}: the events span {} ms, {bins} bins of {} ms, more than the {MAX_BINS} a \
+             plot draws: use --ms-per-bin {} or more",
+            last_ms - first_ms,
+            args.ms_per_bin,
+            (last_ms - first_ms) / (MAX_BINS - 1) + 1
+        );
     }
     let stem = args
         .out
@@ -375,21 +396,75 @@ mod tests {
     }
 
     #[test]
+    fn a_large_timestamp_is_refused_with_the_bin_width_that_fits() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("big.log");
+        let args = |ms_per_bin| PlotArgs {
+            log: log.clone(),
+            out: Some(dir.path().join("out")),
+            ms_per_bin,
+        };
+        std::fs::write(
+            &log,
+            "# base timestamp: 0\n1 + 18446744073709551615\n1000000000000000 + 100\n",
+        )
+        .unwrap();
+        let e = run(&args(500)).unwrap_err().to_string();
+        assert!(
+            e.contains("more than the 1000000 a plot draws: use --ms-per-bin 1000001001 or more"),
+            "{e}"
+        );
+        // The width it suggests fits, and a byte count near u64::MAX does not overflow.
+        let fits = 1_000_001_001;
+        let text = std::fs::read_to_string(&log).unwrap();
+        let series = throughput_series(&Log::parse(&text, "l").unwrap(), fits);
+        assert!(
+            series[1].1.len() as u64 <= MAX_BINS,
+            "{}",
+            series[1].1.len()
+        );
+        run(&args(fits)).unwrap();
+    }
+
+    #[test]
+    fn a_fifo_or_device_is_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        crate::test_mkfifo(&fifo);
+        for log in [fifo, PathBuf::from("/dev/zero")] {
+            let e = run(&PlotArgs {
+                log,
+                out: Some(dir.path().join("out")),
+                ms_per_bin: 500,
+            })
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains("not a regular file"), "{e}");
+        }
+    }
+
+    #[test]
     fn bad_logs_are_refused_with_the_line() {
         for (text, want) in [
             ("1 + 100\n", "no '# base timestamp' line before its events"),
             ("# x\n", "no '# base timestamp' line"),
-            ("# base timestamp: 0\n5 + x\n", "line 2: byte count 'x'"),
+            (
+                "# base timestamp: 0\n5 + x\n",
+                "line 2, word 3: expected a byte count, a whole number",
+            ),
             (
                 "# base timestamp: 0\n5 - 100\n",
-                "line 2: '5 - 100' has no delay",
+                "line 2: word 4 missing: expected a delay",
             ),
             ("# base timestamp: 0\n5 - 100 9\n", "longer than the time"),
             (
                 "# base timestamp: 10\n5 + 100\n",
                 "before the base timestamp",
             ),
-            ("# base timestamp: 0\n5 ? 100\n", "unknown event '?'"),
+            (
+                "# base timestamp: 0\n5 ? 100\n",
+                "word 2: expected an event",
+            ),
             ("# base timestamp: 0\n# base timestamp: 0\n", "a second"),
         ] {
             let e = Log::parse(text, "l.log").unwrap_err().to_string();

@@ -27,6 +27,11 @@
 //! Lines are in time order: a departure is held until an arrival at or
 //! after its time is written (or the run ends).
 //!
+//! The file is at its name from the start (`OutputFile::publish`) and the
+//! writer flushes every [`FLUSH_INTERVAL`]: a run killed by SIGKILL leaves
+//! the log of all but its last second or so (its held departures and the
+//! `#` lines after its last written line are lost with it).
+//!
 //! # Capacity (`#` lines)
 //! mahimahi writes `T # 1504` for every delivery opportunity of its trace,
 //! used or not, and `mm-throughput-graph` draws the capacity from them (and
@@ -65,7 +70,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -73,6 +78,9 @@ use std::thread::JoinHandle;
 pub const ETHERNET_HEADER_BYTES: u32 = 14;
 /// Decisions waiting for the writer at most.
 const QUEUE_RECORDS: usize = 1 << 16;
+/// How often the writer flushes what it wrote: a run killed (SIGKILL, a
+/// crash) leaves its log readable up to about this long before the end.
+pub const FLUSH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What the header says about one direction's log.
 #[derive(Debug, Clone)]
@@ -175,6 +183,11 @@ impl<W: Write> MmLog<W> {
                 until_ms: u64::MAX,
             }),
         })
+    }
+
+    /// Hands what was written to the output (`Write::flush`).
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
     }
 
     /// The link started at `t0_ns`: its `#` lines count from there. Given
@@ -316,7 +329,21 @@ pub fn start<W: Write + Send + 'static>(
         .name("linkem-log".into())
         .spawn(move || {
             let mut logs = logs;
-            for r in rx {
+            let mut flush_at = std::time::Instant::now() + FLUSH_INTERVAL;
+            loop {
+                let wait = flush_at.saturating_duration_since(std::time::Instant::now());
+                let r = match rx.recv_timeout(wait) {
+                    Ok(r) => Some(r),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => break,
+                };
+                if std::time::Instant::now() >= flush_at {
+                    for log in logs.iter_mut().flatten() {
+                        log.flush()?;
+                    }
+                    flush_at = std::time::Instant::now() + FLUSH_INTERVAL;
+                }
+                let Some(r) = r else { continue };
                 match r {
                     Record::Start(t0_ns) => logs.iter_mut().flatten().for_each(|l| l.start(t0_ns)),
                     Record::Packet {
@@ -429,6 +456,68 @@ mod tests {
             init_ms,
             capacity,
         }
+    }
+
+    /// What a run killed now would leave (SIGKILL runs no destructor, so
+    /// the file holds what the writer flushed): the header and the lines
+    /// written so far, at the log's own name, within a few flush intervals.
+    #[test]
+    fn a_live_log_is_readable_at_its_name_while_the_run_goes() {
+        use linkem_io::outfile::OutputFile;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("up.log");
+        let mut file = OutputFile::create(&path, 1 << 20).unwrap();
+        file.publish().unwrap();
+        let init_ms = 1_000;
+        let log = MmLog::new(file, &header(init_ms, None)).unwrap();
+        let (mut tap, writer) = start([Some(log), None]).unwrap();
+        let ns = |ms: u64| (init_ms + ms) * 1_000_000;
+        tap.start(ns(0));
+        let decision = |release_ms: u64| Decision {
+            tag: 0,
+            fate: Fate::Delivered,
+            side: Side::A,
+            queue_packets: 0,
+            queue_bytes: 0,
+            release_ns: ns(release_ms),
+            duplicate: false,
+            corrupt_bits: Vec::new(),
+            rule: None,
+            pipe: None,
+            flow_id: 0,
+            hops: 1,
+            queue: None,
+            ce: false,
+        };
+        tap.decision(ns(1), 114, &decision(3));
+        tap.decision(ns(5), 214, &decision(6));
+        let wanted = ["# base timestamp: 0", "1 + 100", "3 - 100 2", "5 + 200"];
+        let deadline = std::time::Instant::now() + FLUSH_INTERVAL * 10;
+        let text = loop {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            if wanted.iter().all(|w| text.contains(w)) {
+                break text;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "after {:?} the file holds only: {text:?}",
+                FLUSH_INTERVAL * 10
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        // The departure at 6 ms waits for a later arrival or the end.
+        assert!(!text.contains("6 - 200"), "{text}");
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(names.len(), 1, "no hidden temporary file beside it");
+        drop(tap);
+        let (files, skipped) = writer.finish().unwrap();
+        assert_eq!(skipped, 0);
+        for f in files.into_iter().flatten() {
+            f.commit().unwrap();
+        }
+        assert!(std::fs::read_to_string(&path)
+            .unwrap()
+            .contains("6 - 200 1"));
     }
 
     /// A trace of opportunities at 0, 0, 5 and 10 ms (looping every 10 ms:

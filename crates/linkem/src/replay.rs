@@ -651,7 +651,8 @@ impl Replay {
 /// its `recording.json` describes (seed, link words or start rules, options),
 /// every frame with its side and stamp and every change at its instant, so
 /// the decisions are the run's. An incomplete recording is replayed as far as
-/// it goes, with a warning naming what is missing.
+/// it goes, with a warning naming what is missing, and one naming where it was
+/// cut when its last record is not whole (a run killed, a full disk).
 fn run_recording(args: &ReplayArgs) -> Result<()> {
     let dir = args.input.as_path();
     if !args.words.is_empty() || args.config.is_some() || args.rules.file.is_some() {
@@ -776,6 +777,9 @@ fn run_recording(args: &ReplayArgs) -> Result<()> {
             let (tally, secs) = drive(args, &mut node, link_type, snaplen, &signals, logs, next)?;
             report(args, &node, meta.seed, &tally, secs);
         }
+    }
+    for note in rec.cut_short() {
+        eprintln!("linkem: warning: {note}");
     }
     Ok(())
 }

@@ -51,13 +51,34 @@ const ANSWER_WAIT: Duration = Duration::from_secs(10);
 /// asker retries) rather than a thread made for it.
 const MAX_IN_FLIGHT: usize = 256;
 
-/// The host's resolv.conf: its path and text (empty when it cannot be read).
+/// The most a resolv.conf may hold (64 KiB): glibc reads a few lines of it
+/// (3 nameservers, 6 search domains), and a larger file is not one.
+pub const MAX_RESOLV_CONF_BYTES: u64 = 64 << 10;
+
+/// The host's resolv.conf: its path and text (empty when it cannot be read;
+/// unless it is missing, the shell says why, naming the file).
 pub fn host_conf() -> (PathBuf, String) {
     let path = std::env::var_os(RESOLV_CONF_ENV)
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(CMD_RESOLV_CONF));
-    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let text = read_conf(&path).unwrap_or_else(|e| {
+        eprintln!("linkem: shell: {e}; its resolvers are not relayed");
+        String::new()
+    });
     (path, text)
+}
+
+/// `path`'s text as a resolv.conf is read: a regular file of at most
+/// [`MAX_RESOLV_CONF_BYTES`], opened without blocking (`linkem_io::infile`),
+/// so `/dev/zero` or a FIFO named by `LINKEM_RESOLV_CONF` is an error at once
+/// rather than gigabytes or a wait no signal ends. A missing file reads as
+/// empty (a host without one).
+pub fn read_conf(path: &std::path::Path) -> Result<String, String> {
+    match linkem_io::infile::read_text(path, MAX_RESOLV_CONF_BYTES) {
+        Ok(text) => Ok(text),
+        Err(e) if e.is_not_found() => Ok(String::new()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// Says that the loopback `resolver` named by the host's resolv.conf at
@@ -251,6 +272,37 @@ fn copy_until_end(mut from: TcpStream, mut to: TcpStream) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_resolv_conf_that_is_not_a_small_regular_file_is_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        crate::test_mkfifo(&fifo);
+        let big = dir.path().join("big");
+        // Sparse: no disk used.
+        std::fs::File::create(&big)
+            .unwrap()
+            .set_len(MAX_RESOLV_CONF_BYTES + 1)
+            .unwrap();
+        for (path, why) in [
+            (PathBuf::from("/dev/zero"), "character device"),
+            (fifo, "FIFO"),
+            (big, "limit"),
+        ] {
+            let shown = path.display().to_string();
+            let e = crate::within(Duration::from_secs(10), &shown, move || read_conf(&path))
+                .unwrap_err();
+            assert!(e.contains(&shown) && e.contains(why), "{e}");
+        }
+        let conf = dir.path().join("resolv.conf");
+        assert_eq!(
+            read_conf(&conf).unwrap(),
+            "",
+            "a missing file reads as empty"
+        );
+        std::fs::write(&conf, "nameserver 127.0.0.53\n").unwrap();
+        assert_eq!(read_conf(&conf).unwrap(), "nameserver 127.0.0.53\n");
+    }
 
     #[test]
     fn loopback_resolvers_become_the_gateway_once() {

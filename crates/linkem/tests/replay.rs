@@ -1026,6 +1026,81 @@ fn a_recording_of_rules_replays_its_reload_and_warns_when_incomplete() {
     assert_eq!(again.len(), 10);
 }
 
+/// A recording stopped by a full disk: `recording.json` says incomplete and
+/// `frames.pcapng` ends inside a frame (and `changes.jsonl` inside a line).
+/// The replay gives every whole frame and says where the recording was cut,
+/// at several cuts; before, it failed on the cut record.
+#[test]
+fn a_recording_cut_short_by_a_full_disk_replays_what_is_whole() {
+    use linkem_io::recording::{RecordedChange, Start};
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("rec");
+    let change = RecordedChange::Lines(vec!["link a-to-b delay 1ms".into()]);
+    record(
+        &dir,
+        Start::Link("delay 10ms".into()),
+        20,
+        &[(10_500_000, change)],
+    );
+    let meta_path = dir.join("recording.json");
+    let mut meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&meta_path).unwrap()).unwrap();
+    meta["complete"] = false.into();
+    meta["stopped"] = "cannot write frames.pcapng: No space left on device (os error 28)".into();
+    std::fs::write(&meta_path, meta.to_string()).unwrap();
+    let frames = std::fs::read(dir.join("frames.pcapng")).unwrap();
+    let changes = std::fs::read(dir.join("changes.jsonl")).unwrap();
+    // The blocks before the first packet (type 6), then 20 packet blocks of one size.
+    let mut header_bytes = 0;
+    while u32::from_le_bytes(frames[header_bytes..header_bytes + 4].try_into().unwrap()) != 6 {
+        header_bytes += u32::from_le_bytes(
+            frames[header_bytes + 4..header_bytes + 8]
+                .try_into()
+                .unwrap(),
+        ) as usize;
+    }
+    let epb_bytes = (frames.len() - header_bytes) / 20;
+    assert_eq!(header_bytes + 20 * epb_bytes, frames.len());
+    for (whole, extra) in [(0, 7), (3, 1), (11, 60), (19, epb_bytes - 1)] {
+        let cut = header_bytes + whole * epb_bytes + extra;
+        std::fs::write(dir.join("frames.pcapng"), &frames[..cut]).unwrap();
+        let (o, rows) = replay_recording(&dir, &[]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(rows.len(), whole, "cut {cut}: {err}");
+        let offset = header_bytes + whole * epb_bytes;
+        // Cut inside its first 4 bytes, the block's kind is not known yet.
+        let record = if extra >= 4 {
+            format!(
+                "enhanced packet block at byte offset {offset} (packet {})",
+                whole + 1
+            )
+        } else {
+            format!("pcapng block at byte offset {offset}")
+        };
+        assert!(
+            err.contains(&format!("frames.pcapng: truncated {record}"))
+                && err.contains(&format!(
+                    "cut short there; {whole} frames before it are replayed"
+                )),
+            "cut {cut}: {err}"
+        );
+        assert_eq!(
+            err.contains("not replayed"),
+            whole < 10,
+            "cut {cut}: the change after frame 10 is left out when its frame is: {err}"
+        );
+    }
+    std::fs::write(dir.join("frames.pcapng"), &frames).unwrap();
+    std::fs::write(dir.join("changes.jsonl"), &changes[..changes.len() - 5]).unwrap();
+    let (o, rows) = replay_recording(&dir, &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(rows.len(), 20, "{err}");
+    assert!(
+        err.contains("changes.jsonl is cut short in line 1"),
+        "{err}"
+    );
+}
+
 /// Link words beside a recording are refused: the model is the recording's.
 #[test]
 fn a_recording_with_link_words_is_refused() {

@@ -280,9 +280,13 @@ impl LinkSpec {
         for (k, change) in raw.changes.iter().enumerate() {
             let words: Vec<&str> = change.words.iter().map(String::as_str).collect();
             let line_error = |e: ConfigError| {
-                raw.origin(format!(
-                    "schedule '{}' line {}: '{}': {}",
-                    raw.name, change.line, e.word, e.message
+                raw.origin(crate::filetext::hide_content(
+                    &format!(
+                        "schedule '{}' line {}, link word {}: {}",
+                        raw.name, change.line, e.position, e.message
+                    ),
+                    &raw.name,
+                    &raw.text,
                 ))
             };
             let mut cursor = parser::Cursor::new(&words, 0, layers.len() + k, dialect, files);

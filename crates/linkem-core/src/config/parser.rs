@@ -99,6 +99,8 @@ pub(super) struct RawSchedule {
     /// The `schedule` word's 0-based position across the layers and its text.
     pub position: usize,
     pub word: String,
+    /// The file's text: an error about a line hides it (`crate::filetext`).
+    pub text: String,
 }
 
 impl RawSchedule {

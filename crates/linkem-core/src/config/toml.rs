@@ -32,6 +32,23 @@ pub struct TomlWords {
 }
 
 impl TomlWords {
+    /// Everything the config gave (its words and inline schedules), for
+    /// `crate::filetext::hide_content`: an error about these words comes from
+    /// the config's content and must not quote it.
+    pub fn content(&self) -> String {
+        let words = [&self.both, &self.a_to_b, &self.b_to_a];
+        let mut text = words
+            .iter()
+            .flat_map(|w| w.iter())
+            .fold(String::new(), |t, w| t + w + " ");
+        for (name, lines) in &self.files {
+            text.push_str(name);
+            text.push('\n');
+            text.push_str(lines);
+        }
+        text
+    }
+
     /// Reads a TOML file's text into words; an error names the key.
     pub fn parse(text: &str) -> Result<TomlWords, String> {
         let table: toml::Table = text

@@ -11,6 +11,7 @@ use super::{
     MAX_POLICER_BURST_BYTES,
 };
 use crate::dist::Distribution;
+use crate::filetext::hide_content;
 use crate::loss::LossConfig;
 use crate::trace::Trace;
 use crate::units;
@@ -436,7 +437,8 @@ fn trace(c: &mut Cursor<'_, '_, '_>, d: &mut Draft, at: usize) -> Result<(), Con
     let (a, name) = c.arg(word, "a trace file (mahimahi's format)")?;
     // The loader says what it looked for; the kind of file is named here.
     let text = (c.files)(name).map_err(|e| c.error(a, format!("{word} {e}")))?;
-    let parsed = Trace::parse(name, &text, word == "trace-once").map_err(|e| c.error(a, e))?;
+    let parsed = Trace::parse(name, &text, word == "trace-once")
+        .map_err(|e| c.error(a, hide_content(&e, name, &text)))?;
     c.set(d, Slot::Rate, at)?;
     d.link.trace = Some(Arc::new(parsed));
     d.link.rate_bps = None;
@@ -545,7 +547,8 @@ fn distribution(c: &mut Cursor<'_, '_, '_>, d: &mut Draft, at: usize) -> Result<
         None => {
             // The loader says what it looked for; the kind of file is named here.
             let text = (c.files)(v).map_err(|e| c.error(a, format!("distribution {e}")))?;
-            Distribution::parse_file(v, &text).map_err(|e| c.error(a, e))?
+            Distribution::parse_file(v, &text)
+                .map_err(|e| c.error(a, hide_content(&e, v, &text)))?
         }
     };
     c.set(d, Slot::Distribution, at)?;
@@ -753,7 +756,8 @@ fn slot(c: &mut Cursor<'_, '_, '_>, d: &mut Draft, at: usize) -> Result<(), Conf
             Some(dist) => dist,
             None => {
                 let text = (c.files)(name).map_err(|e| c.error(a, format!("distribution {e}")))?;
-                Distribution::parse_file(name, &text).map_err(|e| c.error(a, e))?
+                Distribution::parse_file(name, &text)
+                    .map_err(|e| c.error(a, hide_content(&e, name, &text)))?
             }
         };
         let (a, v) = c.arg("slot distribution D", "a delay such as 1ms")?;
@@ -811,7 +815,8 @@ fn slot(c: &mut Cursor<'_, '_, '_>, d: &mut Draft, at: usize) -> Result<(), Conf
 fn schedule(c: &mut Cursor<'_, '_, '_>, d: &mut Draft, at: usize) -> Result<(), ConfigError> {
     let (a, name) = c.arg("schedule", "a schedule file")?;
     let text = (c.files)(name).map_err(|e| c.error(a, format!("schedule {e}")))?;
-    let (changes, period_ns) = schedule::read_any(name, &text).map_err(|e| c.error(a, e))?;
+    let (changes, period_ns) =
+        schedule::read_any(name, &text).map_err(|e| c.error(a, hide_content(&e, name, &text)))?;
     c.set(d, Slot::Schedule, at)?;
     d.schedule = Some(RawSchedule {
         name: name.to_string(),
@@ -819,6 +824,7 @@ fn schedule(c: &mut Cursor<'_, '_, '_>, d: &mut Draft, at: usize) -> Result<(), 
         period_ns,
         position: c.position(a),
         word: name.to_string(),
+        text,
     });
     Ok(())
 }

@@ -284,8 +284,10 @@ impl PipeDef {
                     let v = need("a file name")?;
                     i += 1;
                     let text = files(v).map_err(|e| rerr(line, v, format!("profile {e}")))?;
-                    let p = Profile::parse(&text)
-                        .map_err(|e| rerr(line, v, format!("in the profile, {e}")))?;
+                    let p = Profile::parse(&text).map_err(|e| {
+                        let e = crate::filetext::hide_content(&e.to_string(), v, &text);
+                        rerr(line, v, format!("in the profile, {e}"))
+                    })?;
                     profile = Some(Arc::new(p));
                 }
                 "buckets" => {

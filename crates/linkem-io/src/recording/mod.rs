@@ -86,6 +86,11 @@ use std::io;
 
 /// The value of `format` in `recording.json`.
 pub const FORMAT_NAME: &str = "linkem-recording";
+/// The most `changes.jsonl` may hold (64 MiB): some hundred thousand changes, far more
+/// than a run has. The reader reads it whole at open; the writer stops the recording
+/// before passing it, so that every recording it writes can be replayed.
+pub const MAX_CHANGES_BYTES: u64 = 64 << 20;
+
 /// The format version this linkem writes and reads.
 pub const FORMAT_VERSION: u32 = 3;
 

@@ -1,23 +1,26 @@
 //! Reading a recording back: `recording.json`, `changes.jsonl` and the rule files are
 //! read and checked at [`Recording::open`]; frames are read one at a time as
 //! [`Recording::inputs`] reaches them, so a recording larger than memory replays.
+//!
+//! A recording its run did not finish (`complete: false`: killed, or stopped by a
+//! full disk) may end inside a record: `frames.pcapng` inside a packet block,
+//! `changes.jsonl` inside its last line. Such a recording replays up to its last
+//! whole record, and [`Recording::cut_short`] says where it was cut and what was not
+//! replayed; the changes recorded after the last whole frame are left out with it.
+//! A complete recording cut anywhere is an error naming the file and the offset.
 
 use super::wire::{self, FileEntry, NumberedChange, StartFile};
 use super::{
     NamedFiles, RecordedChange, RecordedInput, RecordingError, RecordingMeta, CHANGES_FILE,
-    FRAMES_FILE, META_FILE,
+    FRAMES_FILE, MAX_CHANGES_BYTES, META_FILE,
 };
-use crate::capture::CaptureReader;
+use crate::capture::{CaptureError, CaptureReader, IO_BUFFER_BYTES};
 use crate::infile::{self, MAX_TEXT_BYTES};
 use std::collections::BTreeMap;
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
-
-/// The most `changes.jsonl` may hold (64 MiB): some hundred thousand changes, far more
-/// than a run has, and read whole at open.
-pub const MAX_CHANGES_BYTES: u64 = 64 << 20;
 
 /// Whether `path` is a recording's directory (a directory holding `recording.json`),
 /// for commands that take either a capture or a recording.
@@ -45,6 +48,8 @@ pub struct Recording {
     /// Frames returned so far.
     frames_read: u64,
     done: bool,
+    /// Where an incomplete recording was cut, in words (see [`Recording::cut_short`]).
+    cut_short: Vec<String>,
 }
 
 impl Recording {
@@ -88,7 +93,17 @@ impl Recording {
 
         let changes_path = dir.join(CHANGES_FILE);
         let changes_name = changes_path.display().to_string();
-        let text = infile::read_text(&changes_path, MAX_CHANGES_BYTES)?;
+        let mut bytes = infile::read_bytes(&changes_path, MAX_CHANGES_BYTES)?;
+        let mut cut_short = Vec::new();
+        if let Some(cut) = cut_last_line(&meta, &changes_name, &bytes) {
+            let line = bytes[..cut].iter().filter(|&&b| b == b'\n').count() + 1;
+            cut_short.push(format!(
+                "{changes_name} is cut short in line {line} (byte offset {cut}): the change \
+                 it was writing is not replayed"
+            ));
+            bytes.truncate(cut);
+        }
+        let text = infile::utf8_text(&changes_path, bytes)?;
         let numbered = wire::parse_changes(&changes_name, &text)?;
         if meta.complete && numbered.len() as u64 != meta.changes {
             return Err(RecordingError::invalid(
@@ -121,7 +136,15 @@ impl Recording {
             });
         }
 
-        let frames = CaptureReader::open(&dir.join(FRAMES_FILE))?;
+        // A regular file, opened without blocking: a FIFO put there would make the
+        // open wait for a writer for ever. Its size is not bounded (frames are read
+        // one at a time).
+        let frames_path = dir.join(FRAMES_FILE);
+        let frames_file = infile::open_regular(&frames_path, u64::MAX)?;
+        let frames = CaptureReader::from_reader(
+            &frames_path.display().to_string(),
+            BufReader::with_capacity(IO_BUFFER_BYTES, frames_file),
+        )?;
         if frames.link_type().0 != meta.link_type {
             return Err(RecordingError::invalid(
                 &dir.join(FRAMES_FILE).display().to_string(),
@@ -141,7 +164,15 @@ impl Recording {
             changes,
             frames_read: 0,
             done: false,
+            cut_short,
         })
+    }
+
+    /// Where this incomplete recording was found cut inside a record, and what
+    /// is not replayed for it, one sentence each; empty when every record was
+    /// whole. Complete once [`Recording::inputs`] has ended.
+    pub fn cut_short(&self) -> &[String] {
+        &self.cut_short
     }
 
     /// Every input in the order the core saw it; an error ends the sequence.
@@ -200,8 +231,20 @@ impl Recording {
                     data: packet.data,
                 }))
             }
+            Some(Err(e @ CaptureError::Truncated { .. })) if !self.meta.complete => {
+                self.cut_short.push(format!(
+                    "{e}: the recording was cut short there; {} frames before it are replayed",
+                    self.frames_read
+                ));
+                self.changes_after_the_cut();
+                None
+            }
             Some(Err(e)) => Some(Err(e.into())),
             None => {
+                if !self.meta.complete && !self.changes.is_empty() {
+                    self.changes_after_the_cut();
+                    return None;
+                }
                 if let Some(c) = self.changes.front() {
                     let changes_name = self.dir.join(CHANGES_FILE).display().to_string();
                     return Some(Err(RecordingError::invalid(
@@ -228,6 +271,39 @@ impl Recording {
             }
         }
     }
+}
+
+impl Recording {
+    /// Leaves out the changes recorded after the last whole frame of an
+    /// incomplete recording (their frames are not there), saying how many.
+    fn changes_after_the_cut(&mut self) {
+        if let Some(first) = self.changes.front() {
+            let changes_name = self.dir.join(CHANGES_FILE).display().to_string();
+            self.cut_short.push(format!(
+                "{} changes from {changes_name} line {} on come after frame {}, the last in \
+                 {FRAMES_FILE}: not replayed",
+                self.changes.len(),
+                first.line,
+                self.frames_read
+            ));
+            self.changes.clear();
+        }
+    }
+}
+
+/// Where to cut `changes.jsonl`'s `bytes` before reading them: after the last
+/// newline, when the recording is incomplete and its last line has no newline and
+/// is not a whole change (cut inside its JSON, or inside a character); the writer
+/// ends every line it finishes with one. `None`: read it all.
+fn cut_last_line(meta: &RecordingMeta, name: &str, bytes: &[u8]) -> Option<usize> {
+    if meta.complete || bytes.is_empty() || bytes.ends_with(b"\n") {
+        return None;
+    }
+    let cut = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let line = bytes[..cut].iter().filter(|&&b| b == b'\n').count() + 1;
+    let whole = std::str::from_utf8(&bytes[cut..])
+        .is_ok_and(|tail| wire::parse_change_line(name, line, tail).is_ok());
+    (!whole).then_some(cut)
 }
 
 /// The files a map of `recording.json` or of a change names, each read from its copy,

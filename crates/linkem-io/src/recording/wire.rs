@@ -6,6 +6,7 @@
 //! grows by its `version`.
 
 use super::{RecordingError, RecordingMeta, Start, FORMAT_NAME, FORMAT_VERSION};
+use linkem_core::filetext::hide_content;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -210,15 +211,17 @@ pub fn check_file_name(name: &str) -> Result<(), String> {
 /// `complete`.
 pub fn parse_meta(file: &str, text: &str) -> Result<MetaFile, RecordingError> {
     let bad = |reason: String| RecordingError::invalid(file, None, reason);
-    let value: Value = serde_json::from_str(text).map_err(|e| bad(format!("not JSON: {e}")))?;
+    let serde_bad = |e: serde_json::Error| bad(serde_message(&e, file, text));
+    let value: Value = serde_json::from_str(text)
+        .map_err(|e| bad(format!("not JSON: {}", serde_message(&e, file, text))))?;
     let Some(object) = value.as_object() else {
         return Err(bad("not a JSON object".into()));
     };
     match object.get("format") {
         Some(Value::String(f)) if f == FORMAT_NAME => {}
-        Some(other) => {
+        Some(_) => {
             return Err(bad(format!(
-                "format is {other}, not \"{FORMAT_NAME}\": not a linkem recording"
+                "\"format\" is not \"{FORMAT_NAME}\": not a linkem recording"
             )))
         }
         None => {
@@ -231,15 +234,16 @@ pub fn parse_meta(file: &str, text: &str) -> Result<MetaFile, RecordingError> {
         Some(v)
             if v.as_u64()
                 .is_some_and(|v| (1..=u64::from(FORMAT_VERSION)).contains(&v)) => {}
-        Some(v) => {
+        Some(_) => {
             return Err(bad(format!(
-                "format version {v}; this linkem ({}) reads versions 1 to {FORMAT_VERSION}",
+                "\"version\" is not a format version this linkem ({}) reads: 1 to \
+                 {FORMAT_VERSION}",
                 env!("CARGO_PKG_VERSION")
             )))
         }
         None => return Err(bad("no \"version\" field".into())),
     }
-    let meta: MetaFile = serde_json::from_value(value).map_err(|e| bad(e.to_string()))?;
+    let meta: MetaFile = serde_json::from_value(value).map_err(serde_bad)?;
     if meta.link_type > u32::from(u16::MAX) {
         return Err(bad(format!(
             "link type {} does not fit pcapng's 16 bits",
@@ -265,6 +269,21 @@ pub fn parse_meta(file: &str, text: &str) -> Result<MetaFile, RecordingError> {
     Ok(meta)
 }
 
+/// serde's message about `text` under `linkem_core::filetext`'s rule: what it
+/// quotes of the file is hidden; what it says was expected (`expected one of
+/// ...`, from the format's own field names) is kept.
+fn serde_message(e: &serde_json::Error, file: &str, text: &str) -> String {
+    let message = e.to_string();
+    match message.find(", expected") {
+        Some(at) => format!(
+            "{}{}",
+            hide_content(&message[..at], file, text),
+            &message[at..]
+        ),
+        None => hide_content(&message, file, text),
+    }
+}
+
 /// Parses one line of `changes.jsonl` (1-based `line`); `file` is what errors call it.
 ///
 /// # Errors
@@ -276,8 +295,8 @@ pub fn parse_change_line(
     text: &str,
 ) -> Result<ChangeLine, RecordingError> {
     let bad = |reason: String| RecordingError::invalid(file, Some(line), reason);
-    let change: ChangeLine =
-        serde_json::from_str(text).map_err(|e| bad(format!("not a change: {e}")))?;
+    let change: ChangeLine = serde_json::from_str(text)
+        .map_err(|e| bad(format!("not a change: {}", serde_message(&e, file, text))))?;
     match (&change.lines, &change.rules) {
         (None, Some(name)) => check_file_name(name).map_err(|e| bad(format!("rules: {e}")))?,
         (Some(_), None) if !change.files.is_empty() => {

@@ -16,7 +16,7 @@
 use super::wire::{ChangeLine, FileEntry, MetaFile, FILES_DIR};
 use super::{
     NamedFiles, RecordedChange, RecordedInput, RecordingError, RecordingMeta, Start, CHANGES_FILE,
-    FILES_DIR_NAME, FRAMES_FILE, META_FILE, START_RULES_FILE,
+    FILES_DIR_NAME, FRAMES_FILE, MAX_CHANGES_BYTES, META_FILE, START_RULES_FILE,
 };
 use crate::capture::MAX_CAPLEN;
 use crate::outfile;
@@ -581,7 +581,8 @@ impl<W: Write> Write for Counting<W> {
 
 struct Files {
     pcap: PcapNgWriter<Counting<BufWriter<File>>>,
-    changes: BufWriter<File>,
+    /// Counted: it may not pass [`MAX_CHANGES_BYTES`], what a replay reads.
+    changes: Counting<BufWriter<File>>,
 }
 
 fn open_files(
@@ -623,7 +624,10 @@ fn open_files(
     // The header is on disk at once: a run killed before its first flush still leaves a
     // capture Wireshark opens.
     pcap.get_mut().flush().map_err(io_err)?;
-    let changes = create_new(&dir.join(CHANGES_FILE))?;
+    let changes = Counting {
+        inner: create_new(&dir.join(CHANGES_FILE))?,
+        bytes: 0,
+    };
     Ok(Files { pcap, changes })
 }
 
@@ -800,6 +804,18 @@ impl FileWriter {
         };
         let mut text = line.to_text();
         text.push('\n');
+        if self.files.changes.bytes + text.len() as u64 > MAX_CHANGES_BYTES {
+            if let Some(name) = &line.rules {
+                // Not referenced by any line: no debris beside the recording.
+                let _ = std::fs::remove_file(self.dir.join(name));
+            }
+            return Err(format!(
+                "{} reached {MAX_CHANGES_BYTES} bytes, the most a replay reads, after {} \
+                 changes",
+                self.file_name(CHANGES_FILE),
+                self.changes
+            ));
+        }
         self.files
             .changes
             .write_all(text.as_bytes())

@@ -50,7 +50,7 @@
 //! instant the audit log records.
 
 use super::failure::Failure;
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, Result};
 use linkem_core::units::{
     format_rate_bps, format_time_ns, parse_rate_bps, parse_size_bytes, parse_time_ns,
 };
@@ -120,9 +120,13 @@ impl ClaimArgs {
         let limits = match &self.limits {
             None => Limits::default(),
             Some(p) => {
-                let text = std::fs::read_to_string(p)
-                    .with_context(|| format!("--limits {}", p.display()))?;
-                Limits::parse(&text).map_err(|e| anyhow!("--limits {}: {e}", p.display()))?
+                let text = linkem_io::infile::read_text(p, linkem_io::infile::MAX_TEXT_BYTES)
+                    .map_err(|e| anyhow!("--limits {e}"))?;
+                let name = p.display().to_string();
+                Limits::parse(&text).map_err(|e| {
+                    let e = linkem_core::filetext::hide_content(&e.to_string(), &name, &text);
+                    anyhow!("--limits {name}: {e}")
+                })?
             }
         };
         Ok(Some(ClaimConfig {
