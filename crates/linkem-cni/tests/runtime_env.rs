@@ -286,7 +286,7 @@ fn del_with_a_broken_configuration_cleans_up_and_succeeds() {
         return;
     }
     if !linkem_present() {
-        panic!("linkem is missing beside linkem-cni: cargo build -p linkem first");
+        panic!("linkem is missing beside linkem-cni: cargo build -p linkem-emu first");
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let c = Container::new();
