@@ -28,8 +28,10 @@
 #    the postinst's systemd-tmpfiles (if present) makes /run/linkem
 #    root:linkem 1775 in the throwaway root; the postrm removes the
 #    statoverride; the host's groups and statoverrides are unchanged;
-#  - as root, the package's own bridge runs with --claims in a network
-#    namespace of its own (lkgpkgPID, removed after): user nobody claims and
+#  - the package's own bridge, run by a member of group linkem (not root: the
+#    file capabilities) with --claims in a network namespace of its own
+#    (lkgpkgPID, removed after), places its socket in /run/linkem, which
+#    another member cannot remove or replace (sticky); user nobody claims and
 #    lists a UDP port with /usr/bin/linkem-ctl, a member of group linkem
 #    releases it with `linkem ctl`, and the list no longer shows it.
 set -euo pipefail
@@ -261,18 +263,31 @@ if_b=${netns}b
 ip netns add "$netns" || fail "cannot add the network namespace $netns"
 ip -n "$netns" link add "$if_a" type veth peer name "$if_b" || fail "cannot add the veth pair $if_a/$if_b"
 ip -n "$netns" link set "$if_a" up && ip -n "$netns" link set "$if_b" up || fail "cannot set $if_a/$if_b up"
-install -d -m 755 "$work/ctl"
-sock=$work/ctl/pkg.sock
-ip netns exec "$netns" "$bin" bridge "$if_a" "$if_b" --claims --backend packet --max-lag off \
+as_nobody() { setpriv --reuid=nobody --regid=nogroup --clear-groups "$@"; }
+as_member() { setpriv --reuid=nobody --regid=nogroup --groups="$gid" "$@"; }
+# The bridge runs as a member of the group would: not root, with the file
+# capabilities the postinst gave, its socket in /run/linkem as tmpfiles.d
+# made it (the throwaway root's; without systemd-tmpfiles, made here so).
+[ -d "$fs/run/linkem" ] || install -d -o 0 -g "$gid" -m 1775 "$fs/run/linkem"
+chmod 755 "$fs/run"
+sock=$fs/run/linkem/$netns.sock
+ip netns exec "$netns" setpriv --reuid=nobody --regid=nogroup --groups="$gid" --inh-caps=-all \
+  "$bin" bridge "$if_a" "$if_b" --claims --backend packet --max-lag off \
   --control "$sock" >"$work/bridge.log" 2>&1 &
 bridge_pid=$!
 for _ in $(seq 100); do
   [ -S "$sock" ] || ! kill -0 "$bridge_pid" 2>/dev/null && break
   sleep 0.1
 done
-[ -S "$sock" ] || fail "the packaged bridge made no control socket in 10 s: $(cat "$work/bridge.log")"
-as_nobody() { setpriv --reuid=nobody --regid=nogroup --clear-groups "$@"; }
-as_member() { setpriv --reuid=nobody --regid=nogroup --groups="$gid" "$@"; }
+[ -S "$sock" ] || fail "the packaged bridge, run by a member of linkem, made no control socket in 10 s: $(cat "$work/bridge.log")"
+# Sticky: another member (uid daemon) can neither remove nor replace it.
+as_other() { setpriv --reuid=daemon --regid=nogroup --groups="$gid" "$@"; }
+as_other rm -f "$sock" 2>/dev/null && fail "another member of linkem (daemon) removed the bridge's socket in /run/linkem"
+as_other touch "$fs/run/linkem/$netns.other" || fail "another member of linkem cannot create a file in /run/linkem"
+as_other mv -f "$fs/run/linkem/$netns.other" "$sock" 2>/dev/null &&
+  fail "another member of linkem (daemon) replaced the bridge's socket in /run/linkem"
+rm -f "$fs/run/linkem/$netns.other"
+[ -S "$sock" ] || fail "the bridge's socket in /run/linkem is gone"
 # A port nobody may claim: unprivileged, and (a namespace of its own) no socket holds it.
 port=$((47000 + $$ % 1000))
 said=$(as_nobody "$fs/usr/bin/linkem-ctl" --socket "$sock" claim udp "$port" -- delay 5ms 2>&1) ||
