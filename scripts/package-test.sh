@@ -6,12 +6,16 @@
 #    built (no second, release build in CI);
 #  - every promised file is there, root-owned, 0644 (0755 for directories and
 #    the binaries); a man page per command `linkem --help` lists, each with
-#    EXAMPLES; linkem-ctl (the client every user may run) and linkem-cni with
-#    its page; the example traces and schedules replay; tmpfiles.d makes
-#    /run/linkem 0755; the systemd unit runs `linkem bridge --name %i $ARGS`;
+#    EXAMPLES; linkem-ctl (the client every user may run) and
+#    /usr/lib/cni/linkem-cni with its page, answering CNI_COMMAND=VERSION; the
+#    example traces and schedules replay; tmpfiles.d's line for /run/linkem;
+#    the systemd unit runs `linkem bridge --name %i $ARGS` with the
+#    capabilities the postinst gives, and `systemd-analyze verify` (if
+#    present) says nothing about it;
 #  - `linkem --version` names this checkout's commit; the packaged examples
 #    replay (the capture through dsl.toml, and through each rules file);
-#  - each man page renders with `man -l` without a groff warning;
+#  - each man page renders with `man -l` without a groff warning, and shows
+#    an EXAMPLES heading;
 #  - the completions work: bash completes `linkem br` to bridge, fish likewise,
 #    zsh parses its file;
 #  - `cargo install --path crates/linkem --locked --offline --debug` works (a
@@ -21,8 +25,15 @@
 #    copy shows the capabilities of README's setcap line (which
 #    bridge_policy_netns runs the bridge as nobody with); a setcap that fails
 #    (a filesystem without xattrs) gives a message and a configured package;
-#    the postrm removes the statoverride; the host's groups and statoverrides
-#    are unchanged.
+#    the postinst's systemd-tmpfiles (if present) makes /run/linkem
+#    root:linkem 1775 in the throwaway root; the postrm removes the
+#    statoverride; the host's groups and statoverrides are unchanged;
+#  - the package's own bridge, run by a member of group linkem (not root: the
+#    file capabilities) with --claims in a network namespace of its own
+#    (lkgpkgPID, removed after), places its socket in /run/linkem, which
+#    another member cannot remove or replace (sticky); user nobody claims and
+#    lists a UDP port with /usr/bin/linkem-ctl, a member of group linkem
+#    releases it with `linkem ctl`, and the list no longer shows it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,7 +47,15 @@ done
 
 deb=$(scripts/package.sh --profile dev)
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+netns=
+bridge_pid=
+cleanup() {
+  [ -z "$bridge_pid" ] || kill "$bridge_pid" 2>/dev/null || true
+  [ -z "$bridge_pid" ] || wait "$bridge_pid" 2>/dev/null || true
+  [ -z "$netns" ] || ip netns del "$netns" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
 fs=$work/fs
 dpkg-deb -x "$deb" "$fs"
 dpkg-deb -e "$deb" "$work/DEBIAN"
@@ -50,7 +69,7 @@ for f in usr/bin/linkem usr/share/man/man1/linkem.1.gz \
   usr/share/doc/linkem/changelog.Debian.gz usr/share/doc/linkem/changelog.gz \
   usr/share/doc/linkem/README.md.gz usr/share/doc/linkem/examples/demo.pcap \
   usr/share/doc/linkem/examples/dsl.toml usr/share/doc/linkem/examples/rules/two-links.rules \
-  usr/bin/linkem-ctl usr/bin/linkem-cni usr/share/man/man1/linkem-cni.1.gz \
+  usr/bin/linkem-ctl usr/lib/cni/linkem-cni usr/share/man/man1/linkem-cni.1.gz \
   usr/share/man/man1/linkem-ctl.1.gz usr/share/doc/linkem/examples/traces/12mbit.trace \
   usr/share/doc/linkem/examples/schedules/steps.sched usr/share/doc/linkem/examples/bridge.conf \
   usr/lib/tmpfiles.d/linkem.conf usr/lib/systemd/system/linkem-bridge@.service; do
@@ -64,7 +83,8 @@ done
 not_root=$(dpkg-deb -c "$deb" | awk '$2 != "root/root"')
 [ -z "$not_root" ] || fail "files not owned by root in the package:"$'\n'"$not_root"
 bad_modes=$(cd "$fs" && find . \( -type d ! -perm 0755 \) -o \
-  \( -type f ! -path './usr/bin/*' ! -perm 0644 \) -o \( -path './usr/bin/*' ! -perm 0755 \))
+  \( -type f ! -path './usr/bin/*' ! -path ./usr/lib/cni/linkem-cni ! -perm 0644 \) -o \
+  \( \( -path './usr/bin/*' -o -path ./usr/lib/cni/linkem-cni \) ! -perm 0755 \))
 [ -z "$bad_modes" ] || fail "wrong modes (directories and the binaries 0755, files 0644):"$'\n'"$bad_modes"
 
 # -- the version names the commit
@@ -113,15 +133,39 @@ ctl=$fs/usr/bin/linkem-ctl
 grep -q "none.sock" "$work/err" || fail "linkem-ctl's error does not name the socket: $(cat "$work/err")"
 "$ctl" list-emulators >/dev/null || fail "linkem-ctl list-emulators failed"
 
-# -- /run/linkem and the systemd unit
-grep -q '^d /run/linkem 0755 root root' "$fs/usr/lib/tmpfiles.d/linkem.conf" || fail "tmpfiles.d/linkem.conf does not make /run/linkem 0755"
-if command -v systemd-tmpfiles >/dev/null; then
-  systemd-tmpfiles --root="$work/tmproot" --create "$fs/usr/lib/tmpfiles.d/linkem.conf" 2>"$work/err" ||
-    fail "systemd-tmpfiles refuses linkem.conf: $(cat "$work/err")"
-  [ "$(stat -c %a "$work/tmproot/run/linkem")" = 755 ] || fail "systemd-tmpfiles made /run/linkem $(stat -c %a "$work/tmproot/run/linkem")"
-fi
+# -- the CNI plugin, where runtimes look for plugins, answers as one
+[ ! -e "$fs/usr/bin/linkem-cni" ] || fail "linkem-cni is in /usr/bin, where no CNI runtime looks"
+cni_said=$(CNI_COMMAND=VERSION "$fs/usr/lib/cni/linkem-cni" 2>&1) || fail "CNI_COMMAND=VERSION linkem-cni failed: $cni_said"
+grep -q '"supportedVersions"' <<<"$cni_said" || fail "CNI_COMMAND=VERSION linkem-cni said: $cni_said"
+grep -q '^Recommends:.*iproute2' "$work/DEBIAN/control" || fail "control does not recommend iproute2 (linkem-cni runs ip)"
+
+# -- /run/linkem (made in the throwaway root by the postinst, below) and the systemd unit
+tmpfiles=$(grep -v '^#' "$fs/usr/lib/tmpfiles.d/linkem.conf" | grep .)
+[ "$tmpfiles" = "d /run/linkem 1775 root linkem -" ] ||
+  fail "tmpfiles.d/linkem.conf says '$tmpfiles', not 'd /run/linkem 1775 root linkem -'"
 unit=$fs/usr/lib/systemd/system/linkem-bridge@.service
 grep -q '^ExecStart=/usr/bin/linkem bridge --name %i $ARGS$' "$unit" || fail "linkem-bridge@.service runs no 'linkem bridge --name %i \$ARGS'"
+grep -q '^ExecReload=/bin/kill' "$unit" && fail "linkem-bridge@.service reloads with /bin/kill (procps, not a dependency)"
+# The unit's capabilities are those the postinst's setcap gives the binary.
+postinst_caps=$(sed -n 's/^CAPS=\(.*\)+ep$/\1/p' "$work/DEBIAN/postinst" | tr ',' '\n' | sort | paste -sd' ')
+for key in AmbientCapabilities CapabilityBoundingSet; do
+  unit_caps=$(sed -n "s/^$key=//p" "$unit" | tr ' ' '\n' | tr 'A-Z' 'a-z' | sort | paste -sd' ')
+  [ -n "$postinst_caps" ] && [ "$unit_caps" = "$postinst_caps" ] ||
+    fail "linkem-bridge@.service's $key is '$unit_caps', the postinst's setcap '$postinst_caps'"
+done
+for key in DynamicUser=yes SupplementaryGroups=linkem ProtectSystem=strict ReadWritePaths=/run/linkem \
+  'SystemCallFilter=@system-service' 'SuccessExitStatus=143'; do
+  grep -q "^$key" "$unit" || fail "linkem-bridge@.service lacks $key"
+done
+if command -v systemd-analyze >/dev/null; then
+  # verify checks that ExecStart's binary exists: the throwaway root's. It
+  # names what is wrong (an unknown key, a bad value) but still exits 0.
+  mkdir "$work/units"
+  sed "s|^ExecStart=/usr/bin/linkem |ExecStart=$fs/usr/bin/linkem |" "$unit" >"$work/units/linkem-bridge@test.service"
+  verified=$(systemd-analyze verify --man=no "$work/units/linkem-bridge@test.service" 2>&1) ||
+    fail "systemd-analyze verify linkem-bridge@.service failed:"$'\n'"$verified"
+  [ -z "$verified" ] || fail "systemd-analyze verify linkem-bridge@.service says:"$'\n'"$verified"
+fi
 grep -q '^ARGS=[^ ]\+ [^ ]\+ ' "$doc/examples/bridge.conf" || fail "examples/bridge.conf gives no ARGS=IF_A IF_B ..."
 
 # -- man pages
@@ -133,9 +177,15 @@ top=$(MANWIDTH=80 MANPAGER=cat man -l "$fs/usr/share/man/man1/linkem.1.gz" 2>/de
 for c in $commands; do
   grep -q "linkem-$c(1)" <<<"$top" || fail "linkem(1) does not point to linkem-$c(1)"
 done
-for page in "$fs"/usr/share/man/man1/linkem*.1.gz; do
-  zgrep -q '^\.SH EXAMPLES' "$page" || fail "$(basename "$page") has no EXAMPLES"
+for page in "$fs"/usr/share/man/man1/*.1.gz; do
+  MANWIDTH=80 MANPAGER=cat man -l "$page" 2>/dev/null | grep -q '^EXAMPLES$' ||
+    fail "man -l $(basename "$page") shows no EXAMPLES"
 done
+# An example's command line copied from the page runs: ASCII '-' only.
+cni_page=$(MANWIDTH=80 MANPAGER=cat man -l "$fs/usr/share/man/man1/linkem-cni.1.gz" 2>/dev/null)
+grep -q '^ *CNI_COMMAND=VERSION /usr/lib/cni/linkem-cni$' <<<"$cni_page" ||
+  fail "linkem-cni(1)'s EXAMPLES lack 'CNI_COMMAND=VERSION /usr/lib/cni/linkem-cni' in plain ASCII"
+grep -q '^FILES$' <<<"$cni_page" || fail "linkem-cni(1) has no FILES"
 bridge=$(MANWIDTH=80 MANPAGER=cat man -l "$fs/usr/share/man/man1/linkem-bridge.1.gz" 2>/dev/null)
 grep -q -- '--a-to-b' <<<"$bridge" || fail "linkem-bridge(1) does not document --a-to-b"
 # The link words keep their columns (one word per line, as in --help).
@@ -178,10 +228,15 @@ gid=$(sed -n 's/^linkem:[^:]*:\([0-9]*\):.*/\1/p' "$fs/etc/group")
 [ -n "$gid" ] || fail "postinst made no group linkem: $(cat "$fs/etc/group")"
 [ "$(stat -c '%u %g %a' "$bin")" = "0 $gid 750" ] ||
   fail "/usr/bin/linkem is $(stat -c '%u %g %a' "$bin") after postinst, not 0 $gid 750"
-for b in linkem-ctl linkem-cni; do
-  [ "$(stat -c '%a' "$fs/usr/bin/$b")" = 755 ] && [ -z "$(getcap "$fs/usr/bin/$b")" ] ||
-    fail "/usr/bin/$b is $(stat -c %a "$fs/usr/bin/$b") with '$(getcap "$fs/usr/bin/$b")' after postinst, not 0755 without capabilities"
+for b in usr/bin/linkem-ctl usr/lib/cni/linkem-cni; do
+  [ "$(stat -c '%a' "$fs/$b")" = 755 ] && [ -z "$(getcap "$fs/$b")" ] ||
+    fail "/$b is $(stat -c %a "$fs/$b") with '$(getcap "$fs/$b")' after postinst, not 0755 without capabilities"
 done
+# /run/linkem as tmpfiles.d makes it at boot (the postinst makes it at once).
+if command -v systemd-tmpfiles >/dev/null; then
+  [ "$(stat -c '%u %g %a' "$fs/run/linkem" 2>&1)" = "0 $gid 1775" ] ||
+    fail "/run/linkem after postinst: $(stat -c '%u %g %a' "$fs/run/linkem" 2>&1), not 0 $gid 1775 (root:linkem 1775)"
+fi
 # Any user runs the client (the throwaway root is made reachable for the test).
 chmod 755 "$work"
 runuser -u nobody -- "$fs/usr/bin/linkem-ctl" --socket "$work/none.sock" ping 2>"$work/err" &&
@@ -198,6 +253,58 @@ got=$(getcap "$bin" | awk '{ print $2 }')
 postinst 0.0.9-1 || fail "postinst configure (upgrade) failed: $(cat "$work/err")"
 [ ! -s "$work/err" ] || fail "postinst (upgrade) complained: $(cat "$work/err")"
 [ "$(getcap "$bin" | awk '{ print $2 }')" = "$got" ] || fail "postinst (upgrade) changed the capabilities"
+
+# -- the client for every user, against the package's own bridge with --claims
+# (its socket open to every local user), in a network namespace of its own
+command -v setpriv >/dev/null || fail "setpriv is missing (install util-linux)"
+netns=lkgpkg$$
+if_a=${netns}a
+if_b=${netns}b
+ip netns add "$netns" || fail "cannot add the network namespace $netns"
+ip -n "$netns" link add "$if_a" type veth peer name "$if_b" || fail "cannot add the veth pair $if_a/$if_b"
+ip -n "$netns" link set "$if_a" up && ip -n "$netns" link set "$if_b" up || fail "cannot set $if_a/$if_b up"
+as_nobody() { setpriv --reuid=nobody --regid=nogroup --clear-groups "$@"; }
+as_member() { setpriv --reuid=nobody --regid=nogroup --groups="$gid" "$@"; }
+# The bridge runs as a member of the group would: not root, with the file
+# capabilities the postinst gave, its socket in /run/linkem as tmpfiles.d
+# made it (the throwaway root's; without systemd-tmpfiles, made here so).
+[ -d "$fs/run/linkem" ] || install -d -o 0 -g "$gid" -m 1775 "$fs/run/linkem"
+chmod 755 "$fs/run"
+sock=$fs/run/linkem/$netns.sock
+ip netns exec "$netns" setpriv --reuid=nobody --regid=nogroup --groups="$gid" --inh-caps=-all \
+  "$bin" bridge "$if_a" "$if_b" --claims --backend packet --max-lag off \
+  --control "$sock" >"$work/bridge.log" 2>&1 &
+bridge_pid=$!
+for _ in $(seq 100); do
+  [ -S "$sock" ] || ! kill -0 "$bridge_pid" 2>/dev/null && break
+  sleep 0.1
+done
+[ -S "$sock" ] || fail "the packaged bridge, run by a member of linkem, made no control socket in 10 s: $(cat "$work/bridge.log")"
+# Sticky: another member (uid daemon) can neither remove nor replace it.
+as_other() { setpriv --reuid=daemon --regid=nogroup --groups="$gid" "$@"; }
+as_other rm -f "$sock" 2>/dev/null && fail "another member of linkem (daemon) removed the bridge's socket in /run/linkem"
+as_other touch "$fs/run/linkem/$netns.other" || fail "another member of linkem cannot create a file in /run/linkem"
+as_other mv -f "$fs/run/linkem/$netns.other" "$sock" 2>/dev/null &&
+  fail "another member of linkem (daemon) replaced the bridge's socket in /run/linkem"
+rm -f "$fs/run/linkem/$netns.other"
+[ -S "$sock" ] || fail "the bridge's socket in /run/linkem is gone"
+# A port nobody may claim: unprivileged, and (a namespace of its own) no socket holds it.
+port=$((47000 + $$ % 1000))
+said=$(as_nobody "$fs/usr/bin/linkem-ctl" --socket "$sock" claim udp "$port" -- delay 5ms 2>&1) ||
+  fail "nobody's linkem-ctl claim udp $port failed: $said"
+said=$(as_nobody "$fs/usr/bin/linkem-ctl" --socket "$sock" claims 2>&1) || fail "nobody's linkem-ctl claims failed: $said"
+grep -q "udp $port" <<<"$said" || fail "nobody's linkem-ctl claims does not list udp $port: $said"
+# A member of the group runs /usr/bin/linkem (root:linkem 0750) as `linkem ctl`;
+# the same uid as the claim's, which is what a release needs.
+said=$(as_member "$bin" ctl --socket "$sock" release udp "$port" 2>&1) ||
+  fail "a member's linkem ctl release udp $port failed: $said"
+said=$(as_nobody "$fs/usr/bin/linkem-ctl" --socket "$sock" claims 2>&1) || fail "nobody's linkem-ctl claims failed: $said"
+grep -q "udp $port" <<<"$said" && fail "udp $port is still claimed after its release: $said"
+kill "$bridge_pid"
+wait "$bridge_pid" 2>/dev/null || true
+bridge_pid=
+ip netns del "$netns"
+netns=
 # A filesystem without extended attributes: setcap fails, the package still configures.
 mkdir "$work/nocaps"
 printf '#!/bin/sh\necho "Failed to set capabilities on file (Operation not supported)" >&2\nexit 1\n' >"$work/nocaps/setcap"

@@ -9,7 +9,8 @@
 # its man pages and bash/zsh/fish completions, made by the binary itself
 # (`linkem generate`), the examples of testdata/ (captures, rules, traces,
 # schedules) and README.md; linkem-ctl (the client, 0755 for every user) and
-# linkem-cni with its man page; a tmpfiles.d entry for /run/linkem and a
+# linkem-cni (in /usr/lib/cni, where Debian's CNI plugins are) with its man
+# page; a tmpfiles.d entry for /run/linkem and a
 # systemd unit, linkem-bridge@NAME, reading /etc/linkem/NAME.conf. Depends comes
 # from dpkg-shlibdeps (dpkg-dev), or without it from the binary's symbol
 # versions. The postinst (packaging/debian/postinst) gives the group linkem
@@ -63,7 +64,7 @@ trap 'rm -rf "$stage"' EXIT
 chmod 755 "$stage"
 doc=$stage/usr/share/doc/linkem
 
-install -d "$stage/DEBIAN" "$stage/usr/bin" "$stage/usr/share/man/man1" \
+install -d "$stage/DEBIAN" "$stage/usr/bin" "$stage/usr/lib/cni" "$stage/usr/share/man/man1" \
   "$stage/usr/share/bash-completion/completions" "$stage/usr/share/zsh/vendor-completions" \
   "$stage/usr/share/fish/vendor_completions.d" "$doc/examples/rules" "$doc/examples/traces" \
   "$doc/examples/schedules" "$stage/usr/lib/tmpfiles.d" "$stage/usr/lib/systemd/system"
@@ -71,9 +72,13 @@ install -d "$stage/DEBIAN" "$stage/usr/bin" "$stage/usr/share/man/man1" \
 # is for the tree it was built in. linkem gets its capabilities in the
 # postinst (group linkem only); linkem-ctl, the client, and linkem-cni, run by
 # root's container runtime, need none and stay 0755 for every user.
-for b in linkem linkem-ctl linkem-cni; do
-  strip --remove-section=.comment --remove-section=.note -o "$stage/usr/bin/$b" "$target/$out_dir/$b"
-  chmod 755 "$stage/usr/bin/$b"
+# linkem-cni goes where CNI runtimes look for plugins (Debian's
+# containernetworking-plugins: /usr/lib/cni), not on PATH; it finds
+# /usr/bin/linkem on PATH.
+binaries="usr/bin/linkem usr/bin/linkem-ctl usr/lib/cni/linkem-cni"
+for b in $binaries; do
+  strip --remove-section=.comment --remove-section=.note -o "$stage/$b" "$target/$out_dir/${b##*/}"
+  chmod 755 "$stage/$b"
 done
 
 "$bin" generate man "$stage/usr/share/man/man1"
@@ -111,16 +116,18 @@ if command -v dpkg-shlibdeps >/dev/null; then
   shlibs=$(mktemp -d)
   mkdir "$shlibs/debian"
   printf 'Source: linkem\n\nPackage: linkem\nArchitecture: any\n' >"$shlibs/debian/control"
-  depends=$(cd "$shlibs" && dpkg-shlibdeps -O -e"$stage/usr/bin/linkem" -e"$stage/usr/bin/linkem-ctl" \
-    -e"$stage/usr/bin/linkem-cni" 2>/dev/null | sed -n 's/^shlibs:Depends=//p')
+  executables=()
+  for b in $binaries; do executables+=("-e$stage/$b"); done
+  depends=$(cd "$shlibs" && dpkg-shlibdeps -O "${executables[@]}" 2>/dev/null | sed -n 's/^shlibs:Depends=//p')
   rm -rf "$shlibs"
 else
-  glibc=$(readelf -V "$stage/usr/bin/linkem" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -n 1)
+  glibc=$(for b in $binaries; do readelf -V "$stage/$b"; done | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -n 1)
   depends="libc6 (>= $glibc)"
-  if readelf -d "$stage/usr/bin/linkem" | grep -q 'NEEDED.*libgcc_s'; then depends="$depends, libgcc-s1"; fi
+  if for b in $binaries; do readelf -d "$stage/$b"; done | grep -q 'NEEDED.*libgcc_s'; then depends="$depends, libgcc-s1"; fi
 fi
 [ -n "$depends" ] || { echo "package: could not work out the libraries linkem needs" >&2; exit 1; }
 # The postinst runs groupadd (passwd); setcap (libcap2-bin) only if present.
+# Recommends iproute2: linkem-cni runs `ip` (through nsenter) in the container.
 depends="$depends, passwd"
 
 install -m 755 packaging/debian/postinst packaging/debian/postrm "$stage/DEBIAN/"
@@ -131,7 +138,7 @@ Architecture: $arch
 Maintainer: $maintainer
 Installed-Size: $(du -sk --apparent-size "$stage/usr" | cut -f1)
 Depends: $depends
-Recommends: libcap2-bin
+Recommends: libcap2-bin, iproute2
 Section: net
 Priority: optional
 Description: precise, fast network link emulator
@@ -144,7 +151,8 @@ Description: precise, fast network link emulator
  Members of the group linkem may run the bridge without root: the package
  gives the binary the capabilities it needs, for that group only. Every user
  may run linkem-ctl, the control client (claims of one's own ports). Also
- linkem-cni, a CNI plugin, and linkem-bridge@.service for a long-lived link.
+ linkem-cni, a CNI plugin (in /usr/lib/cni) that puts a link on a container's
+ interface, and linkem-bridge@.service for a long-lived link.
 EOF
 (cd "$stage" && find usr -type f -print0 | sort -z | xargs -0 md5sum >DEBIAN/md5sums)
 chmod 644 "$stage/DEBIAN/control" "$stage/DEBIAN/md5sums"

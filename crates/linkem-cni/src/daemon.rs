@@ -52,9 +52,30 @@ impl Files {
     }
 }
 
-/// The `linkem` binary: `LINKEM_BIN`, else the one beside this plugin, else `linkem` on PATH.
+/// Where `linkem` is looked for when the runtime gives the plugin no PATH: the
+/// search path glibc's execvp uses then, which is also where `setsid`,
+/// `nsenter` and `ip` are found, so the package's /usr/bin/linkem is found
+/// from /usr/lib/cni (or a link in /opt/cni/bin) with or without PATH.
+const DEFAULT_PATH: &str = "/bin:/usr/bin";
+
+/// The `linkem` binary: `LINKEM_BIN`, else the one beside this plugin, else
+/// `linkem` on PATH (or [`DEFAULT_PATH`] without one).
 pub fn linkem_bin() -> Result<PathBuf, CniError> {
-    if let Some(p) = std::env::var_os("LINKEM_BIN").filter(|p| !p.is_empty()) {
+    find_linkem(
+        std::env::var_os("LINKEM_BIN"),
+        std::env::current_exe().ok(),
+        std::env::var_os("PATH"),
+    )
+}
+
+/// [`linkem_bin`] with its inputs given: `exe` is this plugin's own path
+/// (its links resolved, as /proc/self/exe gives it).
+fn find_linkem(
+    linkem_bin: Option<std::ffi::OsString>,
+    exe: Option<PathBuf>,
+    path: Option<std::ffi::OsString>,
+) -> Result<PathBuf, CniError> {
+    if let Some(p) = linkem_bin.filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);
         return if p.is_file() {
             Ok(p)
@@ -65,22 +86,21 @@ pub fn linkem_bin() -> Result<PathBuf, CniError> {
             )))
         };
     }
-    if let Some(beside) = std::env::current_exe()
-        .ok()
+    if let Some(beside) = exe
         .and_then(|e| e.parent().map(|d| d.join("linkem")))
         .filter(|p| p.is_file())
     {
         return Ok(beside);
     }
-    std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+    let path = path.unwrap_or_else(|| DEFAULT_PATH.into());
+    std::env::split_paths(&path)
         .map(|d| d.join("linkem"))
         .find(|p| p.is_file())
         .ok_or_else(|| {
-            CniError::config(
-                "the linkem binary is neither beside linkem-cni nor on PATH (set LINKEM_BIN)",
-            )
+            CniError::config(format!(
+                "the linkem binary is neither beside linkem-cni nor on PATH ({}; set LINKEM_BIN)",
+                path.to_string_lossy()
+            ))
         })
 }
 
@@ -239,4 +259,51 @@ pub fn check(name: &str) -> Result<(), CniError> {
         .with_details(log_tail(&files.log)));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The package's layout: the plugin in /usr/lib/cni, linkem in /usr/bin.
+    #[test]
+    fn linkem_is_found_on_path_from_the_plugin_directory() {
+        let root = std::env::temp_dir().join(format!("lkg-cni-bin-{}", std::process::id()));
+        let (cni, bin) = (root.join("usr/lib/cni"), root.join("usr/bin"));
+        fs::create_dir_all(&cni).unwrap();
+        fs::create_dir_all(&bin).unwrap();
+        fs::write(cni.join("linkem-cni"), "").unwrap();
+        fs::write(bin.join("linkem"), "").unwrap();
+        let exe = Some(cni.join("linkem-cni"));
+        let path = std::env::join_paths([root.join("nowhere"), bin.clone()]).unwrap();
+        let found = find_linkem(None, exe.clone(), Some(path)).map_err(|e| e.to_string());
+        // Nothing beside it and no PATH: the default path, named in the error.
+        let empty = find_linkem(None, exe.clone(), Some("".into())).map_err(|e| e.to_string());
+        // linkem beside the plugin wins over PATH.
+        fs::write(cni.join("linkem"), "").unwrap();
+        let beside = find_linkem(None, exe, Some(bin.clone().into())).map_err(|e| e.to_string());
+        fs::remove_dir_all(&root).unwrap();
+        assert_eq!(found, Ok(bin.join("linkem")));
+        assert!(empty
+            .unwrap_err()
+            .contains("neither beside linkem-cni nor on PATH"));
+        assert_eq!(beside, Ok(cni.join("linkem")));
+    }
+
+    #[test]
+    fn without_path_the_default_search_path_is_used() {
+        let searched = find_linkem(None, None, None);
+        let on_default = DEFAULT_PATH
+            .split(':')
+            .map(|d| Path::new(d).join("linkem"))
+            .find(|p| p.is_file());
+        match (searched, on_default) {
+            (Ok(p), Some(d)) => assert_eq!(p, d),
+            (Err(e), None) => assert!(e.to_string().contains(DEFAULT_PATH), "{e}"),
+            (got, want) => panic!(
+                "found {:?}, /bin:/usr/bin has {want:?}",
+                got.map_err(|e| e.to_string())
+            ),
+        }
+    }
 }

@@ -118,7 +118,7 @@ fn page(
             if !what.is_empty() {
                 writeln!(roff, ".PP\n{}", roff_line(what))?;
             }
-            writeln!(roff, ".nf\n.RS 4\n{}\n.RE\n.fi", roff_line(line))?;
+            writeln!(roff, ".nf\n.RS 4\n{}\n.RE\n.fi", roff_command(line))?;
         }
     }
     if cmd.get_name() != top {
@@ -225,6 +225,13 @@ fn roff_line(line: &str) -> String {
     }
 }
 
+/// A command line as roff: every `-` as `\-`, the minus sign, since a bare
+/// `-` is a hyphen that groff may render as U+2010, which a shell does not
+/// take for an option's dash when the line is copied from `man`.
+fn roff_command(line: &str) -> String {
+    roff_line(line).replace('-', "\\-")
+}
+
 fn man_pages(cmd: clap::Command, dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("cannot make the directory {}", dir.display()))?;
@@ -232,4 +239,18 @@ fn man_pages(cmd: clap::Command, dir: &Path) -> Result<()> {
         outfile::write_all(&dir.join(name), &roff)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_line_writes_each_dash_as_a_minus_sign() {
+        assert_eq!(
+            roff_command("linkem bridge --a-to-b delay -1 x\\y"),
+            "linkem bridge \\-\\-a\\-to\\-b delay \\-1 x\\ey"
+        );
+        assert_eq!(roff_command(".x -"), "\\&.x \\-");
+    }
 }

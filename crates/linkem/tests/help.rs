@@ -243,9 +243,27 @@ fn every_page_has_examples_and_each_parses_as_written() {
         }
     }
     for (file, roff) in man_pages_of(Cli::command()).unwrap() {
-        assert!(
-            String::from_utf8_lossy(&roff).contains("\n.SH EXAMPLES\n"),
-            "{file} has no EXAMPLES"
-        );
+        let roff = String::from_utf8_lossy(&roff);
+        let examples = roff
+            .split_once("\n.SH EXAMPLES\n")
+            .unwrap_or_else(|| panic!("{file} has no EXAMPLES"))
+            .1;
+        let examples = examples.split("\n.SH ").next().unwrap_or_default();
+        // The command lines (indented blocks): a bare '-' is a hyphen, which
+        // groff may print as a character no shell takes for a dash.
+        let mut in_block = false;
+        for line in examples.lines() {
+            match line {
+                ".RS 4" => in_block = true,
+                ".RE" => in_block = false,
+                _ if in_block => {
+                    let bare = line
+                        .char_indices()
+                        .any(|(i, c)| c == '-' && !line[..i].ends_with('\\'));
+                    assert!(!bare, "{file}: EXAMPLES line with a bare '-': {line}");
+                }
+                _ => {}
+            }
+        }
     }
 }
