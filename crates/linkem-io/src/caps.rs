@@ -100,16 +100,7 @@ struct Data {
 
 /// The calling thread's sets.
 pub fn current() -> io::Result<Caps> {
-    let mut h = Header {
-        version: VERSION_3,
-        pid: 0,
-    };
-    let mut d = [Data::default(); 2];
-    // Safety: version 3 takes a header and two data structs, both live and writable.
-    let r = unsafe { libc::syscall(libc::SYS_capget, &mut h as *mut Header, d.as_mut_ptr()) };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let d = get_raw()?;
     let join = |lo: u32, hi: u32| CapSet(lo as u64 | (hi as u64) << 32);
     Ok(Caps {
         effective: join(d[0].effective, d[1].effective),
@@ -120,16 +111,37 @@ pub fn current() -> io::Result<Caps> {
 /// Sets the calling thread's sets: `effective` must lie within `permitted`,
 /// which may only shrink. The inheritable set is cleared.
 pub fn set(effective: CapSet, permitted: CapSet) -> io::Result<()> {
-    let mut h = Header {
-        version: VERSION_3,
-        pid: 0,
-    };
     let part = |s: CapSet, i: usize| (s.0 >> (32 * i)) as u32;
     let d = [0, 1].map(|i| Data {
         effective: part(effective, i),
         permitted: part(permitted, i),
         inheritable: 0,
     });
+    set_raw(&d)
+}
+
+/// The thread's three sets as capget(2) version 3 gives them (low and high
+/// 32 bits).
+fn get_raw() -> io::Result<[Data; 2]> {
+    let mut h = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
+    let mut d = [Data::default(); 2];
+    // Safety: version 3 takes a header and two data structs, both live and writable.
+    let r = unsafe { libc::syscall(libc::SYS_capget, &mut h as *mut Header, d.as_mut_ptr()) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(d)
+}
+
+/// Sets the thread's three sets to `d` (capset(2) version 3).
+fn set_raw(d: &[Data; 2]) -> io::Result<()> {
+    let mut h = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
     // Safety: version 3 takes a header and two data structs, both live.
     let r = unsafe { libc::syscall(libc::SYS_capset, &mut h as *mut Header, d.as_ptr()) };
     if r < 0 {
@@ -165,24 +177,11 @@ pub fn raise(cap: Cap) -> io::Result<()> {
 /// kernel refuses it, "you must be root"). Each must be permitted now. Only
 /// threads and children started after the call inherit the sets.
 pub fn pass_to_programs(caps: &[Cap]) -> io::Result<()> {
-    let mut h = Header {
-        version: VERSION_3,
-        pid: 0,
-    };
-    let mut d = [Data::default(); 2];
-    // Safety: version 3 takes a header and two data structs, both live and writable.
-    let r = unsafe { libc::syscall(libc::SYS_capget, &mut h as *mut Header, d.as_mut_ptr()) };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let mut d = get_raw()?;
     let bits = CapSet::of(caps).0;
     d[0].inheritable |= bits as u32;
     d[1].inheritable |= (bits >> 32) as u32;
-    // Safety: as above; the header and data are live.
-    let r = unsafe { libc::syscall(libc::SYS_capset, &mut h as *mut Header, d.as_ptr()) };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    set_raw(&d)?;
     for c in caps {
         // Safety: prctl with integer arguments only.
         let r = unsafe {
