@@ -56,6 +56,14 @@ pub trait RxPort: Send {
         let _ = fds;
         Ok(WaitFds::Unsupported)
     }
+    /// The state of the port's interface, asked when poll(2) reported an
+    /// error on one of its sockets (POLLERR, POLLHUP, POLLNVAL; the error is
+    /// read and cleared, so the next poll sleeps), then again every
+    /// [`PortHealth::Down`] check while it is down. Default:
+    /// [`PortHealth::Running`] (ports without sockets).
+    fn health(&mut self) -> PortHealth {
+        PortHealth::Running
+    }
     /// Whether frames this port received that will never be sent must be
     /// handed back ([`RxPort::discard`]): true for a port that only lends
     /// them (the netfilter queue keeps each packet until a verdict names it).
@@ -68,6 +76,27 @@ pub trait RxPort: Send {
     fn discard(&mut self, frame: &[u8]) {
         let _ = frame;
     }
+}
+
+/// The state of a port's interface ([`RxPort::health`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PortHealth {
+    /// Up: frames come as usual.
+    Running,
+    /// Set down (`ip link set dev IF down`): nothing comes until it is up
+    /// again, when frames resume on the same socket; the stage asks again
+    /// every [`PortHealth::DOWN_CHECK_NS`] meanwhile.
+    Down,
+    /// Gone for good (deleted, or its veth peer or namespace deleted): the
+    /// message names the interface. The pair's link stops.
+    Gone(String),
+}
+
+impl PortHealth {
+    /// How often a stage asks a port that is down again: how soon after its
+    /// interface is deleted the link stops, at the cost of a wake-up each
+    /// time while it is down (none while it is up).
+    pub const DOWN_CHECK_NS: u64 = 200_000_000;
 }
 
 /// What [`RxPort::wait_fds`] found.

@@ -38,7 +38,7 @@ use linkem_io::afpacket::{self, AfPacket, AfPacketConfig, GsoSender};
 use linkem_io::afxdp::{self, AfXdp, AfXdpConfig, Pushed, XdpRx, XdpTx};
 use linkem_io::caps::{self, Cap, CapSet};
 use linkem_io::ifaces;
-use linkem_runtime::port::{RxFrame, RxPort, TxOutcome, TxPort, WaitFds};
+use linkem_runtime::port::{PortHealth, RxFrame, RxPort, TxOutcome, TxPort, WaitFds};
 use std::io;
 use std::os::fd::RawFd;
 use std::time::Duration;
@@ -55,9 +55,19 @@ pub enum BackendKind {
     Auto,
 }
 
-struct PacketRx(AfPacket);
+/// The RX ring's socket, and whether its interface was last seen down.
+struct PacketRx(AfPacket, bool);
 /// The TX ring's socket, and the one that sends super-frames (if it opened).
-struct PacketTx(AfPacket, Option<GsoSender>);
+struct PacketTx {
+    ring: AfPacket,
+    gso: Option<GsoSender>,
+    /// When the interface's MTU was last read ([`MTU_CHECK_EVERY_NS`]).
+    mtu_read_ns: u64,
+}
+
+/// How often the send half reads its interface's MTU again: frames longer
+/// than a lowered MTU count as too-big at most this long after the change.
+const MTU_CHECK_EVERY_NS: u64 = 250_000_000;
 
 impl RxPort for PacketRx {
     fn rx_batch(&mut self, max: usize, f: &mut dyn FnMut(RxFrame<'_>)) -> io::Result<usize> {
@@ -90,11 +100,50 @@ impl RxPort for PacketRx {
         fds.push(self.0.fd());
         Ok(WaitFds::Added)
     }
+
+    fn health(&mut self) -> PortHealth {
+        // The kernel sets ENETDOWN on the socket when the interface goes
+        // down (deleting it takes it down first); reading it clears it, so
+        // poll sleeps again.
+        let _ = self.0.take_error();
+        if self.0.interface_gone() {
+            return PortHealth::Gone(format!(
+                "interface '{}' is gone (deleted, moved to another namespace, or its veth peer \
+                 or namespace deleted)",
+                self.0.ifname()
+            ));
+        }
+        let up = self.0.is_up();
+        if up == self.1 {
+            self.1 = !up;
+            if up {
+                eprintln!("linkem: {}: up again; frames flow", self.0.ifname());
+            } else {
+                eprintln!(
+                    "linkem: {}: interface down; frames sent to it are dropped (tx-error) \
+                     until it is up again",
+                    self.0.ifname()
+                );
+            }
+        }
+        if up {
+            PortHealth::Running
+        } else {
+            PortHealth::Down
+        }
+    }
 }
 
 impl TxPort for PacketTx {
     fn tx_push(&mut self, frame: &[u8]) -> TxOutcome {
-        match self.0.tx_push(frame) {
+        // One clock read per frame (vDSO, ~20 ns): the first frame after an
+        // idle spell is checked against the MTU as it is now.
+        let now = linkem_runtime::clock::now_ns();
+        if now.wrapping_sub(self.mtu_read_ns) > MTU_CHECK_EVERY_NS {
+            self.mtu_read_ns = now;
+            self.ring.refresh_mtu();
+        }
+        match self.ring.tx_push(frame) {
             afpacket::TxPush::Queued => TxOutcome::Queued,
             afpacket::TxPush::NoRoom => TxOutcome::NoRoom,
             afpacket::TxPush::TooBig => TxOutcome::TooBig,
@@ -102,27 +151,28 @@ impl TxPort for PacketTx {
     }
 
     fn tx_flush(&mut self) -> io::Result<()> {
-        self.0.tx_flush().map_err(io::Error::other)
+        self.ring.tx_flush().map_err(io::Error::other)
     }
 
     fn tx_errors(&mut self) -> u64 {
-        self.0.stats().tx_wrong_format
+        let stats = self.ring.stats();
+        stats.tx_wrong_format + stats.tx_link_down
     }
 
     fn max_frame_bytes(&self) -> usize {
-        self.0.max_frame_bytes()
+        self.ring.max_frame_bytes()
     }
 
     fn sends_super_frames(&self) -> bool {
-        self.1.is_some()
+        self.gso.is_some()
     }
 
     fn tx_send_super(&mut self, frame: &[u8], offload: Offload) -> io::Result<bool> {
-        let Some(gso) = self.1.as_mut() else {
+        let Some(gso) = self.gso.as_mut() else {
             return Err(io::Error::from(io::ErrorKind::Unsupported));
         };
         // What the ring holds was due first: it reaches the device first.
-        self.0.tx_flush().map_err(io::Error::other)?;
+        self.ring.tx_flush().map_err(io::Error::other)?;
         let hdr_len = linkem_core::wire::locate(frame)
             .map(|h| h.payload_offset as u16)
             .unwrap_or(0);
@@ -253,8 +303,12 @@ fn open_packet(ifname: &str, mtu: u32) -> Result<Halves> {
         }
     };
     Ok((
-        Box::new(PacketRx(rx)),
-        Box::new(PacketTx(tx, gso)),
+        Box::new(PacketRx(rx, false)),
+        Box::new(PacketTx {
+            ring: tx,
+            gso,
+            mtu_read_ns: linkem_runtime::clock::now_ns(),
+        }),
         "AF_PACKET TPACKET_V2 rings, promiscuous while open".to_string(),
     ))
 }

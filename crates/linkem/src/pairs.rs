@@ -282,6 +282,7 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
     // The control threads first (they remove the sockets), then the stages.
     drop(servers);
     group.stop();
+    let stopped: Vec<Option<String>> = models.iter().map(|m| m.plain().error()).collect();
     let mut last = Vec::new();
     for model in models {
         let model = Arc::try_unwrap(model)
@@ -291,12 +292,14 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
     let stats: Vec<PairStats<'_>> = plans
         .iter()
         .zip(last)
-        .map(|(p, stats)| PairStats {
+        .zip(stopped)
+        .map(|((p, stats), stopped)| PairStats {
             name: &p.name,
             if_a: &p.if_a,
             if_b: &p.if_b,
             seed: p.seed,
             stats,
+            stopped,
         })
         .collect();
     print_pairs_stats(
@@ -309,8 +312,13 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
     served
 }
 
-/// The main loop, every 20 ms: ends at SIGINT/SIGTERM, `--duration` or a
-/// stage's error (naming the pair); prints the counts every `--stats-interval`.
+/// The main loop, every 20 ms: ends at SIGINT/SIGTERM, `--duration`, or
+/// once every pair has stopped; prints the counts every `--stats-interval`.
+/// A pair whose link stops (an interface gone: its namespace, its veth peer
+/// or its container deleted; an I/O error) is reported once on stderr,
+/// naming the pair, and in the counts (`stopped`); the other pairs go on,
+/// and the process ends 0 at SIGINT/SIGTERM as usual. Every pair stopped
+/// ends it with an error (non-zero status): nothing is left to emulate.
 fn serve(
     args: &BridgeArgs,
     plans: &[PairPlan],
@@ -321,6 +329,7 @@ fn serve(
 ) -> Result<()> {
     let every = args.run.stats_interval.map(|s| s.max(0.1));
     let mut next_print = every.map(|s| started + Duration::from_secs_f64(s));
+    let mut reported = vec![false; plans.len()];
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(20));
         if args
@@ -330,10 +339,25 @@ fn serve(
         {
             break;
         }
-        for (p, m) in plans.iter().zip(models) {
-            if let Some(e) = m.plain().error() {
-                bail!("pair {}: {e}", p.name);
+        for ((p, m), reported) in plans.iter().zip(models).zip(&mut reported) {
+            if *reported {
+                continue;
             }
+            if let Some(e) = m.plain().error() {
+                *reported = true;
+                let left = models.len()
+                    - models
+                        .iter()
+                        .filter(|m| m.plain().error().is_some())
+                        .count();
+                eprintln!(
+                    "linkem: pair {} ({} {}) stopped: {e}; {left} other pair(s) go on",
+                    p.name, p.if_a, p.if_b
+                );
+            }
+        }
+        if reported.iter().all(|r| *r) {
+            bail!("every pair stopped (see above): nothing left to emulate");
         }
         if reload.swap(false, Ordering::Relaxed) {
             eprintln!(
@@ -352,6 +376,7 @@ fn serve(
                         if_b: &p.if_b,
                         seed: p.seed,
                         stats: m.raw_stats(),
+                        stopped: m.plain().error(),
                     })
                     .collect();
                 print_pairs_stats(

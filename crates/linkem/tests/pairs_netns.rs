@@ -291,3 +291,87 @@ fn two_pairs_hand_their_hosts_super_frames_each() {
         }
     }
 }
+
+/// Issue 34 item 11: host B's namespace of one pair of three is deleted
+/// (taking the peer of that pair's IF_B with it) under a running `--pair`
+/// process. That pair stops, reported on stderr and in its counts
+/// (`stopped`), its counts still adding up; the other two pairs still
+/// forward; the process does not spin; SIGINT ends it with status 0. Before,
+/// the send error ended the whole process (or it spun at a full core).
+#[test]
+fn peer_deleted_under_one_of_three_pairs_leaves_the_others_forwarding() {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let topos: Vec<Topology> = (0..3).map(|_| topology("lkdp")).collect();
+    let pairs: Vec<_> = topos.iter().map(|t| (t, &["delay", "5ms"][..])).collect();
+    let (child, stdout, stderr) = spawn_ready(&bridge_args(&["--backend", "packet"], &pairs));
+    std::thread::sleep(Duration::from_millis(200));
+    for t in &topos {
+        ping_median_ms(t, 3);
+    }
+    let gone = &topos[1];
+    let o = Command::new("ip")
+        .args(["netns", "del", &gone.ns_b])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // The namespace goes in the kernel's own time: wait until the veth did.
+    let t = Instant::now();
+    while std::path::Path::new(&format!("/sys/class/net/{}", gone.emu_b)).exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "{} not deleted",
+            gone.emu_b
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        child.id() > 0 && std::path::Path::new(&format!("/proc/{}/stat", child.id())).exists(),
+        "linkem ended with the loss of one pair"
+    );
+    let before = cpu_ticks(child.id());
+    let from = Instant::now();
+    std::thread::sleep(Duration::from_secs(2));
+    let cpu = (cpu_ticks(child.id()) - before) as f64
+        / clock_ticks_per_s() as f64
+        / from.elapsed().as_secs_f64();
+    for i in [0, 2] {
+        let rtt = ping_median_ms(&topos[i], 10);
+        assert!(
+            (10.0..15.0).contains(&rtt),
+            "pair {i} after pair 1 went: median RTT {rtt:.3} ms"
+        );
+    }
+    let (v, stderr) = stop(child, stdout, stderr);
+    eprintln!(
+        "CPU after the loss {:.2} % of a core; {stderr}",
+        cpu * 100.0
+    );
+    assert!(cpu < 0.1, "{:.1} % of a core after the loss", cpu * 100.0);
+    let name = format!("{}-{}", gone.emu_a, gone.emu_b);
+    assert!(
+        stderr.contains(&format!("pair {name}"))
+            && stderr.contains(&format!("interface '{}' is gone", gone.emu_b)),
+        "the loss is not reported naming the pair and interface: {stderr}"
+    );
+    let pairs = v["pairs"].as_array().expect("per-pair counts");
+    for (i, p) in pairs.iter().enumerate() {
+        let stopped = &p["stopped"];
+        if i == 1 {
+            assert!(
+                stopped.as_str().is_some_and(|s| s.contains("is gone")),
+                "pair {i}: {p}"
+            );
+        } else {
+            assert!(stopped.is_null(), "pair {i}: {p}");
+            let received = p["directions"][0]["received"].as_u64().unwrap();
+            assert!(received >= 13, "pair {i} a->b received {received}: {p}");
+        }
+        for (side, d) in p["directions"].as_array().unwrap().iter().enumerate() {
+            assert_counts_add_up(d, &format!("pair {i} direction {side}"));
+        }
+    }
+}
