@@ -271,15 +271,35 @@ impl TxPort for XskTx {
 
 pub type Halves = (Box<dyn RxPort>, Box<dyn TxPort>, String);
 
-fn open_packet(ifname: &str, mtu: u32) -> Result<Halves> {
+/// How large an interface's rings are: the kernel allocates them whole at
+/// open, and they stay resident (AF_PACKET: 2 KiB a slot at MTU 1500).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Rings {
+    /// One link per process: a receive ring of 4096 slots (8 MiB), a
+    /// transmit ring of 2048 (4 MiB); AF_XDP a UMEM of 4096 frames.
+    Full,
+    /// One of many links (`--pair`): 1024 and 512 slots (2 and 1 MiB),
+    /// AF_XDP 1024 frames; bursts beyond them are the kernel's drops
+    /// (`rx_kernel_drops`) or wait for room.
+    Small,
+}
+
+fn open_packet(ifname: &str, mtu: u32, rings: Rings) -> Result<Halves> {
     let frame_size = afpacket::frame_size_for_mtu(mtu).max(2048);
+    let (rx_frames, tx_frames) = match rings {
+        Rings::Full => (4096, 2048),
+        Rings::Small => (1024, 512),
+    };
     // Two sockets: the receiving one belongs to the input stage of one
     // direction, the send-only one to the output stage of the other, so the
-    // two threads share nothing.
+    // two threads share nothing. Each gets the smallest ring of the kind it
+    // does not use (the kernel wants both).
     let rx = AfPacket::open(
         ifname,
         AfPacketConfig {
             frame_size,
+            rx_frames,
+            tx_frames: 16,
             ..AfPacketConfig::default()
         },
     )?;
@@ -288,7 +308,7 @@ fn open_packet(ifname: &str, mtu: u32) -> Result<Halves> {
         AfPacketConfig {
             frame_size,
             rx_frames: 16,
-            tx_frames: 2048,
+            tx_frames,
             receive: false,
             ..AfPacketConfig::default()
         },
@@ -313,7 +333,7 @@ fn open_packet(ifname: &str, mtu: u32) -> Result<Halves> {
     ))
 }
 
-fn open_xdp(ifname: &str, mtu: u32) -> Result<Halves> {
+fn open_xdp(ifname: &str, mtu: u32, rings: Rings) -> Result<Halves> {
     // 4096-byte UMEM frames above MTU 1500: fewer parts per jumbo frame.
     let frame_size = if afxdp::frame_size_for_mtu(mtu) <= 2048 {
         2048
@@ -324,6 +344,10 @@ fn open_xdp(ifname: &str, mtu: u32) -> Result<Halves> {
         ifname,
         AfXdpConfig {
             frame_size,
+            frame_count: match rings {
+                Rings::Full => AfXdpConfig::default().frame_count,
+                Rings::Small => 1024,
+            },
             ..AfXdpConfig::default()
         },
     )?;
@@ -351,10 +375,20 @@ fn open_xdp(ifname: &str, mtu: u32) -> Result<Halves> {
 /// Opens `ifname` with the chosen backend. Returns the receive half, the send
 /// half and a description of what was opened and set.
 pub fn open_interface(kind: BackendKind, ifname: &str, mtu: u32) -> Result<Halves> {
+    open_interface_with(kind, ifname, mtu, Rings::Full)
+}
+
+/// [`open_interface`] with rings of the given size.
+pub fn open_interface_with(
+    kind: BackendKind,
+    ifname: &str,
+    mtu: u32,
+    rings: Rings,
+) -> Result<Halves> {
     match kind {
-        BackendKind::Packet => open_packet(ifname, mtu),
-        BackendKind::Xdp => open_xdp(ifname, mtu),
-        BackendKind::Auto => match open_xdp(ifname, mtu) {
+        BackendKind::Packet => open_packet(ifname, mtu, rings),
+        BackendKind::Xdp => open_xdp(ifname, mtu, rings),
+        BackendKind::Auto => match open_xdp(ifname, mtu, rings) {
             Ok(h) => {
                 let driver = ifaces::driver_name(ifname).unwrap_or_else(|| "unknown".into());
                 eprintln!(
@@ -367,7 +401,7 @@ pub fn open_interface(kind: BackendKind, ifname: &str, mtu: u32) -> Result<Halve
                 eprintln!(
                     "linkem: {ifname}: --backend auto chose AF_PACKET: AF_XDP did not open ({e:#})"
                 );
-                open_packet(ifname, mtu)
+                open_packet(ifname, mtu, rings)
             }
         },
     }

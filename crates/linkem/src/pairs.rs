@@ -31,7 +31,8 @@
 
 use crate::args::{timing, BridgeArgs, OnOff, Realtime};
 use crate::backend::{
-    check_capabilities, claim_interfaces, drop_capabilities, open_interface, resolve_auto, Claimed,
+    check_capabilities, claim_interfaces, drop_capabilities, open_interface_with, resolve_auto,
+    Claimed, Rings,
 };
 use crate::bridge::{
     link_buffer, live_options, parse_direction, run_attached, split, Attach, Hooks,
@@ -211,25 +212,43 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
         resolve_auto(args.backend, args.coalesce == OnOff::On),
         realtime,
     )?;
-    // Held until the bridge ends: no second linkem on these interfaces.
-    let claimed: Vec<Claimed> = plans
-        .iter()
-        .map(|p| claim_interfaces(&p.if_a, &p.if_b))
-        .collect::<Result<_>>()?;
+    // From here on SIGINT/SIGTERM stop the start-up too (each pair checks),
+    // and what was opened is closed on the way out.
     let (stop, reload) = signal_flags()?;
+    let interrupted = |done: usize, what: &str| -> Result<()> {
+        if stop.load(Ordering::Relaxed) {
+            bail!(
+                "stopped by a signal while starting: {done} of {} pairs {what}",
+                plans.len()
+            );
+        }
+        Ok(())
+    };
+    // Held until the bridge ends: no second linkem on these interfaces.
+    let mut claimed: Vec<Claimed> = Vec::new();
+    for p in &plans {
+        interrupted(claimed.len(), "checked")?;
+        claimed.push(claim_interfaces(&p.if_a, &p.if_b)?);
+    }
     let mut controls = Vec::new();
     for p in &plans {
+        interrupted(controls.len(), "given a control socket")?;
         controls.push(crate::control::server::prepare(
             &args.control,
             &p.if_a,
             &p.if_b,
         )?);
     }
+    let mut opened = open_all(backend, &plans, &claimed, &stop)?.into_iter();
+    interrupted(plans.len(), "opened")?;
     let mut pairs = Vec::new();
     let mut used = Vec::new();
-    for (p, c) in plans.iter().zip(&claimed) {
-        let (rx_a, tx_a, used_a) = open_interface(backend, &p.if_a, c.a.mtu)?;
-        let (rx_b, tx_b, used_b) = open_interface(backend, &p.if_b, c.b.mtu)?;
+    for p in &plans {
+        let (Some((rx_a, tx_a, used_a)), Some((rx_b, tx_b, used_b))) =
+            (opened.next(), opened.next())
+        else {
+            bail!("pair {}: its interfaces were not opened", p.name);
+        };
         let buffer_bytes = [
             link_buffer(&p.specs[0], &format!("{} a->b", p.name), &timing)?,
             link_buffer(&p.specs[1], &format!("{} b->a", p.name), &timing)?,
@@ -310,6 +329,87 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
     );
     drop(claimed);
     served
+}
+
+/// Threads that open the pairs' interfaces at once ([`open_all`]).
+const OPENERS: usize = 16;
+
+/// Opens IF_A and IF_B of every pair (in that order: the result holds pair
+/// k's at 2k and 2k + 1), with small rings, [`OPENERS`] at a time: each
+/// AF_PACKET ring set up waits for an RCU grace period in the kernel
+/// (`synchronize_net`, tens of ms on a busy machine, eight per pair), and
+/// waits of several threads overlap, where one after the other they made
+/// 200 pairs take 90 s. Stops at the first error, or once `stop` is set (a
+/// signal): what was opened is closed as the results are dropped.
+fn open_all(
+    backend: crate::backend::BackendKind,
+    plans: &[PairPlan],
+    claimed: &[Claimed],
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<Vec<crate::backend::Halves>> {
+    let jobs: Vec<(&str, u32)> = plans
+        .iter()
+        .zip(claimed)
+        .flat_map(|(p, c)| [(p.if_a.as_str(), c.a.mtu), (p.if_b.as_str(), c.b.mtu)])
+        .collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    let results: Vec<Vec<(usize, Result<crate::backend::Halves>)>> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..OPENERS.min(jobs.len()))
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        if stop.load(Ordering::Relaxed) || failed.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(&(ifname, mtu)) = jobs.get(i) else {
+                            break;
+                        };
+                        let r = open_interface_with(backend, ifname, mtu, Rings::Small);
+                        if r.is_err() {
+                            failed.store(true, Ordering::Relaxed);
+                        }
+                        mine.push((i, r));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap_or_default())
+            .collect()
+    });
+    let mut slots: Vec<Option<crate::backend::Halves>> = Vec::new();
+    slots.resize_with(jobs.len(), || None);
+    let mut first_error: Option<(usize, anyhow::Error)> = None;
+    for (i, r) in results.into_iter().flatten() {
+        match r {
+            Ok(h) => slots[i] = Some(h),
+            Err(e) => {
+                if first_error.as_ref().is_none_or(|(j, _)| i < *j) {
+                    first_error = Some((i, e));
+                }
+            }
+        }
+    }
+    if let Some((_, e)) = first_error {
+        return Err(e);
+    }
+    if stop.load(Ordering::Relaxed) {
+        let done = slots.iter().filter(|h| h.is_some()).count() / 2;
+        bail!(
+            "stopped by a signal while starting: {done} of {} pairs opened",
+            plans.len()
+        );
+    }
+    slots
+        .into_iter()
+        .enumerate()
+        .map(|(i, h)| h.ok_or_else(|| anyhow::anyhow!("interface {} was not opened", jobs[i].0)))
+        .collect()
 }
 
 /// The main loop, every 20 ms: ends at SIGINT/SIGTERM, `--duration`, or

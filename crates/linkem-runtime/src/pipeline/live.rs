@@ -144,7 +144,7 @@ use super::wait::{self, set_realtime, Linger, Realtime, SpinBudget, WakeEstimate
 use super::wire::{cut, finish, whole_plan, Csum, Cut, KERNEL_DROPS_EVERY_NS};
 use super::{Control, Direction, DirectionStats};
 use crate::clock;
-use crate::delay_line::{delay_line, Producer, Whole};
+use crate::delay_line::{delay_line, delay_line_with, Producer, Whole, LAZY_FIRST_RESIDENT_BYTES};
 use crate::port::{PortHealth, RxFrame, RxPort, TxPort, WaitFds};
 use linkem_core::model::{Change, ChangeError, LinkModel, Model};
 use linkem_core::node::{Decision, Node, PacketIn};
@@ -650,7 +650,10 @@ impl<M: LiveModel> LiveBridge<M> {
             let mut supers = [false; 2];
             let no_copies = pair.tx.iter().find_map(|t| t.no_copies());
             for (i, tx) in pair.tx.into_iter().enumerate() {
-                let (producer, consumer) = delay_line(pair.buffer_bytes[i])?;
+                // Most links of a lab are idle most of the time: each line
+                // becomes resident as its traffic comes.
+                let (producer, consumer) =
+                    delay_line_with(pair.buffer_bytes[i], LAZY_FIRST_RESIDENT_BYTES)?;
                 let control = Arc::new(Control::new(
                     producer.uses_huge_pages(),
                     producer.capacity_bytes(),
