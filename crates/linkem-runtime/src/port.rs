@@ -99,6 +99,49 @@ impl PortHealth {
     pub const DOWN_CHECK_NS: u64 = 200_000_000;
 }
 
+/// Threads [`close_all`] closes on at most.
+const CLOSERS: usize = 16;
+
+/// Drops `items` (ports, or what holds them) on up to 16 threads at once:
+/// closing an AF_PACKET socket with rings waits for three RCU grace periods
+/// in the kernel (`synchronize_net`, tens of ms each on a busy machine), and
+/// the waits of several threads overlap, where one after the other they made
+/// a bridge of many pairs take seconds to stop. Items left when no thread
+/// can be started are dropped here.
+pub fn close_all<T: Send>(mut items: Vec<T>) {
+    if items.len() <= 1 {
+        return;
+    }
+    let per = items.len().div_ceil(CLOSERS);
+    std::thread::scope(|s| {
+        while !items.is_empty() {
+            let chunk: Vec<T> = items.drain(..per.min(items.len())).collect();
+            // A thread that cannot start leaves its chunk to this one.
+            let _ = std::thread::Builder::new()
+                .name("linkem-close".into())
+                .spawn_scoped(s, move || drop(chunk));
+        }
+    });
+}
+
+/// A send half that sends nothing, left in place of a port closed while its
+/// output stage's state lives on ([`close_all`]).
+pub struct ClosedTx;
+
+impl TxPort for ClosedTx {
+    fn tx_push(&mut self, _frame: &[u8]) -> TxOutcome {
+        TxOutcome::TooBig
+    }
+
+    fn tx_flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn max_frame_bytes(&self) -> usize {
+        0
+    }
+}
+
 /// What [`RxPort::wait_fds`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitFds {

@@ -46,6 +46,7 @@ use linkem_core::rng::pair_seed;
 use linkem_core::{LinkSpec, TomlWords};
 use linkem_io::recording::NamedFiles;
 use linkem_runtime::pipeline::{GroupPair, LiveBridge};
+use linkem_runtime::port::close_all;
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -225,11 +226,9 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
         Ok(())
     };
     // Held until the bridge ends: no second linkem on these interfaces.
-    let mut claimed: Vec<Claimed> = Vec::new();
-    for p in &plans {
-        interrupted(claimed.len(), "checked")?;
-        claimed.push(claim_interfaces(&p.if_a, &p.if_b)?);
-    }
+    let claimed = ClaimedAll(in_parallel(&plans, &stop, "pairs checked", |p| {
+        claim_interfaces(&p.if_a, &p.if_b)
+    })?);
     let mut controls = Vec::new();
     for p in &plans {
         interrupted(controls.len(), "given a control socket")?;
@@ -239,8 +238,17 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
             &p.if_b,
         )?);
     }
-    let mut opened = open_all(backend, &plans, &claimed, &stop)?.into_iter();
-    interrupted(plans.len(), "opened")?;
+    // IF_A and IF_B of pair k at 2k and 2k + 1; small rings: most links of
+    // a lab are idle at any time.
+    let jobs: Vec<(&str, u32)> = plans
+        .iter()
+        .zip(&claimed.0)
+        .flat_map(|(p, c)| [(p.if_a.as_str(), c.a.mtu), (p.if_b.as_str(), c.b.mtu)])
+        .collect();
+    let mut opened = in_parallel(&jobs, &stop, "interfaces opened", |&(ifname, mtu)| {
+        open_interface_with(backend, ifname, mtu, Rings::Small)
+    })?
+    .into_iter();
     let mut pairs = Vec::new();
     let mut used = Vec::new();
     for p in &plans {
@@ -331,43 +339,48 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
     served
 }
 
-/// Threads that open the pairs' interfaces at once ([`open_all`]).
+/// Every pair's interface locks, released all at once on drop (each is a
+/// packet socket, whose close waits for the kernel, see [`in_parallel`]),
+/// however the bridge ends.
+struct ClaimedAll(Vec<Claimed>);
+
+impl Drop for ClaimedAll {
+    fn drop(&mut self) {
+        close_all(std::mem::take(&mut self.0));
+    }
+}
+
+/// Threads that check and open the pairs' interfaces at once ([`in_parallel`]).
 const OPENERS: usize = 16;
 
-/// Opens IF_A and IF_B of every pair (in that order: the result holds pair
-/// k's at 2k and 2k + 1), with small rings, [`OPENERS`] at a time: each
-/// AF_PACKET ring set up waits for an RCU grace period in the kernel
-/// (`synchronize_net`, tens of ms on a busy machine, eight per pair), and
-/// waits of several threads overlap, where one after the other they made
-/// 200 pairs take 90 s. Stops at the first error, or once `stop` is set (a
-/// signal): what was opened is closed as the results are dropped.
-fn open_all(
-    backend: crate::backend::BackendKind,
-    plans: &[PairPlan],
-    claimed: &[Claimed],
+/// `f` of every job, [`OPENERS`] at a time, results in the jobs' order. Why
+/// at once: binding or setting up the rings of an AF_PACKET socket (the
+/// interface lock of [`claim_interfaces`], each ring of
+/// [`open_interface_with`]) waits for an RCU grace period in the kernel
+/// (`synchronize_net`, tens of ms on a busy machine, about ten per pair),
+/// and the waits of several threads overlap, where one after the other they
+/// made 200 pairs take 90 s. Stops at the first error, or once `stop` is set
+/// (a signal: the error says how many of `what` were done); what was made is
+/// closed at once ([`close_all`]).
+fn in_parallel<J: Sync, R: Send>(
+    jobs: &[J],
     stop: &std::sync::atomic::AtomicBool,
-) -> Result<Vec<crate::backend::Halves>> {
-    let jobs: Vec<(&str, u32)> = plans
-        .iter()
-        .zip(claimed)
-        .flat_map(|(p, c)| [(p.if_a.as_str(), c.a.mtu), (p.if_b.as_str(), c.b.mtu)])
-        .collect();
+    what: &str,
+    f: impl Fn(&J) -> Result<R> + Sync,
+) -> Result<Vec<R>> {
     let next = std::sync::atomic::AtomicUsize::new(0);
     let failed = std::sync::atomic::AtomicBool::new(false);
-    let results: Vec<Vec<(usize, Result<crate::backend::Halves>)>> = std::thread::scope(|s| {
+    let results: Vec<Vec<(usize, Result<R>)>> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..OPENERS.min(jobs.len()))
             .map(|_| {
                 s.spawn(|| {
                     let mut mine = Vec::new();
-                    loop {
-                        if stop.load(Ordering::Relaxed) || failed.load(Ordering::Relaxed) {
-                            break;
-                        }
+                    while !stop.load(Ordering::Relaxed) && !failed.load(Ordering::Relaxed) {
                         let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(&(ifname, mtu)) = jobs.get(i) else {
+                        let Some(job) = jobs.get(i) else {
                             break;
                         };
-                        let r = open_interface_with(backend, ifname, mtu, Rings::Small);
+                        let r = f(job);
                         if r.is_err() {
                             failed.store(true, Ordering::Relaxed);
                         }
@@ -382,12 +395,12 @@ fn open_all(
             .map(|w| w.join().unwrap_or_default())
             .collect()
     });
-    let mut slots: Vec<Option<crate::backend::Halves>> = Vec::new();
+    let mut slots: Vec<Option<R>> = Vec::new();
     slots.resize_with(jobs.len(), || None);
     let mut first_error: Option<(usize, anyhow::Error)> = None;
     for (i, r) in results.into_iter().flatten() {
         match r {
-            Ok(h) => slots[i] = Some(h),
+            Ok(made) => slots[i] = Some(made),
             Err(e) => {
                 if first_error.as_ref().is_none_or(|(j, _)| i < *j) {
                     first_error = Some((i, e));
@@ -396,20 +409,18 @@ fn open_all(
         }
     }
     if let Some((_, e)) = first_error {
+        close_all(slots);
         return Err(e);
     }
-    if stop.load(Ordering::Relaxed) {
-        let done = slots.iter().filter(|h| h.is_some()).count() / 2;
+    if slots.iter().any(Option::is_none) {
+        let done = slots.iter().filter(|h| h.is_some()).count();
+        close_all(slots);
         bail!(
-            "stopped by a signal while starting: {done} of {} pairs opened",
-            plans.len()
+            "stopped by a signal while starting: {done} of {} {what}",
+            jobs.len()
         );
     }
-    slots
-        .into_iter()
-        .enumerate()
-        .map(|(i, h)| h.ok_or_else(|| anyhow::anyhow!("interface {} was not opened", jobs[i].0)))
-        .collect()
+    Ok(slots.into_iter().flatten().collect())
 }
 
 /// The main loop, every 20 ms: ends at SIGINT/SIGTERM, `--duration`, or

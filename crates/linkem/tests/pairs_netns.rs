@@ -420,7 +420,7 @@ fn sigterm_during_the_start_up_of_many_pairs_ends_it_promptly() {
     if skip() {
         return;
     }
-    const N: usize = 40;
+    const N: usize = 60;
     let prefix = netns::unique_prefix("lkdt");
     // Interface names are at most 15 bytes: the prefix, the index, 2 letters.
     let prefix = &prefix[..prefix.len().min(10)];
@@ -442,7 +442,8 @@ fn sigterm_during_the_start_up_of_many_pairs_ends_it_promptly() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("linkem starts");
-    std::thread::sleep(Duration::from_millis(400));
+    // While it checks or opens the interfaces (0.1-0.6 s for 60 pairs).
+    std::thread::sleep(Duration::from_millis(250));
     // Safety: kill with a pid we own.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let t = Instant::now();

@@ -749,6 +749,8 @@ impl<M: LiveModel> LiveBridge<M> {
                         let _ = reply.try_send(Err(SubmitError::Stopped));
                     }
                 }
+                // The receive sockets close all at once (see `close_all`).
+                crate::port::close_all(loops.into_iter().map(|l| l.rx).collect());
             })
             .map_err(|e| format!("cannot start the stage thread: {e}"))?;
         group.stage = Some(thread);

@@ -146,6 +146,12 @@ pub(super) fn output_group(
         d.control().output_at_ns.store(u64::MAX, Ordering::Relaxed);
     }
     publish_all(&dirs, wakeups);
+    // The counts are final: the sockets close, all at once.
+    let ports: Vec<Box<dyn crate::port::TxPort>> = dirs
+        .iter()
+        .map(|d| std::mem::replace(&mut d.lock().st.tx, Box::new(crate::port::ClosedTx)))
+        .collect();
+    crate::port::close_all(ports);
 }
 
 /// Tells every direction the thread's learnt wake-up (see `stage_sends`).
