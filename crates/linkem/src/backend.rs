@@ -190,6 +190,11 @@ struct XskRx {
 struct XskTx {
     tx: XdpTx,
     warned_too_big: bool,
+    /// The last kick said the interface is down (ENETDOWN): frames are
+    /// dropped (counted in `dropped_down`, reported as tx errors) until a
+    /// kick goes through again; descriptors already on the ring leave then.
+    down: bool,
+    dropped_down: u64,
 }
 
 impl RxPort for XskRx {
@@ -246,6 +251,14 @@ impl XskTx {
 
 impl TxPort for XskTx {
     fn tx_push(&mut self, frame: &[u8]) -> TxOutcome {
+        if self.down {
+            // One kick per frame while down: it tells when the interface is up.
+            let _ = self.tx_flush();
+            if self.down {
+                self.dropped_down += 1;
+                return TxOutcome::Queued;
+            }
+        }
         match self.tx.tx_push(frame) {
             Pushed::Queued => TxOutcome::Queued,
             Pushed::NoRoom => TxOutcome::NoRoom,
@@ -257,11 +270,25 @@ impl TxPort for XskTx {
     }
 
     fn tx_flush(&mut self) -> io::Result<()> {
-        self.tx.tx_flush()
+        match self.tx.tx_flush() {
+            // Set down: the frames wait on the ring, new ones are dropped
+            // (tx_push) until it is up. Gone (ENXIO) stays an error: the
+            // pair stops, naming the interface.
+            Err(e) if e.kind() == io::ErrorKind::NetworkDown => {
+                self.down = true;
+                Ok(())
+            }
+            r => {
+                if r.is_ok() {
+                    self.down = false;
+                }
+                r
+            }
+        }
     }
 
     fn tx_errors(&mut self) -> u64 {
-        self.tx.tx_errors()
+        self.tx.tx_errors() + self.dropped_down
     }
 
     fn max_frame_bytes(&self) -> usize {
@@ -367,6 +394,8 @@ fn open_xdp(ifname: &str, mtu: u32, rings: Rings) -> Result<Halves> {
         Box::new(XskTx {
             tx,
             warned_too_big: false,
+            down: false,
+            dropped_down: 0,
         }),
         info,
     ))
