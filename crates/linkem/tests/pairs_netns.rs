@@ -306,7 +306,11 @@ fn peer_deleted_under_one_of_three_pairs_leaves_the_others_forwarding() {
     }
     let topos: Vec<Topology> = (0..3).map(|_| topology("lkdp")).collect();
     let pairs: Vec<_> = topos.iter().map(|t| (t, &["delay", "5ms"][..])).collect();
-    let (child, stdout, stderr) = spawn_ready(&bridge_args(&["--backend", "packet"], &pairs));
+    // With the control sockets: `linkem ctl stats` names a stopped pair too.
+    let mut args = bridge_args(&["--backend", "packet"], &pairs);
+    let at = args.iter().position(|a| a == "--control").unwrap();
+    args.drain(at..at + 2);
+    let (child, stdout, stderr) = spawn_ready(&args);
     std::thread::sleep(Duration::from_millis(200));
     for t in &topos {
         ping_median_ms(t, 3);
@@ -338,6 +342,25 @@ fn peer_deleted_under_one_of_three_pairs_leaves_the_others_forwarding() {
     let cpu = (cpu_ticks(child.id()) - before) as f64
         / clock_ticks_per_s() as f64
         / from.elapsed().as_secs_f64();
+    let ctl_stats = |t: &Topology| {
+        let o = Command::new(env!("CARGO_BIN_EXE_linkem"))
+            .args([
+                "ctl",
+                "--name",
+                &format!("{}-{}", t.emu_a, t.emu_b),
+                "stats",
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).to_string()
+    };
+    let said = ctl_stats(gone);
+    assert!(
+        said.contains(&format!("stopped: interface '{}' is gone", gone.emu_b)),
+        "linkem ctl stats of the stopped pair: {said}"
+    );
+    let said = ctl_stats(&topos[0]);
+    assert!(!said.contains("stopped"), "a running pair: {said}");
     for i in [0, 2] {
         let rtt = ping_median_ms(&topos[i], 10);
         assert!(

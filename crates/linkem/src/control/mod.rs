@@ -515,10 +515,17 @@ impl Model {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .is_some();
+        // Why the link stopped while the process goes on (a bridge of
+        // several pairs keeps its others): an interface gone, an I/O error.
+        let stopped = match &self.rules {
+            Some(r) => r.bridge.error(),
+            None => self.plain.error(),
+        };
         json!({
             "front": self.front.word(),
             "elapsed_s": self.elapsed_s(),
             "seed": self.seed,
+            "stopped": stopped,
             "zeroed": zeroed,
             "now_ns": clock::now_ns(),
             "directions": dirs,
