@@ -429,7 +429,7 @@ pub struct AfPacketStats {
     pub rx_lost_big: u64,
     /// Super-frames received (GSO/TSO from the sender, or merged by GRO).
     pub rx_gso: u64,
-    /// Frames put on the TX ring.
+    /// Frames put on the TX ring (less those taken back unsent, `tx_link_down`).
     pub tx_queued: u64,
     /// TX slots the kernel has handed back.
     pub tx_completed: u64,
@@ -441,6 +441,9 @@ pub struct AfPacketStats {
     pub tx_wrong_format: u64,
     /// `send` calls that failed transiently (ENOBUFS, EAGAIN): frames stay queued.
     pub tx_send_errors: u64,
+    /// Frames dropped unsent because the interface was down or gone when they were
+    /// flushed (`send` failed with ENETDOWN, ENXIO or ENODEV): see [`AfPacket::tx_flush`].
+    pub tx_link_down: u64,
     /// Flushes that made a `send` call.
     pub tx_flushes: u64,
 }
@@ -722,7 +725,8 @@ impl AfPacket {
         self.ifindex
     }
 
-    /// The interface MTU when the socket was opened.
+    /// The interface MTU when the socket was opened, or at the last
+    /// [`AfPacket::refresh_mtu`].
     pub fn mtu(&self) -> u32 {
         self.mtu
     }
@@ -1061,7 +1065,11 @@ impl AfPacket {
     /// Asks the kernel to send every queued frame with one `send(fd, NULL, 0, MSG_DONTWAIT)`
     /// and reclaims completed slots. A transient failure (ENOBUFS, EAGAIN: the device queue
     /// was full) leaves the frames queued for the next flush and is counted in
-    /// `tx_send_errors`; other failures are returned.
+    /// `tx_send_errors`. An interface down or gone (ENETDOWN, ENXIO, ENODEV: the kernel
+    /// looked at no slot) drops the queued frames, counted in `tx_link_down`: a frame is
+    /// never held for an interface that may not come back, and the ring never fills with
+    /// them, so the sender neither spins nor stops; once the interface is up again, frames
+    /// leave as before. Other failures are returned.
     pub fn tx_flush(&mut self) -> Result<(), IoError> {
         if self.tx_unflushed > 0 {
             self.stats.tx_flushes += 1;
@@ -1076,6 +1084,10 @@ impl AfPacket {
                         self.tx_reclaim();
                         return Ok(());
                     }
+                    Some(code) if link_down_errno(code) => {
+                        self.tx_drop_queued();
+                        return Ok(());
+                    }
                     _ => return Err(IoError::sys("send(PACKET_TX_RING)", &self.ifname, e)),
                 }
             }
@@ -1083,6 +1095,90 @@ impl AfPacket {
         }
         self.tx_reclaim();
         Ok(())
+    }
+
+    /// Takes back every slot queued (`TP_STATUS_SEND_REQUEST`) and not yet taken by the
+    /// kernel, counting its frame in `tx_link_down`. Only after a `send` that failed before
+    /// looking at the ring (the interface down or gone): the kernel reads TX slots only
+    /// inside `send`, on this thread, so none is being read meanwhile. The kernel walks
+    /// the ring from its own position, the first slot it has not taken, and stops at a
+    /// slot not requested: so the queued slots (from that position to `tx_head`, all
+    /// requested) are given back by moving `tx_head` back to it, not skipped, or every
+    /// frame queued after them would wait for the ring to wrap round.
+    fn tx_drop_queued(&mut self) {
+        let mut first = self.tx_tail;
+        while first != self.tx_head {
+            // Safety: the frame pointer comes from this socket's live mapping.
+            let st = unsafe { Self::status(self.tx_frame_ptr(first)) }.load(Ordering::Acquire);
+            if st & !TP_STATUS_TS_MASK == libc::TP_STATUS_SEND_REQUEST {
+                break;
+            }
+            first = (first + 1) % self.tx.frame_nr;
+        }
+        let mut i = first;
+        let mut dropped = 0u64;
+        while i != self.tx_head {
+            // Safety: the frame pointer comes from this socket's live mapping.
+            unsafe { Self::status(self.tx_frame_ptr(i)) }
+                .store(libc::TP_STATUS_AVAILABLE, Ordering::Release);
+            dropped += 1;
+            i = (i + 1) % self.tx.frame_nr;
+        }
+        self.tx_head = first;
+        self.stats.tx_queued -= dropped;
+        self.stats.tx_link_down += dropped;
+        self.tx_unflushed = 0;
+        self.tx_reclaim();
+    }
+
+    /// Whether the socket's interface is gone for good (deleted, moved to another
+    /// namespace, or taken with its veth peer or namespace): the kernel then unbinds the
+    /// socket (`sll_ifindex` -1, what `getsockname` reports), and a new interface of the
+    /// same name is another device, which this socket never reaches. An interface that
+    /// is only down keeps its binding, and its frames flow again once it is up.
+    pub fn interface_gone(&self) -> bool {
+        // Safety: sockaddr_ll is plain old data; all-zero is a valid value.
+        let mut sll: libc::sockaddr_ll = unsafe { zeroed() };
+        let mut len = size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+        // Safety: `sll` and `len` are valid and writable; the kernel writes at most `len`.
+        let rc = unsafe {
+            libc::getsockname(
+                self.fd,
+                (&mut sll as *mut libc::sockaddr_ll).cast(),
+                &mut len,
+            )
+        };
+        rc == 0 && sll.sll_ifindex <= 0
+    }
+
+    /// Whether the interface is up (`IFF_UP`, `SIOCGIFFLAGS` by name); false when it
+    /// cannot be asked.
+    pub fn is_up(&self) -> bool {
+        let mut ifr = ifreq_for(&self.ifname);
+        // Safety: SIOCGIFFLAGS reads the name and writes the flags inside `ifr`, a valid ifreq.
+        if unsafe { libc::ioctl(self.fd, libc::SIOCGIFFLAGS, &mut ifr) } < 0 {
+            return false;
+        }
+        // Safety: SIOCGIFFLAGS filled the `ifru_flags` member of the union.
+        let flags = unsafe { ifr.ifr_ifru.ifru_flags } as libc::c_int;
+        flags & libc::IFF_UP != 0
+    }
+
+    /// Reads the interface's MTU again (`SIOCGIFMTU`), so that frames longer than a
+    /// lowered MTU are refused by [`AfPacket::tx_push`] as too big rather than dropped by
+    /// the kernel unseen; a raised MTU counts up to what a ring slot holds. Returns the
+    /// MTU now; the one known stays when the interface cannot be asked (gone).
+    pub fn refresh_mtu(&mut self) -> u32 {
+        let mut ifr = ifreq_for(&self.ifname);
+        // Safety: SIOCGIFMTU reads the name and writes the MTU inside `ifr`, a valid ifreq.
+        if unsafe { libc::ioctl(self.fd, libc::SIOCGIFMTU, &mut ifr) } == 0 {
+            // Safety: SIOCGIFMTU filled the `ifru_mtu` member of the union.
+            let mtu = unsafe { ifr.ifr_ifru.ifru_mtu };
+            if mtu > 0 {
+                self.mtu = mtu as u32;
+            }
+        }
+        self.mtu
     }
 
     /// Frames queued or being sent that the kernel has not handed back yet.
@@ -1292,6 +1388,12 @@ fn shift_offload(mut o: Offload, by: u16) -> Offload {
         c.start = c.start.saturating_add(by);
     }
     o
+}
+
+/// Whether `code`, from `send` on a packet socket, says its interface is down (ENETDOWN)
+/// or gone (ENXIO: the socket lost its binding; ENODEV).
+pub fn link_down_errno(code: i32) -> bool {
+    matches!(code, libc::ENETDOWN | libc::ENXIO | libc::ENODEV)
 }
 
 /// Sleeps in one poll(2) until one of `socks` has a received frame waiting or `timeout`

@@ -290,13 +290,35 @@ struct Shared {
     /// Bytes ever produced; written by the producer only.
     tail: AtomicU64,
     closed: AtomicBool,
+    /// Made resident as traffic comes ([`delay_line_with`] with less than a
+    /// full stretch first).
+    lazy: bool,
     /// The tail at which the producer wakes the sleeping pager; `u64::MAX`
     /// while the pager looks by itself (see the module doc).
     pager_wake_at: AtomicU64,
 }
 
-/// Creates a delay line of at least `capacity_bytes` (rounded up to 2 MiB).
+/// Creates a delay line of at least `capacity_bytes` (rounded up to 2 MiB),
+/// its first [`POPULATE_AHEAD_BYTES`] resident before it is handed out.
 pub fn delay_line(capacity_bytes: usize) -> Result<(Producer, Consumer), String> {
+    delay_line_with(capacity_bytes, POPULATE_AHEAD_BYTES)
+}
+
+/// What a line of a bridge of many pairs makes resident before its first
+/// frame ([`delay_line_with`]): ~170 full-size frames; an idle link costs
+/// this, not [`POPULATE_AHEAD_BYTES`].
+pub const LAZY_FIRST_RESIDENT_BYTES: u64 = 256 << 10;
+
+/// [`delay_line`], with only its first `first_resident_bytes` resident
+/// before it is handed out: the pager is woken by the first push and keeps
+/// [`POPULATE_AHEAD_BYTES`] ahead of the tail from then on, so a line that
+/// never carries a frame costs only its first stretch (a bridge of many
+/// pairs, most of them idle at any time), and one that does pays page
+/// faults only until the pager has caught up.
+pub fn delay_line_with(
+    capacity_bytes: usize,
+    first_resident_bytes: u64,
+) -> Result<(Producer, Consumer), String> {
     let cap = capacity_bytes.max(RECORD_ALIGN * 4).div_ceil(2 << 20) * (2 << 20);
     let shared = Arc::new(Shared {
         region: Region::new(cap)?,
@@ -304,9 +326,10 @@ pub fn delay_line(capacity_bytes: usize) -> Result<(Producer, Consumer), String>
         head: AtomicU64::new(0),
         tail: AtomicU64::new(0),
         closed: AtomicBool::new(false),
+        lazy: first_resident_bytes < POPULATE_AHEAD_BYTES,
         pager_wake_at: AtomicU64::new(u64::MAX),
     });
-    if shared.populate_to(POPULATE_AHEAD_BYTES) {
+    if shared.populate_to(first_resident_bytes.min(POPULATE_AHEAD_BYTES)) {
         page_in_background(&shared);
     }
     Ok((
@@ -334,7 +357,7 @@ impl Shared {
         let end = end_bytes.min(len);
         let mut at = self.populated.load(Ordering::Relaxed);
         while at < end {
-            let n = POPULATE_CHUNK_BYTES.min(len - at);
+            let n = POPULATE_CHUNK_BYTES.min(end - at);
             // Safety: [at, at + n) lies inside the mapping, which lives as long as
             // self; MADV_POPULATE_WRITE faults pages in writable without changing
             // their contents, so the producer may be writing records there meanwhile.
@@ -363,11 +386,15 @@ impl Shared {
     /// has used up a chunk of what is resident ahead of it. Returns false
     /// when the tail is there already (the pager looks again instead).
     fn pager_sleeps(&self) -> bool {
-        let wake_at = self
-            .populated
-            .load(Ordering::Relaxed)
-            .saturating_sub(POPULATE_AHEAD_BYTES)
-            + POPULATE_CHUNK_BYTES;
+        let populated = self.populated.load(Ordering::Relaxed);
+        // A lazy line (`delay_line_with`) still short of a full stretch wakes
+        // the pager once its tail is three quarters of the way through what
+        // is resident (its first push at the latest).
+        let wake_at = if self.lazy && populated < POPULATE_AHEAD_BYTES {
+            (populated / 4 * 3).max(1)
+        } else {
+            populated.saturating_sub(POPULATE_AHEAD_BYTES) + POPULATE_CHUNK_BYTES
+        };
         self.pager_wake_at.store(wake_at, Ordering::Relaxed);
         // Pairs with nothing on the producer's side (see the module doc): a
         // push that missed the store above is followed by one that sees it.
@@ -381,8 +408,17 @@ impl Shared {
         }
         let before = self.populated.load(Ordering::Relaxed);
         let tail = self.tail.load(Ordering::Relaxed);
+        // A lazy line is paged ahead as far as it has carried (at least its
+        // first stretch, at most a full stretch): a few stray frames (a
+        // router solicitation) do not make 8 MiB resident, a flow reaches the
+        // full stretch within a few wake-ups of the pager.
+        let ahead = if self.lazy {
+            tail.clamp(LAZY_FIRST_RESIDENT_BYTES, POPULATE_AHEAD_BYTES)
+        } else {
+            POPULATE_AHEAD_BYTES
+        };
         // Past the first lap every page has been written.
-        let want = tail.saturating_add(POPULATE_AHEAD_BYTES);
+        let want = tail.saturating_add(ahead);
         if !self.populate_to(want) || tail >= self.region.len as u64 {
             return None;
         }
@@ -851,6 +887,35 @@ mod tests {
         wait_populated(&p, tail + POPULATE_AHEAD_BYTES);
         let from = tail.next_multiple_of(4096);
         assert_eq!(resident_bytes(&p, from, page_end), page_end - from);
+    }
+
+    /// Issue 34 item 12: a line of a bridge of many pairs costs its first
+    /// stretch while idle, and a few stray frames do not make a full stretch
+    /// resident; a flow still gets the full stretch ahead of its tail.
+    #[test]
+    fn a_lazy_line_is_resident_as_far_as_its_traffic_reached() {
+        let (mut p, mut c) = delay_line_with(64 << 20, LAZY_FIRST_RESIDENT_BYTES).unwrap();
+        assert_eq!(p.populated_bytes(), LAZY_FIRST_RESIDENT_BYTES);
+        let frame = [1u8; 100];
+        for _ in 0..10 {
+            assert!(p.push(0, &frame, false));
+            c.peek().unwrap();
+            c.pop();
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            p.populated_bytes() <= 2 * LAZY_FIRST_RESIDENT_BYTES,
+            "{} bytes resident for 10 small frames",
+            p.populated_bytes()
+        );
+        let frame = [1u8; 1000];
+        while p.shared.tail.load(Ordering::Relaxed) < 20 << 20 {
+            assert!(p.push(0, &frame, false));
+            c.peek().unwrap();
+            c.pop();
+        }
+        let tail = p.shared.tail.load(Ordering::Relaxed);
+        wait_populated(&p, tail + POPULATE_AHEAD_BYTES);
     }
 
     fn pager_threads() -> usize {

@@ -56,6 +56,14 @@ pub trait RxPort: Send {
         let _ = fds;
         Ok(WaitFds::Unsupported)
     }
+    /// The state of the port's interface, asked when poll(2) reported an
+    /// error on one of its sockets (POLLERR, POLLHUP, POLLNVAL; the error is
+    /// read and cleared, so the next poll sleeps), then again every
+    /// [`PortHealth::Down`] check while it is down. Default:
+    /// [`PortHealth::Running`] (ports without sockets).
+    fn health(&mut self) -> PortHealth {
+        PortHealth::Running
+    }
     /// Whether frames this port received that will never be sent must be
     /// handed back ([`RxPort::discard`]): true for a port that only lends
     /// them (the netfilter queue keeps each packet until a verdict names it).
@@ -67,6 +75,70 @@ pub trait RxPort: Send {
     /// Called on the stage's thread after each batch.
     fn discard(&mut self, frame: &[u8]) {
         let _ = frame;
+    }
+}
+
+/// The state of a port's interface ([`RxPort::health`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PortHealth {
+    /// Up: frames come as usual.
+    Running,
+    /// Set down (`ip link set dev IF down`): nothing comes until it is up
+    /// again, when frames resume on the same socket; the stage asks again
+    /// every [`PortHealth::DOWN_CHECK_NS`] meanwhile.
+    Down,
+    /// Gone for good (deleted, or its veth peer or namespace deleted): the
+    /// message names the interface. The pair's link stops.
+    Gone(String),
+}
+
+impl PortHealth {
+    /// How often a stage asks a port that is down again: how soon after its
+    /// interface is deleted the link stops, at the cost of a wake-up each
+    /// time while it is down (none while it is up).
+    pub const DOWN_CHECK_NS: u64 = 200_000_000;
+}
+
+/// Threads [`close_all`] closes on at most.
+const CLOSERS: usize = 16;
+
+/// Drops `items` (ports, or what holds them) on up to 16 threads at once:
+/// closing an AF_PACKET socket with rings waits for three RCU grace periods
+/// in the kernel (`synchronize_net`, tens of ms each on a busy machine), and
+/// the waits of several threads overlap, where one after the other they made
+/// a bridge of many pairs take seconds to stop. Items left when no thread
+/// can be started are dropped here.
+pub fn close_all<T: Send>(mut items: Vec<T>) {
+    if items.len() <= 1 {
+        return;
+    }
+    let per = items.len().div_ceil(CLOSERS);
+    std::thread::scope(|s| {
+        while !items.is_empty() {
+            let chunk: Vec<T> = items.drain(..per.min(items.len())).collect();
+            // A thread that cannot start leaves its chunk to this one.
+            let _ = std::thread::Builder::new()
+                .name("linkem-close".into())
+                .spawn_scoped(s, move || drop(chunk));
+        }
+    });
+}
+
+/// A send half that sends nothing, left in place of a port closed while its
+/// output stage's state lives on ([`close_all`]).
+pub struct ClosedTx;
+
+impl TxPort for ClosedTx {
+    fn tx_push(&mut self, _frame: &[u8]) -> TxOutcome {
+        TxOutcome::TooBig
+    }
+
+    fn tx_flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn max_frame_bytes(&self) -> usize {
+        0
     }
 }
 

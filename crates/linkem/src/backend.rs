@@ -38,7 +38,7 @@ use linkem_io::afpacket::{self, AfPacket, AfPacketConfig, GsoSender};
 use linkem_io::afxdp::{self, AfXdp, AfXdpConfig, Pushed, XdpRx, XdpTx};
 use linkem_io::caps::{self, Cap, CapSet};
 use linkem_io::ifaces;
-use linkem_runtime::port::{RxFrame, RxPort, TxOutcome, TxPort, WaitFds};
+use linkem_runtime::port::{PortHealth, RxFrame, RxPort, TxOutcome, TxPort, WaitFds};
 use std::io;
 use std::os::fd::RawFd;
 use std::time::Duration;
@@ -55,9 +55,19 @@ pub enum BackendKind {
     Auto,
 }
 
-struct PacketRx(AfPacket);
+/// The RX ring's socket, and whether its interface was last seen down.
+struct PacketRx(AfPacket, bool);
 /// The TX ring's socket, and the one that sends super-frames (if it opened).
-struct PacketTx(AfPacket, Option<GsoSender>);
+struct PacketTx {
+    ring: AfPacket,
+    gso: Option<GsoSender>,
+    /// When the interface's MTU was last read ([`MTU_CHECK_EVERY_NS`]).
+    mtu_read_ns: u64,
+}
+
+/// How often the send half reads its interface's MTU again: frames longer
+/// than a lowered MTU count as too-big at most this long after the change.
+const MTU_CHECK_EVERY_NS: u64 = 250_000_000;
 
 impl RxPort for PacketRx {
     fn rx_batch(&mut self, max: usize, f: &mut dyn FnMut(RxFrame<'_>)) -> io::Result<usize> {
@@ -90,11 +100,50 @@ impl RxPort for PacketRx {
         fds.push(self.0.fd());
         Ok(WaitFds::Added)
     }
+
+    fn health(&mut self) -> PortHealth {
+        // The kernel sets ENETDOWN on the socket when the interface goes
+        // down (deleting it takes it down first); reading it clears it, so
+        // poll sleeps again.
+        let _ = self.0.take_error();
+        if self.0.interface_gone() {
+            return PortHealth::Gone(format!(
+                "interface '{}' is gone (deleted, moved to another namespace, or its veth peer \
+                 or namespace deleted)",
+                self.0.ifname()
+            ));
+        }
+        let up = self.0.is_up();
+        if up == self.1 {
+            self.1 = !up;
+            if up {
+                eprintln!("linkem: {}: up again; frames flow", self.0.ifname());
+            } else {
+                eprintln!(
+                    "linkem: {}: interface down; frames sent to it are dropped (tx-error) \
+                     until it is up again",
+                    self.0.ifname()
+                );
+            }
+        }
+        if up {
+            PortHealth::Running
+        } else {
+            PortHealth::Down
+        }
+    }
 }
 
 impl TxPort for PacketTx {
     fn tx_push(&mut self, frame: &[u8]) -> TxOutcome {
-        match self.0.tx_push(frame) {
+        // One clock read per frame (vDSO, ~20 ns): the first frame after an
+        // idle spell is checked against the MTU as it is now.
+        let now = linkem_runtime::clock::now_ns();
+        if now.wrapping_sub(self.mtu_read_ns) > MTU_CHECK_EVERY_NS {
+            self.mtu_read_ns = now;
+            self.ring.refresh_mtu();
+        }
+        match self.ring.tx_push(frame) {
             afpacket::TxPush::Queued => TxOutcome::Queued,
             afpacket::TxPush::NoRoom => TxOutcome::NoRoom,
             afpacket::TxPush::TooBig => TxOutcome::TooBig,
@@ -102,27 +151,28 @@ impl TxPort for PacketTx {
     }
 
     fn tx_flush(&mut self) -> io::Result<()> {
-        self.0.tx_flush().map_err(io::Error::other)
+        self.ring.tx_flush().map_err(io::Error::other)
     }
 
     fn tx_errors(&mut self) -> u64 {
-        self.0.stats().tx_wrong_format
+        let stats = self.ring.stats();
+        stats.tx_wrong_format + stats.tx_link_down
     }
 
     fn max_frame_bytes(&self) -> usize {
-        self.0.max_frame_bytes()
+        self.ring.max_frame_bytes()
     }
 
     fn sends_super_frames(&self) -> bool {
-        self.1.is_some()
+        self.gso.is_some()
     }
 
     fn tx_send_super(&mut self, frame: &[u8], offload: Offload) -> io::Result<bool> {
-        let Some(gso) = self.1.as_mut() else {
+        let Some(gso) = self.gso.as_mut() else {
             return Err(io::Error::from(io::ErrorKind::Unsupported));
         };
         // What the ring holds was due first: it reaches the device first.
-        self.0.tx_flush().map_err(io::Error::other)?;
+        self.ring.tx_flush().map_err(io::Error::other)?;
         let hdr_len = linkem_core::wire::locate(frame)
             .map(|h| h.payload_offset as u16)
             .unwrap_or(0);
@@ -140,6 +190,11 @@ struct XskRx {
 struct XskTx {
     tx: XdpTx,
     warned_too_big: bool,
+    /// The last kick said the interface is down (ENETDOWN): frames are
+    /// dropped (counted in `dropped_down`, reported as tx errors) until a
+    /// kick goes through again; descriptors already on the ring leave then.
+    down: bool,
+    dropped_down: u64,
 }
 
 impl RxPort for XskRx {
@@ -196,6 +251,14 @@ impl XskTx {
 
 impl TxPort for XskTx {
     fn tx_push(&mut self, frame: &[u8]) -> TxOutcome {
+        if self.down {
+            // One kick per frame while down: it tells when the interface is up.
+            let _ = self.tx_flush();
+            if self.down {
+                self.dropped_down += 1;
+                return TxOutcome::Queued;
+            }
+        }
         match self.tx.tx_push(frame) {
             Pushed::Queued => TxOutcome::Queued,
             Pushed::NoRoom => TxOutcome::NoRoom,
@@ -207,11 +270,25 @@ impl TxPort for XskTx {
     }
 
     fn tx_flush(&mut self) -> io::Result<()> {
-        self.tx.tx_flush()
+        match self.tx.tx_flush() {
+            // Set down: the frames wait on the ring, new ones are dropped
+            // (tx_push) until it is up. Gone (ENXIO) stays an error: the
+            // pair stops, naming the interface.
+            Err(e) if e.kind() == io::ErrorKind::NetworkDown => {
+                self.down = true;
+                Ok(())
+            }
+            r => {
+                if r.is_ok() {
+                    self.down = false;
+                }
+                r
+            }
+        }
     }
 
     fn tx_errors(&mut self) -> u64 {
-        self.tx.tx_errors()
+        self.tx.tx_errors() + self.dropped_down
     }
 
     fn max_frame_bytes(&self) -> usize {
@@ -221,15 +298,35 @@ impl TxPort for XskTx {
 
 pub type Halves = (Box<dyn RxPort>, Box<dyn TxPort>, String);
 
-fn open_packet(ifname: &str, mtu: u32) -> Result<Halves> {
+/// How large an interface's rings are: the kernel allocates them whole at
+/// open, and they stay resident (AF_PACKET: 2 KiB a slot at MTU 1500).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Rings {
+    /// One link per process: a receive ring of 4096 slots (8 MiB), a
+    /// transmit ring of 2048 (4 MiB); AF_XDP a UMEM of 4096 frames.
+    Full,
+    /// One of many links (`--pair`): 1024 and 512 slots (2 and 1 MiB),
+    /// AF_XDP 1024 frames; bursts beyond them are the kernel's drops
+    /// (`rx_kernel_drops`) or wait for room.
+    Small,
+}
+
+fn open_packet(ifname: &str, mtu: u32, rings: Rings) -> Result<Halves> {
     let frame_size = afpacket::frame_size_for_mtu(mtu).max(2048);
+    let (rx_frames, tx_frames) = match rings {
+        Rings::Full => (4096, 2048),
+        Rings::Small => (1024, 512),
+    };
     // Two sockets: the receiving one belongs to the input stage of one
     // direction, the send-only one to the output stage of the other, so the
-    // two threads share nothing.
+    // two threads share nothing. Each gets the smallest ring of the kind it
+    // does not use (the kernel wants both).
     let rx = AfPacket::open(
         ifname,
         AfPacketConfig {
             frame_size,
+            rx_frames,
+            tx_frames: 16,
             ..AfPacketConfig::default()
         },
     )?;
@@ -238,7 +335,7 @@ fn open_packet(ifname: &str, mtu: u32) -> Result<Halves> {
         AfPacketConfig {
             frame_size,
             rx_frames: 16,
-            tx_frames: 2048,
+            tx_frames,
             receive: false,
             ..AfPacketConfig::default()
         },
@@ -253,13 +350,17 @@ fn open_packet(ifname: &str, mtu: u32) -> Result<Halves> {
         }
     };
     Ok((
-        Box::new(PacketRx(rx)),
-        Box::new(PacketTx(tx, gso)),
+        Box::new(PacketRx(rx, false)),
+        Box::new(PacketTx {
+            ring: tx,
+            gso,
+            mtu_read_ns: linkem_runtime::clock::now_ns(),
+        }),
         "AF_PACKET TPACKET_V2 rings, promiscuous while open".to_string(),
     ))
 }
 
-fn open_xdp(ifname: &str, mtu: u32) -> Result<Halves> {
+fn open_xdp(ifname: &str, mtu: u32, rings: Rings) -> Result<Halves> {
     // 4096-byte UMEM frames above MTU 1500: fewer parts per jumbo frame.
     let frame_size = if afxdp::frame_size_for_mtu(mtu) <= 2048 {
         2048
@@ -270,6 +371,10 @@ fn open_xdp(ifname: &str, mtu: u32) -> Result<Halves> {
         ifname,
         AfXdpConfig {
             frame_size,
+            frame_count: match rings {
+                Rings::Full => AfXdpConfig::default().frame_count,
+                Rings::Small => 1024,
+            },
             ..AfXdpConfig::default()
         },
     )?;
@@ -289,6 +394,8 @@ fn open_xdp(ifname: &str, mtu: u32) -> Result<Halves> {
         Box::new(XskTx {
             tx,
             warned_too_big: false,
+            down: false,
+            dropped_down: 0,
         }),
         info,
     ))
@@ -297,10 +404,20 @@ fn open_xdp(ifname: &str, mtu: u32) -> Result<Halves> {
 /// Opens `ifname` with the chosen backend. Returns the receive half, the send
 /// half and a description of what was opened and set.
 pub fn open_interface(kind: BackendKind, ifname: &str, mtu: u32) -> Result<Halves> {
+    open_interface_with(kind, ifname, mtu, Rings::Full)
+}
+
+/// [`open_interface`] with rings of the given size.
+pub fn open_interface_with(
+    kind: BackendKind,
+    ifname: &str,
+    mtu: u32,
+    rings: Rings,
+) -> Result<Halves> {
     match kind {
-        BackendKind::Packet => open_packet(ifname, mtu),
-        BackendKind::Xdp => open_xdp(ifname, mtu),
-        BackendKind::Auto => match open_xdp(ifname, mtu) {
+        BackendKind::Packet => open_packet(ifname, mtu, rings),
+        BackendKind::Xdp => open_xdp(ifname, mtu, rings),
+        BackendKind::Auto => match open_xdp(ifname, mtu, rings) {
             Ok(h) => {
                 let driver = ifaces::driver_name(ifname).unwrap_or_else(|| "unknown".into());
                 eprintln!(
@@ -313,7 +430,7 @@ pub fn open_interface(kind: BackendKind, ifname: &str, mtu: u32) -> Result<Halve
                 eprintln!(
                     "linkem: {ifname}: --backend auto chose AF_PACKET: AF_XDP did not open ({e:#})"
                 );
-                open_packet(ifname, mtu)
+                open_packet(ifname, mtu, rings)
             }
         },
     }

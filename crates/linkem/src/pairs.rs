@@ -31,7 +31,8 @@
 
 use crate::args::{timing, BridgeArgs, OnOff, Realtime};
 use crate::backend::{
-    check_capabilities, claim_interfaces, drop_capabilities, open_interface, resolve_auto, Claimed,
+    check_capabilities, claim_interfaces, drop_capabilities, open_interface_with, resolve_auto,
+    Claimed, Rings,
 };
 use crate::bridge::{
     link_buffer, live_options, parse_direction, run_attached, split, Attach, Hooks,
@@ -45,6 +46,7 @@ use linkem_core::rng::pair_seed;
 use linkem_core::{LinkSpec, TomlWords};
 use linkem_io::recording::NamedFiles;
 use linkem_runtime::pipeline::{GroupPair, LiveBridge};
+use linkem_runtime::port::close_all;
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -245,25 +247,50 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
         resolve_auto(args.backend, args.coalesce == OnOff::On),
         realtime,
     )?;
-    // Held until the bridge ends: no second linkem on these interfaces.
-    let claimed: Vec<Claimed> = plans
-        .iter()
-        .map(|p| claim_interfaces(&p.if_a, &p.if_b))
-        .collect::<Result<_>>()?;
+    // From here on SIGINT/SIGTERM stop the start-up too (each pair checks),
+    // and what was opened is closed on the way out.
     let (stop, reload) = signal_flags()?;
+    let interrupted = |done: usize, what: &str| -> Result<()> {
+        if stop.load(Ordering::Relaxed) {
+            bail!(
+                "stopped by a signal while starting: {done} of {} pairs {what}",
+                plans.len()
+            );
+        }
+        Ok(())
+    };
+    // Held until the bridge ends: no second linkem on these interfaces.
+    let claimed = ClaimedAll(in_parallel(&plans, &stop, "pairs checked", |p| {
+        claim_interfaces(&p.if_a, &p.if_b)
+    })?);
     let mut controls = Vec::new();
     for p in &plans {
+        interrupted(controls.len(), "given a control socket")?;
         controls.push(crate::control::server::prepare(
             &args.control,
             &p.if_a,
             &p.if_b,
         )?);
     }
+    // IF_A and IF_B of pair k at 2k and 2k + 1; small rings: most links of
+    // a lab are idle at any time.
+    let jobs: Vec<(&str, u32)> = plans
+        .iter()
+        .zip(&claimed.0)
+        .flat_map(|(p, c)| [(p.if_a.as_str(), c.a.mtu), (p.if_b.as_str(), c.b.mtu)])
+        .collect();
+    let mut opened = in_parallel(&jobs, &stop, "interfaces opened", |&(ifname, mtu)| {
+        open_interface_with(backend, ifname, mtu, Rings::Small)
+    })?
+    .into_iter();
     let mut pairs = Vec::new();
     let mut used = Vec::new();
-    for (p, c) in plans.iter().zip(&claimed) {
-        let (rx_a, tx_a, used_a) = open_interface(backend, &p.if_a, c.a.mtu)?;
-        let (rx_b, tx_b, used_b) = open_interface(backend, &p.if_b, c.b.mtu)?;
+    for p in &plans {
+        let (Some((rx_a, tx_a, used_a)), Some((rx_b, tx_b, used_b))) =
+            (opened.next(), opened.next())
+        else {
+            bail!("pair {}: its interfaces were not opened", p.name);
+        };
         let buffer_bytes = [
             link_buffer(&p.specs[0], &format!("{} a->b", p.name), &timing)?,
             link_buffer(&p.specs[1], &format!("{} b->a", p.name), &timing)?,
@@ -316,6 +343,7 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
     // The control threads first (they remove the sockets), then the stages.
     drop(servers);
     group.stop();
+    let stopped: Vec<Option<String>> = models.iter().map(|m| m.plain().error()).collect();
     let mut last = Vec::new();
     for model in models {
         let model = Arc::try_unwrap(model)
@@ -325,12 +353,14 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
     let stats: Vec<PairStats<'_>> = plans
         .iter()
         .zip(last)
-        .map(|(p, stats)| PairStats {
+        .zip(stopped)
+        .map(|((p, stats), stopped)| PairStats {
             name: &p.name,
             if_a: &p.if_a,
             if_b: &p.if_b,
             seed: p.seed,
             stats,
+            stopped,
         })
         .collect();
     print_pairs_stats(
@@ -343,8 +373,97 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
     served
 }
 
-/// The main loop, every 20 ms: ends at SIGINT/SIGTERM, `--duration` or a
-/// stage's error (naming the pair); prints the counts every `--stats-interval`.
+/// Every pair's interface locks, released all at once on drop (each is a
+/// packet socket, whose close waits for the kernel, see [`in_parallel`]),
+/// however the bridge ends.
+struct ClaimedAll(Vec<Claimed>);
+
+impl Drop for ClaimedAll {
+    fn drop(&mut self) {
+        close_all(std::mem::take(&mut self.0));
+    }
+}
+
+/// Threads that check and open the pairs' interfaces at once ([`in_parallel`]).
+const OPENERS: usize = 16;
+
+/// `f` of every job, [`OPENERS`] at a time, results in the jobs' order. Why
+/// at once: binding or setting up the rings of an AF_PACKET socket (the
+/// interface lock of [`claim_interfaces`], each ring of
+/// [`open_interface_with`]) waits for an RCU grace period in the kernel
+/// (`synchronize_net`, tens of ms on a busy machine, about ten per pair),
+/// and the waits of several threads overlap, where one after the other they
+/// made 200 pairs take 90 s. Stops at the first error, or once `stop` is set
+/// (a signal: the error says how many of `what` were done); what was made is
+/// closed at once ([`close_all`]).
+fn in_parallel<J: Sync, R: Send>(
+    jobs: &[J],
+    stop: &std::sync::atomic::AtomicBool,
+    what: &str,
+    f: impl Fn(&J) -> Result<R> + Sync,
+) -> Result<Vec<R>> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    let results: Vec<Vec<(usize, Result<R>)>> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..OPENERS.min(jobs.len()))
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    while !stop.load(Ordering::Relaxed) && !failed.load(Ordering::Relaxed) {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(job) = jobs.get(i) else {
+                            break;
+                        };
+                        let r = f(job);
+                        if r.is_err() {
+                            failed.store(true, Ordering::Relaxed);
+                        }
+                        mine.push((i, r));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap_or_default())
+            .collect()
+    });
+    let mut slots: Vec<Option<R>> = Vec::new();
+    slots.resize_with(jobs.len(), || None);
+    let mut first_error: Option<(usize, anyhow::Error)> = None;
+    for (i, r) in results.into_iter().flatten() {
+        match r {
+            Ok(made) => slots[i] = Some(made),
+            Err(e) => {
+                if first_error.as_ref().is_none_or(|(j, _)| i < *j) {
+                    first_error = Some((i, e));
+                }
+            }
+        }
+    }
+    if let Some((_, e)) = first_error {
+        close_all(slots);
+        return Err(e);
+    }
+    if slots.iter().any(Option::is_none) {
+        let done = slots.iter().filter(|h| h.is_some()).count();
+        close_all(slots);
+        bail!(
+            "stopped by a signal while starting: {done} of {} {what}",
+            jobs.len()
+        );
+    }
+    Ok(slots.into_iter().flatten().collect())
+}
+
+/// The main loop, every 20 ms: ends at SIGINT/SIGTERM, `--duration`, or
+/// once every pair has stopped; prints the counts every `--stats-interval`.
+/// A pair whose link stops (an interface gone: its namespace, its veth peer
+/// or its container deleted; an I/O error) is reported once on stderr,
+/// naming the pair, and in the counts (`stopped`); the other pairs go on,
+/// and the process ends 0 at SIGINT/SIGTERM as usual. Every pair stopped
+/// ends it with an error (non-zero status): nothing is left to emulate.
 fn serve(
     args: &BridgeArgs,
     plans: &[PairPlan],
@@ -355,6 +474,7 @@ fn serve(
 ) -> Result<()> {
     let every = args.run.stats_interval.map(|s| s.max(0.1));
     let mut next_print = every.map(|s| started + Duration::from_secs_f64(s));
+    let mut reported = vec![false; plans.len()];
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(20));
         if args
@@ -364,10 +484,25 @@ fn serve(
         {
             break;
         }
-        for (p, m) in plans.iter().zip(models) {
-            if let Some(e) = m.plain().error() {
-                bail!("pair {}: {e}", p.name);
+        for ((p, m), reported) in plans.iter().zip(models).zip(&mut reported) {
+            if *reported {
+                continue;
             }
+            if let Some(e) = m.plain().error() {
+                *reported = true;
+                let left = models.len()
+                    - models
+                        .iter()
+                        .filter(|m| m.plain().error().is_some())
+                        .count();
+                eprintln!(
+                    "linkem: pair {} ({} {}) stopped: {e}; {left} other pair(s) go on",
+                    p.name, p.if_a, p.if_b
+                );
+            }
+        }
+        if reported.iter().all(|r| *r) {
+            bail!("every pair stopped (see above): nothing left to emulate");
         }
         if reload.swap(false, Ordering::Relaxed) {
             eprintln!(
@@ -386,6 +521,7 @@ fn serve(
                         if_b: &p.if_b,
                         seed: p.seed,
                         stats: m.raw_stats(),
+                        stopped: m.plain().error(),
                     })
                     .collect();
                 print_pairs_stats(

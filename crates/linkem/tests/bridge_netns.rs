@@ -851,3 +851,189 @@ fn sighup_with_a_fifo_or_device_keeps_the_link_and_sigint_still_works() {
     let v = b.stop();
     assert!(fate(&v, 0, "delivered") >= 20, "{v}");
 }
+
+/// CPU time of process `pid` so far (user + system), in seconds.
+fn cpu_s(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let Some(at) = stat.rfind(')') else {
+        return 0.0;
+    };
+    let f: Vec<&str> = stat[at + 2..].split_whitespace().collect();
+    let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+    // Safety: sysconf reads a constant.
+    ticks as f64 / (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }) as f64
+}
+
+/// Issue 34 item 11: host A's namespace (and with it the peer of linkem's
+/// IF_A) is deleted under a running bridge. The bridge says which interface
+/// went and exits non-zero (its final counts printed), and never spins
+/// meanwhile: before, it either exited on the send error or kept running at
+/// a full core, silently.
+#[test]
+fn peer_deleted_under_a_single_bridge_is_reported_and_ends_it() {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let topo = topology("lkdg");
+    let mut b = Bridge::start(&topo, "packet", &["delay", "5ms"]);
+    ping_median_ms(&topo, 5);
+    let pid = b.child.id();
+    let cpu_before = cpu_s(pid);
+    let lost_at = Instant::now();
+    let o = Command::new("ip")
+        .args(["netns", "del", &topo.ns_a])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // The process either ends, or sleeps: over 2 s, well under a core.
+    let mut status = None;
+    while lost_at.elapsed() < Duration::from_secs(2) {
+        if let Some(s) = b.child.try_wait().unwrap() {
+            status = Some(s);
+            break;
+        }
+        let cpu = cpu_s(pid) - cpu_before;
+        assert!(
+            cpu < 0.3,
+            "{cpu:.2} s of CPU within {:.1} s of the loss",
+            lost_at.elapsed().as_secs_f64()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = match status {
+        Some(s) => s,
+        None => {
+            while b.child.try_wait().unwrap().is_none() {
+                assert!(
+                    lost_at.elapsed() < Duration::from_secs(10),
+                    "linkem still runs 10 s after its interface {} went",
+                    topo.emu_a
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            b.child.wait().unwrap()
+        }
+    };
+    let mut stderr = String::new();
+    use std::io::Read;
+    b.child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    eprintln!(
+        "ended {:.2} s after the loss ({status}); stderr: {stderr}",
+        lost_at.elapsed().as_secs_f64()
+    );
+    assert!(!status.success(), "exit status {status}: {stderr}");
+    assert!(
+        stderr.contains(&format!("interface '{}' is gone", topo.emu_a))
+            && stderr.contains("the link stopped"),
+        "no line naming the interface lost: {stderr}"
+    );
+}
+
+on_both_backends!(an_interface_set_down_and_up_again_resumes_forwarding);
+
+/// Issue 34 item 11: IF_A set down, then up again: the link resumes (with
+/// AF_PACKET the bridge says both) instead of dying; frames sent towards it
+/// meanwhile count as tx-error, and every count still adds up.
+fn an_interface_set_down_and_up_again_resumes_forwarding(backend: &str) {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let topo = topology("lkdu");
+    let b = Bridge::start(&topo, backend, &["delay", "5ms"]);
+    ping_median_ms(&topo, 5);
+    let pid = b.child.id();
+    for state in ["down", "up"] {
+        let o = Command::new("ip")
+            .args(["link", "set", &topo.emu_a, state])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let cpu_before = cpu_s(pid);
+        let from = Instant::now();
+        if state == "down" {
+            // Frames for IF_A while it is down: dropped as tx-error, and
+            // the ring must not keep them (what came after would be stuck).
+            let _ = topo.exec_in_b(&["ping", "-c", "5", "-i", "0.1", &topo.addr_a.to_string()]);
+        }
+        std::thread::sleep(Duration::from_millis(1000).saturating_sub(from.elapsed()));
+        let cpu = cpu_s(pid) - cpu_before;
+        assert!(
+            cpu < 0.2,
+            "{cpu:.2} s of CPU in 1 s with {} {state}",
+            topo.emu_a
+        );
+    }
+    // Pinned neighbours survive the bounce; the hosts' ends never went down.
+    let rtt = ping_median_ms(&topo, 10);
+    assert!(
+        (10.0..15.0).contains(&rtt),
+        "median RTT {rtt:.3} ms after the bounce"
+    );
+    let (v, stderr) = b.stop_with_stderr();
+    // An AF_XDP socket hears nothing of the interface's state.
+    assert!(
+        backend != "packet"
+            || (stderr.contains(&format!("{}: interface down", topo.emu_a))
+                && stderr.contains(&format!("{}: up again", topo.emu_a))),
+        "down and up not reported: {stderr}"
+    );
+    assert!(fate(&v, 1, "delivered") >= 10, "{v}");
+    assert!(
+        fate(&v, 1, "tx-error") >= 1,
+        "b->a: the pings sent to A while its interface was down: {}",
+        v["directions"][1]
+    );
+}
+
+/// Issue 34 item 11: IF_B's MTU lowered under a running bridge: frames longer
+/// than the new MTU count as too-big (before, the kernel dropped them unseen
+/// and they counted as delivered); smaller ones still cross.
+#[test]
+fn a_lowered_mtu_counts_longer_frames_as_too_big() {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let topo = topology("lkdm");
+    let b = Bridge::start(&topo, "packet", &[]);
+    ping_median_ms(&topo, 3);
+    let o = Command::new("ip")
+        .args(["link", "set", &topo.emu_b, "mtu", "1000"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // linkem reads the MTU again at most 250 ms after a change.
+    std::thread::sleep(Duration::from_millis(500));
+    let dst = topo.addr_b.to_string();
+    let big = topo
+        .exec_in_a(&[
+            "ping", "-c", "3", "-i", "0.2", "-W", "1", "-s", "1200", &dst,
+        ])
+        .unwrap();
+    let small = topo
+        .exec_in_a(&["ping", "-c", "3", "-i", "0.2", "-s", "500", &dst])
+        .unwrap();
+    assert!(
+        small.status.success(),
+        "500-byte pings after the MTU change: {}",
+        String::from_utf8_lossy(&small.stdout)
+    );
+    let v = b.stop();
+    assert!(
+        !big.status.success(),
+        "1200-byte pings crossed an MTU of 1000"
+    );
+    assert_eq!(
+        fate(&v, 0, "too-big"),
+        3,
+        "a->b: the three 1242-byte frames count as too-big: {}",
+        v["directions"][0]
+    );
+}

@@ -834,3 +834,68 @@ fn ctl_rules_members_add_only_behind_others_to_their_own_pipes() {
     drop(c);
     bridge.finish();
 }
+
+/// Issue 34 item 14: `flush` of a pipe whose packets wait, then `zero` while
+/// they are still in flight: the packets flushed after the zero count since
+/// the zero as received too (they were in flight at it), so the counts since
+/// the zero add up (before: received 80, fates 90).
+#[test]
+fn ctl_rules_zero_right_after_a_flush_keeps_the_counts_adding_up() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let topo = topology("lkdQz");
+    let bridge = Bridge::start(
+        &topo,
+        "pipe 2 config bw 2Mbit/s queue 400\nadd 50 pipe 2 udp from any to any\n",
+        &[],
+    );
+    let dst = std::net::SocketAddrV4::new(topo.addr_b, 40001);
+    let ns = topo.ns_a.clone();
+    // 300 datagrams of 1000 bytes at once: 1.2 s of queue at 2 Mbit/s.
+    std::thread::spawn(move || {
+        netns::enter(&ns).unwrap();
+        let sock = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+        for _ in 0..300 {
+            let _ = sock.send_to(&[0u8; 958], dst);
+        }
+    })
+    .join()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let mut c = bridge.client();
+    for l in ["flush", "zero"] {
+        let v = c.request_json(l).unwrap();
+        assert_eq!(v["ok"], true, "{l}: {v}");
+    }
+    let at_zero = c.request_json("stats").unwrap();
+    // Until every packet of the flushed pipe has met its fate.
+    let t = Instant::now();
+    let st = loop {
+        let st = c.request_json("stats").unwrap();
+        let busy = st["directions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["in_flight"] != 0);
+        if !busy || t.elapsed() > Duration::from_secs(5) {
+            break st;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let d = &st["directions"][0];
+    eprintln!(
+        "just after the zero: {}; later: {d}",
+        at_zero["directions"][0]
+    );
+    for d in st["directions"].as_array().unwrap() {
+        common::assert_counts_add_up(d, "since zero: received + segmented = fates + in flight");
+    }
+    assert!(
+        d["fates"]["flushed"].as_u64().unwrap() + d["fates"]["delivered"].as_u64().unwrap() > 0,
+        "nothing was in flight at the zero: {d}"
+    );
+    drop(c);
+    bridge.finish();
+}

@@ -8,7 +8,7 @@
 mod common;
 
 use common::*;
-use linkem_io::netns::Topology;
+use linkem_io::netns::{self, Topology};
 use serde_json::Value;
 use std::io::Read;
 use std::process::{Child, Command, Stdio};
@@ -290,4 +290,215 @@ fn two_pairs_hand_their_hosts_super_frames_each() {
             assert_eq!(d["fates"]["too-big"], 0, "pair {i} direction {side}: {d}");
         }
     }
+}
+
+/// Issue 34 item 11: host B's namespace of one pair of three is deleted
+/// (taking the peer of that pair's IF_B with it) under a running `--pair`
+/// process. That pair stops, reported on stderr and in its counts
+/// (`stopped`), its counts still adding up; the other two pairs still
+/// forward; the process does not spin; SIGINT ends it with status 0. Before,
+/// the send error ended the whole process (or it spun at a full core).
+#[test]
+fn peer_deleted_under_one_of_three_pairs_leaves_the_others_forwarding() {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let topos: Vec<Topology> = (0..3).map(|_| topology("lkdp")).collect();
+    let pairs: Vec<_> = topos.iter().map(|t| (t, &["delay", "5ms"][..])).collect();
+    // With the control sockets: `linkem ctl stats` names a stopped pair too.
+    let mut args = bridge_args(&["--backend", "packet"], &pairs);
+    let at = args.iter().position(|a| a == "--control").unwrap();
+    args.drain(at..at + 2);
+    let (child, stdout, stderr) = spawn_ready(&args);
+    std::thread::sleep(Duration::from_millis(200));
+    for t in &topos {
+        ping_median_ms(t, 3);
+    }
+    let gone = &topos[1];
+    let o = Command::new("ip")
+        .args(["netns", "del", &gone.ns_b])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // The namespace goes in the kernel's own time: wait until the veth did.
+    let t = Instant::now();
+    while std::path::Path::new(&format!("/sys/class/net/{}", gone.emu_b)).exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "{} not deleted",
+            gone.emu_b
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        child.id() > 0 && std::path::Path::new(&format!("/proc/{}/stat", child.id())).exists(),
+        "linkem ended with the loss of one pair"
+    );
+    let before = cpu_ticks(child.id());
+    let from = Instant::now();
+    std::thread::sleep(Duration::from_secs(2));
+    let cpu = (cpu_ticks(child.id()) - before) as f64
+        / clock_ticks_per_s() as f64
+        / from.elapsed().as_secs_f64();
+    let ctl_stats = |t: &Topology| {
+        let o = Command::new(env!("CARGO_BIN_EXE_linkem"))
+            .args([
+                "ctl",
+                "--name",
+                &format!("{}-{}", t.emu_a, t.emu_b),
+                "stats",
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).to_string()
+    };
+    let said = ctl_stats(gone);
+    assert!(
+        said.contains(&format!("stopped: interface '{}' is gone", gone.emu_b)),
+        "linkem ctl stats of the stopped pair: {said}"
+    );
+    let said = ctl_stats(&topos[0]);
+    assert!(!said.contains("stopped"), "a running pair: {said}");
+    for i in [0, 2] {
+        let rtt = ping_median_ms(&topos[i], 10);
+        assert!(
+            (10.0..15.0).contains(&rtt),
+            "pair {i} after pair 1 went: median RTT {rtt:.3} ms"
+        );
+    }
+    let (v, stderr) = stop(child, stdout, stderr);
+    eprintln!(
+        "CPU after the loss {:.2} % of a core; {stderr}",
+        cpu * 100.0
+    );
+    assert!(cpu < 0.1, "{:.1} % of a core after the loss", cpu * 100.0);
+    let name = format!("{}-{}", gone.emu_a, gone.emu_b);
+    assert!(
+        stderr.contains(&format!("pair {name}"))
+            && stderr.contains(&format!("interface '{}' is gone", gone.emu_b)),
+        "the loss is not reported naming the pair and interface: {stderr}"
+    );
+    let pairs = v["pairs"].as_array().expect("per-pair counts");
+    for (i, p) in pairs.iter().enumerate() {
+        let stopped = &p["stopped"];
+        if i == 1 {
+            assert!(
+                stopped.as_str().is_some_and(|s| s.contains("is gone")),
+                "pair {i}: {p}"
+            );
+        } else {
+            assert!(stopped.is_null(), "pair {i}: {p}");
+            let received = p["directions"][0]["received"].as_u64().unwrap();
+            assert!(received >= 13, "pair {i} a->b received {received}: {p}");
+        }
+        for (side, d) in p["directions"].as_array().unwrap().iter().enumerate() {
+            assert_counts_add_up(d, &format!("pair {i} direction {side}"));
+        }
+    }
+}
+
+/// Veth pairs in the root namespace, named `{prefix}{i}a`/`{prefix}{i}b`
+/// (linkem's ends) with peers `...pa`/`...pb`, deleted on drop.
+struct Veths(Vec<String>);
+
+impl Veths {
+    fn new(prefix: &str, n: usize) -> Veths {
+        let mut made = Veths(Vec::new());
+        for i in 0..n {
+            for side in ["a", "b"] {
+                let name = format!("{prefix}{i}{side}");
+                let peer = format!("{prefix}{i}p{side}");
+                let o = Command::new("ip")
+                    .args(["link", "add", &name, "type", "veth", "peer", "name", &peer])
+                    .output()
+                    .unwrap();
+                assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+                made.0.push(name.clone());
+                for l in [&name, &peer] {
+                    let _ = Command::new("ip").args(["link", "set", l, "up"]).output();
+                }
+            }
+        }
+        made
+    }
+}
+
+impl Drop for Veths {
+    fn drop(&mut self) {
+        for l in &self.0 {
+            let _ = Command::new("ip").args(["link", "del", l]).output();
+        }
+    }
+}
+
+/// Issue 34 item 12: SIGTERM while `--pair` opens its interfaces stops the
+/// start-up within a bound (what was opened closed on the way out), rather
+/// than after every pair is open. Before, the signal was ignored until the
+/// start-up ended (90 s for 200 pairs).
+#[test]
+fn sigterm_during_the_start_up_of_many_pairs_ends_it_promptly() {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    const N: usize = 60;
+    let prefix = netns::unique_prefix("lkdt");
+    // Interface names are at most 15 bytes: the prefix, the index, 2 letters.
+    let prefix = &prefix[..prefix.len().min(10)];
+    let veths = Veths::new(prefix, N);
+    let mut args: Vec<String> = ["bridge", "--backend", "packet", "--stats", "json"]
+        .map(String::from)
+        .to_vec();
+    for i in 0..N {
+        args.extend([
+            "--pair".into(),
+            format!("{prefix}{i}a"),
+            format!("{prefix}{i}b"),
+        ]);
+        args.extend(["delay", "5ms"].map(String::from));
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_linkem"))
+        .args(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("linkem starts");
+    // While it checks or opens the interfaces (0.1-0.6 s for 60 pairs).
+    std::thread::sleep(Duration::from_millis(250));
+    // Safety: kill with a pid we own.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t.elapsed() > Duration::from_secs(3) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("linkem still starting {N} pairs 3 s after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    eprintln!(
+        "ended {:.2} s after SIGTERM ({status}): {}",
+        t.elapsed().as_secs_f64(),
+        stderr.lines().last().unwrap_or("")
+    );
+    if !stderr.contains("pairs in one process") {
+        // Stopped during the start-up: it says so.
+        assert!(
+            stderr.contains("stopped by a signal while starting"),
+            "{status}: {stderr}"
+        );
+    }
+    drop(veths);
 }

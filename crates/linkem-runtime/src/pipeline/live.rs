@@ -144,8 +144,8 @@ use super::wait::{self, set_realtime, Linger, Realtime, SpinBudget, WakeEstimate
 use super::wire::{cut, finish, whole_plan, Csum, Cut, KERNEL_DROPS_EVERY_NS};
 use super::{Control, Direction, DirectionStats};
 use crate::clock;
-use crate::delay_line::{delay_line, Producer, Whole};
-use crate::port::{RxFrame, RxPort, TxPort, WaitFds};
+use crate::delay_line::{delay_line, delay_line_with, Producer, Whole, LAZY_FIRST_RESIDENT_BYTES};
+use crate::port::{PortHealth, RxFrame, RxPort, TxPort, WaitFds};
 use linkem_core::model::{Change, ChangeError, LinkModel, Model};
 use linkem_core::node::{Decision, Node, PacketIn};
 use linkem_core::rules::{FlowKey, L2Kind, Side, SocketOwner};
@@ -649,7 +649,10 @@ impl<M: LiveModel> LiveBridge<M> {
             let mut supers = [false; 2];
             let no_copies = pair.tx.iter().find_map(|t| t.no_copies());
             for (i, tx) in pair.tx.into_iter().enumerate() {
-                let (producer, consumer) = delay_line(pair.buffer_bytes[i])?;
+                // Most links of a lab are idle most of the time: each line
+                // becomes resident as its traffic comes.
+                let (producer, consumer) =
+                    delay_line_with(pair.buffer_bytes[i], LAZY_FIRST_RESIDENT_BYTES)?;
                 let mut control =
                     Control::new(producer.uses_huge_pages(), producer.capacity_bytes());
                 control.held = super::HeldPerGroup::new(tx.max_held_per_pipe());
@@ -745,6 +748,8 @@ impl<M: LiveModel> LiveBridge<M> {
                         let _ = reply.try_send(Err(SubmitError::Stopped));
                     }
                 }
+                // The receive sockets close all at once (see `close_all`).
+                crate::port::close_all(loops.into_iter().map(|l| l.rx).collect());
             })
             .map_err(|e| format!("cannot start the stage thread: {e}"))?;
         group.stage = Some(thread);
@@ -1677,6 +1682,12 @@ struct PairLoop<M> {
     rx: [Box<dyn RxPort>; 2],
     out: Outputs,
     drops_read_ns: u64,
+    /// The pair's link stopped ([`PairLoop::stop_pair`]): its ports are not
+    /// read nor polled any more; the stage goes on with the other pairs.
+    stopped: bool,
+    /// Each receive port's interface was last seen down ([`PortHealth::Down`]):
+    /// asked again every [`PortHealth::DOWN_CHECK_NS`] until it is up or gone.
+    down: [bool; 2],
 }
 
 /// What one pair's turn found.
@@ -1713,12 +1724,49 @@ impl<M: LiveModel> PairLoop<M> {
             rx,
             out,
             drops_read_ns: 0,
+            stopped: false,
+            down: [false; 2],
         }
     }
 
     fn fail(&self, e: String) {
         for c in &self.controls {
             c.fail(e.clone());
+        }
+    }
+
+    /// Asks each receive port of the pair for its interface's state (after a
+    /// socket error, or while it is down), and stops the pair if one is gone.
+    fn check_health(&mut self, sides: [bool; 2], wakeups: u64) {
+        for (side, asked) in sides.into_iter().enumerate() {
+            if !asked || self.stopped {
+                continue;
+            }
+            match self.rx[side].health() {
+                PortHealth::Running => self.down[side] = false,
+                PortHealth::Down => self.down[side] = true,
+                PortHealth::Gone(why) => {
+                    self.stop_pair(format!("{why}: the link stopped"), wakeups)
+                }
+            }
+        }
+    }
+
+    /// Stops this pair's link for `why` (an interface gone, an I/O error):
+    /// the error is recorded for the bridge to report, the last counts
+    /// published and the delay lines closed (the output stages send or drop
+    /// what they hold, then leave them), change requests answered; the
+    /// stage goes on with its other pairs, if any.
+    fn stop_pair(&mut self, why: String, wakeups: u64) {
+        if self.stopped {
+            return;
+        }
+        self.stopped = true;
+        self.fail(why);
+        self.finish(wakeups);
+        self.shared.stop.store(true, Ordering::Release);
+        for (_, reply) in lock(&self.shared.changes).drain(..) {
+            let _ = reply.try_send(Err(SubmitError::Stopped));
         }
     }
 
@@ -1732,7 +1780,15 @@ impl<M: LiveModel> PairLoop<M> {
             rx,
             out,
             drops_read_ns,
+            stopped: _,
+            down: _,
         } = self;
+        // An output stage of this pair failed: the pair stops as a whole.
+        if let Some(c) = controls.iter().find(|c| c.has_failed()) {
+            return Err(c
+                .error_text()
+                .unwrap_or_else(|| "output stage failed".into()));
+        }
         let batch = opts.batch.max(1);
         let now = clock::now_ns();
         // While an output stage is more than max-lag behind, its direction
@@ -1852,6 +1908,9 @@ fn live_stage<M: LiveModel>(
     };
     let mut budget = SpinBudget::new(clock::now_ns());
     let mut linger = Linger::new(opts.linger_ns);
+    let mut owners: Vec<(usize, usize)> = Vec::new();
+    let mut error_wakes = 0u32;
+    let mut down_checked_ns = 0u64;
     'run: while !stop.load(Ordering::Acquire) {
         let mut taken = 0;
         let mut leaving: Option<u64> = None;
@@ -1859,7 +1918,7 @@ fn live_stage<M: LiveModel>(
         let mut next: Option<u64> = None;
         let mut sweep_at: Option<u64> = None;
         let mut now = 0;
-        for p in pairs.iter_mut() {
+        for p in pairs.iter_mut().filter(|p| !p.stopped) {
             match p.turn(opts, wakeups) {
                 Ok(t) => {
                     taken += t.taken;
@@ -1869,11 +1928,15 @@ fn live_stage<M: LiveModel>(
                     sweep_at = earliest(sweep_at, t.sweep_at);
                     now = t.now;
                 }
-                Err(e) => {
-                    p.fail(e);
-                    break 'run;
-                }
+                // One pair's failure stops that pair only.
+                Err(e) => p.stop_pair(e, wakeups),
             }
+        }
+        if pairs.iter().all(|p| p.stopped) {
+            break 'run;
+        }
+        if taken > 0 {
+            error_wakes = 0;
         }
         if full {
             if let Some(rt) = realtime.as_mut() {
@@ -1918,11 +1981,17 @@ fn live_stage<M: LiveModel>(
         } else {
             wake.spin_ns(opts.spin_ns)
         };
-        let limit_ns = if woken_by_fds {
+        let mut limit_ns = if woken_by_fds {
             sweep_at.map(|t| t.saturating_sub(now).max(1))
         } else {
             Some(IDLE_WAIT_NS)
         };
+        // An interface down is asked again until it is up or gone.
+        if any_down(pairs) {
+            limit_ns = Some(limit_ns.map_or(PortHealth::DOWN_CHECK_NS, |l| {
+                l.min(PortHealth::DOWN_CHECK_NS)
+            }));
+        }
         let sleep_ns = match next {
             Some(t) if t.saturating_sub(now) <= spin => {
                 budget.spun_ns += LOOP_NS;
@@ -1939,11 +2008,24 @@ fn live_stage<M: LiveModel>(
                 None => rt.idle_mode(),
             };
         }
-        let ports = pairs.iter_mut().flat_map(|p| p.rx.iter_mut());
-        match wait_all(ports, &mut fds, &wake_fds, sleep_ns) {
-            Ok(timed_out) => {
-                if let (true, Some(_), Some(ns)) = (timed_out, next, sleep_ns) {
+        match wait_all(pairs, &mut fds, &mut owners, &wake_fds, sleep_ns) {
+            Ok(waited) => {
+                if let (true, Some(_), Some(ns)) = (waited.timed_out, next, sleep_ns) {
                     wake.observe(clock::now_ns().saturating_sub(now + ns));
+                }
+                for (i, sides) in waited.errored {
+                    pairs[i].check_health(sides, wakeups);
+                }
+                // A socket error that reading did not clear would wake every
+                // poll at once: after a few in a row the stage waits between
+                // polls instead of spinning.
+                if waited.errors {
+                    error_wakes += 1;
+                    if error_wakes > ERROR_WAKES_BEFORE_PAUSE {
+                        std::thread::sleep(std::time::Duration::from_nanos(IDLE_WAIT_NS));
+                    }
+                } else {
+                    error_wakes = 0;
                 }
             }
             Err(e) => {
@@ -1952,10 +2034,41 @@ fn live_stage<M: LiveModel>(
             }
         }
         wakeups += 1;
+        let now = clock::now_ns();
+        if any_down(pairs) && now.wrapping_sub(down_checked_ns) >= PortHealth::DOWN_CHECK_NS {
+            down_checked_ns = now;
+            for p in pairs.iter_mut() {
+                let down = p.down;
+                p.check_health(down, wakeups);
+            }
+        }
     }
-    for p in pairs.iter_mut() {
+    for p in pairs.iter_mut().filter(|p| !p.stopped) {
         p.finish(wakeups);
     }
+}
+
+/// Whether a running pair has a receive port whose interface is down.
+fn any_down<M>(pairs: &[PairLoop<M>]) -> bool {
+    pairs
+        .iter()
+        .any(|p| !p.stopped && p.down.iter().any(|d| *d))
+}
+
+/// Polls that found a socket error ([`RxPort::poll_error`]) in a row, with no
+/// frame taken between, after which the stage pauses [`IDLE_WAIT_NS`] between
+/// polls rather than spin on an error that does not clear.
+const ERROR_WAKES_BEFORE_PAUSE: u32 = 3;
+
+/// What [`wait_all`] found.
+struct Waited {
+    /// The time passed with nothing ready.
+    timed_out: bool,
+    /// A socket reported an error.
+    errors: bool,
+    /// Pairs (by index) with a socket that reported an error, by side: their
+    /// ports are asked for their state ([`PairLoop::check_health`]).
+    errored: Vec<(usize, [bool; 2])>,
 }
 
 /// Whether `d` is a plain decision (delivered, no copy, no corrupt bits, no
@@ -2004,23 +2117,34 @@ fn earliest(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     }
 }
 
-/// Sleeps until a frame may be waiting on one of `ports`, a change or stop
-/// was signalled (one of `wake_fds` readable; it is drained here) or
-/// `timeout_ns` passed (None: no timeout). Returns true when the time passed
-/// with nothing ready.
-fn wait_all<'a>(
-    ports: impl Iterator<Item = &'a mut Box<dyn RxPort>>,
+/// Sleeps until a frame may be waiting on one of the running pairs' ports, a
+/// change or stop was signalled (one of `wake_fds` readable; it is drained
+/// here) or `timeout_ns` passed (None: no timeout). A socket that polls with
+/// an error (its interface down or gone) has it read and cleared by its port
+/// ([`RxPort::poll_error`]), so the next poll sleeps; a port whose interface
+/// is gone names its pair in [`Waited::lost`].
+fn wait_all<M: LiveModel>(
+    pairs: &mut [PairLoop<M>],
     fds: &mut Vec<RawFd>,
+    owners: &mut Vec<(usize, usize)>,
     wake_fds: &[RawFd],
     timeout_ns: Option<u64>,
-) -> io::Result<bool> {
+) -> io::Result<Waited> {
+    let mut waited = Waited {
+        timed_out: false,
+        errors: false,
+        errored: Vec::new(),
+    };
     fds.clear();
+    owners.clear();
     let mut unsupported = Vec::new();
-    for port in ports {
-        match port.wait_fds(fds)? {
-            WaitFds::Ready => return Ok(false),
-            WaitFds::Added => {}
-            WaitFds::Unsupported => unsupported.push(port),
+    for (i, p) in pairs.iter_mut().enumerate().filter(|(_, p)| !p.stopped) {
+        for (side, port) in p.rx.iter_mut().enumerate() {
+            match port.wait_fds(fds)? {
+                WaitFds::Ready => return Ok(waited),
+                WaitFds::Added => owners.resize(fds.len(), (i, side)),
+                WaitFds::Unsupported => unsupported.push(port),
+            }
         }
     }
     if !unsupported.is_empty() {
@@ -2028,7 +2152,7 @@ fn wait_all<'a>(
         for port in unsupported {
             port.wait_rx(turn)?;
         }
-        return Ok(false);
+        return Ok(waited);
     }
     let first_wake = fds.len();
     fds.extend_from_slice(wake_fds);
@@ -2062,7 +2186,22 @@ fn wait_all<'a>(
         if e.kind() != io::ErrorKind::Interrupted {
             return Err(e);
         }
-        return Ok(false);
+        return Ok(waited);
+    }
+    for (k, p) in pfds[..first_wake].iter().enumerate() {
+        if p.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) == 0 {
+            continue;
+        }
+        let (i, side) = owners[k];
+        waited.errors = true;
+        match waited.errored.iter_mut().find(|(j, _)| *j == i) {
+            Some((_, sides)) => sides[side] = true,
+            None => {
+                let mut sides = [false; 2];
+                sides[side] = true;
+                waited.errored.push((i, sides));
+            }
+        }
     }
     for p in pfds[first_wake..].iter().filter(|p| p.revents != 0) {
         let mut count = [0u8; 8];
@@ -2070,5 +2209,6 @@ fn wait_all<'a>(
         // non-blocking eventfd.
         let _ = unsafe { libc::read(p.fd, count.as_mut_ptr().cast(), count.len()) };
     }
-    Ok(r == 0)
+    waited.timed_out = r == 0;
+    Ok(waited)
 }

@@ -258,12 +258,32 @@ struct Control {
     huge_pages: bool,
     buffer_bytes: u64,
     error: Mutex<Option<String>>,
+    /// Set with `error`: read by the live stage once per turn, without the lock.
+    failed: AtomicBool,
 }
 
 impl Control {
-    /// Records the error that stopped a stage (the bridge reports it and exits).
+    /// Records the error that stopped a stage: the pair's link stops (the
+    /// bridge of one pair reports it and exits, a bridge of several pairs
+    /// keeps its other pairs). The first error is kept: it is the cause.
     fn fail(&self, e: String) {
-        *self.error.lock().expect("the lock holders never panic") = Some(e);
+        let mut error = self.error.lock().expect("the lock holders never panic");
+        if error.is_none() {
+            *error = Some(e);
+        }
+        self.failed.store(true, Ordering::Release);
+    }
+
+    /// Whether a stage of this direction failed ([`Control::fail`]).
+    fn has_failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    fn error_text(&self) -> Option<String> {
+        self.error
+            .lock()
+            .expect("the lock holders never panic")
+            .clone()
     }
 
     fn new(huge_pages: bool, buffer_bytes: u64) -> Self {
@@ -294,6 +314,7 @@ impl Control {
             huge_pages,
             buffer_bytes,
             error: Mutex::new(None),
+            failed: AtomicBool::new(false),
         }
     }
 }

@@ -69,11 +69,13 @@ pub(super) fn output_group(
     let mut last_publish = clock::now_ns();
     let mut budget = SpinBudget::watching_cores(last_publish, !cfg.spin_always);
     while !stop.load(Ordering::Acquire) {
+        // A direction whose send failed stops (its pair stops with it, see
+        // `live`); the others go on.
         let turn = match send_due(&dirs) {
             Ok(t) => t,
             Err((i, e)) => {
                 dirs[i].control().fail(e);
-                break;
+                continue;
             }
         };
         let now = clock::now_ns();
@@ -99,14 +101,17 @@ pub(super) fn output_group(
         // Hand over what is queued before waiting, so it is not held back.
         if let Err(e) = flush_all(&dirs) {
             e.0.fail(e.1);
-            break;
+            continue;
         }
         if let Some(rt) = realtime.as_mut() {
             // Failing to return to SCHED_FIFO costs precision, not packets.
             let _ = rt.wait_mode();
         }
         let Some(release_ns) = turn.earliest_ns else {
-            if dirs.iter().all(|d| d.lock().src.consumer.is_finished()) {
+            if dirs
+                .iter()
+                .all(|d| d.control().has_failed() || d.lock().src.consumer.is_finished())
+            {
                 break;
             }
             park_until(&dirs, None, last_publish + PUBLISH_NS + 1);
@@ -141,6 +146,12 @@ pub(super) fn output_group(
         d.control().output_at_ns.store(u64::MAX, Ordering::Relaxed);
     }
     publish_all(&dirs, wakeups);
+    // The counts are final: the sockets close, all at once.
+    let ports: Vec<Box<dyn crate::port::TxPort>> = dirs
+        .iter()
+        .map(|d| std::mem::replace(&mut d.lock().st.tx, Box::new(crate::port::ClosedTx)))
+        .collect();
+    crate::port::close_all(ports);
 }
 
 /// Tells every direction the thread's learnt wake-up (see `stage_sends`).
@@ -171,6 +182,9 @@ fn send_due(dirs: &[Arc<Outlet>]) -> Result<Turn, (usize, String)> {
     };
     for (i, d) in dirs.iter().enumerate() {
         let control = d.control();
+        if control.has_failed() {
+            continue;
+        }
         let mut g = d.lock();
         let inner = &mut *g;
         let mut sent = 0;
@@ -209,7 +223,7 @@ fn send_due(dirs: &[Arc<Outlet>]) -> Result<Turn, (usize, String)> {
 }
 
 fn flush_all(dirs: &[Arc<Outlet>]) -> Result<(), (Arc<Control>, String)> {
-    for d in dirs {
+    for d in dirs.iter().filter(|d| !d.control().has_failed()) {
         d.lock().st.flush().map_err(|e| (d.control().clone(), e))?;
     }
     Ok(())
@@ -239,7 +253,7 @@ fn park_until(dirs: &[Arc<Outlet>], waiting_for: Option<u64>, target_ns: u64) ->
     // `output_parked` (see `output::idle`).
     std::sync::atomic::fence(Ordering::SeqCst);
     let mut changed = false;
-    let earlier = dirs.iter().any(|d| {
+    let earlier = dirs.iter().filter(|d| !d.control().has_failed()).any(|d| {
         let mut g = d.lock();
         if waiting_for.is_none() {
             changed |= g.st.changed;

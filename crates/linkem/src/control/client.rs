@@ -326,6 +326,9 @@ fn print_links(out: &mut impl Write, links: &serde_json::Value) {
 }
 
 fn print_stats(out: &mut impl Write, v: &serde_json::Value) {
+    if let Some(why) = v["stopped"].as_str() {
+        let _ = writeln!(out, "stopped: {why}");
+    }
     let _ = writeln!(
         out,
         "{:<6}{:>10}{:>10}{:>8}{:>11}{:>8}{:>13}{:>6}{:>10}  lateness p99 / max",

@@ -517,10 +517,17 @@ impl Model {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .is_some();
+        // Why the link stopped while the process goes on (a bridge of
+        // several pairs keeps its others): an interface gone, an I/O error.
+        let stopped = match &self.rules {
+            Some(r) => r.bridge.error(),
+            None => self.plain.error(),
+        };
         json!({
             "front": self.front.word(),
             "elapsed_s": self.elapsed_s(),
             "seed": self.seed,
+            "stopped": stopped,
             "zeroed": zeroed,
             "now_ns": clock::now_ns(),
             "directions": dirs,
@@ -566,10 +573,15 @@ fn link_changes(links: [Option<&LinkConfig>; 2]) -> Vec<Change> {
 }
 
 /// `now - base` for the cumulative counts (in flight is a level, kept).
-/// Every counter of the invariant ([`DirectionStats::adds_up`]) is
-/// subtracted, so since a zero: received + segmented + (in flight at the
-/// zero) = fates + node drops + in flight; the packets in flight at the zero
-/// are counted by the fates they meet after it.
+/// The packets in flight at the zero (`base.in_flight`: waiting in a pipe or
+/// a delay line, or of a pipe deleted by `flush` and not yet counted as
+/// `flushed`) meet their fates after it, and those fates are counted since
+/// the zero; so they are counted as `received` since the zero too, and the
+/// counts since a zero add up as every count does
+/// ([`DirectionStats::adds_up`]: received + segmented = fates + node drops +
+/// in flight), whatever came before it (zero, flush, changes). Subtracting
+/// the two instants' invariants gives it: with `r`, `f`, `q` received +
+/// segmented, fates and in flight, `(r1 - r0 + q0) = (f1 - f0) + q1`.
 fn minus(now: &DirectionStats, base: &DirectionStats) -> DirectionStats {
     let mut d = now.clone();
     for f in Fate::ALL {
@@ -578,7 +590,10 @@ fn minus(now: &DirectionStats, base: &DirectionStats) -> DirectionStats {
     }
     d.fates.duplicated = now.fates.duplicated.saturating_sub(base.fates.duplicated);
     d.fates.corrupted = now.fates.corrupted.saturating_sub(base.fates.corrupted);
-    d.received = now.received.saturating_sub(base.received);
+    d.received = now
+        .received
+        .saturating_sub(base.received)
+        .saturating_add(base.in_flight);
     d.segmented = now.segmented.saturating_sub(base.segmented);
     d.rx_kernel_drops = now.rx_kernel_drops.saturating_sub(base.rx_kernel_drops);
     d.copies_sent = now.copies_sent.saturating_sub(base.copies_sent);
@@ -622,4 +637,102 @@ pub fn looks_like_change(line: &str) -> bool {
 /// Read-only rule requests (`pipe show`) are not audited.
 pub fn is_audited(r: &Request) -> bool {
     r.is_change() && !matches!(r, Request::Rule(RuleRequest::Show { .. }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use linkem_core::FateCounts;
+    use proptest::prelude::*;
+
+    /// A direction's counts at one instant: every packet received has a fate
+    /// or is in flight (as the pipeline publishes them).
+    fn snapshot(received: u64, segmented: u64, fates: &[u64], in_flight: u64) -> DirectionStats {
+        let mut counts = FateCounts::default();
+        for (f, n) in Fate::ALL.iter().zip(fates) {
+            counts.set(*f, *n);
+        }
+        DirectionStats {
+            name: "a->b".into(),
+            fates: counts,
+            received,
+            segmented,
+            rx_kernel_drops: 0,
+            in_flight,
+            copies_sent: 0,
+            coalesced: 0,
+            super_frames: 0,
+            whole: 0,
+            lateness: hdrhistogram::Histogram::new_with_bounds(1, 100_000_000_000, 2).unwrap(),
+            rx_wakeups: 0,
+            tx_wakeups: 0,
+            huge_pages: false,
+            buffer_bytes: 0,
+        }
+    }
+
+    /// One step of a run: packets arrive (some cut into wire frames), and
+    /// some of those in flight meet a fate (delivered, flushed by a deleted
+    /// pipe, or another drop); `zero` takes a baseline.
+    #[derive(Debug, Clone)]
+    enum Step {
+        Arrive { packets: u64, extra_frames: u64 },
+        Settle { frames: u64, fate: usize },
+        Zero,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            (0u64..50, 0u64..10).prop_map(|(packets, extra_frames)| Step::Arrive {
+                packets,
+                extra_frames
+            }),
+            (0u64..60, 0usize..Fate::ALL.len())
+                .prop_map(|(frames, fate)| Step::Settle { frames, fate }),
+            Just(Step::Zero),
+        ]
+    }
+
+    proptest! {
+        /// Issue 34 item 14: after any sequence of arrivals, fates (flushes
+        /// among them) and zeros, the counts since the last zero add up:
+        /// received + segmented = fates + in flight. Before, the packets in
+        /// flight at a zero (e.g. those of pipes just flushed) counted in the
+        /// fates since the zero but not in its receptions (received 80,
+        /// fates 90).
+        #[test]
+        fn counts_since_any_zero_add_up(steps in proptest::collection::vec(step(), 1..40)) {
+            let (mut received, mut segmented, mut in_flight) = (0u64, 0u64, 0u64);
+            let mut fates = vec![0u64; Fate::ALL.len()];
+            let mut base: Option<DirectionStats> = None;
+            for s in &steps {
+                match *s {
+                    Step::Arrive { packets, extra_frames } => {
+                        let extra = if packets > 0 { extra_frames } else { 0 };
+                        received += packets;
+                        segmented += extra;
+                        in_flight += packets + extra;
+                    }
+                    Step::Settle { frames, fate } => {
+                        let n = frames.min(in_flight);
+                        in_flight -= n;
+                        fates[fate] += n;
+                    }
+                    Step::Zero => {
+                        base = Some(snapshot(received, segmented, &fates, in_flight));
+                    }
+                }
+                let now = snapshot(received, segmented, &fates, in_flight);
+                prop_assert!(now.adds_up());
+                if let Some(b) = &base {
+                    let since = minus(&now, b);
+                    prop_assert!(
+                        since.adds_up(),
+                        "since zero: received {} + segmented {} != fates {} + in flight {} ({:?})",
+                        since.received, since.segmented, since.fates.arrived(), since.in_flight, steps
+                    );
+                }
+            }
+        }
+    }
 }

@@ -191,6 +191,9 @@ pub(crate) struct PairStats<'a> {
     pub if_b: &'a str,
     pub seed: u64,
     pub stats: Vec<DirectionStats>,
+    /// Why the pair's link stopped while the others went on (an interface
+    /// gone, an I/O error); `None` while it runs.
+    pub stopped: Option<String>,
 }
 
 /// Prints the counts of a bridge of several pairs: a table whose lines begin
@@ -216,6 +219,7 @@ pub(crate) fn print_pairs_stats(
                         "a": p.if_a,
                         "b": p.if_b,
                         "seed": p.seed,
+                        "stopped": p.stopped,
                         "directions": dirs,
                     })
                 })
@@ -241,6 +245,11 @@ pub(crate) fn print_pairs_stats(
             }
             for p in pairs {
                 print_coalesced(&p.stats, &format!("{} ", p.name));
+            }
+            for p in pairs {
+                if let Some(why) = &p.stopped {
+                    println!("{}: stopped: {why}", p.name);
+                }
             }
         }
     }
