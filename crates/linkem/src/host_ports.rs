@@ -3,8 +3,10 @@
 //! live stage's receive and transmit ports. `bridge.rs` attaches it; `host.rs`
 //! (the command) imports the bridge, never the other way round.
 
+use crate::host_iptables::{ipt, ipt_checked, pass_to_iptables, TABLES};
+pub use crate::host_iptables::{CHAIN_IN, CHAIN_OUT};
 use crate::host_watchdog::Watchdog;
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, Result};
 use linkem_core::rules::SocketOwner;
 use linkem_io::caps::{self, Cap};
 use linkem_io::nfqueue::{self, NfQueue, RawSender, Verdict, Verdicts};
@@ -17,10 +19,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Chain for what this host receives (side a).
-pub const CHAIN_IN: &str = "LINKEM-HOST-IN";
-/// Chain for what this host sends (side b).
-pub const CHAIN_OUT: &str = "LINKEM-HOST-OUT";
 /// The mark (SO_MARK) of the packets linkem sends itself, which its chain
 /// `LINKEM-HOST-OUT` lets through ("LKEM").
 pub const OWN_MARK: u32 = 0x4c4b_454d;
@@ -76,13 +74,6 @@ pub fn check_capabilities(realtime: bool) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// Makes CAP_NET_ADMIN ambient in the calling thread, so that the
-/// `iptables` it and the threads it starts later run have it.
-pub fn pass_to_iptables() -> Result<()> {
-    caps::pass_to_programs(&[Cap::NET_ADMIN])
-        .map_err(|e| anyhow!("cannot pass CAP_NET_ADMIN on to iptables: {e}"))
 }
 
 fn check_own_capabilities(realtime: bool) -> Result<()> {
@@ -175,33 +166,6 @@ impl HostSetup {
 pub struct Chains {
     installed: bool,
     watchdog: Option<Watchdog>,
-}
-
-pub(crate) const TABLES: [&str; 2] = ["iptables", "ip6tables"];
-
-pub(crate) fn ipt(tool: &str, args: &[&str]) -> Result<bool> {
-    let out = Command::new(tool)
-        .args(["-w", "5"])
-        .args(args)
-        .output()
-        .with_context(|| format!("cannot run {tool} (linkem host needs iptables)"))?;
-    Ok(out.status.success())
-}
-
-fn ipt_checked(tool: &str, args: &[&str]) -> Result<()> {
-    let out = Command::new(tool)
-        .args(["-w", "5"])
-        .args(args)
-        .output()
-        .with_context(|| format!("cannot run {tool} (linkem host needs iptables)"))?;
-    if !out.status.success() {
-        bail!(
-            "{tool} {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
 }
 
 impl Chains {

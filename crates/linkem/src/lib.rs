@@ -27,6 +27,7 @@ pub mod control;
 pub mod files;
 pub mod generate;
 pub mod host;
+pub mod host_iptables;
 pub mod host_ports;
 pub mod host_watchdog;
 pub mod live_events;

@@ -279,8 +279,13 @@ fn sighup_rereads_the_rules_and_a_broken_file_keeps_them(backend: &str) {
         "a broken file keeps the rules: {kept} ms"
     );
     assert!(err.contains("rules re-read"), "{err}");
+    // The rule of every file linkem reads: the error names the place, and
+    // quotes nothing of the file.
     assert!(
-        err.contains("keeping the current rules") && err.contains("frobnicate"),
+        err.contains("keeping the current rules")
+            && err.contains("line 1, word 6")
+            && err.contains("unknown word")
+            && !err.contains("frobnicate"),
         "{err}"
     );
 }
@@ -434,8 +439,10 @@ fn a_bad_rule_file_is_refused_before_any_interface_is_touched() {
     let (code, err) = run(&["--rules", bad.path.to_str().unwrap()]);
     assert_eq!(code, Some(1), "{err}");
     assert!(
-        err.contains("line 2") && err.contains("frobnicate"),
-        "names the line and the word: {err}"
+        err.contains("line 2, word 10")
+            && err.contains("unknown word")
+            && !err.contains("frobnicate"),
+        "names the line and the word's place, quoting nothing of the file: {err}"
     );
     assert!(!err.contains("lkrnone"), "no interface looked at: {err}");
 
