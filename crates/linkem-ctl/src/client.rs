@@ -67,16 +67,32 @@ impl Client {
     /// the end of the stream. A timeout keeps what came of the line.
     fn read_line(&mut self) -> io::Result<Option<String>> {
         let deadline = Instant::now() + self.timeout;
+        let timed_out = |timeout: Duration| {
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("no whole reply within {timeout:?}"),
+            )
+        };
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("no whole reply within {:?}", self.timeout),
-                ));
+                return Err(timed_out(self.timeout));
             }
             self.reader.get_ref().set_read_timeout(Some(left))?;
-            let buf = self.reader.fill_buf()?;
+            // The socket's own timeout (EAGAIN) is the same deadline passing
+            // inside a read: one error for both.
+            let buf = match self.reader.fill_buf() {
+                Ok(buf) => buf,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Err(timed_out(self.timeout))
+                }
+                Err(e) => return Err(e),
+            };
             if buf.is_empty() {
                 if self.partial.is_empty() {
                     return Ok(None);
