@@ -31,6 +31,12 @@ impl Ns {
         netns::exec_in(&self.0, args).expect("runs in the namespace")
     }
 
+    /// The netfilter queues bound in the namespace (by any process).
+    fn bound_queues(&self) -> usize {
+        let o = self.exec(&["cat", "/proc/net/netfilter/nfnetlink_queue"]);
+        String::from_utf8_lossy(&o.stdout).lines().count()
+    }
+
     fn iptables_rules(&self) -> String {
         let mut s = String::from_utf8_lossy(&self.exec(&["iptables", "-S"]).stdout).to_string();
         s += &String::from_utf8_lossy(&self.exec(&["ip6tables", "-S"]).stdout);
@@ -66,9 +72,12 @@ impl Host {
             .spawn()
             .expect("linkem starts");
         // Binding the queues and running iptables four times takes a while.
+        // Both must be seen: the chains alone may be a killed run's (which
+        // the new one removes first), and a SIGINT sent before linkem has
+        // bound its queues may find it without its signal handler yet.
         let t = Instant::now();
         while t.elapsed() < Duration::from_secs(5) {
-            if ns.iptables_rules().matches("NFQUEUE").count() >= 4 {
+            if ns.iptables_rules().matches("NFQUEUE").count() >= 4 && ns.bound_queues() >= 2 {
                 break;
             }
             if let Some(status) = child.try_wait().unwrap() {
