@@ -535,3 +535,20 @@ fn csv_and_toml_schedule_errors_name_the_row_and_the_field() {
     let t = TomlWords::parse("[[schedule]]\nramp = \"0s 2s 1s rate 1mbit 3mbit\"\n").unwrap();
     assert_eq!(t.files[0].1, "ramp 0s 2s 1s rate 1mbit 3mbit\n");
 }
+
+/// A schedule whose text holds linkem's own words and quotes (found by the
+/// fuzz target schedule_csv): the error still names the file as given, and
+/// hides what came from the file.
+#[test]
+fn a_schedule_file_holding_linkems_own_words_is_still_named_in_its_error() {
+    let data: &[u8] = b"\x38\x2c\x30\x2c\x30\x2c\x30\x27\x00\xff\xff\xff\xff\xff\x20\x6c\x69\x6e\x65\x20\x31\x20\x28\x72\x6f\x77\x20\x31\x29\x3a\x20\x66\x69\x65\x6c\x64\x20\xff\xff\x46\x32\x2c\x0a";
+    let text = String::from_utf8_lossy(data).to_string();
+    let mut files = |name: &str| match name {
+        "f.csv" => Ok(text.clone()),
+        _ => Err(format!("'{name}': no such file")),
+    };
+    let e = crate::LinkSpec::parse_words(&["rate", "10mbit", "schedule", "f.csv"], &mut files)
+        .expect_err("not a schedule");
+    assert!(e.to_string().contains("'f.csv'"), "{e}");
+    assert!(!e.message.contains("F2,"), "{e}");
+}
