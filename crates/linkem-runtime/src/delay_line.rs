@@ -356,6 +356,7 @@ impl Shared {
         let len = self.region.len as u64;
         let end = end_bytes.min(len);
         let mut at = self.populated.load(Ordering::Relaxed);
+        let mut retries_left = 8u32;
         while at < end {
             let n = POPULATE_CHUNK_BYTES.min(end - at);
             // Safety: [at, at + n) lies inside the mapping, which lives as long as
@@ -369,6 +370,14 @@ impl Shared {
                 )
             };
             if r != 0 {
+                // EINTR and EAGAIN are a busy machine's, not a refusal: look
+                // again, a few times; anything else ends paging
+                // ahead for good (the kernel lacks it, or memory is short).
+                let e = std::io::Error::last_os_error().raw_os_error();
+                if matches!(e, Some(libc::EINTR) | Some(libc::EAGAIN)) && retries_left > 0 {
+                    retries_left -= 1;
+                    continue;
+                }
                 self.populated.store(len, Ordering::Relaxed);
                 return false;
             }
@@ -864,7 +873,6 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "flaky on this machine since the lazy pager (issue 34 item 12): the pager reports the stretch ahead of the tail populated while mincore finds 0-2 MiB of it resident; passed in two whole runs, failed in a third and then every time; to be found before it runs again"]
     fn memory_ahead_of_the_tail_is_resident_before_frames_reach_it() {
         let (mut p, mut c) = delay_line(64 << 20).unwrap();
         // The first stretch is resident before the line is handed out.
@@ -887,14 +895,6 @@ mod tests {
         let page_end = (tail + POPULATE_AHEAD_BYTES) / 4096 * 4096;
         wait_populated(&p, tail + POPULATE_AHEAD_BYTES);
         let from = tail.next_multiple_of(4096);
-        // The pager notes a stretch as it starts on it: its pages may still
-        // be coming in for a moment (a stalled machine), so wait for them.
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while resident_bytes(&p, from, page_end) < page_end - from
-            && std::time::Instant::now() < deadline
-        {
-            std::thread::sleep(Duration::from_millis(1));
-        }
         assert_eq!(resident_bytes(&p, from, page_end), page_end - from);
     }
 
