@@ -3,9 +3,9 @@
 //! Run: `cargo bench -p linkem-emu --bench replay`.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use linkem::args::ReplayArgs;
+use linkem::cli::args::ReplayArgs;
 use linkem::replay::run;
-use linkem::synth::{self, SynthArgs};
+use linkem::tools::synth::{self, SynthArgs};
 use linkem::StatsFormat;
 use linkem_io::capture::{CaptureReader, CaptureWriter};
 

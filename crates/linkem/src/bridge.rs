@@ -28,19 +28,19 @@
 //!   replacing what `linkem ctl` changed, and gives its objects to the uid
 //!   that started linkem; `--stats` adds the node's drops and listings.
 
-use crate::args::{timing, BridgeArgs, OnOff, Realtime, Timing, REALTIME_PRIORITY};
 use crate::backend::{
     check_capabilities, claim_interfaces, drop_capabilities, open_interface, resolve_auto,
     BackendKind, Claimed,
 };
+use crate::cli::args::{timing, BridgeArgs, OnOff, Realtime, Timing, REALTIME_PRIORITY};
 use crate::control::rules::{normalized, Rules, Source};
 use crate::control::{FrontEnd, Model, Plain};
 use crate::files::{config_has_rules, config_words, load_distribution};
 use crate::files::{load_rules_recording, rules_source_or};
-use crate::live_events::EventsWriter;
-use crate::live_record::{BridgeTap, RecordSink, LINK_TYPE_ETHERNET, SNAPLEN};
 use crate::process::{fresh_seed, signal_flags};
 use crate::render::bridge_stats::{print_rules_stats, print_stats};
+use crate::sinks::events::EventsWriter;
+use crate::sinks::record::{BridgeTap, RecordSink, LINK_TYPE_ETHERNET, SNAPLEN};
 use anyhow::{bail, Context, Result};
 use linkem_core::model::LinkModel;
 use linkem_core::node::{Node, NodeConfig};
@@ -245,7 +245,7 @@ fn serve_front<F: Front>(
     }
     let series = match (args.run.stats, args.run.stats_interval) {
         (crate::StatsFormat::Json, Some(every)) if args.run.series => {
-            Some(crate::series::Series::new(
+            Some(crate::sinks::series::Series::new(
                 (every.max(0.001) * 1e9) as u64,
                 linkem_runtime::clock::now_ns(),
             ))
@@ -318,14 +318,14 @@ fn serve_front<F: Front>(
     };
     let (events_tap, writer) = match events {
         Some(file) => {
-            let (tap, writer) = crate::live_events::start(file)?;
+            let (tap, writer) = crate::sinks::events::start(file)?;
             (Some(tap), Some(writer))
         }
         None => (None, None),
     };
     let (log_tap, log_writer) = match logs {
         Some(logs) => {
-            let (tap, writer) = crate::mmlog::start(logs)?;
+            let (tap, writer) = crate::sinks::mmlog::start(logs)?;
             (Some(tap), Some(writer))
         }
         None => (None, None),
@@ -447,7 +447,7 @@ fn check_events_outside(events: &Path, dir: &Path) -> Result<()> {
 struct Sinks<'a> {
     events: Option<&'a EventsWriter<OutputFile>>,
     record: Option<&'a mut RecordSink>,
-    series: Option<&'a crate::series::Series>,
+    series: Option<&'a crate::sinks::series::Series>,
 }
 
 /// Opens the link logs asked for (before any interface is touched, as the
@@ -456,7 +456,7 @@ fn open_logs<F: Front>(
     args: &BridgeArgs,
     front: &F,
     command_line: Option<String>,
-) -> Result<Option<[Option<crate::mmlog::MmLog<OutputFile>>; 2]>> {
+) -> Result<Option<[Option<crate::sinks::mmlog::MmLog<OutputFile>>; 2]>> {
     if args.run.log_a_to_b.is_none() && args.run.log_b_to_a.is_none() {
         return Ok(None);
     }
@@ -465,24 +465,27 @@ fn open_logs<F: Front>(
         command_line.unwrap_or_else(|| std::env::args().collect::<Vec<_>>().join(" "));
     let words = front.link_words(args);
     let links = front.links();
-    let open =
-        |path: &Option<PathBuf>, i: usize| -> Result<Option<crate::mmlog::MmLog<OutputFile>>> {
-            let Some(path) = path else { return Ok(None) };
-            let header = crate::mmlog::LogHeader {
-                link_name: ["uplink", "downlink"][i].into(),
-                link: words[i].clone(),
-                file: path.display().to_string(),
-                command_line: command_line.clone(),
-                init_ms,
-                capacity: links[i].as_ref().and_then(crate::mmlog::Capacity::of),
-            };
-            let mut file = OutputFile::create(path, 1 << 20)?;
-            // Written as the run goes: in place at once, so a killed run leaves it.
-            file.publish()?;
-            let log = crate::mmlog::MmLog::new(file, &header)
-                .with_context(|| format!("cannot write the link log {}", path.display()))?;
-            Ok(Some(log))
+    let open = |path: &Option<PathBuf>,
+                i: usize|
+     -> Result<Option<crate::sinks::mmlog::MmLog<OutputFile>>> {
+        let Some(path) = path else { return Ok(None) };
+        let header = crate::sinks::mmlog::LogHeader {
+            link_name: ["uplink", "downlink"][i].into(),
+            link: words[i].clone(),
+            file: path.display().to_string(),
+            command_line: command_line.clone(),
+            init_ms,
+            capacity: links[i]
+                .as_ref()
+                .and_then(crate::sinks::mmlog::Capacity::of),
         };
+        let mut file = OutputFile::create(path, 1 << 20)?;
+        // Written as the run goes: in place at once, so a killed run leaves it.
+        file.publish()?;
+        let log = crate::sinks::mmlog::MmLog::new(file, &header)
+            .with_context(|| format!("cannot write the link log {}", path.display()))?;
+        Ok(Some(log))
+    };
     Ok(Some([
         open(&args.run.log_a_to_b, 0)?,
         open(&args.run.log_b_to_a, 1)?,
@@ -490,7 +493,7 @@ fn open_logs<F: Front>(
 }
 
 /// Waits for the link logs' writer and commits the files.
-fn finish_logs(writer: crate::mmlog::LogWriter<OutputFile>) -> Result<()> {
+fn finish_logs(writer: crate::sinks::mmlog::LogWriter<OutputFile>) -> Result<()> {
     let (files, skipped) = writer.finish().context("cannot write the link log")?;
     for file in files.into_iter().flatten() {
         file.commit()?;
@@ -505,10 +508,10 @@ fn finish_logs(writer: crate::mmlog::LogWriter<OutputFile>) -> Result<()> {
 }
 
 /// Prints the time series' settled intervals (all of them when `last`).
-fn print_series(series: &crate::series::Series, last: bool) {
+fn print_series(series: &crate::sinks::series::Series, last: bool) {
     let every = series.interval_s();
     for (side, start_s, bin) in series.take(linkem_runtime::clock::now_ns(), last) {
-        let line = crate::series::Series::json(["a->b", "b->a"][side], start_s, every, &bin);
+        let line = crate::sinks::series::Series::json(["a->b", "b->a"][side], start_s, every, &bin);
         println!("{line}");
     }
 }

@@ -86,8 +86,8 @@
 //!
 //! `duplicate` is refused: a received packet has one id, one verdict.
 
-use crate::args::{BridgeArgs, RunArgs};
 use crate::backend::BackendKind;
+use crate::cli::args::{BridgeArgs, RunArgs};
 use crate::control::ControlArgs;
 use crate::host_ports::HostSetup;
 #[cfg(doc)]
@@ -148,7 +148,7 @@ impl HostArgs {
             config: None,
             backend: BackendKind::Auto,
             // The netfilter queue hands over packets one by one.
-            coalesce: crate::args::OnOff::Off,
+            coalesce: crate::cli::args::OnOff::Off,
             coalesce_window: None,
             run: self.run.clone(),
             rules: self.rules.clone(),
@@ -201,7 +201,7 @@ mod tests {
         let cli = Cli::try_parse_from(["host", "delay", "1ms"]).unwrap();
         let mut args = cli.host.bridge_args();
         assert!(crate::bridge::refuse_coalescing_in_host_mode(&args).is_ok());
-        args.coalesce = crate::args::OnOff::On;
+        args.coalesce = crate::cli::args::OnOff::On;
         let e = crate::bridge::refuse_coalescing_in_host_mode(&args).unwrap_err();
         assert!(
             e.to_string()

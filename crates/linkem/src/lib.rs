@@ -1,49 +1,35 @@
 //! The pieces of the `linkem` command, as a library so that benchmarks and
-//! tests drive them in-process. System calls std lacks go through `linkem-io`
-//! (`sys`, `ifaces`, `caps`, `creds`), so this crate has no `unsafe`.
+//! tests drive them in-process: a folder per concern. `cli` defines the
+//! command line; `replay`, `bridge`, `shell` and `host` are one driver per
+//! front end; `sinks` writes what a run leaves beside its output; `control`
+//! serves a running bridge's socket and metrics; `render` shows counts and
+//! draws figures; `tools` measures and makes data. No `unsafe` here: system
+//! calls std lacks go through `linkem-io`.
 //!
-//! Rooms by concern. The drivers run a command: `replay` (one driver over
-//! any model: a link, rules, a recording) and `bridge` (either model, with
-//! `live_events` for its `--events` and `live_record` for its `--record`). `control`
-//! serves a running bridge's socket and metrics endpoint. `render` holds
-//! everything `--stats`, the control socket and the metrics show (ipfw and
-//! dnctl layouts, their JSON, counts per direction and per object). `args`,
-//! `files` and `process` hold what the two drivers of a command share: their
-//! arguments, the files they read (tables, configs, rule files), signals and
-//! seeds. Drivers import from control, render, args, files and process;
-//! control from render (and the driver-independent rooms), never from a
-//! driver; render from none of them but `args`. No import cycle among files.
+//! Drivers import from control, render, sinks, cli and the shared `files`
+//! and `process`; control from render, never from a driver; render from
+//! none of them but `cli::args`. No import cycle among files.
 
 #![forbid(unsafe_code)]
 
-pub mod args;
 pub mod arrival_order;
 pub mod backend;
-pub mod bench;
 pub mod bridge;
 pub mod build_info;
 pub mod cli;
 pub mod control;
 pub mod files;
-pub mod generate;
 pub mod host;
 pub mod host_iptables;
 pub mod host_ports;
 pub mod host_watchdog;
-pub mod live_events;
-pub mod live_record;
-pub mod logplot;
-pub mod mmlog;
 pub mod pairs;
-pub mod plot;
-pub mod probe;
 pub mod process;
 pub mod render;
 pub mod replay;
-pub mod series;
 pub mod shell;
-pub mod shell_dns;
-pub mod synth;
+pub mod sinks;
+pub mod tools;
 
 /// How counts are printed.
 #[derive(Clone, Copy, clap::ValueEnum, PartialEq, Eq, Debug)]

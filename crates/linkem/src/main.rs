@@ -9,7 +9,8 @@
 use anyhow::Result;
 use clap::{CommandFactory, FromArgMatches};
 use linkem::cli::{Cli, Command};
-use linkem::{replay, synth};
+use linkem::replay;
+use linkem::tools::synth;
 
 fn main() {
     let matches = Cli::command().get_matches();
@@ -28,11 +29,11 @@ fn main() {
         },
         Command::Host(args) => linkem::host::run(&args),
         Command::Ctl(args) => linkem::control::client::run(&args),
-        Command::Probe(args) => linkem::probe::run_cli(&args),
-        Command::Bench(args) => linkem::bench::run(&args),
+        Command::Probe(args) => linkem::tools::probe::run_cli(&args),
+        Command::Bench(args) => linkem::tools::bench::run(&args),
         Command::Synth(args) => synth::run(&args),
-        Command::Plot(args) => linkem::logplot::run(&args),
-        Command::Generate(args) => linkem::generate::run(Cli::command(), &args),
+        Command::Plot(args) => linkem::tools::plot::run(&args),
+        Command::Generate(args) => linkem::tools::generate::run(Cli::command(), &args),
         Command::HostWatchdog(args) => linkem::host_watchdog::run(&args),
     };
     if let Err(e) = result {

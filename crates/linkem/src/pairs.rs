@@ -29,7 +29,6 @@
 //! sockets or names). SIGHUP has nothing to re-read (the words are the
 //! command line's) and is ignored, saying so.
 
-use crate::args::{timing, BridgeArgs, OnOff, Realtime};
 use crate::backend::{
     check_capabilities, claim_interfaces, drop_capabilities, open_interface_with, resolve_auto,
     Claimed, Rings,
@@ -37,6 +36,7 @@ use crate::backend::{
 use crate::bridge::{
     link_buffer, live_options, parse_direction, run_attached, split, Attach, Hooks,
 };
+use crate::cli::args::{timing, BridgeArgs, OnOff, Realtime};
 use crate::control::{Model, Plain};
 use crate::process::{fresh_seed, signal_flags};
 use crate::render::bridge_stats::{print_pairs_stats, PairStats};

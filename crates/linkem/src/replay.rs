@@ -49,14 +49,14 @@
 //!
 //! # Link logs
 //! `--log-a-to-b FILE` / `--log-b-to-a FILE` write mahimahi's link log
-//! ([`crate::mmlog`], as the bridge and the shell do) of the packets received
+//! ([`crate::sinks::mmlog`], as the bridge and the shell do) of the packets received
 //! on that side, a line per decision: `T + BYTES` at its arrival, `T - BYTES
 //! DELAY` at each copy's release. T counts ms from the capture's first packet
 //! (`init timestamp` is that packet's stamp in epoch ms, as mahimahi's is the
 //! instant its shell started), so the log of a capture made live and the log
 //! of its replay line up.
 
-use crate::args::{base_inputs, outputs, ReplayArgs, RulesArgs};
+use crate::cli::args::{base_inputs, outputs, ReplayArgs, RulesArgs};
 use crate::files::{config_has_rules, link_spec_reading, load_rules_reading, rules_source};
 use crate::process::{fresh_seed, SignalGuard};
 use crate::render::replay_stats::{print_stats, report, Tally};
@@ -289,11 +289,11 @@ fn open_events(path: &Path) -> Result<OutputFile> {
 }
 
 /// What the link logs of a replay start from: each direction's capacity
-/// (the `#` lines, as the live logs write them: [`crate::mmlog`]) and the
+/// (the `#` lines, as the live logs write them: [`crate::sinks::mmlog`]) and the
 /// link's start when a recording stores it.
 #[derive(Default)]
 struct LogStart {
-    capacity: [Option<crate::mmlog::Capacity>; 2],
+    capacity: [Option<crate::sinks::mmlog::Capacity>; 2],
     /// The live link's start (a recording's `start_ns`): the origin of the
     /// `#` lines, as of the model's traces, and of the logs' times. Without
     /// it both count from the first packet.
@@ -303,7 +303,7 @@ struct LogStart {
 impl LogStart {
     fn of_links(links: [&linkem_core::LinkConfig; 2], start_ns: Option<u64>) -> LogStart {
         LogStart {
-            capacity: links.map(crate::mmlog::Capacity::of),
+            capacity: links.map(crate::sinks::mmlog::Capacity::of),
             start_ns,
         }
     }
@@ -316,7 +316,7 @@ impl LogStart {
 struct ReplayLogs {
     /// `[a-to-b, b-to-a]` files until the first packet.
     files: [Option<OutputFile>; 2],
-    logs: [Option<crate::mmlog::MmLog<OutputFile>>; 2],
+    logs: [Option<crate::sinks::mmlog::MmLog<OutputFile>>; 2],
     /// The model, in the header's words.
     link: String,
     start: LogStart,
@@ -353,7 +353,7 @@ impl ReplayLogs {
         let command_line = std::env::args().collect::<Vec<_>>().join(" ");
         for (i, file) in self.files.iter_mut().enumerate() {
             let Some(file) = file.take() else { continue };
-            let header = crate::mmlog::LogHeader {
+            let header = crate::sinks::mmlog::LogHeader {
                 link_name: ["uplink", "downlink"][i].into(),
                 link: self.link.clone(),
                 file: file.name().to_string(),
@@ -362,7 +362,7 @@ impl ReplayLogs {
                 capacity: self.start.capacity[i].clone(),
             };
             let name = file.name().to_string();
-            let mut log = crate::mmlog::MmLog::new(file, &header)
+            let mut log = crate::sinks::mmlog::MmLog::new(file, &header)
                 .with_context(|| format!("cannot write the link log {name}"))?;
             if let Some(t0_ns) = self.start.start_ns {
                 log.start(t0_ns);

@@ -218,7 +218,7 @@ fn linkem_ctl_is_the_client_on_its_own() {
 fn every_page_has_examples_and_each_parses_as_written() {
     use clap::{CommandFactory, Parser};
     use linkem::cli::Cli;
-    use linkem::generate::{man_pages_of, EXAMPLES};
+    use linkem::tools::generate::{man_pages_of, EXAMPLES};
     let cmd = Cli::command();
     let mut names: Vec<String> = vec![cmd.get_name().to_string()];
     names.extend(

@@ -4,7 +4,7 @@
 //! (`StatsFormat`); the driver fills one `Tally` as it goes.
 
 use super::node::{node_json, node_text};
-use crate::args::ReplayArgs;
+use crate::cli::args::ReplayArgs;
 use crate::StatsFormat;
 use linkem_core::node::{Decision, Node};
 use linkem_core::{Fate, FateCounts};

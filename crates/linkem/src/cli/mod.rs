@@ -1,6 +1,8 @@
 //! The command line of `linkem`, as a library item so that tests parse
 //! command lines (README's among them) exactly as the binary does.
 
+pub mod args;
+
 use clap::{Parser, Subcommand};
 use linkem_core::config::link_words_help;
 
@@ -19,7 +21,7 @@ pub enum Command {
     /// with the delivered packets (duplicates included) stamped with their release
     /// times, in release order. Link words follow the file names.
     #[command(after_help = link_words_help())]
-    Replay(crate::args::ReplayArgs),
+    Replay(args::ReplayArgs),
     /// Emulate the link live between two interfaces, in both directions, until
     /// SIGINT or SIGTERM; then print the counts per direction and fate.
     ///
@@ -27,7 +29,7 @@ pub enum Command {
     /// model unchanged. Link words apply to both directions unless given per
     /// direction with --a-to-b / --b-to-a (which add to and override them).
     #[command(after_help = link_words_help())]
-    Bridge(Box<crate::args::BridgeArgs>),
+    Bridge(Box<args::BridgeArgs>),
     /// Run a command in a network namespace of its own whose only way out
     /// crosses an emulated link (as mahimahi's shells do), then remove it all.
     ///
@@ -58,7 +60,7 @@ pub enum Command {
     /// duplicates, reordering, and the gaps between packets before and after.
     ///
     /// Times are CLOCK_TAI in ns; the receiver uses kernel receive timestamps.
-    Probe(crate::probe::ProbeArgs),
+    Probe(crate::tools::probe::ProbeArgs),
     /// Measure linkem's fidelity on this machine: builds its own namespaces, runs
     /// linkem (and the Linux bridge as the no-emulation baseline) with `linkem
     /// probe` through it, prints markdown tables.
@@ -69,16 +71,16 @@ pub enum Command {
     /// (p99, p99.9 and worst delay beyond the Linux bridge for linkem's defaults,
     /// the defaults with --coalesce off, and each backend under each real-time
     /// policy). Default: all three.
-    Bench(crate::bench::BenchArgs),
+    Bench(crate::tools::bench::BenchArgs),
     /// Draw throughput and per-packet delay over time from a link log in
     /// mahimahi's format (`--uplink-log`, or mahimahi's own), as
     /// mm-throughput-graph and mm-delay-graph do, as PNG and SVG.
-    Plot(crate::logplot::PlotArgs),
+    Plot(crate::tools::plot::PlotArgs),
     /// Write a synthetic capture of UDP frames (for demos, tests and benchmarks).
-    Synth(crate::synth::SynthArgs),
+    Synth(crate::tools::synth::SynthArgs),
     /// Write the man pages or a shell's completions (for packagers).
     #[command(hide = true)]
-    Generate(crate::generate::GenerateArgs),
+    Generate(crate::tools::generate::GenerateArgs),
     /// `linkem host`'s watchdog (started by it): fails open when linkem stalls.
     #[command(hide = true, name = "host-watchdog")]
     HostWatchdog(crate::host_watchdog::WatchdogArgs),

@@ -1,6 +1,6 @@
 //! The arguments of `linkem bench`.
 
-use crate::probe;
+use crate::tools::probe;
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]

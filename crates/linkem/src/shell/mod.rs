@@ -25,7 +25,7 @@
 //! back as it found it when it ends (SIGINT and SIGTERM included; after a
 //! SIGKILL it stays on, as no later start can know what it was before). DNS needs nothing more while the resolver in
 //! /etc/resolv.conf is not a loopback address; a loopback one is relayed
-//! from HOST4 (see [`crate::shell_dns`]).
+//! from HOST4 (see [`crate::shell::dns`]).
 //!
 //! Clean-up: the middle namespace has no name and is held only by linkem
 //! (its threads, sockets, a descriptor): when linkem ends, even by SIGKILL,
@@ -46,9 +46,11 @@
 //! thread moves between the three to configure each with `ip`, starts the
 //! bridge on a thread while in the middle one and CMD while in CMD's.
 
-use crate::args::{BridgeArgs, Realtime, RunArgs};
+pub mod dns;
+
 use crate::backend::BackendKind;
 use crate::bridge::Hooks;
+use crate::cli::args::{BridgeArgs, Realtime, RunArgs};
 use crate::control::ControlArgs;
 use crate::StatsFormat;
 use anyhow::{bail, Context, Result};
@@ -343,9 +345,9 @@ fn run_unprivileged() -> Result<i32> {
     inner.args(std::env::args_os().skip(1)).env(USERNS_ENV, "1");
     let relay = dns_relay_outside();
     if let Some((port, tcp)) = relay {
-        inner.env(crate::shell_dns::PORT_ENV, port.to_string());
+        inner.env(dns::PORT_ENV, port.to_string());
         if tcp {
-            inner.env(crate::shell_dns::TCP_ENV, "1");
+            inner.env(dns::TCP_ENV, "1");
         }
     }
     linkem_io::shellns::in_user_namespace(&mut inner);
@@ -386,20 +388,16 @@ fn run_unprivileged() -> Result<i32> {
 }
 
 /// An ordinary user's shell, on the host: when the host's resolver is on
-/// loopback, relays to it from 127.0.0.1:P (see [`crate::shell_dns`]);
+/// loopback, relays to it from 127.0.0.1:P (see [`crate::shell::dns`]);
 /// returns P and whether TCP is relayed too.
 fn dns_relay_outside() -> Option<(u16, bool)> {
-    let (path, conf) = crate::shell_dns::host_conf();
-    let resolver = crate::shell_dns::first_loopback(&conf)?;
+    let (path, conf) = dns::host_conf();
+    let resolver = dns::first_loopback(&conf)?;
     let listen = std::net::SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
-    match crate::shell_dns::start_relay(listen, (resolver, 53).into(), true) {
+    match dns::start_relay(listen, (resolver, 53).into(), true) {
         Ok(relay) => Some(relay),
         Err(e) => {
-            crate::shell_dns::say_unrelayed(
-                &path,
-                resolver,
-                &format!("no relay to it could start: {e}"),
-            );
+            dns::say_unrelayed(&path, resolver, &format!("no relay to it could start: {e}"));
             None
         }
     }
@@ -435,7 +433,7 @@ fn bridge_args(args: &ShellArgs, plan: &Plan) -> BridgeArgs {
         b_to_a: args.b_to_a.clone(),
         config: args.config.clone(),
         backend: args.backend,
-        coalesce: crate::args::OnOff::On,
+        coalesce: crate::cli::args::OnOff::On,
         coalesce_window: None,
         run: RunArgs {
             stats: args.stats,
@@ -684,23 +682,23 @@ fn is_linkem(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "linkem")
 }
 
-/// When the host's resolver is on loopback (see [`crate::shell_dns`]):
+/// When the host's resolver is on loopback (see [`crate::shell::dns`]):
 /// starts the relay from the gateway's port 53 and returns CMD's resolv.conf
 /// (to bind over /etc/resolv.conf). `None`: CMD reads the host's, and the
 /// shell has said why where names will not resolve. The calling thread is in
 /// the caller's namespace.
 fn relay_dns(plan: &Plan, in_userns: bool) -> Option<tempfile::NamedTempFile> {
-    use crate::shell_dns::{self, CMD_RESOLV_CONF};
-    let (path, conf) = shell_dns::host_conf();
-    let resolver = shell_dns::first_loopback(&conf)?;
-    let cannot = |why: String| shell_dns::say_unrelayed(&path, resolver, &why);
+    use super::dns::{self, CMD_RESOLV_CONF};
+    let (path, conf) = dns::host_conf();
+    let resolver = dns::first_loopback(&conf)?;
+    let cannot = |why: String| dns::say_unrelayed(&path, resolver, &why);
     // An ordinary user's: the outer linkem's relay, which pasta forwards.
-    let outer = std::env::var(shell_dns::PORT_ENV).ok();
+    let outer = std::env::var(dns::PORT_ENV).ok();
     let (upstream, tcp) = match (in_userns, outer.and_then(|p| p.parse::<u16>().ok())) {
         (false, _) => (std::net::SocketAddr::from((resolver, 53)), true),
         (true, Some(port)) => (
             (Ipv4Addr::LOCALHOST, port).into(),
-            std::env::var_os(shell_dns::TCP_ENV).is_some(),
+            std::env::var_os(dns::TCP_ENV).is_some(),
         ),
         (true, None) => {
             cannot("the relay outside the user namespace did not start".into());
@@ -711,7 +709,7 @@ fn relay_dns(plan: &Plan, in_userns: bool) -> Option<tempfile::NamedTempFile> {
         cannot(format!("there is no {CMD_RESOLV_CONF} to give CMD another"));
         return None;
     }
-    if let Err(e) = shell_dns::start_relay((plan.host4, 53).into(), upstream, tcp) {
+    if let Err(e) = dns::start_relay((plan.host4, 53).into(), upstream, tcp) {
         cannot(format!("cannot relay from {}:53: {e}", plan.host4));
         return None;
     }
@@ -721,7 +719,7 @@ fn relay_dns(plan: &Plan, in_userns: bool) -> Option<tempfile::NamedTempFile> {
         .and_then(|mut f| {
             use std::io::Write;
             use std::os::unix::fs::PermissionsExt;
-            f.write_all(shell_dns::shell_conf(&conf, plan.host4).as_bytes())?;
+            f.write_all(dns::shell_conf(&conf, plan.host4).as_bytes())?;
             // A command that gives up root inside still reads it.
             f.as_file()
                 .set_permissions(std::fs::Permissions::from_mode(0o644))?;
@@ -765,7 +763,7 @@ fn spawn_command(
     die_with_parent(&mut cmd, libc::SIGKILL);
     let mut how = String::new();
     if let Some(conf) = resolv_conf {
-        let target = std::path::Path::new(crate::shell_dns::CMD_RESOLV_CONF);
+        let target = std::path::Path::new(dns::CMD_RESOLV_CONF);
         linkem_io::shellns::with_file_over(&mut cmd, conf, target)
             .context("cannot give CMD its resolv.conf")?;
         how = format!(" (with {} bound over {})", conf.display(), target.display());

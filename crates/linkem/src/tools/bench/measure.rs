@@ -3,7 +3,7 @@
 
 use super::args::BenchArgs;
 use super::dut::{Dut, Running};
-use crate::probe::{self, stats::Analysis, stats::Percentiles, Pattern, ProbeConfig};
+use crate::tools::probe::{self, stats::Analysis, stats::Percentiles, Pattern, ProbeConfig};
 use anyhow::{bail, Result};
 use linkem_io::netns::Topology;
 use serde::Serialize;

@@ -2,7 +2,7 @@
 
 use super::dut::Dut;
 use super::measure::{pps_text, Bench, Row, DELAY_NS};
-use crate::probe::{self, Pattern, ProbeConfig};
+use crate::tools::probe::{self, Pattern, ProbeConfig};
 use anyhow::Result;
 
 /// Rate words for `rate` at `share` of `pps` frames of `size` bytes (with FCS)
@@ -28,28 +28,28 @@ fn plot_delay_case(
     [run, base, bridge]: [&probe::ProbeRun; 3],
 ) -> Result<()> {
     let stem = dir.join(format!("delay-{tag}"));
-    crate::plot::latency(
+    crate::render::figures::latency(
         &stem,
         &format!("delay 10ms, {offered}: deviation"),
         &[
-            crate::plot::LatencySeries {
+            crate::render::figures::LatencySeries {
                 label: "linkem delay 10ms (minus 10 ms and the bridge's p50)".into(),
                 delay_ns: &run.series.delay_ns,
                 expected_ns: DELAY_NS as i64 + base_p50,
             },
-            crate::plot::LatencySeries {
+            crate::render::figures::LatencySeries {
                 label: "linkem, no delay (minus the bridge's p50)".into(),
                 delay_ns: &base.series.delay_ns,
                 expected_ns: base_p50,
             },
-            crate::plot::LatencySeries {
+            crate::render::figures::LatencySeries {
                 label: "Linux bridge (minus its p50)".into(),
                 delay_ns: &bridge.series.delay_ns,
                 expected_ns: base_p50,
             },
         ],
     )?;
-    crate::plot::gaps(
+    crate::render::figures::gaps(
         &dir.join(format!("gaps-{tag}")),
         &format!("delay 10ms, {offered}: gaps"),
         &run.series.send_gap_ns,

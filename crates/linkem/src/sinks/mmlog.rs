@@ -297,7 +297,7 @@ impl Tap for LogTap {
             release_ns: d.release_ns,
             copies,
         };
-        if !crate::live_events::offer(tx, r, &self.skipped) {
+        if !crate::sinks::events::offer(tx, r, &self.skipped) {
             self.tx = None;
         }
     }
@@ -306,7 +306,7 @@ impl Tap for LogTap {
 
     fn start(&mut self, t0_ns: u64) {
         if let Some(tx) = &self.tx {
-            if !crate::live_events::offer(tx, Record::Start(t0_ns), &self.skipped) {
+            if !crate::sinks::events::offer(tx, Record::Start(t0_ns), &self.skipped) {
                 self.tx = None;
             }
         }
@@ -554,10 +554,10 @@ mod tests {
             ]
         );
         // And `linkem plot` reads them as its capacity.
-        let read = crate::logplot::Log::parse(&text, "up.log").unwrap();
+        let read = crate::tools::plot::Log::parse(&text, "up.log").unwrap();
         assert_eq!(read.opportunities.len(), 10);
         assert!(read.opportunities.iter().all(|o| o.1 == 1504));
-        let series = crate::logplot::throughput_series(&read, 10);
+        let series = crate::tools::plot::throughput_series(&read, 10);
         assert!(series[0].0.starts_with("Capacity"), "{:?}", series[0].0);
         // Bins [0, 10) ms and [10, 20) ms: three opportunities, then three.
         assert_eq!(series[0].1[0].1, 3.0 * 1504.0 * 8.0 / 0.01 / 1e6);

@@ -13,7 +13,7 @@
 //! log without that line is refused, as they refuse it. `d` lines (drops,
 //! mahimahi's AQM) are counted, not drawn.
 
-use crate::plot::{register_font, render_png, render_svg, write_both, COLORS};
+use crate::render::figures::{register_font, render_png, render_svg, write_both, COLORS};
 use anyhow::{anyhow, bail, Context, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -499,7 +499,10 @@ mod tests {
             let png = std::fs::read(dir.path().join(format!("{file}.png"))).unwrap();
             assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "{file}.png");
             let decoded = image::load_from_memory(&png).unwrap();
-            assert_eq!((decoded.width(), decoded.height()), crate::plot::SIZE);
+            assert_eq!(
+                (decoded.width(), decoded.height()),
+                crate::render::figures::SIZE
+            );
             let svg = std::fs::read_to_string(dir.path().join(format!("{file}.svg"))).unwrap();
             assert!(
                 svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"),

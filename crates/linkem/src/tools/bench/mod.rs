@@ -28,7 +28,7 @@
 //! how to judge it, and this file runs the scenarios and prints the tables.
 //! Each file imports only files below it in that order, none this one.
 
-use crate::probe::us;
+use crate::tools::probe::us;
 use anyhow::{bail, Context, Result};
 use linkem_io::netns::{self, Topology};
 use std::time::Instant;
@@ -244,8 +244,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         if let Some(json) = &args.json {
             // Found now, not after the minutes of the run.
-            crate::plot::refuse_json_among_plots(json, dir, |name| {
-                crate::plot::is_plot_file(name, |stem| {
+            crate::render::figures::refuse_json_among_plots(json, dir, |name| {
+                crate::render::figures::is_plot_file(name, |stem| {
                     stem.starts_with("delay-") || stem.starts_with("gaps-")
                 })
             })?;

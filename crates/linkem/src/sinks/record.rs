@@ -16,7 +16,7 @@
 //! recording stops early (its limit), and at exit where the recording is and
 //! whether it is complete.
 
-use crate::live_events::EventsTap;
+use crate::sinks::events::EventsTap;
 use linkem_core::model::Change;
 use linkem_core::node::Decision;
 use linkem_core::rules::Side;
@@ -101,9 +101,9 @@ pub struct BridgeTap {
     /// `--record`.
     pub record: Option<RecordTap>,
     /// `--log-a-to-b`, `--log-b-to-a`.
-    pub log: Option<crate::mmlog::LogTap>,
+    pub log: Option<crate::sinks::mmlog::LogTap>,
     /// The time series of `--stats json --stats-interval T --series`.
-    pub series: Option<crate::series::Series>,
+    pub series: Option<crate::sinks::series::Series>,
 }
 
 impl BridgeTap {

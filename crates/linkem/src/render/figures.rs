@@ -3,7 +3,7 @@
 //! plot, as MoonEm's figure 7) and inter-packet-gap histograms before and
 //! after the path (its figures 9 and 10).
 
-use crate::probe::stats::quantile;
+use crate::tools::probe::stats::quantile;
 use anyhow::{anyhow, Result};
 use linkem_io::outfile;
 use plotters::coord::Shift;
@@ -11,7 +11,7 @@ use plotters::prelude::*;
 use std::path::Path;
 use std::sync::Once;
 
-static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
+static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
 static REGISTER: Once = Once::new();
 
 pub(crate) fn register_font() {

@@ -615,8 +615,8 @@ pub fn summary(cfg: &ProbeConfig, run: &ProbeRun) -> String {
 pub fn run_cli(args: &ProbeArgs) -> Result<()> {
     let cfg = args.config()?;
     if let (Some(json), Some(dir)) = (&args.json, &args.plot) {
-        crate::plot::refuse_json_among_plots(json, dir, |name| {
-            crate::plot::is_plot_file(name, |stem| stem == "latency" || stem == "gaps")
+        crate::render::figures::refuse_json_among_plots(json, dir, |name| {
+            crate::render::figures::is_plot_file(name, |stem| stem == "latency" || stem == "gaps")
         })?;
     }
     let run = run(&cfg)?;
@@ -637,16 +637,16 @@ pub fn run_cli(args: &ProbeArgs) -> Result<()> {
     }
     if let Some(dir) = &args.plot {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        crate::plot::latency(
+        crate::render::figures::latency(
             &dir.join("latency"),
             &format!("one-way delay, {} at {:.0} pps", cfg.pattern, cfg.rate_pps),
-            &[crate::plot::LatencySeries {
+            &[crate::render::figures::LatencySeries {
                 label: format!("{} bytes", cfg.size_bytes),
                 delay_ns: &run.series.delay_ns,
                 expected_ns: cfg.expected_delay_ns as i64,
             }],
         )?;
-        crate::plot::gaps(
+        crate::render::figures::gaps(
             &dir.join("gaps"),
             "inter-packet gaps before and after the path",
             &run.series.send_gap_ns,
