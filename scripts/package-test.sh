@@ -68,6 +68,8 @@ for f in usr/bin/linkem usr/share/man/man1/linkem.1.gz \
   usr/share/fish/vendor_completions.d/linkem.fish usr/share/doc/linkem/copyright \
   usr/share/doc/linkem/changelog.Debian.gz usr/share/doc/linkem/changelog.gz \
   usr/share/doc/linkem/README.md.gz usr/share/doc/linkem/examples/demo.pcap \
+  usr/share/doc/linkem/docs/guide/README.md.gz usr/share/doc/linkem/docs/guide/rules.md.gz \
+  usr/share/doc/linkem/docs/architecture.md.gz \
   usr/share/doc/linkem/examples/dsl.toml usr/share/doc/linkem/examples/rules/two-links.rules \
   usr/bin/linkem-ctl usr/lib/cni/linkem-cni usr/share/man/man1/linkem-cni.1.gz \
   usr/share/man/man1/linkem-ctl.1.gz usr/share/doc/linkem/examples/traces/12mbit.trace \

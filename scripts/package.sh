@@ -8,9 +8,10 @@
 # it would be one more tool to install, and the package is a few files) with
 # its man pages and bash/zsh/fish completions, made by the binary itself
 # (`linkem generate`), the examples of testdata/ (captures, rules, traces,
-# schedules) and README.md; linkem-ctl (the client, 0755 for every user) and
-# linkem-cni (in /usr/lib/cni, where Debian's CNI plugins are) with its man
-# page; a tmpfiles.d entry for /run/linkem and a
+# schedules), README.md and the documents it links (docs/, the user guide in
+# docs/guide/, beside it as in the tree); linkem-ctl (the client, 0755 for
+# every user) and linkem-cni (in /usr/lib/cni, where Debian's CNI plugins
+# are) with its man page; a tmpfiles.d entry for /run/linkem and a
 # systemd unit, linkem-bridge@NAME, reading /etc/linkem/NAME.conf. Depends comes
 # from dpkg-shlibdeps (dpkg-dev), or without it from the binary's symbol
 # versions. The postinst (packaging/debian/postinst) gives the group linkem
@@ -67,7 +68,7 @@ doc=$stage/usr/share/doc/linkem
 install -d "$stage/DEBIAN" "$stage/usr/bin" "$stage/usr/lib/cni" "$stage/usr/share/man/man1" \
   "$stage/usr/share/bash-completion/completions" "$stage/usr/share/zsh/vendor-completions" \
   "$stage/usr/share/fish/vendor_completions.d" "$doc/examples/rules" "$doc/examples/traces" \
-  "$doc/examples/schedules" "$stage/usr/lib/tmpfiles.d" "$stage/usr/lib/systemd/system"
+  "$doc/examples/schedules" "$doc/docs/guide" "$stage/usr/lib/tmpfiles.d" "$stage/usr/lib/systemd/system"
 # Stripped as Debian's own packages are (dh_strip): the build's debug info
 # is for the tree it was built in. linkem gets its capabilities in the
 # postinst (group linkem only); linkem-ctl, the client, and linkem-cni, run by
@@ -95,6 +96,8 @@ install -m 644 packaging/systemd/bridge.conf "$doc/examples/"
 install -m 644 packaging/systemd/linkem.tmpfiles "$stage/usr/lib/tmpfiles.d/linkem.conf"
 install -m 644 packaging/systemd/linkem-bridge@.service "$stage/usr/lib/systemd/system/"
 install -m 644 README.md "$doc/README.md"
+install -m 644 docs/*.md "$doc/docs/"
+install -m 644 docs/guide/*.md "$doc/docs/guide/"
 install -m 644 CHANGELOG.md "$doc/changelog"
 {
   cat packaging/debian/copyright.in
@@ -109,7 +112,8 @@ linkem ($debversion) unstable; urgency=medium
 
  -- $maintainer  $(date -u -R -d "@$epoch")
 EOF
-gzip -9n "$stage"/usr/share/man/man1/*.1 "$doc/README.md" "$doc/changelog" "$doc/changelog.Debian"
+gzip -9n "$stage"/usr/share/man/man1/*.1 "$doc/README.md" "$doc/changelog" "$doc/changelog.Debian" \
+  "$doc"/docs/*.md "$doc"/docs/guide/*.md
 
 # Depends: what the binary links, at the lowest versions its symbols allow.
 if command -v dpkg-shlibdeps >/dev/null; then

@@ -1,5 +1,5 @@
 """Fixtures of the Python package's tests: the linkem binary, two hosts in
-network namespaces bridged by a live ``linkem bridge``, and the README's code.
+network namespaces bridged by a live ``linkem bridge``, and the guide's code.
 
 Live fixtures need root and skip with a message without it. Every name a test
 creates starts with ``lkpy`` (namespaces, interfaces, emulator names) or, for
@@ -199,10 +199,15 @@ def median_ms(rtts: List[float], what: str) -> float:
     return statistics.median(rtts)
 
 
-def readme_block(marker: str) -> str:
-    """The fenced code block that follows ``<!-- MARKER ... -->`` in README.md."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    m = re.search(r"<!-- " + re.escape(marker) + r"\b[^>]*-->\s*```python\n(.*?)```",
-                  text, re.S)
-    assert m, f"README.md has no python block after <!-- {marker} -->"
-    return m.group(1)
+def doc_block(marker: str) -> str:
+    """The fenced code block that follows ``<!-- MARKER ... -->`` in README.md
+    or a page of the guide (docs/guide/), which must show it once."""
+    docs = [REPO / "README.md", *sorted((REPO / "docs" / "guide").glob("*.md"))]
+    found = []
+    for doc in docs:
+        text = doc.read_text(encoding="utf-8")
+        found += re.findall(r"<!-- " + re.escape(marker) + r"\b[^>]*-->\s*```python\n(.*?)```",
+                            text, re.S)
+    assert len(found) == 1, \
+        f"{len(found)} python blocks after <!-- {marker} --> in README.md and docs/guide/"
+    return found[0]

@@ -371,15 +371,15 @@ def test_rules_pipes_queues_and_schedulers(
 
 def test_readme_python_example(start_bridge: Callable, topology: Topology,
                                capsys: pytest.CaptureFixture) -> None:
-    from conftest import readme_block
+    from conftest import doc_block
 
     bridge = start_bridge("delay", "10ms")
-    code = readme_block("python-client")
+    code = doc_block("python-client")
     assert 'name="lab"' in code
-    # The README's emulator is 'lab'; ours has a name no other run uses.
-    exec(compile(code.replace('name="lab"', f'name="{bridge.name}"'), "README.md", "exec"), {})
+    # The guide's emulator is 'lab'; ours has a name no other run uses.
+    exec(compile(code.replace('name="lab"', f'name="{bridge.name}"'), "docs/guide/python.md", "exec"), {})
     out = capsys.readouterr().out
     assert "refused: 30xs at word 4" in out, out
-    rtt = median_ms(topology.ping_rtts_ms(), "after the README's batch")
+    rtt = median_ms(topology.ping_rtts_ms(), "after the guide's batch")
     assert 24.5 < rtt < 45, f"RTT with 5 + 20 ms: {rtt} ms"
     assert os.path.exists(bridge.socket)

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator, List
 
 import pytest
 
-from conftest import median_ms, readme_block
+from conftest import doc_block, median_ms
 
 mininet = pytest.importorskip(
     "mininet", reason="Mininet is not installed (Debian: apt-get install mininet)")
@@ -164,11 +164,11 @@ def test_bad_parameters_fail_before_anything_exists(networks: Callable[..., Any]
 
 def test_readme_mininet_example(networks: Callable[..., Any],
                                 capsys: pytest.CaptureFixture) -> None:
-    code = readme_block("python-mininet")
+    code = doc_block("python-mininet")
     assert "cls=LinkemLink, bw=10, delay=\"10ms\"" in code
     scope: dict = {}
     try:
-        exec(compile(code, "README.md", "exec"), scope)
+        exec(compile(code, "docs/guide/python.md", "exec"), scope)
     finally:
         if "net" in scope and scope["net"].links and scope["net"].links[0].intf1 is not None:
             scope["net"].stop()
@@ -181,7 +181,7 @@ def test_readme_mininet_example(networks: Callable[..., Any],
     mbit = float(m.group(1)) * {"K": 1e-3, "M": 1.0, "G": 1e3}[m.group(2)]
     # TCP over a 10 Mbit/s link: headers and slow start cost a few percent.
     assert 8.0 < mbit < 10.3, f"iperf3 through bw=10: {mbit} Mbit/s\n{out}"
-    print(f"README's Mininet example: ping RTT median {rtt} ms, iperf3 {mbit} Mbit/s")
+    print(f"The guide's Mininet example: ping RTT median {rtt} ms, iperf3 {mbit} Mbit/s")
     stats = scope["net"].links[0].stats
     assert stats is not None and stats["directions"][0]["fates"]["delivered"] > 1000, stats
     assert not leftover_links()

@@ -12,7 +12,7 @@ stdin); chain it after the network's own plugins:
    \"rules\": TEXT, \"options\": [\"--max-lag\", \"off\"], \"capabilities\": {\"linkem\": true}}
 Per container: CNI_ARGS LINKEM_LINK, LINKEM_A_TO_B, LINKEM_B_TO_A; runtime config
 {\"linkem\": {\"link\": ...}}. Side a is the container. It runs `linkem` from
-LINKEM_BIN, beside itself or PATH. See README, \"Containers (CNI)\".";
+LINKEM_BIN, beside itself or PATH. See docs/guide/cni.md.";
 
 fn main() {
     if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {

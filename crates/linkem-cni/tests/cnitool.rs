@@ -456,7 +456,7 @@ fn check_reports_a_missing_link_and_del_gives_the_device_back() {
     // host-device moves a veth end of the test's into the container: its
     // CHECK only asks that the interface be there with its MAC and address
     // (the bridge plugin's asks that the container's veth be paired with the
-    // bridge port, which no bump keeps: see README).
+    // bridge port, which no bump keeps: see docs/guide/cni.md).
     let _one_at_a_time = serial();
     let mut lab = Lab::new(cnitool, 'y');
     let dev = format!("{}d0", lab.prefix);

@@ -1,17 +1,21 @@
 //! The link words are listed once (linkem_core::config::WORDS): `--help` and
-//! README.md must show exactly the list generated from that table.
+//! the guide's page of link words (docs/guide/link-words.md) must show exactly
+//! the list generated from that table.
 
 use linkem_core::config::link_words_help;
 use std::process::Command;
 
 #[test]
-fn readme_lists_the_words_of_the_table() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
-        .expect("README.md readable");
+fn the_guide_lists_the_words_of_the_table() {
+    let page = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/guide/link-words.md"
+    ))
+    .expect("docs/guide/link-words.md readable");
     let block = format!("```text\n{}\n```", link_words_help());
     assert!(
-        readme.contains(&block),
-        "README.md's list of link words differs from the table; replace its block with:\n{block}"
+        page.contains(&block),
+        "docs/guide/link-words.md's list of link words differs from the table; replace its block with:\n{block}"
     );
 }
 

@@ -1,17 +1,20 @@
-//! Every command README.md shows runs as written. Each `linkem ...` command of
-//! its code blocks (indented blocks, and fenced blocks of sh/bash/console; a
-//! block with `$ ` prompts holds commands on those lines only, the rest is
-//! their output) is checked three ways, by what it needs:
+//! Every command README.md and the user guide (docs/guide/*.md) show runs as
+//! written, and every relative link of README.md and docs/ reaches its file
+//! and heading. Each `linkem ...` command of their code blocks (indented
+//! blocks, and fenced blocks of sh/bash/console; a block with `$ ` prompts
+//! holds commands on those lines only, the rest is their output) is checked
+//! three ways, by what it needs:
 //!
 //! - **parsed** (every command): the command line exactly as written, split as
 //!   sh splits it, is accepted by linkem's own command line (`linkem::cli::Cli`);
 //!   its link words (bridge, shell, host, `--pair`) by the link word parser; a
-//!   `linkem ctl` request by the control protocol's parser, unless README shows
-//!   it refused: then the refusal README shows is the parser's.
+//!   `linkem ctl` request by the control protocol's parser, unless the page shows
+//!   it refused: then the refusal the page shows is the parser's.
 //! - **run** (the offline blocks: every linkem command in them is `synth`,
 //!   `replay` or `plot`, no prompt, no sudo): the whole block runs under `bash -e`
-//!   in one scratch directory, in README's order (a block may use what an earlier
-//!   one made), with `testdata/` of the repository beside it; each must succeed.
+//!   in one scratch directory per page, in the page's order (a block may use
+//!   what an earlier one of its page made, so each page stands on its own), with
+//!   `testdata/` of the repository beside it; each must succeed.
 //! - Synopsis lines (`linkem bridge IF_A IF_B [LINK WORDS...]`) are usage, not
 //!   commands, and are recognised by their placeholders; lines whose arguments
 //!   the shell expands (`"${args[@]}"`) are listed as such. Both lists are
@@ -338,15 +341,49 @@ fn script_of(b: &Block) -> String {
         .join("\n")
 }
 
-#[test]
-fn every_linkem_command_of_readme_parses_and_the_offline_ones_run() {
-    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md readable");
-    let mut blocks = blocks(&readme);
-    blocks.extend(inline_commands(&readme));
-    let mut parsed = Vec::new();
-    let mut synopses = Vec::new();
-    let mut expanded = Vec::new();
-    let mut failures = Vec::new();
+/// The documents whose commands are checked, README.md first, then the
+/// guide's index and its pages in the order the index lists them.
+fn documents() -> Vec<PathBuf> {
+    let index = repo().join("docs/guide/README.md");
+    let text = std::fs::read_to_string(&index).expect("docs/guide/README.md readable");
+    let mut docs = vec![repo().join("README.md"), index.clone()];
+    for link in links(&text) {
+        let target = link.target.split('#').next().unwrap_or_default();
+        let path = repo().join("docs/guide").join(target);
+        if target.ends_with(".md") && !target.contains('/') && !docs.contains(&path) {
+            docs.push(path);
+        }
+    }
+    // Every page of the guide is in its index.
+    let mut pages: Vec<PathBuf> = std::fs::read_dir(repo().join("docs/guide"))
+        .expect("docs/guide/ readable")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    pages.sort();
+    let unlisted: Vec<_> = pages.iter().filter(|p| !docs.contains(p)).collect();
+    assert!(
+        unlisted.is_empty(),
+        "pages of docs/guide/ that its README.md does not list: {unlisted:?}"
+    );
+    docs
+}
+
+/// What the documents' commands came to, over every document.
+#[derive(Default)]
+struct Tally {
+    parsed: Vec<String>,
+    synopses: Vec<String>,
+    expanded: Vec<String>,
+    failures: Vec<String>,
+    ran: Vec<String>,
+}
+
+/// Parses every `linkem` command of one document (`name` is its path in the
+/// repository), then runs its offline blocks in a scratch directory of its own.
+fn check_document(name: &str, text: &str, tally: &mut Tally) {
+    let mut blocks = blocks(text);
+    blocks.extend(inline_commands(text));
     let mut offline_blocks = Vec::new();
     for b in &blocks {
         let mut found: Vec<Found> = Vec::new();
@@ -364,12 +401,12 @@ fn every_linkem_command_of_readme_parses_and_the_offline_ones_run() {
                 continue;
             }
             if is_synopsis(code) {
-                synopses.push(format!("{line}: {text}"));
+                tally.synopses.push(format!("{name}:{line}: {text}"));
                 only_offline = false;
                 continue;
             }
             if code.contains('$') {
-                expanded.push(format!("{line}: {text}"));
+                tally.expanded.push(format!("{name}:{line}: {text}"));
                 only_offline = false;
                 continue;
             }
@@ -407,7 +444,9 @@ fn every_linkem_command_of_readme_parses_and_the_offline_ones_run() {
             let sub = match parse(&f.args) {
                 Ok(sub) => sub,
                 Err(e) => {
-                    failures.push(format!("line {}: `{}`: refused:\n{e}", f.line, f.text));
+                    tally
+                        .failures
+                        .push(format!("{name}:{}: `{}`: refused:\n{e}", f.line, f.text));
                     continue;
                 }
             };
@@ -421,8 +460,8 @@ fn every_linkem_command_of_readme_parses_and_the_offline_ones_run() {
                 let refs: Vec<&str> = words.iter().map(String::as_str).collect();
                 if let Err(e) = LinkSpec::parse_words(&refs, &mut repo_files) {
                     if !e.to_string().contains("no such file") {
-                        failures.push(format!(
-                            "line {}: `{}`: words {words:?}: {e}",
+                        tally.failures.push(format!(
+                            "{name}:{}: `{}`: words {words:?}: {e}",
                             f.line, f.text
                         ));
                     }
@@ -432,10 +471,10 @@ fn every_linkem_command_of_readme_parses_and_the_offline_ones_run() {
                 // `list-emulators` is the client's own, not a request.
                 if !c.command.is_empty() && c.command != ["list-emulators"] {
                     let request = c.command.join(" ");
-                    let refused_in_readme = f.shown.starts_with("linkem ctl:");
+                    let refused_in_doc = f.shown.starts_with("linkem ctl:");
                     match linkem_ctl::parse_line(&request, &mut repo_files) {
                         Ok(_) => {}
-                        Err(e) if refused_in_readme => {
+                        Err(e) if refused_in_doc => {
                             // As the client prints a refusal (its print_reply).
                             let at = match (e.position, &e.word) {
                                 (Some(p), Some(w)) => format!(" (word {p} '{w}')"),
@@ -443,27 +482,29 @@ fn every_linkem_command_of_readme_parses_and_the_offline_ones_run() {
                             };
                             let said = format!("linkem ctl: {}{at}", e.message);
                             if !f.shown.contains(&said) {
-                                failures.push(format!(
-                                    "line {}: `{}`: README shows\n{}but linkem says\n{said}",
+                                tally.failures.push(format!(
+                                    "{name}:{}: `{}`: {name} shows\n{}but linkem says\n{said}",
                                     f.line, f.text, f.shown
                                 ));
                             }
                         }
-                        Err(e) => failures.push(format!(
-                            "line {}: `{}`: request '{request}' refused: {e}",
+                        Err(e) => tally.failures.push(format!(
+                            "{name}:{}: `{}`: request '{request}' refused: {e}",
                             f.line, f.text
                         )),
                     }
                 }
             }
-            parsed.push(format!("{}: linkem {}", f.line, f.args.join(" ")));
+            tally
+                .parsed
+                .push(format!("{name}:{}: linkem {}", f.line, f.args.join(" ")));
         }
         if any_linkem && only_offline && !b.inline {
             offline_blocks.push(b);
         }
     }
 
-    // The offline blocks, for real, in order, in one directory.
+    // The offline blocks, for real, in order, in one directory per document.
     let dir = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(repo().join("testdata"), dir.path().join("testdata")).unwrap();
     let bin_dir = Path::new(env!("CARGO_BIN_EXE_linkem")).parent().unwrap();
@@ -472,7 +513,6 @@ fn every_linkem_command_of_readme_parses_and_the_offline_ones_run() {
         bin_dir.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let mut ran = Vec::new();
     for b in &offline_blocks {
         let script = script_of(b);
         let o = Command::new("bash")
@@ -482,15 +522,48 @@ fn every_linkem_command_of_readme_parses_and_the_offline_ones_run() {
             .output()
             .expect("bash runs");
         if !o.status.success() {
-            failures.push(format!(
-                "the block at line {} failed ({}):\n{script}\nstderr:\n{}",
+            tally.failures.push(format!(
+                "{name}: the block at line {} failed ({}):\n{script}\nstderr:\n{}",
                 b.line,
                 o.status,
                 String::from_utf8_lossy(&o.stderr)
             ));
         }
-        ran.push(format!("line {}: {}", b.line, script.replace('\n', " / ")));
+        tally.ran.push(format!(
+            "{name}:{}: {}",
+            b.line,
+            script.replace('\n', " / ")
+        ));
     }
+}
+
+#[test]
+fn every_linkem_command_of_readme_and_the_guide_parses_and_the_offline_ones_run() {
+    let mut tally = Tally::default();
+    let mut per_document = Vec::new();
+    for doc in documents() {
+        let name = doc
+            .strip_prefix(repo())
+            .unwrap_or(&doc)
+            .display()
+            .to_string();
+        let name = name.trim_start_matches('/').to_string();
+        let text = std::fs::read_to_string(&doc).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let (parsed, ran) = (tally.parsed.len(), tally.ran.len());
+        check_document(&name, &text, &mut tally);
+        per_document.push(format!(
+            "{name}: {} commands parsed, {} blocks run",
+            tally.parsed.len() - parsed,
+            tally.ran.len() - ran
+        ));
+    }
+    let Tally {
+        parsed,
+        synopses,
+        expanded,
+        failures,
+        ran,
+    } = tally;
     println!("parsed ({}):\n  {}", parsed.len(), parsed.join("\n  "));
     println!(
         "run for real ({} blocks):\n  {}",
@@ -507,20 +580,235 @@ fn every_linkem_command_of_readme_parses_and_the_offline_ones_run() {
         expanded.len(),
         expanded.join("\n  ")
     );
+    println!("per document:\n  {}", per_document.join("\n  "));
+    println!(
+        "total: {} commands parsed, {} offline blocks run",
+        parsed.len(),
+        ran.len()
+    );
     assert!(
         failures.is_empty(),
-        "README commands that fail as written:\n\n{}",
+        "commands that fail as written:\n\n{}",
         failures.join("\n\n")
     );
-    // The test is only as good as what it finds: README shows many commands.
+    // The test is only as good as what it finds: README alone showed 80
+    // commands and ran 4 offline blocks before the guide took its reference
+    // (every one of them is still shown); README and the guide show 100 and
+    // run 7.
     assert!(
-        parsed.len() >= 50,
-        "only {} commands found in README: {parsed:#?}",
+        parsed.len() >= 100,
+        "only {} commands found in README and the guide: {parsed:#?}",
         parsed.len()
     );
     assert!(
-        ran.len() >= 4,
+        ran.len() >= 7,
         "only {} offline blocks ran: {ran:#?}",
         ran.len()
+    );
+}
+
+/// A Markdown link of a document: its line and target (`path#anchor`).
+struct Link {
+    line: usize,
+    target: String,
+}
+
+/// The inline links (`[text](target)`) and reference definitions
+/// (`[name]: target`) of a Markdown text, outside code blocks and code spans.
+fn links(text: &str) -> Vec<Link> {
+    let mut out = Vec::new();
+    let mut fenced = false;
+    let mut prev_blank = true;
+    let mut in_indented = false;
+    for (i, raw) in text.lines().enumerate() {
+        let t = raw.trim_start();
+        if t.starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        let indented = raw.starts_with("    ") && (prev_blank || in_indented);
+        in_indented = indented || (in_indented && raw.trim().is_empty());
+        prev_blank = raw.trim().is_empty();
+        if fenced || indented {
+            continue;
+        }
+        if let Some(rest) = t.strip_prefix('[') {
+            if let Some((_, def)) = rest.split_once("]: ") {
+                if !rest.starts_with('^') {
+                    out.push(Link {
+                        line: i + 1,
+                        target: def.split_whitespace().next().unwrap_or("").to_string(),
+                    });
+                    continue;
+                }
+            }
+        }
+        // Outside code spans (the odd pieces between backticks).
+        for (k, piece) in raw.split('`').enumerate() {
+            if k % 2 == 1 {
+                continue;
+            }
+            let mut rest = piece;
+            while let Some(at) = rest.find("](") {
+                let after = &rest[at + 2..];
+                let mut depth = 0;
+                let end = after.char_indices().find(|&(_, c)| match c {
+                    '(' => {
+                        depth += 1;
+                        false
+                    }
+                    ')' if depth == 0 => true,
+                    ')' => {
+                        depth -= 1;
+                        false
+                    }
+                    _ => false,
+                });
+                let Some((end, _)) = end else { break };
+                let target = after[..end].split_whitespace().next().unwrap_or("");
+                out.push(Link {
+                    line: i + 1,
+                    target: target.trim_matches(['<', '>']).to_string(),
+                });
+                rest = &after[end..];
+            }
+        }
+    }
+    out
+}
+
+/// The anchors GitHub gives a Markdown text's headings: the heading's text
+/// without its markup, lower case, spaces as `-`, other punctuation dropped,
+/// a repeated anchor suffixed `-1`, `-2`, ...
+fn anchors(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut fenced = false;
+    for l in text.lines() {
+        if l.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        let hashes = l.chars().take_while(|&c| c == '#').count();
+        if fenced || hashes == 0 || hashes > 6 || !l[hashes..].starts_with(' ') {
+            continue;
+        }
+        let mut slug = String::new();
+        for c in l[hashes..].trim().chars() {
+            if c.is_alphanumeric() || c == '_' || c == '-' {
+                slug.extend(c.to_lowercase());
+            } else if c == ' ' {
+                slug.push('-');
+            }
+        }
+        let base = slug.clone();
+        let mut n = 0;
+        while out.contains(&slug) {
+            n += 1;
+            slug = format!("{base}-{n}");
+        }
+        out.push(slug);
+    }
+    out
+}
+
+/// README.md and every Markdown file under docs/.
+fn markdown_files() -> Vec<PathBuf> {
+    let mut out = vec![repo().join("README.md")];
+    let mut dirs = vec![repo().join("docs")];
+    while let Some(dir) = dirs.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.extension().is_some_and(|e| e == "md") {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn every_relative_link_of_readme_and_docs_reaches_its_file_and_heading() {
+    let mut checked = 0;
+    let mut broken = Vec::new();
+    for file in markdown_files() {
+        let name = file
+            .strip_prefix(repo())
+            .unwrap_or(&file)
+            .display()
+            .to_string();
+        let text = std::fs::read_to_string(&file).unwrap();
+        for link in links(&text) {
+            let target = link.target.as_str();
+            if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            checked += 1;
+            let (path, anchor) = match target.split_once('#') {
+                Some((p, a)) => (p, Some(a)),
+                None => (target, None),
+            };
+            let resolved = if path.is_empty() {
+                file.clone()
+            } else {
+                file.parent().unwrap().join(path)
+            };
+            if !resolved.exists() {
+                broken.push(format!("{name}:{}: {target}: no such file", link.line));
+                continue;
+            }
+            if let Some(anchor) = anchor {
+                let heads = if resolved.is_file() {
+                    anchors(&std::fs::read_to_string(&resolved).unwrap_or_default())
+                } else {
+                    Vec::new()
+                };
+                if !heads.iter().any(|h| h == anchor) {
+                    broken.push(format!(
+                        "{name}:{}: {target}: no heading '#{anchor}' there (it has: {})",
+                        link.line,
+                        heads.join(", ")
+                    ));
+                }
+            }
+        }
+    }
+    println!("relative links checked: {checked}");
+    assert!(
+        broken.is_empty(),
+        "links that lead nowhere:\n{}",
+        broken.join("\n")
+    );
+    // README's map and the guide's index alone hold more than this.
+    assert!(checked >= 60, "only {checked} relative links found");
+}
+
+/// README's two commands are there as commands of their own, name scripts of
+/// the tree that can run, and CI runs the second.
+#[test]
+fn readme_shows_the_two_commands() {
+    use std::os::unix::fs::PermissionsExt;
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let lines: Vec<String> = blocks(&readme)
+        .iter()
+        .flat_map(|b| b.lines.iter().map(|l| l.trim().to_string()))
+        .collect();
+    for command in ["./scripts/demo.sh", "./scripts/test.sh"] {
+        assert!(
+            lines.iter().any(|l| l == command),
+            "README shows no block line `{command}`"
+        );
+        let mode = std::fs::metadata(repo().join(command))
+            .unwrap_or_else(|e| panic!("{command}: {e}"))
+            .permissions()
+            .mode();
+        assert!(mode & 0o111 != 0, "{command} is not executable");
+    }
+    let ci = std::fs::read_to_string(repo().join(".ci/run")).expect(".ci/run readable");
+    assert!(
+        ci.lines().any(|l| l.trim() == "./scripts/test.sh"),
+        ".ci/run does not run ./scripts/test.sh:\n{ci}"
     );
 }

@@ -705,15 +705,19 @@ fn iperf3_in_a_shell_follows_a_traces_rate_over_time() {
     w.assert_clean("after the trace");
 }
 
-/// The linkem commands of README.md's "Coming from mahimahi" table (its
-/// second column), in order, and the `codel.rules` file shown under it.
-fn readme_mahimahi_table() -> (Vec<String>, String) {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
-    let at = readme
-        .find("### Coming from mahimahi")
-        .expect("README.md has no \"Coming from mahimahi\" section");
-    let section = &readme[at..];
+/// The linkem commands of the "Coming from mahimahi" table of the guide's
+/// shell page (its second column), in order, and the `codel.rules` file shown
+/// under it.
+fn guide_mahimahi_table() -> (Vec<String>, String) {
+    let page = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/guide/shell.md"
+    ))
+    .unwrap();
+    let at = page
+        .find("## Coming from mahimahi")
+        .expect("docs/guide/shell.md has no \"Coming from mahimahi\" section");
+    let section = &page[at..];
     let section = &section[..section[4..].find("\n## ").map_or(section.len(), |e| e + 4)];
     let mut commands = Vec::new();
     for row in section.lines().filter(|l| l.starts_with("| `")) {
@@ -739,7 +743,7 @@ fn readme_mahimahi_table() -> (Vec<String>, String) {
     (commands, rules)
 }
 
-/// Every linkem command of README.md's "Coming from mahimahi" table runs as
+/// Every linkem command of the guide's "Coming from mahimahi" table runs as
 /// written, in a directory holding what the table names (`up.trace`,
 /// `down.trace`, `codel.rules`, an executable `./client` that pings a host
 /// beyond the shell), and its client's packets cross the link: replies come,
@@ -751,7 +755,7 @@ fn the_coming_from_mahimahi_table_runs_as_written() {
         return;
     }
     let _g = serial();
-    let (commands, rules) = readme_mahimahi_table();
+    let (commands, rules) = guide_mahimahi_table();
     assert!(commands.len() >= 12, "{commands:#?}");
     assert!(rules.contains("codel"), "{rules}");
     let w = World::new("tshm");

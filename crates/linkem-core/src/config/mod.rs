@@ -4,12 +4,12 @@
 //! # Words
 //! Every word is listed once, in [`WORDS`] (word, arguments, meaning, example,
 //! dialects); the parser dispatches from that table, `linkem --help` prints it
-//! ([`words_help`]) and a test holds README.md's list to it. Order does not
-//! matter. A word given twice, or two words that set the same thing (`loss 1%
-//! plr 0.5`, `rate` and `bw`, `delay 10ms 1ms` and `jitter 2ms`), is an error
-//! naming both: never a silent override. Words of netem or Dummynet that linkem
-//! does not support yet ([`UNSUPPORTED`]) are refused as "not supported", not as
-//! unknown.
+//! ([`words_help`]) and a test holds the guide's list
+//! (docs/guide/link-words.md) to it. Order does not matter. A word given
+//! twice, or two words that set the same thing (`loss 1% plr 0.5`, `rate` and
+//! `bw`, `delay 10ms 1ms` and `jitter 2ms`), is an error naming both: never a
+//! silent override. Words of netem or Dummynet that linkem does not support
+//! yet ([`UNSUPPORTED`]) are refused as "not supported", not as unknown.
 //!
 //! # Layers
 //! Words may come in layers ([`LinkSpec::parse_layers`]): a TOML file, then the

@@ -1,7 +1,8 @@
 //! The link words: one table, [`WORDS`], from which the parser dispatches, the
-//! help text is printed ([`words_help`]) and README.md's list is checked; and
-//! [`UNSUPPORTED`], the words of netem and Dummynet that linkem refuses as not
-//! supported (rather than unknown).
+//! help text is printed ([`words_help`]) and the guide's list
+//! (docs/guide/link-words.md) is checked; and [`UNSUPPORTED`], the words of
+//! netem and Dummynet that linkem refuses as not supported (rather than
+//! unknown).
 
 use super::dummynet::{self, QueueLimit};
 use super::parser::{Cursor, Draft, RawSchedule, Slot};
@@ -369,7 +370,7 @@ pub(super) fn refusal(word: &str, dialect: Dialect) -> String {
     "unknown word (see 'linkem --help' for the words linkem reads)".into()
 }
 
-/// The whole block `linkem --help` prints and README.md shows: a heading, the
+/// The whole block `linkem --help` prints and docs/guide/link-words.md shows: a heading, the
 /// word list ([`words_help`]) at 96 columns, and the rules every word follows.
 pub fn link_words_help() -> String {
     format!(

@@ -90,7 +90,7 @@ pub struct RulesArgs {
     /// instance with its own copy of the link per masked flow), `queue M config sched N weight W
     /// [lmax B] [codel|pie|red ...] [ecn] [mask ...]`, `add ... queue M`; `sched N`
     /// serves pipe N's link, which
-    /// traffic sent to `pipe N` shares (unlike Dummynet; see README). Only `seed N`
+    /// traffic sent to `pipe N` shares (unlike Dummynet; see docs/guide/schedulers.md). Only `seed N`
     /// may follow the file names.
     #[arg(long = "rules", value_name = "FILE")]
     pub file: Option<std::path::PathBuf>,
@@ -100,7 +100,7 @@ pub struct RulesArgs {
     pub max_flows: usize,
     /// With --rules: most memory charged for dynamic instances and scheduler
     /// classes (fq_* flows, masked queues), each charged a fixed size when
-    /// made (see README, "Limits"); a packet needing more is dropped and
+    /// made (see docs/guide/rules.md, "Limits"); a packet needing more is dropped and
     /// counted as flow-limit. Default 512MiB.
     #[arg(long, value_name = "SIZE", default_value = "512MiB", value_parser = parse_flow_memory)]
     pub max_flow_memory: usize,
@@ -260,7 +260,7 @@ pub struct BridgeArgs {
     /// Dummynet does. Takes no link words but `seed N`. `linkem ctl` changes
     /// the running pipes and rules (pipe N config|delete, add, delete, flush,
     /// set one-pass; queued packets keep their release times); SIGHUP re-reads
-    /// FILE, replacing such changes. See `linkem replay --help` and README.
+    /// FILE, replacing such changes. See `linkem replay --help` and docs/guide/rules.md.
     #[arg(long = "rules", value_name = "FILE")]
     pub rules: Option<PathBuf>,
     /// Bypass the model: forward every frame at once, one thread per direction,
@@ -347,7 +347,7 @@ pub struct RunArgs {
     pub max_flows: usize,
     /// With --rules: most memory charged for dynamic instances and scheduler
     /// classes (fq_* flows, masked queues), each charged a fixed size when
-    /// made (see README, "Limits"); a packet needing more is dropped and
+    /// made (see docs/guide/rules.md, "Limits"); a packet needing more is dropped and
     /// counted as flow-limit. Default 512MiB.
     #[arg(long, value_name = "SIZE", default_value = "512MiB",
           value_parser = parse_flow_memory)]

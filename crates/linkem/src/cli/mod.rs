@@ -1,5 +1,5 @@
 //! The command line of `linkem`, as a library item so that tests parse
-//! command lines (README's among them) exactly as the binary does.
+//! command lines (README's and the guide's among them) exactly as the binary does.
 
 pub mod args;
 

@@ -94,8 +94,8 @@ pub struct ClaimArgs {
     /// 30min, 2h, at most 24h).
     #[arg(long, value_name = "TIME", requires = "claims", value_parser = linkem_core::units::checked_time)]
     pub claim_ttl: Option<String>,
-    /// With --claims: per-user limits (root's file; see README, "Sharing one
-    /// emulator"): lines 'UID|default claims=N ports=N rate=R delay=T queue=SIZE
+    /// With --claims: per-user limits (root's file; see docs/guide/claims.md,
+    /// "Limits"): lines 'UID|default claims=N ports=N rate=R delay=T queue=SIZE
     /// allow=PROTO:PORT[-PORT],...' (allow: ports it may claim beyond those it could bind).
     #[arg(long, value_name = "FILE", requires = "claims")]
     pub limits: Option<PathBuf>,

@@ -571,7 +571,7 @@ impl HostSide {
                 std::fs::write(path, "1")
                     .with_context(|| format!("cannot turn {what} forwarding on ({path})"))?;
                 // Put back as it was when the shell ends (normally or on
-                // SIGINT/SIGTERM; after SIGKILL it stays on: README says so).
+                // SIGINT/SIGTERM; after SIGKILL it stays on: docs/guide/shell.md says so).
                 self.sysctls.push((path, now.trim().to_string()));
                 eprintln!(
                     "linkem: shell: turned {what} forwarding on ({path}) for the way out, \

@@ -133,8 +133,8 @@ fn page(
 }
 
 /// The EXAMPLES of each page, by command name: (what it does, the command
-/// line). Each parses as written (tests/help.rs) and most are README's, which
-/// `tests/readme_commands.rs` checks.
+/// line). Each parses as written (tests/help.rs) and most are README's or the
+/// guide's (docs/guide/), which `tests/readme_commands.rs` checks.
 pub const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
     (
         "linkem",
