@@ -2,6 +2,9 @@
 //! command lines (README's and the guide's among them) exactly as the binary does.
 
 pub mod args;
+pub mod bench;
+pub mod shell;
+pub mod tools;
 
 use clap::{Parser, Subcommand};
 use linkem_core::config::link_words_help;
@@ -42,7 +45,7 @@ pub enum Command {
     /// CMD is not found, 126 when it cannot be executed, as sh). As root it uses veths; as an ordinary user, a user namespace
     /// and pasta (passt) for the way out. Shells nest: each adds a hop.
     #[command(after_help = link_words_help())]
-    Shell(Box<crate::shell::ShellArgs>),
+    Shell(Box<shell::ShellArgs>),
     /// Emulate this host's own traffic (netfilter queues; root, or CAP_NET_ADMIN and CAP_NET_RAW
     /// with iptables-nft): side a (`a-to-b`, ipfw `in`) is what it receives, side b what it sends.
     /// Fails open: if linkem dies, traffic flows unimpaired; if it stops answering, after
@@ -60,7 +63,7 @@ pub enum Command {
     /// duplicates, reordering, and the gaps between packets before and after.
     ///
     /// Times are CLOCK_TAI in ns; the receiver uses kernel receive timestamps.
-    Probe(crate::tools::probe::ProbeArgs),
+    Probe(tools::ProbeArgs),
     /// Measure linkem's fidelity on this machine: builds its own namespaces, runs
     /// linkem (and the Linux bridge as the no-emulation baseline) with `linkem
     /// probe` through it, prints markdown tables.
@@ -71,16 +74,16 @@ pub enum Command {
     /// (p99, p99.9 and worst delay beyond the Linux bridge for linkem's defaults,
     /// the defaults with --coalesce off, and each backend under each real-time
     /// policy). Default: all three.
-    Bench(crate::tools::bench::BenchArgs),
+    Bench(bench::BenchArgs),
     /// Draw throughput and per-packet delay over time from a link log in
     /// mahimahi's format (`--uplink-log`, or mahimahi's own), as
     /// mm-throughput-graph and mm-delay-graph do, as PNG and SVG.
-    Plot(crate::tools::plot::PlotArgs),
+    Plot(tools::PlotArgs),
     /// Write a synthetic capture of UDP frames (for demos, tests and benchmarks).
-    Synth(crate::tools::synth::SynthArgs),
+    Synth(tools::SynthArgs),
     /// Write the man pages or a shell's completions (for packagers).
     #[command(hide = true)]
-    Generate(crate::tools::generate::GenerateArgs),
+    Generate(tools::GenerateArgs),
     /// `linkem host`'s watchdog (started by it): fails open when linkem stalls.
     #[command(hide = true, name = "host-watchdog")]
     HostWatchdog(crate::host_watchdog::WatchdogArgs),

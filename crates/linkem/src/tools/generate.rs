@@ -7,32 +7,12 @@
 //! second build. It costs the binary clap_mangen and clap_complete (tens of KB
 //! in a binary of megabytes).
 
+pub use crate::cli::tools::{GenerateArgs, What};
 use anyhow::{Context, Result};
 use clap_complete::Shell;
 use linkem_io::outfile;
 use std::io::Write;
-use std::path::{Path, PathBuf};
-
-/// `linkem generate`'s arguments.
-#[derive(clap::Args, Debug, Clone)]
-pub struct GenerateArgs {
-    #[command(subcommand)]
-    pub what: What,
-}
-
-/// What to generate.
-#[derive(clap::Subcommand, Debug, Clone)]
-pub enum What {
-    /// Man pages into DIR (made if missing): linkem.1 and one per command
-    /// (linkem-replay.1, linkem-bridge.1, ...), replacing pages of those names.
-    Man { dir: PathBuf },
-    /// The bash completion script, on stdout.
-    Bash,
-    /// The zsh completion function (`_linkem`), on stdout.
-    Zsh,
-    /// The fish completions, on stdout.
-    Fish,
-}
+use std::path::Path;
 
 /// Generates for `cmd`, the whole command line (`Cli::command()`).
 pub fn run(cmd: clap::Command, args: &GenerateArgs) -> Result<()> {

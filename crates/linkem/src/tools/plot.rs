@@ -13,6 +13,7 @@
 //! log without that line is refused, as they refuse it. `d` lines (drops,
 //! mahimahi's AQM) are counted, not drawn.
 
+pub use crate::cli::tools::PlotArgs;
 use crate::render::figures::{register_font, render_png, render_svg, write_both, COLORS};
 use anyhow::{anyhow, bail, Context, Result};
 use plotters::coord::Shift;
@@ -27,22 +28,6 @@ pub const MAX_LOG_BYTES: u64 = 256 << 20;
 /// point per bin, so a log whose events span more bins than this (a stray
 /// large timestamp) is refused with the `--ms-per-bin` that would fit.
 pub const MAX_BINS: u64 = 1_000_000;
-
-/// `linkem plot`'s arguments.
-#[derive(clap::Args, Debug, Clone)]
-pub struct PlotArgs {
-    /// A link log in mahimahi's format (`linkem shell --uplink-log`,
-    /// `mm-link --uplink-log`).
-    pub log: PathBuf,
-    /// Where to write: STEM-throughput.png/.svg and STEM-delay.png/.svg
-    /// (default: LOG without its extension).
-    #[arg(long, value_name = "STEM")]
-    pub out: Option<PathBuf>,
-    /// Width of a throughput bin (mm-throughput-graph's MS_PER_BIN): a time
-    /// such as 500ms or 1s; a bare number is ms, as mahimahi's.
-    #[arg(long, value_name = "TIME", default_value = "500", value_parser = parse_bin_ms)]
-    pub ms_per_bin: u64,
-}
 
 /// A log, read.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -287,7 +272,7 @@ pub fn draw(log: &Log, stem: &Path, title: &str, ms_per_bin: u64) -> Result<()> 
 }
 
 /// `--ms-per-bin`: a time of at least 1 ms, in whole ms.
-fn parse_bin_ms(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_bin_ms(text: &str) -> Result<u64, String> {
     let ns = linkem_core::units::parse_time_or_bare_ns(text, "ms").map_err(|e| e.0)?;
     if ns < 1_000_000 || !ns.is_multiple_of(1_000_000) {
         return Err(format!(

@@ -5,45 +5,11 @@
 //! a sequence number in the payload need no packet library, and writing them
 //! directly keeps a million-frame capture quick to make.
 
+pub use crate::cli::tools::SynthArgs;
 use anyhow::{bail, Result};
 use linkem_core::rng::{Stream, StreamId};
 use linkem_core::units::parse_rate_bps;
 use linkem_io::capture::CaptureWriter;
-use std::path::PathBuf;
-
-/// `linkem synth`'s arguments.
-#[derive(clap::Args, Debug, Clone)]
-pub struct SynthArgs {
-    /// Output capture (nanosecond pcap).
-    pub output: PathBuf,
-    /// Number of packets.
-    #[arg(long, default_value_t = 1000)]
-    pub packets: u64,
-    /// Frame size in bytes (60..=9000).
-    #[arg(long, default_value_t = 1000)]
-    pub size: u32,
-    /// Offered rate, e.g. 20mbit (times follow from size and rate).
-    #[arg(long, default_value = "10mbit")]
-    pub rate: String,
-    /// Space packets as a Poisson process (seeded) instead of evenly.
-    #[arg(long)]
-    pub poisson: bool,
-    /// Send bursts of N back-to-back frames at the same average rate.
-    #[arg(long, default_value_t = 1)]
-    pub burst: u32,
-    /// Seed for --poisson.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Source IPv4:PORT (default 10.0.0.1:5000).
-    #[arg(long, value_name = "IP:PORT")]
-    pub src: Option<String>,
-    /// Destination IPv4:PORT (default 10.0.0.2:5001).
-    #[arg(long, value_name = "IP:PORT")]
-    pub dst: Option<String>,
-    /// Spread the frames over N flows: frame i comes from source port + i mod N.
-    #[arg(long, default_value_t = 1)]
-    pub flows: u32,
-}
 
 /// `IP:PORT`.
 fn endpoint(text: &str, what: &str) -> Result<([u8; 4], u16)> {

@@ -1,8 +1,8 @@
 //! One measurement: a device under test started, `linkem probe` run through
 //! it, and the row it gives; what the scenarios and the report share.
 
-use super::args::BenchArgs;
 use super::dut::{Dut, Running};
+use crate::cli::bench::BenchArgs;
 use crate::tools::probe::{self, stats::Analysis, stats::Percentiles, Pattern, ProbeConfig};
 use anyhow::{bail, Result};
 use linkem_io::netns::Topology;

@@ -33,12 +33,11 @@ use anyhow::{bail, Context, Result};
 use linkem_io::netns::{self, Topology};
 use std::time::Instant;
 
-mod args;
 mod dut;
 mod measure;
 mod scenarios;
 
-pub use args::BenchArgs;
+pub use crate::cli::bench::BenchArgs;
 pub use measure::Row;
 use measure::{pps_text, Bench};
 

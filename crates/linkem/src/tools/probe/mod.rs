@@ -14,6 +14,7 @@
 
 pub mod stats;
 
+pub use crate::cli::tools::ProbeArgs;
 use anyhow::{bail, Context, Result};
 use linkem_io::{netns, sys};
 use linkem_runtime::clock;
@@ -472,49 +473,6 @@ pub fn run_until(cfg: &ProbeConfig, stop: &AtomicBool) -> Result<ProbeRun> {
         series,
         clock: "CLOCK_TAI",
     })
-}
-
-/// What `linkem probe` was asked to do, as typed.
-#[derive(Debug, clap::Args)]
-pub struct ProbeArgs {
-    /// Receiver's IPv4 address.
-    pub dst: Ipv4Addr,
-    /// UDP port of the receiver.
-    #[arg(long, default_value_t = 5999)]
-    pub port: u16,
-    /// Network namespace of the sender (default: this one).
-    #[arg(long, value_name = "NS")]
-    pub src_ns: Option<String>,
-    /// Network namespace of the receiver (default: this one).
-    #[arg(long, value_name = "NS")]
-    pub dst_ns: Option<String>,
-    /// Packet rate (1kpps, 500pps) or bit rate over the frames (10mbit).
-    #[arg(long, default_value = "1kpps")]
-    pub rate: String,
-    /// Ethernet frame size with FCS, 64..=1518.
-    #[arg(long, default_value_t = 64)]
-    pub size: u32,
-    /// constant, burst:N (N back to back at the same average rate) or poisson.
-    #[arg(long, default_value = "constant")]
-    pub pattern: Pattern,
-    /// Packets to send (default: 2 s worth).
-    #[arg(long)]
-    pub packets: Option<u64>,
-    /// Send for this long instead of --packets, e.g. 5s or 1min (a bare number is seconds).
-    #[arg(long, value_name = "TIME", value_parser = linkem_core::units::parse_seconds)]
-    pub duration: Option<f64>,
-    /// The one-way delay the path is configured for; deviations are from it.
-    #[arg(long, default_value = "0ms", value_name = "TIME", value_parser = linkem_core::units::checked_time)]
-    pub expect_delay: String,
-    /// Seed of the Poisson schedule.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Write the results as JSON.
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<std::path::PathBuf>,
-    /// Write latency and gap plots (PNG and SVG) into DIR.
-    #[arg(long, value_name = "DIR")]
-    pub plot: Option<std::path::PathBuf>,
 }
 
 impl ProbeArgs {
