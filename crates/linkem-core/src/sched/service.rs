@@ -188,15 +188,11 @@ pub fn sched_class_bytes() -> usize {
         + 4 * 496
 }
 
+/// The fields an fq_* scheduler hashes into its flow numbers: the 5-tuple, without
+/// the IPv6 flow label.
 const FULL_MASK: FlowMask = FlowMask {
-    proto: 0xff,
-    src_ip4: !0,
-    dst_ip4: !0,
-    src_ip6: !0,
-    dst_ip6: !0,
-    src_port: 0xffff,
-    dst_port: 0xffff,
     flow_label: 0,
+    ..FlowMask::ALL
 };
 
 impl SchedLink {
