@@ -545,59 +545,8 @@ fn parse_request(
                 Request::List
             })
         }
-        "watch" => {
-            let interval_ns = match c.take() {
-                None => 1_000_000_000,
-                Some(w) => {
-                    // The one time syntax; a bare number is seconds, as before units.
-                    let ns = parse_time_or_bare_ns(w, "s").map_err(|e| c.here(e.0))?;
-                    if !(WATCH_MIN_NS..=WATCH_MAX_NS).contains(&ns) {
-                        return Err(c.here("watch interval must be 10ms..1h"));
-                    }
-                    ns
-                }
-            };
-            c.end("the interval")?;
-            Ok(Request::Watch { interval_ns })
-        }
-        "link" => {
-            // Without a direction the words apply to both, as they do on
-            // `linkem bridge`'s command line and in the Python client's link("both", ...).
-            let dir = match c.peek() {
-                Some("a-to-b" | "a->b") => Dir::AToB,
-                Some("b-to-a" | "b->a") => Dir::BToA,
-                Some("both") => Dir::Both,
-                Some(_) => Dir::Both,
-                None => {
-                    return Err(c.here(
-                        "'link' needs words, after a direction (a-to-b, b-to-a or both) or alone for both",
-                    ))
-                }
-            };
-            if matches!(
-                c.peek(),
-                Some("a-to-b" | "a->b" | "b-to-a" | "b->a" | "both")
-            ) {
-                c.take();
-            }
-            let first = c.next;
-            let words = &c.words[first..];
-            let spec = LinkSpec::parse_words(words, files)
-                .map_err(|e| c.at(first + e.position - 1, e.message))?;
-            if spec.seed.is_some() {
-                let at = words.iter().position(|w| *w == "seed").unwrap_or(0);
-                return Err(c.at(
-                    first + at,
-                    "the seed is fixed when the emulator starts (a change keeps the random streams)",
-                ));
-            }
-            let words = c.rest();
-            Ok(Request::Link {
-                dir,
-                link: Box::new(spec.link),
-                words,
-            })
-        }
+        "watch" => watch_request(c),
+        "link" => link_request(c, files),
         "pipe" | "queue" | "sched" => {
             let kind = match verb {
                 "pipe" => Kind::Pipe,
@@ -606,36 +555,7 @@ fn parse_request(
             };
             object_request(c, kind, files).map(Request::Rule)
         }
-        "add" => {
-            let number = match c.peek() {
-                Some(w) if is_number(w) => Some(number(c, "rule")?),
-                _ => None,
-            };
-            let body = c.next;
-            // Optional `set N` and `prob X` come before the action.
-            let mut at = body;
-            while let Some("set" | "prob") = c.words.get(at).copied() {
-                at += 2;
-            }
-            match c.words.get(at) {
-                None => return Err(c.here("'add' needs a rule: add [NUM] ACTION ...")),
-                Some(a) if !ACTIONS.contains(a) => {
-                    return Err(c.at(
-                        at,
-                        format!("unknown action (one of {})", ACTIONS.join(", ")),
-                    ))
-                }
-                Some(_) => {}
-            }
-            let words = &c.words[body..];
-            let rule =
-                parse_rule(number, words, 1, sides).map_err(|e| c.rules_error(body, words, e))?;
-            c.next = c.words.len();
-            Ok(Request::Rule(RuleRequest::Add {
-                number,
-                rule: Box::new(rule),
-            }))
-        }
+        "add" => add_request(c, sides),
         "delete" => {
             let mut numbers = Vec::new();
             while c.peek().is_some() {
@@ -662,6 +582,93 @@ fn parse_request(
         }
         _ => Err(c.here("unknown request (try 'help')")),
     }
+}
+
+/// `watch [INTERVAL]`: a bare number is seconds; 10ms..1h, 1 s when not given.
+fn watch_request(c: &mut Cursor<'_>) -> Result<Request, ParseError> {
+    let interval_ns = match c.take() {
+        None => 1_000_000_000,
+        Some(w) => {
+            // The one time syntax; a bare number is seconds, as before units.
+            let ns = parse_time_or_bare_ns(w, "s").map_err(|e| c.here(e.0))?;
+            if !(WATCH_MIN_NS..=WATCH_MAX_NS).contains(&ns) {
+                return Err(c.here("watch interval must be 10ms..1h"));
+            }
+            ns
+        }
+    };
+    c.end("the interval")?;
+    Ok(Request::Watch { interval_ns })
+}
+
+/// `link [a-to-b|b-to-a|both] WORDS`: the link's words, without a seed.
+fn link_request(c: &mut Cursor<'_>, files: &mut FileLoader<'_>) -> Result<Request, ParseError> {
+    // Without a direction the words apply to both, as they do on
+    // `linkem bridge`'s command line and in the Python client's link("both", ...).
+    let dir =
+        match c.peek() {
+            Some("a-to-b" | "a->b") => Dir::AToB,
+            Some("b-to-a" | "b->a") => Dir::BToA,
+            Some("both") => Dir::Both,
+            Some(_) => Dir::Both,
+            None => return Err(c.here(
+                "'link' needs words, after a direction (a-to-b, b-to-a or both) or alone for both",
+            )),
+        };
+    if matches!(
+        c.peek(),
+        Some("a-to-b" | "a->b" | "b-to-a" | "b->a" | "both")
+    ) {
+        c.take();
+    }
+    let first = c.next;
+    let words = &c.words[first..];
+    let spec =
+        LinkSpec::parse_words(words, files).map_err(|e| c.at(first + e.position - 1, e.message))?;
+    if spec.seed.is_some() {
+        let at = words.iter().position(|w| *w == "seed").unwrap_or(0);
+        return Err(c.at(
+            first + at,
+            "the seed is fixed when the emulator starts (a change keeps the random streams)",
+        ));
+    }
+    let words = c.rest();
+    Ok(Request::Link {
+        dir,
+        link: Box::new(spec.link),
+        words,
+    })
+}
+
+/// `add [N] [set N] [prob X] ACTION ...`: the rule, read as a rule file reads it.
+fn add_request(c: &mut Cursor<'_>, sides: [&str; 2]) -> Result<Request, ParseError> {
+    let number = match c.peek() {
+        Some(w) if is_number(w) => Some(number(c, "rule")?),
+        _ => None,
+    };
+    let body = c.next;
+    // Optional `set N` and `prob X` come before the action.
+    let mut at = body;
+    while let Some("set" | "prob") = c.words.get(at).copied() {
+        at += 2;
+    }
+    match c.words.get(at) {
+        None => return Err(c.here("'add' needs a rule: add [NUM] ACTION ...")),
+        Some(a) if !ACTIONS.contains(a) => {
+            return Err(c.at(
+                at,
+                format!("unknown action (one of {})", ACTIONS.join(", ")),
+            ))
+        }
+        Some(_) => {}
+    }
+    let words = &c.words[body..];
+    let rule = parse_rule(number, words, 1, sides).map_err(|e| c.rules_error(body, words, e))?;
+    c.next = c.words.len();
+    Ok(Request::Rule(RuleRequest::Add {
+        number,
+        rule: Box::new(rule),
+    }))
 }
 
 /// `pipe N config ...`, `pipe [N] show|list`, `pipe N delete`, `pipe delete N`.
