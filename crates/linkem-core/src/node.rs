@@ -124,6 +124,29 @@ pub struct Decision {
     pub ce: bool,
 }
 
+impl Decision {
+    /// A packet's decision before any rule or pipe: delivered at `release_ns`, never
+    /// queued, as `allow` or no matching rule leaves it.
+    pub(crate) fn delivered(tag: u64, side: Side, release_ns: u64) -> Decision {
+        Decision {
+            tag,
+            fate: Fate::Delivered,
+            side,
+            queue_packets: 0,
+            queue_bytes: 0,
+            release_ns,
+            duplicate: false,
+            corrupt_bits: Vec::new(),
+            rule: None,
+            pipe: None,
+            flow_id: 0,
+            hops: 0,
+            queue: None,
+            ce: false,
+        }
+    }
+}
+
 /// The node's settings beyond the rule file.
 #[derive(Debug, Clone, Copy)]
 pub struct NodeConfig {
@@ -484,22 +507,7 @@ impl Node {
             self.advance(now_ns, false, out);
         }
         self.input_at(now_ns);
-        let d = Decision {
-            tag: pkt.tag,
-            fate: Fate::Delivered,
-            side: pkt.side,
-            queue_packets: 0,
-            queue_bytes: 0,
-            release_ns: now_ns,
-            duplicate: false,
-            corrupt_bits: Vec::new(),
-            rule: None,
-            pipe: None,
-            flow_id: 0,
-            hops: 0,
-            queue: None,
-            ce: false,
-        };
+        let d = Decision::delivered(pkt.tag, pkt.side, now_ns);
         self.run(now_ns, pkt, 0, d, out);
     }
 

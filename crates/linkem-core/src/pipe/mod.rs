@@ -153,19 +153,26 @@ impl FlowMask {
 }
 
 impl MaskedKey {
+    /// The addresses and the flow label as the words both hashes fold in, after the
+    /// narrow fields.
+    #[inline(always)]
+    fn address_words(&self) -> [u64; 5] {
+        [
+            self.src_ip as u64,
+            (self.src_ip >> 64) as u64,
+            self.dst_ip as u64,
+            (self.dst_ip >> 64) as u64,
+            self.flow_label as u64,
+        ]
+    }
+
     /// A stable 64-bit id of the flow (no per-process hashing).
     pub fn flow_id(&self) -> u64 {
         let mut h = mix(self.ip_version as u64
             | (self.proto as u64) << 8
             | (self.src_port as u64) << 16
             | (self.dst_port as u64) << 32);
-        for v in [
-            self.src_ip as u64,
-            (self.src_ip >> 64) as u64,
-            self.dst_ip as u64,
-            (self.dst_ip >> 64) as u64,
-            self.flow_label as u64,
-        ] {
+        for v in self.address_words() {
             h = mix(h ^ v);
         }
         h
@@ -187,13 +194,7 @@ impl MaskedKey {
             | (self.ip_version as u64) << 8
             | (self.src_port as u64) << 16
             | (self.dst_port as u64) << 32;
-        for v in [
-            self.src_ip as u64,
-            (self.src_ip >> 64) as u64,
-            self.dst_ip as u64,
-            (self.dst_ip >> 64) as u64,
-            self.flow_label as u64,
-        ] {
+        for v in self.address_words() {
             h = (h ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
         }
         mix(h)
