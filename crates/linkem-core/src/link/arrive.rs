@@ -256,7 +256,6 @@ impl Link {
 }
 
 #[inline]
-
 fn finish(plain: &mut Option<Box<Plain>>, mut v: Verdict, fate: Fate) -> Verdict {
     v.fate = fate;
     if let Some(plain) = plain {
