@@ -6,7 +6,8 @@
 //! measured from that line to the line of the brace that closes their body, with
 //! comments, strings and char literals blanked first so that their braces do not
 //! count. A module's first paragraph is its leading `//!` lines up to the first
-//! empty `//!` line. A failure lists every violation at once.
+//! empty `//!` line, or the `///` lines above its `mod` declaration up to the first
+//! empty one. A failure lists every violation at once.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -243,6 +244,39 @@ fn first_doc_paragraph_lines(src: &str) -> usize {
         .count()
 }
 
+/// Each inline or out-of-line module documented where it is declared (`/// ...` above
+/// `mod name`): the declaration's line (1-based) and its doc's first paragraph's lines.
+fn declared_module_docs(src: &str) -> Vec<(usize, usize)> {
+    let lines: Vec<&str> = src.lines().map(str::trim_start).collect();
+    let mut out = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        let item = l
+            .strip_prefix("pub(crate) ")
+            .or_else(|| l.strip_prefix("pub(super) "))
+            .or_else(|| l.strip_prefix("pub "))
+            .unwrap_or(l);
+        if !item.starts_with("mod ") {
+            continue;
+        }
+        let mut j = i;
+        while j > 0 && lines[j - 1].starts_with("#[") {
+            j -= 1;
+        }
+        let doc_start = (0..j)
+            .rev()
+            .take_while(|&k| lines[k].starts_with("///"))
+            .last();
+        if let Some(start) = doc_start {
+            let first = lines[start..j]
+                .iter()
+                .take_while(|l| !l.trim_start_matches("///").trim().is_empty())
+                .count();
+            out.push((i + 1, first));
+        }
+    }
+    out
+}
+
 /// Every violation of the limits in the workspace, one line each.
 fn violations() -> Vec<String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -265,6 +299,13 @@ fn violations() -> Vec<String> {
             if len > FN_LINES_MAX {
                 out.push(format!(
                     "{rel}:{line}: fn {name} has {len} lines (at most {FN_LINES_MAX})"
+                ));
+            }
+        }
+        for (line, doc) in declared_module_docs(&text) {
+            if doc > DOC_PARAGRAPH_LINES_MAX {
+                out.push(format!(
+                    "{rel}:{line}: the module's first doc paragraph has {doc} lines (at most {DOC_PARAGRAPH_LINES_MAX})"
                 ));
             }
         }
@@ -297,4 +338,6 @@ fn the_scan_measures_bodies_and_skips_braces_in_literals() {
         vec![("a".to_string(), 5, 5), ("b".to_string(), 10, 3)]
     );
     assert_eq!(first_doc_paragraph_lines(src), 2);
+    let declared = "/// One\n/// two.\n///\n/// Three.\n#[cfg(test)]\npub mod a;\nmod b;\n";
+    assert_eq!(declared_module_docs(declared), vec![(6, 2)]);
 }
