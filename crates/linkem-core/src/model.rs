@@ -123,20 +123,12 @@ impl Model for LinkModel {
             },
         );
         out.push(Decision {
-            tag: pkt.tag,
             fate: v.fate,
-            side: pkt.side,
             queue_packets: v.queue_packets,
             queue_bytes: v.queue_bytes,
-            release_ns: v.release_ns,
             duplicate: v.duplicate,
             corrupt_bits: v.corrupt_bit.into_iter().collect(),
-            rule: None,
-            pipe: None,
-            flow_id: 0,
-            hops: 0,
-            queue: None,
-            ce: false,
+            ..Decision::delivered(pkt.tag, pkt.side, v.release_ns)
         });
     }
 

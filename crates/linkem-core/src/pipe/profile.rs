@@ -90,6 +90,34 @@ fn parse_prob(text: &str) -> Result<f64, String> {
     units::parse_probability(text).map_err(|e| e.0)
 }
 
+/// The `n` delays of the table, sample i at probability i/n, interpolated linearly
+/// between the sorted `points` (probability, delay ns) and flat after the last.
+fn delay_table(points: &[(f64, u64)], n: usize) -> Vec<u64> {
+    let mut table_ns = vec![0u64; n];
+    for w in points.windows(2) {
+        let (y1, x1) = (w[0].0 * n as f64, w[0].1 as f64);
+        let (y2, x2) = (w[1].0 * n as f64, w[1].1 as f64);
+        let (start, stop) = (y1.ceil() as usize, (y2.ceil() as usize).min(n));
+        for (i, slot) in table_ns.iter_mut().enumerate().take(stop).skip(start) {
+            *slot = if x1 == x2 || y2 == y1 {
+                x1 as u64
+            } else {
+                (x1 + (i as f64 - y1) * (x2 - x1) / (y2 - y1))
+                    .max(0.0)
+                    .round() as u64
+            };
+        }
+    }
+    let (p_last, d_last) = *points.last().expect("two points at least");
+    for slot in table_ns
+        .iter_mut()
+        .skip((p_last * n as f64).ceil() as usize)
+    {
+        *slot = d_last;
+    }
+    table_ns
+}
+
 impl Profile {
     /// Parses a profile file's text.
     pub fn parse(text: &str) -> Result<Profile, ProfileError> {
@@ -195,28 +223,7 @@ impl Profile {
         let n = samples.unwrap_or(100);
         let loss_level = loss_level.unwrap_or(1.0);
         points.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        let mut table_ns = vec![0u64; n];
-        for w in points.windows(2) {
-            let (y1, x1) = (w[0].0 * n as f64, w[0].1 as f64);
-            let (y2, x2) = (w[1].0 * n as f64, w[1].1 as f64);
-            let (start, stop) = (y1.ceil() as usize, (y2.ceil() as usize).min(n));
-            for (i, slot) in table_ns.iter_mut().enumerate().take(stop).skip(start) {
-                *slot = if x1 == x2 || y2 == y1 {
-                    x1 as u64
-                } else {
-                    (x1 + (i as f64 - y1) * (x2 - x1) / (y2 - y1))
-                        .max(0.0)
-                        .round() as u64
-                };
-            }
-        }
-        let (p_last, d_last) = *points.last().expect("two points at least");
-        for slot in table_ns
-            .iter_mut()
-            .skip((p_last * n as f64).ceil() as usize)
-        {
-            *slot = d_last;
-        }
+        let table_ns = delay_table(&points, n);
         Ok(Profile {
             name: name.unwrap_or_default(),
             rate_bps,

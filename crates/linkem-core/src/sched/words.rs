@@ -224,6 +224,14 @@ struct Words<'a> {
 }
 
 impl<'a> Words<'a> {
+    fn new(w: &'a [&'a str], line: usize) -> Self {
+        Words {
+            w,
+            at: 0,
+            line,
+            seen: Vec::new(),
+        }
+    }
     fn next(&mut self) -> Option<&'a str> {
         let w = self.w.get(self.at).copied();
         self.at += 1;
@@ -242,6 +250,20 @@ impl<'a> Words<'a> {
             return Err(rerr(self.line, w, format!("'{canon}' is given twice")));
         }
         self.seen.push(canon);
+        Ok(())
+    }
+    /// `mask FIELDS` (once): the mask; the words after its fields come next.
+    fn mask(&mut self, w: &str) -> Result<FlowMask, RulesError> {
+        self.once("mask", w)?;
+        let (m, used) = parse_mask(&self.w[self.at..], self.line, w)?;
+        self.at += used;
+        Ok(m)
+    }
+    /// `buckets N` (once, 1..2^20): Dummynet's hash size, checked and not kept (the
+    /// flow index grows as needed).
+    fn buckets(&mut self, w: &str) -> Result<(), RulesError> {
+        self.once("buckets", w)?;
+        int_in(self.line, self.arg(w, "a number")?, 1, 1 << 20, "buckets")?;
         Ok(())
     }
 }
@@ -395,12 +417,7 @@ fn set_ecn(aqm: &mut AqmConfig, line: usize) -> Result<(), RulesError> {
 
 /// Parses the words after `sched N config`.
 pub fn parse_sched(number: u32, words: &[&str], line: usize) -> Result<SchedDef, RulesError> {
-    let mut c = Words {
-        w: words,
-        at: 0,
-        line,
-        seen: Vec::new(),
-    };
+    let mut c = Words::new(words, line);
     let mut kind = SchedKind::Wf2q;
     // Type first: its defaults are what the other words change.
     if let Some(i) = words.iter().position(|w| *w == "type") {
@@ -474,16 +491,8 @@ pub fn parse_sched(number: u32, words: &[&str], line: usize) -> Result<SchedDef,
                     return Err(rerr(line, w, format!("'{w}' is not a parameter of {}", kind.name().to_lowercase())));
                 }
             }
-            "mask" => {
-                c.once("mask", w)?;
-                let (m, used) = parse_mask(&words[c.at..], line, w)?;
-                c.at += used;
-                mask = Some(m);
-            }
-            "buckets" => {
-                c.once("buckets", w)?;
-                int_in(line, c.arg(w, "a number")?, 1, 1 << 20, "buckets")?;
-            }
+            "mask" => mask = Some(c.mask(w)?),
+            "buckets" => c.buckets(w)?,
             "lmax" | "maxlen" | "weight" => return Err(rerr(line, w, format!("'{w}' is a word of 'queue N config' (each queue has its own)"))),
             "bw" | "bandwidth" | "delay" => return Err(rerr(line, w, "the link's words go on 'pipe N config' (sched N serves pipe N's link)")),
             _ => return Err(rerr(line, w, "unknown word for sched (type, quantum, limit, flows, target, interval, tupdate, alpha, beta, max_burst, max_ecnth, ecn, noecn, mask, buckets)")),
@@ -532,12 +541,7 @@ fn queue_limit(line: usize, v: &str) -> Result<(Option<u32>, Option<u64>), Rules
 
 /// Parses the words after `queue N config`.
 pub fn parse_queue(number: u32, words: &[&str], line: usize) -> Result<QueueDef, RulesError> {
-    let mut c = Words {
-        w: words,
-        at: 0,
-        line,
-        seen: Vec::new(),
-    };
+    let mut c = Words::new(words, line);
     let mut parent = None;
     let mut params = QueueParams::default();
     let mut mask = None;
@@ -582,16 +586,8 @@ pub fn parse_queue(number: u32, words: &[&str], line: usize) -> Result<QueueDef,
                 c.once("ecn", w)?;
                 ecn = true;
             }
-            "mask" => {
-                c.once("mask", w)?;
-                let (m, used) = parse_mask(&words[c.at..], line, w)?;
-                c.at += used;
-                mask = Some(m);
-            }
-            "buckets" => {
-                c.once("buckets", w)?;
-                int_in(line, c.arg(w, "a number")?, 1, 1 << 20, "buckets")?;
-            }
+            "mask" => mask = Some(c.mask(w)?),
+            "buckets" => c.buckets(w)?,
             "lmax" | "maxlen" => {
                 c.once("lmax", w)?;
                 let v = c.arg(w, "a packet size in bytes such as 1514")?;
@@ -631,12 +627,7 @@ pub fn split_pipe_words<'a>(
 ) -> Result<(Vec<&'a str>, PipeSched), RulesError> {
     let mut rest = Vec::with_capacity(words.len());
     let mut ps = PipeSched::default();
-    let mut c = Words {
-        w: words,
-        at: 0,
-        line,
-        seen: Vec::new(),
-    };
+    let mut c = Words::new(words, line);
     let mut ecn = false;
     while let Some(w) = c.next() {
         match w {

@@ -109,9 +109,8 @@ impl Flow {
         p
     }
 
-    /// The frame for these fields, every length and checksum right. `seq`,
-    /// `id`, `flags` override the flow's.
-    fn build(&self, seq: u32, id: u16, flags: u8, payload: &[u8]) -> Vec<u8> {
+    /// The TCP or UDP header and payload, checksum right.
+    fn l4_bytes(&self, seq: u32, flags: u8, payload: &[u8]) -> Vec<u8> {
         let mut l4 = Vec::new();
         match &self.l4 {
             L4::Tcp {
@@ -164,6 +163,11 @@ impl Flow {
                 }
             }
         }
+        l4
+    }
+
+    /// The IP header (and IPv6 extension headers) over `l4_len` bytes, and its EtherType.
+    fn l3_bytes(&self, id: u16, l4_len: usize) -> (Vec<u8>, EtherType) {
         let proto = match self.l4 {
             L4::Tcp { .. } => IpNumber::TCP,
             L4::Udp { .. } => IpNumber::UDP,
@@ -185,7 +189,7 @@ impl Flow {
                 h.identification = id;
                 h.dont_fragment = *df;
                 h.options = options.as_slice().try_into().unwrap();
-                h.set_payload_len(l4.len()).unwrap();
+                h.set_payload_len(l4_len).unwrap();
                 h.header_checksum = 0;
                 let mut raw = Vec::new();
                 h.write_raw(&mut raw).unwrap();
@@ -233,12 +237,20 @@ impl Flow {
                     source: *src,
                     destination: *dst,
                 };
-                h.set_payload_length(ext_bytes.len() + l4.len()).unwrap();
+                h.set_payload_length(ext_bytes.len() + l4_len).unwrap();
                 h.write(&mut l3).unwrap();
                 l3.extend_from_slice(&ext_bytes);
                 EtherType::IPV6
             }
         };
+        (l3, ethertype)
+    }
+
+    /// The frame for these fields, every length and checksum right. `seq`,
+    /// `id`, `flags` override the flow's.
+    fn build(&self, seq: u32, id: u16, flags: u8, payload: &[u8]) -> Vec<u8> {
+        let l4 = self.l4_bytes(seq, flags, payload);
+        let (l3, ethertype) = self.l3_bytes(id, l4.len());
         let mut frame = Vec::new();
         let first_type = self
             .vlans
