@@ -1,11 +1,11 @@
-//! The data path of `linkem host` (see `host.rs` for how and why): the
+//! The data path of `linkem host` (see `crate::host` for how and why): the
 //! capabilities it needs, linkem's own chains, and the netfilter queues as the
-//! live stage's receive and transmit ports. `bridge.rs` attaches it; `host.rs`
-//! (the command) imports the bridge, never the other way round.
+//! live stage's receive and transmit ports. `crate::bridge` attaches it;
+//! `crate::host` (the command) imports the bridge, never the other way round.
 
-use crate::host_iptables::{ipt, ipt_checked, pass_to_iptables, TABLES};
-pub use crate::host_iptables::{CHAIN_IN, CHAIN_OUT};
-use crate::host_watchdog::Watchdog;
+use crate::host::iptables::{ipt, ipt_checked, pass_to_iptables, TABLES};
+pub use crate::host::iptables::{CHAIN_IN, CHAIN_OUT};
+use crate::host::watchdog::Watchdog;
 use anyhow::{anyhow, bail, Result};
 use linkem_core::rules::SocketOwner;
 use linkem_io::caps::{self, Cap};
