@@ -1,6 +1,6 @@
 //! The clocks the kernel stamps received frames with, read from user space.
 
-use super::*;
+use crate::sys::clock_ns;
 
 /// The current `CLOCK_REALTIME` in nanoseconds: the clock of [`RxFrame::ts_ns`].
 pub fn now_realtime_ns() -> u64 {
@@ -10,14 +10,6 @@ pub fn now_realtime_ns() -> u64 {
 /// The current `CLOCK_MONOTONIC` in nanoseconds.
 pub fn now_monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)
-}
-
-fn clock_ns(clock: libc::clockid_t) -> u64 {
-    // Safety: `ts` is a valid, writable timespec; clock_gettime only writes to it.
-    let mut ts: libc::timespec = unsafe { zeroed() };
-    // Safety: as above; the clock ids used are always supported on Linux.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// The offset between `CLOCK_REALTIME` and `CLOCK_MONOTONIC`, measured once, to turn kernel

@@ -44,6 +44,7 @@
 //! frames (`linkem_core::wire::coalesce`), each with a virtio-net header asking for
 //! segmentation (`gso_type` TCPV4/TCPV6, `gso_size` the MSS) and a partial checksum.
 
+use crate::sys::setsockopt;
 use linkem_core::wire::{CsumPartial, Gso, GsoKind, Offload};
 use std::ffi::CString;
 use std::io;
@@ -295,24 +296,6 @@ impl Drop for FdGuard {
             // Safety: the guard owns this descriptor and closes it exactly once.
             unsafe { libc::close(self.0) };
         }
-    }
-}
-
-fn setsockopt<T>(fd: RawFd, level: libc::c_int, opt: libc::c_int, val: &T) -> io::Result<()> {
-    // Safety: `val` points to a live `T` of `size_of::<T>()` bytes, which the kernel only reads.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            opt,
-            (val as *const T).cast(),
-            size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
     }
 }
 
