@@ -35,6 +35,7 @@ pub mod infile;
 pub mod netns;
 pub mod nfqueue;
 pub mod outfile;
+pub mod port;
 pub mod recording;
 pub mod shellns;
 pub mod sys;

@@ -2,7 +2,7 @@
 
 use crate::sys::clock_ns;
 
-/// The current `CLOCK_REALTIME` in nanoseconds: the clock of [`RxFrame::ts_ns`].
+/// The current `CLOCK_REALTIME` in nanoseconds: the clock of [`RxFrame::ts_ns`](linkem_core::port::RxFrame::ts_ns).
 pub fn now_realtime_ns() -> u64 {
     clock_ns(libc::CLOCK_REALTIME)
 }

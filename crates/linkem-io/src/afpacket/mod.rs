@@ -34,7 +34,7 @@
 //! (or GRO on this interface) it may be a 64 KiB super-frame. With
 //! [`AfPacketConfig::offload`] (the default) the socket asks for the virtio-net header
 //! (`PACKET_VNET_HDR`), which the kernel writes just before the frame in the ring slot (at
-//! `tp_mac - 10` with TPACKET_V2, checked on Linux 6.18), and [`RxFrame::offload`] says
+//! `tp_mac - 10` with TPACKET_V2, checked on Linux 6.18), and [`RxFrame::offload`](linkem_core::port::RxFrame::offload) says
 //! what is left to do; a frame longer than a slot is marked `TP_STATUS_COPY` in the ring
 //! and queued whole on the socket (`PACKET_COPY_THRESH`), where [`AfPacket::rx_batch`]
 //! reads it, so the ring stays sized for the MTU. The same socket then sends with a
@@ -56,6 +56,7 @@ use std::time::Duration;
 
 mod clock;
 mod gso;
+pub mod port;
 mod ring;
 mod rx;
 mod socket;
@@ -66,8 +67,8 @@ mod tx;
 pub use clock::{now_monotonic_ns, now_realtime_ns, ClockOffset};
 pub use gso::GsoSender;
 pub use ring::{check_mtu, frame_size_for_mtu, RingGeometry};
-pub use rx::{parse_vnet_hdr, poll_rx_any, RxFrame};
-pub use tx::{link_down_errno, TxPush};
+pub use rx::{parse_vnet_hdr, poll_rx_any};
+pub use tx::link_down_errno;
 
 /// Size of `struct tpacket2_hdr` (the per-frame header for TPACKET_V2).
 const TPACKET2_HDR_SIZE: usize = size_of::<libc::tpacket2_hdr>();
@@ -194,7 +195,7 @@ pub struct AfPacketConfig {
     /// and interface, and a second receiving socket would double the receive work.
     pub receive: bool,
     /// Learn each received frame's offload state (`PACKET_VNET_HDR`: checksum left to
-    /// finish, super-frame to cut; [`RxFrame::offload`]) and take frames longer than a ring
+    /// finish, super-frame to cut; [`RxFrame::offload`](linkem_core::port::RxFrame::offload)) and take frames longer than a ring
     /// slot whole (`PACKET_COPY_THRESH`: the kernel queues them on the socket, and
     /// [`AfPacket::rx_batch`] reads them there). Receive sockets only.
     pub offload: bool,

@@ -2,34 +2,7 @@
 //! socket queue), with their offload state, and waiting for them.
 
 use super::*;
-
-/// One received frame, valid while the callback of [`AfPacket::rx_batch`] runs.
-#[derive(Debug)]
-pub struct RxFrame<'a> {
-    /// The frame's bytes from the Ethernet header on (VLAN tag reinserted if configured);
-    /// shorter than `orig_len` when the frame did not fit the slot.
-    pub data: &'a [u8],
-    /// The frame's length on the wire.
-    pub orig_len: u32,
-    /// Kernel receive time, `CLOCK_REALTIME` nanoseconds.
-    pub ts_ns: u64,
-    /// The VLAN tag (TPID, TCI) the device had stripped, if any.
-    pub vlan: Option<(u16, u16)>,
-    /// The sender left the TCP/UDP checksum for offload (`TP_STATUS_CSUMNOTREADY`): the
-    /// frame as received has an unfinished checksum and would be dropped by a receiver if
-    /// forwarded as is, unless it is finished first ([`RxFrame::offload`] says where).
-    pub csum_not_ready: bool,
-    /// What is left to do to make the frame a wire frame (from the virtio-net header,
-    /// offsets relative to `data`); empty without [`AfPacketConfig::offload`].
-    pub offload: Offload,
-}
-
-impl RxFrame<'_> {
-    /// True when the frame was cut to fit the ring slot.
-    pub fn truncated(&self) -> bool {
-        (self.data.len() as u32) < self.orig_len
-    }
-}
+use linkem_core::port::RxFrame;
 
 impl AfPacket {
     /// True when a received frame is waiting (no system call).
@@ -40,7 +13,13 @@ impl AfPacket {
     }
 
     /// Hands up to `max` received frames to `f`, oldest first, returning each slot to the
-    /// kernel after `f` returns. Makes no system call. Returns the number of frames.
+    /// kernel after `f` returns. Makes no system call. Returns the number of frames. Each
+    /// frame's `data` starts at the Ethernet header (VLAN tag written back if configured;
+    /// a tag not written back is lost), its `ts_ns` is the kernel's receive time
+    /// (`CLOCK_REALTIME`), its `offload` what is left to do to make it a wire frame (from
+    /// the virtio-net header; empty without [`AfPacketConfig::offload`]). A frame whose
+    /// sender left its checksum for offload (`TP_STATUS_CSUMNOTREADY`) is counted in
+    /// [`AfPacketStats::rx_csum_not_ready`]; `offload` says where to finish it.
     pub fn rx_batch(&mut self, max: usize, mut f: impl FnMut(RxFrame<'_>)) -> usize {
         let mut n = 0;
         while n < max {
@@ -97,14 +76,13 @@ impl AfPacket {
                 data,
                 orig_len,
                 ts_ns,
-                vlan,
-                csum_not_ready,
                 offload,
+                owner: None,
             };
             if rx.truncated() {
                 self.stats.rx_truncated += 1;
             }
-            if rx.csum_not_ready {
+            if csum_not_ready {
                 self.stats.rx_csum_not_ready += 1;
             }
             if offload.gso.is_some() {

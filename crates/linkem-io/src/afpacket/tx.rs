@@ -2,17 +2,7 @@
 //! the kernel is done with.
 
 use super::*;
-
-/// What [`AfPacket::tx_push`] did with a frame.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TxPush {
-    /// In the TX ring; sent at the next flush.
-    Queued,
-    /// The ring is full: flush and offer it again.
-    NoRoom,
-    /// Longer than the interface sends: not queued.
-    TooBig,
-}
+use linkem_core::port::TxOutcome;
 
 impl AfPacket {
     /// Reclaims TX slots the kernel has finished with; returns how many are still queued
@@ -54,20 +44,20 @@ impl AfPacket {
         (self.mtu as usize + ETH_HLEN + VLAN_HLEN).min(self.tx_room())
     }
 
-    /// Copies `data` (a whole Ethernet frame) into the next TX slot. [`TxPush::NoRoom`] when
-    /// the ring is full ([`AfPacket::tx_flush`] frees slots); [`TxPush::TooBig`] for a frame
+    /// Copies `data` (a whole Ethernet frame) into the next TX slot. [`TxOutcome::NoRoom`] when
+    /// the ring is full ([`AfPacket::tx_flush`] frees slots); [`TxOutcome::TooBig`] for a frame
     /// the interface would refuse (longer than MTU + Ethernet header, + 4 if tagged 802.1Q):
     /// nothing is queued, nothing truncated. Nothing is sent until `tx_flush`.
-    pub fn tx_push(&mut self, data: &[u8]) -> TxPush {
+    pub fn tx_push(&mut self, data: &[u8]) -> TxOutcome {
         let tagged = data.len() >= ETH_HLEN && data[12..14] == [0x81, 0x00];
         let limit = self.mtu as usize + ETH_HLEN + if tagged { VLAN_HLEN } else { 0 };
         if data.len() > limit.min(self.tx_room()) {
             self.stats.tx_oversize += 1;
-            return TxPush::TooBig;
+            return TxOutcome::TooBig;
         }
         if self.tx_in_flight() == self.tx.frame_nr && self.tx_reclaim() == self.tx.frame_nr {
             self.stats.tx_ring_full += 1;
-            return TxPush::NoRoom;
+            return TxOutcome::NoRoom;
         }
         let frame = self.tx_frame_ptr(self.tx_head);
         let vnet = if self.offload { VNET_HDR_LEN } else { 0 };
@@ -89,7 +79,7 @@ impl AfPacket {
         self.tx_head = (self.tx_head + 1) % self.tx.frame_nr;
         self.tx_unflushed += 1;
         self.stats.tx_queued += 1;
-        TxPush::Queued
+        TxOutcome::Queued
     }
 
     /// Asks the kernel to send every queued frame with one `send(fd, NULL, 0, MSG_DONTWAIT)`

@@ -82,6 +82,7 @@
 //! every second.
 
 mod attach;
+pub mod port;
 mod ring;
 mod rx;
 mod socket;
@@ -96,7 +97,7 @@ use std::sync::Arc;
 
 pub use attach::PROGRAM_NAME;
 pub use rx::{XdpRx, XdpRxStats};
-pub use tx::{Pushed, XdpTx, XdpTxStats};
+pub use tx::{XdpTx, XdpTxStats};
 
 use crate::afpacket::IoError;
 use crate::bpf::{self, BpfError, RxClock, XdpMode};

@@ -28,6 +28,8 @@
 //! [`parse_packets`] reads received datagrams with bounds-checked slices only
 //! (no input can make it panic: fuzz target `nfqueue`).
 
+pub mod port;
+
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
