@@ -132,31 +132,17 @@ pub fn claim_interfaces(if_a: &str, if_b: &str) -> Result<Claimed> {
     })
 }
 
-/// What a backend needs, as setcap names it. AF_PACKET: raw sockets. AF_XDP:
-/// also loading and attaching the XDP program (CAP_BPF, CAP_NET_ADMIN) and
-/// pinning the UMEM (CAP_IPC_LOCK, or a large enough `ulimit -l`).
+/// What a backend needs, as setcap names it (`auto` as much as AF_XDP).
 fn needed_caps(kind: BackendKind) -> Vec<Cap> {
     match kind {
-        BackendKind::Packet => vec![Cap::NET_RAW],
-        BackendKind::Xdp | BackendKind::Auto => {
-            let mut v = vec![Cap::NET_RAW, Cap::NET_ADMIN, Cap::BPF];
-            if !memlock_unlimited() {
-                v.push(Cap::IPC_LOCK);
-            }
-            v
-        }
+        BackendKind::Packet => afpacket::NEEDED_CAPS.to_vec(),
+        BackendKind::Xdp | BackendKind::Auto => afxdp::needed_caps(),
     }
 }
 
-fn memlock_unlimited() -> bool {
-    std::fs::read_to_string("/proc/self/limits")
-        .ok()
-        .and_then(|l| {
-            l.lines()
-                .find(|x| x.starts_with("Max locked memory"))
-                .map(|x| x.split_whitespace().nth(3) == Some("unlimited"))
-        })
-        .unwrap_or(false)
+/// The names of the capabilities of `need` this process lacks.
+fn lacking(need: &[Cap]) -> Result<Vec<String>> {
+    Ok(caps::lacking(need)?.iter().map(|c| c.to_string()).collect())
 }
 
 /// Every capability the bridge may use, for the `setcap` line.
@@ -203,18 +189,9 @@ pub fn resolve_auto(kind: BackendKind, coalesce: bool) -> BackendKind {
 /// needs, instead of requiring uid 0. `auto` without what AF_XDP needs
 /// becomes AF_PACKET, and says why. Returns the backend to use.
 pub fn check_capabilities(kind: BackendKind, realtime: bool) -> Result<BackendKind> {
-    let have = caps::current()
-        .map_err(|e| anyhow!("cannot read this process's capabilities: {e}"))?
-        .effective;
-    let missing = |caps: &[Cap]| -> Vec<String> {
-        caps.iter()
-            .filter(|c| !have.has(**c))
-            .map(|c| c.to_string())
-            .collect()
-    };
     let mut kind = kind;
     if kind == BackendKind::Auto {
-        let lacking = missing(&needed_caps(BackendKind::Xdp));
+        let lacking = lacking(&needed_caps(BackendKind::Xdp))?;
         if !lacking.is_empty() {
             eprintln!(
                 "linkem: --backend auto chose AF_PACKET: AF_XDP needs {} ({})",
@@ -228,7 +205,7 @@ pub fn check_capabilities(kind: BackendKind, realtime: bool) -> Result<BackendKi
     if realtime {
         need.push(Cap::SYS_NICE);
     }
-    let lacking = missing(&need);
+    let lacking = lacking(&need)?;
     if !lacking.is_empty() {
         bail!(
             "linkem bridge needs {} here{} ({})",

@@ -216,6 +216,9 @@ impl Default for AfPacketConfig {
     }
 }
 
+/// What opening an AF_PACKET socket needs: raw sockets.
+pub const NEEDED_CAPS: &[crate::caps::Cap] = &[crate::caps::Cap::NET_RAW];
+
 /// Counters kept by an [`AfPacket`] in user space.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AfPacketStats {

@@ -101,6 +101,7 @@ pub use tx::{XdpTx, XdpTxStats};
 
 use crate::afpacket::IoError;
 use crate::bpf::{self, BpfError, RxClock, XdpMode};
+use crate::caps::Cap;
 use crate::ifaces;
 use attach::Attachment;
 use rx::{RxQueue, TsClock};
@@ -495,6 +496,28 @@ fn bind_with_retry(ifname: &str, spec: SocketSpec) -> Result<(Socket, BindMode),
             other => return other.map_err(|e| e.error),
         }
     }
+}
+
+/// What opening AF_XDP needs: raw sockets, loading and attaching the XDP program
+/// (CAP_BPF, CAP_NET_ADMIN) and pinning the UMEM (CAP_IPC_LOCK, unless `ulimit -l` is
+/// unlimited).
+pub fn needed_caps() -> Vec<Cap> {
+    let mut v = vec![Cap::NET_RAW, Cap::NET_ADMIN, Cap::BPF];
+    if !memlock_unlimited() {
+        v.push(Cap::IPC_LOCK);
+    }
+    v
+}
+
+fn memlock_unlimited() -> bool {
+    std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|l| {
+            l.lines()
+                .find(|x| x.starts_with("Max locked memory"))
+                .map(|x| x.split_whitespace().nth(3) == Some("unlimited"))
+        })
+        .unwrap_or(false)
 }
 
 /// Smallest UMEM frame that holds a received frame of `mtu` bytes of payload

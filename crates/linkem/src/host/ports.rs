@@ -67,16 +67,12 @@ pub fn check_capabilities(realtime: bool) -> Result<()> {
 }
 
 fn check_own_capabilities(realtime: bool) -> Result<()> {
-    let have = caps::current()
-        .map_err(|e| anyhow!("cannot read this process's capabilities: {e}"))?
-        .effective;
-    let mut need = vec![Cap::NET_ADMIN, Cap::NET_RAW];
+    let mut need = nfqueue::NEEDED_CAPS.to_vec();
     if realtime {
         need.push(Cap::SYS_NICE);
     }
-    let lacking: Vec<String> = need
+    let lacking: Vec<String> = caps::lacking(&need)?
         .iter()
-        .filter(|c| !have.has(**c))
         .map(|c| c.to_string())
         .collect();
     if !lacking.is_empty() {
