@@ -24,7 +24,7 @@ pub struct QueuePorts {
 }
 
 /// The ports of `queues` (side a's, side b's). Side b steals its packets and sends
-/// their copies through `raw` ([`QueueRx`]); each verdict half keeps at most
+/// their copies through `raw` (see `QueueRx`); each verdict half keeps at most
 /// `held.packets` records of a pipe in `held.pipes` waiting.
 pub fn ports(queues: [NfQueue; 2], raw: RawSender, held: HeldBound) -> QueuePorts {
     let ids = HeldIds::default();
