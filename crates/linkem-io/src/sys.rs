@@ -68,9 +68,15 @@ pub fn enable_rx_timestamps(sock: &UdpSocket) -> io::Result<()> {
 
 /// Sets the receive buffer to `bytes`: beyond the system limit if the process may
 /// (SO_RCVBUFFORCE needs CAP_NET_ADMIN), else as far as the limit allows.
-pub fn set_receive_buffer(sock: &UdpSocket, bytes: libc::c_int) -> io::Result<()> {
+pub fn set_receive_buffer(sock: &impl AsRawFd, bytes: libc::c_int) -> io::Result<()> {
     set_int_option(sock, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, bytes)
         .or_else(|_| set_int_option(sock, libc::SOL_SOCKET, libc::SO_RCVBUF, bytes))
+}
+
+/// Sets the send buffer to `bytes`, as [`set_receive_buffer`] does the receive buffer.
+pub fn set_send_buffer(sock: &impl AsRawFd, bytes: libc::c_int) -> io::Result<()> {
+    set_int_option(sock, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, bytes)
+        .or_else(|_| set_int_option(sock, libc::SOL_SOCKET, libc::SO_SNDBUF, bytes))
 }
 
 /// Receives one datagram into `buf` with its kernel receive timestamp (CLOCK_REALTIME

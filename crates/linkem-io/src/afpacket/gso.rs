@@ -48,10 +48,7 @@ impl GsoSender {
                 .map_err(|e| IoError::sys("setsockopt(PACKET_QDISC_BYPASS)", ifname, e))?;
         }
         // Room for a few super-frames in flight; FORCE needs CAP_NET_ADMIN.
-        let bytes: libc::c_int = 4 << 20;
-        if setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, &bytes).is_err() {
-            let _ = setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, &bytes);
-        }
+        let _ = crate::sys::set_send_buffer(&fd, 4 << 20);
         // Safety: sockaddr_ll is plain old data; all-zero is valid.
         let mut sll: libc::sockaddr_ll = unsafe { zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;

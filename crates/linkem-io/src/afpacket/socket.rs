@@ -20,68 +20,12 @@ impl AfPacket {
         }
         let guard = FdGuard(fd);
 
-        // Interface state and MTU.
-        let mut ifr = ifreq_for(ifname);
-        // Safety: SIOCGIFFLAGS reads the name and writes the flags inside `ifr`, a valid ifreq.
-        if unsafe { libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut ifr) } < 0 {
-            return Err(IoError::last("ioctl(SIOCGIFFLAGS)", ifname));
-        }
-        // Safety: SIOCGIFFLAGS filled the `ifru_flags` member of the union.
-        let flags = unsafe { ifr.ifr_ifru.ifru_flags } as libc::c_int;
-        if flags & libc::IFF_UP == 0 {
-            return Err(IoError::InterfaceDown {
-                ifname: ifname.to_string(),
-            });
-        }
-        let mut ifr = ifreq_for(ifname);
-        // Safety: SIOCGIFMTU reads the name and writes the MTU inside `ifr`, a valid ifreq.
-        if unsafe { libc::ioctl(fd, libc::SIOCGIFMTU, &mut ifr) } < 0 {
-            return Err(IoError::last("ioctl(SIOCGIFMTU)", ifname));
-        }
-        // Safety: SIOCGIFMTU filled the `ifru_mtu` member of the union.
-        let mtu = unsafe { ifr.ifr_ifru.ifru_mtu } as u32;
+        let mtu = up_interface_mtu(fd, ifname)?;
         check_mtu(ifname, mtu, cfg.frame_size)?;
 
-        let version = libc::tpacket_versions::TPACKET_V2 as libc::c_int;
-        setsockopt(fd, libc::SOL_PACKET, libc::PACKET_VERSION, &version)
-            .map_err(|e| IoError::sys("setsockopt(PACKET_VERSION, TPACKET_V2)", ifname, e))?;
-        let one: libc::c_int = 1;
-        setsockopt(fd, libc::SOL_PACKET, libc::PACKET_LOSS, &one)
-            .map_err(|e| IoError::sys("setsockopt(PACKET_LOSS)", ifname, e))?;
-        if cfg.qdisc_bypass {
-            setsockopt(fd, libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, &one)
-                .map_err(|e| IoError::sys("setsockopt(PACKET_QDISC_BYPASS)", ifname, e))?;
-        }
-        setsockopt(fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &one)
-            .map_err(|e| IoError::sys("setsockopt(PACKET_IGNORE_OUTGOING)", ifname, e))?;
-        let ts_flags: libc::c_int =
-            (libc::SOF_TIMESTAMPING_SOFTWARE | libc::SOF_TIMESTAMPING_RX_SOFTWARE) as libc::c_int;
-        setsockopt(fd, libc::SOL_PACKET, libc::PACKET_TIMESTAMP, &ts_flags)
-            .map_err(|e| IoError::sys("setsockopt(PACKET_TIMESTAMP)", ifname, e))?;
-        // Turns on the stack's receive time stamping, so the stamp is taken when the device
-        // hands the frame over instead of when the ring slot is filled.
-        setsockopt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, &one)
-            .map_err(|e| IoError::sys("setsockopt(SO_TIMESTAMPNS)", ifname, e))?;
-
         let offload = cfg.offload && cfg.receive;
-        if offload {
-            // Before the ring: the kernel refuses to change the header size afterwards.
-            setsockopt(fd, libc::SOL_PACKET, libc::PACKET_VNET_HDR, &one)
-                .map_err(|e| IoError::sys("setsockopt(PACKET_VNET_HDR)", ifname, e))?;
-            setsockopt(fd, libc::SOL_PACKET, libc::PACKET_COPY_THRESH, &one)
-                .map_err(|e| IoError::sys("setsockopt(PACKET_COPY_THRESH)", ifname, e))?;
-            // Room for a burst of super-frames on the socket queue (the kernel queues a
-            // frame whole only while the queue is under this). FORCE needs CAP_NET_ADMIN;
-            // without it the plain option, capped by net.core.rmem_max, is the best we get.
-            let bytes: libc::c_int = 8 << 20;
-            if setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &bytes).is_err() {
-                let _ = setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &bytes);
-            }
-        }
-        setsockopt(fd, libc::SOL_PACKET, libc::PACKET_RX_RING, &rx.as_req())
-            .map_err(|e| IoError::sys("setsockopt(PACKET_RX_RING)", ifname, e))?;
-        setsockopt(fd, libc::SOL_PACKET, libc::PACKET_TX_RING, &tx.as_req())
-            .map_err(|e| IoError::sys("setsockopt(PACKET_TX_RING)", ifname, e))?;
+        set_options(fd, ifname, &cfg, offload)?;
+        set_rings(fd, ifname, &rx, &tx)?;
 
         let map_len = rx.total_bytes() + tx.total_bytes();
         // Safety: maps the socket's rings (RX then TX, as the kernel lays them out) into fresh
@@ -122,48 +66,60 @@ impl AfPacket {
             big: Vec::new(),
         };
         std::mem::forget(guard);
+        sock.bind(cfg.receive)?;
+        if cfg.promiscuous && cfg.receive {
+            sock.set_promiscuous()?;
+        }
+        Ok(sock)
+    }
 
+    /// Binds the socket to its interface: with `ETH_P_ALL` when it receives, with
+    /// protocol 0 (nothing received) when it only sends.
+    fn bind(&self, receive: bool) -> Result<(), IoError> {
         // Safety: sockaddr_ll is plain old data; all-zero is valid.
         let mut sll: libc::sockaddr_ll = unsafe { zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;
-        sll.sll_protocol = if cfg.receive {
+        sll.sll_protocol = if receive {
             (libc::ETH_P_ALL as u16).to_be()
         } else {
             0
         };
-        sll.sll_ifindex = ifindex as libc::c_int;
+        sll.sll_ifindex = self.ifindex as libc::c_int;
         // Safety: `sll` is a valid sockaddr_ll and the length passed is its size.
         let rc = unsafe {
             libc::bind(
-                sock.fd,
+                self.fd,
                 (&sll as *const libc::sockaddr_ll).cast(),
                 size_of::<libc::sockaddr_ll>() as libc::socklen_t,
             )
         };
         if rc < 0 {
-            return Err(IoError::last("bind(AF_PACKET)", ifname));
+            return Err(IoError::last("bind(AF_PACKET)", &self.ifname));
         }
+        Ok(())
+    }
 
-        if cfg.promiscuous && cfg.receive {
-            // Safety: packet_mreq is plain old data; all-zero is valid.
-            let mut mreq: libc::packet_mreq = unsafe { zeroed() };
-            mreq.mr_ifindex = ifindex as libc::c_int;
-            mreq.mr_type = libc::PACKET_MR_PROMISC as u16;
-            setsockopt(
-                sock.fd,
-                libc::SOL_PACKET,
-                libc::PACKET_ADD_MEMBERSHIP,
-                &mreq,
+    /// Puts the interface in promiscuous mode for as long as the socket lives
+    /// (`PACKET_ADD_MEMBERSHIP`: the kernel drops it when the socket closes).
+    fn set_promiscuous(&self) -> Result<(), IoError> {
+        // Safety: packet_mreq is plain old data; all-zero is valid.
+        let mut mreq: libc::packet_mreq = unsafe { zeroed() };
+        mreq.mr_ifindex = self.ifindex as libc::c_int;
+        mreq.mr_type = libc::PACKET_MR_PROMISC as u16;
+        setsockopt(
+            self.fd,
+            libc::SOL_PACKET,
+            libc::PACKET_ADD_MEMBERSHIP,
+            &mreq,
+        )
+        .map_err(|e| {
+            IoError::sys(
+                "setsockopt(PACKET_ADD_MEMBERSHIP, PACKET_MR_PROMISC)",
+                &self.ifname,
+                e,
             )
-            .map_err(|e| {
-                IoError::sys(
-                    "setsockopt(PACKET_ADD_MEMBERSHIP, PACKET_MR_PROMISC)",
-                    ifname,
-                    e,
-                )
-            })?;
-        }
-        Ok(sock)
+        })?;
+        Ok(())
     }
 
     /// The interface name.
@@ -335,4 +291,80 @@ impl Drop for AfPacket {
         // Safety: the socket owns `fd` and closes it exactly once.
         unsafe { libc::close(self.fd) };
     }
+}
+
+/// The MTU of `ifname`, asked through `fd`; an error if the interface is down.
+fn up_interface_mtu(fd: RawFd, ifname: &str) -> Result<u32, IoError> {
+    let mut ifr = ifreq_for(ifname);
+    // Safety: SIOCGIFFLAGS reads the name and writes the flags inside `ifr`, a valid ifreq.
+    if unsafe { libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut ifr) } < 0 {
+        return Err(IoError::last("ioctl(SIOCGIFFLAGS)", ifname));
+    }
+    // Safety: SIOCGIFFLAGS filled the `ifru_flags` member of the union.
+    let flags = unsafe { ifr.ifr_ifru.ifru_flags } as libc::c_int;
+    if flags & libc::IFF_UP == 0 {
+        return Err(IoError::InterfaceDown {
+            ifname: ifname.to_string(),
+        });
+    }
+    let mut ifr = ifreq_for(ifname);
+    // Safety: SIOCGIFMTU reads the name and writes the MTU inside `ifr`, a valid ifreq.
+    if unsafe { libc::ioctl(fd, libc::SIOCGIFMTU, &mut ifr) } < 0 {
+        return Err(IoError::last("ioctl(SIOCGIFMTU)", ifname));
+    }
+    // Safety: SIOCGIFMTU filled the `ifru_mtu` member of the union.
+    let mtu = unsafe { ifr.ifr_ifru.ifru_mtu } as u32;
+    Ok(mtu)
+}
+
+/// The socket options set before the rings exist (see the module docs); `offload`:
+/// the virtio-net header and whole long frames on the socket queue.
+fn set_options(
+    fd: RawFd,
+    ifname: &str,
+    cfg: &AfPacketConfig,
+    offload: bool,
+) -> Result<(), IoError> {
+    let version = libc::tpacket_versions::TPACKET_V2 as libc::c_int;
+    setsockopt(fd, libc::SOL_PACKET, libc::PACKET_VERSION, &version)
+        .map_err(|e| IoError::sys("setsockopt(PACKET_VERSION, TPACKET_V2)", ifname, e))?;
+    let one: libc::c_int = 1;
+    setsockopt(fd, libc::SOL_PACKET, libc::PACKET_LOSS, &one)
+        .map_err(|e| IoError::sys("setsockopt(PACKET_LOSS)", ifname, e))?;
+    if cfg.qdisc_bypass {
+        setsockopt(fd, libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, &one)
+            .map_err(|e| IoError::sys("setsockopt(PACKET_QDISC_BYPASS)", ifname, e))?;
+    }
+    setsockopt(fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &one)
+        .map_err(|e| IoError::sys("setsockopt(PACKET_IGNORE_OUTGOING)", ifname, e))?;
+    let ts_flags: libc::c_int =
+        (libc::SOF_TIMESTAMPING_SOFTWARE | libc::SOF_TIMESTAMPING_RX_SOFTWARE) as libc::c_int;
+    setsockopt(fd, libc::SOL_PACKET, libc::PACKET_TIMESTAMP, &ts_flags)
+        .map_err(|e| IoError::sys("setsockopt(PACKET_TIMESTAMP)", ifname, e))?;
+    // Turns on the stack's receive time stamping, so the stamp is taken when the device
+    // hands the frame over instead of when the ring slot is filled.
+    setsockopt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, &one)
+        .map_err(|e| IoError::sys("setsockopt(SO_TIMESTAMPNS)", ifname, e))?;
+
+    if offload {
+        // Before the ring: the kernel refuses to change the header size afterwards.
+        setsockopt(fd, libc::SOL_PACKET, libc::PACKET_VNET_HDR, &one)
+            .map_err(|e| IoError::sys("setsockopt(PACKET_VNET_HDR)", ifname, e))?;
+        setsockopt(fd, libc::SOL_PACKET, libc::PACKET_COPY_THRESH, &one)
+            .map_err(|e| IoError::sys("setsockopt(PACKET_COPY_THRESH)", ifname, e))?;
+        // Room for a burst of super-frames on the socket queue (the kernel queues a
+        // frame whole only while the queue is under this). FORCE needs CAP_NET_ADMIN;
+        // without it the plain option, capped by net.core.rmem_max, is the best we get.
+        let _ = crate::sys::set_receive_buffer(&fd, 8 << 20);
+    }
+    Ok(())
+}
+
+/// Asks for the RX and TX rings of the layouts given.
+fn set_rings(fd: RawFd, ifname: &str, rx: &RingGeometry, tx: &RingGeometry) -> Result<(), IoError> {
+    setsockopt(fd, libc::SOL_PACKET, libc::PACKET_RX_RING, &rx.as_req())
+        .map_err(|e| IoError::sys("setsockopt(PACKET_RX_RING)", ifname, e))?;
+    setsockopt(fd, libc::SOL_PACKET, libc::PACKET_TX_RING, &tx.as_req())
+        .map_err(|e| IoError::sys("setsockopt(PACKET_TX_RING)", ifname, e))?;
+    Ok(())
 }
