@@ -18,7 +18,6 @@
 
 pub mod args;
 pub mod arrival_order;
-pub mod backend;
 pub mod bench;
 pub mod bridge;
 pub mod build_info;

@@ -30,7 +30,7 @@
 //! command line's) and is ignored, saying so.
 
 use crate::args::{timing, BridgeArgs, OnOff, Realtime};
-use crate::backend::{
+use crate::bridge::backend::{
     check_capabilities, claim_interfaces, drop_capabilities, open_interface_with, resolve_auto,
     Claimed, Rings,
 };

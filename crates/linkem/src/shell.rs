@@ -47,7 +47,7 @@
 //! bridge on a thread while in the middle one and CMD while in CMD's.
 
 use crate::args::{BridgeArgs, Realtime, RunArgs};
-use crate::backend::BackendKind;
+use crate::bridge::backend::BackendKind;
 use crate::bridge::Hooks;
 use crate::control::ControlArgs;
 use crate::StatsFormat;

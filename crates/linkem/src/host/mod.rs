@@ -91,7 +91,7 @@ pub mod ports;
 pub mod watchdog;
 
 use crate::args::{BridgeArgs, RunArgs};
-use crate::backend::BackendKind;
+use crate::bridge::backend::BackendKind;
 use crate::control::ControlArgs;
 use crate::host::ports::HostSetup;
 #[cfg(doc)]
