@@ -37,6 +37,25 @@ pub fn setsockopt<T: Copy>(
     })
 }
 
+/// Reads socket option `name` of `level` on `fd` into `val`; returns the length the
+/// kernel wrote (at most `size_of::<T>()`).
+///
+/// # Safety
+/// Every bit pattern the kernel may write must be a valid `T` (a plain C struct or
+/// integer, as the option's `libc` type is).
+pub(crate) unsafe fn getsockopt<T>(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    val: &mut T,
+) -> io::Result<usize> {
+    let mut len = std::mem::size_of::<T>() as libc::socklen_t;
+    // Safety: `val` is a writable `T` and `len` its size, so the kernel writes within it;
+    // what it writes is a valid `T` (the caller's promise).
+    check(unsafe { libc::getsockopt(fd, level, name, (val as *mut T).cast(), &mut len) })?;
+    Ok(len as usize)
+}
+
 /// Sets an integer socket option.
 pub fn set_int_option(
     sock: &impl AsRawFd,

@@ -2,6 +2,7 @@
 //! closing.
 
 use super::*;
+use crate::sys::getsockopt;
 
 impl AfPacket {
     /// Opens an AF_PACKET socket on `ifname` with RX and TX rings; see the module docs.
@@ -244,38 +245,18 @@ impl AfPacket {
     /// interface went down.
     pub fn take_error(&self) -> Option<io::Error> {
         let mut err: libc::c_int = 0;
-        let mut len = size_of::<libc::c_int>() as libc::socklen_t;
-        // Safety: `err` and `len` are valid and writable; the kernel writes one int.
-        let rc = unsafe {
-            libc::getsockopt(
-                self.fd,
-                libc::SOL_SOCKET,
-                libc::SO_ERROR,
-                (&mut err as *mut libc::c_int).cast(),
-                &mut len,
-            )
-        };
-        (rc == 0 && err != 0).then(|| io::Error::from_raw_os_error(err))
+        // Safety: any bytes are a valid c_int.
+        let read = unsafe { getsockopt(self.fd, libc::SOL_SOCKET, libc::SO_ERROR, &mut err) };
+        (read.is_ok() && err != 0).then(|| io::Error::from_raw_os_error(err))
     }
 
     /// Reads (and resets) the kernel's receive counters.
     pub fn kernel_stats(&self) -> Result<KernelStats, IoError> {
         // Safety: tpacket_stats is plain old data; all-zero is valid.
         let mut st: libc::tpacket_stats = unsafe { zeroed() };
-        let mut len = size_of::<libc::tpacket_stats>() as libc::socklen_t;
-        // Safety: `st` and `len` are valid and writable; the kernel writes at most `len` bytes.
-        let rc = unsafe {
-            libc::getsockopt(
-                self.fd,
-                libc::SOL_PACKET,
-                libc::PACKET_STATISTICS,
-                (&mut st as *mut libc::tpacket_stats).cast(),
-                &mut len,
-            )
-        };
-        if rc < 0 {
-            return Err(IoError::last("getsockopt(PACKET_STATISTICS)", &self.ifname));
-        }
+        // Safety: tpacket_stats is plain integers: any bytes are a valid one.
+        unsafe { getsockopt(self.fd, libc::SOL_PACKET, libc::PACKET_STATISTICS, &mut st) }
+            .map_err(|e| IoError::sys("getsockopt(PACKET_STATISTICS)", &self.ifname, e))?;
         Ok(KernelStats {
             packets: st.tp_packets,
             drops: st.tp_drops,

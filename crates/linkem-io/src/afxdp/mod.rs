@@ -593,7 +593,8 @@ fn sys_error(call: &'static str, ifname: &str, e: io::Error, hint: Option<String
 fn kernel_stats(fd: RawFd) -> io::Result<XdpKernelStats> {
     // Safety: xdp_statistics is plain data; the kernel overwrites it.
     let mut s: libc::xdp_statistics = unsafe { zeroed() };
-    socket::getsockopt(fd, libc::XDP_STATISTICS, &mut s)?;
+    // Safety: xdp_statistics is plain integers: any bytes are a valid one.
+    unsafe { crate::sys::getsockopt(fd, libc::SOL_XDP, libc::XDP_STATISTICS, &mut s) }?;
     Ok(XdpKernelStats {
         rx_dropped: s.rx_dropped,
         rx_invalid_descs: s.rx_invalid_descs,

@@ -28,7 +28,7 @@
 
 use std::io;
 use std::mem::{size_of, zeroed};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use super::ring::{self, Consumer, Producer};
 use super::umem::Mmap;
@@ -103,26 +103,6 @@ impl From<IoError> for CreateError {
             busy: false,
             no_multi_buffer: false,
         }
-    }
-}
-
-/// Reads an XDP socket option; returns the length the kernel wrote.
-pub(super) fn getsockopt<T>(fd: RawFd, opt: libc::c_int, val: &mut T) -> io::Result<usize> {
-    let mut len = size_of::<T>() as libc::socklen_t;
-    // Safety: val points to a writable T; len tells the kernel its size.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_XDP,
-            opt,
-            val as *mut T as *mut libc::c_void,
-            &mut len,
-        )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(len as usize)
     }
 }
 
@@ -328,8 +308,16 @@ fn mmap_offsets(ifname: &str, fd: &OwnedFd) -> Result<libc::xdp_mmap_offsets, Io
     let sys = |call: &'static str, e: io::Error| sys_error(call, ifname, e, None);
     // Safety: xdp_mmap_offsets is plain data; the kernel overwrites it.
     let mut off: libc::xdp_mmap_offsets = unsafe { zeroed() };
-    let got = getsockopt(fd.as_raw_fd(), libc::XDP_MMAP_OFFSETS, &mut off)
-        .map_err(|e| sys("getsockopt(XDP_MMAP_OFFSETS)", e))?;
+    // Safety: as above, any bytes the kernel writes are a valid xdp_mmap_offsets.
+    let got = unsafe {
+        crate::sys::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_XDP,
+            libc::XDP_MMAP_OFFSETS,
+            &mut off,
+        )
+    }
+    .map_err(|e| sys("getsockopt(XDP_MMAP_OFFSETS)", e))?;
     if got != size_of::<libc::xdp_mmap_offsets>() {
         let e = io::Error::new(
             io::ErrorKind::Unsupported,
