@@ -18,6 +18,6 @@ fuzz_target!(|data: &[u8]| {
         for _ in 0..3 {
             frame.extend_from_slice(&p.id.to_be_bytes());
         }
-        assert_eq!(linkem::host_ports::frame_id(&frame), Some(p.id));
+        assert_eq!(linkem_io::nfqueue::port::frame_id(&frame), Some(p.id));
     });
 });

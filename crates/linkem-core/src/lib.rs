@@ -43,6 +43,7 @@ pub mod model;
 pub mod node;
 pub mod order;
 pub mod pipe;
+pub mod port;
 pub mod queue;
 pub mod rng;
 mod rulefile;

@@ -36,23 +36,6 @@ extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::Relaxed);
 }
 
-fn setopt<T>(fd: libc::c_int, level: libc::c_int, name: libc::c_int, value: &T) -> io::Result<()> {
-    // Safety: `value` is a T that outlives the call, its size given.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            (value as *const T).cast(),
-            std::mem::size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 fn open(ifname: &str) -> io::Result<libc::c_int> {
     let name = CString::new(ifname).map_err(|_| io::Error::other("interface name has a NUL"))?;
     // Safety: a plain C call on a NUL-terminated string that outlives it.
@@ -66,18 +49,18 @@ fn open(ifname: &str) -> io::Result<libc::c_int> {
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
-    setopt(fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &1)?;
-    setopt(fd, libc::SOL_PACKET, libc::PACKET_VNET_HDR, &1)?;
+    linkem_io::sys::setsockopt(fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &1)?;
+    linkem_io::sys::setsockopt(fd, libc::SOL_PACKET, libc::PACKET_VNET_HDR, &1)?;
     // Room for a burst of super-frames on the socket queue, as linkem's
     // AF_PACKET backend asks for (8 MiB; FORCE needs CAP_NET_ADMIN, and
     // without it the default stays).
-    let _ = setopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &(8 << 20));
+    let _ = linkem_io::sys::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &(8 << 20));
     // A thread blocked in recv looks at STOP this often.
     let timeout = libc::timeval {
         tv_sec: 0,
         tv_usec: 100_000,
     };
-    setopt(fd, libc::SOL_SOCKET, libc::SO_RCVTIMEO, &timeout)?;
+    linkem_io::sys::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVTIMEO, &timeout)?;
     // Safety: sockaddr_ll is plain data; all zeroes is a valid value.
     let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
     addr.sll_family = libc::AF_PACKET as u16;

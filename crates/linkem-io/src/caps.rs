@@ -108,6 +108,17 @@ pub fn current() -> io::Result<Caps> {
     })
 }
 
+/// The capabilities of `need` missing from the calling thread's effective set, in
+/// the order given: the one check every front end makes before it opens anything (what
+/// each socket needs is named beside it: [`crate::afpacket::NEEDED_CAPS`],
+/// [`crate::afxdp::needed_caps`], [`crate::nfqueue::NEEDED_CAPS`]).
+pub fn lacking(need: &[Cap]) -> io::Result<Vec<Cap>> {
+    let have = current()
+        .map_err(|e| io::Error::other(format!("cannot read this process's capabilities: {e}")))?
+        .effective;
+    Ok(need.iter().copied().filter(|c| !have.has(*c)).collect())
+}
+
 /// Sets the calling thread's sets: `effective` must lie within `permitted`,
 /// which may only shrink. The inheritable set is cleared.
 pub fn set(effective: CapSet, permitted: CapSet) -> io::Result<()> {

@@ -25,21 +25,15 @@ pub fn peer_cred(stream: &UnixStream) -> io::Result<PeerCred> {
         uid: 0,
         gid: 0,
     };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // Safety: the fd is open for the call; `cred` and `len` are valid for writes
-    // of the size passed.
-    let rc = unsafe {
-        libc::getsockopt(
+    // Safety: ucred is three integers: any bytes the kernel writes are a valid one.
+    unsafe {
+        crate::sys::getsockopt(
             stream.as_raw_fd(),
             libc::SOL_SOCKET,
             libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
+            &mut cred,
         )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    }?;
     Ok(PeerCred {
         uid: cred.uid,
         gid: cred.gid,

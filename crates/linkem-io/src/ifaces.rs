@@ -42,7 +42,7 @@
 
 use std::io;
 use std::mem::{size_of, zeroed};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use crate::afpacket::IoError;
 
@@ -250,6 +250,7 @@ pub const LOCK_FANOUT_BASE: u16 = 0x6c6b;
 /// the byte order, so that `id` overlays the low 16 bits of the older `int`
 /// argument.
 #[repr(C)]
+#[derive(Clone, Copy)]
 struct FanoutArgs {
     #[cfg(target_endian = "little")]
     id: u16,
@@ -367,7 +368,7 @@ impl InterfaceLock {
             len: drop_all.len() as u16,
             filter: drop_all.as_mut_ptr(),
         };
-        set_opt(
+        crate::sys::setsockopt(
             sock.as_raw_fd(),
             libc::SOL_SOCKET,
             libc::SO_ATTACH_FILTER,
@@ -395,7 +396,7 @@ impl InterfaceLock {
             type_flags: libc::PACKET_FANOUT_HASH as u16,
             max_num_members: 1,
         };
-        if let Err(e) = set_opt(
+        if let Err(e) = crate::sys::setsockopt(
             sock.as_raw_fd(),
             libc::SOL_PACKET,
             libc::PACKET_FANOUT,
@@ -452,7 +453,7 @@ impl Promiscuous {
         let mut mreq: libc::packet_mreq = unsafe { zeroed() };
         mreq.mr_ifindex = iface.index as libc::c_int;
         mreq.mr_type = libc::PACKET_MR_PROMISC as u16;
-        set_opt(
+        crate::sys::setsockopt(
             sock.as_raw_fd(),
             libc::SOL_PACKET,
             libc::PACKET_ADD_MEMBERSHIP,
@@ -460,24 +461,6 @@ impl Promiscuous {
         )
         .map_err(|e| sys("setsockopt(PACKET_ADD_MEMBERSHIP, PACKET_MR_PROMISC)", e))?;
         Ok(Promiscuous { _sock: sock })
-    }
-}
-
-fn set_opt<T>(fd: RawFd, level: libc::c_int, opt: libc::c_int, val: &T) -> io::Result<()> {
-    // Safety: val points to a live T of the length given.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            opt,
-            val as *const T as *const libc::c_void,
-            size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
     }
 }
 

@@ -5,7 +5,9 @@
 //! - packet sockets: [`afpacket`] (AF_PACKET with memory-mapped TPACKET_V2
 //!   rings) and [`afxdp`] (AF_XDP, one socket per receive queue), with
 //!   [`bpf`] (the hand-assembled XDP program that stamps and redirects frames,
-//!   its XSKMAP and BPF link);
+//!   its XSKMAP and BPF link); each with its live-stage ports beside it
+//!   (`afpacket::port`, `afxdp::port`, `nfqueue::port`: `linkem_core::port`'s
+//!   traits), opened with the sizes in [`port`];
 //! - [`capture`]: pcap and pcapng in, nanosecond pcap out;
 //! - the files linkem reads and writes: [`infile`] (regular files only, bounded
 //!   reads) and [`outfile`] (atomic replacement of regular files; devices and
@@ -17,7 +19,8 @@
 //! - [`ifaces`] (interface facts, one linkem per interface, promiscuous mode),
 //!   [`caps`] (capabilities, checked and dropped), [`creds`] (a control
 //!   socket's peer credentials, group lookup, who started the process) and
-//!   [`sys`] (socket options, receive timestamps, signals);
+//!   [`sys`] (every system call wrapper the other crates share: socket options,
+//!   clocks, receive timestamps, signals);
 //! - [`netns`]: the network namespaces and veth pairs that the live tests,
 //!   `linkem probe` and `linkem bench` build their topologies with; [`shellns`]:
 //!   the unnamed namespaces of `linkem shell`.
@@ -35,6 +38,7 @@ pub mod infile;
 pub mod netns;
 pub mod nfqueue;
 pub mod outfile;
+pub mod port;
 pub mod recording;
 pub mod shellns;
 pub mod sys;

@@ -1,11 +1,12 @@
-//! Small safe wrappers over the system calls the `linkem` command needs beyond `std`
-//! (socket options, kernel receive timestamps, signals to its own children), so that
-//! the binary crate has no `unsafe` of its own. Each wrapper checks what the call
-//! needs and turns failures into `io::Error`.
+//! Small safe wrappers over the system calls linkem needs beyond `std` (socket
+//! options, clocks, kernel receive timestamps, signals to its own children), one of
+//! each for every crate: the sockets of this crate, the runtime's clock and the binary,
+//! which has no `unsafe` of its own. Each wrapper checks what the call needs and turns
+//! failures into `io::Error`.
 
 use std::io;
 use std::net::UdpSocket;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 
 fn check(rc: libc::c_int) -> io::Result<()> {
     if rc == 0 {
@@ -15,6 +16,46 @@ fn check(rc: libc::c_int) -> io::Result<()> {
     }
 }
 
+/// Sets socket option `name` of `level` on `fd` to `val`, a plain C value (an int, a
+/// ring request, a membership) whose exact size is passed.
+pub fn setsockopt<T: Copy>(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    val: &T,
+) -> io::Result<()> {
+    // Safety: `val` points to a live `T` of `size_of::<T>()` bytes, which the kernel only
+    // reads; it checks `level`/`name` and the length itself (EINVAL/ENOPROTOOPT otherwise).
+    check(unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (val as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    })
+}
+
+/// Reads socket option `name` of `level` on `fd` into `val`; returns the length the
+/// kernel wrote (at most `size_of::<T>()`).
+///
+/// # Safety
+/// Every bit pattern the kernel may write must be a valid `T` (a plain C struct or
+/// integer, as the option's `libc` type is).
+pub(crate) unsafe fn getsockopt<T>(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    val: &mut T,
+) -> io::Result<usize> {
+    let mut len = std::mem::size_of::<T>() as libc::socklen_t;
+    // Safety: `val` is a writable `T` and `len` its size, so the kernel writes within it;
+    // what it writes is a valid `T` (the caller's promise).
+    check(unsafe { libc::getsockopt(fd, level, name, (val as *mut T).cast(), &mut len) })?;
+    Ok(len as usize)
+}
+
 /// Sets an integer socket option.
 pub fn set_int_option(
     sock: &impl AsRawFd,
@@ -22,17 +63,21 @@ pub fn set_int_option(
     name: libc::c_int,
     value: libc::c_int,
 ) -> io::Result<()> {
-    // Safety: the option value is a live c_int and its exact size is passed; the kernel
-    // only reads it, and checks `level`/`name` itself (EINVAL/ENOPROTOOPT otherwise).
-    check(unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            level,
-            name,
-            (&value as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    })
+    setsockopt(sock.as_raw_fd(), level, name, &value)
+}
+
+/// Now on `clock` (CLOCK_REALTIME, CLOCK_MONOTONIC, CLOCK_TAI, ...), in ns; 0 for a
+/// clock the kernel does not know.
+#[inline]
+pub fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // Safety: `ts` is a valid, writable timespec, which clock_gettime only writes to; an
+    // unknown clock leaves it zero.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Asks for kernel receive timestamps (SO_TIMESTAMPNS, CLOCK_REALTIME) on `sock`.
@@ -42,9 +87,15 @@ pub fn enable_rx_timestamps(sock: &UdpSocket) -> io::Result<()> {
 
 /// Sets the receive buffer to `bytes`: beyond the system limit if the process may
 /// (SO_RCVBUFFORCE needs CAP_NET_ADMIN), else as far as the limit allows.
-pub fn set_receive_buffer(sock: &UdpSocket, bytes: libc::c_int) -> io::Result<()> {
+pub fn set_receive_buffer(sock: &impl AsRawFd, bytes: libc::c_int) -> io::Result<()> {
     set_int_option(sock, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, bytes)
         .or_else(|_| set_int_option(sock, libc::SOL_SOCKET, libc::SO_RCVBUF, bytes))
+}
+
+/// Sets the send buffer to `bytes`, as [`set_receive_buffer`] does the receive buffer.
+pub fn set_send_buffer(sock: &impl AsRawFd, bytes: libc::c_int) -> io::Result<()> {
+    set_int_option(sock, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, bytes)
+        .or_else(|_| set_int_option(sock, libc::SOL_SOCKET, libc::SO_SNDBUF, bytes))
 }
 
 /// Receives one datagram into `buf` with its kernel receive timestamp (CLOCK_REALTIME

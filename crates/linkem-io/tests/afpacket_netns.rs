@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use linkem_core::port::TxOutcome;
 use linkem_io::afpacket::{
-    now_realtime_ns, poll_rx_any, AfPacket, AfPacketConfig, AfPacketStats, IoError, TxPush,
+    now_realtime_ns, poll_rx_any, AfPacket, AfPacketConfig, AfPacketStats, IoError,
 };
 use linkem_io::netns::{self, Topology};
 
@@ -83,10 +84,10 @@ fn forward(rx: &mut AfPacket, tx: &mut AfPacket, st: &mut DirStats) -> Result<us
         if f.truncated() {
             st.truncated += 1;
         }
-        if tx.tx_push(f.data) == TxPush::NoRoom {
+        if tx.tx_push(f.data) == TxOutcome::NoRoom {
             // Backpressure: flush once and retry, then drop.
             let _ = tx.tx_flush();
-            if tx.tx_push(f.data) != TxPush::Queued {
+            if tx.tx_push(f.data) != TxOutcome::Queued {
                 st.tx_full_drops += 1;
             }
         }

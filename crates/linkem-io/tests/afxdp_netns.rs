@@ -14,7 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use linkem_io::afxdp::{AfXdp, AfXdpConfig, Pushed, XdpInfo, XdpRx, XdpTx};
+use linkem_core::port::TxOutcome;
+use linkem_io::afxdp::{AfXdp, AfXdpConfig, XdpInfo, XdpRx, XdpTx};
 use linkem_io::netns::{self, Topology};
 
 /// The tests share two cores with each other and with builds: run them one at a time.
@@ -55,7 +56,7 @@ fn forward(
                     if ts != 0 {
                         rep.max_stamp_skew_ns = rep.max_stamp_skew_ns.max(now.abs_diff(ts));
                     }
-                    if tx.tx_push(frame) != Pushed::Queued {
+                    if tx.tx_push(frame) != TxOutcome::Queued {
                         rep.tx_refused += 1;
                     }
                 })

@@ -12,13 +12,7 @@ pub fn now_ns() -> u64 {
 /// Now on `clock` (CLOCK_REALTIME, CLOCK_TAI, ...), in ns.
 #[inline]
 pub fn now_ns_on(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // Safety: ts is a valid, writable timespec; an unknown clock leaves it zero.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    linkem_io::sys::clock_ns(clock)
 }
 
 /// Sleeps until the absolute time `t_ns` (or a signal).

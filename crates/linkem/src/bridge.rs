@@ -28,7 +28,9 @@
 //!   replacing what `linkem ctl` changed, and gives its objects to the uid
 //!   that started linkem; `--stats` adds the node's drops and listings.
 
-use crate::backend::{
+pub mod backend;
+
+use crate::bridge::backend::{
     check_capabilities, claim_interfaces, drop_capabilities, open_interface, resolve_auto,
     BackendKind, Claimed,
 };
@@ -86,7 +88,7 @@ pub enum Attach<'a> {
     /// IF_A and IF_B of the arguments.
     Interfaces,
     /// Netfilter queues fed by linkem's chains.
-    Host(&'a crate::host_ports::HostSetup),
+    Host(&'a crate::host::ports::HostSetup),
 }
 
 /// Runs the emulator on the packets `attach` gives, with either model.
@@ -207,7 +209,7 @@ fn serve_front<F: Front>(
     if matches!(attach, Attach::Host(_)) && front.duplicates() {
         bail!(
             "'duplicate' is not available {}",
-            crate::host_ports::NO_COPIES
+            crate::host::ports::NO_COPIES
         );
     }
     if args.if_a == args.if_b {
@@ -284,7 +286,7 @@ fn serve_front<F: Front>(
             Some((backend, claim_interfaces(&args.if_a, &args.if_b)?))
         }
         Attach::Host(_) => {
-            crate::host_ports::check_capabilities(realtime)?;
+            crate::host::ports::check_capabilities(realtime)?;
             None
         }
     };

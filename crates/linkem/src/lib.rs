@@ -13,16 +13,12 @@
 #![forbid(unsafe_code)]
 
 pub mod arrival_order;
-pub mod backend;
 pub mod bridge;
 pub mod build_info;
 pub mod cli;
 pub mod control;
 pub mod files;
 pub mod host;
-pub mod host_iptables;
-pub mod host_ports;
-pub mod host_watchdog;
 pub mod pairs;
 pub mod process;
 pub mod render;

@@ -34,7 +34,7 @@ fn main() {
         Command::Synth(args) => synth::run(&args),
         Command::Plot(args) => linkem::tools::plot::run(&args),
         Command::Generate(args) => linkem::tools::generate::run(Cli::command(), &args),
-        Command::HostWatchdog(args) => linkem::host_watchdog::run(&args),
+        Command::HostWatchdog(args) => linkem::host::watchdog::run(&args),
     };
     if let Err(e) = result {
         eprintln!("linkem: {e:#}");

@@ -29,7 +29,7 @@
 //! sockets or names). SIGHUP has nothing to re-read (the words are the
 //! command line's) and is ignored, saying so.
 
-use crate::backend::{
+use crate::bridge::backend::{
     check_capabilities, claim_interfaces, drop_capabilities, open_interface_with, resolve_auto,
     Claimed, Rings,
 };

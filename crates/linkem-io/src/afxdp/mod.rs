@@ -82,6 +82,7 @@
 //! every second.
 
 mod attach;
+pub mod port;
 mod ring;
 mod rx;
 mod socket;
@@ -96,10 +97,11 @@ use std::sync::Arc;
 
 pub use attach::PROGRAM_NAME;
 pub use rx::{XdpRx, XdpRxStats};
-pub use tx::{Pushed, XdpTx, XdpTxStats};
+pub use tx::{XdpTx, XdpTxStats};
 
 use crate::afpacket::IoError;
 use crate::bpf::{self, BpfError, RxClock, XdpMode};
+use crate::caps::Cap;
 use crate::ifaces;
 use attach::Attachment;
 use rx::{RxQueue, TsClock};
@@ -496,6 +498,28 @@ fn bind_with_retry(ifname: &str, spec: SocketSpec) -> Result<(Socket, BindMode),
     }
 }
 
+/// What opening AF_XDP needs: raw sockets, loading and attaching the XDP program
+/// (CAP_BPF, CAP_NET_ADMIN) and pinning the UMEM (CAP_IPC_LOCK, unless `ulimit -l` is
+/// unlimited).
+pub fn needed_caps() -> Vec<Cap> {
+    let mut v = vec![Cap::NET_RAW, Cap::NET_ADMIN, Cap::BPF];
+    if !memlock_unlimited() {
+        v.push(Cap::IPC_LOCK);
+    }
+    v
+}
+
+fn memlock_unlimited() -> bool {
+    std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|l| {
+            l.lines()
+                .find(|x| x.starts_with("Max locked memory"))
+                .map(|x| x.split_whitespace().nth(3) == Some("unlimited"))
+        })
+        .unwrap_or(false)
+}
+
 /// Smallest UMEM frame that holds a received frame of `mtu` bytes of payload
 /// plus Ethernet header and one VLAN tag, after the kernel's headroom.
 pub fn frame_size_for_mtu(mtu: u32) -> u32 {
@@ -569,7 +593,8 @@ fn sys_error(call: &'static str, ifname: &str, e: io::Error, hint: Option<String
 fn kernel_stats(fd: RawFd) -> io::Result<XdpKernelStats> {
     // Safety: xdp_statistics is plain data; the kernel overwrites it.
     let mut s: libc::xdp_statistics = unsafe { zeroed() };
-    socket::getsockopt(fd, libc::XDP_STATISTICS, &mut s)?;
+    // Safety: xdp_statistics is plain integers: any bytes are a valid one.
+    unsafe { crate::sys::getsockopt(fd, libc::SOL_XDP, libc::XDP_STATISTICS, &mut s) }?;
     Ok(XdpKernelStats {
         rx_dropped: s.rx_dropped,
         rx_invalid_descs: s.rx_invalid_descs,

@@ -19,7 +19,6 @@
 
 use std::fmt;
 use std::io;
-use std::mem::zeroed;
 use std::os::fd::{AsRawFd, RawFd};
 use std::ptr;
 use std::sync::Arc;
@@ -28,6 +27,7 @@ use super::ring::{Consumer, Producer};
 use super::umem::Frames;
 use super::{kernel_stats, Shared, XdpInfo, XdpKernelStats, META_LEN};
 use crate::bpf::RxClock;
+use crate::sys::clock_ns;
 
 /// Counters of the receive half (all queues).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -449,14 +449,6 @@ pub(super) struct TsClock {
 /// REALTIME by up to 500 ppm under NTP slewing (0.5 ms per second at worst);
 /// the TAI offset changes only at a leap second.
 const RECALIBRATE_NS: u64 = 1_000_000_000;
-
-pub(super) fn clock_ns(clock: libc::clockid_t) -> u64 {
-    // Safety: timespec is plain data; clock_gettime only writes to it.
-    let mut ts: libc::timespec = unsafe { zeroed() };
-    // Safety: ts is a valid, writable timespec; the clock ids used exist on Linux.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
 
 impl TsClock {
     pub(super) fn new(kind: RxClock) -> TsClock {

@@ -28,12 +28,13 @@
 
 use std::io;
 use std::mem::{size_of, zeroed};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use super::ring::{self, Consumer, Producer};
 use super::umem::Mmap;
 use super::{sys_error, BindMode};
 use crate::afpacket::IoError;
+use crate::sys::setsockopt;
 
 /// Completion ring entries of a socket that never transmits.
 const MIN_RING: u32 = 64;
@@ -105,44 +106,6 @@ impl From<IoError> for CreateError {
     }
 }
 
-pub(super) fn setsockopt<T>(fd: &OwnedFd, opt: libc::c_int, val: &T) -> io::Result<()> {
-    // Safety: val points to a live T of the length given.
-    let r = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_XDP,
-            opt,
-            val as *const T as *const libc::c_void,
-            size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
-/// Reads an XDP socket option; returns the length the kernel wrote.
-pub(super) fn getsockopt<T>(fd: RawFd, opt: libc::c_int, val: &mut T) -> io::Result<usize> {
-    let mut len = size_of::<T>() as libc::socklen_t;
-    // Safety: val points to a writable T; len tells the kernel its size.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_XDP,
-            opt,
-            val as *mut T as *mut libc::c_void,
-            &mut len,
-        )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(len as usize)
-    }
-}
-
 impl Socket {
     /// Makes and binds one socket; see the module doc.
     pub(super) fn create(ifname: &str, spec: &SocketSpec) -> Result<Socket, CreateError> {
@@ -187,8 +150,13 @@ impl Socket {
     pub(super) fn transmitter(&self, ifname: &str, spec: &SocketSpec) -> Result<TxSocket, IoError> {
         let sys = |call: &'static str, e: io::Error| sys_error(call, ifname, e, None);
         let fd = new_socket(ifname)?;
-        setsockopt(&fd, libc::XDP_TX_RING, &(spec.tx_entries() as libc::c_int))
-            .map_err(|e| sys("setsockopt(XDP_TX_RING)", e))?;
+        setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_XDP,
+            libc::XDP_TX_RING,
+            &(spec.tx_entries() as libc::c_int),
+        )
+        .map_err(|e| sys("setsockopt(XDP_TX_RING)", e))?;
         let off = mmap_offsets(ifname, &fd)?;
         let len = off.tx.desc as usize + spec.tx_entries() as usize * size_of::<libc::xdp_desc>();
         let map = Mmap::new(
@@ -250,7 +218,7 @@ fn register_umem(ifname: &str, fd: &OwnedFd, spec: &SocketSpec) -> Result<Mmap, 
     reg.addr = umem.ptr.as_ptr() as u64;
     reg.len = umem.len as u64;
     reg.chunk_size = spec.frame_size;
-    setsockopt(fd, libc::XDP_UMEM_REG, &reg).map_err(|e| {
+    setsockopt(fd.as_raw_fd(), libc::SOL_XDP, libc::XDP_UMEM_REG, &reg).map_err(|e| {
         let hint =
             matches!(e.raw_os_error(), Some(libc::ENOBUFS) | Some(libc::ENOMEM)).then(|| {
                 "cannot pin the UMEM: give linkem CAP_IPC_LOCK or raise `ulimit -l`".to_string()
@@ -329,7 +297,8 @@ fn size_rings(
         (libc::XDP_RX_RING, spec.rx_frames, "setsockopt(XDP_RX_RING)"),
     ];
     for (opt, size, name) in sizes {
-        setsockopt(fd, opt, &(size as libc::c_int)).map_err(|e| sys(name, e))?;
+        setsockopt(fd.as_raw_fd(), libc::SOL_XDP, opt, &(size as libc::c_int))
+            .map_err(|e| sys(name, e))?;
     }
     mmap_offsets(ifname, fd)
 }
@@ -339,8 +308,16 @@ fn mmap_offsets(ifname: &str, fd: &OwnedFd) -> Result<libc::xdp_mmap_offsets, Io
     let sys = |call: &'static str, e: io::Error| sys_error(call, ifname, e, None);
     // Safety: xdp_mmap_offsets is plain data; the kernel overwrites it.
     let mut off: libc::xdp_mmap_offsets = unsafe { zeroed() };
-    let got = getsockopt(fd.as_raw_fd(), libc::XDP_MMAP_OFFSETS, &mut off)
-        .map_err(|e| sys("getsockopt(XDP_MMAP_OFFSETS)", e))?;
+    // Safety: as above, any bytes the kernel writes are a valid xdp_mmap_offsets.
+    let got = unsafe {
+        crate::sys::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_XDP,
+            libc::XDP_MMAP_OFFSETS,
+            &mut off,
+        )
+    }
+    .map_err(|e| sys("getsockopt(XDP_MMAP_OFFSETS)", e))?;
     if got != size_of::<libc::xdp_mmap_offsets>() {
         let e = io::Error::new(
             io::ErrorKind::Unsupported,

@@ -24,17 +24,7 @@ use super::ring::{Consumer, Producer};
 use super::umem::Frames;
 use super::{kernel_stats, Shared, XdpInfo, XdpKernelStats, MAX_KICKS_PER_FLUSH};
 use crate::bpf;
-
-/// What became of a frame offered to [`XdpTx::tx_push`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pushed {
-    /// On the transmit ring; leaves at the next flush.
-    Queued,
-    /// No free frame or ring entry now: flush, then retry.
-    NoRoom,
-    /// Larger than [`XdpTx::max_frame_bytes`]: never sent.
-    TooBig,
-}
+use linkem_core::port::TxOutcome;
 
 /// Counters of the transmit half.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -81,10 +71,10 @@ unsafe impl Send for XdpTx {}
 impl XdpTx {
     /// Copies `frame` into free UMEM frames and puts it on the transmit
     /// ring; it leaves at the next [`tx_flush`](Self::tx_flush).
-    pub fn tx_push(&mut self, frame: &[u8]) -> Pushed {
+    pub fn tx_push(&mut self, frame: &[u8]) -> TxOutcome {
         if frame.len() > self.max_frame_bytes {
             self.stats.too_big += 1;
-            return Pushed::TooBig;
+            return TxOutcome::TooBig;
         }
         let chunk = self.frames.frame_size as usize;
         let parts = frame.len().div_ceil(chunk).max(1);
@@ -92,7 +82,7 @@ impl XdpTx {
             self.reclaim();
         }
         if self.free.len() < parts || (self.tx.free_at_least(parts as u32) as usize) < parts {
-            return Pushed::NoRoom;
+            return TxOutcome::NoRoom;
         }
         for (k, part) in frame.chunks(chunk).enumerate() {
             let addr = self.free.pop().expect("counted above");
@@ -125,7 +115,7 @@ impl XdpTx {
         }
         self.stats.packets += 1;
         self.stats.bytes += frame.len() as u64;
-        Pushed::Queued
+        TxOutcome::Queued
     }
 
     /// Publishes the pushed frames and kicks the kernel with

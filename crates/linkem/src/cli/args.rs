@@ -3,7 +3,7 @@
 //! derived from the arguments alone: the files a replay reads and writes,
 //! the bridge's timing options.
 
-use crate::backend::BackendKind;
+use crate::bridge::backend::BackendKind;
 use crate::control::ControlArgs;
 use crate::StatsFormat;
 use anyhow::Result;

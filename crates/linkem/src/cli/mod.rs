@@ -86,5 +86,5 @@ pub enum Command {
     Generate(tools::GenerateArgs),
     /// `linkem host`'s watchdog (started by it): fails open when linkem stalls.
     #[command(hide = true, name = "host-watchdog")]
-    HostWatchdog(crate::host_watchdog::WatchdogArgs),
+    HostWatchdog(crate::host::watchdog::WatchdogArgs),
 }

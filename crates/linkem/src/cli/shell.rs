@@ -1,6 +1,6 @@
 //! `linkem shell`'s command line.
 
-use crate::backend::BackendKind;
+use crate::bridge::backend::BackendKind;
 use crate::StatsFormat;
 use std::path::PathBuf;
 

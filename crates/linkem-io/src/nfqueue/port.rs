@@ -1,260 +1,50 @@
-//! The data path of `linkem host` (see `host.rs` for how and why): the
-//! capabilities it needs, linkem's own chains, and the netfilter queues as the
-//! live stage's receive and transmit ports. `bridge.rs` attaches it; `host.rs`
-//! (the command) imports the bridge, never the other way round.
+//! A netfilter queue as the live stage's ports (`linkem host`): each queued packet
+//! becomes a frame (a made-up Ethernet header carrying its id, then the IP packet), and a
+//! released frame becomes its verdict, or, for a packet stolen when read, a copy sent
+//! through a raw socket.
 
-use crate::host_iptables::{ipt, ipt_checked, pass_to_iptables, TABLES};
-pub use crate::host_iptables::{CHAIN_IN, CHAIN_OUT};
-use crate::host_watchdog::Watchdog;
-use anyhow::{anyhow, bail, Result};
+use super::{parse_packets, NfQueue, NfqError, RawSender, Verdict, Verdicts};
+use super::{MAX_PACKET_BYTES, RECV_BUFFER_BYTES};
+use linkem_core::port::{HeldBound, RxFrame, RxPort, TxOutcome, TxPort, WaitFds};
 use linkem_core::rules::SocketOwner;
-use linkem_io::caps::{self, Cap};
-use linkem_io::nfqueue::{self, NfQueue, RawSender, Verdict, Verdicts};
-use linkem_runtime::port::{HeldBound, RxFrame, RxPort, TxOutcome, TxPort, WaitFds};
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::fd::RawFd;
-use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The mark (SO_MARK) of the packets linkem sends itself, which its chain
-/// `LINKEM-HOST-OUT` lets through ("LKEM").
-pub const OWN_MARK: u32 = 0x4c4b_454d;
-/// Length of the header linkem puts before each IP packet.
-pub const HEADER_BYTES: usize = 14;
-/// Packets each queue keeps waiting for linkem; past that the kernel accepts.
-const QUEUE_MAX_LEN: u32 = 65536;
-/// Packets one claim's pipe may keep waiting in the kernel's queue at once:
-/// beyond, the packet is dropped at once and counted as backpressure, so that
-/// a claim that holds packets long (`delay`, `slot`) leaves the queue to the
-/// others (the built-in 16 claims of a user hold at most a quarter of it).
-/// Root's own pipes are not bounded.
-pub const MAX_HELD_PER_PIPE: u32 = QUEUE_MAX_LEN / 64;
-/// Verdict bytes gathered before a send (well within a netlink socket's
-/// default send buffer).
-const VERDICT_BATCH_BYTES: usize = 128 << 10;
-
-/// What host mode needs, said before anything is changed.
-pub const NEEDS: &str = "linkem host needs root, or CAP_NET_ADMIN and CAP_NET_RAW \
-    (e.g. the package's file capabilities for group linkem) with iptables-nft: it binds \
-    netfilter queues, sends from raw sockets, and runs iptables and ip6tables, to which it \
-    passes CAP_NET_ADMIN as an ambient capability (iptables-legacy also needs root for \
-    its lock file /run/xtables.lock)";
-
-/// Refuses to start without CAP_NET_ADMIN (queues and chains) and CAP_NET_RAW
-/// (raw sockets), and without CAP_SYS_NICE when `realtime`; passes
-/// CAP_NET_ADMIN on to the `iptables` it runs (ambient: an ordinary user
-/// holding it through file capabilities would otherwise get iptables' "you
-/// must be root" once the queues are bound) and checks that iptables and
-/// ip6tables answer. Host mode keeps its capabilities for its life:
-/// removing the chains at exit needs CAP_NET_ADMIN again.
-pub fn check_capabilities(realtime: bool) -> Result<()> {
-    check_own_capabilities(realtime)?;
-    // Root's iptables needs nothing passed: a refusal (a securebit that
-    // forbids ambient capabilities) matters only if iptables then fails.
-    let passed = pass_to_iptables().err();
-    for tool in TABLES {
-        let out = Command::new(tool)
-            .args(["-w", "5", "-n", "-L", "OUTPUT"])
-            .output()
-            .map_err(|e| {
-                anyhow!("cannot run {tool} ({e}): linkem host runs iptables and ip6tables (package iptables)")
-            })?;
-        if !out.status.success() {
-            bail!(
-                "{tool} -L OUTPUT failed ({}{}): {NEEDS}",
-                String::from_utf8_lossy(&out.stderr).trim(),
-                passed
-                    .as_ref()
-                    .map(|e| format!("; {e}"))
-                    .unwrap_or_default()
-            );
-        }
-    }
-    Ok(())
-}
-
-fn check_own_capabilities(realtime: bool) -> Result<()> {
-    let have = caps::current()
-        .map_err(|e| anyhow!("cannot read this process's capabilities: {e}"))?
-        .effective;
-    let mut need = vec![Cap::NET_ADMIN, Cap::NET_RAW];
-    if realtime {
-        need.push(Cap::SYS_NICE);
-    }
-    let lacking: Vec<String> = need
-        .iter()
-        .filter(|c| !have.has(**c))
-        .map(|c| c.to_string())
-        .collect();
-    if !lacking.is_empty() {
-        bail!(
-            "linkem host needs {} (run as root{})",
-            lacking.join(", "),
-            if realtime {
-                "; --realtime off runs without CAP_SYS_NICE"
-            } else {
-                ""
-            }
-        );
-    }
-    Ok(())
-}
-
-/// Where `linkem host` takes packets from.
-pub struct HostSetup {
-    /// Interfaces to limit the chains to (empty: all).
-    pub dev: Vec<String>,
-    /// Queue of side a; side b uses the next.
-    pub queue_num: u16,
-    /// `--fail-open-after`: the watchdog's bound (`None`: no watchdog).
-    pub fail_open_after: Option<Duration>,
-}
-
-/// The queues bound and the chains installed: the ports, and what removes
-/// the chains when dropped.
-pub struct Attached {
+/// The ports of a pair of queues (side a: what this host receives; side b: what it
+/// sends).
+pub struct QueuePorts {
     /// Receive halves: side a, side b.
     pub rx: [Box<dyn RxPort>; 2],
     /// Verdict halves: direction a->b (side a's queue), b->a.
     pub tx: [Box<dyn TxPort>; 2],
-    /// Removes the chains when dropped.
-    pub chains: Chains,
 }
 
-impl HostSetup {
-    /// Binds both queues, removes a stale pair of chains, installs ours.
-    pub fn attach(&self) -> Result<Attached> {
-        let mut queues = Vec::new();
-        for q in [self.queue_num, self.queue_num + 1] {
-            let queue = NfQueue::open(q, QUEUE_MAX_LEN).map_err(|e| {
-                if e.to_string().contains("busy") || e.raw_os_error() == Some(libc::EBUSY) {
-                    anyhow!(
-                        "netfilter queue {q} is bound by another process: another linkem host \
-                         runs in this network namespace (or pick --queue-num)"
-                    )
-                } else {
-                    anyhow!("{e} (linkem host needs CAP_NET_ADMIN)")
-                }
-            })?;
-            queues.push(queue);
-        }
-        let mut chains = Chains::install(&self.dev, self.queue_num)?;
-        if let Some(stall) = self.fail_open_after {
-            chains.watchdog = Some(Watchdog::start(stall)?);
-        }
-        let raw = RawSender::open(OWN_MARK).map_err(|e| {
-            anyhow!("cannot open raw IP sockets ({e}): linkem host needs CAP_NET_RAW")
-        })?;
-        let held = HeldIds::default();
-        let rx: [Box<dyn RxPort>; 2] = [
-            Box::new(HostRx::new(queues[0].clone(), None)),
-            Box::new(HostRx::new(queues[1].clone(), Some(held.clone()))),
-        ];
-        let tx: [Box<dyn TxPort>; 2] = [
-            Box::new(HostTx::new(queues[0].clone(), None)),
-            Box::new(HostTx::new(queues[1].clone(), Some((raw, held)))),
-        ];
-        Ok(Attached { rx, tx, chains })
-    }
+/// The ports of `queues` (side a's, side b's). Side b steals its packets and sends
+/// their copies through `raw` (see `QueueRx`); each verdict half keeps at most
+/// `held.packets` records of a pipe in `held.pipes` waiting.
+pub fn ports(queues: [NfQueue; 2], raw: RawSender, held: HeldBound) -> QueuePorts {
+    let ids = HeldIds::default();
+    let rx: [Box<dyn RxPort>; 2] = [
+        Box::new(QueueRx::new(queues[0].clone(), None)),
+        Box::new(QueueRx::new(queues[1].clone(), Some(ids.clone()))),
+    ];
+    let [qa, qb] = queues;
+    let tx: [Box<dyn TxPort>; 2] = [
+        Box::new(QueueTx::new(qa, None, held.clone())),
+        Box::new(QueueTx::new(qb, Some((raw, ids)), held)),
+    ];
+    QueuePorts { rx, tx }
 }
 
-/// linkem's chains in iptables and ip6tables, and the watchdog that fails
-/// open if linkem stalls; removed when dropped (the watchdog first).
-pub struct Chains {
-    installed: bool,
-    watchdog: Option<Watchdog>,
-}
-
-impl Chains {
-    /// Removes every jump to linkem's chains and the chains themselves, in
-    /// both tables; says whether there was anything to remove.
-    pub fn remove_all() -> Result<bool> {
-        let mut found = false;
-        for tool in TABLES {
-            for (hook, chain) in [("INPUT", CHAIN_IN), ("OUTPUT", CHAIN_OUT)] {
-                // A killed run may have left more than one jump.
-                while ipt(tool, &["-D", hook, "-j", chain])? {
-                    found = true;
-                }
-                if ipt(tool, &["-F", chain])? {
-                    found = true;
-                    ipt(tool, &["-X", chain])?;
-                }
-            }
-        }
-        Ok(found)
-    }
-
-    fn install(dev: &[String], queue_num: u16) -> Result<Chains> {
-        if Chains::remove_all()? {
-            eprintln!(
-                "linkem: removed the chains {CHAIN_IN}/{CHAIN_OUT} a previous linkem host left \
-                 (it did not exit cleanly)"
-            );
-        }
-        let mut chains = Chains {
-            installed: true,
-            watchdog: None,
-        };
-        let qa = queue_num.to_string();
-        let qb = (queue_num + 1).to_string();
-        let devs: Vec<Option<&str>> = if dev.is_empty() {
-            vec![None]
-        } else {
-            dev.iter().map(|d| Some(d.as_str())).collect()
-        };
-        let result = (|| -> Result<()> {
-            for tool in TABLES {
-                ipt_checked(tool, &["-N", CHAIN_IN])?;
-                ipt_checked(tool, &["-N", CHAIN_OUT])?;
-                let mark = format!("{OWN_MARK:#x}");
-                ipt_checked(
-                    tool,
-                    &[
-                        "-A", CHAIN_OUT, "-m", "mark", "--mark", &mark, "-j", "RETURN",
-                    ],
-                )?;
-                for d in &devs {
-                    for (chain, flag, q) in [(CHAIN_IN, "-i", &qa), (CHAIN_OUT, "-o", &qb)] {
-                        let mut a = vec!["-A", chain];
-                        if let Some(d) = d {
-                            a.extend([flag, d]);
-                        }
-                        a.extend(["-j", "NFQUEUE", "--queue-num", q, "--queue-bypass"]);
-                        ipt_checked(tool, &a)?;
-                    }
-                }
-                ipt_checked(tool, &["-I", "INPUT", "1", "-j", CHAIN_IN])?;
-                ipt_checked(tool, &["-I", "OUTPUT", "1", "-j", CHAIN_OUT])?;
-            }
-            Ok(())
-        })();
-        if let Err(e) = result {
-            chains.remove();
-            return Err(e);
-        }
-        Ok(chains)
-    }
-
-    fn remove(&mut self) {
-        // The watchdog ends first, so that it puts back no jump meanwhile.
-        drop(self.watchdog.take());
-        if std::mem::take(&mut self.installed) {
-            if let Err(e) = Chains::remove_all() {
-                eprintln!("linkem: removing the chains {CHAIN_IN}/{CHAIN_OUT}: {e}");
-            }
-        }
-    }
-}
-
-impl Drop for Chains {
-    fn drop(&mut self) {
-        self.remove();
-    }
-}
+/// Length of the header linkem puts before each IP packet.
+pub const HEADER_BYTES: usize = 14;
+/// Verdict bytes gathered before a send (well within a netlink socket's
+/// default send buffer).
+const VERDICT_BATCH_BYTES: usize = 128 << 10;
 
 /// The made-up Ethernet header before a queued packet: the id three times,
 /// then the EtherType.
@@ -295,7 +85,7 @@ pub fn frame_id(frame: &[u8]) -> Option<u32> {
 /// at release): the raw socket would change or refuse it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hold {
-    /// It carries a firewall mark: a re-send would carry [`OWN_MARK`] instead,
+    /// It carries a firewall mark: a re-send would carry the raw socket's mark (`linkem host`'s `OWN_MARK`) instead,
     /// and mark-based routing (`ip rule fwmark`, `wg-quick`, `ping -m`)
     /// would send it elsewhere.
     Marked,
@@ -379,7 +169,7 @@ impl MtuCache {
         match self.by_index.get(&index) {
             Some(&(mtu, at)) if now.duration_since(at) < MTU_TTL => mtu,
             _ => {
-                let mtu = linkem_io::ifaces::mtu_of_index(index).ok();
+                let mtu = crate::ifaces::mtu_of_index(index).ok();
                 self.by_index.insert(index, (mtu, now));
                 mtu
             }
@@ -392,10 +182,10 @@ impl MtuCache {
 /// `steal` (side b, what this host sends): each packet gets NF_DROP as soon
 /// as it is read, so the kernel frees it and it stops counting against its
 /// socket (TCP small queues, a socket's send buffer); at its release time
-/// linkem sends its copy through a raw socket ([`HostTx`]). A packet the raw
+/// linkem sends its copy through a raw socket ([`QueueTx`]). A packet the raw
 /// socket would change or refuse ([`must_hold`]) is held instead, its id
 /// kept in the shared [`HeldIds`].
-struct HostRx {
+struct QueueRx {
     queue: NfQueue,
     buf: Vec<u8>,
     frame: Vec<u8>,
@@ -403,9 +193,9 @@ struct HostRx {
     steal: Option<(HeldIds, MtuCache)>,
 }
 
-impl HostRx {
+impl QueueRx {
     fn new(queue: NfQueue, steal: Option<HeldIds>) -> Self {
-        HostRx {
+        QueueRx {
             drops: Verdicts::new(queue.clone()),
             steal: steal.map(|h| {
                 (
@@ -416,8 +206,8 @@ impl HostRx {
                 )
             }),
             queue,
-            buf: vec![0u8; nfqueue::RECV_BUFFER_BYTES],
-            frame: Vec::with_capacity(HEADER_BYTES + nfqueue::MAX_PACKET_BYTES),
+            buf: vec![0u8; RECV_BUFFER_BYTES],
+            frame: Vec::with_capacity(HEADER_BYTES + MAX_PACKET_BYTES),
         }
     }
 
@@ -426,7 +216,7 @@ impl HostRx {
     }
 }
 
-impl RxPort for HostRx {
+impl RxPort for QueueRx {
     fn rx_batch(&mut self, max: usize, f: &mut dyn FnMut(RxFrame<'_>)) -> io::Result<usize> {
         self.flush_drops()?;
         let mut n = 0;
@@ -437,7 +227,7 @@ impl RxPort for HostRx {
             }
             let frame = &mut self.frame;
             let (steal, drops) = (&mut self.steal, &mut self.drops);
-            let got = nfqueue::parse_packets(&self.buf[..len], &mut |p| {
+            let got = parse_packets(&self.buf[..len], &mut |p| {
                 if let Some((held, mtus)) = steal {
                     let mtu = mtus.mtu_bytes(p.out_ifindex);
                     if must_hold(p.payload, p.mark, mtu).is_some() {
@@ -465,7 +255,7 @@ impl RxPort for HostRx {
                 Ok(k) => n += k,
                 // A refused verdict (an id no longer queued) is answered on
                 // this socket; it costs that packet, not the run.
-                Err(nfqueue::NfqError::Refused(_)) => {}
+                Err(NfqError::Refused(_)) => {}
                 Err(e) => return Err(io::Error::other(e.to_string())),
             }
         }
@@ -501,18 +291,20 @@ impl RxPort for HostRx {
 /// packet as the model left it; with `raw` (side b) a stolen packet is sent
 /// through the raw socket instead, a held one (in [`HeldIds`]) gets its
 /// verdict as on side a.
-struct HostTx {
+struct QueueTx {
     verdicts: Verdicts,
     raw: Option<(RawSender, HeldIds)>,
     errors: u64,
+    held: HeldBound,
 }
 
-impl HostTx {
-    fn new(queue: NfQueue, raw: Option<(RawSender, HeldIds)>) -> Self {
-        HostTx {
+impl QueueTx {
+    fn new(queue: NfQueue, raw: Option<(RawSender, HeldIds)>, held: HeldBound) -> Self {
+        QueueTx {
             verdicts: Verdicts::new(queue),
             raw,
             errors: 0,
+            held,
         }
     }
 }
@@ -522,7 +314,7 @@ impl HostTx {
 pub const NO_COPIES: &str = "in host mode: the kernel holds each queued packet \
     under one id and takes one verdict for it, so linkem has no second copy to give back";
 
-impl TxPort for HostTx {
+impl TxPort for QueueTx {
     fn tx_push(&mut self, frame: &[u8]) -> TxOutcome {
         let id = frame_id(frame);
         if self.verdicts.pending() > 0
@@ -557,7 +349,7 @@ impl TxPort for HostTx {
     }
 
     fn max_frame_bytes(&self) -> usize {
-        HEADER_BYTES + nfqueue::MAX_PACKET_BYTES
+        HEADER_BYTES + MAX_PACKET_BYTES
     }
 
     fn no_copies(&self) -> Option<&'static str> {
@@ -565,10 +357,7 @@ impl TxPort for HostTx {
     }
 
     fn max_held_per_pipe(&self) -> Option<HeldBound> {
-        Some(HeldBound {
-            pipes: crate::control::claims::CLAIM_FIRST..=crate::control::claims::CLAIM_LAST,
-            packets: MAX_HELD_PER_PIPE,
-        })
+        Some(self.held.clone())
     }
 
     fn tx_discard(&mut self, frame: &[u8]) {

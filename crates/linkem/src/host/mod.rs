@@ -21,7 +21,7 @@
 //! SIGKILL) the kernel passes packets unimpaired, and a full queue accepts too
 //! (`NFQA_CFG_F_FAIL_OPEN`): linkem fails open. A linkem that stops answering
 //! without dying (SIGSTOP, a stall) keeps its queues bound: a watchdog process
-//! (`crate::host_watchdog`) then removes the jumps to the chains after
+//! (`crate::host::watchdog`) then removes the jumps to the chains after
 //! `--fail-open-after` (default 1 s) without a heartbeat, and puts them back
 //! when linkem answers again. A loopback packet is both sent and received by
 //! this host, so it passes side b and then side a.
@@ -54,7 +54,7 @@
 //! The kernel's queue holds 65 536 packets for everyone; full, it accepts
 //! every packet unasked (other users' claims and root's rules then no longer
 //! apply). Two bounds keep one claim from filling it: a claim's pipe keeps at
-//! most `host_ports::MAX_HELD_PER_PIPE` (1024) packets in the delay line (the
+//! most `ports::MAX_HELD_PER_PIPE` (1024) packets in the delay line (the
 //! port asks the stage for it, `TxPort::max_held_per_pipe`; a packet beyond
 //! is dropped at once as backpressure; root's own pipes are not bounded),
 //! and a deleted pipe's packets (a
@@ -74,7 +74,7 @@
 //! with stolen ones (95 on the receiver; docs/numbers.md).
 //!
 //! Three kinds of sent packet are held instead, as on side a (NF_ACCEPT at
-//! release time, `host_ports::must_hold`), because the raw socket would change
+//! release time, `ports::must_hold`), because the raw socket would change
 //! or refuse them: one with a firewall mark (the re-send would carry
 //! [`OWN_MARK`] and mark-based routing, `ip rule fwmark`, `wg-quick`,
 //! `ping -m`, would take another path), one larger than its interface's MTU
@@ -86,12 +86,16 @@
 //!
 //! `duplicate` is refused: a received packet has one id, one verdict.
 
-use crate::backend::BackendKind;
+pub mod iptables;
+pub mod ports;
+pub mod watchdog;
+
+use crate::bridge::backend::BackendKind;
 use crate::cli::args::{BridgeArgs, RunArgs};
 use crate::control::ControlArgs;
-use crate::host_ports::HostSetup;
+use crate::host::ports::HostSetup;
 #[cfg(doc)]
-use crate::host_ports::OWN_MARK;
+use crate::host::ports::OWN_MARK;
 use anyhow::{bail, Result};
 use std::path::PathBuf;
 
@@ -174,7 +178,7 @@ pub fn run(args: &HostArgs) -> Result<()> {
     let setup = HostSetup {
         dev: args.dev.clone(),
         queue_num: args.queue_num,
-        fail_open_after: crate::host_watchdog::parse_stall(&args.fail_open_after)?,
+        fail_open_after: crate::host::watchdog::parse_stall(&args.fail_open_after)?,
     };
     crate::bridge::run_attached(
         &args.bridge_args(),

@@ -28,6 +28,12 @@
 //! [`parse_packets`] reads received datagrams with bounds-checked slices only
 //! (no input can make it panic: fuzz target `nfqueue`).
 
+pub mod port;
+
+/// What binding a queue and sending from raw sockets need.
+pub const NEEDED_CAPS: &[crate::caps::Cap] =
+    &[crate::caps::Cap::NET_ADMIN, crate::caps::Cap::NET_RAW];
+
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;

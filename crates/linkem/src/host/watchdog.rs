@@ -29,7 +29,7 @@
 //! The heartbeat shows that the process runs, not that its data path
 //! progresses: a stage stuck inside a running linkem is not detected.
 
-use crate::host_iptables::{ipt, CHAIN_IN, CHAIN_OUT, TABLES};
+use crate::host::iptables::{ipt, CHAIN_IN, CHAIN_OUT, TABLES};
 use anyhow::{anyhow, bail, Context, Result};
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
@@ -169,7 +169,7 @@ fn restore_jumps() -> Result<()> {
 pub fn run(args: &WatchdogArgs) -> Result<()> {
     // Started from a binary with file capabilities, the watchdog has them
     // again after exec, but the iptables it runs need them passed on.
-    if let Err(e) = crate::host_iptables::pass_to_iptables() {
+    if let Err(e) = crate::host::iptables::pass_to_iptables() {
         // Root's iptables needs nothing passed; otherwise failing open fails
         // and says so when it comes to it.
         eprintln!("linkem: host watchdog: {e}");

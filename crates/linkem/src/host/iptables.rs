@@ -1,7 +1,7 @@
 //! The iptables side of `linkem host`: the names of linkem's two chains and
 //! the one way linkem runs `iptables`/`ip6tables` (with `-w 5`, so a busy
-//! xtables lock waits rather than fails). `host_ports` installs and removes
-//! the chains with it, and `host_watchdog` removes and restores their jumps:
+//! xtables lock waits rather than fails). `ports` installs and removes
+//! the chains with it, and `watchdog` removes and restores their jumps:
 //! both import this module and neither imports the other's internals.
 
 use anyhow::{anyhow, bail, Context, Result};

@@ -1,0 +1,183 @@
+//! An AF_PACKET interface as the live stage's ports: a receiving socket for one
+//! direction's input stage, a send-only socket (and the super-frame sender) for the
+//! other direction's output stage, so the two threads share nothing.
+
+use super::{AfPacket, AfPacketConfig, GsoSender, IoError};
+use crate::port::{Halves, Rings};
+use linkem_core::port::{PortHealth, RxFrame, RxPort, TxOutcome, TxPort, WaitFds};
+use linkem_core::wire::Offload;
+use std::io;
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+/// The RX ring's socket, and whether its interface was last seen down.
+struct PacketRx {
+    sock: AfPacket,
+    down: bool,
+}
+
+/// The TX ring's socket, and the one that sends super-frames (if it opened).
+struct PacketTx {
+    ring: AfPacket,
+    gso: Option<GsoSender>,
+    /// When the interface's MTU was last read ([`MTU_CHECK_EVERY_NS`]).
+    mtu_read_ns: u64,
+}
+
+/// How often the send half reads its interface's MTU again: frames longer
+/// than a lowered MTU count as too-big at most this long after the change.
+const MTU_CHECK_EVERY_NS: u64 = 250_000_000;
+
+impl RxPort for PacketRx {
+    fn rx_batch(&mut self, max: usize, f: &mut dyn FnMut(RxFrame<'_>)) -> io::Result<usize> {
+        Ok(self.sock.rx_batch(max, f))
+    }
+
+    fn wait_rx(&mut self, timeout_ns: u64) -> io::Result<()> {
+        self.sock
+            .poll_rx(Some(Duration::from_nanos(timeout_ns)))
+            .map(|_| ())
+            .map_err(io::Error::other)
+    }
+
+    fn rx_kernel_drops(&mut self) -> u64 {
+        self.sock.kernel_drops()
+    }
+
+    fn wait_fds(&mut self, fds: &mut Vec<RawFd>) -> io::Result<WaitFds> {
+        if self.sock.rx_ready() {
+            return Ok(WaitFds::Ready);
+        }
+        fds.push(self.sock.fd());
+        Ok(WaitFds::Added)
+    }
+
+    fn health(&mut self) -> PortHealth {
+        // The kernel sets ENETDOWN on the socket when the interface goes
+        // down (deleting it takes it down first); reading it clears it, so
+        // poll sleeps again.
+        let _ = self.sock.take_error();
+        if self.sock.interface_gone() {
+            return PortHealth::Gone(format!(
+                "interface '{}' is gone (deleted, moved to another namespace, or its veth peer \
+                 or namespace deleted)",
+                self.sock.ifname()
+            ));
+        }
+        let up = self.sock.is_up();
+        if up == self.down {
+            self.down = !up;
+            if up {
+                eprintln!("linkem: {}: up again; frames flow", self.sock.ifname());
+            } else {
+                eprintln!(
+                    "linkem: {}: interface down; frames sent to it are dropped (tx-error) \
+                     until it is up again",
+                    self.sock.ifname()
+                );
+            }
+        }
+        if up {
+            PortHealth::Running
+        } else {
+            PortHealth::Down
+        }
+    }
+}
+
+impl TxPort for PacketTx {
+    fn tx_push(&mut self, frame: &[u8]) -> TxOutcome {
+        // One clock read per frame (vDSO, ~20 ns): the first frame after an
+        // idle spell is checked against the MTU as it is now.
+        let now = super::now_realtime_ns();
+        if now.wrapping_sub(self.mtu_read_ns) > MTU_CHECK_EVERY_NS {
+            self.mtu_read_ns = now;
+            self.ring.refresh_mtu();
+        }
+        self.ring.tx_push(frame)
+    }
+
+    fn tx_flush(&mut self) -> io::Result<()> {
+        self.ring.tx_flush().map_err(io::Error::other)
+    }
+
+    fn tx_errors(&mut self) -> u64 {
+        let stats = self.ring.stats();
+        stats.tx_wrong_format + stats.tx_link_down
+    }
+
+    fn max_frame_bytes(&self) -> usize {
+        self.ring.max_frame_bytes()
+    }
+
+    fn sends_super_frames(&self) -> bool {
+        self.gso.is_some()
+    }
+
+    fn tx_send_super(&mut self, frame: &[u8], offload: Offload) -> io::Result<bool> {
+        let Some(gso) = self.gso.as_mut() else {
+            return Err(io::Error::from(io::ErrorKind::Unsupported));
+        };
+        // What the ring holds was due first: it reaches the device first.
+        self.ring.tx_flush().map_err(io::Error::other)?;
+        let hdr_len = linkem_core::wire::locate(frame)
+            .map(|h| h.payload_offset as u16)
+            .unwrap_or(0);
+        gso.send(&offload.to_virtio_net_hdr(hdr_len), frame)
+            .map_err(io::Error::other)
+    }
+}
+
+/// Opens `ifname` (MTU `mtu`) as a receive half and a send half with rings of the size
+/// given, and says what was opened and set.
+pub fn open(ifname: &str, mtu: u32, rings: Rings) -> Result<Halves, IoError> {
+    let frame_size = super::frame_size_for_mtu(mtu).max(2048);
+    let (rx_frames, tx_frames) = match rings {
+        Rings::Full => (4096, 2048),
+        Rings::Small => (1024, 512),
+    };
+    // Two sockets: the receiving one belongs to the input stage of one
+    // direction, the send-only one to the output stage of the other, so the
+    // two threads share nothing. Each gets the smallest ring of the kind it
+    // does not use (the kernel wants both).
+    let rx = AfPacket::open(
+        ifname,
+        AfPacketConfig {
+            frame_size,
+            rx_frames,
+            tx_frames: 16,
+            ..AfPacketConfig::default()
+        },
+    )?;
+    let tx = AfPacket::open(
+        ifname,
+        AfPacketConfig {
+            frame_size,
+            rx_frames: 16,
+            tx_frames,
+            receive: false,
+            ..AfPacketConfig::default()
+        },
+    )?;
+    // Cheap to hold; used only while coalescing is on. Without it the output
+    // stage sends every wire frame through the ring.
+    let gso = match GsoSender::open(ifname, true) {
+        Ok(g) => Some(g),
+        Err(e) => {
+            eprintln!("linkem: {ifname}: super-frames cannot be sent ({e}); sending wire frames");
+            None
+        }
+    };
+    Ok((
+        Box::new(PacketRx {
+            sock: rx,
+            down: false,
+        }),
+        Box::new(PacketTx {
+            ring: tx,
+            gso,
+            mtu_read_ns: super::now_realtime_ns(),
+        }),
+        "AF_PACKET TPACKET_V2 rings, promiscuous while open".to_string(),
+    ))
+}

@@ -1,0 +1,168 @@
+//! An AF_XDP interface as the live stage's ports. AF_XDP frames come without offload
+//! metadata, so each received frame whose TCP/UDP checksum a host left for offload is
+//! finished here, in place in the UMEM, with `complete_partial_checksum` (see the
+//! module doc of [`crate::afxdp`] for why).
+
+use super::{AfXdp, AfXdpConfig, XdpRx, XdpTx, PROGRAM_NAME};
+use crate::afpacket::IoError;
+use crate::ifaces;
+use crate::port::{Halves, Rings};
+use linkem_core::port::{RxFrame, RxPort, TxOutcome, TxPort, WaitFds};
+use linkem_core::wire::complete_partial_checksum;
+use std::io;
+use std::os::fd::RawFd;
+
+struct XskRx {
+    rx: XdpRx,
+    /// Promiscuous mode while the receiving half lives.
+    _promisc: ifaces::Promiscuous,
+}
+
+struct XskTx {
+    tx: XdpTx,
+    warned_too_big: bool,
+    /// The last kick said the interface is down (ENETDOWN): frames are
+    /// dropped (counted in `dropped_down`, reported as tx errors) until a
+    /// kick goes through again; descriptors already on the ring leave then.
+    down: bool,
+    dropped_down: u64,
+}
+
+impl RxPort for XskRx {
+    fn rx_batch(&mut self, max: usize, f: &mut dyn FnMut(RxFrame<'_>)) -> io::Result<usize> {
+        self.rx.rx_batch(max, |data, len, ts_ns| {
+            // Finishes a checksum left for offload; anything else untouched.
+            complete_partial_checksum(data);
+            f(RxFrame {
+                data,
+                orig_len: len,
+                ts_ns,
+                offload: Default::default(),
+                owner: None,
+            })
+        })
+    }
+
+    fn wait_rx(&mut self, timeout_ns: u64) -> io::Result<()> {
+        self.rx.wait_rx(timeout_ns)
+    }
+
+    fn rx_kernel_drops(&mut self) -> u64 {
+        self.rx.kernel_drops()
+    }
+
+    fn wait_fds(&mut self, fds: &mut Vec<RawFd>) -> io::Result<WaitFds> {
+        Ok(if self.rx.prepare_wait(fds) {
+            WaitFds::Ready
+        } else {
+            WaitFds::Added
+        })
+    }
+}
+
+impl XskTx {
+    /// Says once what frames too big for this interface mean and how to
+    /// avoid them.
+    fn warn_too_big(&mut self, len: usize) {
+        if self.warned_too_big {
+            return;
+        }
+        self.warned_too_big = true;
+        let info = self.tx.info();
+        eprintln!(
+            "linkem: warning: a {len}-byte frame is larger than '{}' carries ({} bytes: MTU {} + \
+             Ethernet header and tag); such frames are dropped and counted as too-big \
+             (give both interfaces and hosts the same MTU)",
+            info.ifname,
+            self.tx.max_frame_bytes(),
+            info.mtu
+        );
+    }
+}
+
+impl TxPort for XskTx {
+    fn tx_push(&mut self, frame: &[u8]) -> TxOutcome {
+        if self.down {
+            // One kick per frame while down: it tells when the interface is up.
+            let _ = self.tx_flush();
+            if self.down {
+                self.dropped_down += 1;
+                return TxOutcome::Queued;
+            }
+        }
+        let pushed = self.tx.tx_push(frame);
+        if pushed == TxOutcome::TooBig {
+            self.warn_too_big(frame.len());
+        }
+        pushed
+    }
+
+    fn tx_flush(&mut self) -> io::Result<()> {
+        match self.tx.tx_flush() {
+            // Set down: the frames wait on the ring, new ones are dropped
+            // (tx_push) until it is up. Gone (ENXIO) stays an error: the
+            // pair stops, naming the interface.
+            Err(e) if e.kind() == io::ErrorKind::NetworkDown => {
+                self.down = true;
+                Ok(())
+            }
+            r => {
+                if r.is_ok() {
+                    self.down = false;
+                }
+                r
+            }
+        }
+    }
+
+    fn tx_errors(&mut self) -> u64 {
+        self.tx.tx_errors() + self.dropped_down
+    }
+
+    fn max_frame_bytes(&self) -> usize {
+        self.tx.max_frame_bytes()
+    }
+}
+
+/// Opens `ifname` (MTU `mtu`) as a receive half and a send half with a UMEM of the size
+/// given, promiscuous while open, and says what was opened and set.
+pub fn open(ifname: &str, mtu: u32, rings: Rings) -> Result<Halves, IoError> {
+    // 4096-byte UMEM frames above MTU 1500: fewer parts per jumbo frame.
+    let frame_size = if super::frame_size_for_mtu(mtu) <= 2048 {
+        2048
+    } else {
+        4096
+    };
+    let (rx, tx) = AfXdp::open(
+        ifname,
+        AfXdpConfig {
+            frame_size,
+            frame_count: match rings {
+                Rings::Full => AfXdpConfig::default().frame_count,
+                Rings::Small => 1024,
+            },
+            ..AfXdpConfig::default()
+        },
+    )?;
+    // A NIC filters by MAC address unless promiscuous; the membership goes
+    // with its socket, so nothing is left set after linkem ends.
+    let promisc = ifaces::lookup(ifname).and_then(|i| ifaces::Promiscuous::on(&i))?;
+    let info = format!(
+        "{}, XDP program {} (detached when linkem exits, even if killed), promiscuous while open",
+        rx.info(),
+        PROGRAM_NAME
+    );
+    Ok((
+        Box::new(XskRx {
+            rx,
+            _promisc: promisc,
+        }),
+        Box::new(XskTx {
+            tx,
+            warned_too_big: false,
+            down: false,
+            dropped_down: 0,
+        }),
+        info,
+    ))
+}
