@@ -34,7 +34,6 @@ pub mod live_events;
 pub mod live_record;
 pub mod logplot;
 pub mod mmlog;
-pub mod pairs;
 pub mod plot;
 pub mod probe;
 pub mod process;

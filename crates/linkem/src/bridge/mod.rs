@@ -28,6 +28,8 @@
 //!   replacing what `linkem ctl` changed, and gives its objects to the uid
 //!   that started linkem; `--stats` adds the node's drops and listings.
 
+pub mod pairs;
+
 use crate::args::{timing, BridgeArgs, OnOff, Realtime, Timing, REALTIME_PRIORITY};
 use crate::backend::{
     check_capabilities, claim_interfaces, drop_capabilities, open_interface, resolve_auto,
