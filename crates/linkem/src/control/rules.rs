@@ -428,9 +428,15 @@ impl Rules {
     /// Turns claims on; refused when the running rule set uses a number
     /// kept for them.
     pub fn with_claims(mut self, config: ClaimConfig) -> Result<Rules, String> {
+        self.enable_claims(config)?;
+        Ok(self)
+    }
+
+    /// Turns claims on: refused while a rule or object holds a claim's number.
+    pub fn enable_claims(&mut self, config: ClaimConfig) -> Result<(), String> {
         reserved_in(&self.source.lock().unwrap_or_else(|p| p.into_inner()))?;
         self.claims = Some((Mutex::new(Table::default()), config));
-        Ok(self)
+        Ok(())
     }
 
     pub fn claims_on(&self) -> bool {
