@@ -3,7 +3,7 @@
 //! instant (two pipes and two rules per claim), released or expired as one
 //! change too; and the pipes and rules a claim keeps from everyone else.
 
-use super::{ports_text, Claim, PipeAsk};
+use super::{ports_text, Claim, ClaimConfig, PipeAsk, Table};
 use crate::control::failure::Failure;
 use crate::control::rules::{target, Meta, Rules, Source, Undo, KIND_WORDS};
 use linkem_core::model::Change;
@@ -124,7 +124,7 @@ impl Rules {
     }
 
     /// `claim ...` / `release ...` by `cred` at `now_ns` (see
-    /// [`super::claims`]): checked against who holds what and the user's
+    /// [`super`]): checked against who holds what and the user's
     /// limits, then applied as typed changes at one instant: a new claim
     /// adds its two pipes and rules, a change reconfigures its pipes in
     /// place (queued packets keep their release times), a release deletes
@@ -143,47 +143,12 @@ impl Rules {
         let mut table = table.lock().unwrap_or_else(|p| p.into_inner());
         let name = ports_text(r.proto, r.ports);
         let words = match &r.action {
-            ClaimAction::Release => {
-                // Root may free anyone's claim.
-                let slot = match table.find(cred.uid, r.proto, r.ports) {
-                    Err(Failure::Refused(_)) if cred.uid == 0 => table
-                        .iter()
-                        .find(|c| c.proto == r.proto && c.ports == r.ports)
-                        .map(|c| c.slot),
-                    found => found?,
-                };
-                let slot = slot.ok_or_else(|| Failure::Error(format!("{name} is not claimed")))?;
-                let claim = table.get(slot).expect("found above").clone();
-                let at_ns = self.drop_claim(&claim)?;
-                table.remove(slot);
-                return Ok(ClaimDone {
-                    at_ns,
-                    what: "released",
-                    claim,
-                });
-            }
+            ClaimAction::Release => return self.release(&mut table, cred, r, &name),
             ClaimAction::Set { words } => words,
         };
         // Whether the user could bind the ports (module doc of `claims`):
         // at every claim, a renewal too, after the cheaper checks.
-        let may_have_ports = || -> Result<(), Failure> {
-            if cred.uid == 0 || cred.uid == self.starter {
-                return Ok(());
-            }
-            let view = (config.port_view)().map_err(|e| {
-                Failure::Error(format!(
-                    "{name}: cannot tell which ports uid {} could bind: {e}",
-                    cred.uid
-                ))
-            })?;
-            super::check_ports(
-                cred.uid,
-                r.proto,
-                r.ports,
-                &view,
-                config.limits.allowed(cred.uid),
-            )
-        };
+        let may_have_ports = || self.may_have_ports(cred, r, config, &name);
         let held = table.find(cred.uid, r.proto, r.ports)?;
         let old = held.and_then(|s| table.get(s)).cloned();
         if let (Some(old), [None, None]) = (&old, words) {
@@ -224,41 +189,7 @@ impl Rules {
         });
         table.check_limits(cred.uid, &limit, held, r.ports, &asks)?;
         may_have_ports()?;
-        let mut s = self.source.lock().unwrap_or_else(|p| p.into_inner());
-        let mut changes = Vec::with_capacity(4);
-        let mut undo = Vec::new();
-        for (dir, def) in defs.into_iter().enumerate() {
-            let words = def.words().to_string();
-            let n = numbers[dir];
-            undo.push(Undo::Object(2, n, s.def(2, n)));
-            s.remove(2, n);
-            s.put(
-                2,
-                def.clone(),
-                Meta {
-                    words,
-                    owner: cred.uid,
-                },
-            );
-            changes.push(Change::Object(Box::new(def)));
-        }
-        if old.is_none() {
-            for (dir, n) in numbers.into_iter().enumerate() {
-                let rule = claim_rule(n, r.proto, r.ports, dir, [&self.sides[0], &self.sides[1]]);
-                let at = s.set.rules.partition_point(|x| x.number <= n);
-                s.set.rules.insert(at, rule.clone());
-                s.rule_owners.insert(at, cred.uid);
-                undo.push(Undo::RuleIn(at));
-                changes.push(Change::AddRule(Box::new(rule)));
-            }
-        }
-        let at_ns = match self.bridge.submit(changes) {
-            Ok(at) => at,
-            Err(e) => {
-                s.undo(undo);
-                return Err(Failure::Error(e.to_string()));
-            }
-        };
+        let at_ns = self.install(cred, r, numbers, defs, old.is_none())?;
         let claim = Claim {
             proto: r.proto,
             ports: r.ports,
@@ -278,6 +209,108 @@ impl Rules {
             what: if old.is_some() { "changed" } else { "claimed" },
             claim,
         })
+    }
+
+    /// A claim's pipes (`defs`, numbered `numbers`) put in place, and with
+    /// a new claim (`new`) its two rules, as one change; returns its instant.
+    fn install(
+        &self,
+        cred: &PeerCred,
+        r: &ClaimRequest,
+        numbers: [u32; 2],
+        defs: Vec<ObjectDef>,
+        new: bool,
+    ) -> Result<u64, Failure> {
+        let mut s = self.source.lock().unwrap_or_else(|p| p.into_inner());
+        let mut changes = Vec::with_capacity(4);
+        let mut undo = Vec::new();
+        for (dir, def) in defs.into_iter().enumerate() {
+            let words = def.words().to_string();
+            let n = numbers[dir];
+            undo.push(Undo::Object(2, n, s.def(2, n)));
+            s.remove(2, n);
+            s.put(
+                2,
+                def.clone(),
+                Meta {
+                    words,
+                    owner: cred.uid,
+                },
+            );
+            changes.push(Change::Object(Box::new(def)));
+        }
+        if new {
+            for (dir, n) in numbers.into_iter().enumerate() {
+                let rule = claim_rule(n, r.proto, r.ports, dir, [&self.sides[0], &self.sides[1]]);
+                let at = s.set.rules.partition_point(|x| x.number <= n);
+                s.set.rules.insert(at, rule.clone());
+                s.rule_owners.insert(at, cred.uid);
+                undo.push(Undo::RuleIn(at));
+                changes.push(Change::AddRule(Box::new(rule)));
+            }
+        }
+        let at_ns = match self.bridge.submit(changes) {
+            Ok(at) => at,
+            Err(e) => {
+                s.undo(undo);
+                return Err(Failure::Error(e.to_string()));
+            }
+        };
+        Ok(at_ns)
+    }
+
+    /// `release ...`: the claim's pipes and rules deleted at one instant;
+    /// root may free anyone's claim.
+    fn release(
+        &self,
+        table: &mut Table,
+        cred: &PeerCred,
+        r: &ClaimRequest,
+        name: &str,
+    ) -> Result<ClaimDone, Failure> {
+        let slot = match table.find(cred.uid, r.proto, r.ports) {
+            Err(Failure::Refused(_)) if cred.uid == 0 => table
+                .iter()
+                .find(|c| c.proto == r.proto && c.ports == r.ports)
+                .map(|c| c.slot),
+            found => found?,
+        };
+        let slot = slot.ok_or_else(|| Failure::Error(format!("{name} is not claimed")))?;
+        let claim = table.get(slot).expect("found above").clone();
+        let at_ns = self.drop_claim(&claim)?;
+        table.remove(slot);
+        Ok(ClaimDone {
+            at_ns,
+            what: "released",
+            claim,
+        })
+    }
+
+    /// Whether `cred` could bind the ports of `r` itself (or `--limits`
+    /// allows them): root and the starter may claim any.
+    fn may_have_ports(
+        &self,
+        cred: &PeerCred,
+        r: &ClaimRequest,
+        config: &ClaimConfig,
+        name: &str,
+    ) -> Result<(), Failure> {
+        if cred.uid == 0 || cred.uid == self.starter {
+            return Ok(());
+        }
+        let view = (config.port_view)().map_err(|e| {
+            Failure::Error(format!(
+                "{name}: cannot tell which ports uid {} could bind: {e}",
+                cred.uid
+            ))
+        })?;
+        super::check_ports(
+            cred.uid,
+            r.proto,
+            r.ports,
+            &view,
+            config.limits.allowed(cred.uid),
+        )
     }
 
     /// Deletes a claim's rules and pipes at one instant (returned); the

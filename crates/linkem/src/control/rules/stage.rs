@@ -117,8 +117,6 @@ impl Rules {
         Ok(())
     }
 
-    // Kept whole: one arm per rule request, each its owner checks, the
-    // change staged (with what undoes it), and what it must leave valid.
     /// Stages one request on `s`; `batch`: the checks only the whole batch
     /// can settle (what a line names exists, what it deletes is unused) wait
     /// for [`Source::check_whole`].
@@ -171,68 +169,8 @@ impl Rules {
                     number: *number,
                 })
             }
-            RuleRequest::Add { number, rule } => {
-                let rule = match number {
-                    Some(_) => (**rule).clone(),
-                    None => {
-                        let n = s.next_number();
-                        if n > 65535 {
-                            return Err(Failure::Error(
-                                "automatic rule number beyond 65535: give one".into(),
-                            ));
-                        }
-                        (**rule)
-                            .clone()
-                            .numbered(n)
-                            .map_err(|e| Failure::Error(format!("'{}': {}", e.word, e.message)))?
-                    }
-                };
-                let owns = |kind: Kind, n: u32| {
-                    s.meta[kind_index(kind)]
-                        .get(&n)
-                        .is_some_and(|o| o.owner == uid)
-                };
-                let others_max = Rules::others_max(s, uid);
-                self.may_add(uid, Some(rule.number), &rule, &owns, others_max)?;
-                let exists = match target(&rule) {
-                    Some((Kind::Pipe, n)) => s.set.pipes.contains_key(&n),
-                    Some((_, n)) => s.set.sched.queues.contains_key(&n),
-                    None => true,
-                };
-                if let (false, false, Some((kind, n))) = (exists, batch, target(&rule)) {
-                    return Err(not_configured(&rule, kind, n));
-                }
-                // Same numbers keep their order: after every rule numbered ≤ it.
-                let at = s.set.rules.partition_point(|x| x.number <= rule.number);
-                s.set.rules.insert(at, rule.clone());
-                s.rule_owners.insert(at, uid);
-                undo.push(Undo::RuleIn(at));
-                Ok(Change::AddRule(Box::new(rule)))
-            }
-            RuleRequest::DeleteRules { numbers } => {
-                for n in numbers {
-                    let mut found = false;
-                    for (_, o) in s
-                        .set
-                        .rules
-                        .iter()
-                        .zip(&s.rule_owners)
-                        .filter(|(r, _)| r.number == *n)
-                    {
-                        may(uid, *o, &format!("rule {n}"))?;
-                        found = true;
-                    }
-                    if !found {
-                        return Err(Failure::Error(format!("rule {n} does not exist")));
-                    }
-                    while let Some(at) = s.set.rules.iter().position(|r| r.number == *n) {
-                        let rule = s.set.rules.remove(at);
-                        let owner = s.rule_owners.remove(at);
-                        undo.push(Undo::RuleOut(at, Box::new(rule), owner));
-                    }
-                }
-                Ok(Change::DeleteRules(numbers.clone()))
-            }
+            RuleRequest::Add { number, rule } => self.stage_add(s, undo, uid, *number, rule, batch),
+            RuleRequest::DeleteRules { numbers } => stage_delete_rules(s, undo, uid, numbers),
             RuleRequest::Flush => {
                 flush_allowed(s, uid)?;
                 let one_pass = s.set.one_pass;
@@ -257,6 +195,55 @@ impl Rules {
             }
             RuleRequest::Show { .. } => Err(Failure::Error("a show changes nothing".into())),
         }
+    }
+
+    /// Stages `add [N] RULE`: numbered after the last rule when N is not
+    /// given; refused when `uid` may not add it or, outside a batch, when
+    /// its pipe or queue does not exist.
+    fn stage_add(
+        &self,
+        s: &mut Source,
+        undo: &mut Vec<Undo>,
+        uid: u32,
+        number: Option<u32>,
+        rule: &Rule,
+        batch: bool,
+    ) -> Result<Change, Failure> {
+        let rule = match number {
+            Some(_) => rule.clone(),
+            None => {
+                let n = s.next_number();
+                if n > 65535 {
+                    return Err(Failure::Error(
+                        "automatic rule number beyond 65535: give one".into(),
+                    ));
+                }
+                rule.clone()
+                    .numbered(n)
+                    .map_err(|e| Failure::Error(format!("'{}': {}", e.word, e.message)))?
+            }
+        };
+        let owns = |kind: Kind, n: u32| {
+            s.meta[kind_index(kind)]
+                .get(&n)
+                .is_some_and(|o| o.owner == uid)
+        };
+        let others_max = Rules::others_max(s, uid);
+        self.may_add(uid, Some(rule.number), &rule, &owns, others_max)?;
+        let exists = match target(&rule) {
+            Some((Kind::Pipe, n)) => s.set.pipes.contains_key(&n),
+            Some((_, n)) => s.set.sched.queues.contains_key(&n),
+            None => true,
+        };
+        if let (false, false, Some((kind, n))) = (exists, batch, target(&rule)) {
+            return Err(not_configured(&rule, kind, n));
+        }
+        // Same numbers keep their order: after every rule numbered ≤ it.
+        let at = s.set.rules.partition_point(|x| x.number <= rule.number);
+        s.set.rules.insert(at, rule.clone());
+        s.rule_owners.insert(at, uid);
+        undo.push(Undo::RuleIn(at));
+        Ok(Change::AddRule(Box::new(rule)))
     }
 }
 
@@ -299,4 +286,35 @@ fn flush_allowed(s: &Source, uid: u32) -> Result<(), Failure> {
         ))),
         None => Ok(()),
     }
+}
+
+/// Stages `delete N...`: every rule of each number, each `uid`'s to delete.
+fn stage_delete_rules(
+    s: &mut Source,
+    undo: &mut Vec<Undo>,
+    uid: u32,
+    numbers: &[u32],
+) -> Result<Change, Failure> {
+    for n in numbers {
+        let mut found = false;
+        for (_, o) in s
+            .set
+            .rules
+            .iter()
+            .zip(&s.rule_owners)
+            .filter(|(r, _)| r.number == *n)
+        {
+            may(uid, *o, &format!("rule {n}"))?;
+            found = true;
+        }
+        if !found {
+            return Err(Failure::Error(format!("rule {n} does not exist")));
+        }
+        while let Some(at) = s.set.rules.iter().position(|r| r.number == *n) {
+            let rule = s.set.rules.remove(at);
+            let owner = s.rule_owners.remove(at);
+            undo.push(Undo::RuleOut(at, Box::new(rule), owner));
+        }
+    }
+    Ok(Change::DeleteRules(numbers.to_vec()))
 }
