@@ -44,21 +44,15 @@ impl Outputs {
         plan: &Plan,
         command_line: Option<String>,
     ) -> Result<Outputs> {
-        let mut outputs: Vec<FileUse> = Vec::new();
-        outputs.extend(args.run.events.iter().map(|p| FileUse::new("--events", p)));
-        outputs.extend(args.run.record.iter().map(|p| FileUse::new("--record", p)));
-        outputs.extend(
-            args.run
-                .log_a_to_b
-                .iter()
-                .map(|p| FileUse::new("--log-a-to-b", p)),
-        );
-        outputs.extend(
-            args.run
-                .log_b_to_a
-                .iter()
-                .map(|p| FileUse::new("--log-b-to-a", p)),
-        );
+        let outputs: Vec<FileUse> = [
+            ("--events", &args.run.events),
+            ("--record", &args.run.record),
+            ("--log-a-to-b", &args.run.log_a_to_b),
+            ("--log-b-to-a", &args.run.log_b_to_a),
+        ]
+        .into_iter()
+        .filter_map(|(option, path)| path.as_ref().map(|p| FileUse::new(option, p)))
+        .collect();
         check_distinct(&plan.inputs, &outputs)?;
         if let (Some(events), Some(dir)) = (&args.run.events, &args.run.record) {
             check_events_outside(events, dir)?;

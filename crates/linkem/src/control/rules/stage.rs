@@ -97,15 +97,7 @@ impl Rules {
             }
             RuleRequest::DeleteRules { numbers } => {
                 for n in numbers {
-                    for (_, o) in source
-                        .set
-                        .rules
-                        .iter()
-                        .zip(&source.rule_owners)
-                        .filter(|(r, _)| r.number == *n)
-                    {
-                        may(uid, *o, &format!("rule {n}"))?;
-                    }
+                    may_delete_rules(&source, uid, *n)?;
                 }
             }
             RuleRequest::Flush => flush_allowed(&source, uid)?,
@@ -247,6 +239,23 @@ impl Rules {
     }
 }
 
+/// Whether `uid` may delete every rule numbered `n` (refused naming the
+/// first it may not); false: there is none.
+fn may_delete_rules(s: &Source, uid: u32, n: u32) -> Result<bool, Failure> {
+    let mut found = false;
+    for (_, o) in s
+        .set
+        .rules
+        .iter()
+        .zip(&s.rule_owners)
+        .filter(|(r, _)| r.number == n)
+    {
+        may(uid, *o, &format!("rule {n}"))?;
+        found = true;
+    }
+    Ok(found)
+}
+
 fn may(uid: u32, owner: u32, what: &str) -> Result<(), Failure> {
     if uid == 0 || uid == owner {
         Ok(())
@@ -296,18 +305,7 @@ fn stage_delete_rules(
     numbers: &[u32],
 ) -> Result<Change, Failure> {
     for n in numbers {
-        let mut found = false;
-        for (_, o) in s
-            .set
-            .rules
-            .iter()
-            .zip(&s.rule_owners)
-            .filter(|(r, _)| r.number == *n)
-        {
-            may(uid, *o, &format!("rule {n}"))?;
-            found = true;
-        }
-        if !found {
+        if !may_delete_rules(s, uid, *n)? {
             return Err(Failure::Error(format!("rule {n} does not exist")));
         }
         while let Some(at) = s.set.rules.iter().position(|r| r.number == *n) {

@@ -176,14 +176,7 @@ impl Session<'_> {
         // With claims on, the socket is open to all: what an ordinary user
         // may ask is decided before anything else.
         if let Err(f) = self.model.gate(&self.cred, &request) {
-            let f = Err(f);
-            self.count(&f);
-            self.audit(text, &f);
-            if let Some(b) = &mut self.batch {
-                b.failed
-                    .get_or_insert_with(|| format!("'{text}': {}", f_message(&f)));
-            }
-            return reply(stream, &with_id(result_json(&f), id));
+            return self.refused(stream, text, f, id);
         }
         // Inside a batch: changes are collected, commit/abort end it.
         if self.batch.is_some() {
@@ -306,6 +299,25 @@ impl Session<'_> {
         reply(stream, &with_id(body, id))
     }
 
+    /// A request refused before it is looked at further (who may ask it):
+    /// counted, audited, and the end of a batch being collected.
+    fn refused(
+        &mut self,
+        stream: &mut UnixStream,
+        text: &str,
+        f: Failure,
+        id: Option<&str>,
+    ) -> Next {
+        let f = Err(f);
+        self.count(&f);
+        self.audit(text, &f);
+        if let Some(b) = &mut self.batch {
+            b.failed
+                .get_or_insert_with(|| format!("'{text}': {}", f_message(&f)));
+        }
+        reply(stream, &with_id(result_json(&f), id))
+    }
+
     /// Parses a line as this emulator reads it; a line that does not parse
     /// is answered (and counted, and audited when it asks for a change) here.
     fn parse(&mut self, stream: &mut UnixStream, text: &str) -> Result<linkem_ctl::Line, Next> {
@@ -315,14 +327,7 @@ impl Session<'_> {
         };
         // Who may add what is decided before the rule's words.
         if let Some(r) = self.model.refused_before_parse(&self.cred, text) {
-            let f = Err(r);
-            self.count(&f);
-            self.audit(text, &f);
-            if let Some(b) = &mut self.batch {
-                b.failed
-                    .get_or_insert_with(|| format!("'{text}': {}", f_message(&f)));
-            }
-            return Err(reply(stream, &with_id(result_json(&f), id_of(text))));
+            return Err(self.refused(stream, text, r, id_of(text)));
         }
         let f = Err(Failure::Error(e.to_string()));
         self.count(&f);
