@@ -1,6 +1,9 @@
 //! `linkem bridge --pair IF_A IF_B [WORDS] --pair ...`: many links in one
 //! process, each pair of interfaces a bridge of its own link words (a lab of
-//! 20-100 links, one linkem for all of them).
+//! 20-100 links, one linkem for all of them). What differs from a one-pair
+//! run is the start-up: every pair's interfaces opened at once, one live
+//! stage for all ([`run_group`]); the serving loop is the same
+//! ([`super::serve`]).
 //!
 //! Threads, whatever the number of pairs (see
 //! `linkem_runtime::pipeline::LiveGroup`): one live stage (`linkem-stage`)
@@ -31,7 +34,7 @@
 
 use super::link::{link_buffer, model, parse_direction, split};
 use super::live_options;
-use super::serve::{serve, Run};
+use super::serve::{pair_stats, serve, PairLabel, Run};
 use crate::args::{timing, BridgeArgs, OnOff, Realtime, Timing};
 use crate::backend::{
     check_capabilities, claim_interfaces, drop_capabilities, open_interface_with, resolve_auto,
@@ -39,13 +42,12 @@ use crate::backend::{
 };
 use crate::control::Running;
 use crate::process::{fresh_seed, signal_flags};
-use crate::render::bridge_stats::{print_pairs_stats, PairStats};
+use crate::render::bridge_stats::print_pairs_stats;
 use anyhow::{bail, Result};
 use linkem_core::model::LinkModel;
 use linkem_core::rng::pair_seed;
 use linkem_core::{LinkSpec, TomlWords};
 use linkem_io::recording::NamedFiles;
-use linkem_runtime::pipeline::DirectionStats;
 use linkem_runtime::pipeline::{GroupPair, LiveBridge};
 use linkem_runtime::port::close_all;
 use std::collections::HashSet;
@@ -243,8 +245,17 @@ pub fn run_group(args: &BridgeArgs) -> Result<()> {
         }
         servers.push(control.start(model.clone()));
     }
+    let labels: Vec<PairLabel<'_>> = plans
+        .iter()
+        .map(|p| PairLabel {
+            name: &p.name,
+            if_a: &p.if_a,
+            if_b: &p.if_b,
+            seed: p.seed,
+        })
+        .collect();
     let run = Run::Group {
-        plans: &plans,
+        pairs: &labels,
         models: &models,
     };
     let never = AtomicBool::new(false);
@@ -259,7 +270,7 @@ pub fn run_group(args: &BridgeArgs) -> Result<()> {
         let stopped = model.error();
         last.push((model.into_running().stop(), stopped));
     }
-    let stats = pair_stats(&plans, last);
+    let stats = pair_stats(&labels, last);
     print_pairs_stats(
         args.run.stats,
         &stats,
@@ -318,26 +329,6 @@ fn open_pairs(
         used.push([used_a, used_b]);
     }
     Ok((pairs, used))
-}
-
-/// Each pair's counts as the stats list them, from its counts and why it
-/// stopped, if it did.
-pub(super) fn pair_stats(
-    plans: &[PairPlan],
-    counts: impl IntoIterator<Item = (Vec<DirectionStats>, Option<String>)>,
-) -> Vec<PairStats<'_>> {
-    plans
-        .iter()
-        .zip(counts)
-        .map(|(p, (stats, stopped))| PairStats {
-            name: &p.name,
-            if_a: &p.if_a,
-            if_b: &p.if_b,
-            seed: p.seed,
-            stats,
-            stopped,
-        })
-        .collect()
 }
 
 /// Every pair's interface locks, released all at once on drop (each is a

@@ -3,11 +3,10 @@
 //! answers SIGHUP and prints the counts every `--stats-interval`.
 
 use super::outputs::{print_series, Sinks};
-use super::pairs::{pair_stats, PairPlan};
 use super::{Front, Reloaded};
 use crate::args::BridgeArgs;
 use crate::control::{FrontEnd, Model, Running};
-use crate::render::bridge_stats::{print_pairs_stats, print_rules_stats, print_stats};
+use crate::render::bridge_stats::{print_pairs_stats, print_rules_stats, print_stats, PairStats};
 use anyhow::{bail, Result};
 use linkem_runtime::pipeline::DirectionStats;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,9 +28,38 @@ pub(super) enum Run<'a> {
     /// Several pairs of link words: a pair whose link stops is reported and
     /// the others go on; their words are the command line's.
     Group {
-        plans: &'a [PairPlan],
+        pairs: &'a [PairLabel<'a>],
         models: &'a [Arc<Model>],
     },
+}
+
+/// A pair of a group as the loop and the counts name it.
+pub(super) struct PairLabel<'a> {
+    /// IF_A-IF_B, as its control socket is named.
+    pub name: &'a str,
+    pub if_a: &'a str,
+    pub if_b: &'a str,
+    pub seed: u64,
+}
+
+/// Each pair's counts as the stats list them, from its counts and why it
+/// stopped, if it did.
+pub(super) fn pair_stats<'a>(
+    pairs: &[PairLabel<'a>],
+    counts: impl IntoIterator<Item = (Vec<DirectionStats>, Option<String>)>,
+) -> Vec<PairStats<'a>> {
+    pairs
+        .iter()
+        .zip(counts)
+        .map(|(p, (stats, stopped))| PairStats {
+            name: p.name,
+            if_a: p.if_a,
+            if_b: p.if_b,
+            seed: p.seed,
+            stats,
+            stopped,
+        })
+        .collect()
 }
 
 /// Runs until SIGINT or SIGTERM (any of `stop`) or `--duration`. A one-pair
@@ -116,14 +144,14 @@ impl Run<'_> {
 
     /// An error once nothing is left to run.
     fn check_stopped(&self, reported: &mut [bool]) -> Result<()> {
-        let (plans, models) = match self {
+        let (pairs, models) = match self {
             Run::One { model, .. } => match model.error() {
                 Some(e) => bail!("{e}"),
                 None => return Ok(()),
             },
-            Run::Group { plans, models } => (plans, models),
+            Run::Group { pairs, models } => (pairs, models),
         };
-        for ((p, m), reported) in plans.iter().zip(models.iter()).zip(reported.iter_mut()) {
+        for ((p, m), reported) in pairs.iter().zip(models.iter()).zip(reported.iter_mut()) {
             if *reported {
                 continue;
             }
@@ -179,8 +207,8 @@ impl Run<'_> {
                     skipped,
                 );
             }
-            Run::Group { plans, models } => {
-                let stats = pair_stats(plans, models.iter().map(|m| (m.raw_stats(), m.error())));
+            Run::Group { pairs, models } => {
+                let stats = pair_stats(pairs, models.iter().map(|m| (m.raw_stats(), m.error())));
                 print_pairs_stats(
                     args.run.stats,
                     &stats,

@@ -51,6 +51,8 @@
 
 mod limits;
 mod node;
+#[cfg(test)]
+mod node_tests;
 mod ports;
 mod table;
 #[cfg(test)]
@@ -62,10 +64,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use limits::{Limit, Limits, PortAllow};
-pub(in crate::control) use node::reserved_in;
-pub use node::ClaimDone;
 pub use ports::{check_ports, parse_socket_table, PortHolder, PortView};
-pub use table::{largest_delay_ns, numbers, ports_text, Claim, PipeAsk, Table};
+pub use table::{largest_delay_ns, numbers, ports_text, Claim, ClaimDone, PipeAsk, Table};
 
 /// The first pipe and rule number kept for claims.
 pub const CLAIM_FIRST: u32 = 40_000;
@@ -84,6 +84,19 @@ pub const MAX_FRAME_BYTES: u64 = 9216;
 /// Whether `n` is a pipe or rule number kept for claims.
 pub fn reserved(n: u32) -> bool {
     (CLAIM_FIRST..=CLAIM_LAST).contains(&n)
+}
+
+/// Refuses, naming it, the first of `numbers` (a rule set's objects by kind
+/// word and its rules) kept for claims.
+pub(in crate::control) fn reserved_in<'a>(
+    numbers: impl IntoIterator<Item = (&'a str, u32)>,
+) -> Result<(), String> {
+    match numbers.into_iter().find(|(_, n)| reserved(*n)) {
+        Some((k, n)) => Err(format!(
+            "{k} {n}: with --claims, pipes and rules {CLAIM_FIRST}-{CLAIM_LAST} are kept for claims"
+        )),
+        None => Ok(()),
+    }
 }
 
 /// The options that turn claims on, shared by the front ends that run rules.

@@ -3,24 +3,15 @@
 //! instant (two pipes and two rules per claim), released or expired as one
 //! change too; and the pipes and rules a claim keeps from everyone else.
 
-use super::{ports_text, Claim, ClaimConfig, PipeAsk, Table};
+use super::{ports_text, Claim, ClaimConfig, ClaimDone, PipeAsk, Table};
 use crate::control::failure::Failure;
-use crate::control::rules::{target, Meta, Rules, Source, Undo, KIND_WORDS};
+use crate::control::rules::{target, Meta, Rules, Source, Undo};
 use linkem_core::model::Change;
 use linkem_core::rules::{ObjectDef, Rule};
 use linkem_ctl::{ClaimAction, ClaimRequest, RuleRequest};
 use linkem_io::creds::PeerCred;
 use serde_json::json;
 use std::collections::HashMap;
-
-/// What a claim request did, for its reply and the audit log.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ClaimDone {
-    pub at_ns: u64,
-    /// `claimed`, `changed`, `renewed`, `released`.
-    pub what: &'static str,
-    pub claim: Claim,
-}
 
 impl Rules {
     /// Refuses a request naming a pipe or rule kept for claims (they change
@@ -488,23 +479,4 @@ fn claim_rule(
         side_word,
     ];
     linkem_core::rules::parse_rule(Some(n), &words, 1, sides).expect("a claim's rule parses")
-}
-
-/// A rule set that uses a number kept for claims, named.
-pub(in crate::control) fn reserved_in(s: &Source) -> Result<(), String> {
-    let what = s
-        .meta
-        .iter()
-        .zip(KIND_WORDS)
-        .flat_map(|(m, k)| m.keys().map(move |n| (k, *n)))
-        .chain(s.set.rules.iter().map(|r| ("rule", r.number)))
-        .find(|(_, n)| super::reserved(*n));
-    match what {
-        Some((k, n)) => Err(format!(
-            "{k} {n}: with --claims, pipes and rules {}-{} are kept for claims",
-            super::CLAIM_FIRST,
-            super::CLAIM_LAST
-        )),
-        None => Ok(()),
-    }
 }

@@ -4,7 +4,7 @@
 //! ports against them ([`check_ports`]).
 
 use super::{ports_text, PortAllow};
-use crate::control::Failure;
+use crate::control::failure::Failure;
 use anyhow::Result;
 use linkem_ctl::Proto;
 use std::collections::BTreeMap;

@@ -3,7 +3,7 @@
 //! limits checked against them.
 
 use super::{Limit, CLAIM_FIRST, MAX_CLAIMS, MAX_FRAME_BYTES};
-use crate::control::Failure;
+use crate::control::failure::Failure;
 use anyhow::Result;
 use linkem_core::units::{format_rate_bps, format_time_ns};
 use linkem_ctl::Proto;
@@ -339,4 +339,13 @@ impl Table {
     pub fn next_expiry_ns(&self) -> Option<u64> {
         self.claims.values().map(|c| c.expires_ns).min()
     }
+}
+
+/// What a claim request did, for its reply and the audit log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimDone {
+    pub at_ns: u64,
+    /// `claimed`, `changed`, `renewed`, `released`.
+    pub what: &'static str,
+    pub claim: Claim,
 }

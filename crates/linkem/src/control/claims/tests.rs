@@ -1,5 +1,5 @@
 use super::*;
-use crate::control::Failure;
+use crate::control::failure::Failure;
 use linkem_ctl::Proto;
 
 fn claim(uid: u32, slot: u32, ports: (u16, u16), held: u64, expires_ns: u64) -> Claim {

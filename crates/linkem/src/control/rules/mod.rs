@@ -45,7 +45,7 @@ mod show;
 mod source;
 mod stage;
 #[cfg(test)]
-mod tests;
+pub(in crate::control) mod tests;
 
 use super::claims::{reserved_in, ClaimConfig, Table};
 use super::failure::Failure;
@@ -110,7 +110,12 @@ impl Rules {
 
     /// Turns claims on: refused while a rule or object holds a claim's number.
     pub fn enable_claims(&mut self, config: ClaimConfig) -> Result<(), String> {
-        reserved_in(&self.source.lock().unwrap_or_else(|p| p.into_inner()))?;
+        reserved_in(
+            self.source
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .numbers(),
+        )?;
         self.claims = Some((Mutex::new(Table::default()), config));
         Ok(())
     }
@@ -209,7 +214,7 @@ impl Rules {
             .map(|(t, _)| t.lock().unwrap_or_else(|p| p.into_inner()));
         let mut s = self.source.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(table) = &table {
-            reserved_in(&source)?;
+            reserved_in(source.numbers())?;
             for c in table.iter() {
                 for dir in 0..2 {
                     let n = c.numbers()[dir];

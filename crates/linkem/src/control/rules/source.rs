@@ -48,6 +48,15 @@ pub(in crate::control) enum Undo {
 }
 
 impl Source {
+    /// Every object's number (with its kind's word) and every rule's.
+    pub(in crate::control) fn numbers(&self) -> impl Iterator<Item = (&'static str, u32)> + '_ {
+        self.meta
+            .iter()
+            .zip(KIND_WORDS)
+            .flat_map(|(m, k)| m.keys().map(move |n| (k, *n)))
+            .chain(self.set.rules.iter().map(|r| ("rule", r.number)))
+    }
+
     /// The running set `set`, parsed from `text`, all owned by `owner`; the
     /// words of each object from its (last) line of `text`.
     pub fn new(text: &str, set: RuleSet, owner: u32) -> Source {
