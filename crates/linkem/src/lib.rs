@@ -19,7 +19,6 @@ pub mod cli;
 pub mod control;
 pub mod files;
 pub mod host;
-pub mod pairs;
 pub mod process;
 pub mod render;
 pub mod replay;

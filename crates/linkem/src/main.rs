@@ -21,7 +21,7 @@ fn main() {
             if let Some(m) = matches.subcommand_matches("bridge") {
                 args.group_pairs(m);
             }
-            linkem::pairs::run_bridge(&args)
+            linkem::bridge::run(&args)
         }
         Command::Shell(args) => match linkem::shell::run(&args) {
             Ok(code) => std::process::exit(code),

@@ -41,7 +41,9 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use super::claims::{Claim, ClaimDone};
 use super::sys::PeerCred;
+use super::Failure;
 
 /// Bytes of the request's text a line quotes (JSON-escaped).
 pub const MAX_COMMAND_BYTES: usize = 200;
@@ -220,17 +222,36 @@ impl Audit {
         self.write(cred, command, result, at_ns, extra, true, Instant::now());
     }
 
-    /// A claim's expiry: never rate-limited (the claims held bound them),
-    /// so that a user's flood cannot hide when its claims went.
-    pub fn record_expiry(
-        &self,
-        cred: &PeerCred,
-        command: &str,
-        result: &str,
-        at_ns: Option<u64>,
-        extra: serde_json::Map<String, serde_json::Value>,
-    ) {
-        self.write(cred, command, result, at_ns, extra, false, Instant::now());
+    /// A claim request that was applied: what it did to which claim.
+    pub fn record_claim(&self, cred: &PeerCred, command: &str, done: &ClaimDone) {
+        let extra = claim_fields(&done.claim, done.what);
+        self.record_with(cred, command, "ok", Some(done.at_ns), extra);
+    }
+
+    /// A claim's expiry, under its claimant's uid and pid, with the instant
+    /// its rules and pipes went: never rate-limited (the claims held bound
+    /// them), so that a user's flood cannot hide when its claims went.
+    pub fn record_expiry(&self, c: &Claim, result: &Result<u64, Failure>) {
+        let cred = PeerCred {
+            uid: c.uid,
+            gid: c.uid,
+            pid: c.pid,
+        };
+        let (result, at_ns) = match result {
+            Ok(at) => ("ok".to_string(), Some(*at)),
+            Err(f) => (f.audit_result(), None),
+        };
+        let command = format!("expire {}", c.name());
+        let extra = claim_fields(c, "expired");
+        self.write(
+            &cred,
+            &command,
+            &result,
+            at_ns,
+            extra,
+            false,
+            Instant::now(),
+        );
     }
 
     /// Writes the reports of dropped lines due (at most every
@@ -285,6 +306,17 @@ impl Drop for Audit {
         let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
         report_due(st, Instant::now(), true);
     }
+}
+
+/// The audit fields of a claim event.
+fn claim_fields(c: &Claim, event: &str) -> serde_json::Map<String, serde_json::Value> {
+    let mut m = serde_json::Map::new();
+    m.insert("claim".into(), c.name().into());
+    m.insert("claim_uid".into(), c.uid.into());
+    m.insert("event".into(), event.into());
+    m.insert("pipes".into(), serde_json::json!(c.numbers()));
+    m.insert("expires_ns".into(), c.expires_ns.into());
+    m
 }
 
 fn wall_now() -> Duration {

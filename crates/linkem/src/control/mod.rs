@@ -46,7 +46,7 @@ use linkem_core::model::{Change, LinkModel};
 use linkem_core::{Fate, LinkConfig};
 use linkem_ctl::{Request, RuleRequest, NO_RULE_SET};
 use linkem_runtime::clock;
-use linkem_runtime::pipeline::{Direction, DirectionStats, LiveBridge};
+use linkem_runtime::pipeline::{Direction, DirectionStats, LiveBridge, Tap};
 use serde_json::json;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -108,53 +108,71 @@ pub struct Model {
     pub name: String,
     /// The command that runs it (set once it starts).
     pub front: FrontEnd,
-    plain: Plain,
+    running: Running,
     owner_uid: u32,
     seed: u64,
     started: Instant,
     links: Mutex<[LinkEntry; 2]>,
     baseline: Mutex<Option<Vec<DirectionStats>>>,
     pub counters: Counters,
-    /// The rule set and node of a bridge running `--rules` (then `plain`
-    /// is [`Plain::None`]: the node bridge holds the directions).
-    rules: Option<rules::Rules>,
 }
 
-/// What a bridge without rules runs.
-pub enum Plain {
+/// What a bridge runs: the one thing control asks about before it answers
+/// a request, counts or stops.
+pub enum Running {
     /// The plain link of both directions, in the live stage.
     Link(LiveBridge<LinkModel>),
     /// `--forward-only`: the two forwarders, no model.
     Forward(Vec<Direction>),
-    /// Nothing: the bridge runs rules.
-    None,
+    /// A node of rules and pipes (`--rules`, `--claims`) and its control
+    /// plane; the node's bridge holds the directions.
+    Rules(Box<rules::Rules>),
 }
 
-impl Plain {
+impl Running {
     /// The counts of the two directions (a->b, b->a).
     pub fn stats(&self) -> Vec<DirectionStats> {
         match self {
-            Plain::Link(b) => b.stats(),
-            Plain::Forward(d) => d.iter().map(Direction::stats).collect(),
-            Plain::None => Vec::new(),
+            Running::Link(b) => b.stats(),
+            Running::Forward(d) => d.iter().map(Direction::stats).collect(),
+            Running::Rules(r) => r.bridge.stats(),
         }
     }
 
     /// An I/O error that stopped a stage, if any.
     pub fn error(&self) -> Option<String> {
         match self {
-            Plain::Link(b) => b.error(),
-            Plain::Forward(d) => d.iter().find_map(Direction::error),
-            Plain::None => None,
+            Running::Link(b) => b.error(),
+            Running::Forward(d) => d.iter().find_map(Direction::error),
+            Running::Rules(r) => r.bridge.error(),
         }
     }
 
-    /// Stops the stages; returns the final counts.
-    pub fn stop(self) -> Vec<DirectionStats> {
+    /// Stops the stages; returns the final counts. A node stays readable
+    /// for its listings.
+    pub fn stop(&mut self) -> Vec<DirectionStats> {
         match self {
-            Plain::Link(mut b) => b.stop(),
-            Plain::Forward(d) => d.into_iter().map(Direction::stop).collect(),
-            Plain::None => Vec::new(),
+            Running::Link(b) => b.stop(),
+            Running::Forward(d) => d.drain(..).map(Direction::stop).collect(),
+            Running::Rules(r) => r.bridge.stop(),
+        }
+    }
+
+    /// The tap given at start, once the stages have stopped (a forwarder
+    /// takes none).
+    pub fn take_tap(&mut self) -> Option<Box<dyn Tap>> {
+        match self {
+            Running::Link(b) => b.take_tap(),
+            Running::Forward(_) => None,
+            Running::Rules(r) => r.bridge.take_tap(),
+        }
+    }
+
+    /// The rule set, when the bridge runs one.
+    pub fn rules(&self) -> Option<&rules::Rules> {
+        match self {
+            Running::Rules(r) => Some(r),
+            _ => None,
         }
     }
 }
@@ -162,10 +180,11 @@ impl Plain {
 const DIRECTION_NAMES: [&str; 2] = ["a->b", "b->a"];
 
 impl Model {
-    /// `links`: each direction's link and the words it came from.
+    /// `links`: each direction's link and the words it came from (a rule
+    /// set's are the defaults: its links are its pipes).
     pub fn new(
         name: String,
-        plain: Plain,
+        running: Running,
         links: [(LinkConfig, String); 2],
         seed: u64,
         started: Instant,
@@ -178,45 +197,38 @@ impl Model {
             changed_at_ns: None,
             changes: 0,
         };
+        let owner_uid = match &running {
+            Running::Rules(r) => r.starter(),
+            _ => sys::starter_uid(),
+        };
         Model {
             name,
             front: FrontEnd::Bridge,
-            plain,
-            owner_uid: sys::starter_uid(),
+            running,
+            owner_uid,
             seed,
             started,
             links: Mutex::new([entry(ab), entry(ba)]),
             baseline: Mutex::new(None),
             counters: Counters::default(),
-            rules: None,
         }
     }
 
-    /// The model of a bridge running a rule set.
-    pub fn with_rules(name: String, rules: rules::Rules, seed: u64, started: Instant) -> Model {
-        let mut m = Model::new(name, Plain::None, Default::default(), seed, started);
-        m.owner_uid = rules.starter();
-        m.rules = Some(rules);
-        m
-    }
-
     pub fn rules(&self) -> Option<&rules::Rules> {
-        self.rules.as_ref()
+        self.running.rules()
     }
 
     /// Turns claims on (`--claims`): only on a model running rules.
     pub fn enable_claims(&mut self, config: claims::ClaimConfig) -> Result<(), String> {
-        let rules = self
-            .rules
-            .take()
-            .ok_or("--claims needs rules (--rules FILE): a claim is a pipe and rules")?;
-        self.rules = Some(rules.with_claims(config)?);
-        Ok(())
+        match &mut self.running {
+            Running::Rules(r) => r.enable_claims(config),
+            _ => Err("--claims needs rules (--rules FILE): a claim is a pipe and rules".into()),
+        }
     }
 
     /// Whether claims are on.
     pub fn claims_on(&self) -> bool {
-        self.rules.as_ref().is_some_and(rules::Rules::claims_on)
+        self.rules().is_some_and(rules::Rules::claims_on)
     }
 
     /// With claims on, what a user other than root and the starter may ask:
@@ -244,26 +256,27 @@ impl Model {
         }
     }
 
-    pub fn into_rules(self) -> Option<rules::Rules> {
-        self.rules
+    pub fn running(&self) -> &Running {
+        &self.running
     }
 
-    pub fn plain(&self) -> &Plain {
-        &self.plain
+    pub fn into_running(self) -> Running {
+        self.running
     }
 
-    pub fn into_plain(self) -> Plain {
-        self.plain
+    /// An I/O error that stopped a stage, if any.
+    pub fn error(&self) -> Option<String> {
+        self.running.error()
     }
 
     fn forward_only(&self) -> bool {
-        matches!(self.plain, Plain::Forward(_))
+        matches!(self.running, Running::Forward(_))
     }
 
     /// Hands link changes to the live stage; returns their instant.
     fn submit_links(&self, changes: Vec<Change>) -> Result<u64, Failure> {
-        match &self.plain {
-            Plain::Link(b) => b.submit(changes).map_err(|e| Failure::Error(e.to_string())),
+        match &self.running {
+            Running::Link(b) => b.submit(changes).map_err(|e| Failure::Error(e.to_string())),
             _ => Err(Failure::Error(
                 "this emulator runs --forward-only: it has no link to change".into(),
             )),
@@ -314,7 +327,7 @@ impl Model {
     /// Parses a request line: with a rule set, as its bridge reads it
     /// ([`rules::Rules::parse_line`]: its interface names, its files).
     pub fn parse_line(&self, line: &str) -> Result<linkem_ctl::Line, linkem_ctl::ParseError> {
-        match &self.rules {
+        match self.rules() {
             Some(r) => r.parse_line(line),
             None => linkem_ctl::parse_line(line, &mut linkem_ctl::system_tables),
         }
@@ -326,7 +339,7 @@ impl Model {
     /// for a rule that parses (see [`rules::Rules::check`]). None: the
     /// parse's error stands.
     pub fn refused_before_parse(&self, cred: &PeerCred, line: &str) -> Option<Failure> {
-        let rules = self.rules.as_ref()?;
+        let rules = self.rules()?;
         if cred.uid == 0 || cred.uid == rules.starter() {
             return None;
         }
@@ -369,7 +382,7 @@ impl Model {
         request: &Request,
         made: &mut rules::Made,
     ) -> Result<(), Failure> {
-        match (request, &self.rules) {
+        match (request, self.rules()) {
             (Request::Zero, _) | (Request::Link { .. }, None) => self.may_change_links(cred.uid),
             (Request::Rule(r), Some(rules)) => rules.check(cred.uid, r, made),
             _ => Ok(()),
@@ -395,7 +408,7 @@ impl Model {
         requests: &[&Request],
         lines: &[&str],
     ) -> Result<u64, Failure> {
-        if let Some(rules) = &self.rules {
+        if let Some(rules) = self.rules() {
             return self.apply_to_rules(rules, cred, requests, lines);
         }
         let mut links = self.links.lock().unwrap_or_else(|p| p.into_inner());
@@ -489,10 +502,7 @@ impl Model {
 
     /// Counts since start (what `--stats json` and the metrics report).
     pub fn raw_stats(&self) -> Vec<DirectionStats> {
-        if let Some(r) = &self.rules {
-            return r.bridge.stats();
-        }
-        self.plain.stats()
+        self.running.stats()
     }
 
     /// Counts since the last `zero`.
@@ -510,7 +520,7 @@ impl Model {
         let dirs: Vec<serde_json::Value> = self
             .stats_since_zero()
             .iter()
-            .map(|s| direction_json(s, self.rules.is_some()))
+            .map(|s| direction_json(s, self.rules().is_some()))
             .collect();
         let zeroed = self
             .baseline
@@ -519,10 +529,7 @@ impl Model {
             .is_some();
         // Why the link stopped while the process goes on (a bridge of
         // several pairs keeps its others): an interface gone, an I/O error.
-        let stopped = match &self.rules {
-            Some(r) => r.bridge.error(),
-            None => self.plain.error(),
-        };
+        let stopped = self.running.error();
         json!({
             "front": self.front.word(),
             "elapsed_s": self.elapsed_s(),

@@ -1,6 +1,9 @@
 //! `linkem bridge --pair IF_A IF_B [WORDS] --pair ...`: many links in one
 //! process, each pair of interfaces a bridge of its own link words (a lab of
-//! 20-100 links, one linkem for all of them).
+//! 20-100 links, one linkem for all of them). What differs from a one-pair
+//! run is the start-up: every pair's interfaces opened at once, one live
+//! stage for all ([`run_group`]); the serving loop is the same
+//! ([`super::serve`]).
 //!
 //! Threads, whatever the number of pairs (see
 //! `linkem_runtime::pipeline::LiveGroup`): one live stage (`linkem-stage`)
@@ -29,17 +32,17 @@
 //! sockets or names). SIGHUP has nothing to re-read (the words are the
 //! command line's) and is ignored, saying so.
 
+use super::link::{link_buffer, model, parse_direction, split};
+use super::live_options;
+use super::serve::{pair_stats, serve, PairLabel, Run};
 use crate::bridge::backend::{
     check_capabilities, claim_interfaces, drop_capabilities, open_interface_with, resolve_auto,
-    Claimed, Rings,
+    BackendKind, Claimed, Rings,
 };
-use crate::bridge::{
-    link_buffer, live_options, parse_direction, run_attached, split, Attach, Hooks,
-};
-use crate::cli::args::{timing, BridgeArgs, OnOff, Realtime};
-use crate::control::{Model, Plain};
+use crate::cli::args::{timing, BridgeArgs, OnOff, Realtime, Timing};
+use crate::control::Running;
 use crate::process::{fresh_seed, signal_flags};
-use crate::render::bridge_stats::{print_pairs_stats, PairStats};
+use crate::render::bridge_stats::print_pairs_stats;
 use anyhow::{bail, Result};
 use linkem_core::model::LinkModel;
 use linkem_core::rng::pair_seed;
@@ -48,9 +51,9 @@ use linkem_io::recording::NamedFiles;
 use linkem_runtime::pipeline::{GroupPair, LiveBridge};
 use linkem_runtime::port::close_all;
 use std::collections::HashSet;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// One pair as given: its interfaces, its links and its seed.
 pub(crate) struct PairPlan {
@@ -176,70 +179,9 @@ fn check_options(args: &BridgeArgs) -> Result<()> {
     Ok(())
 }
 
-/// Runs `linkem bridge` until SIGINT or SIGTERM (or `--duration`), then prints
-/// the final counts.
-/// `--pair` given once is the bridge of IF_A IF_B WORDS; given more often,
-/// the bridge of several pairs ([`run`]). Here rather than in the bridge, which
-/// this module builds on, so that the bridge imports nothing of it.
-pub fn run_bridge(args: &BridgeArgs) -> Result<()> {
-    if args.pairs.is_empty() {
-        check_interface(&args.if_a, "the first interface (IF_A)", "")?;
-        check_interface(&args.if_b, "the second interface (IF_B)", &args.if_a)?;
-        return run_attached(args, Attach::Interfaces, Hooks::default());
-    }
-    if !args.if_a.is_empty() || !args.if_b.is_empty() || !args.words.is_empty() {
-        bail!(
-            "IF_A IF_B and --pair: give the interfaces either as IF_A IF_B [WORDS] (one pair) \
-             or as --pair IF_A IF_B [WORDS] for each pair, not both"
-        );
-    }
-    for (i, p) in args.pairs.iter().enumerate() {
-        let n = i + 1;
-        check_interface(
-            &p[0],
-            &format!("the first interface (IF_A) of --pair {n}"),
-            "",
-        )?;
-        check_interface(
-            &p[1],
-            &format!("the second interface (IF_B) of --pair {n}"),
-            &p[0],
-        )?;
-    }
-    if let [one] = args.pairs.as_slice() {
-        let mut single = args.clone();
-        single.if_a = one[0].clone();
-        single.if_b = one[1].clone();
-        single.words = one[2..].to_vec();
-        single.pair.clear();
-        single.pairs.clear();
-        return run_attached(&single, Attach::Interfaces, Hooks::default());
-    }
-    run(args)
-}
-
-/// Refuses an interface argument that is a link word and names no interface
-/// of this network namespace, before the words are read: a forgotten IF_B
-/// (`linkem bridge veth-a delay 10ms`) is then reported as what it is, not as
-/// the word after it ('10ms') being unknown. Any other name is looked up
-/// where the interfaces are opened, after the words and files are read, so
-/// that a wrong file is refused before any interface is touched. `before`:
-/// IF_A when `name` is IF_B.
-fn check_interface(name: &str, role: &str, before: &str) -> Result<()> {
-    if !linkem_core::config::is_link_word(name) || linkem_io::afpacket::index_of(name).is_ok() {
-        return Ok(());
-    }
-    let first = if before.is_empty() { "IF_A" } else { before };
-    bail!(
-        "'{name}' was taken as {role}, but it is a link word and there is no interface of \
-         that name: give both interfaces before the words, as in \
-         'linkem bridge {first} IF_B {name} ...'"
-    )
-}
-
 /// Runs the bridge of several pairs until SIGINT or SIGTERM (or
 /// `--duration`), then prints the final counts of every pair.
-pub fn run(args: &BridgeArgs) -> Result<()> {
+pub fn run_group(args: &BridgeArgs) -> Result<()> {
     let plans = plan(args)?;
     let timing = timing(args)?;
     let realtime = args.run.realtime != Realtime::Off;
@@ -272,39 +214,7 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
             &p.if_b,
         )?);
     }
-    // IF_A and IF_B of pair k at 2k and 2k + 1; small rings: most links of
-    // a lab are idle at any time.
-    let jobs: Vec<(&str, u32)> = plans
-        .iter()
-        .zip(&claimed.0)
-        .flat_map(|(p, c)| [(p.if_a.as_str(), c.a.mtu), (p.if_b.as_str(), c.b.mtu)])
-        .collect();
-    let mut opened = in_parallel(&jobs, &stop, "interfaces opened", |&(ifname, mtu)| {
-        open_interface_with(backend, ifname, mtu, Rings::Small)
-    })?
-    .into_iter();
-    let mut pairs = Vec::new();
-    let mut used = Vec::new();
-    for p in &plans {
-        let (Some((rx_a, tx_a, used_a)), Some((rx_b, tx_b, used_b))) =
-            (opened.next(), opened.next())
-        else {
-            bail!("pair {}: its interfaces were not opened", p.name);
-        };
-        let buffer_bytes = [
-            link_buffer(&p.specs[0], &format!("{} a->b", p.name), &timing)?,
-            link_buffer(&p.specs[1], &format!("{} b->a", p.name), &timing)?,
-        ];
-        let links = [p.specs[0].link.clone(), p.specs[1].link.clone()];
-        pairs.push(GroupPair {
-            names: ["a->b".into(), "b->a".into()],
-            buffer_bytes,
-            model: LinkModel::new(links, p.seed),
-            rx: [rx_a, rx_b],
-            tx: [tx_b, tx_a],
-        });
-        used.push([used_a, used_b]);
-    }
+    let (pairs, used) = open_pairs(&plans, &claimed, backend, &timing, &stop)?;
     drop_capabilities(realtime)?;
     let opts = live_options(args, &timing, [0; 2], None);
     let (bridges, mut group) =
@@ -320,14 +230,10 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
             "linkem: pair {} ({} {}, {}/{}): {}; seed {}",
             p.name, p.if_a, p.if_b, used[0], used[1], p.specs[0].link, p.seed
         );
-        let [ab, ba] = &p.specs;
-        models.push(Arc::new(Model::new(
+        models.push(Arc::new(model(
             p.name.clone(),
-            Plain::Link(bridge),
-            [
-                (ab.link.clone(), ab.link.to_string()),
-                (ba.link.clone(), ba.link.to_string()),
-            ],
+            Running::Link(bridge),
+            &p.specs,
             p.seed,
             started,
         )));
@@ -339,30 +245,32 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
         }
         servers.push(control.start(model.clone()));
     }
-    let served = serve(args, &plans, &models, started, &stop, &reload);
-    // The control threads first (they remove the sockets), then the stages.
-    drop(servers);
-    group.stop();
-    let stopped: Vec<Option<String>> = models.iter().map(|m| m.plain().error()).collect();
-    let mut last = Vec::new();
-    for model in models {
-        let model = Arc::try_unwrap(model)
-            .map_err(|_| anyhow::anyhow!("a control thread outlived its server"))?;
-        last.push(model.into_plain().stop());
-    }
-    let stats: Vec<PairStats<'_>> = plans
+    let labels: Vec<PairLabel<'_>> = plans
         .iter()
-        .zip(last)
-        .zip(stopped)
-        .map(|((p, stats), stopped)| PairStats {
+        .map(|p| PairLabel {
             name: &p.name,
             if_a: &p.if_a,
             if_b: &p.if_b,
             seed: p.seed,
-            stats,
-            stopped,
         })
         .collect();
+    let run = Run::Group {
+        pairs: &labels,
+        models: &models,
+    };
+    let never = AtomicBool::new(false);
+    let served = serve(args, run, started, [&stop, &never], &reload);
+    // The control threads first (they remove the sockets), then the stages.
+    drop(servers);
+    group.stop();
+    let mut last = Vec::new();
+    for model in models {
+        let model = Arc::try_unwrap(model)
+            .map_err(|_| anyhow::anyhow!("a control thread outlived its server"))?;
+        let stopped = model.error();
+        last.push((model.into_running().stop(), stopped));
+    }
+    let stats = pair_stats(&labels, last);
     print_pairs_stats(
         args.run.stats,
         &stats,
@@ -371,6 +279,56 @@ pub fn run(args: &BridgeArgs) -> Result<()> {
     );
     drop(claimed);
     served
+}
+
+/// The pairs as the live stage takes them, and the backend of each one's
+/// interfaces.
+type OpenedPairs = (Vec<GroupPair<LinkModel>>, Vec<[String; 2]>);
+
+/// Opens every pair's interfaces at once ([`in_parallel`]) and sizes its
+/// delay lines; returns the pairs as the live stage takes them, and the
+/// backend each interface uses.
+fn open_pairs(
+    plans: &[PairPlan],
+    claimed: &ClaimedAll,
+    backend: BackendKind,
+    timing: &Timing,
+    stop: &AtomicBool,
+) -> Result<OpenedPairs> {
+    // IF_A and IF_B of pair k at 2k and 2k + 1; small rings: most links of
+    // a lab are idle at any time.
+    let jobs: Vec<(&str, u32)> = plans
+        .iter()
+        .zip(&claimed.0)
+        .flat_map(|(p, c)| [(p.if_a.as_str(), c.a.mtu), (p.if_b.as_str(), c.b.mtu)])
+        .collect();
+    let mut opened = in_parallel(&jobs, stop, "interfaces opened", |&(ifname, mtu)| {
+        open_interface_with(backend, ifname, mtu, Rings::Small)
+    })?
+    .into_iter();
+    let mut pairs = Vec::new();
+    let mut used = Vec::new();
+    for p in plans {
+        let (Some((rx_a, tx_a, used_a)), Some((rx_b, tx_b, used_b))) =
+            (opened.next(), opened.next())
+        else {
+            bail!("pair {}: its interfaces were not opened", p.name);
+        };
+        let buffer_bytes = [
+            link_buffer(&p.specs[0], &format!("{} a->b", p.name), timing)?,
+            link_buffer(&p.specs[1], &format!("{} b->a", p.name), timing)?,
+        ];
+        let links = [p.specs[0].link.clone(), p.specs[1].link.clone()];
+        pairs.push(GroupPair {
+            names: ["a->b".into(), "b->a".into()],
+            buffer_bytes,
+            model: LinkModel::new(links, p.seed),
+            rx: [rx_a, rx_b],
+            tx: [tx_b, tx_a],
+        });
+        used.push([used_a, used_b]);
+    }
+    Ok((pairs, used))
 }
 
 /// Every pair's interface locks, released all at once on drop (each is a
@@ -457,86 +415,6 @@ fn in_parallel<J: Sync, R: Send>(
     Ok(slots.into_iter().flatten().collect())
 }
 
-/// The main loop, every 20 ms: ends at SIGINT/SIGTERM, `--duration`, or
-/// once every pair has stopped; prints the counts every `--stats-interval`.
-/// A pair whose link stops (an interface gone: its namespace, its veth peer
-/// or its container deleted; an I/O error) is reported once on stderr,
-/// naming the pair, and in the counts (`stopped`); the other pairs go on,
-/// and the process ends 0 at SIGINT/SIGTERM as usual. Every pair stopped
-/// ends it with an error (non-zero status): nothing is left to emulate.
-fn serve(
-    args: &BridgeArgs,
-    plans: &[PairPlan],
-    models: &[Arc<Model>],
-    started: Instant,
-    stop: &std::sync::atomic::AtomicBool,
-    reload: &std::sync::atomic::AtomicBool,
-) -> Result<()> {
-    let every = args.run.stats_interval.map(|s| s.max(0.1));
-    let mut next_print = every.map(|s| started + Duration::from_secs_f64(s));
-    let mut reported = vec![false; plans.len()];
-    while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(20));
-        if args
-            .run
-            .duration
-            .is_some_and(|d| started.elapsed().as_secs_f64() >= d)
-        {
-            break;
-        }
-        for ((p, m), reported) in plans.iter().zip(models).zip(&mut reported) {
-            if *reported {
-                continue;
-            }
-            if let Some(e) = m.plain().error() {
-                *reported = true;
-                let left = models.len()
-                    - models
-                        .iter()
-                        .filter(|m| m.plain().error().is_some())
-                        .count();
-                eprintln!(
-                    "linkem: pair {} ({} {}) stopped: {e}; {left} other pair(s) go on",
-                    p.name, p.if_a, p.if_b
-                );
-            }
-        }
-        if reported.iter().all(|r| *r) {
-            bail!("every pair stopped (see above): nothing left to emulate");
-        }
-        if reload.swap(false, Ordering::Relaxed) {
-            eprintln!(
-                "linkem: SIGHUP ignored: the pairs' words are the command line's \
-                 (change a running pair with linkem ctl --name IF_A-IF_B)"
-            );
-        }
-        if let (Some(at), Some(every)) = (next_print, every) {
-            if Instant::now() >= at {
-                let stats: Vec<PairStats<'_>> = plans
-                    .iter()
-                    .zip(models)
-                    .map(|(p, m)| PairStats {
-                        name: &p.name,
-                        if_a: &p.if_a,
-                        if_b: &p.if_b,
-                        seed: p.seed,
-                        stats: m.raw_stats(),
-                        stopped: m.plain().error(),
-                    })
-                    .collect();
-                print_pairs_stats(
-                    args.run.stats,
-                    &stats,
-                    started.elapsed().as_secs_f64(),
-                    false,
-                );
-                next_print = Some(at + Duration::from_secs_f64(every));
-            }
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -621,7 +499,7 @@ mod tests {
     #[test]
     fn one_pair_is_the_positional_bridge_and_mixing_both_is_refused() {
         let a = args("x y delay 1ms --pair a1 b1");
-        let e = run_bridge(&a).err().unwrap();
+        let e = crate::bridge::run(&a).err().unwrap();
         assert!(format!("{e:#}").contains("not both"), "{e:#}");
         assert!(
             Cli::try_parse_from(["bridge"]).is_err(),
