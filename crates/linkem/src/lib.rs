@@ -17,7 +17,6 @@
 #![forbid(unsafe_code)]
 
 pub mod args;
-pub mod arrival_order;
 pub mod backend;
 pub mod bench;
 pub mod bridge;
