@@ -4,14 +4,14 @@ use crate::args::ReplayArgs;
 use crate::process::SignalGuard;
 use crate::render::replay_stats::Tally;
 use anyhow::{bail, Context, Result};
+use linkem_core::driver::{Driver, Frame};
 use linkem_core::model::{write_event, Change, Model, EVENTS_HEADER};
-use linkem_core::node::{Decision, PacketIn};
-use linkem_core::order::ReleaseQueue;
+use linkem_core::node::Decision;
+use linkem_core::order::ReleaseRuns;
 use linkem_core::rules::{FlowKey, L2Kind, Side};
 use linkem_core::Fate;
 use linkem_io::capture::{CaptureReader, CaptureWriter, LinkType};
 use linkem_io::outfile::OutputFile;
-use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::time::Instant;
@@ -165,17 +165,9 @@ struct Undecided {
 struct Replay {
     l2: L2Kind,
     /// Delivered frames (and copies) by (release time, decision order).
-    queue: ReleaseQueue<(u32, Vec<u8>)>,
-    /// Frames the model holds, by tag, until their decision.
-    held: HashMap<u64, Undecided>,
-    /// The frame being offered, with its tag: moved into `held` only when
-    /// the model keeps it.
-    current: Option<(u64, Undecided)>,
-    /// The model's decisions not yet acted upon (taken out and put back, so
-    /// one allocation serves every input).
-    out: Vec<Decision>,
-    /// The last instant given to the model.
-    now_ns: u64,
+    queue: ReleaseRuns<(u32, Vec<u8>)>,
+    /// Tags, instants and the frames the model holds until their decision.
+    driver: Driver<Undecided>,
 
     events: Option<OutputFile>,
     /// `--log-a-to-b`, `--log-b-to-a`.
@@ -190,11 +182,8 @@ impl Replay {
     fn new(l2: L2Kind, writer: CaptureWriter, events: Option<OutputFile>) -> Replay {
         Replay {
             l2,
-            queue: ReleaseQueue::new(),
-            held: HashMap::new(),
-            current: None,
-            out: Vec::new(),
-            now_ns: 0,
+            queue: ReleaseRuns::default(),
+            driver: Driver::new(0),
             events,
             logs: None,
             line: String::new(),
@@ -204,7 +193,8 @@ impl Replay {
     }
 
     /// Offers one frame stamped `ts_ns`, received on `side`, and acts on the
-    /// decisions made by then; keeps the frame if its own is yet to come.
+    /// decisions made by then; the driver holds the frame if its own is yet
+    /// to come.
     #[inline]
     fn arrive<M: Model>(
         &mut self,
@@ -214,8 +204,7 @@ impl Replay {
         orig_len: u32,
         data: Vec<u8>,
     ) -> Result<()> {
-        self.now_ns = self.now_ns.max(ts_ns);
-        let tag = self.tally.arrived;
+        let model_ns = self.driver.arrival_ns(ts_ns);
         self.tally.arrived += 1;
         self.tally.first_arrival_ns.get_or_insert(ts_ns);
         let key = if model.reads_headers() {
@@ -223,23 +212,18 @@ impl Replay {
         } else {
             FlowKey::default()
         };
-        let pkt = PacketIn {
-            len_bytes: orig_len,
-            key,
-            side,
-            tag,
-        };
-        let frame = Undecided {
+        // Most packets are decided at their arrival: the frame is moved to
+        // the driver's store only when its decision did not come with it.
+        let mut offered = Some(Undecided {
             arrival_ns: ts_ns,
-            model_ns: self.now_ns,
+            model_ns,
             orig_len,
             data,
-        };
-        self.current = Some((tag, frame));
-        model.on_arrival(self.now_ns, pkt, &mut self.out);
-        self.settle()?;
-        if let Some((tag, frame)) = self.current.take() {
-            self.held.insert(tag, frame);
+        });
+        self.driver.offer(model, model_ns, side, orig_len, key);
+        self.settle(&mut offered)?;
+        if let (Some(tag), Some(frame)) = (self.driver.undecided(), offered) {
+            self.driver.hold(tag, frame);
         }
         Ok(())
     }
@@ -248,58 +232,64 @@ impl Replay {
     /// in order: what is due by then runs first, then the changes, with no
     /// poll between them.
     fn change<M: Model>(&mut self, model: &mut M, at_ns: u64, changes: Vec<Change>) -> Result<()> {
-        self.now_ns = self.now_ns.max(at_ns);
-        model.poll(self.now_ns, &mut self.out);
-        self.settle()?;
+        let at_ns = self.driver.input_ns(at_ns);
+        let at = self.driver.begin_changes(model, at_ns);
+        self.settle(&mut None)?;
         for change in changes {
             let line = change.to_string();
-            model
-                .apply(self.now_ns, change, &mut self.out)
-                .with_context(|| format!("change '{line}' at {} ns", self.now_ns))?;
-            self.settle()?;
+            self.driver
+                .apply(model, at, change)
+                .with_context(|| format!("change '{line}' at {at_ns} ns"))?;
+            self.settle(&mut None)?;
         }
         Ok(())
     }
 
-    /// Acts on the model's decisions in order: counts each, logs it to
-    /// `--events`, and queues what is delivered (CE mark and flipped bits
-    /// applied, its copy as it arrived) at its release time.
-    fn settle(&mut self) -> Result<()> {
-        let mut out = std::mem::take(&mut self.out);
-        for d in out.drain(..) {
-            let frame = match self.current.take() {
-                Some((tag, frame)) if tag == d.tag => frame,
-                current => {
-                    self.current = current;
-                    self.held.remove(&d.tag).with_context(|| {
-                        format!("internal error: a decision for packet {} not held", d.tag)
-                    })?
-                }
+    /// Acts on the driver's decisions in order, `offered` the frame of the
+    /// packet just offered (taken by its decision).
+    #[inline]
+    fn settle(&mut self, offered: &mut Option<Undecided>) -> Result<()> {
+        while let Some((d, at)) = self.driver.next_decision() {
+            let frame = match at {
+                Frame::Offered => offered.take(),
+                Frame::Held(frame) => Some(frame),
+                Frame::Unknown => None,
             };
-            self.tally.count(&d, frame.model_ns);
-            if let Some(ev) = self.events.as_mut() {
-                self.line.clear();
-                write_event(&mut self.line, frame.arrival_ns, frame.orig_len, &d);
-                ev.write_all(self.line.as_bytes())
-                    .with_context(|| format!("cannot write {}", ev.name()))?;
-            }
-            if let Some(logs) = self.logs.as_mut() {
-                let first_ns = self.tally.first_arrival_ns.unwrap_or(frame.arrival_ns);
-                logs.decision(first_ns, frame.arrival_ns, frame.orig_len, &d)?;
-            }
-            if d.fate == Fate::Delivered {
-                let mut data = frame.data;
-                let copy = d.duplicate.then(|| data.clone());
-                d.apply_to_frame(&mut data, self.l2);
-                // The original first, then its copy: equal release times
-                // leave in push order.
-                self.queue.push(d.release_ns, (frame.orig_len, data));
-                if let Some(copy) = copy {
-                    self.queue.push(d.release_ns, (frame.orig_len, copy));
-                }
+            let frame = frame.with_context(|| {
+                format!("internal error: a decision for packet {} not held", d.tag)
+            })?;
+            self.act(&d, frame)?;
+        }
+        Ok(())
+    }
+
+    /// Acts on one decision: counts it, logs it to `--events`, and queues
+    /// what is delivered (CE mark and flipped bits applied, its copy as it
+    /// arrived) at its release time.
+    #[inline]
+    fn act(&mut self, d: &Decision, frame: Undecided) -> Result<()> {
+        self.tally.count(d, frame.model_ns);
+        if let Some(ev) = self.events.as_mut() {
+            self.line.clear();
+            write_event(&mut self.line, frame.arrival_ns, frame.orig_len, d);
+            ev.write_all(self.line.as_bytes())
+                .with_context(|| format!("cannot write {}", ev.name()))?;
+        }
+        if let Some(logs) = self.logs.as_mut() {
+            let first_ns = self.tally.first_arrival_ns.unwrap_or(frame.arrival_ns);
+            logs.decision(first_ns, frame.arrival_ns, frame.orig_len, d)?;
+        }
+        if d.fate == Fate::Delivered {
+            let mut data = frame.data;
+            let copy = d.duplicate.then(|| data.clone());
+            d.apply_to_frame(&mut data, self.l2);
+            // The original first, then its copy: equal release times
+            // leave in push order.
+            self.queue.push(d.release_ns, (frame.orig_len, data));
+            if let Some(copy) = copy {
+                self.queue.push(d.release_ns, (frame.orig_len, copy));
             }
         }
-        self.out = out;
         Ok(())
     }
 
@@ -309,7 +299,7 @@ impl Replay {
     fn write_due<M: Model>(&mut self, model: &mut M) -> Result<()> {
         let horizon_ns = model
             .next_event_ns()
-            .map_or(self.now_ns, |e| e.min(self.now_ns));
+            .map_or(self.driver.last_ns(), |e| e.min(self.driver.last_ns()));
         while let Some((release_ns, (orig_len, data))) = self.queue.pop_due(horizon_ns) {
             self.write(release_ns, orig_len, &data)?;
         }
@@ -330,9 +320,9 @@ impl Replay {
     fn drain<M: Model>(&mut self, model: &mut M, signals: &SignalGuard) -> Result<()> {
         while let Some(t) = model.next_event_ns() {
             signals.check()?;
-            self.now_ns = self.now_ns.max(t);
-            model.poll(self.now_ns, &mut self.out);
-            self.settle()?;
+            let t = self.driver.input_ns(t);
+            self.driver.poll(model, t);
+            self.settle(&mut None)?;
             self.write_due(model)?;
         }
         while let Some((release_ns, (orig_len, data))) = self.queue.pop() {
@@ -341,8 +331,11 @@ impl Replay {
                 signals.check()?;
             }
         }
-        if !self.held.is_empty() {
-            bail!("internal error: {} packets left undecided", self.held.len());
+        if self.driver.held() > 0 {
+            bail!(
+                "internal error: {} packets left undecided",
+                self.driver.held()
+            );
         }
         let decided = self.tally.counts.arrived();
         if decided != self.tally.arrived {
@@ -361,7 +354,7 @@ impl Replay {
         }
         if let Some(logs) = self.logs {
             // The replay ends at its last instant: an input, an event or a release.
-            logs.commit(self.now_ns.max(self.tally.last_release_ns))?;
+            logs.commit(self.driver.last_ns().max(self.tally.last_release_ns))?;
         }
         self.writer.finish().map_err(|e| anyhow::anyhow!("{e}"))?;
         Ok(self.tally)

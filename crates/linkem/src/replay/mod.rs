@@ -10,7 +10,8 @@
 //! the TOML config as `rules = """..."""`, and the only link word allowed
 //! beside rules is `seed`). The driver is generic over the model and
 //! monomorphised, so the plain link pays for no rule machinery: it never
-//! parses a header ([`Model::reads_headers`](linkem_core::Model::reads_headers)) and has no events to poll.
+//! parses a header ([`Model::reads_headers`](linkem_core::Model::reads_headers))
+//! and has no events to poll.
 //!
 //! # Recordings
 //! When IN is a recording directory of a live run (`linkem bridge --record`,
@@ -21,17 +22,22 @@
 //! so the decisions, OUT and `--events` are those of the run.
 //!
 //! # Instants
-//! Inputs reach the model with non-decreasing instants: a packet stamped
-//! earlier than one read before it is given to the model at the latest earlier
-//! stamp ([`arrival_order`]); its `--events` line keeps its own stamp.
+//! Inputs reach the model by the rules every driver keeps, in the code the
+//! live stage calls too ([`linkem_core::driver`]): non-decreasing instants, a
+//! packet stamped earlier than one read before it given to the model at the
+//! latest earlier stamp ([`arrival_order`]; its `--events` line keeps its own
+//! stamp), a recording's changes after a poll at their instant.
 //!
 //! # Output order
 //! Delivered frames (a duplicate right after its original) leave in (release
-//! time, decision order), kept in one [`ReleaseQueue`](linkem_core::order::ReleaseQueue) of the frames in
-//! flight. A frame is written once no later input can release one earlier
+//! time, decision order), kept in one
+//! [`ReleaseRuns`](linkem_core::order::ReleaseRuns) of the frames in flight
+//! (a FIFO while releases come in order, as through a link that does not
+//! reorder, and a heap for the others). A frame is written once no later input can release one earlier
 //! than it: every later decision comes from an arrival at or after the last
 //! instant given to the model, or from a model event at or after
-//! [`Model::next_event_ns`](linkem_core::Model::next_event_ns), and is released no earlier than that instant.
+//! [`Model::next_event_ns`](linkem_core::Model::next_event_ns), and is
+//! released no earlier than that instant.
 //! So frames released by the horizon = min(last instant, next event) are
 //! written after each input, and memory holds the frames in flight, not the
 //! file. After the last packet the model's remaining events run one at a time
@@ -39,13 +45,15 @@
 //!
 //! # Undecided frames
 //! A node may hold a packet (a scheduler's queue, a hop of a multi-hop path):
-//! its frame waits by tag until the decision. Most packets are decided at
-//! their arrival, so the frame being offered is moved into the tag-indexed
-//! store only when its decision did not come with the arrival.
+//! its frame waits by tag in the driver until the decision. Most packets are
+//! decided at their arrival, so the frame being offered is moved into the
+//! driver's store only when its decision did not come with the arrival.
 //!
 //! # Events
 //! `--events` has one line per decision, in decision order, in the one format
-//! of every model and front end ([`EVENTS_HEADER`](linkem_core::model::EVENTS_HEADER), [`write_event`](linkem_core::model::write_event)).
+//! of every model and front end
+//! ([`EVENTS_HEADER`](linkem_core::model::EVENTS_HEADER),
+//! [`write_event`](linkem_core::model::write_event)).
 //!
 //! # Link logs
 //! `--log-a-to-b FILE` / `--log-b-to-a FILE` write mahimahi's link log
