@@ -83,11 +83,13 @@
 //!   otherwise be late at once), and clamped to the last instant given to the
 //!   model: `t = max(kernel stamp, started, last)`, so the model's time never
 //!   goes backwards although the two ports' batches are taken one after the
-//!   other. That clamped `t` is what the model, the events and the recording
-//!   see ([`Tap`]), so a replay of the recording sees the same inputs.
+//!   other, and at t + 1 at the earliest after a poll at t ([`Driver`]: the
+//!   rules every driver keeps, replay's too). That clamped `t` is what the
+//!   model, the events and the recording see ([`Tap`]), so a replay of the
+//!   recording sees the same inputs.
 //! - **Decisions** may come at the arrival or later (scheduled pipes, one-pass
-//!   off). The bytes of a packet not yet decided are kept, by tag, until its
-//!   decision; a delivered packet goes, with its duplicate copy, corrupt bits
+//!   off). The bytes of a packet not yet decided are kept by the driver, by
+//!   tag, until its decision; a delivered packet goes, with its duplicate copy, corrupt bits
 //!   and CE mark applied ([`Decision::apply_to_frame`]), into the delay line
 //!   of the direction it was received for (side A to IF_B). Releases need not
 //!   follow arrival order (pipes, reordering), so the output stages run with
@@ -112,7 +114,8 @@
 //! - **Changes** ([`LiveBridge::submit`]: `linkem ctl`, SIGHUP) reach the
 //!   model only on this thread: a caller queues `(changes, reply)` (at most
 //!   [`MAX_PENDING_CHANGES`] requests) and wakes the stage; between two
-//!   batches the stage takes `now`, runs `poll(now)`, checks every change of
+//!   batches the stage takes `now`, runs `poll(now)`
+//!   ([`Driver::begin_changes`]), checks every change of
 //!   the request ([`LiveModel::check`]: all or none), applies them in order at
 //!   `now` and replies with `now`. So every input (arrival, poll, change)
 //!   reaches the model in one sequence from one thread, which is what a
@@ -146,8 +149,9 @@ use super::{Control, Direction, DirectionStats};
 use crate::clock;
 use crate::delay_line::{delay_line, delay_line_with, Producer, Whole, LAZY_FIRST_RESIDENT_BYTES};
 use crate::port::{PortHealth, RxFrame, RxPort, TxPort, WaitFds};
+use linkem_core::driver::{ChangeInstant, Driver, Frame};
 use linkem_core::model::{Change, ChangeError, LinkModel, Model};
-use linkem_core::node::{Decision, Node, PacketIn};
+use linkem_core::node::{Decision, Node};
 use linkem_core::rules::{FlowKey, L2Kind, Side, SocketOwner};
 use linkem_core::wire::{segment, Offload, SegmentPlan};
 use linkem_core::{Fate, FateCounts};

@@ -4,34 +4,29 @@
 use super::*;
 
 impl Stage {
-    /// Settles the decisions the arrival of packet `tag` (`bytes`) gave:
-    /// its own, and those of packets held before; holds it when undecided.
+    /// Settles the decisions the arrival of the packet just offered
+    /// (`bytes`) gave: its own, and those of packets held before; the driver
+    /// holds it when undecided.
     pub(super) fn settle_arrival(
         &mut self,
         objs: &mut Objects,
-        tag: u64,
         side: usize,
         ts: u64,
         bytes: &[u8],
         csum: Csum,
     ) {
-        let mut out = std::mem::take(&mut self.out);
-        let mut decided = false;
-        for d in out.drain(..) {
-            if d.tag == tag {
-                decided = true;
-                self.settle(objs, &d, side, ts, bytes, csum);
-            } else {
-                self.settle_held(objs, &d);
+        while let Some((d, frame)) = self.driver.next_decision() {
+            match frame {
+                Frame::Offered => self.settle(objs, &d, side, ts, bytes, csum),
+                other => self.settle_held(objs, &d, other),
             }
         }
-        self.out = out;
-        if !decided {
+        if let Some(tag) = self.driver.undecided() {
             let mut frame = vec![0u8; bytes.len()];
             finish(&mut frame, bytes, csum);
             // Held frames are settled as they came (their checksum is
             // complete now, but not known here to be linkem's).
-            self.held.insert(
+            self.driver.hold(
                 tag,
                 Held {
                     side,
@@ -43,25 +38,26 @@ impl Stage {
         }
     }
 
-    /// Runs the model's events due by `now_ns` and settles their decisions.
-    ///
-    /// A poll at t runs the events due at t itself, where an arrival at t
-    /// comes before them ([`Model::on_arrival`]). A replay does not see
-    /// polls, only arrivals and changes, so an arrival stamped t after a poll
-    /// at t would replay before events this run handled first: arrivals after
-    /// a poll at t are stamped t + 1 at the earliest.
+    /// Runs the model's events due by `now_ns` (from [`Stage::tick`]) and
+    /// settles their decisions; arrivals after it are stamped t + 1 at the
+    /// earliest ([`Driver::poll`]).
     pub(super) fn poll<M: LiveModel>(&mut self, model: &mut M, objs: &mut Objects, now_ns: u64) {
-        model.poll(now_ns, &mut self.out);
-        self.last_ns = self.last_ns.max(now_ns.saturating_add(1));
-        let mut out = std::mem::take(&mut self.out);
-        for d in out.drain(..) {
-            self.settle_held(objs, &d);
-        }
-        self.out = out;
+        self.driver.poll(model, now_ns);
+        self.settle_pending(objs);
     }
 
-    pub(super) fn settle_held(&mut self, objs: &mut Objects, d: &Decision) {
-        let Some(h) = self.held.remove(&d.tag) else {
+    /// Settles the decisions waiting in the driver, each of a held packet
+    /// (after a poll or a change).
+    pub(super) fn settle_pending(&mut self, objs: &mut Objects) {
+        while let Some((d, frame)) = self.driver.next_decision() {
+            self.settle_held(objs, &d, frame);
+        }
+    }
+
+    /// Settles decision `d` of a packet held before (`frame`, as the driver
+    /// gave it back).
+    pub(super) fn settle_held(&mut self, objs: &mut Objects, d: &Decision, frame: Frame<Held>) {
+        let Frame::Held(h) = frame else {
             // Every packet is held until decided; a decision without one is
             // the model's error, which must not stop the bridge.
             debug_assert!(false, "a decision for packet {} never held", d.tag);

@@ -49,13 +49,11 @@ pub(super) struct Stage {
     pub(super) cut_ends: Vec<usize>,
     pub(super) c: [Counts; 2],
     pub(super) wakeups: u64,
-    pub(super) held: HashMap<u64, Held>,
-    pub(super) out: Vec<Decision>,
-    pub(super) next_tag: u64,
-    /// The model's time: the latest instant given to it.
-    pub(super) last_ns: u64,
+    /// Tags, the model's time, and the frames the model holds until their
+    /// decision ([`Driver`]: the rules replay keeps too).
+    pub(super) driver: Driver<Held>,
     pub(super) started_ns: u64,
-    /// Whether the model reads [`PacketIn::key`] (else it is not parsed).
+    /// Whether the model reads [`PacketIn::key`](linkem_core::node::PacketIn::key) (else it is not parsed).
     pub(super) reads_headers: bool,
     pub(super) shed: [bool; 2],
     pub(super) pushed: [bool; 2],
@@ -116,10 +114,7 @@ impl Stage {
             cut_ends: Vec::new(),
             c: Default::default(),
             wakeups: 0,
-            held: HashMap::new(),
-            out: Vec::new(),
-            next_tag: 0,
-            last_ns: started_ns,
+            driver: Driver::new(started_ns),
             started_ns,
             reads_headers: true,
             wants_discards: [false; 2],
@@ -138,9 +133,7 @@ impl Stage {
 
     /// The model's time now: the clock, never before an instant given to it.
     pub(super) fn tick(&mut self) -> u64 {
-        let now = clock::now_ns().max(self.last_ns);
-        self.last_ns = now;
-        now
+        self.driver.arrival_ns(clock::now_ns())
     }
 
     /// Every [`SWEEP_EVERY_NS`]: removes the model's idle instances, and gives
@@ -170,10 +163,11 @@ impl Stage {
         let requests: Vec<Request> = lock(queue).drain(..).collect();
         for (changes, reply) in requests {
             let now = self.tick();
-            self.poll(model, objs, now);
+            let at = self.driver.begin_changes(model, now);
+            self.settle_pending(objs);
             let answer = match changes.iter().try_for_each(|c| model.check(c)) {
                 Ok(()) => {
-                    self.apply(model, objs, changes, now);
+                    self.apply(model, objs, changes, at);
                     Ok(now)
                 }
                 Err(e) => Err(SubmitError::Refused(e)),
@@ -183,17 +177,17 @@ impl Stage {
         }
     }
 
-    /// Applies checked changes at `now_ns`: decisions they force are settled,
-    /// deleted pipes' packets flushed.
+    /// Applies checked changes at `at` (after the poll there): decisions
+    /// they force are settled, deleted pipes' packets flushed.
     pub(super) fn apply<M: LiveModel>(
         &mut self,
         model: &mut M,
         objs: &mut Objects,
         changes: Vec<Change>,
-        now_ns: u64,
+        at: ChangeInstant,
     ) {
         if let Some(tap) = self.tap.as_mut() {
-            tap.changes(now_ns, &changes);
+            tap.changes(at.at_ns(), &changes);
         }
         for change in changes {
             let kept = match &change {
@@ -207,16 +201,12 @@ impl Stage {
             // Packets of kept schedulers and between hops stay held; those the
             // change decides (a changed or deleted scheduler's, a reinjection
             // that cannot go on) are settled now, into their pipe's group.
-            if let Err(e) = model.apply(now_ns, change, &mut self.out) {
+            if let Err(e) = self.driver.apply(model, at, change) {
                 // Checked before: a model whose check passes a change its
                 // apply refuses is in error, which must not stop the bridge.
                 debug_assert!(false, "a checked change was refused: {e}");
             }
-            let mut out = std::mem::take(&mut self.out);
-            for d in out.drain(..) {
-                self.settle_held(objs, &d);
-            }
-            self.out = out;
+            self.settle_pending(objs);
             // The packets a deleted pipe gave a release time and that have not
             // left yet are flushed, those just settled too.
             let after = model.pipe_numbers();

@@ -19,8 +19,7 @@ impl Stage {
         } else {
             clock::now_ns()
         };
-        let ts = stamp.max(self.last_ns);
-        self.last_ns = ts;
+        let ts = self.driver.arrival_ns(stamp);
         let max = self.max_frame[side];
         if self.whole_ok[side] {
             if let Some((plan, offload)) = whole_plan(&frame, max) {
@@ -78,30 +77,30 @@ impl Stage {
             owner: frame.owner,
             ..FlowKey::parse(frame.data, L2Kind::Ethernet)
         });
-        // The wire frame whose decision differs, and its tag.
+        // The wire frame whose decision differs.
         let mut differs = None;
         for i in 0..n {
             let len_bytes = plan.frame_bytes(i) as u32;
-            let tag = self.next_tag;
-            self.next_tag += 1;
             if let Some(tap) = self.tap.as_mut() {
                 tap.frame(side_id, ts, wire_frame(&buf, &ends, i));
             }
-            let pkt = PacketIn {
-                len_bytes,
-                key: whole_key.map_or_else(FlowKey::default, |k| k.of_segment(&plan, i)),
-                side: side_id,
-                tag,
+            let key = whole_key.map_or_else(FlowKey::default, |k| k.of_segment(&plan, i));
+            let tag = self.driver.offer(model, ts, side_id, len_bytes, key);
+            let plain = {
+                let mut pending = self.driver.pending();
+                match (pending.next(), pending.next()) {
+                    (Some(d), None) => d.tag == tag && plain_as(d, decisions.first()),
+                    _ => false,
+                }
             };
-            model.on_arrival(ts, pkt, &mut self.out);
-            let plain = self.out.len() == 1
-                && self.out[0].tag == tag
-                && plain_as(&self.out[0], decisions.first());
             if !plain {
-                differs = Some((i, tag));
+                differs = Some(i);
                 break;
             }
-            let d = self.out.pop().expect("one decision, looked at above");
+            let (d, _) = self
+                .driver
+                .next_decision()
+                .expect("one decision, looked at above");
             if let Some(tap) = self.tap.as_mut() {
                 tap.decision(ts, len_bytes, &d);
             }
@@ -109,10 +108,10 @@ impl Stage {
         }
         match differs {
             None => self.store_whole(objs, &decisions, side, ts, frame.data, plan, offload),
-            Some((at, tag)) => {
+            Some(at) => {
                 // Wire frame `j` as cutting first would have had it: decided
                 // plain before `at`, decided (or held) by the arrival of `at`
-                // whose decisions wait in `self.out`, not yet arrived after.
+                // whose decisions wait in the driver, not yet arrived after.
                 let mut each = |stage: &mut Stage, model: &mut M, j: usize, bytes: &[u8]| {
                     let csum = Csum::Computed;
                     match j.cmp(&at) {
@@ -120,7 +119,7 @@ impl Stage {
                             stage.settle_untapped(objs, &decisions[j], side, ts, bytes, csum)
                         }
                         std::cmp::Ordering::Equal => {
-                            stage.settle_arrival(objs, tag, side, ts, bytes, csum)
+                            stage.settle_arrival(objs, side, ts, bytes, csum)
                         }
                         std::cmp::Ordering::Greater => {
                             stage.admit(model, objs, side, ts, bytes, csum, frame.owner)
@@ -238,8 +237,6 @@ impl Stage {
         csum: Csum,
         owner: Option<SocketOwner>,
     ) {
-        let tag = self.next_tag;
-        self.next_tag += 1;
         let side_id = if side == 0 { Side::A } else { Side::B };
         if let Some(tap) = self.tap.as_mut() {
             tap.frame(side_id, ts, bytes);
@@ -252,14 +249,9 @@ impl Stage {
         } else {
             FlowKey::default()
         };
-        let pkt = PacketIn {
-            len_bytes: bytes.len() as u32,
-            key,
-            side: side_id,
-            tag,
-        };
-        model.on_arrival(ts, pkt, &mut self.out);
-        self.settle_arrival(objs, tag, side, ts, bytes, csum);
+        self.driver
+            .offer(model, ts, side_id, bytes.len() as u32, key);
+        self.settle_arrival(objs, side, ts, bytes, csum);
     }
 }
 
