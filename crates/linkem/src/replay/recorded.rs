@@ -18,6 +18,7 @@ use std::path::Path;
 use super::drive::{drive, Input};
 use super::logs::LogStart;
 
+/// `linkem replay DIR OUT`: the recording of a live run fed again to the model
 /// its `recording.json` describes (seed, link words or start rules, options),
 /// every frame with its side and stamp and every change at its instant, so
 /// the decisions are the run's. An incomplete recording is replayed as far as
@@ -40,7 +41,7 @@ pub(super) fn run_recording(args: &ReplayArgs) -> Result<()> {
             dir.display()
         );
     }
-    let mut inputs: Vec<FileUse> = [
+    let inputs: Vec<FileUse> = [
         recording::META_FILE,
         recording::FRAMES_FILE,
         recording::CHANGES_FILE,
@@ -56,101 +57,157 @@ pub(super) fn run_recording(args: &ReplayArgs) -> Result<()> {
     let (link_type, snaplen) = (LinkType(meta.link_type), meta.snaplen);
     // The rules name the interfaces by the run's names (`recv IF_A`), as `a`/`b` too.
     let sides = [meta.sides[0].as_str(), meta.sides[1].as_str()];
+    let run = Run {
+        args,
+        dir,
+        rec: &mut rec,
+        inputs,
+        copied,
+        signals: &signals,
+        link_type,
+        snaplen,
+        sides,
+    };
     match &meta.start {
-        Start::Link(_) | Start::Links(_) => {
-            let words = match &meta.start {
-                Start::Links([ab, ba]) => [ab, ba],
-                Start::Link(w) | Start::Rules(w) => [w, w],
-            };
-            let mut tables = Vec::new();
-            let mut spec = |w: &String, side: &str| {
-                let spec = if copied {
-                    let words: Vec<String> = w.split_whitespace().map(str::to_string).collect();
-                    LinkSpec::parse_layers(&[&words], Dialect::Linkem, &mut |name: &str| {
-                        start_file(&meta.files, name)
-                    })
-                    .map_err(|e| anyhow::anyhow!("link words: {e}"))
-                } else {
-                    link_spec_reading(None, std::slice::from_ref(w), &mut tables)
-                };
-                spec.with_context(|| format!("{}: start link of {side}", dir.display()))
-            };
-            let (ab, ba) = (spec(words[0], "a->b")?, spec(words[1], "b->a")?);
-            known_options(&meta, &[])?;
-            inputs.extend(
-                tables
-                    .into_iter()
-                    .map(|p| FileUse::new("distribution table named in the link words", p)),
-            );
-            outfile::check_distinct(&inputs, &outputs(args))?;
-            let link_text = if ab.link == ba.link {
-                ab.link.to_string()
-            } else {
-                format!("a->b {}; b->a {}", ab.link, ba.link)
-            };
-            let logs = LogStart::of_links([&ab.link, &ba.link], meta.start_ns);
-            let mut model = LinkModel::new([ab.link, ba.link], meta.seed);
-            // The live link's start (version 3), the origin of its traces and
-            // schedules; an older recording starts them at the first frame.
-            if let Some(t0_ns) = meta.start_ns {
-                model.start(t0_ns);
-            }
-            let next = recorded_inputs(&mut rec, dir, sides);
-            let (tally, secs) = drive(args, &mut model, link_type, snaplen, &signals, logs, next)?;
-            print_stats(args, &link_text, meta.seed, &tally, secs);
-        }
-        Start::Rules(text) => {
-            known_options(&meta, &["max_flows", "max_flow_memory", "one_pass"])?;
-            let mut named = Vec::new();
-            let start_rules = dir.join(recording::START_RULES_FILE);
-            let mut set = if copied {
-                parse_rules(text, sides, &mut |name: &str| start_file(&meta.files, name))
-                    .map_err(|e| anyhow::anyhow!("{}: rules: {e}", start_rules.display()))?
-            } else {
-                load_rules_reading(
-                    text,
-                    Some(&start_rules),
-                    Some(dir),
-                    sides,
-                    &mut HashMap::new(),
-                    &mut named,
-                )?
-            };
-            if let Some(one_pass) = option(&meta, "one_pass", serde_json::Value::as_bool)? {
-                set.one_pass = one_pass;
-            }
-            inputs.extend(
-                named
-                    .into_iter()
-                    .map(|p| FileUse::new("file named in the rules", p)),
-            );
-            outfile::check_distinct(&inputs, &outputs(args))?;
-            let defaults = NodeConfig::default();
-            let to_usize = |v: &serde_json::Value| v.as_u64().and_then(|n| usize::try_from(n).ok());
-            let cfg = NodeConfig {
-                seed: meta.seed,
-                max_flows: option(&meta, "max_flows", to_usize)?.unwrap_or(defaults.max_flows),
-                max_flow_bytes: option(&meta, "max_flow_memory", to_usize)?
-                    .unwrap_or(defaults.max_flow_bytes),
-                ..defaults
-            };
-            let mut node = Node::new(set, cfg);
-            if let Some(t0_ns) = meta.start_ns {
-                node.start(t0_ns);
-            }
-            let next = recorded_inputs(&mut rec, dir, sides);
-            // A node has no one capacity a direction: no `#` lines.
-            let logs = LogStart {
-                capacity: [None, None],
-                start_ns: meta.start_ns,
-            };
-            let (tally, secs) = drive(args, &mut node, link_type, snaplen, &signals, logs, next)?;
-            report(args, &node, meta.seed, &tally, secs);
-        }
+        Start::Link(_) | Start::Links(_) => replay_links(run, &meta)?,
+        Start::Rules(text) => replay_rules(run, &meta, text)?,
     }
     for note in rec.cut_short() {
         eprintln!("linkem: warning: {note}");
     }
+    Ok(())
+}
+
+/// What replaying a recording needs beside its model.
+struct Run<'a> {
+    args: &'a ReplayArgs,
+    dir: &'a Path,
+    rec: &'a mut Recording,
+    /// The files read so far (an output must be none of them).
+    inputs: Vec<FileUse>,
+    /// Version 2 or later: the files the run read are copied in the recording.
+    copied: bool,
+    signals: &'a SignalGuard,
+    link_type: LinkType,
+    snaplen: u32,
+    sides: [&'a str; 2],
+}
+
+/// The replay of a recording of link words (one for both sides, or one each).
+fn replay_links(run: Run<'_>, meta: &recording::RecordingMeta) -> Result<()> {
+    let Run {
+        args,
+        dir,
+        rec,
+        mut inputs,
+        copied,
+        signals,
+        link_type,
+        snaplen,
+        sides,
+    } = run;
+    let words = match &meta.start {
+        Start::Links([ab, ba]) => [ab, ba],
+        Start::Link(w) | Start::Rules(w) => [w, w],
+    };
+    let mut tables = Vec::new();
+    let mut spec = |w: &String, side: &str| {
+        let spec = if copied {
+            let words: Vec<String> = w.split_whitespace().map(str::to_string).collect();
+            LinkSpec::parse_layers(&[&words], Dialect::Linkem, &mut |name: &str| {
+                start_file(&meta.files, name)
+            })
+            .map_err(|e| anyhow::anyhow!("link words: {e}"))
+        } else {
+            link_spec_reading(None, std::slice::from_ref(w), &mut tables)
+        };
+        spec.with_context(|| format!("{}: start link of {side}", dir.display()))
+    };
+    let (ab, ba) = (spec(words[0], "a->b")?, spec(words[1], "b->a")?);
+    known_options(meta, &[])?;
+    inputs.extend(
+        tables
+            .into_iter()
+            .map(|p| FileUse::new("distribution table named in the link words", p)),
+    );
+    outfile::check_distinct(&inputs, &outputs(args))?;
+    let link_text = if ab.link == ba.link {
+        ab.link.to_string()
+    } else {
+        format!("a->b {}; b->a {}", ab.link, ba.link)
+    };
+    let logs = LogStart::of_links([&ab.link, &ba.link], meta.start_ns);
+    let mut model = LinkModel::new([ab.link, ba.link], meta.seed);
+    // The live link's start (version 3), the origin of its traces and
+    // schedules; an older recording starts them at the first frame.
+    if let Some(t0_ns) = meta.start_ns {
+        model.start(t0_ns);
+    }
+    let next = recorded_inputs(rec, dir, sides);
+    let (tally, secs) = drive(args, &mut model, link_type, snaplen, signals, logs, next)?;
+    print_stats(args, &link_text, meta.seed, &tally, secs);
+    Ok(())
+}
+
+/// The replay of a recording of a rule set.
+fn replay_rules(run: Run<'_>, meta: &recording::RecordingMeta, text: &str) -> Result<()> {
+    let Run {
+        args,
+        dir,
+        rec,
+        mut inputs,
+        copied,
+        signals,
+        link_type,
+        snaplen,
+        sides,
+    } = run;
+    known_options(meta, &["max_flows", "max_flow_memory", "one_pass"])?;
+    let mut named = Vec::new();
+    let start_rules = dir.join(recording::START_RULES_FILE);
+    let mut set = if copied {
+        parse_rules(text, sides, &mut |name: &str| start_file(&meta.files, name))
+            .map_err(|e| anyhow::anyhow!("{}: rules: {e}", start_rules.display()))?
+    } else {
+        load_rules_reading(
+            text,
+            Some(&start_rules),
+            Some(dir),
+            sides,
+            &mut HashMap::new(),
+            &mut named,
+        )?
+    };
+    if let Some(one_pass) = option(meta, "one_pass", serde_json::Value::as_bool)? {
+        set.one_pass = one_pass;
+    }
+    inputs.extend(
+        named
+            .into_iter()
+            .map(|p| FileUse::new("file named in the rules", p)),
+    );
+    outfile::check_distinct(&inputs, &outputs(args))?;
+    let defaults = NodeConfig::default();
+    let to_usize = |v: &serde_json::Value| v.as_u64().and_then(|n| usize::try_from(n).ok());
+    let cfg = NodeConfig {
+        seed: meta.seed,
+        max_flows: option(meta, "max_flows", to_usize)?.unwrap_or(defaults.max_flows),
+        max_flow_bytes: option(meta, "max_flow_memory", to_usize)?
+            .unwrap_or(defaults.max_flow_bytes),
+        ..defaults
+    };
+    let mut node = Node::new(set, cfg);
+    if let Some(t0_ns) = meta.start_ns {
+        node.start(t0_ns);
+    }
+    let next = recorded_inputs(rec, dir, sides);
+    // A node has no one capacity a direction: no `#` lines.
+    let logs = LogStart {
+        capacity: [None, None],
+        start_ns: meta.start_ns,
+    };
+    let (tally, secs) = drive(args, &mut node, link_type, snaplen, signals, logs, next)?;
+    report(args, &node, meta.seed, &tally, secs);
     Ok(())
 }
 
