@@ -341,26 +341,7 @@ impl<M: LiveModel> LiveBridge<M> {
                 no_copies,
             ));
         }
-        for (i, dirs) in sides.into_iter().enumerate() {
-            let cfg = group_cfg;
-            let prio = opts.realtime_priority;
-            let timed_only = opts.realtime_timed_only;
-            let out_stop = output_stop.clone();
-            let fail_to = dirs.iter().map(|d| d.control().clone()).collect::<Vec<_>>();
-            let thread = std::thread::Builder::new()
-                .name(format!("linkem-out-{}", ["a->b", "b->a"][i]))
-                .spawn(move || {
-                    let mut realtime = prio.map(|p| wait::Realtime::new(p, timed_only));
-                    if let Some(Err(e)) = realtime.as_mut().map(wait::Realtime::wait_mode) {
-                        for c in &fail_to {
-                            c.fail(format!("output stage: {e}"));
-                        }
-                    }
-                    output_group(out_stop, dirs, cfg, realtime)
-                })
-                .map_err(|e| format!("cannot start the output thread: {e}"))?;
-            group.outputs.push(thread);
-        }
+        group.outputs = spawn_group_outputs(sides, &opts, group_cfg, &output_stop)?;
         let outputs = [
             group.outputs[0].thread().clone(),
             group.outputs[1].thread().clone(),
@@ -426,6 +407,37 @@ impl<M: LiveModel> LiveBridge<M> {
         group.stage = Some(thread);
         Ok((bridges, group))
     }
+}
+
+/// The group's two output threads, one a direction, each sending for every
+/// pair's outlet of its direction (`outlets[i]`).
+fn spawn_group_outputs(
+    outlets: [Vec<Arc<Outlet>>; 2],
+    opts: &LiveOptions,
+    cfg: OutputConfig,
+    output_stop: &Arc<AtomicBool>,
+) -> Result<Vec<JoinHandle<()>>, String> {
+    let mut threads = Vec::new();
+    for (i, dirs) in outlets.into_iter().enumerate() {
+        let prio = opts.realtime_priority;
+        let timed_only = opts.realtime_timed_only;
+        let out_stop = output_stop.clone();
+        let fail_to = dirs.iter().map(|d| d.control().clone()).collect::<Vec<_>>();
+        let thread = std::thread::Builder::new()
+            .name(format!("linkem-out-{}", ["a->b", "b->a"][i]))
+            .spawn(move || {
+                let mut realtime = prio.map(|p| wait::Realtime::new(p, timed_only));
+                if let Some(Err(e)) = realtime.as_mut().map(wait::Realtime::wait_mode) {
+                    for c in &fail_to {
+                        c.fail(format!("output stage: {e}"));
+                    }
+                }
+                output_group(out_stop, dirs, cfg, realtime)
+            })
+            .map_err(|e| format!("cannot start the output thread: {e}"))?;
+        threads.push(thread);
+    }
+    Ok(threads)
 }
 
 /// Wakes the stage polling on the eventfd `fd`.

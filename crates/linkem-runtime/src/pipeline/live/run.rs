@@ -216,21 +216,8 @@ pub(super) fn live_stage<M: LiveModel>(
 ) {
     // Poll timeouts are the model's event times: no slack on top of them.
     clock::set_timer_slack_ns(1);
-    let fail_all = |pairs: &[PairLoop<M>], e: String| {
-        for p in pairs {
-            p.fail(e.clone());
-        }
-    };
     let mut fds: Vec<RawFd> = Vec::new();
-    let mut wake_fds: Vec<RawFd> = pairs
-        .iter()
-        .filter_map(|p| p.shared.wake.as_ref().map(AsRawFd::as_raw_fd))
-        .collect();
-    // Every change and the stop wake the poll: it needs no timeout of its own.
-    let woken_by_fds = stop_fd.is_some() && wake_fds.len() == pairs.len();
-    if let Some(fd) = stop_fd.filter(|fd| !wake_fds.contains(fd)) {
-        wake_fds.push(fd);
-    }
+    let (wake_fds, woken_by_fds) = wake_fds_of(pairs, stop_fd);
     let mut wakeups = 0u64;
     let mut wake = WakeEstimate {
         overshoot_ns: 50_000,
@@ -241,29 +228,17 @@ pub(super) fn live_stage<M: LiveModel>(
     let mut error_wakes = 0u32;
     let mut down_checked_ns = 0u64;
     'run: while !stop.load(Ordering::Acquire) {
-        let mut taken = 0;
-        let mut leaving: Option<u64> = None;
-        let mut full = false;
-        let mut next: Option<u64> = None;
-        let mut sweep_at: Option<u64> = None;
-        let mut now = 0;
-        for p in pairs.iter_mut().filter(|p| !p.stopped) {
-            match p.turn(opts, wakeups) {
-                Ok(t) => {
-                    taken += t.taken;
-                    leaving = earliest(leaving, t.leaving);
-                    full |= t.full;
-                    next = earliest(next, t.next);
-                    sweep_at = earliest(sweep_at, t.sweep_at);
-                    now = t.now;
-                }
-                // One pair's failure stops that pair only.
-                Err(e) => p.stop_pair(e, wakeups),
-            }
-        }
-        if pairs.iter().all(|p| p.stopped) {
+        let Some(Turn {
+            taken,
+            leaving,
+            full,
+            next,
+            sweep_at,
+            now,
+        }) = turn_all(pairs, opts, wakeups)
+        else {
             break 'run;
-        }
+        };
         if taken > 0 {
             error_wakes = 0;
         }
@@ -310,17 +285,7 @@ pub(super) fn live_stage<M: LiveModel>(
         } else {
             wake.spin_ns(opts.spin_ns)
         };
-        let mut limit_ns = if woken_by_fds {
-            sweep_at.map(|t| t.saturating_sub(now).max(1))
-        } else {
-            Some(IDLE_WAIT_NS)
-        };
-        // An interface down is asked again until it is up or gone.
-        if any_down(pairs) {
-            limit_ns = Some(limit_ns.map_or(PortHealth::DOWN_CHECK_NS, |l| {
-                l.min(PortHealth::DOWN_CHECK_NS)
-            }));
-        }
+        let limit_ns = wait_limit_ns(pairs, woken_by_fds, sweep_at, now);
         let sleep_ns = match next {
             Some(t) if t.saturating_sub(now) <= spin => {
                 budget.spun_ns += LOOP_NS;
@@ -332,9 +297,10 @@ pub(super) fn live_stage<M: LiveModel>(
         };
         if let Some(rt) = realtime.as_mut() {
             // Failing to return to SCHED_FIFO costs precision, not packets.
-            let _ = match next {
-                Some(_) => rt.wait_mode(),
-                None => rt.idle_mode(),
+            let _ = if next.is_some() {
+                rt.wait_mode()
+            } else {
+                rt.idle_mode()
             };
         }
         match wait_all(pairs, &mut fds, &mut owners, &wake_fds, sleep_ns) {
@@ -342,39 +308,127 @@ pub(super) fn live_stage<M: LiveModel>(
                 if let (true, Some(_), Some(ns)) = (waited.timed_out, next, sleep_ns) {
                     wake.observe(clock::now_ns().saturating_sub(now + ns));
                 }
-                for (i, sides) in waited.errored {
-                    pairs[i].check_health(sides, wakeups);
-                }
-                // A socket error that reading did not clear would wake every
-                // poll at once: after a few in a row the stage waits between
-                // polls instead of spinning.
-                if waited.errors {
-                    error_wakes += 1;
-                    if error_wakes > ERROR_WAKES_BEFORE_PAUSE {
-                        std::thread::sleep(std::time::Duration::from_nanos(IDLE_WAIT_NS));
-                    }
-                } else {
-                    error_wakes = 0;
-                }
+                after_errors(pairs, waited, wakeups, &mut error_wakes);
             }
             Err(e) => {
-                fail_all(pairs, format!("receive: {e}"));
+                for p in pairs.iter() {
+                    p.fail(format!("receive: {e}"));
+                }
                 break;
             }
         }
         wakeups += 1;
-        let now = clock::now_ns();
-        if any_down(pairs) && now.wrapping_sub(down_checked_ns) >= PortHealth::DOWN_CHECK_NS {
-            down_checked_ns = now;
-            for p in pairs.iter_mut() {
-                let down = p.down;
-                p.check_health(down, wakeups);
-            }
-        }
+        recheck_down(pairs, &mut down_checked_ns, wakeups);
     }
     for p in pairs.iter_mut().filter(|p| !p.stopped) {
         p.finish(wakeups);
     }
+}
+
+/// One turn of every running pair, what they found together (the latest
+/// pair's `now`); None once every pair has stopped.
+fn turn_all<M: LiveModel>(
+    pairs: &mut [PairLoop<M>],
+    opts: &LiveOptions,
+    wakeups: u64,
+) -> Option<Turn> {
+    let mut all = Turn {
+        taken: 0,
+        leaving: None,
+        full: false,
+        next: None,
+        sweep_at: None,
+        now: 0,
+    };
+    for p in pairs.iter_mut().filter(|p| !p.stopped) {
+        match p.turn(opts, wakeups) {
+            Ok(t) => {
+                all.taken += t.taken;
+                all.leaving = earliest(all.leaving, t.leaving);
+                all.full |= t.full;
+                all.next = earliest(all.next, t.next);
+                all.sweep_at = earliest(all.sweep_at, t.sweep_at);
+                all.now = t.now;
+            }
+            // One pair's failure stops that pair only.
+            Err(e) => p.stop_pair(e, wakeups),
+        }
+    }
+    (!pairs.iter().all(|p| p.stopped)).then_some(all)
+}
+
+/// After a wait: the pairs whose sockets reported an error are asked for
+/// their ports' state. A socket error that reading did not clear would wake
+/// every poll at once: after a few in a row (`error_wakes`) the stage waits
+/// between polls instead of spinning.
+fn after_errors<M: LiveModel>(
+    pairs: &mut [PairLoop<M>],
+    waited: Waited,
+    wakeups: u64,
+    error_wakes: &mut u32,
+) {
+    for (i, sides) in waited.errored {
+        pairs[i].check_health(sides, wakeups);
+    }
+    if waited.errors {
+        *error_wakes += 1;
+        if *error_wakes > ERROR_WAKES_BEFORE_PAUSE {
+            std::thread::sleep(std::time::Duration::from_nanos(IDLE_WAIT_NS));
+        }
+    } else {
+        *error_wakes = 0;
+    }
+}
+
+/// The longest the stage may sleep with no model event due: until its next
+/// sweep of idle flows when every change and the stop wake it (None: no
+/// limit), else [`IDLE_WAIT_NS`]; at most [`PortHealth::DOWN_CHECK_NS`]
+/// while an interface is down (asked again until it is up or gone).
+fn wait_limit_ns<M>(
+    pairs: &[PairLoop<M>],
+    woken_by_fds: bool,
+    sweep_at: Option<u64>,
+    now: u64,
+) -> Option<u64> {
+    let limit_ns = if woken_by_fds {
+        sweep_at.map(|t| t.saturating_sub(now).max(1))
+    } else {
+        Some(IDLE_WAIT_NS)
+    };
+    if !any_down(pairs) {
+        return limit_ns;
+    }
+    Some(limit_ns.map_or(PortHealth::DOWN_CHECK_NS, |l| {
+        l.min(PortHealth::DOWN_CHECK_NS)
+    }))
+}
+
+/// Asks the ports whose interface is down for their state again, every
+/// [`PortHealth::DOWN_CHECK_NS`] (`checked_ns`: when they last were).
+fn recheck_down<M: LiveModel>(pairs: &mut [PairLoop<M>], checked_ns: &mut u64, wakeups: u64) {
+    let now = clock::now_ns();
+    if any_down(pairs) && now.wrapping_sub(*checked_ns) >= PortHealth::DOWN_CHECK_NS {
+        *checked_ns = now;
+        for p in pairs.iter_mut() {
+            let down = p.down;
+            p.check_health(down, wakeups);
+        }
+    }
+}
+
+/// The descriptors that wake the stage's poll (each pair's wake-up eventfd,
+/// and `stop_fd`), and whether every change and the stop wake it (then the
+/// poll needs no timeout of its own).
+fn wake_fds_of<M>(pairs: &[PairLoop<M>], stop_fd: Option<RawFd>) -> (Vec<RawFd>, bool) {
+    let mut wake_fds: Vec<RawFd> = pairs
+        .iter()
+        .filter_map(|p| p.shared.wake.as_ref().map(AsRawFd::as_raw_fd))
+        .collect();
+    let woken_by_fds = stop_fd.is_some() && wake_fds.len() == pairs.len();
+    if let Some(fd) = stop_fd.filter(|fd| !wake_fds.contains(fd)) {
+        wake_fds.push(fd);
+    }
+    (wake_fds, woken_by_fds)
 }
 
 /// Whether a running pair has a receive port whose interface is down.
