@@ -3,7 +3,7 @@
 use crate::args::{outputs, ReplayArgs};
 use crate::files::{link_spec_reading, load_rules_reading};
 use crate::process::SignalGuard;
-use crate::render::replay_stats::{print_stats, report};
+use crate::render::replay_stats::{print_stats, report, Tally};
 use anyhow::{bail, Context, Result};
 use linkem_core::model::{Change, LinkModel, Model};
 use linkem_core::node::{Node, NodeConfig};
@@ -93,19 +93,25 @@ struct Run<'a> {
     sides: [&'a str; 2],
 }
 
+impl Run<'_> {
+    /// Feeds the recording's inputs to `model` ([`drive`]).
+    fn drive<M: Model>(self, model: &mut M, logs: LogStart) -> Result<(Tally, f64)> {
+        let next = recorded_inputs(self.rec, self.dir, self.sides);
+        drive(
+            self.args,
+            model,
+            self.link_type,
+            self.snaplen,
+            self.signals,
+            logs,
+            next,
+        )
+    }
+}
+
 /// The replay of a recording of link words (one for both sides, or one each).
-fn replay_links(run: Run<'_>, meta: &recording::RecordingMeta) -> Result<()> {
-    let Run {
-        args,
-        dir,
-        rec,
-        mut inputs,
-        copied,
-        signals,
-        link_type,
-        snaplen,
-        sides,
-    } = run;
+fn replay_links(mut run: Run<'_>, meta: &recording::RecordingMeta) -> Result<()> {
+    let (copied, dir, args) = (run.copied, run.dir, run.args);
     let words = match &meta.start {
         Start::Links([ab, ba]) => [ab, ba],
         Start::Link(w) | Start::Rules(w) => [w, w],
@@ -125,12 +131,12 @@ fn replay_links(run: Run<'_>, meta: &recording::RecordingMeta) -> Result<()> {
     };
     let (ab, ba) = (spec(words[0], "a->b")?, spec(words[1], "b->a")?);
     known_options(meta, &[])?;
-    inputs.extend(
+    run.inputs.extend(
         tables
             .into_iter()
             .map(|p| FileUse::new("distribution table named in the link words", p)),
     );
-    outfile::check_distinct(&inputs, &outputs(args))?;
+    outfile::check_distinct(&run.inputs, &outputs(args))?;
     let link_text = if ab.link == ba.link {
         ab.link.to_string()
     } else {
@@ -143,25 +149,14 @@ fn replay_links(run: Run<'_>, meta: &recording::RecordingMeta) -> Result<()> {
     if let Some(t0_ns) = meta.start_ns {
         model.start(t0_ns);
     }
-    let next = recorded_inputs(rec, dir, sides);
-    let (tally, secs) = drive(args, &mut model, link_type, snaplen, signals, logs, next)?;
+    let (tally, secs) = run.drive(&mut model, logs)?;
     print_stats(args, &link_text, meta.seed, &tally, secs);
     Ok(())
 }
 
 /// The replay of a recording of a rule set.
-fn replay_rules(run: Run<'_>, meta: &recording::RecordingMeta, text: &str) -> Result<()> {
-    let Run {
-        args,
-        dir,
-        rec,
-        mut inputs,
-        copied,
-        signals,
-        link_type,
-        snaplen,
-        sides,
-    } = run;
+fn replay_rules(mut run: Run<'_>, meta: &recording::RecordingMeta, text: &str) -> Result<()> {
+    let (copied, dir, args, sides) = (run.copied, run.dir, run.args, run.sides);
     known_options(meta, &["max_flows", "max_flow_memory", "one_pass"])?;
     let mut named = Vec::new();
     let start_rules = dir.join(recording::START_RULES_FILE);
@@ -181,12 +176,12 @@ fn replay_rules(run: Run<'_>, meta: &recording::RecordingMeta, text: &str) -> Re
     if let Some(one_pass) = option(meta, "one_pass", serde_json::Value::as_bool)? {
         set.one_pass = one_pass;
     }
-    inputs.extend(
+    run.inputs.extend(
         named
             .into_iter()
             .map(|p| FileUse::new("file named in the rules", p)),
     );
-    outfile::check_distinct(&inputs, &outputs(args))?;
+    outfile::check_distinct(&run.inputs, &outputs(args))?;
     let defaults = NodeConfig::default();
     let to_usize = |v: &serde_json::Value| v.as_u64().and_then(|n| usize::try_from(n).ok());
     let cfg = NodeConfig {
@@ -200,13 +195,12 @@ fn replay_rules(run: Run<'_>, meta: &recording::RecordingMeta, text: &str) -> Re
     if let Some(t0_ns) = meta.start_ns {
         node.start(t0_ns);
     }
-    let next = recorded_inputs(rec, dir, sides);
     // A node has no one capacity a direction: no `#` lines.
     let logs = LogStart {
         capacity: [None, None],
         start_ns: meta.start_ns,
     };
-    let (tally, secs) = drive(args, &mut node, link_type, snaplen, signals, logs, next)?;
+    let (tally, secs) = run.drive(&mut node, logs)?;
     report(args, &node, meta.seed, &tally, secs);
     Ok(())
 }
