@@ -228,23 +228,15 @@ pub(super) fn live_stage<M: LiveModel>(
     let mut error_wakes = 0u32;
     let mut down_checked_ns = 0u64;
     'run: while !stop.load(Ordering::Acquire) {
-        let Some(Turn {
-            taken,
-            leaving,
-            full,
-            next,
-            sweep_at,
-            now,
-        }) = turn_all(pairs, opts, wakeups)
-        else {
+        let Some(turn) = turn_all(pairs, opts, wakeups) else {
             break 'run;
         };
-        if taken > 0 {
+        if turn.taken > 0 {
             error_wakes = 0;
         }
-        if full {
+        if turn.full {
             if let Some(rt) = realtime.as_mut() {
-                rt.busy(now);
+                rt.busy(turn.now);
             }
         }
         let changes = || {
@@ -252,11 +244,11 @@ pub(super) fn live_stage<M: LiveModel>(
                 .iter()
                 .any(|p| p.shared.has_changes.load(Ordering::Acquire))
         };
-        if let Some(release_ns) = leaving {
-            linger.leaving(now, release_ns);
+        if let Some(release_ns) = turn.leaving {
+            linger.leaving(turn.now, release_ns);
         }
-        if taken > 0 {
-            linger.took(now, &mut budget);
+        if turn.taken > 0 {
+            linger.took(turn.now, &mut budget);
             continue;
         }
         if changes() {
@@ -285,8 +277,8 @@ pub(super) fn live_stage<M: LiveModel>(
         } else {
             wake.spin_ns(opts.spin_ns)
         };
-        let limit_ns = wait_limit_ns(pairs, woken_by_fds, sweep_at, now);
-        let sleep_ns = match next {
+        let limit_ns = wait_limit_ns(pairs, woken_by_fds, turn.sweep_at, now);
+        let sleep_ns = match turn.next {
             Some(t) if t.saturating_sub(now) <= spin => {
                 budget.spun_ns += LOOP_NS;
                 std::hint::spin_loop();
@@ -297,7 +289,7 @@ pub(super) fn live_stage<M: LiveModel>(
         };
         if let Some(rt) = realtime.as_mut() {
             // Failing to return to SCHED_FIFO costs precision, not packets.
-            let _ = if next.is_some() {
+            let _ = if turn.next.is_some() {
                 rt.wait_mode()
             } else {
                 rt.idle_mode()
@@ -305,7 +297,7 @@ pub(super) fn live_stage<M: LiveModel>(
         }
         match wait_all(pairs, &mut fds, &mut owners, &wake_fds, sleep_ns) {
             Ok(waited) => {
-                if let (true, Some(_), Some(ns)) = (waited.timed_out, next, sleep_ns) {
+                if let (true, Some(_), Some(ns)) = (waited.timed_out, turn.next, sleep_ns) {
                     wake.observe(clock::now_ns().saturating_sub(now + ns));
                 }
                 after_errors(pairs, waited, wakeups, &mut error_wakes);
