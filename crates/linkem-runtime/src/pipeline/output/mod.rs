@@ -38,6 +38,9 @@ use linkem_core::wire::Offload;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
+mod send;
+use send::*;
+
 /// Longest single sleep of the output stage, so it notices stop and (when
 /// reordering) a newly arrived packet due earlier than the one it waits for.
 pub(super) const MAX_SLEEP_NS: u64 = 10_000_000;
@@ -334,81 +337,6 @@ impl Kind {
             whole: h.whole,
             checksummed: h.checksummed,
             discarded: h.discarded,
-        }
-    }
-}
-
-/// What [`send_super`] did with a super-frame.
-struct SuperSent {
-    /// It went through the port's offload path whole.
-    whole: bool,
-    /// Refused for good, its wire frames went one by one into the ring
-    /// (to be flushed).
-    queued: bool,
-    /// Of those, the ones the port refused as too big.
-    too_big: u64,
-}
-
-/// Sends a super-frame (`offload.gso` set) through the port's offload path,
-/// or, if the kernel refuses it, its wire frames one by one through the
-/// ring; a frame without `gso` goes into the ring as it is.
-fn send_super(tx: &mut dyn TxPort, frame: &[u8], offload: Offload) -> Result<SuperSent, String> {
-    let mut whole = offload.gso.is_some();
-    let mut tries = 0u32;
-    while whole {
-        match tx.tx_send_super(frame, offload) {
-            Ok(true) => break,
-            Ok(false) if tries < 100_000 => {
-                tries += 1;
-                std::thread::yield_now();
-            }
-            // Refused for good: the wire frames leave one by one.
-            _ => whole = false,
-        }
-    }
-    let mut sent = SuperSent {
-        whole,
-        queued: !whole,
-        too_big: 0,
-    };
-    if whole {
-        return Ok(sent);
-    }
-    let max = tx.max_frame_bytes();
-    let mut err = None;
-    let mut each = |f: &[u8]| match push_until_taken(tx, f) {
-        Ok(TxOutcome::Queued) => {}
-        Ok(_) => sent.too_big += 1,
-        Err(e) => err = Some(e),
-    };
-    if offload.gso.is_some() {
-        let _ = linkem_core::wire::segment(frame, offload, max, &mut each);
-    } else {
-        each(frame);
-    }
-    match err {
-        Some(e) => Err(e),
-        None => Ok(sent),
-    }
-}
-
-/// Offers a frame until the port takes or refuses it for good.
-fn push_until_taken(tx: &mut dyn TxPort, frame: &[u8]) -> Result<TxOutcome, String> {
-    let mut tries = 0;
-    loop {
-        match tx.tx_push(frame) {
-            TxOutcome::NoRoom => {}
-            done => return Ok(done),
-        }
-        // The kernel has no room: wait for it rather than drop, since this
-        // packet was promised; lateness records the cost (and max-lag bounds it).
-        if tries > 0 {
-            std::thread::yield_now();
-        }
-        tx.tx_flush().map_err(|e| format!("send: {e}"))?;
-        tries += 1;
-        if tries > 100_000 {
-            return Err("send: the interface accepts no frames".into());
         }
     }
 }
