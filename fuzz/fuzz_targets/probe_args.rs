@@ -6,7 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use linkem::probe::{parse_packet_rate, Pattern, MAX_RATE_PPS, MIN_RATE_PPS};
+use linkem::tools::probe::{parse_packet_rate, Pattern, MAX_RATE_PPS, MIN_RATE_PPS};
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

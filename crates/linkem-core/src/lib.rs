@@ -35,6 +35,7 @@ pub mod aqm;
 mod change;
 pub mod config;
 pub mod dist;
+pub mod driver;
 pub mod fate;
 pub mod filetext;
 pub mod link;

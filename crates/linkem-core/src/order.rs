@@ -29,7 +29,7 @@
 //! [`ReleaseQueue::push_seq`] takes that sequence from the caller.
 
 use std::cmp::Ordering;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 
 struct Entry<T> {
     release_ns: u64,
@@ -165,6 +165,12 @@ impl<T> ReleaseQueue<T> {
         self.heap.peek().map(|e| e.release_ns)
     }
 
+    /// The earliest item's (release time, sequence).
+    #[inline]
+    fn peek_key(&self) -> Option<(u64, u64)> {
+        self.heap.peek().map(|e| (e.release_ns, e.seq))
+    }
+
     /// The earliest item and its release time, without taking it.
     #[inline]
     pub fn peek(&self) -> Option<(u64, &T)> {
@@ -200,6 +206,92 @@ impl<T> ReleaseQueue<T> {
     }
 }
 
+/// Items ordered as in a [`ReleaseQueue`], for a caller that pushes them
+/// mostly in release order (a replay through a link that does not reorder):
+/// an item released no earlier than the last one of the run joins the run, a
+/// FIFO, at O(1) each way; only the others go into the heap, and a pop takes
+/// the earlier of the two heads. A heap of the 10 000 frames a 10 ms delay
+/// holds at 1 Mpps costs ~14 levels of sifting per pop, most of a replay's
+/// time beside reading and writing its captures.
+pub struct ReleaseRuns<T> {
+    /// (release_ns, seq, item), increasing in (release_ns, seq).
+    run: VecDeque<(u64, u64, T)>,
+    rest: ReleaseQueue<T>,
+    next_seq: u64,
+}
+
+impl<T> Default for ReleaseRuns<T> {
+    fn default() -> Self {
+        ReleaseRuns {
+            run: VecDeque::new(),
+            rest: ReleaseQueue::new(),
+            next_seq: 0,
+        }
+    }
+}
+
+impl<T> ReleaseRuns<T> {
+    /// Adds `item`, to leave at `release_ns` after every item pushed earlier with
+    /// the same release time.
+    #[inline]
+    pub fn push(&mut self, release_ns: u64, item: T) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        match self.run.back() {
+            Some(&(last_ns, _, _)) if release_ns < last_ns => {
+                self.rest.push_seq(release_ns, seq, item)
+            }
+            _ => self.run.push_back((release_ns, seq, item)),
+        }
+    }
+
+    /// Whether the run's head leaves before the heap's.
+    #[inline]
+    fn run_first(&self) -> Option<bool> {
+        match (self.run.front(), self.rest.peek_key()) {
+            (Some(&(r, s, _)), Some(h)) => Some((r, s) < h),
+            (Some(_), None) => Some(true),
+            (None, Some(_)) => Some(false),
+            (None, None) => None,
+        }
+    }
+
+    /// Takes the earliest item.
+    #[inline]
+    pub fn pop(&mut self) -> Option<(u64, T)> {
+        if self.run_first()? {
+            self.run.pop_front().map(|(r, _, item)| (r, item))
+        } else {
+            self.rest.pop()
+        }
+    }
+
+    /// Pops the earliest item if its release time is <= now_ns.
+    #[inline]
+    pub fn pop_due(&mut self, now_ns: u64) -> Option<(u64, T)> {
+        let first_ns = if self.run_first()? {
+            self.run.front().map(|e| e.0)
+        } else {
+            self.rest.peek_release_ns()
+        };
+        if first_ns? <= now_ns {
+            self.pop()
+        } else {
+            None
+        }
+    }
+
+    /// The number of items waiting.
+    pub fn len(&self) -> usize {
+        self.run.len() + self.rest.len()
+    }
+
+    /// Whether no item waits.
+    pub fn is_empty(&self) -> bool {
+        self.run.is_empty() && self.rest.is_empty()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,5 +323,36 @@ mod tests {
         assert_eq!(q.peek(), Some((7, &"early arrival")));
         assert_eq!(q.pop(), Some((7, "early arrival")));
         assert_eq!(q.pop(), Some((7, "late arrival")));
+    }
+
+    #[test]
+    fn runs_leave_as_a_release_queue_does() {
+        // Mostly in order, with ties and items that go back: the same order
+        // as the heap alone.
+        let mut rng = 7u64;
+        let (mut q, mut runs) = (ReleaseQueue::new(), ReleaseRuns::default());
+        let mut t = 0u64;
+        for i in 0..2_000u32 {
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let draw = rng >> 33;
+            t += draw % 3;
+            let release = if draw.is_multiple_of(7) {
+                t.saturating_sub(draw % 50)
+            } else {
+                t
+            };
+            q.push(release, i);
+            runs.push(release, i);
+            if draw.is_multiple_of(5) {
+                assert_eq!(runs.pop_due(t / 2), q.pop_due(t / 2));
+            }
+        }
+        assert_eq!(runs.len(), q.len());
+        while let Some(item) = q.pop() {
+            assert_eq!(runs.pop(), Some(item));
+        }
+        assert!(runs.is_empty() && runs.pop().is_none());
     }
 }

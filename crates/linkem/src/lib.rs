@@ -12,7 +12,6 @@
 
 #![forbid(unsafe_code)]
 
-pub mod arrival_order;
 pub mod bridge;
 pub mod build_info;
 pub mod cli;

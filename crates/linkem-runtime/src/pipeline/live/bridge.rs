@@ -1,0 +1,544 @@
+//! Starting and stopping the live stage and its output stages, one pair or a
+//! group of pairs, and handing it changes ([`LiveBridge::submit`]).
+
+use super::*;
+
+/// A request of changes waiting for the stage, and where its answer goes.
+pub(super) type Request = (Vec<Change>, SyncSender<Result<u64, SubmitError>>);
+
+pub(super) struct Shared<M> {
+    pub(super) stop: AtomicBool,
+    /// The model and the state that settles its decisions: held by the stage
+    /// for each batch, and briefly by readers ([`LiveBridge::with_model`]).
+    pub(super) core: Mutex<Core<M>>,
+    /// Per pipe and queue counts ([`crate::pipeline::objects`]); locked after `core`.
+    pub(super) objects: Mutex<Objects>,
+    /// Readers waiting for the core's lock: the stage yields after its
+    /// batch, so that a busy stage does not keep taking the lock back at once.
+    pub(super) wanted: AtomicUsize,
+    /// Change requests for the stage, oldest first.
+    pub(super) changes: Mutex<VecDeque<Request>>,
+    pub(super) has_changes: AtomicBool,
+    /// Written to wake the stage from its poll when a change is queued.
+    pub(super) wake: Option<OwnedFd>,
+    /// Why a send port cannot send a packet twice, if one cannot: changes
+    /// that duplicate are then refused before they reach the model.
+    pub(super) no_copies: Option<&'static str>,
+}
+
+pub(super) struct Core<M> {
+    pub(super) model: M,
+    pub(super) stage: Stage,
+}
+
+/// A running bridge of two directions through one model.
+pub struct LiveBridge<M: LiveModel> {
+    pub(super) directions: Vec<Direction>,
+    pub(super) shared: Arc<Shared<M>>,
+    pub(super) thread: Option<JoinHandle<()>>,
+}
+
+/// The bridge of `linkem bridge --rules`.
+pub type NodeBridge = LiveBridge<Node>;
+
+impl<M: LiveModel> LiveBridge<M> {
+    /// Starts the live stage and the two output stages. `rx[0]`/`tx[0]`:
+    /// IF_A's receive half and IF_B's send half (direction a->b, side A).
+    // Kept whole: the start sequence; the stage's thread takes what setting up the output stages left.
+    pub fn start(
+        mut opts: LiveOptions,
+        model: M,
+        rx: [Box<dyn RxPort>; 2],
+        tx: [Box<dyn TxPort>; 2],
+    ) -> Result<LiveBridge<M>, String> {
+        let mut directions = Vec::new();
+        let mut producers = Vec::new();
+        let mut outlets = Vec::new();
+        let mut max_frame = [0usize; 2];
+        let mut supers = [false; 2];
+        let no_copies = tx.iter().find_map(|t| t.no_copies());
+        for (i, tx) in tx.into_iter().enumerate() {
+            let (producer, consumer) = delay_line(opts.buffer_bytes[i])?;
+            let mut control = Control::new(producer.uses_huge_pages(), producer.capacity_bytes());
+            control.held = crate::pipeline::HeldPerGroup::new(tx.max_held_per_pipe());
+            let control = Arc::new(control);
+            max_frame[i] = tx.max_frame_bytes();
+            supers[i] = opts.coalesce_window_ns.is_some() && tx.sends_super_frames();
+            let cfg = output_config(&opts);
+            let prio = opts.realtime_priority;
+            let timed_only = opts.realtime_timed_only;
+            let outlet = Outlet::new(control.clone(), consumer, tx, &cfg);
+            outlets.push(outlet.clone());
+            let out = {
+                let control = control.clone();
+                std::thread::Builder::new()
+                    .name(format!("linkem-out-{}", opts.names[i]))
+                    .spawn(move || {
+                        let mut realtime = prio.map(|p| wait::Realtime::new(p, timed_only));
+                        if let Some(Err(e)) = realtime.as_mut().map(wait::Realtime::wait_mode) {
+                            control.fail(format!("output stage: {e}"));
+                        }
+                        output_stage(outlet, cfg, realtime)
+                    })
+                    .map_err(|e| format!("cannot start the output thread: {e}"))?
+            };
+            producers.push(producer);
+            directions.push(Direction {
+                name: opts.names[i].clone(),
+                control,
+                threads: vec![out],
+            });
+        }
+        let controls = [directions[0].control.clone(), directions[1].control.clone()];
+        let outputs = [
+            directions[0].threads[0].thread().clone(),
+            directions[1].threads[0].thread().clone(),
+        ];
+        let producers: [Producer; 2] = producers
+            .try_into()
+            .map_err(|_| "two delay lines".to_string())?;
+        let outlets: [Arc<Outlet>; 2] =
+            outlets.try_into().map_err(|_| "two outlets".to_string())?;
+        let out = Outputs::new(outlets, outputs);
+        let stage = Stage::new(
+            opts.names.clone(),
+            controls.clone(),
+            producers,
+            max_frame,
+            supers,
+            opts.tap.take(),
+        );
+        let shared = Shared::started(model, stage, no_copies);
+        let thread = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("linkem-stage".into())
+                .spawn(move || {
+                    let realtime = stage_realtime(&opts, |e| {
+                        for c in &controls {
+                            c.fail(e.clone());
+                        }
+                    });
+                    let mut pairs = [PairLoop::new(shared.clone(), controls, rx, out)];
+                    let stop_fd = shared.wake.as_ref().map(AsRawFd::as_raw_fd);
+                    live_stage(&mut pairs, &shared.stop, stop_fd, &opts, realtime);
+                    // Requests that came too late are answered, not left waiting.
+                    for (_, reply) in lock(&shared.changes).drain(..) {
+                        let _ = reply.try_send(Err(SubmitError::Stopped));
+                    }
+                })
+                .map_err(|e| format!("cannot start the stage thread: {e}"))?
+        };
+        Ok(LiveBridge {
+            directions,
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// The two directions (a->b, b->a), for their counts and errors.
+    pub fn directions(&self) -> &[Direction] {
+        &self.directions
+    }
+
+    /// Counts of the two directions (a->b, b->a), as [`Direction::stats`]
+    /// gives them, the model's own drops among each one's fates.
+    pub fn stats(&self) -> Vec<DirectionStats> {
+        self.directions.iter().map(Direction::stats).collect()
+    }
+
+    /// An I/O error that stopped a stage, if any.
+    pub fn error(&self) -> Option<String> {
+        self.directions.iter().find_map(Direction::error)
+    }
+
+    /// Looks at the model (its pipes, rules and counters) under its lock: the
+    /// stage waits meanwhile, so keep `f` short while traffic flows.
+    pub fn with_model<R>(&self, f: impl FnOnce(&M) -> R) -> R {
+        self.shared.wanted.fetch_add(1, Ordering::Relaxed);
+        let guard = lock(&self.shared.core);
+        self.shared.wanted.fetch_sub(1, Ordering::Relaxed);
+        f(&guard.model)
+    }
+
+    /// Each pipe's and queue's counts by fate, packets in it now and time
+    /// spent in it (see `ObjectStats`), by number.
+    pub fn object_stats(&self) -> ObjectsSnapshot {
+        lock(&self.shared.objects).snapshot(clock::now_ns())
+    }
+
+    /// Applies `changes` on the stage's thread, between two batches, at one
+    /// instant `t` (the stage's clock, CLOCK_REALTIME ns, never before an
+    /// instant the model was given): the model runs what is due by `t`, then
+    /// takes every change in order, or none if one does not fit it. Returns
+    /// `t` once applied. Packets already decided keep their release times; a
+    /// deleted pipe's packets not yet sent are flushed. Requests apply in the
+    /// order they are made.
+    pub fn submit(&self, changes: Vec<Change>) -> Result<u64, SubmitError> {
+        if self.shared.stop.load(Ordering::Acquire) {
+            return Err(SubmitError::Stopped);
+        }
+        if let Some(why) = self.shared.no_copies {
+            if changes.iter().any(Change::duplicates) {
+                return Err(SubmitError::NoCopies(why));
+            }
+        }
+        let (reply, answer) = sync_channel(1);
+        {
+            let mut q = lock(&self.shared.changes);
+            if q.len() >= MAX_PENDING_CHANGES {
+                return Err(SubmitError::Busy);
+            }
+            q.push_back((changes, reply));
+            self.shared.has_changes.store(true, Ordering::Release);
+        }
+        if let Some(fd) = &self.shared.wake {
+            kick(fd);
+        }
+        if let Some(t) = &self.thread {
+            // Ports without sockets wait in turns; a parked stage wakes.
+            t.thread().unpark();
+        }
+        wait_reply(&answer)
+    }
+
+    /// Stops the live stage, then the output stages (packets still in the
+    /// delay lines are not sent); returns the final counts. The model stays
+    /// readable with [`LiveBridge::with_model`].
+    pub fn stop(&mut self) -> Vec<DirectionStats> {
+        self.halt();
+        self.directions.drain(..).map(Direction::stop).collect()
+    }
+
+    /// The tap given at start, once the stage has stopped (to finish it).
+    pub fn take_tap(&mut self) -> Option<Box<dyn Tap>> {
+        self.halt();
+        lock(&self.shared.core).stage.tap.take()
+    }
+
+    pub(super) fn halt(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            // The stage may be asleep in its poll with no timeout.
+            if let Some(fd) = &self.shared.wake {
+                kick(fd);
+            }
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
+/// One interface pair of a bridge of several ([`LiveBridge::start_group`]):
+/// its model, its delay lines' sizes, its ports as [`LiveBridge::start`]
+/// takes them (`rx[0]`/`tx[0]`: IF_A's receive half and IF_B's send half).
+pub struct GroupPair<M> {
+    /// The names of its two directions, for messages and stats.
+    pub names: [String; 2],
+    /// Each direction's delay-line size, bytes.
+    pub buffer_bytes: [usize; 2],
+    /// The pair's own model (its own seed: see `linkem_core::rng::pair_seed`).
+    pub model: M,
+    /// IF_A's and IF_B's receive halves.
+    pub rx: [Box<dyn RxPort>; 2],
+    /// IF_B's and IF_A's send halves.
+    pub tx: [Box<dyn TxPort>; 2],
+}
+
+/// The threads of a bridge of several pairs: one live stage for every pair,
+/// one output stage for every pair's a->b direction and one for every b->a
+/// ([`crate::pipeline::output_group`]): three threads whatever the number of pairs.
+/// [`LiveGroup::stop`] ends them; stop it before the pairs' [`LiveBridge`]s.
+pub struct LiveGroup {
+    pub(super) stop: Arc<AtomicBool>,
+    /// Wakes the live stage from its poll for the stop.
+    pub(super) wake: Option<Arc<OwnedFd>>,
+    pub(super) output_stop: Arc<AtomicBool>,
+    pub(super) stage: Option<JoinHandle<()>>,
+    pub(super) outputs: Vec<JoinHandle<()>>,
+}
+
+impl LiveGroup {
+    /// Stops the live stage, then the output stages (packets still in the
+    /// delay lines are not sent); the pairs' counts are final afterwards.
+    pub fn stop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.stage.take() {
+            if let Some(fd) = &self.wake {
+                kick(fd);
+            }
+            t.thread().unpark();
+            let _ = t.join();
+        }
+        self.output_stop.store(true, Ordering::Release);
+        for t in &self.outputs {
+            t.thread().unpark();
+        }
+        for t in self.outputs.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for LiveGroup {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl<M: LiveModel> LiveBridge<M> {
+    /// Starts the stages of several pairs, each with its own model: one live
+    /// stage thread takes every pair's frames (a batch of each pair in turn,
+    /// one poll over all their sockets when idle), and two output stage
+    /// threads send them (see [`LiveGroup`]). Returns one [`LiveBridge`] per
+    /// pair, in order, for its counts and changes (`submit`, `with_model`,
+    /// `stats` as for a bridge of its own), and the threads. `opts` gives the
+    /// timing for all; its names, buffer sizes and tap are not used (each
+    /// pair has its own; a group takes no tap).
+    pub fn start_group(
+        opts: LiveOptions,
+        pairs: Vec<GroupPair<M>>,
+    ) -> Result<(Vec<LiveBridge<M>>, LiveGroup), String> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let output_stop = Arc::new(AtomicBool::new(false));
+        let wake = wake_fd().map(Arc::new);
+        let mut group = LiveGroup {
+            stop: stop.clone(),
+            wake: wake.clone(),
+            output_stop: output_stop.clone(),
+            stage: None,
+            outputs: Vec::new(),
+        };
+        let group_cfg = output_config(&opts);
+        let mut sides: [Vec<Arc<Outlet>>; 2] = Default::default();
+        let mut started = Vec::new();
+        for pair in pairs {
+            let mut controls = Vec::new();
+            let mut producers = Vec::new();
+            let mut outlets = Vec::new();
+            let mut max_frame = [0usize; 2];
+            let mut supers = [false; 2];
+            let no_copies = pair.tx.iter().find_map(|t| t.no_copies());
+            for (i, tx) in pair.tx.into_iter().enumerate() {
+                // Most links of a lab are idle most of the time: each line
+                // becomes resident as its traffic comes.
+                let (producer, consumer) =
+                    delay_line_with(pair.buffer_bytes[i], LAZY_FIRST_RESIDENT_BYTES)?;
+                let mut control =
+                    Control::new(producer.uses_huge_pages(), producer.capacity_bytes());
+                control.held = crate::pipeline::HeldPerGroup::new(tx.max_held_per_pipe());
+                let control = Arc::new(control);
+                max_frame[i] = tx.max_frame_bytes();
+                supers[i] = opts.coalesce_window_ns.is_some() && tx.sends_super_frames();
+                let outlet = Outlet::new(control.clone(), consumer, tx, &group_cfg);
+                sides[i].push(outlet.clone());
+                outlets.push(outlet);
+                controls.push(control);
+                producers.push(producer);
+            }
+            started.push((
+                pair.names, controls, producers, outlets, max_frame, supers, pair.model, pair.rx,
+                no_copies,
+            ));
+        }
+        group.outputs = spawn_group_outputs(sides, &opts, group_cfg, &output_stop)?;
+        let outputs = [
+            group.outputs[0].thread().clone(),
+            group.outputs[1].thread().clone(),
+        ];
+        let mut bridges = Vec::new();
+        let mut loops = Vec::new();
+        for (names, controls, producers, outlets, max_frame, supers, model, rx, no_copies) in
+            started
+        {
+            let controls: [Arc<Control>; 2] = controls
+                .try_into()
+                .map_err(|_| "two directions".to_string())?;
+            let producers: [Producer; 2] = producers
+                .try_into()
+                .map_err(|_| "two delay lines".to_string())?;
+            let outlets: [Arc<Outlet>; 2] =
+                outlets.try_into().map_err(|_| "two outlets".to_string())?;
+            let out = Outputs::new(outlets, outputs.clone());
+            let stage = Stage::new(
+                names.clone(),
+                controls.clone(),
+                producers,
+                max_frame,
+                supers,
+                None,
+            );
+            let shared = Shared::started(model, stage, no_copies);
+            let directions = (0..2)
+                .map(|i| Direction {
+                    name: names[i].clone(),
+                    control: controls[i].clone(),
+                    threads: Vec::new(),
+                })
+                .collect();
+            loops.push(PairLoop::new(shared.clone(), controls, rx, out));
+            bridges.push(LiveBridge {
+                directions,
+                shared,
+                thread: None,
+            });
+        }
+        let thread = std::thread::Builder::new()
+            .name("linkem-stage".into())
+            .spawn(move || {
+                let realtime = stage_realtime(&opts, |e| {
+                    for l in &loops {
+                        l.fail(e.clone());
+                    }
+                });
+                let stop_fd = wake.as_ref().map(|fd| fd.as_raw_fd());
+                live_stage(&mut loops, &stop, stop_fd, &opts, realtime);
+                for l in &loops {
+                    l.shared.stop.store(true, Ordering::Release);
+                    // Requests that came too late are answered, not left waiting.
+                    for (_, reply) in lock(&l.shared.changes).drain(..) {
+                        let _ = reply.try_send(Err(SubmitError::Stopped));
+                    }
+                }
+                // The receive sockets close all at once (see `close_all`).
+                crate::port::close_all(loops.into_iter().map(|l| l.rx).collect());
+            })
+            .map_err(|e| format!("cannot start the stage thread: {e}"))?;
+        group.stage = Some(thread);
+        Ok((bridges, group))
+    }
+}
+
+/// The group's two output threads, one a direction, each sending for every
+/// pair's outlet of its direction (`outlets[i]`).
+fn spawn_group_outputs(
+    outlets: [Vec<Arc<Outlet>>; 2],
+    opts: &LiveOptions,
+    cfg: OutputConfig,
+    output_stop: &Arc<AtomicBool>,
+) -> Result<Vec<JoinHandle<()>>, String> {
+    let mut threads = Vec::new();
+    for (i, dirs) in outlets.into_iter().enumerate() {
+        let prio = opts.realtime_priority;
+        let timed_only = opts.realtime_timed_only;
+        let out_stop = output_stop.clone();
+        let fail_to = dirs.iter().map(|d| d.control().clone()).collect::<Vec<_>>();
+        let thread = std::thread::Builder::new()
+            .name(format!("linkem-out-{}", ["a->b", "b->a"][i]))
+            .spawn(move || {
+                let mut realtime = prio.map(|p| wait::Realtime::new(p, timed_only));
+                if let Some(Err(e)) = realtime.as_mut().map(wait::Realtime::wait_mode) {
+                    for c in &fail_to {
+                        c.fail(format!("output stage: {e}"));
+                    }
+                }
+                output_group(out_stop, dirs, cfg, realtime)
+            })
+            .map_err(|e| format!("cannot start the output thread: {e}"))?;
+        threads.push(thread);
+    }
+    Ok(threads)
+}
+
+/// Wakes the stage polling on the eventfd `fd`.
+pub(super) fn kick(fd: &OwnedFd) {
+    let one = 1u64.to_ne_bytes();
+    // Safety: writes 8 bytes from a live buffer to an owned eventfd; a full
+    // counter (EAGAIN) means the stage is woken already.
+    let _ = unsafe { libc::write(fd.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+}
+
+/// The eventfd that wakes the live stage from its poll when a change is
+/// queued or a stop asked; without one the stage looks at both every
+/// [`IDLE_WAIT_NS`], and nothing is lost.
+pub(super) fn wake_fd() -> Option<OwnedFd> {
+    // Safety: eventfd takes no pointers; a valid descriptor is owned below.
+    let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    // Safety: `efd` was just opened and is owned by nothing else.
+    (efd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(efd) })
+}
+
+impl<M: LiveModel> Shared<M> {
+    /// A pair's state shared by its stage and its handle. The link starts when
+    /// the stage does: no stamp is earlier, and a recording stores the instant
+    /// (through the tap) so that its replay starts there too.
+    pub(super) fn started(
+        mut model: M,
+        mut stage: Stage,
+        no_copies: Option<&'static str>,
+    ) -> Arc<Self> {
+        model.start(stage.started_ns);
+        if let Some(tap) = stage.tap.as_mut() {
+            tap.start(stage.started_ns);
+        }
+        Arc::new(Shared {
+            stop: AtomicBool::new(false),
+            core: Mutex::new(Core { model, stage }),
+            objects: Mutex::new(Objects::default()),
+            wanted: AtomicUsize::new(0),
+            changes: Mutex::new(VecDeque::new()),
+            has_changes: AtomicBool::new(false),
+            // Without it a change waits for the stage's next turn (at most
+            // IDLE_WAIT_NS); nothing is lost.
+            wake: wake_fd(),
+            no_copies,
+        })
+    }
+}
+
+/// The stage thread's real-time policy: real-time throughout
+/// (`realtime_input`), or only while it waits for an instant; `fail` hears
+/// why real-time could not be had.
+pub(super) fn stage_realtime(opts: &LiveOptions, fail: impl Fn(String)) -> Option<Realtime> {
+    match (opts.realtime_priority, opts.realtime_input) {
+        (Some(p), true) => {
+            if let Err(e) = set_realtime(p) {
+                fail(format!("live stage: {e}"));
+            }
+            None
+        }
+        (Some(p), false) => Some(Realtime::new(p, opts.realtime_timed_only)),
+        (None, _) => None,
+    }
+}
+
+impl<M: LiveModel> Drop for LiveBridge<M> {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+/// The output stages' settings, for one pair and for several alike.
+pub(super) fn output_config(opts: &LiveOptions) -> OutputConfig {
+    OutputConfig {
+        spin_ns: opts.spin_ns,
+        spin_always: opts.spin_always,
+        max_lag_ns: opts.max_lag_ns,
+        // Packets of different pipes (or reordered by the link) leave out of
+        // arrival order; the stage counts the records it stores out of
+        // order, so in-order runs are sent uncopied.
+        reorders: true,
+        sorted_runs: true,
+        coalesce_window_ns: opts.coalesce_window_ns,
+    }
+}
+
+/// Spins a little for the stage's answer, then sleeps on it.
+pub(super) fn wait_reply(answer: &Receiver<Result<u64, SubmitError>>) -> Result<u64, SubmitError> {
+    let start = clock::now_ns();
+    loop {
+        match answer.try_recv() {
+            Ok(r) => return r,
+            Err(TryRecvError::Disconnected) => return Err(SubmitError::Stopped),
+            Err(TryRecvError::Empty) => {}
+        }
+        if clock::now_ns().saturating_sub(start) > REPLY_SPIN_NS {
+            return answer.recv().unwrap_or(Err(SubmitError::Stopped));
+        }
+        std::hint::spin_loop();
+    }
+}
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
