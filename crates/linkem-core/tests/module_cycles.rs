@@ -24,7 +24,9 @@
 
 mod source;
 
-use source::{crate_sources, raw_string_hashes, rust_files, skip_char, skip_string};
+use source::{
+    crate_sources, raw_string_hashes, rust_files, skip_block_comment, skip_char, skip_string,
+};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::Path;
@@ -55,21 +57,7 @@ fn lex(src: &str) -> Vec<Tok> {
                 i += 1;
             }
         } else if c == b'/' && next == b'*' {
-            let mut depth = 0;
-            while i < b.len() {
-                if b[i..].starts_with(b"/*") {
-                    depth += 1;
-                    i += 2;
-                } else if b[i..].starts_with(b"*/") {
-                    depth -= 1;
-                    i += 2;
-                    if depth == 0 {
-                        break;
-                    }
-                } else {
-                    i += 1;
-                }
-            }
+            i = skip_block_comment(b, i);
         } else if c == b'"' {
             i = skip_string(b, i + 1);
         } else if (c == b'r' || (c == b'b' && next == b'r'))

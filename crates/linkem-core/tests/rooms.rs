@@ -11,7 +11,9 @@
 
 mod source;
 
-use source::{crate_sources, raw_string_hashes, rust_files, skip_char, skip_string};
+use source::{
+    crate_sources, raw_string_hashes, rust_files, skip_block_comment, skip_char, skip_string,
+};
 use std::fs;
 use std::path::Path;
 
@@ -48,21 +50,7 @@ fn blank(src: &str) -> Vec<u8> {
             wipe(&mut out, start, i);
         } else if c == b'/' && next == b'*' {
             let start = i;
-            let mut depth = 0;
-            while i < b.len() {
-                if b[i..].starts_with(b"/*") {
-                    depth += 1;
-                    i += 2;
-                } else if b[i..].starts_with(b"*/") {
-                    depth -= 1;
-                    i += 2;
-                    if depth == 0 {
-                        break;
-                    }
-                } else {
-                    i += 1;
-                }
-            }
+            i = skip_block_comment(b, i);
             wipe(&mut out, start, i);
         } else if (c == b'r' || (c == b'b' && next == b'r'))
             && !ident_char(prev)

@@ -71,3 +71,23 @@ pub fn skip_char(b: &[u8], i: usize) -> Option<usize> {
     let ch = s.chars().next()?;
     (b.get(i + 1 + ch.len_utf8()) == Some(&b'\'')).then_some(i + 2 + ch.len_utf8())
 }
+
+/// The index after a block comment opening at `i` (`/*`), nested ones included.
+pub fn skip_block_comment(b: &[u8], mut i: usize) -> usize {
+    let mut depth = 0;
+    while i < b.len() {
+        if b[i..].starts_with(b"/*") {
+            depth += 1;
+            i += 2;
+        } else if b[i..].starts_with(b"*/") {
+            depth -= 1;
+            i += 2;
+            if depth == 0 {
+                break;
+            }
+        } else {
+            i += 1;
+        }
+    }
+    i
+}
