@@ -9,8 +9,13 @@
 //! empty `//!` line, or the `///` lines above its `mod` declaration up to the first
 //! empty one. A failure lists every violation at once.
 
+mod source;
+
+use source::{
+    crate_sources, raw_string_hashes, rust_files, skip_block_comment, skip_char, skip_string,
+};
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The most lines a source file may have.
 const FILE_LINES_MAX: usize = 900;
@@ -18,36 +23,6 @@ const FILE_LINES_MAX: usize = 900;
 const FN_LINES_MAX: usize = 120;
 /// The most lines a module doc's first paragraph may have.
 const DOC_PARAGRAPH_LINES_MAX: usize = 10;
-
-/// Every `.rs` file below `dir`, sorted.
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let mut entries: Vec<PathBuf> = fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
-        .map(|e| e.expect("directory entry").path())
-        .collect();
-    entries.sort();
-    for p in entries {
-        if p.is_dir() {
-            rust_files(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
-}
-
-/// The `src/` folders of the workspace's crates (`crates/*/src`).
-fn crate_sources() -> Vec<PathBuf> {
-    let crates = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the crate lies in crates/");
-    let mut out: Vec<PathBuf> = fs::read_dir(crates)
-        .unwrap_or_else(|e| panic!("read {}: {e}", crates.display()))
-        .map(|e| e.expect("directory entry").path().join("src"))
-        .filter(|src| src.is_dir())
-        .collect();
-    out.sort();
-    out
-}
 
 /// The source with comments, string and char literals replaced by spaces (newlines
 /// kept), so that braces and `fn` inside them are not seen.
@@ -75,28 +50,18 @@ fn blank(src: &str) -> Vec<u8> {
             wipe(&mut out, start, i);
         } else if c == b'/' && next == b'*' {
             let start = i;
-            let mut depth = 0;
-            while i < b.len() {
-                if b[i..].starts_with(b"/*") {
-                    depth += 1;
-                    i += 2;
-                } else if b[i..].starts_with(b"*/") {
-                    depth -= 1;
-                    i += 2;
-                    if depth == 0 {
-                        break;
-                    }
-                } else {
-                    i += 1;
-                }
-            }
+            i = skip_block_comment(b, i);
             wipe(&mut out, start, i);
-        } else if (c == b'r' || c == b'b') && !ident_char(prev) && raw_open(b, i).is_some() {
-            let (body, hashes) = raw_open(b, i).expect("checked above");
+        } else if (c == b'r' || (c == b'b' && next == b'r'))
+            && !ident_char(prev)
+            && raw_string_hashes(b, i + usize::from(c == b'b') + 1).is_some()
+        {
+            let start = i + usize::from(c == b'b') + 1;
+            let hashes = raw_string_hashes(b, start).unwrap_or(0);
             let close: Vec<u8> = std::iter::once(b'"')
                 .chain(std::iter::repeat_n(b'#', hashes))
                 .collect();
-            let mut j = body;
+            let mut j = start + hashes + 1;
             while j < b.len() && !b[j..].starts_with(&close) {
                 j += 1;
             }
@@ -104,21 +69,11 @@ fn blank(src: &str) -> Vec<u8> {
             wipe(&mut out, i, end);
             i = end;
         } else if c == b'"' {
-            let start = i;
-            i += 1;
-            while i < b.len() {
-                match b[i] {
-                    b'\\' => i += 2,
-                    b'"' => {
-                        i += 1;
-                        break;
-                    }
-                    _ => i += 1,
-                }
-            }
-            wipe(&mut out, start, i);
+            let end = skip_string(b, i + 1);
+            wipe(&mut out, i, end);
+            i = end;
         } else if c == b'\'' {
-            match char_end(b, i) {
+            match skip_char(b, i) {
                 Some(end) => {
                     wipe(&mut out, i, end);
                     i = end;
@@ -134,38 +89,6 @@ fn blank(src: &str) -> Vec<u8> {
         }
     }
     out
-}
-
-/// Where the body of a raw string opening at `i` (`r"`, `r#"`, `br"`) starts, and
-/// its number of hashes; `None` when `b[i..]` opens no raw string.
-fn raw_open(b: &[u8], i: usize) -> Option<(usize, usize)> {
-    let mut j = i;
-    if b.get(j) == Some(&b'b') {
-        j += 1;
-    }
-    if b.get(j) != Some(&b'r') {
-        return None;
-    }
-    j += 1;
-    let hashes = b[j.min(b.len())..]
-        .iter()
-        .take_while(|&&c| c == b'#')
-        .count();
-    (b.get(j + hashes) == Some(&b'"')).then_some((j + hashes + 1, hashes))
-}
-
-/// The index after a char literal opening at `i` (`'`), or `None` for a lifetime.
-fn char_end(b: &[u8], i: usize) -> Option<usize> {
-    if b.get(i + 1) == Some(&b'\\') {
-        let mut j = i + 2;
-        while j < b.len() && b[j] != b'\'' {
-            j += 1;
-        }
-        return Some(j + 1);
-    }
-    let s = std::str::from_utf8(&b[i + 1..]).ok()?;
-    let ch = s.chars().next()?;
-    (b.get(i + 1 + ch.len_utf8()) == Some(&b'\'')).then_some(i + 2 + ch.len_utf8())
 }
 
 /// Each function with a body: its name, first line (1-based) and length in lines.
