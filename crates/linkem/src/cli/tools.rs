@@ -1,7 +1,7 @@
 //! The command lines of the tools: `linkem probe`, `plot`, `synth` and
 //! `generate` (`bench`'s are in `cli::bench`).
 
-use crate::tools::probe::Pattern;
+use serde::Serialize;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 
@@ -60,7 +60,7 @@ pub struct PlotArgs {
     pub out: Option<PathBuf>,
     /// Width of a throughput bin (mm-throughput-graph's MS_PER_BIN): a time
     /// such as 500ms or 1s; a bare number is ms, as mahimahi's.
-    #[arg(long, value_name = "TIME", default_value = "500", value_parser = crate::tools::plot::parse_bin_ms)]
+    #[arg(long, value_name = "TIME", default_value = "500", value_parser = parse_bin_ms)]
     pub ms_per_bin: u64,
 }
 
@@ -117,4 +117,59 @@ pub enum What {
     Zsh,
     /// The fish completions, on stdout.
     Fish,
+}
+
+/// `--ms-per-bin`: a time of at least 1 ms, in whole ms.
+pub fn parse_bin_ms(text: &str) -> Result<u64, String> {
+    let ns = linkem_core::units::parse_time_or_bare_ns(text, "ms").map_err(|e| e.0)?;
+    if ns < 1_000_000 || !ns.is_multiple_of(1_000_000) {
+        return Err(format!(
+            "'{text}': a bin is a whole number of ms, at least 1ms"
+        ));
+    }
+    Ok(ns / 1_000_000)
+}
+
+/// How packets are spaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pattern {
+    /// Evenly, one every 1/rate.
+    Constant,
+    /// Bursts of N back to back, at the same average rate.
+    Burst(u32),
+    /// Exponential gaps (a Poisson process), seeded.
+    Poisson,
+}
+
+impl std::str::FromStr for Pattern {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "constant" | "cbr" => Ok(Pattern::Constant),
+            "poisson" => Ok(Pattern::Poisson),
+            _ => match s.strip_prefix("burst") {
+                Some(n) => n
+                    .trim_start_matches([':', '='])
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|&n| n >= 1)
+                    .map(Pattern::Burst)
+                    .ok_or_else(|| format!("'{s}': a burst needs its size, e.g. burst:64")),
+                None => Err(format!(
+                    "'{s}': the pattern is constant, poisson or burst:N"
+                )),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for Pattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Pattern::Constant => write!(f, "constant"),
+            Pattern::Burst(n) => write!(f, "burst:{n}"),
+            Pattern::Poisson => write!(f, "poisson"),
+        }
+    }
 }

@@ -271,17 +271,6 @@ pub fn draw(log: &Log, stem: &Path, title: &str, ms_per_bin: u64) -> Result<()> 
     Ok(())
 }
 
-/// `--ms-per-bin`: a time of at least 1 ms, in whole ms.
-pub(crate) fn parse_bin_ms(text: &str) -> Result<u64, String> {
-    let ns = linkem_core::units::parse_time_or_bare_ns(text, "ms").map_err(|e| e.0)?;
-    if ns < 1_000_000 || !ns.is_multiple_of(1_000_000) {
-        return Err(format!(
-            "'{text}': a bin is a whole number of ms, at least 1ms"
-        ));
-    }
-    Ok(ns / 1_000_000)
-}
-
 /// Runs `linkem plot`.
 pub fn run(args: &PlotArgs) -> Result<()> {
     let name = args.log.display().to_string();
@@ -324,6 +313,7 @@ pub fn run(args: &PlotArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::tools::parse_bin_ms;
 
     #[test]
     fn bin_width_takes_the_time_syntax_and_a_bare_number_of_ms() {

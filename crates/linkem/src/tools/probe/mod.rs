@@ -14,11 +14,10 @@
 
 pub mod stats;
 
-pub use crate::cli::tools::ProbeArgs;
+pub use crate::cli::tools::{Pattern, ProbeArgs};
 use anyhow::{bail, Context, Result};
 use linkem_io::{netns, sys};
 use linkem_runtime::clock;
-use serde::Serialize;
 use stats::{Analysis, Series};
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,50 +38,6 @@ const REALTIME_MIN_GAP_NS: u64 = 250_000;
 /// Below linkem's own stages (priority 10), so a sender on the same machine
 /// never delays the emulator it measures.
 const SENDER_PRIORITY: i32 = 5;
-
-/// How packets are spaced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Pattern {
-    /// Evenly, one every 1/rate.
-    Constant,
-    /// Bursts of N back to back, at the same average rate.
-    Burst(u32),
-    /// Exponential gaps (a Poisson process), seeded.
-    Poisson,
-}
-
-impl std::str::FromStr for Pattern {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "constant" | "cbr" => Ok(Pattern::Constant),
-            "poisson" => Ok(Pattern::Poisson),
-            _ => match s.strip_prefix("burst") {
-                Some(n) => n
-                    .trim_start_matches([':', '='])
-                    .parse::<u32>()
-                    .ok()
-                    .filter(|&n| n >= 1)
-                    .map(Pattern::Burst)
-                    .ok_or_else(|| format!("'{s}': a burst needs its size, e.g. burst:64")),
-                None => Err(format!(
-                    "'{s}': the pattern is constant, poisson or burst:N"
-                )),
-            },
-        }
-    }
-}
-
-impl std::fmt::Display for Pattern {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Pattern::Constant => write!(f, "constant"),
-            Pattern::Burst(n) => write!(f, "burst:{n}"),
-            Pattern::Poisson => write!(f, "poisson"),
-        }
-    }
-}
 
 /// The fastest a probe sends: 100 Mpps, above what one sender thread can reach and
 /// above 100 GbE's 64-byte line rate, so anything higher is a typo.
