@@ -47,8 +47,8 @@ impl Outputs {
         let outputs: Vec<FileUse> = [
             ("--events", &args.run.events),
             ("--record", &args.run.record),
-            ("--log-a-to-b", &args.run.log_a_to_b),
-            ("--log-b-to-a", &args.run.log_b_to_a),
+            ("--log-a-to-b", &args.run.logs.log_a_to_b),
+            ("--log-b-to-a", &args.run.logs.log_b_to_a),
         ]
         .into_iter()
         .filter_map(|(option, path)| path.as_ref().map(|p| FileUse::new(option, p)))
@@ -207,7 +207,7 @@ fn open_logs(
     plan: &Plan,
     command_line: Option<String>,
 ) -> Result<Option<[Option<MmLog<OutputFile>>; 2]>> {
-    if args.run.log_a_to_b.is_none() && args.run.log_b_to_a.is_none() {
+    if !args.run.logs.any() {
         return Ok(None);
     }
     let init_ms = linkem_runtime::clock::now_ns() / 1_000_000;
@@ -233,8 +233,8 @@ fn open_logs(
         Ok(Some(log))
     };
     Ok(Some([
-        open(&args.run.log_a_to_b, 0)?,
-        open(&args.run.log_b_to_a, 1)?,
+        open(&args.run.logs.log_a_to_b, 0)?,
+        open(&args.run.logs.log_b_to_a, 1)?,
     ]))
 }
 
