@@ -101,22 +101,16 @@ impl Outputs {
 
     /// Starts the writers; returns the tap the stage feeds them through.
     pub(super) fn start_taps(&mut self) -> Result<Option<Box<dyn Tap>>> {
-        let events = match self.events_file.take() {
-            Some(file) => {
-                let (tap, writer) = crate::sinks::events::start(file)?;
-                self.events = Some(writer);
-                Some(tap)
-            }
-            None => None,
-        };
-        let log = match self.log_files.take() {
-            Some(logs) => {
-                let (tap, writer) = crate::sinks::mmlog::start(logs)?;
-                self.logs = Some(writer);
-                Some(tap)
-            }
-            None => None,
-        };
+        let events = start_sink(
+            self.events_file.take(),
+            &mut self.events,
+            crate::sinks::events::start,
+        )?;
+        let log = start_sink(
+            self.log_files.take(),
+            &mut self.logs,
+            crate::sinks::mmlog::start,
+        )?;
         let tap = BridgeTap {
             events,
             record: self.record.as_mut().and_then(RecordSink::tap),
@@ -277,4 +271,17 @@ fn finish_events(writer: EventsWriter<OutputFile>) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Starts the writer of a sink whose file was opened, keeping it in `writer`;
+/// returns the tap the stage feeds it through.
+fn start_sink<F, T, W>(
+    file: Option<F>,
+    writer: &mut Option<W>,
+    start: impl FnOnce(F) -> std::io::Result<(T, W)>,
+) -> Result<Option<T>> {
+    let Some(file) = file else { return Ok(None) };
+    let (tap, started) = start(file)?;
+    *writer = Some(started);
+    Ok(Some(tap))
 }
