@@ -3,7 +3,7 @@
 //! `--buffer` checked against rate × delay, the seed from the words, one
 //! start line per direction; or `--forward-only`, the plain forwarder.
 
-use super::{live_options, reread, Plan, Ports, Reloaded};
+use super::{live_options, reread, Launch, Plan, Ports, Reloaded};
 use crate::cli::args::{timing, BridgeArgs, Timing};
 use crate::control::{Model, Running};
 use crate::files::{config_words, load_distribution};
@@ -13,7 +13,7 @@ use linkem_core::model::LinkModel;
 use linkem_core::{Dialect, LinkSpec, TomlWords};
 use linkem_io::outfile::FileUse;
 use linkem_io::recording::{NamedFiles, Start};
-use linkem_runtime::pipeline::{buffer_bytes_for, Direction, DirectionOptions, LiveBridge, Tap};
+use linkem_runtime::pipeline::{buffer_bytes_for, Direction, DirectionOptions, LiveBridge};
 use std::path::PathBuf;
 use std::sync::mpsc::Receiver;
 use std::time::Instant;
@@ -147,15 +147,9 @@ impl LinkFront {
     }
 
     /// Starts the stages on the opened ports; returns the control model.
-    pub(super) fn start(
-        &self,
-        args: &BridgeArgs,
-        ports: Ports,
-        timing: &Timing,
-        tap: Option<Box<dyn Tap>>,
-        control_name: String,
-    ) -> Result<Model> {
-        let Ports { rx, tx, used } = ports;
+    pub(super) fn start(&self, launch: Launch<'_>) -> Result<Model> {
+        let (args, timing) = (launch.args, launch.timing);
+        let Ports { rx, tx, used } = launch.ports;
         let names = ["a->b", "b->a"];
         let ends = [(&args.if_a, &args.if_b), (&args.if_b, &args.if_a)];
         let running = if self.forward_only {
@@ -179,7 +173,7 @@ impl LinkFront {
                 link_buffer(&self.specs[0], names[0], timing)?,
                 link_buffer(&self.specs[1], names[1], timing)?,
             ];
-            let opts = live_options(args, timing, buffer, tap);
+            let opts = live_options(args, timing, buffer, launch.tap);
             let links = [self.specs[0].link.clone(), self.specs[1].link.clone()];
             let bridge = LiveBridge::start(opts, LinkModel::new(links, self.seed), rx, tx)
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -192,7 +186,7 @@ impl LinkFront {
             Running::Link(bridge)
         };
         Ok(model(
-            control_name,
+            launch.control_name,
             running,
             &self.specs,
             self.seed,

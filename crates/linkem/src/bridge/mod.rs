@@ -194,17 +194,10 @@ impl Front {
     }
 
     /// Starts the stages on the opened ports; returns the control model.
-    fn start(
-        &mut self,
-        args: &BridgeArgs,
-        ports: Ports,
-        timing: &Timing,
-        tap: Option<Box<dyn Tap>>,
-        control_name: String,
-    ) -> Result<Model> {
+    fn start(&mut self, launch: Launch<'_>) -> Result<Model> {
         match self {
-            Front::Link(f) => f.start(args, ports, timing, tap, control_name),
-            Front::Rules(f) => f.start(args, ports, timing, tap, control_name),
+            Front::Link(f) => f.start(launch),
+            Front::Rules(f) => f.start(launch),
         }
     }
 
@@ -246,6 +239,17 @@ struct Ports {
     rx: [Box<dyn linkem_runtime::port::RxPort>; 2],
     tx: [Box<dyn linkem_runtime::port::TxPort>; 2],
     used: [String; 2],
+}
+
+/// What the start-up hands a model to start its stages with.
+struct Launch<'a> {
+    args: &'a BridgeArgs,
+    ports: Ports,
+    timing: &'a Timing,
+    /// Feeds `--events`, `--record` and the link logs, when any is written.
+    tap: Option<Box<dyn Tap>>,
+    /// The control socket's name, as `linkem ctl` and the metrics call the run.
+    control_name: String,
 }
 
 /// What `attach` refuses of a plan, before anything is created.
@@ -312,7 +316,13 @@ fn serve_front(
     let (ports, chains) = attach_ports(args, &attach, claimed.as_ref())?;
     let tap = sinks.start_taps()?;
     let started_model = front
-        .start(args, ports, &timing, tap, control.name.clone())
+        .start(Launch {
+            args,
+            ports,
+            timing: &timing,
+            tap,
+            control_name: control.name.clone(),
+        })
         .and_then(|mut m| {
             m.front = match attach {
                 Attach::Host(_) => FrontEnd::Host,

@@ -47,8 +47,8 @@ impl Outputs {
         let outputs: Vec<FileUse> = [
             ("--events", &args.run.events),
             ("--record", &args.run.record),
-            ("--log-a-to-b", &args.run.log_a_to_b),
-            ("--log-b-to-a", &args.run.log_b_to_a),
+            ("--log-a-to-b", &args.run.logs.log_a_to_b),
+            ("--log-b-to-a", &args.run.logs.log_b_to_a),
         ]
         .into_iter()
         .filter_map(|(option, path)| path.as_ref().map(|p| FileUse::new(option, p)))
@@ -101,22 +101,16 @@ impl Outputs {
 
     /// Starts the writers; returns the tap the stage feeds them through.
     pub(super) fn start_taps(&mut self) -> Result<Option<Box<dyn Tap>>> {
-        let events = match self.events_file.take() {
-            Some(file) => {
-                let (tap, writer) = crate::sinks::events::start(file)?;
-                self.events = Some(writer);
-                Some(tap)
-            }
-            None => None,
-        };
-        let log = match self.log_files.take() {
-            Some(logs) => {
-                let (tap, writer) = crate::sinks::mmlog::start(logs)?;
-                self.logs = Some(writer);
-                Some(tap)
-            }
-            None => None,
-        };
+        let events = start_sink(
+            self.events_file.take(),
+            &mut self.events,
+            crate::sinks::events::start,
+        )?;
+        let log = start_sink(
+            self.log_files.take(),
+            &mut self.logs,
+            crate::sinks::mmlog::start,
+        )?;
         let tap = BridgeTap {
             events,
             record: self.record.as_mut().and_then(RecordSink::tap),
@@ -207,7 +201,7 @@ fn open_logs(
     plan: &Plan,
     command_line: Option<String>,
 ) -> Result<Option<[Option<MmLog<OutputFile>>; 2]>> {
-    if args.run.log_a_to_b.is_none() && args.run.log_b_to_a.is_none() {
+    if !args.run.logs.any() {
         return Ok(None);
     }
     let init_ms = linkem_runtime::clock::now_ns() / 1_000_000;
@@ -233,8 +227,8 @@ fn open_logs(
         Ok(Some(log))
     };
     Ok(Some([
-        open(&args.run.log_a_to_b, 0)?,
-        open(&args.run.log_b_to_a, 1)?,
+        open(&args.run.logs.log_a_to_b, 0)?,
+        open(&args.run.logs.log_b_to_a, 1)?,
     ]))
 }
 
@@ -277,4 +271,17 @@ fn finish_events(writer: EventsWriter<OutputFile>) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Starts the writer of a sink whose file was opened, keeping it in `writer`;
+/// returns the tap the stage feeds it through.
+fn start_sink<F, T, W>(
+    file: Option<F>,
+    writer: &mut Option<W>,
+    start: impl FnOnce(F) -> std::io::Result<(T, W)>,
+) -> Result<Option<T>> {
+    let Some(file) = file else { return Ok(None) };
+    let (tap, started) = start(file)?;
+    *writer = Some(started);
+    Ok(Some(tap))
 }

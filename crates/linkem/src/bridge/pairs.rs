@@ -142,7 +142,7 @@ fn check_options(args: &BridgeArgs) -> Result<()> {
             "the events file holds one pair's decisions",
         ),
         (
-            args.run.log_a_to_b.is_some() || args.run.log_b_to_a.is_some(),
+            args.run.logs.any(),
             "--log-a-to-b/--log-b-to-a",
             "a link log holds one pair",
         ),

@@ -4,8 +4,8 @@
 //! sized for every pipe, and a SIGHUP re-reads the file, replacing what
 //! `linkem ctl` changed (see `crate::control::rules`).
 
-use super::{live_options, reread, Plan, Ports, Reloaded};
-use crate::cli::args::{BridgeArgs, Timing};
+use super::{live_options, reread, Launch, Plan, Ports, Reloaded};
+use crate::cli::args::BridgeArgs;
 use crate::control::rules::{normalized, Rules, Source};
 use crate::control::{Model, Running};
 use crate::files::{config_has_rules, load_rules_recording, rules_source_or};
@@ -16,7 +16,7 @@ use linkem_core::rules::RuleSet;
 use linkem_io::creds::starter_uid;
 use linkem_io::outfile::FileUse;
 use linkem_io::recording::{NamedFiles, Start};
-use linkem_runtime::pipeline::{buffer_bytes_for, LiveBridge, Tap};
+use linkem_runtime::pipeline::{buffer_bytes_for, LiveBridge};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Receiver;
@@ -200,14 +200,9 @@ impl RulesFront {
     }
 
     /// Starts the stages on the opened ports; returns the control model.
-    pub(super) fn start(
-        &mut self,
-        args: &BridgeArgs,
-        ports: Ports,
-        timing: &Timing,
-        tap: Option<Box<dyn Tap>>,
-        control_name: String,
-    ) -> Result<Model> {
+    pub(super) fn start(&mut self, launch: Launch<'_>) -> Result<Model> {
+        let (args, timing) = (launch.args, launch.timing);
+        let Ports { rx, tx, used } = launch.ports;
         let Loaded {
             set,
             source: lines,
@@ -225,8 +220,7 @@ impl RulesFront {
             .unwrap_or_else(|| buffer_for(&set).saturating_add(claims_room));
         let what = summary(&set);
         let node = Node::new(set, self.node_config(args));
-        let Ports { rx, tx, used } = ports;
-        let opts = live_options(args, timing, [buffer_bytes; 2], tap);
+        let opts = live_options(args, timing, [buffer_bytes; 2], launch.tap);
         let bridge = LiveBridge::start(opts, node, rx, tx).map_err(|e| anyhow::anyhow!(e))?;
         let file = match (&args.rules, &args.config) {
             (Some(f), _) | (None, Some(f)) => f.display().to_string(),
@@ -244,7 +238,7 @@ impl RulesFront {
             starter_uid(),
         );
         Ok(Model::new(
-            control_name,
+            launch.control_name,
             Running::Rules(Box::new(rules)),
             Default::default(),
             self.seed,

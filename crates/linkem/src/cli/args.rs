@@ -371,6 +371,16 @@ pub struct RunArgs {
     #[arg(long, value_name = "SIZE", default_value = "1GiB", requires = "record",
           value_parser = parse_record_limit)]
     pub record_limit: u64,
+    /// `--log-a-to-b` and `--log-b-to-a`.
+    #[command(flatten)]
+    pub logs: LinkLogArgs,
+}
+
+/// The link logs a live run writes in mahimahi's format: flattened into
+/// [`RunArgs`] and `linkem shell`'s arguments (which word the help of each
+/// direction as what its command sends and receives).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct LinkLogArgs {
     /// Write a link log of side a -> b (IF_A -> IF_B; in host mode what the host
     /// receives) in mahimahi's format (as `mm-link
     /// --uplink-log`: `T + BYTES` arrivals, `T - BYTES DELAY` departures, ms),
@@ -384,6 +394,13 @@ pub struct RunArgs {
         value_name = "FILE"
     )]
     pub log_b_to_a: Option<PathBuf>,
+}
+
+impl LinkLogArgs {
+    /// Whether either log is written.
+    pub fn any(&self) -> bool {
+        self.log_a_to_b.is_some() || self.log_b_to_a.is_some()
+    }
 }
 
 /// The options the emulating paths (links or rules) share.

@@ -1,11 +1,18 @@
 //! `linkem shell`'s command line.
 
 use crate::bridge::backend::BackendKind;
+use crate::cli::args::LinkLogArgs;
 use crate::StatsFormat;
 use std::path::PathBuf;
 
 /// `linkem shell`'s arguments.
 #[derive(clap::Args, Debug, Clone)]
+#[command(
+    mut_arg("log_a_to_b", |a| a.help(
+        "Link log of what CMD sends, in mahimahi's format (`mm-link --uplink-log`)"
+    )),
+    mut_arg("log_b_to_a", |a| a.help("Link log of what CMD receives (`mm-link --downlink-log`)")),
+)]
 pub struct ShellArgs {
     /// Link words for both directions, e.g. `delay 20ms rate 10mbit`.
     pub words: Vec<String>,
@@ -42,16 +49,9 @@ pub struct ShellArgs {
     /// sends late is sent late, never lost, as in mahimahi.
     #[arg(long, value_name = "TIME", default_value = "off", value_parser = linkem_core::units::checked_time_or_off)]
     pub max_lag: String,
-    /// Link log of what CMD sends, in mahimahi's format (`mm-link --uplink-log`).
-    #[arg(long = "log-a-to-b", visible_alias = "uplink-log", value_name = "FILE")]
-    pub log_a_to_b: Option<PathBuf>,
-    /// Link log of what CMD receives (`mm-link --downlink-log`).
-    #[arg(
-        long = "log-b-to-a",
-        visible_alias = "downlink-log",
-        value_name = "FILE"
-    )]
-    pub log_b_to_a: Option<PathBuf>,
+    /// `--log-a-to-b` (what CMD sends) and `--log-b-to-a` (what it receives).
+    #[command(flatten)]
+    pub logs: LinkLogArgs,
     /// One line per decision of the model (as `linkem bridge --events`).
     #[arg(long, value_name = "FILE")]
     pub events: Option<PathBuf>,

@@ -103,14 +103,8 @@ pub(crate) fn print_stats(
         StatsFormat::Json => {
             let dirs: Vec<serde_json::Value> =
                 stats.iter().map(|s| direction_json(s, false)).collect();
-            let mut out = json!({ "front": front.word(), "elapsed_s": secs, "final": last, "seed": seed, "directions": dirs });
-            if let Some(n) = events_skipped {
-                out["events_skipped"] = json!(n);
-            }
-            println!(
-                "{}",
-                serde_json::to_string(&out).expect("a JSON value always serialises")
-            );
+            let out = json!({ "front": front.word(), "elapsed_s": secs, "final": last, "seed": seed, "directions": dirs });
+            print_json_line(out, events_skipped);
         }
         StatsFormat::Text => {
             println!(
@@ -129,6 +123,18 @@ pub(crate) fn print_stats(
 
 /// Below the text table: what left merged, per direction that sent
 /// super-frames (`prefix`: the pair's name in a bridge of several).
+/// Prints one JSON stats line, with `events_skipped` when the bridge writes
+/// `--events`.
+fn print_json_line(mut out: serde_json::Value, events_skipped: Option<u64>) {
+    if let Some(n) = events_skipped {
+        out["events_skipped"] = json!(n);
+    }
+    println!(
+        "{}",
+        serde_json::to_string(&out).expect("a JSON value always serialises")
+    );
+}
+
 fn print_coalesced(stats: &[DirectionStats], prefix: &str) {
     for s in stats.iter().filter(|s| s.super_frames > 0) {
         println!(
@@ -225,10 +231,7 @@ pub(crate) fn print_pairs_stats(
                 })
                 .collect();
             let out = json!({ "elapsed_s": secs, "final": last, "pairs": list });
-            println!(
-                "{}",
-                serde_json::to_string(&out).expect("a JSON value always serialises")
-            );
+            print_json_line(out, None);
         }
         StatsFormat::Text => {
             println!(
@@ -278,7 +281,7 @@ pub(crate) fn print_rules_stats(
             let most = if last { usize::MAX } else { LISTED_PER_PIPE };
             let node = bridge.with_model(|n| node_json_listing(n, most));
             let objects = objects_json(&bridge.object_stats());
-            let mut out = json!({
+            let out = json!({
                 "front": front.word(),
                 "elapsed_s": secs,
                 "final": last,
@@ -287,13 +290,7 @@ pub(crate) fn print_rules_stats(
                 "node": node,
                 "objects": objects,
             });
-            if let Some(n) = events_skipped {
-                out["events_skipped"] = json!(n);
-            }
-            println!(
-                "{}",
-                serde_json::to_string(&out).expect("a JSON value always serialises")
-            );
+            print_json_line(out, events_skipped);
         }
         StatsFormat::Text => {
             print_stats(format, front, stats, secs, seed, last, None);

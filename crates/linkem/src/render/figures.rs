@@ -99,12 +99,31 @@ where
         })
         .draw()
         .map_err(|e| anyhow!("{e}"))?;
-    for (i, (s, pts)) in series.iter().zip(&lines).enumerate() {
-        let color = COLORS[i % COLORS.len()];
+    let labelled = series.iter().map(|s| s.label.clone()).zip(&lines);
+    draw_lines_with_legend(&mut chart, labelled, 0, SeriesLabelPosition::UpperLeft)?;
+    root.present().map_err(|e| anyhow!("{e}"))?;
+    Ok(())
+}
+
+/// Draws each labelled line, the n-th in `COLORS[first_color + n]` (wrapping),
+/// then the legend box of every series drawn so far at `legend`.
+pub(crate) fn draw_lines_with_legend<'a, 'p, DB, CT>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    lines: impl IntoIterator<Item = (String, &'p Vec<(f64, f64)>)>,
+    first_color: usize,
+    legend: SeriesLabelPosition,
+) -> Result<()>
+where
+    DB: DrawingBackend + 'a,
+    DB::ErrorType: 'static,
+    CT: CoordTranslate<From = (f64, f64)>,
+{
+    for (i, (label, pts)) in lines.into_iter().enumerate() {
+        let color = COLORS[(first_color + i) % COLORS.len()];
         chart
             .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
             .map_err(|e| anyhow!("{e}"))?
-            .label(s.label.clone())
+            .label(label)
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
             });
@@ -113,10 +132,9 @@ where
         .configure_series_labels()
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(legend)
         .draw()
         .map_err(|e| anyhow!("{e}"))?;
-    root.present().map_err(|e| anyhow!("{e}"))?;
     Ok(())
 }
 

@@ -61,8 +61,14 @@ impl Only {
             .collect()
     }
 
-    fn class(self, c: &Class) -> bool {
-        active(c) && self.queue.is_none_or(|q| q == c.queue)
+    /// The queues of `l` this listing shows, with their index among its classes.
+    fn classes(self, l: &SchedLink) -> impl Iterator<Item = (usize, &Class)> {
+        l.sched
+            .qs
+            .classes
+            .iter()
+            .enumerate()
+            .filter(move |(_, c)| active(c) && self.queue.is_none_or(|q| q == c.queue))
     }
 }
 
@@ -129,14 +135,7 @@ fn stats_text_some(node: &Node, only: Only, most: usize) -> String {
             s,
             "  queue   weight pri  aqm       enq_pkts  enq_bytes  deq_pkts  tail  early   aqm  marked  len  soj_p50_ms soj_p99_ms  soj_max_ms  flow"
         );
-        for (i, c) in l
-            .sched
-            .qs
-            .classes
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| only.class(c))
-        {
+        for (i, c) in only.classes(l) {
             let st = &c.stats;
             let _ = writeln!(
                 s,
@@ -183,13 +182,8 @@ fn stats_json_some(node: &Node, only: Only, most: usize) -> serde_json::Value {
         .into_iter()
         .map(|l| {
             let p = &l.sched.params;
-            let classes: Vec<_> = l
-                .sched
-                .qs
-                .classes
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| only.class(c))
+            let classes: Vec<_> = only
+                .classes(l)
                 .map(|(i, c)| {
                     let st = &c.stats;
                     json!({
@@ -233,76 +227,5 @@ fn stats_json_some(node: &Node, only: Only, most: usize) -> serde_json::Value {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use linkem_core::node::{NodeConfig, PacketIn};
-    use linkem_core::rules::{parse_rules, FlowKey, Side};
-
-    /// Two schedulers, three queues, a packet through each queue.
-    fn node() -> Node {
-        let text = "pipe 1 config bw 10Mbit/s\npipe 2 config bw 10Mbit/s\n\
-                    sched 1 config type wf2q+\nsched 2 config type wf2q+\n\
-                    queue 1 config sched 1 weight 1\nqueue 2 config sched 1 weight 3\n\
-                    queue 3 config sched 2 weight 1\n\
-                    add 100 queue 1 udp from any to any dst-port 1\n\
-                    add 200 queue 2 udp from any to any dst-port 2\n\
-                    add 300 queue 3 udp from any to any dst-port 3\n";
-        let set = parse_rules(text, ["a", "b"], &mut linkem_core::config::no_files).unwrap();
-        let mut node = Node::new(set, NodeConfig::default());
-        let mut out = Vec::new();
-        for port in 1..=3u16 {
-            let key = FlowKey {
-                ip_version: 4,
-                proto: 17,
-                has_ports: true,
-                dst_port: port,
-                src_ip: linkem_core::rules::flow::v4_mapped(0x0a00_0001),
-                dst_ip: linkem_core::rules::flow::v4_mapped(0x0a00_0002),
-                ..FlowKey::default()
-            };
-            let pkt = PacketIn {
-                len_bytes: 100,
-                key,
-                side: Side::A,
-                tag: port as u64,
-            };
-            node.on_arrival(1_000 * port as u64, pkt, &mut out);
-        }
-        node
-    }
-
-    fn queues(v: &serde_json::Value) -> Vec<(u64, u64)> {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|l| {
-                let p = l["pipe"].as_u64().unwrap();
-                l["queues"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(move |q| (p, q["queue"].as_u64().unwrap()))
-            })
-            .collect()
-    }
-
-    #[test]
-    fn only_shows_the_named_scheduler_or_queue() {
-        let n = node();
-        assert_eq!(queues(&stats_json(&n)), [(1, 1), (1, 2), (2, 3)]);
-        let one = |sched, queue| stats_json_only(&n, Only { sched, queue });
-        assert_eq!(queues(&one(Some(2), None)), [(2, 3)]);
-        assert_eq!(queues(&one(Some(1), None)), [(1, 1), (1, 2)]);
-        assert_eq!(queues(&one(None, Some(2))), [(1, 2)]);
-        assert_eq!(queues(&one(Some(9), None)), []);
-        let text = stats_text_only(
-            &n,
-            Only {
-                sched: None,
-                queue: Some(3),
-            },
-        );
-        assert!(text.contains("00002: type WF2Q+"), "{text}");
-        assert!(!text.contains("00001: type"), "{text}");
-    }
-}
+#[path = "sched_tests.rs"]
+mod tests;

@@ -16,7 +16,7 @@ use linkem_core::rules::Side;
 use linkem_runtime::pipeline::Tap;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -32,8 +32,7 @@ struct Record {
 
 /// The stage's end: copies decisions into the channel.
 pub struct EventsTap {
-    tx: Option<SyncSender<Record>>,
-    skipped: Arc<AtomicU64>,
+    out: Offer<Record>,
 }
 
 impl Tap for EventsTap {
@@ -41,34 +40,51 @@ impl Tap for EventsTap {
 
     #[inline]
     fn decision(&mut self, arrival_ns: u64, len_bytes: u32, d: &Decision) {
-        let Some(tx) = &self.tx else { return };
-        let record = Record {
+        self.out.offer_with(|| Record {
             arrival_ns,
             len_bytes,
             decision: d.clone(),
-        };
-        if !offer(tx, record, &self.skipped) {
-            self.tx = None;
-        }
+        });
     }
 
     fn changes(&mut self, _at_ns: u64, _changes: &[Change]) {}
 }
 
-/// Hands `record` to a writer thread without waiting: a full channel skips it
-/// (counted in `skipped`). False once the writer has gone (its error is
-/// reported at the end), so that the tap stops copying.
-#[inline]
-pub(crate) fn offer<T>(tx: &SyncSender<T>, record: T, skipped: &AtomicU64) -> bool {
-    match tx.try_send(record) {
-        Ok(()) => true,
-        Err(TrySendError::Full(_)) => {
-            skipped.fetch_add(1, Ordering::Relaxed);
-            true
-        }
-        Err(TrySendError::Disconnected(_)) => {
-            skipped.fetch_add(1, Ordering::Relaxed);
-            false
+/// The stage's end of a channel to a writer thread, which it never waits for.
+pub(crate) struct Offer<T> {
+    /// `None` once the writer has gone: the tap stops copying.
+    tx: Option<SyncSender<T>>,
+    skipped: Arc<AtomicU64>,
+}
+
+impl<T> Offer<T> {
+    /// A channel of at most `queue` records: the stage's end, the writer's
+    /// end, and the count of records skipped that the writer reports.
+    pub(crate) fn channel(queue: usize) -> (Self, Receiver<T>, Arc<AtomicU64>) {
+        let (tx, rx) = sync_channel(queue);
+        let skipped = Arc::new(AtomicU64::new(0));
+        let offer = Offer {
+            tx: Some(tx),
+            skipped: skipped.clone(),
+        };
+        (offer, rx, skipped)
+    }
+
+    /// Hands the record `make` builds to the writer without waiting: a full
+    /// channel skips it (counted). Once the writer has gone (its error is
+    /// reported at the end) nothing is built or sent any more.
+    #[inline]
+    pub(crate) fn offer_with(&mut self, make: impl FnOnce() -> T) {
+        let Some(tx) = &self.tx else { return };
+        match tx.try_send(make()) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                self.skipped.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(TrySendError::Disconnected(_)) => {
+                self.skipped.fetch_add(1, Ordering::Relaxed);
+                self.tx = None;
+            }
         }
     }
 }
@@ -98,8 +114,7 @@ fn start_with<W: Write + Send + 'static>(
     mut out: W,
     queue: usize,
 ) -> std::io::Result<(EventsTap, EventsWriter<W>)> {
-    let (tx, rx) = sync_channel::<Record>(queue);
-    let skipped = Arc::new(AtomicU64::new(0));
+    let (to_writer, rx, skipped) = Offer::<Record>::channel(queue);
     let thread = std::thread::Builder::new()
         .name("linkem-events".into())
         .spawn(move || {
@@ -115,10 +130,7 @@ fn start_with<W: Write + Send + 'static>(
             out.flush()?;
             Ok((out, written))
         })?;
-    let tap = EventsTap {
-        tx: Some(tx),
-        skipped: skipped.clone(),
-    };
+    let tap = EventsTap { out: to_writer };
     Ok((tap, EventsWriter { thread, skipped }))
 }
 

@@ -59,6 +59,7 @@
 //! memory they take is bounded. They follow the start configuration: a
 //! `schedule` or a `linkem ctl` change of the rate or trace is not followed.
 
+use crate::sinks::events::Offer;
 use linkem_core::config::LinkConfig;
 use linkem_core::fate::Fate;
 use linkem_core::model::Change;
@@ -70,7 +71,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender};
+use std::sync::mpsc::RecvTimeoutError;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -275,8 +276,7 @@ enum Record {
 
 /// The stage's end: copies what the logs need into the channel.
 pub struct LogTap {
-    tx: Option<SyncSender<Record>>,
-    skipped: Arc<AtomicU64>,
+    out: Offer<Record>,
 }
 
 impl Tap for LogTap {
@@ -284,32 +284,24 @@ impl Tap for LogTap {
 
     #[inline]
     fn decision(&mut self, arrival_ns: u64, len_bytes: u32, d: &Decision) {
-        let Some(tx) = &self.tx else { return };
         let copies = if d.fate == Fate::Delivered {
             1 + d.duplicate as u8
         } else {
             0
         };
-        let r = Record::Packet {
+        self.out.offer_with(|| Record::Packet {
             side: d.side,
             arrival_ns,
             len_bytes,
             release_ns: d.release_ns,
             copies,
-        };
-        if !crate::sinks::events::offer(tx, r, &self.skipped) {
-            self.tx = None;
-        }
+        });
     }
 
     fn changes(&mut self, _at_ns: u64, _changes: &[Change]) {}
 
     fn start(&mut self, t0_ns: u64) {
-        if let Some(tx) = &self.tx {
-            if !crate::sinks::events::offer(tx, Record::Start(t0_ns), &self.skipped) {
-                self.tx = None;
-            }
-        }
+        self.out.offer_with(|| Record::Start(t0_ns));
     }
 }
 
@@ -323,8 +315,7 @@ pub struct LogWriter<W> {
 pub fn start<W: Write + Send + 'static>(
     logs: [Option<MmLog<W>>; 2],
 ) -> std::io::Result<(LogTap, LogWriter<W>)> {
-    let (tx, rx) = sync_channel::<Record>(QUEUE_RECORDS);
-    let skipped = Arc::new(AtomicU64::new(0));
+    let (out, rx, skipped) = Offer::<Record>::channel(QUEUE_RECORDS);
     let thread = std::thread::Builder::new()
         .name("linkem-log".into())
         .spawn(move || {
@@ -368,11 +359,7 @@ pub fn start<W: Write + Send + 'static>(
                 b.map(|l| l.finish(end_ns)).transpose()?,
             ])
         })?;
-    let tap = LogTap {
-        tx: Some(tx),
-        skipped: skipped.clone(),
-    };
-    Ok((tap, LogWriter { thread, skipped }))
+    Ok((LogTap { out }, LogWriter { thread, skipped }))
 }
 
 impl<W> LogWriter<W> {

@@ -14,7 +14,9 @@
 //! mahimahi's AQM) are counted, not drawn.
 
 pub use crate::cli::tools::PlotArgs;
-use crate::render::figures::{register_font, render_png, render_svg, write_both, COLORS};
+use crate::render::figures::{
+    draw_lines_with_legend, register_font, render_png, render_svg, write_both, COLORS,
+};
 use anyhow::{anyhow, bail, Context, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -218,23 +220,8 @@ where
             .label(label)
             .legend(move |(x, y)| Circle::new((x + 10, y), 3, color.filled()));
     }
-    for (i, (label, pts)) in lines.iter().enumerate() {
-        let color = COLORS[(i + 2) % COLORS.len()];
-        chart
-            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
-            .map_err(|e| anyhow!("{e}"))?
-            .label(label.clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()
-        .map_err(|e| anyhow!("{e}"))?;
+    let labelled = lines.iter().map(|(label, pts)| (label.clone(), pts));
+    draw_lines_with_legend(&mut chart, labelled, 2, SeriesLabelPosition::UpperRight)?;
     root.present().map_err(|e| anyhow!("{e}"))?;
     Ok(())
 }

@@ -23,6 +23,19 @@ fn endpoint(text: &str, what: &str) -> Result<([u8; 4], u16)> {
 const ETHERNET: u32 = 1;
 const HEADERS: usize = 14 + 20 + 8;
 
+/// Writes the checksum of the 20-byte IPv4 header `ip` into its field.
+fn set_ipv4_checksum(ip: &mut [u8]) {
+    ip[10..12].copy_from_slice(&[0, 0]);
+    let mut sum: u32 = ip
+        .chunks(2)
+        .map(|c| u16::from_be_bytes([c[0], c[1]]) as u32)
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+}
+
 /// An Ethernet/IPv4/UDP frame of `size` bytes from 10.0.0.1:5000 to 10.0.0.2:5001
 /// carrying `seq` in its first payload bytes.
 pub fn udp_frame(size: usize, seq: u64) -> Vec<u8> {
@@ -39,14 +52,7 @@ pub fn udp_frame(size: usize, seq: u64) -> Vec<u8> {
     ip[9] = 17;
     ip[12..16].copy_from_slice(&[10, 0, 0, 1]);
     ip[16..20].copy_from_slice(&[10, 0, 0, 2]);
-    let mut sum: u32 = ip
-        .chunks(2)
-        .map(|c| u16::from_be_bytes([c[0], c[1]]) as u32)
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    set_ipv4_checksum(ip);
     let udp = &mut f[34..42];
     udp[0..2].copy_from_slice(&5000u16.to_be_bytes());
     udp[2..4].copy_from_slice(&5001u16.to_be_bytes());
@@ -108,15 +114,7 @@ pub fn run(args: &SynthArgs) -> Result<()> {
         let port = sport.wrapping_add((i % args.flows as u64) as u16);
         frame[34..36].copy_from_slice(&port.to_be_bytes());
         // Patch the IPv4 checksum for the changed identification field.
-        frame[24..26].copy_from_slice(&[0, 0]);
-        let mut sum: u32 = frame[14..34]
-            .chunks(2)
-            .map(|c| u16::from_be_bytes([c[0], c[1]]) as u32)
-            .sum();
-        while sum > 0xffff {
-            sum = (sum & 0xffff) + (sum >> 16);
-        }
-        frame[24..26].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+        set_ipv4_checksum(&mut frame[14..34]);
         writer
             .write(ts, args.size, &frame)
             .map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -3,7 +3,7 @@
 //! ports a user may claim whatever the port rule says (`allow=`).
 
 use anyhow::Result;
-use linkem_core::units::{parse_rate_bps, parse_size_bytes, parse_time_ns};
+use linkem_core::units::{parse_rate_bps, parse_size_bytes, parse_time_ns, UnitError};
 use linkem_ctl::Proto;
 use std::collections::HashMap;
 
@@ -182,30 +182,19 @@ fn apply_words(l: &mut Limit, words: &[(usize, &str)]) -> Result<Option<Vec<Port
                 .parse::<u64>()
                 .map_err(|_| at("a count (or none)".into()))
         };
+        // A rate, time or size in its units, or none.
+        let quantity = |parse: fn(&str) -> Result<u64, UnitError>| {
+            if none {
+                return Ok(None);
+            }
+            parse(value).map(Some).map_err(|e| at(e.to_string()))
+        };
         match key {
             "claims" => l.claims = if none { None } else { Some(count()?) },
             "ports" => l.ports = if none { None } else { Some(count()?) },
-            "rate" => {
-                l.rate_bps = if none {
-                    None
-                } else {
-                    Some(parse_rate_bps(value).map_err(|e| at(e.to_string()))?)
-                }
-            }
-            "delay" => {
-                l.delay_ns = if none {
-                    None
-                } else {
-                    Some(parse_time_ns(value).map_err(|e| at(e.to_string()))?)
-                }
-            }
-            "queue" => {
-                l.queue_bytes = if none {
-                    None
-                } else {
-                    Some(parse_size_bytes(value).map_err(|e| at(e.to_string()))?)
-                }
-            }
+            "rate" => l.rate_bps = quantity(parse_rate_bps)?,
+            "delay" => l.delay_ns = quantity(parse_time_ns)?,
+            "queue" => l.queue_bytes = quantity(parse_size_bytes)?,
             "allow" => {
                 let list = allow.get_or_insert_with(Vec::new);
                 if !none {
