@@ -177,6 +177,8 @@ pub struct GroupPair<M> {
 /// one output stage for every pair's a->b direction and one for every b->a
 /// ([`crate::pipeline::output_group`]): three threads whatever the number of pairs.
 /// [`LiveGroup::stop`] ends them; stop it before the pairs' [`LiveBridge`]s.
+/// A bridge started alone holds its own, the live stage only: its output
+/// threads are its directions' (one each, stopped with them).
 pub struct LiveGroup {
     pub(super) stop: Arc<AtomicBool>,
     /// Wakes the live stage from its poll for the stop.
