@@ -20,7 +20,7 @@ pub(super) struct Shared<M> {
     pub(super) changes: Mutex<VecDeque<Request>>,
     pub(super) has_changes: AtomicBool,
     /// Written to wake the stage from its poll when a change is queued.
-    pub(super) wake: Option<OwnedFd>,
+    pub(super) wake: Option<Arc<OwnedFd>>,
     /// Why a send port cannot send a packet twice, if one cannot: changes
     /// that duplicate are then refused before they reach the model.
     pub(super) no_copies: Option<&'static str>,
@@ -35,7 +35,9 @@ pub(super) struct Core<M> {
 pub struct LiveBridge<M: LiveModel> {
     pub(super) directions: Vec<Direction>,
     pub(super) shared: Arc<Shared<M>>,
-    pub(super) thread: Option<JoinHandle<()>>,
+    /// The threads of a bridge started alone ([`LiveBridge::start`]); a
+    /// group's pairs leave theirs to the [`LiveGroup`].
+    pub(super) threads: Option<LiveGroup>,
 }
 
 /// The bridge of `linkem bridge --rules`.
@@ -44,96 +46,25 @@ pub type NodeBridge = LiveBridge<Node>;
 impl<M: LiveModel> LiveBridge<M> {
     /// Starts the live stage and the two output stages. `rx[0]`/`tx[0]`:
     /// IF_A's receive half and IF_B's send half (direction a->b, side A).
-    // Kept whole: the start sequence; the stage's thread takes what setting up the output stages left.
+    /// It starts as a group of one pair does ([`LiveBridge::start_group`]),
+    /// laid out for one pair (`Layout::Alone`), its threads owned by the bridge.
     pub fn start(
-        mut opts: LiveOptions,
+        opts: LiveOptions,
         model: M,
         rx: [Box<dyn RxPort>; 2],
         tx: [Box<dyn TxPort>; 2],
     ) -> Result<LiveBridge<M>, String> {
-        let mut directions = Vec::new();
-        let mut producers = Vec::new();
-        let mut outlets = Vec::new();
-        let mut max_frame = [0usize; 2];
-        let mut supers = [false; 2];
-        let no_copies = tx.iter().find_map(|t| t.no_copies());
-        for (i, tx) in tx.into_iter().enumerate() {
-            let (producer, consumer) = delay_line(opts.buffer_bytes[i])?;
-            let mut control = Control::new(producer.uses_huge_pages(), producer.capacity_bytes());
-            control.held = crate::pipeline::HeldPerGroup::new(tx.max_held_per_pipe());
-            let control = Arc::new(control);
-            max_frame[i] = tx.max_frame_bytes();
-            supers[i] = opts.coalesce_window_ns.is_some() && tx.sends_super_frames();
-            let cfg = output_config(&opts);
-            let prio = opts.realtime_priority;
-            let timed_only = opts.realtime_timed_only;
-            let outlet = Outlet::new(control.clone(), consumer, tx, &cfg);
-            outlets.push(outlet.clone());
-            let out = {
-                let control = control.clone();
-                std::thread::Builder::new()
-                    .name(format!("linkem-out-{}", opts.names[i]))
-                    .spawn(move || {
-                        let mut realtime = prio.map(|p| wait::Realtime::new(p, timed_only));
-                        if let Some(Err(e)) = realtime.as_mut().map(wait::Realtime::wait_mode) {
-                            control.fail(format!("output stage: {e}"));
-                        }
-                        output_stage(outlet, cfg, realtime)
-                    })
-                    .map_err(|e| format!("cannot start the output thread: {e}"))?
-            };
-            producers.push(producer);
-            directions.push(Direction {
-                name: opts.names[i].clone(),
-                control,
-                threads: vec![out],
-            });
-        }
-        let controls = [directions[0].control.clone(), directions[1].control.clone()];
-        let outputs = [
-            directions[0].threads[0].thread().clone(),
-            directions[1].threads[0].thread().clone(),
-        ];
-        let producers: [Producer; 2] = producers
-            .try_into()
-            .map_err(|_| "two delay lines".to_string())?;
-        let outlets: [Arc<Outlet>; 2] =
-            outlets.try_into().map_err(|_| "two outlets".to_string())?;
-        let out = Outputs::new(outlets, outputs);
-        let stage = Stage::new(
-            opts.names.clone(),
-            controls.clone(),
-            producers,
-            max_frame,
-            supers,
-            opts.tap.take(),
-        );
-        let shared = Shared::started(model, stage, no_copies);
-        let thread = {
-            let shared = shared.clone();
-            std::thread::Builder::new()
-                .name("linkem-stage".into())
-                .spawn(move || {
-                    let realtime = stage_realtime(&opts, |e| {
-                        for c in &controls {
-                            c.fail(e.clone());
-                        }
-                    });
-                    let mut pairs = [PairLoop::new(shared.clone(), controls, rx, out)];
-                    let stop_fd = shared.wake.as_ref().map(AsRawFd::as_raw_fd);
-                    live_stage(&mut pairs, &shared.stop, stop_fd, &opts, realtime);
-                    // Requests that came too late are answered, not left waiting.
-                    for (_, reply) in lock(&shared.changes).drain(..) {
-                        let _ = reply.try_send(Err(SubmitError::Stopped));
-                    }
-                })
-                .map_err(|e| format!("cannot start the stage thread: {e}"))?
+        let pair = GroupPair {
+            names: opts.names.clone(),
+            buffer_bytes: opts.buffer_bytes,
+            model,
+            rx,
+            tx,
         };
-        Ok(LiveBridge {
-            directions,
-            shared,
-            thread: Some(thread),
-        })
+        let (mut bridges, threads) = Self::launch(opts, vec![pair], Layout::Alone)?;
+        let mut bridge = bridges.pop().ok_or("no pair started")?;
+        bridge.threads = Some(threads);
+        Ok(bridge)
     }
 
     /// The two directions (a->b, b->a), for their counts and errors.
@@ -195,7 +126,7 @@ impl<M: LiveModel> LiveBridge<M> {
         if let Some(fd) = &self.shared.wake {
             kick(fd);
         }
-        if let Some(t) = &self.thread {
+        if let Some(t) = self.threads.as_ref().and_then(|g| g.stage.as_ref()) {
             // Ports without sockets wait in turns; a parked stage wakes.
             t.thread().unpark();
         }
@@ -218,13 +149,10 @@ impl<M: LiveModel> LiveBridge<M> {
 
     pub(super) fn halt(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            // The stage may be asleep in its poll with no timeout.
-            if let Some(fd) = &self.shared.wake {
-                kick(fd);
-            }
-            t.thread().unpark();
-            let _ = t.join();
+        // Stops the stage; a bridge alone has its output threads in its
+        // directions, stopped after it (`Direction::stop`).
+        if let Some(mut threads) = self.threads.take() {
+            threads.stop();
         }
     }
 }
@@ -249,6 +177,8 @@ pub struct GroupPair<M> {
 /// one output stage for every pair's a->b direction and one for every b->a
 /// ([`crate::pipeline::output_group`]): three threads whatever the number of pairs.
 /// [`LiveGroup::stop`] ends them; stop it before the pairs' [`LiveBridge`]s.
+/// A bridge started alone holds its own, the live stage only: its output
+/// threads are its directions' (one each, stopped with them).
 pub struct LiveGroup {
     pub(super) stop: Arc<AtomicBool>,
     /// Wakes the live stage from its poll for the stop.
@@ -286,6 +216,35 @@ impl Drop for LiveGroup {
     }
 }
 
+/// How a start lays out a group's threads and delay lines: the one thing
+/// that differs between a bridge of its own and a group of pairs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Layout {
+    /// One pair ([`LiveBridge::start`]): each direction has an output
+    /// thread of its own, named after it; its delay lines are resident at
+    /// once (the link is what the bridge is for: no page faults on its
+    /// first frames); the stage takes `opts.tap` and polls the pair's
+    /// wake-up eventfd for its stop too.
+    Alone,
+    /// Several pairs ([`LiveBridge::start_group`]): two output threads for
+    /// every pair's directions; each line resident as its traffic comes
+    /// (most links of a lab are idle most of the time); no tap.
+    Group,
+}
+
+/// One pair's directions, set up before the stage starts.
+struct Built<M> {
+    names: [String; 2],
+    directions: Vec<Direction>,
+    producers: Vec<Producer>,
+    outlets: Vec<Arc<Outlet>>,
+    max_frame: [usize; 2],
+    supers: [bool; 2],
+    model: M,
+    rx: [Box<dyn RxPort>; 2],
+    no_copies: Option<&'static str>,
+}
+
 impl<M: LiveModel> LiveBridge<M> {
     /// Starts the stages of several pairs, each with its own model: one live
     /// stage thread takes every pair's frames (a batch of each pair in turn,
@@ -299,6 +258,15 @@ impl<M: LiveModel> LiveBridge<M> {
         opts: LiveOptions,
         pairs: Vec<GroupPair<M>>,
     ) -> Result<(Vec<LiveBridge<M>>, LiveGroup), String> {
+        Self::launch(opts, pairs, Layout::Group)
+    }
+
+    /// The one start of the live stage, for one pair or several (`layout`).
+    pub(super) fn launch(
+        mut opts: LiveOptions,
+        pairs: Vec<GroupPair<M>>,
+        layout: Layout,
+    ) -> Result<(Vec<LiveBridge<M>>, LiveGroup), String> {
         let stop = Arc::new(AtomicBool::new(false));
         let output_stop = Arc::new(AtomicBool::new(false));
         let wake = wake_fd().map(Arc::new);
@@ -309,104 +277,167 @@ impl<M: LiveModel> LiveBridge<M> {
             stage: None,
             outputs: Vec::new(),
         };
-        let group_cfg = output_config(&opts);
+        let cfg = output_config(&opts);
         let mut sides: [Vec<Arc<Outlet>>; 2] = Default::default();
-        let mut started = Vec::new();
+        let mut built = Vec::new();
         for pair in pairs {
-            let mut controls = Vec::new();
-            let mut producers = Vec::new();
-            let mut outlets = Vec::new();
-            let mut max_frame = [0usize; 2];
-            let mut supers = [false; 2];
-            let no_copies = pair.tx.iter().find_map(|t| t.no_copies());
-            for (i, tx) in pair.tx.into_iter().enumerate() {
-                // Most links of a lab are idle most of the time: each line
-                // becomes resident as its traffic comes.
-                let (producer, consumer) =
-                    delay_line_with(pair.buffer_bytes[i], LAZY_FIRST_RESIDENT_BYTES)?;
-                let mut control =
-                    Control::new(producer.uses_huge_pages(), producer.capacity_bytes());
-                control.held = crate::pipeline::HeldPerGroup::new(tx.max_held_per_pipe());
-                let control = Arc::new(control);
-                max_frame[i] = tx.max_frame_bytes();
-                supers[i] = opts.coalesce_window_ns.is_some() && tx.sends_super_frames();
-                let outlet = Outlet::new(control.clone(), consumer, tx, &group_cfg);
-                sides[i].push(outlet.clone());
-                outlets.push(outlet);
-                controls.push(control);
-                producers.push(producer);
-            }
-            started.push((
-                pair.names, controls, producers, outlets, max_frame, supers, pair.model, pair.rx,
-                no_copies,
-            ));
+            built.push(build_pair(pair, &opts, cfg, layout, &mut sides)?);
         }
-        group.outputs = spawn_group_outputs(sides, &opts, group_cfg, &output_stop)?;
-        let outputs = [
-            group.outputs[0].thread().clone(),
-            group.outputs[1].thread().clone(),
-        ];
+        if layout == Layout::Group {
+            group.outputs = spawn_group_outputs(sides, &opts, cfg, &output_stop)?;
+        }
+        let mut tap = match layout {
+            Layout::Alone => opts.tap.take(),
+            Layout::Group => None,
+        };
         let mut bridges = Vec::new();
         let mut loops = Vec::new();
-        for (names, controls, producers, outlets, max_frame, supers, model, rx, no_copies) in
-            started
-        {
-            let controls: [Arc<Control>; 2] = controls
-                .try_into()
-                .map_err(|_| "two directions".to_string())?;
-            let producers: [Producer; 2] = producers
-                .try_into()
-                .map_err(|_| "two delay lines".to_string())?;
+        for b in built {
+            let controls = [
+                b.directions[0].control.clone(),
+                b.directions[1].control.clone(),
+            ];
+            let threads = match layout {
+                Layout::Alone => [0, 1].map(|i| b.directions[i].threads[0].thread().clone()),
+                Layout::Group => [0, 1].map(|i| group.outputs[i].thread().clone()),
+            };
+            let producers: [Producer; 2] =
+                (b.producers.try_into()).map_err(|_| "two delay lines".to_string())?;
             let outlets: [Arc<Outlet>; 2] =
-                outlets.try_into().map_err(|_| "two outlets".to_string())?;
-            let out = Outputs::new(outlets, outputs.clone());
+                (b.outlets.try_into()).map_err(|_| "two outlets".to_string())?;
+            let out = Outputs::new(outlets, threads);
             let stage = Stage::new(
-                names.clone(),
+                b.names,
                 controls.clone(),
                 producers,
-                max_frame,
-                supers,
-                None,
+                b.max_frame,
+                b.supers,
+                tap.take(),
             );
-            let shared = Shared::started(model, stage, no_copies);
-            let directions = (0..2)
-                .map(|i| Direction {
-                    name: names[i].clone(),
-                    control: controls[i].clone(),
-                    threads: Vec::new(),
-                })
-                .collect();
-            loops.push(PairLoop::new(shared.clone(), controls, rx, out));
+            // A pair alone is woken for its changes and its stop by one fd.
+            let pair_wake = match layout {
+                Layout::Alone => wake.clone(),
+                Layout::Group => wake_fd().map(Arc::new),
+            };
+            let shared = Shared::started(b.model, stage, b.no_copies, pair_wake);
+            loops.push(PairLoop::new(shared.clone(), controls, b.rx, out));
             bridges.push(LiveBridge {
-                directions,
+                directions: b.directions,
                 shared,
-                thread: None,
+                threads: None,
             });
         }
-        let thread = std::thread::Builder::new()
-            .name("linkem-stage".into())
-            .spawn(move || {
-                let realtime = stage_realtime(&opts, |e| {
-                    for l in &loops {
-                        l.fail(e.clone());
-                    }
-                });
-                let stop_fd = wake.as_ref().map(|fd| fd.as_raw_fd());
-                live_stage(&mut loops, &stop, stop_fd, &opts, realtime);
-                for l in &loops {
-                    l.shared.stop.store(true, Ordering::Release);
-                    // Requests that came too late are answered, not left waiting.
-                    for (_, reply) in lock(&l.shared.changes).drain(..) {
-                        let _ = reply.try_send(Err(SubmitError::Stopped));
-                    }
-                }
-                // The receive sockets close all at once (see `close_all`).
-                crate::port::close_all(loops.into_iter().map(|l| l.rx).collect());
-            })
-            .map_err(|e| format!("cannot start the stage thread: {e}"))?;
-        group.stage = Some(thread);
+        group.stage = Some(spawn_stage(loops, opts, stop, wake)?);
         Ok((bridges, group))
     }
+}
+
+/// Sets up one pair's delay lines, controls and outlets; with
+/// [`Layout::Alone`] starts each direction's output thread, else leaves its
+/// outlets to the group's (`sides`).
+fn build_pair<M: LiveModel>(
+    pair: GroupPair<M>,
+    opts: &LiveOptions,
+    cfg: OutputConfig,
+    layout: Layout,
+    sides: &mut [Vec<Arc<Outlet>>; 2],
+) -> Result<Built<M>, String> {
+    let mut directions = Vec::new();
+    let mut producers = Vec::new();
+    let mut outlets = Vec::new();
+    let mut max_frame = [0usize; 2];
+    let mut supers = [false; 2];
+    let no_copies = pair.tx.iter().find_map(|t| t.no_copies());
+    for (i, tx) in pair.tx.into_iter().enumerate() {
+        let (producer, consumer) = match layout {
+            Layout::Alone => delay_line(pair.buffer_bytes[i])?,
+            Layout::Group => delay_line_with(pair.buffer_bytes[i], LAZY_FIRST_RESIDENT_BYTES)?,
+        };
+        let mut control = Control::new(producer.uses_huge_pages(), producer.capacity_bytes());
+        control.held = crate::pipeline::HeldPerGroup::new(tx.max_held_per_pipe());
+        let control = Arc::new(control);
+        max_frame[i] = tx.max_frame_bytes();
+        supers[i] = opts.coalesce_window_ns.is_some() && tx.sends_super_frames();
+        let outlet = Outlet::new(control.clone(), consumer, tx, &cfg);
+        let threads = match layout {
+            Layout::Alone => vec![spawn_output(outlet.clone(), &pair.names[i], opts, cfg)?],
+            Layout::Group => {
+                sides[i].push(outlet.clone());
+                Vec::new()
+            }
+        };
+        outlets.push(outlet);
+        producers.push(producer);
+        directions.push(Direction {
+            name: pair.names[i].clone(),
+            control,
+            threads,
+        });
+    }
+    Ok(Built {
+        names: pair.names,
+        directions,
+        producers,
+        outlets,
+        max_frame,
+        supers,
+        model: pair.model,
+        rx: pair.rx,
+        no_copies,
+    })
+}
+
+/// The live stage's thread over `loops` until `stop`; `wake` wakes its poll
+/// for the stop.
+fn spawn_stage<M: LiveModel>(
+    mut loops: Vec<PairLoop<M>>,
+    opts: LiveOptions,
+    stop: Arc<AtomicBool>,
+    wake: Option<Arc<OwnedFd>>,
+) -> Result<JoinHandle<()>, String> {
+    std::thread::Builder::new()
+        .name("linkem-stage".into())
+        .spawn(move || {
+            let realtime = stage_realtime(&opts, |e| {
+                for l in &loops {
+                    l.fail(e.clone());
+                }
+            });
+            let stop_fd = wake.as_ref().map(|fd| fd.as_raw_fd());
+            live_stage(&mut loops, &stop, stop_fd, &opts, realtime);
+            for l in &loops {
+                l.shared.stop.store(true, Ordering::Release);
+                // Requests that came too late are answered, not left waiting.
+                for (_, reply) in lock(&l.shared.changes).drain(..) {
+                    let _ = reply.try_send(Err(SubmitError::Stopped));
+                }
+            }
+            // The receive sockets close all at once (see `close_all`).
+            crate::port::close_all(loops.into_iter().map(|l| l.rx).collect());
+        })
+        .map_err(|e| format!("cannot start the stage thread: {e}"))
+}
+
+/// The output thread of one direction of a pair alone, named after it.
+fn spawn_output(
+    outlet: Arc<Outlet>,
+    name: &str,
+    opts: &LiveOptions,
+    cfg: OutputConfig,
+) -> Result<JoinHandle<()>, String> {
+    let prio = opts.realtime_priority;
+    let timed_only = opts.realtime_timed_only;
+    let control = outlet.control().clone();
+    std::thread::Builder::new()
+        .name(format!("linkem-out-{name}"))
+        .spawn(move || {
+            let mut realtime = prio.map(|p| wait::Realtime::new(p, timed_only));
+            if let Some(Err(e)) = realtime.as_mut().map(wait::Realtime::wait_mode) {
+                control.fail(format!("output stage: {e}"));
+            }
+            output_stage(outlet, cfg, realtime)
+        })
+        .map_err(|e| format!("cannot start the output thread: {e}"))
 }
 
 /// The group's two output threads, one a direction, each sending for every
@@ -466,6 +497,7 @@ impl<M: LiveModel> Shared<M> {
         mut model: M,
         mut stage: Stage,
         no_copies: Option<&'static str>,
+        wake: Option<Arc<OwnedFd>>,
     ) -> Arc<Self> {
         model.start(stage.started_ns);
         if let Some(tap) = stage.tap.as_mut() {
@@ -480,7 +512,7 @@ impl<M: LiveModel> Shared<M> {
             has_changes: AtomicBool::new(false),
             // Without it a change waits for the stage's next turn (at most
             // IDLE_WAIT_NS); nothing is lost.
-            wake: wake_fd(),
+            wake,
             no_copies,
         })
     }
