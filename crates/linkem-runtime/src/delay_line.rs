@@ -348,13 +348,23 @@ pub fn delay_line_with(
     ))
 }
 
+/// The system's page size: what madvise's start must be a multiple of.
+fn page_bytes() -> u64 {
+    // Safety: sysconf has no preconditions; it only reads a constant.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(page).ok().filter(|&p| p > 0).unwrap_or(4096)
+}
+
 impl Shared {
     /// Makes the region resident up to `end_bytes` (clamped to its length).
     /// Returns false when the kernel cannot (no `MADV_POPULATE_WRITE`, or no
     /// memory): paging ahead stops there.
     fn populate_to(&self, end_bytes: u64) -> bool {
         let len = self.region.len as u64;
-        let end = end_bytes.min(len);
+        // Whole pages: madvise refuses a start that is not page-aligned
+        // (EINVAL), and each call starts where the last one ended, so an end
+        // inside a page (a tail plus a stretch) would stop paging ahead for good.
+        let end = end_bytes.next_multiple_of(page_bytes()).min(len);
         let mut at = self.populated.load(Ordering::Relaxed);
         let mut retries_left = 8u32;
         while at < end {

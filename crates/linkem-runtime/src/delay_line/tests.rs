@@ -86,6 +86,19 @@ fn memory_ahead_of_the_tail_is_resident_before_frames_reach_it() {
     assert_eq!(resident_bytes(&p, from, page_end), page_end - from);
 }
 
+/// Paging ahead goes on past an end inside a page: the pager's ends are a
+/// tail plus a stretch, anywhere in a page, and the next call starts there
+/// (madvise refused such a start with EINVAL, and paging ahead stopped for
+/// good after the first stretch, leaving the test above flaky).
+#[test]
+fn paging_ahead_goes_on_past_an_end_inside_a_page() {
+    let (p, _c) = delay_line_with(64 << 20, 4096).unwrap();
+    assert!(p.shared.populate_to(3 * 4096 + 100));
+    assert!(p.shared.populate_to(10 * 4096 + 7));
+    assert!(p.populated_bytes() >= 10 * 4096 + 7);
+    assert_eq!(resident_bytes(&p, 0, 11 * 4096), 11 * 4096);
+}
+
 /// Issue 34 item 12: a line of a bridge of many pairs costs its first
 /// stretch while idle, and a few stray frames do not make a full stretch
 /// resident; a flow still gets the full stretch ahead of its tail.
