@@ -33,7 +33,7 @@
 //! time, decision order), kept as a
 //! [`ReleaseRuns`](linkem_core::order::ReleaseRuns) keeps them (a FIFO while
 //! releases come in order, as through a link that does not reorder, its bytes
-//! in one buffer, and a heap for the others: [`in_flight`]). A frame is
+//! in one buffer, and a heap for the others: `in_flight`). A frame is
 //! written once no later input can release one earlier
 //! than it: every later decision comes from an arrival at or after the last
 //! instant given to the model, or from a model event at or after
