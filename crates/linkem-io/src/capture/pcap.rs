@@ -74,7 +74,8 @@ impl<R: Read> CaptureReader<R> {
             ));
         }
         // Checked above: caplen <= MAX_CAPLEN, so this allocation is bounded.
-        data.clear();
+        // Every byte is read over below (or the record is refused), so the
+        // bytes of the packet before need no clearing.
         data.resize(caplen as usize, 0);
         let n = read_full(&mut self.input, data).map_err(|e| self.io_err(e))?;
         if n < data.len() {

@@ -338,7 +338,11 @@ impl Outputs {
             let l2 = self.l2;
             // The original first, then its copy: equal release times
             // leave in push order.
-            let edit = |f: &mut [u8]| d.apply_to_frame(f, l2);
+            let edit = |f: &mut [u8]| {
+                if d.ce || !d.corrupt_bits.is_empty() {
+                    d.apply_to_frame(f, l2)
+                }
+            };
             self.queue.push(d.release_ns, frame.orig_len, data, edit);
             if d.duplicate {
                 self.queue.push(d.release_ns, frame.orig_len, data, |_| ());
