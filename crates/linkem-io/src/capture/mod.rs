@@ -85,6 +85,26 @@ pub struct CapturedPacket {
     pub data: Vec<u8>,
 }
 
+/// A packet's stamp and length, its bytes read into the caller's buffer
+/// ([`CaptureReader::next_packet_into`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PacketHead {
+    /// As [`CapturedPacket::ts_ns`].
+    pub ts_ns: u64,
+    /// As [`CapturedPacket::orig_len`].
+    pub orig_len: u32,
+}
+
+impl PacketHead {
+    fn with_data(self, data: Vec<u8>) -> CapturedPacket {
+        CapturedPacket {
+            ts_ns: self.ts_ns,
+            orig_len: self.orig_len,
+            data,
+        }
+    }
+}
+
 /// The container a capture came in; reported so users can tell what was detected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CaptureFormat {
@@ -346,15 +366,34 @@ impl<R: Read> CaptureReader<R> {
 
     /// The next packet; `None` at the end of the capture and after an error.
     pub fn next_packet(&mut self) -> Option<Result<CapturedPacket, CaptureError>> {
+        let mut data = Vec::new();
+        let head = self.next_packet_into(&mut data)?;
+        Some(head.map(|head| head.with_data(data)))
+    }
+
+    /// [`next_packet`](Self::next_packet), the captured bytes into `data`
+    /// (replaced), so a reader of many packets allocates none per packet.
+    pub fn next_packet_into(
+        &mut self,
+        data: &mut Vec<u8>,
+    ) -> Option<Result<PacketHead, CaptureError>> {
         if self.done {
             return None;
         }
         let next = match self.container {
-            Container::Pcap { big_endian, nanos } => self.next_pcap_record(big_endian, nanos),
-            Container::PcapNg(_) => self.next_pcapng_packet(),
+            Container::Pcap { big_endian, nanos } => self.next_pcap_record(big_endian, nanos, data),
+            Container::PcapNg(_) => self.next_pcapng_packet().map(|p| {
+                p.map(|p| {
+                    *data = p.data;
+                    PacketHead {
+                        ts_ns: p.ts_ns,
+                        orig_len: p.orig_len,
+                    }
+                })
+            }),
         };
         match next {
-            Ok(Some(packet)) => Some(Ok(packet)),
+            Ok(Some(head)) => Some(Ok(head)),
             Ok(None) => {
                 self.done = true;
                 None

@@ -4,7 +4,7 @@
 
 use super::bytes::{read_full, u16_at, u32_at};
 use super::{
-    CaptureError, CaptureReader, CapturedPacket, LinkType, MAX_CAPLEN, PCAP_HEADER_LEN,
+    CaptureError, CaptureReader, LinkType, PacketHead, MAX_CAPLEN, PCAP_HEADER_LEN,
     PCAP_RECORD_HEADER_LEN,
 };
 use std::io::Read;
@@ -34,11 +34,14 @@ impl<R: Read> CaptureReader<R> {
         self.check_link_type(self.link_type)
     }
 
+    /// The next record, its captured bytes into `data` (whose allocation is
+    /// reused: a replay reads a million records into one buffer).
     pub(super) fn next_pcap_record(
         &mut self,
         big_endian: bool,
         nanos: bool,
-    ) -> Result<Option<CapturedPacket>, CaptureError> {
+        data: &mut Vec<u8>,
+    ) -> Result<Option<PacketHead>, CaptureError> {
         const RECORD: &str = "packet record";
         let offset = self.offset;
         let packet = Some(self.packets + 1);
@@ -71,8 +74,10 @@ impl<R: Read> CaptureReader<R> {
             ));
         }
         // Checked above: caplen <= MAX_CAPLEN, so this allocation is bounded.
-        let mut data = vec![0u8; caplen as usize];
-        let n = read_full(&mut self.input, &mut data).map_err(|e| self.io_err(e))?;
+        // Every byte is read over below (or the record is refused), so the
+        // bytes of the packet before need no clearing.
+        data.resize(caplen as usize, 0);
+        let n = read_full(&mut self.input, data).map_err(|e| self.io_err(e))?;
         if n < data.len() {
             return Err(self.truncated(RECORD, offset, packet));
         }
@@ -80,10 +85,6 @@ impl<R: Read> CaptureReader<R> {
         self.packets += 1;
         // Cannot overflow: sec < 2^32, so sec * 10^9 + frac * 1000 < 2^63.
         let ts_ns = sec * 1_000_000_000 + if nanos { frac } else { frac * 1000 };
-        Ok(Some(CapturedPacket {
-            ts_ns,
-            orig_len,
-            data,
-        }))
+        Ok(Some(PacketHead { ts_ns, orig_len }))
     }
 }

@@ -7,7 +7,6 @@ use anyhow::{bail, Context, Result};
 use linkem_core::driver::{Driver, Frame};
 use linkem_core::model::{write_event, Change, Model, EVENTS_HEADER};
 use linkem_core::node::Decision;
-use linkem_core::order::ReleaseRuns;
 use linkem_core::rules::{FlowKey, L2Kind, Side};
 use linkem_core::Fate;
 use linkem_io::capture::{CaptureReader, CaptureWriter, LinkType};
@@ -17,16 +16,17 @@ use std::path::Path;
 use std::time::Instant;
 
 use super::arrival_order;
+use super::in_flight::InFlight;
 use super::logs::{LogStart, ReplayLogs};
 
 /// One input to the model, from a capture or a recording.
 pub(super) enum Input {
-    /// A frame received on `side`, stamped `ts_ns`.
+    /// A frame received on `side`, stamped `ts_ns`; its bytes are in the
+    /// buffer the input was read into.
     Frame {
         side: Side,
         ts_ns: u64,
         orig_len: u32,
-        data: Vec<u8>,
     },
     /// Changes applied at one instant, in order.
     Changes { at_ns: u64, changes: Vec<Change> },
@@ -44,15 +44,14 @@ pub(super) fn replay_capture<M: Model>(
     let signals = SignalGuard::install().context("cannot install the signal handler")?;
     let mut reader = CaptureReader::open(&args.input).map_err(|e| anyhow::anyhow!("{e}"))?;
     let (link_type, snaplen) = (reader.link_type(), reader.snaplen());
-    let next = || {
-        let packet = reader.next_packet()?;
+    let next = |data: &mut Vec<u8>| {
+        let packet = reader.next_packet_into(data)?;
         Some(
             packet
                 .map(|p| Input::Frame {
                     side,
                     ts_ns: p.ts_ns,
                     orig_len: p.orig_len,
-                    data: p.data,
                 })
                 .map_err(|e| anyhow::anyhow!("{e}")),
         )
@@ -60,7 +59,8 @@ pub(super) fn replay_capture<M: Model>(
     drive(args, model, link_type, snaplen, &signals, logs, next)
 }
 
-/// Feeds the inputs `next` gives to `model` in order; writes the output
+/// Feeds the inputs `next` gives to `model` in order (a frame's bytes read
+/// into the buffer it is given, one for the whole replay); writes the output
 /// capture (of `link_type`, `snaplen`) and `--events`. Returns the tally and
 /// the seconds the replay took.
 pub(super) fn drive<M: Model>(
@@ -70,7 +70,7 @@ pub(super) fn drive<M: Model>(
     snaplen: u32,
     signals: &SignalGuard,
     logs: LogStart,
-    mut next: impl FnMut() -> Option<Result<Input>>,
+    mut next: impl FnMut(&mut Vec<u8>) -> Option<Result<Input>>,
 ) -> Result<(Tally, f64)> {
     let l2 = frame_kind(model, link_type)?;
     let writer = CaptureWriter::create(&args.output, link_type, snaplen)
@@ -79,27 +79,27 @@ pub(super) fn drive<M: Model>(
     let logs = ReplayLogs::create(args, logs)?;
     let started = Instant::now();
     let mut r = Replay::new(l2, writer, events);
-    r.logs = logs;
+    r.out.logs = logs;
     let progress = progress_bar(args);
     let mut backwards = arrival_order::Backwards::default();
-    while let Some(input) = next() {
+    let mut data = Vec::new();
+    while let Some(input) = next(&mut data) {
         signals.check()?;
         match input? {
             Input::Frame {
                 side,
                 ts_ns,
                 orig_len,
-                data,
             } => {
                 backwards.on_packet(ts_ns);
-                r.arrive(model, side, ts_ns, orig_len, data)?;
+                r.arrive(model, side, ts_ns, orig_len, &data)?;
             }
             Input::Changes { at_ns, changes } => r.change(model, at_ns, changes)?,
         }
-        r.write_due(model)?;
+        r.out.write_due(model, r.driver.last_ns())?;
         if let Some(pb) = &progress {
-            if r.tally.arrived.is_multiple_of(65_536) {
-                pb.set_position(r.tally.arrived);
+            if r.out.tally.arrived.is_multiple_of(65_536) {
+                pb.set_position(r.out.tally.arrived);
             }
         }
     }
@@ -148,8 +148,9 @@ fn progress_bar(args: &ReplayArgs) -> Option<indicatif::ProgressBar> {
     })
 }
 
-/// A frame the model has not decided yet.
-struct Undecided {
+/// What a decision needs of its packet besides the bytes.
+#[derive(Clone, Copy)]
+struct Arrival {
     /// Its own stamp, for `--events`.
     arrival_ns: u64,
     /// The instant the model was given (the stamp, or a later one when the
@@ -157,18 +158,29 @@ struct Undecided {
     model_ns: u64,
     /// Its length on the wire.
     orig_len: u32,
+}
+
+/// A frame the model has not decided yet.
+struct Undecided {
+    arrival: Arrival,
     /// The bytes captured, written once it is delivered.
     data: Vec<u8>,
 }
 
 /// The replay's state between two inputs: see the [module doc](self).
 struct Replay {
-    l2: L2Kind,
-    /// Delivered frames (and copies) by (release time, decision order).
-    queue: ReleaseRuns<(u32, Vec<u8>)>,
     /// Tags, instants and the frames the model holds until their decision.
     driver: Driver<Undecided>,
+    /// Where decisions go; apart from the driver so that a decision it lends
+    /// is acted on in place.
+    out: Outputs,
+}
 
+/// What a replay writes and counts.
+struct Outputs {
+    l2: L2Kind,
+    /// Delivered frames (and copies) by (release time, decision order).
+    queue: InFlight,
     events: Option<OutputFile>,
     /// `--log-a-to-b`, `--log-b-to-a`.
     logs: Option<ReplayLogs>,
@@ -181,14 +193,16 @@ struct Replay {
 impl Replay {
     fn new(l2: L2Kind, writer: CaptureWriter, events: Option<OutputFile>) -> Replay {
         Replay {
-            l2,
-            queue: ReleaseRuns::default(),
             driver: Driver::new(0),
-            events,
-            logs: None,
-            line: String::new(),
-            writer,
-            tally: Tally::new(),
+            out: Outputs {
+                l2,
+                queue: InFlight::default(),
+                events,
+                logs: None,
+                line: String::new(),
+                writer,
+                tally: Tally::new(),
+            },
         }
     }
 
@@ -202,28 +216,28 @@ impl Replay {
         side: Side,
         ts_ns: u64,
         orig_len: u32,
-        data: Vec<u8>,
+        data: &[u8],
     ) -> Result<()> {
         let model_ns = self.driver.arrival_ns(ts_ns);
-        self.tally.arrived += 1;
-        self.tally.first_arrival_ns.get_or_insert(ts_ns);
+        self.out.tally.arrived += 1;
+        self.out.tally.first_arrival_ns.get_or_insert(ts_ns);
         let key = if model.reads_headers() {
-            FlowKey::parse(&data, self.l2)
+            FlowKey::parse(data, self.out.l2)
         } else {
             FlowKey::default()
         };
-        // Most packets are decided at their arrival: the frame is moved to
+        // Most packets are decided at their arrival: the frame is copied to
         // the driver's store only when its decision did not come with it.
-        let mut offered = Some(Undecided {
+        let arrival = Arrival {
             arrival_ns: ts_ns,
             model_ns,
             orig_len,
-            data,
-        });
+        };
         self.driver.offer(model, model_ns, side, orig_len, key);
-        self.settle(&mut offered)?;
-        if let (Some(tag), Some(frame)) = (self.driver.undecided(), offered) {
-            self.driver.hold(tag, frame);
+        self.settle(Some((arrival, data)))?;
+        if let Some(tag) = self.driver.undecided() {
+            let data = data.to_vec();
+            self.driver.hold(tag, Undecided { arrival, data });
         }
         Ok(())
     }
@@ -234,40 +248,81 @@ impl Replay {
     fn change<M: Model>(&mut self, model: &mut M, at_ns: u64, changes: Vec<Change>) -> Result<()> {
         let at_ns = self.driver.input_ns(at_ns);
         let at = self.driver.begin_changes(model, at_ns);
-        self.settle(&mut None)?;
+        self.settle(None)?;
         for change in changes {
             let line = change.to_string();
             self.driver
                 .apply(model, at, change)
                 .with_context(|| format!("change '{line}' at {at_ns} ns"))?;
-            self.settle(&mut None)?;
+            self.settle(None)?;
         }
         Ok(())
     }
 
-    /// Acts on the driver's decisions in order, `offered` the frame of the
-    /// packet just offered (taken by its decision).
+    /// Acts on the driver's decisions in order, `offered` the packet just
+    /// offered (its decision comes at most once).
     #[inline]
-    fn settle(&mut self, offered: &mut Option<Undecided>) -> Result<()> {
-        while let Some((d, at)) = self.driver.next_decision() {
-            let frame = match at {
-                Frame::Offered => offered.take(),
-                Frame::Held(frame) => Some(frame),
-                Frame::Unknown => None,
-            };
-            let frame = frame.with_context(|| {
-                format!("internal error: a decision for packet {} not held", d.tag)
-            })?;
-            self.act(&d, frame)?;
+    fn settle(&mut self, offered: Option<(Arrival, &[u8])>) -> Result<()> {
+        while let Some((d, at)) = self.driver.next_decision_ref() {
+            match (at, offered) {
+                (Frame::Offered, Some((arrival, data))) => self.out.act(d, arrival, data)?,
+                (Frame::Held(frame), _) => self.out.act(d, frame.arrival, &frame.data)?,
+                _ => bail!("internal error: a decision for packet {} not held", d.tag),
+            }
         }
         Ok(())
     }
 
+    /// After the last input: runs the model's remaining events one at a time
+    /// and writes every frame left.
+    fn drain<M: Model>(&mut self, model: &mut M, signals: &SignalGuard) -> Result<()> {
+        while let Some(t) = model.next_event_ns() {
+            signals.check()?;
+            let t = self.driver.input_ns(t);
+            self.driver.poll(model, t);
+            self.settle(None)?;
+            self.out.write_due(model, self.driver.last_ns())?;
+        }
+        self.out.write_by(u64::MAX, Some(signals))?;
+        if self.driver.held() > 0 {
+            bail!(
+                "internal error: {} packets left undecided",
+                self.driver.held()
+            );
+        }
+        let decided = self.out.tally.counts.arrived();
+        if decided != self.out.tally.arrived {
+            bail!(
+                "internal error: {} packets read but {decided} decided",
+                self.out.tally.arrived
+            );
+        }
+        Ok(())
+    }
+
+    /// Puts the output capture and `--events` in place; the tally.
+    fn commit(self) -> Result<Tally> {
+        if let Some(ev) = self.out.events {
+            ev.commit()?;
+        }
+        if let Some(logs) = self.out.logs {
+            // The replay ends at its last instant: an input, an event or a release.
+            logs.commit(self.driver.last_ns().max(self.out.tally.last_release_ns))?;
+        }
+        self.out
+            .writer
+            .finish()
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(self.out.tally)
+    }
+}
+
+impl Outputs {
     /// Acts on one decision: counts it, logs it to `--events`, and queues
     /// what is delivered (CE mark and flipped bits applied, its copy as it
     /// arrived) at its release time.
     #[inline]
-    fn act(&mut self, d: &Decision, frame: Undecided) -> Result<()> {
+    fn act(&mut self, d: &Decision, frame: Arrival, data: &[u8]) -> Result<()> {
         self.tally.count(d, frame.model_ns);
         if let Some(ev) = self.events.as_mut() {
             self.line.clear();
@@ -280,14 +335,17 @@ impl Replay {
             logs.decision(first_ns, frame.arrival_ns, frame.orig_len, d)?;
         }
         if d.fate == Fate::Delivered {
-            let mut data = frame.data;
-            let copy = d.duplicate.then(|| data.clone());
-            d.apply_to_frame(&mut data, self.l2);
+            let l2 = self.l2;
             // The original first, then its copy: equal release times
             // leave in push order.
-            self.queue.push(d.release_ns, (frame.orig_len, data));
-            if let Some(copy) = copy {
-                self.queue.push(d.release_ns, (frame.orig_len, copy));
+            let edit = |f: &mut [u8]| {
+                if d.ce || !d.corrupt_bits.is_empty() {
+                    d.apply_to_frame(f, l2)
+                }
+            };
+            self.queue.push(d.release_ns, frame.orig_len, data, edit);
+            if d.duplicate {
+                self.queue.push(d.release_ns, frame.orig_len, data, |_| ());
             }
         }
         Ok(())
@@ -296,67 +354,26 @@ impl Replay {
     /// Writes the frames no later input can precede: released by the last
     /// instant given and by the model's next event.
     #[inline]
-    fn write_due<M: Model>(&mut self, model: &mut M) -> Result<()> {
-        let horizon_ns = model
-            .next_event_ns()
-            .map_or(self.driver.last_ns(), |e| e.min(self.driver.last_ns()));
-        while let Some((release_ns, (orig_len, data))) = self.queue.pop_due(horizon_ns) {
-            self.write(release_ns, orig_len, &data)?;
-        }
-        Ok(())
+    fn write_due<M: Model>(&mut self, model: &mut M, last_ns: u64) -> Result<()> {
+        let horizon_ns = model.next_event_ns().map_or(last_ns, |e| e.min(last_ns));
+        self.write_by(horizon_ns, None)
     }
 
-    fn write(&mut self, release_ns: u64, orig_len: u32, data: &[u8]) -> Result<()> {
-        self.writer
-            .write(release_ns, orig_len, data)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        self.tally.written += 1;
-        self.tally.last_release_ns = release_ns;
-        Ok(())
-    }
-
-    /// After the last input: runs the model's remaining events one at a time
-    /// and writes every frame left.
-    fn drain<M: Model>(&mut self, model: &mut M, signals: &SignalGuard) -> Result<()> {
-        while let Some(t) = model.next_event_ns() {
-            signals.check()?;
-            let t = self.driver.input_ns(t);
-            self.driver.poll(model, t);
-            self.settle(&mut None)?;
-            self.write_due(model)?;
-        }
-        while let Some((release_ns, (orig_len, data))) = self.queue.pop() {
-            self.write(release_ns, orig_len, &data)?;
-            if self.tally.written.is_multiple_of(4096) {
-                signals.check()?;
-            }
-        }
-        if self.driver.held() > 0 {
-            bail!(
-                "internal error: {} packets left undecided",
-                self.driver.held()
-            );
-        }
-        let decided = self.tally.counts.arrived();
-        if decided != self.tally.arrived {
-            bail!(
-                "internal error: {} packets read but {decided} decided",
-                self.tally.arrived
-            );
-        }
-        Ok(())
-    }
-
-    /// Puts the output capture and `--events` in place; the tally.
-    fn commit(self) -> Result<Tally> {
-        if let Some(ev) = self.events {
-            ev.commit()?;
-        }
-        if let Some(logs) = self.logs {
-            // The replay ends at its last instant: an input, an event or a release.
-            logs.commit(self.driver.last_ns().max(self.tally.last_release_ns))?;
-        }
-        self.writer.finish().map_err(|e| anyhow::anyhow!("{e}"))?;
-        Ok(self.tally)
+    /// Writes the frames released by `horizon_ns`, looking for a signal
+    /// every 4096 frames when given `signals`.
+    fn write_by(&mut self, horizon_ns: u64, signals: Option<&SignalGuard>) -> Result<()> {
+        let (writer, tally) = (&mut self.writer, &mut self.tally);
+        self.queue
+            .write_due(horizon_ns, |release_ns, orig_len, data| {
+                writer
+                    .write(release_ns, orig_len, data)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                tally.written += 1;
+                tally.last_release_ns = release_ns;
+                match signals {
+                    Some(s) if tally.written.is_multiple_of(4096) => s.check(),
+                    _ => Ok(()),
+                }
+            })
     }
 }

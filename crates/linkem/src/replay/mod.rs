@@ -30,10 +30,11 @@
 //!
 //! # Output order
 //! Delivered frames (a duplicate right after its original) leave in (release
-//! time, decision order), kept in one
-//! [`ReleaseRuns`](linkem_core::order::ReleaseRuns) of the frames in flight
-//! (a FIFO while releases come in order, as through a link that does not
-//! reorder, and a heap for the others). A frame is written once no later input can release one earlier
+//! time, decision order), kept as a
+//! [`ReleaseRuns`](linkem_core::order::ReleaseRuns) keeps them (a FIFO while
+//! releases come in order, as through a link that does not reorder, its bytes
+//! in one buffer, and a heap for the others: `in_flight`). A frame is
+//! written once no later input can release one earlier
 //! than it: every later decision comes from an arrival at or after the last
 //! instant given to the model, or from a model event at or after
 //! [`Model::next_event_ns`](linkem_core::Model::next_event_ns), and is
@@ -46,8 +47,9 @@
 //! # Undecided frames
 //! A node may hold a packet (a scheduler's queue, a hop of a multi-hop path):
 //! its frame waits by tag in the driver until the decision. Most packets are
-//! decided at their arrival, so the frame being offered is moved into the
-//! driver's store only when its decision did not come with the arrival.
+//! decided at their arrival, so the frame, read into one buffer reused for
+//! every packet, is copied into the driver's store only when its decision did
+//! not come with the arrival.
 //!
 //! # Events
 //! `--events` has one line per decision, in decision order, in the one format
@@ -79,6 +81,7 @@ use std::path::{Path, PathBuf};
 
 pub mod arrival_order;
 mod drive;
+mod in_flight;
 mod logs;
 mod recorded;
 

@@ -271,11 +271,11 @@ fn recorded_inputs<'a>(
     rec: &'a mut Recording,
     dir: &'a Path,
     sides_as: [&'a str; 2],
-) -> impl FnMut() -> Option<Result<Input>> + 'a {
+) -> impl FnMut(&mut Vec<u8>) -> Option<Result<Input>> + 'a {
     let sides = rec.meta.sides.clone();
     let copied = rec.meta.version >= 2;
     let mut read = rec.meta.files.clone();
-    move || {
+    move |buf: &mut Vec<u8>| {
         let input = match rec.next_input()? {
             Ok(input) => input,
             Err(e) => return Some(Err(anyhow::anyhow!("{e}"))),
@@ -287,12 +287,14 @@ fn recorded_inputs<'a>(
                 orig_len,
                 data,
             } => match side {
-                0 | 1 => Ok(Input::Frame {
-                    side: if side == 0 { Side::A } else { Side::B },
-                    ts_ns,
-                    orig_len,
-                    data,
-                }),
+                0 | 1 => {
+                    *buf = data;
+                    Ok(Input::Frame {
+                        side: if side == 0 { Side::A } else { Side::B },
+                        ts_ns,
+                        orig_len,
+                    })
+                }
                 _ => Err(anyhow::anyhow!(
                     "{}: a frame on side {side} (0 or 1)",
                     dir.display()
