@@ -3,8 +3,9 @@
 //! several, [`pairs`]). The live stage (`linkem_runtime::pipeline::LiveBridge`)
 //! owns each pair's model: a plain link ([`link`], from link words) or a node
 //! of ipfw rules and Dummynet pipes ([`rules`], from `--rules` or the config's
-//! `rules` key). One start-up, one serving loop ([`serve`]) and the sinks a
-//! run writes ([`outputs`]) serve every model.
+//! `rules` key). One start-up of the interfaces ([`interfaces`]), one serving
+//! loop ([`serve`]) and the sinks a run writes ([`outputs`]) serve every
+//! model and every number of pairs.
 //!
 //! linkem is a transparent layer-2 bridge: every frame (ARP, IPv4, IPv6,
 //! anything) goes through the model unchanged; the hosts on either side need
@@ -18,16 +19,15 @@
 //! options that change decisions come from the model's [`Plan`]).
 
 pub mod backend;
+mod interfaces;
 mod link;
 mod outputs;
 pub mod pairs;
 mod rules;
 mod serve;
 
-use crate::bridge::backend::{
-    check_capabilities, claim_interfaces, drop_capabilities, open_interface, resolve_auto,
-    BackendKind, Claimed,
-};
+use crate::bridge::backend::Rings;
+use crate::bridge::interfaces::{Interfaces, Ports};
 use crate::cli::args::{timing, BridgeArgs, OnOff, Realtime, Timing, REALTIME_PRIORITY};
 use crate::control::{FrontEnd, Model};
 use crate::files::config_has_rules;
@@ -234,13 +234,6 @@ pub(crate) fn refuse_coalescing_in_host_mode(args: &BridgeArgs) -> Result<()> {
     Ok(())
 }
 
-/// Both interfaces opened: receive and send halves, and the backend used.
-struct Ports {
-    rx: [Box<dyn linkem_runtime::port::RxPort>; 2],
-    tx: [Box<dyn linkem_runtime::port::TxPort>; 2],
-    used: [String; 2],
-}
-
 /// What the start-up hands a model to start its stages with.
 struct Launch<'a> {
     args: &'a BridgeArgs,
@@ -287,15 +280,15 @@ fn serve_front(
     let mut sinks = outputs::Outputs::create(args, &plan, hooks.command_line.take())?;
     let realtime = args.run.realtime != Realtime::Off;
     // Held until the bridge ends: no second linkem on these interfaces (the
-    // lock comes before the control socket, so it is the lock that refuses it).
+    // lock comes before the control socket, so it is the lock that refuses
+    // it). A group of one, started as a group is ([`Interfaces`]), but a
+    // signal does not stop it: the serving loop answers it.
     let claimed = match attach {
-        Attach::Interfaces => {
-            let backend = check_capabilities(
-                resolve_auto(args.backend, args.coalesce == OnOff::On),
-                realtime,
-            )?;
-            Some((backend, claim_interfaces(&args.if_a, &args.if_b)?))
-        }
+        Attach::Interfaces => Some(Interfaces::claim(
+            args,
+            vec![[args.if_a.as_str(), args.if_b.as_str()]],
+            None,
+        )?),
         Attach::Host(_) => {
             crate::host::ports::check_capabilities(realtime)?;
             None
@@ -313,7 +306,7 @@ fn serve_front(
     let claims = args.control.claims.build()?;
     // Host mode: the chains go when this does (before the stages stop, so
     // that no new packet is queued to a stage that no longer reads).
-    let (ports, chains) = attach_ports(args, &attach, claimed.as_ref())?;
+    let (ports, chains) = attach_ports(&attach, claimed.as_ref())?;
     let tap = sinks.start_taps()?;
     let started_model = front
         .start(Launch {
@@ -395,9 +388,8 @@ fn finish(
 /// The ports `attach` gives: the claimed interfaces opened, or host mode's
 /// queues (and the chains that feed them, removed when dropped).
 fn attach_ports(
-    args: &BridgeArgs,
     attach: &Attach<'_>,
-    claimed: Option<&(BackendKind, Claimed)>,
+    claimed: Option<&Interfaces<'_>>,
 ) -> Result<(Ports, Option<crate::host::ports::Chains>)> {
     match attach {
         Attach::Host(setup) => {
@@ -411,24 +403,11 @@ fn attach_ports(
             Ok((ports, Some(a.chains)))
         }
         Attach::Interfaces => {
-            let (backend, claimed) = claimed.context("the interfaces are claimed")?;
-            Ok((open_ports(args, *backend, claimed)?, None))
+            let claimed = claimed.context("the interfaces are claimed")?;
+            let ports = claimed.open(Rings::Full, None)?.into_iter().next();
+            Ok((ports.context("the pair's interfaces are opened")?, None))
         }
     }
-}
-
-/// Opens both interfaces (claimed by the caller, who holds their locks for
-/// the bridge's life) and gives up the capabilities no longer needed.
-fn open_ports(args: &BridgeArgs, backend: BackendKind, claimed: &Claimed) -> Result<Ports> {
-    // Each interface gives a receive half (to one direction) and a send half (to the other).
-    let (rx_a, tx_a, used_a) = open_interface(backend, &args.if_a, claimed.a.mtu)?;
-    let (rx_b, tx_b, used_b) = open_interface(backend, &args.if_b, claimed.b.mtu)?;
-    drop_capabilities(args.run.realtime != Realtime::Off)?;
-    Ok(Ports {
-        rx: [rx_a, rx_b],
-        tx: [tx_b, tx_a],
-        used: [used_a, used_b],
-    })
 }
 
 /// The stage's options from the command line, delay lines of `buffer_bytes`.

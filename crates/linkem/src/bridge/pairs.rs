@@ -1,9 +1,9 @@
 //! `linkem bridge --pair IF_A IF_B [WORDS] --pair ...`: many links in one
 //! process, each pair of interfaces a bridge of its own link words (a lab of
-//! 20-100 links, one linkem for all of them). What differs from a one-pair
-//! run is the start-up: every pair's interfaces opened at once, one live
-//! stage for all ([`run_group`]); the serving loop is the same
-//! ([`super::serve`]).
+//! 20-100 links, one linkem for all of them). The interfaces are claimed and
+//! opened as a one-pair run's ([`super::interfaces`]: here in parallel, and
+//! a signal stops the start-up where it is), one live stage runs every pair
+//! ([`run_group`]), and the serving loop is the same ([`super::serve`]).
 //!
 //! Threads, whatever the number of pairs (see
 //! `linkem_runtime::pipeline::LiveGroup`): one live stage (`linkem-stage`)
@@ -32,14 +32,12 @@
 //! sockets or names). SIGHUP has nothing to re-read (the words are the
 //! command line's) and is ignored, saying so.
 
+use super::interfaces::Interfaces;
 use super::link::{link_buffer, model, parse_direction, split};
 use super::live_options;
 use super::serve::{pair_stats, serve, PairLabel, Run};
-use crate::bridge::backend::{
-    check_capabilities, claim_interfaces, drop_capabilities, open_interface_with, resolve_auto,
-    BackendKind, Claimed, Rings,
-};
-use crate::cli::args::{timing, BridgeArgs, OnOff, Realtime, Timing};
+use crate::bridge::backend::Rings;
+use crate::cli::args::{timing, BridgeArgs, Timing};
 use crate::control::Running;
 use crate::process::{fresh_seed, signal_flags};
 use crate::render::bridge_stats::print_pairs_stats;
@@ -49,7 +47,6 @@ use linkem_core::rng::pair_seed;
 use linkem_core::{LinkSpec, TomlWords};
 use linkem_io::recording::NamedFiles;
 use linkem_runtime::pipeline::{GroupPair, LiveBridge};
-use linkem_runtime::port::close_all;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -184,11 +181,6 @@ fn check_options(args: &BridgeArgs) -> Result<()> {
 pub fn run_group(args: &BridgeArgs) -> Result<()> {
     let plans = plan(args)?;
     let timing = timing(args)?;
-    let realtime = args.run.realtime != Realtime::Off;
-    let backend = check_capabilities(
-        resolve_auto(args.backend, args.coalesce == OnOff::On),
-        realtime,
-    )?;
     // From here on SIGINT/SIGTERM stop the start-up too (each pair checks),
     // and what was opened is closed on the way out.
     let (stop, reload) = signal_flags()?;
@@ -202,9 +194,8 @@ pub fn run_group(args: &BridgeArgs) -> Result<()> {
         Ok(())
     };
     // Held until the bridge ends: no second linkem on these interfaces.
-    let claimed = ClaimedAll(in_parallel(&plans, &stop, "pairs checked", |p| {
-        claim_interfaces(&p.if_a, &p.if_b)
-    })?);
+    let names = plans.iter().map(|p| [p.if_a.as_str(), p.if_b.as_str()]);
+    let claimed = Interfaces::claim(args, names.collect(), Some(&stop))?;
     let mut controls = Vec::new();
     for p in &plans {
         interrupted(controls.len(), "given a control socket")?;
@@ -214,8 +205,7 @@ pub fn run_group(args: &BridgeArgs) -> Result<()> {
             &p.if_b,
         )?);
     }
-    let (pairs, used) = open_pairs(&plans, &claimed, backend, &timing, &stop)?;
-    drop_capabilities(realtime)?;
+    let (pairs, used) = open_pairs(&plans, &claimed, &timing, &stop)?;
     let opts = live_options(args, &timing, [0; 2], None);
     let (bridges, mut group) =
         LiveBridge::start_group(opts, pairs).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -285,35 +275,20 @@ pub fn run_group(args: &BridgeArgs) -> Result<()> {
 /// interfaces.
 type OpenedPairs = (Vec<GroupPair<LinkModel>>, Vec<[String; 2]>);
 
-/// Opens every pair's interfaces at once ([`in_parallel`]) and sizes its
-/// delay lines; returns the pairs as the live stage takes them, and the
-/// backend each interface uses.
+/// Opens every pair's interfaces ([`Interfaces::open`], small rings: most
+/// links of a lab are idle at any time) and sizes its delay lines; returns
+/// the pairs as the live stage takes them, and the backend each interface
+/// uses.
 fn open_pairs(
     plans: &[PairPlan],
-    claimed: &ClaimedAll,
-    backend: BackendKind,
+    claimed: &Interfaces<'_>,
     timing: &Timing,
     stop: &AtomicBool,
 ) -> Result<OpenedPairs> {
-    // IF_A and IF_B of pair k at 2k and 2k + 1; small rings: most links of
-    // a lab are idle at any time.
-    let jobs: Vec<(&str, u32)> = plans
-        .iter()
-        .zip(&claimed.0)
-        .flat_map(|(p, c)| [(p.if_a.as_str(), c.a.mtu), (p.if_b.as_str(), c.b.mtu)])
-        .collect();
-    let mut opened = in_parallel(&jobs, stop, "interfaces opened", |&(ifname, mtu)| {
-        open_interface_with(backend, ifname, mtu, Rings::Small)
-    })?
-    .into_iter();
+    let opened = claimed.open(Rings::Small, Some(stop))?;
     let mut pairs = Vec::new();
     let mut used = Vec::new();
-    for p in plans {
-        let (Some((rx_a, tx_a, used_a)), Some((rx_b, tx_b, used_b))) =
-            (opened.next(), opened.next())
-        else {
-            bail!("pair {}: its interfaces were not opened", p.name);
-        };
+    for (p, ports) in plans.iter().zip(opened) {
         let buffer_bytes = [
             link_buffer(&p.specs[0], &format!("{} a->b", p.name), timing)?,
             link_buffer(&p.specs[1], &format!("{} b->a", p.name), timing)?,
@@ -323,96 +298,12 @@ fn open_pairs(
             names: ["a->b".into(), "b->a".into()],
             buffer_bytes,
             model: LinkModel::new(links, p.seed),
-            rx: [rx_a, rx_b],
-            tx: [tx_b, tx_a],
+            rx: ports.rx,
+            tx: ports.tx,
         });
-        used.push([used_a, used_b]);
+        used.push(ports.used);
     }
     Ok((pairs, used))
-}
-
-/// Every pair's interface locks, released all at once on drop (each is a
-/// packet socket, whose close waits for the kernel, see [`in_parallel`]),
-/// however the bridge ends.
-struct ClaimedAll(Vec<Claimed>);
-
-impl Drop for ClaimedAll {
-    fn drop(&mut self) {
-        close_all(std::mem::take(&mut self.0));
-    }
-}
-
-/// Threads that check and open the pairs' interfaces at once ([`in_parallel`]).
-const OPENERS: usize = 16;
-
-/// `f` of every job, [`OPENERS`] at a time, results in the jobs' order. Why
-/// at once: binding or setting up the rings of an AF_PACKET socket (the
-/// interface lock of [`claim_interfaces`], each ring of
-/// [`open_interface_with`]) waits for an RCU grace period in the kernel
-/// (`synchronize_net`, tens of ms on a busy machine, about ten per pair),
-/// and the waits of several threads overlap, where one after the other they
-/// made 200 pairs take 90 s. Stops at the first error, or once `stop` is set
-/// (a signal: the error says how many of `what` were done); what was made is
-/// closed at once ([`close_all`]).
-fn in_parallel<J: Sync, R: Send>(
-    jobs: &[J],
-    stop: &std::sync::atomic::AtomicBool,
-    what: &str,
-    f: impl Fn(&J) -> Result<R> + Sync,
-) -> Result<Vec<R>> {
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let failed = std::sync::atomic::AtomicBool::new(false);
-    let results: Vec<Vec<(usize, Result<R>)>> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..OPENERS.min(jobs.len()))
-            .map(|_| {
-                s.spawn(|| {
-                    let mut mine = Vec::new();
-                    while !stop.load(Ordering::Relaxed) && !failed.load(Ordering::Relaxed) {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(job) = jobs.get(i) else {
-                            break;
-                        };
-                        let r = f(job);
-                        if r.is_err() {
-                            failed.store(true, Ordering::Relaxed);
-                        }
-                        mine.push((i, r));
-                    }
-                    mine
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .map(|w| w.join().unwrap_or_default())
-            .collect()
-    });
-    let mut slots: Vec<Option<R>> = Vec::new();
-    slots.resize_with(jobs.len(), || None);
-    let mut first_error: Option<(usize, anyhow::Error)> = None;
-    for (i, r) in results.into_iter().flatten() {
-        match r {
-            Ok(made) => slots[i] = Some(made),
-            Err(e) => {
-                if first_error.as_ref().is_none_or(|(j, _)| i < *j) {
-                    first_error = Some((i, e));
-                }
-            }
-        }
-    }
-    if let Some((_, e)) = first_error {
-        close_all(slots);
-        return Err(e);
-    }
-    if slots.iter().any(Option::is_none) {
-        let done = slots.iter().filter(|h| h.is_some()).count();
-        close_all(slots);
-        bail!(
-            "stopped by a signal while starting: {done} of {} {what}",
-            jobs.len()
-        );
-    }
-    Ok(slots.into_iter().flatten().collect())
 }
 
 #[cfg(test)]
