@@ -60,8 +60,7 @@ fn bench(c: &mut Criterion) {
                     config: None,
                     stats: StatsFormat::None,
                     events: None,
-                    log_a_to_b: None,
-                    log_b_to_a: None,
+                    logs: Default::default(),
                     quiet: true,
                     rules: Default::default(),
                 })

@@ -15,6 +15,16 @@ use std::path::PathBuf;
 
 /// `linkem replay`'s arguments.
 #[derive(clap::Args, Debug, Clone)]
+#[command(
+    mut_arg("log_a_to_b", |a| a.help(
+        "Link log in mahimahi's format (`mm-link --uplink-log`) of the packets received on \
+         side a (every packet, without `--rules-side b`); times in ms from the capture's \
+         first packet"
+    )),
+    mut_arg("log_b_to_a", |a| a.help(
+        "Link log of the packets received on side b (`--rules-side b`)"
+    )),
+)]
 pub struct ReplayArgs {
     /// Input capture (pcap or pcapng), or the recording directory of a live run
     /// (`linkem bridge --record DIR`), replayed with the model and changes it recorded.
@@ -35,18 +45,9 @@ pub struct ReplayArgs {
     /// line names the columns).
     #[arg(long, value_name = "FILE")]
     pub events: Option<PathBuf>,
-    /// Link log in mahimahi's format (`mm-link --uplink-log`) of the packets
-    /// received on side a (every packet, without `--rules-side b`); times in
-    /// ms from the capture's first packet.
-    #[arg(long = "log-a-to-b", visible_alias = "uplink-log", value_name = "FILE")]
-    pub log_a_to_b: Option<PathBuf>,
-    /// Link log of the packets received on side b (`--rules-side b`).
-    #[arg(
-        long = "log-b-to-a",
-        visible_alias = "downlink-log",
-        value_name = "FILE"
-    )]
-    pub log_b_to_a: Option<PathBuf>,
+    /// `--log-a-to-b`, `--log-b-to-a`: the link logs, worded for a capture.
+    #[command(flatten)]
+    pub logs: LinkLogArgs,
     /// Never show a progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -67,12 +68,12 @@ pub(crate) fn outputs(args: &ReplayArgs) -> Vec<FileUse> {
     let mut outputs = vec![FileUse::new("output capture", &args.output)];
     outputs.extend(args.events.iter().map(|p| FileUse::new("--events", p)));
     outputs.extend(
-        args.log_a_to_b
+        args.logs.log_a_to_b
             .iter()
             .map(|p| FileUse::new("--log-a-to-b", p)),
     );
     outputs.extend(
-        args.log_b_to_a
+        args.logs.log_b_to_a
             .iter()
             .map(|p| FileUse::new("--log-b-to-a", p)),
     );

@@ -47,7 +47,7 @@ pub(super) struct ReplayLogs {
 
 impl ReplayLogs {
     pub(super) fn create(args: &ReplayArgs, start: LogStart) -> Result<Option<ReplayLogs>> {
-        if args.log_a_to_b.is_none() && args.log_b_to_a.is_none() {
+        if args.logs.log_a_to_b.is_none() && args.logs.log_b_to_a.is_none() {
             return Ok(None);
         }
         let create = |path: &Option<PathBuf>| -> Result<Option<OutputFile>> {
@@ -63,7 +63,10 @@ impl ReplayLogs {
             link = format!("rules {} {link}", rules.display());
         }
         Ok(Some(ReplayLogs {
-            files: [create(&args.log_a_to_b)?, create(&args.log_b_to_a)?],
+            files: [
+                create(&args.logs.log_a_to_b)?,
+                create(&args.logs.log_b_to_a)?,
+            ],
             logs: [None, None],
             link: link.trim().to_string(),
             start,
