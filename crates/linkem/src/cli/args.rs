@@ -68,12 +68,14 @@ pub(crate) fn outputs(args: &ReplayArgs) -> Vec<FileUse> {
     let mut outputs = vec![FileUse::new("output capture", &args.output)];
     outputs.extend(args.events.iter().map(|p| FileUse::new("--events", p)));
     outputs.extend(
-        args.logs.log_a_to_b
+        args.logs
+            .log_a_to_b
             .iter()
             .map(|p| FileUse::new("--log-a-to-b", p)),
     );
     outputs.extend(
-        args.logs.log_b_to_a
+        args.logs
+            .log_b_to_a
             .iter()
             .map(|p| FileUse::new("--log-b-to-a", p)),
     );
