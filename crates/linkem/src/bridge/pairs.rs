@@ -34,8 +34,8 @@
 
 use super::interfaces::Interfaces;
 use super::link::{link_buffer, model, parse_direction, split};
-use super::live_options;
 use super::serve::{pair_stats, serve, PairLabel, Run};
+use super::{live_options, Hooks};
 use crate::bridge::backend::Rings;
 use crate::cli::args::{timing, BridgeArgs, Timing};
 use crate::control::Running;
@@ -179,7 +179,13 @@ fn check_options(args: &BridgeArgs) -> Result<()> {
 /// Runs the bridge of several pairs until SIGINT or SIGTERM (or
 /// `--duration`), then prints the final counts of every pair.
 pub fn run_group(args: &BridgeArgs) -> Result<()> {
-    let plans = plan(args)?;
+    run_plans(args, plan(args)?, Hooks::default())
+}
+
+/// Runs the pairs `plans` (from `--pair`, or a front end that plans its own
+/// pairs, as a lab) with the options of `args` that concern the whole run,
+/// until a signal, `--duration` or `hooks.done`.
+pub(crate) fn run_plans(args: &BridgeArgs, plans: Vec<PairPlan>, mut hooks: Hooks) -> Result<()> {
     let timing = timing(args)?;
     // From here on SIGINT/SIGTERM stop the start-up too (each pair checks),
     // and what was opened is closed on the way out.
@@ -214,6 +220,9 @@ pub fn run_group(args: &BridgeArgs) -> Result<()> {
         plans.len()
     );
     let started = Instant::now();
+    if let Some(tx) = hooks.started.take() {
+        let _ = tx.send(());
+    }
     let mut models = Vec::new();
     for ((p, bridge), used) in plans.iter().zip(bridges).zip(&used) {
         eprintln!(
@@ -248,8 +257,8 @@ pub fn run_group(args: &BridgeArgs) -> Result<()> {
         pairs: &labels,
         models: &models,
     };
-    let never = AtomicBool::new(false);
-    let served = serve(args, run, started, [&stop, &never], &reload);
+    let done = hooks.done.clone().unwrap_or_default();
+    let served = serve(args, run, started, [&stop, &done], &reload);
     // The control threads first (they remove the sockets), then the stages.
     drop(servers);
     group.stop();
