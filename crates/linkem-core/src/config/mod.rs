@@ -281,6 +281,20 @@ impl LinkSpec {
         Self::read_over(parser::Draft::over(base), &[words], Dialect::Linkem, files)
     }
 
+    /// Whether `words` read as a patch ([`LinkSpec::patch`]) before the
+    /// link they go over is known: each word and its arguments (files read
+    /// through `files`), not the checks of the whole link, which the link
+    /// under them may satisfy.
+    pub fn check_patch<S: AsRef<str>>(
+        words: &[S],
+        files: &mut FileLoader<'_>,
+    ) -> Result<(), ConfigError> {
+        let words: Vec<&str> = words.iter().map(AsRef::as_ref).collect();
+        let mut draft = parser::Draft::default();
+        let mut cursor = parser::Cursor::new(&words, 0, 0, Dialect::Linkem, files);
+        words::read_layer(&mut cursor, &mut draft)
+    }
+
     /// Reads `layers` over `draft`, then resolves a schedule against them.
     fn read_over<S: AsRef<str>>(
         mut draft: parser::Draft,
