@@ -205,3 +205,7 @@ fn name_link(f: Failure, name: &str) -> Failure {
         w @ Failure::Word { .. } => w,
     }
 }
+
+#[cfg(test)]
+#[path = "group_tests.rs"]
+mod tests;
