@@ -13,6 +13,9 @@ request of the control protocol and get the parsed replies::
         except linkem.CtlError as e:
             print(e.position, e.word)        # 4 30xs
 
+A lab's one socket serves all its links: ``linkem.Lab("demo").link(
+"r1:eth1--r2:eth1").set(delay="30ms")`` changes that link's delay only.
+
 ``linkem.mininet.LinkemLink`` (imported only when Mininet is installed) puts a
 linkem link between two Mininet nodes. Pure Python, standard library only.
 """
@@ -25,6 +28,9 @@ from .client import (
     Batch,
     Client,
     CtlError,
+    Lab,
+    LabBatch,
+    LabLink,
     Watch,
     connect,
     default_socket_path,
@@ -38,6 +44,9 @@ __all__ = [
     "Client",
     "CtlError",
     "DEFAULT_TIMEOUT_S",
+    "Lab",
+    "LabBatch",
+    "LabLink",
     "MAX_LINE_BYTES",
     "PROTOCOL_VERSION",
     "SOCKET_DIR",

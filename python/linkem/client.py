@@ -180,14 +180,16 @@ class Requests:
         """``help``: the list of requests, as text."""
         return str(self.request("help")["help"])
 
-    def show(self) -> Reply:
-        """``show``: links (or rules, pipes) and counters, the shape of ``--stats json``."""
-        return self.request("show")
+    def show(self, link: Optional[str] = None) -> Reply:
+        """``show [LINK]``: links (or rules, pipes) and counters, the shape of
+        ``--stats json``; in a socket of several links (a lab) one link, or all of
+        them as ``{"links": [{"link": NAME, ...}, ...]}``."""
+        return self.request(f"show {_name(link)}".rstrip())
 
-    def stats(self) -> Reply:
-        """``stats``: the counters (``directions``, per direction ``received``,
+    def stats(self, link: Optional[str] = None) -> Reply:
+        """``stats [LINK]``: the counters (``directions``, per direction ``received``,
         ``fates``, ``in_flight``), counted since the last ``zero``."""
-        return self.request("stats")
+        return self.request(f"stats {_name(link)}".rstrip())
 
     def list(self) -> Reply:
         """``list``: the links (or rules), their owners and last change."""
@@ -195,11 +197,22 @@ class Requests:
 
     # Changing.
     def link(self, direction: str, words: Words) -> Reply:
-        """``link a-to-b|b-to-a|both WORDS``: that link becomes exactly WORDS
-        (unset words take their defaults); ``at_ns`` is the instant it applies."""
-        if direction not in ("a-to-b", "b-to-a", "both", "a->b", "b->a"):
-            raise ValueError(f"direction {direction!r}: a-to-b, b-to-a or both")
-        return self.request(f"link {direction} {join_words(words)}".rstrip())
+        """``link a-to-b|b-to-a|both WORDS``: WORDS change what they name and every
+        other word of that link stays (PATCH; ``loss none``, ``rate unlimited``,
+        ``delay 0ms`` remove one); ``at_ns`` is the instant it applies."""
+        return self.request(_change("link", None, direction, words, {}))
+
+    def set(self, words: Optional[Words] = None, direction: str = "both",
+            **named: Union[str, int, float]) -> Reply:
+        """:meth:`link` with the words also as keywords, ``set(delay="30ms",
+        loss="1%")`` (``jitter_mode=`` is ``jitter-mode``): only those change."""
+        return self.request(_change("link", None, direction, words, named))
+
+    def replace(self, words: Optional[Words] = None, direction: str = "both",
+                **named: Union[str, int, float]) -> Reply:
+        """``replace a-to-b|b-to-a|both WORDS``: the link becomes exactly WORDS,
+        unset words taking their defaults (``replace()`` clears it)."""
+        return self.request(_change("replace", None, direction, words, named))
 
     def zero(self) -> Reply:
         """``zero``: the counters of show/stats/watch start again from zero."""
@@ -267,6 +280,32 @@ class Requests:
         if number is None:
             return self.request(f"{kind} show")
         return self.request(f"{kind} {_number(number)} show")
+
+
+_DIRECTIONS = ("a-to-b", "b-to-a", "both", "a->b", "b->a")
+
+
+def _name(link: Optional[str]) -> str:
+    """A link's name as one word of a request ('' for none)."""
+    if link is None:
+        return ""
+    if not isinstance(link, str) or not link or link.split() != [link]:
+        raise ValueError(f"link name {link!r}: one word, such as r1:eth1--r2:eth1")
+    return link
+
+
+def _change(verb: str, link: Optional[str], direction: str, words: Optional[Words],
+            named: Dict[str, Union[str, int, float]]) -> str:
+    """``VERB [LINK] DIRECTION WORDS``, the keywords as words after ``words``."""
+    if direction not in _DIRECTIONS:
+        raise ValueError(f"direction {direction!r}: a-to-b, b-to-a or both")
+    line = join_words(words) if words is not None else ""
+    pairs = [(k.replace("_", "-"), v) for k, v in named.items()]
+    extra = join_words([w for k, v in pairs for w in (k, *str(v).split())])
+    text = " ".join(t for t in (line, extra) if t)
+    if verb == "link" and not text:
+        raise ValueError("set/link needs the words to change (replace() clears a link)")
+    return " ".join(t for t in (verb, _name(link), direction, text) if t)
 
 
 def _number(n: int) -> int:
@@ -574,3 +613,89 @@ class Batch(Requests):
                 # The block's exception says more than a failed abort; a
                 # connection that broke drops the batch anyway.
                 pass
+
+
+class LabLink:
+    """One link of a socket that serves several (a lab, ``--pair ... --name G``),
+    named as the emulator names it (``r1:eth1--r2:eth1``, ``IF_A-IF_B``): its
+    requests name it first. ``via`` is the client or a batch of it."""
+
+    def __init__(self, via: Requests, name: str) -> None:
+        self.via = via
+        self.name = _name(name)
+
+    def set(self, words: Optional[Words] = None, direction: str = "both",
+            **named: Union[str, int, float]) -> Reply:
+        """``link NAME DIRECTION WORDS``: only the words given change
+        (``set(delay="30ms", direction="a-to-b")``)."""
+        return self.via.request(_change("link", self.name, direction, words, named))
+
+    def replace(self, words: Optional[Words] = None, direction: str = "both",
+                **named: Union[str, int, float]) -> Reply:
+        """``replace NAME DIRECTION WORDS``: that direction becomes exactly the words."""
+        return self.via.request(_change("replace", self.name, direction, words, named))
+
+    def show(self) -> Reply:
+        """``show NAME``: the link's two directions (``links``) and counts (``stats``)."""
+        return self.via.request(f"show {self.name}")
+
+    def stats(self) -> Reply:
+        """``stats NAME``: the link's counts since the last ``zero``."""
+        return self.via.request(f"stats {self.name}")
+
+
+class Lab:
+    """The control socket of a lab (or of ``linkem bridge --pair ... --name G``),
+    which serves several links::
+
+        with linkem.Lab("demo") as lab:
+            lab.link("r1:eth1--r2:eth1").set(delay="30ms", direction="a-to-b")
+            print(lab.links())
+    """
+
+    def __init__(self, name: Optional[str] = None,
+                 path: Union[str, "os.PathLike[str]", None] = None,
+                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self.client = connect(path, name=name, timeout_s=timeout_s)
+
+    def __enter__(self) -> "Lab":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.client.close()
+
+    def link(self, name: str) -> LabLink:
+        """The link NAME (not checked here: a request about an unknown name is
+        refused by the emulator, naming it and a few known ones)."""
+        return LabLink(self.client, name)
+
+    def links(self) -> List[str]:
+        """The names of the lab's links, in the emulator's order."""
+        return [str(l["link"]) for l in self.client.list().get("links", [])]
+
+    def show(self) -> Reply:
+        """``show``: every link, ``{"links": [{"link": NAME, ...}, ...]}``."""
+        return self.client.show()
+
+    def stats(self) -> Reply:
+        """``stats``: every link's counts."""
+        return self.client.stats()
+
+    def batch(self) -> "LabBatch":
+        """Changes of several links applied at once, or none of them::
+
+            with lab.batch() as b:
+                b.link("r1:eth1--r2:eth1").set(delay="5ms")
+                b.link("r2:eth2--r3:eth1").set(loss="1%")
+        """
+        return LabBatch(self.client)
+
+
+class LabBatch(Batch):
+    """A :class:`Batch` of a lab's socket, whose links are named."""
+
+    def link(self, name: str) -> LabLink:  # type: ignore[override]
+        return LabLink(self, name)

@@ -474,11 +474,8 @@ impl Model {
                                 patch(base, words, *first)?
                             }
                         };
-                        let words = match replace {
-                            true => words.join(" "),
-                            false => config.to_string(),
-                        };
-                        staged.links[i] = Some((config, words));
+                        // The words as given (`list`'s `words`); `link` shows the whole link.
+                        staged.links[i] = Some((config, words.join(" ")));
                     }
                 }
                 Request::Zero => {
