@@ -13,7 +13,8 @@
 //! change is atomic at one instant for both directions; packets already
 //! queued keep their release times; a refused change touches nothing. A
 //! batch (`begin`..`commit`) is checked whole and then applied in one such
-//! step.
+//! step. A socket may serve several links (a group of pairs, a lab:
+//! [`group`]), each request about one naming it first.
 //!
 //! Who may do what: the kernel decides who may connect (socket mode 0600, or
 //! 0660 with `--control-group`, or 0666 with `--claims`); the peer's
@@ -711,6 +712,7 @@ pub fn looks_like_change(line: &str) -> bool {
         first,
         Some(
             "link"
+                | "replace"
                 | "zero"
                 | "pipe"
                 | "queue"
