@@ -19,6 +19,8 @@
 //! options that change decisions come from the model's [`Plan`]).
 
 pub mod backend;
+mod group_sinks;
+mod group_start;
 mod interfaces;
 mod link;
 mod outputs;

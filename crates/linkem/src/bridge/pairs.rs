@@ -32,27 +32,28 @@
 //! sockets or names). SIGHUP has nothing to re-read (the words are the
 //! command line's) and is ignored, saying so.
 
+use super::group_start;
 use super::interfaces::Interfaces;
-use super::link::{link_buffer, model, parse_direction, split};
+use super::link::{parse_direction, split};
 use super::serve::{pair_stats, serve, PairLabel, Run};
-use super::{live_options, Hooks};
+use super::Hooks;
 use crate::bridge::backend::Rings;
-use crate::cli::args::{timing, BridgeArgs, Timing};
-use crate::control::Running;
+use crate::cli::args::{timing, BridgeArgs};
+use crate::control::Model;
 use crate::process::{fresh_seed, signal_flags};
 use crate::render::bridge_stats::print_pairs_stats;
 use anyhow::{bail, Result};
-use linkem_core::model::LinkModel;
 use linkem_core::rng::pair_seed;
 use linkem_core::{LinkSpec, TomlWords};
 use linkem_io::recording::NamedFiles;
-use linkem_runtime::pipeline::{GroupPair, LiveBridge};
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
 /// One pair as given: its interfaces, its links and its seed.
+#[derive(Debug, Clone, Default)]
 pub(crate) struct PairPlan {
     pub if_a: String,
     pub if_b: String,
@@ -60,6 +61,10 @@ pub(crate) struct PairPlan {
     pub name: String,
     pub specs: [LinkSpec; 2],
     pub seed: u64,
+    /// A Dummynet rule file (as `--rules` of a one-pair bridge): the pair
+    /// runs a node of these rules, its `specs` unused but for the seed (a
+    /// `seed N` line of the file wins); None: the pair is its `specs`' link.
+    pub rules: Option<PathBuf>,
 }
 
 /// The pairs of `--pair`, their words parsed and seeds settled; refuses an
@@ -79,8 +84,8 @@ pub(crate) fn plan(args: &BridgeArgs) -> Result<Vec<PairPlan>> {
                 );
             }
         }
-        let words = split(&p[2..]);
         let what = format!("pair {} ({if_a} {if_b})", i + 1);
+        let (words, rules) = rules_word(&split(&p[2..]), args.rules.as_ref(), &what)?;
         let mut read = NamedFiles::new();
         let no_toml = TomlWords::default();
         let ab = parse_direction(&[&words], &no_toml, &what, &mut read)?;
@@ -91,6 +96,7 @@ pub(crate) fn plan(args: &BridgeArgs) -> Result<Vec<PairPlan>> {
             name: format!("{if_a}-{if_b}"),
             seed: ab.seed.unwrap_or(0),
             specs: [ab, ba],
+            rules,
         });
     }
     let run_seed = plans
@@ -105,14 +111,42 @@ pub(crate) fn plan(args: &BridgeArgs) -> Result<Vec<PairPlan>> {
     Ok(plans)
 }
 
+/// A pair's words without its `rules FILE`, and the rule file it runs:
+/// its own, else `--rules` (every pair's); beside rules, only `seed N`.
+fn rules_word(
+    words: &[String],
+    every: Option<&PathBuf>,
+    what: &str,
+) -> Result<(Vec<String>, Option<PathBuf>)> {
+    let mut rest = Vec::new();
+    let mut own = None;
+    let mut it = words.iter();
+    while let Some(w) = it.next() {
+        if w == "rules" {
+            let Some(file) = it.next() else {
+                bail!("{what}: 'rules' needs a FILE (rules FILE)");
+            };
+            if own.replace(PathBuf::from(file)).is_some() {
+                bail!("{what}: 'rules' is given twice");
+            }
+        } else {
+            rest.push(w.clone());
+        }
+    }
+    let rules = own.or_else(|| every.cloned());
+    let only_seed = rest.is_empty() || (rest.len() == 2 && rest[0] == "seed");
+    if rules.is_some() && !only_seed {
+        bail!(
+            "{what}: a pair of rules takes no link words beside 'seed N' (its links are the \
+             rule file's 'pipe N config' lines): give the words to a pair without rules"
+        );
+    }
+    Ok((rest, rules))
+}
+
 /// Refuses, by name, what a bridge of several pairs does not do.
 fn check_options(args: &BridgeArgs) -> Result<()> {
-    let refused: [(bool, &str, &str); 13] = [
-        (
-            args.rules.is_some(),
-            "--rules",
-            "run one linkem --rules per node",
-        ),
+    let refused: [(bool, &str, &str); 7] = [
         (
             args.config.is_some(),
             "--config",
@@ -128,22 +162,6 @@ fn check_options(args: &BridgeArgs) -> Result<()> {
             "--forward-only",
             "give the pairs no words instead",
         ),
-        (
-            args.run.record.is_some(),
-            "--record",
-            "a recording holds one pair: record a pair with a bridge of its own",
-        ),
-        (
-            args.run.events.is_some(),
-            "--events",
-            "the events file holds one pair's decisions",
-        ),
-        (
-            args.run.logs.any(),
-            "--log-a-to-b/--log-b-to-a",
-            "a link log holds one pair",
-        ),
-        (args.run.series, "--series", "the time series hold one pair"),
         (
             args.control.metrics.is_some(),
             "--metrics",
@@ -164,11 +182,6 @@ fn check_options(args: &BridgeArgs) -> Result<()> {
             "--claims",
             "claims are rules of one node",
         ),
-        (
-            args.run.max_flows != linkem_core::pipe::DEFAULT_MAX_FLOWS,
-            "--max-flows",
-            "it bounds a node of rules",
-        ),
     ];
     if let Some((_, option, why)) = refused.iter().find(|(given, _, _)| *given) {
         bail!("{option} is not available with several --pair ({why})");
@@ -187,6 +200,10 @@ pub fn run_group(args: &BridgeArgs) -> Result<()> {
 /// until a signal, `--duration` or `hooks.done`.
 pub(crate) fn run_plans(args: &BridgeArgs, plans: Vec<PairPlan>, mut hooks: Hooks) -> Result<()> {
     let timing = timing(args)?;
+    // Read and created before any interface is touched: a bad rule file or
+    // output path changes nothing.
+    let fronts = group_start::load_fronts(args, &plans)?;
+    let mut sinks = group_start::create_sinks(args, &plans, &fronts, hooks.command_line.take())?;
     // From here on SIGINT/SIGTERM stop the start-up too (each pair checks),
     // and what was opened is closed on the way out.
     let (stop, reload) = signal_flags()?;
@@ -199,44 +216,47 @@ pub(crate) fn run_plans(args: &BridgeArgs, plans: Vec<PairPlan>, mut hooks: Hook
         }
         Ok(())
     };
-    // Held until the bridge ends: no second linkem on these interfaces.
-    let names = plans.iter().map(|p| [p.if_a.as_str(), p.if_b.as_str()]);
-    let claimed = Interfaces::claim(args, names.collect(), Some(&stop))?;
-    let mut controls = Vec::new();
-    for p in &plans {
-        interrupted(controls.len(), "given a control socket")?;
-        controls.push(crate::control::server::prepare(
-            &args.control,
-            &p.if_a,
-            &p.if_b,
-        )?);
-    }
-    let (pairs, used) = open_pairs(&plans, &claimed, &timing, &stop)?;
-    let opts = live_options(args, &timing, [0; 2], None);
-    let (bridges, mut group) =
-        LiveBridge::start_group(opts, pairs).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let started = (|| {
+        // Held until the bridge ends: no second linkem on these interfaces.
+        let names = plans.iter().map(|p| [p.if_a.as_str(), p.if_b.as_str()]);
+        let claimed = Interfaces::claim(args, names.collect(), Some(&stop))?;
+        let mut controls = Vec::new();
+        for p in &plans {
+            interrupted(controls.len(), "given a control socket")?;
+            controls.push(crate::control::server::prepare(
+                &args.control,
+                &p.if_a,
+                &p.if_b,
+            )?);
+        }
+        // Small rings: most links of a lab are idle at any time.
+        let opened = claimed.open(Rings::Small, Some(&stop))?;
+        let taps = sinks.start_taps()?;
+        let pairs = group_start::start_pairs(args, &timing, &plans, fronts, opened, taps)?;
+        Ok((claimed, controls, pairs))
+    })();
+    let (claimed, controls, started_pairs) = match started {
+        Ok(s) => s,
+        Err(e) => {
+            sinks.discard();
+            return Err(e);
+        }
+    };
+    let mut groups = started_pairs.groups;
     eprintln!(
-        "linkem: {} pairs in one process: threads linkem-stage, linkem-out-a->b, linkem-out-b->a",
-        plans.len()
+        "linkem: {} pairs in one process: threads linkem-stage, linkem-out-a->b, linkem-out-b->a{}",
+        plans.len(),
+        if groups.len() > 1 {
+            " (twice: the pairs of links, the pairs of rules)"
+        } else {
+            ""
+        }
     );
     let started = Instant::now();
     if let Some(tx) = hooks.started.take() {
         let _ = tx.send(());
     }
-    let mut models = Vec::new();
-    for ((p, bridge), used) in plans.iter().zip(bridges).zip(&used) {
-        eprintln!(
-            "linkem: pair {} ({} {}, {}/{}): {}; seed {}",
-            p.name, p.if_a, p.if_b, used[0], used[1], p.specs[0].link, p.seed
-        );
-        models.push(Arc::new(model(
-            p.name.clone(),
-            Running::Link(bridge),
-            &p.specs,
-            p.seed,
-            started,
-        )));
-    }
+    let models: Vec<Arc<Model>> = started_pairs.models.into_iter().map(Arc::new).collect();
     let mut servers = Vec::new();
     for (control, model) in controls.into_iter().zip(&models) {
         for line in control.announce() {
@@ -246,29 +266,38 @@ pub(crate) fn run_plans(args: &BridgeArgs, plans: Vec<PairPlan>, mut hooks: Hook
     }
     let labels: Vec<PairLabel<'_>> = plans
         .iter()
-        .map(|p| PairLabel {
+        .zip(&models)
+        .map(|(p, m)| PairLabel {
             name: &p.name,
             if_a: &p.if_a,
             if_b: &p.if_b,
-            seed: p.seed,
+            seed: m.seed(),
         })
         .collect();
     let run = Run::Group {
         pairs: &labels,
         models: &models,
+        series: sinks.series(),
     };
     let done = hooks.done.clone().unwrap_or_default();
     let served = serve(args, run, started, [&stop, &done], &reload);
     // The control threads first (they remove the sockets), then the stages.
     drop(servers);
-    group.stop();
+    for g in &mut groups {
+        g.stop();
+    }
     let mut last = Vec::new();
+    let mut taps = Vec::new();
     for model in models {
         let model = Arc::try_unwrap(model)
             .map_err(|_| anyhow::anyhow!("a control thread outlived its server"))?;
         let stopped = model.error();
-        last.push((model.into_running().stop(), stopped));
+        let mut running = model.into_running();
+        last.push((running.stop(), stopped));
+        taps.push(running.take_tap());
     }
+    // Dropping the taps ends the writers' channels and hands the recorders back.
+    drop(taps);
     let stats = pair_stats(&labels, last);
     print_pairs_stats(
         args.run.stats,
@@ -277,42 +306,8 @@ pub(crate) fn run_plans(args: &BridgeArgs, plans: Vec<PairPlan>, mut hooks: Hook
         true,
     );
     drop(claimed);
+    sinks.finish()?;
     served
-}
-
-/// The pairs as the live stage takes them, and the backend of each one's
-/// interfaces.
-type OpenedPairs = (Vec<GroupPair<LinkModel>>, Vec<[String; 2]>);
-
-/// Opens every pair's interfaces ([`Interfaces::open`], small rings: most
-/// links of a lab are idle at any time) and sizes its delay lines; returns
-/// the pairs as the live stage takes them, and the backend each interface
-/// uses.
-fn open_pairs(
-    plans: &[PairPlan],
-    claimed: &Interfaces<'_>,
-    timing: &Timing,
-    stop: &AtomicBool,
-) -> Result<OpenedPairs> {
-    let opened = claimed.open(Rings::Small, Some(stop))?;
-    let mut pairs = Vec::new();
-    let mut used = Vec::new();
-    for (p, ports) in plans.iter().zip(opened) {
-        let buffer_bytes = [
-            link_buffer(&p.specs[0], &format!("{} a->b", p.name), timing)?,
-            link_buffer(&p.specs[1], &format!("{} b->a", p.name), timing)?,
-        ];
-        let links = [p.specs[0].link.clone(), p.specs[1].link.clone()];
-        pairs.push(GroupPair {
-            names: ["a->b".into(), "b->a".into()],
-            buffer_bytes,
-            model: LinkModel::new(links, p.seed),
-            rx: ports.rx,
-            tx: ports.tx,
-        });
-        used.push(ports.used);
-    }
-    Ok((pairs, used))
 }
 
 #[cfg(test)]
