@@ -183,6 +183,21 @@ fn a_recorded_group_of_three_pairs_replays_to_each_links_events() {
             "{name}'s capture"
         );
     }
+    // One start instant for every link, kept by each link's recording.
+    let index: Value =
+        serde_json::from_str(&std::fs::read_to_string(rec.join("group.json")).unwrap()).unwrap();
+    let starts: Vec<u64> = index["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            let meta = rec.join(l["dir"].as_str().unwrap()).join("recording.json");
+            let m: Value = serde_json::from_str(&std::fs::read_to_string(meta).unwrap()).unwrap();
+            m["start_ns"].as_u64().expect("start_ns")
+        })
+        .collect();
+    assert_eq!(starts.len(), 3);
+    assert!(starts.iter().all(|s| *s == starts[0]), "{starts:?}");
     // The rules pair decided through its pipe, the others through no pipe.
     assert!(live[&names[2]].iter().all(|v| v["pipe"] == 1), "rules pair");
     assert!(live[&names[0]].iter().all(|v| v["pipe"].is_null()));

@@ -369,9 +369,6 @@ mod tests {
             "{e:#}"
         );
         for (extra, named) in [
-            ("--rules r.txt", "--rules"),
-            ("--record dir", "--record"),
-            ("--events e.txt", "--events"),
             ("--metrics 9100", "--metrics"),
             ("--name lab", "--name"),
             ("--control /tmp/x.sock", "--control PATH"),
@@ -389,6 +386,52 @@ mod tests {
             .err()
             .unwrap();
         assert!(format!("{e:#}").contains("pair 1 (a1 b1)"), "{e:#}");
+    }
+
+    #[test]
+    fn a_pair_runs_its_own_rules_or_those_of_rules_for_every_pair_without_words() {
+        let plans = plan(&args(
+            "--pair a1 b1 delay 5ms --pair a2 b2 rules n.rules seed 4 --pair a3 b3",
+        ))
+        .unwrap();
+        assert_eq!(plans[0].rules, None);
+        assert_eq!(plans[1].rules, Some(PathBuf::from("n.rules")));
+        assert_eq!(plans[1].seed, 4);
+        assert_eq!(plans[2].rules, None);
+        let plans = plan(&args(
+            "--rules all.rules --pair a1 b1 --pair a2 b2 rules own.rules",
+        ))
+        .unwrap();
+        assert_eq!(plans[0].rules, Some(PathBuf::from("all.rules")));
+        assert_eq!(plans[1].rules, Some(PathBuf::from("own.rules")));
+        for (line, says) in [
+            (
+                "--pair a1 b1 rules n.rules delay 5ms --pair a2 b2",
+                "takes no link words",
+            ),
+            (
+                "--rules all.rules --pair a1 b1 delay 5ms --pair a2 b2",
+                "takes no link words",
+            ),
+            ("--pair a1 b1 rules --pair a2 b2", "'rules' needs a FILE"),
+            ("--pair a1 b1 rules x rules y --pair a2 b2", "given twice"),
+        ] {
+            let e = plan(&args(line)).err().expect(line);
+            let msg = format!("{e:#}");
+            assert!(
+                msg.contains(says) && msg.contains("pair 1 (a1 b1)"),
+                "{line}: {msg}"
+            );
+        }
+    }
+
+    #[test]
+    fn outputs_of_one_pair_are_taken_by_a_group() {
+        let a = args(
+            "--record rec --events e.jsonl --log-a-to-b {link}.up --max-flows 9 \
+             --pair a1 b1 --pair a2 b2",
+        );
+        assert_eq!(plan(&a).unwrap().len(), 2);
     }
 
     #[test]

@@ -330,4 +330,42 @@ mod tests {
             }
         );
     }
+
+    /// A group's file: each pair's decisions as JSON lines naming its link,
+    /// each line the columns of its tab-separated line by name.
+    #[test]
+    fn a_groups_lines_name_their_link_and_hold_the_columns() {
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let names = vec!["a1-b1".to_string(), "r1:eth1--r2:eth1".to_string()];
+        let (mut taps, writer) = start_group(Gate(buf.clone()), names.clone()).unwrap();
+        let ds = decisions(10);
+        for (i, d) in ds.iter().enumerate() {
+            taps[i % 2].decision(d.tag * 1000, 100, d);
+        }
+        drop(taps);
+        let (_, summary) = writer.finish().unwrap();
+        assert_eq!(summary.written, 10);
+        let text = String::from_utf8(buf.lock().unwrap().clone()).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 10, "no header: {text}");
+        for (i, (v, d)) in lines.iter().zip(&ds).enumerate() {
+            assert_eq!(v["link"], names[i % 2].as_str());
+            assert_eq!(v["index"], d.tag);
+            assert_eq!(v["arrival_ns"], d.tag * 1000);
+            assert_eq!(v["len_bytes"], 100);
+            assert_eq!(v["fate"], d.fate.to_string());
+            assert_eq!(v["side"], "a");
+            assert!(v["rule"].is_null());
+        }
+        let v: serde_json::Value = serde_json::from_str(&json_event(
+            "x",
+            "1\t2\t3\tdelivered\t9\t0\t0\t1\t-\t-\t1\t0000000000000012\t-\t-\t-\ta\n",
+        ))
+        .unwrap();
+        assert_eq!(v["flow"], "0000000000000012", "a flow id stays a string");
+        assert_eq!(v["pipe"], 1);
+    }
 }
