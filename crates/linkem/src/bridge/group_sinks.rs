@@ -6,8 +6,8 @@
 //! ([`super::outputs::Outputs`]), created before any interface is touched
 //! and committed once the group stops.
 
-use super::outputs::{check_events_outside, finish_events, print_series, Outputs};
-use super::pairs::PairPlan;
+use super::outputs::{check_events_outside, finish_events, Outputs};
+use super::plan::PairPlan;
 use super::Plan;
 use crate::cli::args::BridgeArgs;
 use crate::sinks::events::{EventsTap, EventsWriter};
@@ -201,13 +201,5 @@ fn remove_record_dir((dir, made): &(PathBuf, bool)) {
     let _ = std::fs::remove_file(dir.join(crate::sinks::group::INDEX_FILE));
     if *made {
         let _ = std::fs::remove_dir(dir);
-    }
-}
-
-/// Prints the group's time series' settled intervals, each line naming its
-/// link (all of them when `last`).
-pub(super) fn print_group_series(series: &[(&str, &Series)], last: bool) {
-    for (name, s) in series {
-        print_series(s, last, Some(name));
     }
 }

@@ -12,7 +12,7 @@
 use super::group_sinks::GroupSinks;
 use super::interfaces::Ports;
 use super::link::{link_buffer, link_plan, model, parse_direction};
-use super::pairs::PairPlan;
+use super::plan::PairPlan;
 use super::rules::RulesFront;
 use super::{live_options, Plan};
 use crate::cli::args::{BridgeArgs, Timing};

@@ -25,6 +25,7 @@ mod interfaces;
 mod link;
 mod outputs;
 pub mod pairs;
+mod plan;
 mod rules;
 mod serve;
 

@@ -284,6 +284,14 @@ pub(super) fn print_series(series: &Series, last: bool, link: Option<&str>) {
     }
 }
 
+/// Prints the group's time series' settled intervals, each line naming its
+/// link (all of them when `last`).
+pub(super) fn print_group_series(series: &[(&str, &Series)], last: bool) {
+    for (name, s) in series {
+        print_series(s, last, Some(name));
+    }
+}
+
 /// Waits for the events writer; says how many decisions have no line.
 pub(super) fn finish_events(writer: EventsWriter<OutputFile>) -> Result<()> {
     let (file, summary) = writer

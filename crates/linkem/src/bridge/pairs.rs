@@ -23,18 +23,23 @@
 //! pairs give, else a fresh one), printed at start for each pair: a one-pair
 //! run with that seed decides the same for the same arrivals.
 //!
-//! Not with several pairs (refused, naming the option): `--rules` (one node
-//! for several pairs needs rules that name any of their interfaces),
-//! `--record`, `--events` and the link logs (their files hold one pair),
-//! `--config`, `--a-to-b`/`--b-to-a` (a pair's words are its link for both
-//! directions), `--forward-only`, `--series`, `--metrics`, `--name`,
-//! `--control PATH` and the claims (one process would answer for several
-//! sockets or names). SIGHUP has nothing to re-read (the words are the
-//! command line's) and is ignored, saying so.
+//! A pair may run a node of Dummynet rules instead of its link
+//! ([`PairPlan::rules`]; `rules FILE` among its words, or `--rules` for every
+//! pair without words), and what a run writes covers every pair: `--record`,
+//! `--events`, the link logs, `--series` ([`super::group_start`],
+//! [`super::group_sinks`]).
+//!
+//! Not with several pairs (refused, naming the option): `--config`,
+//! `--a-to-b`/`--b-to-a` (a pair's words are its link for both directions),
+//! `--forward-only`, `--metrics`, `--name`, `--control PATH` and the claims
+//! (one process would answer for several sockets or names). SIGHUP has
+//! nothing to re-read (the words are the command line's) and is ignored,
+//! saying so.
 
 use super::group_start;
 use super::interfaces::Interfaces;
 use super::link::{parse_direction, split};
+pub(crate) use super::plan::PairPlan;
 use super::serve::{pair_stats, serve, PairLabel, Run};
 use super::Hooks;
 use crate::bridge::backend::Rings;
@@ -44,28 +49,13 @@ use crate::process::{fresh_seed, signal_flags};
 use crate::render::bridge_stats::print_pairs_stats;
 use anyhow::{bail, Result};
 use linkem_core::rng::pair_seed;
-use linkem_core::{LinkSpec, TomlWords};
+use linkem_core::TomlWords;
 use linkem_io::recording::NamedFiles;
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
-
-/// One pair as given: its interfaces, its links and its seed.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct PairPlan {
-    pub if_a: String,
-    pub if_b: String,
-    /// IF_A-IF_B: the pair's name in the stats and its control socket's.
-    pub name: String,
-    pub specs: [LinkSpec; 2],
-    pub seed: u64,
-    /// A Dummynet rule file (as `--rules` of a one-pair bridge): the pair
-    /// runs a node of these rules, its `specs` unused but for the seed (a
-    /// `seed N` line of the file wins); None: the pair is its `specs`' link.
-    pub rules: Option<PathBuf>,
-}
 
 /// The pairs of `--pair`, their words parsed and seeds settled; refuses an
 /// interface named twice and the options a bridge of several pairs does not
@@ -416,7 +406,7 @@ mod tests {
             ("--pair a1 b1 rules --pair a2 b2", "'rules' needs a FILE"),
             ("--pair a1 b1 rules x rules y --pair a2 b2", "given twice"),
         ] {
-            let e = plan(&args(line)).err().expect(line);
+            let e = plan(&args(line)).expect_err(line);
             let msg = format!("{e:#}");
             assert!(
                 msg.contains(says) && msg.contains("pair 1 (a1 b1)"),

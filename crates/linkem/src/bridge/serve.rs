@@ -133,7 +133,7 @@ pub(super) fn serve(
             print_series(series, false, None);
         }
         if let Run::Group { series, .. } = &run {
-            super::group_sinks::print_group_series(series, false);
+            super::outputs::print_group_series(series, false);
         }
     }
     Ok(())

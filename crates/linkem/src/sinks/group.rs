@@ -131,7 +131,7 @@ mod tests {
         assert!(is_group_recording(dir.path()));
         assert_eq!(GroupIndex::read(dir.path()).unwrap(), index);
         for bad in ["", "a/b", ".hidden", INDEX_FILE] {
-            let e = GroupIndex::new([(bad, "a", "b")]).err().expect("refused");
+            let e = GroupIndex::new([(bad, "a", "b")]).expect_err("refused");
             assert!(
                 format!("{e:#}").contains("cannot name a folder"),
                 "{bad}: {e:#}"
@@ -142,7 +142,7 @@ mod tests {
             r#"{"format":"x","version":9,"links":[]}"#,
         )
         .unwrap();
-        let e = GroupIndex::read(dir.path()).err().expect("refused");
+        let e = GroupIndex::read(dir.path()).expect_err("refused");
         assert!(format!("{e:#}").contains("version 9"), "{e:#}");
     }
 
