@@ -203,3 +203,56 @@ fn remove_record_dir((dir, made): &(PathBuf, bool)) {
         let _ = std::fs::remove_dir(dir);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bridge: BridgeArgs,
+    }
+
+    #[test]
+    fn each_pair_writes_its_own_log_and_recording_folder() {
+        let a =
+            Cli::parse_from(["bridge", "x", "y", "--record", "rec", "--events", "e.jsonl"]).bridge;
+        let mut a = a;
+        a.run.logs.log_a_to_b = Some("logs/{link}.up".into());
+        let p = PairPlan {
+            if_a: "a1".into(),
+            if_b: "b1".into(),
+            name: "r1:eth1--r2:eth1".into(),
+            ..Default::default()
+        };
+        let one = pair_args(&a, &p).unwrap();
+        assert_eq!((one.if_a.as_str(), one.if_b.as_str()), ("a1", "b1"));
+        assert_eq!(
+            one.run.events, None,
+            "the group's one file is fed by its tap"
+        );
+        assert_eq!(one.run.record, Some(PathBuf::from("rec/r1:eth1--r2:eth1")));
+        assert_eq!(
+            one.run.logs.log_a_to_b,
+            Some(PathBuf::from("logs/r1:eth1--r2:eth1.up"))
+        );
+        a.run.logs.log_b_to_a = Some("down.log".into());
+        let e = pair_args(&a, &p).expect_err("one file for every link");
+        assert!(format!("{e:#}").contains("--log-b-to-a down.log"), "{e:#}");
+    }
+
+    #[test]
+    fn a_group_recording_goes_into_a_new_or_empty_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let new = dir.path().join("rec");
+        assert!(make_record_dir(&new).unwrap(), "made");
+        assert!(!make_record_dir(&new).unwrap(), "empty: taken as it is");
+        std::fs::write(new.join("x"), "").unwrap();
+        let e = make_record_dir(&new).expect_err("holds a file");
+        assert!(format!("{e:#}").contains("holds files already"), "{e:#}");
+        let e = make_record_dir(&new.join("x")).expect_err("a file");
+        assert!(format!("{e:#}").contains("not a directory"), "{e:#}");
+    }
+}
