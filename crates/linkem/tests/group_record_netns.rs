@@ -3,7 +3,8 @@
 //! topology's Drop), one linkem for all three: a pair of link words with
 //! loss, a pair with a schedule (a step at 1 s, counted from the group's
 //! start) and a pair of Dummynet rules. Pings through each, `--record DIR
-//! --events LIVE`; then `linkem replay DIR OUTDIR --events REPLAY` gives,
+//! --events LIVE`, a `linkem ctl` change of the first pair's link and of the
+//! node's pipe while they run; then `linkem replay DIR OUTDIR --events REPLAY` gives,
 //! link by link, the live run's events line for line. Needs root and prints
 //! "skipped" otherwise.
 
@@ -79,8 +80,6 @@ fn a_recorded_group_of_three_pairs_replays_to_each_links_events() {
         "json",
         "--max-lag",
         "off",
-        "--control",
-        "none",
         "--record",
         rec.to_str().unwrap(),
         "--events",
@@ -125,10 +124,28 @@ fn a_recorded_group_of_three_pairs_replays_to_each_links_events() {
     // The stages run once the start line is out; the recording's folder is
     // there before any interface is touched.
     std::thread::sleep(Duration::from_millis(700));
-    // Pings through every pair at once, over the schedule's step at 1 s.
+    // Pings through every pair at once, over the schedule's step at 1 s;
+    // meanwhile a change of the first pair's link and of the node's pipe
+    // over their control sockets (recorded, replayed at their instants).
+    let name = |t: &Topology| format!("{}-{}", t.emu_a, t.emu_b);
     std::thread::scope(|s| {
         for t in &topos {
             s.spawn(move || pings(t, 60, 0.03));
+        }
+        std::thread::sleep(Duration::from_millis(900));
+        for (t, words) in [
+            (&topos[0], &["link", "delay", "4ms", "loss", "5%"][..]),
+            (
+                &topos[2],
+                &["pipe", "1", "config", "delay", "5ms", "plr", "0.1"][..],
+            ),
+        ] {
+            let o = Command::new(env!("CARGO_BIN_EXE_linkem"))
+                .args(["ctl", "--name", &name(t)])
+                .args(words)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "ctl {words:?}: {o:?}");
         }
     });
     std::thread::sleep(Duration::from_millis(300));
@@ -186,35 +203,52 @@ fn a_recorded_group_of_three_pairs_replays_to_each_links_events() {
     // One start instant for every link, kept by each link's recording.
     let index: Value =
         serde_json::from_str(&std::fs::read_to_string(rec.join("group.json")).unwrap()).unwrap();
-    let starts: Vec<u64> = index["links"]
+    let metas: Vec<Value> = index["links"]
         .as_array()
         .unwrap()
         .iter()
         .map(|l| {
             let meta = rec.join(l["dir"].as_str().unwrap()).join("recording.json");
-            let m: Value = serde_json::from_str(&std::fs::read_to_string(meta).unwrap()).unwrap();
-            m["start_ns"].as_u64().expect("start_ns")
+            serde_json::from_str(&std::fs::read_to_string(meta).unwrap()).unwrap()
         })
         .collect();
+    let starts: Vec<u64> = metas
+        .iter()
+        .map(|m| m["start_ns"].as_u64().unwrap())
+        .collect();
+    let changes: Vec<u64> = metas
+        .iter()
+        .map(|m| m["changes"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        changes,
+        [1, 0, 1],
+        "each link's recording keeps its own changes"
+    );
     assert_eq!(starts.len(), 3);
     assert!(starts.iter().all(|s| *s == starts[0]), "{starts:?}");
     // The rules pair decided through its pipe, the others through no pipe.
     assert!(live[&names[2]].iter().all(|v| v["pipe"] == 1), "rules pair");
     assert!(live[&names[0]].iter().all(|v| v["pipe"].is_null()));
-    // The schedule took effect: delays of 2 ms, then 6 ms.
-    let delays: Vec<u64> = live[&names[1]]
-        .iter()
-        .filter(|v| v["fate"] == "delivered")
-        .map(|v| v["release_ns"].as_u64().unwrap() - v["arrival_ns"].as_u64().unwrap())
-        .collect();
-    assert!(
-        delays.iter().any(|d| (2_000_000..3_000_000).contains(d)),
-        "{delays:?}"
-    );
-    assert!(
-        delays.iter().any(|d| (6_000_000..7_000_000).contains(d)),
-        "{delays:?}"
-    );
+    // The schedule (2 ms, then 6 ms) and the changes (1 ms then 4 ms; the
+    // pipe's 3 ms then 5 ms) took effect.
+    let delays = |link: &str| -> Vec<u64> {
+        live[link]
+            .iter()
+            .filter(|v| v["fate"] == "delivered")
+            .map(|v| v["release_ns"].as_u64().unwrap() - v["arrival_ns"].as_u64().unwrap())
+            .collect()
+    };
+    for (link, before_ms, after_ms) in [(&names[0], 1, 4), (&names[1], 2, 6), (&names[2], 3, 5)] {
+        let d = delays(link);
+        for ms in [before_ms, after_ms] {
+            let range = ms * 1_000_000..(ms + 1) * 1_000_000;
+            assert!(
+                d.iter().any(|x| range.contains(x)),
+                "{link}: no {ms} ms in {d:?}"
+            );
+        }
+    }
     eprintln!(
         "group of 3 recorded and replayed in {:.1} s; {}",
         t0.elapsed().as_secs_f64(),
