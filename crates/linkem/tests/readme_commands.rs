@@ -282,8 +282,20 @@ fn word_lists(sub: &Sub) -> Vec<Vec<String>> {
     match sub {
         Sub::Bridge(b) => {
             let mut v = vec![b.words.clone(), b.a_to_b.clone(), b.b_to_a.clone()];
-            // `--pair IF_A IF_B WORDS`, grouped by [`parse`].
-            v.extend(b.pairs.iter().map(|p| p[2..].to_vec()));
+            // `--pair IF_A IF_B WORDS`, grouped by [`parse`]; a pair's
+            // `rules FILE` is the pair's rule file, not a link word.
+            v.extend(b.pairs.iter().map(|p| {
+                let mut words = Vec::new();
+                let mut it = p[2..].iter();
+                while let Some(w) = it.next() {
+                    if w == "rules" {
+                        it.next();
+                    } else {
+                        words.push(w.clone());
+                    }
+                }
+                words
+            }));
             v
         }
         Sub::Shell(s) => vec![s.words.clone(), s.a_to_b.clone(), s.b_to_a.clone()],

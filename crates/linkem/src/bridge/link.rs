@@ -120,30 +120,16 @@ impl LinkFront {
     /// the same links), one for both sides when they are the same; no option
     /// changes a link's decisions.
     pub(super) fn plan(&self, args: &BridgeArgs) -> Plan {
-        let [ab, ba] = self.specs.each_ref().map(|s| s.link.to_string());
-        let start = if ab == ba {
-            Start::Link(ab.clone())
-        } else {
-            Start::Links([ab.clone(), ba.clone()])
-        };
-        Plan {
-            seed: self.seed,
-            seed_given: self.specs.iter().any(|s| s.seed.is_some()),
-            inputs: args
-                .config
-                .iter()
-                .map(|p| FileUse::new("--config", p))
-                .collect(),
-            start,
-            options: serde_json::Map::new(),
-            read: self.read.clone(),
-            duplicates: self.specs.iter().any(|s| s.link.duplicate > 0.0),
-            link_words: [ab, ba],
-            links: self.specs.each_ref().map(|s| Some(s.link.clone())),
-            sighup_ignored: self
-                .forward_only
-                .then_some("--forward-only has no link to change"),
-        }
+        let mut plan = link_plan(&self.specs, self.read.clone(), self.seed);
+        plan.inputs = args
+            .config
+            .iter()
+            .map(|p| FileUse::new("--config", p))
+            .collect();
+        plan.sighup_ignored = self
+            .forward_only
+            .then_some("--forward-only has no link to change");
+        plan
     }
 
     /// Starts the stages on the opened ports; returns the control model.
@@ -202,6 +188,32 @@ impl LinkFront {
                 .map(|(ab, ba)| Reloaded::Links(ab, ba))
                 .map_err(|e| e.context("keeping the current link"))
         })
+    }
+}
+
+/// What the start-up of a pair of links `specs` (a->b, b->a) knows before
+/// any interface is touched: a recording starts from the links' canonical
+/// words (which parse back to the same links), one for both sides when they
+/// are the same; no option changes a link's decisions. `read`: the files
+/// the words read, by the names they gave.
+pub(super) fn link_plan(specs: &[LinkSpec; 2], read: NamedFiles, seed: u64) -> Plan {
+    let [ab, ba] = specs.each_ref().map(|s| s.link.to_string());
+    let start = if ab == ba {
+        Start::Link(ab.clone())
+    } else {
+        Start::Links([ab.clone(), ba.clone()])
+    };
+    Plan {
+        seed,
+        seed_given: specs.iter().any(|s| s.seed.is_some()),
+        inputs: Vec::new(),
+        start,
+        options: serde_json::Map::new(),
+        read,
+        duplicates: specs.iter().any(|s| s.link.duplicate > 0.0),
+        link_words: [ab, ba],
+        links: specs.each_ref().map(|s| Some(s.link.clone())),
+        sighup_ignored: None,
     }
 }
 

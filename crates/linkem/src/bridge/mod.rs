@@ -19,10 +19,13 @@
 //! options that change decisions come from the model's [`Plan`]).
 
 pub mod backend;
+mod group_sinks;
+mod group_start;
 mod interfaces;
 mod link;
 mod outputs;
 pub mod pairs;
+mod plan;
 mod rules;
 mod serve;
 

@@ -25,6 +25,8 @@ pub(super) struct Outputs {
     logs: Option<LogWriter<OutputFile>>,
     series: Option<Series>,
     record: Option<RecordSink>,
+    /// The link a group's pair is (its series lines name it).
+    link: Option<String>,
 }
 
 /// What the serving loop reports to: the events writer (for what it
@@ -96,16 +98,38 @@ impl Outputs {
             logs: None,
             series,
             record,
+            link: None,
         })
+    }
+
+    /// The sinks of the pair `name` of a group: its series lines name it.
+    pub(super) fn for_link(mut self, name: &str) -> Outputs {
+        self.link = Some(name.to_string());
+        self
+    }
+
+    /// The time series, when written.
+    pub(super) fn series(&self) -> Option<&Series> {
+        self.series.as_ref()
     }
 
     /// Starts the writers; returns the tap the stage feeds them through.
     pub(super) fn start_taps(&mut self) -> Result<Option<Box<dyn Tap>>> {
-        let events = start_sink(
+        self.start_taps_with(None)
+    }
+
+    /// [`Outputs::start_taps`], the decisions going to `events` (a group's
+    /// one events file) when given.
+    pub(super) fn start_taps_with(
+        &mut self,
+        events: Option<crate::sinks::events::EventsTap>,
+    ) -> Result<Option<Box<dyn Tap>>> {
+        let own = start_sink(
             self.events_file.take(),
             &mut self.events,
             crate::sinks::events::start,
         )?;
+        let events = events.or(own);
         let log = start_sink(
             self.log_files.take(),
             &mut self.logs,
@@ -145,7 +169,7 @@ impl Outputs {
     /// committed.
     pub(super) fn finish(self) -> Result<()> {
         if let Some(series) = &self.series {
-            print_series(series, true);
+            print_series(series, true, self.link.as_deref());
         }
         let recorded = self.record.map(RecordSink::finish);
         if let Some(w) = self.events {
@@ -162,7 +186,7 @@ impl Outputs {
 /// Refuses an events file inside the recording's directory: the directory
 /// holds the recording only (a recording is made in an empty directory, and
 /// replay reads what it finds there).
-fn check_events_outside(events: &Path, dir: &Path) -> Result<()> {
+pub(super) fn check_events_outside(events: &Path, dir: &Path) -> Result<()> {
     // Compared after following links where the paths exist, else as written.
     let full = |p: &Path| -> PathBuf {
         let p = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
@@ -247,17 +271,29 @@ fn finish_logs(writer: LogWriter<OutputFile>) -> Result<()> {
     Ok(())
 }
 
-/// Prints the time series' settled intervals (all of them when `last`).
-pub(super) fn print_series(series: &Series, last: bool) {
+/// Prints the time series' settled intervals (all of them when `last`);
+/// the lines of a group's pair name its `link`.
+pub(super) fn print_series(series: &Series, last: bool, link: Option<&str>) {
     let every = series.interval_s();
     for (side, start_s, bin) in series.take(linkem_runtime::clock::now_ns(), last) {
-        let line = Series::json(["a->b", "b->a"][side], start_s, every, &bin);
+        let mut line = Series::json(["a->b", "b->a"][side], start_s, every, &bin);
+        if let (Some(name), Some(obj)) = (link, line.as_object_mut()) {
+            obj.insert("link".into(), name.into());
+        }
         println!("{line}");
     }
 }
 
+/// Prints the group's time series' settled intervals, each line naming its
+/// link (all of them when `last`).
+pub(super) fn print_group_series(series: &[(&str, &Series)], last: bool) {
+    for (name, s) in series {
+        print_series(s, last, Some(name));
+    }
+}
+
 /// Waits for the events writer; says how many decisions have no line.
-fn finish_events(writer: EventsWriter<OutputFile>) -> Result<()> {
+pub(super) fn finish_events(writer: EventsWriter<OutputFile>) -> Result<()> {
     let (file, summary) = writer
         .finish()
         .context("--events: cannot write the events file")?;

@@ -28,44 +28,40 @@
 //! pairs give, else a fresh one), printed at start for each pair: a one-pair
 //! run with that seed decides the same for the same arrivals.
 //!
-//! Not with several pairs (refused, naming the option): `--rules` (one node
-//! for several pairs needs rules that name any of their interfaces),
-//! `--record`, `--events` and the link logs (their files hold one pair),
-//! `--config`, `--a-to-b`/`--b-to-a` (a pair's words are its link for both
-//! directions), `--forward-only`, `--series` and the claims (claims are
-//! rules of one node). SIGHUP has nothing to re-read (the words are the
-//! command line's) and is ignored, saying so.
+//! A pair may run a node of Dummynet rules instead of its link
+//! ([`PairPlan::rules`]; `rules FILE` among its words, or `--rules` for every
+//! pair without words), and what a run writes covers every pair: `--record`,
+//! `--events`, the link logs, `--series` ([`super::group_start`],
+//! [`super::group_sinks`]).
+//!
+//! Not with several pairs (refused, naming the option): `--config`,
+//! `--a-to-b`/`--b-to-a` (a pair's words are its link for both directions),
+//! `--forward-only` and the claims
+//! (claims are rules of one node). SIGHUP has
+//! nothing to re-read (the words are the command line's) and is ignored,
+//! saying so.
 
+use super::group_start;
 use super::interfaces::Interfaces;
-use super::link::{link_buffer, model, parse_direction, split};
+use super::link::{parse_direction, split};
+pub(crate) use super::plan::PairPlan;
 use super::serve::{pair_stats, serve, PairLabel, Run};
-use super::{live_options, Hooks};
+use super::Hooks;
 use crate::bridge::backend::Rings;
-use crate::cli::args::{timing, BridgeArgs, Timing};
+use crate::cli::args::{timing, BridgeArgs};
 use crate::control::server::{prepare, Prepared, Server};
-use crate::control::{ControlArgs, Model, Running};
+use crate::control::{ControlArgs, Model};
 use crate::process::{fresh_seed, signal_flags};
 use crate::render::bridge_stats::print_pairs_stats;
 use anyhow::{bail, Result};
-use linkem_core::model::LinkModel;
 use linkem_core::rng::pair_seed;
-use linkem_core::{LinkSpec, TomlWords};
+use linkem_core::TomlWords;
 use linkem_io::recording::NamedFiles;
-use linkem_runtime::pipeline::{GroupPair, LiveBridge};
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
-
-/// One pair as given: its interfaces, its links and its seed.
-pub(crate) struct PairPlan {
-    pub if_a: String,
-    pub if_b: String,
-    /// IF_A-IF_B: the pair's name in the stats and its control socket's.
-    pub name: String,
-    pub specs: [LinkSpec; 2],
-    pub seed: u64,
-}
 
 /// The pairs of `--pair`, their words parsed and seeds settled; refuses an
 /// interface named twice and the options a bridge of several pairs does not
@@ -84,8 +80,8 @@ pub(crate) fn plan(args: &BridgeArgs) -> Result<Vec<PairPlan>> {
                 );
             }
         }
-        let words = split(&p[2..]);
         let what = format!("pair {} ({if_a} {if_b})", i + 1);
+        let (words, rules) = rules_word(&split(&p[2..]), args.rules.as_ref(), &what)?;
         let mut read = NamedFiles::new();
         let no_toml = TomlWords::default();
         let ab = parse_direction(&[&words], &no_toml, &what, &mut read)?;
@@ -96,6 +92,7 @@ pub(crate) fn plan(args: &BridgeArgs) -> Result<Vec<PairPlan>> {
             name: format!("{if_a}-{if_b}"),
             seed: ab.seed.unwrap_or(0),
             specs: [ab, ba],
+            rules,
         });
     }
     let run_seed = plans
@@ -110,14 +107,42 @@ pub(crate) fn plan(args: &BridgeArgs) -> Result<Vec<PairPlan>> {
     Ok(plans)
 }
 
+/// A pair's words without its `rules FILE`, and the rule file it runs:
+/// its own, else `--rules` (every pair's); beside rules, only `seed N`.
+fn rules_word(
+    words: &[String],
+    every: Option<&PathBuf>,
+    what: &str,
+) -> Result<(Vec<String>, Option<PathBuf>)> {
+    let mut rest = Vec::new();
+    let mut own = None;
+    let mut it = words.iter();
+    while let Some(w) = it.next() {
+        if w == "rules" {
+            let Some(file) = it.next() else {
+                bail!("{what}: 'rules' needs a FILE (rules FILE)");
+            };
+            if own.replace(PathBuf::from(file)).is_some() {
+                bail!("{what}: 'rules' is given twice");
+            }
+        } else {
+            rest.push(w.clone());
+        }
+    }
+    let rules = own.or_else(|| every.cloned());
+    let only_seed = rest.is_empty() || (rest.len() == 2 && rest[0] == "seed");
+    if rules.is_some() && !only_seed {
+        bail!(
+            "{what}: a pair of rules takes no link words beside 'seed N' (its links are the \
+             rule file's 'pipe N config' lines): give the words to a pair without rules"
+        );
+    }
+    Ok((rest, rules))
+}
+
 /// Refuses, by name, what a bridge of several pairs does not do.
 fn check_options(args: &BridgeArgs) -> Result<()> {
-    let refused: [(bool, &str, &str); 10] = [
-        (
-            args.rules.is_some(),
-            "--rules",
-            "run one linkem --rules per node",
-        ),
+    let refused: [(bool, &str, &str); 4] = [
         (
             args.config.is_some(),
             "--config",
@@ -134,30 +159,9 @@ fn check_options(args: &BridgeArgs) -> Result<()> {
             "give the pairs no words instead",
         ),
         (
-            args.run.record.is_some(),
-            "--record",
-            "a recording holds one pair: record a pair with a bridge of its own",
-        ),
-        (
-            args.run.events.is_some(),
-            "--events",
-            "the events file holds one pair's decisions",
-        ),
-        (
-            args.run.logs.any(),
-            "--log-a-to-b/--log-b-to-a",
-            "a link log holds one pair",
-        ),
-        (args.run.series, "--series", "the time series hold one pair"),
-        (
             args.control.claims.claims,
             "--claims",
             "claims are rules of one node",
-        ),
-        (
-            args.run.max_flows != linkem_core::pipe::DEFAULT_MAX_FLOWS,
-            "--max-flows",
-            "it bounds a node of rules",
         ),
     ];
     if let Some((_, option, why)) = refused.iter().find(|(given, _, _)| *given) {
@@ -177,6 +181,10 @@ pub fn run_group(args: &BridgeArgs) -> Result<()> {
 /// until a signal, `--duration` or `hooks.done`.
 pub(crate) fn run_plans(args: &BridgeArgs, plans: Vec<PairPlan>, mut hooks: Hooks) -> Result<()> {
     let timing = timing(args)?;
+    // Read and created before any interface is touched: a bad rule file or
+    // output path changes nothing.
+    let fronts = group_start::load_fronts(args, &plans)?;
+    let mut sinks = group_start::create_sinks(args, &plans, &fronts, hooks.command_line.take())?;
     // From here on SIGINT/SIGTERM stop the start-up too (each pair checks),
     // and what was opened is closed on the way out.
     let (stop, reload) = signal_flags()?;
@@ -189,49 +197,54 @@ pub(crate) fn run_plans(args: &BridgeArgs, plans: Vec<PairPlan>, mut hooks: Hook
         }
         Ok(())
     };
-    // Held until the bridge ends: no second linkem on these interfaces.
-    let names = plans.iter().map(|p| [p.if_a.as_str(), p.if_b.as_str()]);
-    let claimed = Interfaces::claim(args, names.collect(), Some(&stop))?;
-    let controls = prepare_controls(args, &plans, &interrupted)?;
-    let (pairs, used) = open_pairs(&plans, &claimed, &timing, &stop)?;
-    let opts = live_options(args, &timing, [0; 2], None);
-    let (bridges, mut group) =
-        LiveBridge::start_group(opts, pairs).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let started = (|| {
+        // Held until the bridge ends: no second linkem on these interfaces.
+        let names = plans.iter().map(|p| [p.if_a.as_str(), p.if_b.as_str()]);
+        let claimed = Interfaces::claim(args, names.collect(), Some(&stop))?;
+        let controls = prepare_controls(args, &plans, &interrupted)?;
+        // Small rings: most links of a lab are idle at any time.
+        let opened = claimed.open(Rings::Small, Some(&stop))?;
+        let taps = sinks.start_taps()?;
+        let pairs = group_start::start_pairs(args, &timing, &plans, fronts, opened, taps)?;
+        Ok((claimed, controls, pairs))
+    })();
+    let (claimed, controls, started_pairs) = match started {
+        Ok(s) => s,
+        Err(e) => {
+            sinks.discard();
+            return Err(e);
+        }
+    };
+    let mut groups = started_pairs.groups;
     eprintln!(
-        "linkem: {} pairs in one process: threads linkem-stage, linkem-out-a->b, linkem-out-b->a",
-        plans.len()
+        "linkem: {} pairs in one process: threads linkem-stage, linkem-out-a->b, linkem-out-b->a{}",
+        plans.len(),
+        if groups.len() > 1 {
+            " (twice: the pairs of links, the pairs of rules)"
+        } else {
+            ""
+        }
     );
     let started = Instant::now();
     if let Some(tx) = hooks.started.take() {
         let _ = tx.send(());
     }
-    let mut models = Vec::new();
-    for ((p, bridge), used) in plans.iter().zip(bridges).zip(&used) {
-        eprintln!(
-            "linkem: pair {} ({} {}, {}/{}): {}; seed {}",
-            p.name, p.if_a, p.if_b, used[0], used[1], p.specs[0].link, p.seed
-        );
-        models.push(Arc::new(model(
-            p.name.clone(),
-            Running::Link(bridge),
-            &p.specs,
-            p.seed,
-            started,
-        )));
-    }
+    let models: Vec<Arc<Model>> = started_pairs.models.into_iter().map(Arc::new).collect();
     let (servers, group_model) = controls.start(&models, started);
     let labels: Vec<PairLabel<'_>> = plans
         .iter()
-        .map(|p| PairLabel {
+        .zip(&models)
+        .map(|(p, m)| PairLabel {
             name: &p.name,
             if_a: &p.if_a,
             if_b: &p.if_b,
-            seed: p.seed,
+            seed: m.seed(),
         })
         .collect();
     let run = Run::Group {
         pairs: &labels,
         models: &models,
+        series: sinks.series(),
     };
     let done = hooks.done.clone().unwrap_or_default();
     let served = serve(args, run, started, [&stop, &done], &reload);
@@ -239,14 +252,21 @@ pub(crate) fn run_plans(args: &BridgeArgs, plans: Vec<PairPlan>, mut hooks: Hook
     drop(servers);
     // The group's model holds the pairs' models: it goes with its server.
     drop(group_model);
-    group.stop();
+    for g in &mut groups {
+        g.stop();
+    }
     let mut last = Vec::new();
+    let mut taps = Vec::new();
     for model in models {
         let model = Arc::try_unwrap(model)
             .map_err(|_| anyhow::anyhow!("a control thread outlived its server"))?;
         let stopped = model.error();
-        last.push((model.into_running().stop(), stopped));
+        let mut running = model.into_running();
+        last.push((running.stop(), stopped));
+        taps.push(running.take_tap());
     }
+    // Dropping the taps ends the writers' channels and hands the recorders back.
+    drop(taps);
     let stats = pair_stats(&labels, last);
     print_pairs_stats(
         args.run.stats,
@@ -255,6 +275,7 @@ pub(crate) fn run_plans(args: &BridgeArgs, plans: Vec<PairPlan>, mut hooks: Hook
         true,
     );
     drop(claimed);
+    sinks.finish()?;
     served
 }
 
@@ -337,41 +358,6 @@ impl Controls {
     }
 }
 
-/// The pairs as the live stage takes them, and the backend of each one's
-/// interfaces.
-type OpenedPairs = (Vec<GroupPair<LinkModel>>, Vec<[String; 2]>);
-
-/// Opens every pair's interfaces ([`Interfaces::open`], small rings: most
-/// links of a lab are idle at any time) and sizes its delay lines; returns
-/// the pairs as the live stage takes them, and the backend each interface
-/// uses.
-fn open_pairs(
-    plans: &[PairPlan],
-    claimed: &Interfaces<'_>,
-    timing: &Timing,
-    stop: &AtomicBool,
-) -> Result<OpenedPairs> {
-    let opened = claimed.open(Rings::Small, Some(stop))?;
-    let mut pairs = Vec::new();
-    let mut used = Vec::new();
-    for (p, ports) in plans.iter().zip(opened) {
-        let buffer_bytes = [
-            link_buffer(&p.specs[0], &format!("{} a->b", p.name), timing)?,
-            link_buffer(&p.specs[1], &format!("{} b->a", p.name), timing)?,
-        ];
-        let links = [p.specs[0].link.clone(), p.specs[1].link.clone()];
-        pairs.push(GroupPair {
-            names: ["a->b".into(), "b->a".into()],
-            buffer_bytes,
-            model: LinkModel::new(links, p.seed),
-            rx: ports.rx,
-            tx: ports.tx,
-        });
-        used.push(ports.used);
-    }
-    Ok((pairs, used))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -431,9 +417,8 @@ mod tests {
             "{e:#}"
         );
         for (extra, named) in [
-            ("--rules r.txt", "--rules"),
-            ("--record dir", "--record"),
-            ("--events e.txt", "--events"),
+            ("--config c.toml", "--config"),
+            ("--claims", "--claims"),
             ("--a-to-b delay 1ms", "--a-to-b"),
         ] {
             let a = args(&format!("{extra} --pair a1 b1 --pair a2 b2"));
@@ -456,6 +441,52 @@ mod tests {
             let a = args(&format!("{extra} --pair a1 b1 --pair a2 b2"));
             assert!(plan(&a).is_ok(), "{extra}");
         }
+    }
+
+    #[test]
+    fn a_pair_runs_its_own_rules_or_those_of_rules_for_every_pair_without_words() {
+        let plans = plan(&args(
+            "--pair a1 b1 delay 5ms --pair a2 b2 rules n.rules seed 4 --pair a3 b3",
+        ))
+        .unwrap();
+        assert_eq!(plans[0].rules, None);
+        assert_eq!(plans[1].rules, Some(PathBuf::from("n.rules")));
+        assert_eq!(plans[1].seed, 4);
+        assert_eq!(plans[2].rules, None);
+        let plans = plan(&args(
+            "--rules all.rules --pair a1 b1 --pair a2 b2 rules own.rules",
+        ))
+        .unwrap();
+        assert_eq!(plans[0].rules, Some(PathBuf::from("all.rules")));
+        assert_eq!(plans[1].rules, Some(PathBuf::from("own.rules")));
+        for (line, says) in [
+            (
+                "--pair a1 b1 rules n.rules delay 5ms --pair a2 b2",
+                "takes no link words",
+            ),
+            (
+                "--rules all.rules --pair a1 b1 delay 5ms --pair a2 b2",
+                "takes no link words",
+            ),
+            ("--pair a1 b1 rules --pair a2 b2", "'rules' needs a FILE"),
+            ("--pair a1 b1 rules x rules y --pair a2 b2", "given twice"),
+        ] {
+            let e = plan(&args(line)).expect_err(line);
+            let msg = format!("{e:#}");
+            assert!(
+                msg.contains(says) && msg.contains("pair 1 (a1 b1)"),
+                "{line}: {msg}"
+            );
+        }
+    }
+
+    #[test]
+    fn outputs_of_one_pair_are_taken_by_a_group() {
+        let a = args(
+            "--record rec --events e.jsonl --log-a-to-b {link}.up --max-flows 9 \
+             --pair a1 b1 --pair a2 b2",
+        );
+        assert_eq!(plan(&a).unwrap().len(), 2);
     }
 
     #[test]

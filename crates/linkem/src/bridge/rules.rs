@@ -256,6 +256,42 @@ impl RulesFront {
         })
     }
 
+    /// The node of a pair of a group, its delay lines' size and what
+    /// its start line says; the rules are taken (once).
+    pub(super) fn group_node(
+        &mut self,
+        args: &BridgeArgs,
+        timing: &crate::cli::args::Timing,
+    ) -> Result<GroupNode> {
+        let Loaded {
+            set, source, files, ..
+        } = self.start.take().context("the rules were taken already")?;
+        let buffer_bytes = timing.buffer.unwrap_or_else(|| buffer_for(&set));
+        let summary = summary(&set);
+        Ok(GroupNode {
+            node: Node::new(set, self.node_config(args)),
+            buffer_bytes,
+            summary,
+            control: NodeControl {
+                lines: source,
+                files,
+            },
+        })
+    }
+
+    /// The seed the node draws from: the rule file's `seed N`, else `seed`.
+    pub(super) fn seed_or(mut self, seed: u64) -> RulesFront {
+        if !self.seed_given {
+            self.seed = seed;
+        }
+        self
+    }
+
+    /// The seed the node draws from.
+    pub(super) fn seed(&self) -> u64 {
+        self.seed
+    }
+
     fn node_config(&self, args: &BridgeArgs) -> NodeConfig {
         NodeConfig {
             seed: self.seed,
@@ -263,6 +299,31 @@ impl RulesFront {
             max_flow_bytes: args.run.max_flow_memory,
             ..NodeConfig::default()
         }
+    }
+}
+
+/// A node of rules ready to run as a pair of a group
+/// ([`RulesFront::group_node`]).
+pub(super) struct GroupNode {
+    pub node: Node,
+    pub buffer_bytes: usize,
+    /// Its pipes and rules, counted, for its start line.
+    pub summary: String,
+    pub control: NodeControl,
+}
+
+/// What a node's control object keeps beside its bridge.
+pub(super) struct NodeControl {
+    lines: Source,
+    files: HashMap<String, String>,
+}
+
+impl NodeControl {
+    /// The running node of the pair of `sides` (IF_A, IF_B), for its control
+    /// socket, once its bridge runs.
+    pub(super) fn running(self, bridge: LiveBridge<Node>, sides: [String; 2]) -> Running {
+        let rules = Rules::new(bridge, self.lines, sides, self.files, starter_uid());
+        Running::Rules(Box::new(rules))
     }
 }
 

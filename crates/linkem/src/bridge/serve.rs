@@ -30,6 +30,8 @@ pub(super) enum Run<'a> {
     Group {
         pairs: &'a [PairLabel<'a>],
         models: &'a [Arc<Model>],
+        /// Each pair's time series, by its name, when written.
+        series: Vec<(&'a str, &'a crate::sinks::series::Series)>,
     },
 }
 
@@ -128,7 +130,10 @@ pub(super) fn serve(
             ..
         } = &run
         {
-            print_series(series, false);
+            print_series(series, false, None);
+        }
+        if let Run::Group { series, .. } = &run {
+            super::outputs::print_group_series(series, false);
         }
     }
     Ok(())
@@ -149,7 +154,7 @@ impl Run<'_> {
                 Some(e) => bail!("{e}"),
                 None => return Ok(()),
             },
-            Run::Group { pairs, models } => (pairs, models),
+            Run::Group { pairs, models, .. } => (pairs, models),
         };
         for ((p, m), reported) in pairs.iter().zip(models.iter()).zip(reported.iter_mut()) {
             if *reported {
@@ -209,7 +214,7 @@ impl Run<'_> {
                     skipped,
                 );
             }
-            Run::Group { pairs, models } => {
+            Run::Group { pairs, models, .. } => {
                 let stats = pair_stats(pairs, models.iter().map(|m| (m.raw_stats(), m.error())));
                 print_pairs_stats(
                     args.run.stats,

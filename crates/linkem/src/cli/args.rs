@@ -27,10 +27,15 @@ use std::path::PathBuf;
 )]
 pub struct ReplayArgs {
     /// Input capture (pcap or pcapng), or the recording directory of a live run
-    /// (`linkem bridge --record DIR`), replayed with the model and changes it recorded.
+    /// (`linkem bridge --record DIR`, of one pair or several), replayed with the
+    /// model and changes it recorded.
     pub input: PathBuf,
     /// Output capture (nanosecond pcap). A file is replaced only if the whole replay
     /// succeeds (keeping its mode); a device or FIFO (/dev/null) is written directly.
+    /// For the recording of several pairs (`linkem bridge --pair ... --pair ...
+    /// --record DIR`, a lab), a folder (made if missing) that gets each link's
+    /// capture as LINK.pcap; `--events` then holds JSON lines naming each
+    /// line's link, and the link logs' paths take `{link}` where its name goes.
     pub output: PathBuf,
     /// Link words, e.g. `rate 10mbit delay 20ms loss 1%`.
     pub words: Vec<String>,
@@ -211,6 +216,12 @@ pub struct BridgeArgs {
     /// Each pair has its own link, counts (`--stats` lists them by pair) and
     /// control socket (named IF_A-IF_B, as a bridge of its own); a pair
     /// without `seed N` gets one derived from the run's seed and its place.
+    /// `rules FILE` among a pair's words makes it a node of Dummynet rules
+    /// (as `--rules`, which with several pairs gives every pair without
+    /// words that file). With several pairs, `--record DIR` records them all
+    /// (one folder per pair, `linkem replay DIR OUTDIR` replays each),
+    /// `--events FILE` is one file of JSON lines naming each line's pair,
+    /// and the link logs' paths take `{link}` where each pair's name goes.
     #[arg(
         long = "pair",
         num_args = 2..,

@@ -81,6 +81,7 @@ use std::path::{Path, PathBuf};
 
 pub mod arrival_order;
 mod drive;
+mod group;
 mod in_flight;
 mod logs;
 mod recorded;
@@ -94,6 +95,9 @@ use recorded::run_recording;
 /// the model it recorded, else through rules when `--rules` or a config's
 /// `rules` is given, else through the link words.
 pub fn run(args: &ReplayArgs) -> Result<()> {
+    if crate::sinks::group::is_group_recording(&args.input) {
+        return group::run_group(args);
+    }
     if recording::is_recording(&args.input) {
         return run_recording(args);
     }

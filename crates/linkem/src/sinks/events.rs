@@ -25,6 +25,8 @@ pub const QUEUE_RECORDS: usize = 1 << 16;
 
 /// One decision as the stage hands it over.
 struct Record {
+    /// The pair's index in a group's file (0 alone).
+    link: u32,
     arrival_ns: u64,
     len_bytes: u32,
     decision: Decision,
@@ -33,6 +35,7 @@ struct Record {
 /// The stage's end: copies decisions into the channel.
 pub struct EventsTap {
     out: Offer<Record>,
+    link: u32,
 }
 
 impl Tap for EventsTap {
@@ -40,7 +43,9 @@ impl Tap for EventsTap {
 
     #[inline]
     fn decision(&mut self, arrival_ns: u64, len_bytes: u32, d: &Decision) {
+        let link = self.link;
         self.out.offer_with(|| Record {
+            link,
             arrival_ns,
             len_bytes,
             decision: d.clone(),
@@ -55,6 +60,16 @@ pub(crate) struct Offer<T> {
     /// `None` once the writer has gone: the tap stops copying.
     tx: Option<SyncSender<T>>,
     skipped: Arc<AtomicU64>,
+}
+
+// Every pair of a group offers to the one writer (a derive would ask T: Clone).
+impl<T> Clone for Offer<T> {
+    fn clone(&self) -> Self {
+        Offer {
+            tx: self.tx.clone(),
+            skipped: self.skipped.clone(),
+        }
+    }
 }
 
 impl<T> Offer<T> {
@@ -111,27 +126,85 @@ pub fn start<W: Write + Send + 'static>(out: W) -> std::io::Result<(EventsTap, E
 }
 
 fn start_with<W: Write + Send + 'static>(
-    mut out: W,
+    out: W,
     queue: usize,
 ) -> std::io::Result<(EventsTap, EventsWriter<W>)> {
+    let (mut taps, writer) = start_writer(out, queue, None)?;
+    Ok((taps.remove(0), writer))
+}
+
+/// The events file of a group of pairs named `links` (in pair order): one
+/// JSON object a line ([`json_event`]), each naming its link, in the order
+/// the stage decided them; returns a tap per pair and the one writer.
+pub fn start_group<W: Write + Send + 'static>(
+    out: W,
+    links: Vec<String>,
+) -> std::io::Result<(Vec<EventsTap>, EventsWriter<W>)> {
+    start_writer(out, QUEUE_RECORDS, Some(links))
+}
+
+/// The writer thread of one file: the tab-separated lines of one pair
+/// (`links` None), or JSON lines naming each of `links`.
+fn start_writer<W: Write + Send + 'static>(
+    mut out: W,
+    queue: usize,
+    links: Option<Vec<String>>,
+) -> std::io::Result<(Vec<EventsTap>, EventsWriter<W>)> {
     let (to_writer, rx, skipped) = Offer::<Record>::channel(queue);
+    let taps = (0..links.as_ref().map_or(1, Vec::len))
+        .map(|i| EventsTap {
+            out: to_writer.clone(),
+            link: i as u32,
+        })
+        .collect();
+    drop(to_writer);
     let thread = std::thread::Builder::new()
         .name("linkem-events".into())
         .spawn(move || {
             let mut line = String::with_capacity(160);
-            writeln!(out, "{EVENTS_HEADER}")?;
+            if links.is_none() {
+                writeln!(out, "{EVENTS_HEADER}")?;
+            }
             let mut written = 0u64;
             for r in rx {
                 line.clear();
                 write_event(&mut line, r.arrival_ns, r.len_bytes, &r.decision);
-                out.write_all(line.as_bytes())?;
+                match &links {
+                    None => out.write_all(line.as_bytes())?,
+                    Some(names) => {
+                        let name = names.get(r.link as usize).map_or("", String::as_str);
+                        writeln!(out, "{}", json_event(name, &line))?;
+                    }
+                }
                 written += 1;
             }
             out.flush()?;
             Ok((out, written))
         })?;
-    let tap = EventsTap { out: to_writer };
-    Ok((tap, EventsWriter { thread, skipped }))
+    Ok((taps, EventsWriter { thread, skipped }))
+}
+
+/// A decision's line of a group's events file: `{"link":NAME, ...}` and
+/// the columns of [`EVENTS_HEADER`] by name, from its tab-separated
+/// `--events` line `tsv` (numbers as numbers, `-` as null, the rest as
+/// strings; `flow`, hex, always a string). The live group and the replay of its recording both write it
+/// here, so their lines of a link compare equal.
+pub fn json_event(link: &str, tsv: &str) -> String {
+    let names = EVENTS_HEADER.trim_start_matches("# ").split('\t');
+    let mut obj = serde_json::Map::new();
+    obj.insert("link".into(), link.into());
+    for (name, value) in names.zip(tsv.trim_end_matches('\n').split('\t')) {
+        // A flow id is hex: a string even when its digits are all decimal.
+        let v = if value == "-" {
+            serde_json::Value::Null
+        } else if let (false, Ok(n)) = (name == "flow", value.parse::<u64>()) {
+            n.into()
+        } else {
+            value.into()
+        };
+        obj.insert(name.into(), v);
+    }
+    serde_json::Value::Object(obj).to_string()
 }
 
 impl<W> EventsWriter<W> {
@@ -256,5 +329,43 @@ mod tests {
                 skipped: 96
             }
         );
+    }
+
+    /// A group's file: each pair's decisions as JSON lines naming its link,
+    /// each line the columns of its tab-separated line by name.
+    #[test]
+    fn a_groups_lines_name_their_link_and_hold_the_columns() {
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let names = vec!["a1-b1".to_string(), "r1:eth1--r2:eth1".to_string()];
+        let (mut taps, writer) = start_group(Gate(buf.clone()), names.clone()).unwrap();
+        let ds = decisions(10);
+        for (i, d) in ds.iter().enumerate() {
+            taps[i % 2].decision(d.tag * 1000, 100, d);
+        }
+        drop(taps);
+        let (_, summary) = writer.finish().unwrap();
+        assert_eq!(summary.written, 10);
+        let text = String::from_utf8(buf.lock().unwrap().clone()).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 10, "no header: {text}");
+        for (i, (v, d)) in lines.iter().zip(&ds).enumerate() {
+            assert_eq!(v["link"], names[i % 2].as_str());
+            assert_eq!(v["index"], d.tag);
+            assert_eq!(v["arrival_ns"], d.tag * 1000);
+            assert_eq!(v["len_bytes"], 100);
+            assert_eq!(v["fate"], d.fate.to_string());
+            assert_eq!(v["side"], "a");
+            assert!(v["rule"].is_null());
+        }
+        let v: serde_json::Value = serde_json::from_str(&json_event(
+            "x",
+            "1\t2\t3\tdelivered\t9\t0\t0\t1\t-\t-\t1\t0000000000000012\t-\t-\t-\ta\n",
+        ))
+        .unwrap();
+        assert_eq!(v["flow"], "0000000000000012", "a flow id stays a string");
+        assert_eq!(v["pipe"], 1);
     }
 }

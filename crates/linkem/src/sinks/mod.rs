@@ -4,6 +4,7 @@
 //! a new kind of file a run writes is a new module here.
 
 pub mod events;
+pub mod group;
 pub mod mmlog;
 pub mod record;
 pub mod series;

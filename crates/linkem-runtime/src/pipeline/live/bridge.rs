@@ -61,7 +61,8 @@ impl<M: LiveModel> LiveBridge<M> {
             rx,
             tx,
         };
-        let (mut bridges, threads) = Self::launch(opts, vec![pair], Layout::Alone)?;
+        let (mut bridges, threads) =
+            Self::launch(opts, vec![pair], Vec::new(), None, Layout::Alone)?;
         let mut bridge = bridges.pop().ok_or("no pair started")?;
         bridge.threads = Some(threads);
         Ok(bridge)
@@ -228,7 +229,8 @@ pub(super) enum Layout {
     Alone,
     /// Several pairs ([`LiveBridge::start_group`]): two output threads for
     /// every pair's directions; each line resident as its traffic comes
-    /// (most links of a lab are idle most of the time); no tap.
+    /// (most links of a lab are idle most of the time); a tap per pair,
+    /// if any.
     Group,
 }
 
@@ -258,13 +260,31 @@ impl<M: LiveModel> LiveBridge<M> {
         opts: LiveOptions,
         pairs: Vec<GroupPair<M>>,
     ) -> Result<(Vec<LiveBridge<M>>, LiveGroup), String> {
-        Self::launch(opts, pairs, Layout::Group)
+        Self::launch(opts, pairs, Vec::new(), None, Layout::Group)
     }
 
-    /// The one start of the live stage, for one pair or several (`layout`).
+    /// [`LiveBridge::start_group`] with a tap per pair (`taps[i]` sees pair
+    /// i's frames, decisions and changes; missing entries: none), every
+    /// pair's model started at `started_ns` (a clock instant, not in the
+    /// future): groups started at one instant count their schedules and
+    /// traces from it alike, and their recordings keep it.
+    pub fn start_group_with(
+        opts: LiveOptions,
+        pairs: Vec<GroupPair<M>>,
+        taps: Vec<Option<Box<dyn Tap>>>,
+        started_ns: u64,
+    ) -> Result<(Vec<LiveBridge<M>>, LiveGroup), String> {
+        Self::launch(opts, pairs, taps, Some(started_ns), Layout::Group)
+    }
+
+    /// The one start of the live stage, for one pair or several (`layout`);
+    /// every pair's model starts at `started_ns`, else once the delay lines
+    /// are built.
     pub(super) fn launch(
         mut opts: LiveOptions,
         pairs: Vec<GroupPair<M>>,
+        taps: Vec<Option<Box<dyn Tap>>>,
+        started_ns: Option<u64>,
         layout: Layout,
     ) -> Result<(Vec<LiveBridge<M>>, LiveGroup), String> {
         let stop = Arc::new(AtomicBool::new(false));
@@ -286,13 +306,15 @@ impl<M: LiveModel> LiveBridge<M> {
         if layout == Layout::Group {
             group.outputs = spawn_group_outputs(sides, &opts, cfg, &output_stop)?;
         }
-        let mut tap = match layout {
-            Layout::Alone => opts.tap.take(),
-            Layout::Group => None,
-        };
+        let mut taps = taps.into_iter();
+        let started_ns = started_ns.unwrap_or_else(clock::now_ns);
         let mut bridges = Vec::new();
         let mut loops = Vec::new();
         for b in built {
+            let tap = match layout {
+                Layout::Alone => opts.tap.take(),
+                Layout::Group => taps.next().flatten(),
+            };
             let controls = [
                 b.directions[0].control.clone(),
                 b.directions[1].control.clone(),
@@ -312,7 +334,8 @@ impl<M: LiveModel> LiveBridge<M> {
                 producers,
                 b.max_frame,
                 b.supers,
-                tap.take(),
+                tap,
+                started_ns,
             );
             // A pair alone is woken for its changes and its stop by one fd.
             let pair_wake = match layout {

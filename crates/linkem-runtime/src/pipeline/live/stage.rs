@@ -99,8 +99,8 @@ impl Stage {
         max_frame: [usize; 2],
         supers: [bool; 2],
         tap: Option<Box<dyn Tap>>,
+        started_ns: u64,
     ) -> Stage {
-        let started_ns = clock::now_ns();
         Stage {
             names,
             controls,
