@@ -61,7 +61,8 @@ pub use sys::PeerCred;
 /// The bridge's control options.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct ControlArgs {
-    /// Name of this emulator (default IF_A-IF_B): names the control socket.
+    /// Name of this emulator (default IF_A-IF_B): names the control socket
+    /// (with several --pair: one socket for every pair, a request naming its pair).
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
     /// Control socket (default /run/linkem/NAME.sock; 'none' for no socket).
@@ -75,7 +76,8 @@ pub struct ControlArgs {
     /// at most 200 lines at once and 50/s, the rest counted in a 'dropped' line).
     #[arg(long, value_name = "FILE")]
     pub audit: Option<PathBuf>,
-    /// Serve Prometheus metrics on GET /metrics at ADDR:PORT (a bare PORT is 127.0.0.1:PORT).
+    /// Serve Prometheus metrics on GET /metrics at ADDR:PORT (a bare PORT is 127.0.0.1:PORT;
+    /// with several --pair, every pair's series labelled link="IF_A-IF_B").
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics: Option<String>,
     /// Port claims: --claims, --claim-ttl, --limits.
