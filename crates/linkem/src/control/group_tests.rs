@@ -152,3 +152,39 @@ fn show_stats_and_list_of_the_group_name_every_link() {
         "{e:?}"
     );
 }
+
+#[test]
+fn the_group_exposition_labels_each_link_and_one_link_has_no_label() {
+    use crate::control::metrics::{registry, render};
+    let (g, _threads) = group();
+    run(&g, &["link p2 a-to-b delay 30ms"]).unwrap();
+    let member = g.members().unwrap()[0].clone();
+    let g = Arc::new(g);
+    let text = render(&registry(g.clone()));
+    for (name, dir, delay) in [
+        ("p0", "a->b", "0.01"),
+        ("p1", "b->a", "0.01"),
+        ("p2", "a->b", "0.03"),
+    ] {
+        let series =
+            format!("linkem_link_delay_seconds{{link=\"{name}\",direction=\"{dir}\"}} {delay}\n");
+        assert!(text.contains(&series), "{series} missing:\n{text}");
+    }
+    assert!(
+        text.contains("linkem_packets_total{link=\"p1\",direction=\"a->b\",fate=\"delivered\"} 0"),
+        "{text}"
+    );
+    // Each family once, whatever the number of links.
+    assert_eq!(
+        text.matches("# TYPE linkem_link_delay_seconds gauge")
+            .count(),
+        1
+    );
+    // A link alone: the exposition it always had, no link label.
+    let alone = render(&registry(member));
+    assert!(
+        alone.contains("linkem_link_delay_seconds{direction=\"a->b\"} 0.01\n"),
+        "{alone}"
+    );
+    assert!(!alone.contains("link=\""), "{alone}");
+}
