@@ -122,6 +122,12 @@ fn a_batch_changes_several_links_or_none() {
     .unwrap();
     assert_eq!(link_of(&g, "p0", 1), spec("delay 1ms loss 1%").link);
     assert_eq!(link_of(&g, "p2", 0), spec("delay 10ms rate 10mbit").link);
+    // Queued together, taken in one pass of the stage over its pairs.
+    let list = g.links_json();
+    let at = |k: usize| list[k]["links"][0]["changed_at_ns"].as_u64().unwrap();
+    let spread_ns = at(0).abs_diff(at(2));
+    eprintln!("instants of one batch over two links {spread_ns} ns apart");
+    assert!(spread_ns < 5_000_000, "{spread_ns} ns");
     // A later line refused (over the link, after the batch's own): nothing applies.
     let e = run(&g, &["link p1 delay 2ms", "link p0 distribution normal"]).unwrap_err();
     assert!(e.message().contains("needs a jitter"), "{e:?}");
