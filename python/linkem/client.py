@@ -15,7 +15,10 @@ The protocol (version 1, defined in ``crates/linkem-ctl/src/lib.rs``):
   and answered ``{"ok":true,"watch":"ended","lines":N}``;
 * ``begin`` ... ``commit`` is a batch: each change is checked and answered
   ``{"ok":true,"batched":N}``; ``commit`` applies all of them at one instant, or
-  none if any failed.
+  none if any failed;
+* ``link [DIR] WORDS`` changes only what WORDS name, ``replace [DIR] WORDS`` the
+  whole direction; a socket that serves several links (a lab) wants the link's
+  name first (``link NAME ...``, ``show NAME``): :class:`Lab`.
 
 Invariants kept here: one request is in flight at a time, so the next line read
 is the reply to the line just sent; a watch left open is ended (and its lines

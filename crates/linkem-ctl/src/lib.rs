@@ -64,7 +64,11 @@
 //! - Parsing is pure: no I/O except through the distribution loader the caller
 //!   passes, no panics on any input (fuzzed by `fuzz/fuzz_targets/ctl.rs`).
 //! - A request that parses is complete: the emulator needs no further checks
-//!   of its words, only of who asks (ownership) and of what exists.
+//!   of its words, only of who asks (ownership) and of what exists; but a
+//!   `link` (PATCH), each word checked here, is checked as a whole link once
+//!   laid over the running one (`linkem_core::LinkSpec::patch`: a
+//!   `distribution` needs the jitter the link has), its errors naming the
+//!   word at its place in the line.
 
 #![forbid(unsafe_code)]
 

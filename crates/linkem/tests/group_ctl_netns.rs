@@ -139,6 +139,16 @@ fn one_socket_patches_one_pair_and_one_endpoint_labels_every_pair() {
     assert!(ba.contains("delay 10ms"), "b->a kept: '{ba}'");
     let (ok, text) = ctl(&group, &["show", &names[0], "--json"]);
     assert!(ok && text.contains("delay 10ms"), "{text}");
+    // `show` alone, as text: every pair under its name.
+    let (ok, text) = ctl(&group, &["show"]);
+    assert!(ok, "{text}");
+    for n in &names {
+        assert!(
+            text.contains(&format!("link {n}\n")),
+            "{n} missing from show:\n{text}"
+        );
+    }
+    assert!(text.contains("delay 30ms"), "{text}");
     // An unknown pair is refused, naming it and those known.
     let (ok, text) = ctl(&group, &["link", "nosuch", "delay", "1ms"]);
     assert!(

@@ -70,8 +70,8 @@ mod wire;
 
 pub use coalesce::DEFAULT_WINDOW_NS as DEFAULT_COALESCE_WINDOW_NS;
 pub use live::{
-    GroupPair, LiveBridge, LiveGroup, LiveModel, LiveOptions, NodeBridge, SubmitError, Tap,
-    MAX_PENDING_CHANGES,
+    GroupPair, LiveBridge, LiveGroup, LiveModel, LiveOptions, NodeBridge, SubmitError, Submitted,
+    Tap, MAX_PENDING_CHANGES,
 };
 pub use objects::{DelayHistogram, ObjectStats, ObjectsSnapshot, DELAY_BUCKETS_NS};
 pub use options::{

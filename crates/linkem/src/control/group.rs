@@ -8,12 +8,13 @@
 //!
 //! A batch may change several links: every line is checked against its
 //! link (a `link` over what the batch's earlier lines made of it) before
-//! any is applied, so a refused line applies nothing; then each link's
-//! changes go to the one live stage that runs them all, link after link,
-//! with the links' locks held throughout (no other request changes them in
-//! between). Each link's change takes the stage's instant when it gets it:
-//! the instants of one batch lie within one pass of that stage
-//! (microseconds apart), and the reply's `at_ns` is the latest.
+//! any is applied, so a refused line applies nothing; then every link's
+//! changes are queued for the one live stage that runs them all before any
+//! answer is awaited, with the links' locks held throughout (no other
+//! request changes them in between). Each link's change takes the stage's
+//! instant when it gets it: the instants of one batch lie within one pass
+//! of that stage over its pairs (microseconds apart), and the reply's
+//! `at_ns` is the latest.
 
 use super::sys::{self, PeerCred};
 use super::{Failure, Model, Running, Staged};
@@ -174,24 +175,54 @@ pub(super) fn apply(
         );
         locks.push(links);
     }
-    let mut at_ns = clock::now_ns();
-    let mut done: Vec<&str> = Vec::new();
-    for (((m, _), links), s) in touched.iter().zip(locks.iter_mut()).zip(staged) {
-        match m.commit(links, cred.uid, s) {
-            Ok(t) => at_ns = at_ns.max(t),
-            Err(f) if done.is_empty() => return Err(name_link(f, &m.name)),
-            // The stage refused a link after it took others (it stopped
-            // meanwhile): say which links changed.
+    // What the stage would refuse at once (copies a port cannot send)
+    // refuses the whole batch before anything is queued.
+    for ((m, _), s) in touched.iter().zip(&staged) {
+        m.send(s, true).map_err(|f| name_link(f, &m.name))?;
+    }
+    // Every link's changes queued before any answer is awaited: the stage
+    // takes them in one pass over its pairs.
+    let mut sent = Vec::with_capacity(touched.len());
+    let mut refused = None;
+    for ((m, _), s) in touched.iter().zip(&staged) {
+        match m.send(s, false) {
+            Ok(x) => sent.push(x),
             Err(f) => {
-                return Err(Failure::Error(format!(
-                    "link {}: {}; already changed: {}",
-                    m.name,
-                    f.message(),
-                    done.join(", ")
-                )))
+                refused = Some(name_link(f, &m.name));
+                break;
             }
         }
-        done.push(&m.name);
+    }
+    let mut at_ns = clock::now_ns();
+    let mut done: Vec<&str> = Vec::new();
+    let answers = touched.iter().zip(locks.iter_mut()).zip(staged).zip(sent);
+    for ((((m, _), links), s), sent) in answers {
+        let answer = match sent {
+            Some(x) => x.wait().map_err(|e| Failure::Error(e.to_string())),
+            None => Ok(clock::now_ns()),
+        };
+        match answer {
+            Ok(t) => {
+                m.keep(links, cred.uid, s, t);
+                at_ns = at_ns.max(t);
+                done.push(&m.name);
+            }
+            Err(f) => {
+                refused.get_or_insert(name_link(f, &m.name));
+            }
+        }
+    }
+    if let Some(f) = refused {
+        // A link refused after others were handed to the stage (it stopped
+        // meanwhile): say which links changed.
+        return Err(match done.is_empty() {
+            true => f,
+            false => Failure::Error(format!(
+                "{}; already changed: {}",
+                f.message(),
+                done.join(", ")
+            )),
+        });
     }
     group.counters.changes.fetch_add(1, Ordering::Relaxed);
     Ok(at_ns)

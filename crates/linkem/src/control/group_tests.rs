@@ -122,6 +122,12 @@ fn a_batch_changes_several_links_or_none() {
     .unwrap();
     assert_eq!(link_of(&g, "p0", 1), spec("delay 1ms loss 1%").link);
     assert_eq!(link_of(&g, "p2", 0), spec("delay 10ms rate 10mbit").link);
+    // Queued together, taken in one pass of the stage over its pairs.
+    let list = g.links_json();
+    let at = |k: usize| list[k]["links"][0]["changed_at_ns"].as_u64().unwrap();
+    let spread_ns = at(0).abs_diff(at(2));
+    eprintln!("instants of one batch over two links {spread_ns} ns apart");
+    assert!(spread_ns < 5_000_000, "{spread_ns} ns");
     // A later line refused (over the link, after the batch's own): nothing applies.
     let e = run(&g, &["link p1 delay 2ms", "link p0 distribution normal"]).unwrap_err();
     assert!(e.message().contains("needs a jitter"), "{e:?}");
@@ -151,4 +157,40 @@ fn show_stats_and_list_of_the_group_name_every_link() {
         e.message.contains("no link 'p9'") && e.message.contains("p0, p1, p2"),
         "{e:?}"
     );
+}
+
+#[test]
+fn the_group_exposition_labels_each_link_and_one_link_has_no_label() {
+    use crate::control::metrics::{registry, render};
+    let (g, _threads) = group();
+    run(&g, &["link p2 a-to-b delay 30ms"]).unwrap();
+    let member = g.members().unwrap()[0].clone();
+    let g = Arc::new(g);
+    let text = render(&registry(g.clone()));
+    for (name, dir, delay) in [
+        ("p0", "a->b", "0.01"),
+        ("p1", "b->a", "0.01"),
+        ("p2", "a->b", "0.03"),
+    ] {
+        let series =
+            format!("linkem_link_delay_seconds{{link=\"{name}\",direction=\"{dir}\"}} {delay}\n");
+        assert!(text.contains(&series), "{series} missing:\n{text}");
+    }
+    assert!(
+        text.contains("linkem_packets_total{link=\"p1\",direction=\"a->b\",fate=\"delivered\"} 0"),
+        "{text}"
+    );
+    // Each family once, whatever the number of links.
+    assert_eq!(
+        text.matches("# TYPE linkem_link_delay_seconds gauge")
+            .count(),
+        1
+    );
+    // A link alone: the exposition it always had, no link label.
+    let alone = render(&registry(member));
+    assert!(
+        alone.contains("linkem_link_delay_seconds{direction=\"a->b\"} 0.01\n"),
+        "{alone}"
+    );
+    assert!(!alone.contains("link=\""), "{alone}");
 }

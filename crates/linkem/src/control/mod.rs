@@ -48,7 +48,7 @@ use linkem_core::model::{Change, LinkModel};
 use linkem_core::{Fate, LinkConfig, LinkSpec};
 use linkem_ctl::{Request, RuleRequest, NO_RULE_SET};
 use linkem_runtime::clock;
-use linkem_runtime::pipeline::{Direction, DirectionStats, LiveBridge, Tap};
+use linkem_runtime::pipeline::{Direction, DirectionStats, LiveBridge, Submitted, Tap};
 use serde_json::json;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -61,7 +61,8 @@ pub use sys::PeerCred;
 /// The bridge's control options.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct ControlArgs {
-    /// Name of this emulator (default IF_A-IF_B): names the control socket.
+    /// Name of this emulator (default IF_A-IF_B): names the control socket
+    /// (with several --pair: one socket for every pair, a request naming its pair).
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
     /// Control socket (default /run/linkem/NAME.sock; 'none' for no socket).
@@ -75,7 +76,8 @@ pub struct ControlArgs {
     /// at most 200 lines at once and 50/s, the rest counted in a 'dropped' line).
     #[arg(long, value_name = "FILE")]
     pub audit: Option<PathBuf>,
-    /// Serve Prometheus metrics on GET /metrics at ADDR:PORT (a bare PORT is 127.0.0.1:PORT).
+    /// Serve Prometheus metrics on GET /metrics at ADDR:PORT (a bare PORT is 127.0.0.1:PORT;
+    /// with several --pair, every pair's series labelled link="IF_A-IF_B").
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics: Option<String>,
     /// Port claims: --claims, --claim-ttl, --limits.
@@ -497,12 +499,36 @@ impl Model {
     /// Hands what [`Model::stage`] made to the live stage and keeps it as
     /// the links' state; returns the instant it applies from.
     fn commit(&self, links: &mut [LinkEntry; 2], uid: u32, staged: Staged) -> Result<u64, Failure> {
-        let changes = link_changes([0, 1].map(|i| staged.links[i].as_ref().map(|(c, _)| c)));
-        let at_ns = if changes.is_empty() {
-            clock::now_ns()
-        } else {
-            self.submit_links(changes)?
+        let at_ns = match self.send(&staged, false)? {
+            Some(sent) => sent.wait().map_err(|e| Failure::Error(e.to_string()))?,
+            None => clock::now_ns(),
         };
+        self.keep(links, uid, staged, at_ns);
+        Ok(at_ns)
+    }
+
+    /// Queues the staged link changes for the live stage without waiting
+    /// for it; None when the batch changes no link. `check_only`: only
+    /// whether the stage would take them now.
+    fn send(&self, staged: &Staged, check_only: bool) -> Result<Option<Submitted>, Failure> {
+        let changes = link_changes([0, 1].map(|i| staged.links[i].as_ref().map(|(c, _)| c)));
+        if changes.is_empty() {
+            return Ok(None);
+        }
+        let failed = |e: linkem_runtime::pipeline::SubmitError| Failure::Error(e.to_string());
+        match &self.running {
+            Running::Link(b) if check_only => {
+                b.check_submit(&changes).map(|_| None).map_err(failed)
+            }
+            Running::Link(b) => b.submit_later(changes).map(Some).map_err(failed),
+            _ => Err(Failure::Error(
+                "this emulator runs --forward-only: it has no link to change".into(),
+            )),
+        }
+    }
+
+    /// Keeps what a batch applied at `at_ns` as the links' state.
+    fn keep(&self, links: &mut [LinkEntry; 2], uid: u32, staged: Staged, at_ns: u64) {
         for (i, s) in staged.links.into_iter().enumerate() {
             if let Some((cfg, words)) = s {
                 let e = &mut links[i];
@@ -516,7 +542,6 @@ impl Model {
         if staged.zero {
             *self.baseline.lock().unwrap_or_else(|p| p.into_inner()) = Some(self.raw_stats());
         }
-        Ok(at_ns)
     }
 
     /// [`Model::apply`] on a bridge running rules: the rule requests go to

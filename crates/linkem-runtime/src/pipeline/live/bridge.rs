@@ -107,14 +107,28 @@ impl<M: LiveModel> LiveBridge<M> {
     /// deleted pipe's packets not yet sent are flushed. Requests apply in the
     /// order they are made.
     pub fn submit(&self, changes: Vec<Change>) -> Result<u64, SubmitError> {
+        self.submit_later(changes)?.wait()
+    }
+
+    /// What [`LiveBridge::submit`] refuses before the stage sees the
+    /// changes: a stopped bridge, copies its ports cannot send. A caller
+    /// that hands several bridges changes as one asks each first.
+    pub fn check_submit(&self, changes: &[Change]) -> Result<(), SubmitError> {
         if self.shared.stop.load(Ordering::Acquire) {
             return Err(SubmitError::Stopped);
         }
-        if let Some(why) = self.shared.no_copies {
-            if changes.iter().any(Change::duplicates) {
-                return Err(SubmitError::NoCopies(why));
-            }
+        match self.shared.no_copies {
+            Some(why) if changes.iter().any(Change::duplicates) => Err(SubmitError::NoCopies(why)),
+            _ => Ok(()),
         }
+    }
+
+    /// [`LiveBridge::submit`] without waiting for the stage: the changes are
+    /// queued and the stage woken; [`Submitted::wait`] gives the instant. A
+    /// group's pairs' changes queued one after the other this way apply in
+    /// the same pass of the stage over its pairs.
+    pub fn submit_later(&self, changes: Vec<Change>) -> Result<Submitted, SubmitError> {
+        self.check_submit(&changes)?;
         let (reply, answer) = sync_channel(1);
         {
             let mut q = lock(&self.shared.changes);
@@ -131,7 +145,7 @@ impl<M: LiveModel> LiveBridge<M> {
             // Ports without sockets wait in turns; a parked stage wakes.
             t.thread().unpark();
         }
-        wait_reply(&answer)
+        Ok(Submitted(answer))
     }
 
     /// Stops the live stage, then the output stages (packets still in the
@@ -575,6 +589,16 @@ pub(super) fn output_config(opts: &LiveOptions) -> OutputConfig {
         reorders: true,
         sorted_runs: true,
         coalesce_window_ns: opts.coalesce_window_ns,
+    }
+}
+
+/// Changes handed to the stage ([`LiveBridge::submit_later`]), not yet answered.
+pub struct Submitted(Receiver<Result<u64, SubmitError>>);
+
+impl Submitted {
+    /// The instant the changes applied from, once the stage has taken them.
+    pub fn wait(self) -> Result<u64, SubmitError> {
+        wait_reply(&self.0)
     }
 }
 

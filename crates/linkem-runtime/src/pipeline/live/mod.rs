@@ -199,7 +199,7 @@ mod take;
 
 pub use api::{LiveModel, LiveOptions, SubmitError, Tap};
 use bridge::*;
-pub use bridge::{GroupPair, LiveBridge, LiveGroup, NodeBridge};
+pub use bridge::{GroupPair, LiveBridge, LiveGroup, NodeBridge, Submitted};
 use outputs::*;
 use run::*;
 use stage::*;

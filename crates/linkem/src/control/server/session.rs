@@ -372,7 +372,7 @@ impl Session<'_> {
                 Some(reply(
                     stream,
                     &with_id(
-                        json!({"ok": false, "error": "only changes (link, zero, pipe..., add, delete, flush, set) and ping are allowed in a batch; send commit or abort"}),
+                        json!({"ok": false, "error": "only changes (link, replace, zero, pipe..., add, delete, flush, set) and ping are allowed in a batch; send commit or abort"}),
                         id,
                     ),
                 ))
