@@ -10,9 +10,13 @@ pub mod file;
 mod keys;
 pub mod links;
 mod nodes;
+pub mod plan;
 mod read;
 
 pub use file::{Endpoint, Lab, Link, Machine, Node, NodeKind, Rules, VxlanSettings};
+pub use plan::{plan, EmulatorPair, MachinePlan};
 
 #[cfg(test)]
 mod file_tests;
+#[cfg(test)]
+mod plan_tests;
