@@ -196,3 +196,21 @@ fn rules_inline_and_from_a_file() {
     ));
     assert!(inline.links[0].rules.as_ref().unwrap().path.is_none());
 }
+
+#[test]
+fn the_guide_s_example_parses() {
+    let page = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/guide/labs.md"
+    ))
+    .unwrap();
+    let start = page
+        .find("```yaml\nname:")
+        .expect("the guide's lab example")
+        + "```yaml\n".len();
+    let end = start + page[start..].find("```").unwrap();
+    let lab = parse(&page[start..end]);
+    assert_eq!(lab.links[1].name, "r:eth2--h2:eth1");
+    assert!(lab.links[1].schedules[1].is_some());
+    assert!(lab.warnings.is_empty(), "{:?}", lab.warnings);
+}
