@@ -214,3 +214,30 @@ fn the_guide_s_example_parses() {
     assert!(lab.links[1].schedules[1].is_some());
     assert!(lab.warnings.is_empty(), "{:?}", lab.warnings);
 }
+
+#[test]
+fn without_files_every_file_is_refused() {
+    let link = format!("{TWO}    - endpoints: [\"r1:eth1\", \"r2:eth1\"]\n");
+    for (rest, want) in [
+        (
+            "      trace: /etc/hostname\n",
+            "'/etc/hostname': this lab is read without its files",
+        ),
+        (
+            "      rules: /etc/hostname\n",
+            "'/etc/hostname': this lab is read without its files",
+        ),
+        (
+            "      impair: delay 1ms 1ms distribution t.dist\n",
+            "'t.dist': this lab is read without its files",
+        ),
+    ] {
+        let e = format!(
+            "{:#}",
+            Lab::parse_without_files(&format!("{link}{rest}"), "x").unwrap_err()
+        );
+        assert!(e.contains(want), "{e:?} should contain {want:?}");
+    }
+    let e = format!("{:#}", Lab::parse_without_files("name: t\nlinkem: {defaults: delay 1ms 1ms distribution t.dist}\ntopology: {nodes: {a: {kind: linux}}}\n", "x").unwrap_err());
+    assert!(e.contains("without its files"), "{e}");
+}
