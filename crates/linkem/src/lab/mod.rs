@@ -12,6 +12,7 @@ pub mod links;
 mod nodes;
 pub mod plan;
 mod read;
+pub mod vxlan;
 
 pub use file::{Endpoint, Lab, Link, Machine, Node, NodeKind, Rules, VxlanSettings};
 pub use plan::{plan, EmulatorPair, MachinePlan};

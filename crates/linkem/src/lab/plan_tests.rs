@@ -192,6 +192,11 @@ fn two_machines_each_plans_its_part() {
     );
     assert!(!t.emulated_here);
     assert_eq!(m2.bridges[0].name, "l1br");
+    assert_eq!(m1.emulator_namespace, "lk-two-machines@m1");
+    assert_eq!(
+        m2.bridges[0].namespace.as_deref(),
+        Some("lk-two-machines@m2")
+    );
     let v = &m2.veths[0];
     assert_eq!(
         (v.node_end.name.as_str(), v.node_end.namespace.as_deref()),
