@@ -83,6 +83,9 @@ fn line3() {
         ("l1a", "l1b")
     );
     assert_eq!(p.execs.len(), 3);
+    let (link, side) = lab.endpoint("h2", "eth1").unwrap();
+    assert_eq!((link.name.as_str(), side), ("r:eth2--h2:eth1", 1));
+    assert!(lab.endpoint("h2", "eth2").is_none());
     assert_eq!(p.execs[1].namespace.as_deref(), Some("lk-line3-r"));
     assert!(p.tunnels.is_empty() && p.bridges.is_empty());
 }
