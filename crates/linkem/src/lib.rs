@@ -18,6 +18,7 @@ pub mod cli;
 pub mod control;
 pub mod files;
 pub mod host;
+pub mod lab;
 pub mod process;
 pub mod render;
 pub mod replay;

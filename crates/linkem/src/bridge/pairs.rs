@@ -199,9 +199,6 @@ pub(crate) fn run_plans(args: &BridgeArgs, plans: Vec<PairPlan>, mut hooks: Hook
         }
         Ok(())
     };
-    // Held until the bridge ends: no second linkem on these interfaces.
-    let names = plans.iter().map(|p| [p.if_a.as_str(), p.if_b.as_str()]);
-    let claimed = Interfaces::claim(args, names.collect(), Some(&stop))?;
     let mut controls = Vec::new();
     for p in &plans {
         interrupted(controls.len(), "given a control socket")?;
@@ -211,6 +208,14 @@ pub(crate) fn run_plans(args: &BridgeArgs, plans: Vec<PairPlan>, mut hooks: Hook
             &p.if_b,
         )?);
     }
+    // The sockets above are bound where the caller is; the interfaces and
+    // every thread started from here live in `hooks.netns`.
+    if let Some(ns) = &hooks.netns {
+        linkem_io::netns::enter(ns)?;
+    }
+    // Held until the bridge ends: no second linkem on these interfaces.
+    let names = plans.iter().map(|p| [p.if_a.as_str(), p.if_b.as_str()]);
+    let claimed = Interfaces::claim(args, names.collect(), Some(&stop))?;
     let (pairs, used) = open_pairs(&plans, &claimed, &timing, &stop)?;
     let opts = live_options(args, &timing, [0; 2], None);
     let (bridges, mut group) =

@@ -3,6 +3,7 @@
 
 pub mod args;
 pub mod bench;
+pub mod lab;
 pub mod shell;
 pub mod tools;
 
