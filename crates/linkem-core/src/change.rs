@@ -76,7 +76,7 @@ impl Change {
 }
 
 impl std::fmt::Display for Change {
-    /// One line a control request would carry for the change (`link a-to-b
+    /// One line a control request would carry for the change (`replace a-to-b
     /// WORDS`, `pipe 3 config delay 5ms`, `add 100 pipe 3 ip`): the control
     /// protocol's parse of the line gives the same change back. A whole rule
     /// set is named by its size only, its text being in
@@ -89,7 +89,7 @@ impl std::fmt::Display for Change {
                     [false, true] => "b-to-a",
                     _ => "both",
                 };
-                write!(f, "link {dir} {config}")
+                write!(f, "replace {dir} {config}")
             }
             Change::Rules { set, .. } => write!(f, "rules ({} rules)", set.rules.len()),
             Change::Object(def) => {

@@ -31,9 +31,11 @@
 //! | request | effect |
 //! |---|---|
 //! | `ping`, `version`, `help` | liveness, versions, the list of requests |
-//! | `link [a-to-b\|b-to-a\|both] WORDS...` | the link of one or both (no direction: both) directions becomes exactly WORDS (linkem's link words, as on the command line; unset words take their defaults) |
+//! | `link [a-to-b\|b-to-a\|both] WORDS...` | PATCH: WORDS (linkem's link words, as on the command line) change what they name in one or both (no direction: both) directions; every other word stays. A word that names a default clears: `rate unlimited`, `loss none`, `delay 0ms`, `policer none`, `slot none` |
+//! | `replace [a-to-b\|b-to-a\|both] WORDS...` | the link of one or both directions becomes exactly WORDS (unset words take their defaults) |
 //! | `show [--json]`, `stats` | links and counters (`stats`: counters only), the shape of `--stats json` |
 //! | `list` | the links, their owners and last change |
+//! | in a socket of several links (`linkem bridge --pair ... --pair ... --name G`, a lab): `link NAME ...`, `replace NAME ...`, `show NAME [--json]`, `stats NAME` | the same for link NAME (`r1:eth1--r2:eth1`, `IF_A-IF_B`); `show`, `stats`, `list` alone: every link, each object with `"link":NAME`; a batch may change several links; `zero` and `watch` cover all |
 //! | `zero` | counters seen by `show`/`stats`/`watch` start again from zero (the metrics endpoint's counters never go back) |
 //! | `watch [INTERVAL]` | one `stats` line every INTERVAL (default 1s, 10ms..1h) until the client sends a line or closes |
 //! | `begin` ... `commit` / `abort` | a batch: each line is checked and answered `{"ok":true,"batched":N}`; `commit` applies all at one instant, or none if any line failed |
@@ -77,7 +79,7 @@ mod client;
 mod parse;
 
 pub use client::Client;
-pub use parse::{parse_line, parse_line_for};
+pub use parse::{parse_line, parse_line_for, parse_line_named};
 
 /// Protocol version in the banner; bumped when a reply changes incompatibly.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -99,6 +101,10 @@ pub const SOCKET_DIR: &str = "/run/linkem";
 pub const NO_RULE_SET: &str = "no rule set in this emulator: pipe, queue, sched, add, delete, \
      flush and set take effect only in an emulator that runs ipfw rules; \
      change its links with 'link a-to-b|b-to-a|both WORDS'";
+/// The error of a change to one link of a socket that serves several
+/// without naming it (the names follow).
+pub const NAME_A_LINK: &str = "this socket serves several links: name one first \
+     (link NAME [a-to-b|b-to-a|both] WORDS)";
 /// Shortest and longest `watch` interval.
 pub const WATCH_MIN_NS: u64 = 10_000_000;
 pub const WATCH_MAX_NS: u64 = 3_600_000_000_000;
@@ -217,14 +223,34 @@ pub enum Request {
     Ping,
     Version,
     Help,
+    /// `link [NAME] [DIR] WORDS` (PATCH: the words change only what they
+    /// name) or `replace [NAME] [DIR] WORDS` (the direction becomes exactly
+    /// the words).
     Link {
+        /// The link a socket of several links serves ([`parse_line_named`]);
+        /// None in a socket of one link.
+        target: Option<String>,
         dir: Dir,
-        link: Box<LinkConfig>,
+        /// `replace`: the whole link; `link`: the words over the running one.
+        replace: bool,
+        /// The words read alone over the defaults: what a `replace` sets;
+        /// None for a `link` whose words need the running link to be
+        /// complete (a `distribution` over its jitter).
+        link: Option<Box<LinkConfig>>,
         /// The words as given, for `list` and the audit log.
         words: Vec<String>,
+        /// 1-based position of the first of `words` in the line, so that an
+        /// error of the words over the running link names its place.
+        first: usize,
     },
-    Show,
-    Stats,
+    /// `show [NAME] [--json]`: one link of a socket of several, or all.
+    Show {
+        target: Option<String>,
+    },
+    /// `stats [NAME]`.
+    Stats {
+        target: Option<String>,
+    },
     List,
     Zero,
     Watch {
@@ -367,8 +393,14 @@ pub fn system_tables(name: &str) -> Result<String, String> {
 pub const HELP: &str = "\
 ping | version | help
 link [a-to-b|b-to-a|both] WORDS...
-                                   the link becomes exactly WORDS (no direction: both)
+                                   WORDS change what they name, the rest stays (no direction:
+                                   both); clear with rate unlimited, loss none, delay 0ms...
+replace [a-to-b|b-to-a|both] WORDS...
+                                   the link becomes exactly WORDS (unset words: defaults)
 show [--json] | stats | list       links and counters | counters | links and owners
+link|replace NAME ..., show NAME [--json], stats NAME
+                                   in a socket of several links (a lab, --pair ... --name G):
+                                   link NAME (show, stats, list alone: every link)
 zero                               counters of show/stats/watch restart from zero
 watch [INTERVAL]                   a stats line every INTERVAL (default 1s) until a line is sent
 begin ... commit | abort           a batch, applied all at one instant or not at all

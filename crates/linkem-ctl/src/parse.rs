@@ -130,6 +130,26 @@ pub fn parse_line_for(
     files: &mut FileLoader<'_>,
     sides: [&str; 2],
 ) -> Result<Line, ParseError> {
+    parse_in(line, files, sides, None)
+}
+
+/// [`parse_line`] for a socket that serves the links `names` (a group of
+/// pairs, a lab): `link`, `replace` name their link first, `show` and
+/// `stats` may; a name not among `names` is refused, naming a few that are.
+pub fn parse_line_named(
+    line: &str,
+    files: &mut FileLoader<'_>,
+    names: &[&str],
+) -> Result<Line, ParseError> {
+    parse_in(line, files, ["a", "b"], Some(names))
+}
+
+fn parse_in(
+    line: &str,
+    files: &mut FileLoader<'_>,
+    sides: [&str; 2],
+    names: Option<&[&str]>,
+) -> Result<Line, ParseError> {
     if line.len() >= MAX_LINE_BYTES {
         return Err(ParseError::general(format!(
             "line longer than {} bytes",
@@ -154,7 +174,7 @@ pub fn parse_line_for(
     if matches!(c.peek(), Some("ipfw" | "dnctl")) {
         c.next += 1;
     }
-    let request = parse_request(&mut c, files, sides)?;
+    let request = parse_request(&mut c, files, sides, names)?;
     Ok(Line { id, request })
 }
 
@@ -162,6 +182,7 @@ fn parse_request(
     c: &mut Cursor<'_>,
     files: &mut FileLoader<'_>,
     sides: [&str; 2],
+    names: Option<&[&str]>,
 ) -> Result<Request, ParseError> {
     let Some(verb) = c.take() else {
         return Err(ParseError::general("empty request (try 'help')"));
@@ -171,7 +192,11 @@ fn parse_request(
         "ping" => simple(c, Request::Ping),
         "version" => simple(c, Request::Version),
         "help" => simple(c, Request::Help),
-        "stats" => simple(c, Request::Stats),
+        "stats" => {
+            let target = optional_target(c, names)?;
+            c.end(verb)?;
+            Ok(Request::Stats { target })
+        }
         "zero" => simple(c, Request::Zero),
         "begin" => simple(c, Request::Begin),
         "commit" => simple(c, Request::Commit),
@@ -180,18 +205,22 @@ fn parse_request(
         "claims" => simple(c, Request::Claims),
         "claim" | "release" => claim_request(c, verb == "release", files).map(Request::Claim),
         "show" | "list" => {
+            let target = match verb {
+                "show" => optional_target(c, names)?,
+                _ => None,
+            };
             if c.peek() == Some("--json") {
                 c.next += 1;
             }
             c.end(verb)?;
             Ok(if verb == "show" {
-                Request::Show
+                Request::Show { target }
             } else {
                 Request::List
             })
         }
         "watch" => watch_request(c),
-        "link" => link_request(c, files),
+        "link" | "replace" => link_request(c, files, verb == "replace", names),
         "pipe" | "queue" | "sched" => {
             let kind = match verb {
                 "pipe" => Kind::Pipe,
@@ -246,42 +275,113 @@ fn watch_request(c: &mut Cursor<'_>) -> Result<Request, ParseError> {
     Ok(Request::Watch { interval_ns })
 }
 
-/// `link [a-to-b|b-to-a|both] WORDS`: the link's words, without a seed.
-fn link_request(c: &mut Cursor<'_>, files: &mut FileLoader<'_>) -> Result<Request, ParseError> {
+/// A few of `names` for an error, with how many are left out.
+fn some_names(names: &[&str]) -> String {
+    const SHOWN: usize = 5;
+    let mut s = names
+        .iter()
+        .take(SHOWN)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > SHOWN {
+        s += &format!(" and {} more ('list' names all)", names.len() - SHOWN);
+    }
+    s
+}
+
+/// The link a request names, in a socket of several links: the next word,
+/// which must be one of `names`.
+fn target(c: &mut Cursor<'_>, names: &[&str], verb: &str) -> Result<String, ParseError> {
+    let Some(w) = c.take() else {
+        return Err(c.here(format!(
+            "'{verb}' names a link first here (links: {})",
+            some_names(names)
+        )));
+    };
+    if names.contains(&w) {
+        return Ok(w.to_string());
+    }
+    let why = if is_direction(w) || linkem_core::config::is_link_word(w) {
+        format!("this socket serves several links: name one first, '{verb} NAME ...'")
+    } else {
+        format!("no link '{w}' here")
+    };
+    Err(c.here(format!("{why} (links: {})", some_names(names))))
+}
+
+/// `show [NAME]`, `stats [NAME]`: the name, if one is given in a socket of
+/// several links.
+fn optional_target(
+    c: &mut Cursor<'_>,
+    names: Option<&[&str]>,
+) -> Result<Option<String>, ParseError> {
+    match (names, c.peek()) {
+        (Some(names), Some(w)) if w != "--json" => target(c, names, "show").map(Some),
+        _ => Ok(None),
+    }
+}
+
+fn is_direction(w: &str) -> bool {
+    matches!(w, "a-to-b" | "a->b" | "b-to-a" | "b->a" | "both")
+}
+
+/// `link|replace [NAME] [a-to-b|b-to-a|both] WORDS`: the link's words,
+/// without a seed; NAME in a socket of several links (`names`).
+fn link_request(
+    c: &mut Cursor<'_>,
+    files: &mut FileLoader<'_>,
+    replace: bool,
+    names: Option<&[&str]>,
+) -> Result<Request, ParseError> {
+    let verb = if replace { "replace" } else { "link" };
+    let target = match names {
+        Some(names) => Some(target(c, names, verb)?),
+        None => None,
+    };
     // Without a direction the words apply to both, as they do on
     // `linkem bridge`'s command line and in the Python client's link("both", ...).
-    let dir =
-        match c.peek() {
-            Some("a-to-b" | "a->b") => Dir::AToB,
-            Some("b-to-a" | "b->a") => Dir::BToA,
-            Some("both") => Dir::Both,
-            Some(_) => Dir::Both,
-            None => return Err(c.here(
-                "'link' needs words, after a direction (a-to-b, b-to-a or both) or alone for both",
-            )),
-        };
-    if matches!(
-        c.peek(),
-        Some("a-to-b" | "a->b" | "b-to-a" | "b->a" | "both")
-    ) {
+    let dir = match c.peek() {
+        Some("a-to-b" | "a->b") => Dir::AToB,
+        Some("b-to-a" | "b->a") => Dir::BToA,
+        Some(_) => Dir::Both,
+        None => {
+            return Err(c.here(format!(
+                "'{verb}' needs words, after a direction (a-to-b, b-to-a or both) or alone for both"
+            )))
+        }
+    };
+    if c.peek().is_some_and(is_direction) {
         c.take();
     }
     let first = c.next;
     let words = &c.words[first..];
-    let spec =
-        LinkSpec::parse_words(words, files).map_err(|e| c.at(first + e.position - 1, e.message))?;
-    if spec.seed.is_some() {
+    let at = |e: linkem_core::config::ConfigError| c.at(first + e.position - 1, e.message);
+    let link = if replace {
+        Some(LinkSpec::parse_words(words, files).map_err(at)?)
+    } else {
+        LinkSpec::check_patch(words, files).map_err(at)?;
+        // Alone over the defaults, when the words are complete by themselves.
+        LinkSpec::parse_words(words, files).ok()
+    };
+    if words.contains(&"seed") {
         let at = words.iter().position(|w| *w == "seed").unwrap_or(0);
         return Err(c.at(
             first + at,
             "the seed is fixed when the emulator starts (a change keeps the random streams)",
         ));
     }
+    if !replace && words.is_empty() {
+        return Err(c.at(first, "'link' needs words: the ones to change"));
+    }
     let words = c.rest();
     Ok(Request::Link {
+        target,
         dir,
-        link: Box::new(spec.link),
+        replace,
+        link: link.map(|s| Box::new(s.link)),
         words,
+        first: first + 1,
     })
 }
 

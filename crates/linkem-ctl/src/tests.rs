@@ -7,36 +7,134 @@ fn parse(line: &str) -> Result<Line, ParseError> {
 }
 
 #[test]
-fn link_words_become_a_config() {
-    let l = parse("link a-to-b delay 20ms loss 1%").unwrap();
+fn replace_words_become_a_whole_config() {
+    let l = parse("replace a-to-b delay 20ms loss 1%").unwrap();
     match l.request {
-        Request::Link { dir, link, words } => {
+        Request::Link {
+            dir,
+            link,
+            words,
+            replace,
+            target,
+            first,
+        } => {
             assert_eq!(dir, Dir::AToB);
-            assert_eq!(link.delay_ns, 20_000_000);
+            assert!(replace && target.is_none());
+            assert_eq!(link.unwrap().delay_ns, 20_000_000);
             assert_eq!(words, vec!["delay", "20ms", "loss", "1%"]);
+            assert_eq!(first, 3);
         }
         other => panic!("{other:?}"),
     }
+    // No words: the defaults (a replace of nothing clears the link).
     assert!(matches!(
-        parse("link both").unwrap().request,
-        Request::Link { dir: Dir::Both, .. }
+        parse("replace both").unwrap().request,
+        Request::Link { dir: Dir::Both, replace: true, link: Some(l), .. } if *l == LinkConfig::default()
     ));
 }
 
 #[test]
-fn link_without_a_direction_sets_both() {
+fn link_words_are_a_patch_checked_word_by_word() {
     match parse("link delay 20ms").unwrap().request {
-        Request::Link { dir, link, words } => {
+        Request::Link {
+            dir,
+            replace,
+            words,
+            first,
+            ..
+        } => {
             assert_eq!(dir, Dir::Both);
-            assert_eq!(link.delay_ns, 20_000_000);
+            assert!(!replace);
             assert_eq!(words, vec!["delay", "20ms"]);
+            assert_eq!(first, 2);
         }
         other => panic!("{other:?}"),
     }
-    let e = parse("link").unwrap_err();
-    assert!(e.message.contains("needs words"), "{e:?}");
+    // Complete only over a running link with a jitter: parsed, no link alone.
+    match parse("link b-to-a distribution normal").unwrap().request {
+        Request::Link {
+            dir: Dir::BToA,
+            link: None,
+            ..
+        } => {}
+        other => panic!("{other:?}"),
+    }
+    for bad in ["link", "link both", "replace"] {
+        let e = parse(bad).unwrap_err();
+        assert!(e.message.contains("needs words"), "{bad}: {e:?}");
+    }
     let e = parse("link sideways delay 1ms").unwrap_err();
     assert_eq!(e.word.as_deref(), Some("sideways"), "{e:?}");
+    let e = parse("link both delay 20xs").unwrap_err();
+    assert_eq!((e.position, e.word.as_deref()), (Some(4), Some("20xs")));
+}
+
+fn named(line: &str) -> Result<Line, ParseError> {
+    parse_line_named(
+        line,
+        &mut no_files,
+        &["r1:eth1--r2:eth1", "v1-v2", "a", "b", "c", "d", "e"],
+    )
+}
+
+#[test]
+fn a_socket_of_several_links_names_the_link_first() {
+    match named("@x link r1:eth1--r2:eth1 a-to-b delay 30ms")
+        .unwrap()
+        .request
+    {
+        Request::Link {
+            target, dir, first, ..
+        } => {
+            assert_eq!(target.as_deref(), Some("r1:eth1--r2:eth1"));
+            assert_eq!((dir, first), (Dir::AToB, 5));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        named("replace v1-v2 delay 1ms").unwrap().request,
+        Request::Link { target: Some(t), replace: true, dir: Dir::Both, .. } if t == "v1-v2"
+    ));
+    assert_eq!(
+        named("show v1-v2 --json").unwrap().request,
+        Request::Show {
+            target: Some("v1-v2".into())
+        }
+    );
+    assert_eq!(
+        named("show").unwrap().request,
+        Request::Show { target: None }
+    );
+    assert_eq!(
+        named("show --json").unwrap().request,
+        Request::Show { target: None }
+    );
+    assert_eq!(
+        named("stats a").unwrap().request,
+        Request::Stats {
+            target: Some("a".into())
+        }
+    );
+    assert_eq!(named("list").unwrap().request, Request::List);
+    // An unknown name is refused naming it and a few known ones.
+    let e = named("link r9:eth1--r2:eth1 delay 1ms").unwrap_err();
+    assert_eq!(
+        (e.position, e.word.as_deref()),
+        (Some(2), Some("r9:eth1--r2:eth1"))
+    );
+    assert!(
+        e.message.contains("no link 'r9:eth1--r2:eth1'")
+            && e.message.contains("r1:eth1--r2:eth1, v1-v2")
+            && e.message.contains("2 more"),
+        "{e:?}"
+    );
+    // Words without a name: told to name one.
+    let e = named("link a-to-b delay 1ms").unwrap_err();
+    assert!(e.message.contains("name one first"), "{e:?}");
+    let e = named("show nosuch").unwrap_err();
+    assert!(e.message.contains("no link 'nosuch'"), "{e:?}");
+    // In a socket of one link a name is an error as before.
+    assert!(parse("show v1-v2").is_err());
 }
 
 #[test]
@@ -54,6 +152,8 @@ fn errors_name_the_word_and_its_position() {
         (e.position, e.word.as_deref()),
         (Some(1), Some("frobnicate"))
     );
+    let e = parse("replace both seed 4").unwrap_err();
+    assert_eq!(e.position, Some(3));
     let e = parse("link both seed 4").unwrap_err();
     assert_eq!(e.position, Some(3));
     let e = parse("ping pong").unwrap_err();

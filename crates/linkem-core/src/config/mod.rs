@@ -260,11 +260,52 @@ impl LinkSpec {
         dialect: Dialect,
         files: &mut FileLoader<'_>,
     ) -> Result<LinkSpec, ConfigError> {
+        Self::read_over(parser::Draft::default(), layers, dialect, files)
+    }
+
+    /// Link words applied over a running link (a control socket's `link`
+    /// request, PATCH): what `words` set changes and everything else of
+    /// `base` stays, as a later layer over `base`'s own words would
+    /// ([`LinkSpec::parse_layers`]); the checks of the whole link run on the
+    /// result. A word that clears something names its default: `rate
+    /// unlimited`, `loss none`, `delay 0ms`, `policer none`, `slot none`,
+    /// `queue 1000`, `distribution uniform`, `jitter-mode packet`.
+    /// Invariants (property-tested): no words give `base`; words that set
+    /// every thing give what they give alone; words that set disjoint things
+    /// give the same link in either order.
+    pub fn patch<S: AsRef<str>>(
+        base: &LinkConfig,
+        words: &[S],
+        files: &mut FileLoader<'_>,
+    ) -> Result<LinkSpec, ConfigError> {
+        Self::read_over(parser::Draft::over(base), &[words], Dialect::Linkem, files)
+    }
+
+    /// Whether `words` read as a patch ([`LinkSpec::patch`]) before the
+    /// link they go over is known: each word and its arguments (files read
+    /// through `files`), not the checks of the whole link, which the link
+    /// under them may satisfy.
+    pub fn check_patch<S: AsRef<str>>(
+        words: &[S],
+        files: &mut FileLoader<'_>,
+    ) -> Result<(), ConfigError> {
+        let words: Vec<&str> = words.iter().map(AsRef::as_ref).collect();
+        let mut draft = parser::Draft::default();
+        let mut cursor = parser::Cursor::new(&words, 0, 0, Dialect::Linkem, files);
+        words::read_layer(&mut cursor, &mut draft)
+    }
+
+    /// Reads `layers` over `draft`, then resolves a schedule against them.
+    fn read_over<S: AsRef<str>>(
+        mut draft: parser::Draft,
+        layers: &[&[S]],
+        dialect: Dialect,
+        files: &mut FileLoader<'_>,
+    ) -> Result<LinkSpec, ConfigError> {
         let layers: Vec<Vec<&str>> = layers
             .iter()
             .map(|l| l.iter().map(AsRef::as_ref).collect())
             .collect();
-        let mut draft = parser::Draft::default();
         let mut offset = 0;
         for (layer, words) in layers.iter().enumerate() {
             let mut cursor = parser::Cursor::new(words, offset, layer, dialect, files);
@@ -318,5 +359,7 @@ pub(crate) fn check_words_alone(words: &[&str]) -> Result<(), ConfigError> {
     }
 }
 
+#[cfg(test)]
+mod patch_tests;
 #[cfg(test)]
 mod tests;

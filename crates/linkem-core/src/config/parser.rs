@@ -133,6 +133,26 @@ pub(super) struct Draft {
 }
 
 impl Draft {
+    /// A draft that holds `base` as if its words had been read in an earlier
+    /// layer: later words replace what they set and keep the rest, and the
+    /// checks of the whole link ([`Draft::finish`]) see the merged link. The
+    /// default queue limit stays a default (so that a limit in bytes given
+    /// later means no limit in packets, as it does in one line of words).
+    pub fn over(base: &LinkConfig) -> Draft {
+        let default_queue =
+            base.queue_packets == Some(DEFAULT_QUEUE_PACKETS) && base.queue_bytes.is_none();
+        let distribution =
+            (*base.distribution != Distribution::Uniform).then(|| (*base.distribution).clone());
+        Draft {
+            link: base.clone(),
+            queue_packets: (!default_queue).then_some(base.queue_packets),
+            queue_bytes: base.queue_bytes.map(Some),
+            distribution,
+            jitter_hold: base.jitter_hold_ns.map(Some),
+            ..Draft::default()
+        }
+    }
+
     fn origin(&self, slot: Slot) -> Option<&Origin> {
         self.set.iter().find(|(s, _)| *s == slot).map(|(_, o)| o)
     }

@@ -44,9 +44,10 @@ const DUMMYNET: &[Dialect] = &[Dialect::Dummynet];
 pub const WORDS: &[WordDoc] = &[
     WordDoc {
         words: &["rate", "bw"],
-        usage: "rate R | bw R",
+        usage: "rate R | bw R | rate unlimited",
         meaning: "link rate: 10mbit, 1gbit, 3Mbit/s, 2MByte/s (never bps/mbps: tc reads bytes, \
-                  ipfw bits); Dummynet's bw also 3M, 3000000 (bit/s), 0 (no limit)",
+                  ipfw bits); Dummynet's bw also 3M, 3000000 (bit/s), 0 (no limit); unlimited: \
+                  no rate and no trace (the default)",
         example: "rate 10mbit",
         dialects: BOTH,
         parse: rate,
@@ -154,8 +155,9 @@ pub const WORDS: &[WordDoc] = &[
     },
     WordDoc {
         words: &["loss", "drop"],
-        usage: "loss [random] P% [C%]",
-        meaning: "random loss, correlated by C (drop: netem's alias)",
+        usage: "loss [random] P% [C%] | loss none",
+        meaning: "random loss, correlated by C (drop: netem's alias); none: no loss model \
+                  (the default)",
         example: "loss 1% 25%",
         dialects: BOTH,
         parse: loss,
@@ -218,17 +220,18 @@ pub const WORDS: &[WordDoc] = &[
     },
     WordDoc {
         words: &["policer", "police"],
-        usage: "policer R burst SIZE",
-        meaning: "token bucket: drop what exceeds R with bucket SIZE",
+        usage: "policer R burst SIZE | policer none",
+        meaning:
+            "token bucket: drop what exceeds R with bucket SIZE; none: no policer (the default)",
         example: "policer 2mbit burst 15kB",
         dialects: BOTH,
         parse: policer,
     },
     WordDoc {
         words: &["slot"],
-        usage: "slot MIN [MAX] [packets N] [bytes M]",
+        usage: "slot MIN [MAX] [packets N] [bytes M] | slot none",
         meaning: "netem: packets leave only in slots, the next one MIN..MAX (uniform) after, \
-                  each carrying up to N packets and M bytes",
+                  each carrying up to N packets and M bytes; none: no slots (the default)",
         example: "slot 800us 1200us packets 16 bytes 64KiB",
         dialects: BOTH,
         parse: slot,
@@ -422,7 +425,9 @@ fn nothing(_: &mut Cursor<'_, '_, '_>, _: &mut Draft, _: usize) -> Result<(), Co
 fn rate(c: &mut Cursor<'_, '_, '_>, d: &mut Draft, at: usize) -> Result<(), ConfigError> {
     let word = c.word(at);
     let (a, v) = c.arg(word, "a rate such as 10mbit")?;
-    let bps = if c.dialect == Dialect::Dummynet && word == "bw" {
+    let bps = if v == "unlimited" {
+        None
+    } else if c.dialect == Dialect::Dummynet && word == "bw" {
         c.unit(a, dummynet::bw_bps(v))?
     } else {
         Some(c.unit(a, units::parse_rate_bps(v))?)
@@ -625,6 +630,12 @@ fn plr(c: &mut Cursor<'_, '_, '_>, d: &mut Draft, at: usize) -> Result<(), Confi
 
 fn loss_model(c: &mut Cursor<'_, '_, '_>, word: &str) -> Result<LossConfig, ConfigError> {
     match c.peek() {
+        // Not `loss 0%`: a random loss of 0 still draws, and so moves the
+        // random streams of the decisions after it.
+        Some("none") => {
+            c.next += 1;
+            Ok(LossConfig::None)
+        }
         Some("gemodel") => {
             c.next += 1;
             let p = c.percent("loss gemodel")?;
@@ -724,6 +735,11 @@ fn corrupt(c: &mut Cursor<'_, '_, '_>, d: &mut Draft, at: usize) -> Result<(), C
 fn policer(c: &mut Cursor<'_, '_, '_>, d: &mut Draft, at: usize) -> Result<(), ConfigError> {
     let word = c.word(at);
     let (a, v) = c.arg(word, "a rate such as 10mbit")?;
+    if v == "none" {
+        c.set(d, Slot::Policer, at)?;
+        d.link.policer = None;
+        return Ok(());
+    }
     let rate_bps = c.unit(a, units::parse_rate_bps(v))?;
     let (b, kw) = c.arg(word, "'burst SIZE'")?;
     if kw != "burst" {
@@ -743,6 +759,12 @@ fn policer(c: &mut Cursor<'_, '_, '_>, d: &mut Draft, at: usize) -> Result<(), C
 }
 
 fn slot(c: &mut Cursor<'_, '_, '_>, d: &mut Draft, at: usize) -> Result<(), ConfigError> {
+    if c.peek() == Some("none") {
+        c.next += 1;
+        c.set(d, Slot::Slots, at)?;
+        d.link.slot = None;
+        return Ok(());
+    }
     let mut cfg = SlotConfig {
         min_ns: 0,
         max_ns: 0,

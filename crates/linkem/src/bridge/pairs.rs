@@ -12,12 +12,17 @@
 //! pair's b->a (`linkem-out-b->a`). Idle, they sleep: the live stage in one
 //! poll over all the sockets, the output stages parked until a frame is
 //! stored. Each pair's control socket (named IF_A-IF_B, as a one-pair
-//! bridge's) has its accept thread, blocked in accept(2).
+//! bridge's) has its accept thread, blocked in accept(2); with `--name G`
+//! (or `--control PATH`) one socket serves every pair instead, a request
+//! naming its pair first (`linkem ctl --name G link IF_A-IF_B delay 30ms`,
+//! see `crate::control`'s group), and `--metrics` serves every pair from
+//! one endpoint, each series labelled `link="NAME"`.
 //!
 //! Per pair, as a one-pair bridge of the same words: its link (the words for
 //! both directions), its delay lines (sized from its link, or `--buffer`), its
 //! counts (`--stats` lists them by pair, [`print_pairs_stats`]), its control
-//! socket (`linkem ctl --name IF_A-IF_B link ...` changes that pair only).
+//! socket (`linkem ctl --name IF_A-IF_B link ...` changes that pair only),
+//! or its name in the group's socket.
 //! Seeds: a pair whose words say `seed N` uses N; the others use
 //! [`pair_seed`]`(run seed, index)` (the run seed is the first `seed N` the
 //! pairs give, else a fresh one), printed at start for each pair: a one-pair
@@ -27,9 +32,8 @@
 //! for several pairs needs rules that name any of their interfaces),
 //! `--record`, `--events` and the link logs (their files hold one pair),
 //! `--config`, `--a-to-b`/`--b-to-a` (a pair's words are its link for both
-//! directions), `--forward-only`, `--series`, `--metrics`, `--name`,
-//! `--control PATH` and the claims (one process would answer for several
-//! sockets or names). SIGHUP has nothing to re-read (the words are the
+//! directions), `--forward-only`, `--series` and the claims (claims are
+//! rules of one node). SIGHUP has nothing to re-read (the words are the
 //! command line's) and is ignored, saying so.
 
 use super::interfaces::Interfaces;
@@ -38,7 +42,8 @@ use super::serve::{pair_stats, serve, PairLabel, Run};
 use super::{live_options, Hooks};
 use crate::bridge::backend::Rings;
 use crate::cli::args::{timing, BridgeArgs, Timing};
-use crate::control::Running;
+use crate::control::server::{prepare, Prepared, Server};
+use crate::control::{ControlArgs, Model, Running};
 use crate::process::{fresh_seed, signal_flags};
 use crate::render::bridge_stats::print_pairs_stats;
 use anyhow::{bail, Result};
@@ -107,7 +112,7 @@ pub(crate) fn plan(args: &BridgeArgs) -> Result<Vec<PairPlan>> {
 
 /// Refuses, by name, what a bridge of several pairs does not do.
 fn check_options(args: &BridgeArgs) -> Result<()> {
-    let refused: [(bool, &str, &str); 13] = [
+    let refused: [(bool, &str, &str); 10] = [
         (
             args.rules.is_some(),
             "--rules",
@@ -144,21 +149,6 @@ fn check_options(args: &BridgeArgs) -> Result<()> {
             "a link log holds one pair",
         ),
         (args.run.series, "--series", "the time series hold one pair"),
-        (
-            args.control.metrics.is_some(),
-            "--metrics",
-            "the metrics endpoint reports one pair",
-        ),
-        (
-            args.control.name.is_some(),
-            "--name",
-            "each pair's control socket is named IF_A-IF_B",
-        ),
-        (
-            args.control.control.as_deref().is_some_and(|c| c != "none"),
-            "--control PATH",
-            "each pair has its socket, named IF_A-IF_B; '--control none' goes without",
-        ),
         (
             args.control.claims.claims,
             "--claims",
@@ -199,15 +189,7 @@ pub(crate) fn run_plans(args: &BridgeArgs, plans: Vec<PairPlan>, mut hooks: Hook
         }
         Ok(())
     };
-    let mut controls = Vec::new();
-    for p in &plans {
-        interrupted(controls.len(), "given a control socket")?;
-        controls.push(crate::control::server::prepare(
-            &args.control,
-            &p.if_a,
-            &p.if_b,
-        )?);
-    }
+    let controls = prepare_controls(args, &plans, &interrupted)?;
     // The sockets above are bound where the caller is; the interfaces and
     // every thread started from here live in `hooks.netns`.
     if let Some(ns) = &hooks.netns {
@@ -242,13 +224,7 @@ pub(crate) fn run_plans(args: &BridgeArgs, plans: Vec<PairPlan>, mut hooks: Hook
             started,
         )));
     }
-    let mut servers = Vec::new();
-    for (control, model) in controls.into_iter().zip(&models) {
-        for line in control.announce() {
-            eprintln!("{line}");
-        }
-        servers.push(control.start(model.clone()));
-    }
+    let (servers, group_model) = controls.start(&models, started);
     let labels: Vec<PairLabel<'_>> = plans
         .iter()
         .map(|p| PairLabel {
@@ -266,6 +242,8 @@ pub(crate) fn run_plans(args: &BridgeArgs, plans: Vec<PairPlan>, mut hooks: Hook
     let served = serve(args, run, started, [&stop, &done], &reload);
     // The control threads first (they remove the sockets), then the stages.
     drop(servers);
+    // The group's model holds the pairs' models: it goes with its server.
+    drop(group_model);
     group.stop();
     let mut last = Vec::new();
     for model in models {
@@ -283,6 +261,85 @@ pub(crate) fn run_plans(args: &BridgeArgs, plans: Vec<PairPlan>, mut hooks: Hook
     );
     drop(claimed);
     served
+}
+
+/// The control sockets and the metrics endpoint of a run of several pairs,
+/// opened before the pairs start.
+enum Controls {
+    /// One socket per pair, named IF_A-IF_B (or none with `--control
+    /// none`), and the one metrics endpoint of `--metrics`, if given.
+    PerPair(Vec<Prepared>, Option<Prepared>),
+    /// `--name G` or `--control PATH`: one socket (and endpoint) for every pair.
+    Group(Prepared),
+}
+
+/// Opens the sockets (see [`Controls`]); `interrupted` stops at a signal.
+fn prepare_controls(
+    args: &BridgeArgs,
+    plans: &[PairPlan],
+    interrupted: &dyn Fn(usize, &str) -> Result<()>,
+) -> Result<Controls> {
+    let c = &args.control;
+    let given_path = c.control.as_deref().is_some_and(|p| p != "none");
+    if c.name.is_some() || given_path {
+        // A default name (with --control PATH alone): the first and last pairs' ends.
+        let (first, last) = match (plans.first(), plans.last()) {
+            (Some(f), Some(l)) => (f.if_a.as_str(), l.if_b.as_str()),
+            _ => bail!("no pair to serve"),
+        };
+        return Ok(Controls::Group(prepare(c, first, last)?));
+    }
+    let per_pair = ControlArgs {
+        metrics: None,
+        ..c.clone()
+    };
+    let mut each = Vec::new();
+    for p in plans {
+        interrupted(each.len(), "given a control socket")?;
+        each.push(prepare(&per_pair, &p.if_a, &p.if_b)?);
+    }
+    let metrics = match &c.metrics {
+        Some(_) => {
+            let only = ControlArgs {
+                control: Some("none".into()),
+                control_group: None,
+                audit: None,
+                ..c.clone()
+            };
+            Some(prepare(&only, "pairs", "metrics")?)
+        }
+        None => None,
+    };
+    Ok(Controls::PerPair(each, metrics))
+}
+
+impl Controls {
+    /// Starts serving the pairs' `models`; returns the servers and the
+    /// model of the group, if one serves them all.
+    fn start(self, models: &[Arc<Model>], started: Instant) -> (Vec<Server>, Option<Arc<Model>>) {
+        let announce = |p: &Prepared| p.announce().into_iter().for_each(|l| eprintln!("{l}"));
+        match self {
+            Controls::PerPair(each, metrics) => {
+                let mut servers = Vec::new();
+                for (control, model) in each.into_iter().zip(models) {
+                    announce(&control);
+                    servers.push(control.start(model.clone()));
+                }
+                let group = metrics.map(|m| {
+                    announce(&m);
+                    let g = Arc::new(Model::group(m.name.clone(), models.to_vec(), started));
+                    servers.push(m.start(g.clone()));
+                    g
+                });
+                (servers, group)
+            }
+            Controls::Group(p) => {
+                announce(&p);
+                let g = Arc::new(Model::group(p.name.clone(), models.to_vec(), started));
+                (vec![p.start(g.clone())], Some(g))
+            }
+        }
+    }
 }
 
 /// The pairs as the live stage takes them, and the backend of each one's
@@ -382,9 +439,6 @@ mod tests {
             ("--rules r.txt", "--rules"),
             ("--record dir", "--record"),
             ("--events e.txt", "--events"),
-            ("--metrics 9100", "--metrics"),
-            ("--name lab", "--name"),
-            ("--control /tmp/x.sock", "--control PATH"),
             ("--a-to-b delay 1ms", "--a-to-b"),
         ] {
             let a = args(&format!("{extra} --pair a1 b1 --pair a2 b2"));
@@ -399,6 +453,14 @@ mod tests {
             .err()
             .unwrap();
         assert!(format!("{e:#}").contains("pair 1 (a1 b1)"), "{e:#}");
+    }
+
+    #[test]
+    fn one_name_one_socket_and_metrics_are_taken_with_several_pairs() {
+        for extra in ["--name lab", "--metrics 9100", "--control /tmp/x.sock"] {
+            let a = args(&format!("{extra} --pair a1 b1 --pair a2 b2"));
+            assert!(plan(&a).is_ok(), "{extra}");
+        }
     }
 
     #[test]

@@ -182,7 +182,7 @@ impl Run<'_> {
                 None => Ok(front.reload()),
             },
             Run::Group { .. } => Err("the pairs' words are the command line's \
-                 (change a running pair with linkem ctl --name IF_A-IF_B)"),
+                 (change a running pair with linkem ctl: --name IF_A-IF_B, or --name G link IF_A-IF_B ...)"),
         }
     }
 

@@ -298,18 +298,43 @@ fn print_reply(json: bool, line: &str, raw: &str, v: &serde_json::Value) {
         if v.get("stats").is_some() {
             print_stats(&mut out, &v["stats"]);
         }
-    } else if v.get("directions").is_some() {
-        print_stats(&mut out, v);
-    } else if v.get("stats").is_some() {
-        print_links(&mut out, &v["links"]);
-        print_stats(&mut out, &v["stats"]);
-    } else if v.get("links").is_some() {
-        print_links(&mut out, &v["links"]);
+    } else if let Some(each) = named_links(v) {
+        // A socket of several links: each link as its own socket shows it.
+        for l in each {
+            let _ = writeln!(out, "link {}", l["link"].as_str().unwrap_or("?"));
+            print_body(&mut out, l);
+        }
+    } else if print_body(&mut out, v) {
     } else if let Some(at) = v["at_ns"].as_u64() {
         let _ = writeln!(out, "ok: '{line}' in effect from {at} ns");
     } else {
         let _ = writeln!(out, "{raw}");
     }
+}
+
+/// The links of a reply of a socket of several (`{"links":[{"link":NAME,
+/// ...}]}`), each object named.
+fn named_links(v: &serde_json::Value) -> Option<&Vec<serde_json::Value>> {
+    let each = v["links"].as_array()?;
+    let named = |l: &serde_json::Value| {
+        l["link"].is_string() && (l.get("links").is_some() || l.get("directions").is_some())
+    };
+    (!each.is_empty() && each.iter().all(named)).then_some(each)
+}
+
+/// A link's links and counts as text; false when `v` has neither.
+fn print_body(out: &mut impl Write, v: &serde_json::Value) -> bool {
+    if v.get("directions").is_some() {
+        print_stats(out, v);
+    } else if v.get("stats").is_some() {
+        print_links(out, &v["links"]);
+        print_stats(out, &v["stats"]);
+    } else if v.get("links").is_some() {
+        print_links(out, &v["links"]);
+    } else {
+        return false;
+    }
+    true
 }
 
 fn print_links(out: &mut impl Write, links: &serde_json::Value) {

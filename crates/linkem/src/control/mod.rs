@@ -36,6 +36,7 @@ pub mod audit;
 pub mod claims;
 pub mod client;
 mod failure;
+mod group;
 pub mod metrics;
 pub mod rules;
 pub mod server;
@@ -43,14 +44,14 @@ use linkem_io::creds as sys;
 
 use crate::render::bridge_stats::direction_json;
 use linkem_core::model::{Change, LinkModel};
-use linkem_core::{Fate, LinkConfig};
+use linkem_core::{Fate, LinkConfig, LinkSpec};
 use linkem_ctl::{Request, RuleRequest, NO_RULE_SET};
 use linkem_runtime::clock;
 use linkem_runtime::pipeline::{Direction, DirectionStats, LiveBridge, Tap};
 use serde_json::json;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 pub use failure::Failure;
@@ -127,6 +128,9 @@ pub enum Running {
     /// A node of rules and pipes (`--rules`, `--claims`) and its control
     /// plane; the node's bridge holds the directions.
     Rules(Box<rules::Rules>),
+    /// The links of a socket that serves several (a group of pairs, a lab),
+    /// each its own model, named by its name; their runs are theirs to stop.
+    Group(Vec<Arc<Model>>),
 }
 
 impl Running {
@@ -136,6 +140,7 @@ impl Running {
             Running::Link(b) => b.stats(),
             Running::Forward(d) => d.iter().map(Direction::stats).collect(),
             Running::Rules(r) => r.bridge.stats(),
+            Running::Group(m) => m.iter().flat_map(|m| m.raw_stats()).collect(),
         }
     }
 
@@ -145,6 +150,8 @@ impl Running {
             Running::Link(b) => b.error(),
             Running::Forward(d) => d.iter().find_map(Direction::error),
             Running::Rules(r) => r.bridge.error(),
+            // A link that stops is its own model's to report.
+            Running::Group(_) => None,
         }
     }
 
@@ -155,6 +162,7 @@ impl Running {
             Running::Link(b) => b.stop(),
             Running::Forward(d) => d.drain(..).map(Direction::stop).collect(),
             Running::Rules(r) => r.bridge.stop(),
+            Running::Group(_) => Vec::new(),
         }
     }
 
@@ -163,7 +171,7 @@ impl Running {
     pub fn take_tap(&mut self) -> Option<Box<dyn Tap>> {
         match self {
             Running::Link(b) => b.take_tap(),
-            Running::Forward(_) => None,
+            Running::Forward(_) | Running::Group(_) => None,
             Running::Rules(r) => r.bridge.take_tap(),
         }
     }
@@ -244,7 +252,7 @@ impl Model {
             Request::Ping
             | Request::Version
             | Request::Help
-            | Request::Stats
+            | Request::Stats { .. }
             | Request::Watch { .. }
             | Request::Claim(_)
             | Request::Claims => Ok(()),
@@ -327,9 +335,13 @@ impl Model {
     /// Parses a request line: with a rule set, as its bridge reads it
     /// ([`rules::Rules::parse_line`]: its interface names, its files).
     pub fn parse_line(&self, line: &str) -> Result<linkem_ctl::Line, linkem_ctl::ParseError> {
-        match self.rules() {
-            Some(r) => r.parse_line(line),
-            None => linkem_ctl::parse_line(line, &mut linkem_ctl::system_tables),
+        match &self.running {
+            Running::Rules(r) => r.parse_line(line),
+            Running::Group(members) => {
+                let names: Vec<&str> = members.iter().map(|m| m.name.as_str()).collect();
+                linkem_ctl::parse_line_named(line, &mut linkem_ctl::system_tables, &names)
+            }
+            _ => linkem_ctl::parse_line(line, &mut linkem_ctl::system_tables),
         }
     }
 
@@ -401,7 +413,8 @@ impl Model {
     }
 
     /// Checks every request of a batch (or a single one), then applies all of
-    /// them at one instant, or none. Returns that instant.
+    /// them at one instant, or none. Returns that instant. In a socket of
+    /// several links, each link's requests go to its model ([`group`]).
     pub fn apply(
         &self,
         cred: &PeerCred,
@@ -411,12 +424,40 @@ impl Model {
         if let Some(rules) = self.rules() {
             return self.apply_to_rules(rules, cred, requests, lines);
         }
-        let mut links = self.links.lock().unwrap_or_else(|p| p.into_inner());
-        let mut staged: [Option<(LinkConfig, String)>; 2] = [None, None];
-        let mut zero = false;
+        if let Running::Group(members) = &self.running {
+            return group::apply(self, members, cred, requests);
+        }
+        let mut links = self.lock_links();
+        let staged = self.stage(&links, cred, requests)?;
+        let at_ns = self.commit(&mut links, cred.uid, staged)?;
+        self.counters.changes.fetch_add(1, Ordering::Relaxed);
+        Ok(at_ns)
+    }
+
+    fn lock_links(&self) -> std::sync::MutexGuard<'_, [LinkEntry; 2]> {
+        self.links.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What `requests` make of the links `links` (a `link` over what the
+    /// batch's earlier lines staged, else over the running link), checked
+    /// whole: nothing is applied yet.
+    fn stage(
+        &self,
+        links: &[LinkEntry; 2],
+        cred: &PeerCred,
+        requests: &[&Request],
+    ) -> Result<Staged, Failure> {
+        let mut staged = Staged::default();
         for r in requests {
             match r {
-                Request::Link { dir, link, words } => {
+                Request::Link {
+                    dir,
+                    replace,
+                    link,
+                    words,
+                    first,
+                    ..
+                } => {
                     if self.forward_only() {
                         return Err(Failure::Error(
                             "this emulator runs --forward-only: it has no link to change".into(),
@@ -424,12 +465,25 @@ impl Model {
                     }
                     self.may_change_links(cred.uid)?;
                     for &i in dir.indices() {
-                        staged[i] = Some(((**link).clone(), words.join(" ")));
+                        let config = match (replace, link) {
+                            (true, Some(link)) => (**link).clone(),
+                            _ => {
+                                let base = staged.links[i]
+                                    .as_ref()
+                                    .map_or(&links[i].config, |(c, _)| c);
+                                patch(base, words, *first)?
+                            }
+                        };
+                        let words = match replace {
+                            true => words.join(" "),
+                            false => config.to_string(),
+                        };
+                        staged.links[i] = Some((config, words));
                     }
                 }
                 Request::Zero => {
                     self.may_change_links(cred.uid)?;
-                    zero = true;
+                    staged.zero = true;
                 }
                 Request::Rule(_) => return Err(Failure::Error(NO_RULE_SET.into())),
                 _ => {
@@ -439,26 +493,31 @@ impl Model {
                 }
             }
         }
-        let changes = link_changes([0, 1].map(|i| staged[i].as_ref().map(|(c, _)| c)));
+        Ok(staged)
+    }
+
+    /// Hands what [`Model::stage`] made to the live stage and keeps it as
+    /// the links' state; returns the instant it applies from.
+    fn commit(&self, links: &mut [LinkEntry; 2], uid: u32, staged: Staged) -> Result<u64, Failure> {
+        let changes = link_changes([0, 1].map(|i| staged.links[i].as_ref().map(|(c, _)| c)));
         let at_ns = if changes.is_empty() {
             clock::now_ns()
         } else {
             self.submit_links(changes)?
         };
-        for (i, s) in staged.into_iter().enumerate() {
+        for (i, s) in staged.links.into_iter().enumerate() {
             if let Some((cfg, words)) = s {
                 let e = &mut links[i];
                 e.config = cfg;
                 e.words = words;
-                e.changed_by = Some(cred.uid);
+                e.changed_by = Some(uid);
                 e.changed_at_ns = Some(at_ns);
                 e.changes += 1;
             }
         }
-        if zero {
+        if staged.zero {
             *self.baseline.lock().unwrap_or_else(|p| p.into_inner()) = Some(self.raw_stats());
         }
-        self.counters.changes.fetch_add(1, Ordering::Relaxed);
         Ok(at_ns)
     }
 
@@ -517,6 +576,9 @@ impl Model {
 
     /// The body of a `stats` reply: `--stats json`'s fields, since the last zero.
     pub fn stats_json(&self) -> serde_json::Value {
+        if let Running::Group(members) = &self.running {
+            return group::stats_json(self, members);
+        }
         let dirs: Vec<serde_json::Value> = self
             .stats_since_zero()
             .iter()
@@ -542,6 +604,9 @@ impl Model {
     }
 
     pub fn links_json(&self) -> serde_json::Value {
+        if let Running::Group(members) = &self.running {
+            return group::links_json(members);
+        }
         let links = self.links.lock().unwrap_or_else(|p| p.into_inner());
         let v: Vec<serde_json::Value> = links
             .iter()
@@ -560,6 +625,27 @@ impl Model {
             .collect();
         serde_json::Value::Array(v)
     }
+}
+
+/// What a batch makes of one model's links before it is applied: each
+/// direction's new link and words (None: unchanged), and whether the
+/// counters restart.
+#[derive(Default)]
+struct Staged {
+    links: [Option<(LinkConfig, String)>; 2],
+    zero: bool,
+}
+
+/// `words` over `base` (a `link` request, PATCH), an error naming the word
+/// at its place in the line (`first`: the 1-based position of `words[0]`).
+fn patch(base: &LinkConfig, words: &[String], first: usize) -> Result<LinkConfig, Failure> {
+    LinkSpec::patch(base, words, &mut linkem_ctl::system_tables)
+        .map(|s| s.link)
+        .map_err(|e| Failure::Word {
+            position: first + e.position - 1,
+            word: e.word,
+            message: e.message,
+        })
 }
 
 /// The changes that give side a `links[0]` and side b `links[1]` (None: unchanged):

@@ -393,14 +393,27 @@ fn parse_change_line_reading(
     let parsed = linkem_ctl::parse_line_for(line, files, sides)
         .map_err(|e| anyhow::anyhow!("'{line}': {e}"))?;
     match parsed.request {
-        Request::Link { dir, link, .. } => Ok(Some(Change::Link {
-            sides: match dir {
-                Dir::AToB => [true, false],
-                Dir::BToA => [false, true],
-                Dir::Both => [true, true],
-            },
-            config: link,
-        })),
+        // A recording holds whole links: `replace` lines, and `link` lines
+        // written before `link` became a patch (the words alone, whole).
+        Request::Link {
+            dir, link, words, ..
+        } => {
+            let config = match link {
+                Some(link) => link,
+                None => bail!(
+                    "'{line}': the words are not a whole link ({})",
+                    words.join(" ")
+                ),
+            };
+            Ok(Some(Change::Link {
+                sides: match dir {
+                    Dir::AToB => [true, false],
+                    Dir::BToA => [false, true],
+                    Dir::Both => [true, true],
+                },
+                config,
+            }))
+        }
         Request::Begin | Request::Commit | Request::Zero => Ok(None),
         Request::Rule(rr) => match rr.change() {
             Some(c) => Ok(Some(c)),

@@ -328,7 +328,7 @@ mod tests {
             link("delay 2ms"),
         ]);
         let line = |words: &str| link(words).to_string();
-        assert_eq!(line("delay 1ms"), "link a-to-b queue 1000 delay 1ms");
+        assert_eq!(line("delay 1ms"), "replace a-to-b queue 1000 delay 1ms");
         assert_eq!(
             got,
             [

@@ -23,6 +23,11 @@
 //! `time_in_pipe_seconds`, a histogram of release minus arrival time of its
 //! delivered packets on fixed buckets (100 µs to 10 s). Flows of dynamic
 //! pipes are the [`TOP_FLOWS`] busiest.
+//!
+//! A socket of several links (a group of pairs, a lab) exposes every link's
+//! directions in the same families, each series with a `link="NAME"` label
+//! first; the exposition of one link has no such label (unchanged). The
+//! group's `linkem_info` has seed 0: each link's seed is in `stats`.
 
 use super::Model;
 use crate::render::node::addr;
@@ -112,8 +117,46 @@ pub(super) fn histogram_family(
     Ok(())
 }
 
-fn dir_label(s: &DirectionStats) -> Labels {
-    vec![("direction", s.name.clone())]
+/// A direction's counts and link, and the link it belongs to: named in a
+/// socket of several links (the `link` label, first), None alone (no label:
+/// the exposition of one link is as it was).
+struct Row<'a> {
+    link: Option<&'a str>,
+    stats: DirectionStats,
+    config: LinkConfig,
+}
+
+fn dir_label(r: &Row<'_>) -> Labels {
+    let mut l = Vec::with_capacity(3);
+    if let Some(name) = r.link {
+        l.push(("link", name.to_string()));
+    }
+    l.push(("direction", r.stats.name.clone()));
+    l
+}
+
+fn push_rows<'a>(out: &mut Vec<Row<'a>>, link: Option<&'a str>, m: &Model) {
+    for (stats, config) in m.raw_stats().into_iter().zip(m.link_configs()) {
+        out.push(Row {
+            link,
+            stats,
+            config,
+        });
+    }
+}
+
+/// Every direction the model serves: its own, or each of its links', named.
+fn rows(model: &Model) -> Vec<Row<'_>> {
+    let mut out = Vec::new();
+    match model.members() {
+        Some(members) => {
+            for m in members {
+                push_rows(&mut out, Some(&m.name), m);
+            }
+        }
+        None => push_rows(&mut out, None, model),
+    }
+    out
 }
 
 /// A family of one count per direction: name, type, help, the count.
@@ -197,7 +240,7 @@ fn direction_families() -> ([DirectionFamily; 3], [DirectionFamily; 8]) {
 
 /// The whole exposition, one consistent snapshot per direction.
 pub(super) fn expose(enc: &mut DescriptorEncoder, model: &Model) -> fmt::Result {
-    let stats = model.raw_stats();
+    let stats = rows(model);
     {
         let info: Labels = vec![
             ("name", model.name.clone()),
@@ -211,7 +254,9 @@ pub(super) fn expose(enc: &mut DescriptorEncoder, model: &Model) -> fmt::Result 
             .encode_info(&info)?;
     }
     let per_dir = |enc: &mut DescriptorEncoder, (name, kind, help, count): DirectionFamily| {
-        let series = stats.iter().map(|s| (dir_label(s), Value::Int(count(s))));
+        let series = stats
+            .iter()
+            .map(|r| (dir_label(r), Value::Int(count(&r.stats))));
         family(enc, name, kind, help, series)
     };
     let (before, after) = direction_families();
@@ -219,12 +264,12 @@ pub(super) fn expose(enc: &mut DescriptorEncoder, model: &Model) -> fmt::Result 
         per_dir(enc, f)?;
     }
     let mut fates: Vec<(Labels, Value)> = Vec::new();
-    for s in &stats {
+    for r in &stats {
+        let s = &r.stats;
         let with = |fate: &str, n: u64| {
-            (
-                vec![("direction", s.name.clone()), ("fate", fate.to_string())],
-                Value::Int(n),
-            )
+            let mut labels = dir_label(r);
+            labels.push(("fate", fate.to_string()));
+            (labels, Value::Int(n))
         };
         fates.extend(
             Fate::listed(model.rules().is_some())
@@ -245,17 +290,13 @@ pub(super) fn expose(enc: &mut DescriptorEncoder, model: &Model) -> fmt::Result 
     if let Some(r) = model.rules() {
         node_metrics(enc, r)?;
     } else {
-        link_metrics(enc, &stats, &model.link_configs())?;
+        link_metrics(enc, &stats)?;
     }
     lateness_and_control(enc, &stats, model)
 }
 
 /// The configured link of each direction (a bridge without rules).
-fn link_metrics(
-    enc: &mut DescriptorEncoder,
-    stats: &[DirectionStats],
-    links: &[LinkConfig; 2],
-) -> fmt::Result {
+fn link_metrics(enc: &mut DescriptorEncoder, stats: &[Row<'_>]) -> fmt::Result {
     family(
         enc,
         "linkem_link_delay_seconds",
@@ -263,8 +304,7 @@ fn link_metrics(
         "The link's configured delay.",
         stats
             .iter()
-            .zip(links)
-            .map(|(s, l)| (dir_label(s), Value::Float(l.delay_ns as f64 / 1e9))),
+            .map(|r| (dir_label(r), Value::Float(r.config.delay_ns as f64 / 1e9))),
     )?;
     family(
         enc,
@@ -273,8 +313,7 @@ fn link_metrics(
         "The link's configured rate (0: unlimited).",
         stats
             .iter()
-            .zip(links)
-            .map(|(s, l)| (dir_label(s), Value::Int(l.rate_bps.unwrap_or(0)))),
+            .map(|r| (dir_label(r), Value::Int(r.config.rate_bps.unwrap_or(0)))),
     )
 }
 
@@ -539,11 +578,11 @@ fn objects_metrics(
 
 fn lateness_and_control(
     enc: &mut DescriptorEncoder,
-    stats: &[DirectionStats],
+    stats: &[Row<'_>],
     model: &Model,
 ) -> fmt::Result {
-    let series = stats.iter().map(|s| {
-        let h = &s.lateness;
+    let series = stats.iter().map(|r| {
+        let h = &r.stats.lateness;
         let mut below = 0;
         let buckets = LATENESS_BUCKETS_S
             .iter()
@@ -564,7 +603,7 @@ fn lateness_and_control(
             .map(|v| v.value_iterated_to() as f64 * v.count_at_value() as f64)
             .sum();
         HistogramSeries {
-            labels: dir_label(s),
+            labels: dir_label(r),
             buckets,
             sum_s: sum_ns / 1e9,
             count: h.len(),

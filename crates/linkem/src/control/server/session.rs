@@ -203,22 +203,22 @@ impl Session<'_> {
                 json!({"ok": true, "version": env!("CARGO_PKG_VERSION"), "commit": crate::build_info::COMMIT, "protocol": PROTOCOL_VERSION, "name": self.model.name})
             }
             Request::Help => json!({"ok": true, "help": HELP}),
-            Request::Show => match self.model.rules() {
-                Some(r) => {
-                    let mut v = r.list_json();
-                    v["ok"] = true.into();
-                    v["rule_set"] = true.into();
-                    v["stats"] = self.model.stats_json();
-                    v
+            Request::Show { target } | Request::Stats { target } => {
+                let body = match request {
+                    Request::Show { .. } => self.model.show_json(target.as_deref()),
+                    _ => self.model.stats_for(target.as_deref()),
+                };
+                match body {
+                    Ok(mut v) => {
+                        v["ok"] = true.into();
+                        v
+                    }
+                    Err(f) => {
+                        let f = Err(f);
+                        self.count(&f);
+                        return reply(stream, &with_id(result_json(&f), id));
+                    }
                 }
-                None => {
-                    json!({"ok": true, "links": self.model.links_json(), "stats": self.model.stats_json(), "rule_set": false})
-                }
-            },
-            Request::Stats => {
-                let mut v = self.model.stats_json();
-                v["ok"] = true.into();
-                v
             }
             Request::List => match self.model.rules() {
                 Some(r) => {
