@@ -59,7 +59,9 @@ impl Lab {
     }
 
     fn state(&self) -> Value {
-        let path = Path::new("/run/linkem/labs").join(&self.name).join("state.json");
+        let path = Path::new("/run/linkem/labs")
+            .join(&self.name)
+            .join("state.json");
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
     }
 
@@ -68,7 +70,9 @@ impl Lab {
     }
 
     fn log(&self) -> String {
-        let path = Path::new("/run/linkem/labs").join(&self.name).join("up.log");
+        let path = Path::new("/run/linkem/labs")
+            .join(&self.name)
+            .join("up.log");
         std::fs::read_to_string(path).unwrap_or_default()
     }
 
@@ -147,7 +151,14 @@ fn ping_rtts(lab: &Lab, node: &str, dst: &str, count: u32) -> Vec<f64> {
     let out = String::from_utf8_lossy(&o.stdout);
     let rtts: Vec<f64> = out
         .lines()
-        .filter_map(|l| l.split("time=").nth(1)?.split_whitespace().next()?.parse().ok())
+        .filter_map(|l| {
+            l.split("time=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
         .collect();
     assert!(rtts.len() as u32 >= count * 9 / 10, "ping answers: {out}");
     rtts
@@ -156,7 +167,9 @@ fn ping_rtts(lab: &Lab, node: &str, dst: &str, count: u32) -> Vec<f64> {
 /// CPU time of `pid` so far in clock ticks (user + system).
 fn cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let f: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split_whitespace().collect();
+    let f: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..]
+        .split_whitespace()
+        .collect();
     f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
 }
 
@@ -179,7 +192,8 @@ fn a_line_pings_with_its_delays_and_down_leaves_nothing() {
     let list = text(&linkem(&["lab", "list"]));
     assert!(list.contains(&lab.name), "{list}");
     let show = linkem(&["lab", "show", &lab.name, "--json"]);
-    let v: Value = serde_json::from_slice(&show.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&show)));
+    let v: Value =
+        serde_json::from_slice(&show.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&show)));
     assert_eq!(v["links"].as_array().unwrap().len(), 2, "{v}");
     assert_eq!(v["links"][0]["name"], "h1:eth1--r:eth1", "{v}");
     let again = lab.up();
@@ -206,7 +220,9 @@ fn a_killed_lab_is_cleaned_by_the_next_up() {
     let lab = Lab::new(&line3("delay 1ms", "delay 1ms"));
     lab.up_ok();
     let pid = lab.pid();
-    let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+    let _ = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status();
     let until = Instant::now() + Duration::from_secs(5);
     while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(20));
@@ -215,7 +231,11 @@ fn a_killed_lab_is_cleaned_by_the_next_up() {
     assert!(list.contains("stale"), "{list}");
     let o = lab.up();
     assert!(o.status.success(), "{}", text(&o));
-    assert!(lab.log().contains("is gone without cleaning up"), "{}", lab.log());
+    assert!(
+        lab.log().contains("is gone without cleaning up"),
+        "{}",
+        lab.log()
+    );
     assert_ne!(lab.pid(), pid);
     let _ = ping_rtts(&lab, "h1", "10.0.2.1", 5);
     let down = linkem(&["lab", "down", &lab.name]);
@@ -239,7 +259,11 @@ fn a_node_deleted_while_the_lab_runs_is_reported_not_spun_on() {
     std::thread::sleep(Duration::from_secs(2));
     let ticks = cpu_ticks(pid) - before;
     let cpu = ticks as f64 / (100.0 * t.elapsed().as_secs_f64());
-    assert!(cpu < 0.1, "the emulator took {:.0} % of a core", cpu * 100.0);
+    assert!(
+        cpu < 0.1,
+        "the emulator took {:.0} % of a core",
+        cpu * 100.0
+    );
     let log = lab.log();
     assert!(log.contains("node h2's namespace"), "{log}");
     // The other link still carries its node's traffic.
@@ -269,14 +293,27 @@ fn iperf3_through_rate_50mbit_gets_47_to_50_mbit() {
 ",
     );
     lab.up_ok();
-    let mut server = linkem_io::netns::spawn_in(&lab.ns("b"), &["iperf3", "-s", "-1", "-p", "5302"]).unwrap();
+    let mut server =
+        linkem_io::netns::spawn_in(&lab.ns("b"), &["iperf3", "-s", "-1", "-p", "5302"]).unwrap();
     std::thread::sleep(Duration::from_millis(300));
-    let o = lab.in_node("a", &["iperf3", "-c", "10.0.9.2", "-p", "5302", "-J", "-t", "4", "-O", "1"]);
+    let o = lab.in_node(
+        "a",
+        &[
+            "iperf3", "-c", "10.0.9.2", "-p", "5302", "-J", "-t", "4", "-O", "1",
+        ],
+    );
     let _ = server.kill();
     let _ = server.wait();
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&o)));
-    let mbit = v["end"]["sum_received"]["bits_per_second"].as_f64().unwrap() / 1e6;
-    assert!((47.0..=50.0).contains(&mbit), "iperf3 through rate 50mbit: {mbit:.2} Mbit/s");
+    let v: Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&o)));
+    let mbit = v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap()
+        / 1e6;
+    assert!(
+        (47.0..=50.0).contains(&mbit),
+        "iperf3 through rate 50mbit: {mbit:.2} Mbit/s"
+    );
 }
 
 #[test]
@@ -287,16 +324,28 @@ fn netem_set_changes_one_word_of_one_direction() {
     let _serial = serial();
     let lab = Lab::new(&line3("delay 2ms loss 1% rate 10mbit", "delay 1ms"));
     lab.up_ok();
-    let set = linkem(&["lab", "netem", "set", "--lab", &lab.name, "-n", "r", "-i", "eth1", "--delay", "7ms"]);
+    let set = linkem(&[
+        "lab", "netem", "set", "--lab", &lab.name, "-n", "r", "-i", "eth1", "--delay", "7ms",
+    ]);
     assert!(set.status.success(), "{}", text(&set));
-    let show = linkem(&["lab", "netem", "show", "--lab", &lab.name, "-n", "r", "-f", "json"]);
-    let v: Value = serde_json::from_slice(&show.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&show)));
-    let eth1 = &v["r"].as_array().unwrap().iter().find(|r| r["interface"] == "eth1").unwrap();
+    let show = linkem(&[
+        "lab", "netem", "show", "--lab", &lab.name, "-n", "r", "-f", "json",
+    ]);
+    let v: Value =
+        serde_json::from_slice(&show.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&show)));
+    let eth1 = &v["r"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["interface"] == "eth1")
+        .unwrap();
     assert_eq!(eth1["delay"], "7ms", "{v}");
     assert_eq!(eth1["packet_loss"], 1.0, "{v}");
     assert_eq!(eth1["rate"], 10_000, "{v}");
     // h1 sends a-to-b: unchanged.
-    let show = linkem(&["lab", "netem", "show", "--lab", &lab.name, "-n", "h1", "-f", "json"]);
+    let show = linkem(&[
+        "lab", "netem", "show", "--lab", &lab.name, "-n", "h1", "-f", "json",
+    ]);
     let v: Value = serde_json::from_slice(&show.stdout).unwrap();
     assert_eq!(v["h1"][0]["delay"], "2ms", "{v}");
 }

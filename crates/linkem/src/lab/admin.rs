@@ -32,7 +32,7 @@ pub fn resolve(arg: &str) -> Result<String> {
                 return Ok(name);
             }
         }
-        bail!("no lab was started from {arg} (`linkem lab list` shows the running labs)");
+        return Ok(super::Lab::load(path)?.name);
     }
     let known = state::names();
     bail!(
