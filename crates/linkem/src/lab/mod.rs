@@ -16,10 +16,14 @@ pub mod links;
 pub mod net;
 pub mod netem;
 mod nodes;
+pub mod plan;
 mod read;
 pub mod state;
 
 pub use file::{Endpoint, Lab, Link, Machine, Node, NodeKind, Rules, VxlanSettings};
+pub use plan::{plan, EmulatorPair, MachinePlan};
 
 #[cfg(test)]
 mod file_tests;
+#[cfg(test)]
+mod plan_tests;
