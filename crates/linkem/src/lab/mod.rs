@@ -18,6 +18,7 @@ pub mod netem;
 mod nodes;
 pub mod plan;
 mod read;
+pub mod run;
 pub mod state;
 
 pub use file::{Endpoint, Lab, Link, Machine, Node, NodeKind, Rules, VxlanSettings};

@@ -213,7 +213,7 @@ pub fn show(args: &NetemShowArgs) -> Result<()> {
             r["delay"].as_str().unwrap_or(""),
             r["jitter"].as_str().unwrap_or(""),
             r["packet_loss"].as_f64().unwrap_or(0.0),
-            r["rate"],
+            r["rate"].as_u64().unwrap_or(0),
             r["corruption"].as_f64().unwrap_or(0.0),
         );
     }

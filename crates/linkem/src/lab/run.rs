@@ -11,6 +11,7 @@
 //!
 //! Also the dispatch of every `linkem lab` command ([`command`]).
 
+use super::plan::{MachinePlan, VethEnd};
 use super::state::{LinkState, NodeState, Recorder, State};
 use super::{admin, net, netem};
 use crate::bridge::pairs::{run_plans, PairPlan};
@@ -57,14 +58,14 @@ pub fn up(args: &UpArgs) -> Result<i32> {
     // Refused before anything is made.
     let bridge_args = bridge_args(args, &lab.name)?;
     if args.detach {
-        return detach(args, &lab.name).map(|_| 0);
+        return detach(&lab.name).map(|_| 0);
     }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())
             .context("cannot install the signal handler")?;
     }
-    let mut rec = Recorder::take(first_state(args, &lab, &plan)?)?;
+    let mut rec = Recorder::take(first_state(args, &lab, &plan))?;
     let host = NetNs::current().context("cannot open this thread's network namespace")?;
     let made = build(&plan, &mut rec, &stop).and_then(|_| run_exec(&plan, &stop));
     let result = match made {
@@ -167,7 +168,7 @@ fn bridge_args(args: &UpArgs, lab: &str) -> Result<BridgeArgs> {
 }
 
 /// The state file's first content: the lab, its nodes and links, no object yet.
-fn first_state(args: &UpArgs, lab: &super::Lab, plan: &super::plan::MachinePlan) -> Result<State> {
+fn first_state(args: &UpArgs, lab: &super::Lab, plan: &MachinePlan) -> State {
     let file = args
         .file
         .canonicalize()
@@ -175,7 +176,7 @@ fn first_state(args: &UpArgs, lab: &super::Lab, plan: &super::plan::MachinePlan)
     let started_unix_s = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    Ok(State {
+    State {
         name: lab.name.clone(),
         file,
         host: args.host.clone(),
@@ -188,31 +189,39 @@ fn first_state(args: &UpArgs, lab: &super::Lab, plan: &super::plan::MachinePlan)
             .pairs
             .iter()
             .map(|p| LinkState {
-                name: p.name.clone(),
+                name: p.link.clone(),
                 a_to_b: p.specs[0].link.to_string(),
                 b_to_a: p.specs[1].link.to_string(),
             })
             .collect(),
         objects: Vec::new(),
-    })
+    }
 }
 
-/// This machine's nodes as the state file keeps them.
-fn plan_nodes(lab: &super::Lab, plan: &super::plan::MachinePlan) -> Vec<NodeState> {
+/// This machine's nodes as the state file keeps them: those with a
+/// namespace or a bridge here, and `host` nodes.
+fn plan_nodes(lab: &super::Lab, plan: &MachinePlan) -> Vec<NodeState> {
     lab.nodes
         .iter()
-        .filter(|n| plan.runs_node(&n.name))
-        .map(|n| NodeState {
-            name: n.name.clone(),
-            kind: n.kind.as_str().to_string(),
-            netns: plan.node_netns(&n.name).map(str::to_string),
+        .filter_map(|n| {
+            let ns = plan.namespaces.iter().find(|p| p.node == n.name);
+            let bridge = plan.bridges.iter().find(|b| b.owner == n.name);
+            if ns.is_none() && bridge.is_none() && n.kind != super::NodeKind::Host {
+                return None;
+            }
+            Some(NodeState {
+                name: n.name.clone(),
+                kind: n.kind.as_str().to_string(),
+                netns: ns.map(|p| p.name.clone()),
+            })
         })
         .collect()
 }
 
-/// Makes the plan's objects: namespaces, bridges, veths, tunnels; waits
-/// until every end is up.
-fn build(plan: &super::plan::MachinePlan, rec: &mut Recorder, stop: &AtomicBool) -> Result<()> {
+/// Makes the plan's objects, in its order: namespaces (the lab's first),
+/// bridges, veths (addresses on the node ends), tunnels; waits until every
+/// end is up.
+fn build(plan: &MachinePlan, rec: &mut Recorder, stop: &AtomicBool) -> Result<()> {
     let stopped = || -> Result<()> {
         if stop.load(Ordering::Relaxed) {
             bail!(crate::Interrupted {
@@ -221,68 +230,101 @@ fn build(plan: &super::plan::MachinePlan, rec: &mut Recorder, stop: &AtomicBool)
         }
         Ok(())
     };
+    net::add_netns(rec, &plan.emulator_namespace)?;
     for ns in &plan.namespaces {
         stopped()?;
-        net::add_netns(rec, ns)?;
+        net::add_netns(rec, &ns.name)?;
     }
     for b in &plan.bridges {
         stopped()?;
-        net::add_bridge(rec, &b.name, b.netns.as_deref())?;
+        net::add_bridge(rec, &b.name, b.namespace.as_deref())?;
     }
     let mut ends = Vec::new();
     for v in &plan.veths {
         stopped()?;
-        let (a, b) = (&v.ends[0], &v.ends[1]);
-        net::add_veth(rec, (&a.name, a.netns.as_deref()), (&b.name, b.netns.as_deref()))?;
-        for end in [a, b] {
-            if let Some(mtu) = v.mtu {
-                net::ip_in(end.netns.as_deref(), &["link", "set", &end.name, "mtu", &mtu.to_string()])?;
-            }
-            if let Some(mac) = &end.mac {
-                net::ip_in(end.netns.as_deref(), &["link", "set", &end.name, "address", mac])?;
-            }
-            if let Some(bridge) = &end.master {
-                net::set_master(&end.name, end.netns.as_deref(), bridge)?;
-            }
-            if end.emulator {
-                net::set_up_silent(&end.name, end.netns.as_deref())?;
-            } else {
-                net::set_up(&end.name, end.netns.as_deref())?;
-            }
-            ends.push((end.name.clone(), end.netns.clone()));
+        let (n, e) = (&v.node_end, &v.emulator_end);
+        net::add_veth(rec, place(n), place(e)).with_context(|| format!("link {}", v.link))?;
+        for (end, emulator) in [(n, false), (e, true)] {
+            set_up_end(end, v.mtu, emulator).with_context(|| format!("link {}", v.link))?;
+            ends.push((end.name.clone(), end.namespace.clone()));
         }
     }
     for t in &plan.tunnels {
         stopped()?;
-        net::add_vxlan(
-            rec,
-            &t.name,
-            t.netns.as_deref(),
-            t.vni,
-            (&t.local.to_string(), &t.remote.to_string()),
-            t.port,
-        )?;
-        net::ip_in(t.netns.as_deref(), &["link", "set", &t.name, "mtu", &t.mtu.to_string()])?;
-        net::set_up_silent(&t.name, t.netns.as_deref())?;
-        ends.push((t.name.clone(), t.netns.clone()));
+        let ns = Some(t.namespace.as_str());
+        let (local, remote) = (t.local.to_string(), t.remote.to_string());
+        // Made where the underlay is (its socket stays there), then moved.
+        net::add_vxlan(rec, &t.device, None, t.vni, (&local, &remote), t.port)?;
+        net::ip_in(None, &["link", "set", &t.device, "netns", &t.namespace])?;
+        net::ip_in(ns, &["link", "set", &t.device, "mtu", &t.mtu.to_string()])?;
+        if !t.emulated_here {
+            if let Some(b) = plan.bridges.iter().find(|b| b.owner == t.link) {
+                net::set_master(&t.device, ns, &b.name)?;
+            }
+        }
+        net::set_up_silent(&t.device, ns)?;
+        ends.push((t.device.clone(), Some(t.namespace.clone())));
     }
     net::wait_until_up(&ends)
 }
 
-/// Runs every node's `exec` commands in its namespace, in order; the first
-/// that fails stops the lab, naming the node and the command.
-fn run_exec(plan: &super::plan::MachinePlan, stop: &AtomicBool) -> Result<()> {
-    for (node, netns, commands) in plan.exec_commands() {
-        for cmd in commands {
+/// An end's name and namespace.
+fn place(end: &VethEnd) -> (&str, Option<&str>) {
+    (end.name.as_str(), end.namespace.as_deref())
+}
+
+/// An end's MTU, MAC, bridge and addresses, then up (an emulator's end
+/// silent: no addresses, no ARP of its own).
+fn set_up_end(end: &VethEnd, mtu: Option<u32>, emulator: bool) -> Result<()> {
+    let ns = end.namespace.as_deref();
+    if let Some(mtu) = mtu {
+        net::ip_in(ns, &["link", "set", &end.name, "mtu", &mtu.to_string()])?;
+    }
+    if let Some(mac) = &end.mac {
+        net::ip_in(ns, &["link", "set", &end.name, "address", mac])?;
+    }
+    if let Some(bridge) = &end.master {
+        net::set_master(&end.name, ns, bridge)?;
+    }
+    if emulator {
+        net::set_up_silent(&end.name, ns)?;
+    } else {
+        net::set_up(&end.name, ns)?;
+    }
+    for addr in &end.addresses {
+        net::ip_in(ns, &["addr", "add", addr, "dev", &end.name])?;
+    }
+    Ok(())
+}
+
+/// Runs every node's `exec` commands in its namespace (`sh -c`, with the
+/// node's `env`), in order; the first that fails stops the lab, naming the
+/// node and the command.
+fn run_exec(plan: &MachinePlan, stop: &AtomicBool) -> Result<()> {
+    for e in &plan.execs {
+        for cmd in &e.commands {
             if stop.load(Ordering::Relaxed) {
                 bail!(crate::Interrupted {
                     signal: libc::SIGTERM
                 });
             }
-            let out = linkem_io::netns::exec_in(netns, &["sh", "-c", cmd])?;
+            let mut c = match &e.namespace {
+                Some(ns) => linkem_io::netns::command_in(ns, &["sh", "-c", cmd]),
+                None => {
+                    let mut c = std::process::Command::new("sh");
+                    c.args(["-c", cmd]);
+                    c
+                }
+            };
+            let out = c
+                .envs(&e.env)
+                .stdin(std::process::Stdio::null())
+                .output()
+                .with_context(|| format!("node {}: cannot run exec `{cmd}`", e.node))?;
             if !out.status.success() {
                 bail!(
-                    "node {node}: exec `{cmd}` failed ({}): {}",
+                    "node {}: exec `{cmd}` failed ({}): {}",
+                    e.node,
                     out.status,
                     String::from_utf8_lossy(&out.stderr).trim()
                 );
@@ -294,18 +336,13 @@ fn run_exec(plan: &super::plan::MachinePlan, stop: &AtomicBool) -> Result<()> {
 
 /// Runs the emulator of every link until a signal or `down`; marks the lab
 /// ready once it forwards and, while it runs, reports node namespaces that vanish.
-fn emulate(
-    args: &BridgeArgs,
-    plan: &super::plan::MachinePlan,
-    rec: &Recorder,
-    stop: &AtomicBool,
-) -> Result<()> {
+fn emulate(args: &BridgeArgs, plan: &MachinePlan, rec: &Recorder, stop: &AtomicBool) -> Result<()> {
     if stop.load(Ordering::Relaxed) {
         bail!(crate::Interrupted {
             signal: libc::SIGTERM
         });
     }
-    let pairs: Vec<PairPlan> = plan.pair_plans();
+    let pairs = pair_plans(plan)?;
     let (started_tx, started_rx) = std::sync::mpsc::channel();
     let finished = Arc::new(AtomicBool::new(false));
     let hooks = Hooks {
@@ -313,7 +350,7 @@ fn emulate(
         started: Some(started_tx),
         command_line: Some(std::env::args().collect::<Vec<_>>().join(" ")),
         front: crate::control::FrontEnd::Bridge,
-        netns: Some(plan.lab_netns.clone()),
+        netns: Some(plan.emulator_namespace.clone()),
     };
     let watcher = {
         let (dir, mut state) = (rec.dir().to_path_buf(), rec.state.clone());
@@ -343,6 +380,30 @@ fn emulate(
     finished.store(true, Ordering::Relaxed);
     let _ = watcher.join();
     served
+}
+
+/// The emulator's pairs: one per link of this machine, named as the link.
+fn pair_plans(plan: &MachinePlan) -> Result<Vec<PairPlan>> {
+    plan.pairs
+        .iter()
+        .map(|p| {
+            if let Some(rules) = &p.rules {
+                bail!(
+                    "link {}: `rules:` ({}) are not run by a lab's emulator yet: give the \
+                     link `impair:` words instead",
+                    p.link,
+                    rules.name
+                );
+            }
+            Ok(PairPlan {
+                if_a: p.if_a.clone(),
+                if_b: p.if_b.clone(),
+                name: p.link.clone(),
+                specs: p.specs.clone(),
+                seed: p.seed,
+            })
+        })
+        .collect()
 }
 
 /// Says once of each node whose namespace vanishes while the lab runs
@@ -377,13 +438,11 @@ fn watch_nodes(state: &State, finished: &AtomicBool) {
 
 /// `up --detach`: starts `linkem lab up` (without --detach) in the
 /// background, its output to the lab's log, and waits until the lab forwards.
-fn detach(args: &UpArgs, lab: &str) -> Result<()> {
+fn detach(lab: &str) -> Result<()> {
     use std::os::unix::process::CommandExt;
     if super::state::running(lab) {
         let pid = super::state::read(lab).ok().flatten().map_or(0, |s| s.pid);
-        bail!(
-            "lab '{lab}' is running already (emulator pid {pid}): `linkem lab down {lab}` first"
-        );
+        bail!("lab '{lab}' is running already (emulator pid {pid}): `linkem lab down {lab}` first");
     }
     let dir = super::state::lab_dir(lab);
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -434,4 +493,3 @@ fn detach(args: &UpArgs, lab: &str) -> Result<()> {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
-
