@@ -184,6 +184,7 @@ fn a_line_pings_with_its_delays_and_down_leaves_nothing() {
     // The first pings wait for ARP; the rest cross both links twice.
     let _ = ping_rtts(&lab, "h1", "10.0.2.1", 3);
     let rtt_ms = median(ping_rtts(&lab, "h1", "10.0.2.1", 40));
+    eprintln!("h1 -> h2 RTT median {rtt_ms:.3} ms (2 x (3 + 5) = 16 ms)");
     assert!(
         (rtt_ms - 16.0).abs() <= 0.2,
         "RTT median {rtt_ms} ms, not 2 x (3 + 5) = 16 ms"
@@ -259,6 +260,10 @@ fn a_node_deleted_while_the_lab_runs_is_reported_not_spun_on() {
     std::thread::sleep(Duration::from_secs(2));
     let ticks = cpu_ticks(pid) - before;
     let cpu = ticks as f64 / (100.0 * t.elapsed().as_secs_f64());
+    eprintln!(
+        "emulator CPU after a node vanished: {:.1} % of a core",
+        cpu * 100.0
+    );
     assert!(
         cpu < 0.1,
         "the emulator took {:.0} % of a core",
