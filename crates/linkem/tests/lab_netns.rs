@@ -183,11 +183,16 @@ fn a_line_pings_with_its_delays_and_down_leaves_nothing() {
     lab.up_ok();
     // The first pings wait for ARP; the rest cross both links twice.
     let _ = ping_rtts(&lab, "h1", "10.0.2.1", 3);
-    let rtt_ms = median(ping_rtts(&lab, "h1", "10.0.2.1", 40));
-    eprintln!("h1 -> h2 RTT median {rtt_ms:.3} ms (2 x (3 + 5) = 16 ms)");
+    let rtts = ping_rtts(&lab, "h1", "10.0.2.1", 40);
+    let min_ms = rtts.iter().copied().fold(f64::INFINITY, f64::min);
+    let rtt_ms = median(rtts);
+    eprintln!("h1 -> h2 RTT median {rtt_ms:.3} ms, min {min_ms:.3} ms (2 x (3 + 5) = 16 ms)");
+    // 0.2 ms at the median on a quiet machine; a loaded one (other builds on
+    // the two cores) wakes the stages later, so the median's bound here is
+    // the bridge tests' 1 ms and the fastest ping's 0.2 ms (ping shows 0.1 ms here).
     assert!(
-        (rtt_ms - 16.0).abs() <= 0.2,
-        "RTT median {rtt_ms} ms, not 2 x (3 + 5) = 16 ms"
+        (16.0..=16.25).contains(&min_ms) && (rtt_ms - 16.0).abs() <= 1.0,
+        "RTT median {rtt_ms} ms, min {min_ms} ms, not 2 x (3 + 5) = 16 ms"
     );
     // Listed, shown, and refused a second time by name.
     let list = text(&linkem(&["lab", "list"]));
@@ -212,6 +217,17 @@ fn a_line_pings_with_its_delays_and_down_leaves_nothing() {
     assert_eq!(lab.leftovers(), Vec::<String>::new());
 }
 
+/// SIGKILL to `pid`, and its end.
+fn kill_and_wait(pid: u32) {
+    let _ = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status();
+    let until = Instant::now() + Duration::from_secs(5);
+    while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn a_killed_lab_is_cleaned_by_the_next_up() {
     if skip() {
@@ -221,13 +237,7 @@ fn a_killed_lab_is_cleaned_by_the_next_up() {
     let lab = Lab::new(&line3("delay 1ms", "delay 1ms"));
     lab.up_ok();
     let pid = lab.pid();
-    let _ = Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .status();
-    let until = Instant::now() + Duration::from_secs(5);
-    while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < until {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    kill_and_wait(pid);
     let list = text(&linkem(&["lab", "list"]));
     assert!(list.contains("stale"), "{list}");
     let o = lab.up();
@@ -239,8 +249,15 @@ fn a_killed_lab_is_cleaned_by_the_next_up() {
     );
     assert_ne!(lab.pid(), pid);
     let _ = ping_rtts(&lab, "h1", "10.0.2.1", 5);
+    // Killed again: `down` cleans it as well.
+    kill_and_wait(lab.pid());
     let down = linkem(&["lab", "down", &lab.name]);
     assert!(down.status.success(), "{}", text(&down));
+    assert!(
+        text(&down).contains("gone without cleaning up"),
+        "{}",
+        text(&down)
+    );
     assert_eq!(lab.leftovers(), Vec::<String>::new());
 }
 
@@ -271,6 +288,8 @@ fn a_node_deleted_while_the_lab_runs_is_reported_not_spun_on() {
     );
     let log = lab.log();
     assert!(log.contains("node h2's namespace"), "{log}");
+    let show = text(&linkem(&["lab", "show", &lab.name]));
+    assert!(show.contains("stopped: interface"), "{show}");
     // The other link still carries its node's traffic.
     let _ = ping_rtts(&lab, "h1", "10.0.1.2", 5);
     let down = linkem(&["lab", "down", &lab.name]);
@@ -279,7 +298,7 @@ fn a_node_deleted_while_the_lab_runs_is_reported_not_spun_on() {
 }
 
 #[test]
-fn iperf3_through_rate_50mbit_gets_47_to_50_mbit() {
+fn iperf3_through_rate_50mbit_gets_what_the_link_carries() {
     if skip() {
         return;
     }
@@ -315,9 +334,14 @@ fn iperf3_through_rate_50mbit_gets_47_to_50_mbit() {
         .as_f64()
         .unwrap()
         / 1e6;
+    // TCP's payload is 1448 of each 1514-byte frame: at most 47.8 Mbit/s of
+    // goodput, which a quiet machine reaches (47-48); a loaded one (other
+    // builds on the two cores) a few percent less.
+    let most = 50.0 * 1448.0 / 1514.0;
+    eprintln!("iperf3 through rate 50mbit: {mbit:.2} Mbit/s of goodput (at most {most:.1})");
     assert!(
-        (47.0..=50.0).contains(&mbit),
-        "iperf3 through rate 50mbit: {mbit:.2} Mbit/s"
+        (0.95 * most..=50.0).contains(&mbit),
+        "iperf3 through rate 50mbit: {mbit:.2} Mbit/s (at most {most:.1} of goodput)"
     );
 }
 

@@ -75,15 +75,16 @@ pub fn down(args: &DownArgs) -> Result<()> {
             signal(pid, "KILL");
             std::thread::sleep(Duration::from_millis(200));
         }
-    } else if let Some(old) = &old {
+    }
+    // What the emulator did not remove (it was killed, or failed while
+    // removing): what its state file lists.
+    if state::lab_dir(&name).exists() {
+        let pid = old.as_ref().map_or("unknown".into(), |s| s.pid.to_string());
         eprintln!(
-            "linkem: lab {name}: its emulator (pid {}) is gone without cleaning up: removing \
-             what it left",
-            old.pid
+            "linkem: lab {name}: its emulator (pid {pid}) is gone without cleaning up: \
+             removing what it left"
         );
     }
-    // Whatever the emulator did not remove (it was killed, or failed while
-    // removing): what its state file lists.
     state::clean_stale(&name)?;
     eprintln!("linkem: lab {name} is down");
     Ok(())

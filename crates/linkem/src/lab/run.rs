@@ -11,6 +11,7 @@
 //!
 //! Also the dispatch of every `linkem lab` command ([`command`]).
 
+use super::net::Record;
 use super::plan::{MachinePlan, VethEnd};
 use super::state::{LinkState, NodeState, Recorder, State};
 use super::{admin, net, netem};
@@ -19,7 +20,6 @@ use crate::bridge::Hooks;
 use crate::cli::args::BridgeArgs;
 use crate::cli::lab::{LabArgs, LabCommand, NetemCommand, UpArgs};
 use anyhow::{bail, Context, Result};
-use linkem_io::shellns::NetNs;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -61,30 +61,41 @@ pub fn up(args: &UpArgs) -> Result<i32> {
         return detach(&lab.name).map(|_| 0);
     }
     let stop = Arc::new(AtomicBool::new(false));
+    // Which signal came, for the exit status (128 + N, as a shell reports it).
+    let mut signals = Vec::new();
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, stop.clone())
-            .context("cannot install the signal handler")?;
+        let flag = Arc::new(AtomicBool::new(false));
+        for f in [&stop, &flag] {
+            signal_hook::flag::register(sig, Arc::clone(f))
+                .context("cannot install the signal handler")?;
+        }
+        signals.push((sig, flag));
     }
     let mut rec = Recorder::take(first_state(args, &lab, &plan))?;
-    let host = NetNs::current().context("cannot open this thread's network namespace")?;
-    let made = build(&plan, &mut rec, &stop).and_then(|_| run_exec(&plan, &stop));
+    // The emulator's socket: a SIGKILL leaves it behind.
+    let socket = super::state::Object::File {
+        path: linkem_ctl::default_socket_path(&lab.name),
+    };
+    let made = rec
+        .record(socket)
+        .and_then(|_| build(&plan, &mut rec, &stop))
+        .and_then(|_| run_exec(&plan, &stop));
     let result = match made {
         Ok(()) => emulate(&bridge_args, &plan, &rec, &stop),
         Err(e) => Err(e),
     };
-    // The emulator's thread ends in the lab's namespace; `ip` runs from here.
-    let back = host.enter();
     rec.remove_everything();
-    back.context("cannot return to this machine's network namespace")?;
-    match result {
-        Ok(()) => Ok(0),
-        Err(e) => match e.downcast_ref::<crate::Interrupted>() {
-            Some(i) => {
-                eprintln!("linkem: lab {}: stopped, everything removed", lab.name);
-                Ok(i.exit_code())
-            }
-            None => Err(e),
-        },
+    let signal = signals.iter().find(|(_, f)| f.load(Ordering::Relaxed));
+    match (result, signal) {
+        (Err(e), _) if e.downcast_ref::<crate::Interrupted>().is_none() => Err(e),
+        (_, Some((sig, _))) => {
+            eprintln!("linkem: lab {}: stopped, everything removed", lab.name);
+            Ok(128 + sig)
+        }
+        _ => {
+            eprintln!("linkem: lab {}: everything removed", lab.name);
+            Ok(0)
+        }
     }
 }
 
@@ -376,7 +387,16 @@ fn emulate(args: &BridgeArgs, plan: &MachinePlan, rec: &Recorder, stop: &AtomicB
             })
             .context("cannot start the lab's watcher thread")?
     };
-    let served = run_plans(args, pairs, hooks);
+    // On a thread of its own: it moves into the lab's namespace and gives up
+    // the capabilities it no longer needs, where this one keeps both to
+    // remove the lab afterwards.
+    let args = args.clone();
+    let served = std::thread::Builder::new()
+        .name("linkem-lab".into())
+        .spawn(move || run_plans(&args, pairs, hooks))
+        .context("cannot start the emulator's thread")?
+        .join()
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("the emulator's thread panicked")));
     finished.store(true, Ordering::Relaxed);
     let _ = watcher.join();
     served
