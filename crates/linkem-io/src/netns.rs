@@ -323,7 +323,9 @@ fn kill_processes_in(ns: &str) {
     }
 }
 
-fn delete_namespace(ns: &str) {
+/// Deletes namespace `ns` (`ip netns` name) after killing the processes in it, which
+/// would keep it alive; an absent namespace is no error.
+pub fn delete_namespace(ns: &str) {
     kill_processes_in(ns);
     let _ = run_raw("ip", &["netns", "del", ns]);
 }

@@ -152,6 +152,28 @@ pub fn signal_child(child: &std::process::Child, sig: libc::c_int) -> io::Result
     check(unsafe { libc::kill(pid, sig) })
 }
 
+/// Takes an advisory lock on `file` without waiting (flock(2); `exclusive`
+/// or shared): `Ok(false)` when another open file description holds a lock
+/// that excludes it. The lock goes with the last descriptor of the file,
+/// also when the process is killed.
+pub fn try_flock(file: &std::fs::File, exclusive: bool) -> io::Result<bool> {
+    let how = if exclusive {
+        libc::LOCK_EX
+    } else {
+        libc::LOCK_SH
+    };
+    // Safety: flock on a descriptor the caller keeps open for the call.
+    let r = unsafe { libc::flock(file.as_raw_fd(), how | libc::LOCK_NB) };
+    if r == 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        return Ok(false);
+    }
+    Err(e)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

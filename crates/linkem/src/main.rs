@@ -28,6 +28,10 @@ fn main() {
             Err(e) => Err(e),
         },
         Command::Host(args) => linkem::host::run(&args),
+        Command::Lab(args) => match linkem::lab::run::command(&args) {
+            Ok(code) => std::process::exit(code),
+            Err(e) => Err(e),
+        },
         Command::Ctl(args) => linkem::control::client::run(&args),
         Command::Probe(args) => linkem::tools::probe::run_cli(&args),
         Command::Bench(args) => linkem::tools::bench::run(&args),

@@ -86,6 +86,19 @@ fn man_pages_for_the_command_and_each_subcommand() {
     made.sort();
     let mut expected: Vec<String> = commands().iter().map(|c| format!("linkem-{c}.1")).collect();
     expected.push("linkem.1".into());
+    // A page for each command under `lab` (and under its `netem`) too.
+    for sub in [
+        "up",
+        "down",
+        "list",
+        "show",
+        "exec",
+        "netem",
+        "netem-set",
+        "netem-show",
+    ] {
+        expected.push(format!("linkem-lab-{sub}.1"));
+    }
     expected.sort();
     assert_eq!(made, expected);
     let top = std::fs::read_to_string(mandir.join("linkem.1")).unwrap();

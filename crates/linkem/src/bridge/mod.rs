@@ -57,6 +57,11 @@ pub struct Hooks {
     /// The command that runs the bridge, for its stats, banner and metrics
     /// (`linkem host` is known from its attachment).
     pub front: FrontEnd,
+    /// The named network namespace (`ip netns`) the pairs' interfaces are in
+    /// (a lab's `lk-LAB`): a run of pairs binds its control sockets and
+    /// metrics endpoint in the caller's namespace, then moves its thread
+    /// into this one to open the interfaces and start its threads there.
+    pub netns: Option<String>,
 }
 
 /// Runs `linkem bridge` until SIGINT or SIGTERM (or `--duration`), then prints

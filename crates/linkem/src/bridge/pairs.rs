@@ -198,10 +198,15 @@ pub(crate) fn run_plans(args: &BridgeArgs, plans: Vec<PairPlan>, mut hooks: Hook
         Ok(())
     };
     let started = (|| {
+        let controls = prepare_controls(args, &plans, &interrupted)?;
+        // The sockets above are bound where the caller is; the interfaces and
+        // every thread started from here live in `hooks.netns`.
+        if let Some(ns) = &hooks.netns {
+            linkem_io::netns::enter(ns)?;
+        }
         // Held until the bridge ends: no second linkem on these interfaces.
         let names = plans.iter().map(|p| [p.if_a.as_str(), p.if_b.as_str()]);
         let claimed = Interfaces::claim(args, names.collect(), Some(&stop))?;
-        let controls = prepare_controls(args, &plans, &interrupted)?;
         // Small rings: most links of a lab are idle at any time.
         let opened = claimed.open(Rings::Small, Some(&stop))?;
         let taps = sinks.start_taps()?;

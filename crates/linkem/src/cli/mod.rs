@@ -3,6 +3,7 @@
 
 pub mod args;
 pub mod bench;
+pub mod lab;
 pub mod shell;
 pub mod tools;
 
@@ -51,6 +52,11 @@ pub enum Command {
     /// Fails open: if linkem dies, traffic flows unimpaired; if it stops answering, after
     /// --fail-open-after (1s).
     Host(Box<crate::host::HostArgs>),
+    /// A whole network from one YAML file (Containerlab's topology keys,
+    /// linkem's per-link impairments): `linkem lab up FILE` makes a network
+    /// namespace per node, the bridges and veths, and runs one emulator for
+    /// every link; `down`, `list`, `show`, `exec`, `netem set|show`.
+    Lab(lab::LabArgs),
     /// Change or watch a running emulator through its control socket: its
     /// links (`link a-to-b delay 20ms loss 1%`), counters (`show`, `stats`,
     /// `watch 1s`, `zero`), batches (`-f FILE`: all or nothing), and the

@@ -186,6 +186,7 @@ pub fn run(args: &ShellArgs) -> Result<i32> {
         started: Some(started_tx),
         command_line: Some(std::env::args().collect::<Vec<_>>().join(" ")),
         front: crate::control::FrontEnd::Shell,
+        netns: None,
     };
     mid.enter().context("cannot enter the middle namespace")?;
     let bridge = std::thread::Builder::new()

@@ -91,7 +91,15 @@ fn page(
         }
         writeln!(roff, ".fi")?;
     }
-    if let Some((_, examples)) = EXAMPLES.iter().find(|(name, _)| *name == cmd.get_name()) {
+    // A page's key in EXAMPLES: its file's name less `linkem-` and `.1`
+    // (`bridge`, `lab-netem-show`): nested commands may share a name.
+    let file = man.get_filename();
+    let stem = file.strip_suffix(".1").unwrap_or(&file);
+    let key = stem
+        .strip_prefix(&format!("{top}-"))
+        .unwrap_or(stem)
+        .to_string();
+    if let Some((_, examples)) = EXAMPLES.iter().find(|(name, _)| *name == key) {
         writeln!(roff, ".SH EXAMPLES")?;
         for (what, line) in *examples {
             // An empty description continues the example before.
@@ -149,6 +157,51 @@ pub const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
             ("An interactive shell behind a lossy 10 Mbit/s link:", "linkem shell rate 10mbit delay 25ms loss 1% -- bash"),
             ("mahimahi's traces, with the link logs mm-link writes:", "linkem shell --uplink trace up.trace --downlink trace down.trace --uplink-log up.log -- ./client"),
         ],
+    ),
+    (
+        "lab",
+        &[
+            ("A lab in the background, then a command in one of its nodes:", "linkem lab up --detach examples/labs/line3.clab.yml"),
+            ("", "linkem lab exec line3 h1 -- ping -c 3 10.0.2.1"),
+            ("One impairment of what node r sends out of eth2, the others kept:", "linkem lab netem set -n r -i eth2 --delay 30ms"),
+            ("Everything the lab made, removed:", "linkem lab down line3"),
+        ],
+    ),
+    (
+        "lab-up",
+        &[
+            ("In the foreground until Ctrl-C, then everything removed:", "linkem lab up examples/labs/line3.clab.yml"),
+            ("In the background, returning once every link forwards:", "linkem lab up -d examples/labs/line3.clab.yml"),
+            ("This machine's part of a lab over two machines:", "linkem lab up examples/labs/two-machines.clab.yml --host m1"),
+        ],
+    ),
+    (
+        "lab-down",
+        &[("By name or by file; also after a kill -9:", "linkem lab down line3")],
+    ),
+    ("lab-list", &[("The labs of this machine:", "linkem lab list")]),
+    (
+        "lab-show",
+        &[("Nodes, links, live words and counts:", "linkem lab show line3 --json")],
+    ),
+    (
+        "lab-exec",
+        &[("A command in node h1's namespace:", "linkem lab exec line3 h1 -- ip addr")],
+    ),
+    (
+        "lab-netem",
+        &[("Containerlab's tools netem, on a lab's links:", "linkem lab netem show -n r")],
+    ),
+    (
+        "lab-netem-set",
+        &[
+            ("What r sends out of eth2: 30 ms, the rest kept:", "linkem lab netem set -n r -i eth2 --delay 30ms"),
+            ("1.5 % loss and 20 Mbit/s:", "linkem lab netem set -n r -i eth2 --loss 1.5 --rate 20000"),
+        ],
+    ),
+    (
+        "lab-netem-show",
+        &[("Containerlab's fields as JSON:", "linkem lab netem show -n r -f json")],
     ),
     (
         "host",
