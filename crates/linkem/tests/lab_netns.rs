@@ -378,3 +378,188 @@ fn netem_set_changes_one_word_of_one_direction() {
     let v: Value = serde_json::from_slice(&show.stdout).unwrap();
     assert_eq!(v["h1"][0]["delay"], "2ms", "{v}");
 }
+
+/// Two namespaces standing for two machines, joined by an underlay veth
+/// (10.99.N.1 and .2); each runs its part of a lab (`up --host`), as root
+/// of its own network namespace but this machine's mounts (`nsenter
+/// --net`), so that the namespaces it makes are everyone's. Dropped: each
+/// part taken down, then the machines.
+struct TwoMachines {
+    lab: Lab,
+    machines: [String; 2],
+}
+
+impl TwoMachines {
+    fn new(topology_and_more: &str) -> TwoMachines {
+        let lab = Lab::new(topology_and_more);
+        let machines = ["m1", "m2"].map(|m| format!("{}{m}", lab.name));
+        let [u1, u2] = ["u1", "u2"].map(|u| format!("{}{u}", lab.name));
+        let n = std::process::id() % 200 + 20;
+        for m in &machines {
+            linkem_io::netns::ip(&["netns", "add", m]).unwrap();
+        }
+        linkem_io::netns::ip(&[
+            "link",
+            "add",
+            &u1,
+            "netns",
+            &machines[0],
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &u2,
+            "netns",
+            &machines[1],
+        ])
+        .unwrap();
+        for (i, (m, u)) in machines.iter().zip([&u1, &u2]).enumerate() {
+            let addr = format!("10.99.{n}.{}/24", i + 1);
+            for args in [
+                vec!["-n", m, "addr", "add", &addr, "dev", u],
+                vec!["-n", m, "link", "set", u, "up"],
+                vec!["-n", m, "link", "set", "lo", "up"],
+            ] {
+                linkem_io::netns::ip(&args).unwrap();
+            }
+        }
+        TwoMachines { lab, machines }
+    }
+
+    fn on(&self, machine: usize, args: &[&str]) -> Output {
+        Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{}", self.machines[machine]))
+            .arg(env!("CARGO_BIN_EXE_linkem"))
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    fn part(&self, machine: usize) -> String {
+        format!("{}.m{}", self.lab.name, machine + 1)
+    }
+}
+
+impl Drop for TwoMachines {
+    fn drop(&mut self) {
+        for i in 0..2 {
+            let _ = self.on(i, &["lab", "down", &self.part(i)]);
+        }
+        for m in &self.machines {
+            linkem_io::netns::delete_namespace(m);
+        }
+    }
+}
+
+#[test]
+fn a_lab_across_two_machines_adds_the_underlay_and_carries_rate_100mbit() {
+    if skip() {
+        return;
+    }
+    let _serial = serial();
+    let n = std::process::id() % 200 + 20;
+    let two = TwoMachines::new(&format!(
+        "  defaults:
+    kind: linux
+  nodes:
+    a:
+      exec: [\"ip addr add 10.20.1.1/24 dev eth1\", \"ip route add 10.20.2.0/24 via 10.20.1.2\"]
+    b:
+      exec: [\"ip addr add 10.20.1.2/24 dev eth1\", \"ip addr add 10.20.2.1/24 dev eth2\", \"sysctl -qw net.ipv4.ip_forward=1\"]
+    c:
+      exec: [\"ip addr add 10.20.2.2/24 dev eth1\", \"ip route add 10.20.1.0/24 via 10.20.2.1\"]
+  links:
+    - endpoints: [\"a:eth1\", \"b:eth1\"]
+      impair: delay 2ms
+    - endpoints: [\"b:eth2\", \"c:eth1\"]
+      impair: delay 5ms rate 100mbit
+linkem:
+  machines:
+    m1: {{underlay: 10.99.{n}.1}}
+    m2: {{underlay: 10.99.{n}.2}}
+  nodes:
+    a: {{machine: m1}}
+    b: {{machine: m1}}
+    c: {{machine: m2}}
+"
+    ));
+    let file = two.lab.file.to_str().unwrap().to_string();
+    for (i, host) in ["m1", "m2"].iter().enumerate() {
+        let o = two.on(i, &["lab", "up", "--detach", &file, "--host", host]);
+        assert!(o.status.success(), "up --host {host}: {}", text(&o));
+    }
+    let underlay = underlay_rtt_ms(&two.machines[0], n);
+    let _ = ping_rtts(&two.lab, "a", "10.20.2.2", 3);
+    let rtts = ping_rtts(&two.lab, "a", "10.20.2.2", 40);
+    let min_ms = rtts.iter().copied().fold(f64::INFINITY, f64::min);
+    let rtt_ms = median(rtts);
+    let expected_ms = 2.0 * (2.0 + 5.0) + underlay;
+    eprintln!(
+        "a -> c across: RTT median {rtt_ms:.3} ms, min {min_ms:.3} ms; 2 x (2 + 5) ms + the \
+         underlay's {underlay:.3} ms = {expected_ms:.3} ms"
+    );
+    assert!(
+        // Four crossings of the emulator and the tunnel's encapsulation, in
+        // ping's 0.1 ms steps.
+        (min_ms - expected_ms).abs() <= 0.35 && (rtt_ms - expected_ms).abs() <= 1.0,
+        "RTT across: median {rtt_ms} ms, min {min_ms} ms, not {expected_ms:.3} ms"
+    );
+    let mut server =
+        linkem_io::netns::spawn_in(&two.lab.ns("c"), &["iperf3", "-s", "-1", "-p", "5304"])
+            .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let o = two.lab.in_node(
+        "a",
+        &[
+            "iperf3",
+            "-c",
+            "10.20.2.2",
+            "-p",
+            "5304",
+            "-J",
+            "-t",
+            "4",
+            "-O",
+            "1",
+        ],
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+    let v: Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&o)));
+    let mbit = v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap()
+        / 1e6;
+    eprintln!("iperf3 across through rate 100mbit: {mbit:.2} Mbit/s of goodput");
+    assert!(
+        (90.0..=100.0).contains(&mbit),
+        "TCP across through rate 100mbit: {mbit:.2} Mbit/s"
+    );
+    for i in 0..2 {
+        let o = two.on(i, &["lab", "down", &two.part(i)]);
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    assert_eq!(two.lab.leftovers(), Vec::<String>::new());
+}
+
+/// The median of 20 pings from machine namespace `ns` to 10.99.N.2: the
+/// underlay's round trip, in ms.
+fn underlay_rtt_ms(ns: &str, n: u32) -> f64 {
+    let dst = format!("10.99.{n}.2");
+    let o = linkem_io::netns::exec_in(ns, &["ping", "-c", "20", "-i", "0.02", &dst]).unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let rtts: Vec<f64> = out
+        .lines()
+        .filter_map(|l| {
+            l.split("time=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    assert!(!rtts.is_empty(), "underlay ping: {out}");
+    median(rtts)
+}

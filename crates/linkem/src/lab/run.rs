@@ -54,11 +54,13 @@ pub fn up(args: &UpArgs) -> Result<i32> {
         eprintln!("linkem: lab {}: {w}", lab.name);
     }
     refuse_images(&lab)?;
-    let plan = super::plan::plan(&lab, args.host.as_deref())?;
+    let mut plan = super::plan::plan(&lab, args.host.as_deref())?;
+    let key = instance(&lab.name, args.host.as_deref());
+    qualify(&mut plan, &key);
     // Refused before anything is made.
-    let bridge_args = bridge_args(args, &lab.name)?;
+    let bridge_args = bridge_args(args, &key)?;
     if args.detach {
-        return detach(&lab.name).map(|_| 0);
+        return detach(&key).map(|_| 0);
     }
     let stop = Arc::new(AtomicBool::new(false));
     // Which signal came, for the exit status (128 + N, as a shell reports it).
@@ -71,10 +73,10 @@ pub fn up(args: &UpArgs) -> Result<i32> {
         }
         signals.push((sig, flag));
     }
-    let mut rec = Recorder::take(first_state(args, &lab, &plan))?;
+    let mut rec = Recorder::take(first_state(args, &lab, &plan, &key))?;
     // The emulator's socket: a SIGKILL leaves it behind.
     let socket = super::state::Object::File {
-        path: linkem_ctl::default_socket_path(&lab.name),
+        path: linkem_ctl::default_socket_path(&key),
     };
     let made = rec
         .record(socket)
@@ -89,14 +91,53 @@ pub fn up(args: &UpArgs) -> Result<i32> {
     match (result, signal) {
         (Err(e), _) if e.downcast_ref::<crate::Interrupted>().is_none() => Err(e),
         (_, Some((sig, _))) => {
-            eprintln!("linkem: lab {}: stopped, everything removed", lab.name);
+            eprintln!("linkem: lab {key}: stopped, everything removed");
             Ok(128 + sig)
         }
         _ => {
-            eprintln!("linkem: lab {}: everything removed", lab.name);
+            eprintln!("linkem: lab {key}: everything removed");
             Ok(0)
         }
     }
+}
+
+/// The name of this machine's part of lab `lab`: the lab's own, or
+/// `LAB.HOST` with `--host` (its state directory, control socket and
+/// emulator namespace), so that the parts of one lab on one machine (two
+/// namespaces standing for two machines, as the tests run it) do not meet.
+pub fn instance(lab: &str, host: Option<&str>) -> String {
+    match host {
+        Some(h) => format!("{lab}.{h}"),
+        None => lab.to_string(),
+    }
+}
+
+/// Renames the plan's emulator namespace to `lk-KEY` (a part of a lab
+/// across machines), wherever the plan names it.
+fn qualify(plan: &mut MachinePlan, key: &str) {
+    let old = plan.emulator_namespace.clone();
+    let new = format!("lk-{key}");
+    if old == new {
+        return;
+    }
+    let rename = |ns: &mut Option<String>| {
+        if ns.as_deref() == Some(old.as_str()) {
+            *ns = Some(new.clone());
+        }
+    };
+    for b in &mut plan.bridges {
+        rename(&mut b.namespace);
+    }
+    for v in &mut plan.veths {
+        rename(&mut v.node_end.namespace);
+        rename(&mut v.emulator_end.namespace);
+    }
+    for t in &mut plan.tunnels {
+        if t.namespace == old {
+            t.namespace = new.clone();
+        }
+    }
+    plan.emulator_namespace = new;
 }
 
 /// Refuses the nodes that need a container runtime, naming them and what is missing.
@@ -179,7 +220,7 @@ fn bridge_args(args: &UpArgs, lab: &str) -> Result<BridgeArgs> {
 }
 
 /// The state file's first content: the lab, its nodes and links, no object yet.
-fn first_state(args: &UpArgs, lab: &super::Lab, plan: &MachinePlan) -> State {
+fn first_state(args: &UpArgs, lab: &super::Lab, plan: &MachinePlan, key: &str) -> State {
     let file = args
         .file
         .canonicalize()
@@ -188,13 +229,13 @@ fn first_state(args: &UpArgs, lab: &super::Lab, plan: &MachinePlan) -> State {
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     State {
-        name: lab.name.clone(),
+        name: key.to_string(),
         file,
         host: args.host.clone(),
         pid: std::process::id(),
         started_unix_s,
         ready: false,
-        control: Some(linkem_ctl::default_socket_path(&lab.name)),
+        control: Some(linkem_ctl::default_socket_path(key)),
         nodes: plan_nodes(lab, plan),
         links: plan
             .pairs
@@ -390,16 +431,33 @@ fn emulate(args: &BridgeArgs, plan: &MachinePlan, rec: &Recorder, stop: &AtomicB
     // On a thread of its own: it moves into the lab's namespace and gives up
     // the capabilities it no longer needs, where this one keeps both to
     // remove the lab afterwards.
-    let args = args.clone();
-    let served = std::thread::Builder::new()
-        .name("linkem-lab".into())
-        .spawn(move || run_plans(&args, pairs, hooks))
-        .context("cannot start the emulator's thread")?
-        .join()
-        .unwrap_or_else(|_| Err(anyhow::anyhow!("the emulator's thread panicked")));
+    let served = if pairs.is_empty() {
+        hold(hooks, stop)
+    } else {
+        let args = args.clone();
+        std::thread::Builder::new()
+            .name("linkem-lab".into())
+            .spawn(move || run_plans(&args, pairs, hooks))
+            .context("cannot start the emulator's thread")?
+            .join()
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("the emulator's thread panicked")))
+    };
     finished.store(true, Ordering::Relaxed);
     let _ = watcher.join();
     served
+}
+
+/// A part of a lab that emulates no link here (its links across machines
+/// are emulated at their other ends): it holds the lab until a signal.
+fn hold(mut hooks: Hooks, stop: &AtomicBool) -> Result<()> {
+    eprintln!("linkem: no link of this lab is emulated on this machine: no emulator here");
+    if let Some(tx) = hooks.started.take() {
+        let _ = tx.send(());
+    }
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
 }
 
 /// The emulator's pairs: one per link of this machine, named as the link.
@@ -469,6 +527,9 @@ fn detach(lab: &str) -> Result<()> {
     let log_path = dir.join("up.log");
     let log = std::fs::File::create(&log_path)
         .with_context(|| format!("cannot create {}", log_path.display()))?;
+    // Read through this descriptor: a lab that fails removes its directory.
+    let mut said = std::fs::File::open(&log_path)
+        .with_context(|| format!("cannot read {}", log_path.display()))?;
     let exe = std::env::current_exe().context("cannot find linkem's own executable")?;
     let rest: Vec<std::ffi::OsString> = std::env::args_os()
         .skip(1)
@@ -486,8 +547,9 @@ fn detach(lab: &str) -> Result<()> {
     let until = Instant::now() + DETACH_WAIT;
     loop {
         if let Some(status) = child.try_wait()? {
-            let said = std::fs::read_to_string(&log_path).unwrap_or_default();
-            eprint!("{said}");
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut said, &mut text);
+            eprint!("{text}");
             bail!("lab {lab} did not start ({status})");
         }
         let state = super::state::read(lab).ok().flatten();
