@@ -168,6 +168,18 @@ impl Lab {
         self.links.iter().find(|l| l.name == name)
     }
 
+    /// The link with endpoint `node:interface`, and that endpoint's side
+    /// (0: a, the first endpoint; 1: b): what `-n NODE -i IF` names.
+    pub fn endpoint(&self, node: &str, interface: &str) -> Option<(&Link, usize)> {
+        self.links.iter().find_map(|l| {
+            let side = l
+                .endpoints
+                .iter()
+                .position(|e| e.node == node && e.interface == interface)?;
+            Some((l, side))
+        })
+    }
+
     pub fn machine(&self, name: &str) -> Option<&Machine> {
         self.machines.iter().find(|m| m.name == name)
     }

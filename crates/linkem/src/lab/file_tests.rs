@@ -166,6 +166,23 @@ fn refusals_name_the_problem() {
         (error("name: t\nlinkem: {nodes: {a: {machine: m}}}\ntopology: {nodes: {a: {kind: linux}}}\n"), "no machine 'm'"),
         (error("name: t\nlinkem: {nodes: {b: {machine: m}}}\ntopology: {nodes: {a: {kind: linux}}}\n"), "no node 'b'"),
         (error("name: t\nlinkem: {defaults: delay}\ntopology: {nodes: {a: {kind: linux}}}\n"), "linkem.defaults: link words"),
+        (link("      trace: {atob: x.trace}\n"), "unknown key 'atob' (did you mean 'a-to-b'?)"),
+        (link("      schedule: [{at: 5s, loop: true, words: x}]\n"), "'loop' takes no 'words'"),
+        (link("      schedule: 5s loss 1%\n"), "a list of '- at: TIME'"),
+        (link("      labels: [a]\n"), "'labels': must be a mapping"),
+        (link("      impair: {delay: 1ms}\n"), "link words must be a string or a list of strings"),
+        (link("    - endpoint: {node: r1, interface: eth9}\n"), "'endpoint' (one end) is a link type linkem does not make"),
+        (error("name: t\nlinkem: {seed: x}\ntopology: {nodes: {a: {kind: linux}}}\n"), "linkem.seed: a whole number"),
+        (error("name: t\nlinkem: {vxlan: {port: 0}}\ntopology: {nodes: {a: {kind: linux}}}\n"), "linkem.vxlan.port: 1 to 65535"),
+        (error("name: t\nlinkem: {vxlan: {vni: 16777216}}\ntopology: {nodes: {a: {kind: linux}}}\n"), "linkem.vxlan.vni: 0 to 16777215"),
+        (error("name: t\nlinkem: {machines: {m: {underlay: 10.0.0.1, mtu: 100}}}\ntopology: {nodes: {a: {kind: linux}}}\n"), "linkem.machines.m.mtu: 1280 to 65535"),
+        (error("name: t\nlinkem: {machines: {m: {underlay: 10.0.0.1}, n: {underlay: 10.0.0.1}}}\ntopology: {nodes: {a: {kind: linux}}}\n"), "is machine 'm''s too"),
+        (error("name: t\nlinkem: {nodes: {a: {bridge: host}}}\ntopology: {nodes: {a: {kind: linux}}}\n"), "node 'a' is not a bridge"),
+        (error("name: t\nlinkem: {nodes: {a: {machne: m}}}\ntopology: {nodes: {a: {kind: linux}}}\n"), "did you mean 'machine'?"),
+        (error("name: t\ntopology: {nodes: {a: {kind: ovs-bridge}}}\n"), "use kind 'bridge'"),
+        (error("name: t\ntopology: {nodes: {a: {kind: linux, exec: {x: y}}}}\n"), "must be a list of strings"),
+        (error("name: t\ntopology: {nodes: {\"a b\": {kind: linux}}}\n"), "node 'a b': 'a b' has ' '"),
+        (error("- a\n"), "a lab file is a mapping"),
         (error("name: [\n"), "not a YAML lab file"),
     ];
     for (got, want) in cases {
@@ -195,4 +212,49 @@ fn rules_inline_and_from_a_file() {
          add 100 pipe 1 ip from any to any\n"
     ));
     assert!(inline.links[0].rules.as_ref().unwrap().path.is_none());
+}
+
+#[test]
+fn the_guide_s_example_parses() {
+    let page = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/guide/labs.md"
+    ))
+    .unwrap();
+    let start = page
+        .find("```yaml\nname:")
+        .expect("the guide's lab example")
+        + "```yaml\n".len();
+    let end = start + page[start..].find("```").unwrap();
+    let lab = parse(&page[start..end]);
+    assert_eq!(lab.links[1].name, "r:eth2--h2:eth1");
+    assert!(lab.links[1].schedules[1].is_some());
+    assert!(lab.warnings.is_empty(), "{:?}", lab.warnings);
+}
+
+#[test]
+fn without_files_every_file_is_refused() {
+    let link = format!("{TWO}    - endpoints: [\"r1:eth1\", \"r2:eth1\"]\n");
+    for (rest, want) in [
+        (
+            "      trace: /etc/hostname\n",
+            "'/etc/hostname': this lab is read without its files",
+        ),
+        (
+            "      rules: /etc/hostname\n",
+            "'/etc/hostname': this lab is read without its files",
+        ),
+        (
+            "      impair: delay 1ms 1ms distribution t.dist\n",
+            "'t.dist': this lab is read without its files",
+        ),
+    ] {
+        let e = format!(
+            "{:#}",
+            Lab::parse_without_files(&format!("{link}{rest}"), "x").unwrap_err()
+        );
+        assert!(e.contains(want), "{e:?} should contain {want:?}");
+    }
+    let e = format!("{:#}", Lab::parse_without_files("name: t\nlinkem: {defaults: delay 1ms 1ms distribution t.dist}\ntopology: {nodes: {a: {kind: linux}}}\n", "x").unwrap_err());
+    assert!(e.contains("without its files"), "{e}");
 }

@@ -20,7 +20,8 @@ use std::path::{Path, PathBuf};
 
 /// What every link's words need from the file.
 pub(super) struct LinkContext<'a> {
-    pub dir: &'a Path,
+    /// Where relative paths start; None: no file is read (each is refused).
+    pub dir: Option<&'a Path>,
     pub default_words: &'a [String],
 }
 
@@ -304,7 +305,10 @@ fn schedule_text(value: &Value, what: &str) -> Result<String> {
 
 /// A file a link's words name (trace, schedule, distribution table): relative
 /// to the lab file's folder, else where the command line would look.
-pub(super) fn read_words_file(dir: &Path, file: &str) -> Result<String, String> {
+pub(super) fn read_words_file(dir: Option<&Path>, file: &str) -> Result<String, String> {
+    if dir.is_none() {
+        return Err(format!("'{file}': this lab is read without its files"));
+    }
     let path = resolve(dir, file);
     if path.exists() {
         return linkem_io::infile::read_text(&path, linkem_io::infile::MAX_TEXT_BYTES)
@@ -313,19 +317,18 @@ pub(super) fn read_words_file(dir: &Path, file: &str) -> Result<String, String> 
     crate::files::load_distribution(file)
 }
 
-pub(super) fn resolve(dir: &Path, file: &str) -> PathBuf {
+pub(super) fn resolve(dir: Option<&Path>, file: &str) -> PathBuf {
     let p = Path::new(file);
-    if p.is_absolute() {
-        p.to_path_buf()
-    } else {
-        dir.join(p)
+    match dir {
+        Some(dir) if p.is_relative() => dir.join(p),
+        _ => p.to_path_buf(),
     }
 }
 
 /// `rules:`: a path (one word) read relative to the lab file, or the rules'
 /// text (anything with a space or a line break), checked by the rule parser
 /// with the link's sides named `a` and `b`.
-fn read_rules(value: &Value, link: &str, dir: &Path) -> Result<Rules> {
+fn read_rules(value: &Value, link: &str, dir: Option<&Path>) -> Result<Rules> {
     let what = format!("link {link}: 'rules'");
     let Some(given) = keys::scalar(value) else {
         bail!(
@@ -336,6 +339,12 @@ fn read_rules(value: &Value, link: &str, dir: &Path) -> Result<Rules> {
     let (name, path, text) = if given.trim().contains(char::is_whitespace) {
         (format!("{link} rules"), None, given)
     } else {
+        if dir.is_none() {
+            bail!(
+                "{what}: '{}': this lab is read without its files",
+                given.trim()
+            );
+        }
         let path = resolve(dir, given.trim());
         let text = linkem_io::infile::read_text(&path, linkem_io::infile::MAX_TEXT_BYTES)
             .map_err(|e| anyhow::anyhow!("{what}: {e}"))?;

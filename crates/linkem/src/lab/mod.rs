@@ -20,6 +20,7 @@ pub mod plan;
 mod read;
 pub mod run;
 pub mod state;
+pub mod vxlan;
 
 pub use file::{Endpoint, Lab, Link, Machine, Node, NodeKind, Rules, VxlanSettings};
 pub use plan::{plan, EmulatorPair, MachinePlan};

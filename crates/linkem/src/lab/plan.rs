@@ -1,6 +1,6 @@
 //! What one machine creates for a lab, decided from the file alone (nothing
 //! is looked up or touched): the namespaces (`lk-LAB-NODE` per linux node and
-//! per bridge of its own, `lk-LAB` for the emulator's ends), the bridges, one
+//! per bridge of its own, `lk-LAB` or `lk-LAB@MACHINE` for the emulator's ends), the bridges, one
 //! veth per endpoint (node end where the node is, the other end in `lk-LAB`),
 //! the emulator's pairs (one per link, side a = the first endpoint), the
 //! VXLAN tunnels of links whose ends are on two machines, and the nodes'
@@ -33,7 +33,8 @@ pub struct MachinePlan {
     pub lab: String,
     /// The machine planned (None: a lab on one machine).
     pub machine: Option<String>,
-    /// `lk-LAB`: the emulator's ends, tunnels and the bridges of links across.
+    /// `lk-LAB` (`lk-LAB@MACHINE` with machines): the emulator's ends,
+    /// tunnels and the bridges of links across.
     pub emulator_namespace: String,
     pub namespaces: Vec<NamespacePlan>,
     pub bridges: Vec<BridgePlan>,
@@ -149,9 +150,15 @@ pub struct ExecPlan {
     pub env: BTreeMap<String, String>,
 }
 
-/// The emulator's namespace of `lab`.
-pub fn emulator_namespace(lab: &str) -> String {
-    format!("lk-{lab}")
+/// The emulator's namespace of `lab`: `lk-LAB`, or `lk-LAB@MACHINE` for a
+/// machine's part of a lab across machines (so that two "machines" that are
+/// namespaces of one host do not share it; `@` is in no node's name, so no
+/// node's namespace is named alike).
+pub fn emulator_namespace(lab: &str, machine: Option<&str>) -> String {
+    match machine {
+        Some(m) => format!("lk-{lab}@{m}"),
+        None => format!("lk-{lab}"),
+    }
 }
 
 /// The namespace of node `node` of `lab`.
@@ -175,7 +182,7 @@ pub fn emulator_names(index: usize) -> [String; 4] {
 pub fn plan(lab: &Lab, machine: Option<&str>) -> Result<MachinePlan> {
     let here = check_machine(lab, machine)?;
     let placed = Placement { lab, here };
-    let emu_ns = emulator_namespace(&lab.name);
+    let emu_ns = emulator_namespace(&lab.name, here);
     let (run_seed, seed_given) = match lab.seed {
         Some(s) => (s, true),
         None => (crate::process::fresh_seed(), false),

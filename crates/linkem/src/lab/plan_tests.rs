@@ -83,6 +83,9 @@ fn line3() {
         ("l1a", "l1b")
     );
     assert_eq!(p.execs.len(), 3);
+    let (link, side) = lab.endpoint("h2", "eth1").unwrap();
+    assert_eq!((link.name.as_str(), side), ("r:eth2--h2:eth1", 1));
+    assert!(lab.endpoint("h2", "eth2").is_none());
     assert_eq!(p.execs[1].namespace.as_deref(), Some("lk-line3-r"));
     assert!(p.tunnels.is_empty() && p.bridges.is_empty());
 }
@@ -192,6 +195,11 @@ fn two_machines_each_plans_its_part() {
     );
     assert!(!t.emulated_here);
     assert_eq!(m2.bridges[0].name, "l1br");
+    assert_eq!(m1.emulator_namespace, "lk-two-machines@m1");
+    assert_eq!(
+        m2.bridges[0].namespace.as_deref(),
+        Some("lk-two-machines@m2")
+    );
     let v = &m2.veths[0];
     assert_eq!(
         (v.node_end.name.as_str(), v.node_end.namespace.as_deref()),

@@ -26,6 +26,16 @@ impl Lab {
     /// Validates the lab file `text`; `origin` is its path (relative paths in
     /// it start from its folder) or a name for messages.
     pub fn parse(text: &str, origin: &str) -> Result<Lab> {
+        Lab::parse_files(text, origin, true)
+    }
+
+    /// [`Lab::parse`] reading no file: a file the lab names (rules, trace,
+    /// a table) is an error. For checking untrusted text (the fuzz target).
+    pub fn parse_without_files(text: &str, origin: &str) -> Result<Lab> {
+        Lab::parse_files(text, origin, false)
+    }
+
+    fn parse_files(text: &str, origin: &str, read_files: bool) -> Result<Lab> {
         let dir = Path::new(origin)
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
@@ -36,7 +46,7 @@ impl Lab {
         let Value::Mapping(top) = value else {
             bail!("{origin}: a lab file is a mapping with 'name' and 'topology'");
         };
-        parse_top(&top, origin, dir).with_context(|| format!("lab file {origin}"))
+        parse_top(&top, origin, dir, read_files).with_context(|| format!("lab file {origin}"))
     }
 }
 
@@ -53,7 +63,8 @@ const LINKEM: Keys = Keys {
     ignored: &[],
 };
 
-fn parse_top(top: &Mapping, origin: &str, dir: PathBuf) -> Result<Lab> {
+fn parse_top(top: &Mapping, origin: &str, dir: PathBuf, read_files: bool) -> Result<Lab> {
+    let files_dir = read_files.then_some(dir.as_path());
     let mut warnings = Vec::new();
     TOP.check(top, "the file", &mut warnings)?;
     let name = keys::string(top, "name", "the file")?
@@ -89,12 +100,12 @@ fn parse_top(top: &Mapping, origin: &str, dir: PathBuf) -> Result<Lab> {
     LinkSpec::parse_layers(
         &[&default_words],
         linkem_core::Dialect::Linkem,
-        &mut |f: &str| links::read_words_file(&dir, f),
+        &mut |f: &str| links::read_words_file(files_dir, f),
     )
     .map_err(|e| anyhow::anyhow!("linkem.defaults: link words: {e}"))?;
     let links_value = topology.get("links").cloned().unwrap_or(Value::Null);
     let ctx = LinkContext {
-        dir: &dir,
+        dir: files_dir,
         default_words: &default_words,
     };
     let links = links::parse_links(&links_value, &mut nodes, &ctx, &mut warnings)?;

@@ -54,9 +54,8 @@ pub fn up(args: &UpArgs) -> Result<i32> {
         eprintln!("linkem: lab {}: {w}", lab.name);
     }
     refuse_images(&lab)?;
-    let mut plan = super::plan::plan(&lab, args.host.as_deref())?;
+    let plan = super::plan::plan(&lab, args.host.as_deref())?;
     let key = instance(&lab.name, args.host.as_deref());
-    qualify(&mut plan, &key);
     // Refused before anything is made.
     let bridge_args = bridge_args(args, &key)?;
     if args.detach {
@@ -102,42 +101,13 @@ pub fn up(args: &UpArgs) -> Result<i32> {
 }
 
 /// The name of this machine's part of lab `lab`: the lab's own, or
-/// `LAB.HOST` with `--host` (its state directory, control socket and
-/// emulator namespace), so that the parts of one lab on one machine (two
+/// `LAB.HOST` with `--host` (its state directory and control socket), so that the parts of one lab on one machine (two
 /// namespaces standing for two machines, as the tests run it) do not meet.
 pub fn instance(lab: &str, host: Option<&str>) -> String {
     match host {
         Some(h) => format!("{lab}.{h}"),
         None => lab.to_string(),
     }
-}
-
-/// Renames the plan's emulator namespace to `lk-KEY` (a part of a lab
-/// across machines), wherever the plan names it.
-fn qualify(plan: &mut MachinePlan, key: &str) {
-    let old = plan.emulator_namespace.clone();
-    let new = format!("lk-{key}");
-    if old == new {
-        return;
-    }
-    let rename = |ns: &mut Option<String>| {
-        if ns.as_deref() == Some(old.as_str()) {
-            *ns = Some(new.clone());
-        }
-    };
-    for b in &mut plan.bridges {
-        rename(&mut b.namespace);
-    }
-    for v in &mut plan.veths {
-        rename(&mut v.node_end.namespace);
-        rename(&mut v.emulator_end.namespace);
-    }
-    for t in &mut plan.tunnels {
-        if t.namespace == old {
-            t.namespace = new.clone();
-        }
-    }
-    plan.emulator_namespace = new;
 }
 
 /// Refuses the nodes that need a container runtime, naming them and what is missing.
@@ -304,11 +274,13 @@ fn build(plan: &MachinePlan, rec: &mut Recorder, stop: &AtomicBool) -> Result<()
     for t in &plan.tunnels {
         stopped()?;
         let ns = Some(t.namespace.as_str());
-        let (local, remote) = (t.local.to_string(), t.remote.to_string());
-        // Made where the underlay is (its socket stays there), then moved.
-        net::add_vxlan(rec, &t.device, None, t.vni, (&local, &remote), t.port)?;
-        net::ip_in(None, &["link", "set", &t.device, "netns", &t.namespace])?;
-        net::ip_in(ns, &["link", "set", &t.device, "mtu", &t.mtu.to_string()])?;
+        // Made where the underlay is (here), then moved into the lab's.
+        rec.record(super::state::Object::Link {
+            name: t.device.clone(),
+            netns: None,
+            what: "vxlan".into(),
+        })?;
+        super::vxlan::create(t, None)?;
         if !t.emulated_here {
             if let Some(b) = plan.bridges.iter().find(|b| b.owner == t.link) {
                 net::set_master(&t.device, ns, &b.name)?;
