@@ -563,3 +563,114 @@ fn underlay_rtt_ms(ns: &str, n: u32) -> f64 {
     assert!(!rtts.is_empty(), "underlay ping: {out}");
     median(rtts)
 }
+
+/// An example lab of examples/labs/, up in the background; down when dropped.
+struct Example {
+    name: String,
+}
+
+impl Example {
+    fn up(file: &str, name: &str) -> Example {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../examples/labs")
+            .join(file);
+        let _ = linkem(&["lab", "down", name]);
+        let example = Example { name: name.into() };
+        let o = linkem(&["lab", "up", "--detach", path.to_str().unwrap()]);
+        assert!(o.status.success(), "{file}: {}", text(&o));
+        example
+    }
+
+    /// The pings from `node` to `dst` take `rtt_ms`: the fastest within
+    /// 0.5 ms, the median within 2 ms. (On a quiet machine the median is
+    /// within 0.2 ms; these tests share two cores with other builds and
+    /// live tests, which wake the emulator's threads late.)
+    fn pings(&self, node: &str, dst: &str, rtt_ms: f64) {
+        let ns = format!("lk-{}-{node}", self.name);
+        let rtts = |count: u32| {
+            let o = linkem_io::netns::exec_in(
+                &ns,
+                &["ping", "-c", &count.to_string(), "-i", "0.02", dst],
+            )
+            .unwrap();
+            let out = String::from_utf8_lossy(&o.stdout).into_owned();
+            let v: Vec<f64> = out
+                .lines()
+                .filter_map(|l| {
+                    l.split("time=")
+                        .nth(1)?
+                        .split_whitespace()
+                        .next()?
+                        .parse()
+                        .ok()
+                })
+                .collect();
+            assert!(v.len() as u32 >= count * 8 / 10, "{node} -> {dst}: {out}");
+            v
+        };
+        let _ = rtts(3);
+        let v = rtts(20);
+        let min_ms = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let median_ms = median(v);
+        eprintln!(
+            "{}: {node} -> {dst}: RTT median {median_ms:.3} ms, min {min_ms:.3} ms, \
+             the delays' {rtt_ms} ms",
+            self.name
+        );
+        assert!(
+            (min_ms - rtt_ms).abs() <= 0.5 && (median_ms - rtt_ms).abs() <= 2.0,
+            "{}: {node} -> {dst}: median {median_ms} ms, min {min_ms} ms, not {rtt_ms} ms",
+            self.name
+        );
+    }
+}
+
+impl Drop for Example {
+    fn drop(&mut self) {
+        let o = linkem(&["lab", "down", &self.name]);
+        assert!(
+            o.status.success() || std::thread::panicking(),
+            "{}",
+            text(&o)
+        );
+    }
+}
+
+#[test]
+fn example_line3_and_clab_style_ping_with_their_delays() {
+    if skip() {
+        return;
+    }
+    let _serial = serial();
+    let line = Example::up("line3.clab.yml", "line3");
+    line.pings("h1", "10.0.2.1", 40.0);
+    drop(line);
+    let clab = Example::up("clab-style.clab.yml", "clab-style");
+    clab.pings("PC1", "192.168.22.2", 14.0);
+    clab.pings("PC1", "10.10.10.3", 12.0);
+}
+
+#[test]
+fn example_ring10_pings_with_the_delays_of_each_path() {
+    if skip() {
+        return;
+    }
+    let _serial = serial();
+    let ring = Example::up("ring10.clab.yml", "ring10");
+    ring.pings("n1", "10.255.0.3", 30.0);
+    ring.pings("n1", "10.255.0.10", 10.0);
+    ring.pings("n6", "10.255.0.7", 2.0);
+}
+
+#[test]
+fn example_hub50_pings_across_the_hub() {
+    if skip() {
+        return;
+    }
+    let _serial = serial();
+    let t = Instant::now();
+    let hub = Example::up("hub50.clab.yml", "hub50");
+    eprintln!("hub50 up in {:.1} s", t.elapsed().as_secs_f64());
+    hub.pings("s1", "10.50.0.49", 4.0);
+    hub.pings("s2", "10.50.0.3", 4.0);
+}
