@@ -96,6 +96,19 @@ impl Lab {
     }
 }
 
+impl Lab {
+    /// Example lab `file` of examples/labs/, named `name` there.
+    fn example(file: &str, name: &str) -> Lab {
+        Lab {
+            name: name.into(),
+            file: Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../examples/labs")
+                .join(file),
+            _dir: tempfile::tempdir().unwrap(),
+        }
+    }
+}
+
 impl Drop for Lab {
     fn drop(&mut self) {
         let _ = linkem(&["lab", "down", &self.name]);
@@ -390,11 +403,15 @@ struct TwoMachines {
 }
 
 impl TwoMachines {
-    fn new(topology_and_more: &str) -> TwoMachines {
-        let lab = Lab::new(topology_and_more);
-        let machines = ["m1", "m2"].map(|m| format!("{}{m}", lab.name));
-        let [u1, u2] = ["u1", "u2"].map(|u| format!("{}{u}", lab.name));
-        let n = std::process::id() % 200 + 20;
+    /// The machines of `lab`, their underlay on 10.99.`n`.0/24.
+    fn new(lab: Lab, n: u32) -> TwoMachines {
+        let tag = format!(
+            "ltm{:x}{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        let machines = ["m1", "m2"].map(|m| format!("{tag}{m}"));
+        let [u1, u2] = ["u1", "u2"].map(|u| format!("{tag}{u}"));
         for m in &machines {
             linkem_io::netns::ip(&["netns", "add", m]).unwrap();
         }
@@ -458,7 +475,7 @@ fn a_lab_across_two_machines_adds_the_underlay_and_carries_rate_100mbit() {
     }
     let _serial = serial();
     let n = std::process::id() % 200 + 20;
-    let two = TwoMachines::new(&format!(
+    let two = TwoMachines::new(Lab::new(&format!(
         "  defaults:
     kind: linux
   nodes:
@@ -482,7 +499,7 @@ linkem:
     b: {{machine: m1}}
     c: {{machine: m2}}
 "
-    ));
+    )), n);
     let file = two.lab.file.to_str().unwrap().to_string();
     for (i, host) in ["m1", "m2"].iter().enumerate() {
         let o = two.on(i, &["lab", "up", "--detach", &file, "--host", host]);
@@ -673,4 +690,34 @@ fn example_hub50_pings_across_the_hub() {
     eprintln!("hub50 up in {:.1} s", t.elapsed().as_secs_f64());
     hub.pings("s1", "10.50.0.49", 4.0);
     hub.pings("s2", "10.50.0.3", 4.0);
+}
+
+#[test]
+fn example_two_machines_pings_across_the_tunnel() {
+    if skip() {
+        return;
+    }
+    let _serial = serial();
+    // The file's underlay: 10.99.0.1 and 10.99.0.2.
+    let two = TwoMachines::new(Lab::example("two-machines.clab.yml", "two-machines"), 0);
+    let file = two.lab.file.to_str().unwrap().to_string();
+    for (i, host) in ["m1", "m2"].iter().enumerate() {
+        let _ = two.on(i, &["lab", "down", &two.part(i)]);
+        let o = two.on(i, &["lab", "up", "--detach", &file, "--host", host]);
+        assert!(o.status.success(), "up --host {host}: {}", text(&o));
+    }
+    let underlay = underlay_rtt_ms(&two.machines[0], 0);
+    let _ = ping_rtts(&two.lab, "a", "10.20.3.2", 3);
+    let rtts = ping_rtts(&two.lab, "a", "10.20.3.2", 20);
+    let min_ms = rtts.iter().copied().fold(f64::INFINITY, f64::min);
+    let expected_ms = 2.0 * (5.0 + 10.0 + 5.0) + underlay;
+    eprintln!(
+        "two-machines: a -> d RTT median {:.3} ms, min {min_ms:.3} ms; the delays and the \
+         underlay: {expected_ms:.3} ms",
+        median(rtts)
+    );
+    assert!(
+        (min_ms - expected_ms).abs() <= 0.5,
+        "a -> d: min {min_ms} ms, not {expected_ms:.3} ms"
+    );
 }
