@@ -46,7 +46,13 @@ impl Lab {
     }
 
     fn up_ok(&self) {
-        let o = self.up();
+        self.up_with(&[]);
+    }
+
+    fn up_with(&self, options: &[&str]) {
+        let mut args = vec!["lab", "up", "--detach", self.file.to_str().unwrap()];
+        args.extend_from_slice(options);
+        let o = linkem(&args);
         assert!(o.status.success(), "lab up: {}", text(&o));
     }
 
@@ -365,7 +371,24 @@ fn netem_set_changes_one_word_of_one_direction() {
     }
     let _serial = serial();
     let lab = Lab::new(&line3("delay 2ms loss 1% rate 10mbit", "delay 1ms"));
-    lab.up_ok();
+    // The metrics endpoint is bound in this namespace, the emulator runs in
+    // the lab's: both links are scraped, and `down` still ends it at once.
+    let metrics = format!("127.0.0.1:{}", 20000 + std::process::id() % 20000);
+    lab.up_with(&["--metrics", &metrics]);
+    let scraped = {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(&metrics).unwrap();
+        c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut body = String::new();
+        let _ = c.read_to_string(&mut body);
+        body
+    };
+    for link in ["h1:eth1--r:eth1", "r:eth2--h2:eth1"] {
+        assert!(
+            scraped.contains(&format!("link=\"{link}\"")),
+            "{link}: {scraped}"
+        );
+    }
     let set = linkem(&[
         "lab", "netem", "set", "--lab", &lab.name, "-n", "r", "-i", "eth1", "--delay", "7ms",
     ]);
@@ -390,6 +413,15 @@ fn netem_set_changes_one_word_of_one_direction() {
     ]);
     let v: Value = serde_json::from_slice(&show.stdout).unwrap();
     assert_eq!(v["h1"][0]["delay"], "2ms", "{v}");
+    let t = Instant::now();
+    let down = linkem(&["lab", "down", &lab.name]);
+    assert!(down.status.success(), "{}", text(&down));
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "down took {:?}",
+        t.elapsed()
+    );
+    assert_eq!(lab.leftovers(), Vec::<String>::new());
 }
 
 /// Two namespaces standing for two machines, joined by an underlay veth
