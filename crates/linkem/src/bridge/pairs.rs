@@ -58,6 +58,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// One pair as given: its interfaces, its links and its seed.
+#[derive(Default)]
 pub(crate) struct PairPlan {
     pub if_a: String,
     pub if_b: String,

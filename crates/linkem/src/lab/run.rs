@@ -445,12 +445,16 @@ fn pair_plans(plan: &MachinePlan) -> Result<Vec<PairPlan>> {
                     rules.name
                 );
             }
+            // The group's plan gains fields whose defaults mean "as before"
+            // (a rule file): those a lab does not set keep them.
+            #[allow(clippy::needless_update)]
             Ok(PairPlan {
                 if_a: p.if_a.clone(),
                 if_b: p.if_b.clone(),
                 name: p.link.clone(),
                 specs: p.specs.clone(),
                 seed: p.seed,
+                ..PairPlan::default()
             })
         })
         .collect()
