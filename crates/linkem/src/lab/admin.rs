@@ -59,14 +59,16 @@ pub fn down(args: &DownArgs) -> Result<()> {
         bail!("lab '{name}' does not run: nothing to take down");
     }
     let old = state::read(&name)?;
+    let pid = old.as_ref().map(|s| s.pid).unwrap_or(0);
+    // The emulator removes its lock with its directory, before it exits.
+    let alive = || state::running(&name) || linkem_io::shellns::process_alive(pid);
     if state::running(&name) {
-        let pid = old.as_ref().map(|s| s.pid).unwrap_or(0);
         signal(pid, "TERM");
         let until = Instant::now() + DOWN_WAIT;
-        while state::running(&name) && Instant::now() < until {
+        while alive() && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(20));
         }
-        if state::running(&name) {
+        if alive() {
             eprintln!(
                 "linkem: lab {name}: the emulator (pid {pid}) did not end within {} s of \
                  SIGTERM: killing it",

@@ -1,6 +1,6 @@
 //! The kernel objects of a lab: named network namespaces, veth pairs made
 //! with each end directly in its namespace (no name ever appears in this
-//! machine's namespace on the way), Linux bridges, VXLAN interfaces, all
+//! machine's namespace on the way), Linux bridges, all
 //! through iproute2's `ip` ([`linkem_io::netns::ip`]). Each is recorded in
 //! the lab's state ([`Record::record`]) before it is made, so that a
 //! SIGKILL at any point leaves nothing the next `up` or `down` cannot find.
@@ -96,45 +96,6 @@ pub fn add_bridge(rec: &mut impl Record, name: &str, ns: Option<&str>) -> Result
     ip_in(ns, &["link", "add", name, "type", "bridge"])
         .with_context(|| format!("cannot make bridge '{name}' ({})", where_(ns)))?;
     ip_in(ns, &["link", "set", name, "up"])
-}
-
-/// Makes VXLAN interface `name` (VNI `vni`, to `remote` from `local` on UDP
-/// `port`) in `ns`, down.
-pub fn add_vxlan(
-    rec: &mut impl Record,
-    name: &str,
-    ns: Option<&str>,
-    vni: u32,
-    addrs: (&str, &str),
-    port: u16,
-) -> Result<()> {
-    rec.record(Object::Link {
-        name: name.into(),
-        netns: ns.map(str::to_string),
-        what: "vxlan".into(),
-    })?;
-    let (vni, port) = (vni.to_string(), port.to_string());
-    let (local, remote) = addrs;
-    ip_in(
-        ns,
-        &[
-            "link",
-            "add",
-            name,
-            "type",
-            "vxlan",
-            "id",
-            &vni,
-            "local",
-            local,
-            "remote",
-            remote,
-            "dstport",
-            &port,
-            "nolearning",
-        ],
-    )
-    .with_context(|| format!("cannot make VXLAN interface '{name}' ({})", where_(ns)))
 }
 
 /// Makes `name` (in `ns`) a port of bridge `bridge` (in the same namespace).

@@ -56,10 +56,11 @@ pub fn up(args: &UpArgs) -> Result<i32> {
     }
     refuse_images(&lab)?;
     let plan = super::plan::plan(&lab, args.host.as_deref())?;
+    let key = instance(&lab.name, args.host.as_deref());
     // Refused before anything is made.
-    let bridge_args = bridge_args(args, &lab.name)?;
+    let bridge_args = bridge_args(args, &key)?;
     if args.detach {
-        return detach(&lab.name).map(|_| 0);
+        return detach(&key).map(|_| 0);
     }
     let stop = Arc::new(AtomicBool::new(false));
     // Which signal came, for the exit status (128 + N, as a shell reports it).
@@ -72,10 +73,10 @@ pub fn up(args: &UpArgs) -> Result<i32> {
         }
         signals.push((sig, flag));
     }
-    let mut rec = Recorder::take(first_state(args, &lab, &plan))?;
+    let mut rec = Recorder::take(first_state(args, &lab, &plan, &key))?;
     // The emulator's socket: a SIGKILL leaves it behind.
     let socket = super::state::Object::File {
-        path: linkem_ctl::default_socket_path(&lab.name),
+        path: linkem_ctl::default_socket_path(&key),
     };
     let made = rec
         .record(socket)
@@ -90,13 +91,23 @@ pub fn up(args: &UpArgs) -> Result<i32> {
     match (result, signal) {
         (Err(e), _) if e.downcast_ref::<crate::Interrupted>().is_none() => Err(e),
         (_, Some((sig, _))) => {
-            eprintln!("linkem: lab {}: stopped, everything removed", lab.name);
+            eprintln!("linkem: lab {key}: stopped, everything removed");
             Ok(128 + sig)
         }
         _ => {
-            eprintln!("linkem: lab {}: everything removed", lab.name);
+            eprintln!("linkem: lab {key}: everything removed");
             Ok(0)
         }
+    }
+}
+
+/// The name of this machine's part of lab `lab`: the lab's own, or
+/// `LAB.HOST` with `--host` (its state directory and control socket), so that the parts of one lab on one machine (two
+/// namespaces standing for two machines, as the tests run it) do not meet.
+pub fn instance(lab: &str, host: Option<&str>) -> String {
+    match host {
+        Some(h) => format!("{lab}.{h}"),
+        None => lab.to_string(),
     }
 }
 
@@ -180,7 +191,7 @@ fn bridge_args(args: &UpArgs, lab: &str) -> Result<BridgeArgs> {
 }
 
 /// The state file's first content: the lab, its nodes and links, no object yet.
-fn first_state(args: &UpArgs, lab: &super::Lab, plan: &MachinePlan) -> State {
+fn first_state(args: &UpArgs, lab: &super::Lab, plan: &MachinePlan, key: &str) -> State {
     let file = args
         .file
         .canonicalize()
@@ -189,13 +200,13 @@ fn first_state(args: &UpArgs, lab: &super::Lab, plan: &MachinePlan) -> State {
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     State {
-        name: lab.name.clone(),
+        name: key.to_string(),
         file,
         host: args.host.clone(),
         pid: std::process::id(),
         started_unix_s,
         ready: false,
-        control: Some(linkem_ctl::default_socket_path(&lab.name)),
+        control: Some(linkem_ctl::default_socket_path(key)),
         nodes: plan_nodes(lab, plan),
         links: plan
             .pairs
@@ -264,11 +275,13 @@ fn build(plan: &MachinePlan, rec: &mut Recorder, stop: &AtomicBool) -> Result<()
     for t in &plan.tunnels {
         stopped()?;
         let ns = Some(t.namespace.as_str());
-        let (local, remote) = (t.local.to_string(), t.remote.to_string());
-        // Made where the underlay is (its socket stays there), then moved.
-        net::add_vxlan(rec, &t.device, None, t.vni, (&local, &remote), t.port)?;
-        net::ip_in(None, &["link", "set", &t.device, "netns", &t.namespace])?;
-        net::ip_in(ns, &["link", "set", &t.device, "mtu", &t.mtu.to_string()])?;
+        // Made where the underlay is (here), then moved into the lab's.
+        rec.record(super::state::Object::Link {
+            name: t.device.clone(),
+            netns: None,
+            what: "vxlan".into(),
+        })?;
+        super::vxlan::create(t, None)?;
         if !t.emulated_here {
             if let Some(b) = plan.bridges.iter().find(|b| b.owner == t.link) {
                 net::set_master(&t.device, ns, &b.name)?;
@@ -391,16 +404,33 @@ fn emulate(args: &BridgeArgs, plan: &MachinePlan, rec: &Recorder, stop: &AtomicB
     // On a thread of its own: it moves into the lab's namespace and gives up
     // the capabilities it no longer needs, where this one keeps both to
     // remove the lab afterwards.
-    let args = args.clone();
-    let served = std::thread::Builder::new()
-        .name("linkem-lab".into())
-        .spawn(move || run_plans(&args, pairs, hooks))
-        .context("cannot start the emulator's thread")?
-        .join()
-        .unwrap_or_else(|_| Err(anyhow::anyhow!("the emulator's thread panicked")));
+    let served = if pairs.is_empty() {
+        hold(hooks, stop)
+    } else {
+        let args = args.clone();
+        std::thread::Builder::new()
+            .name("linkem-lab".into())
+            .spawn(move || run_plans(&args, pairs, hooks))
+            .context("cannot start the emulator's thread")?
+            .join()
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("the emulator's thread panicked")))
+    };
     finished.store(true, Ordering::Relaxed);
     let _ = watcher.join();
     served
+}
+
+/// A part of a lab that emulates no link here (its links across machines
+/// are emulated at their other ends): it holds the lab until a signal.
+fn hold(mut hooks: Hooks, stop: &AtomicBool) -> Result<()> {
+    eprintln!("linkem: no link of this lab is emulated on this machine: no emulator here");
+    if let Some(tx) = hooks.started.take() {
+        let _ = tx.send(());
+    }
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
 }
 
 /// The emulator's pairs: one per link of this machine, named as the link.
@@ -501,6 +531,9 @@ fn detach(lab: &str) -> Result<()> {
     let log_path = dir.join("up.log");
     let log = std::fs::File::create(&log_path)
         .with_context(|| format!("cannot create {}", log_path.display()))?;
+    // Read through this descriptor: a lab that fails removes its directory.
+    let mut said = std::fs::File::open(&log_path)
+        .with_context(|| format!("cannot read {}", log_path.display()))?;
     let exe = std::env::current_exe().context("cannot find linkem's own executable")?;
     let rest: Vec<std::ffi::OsString> = std::env::args_os()
         .skip(1)
@@ -518,8 +551,9 @@ fn detach(lab: &str) -> Result<()> {
     let until = Instant::now() + DETACH_WAIT;
     loop {
         if let Some(status) = child.try_wait()? {
-            let said = std::fs::read_to_string(&log_path).unwrap_or_default();
-            eprint!("{said}");
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut said, &mut text);
+            eprint!("{text}");
             bail!("lab {lab} did not start ({status})");
         }
         let state = super::state::read(lab).ok().flatten();

@@ -201,8 +201,12 @@ pub fn clean_stale(name: &str) -> Result<bool> {
     if let Some(old) = read(name)? {
         super::net::remove_all(&old.objects);
     }
-    std::fs::remove_dir_all(&dir).with_context(|| format!("cannot remove {}", dir.display()))?;
-    Ok(true)
+    match std::fs::remove_dir_all(&dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(e).with_context(|| format!("cannot remove {}", dir.display()))
+        }
+        _ => Ok(true),
+    }
 }
 
 #[cfg(test)]

@@ -58,6 +58,8 @@ pub use families::TOP_FLOWS;
 pub const MAX_CONNECTIONS: usize = 16;
 /// Time for the whole request to arrive, and for the reply to be taken.
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
+/// How often the accept loop looks at the stop flag while no connection comes.
+const STOP_POLL: Duration = Duration::from_millis(200);
 /// hyper's least read buffer: a request head larger is answered 431.
 const MAX_REQUEST_BYTES: usize = 8192;
 
@@ -165,7 +167,17 @@ fn serve(listener: TcpListener, model: Arc<Model>, stop: Arc<AtomicBool>) -> Res
         let listener = tokio::net::TcpListener::from_std(listener)?;
         let held: Arc<Mutex<Held>> = Arc::default();
         while !stop.load(Ordering::Acquire) {
-            let Ok((stream, _)) = listener.accept().await else {
+            // The stop's wake-up connection cannot reach the listener from a
+            // thread in another network namespace (a lab's emulator binds the
+            // endpoint in the host's and runs in the lab's): the flag is also
+            // looked at every STOP_POLL.
+            let Ok(accepted) = tokio::time::timeout(STOP_POLL, listener.accept()).await else {
+                if stop.load(Ordering::Acquire) {
+                    break;
+                }
+                continue;
+            };
+            let Ok((stream, _)) = accepted else {
                 // Out of descriptors, say: wait for some to be freed, not spin.
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
