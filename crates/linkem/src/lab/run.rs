@@ -56,10 +56,11 @@ pub fn up(args: &UpArgs) -> Result<i32> {
     }
     refuse_images(&lab)?;
     let plan = super::plan::plan(&lab, args.host.as_deref())?;
+    let run_name = run_name(&lab.name, args.host.as_deref());
     // Refused before anything is made.
-    let bridge_args = bridge_args(args, &lab.name)?;
+    let bridge_args = bridge_args(args, &run_name)?;
     if args.detach {
-        return detach(&lab.name).map(|_| 0);
+        return detach(&run_name).map(|_| 0);
     }
     let stop = Arc::new(AtomicBool::new(false));
     // Which signal came, for the exit status (128 + N, as a shell reports it).
@@ -72,10 +73,10 @@ pub fn up(args: &UpArgs) -> Result<i32> {
         }
         signals.push((sig, flag));
     }
-    let mut rec = Recorder::take(first_state(args, &lab, &plan))?;
+    let mut rec = Recorder::take(first_state(args, &lab, &plan, &run_name))?;
     // The emulator's socket: a SIGKILL leaves it behind.
     let socket = super::state::Object::File {
-        path: linkem_ctl::default_socket_path(&lab.name),
+        path: linkem_ctl::default_socket_path(&run_name),
     };
     let made = rec
         .record(socket)
@@ -90,13 +91,24 @@ pub fn up(args: &UpArgs) -> Result<i32> {
     match (result, signal) {
         (Err(e), _) if e.downcast_ref::<crate::Interrupted>().is_none() => Err(e),
         (_, Some((sig, _))) => {
-            eprintln!("linkem: lab {}: stopped, everything removed", lab.name);
+            eprintln!("linkem: lab {run_name}: stopped, everything removed");
             Ok(128 + sig)
         }
         _ => {
-            eprintln!("linkem: lab {}: everything removed", lab.name);
+            eprintln!("linkem: lab {run_name}: everything removed");
             Ok(0)
         }
+    }
+}
+
+/// The name a machine's part of the lab runs under: its run folder
+/// (`/run/linkem/labs/NAME/`) and control socket. `LAB` alone, or `LAB@M`
+/// with `--host M`, so that two machines' parts on one host (namespaces
+/// standing for machines) do not share them.
+pub fn run_name(lab: &str, host: Option<&str>) -> String {
+    match host {
+        Some(m) => format!("{lab}@{m}"),
+        None => lab.to_string(),
     }
 }
 
@@ -164,6 +176,9 @@ fn bridge_args(args: &UpArgs, lab: &str) -> Result<BridgeArgs> {
     if let Some(dir) = &args.record {
         line.extend(["--record".into(), dir.display().to_string()]);
     }
+    if let Some(file) = &args.events {
+        line.extend(["--events".into(), file.display().to_string()]);
+    }
     if let Some(addr) = &args.metrics {
         line.extend(["--metrics".into(), addr.clone()]);
     }
@@ -180,7 +195,7 @@ fn bridge_args(args: &UpArgs, lab: &str) -> Result<BridgeArgs> {
 }
 
 /// The state file's first content: the lab, its nodes and links, no object yet.
-fn first_state(args: &UpArgs, lab: &super::Lab, plan: &MachinePlan) -> State {
+fn first_state(args: &UpArgs, lab: &super::Lab, plan: &MachinePlan, run_name: &str) -> State {
     let file = args
         .file
         .canonicalize()
@@ -189,13 +204,13 @@ fn first_state(args: &UpArgs, lab: &super::Lab, plan: &MachinePlan) -> State {
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     State {
-        name: lab.name.clone(),
+        name: run_name.to_string(),
         file,
         host: args.host.clone(),
         pid: std::process::id(),
         started_unix_s,
         ready: false,
-        control: Some(linkem_ctl::default_socket_path(&lab.name)),
+        control: Some(linkem_ctl::default_socket_path(run_name)),
         nodes: plan_nodes(lab, plan),
         links: plan
             .pairs
