@@ -437,6 +437,7 @@ fn pair_plans(plan: &MachinePlan, dir: &Path) -> Result<Vec<PairPlan>> {
                 specs: p.specs.clone(),
                 seed: p.seed,
                 rules,
+                files: p.files.clone(),
             })
         })
         .collect()
