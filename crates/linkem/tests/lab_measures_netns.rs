@@ -28,6 +28,10 @@ struct Lab {
     dir: tempfile::TempDir,
     /// The parts started: (run name, the namespace-machine it runs in).
     parts: Vec<(String, Option<String>)>,
+    /// Nodes of a part started in a namespace-machine, with its emulator's
+    /// pid: their namespaces are mounted in the mount namespace `ip netns
+    /// exec` made for it, and reached through it.
+    mounts: BTreeMap<String, u32>,
 }
 
 impl Lab {
@@ -54,6 +58,7 @@ impl Lab {
             file,
             dir,
             parts: Vec::new(),
+            mounts: BTreeMap::new(),
         }
     }
 
@@ -82,7 +87,21 @@ impl Lab {
     }
 
     fn in_node(&self, node: &str, args: &[&str]) -> Output {
-        linkem_io::netns::exec_in(&self.ns(node), args).unwrap()
+        self.command_in(&self.ns(node), node, args)
+            .output()
+            .unwrap()
+    }
+
+    /// `args` in the namespace `ns`, of the part that runs `node`.
+    fn command_in(&self, ns: &str, node: &str, args: &[&str]) -> Command {
+        let mut c = Command::new("nsenter");
+        match self.mounts.get(node) {
+            Some(pid) => c.args(["-t", &pid.to_string(), "-m", "--"]),
+            None => c.arg("--"),
+        };
+        c.args(["ip", "netns", "exec", ns]).args(args);
+        c.stdin(std::process::Stdio::null());
+        c
     }
 
     /// The state file of the part `run`.
@@ -93,9 +112,11 @@ impl Lab {
         serde_json::from_str(&text).unwrap()
     }
 
-    /// The medians of `count` pings from `node` to `dst`, in ms, saying
-    /// where the answers went when too few came.
-    fn rtt_ms(&self, node: &str, dst: &str, count: u32) -> f64 {
+    /// The median and the least RTT of `count` pings from `node` to `dst`
+    /// (after three that wait for ARP), in ms, saying where the answers went
+    /// when too few came.
+    fn rtt_ms(&self, node: &str, dst: &str, count: u32) -> Rtt {
+        let _ = self.in_node(node, &["ping", "-c", "3", "-i", "0.02", "-W", "1", dst]);
         let o = self.in_node(
             node,
             &[
@@ -117,7 +138,39 @@ impl Lab {
             rtts.len(),
             String::from_utf8_lossy(&o.stderr)
         );
-        median(&mut rtts)
+        Rtt {
+            median_ms: median(&mut rtts),
+            min_ms: rtts[0],
+        }
+    }
+}
+
+/// A ping's RTTs: the median and the least, in ms.
+#[derive(Clone, Copy)]
+struct Rtt {
+    median_ms: f64,
+    min_ms: f64,
+}
+
+impl Rtt {
+    /// Whether these RTTs are `want_ms`: the least within what ping shows
+    /// (0.1 ms) and a wake-up, the median within 0.2 ms on a quiet machine;
+    /// a loaded one (other builds on the two cores) wakes the stages later,
+    /// so the median's bound is the bridge tests' 1 ms. None: they are.
+    fn off(&self, want_ms: f64) -> Option<String> {
+        let ok = (want_ms - 0.05..=want_ms + 0.25).contains(&self.min_ms)
+            && (self.median_ms - want_ms).abs() <= 1.0;
+        (!ok).then(|| format!("{self}, not {want_ms:.3} ms"))
+    }
+}
+
+impl std::fmt::Display for Rtt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "median {:.3} ms, least {:.3} ms",
+            self.median_ms, self.min_ms
+        )
     }
 }
 
@@ -512,8 +565,16 @@ fn names_of(state: &Value, key: &str) -> Vec<String> {
 
 /// iperf3's TCP goodput from `client` to `server_addr` (in `server`), Mbit/s.
 fn iperf3_mbit(lab: &Lab, client: &str, server: &str, server_addr: &str) -> f64 {
-    let mut srv =
-        linkem_io::netns::spawn_in(&lab.ns(server), &["iperf3", "-s", "-1", "-p", "5311"]).unwrap();
+    let mut srv = lab
+        .command_in(
+            &lab.ns(server),
+            server,
+            &["iperf3", "-s", "-1", "-p", "5311"],
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let o = lab.in_node(
         client,
@@ -572,10 +633,20 @@ fn a_lab_across_two_machines_runs_each_part_and_the_link_across_once() {
         ["c:eth2--d:eth1"],
         "m2 emulates its own link only"
     );
-    for m in ["m1", "m2"] {
+    for (state, nodes) in [(&s1, ["a", "b"]), (&s2, ["c", "d"])] {
+        let pid = state["pid"].as_u64().unwrap() as u32;
+        for n in nodes {
+            lab.mounts.insert(n.to_string(), pid);
+        }
+    }
+    for (m, node) in [("m1", "a"), ("m2", "c")] {
         let emu = format!("lk-{}@{m}", lab.name);
-        let o = Command::new("ip")
-            .args(["-n", &emu, "-d", "-j", "link", "show", "type", "vxlan"])
+        let o = lab
+            .command_in(
+                &emu,
+                node,
+                &["ip", "-d", "-j", "link", "show", "type", "vxlan"],
+            )
             .output()
             .unwrap();
         let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
@@ -600,15 +671,14 @@ fn a_lab_across_two_machines_runs_each_part_and_the_link_across_once() {
         ])
         .output()
         .unwrap();
-    let underlay_ms = median(&mut rtts_of(&String::from_utf8_lossy(&o.stdout)));
+    let mut underlay = rtts_of(&String::from_utf8_lossy(&o.stdout));
+    let underlay_ms = median(&mut underlay);
     let tx0 = machines.underlay_tx_packets();
     let across = lab.rtt_ms("b", "10.20.2.2", 100);
     let tx1 = machines.underlay_tx_packets();
-    let end_to_end = lab.rtt_ms("a", "10.20.3.2", 100);
     println!(
-        "underlay RTT {underlay_ms:.3} ms; b -> c {across:.3} ms (2 x 10 ms + underlay), \
-         a -> d {end_to_end:.3} ms (2 x 20 ms + underlay); {} packets on the underlay \
-         for b -> c's 100 pings",
+        "underlay RTT median {underlay_ms:.3} ms; b -> c {across}; {} packets on the \
+         underlay for b -> c's 100 pings",
         tx1 - tx0
     );
     assert!(
@@ -616,15 +686,23 @@ fn a_lab_across_two_machines_runs_each_part_and_the_link_across_once() {
         "b -> c's pings did not ride the underlay: {} packets sent on it",
         tx1 - tx0
     );
-    for (what, got, want) in [
-        ("b -> c", across, 20.0 + underlay_ms),
-        ("a -> d", end_to_end, 40.0 + underlay_ms),
+    let mut wrong = Vec::new();
+    // Each path's one-way delays: on m1, on m2, across (plus the underlay).
+    for (node, dst, want) in [
+        ("b", "10.20.2.2", 20.0 + underlay_ms),
+        ("a", "10.20.1.2", 10.0),
+        ("c", "10.20.3.2", 10.0),
+        ("b", "10.20.3.2", 30.0 + underlay_ms),
+        ("a", "10.20.2.2", 30.0 + underlay_ms),
+        ("a", "10.20.3.2", 40.0 + underlay_ms),
     ] {
-        assert!(
-            (got - want).abs() <= 0.2,
-            "{what}: median RTT {got:.3} ms, not {want:.3} ms +- 0.2"
-        );
+        let got = lab.rtt_ms(node, dst, 50);
+        println!("{node} -> {dst}: {got} (sum {want:.3} ms)");
+        if let Some(off) = got.off(want) {
+            wrong.push(format!("{node} -> {dst}: {off}"));
+        }
     }
+    assert!(wrong.is_empty(), "{}", wrong.join("; "));
     let mbit = iperf3_mbit(&lab, "b", "c", "10.20.2.2");
     println!("iperf3 b -> c across rate 100mbit: {mbit:.2} Mbit/s");
     assert!(
@@ -690,7 +768,7 @@ fn a_lab_of_100_links_starts_in_10_s_and_idles() {
     let cpu = (cpu_ticks(pid) - t0.0) as f64 / hz / t0.1.elapsed().as_secs_f64();
     let rss = rss_kib(pid);
     println!(
-        "100 links: up --detach {:.2} s; s1 -> s100 {rtt:.3} ms (4 ms); idle CPU {:.2} % of a \
+        "100 links: up --detach {:.2} s; s1 -> s100 {rtt} (4 ms); idle CPU {:.2} % of a \
          core over 10 s; RSS {} MiB, {:.0} KiB per link",
         took.as_secs_f64(),
         cpu * 100.0,
@@ -699,7 +777,9 @@ fn a_lab_of_100_links_starts_in_10_s_and_idles() {
     );
     assert!(took < Duration::from_secs(10), "up took {took:.2?}");
     assert!(cpu < 0.05, "idle CPU {:.2} % of a core", cpu * 100.0);
-    assert!((rtt - 4.0).abs() <= 0.2, "s1 -> s100: {rtt:.3} ms, not 4");
+    if let Some(off) = rtt.off(4.0) {
+        panic!("s1 -> s100: {off}");
+    }
 }
 
 /// Starts examples/labs/FILE and checks the median RTT of each (node,
@@ -715,9 +795,12 @@ fn example_pings(file: &str, pairs: &[(&str, &str, f64)]) {
     let mut wrong = Vec::new();
     for (node, dst, want) in pairs {
         let got = lab.rtt_ms(node, dst, 50);
-        println!("{file}: {node} -> {dst}: {got:.3} ms (sum {want} ms)");
-        if (got - want).abs() > 0.2 {
-            wrong.push(format!("{node} -> {dst}: {got:.3} ms, not {want} +- 0.2"));
+        println!(
+            "{file}: {node} -> {dst}: {got} (sum {want} ms; median {:+.3} ms off)",
+            got.median_ms - want
+        );
+        if let Some(off) = got.off(*want) {
+            wrong.push(format!("{node} -> {dst}: {off}"));
         }
     }
     assert!(wrong.is_empty(), "{file}: {}", wrong.join("; "));
@@ -732,7 +815,7 @@ fn example_line3_pings_with_the_sums_of_its_delays() {
             ("h1", "10.0.1.2", 20.0),
             ("h1", "10.0.2.1", 40.0),
             ("r", "10.0.2.1", 20.0),
-            ("h2", "10.0.1.2", 40.0),
+            ("h2", "10.0.1.1", 40.0),
         ],
     );
 }
