@@ -158,11 +158,12 @@ impl Rtt {
     /// a link (the emulator's wake-up and forwarding, measured 20-50 us on a
     /// loaded machine), the median within 0.2 ms on a quiet machine; a
     /// loaded one (other builds on the two cores) wakes the stages later, so
-    /// the median's bound is the bridge tests' 1 ms. None: they are.
+    /// the median's bound is the bridge tests' 1 ms and 50 us more per
+    /// crossing. None: they are.
     fn off(&self, want_ms: f64, links: u32) -> Option<String> {
         let slack_ms = 0.1 + 0.05 * f64::from(2 * links);
         let ok = (want_ms - 0.05..=want_ms + slack_ms).contains(&self.min_ms)
-            && (self.median_ms - want_ms).abs() <= 1.0;
+            && (self.median_ms - want_ms).abs() <= 1.0 + 0.05 * f64::from(2 * links);
         (!ok).then(|| format!("{self}, not {want_ms:.3} ms ({links} links each way)"))
     }
 }
@@ -242,6 +243,20 @@ fn lab_start_ns(lab: &str) -> u64 {
     let now_ns = link["now_ns"].as_u64().expect("now_ns");
     let elapsed_ns = (link["elapsed_s"].as_f64().expect("elapsed_s") * 1e9) as u64;
     now_ns - elapsed_ns
+}
+
+/// The median time between requests ping sent, in s, from the answers'
+/// sequence numbers.
+fn send_interval_s(sent: &[(f64, u32)]) -> f64 {
+    let mut steps: Vec<f64> = sent
+        .windows(2)
+        .filter(|w| w[1].1 > w[0].1)
+        .map(|w| (w[1].0 - w[0].0) / f64::from(w[1].1 - w[0].1))
+        .collect();
+    if steps.is_empty() {
+        return 0.01;
+    }
+    median(&mut steps)
 }
 
 /// One answer of `ping -D`: when its request left (s since the epoch,
@@ -331,18 +346,26 @@ topology:
         .filter(|(t, _)| since(*t) >= 6.0)
         .min_by(|a, b| a.0.total_cmp(&b.0))
         .map_or((f64::MAX, 0), |(t, q)| (since(*t), *q));
+    // Ping sends every 10 ms when the machine lets it (a loaded one: every
+    // 15-20 ms): an edge lies between an answered request and the next one
+    // sent, which `interval_s` apart.
+    let interval_s = send_interval_s(&sent);
     let edges = format!(
         "last answer before the gap: icmp_seq {} sent at {:.4} s, first after: icmp_seq {} \
-         sent at {:.4} s (from the lab's start); {} of {count} answered",
+         sent at {:.4} s (from the lab's start); ping sent every {:.1} ms; {} of {count} \
+         answered",
         last_before.1,
         last_before.0,
         first_after.1,
         first_after.0,
+        interval_s * 1e3,
         sent.len()
     );
     println!("scheduled link: {edges}");
+    let near = |from: f64, to: f64, edge: f64| from <= edge + 0.02 && to >= edge - 0.02;
     assert!(
-        (last_before.0 - 5.0).abs() <= 0.02 && (first_after.0 - 7.0).abs() <= 0.02,
+        near(last_before.0, last_before.0 + interval_s, 5.0)
+            && near(first_after.0 - interval_s, first_after.0, 7.0),
         "the gap is not 5 s to 7 s +- 20 ms: {edges}"
     );
     let beside_sent = sent_times(&beside);
@@ -356,10 +379,14 @@ topology:
         "other link: {} of {count} answered, {in_gap} sent in 5-7 s; its counts: {stats}",
         beside_sent.len()
     );
-    // Nothing, or the odd ping a stalled machine loses (1 %): not the
-    // link's doing (its counts say).
+    // Nothing, or the odd ping a stalled machine loses (1 %, the link's
+    // `late` count): never the link's `loss`.
     assert!(
-        lost * 100 <= count as usize && in_gap >= 180,
+        !stats.contains("\"loss\":") || stats.matches("\"loss\":0").count() == 2,
+        "the other link lost by its words: {stats}"
+    );
+    assert!(
+        lost * 100 <= count as usize && in_gap >= 150,
         "the other link: {lost} of {count} pings lost, {in_gap} answered in 5-7 s; \
          the link's counts: {stats}"
     );
