@@ -416,11 +416,7 @@ fn link_stats(lab: &str, link: &str) -> String {
             )
         })
         .collect();
-    if each.is_empty() {
-        text(&o)
-    } else {
-        each.join("; ")
-    }
+    format!("{} {}", each.join("; "), String::from_utf8_lossy(&o.stderr))
 }
 
 /// A group events file's lines, by link, each as written.
@@ -583,14 +579,9 @@ fn ip(args: &[&str]) {
 
 /// The names of a state file's `key` (nodes or links).
 fn names_of(state: &Value, key: &str) -> Vec<String> {
-    state[key]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|n| n["name"].as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default()
+    let all = state[key].as_array().into_iter().flatten();
+    all.filter_map(|n| n["name"].as_str().map(String::from))
+        .collect()
 }
 
 /// iperf3's TCP goodput from `client` to `server_addr` (in `server`), Mbit/s.
@@ -739,7 +730,6 @@ fn a_lab_across_two_machines_runs_each_part_and_the_link_across_once() {
         (93.0..=100.0).contains(&mbit),
         "iperf3 across rate 100mbit: {mbit:.2} Mbit/s, not 93-100"
     );
-    drop(lab);
 }
 
 /// The text of examples/labs/FILE.
