@@ -485,7 +485,7 @@ impl TwoMachines {
     }
 
     fn part(&self, machine: usize) -> String {
-        format!("{}.m{}", self.lab.name, machine + 1)
+        format!("{}@m{}", self.lab.name, machine + 1)
     }
 }
 

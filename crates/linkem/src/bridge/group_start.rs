@@ -79,6 +79,10 @@ fn pair_plans(
 /// recording copies, whoever planned the pair.
 fn files_read(p: &PairPlan) -> Result<NamedFiles> {
     let mut read = NamedFiles::new();
+    let given = TomlWords {
+        files: p.files.clone().into_iter().collect(),
+        ..TomlWords::default()
+    };
     for (i, spec) in p.specs.iter().enumerate() {
         let words: Vec<String> = spec
             .link
@@ -87,7 +91,7 @@ fn files_read(p: &PairPlan) -> Result<NamedFiles> {
             .map(str::to_string)
             .collect();
         let what = format!("{} {}", p.name, ["a->b", "b->a"][i]);
-        parse_direction(&[&words], &TomlWords::default(), &what, &mut read)?;
+        parse_direction(&[&words], &given, &what, &mut read)?;
     }
     Ok(read)
 }

@@ -93,6 +93,7 @@ pub(crate) fn plan(args: &BridgeArgs) -> Result<Vec<PairPlan>> {
             seed: ab.seed.unwrap_or(0),
             specs: [ab, ba],
             rules,
+            files: Default::default(),
         });
     }
     let run_seed = plans

@@ -19,4 +19,8 @@ pub(crate) struct PairPlan {
     /// runs a node of these rules, its `specs` unused but for the seed (a
     /// `seed N` line of the file wins); None: the pair is its `specs`' link.
     pub rules: Option<PathBuf>,
+    /// Texts of the files the words name, by name, where they are not on
+    /// disk (a lab's schedules, written in its file): what a recording
+    /// copies. A name not here is read from disk.
+    pub files: linkem_io::recording::NamedFiles,
 }

@@ -49,6 +49,10 @@ pub struct UpArgs {
     /// Record every link of the lab to DIR (as `linkem bridge --record`).
     #[arg(long, value_name = "DIR")]
     pub record: Option<PathBuf>,
+    /// Write every link's decisions to FILE, one JSON line each naming its
+    /// link (as `linkem bridge --events` with several pairs).
+    #[arg(long, value_name = "FILE")]
+    pub events: Option<PathBuf>,
     /// Serve Prometheus metrics of every link at ADDR (PORT or IP:PORT), in
     /// this machine's namespace.
     #[arg(long, value_name = "ADDR")]

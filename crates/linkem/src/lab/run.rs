@@ -56,11 +56,11 @@ pub fn up(args: &UpArgs) -> Result<i32> {
     }
     refuse_images(&lab)?;
     let plan = super::plan::plan(&lab, args.host.as_deref())?;
-    let key = instance(&lab.name, args.host.as_deref());
+    let run_name = run_name(&lab.name, args.host.as_deref());
     // Refused before anything is made.
-    let bridge_args = bridge_args(args, &key)?;
+    let bridge_args = bridge_args(args, &run_name)?;
     if args.detach {
-        return detach(&key).map(|_| 0);
+        return detach(&run_name).map(|_| 0);
     }
     let stop = Arc::new(AtomicBool::new(false));
     // Which signal came, for the exit status (128 + N, as a shell reports it).
@@ -73,10 +73,10 @@ pub fn up(args: &UpArgs) -> Result<i32> {
         }
         signals.push((sig, flag));
     }
-    let mut rec = Recorder::take(first_state(args, &lab, &plan, &key))?;
+    let mut rec = Recorder::take(first_state(args, &lab, &plan, &run_name))?;
     // The emulator's socket: a SIGKILL leaves it behind.
     let socket = super::state::Object::File {
-        path: linkem_ctl::default_socket_path(&key),
+        path: linkem_ctl::default_socket_path(&run_name),
     };
     let made = rec
         .record(socket)
@@ -91,22 +91,23 @@ pub fn up(args: &UpArgs) -> Result<i32> {
     match (result, signal) {
         (Err(e), _) if e.downcast_ref::<crate::Interrupted>().is_none() => Err(e),
         (_, Some((sig, _))) => {
-            eprintln!("linkem: lab {key}: stopped, everything removed");
+            eprintln!("linkem: lab {run_name}: stopped, everything removed");
             Ok(128 + sig)
         }
         _ => {
-            eprintln!("linkem: lab {key}: everything removed");
+            eprintln!("linkem: lab {run_name}: everything removed");
             Ok(0)
         }
     }
 }
 
-/// The name of this machine's part of lab `lab`: the lab's own, or
-/// `LAB.HOST` with `--host` (its state directory and control socket), so that the parts of one lab on one machine (two
-/// namespaces standing for two machines, as the tests run it) do not meet.
-pub fn instance(lab: &str, host: Option<&str>) -> String {
+/// The name a machine's part of the lab runs under: its run folder
+/// (`/run/linkem/labs/NAME/`) and control socket. `LAB` alone, or `LAB@M`
+/// with `--host M`, so that two machines' parts on one host (namespaces
+/// standing for machines) do not share them.
+pub fn run_name(lab: &str, host: Option<&str>) -> String {
     match host {
-        Some(h) => format!("{lab}.{h}"),
+        Some(m) => format!("{lab}@{m}"),
         None => lab.to_string(),
     }
 }
@@ -175,6 +176,9 @@ fn bridge_args(args: &UpArgs, lab: &str) -> Result<BridgeArgs> {
     if let Some(dir) = &args.record {
         line.extend(["--record".into(), dir.display().to_string()]);
     }
+    if let Some(file) = &args.events {
+        line.extend(["--events".into(), file.display().to_string()]);
+    }
     if let Some(addr) = &args.metrics {
         line.extend(["--metrics".into(), addr.clone()]);
     }
@@ -191,7 +195,7 @@ fn bridge_args(args: &UpArgs, lab: &str) -> Result<BridgeArgs> {
 }
 
 /// The state file's first content: the lab, its nodes and links, no object yet.
-fn first_state(args: &UpArgs, lab: &super::Lab, plan: &MachinePlan, key: &str) -> State {
+fn first_state(args: &UpArgs, lab: &super::Lab, plan: &MachinePlan, run_name: &str) -> State {
     let file = args
         .file
         .canonicalize()
@@ -200,13 +204,13 @@ fn first_state(args: &UpArgs, lab: &super::Lab, plan: &MachinePlan, key: &str) -
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     State {
-        name: key.to_string(),
+        name: run_name.to_string(),
         file,
         host: args.host.clone(),
         pid: std::process::id(),
         started_unix_s,
         ready: false,
-        control: Some(linkem_ctl::default_socket_path(key)),
+        control: Some(linkem_ctl::default_socket_path(run_name)),
         nodes: plan_nodes(lab, plan),
         links: plan
             .pairs
@@ -452,6 +456,7 @@ fn pair_plans(plan: &MachinePlan, dir: &Path) -> Result<Vec<PairPlan>> {
                 specs: p.specs.clone(),
                 seed: p.seed,
                 rules,
+                files: p.files.clone(),
             })
         })
         .collect()

@@ -90,9 +90,9 @@ fn check_name(name: &str) -> Result<()> {
         && !name.starts_with('.')
         && name
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'@'));
     if !ok {
-        bail!("--name '{name}': use 1 to 64 of A-Z a-z 0-9 - _ . (not starting with '.')");
+        bail!("--name '{name}': use 1 to 64 of A-Z a-z 0-9 - _ . @ (not starting with '.')");
     }
     Ok(())
 }
