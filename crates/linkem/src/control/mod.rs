@@ -41,7 +41,7 @@ pub mod rules;
 pub mod server;
 use linkem_io::creds as sys;
 
-use crate::render::bridge_stats::direction_json;
+use crate::render::bridge_stats::{direction_json, wakeups_json};
 use linkem_core::model::{Change, LinkModel};
 use linkem_core::{Fate, LinkConfig};
 use linkem_ctl::{Request, RuleRequest, NO_RULE_SET};
@@ -517,8 +517,8 @@ impl Model {
 
     /// The body of a `stats` reply: `--stats json`'s fields, since the last zero.
     pub fn stats_json(&self) -> serde_json::Value {
-        let dirs: Vec<serde_json::Value> = self
-            .stats_since_zero()
+        let stats = self.stats_since_zero();
+        let dirs: Vec<serde_json::Value> = stats
             .iter()
             .map(|s| direction_json(s, self.rules().is_some()))
             .collect();
@@ -538,6 +538,7 @@ impl Model {
             "zeroed": zeroed,
             "now_ns": clock::now_ns(),
             "directions": dirs,
+            "wakeups_per_packet": wakeups_json(&stats),
         })
     }
 
