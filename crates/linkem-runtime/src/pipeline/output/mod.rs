@@ -11,11 +11,14 @@
 //! live stage sends at once what is due by now ([`Outlet::send_due_with`]; if the
 //! output thread holds the lock, it is awake and sends them), and takes the
 //! next release on itself when that is due before the output thread could be
-//! woken for it ([`stage_sends`]: `release ≤ now + wake`, `wake` the output
+//! woken for it ([`who_sends`]: `release ≤ now + wake`, `wake` the output
 //! thread's learnt wake-up ([`WakeEstimate::spin_ns`]), and the output thread
-//! not already awake for it), going round its own loop until then instead of
-//! waking the output thread. So `delay 0` costs no wake-up after the stage's
-//! own, and a release closer than a wake-up is not late by one.
+//! not already awake for it), or within [`STAGE_HORIZON_NS`] while the output
+//! thread is parked, going round its own loop (asleep in its poll until
+//! then) instead of waking the output thread; with the output thread asleep it
+//! also publishes that thread's counts ([`Outlet::publish_for_asleep`]). So
+//! `delay 0` and small delays on sparse traffic cost no wake-up after the
+//! stage's own, and a release closer than a wake-up is not late by one.
 //!
 //! Order: both senders take the frame with the earliest release from the one
 //! source under the one lock, so a frame leaves only after every frame with
@@ -626,23 +629,104 @@ impl Outlet {
         }
         Ok((left, sent))
     }
+
+    /// For the live stage, after it sent frames while the output thread is
+    /// asleep (parked with its counts published): publishes the counts
+    /// itself when the last publication is at least [`STAGE_PUBLISH_NS`]
+    /// old, so that the output thread is not woken only to publish them.
+    /// Returns whether the counts are published (false: the stage wakes the
+    /// output thread for them, as it did before).
+    pub(super) fn publish_for_asleep(&self, now_ns: u64) -> bool {
+        let Ok(mut g) = self.inner.try_lock() else {
+            return false;
+        };
+        if !g.st.changed {
+            return true;
+        }
+        if now_ns.saturating_sub(g.last_publish_ns) < STAGE_PUBLISH_NS {
+            return false;
+        }
+        g.last_publish_ns = now_ns;
+        g.st.publish(&self.control);
+        true
+    }
 }
 
-/// Whether the live stage, rather than the output thread, sends the frame
-/// released at `release_ns`, looked at `now_ns`: when it is due before the
-/// output thread could be woken for it (`wake_ns`, the output thread's
-/// learnt wake-up, [`WakeEstimate::spin_ns`]) and the output thread is not
-/// already awake for it (`output_ready_ns`: the release it waits for, the
-/// instant it last found a frame due, or `u64::MAX` when parked).
+/// Who sends a frame released at `release_ns`, the earliest waiting in its
+/// direction (anything stored before it with an earlier release leaves
+/// first: both senders take from one source, see the module doc), looked at
+/// by the live stage at `now_ns`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Sender {
+    /// The live stage: it goes round its loop (sleeping in its poll when the
+    /// release is further than its own spin) and sends it then, instead of
+    /// waking the output thread for it.
+    Stage,
+    /// The output thread: awake for this release or an earlier one (it is
+    /// going to wake then anyway), or the release is far enough off that a
+    /// hand-over costs nothing in precision.
+    Output,
+}
+
+/// How far ahead the live stage takes on the next release of a direction
+/// whose output thread is parked ([`who_sends`]): waking the parked thread
+/// for it would cost a hand-over (an unpark, the other core woken, its own
+/// timed sleep) where the stage, which must wake for the next arrival anyway,
+/// sleeps in its poll until then: one wake-up per packet instead of two or
+/// three for small delays on sparse traffic. Beyond it (a long delay, where
+/// packets keep arriving while earlier ones wait) the output thread is woken
+/// once and stays awake while the line holds frames, as under bulk traffic.
+pub const STAGE_HORIZON_NS: u64 = 1_000_000;
+
+/// Who sends the frame released at `release_ns`, looked at `now_ns` (the
+/// decision of [`Sender`]): the output thread when it is awake for an
+/// earlier or the same release (`output_ready_ns`: the release it waits
+/// for, the instant it last found a frame due, or `u64::MAX` when parked);
+/// else the live stage when the release is due before the output thread
+/// could be woken for it (`wake_ns`, its learnt wake-up,
+/// [`WakeEstimate::spin_ns`]), or, with the output thread parked, within
+/// `horizon_ns` ([`STAGE_HORIZON_NS`]); else the output thread.
 #[inline]
+pub(super) fn who_sends(
+    release_ns: u64,
+    now_ns: u64,
+    wake_ns: u64,
+    output_ready_ns: u64,
+    horizon_ns: u64,
+) -> Sender {
+    if output_ready_ns <= release_ns {
+        return Sender::Output;
+    }
+    let reach_ns = if output_ready_ns == u64::MAX {
+        wake_ns.max(horizon_ns)
+    } else {
+        wake_ns
+    };
+    if release_ns <= now_ns.saturating_add(reach_ns) {
+        Sender::Stage
+    } else {
+        Sender::Output
+    }
+}
+
+/// [`who_sends`] without the parked output thread's horizon: whether the
+/// stage sends because the release is closer than a wake-up.
+#[cfg(test)]
 pub(super) fn stage_sends(
     release_ns: u64,
     now_ns: u64,
     wake_ns: u64,
     output_ready_ns: u64,
 ) -> bool {
-    release_ns <= now_ns.saturating_add(wake_ns) && output_ready_ns > release_ns
+    who_sends(release_ns, now_ns, wake_ns, output_ready_ns, 0) == Sender::Stage
 }
+
+/// The least time between two publications of an asleep output thread's
+/// counts by the live stage ([`Outlet::publish_for_asleep`]): sparse traffic
+/// publishes each packet's counts from the stage (a merge of microseconds)
+/// instead of waking the output thread for them; at higher rates the stage
+/// wakes it as before, and it publishes every [`PUBLISH_NS`].
+pub(super) const STAGE_PUBLISH_NS: u64 = 1_000_000;
 
 // Kept whole: the stage's per-frame hot loop; `idle` and `wait_until` are its cold branches.
 pub(super) fn output_stage(outlet: Arc<Outlet>, cfg: OutputConfig, mut realtime: Option<Realtime>) {
