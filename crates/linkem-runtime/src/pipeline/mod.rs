@@ -241,7 +241,7 @@ struct Control {
     /// The release the output thread will be awake for: the one it waits
     /// for, the instant it last found a frame due (it is sending), or
     /// `u64::MAX` while parked; the live stage sends a frame due sooner itself
-    /// (see `output::stage_sends`).
+    /// (see `output::who_sends`).
     output_ready_ns: AtomicU64,
     /// How long before a release the output thread must be woken to be on
     /// time, ns: its learnt wake-up (see `wait::WakeEstimate::spin_ns`).

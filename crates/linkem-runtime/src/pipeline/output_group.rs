@@ -154,7 +154,7 @@ pub(super) fn output_group(
     crate::port::close_all(ports);
 }
 
-/// Tells every direction the thread's learnt wake-up (see `stage_sends`).
+/// Tells every direction the thread's learnt wake-up (see `output::who_sends`).
 fn tell_wake(dirs: &[Arc<Outlet>], wake_ns: u64) {
     for d in dirs {
         d.control().output_wake_ns.store(wake_ns, Ordering::Relaxed);

@@ -314,8 +314,10 @@ pub struct RunArgs {
     /// time series), between the counts' lines.
     #[arg(long, requires = "stats_interval")]
     pub series: bool,
-    /// The most the output stage spins before a release time (default 200us). It sleeps
-    /// until then and spins only as long as its timed sleeps were recently seen to
+    /// The most the output stage spins before a release time (default 200us), and the
+    /// emulating stage before a release it sends itself (a packet due within 1 ms while
+    /// the output stage is idle: sparse traffic then costs one wake-up per packet). It
+    /// sleeps until then and spins only as long as its timed sleeps were recently seen to
     /// overshoot (learnt while running). Lower it to save CPU at the cost of precision.
     /// By default it does not spin while every core is taken (more tasks ready to run
     /// than cores: spinning would take one from a host); given, it spins regardless, as

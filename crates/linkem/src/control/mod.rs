@@ -43,7 +43,7 @@ pub mod rules;
 pub mod server;
 use linkem_io::creds as sys;
 
-use crate::render::bridge_stats::direction_json;
+use crate::render::bridge_stats::{direction_json, wakeups_json};
 use linkem_core::model::{Change, LinkModel};
 use linkem_core::{Fate, LinkConfig, LinkSpec};
 use linkem_ctl::{Request, RuleRequest, NO_RULE_SET};
@@ -602,8 +602,8 @@ impl Model {
         if let Running::Group(members) = &self.running {
             return group::stats_json(self, members);
         }
-        let dirs: Vec<serde_json::Value> = self
-            .stats_since_zero()
+        let stats = self.stats_since_zero();
+        let dirs: Vec<serde_json::Value> = stats
             .iter()
             .map(|s| direction_json(s, self.rules().is_some()))
             .collect();
@@ -623,6 +623,7 @@ impl Model {
             "zeroed": zeroed,
             "now_ns": clock::now_ns(),
             "directions": dirs,
+            "wakeups_per_packet": wakeups_json(&stats),
         })
     }
 

@@ -87,6 +87,27 @@ pub fn direction_json(s: &DirectionStats, rules: bool) -> serde_json::Value {
     })
 }
 
+/// Wake-ups per packet received (both directions of a pair together): the
+/// live stage's (its poll returns: an arrival, a timed wait for a release or
+/// event, a change; `rx_wakeups` is one count for the stage, reported in each
+/// direction) and the output threads' (timed sleeps before a release and parks
+/// that ended, `tx_wakeups` summed over the directions). A packet that crosses
+/// an idle link costs at least the stage's one; each output wake-up on top is
+/// a hand-over from the stage to another thread.
+pub fn wakeups_json(stats: &[DirectionStats]) -> serde_json::Value {
+    let received: u64 = stats.iter().map(|s| s.received).sum();
+    let stage = stats.iter().map(|s| s.rx_wakeups).max().unwrap_or(0);
+    let output: u64 = stats.iter().map(|s| s.tx_wakeups).sum();
+    let per = |n: u64| {
+        if received == 0 {
+            serde_json::Value::Null
+        } else {
+            json!((n as f64 / received as f64 * 1000.0).round() / 1000.0)
+        }
+    };
+    json!({ "stage": per(stage), "output": per(output) })
+}
+
 /// Prints the directions' counts as `--stats` asks: a table, or one JSON line
 /// (with `events_skipped` when the bridge writes `--events`).
 pub(crate) fn print_stats(
@@ -103,7 +124,7 @@ pub(crate) fn print_stats(
         StatsFormat::Json => {
             let dirs: Vec<serde_json::Value> =
                 stats.iter().map(|s| direction_json(s, false)).collect();
-            let out = json!({ "front": front.word(), "elapsed_s": secs, "final": last, "seed": seed, "directions": dirs });
+            let out = json!({ "front": front.word(), "elapsed_s": secs, "final": last, "seed": seed, "directions": dirs, "wakeups_per_packet": wakeups_json(stats) });
             print_json_line(out, events_skipped);
         }
         StatsFormat::Text => {
@@ -227,6 +248,7 @@ pub(crate) fn print_pairs_stats(
                         "seed": p.seed,
                         "stopped": p.stopped,
                         "directions": dirs,
+                        "wakeups_per_packet": wakeups_json(&p.stats),
                     })
                 })
                 .collect();

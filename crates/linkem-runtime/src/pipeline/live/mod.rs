@@ -141,7 +141,9 @@
 //! holds count as in flight; counts are published under each direction's lock
 //! once per batch.
 use super::objects::{Objects, ObjectsSnapshot};
-use super::output::{output_stage, stage_sends, Left, Outlet, OutputConfig};
+use super::output::{
+    output_stage, who_sends, Left, Outlet, OutputConfig, Sender, STAGE_HORIZON_NS,
+};
 use super::output_group::output_group;
 use super::wait::{self, set_realtime, Linger, Realtime, SpinBudget, WakeEstimate, MIN_SPIN_NS};
 use super::wire::{cut, finish, whole_plan, Csum, Cut, KERNEL_DROPS_EVERY_NS};

@@ -40,8 +40,9 @@ impl Outputs {
 
     /// For each direction that got frames (`pushed`) or whose claimed
     /// release may be due: sends what is due by now, takes on the next
-    /// release when the output thread could not wake for it in time
-    /// ([`stage_sends`]), and otherwise wakes the output thread if parked.
+    /// release when the output thread could not wake for it in time or is
+    /// parked and the release near ([`who_sends`]), and otherwise wakes the
+    /// output thread if parked.
     /// Returns how many frames the stage sent itself.
     pub(super) fn hand_out(&mut self, pushed: [bool; 2]) -> Result<usize, String> {
         let mut stage_sent = 0;
@@ -73,12 +74,13 @@ impl Outputs {
                     Left::Next(release_ns) if release_ns <= now_ns => true,
                     Left::Bulk(_) => true,
                     Left::Next(release_ns) => {
-                        let mine = stage_sends(
+                        let mine = who_sends(
                             release_ns,
                             now_ns,
                             c.output_wake_ns.load(Ordering::Relaxed),
                             c.output_ready_ns.load(Ordering::Relaxed),
-                        );
+                            STAGE_HORIZON_NS,
+                        ) == Sender::Stage;
                         if mine {
                             self.claimed[i] = Some(release_ns);
                         }
@@ -94,7 +96,10 @@ impl Outputs {
                 if c.output_parked.load(Ordering::Acquire) {
                     self.threads[i].unpark();
                 }
-            } else if sent > 0 && c.output_asleep.load(Ordering::Relaxed) {
+            } else if sent > 0
+                && c.output_asleep.load(Ordering::Relaxed)
+                && !outlet.publish_for_asleep(clock::now_ns())
+            {
                 // Its counts now wait for it to publish them (`output::idle`).
                 self.threads[i].unpark();
             }

@@ -11,11 +11,14 @@
 //! live stage sends at once what is due by now ([`Outlet::send_due_with`]; if the
 //! output thread holds the lock, it is awake and sends them), and takes the
 //! next release on itself when that is due before the output thread could be
-//! woken for it ([`stage_sends`]: `release ≤ now + wake`, `wake` the output
+//! woken for it ([`who_sends`]: `release ≤ now + wake`, `wake` the output
 //! thread's learnt wake-up ([`WakeEstimate::spin_ns`]), and the output thread
-//! not already awake for it), going round its own loop until then instead of
-//! waking the output thread. So `delay 0` costs no wake-up after the stage's
-//! own, and a release closer than a wake-up is not late by one.
+//! not already awake for it), or within [`STAGE_HORIZON_NS`] while the output
+//! thread is parked, going round its own loop (asleep in its poll until
+//! then) instead of waking the output thread; with the output thread asleep it
+//! also publishes that thread's counts ([`Outlet::publish_for_asleep`]). So
+//! `delay 0` and small delays on sparse traffic cost no wake-up after the
+//! stage's own, and a release closer than a wake-up is not late by one.
 //!
 //! Order: both senders take the frame with the earliest release from the one
 //! source under the one lock, so a frame leaves only after every frame with
@@ -39,7 +42,12 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 mod send;
+mod who;
 use send::*;
+#[cfg(test)]
+pub(super) use who::stage_sends;
+pub use who::STAGE_HORIZON_NS;
+pub(super) use who::{who_sends, Sender};
 
 /// Longest single sleep of the output stage, so it notices stop and (when
 /// reordering) a newly arrived packet due earlier than the one it waits for.
@@ -626,23 +634,35 @@ impl Outlet {
         }
         Ok((left, sent))
     }
+
+    /// For the live stage, after it sent frames while the output thread is
+    /// asleep (parked with its counts published): publishes the counts
+    /// itself when the last publication is at least [`STAGE_PUBLISH_NS`]
+    /// old, so that the output thread is not woken only to publish them.
+    /// Returns whether the counts are published (false: the stage wakes the
+    /// output thread for them, as it did before).
+    pub(super) fn publish_for_asleep(&self, now_ns: u64) -> bool {
+        let Ok(mut g) = self.inner.try_lock() else {
+            return false;
+        };
+        if !g.st.changed {
+            return true;
+        }
+        if now_ns.saturating_sub(g.last_publish_ns) < STAGE_PUBLISH_NS {
+            return false;
+        }
+        g.last_publish_ns = now_ns;
+        g.st.publish(&self.control);
+        true
+    }
 }
 
-/// Whether the live stage, rather than the output thread, sends the frame
-/// released at `release_ns`, looked at `now_ns`: when it is due before the
-/// output thread could be woken for it (`wake_ns`, the output thread's
-/// learnt wake-up, [`WakeEstimate::spin_ns`]) and the output thread is not
-/// already awake for it (`output_ready_ns`: the release it waits for, the
-/// instant it last found a frame due, or `u64::MAX` when parked).
-#[inline]
-pub(super) fn stage_sends(
-    release_ns: u64,
-    now_ns: u64,
-    wake_ns: u64,
-    output_ready_ns: u64,
-) -> bool {
-    release_ns <= now_ns.saturating_add(wake_ns) && output_ready_ns > release_ns
-}
+/// The least time between two publications of an asleep output thread's
+/// counts by the live stage ([`Outlet::publish_for_asleep`]): sparse traffic
+/// publishes each packet's counts from the stage (a merge of microseconds)
+/// instead of waking the output thread for them; at higher rates the stage
+/// wakes it as before, and it publishes every [`PUBLISH_NS`].
+pub(super) const STAGE_PUBLISH_NS: u64 = 1_000_000;
 
 // Kept whole: the stage's per-frame hot loop; `idle` and `wait_until` are its cold branches.
 pub(super) fn output_stage(outlet: Arc<Outlet>, cfg: OutputConfig, mut realtime: Option<Realtime>) {

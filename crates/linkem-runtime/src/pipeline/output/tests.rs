@@ -261,6 +261,51 @@ fn the_stage_takes_a_release_only_when_the_output_thread_could_not_wake_for_it()
 }
 
 #[test]
+fn a_parked_output_thread_is_not_woken_for_a_release_within_the_stage_horizon() {
+    let wake = 20_000;
+    let horizon = 1_000_000;
+    let now = 5_000_000;
+    let who = |release, ready| who_sends(release, now, wake, ready, horizon);
+    // Parked: a small delay's release (50 us, 200 us) and one at the horizon
+    // are the stage's, which wakes for them itself; beyond, the output thread's.
+    assert_eq!(who(now + 50_000, u64::MAX), Sender::Stage);
+    assert_eq!(who(now + 200_000, u64::MAX), Sender::Stage);
+    assert_eq!(who(now + horizon, u64::MAX), Sender::Stage);
+    assert_eq!(who(now + horizon + 1, u64::MAX), Sender::Output);
+    // Due already: the stage's.
+    assert_eq!(who(now - 1, u64::MAX), Sender::Stage);
+    // Awake for an earlier release (a queue in that direction): the output
+    // thread sends this one after it, whatever the horizon.
+    assert_eq!(who(now + 50_000, now + 40_000), Sender::Output);
+    // Waiting for a later release: only what it could not wake for in time.
+    assert_eq!(who(now + wake, now + 900_000), Sender::Stage);
+    assert_eq!(who(now + 200_000, now + 900_000), Sender::Output);
+    // A wake-up longer than the horizon still counts.
+    assert_eq!(
+        who_sends(now + 1_500_000, now, 2_000_000, u64::MAX, horizon),
+        Sender::Stage
+    );
+}
+
+#[test]
+fn the_stage_publishes_an_asleep_output_threads_counts_at_most_once_per_interval() {
+    let (o, mut p, _sent) = outlet(None);
+    let mut latest = 0;
+    // Nothing sent since the last publication: published already.
+    assert!(o.publish_for_asleep(10 * STAGE_PUBLISH_NS));
+    store(&o, &mut p, &mut latest, 1, 100);
+    let t0 = o.lock().last_publish_ns;
+    o.send_due(&mut || t0 + 200, 64).unwrap();
+    // Too soon after the last publication: the output thread's to publish.
+    assert!(!o.publish_for_asleep(t0 + 300));
+    // Later: the stage publishes, and it is not asked again until more is sent.
+    assert!(o.publish_for_asleep(t0 + STAGE_PUBLISH_NS + 300));
+    assert!(!o.lock().st.changed);
+    assert!(o.publish_for_asleep(t0 + STAGE_PUBLISH_NS + 400));
+    assert_eq!(o.control.output.lock().unwrap().sent, 1);
+}
+
+#[test]
 fn a_frame_is_late_only_when_sent_more_than_max_lag_after_its_release() {
     let max_lag = 5_000;
     let (o, mut p, sent) = outlet(Some(max_lag));

@@ -114,7 +114,7 @@ pub(super) fn tail(b: &Bench<'_>, rows: &mut Vec<Row>) -> Result<()> {
         );
         let mut floor = bridge_row.clone();
         rows.push(bridge_row);
-        let late = timer_floor(secs);
+        let late = timer_floor(secs, std::time::Duration::from_millis(1));
         floor.device = TIMER_FLOOR.into();
         floor.configured = "-".into();
         floor.sent = late.count;
@@ -154,23 +154,22 @@ pub(super) fn tail(b: &Bench<'_>, rows: &mut Vec<Row>) -> Result<()> {
 /// The device name of the timer floor rows of `tail`.
 pub(super) const TIMER_FLOOR: &str = "timer wake-up (platform floor)";
 
-/// How late a SCHED_FIFO thread wakes from sleeps to deadlines 1 ms apart,
-/// for `secs`: what any emulator that releases packets at their time pays
+/// How late a SCHED_FIFO thread wakes from sleeps to deadlines `period`
+/// apart, for `secs`: what any emulator that releases packets at their time pays
 /// on this machine, whatever its design. A packet held for `delay 10ms` is
 /// exposed to every stall of the machine during those 10 ms, while the Linux
 /// bridge holds a packet for microseconds: so the tail beyond the bridge can
 /// be no better than this floor.
-fn timer_floor(secs: f64) -> probe::stats::Percentiles {
+fn timer_floor(secs: f64, period: std::time::Duration) -> probe::stats::Percentiles {
     let (tx, rx) = std::sync::mpsc::channel();
     let spawned = std::thread::Builder::new()
         .name("linkem-bench-timer".into())
         .spawn(move || {
             // Without CAP_SYS_NICE the thread measures at normal priority.
             let _ = linkem_runtime::pipeline::set_realtime(50);
-            let period = std::time::Duration::from_millis(1);
             let start = std::time::Instant::now();
             let mut next = start + period;
-            let mut late = Vec::with_capacity((secs * 1000.0) as usize + 1);
+            let mut late = Vec::with_capacity((secs / period.as_secs_f64()) as usize + 1);
             while start.elapsed().as_secs_f64() < secs {
                 let now = std::time::Instant::now();
                 if next > now {
@@ -548,4 +547,109 @@ pub(super) fn lossfree(b: &Bench<'_>, rows: &mut Vec<Row>) -> Result<Option<f64>
         }
     }
     Ok(delay_64)
+}
+
+/// The sparse rates of `tail` (packets per second): a keep-alive, a game
+/// tick, a request stream; each packet finds linkem idle.
+const SPARSE_PPS: [f64; 3] = [1.0, 10.0, 100.0];
+/// The small delays of `tail`'s sparse rows, ns: a data-centre link's.
+const SMALL_DELAYS_NS: [u64; 4] = [0, 20_000, 50_000, 200_000];
+/// The timed sleeps of the sparse rows' timer floor: a small delay's, and a
+/// sparse stream's gap.
+const FLOOR_PERIODS_US: [u64; 2] = [50, 10_000];
+
+/// `tail`'s sparse rows: 64-byte frames at 1, 10 and 100 pps through the
+/// Linux bridge and through linkem as users start it with `delay 0`, 20 µs,
+/// 50 µs and 200 µs, each judged beyond the bridge at the same rate (what
+/// linkem adds when every packet finds it asleep); beside the machine's
+/// timer wake-up floor for a short sleep and a sparse stream's gap, so the
+/// reader sees what waking costs on this machine whatever the emulator.
+pub(super) fn sparse(b: &Bench<'_>, rows: &mut Vec<Row>) -> Result<()> {
+    let secs = if b.args.quick { 2.0 } else { 20.0 };
+    let size = 64;
+    for period_us in FLOOR_PERIODS_US {
+        let period = std::time::Duration::from_micros(period_us);
+        // At least a few hundred wake-ups, at most `secs`.
+        let floor_secs = (period.as_secs_f64() * 500.0).min(secs);
+        let late = timer_floor(floor_secs, period);
+        let analysis = probe::stats::Analysis {
+            sent: late.count,
+            received: late.count,
+            delay_ns: late,
+            deviation_ns: late,
+            ..Default::default()
+        };
+        rows.push(Row {
+            scenario: "sparse".into(),
+            device: TIMER_FLOOR.into(),
+            configured: format!(
+                "sleeps of {}",
+                linkem_core::units::format_time_ns(period_us * 1000)
+            ),
+            offered: "-".into(),
+            size_bytes: 0,
+            pattern: "-".into(),
+            rate_pps: 1e6 / period_us as f64,
+            sent: late.count,
+            delivered: late.count,
+            lost: 0,
+            deviation_ns: Some(late),
+            baseline_p50_ns: None,
+            analysis,
+            lossfree_pps: None,
+            expected_loss: None,
+            note: "how late the wake-up is".into(),
+            repeat: format!(
+                "a SCHED_FIFO thread sleeping to deadlines {period_us} µs apart \
+                 (`chrt -f 50 cyclictest -i {period_us}` measures the same)"
+            ),
+            linkem_counts: None,
+        });
+    }
+    for pps in SPARSE_PPS {
+        // A few packets even in a quick run at 1 pps.
+        let packets = ((pps * secs) as u64).max(3);
+        let offered = format!("{size} B, constant, {}", pps_text(pps));
+        let zero_cfg = b.probe_cfg(size, Pattern::Constant, pps, packets, 0);
+        let (bridge, _) = b.measure(&Dut::LinuxBridge, &zero_cfg)?;
+        let base = bridge.analysis.delay_ns;
+        let mut row = tail_row(
+            b,
+            Dut::LinuxBridge,
+            &bridge,
+            None,
+            None,
+            &zero_cfg,
+            &offered,
+            "",
+        );
+        row.scenario = "sparse".into();
+        rows.push(row);
+        for delay_ns in SMALL_DELAYS_NS {
+            let dut = Dut::LinkemWith {
+                options: Vec::new(),
+                words: vec!["delay".into(), linkem_core::units::format_time_ns(delay_ns)],
+            };
+            let cfg = b.probe_cfg(size, Pattern::Constant, pps, packets, delay_ns);
+            let (run, counts) = b.measure(&dut, &cfg)?;
+            let beyond = beyond_bridge(&run.analysis.delay_ns, &base, delay_ns as i64);
+            let mut row = tail_row(b, dut, &run, Some(beyond), counts, &cfg, &offered, "");
+            row.scenario = "sparse".into();
+            rows.push(row);
+        }
+    }
+    Ok(())
+}
+
+/// Wake-ups per packet received of a linkem row's final counts: the live
+/// stage's (`rx_wakeups`, one count for its pair: the first direction's)
+/// and the output threads' (`tx_wakeups`, both directions); None for a row
+/// without counts.
+pub(super) fn wakeups_per_packet(counts: Option<&serde_json::Value>) -> Option<(f64, f64)> {
+    let dirs = counts?["directions"].as_array()?;
+    let received: u64 = dirs.iter().filter_map(|d| d["received"].as_u64()).sum();
+    let rx = dirs.first()?["rx_wakeups"].as_u64()?;
+    let tx: u64 = dirs.iter().filter_map(|d| d["tx_wakeups"].as_u64()).sum();
+    let per = |n: u64| n as f64 / received.max(1) as f64;
+    Some((per(rx), per(tx)))
 }

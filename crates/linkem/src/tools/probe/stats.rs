@@ -74,7 +74,7 @@ pub fn quantile(sorted: &[i64], q: f64) -> i64 {
 }
 
 /// Everything a probe run reports.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Analysis {
     pub sent: u64,
     /// Distinct sequence numbers received.
