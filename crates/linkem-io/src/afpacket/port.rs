@@ -128,24 +128,28 @@ impl TxPort for PacketTx {
     }
 }
 
+/// Slots of the ring a socket does not use: the least the kernel takes, one
+/// block (two 2 KiB slots in a 4 KiB page at MTU 1500).
+const UNUSED_RING_FRAMES: u32 = 1;
+
 /// Opens `ifname` (MTU `mtu`) as a receive half and a send half with rings of the size
 /// given, and says what was opened and set.
 pub fn open(ifname: &str, mtu: u32, rings: Rings) -> Result<Halves, IoError> {
     let frame_size = super::frame_size_for_mtu(mtu).max(2048);
     let (rx_frames, tx_frames) = match rings {
         Rings::Full => (4096, 2048),
-        Rings::Small => (1024, 512),
+        Rings::Small => (256, 128),
     };
     // Two sockets: the receiving one belongs to the input stage of one
     // direction, the send-only one to the output stage of the other, so the
     // two threads share nothing. Each gets the smallest ring of the kind it
-    // does not use (the kernel wants both).
+    // does not use (the kernel wants both): one block.
     let rx = AfPacket::open(
         ifname,
         AfPacketConfig {
             frame_size,
             rx_frames,
-            tx_frames: 16,
+            tx_frames: UNUSED_RING_FRAMES,
             ..AfPacketConfig::default()
         },
     )?;
@@ -153,7 +157,7 @@ pub fn open(ifname: &str, mtu: u32, rings: Rings) -> Result<Halves, IoError> {
         ifname,
         AfPacketConfig {
             frame_size,
-            rx_frames: 16,
+            rx_frames: UNUSED_RING_FRAMES,
             tx_frames,
             receive: false,
             ..AfPacketConfig::default()
