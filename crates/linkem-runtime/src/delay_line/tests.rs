@@ -140,7 +140,7 @@ fn an_idle_lazy_line_is_resident_in_small_pages() {
     std::thread::sleep(Duration::from_millis(50));
     let resident = resident_bytes(&p, 0, 2 << 20);
     assert!(
-        resident >= LAZY_FIRST_RESIDENT_BYTES && resident <= 2 * LAZY_FIRST_RESIDENT_BYTES,
+        (LAZY_FIRST_RESIDENT_BYTES..=2 * LAZY_FIRST_RESIDENT_BYTES).contains(&resident),
         "{resident} bytes of the first 2 MiB resident, {} made resident",
         p.populated_bytes()
     );
