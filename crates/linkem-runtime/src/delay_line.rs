@@ -23,8 +23,10 @@
 //! thread keeps [`POPULATE_AHEAD_BYTES`] in front of the tail resident with
 //! `MADV_POPULATE_WRITE` (which never changes the bytes, so it may run beside
 //! the producer), and the first stretch is made resident before the line is
-//! handed out. A line leaves the pager once it has been resident whole (after
-//! the first lap nothing faults again) or its producer is gone. Kernels before
+//! handed out (a line of a bridge of many pairs: only 32 KiB, in small pages,
+//! so that an idle link costs little; [`LAZY_FIRST_RESIDENT_BYTES`] says
+//! why). A line leaves the pager once it has been resident whole (after the
+//! first lap nothing faults again) or its producer is gone. Kernels before
 //! 5.14 lack the advice: the pager then drops the line and the producer faults
 //! as before. One pager thread serves every line of the process (a bridge of
 //! 20 pairs has 40 lines), and ends when it has none left; it looks every
