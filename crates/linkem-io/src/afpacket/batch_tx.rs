@@ -20,10 +20,12 @@ use super::{ifreq_for, GsoSender, IoError, VNET_HDR_LEN};
 use std::io;
 
 /// Frames a flush hands over at most; a push beyond them is [`TxOutcome::NoRoom`]
-/// until the next flush (the output stage flushes then).
+/// until the next flush (the output stage flushes then). A flood leaves with one
+/// call per 256 frames (64 forwarded less in docs/numbers.md "Many links"); the
+/// buffer behind them is only as large as a link's traffic made it.
 ///
 /// [`TxOutcome::NoRoom`]: linkem_core::port::TxOutcome::NoRoom
-pub const BATCH_FRAMES: usize = 64;
+pub const BATCH_FRAMES: usize = 256;
 
 /// Frames queued for one `sendmmsg`, and what became of those sent before.
 pub struct BatchSender {
