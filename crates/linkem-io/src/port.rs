@@ -17,8 +17,15 @@ pub enum Rings {
     /// One link per process: a receive ring of 4096 slots (8 MiB), a
     /// transmit ring of 2048 (4 MiB); AF_XDP a UMEM of 4096 frames.
     Full,
-    /// One of many links (`--pair`): 1024 and 512 slots (2 and 1 MiB),
-    /// AF_XDP 1024 frames; bursts beyond them are the kernel's drops
-    /// (`rx_kernel_drops`) or wait for room.
+    /// One of many links (`--pair`, a lab): AF_PACKET a receive ring of 256
+    /// slots (512 KiB) and no transmit ring (`sendmmsg` instead, see
+    /// `afpacket::batch_tx`), AF_XDP a UMEM of 256 frames (512 KiB, half of
+    /// them receive); a burst beyond them is the kernel's drop
+    /// (`rx_kernel_drops`) or waits for room. Why so few: most links of a lab
+    /// are idle, and these rings are resident from the open on, so they are
+    /// most of what an idle link costs (a lab of 100 links within 2 MiB a
+    /// link, docs/numbers.md "Many links"). 256 receive slots hold a quarter
+    /// of a millisecond at a million frames a second, longer than the live
+    /// stage takes to come back to a busy pair (1024 forwarded no more).
     Small,
 }

@@ -457,3 +457,59 @@ fn topology_is_removed_after_a_panic() {
     );
     assert!(t0.elapsed() < Duration::from_secs(5));
 }
+
+/// Packets host B's interface has received, as its namespace counts them.
+fn rx_packets_at_b(topo: &Topology) -> u64 {
+    let path = format!("/sys/class/net/{}/statistics/rx_packets", topo.host_b);
+    let out = topo.exec_in_b(&["cat", &path]).unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// Issue 36: a port of one of many links (`Rings::Small`) sends without a TX
+/// ring: a flush hands over at most a batch, a push beyond it waits for the
+/// flush (NoRoom), every frame pushed arrives, and a frame over the MTU is
+/// refused whole.
+#[test]
+fn a_small_port_sends_every_frame_in_batches_without_a_ring() {
+    if !root_or_skip() {
+        return;
+    }
+    let prefix = netns::unique_prefix(TAG);
+    {
+        let topo = Topology::two_hosts(&prefix).expect("build topology");
+        let (_rx, mut tx, info) =
+            linkem_io::afpacket::port::open(&topo.emu_b, 1500, linkem_io::port::Rings::Small)
+                .expect("open the small port");
+        assert!(info.contains("sendmmsg"), "{info}");
+        // A broadcast frame of a protocol nobody speaks: host B counts it.
+        let mut frame = vec![0xffu8; 6];
+        frame.extend_from_slice(&[0x02, 0, 0, 0, 0, 1, 0x88, 0xb5]);
+        frame.resize(60, 0);
+        let before = rx_packets_at_b(&topo);
+        let (mut queued, mut no_room) = (0, 0);
+        while queued < 1000 {
+            match tx.tx_push(&frame) {
+                TxOutcome::Queued => queued += 1,
+                TxOutcome::NoRoom => {
+                    no_room += 1;
+                    tx.tx_flush().unwrap();
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        tx.tx_flush().unwrap();
+        assert!(
+            no_room >= 3,
+            "1000 frames in batches of 256: {no_room} pushes found no room"
+        );
+        let big = vec![0u8; 1500 + 14 + 1];
+        assert!(matches!(tx.tx_push(&big), TxOutcome::TooBig));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while rx_packets_at_b(&topo) < before + 1000 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(rx_packets_at_b(&topo) >= before + 1000);
+        assert_eq!(tx.tx_errors(), 0);
+    }
+    assert_gone(&prefix);
+}

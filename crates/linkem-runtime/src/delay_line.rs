@@ -23,8 +23,10 @@
 //! thread keeps [`POPULATE_AHEAD_BYTES`] in front of the tail resident with
 //! `MADV_POPULATE_WRITE` (which never changes the bytes, so it may run beside
 //! the producer), and the first stretch is made resident before the line is
-//! handed out. A line leaves the pager once it has been resident whole (after
-//! the first lap nothing faults again) or its producer is gone. Kernels before
+//! handed out (a line of a bridge of many pairs: only 32 KiB, in small pages,
+//! so that an idle link costs little; [`LAZY_FIRST_RESIDENT_BYTES`] says
+//! why). A line leaves the pager once it has been resident whole (after the
+//! first lap nothing faults again) or its producer is gone. Kernels before
 //! 5.14 lack the advice: the pager then drops the line and the producer faults
 //! as before. One pager thread serves every line of the process (a bridge of
 //! 20 pairs has 40 lines), and ends when it has none left; it looks every
@@ -217,7 +219,9 @@ unsafe impl Send for Region {}
 unsafe impl Sync for Region {}
 
 impl Region {
-    fn new(len: usize) -> Result<Region, String> {
+    /// Maps `len` bytes; `lazy` (a line of a bridge of many pairs) keeps its
+    /// first huge page's worth in small pages (see [`LAZY_FIRST_RESIDENT_BYTES`]).
+    fn new(len: usize, lazy: bool) -> Result<Region, String> {
         const HUGE_2M: usize = 2 << 20;
         let prot = libc::PROT_READ | libc::PROT_WRITE;
         let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
@@ -263,8 +267,22 @@ impl Region {
             ));
         }
         // Transparent huge pages where hugetlbfs had none reserved; advice only.
-        // Safety: p..p+len is the mapping just created.
-        unsafe { libc::madvise(p, len, libc::MADV_HUGEPAGE) };
+        // A lazy line's first 2 MiB stay small pages: there an idle link's few
+        // stray frames would otherwise make a whole huge page resident.
+        let small = if lazy { HUGE_2M.min(len) } else { 0 };
+        // Safety: p..p+len is the mapping just created; small <= len.
+        unsafe {
+            if small > 0 {
+                libc::madvise(p, small, libc::MADV_NOHUGEPAGE);
+            }
+            if small < len {
+                libc::madvise(
+                    p.cast::<u8>().add(small).cast(),
+                    len - small,
+                    libc::MADV_HUGEPAGE,
+                );
+            }
+        }
         Ok(Region {
             ptr: p as *mut u8,
             len,
@@ -305,9 +323,15 @@ pub fn delay_line(capacity_bytes: usize) -> Result<(Producer, Consumer), String>
 }
 
 /// What a line of a bridge of many pairs makes resident before its first
-/// frame ([`delay_line_with`]): ~170 full-size frames; an idle link costs
-/// this, not [`POPULATE_AHEAD_BYTES`].
-pub const LAZY_FIRST_RESIDENT_BYTES: u64 = 256 << 10;
+/// frame ([`delay_line_with`]): ~20 full-size frames, 250 of 64 bytes; an
+/// idle link costs this, not [`POPULATE_AHEAD_BYTES`]. Such a line's first
+/// 2 MiB are small pages (`MADV_NOHUGEPAGE`): with transparent huge pages
+/// the first touch would make a whole 2 MiB page resident, and then the
+/// two lines of an idle link cost 4 MiB (a lab of 100 links, 400 MiB).
+/// Small pages there cost a busy line only the TLB entries of its first
+/// 2 MiB, and a fault of one 4 KiB page (no compaction) where the producer
+/// runs ahead of the pager.
+pub const LAZY_FIRST_RESIDENT_BYTES: u64 = 32 << 10;
 
 /// [`delay_line`], with only its first `first_resident_bytes` resident
 /// before it is handed out: the pager is woken by the first push and keeps
@@ -320,13 +344,14 @@ pub fn delay_line_with(
     first_resident_bytes: u64,
 ) -> Result<(Producer, Consumer), String> {
     let cap = capacity_bytes.max(RECORD_ALIGN * 4).div_ceil(2 << 20) * (2 << 20);
+    let lazy = first_resident_bytes < POPULATE_AHEAD_BYTES;
     let shared = Arc::new(Shared {
-        region: Region::new(cap)?,
+        region: Region::new(cap, lazy)?,
         populated: AtomicU64::new(0),
         head: AtomicU64::new(0),
         tail: AtomicU64::new(0),
         closed: AtomicBool::new(false),
-        lazy: first_resident_bytes < POPULATE_AHEAD_BYTES,
+        lazy,
         pager_wake_at: AtomicU64::new(u64::MAX),
     });
     if shared.populate_to(first_resident_bytes.min(POPULATE_AHEAD_BYTES)) {

@@ -72,6 +72,15 @@ impl GsoSender {
         self.ifindex
     }
 
+    /// The socket, for [`super::batch_tx::BatchSender`]'s `sendmmsg`.
+    pub(super) fn fd(&self) -> RawFd {
+        self.fd
+    }
+
+    pub(super) fn ifname(&self) -> &str {
+        &self.ifname
+    }
+
     /// Sends `frame` with the virtio-net header `vnet` before it. `Ok(false)` when the
     /// kernel had no room now (ENOBUFS, EAGAIN): offer it again. Any other failure
     /// (EINVAL: the kernel refused the header for this frame) is an error, and the

@@ -54,6 +54,7 @@ use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+mod batch_tx;
 mod clock;
 mod gso;
 pub mod port;

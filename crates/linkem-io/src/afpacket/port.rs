@@ -1,8 +1,11 @@
 //! An AF_PACKET interface as the live stage's ports: a receiving socket for one
 //! direction's input stage, a send-only socket (and the super-frame sender) for the
-//! other direction's output stage, so the two threads share nothing.
+//! other direction's output stage, so the two threads share nothing. One of many
+//! links (`Rings::Small`) sends without a TX ring, through `sendmmsg`
+//! ([`super::batch_tx`] says why).
 
-use super::{AfPacket, AfPacketConfig, GsoSender, IoError};
+use super::batch_tx::BatchSender;
+use super::{AfPacket, AfPacketConfig, GsoSender, IoError, ETH_HLEN, VLAN_HLEN};
 use crate::port::{Halves, Rings};
 use linkem_core::port::{PortHealth, RxFrame, RxPort, TxOutcome, TxPort, WaitFds};
 use linkem_core::wire::Offload;
@@ -128,33 +131,113 @@ impl TxPort for PacketTx {
     }
 }
 
+/// Slots of the ring a socket does not use: the least the kernel takes, one
+/// block (two 2 KiB slots in a 4 KiB page at MTU 1500).
+const UNUSED_RING_FRAMES: u32 = 1;
+
+/// The send half of one of many links: frames go out with `sendmmsg`, super-frames
+/// through the same socket.
+struct PacketTxBatch {
+    batch: BatchSender,
+    mtu: u32,
+    /// When the interface's MTU was last read ([`MTU_CHECK_EVERY_NS`]).
+    mtu_read_ns: u64,
+}
+
+impl TxPort for PacketTxBatch {
+    fn tx_push(&mut self, frame: &[u8]) -> TxOutcome {
+        let now = super::now_realtime_ns();
+        if now.wrapping_sub(self.mtu_read_ns) > MTU_CHECK_EVERY_NS {
+            self.mtu_read_ns = now;
+            self.mtu = self.batch.read_mtu().unwrap_or(self.mtu);
+        }
+        // As the kernel checks (`packet_extra_vlan_len_allowed`): 4 bytes
+        // more for a frame tagged 802.1Q.
+        let tagged = frame.len() >= ETH_HLEN && frame[12..14] == [0x81, 0x00];
+        let limit = self.mtu as usize + ETH_HLEN + if tagged { VLAN_HLEN } else { 0 };
+        if frame.len() > limit {
+            return TxOutcome::TooBig;
+        }
+        if self.batch.push(frame) {
+            TxOutcome::Queued
+        } else {
+            TxOutcome::NoRoom
+        }
+    }
+
+    fn tx_flush(&mut self) -> io::Result<()> {
+        self.batch.flush().map_err(io::Error::other)
+    }
+
+    fn tx_errors(&mut self) -> u64 {
+        self.batch.link_down
+    }
+
+    fn max_frame_bytes(&self) -> usize {
+        self.mtu as usize + ETH_HLEN + VLAN_HLEN
+    }
+
+    fn sends_super_frames(&self) -> bool {
+        true
+    }
+
+    fn tx_send_super(&mut self, frame: &[u8], offload: Offload) -> io::Result<bool> {
+        // What is queued was due first: it reaches the device first.
+        self.batch.flush().map_err(io::Error::other)?;
+        if self.batch.queued() > 0 {
+            return Ok(false);
+        }
+        let hdr_len = linkem_core::wire::locate(frame)
+            .map(|h| h.payload_offset as u16)
+            .unwrap_or(0);
+        self.batch
+            .gso()
+            .send(&offload.to_virtio_net_hdr(hdr_len), frame)
+            .map_err(io::Error::other)
+    }
+}
+
 /// Opens `ifname` (MTU `mtu`) as a receive half and a send half with rings of the size
 /// given, and says what was opened and set.
 pub fn open(ifname: &str, mtu: u32, rings: Rings) -> Result<Halves, IoError> {
     let frame_size = super::frame_size_for_mtu(mtu).max(2048);
-    let (rx_frames, tx_frames) = match rings {
-        Rings::Full => (4096, 2048),
-        Rings::Small => (1024, 512),
+    let rx_frames = match rings {
+        Rings::Full => 4096,
+        Rings::Small => 256,
     };
     // Two sockets: the receiving one belongs to the input stage of one
     // direction, the send-only one to the output stage of the other, so the
-    // two threads share nothing. Each gets the smallest ring of the kind it
-    // does not use (the kernel wants both).
+    // two threads share nothing. Each ring socket gets the smallest ring of
+    // the kind it does not use (the kernel wants both): one block.
     let rx = AfPacket::open(
         ifname,
         AfPacketConfig {
             frame_size,
             rx_frames,
-            tx_frames: 16,
+            tx_frames: UNUSED_RING_FRAMES,
             ..AfPacketConfig::default()
         },
     )?;
+    let rx: Box<dyn RxPort> = Box::new(PacketRx {
+        sock: rx,
+        down: false,
+    });
+    if rings == Rings::Small {
+        let batch = BatchSender::new(GsoSender::open(ifname, true)?);
+        let tx = Box::new(PacketTxBatch {
+            mtu: batch.read_mtu().unwrap_or(mtu),
+            batch,
+            mtu_read_ns: super::now_realtime_ns(),
+        });
+        let info = "AF_PACKET TPACKET_V2 receive ring, sendmmsg to send, promiscuous while open";
+        return Ok((rx, tx, info.to_string()));
+    }
     let tx = AfPacket::open(
         ifname,
         AfPacketConfig {
             frame_size,
-            rx_frames: 16,
-            tx_frames,
+            rx_frames: UNUSED_RING_FRAMES,
+            tx_frames: 2048,
             receive: false,
             ..AfPacketConfig::default()
         },
@@ -169,10 +252,7 @@ pub fn open(ifname: &str, mtu: u32, rings: Rings) -> Result<Halves, IoError> {
         }
     };
     Ok((
-        Box::new(PacketRx {
-            sock: rx,
-            down: false,
-        }),
+        rx,
         Box::new(PacketTx {
             ring: tx,
             gso,

@@ -139,7 +139,7 @@ pub fn open(ifname: &str, mtu: u32, rings: Rings) -> Result<Halves, IoError> {
             frame_size,
             frame_count: match rings {
                 Rings::Full => AfXdpConfig::default().frame_count,
-                Rings::Small => 1024,
+                Rings::Small => 256,
             },
             ..AfXdpConfig::default()
         },

@@ -128,6 +128,24 @@ fn a_lazy_line_is_resident_as_far_as_its_traffic_reached() {
     wait_populated(&p, tail + POPULATE_AHEAD_BYTES);
 }
 
+/// Issue 36: an idle lazy line costs its first stretch, not the huge page
+/// that stretch lies in (transparent huge pages made each idle line of a
+/// lab 2 MiB, 4 MiB a link); a line given its full stretch keeps them.
+#[test]
+fn an_idle_lazy_line_is_resident_in_small_pages() {
+    let (mut p, mut c) = delay_line_with(8 << 20, LAZY_FIRST_RESIDENT_BYTES).unwrap();
+    assert!(p.push(0, &[1u8; 100], false));
+    c.peek().unwrap();
+    c.pop();
+    std::thread::sleep(Duration::from_millis(50));
+    let resident = resident_bytes(&p, 0, 2 << 20);
+    assert!(
+        (LAZY_FIRST_RESIDENT_BYTES..=2 * LAZY_FIRST_RESIDENT_BYTES).contains(&resident),
+        "{resident} bytes of the first 2 MiB resident, {} made resident",
+        p.populated_bytes()
+    );
+}
+
 fn pager_threads() -> usize {
     std::fs::read_dir("/proc/self/task")
         .unwrap()
