@@ -131,7 +131,7 @@ impl Lab {
             ],
         );
         let out = String::from_utf8_lossy(&o.stdout);
-        let mut rtts = rtts_of(&out);
+        let mut rtts = ping_times_ms(&out);
         assert!(
             rtts.len() as u32 >= count / 2,
             "{node} -> {dst}: {} of {count} pings answered:\n{out}{}",
@@ -205,20 +205,6 @@ fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
-}
-
-/// The `time=` of each answer of ping's output, in ms.
-fn rtts_of(out: &str) -> Vec<f64> {
-    out.lines()
-        .filter_map(|l| {
-            l.split("time=")
-                .nth(1)?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .collect()
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -692,7 +678,7 @@ fn a_lab_across_two_machines_runs_each_part_and_the_link_across_once() {
         ])
         .output()
         .unwrap();
-    let mut underlay = rtts_of(&String::from_utf8_lossy(&o.stdout));
+    let mut underlay = ping_times_ms(&String::from_utf8_lossy(&o.stdout));
     let underlay_ms = median(&mut underlay);
     let tx0 = machines.underlay_tx_packets();
     let across = lab.rtt_ms("b", "10.20.2.2", 100);

@@ -276,6 +276,20 @@ pub fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Median ping RTT from A to B in ms.
+/// The `time=` of each answer in ping's output `out`, in ms.
+pub fn ping_times_ms(out: &str) -> Vec<f64> {
+    out.lines()
+        .filter_map(|l| {
+            l.split("time=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
 pub fn ping_median_ms(topo: &Topology, count: u32) -> f64 {
     ping_median_ms_to(topo, topo.addr_b, count)
 }
@@ -307,17 +321,7 @@ pub fn ping_rtts_ms_to(topo: &Topology, dst: Ipv4Addr, count: u32) -> Vec<f64> {
         ])
         .unwrap();
     let text = String::from_utf8_lossy(&o.stdout);
-    let rtts: Vec<f64> = text
-        .lines()
-        .filter_map(|l| {
-            l.split("time=")
-                .nth(1)?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .collect();
+    let rtts: Vec<f64> = ping_times_ms(&text);
     assert!(rtts.len() as u32 >= count * 9 / 10, "ping answers: {text}");
     rtts
 }
