@@ -120,7 +120,10 @@ fn a_quick_tail_bench_compares_every_backend_and_policy_with_the_default() {
     );
     eprintln!("{stdout}");
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let rows = v["rows"].as_array().unwrap();
+    let all_rows = v["rows"].as_array().unwrap();
+    let (sparse, rows): (Vec<&Value>, Vec<&Value>) =
+        all_rows.iter().partition(|r| r["scenario"] == "sparse");
+    check_sparse_rows(&sparse);
     // One round: the Linux bridge, the machine's timer floor, linkem's
     // defaults and the same with coalescing off, 2 backends × 4 policies.
     let devices: Vec<&str> = rows.iter().map(|r| r["device"].as_str().unwrap()).collect();
@@ -142,7 +145,7 @@ fn a_quick_tail_bench_compares_every_backend_and_policy_with_the_default() {
         ]
     );
     let bridge = &rows[0]["analysis"]["delay_ns"];
-    for r in rows {
+    for r in rows.iter().copied() {
         let d = &r["deviation_ns"];
         if r["device"] == "timer wake-up (platform floor)" {
             // One wake-up a ms for the round's second; its lateness is the row.
@@ -211,4 +214,29 @@ fn probe_and_bench_refuse_bad_arguments_plainly() {
     assert!(e.contains("nothing to send"), "{e}");
     let e = run(&["bench", "speed"]);
     assert!(e.contains("unknown scenario 'speed'"), "{e}");
+}
+
+/// The sparse table of `tail --quick`: the timer floor for a short sleep
+/// and a sparse gap, then per rate the Linux bridge and linkem through each
+/// small delay; every stream carries what it sent (a packet or two may be
+/// lost to a stall) and says its wake-ups per packet.
+fn check_sparse_rows(sparse: &[&Value]) {
+    let count = |device: &str| sparse.iter().filter(|r| r["device"] == device).count();
+    assert_eq!(count("timer wake-up (platform floor)"), 2, "{sparse:?}");
+    let bridges = count("Linux bridge");
+    let linkems = count("linkem (defaults)");
+    assert!(bridges >= 1, "{sparse:?}");
+    assert_eq!(
+        linkems,
+        4 * bridges,
+        "four small delays per rate: {sparse:?}"
+    );
+    for r in sparse
+        .iter()
+        .filter(|r| r["device"] != "timer wake-up (platform floor)")
+    {
+        let sent = r["sent"].as_u64().unwrap();
+        let delivered = r["delivered"].as_u64().unwrap();
+        assert!(sent >= 1 && delivered * 10 >= sent * 9, "{r}");
+    }
 }
