@@ -118,7 +118,9 @@ fn man_pages_for_the_command_and_each_subcommand() {
         .nth(1)
         .expect("a NOTES section, unfilled");
     assert!(
-        notes.lines().any(|l| l.starts_with("  rate R | bw R | rate unlimited  ")),
+        notes
+            .lines()
+            .any(|l| l.starts_with("  rate R | bw R | rate unlimited  ")),
         "{notes}"
     );
     assert!(
