@@ -307,3 +307,33 @@ fn where_(ns: Option<&str>) -> String {
         None => "this machine's namespace".into(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_batch_is_named_by_the_object_of_its_failing_line() {
+        let mut b = Batch::new(Some("lk-t-r1"));
+        b.push("namespace lk-t-r1", "link set dev lo up".into());
+        b.push("link r1:eth1--r2:eth1", "link set dev eth1 up".into());
+        let e = b.failure("Cannot find device \"eth1\"\nCommand failed -:2\n");
+        assert_eq!(
+            e.to_string(),
+            "link r1:eth1--r2:eth1: `ip -n lk-t-r1 link set dev eth1 up` failed: \
+             Cannot find device \"eth1\""
+        );
+        let e = b.failure("ip: out of memory\n");
+        assert!(e.to_string().contains("2 commands"), "{e}");
+    }
+
+    #[test]
+    fn parallel_keeps_the_order_of_its_items() {
+        let items: Vec<u32> = (0..50).collect();
+        assert_eq!(
+            parallel(&items, 4, |i| i * 2),
+            (0..50).map(|i| i * 2).collect::<Vec<_>>()
+        );
+        assert!(parallel(&Vec::<u32>::new(), 4, |i| *i).is_empty());
+    }
+}
