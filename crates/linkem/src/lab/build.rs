@@ -29,8 +29,13 @@ fn stopped(stop: &AtomicBool) -> Result<()> {
 }
 
 /// Makes the plan's objects: namespaces (the lab's first), bridges, veths
-/// (addresses on the node ends), tunnels; waits until every end is up.
-pub fn build(plan: &MachinePlan, rec: &mut Recorder, stop: &AtomicBool) -> Result<()> {
+/// (addresses on the node ends), tunnels; returns every end (name,
+/// namespace), for [`net::wait_until_up`].
+pub fn build(
+    plan: &MachinePlan,
+    rec: &mut Recorder,
+    stop: &AtomicBool,
+) -> Result<Vec<(String, Option<String>)>> {
     stopped(stop)?;
     let mut objects = Vec::new();
     let mut host = Batch::new(None);
@@ -114,7 +119,7 @@ pub fn build(plan: &MachinePlan, rec: &mut Recorder, stop: &AtomicBool) -> Resul
         net::set_up_silent(&t.device, ns)?;
         ends.push((t.device.clone(), Some(t.namespace.clone())));
     }
-    net::wait_until_up(&ends)
+    Ok(ends)
 }
 
 /// ` netns NS` when the end is made in a namespace.

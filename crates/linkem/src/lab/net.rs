@@ -229,7 +229,9 @@ pub fn wait_until_up(ends: &[(String, Option<String>)]) -> Result<()> {
                 line.trim()
             );
         }
-        std::thread::sleep(Duration::from_millis(10));
+        // Each look costs a process per namespace; the kernel's link watch
+        // turns carriers on in bursts.
+        std::thread::sleep(Duration::from_millis(50));
         waiting = left;
     }
 }

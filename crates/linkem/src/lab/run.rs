@@ -81,7 +81,12 @@ pub fn up(args: &UpArgs) -> Result<i32> {
     let made = rec
         .record(socket)
         .and_then(|_| super::build::build(&plan, &mut rec, &stop))
-        .and_then(|_| super::build::run_exec(&plan, &stop));
+        .and_then(|ends| {
+            // While the kernel turns the ends' carriers on (its link watch
+            // acts up to a second late), the nodes' commands run.
+            super::build::run_exec(&plan, &stop)?;
+            net::wait_until_up(&ends)
+        });
     let result = match made {
         Ok(()) => emulate(&bridge_args, &plan, &rec, &stop),
         Err(e) => Err(e),
