@@ -1,15 +1,16 @@
 //! Labs: a whole network from one YAML file (`linkem lab up FILE`). The file
-//! is Containerlab's topology file (nodes, links, kinds, defaults, groups)
-//! with linkem's per-link impairments; `file` validates it into a [`Lab`]
-//! without touching the system, and `plan` turns a lab into what one machine
-//! creates: namespaces, bridges, veths, the emulator's pairs, VXLAN tunnels
-//! for links across machines, and the nodes' commands. The runtime: `net`
-//! makes and removes the kernel objects, `state` keeps what a lab made (for
-//! `down` after a SIGKILL), `run` brings a lab up and runs its one emulator,
-//! `admin` is `down`, `list`, `show`, `exec`, and `netem` is Containerlab's
-//! `tools netem`. The guide's page is docs/guide/labs.md.
+//! is Containerlab's topology file with linkem's per-link impairments;
+//! `file` validates it into a [`Lab`] without touching the system, and
+//! `plan` turns a lab into what one machine creates: namespaces, bridges,
+//! veths, the emulator's pairs, VXLAN tunnels, the nodes' commands. The
+//! runtime: `net` makes and removes kernel objects, `build` makes a plan's
+//! in batches, `state` keeps what a lab made (for `down` after a SIGKILL),
+//! `run` brings a lab up and runs its one emulator, `admin` is `down`,
+//! `list`, `show`, `exec`, and `netem` is Containerlab's `tools netem`.
+//! The guide's page is docs/guide/labs.md.
 
 pub mod admin;
+mod build;
 pub mod file;
 mod keys;
 pub mod links;

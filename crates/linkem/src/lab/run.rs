@@ -12,7 +12,7 @@
 //! Also the dispatch of every `linkem lab` command ([`command`]).
 
 use super::net::Record;
-use super::plan::{MachinePlan, VethEnd};
+use super::plan::MachinePlan;
 use super::state::{LinkState, NodeState, Recorder, State};
 use super::{admin, net, netem};
 use crate::bridge::pairs::{run_plans, PairPlan};
@@ -80,8 +80,13 @@ pub fn up(args: &UpArgs) -> Result<i32> {
     };
     let made = rec
         .record(socket)
-        .and_then(|_| build(&plan, &mut rec, &stop))
-        .and_then(|_| run_exec(&plan, &stop));
+        .and_then(|_| super::build::build(&plan, &mut rec, &stop))
+        .and_then(|ends| {
+            // While the kernel turns the ends' carriers on (its link watch
+            // acts up to a second late), the nodes' commands run.
+            super::build::run_exec(&plan, &stop)?;
+            net::wait_until_up(&ends)
+        });
     let result = match made {
         Ok(()) => emulate(&bridge_args, &plan, &rec, &stop),
         Err(e) => Err(e),
@@ -243,124 +248,6 @@ fn plan_nodes(lab: &super::Lab, plan: &MachinePlan) -> Vec<NodeState> {
             })
         })
         .collect()
-}
-
-/// Makes the plan's objects, in its order: namespaces (the lab's first),
-/// bridges, veths (addresses on the node ends), tunnels; waits until every
-/// end is up.
-fn build(plan: &MachinePlan, rec: &mut Recorder, stop: &AtomicBool) -> Result<()> {
-    let stopped = || -> Result<()> {
-        if stop.load(Ordering::Relaxed) {
-            bail!(crate::Interrupted {
-                signal: libc::SIGTERM
-            });
-        }
-        Ok(())
-    };
-    net::add_netns(rec, &plan.emulator_namespace)?;
-    for ns in &plan.namespaces {
-        stopped()?;
-        net::add_netns(rec, &ns.name)?;
-    }
-    for b in &plan.bridges {
-        stopped()?;
-        net::add_bridge(rec, &b.name, b.namespace.as_deref())?;
-    }
-    let mut ends = Vec::new();
-    for v in &plan.veths {
-        stopped()?;
-        let (n, e) = (&v.node_end, &v.emulator_end);
-        net::add_veth(rec, place(n), place(e)).with_context(|| format!("link {}", v.link))?;
-        for (end, emulator) in [(n, false), (e, true)] {
-            set_up_end(end, v.mtu, emulator).with_context(|| format!("link {}", v.link))?;
-            ends.push((end.name.clone(), end.namespace.clone()));
-        }
-    }
-    for t in &plan.tunnels {
-        stopped()?;
-        let ns = Some(t.namespace.as_str());
-        // Made where the underlay is (here), then moved into the lab's.
-        rec.record(super::state::Object::Link {
-            name: t.device.clone(),
-            netns: None,
-            what: "vxlan".into(),
-        })?;
-        super::vxlan::create(t, None)?;
-        if !t.emulated_here {
-            if let Some(b) = plan.bridges.iter().find(|b| b.owner == t.link) {
-                net::set_master(&t.device, ns, &b.name)?;
-            }
-        }
-        net::set_up_silent(&t.device, ns)?;
-        ends.push((t.device.clone(), Some(t.namespace.clone())));
-    }
-    net::wait_until_up(&ends)
-}
-
-/// An end's name and namespace.
-fn place(end: &VethEnd) -> (&str, Option<&str>) {
-    (end.name.as_str(), end.namespace.as_deref())
-}
-
-/// An end's MTU, MAC, bridge and addresses, then up (an emulator's end
-/// silent: no addresses, no ARP of its own).
-fn set_up_end(end: &VethEnd, mtu: Option<u32>, emulator: bool) -> Result<()> {
-    let ns = end.namespace.as_deref();
-    if let Some(mtu) = mtu {
-        net::ip_in(ns, &["link", "set", &end.name, "mtu", &mtu.to_string()])?;
-    }
-    if let Some(mac) = &end.mac {
-        net::ip_in(ns, &["link", "set", &end.name, "address", mac])?;
-    }
-    if let Some(bridge) = &end.master {
-        net::set_master(&end.name, ns, bridge)?;
-    }
-    if emulator {
-        net::set_up_silent(&end.name, ns)?;
-    } else {
-        net::set_up(&end.name, ns)?;
-    }
-    for addr in &end.addresses {
-        net::ip_in(ns, &["addr", "add", addr, "dev", &end.name])?;
-    }
-    Ok(())
-}
-
-/// Runs every node's `exec` commands in its namespace (`sh -c`, with the
-/// node's `env`), in order; the first that fails stops the lab, naming the
-/// node and the command.
-fn run_exec(plan: &MachinePlan, stop: &AtomicBool) -> Result<()> {
-    for e in &plan.execs {
-        for cmd in &e.commands {
-            if stop.load(Ordering::Relaxed) {
-                bail!(crate::Interrupted {
-                    signal: libc::SIGTERM
-                });
-            }
-            let mut c = match &e.namespace {
-                Some(ns) => linkem_io::netns::command_in(ns, &["sh", "-c", cmd]),
-                None => {
-                    let mut c = std::process::Command::new("sh");
-                    c.args(["-c", cmd]);
-                    c
-                }
-            };
-            let out = c
-                .envs(&e.env)
-                .stdin(std::process::Stdio::null())
-                .output()
-                .with_context(|| format!("node {}: cannot run exec `{cmd}`", e.node))?;
-            if !out.status.success() {
-                bail!(
-                    "node {}: exec `{cmd}` failed ({}): {}",
-                    e.node,
-                    out.status,
-                    String::from_utf8_lossy(&out.stderr).trim()
-                );
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Runs the emulator of every link until a signal or `down`; marks the lab

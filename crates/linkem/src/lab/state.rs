@@ -180,6 +180,12 @@ impl Record for Recorder {
         self.state.objects.push(object);
         self.save()
     }
+
+    /// Adds every one of `objects` with one write of the state file.
+    fn record_all(&mut self, objects: Vec<Object>) -> Result<()> {
+        self.state.objects.extend(objects);
+        self.save()
+    }
 }
 
 /// Writes `state` to `dir/state.json` whole.
