@@ -191,7 +191,7 @@ grep -q '^FILES$' <<<"$cni_page" || fail "linkem-cni(1) has no FILES"
 bridge=$(MANWIDTH=80 MANPAGER=cat man -l "$fs/usr/share/man/man1/linkem-bridge.1.gz" 2>/dev/null)
 grep -q -- '--a-to-b' <<<"$bridge" || fail "linkem-bridge(1) does not document --a-to-b"
 # The link words keep their columns (one word per line, as in --help).
-grep -q '^ *rate R | bw R  ' <<<"$bridge" || fail "linkem-bridge(1)'s link words lost their layout"
+grep -q '^ *rate R | bw R | rate unlimited  ' <<<"$bridge" || fail "linkem-bridge(1)'s link words lost their layout"
 
 # -- completions
 bash_said=$(bash -c 'source "$1" && complete -p linkem &&
