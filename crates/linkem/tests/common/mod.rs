@@ -310,6 +310,12 @@ pub fn ping_min_ms(topo: &Topology, count: u32) -> f64 {
 
 /// Every answered ping's RTT from A's namespace to `dst`, in ms.
 pub fn ping_rtts_ms_to(topo: &Topology, dst: Ipv4Addr, count: u32) -> Vec<f64> {
+    ping_rtts_ms_least(topo, dst, count, count * 9 / 10)
+}
+
+/// As [`ping_rtts_ms_to`], through a link that loses on purpose: at least
+/// `least` of the `count` pings must be answered.
+pub fn ping_rtts_ms_least(topo: &Topology, dst: Ipv4Addr, count: u32, least: u32) -> Vec<f64> {
     let o = topo
         .exec_in_a(&[
             "ping",
@@ -322,7 +328,11 @@ pub fn ping_rtts_ms_to(topo: &Topology, dst: Ipv4Addr, count: u32) -> Vec<f64> {
         .unwrap();
     let text = String::from_utf8_lossy(&o.stdout);
     let rtts: Vec<f64> = ping_times_ms(&text);
-    assert!(rtts.len() as u32 >= count * 9 / 10, "ping answers: {text}");
+    assert!(
+        rtts.len() as u32 >= least,
+        "{} of {count} pings answered, fewer than {least}: {text}",
+        rtts.len()
+    );
     rtts
 }
 
