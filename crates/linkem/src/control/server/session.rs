@@ -130,6 +130,13 @@ impl Session<'_> {
         }
     }
 
+    /// Counts a refused request and answers it with its failure.
+    fn refuse(&self, stream: &mut UnixStream, f: Failure, id: Option<&str>) -> Next {
+        let f = Err(f);
+        self.count(&f);
+        reply(stream, &with_id(result_json(&f), id))
+    }
+
     fn count(&self, r: &Result<u64, Failure>) {
         let c = &self.model.counters;
         match r {
@@ -209,15 +216,8 @@ impl Session<'_> {
                     _ => self.model.stats_for(target.as_deref()),
                 };
                 match body {
-                    Ok(mut v) => {
-                        v["ok"] = true.into();
-                        v
-                    }
-                    Err(f) => {
-                        let f = Err(f);
-                        self.count(&f);
-                        return reply(stream, &with_id(result_json(&f), id));
-                    }
+                    Ok(v) => ok_body(v),
+                    Err(f) => return self.refuse(stream, f, id),
                 }
             }
             Request::List => match self.model.rules() {
@@ -259,15 +259,8 @@ impl Session<'_> {
             {
                 let r = self.model.rules().expect("checked");
                 match r.show_json(*kind, *number) {
-                    Ok(mut v) => {
-                        v["ok"] = true.into();
-                        v
-                    }
-                    Err(f) => {
-                        let f = Err(f);
-                        self.count(&f);
-                        return reply(stream, &with_id(result_json(&f), id));
-                    }
+                    Ok(v) => ok_body(v),
+                    Err(f) => return self.refuse(stream, f, id),
                 }
             }
             // `pipe show` and the like: nothing to read without a rule set.
@@ -553,6 +546,12 @@ impl Session<'_> {
 
 fn f_message(r: &Result<u64, Failure>) -> &str {
     r.as_ref().err().map_or("", Failure::message)
+}
+
+/// A reply body that succeeded: `v` with `"ok": true`.
+fn ok_body(mut v: serde_json::Value) -> serde_json::Value {
+    v["ok"] = true.into();
+    v
 }
 
 fn result_json(r: &Result<u64, Failure>) -> serde_json::Value {
