@@ -800,13 +800,22 @@ fn example_pings(file: &str, pairs: &[(&str, &str, f64, u32)]) {
     println!("{file}: up --detach {:.2} s", took.as_secs_f64());
     let mut wrong = Vec::new();
     for (node, dst, want, links) in pairs {
-        let got = lab.rtt_ms(node, dst, 50);
-        println!(
-            "{file}: {node} -> {dst}: {got} (sum {want} ms; median {:+.3} ms off)",
-            got.median_ms - want
-        );
-        if let Some(off) = got.off(*want, *links) {
-            wrong.push(format!("{node} -> {dst}: {off}"));
+        // A stall of the machine spoils one run of pings; a wrong delay
+        // spoils every run: a pair is wrong only if three runs are.
+        let mut offs = Vec::new();
+        for _ in 0..3 {
+            let got = lab.rtt_ms(node, dst, 50);
+            println!(
+                "{file}: {node} -> {dst}: {got} (sum {want} ms; median {:+.3} ms off)",
+                got.median_ms - want
+            );
+            match got.off(*want, *links) {
+                Some(off) => offs.push(off),
+                None => break,
+            }
+        }
+        if offs.len() == 3 {
+            wrong.push(format!("{node} -> {dst}: {}", offs.join(" / ")));
         }
     }
     assert!(wrong.is_empty(), "{file}: {}", wrong.join("; "));
