@@ -45,7 +45,12 @@ FUZZ_PROFILE="${FUZZ_PROFILE:-dev}" setsid "${idle[@]}" ./fuzz/run.sh --build >"
 fuzz_build=$!
 trap 'kill -- -"$fuzz_build" 2>/dev/null || true; rm -f "$fuzz_log"' EXIT
 failed=()
-cargo test --workspace --no-fail-fast || failed+=("cargo test (the failing tests are listed above, under 'failures:')")
+# The test output is kept so that the summary at the end repeats each failure: a CI log
+# shown by its tail (the fuzz stages print a lot) still names the failing test.
+test_log=$(mktemp)
+trap 'kill -- -"$fuzz_build" 2>/dev/null || true; rm -f "$fuzz_log" "$test_log"' EXIT
+cargo test --workspace --no-fail-fast 2>&1 | tee "$test_log" ||
+  failed+=("cargo test (the failing tests are listed above, under 'failures:', and again below)")
 # Nothing may compile here: this is the binary the tests ran (see crates/linkem/Cargo.toml).
 rebuilt=$(cargo build -p linkem-emu 2>&1 | sed -n 's/^ *Compiling //p')
 if [ -n "$rebuilt" ]; then
@@ -79,6 +84,12 @@ elif ! FUZZ_SECONDS="${FUZZ_SECONDS:-5}" FUZZ_PROFILE="${FUZZ_PROFILE:-dev}" FUZ
   failed+=("fuzz/run.sh (a crashing input is in fuzz/artifacts/)")
 fi
 if [ ${#failed[@]} -gt 0 ]; then
+  # Each test binary's 'failures:' section (the panic messages, then the names), 200
+  # lines at most.
+  if grep -q '^failures:' "$test_log"; then
+    echo "test: the failing tests, again:" >&2
+    awk '/^failures:$/ {on = 1} on {print} /^test result:/ {on = 0}' "$test_log" | head -n 200 >&2
+  fi
   echo "test: FAILED: ${#failed[@]} stage(s):" >&2
   printf 'test:   %s\n' "${failed[@]}" >&2
   exit 1
