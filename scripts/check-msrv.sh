@@ -14,7 +14,9 @@ metadata=$(cargo metadata --format-version 1 --locked)
 needs=$(grep -o '"name":"[^"]*","version":"[^"]*"\|"rust_version":"[0-9.]*"' <<<"$metadata" |
     awk -F'"' '/"name"/ { pkg = $4 " " $8 } /rust_version/ { print $4, pkg }')
 highest=$(cut -d' ' -f1 <<<"$needs" | sort -V | tail -n 1)
-if [ "$(printf '%s\n%s\n' "$claimed" "$highest" | sort -V | tail -n 1)" != "$claimed" ]; then
+# "1.89" and "1.89.0" are one version: both compared with three parts.
+three() { awk -F. '{ printf "%d.%d.%d\n", $1, $2, $3 }' <<<"$1"; }
+if [ "$(printf '%s\n%s\n' "$(three "$claimed")" "$(three "$highest")" | sort -V | tail -n 1)" != "$(three "$claimed")" ]; then
     echo "check-msrv: rust-version = \"$claimed\" but locked dependencies need $highest:" >&2
     sort -V <<<"$needs" | awk -v c="$claimed" '
         { split($1, a, "."); split(c, b, ".");
