@@ -334,7 +334,10 @@ topology:
         .map_or((f64::MAX, 0), |(t, q)| (since(*t), *q));
     // Ping sends every 10 ms when the machine lets it (a loaded one: every
     // 15-20 ms): an edge lies between an answered request and the next one
-    // sent, which `interval_s` apart.
+    // sent, which `interval_s` apart. A stall of the VM holds ping's sender for
+    // tens of ms now and then (a run saw the first answer after the gap sent
+    // 31 ms after its end, 10 ms apart elsewhere): the margin is 50 ms, which
+    // still tells a 2 s gap at 5 s from one at any other place.
     let interval_s = send_interval_s(&sent);
     let edges = format!(
         "last answer before the gap: icmp_seq {} sent at {:.4} s, first after: icmp_seq {} \
@@ -348,11 +351,11 @@ topology:
         sent.len()
     );
     println!("scheduled link: {edges}");
-    let near = |from: f64, to: f64, edge: f64| from <= edge + 0.02 && to >= edge - 0.02;
+    let near = |from: f64, to: f64, edge: f64| from <= edge + 0.05 && to >= edge - 0.05;
     assert!(
         near(last_before.0, last_before.0 + interval_s, 5.0)
             && near(first_after.0 - interval_s, first_after.0, 7.0),
-        "the gap is not 5 s to 7 s +- 20 ms: {edges}"
+        "the gap is not 5 s to 7 s +- 50 ms: {edges}"
     );
     let beside_sent = sent_times(&beside);
     let lost = count as usize - beside_sent.len();
