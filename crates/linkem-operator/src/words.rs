@@ -141,7 +141,7 @@ pub fn link_words(spec: &LinkChaosSpec) -> Result<DirectionWords, SpecError> {
     };
     let linkem = spec.linkem.clone().unwrap_or_default();
     let mut out = DirectionWords {
-        rules: linkem.rules.clone().filter(|r| !r.trim().is_empty()),
+        rules: check_rules(linkem.rules.as_deref())?,
         notes: chaos.notes.clone(),
         ..DirectionWords::default()
     };
@@ -180,6 +180,17 @@ pub fn link_words(spec: &LinkChaosSpec) -> Result<DirectionWords, SpecError> {
             (out.ingress, out.schedule.ingress, out.traces.ingress) = (words, sched, trace);
         }
     }
+    let nothing = out.egress.is_none() && out.ingress.is_none() && out.rules.is_none();
+    if nothing && !chaos.given {
+        let action = action_name(spec.action.unwrap_or(Action::Netem));
+        return Err(refuse(
+            "action",
+            format!(
+                "action {action} needs at least one of delay, loss, duplicate, corrupt, rate \
+                 (or linkem's own words)"
+            ),
+        ));
+    }
     Ok(out)
 }
 
@@ -210,6 +221,8 @@ fn refuse_scope(spec: &LinkChaosSpec) -> Result<(), SpecError> {
 
 struct ChaosWords {
     words: Tagged,
+    /// A NetworkChaos impairment was given (zero probabilities give no words).
+    given: bool,
     notes: Vec<String>,
 }
 
@@ -218,6 +231,7 @@ fn chaos_words(spec: &LinkChaosSpec) -> Result<ChaosWords, SpecError> {
     let action = spec.action.unwrap_or(Action::Netem);
     let mut out = ChaosWords {
         words: Tagged::default(),
+        given: false,
         notes: Vec::new(),
     };
     let present = [
@@ -244,6 +258,7 @@ fn chaos_words(spec: &LinkChaosSpec) -> Result<ChaosWords, SpecError> {
             ));
         }
     }
+    out.given = action == Action::Partition || present.iter().any(|(_, g)| *g);
     match action {
         Action::Partition => out.words.push("action", "loss 100%"),
         Action::Bandwidth => {
@@ -257,15 +272,6 @@ fn chaos_words(spec: &LinkChaosSpec) -> Result<ChaosWords, SpecError> {
         }
         _ => {
             netem_words(spec, &mut out.words)?;
-            if out.words.words.is_empty() && !present.iter().any(|(_, g)| *g) {
-                return Err(refuse(
-                    "action",
-                    format!(
-                        "action {} needs at least one of delay, loss, duplicate, corrupt, rate",
-                        action_name(action)
-                    ),
-                ));
-            }
         }
     }
     Ok(out)
@@ -391,6 +397,23 @@ fn bandwidth_words(b: &crate::chaos::BandwidthSpec, out: &mut ChaosWords) -> Res
         ));
     }
     Ok(())
+}
+
+/// The rule set, checked by linkem's rule parser with the emulator's sides
+/// named `a` (the pod's side: `a-to-b` is what it sends) and `b`.
+fn check_rules(rules: Option<&str>) -> Result<Option<String>, SpecError> {
+    let Some(text) = rules.filter(|r| !r.trim().is_empty()) else {
+        return Ok(None);
+    };
+    match linkem_core::rules::parse_rules(text, ["a", "b"], &mut linkem_core::config::no_files) {
+        Ok(_) => Ok(Some(text.to_string())),
+        Err(e) => Err(SpecError {
+            field: "linkem.rules".into(),
+            message: format!("line {}: {}", e.line, e.message),
+            word: Some(e.word),
+            position: None,
+        }),
+    }
 }
 
 /// Go's `m` (minutes) is linkem's `min`; every other unit is spelled alike,
@@ -602,3 +625,7 @@ fn word_error(t: &Tagged, direction: &str, has_schedule: bool, e: ConfigError) -
         position: inside.then_some(e.position as u32),
     }
 }
+
+#[cfg(test)]
+#[path = "words_tests.rs"]
+mod tests;
