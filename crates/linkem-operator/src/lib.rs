@@ -5,3 +5,4 @@
 
 pub mod chaos;
 pub mod cli;
+pub mod install_cni;
