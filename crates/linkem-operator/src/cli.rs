@@ -1,9 +1,10 @@
 //! `linkem-operator`: `crd` prints the CustomResourceDefinition; `agent`
-//! runs the node agent.
+//! runs the node agent; `install-cni` puts linkem-cni on a node (the agent's
+//! init container).
 
 use clap::{Parser, Subcommand};
 use kube::CustomResourceExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -33,6 +34,20 @@ enum Cmd {
         #[arg(long, value_name = "ADDR")]
         metrics: Option<String>,
     },
+    /// Copies linkem and linkem-cni into the node's CNI plugin directory and
+    /// chains linkem-cni at the end of its network configuration (the first
+    /// *.conflist); running it again changes nothing.
+    InstallCni {
+        /// The node's CNI plugin directory (mounted from /opt/cni/bin).
+        #[arg(long, value_name = "DIR")]
+        bin_dir: PathBuf,
+        /// The node's CNI configuration directory (mounted from /etc/cni/net.d).
+        #[arg(long, value_name = "DIR")]
+        conf_dir: PathBuf,
+        /// Where linkem and linkem-cni are (default: this binary's directory).
+        #[arg(long, value_name = "DIR")]
+        source_dir: Option<PathBuf>,
+    },
 }
 
 pub fn main() -> ExitCode {
@@ -50,6 +65,11 @@ pub fn main() -> ExitCode {
             kubeconfig,
             metrics,
         }),
+        Cmd::InstallCni {
+            bin_dir,
+            conf_dir,
+            source_dir,
+        } => install_cni(&bin_dir, &conf_dir, source_dir),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -66,6 +86,17 @@ fn agent(args: crate::agent::AgentArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?
         .block_on(crate::agent::run(args))
+}
+
+fn install_cni(bin_dir: &Path, conf_dir: &Path, source_dir: Option<PathBuf>) -> anyhow::Result<()> {
+    let source_dir = match source_dir {
+        Some(d) => d,
+        None => crate::install_cni::default_source_dir()?,
+    };
+    for line in crate::install_cni::install(bin_dir, conf_dir, &source_dir)? {
+        println!("linkem-operator: {line}");
+    }
+    Ok(())
 }
 
 /// The CRD as YAML.

@@ -6,4 +6,5 @@
 pub mod agent;
 pub mod chaos;
 pub mod cli;
+pub mod install_cni;
 pub mod words;
