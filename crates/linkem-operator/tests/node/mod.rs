@@ -203,6 +203,19 @@ impl Node {
         }
     }
 
+    /// DEL of the pod's sandbox (the emulator stops, the bump is undone).
+    pub fn del_pod(&mut self, pod: &Pod) {
+        let o = self.cnitool("del", &pod.network, &pod.netns, "");
+        assert!(
+            o.status.success(),
+            "cnitool del {}: {}",
+            pod.network,
+            String::from_utf8_lossy(&o.stderr)
+        );
+        self.added
+            .retain(|(n, s)| !(n == &pod.network && s == &pod.netns));
+    }
+
     /// Median ping RTT from the host to `pod`, in ms, the first echo (ARP) left out.
     pub fn median_rtt_ms(&self, pod: &Pod) -> f64 {
         let o = run(

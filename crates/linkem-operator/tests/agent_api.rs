@@ -1,0 +1,256 @@
+//! The node agent as a process against a real kube-apiserver (tests/common)
+//! and a real emulator (a sandbox made by linkem-cni ADD through cnitool,
+//! tests/node): a LinkChaos whose `status.selected` names the pod (written
+//! here: the controller is not part of this test) is applied within 2 s and
+//! reported Applied; a restarted agent sends nothing again; a new sandbox of
+//! the pod gets the link within 2 s; the resource deleted, the base is back
+//! within 2 s.
+
+mod common;
+mod node;
+
+use common::{install_crd, ControlPlane};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use linkem_operator::chaos::LinkChaos;
+use serde_json::json;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const NODE: &str = "node-a";
+/// The agent's promise for a change of a resource or a new sandbox.
+const WITHIN: Duration = Duration::from_secs(2);
+
+/// The agent process; killed on drop (and by the kernel when the test's
+/// thread ends).
+struct AgentProc {
+    child: Child,
+    log: std::path::PathBuf,
+}
+
+impl AgentProc {
+    fn start(run_dir: &Path, kubeconfig: &Path, metrics_port: u16, log: &Path) -> AgentProc {
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_linkem-operator"));
+        cmd.args(["agent", "--node", NODE, "--run-dir"])
+            .arg(run_dir)
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(["--metrics", &format!("127.0.0.1:{metrics_port}")])
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out);
+        linkem_io::shellns::die_with_parent(&mut cmd, libc::SIGKILL);
+        AgentProc {
+            child: cmd.spawn().unwrap(),
+            log: log.to_path_buf(),
+        }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for AgentProc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn scrape(port: u16) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
+/// Polls `f` every 20 ms until it holds or `limit` passes; the time it took.
+fn until(limit: Duration, mut f: impl FnMut() -> bool) -> Option<Duration> {
+    let t = Instant::now();
+    loop {
+        if f() {
+            return Some(t.elapsed());
+        }
+        if t.elapsed() > limit {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn delayed(n: &node::Node, pod: &node::Pod) -> bool {
+    n.links(pod)
+        .first()
+        .is_some_and(|l| l.0.contains("delay 20ms"))
+}
+
+#[tokio::test]
+async fn the_agent_applies_restores_and_survives_a_restart_against_the_api_server() {
+    let cnitool = match node::prerequisites() {
+        Ok(c) => c,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    if !common::bin_dir().join("kube-apiserver").is_file() {
+        eprintln!("skipped: no kube-apiserver ({})", common::MISSING_HINT);
+        return;
+    }
+    let cp = ControlPlane::shared();
+    let client = cp.client().await.unwrap();
+    install_crd(&client).await.unwrap();
+    let ns = format!("lkok{}", std::process::id());
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let nsobj = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+    namespaces
+        .create(&PostParams::default(), &nsobj)
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let pod_obj: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "web-0", "labels": {"app": "web"}},
+        "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "none"}]}}))
+    .unwrap();
+    let created = pods.create(&PostParams::default(), &pod_obj).await.unwrap();
+    let uid = created.metadata.uid.clone().unwrap();
+
+    let mut n = node::Node::new(cnitool, "k", 238);
+    let pod = n.add_pod(&ns, "web-0", &uid, "rate 1gbit");
+    let base_rtt = n.median_rtt_ms(&pod);
+    let kubeconfig = cp.kubeconfig_path();
+    let port = free_port();
+    let log = n.run_dir.join("agent.log");
+    let mut agent = AgentProc::start(&n.run_dir, &kubeconfig, port, &log);
+    assert!(
+        until(Duration::from_secs(20), || scrape(port).is_some()).is_some(),
+        "the agent did not serve metrics:\n{}",
+        agent.log()
+    );
+
+    // The resource, and the controller's pick written by hand.
+    let chaos: Api<LinkChaos> = Api::namespaced(client.clone(), &ns);
+    let lc: LinkChaos = serde_json::from_value(json!({
+        "apiVersion": "linkem.dev/v1alpha1", "kind": "LinkChaos",
+        "metadata": {"name": "slow"},
+        "spec": {"selector": {"labelSelectors": {"app": "web"}}, "mode": "all",
+                 "action": "delay", "delay": {"latency": "20ms"}, "direction": "to"}}))
+    .unwrap();
+    chaos.create(&PostParams::default(), &lc).await.unwrap();
+    let selected = json!({"status": {"phase": "Running",
+        "selected": [{"namespace": ns, "name": "web-0", "node": NODE}]}});
+    chaos
+        .patch_status("slow", &PatchParams::default(), &Patch::Merge(&selected))
+        .await
+        .unwrap();
+    let took = until(WITHIN, || delayed(&n, &pod));
+    eprintln!("applied {took:?} after status.selected was written");
+    assert!(
+        took.is_some(),
+        "not applied within {WITHIN:?}: {:?}\n{}",
+        n.links(&pod),
+        agent.log()
+    );
+    let rise = n.median_rtt_ms(&pod) - base_rtt;
+    assert!(
+        (19.0..26.0).contains(&rise),
+        "RTT rose by {rise:.2} ms, want 20 ms"
+    );
+    let mut status = None;
+    for _ in 0..100 {
+        let got = chaos.get_status("slow").await.unwrap();
+        status = got
+            .status
+            .and_then(|s| s.pods)
+            .and_then(|p| p.get(&format!("{ns}/web-0")).cloned());
+        if status.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let status = status.unwrap_or_else(|| panic!("no status.pods entry:\n{}", agent.log()));
+    assert_eq!(
+        (status.state.as_str(), status.node.as_str()),
+        ("Applied", NODE),
+        "{status:?}"
+    );
+    assert_eq!(status.emulator.as_deref(), Some(pod.emulator.as_str()));
+    assert!(status.at.is_some(), "{status:?}");
+
+    // Killed and restarted: nothing is sent again, the link stays.
+    agent.kill();
+    let changes = |n: &node::Node, p: &node::Pod| n.links(p).iter().map(|l| l.1).sum::<u64>();
+    let before = changes(&n, &pod);
+    let mut agent = AgentProc::start(&n.run_dir, &kubeconfig, port, &log);
+    assert!(until(Duration::from_secs(20), || scrape(port).is_some()).is_some());
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        changes(&n, &pod),
+        before,
+        "the restarted agent sent a batch again"
+    );
+    let text = scrape(port).unwrap();
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.starts_with("linkem_agent_applies_total{") && !l.ends_with(" 0")),
+        "the restarted agent counts an apply:\n{text}"
+    );
+    assert!(delayed(&n, &pod));
+
+    // A new sandbox of the pod (the old one DELeted): the link within 2 s.
+    n.del_pod(&pod);
+    let t = Instant::now();
+    let pod2 = n.add_pod(&ns, "web-0", &uid, "rate 1gbit");
+    let add_s = t.elapsed();
+    let took = until(WITHIN, || delayed(&n, &pod2));
+    eprintln!("new sandbox: ADD took {add_s:?}, applied {took:?} after it");
+    assert!(
+        took.is_some(),
+        "new sandbox not applied within {WITHIN:?}:\n{}",
+        agent.log()
+    );
+
+    // The resource deleted: the base within 2 s.
+    chaos
+        .delete("slow", &DeleteParams::default())
+        .await
+        .unwrap();
+    let took = until(WITHIN, || !delayed(&n, &pod2));
+    eprintln!("restored {took:?} after the delete");
+    assert!(
+        took.is_some(),
+        "not restored within {WITHIN:?}:\n{}",
+        agent.log()
+    );
+    let text = scrape(port).unwrap();
+    let restores = format!(
+        "linkem_agent_restores_total{{namespace=\"{ns}\",pod=\"web-0\",emulator=\"{}\"}} 1",
+        pod2.emulator
+    );
+    assert!(text.contains(&restores), "{text}");
+    agent.kill();
+    let _ = pods.delete("web-0", &DeleteParams::default()).await;
+}
