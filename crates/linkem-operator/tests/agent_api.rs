@@ -106,19 +106,20 @@ fn delayed(n: &node::Node, pod: &node::Pod) -> bool {
         .is_some_and(|l| l.0.contains("delay 20ms"))
 }
 
-#[tokio::test]
-async fn the_agent_applies_restores_and_survives_a_restart_against_the_api_server() {
-    let cnitool = match node::prerequisites() {
-        Ok(c) => c,
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            return;
-        }
-    };
-    if !common::bin_dir().join("kube-apiserver").is_file() {
-        eprintln!("skipped: no kube-apiserver ({})", common::MISSING_HINT);
-        return;
-    }
+/// The test's world: the API, the node, the pod and the agent.
+struct World {
+    ns: String,
+    uid: String,
+    chaos: Api<LinkChaos>,
+    pods: Api<Pod>,
+    node: node::Node,
+    kubeconfig: std::path::PathBuf,
+    port: u16,
+    log: std::path::PathBuf,
+}
+
+/// A namespace, a Pod bound to NODE, its sandbox through linkem-cni.
+async fn world(cnitool: std::path::PathBuf) -> World {
     let cp = ControlPlane::shared();
     let client = cp.client().await.unwrap();
     install_crd(&client).await.unwrap();
@@ -135,62 +136,106 @@ async fn the_agent_applies_restores_and_survives_a_restart_against_the_api_serve
         "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "none"}]}}))
     .unwrap();
     let created = pods.create(&PostParams::default(), &pod_obj).await.unwrap();
-    let uid = created.metadata.uid.clone().unwrap();
+    let node = node::Node::new(cnitool, "k", 238);
+    World {
+        uid: created.metadata.uid.clone().unwrap(),
+        chaos: Api::namespaced(client.clone(), &ns),
+        pods,
+        log: node.run_dir.join("agent.log"),
+        node,
+        ns,
+        kubeconfig: cp.kubeconfig_path(),
+        port: free_port(),
+    }
+}
 
-    let mut n = node::Node::new(cnitool, "k", 238);
-    let pod = n.add_pod(&ns, "web-0", &uid, "rate 1gbit");
-    let base_rtt = n.median_rtt_ms(&pod);
-    let kubeconfig = cp.kubeconfig_path();
-    let port = free_port();
-    let log = n.run_dir.join("agent.log");
-    let mut agent = AgentProc::start(&n.run_dir, &kubeconfig, port, &log);
-    assert!(
-        until(Duration::from_secs(20), || scrape(port).is_some()).is_some(),
-        "the agent did not serve metrics:\n{}",
-        agent.log()
-    );
+impl World {
+    fn agent(&self) -> AgentProc {
+        std::fs::create_dir_all(&self.node.run_dir).unwrap();
+        let agent = AgentProc::start(&self.node.run_dir, &self.kubeconfig, self.port, &self.log);
+        assert!(
+            until(Duration::from_secs(20), || scrape(self.port).is_some()).is_some(),
+            "the agent did not serve metrics:\n{}",
+            agent.log()
+        );
+        agent
+    }
 
-    // The resource, and the controller's pick written by hand.
-    let chaos: Api<LinkChaos> = Api::namespaced(client.clone(), &ns);
-    let lc: LinkChaos = serde_json::from_value(json!({
-        "apiVersion": "linkem.dev/v1alpha1", "kind": "LinkChaos",
-        "metadata": {"name": "slow"},
-        "spec": {"selector": {"labelSelectors": {"app": "web"}}, "mode": "all",
-                 "action": "delay", "delay": {"latency": "20ms"}, "direction": "to"}}))
-    .unwrap();
-    chaos.create(&PostParams::default(), &lc).await.unwrap();
-    let selected = json!({"status": {"phase": "Running",
-        "selected": [{"namespace": ns, "name": "web-0", "node": NODE}]}});
-    chaos
-        .patch_status("slow", &PatchParams::default(), &Patch::Merge(&selected))
-        .await
+    /// The resource, and the controller's pick written by hand.
+    async fn create_chaos(&self) {
+        let lc: LinkChaos = serde_json::from_value(json!({
+            "apiVersion": "linkem.dev/v1alpha1", "kind": "LinkChaos",
+            "metadata": {"name": "slow"},
+            "spec": {"selector": {"labelSelectors": {"app": "web"}}, "mode": "all",
+                     "action": "delay", "delay": {"latency": "20ms"}, "direction": "to"}}))
         .unwrap();
-    let took = until(WITHIN, || delayed(&n, &pod));
+        self.chaos
+            .create(&PostParams::default(), &lc)
+            .await
+            .unwrap();
+        let selected = json!({"status": {"phase": "Running",
+            "selected": [{"namespace": self.ns, "name": "web-0", "node": NODE}]}});
+        self.chaos
+            .patch_status("slow", &PatchParams::default(), &Patch::Merge(&selected))
+            .await
+            .unwrap();
+    }
+
+    /// The pod's entry of `status.pods`, once the agent wrote it.
+    async fn pod_status(&self, agent: &AgentProc) -> linkem_operator::chaos::PodStatus {
+        for _ in 0..100 {
+            let got = self.chaos.get_status("slow").await.unwrap();
+            let entry = got
+                .status
+                .and_then(|s| s.pods)
+                .and_then(|p| p.get(&format!("{}/web-0", self.ns)).cloned());
+            if let Some(e) = entry {
+                return e;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("no status.pods entry:\n{}", agent.log())
+    }
+}
+
+fn changes(n: &node::Node, p: &node::Pod) -> u64 {
+    n.links(p).iter().map(|l| l.1).sum()
+}
+
+#[tokio::test]
+async fn the_agent_applies_restores_and_survives_a_restart_against_the_api_server() {
+    let cnitool = match node::prerequisites() {
+        Ok(c) => c,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    if !common::bin_dir().join("kube-apiserver").is_file() {
+        eprintln!("skipped: no kube-apiserver ({})", common::MISSING_HINT);
+        return;
+    }
+    let mut w = world(cnitool).await;
+    let (ns, uid) = (w.ns.clone(), w.uid.clone());
+    let pod = w.node.add_pod(&ns, "web-0", &uid, "rate 1gbit");
+    let base_rtt = w.node.median_rtt_ms(&pod);
+    let mut agent = w.agent();
+
+    w.create_chaos().await;
+    let took = until(WITHIN, || delayed(&w.node, &pod));
     eprintln!("applied {took:?} after status.selected was written");
     assert!(
         took.is_some(),
         "not applied within {WITHIN:?}: {:?}\n{}",
-        n.links(&pod),
+        w.node.links(&pod),
         agent.log()
     );
-    let rise = n.median_rtt_ms(&pod) - base_rtt;
+    let rise = w.node.median_rtt_ms(&pod) - base_rtt;
     assert!(
         (19.0..26.0).contains(&rise),
         "RTT rose by {rise:.2} ms, want 20 ms"
     );
-    let mut status = None;
-    for _ in 0..100 {
-        let got = chaos.get_status("slow").await.unwrap();
-        status = got
-            .status
-            .and_then(|s| s.pods)
-            .and_then(|p| p.get(&format!("{ns}/web-0")).cloned());
-        if status.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let status = status.unwrap_or_else(|| panic!("no status.pods entry:\n{}", agent.log()));
+    let status = w.pod_status(&agent).await;
     assert_eq!(
         (status.state.as_str(), status.node.as_str()),
         ("Applied", NODE),
@@ -201,31 +246,29 @@ async fn the_agent_applies_restores_and_survives_a_restart_against_the_api_serve
 
     // Killed and restarted: nothing is sent again, the link stays.
     agent.kill();
-    let changes = |n: &node::Node, p: &node::Pod| n.links(p).iter().map(|l| l.1).sum::<u64>();
-    let before = changes(&n, &pod);
-    let mut agent = AgentProc::start(&n.run_dir, &kubeconfig, port, &log);
-    assert!(until(Duration::from_secs(20), || scrape(port).is_some()).is_some());
+    let before = changes(&w.node, &pod);
+    let agent = w.agent();
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(
-        changes(&n, &pod),
+        changes(&w.node, &pod),
         before,
         "the restarted agent sent a batch again"
     );
-    let text = scrape(port).unwrap();
+    let text = scrape(w.port).unwrap();
     assert!(
         !text
             .lines()
             .any(|l| l.starts_with("linkem_agent_applies_total{") && !l.ends_with(" 0")),
         "the restarted agent counts an apply:\n{text}"
     );
-    assert!(delayed(&n, &pod));
+    assert!(delayed(&w.node, &pod));
 
     // A new sandbox of the pod (the old one DELeted): the link within 2 s.
-    n.del_pod(&pod);
+    w.node.del_pod(&pod);
     let t = Instant::now();
-    let pod2 = n.add_pod(&ns, "web-0", &uid, "rate 1gbit");
+    let pod2 = w.node.add_pod(&ns, "web-0", &uid, "rate 1gbit");
     let add_s = t.elapsed();
-    let took = until(WITHIN, || delayed(&n, &pod2));
+    let took = until(WITHIN, || delayed(&w.node, &pod2));
     eprintln!("new sandbox: ADD took {add_s:?}, applied {took:?} after it");
     assert!(
         took.is_some(),
@@ -234,23 +277,23 @@ async fn the_agent_applies_restores_and_survives_a_restart_against_the_api_serve
     );
 
     // The resource deleted: the base within 2 s.
-    chaos
+    w.chaos
         .delete("slow", &DeleteParams::default())
         .await
         .unwrap();
-    let took = until(WITHIN, || !delayed(&n, &pod2));
+    let took = until(WITHIN, || !delayed(&w.node, &pod2));
     eprintln!("restored {took:?} after the delete");
     assert!(
         took.is_some(),
         "not restored within {WITHIN:?}:\n{}",
         agent.log()
     );
-    let text = scrape(port).unwrap();
+    let text = scrape(w.port).unwrap();
     let restores = format!(
         "linkem_agent_restores_total{{namespace=\"{ns}\",pod=\"web-0\",emulator=\"{}\"}} 1",
         pod2.emulator
     );
     assert!(text.contains(&restores), "{text}");
-    agent.kill();
-    let _ = pods.delete("web-0", &DeleteParams::default()).await;
+    drop(agent);
+    let _ = w.pods.delete("web-0", &DeleteParams::default()).await;
 }

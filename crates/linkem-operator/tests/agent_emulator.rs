@@ -58,6 +58,18 @@ fn the_agent_applies_restores_and_refuses_on_a_real_emulator() {
     );
     let base_rtt = n.median_rtt_ms(&pod);
 
+    // A pod selected on this node without an emulator is Waiting.
+    let mut elsewhere = slow_chaos(&pod);
+    elsewhere.selected[0].name = "web-9".into();
+    let pass = agent.pass(&[elsewhere], None, now_ns());
+    let said: Vec<_> = pass
+        .updates
+        .iter()
+        .map(|u| (u.pod.as_str(), u.status.state.as_str()))
+        .collect();
+    assert_eq!(said, [("lkns/web-9", "Waiting")]);
+    assert_eq!(changes(&n), 0);
+
     // A 20 ms delay on the pod's egress: RTT + 20 ms.
     let chaos = [slow_chaos(&pod)];
     let pass = agent.pass(&chaos, None, now_ns());

@@ -138,6 +138,7 @@ impl Agent {
             }
             self.reconcile(e, &layers, &mut pass);
         }
+        self.report_waiting(chaos, &found, now_ns, &mut pass);
         let live: Vec<String> = found.iter().map(Emulator::instance).collect();
         self.record.emulators.retain(|k, _| live.contains(k));
         if self.record != before {
@@ -146,6 +147,43 @@ impl Agent {
             }
         }
         pass
+    }
+
+    /// `Waiting` for the pods a resource in force selects on this node
+    /// that have no emulator (yet: the sandbox is being made, or the pod's
+    /// network has no linkem-cni).
+    fn report_waiting(
+        &mut self,
+        chaos: &[ChaosView],
+        found: &[Emulator],
+        now_ns: i128,
+        pass: &mut Pass,
+    ) {
+        for c in chaos {
+            for p in &c.selected {
+                let pod = PodKey {
+                    namespace: p.namespace.clone(),
+                    name: p.name.clone(),
+                };
+                let here = p.node.as_deref() == Some(self.node.as_str());
+                if !here
+                    || !c.applies_to(&pod, &self.node, now_ns)
+                    || found.iter().any(|e| e.pod == pod)
+                {
+                    continue;
+                }
+                let status = PodStatus {
+                    node: self.node.clone(),
+                    state: "Waiting".into(),
+                    message: Some(format!(
+                        "no emulator of this pod in {}/cni (linkem-cni not in its network, or its sandbox not made yet)",
+                        self.run_dir.display()
+                    )),
+                    ..PodStatus::default()
+                };
+                self.report_all(&[c.key()], &pod, &status, pass);
+            }
+        }
     }
 
     /// Brings one emulator to its desired link.
@@ -159,7 +197,7 @@ impl Agent {
                     None => layers.iter().map(|l| l.resource.clone()).collect(),
                 };
                 let status = refused_status(e, &self.node, &r);
-                if self.report_all(&resources, e, &status, pass) {
+                if self.report_all(&resources, &e.pod, &status, pass) {
                     self.metrics.count(&labels(e), |c| c.refusals += 1);
                 }
                 return;
@@ -237,7 +275,7 @@ impl Agent {
                     words,
                 };
                 let status = refused_status(e, &self.node, &r);
-                self.report_all(&want.resources, e, &status, pass);
+                self.report_all(&want.resources, &e.pod, &status, pass);
             }
             // No socket yet, or a stalled emulator: the next pass tries again.
             Err(err) => eprintln!(
@@ -273,14 +311,14 @@ impl Agent {
             ..PodStatus::default()
         };
         let applied = mk("Applied");
-        self.report_all(&want.resources, e, &applied, pass);
+        self.report_all(&want.resources, &e.pod, &applied, pass);
         let gone: Vec<String> = before
             .iter()
             .filter(|r| !want.resources.contains(r))
             .cloned()
             .collect();
         let restored = mk("Restored");
-        self.report_all(&gone, e, &restored, pass);
+        self.report_all(&gone, &e.pod, &restored, pass);
     }
 
     fn spec_refused(&mut self, e: &Emulator, resource: &str, err: &SpecError, pass: &mut Pass) {
@@ -294,7 +332,7 @@ impl Agent {
         };
         let mut status = refused_status(e, &self.node, &r);
         status.words = None;
-        if self.report_all(&[resource.to_string()], e, &status, pass) {
+        if self.report_all(&[resource.to_string()], &e.pod, &status, pass) {
             self.metrics.count(&labels(e), |c| c.refusals += 1);
         }
     }
@@ -304,11 +342,11 @@ impl Agent {
     fn report_all(
         &mut self,
         resources: &[String],
-        e: &Emulator,
+        pod: &PodKey,
         status: &PodStatus,
         pass: &mut Pass,
     ) -> bool {
-        let pod = e.pod.to_string();
+        let pod = pod.to_string();
         let mut new = false;
         for r in resources {
             let key = (r.clone(), pod.clone());
