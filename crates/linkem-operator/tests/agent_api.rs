@@ -162,13 +162,14 @@ impl World {
     }
 
     /// The resource, and the controller's pick written by hand.
-    async fn create_chaos(&self) {
-        let lc: LinkChaos = serde_json::from_value(json!({
+    async fn create_chaos(&self, name: &str, duration: Option<&str>) {
+        let mut lc: LinkChaos = serde_json::from_value(json!({
             "apiVersion": "linkem.dev/v1alpha1", "kind": "LinkChaos",
-            "metadata": {"name": "slow"},
+            "metadata": {"name": name},
             "spec": {"selector": {"labelSelectors": {"app": "web"}}, "mode": "all",
                      "action": "delay", "delay": {"latency": "20ms"}, "direction": "to"}}))
         .unwrap();
+        lc.spec.duration = duration.map(str::to_string);
         self.chaos
             .create(&PostParams::default(), &lc)
             .await
@@ -176,25 +177,35 @@ impl World {
         let selected = json!({"status": {"phase": "Running",
             "selected": [{"namespace": self.ns, "name": "web-0", "node": NODE}]}});
         self.chaos
-            .patch_status("slow", &PatchParams::default(), &Patch::Merge(&selected))
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&selected))
             .await
             .unwrap();
     }
 
-    /// The pod's entry of `status.pods`, once the agent wrote it.
-    async fn pod_status(&self, agent: &AgentProc) -> linkem_operator::chaos::PodStatus {
+    /// The pod's entry of `name`'s `status.pods`, once the agent wrote it
+    /// in `state`.
+    async fn pod_status(
+        &self,
+        name: &str,
+        state: &str,
+        agent: &AgentProc,
+    ) -> linkem_operator::chaos::PodStatus {
+        let mut last = None;
         for _ in 0..100 {
-            let got = self.chaos.get_status("slow").await.unwrap();
-            let entry = got
+            let got = self.chaos.get_status(name).await.unwrap();
+            last = got
                 .status
                 .and_then(|s| s.pods)
                 .and_then(|p| p.get(&format!("{}/web-0", self.ns)).cloned());
-            if let Some(e) = entry {
-                return e;
+            if last.as_ref().is_some_and(|e| e.state == state) {
+                return last.unwrap();
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        panic!("no status.pods entry:\n{}", agent.log())
+        panic!(
+            "status.pods entry of {name}: {last:?}, not {state}:\n{}",
+            agent.log()
+        )
     }
 }
 
@@ -221,7 +232,7 @@ async fn the_agent_applies_restores_and_survives_a_restart_against_the_api_serve
     let base_rtt = w.node.median_rtt_ms(&pod);
     let mut agent = w.agent();
 
-    w.create_chaos().await;
+    w.create_chaos("slow", None).await;
     let took = until(WITHIN, || delayed(&w.node, &pod));
     eprintln!("applied {took:?} after status.selected was written");
     assert!(
@@ -235,7 +246,7 @@ async fn the_agent_applies_restores_and_survives_a_restart_against_the_api_serve
         (19.0..26.0).contains(&rise),
         "RTT rose by {rise:.2} ms, want 20 ms"
     );
-    let status = w.pod_status(&agent).await;
+    let status = w.pod_status("slow", "Applied", &agent).await;
     assert_eq!(
         (status.state.as_str(), status.node.as_str()),
         ("Applied", NODE),
@@ -294,6 +305,21 @@ async fn the_agent_applies_restores_and_survives_a_restart_against_the_api_serve
         pod2.emulator
     );
     assert!(text.contains(&restores), "{text}");
+
+    // A duration of 3 s: restored when it runs out (creationTimestamp, whole
+    // seconds, + 3 s), reported Restored.
+    let t = Instant::now();
+    w.create_chaos("short", Some("3s")).await;
+    assert!(until(WITHIN, || delayed(&w.node, &pod2)).is_some());
+    let restored = until(Duration::from_secs(6), || !delayed(&w.node, &pod2));
+    let at_s = t.elapsed().as_secs_f64();
+    eprintln!("duration 3s: restored {at_s:.2} s after the create");
+    assert!(
+        restored.is_some() && (2.0..4.3).contains(&at_s),
+        "restored at {at_s:.2} s"
+    );
+    let status = w.pod_status("short", "Restored", &agent).await;
+    assert!(status.at.is_some(), "{status:?}");
     drop(agent);
     let _ = w.pods.delete("web-0", &DeleteParams::default()).await;
 }

@@ -61,21 +61,24 @@ pub async fn client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube
 }
 
 /// Writes one pod's entry of a resource's status (a merge patch of
-/// `status.pods["NS/NAME"]`, nothing else). A resource deleted meanwhile is
-/// no error.
-async fn write_status(client: &kube::Client, u: &StatusUpdate) {
+/// `status.pods["NS/NAME"]`, nothing else); whether it is written. A
+/// resource deleted meanwhile needs no status: that counts as written.
+async fn write_status(client: &kube::Client, u: &StatusUpdate) -> bool {
     let api: Api<LinkChaos> = Api::namespaced(client.clone(), &u.namespace);
     let patch = serde_json::json!({"status": {"pods": {u.pod.clone(): u.status}}});
     match api
         .patch_status(&u.name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
     {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 404 => {}
-        Err(e) => eprintln!(
-            "linkem-operator agent: status of {}/{} for {}: {e}",
-            u.namespace, u.name, u.pod
-        ),
+        Ok(_) => true,
+        Err(kube::Error::Api(s)) if s.code == 404 => true,
+        Err(e) => {
+            eprintln!(
+                "linkem-operator agent: status of {}/{} for {}: {e}",
+                u.namespace, u.name, u.pod
+            );
+            false
+        }
     }
 }
 
@@ -148,7 +151,9 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         .await?;
         agent = back;
         for u in &pass.updates {
-            write_status(&client, u).await;
+            if !write_status(&client, u).await {
+                agent.forget(u);
+            }
         }
         let mut wait = SCAN_INTERVAL;
         if let Some(w) = pass.wake_ns {

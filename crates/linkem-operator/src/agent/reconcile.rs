@@ -149,6 +149,13 @@ impl Agent {
         pass
     }
 
+    /// Forgets that `u` was written (its write failed): the next pass
+    /// queues it again.
+    pub fn forget(&mut self, u: &StatusUpdate) {
+        let resource = format!("{}/{}", u.namespace, u.name);
+        self.reported.remove(&(resource, u.pod.clone()));
+    }
+
     /// `Waiting` for the pods a resource in force selects on this node
     /// that have no emulator (yet: the sandbox is being made, or the pod's
     /// network has no linkem-cni).
