@@ -5,4 +5,5 @@
 
 pub mod chaos;
 pub mod cli;
+pub mod select;
 pub mod words;
