@@ -5,5 +5,6 @@
 
 pub mod chaos;
 pub mod cli;
+pub mod controller;
 pub mod select;
 pub mod words;
