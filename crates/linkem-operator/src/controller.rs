@@ -1,8 +1,9 @@
 //! The controller: for each `LinkChaos`, picks the pods its selector and mode
 //! select (once; kept in `status.selected`, read back after a restart), and
-//! writes `status.phase` (`Running`, `Ended` once creation + `duration` has
-//! passed, `Refused` with `status.message` when the spec cannot apply),
-//! `status.expiresAt` and `status.message`, by a JSON merge patch of the
+//! writes `status.phase` (`Running`, `Ended` once `startedAt` + `duration`
+//! has passed, `Refused` with `status.message` when the spec cannot apply),
+//! `status.startedAt` (the creation instant finer than creationTimestamp's
+//! whole second), `status.expiresAt` and `status.message`, by a JSON merge patch of the
 //! status subresource holding only those keys (the agents write `pods`).
 //!
 //! Selection over time: a selected pod that no longer exists is dropped; a
@@ -134,6 +135,7 @@ async fn reconcile(lc: Arc<LinkChaos>, ctx: Arc<Ctx>) -> Result<Action, Reconcil
             "phase": want.phase,
             "message": want.message,
             "expiresAt": want.expires_at,
+        "startedAt": want.started_at,
             "selected": want.selected,
         }});
         api.patch_status(
@@ -157,6 +159,7 @@ fn status_differs(want: &LinkChaosStatus, have: &LinkChaosStatus) -> bool {
     want.phase != have.phase
         || want.message != have.message
         || want.expires_at != have.expires_at
+        || want.started_at != have.started_at
         || want.selected != have.selected
 }
 
@@ -189,18 +192,18 @@ pub fn desired(
     if let Err(message) = checks {
         return refused(message);
     }
-    let created = lc.metadata.creation_timestamp.as_ref().map_or(now, |t| t.0);
+    let have = lc.status.clone().unwrap_or_default();
+    let started = started_at(lc, &have, now);
     let expires = match spec
         .duration
         .as_deref()
         .map(words::go_duration_ns)
         .transpose()
     {
-        Ok(d) => d.map(|ns| created + SignedDuration::from_nanos(ns as i64)),
+        Ok(d) => d.map(|ns| started + SignedDuration::from_nanos(ns as i64)),
         Err(e) => return refused(format!("duration: {e}")),
     };
     let ended = expires.is_some_and(|at| at <= now);
-    let have = lc.status.clone().unwrap_or_default();
     let selected = if ended {
         have.selected.clone()
     } else {
@@ -214,6 +217,7 @@ pub fn desired(
         phase: Some(if ended { "Ended" } else { "Running" }.into()),
         message: (!message.is_empty()).then(|| message.join("; ")),
         expires_at: expires.map(|t| t.to_string()),
+        started_at: Some(started.to_string()),
         selected,
         pods: None,
     };
@@ -225,6 +229,27 @@ pub fn desired(
         _ => None,
     };
     (status, requeue)
+}
+
+/// The kept `startedAt`, else an estimate of the creation instant finer
+/// than creationTimestamp's whole second: now, when now lies within that
+/// second (the controller sees a resource within milliseconds of its
+/// creation), else the middle of the second.
+fn started_at(lc: &LinkChaos, have: &LinkChaosStatus, now: Timestamp) -> Timestamp {
+    if let Some(t) = have.started_at.as_deref().and_then(|t| t.parse().ok()) {
+        return t;
+    }
+    let Some(created) = lc.metadata.creation_timestamp.as_ref().map(|t| t.0) else {
+        return now;
+    };
+    let second = SignedDuration::from_secs(1);
+    if now < created {
+        created
+    } else if now < created + second {
+        now
+    } else {
+        created + second / 2
+    }
 }
 
 /// The kept selection less the pods gone (plus, in mode `all`, the pods now

@@ -42,24 +42,35 @@ fn names(s: &LinkChaosStatus) -> Vec<String> {
 }
 
 #[test]
-fn running_until_creation_plus_duration_then_ended() {
-    let r = lc(
+fn running_until_start_plus_duration_then_ended() {
+    let mut r = lc(
         &format!("{DELAY}mode: all\nduration: 10s"),
         at("2026-01-01T00:00:00Z"),
     );
     let pods = [pod("a", "web"), pod("b", "db")];
-    let (s, requeue) = desired(&r, &pods, &Default::default(), at("2026-01-01T00:00:04Z"));
+    // First seen 0.3 s into creationTimestamp's second: the start is then.
+    let (s, requeue) = desired(&r, &pods, &Default::default(), at("2026-01-01T00:00:00.3Z"));
     assert_eq!(s.phase.as_deref(), Some("Running"));
-    assert_eq!(s.expires_at.as_deref(), Some("2026-01-01T00:00:10Z"));
+    assert_eq!(s.started_at.as_deref(), Some("2026-01-01T00:00:00.3Z"));
+    assert_eq!(s.expires_at.as_deref(), Some("2026-01-01T00:00:10.3Z"));
     assert_eq!(names(&s), ["a"]);
     let requeue = requeue.expect("requeued at the expiry");
     assert!(
-        requeue >= Duration::from_secs(6) && requeue < Duration::from_millis(6100),
+        requeue >= Duration::from_secs(10) && requeue < Duration::from_millis(10_100),
         "{requeue:?}"
     );
-    let (s, requeue) = desired(&r, &pods, &Default::default(), at("2026-01-01T00:00:10Z"));
+    // Read back after a restart: the same start.
+    r.status = Some(s);
+    let (s, _) = desired(&r, &pods, &Default::default(), at("2026-01-01T00:00:10.2Z"));
+    assert_eq!(s.phase.as_deref(), Some("Running"));
+    assert_eq!(s.expires_at.as_deref(), Some("2026-01-01T00:00:10.3Z"));
+    let (s, requeue) = desired(&r, &pods, &Default::default(), at("2026-01-01T00:00:10.3Z"));
     assert_eq!(s.phase.as_deref(), Some("Ended"));
     assert_eq!(requeue, None);
+    // First seen later than that second (the controller was down): its middle.
+    r.status = None;
+    let (s, _) = desired(&r, &pods, &Default::default(), at("2026-01-01T00:00:04Z"));
+    assert_eq!(s.started_at.as_deref(), Some("2026-01-01T00:00:00.5Z"));
 }
 
 #[test]
