@@ -314,3 +314,18 @@ fn rules_are_checked_by_linkems_rule_parser() {
     assert_eq!(e.field, "linkem.rules");
     assert_eq!(e.word.as_deref(), Some("20xs"), "{e}");
 }
+
+#[test]
+fn chaos_meshs_documented_delay_example() {
+    // Chaos Mesh's docs: latency '10ms', correlation '100', jitter '0ms':
+    // with no jitter, tc gets neither jitter nor correlation: a constant 10 ms.
+    let w = words("action: delay\ndelay: {latency: '10ms', correlation: '100', jitter: '0ms'}");
+    assert_eq!(w.egress.as_deref(), Some("delay 10ms"));
+    let l = link(
+        &words("action: delay\ndelay: {latency: '10ms', correlation: '100', jitter: '2ms'}").egress,
+    );
+    assert_eq!(
+        (l.delay_ns, l.jitter_ns, l.delay_correlation),
+        (10_000_000, 2_000_000, 1.0)
+    );
+}

@@ -7,7 +7,7 @@
 mod common;
 
 use common::ControlPlane;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::Client;
 use linkem_operator::chaos::{LinkChaos, LinkChaosStatus, PodRef};
@@ -350,4 +350,40 @@ async fn a_restarted_controller_keeps_the_selection() {
     assert_eq!(now.selected, first.selected);
     let kept: Vec<PodRef> = now.selected.unwrap_or_default();
     assert!(kept.iter().all(|r| r.node.as_deref() == Some("node-a")));
+}
+
+#[tokio::test]
+async fn node_selectors_match_the_nodes_labels() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let ns = namespace("ctl-node");
+    let (client, pods, chaos) = setup(&ns).await;
+    let nodes: Api<Node> = Api::all(client);
+    let (east, west) = (format!("{ns}-east"), format!("{ns}-west"));
+    for (name, zone) in [(&east, "east"), (&west, "west")] {
+        let n: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {"zone": zone}},
+        }))
+        .expect("node");
+        nodes
+            .create(&PostParams::default(), &n)
+            .await
+            .expect("node created");
+    }
+    create_pod(&pods, "e0", "web", &east).await;
+    create_pod(&pods, "e1", "web", &east).await;
+    create_pod(&pods, "w0", "web", &west).await;
+    let _ctl = ControllerProcess::start(ControlPlane::shared());
+    let mut spec = delay("all", None);
+    spec["selector"]["nodeSelectors"] = serde_json::json!({"zone": "east"});
+    create_chaos(&chaos, "east", spec).await;
+    let (s, _) = wait_for(&chaos, "east", Duration::from_secs(30), |s| {
+        s.selected.is_some()
+    })
+    .await;
+    assert_eq!(names(&s), ["e0", "e1"]);
+    let mut spec = delay("all", None);
+    spec["selector"]["nodes"] = serde_json::json!([west]);
+    create_chaos(&chaos, "west", spec).await;
+    let (s, _) = wait_for(&chaos, "west", SELECT_WITHIN, |s| s.selected.is_some()).await;
+    assert_eq!(names(&s), ["w0"]);
 }
