@@ -41,6 +41,14 @@ fn delay_jitter_correlation_and_defaults() {
     let l = link(&w.egress);
     assert_eq!((l.delay_ns, l.jitter_ns), (10_000_000, 5_000_000));
     assert!((l.delay_correlation - 0.25).abs() < 1e-12);
+    let w = words("action: delay\ndelay: {latency: 10ms, jitter: 5ms}");
+    assert!(
+        w.notes.iter().any(|n| n.starts_with("delay.jitter")),
+        "{:?}",
+        w.notes
+    );
+    let y = "action: delay\ndelay: {latency: 10ms, jitter: 5ms}\nlinkem: {egress: reorder allow}";
+    assert!(link(&words(y).egress).reorder_allow);
     // Defaults jitter "0ms", correlation "0": a constant delay.
     let l = link(&words("action: delay\ndelay: {latency: 1.5s}").egress);
     assert_eq!(
@@ -328,4 +336,10 @@ fn chaos_meshs_documented_delay_example() {
         (l.delay_ns, l.jitter_ns, l.delay_correlation),
         (10_000_000, 2_000_000, 1.0)
     );
+}
+
+#[test]
+fn a_zero_latency_gives_no_delay_words_as_tc_gets_none() {
+    let y = "action: delay\ndelay: {latency: 0ms, jitter: 5ms, reorder: {reorder: '25'}}\nloss: {loss: '1'}";
+    assert_eq!(words(y).egress.as_deref(), Some("loss 1%"));
 }
