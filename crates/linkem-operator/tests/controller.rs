@@ -387,3 +387,33 @@ async fn node_selectors_match_the_nodes_labels() {
     let (s, _) = wait_for(&chaos, "west", SELECT_WITHIN, |s| s.selected.is_some()).await;
     assert_eq!(names(&s), ["w0"]);
 }
+
+#[tokio::test]
+async fn two_hundred_pods_on_two_nodes_are_selected_within_two_seconds() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let ns = namespace("ctl-200");
+    let (_c, pods, chaos) = setup(&ns).await;
+    let started = Instant::now();
+    let made = futures::future::join_all((0..200).map(|i| {
+        let pods = pods.clone();
+        async move {
+            let node = ["node-a", "node-b"][i % 2];
+            create_pod(&pods, &format!("p{i:03}"), "web", node).await
+        }
+    }));
+    made.await;
+    eprintln!("200 pods created in {:?}", started.elapsed());
+    let _ctl = ControllerProcess::start(ControlPlane::shared());
+    create_chaos(&chaos, "warm", delay("one", None)).await;
+    wait_for(&chaos, "warm", Duration::from_secs(30), |s| {
+        s.selected.is_some()
+    })
+    .await;
+    let created = Instant::now();
+    create_chaos(&chaos, "all-200", delay("all", None)).await;
+    let (_, seen) = wait_for(&chaos, "all-200", SELECT_WITHIN, |s| names(s).len() == 200).await;
+    eprintln!(
+        "200 pods selected {:?} after the resource's creation",
+        seen - created
+    );
+}
