@@ -1,6 +1,6 @@
-//! `linkem-operator`: `crd` prints the CustomResourceDefinition; `agent`
-//! runs the node agent; `install-cni` puts linkem-cni on a node (the agent's
-//! init container).
+//! `linkem-operator`: `crd` prints the CustomResourceDefinition;
+//! `controller` runs the controller; `agent` runs the node agent;
+//! `install-cni` puts linkem-cni on a node (the agent's init container).
 
 use clap::{Parser, Subcommand};
 use kube::CustomResourceExt;
@@ -48,6 +48,12 @@ enum Cmd {
         #[arg(long, value_name = "DIR")]
         source_dir: Option<PathBuf>,
     },
+    /// Runs the controller: picks each LinkChaos's pods, writes its phase and expiry.
+    Controller {
+        /// A kubeconfig file; without one, in-cluster or $KUBECONFIG or ~/.kube/config.
+        #[arg(long, value_name = "PATH")]
+        kubeconfig: Option<std::path::PathBuf>,
+    },
 }
 
 pub fn main() -> ExitCode {
@@ -70,6 +76,7 @@ pub fn main() -> ExitCode {
             conf_dir,
             source_dir,
         } => install_cni(&bin_dir, &conf_dir, source_dir),
+        Cmd::Controller { kubeconfig } => run_controller(kubeconfig.as_deref()),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -97,6 +104,19 @@ fn install_cni(bin_dir: &Path, conf_dir: &Path, source_dir: Option<PathBuf>) -> 
         println!("linkem-operator: {line}");
     }
     Ok(())
+}
+
+fn run_controller(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let client = crate::controller::client(kubeconfig).await?;
+        tokio::select! {
+            r = crate::controller::run(client) => r,
+            _ = tokio::signal::ctrl_c() => Ok(()),
+        }
+    })
 }
 
 /// The CRD as YAML.

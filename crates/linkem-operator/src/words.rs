@@ -27,7 +27,8 @@
 //!   (per-destination scope) are refused: a pod's emulator impairs its whole
 //!   link.
 //! - netem: `delay LATENCY [JITTER [CORR]]` with jitter only when above 0
-//!   and the correlation only with a jitter (as `convertNetemToArgs`);
+//!   and the correlation only with a jitter, none of it (nor a reorder)
+//!   for a zero latency (as `convertNetemToArgs`);
 //!   defaults `jitter` "0ms", `correlation` "0". Percentages are tc's bare
 //!   percent ("25" = 25%). `reorder P [C] gap N` (tc makes gap 0 a gap of
 //!   1, linkem's default). linkem keeps a jittered link in order where netem
@@ -271,7 +272,7 @@ fn chaos_words(spec: &LinkChaosSpec) -> Result<ChaosWords, SpecError> {
             bandwidth_words(b, &mut out)?;
         }
         _ => {
-            netem_words(spec, &mut out.words)?;
+            netem_words(spec, &mut out)?;
         }
     }
     Ok(out)
@@ -289,8 +290,11 @@ fn action_name(a: Action) -> &'static str {
     }
 }
 
-fn netem_words(spec: &LinkChaosSpec, t: &mut Tagged) -> Result<(), SpecError> {
-    if let Some(d) = &spec.delay {
+fn netem_words(spec: &LinkChaosSpec, out: &mut ChaosWords) -> Result<(), SpecError> {
+    let t = &mut out.words;
+    // tc gets no delay, jitter or reorder at all for a zero latency
+    // (`convertNetemToArgs`; netem cannot reorder without a delay).
+    if let Some(d) = spec.delay.as_ref().filter(|d| !is_zero_time(&d.latency)) {
         t.push(
             "delay.latency",
             &format!("delay {}", go_time_word(&d.latency)),
@@ -298,6 +302,11 @@ fn netem_words(spec: &LinkChaosSpec, t: &mut Tagged) -> Result<(), SpecError> {
         let jitter = d.jitter.as_deref().unwrap_or("0ms");
         if !is_zero_time(jitter) {
             t.push("delay.jitter", &go_time_word(jitter));
+            out.notes.push(
+                "delay.jitter: linkem keeps the packets in order where netem's jitter reorders \
+                 them; 'reorder allow' in linkem.egress/ingress gives netem's reordering"
+                    .into(),
+            );
             let corr = d.correlation.as_deref().unwrap_or("0");
             if !is_zero_number(corr) {
                 t.push("delay.correlation", &percent_word(corr));

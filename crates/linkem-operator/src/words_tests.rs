@@ -41,6 +41,14 @@ fn delay_jitter_correlation_and_defaults() {
     let l = link(&w.egress);
     assert_eq!((l.delay_ns, l.jitter_ns), (10_000_000, 5_000_000));
     assert!((l.delay_correlation - 0.25).abs() < 1e-12);
+    let w = words("action: delay\ndelay: {latency: 10ms, jitter: 5ms}");
+    assert!(
+        w.notes.iter().any(|n| n.starts_with("delay.jitter")),
+        "{:?}",
+        w.notes
+    );
+    let y = "action: delay\ndelay: {latency: 10ms, jitter: 5ms}\nlinkem: {egress: reorder allow}";
+    assert!(link(&words(y).egress).reorder_allow);
     // Defaults jitter "0ms", correlation "0": a constant delay.
     let l = link(&words("action: delay\ndelay: {latency: 1.5s}").egress);
     assert_eq!(
@@ -313,4 +321,25 @@ fn rules_are_checked_by_linkems_rule_parser() {
     let e = refused("linkem: {rules: \"pipe 1 config delay 20xs\\n\"}");
     assert_eq!(e.field, "linkem.rules");
     assert_eq!(e.word.as_deref(), Some("20xs"), "{e}");
+}
+
+#[test]
+fn chaos_meshs_documented_delay_example() {
+    // Chaos Mesh's docs: latency '10ms', correlation '100', jitter '0ms':
+    // with no jitter, tc gets neither jitter nor correlation: a constant 10 ms.
+    let w = words("action: delay\ndelay: {latency: '10ms', correlation: '100', jitter: '0ms'}");
+    assert_eq!(w.egress.as_deref(), Some("delay 10ms"));
+    let l = link(
+        &words("action: delay\ndelay: {latency: '10ms', correlation: '100', jitter: '2ms'}").egress,
+    );
+    assert_eq!(
+        (l.delay_ns, l.jitter_ns, l.delay_correlation),
+        (10_000_000, 2_000_000, 1.0)
+    );
+}
+
+#[test]
+fn a_zero_latency_gives_no_delay_words_as_tc_gets_none() {
+    let y = "action: delay\ndelay: {latency: 0ms, jitter: 5ms, reorder: {reorder: '25'}}\nloss: {loss: '1'}";
+    assert_eq!(words(y).egress.as_deref(), Some("loss 1%"));
 }
