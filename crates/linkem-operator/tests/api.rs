@@ -2,8 +2,8 @@
 //! kube-apiserver (tests/common): the CRD is Established, the examples are
 //! accepted with the meaning they were written with, malformed specs are
 //! refused by the CRD's schema naming the field, every object of deploy/ passes
-//! a server-side dry run, and two writers of `status.pods` keep each other's
-//! keys.
+//! a server-side dry run, the RBAC grants each component what it does and no
+//! more, and two writers of `status.pods` keep each other's keys.
 //!
 //! One control plane serves the whole file (`ControlPlane::shared`); each test
 //! uses names of its own.
@@ -12,9 +12,12 @@ mod common;
 
 use anyhow::{bail, Context, Result};
 use common::{install_crd, ControlPlane};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::discovery::pinned_kind;
+use kube::discovery::{pinned_kind, Scope};
 use kube::Client;
 use linkem_operator::chaos::{LinkChaos, LinkChaosSpec};
 use serde_json::{json, Value};
@@ -220,38 +223,141 @@ async fn deploy_manifests_pass_a_server_side_dry_run() -> Result<()> {
             "no {want} in deploy/: {kinds:?}"
         );
     }
-    let real = PatchParams::apply("linkem-tests").force();
-    let dry = PatchParams::apply("linkem-tests").force().dry_run();
     for pass in ["namespaces", "dry run"] {
         for (path, obj) in &objects {
-            let types = obj
-                .types
-                .as_ref()
-                .context("an object without apiVersion/kind")?;
-            let is_ns = types.kind == "Namespace";
-            if (pass == "namespaces") != is_ns {
-                continue;
+            let is_ns = obj.types.as_ref().is_some_and(|t| t.kind == "Namespace");
+            if (pass == "namespaces") == is_ns {
+                apply(&client, path, obj, !is_ns).await?;
             }
-            let gvk = GroupVersionKind::try_from(types)?;
-            let (ar, caps) = pinned_kind(&client, &gvk).await?;
-            let api: Api<DynamicObject> = match (&caps.scope, &obj.metadata.namespace) {
-                (kube::discovery::Scope::Namespaced, Some(ns)) => {
-                    Api::namespaced_with(client.clone(), ns, &ar)
-                }
-                (kube::discovery::Scope::Namespaced, None) => {
-                    bail!("{}: {} without a namespace", path.display(), types.kind)
-                }
-                (kube::discovery::Scope::Cluster, _) => Api::all_with(client.clone(), &ar),
-            };
-            let name = obj
-                .metadata
-                .name
-                .clone()
-                .context("an object without a name")?;
-            let pp = if is_ns { &real } else { &dry };
-            api.patch(&name, pp, &Patch::Apply(obj))
-                .await
-                .with_context(|| format!("{}: {} {name}", path.display(), types.kind))?;
+        }
+    }
+    Ok(())
+}
+
+/// Server-side apply of one object of `path` (with `dryRun=All` when `dry_run`).
+async fn apply(client: &Client, path: &Path, obj: &DynamicObject, dry_run: bool) -> Result<()> {
+    let types = obj
+        .types
+        .as_ref()
+        .context("an object without apiVersion/kind")?;
+    let gvk = GroupVersionKind::try_from(types)?;
+    let (ar, caps) = pinned_kind(client, &gvk).await?;
+    let api: Api<DynamicObject> = match (&caps.scope, &obj.metadata.namespace) {
+        (Scope::Namespaced, Some(ns)) => Api::namespaced_with(client.clone(), ns, &ar),
+        (Scope::Namespaced, None) => {
+            bail!("{}: {} without a namespace", path.display(), types.kind)
+        }
+        (Scope::Cluster, _) => Api::all_with(client.clone(), &ar),
+    };
+    let name = obj
+        .metadata
+        .name
+        .clone()
+        .context("an object without a name")?;
+    let mut pp = PatchParams::apply("linkem-tests").force();
+    if dry_run {
+        pp = pp.dry_run();
+    }
+    api.patch(&name, &pp, &Patch::Apply(obj))
+        .await
+        .with_context(|| format!("{}: {} {name}", path.display(), types.kind))?;
+    Ok(())
+}
+
+/// Whether the service account `linkem-system/NAME` may `verb` the resource.
+async fn may(client: &Client, account: &str, verb: &str, resource: &str) -> Result<bool> {
+    let (group, resource) = resource.split_once('/').unwrap_or(("", resource));
+    let (resource, subresource) = match resource.split_once('.') {
+        Some((r, s)) => (r, Some(s.to_string())),
+        None => (resource, None),
+    };
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(format!("system:serviceaccount:linkem-system:{account}")),
+            groups: Some(vec![
+                "system:serviceaccounts".into(),
+                "system:serviceaccounts:linkem-system".into(),
+                "system:authenticated".into(),
+            ]),
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(group.into()),
+                resource: Some(resource.into()),
+                subresource,
+                verb: Some(verb.into()),
+                namespace: Some("default".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let api: Api<SubjectAccessReview> = Api::all(client.clone());
+    let answer = api.create(&PostParams::default(), &review).await?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
+}
+
+/// deploy/rbac.yaml, applied for real, grants the controller and the agent
+/// what they do (asked of the API server's own RBAC authorizer) and nothing
+/// that changes a spec, a pod or a node.
+#[tokio::test]
+async fn rbac_grants_each_what_it_does_and_no_more() -> Result<()> {
+    let client = client_with_crd().await?;
+    for file in ["namespace.yaml", "rbac.yaml"] {
+        let path = deploy_dir().join(file);
+        for doc in documents(&path)? {
+            apply(&client, &path, &serde_json::from_value(doc)?, false).await?;
+        }
+    }
+    let common = [
+        ("get", "linkem.dev/linkchaos"),
+        ("list", "linkem.dev/linkchaos"),
+        ("watch", "linkem.dev/linkchaos"),
+        ("patch", "linkem.dev/linkchaos.status"),
+        ("list", "pods"),
+        ("watch", "pods"),
+    ];
+    let controller_only = [("list", "nodes"), ("watch", "nodes")];
+    let nobody = [
+        ("create", "linkem.dev/linkchaos"),
+        ("update", "linkem.dev/linkchaos"),
+        ("patch", "linkem.dev/linkchaos"),
+        ("delete", "linkem.dev/linkchaos"),
+        ("update", "linkem.dev/linkchaos.status"),
+        ("create", "pods"),
+        ("patch", "pods"),
+        ("delete", "pods"),
+        ("get", "secrets"),
+        ("patch", "nodes"),
+    ];
+    // The authorizer learns of new bindings through its informers: a moment.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !may(&client, "linkem-node", "list", "pods").await? {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent's binding never took effect"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    for account in ["linkem-controller", "linkem-node"] {
+        for (verb, resource) in common {
+            assert!(
+                may(&client, account, verb, resource).await?,
+                "{account} may not {verb} {resource}"
+            );
+        }
+        for (verb, resource) in controller_only {
+            let allowed = may(&client, account, verb, resource).await?;
+            assert_eq!(
+                allowed,
+                account == "linkem-controller",
+                "{account} {verb} {resource}"
+            );
+        }
+        for (verb, resource) in nobody {
+            assert!(
+                !may(&client, account, verb, resource).await?,
+                "{account} may {verb} {resource}"
+            );
         }
     }
     Ok(())
