@@ -31,9 +31,10 @@ pub struct Step {
 pub struct ChaosView {
     pub namespace: String,
     pub name: String,
-    /// creationTimestamp, ns since the epoch.
+    /// When it took effect (`status.startedAt`, else creationTimestamp),
+    /// ns since the epoch: schedule steps count from here.
     pub created_ns: i128,
-    /// creation + `duration`.
+    /// When it ends (`status.expiresAt`, else start + `duration`).
     pub expires_ns: Option<i128>,
     /// Deleted (a deletionTimestamp) or ended by the controller.
     pub gone: bool,
@@ -47,19 +48,31 @@ impl ChaosView {
         format!("{}/{}", self.namespace, self.name)
     }
 
+    /// The resource as the agent reads it: its start is the controller's
+    /// `status.startedAt` (creationTimestamp made finer than its whole
+    /// second), else creationTimestamp; its end the controller's
+    /// `status.expiresAt`, else start + `duration`.
     pub fn from_resource(lc: &LinkChaos) -> ChaosView {
         let meta = &lc.metadata;
-        let created_ns = meta
-            .creation_timestamp
-            .as_ref()
-            .map(|t| t.0.as_nanosecond())
-            .unwrap_or(0);
+        let status = lc.status.clone().unwrap_or_default();
+        let instant = |t: &Option<String>| {
+            t.as_deref()
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                .map(|t| t.as_nanosecond())
+        };
+        let created_ns = instant(&status.started_at).unwrap_or_else(|| {
+            meta.creation_timestamp
+                .as_ref()
+                .map(|t| t.0.as_nanosecond())
+                .unwrap_or(0)
+        });
         let duration_ns = lc
             .spec
             .duration
             .as_deref()
             .and_then(|d| words::go_duration_ns(d).ok());
-        let status = lc.status.clone().unwrap_or_default();
+        let expires_ns =
+            instant(&status.expires_at).or_else(|| duration_ns.map(|d| created_ns + i128::from(d)));
         let phase = status.phase.as_deref();
         let steps = lc
             .spec
@@ -80,7 +93,7 @@ impl ChaosView {
             namespace: meta.namespace.clone().unwrap_or_default(),
             name: meta.name.clone().unwrap_or_default(),
             created_ns,
-            expires_ns: duration_ns.map(|d| created_ns + i128::from(d)),
+            expires_ns,
             gone: meta.deletion_timestamp.is_some() || matches!(phase, Some("Ended" | "Refused")),
             selected: status.selected.unwrap_or_default(),
             words: words::link_words(&lc.spec),

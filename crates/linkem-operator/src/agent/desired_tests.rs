@@ -135,6 +135,30 @@ fn expired_deleted_unselected_or_elsewhere_resources_do_not_apply() {
 }
 
 #[test]
+fn the_controllers_start_and_expiry_win_over_the_whole_second_of_creation() {
+    let spec: LinkChaosSpec = serde_yaml::from_str(&format!(
+        "{SELECTOR}action: delay\ndelay: {{latency: 20ms}}\nduration: 10s\n"
+    ))
+    .unwrap();
+    let mut lc = LinkChaos::new("timed", spec);
+    lc.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        "2026-11-29T14:00:00Z".parse().unwrap(),
+    ));
+    let s = |t: &str| t.parse::<jiff::Timestamp>().unwrap().as_nanosecond();
+    let c = ChaosView::from_resource(&lc);
+    assert_eq!(c.created_ns, s("2026-11-29T14:00:00Z"));
+    assert_eq!(c.expires_ns, Some(s("2026-11-29T14:00:10Z")));
+    lc.status = Some(crate::chaos::LinkChaosStatus {
+        started_at: Some("2026-11-29T14:00:00.25Z".into()),
+        expires_at: Some("2026-11-29T14:00:10.25Z".into()),
+        ..Default::default()
+    });
+    let c = ChaosView::from_resource(&lc);
+    assert_eq!(c.created_ns, s("2026-11-29T14:00:00.25Z"));
+    assert_eq!(c.expires_ns, Some(s("2026-11-29T14:00:10.25Z")));
+}
+
+#[test]
 fn schedule_steps_join_at_their_instants() {
     let spec = format!(
         "{SELECTOR}action: delay\ndelay: {{latency: 20ms}}\nlinkem:\n  schedule:\n  \
