@@ -9,96 +9,18 @@
 mod common;
 mod node;
 
+use node::{free_port, scrape, until, AgentProc};
+
 use common::{install_crd, ControlPlane};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use linkem_operator::chaos::LinkChaos;
 use serde_json::json;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const NODE: &str = "node-a";
 /// The agent's promise for a change of a resource or a new sandbox.
 const WITHIN: Duration = Duration::from_secs(2);
-
-/// The agent process; killed on drop (and by the kernel when the test's
-/// thread ends).
-struct AgentProc {
-    child: Child,
-    log: std::path::PathBuf,
-}
-
-impl AgentProc {
-    fn start(run_dir: &Path, kubeconfig: &Path, metrics_port: u16, log: &Path) -> AgentProc {
-        let out = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_linkem-operator"));
-        cmd.args(["agent", "--node", NODE, "--run-dir"])
-            .arg(run_dir)
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args(["--metrics", &format!("127.0.0.1:{metrics_port}")])
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out);
-        linkem_io::shellns::die_with_parent(&mut cmd, libc::SIGKILL);
-        AgentProc {
-            child: cmd.spawn().unwrap(),
-            log: log.to_path_buf(),
-        }
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for AgentProc {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn scrape(port: u16) -> Option<String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    Some(text)
-}
-
-/// Polls `f` every 20 ms until it holds or `limit` passes; the time it took.
-fn until(limit: Duration, mut f: impl FnMut() -> bool) -> Option<Duration> {
-    let t = Instant::now();
-    loop {
-        if f() {
-            return Some(t.elapsed());
-        }
-        if t.elapsed() > limit {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 fn delayed(n: &node::Node, pod: &node::Pod) -> bool {
     n.links(pod)

@@ -13,7 +13,8 @@
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 pub const PLUGINS: &str = "/usr/lib/cni";
 
@@ -282,5 +283,103 @@ impl Drop for Node {
             let _ = run("ip", &["link", "del", l]);
         }
         let _ = std::fs::remove_dir_all(std::env::temp_dir().join(&self.prefix));
+    }
+}
+
+/// A `linkem-operator` process (an agent, the controller); killed on drop
+/// (and by the kernel when the test's thread ends).
+pub struct AgentProc {
+    child: Child,
+    log: std::path::PathBuf,
+}
+
+impl AgentProc {
+    /// The agent of `node` over `run_dir`, metrics on 127.0.0.1:`metrics_port`.
+    pub fn start(run_dir: &Path, kubeconfig: &Path, metrics_port: u16, log: &Path) -> AgentProc {
+        Self::start_node("node-a", run_dir, kubeconfig, metrics_port, log)
+    }
+
+    pub fn start_node(
+        node: &str,
+        run_dir: &Path,
+        kubeconfig: &Path,
+        metrics_port: u16,
+        log: &Path,
+    ) -> AgentProc {
+        let mut args: Vec<String> = ["agent", "--node", node, "--run-dir"]
+            .map(String::from)
+            .into();
+        args.push(run_dir.display().to_string());
+        args.extend(["--metrics".to_string(), format!("127.0.0.1:{metrics_port}")]);
+        Self::operator(&args, kubeconfig, log)
+    }
+
+    /// `linkem-operator ARGS --kubeconfig KUBECONFIG`, its output appended to `log`.
+    pub fn operator(args: &[String], kubeconfig: &Path, log: &Path) -> AgentProc {
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_linkem-operator"));
+        cmd.args(args)
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out);
+        linkem_io::shellns::die_with_parent(&mut cmd, libc::SIGKILL);
+        AgentProc {
+            child: cmd.spawn().unwrap(),
+            log: log.to_path_buf(),
+        }
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for AgentProc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `GET /metrics` on 127.0.0.1:`port`.
+pub fn scrape(port: u16) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
+/// Polls `f` every 20 ms until it holds or `limit` passes; the time it took.
+pub fn until(limit: Duration, mut f: impl FnMut() -> bool) -> Option<Duration> {
+    let t = Instant::now();
+    loop {
+        if f() {
+            return Some(t.elapsed());
+        }
+        if t.elapsed() > limit {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
