@@ -148,4 +148,35 @@ fn the_agent_applies_restores_and_refuses_on_a_real_emulator() {
     );
     let c = metrics.counts(&("lkns".into(), "web-0".into(), pod.emulator.clone()));
     assert_eq!(c.applies, 1, "{c:?}");
+
+    // Through the agent: a trace file the emulator will not read over its
+    // socket is Refused in the pod's status, naming the file's word; the
+    // link stays, and the same words are not sent again.
+    let mut traced = slow_chaos(&pod);
+    let spec: LinkChaosSpec = serde_yaml::from_str(
+        "selector: {labelSelectors: {app: web}}\nmode: all\n\
+         linkem: {link: loss 0%, trace: {egress: \"1\\n2\\n\"}}\n",
+    )
+    .unwrap();
+    traced.words = linkem_operator::words::link_words(&spec);
+    let before = n.links(&pod);
+    let pass = restarted.pass(std::slice::from_ref(&traced), None, now_ns());
+    let st = &pass.updates[0].status;
+    assert_eq!(st.state, "Refused", "{st:?}");
+    assert!(
+        st.word
+            .as_deref()
+            .is_some_and(|w| w.ends_with("-egress.trace")),
+        "{st:?}"
+    );
+    let words = st.words.clone().unwrap_or_default();
+    let at = st.position.unwrap_or(0) as usize;
+    assert_eq!(
+        words.split_whitespace().nth(at.wrapping_sub(1)),
+        st.word.as_deref(),
+        "{st:?}"
+    );
+    assert_eq!(n.links(&pod), before);
+    assert!(restarted.pass(&[traced], None, now_ns()).updates.is_empty());
+    assert_eq!(n.links(&pod), before, "refused words were sent again");
 }
