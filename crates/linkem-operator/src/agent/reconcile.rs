@@ -80,8 +80,31 @@ impl Agent {
     }
 
     /// Writes the resources' traces where [`Agent::trace_path`] says (only
-    /// when the text changed).
+    /// when the text changed) and removes those of resources gone.
     fn write_traces(&self, chaos: &[ChaosView]) {
+        let dir = self.run_dir.join("agent").join("traces");
+        let wanted: Vec<PathBuf> = chaos
+            .iter()
+            .filter_map(|c| Some((c, c.words.as_ref().ok()?)))
+            .flat_map(|(c, w)| {
+                let e = w
+                    .traces
+                    .egress
+                    .as_ref()
+                    .map(|_| Self::trace_path(&self.run_dir, c, true));
+                let i = w
+                    .traces
+                    .ingress
+                    .as_ref()
+                    .map(|_| Self::trace_path(&self.run_dir, c, false));
+                e.into_iter().chain(i)
+            })
+            .collect();
+        for old in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if !wanted.contains(&old.path()) {
+                let _ = std::fs::remove_file(old.path());
+            }
+        }
         for c in chaos {
             let Ok(w) = &c.words else { continue };
             for (egress, text) in [(true, &w.traces.egress), (false, &w.traces.ingress)] {
@@ -140,6 +163,8 @@ impl Agent {
         }
         self.report_waiting(chaos, &found, now_ns, &mut pass);
         let live: Vec<String> = found.iter().map(Emulator::instance).collect();
+        let resources: Vec<String> = chaos.iter().map(ChaosView::key).collect();
+        self.reported.retain(|(r, _), _| resources.contains(r));
         self.record.emulators.retain(|k, _| live.contains(k));
         if self.record != before {
             if let Err(e) = self.record.save(&Record::path(&self.run_dir)) {
