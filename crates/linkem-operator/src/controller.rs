@@ -64,7 +64,7 @@ pub async fn run(client: Client) -> anyhow::Result<()> {
     )
     .default_backoff()
     .touched_objects()
-    .filter_map(|r| async move { r.ok().map(|_| ()) });
+    .filter_map(|r| async move { event("pods", r) });
     let (nodes, node_writer) = reflector::store();
     let node_events = reflector::reflector(
         node_writer,
@@ -72,7 +72,7 @@ pub async fn run(client: Client) -> anyhow::Result<()> {
     )
     .default_backoff()
     .touched_objects()
-    .filter_map(|r| async move { r.ok().map(|_| ()) });
+    .filter_map(|r| async move { event("nodes", r) });
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         pods,
@@ -90,7 +90,14 @@ pub async fn run(client: Client) -> anyhow::Result<()> {
             },
             ctx,
         )
-        .for_each(|_| async {})
+        .for_each(|r| async move {
+            // A reconcile's own failure was said by the error policy.
+            if let Err(e) = r {
+                if !matches!(e, kube::runtime::controller::Error::ReconcilerFailed(..)) {
+                    eprintln!("linkem-operator controller: {e}");
+                }
+            }
+        })
         .await;
     Ok(())
 }
@@ -109,6 +116,17 @@ impl std::error::Error for ReconcileError {}
 
 fn failed(e: impl std::fmt::Display) -> ReconcileError {
     ReconcileError(e.to_string())
+}
+
+/// A watch event as a trigger; a watch error is said (the watch retries).
+fn event<K>(what: &str, r: Result<K, watcher::Error>) -> Option<()> {
+    match r {
+        Ok(_) => Some(()),
+        Err(e) => {
+            eprintln!("linkem-operator controller: watching {what}: {e}");
+            None
+        }
+    }
 }
 
 async fn reconcile(lc: Arc<LinkChaos>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
