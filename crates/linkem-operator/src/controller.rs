@@ -24,8 +24,8 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, ResourceExt};
-use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How long after a failed reconcile (an API error) it is tried again.
@@ -37,6 +37,11 @@ struct Ctx {
     client: Client,
     pods: Store<Pod>,
     nodes: Store<Node>,
+    chaos: Store<LinkChaos>,
+    /// The status last written per resource uid: a reconcile may run on a
+    /// cached object from before that write (the watch lags it), and must
+    /// not pick again or move `startedAt`.
+    written: Mutex<HashMap<String, LinkChaosStatus>>,
 }
 
 /// A client from `kubeconfig`, else the default (in-cluster, `KUBECONFIG`,
@@ -64,7 +69,7 @@ pub async fn run(client: Client) -> anyhow::Result<()> {
     )
     .default_backoff()
     .touched_objects()
-    .filter_map(|r| async move { r.ok().map(|_| ()) });
+    .filter_map(|r| async move { event("pods", r) });
     let (nodes, node_writer) = reflector::store();
     let node_events = reflector::reflector(
         node_writer,
@@ -72,14 +77,20 @@ pub async fn run(client: Client) -> anyhow::Result<()> {
     )
     .default_backoff()
     .touched_objects()
-    .filter_map(|r| async move { r.ok().map(|_| ()) });
+    .filter_map(|r| async move { event("nodes", r) });
+    let config = kube::runtime::controller::Config::default().debounce(DEBOUNCE);
+    let controller = Controller::new(
+        Api::<LinkChaos>::all(client.clone()),
+        watcher::Config::default(),
+    );
     let ctx = Arc::new(Ctx {
-        client: client.clone(),
+        client,
         pods,
         nodes,
+        chaos: controller.store(),
+        written: Mutex::new(HashMap::new()),
     });
-    let config = kube::runtime::controller::Config::default().debounce(DEBOUNCE);
-    Controller::new(Api::<LinkChaos>::all(client), watcher::Config::default())
+    controller
         .with_config(config)
         .reconcile_all_on(futures::stream::select(pod_events, node_events))
         .run(
@@ -90,7 +101,14 @@ pub async fn run(client: Client) -> anyhow::Result<()> {
             },
             ctx,
         )
-        .for_each(|_| async {})
+        .for_each(|r| async move {
+            // A reconcile's own failure was said by the error policy.
+            if let Err(e) = r {
+                if !matches!(e, kube::runtime::controller::Error::ReconcilerFailed(..)) {
+                    eprintln!("linkem-operator controller: {e}");
+                }
+            }
+        })
         .await;
     Ok(())
 }
@@ -111,6 +129,17 @@ fn failed(e: impl std::fmt::Display) -> ReconcileError {
     ReconcileError(e.to_string())
 }
 
+/// A watch event as a trigger; a watch error is said (the watch retries).
+fn event<K>(what: &str, r: Result<K, watcher::Error>) -> Option<()> {
+    match r {
+        Ok(_) => Some(()),
+        Err(e) => {
+            eprintln!("linkem-operator controller: watching {what}: {e}");
+            None
+        }
+    }
+}
+
 async fn reconcile(lc: Arc<LinkChaos>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
     if lc.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
@@ -125,6 +154,11 @@ async fn reconcile(lc: Arc<LinkChaos>, ctx: Arc<Ctx>) -> Result<Action, Reconcil
         .iter()
         .map(|n| (n.name_any(), n.metadata.labels.clone().unwrap_or_default()))
         .collect();
+    let uid = lc.metadata.uid.clone().unwrap_or_default();
+    let mut lc = LinkChaos::clone(&lc);
+    if let Some(newer) = remembered(&ctx, &uid) {
+        lc.status = Some(newer);
+    }
     let now = Timestamp::now();
     let (want, requeue) = desired(&lc, &pods, &nodes, now);
     let have = lc.status.clone().unwrap_or_default();
@@ -145,6 +179,9 @@ async fn reconcile(lc: Arc<LinkChaos>, ctx: Arc<Ctx>) -> Result<Action, Reconcil
         )
         .await
         .map_err(failed)?;
+        if let Ok(mut w) = ctx.written.lock() {
+            w.insert(uid, want.clone());
+        }
         eprintln!(
             "linkem-operator controller: {ns}/{}: {} ({} selected)",
             lc.name_any(),
@@ -153,6 +190,22 @@ async fn reconcile(lc: Arc<LinkChaos>, ctx: Arc<Ctx>) -> Result<Action, Reconcil
         );
     }
     Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// The status this controller last wrote for `uid` (forgetting resources
+/// that are gone).
+fn remembered(ctx: &Ctx, uid: &str) -> Option<LinkChaosStatus> {
+    let mut w = ctx.written.lock().ok()?;
+    if w.len() > ctx.chaos.state().len() {
+        let live: BTreeSet<String> = ctx
+            .chaos
+            .state()
+            .iter()
+            .filter_map(|c| c.metadata.uid.clone())
+            .collect();
+        w.retain(|k, _| live.contains(k));
+    }
+    w.get(uid).cloned()
 }
 
 fn status_differs(want: &LinkChaosStatus, have: &LinkChaosStatus) -> bool {
