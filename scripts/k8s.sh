@@ -29,7 +29,8 @@
 # Env: K8S_CACHE, API_PORT (16443) and ETCD_PORT (12379) for `up`.
 set -euo pipefail
 
-CACHE=${K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/linkem-k8s}
+# (The tests' harness reads the same: crates/linkem-operator/tests/common.)
+CACHE=${K8S_CACHE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/linkem-k8s}
 K8S_VERSION=1.34.2
 ETCD_VERSION=3.6.4
 GO_MIN=1.24

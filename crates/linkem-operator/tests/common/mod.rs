@@ -268,7 +268,14 @@ fn keep(
     stop: mpsc::Receiver<()>,
 ) {
     let mut children: Vec<Child> = Vec::new();
-    let started = launch(bin, dir, token, &mut children);
+    let mut started = launch(bin, dir, token, &mut children);
+    if started.is_err() {
+        // Most likely a port taken between free_ports and the bind (other
+        // tests start control planes too): once more with new ports.
+        stop_all(&mut children);
+        let _ = std::fs::remove_dir_all(dir.join("etcd"));
+        started = launch(bin, dir, token, &mut children);
+    }
     let failed = started.is_err();
     let _ = ready.send(started);
     if !failed {
@@ -276,7 +283,11 @@ fn keep(
         // shared one never is, and the process's exit ends this thread.
         let _ = stop.recv();
     }
-    for c in children.iter_mut().rev() {
+    stop_all(&mut children);
+}
+
+fn stop_all(children: &mut Vec<Child>) {
+    for mut c in children.drain(..).rev() {
         let _ = c.kill();
         let _ = c.wait();
     }
