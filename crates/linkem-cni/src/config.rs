@@ -19,6 +19,7 @@
 
 use crate::error::{CniError, DECODE, INCOMPATIBLE_VERSION};
 use serde_json::{Map, Value};
+use std::path::PathBuf;
 
 /// The CNI versions this plugin speaks.
 pub const SUPPORTED_VERSIONS: [&str; 3] = ["0.4.0", "1.0.0", "1.1.0"];
@@ -66,6 +67,9 @@ pub struct NetConf {
     pub valid_attachments: Option<Vec<(String, String)>>,
     /// The network's name: GC only touches this network's links.
     pub network: String,
+    /// `runDir`: control sockets here, the plugin's files in its `cni/`
+    /// (default [`crate::daemon::DEFAULT_RUN_DIR`]).
+    pub run_dir: PathBuf,
 }
 
 /// Keys every plugin's configuration may carry (the CNI spec's and the
@@ -114,6 +118,7 @@ pub fn parse(bytes: &[u8]) -> Result<NetConf, CniError> {
     let mut prev_result = None;
     let mut valid_attachments = None;
     let mut network = String::new();
+    let mut run_dir = PathBuf::from(crate::daemon::DEFAULT_RUN_DIR);
     for (key, value) in &obj {
         match key.as_str() {
             "link" => spec.link = Some(words_field(key, value)?),
@@ -130,11 +135,12 @@ pub fn parse(bytes: &[u8]) -> Result<NetConf, CniError> {
             }
             "cni.dev/valid-attachments" => valid_attachments = Some(attachments(key, value)?),
             "name" => network = string_field(key, value)?,
+            "runDir" => run_dir = run_dir_field(value)?,
             k if STANDARD_KEYS.contains(&k) => {}
             k => {
                 return Err(CniError::config(format!(
                     "unknown field \"{k}\" in linkem-cni's configuration (its fields: link, \
-                     a-to-b, b-to-a, rules, options)"
+                     a-to-b, b-to-a, rules, options, runDir)"
                 )))
             }
         }
@@ -147,7 +153,59 @@ pub fn parse(bytes: &[u8]) -> Result<NetConf, CniError> {
         prev_result,
         valid_attachments,
         network,
+        run_dir,
     })
+}
+
+/// `runDir`: an absolute path of at most 200 bytes (a socket's path in it
+/// must fit the kernel's 108 bytes with a name of up to 64 and `.sock`,
+/// which `linkem bridge` then checks), without `..`.
+fn run_dir_field(value: &Value) -> Result<PathBuf, CniError> {
+    let s = string_field("runDir", value)?;
+    let ok = s.starts_with('/')
+        && s.len() <= 200
+        && !s.contains('\0')
+        && !s.split('/').any(|part| part == "..");
+    if !ok {
+        return Err(CniError::config(format!(
+            "field \"runDir\" must be an absolute path without '..' (e.g. /run/linkem), not '{s}'"
+        )));
+    }
+    Ok(PathBuf::from(s))
+}
+
+/// The run directory of a configuration DEL may not be able to parse as a
+/// whole: its `runDir` when that is valid, else the default (DEL cleans up
+/// what it can; see the crate's doc).
+pub fn run_dir_lenient(bytes: &[u8]) -> PathBuf {
+    serde_json::from_slice::<Value>(bytes)
+        .ok()
+        .and_then(|v| v.get("runDir").and_then(|d| run_dir_field(d).ok()))
+        .unwrap_or_else(|| PathBuf::from(crate::daemon::DEFAULT_RUN_DIR))
+}
+
+/// The pod a Kubernetes runtime names in `CNI_ARGS` (`K8S_POD_NAMESPACE`,
+/// `K8S_POD_NAME`, `K8S_POD_UID`); each None when not given.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct PodArgs {
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub uid: Option<String>,
+}
+
+/// The pod named in `CNI_ARGS`; malformed pairs are [`from_cni_args`]' to refuse.
+pub fn pod_args(args: &str) -> PodArgs {
+    let mut pod = PodArgs::default();
+    for (k, v) in args.split(';').filter_map(|p| p.split_once('=')) {
+        let v = Some(v.to_string()).filter(|v| !v.is_empty());
+        match k {
+            "K8S_POD_NAMESPACE" => pod.namespace = v,
+            "K8S_POD_NAME" => pod.name = v,
+            "K8S_POD_UID" => pod.uid = v,
+            _ => {}
+        }
+    }
+    pod
 }
 
 fn string_field(key: &str, value: &Value) -> Result<String, CniError> {
@@ -280,12 +338,14 @@ fn checked(field: &str, words: &str) -> Result<String, CniError> {
 }
 
 /// The arguments after `linkem bridge IF_A IF_B`: the words for both
-/// directions, the options, the control socket's name, the rule file, then
-/// the per-direction words (last: each takes the words up to the next option).
+/// directions, the options, the emulator's name and control socket, the rule
+/// file, then the per-direction words (last: each takes the words up to the
+/// next option).
 pub fn bridge_args(
     spec: &LinkSpec,
     options: &[String],
     name: &str,
+    socket: &std::path::Path,
     rules_file: Option<&str>,
 ) -> Vec<String> {
     let mut args: Vec<String> = Vec::new();
@@ -294,6 +354,7 @@ pub fn bridge_args(
     }
     args.extend(options.iter().cloned());
     args.extend(["--name".to_string(), name.to_string()]);
+    args.extend(["--control".to_string(), socket.display().to_string()]);
     if let Some(path) = rules_file {
         args.extend(["--rules".to_string(), path.to_string()]);
     }
@@ -322,7 +383,8 @@ mod tests {
                 "b-to-a":"delay 5ms","options":["--max-lag","off"]}"#,
         )
         .unwrap();
-        let args = bridge_args(&c.spec, &c.options, "cni-x-eth0", None);
+        let sock = std::path::Path::new("/run/linkem/cni-x-eth0.sock");
+        let args = bridge_args(&c.spec, &c.options, "cni-x-eth0", sock, None);
         assert_eq!(
             args,
             [
@@ -334,6 +396,8 @@ mod tests {
                 "off",
                 "--name",
                 "cni-x-eth0",
+                "--control",
+                "/run/linkem/cni-x-eth0.sock",
                 "--b-to-a",
                 "delay",
                 "5ms"
@@ -419,6 +483,42 @@ mod tests {
         assert!(e.msg.contains("CNI_ARGS LINKEM_LINK"), "{}", e.msg);
         let e = conf("{not json").unwrap_err();
         assert_eq!(e.code, DECODE);
+    }
+
+    #[test]
+    fn run_dir_is_read_checked_and_defaulted() {
+        let c = conf(r#"{"cniVersion":"1.0.0","type":"linkem-cni","runDir":"/tmp/node-a"}"#);
+        assert_eq!(c.unwrap().run_dir, std::path::Path::new("/tmp/node-a"));
+        let c = conf(r#"{"cniVersion":"1.0.0","type":"linkem-cni"}"#).unwrap();
+        assert_eq!(c.run_dir, std::path::Path::new("/run/linkem"));
+        for bad in [r#""run""#, r#""/run/../etc""#, "5"] {
+            let json = format!(r#"{{"cniVersion":"1.0.0","type":"linkem-cni","runDir":{bad}}}"#);
+            let e = conf(&json).unwrap_err();
+            assert!(e.msg.contains("runDir"), "{bad}: {e}");
+        }
+        // DEL reads runDir from a configuration it cannot otherwise parse.
+        let lenient = |s: &str| run_dir_lenient(s.as_bytes());
+        let d = lenient(r#"{"cniVersion":"9","lnk":5,"runDir":"/tmp/node-b"}"#);
+        assert_eq!(d, std::path::Path::new("/tmp/node-b"));
+        assert_eq!(lenient("{not json"), std::path::Path::new("/run/linkem"));
+        assert_eq!(
+            lenient(r#"{"runDir":"x/.."}"#),
+            std::path::Path::new("/run/linkem")
+        );
+    }
+
+    #[test]
+    fn the_pod_is_read_from_cni_args() {
+        let p = pod_args("IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=web-0;K8S_POD_UID=u-1;K8S_POD_INFRA_CONTAINER_ID=x");
+        assert_eq!(
+            p,
+            PodArgs {
+                namespace: Some("ns".into()),
+                name: Some("web-0".into()),
+                uid: Some("u-1".into())
+            }
+        );
+        assert_eq!(pod_args("K8S_POD_NAME=;x"), PodArgs::default());
     }
 
     #[test]

@@ -1,9 +1,10 @@
-//! The emulator of one link: `linkem bridge lke-N lkc-N WORDS --name NAME`,
-//! started inside the container's network namespace as a daemon of its own
-//! (`setsid`, stdin from /dev/null, stdout and stderr to `DIR/NAME.log`, its
-//! pid in `DIR/NAME.pid`), reachable with `linkem ctl --name NAME` from the
-//! host (the control socket `/run/linkem/NAME.sock` is a file: the daemon
-//! shares the host's mount namespace).
+//! The emulator of one link: `linkem bridge lke-N lkc-N WORDS --name NAME
+//! --control RUN/NAME.sock`, started inside the container's network namespace
+//! as a daemon of its own (`setsid`, stdin from /dev/null, stdout and stderr
+//! to `RUN/cni/NAME.log`, its pid in `RUN/cni/NAME.pid`), reachable from the
+//! host through its control socket (a file: the daemon shares the host's
+//! mount namespace). RUN is the configuration's `runDir` (default
+//! `/run/linkem`, where `linkem ctl --name NAME` looks).
 //!
 //! It is ready when it has announced its control socket (after its
 //! interfaces are open and the model started); it is identified by pid *and*
@@ -15,33 +16,37 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Where the plugin keeps each link's pid file, log, rule file and state.
-pub const STATE_DIR: &str = "/run/linkem/cni";
-
-/// Where `linkem bridge --name NAME` puts its control socket, `NAME.sock`.
-const SOCKET_DIR: &str = "/run/linkem";
+/// The run directory without a `runDir`: control sockets in it, the
+/// plugin's files in its `cni/`.
+pub const DEFAULT_RUN_DIR: &str = "/run/linkem";
 
 /// How long the emulator may take to open its interfaces.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long DEL waits for SIGTERM before SIGKILL.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The files of the link named `name`.
+/// The files of the link named `name` under a run directory.
 pub struct Files {
+    /// `RUN/cni`: pid files, logs, rule files and states.
+    pub dir: PathBuf,
     pub pid: PathBuf,
     pub log: PathBuf,
     pub rules: PathBuf,
     pub state: PathBuf,
+    /// `RUN/NAME.sock`: the emulator's control socket.
+    pub socket: PathBuf,
 }
 
 impl Files {
-    pub fn new(name: &str) -> Files {
-        let dir = Path::new(STATE_DIR);
+    pub fn new(run_dir: &Path, name: &str) -> Files {
+        let dir = run_dir.join("cni");
         Files {
             pid: dir.join(format!("{name}.pid")),
             log: dir.join(format!("{name}.log")),
             rules: dir.join(format!("{name}.rules")),
             state: dir.join(format!("{name}.json")),
+            socket: run_dir.join(format!("{name}.sock")),
+            dir,
         }
     }
 
@@ -106,6 +111,7 @@ fn find_linkem(
 
 /// Starts the emulator and waits until it serves; its pid.
 pub fn start(
+    run_dir: &Path,
     netns: &str,
     name: &str,
     if_a: &str,
@@ -113,9 +119,13 @@ pub fn start(
     args: &[String],
 ) -> Result<u32, CniError> {
     let linkem = linkem_bin()?;
-    let files = Files::new(name);
-    fs::create_dir_all(STATE_DIR)
-        .map_err(|e| CniError::new(EMULATOR_START, format!("cannot create {STATE_DIR}: {e}")))?;
+    let files = Files::new(run_dir, name);
+    fs::create_dir_all(&files.dir).map_err(|e| {
+        CniError::new(
+            EMULATOR_START,
+            format!("cannot create {}: {e}", files.dir.display()),
+        )
+    })?;
     let log = fs::File::create(&files.log).map_err(|e| {
         CniError::new(
             EMULATOR_START,
@@ -187,8 +197,8 @@ fn log_tail(path: &Path) -> String {
 
 /// The emulator's pid if it runs: the pid file's process, alive (not a
 /// zombie) and `linkem ... --name NAME`.
-pub fn running(name: &str) -> Option<i32> {
-    let pid: i32 = fs::read_to_string(Files::new(name).pid)
+pub fn running(run_dir: &Path, name: &str) -> Option<i32> {
+    let pid: i32 = fs::read_to_string(Files::new(run_dir, name).pid)
         .ok()?
         .trim()
         .parse()
@@ -208,13 +218,13 @@ pub fn running(name: &str) -> Option<i32> {
 }
 
 /// SIGTERM, then SIGKILL if it lingers; its files go. Not running is no error.
-pub fn stop(name: &str) -> Result<(), CniError> {
+pub fn stop(run_dir: &Path, name: &str) -> Result<(), CniError> {
     use nix::sys::signal::{kill, Signal};
     use nix::unistd::Pid;
-    if let Some(pid) = running(name) {
+    if let Some(pid) = running(run_dir, name) {
         let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
         let t = Instant::now();
-        while running(name).is_some() {
+        while running(run_dir, name).is_some() {
             if t.elapsed() > STOP_TIMEOUT {
                 let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
                 std::thread::sleep(Duration::from_millis(100));
@@ -222,33 +232,33 @@ pub fn stop(name: &str) -> Result<(), CniError> {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        if running(name).is_some() {
+        if running(run_dir, name).is_some() {
             return Err(CniError::new(
                 EMULATOR_NOT_RUNNING,
                 format!("linkem bridge --name {name} (pid {pid}) does not stop"),
             ));
         }
     }
-    Files::new(name).remove();
-    remove_stale_socket(name);
+    let files = Files::new(run_dir, name);
+    files.remove();
+    remove_stale_socket(&files.socket);
     Ok(())
 }
 
 /// An emulator that was killed (SIGKILL, OOM) leaves its control socket
 /// behind; the socket goes with the link, unless something answers on it.
-fn remove_stale_socket(name: &str) {
+fn remove_stale_socket(path: &Path) {
     use std::os::unix::fs::FileTypeExt;
-    let path = Path::new(SOCKET_DIR).join(format!("{name}.sock"));
-    let is_socket = fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_socket());
-    if is_socket && std::os::unix::net::UnixStream::connect(&path).is_err() {
-        let _ = fs::remove_file(&path);
+    let is_socket = fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket());
+    if is_socket && std::os::unix::net::UnixStream::connect(path).is_err() {
+        let _ = fs::remove_file(path);
     }
 }
 
 /// CHECK: the emulator runs.
-pub fn check(name: &str) -> Result<(), CniError> {
-    if running(name).is_none() {
-        let files = Files::new(name);
+pub fn check(run_dir: &Path, name: &str) -> Result<(), CniError> {
+    if running(run_dir, name).is_none() {
+        let files = Files::new(run_dir, name);
         return Err(CniError::new(
             EMULATOR_NOT_RUNNING,
             format!(

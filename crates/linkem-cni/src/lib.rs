@@ -7,8 +7,9 @@
 //! DEL stops the emulator and undoes the bump; a missing piece is no error,
 //! and neither is a configuration DEL cannot parse (bad JSON, an unknown
 //! field, a wrong type): DEL needs nothing from it (the container id and
-//! interface name name the link, the state file under [`daemon::STATE_DIR`]
-//! keeps the MAC address to give back), and a DEL that fails for ever would
+//! interface name name the link, the state file under `RUN/cni/` keeps the
+//! MAC address to give back; only `runDir` is read, when it can be), and a
+//! DEL that fails for ever would
 //! leak the interface and the previous plugins' leases (the spec: DEL cleans
 //! up what it can). ADD refuses a `CNI_NETNS` that is the host's network
 //! namespace (pid 1's, or the plugin's own), touching nothing: the bump
@@ -17,11 +18,14 @@
 //! is not running). GC stops the network's links of attachments not in
 //! `cni.dev/valid-attachments`. Each link is named `cni-ID-IFNAME` (ID the
 //! container id, shortened with a hash when long): `linkem ctl --name` that.
+//! The state file `RUN/cni/NAME.json` ([`state`]) records the pod, the
+//! socket and the base link for the node agent of `linkem-operator`.
 
 pub mod bump;
 pub mod config;
 pub mod daemon;
 pub mod error;
+pub mod state;
 
 use config::{LinkSpec, NetConf};
 use error::{CniError, INVALID_ENV};
@@ -175,7 +179,7 @@ pub fn run(env: &Env, stdin: &[u8]) -> Result<Option<Value>, CniError> {
         "ADD" => add(env, &config::parse(stdin)?).map(Some),
         // DEL needs nothing from the configuration (module doc).
         "DEL" => {
-            del(env)?;
+            del(env, &config::run_dir_lenient(stdin))?;
             if let Err(e) = config::parse(stdin) {
                 // Said, not failed: the link is gone, which is what DEL is for.
                 eprintln!("linkem-cni: DEL cleaned up, though its configuration is wrong: {e}");
@@ -224,41 +228,14 @@ fn add(env: &Env, conf: &NetConf) -> Result<Value, CniError> {
     let name = emulator_name(&env.container_id, &env.ifname)?;
     let spec = effective_spec(env, conf)?;
     let ifaces = bump::Ifaces::new(&env.ifname);
+    let run_dir = conf.run_dir.as_path();
     // Leftovers of an ADD whose DEL never came (a crashed runtime) go first.
-    daemon::stop(&name)?;
+    daemon::stop(run_dir, &name)?;
     let mac = bump::add(&env.netns, &ifaces)?;
-    let files = daemon::Files::new(&name);
-    let started = (|| {
-        let state = json!({"containerID": env.container_id, "ifname": env.ifname,
-                           "netns": env.netns, "netns_id": netns_id(&env.netns),
-                           "mac": mac, "network": conf.network});
-        std::fs::create_dir_all(daemon::STATE_DIR)
-            .and_then(|_| std::fs::write(&files.state, state.to_string()))
-            .map_err(|e| {
-                CniError::new(
-                    error::EMULATOR_START,
-                    format!("cannot write {}: {e}", files.state.display()),
-                )
-            })?;
-        let rules = match &spec.rules {
-            Some(text) => {
-                std::fs::create_dir_all(daemon::STATE_DIR)
-                    .and_then(|_| std::fs::write(&files.rules, text))
-                    .map_err(|e| {
-                        CniError::new(
-                            error::EMULATOR_START,
-                            format!("cannot write {}: {e}", files.rules.display()),
-                        )
-                    })?;
-                Some(files.rules.to_string_lossy().into_owned())
-            }
-            None => None,
-        };
-        let args = config::bridge_args(&spec, &conf.options, &name, rules.as_deref());
-        daemon::start(&env.netns, &name, &ifaces.inner, &ifaces.aside, &args).map(|_| ())
-    })();
+    let files = daemon::Files::new(run_dir, &name);
+    let started = start_emulator(env, conf, &spec, &name, &mac, &ifaces);
     if let Err(e) = started {
-        let _ = daemon::stop(&name);
+        let _ = daemon::stop(run_dir, &name);
         let _ = bump::del(&env.netns, &ifaces, Some(&mac));
         files.remove();
         return Err(e);
@@ -268,19 +245,75 @@ fn add(env: &Env, conf: &NetConf) -> Result<Value, CniError> {
     Ok(out)
 }
 
-fn del(env: &Env) -> Result<(), CniError> {
+/// Writes the link's state (before the start, so that DEL finds the MAC
+/// address whatever happens next; again with the pid once it serves) and
+/// starts the emulator.
+fn start_emulator(
+    env: &Env,
+    conf: &NetConf,
+    spec: &LinkSpec,
+    name: &str,
+    mac: &str,
+    ifaces: &bump::Ifaces,
+) -> Result<(), CniError> {
+    let files = daemon::Files::new(&conf.run_dir, name);
+    let write = |path: &std::path::Path, text: &str| {
+        std::fs::create_dir_all(&files.dir)
+            .and_then(|_| std::fs::write(path, text))
+            .map_err(|e| {
+                CniError::new(
+                    error::EMULATOR_START,
+                    format!("cannot write {}: {e}", path.display()),
+                )
+            })
+    };
+    let mut st = state::State {
+        container_id: env.container_id.clone(),
+        ifname: env.ifname.clone(),
+        netns: env.netns.clone(),
+        netns_id: netns_id(&env.netns),
+        mac: mac.to_string(),
+        network: conf.network.clone(),
+        emulator: name.to_string(),
+        socket: files.socket.clone(),
+        pod: config::pod_args(&env.args),
+        base: spec.clone(),
+        pid: None,
+    };
+    write(&files.state, &st.to_json().to_string())?;
+    let rules = match &spec.rules {
+        Some(text) => {
+            write(&files.rules, text)?;
+            Some(files.rules.to_string_lossy().into_owned())
+        }
+        None => None,
+    };
+    let args = config::bridge_args(spec, &conf.options, name, &files.socket, rules.as_deref());
+    let pid = daemon::start(
+        &conf.run_dir,
+        &env.netns,
+        name,
+        &ifaces.inner,
+        &ifaces.aside,
+        &args,
+    )?;
+    st.pid = Some(pid);
+    write(&files.state, &st.to_json().to_string())
+}
+
+fn del(env: &Env, run_dir: &std::path::Path) -> Result<(), CniError> {
     env.require("CNI_CONTAINERID", &env.container_id)?;
     env.require("CNI_IFNAME", &env.ifname)?;
     let name = emulator_name(&env.container_id, &env.ifname)?;
     // The state goes with the emulator's files: read what DEL needs first
     // (the MAC address to give back; the namespace ADD bumped, for a DEL
     // that comes without CNI_NETNS).
-    let state = std::fs::read(daemon::Files::new(&name).state)
+    let state = std::fs::read(daemon::Files::new(run_dir, &name).state)
         .ok()
         .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
         .unwrap_or_default();
     let mac = state["mac"].as_str().map(str::to_string);
-    daemon::stop(&name)?;
+    daemon::stop(run_dir, &name)?;
     let netns = match (env.netns.as_str(), state["netns"].as_str()) {
         // Only while the path still names the namespace ADD bumped (a
         // /proc/PID path may name another process's by now).
@@ -315,7 +348,7 @@ fn check(env: &Env, conf: &NetConf) -> Result<(), CniError> {
     }
     let name = emulator_name(&env.container_id, &env.ifname)?;
     bump::check(&env.netns, &bump::Ifaces::new(&env.ifname))?;
-    daemon::check(&name)
+    daemon::check(&conf.run_dir, &name)
 }
 
 /// GC: this network's links whose attachment the runtime no longer knows go
@@ -324,7 +357,7 @@ fn gc(conf: &NetConf) -> Result<(), CniError> {
     let Some(valid) = &conf.valid_attachments else {
         return Ok(());
     };
-    let Ok(dir) = std::fs::read_dir(daemon::STATE_DIR) else {
+    let Ok(dir) = std::fs::read_dir(conf.run_dir.join("cni")) else {
         return Ok(());
     };
     for entry in dir.flatten() {
@@ -351,13 +384,16 @@ fn gc(conf: &NetConf) -> Result<(), CniError> {
         {
             continue;
         }
-        del(&Env {
-            command: "GC".into(),
-            container_id: id.into(),
-            netns: netns.into(),
-            ifname: ifname.into(),
-            args: String::new(),
-        })?;
+        del(
+            &Env {
+                command: "GC".into(),
+                container_id: id.into(),
+                netns: netns.into(),
+                ifname: ifname.into(),
+                args: String::new(),
+            },
+            &conf.run_dir,
+        )?;
     }
     Ok(())
 }
@@ -410,7 +446,11 @@ mod tests {
     fn add_into_the_host_namespace_is_refused_touching_nothing() {
         let conf = br#"{"cniVersion":"1.0.0","name":"n","type":"linkem-cni","link":"delay 1ms",
                         "prevResult":{"cniVersion":"1.0.0","interfaces":[{"name":"lkanone0"}]}}"#;
-        let state = daemon::Files::new(&emulator_name("lka-unit", "lkanone0").unwrap()).state;
+        let state = daemon::Files::new(
+            std::path::Path::new(daemon::DEFAULT_RUN_DIR),
+            &emulator_name("lka-unit", "lkanone0").unwrap(),
+        )
+        .state;
         // Tests run in the host's namespace or a container's: either way
         // these name the plugin's own (and the host's, then pid 1's first).
         let at_host = std::fs::read_link("/proc/1/ns/net").ok()

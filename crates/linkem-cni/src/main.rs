@@ -9,7 +9,8 @@ linkem-cni: a CNI plugin that puts a linkem link on a container's interface.
 Runtimes run it (CNI_COMMAND=ADD|DEL|CHECK|GC|STATUS|VERSION, the configuration on
 stdin); chain it after the network's own plugins:
   {\"type\": \"linkem-cni\", \"link\": \"delay 20ms\", \"a-to-b\": WORDS, \"b-to-a\": WORDS,
-   \"rules\": TEXT, \"options\": [\"--max-lag\", \"off\"], \"capabilities\": {\"linkem\": true}}
+   \"rules\": TEXT, \"options\": [\"--max-lag\", \"off\"], \"runDir\": \"/run/linkem\",
+   \"capabilities\": {\"linkem\": true}}
 Per container: CNI_ARGS LINKEM_LINK, LINKEM_A_TO_B, LINKEM_B_TO_A; runtime config
 {\"linkem\": {\"link\": ...}}. Side a is the container. It runs `linkem` from
 LINKEM_BIN, beside itself or PATH. See docs/guide/cni.md.";

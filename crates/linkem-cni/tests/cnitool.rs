@@ -107,6 +107,8 @@ struct Lab {
     /// (network, netns) of each ADD, for DEL at teardown.
     added: Vec<(String, String)>,
     links: Vec<String>,
+    /// A `runDir` of the test's own, for the networks that name it.
+    run_dir: PathBuf,
 }
 
 impl Lab {
@@ -116,7 +118,9 @@ impl Lab {
         let conf_dir = std::env::temp_dir().join(format!("{prefix}-net"));
         let ipam_dir = PathBuf::from(format!("/run/{prefix}-ipam"));
         std::fs::create_dir_all(&conf_dir).unwrap();
+        let run_dir = std::env::temp_dir().join(format!("{prefix}-run"));
         Lab {
+            run_dir,
             prefix,
             conf_dir,
             ipam_dir,
@@ -187,11 +191,8 @@ impl Drop for Lab {
             let _ = self.cnitool("del", &network, &netns, &[]);
         }
         // An emulator a failed DEL left keeps its namespace alive: stop it.
-        for path in std::fs::read_dir("/run/linkem/cni")
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
+        let dirs = [PathBuf::from("/run/linkem/cni"), self.run_dir.join("cni")];
+        for path in dirs.iter().flat_map(std::fs::read_dir).flatten().flatten() {
             let path = path.path();
             let state: Value = match std::fs::read(&path).map(|b| serde_json::from_slice(&b)) {
                 Ok(Ok(v)) if path.extension().is_some_and(|e| e == "json") => v,
@@ -218,6 +219,7 @@ impl Drop for Lab {
         }
         let _ = std::fs::remove_dir_all(&self.conf_dir);
         let _ = std::fs::remove_dir_all(&self.ipam_dir);
+        let _ = std::fs::remove_dir_all(&self.run_dir);
     }
 }
 
@@ -245,8 +247,9 @@ fn median_rtt_ms(from: Option<&str>, to: &str) -> f64 {
     rtts[rtts.len() / 2]
 }
 
-/// The plugin's files (pid, log, state, rules) and the control sockets.
-fn state_files() -> Vec<String> {
+/// The plugin's files (pid, log, state, rules) and the control sockets
+/// under a run directory.
+fn state_files_in(run_dir: &Path) -> Vec<String> {
     let names = |dir: &str| -> Vec<String> {
         std::fs::read_dir(dir)
             .map(|d| {
@@ -256,9 +259,9 @@ fn state_files() -> Vec<String> {
             })
             .unwrap_or_default()
     };
-    let mut files = names("/run/linkem/cni");
+    let mut files = names(&run_dir.join("cni").display().to_string());
     files.extend(
-        names("/run/linkem")
+        names(&run_dir.display().to_string())
             .into_iter()
             .filter(|f| f.ends_with(".sock")),
     );
@@ -297,8 +300,12 @@ fn plugin(env: &[(&str, &str)], conf: &Value) -> Output {
 /// The emulator name linkem-cni gives cnitool's container in `netns`
 /// (cnitool's container id: "cnitool-" and 20 hex digits of SHA-512 of the path).
 fn emulator_files(netns_path: &str) -> Vec<String> {
+    emulator_files_in(Path::new("/run/linkem"), netns_path)
+}
+
+fn emulator_files_in(run_dir: &Path, netns_path: &str) -> Vec<String> {
     let id = cnitool_id(netns_path);
-    state_files()
+    state_files_in(run_dir)
         .into_iter()
         .filter(|f| f.starts_with(&format!("cni-{id}-")))
         .collect()
@@ -479,14 +486,23 @@ fn check_reports_a_missing_link_and_del_gives_the_device_back() {
         serde_json::json!([
             {"type": "host-device", "device": dev,
              "ipam": {"type": "static", "addresses": [{"address": cont_addr}]}},
-            {"type": "linkem-cni", "link": "delay 20ms", "options": ["--max-lag", "off"]}
+            {"type": "linkem-cni", "link": "delay 20ms", "options": ["--max-lag", "off"],
+             "runDir": lab.run_dir}
         ]),
     );
+    let run_dir = lab.run_dir.clone();
     let ns_c = lab.netns("c");
     // Per container through CNI_ARGS: 10 ms both ways, then 15 ms on what the
-    // container sends (side a is the container).
-    let args = "IgnoreUnknown=1;LINKEM_LINK=delay 10ms;LINKEM_A_TO_B=delay 15ms";
+    // container sends (side a is the container); the pod as a kubelet names it.
+    let args = "IgnoreUnknown=1;LINKEM_LINK=delay 10ms;LINKEM_A_TO_B=delay 15ms;\
+                K8S_POD_NAMESPACE=lkns;K8S_POD_NAME=pod-c;K8S_POD_UID=uid-c";
     let addr_c = lab.add(&net, &ns_c, &[("CNI_ARGS", args)]);
+    assert!(
+        emulator_files(&ns_c).is_empty(),
+        "files under /run/linkem with runDir {}",
+        run_dir.display()
+    );
+    check_recorded_state(&run_dir, &ns_c);
     let rtt = median_rtt_ms(None, &addr_c);
     eprintln!("median RTT host -> c {rtt:.2} ms");
     assert!(
@@ -501,13 +517,13 @@ fn check_reports_a_missing_link_and_del_gives_the_device_back() {
         String::from_utf8_lossy(&check.stderr)
     );
     // The emulator dies: CHECK says so.
-    let files = emulator_files(&ns_c);
+    let files = emulator_files_in(&run_dir, &ns_c);
     let pid_file = files
         .iter()
         .find(|f| f.ends_with(".pid"))
         .unwrap_or_else(|| panic!("no pid file for {ns_c}: {files:?}"));
-    let socket = format!("/run/linkem/{}.sock", pid_file.trim_end_matches(".pid"));
-    let pid = std::fs::read_to_string(format!("/run/linkem/cni/{pid_file}")).unwrap();
+    let socket = run_dir.join(format!("{}.sock", pid_file.trim_end_matches(".pid")));
+    let pid = std::fs::read_to_string(run_dir.join("cni").join(pid_file)).unwrap();
     ok("kill", &["-KILL", pid.trim()]);
     std::thread::sleep(std::time::Duration::from_millis(300));
     let check = lab.cnitool("check", &net, &ns_c, &[]);
@@ -549,9 +565,46 @@ fn check_reports_a_missing_link_and_del_gives_the_device_back() {
     lab.del(&net, &ns_c);
     let back = ok("cat", &[&format!("/sys/class/net/{dev}/address")]);
     assert_eq!(back.trim(), mac, "{dev} came back with another MAC address");
-    assert!(emulator_files(&ns_c).is_empty());
+    assert!(emulator_files_in(&run_dir, &ns_c).is_empty());
     // The killed emulator could not remove its control socket: DEL did.
-    assert!(!Path::new(&socket).exists(), "{socket} left after DEL");
+    assert!(!socket.exists(), "{} left after DEL", socket.display());
+}
+
+/// The state file under `runDir` names the pod, the container, the socket
+/// (which answers), the base link and the pod's egress direction.
+fn check_recorded_state(run_dir: &Path, netns: &str) {
+    let id = cnitool_id(netns);
+    let name = format!("cni-{id}-eth0");
+    let path = run_dir.join("cni").join(format!("{name}.json"));
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("no state file {}: {e}", path.display()));
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let socket = run_dir.join(format!("{name}.sock"));
+    assert_eq!(v["version"], 2, "{text}");
+    assert_eq!(
+        v["pod"],
+        serde_json::json!({"namespace": "lkns", "name": "pod-c", "uid": "uid-c"}),
+        "{text}"
+    );
+    assert_eq!(
+        (v["containerID"].as_str(), v["ifname"].as_str()),
+        (Some(id.as_str()), Some("eth0"))
+    );
+    assert_eq!(v["emulator"], name.as_str());
+    assert_eq!(v["socket"], socket.display().to_string().as_str());
+    assert_eq!(
+        v["base"],
+        serde_json::json!({"link": "delay 10ms", "a-to-b": "delay 15ms"}),
+        "{text}"
+    );
+    assert_eq!(v["egress"], "a-to-b");
+    assert!(v["pid"].as_u64().is_some(), "no pid once serving: {text}");
+    // The socket is the emulator's, under runDir.
+    let show = ok(
+        plugin_dir().join("linkem").to_str().unwrap(),
+        &["ctl", "--socket", socket.to_str().unwrap(), "show"],
+    );
+    assert!(show.contains("delay 15ms"), "{show}");
 }
 
 #[test]

@@ -301,9 +301,16 @@ pub struct LinkChaosStatus {
     pub phase: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
-    /// RFC 3339: creation + duration.
+    /// RFC 3339 (with the fraction of a second): `startedAt` + duration.
+    /// Agents take the expiry from here when it is given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<String>,
+    /// RFC 3339 (with the fraction of a second): when the resource took
+    /// effect, creationTimestamp made precise (the API server keeps whole
+    /// seconds): the instant the controller first saw it, when that lies
+    /// within creationTimestamp's second, else the middle of that second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
     /// The pods the selector and mode picked (the controller's pick, kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selected: Option<Vec<PodRef>>,

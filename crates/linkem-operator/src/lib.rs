@@ -3,5 +3,10 @@
 //! that applies each pod's link through the control socket of the emulator
 //! `linkem-cni` runs on the pod's interface.
 
+pub mod agent;
 pub mod chaos;
 pub mod cli;
+pub mod controller;
+pub mod install_cni;
+pub mod select;
+pub mod words;

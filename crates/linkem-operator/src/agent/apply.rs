@@ -1,0 +1,99 @@
+//! One batch per emulator through its control socket: `begin`, `replace
+//! a-to-b WORDS`, `replace b-to-a WORDS`, `commit`. The emulator checks each
+//! line as it comes and applies all at one instant on `commit` (the reply's
+//! `at_ns`), or nothing when any line failed: then the agent sends `abort`
+//! and reports the refused line's word, its position among the direction's
+//! words (the reply's position less the two words `replace DIR`), and the
+//! reason.
+
+use linkem_ctl::Client;
+use serde_json::Value;
+use std::io;
+use std::path::Path;
+use std::time::Duration;
+
+/// How long one reply may take: an emulator answers in microseconds; a
+/// stalled one must not hold the agent's other pods.
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What the emulator did with a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Applied from `at_ns` (CLOCK_REALTIME ns).
+    Applied { at_ns: u64 },
+    /// Nothing changed: the emulator direction (`a-to-b`, `b-to-a`, or
+    /// empty for the batch as a whole), its words, and the refusal.
+    Refused {
+        direction: String,
+        words: String,
+        message: String,
+        word: Option<String>,
+        position: Option<u32>,
+    },
+}
+
+fn reply_error(v: &Value) -> String {
+    v["error"]
+        .as_str()
+        .unwrap_or("refused, no reason given")
+        .to_string()
+}
+
+fn expect_ok(c: &mut Client, line: &str) -> io::Result<Value> {
+    let v = c.request_json(line)?;
+    if v["ok"] != true {
+        return Err(io::Error::other(format!("'{line}': {}", reply_error(&v))));
+    }
+    Ok(v)
+}
+
+/// Sends the batch making the emulator's directions exactly `a_to_b` and
+/// `b_to_a`. An I/O error (no socket yet, a timeout) means nothing is known
+/// to have changed: the agent tries again later.
+pub fn apply_batch(socket: &Path, a_to_b: &str, b_to_a: &str) -> io::Result<Outcome> {
+    let mut c = Client::connect(socket, REPLY_TIMEOUT)?;
+    expect_ok(&mut c, "begin")?;
+    for (dir, words) in [("a-to-b", a_to_b), ("b-to-a", b_to_a)] {
+        let v = c.request_json(&format!("replace {dir} {words}"))?;
+        if v["ok"] != true {
+            let _ = c.request_json("abort");
+            // The line's words 1 and 2 are `replace DIR`.
+            let position = v["position"]
+                .as_u64()
+                .and_then(|p| p.checked_sub(2))
+                .filter(|p| *p >= 1)
+                .and_then(|p| u32::try_from(p).ok());
+            return Ok(Outcome::Refused {
+                direction: dir.into(),
+                words: words.into(),
+                message: reply_error(&v),
+                word: position.and(v["word"].as_str().map(str::to_string)),
+                position,
+            });
+        }
+    }
+    let v = c.request_json("commit")?;
+    if v["ok"] != true {
+        return Ok(Outcome::Refused {
+            direction: String::new(),
+            words: format!("a-to-b: {a_to_b}; b-to-a: {b_to_a}"),
+            message: reply_error(&v),
+            word: None,
+            position: None,
+        });
+    }
+    let at_ns = v["at_ns"].as_u64().ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("commit without at_ns: {v}"),
+        )
+    })?;
+    Ok(Outcome::Applied { at_ns })
+}
+
+/// One request's parsed reply (`stats`, `show --json`, `list`), refused
+/// replies as errors.
+pub fn query(socket: &Path, request: &str) -> io::Result<Value> {
+    let mut c = Client::connect(socket, REPLY_TIMEOUT)?;
+    expect_ok(&mut c, request)
+}
