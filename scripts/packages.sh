@@ -64,7 +64,7 @@ need_test_packages() {
   need_packages ip:iproute2 ping:iputils-ping /usr/bin/python3:python3 column:bsdextrautils \
     ethtool:ethtool iperf3:iperf3 trafgen:netsniff-ng c++:g++ setcap:libcap2-bin \
     brctl:bridge-utils /usr/lib/cni/bridge:containernetworking-plugins nsenter:util-linux \
-    setsid:util-linux pasta:passt iptables:iptables dpkg-shlibdeps:dpkg-dev strip:binutils man:man-db zsh:zsh fish:fish &&
+    setsid:util-linux flock:util-linux openssl:openssl pasta:passt iptables:iptables dpkg-shlibdeps:dpkg-dev strip:binutils man:man-db zsh:zsh fish:fish &&
     need_py_modules prometheus_client:python3-prometheus-client pytest:python3-pytest \
       ensurepip:python3-venv mininet:mininet
 }

@@ -16,7 +16,11 @@
 #  - the plain build of linkem is the tests' own build (crates/linkem/Cargo.toml turns
 #    on the features the dev-dependencies add), checked below: a second copy of every
 #    crate cost minutes;
-#  - the fuzz targets run two at a time, each for its full seconds.
+#  - the fuzz targets run two at a time, each for its full seconds;
+#  - kube-apiserver and etcd, which linkem-operator's tests run (a real control
+#    plane), are built by scripts/k8s.sh from the start, beside the checks and the
+#    build, and waited for just before the tests; with its caches (kept between runs
+#    on one machine) that is seconds, on a fresh machine about ten minutes of Go.
 #
 # A failing test does not stop the run: every test binary runs (`--no-fail-fast`),
 # then the Python, package and fuzz stages, and the script exits non-zero at the end
@@ -28,6 +32,20 @@ cd "$(dirname "$0")/.."
 . scripts/packages.sh
 command -v cargo >/dev/null || { echo "test: cargo is missing (install Rust with rustup)" >&2; exit 1; }
 need_test_packages || [ "$(id -u)" != 0 ]
+# kube-apiserver and etcd for linkem-operator's tests, built (or found in the cache)
+# beside everything below, in a session of its own; its output waits in a file.
+k8s_log=$(mktemp)
+setsid nice -n 19 ./scripts/k8s.sh build >"$k8s_log" 2>&1 &
+k8s_build=$!
+fuzz_build=
+fuzz_log=
+test_log=
+cleanup() {
+  kill -- -"$k8s_build" 2>/dev/null || true
+  [ -z "$fuzz_build" ] || kill -- -"$fuzz_build" 2>/dev/null || true
+  rm -f "$k8s_log" "$fuzz_log" "$test_log"
+}
+trap cleanup EXIT
 cargo fmt --all -- --check
 ./scripts/check-msrv.sh
 cargo clippy --workspace --all-targets -q -- -D warnings
@@ -43,12 +61,15 @@ if command -v chrt >/dev/null && chrt --idle 0 true 2>/dev/null; then
 fi
 FUZZ_PROFILE="${FUZZ_PROFILE:-dev}" setsid "${idle[@]}" ./fuzz/run.sh --build >"$fuzz_log" 2>&1 &
 fuzz_build=$!
-trap 'kill -- -"$fuzz_build" 2>/dev/null || true; rm -f "$fuzz_log"' EXIT
 failed=()
 # The test output is kept so that the summary at the end repeats each failure: a CI log
 # shown by its tail (the fuzz stages print a lot) still names the failing test.
 test_log=$(mktemp)
-trap 'kill -- -"$fuzz_build" 2>/dev/null || true; rm -f "$fuzz_log" "$test_log"' EXIT
+# Without the control plane linkem-operator's API tests fail saying so; the rest run.
+if ! wait "$k8s_build"; then
+  cat "$k8s_log" >&2
+  failed+=("building kube-apiserver and etcd (scripts/k8s.sh build; its output is above)")
+fi
 cargo test --workspace --no-fail-fast 2>&1 | tee "$test_log" ||
   failed+=("cargo test (the failing tests are listed above, under 'failures:', and again below)")
 # Nothing may compile here: this is the binary the tests ran (see crates/linkem/Cargo.toml).

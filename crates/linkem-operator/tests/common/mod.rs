@@ -14,8 +14,9 @@
 //! get SIGKILL by `PR_SET_PDEATHSIG` when that thread ends, so neither outlives
 //! `cargo test`, also when the test binary is killed. The kernel signals when
 //! the spawning *thread* ends, hence the keeper thread rather than a test's own.
-//! A shared control plane's directory (in the temp dir, named after the test
-//! process's pid) is removed by the next start once that pid is gone.
+//! The directory (in the temp dir, named after the test process's pid) is
+//! removed about a second after the process ends, by a cleaner process that
+//! waits for it (and otherwise by the next start, once that pid is gone).
 //!
 //! Namespaces exist but are never finalized (no namespace controller): a deleted
 //! one stays `Terminating`. Use `default` or a fresh name per test.
@@ -56,6 +57,7 @@ pub struct ControlPlane {
     pub dir: PathBuf,
     stop: Option<mpsc::Sender<()>>,
     keeper: Option<JoinHandle<()>>,
+    cleaner: Child,
 }
 
 /// The directory holding `etcd` and `kube-apiserver`: `$LINKEM_K8S_BIN`, else
@@ -93,6 +95,7 @@ impl ControlPlane {
         }
         sweep_stale_dirs();
         let dir = fresh_dir()?;
+        let mut cleaner = spawn_cleaner(&dir)?;
         let token = random_hex(16)?;
         let (ready_tx, ready_rx) = mpsc::channel();
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
@@ -106,6 +109,9 @@ impl ControlPlane {
             Ok(Ok(url)) => url,
             Ok(Err(e)) => {
                 let _ = keeper.join();
+                let _ = cleaner.kill();
+                let _ = cleaner.wait();
+                let _ = std::fs::remove_dir_all(&dir);
                 return Err(e);
             }
             Err(_) => bail!("the control plane's keeper thread ended without a word"),
@@ -116,6 +122,7 @@ impl ControlPlane {
             dir,
             stop: Some(stop_tx),
             keeper: Some(keeper),
+            cleaner,
         };
         Ok(cp)
     }
@@ -160,7 +167,29 @@ impl Drop for ControlPlane {
             let _ = k.join();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = self.cleaner.kill();
+        let _ = self.cleaner.wait();
     }
+}
+
+/// A process that removes `dir` once this test process has ended, however it
+/// ends: it reads a pipe only this process holds (close-on-exec, so no child
+/// inherits it) and gets end-of-file when the kernel closes it. A shared control
+/// plane is never dropped, and etcd's directory holds 120 MB of preallocated
+/// log. Its own process group keeps a Ctrl-C meant for the tests off it.
+fn spawn_cleaner(dir: &Path) -> Result<Child> {
+    use std::os::unix::process::CommandExt;
+    Command::new("sh")
+        .arg("-c")
+        // The pause lets the SIGKILLed etcd go before its directory does.
+        .arg(r#"cat >/dev/null; sleep 1; exec rm -rf "$0""#)
+        .arg(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .context("starting sh (the control plane directory's cleaner)")
 }
 
 fn write_kubeconfig(url: &str, token: &str, path: &Path) -> Result<()> {
@@ -239,7 +268,14 @@ fn keep(
     stop: mpsc::Receiver<()>,
 ) {
     let mut children: Vec<Child> = Vec::new();
-    let started = launch(bin, dir, token, &mut children);
+    let mut started = launch(bin, dir, token, &mut children);
+    if started.is_err() {
+        // Most likely a port taken between free_ports and the bind (other
+        // tests start control planes too): once more with new ports.
+        stop_all(&mut children);
+        let _ = std::fs::remove_dir_all(dir.join("etcd"));
+        started = launch(bin, dir, token, &mut children);
+    }
     let failed = started.is_err();
     let _ = ready.send(started);
     if !failed {
@@ -247,7 +283,11 @@ fn keep(
         // shared one never is, and the process's exit ends this thread.
         let _ = stop.recv();
     }
-    for c in children.iter_mut().rev() {
+    stop_all(&mut children);
+}
+
+fn stop_all(children: &mut Vec<Child>) {
+    for mut c in children.drain(..).rev() {
         let _ = c.kill();
         let _ = c.wait();
     }
