@@ -3,8 +3,9 @@
 //! writes `status.phase` (`Running`, `Ended` once `startedAt` + `duration`
 //! has passed, `Refused` with `status.message` when the spec cannot apply),
 //! `status.startedAt` (the creation instant finer than creationTimestamp's
-//! whole second), `status.expiresAt` and `status.message`, by a JSON merge patch of the
-//! status subresource holding only those keys (the agents write `pods`).
+//! whole second), `status.expiresAt` and `status.message`, by a JSON merge
+//! patch of the status subresource holding only those keys (the agents
+//! write `pods`).
 //!
 //! Selection over time: a selected pod that no longer exists is dropped; a
 //! pod appearing later is added only in mode `all` (Chaos Mesh picks once).
