@@ -343,3 +343,22 @@ fn a_zero_latency_gives_no_delay_words_as_tc_gets_none() {
     let y = "action: delay\ndelay: {latency: 0ms, jitter: 5ms, reorder: {reorder: '25'}}\nloss: {loss: '1'}";
     assert_eq!(words(y).egress.as_deref(), Some("loss 1%"));
 }
+
+#[test]
+fn every_example_manifest_in_deploy_maps() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/examples");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).expect("deploy/examples") {
+        let path = entry.expect("entry").path();
+        let text = std::fs::read_to_string(&path).expect("example");
+        let lc: crate::chaos::LinkChaos = serde_yaml::from_str(&text).expect("a LinkChaos");
+        let w = link_words(&lc.spec).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(
+            w.egress.is_some() || w.ingress.is_some(),
+            "{}",
+            path.display()
+        );
+        seen += 1;
+    }
+    assert!(seen >= 3, "the examples: {seen}");
+}
