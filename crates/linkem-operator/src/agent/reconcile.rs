@@ -70,55 +70,36 @@ impl Agent {
         })
     }
 
-    /// Where the trace of `c` for the pod's egress (or ingress) is written.
-    pub fn trace_path(run_dir: &Path, c: &ChaosView, egress: bool) -> PathBuf {
-        let dir = if egress { "egress" } else { "ingress" };
-        run_dir
-            .join("agent")
-            .join("traces")
-            .join(format!("{}_{}-{dir}.trace", c.namespace, c.name))
-    }
-
-    /// Writes the resources' traces where [`Agent::trace_path`] says (only
-    /// when the text changed) and removes those of resources gone.
-    fn write_traces(&self, chaos: &[ChaosView]) {
-        let dir = self.run_dir.join("agent").join("traces");
-        let wanted: Vec<PathBuf> = chaos
-            .iter()
-            .filter_map(|c| Some((c, c.words.as_ref().ok()?)))
-            .flat_map(|(c, w)| {
-                let e = w
-                    .traces
-                    .egress
-                    .as_ref()
-                    .map(|_| Self::trace_path(&self.run_dir, c, true));
-                let i = w
-                    .traces
-                    .ingress
-                    .as_ref()
-                    .map(|_| Self::trace_path(&self.run_dir, c, false));
-                e.into_iter().chain(i)
-            })
-            .collect();
+    /// Writes `traces` into the emulator's `--control-files` directory
+    /// (`RUN/files/NAME/`, made by linkem-cni) where they are not yet, each
+    /// to a temporary name then renamed (the emulator never reads half a
+    /// file), and removes the traces there no layer names any more.
+    fn write_traces(&self, e: &Emulator, traces: &BTreeMap<String, String>) {
+        let dir = linkem_cni::daemon::Files::new(&self.run_dir, &e.name).control_files;
+        if !dir.is_dir() {
+            // An emulator started without --control-files: it refuses the
+            // trace's name, and the pod's status says so.
+            return;
+        }
         for old in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            if !wanted.contains(&old.path()) {
+            let name = old.file_name().to_string_lossy().into_owned();
+            if name.starts_with("linkchaos-") && !traces.contains_key(&name) {
                 let _ = std::fs::remove_file(old.path());
             }
         }
-        for c in chaos {
-            let Ok(w) = &c.words else { continue };
-            for (egress, text) in [(true, &w.traces.egress), (false, &w.traces.ingress)] {
-                let Some(text) = text else { continue };
-                let path = Self::trace_path(&self.run_dir, c, egress);
-                if std::fs::read_to_string(&path).ok().as_ref() != Some(text) {
-                    let _ = path.parent().map(std::fs::create_dir_all);
-                    if let Err(e) = std::fs::write(&path, text) {
-                        eprintln!(
-                            "linkem-operator agent: cannot write {}: {e}",
-                            path.display()
-                        );
-                    }
-                }
+        for (name, text) in traces {
+            let path = dir.join(name);
+            if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
+                continue;
+            }
+            let tmp = dir.join(format!(".{name}.tmp"));
+            let written = std::fs::write(&tmp, text).and_then(|_| std::fs::rename(&tmp, &path));
+            if let Err(err) = written {
+                let _ = std::fs::remove_file(&tmp);
+                eprintln!(
+                    "linkem-operator agent: cannot write {}: {err}",
+                    path.display()
+                );
             }
         }
     }
@@ -145,21 +126,19 @@ impl Agent {
                 .map(|e| (labels(e), e.socket.clone()))
                 .collect::<BTreeMap<_, _>>(),
         );
-        self.write_traces(chaos);
         let mut pass = Pass::default();
         let before = self.record.clone();
         for e in &found {
-            let run_dir = self.run_dir.clone();
-            let trace = move |c: &ChaosView, egress: bool| Agent::trace_path(&run_dir, c, egress);
-            let (layers, refused, wake) =
-                desired::layers(chaos, &e.pod, &self.node, now_ns, &trace);
+            let (layers, refused, wake) = desired::layers(chaos, &e.pod, &self.node, now_ns);
             if let Some(w) = wake {
                 pass.wake_ns = Some(pass.wake_ns.map_or(w, |p: i128| p.min(w)));
             }
             for (resource, err) in refused {
                 self.spec_refused(e, &resource, &err, &mut pass);
             }
-            self.reconcile(e, &layers, &mut pass);
+            let traces = desired::traces_of(chaos, &layers);
+            self.write_traces(e, &traces);
+            self.reconcile(e, &layers, &traces, &mut pass);
         }
         self.report_waiting(chaos, &found, now_ns, &mut pass);
         let live: Vec<String> = found.iter().map(Emulator::instance).collect();
@@ -219,8 +198,17 @@ impl Agent {
     }
 
     /// Brings one emulator to its desired link.
-    fn reconcile(&mut self, e: &Emulator, layers: &[Layer], pass: &mut Pass) {
-        let mut files = load_file;
+    fn reconcile(
+        &mut self,
+        e: &Emulator,
+        layers: &[Layer],
+        traces: &BTreeMap<String, String>,
+        pass: &mut Pass,
+    ) {
+        let mut files = |name: &str| match traces.get(name) {
+            Some(text) => Ok(text.clone()),
+            None => load_file(name),
+        };
         let want = match desired::desired(e, layers, &mut files) {
             Ok(d) => d,
             Err(r) => {
@@ -450,12 +438,24 @@ fn refused_status(e: &Emulator, node: &str, r: &Refusal) -> PodStatus {
     }
 }
 
-/// The files words name: the agent's own traces by path, the system's
-/// distribution tables by bare name.
+/// The files the base words name: a path as the network gave it, the
+/// system's distribution tables by bare name (the traces of resources come
+/// from their specs).
 fn load_file(name: &str) -> Result<String, String> {
     if name.starts_with('/') {
         std::fs::read_to_string(name).map_err(|e| format!("'{name}': {e}"))
     } else {
         linkem_ctl::system_tables(name)
     }
+}
+
+/// Whether `name` is a bare file name an emulator's `--control-files`
+/// directory serves (`A-Z a-z 0-9 . _ -`, not `.` or `..`).
+pub fn bare(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
