@@ -104,6 +104,11 @@ impl fmt::Display for SpecError {
 
 impl std::error::Error for SpecError {}
 
+/// A [`SpecError`] for `field` with no word named.
+pub fn refuse_field(field: &str, message: impl Into<String>) -> SpecError {
+    refuse(field, message)
+}
+
 fn refuse(field: &str, message: impl Into<String>) -> SpecError {
     SpecError {
         field: field.into(),

@@ -121,6 +121,13 @@ pub struct Layer {
     pub resource: String,
     pub egress: Vec<Vec<String>>,
     pub ingress: Vec<Vec<String>>,
+    /// `linkem.rules`: for an emulator running a rule set, the set that
+    /// replaces its own (the last layer's that has one).
+    pub rules: Option<String>,
+    /// Whether the resource changes link words (NetworkChaos's fields,
+    /// `linkem.link|egress|ingress|trace|schedule`): what an emulator
+    /// running a rule set cannot take.
+    pub link_words: bool,
 }
 
 /// The bare name a trace's text is sent under (`trace NAME`): named by its
@@ -182,6 +189,12 @@ pub fn layers(
             resource: c.key(),
             egress: vec![],
             ingress: vec![],
+            rules: w.rules.clone(),
+            link_words: w.egress.is_some()
+                || w.ingress.is_some()
+                || w.traces.egress.is_some()
+                || w.traces.ingress.is_some()
+                || !c.steps.is_empty(),
         };
         for egress in [true, false] {
             let (own, trace) = if egress {

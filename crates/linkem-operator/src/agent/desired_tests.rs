@@ -185,6 +185,8 @@ fn a_refused_word_names_its_resource_and_its_place_in_the_resources_words() {
             "20xs".into(),
         ]],
         ingress: vec![vec![]],
+        rules: None,
+        link_words: true,
     };
     let mut files = |n: &str| -> Result<String, String> { Err(format!("'{n}': no such file")) };
     let r = desired(&emulator(), &[layer], &mut files).unwrap_err();

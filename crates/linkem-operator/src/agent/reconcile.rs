@@ -136,6 +136,14 @@ impl Agent {
             for (resource, err) in refused {
                 self.spec_refused(e, &resource, &err, &mut pass);
             }
+            let (layers, misfits) = fit(e, layers);
+            for (resource, err) in misfits {
+                self.spec_refused(e, &resource, &err, &mut pass);
+            }
+            if let Some(base_rules) = &e.base.rules {
+                self.reconcile_rules(e, base_rules, &layers, &mut pass);
+                continue;
+            }
             let traces = desired::traces_of(chaos, &layers);
             self.write_traces(e, &traces);
             self.reconcile(e, &layers, &traces, &mut pass);
@@ -250,6 +258,128 @@ impl Agent {
             return;
         }
         self.send(e, &want, Some(entry), pass);
+    }
+
+    /// Brings an emulator running a rule set to the last layer's
+    /// `linkem.rules`, else its base rule set (the network's `rules`).
+    fn reconcile_rules(&mut self, e: &Emulator, base: &str, layers: &[Layer], pass: &mut Pass) {
+        let want_rules = layers
+            .iter()
+            .rev()
+            .find_map(|l| l.rules.clone())
+            .unwrap_or_else(|| base.to_string());
+        let want = Desired {
+            a_to_b: String::new(),
+            b_to_a: String::new(),
+            resources: layers.iter().map(|l| l.resource.clone()).collect(),
+        };
+        let instance = e.instance();
+        let old = self.record.emulators.get(&instance).cloned();
+        let running = match &old {
+            Some(o) => o.rules.clone(),
+            // A new emulator runs its base.
+            None => Some(base.to_string()),
+        };
+        if running.as_deref() == Some(want_rules.as_str()) {
+            let at = old.as_ref().and_then(|o| o.at_ns);
+            let before = old
+                .as_ref()
+                .map(|o| o.resources.clone())
+                .unwrap_or_default();
+            let mut entry = entry_of(e, &want, at);
+            entry.rules = Some(want_rules.clone());
+            if old.as_ref() != Some(&entry) {
+                self.record.emulators.insert(instance, entry);
+            }
+            self.report_rules(e, &before, &want, &want_rules, at, pass);
+            return;
+        }
+        if old.as_ref().and_then(|o| o.refused.as_ref())
+            == Some(&(want_rules.clone(), "rules".into()))
+        {
+            return;
+        }
+        let l = labels(e);
+        match apply::apply_rules(&e.socket, &want_rules) {
+            Ok(Outcome::Applied { at_ns }) => {
+                self.metrics.count(&l, |c| {
+                    if want.resources.is_empty() {
+                        c.restores += 1;
+                    } else {
+                        c.applies += 1;
+                    }
+                    c.last_apply_s = Some(at_ns as f64 / 1e9);
+                });
+                let before = old.map(|o| o.resources).unwrap_or_default();
+                let mut entry = entry_of(e, &want, Some(at_ns));
+                entry.rules = Some(want_rules.clone());
+                self.record.emulators.insert(instance, entry);
+                self.report_rules(e, &before, &want, &want_rules, Some(at_ns), pass);
+            }
+            Ok(Outcome::Refused {
+                words,
+                message,
+                word,
+                position,
+                ..
+            }) => {
+                self.metrics.count(&l, |c| c.refusals += 1);
+                let mut entry = old.unwrap_or_else(|| {
+                    let mut b = entry_of(e, &base_only(e), None);
+                    b.rules = Some(base.to_string());
+                    b
+                });
+                entry.refused = Some((want_rules, "rules".into()));
+                self.record.emulators.insert(instance, entry);
+                let r = Refusal {
+                    resource: None,
+                    direction: "linkem.rules".into(),
+                    message: format!(
+                        "the emulator refused the rule set's line '{words}': {message}"
+                    ),
+                    word,
+                    position,
+                    words,
+                };
+                let status = refused_status(e, &self.node, &r);
+                self.report_all(&want.resources, &e.pod, &status, pass);
+            }
+            Err(err) => eprintln!(
+                "linkem-operator agent: {} ({}): {err}",
+                e.name,
+                e.socket.display()
+            ),
+        }
+    }
+
+    /// [`Agent::report_outcome`] for a rule set: `words` is the set, its
+    /// lines joined by `; `.
+    fn report_rules(
+        &mut self,
+        e: &Emulator,
+        before: &[String],
+        want: &Desired,
+        rules: &str,
+        at_ns: Option<u64>,
+        pass: &mut Pass,
+    ) {
+        let lines = apply::rule_lines(rules).unwrap_or_default();
+        let mk = |state: &str| PodStatus {
+            node: self.node.clone(),
+            state: state.into(),
+            at: at_ns.map(rfc3339_ns),
+            emulator: Some(e.name.clone()),
+            words: Some(format!("rules: {}", lines.join("; "))),
+            ..PodStatus::default()
+        };
+        let (applied, restored) = (mk("Applied"), mk("Restored"));
+        self.report_all(&want.resources, &e.pod, &applied, pass);
+        let gone: Vec<String> = before
+            .iter()
+            .filter(|r| !want.resources.contains(r))
+            .cloned()
+            .collect();
+        self.report_all(&gone, &e.pod, &restored, pass);
     }
 
     fn send(&mut self, e: &Emulator, want: &Desired, old: Option<Entry>, pass: &mut Pass) {
@@ -410,7 +540,39 @@ fn entry_of(e: &Emulator, d: &Desired, at_ns: Option<u64>) -> Entry {
         resources: d.resources.clone(),
         at_ns,
         refused: None,
+        rules: None,
     }
+}
+
+/// The layers `e` can take, and the resources it cannot, with why: an
+/// emulator running a rule set takes only `linkem.rules` (it refuses
+/// `replace`), any other only link words.
+fn fit(e: &Emulator, layers: Vec<Layer>) -> (Vec<Layer>, Vec<(String, SpecError)>) {
+    let mut misfits = vec![];
+    let kept = layers
+        .into_iter()
+        .filter(|l| {
+            let why = match (&e.base.rules, &l.rules) {
+                (Some(_), _) if l.link_words => (
+                    "delay, loss, duplicate, corrupt, bandwidth, linkem.link/egress/ingress/trace/schedule",
+                    "this pod's emulator runs a Dummynet rule set (its linkem-cni network has \
+                     `rules`) and takes no link words: give the impairment as linkem.rules \
+                     (e.g. 'pipe 1 config delay 20' and 'add pipe 1 ip from any to any'), \
+                     which replaces the network's rule set while the resource lasts",
+                ),
+                (None, Some(_)) => (
+                    "linkem.rules",
+                    "this pod's emulator runs a plain link (its linkem-cni network has no \
+                     `rules`): give the impairment as link words (delay, loss, bandwidth, \
+                     linkem.link), or select pods of a network with `rules`",
+                ),
+                _ => return true,
+            };
+            misfits.push((l.resource.clone(), crate::words::refuse_field(why.0, why.1)));
+            false
+        })
+        .collect();
+    (kept, misfits)
 }
 
 /// The base link alone, as the desired state without resources.
