@@ -77,6 +77,12 @@ impl ControlFiles {
             return Err(format!("{shown}: not a regular file, not read"));
         }
         let max = linkem_io::infile::MAX_TEXT_BYTES;
+        if meta.len() > max {
+            return Err(format!(
+                "{shown}: {} bytes is more than the {max}-byte limit",
+                meta.len()
+            ));
+        }
         let mut bytes = Vec::new();
         file.take(max + 1)
             .read_to_end(&mut bytes)
@@ -164,6 +170,15 @@ mod tests {
         assert!(made.success());
         let e = f.read("fifo").unwrap_err();
         assert!(e.contains("not a regular file"), "{e}");
+    }
+
+    #[test]
+    fn a_file_over_the_limit_is_not_read() {
+        let (d, f) = dir_with_trace();
+        let big = std::fs::File::create(d.path().join("big.trace")).unwrap();
+        big.set_len(linkem_io::infile::MAX_TEXT_BYTES + 1).unwrap();
+        let e = f.read("big.trace").unwrap_err();
+        assert!(e.contains("limit"), "{e}");
     }
 
     #[test]
