@@ -338,14 +338,16 @@ fn checked(field: &str, words: &str) -> Result<String, CniError> {
 }
 
 /// The arguments after `linkem bridge IF_A IF_B`: the words for both
-/// directions, the options, the emulator's name and control socket, the rule
-/// file, then the per-direction words (last: each takes the words up to the
-/// next option).
+/// directions, the options, the emulator's name, control socket and the
+/// directory its control requests may read files from (the agent's traces),
+/// the rule file, then the per-direction words (last: each takes the words
+/// up to the next option).
 pub fn bridge_args(
     spec: &LinkSpec,
     options: &[String],
     name: &str,
     socket: &std::path::Path,
+    control_files: &std::path::Path,
     rules_file: Option<&str>,
 ) -> Vec<String> {
     let mut args: Vec<String> = Vec::new();
@@ -355,6 +357,10 @@ pub fn bridge_args(
     args.extend(options.iter().cloned());
     args.extend(["--name".to_string(), name.to_string()]);
     args.extend(["--control".to_string(), socket.display().to_string()]);
+    args.extend([
+        "--control-files".to_string(),
+        control_files.display().to_string(),
+    ]);
     if let Some(path) = rules_file {
         args.extend(["--rules".to_string(), path.to_string()]);
     }
@@ -384,7 +390,8 @@ mod tests {
         )
         .unwrap();
         let sock = std::path::Path::new("/run/linkem/cni-x-eth0.sock");
-        let args = bridge_args(&c.spec, &c.options, "cni-x-eth0", sock, None);
+        let files = std::path::Path::new("/run/linkem/files/cni-x-eth0");
+        let args = bridge_args(&c.spec, &c.options, "cni-x-eth0", sock, files, None);
         assert_eq!(
             args,
             [
@@ -398,6 +405,8 @@ mod tests {
                 "cni-x-eth0",
                 "--control",
                 "/run/linkem/cni-x-eth0.sock",
+                "--control-files",
+                "/run/linkem/files/cni-x-eth0",
                 "--b-to-a",
                 "delay",
                 "5ms"

@@ -35,6 +35,9 @@ pub struct Files {
     pub state: PathBuf,
     /// `RUN/NAME.sock`: the emulator's control socket.
     pub socket: PathBuf,
+    /// `RUN/files/NAME/` (0700): the files the emulator's control requests
+    /// may name (`--control-files`), the node agent's traces.
+    pub control_files: PathBuf,
 }
 
 impl Files {
@@ -46,6 +49,7 @@ impl Files {
             rules: dir.join(format!("{name}.rules")),
             state: dir.join(format!("{name}.json")),
             socket: run_dir.join(format!("{name}.sock")),
+            control_files: run_dir.join("files").join(name),
             dir,
         }
     }
@@ -54,6 +58,21 @@ impl Files {
         for p in [&self.pid, &self.log, &self.rules, &self.state] {
             let _ = fs::remove_file(p);
         }
+        let _ = fs::remove_dir_all(&self.control_files);
+    }
+
+    /// Makes [`Files::control_files`] (and `RUN/files`), root's alone: what
+    /// is in it a root emulator reads on request.
+    pub fn make_control_files(&self) -> std::io::Result<()> {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        let mut b = fs::DirBuilder::new();
+        b.recursive(true).mode(0o700);
+        b.create(&self.control_files)?;
+        fs::set_permissions(&self.control_files, fs::Permissions::from_mode(0o700))?;
+        if let Some(parent) = self.control_files.parent() {
+            fs::set_permissions(parent, fs::Permissions::from_mode(0o700))?;
+        }
+        Ok(())
     }
 }
 

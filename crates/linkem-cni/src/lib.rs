@@ -288,7 +288,20 @@ fn start_emulator(
         }
         None => None,
     };
-    let args = config::bridge_args(spec, &conf.options, name, &files.socket, rules.as_deref());
+    files.make_control_files().map_err(|e| {
+        CniError::new(
+            error::EMULATOR_START,
+            format!("cannot make {}: {e}", files.control_files.display()),
+        )
+    })?;
+    let args = config::bridge_args(
+        spec,
+        &conf.options,
+        name,
+        &files.socket,
+        &files.control_files,
+        rules.as_deref(),
+    );
     let pid = daemon::start(
         &conf.run_dir,
         &env.netns,

@@ -247,8 +247,9 @@ fn median_rtt_ms(from: Option<&str>, to: &str) -> f64 {
     rtts[rtts.len() / 2]
 }
 
-/// The plugin's files (pid, log, state, rules) and the control sockets
-/// under a run directory.
+/// The plugin's files (pid, log, state, rules), the control sockets and
+/// the emulators' `--control-files` directories (`RUN/files/NAME`, shown as
+/// `NAME/`) under a run directory.
 fn state_files_in(run_dir: &Path) -> Vec<String> {
     let names = |dir: &str| -> Vec<String> {
         std::fs::read_dir(dir)
@@ -264,6 +265,11 @@ fn state_files_in(run_dir: &Path) -> Vec<String> {
         names(&run_dir.display().to_string())
             .into_iter()
             .filter(|f| f.ends_with(".sock")),
+    );
+    files.extend(
+        names(&run_dir.join("files").display().to_string())
+            .into_iter()
+            .map(|d| format!("{d}/")),
     );
     files
 }
@@ -376,8 +382,17 @@ fn containers_on_a_bridge_get_the_link_and_lose_it_on_del() {
         "container -> container: median RTT {a_to_b} ms, want 80 ms + a little (two 20 ms links each way)"
     );
 
-    // The emulators answer linkem ctl under the names the files carry.
+    // The emulators answer linkem ctl under the names the files carry, and
+    // each has its --control-files directory, root's alone.
     let files_b = emulator_files(&ns_b);
+    let dir_b = files_b
+        .iter()
+        .find_map(|f| f.strip_suffix('/'))
+        .unwrap_or_else(|| panic!("no RUN/files/NAME for {ns_b}: {files_b:?}"));
+    let mode = std::fs::metadata(Path::new("/run/linkem/files").join(dir_b))
+        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777)
+        .unwrap();
+    assert_eq!(mode, 0o700, "{dir_b}");
     let sock_name = files_b
         .iter()
         .find_map(|f| f.strip_suffix(".pid"))

@@ -104,6 +104,11 @@ impl fmt::Display for SpecError {
 
 impl std::error::Error for SpecError {}
 
+/// A [`SpecError`] for `field` with no word named.
+pub fn refuse_field(field: &str, message: impl Into<String>) -> SpecError {
+    refuse(field, message)
+}
+
 fn refuse(field: &str, message: impl Into<String>) -> SpecError {
     SpecError {
         field: field.into(),
@@ -196,8 +201,11 @@ pub fn link_words(spec: &LinkChaosSpec) -> Result<DirectionWords, SpecError> {
 }
 
 fn refuse_scope(spec: &LinkChaosSpec) -> Result<(), SpecError> {
-    let why = "linkem impairs the pod's whole link (its emulator is on the pod's interface); \
-               a per-destination scope is not supported";
+    let why = "a per-destination scope is not supported: linkem impairs the selected \
+               pods' whole link (their emulator sits on the pod's interface). Remove it to \
+               impair every destination; for some destinations only, run the pods on a \
+               linkem-cni network with `rules` and give linkem.rules matching them (e.g. \
+               'add pipe 1 ip from any to 10.0.0.7')";
     if spec.target.is_some() {
         return Err(refuse("target", why));
     }

@@ -170,6 +170,14 @@ fn a_target_or_other_per_destination_scope_is_refused() {
     );
     let e = refused("action: delay\ndelay: {latency: 1ms}\nexternalTargets: [1.2.3.4]");
     assert_eq!(e.field, "externalTargets");
+    // The status says why and what to do instead.
+    let said = e.to_string();
+    assert!(
+        said.starts_with("externalTargets: a per-destination scope is not supported")
+            && said.contains("Remove it")
+            && said.contains("linkem.rules"),
+        "{said}"
+    );
     assert_eq!(
         refused("action: delay\ndelay: {latency: 1ms}\ntargetDevice: eth1").field,
         "targetDevice"

@@ -3,11 +3,13 @@
 //! folder), then the agent's pass with a LinkChaos as the watch would hand
 //! it over: the pod's RTT rises by the delay, the base comes back when the
 //! resource goes, a refused word changes nothing and is reported with its
-//! position, and a restarted agent sends nothing again.
+//! position, a restarted agent sends nothing again, and a trace reaches the
+//! emulator through its `--control-files` directory.
 
 mod node;
 
-use linkem_operator::agent::apply::{apply_batch, Outcome};
+use linkem_operator::agent::apply::{self, apply_batch, Outcome};
+use linkem_operator::agent::desired::trace_file_name;
 use linkem_operator::agent::desired::ChaosView;
 use linkem_operator::agent::metrics::Metrics;
 use linkem_operator::agent::reconcile::{now_ns, Agent};
@@ -149,9 +151,9 @@ fn the_agent_applies_restores_and_refuses_on_a_real_emulator() {
     let c = metrics.counts(&("lkns".into(), "web-0".into(), pod.emulator.clone()));
     assert_eq!(c.applies, 1, "{c:?}");
 
-    // Through the agent: a trace file the emulator will not read over its
-    // socket is Refused in the pod's status, naming the file's word; the
-    // link stays, and the same words are not sent again.
+    // A trace: the agent writes it into the emulator's --control-files
+    // directory under its content's name and sends `trace NAME`; the
+    // emulator reads it there and runs it.
     let mut traced = slow_chaos(&pod);
     let spec: LinkChaosSpec = serde_yaml::from_str(
         "selector: {labelSelectors: {app: web}}\nmode: all\n\
@@ -159,24 +161,26 @@ fn the_agent_applies_restores_and_refuses_on_a_real_emulator() {
     )
     .unwrap();
     traced.words = linkem_operator::words::link_words(&spec);
-    let before = n.links(&pod);
     let pass = restarted.pass(std::slice::from_ref(&traced), None, now_ns());
     let st = &pass.updates[0].status;
-    assert_eq!(st.state, "Refused", "{st:?}");
-    assert!(
-        st.word
-            .as_deref()
-            .is_some_and(|w| w.ends_with("-egress.trace")),
-        "{st:?}"
-    );
-    let words = st.words.clone().unwrap_or_default();
-    let at = st.position.unwrap_or(0) as usize;
+    assert_eq!(st.state, "Applied", "{st:?}");
+    let name = trace_file_name("1\n2\n");
+    let files = n.run_dir.join("files").join(&pod.emulator);
     assert_eq!(
-        words.split_whitespace().nth(at.wrapping_sub(1)),
-        st.word.as_deref(),
-        "{st:?}"
+        std::fs::read_to_string(files.join(&name)).unwrap(),
+        "1\n2\n"
     );
-    assert_eq!(n.links(&pod), before);
-    assert!(restarted.pass(&[traced], None, now_ns()).updates.is_empty());
-    assert_eq!(n.links(&pod), before, "refused words were sent again");
+    let show = apply::query(&pod.socket, "show --json").unwrap();
+    let said = show.to_string();
+    assert!(said.contains(&format!("trace {name}")), "{said}");
+    assert!(restarted
+        .pass(std::slice::from_ref(&traced), None, now_ns())
+        .updates
+        .is_empty());
+
+    // Gone: the base again, and the trace file with it.
+    let pass = restarted.pass(&[], None, now_ns());
+    assert_eq!(pass.updates[0].status.state, "Restored");
+    assert!(!files.join(&name).exists(), "the trace was left behind");
+    assert!(n.links(&pod).iter().all(|l| !l.0.contains("trace")));
 }

@@ -33,9 +33,14 @@ pub struct Entry {
     /// the emulator started with, never sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at_ns: Option<u64>,
-    /// Words the emulator refused since (not sent again until they change).
+    /// Words the emulator refused since (not sent again until they change);
+    /// for an emulator running a rule set, `(RULES, "rules")`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<(String, String)>,
+    /// The rule set running, for an emulator started with one (its
+    /// `a_to_b` and `b_to_a` are then empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rules: Option<String>,
 }
 
 /// Every emulator's entry.
@@ -116,6 +121,7 @@ mod tests {
                 resources: vec!["ns/slow".into()],
                 at_ns: Some(1_764_000_000_123_456_789),
                 refused: Some(("delay 20xs".into(), "delay 0ms".into())),
+                rules: None,
             },
         );
         r.save(&path).unwrap();

@@ -5,6 +5,14 @@
 //! and reports the refused line's word, its position among the direction's
 //! words (the reply's position less the two words `replace DIR`), and the
 //! reason.
+//!
+//! An emulator running a Dummynet rule set (linkem-cni's `rules`) takes no
+//! `replace`: its rule set is replaced whole, in one batch too
+//! ([`apply_rules`]): `begin`, `flush` (over the control socket: every
+//! rule, pipe, queue and scheduler), `set one-pass on` (the default a rule
+//! file starts from), the new set's lines, `commit`. The emulator takes the
+//! resulting set at one instant, and a pipe the new set configures again
+//! keeps its queued packets.
 
 use linkem_ctl::Client;
 use serde_json::Value;
@@ -77,6 +85,88 @@ pub fn apply_batch(socket: &Path, a_to_b: &str, b_to_a: &str) -> io::Result<Outc
         return Ok(Outcome::Refused {
             direction: String::new(),
             words: format!("a-to-b: {a_to_b}; b-to-a: {b_to_a}"),
+            message: reply_error(&v),
+            word: None,
+            position: None,
+        });
+    }
+    let at_ns = v["at_ns"].as_u64().ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("commit without at_ns: {v}"),
+        )
+    })?;
+    Ok(Outcome::Applied { at_ns })
+}
+
+/// The control lines of a rule set's text (a rule file: `ipfw`/`dnctl`
+/// and `-q` dropped, comments and blank lines left out, `add` numbered as
+/// the file numbers it).
+pub fn rule_lines(text: &str) -> Result<Vec<String>, String> {
+    use linkem_core::rules::{ObjectKind, Statement};
+    let mut lines = vec![];
+    for line in linkem_core::rules::statements(text) {
+        let line = line.map_err(|e| format!("line {}: '{}': {}", e.line, e.word, e.message))?;
+        lines.push(match line.statement {
+            Statement::Add { number, body, .. } => format!("add {number} {}", body.join(" ")),
+            Statement::Config {
+                kind,
+                number,
+                words,
+            } => {
+                let kind = match kind {
+                    ObjectKind::Pipe => "pipe",
+                    ObjectKind::Queue => "queue",
+                    ObjectKind::Sched => "sched",
+                };
+                format!("{kind} {number} config {}", words.join(" "))
+            }
+            Statement::OnePass(on) => format!("set one-pass {}", if on { "on" } else { "off" }),
+            Statement::Flush => "flush".into(),
+        });
+    }
+    Ok(lines)
+}
+
+/// Sends the batch making the emulator's rule set exactly `rules` (a rule
+/// file's text). A refused line is reported with `direction` `rules`, the
+/// line as `words`, and the word and its position in that line.
+pub fn apply_rules(socket: &Path, rules: &str) -> io::Result<Outcome> {
+    let new_lines = match rule_lines(rules) {
+        Ok(l) => l,
+        Err(message) => {
+            return Ok(Outcome::Refused {
+                direction: "rules".into(),
+                words: String::new(),
+                message,
+                word: None,
+                position: None,
+            })
+        }
+    };
+    let mut c = Client::connect(socket, REPLY_TIMEOUT)?;
+    let mut batch = vec!["flush".to_string(), "set one-pass on".to_string()];
+    batch.extend(new_lines);
+    expect_ok(&mut c, "begin")?;
+    for line in &batch {
+        let v = c.request_json(line)?;
+        if v["ok"] != true {
+            let _ = c.request_json("abort");
+            let position = v["position"].as_u64().and_then(|p| u32::try_from(p).ok());
+            return Ok(Outcome::Refused {
+                direction: "rules".into(),
+                words: line.clone(),
+                message: reply_error(&v),
+                word: position.and(v["word"].as_str().map(str::to_string)),
+                position,
+            });
+        }
+    }
+    let v = c.request_json("commit")?;
+    if v["ok"] != true {
+        return Ok(Outcome::Refused {
+            direction: "rules".into(),
+            words: String::new(),
             message: reply_error(&v),
             word: None,
             position: None,

@@ -1,7 +1,8 @@
 //! A pod's desired link: its emulator's base words, then, in creation order,
 //! the words of every LinkChaos that applies to it (its `status.selected`
 //! names the pod on this node; not being deleted, not ended, not past
-//! creation + `duration`), each with its trace and the schedule steps whose
+//! creation + `duration`), each with its trace (named by its content, see
+//! [`trace_file_name`]) and the schedule steps whose
 //! instants have passed. The layers are read by linkem's own parser, a later
 //! layer replacing what an earlier one set (`delay` over `delay`), and the
 //! result printed as linkem's canonical words: what `replace` takes, each
@@ -15,7 +16,7 @@ use crate::chaos::{Direction, LinkChaos, PodRef};
 use crate::words::{self, DirectionWords, SpecError};
 use linkem_core::config::{Dialect, FileLoader};
 use linkem_core::LinkSpec;
-use std::path::PathBuf;
+use std::collections::BTreeMap;
 
 /// A schedule step of a resource: words at an instant after its creation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,10 +121,42 @@ pub struct Layer {
     pub resource: String,
     pub egress: Vec<Vec<String>>,
     pub ingress: Vec<Vec<String>>,
+    /// `linkem.rules`: for an emulator running a rule set, the set that
+    /// replaces its own (the last layer's that has one).
+    pub rules: Option<String>,
+    /// Whether the resource changes link words (NetworkChaos's fields,
+    /// `linkem.link|egress|ingress|trace|schedule`): what an emulator
+    /// running a rule set cannot take.
+    pub link_words: bool,
 }
 
-/// Where the agent writes a resource's trace of one direction.
-pub type TracePath<'a> = dyn Fn(&ChaosView, bool) -> PathBuf + 'a;
+/// The bare name a trace's text is sent under (`trace NAME`): named by its
+/// content (FNV-1a, 64 bits), so the same text is one file in the emulator's
+/// `--control-files` directory whatever resource carries it, and a changed
+/// text is a new name (a changed word the agent sends).
+pub fn trace_file_name(text: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("linkchaos-{h:016x}-{}.trace", text.len())
+}
+
+/// The traces of the resources `layers` carry, by [`trace_file_name`].
+pub fn traces_of(chaos: &[ChaosView], layers: &[Layer]) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for c in chaos
+        .iter()
+        .filter(|c| layers.iter().any(|l| l.resource == c.key()))
+    {
+        let Ok(w) = &c.words else { continue };
+        for text in [&w.traces.egress, &w.traces.ingress].into_iter().flatten() {
+            out.insert(trace_file_name(text), text.clone());
+        }
+    }
+    out
+}
 
 /// The layers over `pod` at `now_ns` (creation order), the resources whose
 /// spec cannot apply (with why), and the next instant something changes by
@@ -133,7 +166,6 @@ pub fn layers(
     pod: &PodKey,
     node: &str,
     now_ns: i128,
-    trace_path: &TracePath<'_>,
 ) -> (Vec<Layer>, Vec<(String, SpecError)>, Option<i128>) {
     let mut applying: Vec<&ChaosView> = chaos
         .iter()
@@ -157,6 +189,12 @@ pub fn layers(
             resource: c.key(),
             egress: vec![],
             ingress: vec![],
+            rules: w.rules.clone(),
+            link_words: w.egress.is_some()
+                || w.ingress.is_some()
+                || w.traces.egress.is_some()
+                || w.traces.ingress.is_some()
+                || !c.steps.is_empty(),
         };
         for egress in [true, false] {
             let (own, trace) = if egress {
@@ -170,8 +208,8 @@ pub fn layers(
                 &mut layer.ingress
             };
             let mut first: Vec<String> = split(own.as_deref());
-            if trace.is_some() {
-                first.extend(["trace".into(), trace_path(c, egress).display().to_string()]);
+            if let Some(text) = trace {
+                first.extend(["trace".into(), trace_file_name(text)]);
             }
             dir.push(first);
             for s in &c.steps {

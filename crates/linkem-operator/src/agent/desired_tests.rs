@@ -49,13 +49,8 @@ fn chaos(name: &str, created_s: i128, spec: &str) -> ChaosView {
 
 const SELECTOR: &str = "selector: {labelSelectors: {app: web}}\nmode: all\n";
 
-fn no_trace(_: &ChaosView, _: bool) -> PathBuf {
-    PathBuf::from("/agent/trace")
-}
-
 fn want(chaos: &[ChaosView], now_s: i128) -> (Result<Desired, Box<Refusal>>, Option<i128>) {
-    let (layers, refused, wake) =
-        layers(chaos, &pod("web-0"), NODE, now_s * 1_000_000_000, &no_trace);
+    let (layers, refused, wake) = layers(chaos, &pod("web-0"), NODE, now_s * 1_000_000_000);
     assert!(refused.is_empty(), "{refused:?}");
     let mut files = |n: &str| -> Result<String, String> { Err(format!("'{n}': no such file")) };
     (desired(&emulator(), &layers, &mut files), wake)
@@ -190,6 +185,8 @@ fn a_refused_word_names_its_resource_and_its_place_in_the_resources_words() {
             "20xs".into(),
         ]],
         ingress: vec![vec![]],
+        rules: None,
+        link_words: true,
     };
     let mut files = |n: &str| -> Result<String, String> { Err(format!("'{n}': no such file")) };
     let r = desired(&emulator(), &[layer], &mut files).unwrap_err();
@@ -204,7 +201,7 @@ fn a_refused_word_names_its_resource_and_its_place_in_the_resources_words() {
 #[test]
 fn a_spec_that_cannot_apply_is_reported_not_layered() {
     let c = chaos("part", 10, &format!("{SELECTOR}action: delay\ndelay: {{latency: 20ms}}\ntarget: {{mode: all, selector: {{namespaces: [x]}}}}\n"));
-    let (l, refused, _) = layers(&[c], &pod("web-0"), NODE, 11_000_000_000, &no_trace);
+    let (l, refused, _) = layers(&[c], &pod("web-0"), NODE, 11_000_000_000);
     assert!(l.is_empty());
     assert_eq!(refused.len(), 1);
     assert_eq!(
@@ -214,20 +211,26 @@ fn a_spec_that_cannot_apply_is_reported_not_layered() {
 }
 
 #[test]
-fn a_trace_is_named_by_the_agents_file() {
+fn a_trace_is_named_by_its_content() {
     let spec = format!("{SELECTOR}linkem:\n  link: loss 1%\n  trace: {{egress: \"1\\n2\\n\"}}\n");
     let c = chaos("traced", 10, &spec);
-    let (l, refused, _) = layers(&[c], &pod("web-0"), NODE, 11_000_000_000, &no_trace);
+    let (l, refused, _) = layers(
+        std::slice::from_ref(&c),
+        &pod("web-0"),
+        NODE,
+        11_000_000_000,
+    );
     assert!(refused.is_empty(), "{refused:?}");
-    let want: Vec<String> = ["loss", "1%", "trace", "/agent/trace"]
-        .map(String::from)
-        .into();
+    let name = trace_file_name("1\n2\n");
+    assert!(crate::agent::reconcile::bare(&name), "{name}");
+    assert_ne!(name, trace_file_name("1\n3\n"));
+    let want: Vec<String> = vec!["loss".into(), "1%".into(), "trace".into(), name.clone()];
     assert_eq!(l[0].egress, vec![want]);
+    let texts = traces_of(&[c], &l);
+    assert_eq!(texts.get(&name).map(String::as_str), Some("1\n2\n"));
     let mut files = |n: &str| -> Result<String, String> {
-        (n == "/agent/trace")
-            .then(|| "1\n2\n".to_string())
-            .ok_or_else(|| format!("'{n}'"))
+        texts.get(n).cloned().ok_or_else(|| format!("'{n}'"))
     };
     let d = desired(&emulator(), &l, &mut files).unwrap();
-    assert!(d.a_to_b.contains("trace /agent/trace"), "{}", d.a_to_b);
+    assert!(d.a_to_b.contains(&format!("trace {name}")), "{}", d.a_to_b);
 }

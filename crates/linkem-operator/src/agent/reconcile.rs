@@ -70,55 +70,36 @@ impl Agent {
         })
     }
 
-    /// Where the trace of `c` for the pod's egress (or ingress) is written.
-    pub fn trace_path(run_dir: &Path, c: &ChaosView, egress: bool) -> PathBuf {
-        let dir = if egress { "egress" } else { "ingress" };
-        run_dir
-            .join("agent")
-            .join("traces")
-            .join(format!("{}_{}-{dir}.trace", c.namespace, c.name))
-    }
-
-    /// Writes the resources' traces where [`Agent::trace_path`] says (only
-    /// when the text changed) and removes those of resources gone.
-    fn write_traces(&self, chaos: &[ChaosView]) {
-        let dir = self.run_dir.join("agent").join("traces");
-        let wanted: Vec<PathBuf> = chaos
-            .iter()
-            .filter_map(|c| Some((c, c.words.as_ref().ok()?)))
-            .flat_map(|(c, w)| {
-                let e = w
-                    .traces
-                    .egress
-                    .as_ref()
-                    .map(|_| Self::trace_path(&self.run_dir, c, true));
-                let i = w
-                    .traces
-                    .ingress
-                    .as_ref()
-                    .map(|_| Self::trace_path(&self.run_dir, c, false));
-                e.into_iter().chain(i)
-            })
-            .collect();
+    /// Writes `traces` into the emulator's `--control-files` directory
+    /// (`RUN/files/NAME/`, made by linkem-cni) where they are not yet, each
+    /// to a temporary name then renamed (the emulator never reads half a
+    /// file), and removes the traces there no layer names any more.
+    fn write_traces(&self, e: &Emulator, traces: &BTreeMap<String, String>) {
+        let dir = linkem_cni::daemon::Files::new(&self.run_dir, &e.name).control_files;
+        if !dir.is_dir() {
+            // An emulator started without --control-files: it refuses the
+            // trace's name, and the pod's status says so.
+            return;
+        }
         for old in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            if !wanted.contains(&old.path()) {
+            let name = old.file_name().to_string_lossy().into_owned();
+            if name.starts_with("linkchaos-") && !traces.contains_key(&name) {
                 let _ = std::fs::remove_file(old.path());
             }
         }
-        for c in chaos {
-            let Ok(w) = &c.words else { continue };
-            for (egress, text) in [(true, &w.traces.egress), (false, &w.traces.ingress)] {
-                let Some(text) = text else { continue };
-                let path = Self::trace_path(&self.run_dir, c, egress);
-                if std::fs::read_to_string(&path).ok().as_ref() != Some(text) {
-                    let _ = path.parent().map(std::fs::create_dir_all);
-                    if let Err(e) = std::fs::write(&path, text) {
-                        eprintln!(
-                            "linkem-operator agent: cannot write {}: {e}",
-                            path.display()
-                        );
-                    }
-                }
+        for (name, text) in traces {
+            let path = dir.join(name);
+            if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
+                continue;
+            }
+            let tmp = dir.join(format!(".{name}.tmp"));
+            let written = std::fs::write(&tmp, text).and_then(|_| std::fs::rename(&tmp, &path));
+            if let Err(err) = written {
+                let _ = std::fs::remove_file(&tmp);
+                eprintln!(
+                    "linkem-operator agent: cannot write {}: {err}",
+                    path.display()
+                );
             }
         }
     }
@@ -145,21 +126,27 @@ impl Agent {
                 .map(|e| (labels(e), e.socket.clone()))
                 .collect::<BTreeMap<_, _>>(),
         );
-        self.write_traces(chaos);
         let mut pass = Pass::default();
         let before = self.record.clone();
         for e in &found {
-            let run_dir = self.run_dir.clone();
-            let trace = move |c: &ChaosView, egress: bool| Agent::trace_path(&run_dir, c, egress);
-            let (layers, refused, wake) =
-                desired::layers(chaos, &e.pod, &self.node, now_ns, &trace);
+            let (layers, refused, wake) = desired::layers(chaos, &e.pod, &self.node, now_ns);
             if let Some(w) = wake {
                 pass.wake_ns = Some(pass.wake_ns.map_or(w, |p: i128| p.min(w)));
             }
             for (resource, err) in refused {
                 self.spec_refused(e, &resource, &err, &mut pass);
             }
-            self.reconcile(e, &layers, &mut pass);
+            let (layers, misfits) = fit(e, layers);
+            for (resource, err) in misfits {
+                self.spec_refused(e, &resource, &err, &mut pass);
+            }
+            if let Some(base_rules) = &e.base.rules {
+                self.reconcile_rules(e, base_rules, &layers, &mut pass);
+                continue;
+            }
+            let traces = desired::traces_of(chaos, &layers);
+            self.write_traces(e, &traces);
+            self.reconcile(e, &layers, &traces, &mut pass);
         }
         self.report_waiting(chaos, &found, now_ns, &mut pass);
         let live: Vec<String> = found.iter().map(Emulator::instance).collect();
@@ -219,8 +206,17 @@ impl Agent {
     }
 
     /// Brings one emulator to its desired link.
-    fn reconcile(&mut self, e: &Emulator, layers: &[Layer], pass: &mut Pass) {
-        let mut files = load_file;
+    fn reconcile(
+        &mut self,
+        e: &Emulator,
+        layers: &[Layer],
+        traces: &BTreeMap<String, String>,
+        pass: &mut Pass,
+    ) {
+        let mut files = |name: &str| match traces.get(name) {
+            Some(text) => Ok(text.clone()),
+            None => load_file(name),
+        };
         let want = match desired::desired(e, layers, &mut files) {
             Ok(d) => d,
             Err(r) => {
@@ -262,6 +258,128 @@ impl Agent {
             return;
         }
         self.send(e, &want, Some(entry), pass);
+    }
+
+    /// Brings an emulator running a rule set to the last layer's
+    /// `linkem.rules`, else its base rule set (the network's `rules`).
+    fn reconcile_rules(&mut self, e: &Emulator, base: &str, layers: &[Layer], pass: &mut Pass) {
+        let want_rules = layers
+            .iter()
+            .rev()
+            .find_map(|l| l.rules.clone())
+            .unwrap_or_else(|| base.to_string());
+        let want = Desired {
+            a_to_b: String::new(),
+            b_to_a: String::new(),
+            resources: layers.iter().map(|l| l.resource.clone()).collect(),
+        };
+        let instance = e.instance();
+        let old = self.record.emulators.get(&instance).cloned();
+        let running = match &old {
+            Some(o) => o.rules.clone(),
+            // A new emulator runs its base.
+            None => Some(base.to_string()),
+        };
+        if running.as_deref() == Some(want_rules.as_str()) {
+            let at = old.as_ref().and_then(|o| o.at_ns);
+            let before = old
+                .as_ref()
+                .map(|o| o.resources.clone())
+                .unwrap_or_default();
+            let mut entry = entry_of(e, &want, at);
+            entry.rules = Some(want_rules.clone());
+            if old.as_ref() != Some(&entry) {
+                self.record.emulators.insert(instance, entry);
+            }
+            self.report_rules(e, &before, &want, &want_rules, at, pass);
+            return;
+        }
+        if old.as_ref().and_then(|o| o.refused.as_ref())
+            == Some(&(want_rules.clone(), "rules".into()))
+        {
+            return;
+        }
+        let l = labels(e);
+        match apply::apply_rules(&e.socket, &want_rules) {
+            Ok(Outcome::Applied { at_ns }) => {
+                self.metrics.count(&l, |c| {
+                    if want.resources.is_empty() {
+                        c.restores += 1;
+                    } else {
+                        c.applies += 1;
+                    }
+                    c.last_apply_s = Some(at_ns as f64 / 1e9);
+                });
+                let before = old.map(|o| o.resources).unwrap_or_default();
+                let mut entry = entry_of(e, &want, Some(at_ns));
+                entry.rules = Some(want_rules.clone());
+                self.record.emulators.insert(instance, entry);
+                self.report_rules(e, &before, &want, &want_rules, Some(at_ns), pass);
+            }
+            Ok(Outcome::Refused {
+                words,
+                message,
+                word,
+                position,
+                ..
+            }) => {
+                self.metrics.count(&l, |c| c.refusals += 1);
+                let mut entry = old.unwrap_or_else(|| {
+                    let mut b = entry_of(e, &base_only(e), None);
+                    b.rules = Some(base.to_string());
+                    b
+                });
+                entry.refused = Some((want_rules, "rules".into()));
+                self.record.emulators.insert(instance, entry);
+                let r = Refusal {
+                    resource: None,
+                    direction: "linkem.rules".into(),
+                    message: format!(
+                        "the emulator refused the rule set's line '{words}': {message}"
+                    ),
+                    word,
+                    position,
+                    words,
+                };
+                let status = refused_status(e, &self.node, &r);
+                self.report_all(&want.resources, &e.pod, &status, pass);
+            }
+            Err(err) => eprintln!(
+                "linkem-operator agent: {} ({}): {err}",
+                e.name,
+                e.socket.display()
+            ),
+        }
+    }
+
+    /// [`Agent::report_outcome`] for a rule set: `words` is the set, its
+    /// lines joined by `; `.
+    fn report_rules(
+        &mut self,
+        e: &Emulator,
+        before: &[String],
+        want: &Desired,
+        rules: &str,
+        at_ns: Option<u64>,
+        pass: &mut Pass,
+    ) {
+        let lines = apply::rule_lines(rules).unwrap_or_default();
+        let mk = |state: &str| PodStatus {
+            node: self.node.clone(),
+            state: state.into(),
+            at: at_ns.map(rfc3339_ns),
+            emulator: Some(e.name.clone()),
+            words: Some(format!("rules: {}", lines.join("; "))),
+            ..PodStatus::default()
+        };
+        let (applied, restored) = (mk("Applied"), mk("Restored"));
+        self.report_all(&want.resources, &e.pod, &applied, pass);
+        let gone: Vec<String> = before
+            .iter()
+            .filter(|r| !want.resources.contains(r))
+            .cloned()
+            .collect();
+        self.report_all(&gone, &e.pod, &restored, pass);
     }
 
     fn send(&mut self, e: &Emulator, want: &Desired, old: Option<Entry>, pass: &mut Pass) {
@@ -422,7 +540,39 @@ fn entry_of(e: &Emulator, d: &Desired, at_ns: Option<u64>) -> Entry {
         resources: d.resources.clone(),
         at_ns,
         refused: None,
+        rules: None,
     }
+}
+
+/// The layers `e` can take, and the resources it cannot, with why: an
+/// emulator running a rule set takes only `linkem.rules` (it refuses
+/// `replace`), any other only link words.
+fn fit(e: &Emulator, layers: Vec<Layer>) -> (Vec<Layer>, Vec<(String, SpecError)>) {
+    let mut misfits = vec![];
+    let kept = layers
+        .into_iter()
+        .filter(|l| {
+            let why = match (&e.base.rules, &l.rules) {
+                (Some(_), _) if l.link_words => (
+                    "delay, loss, duplicate, corrupt, bandwidth, linkem.link/egress/ingress/trace/schedule",
+                    "this pod's emulator runs a Dummynet rule set (its linkem-cni network has \
+                     `rules`) and takes no link words: give the impairment as linkem.rules \
+                     (e.g. 'pipe 1 config delay 20' and 'add pipe 1 ip from any to any'), \
+                     which replaces the network's rule set while the resource lasts",
+                ),
+                (None, Some(_)) => (
+                    "linkem.rules",
+                    "this pod's emulator runs a plain link (its linkem-cni network has no \
+                     `rules`): give the impairment as link words (delay, loss, bandwidth, \
+                     linkem.link), or select pods of a network with `rules`",
+                ),
+                _ => return true,
+            };
+            misfits.push((l.resource.clone(), crate::words::refuse_field(why.0, why.1)));
+            false
+        })
+        .collect();
+    (kept, misfits)
 }
 
 /// The base link alone, as the desired state without resources.
@@ -450,12 +600,24 @@ fn refused_status(e: &Emulator, node: &str, r: &Refusal) -> PodStatus {
     }
 }
 
-/// The files words name: the agent's own traces by path, the system's
-/// distribution tables by bare name.
+/// The files the base words name: a path as the network gave it, the
+/// system's distribution tables by bare name (the traces of resources come
+/// from their specs).
 fn load_file(name: &str) -> Result<String, String> {
     if name.starts_with('/') {
         std::fs::read_to_string(name).map_err(|e| format!("'{name}': {e}"))
     } else {
         linkem_ctl::system_tables(name)
     }
+}
+
+/// Whether `name` is a bare file name an emulator's `--control-files`
+/// directory serves (`A-Z a-z 0-9 . _ -`, not `.` or `..`).
+pub fn bare(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }

@@ -145,6 +145,12 @@ impl Node {
 
     /// A pod's sandbox with linkem-cni's `base` words on its interface.
     pub fn add_pod(&mut self, namespace: &str, name: &str, uid: &str, base: &str) -> Pod {
+        self.add_pod_with(namespace, name, uid, serde_json::json!({ "link": base }))
+    }
+
+    /// A pod's sandbox whose linkem-cni entry has `fields` (`link`,
+    /// `rules`, ...) besides its type, options and runDir.
+    pub fn add_pod_with(&mut self, namespace: &str, name: &str, uid: &str, fields: Value) -> Pod {
         let i = self.pods;
         self.pods += 1;
         std::fs::create_dir_all(&self.conf_dir).unwrap();
@@ -162,11 +168,15 @@ impl Node {
         ok("ip", &["addr", "add", &format!("{net}.1/24"), "dev", &peer]);
         ok("ip", &["link", "set", &peer, "up"]);
         let network = format!("{}n{i}", self.prefix);
+        let mut plugin = serde_json::json!({"type": "linkem-cni",
+            "options": ["--max-lag", "off"], "runDir": self.run_dir});
+        for (k, v) in fields.as_object().into_iter().flatten() {
+            plugin[k] = v.clone();
+        }
         let list = serde_json::json!({"cniVersion": "1.0.0", "name": network, "plugins": [
             {"type": "host-device", "device": dev,
              "ipam": {"type": "static", "addresses": [{"address": format!("{net}.2/24")}]}},
-            {"type": "linkem-cni", "link": base, "options": ["--max-lag", "off"],
-             "runDir": self.run_dir}
+            plugin
         ]});
         std::fs::write(
             self.conf_dir.join(format!("{network}.conflist")),

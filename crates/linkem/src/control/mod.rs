@@ -37,6 +37,7 @@ pub mod audit;
 pub mod claims;
 pub mod client;
 mod failure;
+pub mod files;
 mod group;
 pub mod metrics;
 pub mod rules;
@@ -76,6 +77,12 @@ pub struct ControlArgs {
     /// at most 200 lines at once and 50/s, the rest counted in a 'dropped' line).
     #[arg(long, value_name = "FILE")]
     pub audit: Option<PathBuf>,
+    /// Let control requests name files (traces, schedules, tables) by bare
+    /// name (A-Z a-z 0-9 . _ -) in DIR, tried before the system's tables;
+    /// symlinks and non-regular files there are refused. Without it a
+    /// request reads only the system's netem tables.
+    #[arg(long, value_name = "DIR")]
+    pub control_files: Option<PathBuf>,
     /// Serve Prometheus metrics on GET /metrics at ADDR:PORT (a bare PORT is 127.0.0.1:PORT;
     /// with several --pair, every pair's series labelled link="IF_A-IF_B").
     #[arg(long, value_name = "ADDR:PORT")]
@@ -342,9 +349,9 @@ impl Model {
             Running::Rules(r) => r.parse_line(line),
             Running::Group(members) => {
                 let names: Vec<&str> = members.iter().map(|m| m.name.as_str()).collect();
-                linkem_ctl::parse_line_named(line, &mut linkem_ctl::system_tables, &names)
+                linkem_ctl::parse_line_named(line, &mut files::read, &names)
             }
-            _ => linkem_ctl::parse_line(line, &mut linkem_ctl::system_tables),
+            _ => linkem_ctl::parse_line(line, &mut files::read),
         }
     }
 
@@ -663,7 +670,7 @@ struct Staged {
 /// `words` over `base` (a `link` request, PATCH), an error naming the word
 /// at its place in the line (`first`: the 1-based position of `words[0]`).
 fn patch(base: &LinkConfig, words: &[String], first: usize) -> Result<LinkConfig, Failure> {
-    LinkSpec::patch(base, words, &mut linkem_ctl::system_tables)
+    LinkSpec::patch(base, words, &mut files::read)
         .map(|s| s.link)
         .map_err(|e| Failure::Word {
             position: first + e.position - 1,

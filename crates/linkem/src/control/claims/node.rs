@@ -75,7 +75,7 @@ impl Rules {
         let mut files = |name: &str| -> Result<String, String> {
             match known.get(name) {
                 Some(t) => Ok(t.clone()),
-                None => linkem_ctl::system_tables(name),
+                None => crate::control::files::read(name),
             }
         };
         let parse = |words: &[String], files: &mut dyn FnMut(&str) -> Result<String, String>| {

@@ -136,7 +136,7 @@ impl Rules {
         let mut files = |name: &str| -> Result<String, String> {
             match known.get(name) {
                 Some(t) => Ok(t.clone()),
-                None => linkem_ctl::system_tables(name),
+                None => crate::control::files::read(name),
             }
         };
         linkem_ctl::parse_line_for(line, &mut files, [&self.sides[0], &self.sides[1]])

@@ -112,6 +112,9 @@ pub fn prepare(args: &ControlArgs, if_a: &str, if_b: &str) -> Result<Prepared> {
     // bounded by its claims and limits); a control group narrows it.
     let open = args.claims.claims && gid.is_none();
     // Checked before the socket is placed, so that a typo fails without one.
+    if let Some(dir) = &args.control_files {
+        super::files::set(dir).map_err(|e| anyhow!(e))?;
+    }
     if let Some(a) = &args.metrics {
         super::metrics::parse_addr(a)?;
     }
