@@ -40,6 +40,9 @@ pub struct ChaosView {
     /// Deleted (a deletionTimestamp) or ended by the controller.
     pub gone: bool,
     pub selected: Vec<PodRef>,
+    /// NetworkChaos's `device`: the pod's interface (CNI `ifname`) it
+    /// impairs; `None`: every interface of the pod that has an emulator.
+    pub device: Option<String>,
     pub words: Result<DirectionWords, SpecError>,
     pub steps: Vec<Step>,
 }
@@ -97,9 +100,15 @@ impl ChaosView {
             expires_ns,
             gone: meta.deletion_timestamp.is_some() || matches!(phase, Some("Ended" | "Refused")),
             selected: status.selected.unwrap_or_default(),
+            device: lc.spec.device.clone().filter(|d| !d.is_empty()),
             words: words::link_words(&lc.spec),
             steps,
         }
+    }
+
+    /// Whether the resource names the pod's interface `ifname` (or none).
+    pub fn on_device(&self, ifname: &str) -> bool {
+        self.device.as_deref().is_none_or(|d| d == ifname)
     }
 
     /// Whether the resource selects `pod` on `node` and is in force at `now_ns`.
@@ -158,18 +167,19 @@ pub fn traces_of(chaos: &[ChaosView], layers: &[Layer]) -> BTreeMap<String, Stri
     out
 }
 
-/// The layers over `pod` at `now_ns` (creation order), the resources whose
+/// The layers over `pod`'s interface `ifname` at `now_ns` (creation order), the resources whose
 /// spec cannot apply (with why), and the next instant something changes by
 /// itself (a step due, a duration out).
 pub fn layers(
     chaos: &[ChaosView],
     pod: &PodKey,
+    ifname: &str,
     node: &str,
     now_ns: i128,
 ) -> (Vec<Layer>, Vec<(String, SpecError)>, Option<i128>) {
     let mut applying: Vec<&ChaosView> = chaos
         .iter()
-        .filter(|c| c.applies_to(pod, node, now_ns))
+        .filter(|c| c.applies_to(pod, node, now_ns) && c.on_device(ifname))
         .collect();
     applying.sort_by_key(|c| (c.created_ns, c.key()));
     let (mut out, mut refused, mut wake) = (vec![], vec![], None::<i128>);

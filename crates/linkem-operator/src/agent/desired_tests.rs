@@ -50,7 +50,7 @@ fn chaos(name: &str, created_s: i128, spec: &str) -> ChaosView {
 const SELECTOR: &str = "selector: {labelSelectors: {app: web}}\nmode: all\n";
 
 fn want(chaos: &[ChaosView], now_s: i128) -> (Result<Desired, Box<Refusal>>, Option<i128>) {
-    let (layers, refused, wake) = layers(chaos, &pod("web-0"), NODE, now_s * 1_000_000_000);
+    let (layers, refused, wake) = layers(chaos, &pod("web-0"), "eth0", NODE, now_s * 1_000_000_000);
     assert!(refused.is_empty(), "{refused:?}");
     let mut files = |n: &str| -> Result<String, String> { Err(format!("'{n}': no such file")) };
     (desired(&emulator(), &layers, &mut files), wake)
@@ -201,7 +201,7 @@ fn a_refused_word_names_its_resource_and_its_place_in_the_resources_words() {
 #[test]
 fn a_spec_that_cannot_apply_is_reported_not_layered() {
     let c = chaos("part", 10, &format!("{SELECTOR}action: delay\ndelay: {{latency: 20ms}}\ntarget: {{mode: all, selector: {{namespaces: [x]}}}}\n"));
-    let (l, refused, _) = layers(&[c], &pod("web-0"), NODE, 11_000_000_000);
+    let (l, refused, _) = layers(&[c], &pod("web-0"), "eth0", NODE, 11_000_000_000);
     assert!(l.is_empty());
     assert_eq!(refused.len(), 1);
     assert_eq!(
@@ -217,6 +217,7 @@ fn a_trace_is_named_by_its_content() {
     let (l, refused, _) = layers(
         std::slice::from_ref(&c),
         &pod("web-0"),
+        "eth0",
         NODE,
         11_000_000_000,
     );
@@ -233,4 +234,31 @@ fn a_trace_is_named_by_its_content() {
     };
     let d = desired(&emulator(), &l, &mut files).unwrap();
     assert!(d.a_to_b.contains(&format!("trace {name}")), "{}", d.a_to_b);
+}
+
+/// NetworkChaos's `device` names the pod's interface: the resource shapes
+/// that interface's emulator and leaves the pod's others alone.
+#[test]
+fn a_device_names_the_one_interface_it_impairs() {
+    let spec = format!("{SELECTOR}action: delay\ndelay: {{latency: 20ms}}\ndevice: net1\n");
+    let c = chaos("on-net1", 10, &spec);
+    let on = |ifname: &str| {
+        layers(
+            std::slice::from_ref(&c),
+            &pod("web-0"),
+            ifname,
+            NODE,
+            11_000_000_000,
+        )
+        .0
+    };
+    assert_eq!(
+        on("net1").len(),
+        1,
+        "the named interface takes the resource"
+    );
+    assert!(
+        on("eth0").is_empty(),
+        "another interface of the pod keeps its link"
+    );
 }

@@ -129,7 +129,8 @@ impl Agent {
         let mut pass = Pass::default();
         let before = self.record.clone();
         for e in &found {
-            let (layers, refused, wake) = desired::layers(chaos, &e.pod, &self.node, now_ns);
+            let (layers, refused, wake) =
+                desired::layers(chaos, &e.pod, &e.ifname, &self.node, now_ns);
             if let Some(w) = wake {
                 pass.wake_ns = Some(pass.wake_ns.map_or(w, |p: i128| p.min(w)));
             }
@@ -187,7 +188,7 @@ impl Agent {
                 let here = p.node.as_deref() == Some(self.node.as_str());
                 if !here
                     || !c.applies_to(&pod, &self.node, now_ns)
-                    || found.iter().any(|e| e.pod == pod)
+                    || found.iter().any(|e| e.pod == pod && c.on_device(&e.ifname))
                 {
                     continue;
                 }
