@@ -8,5 +8,3 @@ pub mod chaos;
 pub mod cli;
 pub mod controller;
 pub mod install_cni;
-pub mod select;
-pub mod words;

@@ -160,7 +160,7 @@ fn the_agent_applies_restores_and_refuses_on_a_real_emulator() {
          linkem: {link: loss 0%, trace: {egress: \"1\\n2\\n\"}}\n",
     )
     .unwrap();
-    traced.words = linkem_operator::words::link_words(&spec);
+    traced.words = linkem_operator::chaos::words::link_words(&spec);
     let pass = restarted.pass(std::slice::from_ref(&traced), None, now_ns());
     let st = &pass.updates[0].status;
     assert_eq!(st.state, "Applied", "{st:?}");

@@ -12,8 +12,8 @@
 //! what the pod sends (`a-to-b`); ingress is the other.
 
 use super::emulators::{Emulator, PodKey};
+use crate::chaos::words::{self, DirectionWords, SpecError};
 use crate::chaos::{Direction, LinkChaos, PodRef};
-use crate::words::{self, DirectionWords, SpecError};
 use linkem_core::config::{Dialect, FileLoader};
 use linkem_core::LinkSpec;
 use std::collections::BTreeMap;

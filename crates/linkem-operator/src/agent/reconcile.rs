@@ -10,8 +10,8 @@ use super::apply::{self, Outcome};
 use super::desired::{self, ChaosView, Desired, Layer, Refusal};
 use super::emulators::{self, Emulator, PodKey};
 use super::metrics::{Labels, Metrics};
+use crate::chaos::words::SpecError;
 use crate::chaos::PodStatus;
-use crate::words::SpecError;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -569,7 +569,7 @@ fn fit(e: &Emulator, layers: Vec<Layer>) -> (Vec<Layer>, Vec<(String, SpecError)
                 ),
                 _ => return true,
             };
-            misfits.push((l.resource.clone(), crate::words::refuse_field(why.0, why.1)));
+            misfits.push((l.resource.clone(), crate::chaos::words::refuse_field(why.0, why.1)));
             false
         })
         .collect();

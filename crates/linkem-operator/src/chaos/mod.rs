@@ -15,6 +15,8 @@
 //! agent writes its pods' entries of `pods` (key `NAMESPACE/NAME`). A JSON
 //! merge patch of one key leaves the others, so the writers never race.
 
+pub mod words;
+
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

@@ -22,8 +22,8 @@
 //! with Q uniform in 0..=P (so possibly none). The picked pods are a uniform
 //! random subset of that size.
 
+use crate::chaos::words::SpecError;
 use crate::chaos::{LabelSelectorRequirement, Mode, PodRef, PodSelectorSpec};
-use crate::words::SpecError;
 use k8s_openapi::api::core::v1::Pod;
 use rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;

@@ -15,8 +15,10 @@
 //! caches, no API request unless the status changes); a resource with a
 //! duration is requeued at its expiry.
 
+pub mod select;
+
+use crate::chaos::words;
 use crate::chaos::{LinkChaos, LinkChaosStatus, PodRef};
-use crate::{select, words};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
