@@ -32,7 +32,7 @@ fi
 if [ $# -gt 0 ]; then
     targets=("$@")
 else
-    targets=(words toml capture probe_args wire rules profile ctl claim sched_words recording trace schedule schedule_csv schedule_toml nfqueue lab)
+    targets=(words toml capture probe_args wire rules profile ctl claim sched_words recording trace schedule schedule_csv schedule_toml nfqueue lab linkchaos)
 fi
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
