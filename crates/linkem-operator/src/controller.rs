@@ -78,6 +78,14 @@ pub async fn run(client: Client) -> anyhow::Result<()> {
     .default_backoff()
     .touched_objects()
     .filter_map(|r| async move { event("nodes", r) });
+    // The caches run as tasks of their own and are awaited here, once:
+    // `Store::wait_until_ready` wakes only one of several waiters (its
+    // oneshot keeps one waker), so concurrent reconciles must not wait on it.
+    let (tx, triggers) = futures::channel::mpsc::channel::<()>(1);
+    tokio::spawn(forward(pod_events, tx.clone()));
+    tokio::spawn(forward(node_events, tx));
+    pods.wait_until_ready().await?;
+    nodes.wait_until_ready().await?;
     let config = kube::runtime::controller::Config::default().debounce(DEBOUNCE);
     let controller = Controller::new(
         Api::<LinkChaos>::all(client.clone()),
@@ -92,7 +100,7 @@ pub async fn run(client: Client) -> anyhow::Result<()> {
     });
     controller
         .with_config(config)
-        .reconcile_all_on(futures::stream::select(pod_events, node_events))
+        .reconcile_all_on(triggers)
         .run(
             reconcile,
             |_, err, _| {
@@ -113,7 +121,7 @@ pub async fn run(client: Client) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A reconcile's failure (an API request, or a cache that closed).
+/// A reconcile's failure (an API request).
 #[derive(Debug)]
 pub struct ReconcileError(String);
 
@@ -127,6 +135,21 @@ impl std::error::Error for ReconcileError {}
 
 fn failed(e: impl std::fmt::Display) -> ReconcileError {
     ReconcileError(e.to_string())
+}
+
+/// Drives a cache's watch, passing its events on as triggers. A trigger
+/// that finds the channel full is dropped: the one waiting there runs after
+/// this event reached the cache, so it covers it.
+async fn forward(
+    events: impl futures::Stream<Item = ()>,
+    mut tx: futures::channel::mpsc::Sender<()>,
+) {
+    let mut events = std::pin::pin!(events);
+    while events.next().await.is_some() {
+        if tx.try_send(()).is_err_and(|e| e.is_disconnected()) {
+            return;
+        }
+    }
 }
 
 /// A watch event as a trigger; a watch error is said (the watch retries).
@@ -144,9 +167,6 @@ async fn reconcile(lc: Arc<LinkChaos>, ctx: Arc<Ctx>) -> Result<Action, Reconcil
     if lc.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
-    // Before the caches hold the cluster, a pick would see no pods.
-    ctx.pods.wait_until_ready().await.map_err(failed)?;
-    ctx.nodes.wait_until_ready().await.map_err(failed)?;
     let pods: Vec<Pod> = ctx.pods.state().iter().map(|p| Pod::clone(p)).collect();
     let nodes: select::NodeLabels = ctx
         .nodes
