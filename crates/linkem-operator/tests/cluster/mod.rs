@@ -342,6 +342,27 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// The pids of the emulators linkem-cni started (its `cni/*.pid` files).
+    pub fn emulator_pids(&self) -> Vec<u32> {
+        let mut pids = vec![];
+        for dir in &self.run_dirs {
+            for p in std::fs::read_dir(dir.join("cni"))
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let p = p.path();
+                if p.extension().is_some_and(|e| e == "pid") {
+                    let text = std::fs::read_to_string(&p).unwrap_or_default();
+                    pids.extend(text.trim().parse::<u32>().ok());
+                }
+            }
+        }
+        pids
+    }
+}
+
 /// The `time=` values of ping's per-reply lines.
 pub fn ping_rtts(text: &str) -> Vec<f64> {
     text.lines()
@@ -370,19 +391,8 @@ impl Drop for Cluster {
             let _ = self.cnitool("del", sb.node, &sb.netns_path, "");
         }
         // An emulator a failed DEL left keeps its namespace alive: stop it by its pid.
-        for dir in &self.run_dirs {
-            for p in std::fs::read_dir(dir.join("cni"))
-                .into_iter()
-                .flatten()
-                .flatten()
-            {
-                let p = p.path();
-                if p.extension().is_some_and(|e| e == "pid") {
-                    if let Ok(pid) = std::fs::read_to_string(&p) {
-                        let _ = run("kill", &[pid.trim()]);
-                    }
-                }
-            }
+        for pid in self.emulator_pids() {
+            let _ = run("kill", &[&pid.to_string()]);
         }
         for ns in self.netns.iter().chain([&self.probe]) {
             let _ = run("ip", &["netns", "del", ns]);
