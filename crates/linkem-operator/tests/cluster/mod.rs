@@ -7,6 +7,8 @@
 //! undoes everything (CNI DEL per pod, processes, namespaces, bridge), also
 //! after a failed assertion.
 //!
+//! Use from a test file with `mod common; mod node; mod cluster;`.
+//!
 //! Addresses: 10.OCTET.0.0/16; the probe is 10.OCTET.0.2, node i's pods
 //! are drawn from 10.OCTET.(i+1).1-254 (one host-local range per node).
 
