@@ -13,6 +13,14 @@
 # "--max-lag off"; e.g. "--max-lag off --backend packet"). Everything made
 # (namespaces, bridge lkq<pid>*, processes) goes at the end, also on failure:
 # the test harness's Drop and PR_SET_PDEATHSIG.
+#
+# Measured here (2 cores, 24 GiB, `scripts/bench-k8s.sh 200`, default options):
+# every emulator had the delay 0.24 s after the create (the latest
+# status.pods[*].at), every pod's status entry Applied after 7.4 s (the agents
+# write one merge patch per pod, in turn), restored 0.15 s after the delete;
+# the agents 0.17 s of CPU each over the apply, 17 MiB RSS, under 1% of a
+# core idle; the emulators 43.6 MiB PSS each (8.7 GiB for 200). With
+# "--backend packet": 0.23 s, 6.9 s, 0.19 s, the same memory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "bench-k8s: needs root"; exit 1; }
