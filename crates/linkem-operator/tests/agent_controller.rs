@@ -25,12 +25,9 @@ fn delayed(n: &node::Node, pod: &node::Pod) -> bool {
 }
 
 async fn create_pod(pods: &Api<Pod>, name: &str, app: &str, node: &str) -> String {
-    let p: Pod = serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {"app": app}},
-        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "none"}]}}))
-    .unwrap();
-    let created = pods.create(&PostParams::default(), &p).await.unwrap();
-    created.metadata.uid.unwrap()
+    common::create_pod(pods, name, &[("app", app)], node)
+        .await
+        .unwrap()
 }
 
 #[tokio::test]

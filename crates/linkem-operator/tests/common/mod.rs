@@ -495,3 +495,40 @@ fn sweep_stale_dirs() {
         }
     }
 }
+
+/// A Pod object as the scheduler leaves it: bound to `node`, with `labels`
+/// (`app=web` ...), a container that never runs (no kubelet). Its uid.
+pub async fn create_pod(
+    pods: &Api<k8s_openapi::api::core::v1::Pod>,
+    name: &str,
+    labels: &[(&str, &str)],
+    node: &str,
+) -> Result<String> {
+    let labels: serde_json::Map<String, serde_json::Value> = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), serde_json::Value::from(*v)))
+        .collect();
+    let p = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "none"}]}}))?;
+    let created = pods
+        .create(&kube::api::PostParams::default(), &p)
+        .await
+        .with_context(|| format!("creating pod {name}"))?;
+    created.metadata.uid.context("a created pod without a uid")
+}
+
+/// What the kubelet writes once the sandbox is up: phase Running and the
+/// pod's address (a merge patch of the status subresource).
+pub async fn set_pod_running(
+    pods: &Api<k8s_openapi::api::core::v1::Pod>,
+    name: &str,
+    ip: &str,
+) -> Result<()> {
+    let status = serde_json::json!({"status": {"phase": "Running", "podIP": ip,
+        "podIPs": [{"ip": ip}]}});
+    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .with_context(|| format!("patching pod {name}'s status"))?;
+    Ok(())
+}

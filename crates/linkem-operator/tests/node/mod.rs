@@ -200,9 +200,7 @@ impl Node {
         self.added.push((network.clone(), netns.clone()));
         let v: Value = serde_json::from_slice(&o.stdout).unwrap();
         let addr = v["ips"][0]["address"].as_str().unwrap();
-        // cnitool's container id: "cnitool-" and 20 hex digits of SHA-512 of the path.
-        let sum = ok("sh", &["-c", &format!("printf %s '{netns}' | sha512sum")]);
-        let emulator = format!("cni-cnitool-{}-eth0", &sum[..20]);
+        let emulator = cnitool_emulator(&netns);
         Pod {
             namespace: namespace.into(),
             name: name.into(),
@@ -251,21 +249,37 @@ impl Node {
 
     /// The emulator's `list`: per direction its running words and change count.
     pub fn links(&self, pod: &Pod) -> Vec<(String, u64)> {
-        let mut c = linkem_ctl::Client::connect(&pod.socket, std::time::Duration::from_secs(2))
-            .unwrap_or_else(|e| panic!("{}: {e}", pod.socket.display()));
-        let v = c.request_json("list").unwrap();
-        v["links"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|l| {
-                (
-                    l["words"].as_str().unwrap_or("").to_string(),
-                    l["changes"].as_u64().unwrap_or(0),
-                )
-            })
-            .collect()
+        emulator_links(&pod.socket)
     }
+}
+
+/// The emulator cnitool's ADD on `netns_path` names (interface eth0): cnitool's
+/// container id is "cnitool-" and 20 hex digits of SHA-512 of the path.
+pub fn cnitool_emulator(netns_path: &str) -> String {
+    let sum = ok(
+        "sh",
+        &["-c", &format!("printf %s '{netns_path}' | sha512sum")],
+    );
+    format!("cni-cnitool-{}-eth0", &sum[..20])
+}
+
+/// An emulator's `list` over its control socket: per direction its running
+/// words and change count.
+pub fn emulator_links(socket: &Path) -> Vec<(String, u64)> {
+    let mut c = linkem_ctl::Client::connect(socket, std::time::Duration::from_secs(2))
+        .unwrap_or_else(|e| panic!("{}: {e}", socket.display()));
+    let v = c.request_json("list").unwrap();
+    v["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["words"].as_str().unwrap_or("").to_string(),
+                l["changes"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect()
 }
 
 impl Drop for Node {
@@ -343,6 +357,10 @@ impl AgentProc {
             child: cmd.spawn().unwrap(),
             log: log.to_path_buf(),
         }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn kill(&mut self) {
