@@ -15,12 +15,11 @@
 # the test harness's Drop and PR_SET_PDEATHSIG.
 #
 # Measured here (2 cores, 24 GiB, `scripts/bench-k8s.sh 200`, default options):
-# every emulator had the delay 0.24 s after the create (the latest
-# status.pods[*].at), every pod's status entry Applied after 7.4 s (the agents
-# write one merge patch per pod, in turn), restored 0.15 s after the delete;
-# the agents 0.17 s of CPU each over the apply, 17 MiB RSS, under 1% of a
-# core idle; the emulators 43.6 MiB PSS each (8.7 GiB for 200). With
-# "--backend packet": 0.23 s, 6.9 s, 0.19 s, the same memory.
+# every emulator had the delay 0.26 s after the create (the latest
+# status.pods[*].at), every pod's status entry Applied after 0.42 s (one merge
+# patch per resource and pass; a patch per pod took 7.4 s), restored 0.13 s
+# after the delete; the agents 0.03 s of CPU each over the apply, 16 MiB RSS,
+# 1.3% of a core idle; the emulators 43.3 MiB PSS each (8.7 GiB for 200).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "bench-k8s: needs root"; exit 1; }
