@@ -80,11 +80,17 @@ pub fn apply_batch(socket: &Path, a_to_b: &str, b_to_a: &str) -> io::Result<Outc
             });
         }
     }
+    commit(&mut c, "", format!("a-to-b: {a_to_b}; b-to-a: {b_to_a}"))
+}
+
+/// Ends a batch whose every line was taken: applied at the reply's `at_ns`,
+/// or refused as a whole (`direction` and `words` name the batch).
+fn commit(c: &mut Client, direction: &str, words: String) -> io::Result<Outcome> {
     let v = c.request_json("commit")?;
     if v["ok"] != true {
         return Ok(Outcome::Refused {
-            direction: String::new(),
-            words: format!("a-to-b: {a_to_b}; b-to-a: {b_to_a}"),
+            direction: direction.into(),
+            words,
             message: reply_error(&v),
             word: None,
             position: None,
@@ -162,23 +168,7 @@ pub fn apply_rules(socket: &Path, rules: &str) -> io::Result<Outcome> {
             });
         }
     }
-    let v = c.request_json("commit")?;
-    if v["ok"] != true {
-        return Ok(Outcome::Refused {
-            direction: "rules".into(),
-            words: String::new(),
-            message: reply_error(&v),
-            word: None,
-            position: None,
-        });
-    }
-    let at_ns = v["at_ns"].as_u64().ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("commit without at_ns: {v}"),
-        )
-    })?;
-    Ok(Outcome::Applied { at_ns })
+    commit(&mut c, "rules", String::new())
 }
 
 /// One request's parsed reply (`stats`, `show --json`, `list`), refused
