@@ -32,14 +32,7 @@ use std::collections::BTreeMap;
 /// Node name to the Node's labels (for `nodeSelectors`).
 pub type NodeLabels = BTreeMap<String, BTreeMap<String, String>>;
 
-fn refuse(field: &str, message: impl Into<String>) -> SpecError {
-    SpecError {
-        field: field.into(),
-        message: message.into(),
-        word: None,
-        position: None,
-    }
-}
+use crate::chaos::words::refuse_field as refuse;
 
 /// Checks the selector's own form (operators, values, phases, fields), so
 /// that a malformed selector is refused even when no pod exists.
