@@ -2,7 +2,7 @@
 files from the source tree and canned JSON and SSE shaped as the design says, for a
 lab of three links whose first link carries a steady 8 Mbit/s. Token ``00ff``.
 
-    /usr/bin/python3 python/tests/web_standin.py [PORT]     # then open /#token=00ff
+    /usr/bin/python3 python/tests/web_standin.py [PORT [SPOKES]]   # then open /#token=00ff
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ PAGE = Path(__file__).resolve().parents[2] / "crates/linkem/src/control/web/page
 TOKEN = "00ff"
 LINKS = ["h1:eth1--r1:eth1", "r1:eth2--r2:eth1", "r2:eth2--h2:eth1"]
 START = time.monotonic()
+if len(sys.argv) > 2:  # a hub of N spokes instead, to look at a bigger drawing
+    LINKS = [f"hub:e{i}--s{i}:eth1" for i in range(int(sys.argv[2]))]
 WORDS = {n: {"a-to-b": "delay 10ms rate 20mbit", "b-to-a": "delay 10ms rate 20mbit"}
          for n in LINKS}
 MARKS: list = []
@@ -32,7 +34,7 @@ def now_s() -> float:
 def dirs_at(name: str, t: float) -> list:
     out = []
     for k, d in enumerate(("a-to-b", "b-to-a")):
-        base = {0: 8e6, 1: 3e6, 2: 0.0}[LINKS.index(name)] * (1 if k == 0 else 0.3)
+        base = {0: 8e6, 1: 3e6, 2: 0.0}.get(LINKS.index(name), 1e6) * (1 if k == 0 else 0.3)
         tput = base * (1 + 0.05 * math.sin(t / 3)) if base else 0.0
         drops = {"loss": int(2 + 2 * math.sin(t))} if base and k == 0 else {}
         if base and int(t) % 20 < 3:
@@ -82,11 +84,11 @@ class Handler(BaseHTTPRequestHandler):
             return self.send(200, (PAGE / name).read_bytes(), ctype)
         if path == "/api/state":
             writable = self.headers.get("X-Linkem-Token") == TOKEN
-            nodes = [{"name": n, "kind": "linux"} for n in ("h1", "r1", "r2", "h2")]
-            links = [{"name": n, "a": n.split("--")[0].split(":")[0],
-                      "b": n.split("--")[1].split(":")[0],
-                      "a_if": n.split("--")[0].split(":")[1], "b_if": n.split("--")[1].split(":")[1]}
-                     for n in LINKS]
+            ends = [[e.split(":") for e in n.split("--")] for n in LINKS]
+            names = list(dict.fromkeys(node for pair in ends for node, _ in pair))
+            nodes = [{"name": n, "kind": "linux"} for n in names]
+            links = [{"name": n, "a": a[0], "b": b[0], "a_if": a[1], "b_if": b[1]}
+                     for n, (a, b) in zip(LINKS, ends)]
             return self.json(200, {"name": "standin", "front": "lab", "version": "0.0",
                                    "writable": writable, "interval_ms": 500, "history_s": 300,
                                    "now_s": now_s(), "topology": {"nodes": nodes, "links": links},
