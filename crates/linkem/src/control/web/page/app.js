@@ -386,6 +386,10 @@ function buildDirs() {
     const node = tpl.content.firstElementChild.cloneNode(true);
     node.dataset.dir = dir;
     node.querySelector('.words').id = `words-${dir}`;
+    for (const canvas of node.querySelectorAll('canvas')) {
+      canvas.addEventListener('pointermove', hover);
+      canvas.addEventListener('pointerleave', () => { $('#tip').hidden = true; });
+    }
     box.append(node);
   }
 }
@@ -719,9 +723,10 @@ function drawChart(canvas, o) {
   }
   const ctx = canvas.getContext('2d');
   ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-  ctx.clearRect(0, 0, w, h);
   const L = 44; const R = 6; const T = 6; const B = 16;
   const pw = w - L - R; const ph = h - T - B;
+  canvas.geometry = {left: L, width: pw, t0: o.t0, t1: o.t1};
+  ctx.clearRect(0, 0, w, h);
   let top = 0;
   for (const s of o.series) for (const [, v] of s.points) if (Number.isFinite(v)) top = Math.max(top, v);
   const stackTops = new Map();
@@ -799,6 +804,39 @@ function drawSeries(ctx, s, x, y, bottom) {
     }
   }
   ctx.setLineDash([]);
+}
+
+// The values of the sample nearest the pointer, in a box beside it.
+function hover(e) {
+  const canvas = e.currentTarget;
+  const g = canvas.geometry;
+  const tip = $('#tip');
+  if (!g || !S.samples.length) { tip.hidden = true; return; }
+  const rect = canvas.getBoundingClientRect();
+  const t = g.t0 + ((e.clientX - rect.left - g.left) / g.width) * (g.t1 - g.t0);
+  let best = S.samples[0];
+  for (const s of S.samples) if (Math.abs(s.t_s - t) < Math.abs(best.t_s - t)) best = s;
+  const dir = canvas.closest('[data-dir]').dataset.dir;
+  const d = best.dirs[dir];
+  if (!d || Math.abs(best.t_s - t) > 2 * (S.intervalMs / 1000)) { tip.hidden = true; return; }
+  const metric = canvas.dataset.metric;
+  const lines = [`${(best.t_s - g.t1).toFixed(1)} s (t = ${best.t_s.toFixed(1)} s)`];
+  if (metric === 'tput') {
+    lines.push(`throughput ${fmtBps(d.tput_bps)}`, `offered ${fmtBps(d.offered_bps)}`,
+      `capacity ${d.cap_bps ? fmtBps(d.cap_bps) : 'unlimited'}`);
+  } else if (metric === 'delay') {
+    lines.push(`delay p50 / p99 ${fmtPairMs(d.delay_p50_ms, d.delay_p99_ms)}`);
+  } else if (metric === 'queue') {
+    lines.push(`queue ${d.queue_packets || 0} packets`);
+  } else {
+    const drops = Object.entries(d.drops || {});
+    lines.push(drops.length ? `drops ${drops.map(([f, n]) => `${f} ${n}`).join(', ')}` : 'no drops');
+  }
+  tip.textContent = lines.join('\n');
+  tip.hidden = false;
+  const x = Math.min(e.clientX + 12, window.innerWidth - tip.offsetWidth - 4);
+  tip.style.left = `${Math.max(4, x)}px`;
+  tip.style.top = `${e.clientY + 14}px`;
 }
 
 // ---- start ----
