@@ -212,6 +212,26 @@ def test_page_against_a_stand_in(browser: Any) -> None:
         assert "delay 30ms" not in text_of(d, "#words-b-to-a"), body_text(d)
         wait_for("the change's mark", lambda: "delay 30ms" in text_of(d, "#marks-list"),
                  3, lambda: text_of(d, "#marks-list"))
+        # A stream the server closes is made again, and the samples go on.
+        selector = '[data-dir="a-to-b"] .tput-latest'
+        opened = web_standin.STREAMS["opened"]
+        web_standin.DROP.set()
+        try:
+            wait_for("the page to see its stream closed", lambda: attr(
+                d, "#conn", "data-state") == "down", 5, lambda: text_of(d, "#conn"))
+        finally:
+            web_standin.DROP.clear()
+        t_closed = float(attr(d, selector, "data-t"))
+        wait_for("the stream made again", lambda: web_standin.STREAMS["opened"] > opened
+                 and attr(d, "#conn", "data-state") == "live"
+                 and float(attr(d, selector, "data-t")) > t_closed, 15,
+                 lambda: f"{web_standin.STREAMS} {text_of(d, '#conn')} "
+                         f"{attr(d, selector, 'data-t')}")
+        # ?link=NAME selects a link.
+        load(d, f"{base}?link={LINKS[2]}")
+        wait_for(f"{LINKS[2]} selected by the address", lambda: js(
+            d, "return document.getElementById('link-select').value") == LINKS[2], 5,
+            lambda: body_text(d))
         # Without the token: read-only, the form disabled.
         js(d, "sessionStorage.clear()")
         load(d, base)

@@ -19,12 +19,14 @@ PAGE = Path(__file__).resolve().parents[2] / "crates/linkem/src/control/web/page
 TOKEN = "00ff"
 LINKS = ["h1:eth1--r1:eth1", "r1:eth2--r2:eth1", "r2:eth2--h2:eth1"]
 START = time.monotonic()
-if len(sys.argv) > 2:  # a hub of N spokes instead, to look at a bigger drawing
-    LINKS = [f"hub:e{i}--s{i}:eth1" for i in range(int(sys.argv[2]))]
 WORDS = {n: {"a-to-b": "delay 10ms rate 20mbit", "b-to-a": "delay 10ms rate 20mbit"}
          for n in LINKS}
 MARKS: list = []
 LOCK = threading.Lock()
+# The event streams opened so far; while DROP is set each stream is closed by the
+# server, as a restarted or overloaded one would.
+STREAMS = {"opened": 0}
+DROP = threading.Event()
 
 
 def now_s() -> float:
@@ -108,9 +110,14 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Cache-Control", "no-store")
             self.end_headers()
             seen = len(MARKS)
+            with LOCK:
+                STREAMS["opened"] += 1
             try:
                 while True:
                     time.sleep(0.5)
+                    if DROP.is_set():
+                        self.close_connection = True
+                        return
                     chunks = []
                     while seen < len(MARKS):
                         chunks.append(f"event: mark\ndata: {json.dumps(MARKS[seen])}\n\n")
@@ -154,6 +161,10 @@ def serve(port: int = 0) -> ThreadingHTTPServer:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 2:  # a hub of N spokes instead, to look at a larger drawing
+        LINKS[:] = [f"hub:e{i}--s{i}:eth1" for i in range(int(sys.argv[2]))]
+        WORDS.update({n: dict(WORDS[n] if n in WORDS else WORDS[next(iter(WORDS))])
+                      for n in LINKS})
     s = serve(int(sys.argv[1]) if len(sys.argv) > 1 else 8765)
     print(f"http://127.0.0.1:{s.server_address[1]}/#token={TOKEN}", flush=True)
     threading.Event().wait()

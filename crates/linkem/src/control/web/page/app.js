@@ -405,6 +405,9 @@ async function selectLink(name, fromUser) {
     history.replaceState(null, '', url.pathname + url.search);
   }
   S.samples = [];
+  // A link of Dummynet rules is changed by control lines (pipe N config ...).
+  const l = S.links.get(name);
+  if (l && l.rules) $('#change-verb').value = 'line';
   renderWords();
   renderMarks();
   colourTopology();
