@@ -573,6 +573,11 @@ def test_screenshots_at_two_sizes(page: Any, lab: WebLab) -> None:
         overflow = js(d, "return document.documentElement.scrollWidth - window.innerWidth")
         assert overflow <= 0, f"at {width}x{height} the page is {overflow} px too wide"
         saved.append(save_screenshot(d, f"lab-{width}x{height}.png"))
+    # And the whole phone page, scrolled through: the form and the marks are below.
+    full = js(d, "return document.documentElement.scrollHeight")
+    viewport(d, 390, min(int(full), 4000))
+    time.sleep(1.5)
+    saved.append(save_screenshot(d, "lab-390-whole-page.png"))
     viewport(d, 1280, 800)
     for path in saved:
         assert path.stat().st_size > 10_000, f"{path}: {path.stat().st_size} bytes"
