@@ -39,6 +39,7 @@ pub mod client;
 mod failure;
 pub mod files;
 mod group;
+pub mod http;
 pub mod metrics;
 pub mod rules;
 pub mod server;

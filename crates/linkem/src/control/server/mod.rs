@@ -15,7 +15,7 @@
 //! never kept); each refusal names its bound.
 
 use super::audit::Audit;
-use super::metrics::Endpoint;
+use super::http::Endpoint;
 use super::sys::{self};
 use super::{claims, ControlArgs, Model};
 use anyhow::{anyhow, bail, Context, Result};
@@ -116,7 +116,7 @@ pub fn prepare(args: &ControlArgs, if_a: &str, if_b: &str) -> Result<Prepared> {
         super::files::set(dir).map_err(|e| anyhow!(e))?;
     }
     if let Some(a) = &args.metrics {
-        super::metrics::parse_addr(a)?;
+        super::http::parse_addr("--metrics", a)?;
     }
     let listener = match args.control.as_deref() {
         Some("none") => {
@@ -142,7 +142,7 @@ pub fn prepare(args: &ControlArgs, if_a: &str, if_b: &str) -> Result<Prepared> {
         None => None,
     };
     let metrics = match &args.metrics {
-        Some(a) => Some(super::metrics::bind(a)?),
+        Some(a) => Some(super::http::bind("--metrics", a)?),
         None => None,
     };
     Ok(Prepared {
@@ -314,7 +314,7 @@ impl Prepared {
         let audit = self.audit.map(Arc::new);
         let metrics = self
             .metrics
-            .map(|l| Endpoint::start(l, model.clone(), stop.clone()));
+            .map(|l| super::metrics::start(l, model.clone(), stop.clone()));
         let expiry = (model.claims_on() || audit.is_some()).then(|| {
             let (model, audit, stop) = (model.clone(), audit.clone(), stop.clone());
             std::thread::Builder::new()
