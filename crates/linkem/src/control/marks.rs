@@ -236,6 +236,24 @@ impl Model {
         self.mark(MarkKind::Change, at_ns, lines.join("; "));
     }
 
+    /// Each direction's link as its schedule has made it by now (the step
+    /// last due; a loop keeps its last step until its next first), None
+    /// without a schedule or before its first step.
+    pub fn scheduled_now(&self) -> [Option<Arc<LinkConfig>>; 2] {
+        let mut ring = self.marks.lock();
+        ring.catch_up(linkem_runtime::clock::now_ns(), &self.name);
+        ring.schedules.each_ref().map(|c| {
+            let c = c.as_ref()?;
+            let changes = &c.schedule.changes;
+            match c.next {
+                0 if c.cycle > 0 => changes.last(),
+                0 => None,
+                n => changes.get(n - 1),
+            }
+            .map(|(_, cfg)| cfg.clone())
+        })
+    }
+
     /// The links became `links` at `at_ns` (None: unchanged): a schedule
     /// put on a direction starts there, one taken off stops, the same one
     /// goes on (as `linkem_core::Link` runs them). Steps due before the

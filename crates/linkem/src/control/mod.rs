@@ -43,6 +43,7 @@ pub mod marks;
 pub mod metrics;
 pub mod rules;
 pub mod server;
+pub mod web;
 use linkem_io::creds as sys;
 
 use crate::render::bridge_stats::{direction_json, wakeups_json};
