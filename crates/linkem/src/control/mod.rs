@@ -40,9 +40,11 @@ mod failure;
 pub mod files;
 mod group;
 pub mod http;
+pub mod marks;
 pub mod metrics;
 pub mod rules;
 pub mod server;
+pub mod web;
 use linkem_io::creds as sys;
 
 use crate::render::bridge_stats::{direction_json, wakeups_json};
@@ -127,6 +129,7 @@ pub struct Model {
     links: Mutex<[LinkEntry; 2]>,
     baseline: Mutex<Option<Vec<DirectionStats>>>,
     pub counters: Counters,
+    marks: marks::Marks,
 }
 
 /// What a bridge runs: the one thing control asks about before it answers
@@ -220,6 +223,11 @@ impl Model {
             Running::Rules(r) => r.starter(),
             _ => sys::starter_uid(),
         };
+        let origin_ns = match &running {
+            Running::Link(b) => Some(b.started_ns()),
+            _ => None,
+        };
+        let marks = marks::Marks::new([&ab.0, &ba.0], origin_ns);
         Model {
             name,
             front: FrontEnd::Bridge,
@@ -230,6 +238,7 @@ impl Model {
             links: Mutex::new([entry(ab), entry(ba)]),
             baseline: Mutex::new(None),
             counters: Counters::default(),
+            marks,
         }
     }
 
@@ -331,6 +340,8 @@ impl Model {
     ) -> Result<u64, Failure> {
         let mut links = self.links.lock().unwrap_or_else(|p| p.into_inner());
         let at_ns = self.submit_links(link_changes([Some(&ab), Some(&ba)]))?;
+        self.follow_schedules(at_ns, [Some(&ab), Some(&ba)]);
+        self.mark_change(at_ns, &["SIGHUP: links re-read"]);
         for (i, (cfg, w)) in [(ab, &words[0]), (ba, &words[1])].into_iter().enumerate() {
             let e = &mut links[i];
             e.config = cfg;
@@ -436,11 +447,12 @@ impl Model {
             return self.apply_to_rules(rules, cred, requests, lines);
         }
         if let Running::Group(members) = &self.running {
-            return group::apply(self, members, cred, requests);
+            return group::apply(self, members, cred, requests, lines);
         }
         let mut links = self.lock_links();
         let staged = self.stage(&links, cred, requests)?;
         let at_ns = self.commit(&mut links, cred.uid, staged)?;
+        self.mark_change(at_ns, lines);
         self.counters.changes.fetch_add(1, Ordering::Relaxed);
         Ok(at_ns)
     }
@@ -537,6 +549,10 @@ impl Model {
 
     /// Keeps what a batch applied at `at_ns` as the links' state.
     fn keep(&self, links: &mut [LinkEntry; 2], uid: u32, staged: Staged, at_ns: u64) {
+        self.follow_schedules(
+            at_ns,
+            [0, 1].map(|i| staged.links[i].as_ref().map(|(c, _)| c)),
+        );
         for (i, s) in staged.links.into_iter().enumerate() {
             if let Some((cfg, words)) = s {
                 let e = &mut links[i];
@@ -582,10 +598,12 @@ impl Model {
             };
             rules.zero();
             *self.baseline.lock().unwrap_or_else(|p| p.into_inner()) = Some(self.raw_stats());
+            self.mark_change(at_ns, lines);
             self.counters.changes.fetch_add(1, Ordering::Relaxed);
             return Ok(at_ns);
         }
         let at_ns = rules.apply(cred, requests, lines)?;
+        self.mark_change(at_ns, lines);
         self.counters.changes.fetch_add(1, Ordering::Relaxed);
         Ok(at_ns)
     }
@@ -720,6 +738,10 @@ fn minus(now: &DirectionStats, base: &DirectionStats) -> DirectionStats {
         .saturating_sub(base.received)
         .saturating_add(base.in_flight);
     d.segmented = now.segmented.saturating_sub(base.segmented);
+    // Bytes of what was in flight at the zero are not known: a delivered
+    // count since the zero may exceed the received one by them.
+    d.received_bytes = now.received_bytes.saturating_sub(base.received_bytes);
+    d.delivered_bytes = now.delivered_bytes.saturating_sub(base.delivered_bytes);
     d.rx_kernel_drops = now.rx_kernel_drops.saturating_sub(base.rx_kernel_drops);
     d.copies_sent = now.copies_sent.saturating_sub(base.copies_sent);
     d.coalesced = now.coalesced.saturating_sub(base.coalesced);
@@ -730,6 +752,9 @@ fn minus(now: &DirectionStats, base: &DirectionStats) -> DirectionStats {
     // Counts only grow, so the base is contained in now.
     if d.lateness.subtract(&base.lateness).is_err() {
         d.lateness.reset();
+    }
+    if d.delay.subtract(&base.delay).is_err() {
+        d.delay.reset();
     }
     d
 }
@@ -782,6 +807,7 @@ mod tests {
             name: "a->b".into(),
             fates: counts,
             received,
+            received_bytes: received * 100,
             segmented,
             rx_kernel_drops: 0,
             in_flight,
@@ -790,6 +816,8 @@ mod tests {
             super_frames: 0,
             whole: 0,
             lateness: hdrhistogram::Histogram::new_with_bounds(1, 100_000_000_000, 2).unwrap(),
+            delivered_bytes: fates.first().copied().unwrap_or(0) * 100,
+            delay: hdrhistogram::Histogram::new_with_bounds(1, 100_000_000_000, 2).unwrap(),
             rx_wakeups: 0,
             tx_wakeups: 0,
             huge_pages: false,

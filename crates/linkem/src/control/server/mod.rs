@@ -16,6 +16,7 @@
 
 use super::audit::Audit;
 use super::http::Endpoint;
+use super::marks::MarkKind;
 use super::sys::{self};
 use super::{claims, ControlArgs, Model};
 use anyhow::{anyhow, bail, Context, Result};
@@ -274,6 +275,10 @@ fn expiry_loop(model: Arc<Model>, audit: Option<Arc<Audit>>, stop: Arc<AtomicBoo
             continue;
         };
         for (c, result) in rules.expire_claims(clock::now_ns()) {
+            if let Ok(at_ns) = &result {
+                let text = format!("expired {} of uid {}", c.name(), c.uid);
+                model.mark(MarkKind::Claim, *at_ns, text);
+            }
             if let Some(a) = &audit {
                 a.record_expiry(&c, &result);
             }

@@ -4,6 +4,7 @@
 //! `commit`, and `watch`'s stream.
 
 use super::super::audit::Audit;
+use super::super::marks::MarkKind;
 use super::super::sys::PeerCred;
 use super::super::{is_audited, looks_like_change, Failure, Model};
 use super::{IDLE_TIMEOUT, PARTIAL_LINE_TIMEOUT, TICK};
@@ -390,8 +391,10 @@ impl Session<'_> {
         };
         let result = done.as_ref().map(|d| d.at_ns).map_err(Clone::clone);
         self.count(&result);
-        if result.is_ok() {
+        if let Ok(d) = &done {
             self.model.counters.changes.fetch_add(1, Ordering::Relaxed);
+            let text = format!("{} {} by uid {}", d.what, d.claim.name(), d.claim.uid);
+            self.model.mark(MarkKind::Claim, d.at_ns, text);
         }
         if let Some(a) = self.audit {
             match &done {
