@@ -62,6 +62,9 @@ pub const STALL: Duration = Duration::from_secs(2);
 const STOP_POLL: Duration = Duration::from_millis(200);
 /// How often a connection looks at its deadline and its blocked writes.
 const CONN_POLL: Duration = Duration::from_millis(250);
+/// A stream's send buffer: small, so that a client that does not read
+/// blocks its writes (and is dropped) after a few events, not megabytes.
+const STREAM_SEND_BUFFER_BYTES: i32 = 4096;
 /// hyper's least read buffer: a request head larger is answered 431. It
 /// bounds the reply buffered per connection too.
 const MAX_REQUEST_BYTES: usize = 8192;
@@ -259,6 +262,8 @@ fn serve(listener: TcpListener, handler: Handler, stop: Arc<AtomicBool>) -> Resu
 /// end within twice that (the reply taken in the rest), unless the handler
 /// made it a stream.
 async fn answer(stream: tokio::net::TcpStream, handler: Handler, conn: Conn) {
+    // Only to set an option while `served` (which owns the socket) lives.
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
     let blocked: Arc<Mutex<Option<Instant>>> = Arc::default();
     let reset = Arc::new(AtomicBool::new(false));
     let io = Watched {
@@ -280,6 +285,7 @@ async fn answer(stream: tokio::net::TcpStream, handler: Handler, conn: Conn) {
         .serve_connection(TokioIo::new(io), service);
     let mut served = std::pin::pin!(served);
     let start = Instant::now();
+    let mut sized = false;
     loop {
         if tokio::time::timeout(CONN_POLL, served.as_mut())
             .await
@@ -292,6 +298,14 @@ async fn answer(stream: tokio::net::TcpStream, handler: Handler, conn: Conn) {
                 return;
             }
             continue;
+        }
+        if !std::mem::replace(&mut sized, true) {
+            let _ = linkem_io::sys::set_int_option(
+                &fd,
+                libc::SOL_SOCKET,
+                libc::SO_SNDBUF,
+                STREAM_SEND_BUFFER_BYTES,
+            );
         }
         let since = *blocked.lock().unwrap_or_else(|p| p.into_inner());
         if since.is_some_and(|t| t.elapsed() >= STALL) {
