@@ -387,4 +387,29 @@ fn web_page_serves_changes_and_refuses_strangers() {
     }
     let n = samples_within(&mut events, Duration::from_secs(2));
     assert!(n >= 2, "the reading client got {n} sample events in 2 s");
+
+    // At most 64 streams at once: the 65th is answered 503.
+    // One after the other: a burst of connections whose requests have not
+    // arrived yet is what the short exchanges' bound evicts.
+    let mut more = Vec::new();
+    for i in 0..63 {
+        let mut s = open_events(&addr, None);
+        let head = head_of(&mut s);
+        assert!(head.starts_with("HTTP/1.1 200"), "stream {i}: {head}");
+        more.push(s);
+    }
+    let mut one_too_many = open_events(&addr, None);
+    let head = head_of(&mut one_too_many);
+    assert!(head.starts_with("HTTP/1.1 503"), "{head}");
+}
+
+/// A reply's head, read up to its blank line.
+fn head_of(s: &mut TcpStream) -> String {
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && s.read(&mut byte).unwrap_or(0) == 1 {
+        head.push(byte[0]);
+    }
+    String::from_utf8_lossy(&head).to_string()
 }
