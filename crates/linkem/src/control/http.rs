@@ -230,28 +230,10 @@ fn serve(listener: TcpListener, handler: Handler, stop: Arc<AtomicBool>) -> Resu
             if stop.load(Ordering::Acquire) {
                 break;
             }
-            let mut h = lock(&held);
-            if h.conns.len() >= MAX_CONNECTIONS && !h.evict_slowest() {
+            if !admit(&held, stream, &handler) {
                 // Every place is answering a complete request: busy, not stalled.
                 continue;
             }
-            h.next_id += 1;
-            let conn = Conn {
-                held: held.clone(),
-                id: h.next_id,
-                streaming: Arc::default(),
-            };
-            let handler = handler.clone();
-            // Registered before the task can run (same thread, lock held).
-            let task = tokio::spawn(async move {
-                let (hd, id) = (conn.held.clone(), conn.id);
-                answer(stream, handler, conn).await;
-                Held::forget(&hd, id);
-            });
-            let id = h.next_id;
-            h.conns
-                .push((id, task.abort_handle(), Some(Instant::now())));
-            drop(h);
             // Lets the new connection read a request already there before
             // the next accept: in a burst, a prompt client is not taken for
             // a slow one and evicted.
@@ -260,6 +242,33 @@ fn serve(listener: TcpListener, handler: Handler, stop: Arc<AtomicBool>) -> Resu
         Ok::<_, std::io::Error>(())
     })
     .context("endpoint")
+}
+
+/// Serves `stream` on a task of its own, in a place of [`MAX_CONNECTIONS`]
+/// (the longest waiting for its request evicted when all are held); false
+/// when every place holds a complete request (the connection is dropped).
+fn admit(held: &Arc<Mutex<Held>>, stream: tokio::net::TcpStream, handler: &Handler) -> bool {
+    let mut h = lock(held);
+    if h.conns.len() >= MAX_CONNECTIONS && !h.evict_slowest() {
+        return false;
+    }
+    h.next_id += 1;
+    let id = h.next_id;
+    let conn = Conn {
+        held: held.clone(),
+        id,
+        streaming: Arc::default(),
+    };
+    let handler = handler.clone();
+    // Registered before the task can run (same thread, lock held).
+    let task = tokio::spawn(async move {
+        let hd = conn.held.clone();
+        answer(stream, handler, conn).await;
+        Held::forget(&hd, id);
+    });
+    h.conns
+        .push((id, task.abort_handle(), Some(Instant::now())));
+    true
 }
 
 /// Serves one request on `stream` (no keep-alive): its head must arrive
