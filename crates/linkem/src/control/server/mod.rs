@@ -15,7 +15,6 @@
 //! never kept); each refusal names its bound.
 
 use super::audit::Audit;
-use super::marks::MarkKind;
 use super::metrics::Endpoint;
 use super::sys::{self};
 use super::{claims, ControlArgs, Model};
@@ -271,14 +270,7 @@ fn expiry_loop(model: Arc<Model>, audit: Option<Arc<Audit>>, stop: Arc<AtomicBoo
         if let Some(a) = &audit {
             a.tick();
         }
-        let Some(rules) = model.rules().filter(|r| r.claims_on()) else {
-            continue;
-        };
-        for (c, result) in rules.expire_claims(clock::now_ns()) {
-            if let Ok(at_ns) = &result {
-                let text = format!("expired {} of uid {}", c.name(), c.uid);
-                model.mark(MarkKind::Claim, *at_ns, text);
-            }
+        for (c, result) in model.expire_claims(clock::now_ns()) {
             if let Some(a) = &audit {
                 a.record_expiry(&c, &result);
             }
