@@ -16,7 +16,6 @@
 
 use super::audit::Audit;
 use super::http::Endpoint;
-use super::marks::MarkKind;
 use super::sys::{self};
 use super::web::{self, Topology, Web};
 use super::{claims, ControlArgs, Model};
@@ -282,14 +281,7 @@ fn expiry_loop(model: Arc<Model>, audit: Option<Arc<Audit>>, stop: Arc<AtomicBoo
         if let Some(a) = &audit {
             a.tick();
         }
-        let Some(rules) = model.rules().filter(|r| r.claims_on()) else {
-            continue;
-        };
-        for (c, result) in rules.expire_claims(clock::now_ns()) {
-            if let Ok(at_ns) = &result {
-                let text = format!("expired {} of uid {}", c.name(), c.uid);
-                model.mark(MarkKind::Claim, *at_ns, text);
-            }
+        for (c, result) in model.expire_claims(clock::now_ns()) {
             if let Some(a) = &audit {
                 a.record_expiry(&c, &result);
             }
