@@ -215,6 +215,8 @@ pub(super) fn apply(
             Ok(t) => {
                 m.keep(links, cred.uid, s, t);
                 m.mark_change(t, lines);
+                // Each link's own count of changes (the web page's), beside the socket's.
+                m.counters.changes.fetch_add(1, Ordering::Relaxed);
                 at_ns = at_ns.max(t);
                 done.push(&m.name);
             }

@@ -18,7 +18,8 @@
 //! their own rings, named by the member; its own ring takes theirs over
 //! when read, in order of their instants, numbered anew.
 
-use super::{Model, Running};
+use super::claims::{Claim, ClaimDone};
+use super::{Failure, Model, PeerCred, Running};
 use linkem_core::config::schedule::Schedule;
 use linkem_core::LinkConfig;
 use std::collections::VecDeque;
@@ -234,6 +235,65 @@ impl Model {
     /// with "; ").
     pub fn mark_change(&self, at_ns: u64, lines: &[&str]) {
         self.mark(MarkKind::Change, at_ns, lines.join("; "));
+    }
+
+    /// `claim ...`/`release ...` on the running rules at `now_ns`: counted
+    /// as a change and marked when done.
+    pub fn claim(
+        &self,
+        cred: &PeerCred,
+        c: &linkem_ctl::ClaimRequest,
+        now_ns: u64,
+    ) -> Result<ClaimDone, Failure> {
+        let done = match self.rules() {
+            Some(r) => r.claim(cred, c, now_ns)?,
+            None => {
+                return Err(Failure::Error(
+                    "claims are off in this emulator (start it with --rules and --claims)".into(),
+                ))
+            }
+        };
+        self.counters
+            .changes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let c = &done.claim;
+        let text = format!("{} {} by uid {}", done.what, c.name(), c.uid);
+        self.mark(MarkKind::Claim, done.at_ns, text);
+        Ok(done)
+    }
+
+    /// Removes the claims whose time is up at `now_ns` (with claims on),
+    /// marking each that went.
+    pub fn expire_claims(&self, now_ns: u64) -> Vec<(Claim, Result<u64, Failure>)> {
+        let Some(rules) = self.rules().filter(|r| r.claims_on()) else {
+            return Vec::new();
+        };
+        let gone = rules.expire_claims(now_ns);
+        for (c, result) in &gone {
+            if let Ok(at_ns) = result {
+                let text = format!("expired {} of uid {}", c.name(), c.uid);
+                self.mark(MarkKind::Claim, *at_ns, text);
+            }
+        }
+        gone
+    }
+
+    /// Each direction's link as its schedule has made it by now (the step
+    /// last due; a loop keeps its last step until its next first), None
+    /// without a schedule or before its first step.
+    pub fn scheduled_now(&self) -> [Option<Arc<LinkConfig>>; 2] {
+        let mut ring = self.marks.lock();
+        ring.catch_up(linkem_runtime::clock::now_ns(), &self.name);
+        ring.schedules.each_ref().map(|c| {
+            let c = c.as_ref()?;
+            let changes = &c.schedule.changes;
+            match c.next {
+                0 if c.cycle > 0 => changes.last(),
+                0 => None,
+                n => changes.get(n - 1),
+            }
+            .map(|(_, cfg)| cfg.clone())
+        })
     }
 
     /// The links became `links` at `at_ns` (None: unchanged): a schedule

@@ -8,6 +8,7 @@ use linkem_core::LinkSpec;
 use linkem_ctl::Request;
 use linkem_runtime::pipeline::{GroupPair, LiveBridge, LiveOptions};
 use linkem_runtime::port::memory::{MemoryRx, MemoryTx};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::channel;
 use std::time::Instant;
 
@@ -233,4 +234,60 @@ fn a_group_names_each_member_in_its_marks() {
     assert_eq!(marks[0].at_ns, at_ns);
     assert_eq!(next, 3);
     assert!(g.marks_since(next).0.is_empty(), "taken over once");
+}
+
+#[test]
+fn claims_made_changed_released_and_expired_are_marked() {
+    use crate::control::claims::{ClaimConfig, Limits, PortView};
+    let config = ClaimConfig {
+        ttl_ns: 10_000,
+        limits: Limits::parse("default rate=none queue=none").unwrap(),
+        port_view: || Ok(PortView::default()),
+    };
+    let rules = crate::control::rules::tests::rules_over_memory("pipe 1 config delay 1ms\n")
+        .with_claims(config)
+        .unwrap();
+    let m = Model::new(
+        "a-b".into(),
+        Running::Rules(Box::new(rules)),
+        [Default::default(), Default::default()],
+        1,
+        Instant::now(),
+    );
+    let user = PeerCred {
+        uid: 1001,
+        gid: 1001,
+        pid: 7,
+    };
+    let claim = |line: &str, now_ns: u64| {
+        let Request::Claim(c) = m.parse_line(line).unwrap().request else {
+            panic!("{line}: not a claim")
+        };
+        m.claim(&user, &c, now_ns)
+    };
+    let made = claim("claim udp 5678 -- delay 5ms", 1_000).unwrap().at_ns;
+    let changed = claim("claim udp 5678 -- delay 9ms", 2_000).unwrap().at_ns;
+    claim("claim udp 6000", 3_000).unwrap();
+    let released = claim("release udp 6000", 4_000).unwrap().at_ns;
+    assert!(claim("release udp 7000", 4_500).is_err());
+    let gone = m.expire_claims(12_000);
+    assert_eq!(gone.len(), 1);
+    let expired = *gone[0].1.as_ref().unwrap();
+    let (marks, next) = m.marks_since(0);
+    assert_eq!(next, 5);
+    let seen: Vec<(u64, MarkKind, &str)> = marks
+        .iter()
+        .filter(|k| k.text != "claimed udp 6000 by uid 1001")
+        .map(|k| (k.at_ns, k.kind, k.text.as_str()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (made, MarkKind::Claim, "claimed udp 5678 by uid 1001"),
+            (changed, MarkKind::Claim, "changed udp 5678 by uid 1001"),
+            (released, MarkKind::Claim, "released udp 6000 by uid 1001"),
+            (expired, MarkKind::Claim, "expired udp 5678 of uid 1001"),
+        ]
+    );
+    assert_eq!(m.counters.changes.load(Ordering::Relaxed), 4);
 }

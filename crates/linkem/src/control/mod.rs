@@ -39,10 +39,12 @@ pub mod client;
 mod failure;
 pub mod files;
 mod group;
+pub mod http;
 pub mod marks;
 pub mod metrics;
 pub mod rules;
 pub mod server;
+pub mod web;
 use linkem_io::creds as sys;
 
 use crate::render::bridge_stats::{direction_json, wakeups_json};
@@ -88,6 +90,12 @@ pub struct ControlArgs {
     /// with several --pair, every pair's series labelled link="IF_A-IF_B").
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics: Option<String>,
+    /// Serve a web page of the running links at http://ADDR:PORT/ (a bare PORT is
+    /// 127.0.0.1:PORT; 0 picks a port): charts, topology, and a form to change a
+    /// link. The address printed at start holds the run's token: without it the
+    /// page is read-only.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub web: Option<String>,
     /// Port claims: --claims, --claim-ttl, --limits.
     #[command(flatten)]
     pub claims: claims::ClaimArgs,

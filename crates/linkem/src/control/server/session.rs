@@ -4,7 +4,6 @@
 //! `commit`, and `watch`'s stream.
 
 use super::super::audit::Audit;
-use super::super::marks::MarkKind;
 use super::super::sys::PeerCred;
 use super::super::{is_audited, looks_like_change, Failure, Model};
 use super::{IDLE_TIMEOUT, PARTIAL_LINE_TIMEOUT, TICK};
@@ -383,19 +382,9 @@ impl Session<'_> {
         c: &linkem_ctl::ClaimRequest,
         id: Option<&str>,
     ) -> Next {
-        let done = match self.model.rules() {
-            Some(r) => r.claim(&self.cred, c, clock::now_ns()),
-            None => Err(Failure::Error(
-                "claims are off in this emulator (start it with --rules and --claims)".into(),
-            )),
-        };
+        let done = self.model.claim(&self.cred, c, clock::now_ns());
         let result = done.as_ref().map(|d| d.at_ns).map_err(Clone::clone);
         self.count(&result);
-        if let Ok(d) = &done {
-            self.model.counters.changes.fetch_add(1, Ordering::Relaxed);
-            let text = format!("{} {} by uid {}", d.what, d.claim.name(), d.claim.uid);
-            self.model.mark(MarkKind::Claim, d.at_ns, text);
-        }
         if let Some(a) = self.audit {
             match &done {
                 Ok(d) => a.record_claim(&self.cred, text, d),
