@@ -347,8 +347,8 @@ function fitTopology() {
   root.style.height = `${Math.round(Math.min(max, Math.max(120, width * (S.topoAspect || 0.5))))}px`;
 }
 
-// load = tput/cap of the busier direction; a link without any capacity is coloured
-// relative to the busiest link of the sample (data-load stays null for it).
+// load = tput/cap of the busier direction, green to red; a link without any capacity
+// is blue, darker as it nears the busiest link of the sample (data-load null).
 function colourTopology() {
   const sample = S.latest;
   const byName = new Map(((sample && sample.links) || []).map((l) => [l.name, l]));
@@ -367,7 +367,8 @@ function colourTopology() {
     g.classList.toggle('idle', !l || tput === 0);
     g.classList.toggle('selected', g.dataset.link === S.selected);
     const line = g.querySelector('.link-line');
-    line.style.stroke = tput === 0 ? '' : loadColour(Math.min(1, shade));
+    line.style.stroke = tput === 0 ? '' : load !== null ? loadColour(Math.min(1, shade))
+      : relativeColour(Math.min(1, shade));
     const title = g.querySelector('title');
     title.textContent = `${g.dataset.link}\n${fmtBps(tput)}${load !== null ? ` (${Math.round(load * 100)} % of capacity)` : ''}`;
   }
@@ -375,6 +376,11 @@ function colourTopology() {
 
 function loadColour(x) {
   return `hsl(${Math.round(130 * (1 - x))}, 75%, 42%)`;
+}
+
+// Without a capacity nothing is "full": busier is a darker blue, never a warning red.
+function relativeColour(x) {
+  return `hsl(215, 80%, ${Math.round(78 - 40 * x)}%)`;
 }
 
 // ---- the selected link ----
@@ -678,7 +684,9 @@ function drawAll() {
   const c = colours();
   const last = S.samples[S.samples.length - 1];
   const t1 = last ? last.t_s : (S.latest ? S.latest.t_s : 0);
-  const t0 = t1 - S.windowS;
+  // A run younger than the window fills the charts (at least a minute), then scrolls.
+  const first = S.samples.length ? S.samples[0].t_s : t1;
+  const t0 = t1 - Math.min(S.windowS, Math.max(60, Math.ceil((t1 - first) / 30) * 30));
   const shown = S.samples.filter((s) => s.t_s >= t0);
   const marks = S.marks.filter((m) => (!m.link || m.link === S.selected) && m.t_s >= t0 && m.t_s <= t1 + 1)
     .map((m) => m.t_s);
@@ -694,7 +702,7 @@ function drawAll() {
       series('tput_bps', c.tput, {width: 2})]}));
     drawChart(box.querySelector('.chart-delay'), Object.assign({}, base, {fmt: (v) => `${fmtNum(v)}ms`,
       series: [series('delay_p99_ms', c.p99), series('delay_p50_ms', c.p50, {width: 2})]}));
-    drawChart(box.querySelector('.chart-queue'), Object.assign({}, base, {fmt: fmtNum,
+    drawChart(box.querySelector('.chart-queue'), Object.assign({}, base, {fmt: fmtNum, whole: true,
       series: [series('queue_packets', c.queue, {width: 2, fill: true})]}));
     const fates = [...new Set(shown.flatMap((s) => Object.keys((s.dirs[dir] && s.dirs[dir].drops) || {})))].sort();
     drawChart(box.querySelector('.chart-drops'), Object.assign({}, base, {fmt: fmtNum, series: [],
@@ -709,10 +717,12 @@ function drawAll() {
   }
 }
 
-function niceCeil(v) {
+// 1, 2, 2.5 or 5 times a power of ten; counts (whole packets) keep whole halves.
+function niceCeil(v, whole) {
   if (!(v > 0)) return 1;
+  if (whole && v <= 2) return 2;
   const p = Math.pow(10, Math.floor(Math.log10(v)));
-  for (const m of [1, 2, 2.5, 5, 10]) if (v <= m * p) return m * p;
+  for (const m of whole ? [1, 2, 5, 10] : [1, 2, 2.5, 5, 10]) if (v <= m * p) return m * p;
   return 10 * p;
 }
 
@@ -737,7 +747,7 @@ function drawChart(canvas, o) {
     for (const [t, v] of layer.points) stackTops.set(t, (stackTops.get(t) || 0) + v);
   }
   for (const v of stackTops.values()) top = Math.max(top, v);
-  top = niceCeil(top * 1.05);
+  top = niceCeil(top * 1.05, o.whole);
   const span = Math.max(1e-9, o.t1 - o.t0);
   const x = (t) => L + ((t - o.t0) / span) * pw;
   const y = (v) => T + ph - (v / top) * ph;
@@ -750,7 +760,7 @@ function drawChart(canvas, o) {
     ctx.beginPath(); ctx.moveTo(L, yy); ctx.lineTo(L + pw, yy); ctx.stroke();
     ctx.fillText(o.fmt(top * f), L - 4, yy);
   }
-  const tick = span > 150 ? 60 : span > 70 ? 30 : 15;
+  const tick = span > 240 ? 60 : span > 100 ? 30 : 15;
   ctx.textAlign = 'center'; ctx.textBaseline = 'top';
   for (let ago = 0; ago <= span + 1e-6; ago += tick) {
     const xx = Math.round(x(o.t1 - ago)) + 0.5;
