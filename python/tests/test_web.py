@@ -160,8 +160,8 @@ def select_link(d: Any, name: str) -> None:
         const m = path.getScreenCTM();
         const x = m.a * p.x + m.c * p.y + m.e, y = m.b * p.x + m.d * p.y + m.f;
         const hit = document.elementFromPoint(x, y);
-        return {x: Math.round(x), y: Math.round(y),
-                on: hit && hit.closest('[data-link]') ? hit.closest('[data-link]').dataset.link : null};
+        const on = hit && hit.closest('[data-link]');
+        return {x: Math.round(x), y: Math.round(y), on: on ? on.dataset.link : null};
     """, name)
     assert point and point["on"] == name, f"link {name} not under its own middle: {point}"
     action = ActionBuilder(d)
@@ -351,7 +351,8 @@ def lab(linkem_bin: Path, root: None) -> Iterator[WebLab]:
     try:
         # Steady UDP from h1 to h2 across all three links (8 of the middle's 20 Mbit/s).
         made.spawn("h2", ["iperf3", "-s", "-p", "5301"])
-        out = made.in_node("h1", ["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.0.3.2"], timeout=20)
+        out = made.in_node("h1", ["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.0.3.2"],
+                           timeout=20)
         assert out.returncode == 0, f"h1 cannot reach h2: {out.stdout}{out.stderr}"
         made.spawn("h1", ["iperf3", "-c", "10.0.3.2", "-p", "5301", "-u", "-b", str(UDP_RATE_BPS),
                           "-l", "1200", "-t", "600"])
@@ -420,7 +421,8 @@ def test_topology_and_throughput_match_ctl(page: Any, lab: WebLab) -> None:
     assert len(readings) >= 3, f"the page showed {len(readings)} samples in 2 s: {readings}"
     page_bps = statistics.median(readings.values())
     print(f"middle link a-to-b: page {page_bps / 1e6:.3f} Mbit/s (median of "
-          f"{sorted(round(v / 1e6, 3) for v in readings.values())}), ctl {ctl_bps / 1e6:.3f} Mbit/s")
+          f"{sorted(round(v / 1e6, 3) for v in readings.values())}), "
+          f"ctl {ctl_bps / 1e6:.3f} Mbit/s")
     assert ctl_bps > 0.8 * UDP_RATE_BPS, f"too little traffic: {ctl_bps} bit/s; {second}"
     assert abs(page_bps - ctl_bps) <= 0.1 * ctl_bps, \
         f"page {page_bps} bit/s, ctl {ctl_bps} bit/s; page readings {readings}"
@@ -470,7 +472,8 @@ def test_a_delay_changed_in_the_form_is_followed_by_ping_and_the_page(
     after = ping_lines_after(log, seen_ping)
     rtt_ms = statistics.median(rtt for _, rtt in after) if after else None
     print(f"'{old_words}' -> {new_words}: page after {seen_page - sent_at:.3f} s, "
-          f"ping after {seen_ping - sent_at:.3f} s, RTT then {rtt_ms:.2f} ms")
+          f"ping after {seen_ping - sent_at:.3f} s, RTT then "
+          f"{rtt_ms if rtt_ms is None else round(rtt_ms, 2)} ms")
     assert seen_page - sent_at <= 2.0, f"the page's words after {seen_page - sent_at:.2f} s"
     assert seen_ping - sent_at <= 2.0, f"ping's RTT after {seen_ping - sent_at:.2f} s"
     assert rtt_ms is not None and abs(rtt_ms - want_rtt_ms) < 3, \
