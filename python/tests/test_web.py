@@ -404,11 +404,14 @@ def test_topology_and_throughput_match_ctl(page: Any, lab: WebLab) -> None:
     # The traffic runs at its rate before anything is read (iperf3 starts with the lab).
     wait_for("UDP traffic on the page", lambda: float(attr(d, selector, "data-bps") or 0)
              > 0.8 * UDP_RATE_BPS, 15, lambda: body_text(d), every_s=0.2)
-    # ctl: delivered bytes 2 s apart (timed by the emulator's clock); the page: the latest
-    # throughput of each sample shown meanwhile (each a new data-t), their median.
+    # ctl: delivered bytes 4 s apart (timed by the emulator's clock); the page: the latest
+    # throughput of each sample shown meanwhile (each a new data-t). Their mean is the
+    # bytes of those samples over their time, the window ctl counted within a sample at
+    # each end; the median is printed too: this machine's load makes iperf3's rate vary
+    # by some 10 % from one half-second sample to the next.
     readings: Dict[str, float] = {}
     first, t0 = lab.show(MIDDLE), time.monotonic()
-    while time.monotonic() < t0 + 2.0:
+    while time.monotonic() < t0 + 4.0:
         t, bps = attr(d, selector, "data-t"), attr(d, selector, "data-bps")
         if t and bps:
             readings[t] = float(bps)
@@ -418,11 +421,11 @@ def test_topology_and_throughput_match_ctl(page: Any, lab: WebLab) -> None:
     if "now_ns" in first["stats"] and "now_ns" in second["stats"]:
         span_s = (second["stats"]["now_ns"] - first["stats"]["now_ns"]) / 1e9
     ctl_bps = (delivered_bytes(second, "a-to-b") - delivered_bytes(first, "a-to-b")) * 8 / span_s
-    assert len(readings) >= 3, f"the page showed {len(readings)} samples in 2 s: {readings}"
-    page_bps = statistics.median(readings.values())
-    print(f"middle link a-to-b: page {page_bps / 1e6:.3f} Mbit/s (median of "
-          f"{sorted(round(v / 1e6, 3) for v in readings.values())}), "
-          f"ctl {ctl_bps / 1e6:.3f} Mbit/s")
+    assert len(readings) >= 6, f"the page showed {len(readings)} samples in 4 s: {readings}"
+    page_bps = statistics.mean(readings.values())
+    print(f"middle link a-to-b: page {page_bps / 1e6:.3f} Mbit/s (mean; median "
+          f"{statistics.median(readings.values()) / 1e6:.3f}; of "
+          f"{[round(v / 1e6, 3) for v in readings.values()]}), ctl {ctl_bps / 1e6:.3f} Mbit/s")
     assert ctl_bps > 0.8 * UDP_RATE_BPS, f"too little traffic: {ctl_bps} bit/s; {second}"
     assert abs(page_bps - ctl_bps) <= 0.1 * ctl_bps, \
         f"page {page_bps} bit/s, ctl {ctl_bps} bit/s; page readings {readings}"
