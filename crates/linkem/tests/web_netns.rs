@@ -413,3 +413,96 @@ fn head_of(s: &mut TcpStream) -> String {
     }
     String::from_utf8_lossy(&head).to_string()
 }
+
+/// A lab of this test process, `linkem lab down` when dropped.
+struct LabDown(String);
+
+impl Drop for LabDown {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(env!("CARGO_BIN_EXE_linkem"))
+            .args(["lab", "down", &self.0])
+            .output();
+    }
+}
+
+/// `lab up --detach --web` prints the page's address; the page draws the
+/// lab's nodes and links, and a change names its link.
+#[test]
+fn a_detached_lab_prints_its_page_and_draws_its_topology() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let name = format!("lkWl{:x}", std::process::id());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("lab.clab.yml");
+    let lab = format!(
+        "name: {name}\ntopology:\n  defaults: {{kind: linux}}\n  nodes:\n    h1: {{}}\n    r: {{}}\n    h2: {{}}\n  links:\n    - endpoints: [\"h1:eth1\", \"r:eth1\"]\n      impair: delay 1ms\n    - endpoints: [\"r:eth2\", \"h2:eth1\"]\n      impair: delay 2ms\n"
+    );
+    std::fs::write(&file, lab).unwrap();
+    let _down = LabDown(name.clone());
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_linkem"))
+        .args([
+            "lab",
+            "up",
+            "--detach",
+            file.to_str().unwrap(),
+            "--web",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let url = out
+        .lines()
+        .find_map(|l| l.strip_prefix("linkem: web page on http://"))
+        .unwrap_or_else(|| panic!("no page address: {out}"));
+    let (addr, token) = url.split_once("/#token=").unwrap();
+
+    let s = state(addr);
+    assert_eq!(
+        (s["name"].clone(), s["front"].clone()),
+        (json!(name), json!("lab"))
+    );
+    let nodes: Vec<&str> = s["topology"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(nodes, ["h1", "r", "h2"], "{s}");
+    assert_eq!(
+        s["topology"]["links"][1],
+        json!({"name": "r:eth2--h2:eth1", "a": "r", "b": "h2", "a_if": "eth2", "b_if": "eth1"})
+    );
+    // A socket of several links: the link is named, and a refused word is
+    // placed in the words all the same.
+    let (status, r) = change(
+        addr,
+        token,
+        &json!({"link": "r:eth2--h2:eth1", "verb": "link", "dir": "b-to-a", "words": "delay 20xs"}),
+    );
+    assert_eq!(status, 200);
+    assert_eq!(
+        (r["position"].clone(), r["line_position"].clone()),
+        (json!(2), json!(5)),
+        "{r}"
+    );
+    let (status, r) = change(
+        addr,
+        token,
+        &json!({"link": "r:eth2--h2:eth1", "verb": "link", "dir": "b-to-a", "words": "delay 7ms"}),
+    );
+    assert_eq!((status, r["ok"].clone()), (200, json!(true)), "{r}");
+    let (status, r) = change(
+        addr,
+        token,
+        &json!({"verb": "link", "dir": "both", "words": "delay 7ms"}),
+    );
+    assert_eq!(status, 400, "{r}");
+}
