@@ -191,7 +191,7 @@ function layout(nodes, links) {
   if (connected && degrees.every((d) => d <= 2)) {
     const ends = degrees.map((d, i) => (d === 1 ? i : -1)).filter((i) => i >= 0);
     const order = walk(adj, ends.length ? ends[0] : 0);
-    if (ends.length === 2) return chainPositions(order);
+    if (ends.length === 2) return chainPositions(order, nodes);
     if (ends.length === 0 && n > 2) return circlePositions(order.length, order);
   }
   return forceLayout(n, edges);
@@ -207,14 +207,17 @@ function walk(adj, start) {
   }
 }
 
-// A snake of rows of at most 6, so a long chain stays readable.
-function chainPositions(order) {
+// A snake of rows of at most 6, so a long chain stays readable; long names (a bridge's
+// interfaces) space the nodes further apart.
+function chainPositions(order, nodes) {
   const perRow = Math.min(order.length, 6);
+  const longest = Math.max(...nodes.map((n) => n.name.length));
+  const step = Math.max(110, longest * 7 + 30);
   const pos = [];
   order.forEach((node, k) => {
     const row = Math.floor(k / perRow);
     const col = row % 2 === 0 ? k % perRow : perRow - 1 - (k % perRow);
-    pos[node] = {x: col * 110, y: row * 90};
+    pos[node] = {x: col * step, y: row * 90};
   });
   return pos;
 }
@@ -310,8 +313,9 @@ function renderTopology() {
     title.textContent = l.name;
     g.append(title, svg('path', {class: 'link-hit', d}), svg('path', {class: 'link-line', d}));
     if (labelled) {
-      for (const [end, other, name] of [[p, q, l.a_if], [q, p, l.b_if]]) {
-        if (!name) continue;
+      for (const [end, other, name, node] of [[p, q, l.a_if, l.a], [q, p, l.b_if, l.b]]) {
+        // A bridge's nodes are its interfaces: their names are said once.
+        if (!name || name === node) continue;
         // Just outside the node's circle, above the line.
         const f = Math.min(0.45, 34 / Math.max(1, Math.hypot(other.x - end.x, other.y - end.y)));
         const t = svg('text', {class: 'if-label', x: end.x + (other.x - end.x) * f,
@@ -330,7 +334,10 @@ function renderTopology() {
       transform: `translate(${pos[i].x},${pos[i].y})`});
     const title = svg('title');
     title.textContent = `${node.name}${node.kind ? ` (${node.kind})` : ''}`;
-    const label = svg('text', {class: 'node-label', y: 4, 'text-anchor': 'middle'});
+    // A short name fits in the circle, a longer one goes under it.
+    const inside = node.name.length <= 4;
+    const label = svg('text', {class: inside ? 'node-label' : 'node-label below', y: inside ? 4 : 32,
+      'text-anchor': 'middle'});
     label.textContent = node.name;
     g.append(title, svg('circle', {r: 17}), label);
     nodeLayer.append(g);
