@@ -464,7 +464,8 @@ def test_a_delay_changed_in_the_form_is_followed_by_ping_and_the_page(
             d, "#words-a-to-b") and new_words in text_of(d, "#words-b-to-a") and time.time(),
             5, lambda: f"{result_of_change(d)}; {body_text(d)}")
         r = result_of_change(d)
-        assert r["ok"] == "true", r
+        assert r["ok"] == "true" and " at " in r["text"], r
+        assert attr(d, "#change-result", "data-at-ns"), r  # the instant it took effect
         seen_ping = wait_for(f"ping RTTs of {want_rtt_ms} ms", lambda: next(
             (t for t, rtt in ping_lines_after(log, sent_at) if abs(rtt - want_rtt_ms) < 3), None),
             5, lambda: log.read_text()[-1500:])

@@ -22,7 +22,6 @@ const SPARE_COLOURS = ['#e67e22', '#1abc9c', '#9b59b6', '#34495e', '#7f8c8d', '#
 const S = {
   token: null,
   writable: false,
-  info: null,          // the last /api/state
   links: new Map(),    // name -> {words, rules, changes, changed_at_s}
   topo: {nodes: [], links: []},
   marks: [],
@@ -129,7 +128,6 @@ function setLinks(list) {
 }
 
 function applyState(st) {
-  S.info = st;
   S.intervalMs = st.interval_ms || 500;
   S.historyS = st.history_s || 300;
   S.topo = st.topology || {nodes: [], links: []};
@@ -627,7 +625,7 @@ async function submitChange(e) {
   } finally {
     $('#change-submit').disabled = !S.writable;
   }
-  showReply(r, verb === 'line' ? words : words, body);
+  showReply(r, words, body);
   if (r.body && r.body.ok) refreshState().then(() => { renderWords(); scheduleDraw(); });
 }
 
@@ -640,8 +638,9 @@ function showReply(r, sent, body) {
   result.dataset.status = String(r.status);
   if (reply.ok) {
     result.dataset.ok = 'true';
-    const at = Number.isFinite(reply.at_ns) ? ` at ${(reply.at_ns / 1e9).toFixed(3)} s` : '';
-    result.append(el('strong', {}, 'ok'), ` applied${at}: `, el('code', {}, body.line || `${body.verb} ${body.dir} ${body.words}`));
+    result.dataset.atNs = Number.isFinite(reply.at_ns) ? String(reply.at_ns) : '';
+    result.append(el('strong', {}, 'ok'), ` applied${fmtInstant(reply.at_ns)}: `,
+      el('code', {}, reply.line || body.line || `${body.verb} ${body.dir} ${body.words}`));
     return;
   }
   result.dataset.ok = 'false';
@@ -652,6 +651,15 @@ function showReply(r, sent, body) {
     result.append(el('br'), wordsWithMark(sent, reply.position, reply.word));
     result.append(el('span', {class: 'muted'}, ` (word ${reply.position}${reply.word !== undefined ? ` '${reply.word}'` : ''})`));
   }
+}
+
+// at_ns is the wall clock's (ns since 1970): shown as this browser's time of day.
+function fmtInstant(atNs) {
+  if (!Number.isFinite(atNs)) return '';
+  if (atNs < 1e17) return ` at ${(atNs / 1e9).toFixed(3)} s`;
+  const d = new Date(atNs / 1e6);
+  const ms = String(d.getMilliseconds()).padStart(3, '0');
+  return ` at ${d.toLocaleTimeString([], {hour12: false})}.${ms}`;
 }
 
 // The words sent, the one at `position` (1-based) marked; if the words do not hold it
