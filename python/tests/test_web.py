@@ -1,10 +1,11 @@
 """The live page (``--web``) in Debian's Chromium, headless, driven by selenium.
 
 First against a stand-in server (web_standin.py: canned JSON and SSE), which checks
-the page alone: the token leaves the address bar, a refusal marks its word, no token
-is read-only. Then live (root): a lab h1 - r1 - r2 - h2 of three links brought up
-with ``--web 127.0.0.1:0``, 8 Mbit/s of UDP through it: the page's topology, its
-latest throughput against two ``linkem ctl show --json`` readings (10 %), a delay
+the page alone: the token leaves the address bar, a refusal marks its word, a closed
+event stream is made again, no token is read-only. Then live (root): a lab h1 - r1 -
+r2 - h2 of three links brought up with ``--web 127.0.0.1:0``, 8 Mbit/s of UDP through
+it: the page under its CSP with a clean console, its topology, its latest throughput
+against two ``linkem ctl show --json`` readings (10 %), a delay
 changed through the form followed by ping and the page within 2 s, a refused change,
 a second page of another origin and a page without the token that change nothing,
 and screenshots at 1280x800 and 390x844 under target/web-screenshots/.
