@@ -190,12 +190,17 @@ fn cap_of(link: &Model, running: &LinkConfig) -> Option<u64> {
         .flatten()
 }
 
-/// A link's words, rules and changes now.
+/// A link's words, rules and changes now: the whole running link of each
+/// direction (not the words of its last change, which name only what changed).
 fn info_of(link: &Model) -> LinkInfo {
     let (words, changed_at_ns) = {
         let l = link.lock_links();
         let at = l[0].changed_at_ns.max(l[1].changed_at_ns);
-        ([l[0].words.clone(), l[1].words.clone()], at)
+        let running = |i: usize| match link.forward_only() {
+            true => "forward only".to_string(),
+            false => l[i].config.to_string(),
+        };
+        ([running(0), running(1)], at)
     };
     LinkInfo {
         words,
@@ -688,7 +693,10 @@ mod tests {
         assert!(h.link_history_json("nope").is_none());
         let st = h.state_json();
         assert_eq!(st["links"][0]["name"], "a-b");
-        assert_eq!(st["links"][0]["words"]["a-to-b"], "rate 10mbit delay 5ms");
+        assert_eq!(
+            st["links"][0]["words"]["a-to-b"],
+            "rate 10mbit queue 1000 delay 5ms"
+        );
         assert_eq!(st["links"][0]["rules"], Value::Null);
         assert_eq!(st["sample"]["t_s"], (SAMPLES_KEPT + 6) as f64);
         assert_eq!(st["interval_ms"], 3_600_000);
@@ -713,7 +721,11 @@ mod tests {
             .collect();
         assert_eq!(kinds, ["event: sample", "event: mark", "event: links"]);
         let st = h.state_json();
-        assert_eq!(st["links"][0]["words"]["a-to-b"], "delay 20ms");
+        // The whole running link, not only the words of the change.
+        assert_eq!(
+            st["links"][0]["words"]["a-to-b"],
+            "rate 10mbit queue 1000 delay 20ms"
+        );
         assert_eq!(st["links"][0]["changes"], 1);
         assert!(st["links"][0]["changed_at_s"].as_f64().is_some());
         assert_eq!(st["marks"][0]["kind"], "change");
