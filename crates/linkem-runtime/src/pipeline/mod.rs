@@ -95,8 +95,8 @@ struct InputShared {
     accepted: u64,
     rx_wakeups: u64,
     kernel_drops: u64,
-    /// The model's delays of what was stored (the live stage merges its own
-    /// into it at most every `STAGE_PUBLISH_NS`).
+    /// The model's delays of what was stored (the live stage records each
+    /// batch's here when it publishes its counts).
     delay: Histogram<u64>,
 }
 

@@ -154,10 +154,7 @@ impl Stage {
             return false;
         }
         c.accepted += 1;
-        // 1 ns at least: the histogram's lowest bound (a zero delay is 1 ns);
-        // one beyond its highest (100 s) counts as that.
-        c.delay
-            .saturating_record(d.release_ns.saturating_sub(arrival_ns).max(1));
+        c.delays.push((d.release_ns.saturating_sub(arrival_ns), 1));
         self.note_stored(side, d.release_ns);
         if d.duplicate && self.controls[side].held.take(group) {
             // The copy leaves as it came, right after the original; one that
@@ -183,9 +180,9 @@ impl Stage {
         }
     }
 
-    /// Publishes `side`'s counts; with `delays`, merges the delays recorded
-    /// since the last merge into the shared histogram too.
-    pub(super) fn publish(&mut self, side: usize, delays: bool) {
+    /// Publishes `side`'s counts, and records the delays of the packets
+    /// stored since the last publication into the shared histogram.
+    pub(super) fn publish(&mut self, side: usize) {
         let c = &mut self.c[side];
         let mut counts = c.fates;
         counts.set(
@@ -206,33 +203,19 @@ impl Stage {
         shared.accepted = c.accepted + c.held;
         shared.rx_wakeups = self.wakeups;
         shared.kernel_drops = c.kernel_drops;
-        if delays && !c.delay.is_empty() {
-            shared.delay.add(&c.delay).expect("same bounds");
-            c.delay.reset();
+        for (delay_ns, n) in c.delays.drain(..) {
+            // 1 ns at least: the histogram's lowest bound (a zero delay is
+            // 1 ns); one beyond its highest (100 s) counts as that.
+            shared.delay.saturating_record_n(delay_ns.max(1), n);
         }
     }
 
-    /// Publishes both directions' counts (the delays when `now_ns` is
-    /// [`STAGE_PUBLISH_NS`] past their last merge, or `all`); returns which
-    /// directions got packets since the last call (to hand out,
-    /// [`Outputs::hand_out`]).
-    pub(super) fn publish_all(&mut self, now_ns: u64, all: bool) -> [bool; 2] {
-        let delays = all || now_ns.saturating_sub(self.delay_published_ns) >= STAGE_PUBLISH_NS;
-        if delays {
-            self.delay_published_ns = now_ns;
-        }
+    /// Publishes both directions' counts; returns which directions got
+    /// packets since the last call (to hand out, [`Outputs::hand_out`]).
+    pub(super) fn publish_all(&mut self) -> [bool; 2] {
         for i in 0..2 {
-            self.publish(i, delays);
+            self.publish(i);
         }
         std::mem::take(&mut self.pushed)
-    }
-
-    /// When delays recorded but not yet merged are due to be (the stage
-    /// must wake for them by then), if there are any.
-    pub(super) fn delays_due_ns(&self) -> Option<u64> {
-        self.c
-            .iter()
-            .any(|c| !c.delay.is_empty())
-            .then(|| self.delay_published_ns.saturating_add(STAGE_PUBLISH_NS))
     }
 }

@@ -18,9 +18,15 @@ pub(super) struct Counts {
     /// The model's fates (delivered before backpressure).
     pub(super) fates: FateCounts,
     pub(super) kernel_drops: u64,
-    /// The model's delays (release − arrival) of the packets stored since
-    /// the last merge into the shared one ([`Stage::publish_all`]).
-    pub(super) delay: Histogram<u64>,
+    /// The model's delays (release − arrival, ns) of the packets stored
+    /// since the last publication, each with its number of wire frames:
+    /// recorded into the shared histogram under the lock each publication
+    /// takes anyway ([`Stage::publish`]). A list, not a local histogram:
+    /// merging two histograms walks all their counters (microseconds), so
+    /// it could not be done at every batch, and merging less often would
+    /// need a wake-up of its own after the last packet (sparse traffic
+    /// would pay one more per packet).
+    pub(super) delays: Vec<(u64, u64)>,
 }
 
 impl Default for Counts {
@@ -35,7 +41,8 @@ impl Default for Counts {
             held: 0,
             fates: FateCounts::default(),
             kernel_drops: 0,
-            delay: lateness_histogram(),
+            // A batch's worth without allocating; kept (cleared) between batches.
+            delays: Vec::with_capacity(256),
         }
     }
 }
@@ -71,7 +78,6 @@ pub(super) struct Stage {
     pub(super) c: [Counts; 2],
     /// When the delays recorded in `c` were last merged into the shared
     /// histograms (a merge walks thousands of counters: not once per batch).
-    pub(super) delay_published_ns: u64,
     pub(super) wakeups: u64,
     /// Tags, the model's time, and the frames the model holds until their
     /// decision ([`Driver`]: the rules replay keeps too).
@@ -137,7 +143,6 @@ impl Stage {
             cut_buf: Vec::new(),
             cut_ends: Vec::new(),
             c: Default::default(),
-            delay_published_ns: started_ns,
             wakeups: 0,
             driver: Driver::new(started_ns),
             started_ns,
