@@ -258,7 +258,8 @@ fn web_page_serves_changes_and_refuses_strangers() {
         std::thread::sleep(Duration::from_millis(100));
         s = state(&addr);
     }
-    assert_eq!(words(&s, "a-to-b"), "delay 30ms", "{s}");
+    // The whole running link: the change's word over the defaults.
+    assert_eq!(words(&s, "a-to-b"), "queue 1000 delay 30ms", "{s}");
     assert_eq!(s["links"][0]["changes"], json!(1), "{s}");
     let rtts = ping_rtts_to(&topo, topo.addr_b, 3);
     assert!(
