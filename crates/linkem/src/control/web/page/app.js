@@ -855,7 +855,7 @@ function hover(e) {
   } else if (metric === 'delay') {
     lines.push(`delay p50 / p99 ${fmtPairMs(d.delay_p50_ms, d.delay_p99_ms)}`);
   } else if (metric === 'queue') {
-    lines.push(`queue ${d.queue_packets || 0} packets`);
+    lines.push(`in flight ${d.queue_packets || 0} packets`);
   } else {
     const drops = Object.entries(d.drops || {});
     lines.push(drops.length ? `drops ${drops.map(([f, n]) => `${f} ${n}`).join(', ')}` : 'no drops');
