@@ -358,9 +358,11 @@ impl Shaping {
     }
 }
 
-/// Where a link running a schedule stands.
+/// Where a link running a schedule stands. Public so that what watches a
+/// running link (the control side's marks) follows its steps by this very
+/// rule rather than a copy of it.
 #[derive(Debug, Clone)]
-struct ScheduleState {
+pub struct ScheduleState {
     schedule: Arc<Schedule>,
     /// The schedule's start: the link's start ([`Link::start_at`]), else the
     /// first arrival, or the change that set it.
@@ -371,7 +373,9 @@ struct ScheduleState {
 }
 
 impl ScheduleState {
-    fn new(schedule: Arc<Schedule>, origin_ns: Option<u64>) -> Self {
+    /// At the schedule's first step; `origin_ns` None: set by the first
+    /// [`ScheduleState::due`].
+    pub fn new(schedule: Arc<Schedule>, origin_ns: Option<u64>) -> Self {
         ScheduleState {
             schedule,
             origin_ns,
@@ -380,8 +384,25 @@ impl ScheduleState {
         }
     }
 
+    /// The schedule it follows.
+    pub fn schedule(&self) -> &Arc<Schedule> {
+        &self.schedule
+    }
+
+    /// The step last given by [`ScheduleState::due`] (a loop keeps its last
+    /// step until its next first); None before the first.
+    pub fn current(&self) -> Option<&Arc<LinkConfig>> {
+        let changes = &self.schedule.changes;
+        match self.next {
+            0 if self.cycle > 0 => changes.last(),
+            0 => None,
+            n => changes.get(n - 1),
+        }
+        .map(|(_, cfg)| cfg)
+    }
+
     /// The next change due at or before `now_ns`, with its instant, moving past it.
-    fn due(&mut self, now_ns: u64) -> Option<(u64, Arc<LinkConfig>)> {
+    pub fn due(&mut self, now_ns: u64) -> Option<(u64, Arc<LinkConfig>)> {
         let origin = *self.origin_ns.get_or_insert(now_ns);
         let changes = &self.schedule.changes;
         if self.next == changes.len() {

@@ -20,7 +20,7 @@
 
 use super::claims::{Claim, ClaimDone};
 use super::{Failure, Model, PeerCred, Running};
-use linkem_core::config::schedule::Schedule;
+use linkem_core::link::ScheduleState;
 use linkem_core::LinkConfig;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -65,58 +65,13 @@ pub struct Mark {
     pub text: String,
 }
 
-/// Where one direction's schedule stands: the next step to mark.
-#[derive(Debug, Clone)]
-struct ScheduleClock {
-    schedule: Arc<Schedule>,
-    origin_ns: u64,
-    next: usize,
-    cycle: u64,
-}
-
-impl ScheduleClock {
-    fn new(schedule: Arc<Schedule>, origin_ns: u64) -> Self {
-        ScheduleClock {
-            schedule,
-            origin_ns,
-            next: 0,
-            cycle: 0,
-        }
-    }
-
-    /// The next step due at or before `now_ns` (its instant and link),
-    /// moving past it: `linkem_core::Link`'s rule, loops begun and ended
-    /// before now skipped.
-    fn due(&mut self, now_ns: u64) -> Option<(u64, Arc<LinkConfig>)> {
-        let changes = &self.schedule.changes;
-        if self.next == changes.len() {
-            let period = self.schedule.period_ns?;
-            self.next = 0;
-            self.cycle += 1;
-            let begun = now_ns.saturating_sub(self.origin_ns) / period.max(1);
-            self.cycle = self.cycle.max(begun.saturating_sub(1));
-        }
-        let (at_ns, cfg) = changes.get(self.next)?;
-        let period = self.schedule.period_ns.unwrap_or(0);
-        let instant = self
-            .origin_ns
-            .saturating_add(self.cycle.saturating_mul(period))
-            .saturating_add(*at_ns);
-        if instant > now_ns {
-            return None;
-        }
-        self.next += 1;
-        Some((instant, cfg.clone()))
-    }
-}
-
 /// The ring and what feeds it.
 #[derive(Default)]
 struct Ring {
     marks: VecDeque<Mark>,
     next_seq: u64,
     /// Each direction's schedule, when its link runs one.
-    schedules: [Option<ScheduleClock>; 2],
+    schedules: [Option<ScheduleState>; 2],
     /// A group's: the next number to read of each member's ring.
     members_seq: Vec<u64>,
 }
@@ -146,7 +101,7 @@ impl Ring {
                     let Some((at_ns, cfg)) = clock.due(now_ns) else {
                         break;
                     };
-                    let text = format!("schedule {} {dir}: {cfg}", clock.schedule.name);
+                    let text = format!("schedule {} {dir}: {cfg}", clock.schedule().name);
                     steps.push((at_ns, text));
                 }
             }
@@ -184,7 +139,10 @@ impl Marks {
         if let Some(origin) = origin_ns {
             let mut ring = marks.lock();
             for (i, l) in links.iter().enumerate() {
-                ring.schedules[i] = l.schedule.clone().map(|s| ScheduleClock::new(s, origin));
+                ring.schedules[i] = l
+                    .schedule
+                    .clone()
+                    .map(|s| ScheduleState::new(s, Some(origin)));
             }
         }
         marks
@@ -284,16 +242,9 @@ impl Model {
     pub fn scheduled_now(&self) -> [Option<Arc<LinkConfig>>; 2] {
         let mut ring = self.marks.lock();
         ring.catch_up(linkem_runtime::clock::now_ns(), &self.name);
-        ring.schedules.each_ref().map(|c| {
-            let c = c.as_ref()?;
-            let changes = &c.schedule.changes;
-            match c.next {
-                0 if c.cycle > 0 => changes.last(),
-                0 => None,
-                n => changes.get(n - 1),
-            }
-            .map(|(_, cfg)| cfg.clone())
-        })
+        ring.schedules
+            .each_ref()
+            .map(|c| c.as_ref()?.current().cloned())
     }
 
     /// The links became `links` at `at_ns` (None: unchanged): a schedule
@@ -306,11 +257,14 @@ impl Model {
         for (i, l) in links.iter().enumerate() {
             let Some(l) = l else { continue };
             let same = match (&ring.schedules[i], &l.schedule) {
-                (Some(c), Some(s)) => c.schedule == *s,
+                (Some(c), Some(s)) => c.schedule() == s,
                 _ => false,
             };
             if !same {
-                ring.schedules[i] = l.schedule.clone().map(|s| ScheduleClock::new(s, at_ns));
+                ring.schedules[i] = l
+                    .schedule
+                    .clone()
+                    .map(|s| ScheduleState::new(s, Some(at_ns)));
             }
         }
     }

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::control::{Failure, PeerCred};
+use linkem_core::config::schedule::Schedule;
 use linkem_core::model::LinkModel;
 use linkem_core::LinkSpec;
 use linkem_ctl::Request;
@@ -191,7 +192,7 @@ fn a_looping_schedule_marks_each_loop_and_skips_loops_long_gone() {
     let sched = stepped(40_000_000, 80_000_000, Some(100_000_000))
         .schedule
         .unwrap();
-    let mut clock = ScheduleClock::new(sched, 1_000);
+    let mut clock = linkem_core::link::ScheduleState::new(sched, Some(1_000));
     let mut due = |now: u64| {
         std::iter::from_fn(|| clock.due(now).map(|(t, _)| t - 1_000)).collect::<Vec<u64>>()
     };
