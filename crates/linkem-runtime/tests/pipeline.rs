@@ -992,6 +992,18 @@ fn an_unimpaired_link_passes_each_tso_burst_whole_and_counts_every_wire_frame() 
         assert_eq!(stats.super_frames, 30, "{words}");
         assert_eq!(stats.coalesced, n, "{words}");
         assert!(stats.adds_up(), "{words}: {stats:?}");
+        // Bytes per wire frame with its headers, whole or not: what the
+        // receiver cuts back.
+        let wire_bytes: u64 = sent.iter().map(|f| f.len() as u64).sum();
+        assert_eq!(stats.received_bytes, wire_bytes, "{words}");
+        assert_eq!(stats.delivered_bytes, wire_bytes, "{words}");
+        assert_eq!(stats.delay.len(), n, "{words}");
+        let want_ns = if words == "delay 2ms" { 2_000_000 } else { 1 };
+        assert!(
+            stats.delay.max().abs_diff(want_ns) <= want_ns / 100,
+            "{words}: {}",
+            stats.delay.max()
+        );
         // What the receiver cuts back: every wire frame, in order, verified.
         assert_eq!(sent.len() as u64, n, "{words}");
         for (k, f) in sent.iter().enumerate() {

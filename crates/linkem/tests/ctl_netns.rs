@@ -401,6 +401,15 @@ fn ctl_metrics_parse_and_match_stats_json() {
             get("linkem_lateness_seconds_count", &l),
             d["lateness_ns"]["count"].as_f64().unwrap()
         );
+        for (family, key) in [
+            ("linkem_received_bytes_total", "received_bytes"),
+            ("linkem_delivered_bytes_total", "delivered_bytes"),
+        ] {
+            assert_eq!(get(family, &l), d[key].as_f64().unwrap(), "{dir} {key}");
+        }
+        // Pings crossed: the model's delays of them, in both outputs.
+        assert!(get("linkem_delay_seconds_count", &l) > 0.0, "{dir}");
+        assert!(d["delay_ms"]["p50"].as_f64().unwrap() > 0.0, "{dir}: {d}");
         assert!(
             d["fates"]["loss"].as_u64().unwrap() > 0,
             "loss 10% lost nothing: {d}"

@@ -19,8 +19,10 @@ const IDLE_WAIT_NS: u64 = 10_000_000;
 #[derive(Default, Clone, Copy)]
 struct Counts {
     received: u64,
+    received_bytes: u64,
     segmented: u64,
     sent: u64,
+    sent_bytes: u64,
     refused: u64,
     too_big: u64,
     wakeups: u64,
@@ -47,6 +49,7 @@ pub(super) fn forward(
         let mut input = control.input.lock().expect("the lock holders never panic");
         input.counts = counts;
         input.received = c.received;
+        input.received_bytes = c.received_bytes;
         input.segmented = c.segmented;
         input.accepted = c.sent;
         input.rx_wakeups = c.wakeups;
@@ -54,12 +57,14 @@ pub(super) fn forward(
         drop(input);
         let mut output = control.output.lock().expect("the lock holders never panic");
         output.sent = c.sent;
+        output.sent_bytes = c.sent_bytes;
         output.tx_errors = tx_errors;
     };
     while !control.stop.load(Ordering::Acquire) {
         let result = rx.rx_batch(batch, &mut |frame| {
             c.received += 1;
             let r = cut(&frame, max_frame_bytes, &mut |bytes, csum| {
+                c.received_bytes += bytes.len() as u64;
                 let out = match csum {
                     Csum::Finish(cs) => {
                         scratch.clear();
@@ -70,7 +75,10 @@ pub(super) fn forward(
                     Csum::AsCame | Csum::Computed => tx.tx_push(bytes),
                 };
                 match out {
-                    TxOutcome::Queued => c.sent += 1,
+                    TxOutcome::Queued => {
+                        c.sent += 1;
+                        c.sent_bytes += bytes.len() as u64;
+                    }
                     TxOutcome::NoRoom => c.refused += 1,
                     TxOutcome::TooBig => c.too_big += 1,
                 }

@@ -87,18 +87,38 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-#[derive(Default)]
 struct InputShared {
     counts: FateCounts,
     received: u64,
+    received_bytes: u64,
     segmented: u64,
     accepted: u64,
     rx_wakeups: u64,
     kernel_drops: u64,
+    /// The model's delays of what was stored (the live stage merges its own
+    /// into it at most every `STAGE_PUBLISH_NS`).
+    delay: Histogram<u64>,
+}
+
+impl Default for InputShared {
+    fn default() -> Self {
+        InputShared {
+            counts: FateCounts::default(),
+            received: 0,
+            received_bytes: 0,
+            segmented: 0,
+            accepted: 0,
+            rx_wakeups: 0,
+            kernel_drops: 0,
+            delay: options::lateness_histogram(),
+        }
+    }
 }
 
 struct OutputShared {
     sent: u64,
+    /// Bytes of the wire frames counted in `sent`.
+    sent_bytes: u64,
     copies_sent: u64,
     late: u64,
     too_big: u64,
@@ -300,6 +320,7 @@ impl Control {
             input: Mutex::new(InputShared::default()),
             output: Mutex::new(OutputShared {
                 sent: 0,
+                sent_bytes: 0,
                 copies_sent: 0,
                 late: 0,
                 too_big: 0,
@@ -406,6 +427,7 @@ impl Direction {
             name: self.name.clone(),
             fates,
             received: input.received,
+            received_bytes: input.received_bytes,
             segmented: input.segmented,
             rx_kernel_drops: input.kernel_drops,
             // Saturating: the two sides publish at different moments while running.
@@ -417,6 +439,8 @@ impl Direction {
             super_frames: output.super_frames,
             whole: output.whole,
             lateness: output.lateness.clone(),
+            delivered_bytes: output.sent_bytes,
+            delay: input.delay.clone(),
             rx_wakeups: input.rx_wakeups,
             tx_wakeups: output.tx_wakeups,
             huge_pages: self.control.huge_pages,

@@ -136,6 +136,10 @@ pub struct DirectionStats {
     pub fates: FateCounts,
     /// Frames taken from the receive port.
     pub received: u64,
+    /// Bytes of the wire frames given to the model (a super-frame's wire
+    /// frames as cut, each with its headers: the bytes the link's rate
+    /// charges); frames never given to it (`too-big`) are not counted.
+    pub received_bytes: u64,
     /// Extra wire frames made by cutting super-frames (TSO/GSO/GRO).
     pub segmented: u64,
     /// Frames the kernel dropped on receive before linkem could take them.
@@ -155,6 +159,14 @@ pub struct DirectionStats {
     pub whole: u64,
     /// Lateness of sent packets (send time − release time), ns.
     pub lateness: Histogram<u64>,
+    /// Bytes of the wire frames handed to the kernel for sending (each with
+    /// its headers, also inside a super-frame sent whole); frames the kernel
+    /// refuses later (`tx-error`, rare) are not taken back out.
+    pub delivered_bytes: u64,
+    /// The model's delay of the packets stored for sending (release −
+    /// arrival), ns, at the bounds of `lateness`: what left was that late on
+    /// top. Empty for a plain forwarder.
+    pub delay: Histogram<u64>,
     /// Times the input (or node) stage woke from waiting for frames: with
     /// `received`, shows whether it slept between frames or found batches.
     pub rx_wakeups: u64,

@@ -719,6 +719,10 @@ fn minus(now: &DirectionStats, base: &DirectionStats) -> DirectionStats {
         .saturating_sub(base.received)
         .saturating_add(base.in_flight);
     d.segmented = now.segmented.saturating_sub(base.segmented);
+    // Bytes of what was in flight at the zero are not known: a delivered
+    // count since the zero may exceed the received one by them.
+    d.received_bytes = now.received_bytes.saturating_sub(base.received_bytes);
+    d.delivered_bytes = now.delivered_bytes.saturating_sub(base.delivered_bytes);
     d.rx_kernel_drops = now.rx_kernel_drops.saturating_sub(base.rx_kernel_drops);
     d.copies_sent = now.copies_sent.saturating_sub(base.copies_sent);
     d.coalesced = now.coalesced.saturating_sub(base.coalesced);
@@ -729,6 +733,9 @@ fn minus(now: &DirectionStats, base: &DirectionStats) -> DirectionStats {
     // Counts only grow, so the base is contained in now.
     if d.lateness.subtract(&base.lateness).is_err() {
         d.lateness.reset();
+    }
+    if d.delay.subtract(&base.delay).is_err() {
+        d.delay.reset();
     }
     d
 }
@@ -781,6 +788,7 @@ mod tests {
             name: "a->b".into(),
             fates: counts,
             received,
+            received_bytes: received * 100,
             segmented,
             rx_kernel_drops: 0,
             in_flight,
@@ -789,6 +797,8 @@ mod tests {
             super_frames: 0,
             whole: 0,
             lateness: hdrhistogram::Histogram::new_with_bounds(1, 100_000_000_000, 2).unwrap(),
+            delivered_bytes: fates.first().copied().unwrap_or(0) * 100,
+            delay: hdrhistogram::Histogram::new_with_bounds(1, 100_000_000_000, 2).unwrap(),
             rx_wakeups: 0,
             tx_wakeups: 0,
             huge_pages: false,

@@ -63,6 +63,8 @@ pub fn direction_json(s: &DirectionStats, rules: bool) -> serde_json::Value {
     json!({
         "direction": s.name,
         "received": s.received,
+        "received_bytes": s.received_bytes,
+        "delivered_bytes": s.delivered_bytes,
         "rx_kernel_drops": s.rx_kernel_drops,
         "segmented": s.segmented,
         "fates": fates,
@@ -80,10 +82,25 @@ pub fn direction_json(s: &DirectionStats, rules: bool) -> serde_json::Value {
             "p99.9": percentile_ns(s, 0.999),
             "max": s.lateness.max(),
         },
+        "delay_ms": delay_ms_json(s),
         "buffer_bytes": s.buffer_bytes,
         "huge_pages": s.huge_pages,
         "rx_wakeups": s.rx_wakeups,
         "tx_wakeups": s.tx_wakeups,
+    })
+}
+
+/// The model's delay of what was stored, ms to the microsecond: p50, p99
+/// and max; null before any packet was.
+pub fn delay_ms_json(s: &DirectionStats) -> serde_json::Value {
+    if s.delay.is_empty() {
+        return serde_json::Value::Null;
+    }
+    let ms = |ns: u64| (ns as f64 / 1_000.0).round() / 1_000.0;
+    json!({
+        "p50": ms(s.delay.value_at_quantile(0.5)),
+        "p99": ms(s.delay.value_at_quantile(0.99)),
+        "max": ms(s.delay.max()),
     })
 }
 

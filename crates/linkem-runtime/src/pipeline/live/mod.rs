@@ -139,10 +139,13 @@
 //! Counting: each direction keeps the invariant of [`super::DirectionStats`]
 //! (`received + segmented = fates.arrived() + in_flight`); packets the model
 //! holds count as in flight; counts are published under each direction's lock
-//! once per batch.
+//! once per batch, the model's delays of what was stored (a histogram, one
+//! record per packet) at most every [`STAGE_PUBLISH_NS`] while they come, and
+//! that long after the last (the stage wakes for it).
 use super::objects::{Objects, ObjectsSnapshot};
+use super::options::lateness_histogram;
 use super::output::{
-    output_stage, who_sends, Left, Outlet, OutputConfig, Sender, STAGE_HORIZON_NS,
+    output_stage, who_sends, Left, Outlet, OutputConfig, Sender, STAGE_HORIZON_NS, STAGE_PUBLISH_NS,
 };
 use super::output_group::output_group;
 use super::wait::{self, set_realtime, Linger, Realtime, SpinBudget, WakeEstimate, MIN_SPIN_NS};
@@ -151,6 +154,7 @@ use super::{Control, Direction, DirectionStats};
 use crate::clock;
 use crate::delay_line::{delay_line, delay_line_with, Producer, Whole, LAZY_FIRST_RESIDENT_BYTES};
 use crate::port::{PortHealth, RxFrame, RxPort, TxPort, WaitFds};
+use hdrhistogram::Histogram;
 use linkem_core::driver::{ChangeInstant, Driver, Frame};
 use linkem_core::model::{Change, ChangeError, LinkModel, Model};
 use linkem_core::node::{Decision, Node};

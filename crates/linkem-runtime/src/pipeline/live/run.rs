@@ -162,7 +162,9 @@ impl<M: LiveModel> PairLoop<M> {
             }
         }
         stage.wakeups = wakeups;
-        let pushed = stage.publish_all();
+        let pushed = stage.publish_all(now, false);
+        // Delays not yet merged wake the stage as a sweep would (no spinning).
+        let sweep_at = earliest(sweep_at, stage.delays_due_ns());
         let soonest_stored = stage.soonest_stored_ns.take();
         drop(objs);
         drop(guard);
@@ -192,7 +194,7 @@ impl<M: LiveModel> PairLoop<M> {
             stage.c[i].kernel_drops = port.rx_kernel_drops();
         }
         stage.wakeups = wakeups;
-        stage.publish_all();
+        stage.publish_all(clock::now_ns(), true);
         for p in &stage.producers {
             p.close();
         }

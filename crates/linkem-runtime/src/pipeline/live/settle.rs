@@ -95,16 +95,24 @@ impl Stage {
         bytes: &[u8],
         csum: Csum,
     ) {
-        let stored = self.store(d, side, bytes, csum);
+        let stored = self.store(d, side, arrival_ns, bytes, csum);
         if d.pipe.is_some() || d.queue.is_some() {
             objs.record(d, arrival_ns, bytes.len() as u32, stored);
         }
     }
 
     /// Counts the decision for its direction; a delivered packet goes into
-    /// the delay line. Returns whether it did.
+    /// the delay line, its delay (release − `arrival_ns`) recorded. Returns
+    /// whether it did.
     #[inline]
-    pub(super) fn store(&mut self, d: &Decision, side: usize, bytes: &[u8], csum: Csum) -> bool {
+    pub(super) fn store(
+        &mut self,
+        d: &Decision,
+        side: usize,
+        arrival_ns: u64,
+        bytes: &[u8],
+        csum: Csum,
+    ) -> bool {
         let group = if d.fate == Fate::Delivered {
             self.group_of(d.pipe)
         } else {
@@ -146,6 +154,10 @@ impl Stage {
             return false;
         }
         c.accepted += 1;
+        // 1 ns at least: the histogram's lowest bound (a zero delay is 1 ns).
+        let _ = c
+            .delay
+            .record(d.release_ns.saturating_sub(arrival_ns).max(1));
         self.note_stored(side, d.release_ns);
         if d.duplicate && self.controls[side].held.take(group) {
             // The copy leaves as it came, right after the original; one that
@@ -171,8 +183,10 @@ impl Stage {
         }
     }
 
-    pub(super) fn publish(&self, side: usize) {
-        let c = &self.c[side];
+    /// Publishes `side`'s counts; with `delays`, merges the delays recorded
+    /// since the last merge into the shared histogram too.
+    pub(super) fn publish(&mut self, side: usize, delays: bool) {
+        let c = &mut self.c[side];
         let mut counts = c.fates;
         counts.set(
             Fate::Delivered,
@@ -186,19 +200,39 @@ impl Stage {
             .expect("the lock holders never panic");
         shared.counts = counts;
         shared.received = c.received;
+        shared.received_bytes = c.received_bytes;
         shared.segmented = c.segmented;
         // Packets the model holds are in flight as much as those in the line.
         shared.accepted = c.accepted + c.held;
         shared.rx_wakeups = self.wakeups;
         shared.kernel_drops = c.kernel_drops;
+        if delays && !c.delay.is_empty() {
+            shared.delay.add(&c.delay).expect("same bounds");
+            c.delay.reset();
+        }
     }
 
-    /// Publishes both directions' counts; returns which directions got
-    /// packets since the last call (to hand out, [`Outputs::hand_out`]).
-    pub(super) fn publish_all(&mut self) -> [bool; 2] {
+    /// Publishes both directions' counts (the delays when `now_ns` is
+    /// [`STAGE_PUBLISH_NS`] past their last merge, or `all`); returns which
+    /// directions got packets since the last call (to hand out,
+    /// [`Outputs::hand_out`]).
+    pub(super) fn publish_all(&mut self, now_ns: u64, all: bool) -> [bool; 2] {
+        let delays = all || now_ns.saturating_sub(self.delay_published_ns) >= STAGE_PUBLISH_NS;
+        if delays {
+            self.delay_published_ns = now_ns;
+        }
         for i in 0..2 {
-            self.publish(i);
+            self.publish(i, delays);
         }
         std::mem::take(&mut self.pushed)
+    }
+
+    /// When delays recorded but not yet merged are due to be (the stage
+    /// must wake for them by then), if there are any.
+    pub(super) fn delays_due_ns(&self) -> Option<u64> {
+        self.c
+            .iter()
+            .any(|c| !c.delay.is_empty())
+            .then(|| self.delay_published_ns.saturating_add(STAGE_PUBLISH_NS))
     }
 }

@@ -4,9 +4,10 @@
 use super::*;
 
 /// Counts of one direction, published under its control's lock.
-#[derive(Default)]
 pub(super) struct Counts {
     pub(super) received: u64,
+    /// Bytes of the wire frames given to the model.
+    pub(super) received_bytes: u64,
     pub(super) segmented: u64,
     pub(super) too_big: u64,
     pub(super) backpressure: u64,
@@ -17,6 +18,26 @@ pub(super) struct Counts {
     /// The model's fates (delivered before backpressure).
     pub(super) fates: FateCounts,
     pub(super) kernel_drops: u64,
+    /// The model's delays (release − arrival) of the packets stored since
+    /// the last merge into the shared one ([`Stage::publish_all`]).
+    pub(super) delay: Histogram<u64>,
+}
+
+impl Default for Counts {
+    fn default() -> Self {
+        Counts {
+            received: 0,
+            received_bytes: 0,
+            segmented: 0,
+            too_big: 0,
+            backpressure: 0,
+            accepted: 0,
+            held: 0,
+            fates: FateCounts::default(),
+            kernel_drops: 0,
+            delay: lateness_histogram(),
+        }
+    }
 }
 
 pub(super) struct Held {
@@ -48,6 +69,9 @@ pub(super) struct Stage {
     pub(super) cut_buf: Vec<u8>,
     pub(super) cut_ends: Vec<usize>,
     pub(super) c: [Counts; 2],
+    /// When the delays recorded in `c` were last merged into the shared
+    /// histograms (a merge walks thousands of counters: not once per batch).
+    pub(super) delay_published_ns: u64,
     pub(super) wakeups: u64,
     /// Tags, the model's time, and the frames the model holds until their
     /// decision ([`Driver`]: the rules replay keeps too).
@@ -113,6 +137,7 @@ impl Stage {
             cut_buf: Vec::new(),
             cut_ends: Vec::new(),
             c: Default::default(),
+            delay_published_ns: started_ns,
             wakeups: 0,
             driver: Driver::new(started_ns),
             started_ns,

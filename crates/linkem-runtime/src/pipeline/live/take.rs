@@ -85,6 +85,7 @@ impl Stage {
                 tap.frame(side_id, ts, wire_frame(&buf, &ends, i));
             }
             let key = whole_key.map_or_else(FlowKey::default, |k| k.of_segment(&plan, i));
+            self.c[side].received_bytes += u64::from(len_bytes);
             let tag = self.driver.offer(model, ts, side_id, len_bytes, key);
             let plain = {
                 let mut pending = self.driver.pending();
@@ -181,6 +182,8 @@ impl Stage {
             });
         if stored {
             c.accepted += n;
+            let delay_ns = first.release_ns.saturating_sub(arrival_ns);
+            let _ = c.delay.record_n(delay_ns.max(1), n);
             self.note_stored(side, first.release_ns);
         } else {
             c.backpressure += n;
@@ -249,6 +252,7 @@ impl Stage {
         } else {
             FlowKey::default()
         };
+        self.c[side].received_bytes += bytes.len() as u64;
         self.driver
             .offer(model, ts, side_id, bytes.len() as u32, key);
         self.settle_arrival(objs, side, ts, bytes, csum);

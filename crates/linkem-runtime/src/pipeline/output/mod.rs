@@ -67,6 +67,8 @@ struct Held {
 pub(super) struct OutputState {
     pub(super) tx: Box<dyn TxPort>,
     local_sent: u64,
+    /// Bytes of the wire frames counted in `local_sent`.
+    local_sent_bytes: u64,
     local_copies: u64,
     local_late: u64,
     pub(super) local_flushed: u64,
@@ -101,6 +103,7 @@ impl OutputState {
             local_whole: 0,
             tx,
             local_sent: 0,
+            local_sent_bytes: 0,
             local_copies: 0,
             local_late: 0,
             local_flushed: 0,
@@ -224,6 +227,7 @@ impl OutputState {
             self.local_copies += 1;
         } else {
             self.local_sent += 1;
+            self.local_sent_bytes += frame.len() as u64;
         }
         Ok(())
     }
@@ -259,6 +263,7 @@ impl OutputState {
         }
         let too_big = sent.too_big.min(n);
         self.local_sent += n - too_big;
+        self.local_sent_bytes += sent.bytes;
         self.local_too_big += too_big;
     }
 
@@ -312,6 +317,7 @@ impl OutputState {
         let tx_errors = self.tx.tx_errors();
         let mut shared = control.output.lock().expect("the lock holders never panic");
         shared.sent = self.local_sent;
+        shared.sent_bytes = self.local_sent_bytes;
         shared.copies_sent = self.local_copies;
         shared.late = self.local_late;
         shared.flushed = self.local_flushed;

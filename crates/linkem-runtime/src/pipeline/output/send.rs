@@ -12,6 +12,9 @@ pub(super) struct SuperSent {
     pub(super) queued: bool,
     /// Of those, the ones the port refused as too big.
     pub(super) too_big: u64,
+    /// Bytes of the wire frames sent, each with its headers (of a
+    /// super-frame sent whole: as its offload will cut it).
+    pub(super) bytes: u64,
 }
 
 /// Sends a super-frame (`offload.gso` set) through the port's offload path,
@@ -39,14 +42,21 @@ pub(super) fn send_super(
         whole,
         queued: !whole,
         too_big: 0,
+        bytes: 0,
     };
+    let max = tx.max_frame_bytes();
     if whole {
+        // Its wire frames' bytes from its headers alone (no copy, no cut);
+        // one the plan cannot read counts as it is.
+        sent.bytes = linkem_core::wire::segment_plan(frame, offload, max)
+            .map_or(frame.len() as u64, |p| {
+                (p.header_bytes * p.segments + p.payload_bytes) as u64
+            });
         return Ok(sent);
     }
-    let max = tx.max_frame_bytes();
     let mut err = None;
     let mut each = |f: &[u8]| match push_until_taken(tx, f) {
-        Ok(TxOutcome::Queued) => {}
+        Ok(TxOutcome::Queued) => sent.bytes += f.len() as u64,
         Ok(_) => sent.too_big += 1,
         Err(e) => err = Some(e),
     };

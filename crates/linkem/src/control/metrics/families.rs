@@ -8,10 +8,14 @@
 //! The counters are those of `--stats json` (same source, `Direction::stats`,
 //! never reset by `zero`): `linkem_received_packets_total`,
 //! `linkem_packets_total{fate}`, `linkem_rx_kernel_drops_total`, ... per
-//! direction. Lateness is a Prometheus histogram in seconds built from the
+//! direction, `linkem_received_bytes_total` and
+//! `linkem_delivered_bytes_total` (wire frames with their headers, so rates
+//! compare with the link's `rate`). Lateness is a Prometheus histogram in seconds built from the
 //! pipeline's HDR histogram (2 significant digits: a bucket boundary is
 //! exact to within 1 %; `_sum` is the sum of the recorded values at that
-//! precision). "Queue occupancy" is `linkem_in_flight_packets`: accepted
+//! precision); so is `linkem_delay_seconds`, the model's delay (release −
+//! arrival) of each packet stored for sending, on the buckets of the pipes'
+//! time in pipe. "Queue occupancy" is `linkem_in_flight_packets`: accepted
 //! packets not yet sent (the model's queue and the delay line together,
 //! since the model decides a release time on arrival).
 //!
@@ -31,8 +35,9 @@
 
 use super::Model;
 use crate::render::node::addr;
+use hdrhistogram::Histogram;
 use linkem_core::{Fate, LinkConfig};
-use linkem_runtime::pipeline::DirectionStats;
+use linkem_runtime::pipeline::{DirectionStats, DELAY_BUCKETS_NS};
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use std::fmt;
@@ -42,6 +47,18 @@ use std::sync::atomic::Ordering;
 const LATENESS_BUCKETS_S: [f64; 14] = [
     1e-6, 2e-6, 5e-6, 10e-6, 20e-6, 50e-6, 100e-6, 200e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 100e-3,
 ];
+
+/// The model's delay bucket bounds, seconds: those of the pipes' time in
+/// pipe (`DELAY_BUCKETS_NS`, 100 µs to 10 s), one scale for both.
+const DELAY_BUCKETS_S: [f64; 16] = {
+    let mut s = [0.0; 16];
+    let mut i = 0;
+    while i < 16 {
+        s[i] = DELAY_BUCKETS_NS[i] as f64 / 1e9;
+        i += 1;
+    }
+    s
+};
 
 pub(super) type Labels = Vec<(&'static str, String)>;
 
@@ -163,7 +180,7 @@ fn rows(model: &Model) -> Vec<Row<'_>> {
 type DirectionFamily = (&'static str, Kind, &'static str, fn(&DirectionStats) -> u64);
 
 /// The per-direction counts exposed before the packets by fate, and after.
-fn direction_families() -> ([DirectionFamily; 3], [DirectionFamily; 8]) {
+fn direction_families() -> ([DirectionFamily; 5], [DirectionFamily; 8]) {
     (
         [
         (
@@ -171,6 +188,18 @@ fn direction_families() -> ([DirectionFamily; 3], [DirectionFamily; 8]) {
             Kind::Counter,
             "Frames taken from the receiving interface.",
             |s| s.received,
+        ),
+        (
+            "linkem_received_bytes_total",
+            Kind::Counter,
+            "Bytes of the wire frames given to the model (each with its headers).",
+            |s| s.received_bytes,
+        ),
+        (
+            "linkem_delivered_bytes_total",
+            Kind::Counter,
+            "Bytes of the wire frames handed to the kernel for sending (each with its headers).",
+            |s| s.delivered_bytes,
         ),
         (
             "linkem_segmented_packets_total",
@@ -576,43 +605,56 @@ fn objects_metrics(
     Ok(())
 }
 
+/// A direction's HDR histogram (ns) as a Prometheus series on `bounds_s`.
+fn hdr_series(r: &Row<'_>, h: &Histogram<u64>, bounds_s: &[f64]) -> HistogramSeries {
+    let mut below = 0;
+    let buckets = bounds_s
+        .iter()
+        .map(|&b| {
+            let ns = (b * 1e9).round() as u64;
+            let upto = if h.is_empty() {
+                0
+            } else {
+                h.count_between(0, ns)
+            };
+            let in_bucket = upto.saturating_sub(below);
+            below = upto.max(below);
+            (b, in_bucket)
+        })
+        .collect();
+    let sum_ns: f64 = h
+        .iter_recorded()
+        .map(|v| v.value_iterated_to() as f64 * v.count_at_value() as f64)
+        .sum();
+    HistogramSeries {
+        labels: dir_label(r),
+        buckets,
+        sum_s: sum_ns / 1e9,
+        count: h.len(),
+    }
+}
+
 fn lateness_and_control(
     enc: &mut DescriptorEncoder,
     stats: &[Row<'_>],
     model: &Model,
 ) -> fmt::Result {
-    let series = stats.iter().map(|r| {
-        let h = &r.stats.lateness;
-        let mut below = 0;
-        let buckets = LATENESS_BUCKETS_S
-            .iter()
-            .map(|&b| {
-                let ns = (b * 1e9).round() as u64;
-                let upto = if h.is_empty() {
-                    0
-                } else {
-                    h.count_between(0, ns)
-                };
-                let in_bucket = upto.saturating_sub(below);
-                below = upto.max(below);
-                (b, in_bucket)
-            })
-            .collect();
-        let sum_ns: f64 = h
-            .iter_recorded()
-            .map(|v| v.value_iterated_to() as f64 * v.count_at_value() as f64)
-            .sum();
-        HistogramSeries {
-            labels: dir_label(r),
-            buckets,
-            sum_s: sum_ns / 1e9,
-            count: h.len(),
-        }
-    });
+    let series = stats
+        .iter()
+        .map(|r| hdr_series(r, &r.stats.lateness, &LATENESS_BUCKETS_S));
     histogram_family(
         enc,
         "linkem_lateness_seconds",
         "Send time minus release time of sent packets.",
+        series,
+    )?;
+    let series = stats
+        .iter()
+        .map(|r| hdr_series(r, &r.stats.delay, &DELAY_BUCKETS_S));
+    histogram_family(
+        enc,
+        "linkem_delay_seconds",
+        "The model's release time minus arrival time of the packets stored for sending.",
         series,
     )?;
     let c = &model.counters;
