@@ -62,6 +62,12 @@ pub struct Hooks {
     /// metrics endpoint in the caller's namespace, then moves its thread
     /// into this one to open the interfaces and start its threads there.
     pub netns: Option<String>,
+    /// What the web page draws (default: the bridge's interfaces, or host
+    /// mode's "host" and "network").
+    pub topology: Option<crate::control::web::Topology>,
+    /// `--web`'s port, bound by the caller where it runs (`linkem shell`
+    /// starts the bridge in another network namespace).
+    pub web: Option<crate::control::web::Bound>,
 }
 
 /// Runs `linkem bridge` until SIGINT or SIGTERM (or `--duration`), then prints
@@ -309,7 +315,20 @@ fn serve_front(
     // linkem with the socket left behind.
     let (stop, reload) = signal_flags()?;
     // control: opened while linkem may still create /run/linkem and chown the socket.
-    let control = crate::control::server::prepare(&args.control, &args.if_a, &args.if_b)?;
+    let mut control = crate::control::server::prepare(&args.control, &args.if_a, &args.if_b)?;
+    if let Some(web) = hooks.web.take() {
+        control.set_web(web);
+    }
+    let topology = hooks.topology.take().unwrap_or_else(|| match attach {
+        Attach::Host(_) => crate::control::web::Topology::pair(
+            &control.name,
+            [("host", "host"), ("network", "network")],
+            [&args.if_a, &args.if_b],
+        ),
+        Attach::Interfaces => {
+            crate::control::web::Topology::bridge(&control.name, &args.if_a, &args.if_b)
+        }
+    });
     // Read before the stages start, so that a bad --limits fails the start.
     let claims = args.control.claims.build()?;
     // Host mode: the chains go when this does (before the stages stop, so
@@ -349,7 +368,7 @@ fn serve_front(
         eprintln!("{line}");
     }
     let model = Arc::new(model);
-    let server = control.start(model.clone());
+    let server = control.start(model.clone(), topology);
     let started = Instant::now();
     if let Some(tx) = hooks.started.take() {
         let _ = tx.send(());

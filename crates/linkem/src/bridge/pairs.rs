@@ -50,6 +50,7 @@ use super::Hooks;
 use crate::bridge::backend::Rings;
 use crate::cli::args::{timing, BridgeArgs};
 use crate::control::server::{prepare, Prepared, Server};
+use crate::control::web::Topology;
 use crate::control::{ControlArgs, Model};
 use crate::process::{fresh_seed, signal_flags};
 use crate::render::bridge_stats::print_pairs_stats;
@@ -232,11 +233,20 @@ pub(crate) fn run_plans(args: &BridgeArgs, plans: Vec<PairPlan>, mut hooks: Hook
         }
     );
     let started = Instant::now();
+    let models: Vec<Arc<Model>> = started_pairs.models.into_iter().map(Arc::new).collect();
+    let topology = hooks.topology.take().unwrap_or_else(|| {
+        Topology::pairs(
+            plans
+                .iter()
+                .map(|p| (p.name.as_str(), p.if_a.as_str(), p.if_b.as_str())),
+        )
+    });
+    let (servers, group_model) = controls.start(&models, started, topology);
+    // Told once the sockets and pages are announced (`lab up --detach`
+    // repeats the page's line from the log when the lab is ready).
     if let Some(tx) = hooks.started.take() {
         let _ = tx.send(());
     }
-    let models: Vec<Arc<Model>> = started_pairs.models.into_iter().map(Arc::new).collect();
-    let (servers, group_model) = controls.start(&models, started);
     let labels: Vec<PairLabel<'_>> = plans
         .iter()
         .zip(&models)
@@ -289,9 +299,10 @@ pub(crate) fn run_plans(args: &BridgeArgs, plans: Vec<PairPlan>, mut hooks: Hook
 /// opened before the pairs start.
 enum Controls {
     /// One socket per pair, named IF_A-IF_B (or none with `--control
-    /// none`), and the one metrics endpoint of `--metrics`, if given.
+    /// none`), and the one metrics endpoint of `--metrics` and page of
+    /// `--web`, if given.
     PerPair(Vec<Prepared>, Option<Prepared>),
-    /// `--name G` or `--control PATH`: one socket (and endpoint) for every pair.
+    /// `--name G` or `--control PATH`: one socket (and endpoints) for every pair.
     Group(Prepared),
 }
 
@@ -313,6 +324,7 @@ fn prepare_controls(
     }
     let per_pair = ControlArgs {
         metrics: None,
+        web: None,
         ..c.clone()
     };
     let mut each = Vec::new();
@@ -320,8 +332,9 @@ fn prepare_controls(
         interrupted(each.len(), "given a control socket")?;
         each.push(prepare(&per_pair, &p.if_a, &p.if_b)?);
     }
-    let metrics = match &c.metrics {
-        Some(_) => {
+    let metrics = match (&c.metrics, &c.web) {
+        (None, None) => None,
+        _ => {
             let only = ControlArgs {
                 control: Some("none".into()),
                 control_group: None,
@@ -330,27 +343,33 @@ fn prepare_controls(
             };
             Some(prepare(&only, "pairs", "metrics")?)
         }
-        None => None,
     };
     Ok(Controls::PerPair(each, metrics))
 }
 
 impl Controls {
-    /// Starts serving the pairs' `models`; returns the servers and the
-    /// model of the group, if one serves them all.
-    fn start(self, models: &[Arc<Model>], started: Instant) -> (Vec<Server>, Option<Arc<Model>>) {
+    /// Starts serving the pairs' `models` (the web page, if any, drawing
+    /// `topology`); returns the servers and the model of the group, if one
+    /// serves them all.
+    fn start(
+        self,
+        models: &[Arc<Model>],
+        started: Instant,
+        topology: Topology,
+    ) -> (Vec<Server>, Option<Arc<Model>>) {
         let announce = |p: &Prepared| p.announce().into_iter().for_each(|l| eprintln!("{l}"));
         match self {
             Controls::PerPair(each, metrics) => {
                 let mut servers = Vec::new();
                 for (control, model) in each.into_iter().zip(models) {
                     announce(&control);
-                    servers.push(control.start(model.clone()));
+                    // No page of its own: `--web` serves the group's.
+                    servers.push(control.start(model.clone(), Topology::default()));
                 }
                 let group = metrics.map(|m| {
                     announce(&m);
                     let g = Arc::new(Model::group(m.name.clone(), models.to_vec(), started));
-                    servers.push(m.start(g.clone()));
+                    servers.push(m.start(g.clone(), topology));
                     g
                 });
                 (servers, group)
@@ -358,7 +377,7 @@ impl Controls {
             Controls::Group(p) => {
                 announce(&p);
                 let g = Arc::new(Model::group(p.name.clone(), models.to_vec(), started));
-                (vec![p.start(g.clone())], Some(g))
+                (vec![p.start(g.clone(), topology)], Some(g))
             }
         }
     }

@@ -336,8 +336,9 @@ pub(super) fn apply_reload(model: &Model, loaded: Loaded) {
         return;
     };
     let Loaded { source, files, .. } = loaded;
-    if let Err(e) = rules.reload(source, files) {
-        eprintln!("linkem: SIGHUP: keeping the current rules: {e}");
+    match rules.reload(source, files) {
+        Ok(()) => model.mark_change(linkem_runtime::clock::now_ns(), &["SIGHUP: rules re-read"]),
+        Err(e) => eprintln!("linkem: SIGHUP: keeping the current rules: {e}"),
     }
 }
 

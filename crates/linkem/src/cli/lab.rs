@@ -57,6 +57,11 @@ pub struct UpArgs {
     /// this machine's namespace.
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<String>,
+    /// Serve a web page of the lab at http://ADDR/ (PORT or IP:PORT; 0 picks a
+    /// port), in this machine's namespace: its topology, each link's charts, and
+    /// a form to change a link (with the token in the address printed at start).
+    #[arg(long, value_name = "ADDR")]
+    pub web: Option<String>,
     /// Print the counts of every link when the lab stops.
     #[arg(long, value_enum, default_value = "none")]
     pub stats: StatsFormat,

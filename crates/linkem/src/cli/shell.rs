@@ -59,6 +59,11 @@ pub struct ShellArgs {
     /// ctl shell-PID link a-to-b delay 50ms` changes the link while CMD runs.
     #[arg(long, value_name = "PATH")]
     pub control: Option<String>,
+    /// Serve a web page of the link at http://ADDR:PORT/ (a bare PORT is
+    /// 127.0.0.1:PORT; 0 picks a port), in the caller's namespace; the address
+    /// printed at start holds the token that lets the page change the link.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub web: Option<String>,
     /// The command to run and its arguments (after `--`).
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,

@@ -127,9 +127,13 @@ pub(super) fn apply(
     members: &[Arc<Model>],
     cred: &PeerCred,
     requests: &[&Request],
+    lines: &[&str],
 ) -> Result<u64, Failure> {
     let mut by_member: Vec<Vec<&Request>> = vec![Vec::new(); members.len()];
-    for r in requests {
+    // Each link's lines as typed, for its mark.
+    let mut lines_of: Vec<Vec<&str>> = vec![Vec::new(); members.len()];
+    for (k, r) in requests.iter().enumerate() {
+        let line = lines.get(k).copied().unwrap_or("");
         match r {
             Request::Link {
                 target: Some(name), ..
@@ -139,11 +143,15 @@ pub(super) fn apply(
                     .position(|m| &m.name == name)
                     .ok_or_else(|| Failure::Error(format!("no link '{name}' in this emulator")))?;
                 by_member[i].push(r);
+                lines_of[i].push(line);
             }
             Request::Link { target: None, .. } => {
                 return Err(Failure::Error(linkem_ctl::NAME_A_LINK.into()))
             }
-            Request::Zero => by_member.iter_mut().for_each(|v| v.push(r)),
+            Request::Zero => {
+                by_member.iter_mut().for_each(|v| v.push(r));
+                lines_of.iter_mut().for_each(|v| v.push(line));
+            }
             Request::Rule(_) => return Err(Failure::Error(NO_RULE_SET.into())),
             _ => {
                 return Err(Failure::Error(
@@ -152,15 +160,17 @@ pub(super) fn apply(
             }
         }
     }
-    let touched: Vec<(&Arc<Model>, Vec<&Request>)> = members
+    let touched: Vec<(&Arc<Model>, Vec<&Request>, Vec<&str>)> = members
         .iter()
         .zip(by_member)
-        .filter(|(_, r)| !r.is_empty())
+        .zip(lines_of)
+        .filter(|((_, r), _)| !r.is_empty())
+        .map(|((m, r), l)| (m, r, l))
         .collect();
     // Locked in the members' order, so two batches never wait on each other.
     let mut locks = Vec::with_capacity(touched.len());
     let mut staged: Vec<Staged> = Vec::with_capacity(touched.len());
-    for (m, reqs) in &touched {
+    for (m, reqs, _) in &touched {
         let links = m.lock_links();
         let changes_link = reqs.iter().any(|r| matches!(r, Request::Link { .. }));
         if let (true, Some(e)) = (changes_link, m.error()) {
@@ -177,14 +187,14 @@ pub(super) fn apply(
     }
     // What the stage would refuse at once (copies a port cannot send)
     // refuses the whole batch before anything is queued.
-    for ((m, _), s) in touched.iter().zip(&staged) {
+    for ((m, _, _), s) in touched.iter().zip(&staged) {
         m.send(s, true).map_err(|f| name_link(f, &m.name))?;
     }
     // Every link's changes queued before any answer is awaited: the stage
     // takes them in one pass over its pairs.
     let mut sent = Vec::with_capacity(touched.len());
     let mut refused = None;
-    for ((m, _), s) in touched.iter().zip(&staged) {
+    for ((m, _, _), s) in touched.iter().zip(&staged) {
         match m.send(s, false) {
             Ok(x) => sent.push(x),
             Err(f) => {
@@ -196,7 +206,7 @@ pub(super) fn apply(
     let mut at_ns = clock::now_ns();
     let mut done: Vec<&str> = Vec::new();
     let answers = touched.iter().zip(locks.iter_mut()).zip(staged).zip(sent);
-    for ((((m, _), links), s), sent) in answers {
+    for ((((m, _, lines), links), s), sent) in answers {
         let answer = match sent {
             Some(x) => x.wait().map_err(|e| Failure::Error(e.to_string())),
             None => Ok(clock::now_ns()),
@@ -204,6 +214,9 @@ pub(super) fn apply(
         match answer {
             Ok(t) => {
                 m.keep(links, cred.uid, s, t);
+                m.mark_change(t, lines);
+                // Each link's own count of changes (the web page's), beside the socket's.
+                m.counters.changes.fetch_add(1, Ordering::Relaxed);
                 at_ns = at_ns.max(t);
                 done.push(&m.name);
             }

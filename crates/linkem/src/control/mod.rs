@@ -39,9 +39,12 @@ pub mod client;
 mod failure;
 pub mod files;
 mod group;
+pub mod http;
+pub mod marks;
 pub mod metrics;
 pub mod rules;
 pub mod server;
+pub mod web;
 use linkem_io::creds as sys;
 
 use crate::render::bridge_stats::{direction_json, wakeups_json};
@@ -87,6 +90,12 @@ pub struct ControlArgs {
     /// with several --pair, every pair's series labelled link="IF_A-IF_B").
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics: Option<String>,
+    /// Serve a web page of the running links at http://ADDR:PORT/ (a bare PORT is
+    /// 127.0.0.1:PORT; 0 picks a port): charts, topology, and a form to change a
+    /// link. The address printed at start holds the run's token: without it the
+    /// page is read-only.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub web: Option<String>,
     /// Port claims: --claims, --claim-ttl, --limits.
     #[command(flatten)]
     pub claims: claims::ClaimArgs,
@@ -126,6 +135,7 @@ pub struct Model {
     links: Mutex<[LinkEntry; 2]>,
     baseline: Mutex<Option<Vec<DirectionStats>>>,
     pub counters: Counters,
+    marks: marks::Marks,
 }
 
 /// What a bridge runs: the one thing control asks about before it answers
@@ -219,6 +229,11 @@ impl Model {
             Running::Rules(r) => r.starter(),
             _ => sys::starter_uid(),
         };
+        let origin_ns = match &running {
+            Running::Link(b) => Some(b.started_ns()),
+            _ => None,
+        };
+        let marks = marks::Marks::new([&ab.0, &ba.0], origin_ns);
         Model {
             name,
             front: FrontEnd::Bridge,
@@ -229,6 +244,7 @@ impl Model {
             links: Mutex::new([entry(ab), entry(ba)]),
             baseline: Mutex::new(None),
             counters: Counters::default(),
+            marks,
         }
     }
 
@@ -330,6 +346,8 @@ impl Model {
     ) -> Result<u64, Failure> {
         let mut links = self.links.lock().unwrap_or_else(|p| p.into_inner());
         let at_ns = self.submit_links(link_changes([Some(&ab), Some(&ba)]))?;
+        self.follow_schedules(at_ns, [Some(&ab), Some(&ba)]);
+        self.mark_change(at_ns, &["SIGHUP: links re-read"]);
         for (i, (cfg, w)) in [(ab, &words[0]), (ba, &words[1])].into_iter().enumerate() {
             let e = &mut links[i];
             e.config = cfg;
@@ -435,11 +453,12 @@ impl Model {
             return self.apply_to_rules(rules, cred, requests, lines);
         }
         if let Running::Group(members) = &self.running {
-            return group::apply(self, members, cred, requests);
+            return group::apply(self, members, cred, requests, lines);
         }
         let mut links = self.lock_links();
         let staged = self.stage(&links, cred, requests)?;
         let at_ns = self.commit(&mut links, cred.uid, staged)?;
+        self.mark_change(at_ns, lines);
         self.counters.changes.fetch_add(1, Ordering::Relaxed);
         Ok(at_ns)
     }
@@ -536,6 +555,10 @@ impl Model {
 
     /// Keeps what a batch applied at `at_ns` as the links' state.
     fn keep(&self, links: &mut [LinkEntry; 2], uid: u32, staged: Staged, at_ns: u64) {
+        self.follow_schedules(
+            at_ns,
+            [0, 1].map(|i| staged.links[i].as_ref().map(|(c, _)| c)),
+        );
         for (i, s) in staged.links.into_iter().enumerate() {
             if let Some((cfg, words)) = s {
                 let e = &mut links[i];
@@ -581,10 +604,12 @@ impl Model {
             };
             rules.zero();
             *self.baseline.lock().unwrap_or_else(|p| p.into_inner()) = Some(self.raw_stats());
+            self.mark_change(at_ns, lines);
             self.counters.changes.fetch_add(1, Ordering::Relaxed);
             return Ok(at_ns);
         }
         let at_ns = rules.apply(cred, requests, lines)?;
+        self.mark_change(at_ns, lines);
         self.counters.changes.fetch_add(1, Ordering::Relaxed);
         Ok(at_ns)
     }

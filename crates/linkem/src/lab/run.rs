@@ -19,6 +19,7 @@ use crate::bridge::pairs::{run_plans, PairPlan};
 use crate::bridge::Hooks;
 use crate::cli::args::BridgeArgs;
 use crate::cli::lab::{LabArgs, LabCommand, NetemCommand, UpArgs};
+use crate::control::web::topology::{Link as TopologyLink, Node as TopologyNode, Topology};
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -88,7 +89,7 @@ pub fn up(args: &UpArgs) -> Result<i32> {
             net::wait_until_up(&ends)
         });
     let result = match made {
-        Ok(()) => emulate(&bridge_args, &plan, &rec, &stop),
+        Ok(()) => emulate(&bridge_args, &plan, topology(&lab, &plan), &rec, &stop),
         Err(e) => Err(e),
     };
     rec.remove_everything();
@@ -187,6 +188,9 @@ fn bridge_args(args: &UpArgs, lab: &str) -> Result<BridgeArgs> {
     if let Some(addr) = &args.metrics {
         line.extend(["--metrics".into(), addr.clone()]);
     }
+    if let Some(addr) = &args.web {
+        line.extend(["--web".into(), addr.clone()]);
+    }
     let matches = crate::cli::Cli::command()
         .try_get_matches_from(&line)
         .map_err(|e| anyhow::anyhow!("{}", e.to_string().trim()))?;
@@ -197,6 +201,39 @@ fn bridge_args(args: &UpArgs, lab: &str) -> Result<BridgeArgs> {
     bridge.pair.clear();
     bridge.pairs.clear();
     Ok(*bridge)
+}
+
+/// What the web page draws: the lab's nodes and the links emulated here,
+/// each between its endpoints' nodes and interfaces.
+fn topology(lab: &super::Lab, plan: &MachinePlan) -> Topology {
+    let nodes = lab
+        .nodes
+        .iter()
+        .map(|n| TopologyNode {
+            name: n.name.clone(),
+            kind: n.kind.as_str().to_string(),
+        })
+        .collect();
+    let links = plan
+        .pairs
+        .iter()
+        .filter_map(|p| lab.links.iter().find(|l| l.name == p.link))
+        .map(|l| {
+            let [a, b] = &l.endpoints;
+            TopologyLink {
+                name: l.name.clone(),
+                a: a.node.clone(),
+                b: b.node.clone(),
+                a_if: a.interface.clone(),
+                b_if: b.interface.clone(),
+            }
+        })
+        .collect();
+    Topology {
+        nodes,
+        links,
+        front: Some("lab"),
+    }
 }
 
 /// The state file's first content: the lab, its nodes and links, no object yet.
@@ -252,7 +289,13 @@ fn plan_nodes(lab: &super::Lab, plan: &MachinePlan) -> Vec<NodeState> {
 
 /// Runs the emulator of every link until a signal or `down`; marks the lab
 /// ready once it forwards and, while it runs, reports node namespaces that vanish.
-fn emulate(args: &BridgeArgs, plan: &MachinePlan, rec: &Recorder, stop: &AtomicBool) -> Result<()> {
+fn emulate(
+    args: &BridgeArgs,
+    plan: &MachinePlan,
+    topology: Topology,
+    rec: &Recorder,
+    stop: &AtomicBool,
+) -> Result<()> {
     if stop.load(Ordering::Relaxed) {
         bail!(crate::Interrupted {
             signal: libc::SIGTERM
@@ -267,6 +310,8 @@ fn emulate(args: &BridgeArgs, plan: &MachinePlan, rec: &Recorder, stop: &AtomicB
         command_line: Some(std::env::args().collect::<Vec<_>>().join(" ")),
         front: crate::control::FrontEnd::Bridge,
         netns: Some(plan.emulator_namespace.clone()),
+        topology: Some(topology),
+        web: None,
     };
     let watcher = {
         let (dir, mut state) = (rec.dir().to_path_buf(), rec.state.clone());
@@ -458,6 +503,14 @@ fn detach(lab: &str) -> Result<()> {
                 s.pid,
                 log_path.display()
             );
+            // Where to reach it (written to the log before the lab is ready).
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut said, &mut text);
+            for line in text.lines().filter(|l| {
+                l.starts_with("linkem: web page on ") || l.starts_with("linkem: metrics on ")
+            }) {
+                println!("{line}");
+            }
             return Ok(());
         }
         if Instant::now() > until {

@@ -179,6 +179,16 @@ pub fn run(args: &ShellArgs) -> Result<i32> {
             bridge_args.control.control = Some("none".into());
         }
     }
+    // Bound here, in the caller's namespace: the bridge runs in the middle one.
+    let web = match &args.web {
+        Some(a) => Some(crate::control::web::Bound::bind(a)?),
+        None => None,
+    };
+    let topology = crate::control::web::Topology::pair(
+        &format!("shell-{}", plan.pid),
+        [("shell", "shell"), ("host", "host")],
+        [&bridge_args.if_a, &bridge_args.if_b],
+    );
     let done = Arc::new(AtomicBool::new(false));
     let (started_tx, started_rx) = std::sync::mpsc::channel();
     let hooks = Hooks {
@@ -187,6 +197,8 @@ pub fn run(args: &ShellArgs) -> Result<i32> {
         command_line: Some(std::env::args().collect::<Vec<_>>().join(" ")),
         front: crate::control::FrontEnd::Shell,
         netns: None,
+        topology: Some(topology),
+        web,
     };
     mid.enter().context("cannot enter the middle namespace")?;
     let bridge = std::thread::Builder::new()

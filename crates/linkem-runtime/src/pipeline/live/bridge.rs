@@ -156,6 +156,12 @@ impl<M: LiveModel> LiveBridge<M> {
         self.directions.drain(..).map(Direction::stop).collect()
     }
 
+    /// The clock instant the model started at: the origin of its links'
+    /// schedules and traces ([`linkem_core::Link::start_at`]).
+    pub fn started_ns(&self) -> u64 {
+        lock(&self.shared.core).stage.started_ns
+    }
+
     /// The tap given at start, once the stage has stopped (to finish it).
     pub fn take_tap(&mut self) -> Option<Box<dyn Tap>> {
         self.halt();

@@ -15,8 +15,9 @@
 //! never kept); each refusal names its bound.
 
 use super::audit::Audit;
-use super::metrics::Endpoint;
+use super::http::Endpoint;
 use super::sys::{self};
+use super::web::{self, Topology, Web};
 use super::{claims, ControlArgs, Model};
 use anyhow::{anyhow, bail, Context, Result};
 use linkem_runtime::clock;
@@ -53,11 +54,12 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 const TICK: Duration = Duration::from_millis(100);
 
 /// What is opened while linkem still holds its privileges (before the
-/// bridge drops its capabilities): the socket, the audit file, the metrics port.
+/// bridge drops its capabilities): the socket, the audit file, the metrics and web ports.
 pub struct Prepared {
     listener: Option<(UnixListener, SocketFile)>,
     audit: Option<Audit>,
     metrics: Option<std::net::TcpListener>,
+    web: Option<web::Bound>,
     pub name: String,
     /// Whether the socket's place was given (`--control PATH`), not named.
     given_path: bool,
@@ -97,7 +99,7 @@ fn check_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Opens the control socket, the audit log and the metrics port.
+/// Opens the control socket, the audit log, the metrics and web ports.
 pub fn prepare(args: &ControlArgs, if_a: &str, if_b: &str) -> Result<Prepared> {
     let name = args
         .name
@@ -116,7 +118,10 @@ pub fn prepare(args: &ControlArgs, if_a: &str, if_b: &str) -> Result<Prepared> {
         super::files::set(dir).map_err(|e| anyhow!(e))?;
     }
     if let Some(a) = &args.metrics {
-        super::metrics::parse_addr(a)?;
+        super::http::parse_addr("--metrics", a)?;
+    }
+    if let Some(a) = &args.web {
+        super::http::parse_addr("--web", a)?;
     }
     let listener = match args.control.as_deref() {
         Some("none") => {
@@ -142,13 +147,18 @@ pub fn prepare(args: &ControlArgs, if_a: &str, if_b: &str) -> Result<Prepared> {
         None => None,
     };
     let metrics = match &args.metrics {
-        Some(a) => Some(super::metrics::bind(a)?),
+        Some(a) => Some(super::http::bind("--metrics", a)?),
+        None => None,
+    };
+    let web = match &args.web {
+        Some(a) => Some(web::Bound::bind(a)?),
         None => None,
     };
     Ok(Prepared {
         listener,
         audit,
         metrics,
+        web,
         name,
         given_path: matches!(args.control.as_deref(), Some(p) if p != "none"),
     })
@@ -257,6 +267,7 @@ pub struct Server {
     accept: Option<JoinHandle<()>>,
     clients: Arc<Mutex<Vec<JoinHandle<()>>>>,
     metrics: Option<Endpoint>,
+    web: Option<Web>,
     expiry: Option<JoinHandle<()>>,
 }
 
@@ -270,10 +281,7 @@ fn expiry_loop(model: Arc<Model>, audit: Option<Arc<Audit>>, stop: Arc<AtomicBoo
         if let Some(a) = &audit {
             a.tick();
         }
-        let Some(rules) = model.rules().filter(|r| r.claims_on()) else {
-            continue;
-        };
-        for (c, result) in rules.expire_claims(clock::now_ns()) {
+        for (c, result) in model.expire_claims(clock::now_ns()) {
             if let Some(a) = &audit {
                 a.record_expiry(&c, &result);
             }
@@ -282,13 +290,19 @@ fn expiry_loop(model: Arc<Model>, audit: Option<Arc<Audit>>, stop: Arc<AtomicBoo
 }
 
 impl Prepared {
+    /// `--web`'s port bound by the caller (in its network namespace).
+    pub fn set_web(&mut self, web: web::Bound) {
+        self.web = Some(web);
+    }
+
     pub fn socket_path(&self) -> Option<&Path> {
         self.listener.as_ref().map(|l| l.1.path.as_path())
     }
 
     /// The lines that tell where to reach this emulator: the socket with the
-    /// `linkem ctl` option that names it as it was given, and the metrics URL
-    /// with the port actually bound (`--metrics 0` picks one).
+    /// `linkem ctl` option that names it as it was given, the metrics URL
+    /// and the web page's (with its token) with the ports actually bound
+    /// (`--metrics 0` picks one).
     pub fn announce(&self) -> Vec<String> {
         let mut out = Vec::new();
         if let Some(p) = self.socket_path() {
@@ -305,16 +319,24 @@ impl Prepared {
         if let Some(addr) = self.metrics.as_ref().and_then(|l| l.local_addr().ok()) {
             out.push(format!("linkem: metrics on http://{addr}/metrics"));
         }
+        if let Some(url) = self.web.as_ref().and_then(web::Bound::url) {
+            out.push(format!("linkem: web page on {url}"));
+        }
         out
     }
 
-    pub fn start(self, model: Arc<Model>) -> Server {
+    /// Starts serving `model`; the web page, if any, draws `topology`.
+    pub fn start(self, model: Arc<Model>, topology: Topology) -> Server {
         let stop = Arc::new(AtomicBool::new(false));
         let clients: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
         let audit = self.audit.map(Arc::new);
         let metrics = self
             .metrics
-            .map(|l| Endpoint::start(l, model.clone(), stop.clone()));
+            .map(|l| super::metrics::start(l, model.clone(), stop.clone()));
+        let web = self.web.map(|b| {
+            let (model, audit) = (model.clone(), audit.clone());
+            Web::start(b, model, audit, topology, stop.clone())
+        });
         let expiry = (model.claims_on() || audit.is_some()).then(|| {
             let (model, audit, stop) = (model.clone(), audit.clone(), stop.clone());
             std::thread::Builder::new()
@@ -338,6 +360,7 @@ impl Prepared {
             accept,
             clients,
             metrics,
+            web,
             expiry,
         }
     }
@@ -365,6 +388,9 @@ impl Drop for Server {
         }
         if let Some(m) = self.metrics.take() {
             m.stop();
+        }
+        if let Some(w) = self.web.take() {
+            w.stop();
         }
         if let Some(t) = self.expiry.take() {
             let _ = t.join();
@@ -502,4 +528,46 @@ fn accept_loop(
             list.push(h);
         }
     }
+}
+
+/// Runs `lines` as a client of `cred` would through the control socket: a
+/// [`Session`] over a socket pair, so the same parse, permission checks,
+/// refusals, counts and audit lines (the web page's changes). Returns the
+/// replies, one per line, in order. `uid`: whose change it is.
+pub(crate) fn run_lines(
+    model: &Model,
+    audit: Option<&Audit>,
+    uid: u32,
+    lines: &[String],
+) -> Result<Vec<serde_json::Value>> {
+    use std::io::{Read, Write};
+    let (mut ours, theirs) = UnixStream::pair().context("cannot make a socket pair")?;
+    // This process's gid and pid, as the audit line names them; uid as asked.
+    let cred = sys::PeerCred {
+        uid,
+        ..sys::peer_cred(&ours).context("cannot read a socket pair's credentials")?
+    };
+    let _ = ours.set_read_timeout(Some(WRITE_TIMEOUT + Duration::from_secs(5)));
+    let stop = AtomicBool::new(false);
+    let text = std::thread::scope(|s| {
+        s.spawn(|| Session::new(model, audit, cred).serve(theirs, &stop));
+        let mut sent = String::new();
+        for l in lines {
+            sent.push_str(l);
+            sent.push('\n');
+        }
+        // The session ends at the end of what was sent, after its replies.
+        ours.write_all(sent.as_bytes())?;
+        ours.shutdown(std::net::Shutdown::Write)?;
+        let mut text = String::new();
+        let read = ours.read_to_string(&mut text);
+        stop.store(true, Ordering::Release);
+        read.map(|_| text)
+    })
+    .context("the control session over a socket pair")?;
+    // The first line is the banner.
+    text.lines()
+        .skip(1)
+        .map(|l| serde_json::from_str(l).context("a control reply that is not JSON"))
+        .collect()
 }
