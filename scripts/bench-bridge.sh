@@ -39,7 +39,10 @@ run() {
   measure "$@"
   if [ "$WEB" = 1 ] && [ "$4" != none ]; then
     local label=$1 tgrate=$2; shift 3
+    # The rows after take their rates from the run as given.
+    cp "$out/stats.json.delivered" "$out/given.delivered"
     measure "$label + web" "$tgrate" -- "${@:1:4}" --web "127.0.0.1:$WEB_PORT" "${@:5}"
+    cp "$out/given.delivered" "$out/stats.json.delivered"
   fi
 }
 
