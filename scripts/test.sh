@@ -80,8 +80,9 @@ if [ -n "$rebuilt" ]; then
   echo "test: dev-dependencies turn on (compare 'cargo tree -e features -i CRATE' with and without -e no-dev)." >&2
   exit 1
 fi
-# The Python package (python/): client, Mininet link and offline install. The live
-# tests (a bridge between namespaces, Mininet) need root and skip without it, saying so.
+# The Python package (python/): client, Mininet link and offline install, and the web
+# page in headless Chromium. The live tests (a bridge between namespaces, Mininet, a lab
+# with --web) need root and skip without it, saying so.
 if /usr/bin/python3 -c 'import pytest' 2>/dev/null; then
   /usr/bin/python3 -m pytest -q -rs -p no:cacheprovider python/tests || failed+=("python/tests (pytest)")
 else

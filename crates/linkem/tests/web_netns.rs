@@ -250,52 +250,7 @@ fn web_page_serves_changes_and_refuses_strangers() {
         "after: {rtts:?}"
     );
 
-    // Without the token, from another origin, by a rebound name: refused, nothing changed.
-    let body = json!({"verb": "link", "dir": "both", "words": "delay 1ms"}).to_string();
-    let json_type = ("Content-Type", "application/json");
-    let (status, _, said) = http(&addr, "POST", "/api/change", &[json_type], &body);
-    assert_eq!(status, 403, "{said}");
-    let (status, _, said) = http(
-        &addr,
-        "POST",
-        "/api/change",
-        &[("X-Linkem-Token", "0".repeat(32).as_str()), json_type],
-        &body,
-    );
-    assert_eq!(status, 403, "{said}");
-    let evil = [
-        ("X-Linkem-Token", token.as_str()),
-        json_type,
-        ("Origin", "http://evil.example"),
-    ];
-    let (status, _, said) = http(&addr, "POST", "/api/change", &evil, &body);
-    assert_eq!(status, 403, "{said}");
-    let rebound = [
-        ("X-Linkem-Token", token.as_str()),
-        json_type,
-        ("Host", "evil.example"),
-    ];
-    let (status, _, said) = http(&addr, "POST", "/api/change", &rebound, &body);
-    assert_eq!(status, 403, "{said}");
-    let (status, _, _) = http(&addr, "GET", "/api/state", &[("Host", "evil.example")], "");
-    assert_eq!(status, 403);
-    let plain = [
-        ("X-Linkem-Token", token.as_str()),
-        ("Content-Type", "text/plain"),
-    ];
-    assert_eq!(http(&addr, "POST", "/api/change", &plain, &body).0, 415);
-    let big = format!("{{\"line\":\"{}\"}}", "x".repeat(17 * 1024));
-    let with_token = [("X-Linkem-Token", token.as_str()), json_type];
-    assert_eq!(http(&addr, "POST", "/api/change", &with_token, &big).0, 400);
-    let (status, head, _) = http(
-        &addr,
-        "OPTIONS",
-        "/api/change",
-        &[("Origin", "http://evil.example")],
-        "",
-    );
-    assert_eq!(status, 405);
-    assert!(!head.to_lowercase().contains("access-control"), "{head}");
+    strangers_are_refused(&addr, &token);
     // The sampler reads the words again at its next tick.
     let until = Instant::now() + Duration::from_secs(2);
     let mut s = state(&addr);
@@ -305,10 +260,6 @@ fn web_page_serves_changes_and_refuses_strangers() {
     }
     assert_eq!(words(&s, "a-to-b"), "delay 30ms", "{s}");
     assert_eq!(s["links"][0]["changes"], json!(1), "{s}");
-    assert!(
-        words(&s, "a-to-b").contains("30ms") && !words(&s, "a-to-b").contains("1ms"),
-        "{s}"
-    );
     let rtts = ping_rtts_to(&topo, topo.addr_b, 3);
     assert!(
         rtts.iter().all(|r| (59.5..100.0).contains(r)),
@@ -333,9 +284,64 @@ fn web_page_serves_changes_and_refuses_strangers() {
         "{r}"
     );
 
+    audited_as_the_starters(&audit);
+
+    slow_clients_are_dropped(&addr, &token, &slow, &mut events);
+}
+
+/// Without the token, from another origin, by a rebound name, of another
+/// type, too big, a preflight: refused (the caller checks nothing changed).
+fn strangers_are_refused(addr: &str, token: &str) {
+    // Without the token, from another origin, by a rebound name: refused, nothing changed.
+    let body = json!({"verb": "link", "dir": "both", "words": "delay 1ms"}).to_string();
+    let json_type = ("Content-Type", "application/json");
+    let (status, _, said) = http(addr, "POST", "/api/change", &[json_type], &body);
+    assert_eq!(status, 403, "{said}");
+    let (status, _, said) = http(
+        addr,
+        "POST",
+        "/api/change",
+        &[("X-Linkem-Token", "0".repeat(32).as_str()), json_type],
+        &body,
+    );
+    assert_eq!(status, 403, "{said}");
+    let evil = [
+        ("X-Linkem-Token", token),
+        json_type,
+        ("Origin", "http://evil.example"),
+    ];
+    let (status, _, said) = http(addr, "POST", "/api/change", &evil, &body);
+    assert_eq!(status, 403, "{said}");
+    let rebound = [
+        ("X-Linkem-Token", token),
+        json_type,
+        ("Host", "evil.example"),
+    ];
+    let (status, _, said) = http(addr, "POST", "/api/change", &rebound, &body);
+    assert_eq!(status, 403, "{said}");
+    let (status, _, _) = http(addr, "GET", "/api/state", &[("Host", "evil.example")], "");
+    assert_eq!(status, 403);
+    let plain = [("X-Linkem-Token", token), ("Content-Type", "text/plain")];
+    assert_eq!(http(addr, "POST", "/api/change", &plain, &body).0, 415);
+    let big = format!("{{\"line\":\"{}\"}}", "x".repeat(17 * 1024));
+    let with_token = [("X-Linkem-Token", token), json_type];
+    assert_eq!(http(addr, "POST", "/api/change", &with_token, &big).0, 400);
+    let (status, head, _) = http(
+        addr,
+        "OPTIONS",
+        "/api/change",
+        &[("Origin", "http://evil.example")],
+        "",
+    );
+    assert_eq!(status, 405);
+    assert!(!head.to_lowercase().contains("access-control"), "{head}");
+}
+
+/// The page's changes are audited as the starter's through the control socket are.
+fn audited_as_the_starters(audit: &std::path::Path) {
     // Audited as the starter's changes through the control socket are.
-    let log = std::fs::read_to_string(&audit).unwrap();
-    let _ = std::fs::remove_file(&audit);
+    let log = std::fs::read_to_string(audit).unwrap();
+    let _ = std::fs::remove_file(audit);
     let lines: Vec<Value> = log
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -362,12 +368,16 @@ fn web_page_serves_changes_and_refuses_strangers() {
             .contains("word 4 '20xs'"),
         "{refused}"
     );
+}
 
+/// The client that never reads (`slow`) is reset while `events` keeps its
+/// events; at most 64 streams at once.
+fn slow_clients_are_dropped(addr: &str, token: &str, slow: &TcpStream, events: &mut TcpStream) {
     // The client that never reads is reset; the other keeps its events.
     // Changes add events, filling its buffers sooner.
     let until = Instant::now() + Duration::from_secs(90);
     let mut i = 0;
-    while tcp_state(&slow) == 1 {
+    while tcp_state(slow) == 1 {
         assert!(
             Instant::now() < until,
             "a client that never reads is still served"
@@ -375,17 +385,17 @@ fn web_page_serves_changes_and_refuses_strangers() {
         let words = format!("delay {}ms", 30 + i % 2);
         assert_eq!(
             change(
-                &addr,
-                &token,
+                addr,
+                token,
                 &json!({"verb": "link", "dir": "both", "words": words})
             )
             .0,
             200
         );
         i += 1;
-        let _ = samples_within(&mut events, Duration::from_millis(100));
+        let _ = samples_within(events, Duration::from_millis(100));
     }
-    let n = samples_within(&mut events, Duration::from_secs(2));
+    let n = samples_within(events, Duration::from_secs(2));
     assert!(n >= 2, "the reading client got {n} sample events in 2 s");
 
     // At most 64 streams at once: the 65th is answered 503.
@@ -393,12 +403,12 @@ fn web_page_serves_changes_and_refuses_strangers() {
     // arrived yet is what the short exchanges' bound evicts.
     let mut more = Vec::new();
     for i in 0..63 {
-        let mut s = open_events(&addr, None);
+        let mut s = open_events(addr, None);
         let head = head_of(&mut s);
         assert!(head.starts_with("HTTP/1.1 200"), "stream {i}: {head}");
         more.push(s);
     }
-    let mut one_too_many = open_events(&addr, None);
+    let mut one_too_many = open_events(addr, None);
     let head = head_of(&mut one_too_many);
     assert!(head.starts_with("HTTP/1.1 503"), "{head}");
 }
@@ -412,4 +422,97 @@ fn head_of(s: &mut TcpStream) -> String {
         head.push(byte[0]);
     }
     String::from_utf8_lossy(&head).to_string()
+}
+
+/// A lab of this test process, `linkem lab down` when dropped.
+struct LabDown(String);
+
+impl Drop for LabDown {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(env!("CARGO_BIN_EXE_linkem"))
+            .args(["lab", "down", &self.0])
+            .output();
+    }
+}
+
+/// `lab up --detach --web` prints the page's address; the page draws the
+/// lab's nodes and links, and a change names its link.
+#[test]
+fn a_detached_lab_prints_its_page_and_draws_its_topology() {
+    if skip() {
+        return;
+    }
+    let _g = serial();
+    let name = format!("lkWl{:x}", std::process::id());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("lab.clab.yml");
+    let lab = format!(
+        "name: {name}\ntopology:\n  defaults: {{kind: linux}}\n  nodes:\n    h1: {{}}\n    r: {{}}\n    h2: {{}}\n  links:\n    - endpoints: [\"h1:eth1\", \"r:eth1\"]\n      impair: delay 1ms\n    - endpoints: [\"r:eth2\", \"h2:eth1\"]\n      impair: delay 2ms\n"
+    );
+    std::fs::write(&file, lab).unwrap();
+    let _down = LabDown(name.clone());
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_linkem"))
+        .args([
+            "lab",
+            "up",
+            "--detach",
+            file.to_str().unwrap(),
+            "--web",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let url = out
+        .lines()
+        .find_map(|l| l.strip_prefix("linkem: web page on http://"))
+        .unwrap_or_else(|| panic!("no page address: {out}"));
+    let (addr, token) = url.split_once("/#token=").unwrap();
+
+    let s = state(addr);
+    assert_eq!(
+        (s["name"].clone(), s["front"].clone()),
+        (json!(name), json!("lab"))
+    );
+    let nodes: Vec<&str> = s["topology"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(nodes, ["h1", "r", "h2"], "{s}");
+    assert_eq!(
+        s["topology"]["links"][1],
+        json!({"name": "r:eth2--h2:eth1", "a": "r", "b": "h2", "a_if": "eth2", "b_if": "eth1"})
+    );
+    // A socket of several links: the link is named, and a refused word is
+    // placed in the words all the same.
+    let (status, r) = change(
+        addr,
+        token,
+        &json!({"link": "r:eth2--h2:eth1", "verb": "link", "dir": "b-to-a", "words": "delay 20xs"}),
+    );
+    assert_eq!(status, 200);
+    assert_eq!(
+        (r["position"].clone(), r["line_position"].clone()),
+        (json!(2), json!(5)),
+        "{r}"
+    );
+    let (status, r) = change(
+        addr,
+        token,
+        &json!({"link": "r:eth2--h2:eth1", "verb": "link", "dir": "b-to-a", "words": "delay 7ms"}),
+    );
+    assert_eq!((status, r["ok"].clone()), (200, json!(true)), "{r}");
+    let (status, r) = change(
+        addr,
+        token,
+        &json!({"verb": "link", "dir": "both", "words": "delay 7ms"}),
+    );
+    assert_eq!(status, 400, "{r}");
 }

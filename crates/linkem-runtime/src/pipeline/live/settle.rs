@@ -154,10 +154,10 @@ impl Stage {
             return false;
         }
         c.accepted += 1;
-        // 1 ns at least: the histogram's lowest bound (a zero delay is 1 ns).
-        let _ = c
-            .delay
-            .record(d.release_ns.saturating_sub(arrival_ns).max(1));
+        // 1 ns at least: the histogram's lowest bound (a zero delay is 1 ns);
+        // one beyond its highest (100 s) counts as that.
+        c.delay
+            .saturating_record(d.release_ns.saturating_sub(arrival_ns).max(1));
         self.note_stored(side, d.release_ns);
         if d.duplicate && self.controls[side].held.take(group) {
             // The copy leaves as it came, right after the original; one that

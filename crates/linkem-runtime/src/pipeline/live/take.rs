@@ -183,7 +183,7 @@ impl Stage {
         if stored {
             c.accepted += n;
             let delay_ns = first.release_ns.saturating_sub(arrival_ns);
-            let _ = c.delay.record_n(delay_ns.max(1), n);
+            c.delay.saturating_record_n(delay_ns.max(1), n);
             self.note_stored(side, first.release_ns);
         } else {
             c.backpressure += n;
