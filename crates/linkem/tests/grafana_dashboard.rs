@@ -3,7 +3,7 @@
 //! labels a running `linkem bridge --metrics` exposes. Two bridges (prefix
 //! `lkgf`, torn down by their Drop): one link alone (its series have no
 //! `link` label) and a group of two pairs (each series labelled
-//! `link="NAME"`), each after some pings through it.
+//! `link="NAME"`), each after 5 s of pings through it.
 //!
 //! For each query, with its variables at "All" (`.*`): every metric it
 //! names is in the scrape; every label it matches on or groups by is on
@@ -12,11 +12,17 @@
 //! `by (link)` groups it as one); its matchers select at least one series;
 //! each `{{label}}` of its legend is one of those labels. `instance` and
 //! `job` are Prometheus's target labels, added at scrape, never exposed.
+//!
+//! Then a real Prometheus, which scraped the bridge every second during 5 s
+//! of pings, evaluates every query as Grafana sends it (`$__rate_interval`
+//! = four scrapes): each returns series, and the variables `link` and
+//! `direction` list the pairs' names and both directions.
 
 mod common;
 mod dashboard;
 
 use common::*;
+use dashboard::prometheus::{Prometheus, RATE_INTERVAL};
 use dashboard::{parse, parse_scrape, variables, Labels, Parsed};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -339,6 +345,46 @@ fn scrape(addr: &str) -> String {
 
 const WORDS: [&str; 6] = ["delay", "5ms", "rate", "20mbit", "loss", "5%"];
 
+/// Pings through every topology at once for 5 s (the link loses 5 % each way).
+fn traffic(topos: &[&linkem_io::netns::Topology]) {
+    std::thread::scope(|s| {
+        for t in topos {
+            s.spawn(|| ping_rtts_ms_least(t, t.addr_b, 250, 150));
+        }
+    });
+}
+
+/// Every query evaluated by a real Prometheus that scraped the bridge
+/// during the traffic returns series; the variables list the pairs' names
+/// (`names`, none for one link) and both directions.
+fn check_with_prometheus(d: &Value, prom: &Prometheus, names: &[String]) {
+    let mut empty = Vec::new();
+    for (at, expr, _) in queries(d) {
+        let expr = dashboard::substitute(&expr.replace("$__rate_interval", RATE_INTERVAL));
+        let result = prom.query(&expr);
+        if result.is_empty() {
+            empty.push(format!("{at}: {expr}"));
+        }
+    }
+    assert!(
+        empty.is_empty(),
+        "queries without a series:\n{}\nscrapes: {:?}",
+        empty.join("\n"),
+        prom.query("count_over_time(up[1m])")
+    );
+    for (name, sel, label) in variable_queries(d) {
+        let values = prom.label_values(&dashboard::substitute(&sel), &label);
+        let want: Vec<String> = match name.as_str() {
+            "link" => names.to_vec(),
+            "direction" => vec!["a->b".into(), "b->a".into()],
+            _ => continue,
+        };
+        let mut want = want;
+        want.sort();
+        assert_eq!(values, want, "variable {name}: {sel}, {label}");
+    }
+}
+
 #[test]
 fn every_query_reads_what_a_live_scrape_exposes() {
     let _g = serial();
@@ -350,20 +396,25 @@ fn every_query_reads_what_a_live_scrape_exposes() {
     let mut args: Vec<String> = vec![one.emu_a.clone(), one.emu_b.clone()];
     args.extend(WORDS.map(String::from));
     let (running, addr) = start(&args);
-    ping_rtts_ms_least(&one, one.addr_b, 20, 10);
+    let prom = Prometheus::start(&addr);
+    traffic(&[&one]);
     check_against(&d, &scrape(&addr), true);
-    drop(running);
+    check_with_prometheus(&d, &prom, &[]);
+    drop((prom, running));
 
     let pairs: Vec<_> = (0..2).map(|_| topology("lkgf")).collect();
     let mut args: Vec<String> = Vec::new();
+    let mut names = Vec::new();
     for t in &pairs {
         args.extend(["--pair", &t.emu_a, &t.emu_b].map(String::from));
         args.extend(WORDS.map(String::from));
+        names.push(format!("{}-{}", t.emu_a, t.emu_b));
     }
+    names.sort();
     let (running, addr) = start(&args);
-    for t in &pairs {
-        ping_rtts_ms_least(t, t.addr_b, 20, 10);
-    }
+    let prom = Prometheus::start(&addr);
+    traffic(&pairs.iter().collect::<Vec<_>>());
     check_against(&d, &scrape(&addr), false);
-    drop(running);
+    check_with_prometheus(&d, &prom, &names);
+    drop((prom, running));
 }

@@ -12,6 +12,8 @@
 
 #![allow(dead_code)]
 
+pub mod prometheus;
+
 use std::collections::BTreeMap;
 
 /// A series: its labels.
