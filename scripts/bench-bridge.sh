@@ -16,8 +16,9 @@
 # WEB=1 runs every linkem row twice, alternating: as given, then with
 # `--web 127.0.0.1:WEB_PORT` (default 18479) and a client reading its live
 # updates (`curl -N /api/events`) for the whole row, as a page left open
-# would ("+ web" rows; the events it read are counted). LINKEM_ARGS adds
-# bridge options to every linkem row.
+# would ("+ web" rows; the events it read are counted); WEB_FIRST=1 runs
+# the row with --web first. LINKEM_ARGS adds bridge options to every linkem
+# row.
 #
 # Needs iproute2, ethtool and netsniff-ng (trafgen); installs them if missing.
 set -euo pipefail
@@ -36,9 +37,16 @@ stat_of() { ip netns exec "$1" cat "/sys/class/net/$2/statistics/$3"; }
 # under test), offers traffic, prints one row of results; with WEB=1 a linkem
 # row again with --web (after `linkem bridge IF_A IF_B`) and a reader.
 run() {
-  measure "$@"
-  if [ "$WEB" = 1 ] && [ "$4" != none ]; then
-    local label=$1 tgrate=$2; shift 3
+  if [ "$WEB" != 1 ] || [ "$4" = none ]; then
+    measure "$@"
+    return
+  fi
+  local label=$1 tgrate=$2; shift 3
+  if [ "${WEB_FIRST:-0}" = 1 ]; then
+    measure "$label + web" "$tgrate" -- "${@:1:4}" --web "127.0.0.1:$WEB_PORT" "${@:5}"
+    measure "$label" "$tgrate" -- "$@"
+  else
+    measure "$label" "$tgrate" -- "$@"
     # The rows after take their rates from the run as given.
     cp "$out/stats.json.delivered" "$out/given.delivered"
     measure "$label + web" "$tgrate" -- "${@:1:4}" --web "127.0.0.1:$WEB_PORT" "${@:5}"
