@@ -245,7 +245,12 @@ fn read(model: &Model, links: &[Arc<Model>]) -> Read {
                 Some(step) => cap_of(l, step),
                 None => cap_of(l, &configs[i]),
             });
-            (l.raw_stats(), caps)
+            let mut stats = l.raw_stats();
+            for s in &mut stats {
+                // Not sampled: its 32 KiB of counters need not wait for the next read.
+                s.lateness = hdrhistogram::Histogram::new(1).expect("a valid precision");
+            }
+            (stats, caps)
         })
         .collect();
     Read { at, t_s, links }
@@ -713,6 +718,80 @@ mod tests {
         assert!(st["links"][0]["changed_at_s"].as_f64().is_some());
         assert_eq!(st["marks"][0]["kind"], "change");
         assert_eq!(st["marks"][0]["text"], "link a-to-b delay 20ms");
+        h.stop();
+    }
+
+    #[test]
+    fn a_rule_set_shows_its_rules_and_no_capacity_a_group_each_link() {
+        let rules = crate::control::rules::tests::rules_over_memory(
+            "pipe 1 config bw 10Mbit/s delay 1ms\nadd 100 pipe 1 ip from any to any\n",
+        );
+        let model = Arc::new(Model::new(
+            "r".into(),
+            Running::Rules(Box::new(rules)),
+            [Default::default(), Default::default()],
+            1,
+            Instant::now(),
+        ));
+        let stop = Arc::new(AtomicBool::new(false));
+        let h = History::start_every(model.clone(), stop.clone(), Duration::from_millis(5));
+        let until = Instant::now() + Duration::from_secs(5);
+        while h.state_json()["sample"].is_null() {
+            assert!(Instant::now() < until, "no sample in 5 s");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let st = h.state_json();
+        let text = st["links"][0]["rules"].as_str().unwrap();
+        assert!(
+            text.contains("pipe 1 config bw 10Mbit/s delay 1ms"),
+            "{text}"
+        );
+        assert!(text.contains("00100 pipe 1 ip from any to any"), "{text}");
+        assert_eq!(st["sample"]["links"][0]["dirs"][0]["cap_bps"], Value::Null);
+        h.stop();
+        // A group: each member its own link, by name.
+        let members = vec![plain("delay 1ms"), plain("rate 5mbit")];
+        let names = ["p0", "p1"];
+        let members: Vec<Arc<Model>> = members
+            .into_iter()
+            .zip(names)
+            .map(|(m, n)| {
+                let m = Arc::into_inner(m).unwrap();
+                let words = m.lock_links()[0].words.clone();
+                let cfg = m.link_configs()[0].clone();
+                let running = m.into_running();
+                Arc::new(Model::new(
+                    n.into(),
+                    running,
+                    [(cfg.clone(), words.clone()), (cfg, words)],
+                    1,
+                    Instant::now(),
+                ))
+            })
+            .collect();
+        let g = Arc::new(Model::group("g".into(), members, Instant::now()));
+        let h = History::start_every(g, stop, Duration::from_millis(5));
+        while h.state_json()["sample"].is_null() {
+            assert!(Instant::now() < until, "no sample in 5 s");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let st = h.state_json();
+        let listed: Vec<&str> = st["links"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(listed, names);
+        let caps: Vec<&Value> = st["sample"]["links"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| &l["dirs"][1]["cap_bps"])
+            .collect();
+        assert_eq!(caps, [&Value::Null, &json!(5_000_000)]);
+        assert!(h.link_history_json("p1").is_some());
+        assert!(h.link_history_json("g").is_none());
         h.stop();
     }
 
