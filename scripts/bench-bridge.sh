@@ -13,10 +13,20 @@
 #
 #   scripts/bench-bridge.sh [SECONDS]      # default 6 s per row
 #
+# WEB=1 runs every linkem row twice, alternating: as given, then with
+# `--web 127.0.0.1:WEB_PORT` (default 18479) and a client reading its live
+# updates (`curl -N /api/events`) for the whole row, as a page left open
+# would ("+ web" rows; the events it read are counted); WEB_FIRST=1 runs
+# the row with --web first. LINKEM_ARGS adds bridge options to every linkem
+# row.
+#
 # Needs iproute2, ethtool and netsniff-ng (trafgen); installs them if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-6}
+WEB=${WEB:-0}
+WEB_PORT=${WEB_PORT:-18479}
+READER=
 . scripts/bench-common.sh
 bench_start bench-bridge lkbb
 bench_one_topology 10.98.0
@@ -24,15 +34,42 @@ bench_one_topology 10.98.0
 stat_of() { ip netns exec "$1" cat "/sys/class/net/$2/statistics/$3"; }
 
 # run LABEL TRAFGEN_RATE(or "max") -- COMMAND...: starts COMMAND (the device
-# under test), offers traffic, prints one row of results.
+# under test), offers traffic, prints one row of results; with WEB=1 a linkem
+# row again with --web (after `linkem bridge IF_A IF_B`) and a reader.
 run() {
+  if [ "$WEB" != 1 ] || [ "$4" = none ]; then
+    measure "$@"
+    return
+  fi
+  local label=$1 tgrate=$2; shift 3
+  if [ "${WEB_FIRST:-0}" = 1 ]; then
+    measure "$label + web" "$tgrate" -- "${@:1:4}" --web "127.0.0.1:$WEB_PORT" "${@:5}"
+    measure "$label" "$tgrate" -- "$@"
+  else
+    measure "$label" "$tgrate" -- "$@"
+    # The rows after take their rates from the run as given.
+    cp "$out/stats.json.delivered" "$out/given.delivered"
+    measure "$label + web" "$tgrate" -- "${@:1:4}" --web "127.0.0.1:$WEB_PORT" "${@:5}"
+    cp "$out/given.delivered" "$out/stats.json.delivered"
+  fi
+}
+
+# The live updates of the page, read as a browser reads them, until the row ends.
+start_reader() {
+  curl -sN --max-time "$((SECS + 5))" "http://127.0.0.1:$WEB_PORT/api/events" > "$out/events.txt" 2>&1 &
+  READER=$!
+}
+
+measure() {
   local label=$1 tgrate=$2; shift 3
   LPID=
+  : > "$out/events.txt"
   if [ "$1" != none ]; then
     "$@" > "$out/stats.json" 2> "$out/err.txt" &
     LPID=$!
     sleep 1
     kill -0 "$LPID" 2>/dev/null || { cat "$out/err.txt"; exit 1; }
+    case " $* " in *" --web "*) start_reader ;; esac
   fi
   local rate_arg=()
   # trafgen's -b paces by sleeping and then sending a batch back to back (2 us
@@ -61,9 +98,12 @@ run() {
   else
     echo '{}' > "$out/stats.json"
   fi
-  python3 - "$label" "$tx0" "$tx1" "$rx0" "$rx1" "$t0" "$t1" "$out/stats.json" <<'EOF'
+  if [ -n "$READER" ]; then
+    kill "$READER" 2>/dev/null || true; wait "$READER" 2>/dev/null || true; READER=
+  fi
+  python3 - "$label" "$tx0" "$tx1" "$rx0" "$rx1" "$t0" "$t1" "$out/stats.json" "$out/events.txt" <<'EOF'
 import json, sys
-label, tx0, tx1, rx0, rx1, t0, t1, path = sys.argv[1:]
+label, tx0, tx1, rx0, rx1, t0, t1, path, events = sys.argv[1:]
 dt = float(t1) - float(t0)
 off = (int(tx1) - int(tx0)) / dt
 dlv = (int(rx1) - int(rx0)) / dt
@@ -78,6 +118,9 @@ if d.get("directions"):
     l = ab["lateness_ns"]
     extra = "loss %d queue-full %d backpressure %d late %d | lateness p50 %.1f us p99 %.1f us p99.9 %.1f us max %.1f us" % (
         f["loss"], f["queue-full"], f["backpressure"], f.get("late", 0), l["p50"] / 1e3, l["p99"] / 1e3, l["p99.9"] / 1e3, l["max"] / 1e3)
+samples = sum(1 for l in open(events) if l.startswith("event: sample"))
+if samples:
+    extra += " | web: %d samples read" % samples
 print("| %-44s | %9.0f | %9s | %9.0f | %s |" % (label, off, proc, dlv, extra))
 open(path + ".delivered", "w").write("%.0f" % dlv)
 EOF

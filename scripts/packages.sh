@@ -60,13 +60,14 @@ need_py_modules() {
 # plugins it chains after (bridge, host-local, host-device, static), nsenter and
 # setsid (cnitool itself is built with Go by scripts/cnitool.sh); for the Debian
 # package's test dpkg-shlibdeps and strip, man, zsh and fish; for the web page's
-# browser test (python/tests/test_web.py) Chromium, its WebDriver and selenium.
+# browser test (python/tests/test_web.py) Chromium, its WebDriver and selenium;
+# for the Grafana dashboard's test Prometheus (its queries evaluated on a scrape).
 need_test_packages() {
   need_packages ip:iproute2 ping:iputils-ping /usr/bin/python3:python3 column:bsdextrautils \
     ethtool:ethtool iperf3:iperf3 trafgen:netsniff-ng c++:g++ setcap:libcap2-bin \
     brctl:bridge-utils /usr/lib/cni/bridge:containernetworking-plugins nsenter:util-linux \
     setsid:util-linux flock:util-linux openssl:openssl pasta:passt iptables:iptables dpkg-shlibdeps:dpkg-dev strip:binutils man:man-db zsh:zsh fish:fish \
-    /usr/bin/chromium:chromium /usr/bin/chromedriver:chromium-driver &&
+    /usr/bin/chromium:chromium /usr/bin/chromedriver:chromium-driver prometheus:prometheus &&
     need_py_modules prometheus_client:python3-prometheus-client pytest:python3-pytest \
       ensurepip:python3-venv mininet:mininet selenium:python3-selenium
 }

@@ -1,4 +1,6 @@
 //! The device under test: linkem as a child process, or the Linux bridge.
+//! [`EXTRA_ARGS_VAR`] adds bridge options to every linkem the bench starts
+//! (e.g. `--web 127.0.0.1:18479`, to measure the cost of a page left open).
 
 use anyhow::{bail, Context, Result};
 use linkem_io::netns::{self, Topology};
@@ -6,6 +8,17 @@ use std::io::Read;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+/// The environment variable whose words (split at whitespace) every
+/// `linkem bridge` of the bench gets after its interfaces.
+pub const EXTRA_ARGS_VAR: &str = "LINKEM_BENCH_ARGS";
+
+/// The bridge options of [`EXTRA_ARGS_VAR`], none when it is unset.
+pub(super) fn extra_args() -> Vec<String> {
+    std::env::var(EXTRA_ARGS_VAR)
+        .map(|v| v.split_whitespace().map(str::to_string).collect())
+        .unwrap_or_default()
+}
 
 /// The device under test.
 #[derive(Debug, Clone)]
@@ -41,9 +54,9 @@ impl Dut {
     }
 
     /// `linkem bridge` options and words after the interfaces, given the
-    /// bench's backend.
+    /// bench's backend ([`EXTRA_ARGS_VAR`]'s options first).
     pub(super) fn bridge_args(&self, backend: &str) -> Vec<String> {
-        match self {
+        let own: Vec<String> = match self {
             Dut::Linkem(w) => ["--backend", backend]
                 .iter()
                 .map(|s| s.to_string())
@@ -52,8 +65,9 @@ impl Dut {
             Dut::LinkemWith { options, words } => {
                 options.iter().chain(words.iter()).cloned().collect()
             }
-            Dut::LinuxBridge => Vec::new(),
-        }
+            Dut::LinuxBridge => return Vec::new(),
+        };
+        extra_args().into_iter().chain(own).collect()
     }
 }
 

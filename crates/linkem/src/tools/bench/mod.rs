@@ -292,6 +292,14 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         }
     }
     let started = Instant::now();
+    let extra = dut::extra_args();
+    if !extra.is_empty() {
+        eprintln!(
+            "linkem bench: every linkem bridge runs with {} (from {})",
+            extra.join(" "),
+            dut::EXTRA_ARGS_VAR
+        );
+    }
     // Namespaces left by a bench that was killed outright.
     let _ = netns::cleanup_dead("lkbench");
     let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
