@@ -335,7 +335,7 @@ impl Prepared {
             .map(|l| super::metrics::start(l, model.clone(), stop.clone()));
         let web = self.web.map(|b| {
             let (model, audit) = (model.clone(), audit.clone());
-            Web::start(b, model, audit, topology, stop.clone())
+            Web::start(b, model, (audit, run_lines), topology, stop.clone())
         });
         let expiry = (model.claims_on() || audit.is_some()).then(|| {
             let (model, audit, stop) = (model.clone(), audit.clone(), stop.clone());

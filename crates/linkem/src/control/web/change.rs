@@ -1,6 +1,6 @@
 //! `POST /api/change`: the body made into a control line ([`plan`]), run as
 //! the emulator's starter would run it through the control socket
-//! ([`crate::control::server::run_lines`]: a session over a socket pair, so
+//! (the control server's `run_lines`: a session over a socket pair, so
 //! the same parse, permission checks, refusals, counts and audit line), and
 //! its reply's word position made relative to the words the page sent.
 //!

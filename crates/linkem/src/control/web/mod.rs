@@ -77,17 +77,23 @@ impl Bound {
 }
 
 /// The running page: its endpoint and its sampler.
+/// How a change is run: the control server's `run_lines` (a session over a
+/// socket pair), handed in by the server that starts the page, so that the
+/// page does not import the server that imports it.
+pub type RunLines = fn(&Model, Option<&Audit>, u32, &[String]) -> Result<Vec<serde_json::Value>>;
+
 pub struct Web {
     endpoint: Endpoint,
     history: Arc<History>,
 }
 
 impl Web {
-    /// Serves the page of `model` until `stop`; changes are audited in `audit`.
+    /// Serves the page of `model` until `stop`; changes are run by `run`
+    /// and audited in `audit`.
     pub fn start(
         bound: Bound,
         model: Arc<Model>,
-        audit: Option<Arc<Audit>>,
+        (audit, run): (Option<Arc<Audit>>, RunLines),
         topology: Topology,
         stop: Arc<AtomicBool>,
     ) -> Web {
@@ -97,6 +103,7 @@ impl Web {
             topology: topology.to_json(),
             model,
             audit,
+            run,
             history: history.clone(),
             token: bound.token,
             streams: sse::Streams::default(),
@@ -115,6 +122,7 @@ impl Web {
 struct Site {
     model: Arc<Model>,
     audit: Option<Arc<Audit>>,
+    run: RunLines,
     history: Arc<History>,
     topology: Value,
     front: &'static str,
@@ -259,10 +267,11 @@ impl Site {
             Err(e) => return refuse(StatusCode::BAD_REQUEST, &e),
         };
         let (model, audit, line) = (self.model.clone(), self.audit.clone(), planned.line.clone());
+        let run = self.run;
         // A change waits for the live stage to take it: off the serving thread.
         let ran = tokio::task::spawn_blocking(move || {
             let uid = model.owner_uid();
-            super::server::run_lines(&model, audit.as_deref(), uid, &[line])
+            run(&model, audit.as_deref(), uid, &[line])
         })
         .await;
         match ran {
