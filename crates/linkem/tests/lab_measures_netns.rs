@@ -157,13 +157,16 @@ impl Rtt {
     /// the least within what ping shows (0.1 ms) and 50 us per crossing of
     /// a link (the emulator's wake-up and forwarding, measured 20-50 us on a
     /// loaded machine), the median within 0.2 ms on a quiet machine; a
-    /// loaded one (other builds on the two cores) wakes the stages later, so
-    /// the median's bound is the bridge tests' 1 ms and 50 us more per
-    /// crossing. None: they are.
+    /// loaded one (the suite's fuzz build on the two cores) wakes the stages
+    /// later: a whole run of 50 pings of a 1 ms link came out 1.7-2.1 ms late
+    /// in the median in CI, every ping's least still exact. So the median's
+    /// bound is 2.5 ms and 50 us more per crossing: the least is what says
+    /// whether the delays add up, the median only that no ping waits for
+    /// another. None: they are.
     fn off(&self, want_ms: f64, links: u32) -> Option<String> {
         let slack_ms = 0.1 + 0.05 * f64::from(2 * links);
         let ok = (want_ms - 0.05..=want_ms + slack_ms).contains(&self.min_ms)
-            && (self.median_ms - want_ms).abs() <= 1.0 + 0.05 * f64::from(2 * links);
+            && (self.median_ms - want_ms).abs() <= 2.5 + 0.05 * f64::from(2 * links);
         (!ok).then(|| format!("{self}, not {want_ms:.3} ms ({links} links each way)"))
     }
 }
