@@ -182,6 +182,32 @@ pub struct DirectionStats {
 }
 
 impl DirectionStats {
+    /// A direction named `name` that counted nothing yet, its histograms
+    /// empty with the pipeline's bounds: what a test or a reader builds its
+    /// own counts on (`..DirectionStats::empty(name)`).
+    pub fn empty(name: &str) -> DirectionStats {
+        DirectionStats {
+            name: name.to_string(),
+            fates: FateCounts::default(),
+            received: 0,
+            received_bytes: 0,
+            segmented: 0,
+            rx_kernel_drops: 0,
+            in_flight: 0,
+            copies_sent: 0,
+            coalesced: 0,
+            super_frames: 0,
+            whole: 0,
+            lateness: lateness_histogram(),
+            delivered_bytes: 0,
+            delay: lateness_histogram(),
+            rx_wakeups: 0,
+            tx_wakeups: 0,
+            huge_pages: false,
+            buffer_bytes: 0,
+        }
+    }
+
     /// received + segmented = delivered + every drop + in flight.
     pub fn adds_up(&self) -> bool {
         self.received + self.segmented == self.fates.arrived() + self.in_flight

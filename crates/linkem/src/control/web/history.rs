@@ -534,7 +534,6 @@ impl History {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hdrhistogram::Histogram;
     use linkem_core::model::LinkModel;
     use linkem_core::{FateCounts, LinkSpec};
     use linkem_runtime::pipeline::{LiveBridge, LiveOptions};
@@ -555,30 +554,17 @@ mod tests {
         for (fate, n) in fates {
             f.set(*fate, *n);
         }
-        let mut delay = Histogram::new_with_bounds(1, 100_000_000_000, 2).unwrap();
-        for (ns, n) in delays_ns {
-            delay.record_n(*ns, *n).unwrap();
-        }
-        DirectionStats {
-            name: "a->b".into(),
+        let mut d = DirectionStats {
             fates: f,
-            received: 0,
             received_bytes,
-            segmented: 0,
-            rx_kernel_drops: 0,
             in_flight,
-            copies_sent: 0,
-            coalesced: 0,
-            super_frames: 0,
-            whole: 0,
-            lateness: Histogram::new_with_bounds(1, 100_000_000_000, 2).unwrap(),
             delivered_bytes,
-            delay,
-            rx_wakeups: 0,
-            tx_wakeups: 0,
-            huge_pages: false,
-            buffer_bytes: 0,
+            ..DirectionStats::empty("a->b")
+        };
+        for (ns, n) in delays_ns {
+            d.delay.record_n(*ns, *n).unwrap();
         }
+        d
     }
 
     fn near(got: f64, want: f64) -> bool {
