@@ -165,9 +165,23 @@ impl Rtt {
     /// another. None: they are.
     fn off(&self, want_ms: f64, links: u32) -> Option<String> {
         let slack_ms = 0.1 + 0.05 * f64::from(2 * links);
-        let ok = (want_ms - 0.05..=want_ms + slack_ms).contains(&self.min_ms)
+        // ping rounds what it prints to 3 significant digits (0.1 ms from
+        // 10 ms up): a least of 20.04 ms prints 20.0, under a sum of 20.052.
+        let printed_ms = ping_step_ms(want_ms) / 2.0;
+        let ok = (want_ms - 0.05 - printed_ms..=want_ms + slack_ms).contains(&self.min_ms)
             && (self.median_ms - want_ms).abs() <= 2.5 + 0.05 * f64::from(2 * links);
         (!ok).then(|| format!("{self}, not {want_ms:.3} ms ({links} links each way)"))
+    }
+}
+
+/// The step of the RTTs ping prints near `rtt_ms` (iputils: whole ms from
+/// 100 ms, then 0.1, 0.01 and 0.001 ms).
+fn ping_step_ms(rtt_ms: f64) -> f64 {
+    match rtt_ms {
+        r if r >= 100.0 => 1.0,
+        r if r >= 10.0 => 0.1,
+        r if r >= 1.0 => 0.01,
+        _ => 0.001,
     }
 }
 
