@@ -61,8 +61,18 @@ find_go() {
   echo "$go"
 }
 
-apiserver_ok() { [ -x "$BIN/kube-apiserver" ] && "$BIN/kube-apiserver" --version 2>/dev/null | grep -qx "Kubernetes v$K8S_VERSION"; }
-etcd_ok() { [ -x "$BIN/etcd" ] && "$BIN/etcd" --version 2>/dev/null | grep -q "^etcd Version: $ETCD_VERSION\$"; }
+# The version is read whole before it is matched: `etcd --version | grep -q` under
+# pipefail failed about once in 25 on a loaded machine, grep leaving after the first
+# of etcd's four writes and the next one dying of SIGPIPE.
+apiserver_ok() {
+  local v
+  [ -x "$BIN/kube-apiserver" ] && v=$("$BIN/kube-apiserver" --version 2>/dev/null) &&
+    grep -qx "Kubernetes v$K8S_VERSION" <<<"$v"
+}
+etcd_ok() {
+  local v
+  [ -x "$BIN/etcd" ] && v=$("$BIN/etcd" --version 2>/dev/null) && grep -q "^etcd Version: $ETCD_VERSION\$" <<<"$v"
+}
 
 go_env() {
   export GOPATH=$CACHE/gopath GOMODCACHE=$CACHE/gopath/pkg/mod GOCACHE=$CACHE/gocache

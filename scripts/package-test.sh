@@ -180,8 +180,9 @@ for c in $commands; do
   grep -q "linkem-$c(1)" <<<"$top" || fail "linkem(1) does not point to linkem-$c(1)"
 done
 for page in "$fs"/usr/share/man/man1/*.1.gz; do
-  MANWIDTH=80 MANPAGER=cat man -l "$page" 2>/dev/null | grep -q '^EXAMPLES$' ||
-    fail "man -l $(basename "$page") shows no EXAMPLES"
+  # Read whole first: `man | grep -q` under pipefail fails when grep leaves early.
+  shown=$(MANWIDTH=80 MANPAGER=cat man -l "$page" 2>/dev/null)
+  grep -q '^EXAMPLES$' <<<"$shown" || fail "man -l $(basename "$page") shows no EXAMPLES"
 done
 # An example's command line copied from the page runs: ASCII '-' only.
 cni_page=$(MANWIDTH=80 MANPAGER=cat man -l "$fs/usr/share/man/man1/linkem-cni.1.gz" 2>/dev/null)

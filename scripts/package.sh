@@ -127,7 +127,9 @@ if command -v dpkg-shlibdeps >/dev/null; then
 else
   glibc=$(for b in $binaries; do readelf -V "$stage/$b"; done | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -n 1)
   depends="libc6 (>= $glibc)"
-  if for b in $binaries; do readelf -d "$stage/$b"; done | grep -q 'NEEDED.*libgcc_s'; then depends="$depends, libgcc-s1"; fi
+  # Read whole first: under pipefail a `grep -q` leaving early fails the pipe's writer.
+  dynamic=$(for b in $binaries; do readelf -d "$stage/$b"; done)
+  if grep -q 'NEEDED.*libgcc_s' <<<"$dynamic"; then depends="$depends, libgcc-s1"; fi
 fi
 [ -n "$depends" ] || { echo "package: could not work out the libraries linkem needs" >&2; exit 1; }
 # The postinst runs groupadd (passwd); setcap (libcap2-bin) only if present.

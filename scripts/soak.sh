@@ -173,7 +173,8 @@ sed 's/^/soak: /' "$work/verdict"
 
 # XDP on the emulator's ends, before they go away with the topology.
 for dev in "${P}ea" "${P}eb"; do
-  if ip -d link show "$dev" | grep -qE 'xdp|prog/xdp'; then
+  shown=$(ip -d link show "$dev" 2>/dev/null || true)
+  if grep -qE 'xdp|prog/xdp' <<<"$shown"; then
     check FAIL "$dev still has an XDP program after linkem exited"
   fi
 done

@@ -66,7 +66,9 @@ failed=()
 # shown by its tail (the fuzz stages print a lot) still names the failing test.
 test_log=$(mktemp)
 # Without the control plane linkem-operator's API tests fail saying so; the rest run.
+k8s_failed=
 if ! wait "$k8s_build"; then
+  k8s_failed=1
   cat "$k8s_log" >&2
   failed+=("building kube-apiserver and etcd (scripts/k8s.sh build; its output is above)")
 fi
@@ -110,7 +112,12 @@ if [ ${#failed[@]} -gt 0 ]; then
   # lines at most.
   if grep -q '^failures:' "$test_log"; then
     echo "test: the failing tests, again:" >&2
-    awk '/^failures:$/ {on = 1} on {print} /^test result:/ {on = 0}' "$test_log" | head -n 200 >&2
+    awk '/^failures:$/ {on = 1} on {print} /^test result:/ {on = 0}' "$test_log" | head -n 200 >&2 || true
+  fi
+  # The control plane's build printed before the tests, far above this tail.
+  if [ -n "$k8s_failed" ]; then
+    echo "test: scripts/k8s.sh build's last lines, again:" >&2
+    tail -n 40 "$k8s_log" >&2
   fi
   echo "test: FAILED: ${#failed[@]} stage(s):" >&2
   printf 'test:   %s\n' "${failed[@]}" >&2
