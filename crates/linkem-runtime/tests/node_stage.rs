@@ -68,6 +68,7 @@ fn start_with(text: &str, cfg: NodeConfig) -> (NodeBridge, [Feed; 2], [Sent; 2])
         buffer_bytes: [8 << 20; 2],
         spin_ns: DEFAULT_SPIN_NS,
         spin_always: false,
+        spin_budget_ppm: linkem_runtime::pipeline::DEFAULT_SPIN_BUDGET_PPM,
         // Order and timing are checked here; a descheduled thread is not loss.
         max_lag_ns: None,
         batch: 32,

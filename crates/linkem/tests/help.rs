@@ -112,6 +112,49 @@ fn every_time_option_reads_one_syntax() {
     }
 }
 
+/// `--spin-budget` reads a percentage with its sign, as parts per million of
+/// a core, and names itself and the problem when refused.
+#[test]
+fn the_spin_budget_is_a_percentage_of_a_core() {
+    use clap::Parser;
+    use linkem::cli::{Cli, Command as Sub};
+    for (text, ppm) in [
+        ("25%", 250_000),
+        ("0%", 0),
+        ("100%", 1_000_000),
+        ("2.5%", 25_000),
+    ] {
+        for line in [
+            format!("linkem bridge a b --spin-budget {text}"),
+            format!("linkem host --spin-budget {text}"),
+        ] {
+            let cli = Cli::try_parse_from(line.split_whitespace())
+                .unwrap_or_else(|e| panic!("`{line}` refused: {e}"));
+            let run = match cli.command {
+                Sub::Bridge(b) => b.run,
+                Sub::Host(h) => h.run,
+                _ => panic!("`{line}`: not a bridge or host"),
+            };
+            assert_eq!(run.spin_budget, Some(ppm), "`{line}`");
+        }
+    }
+    for (text, why) in [
+        ("25", "with its sign"),
+        ("150%", "at most 100%"),
+        ("lots%", "expected a number"),
+    ] {
+        let line = format!("linkem bridge a b --spin-budget {text}");
+        let e = Cli::try_parse_from(line.split_whitespace())
+            .err()
+            .unwrap_or_else(|| panic!("`{line}` accepted"))
+            .to_string();
+        assert!(
+            e.contains("--spin-budget") && e.contains(why),
+            "`{line}`: {e}"
+        );
+    }
+}
+
 /// `--help` names every time option's value TIME and states the syntax once,
 /// with minutes and hours.
 #[test]

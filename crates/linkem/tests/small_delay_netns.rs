@@ -254,7 +254,61 @@ fn an_answer_from_a_host_process_costs_no_second_wake_up(backend: &str) {
     );
 }
 
+/// Each direction's counts show its output thread's `spin`: the budget given
+/// (or the default quarter of a core), what the thread learnt of this
+/// machine's wake-ups, and with `--spin-budget 0%` a spin of 3 µs that covers
+/// none of them. Pings 2 ms apart through `delay 5ms`: each release is beyond
+/// what the stage sends itself, so the output threads sleep to them and learn.
+/// Values the thread reports, not times: robust on a loaded VM.
+fn each_direction_shows_its_spin_budget_and_what_it_learnt(backend: &str) {
+    if skip() {
+        return;
+    }
+    let _serial = serial();
+    let topo = topology_with("sb38", true);
+    for (extra, budget) in [(&[][..], 0.25), (&["--spin-budget", "0%"][..], 0.0)] {
+        let mut args = vec!["delay", "5ms"];
+        args.extend_from_slice(extra);
+        let b = Bridge::start(&topo, backend, &args);
+        let rtts = rtts_us(&topo);
+        let stats = b.stop();
+        let spins: Vec<&serde_json::Value> =
+            (0..2).map(|d| &stats["directions"][d]["spin"]).collect();
+        let report = format!(
+            "{backend} delay 5ms {extra:?}: RTT {}; spin a->b {}, b->a {}",
+            summary(&rtts),
+            spins[0],
+            spins[1]
+        );
+        eprintln!("{report}");
+        for spin in spins {
+            let num = |v: &serde_json::Value| {
+                v.as_f64()
+                    .unwrap_or_else(|| panic!("{v} is not a number: {report}"))
+            };
+            assert_eq!(num(&spin["budget"]), budget, "{report}");
+            let (p50, p99) = (
+                num(&spin["wake_late_us"]["p50"]),
+                num(&spin["wake_late_us"]["p99"]),
+            );
+            assert!(
+                p50 > 0.0 && p99 >= p50,
+                "the output thread learnt nothing of its wake-ups: {report}"
+            );
+            if budget == 0.0 {
+                assert_eq!(num(&spin["covers"]), 0.0, "{report}");
+                assert_eq!(num(&spin["spin_us"]), 3.0, "{report}");
+            } else {
+                // Pings 2 ms apart spin a few % of a core: far within the budget.
+                assert!(num(&spin["covers"]) >= 0.9, "{report}");
+                assert!(num(&spin["spin_us"]) > p50, "{report}");
+            }
+        }
+    }
+}
+
 on_both_backends!(
     small_delays_cost_no_wake_up_floor,
-    an_answer_from_a_host_process_costs_no_second_wake_up
+    an_answer_from_a_host_process_costs_no_second_wake_up,
+    each_direction_shows_its_spin_budget_and_what_it_learnt
 );

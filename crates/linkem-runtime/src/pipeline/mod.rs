@@ -66,6 +66,7 @@ mod options;
 mod output;
 mod output_group;
 mod wait;
+mod wake;
 mod wire;
 
 pub use coalesce::DEFAULT_WINDOW_NS as DEFAULT_COALESCE_WINDOW_NS;
@@ -79,6 +80,7 @@ pub use options::{
     UNSHAPED_SIZING_RATE_BPS,
 };
 pub use wait::{set_realtime, DEFAULT_LINGER_NS, DEFAULT_SPIN_NS};
+pub use wake::{SpinStats, DEFAULT_SPIN_BUDGET_PPM};
 
 use crate::port::{RxPort, TxPort};
 use hdrhistogram::Histogram;
@@ -125,6 +127,8 @@ struct OutputShared {
     tx_errors: u64,
     lateness: Histogram<u64>,
     tx_wakeups: u64,
+    /// The output thread's waiting ([`SpinStats`]).
+    spin: SpinStats,
     /// Frames of a flushed group not sent ([`FlushSet`]).
     flushed: u64,
     /// Wire frames sent inside super-frames, and the super-frames.
@@ -327,6 +331,7 @@ impl Control {
                 tx_errors: 0,
                 lateness: options::lateness_histogram(),
                 tx_wakeups: 0,
+                spin: SpinStats::default(),
                 flushed: 0,
                 coalesced: 0,
                 super_frames: 0,
@@ -443,6 +448,7 @@ impl Direction {
             delay: input.delay.clone(),
             rx_wakeups: input.rx_wakeups,
             tx_wakeups: output.tx_wakeups,
+            spin: output.spin,
             huge_pages: self.control.huge_pages,
             buffer_bytes: self.control.buffer_bytes,
         }

@@ -174,6 +174,10 @@ pub struct DirectionStats {
     /// from parking on an empty line; wake-ups per packet near 1 mean every
     /// packet cost a sleep.
     pub tx_wakeups: u64,
+    /// How the output thread waits for releases: its spin budget, what it
+    /// spun and what it learnt of the machine's wake-ups (a thread serving
+    /// several directions reports the same in each).
+    pub spin: super::SpinStats,
     /// Whether the delay line sits on reserved huge pages
     /// ([`crate::delay_line::Producer::uses_huge_pages`]).
     pub huge_pages: bool,
@@ -203,6 +207,7 @@ impl DirectionStats {
             delay: lateness_histogram(),
             rx_wakeups: 0,
             tx_wakeups: 0,
+            spin: super::SpinStats::default(),
             huge_pages: false,
             buffer_bytes: 0,
         }

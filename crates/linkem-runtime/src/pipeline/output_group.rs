@@ -33,7 +33,9 @@
 
 use super::output::{Outlet, OutputConfig, MAX_SLEEP_NS, PUBLISH_MAX_NS, PUBLISH_NS};
 use super::wait::{Realtime, SpinBudget, WakeEstimate, BEHIND_NS};
+use super::wake::wait_target;
 use super::Control;
+use super::SpinStats;
 use crate::clock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -61,13 +63,12 @@ pub(super) fn output_group(
     mut realtime: Option<Realtime>,
 ) {
     clock::set_timer_slack_ns(1);
-    let mut wake = WakeEstimate {
-        overshoot_ns: 50_000,
-    };
-    tell_wake(&dirs, wake.spin_ns(cfg.spin_ns));
+    let mut wake = WakeEstimate::default();
     let mut wakeups = 0u64;
     let mut last_publish = clock::now_ns();
-    let mut budget = SpinBudget::watching_cores(last_publish, !cfg.spin_always);
+    let mut budget =
+        SpinBudget::watching_cores(last_publish, !cfg.spin_always, cfg.spin_budget_ppm);
+    tell_wake(&dirs, budget.spin_ns(&wake, cfg.spin_ns));
     while !stop.load(Ordering::Acquire) {
         // A direction whose send failed stops (its pair stops with it, see
         // `live`); the others go on.
@@ -93,7 +94,7 @@ pub(super) fn output_group(
                 .is_none_or(|r| r > now + cfg.spin_ns + 200_000);
         if (since > PUBLISH_NS && slack) || since > PUBLISH_MAX_NS {
             last_publish = now;
-            publish_all(&dirs, wakeups);
+            publish_all(&dirs, wakeups, budget.report(&wake, cfg.spin_ns));
         }
         if turn.worked || turn.more_due {
             continue;
@@ -121,12 +122,13 @@ pub(super) fn output_group(
         let spin = budget.spin_ns(&wake, cfg.spin_ns);
         let wait = release_ns.saturating_sub(now);
         if wait > spin {
-            let target = now + (wait - spin).min(MAX_SLEEP_NS);
+            let (target, last) = wait_target(now, release_ns, spin, MAX_SLEEP_NS);
             if park_until(&dirs, Some(release_ns), target) {
                 let woke = clock::now_ns();
-                if woke >= target {
+                // Only the wake-up before the spin is learnt from.
+                if last && woke >= target {
                     wake.observe(woke - target);
-                    tell_wake(&dirs, wake.spin_ns(cfg.spin_ns));
+                    tell_wake(&dirs, budget.spin_ns(&wake, cfg.spin_ns));
                 }
             }
             wakeups += 1;
@@ -145,7 +147,7 @@ pub(super) fn output_group(
     for d in &dirs {
         d.control().output_at_ns.store(u64::MAX, Ordering::Relaxed);
     }
-    publish_all(&dirs, wakeups);
+    publish_all(&dirs, wakeups, budget.report(&wake, cfg.spin_ns));
     // The counts are final: the sockets close, all at once.
     let ports: Vec<Box<dyn crate::port::TxPort>> = dirs
         .iter()
@@ -229,10 +231,11 @@ fn flush_all(dirs: &[Arc<Outlet>]) -> Result<(), (Arc<Control>, String)> {
     Ok(())
 }
 
-fn publish_all(dirs: &[Arc<Outlet>], wakeups: u64) {
+fn publish_all(dirs: &[Arc<Outlet>], wakeups: u64, spin: SpinStats) {
     for d in dirs {
         let mut g = d.lock();
         g.st.wakeups = wakeups;
+        g.st.spin = spin;
         g.st.publish(d.control());
     }
 }

@@ -5,42 +5,24 @@
 
 /// Default for [`super::DirectionOptions::spin_ns`], the most the output thread
 /// spins before a release time. It spins only as long as a timed sleep has
-/// recently been seen to overshoot (learnt per thread, see `WakeEstimate`):
+/// recently been seen to overshoot (a quantile learnt per thread within its
+/// `--spin-budget`, see `WakeEstimate`):
 /// on a quiet machine a few µs, on a loaded VM 20-100 µs. Lower it to save CPU
 /// at the cost of precision; on a machine with cores to spare, raise it and pin
 /// threads.
 pub const DEFAULT_SPIN_NS: u64 = 200_000;
-/// The least the output thread spins, so that a fast wake-up still has room.
-pub(super) const MIN_SPIN_NS: u64 = 3_000;
+pub(super) use super::wake::{SpinLadder, SpinStats, WakeEstimate, MIN_SPIN_NS};
 
-/// How late a timed sleep of this thread wakes: a maximum over recent sleeps
-/// that decays by 1/64 per sleep, so one long preemption is forgotten after a
-/// few hundred sleeps while a steady overshoot keeps the spin long enough.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct WakeEstimate {
-    pub overshoot_ns: u64,
-}
-
-impl WakeEstimate {
-    pub fn spin_ns(&self, max_ns: u64) -> u64 {
-        (self.overshoot_ns + self.overshoot_ns / 4 + MIN_SPIN_NS).min(max_ns)
-    }
-
-    pub fn observe(&mut self, overshoot_ns: u64) {
-        // A wake-up later than a millisecond is a preemption, not timer latency.
-        let o = overshoot_ns.min(1_000_000);
-        self.overshoot_ns = o.max(self.overshoot_ns - self.overshoot_ns / 64);
-    }
-}
-
-/// Keeps the output stage from spinning away the machine: when releases come
-/// so close together that every wait is a spin (tens of kpps, with a long
-/// learnt spin), a real-time thread would hold its core without pause and
-/// starve the input stage and the kernel's packet processing on a small
-/// machine. Over each window, if more than half the time went to spinning,
-/// the next window spins only [`MIN_SPIN_NS`] and sleeps for the rest; an
-/// output thread's budget also looks at the machine's cores as each window
-/// ends ([`CoreWatch`]) and spins as little while every one is taken.
+/// Keeps a stage from spinning away the machine: when releases come so close
+/// together that every wait is a spin (tens of kpps, with a long learnt
+/// spin), a real-time thread would hold its core without pause and starve
+/// the input stage and the kernel's packet processing on a small machine.
+/// An output thread's spin covers fewer of its wake-ups once a window spent
+/// more than its budget spinning ([`SpinLadder`], `--spin-budget`), and it
+/// also looks at the machine's cores as each window ends ([`CoreWatch`]) and
+/// spins as little as it can while every one is taken. The live stage, which
+/// spins only to its own rare timed events and lingers, keeps a simpler rule:
+/// a window more than half spent spinning makes the next one `frugal`.
 pub(super) struct SpinBudget {
     window_start_ns: u64,
     pub spun_ns: u64,
@@ -51,6 +33,10 @@ pub(super) struct SpinBudget {
     cores: Option<CoreWatch>,
     /// Every core was taken when the last window ended.
     all_taken: bool,
+    /// The output thread's budget, and the quantile of wake-ups its spin covers.
+    pub ladder: SpinLadder,
+    /// Spun in the windows that ended, for the stats.
+    pub spun_total_ns: u64,
 }
 
 const SPIN_WINDOW_NS: u64 = 10_000_000;
@@ -69,14 +55,18 @@ impl SpinBudget {
             lingered_ns: 0,
             cores: None,
             all_taken: false,
+            ladder: SpinLadder::new(super::wake::DEFAULT_SPIN_BUDGET_PPM),
+            spun_total_ns: 0,
         }
     }
 
-    /// An output thread's budget: with `watch`, it also spins as little
-    /// while every core is taken (without: `--spin-threshold` given).
-    pub fn watching_cores(now: u64, watch: bool) -> Self {
+    /// An output thread's budget of `budget_ppm` of a core: with `watch`,
+    /// it also spins as little as it can while every core is taken (without:
+    /// `--spin-threshold` given).
+    pub fn watching_cores(now: u64, watch: bool, budget_ppm: u32) -> Self {
         SpinBudget {
             cores: watch.then(CoreWatch::new),
+            ladder: SpinLadder::new(budget_ppm),
             ..SpinBudget::new(now)
         }
     }
@@ -86,6 +76,8 @@ impl SpinBudget {
         let elapsed = now.saturating_sub(self.window_start_ns);
         if elapsed >= SPIN_WINDOW_NS {
             self.frugal = self.spun_ns * 2 > elapsed;
+            self.ladder.window_ended(self.spun_ns, elapsed);
+            self.spun_total_ns += self.spun_ns;
             self.window_start_ns = now;
             self.spun_ns = 0;
             self.lingered_ns = 0;
@@ -95,13 +87,32 @@ impl SpinBudget {
         false
     }
 
-    /// How long to spin before a release: `wake`'s learnt wake-up (at most
-    /// `max_ns`), or [`MIN_SPIN_NS`] while frugal or every core is taken.
-    pub fn spin_ns(&self, wake: &WakeEstimate, max_ns: u64) -> u64 {
-        if self.frugal || self.all_taken {
-            MIN_SPIN_NS
+    /// What the output thread reports of its waiting ([`SpinStats`]): the
+    /// spin it uses now, which covers none of its wake-ups while every core
+    /// is taken.
+    pub fn report(&self, wake: &WakeEstimate, max_ns: u64) -> SpinStats {
+        let covers_ppm = if self.all_taken {
+            0
         } else {
-            wake.spin_ns(max_ns)
+            self.ladder.quantile_ppm()
+        };
+        SpinStats::of(
+            wake,
+            self.ladder.budget_ppm,
+            covers_ppm,
+            self.spun_total_ns,
+            self.spin_ns(wake, max_ns),
+        )
+    }
+
+    /// How long an output thread spins before a release: long enough for
+    /// the quantile of `wake` its ladder stands at (at most `max_ns`), or
+    /// [`MIN_SPIN_NS`] while every core is taken.
+    pub fn spin_ns(&self, wake: &WakeEstimate, max_ns: u64) -> u64 {
+        if self.all_taken {
+            MIN_SPIN_NS.min(max_ns)
+        } else {
+            wake.spin_ns(self.ladder.quantile_ppm(), max_ns)
         }
     }
 }

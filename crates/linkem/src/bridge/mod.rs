@@ -450,6 +450,7 @@ pub(crate) fn live_options(
         buffer_bytes,
         spin_ns: timing.spin_ns,
         spin_always: timing.spin_always,
+        spin_budget_ppm: timing.spin_budget_ppm,
         max_lag_ns: timing.max_lag_ns,
         batch: args.run.batch.max(1),
         linger_ns: timing.linger_ns,

@@ -9,7 +9,7 @@ use super::node::{node_json_listing, node_text_listing};
 use crate::StatsFormat;
 use linkem_core::Fate;
 use linkem_runtime::pipeline::{
-    DirectionStats, NodeBridge, ObjectStats, ObjectsSnapshot, DELAY_BUCKETS_NS,
+    DirectionStats, NodeBridge, ObjectStats, ObjectsSnapshot, SpinStats, DELAY_BUCKETS_NS,
 };
 use serde_json::json;
 use std::time::Instant;
@@ -87,6 +87,22 @@ pub fn direction_json(s: &DirectionStats, rules: bool) -> serde_json::Value {
         "huge_pages": s.huge_pages,
         "rx_wakeups": s.rx_wakeups,
         "tx_wakeups": s.tx_wakeups,
+        "spin": spin_json(&s.spin),
+    })
+}
+
+/// How the direction's output thread waits for releases (`--spin-budget`):
+/// shares of a core and of its wake-ups to the thousandth, times in µs to
+/// the tenth.
+pub fn spin_json(s: &SpinStats) -> serde_json::Value {
+    let share = |ppm: u32| f64::from(ppm / 1_000) / 1_000.0;
+    let us = |ns: u64| (ns / 100) as f64 / 10.0;
+    json!({
+        "budget": share(s.budget_ppm),
+        "spun_s": (s.spun_ns / 1_000_000) as f64 / 1_000.0,
+        "spin_us": us(s.spin_ns),
+        "covers": share(s.covers_ppm),
+        "wake_late_us": { "p50": us(s.wake_late_p50_ns), "p99": us(s.wake_late_p99_ns) },
     })
 }
 

@@ -101,6 +101,11 @@ pub struct LiveOptions {
     /// the machine is taken (`--spin-threshold` given); otherwise they sleep
     /// to them then (see `wait::CoreWatch`).
     pub spin_always: bool,
+    /// The share of a core each output thread may spend spinning before
+    /// releases, ppm (`--spin-budget`; default
+    /// [`crate::pipeline::DEFAULT_SPIN_BUDGET_PPM`]): past it, its spin
+    /// covers fewer of its wake-ups (see `wake`).
+    pub spin_budget_ppm: u32,
     /// As [`crate::pipeline::DirectionOptions::max_lag_ns`], for both output stages;
     /// the live stage sheds arrivals of a direction whose output stage is
     /// that far behind.
@@ -139,6 +144,7 @@ impl LiveOptions {
             buffer_bytes: [buffer_bytes; 2],
             spin_ns: wait::DEFAULT_SPIN_NS,
             spin_always: false,
+            spin_budget_ppm: crate::pipeline::DEFAULT_SPIN_BUDGET_PPM,
             max_lag_ns: Some(crate::pipeline::DEFAULT_MAX_LAG_NS),
             batch: crate::pipeline::DEFAULT_BATCH,
             linger_ns: wait::DEFAULT_LINGER_NS,

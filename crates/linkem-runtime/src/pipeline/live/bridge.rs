@@ -588,6 +588,7 @@ pub(super) fn output_config(opts: &LiveOptions) -> OutputConfig {
     OutputConfig {
         spin_ns: opts.spin_ns,
         spin_always: opts.spin_always,
+        spin_budget_ppm: opts.spin_budget_ppm,
         max_lag_ns: opts.max_lag_ns,
         // Packets of different pipes (or reordered by the link) leave out of
         // arrival order; the stage counts the records it stores out of

@@ -219,9 +219,7 @@ pub(super) fn live_stage<M: LiveModel>(
     let mut fds: Vec<RawFd> = Vec::new();
     let (wake_fds, woken_by_fds) = wake_fds_of(pairs, stop_fd);
     let mut wakeups = 0u64;
-    let mut wake = WakeEstimate {
-        overshoot_ns: 50_000,
-    };
+    let mut wake = WakeEstimate::default();
     let mut budget = SpinBudget::new(clock::now_ns());
     let mut linger = Linger::new(opts.linger_ns);
     let mut owners: Vec<(usize, usize)> = Vec::new();
@@ -275,7 +273,8 @@ pub(super) fn live_stage<M: LiveModel>(
         let spin = if budget.frugal {
             MIN_SPIN_NS
         } else {
-            wake.spin_ns(opts.spin_ns)
+            // Rare timed events: the spin covers nearly every wake-up.
+            wake.spin_ns(SPIN_LADDER_PPM[0], opts.spin_ns)
         };
         let limit_ns = wait_limit_ns(pairs, woken_by_fds, turn.sweep_at, now);
         let sleep_ns = match turn.next {

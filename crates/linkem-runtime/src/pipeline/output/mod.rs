@@ -31,6 +31,7 @@
 use super::coalesce::{Offer, Pending};
 use super::options::lateness_histogram;
 use super::wait::{Realtime, SpinBudget, WakeEstimate, BEHIND_NS};
+use super::wake::wait_target;
 use super::{Control, FlushSet};
 use crate::clock;
 use crate::delay_line::{Consumer, Head, Whole};
@@ -75,6 +76,8 @@ pub(super) struct OutputState {
     local_too_big: u64,
     lateness: Histogram<u64>,
     pub(super) wakeups: u64,
+    /// The thread's waiting, set before each [`OutputState::publish`].
+    pub(super) spin: super::SpinStats,
     /// Frames were handled since the last [`OutputState::publish`].
     pub(super) changed: bool,
     queued: bool,
@@ -110,6 +113,7 @@ impl OutputState {
             local_too_big: 0,
             lateness: lateness_histogram(),
             wakeups: 0,
+            spin: super::SpinStats::default(),
             changed: false,
             queued: false,
             max_lag_ns,
@@ -324,6 +328,7 @@ impl OutputState {
         shared.too_big = self.local_too_big;
         shared.tx_errors = tx_errors;
         shared.tx_wakeups = self.wakeups;
+        shared.spin = self.spin;
         shared.coalesced = self.local_coalesced;
         shared.super_frames = self.local_super_frames;
         shared.whole = self.local_whole;
@@ -492,6 +497,8 @@ pub(super) struct OutputConfig {
     pub spin_ns: u64,
     /// Spin even while every core is taken (see `wait::CoreWatch`).
     pub spin_always: bool,
+    /// The share of a core the thread may spend spinning, ppm (see `wake`).
+    pub spin_budget_ppm: u32,
     pub max_lag_ns: Option<u64>,
     pub reorders: bool,
     /// With `reorders`: the producer counts its out-of-order records (see [`Source`]).
@@ -674,14 +681,13 @@ pub(super) const STAGE_PUBLISH_NS: u64 = 1_000_000;
 pub(super) fn output_stage(outlet: Arc<Outlet>, cfg: OutputConfig, mut realtime: Option<Realtime>) {
     clock::set_timer_slack_ns(1);
     let control = outlet.control.clone();
-    let mut wake = WakeEstimate {
-        overshoot_ns: 50_000,
-    };
+    let mut wake = WakeEstimate::default();
     let spin_ns = cfg.spin_ns;
+    let mut budget =
+        SpinBudget::watching_cores(clock::now_ns(), !cfg.spin_always, cfg.spin_budget_ppm);
     control
         .output_wake_ns
-        .store(wake.spin_ns(spin_ns), Ordering::Relaxed);
-    let mut budget = SpinBudget::watching_cores(clock::now_ns(), !cfg.spin_always);
+        .store(budget.spin_ns(&wake, spin_ns), Ordering::Relaxed);
     let max_sleep = if cfg.reorders {
         MAX_SLEEP_REORDER_NS
     } else {
@@ -695,6 +701,7 @@ pub(super) fn output_stage(outlet: Arc<Outlet>, cfg: OutputConfig, mut realtime:
         let mut g = outlet.lock();
         let inner = &mut *g;
         inner.st.wakeups = wakeups;
+        inner.st.spin = budget.report(&wake, spin_ns);
         if control.held.is_bounded() && control.flush.added() != flushes_seen {
             flushes_seen = control.flush.added();
             inner.src.end_flushed(&mut inner.st, &control.flush);
@@ -742,7 +749,7 @@ pub(super) fn output_stage(outlet: Arc<Outlet>, cfg: OutputConfig, mut realtime:
                 wakeups += 1;
                 control
                     .output_wake_ns
-                    .store(wake.spin_ns(spin_ns), Ordering::Relaxed);
+                    .store(budget.spin_ns(&wake, spin_ns), Ordering::Relaxed);
             }
             continue;
         }
@@ -762,6 +769,7 @@ pub(super) fn output_stage(outlet: Arc<Outlet>, cfg: OutputConfig, mut realtime:
     }
     let mut g = outlet.lock();
     g.st.wakeups = wakeups;
+    g.st.spin = budget.report(&wake, spin_ns);
     let _ = g.st.flush_before(None);
     control.output_at_ns.store(u64::MAX, Ordering::Relaxed);
     g.st.publish(&control);
@@ -834,9 +842,12 @@ fn wait_until(
     let wait = release_ns - now;
     let slept = wait > spin;
     if slept {
-        let target = now + (wait - spin).min(max_sleep);
+        let (target, last) = wait_target(now, release_ns, spin, max_sleep);
         clock::sleep_until_ns(target);
-        wake.observe(clock::now_ns().saturating_sub(target));
+        // Only the sleep that ends where the spin starts is learnt from.
+        if last {
+            wake.observe(clock::now_ns().saturating_sub(target));
+        }
     } else {
         while clock::now_ns() < release_ns {
             std::hint::spin_loop();

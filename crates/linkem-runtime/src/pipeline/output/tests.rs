@@ -24,6 +24,7 @@ fn outlet(max_lag_ns: Option<u64>) -> (Arc<Outlet>, Producer, Sent) {
     let cfg = OutputConfig {
         spin_ns: 200_000,
         spin_always: false,
+        spin_budget_ppm: crate::pipeline::DEFAULT_SPIN_BUDGET_PPM,
         max_lag_ns,
         reorders: true,
         sorted_runs: true,
@@ -160,6 +161,7 @@ fn coalescing_trusts_the_checksum_only_of_frames_stored_as_checksummed() {
         let cfg = OutputConfig {
             spin_ns: 200_000,
             spin_always: false,
+            spin_budget_ppm: crate::pipeline::DEFAULT_SPIN_BUDGET_PPM,
             max_lag_ns: None,
             reorders: true,
             sorted_runs: true,
@@ -348,6 +350,7 @@ fn stage_and_output_thread_sending_together_keep_release_order() {
     let cfg = OutputConfig {
         spin_ns: 200_000,
         spin_always: false,
+        spin_budget_ppm: crate::pipeline::DEFAULT_SPIN_BUDGET_PPM,
         max_lag_ns: None,
         reorders: true,
         sorted_runs: true,

@@ -37,7 +37,7 @@ use super::Model;
 use crate::render::node::addr;
 use hdrhistogram::Histogram;
 use linkem_core::{Fate, LinkConfig};
-use linkem_runtime::pipeline::{DirectionStats, DELAY_BUCKETS_NS};
+use linkem_runtime::pipeline::{DirectionStats, SpinStats, DELAY_BUCKETS_NS};
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use std::fmt;
@@ -321,7 +321,57 @@ pub(super) fn expose(enc: &mut DescriptorEncoder, model: &Model) -> fmt::Result 
     } else {
         link_metrics(enc, &stats)?;
     }
+    spin_metrics(enc, &stats)?;
     lateness_and_control(enc, &stats, model)
+}
+
+/// How each direction's output thread waits for releases (`--spin-budget`):
+/// what spinning cost and what it learnt of the machine's wake-ups.
+fn spin_metrics(enc: &mut DescriptorEncoder, stats: &[Row<'_>]) -> fmt::Result {
+    let per_dir = |f: fn(&SpinStats) -> f64| {
+        stats
+            .iter()
+            .map(move |r| (dir_label(r), Value::Float(f(&r.stats.spin))))
+    };
+    family(
+        enc,
+        "linkem_spin_seconds_total",
+        Kind::Counter,
+        "Time the output thread spent spinning before release times.",
+        per_dir(|s| s.spun_ns as f64 / 1e9),
+    )?;
+    family(
+        enc,
+        "linkem_spin_budget_ratio",
+        Kind::Gauge,
+        "The share of a core the output thread may spend spinning (--spin-budget).",
+        per_dir(|s| f64::from(s.budget_ppm) / 1e6),
+    )?;
+    family(
+        enc,
+        "linkem_spin_covers_ratio",
+        Kind::Gauge,
+        "The share of the thread's wake-ups its spin before a release covers now (lower once the budget is spent).",
+        per_dir(|s| f64::from(s.covers_ppm) / 1e6),
+    )?;
+    let late = stats.iter().flat_map(|r| {
+        [
+            ("0.5", r.stats.spin.wake_late_p50_ns),
+            ("0.99", r.stats.spin.wake_late_p99_ns),
+        ]
+        .map(|(q, ns)| {
+            let mut labels = dir_label(r);
+            labels.push(("quantile", q.to_string()));
+            (labels, Value::Float(ns as f64 / 1e9))
+        })
+    });
+    family(
+        enc,
+        "linkem_wake_late_seconds",
+        Kind::Gauge,
+        "How late the output thread's recent timed sleeps woke, by quantile (0 before any).",
+        late,
+    )
 }
 
 /// The configured link of each direction (a bridge without rules).

@@ -1,0 +1,387 @@
+//! What a thread learns of this machine's wake-ups, and how long it spins
+//! before a release because of it.
+//!
+//! A timed sleep wakes late by the machine's wake-up latency (a timer
+//! interrupt, a context switch, on a VM a halted vCPU brought back): a few µs
+//! on a quiet machine, tens of µs on a loaded VM, milliseconds when preempted.
+//! A thread that must send at a release time sleeps until `spin` before it and
+//! spins the rest; `spin` is a quantile of the overshoots its own timed sleeps
+//! were recently seen to have ([`WakeEstimate`]), so a release is on time
+//! whenever the wake-up is no later than that quantile.
+//!
+//! Which quantile is set by the thread's spin budget ([`SpinLadder`]): the
+//! share of a core the thread may spend spinning over each window
+//! (`--spin-budget`, default [`DEFAULT_SPIN_BUDGET_PPM`]). Within it, the spin
+//! covers 99 % of wake-ups; a window over it steps the spin down the ladder
+//! (99 % → 90 % → 50 % → [`MIN_SPIN_NS`]), a window under half of it steps
+//! back up. So a sparse link spins to cover almost every wake-up (a few µs per
+//! packet), and a steady 100 Mbit/s flow, whose releases come every 120 µs,
+//! does not hold a core spinning for them: it trades the tail of lateness
+//! (the wake-ups beyond the lower quantile, each no later than a plain timer
+//! wake-up) for CPU, and keeps the median on time while the spin still covers
+//! the median wake-up.
+//!
+//! Invariants: an idle thread never spins (it spins only before a release);
+//! over any window the spin is at most the budget plus one window's
+//! worth before the ladder steps down; the estimate forgets: counts halve every
+//! [`WAKE_WINDOW`] sleeps, so a burst of preemptions is gone after about a
+//! thousand sleeps, while a steady latency keeps its quantile.
+
+/// The least the output thread spins, so that a fast wake-up still has room.
+pub(super) const MIN_SPIN_NS: u64 = 3_000;
+
+/// Default share of a core each output thread may spend spinning before
+/// releases, in parts per million: a quarter of a core. A sparse link spins a
+/// few µs per packet, far below it; a link sending every ~100 µs reaches it,
+/// and spins for the median wake-up instead of the 99th percentile.
+pub const DEFAULT_SPIN_BUDGET_PPM: u32 = 250_000;
+
+/// Upper bounds of the histogram's buckets, ns: about 1.4x apart from 1 µs to
+/// 1 ms. A quantile is answered with the upper bound of its bucket, so it errs
+/// towards spinning a little longer.
+const WAKE_BOUNDS_NS: [u64; 20] = [
+    1_000, 2_000, 3_000, 4_000, 6_000, 8_000, 11_000, 16_000, 22_000, 32_000, 45_000, 64_000,
+    90_000, 128_000, 181_000, 256_000, 362_000, 512_000, 724_000, 1_000_000,
+];
+
+/// Sleeps counted before every count halves (see the module doc).
+pub(super) const WAKE_WINDOW: u32 = 512;
+
+/// The spin before anything is learnt: the loaded VM's typical overshoot.
+const UNLEARNT_NS: u64 = 50_000;
+
+/// How late this thread's timed sleeps woke: a histogram of recent overshoots
+/// that halves every [`WAKE_WINDOW`] sleeps.
+#[derive(Debug, Clone)]
+pub(super) struct WakeEstimate {
+    counts: [u32; WAKE_BOUNDS_NS.len()],
+    total: u32,
+}
+
+impl Default for WakeEstimate {
+    fn default() -> Self {
+        WakeEstimate {
+            counts: [0; WAKE_BOUNDS_NS.len()],
+            total: 0,
+        }
+    }
+}
+
+impl WakeEstimate {
+    pub fn observe(&mut self, overshoot_ns: u64) {
+        // A wake-up later than a millisecond is a preemption, not timer
+        // latency: it lands in the last bucket, which no quantile below 99.9 %
+        // reaches unless preemptions are that common.
+        let i = WAKE_BOUNDS_NS
+            .iter()
+            .position(|&b| overshoot_ns <= b)
+            .unwrap_or(WAKE_BOUNDS_NS.len() - 1);
+        self.counts[i] += 1;
+        self.total += 1;
+        if self.total >= WAKE_WINDOW {
+            self.total = 0;
+            for c in &mut self.counts {
+                *c /= 2;
+                self.total += *c;
+            }
+        }
+    }
+
+    /// The overshoot that `ppm` parts per million of the recent sleeps did
+    /// not exceed (the upper bound of its bucket); [`UNLEARNT_NS`] before
+    /// any sleep was seen.
+    pub fn quantile_ns(&self, ppm: u32) -> u64 {
+        if self.total == 0 {
+            return UNLEARNT_NS;
+        }
+        let rank = (u64::from(self.total) * u64::from(ppm))
+            .div_ceil(1_000_000)
+            .max(1);
+        let mut seen = 0u64;
+        for (c, b) in self.counts.iter().zip(WAKE_BOUNDS_NS) {
+            seen += u64::from(*c);
+            if seen >= rank {
+                return b;
+            }
+        }
+        WAKE_BOUNDS_NS[WAKE_BOUNDS_NS.len() - 1]
+    }
+
+    /// How long to spin before a release to cover `ppm` of the wake-ups
+    /// (0: [`MIN_SPIN_NS`] only), at most `max_ns`.
+    pub fn spin_ns(&self, ppm: u32, max_ns: u64) -> u64 {
+        if ppm == 0 {
+            return MIN_SPIN_NS.min(max_ns);
+        }
+        (self.quantile_ns(ppm) + MIN_SPIN_NS).min(max_ns)
+    }
+}
+
+/// How far before a release a long wait ends in a second, short one: on this
+/// project's VM a sleep of 10 ms wakes about 110 µs late at the median and
+/// one of 50 µs about 15 µs late (`linkem bench tail`'s timer rows: a vCPU
+/// idle longer than the host's halt polling, 200 µs by default in KVM, is
+/// woken from the host's scheduler). So a wait longer than this sleeps until
+/// this far before the release, then once more until the spin; only that
+/// last, short sleep is learnt and spun for, so the spin is sized by the
+/// short sleep's precision, not the long one's.
+pub(super) const APPROACH_NS: u64 = 200_000;
+
+/// Where a wait that starts at `now_ns` for `release_ns` first parks until,
+/// with a spin of `spin_ns` before the release (`max_ns` ahead at most), and
+/// whether that is the spin's start (the wake-up to learn from): the spin's
+/// start when the release is within [`APPROACH_NS`] or the spin longer, else
+/// [`APPROACH_NS`] before the release.
+pub(super) fn wait_target(now_ns: u64, release_ns: u64, spin_ns: u64, max_ns: u64) -> (u64, bool) {
+    let spin_at = release_ns.saturating_sub(spin_ns);
+    let approach_at = release_ns.saturating_sub(APPROACH_NS);
+    let target = if spin_ns < APPROACH_NS && now_ns < approach_at {
+        approach_at
+    } else {
+        spin_at
+    };
+    let target = target.min(now_ns + max_ns);
+    (target, target == spin_at)
+}
+
+/// The quantiles of wake-ups a spin covers, from the most (within budget) to
+/// none (only [`MIN_SPIN_NS`]).
+pub(super) const SPIN_LADDER_PPM: [u32; 4] = [990_000, 900_000, 500_000, 0];
+
+/// Where on [`SPIN_LADDER_PPM`] a thread's spin stands, moved once per window
+/// by the share of it that went to spinning.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct SpinLadder {
+    pub budget_ppm: u32,
+    step: usize,
+}
+
+impl SpinLadder {
+    pub fn new(budget_ppm: u32) -> Self {
+        SpinLadder {
+            budget_ppm,
+            // A budget of nothing spins nothing from the start.
+            step: if budget_ppm == 0 {
+                SPIN_LADDER_PPM.len() - 1
+            } else {
+                0
+            },
+        }
+    }
+
+    /// The quantile of wake-ups the spin covers now.
+    pub fn quantile_ppm(&self) -> u32 {
+        SPIN_LADDER_PPM[self.step]
+    }
+
+    /// A window of `elapsed_ns` ended having spun `spun_ns`: over the budget,
+    /// one step down; under half of it, one step up.
+    pub fn window_ended(&mut self, spun_ns: u64, elapsed_ns: u64) {
+        let budget_ns = u128::from(elapsed_ns) * u128::from(self.budget_ppm) / 1_000_000;
+        let spun_ns = u128::from(spun_ns);
+        if spun_ns > budget_ns {
+            self.step = (self.step + 1).min(SPIN_LADDER_PPM.len() - 1);
+        } else if spun_ns * 2 < budget_ns && self.budget_ppm > 0 {
+            self.step = self.step.saturating_sub(1);
+        }
+    }
+}
+
+/// What an output thread reports of its waiting, in each direction it serves
+/// (as `tx_wakeups`): its budget, what it spun, and what it learnt.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SpinStats {
+    /// The share of a core it may spin, parts per million (`--spin-budget`).
+    pub budget_ppm: u32,
+    /// Time spent spinning before releases since the start, ns.
+    pub spun_ns: u64,
+    /// How long it spins before a release now, ns.
+    pub spin_ns: u64,
+    /// The quantile of its wake-ups that spin covers now, ppm (0: none,
+    /// the budget is spent).
+    pub covers_ppm: u32,
+    /// How late its recent timed sleeps woke at the median, ns (the upper
+    /// bound of the histogram's bucket; 0 before any sleep).
+    pub wake_late_p50_ns: u64,
+    /// The same at the 99th percentile.
+    pub wake_late_p99_ns: u64,
+}
+
+impl SpinStats {
+    pub(super) fn of(
+        wake: &WakeEstimate,
+        budget_ppm: u32,
+        covers_ppm: u32,
+        spun_ns: u64,
+        spin_ns: u64,
+    ) -> SpinStats {
+        let learnt = wake.total > 0;
+        SpinStats {
+            budget_ppm,
+            spun_ns,
+            spin_ns,
+            covers_ppm,
+            wake_late_p50_ns: if learnt { wake.quantile_ns(500_000) } else { 0 },
+            wake_late_p99_ns: if learnt { wake.quantile_ns(990_000) } else { 0 },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const US: u64 = 1_000;
+
+    #[test]
+    fn a_long_wait_approaches_in_two_sleeps() {
+        let max = 10_000 * US;
+        // 5 ms ahead, spin 40 µs: first to 200 µs before, then to the spin.
+        assert_eq!(
+            wait_target(0, 5_000 * US, 40 * US, max),
+            (4_800 * US, false)
+        );
+        assert_eq!(
+            wait_target(4_810 * US, 5_000 * US, 40 * US, max),
+            (4_960 * US, true)
+        );
+        // Within the approach: straight to the spin.
+        assert_eq!(wait_target(0, 150 * US, 40 * US, max), (110 * US, true));
+        // A spin longer than the approach: straight to it.
+        assert_eq!(
+            wait_target(0, 5_000 * US, 300 * US, max),
+            (4_700 * US, true)
+        );
+        // Far off: at most max_ns at a time.
+        assert_eq!(
+            wait_target(0, 50_000 * US, 40 * US, max),
+            (10_000 * US, false)
+        );
+    }
+
+    #[test]
+    fn unlearnt_the_spin_is_the_loaded_machines_typical_overshoot() {
+        let w = WakeEstimate::default();
+        assert_eq!(w.spin_ns(990_000, 200 * US), UNLEARNT_NS + MIN_SPIN_NS);
+        assert_eq!(w.spin_ns(0, 200 * US), MIN_SPIN_NS);
+        assert_eq!(
+            w.spin_ns(990_000, 10 * US),
+            10 * US,
+            "capped by --spin-threshold"
+        );
+    }
+
+    #[test]
+    fn quantiles_are_read_from_the_recent_overshoots() {
+        let mut w = WakeEstimate::default();
+        // 90 wake-ups 5 µs late, 9 at 20 µs, one at 300 µs.
+        for _ in 0..90 {
+            w.observe(5 * US);
+        }
+        for _ in 0..9 {
+            w.observe(20 * US);
+        }
+        w.observe(300 * US);
+        assert_eq!(
+            w.quantile_ns(500_000),
+            6 * US,
+            "the median's bucket is 4-6 µs"
+        );
+        assert_eq!(w.quantile_ns(900_000), 6 * US);
+        assert_eq!(w.quantile_ns(990_000), 22 * US);
+        assert_eq!(w.quantile_ns(1_000_000), 362 * US);
+        assert_eq!(w.spin_ns(990_000, 200 * US), 25 * US);
+    }
+
+    #[test]
+    fn a_preemption_lands_in_the_last_bucket() {
+        let mut w = WakeEstimate::default();
+        w.observe(50_000 * US);
+        assert_eq!(w.quantile_ns(500_000), 1_000 * US);
+        assert_eq!(w.spin_ns(990_000, 200 * US), 200 * US);
+    }
+
+    #[test]
+    fn old_overshoots_are_forgotten() {
+        let mut w = WakeEstimate::default();
+        for _ in 0..20 {
+            w.observe(500 * US);
+        }
+        assert_eq!(w.quantile_ns(990_000), 512 * US);
+        // Halving every WAKE_WINDOW sleeps: 20 → 10 → 5 → 2 → 1 → 0.
+        for _ in 0..6 * WAKE_WINDOW {
+            w.observe(3 * US);
+        }
+        assert_eq!(w.quantile_ns(1_000_000), 3 * US, "the old ones are gone");
+        assert!(w.total < WAKE_WINDOW);
+    }
+
+    #[test]
+    fn the_ladder_steps_down_over_budget_and_up_well_under_it() {
+        let mut l = SpinLadder::new(250_000);
+        assert_eq!(l.quantile_ppm(), 990_000);
+        let window = 10_000 * US;
+        l.window_ended(3_000 * US, window);
+        assert_eq!(l.quantile_ppm(), 900_000, "30 % of the window is over 25 %");
+        l.window_ended(2_000 * US, window);
+        assert_eq!(
+            l.quantile_ppm(),
+            900_000,
+            "20 % is within it, above its half"
+        );
+        for want in [500_000, 0, 0] {
+            l.window_ended(window, window);
+            assert_eq!(l.quantile_ppm(), want);
+        }
+        for want in [500_000, 900_000, 990_000, 990_000] {
+            l.window_ended(1_000 * US, window);
+            assert_eq!(l.quantile_ppm(), want);
+        }
+    }
+
+    #[test]
+    fn a_budget_of_nothing_never_spins_beyond_the_least() {
+        let mut l = SpinLadder::new(0);
+        assert_eq!(l.quantile_ppm(), 0);
+        l.window_ended(0, 10_000 * US);
+        assert_eq!(l.quantile_ppm(), 0, "an idle window does not step up");
+        let w = WakeEstimate::default();
+        assert_eq!(w.spin_ns(l.quantile_ppm(), 200 * US), MIN_SPIN_NS);
+    }
+
+    #[test]
+    fn the_report_says_what_was_learnt() {
+        let mut w = WakeEstimate::default();
+        let l = SpinLadder::new(DEFAULT_SPIN_BUDGET_PPM);
+        let of = |w: &WakeEstimate| {
+            SpinStats::of(
+                w,
+                l.budget_ppm,
+                l.quantile_ppm(),
+                7,
+                w.spin_ns(l.quantile_ppm(), 200 * US),
+            )
+        };
+        let unlearnt = of(&w);
+        assert_eq!(
+            (unlearnt.wake_late_p50_ns, unlearnt.wake_late_p99_ns),
+            (0, 0)
+        );
+        assert_eq!(unlearnt.spin_ns, UNLEARNT_NS + MIN_SPIN_NS);
+        for _ in 0..100 {
+            w.observe(10 * US);
+        }
+        let s = of(&w);
+        assert_eq!(
+            s,
+            SpinStats {
+                budget_ppm: 250_000,
+                spun_ns: 7,
+                spin_ns: 14 * US,
+                covers_ppm: 990_000,
+                wake_late_p50_ns: 11 * US,
+                wake_late_p99_ns: 11 * US,
+            }
+        );
+    }
+}
