@@ -257,8 +257,9 @@ fn an_answer_from_a_host_process_costs_no_second_wake_up(backend: &str) {
 /// Each direction's counts show its output thread's `spin`: the budget given
 /// (or the default quarter of a core), what the thread learnt of this
 /// machine's wake-ups, and with `--spin-budget 0%` (or while every core of a
-/// loaded machine is taken) a spin of 3 µs that covers none of them. Pings 2 ms apart through `delay 5ms`: each release is beyond
-/// what the stage sends itself, so the output threads sleep to them and learn.
+/// loaded machine is taken) a spin of 3 µs that covers none of them. Pings
+/// 2 ms apart through `delay 5ms`: each release is beyond what the stage
+/// sends itself, so the output threads sleep to them and learn.
 /// Values the thread reports, not times: robust on a loaded VM.
 fn each_direction_shows_its_spin_budget_and_what_it_learnt(backend: &str) {
     if skip() {
