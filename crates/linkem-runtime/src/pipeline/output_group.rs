@@ -68,7 +68,7 @@ pub(super) fn output_group(
     let mut last_publish = clock::now_ns();
     let mut budget =
         SpinBudget::watching_cores(last_publish, !cfg.spin_always, cfg.spin_budget_ppm);
-    tell_wake(&dirs, budget.spin_ns(&wake, cfg.spin_ns));
+    tell_wake(&dirs, wake.wake_ns(cfg.spin_ns));
     while !stop.load(Ordering::Acquire) {
         // A direction whose send failed stops (its pair stops with it, see
         // `live`); the others go on.
@@ -128,7 +128,7 @@ pub(super) fn output_group(
                 // Only the wake-up before the spin is learnt from.
                 if last && woke >= target {
                     wake.observe(woke - target);
-                    tell_wake(&dirs, budget.spin_ns(&wake, cfg.spin_ns));
+                    tell_wake(&dirs, wake.wake_ns(cfg.spin_ns));
                 }
             }
             wakeups += 1;

@@ -107,6 +107,14 @@ impl WakeEstimate {
         WAKE_BOUNDS_NS[WAKE_BOUNDS_NS.len() - 1]
     }
 
+    /// How long before a release this thread must be woken to be on time
+    /// (its 99th percentile, at most `max_ns`), whatever its budget lets it
+    /// spin: the live stage sends a release closer than that itself
+    /// (`output::who_sends`).
+    pub fn wake_ns(&self, max_ns: u64) -> u64 {
+        self.spin_ns(SPIN_LADDER_PPM[0], max_ns)
+    }
+
     /// How long to spin before a release to cover `ppm` of the wake-ups
     /// (0: [`MIN_SPIN_NS`] only), at most `max_ns`.
     pub fn spin_ns(&self, ppm: u32, max_ns: u64) -> u64 {

@@ -147,7 +147,6 @@ use super::output::{
 };
 use super::output_group::output_group;
 use super::wait::{self, set_realtime, Linger, Realtime, SpinBudget, WakeEstimate, MIN_SPIN_NS};
-use super::wake::SPIN_LADDER_PPM;
 use super::wire::{cut, finish, whole_plan, Csum, Cut, KERNEL_DROPS_EVERY_NS};
 use super::{Control, Direction, DirectionStats};
 use crate::clock;

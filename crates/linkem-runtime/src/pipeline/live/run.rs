@@ -274,7 +274,7 @@ pub(super) fn live_stage<M: LiveModel>(
             MIN_SPIN_NS
         } else {
             // Rare timed events: the spin covers nearly every wake-up.
-            wake.spin_ns(SPIN_LADDER_PPM[0], opts.spin_ns)
+            wake.wake_ns(opts.spin_ns)
         };
         let limit_ns = wait_limit_ns(pairs, woken_by_fds, turn.sweep_at, now);
         let sleep_ns = match turn.next {

@@ -687,7 +687,7 @@ pub(super) fn output_stage(outlet: Arc<Outlet>, cfg: OutputConfig, mut realtime:
         SpinBudget::watching_cores(clock::now_ns(), !cfg.spin_always, cfg.spin_budget_ppm);
     control
         .output_wake_ns
-        .store(budget.spin_ns(&wake, spin_ns), Ordering::Relaxed);
+        .store(wake.wake_ns(spin_ns), Ordering::Relaxed);
     let max_sleep = if cfg.reorders {
         MAX_SLEEP_REORDER_NS
     } else {
@@ -749,7 +749,7 @@ pub(super) fn output_stage(outlet: Arc<Outlet>, cfg: OutputConfig, mut realtime:
                 wakeups += 1;
                 control
                     .output_wake_ns
-                    .store(budget.spin_ns(&wake, spin_ns), Ordering::Relaxed);
+                    .store(wake.wake_ns(spin_ns), Ordering::Relaxed);
             }
             continue;
         }
