@@ -18,7 +18,9 @@
 # which sums every thread of the process, dead ones included) taken just before
 # the stream starts and just after it ends (the shell's setup and teardown are
 # left out), that per GB carried (cpu_s / (bytes / 1e9)), and the machine's
-# busy CPU seconds over the same interval (/proc/stat, all cores) and per GB.
+# busy CPU seconds over the same interval (/proc/stat, all cores: every
+# tick not idle or iowait), per GB, and as a share of all cores over the wall
+# time (near 100 % says the cell competed for CPU).
 # The emulator is the process started here: linkem and rattan both run their
 # link in threads of that process and CMD (iperf3) as a child, which is not
 # counted. Medians per tool follow the per-round tables.
@@ -136,7 +138,13 @@ wait_for() {
 }
 touch "$d/ready"
 wait_for go
-iperf3 -c "$parent" -p 5201 -t "$3" -J >"$d/iperf.json" 2>"$d/iperf.err" || true
+# In the background so that a shell ended early (the bench interrupted) ends
+# the stream too instead of leaving it orphaned.
+iperf3 -c "$parent" -p 5201 -t "$3" -J >"$d/iperf.json" 2>"$d/iperf.err" &
+client=$!
+trap 'kill "$client" 2>/dev/null; exit 143' TERM INT HUP
+wait "$client" || true
+trap - TERM INT HUP
 touch "$d/done"
 wait_for end
 INNER
@@ -173,9 +181,10 @@ wait_mark() {
 
 # run_cell TOOL ROUND PARENT_VAR CMD...: one stream through the shell that
 # CMD... starts (inner.sh and its arguments are appended); appends a line to
-# $WORK/results: tool round mbit bytes cpu_s machine_busy_s (? when unknown).
+# $WORK/results: tool round mbit bytes cpu_ticks machine_busy_ticks wall_ms
+# (? when unknown).
 run_cell() {
-  local tool=$1 round=$2 var=$3 d before_ns t0 t1 m0 m1 ok=yes
+  local tool=$1 round=$2 var=$3 d before_ns t0 t1 m0 m1 w0 w1 ok=yes
   shift 3
   d=$WORK/cell
   rm -rf "$d"
@@ -191,10 +200,12 @@ run_cell() {
   if wait_mark "$d" ready 30; then
     t0=$(proc_ticks "$EPID") || ok=no
     m0=$(machine_busy_ticks)
+    w0=$(date +%s%N)
     touch "$d/go"
     if wait_mark "$d" done $((secs + 30)); then
       t1=$(proc_ticks "$EPID") || ok=no
       m1=$(machine_busy_ticks)
+      w1=$(date +%s%N)
     else
       ok=no
     fi
@@ -217,11 +228,11 @@ try:
 except Exception:
     print("? ?")' "$d/iperf.json" 2>/dev/null) || figures="? ?"
   if [ "$ok" = yes ]; then
-    echo "$tool $round $figures $(((t1 - t0))) $(((m1 - m0)))" >>"$WORK/results"
+    echo "$tool $round $figures $((t1 - t0)) $((m1 - m0)) $(((w1 - w0) / 1000000))" >>"$WORK/results"
   else
     echo "bench-rattan: $tool, round $round: no figures; the emulator said:" >&2
     tail -5 "$d/emulator.out" >&2 || true
-    echo "$tool $round $figures ? ?" >>"$WORK/results"
+    echo "$tool $round $figures ? ? ?" >>"$WORK/results"
   fi
 }
 
@@ -249,24 +260,27 @@ cell() {
 
 # Prints the rows of ROUND (all rounds when "all": the medians per tool).
 report() {
-  python3 - "$WORK/results" "$clk_tck" "$1" "$LINKEM" "${BASE:-}" "${RATTAN:-}" <<'PY'
+  python3 - "$WORK/results" "$clk_tck" "$(nproc)" "$1" "$LINKEM" "${BASE:-}" "${RATTAN:-}" <<'PY'
 import statistics, sys
-path, tck, which, linkem, base, rattan = sys.argv[1], int(sys.argv[2]), sys.argv[3], *sys.argv[4:]
+path, tck, cores, which, linkem, base, rattan = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), *sys.argv[4:]
 names = {"linkem": "linkem " + linkem, "base": "linkem (BASE) " + base, "rattan": "rattan " + rattan}
 rows = []
 for line in open(path):
-    tool, rnd, mbit, nbytes, cpu, busy = line.split()
+    tool, rnd, mbit, nbytes, cpu, busy, wall_ms = line.split()
     num = lambda v, f=float: None if v == "?" else f(v)
     mbit, nbytes = num(mbit), num(nbytes, int)
     cpu = None if cpu == "?" else int(cpu) / tck
     busy = None if busy == "?" else int(busy) / tck
+    wall_s = None if wall_ms == "?" else int(wall_ms) / 1e3
     per_gb = lambda s: None if s is None or not nbytes else s / (nbytes / 1e9)
     rows.append(dict(tool=tool, round=rnd, mbit=mbit, gb=None if nbytes is None else nbytes / 1e9,
-                     cpu=cpu, cpu_gb=per_gb(cpu), busy=busy, busy_gb=per_gb(busy)))
+                     cpu=cpu, cpu_gb=per_gb(cpu), busy=busy, busy_gb=per_gb(busy),
+                     busy_pct=None if busy is None or not wall_s else 100 * busy / (wall_s * cores)))
 fmt = lambda v, spec: "?" if v is None else spec % v
 cols = [("mbit", "goodput Mbit/s", "%.1f"), ("gb", "GB carried", "%.3f"),
         ("cpu", "emulator CPU s", "%.2f"), ("cpu_gb", "emulator CPU s/GB", "%.1f"),
-        ("busy", "machine busy CPU s", "%.2f"), ("busy_gb", "machine busy s/GB", "%.1f")]
+        ("busy", "machine busy CPU s", "%.2f"), ("busy_gb", "machine busy s/GB", "%.1f"),
+        ("busy_pct", "machine busy %", "%.0f")]
 head = "| tool | " + " | ".join(c[1] for c in cols) + " |"
 rule = "|---" * (len(cols) + 1) + "|"
 if which != "all":
@@ -276,7 +290,7 @@ if which != "all":
         if r["round"] == which:
             print("| %s | " % r["tool"] + " | ".join(fmt(r[k], s) for k, _, s in cols) + " |")
 else:
-    print("\nMedians over the rounds (each column on its own; ? rounds left out):\n")
+    print("\nMedians over the rounds (each column on its own; rounds without figures left out):\n")
     print(head.replace("| tool |", "| tool | rounds |")); print(rule + "---|")
     for tool in ["linkem", "base", "rattan"]:
         mine = [r for r in rows if r["tool"] == tool]
@@ -286,7 +300,7 @@ else:
         for k, _, _ in cols:
             vals = [r[k] for r in mine if r[k] is not None]
             med[k] = statistics.median(vals) if vals else None
-        print("| %s | %d | " % (tool, len(mine)) + " | ".join(fmt(med[k], s) for k, _, s in cols) + " |")
+        print("| %s | %d | " % (tool, sum(r["cpu_gb"] is not None for r in mine)) + " | ".join(fmt(med[k], s) for k, _, s in cols) + " |")
     print()
     for tool in ["linkem", "base", "rattan"]:
         if any(r["tool"] == tool for r in rows):
