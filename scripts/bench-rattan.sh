@@ -96,8 +96,7 @@ cleanup() {
   if [ -n "$EPID" ]; then
     # SIGINT first: both tools end their command and remove what they made.
     kill -INT "$EPID" 2>/dev/null || true
-    local n
-    for n in $(seq 30); do
+    for _ in $(seq 30); do
       kill -0 "$EPID" 2>/dev/null || break
       sleep 0.1
     done
@@ -123,7 +122,8 @@ ip -n "$NS" link set lo up
 # CPU reading before the stream is taken while the link is idle), runs the
 # stream, says done, and waits for end (so the reading after it is taken
 # before the emulator starts tearing down). $1 is the directory of these
-# marks, $2 the name of the variable holding the parent's address.
+# marks, $2 the name of the variable holding the parent's address, $3 the
+# stream's seconds.
 cat >"$WORK/inner.sh" <<'INNER'
 #!/bin/sh
 d=$1
