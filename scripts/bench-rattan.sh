@@ -162,8 +162,8 @@ proc_ticks() {
 
 # Busy clock ticks of the whole machine: all but idle and iowait.
 machine_busy_ticks() {
-  local cpu user nice system idle iowait irq softirq steal rest
-  read -r cpu user nice system idle iowait irq softirq steal rest </proc/stat
+  local user nice system irq softirq steal
+  read -r _ user nice system _ _ irq softirq steal _ </proc/stat
   echo $((user + nice + system + irq + softirq + steal))
 }
 
@@ -202,7 +202,7 @@ run_cell() {
     m0=$(machine_busy_ticks)
     w0=$(date +%s%N)
     touch "$d/go"
-    if wait_mark "$d" done $((secs + 30)); then
+    if wait_mark "$d" "done" $((secs + 30)); then
       t1=$(proc_ticks "$EPID") || ok=no
       m1=$(machine_busy_ticks)
       w1=$(date +%s%N)
