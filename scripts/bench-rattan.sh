@@ -37,6 +37,8 @@
 # system call each; linkem's sees the kernel's defaults); Rattan's rate counts
 # IP bytes and linkem's counts frames (14 bytes more each), so Rattan's
 # goodput ceiling is about 1 % higher at the same words.
+# THREADS=1 also prints each cell's CPU seconds per thread name of the
+# emulator (threads that ended during the stream are not in it).
 # LINKEM defaults to the release build (built if missing). Not part of
 # scripts/test.sh: Rattan is not a dependency of linkem.
 set -euo pipefail
@@ -160,6 +162,18 @@ proc_ticks() {
   echo $((${12} + ${13}))
 }
 
+# "name ticks" per live thread of PID (for THREADS=1).
+thread_ticks() {
+  local t line rest
+  for t in /proc/"$1"/task/*; do
+    read -r line <"$t/stat" 2>/dev/null || continue
+    rest=${line##*) }
+    # shellcheck disable=SC2086  # split the fields on purpose
+    set -- $rest
+    echo "${t##*/} $(tr ' ' _ <"$t/comm" 2>/dev/null) $((${12} + ${13}))"
+  done
+}
+
 # Busy clock ticks of the whole machine: all but idle and iowait.
 machine_busy_ticks() {
   local user nice system irq softirq steal
@@ -199,11 +213,13 @@ run_cell() {
   EPID=$!
   if wait_mark "$d" ready 30; then
     t0=$(proc_ticks "$EPID") || ok=no
+    [ "${THREADS:-0}" = 1 ] && thread_ticks "$EPID" >"$d/threads.0"
     m0=$(machine_busy_ticks)
     w0=$(date +%s%N)
     touch "$d/go"
     if wait_mark "$d" "done" $((secs + 30)); then
       t1=$(proc_ticks "$EPID") || ok=no
+      [ "${THREADS:-0}" = 1 ] && thread_ticks "$EPID" >"$d/threads.1"
       m1=$(machine_busy_ticks)
       w1=$(date +%s%N)
     else
@@ -227,6 +243,18 @@ try:
     print("%.1f %d" % (s["bits_per_second"] / 1e6, s["bytes"]))
 except Exception:
     print("? ?")' "$d/iperf.json" 2>/dev/null) || figures="? ?"
+  if [ "$ok" = yes ] && [ -f "$d/threads.1" ]; then
+    python3 - "$d/threads.0" "$d/threads.1" "$clk_tck" "$tool" "$round" >>"$WORK/threads" <<'PY'
+import collections, sys
+before = {l.split()[0]: int(l.split()[2]) for l in open(sys.argv[1])}
+by_name = collections.Counter()
+for line in open(sys.argv[2]):
+    tid, name, ticks = line.split()
+    by_name[name] += int(ticks) - before.get(tid, 0)
+parts = ", ".join("%s %.2f s" % (n, t / int(sys.argv[3])) for n, t in by_name.most_common() if t > 0)
+print("%s round %s threads: %s" % (sys.argv[4], sys.argv[5], parts))
+PY
+  fi
   if [ "$ok" = yes ]; then
     echo "$tool $round $figures $((t1 - t0)) $((m1 - m0)) $(((w1 - w0) / 1000000))" >>"$WORK/results"
   else
@@ -316,5 +344,9 @@ for r in $(seq 1 "$rounds"); do
     cell "${tools[$(((r - 1 + i) % n))]}" "$r"
   done
   report "$r"
+  if [ -s "$WORK/threads" ]; then
+    echo
+    grep " round $r threads:" "$WORK/threads" || true
+  fi
 done
 report all
