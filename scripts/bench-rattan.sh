@@ -18,9 +18,10 @@
 # which sums every thread of the process, dead ones included) taken just before
 # the stream starts and just after it ends (the shell's setup and teardown are
 # left out), that per GB carried (cpu_s / (bytes / 1e9)), and the machine's
-# busy CPU seconds over the same interval (/proc/stat, all cores: every
-# tick not idle or iowait), per GB, and as a share of all cores over the wall
-# time (near 100 % says the cell competed for CPU).
+# busy CPU seconds over the same interval (cores x wall time less the idle and
+# iowait time of /proc/stat: those are kept exactly, while its user and system
+# fields are sampled at ticks and miss seconds when threads sleep often), per
+# GB, and as a share of all cores (near 100 % says the cell competed for CPU).
 # The emulator is the process started here: linkem and rattan both run their
 # link in threads of that process and CMD (iperf3) as a child, which is not
 # counted. Medians per tool follow the per-round tables.
@@ -174,11 +175,11 @@ thread_ticks() {
   done
 }
 
-# Busy clock ticks of the whole machine: all but idle and iowait.
-machine_busy_ticks() {
-  local user nice system irq softirq steal
-  read -r _ user nice system _ _ irq softirq steal _ </proc/stat
-  echo $((user + nice + system + irq + softirq + steal))
+# Idle and iowait clock ticks of the whole machine (all cores).
+machine_idle_ticks() {
+  local idle iowait
+  read -r _ _ _ _ idle iowait _ </proc/stat
+  echo $((idle + iowait))
 }
 
 # wait_mark DIR NAME SECONDS: 0 once DIR/NAME exists; 1 if EPID ended or
@@ -195,7 +196,7 @@ wait_mark() {
 
 # run_cell TOOL ROUND PARENT_VAR CMD...: one stream through the shell that
 # CMD... starts (inner.sh and its arguments are appended); appends a line to
-# $WORK/results: tool round mbit bytes cpu_ticks machine_busy_ticks wall_ms
+# $WORK/results: tool round mbit bytes cpu_ticks machine_idle_ticks wall_ms
 # (? when unknown).
 run_cell() {
   local tool=$1 round=$2 var=$3 d before_ns t0 t1 m0 m1 w0 w1 ok=yes
@@ -214,13 +215,13 @@ run_cell() {
   if wait_mark "$d" ready 30; then
     t0=$(proc_ticks "$EPID") || ok=no
     [ "${THREADS:-0}" = 1 ] && thread_ticks "$EPID" >"$d/threads.0"
-    m0=$(machine_busy_ticks)
+    m0=$(machine_idle_ticks)
     w0=$(date +%s%N)
     touch "$d/go"
     if wait_mark "$d" "done" $((secs + 30)); then
       t1=$(proc_ticks "$EPID") || ok=no
       [ "${THREADS:-0}" = 1 ] && thread_ticks "$EPID" >"$d/threads.1"
-      m1=$(machine_busy_ticks)
+      m1=$(machine_idle_ticks)
       w1=$(date +%s%N)
     else
       ok=no
@@ -288,18 +289,18 @@ cell() {
 
 # Prints the rows of ROUND (all rounds when "all": the medians per tool).
 report() {
-  python3 - "$WORK/results" "$clk_tck" "$(nproc)" "$1" "$LINKEM" "${BASE:-}" "${RATTAN:-}" <<'PY'
+  python3 - "$WORK/results" "$clk_tck" "$(grep -c '^cpu[0-9]' /proc/stat)" "$1" "$LINKEM" "${BASE:-}" "${RATTAN:-}" <<'PY'
 import statistics, sys
 path, tck, cores, which, linkem, base, rattan = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), *sys.argv[4:]
 names = {"linkem": "linkem " + linkem, "base": "linkem (BASE) " + base, "rattan": "rattan " + rattan}
 rows = []
 for line in open(path):
-    tool, rnd, mbit, nbytes, cpu, busy, wall_ms = line.split()
+    tool, rnd, mbit, nbytes, cpu, idle, wall_ms = line.split()
     num = lambda v, f=float: None if v == "?" else f(v)
     mbit, nbytes = num(mbit), num(nbytes, int)
     cpu = None if cpu == "?" else int(cpu) / tck
-    busy = None if busy == "?" else int(busy) / tck
     wall_s = None if wall_ms == "?" else int(wall_ms) / 1e3
+    busy = None if idle == "?" or wall_s is None else max(0.0, cores * wall_s - int(idle) / tck)
     per_gb = lambda s: None if s is None or not nbytes else s / (nbytes / 1e9)
     rows.append(dict(tool=tool, round=rnd, mbit=mbit, gb=None if nbytes is None else nbytes / 1e9,
                      cpu=cpu, cpu_gb=per_gb(cpu), busy=busy, busy_gb=per_gb(busy),
