@@ -11,7 +11,7 @@
 #            1000 packets each way (its queues are unlimited unless told), when
 #            RATTAN is set
 #
-#   [LINKEM=path] [BASE=path] [RATTAN=path] scripts/bench-rattan.sh [ROUNDS] [SECONDS]   # root
+#   [LINKEM=path] [BASE=path] [RATTAN=path] [THREADS=1] scripts/bench-rattan.sh [ROUNDS] [SECONDS]   # root
 #
 # Per cell: goodput (iperf3's receiver bits_per_second), the bytes the receiver
 # got, the emulator process's CPU seconds (utime + stime of /proc/PID/stat,
