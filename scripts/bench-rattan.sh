@@ -12,6 +12,7 @@
 #            RATTAN is set
 #
 #   [LINKEM=path] [BASE=path] [RATTAN=path] [THREADS=1] scripts/bench-rattan.sh [ROUNDS] [SECONDS]   # root
+#   LINKEM_ARGS / BASE_ARGS: extra options of that linkem's shell (e.g. --spin-budget 10%)
 #
 # Per cell: goodput (iperf3's receiver bits_per_second), the bytes the receiver
 # got, the emulator process's CPU seconds (utime + stime of /proc/PID/stat,
@@ -272,10 +273,11 @@ cell() {
   local tool=$1 round=$2
   case $tool in
     linkem | base)
-      local bin=$LINKEM
-      [ "$tool" = base ] && bin=$BASE
+      local bin=$LINKEM extra=${LINKEM_ARGS:-}
+      [ "$tool" = base ] && bin=$BASE extra=${BASE_ARGS:-}
+      # shellcheck disable=SC2086 # extra options, split on spaces
       run_cell "$tool" "$round" LINKEM_SHELL_PARENT \
-        "$bin" shell --control none rate 100mbit delay 10ms --
+        "$bin" shell --control none $extra rate 100mbit delay 10ms --
       ;;
     rattan)
       run_cell rattan "$round" RATTAN_BASE \

@@ -430,7 +430,7 @@ impl LinkLogArgs {
 }
 
 /// `--spin-budget`: a percentage with its sign, as parts per million of a core.
-fn parse_spin_budget(text: &str) -> Result<u32, String> {
+pub(crate) fn parse_spin_budget(text: &str) -> Result<u32, String> {
     let share = linkem_core::units::parse_percent(text).map_err(|e| e.to_string())?;
     Ok((share * 1_000_000.0).round() as u32)
 }

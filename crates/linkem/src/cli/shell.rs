@@ -49,6 +49,10 @@ pub struct ShellArgs {
     /// sends late is sent late, never lost, as in mahimahi.
     #[arg(long, value_name = "TIME", default_value = "off", value_parser = linkem_core::units::checked_time_or_off)]
     pub max_lag: String,
+    /// The most of a core each output stage spends spinning before release
+    /// times, as `linkem bridge --spin-budget` (default 25%).
+    #[arg(long, value_name = "PERCENT", value_parser = crate::cli::args::parse_spin_budget)]
+    pub spin_budget: Option<u32>,
     /// `--log-a-to-b` (what CMD sends) and `--log-b-to-a` (what it receives).
     #[command(flatten)]
     pub logs: LinkLogArgs,

@@ -391,7 +391,7 @@ fn bridge_args(args: &ShellArgs, plan: &Plan) -> BridgeArgs {
             stats_interval: args.stats_interval,
             series: args.series,
             spin_threshold: None,
-            spin_budget: None,
+            spin_budget: args.spin_budget,
             max_lag: Some(args.max_lag.clone()),
             buffer: None,
             batch: 32,
