@@ -255,7 +255,7 @@ fn an_answer_from_a_host_process_costs_no_second_wake_up(backend: &str) {
 }
 
 /// Each direction's counts show its output thread's `spin`: the budget given
-/// (or the default quarter of a core), what the thread learnt of this
+/// (or the default 5 % of a core), what the thread learnt of this
 /// machine's wake-ups, and with `--spin-budget 0%` (or while every core of a
 /// loaded machine is taken) a spin of 3 µs that covers none of them. Pings
 /// 2 ms apart through `delay 5ms`: each release is beyond what the stage
@@ -267,7 +267,7 @@ fn each_direction_shows_its_spin_budget_and_what_it_learnt(backend: &str) {
     }
     let _serial = serial();
     let topo = topology_with("sb38", true);
-    for (extra, budget) in [(&[][..], 0.25), (&["--spin-budget", "0%"][..], 0.0)] {
+    for (extra, budget) in [(&[][..], 0.05), (&["--spin-budget", "0%"][..], 0.0)] {
         let mut args = vec!["delay", "5ms"];
         args.extend_from_slice(extra);
         let b = Bridge::start(&topo, backend, &args);
@@ -303,8 +303,9 @@ fn each_direction_shows_its_spin_budget_and_what_it_learnt(backend: &str) {
                 // Every core taken (a loaded machine): the spin is the least.
                 assert_eq!(num(&spin["spin_us"]), 3.0, "{report}");
             } else {
-                // Pings 2 ms apart spin a few % of a core: far within the budget.
-                assert!(num(&spin["covers"]) >= 0.9, "{report}");
+                // Pings 2 ms apart spin a few % of a core: about the budget,
+                // so the spin covers at least the median wake-up.
+                assert!(num(&spin["covers"]) >= 0.5, "{report}");
                 assert!(num(&spin["spin_us"]) > p50, "{report}");
             }
         }

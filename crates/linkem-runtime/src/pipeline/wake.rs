@@ -11,7 +11,7 @@
 //!
 //! Which quantile is set by the thread's spin budget ([`SpinLadder`]): the
 //! share of a core the thread may spend spinning over each window
-//! (`--spin-budget`, default [`DEFAULT_SPIN_BUDGET_PPM`]). Within it, the spin
+//! (`--spin-budget`, default [`DEFAULT_SPIN_BUDGET_PPM`], 5 %). Within it, the spin
 //! covers 99 % of wake-ups; a window over it steps the spin down the ladder
 //! (99 % → 90 % → 50 % → [`MIN_SPIN_NS`]), a window under half of it steps
 //! back up. So a sparse link spins to cover almost every wake-up (a few µs per
@@ -31,10 +31,13 @@
 pub(super) const MIN_SPIN_NS: u64 = 3_000;
 
 /// Default share of a core each output thread may spend spinning before
-/// releases, in parts per million: a quarter of a core. A sparse link spins a
-/// few µs per packet, far below it; a link sending every ~100 µs reaches it,
-/// and spins for the median wake-up instead of the 99th percentile.
-pub const DEFAULT_SPIN_BUDGET_PPM: u32 = 250_000;
+/// releases, in parts per million: 5 %. A link of 1 kpps spins to cover 99 %
+/// of its wake-ups (30-60 µs each on this project's VM: 3-6 %); a link
+/// releasing every 120 µs (100 Mbit/s of full frames) would spin a third of a
+/// core for that, and instead covers the median wake-up or none. Measured at
+/// 100 Mbit/s through `delay 10ms` (`scripts/bench-rattan.sh`, docs/numbers.md):
+/// 36 s of CPU per GB with no spin, 43 at 5 %, 53 at 10 %, 68 at 25 %.
+pub const DEFAULT_SPIN_BUDGET_PPM: u32 = 50_000;
 
 /// Upper bounds of the histogram's buckets, ns: about 1.4x apart from 1 µs to
 /// 1 ms. A quantile is answered with the upper bound of its bucket, so it errs
@@ -383,7 +386,7 @@ mod tests {
         assert_eq!(
             s,
             SpinStats {
-                budget_ppm: 250_000,
+                budget_ppm: 50_000,
                 spun_ns: 7,
                 spin_ns: 14 * US,
                 covers_ppm: 990_000,

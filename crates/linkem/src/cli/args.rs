@@ -327,7 +327,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "TIME", value_parser = linkem_core::units::checked_time)]
     pub spin_threshold: Option<String>,
     /// The most of a core each output stage spends spinning before release times,
-    /// over each 10 ms (default 25%; '0%' spins 3 µs at most). Within it, the spin covers
+    /// over each 10 ms (default 5%; '0%' spins 3 µs at most). Within it, the spin covers
     /// 99% of the wake-ups the stage has learnt of this machine; a window over it steps
     /// down to 90%, then 50%, then none, and one under half of it steps back up: a
     /// busy link trades the tail of its lateness for CPU, a sparse one stays exact.

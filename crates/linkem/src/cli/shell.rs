@@ -50,7 +50,7 @@ pub struct ShellArgs {
     #[arg(long, value_name = "TIME", default_value = "off", value_parser = linkem_core::units::checked_time_or_off)]
     pub max_lag: String,
     /// The most of a core each output stage spends spinning before release
-    /// times, as `linkem bridge --spin-budget` (default 25%).
+    /// times, as `linkem bridge --spin-budget` (default 5%).
     #[arg(long, value_name = "PERCENT", value_parser = crate::cli::args::parse_spin_budget)]
     pub spin_budget: Option<u32>,
     /// `--log-a-to-b` (what CMD sends) and `--log-b-to-a` (what it receives).
