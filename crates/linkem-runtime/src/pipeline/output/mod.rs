@@ -260,6 +260,10 @@ impl OutputState {
     /// Counts the `n` wire frames of a super-frame sent (and notes frames
     /// queued in the ring, to be flushed).
     fn count_super(&mut self, sent: &SuperSent, n: u64) {
+        // Held frames leave also from `release_held` (before a wait, or an
+        // idle park whose timeout depends on this flag): unflagged, their
+        // counts were never published and the run showed them in flight.
+        self.changed = true;
         self.queued |= sent.queued;
         if sent.whole {
             self.local_super_frames += 1;
