@@ -267,6 +267,10 @@ struct Control {
     /// `u64::MAX` while parked; the live stage sends a frame due sooner itself
     /// (see `output::who_sends`).
     output_ready_ns: AtomicU64,
+    /// The release the output thread waits for in a timed park, or
+    /// `u64::MAX`: the live stage unparks it for a frame due earlier that is
+    /// the output thread's to send (see `output::park_until`).
+    output_waits_ns: AtomicU64,
     /// How long before a release the output thread must be woken to be on
     /// time, ns: its learnt wake-up (see `wait::WakeEstimate::spin_ns`).
     output_wake_ns: AtomicU64,
@@ -317,6 +321,7 @@ impl Control {
             output_asleep: AtomicBool::new(false),
             output_at_ns: AtomicU64::new(u64::MAX),
             output_ready_ns: AtomicU64::new(u64::MAX),
+            output_waits_ns: AtomicU64::new(u64::MAX),
             output_wake_ns: AtomicU64::new(0),
             out_of_order: AtomicU64::new(0),
             flush: FlushSet::default(),

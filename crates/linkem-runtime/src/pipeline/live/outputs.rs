@@ -57,6 +57,8 @@ impl Outputs {
             // output thread's core and its super-frames.
             let output_sending = self.claimed[i].is_none()
                 && c.output_ready_ns.load(Ordering::Relaxed) <= clock::now_ns();
+            // The release the stage leaves to the output thread, if known.
+            let mut leaves_ns = None;
             let (wake, sent) = if output_sending {
                 (true, 0)
             } else {
@@ -71,9 +73,16 @@ impl Outputs {
                     Left::Busy => pushed[i],
                     // More due than the stage's share, or a super-frame
                     // stored whole (bulk): the output thread's.
-                    Left::Next(release_ns) if release_ns <= now_ns => true,
-                    Left::Bulk(_) => true,
+                    Left::Next(release_ns) if release_ns <= now_ns => {
+                        leaves_ns = Some(release_ns);
+                        true
+                    }
+                    Left::Bulk(release_ns) => {
+                        leaves_ns = Some(release_ns);
+                        true
+                    }
                     Left::Next(release_ns) => {
+                        leaves_ns = Some(release_ns);
                         let mine = who_sends(
                             release_ns,
                             now_ns,
@@ -93,7 +102,12 @@ impl Outputs {
             if wake {
                 // Pairs with the output stage's fence (see `output::idle`).
                 std::sync::atomic::fence(Ordering::SeqCst);
-                if c.output_parked.load(Ordering::Acquire) {
+                // Waiting in a timed park for a later release (or for one
+                // not known here), it is woken as when parked idle.
+                let waits_ns = c.output_waits_ns.load(Ordering::Relaxed);
+                if c.output_parked.load(Ordering::Acquire)
+                    || leaves_ns.is_none_or(|r| r < waits_ns) && waits_ns != u64::MAX
+                {
                     self.threads[i].unpark();
                 }
             } else if sent > 0

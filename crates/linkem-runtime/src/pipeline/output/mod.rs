@@ -50,10 +50,10 @@ pub(super) use who::stage_sends;
 pub use who::STAGE_HORIZON_NS;
 pub(super) use who::{who_sends, Sender};
 
-/// Longest single sleep of the output stage, so it notices stop and (when
-/// reordering) a newly arrived packet due earlier than the one it waits for.
+/// Longest single wait of the output stage: a deleted pipe's frames (host
+/// mode) are seen within it. A stop, and a frame due earlier than the one it
+/// waits for, unpark it at once ([`park_until`]).
 pub(super) const MAX_SLEEP_NS: u64 = 10_000_000;
-pub(super) const MAX_SLEEP_REORDER_NS: u64 = 200_000;
 /// How often the output stage publishes its counts and lateness when it has
 /// time to spare, and at the latest.
 pub(super) const PUBLISH_NS: u64 = 50_000_000;
@@ -692,11 +692,6 @@ pub(super) fn output_stage(outlet: Arc<Outlet>, cfg: OutputConfig, mut realtime:
     control
         .output_wake_ns
         .store(wake.wake_ns(spin_ns), Ordering::Relaxed);
-    let max_sleep = if cfg.reorders {
-        MAX_SLEEP_REORDER_NS
-    } else {
-        MAX_SLEEP_NS
-    };
     let mut wakeups = 0u64;
     // Host mode: a deleted pipe's packets get their verdicts at once (the
     // kernel holds them), seen within MAX_SLEEP_NS while any record waits.
@@ -749,7 +744,7 @@ pub(super) fn output_stage(outlet: Arc<Outlet>, cfg: OutputConfig, mut realtime:
                 let _ = rt.wait_mode();
             }
             let spin = budget.spin_ns(&wake, spin_ns);
-            if wait_until(release_ns, now, spin, max_sleep, &mut wake, &mut budget) {
+            if wait_until(&outlet, release_ns, now, spin, &mut wake, &mut budget) {
                 wakeups += 1;
                 control
                     .output_wake_ns
@@ -833,24 +828,28 @@ fn idle(
     Ok(true)
 }
 
-/// Sleeps until `spin` before `release_ns` (at most `max_sleep`), or spins to
-/// it when it is that close. Returns true when it slept.
+/// Parks until `spin` before `release_ns` (at most [`MAX_SLEEP_NS`]), or
+/// spins to it when it is that close. Returns true when it waited parked (or
+/// found a frame due earlier than `release_ns`, which it then handles).
 fn wait_until(
+    outlet: &Outlet,
     release_ns: u64,
     now: u64,
     spin: u64,
-    max_sleep: u64,
     wake: &mut WakeEstimate,
     budget: &mut SpinBudget,
 ) -> bool {
     let wait = release_ns - now;
     let slept = wait > spin;
     if slept {
-        let (target, last) = wait_target(now, release_ns, spin, max_sleep);
-        clock::sleep_until_ns(target);
-        // Only the sleep that ends where the spin starts is learnt from.
-        if last {
-            wake.observe(clock::now_ns().saturating_sub(target));
+        let (target, last) = wait_target(now, release_ns, spin, MAX_SLEEP_NS);
+        // Only the wait that ends where the spin starts is learnt from; one
+        // cut short (a frame due earlier, a stop) says nothing.
+        if park_until(outlet, release_ns, target) && last {
+            let woke = clock::now_ns();
+            if woke >= target {
+                wake.observe(woke - target);
+            }
         }
     } else {
         while clock::now_ns() < release_ns {
@@ -860,6 +859,35 @@ fn wait_until(
     }
     budget.tick(now);
     slept
+}
+
+/// Parks until `target_ns`, waiting for `release_ns`, unless a frame due
+/// before it is already stored; returns whether it parked.
+///
+/// Parked, not asleep, so that the live stage can wake it for a frame it
+/// stores with an earlier release that is this thread's to send (the stage
+/// unparks it when that release is before `output_waits_ns`,
+/// `live::Outputs::hand_out`), instead of the thread waking every 200 µs to
+/// look: twenty-five wake-ups per packet of a 5 ms delay. `output_parked`
+/// stays false: to the stage this thread is awake, waiting for its release,
+/// as when it slept. The announce-fence-recheck pairs with the stage's
+/// push-fence-look, as in [`idle`].
+fn park_until(outlet: &Outlet, release_ns: u64, target_ns: u64) -> bool {
+    let control = outlet.control();
+    control.output_waits_ns.store(release_ns, Ordering::Relaxed);
+    std::sync::atomic::fence(Ordering::SeqCst);
+    let earlier = outlet
+        .lock()
+        .src
+        .next_release()
+        .is_some_and(|r| r < release_ns);
+    let now = clock::now_ns();
+    let parked = !earlier && target_ns > now && !control.stop.load(Ordering::Acquire);
+    if parked {
+        std::thread::park_timeout(std::time::Duration::from_nanos(target_ns - now));
+    }
+    control.output_waits_ns.store(u64::MAX, Ordering::Relaxed);
+    parked
 }
 
 #[cfg(test)]
