@@ -57,10 +57,9 @@ impl Outputs {
             // output thread's core and its super-frames.
             let output_sending = self.claimed[i].is_none()
                 && c.output_ready_ns.load(Ordering::Relaxed) <= clock::now_ns();
-            // The release the stage leaves to the output thread, if known.
-            let mut leaves_ns = None;
-            let (wake, sent) = if output_sending {
-                (true, 0)
+            // `leaves_ns`: the release the stage leaves to the output thread, if known.
+            let (wake, sent, leaves_ns) = if output_sending {
+                (true, 0, None)
             } else {
                 self.claimed[i] = None;
                 // A parked output thread is not woken for one super-frame.
@@ -73,16 +72,9 @@ impl Outputs {
                     Left::Busy => pushed[i],
                     // More due than the stage's share, or a super-frame
                     // stored whole (bulk): the output thread's.
-                    Left::Next(release_ns) if release_ns <= now_ns => {
-                        leaves_ns = Some(release_ns);
-                        true
-                    }
-                    Left::Bulk(release_ns) => {
-                        leaves_ns = Some(release_ns);
-                        true
-                    }
+                    Left::Next(release_ns) if release_ns <= now_ns => true,
+                    Left::Bulk(_) => true,
                     Left::Next(release_ns) => {
-                        leaves_ns = Some(release_ns);
                         let mine = who_sends(
                             release_ns,
                             now_ns,
@@ -96,7 +88,11 @@ impl Outputs {
                         !mine
                     }
                 };
-                (wake, sent)
+                let leaves_ns = match left {
+                    Left::Next(r) | Left::Bulk(r) => Some(r),
+                    Left::Empty | Left::Busy => None,
+                };
+                (wake, sent, leaves_ns)
             };
             stage_sent += sent;
             if wake {

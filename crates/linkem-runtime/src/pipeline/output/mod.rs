@@ -700,7 +700,6 @@ pub(super) fn output_stage(outlet: Arc<Outlet>, cfg: OutputConfig, mut realtime:
         let mut g = outlet.lock();
         let inner = &mut *g;
         inner.st.wakeups = wakeups;
-        inner.st.spin = budget.report(&wake, spin_ns);
         if control.held.is_bounded() && control.flush.added() != flushes_seen {
             flushes_seen = control.flush.added();
             inner.src.end_flushed(&mut inner.st, &control.flush);
@@ -718,9 +717,13 @@ pub(super) fn output_stage(outlet: Arc<Outlet>, cfg: OutputConfig, mut realtime:
         let slack = next.is_none_or(|r| r > now + spin_ns + 200_000);
         if (since > PUBLISH_NS && slack) || since > PUBLISH_MAX_NS {
             inner.last_publish_ns = now;
+            inner.st.spin = budget.report(&wake, spin_ns);
             inner.st.publish(&control);
         }
         let Some(release_ns) = next else {
+            // What it learnt goes with the counts idle publishes; while busy,
+            // with its own publications (above), not with every frame.
+            inner.st.spin = budget.report(&wake, spin_ns);
             match idle(&control, g, realtime.as_mut(), &mut wakeups) {
                 Ok(true) => continue,
                 Ok(false) => break,
