@@ -16,8 +16,9 @@
 //!   one-direction stage does (`super::output`);
 //! - with nothing queued at all, a park ended by the live stage's first push
 //!   (or a stop), or, while counts are not yet published, by their
-//!   publication ([`PUBLISH_NS`]): an idle bridge's output stages do not wake,
-//!   whatever its number of pairs.
+//!   publication ([`PUBLISH_NS`]; published at once when the thread was
+//!   last idle [`super::output::IDLE_PUBLISH_NS`] ago or more): an idle
+//!   bridge's output stages do not wake, whatever its number of pairs.
 //!
 //! Per frame, sending, lateness, max-lag, flushing, coalescing (held frames
 //! leave once a direction has nothing more due that may join them,
@@ -31,9 +32,11 @@
 //! reported as each of its directions' `tx_wakeups` (as the live stage's are
 //! as each direction's `rx_wakeups`).
 
-use super::output::{Outlet, OutputConfig, MAX_SLEEP_NS, PUBLISH_MAX_NS, PUBLISH_NS};
+use super::output::{
+    Outlet, OutputConfig, IDLE_PUBLISH_NS, MAX_SLEEP_NS, PUBLISH_MAX_NS, PUBLISH_NS,
+};
 use super::wait::{Realtime, SpinBudget, WakeEstimate, BEHIND_NS};
-use super::wake::wait_target;
+use super::wake::{learn, wait_target};
 use super::Control;
 use super::SpinStats;
 use crate::clock;
@@ -64,8 +67,11 @@ pub(super) fn output_group(
 ) {
     clock::set_timer_slack_ns(1);
     let mut wake = WakeEstimate::default();
+    // Sleeps of APPROACH_NS or more apart (see `output::wait_until`).
+    let mut long = WakeEstimate::default();
     let mut wakeups = 0u64;
     let mut last_publish = clock::now_ns();
+    let mut last_idle = 0u64;
     let mut budget =
         SpinBudget::watching_cores(last_publish, !cfg.spin_always, cfg.spin_budget_ppm);
     tell_wake(&dirs, wake.wake_ns(cfg.spin_ns));
@@ -115,6 +121,20 @@ pub(super) fn output_group(
             {
                 break;
             }
+            // Sparse traffic publishes as it goes idle (see `output::idle`).
+            if now.wrapping_sub(last_idle) >= IDLE_PUBLISH_NS {
+                last_publish = now;
+                let spin = budget.report(&wake, cfg.spin_ns);
+                for d in &dirs {
+                    let mut g = d.lock();
+                    if g.st.changed {
+                        g.st.wakeups = wakeups;
+                        g.st.spin = spin;
+                        g.st.publish(d.control());
+                    }
+                }
+            }
+            last_idle = now;
             park_until(&dirs, None, last_publish + PUBLISH_NS + 1);
             wakeups += 1;
             continue;
@@ -122,12 +142,11 @@ pub(super) fn output_group(
         let spin = budget.spin_ns(&wake, cfg.spin_ns);
         let wait = release_ns.saturating_sub(now);
         if wait > spin {
-            let (target, last) = wait_target(now, release_ns, spin, MAX_SLEEP_NS);
+            let approach = !long.covered_by(spin);
+            let (target, last) = wait_target(now, release_ns, spin, MAX_SLEEP_NS, approach);
             if park_until(&dirs, Some(release_ns), target) {
-                let woke = clock::now_ns();
-                // Only the wake-up before the spin is learnt from.
-                if last && woke >= target {
-                    wake.observe(woke - target);
+                learn(&mut wake, &mut long, now, target, clock::now_ns(), last);
+                if last {
                     tell_wake(&dirs, wake.wake_ns(cfg.spin_ns));
                 }
             }

@@ -110,6 +110,12 @@ impl WakeEstimate {
         WAKE_BOUNDS_NS[WAKE_BOUNDS_NS.len() - 1]
     }
 
+    /// Whether 99 % of the sleeps learnt woke within `spin_ns` (false before
+    /// any): then a long wait needs no approach ([`APPROACH_NS`]).
+    pub fn covered_by(&self, spin_ns: u64) -> bool {
+        self.total > 0 && self.quantile_ns(SPIN_LADDER_PPM[0]) + MIN_SPIN_NS <= spin_ns
+    }
+
     /// How long before a release this thread must be woken to be on time
     /// (its 99th percentile, at most `max_ns`), whatever its budget lets it
     /// spin: the live stage sends a release closer than that itself
@@ -128,31 +134,67 @@ impl WakeEstimate {
     }
 }
 
-/// How far before a release a long wait ends in a second, short one: on this
+/// How far before a release a long wait ends in a second, short one, on a
+/// machine whose long sleeps wake later than the spin covers: on this
 /// project's VM a sleep of 10 ms wakes about 110 µs late at the median and
 /// one of 50 µs about 15 µs late (`linkem bench tail`'s timer rows: a vCPU
 /// idle longer than the host's halt polling, 200 µs by default in KVM, is
 /// woken from the host's scheduler). So a wait longer than this sleeps until
-/// this far before the release, then once more until the spin; only that
-/// last, short sleep is learnt and spun for, so the spin is sized by the
-/// short sleep's precision, not the long one's.
+/// this far before the release, then once more until the spin, and the spin
+/// is sized by the short sleep's precision, not the long one's.
+///
+/// That costs a second wake-up per release. Each thread also learns its
+/// sleeps of this length or longer apart ([`learn`]); once their 99th
+/// percentile is within the spin (a quiet or bare-metal machine, where a
+/// long sleep is as precise as a short one), it waits in one sleep.
 pub(super) const APPROACH_NS: u64 = 200_000;
 
 /// Where a wait that starts at `now_ns` for `release_ns` first parks until,
 /// with a spin of `spin_ns` before the release (`max_ns` ahead at most), and
-/// whether that is the spin's start (the wake-up to learn from): the spin's
-/// start when the release is within [`APPROACH_NS`] or the spin longer, else
-/// [`APPROACH_NS`] before the release.
-pub(super) fn wait_target(now_ns: u64, release_ns: u64, spin_ns: u64, max_ns: u64) -> (u64, bool) {
+/// whether that is the spin's start (the wake-up the spin covers): with
+/// `approach` (the thread's long sleeps are not known to wake within the
+/// spin, [`WakeEstimate::covered_by`]), [`APPROACH_NS`] before the release
+/// when the release is further off than that and the spin shorter, else the
+/// spin's start.
+pub(super) fn wait_target(
+    now_ns: u64,
+    release_ns: u64,
+    spin_ns: u64,
+    max_ns: u64,
+    approach: bool,
+) -> (u64, bool) {
     let spin_at = release_ns.saturating_sub(spin_ns);
     let approach_at = release_ns.saturating_sub(APPROACH_NS);
-    let target = if spin_ns < APPROACH_NS && now_ns < approach_at {
+    let target = if approach && spin_ns < APPROACH_NS && now_ns < approach_at {
         approach_at
     } else {
         spin_at
     };
     let target = target.min(now_ns + max_ns);
     (target, target == spin_at)
+}
+
+/// After a park from `from_ns` until `target_ns` that ended at `woke_ns`:
+/// a sleep of [`APPROACH_NS`] or longer teaches `long`, the one that ends
+/// where the spin starts (`last`) teaches `short`, the estimate the spin is
+/// sized by. A park cut short (a frame due earlier, a stop) says nothing.
+pub(super) fn learn(
+    short: &mut WakeEstimate,
+    long: &mut WakeEstimate,
+    from_ns: u64,
+    target_ns: u64,
+    woke_ns: u64,
+    last: bool,
+) {
+    let Some(late_ns) = woke_ns.checked_sub(target_ns) else {
+        return;
+    };
+    if target_ns.saturating_sub(from_ns) >= APPROACH_NS {
+        long.observe(late_ns);
+    }
+    if last {
+        short.observe(late_ns);
+    }
 }
 
 /// The quantiles of wake-ups a spin covers, from the most (within budget) to
@@ -249,25 +291,66 @@ mod tests {
         let max = 10_000 * US;
         // 5 ms ahead, spin 40 µs: first to 200 µs before, then to the spin.
         assert_eq!(
-            wait_target(0, 5_000 * US, 40 * US, max),
+            wait_target(0, 5_000 * US, 40 * US, max, true),
             (4_800 * US, false)
         );
         assert_eq!(
-            wait_target(4_810 * US, 5_000 * US, 40 * US, max),
+            wait_target(4_810 * US, 5_000 * US, 40 * US, max, true),
             (4_960 * US, true)
         );
         // Within the approach: straight to the spin.
-        assert_eq!(wait_target(0, 150 * US, 40 * US, max), (110 * US, true));
+        assert_eq!(
+            wait_target(0, 150 * US, 40 * US, max, true),
+            (110 * US, true)
+        );
         // A spin longer than the approach: straight to it.
         assert_eq!(
-            wait_target(0, 5_000 * US, 300 * US, max),
+            wait_target(0, 5_000 * US, 300 * US, max, true),
             (4_700 * US, true)
         );
         // Far off: at most max_ns at a time.
         assert_eq!(
-            wait_target(0, 50_000 * US, 40 * US, max),
+            wait_target(0, 50_000 * US, 40 * US, max, true),
             (10_000 * US, false)
         );
+        // Long sleeps known to wake within the spin: one sleep.
+        assert_eq!(
+            wait_target(0, 5_000 * US, 40 * US, max, false),
+            (4_960 * US, true)
+        );
+    }
+
+    #[test]
+    fn long_sleeps_as_precise_as_the_spin_need_no_approach() {
+        let (mut short, mut long) = (WakeEstimate::default(), WakeEstimate::default());
+        assert!(!long.covered_by(200 * US), "unlearnt: approach");
+        // A VM: 10 ms sleeps wake 110 µs late, the short ones 15 µs.
+        for _ in 0..100 {
+            learn(&mut short, &mut long, 0, 9_800 * US, 9_910 * US, false);
+            learn(
+                &mut short,
+                &mut long,
+                9_910 * US,
+                9_980 * US,
+                9_995 * US,
+                true,
+            );
+        }
+        let spin = short.spin_ns(SPIN_LADDER_PPM[0], 200 * US);
+        assert_eq!(spin, 19 * US, "sized by the short sleeps only");
+        assert!(!long.covered_by(spin), "the long ones need the approach");
+        // A quiet machine: every sleep wakes within 5 µs.
+        let (mut short, mut long) = (WakeEstimate::default(), WakeEstimate::default());
+        for _ in 0..100 {
+            learn(&mut short, &mut long, 0, 9_990 * US, 9_994 * US, true);
+        }
+        let spin = short.spin_ns(SPIN_LADDER_PPM[0], 200 * US);
+        assert!(long.covered_by(spin), "one sleep per release");
+        // Cut short, or too short to be long: nothing learnt.
+        let (mut short, mut long) = (WakeEstimate::default(), WakeEstimate::default());
+        learn(&mut short, &mut long, 0, 1_000 * US, 900 * US, true);
+        learn(&mut short, &mut long, 0, 100 * US, 105 * US, false);
+        assert_eq!((short.total, long.total), (0, 0));
     }
 
     #[test]

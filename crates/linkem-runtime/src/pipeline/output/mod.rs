@@ -31,7 +31,7 @@
 use super::coalesce::{Offer, Pending};
 use super::options::lateness_histogram;
 use super::wait::{Realtime, SpinBudget, WakeEstimate, BEHIND_NS};
-use super::wake::wait_target;
+use super::wake::{learn, wait_target};
 use super::{Control, FlushSet};
 use crate::clock;
 use crate::delay_line::{Consumer, Head, Whole};
@@ -58,6 +58,12 @@ pub(super) const MAX_SLEEP_NS: u64 = 10_000_000;
 /// time to spare, and at the latest.
 pub(super) const PUBLISH_NS: u64 = 50_000_000;
 pub(super) const PUBLISH_MAX_NS: u64 = 500_000_000;
+/// How long ago the output stage must have last gone idle for it to publish
+/// its counts as it goes idle again, instead of parking with a timeout for
+/// them: a sparse link's packet then costs no wake-up after its release,
+/// while a link that goes idle between bursts many times a second does not
+/// merge its histogram (tens of µs) each time.
+pub(super) const IDLE_PUBLISH_NS: u64 = 10_000_000;
 
 /// A packet moved out of the delay line when the link may reorder.
 struct Held {
@@ -525,6 +531,8 @@ pub(super) struct OutletInner {
     pub(super) src: Source,
     /// When the stage last published this direction's counts from here.
     last_publish_ns: u64,
+    /// When the output thread last found nothing to send ([`idle`]).
+    last_idle_ns: u64,
 }
 
 /// What [`Outlet::send_due_with`] left waiting.
@@ -556,6 +564,7 @@ impl Outlet {
                 st: OutputState::new(tx, cfg.max_lag_ns, cfg.coalesce_window_ns),
                 src,
                 last_publish_ns: clock::now_ns(),
+                last_idle_ns: 0,
             }),
             control,
         })
@@ -686,6 +695,8 @@ pub(super) fn output_stage(outlet: Arc<Outlet>, cfg: OutputConfig, mut realtime:
     clock::set_timer_slack_ns(1);
     let control = outlet.control.clone();
     let mut wake = WakeEstimate::default();
+    // Sleeps of APPROACH_NS or more apart: whether a long wait needs two.
+    let mut long = WakeEstimate::default();
     let spin_ns = cfg.spin_ns;
     let mut budget =
         SpinBudget::watching_cores(clock::now_ns(), !cfg.spin_always, cfg.spin_budget_ppm);
@@ -747,7 +758,15 @@ pub(super) fn output_stage(outlet: Arc<Outlet>, cfg: OutputConfig, mut realtime:
                 let _ = rt.wait_mode();
             }
             let spin = budget.spin_ns(&wake, spin_ns);
-            if wait_until(&outlet, release_ns, now, spin, &mut wake, &mut budget) {
+            if wait_until(
+                &outlet,
+                release_ns,
+                now,
+                spin,
+                &mut wake,
+                &mut long,
+                &mut budget,
+            ) {
                 wakeups += 1;
                 control
                     .output_wake_ns
@@ -777,12 +796,13 @@ pub(super) fn output_stage(outlet: Arc<Outlet>, cfg: OutputConfig, mut realtime:
     g.st.publish(&control);
 }
 
-/// Nothing to send: hands over what is queued, then parks until the input
-/// stage pushes a frame it does not send itself (it unparks a parked output
-/// thread), the stage sends while the counts are published (it unparks an
-/// asleep output thread), a stop, or the next publication of counts not yet
-/// published ([`PUBLISH_NS`]): idle, the thread does not wake. Returns false
-/// once the line is closed and empty.
+/// Nothing to send: hands over what is queued, publishes counts not yet
+/// published when it was last idle [`IDLE_PUBLISH_NS`] ago or more, then
+/// parks until the input stage pushes a frame it does not send itself (it
+/// unparks a parked output thread), the stage sends while the counts are
+/// published (it unparks an asleep output thread), a stop, or the next
+/// publication of counts still unpublished ([`PUBLISH_NS`]): idle, the
+/// thread does not wake. Returns false once the line is closed and empty.
 fn idle(
     control: &Control,
     mut g: MutexGuard<'_, OutletInner>,
@@ -797,6 +817,14 @@ fn idle(
         let _ = rt.idle_mode();
     }
     control.output_ready_ns.store(u64::MAX, Ordering::Relaxed);
+    // Sparse traffic: publish now rather than wake once more only to publish
+    // (a packet every 100 ms cost that wake-up each, on top of its release).
+    let now = clock::now_ns();
+    if g.st.changed && now.wrapping_sub(g.last_idle_ns) >= IDLE_PUBLISH_NS {
+        g.last_publish_ns = now;
+        g.st.publish(control);
+    }
+    g.last_idle_ns = now;
     // Counts not yet published wait PUBLISH_NS at most; with none, the thread
     // sleeps until a push, a stop or a send of the live stage unparks it.
     let publish_in_ns = g.st.changed.then(|| {
@@ -840,19 +868,16 @@ fn wait_until(
     now: u64,
     spin: u64,
     wake: &mut WakeEstimate,
+    long: &mut WakeEstimate,
     budget: &mut SpinBudget,
 ) -> bool {
     let wait = release_ns - now;
     let slept = wait > spin;
     if slept {
-        let (target, last) = wait_target(now, release_ns, spin, MAX_SLEEP_NS);
-        // Only the wait that ends where the spin starts is learnt from; one
-        // cut short (a frame due earlier, a stop) says nothing.
-        if park_until(outlet, release_ns, target) && last {
-            let woke = clock::now_ns();
-            if woke >= target {
-                wake.observe(woke - target);
-            }
+        let approach = !long.covered_by(spin);
+        let (target, last) = wait_target(now, release_ns, spin, MAX_SLEEP_NS, approach);
+        if park_until(outlet, release_ns, target) {
+            learn(wake, long, now, target, clock::now_ns(), last);
         }
     } else {
         while clock::now_ns() < release_ns {
