@@ -67,6 +67,7 @@ mod output;
 mod output_group;
 mod wait;
 mod wake;
+mod waker;
 mod wire;
 
 pub use coalesce::DEFAULT_WINDOW_NS as DEFAULT_COALESCE_WINDOW_NS;
@@ -274,6 +275,9 @@ struct Control {
     /// How long before a release the output thread must be woken to be on
     /// time, ns: its learnt wake-up (see `wait::WakeEstimate::spin_ns`).
     output_wake_ns: AtomicU64,
+    /// How the output thread sleeps and is woken (shared by the directions
+    /// one output thread serves, see [`waker`]).
+    waker: Arc<waker::Waker>,
     /// Records the live stage stored with a release earlier than one stored
     /// before (see `output::Source`).
     out_of_order: AtomicU64,
@@ -314,8 +318,9 @@ impl Control {
             .clone()
     }
 
-    fn new(huge_pages: bool, buffer_bytes: u64) -> Self {
+    fn new(huge_pages: bool, buffer_bytes: u64, waker: Arc<waker::Waker>) -> Self {
         Control {
+            waker,
             stop: AtomicBool::new(false),
             output_parked: AtomicBool::new(false),
             output_asleep: AtomicBool::new(false),
@@ -367,7 +372,7 @@ impl Direction {
         rx: Box<dyn RxPort>,
         tx: Box<dyn TxPort>,
     ) -> Result<Direction, String> {
-        let control = Arc::new(Control::new(false, 0));
+        let control = Arc::new(Control::new(false, 0, Arc::new(waker::Waker::new()?)));
         let thread = {
             let control = control.clone();
             std::thread::Builder::new()
@@ -468,6 +473,7 @@ impl Direction {
 
     fn halt(&mut self) {
         self.control.stop.store(true, Ordering::Release);
+        self.control.waker.wake();
         for t in &self.threads {
             t.thread().unpark();
         }

@@ -36,7 +36,7 @@ use super::output::{
     Outlet, OutputConfig, IDLE_PUBLISH_NS, MAX_SLEEP_NS, PUBLISH_MAX_NS, PUBLISH_NS,
 };
 use super::wait::{Realtime, SpinBudget, WakeEstimate, BEHIND_NS};
-use super::wake::{learn, wait_target};
+use super::wake::{lead_ns, learn, wait_target};
 use super::Control;
 use super::SpinStats;
 use crate::clock;
@@ -135,11 +135,13 @@ pub(super) fn output_group(
                 }
             }
             last_idle = now;
+            tell_lead(&dirs, lead_ns(budget.spin_ns(&wake, cfg.spin_ns)));
             park_until(&dirs, None, last_publish + PUBLISH_NS + 1);
             wakeups += 1;
             continue;
         };
         let spin = budget.spin_ns(&wake, cfg.spin_ns);
+        tell_lead(&dirs, lead_ns(spin));
         let wait = release_ns.saturating_sub(now);
         if wait > spin {
             let approach = !long.covered_by(spin);
@@ -173,6 +175,14 @@ pub(super) fn output_group(
         .map(|d| std::mem::replace(&mut d.lock().st.tx, Box::new(crate::port::ClosedTx)))
         .collect();
     crate::port::close_all(ports);
+}
+
+/// Tells the live stage how long before a release to wake this thread (see
+/// `waker`); its directions share one waker.
+fn tell_lead(dirs: &[Arc<Outlet>], lead_ns: u64) {
+    if let Some(d) = dirs.first() {
+        d.control().waker.set_lead_ns(lead_ns);
+    }
 }
 
 /// Tells every direction the thread's learnt wake-up (see `output::who_sends`).
@@ -296,10 +306,10 @@ fn park_until(dirs: &[Arc<Outlet>], waiting_for: Option<u64>, target_ns: u64) ->
     let now = clock::now_ns();
     let parked = !earlier && (forever || target_ns > now);
     if parked {
-        if forever {
-            std::thread::park();
-        } else {
-            std::thread::park_timeout(std::time::Duration::from_nanos(target_ns - now));
+        // Every direction of this thread shares its waker (see `waker`).
+        let timeout_ns = (!forever).then(|| target_ns - now);
+        if let Some(d) = dirs.first() {
+            d.control().waker.wait(timeout_ns, || false);
         }
     }
     for d in dirs {

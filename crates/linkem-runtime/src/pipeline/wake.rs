@@ -174,6 +174,16 @@ pub(super) fn wait_target(
     (target, target == spin_at)
 }
 
+/// How long before a release the live stage wakes an output thread that
+/// sleeps for a later one or for nothing (see `waker`): at the approach, then
+/// the thread's own short sleep to the spin, whatever its long sleeps (a
+/// spin of the whole lead right after this wake-up, whose timer the stage
+/// armed from its own core, ended 5-15 µs late on this project's VM, where
+/// the same spin after the thread's own short sleep is on time).
+pub(super) fn lead_ns(spin_ns: u64) -> u64 {
+    APPROACH_NS.max(spin_ns)
+}
+
 /// After a park from `from_ns` until `target_ns` that ended at `woke_ns`:
 /// a sleep of [`APPROACH_NS`] or longer teaches `long`, the one that ends
 /// where the spin starts (`last`) teaches `short`, the estimate the spin is

@@ -207,6 +207,8 @@ pub struct LiveGroup {
     pub(super) output_stop: Arc<AtomicBool>,
     pub(super) stage: Option<JoinHandle<()>>,
     pub(super) outputs: Vec<JoinHandle<()>>,
+    /// How the group's output threads are woken (one each).
+    pub(super) output_wakers: Vec<Arc<Waker>>,
 }
 
 impl LiveGroup {
@@ -222,8 +224,8 @@ impl LiveGroup {
             let _ = t.join();
         }
         self.output_stop.store(true, Ordering::Release);
-        for t in &self.outputs {
-            t.thread().unpark();
+        for w in &self.output_wakers {
+            w.wake();
         }
         for t in self.outputs.drain(..) {
             let _ = t.join();
@@ -316,12 +318,23 @@ impl<M: LiveModel> LiveBridge<M> {
             output_stop: output_stop.clone(),
             stage: None,
             outputs: Vec::new(),
+            output_wakers: Vec::new(),
         };
+        if layout == Layout::Group {
+            group.output_wakers = vec![Arc::new(Waker::new()?), Arc::new(Waker::new()?)];
+        }
         let cfg = output_config(&opts);
         let mut sides: [Vec<Arc<Outlet>>; 2] = Default::default();
         let mut built = Vec::new();
         for pair in pairs {
-            built.push(build_pair(pair, &opts, cfg, layout, &mut sides)?);
+            built.push(build_pair(
+                pair,
+                &opts,
+                cfg,
+                layout,
+                &mut sides,
+                &group.output_wakers,
+            )?);
         }
         if layout == Layout::Group {
             group.outputs = spawn_group_outputs(sides, &opts, cfg, &output_stop)?;
@@ -339,15 +352,11 @@ impl<M: LiveModel> LiveBridge<M> {
                 b.directions[0].control.clone(),
                 b.directions[1].control.clone(),
             ];
-            let threads = match layout {
-                Layout::Alone => [0, 1].map(|i| b.directions[i].threads[0].thread().clone()),
-                Layout::Group => [0, 1].map(|i| group.outputs[i].thread().clone()),
-            };
             let producers: [Producer; 2] =
                 (b.producers.try_into()).map_err(|_| "two delay lines".to_string())?;
             let outlets: [Arc<Outlet>; 2] =
                 (b.outlets.try_into()).map_err(|_| "two outlets".to_string())?;
-            let out = Outputs::new(outlets, threads);
+            let out = Outputs::new(outlets);
             let stage = Stage::new(
                 b.names,
                 controls.clone(),
@@ -384,6 +393,7 @@ fn build_pair<M: LiveModel>(
     cfg: OutputConfig,
     layout: Layout,
     sides: &mut [Vec<Arc<Outlet>>; 2],
+    side_wakers: &[Arc<Waker>],
 ) -> Result<Built<M>, String> {
     let mut directions = Vec::new();
     let mut producers = Vec::new();
@@ -396,7 +406,14 @@ fn build_pair<M: LiveModel>(
             Layout::Alone => delay_line(pair.buffer_bytes[i])?,
             Layout::Group => delay_line_with(pair.buffer_bytes[i], LAZY_FIRST_RESIDENT_BYTES)?,
         };
-        let mut control = Control::new(producer.uses_huge_pages(), producer.capacity_bytes());
+        // A pair alone has an output thread per direction; a group's
+        // directions of one side share theirs.
+        let waker = match side_wakers.get(i) {
+            Some(w) => w.clone(),
+            None => Arc::new(Waker::new()?),
+        };
+        let mut control =
+            Control::new(producer.uses_huge_pages(), producer.capacity_bytes(), waker);
         control.held = crate::pipeline::HeldPerGroup::new(tx.max_held_per_pipe());
         let control = Arc::new(control);
         max_frame[i] = tx.max_frame_bytes();

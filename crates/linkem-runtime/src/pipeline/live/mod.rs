@@ -147,6 +147,7 @@ use super::output::{
 };
 use super::output_group::output_group;
 use super::wait::{self, set_realtime, Linger, Realtime, SpinBudget, WakeEstimate, MIN_SPIN_NS};
+use super::waker::Waker;
 use super::wire::{cut, finish, whole_plan, Csum, Cut, KERNEL_DROPS_EVERY_NS};
 use super::{Control, Direction, DirectionStats};
 use crate::clock;
@@ -164,7 +165,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::{JoinHandle, Thread};
+use std::thread::JoinHandle;
 
 /// Longest wait in poll with nothing due when no eventfd can wake the stage
 /// for a stop or a change (eventfd(2) failed), so that it notices them; with

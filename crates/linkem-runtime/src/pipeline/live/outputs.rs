@@ -7,8 +7,6 @@ use super::*;
 /// module doc).
 pub(super) struct Outputs {
     pub(super) outlets: [Arc<Outlet>; 2],
-    /// The threads that send for each direction (its own, or its group's).
-    pub(super) threads: [Thread; 2],
     /// Per direction, the release the stage took on itself: it goes round its
     /// loop (taking frames) until then, and sends it.
     pub(super) claimed: [Option<u64>; 2],
@@ -30,10 +28,9 @@ impl Outputs {
     /// for each super-frame cost more.
     pub(super) const STAGE_SHARE_FRAMES: usize = 4;
 
-    pub(super) fn new(outlets: [Arc<Outlet>; 2], threads: [Thread; 2]) -> Outputs {
+    pub(super) fn new(outlets: [Arc<Outlet>; 2]) -> Outputs {
         Outputs {
             outlets,
-            threads,
             claimed: [None; 2],
         }
     }
@@ -104,14 +101,17 @@ impl Outputs {
                 if c.output_parked.load(Ordering::Acquire)
                     || leaves_ns.is_none_or(|r| r < waits_ns) && waits_ns != u64::MAX
                 {
-                    self.threads[i].unpark();
+                    // Woken when it wants to be for that release (at once
+                    // when not known), not now only to go back to sleep.
+                    let at_ns = leaves_ns.map_or(0, |r| r.saturating_sub(c.waker.lead_ns()));
+                    c.waker.wake_at(at_ns, clock::now_ns());
                 }
             } else if sent > 0
                 && c.output_asleep.load(Ordering::Relaxed)
                 && !outlet.publish_for_asleep(clock::now_ns())
             {
                 // Its counts now wait for it to publish them (`output::idle`).
-                self.threads[i].unpark();
+                c.waker.wake();
             }
         }
         Ok(stage_sent)

@@ -197,8 +197,8 @@ impl<M: LiveModel> PairLoop<M> {
             p.close();
         }
         // A parked output thread learns that its line closed.
-        for t in &self.out.threads {
-            t.unpark();
+        for o in &self.out.outlets {
+            o.control().waker.wake();
         }
     }
 }

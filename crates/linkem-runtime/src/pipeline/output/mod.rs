@@ -31,7 +31,8 @@
 use super::coalesce::{Offer, Pending};
 use super::options::lateness_histogram;
 use super::wait::{Realtime, SpinBudget, WakeEstimate, BEHIND_NS};
-use super::wake::{learn, wait_target};
+use super::wake::{lead_ns, learn, wait_target, APPROACH_NS};
+use super::waker::Woke;
 use super::{Control, FlushSet};
 use crate::clock;
 use crate::delay_line::{Consumer, Head, Whole};
@@ -735,7 +736,9 @@ pub(super) fn output_stage(outlet: Arc<Outlet>, cfg: OutputConfig, mut realtime:
             // What it learnt goes with the counts idle publishes; while busy,
             // with its own publications (above), not with every frame.
             inner.st.spin = budget.report(&wake, spin_ns);
-            match idle(&control, g, realtime.as_mut(), &mut wakeups) {
+            let spin = budget.spin_ns(&wake, spin_ns);
+            control.waker.set_lead_ns(lead_ns(spin));
+            match idle(&control, g, realtime.as_mut(), &mut wakeups, &mut long) {
                 Ok(true) => continue,
                 Ok(false) => break,
                 Err(e) => {
@@ -808,6 +811,7 @@ fn idle(
     mut g: MutexGuard<'_, OutletInner>,
     realtime: Option<&mut Realtime>,
     wakeups: &mut u64,
+    long: &mut WakeEstimate,
 ) -> Result<bool, String> {
     g.st.flush_before(None)?;
     if g.src.consumer.is_finished() {
@@ -848,9 +852,13 @@ fn idle(
     let empty = g.src.consumer.peek().is_none();
     drop(g);
     if empty {
-        match publish_in_ns {
-            Some(ns) => std::thread::park_timeout(std::time::Duration::from_nanos(ns)),
-            None => std::thread::park(),
+        // A frame stored for later arms the waker's timer for its release
+        // less the lead: this thread wakes once for it, not also when it is
+        // stored (see `waker`), after a long sleep, which is learnt from.
+        if let Woke::Timer(at_ns) = control.waker.wait(publish_in_ns, || false) {
+            if at_ns.saturating_sub(now) >= APPROACH_NS {
+                long.observe(clock::now_ns().saturating_sub(at_ns));
+            }
         }
         *wakeups += 1;
     }
@@ -873,6 +881,7 @@ fn wait_until(
 ) -> bool {
     let wait = release_ns - now;
     let slept = wait > spin;
+    outlet.control.waker.set_lead_ns(lead_ns(spin));
     if slept {
         let approach = !long.covered_by(spin);
         let (target, last) = wait_target(now, release_ns, spin, MAX_SLEEP_NS, approach);
@@ -912,7 +921,7 @@ fn park_until(outlet: &Outlet, release_ns: u64, target_ns: u64) -> bool {
     let now = clock::now_ns();
     let parked = !earlier && target_ns > now && !control.stop.load(Ordering::Acquire);
     if parked {
-        std::thread::park_timeout(std::time::Duration::from_nanos(target_ns - now));
+        control.waker.wait(Some(target_ns - now), || false);
     }
     control.output_waits_ns.store(u64::MAX, Ordering::Relaxed);
     parked

@@ -19,7 +19,11 @@ fn ids(sent: &Sent) -> Vec<u32> {
 /// its producer, and what its port sent.
 fn outlet(max_lag_ns: Option<u64>) -> (Arc<Outlet>, Producer, Sent) {
     let (producer, consumer) = delay_line(2 << 20).unwrap();
-    let control = Arc::new(Control::new(false, 0));
+    let control = Arc::new(Control::new(
+        false,
+        0,
+        Arc::new(crate::pipeline::waker::Waker::new().unwrap()),
+    ));
     let (tx, sent) = MemoryTx::new();
     let cfg = OutputConfig {
         spin_ns: 200_000,
@@ -154,7 +158,11 @@ fn coalescing_trusts_the_checksum_only_of_frames_stored_as_checksummed() {
     for checksummed in [true, false] {
         let (producer, consumer) = delay_line(2 << 20).unwrap();
         let mut p = producer;
-        let control = Arc::new(Control::new(false, 0));
+        let control = Arc::new(Control::new(
+            false,
+            0,
+            Arc::new(crate::pipeline::waker::Waker::new().unwrap()),
+        ));
         let (mut tx, sent) = MemoryTx::new();
         let supers = crate::port::memory::Supers::default();
         tx.supers = Some(supers.clone());
@@ -374,7 +382,7 @@ fn stage_and_output_thread_sending_together_keep_release_order() {
         o.send_due(&mut clock::now_ns, 64).unwrap();
         std::sync::atomic::fence(Ordering::SeqCst);
         if o.control.output_parked.load(Ordering::Acquire) {
-            out.thread().unpark();
+            o.control.waker.wake();
         }
         std::thread::sleep(std::time::Duration::from_micros(20));
     }
@@ -383,7 +391,7 @@ fn stage_and_output_thread_sending_together_keep_release_order() {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     o.control.stop.store(true, Ordering::Release);
-    out.thread().unpark();
+    o.control.waker.wake();
     out.join().unwrap();
     let got = ids(&sent);
     assert_eq!(got.len(), n as usize, "every frame sent once");
