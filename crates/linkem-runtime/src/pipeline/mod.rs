@@ -14,8 +14,9 @@
 //! The model (the plain link, [`linkem_core::LinkModel`], or a node of rules,
 //! [`linkem_core::node::Node`]) runs on the live thread only ([`live`]); the
 //! output threads only wait and send. Neither blocks the other: the only
-//! shared state is the delay lines' counters, a flag for waking an idle
-//! output thread, the release time each output stage has caught up to (so
+//! shared state is the delay lines' counters, flags and a waker (an eventfd
+//! and a timer the live stage arms, `waker`) for waking an idle output
+//! thread, the release time each output stage has caught up to (so
 //! the live stage sheds load when one is more than max-lag behind), and the
 //! statistics, which the live stage publishes under a lock once per batch, the
 //! output stages every 50 ms when they have time to spare.
@@ -269,7 +270,7 @@ struct Control {
     /// (see `output::who_sends`).
     output_ready_ns: AtomicU64,
     /// The release the output thread waits for in a timed park, or
-    /// `u64::MAX`: the live stage unparks it for a frame due earlier that is
+    /// `u64::MAX`: the live stage wakes it for a frame due earlier that is
     /// the output thread's to send (see `output::park_until`).
     output_waits_ns: AtomicU64,
     /// How long before a release the output thread must be woken to be on

@@ -244,6 +244,12 @@ impl Stage {
                 if let Some(g) = self.groups.remove(&n) {
                     for c in &self.controls {
                         c.flush.add(g);
+                        // Host mode: the kernel holds them until their
+                        // verdicts, which a sleeping output thread gives
+                        // only once awake (it may sleep until a release).
+                        if c.held.is_bounded() {
+                            c.waker.wake();
+                        }
                     }
                 }
             }

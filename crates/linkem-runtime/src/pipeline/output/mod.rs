@@ -44,8 +44,11 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 mod send;
+mod source;
 mod who;
 use send::*;
+pub(super) use source::Source;
+
 #[cfg(test)]
 pub(super) use who::stage_sends;
 pub use who::STAGE_HORIZON_NS;
@@ -53,7 +56,7 @@ pub(super) use who::{who_sends, Sender};
 
 /// Longest single wait of the output stage: a deleted pipe's frames (host
 /// mode) are seen within it. A stop, and a frame due earlier than the one it
-/// waits for, unpark it at once ([`park_until`]).
+/// waits for, wake it (at once, or at that frame's lead, [`park_until`]).
 pub(super) const MAX_SLEEP_NS: u64 = 10_000_000;
 /// How often the output stage publishes its counts and lateness when it has
 /// time to spare, and at the latest.
@@ -65,12 +68,6 @@ pub(super) const PUBLISH_MAX_NS: u64 = 500_000_000;
 /// while a link that goes idle between bursts many times a second does not
 /// merge its histogram (tens of µs) each time.
 pub(super) const IDLE_PUBLISH_NS: u64 = 10_000_000;
-
-/// A packet moved out of the delay line when the link may reorder.
-struct Held {
-    frame: Vec<u8>,
-    kind: Kind,
-}
 
 pub(super) struct OutputState {
     pub(super) tx: Box<dyn TxPort>,
@@ -345,161 +342,6 @@ impl OutputState {
         shared.whole = self.local_whole;
         shared.lateness.add(&self.lateness).expect("same bounds");
         self.lateness.reset();
-    }
-}
-
-/// What a record of the delay line is, beside its frame (see [`crate::delay_line::Head`]).
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Kind {
-    copy: bool,
-    group: u32,
-    whole: Option<Whole>,
-    checksummed: bool,
-    /// Ended before its release ([`Source::end_flushed`]): only freed.
-    discarded: bool,
-}
-
-impl Kind {
-    fn of(h: &Head<'_>) -> Kind {
-        Kind {
-            copy: h.copy,
-            group: h.group,
-            whole: h.whole,
-            checksummed: h.checksummed,
-            discarded: h.discarded,
-        }
-    }
-}
-
-/// Where the output stage takes its next frame from: the delay line itself, or
-/// (when the link may reorder) a heap ordered by release time fed from it.
-///
-/// With `sorted_runs` (the node stage), the producer counts in
-/// [`Control::out_of_order`] every record whose release is earlier than one it
-/// stored before. While that count has not moved, every record in the line is
-/// at least as late as every record stored before it, so the line is sorted
-/// and no earlier than anything in the heap: frames leave from the line
-/// directly, uncopied. When the count moves, the whole line goes into the heap
-/// (as without `sorted_runs`), and the frames of the heap leave first.
-pub(super) struct Source {
-    pub(super) consumer: Consumer,
-    heap: Option<ReleaseQueue<Held>>,
-    sorted_runs: Option<Arc<Control>>,
-    /// The out-of-order count already moved into the heap.
-    handled: u64,
-}
-
-impl Source {
-    /// The source of a direction whose stage runs with `cfg` (as
-    /// [`Outlet::new`] builds it).
-    pub(super) fn new(consumer: Consumer, cfg: &OutputConfig, control: &Arc<Control>) -> Source {
-        Source {
-            consumer,
-            heap: cfg.reorders.then(ReleaseQueue::new),
-            sorted_runs: (cfg.reorders && cfg.sorted_runs).then(|| control.clone()),
-            handled: 0,
-        }
-    }
-
-    /// Ends at once every record of a flushed group still waiting (in the
-    /// line and the reorder heap), as `send_next` would at its release:
-    /// counted as flushed and handed back to the port (`tx_discard`: host
-    /// mode's NF_DROP verdict), so that a deleted pipe's packets are not held
-    /// by a kernel until their release. Records in the line are marked and
-    /// freed at their turn; those in the heap leave it now.
-    pub(super) fn end_flushed(&mut self, st: &mut OutputState, flush: &FlushSet) {
-        let mut end = |frame: &[u8], kind: &Kind| {
-            if !flush.contains(kind.group) {
-                return false;
-            }
-            if let Some(w) = kind.whole {
-                st.local_flushed += u64::from(w.wire_frames);
-            } else if !kind.copy {
-                st.local_flushed += 1;
-                st.discard(frame);
-            }
-            true
-        };
-        self.consumer.discard_where(|h| end(h.frame, &Kind::of(h)));
-        if let Some(heap) = self.heap.as_mut() {
-            heap.retain(|h| h.kind.discarded || !end(&h.frame, &h.kind));
-        }
-    }
-
-    /// The next release time, if any frame is waiting.
-    pub(super) fn next_release(&mut self) -> Option<u64> {
-        let Some(heap) = self.heap.as_mut() else {
-            return self.consumer.peek().map(|h| h.release_ns);
-        };
-        if let Some(control) = &self.sorted_runs {
-            // Acquire: the records counted are in the line when it is read.
-            let count = control.out_of_order.load(Ordering::Acquire);
-            if count == self.handled {
-                let line = self.consumer.peek().map(|h| h.release_ns);
-                return match (heap.peek_release_ns(), line) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                };
-            }
-            self.handled = count;
-        }
-        while let Some(h) = self.consumer.peek() {
-            let held = Held {
-                frame: h.frame.to_vec(),
-                kind: Kind::of(&h),
-            };
-            heap.push(h.release_ns, held);
-            self.consumer.pop();
-        }
-        heap.peek_release_ns()
-    }
-
-    /// Whether the next frame (the one [`Source::next_release`] found) is
-    /// the heap's first rather than the line's.
-    fn next_from_heap(&mut self) -> bool {
-        let Some(heap) = self.heap.as_ref() else {
-            return false;
-        };
-        // Without sorted runs, `next_release` moved the whole line into
-        // the heap: the heap's first frame is the one it found.
-        let line = self
-            .sorted_runs
-            .as_ref()
-            .and_then(|_| self.consumer.peek().map(|h| h.release_ns));
-        match (heap.peek_release_ns(), line) {
-            (Some(a), Some(b)) => a <= b,
-            (a, _) => a.is_some(),
-        }
-    }
-
-    /// The wire frames the next record stands for (after
-    /// [`Source::next_release`] found one): those of a super-frame stored
-    /// whole, else 1.
-    pub(super) fn next_wire_frames(&mut self) -> usize {
-        let whole = if self.next_from_heap() {
-            self.heap
-                .as_ref()
-                .and_then(|h| h.peek())
-                .and_then(|(_, h)| h.kind.whole)
-        } else {
-            self.consumer.peek().and_then(|h| h.whole)
-        };
-        whole.map_or(1, |w| w.wire_frames as usize)
-    }
-
-    /// Hands the next frame to `f` and removes it.
-    pub(super) fn take<R>(&mut self, f: impl FnOnce(u64, &[u8], Kind) -> R) -> R {
-        if self.next_from_heap() {
-            if let Some(heap) = self.heap.as_mut() {
-                let (release_ns, h) = heap.pop().expect("next_release found one");
-                return f(release_ns, &h.frame, h.kind);
-            }
-        }
-        let h = self.consumer.peek().expect("next_release found one");
-        // The frame is copied into the backend before the record is released.
-        let r = f(h.release_ns, h.frame, Kind::of(&h));
-        self.consumer.pop();
-        r
     }
 }
 
@@ -801,11 +643,12 @@ pub(super) fn output_stage(outlet: Arc<Outlet>, cfg: OutputConfig, mut realtime:
 
 /// Nothing to send: hands over what is queued, publishes counts not yet
 /// published when it was last idle [`IDLE_PUBLISH_NS`] ago or more, then
-/// parks until the input stage pushes a frame it does not send itself (it
-/// unparks a parked output thread), the stage sends while the counts are
-/// published (it unparks an asleep output thread), a stop, or the next
-/// publication of counts still unpublished ([`PUBLISH_NS`]): idle, the
-/// thread does not wake. Returns false once the line is closed and empty.
+/// sleeps on its waker until the instant the input stage armed for a frame
+/// it does not send itself (the frame's release less this thread's lead), a
+/// send of the stage while the counts are published (it wakes an asleep
+/// output thread), a stop, or the next publication of counts still
+/// unpublished ([`PUBLISH_NS`]): idle, the thread does not wake. Returns
+/// false once the line is closed and empty.
 fn idle(
     control: &Control,
     mut g: MutexGuard<'_, OutletInner>,
@@ -830,7 +673,7 @@ fn idle(
     }
     g.last_idle_ns = now;
     // Counts not yet published wait PUBLISH_NS at most; with none, the thread
-    // sleeps until a push, a stop or a send of the live stage unparks it.
+    // sleeps until a push, a stop or a send of the live stage wakes it.
     let publish_in_ns = g.st.changed.then(|| {
         (g.last_publish_ns + PUBLISH_NS + 1)
             .saturating_sub(clock::now_ns())
@@ -901,9 +744,9 @@ fn wait_until(
 /// Parks until `target_ns`, waiting for `release_ns`, unless a frame due
 /// before it is already stored; returns whether it parked.
 ///
-/// Parked, not asleep, so that the live stage can wake it for a frame it
-/// stores with an earlier release that is this thread's to send (the stage
-/// unparks it when that release is before `output_waits_ns`,
+/// On its waker, so that the live stage can wake it for a frame it stores
+/// with an earlier release that is this thread's to send (the stage arms
+/// the waker for that release less the lead when it is before `output_waits_ns`,
 /// `live::Outputs::hand_out`), instead of the thread waking every 200 µs to
 /// look: twenty-five wake-ups per packet of a 5 ms delay. `output_parked`
 /// stays false: to the stage this thread is awake, waiting for its release,
