@@ -100,7 +100,7 @@ pub(super) fn output_group(
                 .is_none_or(|r| r > now + cfg.spin_ns + 200_000);
         if (since > PUBLISH_NS && slack) || since > PUBLISH_MAX_NS {
             last_publish = now;
-            publish_all(&dirs, wakeups, budget.report(&wake, cfg.spin_ns));
+            publish(&dirs, wakeups, budget.report(&wake, cfg.spin_ns), false);
         }
         if turn.worked || turn.more_due {
             continue;
@@ -124,15 +124,7 @@ pub(super) fn output_group(
             // Sparse traffic publishes as it goes idle (see `output::idle`).
             if now.wrapping_sub(last_idle) >= IDLE_PUBLISH_NS {
                 last_publish = now;
-                let spin = budget.report(&wake, cfg.spin_ns);
-                for d in &dirs {
-                    let mut g = d.lock();
-                    if g.st.changed {
-                        g.st.wakeups = wakeups;
-                        g.st.spin = spin;
-                        g.st.publish(d.control());
-                    }
-                }
+                publish(&dirs, wakeups, budget.report(&wake, cfg.spin_ns), true);
             }
             last_idle = now;
             tell_lead(&dirs, lead_ns(budget.spin_ns(&wake, cfg.spin_ns)));
@@ -168,7 +160,7 @@ pub(super) fn output_group(
     for d in &dirs {
         d.control().output_at_ns.store(u64::MAX, Ordering::Relaxed);
     }
-    publish_all(&dirs, wakeups, budget.report(&wake, cfg.spin_ns));
+    publish(&dirs, wakeups, budget.report(&wake, cfg.spin_ns), false);
     // The counts are final: the sockets close, all at once.
     let ports: Vec<Box<dyn crate::port::TxPort>> = dirs
         .iter()
@@ -260,9 +252,14 @@ fn flush_all(dirs: &[Arc<Outlet>]) -> Result<(), (Arc<Control>, String)> {
     Ok(())
 }
 
-fn publish_all(dirs: &[Arc<Outlet>], wakeups: u64, spin: SpinStats) {
+/// Publishes every direction's counts, or (`changed_only`) those of the
+/// directions that handled frames since their last publication.
+fn publish(dirs: &[Arc<Outlet>], wakeups: u64, spin: SpinStats, changed_only: bool) {
     for d in dirs {
         let mut g = d.lock();
+        if changed_only && !g.st.changed {
+            continue;
+        }
         g.st.wakeups = wakeups;
         g.st.spin = spin;
         g.st.publish(d.control());
