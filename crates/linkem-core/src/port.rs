@@ -84,6 +84,47 @@ pub trait RxPort: Send {
     fn discard(&mut self, frame: &[u8]) {
         let _ = frame;
     }
+    /// The port's kernel path, if it has one (default: none).
+    fn kernel_path(&mut self) -> Option<&mut dyn KernelPath> {
+        None
+    }
+}
+
+/// A port's kernel path ([`RxPort::kernel_path`]): the kernel itself forwards
+/// the frames arriving on the port out of another interface, as the Linux
+/// bridge would, in the sender's own context, and the port hands user space
+/// none of them. For a direction whose model leaves every packet as it came
+/// at the instant it came (a pass-through), that is the model's outcome
+/// without the wake-ups a user-space forwarder costs.
+pub trait KernelPath: Send {
+    /// From now on, frames arriving on this port leave through
+    /// `egress_ifindex` in the kernel, and user space receives none.
+    fn engage(&mut self, egress_ifindex: u32) -> io::Result<()>;
+    /// From now on, frames arriving on this port go to user space again.
+    fn disengage(&mut self) -> io::Result<()>;
+    /// A reader of what the kernel forwarded, for any thread (the counts are
+    /// the kernel's: reading them does not involve the port's owner).
+    fn counter(&self) -> std::sync::Arc<dyn KernelCounter>;
+}
+
+/// Reads a kernel path's counts ([`KernelPath::counter`]).
+pub trait KernelCounter: Send + Sync {
+    /// What the kernel forwarded since the port opened.
+    fn counts(&self) -> io::Result<KernelCounts>;
+}
+
+/// What a kernel path forwarded ([`KernelPath::counts`]), cumulative.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KernelCounts {
+    /// Packets forwarded, each a frame or a super-frame.
+    pub frames: u64,
+    /// Wire frames they are (a super-frame counts each of its segments).
+    pub wire_frames: u64,
+    /// Bytes of those wire frames, each with its headers.
+    pub wire_bytes: u64,
+    /// Frames dropped, not forwarded: longer than the egress MTU allows
+    /// (linkem's `too-big`).
+    pub too_big: u64,
 }
 
 /// The state of a port's interface ([`RxPort::health`]).
@@ -157,6 +198,12 @@ pub trait TxPort: Send {
     }
     /// Largest frame this port can send (egress MTU + Ethernet header (+ tags)).
     fn max_frame_bytes(&self) -> usize;
+    /// The interface this port sends out of, for another port's kernel path
+    /// to forward to ([`KernelPath::engage`]); `None` (the default): a port
+    /// no kernel path may send through (in memory, a netfilter queue).
+    fn egress_ifindex(&self) -> Option<u32> {
+        None
+    }
     /// A frame due on this port that the output stage will not send (late
     /// past max-lag, or its pipe flushed): a port that only lends frames
     /// (the netfilter queue) gives it back as dropped.

@@ -35,6 +35,7 @@ pub mod capture;
 pub mod creds;
 pub mod ifaces;
 pub mod infile;
+pub mod kernel_path;
 pub mod netns;
 pub mod nfqueue;
 pub mod outfile;

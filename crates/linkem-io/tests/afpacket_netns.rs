@@ -477,9 +477,13 @@ fn a_small_port_sends_every_frame_in_batches_without_a_ring() {
     let prefix = netns::unique_prefix(TAG);
     {
         let topo = Topology::two_hosts(&prefix).expect("build topology");
-        let (_rx, mut tx, info) =
-            linkem_io::afpacket::port::open(&topo.emu_b, 1500, linkem_io::port::Rings::Small)
-                .expect("open the small port");
+        let (_rx, mut tx, info) = linkem_io::afpacket::port::open(
+            &topo.emu_b,
+            1500,
+            linkem_io::port::Rings::Small,
+            false,
+        )
+        .expect("open the small port");
         assert!(info.contains("sendmmsg"), "{info}");
         // A broadcast frame of a protocol nobody speaks: host B counts it.
         let mut frame = vec![0xffu8; 6];

@@ -6,22 +6,26 @@
 
 use super::batch_tx::BatchSender;
 use super::{AfPacket, AfPacketConfig, GsoSender, IoError, ETH_HLEN, VLAN_HLEN};
+use crate::kernel_path::{Gate, Kernel};
 use crate::port::{Halves, Rings};
-use linkem_core::port::{PortHealth, RxFrame, RxPort, TxOutcome, TxPort, WaitFds};
+use linkem_core::port::{KernelPath, PortHealth, RxFrame, RxPort, TxOutcome, TxPort, WaitFds};
 use linkem_core::wire::Offload;
 use std::io;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
-/// The RX ring's socket, and whether its interface was last seen down.
+/// The RX ring's socket, whether its interface was last seen down, and its
+/// kernel path (the socket's filter reads its gate).
 struct PacketRx {
     sock: AfPacket,
     down: bool,
+    kernel: Option<Kernel>,
 }
 
 /// The TX ring's socket, and the one that sends super-frames (if it opened).
 struct PacketTx {
     ring: AfPacket,
+    ifindex: u32,
     gso: Option<GsoSender>,
     /// When the interface's MTU was last read ([`MTU_CHECK_EVERY_NS`]).
     mtu_read_ns: u64,
@@ -86,6 +90,10 @@ impl RxPort for PacketRx {
             PortHealth::Down
         }
     }
+
+    fn kernel_path(&mut self) -> Option<&mut dyn KernelPath> {
+        self.kernel.as_mut().map(|k| k as &mut dyn KernelPath)
+    }
 }
 
 impl TxPort for PacketTx {
@@ -111,6 +119,10 @@ impl TxPort for PacketTx {
 
     fn max_frame_bytes(&self) -> usize {
         self.ring.max_frame_bytes()
+    }
+
+    fn egress_ifindex(&self) -> Option<u32> {
+        Some(self.ifindex)
     }
 
     fn sends_super_frames(&self) -> bool {
@@ -139,6 +151,7 @@ const UNUSED_RING_FRAMES: u32 = 1;
 /// through the same socket.
 struct PacketTxBatch {
     batch: BatchSender,
+    ifindex: u32,
     mtu: u32,
     /// When the interface's MTU was last read ([`MTU_CHECK_EVERY_NS`]).
     mtu_read_ns: u64,
@@ -177,6 +190,10 @@ impl TxPort for PacketTxBatch {
         self.mtu as usize + ETH_HLEN + VLAN_HLEN
     }
 
+    fn egress_ifindex(&self) -> Option<u32> {
+        Some(self.ifindex)
+    }
+
     fn sends_super_frames(&self) -> bool {
         true
     }
@@ -198,8 +215,10 @@ impl TxPort for PacketTxBatch {
 }
 
 /// Opens `ifname` (MTU `mtu`) as a receive half and a send half with rings of the size
-/// given, and says what was opened and set.
-pub fn open(ifname: &str, mtu: u32, rings: Rings) -> Result<Halves, IoError> {
+/// given, with a kernel path when `kernel_path` and the machine allows one
+/// ([`crate::kernel_path`]), and says what was opened and set.
+pub fn open(ifname: &str, mtu: u32, rings: Rings, kernel_path: bool) -> Result<Halves, IoError> {
+    let ifindex = crate::ifaces::lookup(ifname)?.index;
     let frame_size = super::frame_size_for_mtu(mtu).max(2048);
     let rx_frames = match rings {
         Rings::Full => 4096,
@@ -218,19 +237,41 @@ pub fn open(ifname: &str, mtu: u32, rings: Rings) -> Result<Halves, IoError> {
             ..AfPacketConfig::default()
         },
     )?;
+    let kernel = if kernel_path {
+        Kernel::open_or_say(ifname, Gate::PacketSocket).and_then(|mut k| {
+            match k.attach_socket_filter(rx.fd()) {
+                Ok(()) => Some(k),
+                Err(e) => {
+                    eprintln!("linkem: {ifname}: no kernel path for pass-through links ({e})");
+                    None
+                }
+            }
+        })
+    } else {
+        None
+    };
+    let kernel_note = if kernel.is_some() {
+        ", tc program linkem_kpath (the kernel path, off until a direction is a pass-through)"
+    } else {
+        ""
+    };
     let rx: Box<dyn RxPort> = Box::new(PacketRx {
         sock: rx,
         down: false,
+        kernel,
     });
     if rings == Rings::Small {
         let batch = BatchSender::new(GsoSender::open(ifname, true)?);
         let tx = Box::new(PacketTxBatch {
+            ifindex,
             mtu: batch.read_mtu().unwrap_or(mtu),
             batch,
             mtu_read_ns: super::now_realtime_ns(),
         });
-        let info = "AF_PACKET TPACKET_V2 receive ring, sendmmsg to send, promiscuous while open";
-        return Ok((rx, tx, info.to_string()));
+        let info = format!(
+            "AF_PACKET TPACKET_V2 receive ring, sendmmsg to send, promiscuous while open{kernel_note}"
+        );
+        return Ok((rx, tx, info));
     }
     let tx = AfPacket::open(
         ifname,
@@ -255,9 +296,10 @@ pub fn open(ifname: &str, mtu: u32, rings: Rings) -> Result<Halves, IoError> {
         rx,
         Box::new(PacketTx {
             ring: tx,
+            ifindex,
             gso,
             mtu_read_ns: super::now_realtime_ns(),
         }),
-        "AF_PACKET TPACKET_V2 rings, promiscuous while open".to_string(),
+        format!("AF_PACKET TPACKET_V2 rings, promiscuous while open{kernel_note}"),
     ))
 }

@@ -27,9 +27,15 @@ pub(super) struct Attachment {
 }
 
 impl Attachment {
-    /// Creates the map with `entries` keys and loads the program for it.
+    /// Creates the map with `entries` keys and loads the program for it,
+    /// behind the kernel path's gate map if `gate` ([`bpf::xdp_gated_program`]).
     /// `multi_buffer`: load it as frags-aware ([`bpf::BPF_F_XDP_HAS_FRAGS`]).
-    pub(super) fn load(ifname: &str, entries: u32, multi_buffer: bool) -> Result<Self, IoError> {
+    pub(super) fn load(
+        ifname: &str,
+        entries: u32,
+        multi_buffer: bool,
+        gate: Option<RawFd>,
+    ) -> Result<Self, IoError> {
         let map = bpf::create_xskmap("linkem_xsks", entries).map_err(|e| bpf_error(e, ifname))?;
         let flags = if multi_buffer {
             bpf::BPF_F_XDP_HAS_FRAGS
@@ -37,7 +43,7 @@ impl Attachment {
             0
         };
         let (prog, rx_clock) =
-            load_program(map.as_raw_fd(), flags).map_err(|e| bpf_error(e, ifname))?;
+            load_program(map.as_raw_fd(), flags, gate).map_err(|e| bpf_error(e, ifname))?;
         Ok(Attachment {
             link: None,
             prog,
@@ -93,13 +99,21 @@ impl Drop for Attachment {
 
 /// The program with TAI stamps, or with MONOTONIC stamps on kernels before
 /// 6.1 (which do not know helper 208).
-fn load_program(map_fd: RawFd, flags: u32) -> Result<(OwnedFd, RxClock), BpfError> {
-    let tai = bpf::xdp_redirect_program(map_fd, RxClock::Tai);
+fn load_program(
+    map_fd: RawFd,
+    flags: u32,
+    gate: Option<RawFd>,
+) -> Result<(OwnedFd, RxClock), BpfError> {
+    let program = |clock| match gate {
+        Some(g) => bpf::xdp_gated_program(map_fd, clock, g),
+        None => bpf::xdp_redirect_program(map_fd, clock),
+    };
+    let tai = program(RxClock::Tai);
     match bpf::load_xdp_program_flags(PROGRAM_NAME, &tai, flags) {
         Ok(fd) => Ok((fd, RxClock::Tai)),
         Err(e) if e.errno() == libc::EPERM => Err(e),
         Err(tai_err) => {
-            let mono = bpf::xdp_redirect_program(map_fd, RxClock::Monotonic);
+            let mono = program(RxClock::Monotonic);
             match bpf::load_xdp_program_flags(PROGRAM_NAME, &mono, flags) {
                 Ok(fd) => Ok((fd, RxClock::Monotonic)),
                 Err(mut e) => {

@@ -103,6 +103,7 @@ use crate::afpacket::IoError;
 use crate::bpf::{self, BpfError, RxClock, XdpMode};
 use crate::caps::Cap;
 use crate::ifaces;
+use crate::kernel_path::{Gate, Kernel};
 use attach::Attachment;
 use rx::{RxQueue, TsClock};
 use socket::{CreateError, Socket, SocketSpec, TxSocket};
@@ -144,6 +145,9 @@ pub struct AfXdpConfig {
     pub xdp_mode: Option<XdpMode>,
     /// Receive queues to bind (0 .. n); `None`: all the interface has.
     pub queues: Option<u32>,
+    /// Open a kernel path ([`crate::kernel_path`]) and load the XDP program
+    /// behind its gate; where it cannot open, the port has none (said once).
+    pub kernel_path: bool,
 }
 
 impl Default for AfXdpConfig {
@@ -153,6 +157,7 @@ impl Default for AfXdpConfig {
             frame_count: 4096,
             xdp_mode: None,
             queues: None,
+            kernel_path: false,
         }
     }
 }
@@ -310,8 +315,14 @@ impl AfXdp {
         // The program and map first: a permission or verifier problem is
         // reported before anything else, and before anything touches the
         // interface.
+        let kernel = if cfg.kernel_path {
+            Kernel::open_or_say(ifname, Gate::Xdp)
+        } else {
+            None
+        };
+        let gate = kernel.as_ref().map(|k| k.gate_fd().as_raw_fd());
         let mut attachment =
-            Attachment::load(ifname, queues.max(XSKMAP_MIN_ENTRIES), multi_buffer)?;
+            Attachment::load(ifname, queues.max(XSKMAP_MIN_ENTRIES), multi_buffer, gate)?;
         let half = cfg.frame_count / 2;
         let mut sockets = Vec::with_capacity(queues as usize);
         let mut bind_mode = BindMode::Copy;
@@ -348,7 +359,9 @@ impl AfXdp {
             frame_count: cfg.frame_count,
         };
         let transmitter = transmitter.expect("queue 0 transmits");
-        Ok(split(attachment, sockets, transmitter, info, &cfg))
+        let (mut rx, tx) = split(attachment, sockets, transmitter, info, &cfg);
+        rx.kernel = kernel;
+        Ok((rx, tx))
     }
 }
 
@@ -410,6 +423,7 @@ fn split(
         info,
     });
     let rx_half = XdpRx {
+        kernel: None,
         shared: shared.clone(),
         queues,
         clock: TsClock::new(rx_clock),

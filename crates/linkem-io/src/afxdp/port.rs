@@ -7,7 +7,7 @@ use super::{AfXdp, AfXdpConfig, XdpRx, XdpTx, PROGRAM_NAME};
 use crate::afpacket::IoError;
 use crate::ifaces;
 use crate::port::{Halves, Rings};
-use linkem_core::port::{RxFrame, RxPort, TxOutcome, TxPort, WaitFds};
+use linkem_core::port::{KernelPath, RxFrame, RxPort, TxOutcome, TxPort, WaitFds};
 use linkem_core::wire::complete_partial_checksum;
 use std::io;
 use std::os::fd::RawFd;
@@ -49,6 +49,10 @@ impl RxPort for XskRx {
 
     fn rx_kernel_drops(&mut self) -> u64 {
         self.rx.kernel_drops()
+    }
+
+    fn kernel_path(&mut self) -> Option<&mut dyn KernelPath> {
+        self.rx.kernel_path().map(|k| k as &mut dyn KernelPath)
     }
 
     fn wait_fds(&mut self, fds: &mut Vec<RawFd>) -> io::Result<WaitFds> {
@@ -122,11 +126,15 @@ impl TxPort for XskTx {
     fn max_frame_bytes(&self) -> usize {
         self.tx.max_frame_bytes()
     }
+
+    fn egress_ifindex(&self) -> Option<u32> {
+        Some(self.tx.info().ifindex)
+    }
 }
 
 /// Opens `ifname` (MTU `mtu`) as a receive half and a send half with a UMEM of the size
 /// given, promiscuous while open, and says what was opened and set.
-pub fn open(ifname: &str, mtu: u32, rings: Rings) -> Result<Halves, IoError> {
+pub fn open(ifname: &str, mtu: u32, rings: Rings, kernel_path: bool) -> Result<Halves, IoError> {
     // 4096-byte UMEM frames above MTU 1500: fewer parts per jumbo frame.
     let frame_size = if super::frame_size_for_mtu(mtu) <= 2048 {
         2048
@@ -141,14 +149,21 @@ pub fn open(ifname: &str, mtu: u32, rings: Rings) -> Result<Halves, IoError> {
                 Rings::Full => AfXdpConfig::default().frame_count,
                 Rings::Small => 256,
             },
+            kernel_path,
             ..AfXdpConfig::default()
         },
     )?;
     // A NIC filters by MAC address unless promiscuous; the membership goes
     // with its socket, so nothing is left set after linkem ends.
     let promisc = ifaces::lookup(ifname).and_then(|i| ifaces::Promiscuous::on(&i))?;
+    let kernel_note = if rx.info().ifindex != 0 && kernel_path_opened(&rx) {
+        ", tc program linkem_kpath (the kernel path, off until a direction is a pass-through)"
+    } else {
+        ""
+    };
     let info = format!(
-        "{}, XDP program {} (detached when linkem exits, even if killed), promiscuous while open",
+        "{}, XDP program {} (detached when linkem exits, even if killed), promiscuous while \
+         open{kernel_note}",
         rx.info(),
         PROGRAM_NAME
     );
@@ -165,4 +180,8 @@ pub fn open(ifname: &str, mtu: u32, rings: Rings) -> Result<Halves, IoError> {
         }),
         info,
     ))
+}
+
+fn kernel_path_opened(rx: &XdpRx) -> bool {
+    rx.has_kernel_path()
 }

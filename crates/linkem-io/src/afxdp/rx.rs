@@ -221,6 +221,8 @@ impl RxQueue {
 
 /// The receive half: every queue's fill and rx rings and receive frames.
 pub struct XdpRx {
+    /// The kernel path whose gate the XDP program reads, if it opened.
+    pub(super) kernel: Option<crate::kernel_path::Kernel>,
     pub(super) shared: Arc<Shared>,
     pub(super) queues: Vec<RxQueue>,
     pub(super) clock: TsClock,
@@ -376,6 +378,16 @@ impl XdpRx {
     /// What [`AfXdp::open`](super::AfXdp::open) set up: interface, queues, modes, clock.
     pub fn info(&self) -> &XdpInfo {
         &self.shared.info
+    }
+
+    /// Whether the kernel path opened.
+    pub fn has_kernel_path(&self) -> bool {
+        self.kernel.is_some()
+    }
+
+    /// The kernel path, if it opened ([`AfXdpConfig::kernel_path`]).
+    pub fn kernel_path(&mut self) -> Option<&mut crate::kernel_path::Kernel> {
+        self.kernel.as_mut()
     }
 
     /// This half's counters since [`AfXdp::open`](super::AfXdp::open) (a copy).

@@ -14,6 +14,8 @@ pub mod op {
     pub const LD: u8 = 0x00;
     /// Class `BPF_LDX`: load into `dst` from memory at `src + off`.
     pub const LDX: u8 = 0x01;
+    /// Class `BPF_ST`: store the immediate to memory at `dst + off`.
+    pub const ST: u8 = 0x02;
     /// Class `BPF_STX`: store `src` to memory at `dst + off`.
     pub const STX: u8 = 0x03;
     /// Class `BPF_JMP`: 64-bit compares and jumps, helper calls, exit.
@@ -23,6 +25,8 @@ pub mod op {
     // Load and store sizes.
     /// Size `BPF_W`: 4 bytes.
     pub const W: u8 = 0x00;
+    /// Size `BPF_B`: 1 byte.
+    pub const B: u8 = 0x10;
     /// Size `BPF_DW`: 8 bytes.
     pub const DW: u8 = 0x18;
     // Load and store modes.
@@ -34,9 +38,23 @@ pub mod op {
     // ALU operations.
     /// `BPF_ADD`: `dst += operand`.
     pub const ADD: u8 = 0x00;
+    /// `BPF_SUB`: `dst -= operand`.
+    pub const SUB: u8 = 0x10;
+    /// `BPF_MUL`: `dst *= operand`.
+    pub const MUL: u8 = 0x20;
+    /// `BPF_AND`: `dst &= operand`.
+    pub const AND: u8 = 0x50;
+    /// `BPF_LSH`: `dst <<= operand`.
+    pub const LSH: u8 = 0x60;
+    /// `BPF_RSH`: `dst >>= operand`, logical.
+    pub const RSH: u8 = 0x70;
     /// `BPF_MOV`: `dst = operand`.
     pub const MOV: u8 = 0xb0;
     // Jump operations.
+    /// `BPF_JA`: jump by `off` always.
+    pub const JA: u8 = 0x00;
+    /// `BPF_JEQ`: jump by `off` if `dst == operand`.
+    pub const JEQ: u8 = 0x10;
     /// `BPF_JGT`: jump by `off` if `dst > operand`, unsigned.
     pub const JGT: u8 = 0x20;
     /// `BPF_JNE`: jump by `off` if `dst != operand`.
@@ -57,8 +75,20 @@ pub const BPF_PSEUDO_MAP_FD: u8 = 1;
 
 /// Helper ids (`enum bpf_func_id` in include/uapi/linux/bpf.h).
 pub mod helper {
+    /// `void *bpf_map_lookup_elem(void *map, const void *key)`: the value's
+    /// address, or NULL.
+    pub const MAP_LOOKUP_ELEM: i32 = 1;
     /// `u64 bpf_ktime_get_ns(void)`: CLOCK_MONOTONIC.
     pub const KTIME_GET_NS: i32 = 5;
+    /// `long bpf_redirect(u32 ifindex, u64 flags)`: from a tc program, send
+    /// the packet out of `ifindex` (flags 0: its egress).
+    pub const REDIRECT: i32 = 23;
+    /// `long bpf_skb_load_bytes(const void *skb, u32 offset, void *to, u32 len)`.
+    pub const SKB_LOAD_BYTES: i32 = 26;
+    /// `long bpf_check_mtu(void *ctx, u32 ifindex, u32 *mtu_len, s32 len_diff,
+    /// u64 flags)` (Linux 5.12+): 0 when the packet fits the MTU of `ifindex`
+    /// (a super-frame fits: its segments are checked only on request).
+    pub const CHECK_MTU: i32 = 163;
     /// `long bpf_redirect_map(void *map, u64 key, u64 flags)`.
     pub const REDIRECT_MAP: i32 = 51;
     /// `long bpf_xdp_adjust_meta(struct xdp_md *ctx, int delta)`.
@@ -80,6 +110,18 @@ pub mod xdp_md {
     /// `rx_queue_index`: the receive queue the frame arrived on, the key into
     /// the XSKMAP.
     pub const RX_QUEUE_INDEX: i16 = 16;
+}
+
+/// Byte offsets of the fields of `struct __sk_buff` that linkem's tc program
+/// reads (include/uapi/linux/bpf.h, checked with offsetof on Linux 6.1 headers).
+pub mod sk_buff {
+    /// `len`: bytes of the packet from its Ethernet header (a super-frame's
+    /// whole length).
+    pub const LEN: i16 = 0;
+    /// `protocol`: the EtherType, in network byte order in the low 16 bits.
+    pub const PROTOCOL: i16 = 16;
+    /// `gso_segs`: wire frames a super-frame becomes (0 or 1 for a frame).
+    pub const GSO_SEGS: i16 = 164;
 }
 
 /// The XDP verdict (`enum xdp_action`) that hands the frame on to the kernel
@@ -173,6 +215,46 @@ impl BpfInsn {
         Self::new(op::LDX | op::MEM | op::W, dst, src, off, 0)
     }
 
+    /// `dst = *(u8 *)(src + off)`.
+    pub const fn ldx_b(dst: u8, src: u8, off: i16) -> Self {
+        Self::new(op::LDX | op::MEM | op::B, dst, src, off, 0)
+    }
+
+    /// `dst = *(u64 *)(src + off)`.
+    pub const fn ldx_dw(dst: u8, src: u8, off: i16) -> Self {
+        Self::new(op::LDX | op::MEM | op::DW, dst, src, off, 0)
+    }
+
+    /// `*(u32 *)(dst + off) = imm`.
+    pub const fn st_w(dst: u8, off: i16, imm: i32) -> Self {
+        Self::new(op::ST | op::MEM | op::W, dst, 0, off, imm)
+    }
+
+    /// `dst += src` (64 bit).
+    pub const fn add64_reg(dst: u8, src: u8) -> Self {
+        Self::new(op::ALU64 | op::ADD | op::X, dst, src, 0, 0)
+    }
+
+    /// `dst *= src` (64 bit).
+    pub const fn mul64_reg(dst: u8, src: u8) -> Self {
+        Self::new(op::ALU64 | op::MUL | op::X, dst, src, 0, 0)
+    }
+
+    /// `dst &= imm` (64 bit).
+    pub const fn and64_imm(dst: u8, imm: i32) -> Self {
+        Self::new(op::ALU64 | op::AND | op::K, dst, 0, 0, imm)
+    }
+
+    /// `dst <<= imm` (64 bit).
+    pub const fn lsh64_imm(dst: u8, imm: i32) -> Self {
+        Self::new(op::ALU64 | op::LSH | op::K, dst, 0, 0, imm)
+    }
+
+    /// `dst >>= imm` (64 bit, logical).
+    pub const fn rsh64_imm(dst: u8, imm: i32) -> Self {
+        Self::new(op::ALU64 | op::RSH | op::K, dst, 0, 0, imm)
+    }
+
     /// `*(u64 *)(dst + off) = src`.
     pub const fn stx_dw(dst: u8, src: u8, off: i16) -> Self {
         Self::new(op::STX | op::MEM | op::DW, dst, src, off, 0)
@@ -181,6 +263,16 @@ impl BpfInsn {
     /// `if dst != imm goto pc + 1 + off`.
     pub const fn jne_imm(dst: u8, imm: i32, off: i16) -> Self {
         Self::new(op::JMP | op::JNE | op::K, dst, 0, off, imm)
+    }
+
+    /// `if dst == imm goto pc + 1 + off`.
+    pub const fn jeq_imm(dst: u8, imm: i32, off: i16) -> Self {
+        Self::new(op::JMP | op::JEQ | op::K, dst, 0, off, imm)
+    }
+
+    /// `goto pc + 1 + off`.
+    pub const fn ja(off: i16) -> Self {
+        Self::new(op::JMP | op::JA, 0, 0, off, 0)
     }
 
     /// `if dst > src goto pc + 1 + off` (unsigned).

@@ -17,12 +17,14 @@
 //! Every syscall goes through [`sys_bpf`]; errors name the command, the
 //! object and the errno, and say what to do about the usual ones.
 
+mod asm;
 mod insn;
 mod program;
 mod syscall;
 #[cfg(test)]
 mod tests;
 
+pub use asm::Asm;
 pub use insn::*;
 pub use program::*;
 pub use syscall::*;
@@ -49,7 +51,7 @@ pub struct BpfError {
 }
 
 impl BpfError {
-    fn new(call: &'static str, target: String, source: io::Error) -> Self {
+    pub(crate) fn new(call: &'static str, target: String, source: io::Error) -> Self {
         BpfError {
             call,
             target,

@@ -1,5 +1,13 @@
-//! The XDP programs linkem loads: the one that stamps and redirects each frame, and
-//! the one that passes everything.
+//! The programs linkem loads: the XDP one that stamps and redirects each frame
+//! (and, gated, passes it on to the kernel path), the one that passes
+//! everything, and the kernel path's two: the tc program that forwards a frame
+//! to the other port and counts it, and the socket filter that keeps such
+//! frames from an AF_PACKET socket.
+//!
+//! The kernel path's gate is an array map of two u32 entries per port
+//! ([`GATE_SKIP`], [`GATE_TARGET`]), read by the programs at every frame and
+//! written only by user space; its counts are a per-CPU array of one
+//! [`KernelCounts`] (no atomics: each CPU adds to its own copy).
 
 use super::*;
 use std::os::fd::RawFd;
@@ -86,4 +94,254 @@ pub fn xdp_pass_program() -> Vec<BpfInsn> {
         // 1: return r0
         BpfInsn::exit(),
     ]
+}
+
+/// Key of the gate entry that is non-zero while user space skips the port's
+/// frames: the XDP program passes them to the stack (where the tc program
+/// forwards them) and the socket filter keeps them from the AF_PACKET socket.
+pub const GATE_SKIP: u32 = 0;
+/// Key of the gate entry holding the ifindex the tc program forwards to
+/// (its egress); 0: the tc program forwards nothing.
+pub const GATE_TARGET: u32 = 1;
+
+/// `TCX_NEXT`: a tcx program's verdict that leaves the packet to the next
+/// program or the stack, as if it had not run.
+const TCX_NEXT: i32 = -1;
+/// `TC_ACT_SHOT`: drop the packet.
+const TC_ACT_SHOT: i32 = 2;
+
+/// What the kernel path forwarded, one copy per CPU in the counts map: 3 u64s.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KernelCounts {
+    /// Packets forwarded, each a frame or a super-frame.
+    pub frames: u64,
+    /// Wire frames they are (a super-frame counts its `gso_segs`).
+    pub wire_frames: u64,
+    /// Bytes of those wire frames, each with its headers: a super-frame's
+    /// `len + (gso_segs - 1) × header length`, the header length read from
+    /// its IPv4 or IPv6 and TCP or UDP headers (only its length when it is
+    /// neither).
+    pub wire_bytes: u64,
+    /// Frames dropped, not forwarded: longer than the egress MTU allows.
+    pub too_big: u64,
+}
+
+impl KernelCounts {
+    /// Size of one CPU's copy in the map.
+    pub const BYTES: u32 = 32;
+}
+
+/// The lookup `r0 = &map[key]`, `key` written at `fp - 4`: clobbers r1-r5.
+fn lookup(map_fd: RawFd, key: u32) -> [BpfInsn; 6] {
+    let [lo, hi] = BpfInsn::ld_map_fd(1, map_fd);
+    [
+        BpfInsn::st_w(10, -4, key as i32),
+        lo,
+        hi,
+        BpfInsn::mov64_reg(2, 10),
+        BpfInsn::add64_imm(2, -4),
+        BpfInsn::call(helper::MAP_LOOKUP_ELEM),
+    ]
+}
+
+/// [`xdp_redirect_program`] behind the gate: while `gate[GATE_SKIP]` is
+/// non-zero every frame is passed to the kernel stack (`XDP_PASS`), where
+/// the tc program of [`tc_forward_program`] forwards it.
+///
+/// ```text
+/// __u32 *skip = bpf_map_lookup_elem(&gate, &GATE_SKIP);
+/// if (skip && *skip) return XDP_PASS;
+/// ... xdp_redirect_program
+/// ```
+pub fn xdp_gated_program(map_fd: RawFd, clock: RxClock, gate_fd: RawFd) -> Vec<BpfInsn> {
+    let mut a = Asm::new();
+    a.ops([BpfInsn::mov64_reg(6, 1)])
+        .ops(lookup(gate_fd, GATE_SKIP))
+        .jump(BpfInsn::jeq_imm(0, 0, 0), "socket")
+        .ops([BpfInsn::ldx_w(1, 0, 0)])
+        .jump(BpfInsn::jeq_imm(1, 0, 0), "socket")
+        .ops([BpfInsn::mov64_imm(0, XDP_PASS), BpfInsn::exit()])
+        .label("socket")
+        // The redirect program starts from r1 = ctx.
+        .ops([BpfInsn::mov64_reg(1, 6)])
+        .ops(xdp_redirect_program(map_fd, clock));
+    a.finish()
+}
+
+/// The kernel path's forwarder, a tcx ingress program: while
+/// `gate[GATE_TARGET]` holds an ifindex, each packet is counted and sent out
+/// of that interface (`bpf_redirect`, as the Linux bridge would forward it,
+/// offload metadata kept), or counted and dropped if it is longer than that
+/// interface's MTU allows (linkem's `too-big`); else it goes on as if the
+/// program were not there.
+///
+/// ```text
+/// __u32 *target = bpf_map_lookup_elem(&gate, &GATE_TARGET);
+/// if (!target || !*target) return TCX_NEXT;
+/// __u32 mtu = 0;
+/// long fits = bpf_check_mtu(skb, *target, &mtu, 0, 0) == 0;
+/// struct counts *c = bpf_map_lookup_elem(&counts, &0);   /* this CPU's */
+/// if (!fits) { if (c) c->too_big += 1; return TC_ACT_SHOT; }
+/// if (c) {
+///     __u64 segs = skb->gso_segs ? skb->gso_segs : 1;
+///     c->frames += 1; c->wire_frames += segs; c->wire_bytes += skb->len;
+///     if (segs > 1) c->wire_bytes += (segs - 1) * header_length(skb);
+/// }
+/// return bpf_redirect(*target, 0);
+/// ```
+///
+/// `header_length`: Ethernet, then IPv4 (`ihl`) or IPv6 (40 bytes, no
+/// extension headers), then TCP (`doff`) or UDP (8), read with
+/// `bpf_skb_load_bytes`; a super-frame of another kind adds nothing.
+pub fn tc_forward_program(gate_fd: RawFd, counts_fd: RawFd) -> Vec<BpfInsn> {
+    // r6 = skb, r7 = target ifindex, r8 = this CPU's counts, r9 = segments
+    // (first the MTU check's verdict); fp-8: one byte read from the packet;
+    // fp-16: the L4 header's offset; fp-24: the MTU check's out value.
+    let load_byte = |off_reg: Option<u8>, off: i32| {
+        let mut v = vec![BpfInsn::mov64_reg(1, 6)];
+        match off_reg {
+            Some(r) => v.extend([BpfInsn::ldx_dw(2, r, -16), BpfInsn::add64_imm(2, off)]),
+            None => v.push(BpfInsn::mov64_imm(2, off)),
+        }
+        v.extend([
+            BpfInsn::mov64_reg(3, 10),
+            BpfInsn::add64_imm(3, -8),
+            BpfInsn::mov64_imm(4, 1),
+            BpfInsn::call(helper::SKB_LOAD_BYTES),
+        ]);
+        v
+    };
+    let ipv4 = i32::from(u16::from_ne_bytes(0x0800u16.to_be_bytes()));
+    let ipv6 = i32::from(u16::from_ne_bytes(0x86ddu16.to_be_bytes()));
+    let mut a = Asm::new();
+    a.ops([BpfInsn::mov64_reg(6, 1)])
+        .ops(lookup(gate_fd, GATE_TARGET))
+        .jump(BpfInsn::jeq_imm(0, 0, 0), "next")
+        .ops([BpfInsn::ldx_w(7, 0, 0)])
+        .jump(BpfInsn::jeq_imm(7, 0, 0), "next")
+        .ops([
+            BpfInsn::st_w(10, -24, 0),
+            BpfInsn::mov64_reg(1, 6),
+            BpfInsn::mov64_reg(2, 7),
+            BpfInsn::mov64_reg(3, 10),
+            BpfInsn::add64_imm(3, -24),
+            BpfInsn::mov64_imm(4, 0),
+            BpfInsn::mov64_imm(5, 0),
+            BpfInsn::call(helper::CHECK_MTU),
+            BpfInsn::mov64_reg(9, 0),
+        ])
+        .ops(lookup(counts_fd, 0))
+        .jump(BpfInsn::jne_imm(9, 0, 0), "too_big")
+        .jump(BpfInsn::jeq_imm(0, 0, 0), "redirect")
+        .ops([
+            BpfInsn::mov64_reg(8, 0),
+            // frames += 1
+            BpfInsn::ldx_dw(1, 8, 0),
+            BpfInsn::add64_imm(1, 1),
+            BpfInsn::stx_dw(8, 1, 0),
+            // segs = gso_segs ? gso_segs : 1
+            BpfInsn::ldx_w(9, 6, sk_buff::GSO_SEGS),
+        ])
+        .jump(BpfInsn::jne_imm(9, 0, 0), "segs")
+        .ops([BpfInsn::mov64_imm(9, 1)])
+        .label("segs")
+        .ops([
+            BpfInsn::ldx_dw(1, 8, 8),
+            BpfInsn::add64_reg(1, 9),
+            BpfInsn::stx_dw(8, 1, 8),
+            BpfInsn::ldx_w(1, 6, sk_buff::LEN),
+            BpfInsn::ldx_dw(2, 8, 16),
+            BpfInsn::add64_reg(2, 1),
+            BpfInsn::stx_dw(8, 2, 16),
+        ])
+        .jump(BpfInsn::jeq_imm(9, 1, 0), "redirect")
+        .ops([BpfInsn::ldx_w(1, 6, sk_buff::PROTOCOL)])
+        .jump(BpfInsn::jeq_imm(1, ipv4, 0), "ipv4")
+        .jump(BpfInsn::jne_imm(1, ipv6, 0), "redirect")
+        // IPv6: L4 at 14 + 40, next header at 14 + 6.
+        .ops([BpfInsn::mov64_imm(1, 54), BpfInsn::stx_dw(10, 1, -16)])
+        .ops(load_byte(None, 20))
+        .jump(BpfInsn::jne_imm(0, 0, 0), "redirect")
+        .jump(BpfInsn::ja(0), "l4")
+        .label("ipv4")
+        // IPv4: L4 at 14 + 4 × ihl, protocol at 14 + 9.
+        .ops(load_byte(None, 14))
+        .jump(BpfInsn::jne_imm(0, 0, 0), "redirect")
+        .ops([
+            BpfInsn::ldx_b(1, 10, -8),
+            BpfInsn::and64_imm(1, 0x0f),
+            BpfInsn::lsh64_imm(1, 2),
+            BpfInsn::add64_imm(1, 14),
+            BpfInsn::stx_dw(10, 1, -16),
+        ])
+        .ops(load_byte(None, 23))
+        .jump(BpfInsn::jne_imm(0, 0, 0), "redirect")
+        .label("l4")
+        .ops([BpfInsn::ldx_b(1, 10, -8)])
+        .jump(BpfInsn::jeq_imm(1, 17, 0), "udp")
+        .jump(BpfInsn::jne_imm(1, 6, 0), "l4_only")
+        // TCP: header length 4 × doff, doff the high nibble of byte 12.
+        .ops(load_byte(Some(10), 12))
+        .jump(BpfInsn::jne_imm(0, 0, 0), "redirect")
+        .ops([
+            BpfInsn::ldx_b(1, 10, -8),
+            BpfInsn::rsh64_imm(1, 4),
+            BpfInsn::lsh64_imm(1, 2),
+            BpfInsn::ldx_dw(2, 10, -16),
+            BpfInsn::add64_reg(2, 1),
+        ])
+        .jump(BpfInsn::ja(0), "add")
+        .label("udp")
+        .ops([BpfInsn::ldx_dw(2, 10, -16), BpfInsn::add64_imm(2, 8)])
+        .jump(BpfInsn::ja(0), "add")
+        .label("l4_only")
+        .ops([BpfInsn::ldx_dw(2, 10, -16)])
+        .label("add")
+        // wire_bytes += (segs - 1) × header length
+        .ops([
+            BpfInsn::add64_imm(9, -1),
+            BpfInsn::mul64_reg(2, 9),
+            BpfInsn::ldx_dw(1, 8, 16),
+            BpfInsn::add64_reg(1, 2),
+            BpfInsn::stx_dw(8, 1, 16),
+        ])
+        .label("redirect")
+        .ops([
+            BpfInsn::mov64_reg(1, 7),
+            BpfInsn::mov64_imm(2, 0),
+            BpfInsn::call(helper::REDIRECT),
+            BpfInsn::exit(),
+        ])
+        .label("too_big")
+        .jump(BpfInsn::jeq_imm(0, 0, 0), "shot")
+        .ops([
+            BpfInsn::ldx_dw(1, 0, 24),
+            BpfInsn::add64_imm(1, 1),
+            BpfInsn::stx_dw(0, 1, 24),
+        ])
+        .label("shot")
+        .ops([BpfInsn::mov64_imm(0, TC_ACT_SHOT), BpfInsn::exit()])
+        .label("next")
+        .ops([BpfInsn::mov64_imm(0, TCX_NEXT), BpfInsn::exit()]);
+    a.finish()
+}
+
+/// The kernel path's socket filter for an AF_PACKET receive socket: while
+/// `gate[GATE_SKIP]` is non-zero the socket gets no frame (the tc program
+/// forwards them), else every frame whole.
+///
+/// ```text
+/// __u32 *skip = bpf_map_lookup_elem(&gate, &GATE_SKIP);
+/// return skip && *skip ? 0 : 0xffffffff;
+/// ```
+pub fn socket_gate_program(gate_fd: RawFd) -> Vec<BpfInsn> {
+    let mut a = Asm::new();
+    a.ops(lookup(gate_fd, GATE_SKIP))
+        .jump(BpfInsn::jeq_imm(0, 0, 0), "keep")
+        .ops([BpfInsn::ldx_w(1, 0, 0)])
+        .jump(BpfInsn::jeq_imm(1, 0, 0), "keep")
+        .ops([BpfInsn::mov64_imm(0, 0), BpfInsn::exit()])
+        .label("keep")
+        .ops([BpfInsn::mov64_imm(0, -1), BpfInsn::exit()]);
+    a.finish()
 }

@@ -10,6 +10,8 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 pub mod cmd {
     /// `BPF_MAP_CREATE`: create a map, returns its fd ([`super::create_xskmap`]).
     pub const MAP_CREATE: u32 = 0;
+    /// `BPF_MAP_LOOKUP_ELEM`: read one entry ([`super::map_lookup_percpu`]).
+    pub const MAP_LOOKUP_ELEM: u32 = 1;
     /// `BPF_MAP_UPDATE_ELEM`: set one entry ([`super::map_update_u32`]).
     pub const MAP_UPDATE_ELEM: u32 = 2;
     /// `BPF_MAP_DELETE_ELEM`: remove one entry ([`super::map_delete_u32`]).
@@ -25,8 +27,18 @@ pub mod cmd {
 /// `enum bpf_map_type`: a map from u32 keys to AF_XDP sockets, the target of
 /// `bpf_redirect_map` in an XDP program.
 pub const BPF_MAP_TYPE_XSKMAP: u32 = 17;
+/// `enum bpf_map_type`: an array indexed by u32 keys.
+pub const BPF_MAP_TYPE_ARRAY: u32 = 2;
+/// `enum bpf_map_type`: an array with one copy of each value per CPU.
+pub const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
+/// `enum bpf_prog_type`: a socket filter (`SO_ATTACH_BPF`).
+pub const BPF_PROG_TYPE_SOCKET_FILTER: u32 = 1;
+/// `enum bpf_prog_type`: a tc classifier (here attached through tcx).
+pub const BPF_PROG_TYPE_SCHED_CLS: u32 = 3;
 /// `enum bpf_prog_type`: a program run at a network device's XDP hook.
 pub const BPF_PROG_TYPE_XDP: u32 = 6;
+/// `enum bpf_attach_type`: a device's tcx ingress hook (Linux 6.6+).
+pub const BPF_TCX_INGRESS: u32 = 46;
 /// `enum bpf_attach_type`: attach to a network device's XDP hook.
 pub const BPF_XDP: u32 = 37;
 /// `XDP_FLAGS_SKB_MODE` (include/uapi/linux/if_link.h): generic XDP.
@@ -162,6 +174,81 @@ pub fn create_xskmap(name: &str, max_entries: u32) -> Result<OwnedFd, BpfError> 
     }
 }
 
+/// Creates an array map (`BPF_MAP_TYPE_ARRAY` or, with `per_cpu`,
+/// `BPF_MAP_TYPE_PERCPU_ARRAY`) of `entries` values of `value_size` bytes,
+/// all zero, keyed by u32.
+///
+/// # Errors
+/// The errno of `BPF_MAP_CREATE`, e.g. `EPERM` without CAP_BPF.
+pub fn create_array(
+    name: &str,
+    value_size: u32,
+    entries: u32,
+    per_cpu: bool,
+) -> Result<OwnedFd, BpfError> {
+    let mut attr = MapCreateAttr {
+        map_type: if per_cpu {
+            BPF_MAP_TYPE_PERCPU_ARRAY
+        } else {
+            BPF_MAP_TYPE_ARRAY
+        },
+        key_size: 4,
+        value_size,
+        max_entries: entries,
+        map_name: object_name(name),
+        ..Default::default()
+    };
+    // Safety: MapCreateAttr is the BPF_MAP_CREATE member; it holds no pointers.
+    match unsafe { sys_bpf(cmd::MAP_CREATE, &mut attr) } {
+        Ok(fd) => Ok(owned(fd)),
+        Err(e) => Err(BpfError::new("BPF_MAP_CREATE", format!("array {name}"), e)),
+    }
+}
+
+/// The CPUs the kernel may ever run (`/sys/devices/system/cpu/possible`):
+/// a per-CPU map's value holds one copy for each.
+pub fn possible_cpus() -> usize {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap_or_default();
+    // "0-63" or "0,2-5": the highest CPU number plus one.
+    let highest = text
+        .trim()
+        .split([',', '-'])
+        .filter_map(|n| n.parse::<usize>().ok())
+        .max();
+    match highest {
+        Some(n) => n + 1,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    }
+}
+
+/// Every CPU's copy of `map[key]` in a per-CPU map whose values are
+/// `value_size` bytes, concatenated (each copy padded to 8 bytes, as the
+/// kernel writes them).
+pub fn map_lookup_percpu(
+    map: BorrowedFd<'_>,
+    key: u32,
+    value_size: u32,
+) -> Result<Vec<u8>, BpfError> {
+    let stride = (value_size as usize).div_ceil(8) * 8;
+    let mut buf = vec![0u8; stride * possible_cpus()];
+    let mut attr = MapElemAttr {
+        map_fd: map.as_raw_fd() as u32,
+        key: &key as *const u32 as u64,
+        value: buf.as_mut_ptr() as u64,
+        ..Default::default()
+    };
+    // Safety: key is a live u32; buf holds a padded copy for every possible
+    // CPU, which is what the kernel writes for a per-CPU map.
+    match unsafe { sys_bpf(cmd::MAP_LOOKUP_ELEM, &mut attr) } {
+        Ok(_) => Ok(buf),
+        Err(e) => Err(BpfError::new(
+            "BPF_MAP_LOOKUP_ELEM",
+            format!("key {key}"),
+            e,
+        )),
+    }
+}
+
 /// `map[key] = value` for a map with u32 keys and values.
 pub fn map_update_u32(map: BorrowedFd<'_>, key: u32, value: u32) -> Result<(), BpfError> {
     let mut attr = MapElemAttr {
@@ -204,10 +291,7 @@ pub fn map_delete_u32(map: BorrowedFd<'_>, key: u32) -> Result<(), BpfError> {
 /// program this size is a few kilobytes.
 const VERIFIER_LOG_BYTES: usize = 64 * 1024;
 
-/// Loads an XDP program. The licence "Dual MIT/GPL" is GPL-compatible, which
-/// none of the helpers used here needs, but keeps the door open. On failure
-/// the load is repeated with the verifier log on, and the log is part of
-/// the error.
+/// Loads an XDP program ([`load_program`]).
 pub fn load_xdp_program(name: &str, insns: &[BpfInsn]) -> Result<OwnedFd, BpfError> {
     load_xdp_program_flags(name, insns, 0)
 }
@@ -223,15 +307,58 @@ pub fn load_xdp_program_flags(
     insns: &[BpfInsn],
     prog_flags: u32,
 ) -> Result<OwnedFd, BpfError> {
+    load_program(ProgKind::Xdp, name, insns, prog_flags)
+}
+
+/// What a program is loaded as: its `prog_type` and `expected_attach_type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProgKind {
+    /// At a device's XDP hook.
+    Xdp,
+    /// At a device's tcx hook.
+    TcxIngress,
+    /// On a socket, through `SO_ATTACH_BPF`.
+    SocketFilter,
+}
+
+impl ProgKind {
+    fn types(self) -> (u32, u32) {
+        match self {
+            ProgKind::Xdp => (BPF_PROG_TYPE_XDP, BPF_XDP),
+            ProgKind::TcxIngress => (BPF_PROG_TYPE_SCHED_CLS, BPF_TCX_INGRESS),
+            ProgKind::SocketFilter => (BPF_PROG_TYPE_SOCKET_FILTER, 0),
+        }
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            ProgKind::Xdp => "XDP program",
+            ProgKind::TcxIngress => "tc program",
+            ProgKind::SocketFilter => "socket filter",
+        }
+    }
+}
+
+/// Loads a program of `kind`. The licence "Dual MIT/GPL" is GPL-compatible,
+/// which none of the helpers used here needs, but keeps the door open. On
+/// failure the load is repeated with the verifier log on, and the log is
+/// part of the error.
+pub fn load_program(
+    kind: ProgKind,
+    name: &str,
+    insns: &[BpfInsn],
+    prog_flags: u32,
+) -> Result<OwnedFd, BpfError> {
     const LICENSE: &[u8] = b"Dual MIT/GPL\0";
+    let (prog_type, expected_attach_type) = kind.types();
     let load = |log: Option<&mut Vec<u8>>| {
         let mut attr = ProgLoadAttr {
-            prog_type: BPF_PROG_TYPE_XDP,
+            prog_type,
             insn_cnt: insns.len() as u32,
             insns: insns.as_ptr() as u64,
             license: LICENSE.as_ptr() as u64,
             prog_name: object_name(name),
-            expected_attach_type: BPF_XDP,
+            expected_attach_type,
             prog_flags,
             ..Default::default()
         };
@@ -255,13 +382,45 @@ pub fn load_xdp_program_flags(
             };
             let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
             let log = String::from_utf8_lossy(&buf[..end]).trim_end().to_string();
-            let mut e = BpfError::new("BPF_PROG_LOAD", format!("XDP program {name}"), err);
+            let mut e = BpfError::new("BPF_PROG_LOAD", format!("{} {name}", kind.what()), err);
             if first.raw_os_error() == Some(libc::EPERM) {
-                e.hint =
-                    Some("not root: loading an XDP program needs CAP_BPF and CAP_NET_ADMIN".into());
+                e.hint = Some(format!(
+                    "not root: loading a {} needs CAP_BPF and CAP_NET_ADMIN",
+                    kind.what()
+                ));
             }
             e.verifier_log = (!log.is_empty()).then_some(log);
             Err(e)
+        }
+    }
+}
+
+/// Attaches `prog` (a [`ProgKind::TcxIngress`] program) to the tcx ingress
+/// hook of `ifindex` through a BPF link, after any program already there:
+/// the kernel detaches it when the returned fd (and every copy of it) is
+/// closed, even if the process is killed. Linux 6.6+.
+pub fn link_tcx_ingress(
+    prog: BorrowedFd<'_>,
+    ifindex: u32,
+    ifname: &str,
+) -> Result<OwnedFd, BpfError> {
+    let mut attr = LinkCreateAttr {
+        prog_fd: prog.as_raw_fd() as u32,
+        target_ifindex: ifindex,
+        attach_type: BPF_TCX_INGRESS,
+        flags: 0,
+    };
+    // Safety: LinkCreateAttr is the BPF_LINK_CREATE member; no pointers. The
+    // kernel reads the tcx fields after it (relative fd, expected revision) as
+    // zero: append after every program, whatever the revision.
+    match unsafe { sys_bpf(cmd::LINK_CREATE, &mut attr) } {
+        Ok(fd) => Ok(owned(fd)),
+        Err(e) => {
+            let mut err = BpfError::new("BPF_LINK_CREATE", format!("tcx ingress of {ifname}"), e);
+            if err.errno() == libc::EINVAL {
+                err.hint = Some("this kernel has no tcx hook (Linux 6.6+)".into());
+            }
+            Err(err)
         }
     }
 }

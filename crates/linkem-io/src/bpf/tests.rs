@@ -109,3 +109,82 @@ fn errors_name_the_call_the_target_and_the_errno() {
         "BPF_LINK_CREATE on 'veth0': Device or resource busy (EBUSY) (an XDP program is already attached)"
     );
 }
+
+#[test]
+fn jumps_land_on_their_labels() {
+    let mut a = Asm::new();
+    a.jump(BpfInsn::jeq_imm(1, 0, 0), "end")
+        .ops([BpfInsn::mov64_imm(0, 1)])
+        .label("back")
+        .ops([BpfInsn::mov64_imm(0, 2)])
+        .jump(BpfInsn::ja(0), "back")
+        .label("end")
+        .ops([BpfInsn::exit()]);
+    let p = a.finish();
+    assert_eq!(p[0].off, 3, "0 -> 4");
+    assert_eq!(p[3].off, -2, "3 -> 2");
+    assert_eq!(p[4], BpfInsn::exit());
+}
+
+#[test]
+#[should_panic(expected = "exactly once")]
+fn a_jump_to_a_missing_label_is_caught() {
+    let mut a = Asm::new();
+    a.jump(BpfInsn::ja(0), "nowhere");
+    a.finish();
+}
+
+/// Every jump of `p` lands inside it, and it ends in `exit`.
+fn assert_well_formed(p: &[BpfInsn]) {
+    for (pc, insn) in p.iter().enumerate() {
+        let class = insn.code & 0x07;
+        let opn = insn.code & 0xf0;
+        if class == op::JMP && opn != op::CALL && opn != op::EXIT {
+            let to = pc as i64 + 1 + insn.off as i64;
+            assert!((0..p.len() as i64).contains(&to), "jump at {pc} to {to}");
+        }
+    }
+    assert_eq!(*p.last().unwrap(), BpfInsn::exit());
+}
+
+#[test]
+fn kernel_path_programs_are_well_formed() {
+    assert_well_formed(&tc_forward_program(3, 4));
+    assert_well_formed(&socket_gate_program(3));
+    for clock in [RxClock::Tai, RxClock::Monotonic] {
+        let p = xdp_gated_program(7, clock, 3);
+        assert_well_formed(&p);
+        // The redirect program follows the gate whole.
+        assert!(p.ends_with(&xdp_redirect_program(7, clock)));
+    }
+    // The EtherTypes are compared as the context holds them: network order.
+    let p = tc_forward_program(3, 4);
+    let ipv4 = u16::from_ne_bytes([0x08, 0x00]) as i32;
+    assert!(p
+        .iter()
+        .any(|i| i.imm == ipv4 && i.code == op::JMP | op::JEQ));
+}
+
+/// Loads the kernel path's programs through the verifier (root only): a
+/// program the verifier refuses fails here with its log, not at a user's.
+#[test]
+fn kernel_path_programs_pass_the_verifier() {
+    if !crate::netns::is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    use std::os::fd::{AsFd, AsRawFd};
+    let gate = create_array("t_gate", 4, 2, false).expect("gate map");
+    let counts = create_array("t_counts", KernelCounts::BYTES, 1, true).expect("counts map");
+    let xsks = create_xskmap("t_xsks", 4).expect("xskmap");
+    let (g, c) = (gate.as_raw_fd(), counts.as_raw_fd());
+    let show = |e: BpfError| panic!("{e}");
+    load_program(ProgKind::TcxIngress, "t_tc", &tc_forward_program(g, c), 0).unwrap_or_else(show);
+    load_program(ProgKind::SocketFilter, "t_sock", &socket_gate_program(g), 0).unwrap_or_else(show);
+    let xdp = xdp_gated_program(xsks.as_raw_fd(), RxClock::Monotonic, g);
+    load_program(ProgKind::Xdp, "t_xdp", &xdp, 0).unwrap_or_else(show);
+    // A fresh per-CPU map reads as zero on every CPU.
+    let raw = map_lookup_percpu(counts.as_fd(), 0, KernelCounts::BYTES).expect("lookup");
+    assert_eq!(raw.len(), KernelCounts::BYTES as usize * possible_cpus());
+    assert!(raw.iter().all(|&b| b == 0));
+}
