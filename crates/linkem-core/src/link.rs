@@ -616,6 +616,13 @@ impl Link {
         &self.params.cfg
     }
 
+    /// Whether the link is a pass-through now ([`LinkConfig::is_pass_through`])
+    /// and has nothing running that a later packet could meet: no schedule
+    /// (a step is taken only when a packet arrives), trace or policer state.
+    pub fn passes_through(&self) -> bool {
+        self.params.cfg.is_pass_through() && self.shaping.is_none()
+    }
+
     /// Counts of every verdict given so far (all zero for an instance of a
     /// dynamic pipe, which counts in [`crate::pipe::Instance`]).
     pub fn counts(&self) -> &FateCounts {

@@ -247,7 +247,18 @@ fn two_pairs_hand_their_hosts_super_frames_each() {
     }
     let topos: Vec<Topology> = (0..2).map(|_| topology_with("lkpg", true)).collect();
     let pairs: Vec<_> = topos.iter().zip([&[][..], &["delay", "1ms"][..]]).collect();
-    let args = bridge_args(&["--backend", "packet", "--coalesce", "on"], &pairs);
+    // The plain pair through linkem, not the kernel path (kernel_path_netns).
+    let args = bridge_args(
+        &[
+            "--backend",
+            "packet",
+            "--coalesce",
+            "on",
+            "--kernel-path",
+            "off",
+        ],
+        &pairs,
+    );
     let (child, stdout, stderr) = spawn_ready(&args);
     std::thread::sleep(Duration::from_millis(200));
     let results: Vec<Value> = std::thread::scope(|s| {

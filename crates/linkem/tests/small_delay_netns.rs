@@ -115,19 +115,31 @@ fn small_delays_cost_no_wake_up_floor(backend: &str) {
     };
     let before = bridge(&topo);
     let mut linkem = Vec::new();
-    for delay in ["0us", "50us"] {
-        let b = Bridge::start(&topo, backend, &["delay", delay]);
+    // `delay 0us` is a pass-through: the kernel path forwards it, and with
+    // `--kernel-path off` linkem's stage does, without an output wake-up.
+    for (delay, extra) in [
+        ("0us", None),
+        ("0us", Some("--kernel-path=off")),
+        ("50us", None),
+    ] {
+        let mut args = vec!["delay", delay];
+        args.extend(extra);
+        let b = Bridge::start(&topo, backend, &args);
         let r = rtts_us(&topo);
         // Idle, the stages sleep with no timeout: the stop must wake them
         // (`Bridge::stop` allows 10 s, and a stage left asleep never ends).
         std::thread::sleep(Duration::from_millis(300));
         let t = std::time::Instant::now();
         let stats = b.stop();
+        let label = format!(
+            "{delay}{}",
+            extra.map(|e| format!(" {e}")).unwrap_or_default()
+        );
         eprintln!(
-            "{backend} delay {delay}: stopped {:?} after SIGINT",
+            "{backend} delay {label}: stopped {:?} after SIGINT",
             t.elapsed()
         );
-        linkem.push((delay, r, stats));
+        linkem.push((delay, label, r, stats));
     }
     let after = bridge(&topo);
     let base_us = (median(before.clone()) + median(after.clone())) / 2.0;
@@ -136,9 +148,9 @@ fn small_delays_cost_no_wake_up_floor(backend: &str) {
         summary(&before),
         summary(&after)
     );
-    for (delay, r, stats) in &linkem {
+    for (_, label, r, stats) in &linkem {
         report += &format!(
-            "; linkem delay {delay}: {} (a->b delivered {} late {}, b->a delivered {} late {})",
+            "; linkem delay {label}: {} (a->b delivered {} late {}, b->a delivered {} late {})",
             summary(r),
             fate(stats, 0, "delivered"),
             fate(stats, 0, "late"),
@@ -147,14 +159,14 @@ fn small_delays_cost_no_wake_up_floor(backend: &str) {
         );
     }
     eprintln!("{report}");
-    for (delay, r, _) in &linkem {
+    for (delay, label, r, _) in &linkem {
         // Two directions of the link's delay are due on top of the bridge.
         let due_us = if *delay == "0us" { 0.0 } else { 100.0 };
         let bound_us = base_us + due_us + MARGIN_US;
         let med = median(r.clone());
         assert!(
             med <= bound_us,
-            "delay {delay}: median RTT {med:.0} µs through linkem, more than the Linux \
+            "delay {label}: median RTT {med:.0} µs through linkem, more than the Linux \
              bridge's {base_us:.0} µs + {due_us:.0} µs due + {MARGIN_US:.0} µs margin \
              ({bound_us:.0} µs): {report}"
         );
@@ -185,7 +197,8 @@ fn echo_wakeups(topo: &Topology, backend: &str, extra: &[&str]) -> (u64, u64) {
             }
         }
     });
-    let mut args = vec!["delay", "0us"];
+    // Through linkem: the kernel path would forward a pass-through itself.
+    let mut args = vec!["delay", "0us", "--kernel-path", "off"];
     args.extend_from_slice(extra);
     let b = Bridge::start(topo, backend, &args);
     let answered = in_ns(&topo.ns_a, || {

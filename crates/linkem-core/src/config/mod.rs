@@ -185,6 +185,27 @@ impl LinkConfig {
     pub fn serialises(&self) -> bool {
         self.rate_bps.is_some() || self.trace.is_some()
     }
+
+    /// Whether the link leaves every packet as it came, at the instant it
+    /// came, whatever the packets: no rate or trace (so no queue ever forms,
+    /// and no queue limit or overhead applies), no delay or jitter, no
+    /// reordering, loss, duplication, corruption, policer, slots or schedule.
+    /// A packet through it is delivered unchanged with release = arrival,
+    /// and it draws nothing from the random streams, so whether it was given
+    /// to the model at all changes nothing that follows.
+    pub fn is_pass_through(&self) -> bool {
+        self.rate_bps.is_none()
+            && self.trace.is_none()
+            && self.delay_ns == 0
+            && self.jitter_ns == 0
+            && self.reorder_probability == 0.0
+            && matches!(self.loss, LossConfig::None)
+            && self.duplicate == 0.0
+            && self.corrupt == 0.0
+            && self.policer.is_none()
+            && self.slot.is_none()
+            && self.schedule.is_none()
+    }
 }
 
 /// A link plus the seed, as parsed from words or a file.

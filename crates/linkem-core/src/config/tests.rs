@@ -552,3 +552,23 @@ fn a_schedule_file_holding_linkems_own_words_is_still_named_in_its_error() {
     assert!(e.to_string().contains("'f.csv'"), "{e}");
     assert!(!e.message.contains("F2,"), "{e}");
 }
+
+#[test]
+fn pass_through_is_a_link_that_does_nothing() {
+    for words in ["", "delay 0", "delay 0ms limit 10", "overhead 24", "seed 7"] {
+        assert!(parse(words).unwrap().is_pass_through(), "{words:?}");
+    }
+    for words in [
+        "delay 1us",
+        "delay 0 1ms",
+        "rate 1gbit",
+        "loss 0.1%",
+        "loss gemodel 1% 10%",
+        "duplicate 1%",
+        "corrupt 1%",
+        "reorder 25% gap 5 delay 10ms",
+        "slot 1ms 2ms",
+    ] {
+        assert!(!parse(words).unwrap().is_pass_through(), "{words:?}");
+    }
+}

@@ -293,6 +293,11 @@ struct Control {
     error: Mutex<Option<String>>,
     /// Set with `error`: read by the live stage once per turn, without the lock.
     failed: AtomicBool,
+    /// What the kernel path of the direction's receive port forwarded, if it
+    /// has one (see `live::kernel`): added to the counts as they are read.
+    kernel: std::sync::OnceLock<Arc<dyn crate::port::KernelCounter>>,
+    /// The kernel path's first too-big frame was told of (see [`Direction::stats`]).
+    kernel_warned: AtomicBool,
 }
 
 impl Control {
@@ -310,6 +315,14 @@ impl Control {
     /// Whether a stage of this direction failed ([`Control::fail`]).
     fn has_failed(&self) -> bool {
         self.failed.load(Ordering::Acquire)
+    }
+
+    /// Packets the output stage has done with by its last published counts
+    /// (sent, late, too big or flushed): equal to the packets stored, nothing
+    /// is in flight.
+    fn output_done(&self) -> u64 {
+        let o = self.output.lock().expect("the lock holders never panic");
+        o.sent + o.late + o.too_big + o.flushed
     }
 
     fn error_text(&self) -> Option<String> {
@@ -352,6 +365,8 @@ impl Control {
             buffer_bytes,
             error: Mutex::new(None),
             failed: AtomicBool::new(false),
+            kernel: std::sync::OnceLock::new(),
+            kernel_warned: AtomicBool::new(false),
         }
     }
 }
@@ -430,21 +445,39 @@ impl Direction {
         // rest are in flight. A refused copy (`duplicate`) is counted against
         // the packets, so the sum stays exact.
         let tx_errors = output.tx_errors.min(output.sent);
+        // What the kernel path forwarded (see `live::kernel`): each wire frame
+        // received and delivered, with its bytes. A failed read adds nothing.
+        let kernel = self
+            .control
+            .kernel
+            .get()
+            .and_then(|k| k.counts().ok())
+            .unwrap_or_default();
+        // Each CPU adds a packet's fields one after the other: a read between
+        // two may see a frame before its wire frames.
+        let kernel_wire = kernel.wire_frames.max(kernel.frames);
         let mut fates = input.counts;
-        fates.set(Fate::Delivered, output.sent - tx_errors);
+        fates.set(Fate::Delivered, output.sent - tx_errors + kernel_wire);
         fates.set(Fate::TxError, tx_errors);
         fates.set(Fate::Late, output.late);
         fates.set(Fate::Flushed, output.flushed);
         fates.set(
             Fate::TooBig,
-            input.counts.get(Fate::TooBig) + output.too_big,
+            input.counts.get(Fate::TooBig) + output.too_big + kernel.too_big,
         );
+        if kernel.too_big > 0 && !self.control.kernel_warned.swap(true, Ordering::Relaxed) {
+            eprintln!(
+                "linkem: {}: a frame is larger than the egress interface sends; such frames \
+                 are dropped and counted as too-big (raise the egress MTU to carry them)",
+                self.name
+            );
+        }
         DirectionStats {
             name: self.name.clone(),
             fates,
-            received: input.received,
-            received_bytes: input.received_bytes,
-            segmented: input.segmented,
+            received: input.received + kernel.frames + kernel.too_big,
+            received_bytes: input.received_bytes + kernel.wire_bytes,
+            segmented: input.segmented + (kernel_wire - kernel.frames),
             rx_kernel_drops: input.kernel_drops,
             // Saturating: the two sides publish at different moments while running.
             in_flight: input
@@ -454,8 +487,9 @@ impl Direction {
             coalesced: output.coalesced,
             super_frames: output.super_frames,
             whole: output.whole,
+            kernel_forwarded: kernel_wire,
             lateness: output.lateness.clone(),
-            delivered_bytes: output.sent_bytes,
+            delivered_bytes: output.sent_bytes + kernel.wire_bytes,
             delay: input.delay.clone(),
             rx_wakeups: input.rx_wakeups,
             tx_wakeups: output.tx_wakeups,

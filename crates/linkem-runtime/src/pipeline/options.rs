@@ -157,6 +157,11 @@ pub struct DirectionStats {
     /// super-frame stored whole, never cut (every one of its wire frames
     /// got the same plain decision, see the `live` module doc).
     pub whole: u64,
+    /// Of the delivered frames, the wire frames the kernel forwarded itself
+    /// while the link was a pass-through (the kernel path, `--kernel-path`);
+    /// not a fate, each is `delivered` too. They have no lateness or delay
+    /// sample: they left at the instant they came.
+    pub kernel_forwarded: u64,
     /// Lateness of sent packets (send time − release time), ns.
     pub lateness: Histogram<u64>,
     /// Bytes of the wire frames handed to the kernel for sending (each with
@@ -202,6 +207,7 @@ impl DirectionStats {
             coalesced: 0,
             super_frames: 0,
             whole: 0,
+            kernel_forwarded: 0,
             lateness: lateness_histogram(),
             delivered_bytes: 0,
             delay: lateness_histogram(),

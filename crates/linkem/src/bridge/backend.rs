@@ -49,20 +49,22 @@ pub enum BackendKind {
 /// Opens `ifname` with the chosen backend. Returns the receive half, the send
 /// half and a description of what was opened and set.
 pub fn open_interface(kind: BackendKind, ifname: &str, mtu: u32) -> Result<Halves> {
-    open_interface_with(kind, ifname, mtu, Rings::Full)
+    open_interface_with(kind, ifname, mtu, Rings::Full, false)
 }
 
-/// [`open_interface`] with rings of the given size.
+/// [`open_interface`] with rings of the given size, and a kernel path
+/// (`linkem_io::kernel_path`) where `kernel_path` and the machine allow.
 pub fn open_interface_with(
     kind: BackendKind,
     ifname: &str,
     mtu: u32,
     rings: Rings,
+    kernel_path: bool,
 ) -> Result<Halves> {
     match kind {
-        BackendKind::Packet => Ok(afpacket::port::open(ifname, mtu, rings)?),
-        BackendKind::Xdp => Ok(afxdp::port::open(ifname, mtu, rings)?),
-        BackendKind::Auto => match afxdp::port::open(ifname, mtu, rings) {
+        BackendKind::Packet => Ok(afpacket::port::open(ifname, mtu, rings, kernel_path)?),
+        BackendKind::Xdp => Ok(afxdp::port::open(ifname, mtu, rings, kernel_path)?),
+        BackendKind::Auto => match afxdp::port::open(ifname, mtu, rings, kernel_path) {
             Ok(h) => {
                 let driver = ifaces::driver_name(ifname).unwrap_or_else(|| "unknown".into());
                 eprintln!(
@@ -76,7 +78,7 @@ pub fn open_interface_with(
                     "linkem: {ifname}: --backend auto chose AF_PACKET: AF_XDP did not open ({:#})",
                     anyhow::Error::from(e)
                 );
-                Ok(afpacket::port::open(ifname, mtu, rings)?)
+                Ok(afpacket::port::open(ifname, mtu, rings, kernel_path)?)
             }
         },
     }

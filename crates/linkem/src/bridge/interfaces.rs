@@ -28,6 +28,8 @@ pub(crate) struct Interfaces<'a> {
     openers: usize,
     backend: BackendKind,
     realtime: bool,
+    /// `--kernel-path on`: each port opens a kernel path where it can.
+    kernel_path: bool,
     claimed: ClaimedAll,
 }
 
@@ -57,6 +59,7 @@ impl<'a> Interfaces<'a> {
             openers,
             backend,
             realtime,
+            kernel_path: args.kernel_path == OnOff::On,
             claimed: ClaimedAll(claimed),
         })
     }
@@ -73,12 +76,13 @@ impl<'a> Interfaces<'a> {
             .flat_map(|([a, b], c)| [(*a, c.a.mtu), (*b, c.b.mtu)])
             .collect();
         let backend = self.backend;
+        let kernel_path = self.kernel_path;
         let mut opened = in_parallel(
             &jobs,
             self.openers,
             stop,
             "interfaces opened",
-            |&(ifname, mtu)| open_interface_with(backend, ifname, mtu, rings),
+            |&(ifname, mtu)| open_interface_with(backend, ifname, mtu, rings, kernel_path),
         )?
         .into_iter();
         let mut ports = Vec::new();

@@ -263,6 +263,14 @@ pub struct BridgeArgs {
     /// with any window, 0 included.
     #[arg(long, value_name = "TIME", value_parser = linkem_core::units::checked_time)]
     pub coalesce_window: Option<String>,
+    /// Let the kernel forward a direction whose link is a pass-through (no
+    /// delay, rate, loss or anything else; nothing recorded), as the Linux
+    /// bridge would, in the sender's own context: no wake-up of linkem per
+    /// packet. A tc program on each interface (tcx, Linux 6.6+, CAP_BPF),
+    /// switched on and off as changes make the link a pass-through or not;
+    /// its frames are counted as delivered. 'off': every frame through linkem.
+    #[arg(long, value_enum, default_value = "on")]
+    pub kernel_path: OnOff,
     /// How the emulator runs, what it prints and writes: the options every
     /// live front end shares (bridge, host; the shell sets its own).
     #[command(flatten)]

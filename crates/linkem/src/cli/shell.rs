@@ -32,6 +32,10 @@ pub struct ShellArgs {
     /// Packet I/O of the emulator (as `linkem bridge --backend`).
     #[arg(long, value_enum, default_value = "packet")]
     pub backend: BackendKind,
+    /// Let the kernel forward a direction whose link is a pass-through (as
+    /// `linkem bridge --kernel-path`; needs CAP_BPF, so root only).
+    #[arg(long, value_enum, default_value = "on")]
+    pub kernel_path: crate::cli::args::OnOff,
     /// Print the emulator's counts at the end (text or JSON lines, on
     /// stdout after CMD's output); none by default.
     #[arg(long, value_enum, default_value = "none")]

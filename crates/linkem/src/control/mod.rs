@@ -753,6 +753,7 @@ fn minus(now: &DirectionStats, base: &DirectionStats) -> DirectionStats {
     d.coalesced = now.coalesced.saturating_sub(base.coalesced);
     d.super_frames = now.super_frames.saturating_sub(base.super_frames);
     d.whole = now.whole.saturating_sub(base.whole);
+    d.kernel_forwarded = now.kernel_forwarded.saturating_sub(base.kernel_forwarded);
     d.rx_wakeups = now.rx_wakeups.saturating_sub(base.rx_wakeups);
     d.tx_wakeups = now.tx_wakeups.saturating_sub(base.tx_wakeups);
     d.spin.spun_ns = now.spin.spun_ns.saturating_sub(base.spin.spun_ns);

@@ -154,6 +154,8 @@ impl HostArgs {
             // The netfilter queue hands over packets one by one.
             coalesce: crate::cli::args::OnOff::Off,
             coalesce_window: None,
+            // Packets lent by the netfilter queue must each get a verdict.
+            kernel_path: crate::cli::args::OnOff::Off,
             run: self.run.clone(),
             rules: self.rules.clone(),
             forward_only: false,

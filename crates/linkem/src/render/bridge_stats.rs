@@ -74,6 +74,7 @@ pub fn direction_json(s: &DirectionStats, rules: bool) -> serde_json::Value {
         "coalesced": s.coalesced,
         "super_frames": s.super_frames,
         "whole": s.whole,
+        "kernel_forwarded": s.kernel_forwarded,
         "corrupted": s.fates.corrupted,
         "lateness_ns": {
             "count": s.lateness.len(),
@@ -195,6 +196,13 @@ fn print_coalesced(stats: &[DirectionStats], prefix: &str) {
             "{prefix}{}: coalesced {} of the delivered frames into {} super-frames \
              ({} of them in received super-frames that crossed whole)",
             s.name, s.coalesced, s.super_frames, s.whole
+        );
+    }
+    for s in stats.iter().filter(|s| s.kernel_forwarded > 0) {
+        println!(
+            "{prefix}{}: the kernel forwarded {} of the delivered frames itself, while the \
+             link was a pass-through (--kernel-path)",
+            s.name, s.kernel_forwarded
         );
     }
 }

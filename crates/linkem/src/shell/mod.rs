@@ -386,6 +386,7 @@ fn bridge_args(args: &ShellArgs, plan: &Plan) -> BridgeArgs {
         backend: args.backend,
         coalesce: crate::cli::args::OnOff::On,
         coalesce_window: None,
+        kernel_path: args.kernel_path,
         run: RunArgs {
             stats: args.stats,
             stats_interval: args.stats_interval,

@@ -22,6 +22,15 @@ pub trait LiveModel: Model + Send + 'static {
     fn flow_memory_bytes(&self) -> usize {
         0
     }
+
+    /// Whether the model leaves every packet received on `side` (0: A, 1:
+    /// B) as it came, at the instant it came, and changes nothing by seeing
+    /// it: then the kernel may forward that direction itself (see the
+    /// `kernel` module). Default: no.
+    fn passes_through(&self, side: usize) -> bool {
+        let _ = side;
+        false
+    }
 }
 
 impl LiveModel for LinkModel {
@@ -30,6 +39,11 @@ impl LiveModel for LinkModel {
             Change::Link { .. } => Ok(()),
             _ => Err(ChangeError::NoRuleSet),
         }
+    }
+
+    fn passes_through(&self, side: usize) -> bool {
+        let side = if side == 0 { Side::A } else { Side::B };
+        self.link(side).passes_through()
     }
 }
 

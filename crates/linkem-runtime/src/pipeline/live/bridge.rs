@@ -264,6 +264,8 @@ struct Built<M> {
     outlets: Vec<Arc<Outlet>>,
     max_frame: [usize; 2],
     supers: [bool; 2],
+    /// The interface each direction sends out of, for its kernel path.
+    egress: [Option<u32>; 2],
     model: M,
     rx: [Box<dyn RxPort>; 2],
     no_copies: Option<&'static str>,
@@ -372,7 +374,7 @@ impl<M: LiveModel> LiveBridge<M> {
                 Layout::Group => wake_fd().map(Arc::new),
             };
             let shared = Shared::started(b.model, stage, b.no_copies, pair_wake);
-            loops.push(PairLoop::new(shared.clone(), controls, b.rx, out));
+            loops.push(PairLoop::new(shared.clone(), controls, b.rx, out, b.egress));
             bridges.push(LiveBridge {
                 directions: b.directions,
                 shared,
@@ -400,6 +402,7 @@ fn build_pair<M: LiveModel>(
     let mut outlets = Vec::new();
     let mut max_frame = [0usize; 2];
     let mut supers = [false; 2];
+    let mut egress = [None; 2];
     let no_copies = pair.tx.iter().find_map(|t| t.no_copies());
     for (i, tx) in pair.tx.into_iter().enumerate() {
         let (producer, consumer) = match layout {
@@ -417,6 +420,7 @@ fn build_pair<M: LiveModel>(
         control.held = crate::pipeline::HeldPerGroup::new(tx.max_held_per_pipe());
         let control = Arc::new(control);
         max_frame[i] = tx.max_frame_bytes();
+        egress[i] = tx.egress_ifindex();
         supers[i] = opts.coalesce_window_ns.is_some() && tx.sends_super_frames();
         let outlet = Outlet::new(control.clone(), consumer, tx, &cfg);
         let threads = match layout {
@@ -441,6 +445,7 @@ fn build_pair<M: LiveModel>(
         outlets,
         max_frame,
         supers,
+        egress,
         model: pair.model,
         rx: pair.rx,
         no_copies,

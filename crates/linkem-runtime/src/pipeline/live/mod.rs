@@ -195,6 +195,7 @@ const REPLY_SPIN_NS: u64 = 50_000;
 
 mod api;
 mod bridge;
+mod kernel;
 mod outputs;
 mod run;
 mod settle;
@@ -204,6 +205,7 @@ mod take;
 pub use api::{LiveModel, LiveOptions, SubmitError, Tap};
 use bridge::*;
 pub use bridge::{GroupPair, LiveBridge, LiveGroup, NodeBridge, Submitted};
+use kernel::*;
 use outputs::*;
 use run::*;
 use stage::*;

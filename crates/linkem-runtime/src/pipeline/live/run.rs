@@ -17,6 +17,8 @@ pub(super) struct PairLoop<M> {
     /// Each receive port's interface was last seen down ([`PortHealth::Down`]):
     /// asked again every [`PortHealth::DOWN_CHECK_NS`] until it is up or gone.
     pub(super) down: [bool; 2],
+    /// Each direction's kernel path (the `kernel` module).
+    pub(super) kernel: [KernelSide; 2],
 }
 
 /// What one pair's turn found.
@@ -35,9 +37,17 @@ impl<M: LiveModel> PairLoop<M> {
     pub(super) fn new(
         shared: Arc<Shared<M>>,
         controls: [Arc<Control>; 2],
-        rx: [Box<dyn RxPort>; 2],
+        mut rx: [Box<dyn RxPort>; 2],
         out: Outputs,
+        egress: [Option<u32>; 2],
     ) -> Self {
+        let mut kernel = [KernelSide::default(); 2];
+        for side in 0..2 {
+            if let Some(path) = rx[side].kernel_path() {
+                let _ = controls[side].kernel.set(path.counter());
+                kernel[side].egress = egress[side];
+            }
+        }
         {
             let mut guard = lock(&shared.core);
             let Core { model, stage } = &mut *guard;
@@ -55,6 +65,7 @@ impl<M: LiveModel> PairLoop<M> {
             drops_read_ns: 0,
             stopped: false,
             down: [false; 2],
+            kernel,
         }
     }
 
@@ -111,6 +122,7 @@ impl<M: LiveModel> PairLoop<M> {
             drops_read_ns,
             stopped: _,
             down: _,
+            kernel,
         } = self;
         // An output stage of this pair failed: the pair stops as a whole.
         if let Some(c) = controls.iter().find(|c| c.has_failed()) {
@@ -132,8 +144,14 @@ impl<M: LiveModel> PairLoop<M> {
         if shared.has_changes.swap(false, Ordering::AcqRel) {
             stage.take_changes(model, &mut objs, &shared.changes);
         }
+        // A link that now does something takes its frames from here on.
+        let want_kernel = kernel::wanted(model, stage);
+        for side in 0..2 {
+            kernel::switch_off(&mut kernel[side], &mut *rx[side], want_kernel[side])?;
+        }
         stage.shed = shed;
         let mut taken = 0;
+        let mut taken_side = [0usize; 2];
         let mut full = false;
         for (side, port) in rx.iter_mut().enumerate() {
             let n = port
@@ -142,6 +160,7 @@ impl<M: LiveModel> PairLoop<M> {
                 })
                 .map_err(|e| format!("receive: {e}"))?;
             taken += n;
+            taken_side[side] = n;
             full |= n == batch;
         }
         let now = stage.tick();
@@ -164,9 +183,24 @@ impl<M: LiveModel> PairLoop<M> {
         stage.wakeups = wakeups;
         let pushed = stage.publish_all();
         let soonest_stored = stage.soonest_stored_ns.take();
+        let accepted = [stage.c[0].accepted, stage.c[1].accepted];
         drop(objs);
         drop(guard);
         let sent = out.hand_out(pushed)?;
+        let mut kernel_retry = None;
+        for side in 0..2 {
+            let again = kernel::switch_on(
+                &mut kernel[side],
+                &mut *rx[side],
+                &controls[side],
+                want_kernel[side],
+                taken_side[side],
+                accepted[side],
+            );
+            if again {
+                kernel_retry = Some(now + KERNEL_RETRY_NS);
+            }
+        }
         // What the stage sent itself left now.
         let leaving = earliest(soonest_stored, (sent > 0).then_some(now));
         let next = earliest(next, out.next_claimed_ns());
@@ -178,7 +212,9 @@ impl<M: LiveModel> PairLoop<M> {
             leaving,
             full,
             next,
-            sweep_at,
+            // A kernel path waiting to switch on is looked at again as a
+            // sweep is: the stage's sleep ends then, nothing spins for it.
+            sweep_at: earliest(sweep_at, kernel_retry),
             now,
         })
     }

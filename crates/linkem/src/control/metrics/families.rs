@@ -180,7 +180,7 @@ fn rows(model: &Model) -> Vec<Row<'_>> {
 type DirectionFamily = (&'static str, Kind, &'static str, fn(&DirectionStats) -> u64);
 
 /// The per-direction counts exposed before the packets by fate, and after.
-fn direction_families() -> ([DirectionFamily; 5], [DirectionFamily; 8]) {
+fn direction_families() -> ([DirectionFamily; 5], [DirectionFamily; 9]) {
     (
         [
         (
@@ -250,6 +250,12 @@ fn direction_families() -> ([DirectionFamily; 5], [DirectionFamily; 8]) {
             Kind::Counter,
             "Of the coalesced wire frames, those inside received super-frames that crossed whole, never cut.",
             |s| s.whole,
+        ),
+        (
+            "linkem_kernel_forwarded_frames_total",
+            Kind::Counter,
+            "Delivered wire frames the kernel forwarded itself while the link was a pass-through (--kernel-path).",
+            |s| s.kernel_forwarded,
         ),
         (
             "linkem_corrupted_packets_total",

@@ -1,0 +1,176 @@
+//! The kernel path (`--kernel-path`, on by default): a direction whose link
+//! is a pass-through is forwarded by the kernel, in the sender's context,
+//! and counted as delivered (`kernel_forwarded`); a link that does something,
+//! a tap that must see each frame, or `--kernel-path off` takes every frame
+//! through linkem; a change switches between the two without losing or
+//! reordering a packet. Stock hosts (offloads on), on each backend. Needs
+//! root (prints "skipped" otherwise).
+
+#[macro_use]
+mod common;
+
+use common::ctl::{ctl, CtlBridge};
+use common::*;
+use serde_json::Value;
+
+fn kernel_forwarded(stats: &Value, dir: usize) -> u64 {
+    stats["directions"][dir]["kernel_forwarded"]
+        .as_u64()
+        .expect("kernel_forwarded is reported")
+}
+
+/// Where the pings' frames went, for a failure message.
+fn counts(stats: &Value) -> String {
+    (0..2)
+        .map(|d| {
+            let s = &stats["directions"][d];
+            format!(
+                "{}: received {} delivered {} kernel_forwarded {} in_flight {} rx_wakeups {}",
+                s["direction"],
+                s["received"],
+                s["fates"]["delivered"],
+                s["kernel_forwarded"],
+                s["in_flight"],
+                s["rx_wakeups"]
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// A plain bridge (no words: a pass-through both ways) is forwarded by the
+/// kernel: every ping answered, every frame counted delivered and
+/// kernel-forwarded, the stage hardly woken. Its twin with
+/// `--kernel-path off` takes every frame through linkem.
+fn a_pass_through_is_forwarded_by_the_kernel(backend: &str) {
+    if skip() {
+        return;
+    }
+    let _serial = serial();
+    let topo = topology_with("kp", true);
+    let pings = 40u64;
+    let mut runs = Vec::new();
+    for extra in [&[][..], &["--kernel-path", "off"][..]] {
+        let b = Bridge::start(&topo, backend, extra);
+        let rtts = ping_rtts_ms_to(&topo, topo.addr_b, pings as u32);
+        let stats = b.stop();
+        runs.push((extra, rtts, stats));
+    }
+    for (extra, rtts, stats) in &runs {
+        let what = format!("{backend} {extra:?}: {}", counts(stats));
+        assert_eq!(rtts.len() as u64, pings, "every ping answered: {what}");
+        for d in 0..2 {
+            let s = &stats["directions"][d];
+            assert_counts_add_up(s, &what);
+            assert!(fate(stats, d, "delivered") >= pings, "{what}");
+            assert_eq!(s["in_flight"], 0, "{what}");
+        }
+        if extra.is_empty() {
+            for d in 0..2 {
+                // Every ping; what linkem took itself came before it switched
+                // the kernel path on (the hosts' own IPv6 chatter at start).
+                assert!(kernel_forwarded(stats, d) >= pings, "{what}");
+                assert!(
+                    fate(stats, d, "delivered") - kernel_forwarded(stats, d) <= 4,
+                    "the kernel forwarded all but a few frames at start: {what}"
+                );
+            }
+            // The stage woke for its own start and stop, not per packet.
+            let wakeups = stats["directions"][0]["rx_wakeups"].as_u64().unwrap();
+            assert!(wakeups < pings / 2, "{wakeups} wake-ups: {what}");
+        } else {
+            for d in 0..2 {
+                assert_eq!(kernel_forwarded(stats, d), 0, "{what}");
+            }
+        }
+    }
+}
+
+/// A tap must see every frame: with `--events` nothing bypasses linkem, and
+/// every ping is in the events file.
+fn a_tap_keeps_every_frame_in_linkem(backend: &str) {
+    if skip() {
+        return;
+    }
+    let _serial = serial();
+    let topo = topology_with("kt", true);
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("events.jsonl");
+    let events_arg = events.to_str().unwrap();
+    let b = Bridge::start(&topo, backend, &["--events", events_arg]);
+    let rtts = ping_rtts_ms_to(&topo, topo.addr_b, 10);
+    let stats = b.stop();
+    let what = counts(&stats);
+    assert_eq!(rtts.len(), 10, "{what}");
+    for d in 0..2 {
+        assert_eq!(kernel_forwarded(&stats, d), 0, "{what}");
+        assert!(fate(&stats, d, "delivered") >= 10, "{what}");
+    }
+    let lines = event_lines(&events);
+    assert!(lines.len() >= 20, "{} event lines: {what}", lines.len());
+}
+
+on_both_backends!(
+    a_pass_through_is_forwarded_by_the_kernel,
+    a_tap_keeps_every_frame_in_linkem
+);
+
+/// `linkem ctl` changes switch a direction between the kernel and linkem: a
+/// delay takes every frame back at once (the RTT follows from the first
+/// ping after the reply), and `delay 0` hands it to the kernel again once
+/// nothing is in flight. Every packet is counted once, none lost.
+#[test]
+fn a_change_switches_between_the_kernel_and_linkem() {
+    if skip() {
+        return;
+    }
+    let _serial = serial();
+    let topo = topology_with("kc", true);
+    let bridge = CtlBridge::start(&topo, &[]);
+    let mut c = bridge.client();
+    let stats = |c: &mut linkem_ctl::Client| c.request_json("stats").unwrap();
+    let rtts = |n| common::ctl::ping_rtts_to(&topo, topo.addr_b, n);
+
+    let first = rtts(10);
+    let s1 = stats(&mut c);
+    assert!(first.iter().all(|r| *r < 5.0), "pass-through: {first:?}");
+    assert!(kernel_forwarded(&s1, 0) >= 10, "{}", counts(&s1));
+
+    let o = ctl(&bridge.socket, &["link", "both", "delay", "10ms"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let delayed = rtts(10);
+    let s2 = stats(&mut c);
+    assert!(
+        delayed.iter().all(|r| (19.5..60.0).contains(r)),
+        "delay 10ms both ways: {delayed:?}; {}",
+        counts(&s2)
+    );
+    assert_eq!(
+        kernel_forwarded(&s2, 0),
+        kernel_forwarded(&s1, 0),
+        "nothing bypassed the delay: {}",
+        counts(&s2)
+    );
+
+    let o = ctl(&bridge.socket, &["link", "both", "delay", "0"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // The switch waits for the delayed packets to leave and their counts to
+    // be published (at most half a second), then the kernel takes over.
+    let again = rtts(40);
+    let s3 = stats(&mut c);
+    assert!(again.iter().all(|r| *r < 15.0), "delay 0 again: {again:?}");
+    assert!(
+        kernel_forwarded(&s3, 0) >= kernel_forwarded(&s2, 0) + 10,
+        "the kernel took over again: before {}, now {}",
+        counts(&s2),
+        counts(&s3)
+    );
+    drop(c);
+    let (stats, _, _) = bridge.finish();
+    for d in 0..2 {
+        let s = &stats["directions"][d];
+        assert_counts_add_up(s, &counts(&stats));
+        assert!(fate(&stats, d, "delivered") >= 60, "{}", counts(&stats));
+        assert_eq!(s["in_flight"], 0, "{}", counts(&stats));
+    }
+}
