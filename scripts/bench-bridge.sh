@@ -138,8 +138,12 @@ for be in $BACKENDS; do
   run "$be: plain forwarder (--forward-only)" max -- \
     "$LINKEM" bridge "${P}ea" "${P}eb" --backend "$be" --forward-only --stats json ${LINKEM_ARGS:-}
   cp "$out/stats.json.delivered" "$out/forwarder.delivered"
+  # No words is a pass-through: the kernel path forwards it (`--kernel-path`);
+  # the row after it takes every frame through linkem.
   run "$be: linkem, no impairment" max -- \
     "$LINKEM" bridge "${P}ea" "${P}eb" --backend "$be" --stats json ${LINKEM_ARGS:-}
+  run "$be: linkem, no impairment, --kernel-path off" max -- \
+    "$LINKEM" bridge "${P}ea" "${P}eb" --backend "$be" --stats json --kernel-path off ${LINKEM_ARGS:-}
   run "$be: linkem, delay 10ms" max -- \
     "$LINKEM" bridge "${P}ea" "${P}eb" --backend "$be" --stats json ${LINKEM_ARGS:-} delay 10ms
   # The same link as one Dummynet pipe for both directions (the node's path).

@@ -10,6 +10,7 @@
 #   BASE=/path/to/linkem LINKEM=/path/to/linkem scripts/bench-sparse.sh [PINGS] [ROUNDS]   (root)
 #
 # Defaults: 200 pings per cell, 2 rounds. Without BASE the BASE rows are left out.
+# LINKEM_ARGS (e.g. "--backend xdp --coalesce off") go to every linkem bridge.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-common.sh
@@ -46,7 +47,8 @@ through_bridge() {
 # packet received, both directions).
 through_linkem() {
   local bin=$1 interval=$2; shift 2
-  "$bin" bridge "${P}ea" "${P}eb" --control none --stats json "$@" >"$out/stats" 2>/dev/null &
+  # shellcheck disable=SC2086
+  "$bin" bridge "${P}ea" "${P}eb" --control none --stats json ${LINKEM_ARGS:-} "$@" >"$out/stats" 2>/dev/null &
   LPID=$!
   sleep 1
   local med

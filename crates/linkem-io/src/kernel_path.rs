@@ -67,7 +67,7 @@ impl Kernel {
     /// without CAP_BPF and CAP_NET_ADMIN: the port then has no kernel path.
     pub fn open(ifname: &str, ifindex: u32, gate_kind: Gate) -> Result<Self, BpfError> {
         let gate = bpf::create_array("linkem_gate", 4, 2, false)?;
-        let counts = bpf::create_array("linkem_kcounts", bpf::KernelCounts::BYTES, 1, true)?;
+        let counts = bpf::create_array("linkem_kcounts", bpf::KERNEL_COUNTS_BYTES, 1, true)?;
         let insns = bpf::tc_forward_program(gate.as_raw_fd(), counts.as_raw_fd());
         let prog = bpf::load_program(ProgKind::TcxIngress, TC_PROGRAM_NAME, &insns, 0)?;
         let link = bpf::link_tcx_ingress(prog.as_fd(), ifindex, ifname)?;
@@ -182,10 +182,10 @@ struct Counts(OwnedFd);
 
 impl KernelCounter for Counts {
     fn counts(&self) -> std::io::Result<KernelCounts> {
-        let raw = bpf::map_lookup_percpu(self.0.as_fd(), 0, bpf::KernelCounts::BYTES)
+        let raw = bpf::map_lookup_percpu(self.0.as_fd(), 0, bpf::KERNEL_COUNTS_BYTES)
             .map_err(|e| std::io::Error::new(e.source.kind(), e.to_string()))?;
         let mut sum = KernelCounts::default();
-        for cpu in raw.chunks_exact(bpf::KernelCounts::BYTES as usize) {
+        for cpu in raw.chunks_exact(bpf::KERNEL_COUNTS_BYTES as usize) {
             let field = |i: usize| {
                 let mut b = [0u8; 8];
                 b.copy_from_slice(&cpu[i * 8..i * 8 + 8]);

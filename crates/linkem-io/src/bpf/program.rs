@@ -7,7 +7,7 @@
 //! The kernel path's gate is an array map of two u32 entries per port
 //! ([`GATE_SKIP`], [`GATE_TARGET`]), read by the programs at every frame and
 //! written only by user space; its counts are a per-CPU array of one
-//! [`KernelCounts`] (no atomics: each CPU adds to its own copy).
+//! [`KERNEL_COUNTS_BYTES`] value (no atomics: each CPU adds to its own copy).
 
 use super::*;
 use std::os::fd::RawFd;
@@ -110,26 +110,12 @@ const TCX_NEXT: i32 = -1;
 /// `TC_ACT_SHOT`: drop the packet.
 const TC_ACT_SHOT: i32 = 2;
 
-/// What the kernel path forwarded, one copy per CPU in the counts map: 3 u64s.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct KernelCounts {
-    /// Packets forwarded, each a frame or a super-frame.
-    pub frames: u64,
-    /// Wire frames they are (a super-frame counts its `gso_segs`).
-    pub wire_frames: u64,
-    /// Bytes of those wire frames, each with its headers: a super-frame's
-    /// `len + (gso_segs - 1) × header length`, the header length read from
-    /// its IPv4 or IPv6 and TCP or UDP headers (only its length when it is
-    /// neither).
-    pub wire_bytes: u64,
-    /// Frames dropped, not forwarded: longer than the egress MTU allows.
-    pub too_big: u64,
-}
-
-impl KernelCounts {
-    /// Size of one CPU's copy in the map.
-    pub const BYTES: u32 = 32;
-}
+/// Bytes of one CPU's copy in the kernel path's counts map: the four u64
+/// fields of [`linkem_core::port::KernelCounts`] in their order (frames,
+/// wire frames, wire bytes, too big). Wire bytes are a super-frame's
+/// `len + (gso_segs - 1) × header length`, the header length read from its
+/// IPv4 or IPv6 and TCP or UDP headers (only its length when it is neither).
+pub const KERNEL_COUNTS_BYTES: u32 = 32;
 
 /// The lookup `r0 = &map[key]`, `key` written at `fp - 4`: clobbers r1-r5.
 fn lookup(map_fd: RawFd, key: u32) -> [BpfInsn; 6] {

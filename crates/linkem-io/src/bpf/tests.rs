@@ -175,7 +175,7 @@ fn kernel_path_programs_pass_the_verifier() {
     }
     use std::os::fd::{AsFd, AsRawFd};
     let gate = create_array("t_gate", 4, 2, false).expect("gate map");
-    let counts = create_array("t_counts", KernelCounts::BYTES, 1, true).expect("counts map");
+    let counts = create_array("t_counts", KERNEL_COUNTS_BYTES, 1, true).expect("counts map");
     let xsks = create_xskmap("t_xsks", 4).expect("xskmap");
     let (g, c) = (gate.as_raw_fd(), counts.as_raw_fd());
     let show = |e: BpfError| panic!("{e}");
@@ -184,7 +184,7 @@ fn kernel_path_programs_pass_the_verifier() {
     let xdp = xdp_gated_program(xsks.as_raw_fd(), RxClock::Monotonic, g);
     load_program(ProgKind::Xdp, "t_xdp", &xdp, 0).unwrap_or_else(show);
     // A fresh per-CPU map reads as zero on every CPU.
-    let raw = map_lookup_percpu(counts.as_fd(), 0, KernelCounts::BYTES).expect("lookup");
-    assert_eq!(raw.len(), KernelCounts::BYTES as usize * possible_cpus());
+    let raw = map_lookup_percpu(counts.as_fd(), 0, KERNEL_COUNTS_BYTES).expect("lookup");
+    assert_eq!(raw.len(), KERNEL_COUNTS_BYTES as usize * possible_cpus());
     assert!(raw.iter().all(|&b| b == 0));
 }
