@@ -37,6 +37,11 @@ use crate::bpf::{self, BpfError, ProgKind, GATE_SKIP, GATE_TARGET};
 /// Name of the tc program as `bpftool prog` shows it.
 pub const TC_PROGRAM_NAME: &str = "linkem_kpath";
 
+/// What a port with a kernel path adds to the start-up line that says what
+/// was opened and set.
+pub const OPENED_NOTE: &str =
+    ", tc program linkem_kpath (the kernel path, off until a direction is a pass-through)";
+
 /// Which receive path the gate must keep frames from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Gate {

@@ -251,7 +251,7 @@ pub fn open(ifname: &str, mtu: u32, rings: Rings, kernel_path: bool) -> Result<H
         None
     };
     let kernel_note = if kernel.is_some() {
-        ", tc program linkem_kpath (the kernel path, off until a direction is a pass-through)"
+        crate::kernel_path::OPENED_NOTE
     } else {
         ""
     };

@@ -156,8 +156,8 @@ pub fn open(ifname: &str, mtu: u32, rings: Rings, kernel_path: bool) -> Result<H
     // A NIC filters by MAC address unless promiscuous; the membership goes
     // with its socket, so nothing is left set after linkem ends.
     let promisc = ifaces::lookup(ifname).and_then(|i| ifaces::Promiscuous::on(&i))?;
-    let kernel_note = if rx.info().ifindex != 0 && kernel_path_opened(&rx) {
-        ", tc program linkem_kpath (the kernel path, off until a direction is a pass-through)"
+    let kernel_note = if rx.has_kernel_path() {
+        crate::kernel_path::OPENED_NOTE
     } else {
         ""
     };
@@ -180,8 +180,4 @@ pub fn open(ifname: &str, mtu: u32, rings: Rings, kernel_path: bool) -> Result<H
         }),
         info,
     ))
-}
-
-fn kernel_path_opened(rx: &XdpRx) -> bool {
-    rx.has_kernel_path()
 }

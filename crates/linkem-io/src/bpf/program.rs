@@ -181,24 +181,7 @@ pub fn xdp_gated_program(map_fd: RawFd, clock: RxClock, gate_fd: RawFd) -> Vec<B
 /// `bpf_skb_load_bytes`; a super-frame of another kind adds nothing.
 pub fn tc_forward_program(gate_fd: RawFd, counts_fd: RawFd) -> Vec<BpfInsn> {
     // r6 = skb, r7 = target ifindex, r8 = this CPU's counts, r9 = segments
-    // (first the MTU check's verdict); fp-8: one byte read from the packet;
-    // fp-16: the L4 header's offset; fp-24: the MTU check's out value.
-    let load_byte = |off_reg: Option<u8>, off: i32| {
-        let mut v = vec![BpfInsn::mov64_reg(1, 6)];
-        match off_reg {
-            Some(r) => v.extend([BpfInsn::ldx_dw(2, r, -16), BpfInsn::add64_imm(2, off)]),
-            None => v.push(BpfInsn::mov64_imm(2, off)),
-        }
-        v.extend([
-            BpfInsn::mov64_reg(3, 10),
-            BpfInsn::add64_imm(3, -8),
-            BpfInsn::mov64_imm(4, 1),
-            BpfInsn::call(helper::SKB_LOAD_BYTES),
-        ]);
-        v
-    };
-    let ipv4 = i32::from(u16::from_ne_bytes(0x0800u16.to_be_bytes()));
-    let ipv6 = i32::from(u16::from_ne_bytes(0x86ddu16.to_be_bytes()));
+    // (first the MTU check's verdict); fp-24: the MTU check's out value.
     let mut a = Asm::new();
     a.ops([BpfInsn::mov64_reg(6, 1)])
         .ops(lookup(gate_fd, GATE_TARGET))
@@ -240,8 +223,52 @@ pub fn tc_forward_program(gate_fd: RawFd, counts_fd: RawFd) -> Vec<BpfInsn> {
             BpfInsn::add64_reg(2, 1),
             BpfInsn::stx_dw(8, 2, 16),
         ])
-        .jump(BpfInsn::jeq_imm(9, 1, 0), "redirect")
-        .ops([BpfInsn::ldx_w(1, 6, sk_buff::PROTOCOL)])
+        .jump(BpfInsn::jeq_imm(9, 1, 0), "redirect");
+    super_frame_headers(&mut a);
+    a.label("redirect")
+        .ops([
+            BpfInsn::mov64_reg(1, 7),
+            BpfInsn::mov64_imm(2, 0),
+            BpfInsn::call(helper::REDIRECT),
+            BpfInsn::exit(),
+        ])
+        .label("too_big")
+        .jump(BpfInsn::jeq_imm(0, 0, 0), "shot")
+        .ops([
+            BpfInsn::ldx_dw(1, 0, 24),
+            BpfInsn::add64_imm(1, 1),
+            BpfInsn::stx_dw(0, 1, 24),
+        ])
+        .label("shot")
+        .ops([BpfInsn::mov64_imm(0, TC_ACT_SHOT), BpfInsn::exit()])
+        .label("next")
+        .ops([BpfInsn::mov64_imm(0, TCX_NEXT), BpfInsn::exit()]);
+    a.finish()
+}
+
+/// The part of [`tc_forward_program`] for a super-frame (r9 = its segments,
+/// more than 1; r8 = the counts; r6 = skb): `wire_bytes += (segs - 1) ×
+/// header length`, the header read with `bpf_skb_load_bytes`; on to the
+/// label `redirect` whatever it finds. fp-8: one byte read from the packet;
+/// fp-16: the L4 header's offset.
+fn super_frame_headers(a: &mut Asm) {
+    let load_byte = |off_reg: Option<u8>, off: i32| {
+        let mut v = vec![BpfInsn::mov64_reg(1, 6)];
+        match off_reg {
+            Some(r) => v.extend([BpfInsn::ldx_dw(2, r, -16), BpfInsn::add64_imm(2, off)]),
+            None => v.push(BpfInsn::mov64_imm(2, off)),
+        }
+        v.extend([
+            BpfInsn::mov64_reg(3, 10),
+            BpfInsn::add64_imm(3, -8),
+            BpfInsn::mov64_imm(4, 1),
+            BpfInsn::call(helper::SKB_LOAD_BYTES),
+        ]);
+        v
+    };
+    let ipv4 = i32::from(u16::from_ne_bytes(0x0800u16.to_be_bytes()));
+    let ipv6 = i32::from(u16::from_ne_bytes(0x86ddu16.to_be_bytes()));
+    a.ops([BpfInsn::ldx_w(1, 6, sk_buff::PROTOCOL)])
         .jump(BpfInsn::jeq_imm(1, ipv4, 0), "ipv4")
         .jump(BpfInsn::jne_imm(1, ipv6, 0), "redirect")
         // IPv6: L4 at 14 + 40, next header at 14 + 6.
@@ -283,33 +310,13 @@ pub fn tc_forward_program(gate_fd: RawFd, counts_fd: RawFd) -> Vec<BpfInsn> {
         .label("l4_only")
         .ops([BpfInsn::ldx_dw(2, 10, -16)])
         .label("add")
-        // wire_bytes += (segs - 1) × header length
         .ops([
             BpfInsn::add64_imm(9, -1),
             BpfInsn::mul64_reg(2, 9),
             BpfInsn::ldx_dw(1, 8, 16),
             BpfInsn::add64_reg(1, 2),
             BpfInsn::stx_dw(8, 1, 16),
-        ])
-        .label("redirect")
-        .ops([
-            BpfInsn::mov64_reg(1, 7),
-            BpfInsn::mov64_imm(2, 0),
-            BpfInsn::call(helper::REDIRECT),
-            BpfInsn::exit(),
-        ])
-        .label("too_big")
-        .jump(BpfInsn::jeq_imm(0, 0, 0), "shot")
-        .ops([
-            BpfInsn::ldx_dw(1, 0, 24),
-            BpfInsn::add64_imm(1, 1),
-            BpfInsn::stx_dw(0, 1, 24),
-        ])
-        .label("shot")
-        .ops([BpfInsn::mov64_imm(0, TC_ACT_SHOT), BpfInsn::exit()])
-        .label("next")
-        .ops([BpfInsn::mov64_imm(0, TCX_NEXT), BpfInsn::exit()]);
-    a.finish()
+        ]);
 }
 
 /// The kernel path's socket filter for an AF_PACKET receive socket: while

@@ -17,9 +17,12 @@
 //! - **Switching on** waits until the direction holds nothing: this turn took
 //!   no frame from the port, and every packet stored was sent, late, too big
 //!   or flushed by the output stage's published counts (which lag: they may
-//!   delay the switch, never hasten it). Frames forwarded by the kernel then
-//!   never overtake frames linkem still holds. Until then the stage looks
-//!   again every [`KERNEL_RETRY_NS`].
+//!   delay the switch, never hasten it; the stage publishes a parked output
+//!   thread's counts itself rather than wait for them,
+//!   [`Outlet::publish_for_asleep`]). Frames forwarded by the kernel then
+//!   never overtake frames linkem still holds (but one that reached the port
+//!   between that look and the switch, microseconds). Until then the stage
+//!   looks again every [`KERNEL_RETRY_NS`].
 //! - **Switching off** is at once, in the turn that applied the change that
 //!   made the link do something: frames from then on go to the model.
 //! - **Counts.** What the kernel forwarded is added to the direction's counts
@@ -33,8 +36,7 @@
 use super::*;
 
 /// How often a direction waiting to switch its kernel path on looks again:
-/// each look is a wake-up of the stage, and the output stage's counts it
-/// waits for are published 10-50 ms after its last send.
+/// each look is a wake-up of the stage.
 pub(super) const KERNEL_RETRY_NS: u64 = 10_000_000;
 
 /// One direction's kernel path state, on the stage's thread.
@@ -86,7 +88,7 @@ pub(super) fn switch_off(
 pub(super) fn switch_on(
     k: &mut KernelSide,
     port: &mut dyn RxPort,
-    control: &Control,
+    outlet: &Outlet,
     want: bool,
     taken: usize,
     accepted: u64,
@@ -94,8 +96,21 @@ pub(super) fn switch_on(
     let Some(egress) = k.egress.filter(|_| want && !k.engaged) else {
         return false;
     };
-    if taken > 0 || control.output_done() != accepted {
+    if taken > 0 {
         return true;
+    }
+    let control = outlet.control();
+    if control.output_done() != accepted {
+        // What lags may be only the publication of a parked output thread
+        // (it publishes 10-50 ms after its last send): the stage publishes
+        // them itself, under the outlet's lock.
+        let parked = control.output_parked.load(Ordering::Acquire);
+        if !(parked
+            && outlet.publish_for_asleep(clock::now_ns())
+            && control.output_done() == accepted)
+        {
+            return true;
+        }
     }
     let Some(path) = port.kernel_path() else {
         k.egress = None;

@@ -192,7 +192,7 @@ impl<M: LiveModel> PairLoop<M> {
             let again = kernel::switch_on(
                 &mut kernel[side],
                 &mut *rx[side],
-                &controls[side],
+                &out.outlets[side],
                 want_kernel[side],
                 taken_side[side],
                 accepted[side],
