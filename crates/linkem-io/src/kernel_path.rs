@@ -63,7 +63,6 @@ pub struct Kernel {
     _tc_link: OwnedFd,
     _tc_prog: OwnedFd,
     filter: Option<OwnedFd>,
-    engaged: bool,
 }
 
 impl Kernel {
@@ -84,7 +83,6 @@ impl Kernel {
             _tc_link: link,
             _tc_prog: prog,
             filter: None,
-            engaged: false,
         })
     }
 
@@ -145,11 +143,6 @@ impl Kernel {
         }
     }
 
-    /// Whether the path is switched on.
-    pub fn is_engaged(&self) -> bool {
-        self.engaged
-    }
-
     fn set(&self, key: u32, value: u32) -> std::io::Result<()> {
         bpf::map_update_u32(self.gate.as_fd(), key, value).map_err(|e| {
             std::io::Error::new(
@@ -163,14 +156,11 @@ impl Kernel {
 impl KernelPath for Kernel {
     fn engage(&mut self, egress_ifindex: u32) -> std::io::Result<()> {
         self.set(GATE_TARGET, egress_ifindex)?;
-        self.set(GATE_SKIP, 1)?;
-        self.engaged = true;
-        Ok(())
+        self.set(GATE_SKIP, 1)
     }
 
     fn disengage(&mut self) -> std::io::Result<()> {
         self.set(GATE_SKIP, 0)?;
-        self.engaged = false;
         if self.gate_kind == Gate::PacketSocket {
             self.set(GATE_TARGET, 0)?;
         }

@@ -130,6 +130,15 @@ fn lookup(map_fd: RawFd, key: u32) -> [BpfInsn; 6] {
     ]
 }
 
+/// `reg = gate[key]`, going to `if_zero` when the entry is missing or 0
+/// (the lookup clobbers r0-r5).
+fn gate_entry(a: &mut Asm, gate_fd: RawFd, key: u32, reg: u8, if_zero: &'static str) {
+    a.ops(lookup(gate_fd, key))
+        .jump(BpfInsn::jeq_imm(0, 0, 0), if_zero)
+        .ops([BpfInsn::ldx_w(reg, 0, 0)])
+        .jump(BpfInsn::jeq_imm(reg, 0, 0), if_zero);
+}
+
 /// [`xdp_redirect_program`] behind the gate: while `gate[GATE_SKIP]` is
 /// non-zero every frame is passed to the kernel stack (`XDP_PASS`), where
 /// the tc program of [`tc_forward_program`] forwards it.
@@ -141,12 +150,9 @@ fn lookup(map_fd: RawFd, key: u32) -> [BpfInsn; 6] {
 /// ```
 pub fn xdp_gated_program(map_fd: RawFd, clock: RxClock, gate_fd: RawFd) -> Vec<BpfInsn> {
     let mut a = Asm::new();
-    a.ops([BpfInsn::mov64_reg(6, 1)])
-        .ops(lookup(gate_fd, GATE_SKIP))
-        .jump(BpfInsn::jeq_imm(0, 0, 0), "socket")
-        .ops([BpfInsn::ldx_w(1, 0, 0)])
-        .jump(BpfInsn::jeq_imm(1, 0, 0), "socket")
-        .ops([BpfInsn::mov64_imm(0, XDP_PASS), BpfInsn::exit()])
+    a.ops([BpfInsn::mov64_reg(6, 1)]);
+    gate_entry(&mut a, gate_fd, GATE_SKIP, 1, "socket");
+    a.ops([BpfInsn::mov64_imm(0, XDP_PASS), BpfInsn::exit()])
         .label("socket")
         // The redirect program starts from r1 = ctx.
         .ops([BpfInsn::mov64_reg(1, 6)])
@@ -183,47 +189,44 @@ pub fn tc_forward_program(gate_fd: RawFd, counts_fd: RawFd) -> Vec<BpfInsn> {
     // r6 = skb, r7 = target ifindex, r8 = this CPU's counts, r9 = segments
     // (first the MTU check's verdict); fp-24: the MTU check's out value.
     let mut a = Asm::new();
-    a.ops([BpfInsn::mov64_reg(6, 1)])
-        .ops(lookup(gate_fd, GATE_TARGET))
-        .jump(BpfInsn::jeq_imm(0, 0, 0), "next")
-        .ops([BpfInsn::ldx_w(7, 0, 0)])
-        .jump(BpfInsn::jeq_imm(7, 0, 0), "next")
-        .ops([
-            BpfInsn::st_w(10, -24, 0),
-            BpfInsn::mov64_reg(1, 6),
-            BpfInsn::mov64_reg(2, 7),
-            BpfInsn::mov64_reg(3, 10),
-            BpfInsn::add64_imm(3, -24),
-            BpfInsn::mov64_imm(4, 0),
-            BpfInsn::mov64_imm(5, 0),
-            BpfInsn::call(helper::CHECK_MTU),
-            BpfInsn::mov64_reg(9, 0),
-        ])
-        .ops(lookup(counts_fd, 0))
-        .jump(BpfInsn::jne_imm(9, 0, 0), "too_big")
-        .jump(BpfInsn::jeq_imm(0, 0, 0), "redirect")
-        .ops([
-            BpfInsn::mov64_reg(8, 0),
-            // frames += 1
-            BpfInsn::ldx_dw(1, 8, 0),
-            BpfInsn::add64_imm(1, 1),
-            BpfInsn::stx_dw(8, 1, 0),
-            // segs = gso_segs ? gso_segs : 1
-            BpfInsn::ldx_w(9, 6, sk_buff::GSO_SEGS),
-        ])
-        .jump(BpfInsn::jne_imm(9, 0, 0), "segs")
-        .ops([BpfInsn::mov64_imm(9, 1)])
-        .label("segs")
-        .ops([
-            BpfInsn::ldx_dw(1, 8, 8),
-            BpfInsn::add64_reg(1, 9),
-            BpfInsn::stx_dw(8, 1, 8),
-            BpfInsn::ldx_w(1, 6, sk_buff::LEN),
-            BpfInsn::ldx_dw(2, 8, 16),
-            BpfInsn::add64_reg(2, 1),
-            BpfInsn::stx_dw(8, 2, 16),
-        ])
-        .jump(BpfInsn::jeq_imm(9, 1, 0), "redirect");
+    a.ops([BpfInsn::mov64_reg(6, 1)]);
+    gate_entry(&mut a, gate_fd, GATE_TARGET, 7, "next");
+    a.ops([
+        BpfInsn::st_w(10, -24, 0),
+        BpfInsn::mov64_reg(1, 6),
+        BpfInsn::mov64_reg(2, 7),
+        BpfInsn::mov64_reg(3, 10),
+        BpfInsn::add64_imm(3, -24),
+        BpfInsn::mov64_imm(4, 0),
+        BpfInsn::mov64_imm(5, 0),
+        BpfInsn::call(helper::CHECK_MTU),
+        BpfInsn::mov64_reg(9, 0),
+    ])
+    .ops(lookup(counts_fd, 0))
+    .jump(BpfInsn::jne_imm(9, 0, 0), "too_big")
+    .jump(BpfInsn::jeq_imm(0, 0, 0), "redirect")
+    .ops([
+        BpfInsn::mov64_reg(8, 0),
+        // frames += 1
+        BpfInsn::ldx_dw(1, 8, 0),
+        BpfInsn::add64_imm(1, 1),
+        BpfInsn::stx_dw(8, 1, 0),
+        // segs = gso_segs ? gso_segs : 1
+        BpfInsn::ldx_w(9, 6, sk_buff::GSO_SEGS),
+    ])
+    .jump(BpfInsn::jne_imm(9, 0, 0), "segs")
+    .ops([BpfInsn::mov64_imm(9, 1)])
+    .label("segs")
+    .ops([
+        BpfInsn::ldx_dw(1, 8, 8),
+        BpfInsn::add64_reg(1, 9),
+        BpfInsn::stx_dw(8, 1, 8),
+        BpfInsn::ldx_w(1, 6, sk_buff::LEN),
+        BpfInsn::ldx_dw(2, 8, 16),
+        BpfInsn::add64_reg(2, 1),
+        BpfInsn::stx_dw(8, 2, 16),
+    ])
+    .jump(BpfInsn::jeq_imm(9, 1, 0), "redirect");
     super_frame_headers(&mut a);
     a.label("redirect")
         .ops([
@@ -329,11 +332,8 @@ fn super_frame_headers(a: &mut Asm) {
 /// ```
 pub fn socket_gate_program(gate_fd: RawFd) -> Vec<BpfInsn> {
     let mut a = Asm::new();
-    a.ops(lookup(gate_fd, GATE_SKIP))
-        .jump(BpfInsn::jeq_imm(0, 0, 0), "keep")
-        .ops([BpfInsn::ldx_w(1, 0, 0)])
-        .jump(BpfInsn::jeq_imm(1, 0, 0), "keep")
-        .ops([BpfInsn::mov64_imm(0, 0), BpfInsn::exit()])
+    gate_entry(&mut a, gate_fd, GATE_SKIP, 1, "keep");
+    a.ops([BpfInsn::mov64_imm(0, 0), BpfInsn::exit()])
         .label("keep")
         .ops([BpfInsn::mov64_imm(0, -1), BpfInsn::exit()]);
     a.finish()

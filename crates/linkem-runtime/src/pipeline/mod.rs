@@ -140,6 +140,14 @@ struct OutputShared {
     whole: u64,
 }
 
+impl OutputShared {
+    /// Packets the output stage has done with: sent, late, too big or flushed
+    /// (the stored packets less these are in flight).
+    fn done(&self) -> u64 {
+        self.sent + self.late + self.too_big + self.flushed
+    }
+}
+
 /// Groups (the live stage's pipes) whose packets still in the delay line
 /// are not sent but counted as `flushed`: the packets of a deleted pipe.
 #[derive(Default)]
@@ -321,8 +329,10 @@ impl Control {
     /// (sent, late, too big or flushed): equal to the packets stored, nothing
     /// is in flight.
     fn output_done(&self) -> u64 {
-        let o = self.output.lock().expect("the lock holders never panic");
-        o.sent + o.late + o.too_big + o.flushed
+        self.output
+            .lock()
+            .expect("the lock holders never panic")
+            .done()
     }
 
     fn error_text(&self) -> Option<String> {
@@ -480,9 +490,7 @@ impl Direction {
             segmented: input.segmented + (kernel_wire - kernel.frames),
             rx_kernel_drops: input.kernel_drops,
             // Saturating: the two sides publish at different moments while running.
-            in_flight: input
-                .accepted
-                .saturating_sub(output.sent + output.late + output.too_big + output.flushed),
+            in_flight: input.accepted.saturating_sub(output.done()),
             copies_sent: output.copies_sent,
             coalesced: output.coalesced,
             super_frames: output.super_frames,
