@@ -377,18 +377,33 @@ fn forward_only_baseline_carries_every_frame_at_once() {
     }
     let topo = topology("lkbfo");
     for backend in ["packet", "xdp"] {
-        let b = Bridge::start(&topo, backend, &["--forward-only"]);
-        let got = udp_flow(&topo, true, 2000, 100, Duration::from_micros(100));
-        let v = b.stop();
-        let arrived = got.iter().filter(|g| g.is_some()).count() as u64;
-        let med = median(got.iter().flatten().map(|&d| d as f64 / 1e6).collect());
-        eprintln!("{backend} forward-only: {arrived} of 2000, median one-way {med:.3} ms; {v}");
-        assert_eq!(
-            arrived, 2000,
-            "a plain forwarder on an idle link loses nothing"
+        // A stall of this VM that outlasts the 200 ms flow (seen once in CI: a
+        // median of 3.9 ms on one backend, 0.04 ms on the other in the same
+        // run) is told from added delay by measuring again: added delay is
+        // there every time. Each try must carry every frame.
+        let mut tries = Vec::new();
+        for _ in 0..3 {
+            let b = Bridge::start(&topo, backend, &["--forward-only"]);
+            let got = udp_flow(&topo, true, 2000, 100, Duration::from_micros(100));
+            let v = b.stop();
+            let arrived = got.iter().filter(|g| g.is_some()).count() as u64;
+            let med = median(got.iter().flatten().map(|&d| d as f64 / 1e6).collect());
+            eprintln!("{backend} forward-only: {arrived} of 2000, median one-way {med:.3} ms; {v}");
+            assert_eq!(
+                arrived, 2000,
+                "a plain forwarder on an idle link loses nothing ({backend}): {v}"
+            );
+            assert!(fate(&v, 0, "delivered") >= arrived, "{v}");
+            tries.push(med);
+            if med < 1.0 {
+                break;
+            }
+        }
+        assert!(
+            tries.iter().any(|&m| m < 1.0),
+            "no delay is added ({backend}): median one-way of each try {tries:?} ms \
+             (the stats of each try are printed above)"
         );
-        assert!(med < 1.0, "no delay is added: {med} ms");
-        assert!(fate(&v, 0, "delivered") >= arrived);
     }
 }
 
