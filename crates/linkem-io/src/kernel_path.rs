@@ -23,6 +23,16 @@
 //!   between the two writes (a microsecond) reaches both user space and the
 //!   other interface, never neither.
 //!
+//! The tc program is loaded (and checked by the verifier) when the port
+//! opens, and attached the first time the path is switched on, then kept
+//! attached, switched off by the gate: a link that is never a pass-through
+//! (most links have a delay) has no program on its interface, costs no map
+//! lookup in tc per frame and no detach when linkem stops (the kernel
+//! detaches a tcx program under its RTNL lock after an RCU grace period,
+//! about 10 ms here, one interface after the other). Switching off never
+//! detaches: it is done in the turn that applies a change, where 10 ms
+//! would hold every frame of the stage back.
+//!
 //! Every object is held by fd: the kernel detaches the tc program when the
 //! link closes, also when linkem is killed.
 
@@ -40,7 +50,7 @@ pub const TC_PROGRAM_NAME: &str = "linkem_kpath";
 /// What a port with a kernel path adds to the start-up line that says what
 /// was opened and set.
 pub const OPENED_NOTE: &str =
-    ", tc program linkem_kpath (the kernel path, off until a direction is a pass-through)";
+    ", tc program linkem_kpath loaded (the kernel path: attached when a direction is a pass-through)";
 
 /// Which receive path the gate must keep frames from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,38 +62,46 @@ pub enum Gate {
     PacketSocket,
 }
 
-/// One port's kernel path: the gate and counts maps, and the tc program
-/// attached to the port's interface.
+/// One port's kernel path: the gate and counts maps, and the tc program,
+/// attached to the port's interface once first switched on.
 pub struct Kernel {
     ifname: String,
+    ifindex: u32,
     gate_kind: Gate,
     gate: OwnedFd,
     counts: Arc<Counts>,
     // Field order: the link closes (detaching the program) before the maps.
-    _tc_link: OwnedFd,
-    _tc_prog: OwnedFd,
+    tc_link: Option<OwnedFd>,
+    tc_prog: OwnedFd,
     filter: Option<OwnedFd>,
 }
 
 impl Kernel {
-    /// Creates the maps and attaches the tc program to `ifname`'s tcx
-    /// ingress hook, switched off. Fails on a kernel before 6.6 (no tcx) or
-    /// without CAP_BPF and CAP_NET_ADMIN: the port then has no kernel path.
+    /// Creates the maps and loads the tc program for `ifname`'s tcx ingress
+    /// hook, switched off and not yet attached ([`KernelPath::engage`]
+    /// attaches it). Fails on a kernel before 6.6 (no tcx) or without
+    /// CAP_BPF and CAP_NET_ADMIN: the port then has no kernel path.
     pub fn open(ifname: &str, ifindex: u32, gate_kind: Gate) -> Result<Self, BpfError> {
         let gate = bpf::create_array("linkem_gate", 4, 2, false)?;
         let counts = bpf::create_array("linkem_kcounts", bpf::KERNEL_COUNTS_BYTES, 1, true)?;
         let insns = bpf::tc_forward_program(gate.as_raw_fd(), counts.as_raw_fd());
         let prog = bpf::load_program(ProgKind::TcxIngress, TC_PROGRAM_NAME, &insns, 0)?;
-        let link = bpf::link_tcx_ingress(prog.as_fd(), ifindex, ifname)?;
         Ok(Kernel {
             ifname: ifname.to_string(),
+            ifindex,
             gate_kind,
             gate,
             counts: Arc::new(Counts(counts)),
-            _tc_link: link,
-            _tc_prog: prog,
+            tc_link: None,
+            tc_prog: prog,
             filter: None,
         })
+    }
+
+    /// Whether the tc program is attached to the interface (it is from the
+    /// first [`KernelPath::engage`] on).
+    pub fn attached(&self) -> bool {
+        self.tc_link.is_some()
     }
 
     /// The gate map, for the XDP program to read.
@@ -155,6 +173,17 @@ impl Kernel {
 
 impl KernelPath for Kernel {
     fn engage(&mut self, egress_ifindex: u32) -> std::io::Result<()> {
+        if self.tc_link.is_none() {
+            // The gate is off: attached, the program passes every frame on.
+            let link = bpf::link_tcx_ingress(self.tc_prog.as_fd(), self.ifindex, &self.ifname)
+                .map_err(|e| {
+                    std::io::Error::new(
+                        e.source.kind(),
+                        format!("kernel path of '{}': {e}", self.ifname),
+                    )
+                })?;
+            self.tc_link = Some(link);
+        }
         self.set(GATE_TARGET, egress_ifindex)?;
         self.set(GATE_SKIP, 1)
     }

@@ -102,13 +102,19 @@ fn kernel_path_forwards_and_counts_while_engaged_only() {
     let mut ka = Kernel::open(&topo.emu_a, ia, Gate::PacketSocket).expect("tc program on ea");
     let mut kb = Kernel::open(&topo.emu_b, ib, Gate::PacketSocket).expect("tc program on eb");
 
-    // Switched off, nothing forwards: the hosts cannot reach each other.
+    // Not yet switched on: no program on the interfaces, nothing forwards
+    // (the hosts cannot reach each other).
+    assert!(!ka.attached() && !kb.attached());
+    let programs = || [ia, ib].map(|i| linkem_io::bpf::tcx_ingress_programs(i).unwrap());
+    assert_eq!(programs(), [0, 0], "nothing on the interfaces yet");
     let (ok, text) = ping(&topo, "2");
     assert!(!ok, "nothing should forward yet:\n{text}");
     assert_eq!(ka.counter().counts().unwrap(), KernelCounts::default());
 
     ka.engage(ib).unwrap();
     kb.engage(ia).unwrap();
+    assert!(ka.attached() && kb.attached());
+    assert_eq!(programs(), [1, 1], "the kernel lists the tc programs");
     let (ok, text) = ping(&topo, "5");
     assert!(ok, "ping through the kernel path:\n{text}");
     assert!(text.contains(" 0% packet loss"), "{text}");
@@ -171,12 +177,20 @@ fn kernel_path_forwards_and_counts_while_engaged_only() {
     mtu("1500");
 
     // Switched off again: nothing forwards, the counts stay.
+    // It stays attached, switched off by the gate, and switches on again.
     ka.disengage().unwrap();
     kb.disengage().unwrap();
+    assert!(ka.attached() && kb.attached());
     let still = ka.counter().counts().unwrap();
     let (ok, text) = ping(&topo, "2");
     assert!(!ok, "disengaged, nothing should forward:\n{text}");
     assert_eq!(ka.counter().counts().unwrap().frames, still.frames);
+    ka.engage(ib).unwrap();
+    kb.engage(ia).unwrap();
+    assert_eq!(programs(), [1, 1], "attached once");
+    let (ok, text) = ping(&topo, "2");
+    assert!(ok, "engaged again, ping through the kernel path:\n{text}");
     drop((ka, kb));
+    assert_eq!(programs(), [0, 0], "closed: detached");
     topo.teardown();
 }

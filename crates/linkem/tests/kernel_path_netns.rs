@@ -11,12 +11,21 @@ mod common;
 
 use common::ctl::{ctl, CtlBridge};
 use common::*;
+use linkem_io::netns::Topology;
 use serde_json::Value;
 
 fn kernel_forwarded(stats: &Value, dir: usize) -> u64 {
     stats["directions"][dir]["kernel_forwarded"]
         .as_u64()
         .expect("kernel_forwarded is reported")
+}
+
+/// The tc programs on linkem's two interfaces, as the kernel lists them.
+fn tc_programs(topo: &Topology) -> [u32; 2] {
+    [&topo.emu_a, &topo.emu_b].map(|name| {
+        let index = linkem_io::ifaces::lookup(name).expect("interface").index;
+        linkem_io::bpf::tcx_ingress_programs(index).expect("BPF_PROG_QUERY")
+    })
 }
 
 /// Where the pings' frames went, for a failure message.
@@ -53,9 +62,13 @@ fn a_pass_through_is_forwarded_by_the_kernel(backend: &str) {
     for extra in [&[][..], &["--kernel-path", "off"][..]] {
         let b = Bridge::start(&topo, backend, extra);
         let rtts = ping_rtts_ms_to(&topo, topo.addr_b, pings as u32);
+        let programs = tc_programs(&topo);
         let stats = b.stop();
+        let want = if extra.is_empty() { 1 } else { 0 };
+        assert_eq!(programs, [want; 2], "{backend} {extra:?}: tc programs");
         runs.push((extra, rtts, stats));
     }
+    assert_eq!(tc_programs(&topo), [0; 2], "stopped, linkem left none");
     for (extra, rtts, stats) in &runs {
         let what = format!("{backend} {extra:?}: {}", counts(stats));
         assert_eq!(rtts.len() as u64, pings, "every ping answered: {what}");
@@ -110,9 +123,28 @@ fn a_tap_keeps_every_frame_in_linkem(backend: &str) {
     assert!(lines.len() >= 20, "{} event lines: {what}", lines.len());
 }
 
+/// A link that does something from its start never has a tc program on
+/// its interfaces (no lookup in tc per frame, no detach at its stop); a
+/// change to `delay 0` attaches it.
+fn a_delay_from_the_start_attaches_no_program(backend: &str) {
+    if skip() {
+        return;
+    }
+    let _serial = serial();
+    let topo = topology_with("kd", true);
+    let b = Bridge::start(&topo, backend, &["delay", "1ms"]);
+    let rtts = ping_rtts_ms_to(&topo, topo.addr_b, 5);
+    let programs = tc_programs(&topo);
+    let stats = b.stop();
+    assert_eq!(rtts.len(), 5, "{}", counts(&stats));
+    assert_eq!(programs, [0; 2], "a delay from the start: no tc program");
+    assert_eq!(kernel_forwarded(&stats, 0), 0, "{}", counts(&stats));
+}
+
 on_both_backends!(
     a_pass_through_is_forwarded_by_the_kernel,
-    a_tap_keeps_every_frame_in_linkem
+    a_tap_keeps_every_frame_in_linkem,
+    a_delay_from_the_start_attaches_no_program
 );
 
 /// `linkem ctl` changes switch a direction between the kernel and linkem: a
@@ -162,6 +194,11 @@ fn a_change_switches_between_the_kernel_and_linkem() {
     // be published), then the kernel takes over.
     let again = rtts(40);
     let s3 = stats(&mut c);
+    assert_eq!(
+        tc_programs(&topo),
+        [1; 2],
+        "one tc program each, attached once"
+    );
     assert!(quick(&again), "delay 0 again: {again:?}");
     assert!(
         kernel_forwarded(&s3, 0) >= kernel_forwarded(&s2, 0) + 10,

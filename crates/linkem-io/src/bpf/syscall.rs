@@ -19,6 +19,9 @@ pub mod cmd {
     /// `BPF_PROG_LOAD`: verify and load a program, returns its fd
     /// ([`super::load_xdp_program`]).
     pub const PROG_LOAD: u32 = 5;
+    /// `BPF_PROG_QUERY`: the programs attached to a hook
+    /// ([`super::tcx_ingress_programs`]).
+    pub const PROG_QUERY: u32 = 16;
     /// `BPF_LINK_CREATE`: attach a program through a link, returns the link's
     /// fd ([`super::link_xdp`]).
     pub const LINK_CREATE: u32 = 28;
@@ -99,6 +102,25 @@ struct LinkCreateAttr {
     flags: u32,
 }
 
+/// The member for `BPF_PROG_QUERY`, whole: the kernel writes its answer
+/// (the count, the flags, the hook's revision) into the caller's copy, up to
+/// `revision`. The id buffers stay null: it only counts.
+#[repr(C)]
+#[derive(Default)]
+struct ProgQueryAttr {
+    target_ifindex: u32,
+    attach_type: u32,
+    query_flags: u32,
+    attach_flags: u32,
+    prog_ids: u64,
+    prog_cnt: u32,
+    _pad: u32,
+    prog_attach_flags: u64,
+    link_ids: u64,
+    link_attach_flags: u64,
+    revision: u64,
+}
+
 // The layouts of include/uapi/linux/bpf.h (checked against the header with offsetof).
 const _: () = assert!(std::mem::size_of::<MapCreateAttr>() == 44);
 const _: () = assert!(std::mem::size_of::<MapElemAttr>() == 32);
@@ -106,6 +128,8 @@ const _: () = assert!(std::mem::offset_of!(ProgLoadAttr, log_level) == 24);
 const _: () = assert!(std::mem::offset_of!(ProgLoadAttr, prog_name) == 48);
 const _: () = assert!(std::mem::offset_of!(ProgLoadAttr, expected_attach_type) == 68);
 const _: () = assert!(std::mem::size_of::<LinkCreateAttr>() == 16);
+const _: () = assert!(std::mem::offset_of!(ProgQueryAttr, prog_cnt) == 24);
+const _: () = assert!(std::mem::offset_of!(ProgQueryAttr, revision) == 56);
 
 /// The one place bpf(2) is called. The kernel reads `size_of::<A>()` bytes
 /// of `attr` and treats the rest of its `union bpf_attr` as zero.
@@ -423,6 +447,22 @@ pub fn link_tcx_ingress(
             Err(err)
         }
     }
+}
+
+/// How many programs are attached to the tcx ingress hook of `ifindex`, by
+/// anyone (what `bpftool net` lists under tcx/ingress). Linux 6.6+.
+pub fn tcx_ingress_programs(ifindex: u32) -> Result<u32, BpfError> {
+    let mut attr = ProgQueryAttr {
+        target_ifindex: ifindex,
+        attach_type: BPF_TCX_INGRESS,
+        ..Default::default()
+    };
+    // Safety: ProgQueryAttr is the whole BPF_PROG_QUERY member (the kernel
+    // writes up to `revision` into it); the id buffers are null, so it writes
+    // nothing else.
+    unsafe { sys_bpf(cmd::PROG_QUERY, &mut attr) }
+        .map_err(|e| BpfError::new("BPF_PROG_QUERY", format!("tcx ingress of {ifindex}"), e))?;
+    Ok(attr.prog_cnt)
 }
 
 /// Where an XDP program runs.

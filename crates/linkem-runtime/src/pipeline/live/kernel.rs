@@ -14,6 +14,9 @@
 //!   random streams, so the model would decide each one exactly as the
 //!   kernel does, and the model's state after them is the same as without
 //!   them.
+//! - **At start** a pass-through is switched on before the pair is ready
+//!   (`PairLoop::new`): the first switch attaches the tc program, which
+//!   takes the kernel's RTNL lock for milliseconds.
 //! - **Switching on** waits until the direction holds nothing: this turn took
 //!   no frame from the port, and every packet stored was sent, late, too big
 //!   or flushed by the output stage's published counts (which lag: they may

@@ -48,7 +48,7 @@ impl<M: LiveModel> PairLoop<M> {
                 kernel[side].egress = egress[side];
             }
         }
-        {
+        let want_kernel = {
             let mut guard = lock(&shared.core);
             let Core { model, stage } = &mut *guard;
             stage.reads_headers = model.reads_headers();
@@ -56,6 +56,21 @@ impl<M: LiveModel> PairLoop<M> {
             for side in 0..2 {
                 stage.whole_ok[side] &= !stage.wants_discards[side];
             }
+            kernel::wanted(model, stage)
+        };
+        // A pass-through from the start is switched on before the pair says
+        // it is ready: attaching the tc program takes milliseconds (the
+        // kernel's RTNL lock), and the first frames would meet linkem.
+        for side in 0..2 {
+            let outlet = &out.outlets[side];
+            kernel::switch_on(
+                &mut kernel[side],
+                &mut *rx[side],
+                outlet,
+                want_kernel[side],
+                0,
+                0,
+            );
         }
         PairLoop {
             shared,
