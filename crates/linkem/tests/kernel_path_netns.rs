@@ -215,3 +215,57 @@ fn a_change_switches_between_the_kernel_and_linkem() {
         assert_eq!(s["in_flight"], 0, "{}", counts(&stats));
     }
 }
+
+/// The other interface set down under a pass-through (AF_PACKET, whose socket
+/// hears of it): frames towards it come back to linkem and count `tx-error`,
+/// not forwarded by the kernel into a down interface and counted delivered;
+/// once it is up the kernel takes over again. The twin of bridge_netns's
+/// `an_interface_set_down_and_up_again_resumes_forwarding` (`delay 5ms`).
+#[test]
+fn an_egress_set_down_takes_its_frames_back_from_the_kernel() {
+    if skip() {
+        return;
+    }
+    let _serial = serial();
+    let topo = topology_with("kdn", true);
+    let b = Bridge::start(&topo, "packet", &[]);
+    let set = |state: &str| {
+        let o = std::process::Command::new("ip")
+            .args(["link", "set", &topo.emu_a, state])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        // linkem hears of it at once, and asks again every 200 ms while down.
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    assert_eq!(ping_rtts_ms_to(&topo, topo.addr_b, 5).len(), 5);
+    set("down");
+    let lost = topo
+        .exec_in_b(&[
+            "ping",
+            "-n",
+            "-c",
+            "5",
+            "-i",
+            "0.1",
+            "-W",
+            "1",
+            &topo.addr_a.to_string(),
+        ])
+        .unwrap();
+    assert!(!lost.status.success(), "pings crossed a down interface");
+    set("up");
+    let back = ping_rtts_ms_to(&topo, topo.addr_b, 10);
+    let stats = b.stop();
+    let what = counts(&stats);
+    assert_eq!(back.len(), 10, "up again, every ping answered: {what}");
+    assert!(
+        fate(&stats, 1, "tx-error") >= 5,
+        "b->a while A was down: {what}"
+    );
+    // 5 + 10 replies a->b, forwarded by the kernel before and after.
+    assert!(kernel_forwarded(&stats, 1) >= 15, "{what}");
+    for d in 0..2 {
+        assert_counts_add_up(&stats["directions"][d], &what);
+    }
+}

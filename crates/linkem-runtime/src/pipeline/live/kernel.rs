@@ -8,8 +8,11 @@
 //!   ([`LiveModel::passes_through`]: no delay, rate, loss, or anything a
 //!   packet could meet), nothing must see each frame (no tap: `--record`,
 //!   `--events`; a model that reads headers, i.e. rules; a port that lends
-//!   frames, i.e. host mode), and its receive port has a kernel path and its
-//!   send port an interface to forward to. For such a link every packet's
+//!   frames, i.e. host mode), its receive port has a kernel path and its
+//!   send port an interface to forward to, and that interface is not known
+//!   to be down (the other receive port's health: AF_PACKET hears of it;
+//!   linkem counts the frames `tx-error` where the kernel would drop them
+//!   after the tc program counted them forwarded). For such a link every packet's
 //!   fate is `delivered` with release = arrival and draws nothing from the
 //!   random streams, so the model would decide each one exactly as the
 //!   kernel does, and the model's state after them is the same as without

@@ -136,7 +136,7 @@ impl<M: LiveModel> PairLoop<M> {
             out,
             drops_read_ns,
             stopped: _,
-            down: _,
+            down,
             kernel,
         } = self;
         // An output stage of this pair failed: the pair stops as a whole.
@@ -160,8 +160,13 @@ impl<M: LiveModel> PairLoop<M> {
             stage.take_changes(model, &mut objs, &shared.changes);
         }
         // A link that now does something takes its frames from here on.
-        let want_kernel = kernel::wanted(model, stage);
+        let mut want_kernel = kernel::wanted(model, stage);
         for side in 0..2 {
+            // A direction leaves through the other side's interface: while
+            // that one is down its frames come to linkem, which counts them
+            // tx-error (the kernel would drop them after the tc program
+            // counted them forwarded).
+            want_kernel[side] &= !down[1 - side];
             kernel::switch_off(&mut kernel[side], &mut *rx[side], want_kernel[side])?;
         }
         stage.shed = shed;
