@@ -444,8 +444,15 @@ fn as_nobody_with_tun(tun_mode: &str, args: &[&str]) -> Output {
 
 /// [`as_nobody_with_tun`] with variables `env` set.
 fn as_nobody_with_tun_env(tun_mode: &str, env: &[(&str, &str)], args: &[&str]) -> Output {
-    let script =
-        "set -e; d=$(mktemp -d); trap 'umount /dev/net/tun 2>/dev/null; rm -rf \"$d\"' EXIT; \
+    // The exit status is linkem's. The node is unmounted again (the mount
+    // namespace would drop it anyway) with 2 s of margin for the kernel to
+    // close what linkem's pasta held; what still holds it then is named.
+    let script = "set -e; d=$(mktemp -d); \
+                  trap 'rc=$?; set +e; i=0; until umount /dev/net/tun 2>/dev/null; do \
+                  i=$((i+1)); if [ $i -ge 40 ]; then \
+                  echo \"/dev/net/tun still busy 2 s after linkem exited:\" >&2; \
+                  ps -eo pid,user,stat,args >&2; break; fi; sleep 0.05; done; \
+                  rm -rf \"$d\"; exit $rc' EXIT; \
                   mknod \"$d/tun\" c 10 200; chmod \"$1\" \"$d/tun\"; \
                   mount --bind \"$d/tun\" /dev/net/tun; shift; \
                   setpriv --reuid 65534 --regid 65534 --clear-groups \"$@\"";
@@ -507,6 +514,11 @@ fn an_ordinary_user_gets_a_shell_through_pasta_or_is_told_what_is_missing() {
         ],
     );
     assert_eq!(o.status.code(), Some(5), "{}", text(&o));
+    assert!(
+        !String::from_utf8_lossy(&o.stderr).contains("still busy"),
+        "linkem left something holding the TUN device pasta opened: {}",
+        text(&o)
+    );
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("pasta (passt) for the way out"),
         "{}",

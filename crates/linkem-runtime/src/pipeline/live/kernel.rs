@@ -57,12 +57,16 @@ pub(super) struct KernelSide {
 }
 
 /// Whether each side's direction may use its kernel path under the model
-/// and stage as they are now.
-pub(super) fn wanted<M: LiveModel>(model: &M, stage: &Stage) -> [bool; 2] {
+/// and stage as they are now; `down[side]`: that side's interface is known
+/// to be down. A direction leaves through the other side's interface: while
+/// that one is down its frames come to linkem, which counts them tx-error
+/// (the kernel would drop them after the tc program counted them forwarded).
+pub(super) fn wanted<M: LiveModel>(model: &M, stage: &Stage, down: [bool; 2]) -> [bool; 2] {
     [0, 1].map(|side| {
         stage.tap.is_none()
             && !stage.reads_headers
             && !stage.wants_discards[side]
+            && !down[1 - side]
             && model.passes_through(side)
     })
 }

@@ -56,7 +56,8 @@ impl<M: LiveModel> PairLoop<M> {
             for side in 0..2 {
                 stage.whole_ok[side] &= !stage.wants_discards[side];
             }
-            kernel::wanted(model, stage)
+            // Down interfaces are heard of in the turns.
+            kernel::wanted(model, stage, [false; 2])
         };
         // A pass-through from the start is switched on before the pair says
         // it is ready: attaching the tc program takes milliseconds (the
@@ -160,13 +161,8 @@ impl<M: LiveModel> PairLoop<M> {
             stage.take_changes(model, &mut objs, &shared.changes);
         }
         // A link that now does something takes its frames from here on.
-        let mut want_kernel = kernel::wanted(model, stage);
+        let want_kernel = kernel::wanted(model, stage, *down);
         for side in 0..2 {
-            // A direction leaves through the other side's interface: while
-            // that one is down its frames come to linkem, which counts them
-            // tx-error (the kernel would drop them after the tc program
-            // counted them forwarded).
-            want_kernel[side] &= !down[1 - side];
             kernel::switch_off(&mut kernel[side], &mut *rx[side], want_kernel[side])?;
         }
         stage.shed = shed;
