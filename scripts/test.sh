@@ -46,12 +46,21 @@ cleanup() {
   rm -f "$k8s_log" "$fuzz_log" "$test_log"
 }
 trap cleanup EXIT
+# Each stage's wall time, for the 30-minute budget: "test: <stage>: N s (at M s)".
+stage_start=$SECONDS
+took() {
+  echo "test: $1: $((SECONDS - stage_start)) s (at $SECONDS s)" >&2
+  stage_start=$SECONDS
+}
 cargo fmt --all -- --check
 ./scripts/check-msrv.sh
+took "format and MSRV checks"
 cargo clippy --workspace --all-targets -q -- -D warnings
+took "clippy"
 # cnitool for linkem-cni's test (built once into target/cnitool/; without Go the test skips).
 ./scripts/cnitool.sh >/dev/null || echo "test: cnitool not built: linkem-cni's cnitool test will skip" >&2
 cargo test --workspace --no-run
+took "cnitool and the tests' build"
 # The fuzz workspace builds beside the live tests, in a session of its own so that a
 # failing test stops it too. Its output waits in a file until the smoke run below.
 fuzz_log=$(mktemp)
@@ -72,8 +81,10 @@ if ! wait "$k8s_build"; then
   cat "$k8s_log" >&2
   failed+=("building kube-apiserver and etcd (scripts/k8s.sh build; its output is above)")
 fi
+took "waiting for kube-apiserver and etcd"
 cargo test --workspace --no-fail-fast 2>&1 | tee "$test_log" ||
   failed+=("cargo test (the failing tests are listed above, under 'failures:', and again below)")
+took "cargo test"
 # Nothing may compile here: this is the binary the tests ran (see crates/linkem/Cargo.toml).
 rebuilt=$(cargo build -p linkem-emu 2>&1 | sed -n 's/^ *Compiling //p')
 if [ -n "$rebuilt" ]; then
@@ -90,13 +101,16 @@ if /usr/bin/python3 -c 'import pytest' 2>/dev/null; then
 else
   echo "test: python/tests not run: pytest is missing (apt-get install python3-pytest)" >&2
 fi
+took "python/tests"
 # Benchmarks must at least build (they run optimised with scripts/bench.sh). Built in the
 # test profile, whose dependencies the tests have already built: the bench profile would
 # build every dependency again, minutes of CI for no check the build here does not make.
 cargo build -q --workspace --benches
+took "the benchmarks' build"
 # The Debian package of the dev binary the tests built, installed into a throwaway root
 # and used (version, examples, man pages, completions, postinst); cargo install.
 ./scripts/package-test.sh || failed+=("scripts/package-test.sh")
+took "scripts/package-test.sh"
 # A smoke run of each target: 5 s, unoptimised (building the fuzz workspace optimised with
 # its sanitizer took minutes of a fresh clone's CI). For a longer look:
 # FUZZ_SECONDS=60 fuzz/run.sh (optimised).
@@ -107,6 +121,7 @@ if ! wait "$fuzz_build"; then
 elif ! FUZZ_SECONDS="${FUZZ_SECONDS:-5}" FUZZ_PROFILE="${FUZZ_PROFILE:-dev}" FUZZ_JOBS="${FUZZ_JOBS:-2}" ./fuzz/run.sh; then
   failed+=("fuzz/run.sh (a crashing input is in fuzz/artifacts/)")
 fi
+took "the fuzz targets (their build waited for, then the runs)"
 if [ ${#failed[@]} -gt 0 ]; then
   # Each test binary's 'failures:' section (the panic messages, then the names), 200
   # lines at most.
