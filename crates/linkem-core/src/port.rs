@@ -66,11 +66,19 @@ pub trait RxPort: Send {
     }
     /// The state of the port's interface, asked when poll(2) reported an
     /// error on one of its sockets (POLLERR, POLLHUP, POLLNVAL; the error is
-    /// read and cleared, so the next poll sleeps), then again every
+    /// read and cleared, so the next poll sleeps) or anything on its
+    /// [`RxPort::health_fd`] (which this reads quiet), then again every
     /// [`PortHealth::Down`] check while it is down. Default:
     /// [`PortHealth::Running`] (ports without sockets).
     fn health(&mut self) -> PortHealth {
         PortHealth::Running
+    }
+    /// A descriptor that polls readable when the port's interface may have
+    /// changed state, for a port whose own sockets hear nothing of it
+    /// (AF_XDP): the stage polls it beside [`RxPort::wait_fds`]'s and asks
+    /// [`RxPort::health`] when it wakes. Default: none.
+    fn health_fd(&self) -> Option<RawFd> {
+        None
     }
     /// Whether frames this port received that will never be sent must be
     /// handed back ([`RxPort::discard`]): true for a port that only lends

@@ -83,7 +83,7 @@ fn dgram_socket() -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
-fn ifreq(ifname: &str) -> libc::ifreq {
+pub(crate) fn ifreq(ifname: &str) -> libc::ifreq {
     // Safety: ifreq is plain data; all-zero is a valid value.
     let mut req: libc::ifreq = unsafe { zeroed() };
     for (dst, src) in req.ifr_name.iter_mut().zip(ifname.bytes()) {

@@ -17,6 +17,8 @@
 //! - [`recording`]: what a live run fed its emulator core (frames, control changes,
 //!   seed, start), written off the packet path and read back in order for replay;
 //! - [`ifaces`] (interface facts, one linkem per interface, promiscuous mode),
+//!   [`linkwatch`] (an interface's state changes, for a port whose socket hears
+//!   nothing of them),
 //!   [`caps`] (capabilities, checked and dropped), [`creds`] (a control
 //!   socket's peer credentials, group lookup, who started the process) and
 //!   [`sys`] (every system call wrapper the other crates share: socket options,
@@ -36,6 +38,7 @@ pub mod creds;
 pub mod ifaces;
 pub mod infile;
 pub mod kernel_path;
+pub mod linkwatch;
 pub mod netns;
 pub mod nfqueue;
 pub mod outfile;

@@ -3,7 +3,7 @@
 //! each socket: [`crate::afpacket::port`], [`crate::afxdp::port`],
 //! [`crate::nfqueue::port`]).
 
-use linkem_core::port::{RxPort, TxPort};
+use linkem_core::port::{PortHealth, RxPort, TxPort};
 
 /// An opened interface: the receive half for the direction that starts there, the send
 /// half for the direction that ends there (each owned by one pipeline thread), and a
@@ -28,4 +28,41 @@ pub enum Rings {
     /// of a millisecond at a million frames a second, longer than the live
     /// stage takes to come back to a busy pair (1024 forwarded no more).
     Small,
+}
+
+/// Whether a port's interface was last seen down, said once at each change:
+/// both packet backends' `RxPort::health`.
+#[derive(Debug, Default)]
+pub(crate) struct UpDown {
+    down: bool,
+}
+
+impl UpDown {
+    /// The health of `ifname`, seen `up` or down now.
+    pub(crate) fn seen(&mut self, ifname: &str, up: bool) -> PortHealth {
+        if up == self.down {
+            self.down = !up;
+            if up {
+                eprintln!("linkem: {ifname}: up again; frames flow");
+            } else {
+                eprintln!(
+                    "linkem: {ifname}: interface down; frames sent to it are dropped (tx-error) \
+                     until it is up again"
+                );
+            }
+        }
+        if up {
+            PortHealth::Running
+        } else {
+            PortHealth::Down
+        }
+    }
+
+    /// `ifname` is gone for good.
+    pub(crate) fn gone(ifname: &str) -> PortHealth {
+        PortHealth::Gone(format!(
+            "interface '{ifname}' is gone (deleted, moved to another namespace, or its veth peer \
+             or namespace deleted)"
+        ))
+    }
 }

@@ -216,19 +216,21 @@ fn a_change_switches_between_the_kernel_and_linkem() {
     }
 }
 
-/// The other interface set down under a pass-through (AF_PACKET, whose socket
-/// hears of it): frames towards it come back to linkem and count `tx-error`,
-/// not forwarded by the kernel into a down interface and counted delivered;
-/// once it is up the kernel takes over again. The twin of bridge_netns's
+on_both_backends!(an_egress_set_down_takes_its_frames_back_from_the_kernel);
+
+/// The other interface set down under a pass-through (AF_PACKET's socket
+/// hears of it, AF_XDP's port from the kernel's link notifications): frames
+/// towards it come back to linkem and count `tx-error`, not forwarded by the
+/// kernel into a down interface and counted delivered; once it is up the
+/// kernel takes over again. The twin of bridge_netns's
 /// `an_interface_set_down_and_up_again_resumes_forwarding` (`delay 5ms`).
-#[test]
-fn an_egress_set_down_takes_its_frames_back_from_the_kernel() {
+fn an_egress_set_down_takes_its_frames_back_from_the_kernel(backend: &str) {
     if skip() {
         return;
     }
     let _serial = serial();
-    let topo = topology_with("kdn", true);
-    let b = Bridge::start(&topo, "packet", &[]);
+    let topo = topology_with(&format!("kdn{}", &backend[..1]), true);
+    let b = Bridge::start(&topo, backend, &[]);
     let set = |state: &str| {
         let o = std::process::Command::new("ip")
             .args(["link", "set", &topo.emu_a, state])

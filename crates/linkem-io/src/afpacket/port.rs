@@ -7,7 +7,7 @@
 use super::batch_tx::BatchSender;
 use super::{AfPacket, AfPacketConfig, GsoSender, IoError, ETH_HLEN, VLAN_HLEN};
 use crate::kernel_path::{Gate, Kernel};
-use crate::port::{Halves, Rings};
+use crate::port::{Halves, Rings, UpDown};
 use linkem_core::port::{KernelPath, PortHealth, RxFrame, RxPort, TxOutcome, TxPort, WaitFds};
 use linkem_core::wire::Offload;
 use std::io;
@@ -18,7 +18,7 @@ use std::time::Duration;
 /// kernel path (the socket's filter reads its gate).
 struct PacketRx {
     sock: AfPacket,
-    down: bool,
+    up_down: UpDown,
     kernel: Option<Kernel>,
 }
 
@@ -65,30 +65,10 @@ impl RxPort for PacketRx {
         // poll sleeps again.
         let _ = self.sock.take_error();
         if self.sock.interface_gone() {
-            return PortHealth::Gone(format!(
-                "interface '{}' is gone (deleted, moved to another namespace, or its veth peer \
-                 or namespace deleted)",
-                self.sock.ifname()
-            ));
+            return UpDown::gone(self.sock.ifname());
         }
         let up = self.sock.is_up();
-        if up == self.down {
-            self.down = !up;
-            if up {
-                eprintln!("linkem: {}: up again; frames flow", self.sock.ifname());
-            } else {
-                eprintln!(
-                    "linkem: {}: interface down; frames sent to it are dropped (tx-error) \
-                     until it is up again",
-                    self.sock.ifname()
-                );
-            }
-        }
-        if up {
-            PortHealth::Running
-        } else {
-            PortHealth::Down
-        }
+        self.up_down.seen(self.sock.ifname(), up)
     }
 
     fn kernel_path(&mut self) -> Option<&mut dyn KernelPath> {
@@ -257,7 +237,7 @@ pub fn open(ifname: &str, mtu: u32, rings: Rings, kernel_path: bool) -> Result<H
     };
     let rx: Box<dyn RxPort> = Box::new(PacketRx {
         sock: rx,
-        down: false,
+        up_down: UpDown::default(),
         kernel,
     });
     if rings == Rings::Small {

@@ -6,8 +6,9 @@
 use super::{AfXdp, AfXdpConfig, XdpRx, XdpTx, PROGRAM_NAME};
 use crate::afpacket::IoError;
 use crate::ifaces;
-use crate::port::{Halves, Rings};
-use linkem_core::port::{KernelPath, RxFrame, RxPort, TxOutcome, TxPort, WaitFds};
+use crate::linkwatch::{LinkState, LinkWatch};
+use crate::port::{Halves, Rings, UpDown};
+use linkem_core::port::{KernelPath, PortHealth, RxFrame, RxPort, TxOutcome, TxPort, WaitFds};
 use linkem_core::wire::complete_partial_checksum;
 use std::io;
 use std::os::fd::RawFd;
@@ -16,6 +17,9 @@ struct XskRx {
     rx: XdpRx,
     /// Promiscuous mode while the receiving half lives.
     _promisc: ifaces::Promiscuous,
+    /// What the socket does not hear: the interface set down, up, or gone.
+    watch: LinkWatch,
+    up_down: UpDown,
 }
 
 struct XskTx {
@@ -61,6 +65,18 @@ impl RxPort for XskRx {
         } else {
             WaitFds::Added
         })
+    }
+
+    fn health_fd(&self) -> Option<RawFd> {
+        Some(self.watch.fd())
+    }
+
+    fn health(&mut self) -> PortHealth {
+        let ifname = &self.rx.info().ifname;
+        match self.watch.state() {
+            LinkState::Gone => UpDown::gone(ifname),
+            state => self.up_down.seen(ifname, state == LinkState::Up),
+        }
     }
 }
 
@@ -155,7 +171,13 @@ pub fn open(ifname: &str, mtu: u32, rings: Rings, kernel_path: bool) -> Result<H
     )?;
     // A NIC filters by MAC address unless promiscuous; the membership goes
     // with its socket, so nothing is left set after linkem ends.
-    let promisc = ifaces::lookup(ifname).and_then(|i| ifaces::Promiscuous::on(&i))?;
+    let iface = ifaces::lookup(ifname)?;
+    let promisc = ifaces::Promiscuous::on(&iface)?;
+    let watch = LinkWatch::open(&iface).map_err(|e| IoError::Sys {
+        call: "socket(AF_NETLINK, RTMGRP_LINK)",
+        ifname: ifname.to_string(),
+        source: e,
+    })?;
     let kernel_note = if rx.has_kernel_path() {
         crate::kernel_path::OPENED_NOTE
     } else {
@@ -171,6 +193,8 @@ pub fn open(ifname: &str, mtu: u32, rings: Rings, kernel_path: bool) -> Result<H
         Box::new(XskRx {
             rx,
             _promisc: promisc,
+            watch,
+            up_down: UpDown::default(),
         }),
         Box::new(XskTx {
             tx,

@@ -492,17 +492,19 @@ pub(super) struct Waited {
     pub(super) timed_out: bool,
     /// A socket reported an error.
     pub(super) errors: bool,
-    /// Pairs (by index) with a socket that reported an error, by side: their
-    /// ports are asked for their state ([`PairLoop::check_health`]).
+    /// Pairs (by index) with a socket that reported an error or a health
+    /// descriptor that woke ([`RxPort::health_fd`]), by side: their ports are
+    /// asked for their state ([`PairLoop::check_health`]).
     pub(super) errored: Vec<(usize, [bool; 2])>,
 }
 
 /// Sleeps until a frame may be waiting on one of the running pairs' ports, a
 /// change or stop was signalled (one of `wake_fds` readable; it is drained
 /// here) or `timeout_ns` passed (None: no timeout). A socket that polls with
-/// an error (its interface down or gone) has it read and cleared by its port
-/// ([`RxPort::poll_error`]), so the next poll sleeps; a port whose interface
-/// is gone names its pair in [`Waited::lost`].
+/// an error (its interface down or gone), or a port's health descriptor that
+/// woke, names its pair and side in [`Waited::errored`]: the port is asked
+/// for its state ([`RxPort::health`]), which reads the error or the
+/// notifications, so the next poll sleeps.
 pub(super) fn wait_all<M: LiveModel>(
     pairs: &mut [PairLoop<M>],
     fds: &mut Vec<RawFd>,
@@ -533,6 +535,17 @@ pub(super) fn wait_all<M: LiveModel>(
             port.wait_rx(turn)?;
         }
         return Ok(waited);
+    }
+    // Readable when an interface may have changed: its port is asked, as
+    // after a socket error, but this is no error to pause for.
+    let first_health = fds.len();
+    for (i, p) in pairs.iter().enumerate().filter(|(_, p)| !p.stopped) {
+        for (side, port) in p.rx.iter().enumerate() {
+            if let Some(fd) = port.health_fd() {
+                fds.push(fd);
+                owners.push((i, side));
+            }
+        }
     }
     let first_wake = fds.len();
     fds.extend_from_slice(wake_fds);
@@ -569,11 +582,14 @@ pub(super) fn wait_all<M: LiveModel>(
         return Ok(waited);
     }
     for (k, p) in pfds[..first_wake].iter().enumerate() {
-        if p.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) == 0 {
+        let health = k >= first_health;
+        if p.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) == 0
+            && !(health && p.revents != 0)
+        {
             continue;
         }
         let (i, side) = owners[k];
-        waited.errors = true;
+        waited.errors |= !health;
         match waited.errored.iter_mut().find(|(j, _)| *j == i) {
             Some((_, sides)) => sides[side] = true,
             None => {
