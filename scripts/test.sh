@@ -10,23 +10,27 @@
 # CI (.ci/run) runs exactly this on a fresh clone and must finish inside 30 minutes,
 # so the order is chosen for time:
 #  - the live tests use about a quarter of two cores (they wait on links, timers and
-#    peers), so the fuzz workspace, a build of its own, is built while they run, at
-#    idle priority (SCHED_IDLE: it only gets a core no test wants, and gives it up at
-#    once when one does); the tests' binaries are all built before that starts;
+#    peers), so the fuzz workspace, a build of its own, and the lints (clippy, in a
+#    target directory of their own: 4 minutes of a fresh clone's CI when they ran
+#    first) run while they do, at idle priority (SCHED_IDLE: they only get a core no
+#    test wants, and give it up at once when one does); the tests' binaries are all
+#    built before that starts;
 #  - the plain build of linkem is the tests' own build (crates/linkem/Cargo.toml turns
 #    on the features the dev-dependencies add), checked below: a second copy of every
 #    crate cost minutes;
-#  - the fuzz targets run two at a time, each for its full seconds;
+#  - the fuzz targets' smoke runs follow their build there, two at a time, each for
+#    its full seconds;
 #  - kube-apiserver and etcd, which linkem-operator's tests run (a real control
 #    plane), are built by scripts/k8s.sh from the start, beside the checks and the
 #    build, and waited for just before the tests; with its caches (kept between runs
 #    on one machine) that is seconds, on a fresh machine about ten minutes of Go.
 #
 # A failing test does not stop the run: every test binary runs (`--no-fail-fast`),
-# then the Python, package and fuzz stages, and the script exits non-zero at the end
-# naming each stage that failed, so one flaky test hides nothing behind it. The
-# checks before the tests (format, lints, build) still stop at once: nothing after
-# them can run without a build.
+# then the Python and package stages, the lints and fuzz runs are waited for, and
+# the script exits non-zero at the end naming each stage that failed, so one flaky
+# test hides nothing behind it. The checks before the tests (format, build) still
+# stop at once: nothing after them can run without a build. Each stage prints its
+# wall time ("test: STAGE: N s").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/packages.sh
@@ -40,10 +44,13 @@ k8s_build=$!
 fuzz_build=
 fuzz_log=
 test_log=
+clippy_job=
+clippy_log=
 cleanup() {
   kill -- -"$k8s_build" 2>/dev/null || true
   [ -z "$fuzz_build" ] || kill -- -"$fuzz_build" 2>/dev/null || true
-  rm -f "$k8s_log" "$fuzz_log" "$test_log"
+  [ -z "$clippy_job" ] || kill -- -"$clippy_job" 2>/dev/null || true
+  rm -f "$k8s_log" "$fuzz_log" "$test_log" "$clippy_log"
 }
 trap cleanup EXIT
 # Each stage's wall time, for the 30-minute budget: "test: <stage>: N s (at M s)".
@@ -55,21 +62,30 @@ took() {
 cargo fmt --all -- --check
 ./scripts/check-msrv.sh
 took "format and MSRV checks"
-cargo clippy --workspace --all-targets -q -- -D warnings
-took "clippy"
 # cnitool for linkem-cni's test (built once into target/cnitool/; without Go the test skips).
 ./scripts/cnitool.sh >/dev/null || echo "test: cnitool not built: linkem-cni's cnitool test will skip" >&2
 cargo test --workspace --no-run
 took "cnitool and the tests' build"
-# The fuzz workspace builds beside the live tests, in a session of its own so that a
-# failing test stops it too. Its output waits in a file until the smoke run below.
+# The fuzz workspace builds beside the live tests, then each target has a smoke run
+# (5 s, unoptimised: building the fuzz workspace optimised with its sanitizer took
+# minutes of a fresh clone's CI; for a longer look: FUZZ_SECONDS=60 fuzz/run.sh,
+# optimised), two at a time; in a session of its own so that a failing test stops it
+# too. Its output waits in a file, printed at the end.
 fuzz_log=$(mktemp)
 idle=(nice -n 19)
 if command -v chrt >/dev/null && chrt --idle 0 true 2>/dev/null; then
   idle=(chrt --idle 0)
 fi
-FUZZ_PROFILE="${FUZZ_PROFILE:-dev}" setsid "${idle[@]}" ./fuzz/run.sh --build >"$fuzz_log" 2>&1 &
+setsid "${idle[@]}" env FUZZ_PROFILE="${FUZZ_PROFILE:-dev}" FUZZ_SECONDS="${FUZZ_SECONDS:-5}" \
+  FUZZ_JOBS="${FUZZ_JOBS:-2}" bash -c './fuzz/run.sh --build || exit 3; ./fuzz/run.sh' \
+  >"$fuzz_log" 2>&1 &
 fuzz_build=$!
+# The lints too, in a target directory of their own (cargo locks a target directory
+# for a whole build: the tests' cargo would wait for this one).
+clippy_log=$(mktemp)
+setsid "${idle[@]}" env CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}/clippy" \
+  cargo clippy --workspace --all-targets -q -- -D warnings >"$clippy_log" 2>&1 &
+clippy_job=$!
 failed=()
 # The test output is kept so that the summary at the end repeats each failure: a CI log
 # shown by its tail (the fuzz stages print a lot) still names the failing test.
@@ -107,21 +123,25 @@ took "python/tests"
 # build every dependency again, minutes of CI for no check the build here does not make.
 cargo build -q --workspace --benches
 took "the benchmarks' build"
+if ! wait "$clippy_job"; then
+  cat "$clippy_log" >&2
+  failed+=("cargo clippy --workspace --all-targets -- -D warnings (its output is above)")
+fi
+took "cargo clippy (run beside the tests, waited for)"
 # The Debian package of the dev binary the tests built, installed into a throwaway root
 # and used (version, examples, man pages, completions, postinst); cargo install.
 ./scripts/package-test.sh || failed+=("scripts/package-test.sh")
 took "scripts/package-test.sh"
-# A smoke run of each target: 5 s, unoptimised (building the fuzz workspace optimised with
-# its sanitizer took minutes of a fresh clone's CI). For a longer look:
-# FUZZ_SECONDS=60 fuzz/run.sh (optimised).
-# The targets were built beside the live tests (above); two run at a time.
-if ! wait "$fuzz_build"; then
-  cat "$fuzz_log" >&2
-  failed+=("building the fuzz targets (fuzz/run.sh --build; its output is above)")
-elif ! FUZZ_SECONDS="${FUZZ_SECONDS:-5}" FUZZ_PROFILE="${FUZZ_PROFILE:-dev}" FUZZ_JOBS="${FUZZ_JOBS:-2}" ./fuzz/run.sh; then
-  failed+=("fuzz/run.sh (a crashing input is in fuzz/artifacts/)")
-fi
-took "the fuzz targets (their build waited for, then the runs)"
+# The fuzz targets' build and smoke runs, beside the tests (above).
+fuzz_rc=0
+wait "$fuzz_build" || fuzz_rc=$?
+cat "$fuzz_log"
+case $fuzz_rc in
+  0) ;;
+  3) failed+=("building the fuzz targets (fuzz/run.sh --build; its output is above)") ;;
+  *) failed+=("fuzz/run.sh (a crashing input is in fuzz/artifacts/; its output is above)") ;;
+esac
+took "the fuzz targets (built and run beside the tests, waited for)"
 if [ ${#failed[@]} -gt 0 ]; then
   # Each test binary's 'failures:' section (the panic messages, then the names), 200
   # lines at most.
