@@ -17,7 +17,7 @@
 //! name may since have been reused).
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use crate::ifaces::Iface;
 
@@ -42,34 +42,11 @@ pub struct LinkWatch {
 impl LinkWatch {
     /// Watches `iface`, in the caller's network namespace.
     pub fn open(iface: &Iface) -> io::Result<LinkWatch> {
-        // Safety: socket takes no pointers; the descriptor is owned below.
-        let raw = unsafe {
-            libc::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-                libc::NETLINK_ROUTE,
-            )
-        };
-        if raw < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // Safety: `raw` was just opened and is owned by nothing else.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // Safety: a zeroed sockaddr_nl is valid (family and groups set below).
-        let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-        addr.nl_family = libc::AF_NETLINK as u16;
-        addr.nl_groups = libc::RTMGRP_LINK as u32;
-        // Safety: `addr` is a live sockaddr_nl of the size given.
-        let r = unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                (&addr as *const libc::sockaddr_nl).cast(),
-                std::mem::size_of::<libc::sockaddr_nl>() as u32,
-            )
-        };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let fd = crate::sys::netlink_socket(
+            libc::NETLINK_ROUTE,
+            libc::SOCK_NONBLOCK,
+            libc::RTMGRP_LINK as u32,
+        )?;
         Ok(LinkWatch {
             fd,
             ifname: iface.name.clone(),
@@ -140,14 +117,23 @@ mod tests {
     use super::*;
     use std::process::Command;
 
-    fn readable(fd: RawFd) -> bool {
+    /// Whether `fd` polls readable within `timeout_ms`.
+    fn readable_within(fd: RawFd, timeout_ms: i32) -> bool {
         let mut p = libc::pollfd {
             fd,
             events: libc::POLLIN,
             revents: 0,
         };
         // Safety: one live pollfd, a bounded timeout.
-        unsafe { libc::poll(&mut p, 1, 1000) > 0 }
+        unsafe { libc::poll(&mut p, 1, timeout_ms) > 0 }
+    }
+
+    fn readable(fd: RawFd) -> bool {
+        readable_within(fd, 1000)
+    }
+
+    fn readable_now(fd: RawFd) -> bool {
+        readable_within(fd, 0)
     }
 
     fn ip(args: &[&str]) {
@@ -195,15 +181,5 @@ mod tests {
         })
         .join()
         .unwrap();
-    }
-
-    fn readable_now(fd: RawFd) -> bool {
-        let mut p = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // Safety: one live pollfd, no wait.
-        unsafe { libc::poll(&mut p, 1, 0) > 0 }
     }
 }

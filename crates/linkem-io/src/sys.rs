@@ -174,6 +174,47 @@ pub fn try_flock(file: &std::fs::File, exclusive: bool) -> io::Result<bool> {
     Err(e)
 }
 
+/// A netlink socket of `protocol` (`NETLINK_ROUTE`, `NETLINK_NETFILTER`, ...),
+/// close-on-exec, with `flags` (e.g. `SOCK_NONBLOCK`), bound with the kernel
+/// choosing its port id, and joined to the multicast `groups` (a bit mask, 0
+/// for none); in the caller's network namespace, for good.
+pub fn netlink_socket(
+    protocol: libc::c_int,
+    flags: libc::c_int,
+    groups: u32,
+) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // Safety: socket takes no pointers; the descriptor is owned below.
+    let raw = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC | flags,
+            protocol,
+        )
+    };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // Safety: `raw` was just opened and is owned by nothing else.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
+    // Safety: a zeroed sockaddr_nl is valid (family and groups set below).
+    let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+    addr.nl_family = libc::AF_NETLINK as u16;
+    addr.nl_groups = groups;
+    // Safety: `addr` is a live sockaddr_nl of the size given.
+    let r = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&addr as *const libc::sockaddr_nl).cast(),
+            std::mem::size_of::<libc::sockaddr_nl>() as u32,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

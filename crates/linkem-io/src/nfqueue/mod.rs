@@ -288,33 +288,7 @@ impl NfQueue {
     /// packets, failing open when full, with socket owners; `max_len`: packets
     /// the kernel keeps waiting for us (beyond that they pass unimpaired).
     pub fn open(queue_num: u16, max_len: u32) -> io::Result<NfQueue> {
-        // Safety: socket takes no pointers; the descriptor is owned below.
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-                NETLINK_NETFILTER,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // Safety: `fd` was just opened and is owned by nothing else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // Safety: a zeroed sockaddr_nl is valid (family set below).
-        let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-        addr.nl_family = libc::AF_NETLINK as u16;
-        // Safety: `addr` is a live sockaddr_nl of the size given.
-        let r = unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                (&addr as *const libc::sockaddr_nl).cast(),
-                std::mem::size_of::<libc::sockaddr_nl>() as u32,
-            )
-        };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let fd = crate::sys::netlink_socket(NETLINK_NETFILTER, 0, 0)?;
         // Packets arrive in bursts while linkem holds others: a large receive
         // buffer keeps the kernel from dropping our copies (ENOBUFS); the
         // queue itself fails open. Best effort (SO_RCVBUFFORCE needs
