@@ -76,9 +76,13 @@ idle=(nice -n 19)
 if command -v chrt >/dev/null && chrt --idle 0 true 2>/dev/null; then
   idle=(chrt --idle 0)
 fi
-setsid "${idle[@]}" env FUZZ_PROFILE="${FUZZ_PROFILE:-dev}" FUZZ_SECONDS="${FUZZ_SECONDS:-5}" \
-  FUZZ_JOBS="${FUZZ_JOBS:-2}" bash -c './fuzz/run.sh --build || exit 3; ./fuzz/run.sh' \
-  >"$fuzz_log" 2>&1 &
+# A target directory given for the build is not the fuzz workspace's: the tests' cargo
+# would wait for its lock.
+fuzz_target=()
+[ -z "${CARGO_TARGET_DIR:-}" ] || fuzz_target=(CARGO_TARGET_DIR="$CARGO_TARGET_DIR/fuzz")
+setsid "${idle[@]}" env "${fuzz_target[@]}" FUZZ_PROFILE="${FUZZ_PROFILE:-dev}" \
+  FUZZ_SECONDS="${FUZZ_SECONDS:-5}" FUZZ_JOBS="${FUZZ_JOBS:-2}" \
+  bash -c './fuzz/run.sh --build || exit 3; ./fuzz/run.sh' >"$fuzz_log" 2>&1 &
 fuzz_build=$!
 # The lints too, in a target directory of their own (cargo locks a target directory
 # for a whole build: the tests' cargo would wait for this one).
