@@ -380,26 +380,28 @@ topology:
         .iter()
         .filter(|(t, _)| (5.0..7.0).contains(&since(*t)))
         .count();
-    let stats = link_stats(&lab.name, "r:eth2--h2:eth1");
+    let (stats, late) = link_stats(&lab.name, "r:eth2--h2:eth1");
     println!(
         "other link: {} of {count} answered, {in_gap} sent in 5-7 s; its counts: {stats}",
         beside_sent.len()
     );
-    // Nothing, or the odd ping a stalled machine loses (1 %, the link's
-    // `late` count): never the link's `loss`.
+    // Nothing, or what a stalled machine loses: the pings linkem dropped late
+    // (a stall held an output stage past --max-lag; a CI run had 13 of 948),
+    // and 1 % more. Never the link's `loss`.
     assert!(
         !stats.contains("\"loss\":") || stats.matches("\"loss\":0").count() == 2,
         "the other link lost by its words: {stats}"
     );
     assert!(
-        lost * 100 <= count as usize && in_gap >= 150,
+        lost.saturating_sub(late as usize) * 100 <= count as usize && in_gap >= 150,
         "the other link: {lost} of {count} pings lost, {in_gap} answered in 5-7 s; \
          the link's counts: {stats}"
     );
 }
 
-/// A link's counts, per direction: received and their fates.
-fn link_stats(lab: &str, link: &str) -> String {
+/// A link's counts, per direction: received and their fates; and its `late`
+/// drops, both directions together.
+fn link_stats(lab: &str, link: &str) -> (String, u64) {
     let o = linkem_in(None, &["ctl", "--name", lab, "--json", "stats", link]);
     let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
     let dirs = ["directions", "body", "result"]
@@ -422,7 +424,14 @@ fn link_stats(lab: &str, link: &str) -> String {
             )
         })
         .collect();
-    format!("{} {}", each.join("; "), String::from_utf8_lossy(&o.stderr))
+    let late = dirs
+        .iter()
+        .filter_map(|d| d["fates"]["late"].as_u64())
+        .sum();
+    (
+        format!("{} {}", each.join("; "), String::from_utf8_lossy(&o.stderr)),
+        late,
+    )
 }
 
 /// A group events file's lines, by link, each as written.
