@@ -498,16 +498,7 @@ mod tests {
     /// CAP_NET_RAW: skipped, with a note, without them.
     #[test]
     fn a_lock_is_exclusive_and_freed_on_drop() {
-        std::thread::spawn(|| {
-            // Safety: unshare with a flag and no pointers; it moves only this
-            // thread, which ends with the test, into a new namespace.
-            if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-                eprintln!(
-                    "skipped: unshare(CLONE_NEWNET): {}",
-                    io::Error::last_os_error()
-                );
-                return;
-            }
+        crate::in_own_net_namespace(|| {
             // The new namespace's loopback: always there. The lock does not
             // care what the interface is (the bridge refuses loopback before).
             let lo = lookup("lo").unwrap();
@@ -526,8 +517,6 @@ mod tests {
             );
             drop(held);
             InterfaceLock::take(&lo).unwrap();
-        })
-        .join()
-        .unwrap();
+        });
     }
 }

@@ -46,3 +46,24 @@ pub mod port;
 pub mod recording;
 pub mod shellns;
 pub mod sys;
+
+/// Tests: runs `f` on a thread of its own moved into a new network namespace
+/// (`unshare`), so that nothing else on the machine sees or collides with
+/// what it makes; without CAP_SYS_ADMIN it says the test is skipped.
+#[cfg(test)]
+pub(crate) fn in_own_net_namespace(f: impl FnOnce() + Send + 'static) {
+    std::thread::spawn(move || {
+        // Safety: unshare with a flag and no pointers; it moves only this
+        // thread, which ends with the test, into a new namespace.
+        if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+            eprintln!(
+                "skipped: unshare(CLONE_NEWNET): {}",
+                std::io::Error::last_os_error()
+            );
+            return;
+        }
+        f()
+    })
+    .join()
+    .unwrap();
+}

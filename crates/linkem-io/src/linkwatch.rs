@@ -145,15 +145,7 @@ mod tests {
     /// down, up, then deleted; the watch wakes for each and says which.
     #[test]
     fn a_watch_hears_down_up_and_gone() {
-        std::thread::spawn(|| {
-            // Safety: unshare takes no pointers; it moves this thread only.
-            if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-                eprintln!(
-                    "skipped: unshare(CLONE_NEWNET): {}",
-                    io::Error::last_os_error()
-                );
-                return;
-            }
+        crate::in_own_net_namespace(|| {
             // A child process starts in the namespace of the thread that forks it.
             ip(&[
                 "link", "add", "lkw0", "type", "veth", "peer", "name", "lkw1",
@@ -178,8 +170,6 @@ mod tests {
                 "link", "add", "lkw0", "type", "veth", "peer", "name", "lkw1",
             ]);
             assert_eq!(watch.state(), LinkState::Gone);
-        })
-        .join()
-        .unwrap();
+        });
     }
 }

@@ -304,14 +304,7 @@ impl Drop for FdGuard {
     }
 }
 
-fn ifreq_for(ifname: &str) -> libc::ifreq {
-    // Safety: ifreq is plain old data; all-zero is a valid value.
-    let mut ifr: libc::ifreq = unsafe { zeroed() };
-    for (dst, src) in ifr.ifr_name.iter_mut().zip(ifname.bytes()) {
-        *dst = src as libc::c_char;
-    }
-    ifr
-}
+use crate::ifaces::ifreq as ifreq_for;
 
 fn page_size() -> usize {
     // Safety: sysconf has no memory-safety preconditions.
