@@ -83,15 +83,6 @@ fn dgram_socket() -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
-pub(crate) fn ifreq(ifname: &str) -> libc::ifreq {
-    // Safety: ifreq is plain data; all-zero is a valid value.
-    let mut req: libc::ifreq = unsafe { zeroed() };
-    for (dst, src) in req.ifr_name.iter_mut().zip(ifname.bytes()) {
-        *dst = src as libc::c_char;
-    }
-    req
-}
-
 /// Index, MTU and flags of `ifname`. The name must exist; whether it is up
 /// is the caller's question ([`Iface::is_up`]).
 pub fn lookup(ifname: &str) -> Result<Iface, IoError> {
@@ -102,7 +93,7 @@ pub fn lookup(ifname: &str) -> Result<Iface, IoError> {
         source: e,
     };
     let probe = dgram_socket().map_err(|e| sys("socket(AF_INET)", e))?;
-    let mut req = ifreq(ifname);
+    let mut req = crate::sys::ifreq(ifname);
     // Safety: req is a valid ifreq with the name set; SIOCGIFFLAGS writes ifru_flags.
     if unsafe { libc::ioctl(probe.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
         return Err(sys("ioctl(SIOCGIFFLAGS)", io::Error::last_os_error()));
@@ -165,7 +156,7 @@ fn ethtool<T>(ifname: &str, data: &mut T) -> io::Result<()> {
         return Err(io::Error::from_raw_os_error(libc::ENODEV));
     }
     let fd = dgram_socket()?;
-    let mut req = ifreq(ifname);
+    let mut req = crate::sys::ifreq(ifname);
     req.ifr_ifru.ifru_data = (data as *mut T).cast();
     // Safety: SIOCETHTOOL reads the name and the command at the start of
     // `data`, and writes at most size_of::<T>() bytes there (each caller's T

@@ -65,7 +65,7 @@ impl LinkWatch {
     /// waiting, so that the socket polls quiet until the next change.
     pub fn state(&self) -> LinkState {
         self.drain();
-        let mut req = crate::ifaces::ifreq(&self.ifname);
+        let mut req = crate::sys::ifreq(&self.ifname);
         // Safety: req is a valid ifreq with the name set; SIOCGIFINDEX writes ifru_ifindex.
         if unsafe { libc::ioctl(self.fd.as_raw_fd(), libc::SIOCGIFINDEX, &mut req) } < 0 {
             return LinkState::Gone;

@@ -177,6 +177,17 @@ pub fn try_flock(file: &std::fs::File, exclusive: bool) -> io::Result<bool> {
 /// A netlink socket of `protocol` (`NETLINK_ROUTE`, `NETLINK_NETFILTER`, ...),
 /// close-on-exec, with `flags` (e.g. `SOCK_NONBLOCK`), bound with the kernel
 /// choosing its port id, and joined to the multicast `groups` (a bit mask, 0
+/// An `ifreq` for the interface `ifname`, the rest zero: what the interface
+/// ioctls of `ifaces`, `afpacket` and `linkwatch` read the name from.
+pub(crate) fn ifreq(ifname: &str) -> libc::ifreq {
+    // Safety: ifreq is plain data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(ifname.bytes()) {
+        *dst = src as libc::c_char;
+    }
+    req
+}
+
 /// for none); in the caller's network namespace, for good.
 pub fn netlink_socket(
     protocol: libc::c_int,

@@ -304,7 +304,7 @@ impl Drop for FdGuard {
     }
 }
 
-use crate::ifaces::ifreq as ifreq_for;
+use crate::sys::ifreq as ifreq_for;
 
 fn page_size() -> usize {
     // Safety: sysconf has no memory-safety preconditions.
