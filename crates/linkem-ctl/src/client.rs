@@ -25,6 +25,46 @@ pub struct Client {
 }
 
 impl Client {
+    /// Connects once the emulator behind `path` serves: its banner comes and
+    /// it answers `ping`, which it does only after its ports are open and
+    /// its pipeline runs, so traffic sent from then on is forwarded. Tries
+    /// every 20 ms while `alive()` holds, for at most `limit`; a stale
+    /// socket file of an earlier run refuses connections and is waited past.
+    /// Scripts and tests that start an emulator wait with this, not a sleep:
+    /// a loaded machine takes longer than any fixed sleep to start one.
+    pub fn connect_when_serving(
+        path: &Path,
+        limit: Duration,
+        mut alive: impl FnMut() -> bool,
+    ) -> io::Result<Client> {
+        let t0 = Instant::now();
+        loop {
+            let tried = Client::connect(path, Duration::from_secs(1))
+                .and_then(|mut c| c.request("ping").map(|_| c));
+            let e = match tried {
+                Ok(c) => return Ok(c),
+                Err(e) => e,
+            };
+            if !alive() {
+                return Err(io::Error::other(format!(
+                    "the emulator exited before {} answered",
+                    path.display()
+                )));
+            }
+            if t0.elapsed() >= limit {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "{} did not answer within {:?} (last: {e})",
+                        path.display(),
+                        limit
+                    ),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Connects and reads the banner; every reply line must then arrive whole
     /// within `timeout`.
     pub fn connect(path: &Path, timeout: Duration) -> io::Result<Client> {

@@ -118,6 +118,39 @@ pub fn default_socket_path(name: &str) -> PathBuf {
     Path::new(SOCKET_DIR).join(format!("{name}.sock"))
 }
 
+/// The name of a `linkem bridge IF_A IF_B` started without `--name`.
+pub fn default_name(if_a: &str, if_b: &str) -> String {
+    format!("{if_a}-{if_b}")
+}
+
+/// Where `linkem bridge IF_A IF_B ARGS` puts its control socket, read from
+/// its options as it reads them (`--control PATH|none`, else `--name NAME`,
+/// else the interfaces' names; the last of each counts); None with
+/// `--control none`.
+pub fn bridge_socket_path<S: AsRef<str>>(args: &[S], if_a: &str, if_b: &str) -> Option<PathBuf> {
+    let (mut control, mut name) = (None, None);
+    let mut words = args.iter().map(AsRef::as_ref);
+    while let Some(w) = words.next() {
+        let mut value = |flag: &str| match w.strip_prefix(flag) {
+            Some("") => words.next().map(str::to_string),
+            Some(v) => v.strip_prefix('=').map(str::to_string),
+            None => None,
+        };
+        if let Some(v) = value("--control") {
+            control = Some(v);
+        } else if let Some(v) = value("--name") {
+            name = Some(v);
+        }
+    }
+    match control.as_deref() {
+        Some("none") => None,
+        Some(p) => Some(PathBuf::from(p)),
+        None => Some(default_socket_path(
+            &name.unwrap_or_else(|| default_name(if_a, if_b)),
+        )),
+    }
+}
+
 /// Which default link a `link` request changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dir {

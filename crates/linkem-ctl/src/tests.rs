@@ -1,6 +1,7 @@
 use super::*;
 use linkem_core::config::no_files;
 use proptest::prelude::*;
+use std::time::Duration;
 
 fn parse(line: &str) -> Result<Line, ParseError> {
     parse_line(line, &mut no_files)
@@ -597,4 +598,72 @@ fn the_timeout_bounds_a_whole_trickled_reply() {
     assert!(took < Duration::from_secs(5), "took {took:?}");
     server.join().unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_bridges_socket_is_read_from_its_options_as_the_bridge_reads_them() {
+    let at = |args: &[&str]| bridge_socket_path(args, "veth0", "veth1");
+    assert_eq!(at(&[]), Some(default_socket_path("veth0-veth1")));
+    assert_eq!(
+        at(&["delay", "10ms", "--name", "sat"]),
+        Some(default_socket_path("sat"))
+    );
+    assert_eq!(at(&["--name=sat"]), Some(default_socket_path("sat")));
+    // --control wins over --name, and the last of each counts.
+    assert_eq!(
+        at(&[
+            "--control",
+            "/tmp/a.sock",
+            "--name",
+            "sat",
+            "--control=/tmp/b.sock"
+        ]),
+        Some(PathBuf::from("/tmp/b.sock"))
+    );
+    assert_eq!(at(&["--control", "none"]), None);
+    // A flag's look-alike is no flag; a flag without its value names nothing.
+    assert_eq!(
+        at(&["--names", "x"]),
+        Some(default_socket_path("veth0-veth1"))
+    );
+    assert_eq!(at(&["--name"]), Some(default_socket_path("veth0-veth1")));
+}
+
+#[test]
+fn waiting_for_an_emulator_ends_when_it_is_gone_or_the_limit_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("none.sock");
+    let t = std::time::Instant::now();
+    let e = Client::connect_when_serving(&path, Duration::from_secs(10), || false)
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("exited"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(1));
+    // A stale socket file (bound, then dropped) refuses until the limit.
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    let e = Client::connect_when_serving(&path, Duration::from_millis(100), || true)
+        .err()
+        .unwrap();
+    assert_eq!(e.kind(), std::io::ErrorKind::TimedOut, "{e}");
+    assert!(e.to_string().contains("none.sock"), "{e}");
+    // One that starts serving 200 ms later is connected to then.
+    let p = path.clone();
+    let server = std::thread::spawn(move || {
+        use std::io::{BufRead, Write};
+        std::thread::sleep(Duration::from_millis(200));
+        let _ = std::fs::remove_file(&p);
+        let listener = std::os::unix::net::UnixListener::bind(&p).unwrap();
+        let (mut conn, _) = listener.accept().unwrap();
+        conn.write_all(b"{\"linkem\":\"ctl\",\"protocol\":1,\"name\":\"late\"}\n")
+            .unwrap();
+        let mut request = String::new();
+        std::io::BufReader::new(conn.try_clone().unwrap())
+            .read_line(&mut request)
+            .unwrap();
+        conn.write_all(b"{\"ok\":true}\n").unwrap();
+        request
+    });
+    let c = Client::connect_when_serving(&path, Duration::from_secs(10), || true).unwrap();
+    assert_eq!(c.banner["name"], "late");
+    assert_eq!(server.join().unwrap().trim(), "ping");
 }

@@ -9,7 +9,7 @@ use std::io::Read;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub struct CtlBridge {
     pub child: Child,
@@ -35,25 +35,20 @@ impl CtlBridge {
             .spawn()
             .expect("linkem starts");
         let mut b = CtlBridge { child, socket };
-        let t0 = Instant::now();
-        // Up once it answers (a stale socket may be there before it).
-        while Client::connect(&b.socket, Duration::from_secs(1))
-            .and_then(|mut c| c.request("ping"))
-            .is_err()
-        {
-            if let Some(status) = b.child.try_wait().unwrap() {
-                let mut err = String::new();
-                b.child
-                    .stderr
-                    .take()
-                    .unwrap()
-                    .read_to_string(&mut err)
-                    .unwrap();
-                panic!("linkem bridge exited at start ({status}): {err}");
-            }
-            assert!(t0.elapsed() < Duration::from_secs(10), "no control socket");
-            std::thread::sleep(Duration::from_millis(20));
+        let served = Client::connect_when_serving(&b.socket, Duration::from_secs(30), || {
+            matches!(b.child.try_wait(), Ok(None))
+        });
+        if let Some(status) = b.child.try_wait().unwrap() {
+            let mut err = String::new();
+            b.child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            panic!("linkem bridge exited at start ({status}): {err}");
         }
+        served.expect("linkem bridge serves");
         b
     }
 

@@ -119,9 +119,24 @@ impl Bridge {
             .stderr(Stdio::piped())
             .spawn()
             .expect("linkem starts");
-        // Opening sockets and attaching programs takes a few ms; give it room.
-        std::thread::sleep(Duration::from_millis(400));
         let mut child = child;
+        // Traffic sent before it forwards would be lost on no link's account,
+        // and a loaded machine starts it in more than any fixed sleep.
+        match linkem_ctl::bridge_socket_path(args, &topo.emu_a, &topo.emu_b) {
+            Some(socket) => {
+                if let Err(e) = linkem_ctl::Client::connect_when_serving(
+                    &socket,
+                    Duration::from_secs(30),
+                    || matches!(child.try_wait(), Ok(None)),
+                ) {
+                    if matches!(child.try_wait(), Ok(None)) {
+                        let _ = child.kill();
+                        panic!("linkem bridge {args:?} did not start: {e}");
+                    }
+                }
+            }
+            None => std::thread::sleep(Duration::from_millis(400)),
+        }
         let mut out = child.stdout.take().expect("piped stdout");
         let stdout = std::thread::spawn(move || {
             let mut text = String::new();
@@ -481,16 +496,9 @@ pub fn bridge_under_storm(
         .stderr(Stdio::piped())
         .spawn()
         .expect("linkem starts");
-    let t0 = Instant::now();
-    let mut client = loop {
-        if let Ok(mut c) = linkem_ctl::Client::connect(&socket, Duration::from_secs(1)) {
-            if c.request("ping").is_ok() {
-                break c;
-            }
-        }
-        assert!(t0.elapsed() < Duration::from_secs(10), "no control socket");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let mut client =
+        linkem_ctl::Client::connect_when_serving(&socket, Duration::from_secs(30), || true)
+            .expect("linkem bridge serves");
     let stop = std::sync::atomic::AtomicBool::new(false);
     let applied = std::thread::scope(|s| {
         let storm = s.spawn(|| {

@@ -104,7 +104,7 @@ pub fn prepare(args: &ControlArgs, if_a: &str, if_b: &str) -> Result<Prepared> {
     let name = args
         .name
         .clone()
-        .unwrap_or_else(|| format!("{if_a}-{if_b}"));
+        .unwrap_or_else(|| linkem_ctl::default_name(if_a, if_b));
     check_name(&name)?;
     let gid = match &args.control_group {
         Some(g) => Some(sys::group_id(g).map_err(|e| anyhow!("--control-group {e}"))?),

@@ -90,13 +90,34 @@ impl Running {
                     .stderr(Stdio::piped())
                     .spawn()
                     .context("cannot start linkem bridge")?;
-                std::thread::sleep(Duration::from_millis(500));
+                // Measured from when it forwards: a loaded machine starts it in
+                // more than any fixed sleep, and the first packets of a sparse
+                // stream would be lost before it, on no link's account.
+                let socket = linkem_ctl::bridge_socket_path(&args, &topo.emu_a, &topo.emu_b);
+                let serving = match &socket {
+                    Some(path) => linkem_ctl::Client::connect_when_serving(
+                        path,
+                        Duration::from_secs(30),
+                        || matches!(child.try_wait(), Ok(None)),
+                    )
+                    .map(drop),
+                    // No socket to ask: the time it takes to start on an idle machine, twice over.
+                    None => {
+                        std::thread::sleep(Duration::from_millis(500));
+                        Ok(())
+                    }
+                };
                 if let Some(status) = child.try_wait()? {
                     let mut err = String::new();
                     if let Some(mut e) = child.stderr.take() {
                         let _ = e.read_to_string(&mut err);
                     }
                     bail!("linkem bridge {} exited ({status}): {err}", args.join(" "));
+                }
+                if let Err(e) = serving {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    bail!("linkem bridge {} did not start: {e}", args.join(" "));
                 }
                 Ok(Running {
                     child: Some(child),

@@ -133,25 +133,42 @@ pub fn markdown(rows: &[Row]) -> String {
     s
 }
 
+/// The frames linkem dropped as `late` (held past `--max-lag` in a stall of
+/// the machine) in a row's final counts, both directions; "-" for a row
+/// without counts.
+fn late_drops(r: &Row) -> String {
+    r.linkem_counts
+        .as_ref()
+        .and_then(|c| c["directions"].as_array())
+        .map(|dirs| {
+            dirs.iter()
+                .filter_map(|d| d["fates"]["late"].as_u64())
+                .sum::<u64>()
+                .to_string()
+        })
+        .unwrap_or_else(|| "-".into())
+}
+
 /// The sparse rows of `tail`: small delays at 1-100 pps beside the bridge
 /// and the timer floor, with linkem's wake-ups per packet.
 fn sparse_markdown(rows: &[Row]) -> String {
     let mut s = String::from(
         "### Sparse traffic and small delays (64 B at 1, 10, 100 pps; beyond = one-way delay − the configured delay − the Linux bridge's same percentile at the same rate)\n\n",
     );
-    s += "| device | configured | offered | delivered / sent | one-way p50 µs | beyond p50 µs | p99 µs | p99.9 µs | max µs | wake-ups per packet: stage / output |\n|---|---|---|---|---|---|---|---|---|---|\n";
+    s += "| device | configured | offered | delivered / sent | late drops | one-way p50 µs | beyond p50 µs | p99 µs | p99.9 µs | max µs | wake-ups per packet: stage / output |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
     for r in rows.iter().filter(|r| r.scenario == "sparse") {
         let d = r.deviation_ns.as_ref();
         let f = |v: Option<i64>| v.map(us).unwrap_or_else(|| "-".into());
         let wakeups = scenarios::wakeups_per_packet(r.linkem_counts.as_ref())
             .map_or_else(|| "-".into(), |(rx, tx)| format!("{rx:.2} / {tx:.2}"));
         s += &format!(
-            "| {} | {} | {} | {} / {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} / {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.device,
             r.configured,
             r.offered,
             r.delivered,
             r.sent,
+            late_drops(r),
             us(r.analysis.delay_ns.p50),
             f(d.map(|d| d.p50)),
             f(d.map(|d| d.p99)),
@@ -178,17 +195,7 @@ fn tail_markdown(rows: &[Row]) -> String {
     for r in &tail {
         let d = r.deviation_ns.as_ref();
         let f = |v: Option<i64>| v.map(us).unwrap_or_else(|| "-".into());
-        let late = r
-            .linkem_counts
-            .as_ref()
-            .and_then(|c| c["directions"].as_array())
-            .map(|dirs| {
-                dirs.iter()
-                    .filter_map(|d| d["fates"]["late"].as_u64())
-                    .sum::<u64>()
-                    .to_string()
-            })
-            .unwrap_or_else(|| "-".into());
+        let late = late_drops(r);
         s += &format!(
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.device,
