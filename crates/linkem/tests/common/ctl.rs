@@ -35,20 +35,7 @@ impl CtlBridge {
             .spawn()
             .expect("linkem starts");
         let mut b = CtlBridge { child, socket };
-        let served = Client::connect_when_serving(&b.socket, Duration::from_secs(30), || {
-            matches!(b.child.try_wait(), Ok(None))
-        });
-        if let Some(status) = b.child.try_wait().unwrap() {
-            let mut err = String::new();
-            b.child
-                .stderr
-                .take()
-                .unwrap()
-                .read_to_string(&mut err)
-                .unwrap();
-            panic!("linkem bridge exited at start ({status}): {err}");
-        }
-        served.expect("linkem bridge serves");
+        super::wait_until_serving(&mut b.child, Some(&b.socket));
         b
     }
 

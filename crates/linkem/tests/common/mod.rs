@@ -120,44 +120,18 @@ impl Bridge {
             .spawn()
             .expect("linkem starts");
         let mut child = child;
-        // Traffic sent before it forwards would be lost on no link's account,
-        // and a loaded machine starts it in more than any fixed sleep.
-        match linkem_ctl::bridge_socket_path(args, &topo.emu_a, &topo.emu_b) {
-            Some(socket) => {
-                if let Err(e) = linkem_ctl::Client::connect_when_serving(
-                    &socket,
-                    Duration::from_secs(30),
-                    || matches!(child.try_wait(), Ok(None)),
-                ) {
-                    if matches!(child.try_wait(), Ok(None)) {
-                        let _ = child.kill();
-                        panic!("linkem bridge {args:?} did not start: {e}");
-                    }
-                }
-            }
-            None => std::thread::sleep(Duration::from_millis(400)),
-        }
+        let socket = linkem_ctl::bridge_socket_path(args, &topo.emu_a, &topo.emu_b);
+        wait_until_serving(&mut child, socket.as_deref());
         let mut out = child.stdout.take().expect("piped stdout");
         let stdout = std::thread::spawn(move || {
             let mut text = String::new();
             let _ = out.read_to_string(&mut text);
             text
         });
-        let mut b = Bridge {
+        Bridge {
             child,
             stdout: Some(stdout),
-        };
-        if let Some(status) = b.child.try_wait().unwrap() {
-            let mut err = String::new();
-            b.child
-                .stderr
-                .take()
-                .unwrap()
-                .read_to_string(&mut err)
-                .unwrap();
-            panic!("linkem bridge exited at start ({status}): {err}");
         }
-        b
     }
 
     pub fn signal(&self, sig: libc::c_int) {
@@ -259,6 +233,37 @@ impl Drop for Bridge {
             "linkem bridge at the failure: last counts {}\nstderr: {stderr}",
             stdout.lines().last().unwrap_or("(none)")
         );
+    }
+}
+
+/// Returns once the `linkem bridge` `child` serves at `socket` (its ports
+/// open, its pipeline running); with no socket to ask, after twice the time
+/// it takes to start on an idle machine. Panics with its stderr if it exits
+/// first. Not a fixed sleep: traffic sent before it forwards would be lost on
+/// no link's account, and a loaded machine takes longer than any sleep.
+pub fn wait_until_serving(child: &mut std::process::Child, socket: Option<&std::path::Path>) {
+    let served = match socket {
+        Some(socket) => {
+            linkem_ctl::Client::connect_when_serving(socket, Duration::from_secs(30), || {
+                matches!(child.try_wait(), Ok(None))
+            })
+            .map(drop)
+        }
+        None => {
+            std::thread::sleep(Duration::from_millis(400));
+            Ok(())
+        }
+    };
+    if let Some(status) = child.try_wait().unwrap() {
+        let mut err = String::new();
+        if let Some(mut e) = child.stderr.take() {
+            let _ = e.read_to_string(&mut err);
+        }
+        panic!("linkem bridge exited at start ({status}): {err}");
+    }
+    if let Err(e) = served {
+        let _ = child.kill();
+        panic!("linkem bridge did not start: {e}");
     }
 }
 
@@ -496,9 +501,10 @@ pub fn bridge_under_storm(
         .stderr(Stdio::piped())
         .spawn()
         .expect("linkem starts");
+    let mut child = child;
+    wait_until_serving(&mut child, Some(&socket));
     let mut client =
-        linkem_ctl::Client::connect_when_serving(&socket, Duration::from_secs(30), || true)
-            .expect("linkem bridge serves");
+        linkem_ctl::Client::connect(&socket, Duration::from_secs(10)).expect("linkem serves");
     let stop = std::sync::atomic::AtomicBool::new(false);
     let applied = std::thread::scope(|s| {
         let storm = s.spawn(|| {
