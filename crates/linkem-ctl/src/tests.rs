@@ -550,12 +550,29 @@ fn a_reply_line_is_read_up_to_its_cap_and_no_further() {
     assert_eq!(read_line_capped(&mut r, 4).unwrap().unwrap(), "abc");
 }
 
+/// A fake emulator's side of one connection: accepts it, sends a banner
+/// naming `name`, and reads the first request line.
+fn greet_and_read(
+    listener: &std::os::unix::net::UnixListener,
+    name: &str,
+) -> (std::os::unix::net::UnixStream, String) {
+    use std::io::{BufRead, Write};
+    let (mut conn, _) = listener.accept().unwrap();
+    let banner = serde_json::json!({"linkem": "ctl", "protocol": 1, "name": name});
+    conn.write_all(format!("{banner}\n").as_bytes()).unwrap();
+    let mut request = String::new();
+    std::io::BufReader::new(conn.try_clone().unwrap())
+        .read_line(&mut request)
+        .unwrap();
+    (conn, request)
+}
+
 /// A peer that trickles a reply one byte every 20 ms never lets one read wait
 /// the 300 ms timeout; the client still gives up on the reply after 300 ms in
 /// all, where it used to wait as long as the peer went on.
 #[test]
 fn the_timeout_bounds_a_whole_trickled_reply() {
-    use std::io::{BufRead, Write};
+    use std::io::Write;
     use std::os::unix::net::UnixListener;
     use std::time::{Duration, Instant};
     let dir = std::env::temp_dir().join(format!("lkc-ctl-{}", std::process::id()));
@@ -567,13 +584,7 @@ fn the_timeout_bounds_a_whole_trickled_reply() {
     let server = {
         let stop = stop.clone();
         std::thread::spawn(move || {
-            let (mut conn, _) = listener.accept().unwrap();
-            conn.write_all(b"{\"linkem\":\"ctl\",\"protocol\":1,\"name\":\"fake\"}\n")
-                .unwrap();
-            let mut request = String::new();
-            std::io::BufReader::new(conn.try_clone().unwrap())
-                .read_line(&mut request)
-                .unwrap();
+            let (mut conn, _) = greet_and_read(&listener, "fake");
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 if conn.write_all(b" ").is_err() {
                     break;
@@ -649,17 +660,11 @@ fn waiting_for_an_emulator_ends_when_it_is_gone_or_the_limit_passes() {
     // One that starts serving 200 ms later is connected to then.
     let p = path.clone();
     let server = std::thread::spawn(move || {
-        use std::io::{BufRead, Write};
+        use std::io::Write;
         std::thread::sleep(Duration::from_millis(200));
         let _ = std::fs::remove_file(&p);
         let listener = std::os::unix::net::UnixListener::bind(&p).unwrap();
-        let (mut conn, _) = listener.accept().unwrap();
-        conn.write_all(b"{\"linkem\":\"ctl\",\"protocol\":1,\"name\":\"late\"}\n")
-            .unwrap();
-        let mut request = String::new();
-        std::io::BufReader::new(conn.try_clone().unwrap())
-            .read_line(&mut request)
-            .unwrap();
+        let (mut conn, request) = greet_and_read(&listener, "late");
         conn.write_all(b"{\"ok\":true}\n").unwrap();
         request
     });

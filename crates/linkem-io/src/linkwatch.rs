@@ -90,23 +90,13 @@ impl LinkWatch {
     fn drain(&self) {
         let mut buf = [0u8; 8192];
         loop {
-            // Safety: reads at most buf.len() bytes into a live buffer from an
-            // owned, non-blocking socket.
-            let n = unsafe {
-                libc::recv(
-                    self.fd.as_raw_fd(),
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                    libc::MSG_DONTWAIT,
-                )
-            };
-            // ENOBUFS (notifications dropped) is reported once and cleared:
-            // read on; the state is asked after.
-            if n < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::ENOBUFS) {
-                return;
-            }
-            if n == 0 {
-                return;
+            match crate::sys::recv(self.fd.as_raw_fd(), &mut buf, true) {
+                Ok(0) => return,
+                Ok(_) => {}
+                // Notifications dropped: reported once and cleared; read on,
+                // the state is asked after.
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {}
+                Err(_) => return,
             }
         }
     }

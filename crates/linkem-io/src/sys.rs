@@ -174,9 +174,6 @@ pub fn try_flock(file: &std::fs::File, exclusive: bool) -> io::Result<bool> {
     Err(e)
 }
 
-/// A netlink socket of `protocol` (`NETLINK_ROUTE`, `NETLINK_NETFILTER`, ...),
-/// close-on-exec, with `flags` (e.g. `SOCK_NONBLOCK`), bound with the kernel
-/// choosing its port id, and joined to the multicast `groups` (a bit mask, 0
 /// An `ifreq` for the interface `ifname`, the rest zero: what the interface
 /// ioctls of `ifaces`, `afpacket` and `linkwatch` read the name from.
 pub(crate) fn ifreq(ifname: &str) -> libc::ifreq {
@@ -188,6 +185,9 @@ pub(crate) fn ifreq(ifname: &str) -> libc::ifreq {
     req
 }
 
+/// A netlink socket of `protocol` (`NETLINK_ROUTE`, `NETLINK_NETFILTER`, ...),
+/// close-on-exec, with `flags` (e.g. `SOCK_NONBLOCK`), bound with the kernel
+/// choosing its port id, and joined to the multicast `groups` (a bit mask, 0
 /// for none); in the caller's network namespace, for good.
 pub fn netlink_socket(
     protocol: libc::c_int,
@@ -224,6 +224,26 @@ pub fn netlink_socket(
         return Err(io::Error::last_os_error());
     }
     Ok(fd)
+}
+
+/// Receives one datagram from `fd` into `buf`, again after a signal;
+/// without waiting if `dontwait` (`Ok(0)` when nothing waits). What the
+/// netlink sockets of `nfqueue` and `linkwatch` read with.
+pub fn recv(fd: RawFd, buf: &mut [u8], dontwait: bool) -> io::Result<usize> {
+    let flags = if dontwait { libc::MSG_DONTWAIT } else { 0 };
+    loop {
+        // Safety: `buf` is live and writable for its length.
+        let r = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), flags) };
+        if r >= 0 {
+            return Ok(r as usize);
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::Interrupted => continue,
+            io::ErrorKind::WouldBlock if dontwait => return Ok(0),
+            _ => return Err(e),
+        }
+    }
 }
 
 #[cfg(test)]

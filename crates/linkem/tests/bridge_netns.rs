@@ -988,17 +988,7 @@ fn an_interface_set_down_and_up_again_resumes_forwarding(backend: &str) {
         if state == "down" {
             // Frames for IF_A while it is down: dropped as tx-error, and
             // the ring must not keep them (what came after would be stuck).
-            // -W 1: with no reply ping would linger 10 s.
-            let _ = topo.exec_in_b(&[
-                "ping",
-                "-c",
-                "5",
-                "-i",
-                "0.1",
-                "-W",
-                "1",
-                &topo.addr_a.to_string(),
-            ]);
+            let _ = ping_a_from_b_briefly(&topo);
         }
         std::thread::sleep(Duration::from_millis(1000).saturating_sub(from.elapsed()));
         let cpu = cpu_s(pid) - cpu_before;

@@ -402,27 +402,7 @@ impl NfQueue {
     /// Receives one datagram into `buf` (non-blocking if `dontwait`: `Ok(0)`
     /// when nothing waits).
     pub fn recv(&self, buf: &mut [u8], dontwait: bool) -> io::Result<usize> {
-        let flags = if dontwait { libc::MSG_DONTWAIT } else { 0 };
-        loop {
-            // Safety: `buf` is live and writable for its length.
-            let r = unsafe {
-                libc::recv(
-                    self.fd.as_raw_fd(),
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                    flags,
-                )
-            };
-            if r >= 0 {
-                return Ok(r as usize);
-            }
-            let e = io::Error::last_os_error();
-            match e.kind() {
-                io::ErrorKind::Interrupted => continue,
-                io::ErrorKind::WouldBlock if dontwait => return Ok(0),
-                _ => return Err(e),
-            }
-        }
+        crate::sys::recv(self.fd.as_raw_fd(), buf, dontwait)
     }
 }
 

@@ -328,6 +328,24 @@ pub fn ping_min_ms(topo: &Topology, count: u32) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
+/// Five pings from B's namespace to A's address, 100 ms apart, each given
+/// up after 1 s (without `-W`, ping lingers 10 s for a reply that cannot
+/// come): for a path that is expected to be cut.
+pub fn ping_a_from_b_briefly(topo: &Topology) -> std::process::Output {
+    topo.exec_in_b(&[
+        "ping",
+        "-n",
+        "-c",
+        "5",
+        "-i",
+        "0.1",
+        "-W",
+        "1",
+        &topo.addr_a.to_string(),
+    ])
+    .unwrap()
+}
+
 /// Every answered ping's RTT from A's namespace to `dst`, in ms.
 pub fn ping_rtts_ms_to(topo: &Topology, dst: Ipv4Addr, count: u32) -> Vec<f64> {
     ping_rtts_ms_least(topo, dst, count, count * 9 / 10)
