@@ -10,6 +10,7 @@
 #   BASE=/path/to/linkem LINKEM=/path/to/linkem scripts/bench-sparse.sh [PINGS] [ROUNDS]   (root)
 #
 # Defaults: 200 pings per cell, 2 rounds. Without BASE the BASE rows are left out.
+# DELAYS (default "0 50us") are the delays of the linkem columns, e.g. "50us 200us".
 # LINKEM_ARGS (e.g. "--backend xdp --coalesce off") go to every linkem bridge.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +18,7 @@ cd "$(dirname "$0")/.."
 pings=${1:-200}
 rounds=${2:-2}
 BASE=${BASE:-}
+delays=${DELAYS:-0 50us}
 bench_start bench-sparse lksp
 trap bench_cleanup EXIT
 topo_up "$P" 10.96.0
@@ -77,12 +79,16 @@ PY
 
 echo "# ping RTT median µs ($pings pings per cell; wake-ups per packet received: live stage rx, output threads tx)"
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "| round | interval | Linux bridge | BASE delay 0 | LINKEM delay 0 | BASE delay 50us | LINKEM delay 50us |"
-echo "|---|---|---|---|---|---|---|"
+head="| round | interval | Linux bridge"
+rule="|---|---|---"
+for d in $delays; do head="$head | BASE delay $d | LINKEM delay $d"; rule="$rule|---|---"; done
+echo "$head |"
+echo "$rule|"
 for r in $(seq "$rounds"); do
   for interval in 0.002 0.005 0.1; do
     row="| $r | ${interval}s | $(through_bridge "$interval")"
-    for words in "delay 0" "delay 50us"; do
+    for d in $delays; do
+      words="delay $d"
       [ -n "$BASE" ] || row="$row | -"
       for bin in ${BASE:+"$BASE"} "$LINKEM"; do
         # shellcheck disable=SC2086

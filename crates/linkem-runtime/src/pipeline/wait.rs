@@ -217,27 +217,54 @@ pub const DEFAULT_LINGER_NS: u64 = 100_000;
 /// the stage's own sends only (under a flood the output thread sends), see
 /// docs/numbers.md, "Lingering after departures".
 ///
+/// **Holds on sparse traffic.** A frame held longer than `linger_ns` (a
+/// `delay 200us`) would cost a second wake-up, the timed one to its release,
+/// after the arrival's. So the stage also stays awake through a hold
+/// (`holding`: polling in the policy it woke in, SCHED_FIFO by default)
+/// when the link has been quiet long enough to pay for it: the hold is
+/// at most `hold_ppm` (`--spin-budget`) of the time since the stage last took
+/// frames or last stayed through a hold, and at most `hold_max_ns` (the
+/// stage's horizon: a later release is the output thread's to send). So over
+/// any stretch of time the holds it stays through take at most `hold_ppm` of
+/// a core: sparse traffic (1-100 pps through `delay 200us`) costs one wake-up
+/// per frame, and traffic dense enough that its holds would cost more sleeps
+/// to its releases as before.
+///
 /// Invariants: it never lingers unless frames left or were taken to leave
-/// within `linger_ns`, so an idle stage does not spin; it charges the time it
-/// lingers to the stage's [`SpinBudget`] (measured between its own turns, not counted per turn), and
-/// stops for the rest of the window once the budget is frugal (more than half
-/// the window spent spinning) or [`LINGER_SHARE_NS`] of the window went to
-/// lingering. So a stage lingers at most `linger_ns` per departure and a
-/// quarter of a core over any 10 ms window.
+/// within `linger_ns` (or a paid-for hold), so an idle stage does not spin;
+/// it charges the time it lingers to the stage's [`SpinBudget`] (measured
+/// between its own turns, not counted per turn), and stops for the rest of
+/// the window once the budget is frugal (more than half the window spent
+/// spinning) or [`LINGER_SHARE_NS`] of the window went to lingering. So a
+/// stage lingers at most `linger_ns` per departure beyond its paid-for holds,
+/// and a quarter of a core over any 10 ms window. `linger_ns` 0 (`--linger
+/// 0`) never lingers, not through holds either.
 pub(super) struct Linger {
     linger_ns: u64,
     /// When the last frames taken to leave soon left (or leave).
     last_leave_ns: Option<u64>,
     /// The previous turn of this linger, whose time since is charged.
     turn_ns: Option<u64>,
+    /// The share of the quiet time a hold may take, ppm.
+    hold_ppm: u64,
+    hold_max_ns: u64,
+    /// Since when the link has been quiet: the last turn that took frames,
+    /// or the last hold stayed through (each hold is paid from its own
+    /// stretch of quiet). None: quiet since the stage started.
+    quiet_since_ns: Option<u64>,
 }
 
 impl Linger {
-    pub fn new(linger_ns: u64) -> Self {
+    /// Lingers `linger_ns` after departures; stays through holds of at most
+    /// `hold_max_ns` worth `hold_ppm` of the quiet before them (0: never).
+    pub fn new(linger_ns: u64, hold_ppm: u32, hold_max_ns: u64) -> Self {
         Linger {
             linger_ns,
             last_leave_ns: None,
             turn_ns: None,
+            hold_ppm: u64::from(hold_ppm),
+            hold_max_ns,
+            quiet_since_ns: None,
         }
     }
 
@@ -245,15 +272,40 @@ impl Linger {
     /// it is charged up to then, the turn's own work is not.
     pub fn took(&mut self, now_ns: u64, budget: &mut SpinBudget) {
         self.charge(now_ns, budget);
+        self.quiet_since_ns = Some(now_ns);
     }
 
     /// A turn that started at `now_ns` took (or sent) frames, the earliest
     /// of which leaves at `release_ns`: when that is within the linger, an
-    /// answer may follow it.
+    /// answer may follow it; when it is a hold the quiet before it pays
+    /// for, the stage stays awake until it leaves.
     pub fn leaving(&mut self, now_ns: u64, release_ns: u64) {
-        if release_ns.saturating_sub(now_ns) < self.linger_ns {
+        let hold_ns = release_ns.saturating_sub(now_ns);
+        if hold_ns < self.linger_ns || self.pays_for(now_ns, hold_ns) {
             self.last_leave_ns = Some(release_ns.max(now_ns));
         }
+    }
+
+    fn pays_for(&mut self, now_ns: u64, hold_ns: u64) -> bool {
+        if self.linger_ns == 0 || hold_ns > self.hold_max_ns {
+            return false;
+        }
+        let quiet_ns = self
+            .quiet_since_ns
+            .map_or(u64::MAX, |t| now_ns.saturating_sub(t));
+        let paid =
+            u128::from(hold_ns) * 1_000_000 <= u128::from(quiet_ns) * u128::from(self.hold_ppm);
+        if paid {
+            self.quiet_since_ns = Some(now_ns);
+        }
+        paid
+    }
+
+    /// Whether the stage lingers for a release still ahead (a hold), not
+    /// for an answer to frames that left: nothing can answer yet, so it
+    /// need not leave SCHED_FIFO for a host that would.
+    pub fn holding(&self, now_ns: u64) -> bool {
+        self.last_leave_ns.is_some_and(|a| a > now_ns)
     }
 
     fn charge(&mut self, now_ns: u64, budget: &mut SpinBudget) {
@@ -410,7 +462,7 @@ mod tests {
     #[test]
     fn linger_never_without_a_departure() {
         let mut budget = SpinBudget::new(0);
-        let mut l = Linger::new(50 * US);
+        let mut l = Linger::new(50 * US, 0, 0);
         for t in [0, 10 * US, 1_000 * US] {
             assert!(
                 !l.keep_polling(t, &mut budget),
@@ -423,7 +475,7 @@ mod tests {
     #[test]
     fn linger_is_bounded_by_its_time_after_the_last_departure() {
         let mut budget = SpinBudget::new(0);
-        let mut l = Linger::new(50 * US);
+        let mut l = Linger::new(50 * US, 0, 0);
         l.took(100 * US, &mut budget);
         l.leaving(100 * US, 100 * US);
         let mut t = 100 * US;
@@ -451,7 +503,7 @@ mod tests {
     #[test]
     fn frames_stored_for_later_give_nothing_to_linger_for() {
         let mut budget = SpinBudget::new(0);
-        let mut l = Linger::new(50 * US);
+        let mut l = Linger::new(50 * US, 0, 0);
         // Taken at 10 us for a release 10 ms later (a delay).
         l.took(10 * US, &mut budget);
         l.leaving(10 * US, 10_010 * US);
@@ -462,6 +514,83 @@ mod tests {
         assert!(l.keep_polling(21 * US, &mut budget));
         assert!(l.keep_polling(99 * US, &mut budget));
         assert!(!l.keep_polling(100 * US, &mut budget));
+    }
+
+    /// 5 % of a core, as `--spin-budget`'s default.
+    const PPM: u32 = 50_000;
+
+    #[test]
+    fn a_hold_the_quiet_before_it_pays_for_is_stayed_through() {
+        let mut budget = SpinBudget::new(0);
+        let mut l = Linger::new(50 * US, PPM, 1_000 * US);
+        // The first frame, 200 us held: quiet since the start pays.
+        l.leaving(0, 200 * US);
+        l.took(0, &mut budget);
+        assert!(l.keep_polling(US, &mut budget) && l.holding(US));
+        assert!(l.keep_polling(199 * US, &mut budget) && l.holding(199 * US));
+        // Released at 200 us: lingers for an answer as after any departure.
+        assert!(l.keep_polling(200 * US, &mut budget) && !l.holding(200 * US));
+        assert!(!l.keep_polling(250 * US, &mut budget));
+        // 10 ms later (100 pps): 5 % of 10 ms is 500 us, enough for 200.
+        l.leaving(10_000 * US, 10_200 * US);
+        l.took(10_000 * US, &mut budget);
+        assert!(l.holding(10_001 * US) && l.keep_polling(10_001 * US, &mut budget));
+        // 1 ms after that (1 kpps): 50 us of quiet's worth, not 200.
+        l.keep_polling(10_250 * US, &mut budget);
+        l.leaving(11_000 * US, 11_200 * US);
+        l.took(11_000 * US, &mut budget);
+        assert!(!l.keep_polling(11_001 * US, &mut budget));
+        // A release past the stage's horizon is the output thread's.
+        l.leaving(2_000_000 * US, 2_001_001 * US);
+        assert!(!l.keep_polling(2_000_001 * US, &mut budget));
+    }
+
+    #[test]
+    fn no_linger_and_no_budget_stay_through_no_hold() {
+        let mut budget = SpinBudget::new(0);
+        for (linger_ns, ppm) in [(0, PPM), (50 * US, 0)] {
+            let mut l = Linger::new(linger_ns, ppm, 1_000 * US);
+            l.leaving(0, 200 * US);
+            l.took(0, &mut budget);
+            assert!(
+                !l.keep_polling(US, &mut budget),
+                "{linger_ns} ns, {ppm} ppm"
+            );
+        }
+    }
+
+    #[test]
+    fn holds_stayed_through_take_at_most_their_share_of_the_time() {
+        // Arrivals at pseudo-random gaps (10 us to 20 ms), each held 10 us
+        // to 1 ms: the holds lingered through add up to at most 5 % of the
+        // time, past the first (paid by the quiet before the stage started).
+        let mut budget = SpinBudget::new(0);
+        let mut l = Linger::new(50 * US, PPM, 1_000 * US);
+        let mut x = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let (mut t, mut stayed_ns, mut holds) = (0u64, 0u64, 0);
+        for _ in 0..20_000 {
+            t += 10 * US + next() % (20_000 * US);
+            let hold_ns = 10 * US + next() % (1_000 * US);
+            l.leaving(t, t + hold_ns);
+            l.took(t, &mut budget);
+            if hold_ns >= 50 * US && l.holding(t) {
+                stayed_ns += hold_ns;
+                holds += 1;
+            }
+            // Back to sleep for the next arrival: the linger ends.
+            l.last_leave_ns = None;
+        }
+        assert!(holds > 100, "stayed through {holds} holds only");
+        assert!(
+            stayed_ns <= t / 20 + 1_000 * US,
+            "stayed {stayed_ns} ns of {t}"
+        );
     }
 
     #[test]
@@ -518,7 +647,7 @@ mod tests {
         budget.spun_ns = SPIN_WINDOW_NS * 3 / 4;
         budget.tick(SPIN_WINDOW_NS);
         assert!(budget.frugal);
-        let mut l = Linger::new(50 * US);
+        let mut l = Linger::new(50 * US, 0, 0);
         l.took(SPIN_WINDOW_NS, &mut budget);
         l.leaving(SPIN_WINDOW_NS, SPIN_WINDOW_NS);
         assert!(!l.keep_polling(SPIN_WINDOW_NS + US, &mut budget));
@@ -530,7 +659,7 @@ mod tests {
         // frames): the stage lingers between them until a quarter of the
         // window is spent, then sleeps for the rest of it.
         let mut budget = SpinBudget::new(0);
-        let mut l = Linger::new(50 * US);
+        let mut l = Linger::new(50 * US, 0, 0);
         let mut lingered = 0;
         let mut t = 0;
         while t < SPIN_WINDOW_NS {

@@ -339,7 +339,8 @@ pub struct RunArgs {
     /// 99% of the wake-ups the stage has learnt of this machine; a window over it steps
     /// down to 90%, then 50%, then none, and one under half of it steps back up: a
     /// busy link trades the tail of its lateness for CPU, a sparse one stays exact.
-    /// `--stats json` shows each direction's `spin`.
+    /// `--stats json` shows each direction's `spin`. The emulating stage lingers
+    /// through a sparse link's holds within the same share of its time (--linger).
     #[arg(long, value_name = "PERCENT", value_parser = parse_spin_budget)]
     pub spin_budget: Option<u32>,
     /// Drop (as 'late') a packet that cannot leave within TIME of its release time
@@ -356,11 +357,16 @@ pub struct RunArgs {
     /// took leave (at once, or within this time) before it sleeps (default
     /// 100us; '0' sleeps at once): an answer coming back within that time is
     /// taken without a wake-up. Lingering is charged to the stage's spin
-    /// budget and takes at most a quarter of a core; an idle link, or one whose
-    /// frames wait longer for their release (a delay), never lingers. It lingers at
-    /// ordinary priority, so that a host answering on the same core runs
-    /// first; '0' keeps the stage waiting under SCHED_FIFO (for cores that
-    /// are linkem's alone).
+    /// budget and takes at most a quarter of a core; an idle link never lingers.
+    /// A frame held for a later release (a delay) is lingered through only on
+    /// sparse traffic: when the hold is due within 1 ms and is at most
+    /// --spin-budget's share of the time since the link's last arrival (5% of
+    /// it by default: 200us holds at 100 packets per second), so each such
+    /// frame costs one wake-up; denser traffic sleeps to its releases. It
+    /// lingers after departures at ordinary priority, so that a host answering
+    /// on the same core runs first (through a hold, where nothing can answer
+    /// yet, it stays under SCHED_FIFO); '0' never lingers and keeps the stage
+    /// waiting under SCHED_FIFO (for cores that are linkem's alone).
     #[arg(long, value_name = "TIME", value_parser = linkem_core::units::checked_time)]
     pub linger: Option<String>,
     /// Which stages run under SCHED_FIFO: 'out' (default) lets the output stages

@@ -34,7 +34,11 @@
 //!   the frame just sent must be able to answer), so an answer in the other
 //!   direction is taken without a wake-up ([`wait::Linger`]: charged to the
 //!   spin budget, at most a quarter of a core per 10 ms window, never without
-//!   frames that left recently). A ping's answer needs none of this (it comes
+//!   frames that left recently). Through a hold on sparse traffic (a frame
+//!   stored for a release within the stage's horizon, when the time since
+//!   the link's last arrival pays for it at the spin budget's share) it
+//!   stays awake too, in the policy it woke in, and sends the frame itself: one
+//!   wake-up per frame instead of the arrival's and the release's. A ping's answer needs none of this (it comes
 //!   back inside the stage's send, the receiving host's kernel path running
 //!   in the send call on veth); a host process's answer (a UDP or TCP server)
 //!   comes 50-100 µs later, after its own wake-up.
