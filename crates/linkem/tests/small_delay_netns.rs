@@ -173,6 +173,24 @@ fn small_delays_cost_no_wake_up_floor(backend: &str) {
     }
 }
 
+/// A thread in B that binds a UDP socket to B's address and `port`, with
+/// reads that time out after `timeout_ms`, and runs `f` on it.
+fn udp_in_b<T: Send + 'static>(
+    topo: &Topology,
+    port: u16,
+    timeout_ms: u64,
+    f: impl FnOnce(UdpSocket) -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    let (ns_b, addr_b) = (topo.ns_b.clone(), topo.addr_b);
+    std::thread::spawn(move || {
+        netns::enter(&ns_b).expect("the namespace exists and we are root");
+        let sock = UdpSocket::bind((addr_b, port)).expect("B's UDP socket binds");
+        sock.set_read_timeout(Some(Duration::from_millis(timeout_ms)))
+            .unwrap();
+        f(sock)
+    })
+}
+
 /// Request and answer exchanges of the echo test, 5 ms apart: a linger per
 /// exchange stays well within the stage's share of a quarter of a core.
 const EXCHANGES: u64 = 200;
@@ -183,13 +201,8 @@ const EXCHANGES: u64 = 200;
 /// exchanges answered.
 fn echo_wakeups(topo: &Topology, backend: &str, extra: &[&str]) -> (u64, u64) {
     let stop = Arc::new(AtomicBool::new(false));
-    let (ns_b, addr_b) = (topo.ns_b.clone(), topo.addr_b);
     let stop_server = stop.clone();
-    let server = std::thread::spawn(move || {
-        netns::enter(&ns_b).expect("the namespace exists and we are root");
-        let sock = UdpSocket::bind((addr_b, 7007)).expect("echo server binds");
-        sock.set_read_timeout(Some(Duration::from_millis(50)))
-            .unwrap();
+    let server = udp_in_b(topo, 7007, 50, move |sock| {
         let mut buf = [0u8; 64];
         while !stop_server.load(Ordering::Relaxed) {
             if let Ok((n, from)) = sock.recv_from(&mut buf) {
@@ -271,14 +284,9 @@ fn an_answer_from_a_host_process_costs_no_second_wake_up(backend: &str) {
 /// with `extra` arguments: linkem's wake-ups (the stage's `rx_wakeups` and
 /// both output threads' `tx_wakeups`) and the frames the receiver in B got.
 fn sparse_hold_wakeups(topo: &Topology, backend: &str, extra: &[&str]) -> (u64, u64) {
-    let (ns_b, addr_b) = (topo.ns_b.clone(), topo.addr_b);
     let sent = Arc::new(AtomicBool::new(false));
     let all_sent = sent.clone();
-    let receiver = std::thread::spawn(move || {
-        netns::enter(&ns_b).expect("the namespace exists and we are root");
-        let sock = UdpSocket::bind((addr_b, 7008)).expect("the receiver binds");
-        sock.set_read_timeout(Some(Duration::from_millis(200)))
-            .unwrap();
+    let receiver = udp_in_b(topo, 7008, 200, move |sock| {
         let mut buf = [0u8; 64];
         let mut got = 0;
         // Until a read times out after the last frame was sent.
@@ -315,13 +323,16 @@ const SPARSE_FRAMES: u64 = 200;
 
 /// A frame held 200 µs on a sparse link is sent by the stage that took it,
 /// which stays awake through the hold (the quiet before it pays, within the
-/// spin budget): one wake-up per frame. With `--spin-budget 0%` nothing pays,
-/// and with `--spin-threshold 0` the stage does not spin the last of a hold
-/// either (by default it spins as long as its timed sleeps were seen to
-/// overshoot, which on this VM can be the whole 200 µs): a thread sleeps to
-/// each release, the stage or (when awake for it) an output thread, two
-/// wake-ups per frame. Counts, not times: robust on a loaded VM, where a
-/// stall that outlasts a hold only adds a wake-up.
+/// spin budget): one wake-up per frame. The twin sleeps to each release, the
+/// stage or (when awake for it) an output thread: two wake-ups per frame.
+/// It needs `--linger 0`: a hold is counted from the frame's arrival stamp,
+/// and when the stage's wake-up for it came more than 100 µs late, the rest
+/// of the hold was within the default linger (298 wake-ups for 200 frames
+/// once, with `--spin-budget 0%` alone). And it needs `--spin-threshold 0`:
+/// by default the stage spins before a timed event as long as its sleeps
+/// were seen to overshoot, which on this VM can be the whole 200 µs. Counts,
+/// not times: robust on a loaded VM, where a stall that outlasts a hold only
+/// adds a wake-up.
 fn a_sparse_hold_costs_one_wake_up_per_frame(backend: &str) {
     if skip() {
         return;
@@ -329,11 +340,8 @@ fn a_sparse_hold_costs_one_wake_up_per_frame(backend: &str) {
     let _serial = serial();
     let topo = topology_with("sh38", true);
     let (staying, got) = sparse_hold_wakeups(&topo, backend, &[]);
-    let (sleeping, got_sleeping) = sparse_hold_wakeups(
-        &topo,
-        backend,
-        &["--spin-budget", "0%", "--spin-threshold", "0"],
-    );
+    let (sleeping, got_sleeping) =
+        sparse_hold_wakeups(&topo, backend, &["--linger", "0", "--spin-threshold", "0"]);
     let report = format!(
         "{backend}: {SPARSE_FRAMES} frames 20 ms apart through delay 200us; defaults: \
          {staying} wake-ups of linkem's threads, {got} received; sleeping to releases: {sleeping} \

@@ -365,8 +365,8 @@ pub struct RunArgs {
     /// frame costs one wake-up; denser traffic sleeps to its releases. It
     /// lingers after departures at ordinary priority, so that a host answering
     /// on the same core runs first (through a hold, where nothing can answer
-    /// yet, it stays under SCHED_FIFO); '0' never lingers and keeps the stage
-    /// waiting under SCHED_FIFO (for cores that are linkem's alone).
+    /// yet, it keeps the policy it woke in); '0' never lingers and keeps the
+    /// stage waiting under SCHED_FIFO (for cores that are linkem's alone).
     #[arg(long, value_name = "TIME", value_parser = linkem_core::units::checked_time)]
     pub linger: Option<String>,
     /// Which stages run under SCHED_FIFO: 'out' (default) lets the output stages

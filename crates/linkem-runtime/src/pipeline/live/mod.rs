@@ -37,11 +37,12 @@
 //!   frames that left recently). Through a hold on sparse traffic (a frame
 //!   stored for a release within the stage's horizon, when the time since
 //!   the link's last arrival pays for it at the spin budget's share) it
-//!   stays awake too, in the policy it woke in, and sends the frame itself: one
-//!   wake-up per frame instead of the arrival's and the release's. A ping's answer needs none of this (it comes
-//!   back inside the stage's send, the receiving host's kernel path running
-//!   in the send call on veth); a host process's answer (a UDP or TCP server)
-//!   comes 50-100 µs later, after its own wake-up.
+//!   stays awake too, in the policy it woke in, and sends the frame itself:
+//!   one wake-up per frame instead of the arrival's and the release's. A
+//!   ping's answer needs none of this (it comes back inside the stage's
+//!   send, the receiving host's kernel path running in the send call on
+//!   veth); a host process's answer (a UDP or TCP server) comes 50-100 µs
+//!   later, after its own wake-up.
 //! - **Arrivals.** A received frame is one of: a super-frame (TSO/GSO/USO from
 //!   the host, or merged by GRO; `offload.gso`), cut with
 //!   [`linkem_core::wire::segment`] into frames of at most the egress

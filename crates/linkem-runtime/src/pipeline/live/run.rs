@@ -319,9 +319,9 @@ pub(super) fn live_stage<M: LiveModel>(
                 // the policy it woke in (under SCHED_FIFO, as its timed
                 // wait would end), since a change is a system call each way
                 // (2-4 more per exchange: ping RTT through `delay 50us`
-                // rose 10-20 µs). It still yields: spinning without, the
-                // output threads woke twice as often (0.10 against 0.05
-                // per packet, pings 2 ms apart).
+                // rose 8-24 µs). It still yields: spinning without, the
+                // output threads woke about twice as often (0.07-0.17
+                // against 0.02-0.07 per packet, docs/numbers.md).
                 std::thread::yield_now();
                 continue;
             }
