@@ -173,24 +173,6 @@ fn small_delays_cost_no_wake_up_floor(backend: &str) {
     }
 }
 
-/// A thread in B that binds a UDP socket to B's address and `port`, with
-/// reads that time out after `timeout_ms`, and runs `f` on it.
-fn udp_in_b<T: Send + 'static>(
-    topo: &Topology,
-    port: u16,
-    timeout_ms: u64,
-    f: impl FnOnce(UdpSocket) -> T + Send + 'static,
-) -> std::thread::JoinHandle<T> {
-    let (ns_b, addr_b) = (topo.ns_b.clone(), topo.addr_b);
-    std::thread::spawn(move || {
-        netns::enter(&ns_b).expect("the namespace exists and we are root");
-        let sock = UdpSocket::bind((addr_b, port)).expect("B's UDP socket binds");
-        sock.set_read_timeout(Some(Duration::from_millis(timeout_ms)))
-            .unwrap();
-        f(sock)
-    })
-}
-
 /// Request and answer exchanges of the echo test, 5 ms apart: a linger per
 /// exchange stays well within the stage's share of a quarter of a core.
 const EXCHANGES: u64 = 200;
@@ -201,8 +183,13 @@ const EXCHANGES: u64 = 200;
 /// exchanges answered.
 fn echo_wakeups(topo: &Topology, backend: &str, extra: &[&str]) -> (u64, u64) {
     let stop = Arc::new(AtomicBool::new(false));
+    let (ns_b, addr_b) = (topo.ns_b.clone(), topo.addr_b);
     let stop_server = stop.clone();
-    let server = udp_in_b(topo, 7007, 50, move |sock| {
+    let server = std::thread::spawn(move || {
+        netns::enter(&ns_b).expect("the namespace exists and we are root");
+        let sock = UdpSocket::bind((addr_b, 7007)).expect("echo server binds");
+        sock.set_read_timeout(Some(Duration::from_millis(50)))
+            .unwrap();
         let mut buf = [0u8; 64];
         while !stop_server.load(Ordering::Relaxed) {
             if let Ok((n, from)) = sock.recv_from(&mut buf) {
@@ -284,34 +271,17 @@ fn an_answer_from_a_host_process_costs_no_second_wake_up(backend: &str) {
 /// with `extra` arguments: linkem's wake-ups (the stage's `rx_wakeups` and
 /// both output threads' `tx_wakeups`) and the frames the receiver in B got.
 fn sparse_hold_wakeups(topo: &Topology, backend: &str, extra: &[&str]) -> (u64, u64) {
-    let sent = Arc::new(AtomicBool::new(false));
-    let all_sent = sent.clone();
-    let receiver = udp_in_b(topo, 7008, 200, move |sock| {
-        let mut buf = [0u8; 64];
-        let mut got = 0;
-        // Until a read times out after the last frame was sent.
-        loop {
-            let done = all_sent.load(Ordering::Acquire);
-            match sock.recv(&mut buf) {
-                Ok(_) => got += 1,
-                Err(_) if done => return got,
-                Err(_) => {}
-            }
-        }
-    });
     let mut args = vec!["delay", "200us"];
     args.extend_from_slice(extra);
     let b = Bridge::start(topo, backend, &args);
-    in_ns(&topo.ns_a, || {
-        let sock = UdpSocket::bind("0.0.0.0:0").unwrap();
-        sock.connect((topo.addr_b, 7008)).unwrap();
-        for _ in 0..SPARSE_FRAMES {
-            sock.send(b"sparse").unwrap();
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    });
-    sent.store(true, Ordering::Release);
-    let got = receiver.join().unwrap();
+    let arrived = udp_flow(
+        topo,
+        true,
+        SPARSE_FRAMES as u32,
+        64,
+        Duration::from_millis(20),
+    );
+    let got = arrived.iter().flatten().count() as u64;
     let stats = b.stop();
     let count = |dir: usize, key: &str| stats["directions"][dir][key].as_u64().unwrap();
     let wakeups = count(0, "rx_wakeups") + count(0, "tx_wakeups") + count(1, "tx_wakeups");

@@ -237,21 +237,25 @@ impl Drop for Bridge {
 }
 
 /// Returns once the `linkem bridge` `child` serves at `socket` (its ports
-/// open, its pipeline running); with no socket to ask, after twice the time
-/// it takes to start on an idle machine. Panics with its stderr if it exits
-/// first. Not a fixed sleep: traffic sent before it forwards would be lost on
-/// no link's account, and a loaded machine takes longer than any sleep.
-pub fn wait_until_serving(child: &mut std::process::Child, socket: Option<&std::path::Path>) {
+/// open, its pipeline running), with the client that found it serving; with
+/// no socket to ask, after twice the time it takes to start on an idle
+/// machine. Panics with its stderr if it exits first. Not a fixed sleep:
+/// traffic sent before it forwards would be lost on no link's account, and a
+/// loaded machine takes longer than any sleep.
+pub fn wait_until_serving(
+    child: &mut std::process::Child,
+    socket: Option<&std::path::Path>,
+) -> Option<linkem_ctl::Client> {
     let served = match socket {
         Some(socket) => {
             linkem_ctl::Client::connect_when_serving(socket, Duration::from_secs(30), || {
                 matches!(child.try_wait(), Ok(None))
             })
-            .map(drop)
+            .map(Some)
         }
         None => {
             std::thread::sleep(Duration::from_millis(400));
-            Ok(())
+            Ok(None)
         }
     };
     if let Some(status) = child.try_wait().unwrap() {
@@ -261,10 +265,10 @@ pub fn wait_until_serving(child: &mut std::process::Child, socket: Option<&std::
         }
         panic!("linkem bridge exited at start ({status}): {err}");
     }
-    if let Err(e) = served {
+    served.unwrap_or_else(|e| {
         let _ = child.kill();
         panic!("linkem bridge did not start: {e}");
-    }
+    })
 }
 
 pub fn fate(v: &Value, dir: usize, name: &str) -> u64 {
@@ -520,9 +524,7 @@ pub fn bridge_under_storm(
         .spawn()
         .expect("linkem starts");
     let mut child = child;
-    wait_until_serving(&mut child, Some(&socket));
-    let mut client =
-        linkem_ctl::Client::connect(&socket, Duration::from_secs(10)).expect("linkem serves");
+    let mut client = wait_until_serving(&mut child, Some(&socket)).expect("a socket to ask");
     let stop = std::sync::atomic::AtomicBool::new(false);
     let applied = std::thread::scope(|s| {
         let storm = s.spawn(|| {
