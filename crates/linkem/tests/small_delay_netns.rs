@@ -270,8 +270,18 @@ fn an_answer_from_a_host_process_costs_no_second_wake_up(backend: &str) {
 /// Frames sent one way, 20 ms apart (50 per second), through `delay 200us`
 /// with `extra` arguments: linkem's wake-ups (the stage's `rx_wakeups` and
 /// both output threads' `tx_wakeups`) and the frames the receiver in B got.
-fn sparse_hold_wakeups(topo: &Topology, backend: &str, extra: &[&str]) -> (u64, u64) {
-    let mut args = vec!["delay", "200us"];
+/// What a sparse flow's run counted: linkem's threads' wake-ups (the
+/// stage's and both output threads'), frames received, and the stage's
+/// turns that found it awake for the flow's beat.
+struct Sparse {
+    wakeups: u64,
+    got: u64,
+    on_beat: u64,
+}
+
+/// [`SPARSE_FRAMES`] UDP frames 20 ms apart A→B through `delay`.
+fn sparse_flow(topo: &Topology, backend: &str, delay: &str, extra: &[&str]) -> Sparse {
+    let mut args = vec!["delay", delay];
     args.extend_from_slice(extra);
     let b = Bridge::start(topo, backend, &args);
     let arrived = udp_flow(
@@ -284,8 +294,11 @@ fn sparse_hold_wakeups(topo: &Topology, backend: &str, extra: &[&str]) -> (u64, 
     let got = arrived.iter().flatten().count() as u64;
     let stats = b.stop();
     let count = |dir: usize, key: &str| stats["directions"][dir][key].as_u64().unwrap();
-    let wakeups = count(0, "rx_wakeups") + count(0, "tx_wakeups") + count(1, "tx_wakeups");
-    (wakeups, got)
+    Sparse {
+        wakeups: count(0, "rx_wakeups") + count(0, "tx_wakeups") + count(1, "tx_wakeups"),
+        got,
+        on_beat: count(0, "rx_on_beat"),
+    }
 }
 
 /// Frames of the sparse-hold test: 4 s at 50 per second.
@@ -309,9 +322,21 @@ fn a_sparse_hold_costs_one_wake_up_per_frame(backend: &str) {
     }
     let _serial = serial();
     let topo = topology_with("sh38", true);
-    let (staying, got) = sparse_hold_wakeups(&topo, backend, &[]);
-    let (sleeping, got_sleeping) =
-        sparse_hold_wakeups(&topo, backend, &["--linger", "0", "--spin-threshold", "0"]);
+    let Sparse {
+        wakeups: staying,
+        got,
+        ..
+    } = sparse_flow(&topo, backend, "200us", &[]);
+    let Sparse {
+        wakeups: sleeping,
+        got: got_sleeping,
+        ..
+    } = sparse_flow(
+        &topo,
+        backend,
+        "200us",
+        &["--linger", "0", "--spin-threshold", "0"],
+    );
     let report = format!(
         "{backend}: {SPARSE_FRAMES} frames 20 ms apart through delay 200us; defaults: \
          {staying} wake-ups of linkem's threads, {got} received; sleeping to releases: {sleeping} \
@@ -332,6 +357,44 @@ fn a_sparse_hold_costs_one_wake_up_per_frame(backend: &str) {
     assert!(
         sleeping >= staying + SPARSE_FRAMES / 2,
         "sleeping to each release did not cost a second wake-up: {report}"
+    );
+}
+
+/// Frames that keep a beat (20 ms apart) find the stage awake for them:
+/// it learns the beat from their receive stamps and polls through the
+/// window the next is expected in, so a `delay 50us` is not spent on the
+/// frame's own wake-up (`rx_on_beat` counts the turns that took frames in
+/// such a window). The window's wake-up replaces the arrival's: still about
+/// one per frame. The twin, `--spin-budget 0%`, pays for no window. Counts,
+/// not times: a stall makes a frame miss its window, and it wakes the stage
+/// as without the beat; four frames go to learning it.
+fn frames_on_a_beat_find_the_stage_awake(backend: &str) {
+    if skip() {
+        return;
+    }
+    let _serial = serial();
+    let topo = topology_with("bt38", true);
+    let awake = sparse_flow(&topo, backend, "50us", &[]);
+    let without = sparse_flow(&topo, backend, "50us", &["--spin-budget", "0%"]);
+    let report = format!(
+        "{backend}: {SPARSE_FRAMES} frames 20 ms apart through delay 50us; defaults: {} on the \
+         beat, {} wake-ups, {} received; --spin-budget 0%: {} on the beat, {} wake-ups, {} \
+         received",
+        awake.on_beat, awake.wakeups, awake.got, without.on_beat, without.wakeups, without.got
+    );
+    eprintln!("{report}");
+    assert!(
+        awake.got.min(without.got) >= SPARSE_FRAMES * 9 / 10,
+        "frames went missing: {report}"
+    );
+    assert!(
+        awake.on_beat >= SPARSE_FRAMES / 2,
+        "fewer than half the frames found the stage awake: {report}"
+    );
+    assert_eq!(without.on_beat, 0, "a window paid from no budget: {report}");
+    assert!(
+        awake.wakeups * 10 <= SPARSE_FRAMES * 14,
+        "more than 1.4 wake-ups per frame: {report}"
     );
 }
 
@@ -397,5 +460,6 @@ on_both_backends!(
     small_delays_cost_no_wake_up_floor,
     an_answer_from_a_host_process_costs_no_second_wake_up,
     a_sparse_hold_costs_one_wake_up_per_frame,
+    frames_on_a_beat_find_the_stage_awake,
     each_direction_shows_its_spin_budget_and_what_it_learnt
 );

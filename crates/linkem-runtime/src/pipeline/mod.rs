@@ -98,6 +98,7 @@ struct InputShared {
     segmented: u64,
     accepted: u64,
     rx_wakeups: u64,
+    rx_on_beat: u64,
     kernel_drops: u64,
     /// The model's delays of what was stored (the live stage records each
     /// batch's here when it publishes its counts).
@@ -113,6 +114,7 @@ impl Default for InputShared {
             segmented: 0,
             accepted: 0,
             rx_wakeups: 0,
+            rx_on_beat: 0,
             kernel_drops: 0,
             delay: options::lateness_histogram(),
         }
@@ -500,6 +502,7 @@ impl Direction {
             delivered_bytes: output.sent_bytes + kernel.wire_bytes,
             delay: input.delay.clone(),
             rx_wakeups: input.rx_wakeups,
+            rx_on_beat: input.rx_on_beat,
             tx_wakeups: output.tx_wakeups,
             spin: output.spin,
             huge_pages: self.control.huge_pages,

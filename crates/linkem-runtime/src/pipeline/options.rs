@@ -175,6 +175,10 @@ pub struct DirectionStats {
     /// Times the input (or node) stage woke from waiting for frames: with
     /// `received`, shows whether it slept between frames or found batches.
     pub rx_wakeups: u64,
+    /// Of `rx_wakeups`' stage, the times frames came while it was awake for
+    /// them: the beat of a port's arrivals (a ping, a keep-alive) said when,
+    /// and the frame cost no wake-up of its own (`--spin-budget`).
+    pub rx_on_beat: u64,
     /// Times the output stage woke from a sleep before a release time or
     /// from parking on an empty line; wake-ups per packet near 1 mean every
     /// packet cost a sleep.
@@ -212,6 +216,7 @@ impl DirectionStats {
             delivered_bytes: 0,
             delay: lateness_histogram(),
             rx_wakeups: 0,
+            rx_on_beat: 0,
             tx_wakeups: 0,
             spin: super::SpinStats::default(),
             huge_pages: false,

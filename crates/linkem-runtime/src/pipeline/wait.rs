@@ -221,42 +221,61 @@ pub const DEFAULT_LINGER_NS: u64 = 100_000;
 /// `delay 200us`) would cost a second wake-up, the timed one to its release,
 /// after the arrival's. So the stage also stays awake through a hold
 /// (`holding`: polling in the policy it woke in, SCHED_FIFO by default)
-/// when the link has been quiet long enough to pay for it: the hold is
-/// at most `hold_ppm` (`--spin-budget`) of the time since the stage last took
-/// frames or last stayed through a hold, and at most `hold_max_ns` (the
-/// stage's horizon: a later release is the output thread's to send). So over
-/// any stretch of time the holds it stays through take at most `hold_ppm` of
-/// a core: sparse traffic (1-100 pps through `delay 200us`) costs one wake-up
-/// per frame, and traffic dense enough that its holds would cost more sleeps
-/// to its releases as before.
+/// when its credit pays for it, and the hold is at most `hold_max_ns` (the
+/// stage's horizon: a later release is the output thread's to send).
+///
+/// **Arrivals on a beat.** A frame that finds the stage asleep costs its
+/// wake-up (50-100 µs on a VM whose idle vCPU halts), so a port whose
+/// arrivals keep a beat (the `cadence` module: a ping, a keep-alive, a game
+/// tick) has the stage awake for the window its next frame is expected in
+/// (`expecting`): it sleeps until the learnt wake-up lateness before the
+/// window, then polls through it at ordinary priority, as it lingers (a host
+/// must be able to send on its core), until a frame comes or the window
+/// ends. The wait is paid from the credit when it is decided, and what is
+/// left of it when a frame comes early goes back.
+///
+/// **The credit.** Holds and windows draw on one credit that grows by
+/// `hold_ppm` (`--spin-budget`) of the time passed, up to [`CREDIT_MAX_NS`]:
+/// over any stretch of time they take at most that share of a core plus
+/// the cap. Sparse traffic (1-100 pps through `delay 200us`, or a ping's
+/// beat) costs one wake-up per frame; traffic dense enough that its holds
+/// would cost more sleeps to its releases as before.
 ///
 /// Invariants: it never lingers unless frames left or were taken to leave
-/// within `linger_ns` (or a paid-for hold), so an idle stage does not spin;
-/// it charges the time it lingers to the stage's [`SpinBudget`] (measured
-/// between its own turns, not counted per turn), and stops for the rest of
-/// the window once the budget is frugal (more than half the window spent
-/// spinning) or [`LINGER_SHARE_NS`] of the window went to lingering. So a
-/// stage lingers at most `linger_ns` per departure beyond its paid-for holds,
-/// and a quarter of a core over any 10 ms window. `linger_ns` 0 (`--linger
-/// 0`) never lingers, not through holds either.
+/// within `linger_ns` (or a paid-for hold or window), so an idle stage does
+/// not spin; it charges the time it lingers to the stage's [`SpinBudget`]
+/// (measured between its own turns, not counted per turn), and stops for the
+/// rest of the window once the budget is frugal (more than half the window
+/// spent spinning) or [`LINGER_SHARE_NS`] of the window went to lingering.
+/// So a stage lingers at most `linger_ns` per departure beyond what its
+/// credit paid for, and a quarter of a core over any 10 ms window.
+/// `linger_ns` 0 (`--linger 0`) never lingers, not through holds or windows
+/// either.
 pub(super) struct Linger {
     linger_ns: u64,
     /// When the last frames taken to leave soon left (or leave).
     last_leave_ns: Option<u64>,
     /// The previous turn of this linger, whose time since is charged.
     turn_ns: Option<u64>,
-    /// The share of the quiet time a hold may take, ppm.
+    /// The share of the time the credit grows by, ppm.
     hold_ppm: u64,
     hold_max_ns: u64,
-    /// Since when the link has been quiet: the last turn that took frames,
-    /// or the last hold stayed through (each hold is paid from its own
-    /// stretch of quiet). None: quiet since the stage started.
-    quiet_since_ns: Option<u64>,
+    /// What holds and windows may still take, ns, as of `credit_at_ns`.
+    credit_ns: u64,
+    credit_at_ns: u64,
+    /// The window paid for: awake from its first instant until its second.
+    awake_for: Option<(u64, u64)>,
 }
+
+/// The most credit the stage saves for holds and windows ([`Linger`]): a
+/// window of 10 ms (2.5 ms either side of a 1 s beat) at most, and a link
+/// quiet for a while pays for at most this much spinning at once.
+pub(super) const CREDIT_MAX_NS: u64 = 10_000_000;
 
 impl Linger {
     /// Lingers `linger_ns` after departures; stays through holds of at most
-    /// `hold_max_ns` worth `hold_ppm` of the quiet before them (0: never).
+    /// `hold_max_ns`, and through windows of expected arrivals, from a
+    /// credit of `hold_ppm` of the time (0: never).
     pub fn new(linger_ns: u64, hold_ppm: u32, hold_max_ns: u64) -> Self {
         Linger {
             linger_ns,
@@ -264,39 +283,49 @@ impl Linger {
             turn_ns: None,
             hold_ppm: u64::from(hold_ppm),
             hold_max_ns,
-            quiet_since_ns: None,
+            credit_ns: CREDIT_MAX_NS,
+            credit_at_ns: 0,
+            awake_for: None,
         }
     }
 
     /// A turn that started at `now_ns` took frames: the linger that led to
-    /// it is charged up to then, the turn's own work is not.
-    pub fn took(&mut self, now_ns: u64, budget: &mut SpinBudget) {
+    /// it is charged up to then, the turn's own work is not; what is left
+    /// of a window paid for goes back to the credit. Returns whether the
+    /// stage was awake for that window (a wake-up saved).
+    pub fn took(&mut self, now_ns: u64, budget: &mut SpinBudget) -> bool {
         self.charge(now_ns, budget);
-        self.quiet_since_ns = Some(now_ns);
+        let Some((from_ns, until_ns)) = self.awake_for.take() else {
+            return false;
+        };
+        self.credit_ns += until_ns.saturating_sub(now_ns.max(from_ns));
+        (from_ns..until_ns).contains(&now_ns)
     }
 
     /// A turn that started at `now_ns` took (or sent) frames, the earliest
     /// of which leaves at `release_ns`: when that is within the linger, an
-    /// answer may follow it; when it is a hold the quiet before it pays
-    /// for, the stage stays awake until it leaves.
+    /// answer may follow it; when it is a hold the credit pays for, the
+    /// stage stays awake until it leaves.
     pub fn leaving(&mut self, now_ns: u64, release_ns: u64) {
         let hold_ns = release_ns.saturating_sub(now_ns);
-        if hold_ns < self.linger_ns || self.pays_for(now_ns, hold_ns) {
+        if hold_ns < self.linger_ns || (hold_ns <= self.hold_max_ns && self.pays(now_ns, hold_ns)) {
             self.last_leave_ns = Some(release_ns.max(now_ns));
         }
     }
 
-    fn pays_for(&mut self, now_ns: u64, hold_ns: u64) -> bool {
-        if self.linger_ns == 0 || hold_ns > self.hold_max_ns {
+    /// Takes `cost_ns` from the credit as of `now_ns`, if it holds that much.
+    fn pays(&mut self, now_ns: u64, cost_ns: u64) -> bool {
+        if self.linger_ns == 0 || self.hold_ppm == 0 {
             return false;
         }
-        let quiet_ns = self
-            .quiet_since_ns
-            .map_or(u64::MAX, |t| now_ns.saturating_sub(t));
-        let paid =
-            u128::from(hold_ns) * 1_000_000 <= u128::from(quiet_ns) * u128::from(self.hold_ppm);
+        let grown = u128::from(now_ns.saturating_sub(self.credit_at_ns))
+            * u128::from(self.hold_ppm)
+            / 1_000_000;
+        self.credit_ns = (u128::from(self.credit_ns) + grown).min(u128::from(CREDIT_MAX_NS)) as u64;
+        self.credit_at_ns = self.credit_at_ns.max(now_ns);
+        let paid = cost_ns <= self.credit_ns;
         if paid {
-            self.quiet_since_ns = Some(now_ns);
+            self.credit_ns -= cost_ns;
         }
         paid
     }
@@ -306,6 +335,58 @@ impl Linger {
     /// need not leave SCHED_FIFO for a host that would.
     pub fn holding(&self, now_ns: u64) -> bool {
         self.last_leave_ns.is_some_and(|a| a > now_ns)
+    }
+
+    /// A frame is `expected` within a window (`Turn::expected`): from when
+    /// the stage is to be awake for it, if the credit paid for the wait from
+    /// `lead_ns` (its wake-up lateness) before the window to the window's
+    /// end, or already had; None when it did not, the window is over, or
+    /// the budget allows no lingering now.
+    pub fn expecting(
+        &mut self,
+        now_ns: u64,
+        expected: Option<(u64, u64)>,
+        lead_ns: u64,
+        budget: &SpinBudget,
+    ) -> Option<u64> {
+        if budget.frugal || budget.lingered_ns >= LINGER_SHARE_NS {
+            return None;
+        }
+        if let Some((from_ns, until_ns)) = self.awake_for {
+            if now_ns < until_ns {
+                return Some(from_ns);
+            }
+            // The window passed without a frame.
+            self.awake_for = None;
+        }
+        let (start_ns, until_ns) = expected.filter(|&(_, until)| until > now_ns)?;
+        let from_ns = start_ns.saturating_sub(lead_ns).max(now_ns);
+        if !self.pays(now_ns, until_ns - from_ns) {
+            return None;
+        }
+        self.awake_for = Some((from_ns, until_ns));
+        Some(from_ns)
+    }
+
+    /// Whether the stage polls once more at `now_ns` within the window it
+    /// is awake for; charges `budget` as lingering does, and stops (the
+    /// rest of the window given back) once the budget is frugal or the
+    /// window's share is spent.
+    pub fn awake(&mut self, now_ns: u64, budget: &mut SpinBudget) -> bool {
+        self.charge(now_ns, budget);
+        let Some((from_ns, until_ns)) = self.awake_for else {
+            return false;
+        };
+        if now_ns < from_ns || now_ns >= until_ns {
+            return false;
+        }
+        if budget.frugal || budget.lingered_ns >= LINGER_SHARE_NS {
+            self.awake_for = None;
+            self.credit_ns += until_ns - now_ns;
+            return false;
+        }
+        self.turn_ns = Some(now_ns);
+        true
     }
 
     fn charge(&mut self, now_ns: u64, budget: &mut SpinBudget) {
@@ -520,10 +601,10 @@ mod tests {
     const PPM: u32 = 50_000;
 
     #[test]
-    fn a_hold_the_quiet_before_it_pays_for_is_stayed_through() {
+    fn a_hold_the_credit_pays_for_is_stayed_through() {
         let mut budget = SpinBudget::new(0);
         let mut l = Linger::new(50 * US, PPM, 1_000 * US);
-        // The first frame, 200 us held: quiet since the start pays.
+        // The first frame, 200 us held: the credit starts full.
         l.leaving(0, 200 * US);
         l.took(0, &mut budget);
         assert!(l.keep_polling(US, &mut budget) && l.holding(US));
@@ -531,18 +612,70 @@ mod tests {
         // Released at 200 us: lingers for an answer as after any departure.
         assert!(l.keep_polling(200 * US, &mut budget) && !l.holding(200 * US));
         assert!(!l.keep_polling(250 * US, &mut budget));
-        // 10 ms later (100 pps): 5 % of 10 ms is 500 us, enough for 200.
-        l.leaving(10_000 * US, 10_200 * US);
-        l.took(10_000 * US, &mut budget);
-        assert!(l.holding(10_001 * US) && l.keep_polling(10_001 * US, &mut budget));
-        // 1 ms after that (1 kpps): 50 us of quiet's worth, not 200.
-        l.keep_polling(10_250 * US, &mut budget);
-        l.leaving(11_000 * US, 11_200 * US);
-        l.took(11_000 * US, &mut budget);
-        assert!(!l.keep_polling(11_001 * US, &mut budget));
+        // Spent down to what 1 kpps earns: 5 % of 1 ms is 50 us.
+        l.credit_ns = 0;
+        let mut t = 1_000 * US;
+        let mut stayed = 0;
+        for _ in 0..100 {
+            t += 1_000 * US;
+            l.leaving(t, t + 200 * US);
+            l.took(t, &mut budget);
+            stayed += usize::from(l.holding(t));
+            l.last_leave_ns = None;
+        }
+        assert_eq!(stayed, 25, "one 200 us hold in four at 1 kpps");
+        // 10 ms later (100 pps): 500 us earned, enough for 200.
+        t += 10_000 * US;
+        l.leaving(t, t + 200 * US);
+        assert!(l.holding(t + US) && l.keep_polling(t + US, &mut budget));
         // A release past the stage's horizon is the output thread's.
-        l.leaving(2_000_000 * US, 2_001_001 * US);
-        assert!(!l.keep_polling(2_000_001 * US, &mut budget));
+        t += 1_000_000 * US;
+        l.last_leave_ns = None;
+        l.leaving(t, t + 1_001 * US);
+        assert!(!l.keep_polling(t + US, &mut budget));
+    }
+
+    #[test]
+    fn a_window_is_paid_from_the_credit_and_its_rest_given_back() {
+        let mut budget = SpinBudget::new(0);
+        let mut l = Linger::new(50 * US, PPM, 1_000 * US);
+        l.credit_ns = 0;
+        l.credit_at_ns = 0;
+        // After 100 ms the credit is 5 ms: a window of 400 us, woken 100 us
+        // before it, is paid; the stage sleeps until then.
+        let now = 100_000 * US;
+        let window = Some((now + 10_000 * US, now + 10_400 * US));
+        assert_eq!(
+            l.expecting(now, window, 100 * US, &budget),
+            Some(now + 9_900 * US)
+        );
+        assert_eq!(l.credit_ns, 5_000 * US - 500 * US);
+        assert!(
+            !l.awake(now + 9_000 * US, &mut budget),
+            "not before its lead"
+        );
+        assert!(l.awake(now + 9_900 * US, &mut budget));
+        assert!(l.awake(now + 10_100 * US, &mut budget));
+        // A frame at 10.2 ms: on the beat, the rest (200 us) given back.
+        assert!(l.took(now + 10_200 * US, &mut budget));
+        assert_eq!(l.credit_ns, 5_000 * US - 300 * US);
+        // The stage polled from 9.9 to 10.2 ms: charged as lingering.
+        assert_eq!(budget.lingered_ns, 300 * US);
+        // A window the credit does not hold is not waited for.
+        let far = now + 20_000 * US;
+        assert_eq!(
+            l.expecting(now + 10_300 * US, Some((far, far + 8_000 * US)), 0, &budget),
+            None
+        );
+        // One that passes with no frame ends the wait; the next is paid again.
+        let w = Some((far, far + 100 * US));
+        assert!(l.expecting(far, w, 0, &budget).is_some());
+        assert!(!l.awake(far + 100 * US, &mut budget));
+        assert_eq!(l.expecting(far + 100 * US, w, 0, &budget), None);
+        assert!(
+            !l.took(far + 200 * US, &mut budget),
+            "after the window: not on the beat"
+        );
     }
 
     #[test]
@@ -556,6 +689,11 @@ mod tests {
                 !l.keep_polling(US, &mut budget),
                 "{linger_ns} ns, {ppm} ppm"
             );
+            assert_eq!(
+                l.expecting(US, Some((10 * US, 20 * US)), 0, &budget),
+                None,
+                "{linger_ns} ns, {ppm} ppm"
+            );
         }
     }
 
@@ -563,7 +701,7 @@ mod tests {
     fn holds_stayed_through_take_at_most_their_share_of_the_time() {
         // Arrivals at pseudo-random gaps (10 us to 20 ms), each held 10 us
         // to 1 ms: the holds lingered through add up to at most 5 % of the
-        // time, past the first (paid by the quiet before the stage started).
+        // time, past the credit the stage started with.
         let mut budget = SpinBudget::new(0);
         let mut l = Linger::new(50 * US, PPM, 1_000 * US);
         let mut x = 0x2545_f491_4f6c_dd1d_u64;
@@ -588,7 +726,7 @@ mod tests {
         }
         assert!(holds > 100, "stayed through {holds} holds only");
         assert!(
-            stayed_ns <= t / 20 + 1_000 * US,
+            stayed_ns <= t / 20 + CREDIT_MAX_NS,
             "stayed {stayed_ns} ns of {t}"
         );
     }

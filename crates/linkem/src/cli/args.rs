@@ -340,7 +340,8 @@ pub struct RunArgs {
     /// down to 90%, then 50%, then none, and one under half of it steps back up: a
     /// busy link trades the tail of its lateness for CPU, a sparse one stays exact.
     /// `--stats json` shows each direction's `spin`. The emulating stage lingers
-    /// through a sparse link's holds within the same share of its time (--linger).
+    /// through a sparse link's holds, and wakes for frames that keep a beat,
+    /// within the same share of its time (--linger).
     #[arg(long, value_name = "PERCENT", value_parser = parse_spin_budget)]
     pub spin_budget: Option<u32>,
     /// Drop (as 'late') a packet that cannot leave within TIME of its release time
@@ -359,10 +360,13 @@ pub struct RunArgs {
     /// taken without a wake-up. Lingering is charged to the stage's spin
     /// budget and takes at most a quarter of a core; an idle link never lingers.
     /// A frame held for a later release (a delay) is lingered through only on
-    /// sparse traffic: when the hold is due within 1 ms and is at most
-    /// --spin-budget's share of the time since the link's last arrival (5% of
-    /// it by default: 200us holds at 100 packets per second), so each such
-    /// frame costs one wake-up; denser traffic sleeps to its releases. It
+    /// sparse traffic: when the hold is due within 1 ms and a credit that grows
+    /// by --spin-budget's share of the time (5% by default: 200us holds at 100
+    /// packets per second) pays for it, so each such frame costs one wake-up;
+    /// denser traffic sleeps to its releases. Frames that keep a beat of 2 ms
+    /// or more (a ping, a keep-alive) find the stage polling for them, from the
+    /// same credit: it wakes shortly before the next is due, so a small delay
+    /// is not spent on the frame's own wake-up (`rx_on_beat` counts them). It
     /// lingers after departures at ordinary priority, so that a host answering
     /// on the same core runs first (through a hold, where nothing can answer
     /// yet, it keeps the policy it woke in); '0' never lingers and keeps the

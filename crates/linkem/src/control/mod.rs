@@ -755,6 +755,7 @@ fn minus(now: &DirectionStats, base: &DirectionStats) -> DirectionStats {
     d.whole = now.whole.saturating_sub(base.whole);
     d.kernel_forwarded = now.kernel_forwarded.saturating_sub(base.kernel_forwarded);
     d.rx_wakeups = now.rx_wakeups.saturating_sub(base.rx_wakeups);
+    d.rx_on_beat = now.rx_on_beat.saturating_sub(base.rx_on_beat);
     d.tx_wakeups = now.tx_wakeups.saturating_sub(base.tx_wakeups);
     d.spin.spun_ns = now.spin.spun_ns.saturating_sub(base.spin.spun_ns);
     // Counts only grow, so the base is contained in now.

@@ -87,6 +87,7 @@ pub fn direction_json(s: &DirectionStats, rules: bool) -> serde_json::Value {
         "buffer_bytes": s.buffer_bytes,
         "huge_pages": s.huge_pages,
         "rx_wakeups": s.rx_wakeups,
+        "rx_on_beat": s.rx_on_beat,
         "tx_wakeups": s.tx_wakeups,
         "spin": spin_json(&s.spin),
     })

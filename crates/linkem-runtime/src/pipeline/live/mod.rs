@@ -35,10 +35,14 @@
 //!   direction is taken without a wake-up ([`wait::Linger`]: charged to the
 //!   spin budget, at most a quarter of a core per 10 ms window, never without
 //!   frames that left recently). Through a hold on sparse traffic (a frame
-//!   stored for a release within the stage's horizon, when the time since
-//!   the link's last arrival pays for it at the spin budget's share) it
-//!   stays awake too, in the policy it woke in, and sends the frame itself:
-//!   one wake-up per frame instead of the arrival's and the release's. A
+//!   stored for a release within the stage's horizon, when a credit growing
+//!   at the spin budget's share of the time pays for it) it stays awake
+//!   too, in the policy it woke in, and sends the frame itself: one wake-up
+//!   per frame instead of the arrival's and the release's. For a port whose
+//!   arrivals keep a beat ([`cadence`]: a ping, a keep-alive) it wakes
+//!   shortly before the window the next frame is expected in and polls
+//!   through it, from the same credit, so the frame does not wait for the
+//!   stage's wake-up (`rx_on_beat`). A
 //!   ping's answer needs none of this (it comes back inside the stage's
 //!   send, the receiving host's kernel path running in the send call on
 //!   veth); a host process's answer (a UDP or TCP server) comes 50-100 µs
@@ -200,6 +204,7 @@ const REPLY_SPIN_NS: u64 = 50_000;
 
 mod api;
 mod bridge;
+mod cadence;
 mod kernel;
 mod outputs;
 mod run;
@@ -210,6 +215,7 @@ mod take;
 pub use api::{LiveModel, LiveOptions, SubmitError, Tap};
 use bridge::*;
 pub use bridge::{GroupPair, LiveBridge, LiveGroup, NodeBridge, Submitted};
+use cadence::Cadence;
 use kernel::*;
 use outputs::*;
 use run::*;

@@ -19,6 +19,8 @@ pub(super) struct PairLoop<M> {
     pub(super) down: [bool; 2],
     /// Each direction's kernel path (the `kernel` module).
     pub(super) kernel: [KernelSide; 2],
+    /// The beat of each receive port's arrivals.
+    pub(super) cadence: [Cadence; 2],
 }
 
 /// What one pair's turn found.
@@ -30,6 +32,9 @@ pub(super) struct Turn {
     pub(super) next: Option<u64>,
     /// When the model next sweeps its idle flow instances, if it holds any.
     pub(super) sweep_at: Option<u64>,
+    /// The earliest window, not yet over, in which a port's beat says its
+    /// next frame comes ([`Cadence::window`]).
+    pub(super) expected: Option<(u64, u64)>,
     pub(super) now: u64,
 }
 
@@ -82,6 +87,7 @@ impl<M: LiveModel> PairLoop<M> {
             stopped: false,
             down: [false; 2],
             kernel,
+            cadence: Default::default(),
         }
     }
 
@@ -93,7 +99,7 @@ impl<M: LiveModel> PairLoop<M> {
 
     /// Asks each receive port of the pair for its interface's state (after a
     /// socket error, or while it is down), and stops the pair if one is gone.
-    pub(super) fn check_health(&mut self, sides: [bool; 2], wakeups: u64) {
+    pub(super) fn check_health(&mut self, sides: [bool; 2], wakes: Wakes) {
         for (side, asked) in sides.into_iter().enumerate() {
             if !asked || self.stopped {
                 continue;
@@ -101,9 +107,7 @@ impl<M: LiveModel> PairLoop<M> {
             match self.rx[side].health() {
                 PortHealth::Running => self.down[side] = false,
                 PortHealth::Down => self.down[side] = true,
-                PortHealth::Gone(why) => {
-                    self.stop_pair(format!("{why}: the link stopped"), wakeups)
-                }
+                PortHealth::Gone(why) => self.stop_pair(format!("{why}: the link stopped"), wakes),
             }
         }
     }
@@ -113,13 +117,13 @@ impl<M: LiveModel> PairLoop<M> {
     /// published and the delay lines closed (the output stages send or drop
     /// what they hold, then leave them), change requests answered; the
     /// stage goes on with its other pairs, if any.
-    pub(super) fn stop_pair(&mut self, why: String, wakeups: u64) {
+    pub(super) fn stop_pair(&mut self, why: String, wakes: Wakes) {
         if self.stopped {
             return;
         }
         self.stopped = true;
         self.fail(why);
-        self.finish(wakeups);
+        self.finish(wakes);
         self.shared.stop.store(true, Ordering::Release);
         for (_, reply) in lock(&self.shared.changes).drain(..) {
             let _ = reply.try_send(Err(SubmitError::Stopped));
@@ -129,7 +133,7 @@ impl<M: LiveModel> PairLoop<M> {
     /// One batch of the pair: changes, both ports' frames, the model's
     /// events due, counts published.
     // Kept whole: the stage's hot loop, whose steps share the core's lock guard and the batch's `now`.
-    pub(super) fn turn(&mut self, opts: &LiveOptions, wakeups: u64) -> Result<Turn, String> {
+    pub(super) fn turn(&mut self, opts: &LiveOptions, wakes: Wakes) -> Result<Turn, String> {
         let PairLoop {
             shared,
             controls,
@@ -139,6 +143,7 @@ impl<M: LiveModel> PairLoop<M> {
             stopped: _,
             down,
             kernel,
+            cadence,
         } = self;
         // An output stage of this pair failed: the pair stops as a whole.
         if let Some(c) = controls.iter().find(|c| c.has_failed()) {
@@ -179,6 +184,11 @@ impl<M: LiveModel> PairLoop<M> {
             taken_side[side] = n;
             full |= n == batch;
         }
+        for (c, stamp) in cadence.iter_mut().zip(&mut stage.first_stamp_ns) {
+            if let Some(t) = stamp.take() {
+                c.arrived(t);
+            }
+        }
         let now = stage.tick();
         stage.poll(model, &mut objs, now);
         stage.sweep(model, now);
@@ -196,7 +206,7 @@ impl<M: LiveModel> PairLoop<M> {
                 stage.c[i].kernel_drops = port.rx_kernel_drops();
             }
         }
-        stage.wakeups = wakeups;
+        stage.wakes = wakes;
         let pushed = stage.publish_all();
         let soonest_stored = stage.soonest_stored_ns.take();
         let accepted = [stage.c[0].accepted, stage.c[1].accepted];
@@ -231,19 +241,20 @@ impl<M: LiveModel> PairLoop<M> {
             // A kernel path waiting to switch on is looked at again as a
             // sweep is: the stage's sleep ends then, nothing spins for it.
             sweep_at: earliest(sweep_at, kernel_retry),
+            expected: expected_window(cadence, now),
             now,
         })
     }
 
     /// The last counts, and the delay lines closed (the output stages end
     /// once they are empty).
-    pub(super) fn finish(&mut self, wakeups: u64) {
+    pub(super) fn finish(&mut self, wakes: Wakes) {
         let mut guard = lock(&self.shared.core);
         let stage = &mut guard.stage;
         for (i, port) in self.rx.iter_mut().enumerate() {
             stage.c[i].kernel_drops = port.rx_kernel_drops();
         }
-        stage.wakeups = wakeups;
+        stage.wakes = wakes;
         stage.publish_all();
         for p in &stage.producers {
             p.close();
@@ -270,15 +281,16 @@ pub(super) fn live_stage<M: LiveModel>(
     clock::set_timer_slack_ns(1);
     let mut fds: Vec<RawFd> = Vec::new();
     let (wake_fds, woken_by_fds) = wake_fds_of(pairs, stop_fd);
-    let mut wakeups = 0u64;
+    let mut wakes = Wakes::default();
     let mut wake = WakeEstimate::default();
+    let mut beat_wake = WakeEstimate::default();
     let mut budget = SpinBudget::new(clock::now_ns());
     let mut linger = Linger::new(opts.linger_ns, opts.spin_budget_ppm, STAGE_HORIZON_NS);
     let mut owners: Vec<(usize, usize)> = Vec::new();
     let mut error_wakes = 0u32;
     let mut down_checked_ns = 0u64;
     'run: while !stop.load(Ordering::Acquire) {
-        let Some(turn) = turn_all(pairs, opts, wakeups) else {
+        let Some(turn) = turn_all(pairs, opts, wakes) else {
             break 'run;
         };
         if turn.taken > 0 {
@@ -298,7 +310,9 @@ pub(super) fn live_stage<M: LiveModel>(
             linger.leaving(turn.now, release_ns);
         }
         if turn.taken > 0 {
-            linger.took(turn.now, &mut budget);
+            if linger.took(turn.now, &mut budget) {
+                wakes.on_beat += 1;
+            }
             continue;
         }
         if changes() {
@@ -311,26 +325,7 @@ pub(super) fn live_stage<M: LiveModel>(
         // would be lateness on the wire.
         let now = clock::now_ns();
         budget.tick(now);
-        // An answer to what the stage just sent often arrives within tens of
-        // µs: taken while lingering, it costs no wake-up.
-        if linger.keep_polling(now, &mut budget) {
-            if linger.holding(now) {
-                // Through a hold nothing can answer yet: the stage stays in
-                // the policy it woke in (under SCHED_FIFO, as its timed
-                // wait would end), since a change is a system call each way
-                // (2-4 more per exchange: ping RTT through `delay 50us`
-                // rose 8-24 µs). It still yields: spinning without, the
-                // output threads woke about twice as often (0.07-0.17
-                // against 0.02-0.07 per packet, docs/numbers.md).
-                std::thread::yield_now();
-                continue;
-            }
-            if let Some(rt) = realtime.as_mut() {
-                // Failing to leave SCHED_FIFO costs the hosts' time, not packets.
-                let _ = rt.linger_mode();
-            }
-            // Lets a host on this core (the one that answers) run first.
-            std::thread::yield_now();
+        if lingers(&mut linger, &mut budget, &mut realtime, now) {
             continue;
         }
         let spin = if budget.frugal {
@@ -339,8 +334,17 @@ pub(super) fn live_stage<M: LiveModel>(
             // Rare timed events: the spin covers nearly every wake-up.
             wake.wake_ns(opts.spin_ns)
         };
+        let beat = on_beat(
+            &mut linger,
+            &mut budget,
+            &mut realtime,
+            now,
+            &turn,
+            &beat_wake,
+        );
+        let Some(awake_from) = beat else { continue };
         let limit_ns = wait_limit_ns(pairs, woken_by_fds, turn.sweep_at, now);
-        let sleep_ns = match turn.next {
+        let event_sleep_ns = match turn.next {
             Some(t) if t.saturating_sub(now) <= spin => {
                 budget.spun_ns += LOOP_NS;
                 std::hint::spin_loop();
@@ -349,9 +353,12 @@ pub(super) fn live_stage<M: LiveModel>(
             Some(t) => Some(limit_ns.map_or(t - now - spin, |l| (t - now - spin).min(l))),
             None => limit_ns,
         };
+        let beat_sleep_ns = awake_from.map(|t| t - now);
+        let sleep_ns = earliest(event_sleep_ns, beat_sleep_ns);
+        let timed = turn.next.is_some() || awake_from.is_some();
         if let Some(rt) = realtime.as_mut() {
             // Failing to return to SCHED_FIFO costs precision, not packets.
-            let _ = if turn.next.is_some() {
+            let _ = if timed {
                 rt.wait_mode()
             } else {
                 rt.idle_mode()
@@ -359,10 +366,14 @@ pub(super) fn live_stage<M: LiveModel>(
         }
         match wait_all(pairs, &mut fds, &mut owners, &wake_fds, sleep_ns) {
             Ok(waited) => {
-                if let (true, Some(_), Some(ns)) = (waited.timed_out, turn.next, sleep_ns) {
-                    wake.observe(clock::now_ns().saturating_sub(now + ns));
+                if let (true, true, Some(ns)) = (waited.timed_out, timed, sleep_ns) {
+                    let learnt = match beat_sleep_ns == Some(ns) {
+                        true => &mut beat_wake,
+                        false => &mut wake,
+                    };
+                    learnt.observe(clock::now_ns().saturating_sub(now + ns));
                 }
-                after_errors(pairs, waited, wakeups, &mut error_wakes);
+                after_errors(pairs, waited, wakes, &mut error_wakes);
             }
             Err(e) => {
                 for p in pairs.iter() {
@@ -371,20 +382,85 @@ pub(super) fn live_stage<M: LiveModel>(
                 break;
             }
         }
-        wakeups += 1;
-        recheck_down(pairs, &mut down_checked_ns, wakeups);
+        wakes.wakeups += 1;
+        recheck_down(pairs, &mut down_checked_ns, wakes);
     }
     for p in pairs.iter_mut().filter(|p| !p.stopped) {
-        p.finish(wakeups);
+        p.finish(wakes);
     }
 }
+
+/// Whether the stage goes round once more at `now_ns` instead of sleeping
+/// because it lingers ([`Linger::keep_polling`]): an answer to what it just
+/// sent often arrives within tens of µs, and taken while lingering it costs
+/// no wake-up.
+fn lingers(
+    linger: &mut Linger,
+    budget: &mut SpinBudget,
+    realtime: &mut Option<Realtime>,
+    now_ns: u64,
+) -> bool {
+    if !linger.keep_polling(now_ns, budget) {
+        return false;
+    }
+    if linger.holding(now_ns) {
+        // Through a hold nothing can answer yet: the stage stays in
+        // the policy it woke in (under SCHED_FIFO, as its timed
+        // wait would end), since a change is a system call each way
+        // (2-4 more per exchange: ping RTT through `delay 50us`
+        // rose 8-24 µs). It still yields: spinning without, the
+        // output threads woke about twice as often (0.07-0.17
+        // against 0.02-0.07 per packet, docs/numbers.md).
+        std::thread::yield_now();
+        return true;
+    }
+    if let Some(rt) = realtime.as_mut() {
+        // Failing to leave SCHED_FIFO costs the hosts' time, not packets.
+        let _ = rt.linger_mode();
+    }
+    // Lets a host on this core (the one that answers) run first.
+    std::thread::yield_now();
+    true
+}
+
+/// A frame due on a port's beat (`turn.expected`): None when the stage
+/// goes round once more, awake through the window, at ordinary priority as
+/// it lingers (the host that sends must be able to run on its core); else
+/// when its sleep is to end for the window (the learnt lateness of these
+/// long sleeps, `beat_wake`, before it), or None inside: none paid for.
+fn on_beat(
+    linger: &mut Linger,
+    budget: &mut SpinBudget,
+    realtime: &mut Option<Realtime>,
+    now_ns: u64,
+    turn: &Turn,
+    beat_wake: &WakeEstimate,
+) -> Option<Option<u64>> {
+    let lead_ns = beat_wake.wake_ns(LEAD_MAX_NS);
+    let awake_from = linger.expecting(now_ns, turn.expected, lead_ns, budget);
+    if awake_from.is_none_or(|t| t > now_ns) {
+        return Some(awake_from);
+    }
+    if !linger.awake(now_ns, budget) {
+        return Some(None);
+    }
+    if let Some(rt) = realtime.as_mut() {
+        let _ = rt.linger_mode();
+    }
+    std::thread::yield_now();
+    None
+}
+
+/// The most the stage wakes before a window of expected arrivals: the
+/// lateness of a long sleep on a loaded VM, not a preemption's.
+const LEAD_MAX_NS: u64 = 1_000_000;
 
 /// One turn of every running pair, what they found together (the latest
 /// pair's `now`); None once every pair has stopped.
 fn turn_all<M: LiveModel>(
     pairs: &mut [PairLoop<M>],
     opts: &LiveOptions,
-    wakeups: u64,
+    wakes: Wakes,
 ) -> Option<Turn> {
     let mut all = Turn {
         taken: 0,
@@ -392,23 +468,40 @@ fn turn_all<M: LiveModel>(
         full: false,
         next: None,
         sweep_at: None,
+        expected: None,
         now: 0,
     };
     for p in pairs.iter_mut().filter(|p| !p.stopped) {
-        match p.turn(opts, wakeups) {
+        match p.turn(opts, wakes) {
             Ok(t) => {
                 all.taken += t.taken;
                 all.leaving = earliest(all.leaving, t.leaving);
                 all.full |= t.full;
                 all.next = earliest(all.next, t.next);
                 all.sweep_at = earliest(all.sweep_at, t.sweep_at);
+                all.expected = sooner_window(all.expected, t.expected);
                 all.now = t.now;
             }
             // One pair's failure stops that pair only.
-            Err(e) => p.stop_pair(e, wakeups),
+            Err(e) => p.stop_pair(e, wakes),
         }
     }
     (!pairs.iter().all(|p| p.stopped)).then_some(all)
+}
+
+/// The earliest-starting window of `cadence`'s ports not over at `now_ns`.
+fn expected_window(cadence: &[Cadence; 2], now_ns: u64) -> Option<(u64, u64)> {
+    cadence
+        .iter()
+        .filter_map(|c| c.window(now_ns))
+        .fold(None, |a, w| sooner_window(a, Some(w)))
+}
+
+fn sooner_window(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> Option<(u64, u64)> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(if b.0 < a.0 { b } else { a }),
+        (a, b) => a.or(b),
+    }
 }
 
 /// After a wait: the pairs whose sockets reported an error are asked for
@@ -418,11 +511,11 @@ fn turn_all<M: LiveModel>(
 fn after_errors<M: LiveModel>(
     pairs: &mut [PairLoop<M>],
     waited: Waited,
-    wakeups: u64,
+    wakes: Wakes,
     error_wakes: &mut u32,
 ) {
     for (i, sides) in waited.errored {
-        pairs[i].check_health(sides, wakeups);
+        pairs[i].check_health(sides, wakes);
     }
     if waited.errors {
         *error_wakes += 1;
@@ -459,13 +552,13 @@ fn wait_limit_ns<M>(
 
 /// Asks the ports whose interface is down for their state again, every
 /// [`PortHealth::DOWN_CHECK_NS`] (`checked_ns`: when they last were).
-fn recheck_down<M: LiveModel>(pairs: &mut [PairLoop<M>], checked_ns: &mut u64, wakeups: u64) {
+fn recheck_down<M: LiveModel>(pairs: &mut [PairLoop<M>], checked_ns: &mut u64, wakes: Wakes) {
     let now = clock::now_ns();
     if any_down(pairs) && now.wrapping_sub(*checked_ns) >= PortHealth::DOWN_CHECK_NS {
         *checked_ns = now;
         for p in pairs.iter_mut() {
             let down = p.down;
-            p.check_health(down, wakeups);
+            p.check_health(down, wakes);
         }
     }
 }

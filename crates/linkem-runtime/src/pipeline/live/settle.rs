@@ -201,7 +201,8 @@ impl Stage {
         shared.segmented = c.segmented;
         // Packets the model holds are in flight as much as those in the line.
         shared.accepted = c.accepted + c.held;
-        shared.rx_wakeups = self.wakeups;
+        shared.rx_wakeups = self.wakes.wakeups;
+        shared.rx_on_beat = self.wakes.on_beat;
         shared.kernel_drops = c.kernel_drops;
         for (delay_ns, n) in c.delays.drain(..) {
             // 1 ns at least: the histogram's lowest bound (a zero delay is

@@ -47,6 +47,17 @@ impl Default for Counts {
     }
 }
 
+/// The live stage's own counts, one for all its pairs, published with each
+/// pair's directions.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Wakes {
+    /// Its poll returns (`rx_wakeups`).
+    pub(super) wakeups: u64,
+    /// Turns that took frames while it was awake for a port's beat
+    /// (`rx_on_beat`: each a wake-up the frame did not cost).
+    pub(super) on_beat: u64,
+}
+
 pub(super) struct Held {
     pub(super) side: usize,
     pub(super) arrival_ns: u64,
@@ -78,7 +89,7 @@ pub(super) struct Stage {
     pub(super) c: [Counts; 2],
     /// When the delays recorded in `c` were last merged into the shared
     /// histograms (a merge walks thousands of counters: not once per batch).
-    pub(super) wakeups: u64,
+    pub(super) wakes: Wakes,
     /// Tags, the model's time, and the frames the model holds until their
     /// decision ([`Driver`]: the rules replay keeps too).
     pub(super) driver: Driver<Held>,
@@ -103,6 +114,9 @@ pub(super) struct Stage {
     /// ([`RxPort::wants_discards`]), and those frames until the batch ends.
     pub(super) wants_discards: [bool; 2],
     pub(super) discards: [Vec<Vec<u8>>; 2],
+    /// Per side, the stamp of the first frame taken since the pair's turn
+    /// last read it: the beat of its arrivals ([`Cadence`]).
+    pub(super) first_stamp_ns: [Option<u64>; 2],
 }
 
 impl Stage {
@@ -143,12 +157,13 @@ impl Stage {
             cut_buf: Vec::new(),
             cut_ends: Vec::new(),
             c: Default::default(),
-            wakeups: 0,
+            wakes: Wakes::default(),
             driver: Driver::new(started_ns),
             started_ns,
             reads_headers: true,
             wants_discards: [false; 2],
             discards: Default::default(),
+            first_stamp_ns: [None; 2],
             shed: [false; 2],
             pushed: [false; 2],
             warned_too_big: false,

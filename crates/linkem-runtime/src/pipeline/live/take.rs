@@ -19,6 +19,7 @@ impl Stage {
         } else {
             clock::now_ns()
         };
+        self.first_stamp_ns[side].get_or_insert(stamp);
         let ts = self.driver.arrival_ns(stamp);
         let max = self.max_frame[side];
         if self.whole_ok[side] {

@@ -1,0 +1,324 @@
+//! When a receive port's next frame is due, on sparse traffic that keeps a
+//! beat: a ping every 100 ms, a keep-alive, a game tick, a sensor's reports.
+//!
+//! Why: a frame that finds the live stage asleep costs the wake-up of the
+//! stage's core, and on a VM whose idle vCPU halts that is 50-100 µs (this
+//! project's VM boots with `haltpoll.guest_halt_poll_ns=0`: a halted vCPU
+//! waits for the host to run it). A `delay 50us` then leaves late by what
+//! the wake-up took beyond 50 µs, and a ping's round trip through it at
+//! 100 ms intervals was 200-252 µs against the bridge's 55-66 plus the
+//! 100 µs asked for (docs/numbers.md, "Through a sparse hold awake"). The
+//! stage cannot be awake at every instant a frame may come (that is a core
+//! spinning while the link is idle), but for traffic with a beat it can be
+//! awake at the instants the beat says: it sleeps until shortly before the
+//! window below and polls through it ([`super::wait::Linger::expecting`],
+//! paid from the spin budget). Traffic without a beat (Poisson, bulk) has
+//! no window and costs nothing.
+//!
+//! The beat is learnt from the kernel's receive stamps of the first frame
+//! of each burst (a frame less than [`BURST_NS`] after the one before
+//! belongs to its burst), per port, so the stage's own wake-up lateness is not in
+//! it. Senders keep beats in two ways: on a schedule (iputils' ping: a
+//! frame sent late is followed by one sent early), or each gap counted from
+//! the last send. Either way a beat's gaps are near one period, with now and
+//! then one far off it (a stall of the sender: a gap of 108 ms in a 104 ms
+//! beat). So the estimate is robust rather than smooth:
+//! - the period is the median of the last [`GAPS`] gaps of the beat;
+//! - the beat is steady while its last three gaps are within
+//!   `period / STEADY_PART` of the period;
+//! - the next frame is expected in `[last + k × period − margin, last + k ×
+//!   period + margin]` for the first `k` (at most [`MAX_BEATS`]) whose window
+//!   is not over, with `margin = max(2 × stray, MIN_MARGIN_NS)`, at most
+//!   `period / STEADY_PART`, where the stray is the third largest
+//!   `|gap − period|` of the last [`GAPS`] (one stall of a sender on a
+//!   schedule, a late frame and then an early one, does not widen it),
+//!   doubled once for each frame of the beat that came outside its window
+//!   (at most [`MAX_WIDEN`] times) and halved again after [`GAPS`] that
+//!   did not: a frame that misses its window costs the window's wake-up
+//!   and its own;
+//! - on a steady beat, a frame well before its window (an ARP exchange, a
+//!   second flow's frame) is not of the beat and is left out, unless
+//!   [`MAX_EXTRAS`] such come before the beat's next frame (the beat has
+//!   changed: it is learnt again); a gap of two or three periods (beats
+//!   lost) counts as that many gaps of its length divided.
+//!
+//! Invariants: no window before the beat is steady, none for gaps under
+//! [`BURST_NS`]; a window is never wider than an eighth of the period; a
+//! beat that stops costs at most [`MAX_BEATS`] windows.
+
+/// Frames closer than this to the one before belong to its burst, so a
+/// beat is at least this long: at 1 kpps through `delay 50us` windows moved
+/// no median (`linkem probe`: 65-75 µs against 70-71) and took 4-5 % of a
+/// core; at 100 pps they took the median from 125-164 µs to 81-98.
+pub(super) const BURST_NS: u64 = 2_000_000;
+/// Gaps of the beat kept.
+const GAPS: usize = 8;
+/// A gap is of the beat within `period / STEADY_PART` of the period.
+const STEADY_PART: u64 = 16;
+/// The narrowest half-window: a sender's own timer wakes a few to tens of
+/// µs off its beat even when every gap so far was exact.
+pub(super) const MIN_MARGIN_NS: u64 = 20_000;
+/// Frames off a steady beat, before its next frame, after which it is
+/// learnt again.
+const MAX_EXTRAS: u32 = 3;
+/// Most doublings of the margin after frames that missed their window.
+const MAX_WIDEN: u32 = 3;
+/// Beats a window is expected after the last frame of the beat.
+const MAX_BEATS: u64 = 3;
+
+/// The beat of one receive port's arrivals (see the module doc).
+#[derive(Debug, Default, Clone)]
+pub(super) struct Cadence {
+    /// The stamp of the latest frame, of the beat or not.
+    last_any_ns: Option<u64>,
+    /// The stamp of the beat's latest frame.
+    last_ns: Option<u64>,
+    /// The beat's last gaps, the latest at `gaps[(next_gap + GAPS - 1) % GAPS]`.
+    gaps: [u64; GAPS],
+    /// How many of `gaps` hold a gap.
+    known: usize,
+    next_gap: usize,
+    /// Frames off the steady beat since its last frame.
+    extras: u32,
+    /// The margin is doubled this many times: once per frame of the beat
+    /// that missed its window, once less per [`GAPS`] that did not.
+    widen: u32,
+    /// Frames of the beat in their window since `widen` last changed.
+    hits: usize,
+}
+
+impl Cadence {
+    /// A frame stamped `stamp_ns` (the kernel's receive stamp) arrived.
+    pub fn arrived(&mut self, stamp_ns: u64) {
+        let in_burst = self
+            .last_any_ns
+            .is_some_and(|t| stamp_ns.saturating_sub(t) < BURST_NS);
+        self.last_any_ns = Some(stamp_ns);
+        if in_burst {
+            return;
+        }
+        let Some(last_ns) = self.last_ns else {
+            self.last_ns = Some(stamp_ns);
+            return;
+        };
+        let gap_ns = stamp_ns.saturating_sub(last_ns);
+        if let Some(period_ns) = self.steady_period() {
+            let tol_ns = period_ns / STEADY_PART;
+            if gap_ns + tol_ns < period_ns {
+                self.extras += 1;
+                if self.extras >= MAX_EXTRAS {
+                    *self = Cadence {
+                        last_any_ns: Some(stamp_ns),
+                        last_ns: Some(stamp_ns),
+                        ..Cadence::default()
+                    };
+                }
+                return;
+            }
+            let beats = ((gap_ns + period_ns / 2) / period_ns).clamp(1, MAX_BEATS);
+            let missed = self
+                .margin_ns(period_ns)
+                .is_some_and(|m| gap_ns.abs_diff(beats * period_ns) > m);
+            self.widen_on(missed);
+            if (2..=MAX_BEATS).contains(&beats) && gap_ns.abs_diff(beats * period_ns) <= tol_ns {
+                for _ in 0..beats {
+                    self.push(gap_ns / beats);
+                }
+                self.last_ns = Some(stamp_ns);
+                self.extras = 0;
+                return;
+            }
+        }
+        self.push(gap_ns);
+        self.last_ns = Some(stamp_ns);
+        self.extras = 0;
+    }
+
+    fn widen_on(&mut self, missed: bool) {
+        if missed {
+            self.widen = (self.widen + 1).min(MAX_WIDEN);
+            self.hits = 0;
+        } else {
+            self.hits += 1;
+            if self.hits >= GAPS {
+                self.widen = self.widen.saturating_sub(1);
+                self.hits = 0;
+            }
+        }
+    }
+
+    fn push(&mut self, gap_ns: u64) {
+        self.gaps[self.next_gap] = gap_ns;
+        self.next_gap = (self.next_gap + 1) % GAPS;
+        self.known = (self.known + 1).min(GAPS);
+    }
+
+    /// The last `n` gaps, the latest first.
+    fn latest(&self, n: usize) -> impl Iterator<Item = u64> + '_ {
+        (1..=n.min(self.known)).map(move |k| self.gaps[(self.next_gap + GAPS - k) % GAPS])
+    }
+
+    /// The median of the known gaps.
+    fn period_ns(&self) -> u64 {
+        let mut sorted = self.gaps;
+        let known = &mut sorted[..self.known];
+        known.sort_unstable();
+        known.get(self.known / 2).copied().unwrap_or(0)
+    }
+
+    /// The period, while the last three gaps are near it.
+    fn steady_period(&self) -> Option<u64> {
+        if self.known < 3 {
+            return None;
+        }
+        let period_ns = self.period_ns();
+        let steady = self
+            .latest(3)
+            .all(|g| g.abs_diff(period_ns) <= period_ns / STEADY_PART);
+        (steady && period_ns >= BURST_NS).then_some(period_ns)
+    }
+
+    /// Half the window around the next beat (see the module doc); None
+    /// before three gaps are known.
+    fn margin_ns(&self, period_ns: u64) -> Option<u64> {
+        if self.known < 3 {
+            return None;
+        }
+        let mut strays: [u64; GAPS] = [0; GAPS];
+        for (s, g) in strays.iter_mut().zip(self.latest(GAPS)) {
+            *s = g.abs_diff(period_ns);
+        }
+        strays.sort_unstable_by(|a, b| b.cmp(a));
+        Some(((2 * strays[2]).max(MIN_MARGIN_NS) << self.widen).min(period_ns / STEADY_PART))
+    }
+
+    /// Where the next frame is expected, the first window not over at
+    /// `now_ns`: `(from_ns, until_ns)`, or None while the arrivals keep no
+    /// steady beat (or it stopped).
+    pub fn window(&self, now_ns: u64) -> Option<(u64, u64)> {
+        let period_ns = self.steady_period()?;
+        let margin_ns = self.margin_ns(period_ns)?;
+        let last_ns = self.last_ns?;
+        (1..=MAX_BEATS)
+            .map(|k| last_ns + k * period_ns)
+            .find(|next_ns| next_ns + margin_ns > now_ns)
+            .map(|next_ns| (next_ns - margin_ns, next_ns + margin_ns))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+    const US: u64 = 1_000;
+
+    fn beat(c: &mut Cadence, stamps: impl IntoIterator<Item = u64>) {
+        for t in stamps {
+            c.arrived(t);
+        }
+    }
+
+    #[test]
+    fn a_beat_is_expected_after_three_gaps_of_it() {
+        let mut c = Cadence::default();
+        for k in 0..3 {
+            c.arrived(k * 100 * MS);
+            assert_eq!(c.window(k * 100 * MS), None, "after {k} gaps");
+        }
+        c.arrived(300 * MS);
+        assert_eq!(
+            c.window(300 * MS),
+            Some((400 * MS - MIN_MARGIN_NS, 400 * MS + MIN_MARGIN_NS))
+        );
+        // Past that window, the next beat's; none after the third beat lost.
+        assert_eq!(
+            c.window(400 * MS + MIN_MARGIN_NS).unwrap().0,
+            500 * MS - MIN_MARGIN_NS
+        );
+        assert_eq!(c.window(600 * MS + MIN_MARGIN_NS), None);
+    }
+
+    #[test]
+    fn the_window_is_as_wide_as_the_strays_and_widens_after_a_miss() {
+        // A 10 ms beat whose frames come up to 50 us off it.
+        let offsets = [0i64, 30, -20, 50, -40, 10, 0, -50, 20, 40];
+        let at = |k: usize, off: i64| (k as u64 * 10 * MS).saturating_add_signed(off * 1_000);
+        let mut c = Cadence::default();
+        // While it learns, frames outside narrow windows widen them; after
+        // 40 beats it has narrowed to what the strays need.
+        beat(&mut c, (0..40).map(|k| at(k, offsets[k % 10])));
+        let (from, until) = c.window(390 * MS).unwrap();
+        // The last frame came 40 us late: the next is expected 10 ms after it.
+        let next = 400 * MS + 40 * US;
+        assert!(
+            from <= next - 100 * US && until >= next + 100 * US,
+            "{from}..{until}"
+        );
+        assert!(until - from <= 2 * 300 * US, "{from}..{until}");
+        let narrow = until - from;
+        // A stall: one frame 600 us late (the next on time), outside the
+        // window: it widens, and narrows again after frames in it.
+        c.arrived(at(40, 600));
+        c.arrived(at(41, 0));
+        let (from, until) = c.window(410 * MS).unwrap();
+        assert!(until - from >= 2 * narrow, "{from}..{until} after a miss");
+        for k in 42..80 {
+            c.arrived(at(k, offsets[k % 10]));
+        }
+        let (from, until) = c.window(790 * MS).unwrap();
+        assert!(
+            until - from <= narrow,
+            "{from}..{until} long after the miss"
+        );
+    }
+
+    #[test]
+    fn bursts_count_once_and_frames_off_the_beat_are_left_out() {
+        let mut c = Cadence::default();
+        // Each beat a burst of 10 frames 20 us apart.
+        beat(
+            &mut c,
+            (0..5u64).flat_map(|k| (0..10).map(move |i| k * 20 * MS + i * 20 * US)),
+        );
+        assert_eq!(c.window(80 * MS).unwrap().0, 100 * MS - MIN_MARGIN_NS);
+        // An ARP frame between beats changes nothing.
+        c.arrived(87 * MS);
+        assert_eq!(c.window(87 * MS).unwrap().0, 100 * MS - MIN_MARGIN_NS);
+        // A lost beat: the frame 40 ms after the last counts as two gaps.
+        c.arrived(120 * MS);
+        assert_eq!(c.window(120 * MS).unwrap().0, 140 * MS - MIN_MARGIN_NS);
+        // Three frames off the beat (a new beat of 5 ms): it is learnt again.
+        beat(&mut c, [125 * MS, 130 * MS, 135 * MS]);
+        assert_eq!(c.window(135 * MS), None);
+        beat(&mut c, [140 * MS, 145 * MS]);
+        assert_eq!(c.window(145 * MS), None);
+        c.arrived(150 * MS);
+        assert_eq!(c.window(150 * MS).unwrap().0, 155 * MS - MIN_MARGIN_NS);
+    }
+
+    #[test]
+    fn arrivals_without_a_beat_have_no_window() {
+        // A steady stream of 1 kpps is one burst.
+        let mut c = Cadence::default();
+        for k in 0..1_000 {
+            c.arrived(k * MS);
+            assert_eq!(c.window(k * MS), None);
+        }
+        // Pseudo-random gaps of 2-50 ms: three in a row near each other
+        // now and then make a beat by chance, for under 1 % of arrivals.
+        let mut c = Cadence::default();
+        let mut x = 0x2545_f491_4f6c_dd1d_u64;
+        let mut t = 0;
+        let mut windows = 0;
+        for _ in 0..10_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            t += BURST_NS + x % (48 * MS);
+            c.arrived(t);
+            windows += usize::from(c.window(t).is_some());
+        }
+        assert!(windows < 100, "{windows} windows for random gaps");
+    }
+}
