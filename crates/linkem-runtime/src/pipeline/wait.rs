@@ -231,8 +231,10 @@ pub const DEFAULT_LINGER_NS: u64 = 100_000;
 /// (`expecting`): it sleeps until the learnt wake-up lateness before the
 /// window, then polls through it at ordinary priority, as it lingers (a host
 /// must be able to send on its core), until a frame comes or the window
-/// ends. The wait is paid from the credit when it is decided, and what is
-/// left of it when a frame comes early goes back.
+/// ends. The wait is paid from the credit when it is decided, if the credit
+/// keeps enough for a hold after it (`hold_max_ns`: a frame on a beat
+/// through `delay 200us` is to cost one wake-up too), and what is left of it
+/// when the frame comes goes back before its hold is paid for.
 ///
 /// **The credit.** Holds and windows draw on one credit that grows by
 /// `hold_ppm` (`--spin-budget`) of the time passed, up to [`CREDIT_MAX_NS`]:
@@ -268,8 +270,9 @@ pub(super) struct Linger {
 }
 
 /// The most credit the stage saves for holds and windows ([`Linger`]): a
-/// window of 10 ms (2.5 ms either side of a 1 s beat) at most, and a link
-/// quiet for a while pays for at most this much spinning at once.
+/// window is at most 10 ms with its lead (a slow beat whose frames stray by
+/// milliseconds gets none), and a link quiet for a while pays for at most
+/// this much spinning at once.
 pub(super) const CREDIT_MAX_NS: u64 = 10_000_000;
 
 impl Linger {
@@ -308,13 +311,16 @@ impl Linger {
     /// stage stays awake until it leaves.
     pub fn leaving(&mut self, now_ns: u64, release_ns: u64) {
         let hold_ns = release_ns.saturating_sub(now_ns);
-        if hold_ns < self.linger_ns || (hold_ns <= self.hold_max_ns && self.pays(now_ns, hold_ns)) {
+        if hold_ns < self.linger_ns
+            || (hold_ns <= self.hold_max_ns && self.pays(now_ns, hold_ns, 0))
+        {
             self.last_leave_ns = Some(release_ns.max(now_ns));
         }
     }
 
-    /// Takes `cost_ns` from the credit as of `now_ns`, if it holds that much.
-    fn pays(&mut self, now_ns: u64, cost_ns: u64) -> bool {
+    /// Takes `cost_ns` from the credit as of `now_ns`, if it holds that much
+    /// and `keep_ns` more.
+    fn pays(&mut self, now_ns: u64, cost_ns: u64, keep_ns: u64) -> bool {
         if self.linger_ns == 0 || self.hold_ppm == 0 {
             return false;
         }
@@ -323,7 +329,7 @@ impl Linger {
             / 1_000_000;
         self.credit_ns = (u128::from(self.credit_ns) + grown).min(u128::from(CREDIT_MAX_NS)) as u64;
         self.credit_at_ns = self.credit_at_ns.max(now_ns);
-        let paid = cost_ns <= self.credit_ns;
+        let paid = cost_ns.saturating_add(keep_ns) <= self.credit_ns;
         if paid {
             self.credit_ns -= cost_ns;
         }
@@ -361,7 +367,8 @@ impl Linger {
         }
         let (start_ns, until_ns) = expected.filter(|&(_, until)| until > now_ns)?;
         let from_ns = start_ns.saturating_sub(lead_ns).max(now_ns);
-        if !self.pays(now_ns, until_ns - from_ns) {
+        // A hold may follow the frame: the window leaves the credit for one.
+        if !self.pays(now_ns, until_ns - from_ns, self.hold_max_ns) {
             return None;
         }
         self.awake_for = Some((from_ns, until_ns));
@@ -667,6 +674,10 @@ mod tests {
             l.expecting(now + 10_300 * US, Some((far, far + 8_000 * US)), 0, &budget),
             None
         );
+        // Nor one that would leave less than a hold's worth (1 ms): about
+        // 5.2 ms are left, and 4.5 ms would leave 0.7.
+        let w = Some((far, far + 4_500 * US));
+        assert_eq!(l.expecting(now + 10_300 * US, w, 0, &budget), None);
         // One that passes with no frame ends the wait; the next is paid again.
         let w = Some((far, far + 100 * US));
         assert!(l.expecting(far, w, 0, &budget).is_some());

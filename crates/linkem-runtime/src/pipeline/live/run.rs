@@ -306,13 +306,14 @@ pub(super) fn live_stage<M: LiveModel>(
                 .iter()
                 .any(|p| p.shared.has_changes.load(Ordering::Acquire))
         };
+        // What is left of a window goes back before a hold is paid for.
+        if turn.taken > 0 && linger.took(turn.now, &mut budget) {
+            wakes.on_beat += 1;
+        }
         if let Some(release_ns) = turn.leaving {
             linger.leaving(turn.now, release_ns);
         }
         if turn.taken > 0 {
-            if linger.took(turn.now, &mut budget) {
-                wakes.on_beat += 1;
-            }
             continue;
         }
         if changes() {
