@@ -362,9 +362,11 @@ fn a_sparse_hold_costs_one_wake_up_per_frame(backend: &str) {
 
 /// Frames that keep a beat (20 ms apart) find the stage awake for them:
 /// it learns the beat from their receive stamps and polls through the
-/// window the next is expected in, so a `delay 50us` is not spent on the
+/// window the next is expected in, so a small delay is not spent on the
 /// frame's own wake-up (`rx_on_beat` counts the turns that took frames in
-/// such a window). The window's wake-up replaces the arrival's: still about
+/// such a window). `delay 1us`: a frame held longer than the stage takes
+/// to wake gets no window (its arrival's wake-up fits in its hold), and on
+/// a machine that wakes in 20 µs a `delay 50us` would be one. The window's wake-up replaces the arrival's: still about
 /// one per frame. The twin, `--spin-budget 0%`, pays for no window. Counts,
 /// not times: a stall makes a frame miss its window, and it wakes the stage
 /// as without the beat; four frames go to learning it.
@@ -374,10 +376,10 @@ fn frames_on_a_beat_find_the_stage_awake(backend: &str) {
     }
     let _serial = serial();
     let topo = topology_with("bt38", true);
-    let awake = sparse_flow(&topo, backend, "50us", &[]);
-    let without = sparse_flow(&topo, backend, "50us", &["--spin-budget", "0%"]);
+    let awake = sparse_flow(&topo, backend, "1us", &[]);
+    let without = sparse_flow(&topo, backend, "1us", &["--spin-budget", "0%"]);
     let report = format!(
-        "{backend}: {SPARSE_FRAMES} frames 20 ms apart through delay 50us; defaults: {} on the \
+        "{backend}: {SPARSE_FRAMES} frames 20 ms apart through delay 1us; defaults: {} on the \
          beat, {} wake-ups, {} received; --spin-budget 0%: {} on the beat, {} wake-ups, {} \
          received",
         awake.on_beat, awake.wakeups, awake.got, without.on_beat, without.wakeups, without.got
