@@ -71,6 +71,12 @@ impl SpinBudget {
         }
     }
 
+    /// Whether the live stage may linger (or hold, or wait for a beat) now:
+    /// not while frugal, nor once [`LINGER_SHARE_NS`] of the window went to it.
+    fn may_linger(&self) -> bool {
+        !self.frugal && self.lingered_ns < LINGER_SHARE_NS
+    }
+
     /// Ends the window once it is over; returns whether it did.
     pub fn tick(&mut self, now: u64) -> bool {
         let elapsed = now.saturating_sub(self.window_start_ns);
@@ -355,7 +361,7 @@ impl Linger {
         lead_ns: u64,
         budget: &SpinBudget,
     ) -> Option<u64> {
-        if budget.frugal || budget.lingered_ns >= LINGER_SHARE_NS {
+        if !budget.may_linger() {
             return None;
         }
         if let Some((from_ns, until_ns)) = self.awake_for {
@@ -387,7 +393,7 @@ impl Linger {
         if now_ns < from_ns || now_ns >= until_ns {
             return false;
         }
-        if budget.frugal || budget.lingered_ns >= LINGER_SHARE_NS {
+        if !budget.may_linger() {
             self.awake_for = None;
             self.credit_ns += until_ns - now_ns;
             return false;
@@ -412,7 +418,7 @@ impl Linger {
         let within = self
             .last_leave_ns
             .is_some_and(|a| now_ns.saturating_sub(a) < self.linger_ns);
-        let keep = within && !budget.frugal && budget.lingered_ns < LINGER_SHARE_NS;
+        let keep = within && budget.may_linger();
         if keep {
             self.turn_ns = Some(now_ns);
         } else {

@@ -85,6 +85,9 @@ pub(super) struct Cadence {
     widen: u32,
     /// Frames of the beat in their window since `widen` last changed.
     hits: usize,
+    /// The steady period and the margin, derived from the above once per
+    /// burst (`window` is asked at every turn of the stage).
+    beat: Option<(u64, u64)>,
 }
 
 impl Cadence {
@@ -94,15 +97,22 @@ impl Cadence {
             .last_any_ns
             .is_some_and(|t| stamp_ns.saturating_sub(t) < BURST_NS);
         self.last_any_ns = Some(stamp_ns);
-        if in_burst {
-            return;
+        if !in_burst {
+            self.burst_began(stamp_ns);
+            self.beat = self
+                .steady_period()
+                .and_then(|p| Some((p, self.margin_ns(p)?)));
         }
+    }
+
+    /// A burst's first frame, stamped `stamp_ns`: of the beat or not.
+    fn burst_began(&mut self, stamp_ns: u64) {
         let Some(last_ns) = self.last_ns else {
             self.last_ns = Some(stamp_ns);
             return;
         };
         let gap_ns = stamp_ns.saturating_sub(last_ns);
-        if let Some(period_ns) = self.steady_period() {
+        if let Some((period_ns, margin_ns)) = self.beat {
             let tol_ns = period_ns / STEADY_PART;
             if gap_ns + tol_ns < period_ns {
                 self.extras += 1;
@@ -116,10 +126,7 @@ impl Cadence {
                 return;
             }
             let beats = ((gap_ns + period_ns / 2) / period_ns).clamp(1, MAX_BEATS);
-            let missed = self
-                .margin_ns(period_ns)
-                .is_some_and(|m| gap_ns.abs_diff(beats * period_ns) > m);
-            self.widen_on(missed);
+            self.widen_on(gap_ns.abs_diff(beats * period_ns) > margin_ns);
             if (2..=MAX_BEATS).contains(&beats) && gap_ns.abs_diff(beats * period_ns) <= tol_ns {
                 for _ in 0..beats {
                     self.push(gap_ns / beats);
@@ -196,8 +203,7 @@ impl Cadence {
     /// `now_ns`: `(from_ns, until_ns)`, or None while the arrivals keep no
     /// steady beat (or it stopped).
     pub fn window(&self, now_ns: u64) -> Option<(u64, u64)> {
-        let period_ns = self.steady_period()?;
-        let margin_ns = self.margin_ns(period_ns)?;
+        let (period_ns, margin_ns) = self.beat?;
         let last_ns = self.last_ns?;
         (1..=MAX_BEATS)
             .map(|k| last_ns + k * period_ns)
