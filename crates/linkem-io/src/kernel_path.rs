@@ -16,12 +16,14 @@
 //!   forwards them to `target`. The XDP program alone decides, so switching
 //!   (one map write) neither loses nor doubles a frame; `target` stays set
 //!   once engaged.
-//! - AF_PACKET: the packet socket sees a frame before tc does. Its filter
-//!   ([`bpf::socket_gate_program`]) drops frames while `skip` is set, and the
-//!   tc program forwards while `target` is set. Switching on writes `target`
-//!   then `skip`, switching off `skip` then `target`: a frame that crosses
-//!   between the two writes (a microsecond) reaches both user space and the
-//!   other interface, never neither.
+//! - AF_PACKET: the packet socket sees a frame before tc does, on the same
+//!   `sk_buff`. Its filter ([`bpf::socket_gate_program`]) drops frames while
+//!   `skip` is set, and writes what it decided into the frame's `cb` words:
+//!   taken, or left to be forwarded to `target`. The tc program follows that
+//!   mark, and reads the gate itself only for a frame without one. Switching
+//!   on writes `target` then `skip`, switching off `skip` then `target`, so
+//!   `skip` is never set without a target: a frame that crosses a switch
+//!   goes one way only, never both (sent twice) and never neither.
 //!
 //! The tc program is loaded (and checked by the verifier) when the port
 //! opens, and attached the first time the path is switched on, then kept
@@ -69,6 +71,8 @@ pub struct Kernel {
     ifindex: u32,
     gate_kind: Gate,
     gate: OwnedFd,
+    /// The mark the socket filter writes and the tc program trusts.
+    token: u32,
     counts: Arc<Counts>,
     // Field order: the link closes (detaching the program) before the maps.
     tc_link: Option<OwnedFd>,
@@ -84,13 +88,15 @@ impl Kernel {
     pub fn open(ifname: &str, ifindex: u32, gate_kind: Gate) -> Result<Self, BpfError> {
         let gate = bpf::create_array("linkem_gate", 4, 2, false)?;
         let counts = bpf::create_array("linkem_kcounts", bpf::KERNEL_COUNTS_BYTES, 1, true)?;
-        let insns = bpf::tc_forward_program(gate.as_raw_fd(), counts.as_raw_fd());
+        let token = mark_token();
+        let insns = bpf::tc_forward_program(gate.as_raw_fd(), counts.as_raw_fd(), token);
         let prog = bpf::load_program(ProgKind::TcxIngress, TC_PROGRAM_NAME, &insns, 0)?;
         Ok(Kernel {
             ifname: ifname.to_string(),
             ifindex,
             gate_kind,
             gate,
+            token,
             counts: Arc::new(Counts(counts)),
             tc_link: None,
             tc_prog: prog,
@@ -111,7 +117,7 @@ impl Kernel {
 
     /// Attaches the gate's filter to the AF_PACKET receive socket `socket`.
     pub fn attach_socket_filter(&mut self, socket: RawFd) -> Result<(), BpfError> {
-        let insns = bpf::socket_gate_program(self.gate.as_raw_fd());
+        let insns = bpf::socket_gate_program(self.gate.as_raw_fd(), self.token);
         let prog = bpf::load_program(ProgKind::SocketFilter, "linkem_kgate", &insns, 0)?;
         let fd = prog.as_raw_fd();
         // Safety: a valid socket fd, and a pointer to a live c_int of the size given.
@@ -199,6 +205,23 @@ impl KernelPath for Kernel {
     fn counter(&self) -> Arc<dyn KernelCounter> {
         self.counts.clone()
     }
+}
+
+/// A random token for one port's mark: another port's filter, in this
+/// linkem or in one before it on the path, writes another. From the clock
+/// should the kernel have no randomness to give (it always has, since 5.6).
+fn mark_token() -> u32 {
+    let mut b = [0u8; 4];
+    // Safety: a valid buffer of the length given.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), libc::GRND_NONBLOCK) };
+    if n == 4 {
+        return u32::from_ne_bytes(b);
+    }
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() ^ d.as_secs() as u32)
+        .unwrap_or(0);
+    t ^ std::process::id().rotate_left(16)
 }
 
 /// The per-CPU counts map, summed over the CPUs when read.

@@ -11,9 +11,11 @@
 //! ```
 
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use linkem_core::port::{KernelCounts, KernelPath};
+use linkem_io::afpacket::{poll_rx_any, AfPacket, AfPacketConfig};
+use linkem_io::bpf::GATE_SKIP;
 use linkem_io::kernel_path::{Gate, Kernel};
 use linkem_io::netns::{self, Topology};
 
@@ -192,5 +194,85 @@ fn kernel_path_forwards_and_counts_while_engaged_only() {
     assert!(ok, "engaged again, ping through the kernel path:\n{text}");
     drop((ka, kb));
     assert_eq!(programs(), [0, 0], "closed: detached");
+    topo.teardown();
+}
+
+/// Echo requests to host b among the frames the AF_PACKET socket `rx` holds
+/// or receives within `wait`.
+fn echo_requests_taken(rx: &mut AfPacket, wait: Duration) -> usize {
+    let is_request =
+        |d: &[u8]| d.len() > 34 && d[12..14] == [0x08, 0x00] && d[23] == 1 && d[34] == 8;
+    let deadline = Instant::now() + wait;
+    let mut n = 0;
+    while Instant::now() < deadline {
+        rx.rx_batch(64, |f| n += usize::from(is_request(f.data)));
+        let _ = poll_rx_any(&[&*rx], Some(Duration::from_millis(20)));
+    }
+    n
+}
+
+/// With AF_PACKET the socket's filter and the tc program each read the gate,
+/// the socket first, so switching writes two entries. A frame that arrives
+/// between the two writes (the target set, the socket not yet kept from its
+/// frames) must go one way only: to user space, where the socket took it,
+/// and not also out of the other interface. The test holds the gate in that
+/// state, where a frame could otherwise only fall in by chance.
+#[test]
+fn a_frame_between_the_gates_two_writes_goes_one_way() {
+    if !netns::is_root() {
+        println!("skipped: needs root");
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let topo =
+        Topology::two_hosts_stock(&netns::unique_prefix("kg")).expect("namespaces and veths");
+    topo.pin_neighbours().expect("static neighbours");
+    let ib = ifindex(&topo.emu_b);
+    let mut rx = AfPacket::open(&topo.emu_a, AfPacketConfig::default()).expect("socket on ea");
+    let mut ka = Kernel::open(&topo.emu_a, ifindex(&topo.emu_a), Gate::PacketSocket)
+        .expect("tc program on ea");
+    ka.attach_socket_filter(rx.fd()).expect("socket filter");
+    let skip = |k: &Kernel, v: u32| {
+        linkem_io::bpf::map_update_u32(k.gate_fd(), GATE_SKIP, v).expect("gate written")
+    };
+
+    // Engaged: the kernel forwards, the socket gets nothing.
+    ka.engage(ib).unwrap();
+    let _ = ping(&topo, "4");
+    let engaged = ka.counter().counts().unwrap().frames;
+    let taken = echo_requests_taken(&mut rx, Duration::from_millis(200));
+    assert!(
+        engaged >= 4,
+        "the kernel forwarded {engaged} frames of 4 requests"
+    );
+    assert_eq!(taken, 0, "engaged, the socket took {taken} requests");
+
+    // Between the two writes: the target still set, the socket taking frames
+    // again (as after the first write of switching off, or before the second
+    // of switching on). Host b answers nothing, nobody forwarding for it.
+    skip(&ka, 0);
+    let (ok, text) = ping(&topo, "4");
+    let forwarded = ka.counter().counts().unwrap().frames - engaged;
+    let taken = echo_requests_taken(&mut rx, Duration::from_millis(200));
+    assert!(!ok, "nothing should have answered:\n{text}");
+    assert_eq!(
+        (taken, forwarded),
+        (4, 0),
+        "between the writes each of 4 requests must go one way: the socket took {taken}, \
+         the kernel forwarded {forwarded} frames"
+    );
+
+    // Engaged again: the kernel's alone.
+    skip(&ka, 1);
+    let (ok, text) = ping(&topo, "4");
+    assert!(!ok, "host b's answers have no way back:\n{text}");
+    let forwarded = ka.counter().counts().unwrap().frames - engaged;
+    let taken = echo_requests_taken(&mut rx, Duration::from_millis(200));
+    assert!(
+        forwarded >= 4,
+        "the kernel forwarded {forwarded} frames of 4 requests"
+    );
+    assert_eq!(taken, 0, "engaged again, the socket took {taken} requests");
+    drop((ka, rx));
     topo.teardown();
 }

@@ -122,6 +122,12 @@ pub mod sk_buff {
     pub const PROTOCOL: i16 = 16;
     /// `gso_segs`: wire frames a super-frame becomes (0 or 1 for a frame).
     pub const GSO_SEGS: i16 = 164;
+    /// `cb[0]`, the first of five u32 words a socket filter and a tc program
+    /// may write; they stay with the packet from the packet taps to tc
+    /// ingress (both run on the same `sk_buff`, the taps first).
+    pub const CB0: i16 = 48;
+    /// `cb[1]`.
+    pub const CB1: i16 = 52;
 }
 
 /// The XDP verdict (`enum xdp_action`) that hands the frame on to the kernel
@@ -228,6 +234,12 @@ impl BpfInsn {
     /// `*(u32 *)(dst + off) = imm`.
     pub const fn st_w(dst: u8, off: i16, imm: i32) -> Self {
         Self::new(op::ST | op::MEM | op::W, dst, 0, off, imm)
+    }
+
+    /// `*(u32 *)(dst + off) = src` (the verifier takes stores into a
+    /// program's context only from a register).
+    pub const fn stx_w(dst: u8, src: u8, off: i16) -> Self {
+        Self::new(op::STX | op::MEM | op::W, dst, src, off, 0)
     }
 
     /// `dst += src` (64 bit).

@@ -167,11 +167,26 @@ pub fn xdp_gated_program(map_fd: RawFd, clock: RxClock, gate_fd: RawFd) -> Vec<B
 /// interface's MTU allows (linkem's `too-big`); else it goes on as if the
 /// program were not there.
 ///
+/// A packet that [`socket_gate_program`] with the same `token` already saw
+/// carries its decision in `cb[0..2]` (the taps run before tc, on the same
+/// `sk_buff`): the tc program follows it instead of reading the gate again,
+/// so a frame that crosses a switch of the gate goes one way only. The mark
+/// is cleared here, so it never leaves the interface; the token (random per
+/// port) keeps a mark some other interface's filter wrote from being read
+/// as this one's.
+///
 /// ```text
-/// __u32 *target = bpf_map_lookup_elem(&gate, &GATE_TARGET);
-/// if (!target || !*target) return TCX_NEXT;
+/// __u32 mark = skb->cb[0], target; skb->cb[0] = 0;
+/// if (mark == token) {
+///     target = skb->cb[1];               /* 0: the socket took it */
+///     if (!target) return TCX_NEXT;
+/// } else {
+///     __u32 *t = bpf_map_lookup_elem(&gate, &GATE_TARGET);
+///     if (!t || !*t) return TCX_NEXT;
+///     target = *t;
+/// }
 /// __u32 mtu = 0;
-/// long fits = bpf_check_mtu(skb, *target, &mtu, 0, 0) == 0;
+/// long fits = bpf_check_mtu(skb, target, &mtu, 0, 0) == 0;
 /// struct counts *c = bpf_map_lookup_elem(&counts, &0);   /* this CPU's */
 /// if (!fits) { if (c) c->too_big += 1; return TC_ACT_SHOT; }
 /// if (c) {
@@ -179,54 +194,66 @@ pub fn xdp_gated_program(map_fd: RawFd, clock: RxClock, gate_fd: RawFd) -> Vec<B
 ///     c->frames += 1; c->wire_frames += segs; c->wire_bytes += skb->len;
 ///     if (segs > 1) c->wire_bytes += (segs - 1) * header_length(skb);
 /// }
-/// return bpf_redirect(*target, 0);
+/// return bpf_redirect(target, 0);
 /// ```
 ///
 /// `header_length`: Ethernet, then IPv4 (`ihl`) or IPv6 (40 bytes, no
 /// extension headers), then TCP (`doff`) or UDP (8), read with
 /// `bpf_skb_load_bytes`; a super-frame of another kind adds nothing.
-pub fn tc_forward_program(gate_fd: RawFd, counts_fd: RawFd) -> Vec<BpfInsn> {
-    // r6 = skb, r7 = target ifindex, r8 = this CPU's counts, r9 = segments
-    // (first the MTU check's verdict); fp-24: the MTU check's out value.
+pub fn tc_forward_program(gate_fd: RawFd, counts_fd: RawFd, token: u32) -> Vec<BpfInsn> {
+    // r6 = skb, r7 = target ifindex (first the mark), r8 = this CPU's
+    // counts, r9 = segments (first the MTU check's verdict); fp-24: the MTU
+    // check's out value.
     let mut a = Asm::new();
-    a.ops([BpfInsn::mov64_reg(6, 1)]);
-    gate_entry(&mut a, gate_fd, GATE_TARGET, 7, "next");
     a.ops([
-        BpfInsn::st_w(10, -24, 0),
-        BpfInsn::mov64_reg(1, 6),
-        BpfInsn::mov64_reg(2, 7),
-        BpfInsn::mov64_reg(3, 10),
-        BpfInsn::add64_imm(3, -24),
-        BpfInsn::mov64_imm(4, 0),
-        BpfInsn::mov64_imm(5, 0),
-        BpfInsn::call(helper::CHECK_MTU),
-        BpfInsn::mov64_reg(9, 0),
+        BpfInsn::mov64_reg(6, 1),
+        BpfInsn::ldx_w(7, 6, sk_buff::CB0),
+        BpfInsn::mov64_imm(1, 0),
+        BpfInsn::stx_w(6, 1, sk_buff::CB0),
     ])
-    .ops(lookup(counts_fd, 0))
-    .jump(BpfInsn::jne_imm(9, 0, 0), "too_big")
-    .jump(BpfInsn::jeq_imm(0, 0, 0), "redirect")
-    .ops([
-        BpfInsn::mov64_reg(8, 0),
-        // frames += 1
-        BpfInsn::ldx_dw(1, 8, 0),
-        BpfInsn::add64_imm(1, 1),
-        BpfInsn::stx_dw(8, 1, 0),
-        // segs = gso_segs ? gso_segs : 1
-        BpfInsn::ldx_w(9, 6, sk_buff::GSO_SEGS),
-    ])
-    .jump(BpfInsn::jne_imm(9, 0, 0), "segs")
-    .ops([BpfInsn::mov64_imm(9, 1)])
-    .label("segs")
-    .ops([
-        BpfInsn::ldx_dw(1, 8, 8),
-        BpfInsn::add64_reg(1, 9),
-        BpfInsn::stx_dw(8, 1, 8),
-        BpfInsn::ldx_w(1, 6, sk_buff::LEN),
-        BpfInsn::ldx_dw(2, 8, 16),
-        BpfInsn::add64_reg(2, 1),
-        BpfInsn::stx_dw(8, 2, 16),
-    ])
-    .jump(BpfInsn::jeq_imm(9, 1, 0), "redirect");
+    .jump(BpfInsn::jne_imm(7, mark_imm(token), 0), "gate")
+    .ops([BpfInsn::ldx_w(7, 6, sk_buff::CB1)])
+    .jump(BpfInsn::jeq_imm(7, 0, 0), "next")
+    .jump(BpfInsn::ja(0), "forward")
+    .label("gate");
+    gate_entry(&mut a, gate_fd, GATE_TARGET, 7, "next");
+    a.label("forward")
+        .ops([
+            BpfInsn::st_w(10, -24, 0),
+            BpfInsn::mov64_reg(1, 6),
+            BpfInsn::mov64_reg(2, 7),
+            BpfInsn::mov64_reg(3, 10),
+            BpfInsn::add64_imm(3, -24),
+            BpfInsn::mov64_imm(4, 0),
+            BpfInsn::mov64_imm(5, 0),
+            BpfInsn::call(helper::CHECK_MTU),
+            BpfInsn::mov64_reg(9, 0),
+        ])
+        .ops(lookup(counts_fd, 0))
+        .jump(BpfInsn::jne_imm(9, 0, 0), "too_big")
+        .jump(BpfInsn::jeq_imm(0, 0, 0), "redirect")
+        .ops([
+            BpfInsn::mov64_reg(8, 0),
+            // frames += 1
+            BpfInsn::ldx_dw(1, 8, 0),
+            BpfInsn::add64_imm(1, 1),
+            BpfInsn::stx_dw(8, 1, 0),
+            // segs = gso_segs ? gso_segs : 1
+            BpfInsn::ldx_w(9, 6, sk_buff::GSO_SEGS),
+        ])
+        .jump(BpfInsn::jne_imm(9, 0, 0), "segs")
+        .ops([BpfInsn::mov64_imm(9, 1)])
+        .label("segs")
+        .ops([
+            BpfInsn::ldx_dw(1, 8, 8),
+            BpfInsn::add64_reg(1, 9),
+            BpfInsn::stx_dw(8, 1, 8),
+            BpfInsn::ldx_w(1, 6, sk_buff::LEN),
+            BpfInsn::ldx_dw(2, 8, 16),
+            BpfInsn::add64_reg(2, 1),
+            BpfInsn::stx_dw(8, 2, 16),
+        ])
+        .jump(BpfInsn::jeq_imm(9, 1, 0), "redirect");
     super_frame_headers(&mut a);
     a.label("redirect")
         .ops([
@@ -324,17 +351,54 @@ fn super_frame_headers(a: &mut Asm) {
 
 /// The kernel path's socket filter for an AF_PACKET receive socket: while
 /// `gate[GATE_SKIP]` is non-zero the socket gets no frame (the tc program
-/// forwards them), else every frame whole.
+/// forwards them), else every frame whole. Its decision goes with the frame
+/// to [`tc_forward_program`] of the same `token`, in `cb[0]` (the token)
+/// and `cb[1]` (the ifindex to forward to, 0 where the socket took it).
 ///
 /// ```text
+/// skb->cb[0] = token; skb->cb[1] = 0;
 /// __u32 *skip = bpf_map_lookup_elem(&gate, &GATE_SKIP);
-/// return skip && *skip ? 0 : 0xffffffff;
+/// if (!skip || !*skip) return 0xffffffff;
+/// __u32 *target = bpf_map_lookup_elem(&gate, &GATE_TARGET);
+/// if (target && *target) skb->cb[1] = *target; else skb->cb[0] = 0;
+/// return 0;
 /// ```
-pub fn socket_gate_program(gate_fd: RawFd) -> Vec<BpfInsn> {
+///
+/// Switching writes `target` before setting `skip` and clears `skip` before
+/// `target`, so `skip` is never set without a target: a frame the socket
+/// leaves is always forwarded, to the target read here, even if tc runs
+/// after the second write.
+pub fn socket_gate_program(gate_fd: RawFd, token: u32) -> Vec<BpfInsn> {
     let mut a = Asm::new();
+    a.ops([
+        BpfInsn::mov64_reg(6, 1),
+        BpfInsn::mov64_imm(1, mark_imm(token)),
+        BpfInsn::stx_w(6, 1, sk_buff::CB0),
+        BpfInsn::mov64_imm(1, 0),
+        BpfInsn::stx_w(6, 1, sk_buff::CB1),
+    ]);
     gate_entry(&mut a, gate_fd, GATE_SKIP, 1, "keep");
-    a.ops([BpfInsn::mov64_imm(0, 0), BpfInsn::exit()])
-        .label("keep")
-        .ops([BpfInsn::mov64_imm(0, -1), BpfInsn::exit()]);
+    gate_entry(&mut a, gate_fd, GATE_TARGET, 1, "unmarked");
+    a.ops([
+        BpfInsn::stx_w(6, 1, sk_buff::CB1),
+        BpfInsn::mov64_imm(0, 0),
+        BpfInsn::exit(),
+    ])
+    .label("unmarked")
+    .ops([
+        BpfInsn::mov64_imm(1, 0),
+        BpfInsn::stx_w(6, 1, sk_buff::CB0),
+        BpfInsn::mov64_imm(0, 0),
+        BpfInsn::exit(),
+    ])
+    .label("keep")
+    .ops([BpfInsn::mov64_imm(0, -1), BpfInsn::exit()]);
     a.finish()
+}
+
+/// The token as the immediate the programs compare a u32 load with: the
+/// kernel sign-extends an immediate to 64 bits and zero-extends the load,
+/// so the top bit is cleared; never 0, which is no mark.
+fn mark_imm(token: u32) -> i32 {
+    ((token & 0x7fff_ffff) | 1) as i32
 }

@@ -149,8 +149,8 @@ fn assert_well_formed(p: &[BpfInsn]) {
 
 #[test]
 fn kernel_path_programs_are_well_formed() {
-    assert_well_formed(&tc_forward_program(3, 4));
-    assert_well_formed(&socket_gate_program(3));
+    assert_well_formed(&tc_forward_program(3, 4, 0x5eed));
+    assert_well_formed(&socket_gate_program(3, 0x5eed));
     for clock in [RxClock::Tai, RxClock::Monotonic] {
         let p = xdp_gated_program(7, clock, 3);
         assert_well_formed(&p);
@@ -158,7 +158,7 @@ fn kernel_path_programs_are_well_formed() {
         assert!(p.ends_with(&xdp_redirect_program(7, clock)));
     }
     // The EtherTypes are compared as the context holds them: network order.
-    let p = tc_forward_program(3, 4);
+    let p = tc_forward_program(3, 4, 0x5eed);
     let ipv4 = u16::from_ne_bytes([0x08, 0x00]) as i32;
     assert!(p
         .iter()
@@ -179,12 +179,167 @@ fn kernel_path_programs_pass_the_verifier() {
     let xsks = create_xskmap("t_xsks", 4).expect("xskmap");
     let (g, c) = (gate.as_raw_fd(), counts.as_raw_fd());
     let show = |e: BpfError| panic!("{e}");
-    load_program(ProgKind::TcxIngress, "t_tc", &tc_forward_program(g, c), 0).unwrap_or_else(show);
-    load_program(ProgKind::SocketFilter, "t_sock", &socket_gate_program(g), 0).unwrap_or_else(show);
+    load_program(
+        ProgKind::TcxIngress,
+        "t_tc",
+        &tc_forward_program(g, c, 0xfeed_f00d),
+        0,
+    )
+    .unwrap_or_else(show);
+    load_program(
+        ProgKind::SocketFilter,
+        "t_sock",
+        &socket_gate_program(g, 0xfeed_f00d),
+        0,
+    )
+    .unwrap_or_else(show);
     let xdp = xdp_gated_program(xsks.as_raw_fd(), RxClock::Monotonic, g);
     load_program(ProgKind::Xdp, "t_xdp", &xdp, 0).unwrap_or_else(show);
     // A fresh per-CPU map reads as zero on every CPU.
     let raw = map_lookup_percpu(counts.as_fd(), 0, KERNEL_COUNTS_BYTES).expect("lookup");
     assert_eq!(raw.len(), KERNEL_COUNTS_BYTES as usize * possible_cpus());
     assert!(raw.iter().all(|&b| b == 0));
+}
+
+/// `BPF_PROG_TEST_RUN` of an skb program on one frame, with `ctx` (a
+/// `struct __sk_buff`, 192 bytes) in and out: its verdict.
+fn test_run_skb(prog: std::os::fd::BorrowedFd<'_>, ctx: &mut [u8; 192]) -> u32 {
+    use std::os::fd::AsRawFd;
+    #[repr(C)]
+    #[derive(Default)]
+    struct TestRunAttr {
+        prog_fd: u32,
+        retval: u32,
+        data_size_in: u32,
+        data_size_out: u32,
+        data_in: u64,
+        data_out: u64,
+        repeat: u32,
+        duration: u32,
+        ctx_size_in: u32,
+        ctx_size_out: u32,
+        ctx_in: u64,
+        ctx_out: u64,
+        flags: u32,
+        cpu: u32,
+        batch_size: u32,
+        // Explicit: the kernel refuses an attr whose bytes past what it
+        // knows are not zero, padding included.
+        _pad: u32,
+    }
+    // An IPv4 frame of 60 bytes to a unicast address.
+    let mut frame = [0u8; 60];
+    frame[..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
+    frame[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+    frame[12..14].copy_from_slice(&[0x08, 0x00]);
+    frame[14] = 0x45;
+    let ctx_in = *ctx;
+    let mut attr = TestRunAttr {
+        prog_fd: prog.as_raw_fd() as u32,
+        data_size_in: frame.len() as u32,
+        data_in: frame.as_ptr() as u64,
+        repeat: 1,
+        ctx_size_in: ctx_in.len() as u32,
+        ctx_in: ctx_in.as_ptr() as u64,
+        ctx_size_out: ctx.len() as u32,
+        ctx_out: ctx.as_mut_ptr() as u64,
+        ..Default::default()
+    };
+    // Safety: every pointer is to a live buffer of the size given.
+    unsafe { sys_bpf(10, &mut attr) }.expect("BPF_PROG_TEST_RUN");
+    attr.retval
+}
+
+fn cb(ctx: &[u8; 192], i: usize) -> u32 {
+    let at = sk_buff::CB0 as usize + 4 * i;
+    u32::from_ne_bytes(ctx[at..at + 4].try_into().unwrap())
+}
+
+fn set_cb(ctx: &mut [u8; 192], i: usize, v: u32) {
+    let at = sk_buff::CB0 as usize + 4 * i;
+    ctx[at..at + 4].copy_from_slice(&v.to_ne_bytes());
+}
+
+/// A context for the next program with only the mark of `ctx` (the kernel
+/// fills in fields of a context out that it refuses in a context in).
+fn marks_only(ctx: &[u8; 192]) -> [u8; 192] {
+    let mut next = [0u8; 192];
+    set_cb(&mut next, 0, cb(ctx, 0));
+    set_cb(&mut next, 1, cb(ctx, 1));
+    next
+}
+
+/// The socket filter's decision travels with the frame, and the tc program
+/// follows it whatever the gate says by the time it runs: the two halves of
+/// a switch can no longer send a frame both ways or neither (root only).
+#[test]
+fn the_tc_program_follows_the_socket_filters_mark() {
+    if !crate::netns::is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    use std::os::fd::{AsFd, AsRawFd};
+    const TC_ACT_REDIRECT: u32 = 7;
+    const TCX_NEXT: u32 = -1i32 as u32;
+    let token = 0x8123_4567;
+    let gate = create_array("t_gate", 4, 2, false).expect("gate map");
+    let counts = create_array("t_counts", KERNEL_COUNTS_BYTES, 1, true).expect("counts map");
+    let (g, c) = (gate.as_raw_fd(), counts.as_raw_fd());
+    let show = |e: BpfError| panic!("{e}");
+    let tc = load_program(
+        ProgKind::TcxIngress,
+        "t_tc",
+        &tc_forward_program(g, c, token),
+        0,
+    )
+    .unwrap_or_else(show);
+    let sock = load_program(
+        ProgKind::SocketFilter,
+        "t_sock",
+        &socket_gate_program(g, token),
+        0,
+    )
+    .unwrap_or_else(show);
+    let set = |key, v| map_update_u32(gate.as_fd(), key, v).expect("gate written");
+    // The loopback interface: it exists in every namespace, and its MTU
+    // passes the tc program's check.
+    let lo = 1;
+
+    // Not skipping: the socket takes the frame, and says so.
+    let mut ctx = [0u8; 192];
+    set(GATE_TARGET, lo);
+    assert_eq!(test_run_skb(sock.as_fd(), &mut ctx), u32::MAX, "kept whole");
+    assert_ne!(cb(&ctx, 0), 0, "marked");
+    assert_eq!(cb(&ctx, 1), 0, "taken by the socket");
+    // The gate then switches on: tc still leaves this frame alone (it went
+    // to user space), and clears the mark.
+    set(GATE_SKIP, 1);
+    let mut ctx = marks_only(&ctx);
+    assert_eq!(test_run_skb(tc.as_fd(), &mut ctx), TCX_NEXT);
+    assert_eq!(cb(&ctx, 0), 0, "the mark does not leave tc");
+
+    // Skipping: the socket leaves the frame, naming the target.
+    let mut ctx = [0u8; 192];
+    assert_eq!(
+        test_run_skb(sock.as_fd(), &mut ctx),
+        0,
+        "not for the socket"
+    );
+    assert_eq!(cb(&ctx, 1), lo, "left to be forwarded to the target");
+    // The gate then switches off, both writes done before tc runs: the frame
+    // is still forwarded, to the target the socket read.
+    set(GATE_SKIP, 0);
+    set(GATE_TARGET, 0);
+    let mut ctx = marks_only(&ctx);
+    assert_eq!(test_run_skb(tc.as_fd(), &mut ctx), TC_ACT_REDIRECT);
+
+    // A frame no filter of this port marked (AF_XDP's passes, or a mark
+    // another port wrote): the gate decides, as before.
+    let mut ctx = [0u8; 192];
+    set_cb(&mut ctx, 0, 0x1111_1111);
+    set_cb(&mut ctx, 1, lo);
+    assert_eq!(test_run_skb(tc.as_fd(), &mut ctx), TCX_NEXT, "no target");
+    set(GATE_TARGET, lo);
+    let mut ctx = [0u8; 192];
+    assert_eq!(test_run_skb(tc.as_fd(), &mut ctx), TC_ACT_REDIRECT);
 }
