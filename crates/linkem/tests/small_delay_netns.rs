@@ -400,6 +400,45 @@ fn frames_on_a_beat_find_the_stage_awake(backend: &str) {
     );
 }
 
+/// Two flows through one port, each with a beat of its own (20 and 30 ms
+/// apart, 4 s), through `delay 1us` as above: their arrivals interleave into
+/// gaps of 5-20 ms that keep no beat, yet each flow's frames find the stage
+/// awake, as one flow's do. Counts, not times, as above.
+fn two_beats_through_one_port_are_each_kept(backend: &str) {
+    if skip() {
+        return;
+    }
+    let _serial = serial();
+    let topo = topology_with("tb38", true);
+    let b = Bridge::start(&topo, backend, &["delay", "1us"]);
+    let port = 40000 + (std::process::id() % 20000) as u16;
+    let (fast, slow) = std::thread::scope(|s| {
+        let fast = s.spawn(|| udp_flow_to(&topo, true, 200, 64, Duration::from_millis(20), port));
+        // Started 5 ms later: the two beats meet no sooner than every 60 ms.
+        std::thread::sleep(Duration::from_millis(5));
+        let slow = udp_flow_to(&topo, true, 133, 64, Duration::from_millis(30), port + 1);
+        (fast.join().expect("first flow"), slow)
+    });
+    let stats = b.stop();
+    let count = |key: &str| stats["directions"][0][key].as_u64().unwrap();
+    let got = [&fast, &slow].map(|f| f.iter().flatten().count() as u64);
+    let report = format!(
+        "{backend}: 200 frames 20 ms apart and 133 frames 30 ms apart through delay 1us: {got:?}          received, {} taken, {} on the beat, {} wake-ups of the stage",
+        count("received"),
+        count("rx_on_beat"),
+        count("rx_wakeups")
+    );
+    eprintln!("{report}");
+    assert!(
+        got[0] >= 180 && got[1] >= 120,
+        "frames went missing: {report}"
+    );
+    assert!(
+        count("rx_on_beat") >= 333 / 2,
+        "fewer than half the frames found the stage awake: {report}"
+    );
+}
+
 /// Each direction's counts show its output thread's `spin`: the budget given
 /// (or the default 5 % of a core), what the thread learnt of this
 /// machine's wake-ups, and with `--spin-budget 0%` (or while every core of a
@@ -463,5 +502,6 @@ on_both_backends!(
     an_answer_from_a_host_process_costs_no_second_wake_up,
     a_sparse_hold_costs_one_wake_up_per_frame,
     frames_on_a_beat_find_the_stage_awake,
+    two_beats_through_one_port_are_each_kept,
     each_direction_shows_its_spin_budget_and_what_it_learnt
 );

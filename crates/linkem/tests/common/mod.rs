@@ -417,12 +417,25 @@ pub fn udp_flow(
     len: usize,
     gap: Duration,
 ) -> Vec<Option<u64>> {
+    let port = 40000 + (std::process::id() % 20000) as u16;
+    udp_flow_to(topo, from_a, n, len, gap, port)
+}
+
+/// [`udp_flow`] to the receiver's UDP `port` (several flows at once each
+/// take their own).
+pub fn udp_flow_to(
+    topo: &Topology,
+    from_a: bool,
+    n: u32,
+    len: usize,
+    gap: Duration,
+    port: u16,
+) -> Vec<Option<u64>> {
     let (src_ns, dst_ns, dst) = if from_a {
         (&topo.ns_a, &topo.ns_b, topo.addr_b)
     } else {
         (&topo.ns_b, &topo.ns_a, topo.addr_a)
     };
-    let port = 40000 + (std::process::id() % 20000) as u16;
     std::thread::scope(|s| {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let receiver = s.spawn(move || {

@@ -17,8 +17,13 @@
 //!
 //! The beat is learnt from the kernel's receive stamps of the first frame
 //! of each burst (a frame less than [`BURST_NS`] after the one before
-//! belongs to its burst), per port, so the stage's own wake-up lateness is not in
-//! it. Senders keep beats in two ways: on a schedule (iputils' ping: a
+//! belongs to its burst), so the stage's own wake-up lateness is not in it,
+//! and per flow ([`Beats`]: addresses, protocol and ports, for up to
+//! [`FLOWS`] flows of each port), so that two flows with beats of their own
+//! (a game's ticks and a keep-alive, two pings) each keep theirs: through
+//! one port their arrivals interleave into gaps that keep no beat. A frame
+//! less than [`SPARSE_NS`] after the port's previous one is not looked at
+//! (its flow is not parsed): traffic that dense has no beat to learn. Senders keep beats in two ways: on a schedule (iputils' ping: a
 //! frame sent late is followed by one sent early), or each gap counted from
 //! the last send. Either way a beat's gaps are near one period, with now and
 //! then one far off it (a stall of the sender: a gap of 108 ms in a 104 ms
@@ -44,7 +49,8 @@
 //!
 //! Invariants: no window before the beat is steady, none for gaps under
 //! [`BURST_NS`]; a window is never wider than an eighth of the period; a
-//! beat that stops costs at most [`MAX_BEATS`] windows.
+//! beat that stops costs at most [`MAX_BEATS`] windows; a flow's frames
+//! change no other flow's beat.
 
 /// Frames closer than this to the one before belong to its burst, so a
 /// beat is at least this long: at 1 kpps through `delay 50us` windows moved
@@ -65,8 +71,16 @@ const MAX_EXTRAS: u32 = 3;
 const MAX_WIDEN: u32 = 3;
 /// Beats a window is expected after the last frame of the beat.
 const MAX_BEATS: u64 = 3;
+/// Flows whose beats a port keeps at once ([`Beats`]).
+pub(super) const FLOWS: usize = 4;
+/// A frame less than this after its port's previous frame is not looked at
+/// for a beat (see the module doc): at 10 kpps and more, no frame's flow is
+/// parsed for it.
+pub(super) const SPARSE_NS: u64 = 100_000;
 
-/// The beat of one receive port's arrivals (see the module doc).
+use linkem_core::rules::{FlowKey, L2Kind};
+
+/// The beat of one flow's arrivals (see the module doc).
 #[derive(Debug, Default, Clone)]
 pub(super) struct Cadence {
     /// The stamp of the latest frame, of the beat or not.
@@ -212,6 +226,84 @@ impl Cadence {
     }
 }
 
+/// The beats of one receive port's flows (see the module doc): a flow is a
+/// hash of its addresses, protocol and ports ([`flow_of`]).
+#[derive(Debug, Default, Clone)]
+pub(super) struct Beats {
+    flows: [FlowBeat; FLOWS],
+}
+
+#[derive(Debug, Default, Clone)]
+struct FlowBeat {
+    flow: u64,
+    /// The stamp of the flow's latest frame; 0: the slot is free.
+    seen_ns: u64,
+    cadence: Cadence,
+}
+
+impl Beats {
+    /// A frame of `flow` stamped `stamp_ns` arrived. A flow not kept takes
+    /// a free slot, else the one whose beat expects nothing (or, all of
+    /// them expecting a frame, the one seen longest ago), learnt anew.
+    pub fn arrived(&mut self, flow: u64, stamp_ns: u64) {
+        let i = match self
+            .flows
+            .iter()
+            .position(|f| f.seen_ns != 0 && f.flow == flow)
+        {
+            Some(i) => i,
+            None => {
+                let (i, _) = self
+                    .flows
+                    .iter()
+                    .enumerate()
+                    .min_by_key(|(_, f)| {
+                        let expecting = f.seen_ns != 0 && f.cadence.window(stamp_ns).is_some();
+                        (expecting, f.seen_ns)
+                    })
+                    .expect("FLOWS > 0");
+                self.flows[i] = FlowBeat {
+                    flow,
+                    ..FlowBeat::default()
+                };
+                i
+            }
+        };
+        let f = &mut self.flows[i];
+        f.seen_ns = stamp_ns.max(1);
+        f.cadence.arrived(stamp_ns);
+    }
+
+    /// The earliest-starting window of the port's flows not over at
+    /// `now_ns` ([`Cadence::window`]).
+    pub fn window(&self, now_ns: u64) -> Option<(u64, u64)> {
+        self.flows
+            .iter()
+            .filter(|f| f.seen_ns != 0)
+            .filter_map(|f| f.cadence.window(now_ns))
+            .min_by_key(|w| w.0)
+    }
+}
+
+/// The flow of an Ethernet frame for its beat: a hash of its EtherType, IP
+/// protocol, addresses and ports (ICMP's type and code); the rest of the
+/// header (lengths, TTL, flags) changes from frame to frame of one flow.
+pub(super) fn flow_of(frame: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let k = FlowKey::parse(frame, L2Kind::Ethernet);
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (
+        k.ether_type,
+        k.proto,
+        k.src_ip,
+        k.dst_ip,
+        k.src_port,
+        k.dst_port,
+    )
+        .hash(&mut h);
+    h.finish()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,6 +393,45 @@ mod tests {
         assert_eq!(c.window(145 * MS), None);
         c.arrived(150 * MS);
         assert_eq!(c.window(150 * MS).unwrap().0, 155 * MS - MIN_MARGIN_NS);
+    }
+
+    /// Two flows through one port, at 20 and 30 ms: their arrivals
+    /// interleave into gaps of 5, 10 and 15 ms that keep no beat, and each
+    /// flow keeps its own; a third flow's frames, without a beat, change
+    /// neither, and a fifth flow takes the slot of a flow that stopped.
+    #[test]
+    fn each_flow_keeps_its_beat() {
+        let (a, b, chatter) = (1u64, 2u64, 3u64);
+        let mut arrivals: Vec<(u64, u64)> = (0..30u64)
+            .map(|k| (a, k * 20 * MS))
+            .chain((0..20u64).map(|k| (b, 5 * MS + k * 30 * MS)))
+            .chain([(chatter, 57 * MS), (chatter, 211 * MS), (chatter, 404 * MS)])
+            .collect();
+        arrivals.sort_by_key(|&(_, t)| t);
+        let mut port = Cadence::default();
+        let mut beats = Beats::default();
+        for &(flow, t) in &arrivals {
+            port.arrived(t);
+            beats.arrived(flow, t);
+        }
+        let now = 585 * MS;
+        assert_eq!(port.window(now), None, "one beat for the port");
+        // a's next frame at 600 ms, b's at 605 ms.
+        assert_eq!(beats.window(now).unwrap().0, 600 * MS - MIN_MARGIN_NS);
+        assert_eq!(
+            beats.window(600 * MS + MIN_MARGIN_NS).unwrap().0,
+            605 * MS - MIN_MARGIN_NS
+        );
+        // a stops; b goes on; new flows come one by one. They take the free
+        // slot, the chatter's and then each other's while a's beat still
+        // expects a frame; once it expects none, a's slot too. b's stays.
+        for (k, t) in [(10u64, 601 * MS), (11, 602 * MS), (12, 603 * MS)] {
+            beats.arrived(k, t);
+        }
+        beats.arrived(b, 605 * MS);
+        beats.arrived(13, 690 * MS);
+        let w = beats.window(690 * MS).unwrap();
+        assert_eq!(w.0, 695 * MS - MIN_MARGIN_NS, "b's beat kept: {w:?}");
     }
 
     #[test]

@@ -38,7 +38,7 @@
 //!   stored for a release within the stage's horizon, when a credit growing
 //!   at the spin budget's share of the time pays for it) it stays awake
 //!   too, in the policy it woke in, and sends the frame itself: one wake-up
-//!   per frame instead of the arrival's and the release's. For a port whose
+//!   per frame instead of the arrival's and the release's. For a flow whose
 //!   arrivals keep a beat ([`cadence`]: a ping, a keep-alive) it wakes
 //!   shortly before the window the next frame is expected in and polls
 //!   through it, from the same credit, so the frame does not wait for the
@@ -215,7 +215,7 @@ mod take;
 pub use api::{LiveModel, LiveOptions, SubmitError, Tap};
 use bridge::*;
 pub use bridge::{GroupPair, LiveBridge, LiveGroup, NodeBridge, Submitted};
-use cadence::Cadence;
+use cadence::Beats;
 use kernel::*;
 use outputs::*;
 use run::*;

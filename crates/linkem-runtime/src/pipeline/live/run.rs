@@ -19,8 +19,8 @@ pub(super) struct PairLoop<M> {
     pub(super) down: [bool; 2],
     /// Each direction's kernel path (the `kernel` module).
     pub(super) kernel: [KernelSide; 2],
-    /// The beat of each receive port's arrivals.
-    pub(super) cadence: [Cadence; 2],
+    /// The beats of each receive port's flows.
+    pub(super) cadence: [Beats; 2],
     /// How long the latest frames stored were held from their stamps.
     pub(super) held_ns: Option<u64>,
 }
@@ -35,7 +35,7 @@ pub(super) struct Turn {
     /// When the model next sweeps its idle flow instances, if it holds any.
     pub(super) sweep_at: Option<u64>,
     /// The earliest window, not yet over, in which a port's beat says its
-    /// next frame comes ([`Cadence::window`]).
+    /// next frame comes ([`Beats::window`]).
     pub(super) expected: Option<(u64, u64)>,
     /// How long the latest frames of the pair whose window that is were
     /// held from their stamps.
@@ -191,13 +191,13 @@ impl<M: LiveModel> PairLoop<M> {
             taken_side[side] = n;
             full |= n == batch;
         }
-        let mut first_stamp = None;
-        for (c, stamp) in cadence.iter_mut().zip(&mut stage.first_stamp_ns) {
-            if let Some(t) = stamp.take() {
-                c.arrived(t);
-                first_stamp = earliest(first_stamp, Some(t));
+        for (beats, sparse) in cadence.iter_mut().zip(&mut stage.sparse) {
+            for (flow, t) in sparse.drain(..) {
+                beats.arrived(flow, t);
             }
         }
+        let [a, b] = &mut stage.first_stamp_ns;
+        let first_stamp = earliest(a.take(), b.take());
         let now = stage.tick();
         stage.poll(model, &mut objs, now);
         stage.sweep(model, now);
@@ -514,7 +514,7 @@ fn turn_all<M: LiveModel>(
 }
 
 /// The earliest-starting window of `cadence`'s ports not over at `now_ns`.
-fn expected_window(cadence: &[Cadence; 2], now_ns: u64) -> Option<(u64, u64)> {
+fn expected_window(cadence: &[Beats; 2], now_ns: u64) -> Option<(u64, u64)> {
     cadence
         .iter()
         .filter_map(|c| c.window(now_ns))

@@ -115,8 +115,15 @@ pub(super) struct Stage {
     pub(super) wants_discards: [bool; 2],
     pub(super) discards: [Vec<Vec<u8>>; 2],
     /// Per side, the stamp of the first frame taken since the pair's turn
-    /// last read it: the beat of its arrivals ([`Cadence`]).
+    /// last read it (how long the frames stored were held from it).
     pub(super) first_stamp_ns: [Option<u64>; 2],
+    /// Per side, the stamp of the latest frame taken.
+    pub(super) last_stamp_ns: [u64; 2],
+    /// Per side, the flows and stamps of the frames taken since the pair's
+    /// turn last read them that came [`cadence::SPARSE_NS`] or more after
+    /// their port's previous frame, [`cadence::FLOWS`] at most: the beats
+    /// of its arrivals ([`Beats`]).
+    pub(super) sparse: [Vec<(u64, u64)>; 2],
 }
 
 impl Stage {
@@ -164,6 +171,8 @@ impl Stage {
             wants_discards: [false; 2],
             discards: Default::default(),
             first_stamp_ns: [None; 2],
+            last_stamp_ns: [0; 2],
+            sparse: std::array::from_fn(|_| Vec::with_capacity(cadence::FLOWS)),
             shed: [false; 2],
             pushed: [false; 2],
             warned_too_big: false,

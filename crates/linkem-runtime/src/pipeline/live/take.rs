@@ -20,6 +20,11 @@ impl Stage {
             clock::now_ns()
         };
         self.first_stamp_ns[side].get_or_insert(stamp);
+        let after_ns = stamp.saturating_sub(self.last_stamp_ns[side]);
+        self.last_stamp_ns[side] = stamp;
+        if after_ns >= cadence::SPARSE_NS && self.sparse[side].len() < cadence::FLOWS {
+            self.sparse[side].push((cadence::flow_of(frame.data), stamp));
+        }
         let ts = self.driver.arrival_ns(stamp);
         let max = self.max_frame[side];
         if self.whole_ok[side] {
