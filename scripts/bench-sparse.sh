@@ -12,6 +12,8 @@
 # Defaults: 200 pings per cell, 2 rounds. Without BASE the BASE rows are left out.
 # DELAYS (default "0 50us") are the delays of the linkem columns, e.g. "50us 200us".
 # LINKEM_ARGS (e.g. "--backend xdp --coalesce off") go to every linkem bridge.
+# BESIDE (seconds, e.g. 0.03): a UDP datagram from a to b that often, on a schedule,
+# beside every ping cell (bridge and linkem alike): a second flow with a beat of its own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-common.sh
@@ -29,12 +31,25 @@ ip -n "${P}b" neigh replace 10.96.0.1 lladdr "$MAC_A" dev "${P}hb" nud permanent
 
 # ping_median INTERVAL_S: median RTT in µs of $pings pings (after 5 unmeasured).
 ping_median() {
+  local beside=
+  if [ -n "${BESIDE:-}" ]; then
+    ip netns exec "${P}a" python3 -c '
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+gap = float(sys.argv[1]); t0 = time.monotonic(); k = 0
+while True:
+    k += 1
+    time.sleep(max(0.0, t0 + k * gap - time.monotonic()))
+    s.sendto(b"beside", ("10.96.0.2", 9))' "$BESIDE" &
+    beside=$!
+  fi
   ip netns exec "${P}a" ping -q -c 5 -i "$1" 10.96.0.2 >/dev/null 2>&1 || true
   ip netns exec "${P}a" ping -n -c "$pings" -i "$1" 10.96.0.2 2>/dev/null |
     python3 -c '
 import re, statistics, sys
 v = [float(m.group(1)) for m in re.finditer(r"time=([0-9.]+) ms", sys.stdin.read())]
 print("%.0f" % (statistics.median(v) * 1000) if v else "?")'
+  [ -z "$beside" ] || { kill "$beside"; wait "$beside" 2>/dev/null || true; }
 }
 
 through_bridge() {
@@ -77,7 +92,7 @@ PY
   echo "$med ($wpp)"
 }
 
-echo "# ping RTT median µs ($pings pings per cell; wake-ups per packet received: live stage rx, output threads tx)"
+echo "# ping RTT median µs ($pings pings per cell; wake-ups per packet received: live stage rx, output threads tx)${BESIDE:+; a UDP datagram every ${BESIDE} s beside}"
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
 head="| round | interval | Linux bridge"
 rule="|---|---|---"

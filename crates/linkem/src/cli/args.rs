@@ -363,8 +363,9 @@ pub struct RunArgs {
     /// sparse traffic: when the hold is due within 1 ms and a credit that grows
     /// by --spin-budget's share of the time (5% by default: 200us holds at 100
     /// packets per second) pays for it, so each such frame costs one wake-up;
-    /// denser traffic sleeps to its releases. Frames that keep a beat of 2 ms
-    /// or more (a ping, a keep-alive) find the stage polling for them, from the
+    /// denser traffic sleeps to its releases. Frames of a flow that keeps a beat
+    /// of 2 ms or more (a ping, a keep-alive; up to 4 flows per port) find the
+    /// stage polling for them, from the
     /// same credit: it wakes shortly before the next is due, so a small delay
     /// is not spent on the frame's own wake-up (`rx_on_beat` counts them). It
     /// lingers after departures at ordinary priority, so that a host answering
