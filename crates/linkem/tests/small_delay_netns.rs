@@ -423,7 +423,7 @@ fn two_beats_through_one_port_are_each_kept(backend: &str) {
     let count = |key: &str| stats["directions"][0][key].as_u64().unwrap();
     let got = [&fast, &slow].map(|f| f.iter().flatten().count() as u64);
     let report = format!(
-        "{backend}: 200 frames 20 ms apart and 133 frames 30 ms apart through delay 1us: {got:?}          received, {} taken, {} on the beat, {} wake-ups of the stage",
+        "{backend}: 200 frames 20 ms apart and 133 frames 30 ms apart through delay 1us: {got:?} received, {} taken, {} on the beat, {} wake-ups of the stage",
         count("received"),
         count("rx_on_beat"),
         count("rx_wakeups")
