@@ -75,19 +75,32 @@ c.sendall(b'x' * {bytes})\nc.close()\n",
 
 /// TCP segments host a sent again so far (`TcpRetransSegs` of its namespace).
 fn retransmitted(topo: &Topology) -> u64 {
-    let out = topo
-        .exec_in_a(&["nstat", "-az", "TcpRetransSegs"])
-        .expect("nstat runs");
+    nstat(
+        topo.exec_in_a(&["nstat", "-az", "TcpRetransSegs"]),
+        "TcpRetransSegs",
+    )
+}
+
+/// Echo requests host b received so far (`IcmpInEchos` of its namespace).
+fn echo_requests_at_b(topo: &Topology) -> u64 {
+    nstat(
+        topo.exec_in_b(&["nstat", "-az", "IcmpInEchos"]),
+        "IcmpInEchos",
+    )
+}
+
+fn nstat(out: Result<std::process::Output, netns::NetnsError>, name: &str) -> u64 {
+    let out = out.expect("nstat runs");
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .find_map(|l| {
-            l.strip_prefix("TcpRetransSegs")?
+            l.strip_prefix(name)?
                 .split_whitespace()
                 .next()?
                 .parse()
                 .ok()
         })
-        .expect("nstat prints TcpRetransSegs")
+        .unwrap_or_else(|| panic!("nstat prints {name}"))
 }
 
 #[test]
@@ -236,43 +249,57 @@ fn a_frame_between_the_gates_two_writes_goes_one_way() {
         linkem_io::bpf::map_update_u32(k.gate_fd(), GATE_SKIP, v).expect("gate written")
     };
 
+    // Host b's own count of echo requests tells where the requests went:
+    // the kernel's count also holds the hosts' own frames (IPv6 chatter on
+    // a fresh link). Host b's answers have no way back throughout.
+    let requests = || echo_requests_at_b(&topo);
+
     // Engaged: the kernel forwards, the socket gets nothing.
     ka.engage(ib).unwrap();
-    let _ = ping(&topo, "4");
-    let engaged = ka.counter().counts().unwrap().frames;
-    let taken = echo_requests_taken(&mut rx, Duration::from_millis(200));
-    assert!(
-        engaged >= 4,
-        "the kernel forwarded {engaged} frames of 4 requests"
+    let at_start = requests();
+    let (ok, text) = ping(&topo, "4");
+    assert!(!ok, "host b's answers have no way back:\n{text}");
+    let (at_b, taken) = (
+        requests() - at_start,
+        echo_requests_taken(&mut rx, Duration::from_millis(200)),
     );
-    assert_eq!(taken, 0, "engaged, the socket took {taken} requests");
+    assert_eq!(
+        (taken, at_b),
+        (0, 4),
+        "engaged: the socket took {taken} of 4 requests, host b received {at_b}"
+    );
 
     // Between the two writes: the target still set, the socket taking frames
     // again (as after the first write of switching off, or before the second
-    // of switching on). Host b answers nothing, nobody forwarding for it.
+    // of switching on).
+    let (kernel_before, at_start) = (ka.counter().counts().unwrap().frames, requests());
     skip(&ka, 0);
-    let (ok, text) = ping(&topo, "4");
-    let forwarded = ka.counter().counts().unwrap().frames - engaged;
-    let taken = echo_requests_taken(&mut rx, Duration::from_millis(200));
-    assert!(!ok, "nothing should have answered:\n{text}");
+    let _ = ping(&topo, "4");
+    let (at_b, taken) = (
+        requests() - at_start,
+        echo_requests_taken(&mut rx, Duration::from_millis(200)),
+    );
+    let forwarded = ka.counter().counts().unwrap().frames - kernel_before;
     assert_eq!(
-        (taken, forwarded),
+        (taken, at_b),
         (4, 0),
         "between the writes each of 4 requests must go one way: the socket took {taken}, \
-         the kernel forwarded {forwarded} frames"
+         host b received {at_b} (the kernel forwarded {forwarded} frames in all)"
     );
 
     // Engaged again: the kernel's alone.
     skip(&ka, 1);
-    let (ok, text) = ping(&topo, "4");
-    assert!(!ok, "host b's answers have no way back:\n{text}");
-    let forwarded = ka.counter().counts().unwrap().frames - engaged;
-    let taken = echo_requests_taken(&mut rx, Duration::from_millis(200));
-    assert!(
-        forwarded >= 4,
-        "the kernel forwarded {forwarded} frames of 4 requests"
+    let at_start = requests();
+    let _ = ping(&topo, "4");
+    let (at_b, taken) = (
+        requests() - at_start,
+        echo_requests_taken(&mut rx, Duration::from_millis(200)),
     );
-    assert_eq!(taken, 0, "engaged again, the socket took {taken} requests");
+    assert_eq!(
+        (taken, at_b),
+        (0, 4),
+        "engaged again: the socket took {taken} of 4 requests, host b received {at_b}"
+    );
     drop((ka, rx));
     topo.teardown();
 }
