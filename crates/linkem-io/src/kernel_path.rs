@@ -208,20 +208,14 @@ impl KernelPath for Kernel {
 }
 
 /// A random token for one port's mark: another port's filter, in this
-/// linkem or in one before it on the path, writes another. From the clock
-/// should the kernel have no randomness to give (it always has, since 5.6).
+/// linkem or in one before it on the path, writes another.
 fn mark_token() -> u32 {
-    let mut b = [0u8; 4];
-    // Safety: a valid buffer of the length given.
-    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), libc::GRND_NONBLOCK) };
-    if n == 4 {
-        return u32::from_ne_bytes(b);
-    }
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos() ^ d.as_secs() as u32)
-        .unwrap_or(0);
-    t ^ std::process::id().rotate_left(16)
+    use std::hash::{BuildHasher, Hasher};
+    // RandomState is seeded from the OS's random source once per process
+    // and stepped for each new state: distinct ports get distinct tokens.
+    std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish() as u32
 }
 
 /// The per-CPU counts map, summed over the CPUs when read.
