@@ -10,7 +10,7 @@
 //!                       [eb: -> ea]
 //! ```
 
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use linkem_core::port::{KernelCounts, KernelPath};
@@ -20,6 +20,18 @@ use linkem_io::kernel_path::{Gate, Kernel};
 use linkem_io::netns::{self, Topology};
 
 static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Two stock hosts with static neighbours, held by one test at a time;
+/// `None` without root.
+fn two_hosts(tag: &str) -> Option<(MutexGuard<'static, ()>, Topology)> {
+    if !netns::is_root() {
+        return None;
+    }
+    let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let topo = Topology::two_hosts_stock(&netns::unique_prefix(tag)).expect("namespaces and veths");
+    topo.pin_neighbours().expect("static neighbours");
+    Some((serial, topo))
+}
 
 fn ifindex(name: &str) -> u32 {
     let c = std::ffi::CString::new(name).expect("no NUL");
@@ -105,14 +117,10 @@ fn nstat(out: Result<std::process::Output, netns::NetnsError>, name: &str) -> u6
 
 #[test]
 fn kernel_path_forwards_and_counts_while_engaged_only() {
-    if !netns::is_root() {
+    let Some((_serial, topo)) = two_hosts("kp") else {
         println!("skipped: needs root");
         return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let topo =
-        Topology::two_hosts_stock(&netns::unique_prefix("kp")).expect("namespaces and veths");
-    topo.pin_neighbours().expect("static neighbours");
+    };
     let (ia, ib) = (ifindex(&topo.emu_a), ifindex(&topo.emu_b));
     let mut ka = Kernel::open(&topo.emu_a, ia, Gate::PacketSocket).expect("tc program on ea");
     let mut kb = Kernel::open(&topo.emu_b, ib, Gate::PacketSocket).expect("tc program on eb");
@@ -232,14 +240,10 @@ fn echo_requests_taken(rx: &mut AfPacket, wait: Duration) -> usize {
 /// state, where a frame could otherwise only fall in by chance.
 #[test]
 fn a_frame_between_the_gates_two_writes_goes_one_way() {
-    if !netns::is_root() {
+    let Some((_serial, topo)) = two_hosts("kg") else {
         println!("skipped: needs root");
         return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let topo =
-        Topology::two_hosts_stock(&netns::unique_prefix("kg")).expect("namespaces and veths");
-    topo.pin_neighbours().expect("static neighbours");
+    };
     let ib = ifindex(&topo.emu_b);
     let mut rx = AfPacket::open(&topo.emu_a, AfPacketConfig::default()).expect("socket on ea");
     let mut ka = Kernel::open(&topo.emu_a, ifindex(&topo.emu_a), Gate::PacketSocket)
