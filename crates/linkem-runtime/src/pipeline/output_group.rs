@@ -132,7 +132,7 @@ pub(super) fn output_group(
             wakeups += 1;
             continue;
         };
-        let spin = budget.spin_ns(&wake, cfg.spin_ns);
+        let spin = budget.allowed_spin_ns(now, &wake, cfg.spin_ns);
         tell_lead(&dirs, lead_ns(spin));
         let wait = release_ns.saturating_sub(now);
         if wait > spin {
@@ -150,9 +150,9 @@ pub(super) fn output_group(
             while clock::now_ns() < release_ns {
                 std::hint::spin_loop();
             }
-            budget.spun_ns += wait;
+            budget.spun(wait);
         }
-        budget.tick(now);
+        budget.tick_waiting(now, &wake, cfg.spin_ns);
     }
     for d in &dirs {
         let _ = d.lock().st.flush_before(None);

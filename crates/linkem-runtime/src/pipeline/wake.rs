@@ -14,7 +14,11 @@
 //! (`--spin-budget`, default [`DEFAULT_SPIN_BUDGET_PPM`], 5 %). Within it, the spin
 //! covers 99 % of wake-ups; a window over it steps the spin down the ladder
 //! (99 % → 90 % → 50 % → [`MIN_SPIN_NS`]), a window under half of it steps
-//! back up. So a sparse link spins to cover almost every wake-up (a few µs per
+//! back up, unless the step's spin would not fit the budget at the window's
+//! count of releases ([`WakeEstimate::expected_spin_ns`]: what each learnt
+//! wake-up leaves to spin). Every spin is paid from a credit that grows by
+//! the budget (`SpinBudget::allowed_spin_ns`), so the ladder's steps cannot
+//! overspend it. So a sparse link spins to cover almost every wake-up (a few µs per
 //! packet), and a steady 100 Mbit/s flow, whose releases come every 120 µs,
 //! does not hold a core spinning for them: it trades the tail of lateness
 //! (the wake-ups beyond the lower quantile, each no later than a plain timer
@@ -22,8 +26,9 @@
 //! the median wake-up.
 //!
 //! Invariants: an idle thread never spins (it spins only before a release);
-//! over any window the spin is at most the budget plus one window's
-//! worth before the ladder steps down; the estimate forgets: counts halve every
+//! over any stretch of time it spins at most its budget's share of it plus
+//! `SPIN_CREDIT_WINDOWS` windows' worth, and [`MIN_SPIN_NS`] per release
+//! beyond that; the estimate forgets: counts halve every
 //! [`WAKE_WINDOW`] sleeps, so a burst of preemptions is gone after about a
 //! thousand sleeps, while a steady latency keeps its quantile.
 
@@ -108,6 +113,24 @@ impl WakeEstimate {
             }
         }
         WAKE_BOUNDS_NS[WAKE_BOUNDS_NS.len() - 1]
+    }
+
+    /// The mean spin per release with a spin of `spin_ns`: a thread woken
+    /// `late` after the spin's start spins `spin_ns - late`, none when later.
+    /// Each bucket counts from its lower bound, so it errs towards a larger
+    /// cost; before any sleep, `spin_ns` itself.
+    pub fn expected_spin_ns(&self, spin_ns: u64) -> u64 {
+        if self.total == 0 {
+            return spin_ns;
+        }
+        let lower = std::iter::once(0).chain(WAKE_BOUNDS_NS);
+        let sum: u64 = self
+            .counts
+            .iter()
+            .zip(lower)
+            .map(|(&c, low)| u64::from(c) * spin_ns.saturating_sub(low))
+            .sum();
+        sum / u64::from(self.total)
     }
 
     /// Whether 99 % of the sleeps learnt woke within `spin_ns` (false before
@@ -237,14 +260,32 @@ impl SpinLadder {
         SPIN_LADDER_PPM[self.step]
     }
 
-    /// A window of `elapsed_ns` ended having spun `spun_ns`: over the budget,
-    /// one step down; under half of it, one step up.
-    pub fn window_ended(&mut self, spun_ns: u64, elapsed_ns: u64) {
+    /// The quantile one step up, if there is one.
+    pub fn up_quantile_ppm(&self) -> Option<u32> {
+        self.step.checked_sub(1).map(|i| SPIN_LADDER_PPM[i])
+    }
+
+    /// A window of `elapsed_ns` ended having spun `spun_ns`: over the
+    /// budget, or `starved` (a spin was cut short because the budget was
+    /// spent), one step down; under half of it, one step up, unless the
+    /// step up is predicted to cost more than the budget (`up_cost_ns`, what
+    /// the window's waits would have spun there; None: not predicted).
+    /// Without the prediction, a link whose releases are dense (a steady
+    /// 100 Mbit/s) would step up into a spin it cannot afford every other
+    /// window, and spend twice its budget on average.
+    pub fn window_ended(
+        &mut self,
+        spun_ns: u64,
+        elapsed_ns: u64,
+        starved: bool,
+        up_cost_ns: Option<u64>,
+    ) {
         let budget_ns = u128::from(elapsed_ns) * u128::from(self.budget_ppm) / 1_000_000;
         let spun_ns = u128::from(spun_ns);
-        if spun_ns > budget_ns {
+        let up_fits = up_cost_ns.is_none_or(|c| u128::from(c) <= budget_ns);
+        if spun_ns > budget_ns || starved {
             self.step = (self.step + 1).min(SPIN_LADDER_PPM.len() - 1);
-        } else if spun_ns * 2 < budget_ns && self.budget_ppm > 0 {
+        } else if spun_ns * 2 < budget_ns && self.budget_ppm > 0 && up_fits {
             self.step = self.step.saturating_sub(1);
         }
     }
@@ -425,29 +466,61 @@ mod tests {
         let mut l = SpinLadder::new(250_000);
         assert_eq!(l.quantile_ppm(), 990_000);
         let window = 10_000 * US;
-        l.window_ended(3_000 * US, window);
+        l.window_ended(3_000 * US, window, false, None);
         assert_eq!(l.quantile_ppm(), 900_000, "30 % of the window is over 25 %");
-        l.window_ended(2_000 * US, window);
+        l.window_ended(2_000 * US, window, false, None);
         assert_eq!(
             l.quantile_ppm(),
             900_000,
             "20 % is within it, above its half"
         );
         for want in [500_000, 0, 0] {
-            l.window_ended(window, window);
+            l.window_ended(window, window, false, None);
             assert_eq!(l.quantile_ppm(), want);
         }
         for want in [500_000, 900_000, 990_000, 990_000] {
-            l.window_ended(1_000 * US, window);
+            l.window_ended(1_000 * US, window, false, None);
             assert_eq!(l.quantile_ppm(), want);
         }
+    }
+
+    #[test]
+    fn the_ladder_does_not_step_up_into_a_spin_it_cannot_afford() {
+        let mut l = SpinLadder::new(50_000);
+        let window = 10_000 * US;
+        l.window_ended(window, window, false, None);
+        l.window_ended(window, window, false, None);
+        assert_eq!(l.quantile_ppm(), 500_000);
+        // A window well under budget, but the step up would spend 6 %.
+        l.window_ended(100 * US, window, false, Some(600 * US));
+        assert_eq!(l.quantile_ppm(), 500_000);
+        l.window_ended(100 * US, window, false, Some(400 * US));
+        assert_eq!(l.quantile_ppm(), 900_000, "4 % fits 5 %");
+        // A spin cut for want of credit steps down, whatever was spun.
+        l.window_ended(100 * US, window, true, None);
+        assert_eq!(l.quantile_ppm(), 500_000);
+    }
+
+    #[test]
+    fn the_expected_spin_counts_what_each_wake_up_leaves_to_spin() {
+        let mut w = WakeEstimate::default();
+        assert_eq!(w.expected_spin_ns(40 * US), 40 * US, "unlearnt: all of it");
+        // Half the sleeps in the bucket from 0 to 1 us, half in 32-45 us.
+        for _ in 0..10 {
+            w.observe(500);
+            w.observe(40 * US);
+        }
+        // Spin 50 us: (50 - 0) / 2 + (50 - 32) / 2.
+        assert_eq!(w.expected_spin_ns(50 * US), 34 * US);
+        // Spin 20 us: the late half spins nothing.
+        assert_eq!(w.expected_spin_ns(20 * US), 10 * US);
     }
 
     #[test]
     fn a_budget_of_nothing_never_spins_beyond_the_least() {
         let mut l = SpinLadder::new(0);
         assert_eq!(l.quantile_ppm(), 0);
-        l.window_ended(0, 10_000 * US);
+        l.window_ended(0, 10_000 * US, false, None);
         assert_eq!(l.quantile_ppm(), 0, "an idle window does not step up");
         let w = WakeEstimate::default();
         assert_eq!(w.spin_ns(l.quantile_ppm(), 200 * US), MIN_SPIN_NS);

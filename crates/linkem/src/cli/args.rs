@@ -334,11 +334,14 @@ pub struct RunArgs {
     /// on cores that are linkem's alone.
     #[arg(long, value_name = "TIME", value_parser = linkem_core::units::checked_time)]
     pub spin_threshold: Option<String>,
-    /// The most of a core each output stage spends spinning before release times,
-    /// over each 10 ms (default 5%; '0%' spins 3 µs at most). Within it, the spin covers
-    /// 99% of the wake-ups the stage has learnt of this machine; a window over it steps
-    /// down to 90%, then 50%, then none, and one under half of it steps back up: a
-    /// busy link trades the tail of its lateness for CPU, a sparse one stays exact.
+    /// The most of a core each output stage spends spinning before release times
+    /// (default 5%; '0%' spins 3 µs at most per release): every spin is paid from a
+    /// credit that grows by this share of the time (up to 100 ms's worth). Within it,
+    /// the spin covers 99% of the wake-ups the stage has learnt of this machine; a 10 ms
+    /// window over it, or whose spin the credit cut short, steps down to 90%, then 50%,
+    /// then none, and one under half of it steps back up when the learnt wake-ups say
+    /// the step's spin fits: a busy link trades the tail of its lateness for CPU, a
+    /// sparse one stays exact.
     /// `--stats json` shows each direction's `spin`. The emulating stage lingers
     /// through a sparse link's holds, and wakes for frames that keep a beat,
     /// within the same share of its time (--linger).

@@ -602,7 +602,7 @@ pub(super) fn output_stage(outlet: Arc<Outlet>, cfg: OutputConfig, mut realtime:
                 // Failing to return to SCHED_FIFO costs precision, not packets.
                 let _ = rt.wait_mode();
             }
-            let spin = budget.spin_ns(&wake, spin_ns);
+            let spin = budget.allowed_spin_ns(now, &wake, spin_ns);
             if wait_until(
                 &outlet,
                 release_ns,
@@ -617,6 +617,7 @@ pub(super) fn output_stage(outlet: Arc<Outlet>, cfg: OutputConfig, mut realtime:
                     .output_wake_ns
                     .store(wake.wake_ns(spin_ns), Ordering::Relaxed);
             }
+            budget.tick_waiting(now, &wake, spin_ns);
             continue;
         }
         control.output_ready_ns.store(now, Ordering::Relaxed);
@@ -735,9 +736,8 @@ fn wait_until(
         while clock::now_ns() < release_ns {
             std::hint::spin_loop();
         }
-        budget.spun_ns += release_ns - now;
+        budget.spun(release_ns - now);
     }
-    budget.tick(now);
     slept
 }
 
