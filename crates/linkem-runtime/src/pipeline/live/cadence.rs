@@ -286,12 +286,14 @@ impl Beats {
 }
 
 /// The flow of an Ethernet frame for its beat: a hash of its EtherType, IP
-/// protocol, addresses and ports (ICMP's type and code); the rest of the
-/// header (lengths, TTL, flags) changes from frame to frame of one flow.
+/// protocol, addresses and ports (ICMP's type and code, and an echo's
+/// identifier); the rest of the header (lengths, TTL, flags) changes from
+/// frame to frame of one flow.
 pub(super) fn flow_of(frame: &[u8]) -> u64 {
     use std::hash::{Hash, Hasher};
     let k = FlowKey::parse(frame, L2Kind::Ethernet);
     let mut h = std::collections::hash_map::DefaultHasher::new();
+    let echo = matches!(k.proto, 1 | 58).then(|| echo_id(frame)).flatten();
     (
         k.ether_type,
         k.proto,
@@ -299,9 +301,28 @@ pub(super) fn flow_of(frame: &[u8]) -> u64 {
         k.dst_ip,
         k.src_port,
         k.dst_port,
+        echo,
     )
         .hash(&mut h);
     h.finish()
+}
+
+/// The identifier of an ICMP or ICMPv6 echo request or reply: each ping
+/// keeps its own (Linux: its socket's port), so two pings between the same
+/// two hosts, each on its own beat, are two flows.
+fn echo_id(frame: &[u8]) -> Option<u16> {
+    use etherparse::{Icmpv4Type, Icmpv6Type, SlicedPacket, TransportSlice};
+    match SlicedPacket::from_ethernet(frame).ok()?.transport? {
+        TransportSlice::Icmpv4(icmp) => match icmp.icmp_type() {
+            Icmpv4Type::EchoRequest(e) | Icmpv4Type::EchoReply(e) => Some(e.id),
+            _ => None,
+        },
+        TransportSlice::Icmpv6(icmp) => match icmp.icmp_type() {
+            Icmpv6Type::EchoRequest(e) | Icmpv6Type::EchoReply(e) => Some(e.id),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -432,6 +453,35 @@ mod tests {
         beats.arrived(13, 690 * MS);
         let w = beats.window(690 * MS).unwrap();
         assert_eq!(w.0, 695 * MS - MIN_MARGIN_NS, "b's beat kept: {w:?}");
+    }
+
+    fn echo4(id: u16, seq: u16, ttl: u8) -> Vec<u8> {
+        let b = etherparse::PacketBuilder::ethernet2([2; 6], [4; 6])
+            .ipv4([10, 0, 0, 1], [10, 0, 0, 2], ttl)
+            .icmpv4_echo_request(id, seq);
+        let mut f = Vec::new();
+        b.write(&mut f, &[7; 56]).expect("a frame");
+        f
+    }
+
+    fn echo6(id: u16, seq: u16) -> Vec<u8> {
+        let b = etherparse::PacketBuilder::ethernet2([2; 6], [4; 6])
+            .ipv6([1; 16], [2; 16], 64)
+            .icmpv6_echo_request(id, seq);
+        let mut f = Vec::new();
+        b.write(&mut f, &[7; 56]).expect("a frame");
+        f
+    }
+
+    #[test]
+    fn two_pings_between_the_same_hosts_are_two_flows() {
+        assert_eq!(flow_of(&echo4(7, 1, 64)), flow_of(&echo4(7, 2, 63)));
+        assert_ne!(flow_of(&echo4(7, 1, 64)), flow_of(&echo4(8, 1, 64)));
+        assert_eq!(flow_of(&echo6(7, 1)), flow_of(&echo6(7, 9)));
+        assert_ne!(flow_of(&echo6(7, 1)), flow_of(&echo6(8, 1)));
+        // A frame cut short within its ICMP header is still some flow.
+        let f = echo4(7, 1, 64);
+        let _ = flow_of(&f[..14 + 20 + 3]);
     }
 
     #[test]
