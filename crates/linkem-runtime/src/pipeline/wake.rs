@@ -40,8 +40,9 @@ pub(super) const MIN_SPIN_NS: u64 = 3_000;
 /// of its wake-ups (30-60 µs each on this project's VM: 3-6 %); a link
 /// releasing every 120 µs (100 Mbit/s of full frames) would spin a third of a
 /// core for that, and instead covers the median wake-up or none. Measured at
-/// 100 Mbit/s through `delay 10ms` (`scripts/bench-rattan.sh`, docs/numbers.md):
-/// 36 s of CPU per GB with no spin, 43 at 5 %, 53 at 10 %, 68 at 25 %.
+/// 100 Mbit/s through `delay 10ms` beside Rattan (`scripts/bench-rattan.sh`,
+/// docs/numbers.md, "The spin budget held"): 53 s of CPU per GB at 5 %, 56
+/// with no spin, 72 at 25 %, Rattan 59-63 in the same runs.
 pub const DEFAULT_SPIN_BUDGET_PPM: u32 = 50_000;
 
 /// Upper bounds of the histogram's buckets, ns: about 1.4x apart from 1 µs to
