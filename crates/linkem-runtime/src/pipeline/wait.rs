@@ -37,16 +37,66 @@ pub(super) struct SpinBudget {
     pub ladder: SpinLadder,
     /// Spun in the windows that ended, for the stats.
     pub spun_total_ns: u64,
-    /// What an output thread may still spin, ns, as of `credit_at_ns`: it
-    /// grows by the budget's share of the time passed, up to
-    /// [`SPIN_CREDIT_WINDOWS`] windows' worth, and every spin is paid from
-    /// it ([`SpinBudget::allowed_spin_ns`]).
-    credit_ns: u64,
-    credit_at_ns: u64,
+    /// What an output thread may still spin: it grows by the budget's
+    /// share of the time passed, up to [`SPIN_CREDIT_WINDOWS`] windows'
+    /// worth, and every spin is paid from it ([`SpinBudget::allowed_spin_ns`]).
+    credit: Credit,
     /// A spin of this window was cut short for want of credit.
     starved: bool,
     /// Waits for a release in this window (the ladder's prediction).
     waits: u64,
+}
+
+/// A share of a core's time saved up for spinning: it grows by `ppm` of the
+/// time passed, up to `max_ns`, and what is spent is taken from it. The
+/// output thread's spin and the live stage's holds and windows each keep
+/// one, so that neither takes more than its share over any stretch of time
+/// (plus `max_ns`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Credit {
+    ns: u64,
+    at_ns: u64,
+    ppm: u64,
+    max_ns: u64,
+}
+
+impl Credit {
+    fn full(now_ns: u64, ppm: u64, max_ns: u64) -> Self {
+        Credit {
+            ns: max_ns,
+            at_ns: now_ns,
+            ppm,
+            max_ns,
+        }
+    }
+
+    fn empty(now_ns: u64, ppm: u64, max_ns: u64) -> Self {
+        Credit {
+            ns: 0,
+            ..Credit::full(now_ns, ppm, max_ns)
+        }
+    }
+
+    /// What it holds at `now_ns`, having grown since it was last looked at
+    /// (an earlier `now_ns` than that grows nothing).
+    fn at(&mut self, now_ns: u64) -> u64 {
+        let grown =
+            u128::from(now_ns.saturating_sub(self.at_ns)) * u128::from(self.ppm) / 1_000_000;
+        self.ns = (u128::from(self.ns) + grown).min(u128::from(self.max_ns)) as u64;
+        self.at_ns = self.at_ns.max(now_ns);
+        self.ns
+    }
+
+    /// Takes `ns` (all there is, when that is less).
+    fn spend(&mut self, ns: u64) {
+        self.ns = self.ns.saturating_sub(ns);
+    }
+
+    /// Gives back what a paid-for wait did not use (beyond `max_ns` too:
+    /// it was saved before).
+    fn refund(&mut self, ns: u64) {
+        self.ns += ns;
+    }
 }
 
 /// How many windows of its budget an output thread may save up and spend
@@ -54,6 +104,13 @@ pub(super) struct SpinBudget {
 /// it plus this many windows' worth (at 5 %, 5 ms), and a link quiet for a
 /// while has a full spin for its first releases.
 pub(super) const SPIN_CREDIT_WINDOWS: u64 = 10;
+
+const DEFAULT_PPM: u64 = super::wake::DEFAULT_SPIN_BUDGET_PPM as u64;
+
+/// The most an output thread's credit holds at a budget of `ppm`.
+fn spin_credit_max_ns(ppm: u64) -> u64 {
+    SPIN_WINDOW_NS * SPIN_CREDIT_WINDOWS * ppm / 1_000_000
+}
 
 const SPIN_WINDOW_NS: u64 = 10_000_000;
 /// The most of each [`SPIN_WINDOW_NS`] the live stage lingers ([`Linger`]):
@@ -73,8 +130,7 @@ impl SpinBudget {
             all_taken: false,
             ladder: SpinLadder::new(super::wake::DEFAULT_SPIN_BUDGET_PPM),
             spun_total_ns: 0,
-            credit_ns: 0,
-            credit_at_ns: now,
+            credit: Credit::empty(now, DEFAULT_PPM, spin_credit_max_ns(DEFAULT_PPM)),
             starved: false,
             waits: 0,
         }
@@ -88,13 +144,13 @@ impl SpinBudget {
         SpinBudget {
             cores: watch.then(CoreWatch::new),
             ladder,
-            credit_ns: Self::credit_max_ns(&ladder),
+            credit: Credit::full(
+                now,
+                u64::from(budget_ppm),
+                spin_credit_max_ns(u64::from(budget_ppm)),
+            ),
             ..SpinBudget::new(now)
         }
-    }
-
-    fn credit_max_ns(ladder: &SpinLadder) -> u64 {
-        SPIN_WINDOW_NS * SPIN_CREDIT_WINDOWS * u64::from(ladder.budget_ppm) / 1_000_000
     }
 
     /// How long an output thread spins before the release it waits for at
@@ -103,13 +159,7 @@ impl SpinBudget {
     /// stands at; a cut makes the window `starved`, which steps it down.
     pub fn allowed_spin_ns(&mut self, now: u64, wake: &WakeEstimate, max_ns: u64) -> u64 {
         let want_ns = self.spin_ns(wake, max_ns);
-        let grown = u128::from(now.saturating_sub(self.credit_at_ns))
-            * u128::from(self.ladder.budget_ppm)
-            / 1_000_000;
-        let max = u128::from(Self::credit_max_ns(&self.ladder));
-        self.credit_ns = (u128::from(self.credit_ns) + grown).min(max) as u64;
-        self.credit_at_ns = self.credit_at_ns.max(now);
-        let allowed_ns = self.credit_ns.max(MIN_SPIN_NS);
+        let allowed_ns = self.credit.at(now).max(MIN_SPIN_NS);
         if want_ns > allowed_ns {
             self.starved = true;
         }
@@ -120,7 +170,7 @@ impl SpinBudget {
     /// and paid from the credit.
     pub fn spun(&mut self, ns: u64) {
         self.spun_ns += ns;
-        self.credit_ns = self.credit_ns.saturating_sub(ns);
+        self.credit.spend(ns);
     }
 
     /// Whether the live stage may linger (or hold, or wait for a beat) now:
@@ -337,12 +387,10 @@ pub(super) struct Linger {
     last_leave_ns: Option<u64>,
     /// The previous turn of this linger, whose time since is charged.
     turn_ns: Option<u64>,
-    /// The share of the time the credit grows by, ppm.
-    hold_ppm: u64,
     hold_max_ns: u64,
-    /// What holds and windows may still take, ns, as of `credit_at_ns`.
-    credit_ns: u64,
-    credit_at_ns: u64,
+    /// What holds and windows may still take: grows by `hold_ppm` of the
+    /// time, up to [`CREDIT_MAX_NS`].
+    credit: Credit,
     /// The window paid for: awake from its first instant until its second.
     awake_for: Option<(u64, u64)>,
 }
@@ -362,10 +410,8 @@ impl Linger {
             linger_ns,
             last_leave_ns: None,
             turn_ns: None,
-            hold_ppm: u64::from(hold_ppm),
             hold_max_ns,
-            credit_ns: CREDIT_MAX_NS,
-            credit_at_ns: 0,
+            credit: Credit::full(0, u64::from(hold_ppm), CREDIT_MAX_NS),
             awake_for: None,
         }
     }
@@ -379,7 +425,8 @@ impl Linger {
         let Some((from_ns, until_ns)) = self.awake_for.take() else {
             return false;
         };
-        self.credit_ns += until_ns.saturating_sub(now_ns.max(from_ns));
+        self.credit
+            .refund(until_ns.saturating_sub(now_ns.max(from_ns)));
         (from_ns..until_ns).contains(&now_ns)
     }
 
@@ -399,17 +446,12 @@ impl Linger {
     /// Takes `cost_ns` from the credit as of `now_ns`, if it holds that much
     /// and `keep_ns` more.
     fn pays(&mut self, now_ns: u64, cost_ns: u64, keep_ns: u64) -> bool {
-        if self.linger_ns == 0 || self.hold_ppm == 0 {
+        if self.linger_ns == 0 || self.credit.ppm == 0 {
             return false;
         }
-        let grown = u128::from(now_ns.saturating_sub(self.credit_at_ns))
-            * u128::from(self.hold_ppm)
-            / 1_000_000;
-        self.credit_ns = (u128::from(self.credit_ns) + grown).min(u128::from(CREDIT_MAX_NS)) as u64;
-        self.credit_at_ns = self.credit_at_ns.max(now_ns);
-        let paid = cost_ns.saturating_add(keep_ns) <= self.credit_ns;
+        let paid = cost_ns.saturating_add(keep_ns) <= self.credit.at(now_ns);
         if paid {
-            self.credit_ns -= cost_ns;
+            self.credit.spend(cost_ns);
         }
         paid
     }
@@ -467,7 +509,7 @@ impl Linger {
         }
         if !budget.may_linger() {
             self.awake_for = None;
-            self.credit_ns += until_ns - now_ns;
+            self.credit.refund(until_ns - now_ns);
             return false;
         }
         self.turn_ns = Some(now_ns);

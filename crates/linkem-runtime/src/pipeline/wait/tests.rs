@@ -75,7 +75,7 @@ fn a_hold_the_credit_pays_for_is_stayed_through() {
     assert!(l.keep_polling(200 * US, &mut budget) && !l.holding(200 * US));
     assert!(!l.keep_polling(250 * US, &mut budget));
     // Spent down to what 1 kpps earns: 5 % of 1 ms is 50 us.
-    l.credit_ns = 0;
+    l.credit.ns = 0;
     let mut t = 1_000 * US;
     let mut stayed = 0;
     for _ in 0..100 {
@@ -101,8 +101,8 @@ fn a_hold_the_credit_pays_for_is_stayed_through() {
 fn a_window_is_paid_from_the_credit_and_its_rest_given_back() {
     let mut budget = SpinBudget::new(0);
     let mut l = Linger::new(50 * US, PPM, 1_000 * US);
-    l.credit_ns = 0;
-    l.credit_at_ns = 0;
+    l.credit.ns = 0;
+    l.credit.at_ns = 0;
     // After 100 ms the credit is 5 ms: a window of 400 us, woken 100 us
     // before it, is paid; the stage sleeps until then.
     let now = 100_000 * US;
@@ -111,7 +111,7 @@ fn a_window_is_paid_from_the_credit_and_its_rest_given_back() {
         l.expecting(now, window, 100 * US, &budget),
         Some(now + 9_900 * US)
     );
-    assert_eq!(l.credit_ns, 5_000 * US - 500 * US);
+    assert_eq!(l.credit.ns, 5_000 * US - 500 * US);
     assert!(
         !l.awake(now + 9_000 * US, &mut budget),
         "not before its lead"
@@ -120,7 +120,7 @@ fn a_window_is_paid_from_the_credit_and_its_rest_given_back() {
     assert!(l.awake(now + 10_100 * US, &mut budget));
     // A frame at 10.2 ms: on the beat, the rest (200 us) given back.
     assert!(l.took(now + 10_200 * US, &mut budget));
-    assert_eq!(l.credit_ns, 5_000 * US - 300 * US);
+    assert_eq!(l.credit.ns, 5_000 * US - 300 * US);
     // The stage polled from 9.9 to 10.2 ms: charged as lingering.
     assert_eq!(budget.lingered_ns, 300 * US);
     // A window the credit does not hold is not waited for.
