@@ -257,16 +257,20 @@ fn a_frame_between_the_gates_two_writes_goes_one_way() {
     // the kernel's count also holds the hosts' own frames (IPv6 chatter on
     // a fresh link). Host b's answers have no way back throughout.
     let requests = || echo_requests_at_b(&topo);
+    // Sends 4 pings: whether any was answered, and where the requests went
+    // (taken by the socket, received by host b).
+    let four_pings = |rx: &mut AfPacket| {
+        let at_start = requests();
+        let (ok, text) = ping(&topo, "4");
+        let at_b = requests() - at_start;
+        let taken = echo_requests_taken(rx, Duration::from_millis(200));
+        (ok, text, taken, at_b)
+    };
 
     // Engaged: the kernel forwards, the socket gets nothing.
     ka.engage(ib).unwrap();
-    let at_start = requests();
-    let (ok, text) = ping(&topo, "4");
+    let (ok, text, taken, at_b) = four_pings(&mut rx);
     assert!(!ok, "host b's answers have no way back:\n{text}");
-    let (at_b, taken) = (
-        requests() - at_start,
-        echo_requests_taken(&mut rx, Duration::from_millis(200)),
-    );
     assert_eq!(
         (taken, at_b),
         (0, 4),
@@ -276,13 +280,9 @@ fn a_frame_between_the_gates_two_writes_goes_one_way() {
     // Between the two writes: the target still set, the socket taking frames
     // again (as after the first write of switching off, or before the second
     // of switching on).
-    let (kernel_before, at_start) = (ka.counter().counts().unwrap().frames, requests());
+    let kernel_before = ka.counter().counts().unwrap().frames;
     skip(&ka, 0);
-    let _ = ping(&topo, "4");
-    let (at_b, taken) = (
-        requests() - at_start,
-        echo_requests_taken(&mut rx, Duration::from_millis(200)),
-    );
+    let (_, _, taken, at_b) = four_pings(&mut rx);
     let forwarded = ka.counter().counts().unwrap().frames - kernel_before;
     assert_eq!(
         (taken, at_b),
@@ -293,12 +293,7 @@ fn a_frame_between_the_gates_two_writes_goes_one_way() {
 
     // Engaged again: the kernel's alone.
     skip(&ka, 1);
-    let at_start = requests();
-    let _ = ping(&topo, "4");
-    let (at_b, taken) = (
-        requests() - at_start,
-        echo_requests_taken(&mut rx, Duration::from_millis(200)),
-    );
+    let (_, _, taken, at_b) = four_pings(&mut rx);
     assert_eq!(
         (taken, at_b),
         (0, 4),
