@@ -152,7 +152,7 @@ pub(super) fn output_group(
             }
             budget.spun(wait);
         }
-        budget.tick_waiting(now, &wake, cfg.spin_ns);
+        budget.tick_waiting(now, release_ns, &wake, cfg.spin_ns);
     }
     for d in &dirs {
         let _ = d.lock().st.flush_before(None);

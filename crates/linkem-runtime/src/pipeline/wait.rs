@@ -43,8 +43,12 @@ pub(super) struct SpinBudget {
     credit: Credit,
     /// A spin of this window was cut short for want of credit.
     starved: bool,
-    /// Waits for a release in this window (the ladder's prediction).
+    /// Releases waited for in this window (the ladder's prediction).
     waits: u64,
+    /// The release the last wait was for: a release waited for in steps
+    /// (an approach, the sleep to the spin's start, the spin) is one wait
+    /// to the prediction, whose cost is per release.
+    waited_for_ns: Option<u64>,
 }
 
 /// A share of a core's time saved up for spinning: it grows by `ppm` of the
@@ -133,6 +137,7 @@ impl SpinBudget {
             credit: Credit::empty(now, DEFAULT_PPM, spin_credit_max_ns(DEFAULT_PPM)),
             starved: false,
             waits: 0,
+            waited_for_ns: None,
         }
     }
 
@@ -184,12 +189,22 @@ impl SpinBudget {
         self.end_window(now, None)
     }
 
-    /// An output thread waited for a release at `now`: counts the wait and
-    /// ends the window once it is over, its ladder stepping up only if
-    /// `wake` predicts the step's spin (at most `max_ns`) fits the budget
-    /// for as many waits as this window had.
-    pub fn tick_waiting(&mut self, now: u64, wake: &WakeEstimate, max_ns: u64) -> bool {
-        self.waits += 1;
+    /// An output thread waited at `now` for the release at `release_ns`:
+    /// counts the release (once, however many steps its wait took) and ends
+    /// the window once it is over, its ladder stepping up only if `wake`
+    /// predicts the step's spin (at most `max_ns`) fits the budget for as
+    /// many releases as this window waited for.
+    pub fn tick_waiting(
+        &mut self,
+        now: u64,
+        release_ns: u64,
+        wake: &WakeEstimate,
+        max_ns: u64,
+    ) -> bool {
+        if self.waited_for_ns != Some(release_ns) {
+            self.waited_for_ns = Some(release_ns);
+            self.waits += 1;
+        }
         self.end_window(now, Some((wake, max_ns)))
     }
 

@@ -36,8 +36,10 @@
 pub(super) const MIN_SPIN_NS: u64 = 3_000;
 
 /// Default share of a core each output thread may spend spinning before
-/// releases, in parts per million: 5 %. A link of 1 kpps spins to cover 99 %
-/// of its wake-ups (30-60 µs each on this project's VM: 3-6 %); a link
+/// releases, in parts per million: 5 %. A link of 1 kpps through a long
+/// delay covers 90 % of its wake-ups on this project's VM (45-64 µs at the
+/// median, 90-181 µs at the 99th percentile: it spins 2-3 % of a core, and
+/// 99 % would cost 9 %; docs/numbers.md, "A release is one wait"); a link
 /// releasing every 120 µs (100 Mbit/s of full frames) would spin a third of a
 /// core for that, and instead covers the median wake-up or none. Measured at
 /// 100 Mbit/s through `delay 10ms` beside Rattan (`scripts/bench-rattan.sh`,

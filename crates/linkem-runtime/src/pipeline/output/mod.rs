@@ -617,7 +617,7 @@ pub(super) fn output_stage(outlet: Arc<Outlet>, cfg: OutputConfig, mut realtime:
                     .output_wake_ns
                     .store(wake.wake_ns(spin_ns), Ordering::Relaxed);
             }
-            budget.tick_waiting(now, &wake, spin_ns);
+            budget.tick_waiting(now, release_ns, &wake, spin_ns);
             continue;
         }
         control.output_ready_ns.store(now, Ordering::Relaxed);
