@@ -352,10 +352,11 @@ fn a_release_waited_for_in_steps_is_one_release_to_the_ladder() {
     // waited for in three steps (a sleep to the approach, one to the spin's
     // start, the spin). A busy half second (every other sleep 150 us late)
     // steps the ladder down; then sleeps wake 35-55 us late, and covering
-    // 90 % spins about 22 us per release, 2 % of a core: it fits, and the
-    // ladder climbs back. Counted three times over, the prediction said 7 %
-    // and kept the spin at the median wake-up or below, where the release of
-    // a median packet was as likely late as not.
+    // 90 % spins about 22 us per release, 2 % of a core (predicted at 3 %,
+    // erring high): it fits, and the ladder climbs back. Counted three times
+    // over, the prediction said 9 % and kept the spin at the median wake-up
+    // or below, where the release of a median packet was as likely late as
+    // not.
     let mut budget = SpinBudget::watching_cores(0, false, 50_000);
     let mut wake = WakeEstimate::default();
     let late = |i: u64| match i {
