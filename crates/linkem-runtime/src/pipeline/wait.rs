@@ -145,10 +145,9 @@ impl SpinBudget {
     /// it also spins as little as it can while every core is taken (without:
     /// `--spin-threshold` given).
     pub fn watching_cores(now: u64, watch: bool, budget_ppm: u32) -> Self {
-        let ladder = SpinLadder::new(budget_ppm);
         SpinBudget {
             cores: watch.then(CoreWatch::new),
-            ladder,
+            ladder: SpinLadder::new(budget_ppm),
             credit: Credit::full(
                 now,
                 u64::from(budget_ppm),
