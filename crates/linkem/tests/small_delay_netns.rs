@@ -179,9 +179,10 @@ const EXCHANGES: u64 = 200;
 
 /// The stage's wake-ups (`rx_wakeups`, one count for the stage of both
 /// directions) over `EXCHANGES` UDP exchanges with an echo server in B,
-/// through `linkem bridge ... delay 0us` with `extra` arguments, and the
-/// exchanges answered.
-fn echo_wakeups(topo: &Topology, backend: &str, extra: &[&str]) -> (u64, u64) {
+/// through `linkem bridge ... delay 0us` with `extra` arguments, the
+/// exchanges answered, and the stage's yields that lost its core
+/// (`rx_yields_lost`).
+fn echo_wakeups(topo: &Topology, backend: &str, extra: &[&str]) -> (u64, u64, u64) {
     let stop = Arc::new(AtomicBool::new(false));
     let (ns_b, addr_b) = (topo.ns_b.clone(), topo.addr_b);
     let stop_server = stop.clone();
@@ -220,8 +221,8 @@ fn echo_wakeups(topo: &Topology, backend: &str, extra: &[&str]) -> (u64, u64) {
     let stats = b.stop();
     stop.store(true, Ordering::Relaxed);
     server.join().unwrap();
-    let wakeups = stats["directions"][0]["rx_wakeups"].as_u64().unwrap();
-    (wakeups, answered)
+    let count = |key: &str| stats["directions"][0][key].as_u64().unwrap();
+    (count("rx_wakeups"), answered, count("rx_yields_lost"))
 }
 
 /// Without lingering, each exchange wakes the stage twice: for the request,
@@ -240,12 +241,12 @@ fn an_answer_from_a_host_process_costs_no_second_wake_up(backend: &str) {
     // wake-up. How much the default (100us) catches depends on how soon the
     // server runs (in this test's debug build 23-54 % of the answers, with a C
     // echo server all of them: docs/numbers.md).
-    let (lingering, answered) = echo_wakeups(&topo, backend, &["--linger", "300us"]);
-    let (sleeping, answered_sleeping) = echo_wakeups(&topo, backend, &["--linger", "0"]);
+    let (lingering, answered, lost) = echo_wakeups(&topo, backend, &["--linger", "300us"]);
+    let (sleeping, answered_sleeping, _) = echo_wakeups(&topo, backend, &["--linger", "0"]);
     let report = format!(
         "{backend}: {EXCHANGES} UDP exchanges; --linger 300us: {lingering} wake-ups of the \
-         stage, {answered} answered; --linger 0: {sleeping} wake-ups, {answered_sleeping} \
-         answered"
+         stage, {answered} answered, {lost} yields lost; --linger 0: {sleeping} wake-ups, \
+         {answered_sleeping} answered"
     );
     eprintln!("{report}");
     assert!(
@@ -258,7 +259,12 @@ fn an_answer_from_a_host_process_costs_no_second_wake_up(backend: &str) {
     // server past the linger costs one more, so the bound is against the run
     // without lingering, in the same test: at least a fifth of the exchanges
     // answered while the stage lingered. A linger that catches nothing saves
-    // nothing and fails it.
+    // nothing and fails it. Two yields that lost the core to a busy task
+    // beside (the CI's builds at idle priority) pause lingering: then the
+    // answers wake the stage, as `a_busy_task_beside_costs_no_tick` shows.
+    if lost >= 2 {
+        return;
+    }
     let saved = sleeping.saturating_sub(lingering);
     assert!(
         saved >= EXCHANGES / 5,
@@ -267,16 +273,17 @@ fn an_answer_from_a_host_process_costs_no_second_wake_up(backend: &str) {
     );
 }
 
-/// Frames sent one way, 20 ms apart (50 per second), through `delay 200us`
-/// with `extra` arguments: linkem's wake-ups (the stage's `rx_wakeups` and
-/// both output threads' `tx_wakeups`) and the frames the receiver in B got.
 /// What a sparse flow's run counted: linkem's threads' wake-ups (the
-/// stage's and both output threads'), frames received, and the stage's
-/// turns that found it awake for the flow's beat.
+/// stage's `rx_wakeups` and both output threads' `tx_wakeups`), frames
+/// received, the stage's turns that found it awake for the flow's beat, its
+/// yields that lost the core to a busy task (`rx_yields_lost`), and the
+/// 90th percentile of the frames' one-way delays.
 struct Sparse {
     wakeups: u64,
     got: u64,
     on_beat: u64,
+    yields_lost: u64,
+    p90_us: u64,
 }
 
 /// [`SPARSE_FRAMES`] UDP frames 20 ms apart A→B through `delay`.
@@ -291,31 +298,76 @@ fn sparse_flow(topo: &Topology, backend: &str, delay: &str, extra: &[&str]) -> S
         64,
         Duration::from_millis(20),
     );
-    let got = arrived.iter().flatten().count() as u64;
+    let mut delays_ns: Vec<u64> = arrived.iter().flatten().copied().collect();
+    delays_ns.sort_unstable();
     let stats = b.stop();
     let count = |dir: usize, key: &str| stats["directions"][dir][key].as_u64().unwrap();
     Sparse {
         wakeups: count(0, "rx_wakeups") + count(0, "tx_wakeups") + count(1, "tx_wakeups"),
-        got,
+        got: delays_ns.len() as u64,
         on_beat: count(0, "rx_on_beat"),
+        yields_lost: count(0, "rx_yields_lost"),
+        p90_us: delays_ns
+            .get(delays_ns.len() * 9 / 10)
+            .map_or(0, |d| d / 1000),
+    }
+}
+
+/// Two threads, one per core of this VM, that spin under SCHED_IDLE (as
+/// the CI's builds beside the tests run) until dropped.
+struct IdleBusy {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl IdleBusy {
+    fn start() -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let threads = (0..2)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let param = libc::sched_param { sched_priority: 0 };
+                    // Safety: sets the calling thread's policy from a valid sched_param.
+                    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+                    assert_eq!(rc, 0, "SCHED_IDLE: {}", std::io::Error::last_os_error());
+                    while !stop.load(Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+            .collect();
+        IdleBusy { stop, threads }
+    }
+}
+
+impl Drop for IdleBusy {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
     }
 }
 
 /// Frames of the sparse-hold test: 4 s at 50 per second.
 const SPARSE_FRAMES: u64 = 200;
 
-/// A frame held 200 µs on a sparse link is sent by the stage that took it,
+/// A frame held 500 µs on a sparse link is sent by the stage that took it,
 /// which stays awake through the hold (the quiet before it pays, within the
 /// spin budget): one wake-up per frame. The twin sleeps to each release, the
 /// stage or (when awake for it) an output thread: two wake-ups per frame.
 /// It needs `--linger 0`: a hold is counted from the frame's arrival stamp,
-/// and when the stage's wake-up for it came more than 100 µs late, the rest
-/// of the hold was within the default linger (298 wake-ups for 200 frames
-/// once, with `--spin-budget 0%` alone). And it needs `--spin-threshold 0`:
-/// by default the stage spins before a timed event as long as its sleeps
-/// were seen to overshoot, which on this VM can be the whole 200 µs. Counts,
-/// not times: robust on a loaded VM, where a stall that outlasts a hold only
-/// adds a wake-up.
+/// and when the stage's wake-up for it came late, the rest of the hold was
+/// within the default linger (298 wake-ups for 200 frames once, with
+/// `--spin-budget 0%` alone). And it needs `--spin-threshold 0`: by default
+/// the stage spins before a timed event as long as its sleeps were seen to
+/// overshoot. 500 µs, not 200: on days this VM's wake-ups take 150-250 µs,
+/// a 200 µs hold was often over when the arrival's came, and the twin sent
+/// such frames at once (274-294 wake-ups for 200 frames, against 404-418
+/// through 500 µs). Counts, not times: robust on a loaded VM, where a stall
+/// that outlasts a hold only adds a wake-up.
 fn a_sparse_hold_costs_one_wake_up_per_frame(backend: &str) {
     if skip() {
         return;
@@ -326,7 +378,7 @@ fn a_sparse_hold_costs_one_wake_up_per_frame(backend: &str) {
         wakeups: staying,
         got,
         ..
-    } = sparse_flow(&topo, backend, "200us", &[]);
+    } = sparse_flow(&topo, backend, "500us", &[]);
     let Sparse {
         wakeups: sleeping,
         got: got_sleeping,
@@ -334,11 +386,11 @@ fn a_sparse_hold_costs_one_wake_up_per_frame(backend: &str) {
     } = sparse_flow(
         &topo,
         backend,
-        "200us",
+        "500us",
         &["--linger", "0", "--spin-threshold", "0"],
     );
     let report = format!(
-        "{backend}: {SPARSE_FRAMES} frames 20 ms apart through delay 200us; defaults: \
+        "{backend}: {SPARSE_FRAMES} frames 20 ms apart through delay 500us; defaults: \
          {staying} wake-ups of linkem's threads, {got} received; sleeping to releases: {sleeping} \
          wake-ups, {got_sleeping} received"
     );
@@ -380,19 +432,36 @@ fn frames_on_a_beat_find_the_stage_awake(backend: &str) {
     let without = sparse_flow(&topo, backend, "1us", &["--spin-budget", "0%"]);
     let report = format!(
         "{backend}: {SPARSE_FRAMES} frames 20 ms apart through delay 1us; defaults: {} on the \
-         beat, {} wake-ups, {} received; --spin-budget 0%: {} on the beat, {} wake-ups, {} \
-         received",
-        awake.on_beat, awake.wakeups, awake.got, without.on_beat, without.wakeups, without.got
+         beat, {} wake-ups, {} yields lost, p90 {} µs, {} received; --spin-budget 0%: {} on \
+         the beat, {} wake-ups, {} received",
+        awake.on_beat,
+        awake.wakeups,
+        awake.yields_lost,
+        awake.p90_us,
+        awake.got,
+        without.on_beat,
+        without.wakeups,
+        without.got
     );
     eprintln!("{report}");
     assert!(
         awake.got.min(without.got) >= SPARSE_FRAMES * 9 / 10,
         "frames went missing: {report}"
     );
-    assert!(
-        awake.on_beat >= SPARSE_FRAMES / 2,
-        "fewer than half the frames found the stage awake: {report}"
-    );
+    if awake.yields_lost < 2 {
+        // Quiet runs: 185-190 of 200 (docs/numbers.md, "A yield that
+        // loses the core").
+        assert!(
+            awake.on_beat >= SPARSE_FRAMES / 2,
+            "fewer than half the frames found the stage awake: {report}"
+        );
+    } else {
+        // A busy task beside (the CI's builds at idle priority) took the
+        // core at two yields: the windows paused, as
+        // `a_busy_task_beside_costs_no_tick` shows, and the frames woke the
+        // stage.
+        assert_no_tick_lost(&awake, &report);
+    }
     assert_eq!(without.on_beat, 0, "a window paid from no budget: {report}");
     assert!(
         awake.wakeups * 10 <= SPARSE_FRAMES * 14,
@@ -423,10 +492,11 @@ fn two_beats_through_one_port_are_each_kept(backend: &str) {
     let count = |key: &str| stats["directions"][0][key].as_u64().unwrap();
     let got = [&fast, &slow].map(|f| f.iter().flatten().count() as u64);
     let report = format!(
-        "{backend}: 200 frames 20 ms apart and 133 frames 30 ms apart through delay 1us: {got:?} received, {} taken, {} on the beat, {} wake-ups of the stage",
+        "{backend}: 200 frames 20 ms apart and 133 frames 30 ms apart through delay 1us: {got:?} received, {} taken, {} on the beat, {} wake-ups of the stage, {} yields lost",
         count("received"),
         count("rx_on_beat"),
-        count("rx_wakeups")
+        count("rx_wakeups"),
+        count("rx_yields_lost")
     );
     eprintln!("{report}");
     assert!(
@@ -434,11 +504,58 @@ fn two_beats_through_one_port_are_each_kept(backend: &str) {
         "frames went missing: {report}"
     );
     // A third, not half as for one flow: the two beats' windows draw on one
-    // credit. One beat per port found none (0 of 333); quiet runs 249-303,
-    // a CI run with its builds beside at idle priority 165.
+    // credit. One beat per port found none (0 of 333); quiet runs 301-313.
+    // A busy task beside that took the core at two yields pauses the
+    // windows (`a_busy_task_beside_costs_no_tick`).
+    if count("rx_yields_lost") < 2 {
+        assert!(
+            count("rx_on_beat") >= 333 / 3,
+            "fewer than a third of the frames found the stage awake: {report}"
+        );
+    }
+}
+
+/// The 90th percentile of a sparse flow's one-way delays through `delay
+/// 1us` is within a millisecond: no yield handed the stage's core to a busy
+/// task until the tick (4 ms at HZ 250). The bridge's is 80-150 µs here,
+/// linkem's 200-250 beside such a task.
+fn assert_no_tick_lost(run: &Sparse, report: &str) {
     assert!(
-        count("rx_on_beat") >= 333 / 3,
-        "fewer than a third of the frames found the stage awake: {report}"
+        run.p90_us < 1000,
+        "the 90th percentile of one-way delays is a millisecond or more: {report}"
+    );
+}
+
+/// The twin of `frames_on_a_beat_find_the_stage_awake` with a busy task
+/// beside: two threads spin under SCHED_IDLE, one per core, as the CI's
+/// builds do. A yield of the stage while it is awake for a beat (or
+/// lingers) hands its core to such a task, which keeps it until the tick:
+/// without the pause that follows a lost yield, the frames' one-way delay
+/// was 2.5-4.1 ms at the 90th percentile (the bridge's 143-155 µs). Counts
+/// the lost yields, which pause the windows: a few for 200 frames.
+fn a_busy_task_beside_costs_no_tick(backend: &str) {
+    if skip() {
+        return;
+    }
+    let _serial = serial();
+    let topo = topology_with("ib38", true);
+    let busy = IdleBusy::start();
+    let run = sparse_flow(&topo, backend, "1us", &[]);
+    drop(busy);
+    let report = format!(
+        "{backend}: {SPARSE_FRAMES} frames 20 ms apart through delay 1us beside two SCHED_IDLE \
+         spinners: {} received, {} on the beat, {} yields lost, p90 {} µs, {} wake-ups",
+        run.got, run.on_beat, run.yields_lost, run.p90_us, run.wakeups
+    );
+    eprintln!("{report}");
+    assert!(
+        run.got >= SPARSE_FRAMES * 9 / 10,
+        "frames went missing: {report}"
+    );
+    assert_no_tick_lost(&run, &report);
+    assert!(
+        run.wakeups * 10 <= SPARSE_FRAMES * 14,
+        "more than 1.4 wake-ups per frame: {report}"
     );
 }
 
@@ -506,5 +623,6 @@ on_both_backends!(
     a_sparse_hold_costs_one_wake_up_per_frame,
     frames_on_a_beat_find_the_stage_awake,
     two_beats_through_one_port_are_each_kept,
+    a_busy_task_beside_costs_no_tick,
     each_direction_shows_its_spin_budget_and_what_it_learnt
 );

@@ -99,6 +99,7 @@ struct InputShared {
     accepted: u64,
     rx_wakeups: u64,
     rx_on_beat: u64,
+    rx_yields_lost: u64,
     kernel_drops: u64,
     /// The model's delays of what was stored (the live stage records each
     /// batch's here when it publishes its counts).
@@ -115,6 +116,7 @@ impl Default for InputShared {
             accepted: 0,
             rx_wakeups: 0,
             rx_on_beat: 0,
+            rx_yields_lost: 0,
             kernel_drops: 0,
             delay: options::lateness_histogram(),
         }
@@ -503,6 +505,7 @@ impl Direction {
             delay: input.delay.clone(),
             rx_wakeups: input.rx_wakeups,
             rx_on_beat: input.rx_on_beat,
+            rx_yields_lost: input.rx_yields_lost,
             tx_wakeups: output.tx_wakeups,
             spin: output.spin,
             huge_pages: self.control.huge_pages,

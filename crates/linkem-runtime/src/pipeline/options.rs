@@ -179,6 +179,13 @@ pub struct DirectionStats {
     /// them: the beat of a port's arrivals (a ping, a keep-alive) said when,
     /// and the frame cost no wake-up of its own (`--spin-budget`).
     pub rx_on_beat: u64,
+    /// Of `rx_wakeups`' stage, the yields (while it lingered, held a frame
+    /// or was awake for a beat) after which its core came back 0.5 ms or
+    /// more later: a stall of the machine, or a busy task beside linkem (a
+    /// build at idle priority) that kept the core until the tick. Two within
+    /// 2 s pause that lingering for 0.1 to 10 s, so frames then cost their
+    /// own wake-up, not a tick.
+    pub rx_yields_lost: u64,
     /// Times the output stage woke from a sleep before a release time or
     /// from parking on an empty line; wake-ups per packet near 1 mean every
     /// packet cost a sleep.
@@ -217,6 +224,7 @@ impl DirectionStats {
             delay: lateness_histogram(),
             rx_wakeups: 0,
             rx_on_beat: 0,
+            rx_yields_lost: 0,
             tx_wakeups: 0,
             spin: super::SpinStats::default(),
             huge_pages: false,

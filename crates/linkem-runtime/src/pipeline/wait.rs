@@ -378,6 +378,12 @@ pub const DEFAULT_LINGER_NS: u64 = 100_000;
 /// through `delay 200us` is to cost one wake-up too), and what is left of it
 /// when the frame comes goes back before its hold is paid for.
 ///
+/// **Yields.** Lingering, holding and awake in a window, the stage polls and
+/// yields its core between polls, so that a host on it can run. A busy task
+/// that takes the core at such a yield and keeps it until the tick (a build
+/// at idle priority) makes each poll a wait of milliseconds; after two such
+/// yields the stage pauses all but its SCHED_FIFO holds ([`Yields`]).
+///
 /// **The credit.** Holds and windows draw on one credit that grows by
 /// `hold_ppm` (`--spin-budget`) of the time passed, up to [`CREDIT_MAX_NS`]:
 /// over any stretch of time they take at most that share of a core plus
@@ -407,6 +413,10 @@ pub(super) struct Linger {
     credit: Credit,
     /// The window paid for: awake from its first instant until its second.
     awake_for: Option<(u64, u64)>,
+    /// Whether yields at ordinary priority keep the core ([`Yields`]).
+    yields: Yields,
+    /// The stage holds under SCHED_FIFO (`holds_keep_core`).
+    holds_keep_core: bool,
 }
 
 /// The most credit the stage saves for holds and windows ([`Linger`]): a
@@ -427,21 +437,48 @@ impl Linger {
             hold_max_ns,
             credit: Credit::full(0, u64::from(hold_ppm), CREDIT_MAX_NS),
             awake_for: None,
+            yields: Yields::default(),
+            holds_keep_core: false,
         }
     }
 
-    /// A turn that started at `now_ns` took frames: the linger that led to
-    /// it is charged up to then, the turn's own work is not; what is left
-    /// of a window paid for goes back to the credit. Returns whether the
-    /// stage was awake for that window (a wake-up saved).
-    pub fn took(&mut self, now_ns: u64, budget: &mut SpinBudget) -> bool {
+    /// The stage waits, and so holds, under SCHED_FIFO: a hold goes on while
+    /// lost yields pause the rest of its lingering ([`Yields`]).
+    pub fn holds_keep_core(self, yes: bool) -> Self {
+        Linger {
+            holds_keep_core: yes,
+            ..self
+        }
+    }
+
+    /// The stage's turn before `after_ns`, lingering (or holding, or awake
+    /// in a window), was at `before_ns`, and it yielded in between
+    /// ([`Yields`]).
+    fn yielded(&mut self, before_ns: u64, after_ns: u64) {
+        self.yields.yielded(before_ns, after_ns);
+    }
+
+    /// The yields that lost the core so far (`rx_yields_lost`).
+    pub fn yields_lost(&self) -> u64 {
+        self.yields.lost
+    }
+
+    /// A turn that started at `now_ns` took frames, the earliest received
+    /// at `stamp_ns` (when known): the linger that led to it is charged up
+    /// to then, the turn's own work is not; what is left of a window paid
+    /// for goes back to the credit. Returns whether that frame came in the
+    /// window the stage was awake for (a wake-up saved): judged by its
+    /// stamp, since the stage, polling, takes a frame some µs after it came
+    /// (20-40 µs on this project's VM), after the window's end for one that
+    /// came at its close.
+    pub fn took(&mut self, now_ns: u64, stamp_ns: Option<u64>, budget: &mut SpinBudget) -> bool {
         self.charge(now_ns, budget);
         let Some((from_ns, until_ns)) = self.awake_for.take() else {
             return false;
         };
         self.credit
             .refund(until_ns.saturating_sub(now_ns.max(from_ns)));
-        (from_ns..until_ns).contains(&now_ns)
+        (from_ns..until_ns).contains(&stamp_ns.unwrap_or(now_ns))
     }
 
     /// A turn that started at `now_ns` took (or sent) frames, the earliest
@@ -489,7 +526,7 @@ impl Linger {
         lead_ns: u64,
         budget: &SpinBudget,
     ) -> Option<u64> {
-        if !budget.may_linger() {
+        if !budget.may_linger() || self.yields.paused(now_ns) {
             return None;
         }
         if let Some((from_ns, until_ns)) = self.awake_for {
@@ -521,7 +558,7 @@ impl Linger {
         if now_ns < from_ns || now_ns >= until_ns {
             return false;
         }
-        if !budget.may_linger() {
+        if !budget.may_linger() || self.yields.paused(now_ns) {
             self.awake_for = None;
             self.credit.refund(until_ns - now_ns);
             return false;
@@ -535,6 +572,9 @@ impl Linger {
             let spent = now_ns.saturating_sub(t);
             budget.spun_ns += spent;
             budget.lingered_ns += spent;
+            // Between its lingering turns the stage only yields: a long gap
+            // is the core lost at the yield (or a stall).
+            self.yielded(t, now_ns);
         }
     }
 
@@ -546,7 +586,10 @@ impl Linger {
         let within = self
             .last_leave_ns
             .is_some_and(|a| now_ns.saturating_sub(a) < self.linger_ns);
-        let keep = within && budget.may_linger();
+        // Through a hold under SCHED_FIFO no ordinary task takes the core at
+        // a yield: holds go on while the rest pauses.
+        let paused = self.yields.paused(now_ns) && !(self.holds_keep_core && self.holding(now_ns));
+        let keep = within && budget.may_linger() && !paused;
         if keep {
             self.turn_ns = Some(now_ns);
         } else {
@@ -554,6 +597,87 @@ impl Linger {
             self.last_leave_ns = None;
         }
         keep
+    }
+}
+
+/// A yield at ordinary priority that returns this much later (measured as
+/// the gap between two of the stage's lingering turns, which only yield in
+/// between: no clock is read for it) handed the
+/// core to a task that keeps it until its slice or the tick ends: not a host
+/// sending or answering on the stage's core (at most 200 µs in quiet runs of
+/// pings through `delay 1us`), but a busy one. A SCHED_IDLE build beside
+/// linkem does it to every window: the stage, just woken, yields to it and
+/// waits for the next tick (3.7-5 ms lost at HZ 250), so that a ping through
+/// `delay 1us` 20 ms apart took 3.2 ms at the 90th percentile against the
+/// bridge's 86 µs (docs/numbers.md, "A yield that loses the core"). This
+/// VM's stalls (0.6-1.5 ms) pass it too, one at a time: see [`Yields`].
+pub(super) const YIELD_LOST_NS: u64 = 500_000;
+
+/// A second lost yield within this of the one before (or of the end of a
+/// pause) means a busy task is beside the stage; one alone is a stall of
+/// the machine (this project's VM stalls for milliseconds now and then, and
+/// one in a yield must not pause the windows of a quiet machine).
+const YIELD_REPEAT_NS: u64 = 2_000_000_000;
+
+/// The first pause of lingering once yields lose the core; each pause that
+/// begins within [`YIELD_BACKOFF_MAX_NS`] of the end of the one before is
+/// twice as long, up to that.
+const YIELD_BACKOFF_MIN_NS: u64 = 100_000_000;
+const YIELD_BACKOFF_MAX_NS: u64 = 10_000_000_000;
+
+/// Whether yielding keeps the stage's core. The stage lingers, holds and
+/// waits in windows by polling and yielding, so that a host on its core can
+/// run; a task that takes the core at a yield and keeps it (see
+/// [`YIELD_LOST_NS`]) turns each such poll into a wait for the tick, longer
+/// than any wake-up it saves. After a second such yield within
+/// [`YIELD_REPEAT_NS`], the stage lingers no more after departures nor
+/// waits in windows (it sleeps in its poll, where a frame's arrival wakes
+/// it as it would without lingering) for a pause that doubles with each
+/// pause that follows the one before within [`YIELD_BACKOFF_MAX_NS`], from
+/// [`YIELD_BACKOFF_MIN_NS`] to that. Holds pause too, unless the stage
+/// holds under SCHED_FIFO ([`Linger::holds_keep_core`]), where no ordinary
+/// task takes the core at a yield.
+///
+/// Invariants: a lone lost yield pauses nothing; while busy tasks stay
+/// beside it, the stage loses one yield per pause (at its longest, one
+/// every 10 s).
+#[derive(Debug, Default)]
+pub(super) struct Yields {
+    /// Lingering pauses until then.
+    paused_until_ns: u64,
+    /// The latest pause, 0 before any.
+    pause_ns: u64,
+    /// When the latest loss was, 0 before any.
+    lost_at_ns: u64,
+    /// Yields that lost the core.
+    lost: u64,
+}
+
+impl Yields {
+    /// A yield from `before_ns` returned at `after_ns`.
+    pub fn yielded(&mut self, before_ns: u64, after_ns: u64) {
+        if after_ns.saturating_sub(before_ns) < YIELD_LOST_NS {
+            return;
+        }
+        self.lost += 1;
+        let since_ns = after_ns.saturating_sub(self.lost_at_ns.max(self.paused_until_ns));
+        let repeat = self.lost_at_ns > 0 && since_ns < YIELD_REPEAT_NS;
+        self.lost_at_ns = after_ns;
+        if !repeat {
+            return;
+        }
+        let follows = self.pause_ns > 0
+            && after_ns.saturating_sub(self.paused_until_ns) < YIELD_BACKOFF_MAX_NS;
+        self.pause_ns = match follows {
+            true => (self.pause_ns * 2).min(YIELD_BACKOFF_MAX_NS),
+            false => YIELD_BACKOFF_MIN_NS,
+        };
+        self.paused_until_ns = after_ns + self.pause_ns;
+    }
+
+    /// Whether lingering pauses at `now_ns`.
+    pub fn paused(&self, now_ns: u64) -> bool {
+        now_ns < self.paused_until_ns
     }
 }
 

@@ -373,8 +373,10 @@ pub struct RunArgs {
     /// is not spent on the frame's own wake-up (`rx_on_beat` counts them). It
     /// lingers after departures at ordinary priority, so that a host answering
     /// on the same core runs first (through a hold, where nothing can answer
-    /// yet, it keeps the policy it woke in); '0' never lingers and keeps the
-    /// stage waiting under SCHED_FIFO (for cores that are linkem's alone).
+    /// yet, it keeps the policy it woke in); a busy task that keeps the core
+    /// past such a yield (`rx_yields_lost`), twice within 2 s, pauses all
+    /// lingering for 0.1-10 s. '0' never lingers and keeps the stage waiting
+    /// under SCHED_FIFO (for cores that are linkem's alone).
     #[arg(long, value_name = "TIME", value_parser = linkem_core::units::checked_time)]
     pub linger: Option<String>,
     /// Which stages run under SCHED_FIFO: 'out' (default) lets the output stages

@@ -756,6 +756,7 @@ fn minus(now: &DirectionStats, base: &DirectionStats) -> DirectionStats {
     d.kernel_forwarded = now.kernel_forwarded.saturating_sub(base.kernel_forwarded);
     d.rx_wakeups = now.rx_wakeups.saturating_sub(base.rx_wakeups);
     d.rx_on_beat = now.rx_on_beat.saturating_sub(base.rx_on_beat);
+    d.rx_yields_lost = now.rx_yields_lost.saturating_sub(base.rx_yields_lost);
     d.tx_wakeups = now.tx_wakeups.saturating_sub(base.tx_wakeups);
     d.spin.spun_ns = now.spin.spun_ns.saturating_sub(base.spin.spun_ns);
     // Counts only grow, so the base is contained in now.

@@ -88,6 +88,7 @@ pub fn direction_json(s: &DirectionStats, rules: bool) -> serde_json::Value {
         "huge_pages": s.huge_pages,
         "rx_wakeups": s.rx_wakeups,
         "rx_on_beat": s.rx_on_beat,
+        "rx_yields_lost": s.rx_yields_lost,
         "tx_wakeups": s.tx_wakeups,
         "spin": spin_json(&s.spin),
     })

@@ -28,6 +28,8 @@ pub(super) struct PairLoop<M> {
 /// What one pair's turn found.
 pub(super) struct Turn {
     pub(super) taken: usize,
+    /// The earliest receive stamp of the frames taken.
+    pub(super) first_stamp: Option<u64>,
     /// The earliest release among the frames this turn stored or sent.
     pub(super) leaving: Option<u64>,
     pub(super) full: bool,
@@ -247,6 +249,7 @@ impl<M: LiveModel> PairLoop<M> {
         }
         Ok(Turn {
             taken,
+            first_stamp,
             leaving,
             full,
             next,
@@ -298,11 +301,13 @@ pub(super) fn live_stage<M: LiveModel>(
     let mut wake = WakeEstimate::default();
     let mut beat_wake = WakeEstimate::default();
     let mut budget = SpinBudget::new(clock::now_ns());
-    let mut linger = Linger::new(opts.linger_ns, opts.spin_budget_ppm, STAGE_HORIZON_NS);
+    let mut linger = Linger::new(opts.linger_ns, opts.spin_budget_ppm, STAGE_HORIZON_NS)
+        .holds_keep_core(realtime.is_some());
     let mut owners: Vec<(usize, usize)> = Vec::new();
     let mut error_wakes = 0u32;
     let mut down_checked_ns = 0u64;
     'run: while !stop.load(Ordering::Acquire) {
+        wakes.yields_lost = linger.yields_lost();
         let Some(turn) = turn_all(pairs, opts, wakes) else {
             break 'run;
         };
@@ -320,7 +325,7 @@ pub(super) fn live_stage<M: LiveModel>(
                 .any(|p| p.shared.has_changes.load(Ordering::Acquire))
         };
         // What is left of a window goes back before a hold is paid for.
-        if turn.taken > 0 && linger.took(turn.now, &mut budget) {
+        if turn.taken > 0 && linger.took(turn.now, turn.first_stamp, &mut budget) {
             wakes.on_beat += 1;
         }
         if let Some(release_ns) = turn.leaving {
@@ -450,7 +455,7 @@ fn on_beat(
     turn: &Turn,
     beat_wake: &WakeEstimate,
 ) -> Option<Option<u64>> {
-    let lead_ns = beat_wake.wake_ns(LEAD_MAX_NS);
+    let lead_ns = beat_wake.spin_ns(LEAD_PPM, LEAD_MAX_NS);
     // A frame held longer than the stage takes to wake leaves on time
     // from its arrival's wake-up (the hold counts from its stamp): no
     // window buys it anything (through `delay 200us` at 100 pps windows
@@ -476,6 +481,18 @@ fn on_beat(
 /// lateness of a long sleep on a loaded VM, not a preemption's.
 const LEAD_MAX_NS: u64 = 1_000_000;
 
+/// The share of the stage's long sleeps that the lead before a window
+/// covers: 90 %, not the 99 % a release's spin covers. A wake-up later than
+/// the lead still finds the frame unless it is later than the frame too,
+/// which comes at the window's middle or later; the 99th percentile is where
+/// a few of this VM's stalls put it (1 ms, the cap, in runs where the 90th
+/// was 200-260 µs), and a window that long took the credit of the next ones:
+/// two beats through one port, 20 and 30 ms apart, found the stage awake for
+/// 141-304 of 333 frames with the 99th (141 and 166 where it stood at 1 ms),
+/// and for 296-313 with the 90th (docs/numbers.md, "A yield that loses the
+/// core").
+const LEAD_PPM: u32 = 900_000;
+
 /// One turn of every running pair, what they found together (the latest
 /// pair's `now`); None once every pair has stopped.
 fn turn_all<M: LiveModel>(
@@ -485,6 +502,7 @@ fn turn_all<M: LiveModel>(
 ) -> Option<Turn> {
     let mut all = Turn {
         taken: 0,
+        first_stamp: None,
         leaving: None,
         full: false,
         next: None,
@@ -497,6 +515,7 @@ fn turn_all<M: LiveModel>(
         match p.turn(opts, wakes) {
             Ok(t) => {
                 all.taken += t.taken;
+                all.first_stamp = earliest(all.first_stamp, t.first_stamp);
                 all.leaving = earliest(all.leaving, t.leaving);
                 all.full |= t.full;
                 all.next = earliest(all.next, t.next);

@@ -203,6 +203,7 @@ impl Stage {
         shared.accepted = c.accepted + c.held;
         shared.rx_wakeups = self.wakes.wakeups;
         shared.rx_on_beat = self.wakes.on_beat;
+        shared.rx_yields_lost = self.wakes.yields_lost;
         shared.kernel_drops = c.kernel_drops;
         for (delay_ns, n) in c.delays.drain(..) {
             // 1 ns at least: the histogram's lowest bound (a zero delay is

@@ -56,6 +56,8 @@ pub(super) struct Wakes {
     /// Turns that took frames while it was awake for a port's beat
     /// (`rx_on_beat`: each a wake-up the frame did not cost).
     pub(super) on_beat: u64,
+    /// Its yields that lost the core to a busy task (`rx_yields_lost`).
+    pub(super) yields_lost: u64,
 }
 
 pub(super) struct Held {

@@ -19,7 +19,7 @@ fn linger_never_without_a_departure() {
 fn linger_is_bounded_by_its_time_after_the_last_departure() {
     let mut budget = SpinBudget::new(0);
     let mut l = Linger::new(50 * US, 0, 0);
-    l.took(100 * US, &mut budget);
+    l.took(100 * US, None, &mut budget);
     l.leaving(100 * US, 100 * US);
     let mut t = 100 * US;
     let mut turns = 0;
@@ -38,7 +38,7 @@ fn linger_is_bounded_by_its_time_after_the_last_departure() {
     assert_eq!(budget.lingered_ns, 50 * US);
     // Over until frames leave again, though still within the window's share.
     assert!(!l.keep_polling(t + US, &mut budget));
-    l.took(200 * US, &mut budget);
+    l.took(200 * US, None, &mut budget);
     l.leaving(200 * US, 200 * US);
     assert!(l.keep_polling(201 * US, &mut budget));
 }
@@ -48,11 +48,11 @@ fn frames_stored_for_later_give_nothing_to_linger_for() {
     let mut budget = SpinBudget::new(0);
     let mut l = Linger::new(50 * US, 0, 0);
     // Taken at 10 us for a release 10 ms later (a delay).
-    l.took(10 * US, &mut budget);
+    l.took(10 * US, None, &mut budget);
     l.leaving(10 * US, 10_010 * US);
     assert!(!l.keep_polling(11 * US, &mut budget));
     // Taken at 20 us for a release 30 us later: lingers until 50 us after it.
-    l.took(20 * US, &mut budget);
+    l.took(20 * US, None, &mut budget);
     l.leaving(20 * US, 50 * US);
     assert!(l.keep_polling(21 * US, &mut budget));
     assert!(l.keep_polling(99 * US, &mut budget));
@@ -68,7 +68,7 @@ fn a_hold_the_credit_pays_for_is_stayed_through() {
     let mut l = Linger::new(50 * US, PPM, 1_000 * US);
     // The first frame, 200 us held: the credit starts full.
     l.leaving(0, 200 * US);
-    l.took(0, &mut budget);
+    l.took(0, None, &mut budget);
     assert!(l.keep_polling(US, &mut budget) && l.holding(US));
     assert!(l.keep_polling(199 * US, &mut budget) && l.holding(199 * US));
     // Released at 200 us: lingers for an answer as after any departure.
@@ -81,7 +81,7 @@ fn a_hold_the_credit_pays_for_is_stayed_through() {
     for _ in 0..100 {
         t += 1_000 * US;
         l.leaving(t, t + 200 * US);
-        l.took(t, &mut budget);
+        l.took(t, None, &mut budget);
         stayed += usize::from(l.holding(t));
         l.last_leave_ns = None;
     }
@@ -119,7 +119,7 @@ fn a_window_is_paid_from_the_credit_and_its_rest_given_back() {
     assert!(l.awake(now + 9_900 * US, &mut budget));
     assert!(l.awake(now + 10_100 * US, &mut budget));
     // A frame at 10.2 ms: on the beat, the rest (200 us) given back.
-    assert!(l.took(now + 10_200 * US, &mut budget));
+    assert!(l.took(now + 10_200 * US, None, &mut budget));
     assert_eq!(l.credit.ns, 5_000 * US - 300 * US);
     // The stage polled from 9.9 to 10.2 ms: charged as lingering.
     assert_eq!(budget.lingered_ns, 300 * US);
@@ -139,7 +139,7 @@ fn a_window_is_paid_from_the_credit_and_its_rest_given_back() {
     assert!(!l.awake(far + 100 * US, &mut budget));
     assert_eq!(l.expecting(far + 100 * US, w, 0, &budget), None);
     assert!(
-        !l.took(far + 200 * US, &mut budget),
+        !l.took(far + 200 * US, None, &mut budget),
         "after the window: not on the beat"
     );
 }
@@ -150,7 +150,7 @@ fn no_linger_and_no_budget_stay_through_no_hold() {
     for (linger_ns, ppm) in [(0, PPM), (50 * US, 0)] {
         let mut l = Linger::new(linger_ns, ppm, 1_000 * US);
         l.leaving(0, 200 * US);
-        l.took(0, &mut budget);
+        l.took(0, None, &mut budget);
         assert!(
             !l.keep_polling(US, &mut budget),
             "{linger_ns} ns, {ppm} ppm"
@@ -182,7 +182,7 @@ fn holds_stayed_through_take_at_most_their_share_of_the_time() {
         t += 10 * US + next() % (20_000 * US);
         let hold_ns = 10 * US + next() % (1_000 * US);
         l.leaving(t, t + hold_ns);
-        l.took(t, &mut budget);
+        l.took(t, None, &mut budget);
         if hold_ns >= 50 * US && l.holding(t) {
             stayed_ns += hold_ns;
             holds += 1;
@@ -307,7 +307,7 @@ fn linger_stops_when_the_budget_is_frugal() {
     budget.tick(SPIN_WINDOW_NS);
     assert!(budget.frugal);
     let mut l = Linger::new(50 * US, 0, 0);
-    l.took(SPIN_WINDOW_NS, &mut budget);
+    l.took(SPIN_WINDOW_NS, None, &mut budget);
     l.leaving(SPIN_WINDOW_NS, SPIN_WINDOW_NS);
     assert!(!l.keep_polling(SPIN_WINDOW_NS + US, &mut budget));
 }
@@ -324,7 +324,7 @@ fn linger_takes_at_most_its_share_of_a_window() {
     while t < SPIN_WINDOW_NS {
         budget.tick(t);
         if t % (40 * US) == 0 {
-            l.took(t, &mut budget);
+            l.took(t, None, &mut budget);
             l.leaving(t, t);
         } else if l.keep_polling(t, &mut budget) {
             lingered += US;
@@ -341,7 +341,7 @@ fn linger_takes_at_most_its_share_of_a_window() {
     );
     // The next window has its share again.
     budget.tick(SPIN_WINDOW_NS);
-    l.took(SPIN_WINDOW_NS, &mut budget);
+    l.took(SPIN_WINDOW_NS, None, &mut budget);
     l.leaving(SPIN_WINDOW_NS, SPIN_WINDOW_NS);
     assert!(l.keep_polling(SPIN_WINDOW_NS + US, &mut budget));
 }
@@ -389,4 +389,110 @@ fn a_release_waited_for_in_steps_is_one_release_to_the_ladder() {
     );
     let spun_ns = budget.spun_total_ns + budget.spun_ns;
     assert!(spun_ns <= 3_500_000_000 / 20, "spun {spun_ns} ns in 3.5 s");
+}
+
+const MS: u64 = 1_000_000;
+const S: u64 = 1_000 * MS;
+
+/// One yield that returned `took_ns` after `at_ns`.
+fn yield_at(y: &mut Yields, at_ns: u64, took_ns: u64) {
+    y.yielded(at_ns, at_ns + took_ns);
+}
+
+#[test]
+fn yields_that_keep_the_core_or_lose_it_once_pause_nothing() {
+    let mut y = Yields::default();
+    // A host on the core runs for up to 200 µs: the yield did its job.
+    for k in 0..1000 {
+        yield_at(&mut y, S + k * MS, 200 * US);
+    }
+    assert!(!y.paused(2 * S));
+    // A stall of the machine in a yield, then another 3 s later: no pause.
+    yield_at(&mut y, 3 * S, 4 * MS);
+    assert!(!y.paused(3 * S + 5 * MS));
+    yield_at(&mut y, 6 * S, 4 * MS);
+    assert!(!y.paused(6 * S + 5 * MS));
+    assert_eq!(y.lost, 2);
+}
+
+#[test]
+fn a_busy_task_beside_pauses_lingering_longer_each_time_up_to_ten_seconds() {
+    let mut y = Yields::default();
+    // A SCHED_IDLE spinner takes the core at each window's first yield,
+    // 20 ms apart, for the rest of the 4 ms tick.
+    yield_at(&mut y, S, 4 * MS);
+    assert!(!y.paused(S + 10 * MS), "one loss is not yet a busy task");
+    yield_at(&mut y, S + 20 * MS, 4 * MS);
+    let paused_at = S + 24 * MS;
+    assert!(y.paused(paused_at + 99 * MS));
+    assert!(!y.paused(paused_at + 100 * MS), "the first pause is 100 ms");
+    // Each window after a pause loses again: the pauses double.
+    let mut end = paused_at + 100 * MS;
+    let mut pauses = vec![];
+    for _ in 0..10 {
+        yield_at(&mut y, end + 20 * MS, 4 * MS);
+        let at = end + 24 * MS;
+        let mut len = 0;
+        while y.paused(at + len) {
+            len += MS;
+        }
+        pauses.push(len / MS);
+        end = at + len;
+    }
+    assert_eq!(
+        pauses,
+        [200, 400, 800, 1600, 3200, 6400, 10_000, 10_000, 10_000, 10_000]
+    );
+    // The task went: after a quiet spell the next loss pauses nothing and
+    // the pauses start over.
+    let later = end + 30 * S;
+    yield_at(&mut y, later, 4 * MS);
+    assert!(!y.paused(later + 5 * MS));
+    yield_at(&mut y, later + 20 * MS, 4 * MS);
+    assert!(y.paused(later + 120 * MS));
+    assert!(!y.paused(later + 125 * MS));
+}
+
+#[test]
+fn a_frame_is_on_the_beat_by_its_stamp_not_by_when_it_was_taken() {
+    let mut budget = SpinBudget::new(0);
+    let mut l = Linger::new(100 * US, PPM, 1_000 * US);
+    let now = 20 * MS;
+    // The credit has grown; a window 30-30.2 ms with a lead of 100 µs.
+    assert_eq!(
+        l.expecting(now, Some((30 * MS, 30 * MS + 200 * US)), 100 * US, &budget),
+        Some(30 * MS - 100 * US)
+    );
+    // Came 10 µs before the window's end, taken 25 µs later: on the beat.
+    assert!(l.took(30 * MS + 215 * US, Some(30 * MS + 190 * US), &mut budget));
+    // Came before the window (it woke the stage): not.
+    assert_eq!(
+        l.expecting(
+            now + 20 * MS,
+            Some((50 * MS, 50 * MS + 200 * US)),
+            100 * US,
+            &budget
+        ),
+        Some(50 * MS - 100 * US)
+    );
+    assert!(!l.took(50 * MS, Some(49 * MS), &mut budget));
+}
+
+#[test]
+fn lost_yields_pause_lingering_but_not_a_hold_under_sched_fifo() {
+    for fifo in [true, false] {
+        let mut budget = SpinBudget::new(0);
+        let mut l = Linger::new(100 * US, PPM, 1_000 * US).holds_keep_core(fifo);
+        // A busy task took the core at two yields.
+        l.yielded(S, S + 4 * MS);
+        l.yielded(S + 20 * MS, S + 24 * MS);
+        let t = S + 30 * MS;
+        // A frame held 200 µs: the credit pays for the hold.
+        l.leaving(t, t + 200 * US);
+        assert_eq!(l.keep_polling(t + US, &mut budget), fifo, "fifo {fifo}");
+        // Past the release, lingering for an answer is paused either way.
+        assert!(!l.keep_polling(t + 250 * US, &mut budget));
+        l.leaving(t + 300 * US, t + 300 * US);
+        assert!(!l.keep_polling(t + 310 * US, &mut budget));
+    }
 }
