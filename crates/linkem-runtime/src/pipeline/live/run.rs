@@ -319,11 +319,6 @@ pub(super) fn live_stage<M: LiveModel>(
                 rt.busy(turn.now);
             }
         }
-        let changes = || {
-            pairs
-                .iter()
-                .any(|p| p.shared.has_changes.load(Ordering::Acquire))
-        };
         // What is left of a window goes back before a hold is paid for.
         if turn.taken > 0 && linger.took(turn.now, turn.first_stamp, &mut budget) {
             wakes.on_beat += 1;
@@ -331,10 +326,7 @@ pub(super) fn live_stage<M: LiveModel>(
         if let Some(release_ns) = turn.leaving {
             linger.leaving(turn.now, release_ns);
         }
-        if turn.taken > 0 {
-            continue;
-        }
-        if changes() {
+        if turn.taken > 0 || changes_waiting(pairs) {
             continue;
         }
         // Sleep until the model's next event less the learnt wake-up overshoot,
@@ -407,6 +399,14 @@ pub(super) fn live_stage<M: LiveModel>(
     for p in pairs.iter_mut().filter(|p| !p.stopped) {
         p.finish(wakes);
     }
+}
+
+/// Whether a change request waits for a pair: the stage takes it before
+/// it sleeps.
+fn changes_waiting<M>(pairs: &[PairLoop<M>]) -> bool {
+    pairs
+        .iter()
+        .any(|p| p.shared.has_changes.load(Ordering::Acquire))
 }
 
 /// Whether the stage goes round once more at `now_ns` instead of sleeping
