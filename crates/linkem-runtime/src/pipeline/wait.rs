@@ -451,11 +451,9 @@ impl Linger {
         }
     }
 
-    /// The stage's turn before `after_ns`, lingering (or holding, or awake
-    /// in a window), was at `before_ns`, and it yielded in between
-    /// ([`Yields`]).
-    fn yielded(&mut self, before_ns: u64, after_ns: u64) {
-        self.yields.yielded(before_ns, after_ns);
+    /// Whether the budget and the yields let the stage poll on at `now_ns`.
+    fn may_poll(&self, now_ns: u64, budget: &SpinBudget) -> bool {
+        budget.may_linger() && !self.yields.paused(now_ns)
     }
 
     /// The yields that lost the core so far (`rx_yields_lost`).
@@ -526,7 +524,7 @@ impl Linger {
         lead_ns: u64,
         budget: &SpinBudget,
     ) -> Option<u64> {
-        if !budget.may_linger() || self.yields.paused(now_ns) {
+        if !self.may_poll(now_ns, budget) {
             return None;
         }
         if let Some((from_ns, until_ns)) = self.awake_for {
@@ -558,7 +556,7 @@ impl Linger {
         if now_ns < from_ns || now_ns >= until_ns {
             return false;
         }
-        if !budget.may_linger() || self.yields.paused(now_ns) {
+        if !self.may_poll(now_ns, budget) {
             self.awake_for = None;
             self.credit.refund(until_ns - now_ns);
             return false;
@@ -574,7 +572,7 @@ impl Linger {
             budget.lingered_ns += spent;
             // Between its lingering turns the stage only yields: a long gap
             // is the core lost at the yield (or a stall).
-            self.yielded(t, now_ns);
+            self.yields.yielded(t, now_ns);
         }
     }
 
@@ -602,8 +600,8 @@ impl Linger {
 
 /// A yield at ordinary priority that returns this much later (measured as
 /// the gap between two of the stage's lingering turns, which only yield in
-/// between: no clock is read for it) handed the
-/// core to a task that keeps it until its slice or the tick ends: not a host
+/// between: no clock is read for it) handed the core to a task that keeps it
+/// until its slice or the tick ends: not a host
 /// sending or answering on the stage's core (at most 200 µs in quiet runs of
 /// pings through `delay 1us`), but a busy one. A SCHED_IDLE build beside
 /// linkem does it to every window: the stage, just woken, yields to it and

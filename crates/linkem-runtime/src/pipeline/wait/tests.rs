@@ -484,8 +484,8 @@ fn lost_yields_pause_lingering_but_not_a_hold_under_sched_fifo() {
         let mut budget = SpinBudget::new(0);
         let mut l = Linger::new(100 * US, PPM, 1_000 * US).holds_keep_core(fifo);
         // A busy task took the core at two yields.
-        l.yielded(S, S + 4 * MS);
-        l.yielded(S + 20 * MS, S + 24 * MS);
+        l.yields.yielded(S, S + 4 * MS);
+        l.yields.yielded(S + 20 * MS, S + 24 * MS);
         let t = S + 30 * MS;
         // A frame held 200 µs: the credit pays for the hold.
         l.leaving(t, t + 200 * US);
