@@ -325,7 +325,16 @@ fn ctl_metrics_parse_and_match_stats_json() {
         let after = scrape(port);
         let counters = |b: &str| {
             b.lines()
-                .filter(|l| l.starts_with("linkem_received") || l.starts_with("linkem_packets"))
+                .filter(|l| {
+                    [
+                        "linkem_received",
+                        "linkem_packets",
+                        "linkem_stage_",
+                        "linkem_output_wakeups",
+                    ]
+                    .iter()
+                    .any(|f| l.starts_with(f))
+                })
                 .map(str::to_string)
                 .collect::<Vec<_>>()
         };
@@ -404,6 +413,7 @@ fn ctl_metrics_parse_and_match_stats_json() {
         for (family, key) in [
             ("linkem_received_bytes_total", "received_bytes"),
             ("linkem_delivered_bytes_total", "delivered_bytes"),
+            ("linkem_output_wakeups_total", "tx_wakeups"),
         ] {
             assert_eq!(get(family, &l), d[key].as_f64().unwrap(), "{dir} {key}");
         }
@@ -422,6 +432,17 @@ fn ctl_metrics_parse_and_match_stats_json() {
             .unwrap();
         assert!(fin["received"].as_u64() >= d["received"].as_u64());
     }
+    // The one stage of the link, once (each direction reports its counts).
+    for (family, key) in [
+        ("linkem_stage_wakeups_total", "rx_wakeups"),
+        ("linkem_stage_on_beat_total", "rx_on_beat"),
+        ("linkem_stage_yields_lost_total", "rx_yields_lost"),
+    ] {
+        for d in ctl_stats["directions"].as_array().unwrap() {
+            assert_eq!(get(family, "{}"), d[key].as_f64().unwrap(), "{key}");
+        }
+    }
+    assert!(get("linkem_stage_wakeups_total", "{}") > 0.0, "{body}");
     assert_eq!(
         get("linkem_link_delay_seconds", "{\"direction\": \"a->b\"}"),
         0.003

@@ -182,6 +182,9 @@ fn dashboard_is_well_formed() {
         "linkem_packets_total",
         "linkem_rx_kernel_drops_total",
         "linkem_control_requests_total",
+        "linkem_stage_wakeups_total",
+        "linkem_output_wakeups_total",
+        "linkem_spin_seconds_total",
     ] {
         assert!(metrics.iter().any(|m| m == want), "no panel reads {want}");
     }

@@ -186,6 +186,20 @@ fn the_group_exposition_labels_each_link_and_one_link_has_no_label() {
             .count(),
         1
     );
+    // A link's one stage serves both its directions: one series per link.
+    let stage: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("linkem_stage_wakeups_total"))
+        .collect();
+    assert_eq!(
+        stage.len(),
+        g.members().unwrap().len(),
+        "one series per link:\n{text}"
+    );
+    assert!(
+        stage[0].starts_with("linkem_stage_wakeups_total{link=\"p0\"} "),
+        "{text}"
+    );
     // A link alone: the exposition it always had, no link label.
     let alone = render(&registry(member));
     assert!(
@@ -193,4 +207,12 @@ fn the_group_exposition_labels_each_link_and_one_link_has_no_label() {
         "{alone}"
     );
     assert!(!alone.contains("link=\""), "{alone}");
+    for family in ["stage_wakeups", "stage_on_beat", "stage_yields_lost"] {
+        let series = format!("\nlinkem_{family}_total ");
+        assert!(alone.contains(&series), "{series} missing:\n{alone}");
+    }
+    assert!(
+        alone.contains("linkem_output_wakeups_total{direction=\"b->a\"} "),
+        "{alone}"
+    );
 }

@@ -180,7 +180,7 @@ fn rows(model: &Model) -> Vec<Row<'_>> {
 type DirectionFamily = (&'static str, Kind, &'static str, fn(&DirectionStats) -> u64);
 
 /// The per-direction counts exposed before the packets by fate, and after.
-fn direction_families() -> ([DirectionFamily; 5], [DirectionFamily; 9]) {
+fn direction_families() -> ([DirectionFamily; 5], [DirectionFamily; 10]) {
     (
         [
         (
@@ -269,6 +269,12 @@ fn direction_families() -> ([DirectionFamily; 5], [DirectionFamily; 9]) {
             "Size of the delay line.",
             |s| s.buffer_bytes,
         ),
+        (
+            "linkem_output_wakeups_total",
+            Kind::Counter,
+            "Times the output thread woke from a sleep before a release time or from parking on an empty line.",
+            |s| s.tx_wakeups,
+        ),
         ],
     )
 }
@@ -328,7 +334,47 @@ pub(super) fn expose(enc: &mut DescriptorEncoder, model: &Model) -> fmt::Result 
         link_metrics(enc, &stats)?;
     }
     spin_metrics(enc, &stats)?;
+    stage_metrics(enc, &stats)?;
     lateness_and_control(enc, &stats, model)
+}
+
+/// The emulating stage's wake-ups (`--linger`, beats, lost yields). One stage
+/// serves both directions of a link and each direction reports its counts,
+/// so these are one series per link (no `direction` label): summed over
+/// directions they would count each wake-up twice.
+fn stage_metrics(enc: &mut DescriptorEncoder, stats: &[Row<'_>]) -> fmt::Result {
+    let per_link = |f: fn(&DirectionStats) -> u64| {
+        stats.chunk_by(|a, b| a.link == b.link).map(move |rows| {
+            let labels: Labels = rows[0]
+                .link
+                .map(|name| ("link", name.to_string()))
+                .into_iter()
+                .collect();
+            let count = rows.iter().map(|r| f(&r.stats)).max().unwrap_or(0);
+            (labels, Value::Int(count))
+        })
+    };
+    family(
+        enc,
+        "linkem_stage_wakeups_total",
+        Kind::Counter,
+        "Times the emulating stage woke from waiting for frames.",
+        per_link(|s| s.rx_wakeups),
+    )?;
+    family(
+        enc,
+        "linkem_stage_on_beat_total",
+        Kind::Counter,
+        "Times frames came while the stage was awake for their flow's beat: wake-ups they did not cost.",
+        per_link(|s| s.rx_on_beat),
+    )?;
+    family(
+        enc,
+        "linkem_stage_yields_lost_total",
+        Kind::Counter,
+        "Yields after which the stage's core came back 0.5 ms or more later (a stall, or a busy task beside linkem); two within 2 s pause its lingering.",
+        per_link(|s| s.rx_yields_lost),
+    )
 }
 
 /// How each direction's output thread waits for releases (`--spin-budget`):
