@@ -261,7 +261,12 @@ fn an_answer_from_a_host_process_costs_no_second_wake_up(backend: &str) {
     // answered while the stage lingered. A linger that catches nothing saves
     // nothing and fails it. Two yields that lost the core to a busy task
     // beside (the CI's builds at idle priority) pause lingering: then the
-    // answers wake the stage, as `a_busy_task_beside_costs_no_tick` shows.
+    // answers wake the stage, as `a_busy_task_beside_costs_no_tick` shows,
+    // and lingering may save nothing, but it never costs wake-ups.
+    assert!(
+        lingering <= sleeping + EXCHANGES / 10,
+        "lingering cost wake-ups: {report}"
+    );
     if lost >= 2 {
         return;
     }
