@@ -183,7 +183,8 @@ pub struct DirectionStats {
     /// or was awake for a beat) after which its core came back 0.5 ms or
     /// more later: a stall of the machine, or a busy task beside linkem (a
     /// build at idle priority) that kept the core until the tick. Two within
-    /// 2 s pause that lingering for 0.1 to 10 s, so frames then cost their
+    /// 2 s pause that lingering for 0.1 to 10 s (renewed while more tasks
+    /// are ready to run than there are cores), so frames then cost their
     /// own wake-up, not a tick.
     pub rx_yields_lost: u64,
     /// Times the output stage woke from a sleep before a release time or

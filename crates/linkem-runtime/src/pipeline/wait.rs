@@ -278,6 +278,7 @@ impl SpinBudget {
 /// spare"). A machine with a core to spare keeps the spin and its sub-µs
 /// median; `--spin-threshold` given spins regardless (`spin_always`), for
 /// cores that are linkem's alone.
+#[derive(Debug)]
 pub(super) struct CoreWatch {
     loadavg: Option<std::fs::File>,
     cores: u64,
@@ -306,6 +307,11 @@ impl CoreWatch {
     pub fn all_taken(&mut self) -> bool {
         let runnable = self.runnable();
         self.look(runnable)
+    }
+
+    /// Whether more tasks are ready to run than there are cores, at one look.
+    pub fn taken_now(&self) -> bool {
+        self.runnable().is_some_and(|r| r > self.cores)
     }
 
     /// One look that found `runnable` tasks (`None`: unreadable, not taken).
@@ -437,7 +443,7 @@ impl Linger {
             hold_max_ns,
             credit: Credit::full(0, u64::from(hold_ppm), CREDIT_MAX_NS),
             awake_for: None,
-            yields: Yields::default(),
+            yields: Yields::watching(CoreWatch::new()),
             holds_keep_core: false,
         }
     }
@@ -452,7 +458,7 @@ impl Linger {
     }
 
     /// Whether the budget and the yields let the stage poll on at `now_ns`.
-    fn may_poll(&self, now_ns: u64, budget: &SpinBudget) -> bool {
+    fn may_poll(&mut self, now_ns: u64, budget: &SpinBudget) -> bool {
         budget.may_linger() && !self.yields.paused(now_ns)
     }
 
@@ -636,9 +642,15 @@ const YIELD_BACKOFF_MAX_NS: u64 = 10_000_000_000;
 /// holds under SCHED_FIFO ([`Linger::holds_keep_core`]), where no ordinary
 /// task takes the core at a yield.
 ///
+/// At a pause's end the stage looks once whether more tasks are ready to
+/// run than there are cores ([`CoreWatch::taken_now`]: a busy task at any
+/// priority is always ready); if so the pause is renewed, twice as long, up
+/// to the same 10 s, without a yield lost to find out. A busy task that is
+/// ready only now and then is found by the next lost yields instead.
+///
 /// Invariants: a lone lost yield pauses nothing; while busy tasks stay
-/// beside it, the stage loses one yield per pause (at its longest, one
-/// every 10 s).
+/// beside it, the stage loses two yields and then one per pause that ends
+/// with no more tasks ready than cores (at most one every 10 s).
 #[derive(Debug, Default)]
 pub(super) struct Yields {
     /// Lingering pauses until then.
@@ -649,6 +661,10 @@ pub(super) struct Yields {
     lost_at_ns: u64,
     /// Yields that lost the core.
     lost: u64,
+    /// Looks at each pause's end (None: never looks, the pause just ends).
+    watch: Option<CoreWatch>,
+    /// Whether the latest pause's end was looked at.
+    looked: bool,
 }
 
 impl Yields {
@@ -671,11 +687,34 @@ impl Yields {
             false => YIELD_BACKOFF_MIN_NS,
         };
         self.paused_until_ns = after_ns + self.pause_ns;
+        self.looked = false;
     }
 
-    /// Whether lingering pauses at `now_ns`.
-    pub fn paused(&self, now_ns: u64) -> bool {
-        now_ns < self.paused_until_ns
+    /// Looks at each pause's end with `watch`.
+    pub fn watching(watch: CoreWatch) -> Self {
+        Yields {
+            watch: Some(watch),
+            ..Yields::default()
+        }
+    }
+
+    /// Whether lingering pauses at `now_ns`: the first call after a pause
+    /// ended looks whether every core is still taken, and renews it if so.
+    pub fn paused(&mut self, now_ns: u64) -> bool {
+        if now_ns < self.paused_until_ns {
+            return true;
+        }
+        if self.pause_ns == 0 || self.looked {
+            return false;
+        }
+        self.looked = true;
+        if !self.watch.as_ref().is_some_and(CoreWatch::taken_now) {
+            return false;
+        }
+        self.pause_ns = (self.pause_ns * 2).min(YIELD_BACKOFF_MAX_NS);
+        self.paused_until_ns = now_ns + self.pause_ns;
+        self.looked = false;
+        true
     }
 }
 

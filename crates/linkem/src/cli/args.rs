@@ -375,7 +375,8 @@ pub struct RunArgs {
     /// on the same core runs first (through a hold, where nothing can answer
     /// yet, it keeps the policy it woke in); a busy task that keeps the core
     /// past such a yield (`rx_yields_lost`), twice within 2 s, pauses all
-    /// lingering for 0.1-10 s. '0' never lingers and keeps the stage waiting
+    /// lingering for 0.1-10 s, renewed while more tasks are ready to run than
+    /// there are cores. '0' never lingers and keeps the stage waiting
     /// under SCHED_FIFO (for cores that are linkem's alone).
     #[arg(long, value_name = "TIME", value_parser = linkem_core::units::checked_time)]
     pub linger: Option<String>,

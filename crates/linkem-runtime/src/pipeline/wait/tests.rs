@@ -454,6 +454,37 @@ fn a_busy_task_beside_pauses_lingering_longer_each_time_up_to_ten_seconds() {
 }
 
 #[test]
+fn a_pause_is_renewed_without_a_lost_yield_while_every_core_is_taken() {
+    // A /proc/loadavg of our own: 3 tasks ready to run on 2 cores.
+    let path = std::env::temp_dir().join(format!("linkem-loadavg-{}", std::process::id()));
+    std::fs::write(&path, "2.10 1.90 1.50 3/180 4242\n").unwrap();
+    let watch = CoreWatch {
+        loadavg: Some(std::fs::File::open(&path).unwrap()),
+        cores: 2,
+        taken_looks: 0,
+    };
+    let mut y = Yields::watching(watch);
+    yield_at(&mut y, S, 4 * MS);
+    yield_at(&mut y, S + 20 * MS, 4 * MS);
+    let end = S + 24 * MS + 100 * MS;
+    assert!(y.paused(end - MS));
+    // Every core still taken at the pause's end: twice as long, no yield
+    // lost to find out.
+    assert!(y.paused(end));
+    assert!(y.paused(end + 199 * MS));
+    // The busy task went: the next end finds a core to spare, once.
+    std::fs::write(&path, "0.40 1.20 1.40 1/180 4242\n").unwrap();
+    assert!(!y.paused(end + 200 * MS));
+    std::fs::write(&path, "0.40 1.20 1.40 3/180 4242\n").unwrap();
+    assert!(!y.paused(end + 300 * MS), "one look per pause");
+    assert_eq!(y.lost, 2);
+    // It came back: a yield lost soon after pauses again, twice the last.
+    yield_at(&mut y, end + 400 * MS, 4 * MS);
+    assert!(y.paused(end + 404 * MS + 399 * MS));
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
 fn a_frame_is_on_the_beat_by_its_stamp_not_by_when_it_was_taken() {
     let mut budget = SpinBudget::new(0);
     let mut l = Linger::new(100 * US, PPM, 1_000 * US);
