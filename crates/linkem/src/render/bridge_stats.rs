@@ -173,13 +173,11 @@ pub(crate) fn print_stats(
             for s in stats {
                 println!("{}", text_row(s));
             }
-            print_coalesced(stats, "");
+            print_notes(stats, "");
         }
     }
 }
 
-/// Below the text table: what left merged, per direction that sent
-/// super-frames (`prefix`: the pair's name in a bridge of several).
 /// Prints one JSON stats line, with `events_skipped` when the bridge writes
 /// `--events`.
 fn print_json_line(mut out: serde_json::Value, events_skipped: Option<u64>) {
@@ -192,7 +190,10 @@ fn print_json_line(mut out: serde_json::Value, events_skipped: Option<u64>) {
     );
 }
 
-fn print_coalesced(stats: &[DirectionStats], prefix: &str) {
+/// Below the text table: what left merged, per direction that sent
+/// super-frames, what the kernel forwarded, and the stage's lost yields
+/// (`prefix`: the pair's name in a bridge of several).
+fn print_notes(stats: &[DirectionStats], prefix: &str) {
     for s in stats.iter().filter(|s| s.super_frames > 0) {
         println!(
             "{prefix}{}: coalesced {} of the delivered frames into {} super-frames \
@@ -207,6 +208,22 @@ fn print_coalesced(stats: &[DirectionStats], prefix: &str) {
             s.name, s.kernel_forwarded
         );
     }
+    // One count for the stage, reported in each direction.
+    let lost = stats.iter().map(|s| s.rx_yields_lost).max().unwrap_or(0);
+    if let Some(note) = yields_note(lost) {
+        println!("{prefix}{note}");
+    }
+}
+
+/// Why frames may have cost the stage a wake-up of their own: yields that
+/// lost its core (`rx_yields_lost`), none said when there were none.
+fn yields_note(lost: u64) -> Option<String> {
+    (lost > 0).then(|| {
+        format!(
+            "the stage lost its core at {lost} yields (a busy task beside linkem, or a stall of \
+             the machine): two within 2 s pause its lingering and beats for 0.1-10 s (--linger)"
+        )
+    })
 }
 
 /// The columns of the text table.
@@ -312,7 +329,7 @@ pub(crate) fn print_pairs_stats(
                 }
             }
             for p in pairs {
-                print_coalesced(&p.stats, &format!("{} ", p.name));
+                print_notes(&p.stats, &format!("{} ", p.name));
             }
             for p in pairs {
                 if let Some(why) = &p.stopped {
@@ -433,5 +450,20 @@ fn fmt_ns(ns: u64) -> String {
         format!("{:.1}us", ns as f64 / 1e3)
     } else {
         format!("{ns}ns")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lost_yields_are_told_below_the_table_only_when_there_were_some() {
+        assert_eq!(yields_note(0), None);
+        let note = yields_note(3).unwrap();
+        assert!(
+            note.contains("at 3 yields") && note.contains("--linger"),
+            "{note}"
+        );
     }
 }
