@@ -734,7 +734,10 @@ fn tcp_and_udp_cross_xdp_with_hosts_at_their_defaults() {
             .unwrap_or(false)
     };
     assert!(tso("a"), "a host end starts with TSO on");
-    let bridge = Bridge::start(&h, "xdp", &["rate 50mbit delay 5ms"]);
+    // What is tested is that the checksums are right, not lateness: a stall
+    // of this shared machine (a CI build beside) may leave frames late, and
+    // --max-lag would drop them (307 in one CI run, 1.4 % of the datagrams).
+    let bridge = Bridge::start(&h, "xdp", &["--max-lag", "off", "rate 50mbit delay 5ms"]);
     h.hosts_up();
     assert!(
         !tso("a"),
@@ -769,7 +772,8 @@ fn tcp_and_udp_cross_xdp_with_hosts_at_their_defaults() {
     }
     assert!(
         udp_lost < 1.0,
-        "UDP datagrams arrive with right checksums: {udp_lost} % lost"
+        "UDP datagrams arrive with right checksums: {udp_lost} % lost; linkem's fates a->b {}",
+        stats["directions"][0]["fates"]
     );
     assert!(
         tso("a"),
