@@ -533,8 +533,8 @@ fn assert_no_tick_lost(run: &Sparse, report: &str) {
 }
 
 /// The twin of `frames_on_a_beat_find_the_stage_awake` with a busy task
-/// beside: two threads spin under SCHED_IDLE, one per core, as the CI's
-/// builds do. A yield of the stage while it is awake for a beat (or
+/// beside: a thread per core spins under SCHED_IDLE, as the CI's builds
+/// do. A yield of the stage while it is awake for a beat (or
 /// lingers) hands its core to such a task, which keeps it until the tick:
 /// without the pause that follows a lost yield, the frames' one-way delay
 /// was 2.5-4.1 ms at the 90th percentile (the bridge's 143-155 µs). Counts

@@ -311,12 +311,17 @@ impl CoreWatch {
 
     /// Whether more tasks are ready to run than there are cores, at one look.
     pub fn taken_now(&self) -> bool {
-        self.runnable().is_some_and(|r| r > self.cores)
+        self.more_than_cores(self.runnable())
+    }
+
+    /// Whether `runnable` tasks (`None`: unreadable) are more than the cores.
+    fn more_than_cores(&self, runnable: Option<u64>) -> bool {
+        runnable.is_some_and(|r| r > self.cores)
     }
 
     /// One look that found `runnable` tasks (`None`: unreadable, not taken).
     fn look(&mut self, runnable: Option<u64>) -> bool {
-        let taken = runnable.is_some_and(|r| r > self.cores);
+        let taken = self.more_than_cores(runnable);
         self.taken_looks = if taken { self.taken_looks + 1 } else { 0 };
         self.taken_looks >= TAKEN_LOOKS
     }
@@ -682,11 +687,17 @@ impl Yields {
         }
         let follows = self.pause_ns > 0
             && after_ns.saturating_sub(self.paused_until_ns) < YIELD_BACKOFF_MAX_NS;
+        self.pause(after_ns, follows);
+    }
+
+    /// Pauses from `at_ns`: twice the latest pause if it `follows` one, else
+    /// the first pause's length.
+    fn pause(&mut self, at_ns: u64, follows: bool) {
         self.pause_ns = match follows {
             true => (self.pause_ns * 2).min(YIELD_BACKOFF_MAX_NS),
             false => YIELD_BACKOFF_MIN_NS,
         };
-        self.paused_until_ns = after_ns + self.pause_ns;
+        self.paused_until_ns = at_ns + self.pause_ns;
         self.looked = false;
     }
 
@@ -711,9 +722,7 @@ impl Yields {
         if !self.watch.as_ref().is_some_and(CoreWatch::taken_now) {
             return false;
         }
-        self.pause_ns = (self.pause_ns * 2).min(YIELD_BACKOFF_MAX_NS);
-        self.paused_until_ns = now_ns + self.pause_ns;
-        self.looked = false;
+        self.pause(now_ns, true);
         true
     }
 }

@@ -132,7 +132,7 @@ pub fn delay_ms_json(s: &DirectionStats) -> serde_json::Value {
 /// a hand-over from the stage to another thread.
 pub fn wakeups_json(stats: &[DirectionStats]) -> serde_json::Value {
     let received: u64 = stats.iter().map(|s| s.received).sum();
-    let stage = stats.iter().map(|s| s.rx_wakeups).max().unwrap_or(0);
+    let stage = stage_count(stats, |s| s.rx_wakeups);
     let output: u64 = stats.iter().map(|s| s.tx_wakeups).sum();
     let per = |n: u64| {
         if received == 0 {
@@ -208,11 +208,15 @@ fn print_notes(stats: &[DirectionStats], prefix: &str) {
             s.name, s.kernel_forwarded
         );
     }
-    // One count for the stage, reported in each direction.
-    let lost = stats.iter().map(|s| s.rx_yields_lost).max().unwrap_or(0);
-    if let Some(note) = yields_note(lost) {
+    if let Some(note) = yields_note(stage_count(stats, |s| s.rx_yields_lost)) {
         println!("{prefix}{note}");
     }
+}
+
+/// A count of the live stage: one for the stage, reported in each
+/// direction it serves.
+fn stage_count(stats: &[DirectionStats], count: fn(&DirectionStats) -> u64) -> u64 {
+    stats.iter().map(count).max().unwrap_or(0)
 }
 
 /// Why frames may have cost the stage a wake-up of their own: yields that
