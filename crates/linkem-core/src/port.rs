@@ -206,6 +206,14 @@ pub trait TxPort: Send {
     }
     /// Largest frame this port can send (egress MTU + Ethernet header (+ tags)).
     fn max_frame_bytes(&self) -> usize;
+    /// How long before its release the output stage hands a frame to this
+    /// port: the time the port learnt a frame takes from the send call to
+    /// the kernel's stamp of it leaving (on a veth: of it reaching the
+    /// host's end), so that it leaves at its release. 0 (the default): a
+    /// port that cannot learn it; frames are handed over at their release.
+    fn send_lead_ns(&self) -> u64 {
+        0
+    }
     /// The interface this port sends out of, for another port's kernel path
     /// to forward to ([`KernelPath::engage`]); `None` (the default): a port
     /// no kernel path may send through (in memory, a netfilter queue).

@@ -176,6 +176,8 @@ pub mod memory {
         /// this vector, so a test sees which frames left merged; the wire
         /// frames also go to `sent`.
         pub supers: Option<Supers>,
+        /// What [`TxPort::send_lead_ns`] says (0: none learnt).
+        pub send_lead_ns: u64,
         errors: u64,
     }
 
@@ -190,6 +192,7 @@ pub mod memory {
                     max_frame_bytes: 1514,
                     refuse: |_| false,
                     supers: None,
+                    send_lead_ns: 0,
                     errors: 0,
                 },
                 sent,
@@ -228,6 +231,10 @@ pub mod memory {
 
         fn max_frame_bytes(&self) -> usize {
             self.max_frame_bytes
+        }
+
+        fn send_lead_ns(&self) -> u64 {
+            self.send_lead_ns
         }
 
         fn sends_super_frames(&self) -> bool {

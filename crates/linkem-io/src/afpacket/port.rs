@@ -97,6 +97,10 @@ impl TxPort for PacketTx {
         stats.tx_wrong_format + stats.tx_link_down
     }
 
+    fn send_lead_ns(&self) -> u64 {
+        self.ring.send_lead_ns()
+    }
+
     fn max_frame_bytes(&self) -> usize {
         self.ring.max_frame_bytes()
     }

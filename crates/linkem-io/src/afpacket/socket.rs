@@ -65,6 +65,8 @@ impl AfPacket {
             stats: AfPacketStats::default(),
             kernel_drops: 0,
             big: Vec::new(),
+            lead: Default::default(),
+            lead_sample: None,
         };
         std::mem::forget(guard);
         sock.bind(cfg.receive)?;

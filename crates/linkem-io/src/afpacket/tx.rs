@@ -10,9 +10,9 @@ impl AfPacket {
     fn tx_reclaim(&mut self) -> u32 {
         while self.tx_in_flight() > 0 {
             // Safety: the frame pointer comes from this socket's live mapping.
-            let st = unsafe { Self::status(self.tx_frame_ptr(self.tx_tail)) }
-                .load(Ordering::Acquire)
-                & !TP_STATUS_TS_MASK;
+            let raw =
+                unsafe { Self::status(self.tx_frame_ptr(self.tx_tail)) }.load(Ordering::Acquire);
+            let st = raw & !TP_STATUS_TS_MASK;
             // AVAILABLE: sent (or skipped as malformed, PACKET_LOSS being on); WRONG_FORMAT
             // would only appear without PACKET_LOSS and is equally finished with. The kernel
             // ORs the TX timestamp source into the status when it hands a slot back.
@@ -22,10 +22,39 @@ impl AfPacket {
             if st == libc::TP_STATUS_WRONG_FORMAT {
                 self.stats.tx_wrong_format += 1;
             }
+            if let Some((slot, sent_ns)) = self.lead_sample {
+                if slot == self.tx_tail {
+                    self.lead_sample = None;
+                    if raw & libc::TP_STATUS_TS_SOFTWARE != 0 {
+                        let stamped_ns = self.tx_stamp_ns(self.tx_tail);
+                        self.lead.observe(sent_ns, stamped_ns);
+                    }
+                }
+            }
             self.tx_tail = (self.tx_tail + 1) % self.tx.frame_nr;
             self.stats.tx_completed += 1;
         }
         self.tx_in_flight()
+    }
+
+    /// The kernel's stamp of a slot it handed back with `TP_STATUS_TS_SOFTWARE`.
+    fn tx_stamp_ns(&self, slot: u32) -> u64 {
+        let hdr = self.tx_frame_ptr(slot) as *const libc::tpacket2_hdr;
+        // Safety: the slot is handed back (the kernel wrote it before its
+        // status, read with Acquire), in this socket's live mapping.
+        let (sec, nsec) = unsafe {
+            (
+                ptr::addr_of!((*hdr).tp_sec).read(),
+                ptr::addr_of!((*hdr).tp_nsec).read(),
+            )
+        };
+        u64::from(sec) * 1_000_000_000 + u64::from(nsec)
+    }
+
+    /// The learnt send lead ([`super::lead`]): 0 until learnt, and on a
+    /// device whose frames come back unstamped.
+    pub fn send_lead_ns(&self) -> u64 {
+        self.lead.lead_ns()
     }
 
     fn tx_in_flight(&self) -> u32 {
@@ -93,6 +122,11 @@ impl AfPacket {
     pub fn tx_flush(&mut self) -> Result<(), IoError> {
         if self.tx_unflushed > 0 {
             self.stats.tx_flushes += 1;
+            if self.lead_sample.is_none() {
+                let first =
+                    (self.tx_head + self.tx.frame_nr - self.tx_unflushed) % self.tx.frame_nr;
+                self.lead_sample = Some((first, now_realtime_ns()));
+            }
             // Safety: a NULL buffer of length 0 is how a TX ring send is requested; the
             // kernel reads the frames from the mapping.
             let rc = unsafe { libc::send(self.fd, ptr::null(), 0, libc::MSG_DONTWAIT) };
@@ -145,6 +179,8 @@ impl AfPacket {
             i = (i + 1) % self.tx.frame_nr;
         }
         self.tx_head = first;
+        // A sampled slot among them is queued again later, by another flush.
+        self.lead_sample = None;
         self.stats.tx_queued -= dropped;
         self.stats.tx_link_down += dropped;
         self.tx_unflushed = 0;

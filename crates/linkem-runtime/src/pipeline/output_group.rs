@@ -212,7 +212,7 @@ fn send_due(dirs: &[Arc<Outlet>]) -> Result<Turn, (usize, String)> {
         let inner = &mut *g;
         let mut sent = 0;
         loop {
-            let next = inner.src.next_release();
+            let next = inner.next_release();
             // One relaxed store per frame; the live stage reads it once per batch.
             control
                 .output_at_ns
@@ -289,7 +289,7 @@ fn park_until(dirs: &[Arc<Outlet>], waiting_for: Option<u64>, target_ns: u64) ->
             // Under the lock: a send of the stage after it sees the flag.
             d.control().output_asleep.store(true, Ordering::Relaxed);
         }
-        match g.src.next_release() {
+        match g.next_release() {
             Some(r) => waiting_for.is_none_or(|w| r < w),
             None => false,
         }

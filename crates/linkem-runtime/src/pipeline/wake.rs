@@ -312,6 +312,10 @@ pub struct SpinStats {
     pub wake_late_p50_ns: u64,
     /// The same at the 99th percentile.
     pub wake_late_p99_ns: u64,
+    /// How long before its release it hands each frame to its port: the
+    /// port's learnt send lead (`TxPort::send_lead_ns`, 0 where the port
+    /// cannot learn one). Per direction: each port learns its own.
+    pub send_lead_ns: u64,
 }
 
 impl SpinStats {
@@ -330,6 +334,7 @@ impl SpinStats {
             covers_ppm,
             wake_late_p50_ns: if learnt { wake.quantile_ns(500_000) } else { 0 },
             wake_late_p99_ns: if learnt { wake.quantile_ns(990_000) } else { 0 },
+            send_lead_ns: 0,
         }
     }
 }
@@ -561,6 +566,7 @@ mod tests {
                 covers_ppm: 990_000,
                 wake_late_p50_ns: 11 * US,
                 wake_late_p99_ns: 11 * US,
+                send_lead_ns: 0,
             }
         );
     }

@@ -106,6 +106,7 @@ pub fn spin_json(s: &SpinStats) -> serde_json::Value {
         "spin_us": us(s.spin_ns),
         "covers": share(s.covers_ppm),
         "wake_late_us": { "p50": us(s.wake_late_p50_ns), "p99": us(s.wake_late_p99_ns) },
+        "send_lead_us": us(s.send_lead_ns),
     })
 }
 

@@ -20,6 +20,15 @@
 //! `delay 0` and small delays on sparse traffic cost no wake-up after the
 //! stage's own, and a release closer than a wake-up is not late by one.
 //!
+//! **When.** A frame is handed to the port its send lead before its release
+//! ([`TxPort::send_lead_ns`]: the time the port learnt a frame takes from
+//! the send call to the kernel's stamp of it reaching the host, 1-2 µs on a
+//! veth; 0 where it learns none), so that it reaches the host at its
+//! release. The one place that applies it is [`OutletInner::next_release`]:
+//! every instant the senders compare with their clock, wait for, publish or
+//! record lateness against is the release less the lead, so both senders,
+//! the waker and `max-lag` agree.
+//!
 //! Order: both senders take the frame with the earliest release from the one
 //! source under the one lock, so a frame leaves only after every frame with
 //! an earlier release that was stored before it (whichever thread sends it).
@@ -336,7 +345,10 @@ impl OutputState {
         shared.too_big = self.local_too_big;
         shared.tx_errors = tx_errors;
         shared.tx_wakeups = self.wakeups;
-        shared.spin = self.spin;
+        shared.spin = super::SpinStats {
+            send_lead_ns: self.tx.send_lead_ns(),
+            ..self.spin
+        };
         shared.coalesced = self.local_coalesced;
         shared.super_frames = self.local_super_frames;
         shared.whole = self.local_whole;
@@ -376,6 +388,16 @@ pub(super) struct OutletInner {
     last_publish_ns: u64,
     /// When the output thread last found nothing to send ([`idle`]).
     last_idle_ns: u64,
+}
+
+impl OutletInner {
+    /// The instant the next frame is to be handed over (its release less the
+    /// port's send lead, [`TxPort::send_lead_ns`]), if any is waiting. Every
+    /// sender asks here, so each compares its clock with the same instants.
+    pub(super) fn next_release(&mut self) -> Option<u64> {
+        self.src.set_lead_ns(self.st.tx.send_lead_ns());
+        self.src.next_release()
+    }
 }
 
 /// What [`Outlet::send_due_with`] left waiting.
@@ -460,7 +482,7 @@ impl Outlet {
         let inner = &mut *g;
         let mut sent = 0;
         let left = loop {
-            let Some(release_ns) = inner.src.next_release() else {
+            let Some(release_ns) = inner.next_release() else {
                 break Left::Empty;
             };
             let now_ns = now();
@@ -558,7 +580,7 @@ pub(super) fn output_stage(outlet: Arc<Outlet>, cfg: OutputConfig, mut realtime:
             flushes_seen = control.flush.added();
             inner.src.end_flushed(&mut inner.st, &control.flush);
         }
-        let next = inner.src.next_release();
+        let next = inner.next_release();
         // One relaxed store per frame; the input stage reads it once per batch.
         control
             .output_at_ns
@@ -756,11 +778,7 @@ fn park_until(outlet: &Outlet, release_ns: u64, target_ns: u64) -> bool {
     let control = outlet.control();
     control.output_waits_ns.store(release_ns, Ordering::Relaxed);
     std::sync::atomic::fence(Ordering::SeqCst);
-    let earlier = outlet
-        .lock()
-        .src
-        .next_release()
-        .is_some_and(|r| r < release_ns);
+    let earlier = outlet.lock().next_release().is_some_and(|r| r < release_ns);
     let now = clock::now_ns();
     let parked = !earlier && target_ns > now && !control.stop.load(Ordering::Acquire);
     if parked {

@@ -48,6 +48,9 @@ pub(in crate::pipeline) struct Source {
     sorted_runs: Option<Arc<Control>>,
     /// The out-of-order count already moved into the heap.
     handled: u64,
+    /// How long before its release each frame is handed over: the port's
+    /// send lead ([`OutletInner::next_release`]).
+    lead_ns: u64,
 }
 
 impl Source {
@@ -63,6 +66,7 @@ impl Source {
             heap: cfg.reorders.then(ReleaseQueue::new),
             sorted_runs: (cfg.reorders && cfg.sorted_runs).then(|| control.clone()),
             handled: 0,
+            lead_ns: 0,
         }
     }
 
@@ -91,8 +95,19 @@ impl Source {
         }
     }
 
-    /// The next release time, if any frame is waiting.
+    /// The instant the next frame is to be handed over, if any frame is
+    /// waiting: its release, less the send lead. Every frame waiting moves
+    /// by the same lead, so the order is the releases' order.
     pub(in crate::pipeline) fn next_release(&mut self) -> Option<u64> {
+        let lead_ns = self.lead_ns;
+        self.next_release_unled().map(|r| r.saturating_sub(lead_ns))
+    }
+
+    pub(in crate::pipeline) fn set_lead_ns(&mut self, lead_ns: u64) {
+        self.lead_ns = lead_ns;
+    }
+
+    fn next_release_unled(&mut self) -> Option<u64> {
         let Some(heap) = self.heap.as_mut() else {
             return self.consumer.peek().map(|h| h.release_ns);
         };
@@ -152,17 +167,19 @@ impl Source {
         whole.map_or(1, |w| w.wire_frames as usize)
     }
 
-    /// Hands the next frame to `f` and removes it.
+    /// Hands the next frame to `f` with the instant it is to be handed
+    /// over (as [`Source::next_release`] gave it), and removes it.
     pub(in crate::pipeline) fn take<R>(&mut self, f: impl FnOnce(u64, &[u8], Kind) -> R) -> R {
+        let lead_ns = self.lead_ns;
         if self.next_from_heap() {
             if let Some(heap) = self.heap.as_mut() {
                 let (release_ns, h) = heap.pop().expect("next_release found one");
-                return f(release_ns, &h.frame, h.kind);
+                return f(release_ns.saturating_sub(lead_ns), &h.frame, h.kind);
             }
         }
         let h = self.consumer.peek().expect("next_release found one");
         // The frame is copied into the backend before the record is released.
-        let r = f(h.release_ns, h.frame, Kind::of(&h));
+        let r = f(h.release_ns.saturating_sub(lead_ns), h.frame, Kind::of(&h));
         self.consumer.pop();
         r
     }

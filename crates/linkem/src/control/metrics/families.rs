@@ -406,6 +406,13 @@ fn spin_metrics(enc: &mut DescriptorEncoder, stats: &[Row<'_>]) -> fmt::Result {
         "The share of the thread's wake-ups its spin before a release covers now (lower once the budget is spent).",
         per_dir(|s| f64::from(s.covers_ppm) / 1e6),
     )?;
+    family(
+        enc,
+        "linkem_send_lead_seconds",
+        Kind::Gauge,
+        "How long before its release a frame is handed to the kernel: the time the port learnt a frame takes from the send call to the kernel's stamp of it reaching the host (0: none learnt).",
+        per_dir(|s| s.send_lead_ns as f64 / 1e9),
+    )?;
     let late = stats.iter().flat_map(|r| {
         [
             ("0.5", r.stats.spin.wake_late_p50_ns),
@@ -747,7 +754,7 @@ fn lateness_and_control(
     histogram_family(
         enc,
         "linkem_lateness_seconds",
-        "Send time minus release time of sent packets.",
+        "Send time (plus the learnt send lead) minus release time of sent packets.",
         series,
     )?;
     let series = stats
