@@ -135,6 +135,9 @@ impl AfPacket {
                 match e.raw_os_error() {
                     Some(libc::ENOBUFS) | Some(libc::EAGAIN) | Some(libc::EINTR) => {
                         self.stats.tx_send_errors += 1;
+                        // A frame left queued goes with a later call: its
+                        // time from this one is no sample of the send path.
+                        self.lead_sample = None;
                         self.tx_reclaim();
                         return Ok(());
                     }
