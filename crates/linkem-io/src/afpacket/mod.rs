@@ -94,6 +94,12 @@ const BIG_FRAME_BUF: usize = 65536 + 256;
 /// `PACKET_TX_HAS_OFF` is not set: `tp_hdrlen - sizeof(struct sockaddr_ll)`.
 const TX_DATA_OFFSET: usize = TPACKET2_HDRLEN - size_of::<libc::sockaddr_ll>();
 
+/// A ring slot's stamp (`tp_sec`, `tp_nsec`: `CLOCK_REALTIME`), ns: a received
+/// frame's, or the last stamp of a sent frame the kernel handed back.
+fn stamp_ns(hdr: &libc::tpacket2_hdr) -> u64 {
+    u64::from(hdr.tp_sec) * 1_000_000_000 + u64::from(hdr.tp_nsec)
+}
+
 /// Timestamp-source bits the kernel ORs into `tp_status` (on RX frames and on completed TX
 /// slots alike).
 const TP_STATUS_TS_MASK: u32 =

@@ -47,7 +47,7 @@ impl AfPacket {
             } else {
                 None
             };
-            let ts_ns = hdr.tp_sec as u64 * 1_000_000_000 + hdr.tp_nsec as u64;
+            let ts_ns = stamp_ns(&hdr);
             let csum_not_ready = st & libc::TP_STATUS_CSUMNOTREADY != 0;
             let taken = if st & libc::TP_STATUS_COPY != 0 && self.offload {
                 // Longer than the slot: the whole frame waits on the socket queue, in order.

@@ -39,16 +39,10 @@ impl AfPacket {
 
     /// The kernel's stamp of a slot it handed back with `TP_STATUS_TS_SOFTWARE`.
     fn tx_stamp_ns(&self, slot: u32) -> u64 {
-        let hdr = self.tx_frame_ptr(slot) as *const libc::tpacket2_hdr;
         // Safety: the slot is handed back (the kernel wrote it before its
         // status, read with Acquire), in this socket's live mapping.
-        let (sec, nsec) = unsafe {
-            (
-                ptr::addr_of!((*hdr).tp_sec).read(),
-                ptr::addr_of!((*hdr).tp_nsec).read(),
-            )
-        };
-        u64::from(sec) * 1_000_000_000 + u64::from(nsec)
+        let hdr = unsafe { ptr::read(self.tx_frame_ptr(slot) as *const libc::tpacket2_hdr) };
+        stamp_ns(&hdr)
     }
 
     /// The learnt send lead ([`super::lead`]): 0 until learnt, and on a

@@ -99,8 +99,14 @@ impl Source {
     /// waiting: its release, less the send lead. Every frame waiting moves
     /// by the same lead, so the order is the releases' order.
     pub(in crate::pipeline) fn next_release(&mut self) -> Option<u64> {
+        let led = self.led();
+        self.next_release_unled().map(led)
+    }
+
+    /// A release as the instant its frame is handed over (less the lead).
+    fn led(&self) -> impl Fn(u64) -> u64 {
         let lead_ns = self.lead_ns;
-        self.next_release_unled().map(|r| r.saturating_sub(lead_ns))
+        move |release_ns| release_ns.saturating_sub(lead_ns)
     }
 
     pub(in crate::pipeline) fn set_lead_ns(&mut self, lead_ns: u64) {
@@ -170,16 +176,16 @@ impl Source {
     /// Hands the next frame to `f` with the instant it is to be handed
     /// over (as [`Source::next_release`] gave it), and removes it.
     pub(in crate::pipeline) fn take<R>(&mut self, f: impl FnOnce(u64, &[u8], Kind) -> R) -> R {
-        let lead_ns = self.lead_ns;
+        let led = self.led();
         if self.next_from_heap() {
             if let Some(heap) = self.heap.as_mut() {
                 let (release_ns, h) = heap.pop().expect("next_release found one");
-                return f(release_ns.saturating_sub(lead_ns), &h.frame, h.kind);
+                return f(led(release_ns), &h.frame, h.kind);
             }
         }
         let h = self.consumer.peek().expect("next_release found one");
         // The frame is copied into the backend before the record is released.
-        let r = f(h.release_ns.saturating_sub(lead_ns), h.frame, Kind::of(&h));
+        let r = f(led(h.release_ns), h.frame, Kind::of(&h));
         self.consumer.pop();
         r
     }
