@@ -72,9 +72,15 @@ fn a_quick_delay_bench_prints_a_complete_consistent_table() {
         let p50 = r["analysis"]["delay_ns"]["p50"].as_i64().unwrap();
         if r["configured"] == "delay 10ms" {
             assert!(r["deviation_ns"]["p50"].is_i64(), "{r}");
-            // Within a millisecond of 10 ms at the median: a loose sanity bound,
-            // the precise figures are the bench's output, not a test's.
-            assert!((10_000_000..11_000_000).contains(&p50), "{r}");
+            // A loose sanity bound; the precise figures are the bench's
+            // output, not a test's. The fastest packet took 10 ms to within a
+            // millisecond (less at most the 50 µs send lead can take off),
+            // which no stall can raise; the median, which a loaded machine's
+            // stalls can (a CI run: 12.0 ms, its sender 63 ms late at
+            // times), stays well below twice the delay.
+            let min = r["analysis"]["delay_ns"]["min"].as_i64().unwrap();
+            assert!((9_950_000..11_000_000).contains(&min), "{r}");
+            assert!((10_000_000..20_000_000).contains(&p50), "{r}");
         } else {
             assert!(r["deviation_ns"].is_null());
             assert!(p50 < 1_000_000, "no delay configured: {r}");
