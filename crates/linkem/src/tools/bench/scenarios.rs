@@ -1,9 +1,10 @@
 //! What each scenario measures and how it is judged (see the module doc of `bench`).
 
-use super::dut::Dut;
-use super::measure::{pps_text, Bench, Row, DELAY_NS};
+use super::dut::{Dut, Running};
+use super::measure::{pps_text, probe_cfg_on, repeat_on, timer_floor, Bench, Row, Twin, DELAY_NS};
 use crate::tools::probe::{self, Pattern, ProbeConfig};
 use anyhow::Result;
+use linkem_io::netns::{self, Topology};
 
 /// Rate words for `rate` at `share` of `pps` frames of `size` bytes (with FCS)
 /// each, counting Ethernet's preamble and gap (`overhead ethernet`).
@@ -86,10 +87,13 @@ fn tail_settings() -> Vec<Vec<String>> {
 }
 
 /// `tail`: the delay distribution's tail through `delay 10ms` at 1 kpps of
-/// 64-byte frames for each backend and real-time policy, beside the Linux
-/// bridge, in rounds that alternate the settings so that a slow minute of a
-/// shared machine falls on all of them. Each percentile is judged beyond the
-/// bridge's same percentile: what the emulator adds to the path's own tail.
+/// 64-byte frames for each backend and real-time policy, in rounds that
+/// alternate the settings. Each linkem row is measured beside the Linux
+/// bridge between a twin pair of hosts and the machine's timer floor, all
+/// three at the same time, so that a stall of the shared machine falls on
+/// all of them: each percentile is judged beyond the bridge's same
+/// percentile of the same seconds (what the emulator adds to the path's own
+/// tail), and the tail against the floor of the same seconds.
 pub(super) fn tail(b: &Bench<'_>, rows: &mut Vec<Row>) -> Result<()> {
     let (rounds, secs) = if b.args.quick { (1, 1.0) } else { (3, 10.0) };
     let pps = 1000.0;
@@ -97,104 +101,45 @@ pub(super) fn tail(b: &Bench<'_>, rows: &mut Vec<Row>) -> Result<()> {
     let packets = (pps * secs) as u64;
     let offered = format!("{size} B, constant, {}", pps_text(pps));
     let delay_words: Vec<String> = vec!["delay".into(), "10ms".into()];
+    let twin_topo = Topology::two_hosts_stock(&netns::unique_prefix("lkbench"))
+        .map_err(|e| anyhow::anyhow!("cannot build the twin hosts: {e}"))?;
+    // Up for the whole scenario, as the namespaces are; dropped before them.
+    let _bridge = Running::start(&twin_topo, &Dut::LinuxBridge, &b.args.backend)?;
+    let twin = Twin { topo: &twin_topo };
+    let twin_cfg = probe_cfg_on(&twin_topo, size, Pattern::Constant, pps, packets, 0);
+    let twin_repeat = format!(
+        "; at the same time, the Linux bridge between twin hosts: {}; and {FLOOR_BESIDE}",
+        repeat_on(&twin_topo, &b.args.backend, &Dut::LinuxBridge, &twin_cfg)
+    );
     for round in 1..=rounds {
-        let zero_cfg = b.probe_cfg(size, Pattern::Constant, pps, packets, 0);
-        let (bridge, _) = b.measure(&Dut::LinuxBridge, &zero_cfg)?;
-        let base = bridge.analysis.delay_ns;
         let note = format!("round {round} of {rounds}");
-        let bridge_row = tail_row(
-            b,
-            Dut::LinuxBridge,
-            &bridge,
-            None,
-            None,
-            &zero_cfg,
-            &offered,
-            &note,
-        );
-        let mut floor = bridge_row.clone();
-        rows.push(bridge_row);
-        let late = timer_floor(secs, std::time::Duration::from_millis(1));
-        floor.device = TIMER_FLOOR.into();
-        floor.configured = "-".into();
-        floor.sent = late.count;
-        floor.delivered = late.count;
-        floor.lost = 0;
-        floor.analysis.delay_ns = late;
-        floor.analysis.deviation_ns = late;
-        floor.analysis.send_error_ns = Default::default();
-        floor.deviation_ns = Some(late);
-        floor.repeat = "a SCHED_FIFO thread sleeping to deadlines 1 ms apart \
-                        (`chrt -f 50 cyclictest -i 1000` measures the same)"
-            .into();
-        rows.push(floor);
         for options in tail_settings() {
             let dut = Dut::LinkemWith {
                 options,
                 words: delay_words.clone(),
             };
             let cfg = b.probe_cfg(size, Pattern::Constant, pps, packets, DELAY_NS);
-            let (run, counts) = b.measure(&dut, &cfg)?;
-            let beyond = beyond_bridge(&run.analysis.delay_ns, &base, DELAY_NS as i64);
-            rows.push(tail_row(
-                b,
-                dut,
-                &run,
-                Some(beyond),
-                counts,
-                &cfg,
-                &offered,
-                &note,
-            ));
+            let (run, counts, beside) = b.measure_beside(&dut, &cfg, &twin)?;
+            let beyond = beyond_bridge(
+                &run.analysis.delay_ns,
+                &beside.bridge.delay_ns,
+                DELAY_NS as i64,
+            );
+            let mut row = tail_row(b, dut, &run, Some(beyond), counts, &cfg, &offered, &note);
+            row.repeat += &twin_repeat;
+            row.beside = Some(beside);
+            rows.push(row);
         }
     }
     Ok(())
 }
 
-/// The device name of the timer floor rows of `tail`.
-pub(super) const TIMER_FLOOR: &str = "timer wake-up (platform floor)";
+/// How the timer floor beside each `tail` row is taken.
+pub(super) const FLOOR_BESIDE: &str = "a SCHED_FIFO thread sleeping to deadlines \
+     0.75-1.25 ms apart (`chrt -f 50 cyclictest -i 1000` measures about the same)";
 
-/// How late a SCHED_FIFO thread wakes from sleeps to deadlines `period`
-/// apart, for `secs`: what any emulator that releases packets at their time pays
-/// on this machine, whatever its design. A packet held for `delay 10ms` is
-/// exposed to every stall of the machine during those 10 ms, while the Linux
-/// bridge holds a packet for microseconds: so the tail beyond the bridge can
-/// be no better than this floor.
-fn timer_floor(secs: f64, period: std::time::Duration) -> probe::stats::Percentiles {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let spawned = std::thread::Builder::new()
-        .name("linkem-bench-timer".into())
-        .spawn(move || {
-            // Without CAP_SYS_NICE the thread measures at normal priority.
-            let _ = linkem_runtime::pipeline::set_realtime(50);
-            let start = std::time::Instant::now();
-            let mut next = start + period;
-            let mut late = Vec::with_capacity((secs / period.as_secs_f64()) as usize + 1);
-            while start.elapsed().as_secs_f64() < secs {
-                let now = std::time::Instant::now();
-                if next > now {
-                    std::thread::sleep(next - now);
-                }
-                let woke = std::time::Instant::now();
-                late.push(woke.saturating_duration_since(next).as_nanos() as i64);
-                // Deadlines missed by a long stall are skipped, not caught up.
-                next += period;
-                while next + period < woke {
-                    next += period;
-                }
-            }
-            let _ = tx.send(late);
-        });
-    let mut late = match spawned {
-        Ok(t) => {
-            let v = rx.recv().unwrap_or_default();
-            let _ = t.join();
-            v
-        }
-        Err(_) => Vec::new(),
-    };
-    probe::stats::percentiles(&mut late)
-}
+/// The device name of the timer floor rows of the sparse part of `tail`.
+pub(super) const TIMER_FLOOR: &str = "timer wake-up (platform floor)";
 
 /// Each percentile of `delay` minus `expected_ns` and the same percentile of
 /// the bridge's delay: what the emulator adds at that point of the distribution.
@@ -245,6 +190,7 @@ fn tail_row(
         note: note.to_string(),
         repeat: b.repeat(&dut, cfg),
         linkem_counts: counts,
+        beside: None,
     }
 }
 
@@ -323,6 +269,7 @@ pub(super) fn delay(b: &Bench<'_>, high_pps: f64, rows: &mut Vec<Row>) -> Result
                 note: note.to_string(),
                 repeat: b.repeat(&dut, cfg),
                 linkem_counts: c,
+                beside: None,
             });
         }
     }
@@ -515,6 +462,7 @@ fn lossfree_row(
         note,
         repeat,
         linkem_counts,
+        beside: None,
     }
 }
 
@@ -604,6 +552,7 @@ pub(super) fn sparse(b: &Bench<'_>, rows: &mut Vec<Row>) -> Result<()> {
                  (`chrt -f 50 cyclictest -i {period_us}` measures the same)"
             ),
             linkem_counts: None,
+            beside: None,
         });
     }
     for pps in SPARSE_PPS {

@@ -99,6 +99,10 @@ pub struct ProbeConfig {
     pub seed: u64,
     /// How long the receiver waits after the last send for late packets.
     pub drain_ns: u64,
+    /// The first send time (CLOCK_TAI ns), to run in step with another probe;
+    /// None: 50 ms and two expected delays after the sender starts, time for
+    /// the neighbour to be resolved through the path.
+    pub start_tai_ns: Option<u64>,
 }
 
 impl ProbeConfig {
@@ -310,7 +314,9 @@ impl TxSide<'_> {
         // meanwhile would wait in the neighbour queue and leave together.
         buf[4..8].copy_from_slice(&u32::MAX.to_be_bytes());
         let _ = sock.send(&buf);
-        let start = tai_now_ns() + 2 * cfg.expected_delay_ns + 50_000_000;
+        let start = cfg
+            .start_tai_ns
+            .unwrap_or_else(|| tai_now_ns() + 2 * cfg.expected_delay_ns + 50_000_000);
         let span_ns = self.offsets.last().copied().unwrap_or(0);
         let deadline = start + span_ns + slack_ns(span_ns);
         let mut sent = Vec::with_capacity(self.offsets.len());
@@ -461,6 +467,7 @@ impl ProbeArgs {
             expected_delay_ns,
             seed: self.seed,
             drain_ns: expected_delay_ns * 2 + 500_000_000,
+            start_tai_ns: None,
         };
         cfg.check()?;
         Ok(cfg)
