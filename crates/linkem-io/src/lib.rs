@@ -38,6 +38,7 @@ pub mod creds;
 pub mod ifaces;
 pub mod infile;
 pub mod kernel_path;
+mod lead;
 pub mod linkwatch;
 pub mod netns;
 pub mod nfqueue;

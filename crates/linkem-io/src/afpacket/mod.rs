@@ -57,7 +57,6 @@ use std::time::Duration;
 mod batch_tx;
 mod clock;
 mod gso;
-mod lead;
 pub mod port;
 mod ring;
 mod rx;
@@ -293,8 +292,8 @@ pub struct AfPacket {
     kernel_drops: u64,
     /// Where frames longer than a ring slot are read to.
     big: Vec<u8>,
-    /// The learnt send lead ([`lead`]).
-    lead: lead::SendLead,
+    /// The learnt send lead ([`crate::lead`]).
+    lead: crate::lead::SendLead,
     /// The TX slot sampled for the send lead, and when its `send` was called
     /// (`CLOCK_REALTIME`): the first frame of a flush, one at a time.
     lead_sample: Option<(u32, u64)>,

@@ -45,7 +45,7 @@ impl AfPacket {
         stamp_ns(&hdr)
     }
 
-    /// The learnt send lead ([`super::lead`]): 0 until learnt, and on a
+    /// The learnt send lead ([`crate::lead`]): 0 until learnt, and on a
     /// device whose frames come back unstamped.
     pub fn send_lead_ns(&self) -> u64 {
         self.lead.lead_ns()

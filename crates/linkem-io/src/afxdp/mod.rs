@@ -97,6 +97,7 @@ use std::sync::Arc;
 
 pub use attach::PROGRAM_NAME;
 pub use rx::{XdpRx, XdpRxStats};
+use tx::LeadProbe;
 pub use tx::{XdpTx, XdpTxStats};
 
 use crate::afpacket::IoError;
@@ -324,6 +325,9 @@ impl AfXdp {
         let mut attachment =
             Attachment::load(ifname, queues.max(XSKMAP_MIN_ENTRIES), multi_buffer, gate)?;
         let half = cfg.frame_count / 2;
+        // Only a veth's completion stamp is the instant the frame reached the
+        // device beyond (see crate::lead).
+        let tx_metadata = ifaces::driver_name(ifname).as_deref() == Some("veth");
         let mut sockets = Vec::with_capacity(queues as usize);
         let mut bind_mode = BindMode::Copy;
         let mut transmitter = None;
@@ -336,6 +340,7 @@ impl AfXdp {
                 tx_frames: if queue == 0 { half } else { 0 },
                 mode: BindMode::ZeroCopy,
                 multi_buffer,
+                tx_metadata,
             };
             let (sock, mode) = bind_with_retry(ifname, spec)?;
             if spec.tx_frames > 0 {
@@ -378,6 +383,8 @@ fn split(
     let mut queues = Vec::with_capacity(sockets.len());
     let mut mems = Vec::with_capacity(sockets.len());
     let mut completions = None;
+    // Queue 0's: the UMEM that holds the transmit frames.
+    let tx_metadata_len = sockets.first().map_or(0, |s| s.tx_metadata_len);
     for s in sockets {
         let frames = Frames::of(&s.umem, cfg.frame_size);
         queues.push(RxQueue {
@@ -407,10 +414,11 @@ fn split(
     } = transmitter;
     let max_frame_bytes = {
         let wire = (info.mtu + ETH_HLEN + VLAN_HLEN) as usize;
+        let part = cfg.frame_size - tx_metadata_len;
         if info.multi_buffer {
-            wire.min((MAX_PARTS * cfg.frame_size) as usize)
+            wire.min((MAX_PARTS * part) as usize)
         } else {
-            wire.min(cfg.frame_size as usize)
+            wire.min(part as usize)
         }
     };
     let rx_clock = info.rx_clock;
@@ -442,6 +450,8 @@ fn split(
         free: (half..2 * half).rev().map(|i| i * fs).collect(),
         max_frame_bytes,
         stats: XdpTxStats::default(),
+        meta_len: tx_metadata_len,
+        lead: LeadProbe::default(),
     };
     (rx_half, tx_half)
 }

@@ -139,6 +139,10 @@ impl TxPort for XskTx {
         self.tx.tx_errors() + self.dropped_down
     }
 
+    fn send_lead_ns(&self) -> u64 {
+        self.tx.send_lead_ns()
+    }
+
     fn max_frame_bytes(&self) -> usize {
         self.tx.max_frame_bytes()
     }

@@ -52,7 +52,16 @@ pub(super) struct SocketSpec {
     pub(super) mode: BindMode,
     /// Bind with `XDP_USE_SG`: a frame may span several chunks.
     pub(super) multi_buffer: bool,
+    /// Ask for [`TX_METADATA_LEN`] bytes of TX metadata in front of each
+    /// transmit frame (for the send lead's stamp: [`crate::lead`]); a kernel
+    /// without TX metadata (before 6.8, or 6.8-6.10 without the flag) gets
+    /// none, and [`Socket::tx_metadata_len`] says 0.
+    pub(super) tx_metadata: bool,
 }
+
+/// `struct xsk_tx_metadata`: its flags, then the request or, once the kernel
+/// completed the frame, the completion (its TX stamp first).
+pub(super) const TX_METADATA_LEN: u32 = size_of::<libc::xsk_tx_metadata>() as u32;
 
 impl SocketSpec {
     fn fill_entries(&self) -> u32 {
@@ -76,6 +85,8 @@ pub(super) struct Socket {
     pub(super) fill: Producer<u64>,
     pub(super) comp: Consumer<u64>,
     pub(super) rx: Consumer<libc::xdp_desc>,
+    /// Bytes of TX metadata the UMEM was registered with (0 or [`TX_METADATA_LEN`]).
+    pub(super) tx_metadata_len: u32,
 }
 
 /// A bound transmit-only socket sharing a [`Socket`]'s UMEM.
@@ -110,7 +121,7 @@ impl Socket {
     /// Makes and binds one socket; see the module doc.
     pub(super) fn create(ifname: &str, spec: &SocketSpec) -> Result<Socket, CreateError> {
         let fd = new_socket(ifname)?;
-        let umem = register_umem(ifname, &fd, spec)?;
+        let (umem, tx_metadata_len) = register_umem(ifname, &fd, spec)?;
         let (off, maps) = map_rings(ifname, &fd, spec)?;
         let [fill_map, comp_map, rx_map] = &maps[..] else {
             unreachable!("map_rings maps three rings")
@@ -140,6 +151,7 @@ impl Socket {
             fill,
             comp,
             rx,
+            tx_metadata_len,
         })
     }
 
@@ -209,7 +221,7 @@ fn new_socket(ifname: &str) -> Result<OwnedFd, IoError> {
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
-fn register_umem(ifname: &str, fd: &OwnedFd, spec: &SocketSpec) -> Result<Mmap, IoError> {
+fn register_umem(ifname: &str, fd: &OwnedFd, spec: &SocketSpec) -> Result<(Mmap, u32), IoError> {
     let frames = spec.rx_frames + spec.tx_frames;
     let umem = Mmap::umem(frames, spec.frame_size)
         .map_err(|e| sys_error("mmap(UMEM)", ifname, e, None))?;
@@ -218,14 +230,27 @@ fn register_umem(ifname: &str, fd: &OwnedFd, spec: &SocketSpec) -> Result<Mmap, 
     reg.addr = umem.ptr.as_ptr() as u64;
     reg.len = umem.len as u64;
     reg.chunk_size = spec.frame_size;
-    setsockopt(fd.as_raw_fd(), libc::SOL_XDP, libc::XDP_UMEM_REG, &reg).map_err(|e| {
+    let register = |reg: &libc::xdp_umem_reg| {
+        setsockopt(fd.as_raw_fd(), libc::SOL_XDP, libc::XDP_UMEM_REG, reg)
+    };
+    if spec.tx_metadata && spec.tx_frames > 0 {
+        let mut with = reg;
+        with.flags = libc::XDP_UMEM_TX_METADATA_LEN;
+        with.tx_metadata_len = TX_METADATA_LEN;
+        // A kernel that knows neither the flag nor the field says EINVAL:
+        // the UMEM is registered without, and no stamp is asked for.
+        if register(&with).is_ok() {
+            return Ok((umem, TX_METADATA_LEN));
+        }
+    }
+    register(&reg).map_err(|e| {
         let hint =
             matches!(e.raw_os_error(), Some(libc::ENOBUFS) | Some(libc::ENOMEM)).then(|| {
                 "cannot pin the UMEM: give linkem CAP_IPC_LOCK or raise `ulimit -l`".to_string()
             });
         sys_error("setsockopt(XDP_UMEM_REG)", ifname, e, hint)
     })?;
-    Ok(umem)
+    Ok((umem, 0))
 }
 
 /// Sizes the rings and maps them: fill, completion, rx, in that order.

@@ -9,6 +9,14 @@
 //! than one UMEM frame goes out in several, all but the last flagged
 //! `XDP_PKT_CONTD`, when the socket is bound with `XDP_USE_SG`.
 //!
+//! The send lead ([`crate::lead`]): when the UMEM has TX metadata (a veth,
+//! Linux 6.8+), each frame's data starts `meta_len` bytes into its UMEM
+//! frame, the kernel's metadata in front of it, as the kernel requires of
+//! every descriptor then. The first frame pushed while no sample is pending
+//! asks for a completion stamp (`XDP_TX_METADATA`, `XDP_TXMD_FLAGS_TIMESTAMP`);
+//! the first kick after it is its send, and the stamp is read when its frame
+//! comes back on the completion ring.
+//!
 //! What the kernel refuses after a frame was queued is counted
 //! ([`XdpTx::tx_errors`]): `sendto` answers EBUSY when the device dropped
 //! the frame it was handed (`NET_XMIT_DROP`; the frame is completed but not
@@ -62,7 +70,26 @@ pub struct XdpTx {
     pub(super) free: Vec<u64>,
     pub(super) max_frame_bytes: usize,
     pub(super) stats: XdpTxStats,
+    /// Bytes of TX metadata in front of each frame's data (0: none, no lead).
+    pub(super) meta_len: u32,
+    pub(super) lead: LeadProbe,
 }
+
+/// The send lead and the frame that samples it (see the module doc).
+#[derive(Debug, Default)]
+pub(super) struct LeadProbe {
+    lead: crate::lead::SendLead,
+    /// The UMEM frame that asked for a stamp, not yet completed.
+    frame: Option<u64>,
+    /// `CLOCK_TAI` at the first kick after it was pushed.
+    sent_tai_ns: Option<u64>,
+    /// That kick was deferred or refused: the frame leaves with a later
+    /// one, and its stamp would count the wait.
+    spoilt: bool,
+}
+
+/// Offset of `completion.tx_timestamp` in `struct xsk_tx_metadata` (after its flags).
+const TX_TIMESTAMP_OFFSET: usize = 8;
 
 // Safety: XdpTx alone touches the tx and completion rings and the transmit
 // frames; the mappings outlive it through the Arc.
@@ -76,7 +103,8 @@ impl XdpTx {
             self.stats.too_big += 1;
             return TxOutcome::TooBig;
         }
-        let chunk = self.frames.frame_size as usize;
+        let meta = self.meta_len as usize;
+        let chunk = self.frames.frame_size as usize - meta;
         let parts = frame.len().div_ceil(chunk).max(1);
         if self.free.len() < parts {
             self.reclaim();
@@ -85,11 +113,12 @@ impl XdpTx {
             return TxOutcome::NoRoom;
         }
         for (k, part) in frame.chunks(chunk).enumerate() {
-            let addr = self.free.pop().expect("counted above");
-            // Safety: addr is a transmit frame of frame_size bytes inside the
-            // UMEM, owned by user space (on the free list: never handed to
-            // the kernel, or given back through the completion ring); the
-            // part fits in it.
+            let frame_addr = self.free.pop().expect("counted above");
+            let addr = frame_addr + meta as u64;
+            // Safety: frame_addr is a transmit frame of frame_size bytes
+            // inside the UMEM, owned by user space (on the free list: never
+            // handed to the kernel, or given back through the completion
+            // ring); the metadata and the part fit in it.
             unsafe {
                 ptr::copy_nonoverlapping(
                     part.as_ptr(),
@@ -97,15 +126,24 @@ impl XdpTx {
                     part.len(),
                 );
             }
+            let mut options = if k + 1 < parts {
+                libc::XDP_PKT_CONTD
+            } else {
+                0
+            };
+            if k == 0 && meta > 0 && self.lead.frame.is_none() {
+                // Safety: as above; the metadata lies in the frame's first
+                // meta_len bytes, which the kernel reads only once the
+                // descriptor is published.
+                unsafe { self.ask_stamp(frame_addr) };
+                self.lead.frame = Some(frame_addr);
+                options |= libc::XDP_TX_METADATA;
+            }
             // A fresh descriptor, length included, every time (pitfall 5).
             let desc = libc::xdp_desc {
                 addr,
                 len: part.len() as u32,
-                options: if k + 1 < parts {
-                    libc::XDP_PKT_CONTD
-                } else {
-                    0
-                },
+                options,
             };
             let pushed = self.tx.push(desc);
             debug_assert!(pushed, "ring room was checked");
@@ -130,11 +168,15 @@ impl XdpTx {
                 break;
             }
             self.stats.kicks += 1;
+            if self.lead.frame.is_some() && self.lead.sent_tai_ns.is_none() {
+                self.lead.sent_tai_ns = Some(crate::sys::clock_ns(libc::CLOCK_TAI));
+            }
             // Safety: a zero-length sendto with null buffers only kicks the transmit path.
             let r = unsafe {
                 libc::sendto(self.fd, ptr::null(), 0, libc::MSG_DONTWAIT, ptr::null(), 0)
             };
             if r < 0 {
+                self.lead.spoilt = true;
                 let e = io::Error::last_os_error();
                 match e.raw_os_error() {
                     // The per-call batch was used up or the device queue is busy.
@@ -166,11 +208,57 @@ impl XdpTx {
         )
     }
 
+    /// Writes into a transmit frame's metadata a request for its completion stamp.
+    ///
+    /// # Safety
+    /// `frame_addr` is a transmit frame owned by user space, with `meta_len`
+    /// ([`super::socket::TX_METADATA_LEN`]) bytes of metadata room.
+    unsafe fn ask_stamp(&mut self, frame_addr: u64) {
+        // Safety: the caller's; the UMEM frame start is 8-byte aligned.
+        unsafe {
+            let meta = self.frames.base.as_ptr().add(frame_addr as usize);
+            ptr::write_bytes(meta, 0, self.meta_len as usize);
+            ptr::write(meta as *mut u64, libc::XDP_TXMD_FLAGS_TIMESTAMP as u64);
+        }
+        self.lead.sent_tai_ns = None;
+        self.lead.spoilt = false;
+    }
+
+    /// The sampling frame came back: its stamp (0 if the kernel wrote none)
+    /// against its send, unless that send was deferred.
+    fn take_stamp(&mut self, frame_addr: u64) {
+        // Safety: the frame is back from the kernel (read from the completion
+        // ring after its Acquire), inside the UMEM, and holds the metadata.
+        let stamped_ns = unsafe {
+            ptr::read_volatile(
+                self.frames
+                    .base
+                    .as_ptr()
+                    .add(frame_addr as usize + TX_TIMESTAMP_OFFSET) as *const u64,
+            )
+        };
+        let lead = &mut self.lead;
+        if let (Some(sent_ns), false, true) = (lead.sent_tai_ns, lead.spoilt, stamped_ns != 0) {
+            lead.lead.observe(sent_ns, stamped_ns);
+        }
+        lead.frame = None;
+        lead.sent_tai_ns = None;
+    }
+
+    /// The learnt send lead ([`crate::lead`]): 0 until learnt, and without
+    /// TX metadata (not a veth, or a kernel before 6.8).
+    pub fn send_lead_ns(&self) -> u64 {
+        self.lead.lead.lead_ns()
+    }
+
     /// Takes completed frames back from the kernel onto the free list.
     fn reclaim(&mut self) -> u32 {
         let n = self.comp.available(u32::MAX);
         for i in 0..n {
             let addr = self.frames.frame_of(self.comp.get(i));
+            if self.lead.frame == Some(addr) {
+                self.take_stamp(addr);
+            }
             if self.tx_frames.contains(&addr) {
                 self.free.push(addr);
             } else {

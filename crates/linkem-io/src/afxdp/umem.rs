@@ -6,7 +6,9 @@
 //! frame ("chunk") is `frame_size` bytes, a power of two, so the frame an
 //! address lies in is `addr & !(frame_size - 1)`. The kernel leaves
 //! `XDP_PACKET_HEADROOM` (256) bytes in front of each received frame, of
-//! which the XDP program uses the last 8 for its stamp.
+//! which the XDP program uses the last 8 for its stamp. When the UMEM has
+//! TX metadata (queue 0 on a veth, for the send lead), a transmit frame's
+//! first 24 bytes are its `struct xsk_tx_metadata` and its data follows.
 
 use std::io;
 use std::ptr::{self, NonNull};

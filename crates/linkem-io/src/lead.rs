@@ -1,20 +1,30 @@
 //! The send lead: how long a frame takes from linkem's `send` to the kernel's
-//! stamp of it leaving, learnt from the TX ring, so that the output stage can
-//! hand each frame over that much before its release.
+//! stamp of it reaching the device beyond, learnt from the frames the kernel
+//! hands back, so that the output stage can hand each frame over that much
+//! before its release. Each backend takes one sample per flush (its first
+//! frame) and keeps a [`SendLead`]; a port that learns nothing keeps 0.
 //!
-//! Where the stamp comes from: with `PACKET_TIMESTAMP` set
-//! (`SOF_TIMESTAMPING_SOFTWARE`), the kernel writes into each TX slot it hands
-//! back the frame's `skb->tstamp` as it was when the frame was freed, and ORs
-//! `TP_STATUS_TS_SOFTWARE` into its status (`tpacket_destruct_skb`,
-//! `__packet_set_timestamp`). On a veth, the frame crosses to the peer inside
-//! the `send` call and the peer's `netif_rx` stamps it (the stack's receive
-//! stamp, on while any socket asks for one: linkem's own receive sockets do):
-//! the slot then holds the instant the frame reached the host's end, the
-//! instant that host's sockets report (`SO_TIMESTAMPNS`) and the instant the
-//! model's release stands for. A real NIC frees the frame after sending it
-//! with no stamp set (this socket bypasses the qdisc, and sets no transmit
-//! time), so nothing is learnt and the lead stays 0: releases are handed over
-//! at their instant, as before.
+//! AF_PACKET: with `PACKET_TIMESTAMP` set (`SOF_TIMESTAMPING_SOFTWARE`), the
+//! kernel writes into each TX slot it hands back the frame's `skb->tstamp` as
+//! it was when the frame was freed, and ORs `TP_STATUS_TS_SOFTWARE` into its
+//! status (`tpacket_destruct_skb`, `__packet_set_timestamp`). On a veth, the
+//! frame crosses to the peer inside the `send` call and the peer's `netif_rx`
+//! stamps it (the stack's receive stamp, on while any socket asks for one:
+//! linkem's own receive sockets do): the slot then holds the instant the frame
+//! reached the host's end, the instant that host's sockets report
+//! (`SO_TIMESTAMPNS`) and the instant the model's release stands for. A real
+//! NIC frees the frame after sending it with no stamp set (this socket
+//! bypasses the qdisc, and sets no transmit time), so nothing is learnt and
+//! the lead stays 0: releases are handed over at their instant, as before.
+//!
+//! AF_XDP (Linux 6.8+, TX metadata): the sampled frame's descriptor carries
+//! `XDP_TX_METADATA` with `XDP_TXMD_FLAGS_TIMESTAMP`, and in copy mode the
+//! kernel writes `CLOCK_TAI` into the frame's metadata when it frees the
+//! frame's skb (`xsk_destruct_skb`). On a veth that is when the host's stack
+//! takes the frame as its own (`ip_rcv` orphans it), a few hundred ns after
+//! its receive stamp, inside the same kick. On any other device it is when
+//! the driver cleans up after sending, which lags the wire by the NIC's
+//! interrupt moderation, so only a veth asks for it.
 //!
 //! Measured on this project's machine (Linux 6.18, veth between namespaces,
 //! 1 kpps): 1.3 / 2.3 / 5.8 µs at p10 / p50 / p90 from the `send` call to the
@@ -51,7 +61,7 @@ pub(crate) struct SendLead {
 
 impl SendLead {
     /// Takes one sample: from the `send` call to the kernel's stamp of the
-    /// frame, both `CLOCK_REALTIME`. A stamp before the call (a clock step)
+    /// frame, both on one clock. A stamp before the call (a clock step)
     /// or too long after it is not taken.
     pub(crate) fn observe(&mut self, sent_ns: u64, stamped_ns: u64) {
         let Some(sample_ns) = stamped_ns.checked_sub(sent_ns) else {
