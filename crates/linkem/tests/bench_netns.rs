@@ -225,20 +225,31 @@ fn probe_and_bench_refuse_bad_arguments_plainly() {
 }
 
 /// The sparse table of `tail --quick`: the timer floor for a short sleep
-/// and a sparse gap, then per rate the Linux bridge and linkem through each
-/// small delay; every stream carries what it sent (a packet or two may be
-/// lost to a stall) and says its wake-ups per packet.
+/// and a sparse gap, then per rate linkem through each small delay, each
+/// beside the twin's Linux bridge at the same rate; every stream carries
+/// what it sent (a packet or two may be lost to a stall) and says its
+/// wake-ups per packet.
 fn check_sparse_rows(sparse: &[&Value]) {
     let count = |device: &str| sparse.iter().filter(|r| r["device"] == device).count();
     assert_eq!(count("timer wake-up (platform floor)"), 2, "{sparse:?}");
-    let bridges = count("Linux bridge");
-    let linkems = count("linkem (defaults)");
-    assert!(bridges >= 1, "{sparse:?}");
     assert_eq!(
-        linkems,
-        4 * bridges,
+        count("Linux bridge"),
+        0,
+        "the bridge is beside each row: {sparse:?}"
+    );
+    let linkems = count("linkem (defaults)");
+    assert!(
+        linkems >= 4 && linkems % 4 == 0,
         "four small delays per rate: {sparse:?}"
     );
+    for r in sparse.iter().filter(|r| r["device"] == "linkem (defaults)") {
+        let bridge = &r["beside"]["bridge"];
+        assert_eq!(bridge["sent"], r["sent"], "the twin sent as many: {r}");
+        let beyond = r["analysis"]["delay_ns"]["p50"].as_i64().unwrap()
+            - r["analysis"]["expected_delay_ns"].as_i64().unwrap()
+            - bridge["delay_ns"]["p50"].as_i64().unwrap();
+        assert_eq!(r["deviation_ns"]["p50"].as_i64().unwrap(), beyond, "{r}");
+    }
     for r in sparse
         .iter()
         .filter(|r| r["device"] != "timer wake-up (platform floor)")

@@ -23,8 +23,9 @@
 //!   percentile is judged beyond the bridge's same percentile of the same
 //!   seconds, and the p99.9 against the floor's. It ends with whether the
 //!   default is within those bounds and as good as the best setting. Then sparse
-//!   traffic (1, 10, 100 pps) through small delays (0, 20, 50, 200 µs) beside
-//!   the bridge at the same rate and the machine's timer wake-up floor, with
+//!   traffic (1, 10, 100 pps) through small delays (0, 20, 50, 200 µs), each
+//!   beside the twin's bridge at the same rate, after the machine's timer
+//!   wake-up floor, with
 //!   linkem's wake-ups per packet: what waking costs a packet that finds the
 //!   path idle.
 //!
@@ -157,16 +158,16 @@ fn late_drops(r: &Row) -> String {
 /// and the timer floor, with linkem's wake-ups per packet.
 fn sparse_markdown(rows: &[Row]) -> String {
     let mut s = String::from(
-        "### Sparse traffic and small delays (64 B at 1, 10, 100 pps; beyond = one-way delay − the configured delay − the Linux bridge's same percentile at the same rate)\n\n",
+        "### Sparse traffic and small delays (64 B at 1, 10, 100 pps; each linkem row measured at the same time as the Linux bridge between twin hosts at the same rate; beyond = one-way delay − the configured delay − the bridge's same percentile)\n\n",
     );
-    s += "| device | configured | offered | delivered / sent | late drops | one-way p50 µs | beyond p50 µs | p99 µs | p99.9 µs | max µs | wake-ups per packet: stage / output |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
+    s += "| device | configured | offered | delivered / sent | late drops | one-way p50 µs | bridge p50 µs | beyond p50 µs | p99 µs | p99.9 µs | max µs | wake-ups per packet: stage / output |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     for r in rows.iter().filter(|r| r.scenario == "sparse") {
         let d = r.deviation_ns.as_ref();
         let f = |v: Option<i64>| v.map(us).unwrap_or_else(|| "-".into());
         let wakeups = scenarios::wakeups_per_packet(r.linkem_counts.as_ref())
             .map_or_else(|| "-".into(), |(rx, tx)| format!("{rx:.2} / {tx:.2}"));
         s += &format!(
-            "| {} | {} | {} | {} / {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} / {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.device,
             r.configured,
             r.offered,
@@ -174,6 +175,7 @@ fn sparse_markdown(rows: &[Row]) -> String {
             r.sent,
             late_drops(r),
             us(r.analysis.delay_ns.p50),
+            f(r.beside.as_ref().map(|b| b.bridge.delay_ns.p50)),
             f(d.map(|d| d.p50)),
             f(d.map(|d| d.p99)),
             f(d.map(|d| d.p99_9)),
@@ -341,8 +343,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         scenarios::delay(&b, high.unwrap_or(20_000.0), &mut rows)?;
     }
     if scenarios.iter().any(|s| s == "tail") {
-        scenarios::tail(&b, &mut rows)?;
-        scenarios::sparse(&b, &mut rows)?;
+        let twin = scenarios::TwinBridge::up(&b)?;
+        scenarios::tail(&b, &twin, &mut rows)?;
+        scenarios::sparse(&b, &twin, &mut rows)?;
     }
     drop(topo);
     let table = markdown(&rows);

@@ -94,23 +94,13 @@ fn tail_settings() -> Vec<Vec<String>> {
 /// all of them: each percentile is judged beyond the bridge's same
 /// percentile of the same seconds (what the emulator adds to the path's own
 /// tail), and the tail against the floor of the same seconds.
-pub(super) fn tail(b: &Bench<'_>, rows: &mut Vec<Row>) -> Result<()> {
+pub(super) fn tail(b: &Bench<'_>, twin: &TwinBridge, rows: &mut Vec<Row>) -> Result<()> {
     let (rounds, secs) = if b.args.quick { (1, 1.0) } else { (3, 10.0) };
     let pps = 1000.0;
     let size = 64;
     let packets = (pps * secs) as u64;
     let offered = format!("{size} B, constant, {}", pps_text(pps));
     let delay_words: Vec<String> = vec!["delay".into(), "10ms".into()];
-    let twin_topo = Topology::two_hosts_stock(&netns::unique_prefix("lkbench"))
-        .map_err(|e| anyhow::anyhow!("cannot build the twin hosts: {e}"))?;
-    // Up for the whole scenario, as the namespaces are; dropped before them.
-    let _bridge = Running::start(&twin_topo, &Dut::LinuxBridge, &b.args.backend)?;
-    let twin = Twin { topo: &twin_topo };
-    let twin_cfg = probe_cfg_on(&twin_topo, size, Pattern::Constant, pps, packets, 0);
-    let twin_repeat = format!(
-        "; at the same time, the Linux bridge between twin hosts: {}; and {FLOOR_BESIDE}",
-        repeat_on(&twin_topo, &b.args.backend, &Dut::LinuxBridge, &twin_cfg)
-    );
     for round in 1..=rounds {
         let note = format!("round {round} of {rounds}");
         for options in tail_settings() {
@@ -119,19 +109,64 @@ pub(super) fn tail(b: &Bench<'_>, rows: &mut Vec<Row>) -> Result<()> {
                 words: delay_words.clone(),
             };
             let cfg = b.probe_cfg(size, Pattern::Constant, pps, packets, DELAY_NS);
-            let (run, counts, beside) = b.measure_beside(&dut, &cfg, &twin)?;
-            let beyond = beyond_bridge(
-                &run.analysis.delay_ns,
-                &beside.bridge.delay_ns,
-                DELAY_NS as i64,
-            );
-            let mut row = tail_row(b, dut, &run, Some(beyond), counts, &cfg, &offered, &note);
-            row.repeat += &twin_repeat;
-            row.beside = Some(beside);
-            rows.push(row);
+            rows.push(twin.measure(b, dut, &cfg, &offered, &note)?);
         }
     }
     Ok(())
+}
+
+/// The twin hosts and the Linux bridge between them, up for the whole of
+/// `tail` (and its sparse rows): what each linkem row is measured beside.
+pub(super) struct TwinBridge {
+    // Dropped first: the bridge before its hosts.
+    _bridge: Running,
+    topo: Topology,
+}
+
+impl TwinBridge {
+    pub(super) fn up(b: &Bench<'_>) -> Result<TwinBridge> {
+        let topo = Topology::two_hosts_stock(&netns::unique_prefix("lkbench"))
+            .map_err(|e| anyhow::anyhow!("cannot build the twin hosts: {e}"))?;
+        let bridge = Running::start(&topo, &Dut::LinuxBridge, &b.args.backend)?;
+        Ok(TwinBridge {
+            _bridge: bridge,
+            topo,
+        })
+    }
+
+    /// Measures `dut` with `cfg` beside the twin's bridge (at the same rate)
+    /// and the timer floor; the row's percentiles are beyond the bridge's.
+    fn measure(
+        &self,
+        b: &Bench<'_>,
+        dut: Dut,
+        cfg: &ProbeConfig,
+        offered: &str,
+        note: &str,
+    ) -> Result<Row> {
+        let twin = Twin { topo: &self.topo };
+        let (run, counts, beside) = b.measure_beside(&dut, cfg, &twin)?;
+        let beyond = beyond_bridge(
+            &run.analysis.delay_ns,
+            &beside.bridge.delay_ns,
+            cfg.expected_delay_ns as i64,
+        );
+        let twin_cfg = probe_cfg_on(
+            &self.topo,
+            cfg.size_bytes,
+            cfg.pattern,
+            cfg.rate_pps,
+            cfg.packets,
+            0,
+        );
+        let mut row = tail_row(b, dut, &run, Some(beyond), counts, cfg, offered, note);
+        row.repeat += &format!(
+            "; at the same time, the Linux bridge between twin hosts: {}; and {FLOOR_BESIDE}",
+            repeat_on(&self.topo, &b.args.backend, &Dut::LinuxBridge, &twin_cfg)
+        );
+        row.beside = Some(beside);
+        Ok(row)
+    }
 }
 
 /// How the timer floor beside each `tail` row is taken.
@@ -506,13 +541,14 @@ const SMALL_DELAYS_NS: [u64; 4] = [0, 20_000, 50_000, 200_000];
 /// sparse stream's gap.
 const FLOOR_PERIODS_US: [u64; 2] = [50, 10_000];
 
-/// `tail`'s sparse rows: 64-byte frames at 1, 10 and 100 pps through the
-/// Linux bridge and through linkem as users start it with `delay 0`, 20 µs,
-/// 50 µs and 200 µs, each judged beyond the bridge at the same rate (what
-/// linkem adds when every packet finds it asleep); beside the machine's
-/// timer wake-up floor for a short sleep and a sparse stream's gap, so the
-/// reader sees what waking costs on this machine whatever the emulator.
-pub(super) fn sparse(b: &Bench<'_>, rows: &mut Vec<Row>) -> Result<()> {
+/// `tail`'s sparse rows: 64-byte frames at 1, 10 and 100 pps through linkem
+/// as users start it with `delay 0`, 20 µs, 50 µs and 200 µs, each measured
+/// beside the twin's Linux bridge at the same rate and judged beyond it
+/// (what linkem adds when every packet finds it asleep); after the
+/// machine's timer wake-up floor for a short sleep and a sparse stream's
+/// gap, so the reader sees what waking costs on this machine whatever the
+/// emulator.
+pub(super) fn sparse(b: &Bench<'_>, twin: &TwinBridge, rows: &mut Vec<Row>) -> Result<()> {
     let secs = if b.args.quick { 2.0 } else { 20.0 };
     let size = 64;
     for period_us in FLOOR_PERIODS_US {
@@ -559,30 +595,13 @@ pub(super) fn sparse(b: &Bench<'_>, rows: &mut Vec<Row>) -> Result<()> {
         // A few packets even in a quick run at 1 pps.
         let packets = ((pps * secs) as u64).max(3);
         let offered = format!("{size} B, constant, {}", pps_text(pps));
-        let zero_cfg = b.probe_cfg(size, Pattern::Constant, pps, packets, 0);
-        let (bridge, _) = b.measure(&Dut::LinuxBridge, &zero_cfg)?;
-        let base = bridge.analysis.delay_ns;
-        let mut row = tail_row(
-            b,
-            Dut::LinuxBridge,
-            &bridge,
-            None,
-            None,
-            &zero_cfg,
-            &offered,
-            "",
-        );
-        row.scenario = "sparse".into();
-        rows.push(row);
         for delay_ns in SMALL_DELAYS_NS {
             let dut = Dut::LinkemWith {
                 options: Vec::new(),
                 words: vec!["delay".into(), linkem_core::units::format_time_ns(delay_ns)],
             };
             let cfg = b.probe_cfg(size, Pattern::Constant, pps, packets, delay_ns);
-            let (run, counts) = b.measure(&dut, &cfg)?;
-            let beyond = beyond_bridge(&run.analysis.delay_ns, &base, delay_ns as i64);
-            let mut row = tail_row(b, dut, &run, Some(beyond), counts, &cfg, &offered, "");
+            let mut row = twin.measure(b, dut, &cfg, &offered, "")?;
             row.scenario = "sparse".into();
             rows.push(row);
         }
