@@ -76,7 +76,19 @@ impl Bench<'_> {
         packets: u64,
         expect: u64,
     ) -> ProbeConfig {
-        probe_cfg_on(self.topo, size, pattern, rate_pps, packets, expect)
+        ProbeConfig {
+            dst: std::net::SocketAddrV4::new(self.topo.addr_b, PORT),
+            src_ns: Some(self.topo.ns_a.clone()),
+            dst_ns: Some(self.topo.ns_b.clone()),
+            pattern,
+            rate_pps,
+            size_bytes: size,
+            packets,
+            expected_delay_ns: expect,
+            seed: 1,
+            drain_ns: 2 * expect + 300_000_000,
+            start_tai_ns: None,
+        }
     }
 
     pub(super) fn repeat(&self, dut: &Dut, cfg: &ProbeConfig) -> String {
@@ -124,7 +136,7 @@ impl Bench<'_> {
         // send a later one. In step at a random phase, the twin's spin could
         // sit on that instant for a whole run and take the second core from
         // an emulator thread that is not real-time.
-        let (cfg, twin_cfg) = match twin {
+        let (cfg, twin_probe_cfg) = match twin {
             None => (cfg.clone(), None),
             Some(t) => {
                 let start = probe::tai_now_ns() + 2 * cfg.expected_delay_ns + 200_000_000;
@@ -135,14 +147,7 @@ impl Bench<'_> {
                 };
                 let twin = ProbeConfig {
                     start_tai_ns: Some(start + half_gap_ns),
-                    ..probe_cfg_on(
-                        t.topo,
-                        cfg.size_bytes,
-                        cfg.pattern,
-                        cfg.rate_pps,
-                        cfg.packets,
-                        0,
-                    )
+                    ..twin_cfg(t.topo, cfg)
                 };
                 (own, Some(twin))
             }
@@ -150,7 +155,7 @@ impl Bench<'_> {
         let cfg = &cfg;
         let (run, died, beside) = std::thread::scope(|s| {
             let watcher = s.spawn(|| running.watch(&finished, &stop, &self.interrupted));
-            let twin_probe = twin_cfg
+            let twin_probe = twin_probe_cfg
                 .as_ref()
                 .map(|c| s.spawn(|| probe::run_until(c, &stop)));
             let floor = twin.map(|_| {
@@ -191,27 +196,17 @@ impl Bench<'_> {
     }
 }
 
-/// The probe of `topo`'s hosts, a to b.
-pub(super) fn probe_cfg_on(
-    topo: &Topology,
-    size: u32,
-    pattern: Pattern,
-    rate_pps: f64,
-    packets: u64,
-    expect: u64,
-) -> ProbeConfig {
+/// `cfg` sent between `topo`'s hosts instead, expecting no delay: the
+/// twin's probe through the Linux bridge.
+pub(super) fn twin_cfg(topo: &Topology, cfg: &ProbeConfig) -> ProbeConfig {
     ProbeConfig {
         dst: std::net::SocketAddrV4::new(topo.addr_b, PORT),
         src_ns: Some(topo.ns_a.clone()),
         dst_ns: Some(topo.ns_b.clone()),
-        pattern,
-        rate_pps,
-        size_bytes: size,
-        packets,
-        expected_delay_ns: expect,
-        seed: 1,
-        drain_ns: 2 * expect + 300_000_000,
+        expected_delay_ns: 0,
+        drain_ns: 300_000_000,
         start_tai_ns: None,
+        ..cfg.clone()
     }
 }
 

@@ -1,7 +1,7 @@
 //! What each scenario measures and how it is judged (see the module doc of `bench`).
 
 use super::dut::{Dut, Running};
-use super::measure::{pps_text, probe_cfg_on, repeat_on, timer_floor, Bench, Row, Twin, DELAY_NS};
+use super::measure::{pps_text, repeat_on, timer_floor, twin_cfg, Bench, Row, Twin, DELAY_NS};
 use crate::tools::probe::{self, Pattern, ProbeConfig};
 use anyhow::Result;
 use linkem_io::netns::{self, Topology};
@@ -151,18 +151,15 @@ impl TwinBridge {
             &beside.bridge.delay_ns,
             cfg.expected_delay_ns as i64,
         );
-        let twin_cfg = probe_cfg_on(
-            &self.topo,
-            cfg.size_bytes,
-            cfg.pattern,
-            cfg.rate_pps,
-            cfg.packets,
-            0,
-        );
         let mut row = tail_row(b, dut, &run, Some(beyond), counts, cfg, offered, note);
         row.repeat += &format!(
             "; at the same time, the Linux bridge between twin hosts: {}; and {FLOOR_BESIDE}",
-            repeat_on(&self.topo, &b.args.backend, &Dut::LinuxBridge, &twin_cfg)
+            repeat_on(
+                &self.topo,
+                &b.args.backend,
+                &Dut::LinuxBridge,
+                &twin_cfg(&self.topo, cfg)
+            )
         );
         row.beside = Some(beside);
         Ok(row)
