@@ -167,7 +167,7 @@ impl TwinBridge {
 }
 
 /// How the timer floor beside each `tail` row is taken.
-pub(super) const FLOOR_BESIDE: &str = "a SCHED_FIFO thread sleeping to deadlines \
+const FLOOR_BESIDE: &str = "a SCHED_FIFO thread sleeping to deadlines \
      0.75-1.25 ms apart (`chrt -f 50 cyclictest -i 1000` measures about the same)";
 
 /// The device name of the timer floor rows of the sparse part of `tail`.
