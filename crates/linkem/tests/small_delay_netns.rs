@@ -439,7 +439,7 @@ fn frames_on_a_beat_find_the_stage_awake(backend: &str) {
     let report = format!(
         "{backend}: {SPARSE_FRAMES} frames 20 ms apart through delay 1us; defaults: {} on the \
          beat, {} wake-ups, {} yields lost, p90 {} µs, {} received; --spin-budget 0%: {} on \
-         the beat, {} wake-ups, {} received",
+         the beat, {} wake-ups, p90 {} µs, {} received",
         awake.on_beat,
         awake.wakeups,
         awake.yields_lost,
@@ -447,6 +447,7 @@ fn frames_on_a_beat_find_the_stage_awake(backend: &str) {
         awake.got,
         without.on_beat,
         without.wakeups,
+        without.p90_us,
         without.got
     );
     eprintln!("{report}");
@@ -465,8 +466,9 @@ fn frames_on_a_beat_find_the_stage_awake(backend: &str) {
         // A busy task beside (the CI's builds at idle priority) took the
         // core at two yields: the windows paused, as
         // `a_busy_task_beside_costs_no_tick` shows, and the frames woke the
-        // stage.
-        assert_no_tick_lost(&awake, &report);
+        // stage. Or the machine stalled: the run without windows (which
+        // yields nothing) shows how slow it was.
+        assert_no_tick_lost(&awake, without.p90_us, &report);
     }
     assert_eq!(without.on_beat, 0, "a window paid from no budget: {report}");
     assert!(
@@ -524,11 +526,15 @@ fn two_beats_through_one_port_are_each_kept(backend: &str) {
 /// The 90th percentile of a sparse flow's one-way delays through `delay
 /// 1us` is within a millisecond: no yield handed the stage's core to a busy
 /// task until the tick (4 ms at HZ 250). The bridge's is 80-150 µs here,
-/// linkem's 200-250 beside such a task.
-fn assert_no_tick_lost(run: &Sparse, report: &str) {
+/// linkem's 200-250 beside such a task. `machine_p90_us` is the same flow's
+/// through a linkem that never yields, just before, if measured: a machine
+/// that stalled that one to a millisecond or more (the CI once saw 1.8 ms
+/// with no tick lost) allows twice that.
+fn assert_no_tick_lost(run: &Sparse, machine_p90_us: u64, report: &str) {
+    let bound_us = 1000.max(2 * machine_p90_us);
     assert!(
-        run.p90_us < 1000,
-        "the 90th percentile of one-way delays is a millisecond or more: {report}"
+        run.p90_us < bound_us,
+        "the 90th percentile of one-way delays is {bound_us} µs or more: {report}"
     );
 }
 
@@ -560,7 +566,7 @@ fn a_busy_task_beside_costs_no_tick(backend: &str) {
         run.got >= SPARSE_FRAMES * 9 / 10,
         "frames went missing: {report}"
     );
-    assert_no_tick_lost(&run, &report);
+    assert_no_tick_lost(&run, 0, &report);
     assert!(
         run.wakeups * 10 <= SPARSE_FRAMES * 14,
         "more than 1.4 wake-ups per frame: {report}"

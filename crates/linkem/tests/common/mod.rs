@@ -408,6 +408,24 @@ pub fn tcp_goodput_bps(topo: &Topology, extra: &[&str], secs: u32) -> f64 {
         .unwrap_or_else(|| panic!("iperf3 TCP result: {v}"))
 }
 
+/// The median of an `iperf3 -J` client run's one-second rates (those not
+/// omitted): a stall of the machine costs a TCP flow the second it falls in
+/// (and its recovery), not the median.
+pub fn median_interval_bps(run: &Value) -> f64 {
+    let mut rates: Vec<f64> = run["intervals"]
+        .as_array()
+        .map(|ivs| {
+            ivs.iter()
+                .filter(|iv| iv["sum"]["omitted"] != true)
+                .filter_map(|iv| iv["sum"]["bits_per_second"].as_f64())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(!rates.is_empty(), "iperf3 reported no interval: {run}");
+    rates.sort_by(f64::total_cmp);
+    rates[rates.len() / 2]
+}
+
 /// Sends `n` datagrams of `len` bytes (UDP payload) from A to B, `gap` apart (zero: as fast
 /// as possible); returns, per sequence number, the one-way delay in ns if it arrived.
 pub fn udp_flow(
