@@ -1006,10 +1006,12 @@ fn an_interface_set_down_and_up_again_resumes_forwarding(backend: &str) {
         );
     }
     // Pinned neighbours survive the bounce; the hosts' ends never went down.
-    let rtt = ping_median_ms(&topo, 10);
+    // The fastest of 10: a stall of the machine (the CI once saw a median
+    // of 29 ms) delays some pings, not the link's resumption.
+    let rtt = ping_min_ms(&topo, 10);
     assert!(
         (10.0..15.0).contains(&rtt),
-        "median RTT {rtt:.3} ms after the bounce"
+        "fastest RTT {rtt:.3} ms after the bounce"
     );
     let (v, stderr) = b.stop_with_stderr();
     assert!(
