@@ -412,7 +412,7 @@ pub fn tcp_goodput_bps(topo: &Topology, extra: &[&str], secs: u32) -> f64 {
 /// omitted): a stall of the machine costs a TCP flow the second it falls in
 /// (and its recovery), not the median.
 pub fn median_interval_bps(run: &Value) -> f64 {
-    let mut rates: Vec<f64> = run["intervals"]
+    let rates: Vec<f64> = run["intervals"]
         .as_array()
         .map(|ivs| {
             ivs.iter()
@@ -422,8 +422,7 @@ pub fn median_interval_bps(run: &Value) -> f64 {
         })
         .unwrap_or_default();
     assert!(!rates.is_empty(), "iperf3 reported no interval: {run}");
-    rates.sort_by(f64::total_cmp);
-    rates[rates.len() / 2]
+    median(rates)
 }
 
 /// Sends `n` datagrams of `len` bytes (UDP payload) from A to B, `gap` apart (zero: as fast

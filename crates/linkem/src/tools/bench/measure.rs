@@ -52,12 +52,6 @@ pub struct Beside {
     pub timer_floor_ns: Percentiles,
 }
 
-/// A pair of hosts joined by a Linux bridge for the whole scenario, to
-/// measure beside linkem.
-pub(super) struct Twin<'a> {
-    pub(super) topo: &'a Topology,
-}
-
 /// What every measurement of a run shares: the namespaces, the arguments and
 /// the stop flag.
 pub(super) struct Bench<'a> {
@@ -110,7 +104,7 @@ impl Bench<'_> {
         &self,
         dut: &Dut,
         cfg: &ProbeConfig,
-        twin: &Twin<'_>,
+        twin: &Topology,
     ) -> Result<(probe::ProbeRun, Option<serde_json::Value>, Beside)> {
         let (run, counts, beside) = self.measure_with(dut, cfg, Some(twin))?;
         Ok((run, counts, beside.expect("measured beside the twin")))
@@ -120,7 +114,7 @@ impl Bench<'_> {
         &self,
         dut: &Dut,
         cfg: &ProbeConfig,
-        twin: Option<&Twin<'_>>,
+        twin: Option<&Topology>,
     ) -> Result<(probe::ProbeRun, Option<serde_json::Value>, Option<Beside>)> {
         if self.interrupted.load(Ordering::Relaxed) {
             bail!("interrupted");
@@ -147,7 +141,7 @@ impl Bench<'_> {
                 };
                 let twin = ProbeConfig {
                     start_tai_ns: Some(start + half_gap_ns),
-                    ..twin_cfg(t.topo, cfg)
+                    ..twin_cfg(t, cfg)
                 };
                 (own, Some(twin))
             }

@@ -1,7 +1,7 @@
 //! What each scenario measures and how it is judged (see the module doc of `bench`).
 
 use super::dut::{Dut, Running};
-use super::measure::{pps_text, repeat_on, timer_floor, twin_cfg, Bench, Row, Twin, DELAY_NS};
+use super::measure::{pps_text, repeat_on, timer_floor, twin_cfg, Bench, Row, DELAY_NS};
 use crate::tools::probe::{self, Pattern, ProbeConfig};
 use anyhow::Result;
 use linkem_io::netns::{self, Topology};
@@ -144,8 +144,7 @@ impl TwinBridge {
         offered: &str,
         note: &str,
     ) -> Result<Row> {
-        let twin = Twin { topo: &self.topo };
-        let (run, counts, beside) = b.measure_beside(&dut, cfg, &twin)?;
+        let (run, counts, beside) = b.measure_beside(&dut, cfg, &self.topo)?;
         let beyond = beyond_bridge(
             &run.analysis.delay_ns,
             &beside.bridge.delay_ns,
