@@ -600,7 +600,10 @@ fn names_of(state: &Value, key: &str) -> Vec<String> {
 }
 
 /// iperf3's TCP goodput from `client` to `server_addr` (in `server`), Mbit/s.
-fn iperf3_mbit(lab: &Lab, client: &str, server: &str, server_addr: &str) -> f64 {
+/// iperf3's goodput from `client` to `server` over 5 s, in Mbit/s: over the
+/// whole run, and in its median second (which a stall of the machine does
+/// not move).
+fn iperf3_mbit(lab: &Lab, client: &str, server: &str, server_addr: &str) -> (f64, f64) {
     let mut srv = lab
         .command_in(
             &lab.ns(server),
@@ -631,16 +634,17 @@ fn iperf3_mbit(lab: &Lab, client: &str, server: &str, server_addr: &str) -> f64 
     let _ = srv.wait();
     let v: Value =
         serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("iperf3 ({e}): {}", text(&o)));
-    v["end"]["sum_received"]["bits_per_second"]
+    let whole = v["end"]["sum_received"]["bits_per_second"]
         .as_f64()
-        .unwrap_or_else(|| panic!("iperf3 said: {}", text(&o)))
-        / 1e6
+        .unwrap_or_else(|| panic!("iperf3 said: {}", text(&o)));
+    (whole / 1e6, median_interval_bps(&v) / 1e6)
 }
 
 /// examples/labs/two-machines.clab.yml on two namespace-machines: each
 /// `up --host M` makes its own part only, the link b--c rides VXLAN and is
 /// emulated once (on m1), RTT across is the delays plus the underlay's, and
-/// `rate 100mbit` across carries 93-100 Mbit/s of TCP.
+/// `rate 100mbit` across carries TCP near the link's rate (80 % of it in
+/// iperf3's median second, at most the rate over the run).
 #[test]
 fn a_lab_across_two_machines_runs_each_part_and_the_link_across_once() {
     if skip() {
@@ -739,11 +743,21 @@ fn a_lab_across_two_machines_runs_each_part_and_the_link_across_once() {
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("; "));
-    let mbit = iperf3_mbit(&lab, "b", "c", "10.20.2.2");
-    println!("iperf3 b -> c across rate 100mbit: {mbit:.2} Mbit/s");
+    let (mbit, median_mbit) = iperf3_mbit(&lab, "b", "c", "10.20.2.2");
+    // TCP's payload is 1448 of each 1514-byte frame: at most 95.6 Mbit/s,
+    // which a quiet machine reaches (93-96 over the run). One CI run on a
+    // loaded machine got 80.5 over the run; as in lab_netns, the median
+    // second must hold 80 % of the link and the run must not exceed it.
+    let most = 100.0 * 1448.0 / 1514.0;
+    println!(
+        "iperf3 b -> c across rate 100mbit: {mbit:.2} Mbit/s, median second \
+         {median_mbit:.2} (at most {most:.1})"
+    );
     assert!(
-        (93.0..=100.0).contains(&mbit),
-        "iperf3 across rate 100mbit: {mbit:.2} Mbit/s, not 93-100"
+        median_mbit >= 0.8 * most && mbit <= 100.0,
+        "iperf3 across rate 100mbit: {mbit:.2} Mbit/s over the run, {median_mbit:.2} in \
+         its median second; want at least {:.1} in the median second, at most 100",
+        0.8 * most
     );
 }
 
@@ -817,18 +831,33 @@ fn a_lab_of_100_links_starts_in_10_s_and_idles() {
     }
 }
 
-/// Starts examples/labs/FILE and checks the RTTs of each (node, address,
-/// sum of the delays there and back in ms, links each way).
-fn example_pings(file: &str, pairs: &[(&str, &str, f64, u32)]) {
+/// One path to ping: node, address, the sum of the delays there and back
+/// in ms, links each way.
+type PingPath<'a> = (&'a str, &'a str, f64, u32);
+
+/// Starts examples/labs/FILE and checks the RTTs of each path in `pairs`,
+/// then, once `after` has passed since the lab's start, of each in `later`
+/// (paths across a link that a schedule takes down for a while: on a loaded
+/// machine the pings before could run into the gap).
+fn example_pings(file: &str, pairs: &[PingPath], after: Duration, later: &[PingPath]) {
     if skip() {
         return;
     }
     let _serial = serial();
     let mut lab = Lab::from_text(&example(file));
     let took = lab.up(None, &[]);
+    let later_ns = if later.is_empty() {
+        0
+    } else {
+        lab_start_ns(&lab.name) + after.as_nanos() as u64
+    };
     println!("{file}: up --detach {:.2} s", took.as_secs_f64());
     let mut wrong = Vec::new();
-    for (node, dst, want, links) in pairs {
+    for (i, (node, dst, want, links)) in pairs.iter().chain(later).enumerate() {
+        if i == pairs.len() {
+            let now_ns = linkem_runtime::clock::now_ns();
+            std::thread::sleep(Duration::from_nanos(later_ns.saturating_sub(now_ns)));
+        }
         // A stall of the machine spoils one run of pings; a wrong delay
         // spoils every run: a pair is wrong only if three runs are.
         let mut offs = Vec::new();
@@ -861,20 +890,21 @@ fn example_line3_pings_with_the_sums_of_its_delays() {
             ("r", "10.0.2.1", 20.0, 1),
             ("h2", "10.0.1.1", 40.0, 2),
         ],
+        Duration::ZERO,
+        &[],
     );
 }
 
 #[test]
 fn example_ring10_pings_with_the_sums_of_its_delays() {
     // Each link both ways, two paths of five links (the tie taken clockwise
-    // from the lower number, both ways) and one of three. First those across
-    // n4--n5, before its schedule takes it down at 5 s.
+    // from the lower number, both ways) and one of three. Those across
+    // n4--n5 last, once its schedule's gap (5-7 s after the lab's start,
+    // which is before `up` returns) is over: one CI run measured them first
+    // and its third path ran into the gap.
     example_pings(
         "ring10.clab.yml",
         &[
-            ("n4", "10.255.0.5", 10.0, 1),
-            ("n1", "10.255.0.6", 2.0 * (5.0 + 10.0 + 2.0 + 5.0 + 20.0), 5),
-            ("n8", "10.255.0.3", 2.0 * (2.0 + 5.0 + 20.0 + 1.0 + 5.0), 5),
             ("n1", "10.255.0.2", 10.0, 1),
             ("n2", "10.255.0.3", 20.0, 1),
             ("n3", "10.255.0.4", 4.0, 1),
@@ -885,6 +915,12 @@ fn example_ring10_pings_with_the_sums_of_its_delays() {
             ("n9", "10.255.0.10", 4.0, 1),
             ("n10", "10.255.0.1", 10.0, 1),
             ("n2", "10.255.0.9", 2.0 * (5.0 + 5.0 + 2.0), 3),
+        ],
+        Duration::from_millis(7_500),
+        &[
+            ("n4", "10.255.0.5", 10.0, 1),
+            ("n1", "10.255.0.6", 2.0 * (5.0 + 10.0 + 2.0 + 5.0 + 20.0), 5),
+            ("n8", "10.255.0.3", 2.0 * (2.0 + 5.0 + 20.0 + 1.0 + 5.0), 5),
         ],
     );
 }
@@ -900,6 +936,8 @@ fn example_hub50_pings_with_the_sums_of_its_delays() {
             ("s25", "10.50.0.50", 4.0, 2),
             ("s50", "10.50.0.1", 4.0, 2),
         ],
+        Duration::ZERO,
+        &[],
     );
 }
 
@@ -916,5 +954,7 @@ fn example_clab_style_pings_with_the_sums_of_its_delays() {
             ("router3", "10.10.10.1", 10.0, 1),
             ("PC2", "10.10.10.3", 12.0, 2),
         ],
+        Duration::ZERO,
+        &[],
     );
 }
