@@ -193,8 +193,13 @@ fn a_quick_tail_bench_compares_every_backend_and_policy_with_the_default() {
     }
     assert!(
         stdout.contains("linkem as started by default, beyond the bridge beside it: p50")
-            && stdout.contains("within the timer floor's p99.9 of the same seconds"),
+            && stdout.contains("within the timer floor's p99.9 of the same seconds")
+            && stdout.contains("of the floor's at the median round"),
         "the verdict on the default: {stdout}"
+    );
+    assert!(
+        stdout.contains("Every row of every setting: p99.9 within the timer floor's"),
+        "the tail of every row against the floor: {stdout}"
     );
     assert!(
         stdout.contains("linkem as started by default:")

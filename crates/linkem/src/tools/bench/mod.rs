@@ -193,6 +193,24 @@ fn sparse_markdown(rows: &[Row]) -> String {
 /// The `tail` table and its verdicts: does linkem as users start it add no
 /// more than 1 µs to the bridge's median, and no more to its p99.9 than the
 /// machine's timer floor at the same time; is it as good as the best setting?
+/// The median over `pairs` of each one's tail divided by its floor (none
+/// when no floor is above zero).
+fn median_ratio(pairs: impl Iterator<Item = (i64, i64)>) -> Option<f64> {
+    let mut ratios: Vec<f64> = pairs
+        .filter(|&(_, floor)| floor > 0)
+        .map(|(tail, floor)| tail as f64 / floor as f64)
+        .collect();
+    if ratios.is_empty() {
+        return None;
+    }
+    ratios.sort_by(f64::total_cmp);
+    Some(ratios[ratios.len() / 2])
+}
+
+fn ratio_text(ratio: Option<f64>) -> String {
+    ratio.map_or_else(|| "-".into(), |r| format!("{r:.2}x"))
+}
+
 fn tail_markdown(rows: &[Row]) -> String {
     let mut s = String::from(
         "### Tail by backend and real-time policy (`delay 10ms`, 64 B at 1 kpps; each row measured at the same time as the Linux bridge between twin hosts and the machine's timer floor; beyond = one-way delay − 10 ms − the bridge's same percentile)\n\n",
@@ -251,11 +269,26 @@ fn tail_markdown(rows: &[Row]) -> String {
         let p50 = spread(rounds.iter().map(|v| v.0).collect());
         let within = rounds.iter().filter(|v| v.1 <= v.2).count();
         s += &format!(
-            "\nlinkem as started by default, beyond the bridge beside it: p50 {} µs over rounds ({}, median {}); p99.9 within the timer floor's p99.9 of the same seconds ({} µs) in {within} of {n} rounds. A packet held for 10 ms meets every stall of the machine in that time; the bridge holds it for microseconds.\n",
+            "\nlinkem as started by default, beyond the bridge beside it: p50 {} µs over rounds ({}, median {}); p99.9 within the timer floor's p99.9 of the same seconds ({} µs) in {within} of {n} rounds, {} of the floor's at the median round. A packet held for 10 ms meets every stall of the machine in that time; the bridge holds it for microseconds.\n",
             rounds.iter().map(|v| us(v.0)).collect::<Vec<_>>().join(", "),
             range(&p50),
             us(p50.0),
             rounds.iter().map(|v| us(v.2)).collect::<Vec<_>>().join(", "),
+            ratio_text(median_ratio(rounds.iter().map(|v| (v.1, v.2)))),
+        );
+    }
+    // Every setting's rounds together: a stall sets one round's p99.9, so
+    // whether the tail is the machine's or the emulator's shows in many.
+    let all: Vec<(i64, i64)> = by_setting
+        .iter()
+        .flat_map(|(_, vs)| vs.iter().map(|v| (v.1, v.2)))
+        .collect();
+    if !all.is_empty() {
+        s += &format!(
+            "\nEvery row of every setting: p99.9 within the timer floor's of the same seconds in {} of {}, {} of the floor's at the median row.\n",
+            all.iter().filter(|v| v.0 <= v.1).count(),
+            all.len(),
+            ratio_text(median_ratio(all.iter().copied())),
         );
     }
     if let (Some(default), Some(best)) = (
@@ -371,4 +404,19 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_ratio_is_of_each_tail_to_its_own_floor() {
+        // Ratios 2.0, 0.5, 1.0 (a floor of 0 is left out): the median is 1.0.
+        let pairs = [(200, 100), (50, 100), (300, 300), (7, 0)];
+        assert_eq!(median_ratio(pairs.into_iter()), Some(1.0));
+        assert_eq!(median_ratio([(5, 0)].into_iter()), None);
+        assert_eq!(ratio_text(Some(0.875)), "0.88x");
+        assert_eq!(ratio_text(None), "-");
+    }
 }
