@@ -599,10 +599,9 @@ fn names_of(state: &Value, key: &str) -> Vec<String> {
         .collect()
 }
 
-/// iperf3's TCP goodput from `client` to `server_addr` (in `server`), Mbit/s.
-/// iperf3's goodput from `client` to `server` over 5 s, in Mbit/s: over the
-/// whole run, and in its median second (which a stall of the machine does
-/// not move).
+/// iperf3's TCP goodput from `client` to `server_addr` (in `server`) over
+/// 5 s, in Mbit/s: over the whole run, and in its median second (which a
+/// stall of the machine does not move).
 fn iperf3_mbit(lab: &Lab, client: &str, server: &str, server_addr: &str) -> (f64, f64) {
     let mut srv = lab
         .command_in(
@@ -899,9 +898,9 @@ fn example_line3_pings_with_the_sums_of_its_delays() {
 fn example_ring10_pings_with_the_sums_of_its_delays() {
     // Each link both ways, two paths of five links (the tie taken clockwise
     // from the lower number, both ways) and one of three. Those across
-    // n4--n5 last, once its schedule's gap (5-7 s after the lab's start,
-    // which is before `up` returns) is over: one CI run measured them first
-    // and its third path ran into the gap.
+    // n4--n5 last, once its schedule's gap (5-7 s after the lab's start) is
+    // over: one CI run measured them first and its third path ran into the
+    // gap.
     example_pings(
         "ring10.clab.yml",
         &[

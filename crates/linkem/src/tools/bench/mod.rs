@@ -190,9 +190,6 @@ fn sparse_markdown(rows: &[Row]) -> String {
     s
 }
 
-/// The `tail` table and its verdicts: does linkem as users start it add no
-/// more than 1 µs to the bridge's median, and no more to its p99.9 than the
-/// machine's timer floor at the same time; is it as good as the best setting?
 /// The median over `pairs` of each one's tail divided by its floor (none
 /// when no floor is above zero).
 fn median_ratio(pairs: impl Iterator<Item = (i64, i64)>) -> Option<f64> {
@@ -207,10 +204,14 @@ fn median_ratio(pairs: impl Iterator<Item = (i64, i64)>) -> Option<f64> {
     Some(ratios[ratios.len() / 2])
 }
 
+/// A ratio as the tables print it ("0.88x"; "-" for none).
 fn ratio_text(ratio: Option<f64>) -> String {
     ratio.map_or_else(|| "-".into(), |r| format!("{r:.2}x"))
 }
 
+/// The `tail` table and its verdicts: does linkem as users start it add no
+/// more than 1 µs to the bridge's median, and no more to its p99.9 than the
+/// machine's timer floor at the same time; is it as good as the best setting?
 fn tail_markdown(rows: &[Row]) -> String {
     let mut s = String::from(
         "### Tail by backend and real-time policy (`delay 10ms`, 64 B at 1 kpps; each row measured at the same time as the Linux bridge between twin hosts and the machine's timer floor; beyond = one-way delay − 10 ms − the bridge's same percentile)\n\n",
