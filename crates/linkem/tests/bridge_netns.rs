@@ -572,10 +572,7 @@ fn ipv6_ping_and_tcp_with_hosts_at_defaults(backend: &str) {
     let _ = server.wait();
     let v = b.stop();
     let t: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let bps = t["end"]["sum_received"]["bits_per_second"]
-        .as_f64()
-        .unwrap();
-    let median_bps = median_interval_bps(&t);
+    let (bps, median_bps) = iperf3_goodput_bps(&t);
     eprintln!(
         "{backend}: IPv6 TCP {:.2} Mbit/s, median second {:.2}; {v}",
         bps / 1e6,

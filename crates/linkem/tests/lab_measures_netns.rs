@@ -633,10 +633,8 @@ fn iperf3_mbit(lab: &Lab, client: &str, server: &str, server_addr: &str) -> (f64
     let _ = srv.wait();
     let v: Value =
         serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("iperf3 ({e}): {}", text(&o)));
-    let whole = v["end"]["sum_received"]["bits_per_second"]
-        .as_f64()
-        .unwrap_or_else(|| panic!("iperf3 said: {}", text(&o)));
-    (whole / 1e6, median_interval_bps(&v) / 1e6)
+    let (whole_bps, median_bps) = iperf3_goodput_bps(&v);
+    (whole_bps / 1e6, median_bps / 1e6)
 }
 
 /// examples/labs/two-machines.clab.yml on two namespace-machines: each

@@ -408,10 +408,14 @@ pub fn tcp_goodput_bps(topo: &Topology, extra: &[&str], secs: u32) -> f64 {
         .unwrap_or_else(|| panic!("iperf3 TCP result: {v}"))
 }
 
-/// The median of an `iperf3 -J` client run's one-second rates (those not
-/// omitted): a stall of the machine costs a TCP flow the second it falls in
-/// (and its recovery), not the median.
-pub fn median_interval_bps(run: &Value) -> f64 {
+/// An `iperf3 -J` client run's goodput in bit/s: the receiver's over the
+/// whole run, and the median of its one-second rates (those not omitted). A
+/// stall of the machine costs a TCP flow the second it falls in (and its
+/// recovery), not the median.
+pub fn iperf3_goodput_bps(run: &Value) -> (f64, f64) {
+    let whole = run["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("iperf3 reported no goodput: {run}"));
     let rates: Vec<f64> = run["intervals"]
         .as_array()
         .map(|ivs| {
@@ -422,7 +426,7 @@ pub fn median_interval_bps(run: &Value) -> f64 {
         })
         .unwrap_or_default();
     assert!(!rates.is_empty(), "iperf3 reported no interval: {run}");
-    median(rates)
+    (whole, median(rates))
 }
 
 /// Sends `n` datagrams of `len` bytes (UDP payload) from A to B, `gap` apart (zero: as fast
