@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator, List
 
 import pytest
 
-from conftest import doc_block, median_ms
+from conftest import doc_block, median_ms, within_attempts
 
 mininet = pytest.importorskip(
     "mininet", reason="Mininet is not installed (Debian: apt-get install mininet)")
@@ -166,22 +166,29 @@ def test_readme_mininet_example(networks: Callable[..., Any],
                                 capsys: pytest.CaptureFixture) -> None:
     code = doc_block("python-mininet")
     assert "cls=LinkemLink, bw=10, delay=\"10ms\"" in code
-    scope: dict = {}
-    try:
-        exec(compile(code, "docs/guide/python.md", "exec"), scope)
-    finally:
-        if "net" in scope and scope["net"].links and scope["net"].links[0].intf1 is not None:
-            scope["net"].stop()
-    out = capsys.readouterr().out
-    rtts = [float(t) for t in re.findall(r"time=([\d.]+) ms", out)]
-    rtt = median_ms(rtts, "bw=10 delay=10ms")
-    assert 19.5 < rtt < 35, f"RTT with delay=10ms each way: {rtt} ms\n{out}"
-    m = re.search(r"([\d.]+) ([KMG])bits/sec\s+receiver", out)
-    assert m, f"no iperf3 receiver line:\n{out}"
-    mbit = float(m.group(1)) * {"K": 1e-3, "M": 1.0, "G": 1e3}[m.group(2)]
-    # TCP over a 10 Mbit/s link: headers and slow start cost a few percent.
-    assert 8.0 < mbit < 10.3, f"iperf3 through bw=10: {mbit} Mbit/s\n{out}"
-    print(f"The guide's Mininet example: ping RTT median {rtt} ms, iperf3 {mbit} Mbit/s")
-    stats = scope["net"].links[0].stats
+
+    def example() -> Any:
+        scope: dict = {}
+        try:
+            exec(compile(code, "docs/guide/python.md", "exec"), scope)
+        finally:
+            if "net" in scope and scope["net"].links and scope["net"].links[0].intf1 is not None:
+                scope["net"].stop()
+        out = capsys.readouterr().out
+        rtts = [float(t) for t in re.findall(r"time=([\d.]+) ms", out)]
+        rtt = median_ms(rtts, "bw=10 delay=10ms")
+        m = re.search(r"([\d.]+) ([KMG])bits/sec\s+receiver", out)
+        assert m, f"no iperf3 receiver line:\n{out}"
+        mbit = float(m.group(1)) * {"K": 1e-3, "M": 1.0, "G": 1e3}[m.group(2)]
+        # More than the link is a defect no load explains.
+        if mbit >= 10.3:
+            raise RuntimeError(f"iperf3 through bw=10: {mbit} Mbit/s\n{out}")
+        print(f"The guide's Mininet example: ping RTT median {rtt} ms, iperf3 {mbit} Mbit/s")
+        assert 19.5 < rtt < 35, f"RTT with delay=10ms each way: {rtt} ms\n{out}"
+        # TCP over a 10 Mbit/s link: headers and slow start cost a few percent.
+        assert 8.0 < mbit, f"iperf3 through bw=10: {mbit} Mbit/s\n{out}"
+        return scope["net"].links[0].stats
+
+    stats = within_attempts("the guide's Mininet example", 3, example)
     assert stats is not None and stats["directions"][0]["fates"]["delivered"] > 1000, stats
     assert not leftover_links()

@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import pytest
 
-from conftest import REPO, unique_prefix
+from conftest import REPO, unique_prefix, within_attempts
 import web_standin
 
 CHROMIUM = "/usr/bin/chromium"
@@ -410,29 +410,38 @@ def test_topology_and_throughput_match_ctl(page: Any, lab: WebLab) -> None:
     # bytes of those samples over their time, the window ctl counted within a sample at
     # each end; the median is printed too: this machine's load makes iperf3's rate vary
     # by some 10 % from one half-second sample to the next.
-    readings: Dict[str, float] = {}
-    first, t0 = lab.show(MIDDLE), time.monotonic()
-    while time.monotonic() < t0 + 4.0:
-        t, bps = attr(d, selector, "data-t"), attr(d, selector, "data-bps")
-        if t and bps:
-            readings[t] = float(bps)
-        time.sleep(0.1)
-    second, t1 = lab.show(MIDDLE), time.monotonic()
-    span_s = t1 - t0
-    if "now_ns" in first["stats"] and "now_ns" in second["stats"]:
-        span_s = (second["stats"]["now_ns"] - first["stats"]["now_ns"]) / 1e9
-    ctl_bps = (delivered_bytes(second, "a-to-b") - delivered_bytes(first, "a-to-b")) * 8 / span_s
-    assert len(readings) >= 6, f"the page showed {len(readings)} samples in 4 s: {readings}"
-    page_bps = statistics.mean(readings.values())
-    print(f"middle link a-to-b: page {page_bps / 1e6:.3f} Mbit/s (mean; median "
-          f"{statistics.median(readings.values()) / 1e6:.3f}; of "
-          f"{[round(v / 1e6, 3) for v in readings.values()]}), ctl {ctl_bps / 1e6:.3f} Mbit/s")
-    assert ctl_bps > 0.8 * UDP_RATE_BPS, f"too little traffic: {ctl_bps} bit/s; {second}"
-    assert abs(page_bps - ctl_bps) <= 0.1 * ctl_bps, \
-        f"page {page_bps} bit/s, ctl {ctl_bps} bit/s; page readings {readings}"
-    load_attr = attr(d, f'#topology [data-link="{MIDDLE}"]', "data-load")
-    assert load_attr not in (None, "null") and 0.2 < float(load_attr) < 0.7, \
-        f"load of the middle link (8 of 20 Mbit/s): {load_attr}"
+    # A stall of the machine within the 4 s shows in the two sides' windows
+    # differently (the page's samples are half-second ones): measured again.
+
+    def page_against_ctl() -> None:
+        readings: Dict[str, float] = {}
+        first, t0 = lab.show(MIDDLE), time.monotonic()
+        while time.monotonic() < t0 + 4.0:
+            t, bps = attr(d, selector, "data-t"), attr(d, selector, "data-bps")
+            if t and bps:
+                readings[t] = float(bps)
+            time.sleep(0.1)
+        second, t1 = lab.show(MIDDLE), time.monotonic()
+        span_s = t1 - t0
+        if "now_ns" in first["stats"] and "now_ns" in second["stats"]:
+            span_s = (second["stats"]["now_ns"] - first["stats"]["now_ns"]) / 1e9
+        ctl_bps = (delivered_bytes(second, "a-to-b")
+                   - delivered_bytes(first, "a-to-b")) * 8 / span_s
+        assert len(readings) >= 6, f"the page showed {len(readings)} samples in 4 s: {readings}"
+        page_bps = statistics.mean(readings.values())
+        print(f"middle link a-to-b: page {page_bps / 1e6:.3f} Mbit/s (mean; median "
+              f"{statistics.median(readings.values()) / 1e6:.3f}; of "
+              f"{[round(v / 1e6, 3) for v in readings.values()]}), ctl {ctl_bps / 1e6:.3f} "
+              "Mbit/s")
+        assert ctl_bps > 0.8 * UDP_RATE_BPS, f"too little traffic: {ctl_bps} bit/s; {second}"
+        assert abs(page_bps - ctl_bps) <= 0.1 * ctl_bps, \
+            f"page {page_bps} bit/s, ctl {ctl_bps} bit/s; page readings {readings}"
+
+        load_attr = attr(d, f'#topology [data-link="{MIDDLE}"]', "data-load")
+        assert load_attr not in (None, "null") and 0.2 < float(load_attr) < 0.7, \
+            f"load of the middle link (8 of 20 Mbit/s): {load_attr}"
+
+    within_attempts("the page's throughput against ctl's", 3, page_against_ctl)
 
 
 def ping_lines_after(path: Path, since: float) -> List[tuple]:
@@ -447,44 +456,52 @@ def ping_lines_after(path: Path, since: float) -> List[tuple]:
 def test_a_delay_changed_in_the_form_is_followed_by_ping_and_the_page(
         page: Any, lab: WebLab) -> None:
     d = page
-    before = lab.show(MIDDLE)
-    old_words = words(before, "a-to-b")
-    # 30 ms, or 15 ms if a run before left it at 30.
-    new_ms = 15 if "delay 30ms" in old_words else 30
-    new_words = f"delay {new_ms}ms"
-    # RTT h1 -> h2: both ways across 5 ms, the middle's delay and 5 ms.
-    want_rtt_ms = 2 * (5 + new_ms + 5)
-    log = Path(lab.dir.name) / f"ping-{new_ms}.txt"
-    with log.open("w") as out:
-        ping = lab.spawn("h1", ["ping", "-D", "-n", "-i", "0.05", "10.0.3.2"], out=out)
-    try:
-        time.sleep(1)
-        sent_at = time.time()
-        submit_change(d, "link", "both", new_words)
-        seen_page = wait_for("the page's words", lambda: new_words in text_of(
-            d, "#words-a-to-b") and new_words in text_of(d, "#words-b-to-a") and time.time(),
-            5, lambda: f"{result_of_change(d)}; {body_text(d)}")
-        r = result_of_change(d)
-        assert r["ok"] == "true" and " at " in r["text"], r
-        assert attr(d, "#change-result", "data-at-ns"), r  # the instant it took effect
-        seen_ping = wait_for(f"ping RTTs of {want_rtt_ms} ms", lambda: next(
-            (t for t, rtt in ping_lines_after(log, sent_at) if abs(rtt - want_rtt_ms) < 3), None),
-            5, lambda: log.read_text()[-1500:])
-        time.sleep(1)
-    finally:
-        ping.kill()
-        ping.wait()
-    after = ping_lines_after(log, seen_ping)
-    rtt_ms = statistics.median(rtt for _, rtt in after) if after else None
-    print(f"'{old_words}' -> {new_words}: page after {seen_page - sent_at:.3f} s, "
-          f"ping after {seen_ping - sent_at:.3f} s, RTT then "
-          f"{rtt_ms if rtt_ms is None else round(rtt_ms, 2)} ms")
-    assert seen_page - sent_at <= 2.0, f"the page's words after {seen_page - sent_at:.2f} s"
-    assert seen_ping - sent_at <= 2.0, f"ping's RTT after {seen_ping - sent_at:.2f} s"
-    assert rtt_ms is not None and abs(rtt_ms - want_rtt_ms) < 3, \
-        f"RTT {rtt_ms} ms, not {want_rtt_ms}: {log.read_text()[-1500:]}"
-    shown = lab.show(MIDDLE)
-    assert new_words in words(shown, "a-to-b") and new_words in words(shown, "b-to-a"), shown
+    # The page and ping follow within 2 s, and the RTT is then the new one; a
+    # stall of the machine through those seconds misses that: measured again
+    # (each attempt changes the delay again, 30 ms <-> 15 ms).
+
+    def change() -> None:
+        before = lab.show(MIDDLE)
+        old_words = words(before, "a-to-b")
+        # 30 ms, or 15 ms if a run before left it at 30.
+        new_ms = 15 if "delay 30ms" in old_words else 30
+        new_words = f"delay {new_ms}ms"
+        # RTT h1 -> h2: both ways across 5 ms, the middle's delay and 5 ms.
+        want_rtt_ms = 2 * (5 + new_ms + 5)
+        log = Path(lab.dir.name) / f"ping-{new_ms}.txt"
+        with log.open("w") as out:
+            ping = lab.spawn("h1", ["ping", "-D", "-n", "-i", "0.05", "10.0.3.2"], out=out)
+        try:
+            time.sleep(1)
+            sent_at = time.time()
+            submit_change(d, "link", "both", new_words)
+            seen_page = wait_for("the page's words", lambda: new_words in text_of(
+                d, "#words-a-to-b") and new_words in text_of(d, "#words-b-to-a") and time.time(),
+                5, lambda: f"{result_of_change(d)}; {body_text(d)}")
+            r = result_of_change(d)
+            assert r["ok"] == "true" and " at " in r["text"], r
+            assert attr(d, "#change-result", "data-at-ns"), r  # the instant it took effect
+            seen_ping = wait_for(f"ping RTTs of {want_rtt_ms} ms", lambda: next(
+                (t for t, rtt in ping_lines_after(log, sent_at)
+                 if abs(rtt - want_rtt_ms) < 3), None),
+                5, lambda: log.read_text()[-1500:])
+            time.sleep(1)
+        finally:
+            ping.kill()
+            ping.wait()
+        after = ping_lines_after(log, seen_ping)
+        rtt_ms = statistics.median(rtt for _, rtt in after) if after else None
+        print(f"'{old_words}' -> {new_words}: page after {seen_page - sent_at:.3f} s, "
+              f"ping after {seen_ping - sent_at:.3f} s, RTT then "
+              f"{rtt_ms if rtt_ms is None else round(rtt_ms, 2)} ms")
+        assert seen_page - sent_at <= 2.0, f"the page's words after {seen_page - sent_at:.2f} s"
+        assert seen_ping - sent_at <= 2.0, f"ping's RTT after {seen_ping - sent_at:.2f} s"
+        assert rtt_ms is not None and abs(rtt_ms - want_rtt_ms) < 3, \
+            f"RTT {rtt_ms} ms, not {want_rtt_ms}: {log.read_text()[-1500:]}"
+        shown = lab.show(MIDDLE)
+        assert new_words in words(shown, "a-to-b") and new_words in words(shown, "b-to-a"), shown
+
+    within_attempts("a delay changed in the form", 3, change)
 
 
 def test_a_refused_change_names_its_word_and_changes_nothing(page: Any, lab: WebLab) -> None:

@@ -559,41 +559,54 @@ fn ipv6_ping_and_tcp_with_hosts_at_defaults(backend: &str) {
         .unwrap();
     let text = String::from_utf8_lossy(&o.stdout).to_string();
     assert!(o.status.success(), "IPv6 ping: {text}");
-    let mut server = topo
-        .spawn_in_b(&["iperf3", "-s", "-1", "-p", "5302"])
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    let o = topo
-        .exec_in_a(&[
-            "iperf3", "-6", "-c", &b6, "-p", "5302", "-J", "-t", "5", "-O", "1",
-        ])
-        .unwrap();
-    let _ = server.kill();
-    let _ = server.wait();
-    let v = b.stop();
-    let t: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let (bps, median_bps) = iperf3_goodput_bps(&t);
-    eprintln!(
-        "{backend}: IPv6 TCP {:.2} Mbit/s, median second {:.2}; {v}",
-        bps / 1e6,
-        median_bps / 1e6
-    );
-    // AF_PACKET only (see tcp_through_rate_50mbit_delay_10ms_with_hosts_at_defaults).
-    assert!(
-        backend != "packet" || v["directions"][0]["segmented"].as_u64().unwrap() > 0,
-        "TSO over IPv6 is cut: {v}"
-    );
-    // Goodput of 1428-byte payloads in 1514-byte frames, 60 % of the link,
+    // Goodput of 1428-byte payloads in 1514-byte frames, 80 % of the link,
     // in the median second: a stall of this VM (releases 160 ms late in one
     // run) takes a second of a 5 s flow, not the link's rate. A quiet
     // machine gives 45-47 Mbit/s. Under the CI's load (fuzzers and builds
     // on both cores) AF_XDP's copy mode held 38.0 and 36.6 in the median
     // second of two runs (81 % and 78 % of the link), with every core taken
-    // and 1 % of its releases 93-129 ms late or more. Checksums or TSO gone
-    // wrong would leave next to nothing, a rate halved would show.
+    // and 1 % of its releases 93-129 ms late or more: such a run is
+    // measured again. Checksums or TSO gone wrong would leave next to
+    // nothing in every attempt, a rate halved would show in each.
+    let least_bps = 0.8 * 50e6 * 1428.0 / 1514.0;
+    within_attempts(
+        &format!("{backend}: IPv6 TCP through rate 50mbit"),
+        3,
+        |_| {
+            let mut server = topo
+                .spawn_in_b(&["iperf3", "-s", "-1", "-p", "5302"])
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+            let o = topo
+                .exec_in_a(&[
+                    "iperf3", "-6", "-c", &b6, "-p", "5302", "-J", "-t", "5", "-O", "1",
+                ])
+                .unwrap();
+            let _ = server.kill();
+            let _ = server.wait();
+            let t: Value = serde_json::from_slice(&o.stdout).unwrap();
+            let (bps, median_bps) = iperf3_goodput_bps(&t);
+            let report = format!(
+                "median second {:.2} Mbit/s (whole run {:.2}), want at least {:.2}",
+                median_bps / 1e6,
+                bps / 1e6,
+                least_bps / 1e6
+            );
+            eprintln!("{backend}: IPv6 TCP {report}");
+            if median_bps >= least_bps {
+                Ok(())
+            } else {
+                Err(report)
+            }
+        },
+    );
+    // linkem's counts are printed at a failure above (the bridge's Drop).
+    let v = b.stop();
+    eprintln!("{backend}: IPv6 TCP through rate 50mbit; {v}");
+    // AF_PACKET only (see tcp_through_rate_50mbit_delay_10ms_with_hosts_at_defaults).
     assert!(
-        median_bps >= 0.6 * 50e6 * 1428.0 / 1514.0,
-        "IPv6 TCP through rate 50mbit: median second {median_bps} bit/s (whole run {bps}); linkem's counts: {v}"
+        backend != "packet" || v["directions"][0]["segmented"].as_u64().unwrap() > 0,
+        "TSO over IPv6 is cut: {v}"
     );
 }
 

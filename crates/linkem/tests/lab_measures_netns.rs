@@ -740,22 +740,27 @@ fn a_lab_across_two_machines_runs_each_part_and_the_link_across_once() {
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("; "));
-    let (mbit, median_mbit) = iperf3_mbit(&lab, "b", "c", "10.20.2.2");
     // TCP's payload is 1448 of each 1514-byte frame: at most 95.6 Mbit/s,
     // which a quiet machine reaches (93-96 over the run). One CI run on a
     // loaded machine got 80.5 over the run; as in lab_netns, the median
-    // second must hold 80 % of the link and the run must not exceed it.
+    // second must hold 80 % of the link (measured again when a spell of
+    // the host's load misses it) and the run must not exceed it.
     let most = 100.0 * 1448.0 / 1514.0;
-    println!(
-        "iperf3 b -> c across rate 100mbit: {mbit:.2} Mbit/s, median second \
-         {median_mbit:.2} (at most {most:.1})"
-    );
-    assert!(
-        median_mbit >= 0.8 * most && mbit <= 100.0,
-        "iperf3 across rate 100mbit: {mbit:.2} Mbit/s over the run, {median_mbit:.2} in \
-         its median second; want at least {:.1} in the median second, at most 100",
-        0.8 * most
-    );
+    within_attempts("iperf3 b -> c across rate 100mbit", 3, |_| {
+        let (mbit, median_mbit) = iperf3_mbit(&lab, "b", "c", "10.20.2.2");
+        let report = format!(
+            "{mbit:.2} Mbit/s over the run, {median_mbit:.2} in its median second (at most \
+             {most:.1}; want at least {:.1} in the median second)",
+            0.8 * most
+        );
+        println!("iperf3 b -> c across rate 100mbit: {report}");
+        assert!(mbit <= 100.0, "more than the link: {report}");
+        if median_mbit >= 0.8 * most {
+            Ok(())
+        } else {
+            Err(report)
+        }
+    });
 }
 
 /// The text of examples/labs/FILE.

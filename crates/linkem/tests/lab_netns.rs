@@ -153,11 +153,20 @@ fn line3(first: &str, second: &str) -> String {
 
 /// Every answered RTT of `count` pings from `node` to `dst`, in ms.
 fn ping_rtts(lab: &Lab, node: &str, dst: &str, count: u32) -> Vec<f64> {
+    try_ping_rtts(lab, node, dst, count).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// As [`ping_rtts`], with fewer than 9 in 10 answered an `Err` naming
+/// ping's output: a stall of the machine longer than the lab's max-lag (5
+/// ms) drops what was held through it as `late`.
+fn try_ping_rtts(lab: &Lab, node: &str, dst: &str, count: u32) -> Result<Vec<f64>, String> {
     let o = lab.in_node(node, &["ping", "-c", &count.to_string(), "-i", "0.02", dst]);
     let out = String::from_utf8_lossy(&o.stdout);
     let rtts: Vec<f64> = ping_times_ms(&out);
-    assert!(rtts.len() as u32 >= count * 9 / 10, "ping answers: {out}");
-    rtts
+    if (rtts.len() as u32) < count * 9 / 10 {
+        return Err(format!("{} of {count} pings answered: {out}", rtts.len()));
+    }
+    Ok(rtts)
 }
 
 /// CPU time of `pid` so far in clock ticks (user + system).
@@ -179,17 +188,23 @@ fn a_line_pings_with_its_delays_and_down_leaves_nothing() {
     lab.up_ok();
     // The first pings wait for ARP; the rest cross both links twice.
     let _ = ping_rtts(&lab, "h1", "10.0.2.1", 3);
-    let rtts = ping_rtts(&lab, "h1", "10.0.2.1", 40);
-    let min_ms = rtts.iter().copied().fold(f64::INFINITY, f64::min);
-    let rtt_ms = median(rtts);
-    eprintln!("h1 -> h2 RTT median {rtt_ms:.3} ms, min {min_ms:.3} ms (2 x (3 + 5) = 16 ms)");
     // 0.2 ms at the median on a quiet machine; a loaded one (other builds on
     // the two cores) wakes the stages later, so the median's bound here is
-    // the bridge tests' 1 ms and the fastest ping's 0.2 ms (ping shows 0.1 ms here).
-    assert!(
-        (16.0..=16.25).contains(&min_ms) && (rtt_ms - 16.0).abs() <= 1.0,
-        "RTT median {rtt_ms} ms, min {min_ms} ms, not 2 x (3 + 5) = 16 ms"
-    );
+    // the bridge tests' 1 ms and the fastest ping's 0.2 ms (ping shows 0.1 ms
+    // here). The landing CI once saw a median of 18 ms, min 16.1, across
+    // all 40 pings: the machine's, so the pings are measured again.
+    within_attempts("h1 -> h2 across delay 3ms and delay 5ms", 3, |_| {
+        let rtts = try_ping_rtts(&lab, "h1", "10.0.2.1", 40)?;
+        let min_ms = rtts.iter().copied().fold(f64::INFINITY, f64::min);
+        let rtt_ms = median(rtts);
+        let report = format!("RTT median {rtt_ms:.3} ms, min {min_ms:.3} ms (2 x (3 + 5) = 16 ms)");
+        eprintln!("h1 -> h2 {report}");
+        if (16.0..=16.25).contains(&min_ms) && (rtt_ms - 16.0).abs() <= 1.0 {
+            Ok(())
+        } else {
+            Err(report)
+        }
+    });
     // Listed, shown, and refused a second time by name.
     let list = text(&linkem(&["lab", "list"]));
     assert!(list.contains(&lab.name), "{list}");
@@ -313,37 +328,47 @@ fn iperf3_through_rate_50mbit_gets_what_the_link_carries() {
 ",
     );
     lab.up_ok();
-    let mut server =
-        linkem_io::netns::spawn_in(&lab.ns("b"), &["iperf3", "-s", "-1", "-p", "5302"]).unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    let o = lab.in_node(
-        "a",
-        &[
-            "iperf3", "-c", "10.0.9.2", "-p", "5302", "-J", "-t", "4", "-O", "1",
-        ],
-    );
-    let _ = server.kill();
-    let _ = server.wait();
-    let v: Value =
-        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&o)));
-    let (bps, median_bps) = iperf3_goodput_bps(&v);
-    let (mbit, median_mbit) = (bps / 1e6, median_bps / 1e6);
     // TCP's payload is 1448 of each 1514-byte frame: at most 47.8 Mbit/s of
     // goodput, which a quiet machine reaches (47-48 over the run, 48.0 in
     // the median second). Under the CI's load (fuzzers and builds on the
     // two cores) three runs got 36.7-44.7 over the run, one 41.7 in its
     // median second: the median second is judged against 80 % of the
-    // link, and the run must not exceed the link.
+    // link, and the run must not exceed the link. The landing CI once got
+    // 32.2 over a run, 33.4 in its median second, with the host taking the
+    // cores (the other live tests of that run missed too): measured again.
     let most = 50.0 * 1448.0 / 1514.0;
-    eprintln!(
-        "iperf3 through rate 50mbit: {mbit:.2} Mbit/s of goodput, median second \
-         {median_mbit:.2} (at most {most:.1})"
-    );
-    assert!(
-        median_mbit >= 0.8 * most && mbit <= 50.0,
-        "iperf3 through rate 50mbit: {mbit:.2} Mbit/s, median second {median_mbit:.2} \
-         (at most {most:.1} of goodput)"
-    );
+    within_attempts("iperf3 through rate 50mbit", 3, |_| {
+        let mut server =
+            linkem_io::netns::spawn_in(&lab.ns("b"), &["iperf3", "-s", "-1", "-p", "5302"])
+                .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let o = lab.in_node(
+            "a",
+            &[
+                "iperf3", "-c", "10.0.9.2", "-p", "5302", "-J", "-t", "4", "-O", "1",
+            ],
+        );
+        let _ = server.kill();
+        let _ = server.wait();
+        let v: Value =
+            serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&o)));
+        let (bps, median_bps) = iperf3_goodput_bps(&v);
+        let (mbit, median_mbit) = (bps / 1e6, median_bps / 1e6);
+        // Beyond the link is a defect no load explains.
+        assert!(
+            mbit <= 50.0,
+            "iperf3 through rate 50mbit: {mbit:.2} Mbit/s, more than the link"
+        );
+        let report = format!(
+            "{mbit:.2} Mbit/s of goodput, median second {median_mbit:.2} (at most {most:.1})"
+        );
+        eprintln!("iperf3 through rate 50mbit: {report}");
+        if median_mbit >= 0.8 * most {
+            Ok(())
+        } else {
+            Err(report)
+        }
+    });
 }
 
 #[test]

@@ -468,7 +468,9 @@ fn frames_on_a_beat_find_the_stage_awake(backend: &str) {
         // `a_busy_task_beside_costs_no_tick` shows, and the frames woke the
         // stage. Or the machine stalled: the run without windows (which
         // yields nothing) shows how slow it was.
-        assert_no_tick_lost(&awake, without.p90_us, &report);
+        if let Err(e) = no_tick_lost(&awake, without.p90_us, &report) {
+            panic!("{e}");
+        }
     }
     assert_eq!(without.on_beat, 0, "a window paid from no budget: {report}");
     assert!(
@@ -530,12 +532,15 @@ fn two_beats_through_one_port_are_each_kept(backend: &str) {
 /// through a linkem that never yields, just before, if measured: a machine
 /// that stalled that one to a millisecond or more (the CI once saw 1.8 ms
 /// with no tick lost) allows twice that.
-fn assert_no_tick_lost(run: &Sparse, machine_p90_us: u64, report: &str) {
+fn no_tick_lost(run: &Sparse, machine_p90_us: u64, report: &str) -> Result<(), String> {
     let bound_us = 1000.max(2 * machine_p90_us);
-    assert!(
-        run.p90_us < bound_us,
-        "the 90th percentile of one-way delays is {bound_us} µs or more: {report}"
-    );
+    if run.p90_us < bound_us {
+        Ok(())
+    } else {
+        Err(format!(
+            "the 90th percentile of one-way delays is {bound_us} µs or more: {report}"
+        ))
+    }
 }
 
 /// The twin of `frames_on_a_beat_find_the_stage_awake` with a busy task
@@ -547,35 +552,46 @@ fn assert_no_tick_lost(run: &Sparse, machine_p90_us: u64, report: &str) {
 /// the lost yields, which pause the windows: two, after which each pause's
 /// end finds every core taken and the pause goes on without losing one (7
 /// in this run before that look, one as each pause ended).
+///
+/// The landing CI once saw a p90 of 6.7 ms with two yields lost (the
+/// pause began as it should) and only 29 of 200 frames on the beat: the
+/// host had taken the cores. Lateness and lost yields are measured again
+/// then; a lost tick is in every run.
 fn a_busy_task_beside_costs_no_tick(backend: &str) {
     if skip() {
         return;
     }
     let _serial = serial();
     let topo = topology_with("ib38", true);
-    let busy = IdleBusy::start();
-    let run = sparse_flow(&topo, backend, "1us", &[]);
-    drop(busy);
-    let report = format!(
-        "{backend}: {SPARSE_FRAMES} frames 20 ms apart through delay 1us beside a SCHED_IDLE \
-         spinner per core: {} received, {} on the beat, {} yields lost, p90 {} µs, {} wake-ups",
-        run.got, run.on_beat, run.yields_lost, run.p90_us, run.wakeups
-    );
-    eprintln!("{report}");
-    assert!(
-        run.got >= SPARSE_FRAMES * 9 / 10,
-        "frames went missing: {report}"
-    );
-    assert_no_tick_lost(&run, 0, &report);
-    assert!(
-        run.wakeups * 10 <= SPARSE_FRAMES * 14,
-        "more than 1.4 wake-ups per frame: {report}"
-    );
-    // Two start the pause; a stall of the machine may add one or two.
-    assert!(
-        run.yields_lost <= 4,
-        "yields were lost while every core was taken: {report}"
-    );
+    let what = format!("{backend}: a sparse flow beside a SCHED_IDLE spinner per core");
+    within_attempts(&what, 3, |_| {
+        let busy = IdleBusy::start();
+        let run = sparse_flow(&topo, backend, "1us", &[]);
+        drop(busy);
+        let report = format!(
+            "{backend}: {SPARSE_FRAMES} frames 20 ms apart through delay 1us beside a \
+             SCHED_IDLE spinner per core: {} received, {} on the beat, {} yields lost, p90 {} \
+             µs, {} wake-ups",
+            run.got, run.on_beat, run.yields_lost, run.p90_us, run.wakeups
+        );
+        eprintln!("{report}");
+        assert!(
+            run.got >= SPARSE_FRAMES * 9 / 10,
+            "frames went missing: {report}"
+        );
+        assert!(
+            run.wakeups * 10 <= SPARSE_FRAMES * 14,
+            "more than 1.4 wake-ups per frame: {report}"
+        );
+        no_tick_lost(&run, 0, &report)?;
+        // Two start the pause; a stall of the machine may add one or two.
+        if run.yields_lost > 4 {
+            return Err(format!(
+                "yields were lost while every core was taken: {report}"
+            ));
+        }
+        Ok(())
+    });
 }
 
 /// Each direction's counts show its output thread's `spin`: the budget given

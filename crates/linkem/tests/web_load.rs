@@ -255,19 +255,25 @@ fn closed_by_server(mut s: TcpStream, limit: Duration) -> Result<String, String>
 
 /// The RTTs of `count` pings from spoke 1 to spoke 2 (two links each way).
 fn spoke_rtts_ms(lab: &str, count: u32, gap: &str) -> Vec<f64> {
+    try_spoke_rtts_ms(lab, count, gap).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// As [`spoke_rtts_ms`], with fewer than 9 in 10 answered an `Err` with
+/// ping's output: a stall of the machine longer than the lab's max-lag (5
+/// ms) drops what the links held through it as `late`.
+fn try_spoke_rtts_ms(lab: &str, count: u32, gap: &str) -> Result<Vec<f64>, String> {
     let ns = format!("lk-{lab}-s1");
     let o = linkem_io::netns::exec_in(
         &ns,
         &["ping", "-c", &count.to_string(), "-i", gap, "10.61.0.2"],
     )
     .unwrap();
-    let rtts = ping_times_ms(&String::from_utf8_lossy(&o.stdout));
-    assert!(
-        rtts.len() as u32 >= count * 9 / 10,
-        "{} of {count} pings answered",
-        rtts.len()
-    );
-    rtts
+    let out = String::from_utf8_lossy(&o.stdout);
+    let rtts = ping_times_ms(&out);
+    if (rtts.len() as u32) < count * 9 / 10 {
+        return Err(format!("{} of {count} pings answered: {out}", rtts.len()));
+    }
+    Ok(rtts)
 }
 
 /// `linkem ctl --name LAB ping` twice a second until `end`: each one's time, ms.
@@ -295,12 +301,17 @@ fn a_lab_of_100_links_serves_10_clients_and_drops_one_that_never_reads() {
     }
     let (lab, web) = up();
     let pid = lab.child.as_ref().unwrap().id();
-    let before_ms = median(
-        spoke_rtts_ms(&lab.name, 3, "0.2")
-            .into_iter()
-            .chain(spoke_rtts_ms(&lab.name, 30, "0.05"))
-            .collect(),
-    );
+    // The RTT before the clients, which the one during them is held to. The
+    // landing CI once saw 25 of 30 answered here, before any client: a
+    // stall of the machine, so it is measured again.
+    let before_ms = within_attempts("spoke 1 -> spoke 2 before the clients", 3, |_| {
+        Ok(median(
+            try_spoke_rtts_ms(&lab.name, 3, "0.2")?
+                .into_iter()
+                .chain(try_spoke_rtts_ms(&lab.name, 30, "0.05")?)
+                .collect(),
+        ))
+    });
     let rss_idle = vm_rss_kib(pid);
     let start = Instant::now();
     let end = start + WINDOW;
