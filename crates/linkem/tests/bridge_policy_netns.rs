@@ -8,6 +8,8 @@
 //!  ns {p}a: {p}ha <-veth (N queues)-> {p}ea [linkem] {p}eb <-veth (N queues)-> {p}hb :ns {p}b
 //! ```
 
+mod common;
+
 use linkem_io::netns;
 use serde_json::Value;
 use std::io::Read;
@@ -754,10 +756,20 @@ fn tcp_and_udp_cross_xdp_with_hosts_at_their_defaults() {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
         serde_json::from_slice(&o.stdout).expect("iperf3 JSON")
     };
-    let tcp = iperf(&[]);
-    let tcp_bps = tcp["end"]["sum_received"]["bits_per_second"]
-        .as_f64()
-        .unwrap();
+    // Wrong checksums would leave next to nothing in every run; a spell of
+    // the host's load (38.3 Mbit/s once, with releases 20 ms late at p99)
+    // costs one run.
+    let tcp_bps = common::within_attempts("TCP through rate 50mbit across AF_XDP", 3, |_| {
+        let tcp = iperf(&[]);
+        let bps = tcp["end"]["sum_received"]["bits_per_second"]
+            .as_f64()
+            .unwrap();
+        if bps > 0.8 * 50e6 {
+            Ok(bps)
+        } else {
+            Err(format!("{:.1} Mbit/s, want more than 40", bps / 1e6))
+        }
+    });
     let udp = iperf(&["-u", "-b", "20M"]);
     let udp_lost = udp["end"]["sum"]["lost_percent"].as_f64().unwrap();
     let (stats, err) = bridge.stop();
@@ -765,7 +777,6 @@ fn tcp_and_udp_cross_xdp_with_hosts_at_their_defaults() {
         "TCP {:.1} Mbit/s, UDP lost {udp_lost} %\n{stats}\n{err}",
         tcp_bps / 1e6
     );
-    assert!(tcp_bps > 0.8 * 50e6, "TCP through rate 50mbit: {tcp_bps}");
     for i in 0..2 {
         let f = &stats["directions"][i]["fates"];
         assert_eq!(f["too-big"], 0, "only wire-sized frames arrive: {stats}");

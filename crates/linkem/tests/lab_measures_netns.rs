@@ -477,34 +477,63 @@ topology:
       b-to-a: delay 1ms jitter 500us
 ",
     );
-    let rec = lab.dir.path().join("rec");
-    let live = lab.dir.path().join("live.jsonl");
-    lab.up(
-        None,
-        &[
-            "--record",
-            rec.to_str().unwrap(),
-            "--events",
-            live.to_str().unwrap(),
-        ],
-    );
-    // Both from h1: across the first link, then the second or the third.
-    let pings = [(lab.ns("h1"), "10.0.2.1"), (lab.ns("h1"), "10.0.3.1")].map(|(ns, dst)| {
-        std::thread::spawn(move || {
-            linkem_io::netns::exec_in(
-                &ns,
-                &["ping", "-q", "-c", "100", "-i", "0.025", "-W", "1", dst],
-            )
-            .unwrap()
-        })
+    let names = ["h1:eth1--r:eth1", "r:eth2--h2:eth1", "r:eth3--h3:eth1"];
+    // 100 pings and their replies each, fewer where a link lost some: at
+    // least 150 events per link. The landing CI once saw 127 on one link
+    // while the host took the cores (the replay agreed line for line): such
+    // a run is made again, a recording of its own each.
+    let (rec, live) = within_attempts("a recorded lab's pings", 3, |run| {
+        let rec = lab.dir.path().join(format!("rec{run}"));
+        let live = lab.dir.path().join(format!("live{run}.jsonl"));
+        lab.up(
+            None,
+            &[
+                "--record",
+                rec.to_str().unwrap(),
+                "--events",
+                live.to_str().unwrap(),
+            ],
+        );
+        // Both from h1: across the first link, then the second or the third.
+        let pings = [(lab.ns("h1"), "10.0.2.1"), (lab.ns("h1"), "10.0.3.1")].map(|(ns, dst)| {
+            std::thread::spawn(move || {
+                linkem_io::netns::exec_in(
+                    &ns,
+                    &["ping", "-q", "-c", "100", "-i", "0.025", "-W", "1", dst],
+                )
+                .unwrap()
+            })
+        });
+        let said: Vec<String> = pings
+            .into_iter()
+            .map(|p| text(&p.join().unwrap()))
+            .collect();
+        let counts: Vec<String> = names
+            .iter()
+            .map(|l| format!("{l}: {}", link_stats(&lab.name, l).0))
+            .collect();
+        let (name, _) = lab.parts.pop().unwrap();
+        let o = linkem_in(None, &["lab", "down", &name]);
+        assert!(o.status.success(), "lab down: {}", text(&o));
+        let events = by_link(&live);
+        let few: Vec<String> = names
+            .iter()
+            .filter_map(|l| {
+                let n = events.get(*l).map_or(0, Vec::len);
+                (n < 150).then(|| format!("{l}: {n} live events"))
+            })
+            .collect();
+        if few.is_empty() {
+            Ok((rec, live))
+        } else {
+            Err(format!(
+                "{}; ping said: {}; the links' counts: {}",
+                few.join(", "),
+                said.join(" | "),
+                counts.join(" | ")
+            ))
+        }
     });
-    for p in pings {
-        let _ = p.join().unwrap();
-    }
-    let (run, _) = lab.parts.pop().unwrap();
-    let o = linkem_in(None, &["lab", "down", &run]);
-    assert!(o.status.success(), "lab down: {}", text(&o));
-
     let out = lab.dir.path().join("replayed");
     let replayed = lab.dir.path().join("replay.jsonl");
     let o = linkem_in(
@@ -519,7 +548,6 @@ topology:
     );
     assert!(o.status.success(), "linkem replay: {}", text(&o));
     let (live, again) = (by_link(&live), by_link(&replayed));
-    let names = ["h1:eth1--r:eth1", "r:eth2--h2:eth1", "r:eth3--h3:eth1"];
     assert_eq!(
         live.keys().collect::<Vec<_>>(),
         again.keys().collect::<Vec<_>>(),
@@ -528,8 +556,6 @@ topology:
     for name in names {
         let (l, r) = (&live[name], &again[name]);
         println!("{name}: {} events live, {} replayed", l.len(), r.len());
-        // 100 pings and their replies each, fewer where a link lost some.
-        assert!(l.len() >= 150, "{name}: {} live events", l.len());
         if let Some(k) = l.iter().zip(r).position(|(a, b)| a != b) {
             panic!(
                 "{name}: line {k} differs:\n live   {}\n replay {}",
