@@ -275,6 +275,7 @@ class WebLab:
         self.binary = binary
         self.name = unique_prefix("lkweb")
         self.dir = tempfile.TemporaryDirectory(prefix=f"{self.name}-")
+        self.client_log = Path(self.dir.name) / "iperf3-client.txt"
         self.procs: List[subprocess.Popen] = []
         file = Path(self.dir.name) / "lab.clab.yml"
         file.write_text(LAB_FILE.format(name=self.name))
@@ -355,8 +356,15 @@ def lab(linkem_bin: Path, root: None) -> Iterator[WebLab]:
         out = made.in_node("h1", ["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.0.3.2"],
                            timeout=20)
         assert out.returncode == 0, f"h1 cannot reach h2: {out.stdout}{out.stderr}"
-        made.spawn("h1", ["iperf3", "-c", "10.0.3.2", "-p", "5301", "-u", "-b", str(UDP_RATE_BPS),
-                          "-l", "1200", "-t", "600"])
+        # The client gives up at once if the server is not listening yet (once in a CI
+        # run whose host took the cores: no traffic for the whole module).
+        deadline = time.monotonic() + 20
+        while not made.in_node("h2", ["ss", "-Hltn", "sport = :5301"]).stdout.strip():
+            assert time.monotonic() < deadline, "iperf3's server in h2 is not listening"
+            time.sleep(0.1)
+        with made.client_log.open("w") as log:
+            made.spawn("h1", ["iperf3", "-c", "10.0.3.2", "-p", "5301", "-u", "-b",
+                              str(UDP_RATE_BPS), "-l", "1200", "-t", "600"], out=log)
         yield made
     finally:
         made.down()
@@ -404,7 +412,9 @@ def test_topology_and_throughput_match_ctl(page: Any, lab: WebLab) -> None:
     selector = '[data-dir="a-to-b"] .tput-latest'
     # The traffic runs at its rate before anything is read (iperf3 starts with the lab).
     wait_for("UDP traffic on the page", lambda: float(attr(d, selector, "data-bps") or 0)
-             > 0.8 * UDP_RATE_BPS, 15, lambda: body_text(d), every_s=0.2)
+             > 0.8 * UDP_RATE_BPS, 15,
+             lambda: f"iperf3's client said: {lab.client_log.read_text()[-1500:]}\n"
+                     f"the page: {body_text(d)}", every_s=0.2)
     # ctl: delivered bytes 4 s apart (timed by the emulator's clock); the page: the latest
     # throughput of each sample shown meanwhile (each a new data-t). Their mean is the
     # bytes of those samples over their time, the window ctl counted within a sample at
