@@ -67,7 +67,7 @@ pub(super) fn output_group(
 ) {
     clock::set_timer_slack_ns(1);
     let mut wake = WakeEstimate::default();
-    // Sleeps of APPROACH_NS or more apart (see `output::wait_until`).
+    // Sleeps longer than ONE_SLEEP_NS apart (see `output::wait_until`).
     let mut long = WakeEstimate::default();
     let mut wakeups = 0u64;
     let mut last_publish = clock::now_ns();

@@ -169,19 +169,28 @@ impl WakeEstimate {
 /// this far before the release, then once more until the spin, and the spin
 /// is sized by the short sleep's precision, not the long one's.
 ///
-/// That costs a second wake-up per release. Each thread also learns its
-/// sleeps of this length or longer apart ([`learn`]); once their 99th
-/// percentile is within the spin (a quiet or bare-metal machine, where a
-/// long sleep is as precise as a short one), it waits in one sleep.
+/// That costs a second wake-up per release, so only a wait to the spin
+/// longer than [`ONE_SLEEP_NS`] approaches. Each thread also learns its
+/// sleeps longer than that apart ([`learn`]); once their 99th percentile is
+/// within the spin (a quiet or bare-metal machine, where a long sleep is as
+/// precise as a short one), it waits in one sleep.
 pub(super) const APPROACH_NS: u64 = 200_000;
+
+/// The longest wait to the spin's start taken in one sleep. Two sleeps of a
+/// shorter wait each wake late: with releases 333 µs apart (3 kpps) and
+/// the spin at its least, the second sleep ended about 100 µs late at the
+/// median, and one sleep of up to 400 µs about 50 µs (sleeps of 50-400 µs
+/// woke 43-49 µs late at the median on this project's VM, 1 ms ones 60 µs;
+/// docs/numbers.md, "One sleep up to 400 µs").
+pub(super) const ONE_SLEEP_NS: u64 = 2 * APPROACH_NS;
 
 /// Where a wait that starts at `now_ns` for `release_ns` first parks until,
 /// with a spin of `spin_ns` before the release (`max_ns` ahead at most), and
 /// whether that is the spin's start (the wake-up the spin covers): with
 /// `approach` (the thread's long sleeps are not known to wake within the
 /// spin, [`WakeEstimate::covered_by`]), [`APPROACH_NS`] before the release
-/// when the release is further off than that and the spin shorter, else the
-/// spin's start.
+/// when the spin's start is further off than [`ONE_SLEEP_NS`] and the spin
+/// shorter than the approach, else the spin's start.
 pub(super) fn wait_target(
     now_ns: u64,
     release_ns: u64,
@@ -191,7 +200,7 @@ pub(super) fn wait_target(
 ) -> (u64, bool) {
     let spin_at = release_ns.saturating_sub(spin_ns);
     let approach_at = release_ns.saturating_sub(APPROACH_NS);
-    let target = if approach && spin_ns < APPROACH_NS && now_ns < approach_at {
+    let target = if approach && spin_ns < APPROACH_NS && spin_at > now_ns + ONE_SLEEP_NS {
         approach_at
     } else {
         spin_at
@@ -211,7 +220,7 @@ pub(super) fn lead_ns(spin_ns: u64) -> u64 {
 }
 
 /// After a park from `from_ns` until `target_ns` that ended at `woke_ns`:
-/// a sleep of [`APPROACH_NS`] or longer teaches `long`, the one that ends
+/// a sleep longer than [`ONE_SLEEP_NS`] teaches `long`, the one that ends
 /// where the spin starts (`last`) teaches `short`, the estimate the spin is
 /// sized by. A park cut short (a frame due earlier, a stop) says nothing.
 pub(super) fn learn(
@@ -225,7 +234,7 @@ pub(super) fn learn(
     let Some(late_ns) = woke_ns.checked_sub(target_ns) else {
         return;
     };
-    if target_ns.saturating_sub(from_ns) >= APPROACH_NS {
+    if target_ns.saturating_sub(from_ns) > ONE_SLEEP_NS {
         long.observe(late_ns);
     }
     if last {
@@ -361,6 +370,16 @@ mod tests {
         assert_eq!(
             wait_target(0, 150 * US, 40 * US, max, true),
             (110 * US, true)
+        );
+        // The spin's start 400 µs off or nearer: one sleep (releases 333 µs
+        // apart); further: the approach first.
+        assert_eq!(
+            wait_target(0, 440 * US, 40 * US, max, true),
+            (400 * US, true)
+        );
+        assert_eq!(
+            wait_target(0, 445 * US, 40 * US, max, true),
+            (245 * US, false)
         );
         // A spin longer than the approach: straight to it.
         assert_eq!(

@@ -40,7 +40,7 @@
 use super::coalesce::{Offer, Pending};
 use super::options::lateness_histogram;
 use super::wait::{Realtime, SpinBudget, WakeEstimate, BEHIND_NS};
-use super::wake::{lead_ns, learn, wait_target, APPROACH_NS};
+use super::wake::{lead_ns, learn, wait_target, ONE_SLEEP_NS};
 use super::waker::Woke;
 use super::{Control, FlushSet};
 use crate::clock;
@@ -560,7 +560,7 @@ pub(super) fn output_stage(outlet: Arc<Outlet>, cfg: OutputConfig, mut realtime:
     clock::set_timer_slack_ns(1);
     let control = outlet.control.clone();
     let mut wake = WakeEstimate::default();
-    // Sleeps of APPROACH_NS or more apart: whether a long wait needs two.
+    // Sleeps longer than ONE_SLEEP_NS apart: whether a long wait needs two.
     let mut long = WakeEstimate::default();
     let spin_ns = cfg.spin_ns;
     let mut budget =
@@ -722,7 +722,7 @@ fn idle(
         // less the lead: this thread wakes once for it, not also when it is
         // stored (see `waker`), after a long sleep, which is learnt from.
         if let Woke::Timer(at_ns) = control.waker.wait(publish_in_ns, || false) {
-            if at_ns.saturating_sub(now) >= APPROACH_NS {
+            if at_ns.saturating_sub(now) > ONE_SLEEP_NS {
                 long.observe(clock::now_ns().saturating_sub(at_ns));
             }
         }
