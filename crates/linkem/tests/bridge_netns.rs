@@ -54,16 +54,33 @@ fn udp_and_tcp_through_rate_50mbit(backend: &str) {
     }
     let topo = topology("lkbrt");
     let b = Bridge::start(&topo, backend, &["rate", "50mbit", "queue", "200"]);
-    // UDP at 70 Mbit/s of 1472-byte payloads: 1514-byte frames on the link.
-    let u = iperf3(&topo, &["-u", "-b", "70M", "-l", "1472", "-t", "4"]);
-    let payload_bps = u["end"]["sum"]["bits_per_second"].as_f64().unwrap();
-    let lost = u["end"]["sum"]["lost_percent"].as_f64().unwrap();
-    // The receiver counts what arrived over the sender's time, in UDP payload bits.
-    let frame_bps = payload_bps * (1.0 - lost / 100.0) * 1514.0 / 1472.0;
-    let t = iperf3(&topo, &["-t", "4"]);
-    let tcp_bps = t["end"]["sum_received"]["bits_per_second"]
-        .as_f64()
-        .unwrap();
+    // UDP at 70 Mbit/s of 1472-byte payloads: 1514-byte frames on the link,
+    // within 3 % of it; TCP's goodput at 90 % of the 95.6 % of the link that
+    // 1448 bytes of payload in 1514-byte frames are. A spell of the host's
+    // load costs an attempt.
+    let frame_bps = within_attempts(&format!("{backend}: UDP into rate 50mbit"), 3, |_| {
+        let u = iperf3(&topo, &["-u", "-b", "70M", "-l", "1472", "-t", "4"]);
+        let payload_bps = u["end"]["sum"]["bits_per_second"].as_f64().unwrap();
+        let lost = u["end"]["sum"]["lost_percent"].as_f64().unwrap();
+        // The receiver counts what arrived over the sender's time, in UDP payload bits.
+        let frame_bps = payload_bps * (1.0 - lost / 100.0) * 1514.0 / 1472.0;
+        if (frame_bps / 50e6 - 1.0).abs() <= 0.03 {
+            Ok(frame_bps)
+        } else {
+            Err(format!("{:.2} Mbit/s of frames", frame_bps / 1e6))
+        }
+    });
+    let tcp_bps = within_attempts(&format!("{backend}: TCP through rate 50mbit"), 3, |_| {
+        let t = iperf3(&topo, &["-t", "4"]);
+        let bps = t["end"]["sum_received"]["bits_per_second"]
+            .as_f64()
+            .unwrap();
+        if bps >= 0.9 * 50e6 * 1448.0 / 1514.0 {
+            Ok(bps)
+        } else {
+            Err(format!("{:.2} Mbit/s of goodput", bps / 1e6))
+        }
+    });
     let v = b.stop();
     eprintln!(
         "{backend}: UDP {:.2} Mbit/s of frames, TCP {:.2} Mbit/s goodput; {v}",
@@ -71,17 +88,8 @@ fn udp_and_tcp_through_rate_50mbit(backend: &str) {
         tcp_bps / 1e6
     );
     assert!(
-        (frame_bps / 50e6 - 1.0).abs() <= 0.03,
-        "UDP through rate 50mbit: {frame_bps} bit/s of frames"
-    );
-    assert!(
         fate(&v, 0, "queue-full") > 0,
         "70 Mbit/s into 50 Mbit/s overflows the queue"
-    );
-    // TCP goodput: payload of 1448 in 1514-byte frames is 95.6 % of the link.
-    assert!(
-        tcp_bps >= 0.9 * 50e6 * 1448.0 / 1514.0,
-        "TCP through rate 50mbit: {tcp_bps} bit/s"
     );
 }
 
@@ -426,35 +434,46 @@ fn tcp_through_rate_50mbit_delay_10ms_with_hosts_at_defaults(backend: &str) {
         return;
     }
     let words = ["rate", "50mbit", "delay", "10ms"];
-    let mut goodput = Vec::new();
-    for stock in [true, false] {
-        let topo = topology_with("lkPtc", stock);
-        let b = Bridge::start(&topo, backend, &words);
-        let bps = tcp_goodput_bps(&topo, &[], 4);
-        let v = b.stop();
-        eprintln!(
-            "{backend}, hosts' offloads {}: TCP {:.2} Mbit/s; {v}",
-            if stock { "on (defaults)" } else { "off" },
-            bps / 1e6
-        );
-        // AF_PACKET only: with an XDP program on linkem's veth end the kernel
-        // turns TSO off on the host's end, so no super-frame reaches AF_XDP.
-        if stock && backend == "packet" {
-            assert!(
-                v["directions"][0]["segmented"].as_u64().unwrap() > 0,
-                "a host with TSO on hands over super-frames: {v}"
-            );
-        }
-        goodput.push(bps);
-    }
-    let (stock, off) = (goodput[0], goodput[1]);
-    assert!(
-        stock >= 0.9 * 50e6,
-        "TCP with the hosts at their defaults: {stock} bit/s"
-    );
-    assert!(
-        (stock / off - 1.0).abs() <= 0.05,
-        "defaults {stock} bit/s vs offloads off {off} bit/s"
+    // The twins within 5 % of each other, the defaults' at 90 % of the link
+    // or more. A spell of the host's load through one twin (the CI once saw
+    // 47.7 against 44.6 Mbit/s, the slower run's releases 16 ms late at
+    // p99) makes both again.
+    within_attempts(
+        &format!("{backend}: TCP with and without offloads"),
+        3,
+        |_| {
+            let mut goodput = Vec::new();
+            for stock in [true, false] {
+                let topo = topology_with("lkPtc", stock);
+                let b = Bridge::start(&topo, backend, &words);
+                let bps = tcp_goodput_bps(&topo, &[], 4);
+                let v = b.stop();
+                eprintln!(
+                    "{backend}, hosts' offloads {}: TCP {:.2} Mbit/s; {v}",
+                    if stock { "on (defaults)" } else { "off" },
+                    bps / 1e6
+                );
+                // AF_PACKET only: with an XDP program on linkem's veth end the kernel
+                // turns TSO off on the host's end, so no super-frame reaches AF_XDP.
+                if stock && backend == "packet" {
+                    assert!(
+                        v["directions"][0]["segmented"].as_u64().unwrap() > 0,
+                        "a host with TSO on hands over super-frames: {v}"
+                    );
+                }
+                goodput.push(bps);
+            }
+            let (stock, off) = (goodput[0], goodput[1]);
+            if stock >= 0.9 * 50e6 && (stock / off - 1.0).abs() <= 0.05 {
+                Ok(())
+            } else {
+                Err(format!(
+                "defaults {:.2} Mbit/s (want 45 or more) vs offloads off {:.2} (want within 5 %)",
+                stock / 1e6,
+                off / 1e6
+            ))
+            }
+        },
     );
 }
 
@@ -480,7 +499,15 @@ fn tcp_with_gro_on_linkems_own_ends(backend: &str) {
             assert!(o.status.success(), "ethtool -K {emu} gro on: {o:?}");
         }
         let b = Bridge::start(&topo, backend, &words);
-        let bps = tcp_goodput_bps(&topo, &[], 4);
+        // At 90 % of the link; a spell of the host's load costs an attempt.
+        let bps = within_attempts(&format!("{backend}: TCP with GRO on"), 3, |_| {
+            let bps = tcp_goodput_bps(&topo, &[], 4);
+            if bps >= 0.9 * 50e6 {
+                Ok(bps)
+            } else {
+                Err(format!("TCP through rate 50mbit: {:.2} Mbit/s", bps / 1e6))
+            }
+        });
         // Bridge::stop checks received + segmented = delivered + drops + in flight.
         let v = b.stop();
         let segmented = v["directions"][0]["segmented"].as_u64().unwrap();
@@ -501,7 +528,6 @@ fn tcp_with_gro_on_linkems_own_ends(backend: &str) {
             0,
             "no merged frame is dropped as too big: {v}"
         );
-        assert!(bps >= 0.9 * 50e6, "TCP through rate 50mbit: {bps} bit/s");
     }
 }
 

@@ -749,8 +749,10 @@ fn a_lab_across_two_machines_runs_each_part_and_the_link_across_once() {
         "b -> c's pings did not ride the underlay: {} packets sent on it",
         tx1 - tx0
     );
-    let mut wrong = Vec::new();
     // Each path's one-way delays: on m1, on m2, across (plus the underlay).
+    // A spell of the host's load through a path's 50 pings (the CI once saw
+    // a -> 10.20.3.2 at 43.9 ms at the median, least 40.2, against 40.07)
+    // pings it again.
     for (node, dst, want, links) in [
         ("b", "10.20.2.2", 20.0 + underlay_ms, 1),
         ("a", "10.20.1.2", 10.0, 1),
@@ -759,13 +761,15 @@ fn a_lab_across_two_machines_runs_each_part_and_the_link_across_once() {
         ("a", "10.20.2.2", 30.0 + underlay_ms, 2),
         ("a", "10.20.3.2", 40.0 + underlay_ms, 3),
     ] {
-        let got = lab.rtt_ms(node, dst, 50);
-        println!("{node} -> {dst}: {got} (sum {want:.3} ms)");
-        if let Some(off) = got.off(want, links) {
-            wrong.push(format!("{node} -> {dst}: {off}"));
-        }
+        within_attempts(&format!("{node} -> {dst}"), 3, |_| {
+            let got = lab.rtt_ms(node, dst, 50);
+            println!("{node} -> {dst}: {got} (sum {want:.3} ms)");
+            match got.off(want, links) {
+                Some(off) => Err(off),
+                None => Ok(()),
+            }
+        });
     }
-    assert!(wrong.is_empty(), "{}", wrong.join("; "));
     // TCP's payload is 1448 of each 1514-byte frame: at most 95.6 Mbit/s,
     // which a quiet machine reaches (93-96 over the run). One CI run on a
     // loaded machine got 80.5 over the run; as in lab_netns, the median

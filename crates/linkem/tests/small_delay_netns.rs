@@ -113,64 +113,76 @@ fn small_delays_cost_no_wake_up_floor(backend: &str) {
         drop(br);
         r
     };
-    let before = bridge(&topo);
-    let mut linkem = Vec::new();
-    // `delay 0us` is a pass-through: the kernel path forwards it, and with
-    // `--kernel-path off` linkem's stage does, without an output wake-up.
-    for (delay, extra) in [
-        ("0us", None),
-        ("0us", Some("--kernel-path=off")),
-        ("50us", None),
-    ] {
-        let mut args = vec!["delay", delay];
-        args.extend(extra);
-        let b = Bridge::start(&topo, backend, &args);
-        let r = rtts_us(&topo);
-        // Idle, the stages sleep with no timeout: the stop must wake them
-        // (`Bridge::stop` allows 10 s, and a stage left asleep never ends).
-        std::thread::sleep(Duration::from_millis(300));
-        let t = std::time::Instant::now();
-        let stats = b.stop();
-        let label = format!(
-            "{delay}{}",
-            extra.map(|e| format!(" {e}")).unwrap_or_default()
-        );
-        eprintln!(
-            "{backend} delay {label}: stopped {:?} after SIGINT",
-            t.elapsed()
-        );
-        linkem.push((delay, label, r, stats));
-    }
-    let after = bridge(&topo);
-    let base_us = (median(before.clone()) + median(after.clone())) / 2.0;
-    let mut report = format!(
-        "{backend}: Linux bridge {} then {}",
-        summary(&before),
-        summary(&after)
+    // A spell of the host's load through the linkem rows (the CI once saw
+    // `delay 50us` at a median of 364 µs, p90 918, beside the bridge's 26)
+    // measures all five rows again.
+    within_attempts(
+        &format!("{backend}: small delays beside the bridge"),
+        3,
+        |_| {
+            let before = bridge(&topo);
+            let mut linkem = Vec::new();
+            // `delay 0us` is a pass-through: the kernel path forwards it, and with
+            // `--kernel-path off` linkem's stage does, without an output wake-up.
+            for (delay, extra) in [
+                ("0us", None),
+                ("0us", Some("--kernel-path=off")),
+                ("50us", None),
+            ] {
+                let mut args = vec!["delay", delay];
+                args.extend(extra);
+                let b = Bridge::start(&topo, backend, &args);
+                let r = rtts_us(&topo);
+                // Idle, the stages sleep with no timeout: the stop must wake them
+                // (`Bridge::stop` allows 10 s, and a stage left asleep never ends).
+                std::thread::sleep(Duration::from_millis(300));
+                let t = std::time::Instant::now();
+                let stats = b.stop();
+                let label = format!(
+                    "{delay}{}",
+                    extra.map(|e| format!(" {e}")).unwrap_or_default()
+                );
+                eprintln!(
+                    "{backend} delay {label}: stopped {:?} after SIGINT",
+                    t.elapsed()
+                );
+                linkem.push((delay, label, r, stats));
+            }
+            let after = bridge(&topo);
+            let base_us = (median(before.clone()) + median(after.clone())) / 2.0;
+            let mut report = format!(
+                "{backend}: Linux bridge {} then {}",
+                summary(&before),
+                summary(&after)
+            );
+            for (_, label, r, stats) in &linkem {
+                report += &format!(
+                    "; linkem delay {label}: {} (a->b delivered {} late {}, b->a delivered {} \
+                     late {})",
+                    summary(r),
+                    fate(stats, 0, "delivered"),
+                    fate(stats, 0, "late"),
+                    fate(stats, 1, "delivered"),
+                    fate(stats, 1, "late"),
+                );
+            }
+            eprintln!("{report}");
+            for (delay, label, r, _) in &linkem {
+                // Two directions of the link's delay are due on top of the bridge.
+                let due_us = if *delay == "0us" { 0.0 } else { 100.0 };
+                let bound_us = base_us + due_us + MARGIN_US;
+                let med = median(r.clone());
+                if med > bound_us {
+                    return Err(format!(
+                        "delay {label}: median RTT {med:.0} µs through linkem, more than the \
+                         Linux bridge's {base_us:.0} µs + {due_us:.0} µs due + {MARGIN_US:.0} \
+                         µs margin ({bound_us:.0} µs): {report}"
+                    ));
+                }
+            }
+            Ok(())
+        },
     );
-    for (_, label, r, stats) in &linkem {
-        report += &format!(
-            "; linkem delay {label}: {} (a->b delivered {} late {}, b->a delivered {} late {})",
-            summary(r),
-            fate(stats, 0, "delivered"),
-            fate(stats, 0, "late"),
-            fate(stats, 1, "delivered"),
-            fate(stats, 1, "late"),
-        );
-    }
-    eprintln!("{report}");
-    for (delay, label, r, _) in &linkem {
-        // Two directions of the link's delay are due on top of the bridge.
-        let due_us = if *delay == "0us" { 0.0 } else { 100.0 };
-        let bound_us = base_us + due_us + MARGIN_US;
-        let med = median(r.clone());
-        assert!(
-            med <= bound_us,
-            "delay {label}: median RTT {med:.0} µs through linkem, more than the Linux \
-             bridge's {base_us:.0} µs + {due_us:.0} µs due + {MARGIN_US:.0} µs margin \
-             ({bound_us:.0} µs): {report}"
-        );
-    }
 }
 
 /// Request and answer exchanges of the echo test, 5 ms apart: a linger per
