@@ -161,12 +161,7 @@ fn ping_rtts(lab: &Lab, node: &str, dst: &str, count: u32) -> Vec<f64> {
 /// ms) drops what was held through it as `late`.
 fn try_ping_rtts(lab: &Lab, node: &str, dst: &str, count: u32) -> Result<Vec<f64>, String> {
     let o = lab.in_node(node, &["ping", "-c", &count.to_string(), "-i", "0.02", dst]);
-    let out = String::from_utf8_lossy(&o.stdout);
-    let rtts: Vec<f64> = ping_times_ms(&out);
-    if (rtts.len() as u32) < count * 9 / 10 {
-        return Err(format!("{} of {count} pings answered: {out}", rtts.len()));
-    }
-    Ok(rtts)
+    answered_rtts_ms(&String::from_utf8_lossy(&o.stdout), count, count * 9 / 10)
 }
 
 /// CPU time of `pid` so far in clock ticks (user + system).

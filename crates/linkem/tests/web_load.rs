@@ -268,12 +268,7 @@ fn try_spoke_rtts_ms(lab: &str, count: u32, gap: &str) -> Result<Vec<f64>, Strin
         &["ping", "-c", &count.to_string(), "-i", gap, "10.61.0.2"],
     )
     .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout);
-    let rtts = ping_times_ms(&out);
-    if (rtts.len() as u32) < count * 9 / 10 {
-        return Err(format!("{} of {count} pings answered: {out}", rtts.len()));
-    }
-    Ok(rtts)
+    answered_rtts_ms(&String::from_utf8_lossy(&o.stdout), count, count * 9 / 10)
 }
 
 /// `linkem ctl --name LAB ping` twice a second until `end`: each one's time, ms.

@@ -165,9 +165,9 @@ impl WakeEstimate {
 /// project's VM a sleep of 10 ms wakes about 110 µs late at the median and
 /// one of 50 µs about 15 µs late (`linkem bench tail`'s timer rows: a vCPU
 /// idle longer than the host's halt polling, 200 µs by default in KVM, is
-/// woken from the host's scheduler). So a wait longer than this sleeps until
-/// this far before the release, then once more until the spin, and the spin
-/// is sized by the short sleep's precision, not the long one's.
+/// woken from the host's scheduler). So a long wait sleeps until this far
+/// before the release, then once more until the spin, and the spin is sized
+/// by the short sleep's precision, not the long one's.
 ///
 /// That costs a second wake-up per release, so only a wait to the spin
 /// longer than [`ONE_SLEEP_NS`] approaches. Each thread also learns its

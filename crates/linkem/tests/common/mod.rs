@@ -433,6 +433,19 @@ pub fn ping_times_ms(out: &str) -> Vec<f64> {
         .collect()
 }
 
+/// Every answered RTT in ping's output `out` of `count` pings, in ms; an
+/// `Err` naming the output when fewer than `least` were answered.
+pub fn answered_rtts_ms(out: &str, count: u32, least: u32) -> Result<Vec<f64>, String> {
+    let rtts = ping_times_ms(out);
+    if (rtts.len() as u32) < least {
+        return Err(format!(
+            "{} of {count} pings answered, fewer than {least}: {out}",
+            rtts.len()
+        ));
+    }
+    Ok(rtts)
+}
+
 pub fn ping_median_ms(topo: &Topology, count: u32) -> f64 {
     ping_median_ms_to(topo, topo.addr_b, count)
 }
@@ -487,14 +500,8 @@ pub fn ping_rtts_ms_least(topo: &Topology, dst: Ipv4Addr, count: u32, least: u32
             &dst.to_string(),
         ])
         .unwrap();
-    let text = String::from_utf8_lossy(&o.stdout);
-    let rtts: Vec<f64> = ping_times_ms(&text);
-    assert!(
-        rtts.len() as u32 >= least,
-        "{} of {count} pings answered, fewer than {least}: {text}",
-        rtts.len()
-    );
-    rtts
+    answered_rtts_ms(&String::from_utf8_lossy(&o.stdout), count, least)
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 pub fn iperf3(topo: &Topology, args: &[&str]) -> Value {
